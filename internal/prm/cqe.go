@@ -1,0 +1,95 @@
+package prm
+
+// CQE64 layout (struct mlx5_cqe64 and struct mlx5_err_cqe, 64 bytes). In a
+// 128-byte CQE the CQE64 is the second half; the first half holds scattered
+// data (scatter-to-CQE) or the GRH.
+const (
+	CQE64Size  = 64
+	CQE128Size = 128
+
+	CQEWQEID        = 2  // be16 (striding RQ)
+	CQEMLPath       = 17 // u8
+	CQESLID         = 22 // be16
+	CQEFlagsRQPN    = 24 // be32: SL 31..28, GRH 29..28 (see below), source QP 23..0
+	CQESRQNUIdx     = 32 // be32: SRQ number or user index
+	CQEImmInvalPkey = 36 // be32: immediate (as sent), invalidated rkey, or pkey
+	CQEApp          = 40 // u8
+	CQEAppOp        = 41 // u8
+	CQEAppInfo      = 42 // be16
+	CQEByteCnt      = 44 // be32
+	CQETimestamp    = 48 // be64
+	CQESopDropQPN   = 56 // be32: send opcode 31..24 (requester), QPN 23..0
+	CQEWQECounter   = 60 // be16
+	CQESignature    = 62 // u8
+	CQEOpOwn        = 63 // u8
+
+	// Error CQE (struct mlx5_err_cqe) fields that differ from the CQE64.
+	ErrCQESRQN           = 32 // be32
+	ErrCQEVendorSyndrome = 54 // u8
+	ErrCQESyndrome       = 55 // u8
+	ErrCQEWQEOpcodeQPN   = 56 // be32: WQE opcode 31..24, QPN 23..0
+)
+
+// Fields of flags_rqpn and sop_drop_qpn.
+const (
+	CQESLShift       = 24 // SL is bits 27..24 of flags_rqpn (IB)
+	CQESLMask        = 0xf
+	CQEGRHShift      = 28 // GRH presence in bits 29..28 of flags_rqpn
+	CQEGRHMask       = 0x3
+	CQEQPNMask       = 0xffffff
+	CQESendOpShift   = 24
+	CQEInvalidOpOwn  = 0xf0 // op_own of a CQE no one has written: INVALID, owner 0
+	CQEOwnerMask     = 0x01
+	CQESolicitedMask = 0x02
+	CQEFormatShift   = 2
+	CQEFormatMask    = 0x3
+	CQEOpcodeShift   = 4
+)
+
+// CQE formats in bits 3..2 of op_own.
+const (
+	CQEFormatNone       = 0 // plain CQE
+	CQEFormatScatter32  = 1 // up to 32 bytes of payload in the CQE (64-byte CQEs)
+	CQEFormatScatter64  = 2 // up to 64 bytes of payload in the first half (128-byte CQEs)
+	CQEFormatCompressed = 3 // a block of mini-CQEs follows a title
+)
+
+// Scatter-to-CQE request bits for RC/UD receive (MLX5_INLINE_SCATTER_32/64).
+const (
+	InlineScatter32 = 0x4
+	InlineScatter64 = 0x8
+)
+
+// Mini-CQE (struct mlx5_mini_cqe8, 8 bytes). Eight mini-CQEs fill a 64-byte
+// CQE slot of a compressed block.
+//
+// A compressed session as the kit reads it: a normal "title" CQE that holds
+// the fields every CQE of the session shares (QPN, opcode, flags), then in
+// the following slot a CQE whose op_own format is CQEFormatCompressed and
+// whose byte_cnt gives the number of mini-CQEs; the mini-CQE array starts at
+// that slot and runs on for as many slots as needed, eight mini-CQEs each.
+// Each mini-CQE then expands into one full CQE copied from the title with its
+// own byte_cnt (responder) or wqe_counter and opcode (requester).
+const (
+	MiniCQESize       = 8
+	MiniCQEsPerSlot   = CQE64Size / MiniCQESize
+	MiniRespRxHash    = 0 // be32: RX hash result, or checksum + stride index
+	MiniRespByteCnt   = 4 // be32
+	MiniReqWQECounter = 0 // be16, as in the wqe_counter of a full CQE
+	MiniReqSWOpcode   = 2 // u8: the send WQE opcode
+)
+
+// OpOwn composes an op_own byte.
+func OpOwn(op CQEOpcode, format uint8, solicited bool, owner uint8) uint8 {
+	v := uint8(op)<<CQEOpcodeShift | (format&CQEFormatMask)<<CQEFormatShift | owner&CQEOwnerMask
+	if solicited {
+		v |= CQESolicitedMask
+	}
+	return v
+}
+
+// OpOwnOpcode extracts the CQE opcode from an op_own byte.
+func OpOwnOpcode(opOwn uint8) CQEOpcode { return CQEOpcode(opOwn >> CQEOpcodeShift) }
+
+// OpOwnFormat extracts the CQE format from an op_own byte.
+func OpOwnFormat(opOwn uint8) uint8 { return (opOwn >> CQEFormatShift) & CQEFormatMask }

@@ -1,0 +1,223 @@
+// Package prm holds every byte layout and constant of the mlx5 Programmer's
+// Reference Manual that mlx5kit speaks: send-queue segments (control, remote
+// address, atomic, masked atomic, data, inline, datagram / address vector),
+// receive segments, opcodes, fm_ce_se flags, CQE64 fields, op_own bits, CQE
+// opcodes, error syndromes, mini-CQEs and doorbell-record slots.
+//
+// The builder (wqebuilder), the poller (monocq), the doorbell code
+// (blueflame) and the software HCA (sim) all use this package, so each format
+// is written down once. Multi-byte fields on the wire are big-endian unless a
+// comment says otherwise. Offsets are checked byte for byte against
+// rdma-core's infiniband/mlx5dv.h in the tests of package
+// cgo/internal/dvcheck.
+//
+// The package has no dependencies beyond the standard library and must not
+// acquire any: it is the bottom of the import graph.
+package prm
+
+import (
+	"math/bits"
+	"unsafe"
+)
+
+// Send-queue geometry.
+const (
+	// WQEBBSize is the size of a send-queue basic block (MLX5_SEND_WQE_BB).
+	WQEBBSize = 64
+	// WQEBBShift is log2(WQEBBSize) (MLX5_SEND_WQE_SHIFT).
+	WQEBBShift = 6
+	// SegmentSize is the unit of the ds count in the control segment: every
+	// segment is a multiple of 16 bytes and 16-byte aligned.
+	SegmentSize = 16
+	// SegmentsPerWQEBB is WQEBBSize / SegmentSize.
+	SegmentsPerWQEBB = WQEBBSize / SegmentSize
+	// MaxDS is the largest ds count the 6-bit field of qpn_ds can hold.
+	MaxDS = 0x3f
+)
+
+// Control segment (struct mlx5_wqe_ctrl_seg, 16 bytes).
+const (
+	CtrlSize            = 16
+	CtrlOpmodIdxOpcode  = 0  // be32: opmod<<24 | wqe_index<<8 | opcode
+	CtrlQPNDS           = 4  // be32: qpn<<8 | ds
+	CtrlSignature       = 8  // u8
+	CtrlDCIStreamID     = 9  // be16
+	CtrlFmCeSe          = 11 // u8
+	CtrlImm             = 12 // be32: immediate data, or rkey for SEND_INV
+	CtrlOpmodShift      = 24
+	CtrlWQEIndexShift   = 8
+	CtrlQPNShift        = 8
+	CtrlDSMask          = 0x3f
+	CtrlWQEIndexMask    = 0xffff
+	CtrlOpcodeMask      = 0xff
+	CtrlQPNMask         = 0xffffff
+	CtrlOpmodMaskedAtom = 0x08 // opmod of masked atomics: 0x08 | (log2(size)-2)
+)
+
+// fm_ce_se flags of the control segment.
+const (
+	// FlagCQUpdate requests a CQE for this WQE (MLX5_WQE_CTRL_CQ_UPDATE).
+	FlagCQUpdate uint8 = 2 << 2
+	// FlagSolicited sets the solicited-event bit (MLX5_WQE_CTRL_SOLICITED).
+	FlagSolicited uint8 = 1 << 1
+	// FlagFence waits for all prior RDMA reads and atomics to complete
+	// (MLX5_WQE_CTRL_FENCE, used for IBV_SEND_FENCE).
+	FlagFence uint8 = 4 << 5
+	// FlagInitiatorSmallFence is the small fence used after a local
+	// invalidate (MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE).
+	FlagInitiatorSmallFence uint8 = 1 << 5
+	// FlagFenceMask covers the fence mode bits 7..5.
+	FlagFenceMask uint8 = 7 << 5
+)
+
+// Remote address segment (struct mlx5_wqe_raddr_seg, 16 bytes).
+const (
+	RaddrSize  = 16
+	RaddrAddr  = 0 // be64
+	RaddrRkey  = 8 // be32
+	RaddrResvd = 12
+)
+
+// Atomic segment (struct mlx5_wqe_atomic_seg, 16 bytes).
+const (
+	AtomicSize    = 16
+	AtomicSwapAdd = 0 // be64: swap value (CS) or addend (FA)
+	AtomicCompare = 8 // be64: compare value (CS)
+)
+
+// Masked atomic segments. A masked compare-and-swap on 8 bytes carries swap,
+// compare, swap mask and compare mask (32 bytes, two segments); a masked
+// fetch-and-add on 8 bytes carries the addend and the field-boundary mask (16
+// bytes). On 4 bytes both forms pack their four (or two) 32-bit values into
+// one 16-byte segment.
+const (
+	MaskedCS64Size        = 32
+	MaskedCS64Swap        = 0  // be64
+	MaskedCS64Compare     = 8  // be64
+	MaskedCS64SwapMask    = 16 // be64
+	MaskedCS64CompareMask = 24 // be64
+
+	MaskedFA64Size          = 16
+	MaskedFA64Add           = 0 // be64
+	MaskedFA64FieldBoundary = 8 // be64
+
+	MaskedCS32Size        = 16
+	MaskedCS32Swap        = 0  // be32
+	MaskedCS32Compare     = 4  // be32
+	MaskedCS32SwapMask    = 8  // be32
+	MaskedCS32CompareMask = 12 // be32
+
+	MaskedFA32Size          = 16
+	MaskedFA32Add           = 0 // be32
+	MaskedFA32FieldBoundary = 4 // be32
+)
+
+// Data segment (struct mlx5_wqe_data_seg, 16 bytes): one scatter/gather entry.
+const (
+	DataSize      = 16
+	DataByteCount = 0 // be32
+	DataLKey      = 4 // be32
+	DataAddr      = 8 // be64
+	// InvalidLKey terminates a short receive scatter list (MLX5_INVALID_LKEY).
+	InvalidLKey = 0x100
+)
+
+// Inline data segment (struct mlx5_wqe_inl_data_seg): a 4-byte header
+// be32(len | InlineSeg) followed by the bytes, padded to 16.
+const (
+	InlineHeaderSize = 4
+	InlineSeg        = 0x80000000 // MLX5_INLINE_SEG
+)
+
+// Address vector / datagram segment (struct mlx5_wqe_av, 48 bytes, three
+// segments). UD puts the qkey in the first 4 bytes, DC the 8-byte DC access
+// key in the first 8.
+const (
+	AVSize        = 48
+	AVKey         = 0  // be64 dc_key, or be32 qkey + be32 reserved
+	AVDQPDCT      = 8  // be32: ext<<31 | remote QPN or DCT number
+	AVStatRateSL  = 12 // u8
+	AVFlMLID      = 13 // u8: force loopback and source LID path bits (IB)
+	AVRLID        = 14 // be16: remote LID (IB) or UDP source port (RoCE v2)
+	AVReserved0   = 16 // 4 bytes
+	AVRMAC        = 20 // 6 bytes (RoCE)
+	AVTClass      = 26 // u8
+	AVHopLimit    = 27 // u8
+	AVGRHGIDFL    = 28 // be32: GRH bit 30, sgid index 27..20, flow label 19..0
+	AVRGID        = 32 // 16 bytes
+	AVSegments    = AVSize / SegmentSize
+	ExtendedUDAV  = 0x80000000 // MLX5_EXTENDED_UD_AV in dqp_dct
+	AVGRHBit      = 1 << 30    // grh_gid_fl: a GRH is present
+	AVSGIDShift   = 20
+	AVSGIDMask    = 0xff
+	AVFlowLblMask = 0xfffff
+)
+
+// SRQ next segment (struct mlx5_wqe_srq_next_seg, 16 bytes), the first
+// segment of every shared-receive-queue WQE.
+const (
+	SRQNextSize         = 16
+	SRQNextWQEIndex     = 2  // be16
+	SRQNextSignature    = 4  // u8
+	GRHSize             = 40 // bytes a UD receive reserves for the GRH
+	DoorbellRecordSize  = 8  // two be32 slots
+	DoorbellRecordRecv  = 0  // MLX5_RCV_DBR: RQ head, or CQ consumer index
+	DoorbellRecordSend  = 1  // MLX5_SND_DBR: SQ producer index, or CQ arm word
+	DoorbellRecordRecvB = DoorbellRecordRecv * 4
+	DoorbellRecordSendB = DoorbellRecordSend * 4
+)
+
+// CQ doorbell (UAR) and arming.
+const (
+	// CQDoorbellOffset is the offset of the CQ arm doorbell in the CQ UAR page
+	// (MLX5_CQ_DOORBELL).
+	CQDoorbellOffset = 0x20
+	// CQArmSolicited arms for solicited completions only
+	// (MLX5_CQ_DB_REQ_NOT_SOL); CQArmAny (MLX5_CQ_DB_REQ_NOT) for any.
+	CQArmSolicited = 1 << 24
+	CQArmAny       = 0 << 24
+	// CQArmSNShift places the 2-bit arm sequence number.
+	CQArmSNShift = 28
+	// CQConsumerIndexMask masks the consumer index written to dbrec[0].
+	CQConsumerIndexMask = 0xffffff
+)
+
+// Store16 stores v big-endian at p.
+func Store16(p unsafe.Pointer, v uint16) { *(*uint16)(p) = bits.ReverseBytes16(v) }
+
+// Store32 stores v big-endian at p.
+func Store32(p unsafe.Pointer, v uint32) { *(*uint32)(p) = bits.ReverseBytes32(v) }
+
+// Store64 stores v big-endian at p.
+func Store64(p unsafe.Pointer, v uint64) { *(*uint64)(p) = bits.ReverseBytes64(v) }
+
+// Load16 loads a big-endian 16-bit value from p.
+func Load16(p unsafe.Pointer) uint16 { return bits.ReverseBytes16(*(*uint16)(p)) }
+
+// Load32 loads a big-endian 32-bit value from p.
+func Load32(p unsafe.Pointer) uint32 { return bits.ReverseBytes32(*(*uint32)(p)) }
+
+// Load64 loads a big-endian 64-bit value from p.
+func Load64(p unsafe.Pointer) uint64 { return bits.ReverseBytes64(*(*uint64)(p)) }
+
+// CtrlOpmodIdxOpcodeWord composes the first word of a control segment.
+func CtrlOpmodIdxOpcodeWord(opmod uint8, wqeIndex uint16, op Opcode) uint32 {
+	return uint32(opmod)<<CtrlOpmodShift | uint32(wqeIndex)<<CtrlWQEIndexShift | uint32(op)
+}
+
+// CtrlQPNDSWord composes the second word of a control segment.
+func CtrlQPNDSWord(qpn uint32, ds uint8) uint32 {
+	return qpn<<CtrlQPNShift | uint32(ds&CtrlDSMask)
+}
+
+// InlineDS is the number of 16-byte units an inline segment of n bytes takes
+// (0 for n == 0: an empty inline payload writes no segment).
+func InlineDS(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return (InlineHeaderSize + n + SegmentSize - 1) / SegmentSize
+}
+
+// WQEBBs is the number of basic blocks a WQE of ds segments occupies.
+func WQEBBs(ds int) int { return (ds + SegmentsPerWQEBB - 1) / SegmentsPerWQEBB }
