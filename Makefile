@@ -1,0 +1,59 @@
+# mlx5kit — the habits of the project as make targets.
+#
+#   make pingpong   the main job: RC ping-pong on the first mlx5 device, or on
+#                   the software HCA when there is none
+#   make test       everything a change must pass (installs what is missing)
+#   make bench      the benchmark suite (set MLX5KIT_CPUS to pin, e.g. 2,4)
+#   make lint       gofmt, go vet, staticcheck
+#   make fuzz       every fuzz target for FUZZTIME each
+#   make cross      GOARCH=arm64 build and vet
+#   make hwtest     the end-to-end scenarios on a real mlx5 device
+
+SHELL       := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
+GO          ?= go
+FUZZTIME    ?= 10s
+BENCHTIME   ?= 1s
+MLX5KIT_CPUS ?=
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+TASKSET := $(if $(MLX5KIT_CPUS),taskset -c $(MLX5KIT_CPUS),)
+
+.PHONY: deps pingpong test test-unit test-race test-nocgo bench lint fuzz cross hwtest
+
+deps:
+	@./scripts/deps.sh
+
+pingpong: deps
+	$(GO) run ./cmd/mlx5kit-pingpong -iters 100000
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race -short ./...
+	CGO_ENABLED=0 $(GO) vet ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -short ./...
+
+bench: deps
+	$(TASKSET) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fuzz: deps
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+cross:
+	GOARCH=arm64 $(GO) build ./...
+	GOARCH=arm64 $(GO) vet ./...
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o /dev/null ./blueflame/
+
+hwtest: deps
+	MLX5KIT_REQUIRE_DEVICE=1 MLX5KIT_PROVIDER=mlx5 $(GO) test -count=1 -run 'Hardware|Integration' ./...

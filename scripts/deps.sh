@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what building and testing mlx5kit needs on Debian/Ubuntu and is a
+# no-op when everything is present: the rdma-core headers and libraries
+# (libibverbs-dev) for the cgo provider and its layout tests, and the Go
+# modules. Run as root or with sudo available.
+set -euo pipefail
+
+need_pkgs=()
+[ -f /usr/include/infiniband/mlx5dv.h ] || need_pkgs+=(libibverbs-dev)
+command -v gcc >/dev/null 2>&1 || need_pkgs+=(gcc)
+for extra in "$@"; do
+	dpkg -s "$extra" >/dev/null 2>&1 || need_pkgs+=("$extra")
+done
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	echo "deps: installing ${need_pkgs[*]}" >&2
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		echo "deps: add /usr/local/go/bin to PATH" >&2
+	else
+		echo "deps: Go 1.24 or newer is required (https://go.dev/doc/install)" >&2
+	fi
+	exit 1
+fi
+go mod download
