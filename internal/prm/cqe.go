@@ -10,8 +10,11 @@ const (
 	CQEWQEID        = 2  // be16 (striding RQ)
 	CQEMLPath       = 17 // u8
 	CQESLID         = 22 // be16
-	CQEFlagsRQPN    = 24 // be32: SL 31..28, GRH 29..28 (see below), source QP 23..0
-	CQESRQNUIdx     = 32 // be32: SRQ number or user index
+	CQEFlagsRQPN    = 24 // be32: GRH 29..28, SL 27..24, source QP 23..0
+	CQEHdsIPExt     = 28 // u8
+	CQEL4HdrTypeEtc = 29 // u8
+	CQEVlanInfo     = 30 // be16
+	CQESRQNUIdx     = 32 // be32: SRQ number or user index (23..0)
 	CQEImmInvalPkey = 36 // be32: immediate (as sent), invalidated rkey, or pkey
 	CQEApp          = 40 // u8
 	CQEAppOp        = 41 // u8
@@ -37,6 +40,7 @@ const (
 	CQEGRHShift      = 28 // GRH presence in bits 29..28 of flags_rqpn
 	CQEGRHMask       = 0x3
 	CQEQPNMask       = 0xffffff
+	CQESRQNMask      = 0xffffff
 	CQESendOpShift   = 24
 	CQEInvalidOpOwn  = 0xf0 // op_own of a CQE no one has written: INVALID, owner 0
 	CQEOwnerMask     = 0x01
@@ -63,13 +67,21 @@ const (
 // Mini-CQE (struct mlx5_mini_cqe8, 8 bytes). Eight mini-CQEs fill a 64-byte
 // CQE slot of a compressed block.
 //
-// A compressed session as the kit reads it: a normal "title" CQE that holds
-// the fields every CQE of the session shares (QPN, opcode, flags), then in
-// the following slot a CQE whose op_own format is CQEFormatCompressed and
-// whose byte_cnt gives the number of mini-CQEs; the mini-CQE array starts at
-// that slot and runs on for as many slots as needed, eight mini-CQEs each.
-// Each mini-CQE then expands into one full CQE copied from the title with its
-// own byte_cnt (responder) or wqe_counter and opcode (requester).
+// A compressed session in the basic layout (DPDK's mlx5_rx.c is the public
+// reader of it): the slot at index c holds a CQE whose op_own format is
+// CQEFormatCompressed; it carries the fields every completion of the session
+// shares (QPN, opcode, flags) and, in byte_cnt, the number n of completions.
+// The mini-CQE arrays follow: the first in slot c+1, the next ones in slots
+// c+8, c+16, ... (eight mini-CQEs each). The session consumes the n slots
+// c .. c+n-1 (holes the hardware leaves for software), so the consumer index
+// moves by n, and software must reset op_own of those slots to an invalid
+// value or the stale bytes look valid on the next lap. Each mini-CQE expands
+// into one full CQE copied from the compressed CQE with its own byte_cnt
+// (responder) or wqe_counter and opcode (requester).
+//
+// The requester mini-CQE puts the send opcode at byte 2 as the Linux kernel's
+// struct mlx5_mini_cqe8 does; DPDK's header has a validity iteration count
+// there (enhanced compression layout) and the opcode at byte 3.
 const (
 	MiniCQESize       = 8
 	MiniCQEsPerSlot   = CQE64Size / MiniCQESize

@@ -65,6 +65,12 @@ func (o Opcode) IsAtomic() bool {
 	return o == OpAtomicCS || o == OpAtomicFA || o == OpAtomicMaskedCS || o == OpAtomicMaskedFA
 }
 
+// IsMaskedAtomic reports whether the opcode is a masked (extended) atomic,
+// whose operand size is in the opmod (see MaskedAtomicSize).
+func (o Opcode) IsMaskedAtomic() bool {
+	return o == OpAtomicMaskedCS || o == OpAtomicMaskedFA
+}
+
 // HasRaddr reports whether a WQE of this opcode carries a remote address
 // segment.
 func (o Opcode) HasRaddr() bool {
@@ -139,6 +145,10 @@ const (
 	SyndromeRNRRetryExc       Syndrome = 0x16
 	SyndromeRemoteAborted     Syndrome = 0x22
 )
+
+// VendorSyndromeODPPageFault is the vendor_err_synd of a flush caused by an
+// on-demand-paging page fault (MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT).
+const VendorSyndromeODPPageFault = 0x93
 
 var syndromeNames = map[Syndrome]string{
 	SyndromeLocalLength:       "LOCAL_LENGTH_ERR",

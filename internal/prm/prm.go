@@ -17,6 +17,7 @@ package prm
 
 import (
 	"math/bits"
+	"strconv"
 	"unsafe"
 )
 
@@ -54,6 +55,46 @@ const (
 	CtrlOpmodMaskedAtom = 0x08 // opmod of masked atomics: 0x08 | (log2(size)-2)
 )
 
+// Opcode modifiers (the opmod byte of the control segment) of the extended,
+// masked atomics. rdma-core never posts masked atomics itself (it only
+// declares struct mlx5_wqe_masked_atomic_seg); the encoding below is the one
+// UCX and the older libmlx5 use: 0x08 | (log2(operand size) - 2).
+const (
+	// OpmodExtAtomic marks an extended atomic; the low three bits carry
+	// log2(operand size) - 2.
+	OpmodExtAtomic = CtrlOpmodMaskedAtom
+	// OpmodExtAtomicSizeMask covers the size bits of an extended-atomic opmod.
+	OpmodExtAtomicSizeMask = 0x07
+	// OpmodMaskedAtomic32 is the opmod of a masked atomic on 4 bytes.
+	OpmodMaskedAtomic32 = OpmodExtAtomic | 0
+	// OpmodMaskedAtomic64 is the opmod of a masked atomic on 8 bytes.
+	OpmodMaskedAtomic64 = OpmodExtAtomic | 1
+	// AtomicResultSize is the byte count of the data segment that receives
+	// the old value of a standard (8-byte) atomic (MLX5_ATOMIC_SIZE in
+	// rdma-core's qp.c). A masked atomic's data segment carries its operand
+	// size instead.
+	AtomicResultSize = 8
+)
+
+// MaskedAtomicOpmod returns the opmod of a masked atomic whose operand is
+// size bytes (4 or 8; any power of two from 4 to 512 encodes), or 0 when size
+// is not such a power of two.
+func MaskedAtomicOpmod(size int) uint8 {
+	if size < 4 || size > 512 || size&(size-1) != 0 {
+		return 0
+	}
+	return OpmodExtAtomic | uint8(bits.TrailingZeros(uint(size))-2)
+}
+
+// MaskedAtomicSize returns the operand size in bytes that an extended-atomic
+// opmod encodes, or 0 when opmod does not mark an extended atomic.
+func MaskedAtomicSize(opmod uint8) int {
+	if opmod&^OpmodExtAtomicSizeMask != OpmodExtAtomic {
+		return 0
+	}
+	return 1 << (opmod&OpmodExtAtomicSizeMask + 2)
+}
+
 // fm_ce_se flags of the control segment.
 const (
 	// FlagCQUpdate requests a CQE for this WQE (MLX5_WQE_CTRL_CQ_UPDATE).
@@ -68,7 +109,47 @@ const (
 	FlagInitiatorSmallFence uint8 = 1 << 5
 	// FlagFenceMask covers the fence mode bits 7..5.
 	FlagFenceMask uint8 = 7 << 5
+	// FenceShift is the position of the fence mode in fm_ce_se.
+	FenceShift = 5
 )
+
+// FenceMode is the three-bit fence field (bits 7..5) of fm_ce_se.
+type FenceMode uint8
+
+// Fence modes, named as the Linux kernel's MLX5_FENCE_MODE_*. mlx5dv.h
+// calls mode 1 MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE and mode 4
+// MLX5_WQE_CTRL_FENCE (what rdma-core sets for IBV_SEND_FENCE, so FlagFence
+// == FenceSmallAndFence.Flag()).
+const (
+	FenceNone           FenceMode = 0
+	FenceInitiatorSmall FenceMode = 1
+	FenceFence          FenceMode = 2
+	FenceStrongOrdering FenceMode = 3
+	FenceSmallAndFence  FenceMode = 4
+	fenceModeCount                = 8
+)
+
+var fenceModeNames = [fenceModeCount]string{
+	FenceNone:           "NONE",
+	FenceInitiatorSmall: "INITIATOR_SMALL",
+	FenceFence:          "FENCE",
+	FenceStrongOrdering: "STRONG_ORDERING",
+	FenceSmallAndFence:  "SMALL_AND_FENCE",
+}
+
+// String returns the name of the fence mode, or its number if it has none.
+func (m FenceMode) String() string {
+	if int(m) < len(fenceModeNames) && fenceModeNames[m] != "" {
+		return fenceModeNames[m]
+	}
+	return "FENCE_MODE(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Flag returns the fence mode placed in bits 7..5 of fm_ce_se.
+func (m FenceMode) Flag() uint8 { return uint8(m) << FenceShift }
+
+// FenceModeOf extracts the fence mode from an fm_ce_se byte.
+func FenceModeOf(fmCeSe uint8) FenceMode { return FenceMode(fmCeSe >> FenceShift) }
 
 // Remote address segment (struct mlx5_wqe_raddr_seg, 16 bytes).
 const (
@@ -132,9 +213,19 @@ const (
 // Address vector / datagram segment (struct mlx5_wqe_av, 48 bytes, three
 // segments). UD puts the qkey in the first 4 bytes, DC the 8-byte DC access
 // key in the first 8.
+//
+// rdma-core builds the AV in mlx5_create_ah: on InfiniBand stat_rate_sl is
+// rate<<4 | SL (4 bits), fl_mlid the source path bits, rlid the destination
+// LID and grh_gid_fl carries the GRH bit when the AH is global; on RoCE
+// stat_rate_sl is rate<<4 | SL<<1 (3 bits), rlid the RoCE v2 UDP source
+// port, rmac the next-hop MAC, and the GRH bit stays clear (every RoCE
+// packet has a GRH). UD and DC then set ext|dqpn (MLX5_EXTENDED_UD_AV) and
+// the key per WQE.
 const (
 	AVSize        = 48
 	AVKey         = 0  // be64 dc_key, or be32 qkey + be32 reserved
+	AVQKey        = 0  // be32 (UD)
+	AVDCKey       = 0  // be64 (DC)
 	AVDQPDCT      = 8  // be32: ext<<31 | remote QPN or DCT number
 	AVStatRateSL  = 12 // u8
 	AVFlMLID      = 13 // u8: force loopback and source LID path bits (IB)
@@ -151,6 +242,21 @@ const (
 	AVSGIDShift   = 20
 	AVSGIDMask    = 0xff
 	AVFlowLblMask = 0xfffff
+	AVDQPNMask    = 0xffffff // remote QPN or DCT number in dqp_dct
+	AVRMACSize    = 6
+	AVRGIDSize    = 16
+
+	// AVStatRateShift places the static rate in stat_rate_sl.
+	AVStatRateShift = 4
+	// AVSLMask is the InfiniBand SL in bits 3..0 of stat_rate_sl.
+	AVSLMask = 0xf
+	// AVRoCESLShift and AVRoCESLMask place the 3-bit RoCE priority.
+	AVRoCESLShift = 1
+	AVRoCESLMask  = 0x7
+	// AVForceLoopback is the fl bit of fl_mlid; AVMLIDMask the source path
+	// bits.
+	AVForceLoopback = 0x80
+	AVMLIDMask      = 0x7f
 )
 
 // SRQ next segment (struct mlx5_wqe_srq_next_seg, 16 bytes), the first
