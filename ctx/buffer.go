@@ -1,0 +1,154 @@
+package ctx
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// HugePageSize is the size of the huge pages Buffer asks for (2 MiB, the
+// x86-64 and arm64 default).
+const HugePageSize = 2 << 20
+
+// BufferOptions tune AllocBuffer.
+type BufferOptions struct {
+	// HugePages asks for explicit 2 MiB huge pages (MAP_HUGETLB). When
+	// none are reserved the buffer falls back to normal pages with
+	// transparent huge pages advised; Buffer.HugePages says which it got.
+	HugePages bool
+	// Guard surrounds the buffer with an inaccessible page on each side,
+	// so that a stray access just before or after it faults at once.
+	Guard bool
+}
+
+// Buffer is page-aligned memory from mmap, outside the Go heap, suitable for
+// registration and for rings the device (or the software HCA) accesses.
+type Buffer struct {
+	mu       sync.Mutex
+	mapping  []byte // the whole mapping, guards included
+	data     []byte
+	huge     bool
+	closed   bool
+	pageSize int
+}
+
+// AllocBuffer maps size bytes (rounded up to whole pages) of zeroed memory.
+func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
+	const op = "alloc buffer"
+	if size <= 0 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("size %d: %w", size, ErrInvalidArgument)}
+	}
+	page := os.Getpagesize()
+	if opts.HugePages {
+		n := roundUp(size, HugePageSize)
+		guard := 0
+		if opts.Guard {
+			guard = page
+		}
+		if b, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
+			return &Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true, pageSize: HugePageSize}, nil
+		}
+	}
+	n := roundUp(size, page)
+	guard := 0
+	if opts.Guard {
+		guard = page
+	}
+	b, err := mapWithGuards(n, guard, 0)
+	if err != nil {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("mmap %d bytes: %w (%w)", n, ErrNoMemory, err)}
+	}
+	data := b[guard : guard+n : guard+n]
+	if opts.HugePages {
+		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
+	}
+	return &Buffer{mapping: b, data: data, pageSize: page}, nil
+}
+
+// mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides.
+// With hugetlb the data part is mapped separately over the reserved range.
+func mapWithGuards(n, guard int, extra int) ([]byte, error) {
+	total := n + 2*guard
+	if guard == 0 {
+		return unix.Mmap(-1, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|extra)
+	}
+	b, err := unix.Mmap(-1, 0, total, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	if extra == 0 {
+		if err := unix.Mprotect(b[guard:guard+n], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			_ = unix.Munmap(b)
+			return nil, err
+		}
+		return b, nil
+	}
+	// Huge pages with guards: map the data over the middle with MAP_FIXED.
+	addr := uintptr(unsafe.Pointer(&b[guard]))
+	if addr%HugePageSize != 0 {
+		_ = unix.Munmap(b)
+		return nil, fmt.Errorf("unaligned huge mapping")
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_MMAP, addr, uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|uintptr(extra), ^uintptr(0), 0)
+	if errno != 0 {
+		_ = unix.Munmap(b)
+		return nil, errno
+	}
+	return b, nil
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+// Bytes returns the buffer's memory (nil after Close).
+func (b *Buffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	return b.data
+}
+
+// Pointer returns the first byte of the buffer (nil after Close).
+func (b *Buffer) Pointer() unsafe.Pointer {
+	d := b.Bytes()
+	if d == nil {
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(d))
+}
+
+// Len returns the buffer's size in bytes (whole pages).
+func (b *Buffer) Len() int { return len(b.data) }
+
+// HugePages reports whether the buffer is backed by explicit huge pages.
+func (b *Buffer) HugePages() bool { return b.huge }
+
+// PageSize returns the size of the pages backing the buffer.
+func (b *Buffer) PageSize() int { return b.pageSize }
+
+// Closed reports whether the buffer has been unmapped.
+func (b *Buffer) Closed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// Close unmaps the buffer. Deregister every memory region on it first. It is
+// idempotent.
+func (b *Buffer) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	if err := unix.Munmap(b.mapping); err != nil {
+		return &OpError{Op: "free buffer", Err: err}
+	}
+	return nil
+}

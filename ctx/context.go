@@ -1,0 +1,209 @@
+package ctx
+
+import (
+	"fmt"
+	"os"
+)
+
+// EnvProvider is the environment variable that, when set, overrides the
+// provider Open picks automatically ("mlx5" or "sim").
+const EnvProvider = "MLX5KIT_PROVIDER"
+
+// Options select what Open opens.
+type Options struct {
+	// Provider is the name of a registered provider. Empty means
+	// automatic: the hardware provider ("mlx5") when it is registered and
+	// has a device, the software HCA ("sim") otherwise. The environment
+	// variable MLX5KIT_PROVIDER, when set, replaces the automatic choice.
+	Provider string
+	// Device is the device name; empty opens the provider's first device.
+	Device string
+}
+
+// Context is an open device: the root of every other control-plane object.
+// Closing it closes everything created from it. A Context may be used from
+// several goroutines; the data-plane objects it hands out follow their own
+// rules.
+type Context struct {
+	node
+	tree     tree
+	provider string
+	dev      ProviderDevice
+	kind     Kind
+	name     string
+}
+
+// Open opens a device as opts say.
+func Open(opts Options) (*Context, error) {
+	const op = "open"
+	name := opts.Provider
+	if name == "" {
+		name = os.Getenv(EnvProvider)
+	}
+	if name == "" {
+		if p, ok := lookupProvider(ProviderHardware); ok {
+			if devs, err := p.Devices(); err == nil && len(devs) > 0 {
+				name = ProviderHardware
+			}
+		}
+	}
+	if name == "" {
+		if _, ok := lookupProvider(ProviderSoftware); ok {
+			name = ProviderSoftware
+		} else {
+			return nil, &OpError{Op: op, Err: fmt.Errorf("%w: no hardware device and the software HCA is not linked in (import mlx5kit/sim)", ErrNoDevice)}
+		}
+	}
+	p, ok := lookupProvider(name)
+	if !ok {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("provider %q: %w (registered: %v)", name, ErrNotFound, Providers())}
+	}
+	return OpenWith(name, p, opts.Device)
+}
+
+// OpenWith opens a device of the given provider, which need not be
+// registered (tests use it to open a private software HCA). name is what
+// Context.Provider reports.
+func OpenWith(name string, p Provider, device string) (*Context, error) {
+	const op = "open"
+	if p == nil {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("nil provider: %w", ErrInvalidArgument)}
+	}
+	dev, err := p.OpenDevice(device)
+	if err != nil {
+		return nil, opErr(op+" "+name+" device "+fmt.Sprintf("%q", device), err)
+	}
+	c := &Context{provider: name, dev: dev, kind: dev.Kind(), name: dev.Name()}
+	c.node.init(&c.tree, rankContext, dev.Close)
+	return c, nil
+}
+
+// Kind reports whether the Context drives hardware or the software HCA.
+func (c *Context) Kind() Kind { return c.kind }
+
+// Provider returns the name of the provider behind the Context.
+func (c *Context) Provider() string { return c.provider }
+
+// DeviceName returns the name of the open device.
+func (c *Context) DeviceName() string { return c.name }
+
+// String describes the Context, e.g. "sim0 (software, provider sim)".
+func (c *Context) String() string {
+	return fmt.Sprintf("%s (%s, provider %s)", c.name, c.kind, c.provider)
+}
+
+// Device returns the provider's device handle, for provider-specific
+// extensions (the software HCA's controls, for instance).
+func (c *Context) Device() ProviderDevice { return c.dev }
+
+// Closed reports whether Close has been called.
+func (c *Context) Closed() bool { return c.isClosed() }
+
+// Close closes every object created from the Context (QPs, SRQs, CQs,
+// address handles, MRs, PDs, in that order) and then the device. It is
+// idempotent.
+func (c *Context) Close() error {
+	c.tree.mu.Lock()
+	defer c.tree.mu.Unlock()
+	return opErr("close context", c.closeLocked())
+}
+
+// lock takes the tree lock and checks that the object is open.
+func (n *node) lock(op string) error {
+	n.t.mu.Lock()
+	if n.closed.Load() {
+		n.t.mu.Unlock()
+		return &OpError{Op: op, Err: ErrClosed}
+	}
+	return nil
+}
+
+// Query returns the device attributes.
+func (c *Context) Query() (DeviceAttr, error) {
+	const op = "query device"
+	if err := c.lock(op); err != nil {
+		return DeviceAttr{}, err
+	}
+	defer c.tree.mu.Unlock()
+	a, err := c.dev.Query()
+	return a, opErr(op, err)
+}
+
+// QueryPort returns the attributes of a port (1-based).
+func (c *Context) QueryPort(port uint8) (PortAttr, error) {
+	const op = "query port"
+	if err := c.lock(op); err != nil {
+		return PortAttr{}, err
+	}
+	defer c.tree.mu.Unlock()
+	a, err := c.dev.QueryPort(port)
+	return a, opErr(op, err)
+}
+
+// QueryGIDs returns the valid GID table entries of a port.
+func (c *Context) QueryGIDs(port uint8) ([]GIDEntry, error) {
+	const op = "query GIDs"
+	if err := c.lock(op); err != nil {
+		return nil, err
+	}
+	defer c.tree.mu.Unlock()
+	g, err := c.dev.QueryGIDs(port)
+	return g, opErr(op, err)
+}
+
+// ReadAsyncEvent returns the next asynchronous event without blocking; ok
+// is false when none is pending.
+func (c *Context) ReadAsyncEvent() (ev AsyncEvent, ok bool, err error) {
+	const op = "read async event"
+	if err := c.lock(op); err != nil {
+		return AsyncEvent{}, false, err
+	}
+	defer c.tree.mu.Unlock()
+	ev, ok, err = c.dev.ReadAsyncEvent()
+	return ev, ok, opErr(op, err)
+}
+
+// AsyncEventFD returns a descriptor that becomes readable when an async
+// event is pending, or -1.
+func (c *Context) AsyncEventFD() int { return c.dev.AsyncEventFD() }
+
+// AllocProtectionDomain allocates a protection domain.
+func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
+	const op = "alloc PD"
+	if err := c.lock(op); err != nil {
+		return nil, err
+	}
+	defer c.tree.mu.Unlock()
+	h, err := c.dev.AllocProtectionDomain()
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	pd := &ProtectionDomain{ctx: c, h: h}
+	pd.node.init(&c.tree, rankProtectionDomain, h.Close, &c.node)
+	return pd, nil
+}
+
+// CreateCompletionQueue creates a completion queue.
+func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQueue, error) {
+	const op = "create CQ"
+	if cfg.Depth == 0 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("depth 0: %w", ErrInvalidArgument)}
+	}
+	if cfg.CQESize == 0 {
+		cfg.CQESize = 64
+	}
+	if cfg.CQESize != 64 && cfg.CQESize != 128 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("CQE size %d (want 64 or 128): %w", cfg.CQESize, ErrInvalidArgument)}
+	}
+	if err := c.lock(op); err != nil {
+		return nil, err
+	}
+	defer c.tree.mu.Unlock()
+	h, err := c.dev.CreateCompletionQueue(cfg)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	cq := &CompletionQueue{ctx: c, h: h, desc: h.Descriptor(), cfg: cfg}
+	cq.node.init(&c.tree, rankCompletionQueue, h.Close, &c.node)
+	return cq, nil
+}

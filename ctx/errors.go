@@ -1,0 +1,70 @@
+package ctx
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error returned by ctx and by a provider wraps one of
+// these (or an errno from the hardware provider) so callers can test with
+// errors.Is.
+var (
+	// ErrClosed is returned when an object (or one of its parents) has been
+	// closed.
+	ErrClosed = errors.New("object is closed")
+	// ErrNotSupported is returned when the provider or device cannot do what
+	// was asked (an unsupported QP type, a CQE size, a missing cgo build).
+	ErrNotSupported = errors.New("not supported")
+	// ErrNoDevice is returned by Open when no provider offers a device.
+	ErrNoDevice = errors.New("no device")
+	// ErrInvalidArgument is returned for a configuration or attribute that
+	// is out of range or inconsistent. Nothing is changed.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidState is returned for a QP state transition that is not
+	// allowed from the current state.
+	ErrInvalidState = errors.New("invalid state transition")
+	// ErrBusy is returned when an object is still in use by another that
+	// must be destroyed first and the caller asked not to cascade.
+	ErrBusy = errors.New("resource busy")
+	// ErrNoMemory is returned when memory (mmap, rings) cannot be obtained.
+	ErrNoMemory = errors.New("out of memory")
+	// ErrNotFound is returned when a named device, provider or GID does not
+	// exist.
+	ErrNotFound = errors.New("not found")
+)
+
+// OpError is the error type of ctx and of providers: the verb that failed
+// and the reason, which wraps a sentinel.
+type OpError struct {
+	// Op is the verb, e.g. "create QP" or "modify QP to RTR".
+	Op string
+	// Err is the cause; errors.Is(err, ErrClosed) and the like see through
+	// OpError to it.
+	Err error
+}
+
+var _ error = (*OpError)(nil)
+
+// Error formats as "ctx: <op>: <cause>".
+func (e *OpError) Error() string { return "ctx: " + e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Errorf builds an *OpError for op whose cause is fmt.Errorf(format, args...);
+// use %w in format to wrap a sentinel. Providers use it so that every error
+// has the same shape.
+func Errorf(op, format string, args ...any) error {
+	return &OpError{Op: op, Err: fmt.Errorf(format, args...)}
+}
+
+func opErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return err
+	}
+	return &OpError{Op: op, Err: err}
+}

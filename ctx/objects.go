@@ -1,0 +1,273 @@
+package ctx
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// ProtectionDomain groups memory regions, queue pairs, SRQs and address
+// handles that may be used together. Closing it closes all of them.
+type ProtectionDomain struct {
+	node
+	ctx *Context
+	h   ProviderProtectionDomain
+}
+
+// Context returns the Context the PD belongs to.
+func (pd *ProtectionDomain) Context() *Context { return pd.ctx }
+
+// Handle returns the provider's handle.
+func (pd *ProtectionDomain) Handle() ProviderProtectionDomain { return pd.h }
+
+// Closed reports whether the PD has been closed (directly or by its Context).
+func (pd *ProtectionDomain) Closed() bool { return pd.isClosed() }
+
+// Close closes every QP, SRQ, address handle and memory region of the PD,
+// then the PD. It is idempotent.
+func (pd *ProtectionDomain) Close() error {
+	pd.t.mu.Lock()
+	defer pd.t.mu.Unlock()
+	return opErr("close PD", pd.closeLocked())
+}
+
+// RegisterMemory registers b, which must be memory from a Buffer or other
+// mmap'd memory (never Go heap: the device or the software HCA reads and
+// writes it behind the Go runtime's back), with the given access.
+func (pd *ProtectionDomain) RegisterMemory(b []byte, access Access) (*MemoryRegion, error) {
+	const op = "register MR"
+	if len(b) == 0 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("empty region: %w", ErrInvalidArgument)}
+	}
+	return pd.register(op, unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access)
+}
+
+// RegisterBuffer registers the whole of buf.
+func (pd *ProtectionDomain) RegisterBuffer(buf *Buffer, access Access) (*MemoryRegion, error) {
+	const op = "register MR"
+	if buf == nil || buf.Closed() {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("buffer: %w", ErrClosed)}
+	}
+	return pd.RegisterMemory(buf.Bytes(), access)
+}
+
+func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, access Access) (*MemoryRegion, error) {
+	if access&^accessAll != 0 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("access %v: %w", access, ErrInvalidArgument)}
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("access %v: remote write or atomic needs LocalWrite: %w", access, ErrInvalidArgument)}
+	}
+	if err := pd.lock(op); err != nil {
+		return nil, err
+	}
+	defer pd.t.mu.Unlock()
+	h, err := pd.h.RegisterMemory(addr, n, access)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	mr := &MemoryRegion{pd: pd, h: h, addr: addr, length: n, access: access, lkey: h.LKey(), rkey: h.RKey()}
+	mr.node.init(pd.t, rankMemoryRegion, h.Close, &pd.node)
+	return mr, nil
+}
+
+// MemoryRegion is a registered range of memory.
+type MemoryRegion struct {
+	node
+	pd         *ProtectionDomain
+	h          ProviderMemoryRegion
+	addr       unsafe.Pointer
+	length     uint64
+	access     Access
+	lkey, rkey uint32
+}
+
+// LKey is the local key used in data segments.
+func (mr *MemoryRegion) LKey() uint32 { return mr.lkey }
+
+// RKey is the remote key a peer uses for RDMA and atomics.
+func (mr *MemoryRegion) RKey() uint32 { return mr.rkey }
+
+// Addr returns the first address of the region.
+func (mr *MemoryRegion) Addr() uintptr { return uintptr(mr.addr) }
+
+// Pointer returns the first address of the region as a pointer.
+func (mr *MemoryRegion) Pointer() unsafe.Pointer { return mr.addr }
+
+// Len returns the length of the region in bytes.
+func (mr *MemoryRegion) Len() uint64 { return mr.length }
+
+// Bytes returns the region's memory. It must not be used after the memory is
+// unmapped.
+func (mr *MemoryRegion) Bytes() []byte { return unsafe.Slice((*byte)(mr.addr), mr.length) }
+
+// Access returns the access flags the region was registered with.
+func (mr *MemoryRegion) Access() Access { return mr.access }
+
+// ProtectionDomain returns the PD the region belongs to.
+func (mr *MemoryRegion) ProtectionDomain() *ProtectionDomain { return mr.pd }
+
+// Closed reports whether the region has been deregistered.
+func (mr *MemoryRegion) Closed() bool { return mr.isClosed() }
+
+// Close deregisters the region. It is idempotent.
+func (mr *MemoryRegion) Close() error {
+	mr.t.mu.Lock()
+	defer mr.t.mu.Unlock()
+	return opErr("deregister MR", mr.closeLocked())
+}
+
+// CompletionQueue is a completion queue. Its ring is read by a poller
+// (package monocq) built from Descriptor.
+type CompletionQueue struct {
+	node
+	ctx  *Context
+	h    ProviderCompletionQueue
+	desc CQDescriptor
+	cfg  CompletionQueueConfig
+}
+
+// Descriptor returns the ring, doorbell record and UAR page of the CQ.
+func (cq *CompletionQueue) Descriptor() CQDescriptor { return cq.desc }
+
+// CQN returns the completion queue number.
+func (cq *CompletionQueue) CQN() uint32 { return cq.desc.CQN }
+
+// Config returns the configuration the CQ was created with.
+func (cq *CompletionQueue) Config() CompletionQueueConfig { return cq.cfg }
+
+// Handle returns the provider's handle.
+func (cq *CompletionQueue) Handle() ProviderCompletionQueue { return cq.h }
+
+// Context returns the Context the CQ belongs to.
+func (cq *CompletionQueue) Context() *Context { return cq.ctx }
+
+// EventFD returns the completion channel descriptor, -1 without one.
+func (cq *CompletionQueue) EventFD() int {
+	if cq.isClosed() {
+		return -1
+	}
+	return cq.h.EventFD()
+}
+
+// ReadEvent consumes and acknowledges one completion event without
+// blocking; ok is false when none is pending.
+func (cq *CompletionQueue) ReadEvent() (ok bool, err error) {
+	const op = "read CQ event"
+	if err := cq.lock(op); err != nil {
+		return false, err
+	}
+	defer cq.t.mu.Unlock()
+	ok, err = cq.h.ReadEvent()
+	return ok, opErr(op, err)
+}
+
+// Closed reports whether the CQ has been closed.
+func (cq *CompletionQueue) Closed() bool { return cq.isClosed() }
+
+// Close closes every QP that uses the CQ, then the CQ. It is idempotent.
+func (cq *CompletionQueue) Close() error {
+	cq.t.mu.Lock()
+	defer cq.t.mu.Unlock()
+	return opErr("close CQ", cq.closeLocked())
+}
+
+// SharedReceiveQueue is a shared receive queue.
+type SharedReceiveQueue struct {
+	node
+	pd   *ProtectionDomain
+	h    ProviderSRQ
+	desc SRQDescriptor
+	cfg  SRQConfig
+}
+
+// CreateSRQ creates a shared receive queue.
+func (pd *ProtectionDomain) CreateSRQ(cfg SRQConfig) (*SharedReceiveQueue, error) {
+	const op = "create SRQ"
+	if cfg.Depth == 0 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("depth 0: %w", ErrInvalidArgument)}
+	}
+	if cfg.MaxSGE == 0 {
+		cfg.MaxSGE = 1
+	}
+	if err := pd.lock(op); err != nil {
+		return nil, err
+	}
+	defer pd.t.mu.Unlock()
+	h, err := pd.h.CreateSRQ(cfg)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	s := &SharedReceiveQueue{pd: pd, h: h, desc: h.Descriptor(), cfg: cfg}
+	s.node.init(pd.t, rankSRQ, h.Close, &pd.node)
+	return s, nil
+}
+
+// Descriptor returns the SRQ ring and doorbell record.
+func (s *SharedReceiveQueue) Descriptor() SRQDescriptor { return s.desc }
+
+// SRQN returns the SRQ number.
+func (s *SharedReceiveQueue) SRQN() uint32 { return s.desc.SRQN }
+
+// Handle returns the provider's handle.
+func (s *SharedReceiveQueue) Handle() ProviderSRQ { return s.h }
+
+// ProtectionDomain returns the PD the SRQ belongs to.
+func (s *SharedReceiveQueue) ProtectionDomain() *ProtectionDomain { return s.pd }
+
+// Closed reports whether the SRQ has been closed.
+func (s *SharedReceiveQueue) Closed() bool { return s.isClosed() }
+
+// Close closes every QP attached to the SRQ, then the SRQ. Idempotent.
+func (s *SharedReceiveQueue) Close() error {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return opErr("close SRQ", s.closeLocked())
+}
+
+// AddressHandle is a resolved path to a remote port, as the 48-byte address
+// vector a UD or DC send WQE carries.
+type AddressHandle struct {
+	node
+	pd   *ProtectionDomain
+	h    ProviderAddressHandle
+	av   [prm.AVSize]byte
+	attr AddressAttr
+}
+
+// CreateAddressHandle resolves attr into an address vector.
+func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
+	const op = "create AH"
+	if attr.Port == 0 {
+		attr.Port = 1
+	}
+	if err := pd.lock(op); err != nil {
+		return nil, err
+	}
+	defer pd.t.mu.Unlock()
+	h, err := pd.h.CreateAddressHandle(attr)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	ah := &AddressHandle{pd: pd, h: h, av: h.AV(), attr: attr}
+	ah.node.init(pd.t, rankAddressHandle, h.Close, &pd.node)
+	return ah, nil
+}
+
+// AV returns the address vector bytes (struct mlx5_wqe_av) with the key and
+// remote QPN fields left zero for the WQE builder.
+func (ah *AddressHandle) AV() [prm.AVSize]byte { return ah.av }
+
+// Attr returns the attributes the handle was created from.
+func (ah *AddressHandle) Attr() AddressAttr { return ah.attr }
+
+// Closed reports whether the handle has been closed.
+func (ah *AddressHandle) Closed() bool { return ah.isClosed() }
+
+// Close destroys the handle. It is idempotent.
+func (ah *AddressHandle) Close() error {
+	ah.t.mu.Lock()
+	defer ah.t.mu.Unlock()
+	return opErr("destroy AH", ah.closeLocked())
+}

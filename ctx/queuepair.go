@@ -1,0 +1,194 @@
+package ctx
+
+import "fmt"
+
+// QueuePairConfig configures a queue pair.
+type QueuePairConfig struct {
+	Type QPType
+	// SendCQ receives send completions and RecvCQ receive completions; they
+	// may be the same CQ. A DCT needs only RecvCQ and a DCI only SendCQ
+	// (the missing one defaults to the other).
+	SendCQ, RecvCQ *CompletionQueue
+	// SRQ, when set, replaces the receive queue. A DCT requires one.
+	SRQ  *SharedReceiveQueue
+	Caps QueuePairCaps
+	// DCKey is the DC access key of a DCT; initiators put the same key in
+	// each WQE's address vector.
+	DCKey uint64
+	// ScatterToCQE lets small receive payloads land in the CQE (see
+	// ProviderQueuePairConfig.ScatterToCQE).
+	ScatterToCQE bool
+}
+
+// QueuePair is a queue pair created from a protection domain. The
+// transports (packages rc, dc, ud) wrap it and build their send-ring writer
+// and pollers from Descriptor.
+type QueuePair struct {
+	node
+	pd     *ProtectionDomain
+	h      ProviderQueuePair
+	cfg    QueuePairConfig
+	desc   QPDescriptor
+	state  QPState
+	remote uint32
+}
+
+// CreateQueuePair creates a queue pair in RESET state.
+func (pd *ProtectionDomain) CreateQueuePair(cfg QueuePairConfig) (*QueuePair, error) {
+	op := "create " + cfg.Type.String() + " QP"
+	bad := func(format string, args ...any) error {
+		return &OpError{Op: op, Err: fmt.Errorf(format+": %w", append(args, ErrInvalidArgument)...)}
+	}
+	switch cfg.Type {
+	case QPTypeRC, QPTypeUD, QPTypeDCI, QPTypeDCT:
+	default:
+		return nil, bad("QP type %v", cfg.Type)
+	}
+	if cfg.SendCQ == nil {
+		cfg.SendCQ = cfg.RecvCQ
+	}
+	if cfg.RecvCQ == nil {
+		cfg.RecvCQ = cfg.SendCQ
+	}
+	if cfg.SendCQ == nil {
+		return nil, bad("no completion queue")
+	}
+	if cfg.Type == QPTypeDCT && cfg.SRQ == nil {
+		return nil, bad("a DCT needs an SRQ")
+	}
+	if cfg.Type != QPTypeDCT && cfg.Type != QPTypeDCI && cfg.Caps.SendDepth == 0 {
+		return nil, bad("send depth 0")
+	}
+	if cfg.Type == QPTypeDCI && cfg.Caps.SendDepth == 0 {
+		return nil, bad("send depth 0")
+	}
+	if cfg.Type == QPTypeDCI || cfg.Type == QPTypeDCT {
+		cfg.Caps.RecvDepth, cfg.Caps.MaxRecvSGE = 0, 0
+	}
+	if cfg.Type == QPTypeDCT {
+		cfg.Caps.SendDepth, cfg.Caps.MaxSendSGE, cfg.Caps.MaxInline = 0, 0, 0
+	}
+	if err := pd.lock(op); err != nil {
+		return nil, err
+	}
+	defer pd.t.mu.Unlock()
+	for _, cq := range []*CompletionQueue{cfg.SendCQ, cfg.RecvCQ} {
+		if cq.t != pd.t {
+			return nil, bad("CQ of another context")
+		}
+		if cq.isClosed() {
+			return nil, &OpError{Op: op, Err: fmt.Errorf("CQ: %w", ErrClosed)}
+		}
+	}
+	parents := []*node{&pd.node, &cfg.SendCQ.node, &cfg.RecvCQ.node}
+	pcfg := ProviderQueuePairConfig{
+		Type: cfg.Type, SendCQ: cfg.SendCQ.h, RecvCQ: cfg.RecvCQ.h,
+		Caps: cfg.Caps, DCKey: cfg.DCKey, ScatterToCQE: cfg.ScatterToCQE,
+	}
+	if cfg.SRQ != nil {
+		if cfg.SRQ.t != pd.t {
+			return nil, bad("SRQ of another context")
+		}
+		if cfg.SRQ.isClosed() {
+			return nil, &OpError{Op: op, Err: fmt.Errorf("SRQ: %w", ErrClosed)}
+		}
+		pcfg.SRQ = cfg.SRQ.h
+		parents = append(parents, &cfg.SRQ.node)
+	}
+	h, err := pd.h.CreateQueuePair(pcfg)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	qp := &QueuePair{pd: pd, h: h, cfg: cfg, desc: h.Descriptor(), state: QPStateReset}
+	qp.node.init(pd.t, rankQueuePair, h.Close, parents...)
+	return qp, nil
+}
+
+// Descriptor returns the QP's rings, doorbell record and BlueFlame register.
+func (qp *QueuePair) Descriptor() QPDescriptor {
+	qp.t.mu.Lock()
+	defer qp.t.mu.Unlock()
+	return qp.desc
+}
+
+// QPN returns the queue pair number (for a DCT the DCT number, known once
+// it reached RTR).
+func (qp *QueuePair) QPN() uint32 {
+	qp.t.mu.Lock()
+	defer qp.t.mu.Unlock()
+	return qp.desc.QPN
+}
+
+// Type returns the QP type.
+func (qp *QueuePair) Type() QPType { return qp.cfg.Type }
+
+// Config returns the configuration the QP was created with.
+func (qp *QueuePair) Config() QueuePairConfig { return qp.cfg }
+
+// ProtectionDomain returns the PD of the QP.
+func (qp *QueuePair) ProtectionDomain() *ProtectionDomain { return qp.pd }
+
+// Handle returns the provider's handle.
+func (qp *QueuePair) Handle() ProviderQueuePair { return qp.h }
+
+// State returns the QP's state as the provider reports it now (a QP the
+// device moved to error on its own reports QPStateError).
+func (qp *QueuePair) State() (QPState, error) {
+	const op = "query QP"
+	if err := qp.lock(op); err != nil {
+		return 0, err
+	}
+	defer qp.t.mu.Unlock()
+	s, err := qp.h.State()
+	if err != nil {
+		return 0, opErr(op, err)
+	}
+	qp.state = s
+	return s, nil
+}
+
+// RemoteQPN returns the remote QPN given at RTR (RC only).
+func (qp *QueuePair) RemoteQPN() uint32 {
+	qp.t.mu.Lock()
+	defer qp.t.mu.Unlock()
+	return qp.remote
+}
+
+// Modify moves the QP to attr.State; see QPAttr for the attributes each
+// transition uses. On error the QP is unchanged.
+func (qp *QueuePair) Modify(attr QPAttr) error {
+	op := "modify " + qp.cfg.Type.String() + " QP to " + attr.State.String()
+	if attr.State > QPStateError {
+		return &OpError{Op: op, Err: fmt.Errorf("state %v: %w", attr.State, ErrInvalidArgument)}
+	}
+	if attr.Port == 0 {
+		attr.Port = 1
+	}
+	if attr.Path.Port == 0 {
+		attr.Path.Port = attr.Port
+	}
+	if err := qp.lock(op); err != nil {
+		return err
+	}
+	defer qp.t.mu.Unlock()
+	if err := qp.h.Modify(attr); err != nil {
+		return opErr(op, err)
+	}
+	qp.state = attr.State
+	if attr.State == QPStateRTR && qp.cfg.Type == QPTypeRC {
+		qp.remote = attr.RemoteQPN
+	}
+	qp.desc = qp.h.Descriptor()
+	return nil
+}
+
+// Closed reports whether the QP has been destroyed (directly or by a
+// parent). The data plane checks it before posting.
+func (qp *QueuePair) Closed() bool { return qp.isClosed() }
+
+// Close destroys the QP. It is idempotent.
+func (qp *QueuePair) Close() error {
+	qp.t.mu.Lock()
+	defer qp.t.mu.Unlock()
+	return opErr("destroy QP", qp.closeLocked())
+}

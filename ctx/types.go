@@ -1,0 +1,469 @@
+package ctx
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+)
+
+// Kind says what kind of device a Context drives.
+type Kind uint8
+
+// Device kinds.
+const (
+	// KindHardware is a real mlx5 device driven through rdma-core.
+	KindHardware Kind = iota + 1
+	// KindSoftware is the software HCA (package sim).
+	KindSoftware
+)
+
+// String returns "hardware" or "software".
+func (k Kind) String() string {
+	switch k {
+	case KindHardware:
+		return "hardware"
+	case KindSoftware:
+		return "software"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Access is a set of memory-region access flags. The values are those of
+// enum ibv_access_flags so a provider can pass them through.
+type Access uint32
+
+// Access flags. Local read is always allowed.
+const (
+	AccessLocalWrite   Access = 1 << 0
+	AccessRemoteWrite  Access = 1 << 1
+	AccessRemoteRead   Access = 1 << 2
+	AccessRemoteAtomic Access = 1 << 3
+	accessAll                 = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+)
+
+// String lists the flags, e.g. "LocalWrite|RemoteRead".
+func (a Access) String() string {
+	if a == 0 {
+		return "0"
+	}
+	s := ""
+	add := func(f Access, n string) {
+		if a&f != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	add(AccessLocalWrite, "LocalWrite")
+	add(AccessRemoteWrite, "RemoteWrite")
+	add(AccessRemoteRead, "RemoteRead")
+	add(AccessRemoteAtomic, "RemoteAtomic")
+	if rest := a &^ accessAll; rest != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += "0x" + strconv.FormatUint(uint64(rest), 16)
+	}
+	return s
+}
+
+// QPType is the transport of a queue pair.
+type QPType uint8
+
+// Queue pair types.
+const (
+	// QPTypeRC is a reliable connected QP.
+	QPTypeRC QPType = iota + 1
+	// QPTypeUD is an unreliable datagram QP.
+	QPTypeUD
+	// QPTypeDCI is a dynamically connected initiator (send side only).
+	QPTypeDCI
+	// QPTypeDCT is a dynamically connected target (receive side only,
+	// through an SRQ).
+	QPTypeDCT
+)
+
+// String returns "RC", "UD", "DCI" or "DCT".
+func (t QPType) String() string {
+	switch t {
+	case QPTypeRC:
+		return "RC"
+	case QPTypeUD:
+		return "UD"
+	case QPTypeDCI:
+		return "DCI"
+	case QPTypeDCT:
+		return "DCT"
+	}
+	return "QPType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// QPState is the state of a queue pair (enum ibv_qp_state order).
+type QPState uint8
+
+// Queue pair states.
+const (
+	QPStateReset QPState = iota
+	QPStateInit
+	QPStateRTR
+	QPStateRTS
+	QPStateSQD
+	QPStateSQE
+	QPStateError
+)
+
+var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+// String returns the verbs name of the state.
+func (s QPState) String() string {
+	if int(s) < len(qpStateNames) {
+		return qpStateNames[s]
+	}
+	return "QPState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MTU is a path MTU in the encoding of enum ibv_mtu.
+type MTU uint8
+
+// Path MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes returns the MTU in bytes (0 for an invalid value).
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+// String returns the size, e.g. "4096".
+func (m MTU) String() string {
+	if b := m.Bytes(); b != 0 {
+		return strconv.Itoa(b)
+	}
+	return "MTU(" + strconv.Itoa(int(m)) + ")"
+}
+
+// LinkLayer is the link layer of a port.
+type LinkLayer uint8
+
+// Link layers.
+const (
+	LinkLayerInfiniBand LinkLayer = iota + 1
+	LinkLayerEthernet
+)
+
+// String returns "InfiniBand" or "Ethernet".
+func (l LinkLayer) String() string {
+	switch l {
+	case LinkLayerInfiniBand:
+		return "InfiniBand"
+	case LinkLayerEthernet:
+		return "Ethernet"
+	}
+	return "LinkLayer(" + strconv.Itoa(int(l)) + ")"
+}
+
+// PortState is the logical state of a port (enum ibv_port_state).
+type PortState uint8
+
+// Port states.
+const (
+	PortStateNop         PortState = 0
+	PortStateDown        PortState = 1
+	PortStateInit        PortState = 2
+	PortStateArmed       PortState = 3
+	PortStateActive      PortState = 4
+	PortStateActiveDefer PortState = 5
+)
+
+// String returns the verbs name of the state.
+func (s PortState) String() string {
+	switch s {
+	case PortStateNop:
+		return "NOP"
+	case PortStateDown:
+		return "DOWN"
+	case PortStateInit:
+		return "INIT"
+	case PortStateArmed:
+		return "ARMED"
+	case PortStateActive:
+		return "ACTIVE"
+	case PortStateActiveDefer:
+		return "ACTIVE_DEFER"
+	}
+	return "PortState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// GID is a 128-bit global identifier (an IPv6 address on RoCE).
+type GID [16]byte
+
+// String formats the GID as an IPv6 address.
+func (g GID) String() string { return netip.AddrFrom16(g).String() }
+
+// IsZero reports whether every byte is 0.
+func (g GID) IsZero() bool { return g == GID{} }
+
+// GIDType is the type of a GID table entry.
+type GIDType uint8
+
+// GID types.
+const (
+	GIDTypeIB GIDType = iota + 1
+	GIDTypeRoCEv1
+	GIDTypeRoCEv2
+)
+
+// String returns "IB", "RoCEv1" or "RoCEv2".
+func (t GIDType) String() string {
+	switch t {
+	case GIDTypeIB:
+		return "IB"
+	case GIDTypeRoCEv1:
+		return "RoCEv1"
+	case GIDTypeRoCEv2:
+		return "RoCEv2"
+	}
+	return "GIDType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// GIDEntry is one entry of a port's GID table.
+type GIDEntry struct {
+	Index int
+	GID   GID
+	Type  GIDType
+}
+
+// DeviceInfo names a device a provider can open.
+type DeviceInfo struct {
+	// Name is the device name (e.g. "mlx5_0", "sim0").
+	Name string
+	// NodeGUID is the node GUID (host byte order).
+	NodeGUID uint64
+	// Kind says whether it is hardware or the software HCA.
+	Kind Kind
+}
+
+// DeviceAttr holds the attributes of a device (ibv_query_device_ex plus
+// mlx5dv_query_device).
+type DeviceAttr struct {
+	Name            string
+	FirmwareVersion string
+	NodeGUID        uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	PhysPortCount   uint8
+
+	MaxQP             uint32 // queue pairs
+	MaxQPWR           uint32 // work requests per queue
+	MaxSGE            uint32 // scatter/gather entries per send or receive WQE
+	MaxCQ             uint32
+	MaxCQE            uint32 // entries per CQ
+	MaxMR             uint32
+	MaxMRSize         uint64
+	MaxPD             uint32
+	MaxQPRdAtomic     uint32 // outstanding RDMA reads/atomics as responder
+	MaxQPInitRdAtomic uint32 // outstanding RDMA reads/atomics as requester
+	MaxSRQ            uint32
+	MaxSRQWR          uint32
+	MaxSRQSGE         uint32
+	MaxAH             uint32
+	// MaxInline is the largest inline payload a send WQE of the device's
+	// largest size can carry.
+	MaxInline uint32
+	// AtomicHCA reports 64-bit atomics executed by the device (IBV_ATOMIC_HCA).
+	AtomicHCA bool
+	// MaskedAtomics reports masked compare-and-swap / fetch-and-add support.
+	MaskedAtomics bool
+
+	// DC reports dynamically connected transport support (DCI and DCT).
+	DC bool
+	// CQE128 reports that 128-byte CQEs may be requested.
+	CQE128 bool
+	// CQECompression reports CQE compression support, MaxCQECompression
+	// the largest compressed session.
+	CQECompression    bool
+	MaxCQECompression uint32
+	// BlueFlameSize is the size of one BlueFlame buffer (0: no BlueFlame).
+	BlueFlameSize uint32
+}
+
+// PortAttr holds the attributes of a port (ibv_query_port).
+type PortAttr struct {
+	Port         uint8
+	State        PortState
+	MaxMTU       MTU
+	ActiveMTU    MTU
+	LID          uint16
+	SMLID        uint16
+	LMC          uint8
+	GIDTableLen  int
+	PKeyTableLen int
+	LinkLayer    LinkLayer
+	ActiveSpeed  uint32 // ibv speed code
+	ActiveWidth  uint8  // ibv width code
+}
+
+// AddressAttr is a path to a remote port: the address half of ibv_ah_attr
+// and of the RTR attributes. On InfiniBand DLID is enough within a subnet;
+// on RoCE (Ethernet link layer) GlobalRoute must be set with the remote GID.
+type AddressAttr struct {
+	// Port is the local port number (1-based; 0 means 1).
+	Port uint8
+	// DLID is the destination LID (InfiniBand).
+	DLID uint16
+	// SL is the service level.
+	SL uint8
+	// SrcPathBits are the source path bits (LMC).
+	SrcPathBits uint8
+	// StaticRate is the ibv_rate code (0: port rate).
+	StaticRate uint8
+	// GlobalRoute adds a GRH; required on RoCE.
+	GlobalRoute bool
+	// DGID is the destination GID.
+	DGID GID
+	// SGIDIndex is the index of the local GID to send from.
+	SGIDIndex uint8
+	// FlowLabel, TrafficClass and HopLimit fill the GRH.
+	FlowLabel    uint32
+	TrafficClass uint8
+	HopLimit     uint8
+}
+
+// QPAttr is the set of attributes for one Modify. State is the target
+// state; the provider applies the attributes the transition from the
+// current state needs for the QP's type (the verbs attribute mask is derived,
+// not given) and ignores the rest:
+//
+//	RESET→INIT: Port, PKeyIndex, Access (RC, DCT), QKey (UD)
+//	INIT→RTR:   RC: RemoteQPN, Path, PathMTU, RQPSN, MaxDestRdAtomic, MinRNRTimer
+//	            DCI: PathMTU, Path.Port; DCT: PathMTU, MinRNRTimer, Path (GRH fields)
+//	RTR→RTS:    RC, DCI: SQPSN, Timeout, RetryCount, RNRRetry, MaxRdAtomic; UD: SQPSN
+//	any→ERR, any→RESET: nothing
+type QPAttr struct {
+	State QPState
+
+	Port      uint8
+	PKeyIndex uint16
+	Access    Access
+	QKey      uint32
+
+	RemoteQPN       uint32
+	Path            AddressAttr
+	PathMTU         MTU
+	RQPSN           uint32
+	MaxDestRdAtomic uint8
+	// MinRNRTimer is the 5-bit IB RNR timer code the responder asks a
+	// sender to wait after an RNR NAK (0 = 655.36 ms, 1 = 0.01 ms, … 31 =
+	// 491.52 ms). See RNRTimerDuration.
+	MinRNRTimer uint8
+
+	SQPSN uint32
+	// Timeout is the 5-bit local ACK timeout code: 4.096 µs × 2^Timeout
+	// (0 = infinite).
+	Timeout uint8
+	// RetryCount is the transport retry count (0..7).
+	RetryCount uint8
+	// RNRRetry is the RNR retry count (0..6; 7 = retry forever).
+	RNRRetry    uint8
+	MaxRdAtomic uint8
+}
+
+// QueuePairCaps are the sizes a queue pair is created with. Providers may
+// round them up; the descriptor reports what was granted.
+type QueuePairCaps struct {
+	// SendDepth and RecvDepth are the number of work requests
+	// (max_send_wr, max_recv_wr). RecvDepth is ignored with an SRQ.
+	SendDepth, RecvDepth uint32
+	// MaxSendSGE and MaxRecvSGE are scatter/gather entries per WQE.
+	MaxSendSGE, MaxRecvSGE uint32
+	// MaxInline is the largest inline payload asked for.
+	MaxInline uint32
+}
+
+// CompletionQueueConfig configures a completion queue.
+type CompletionQueueConfig struct {
+	// Depth is the minimum number of CQEs; providers round up to a power
+	// of two.
+	Depth uint32
+	// CQESize is 64 (default when 0) or 128.
+	CQESize uint32
+	// EventChannel creates a completion channel so the CQ can be armed and
+	// waited for through EventFD.
+	EventChannel bool
+}
+
+// SRQConfig configures a shared receive queue.
+type SRQConfig struct {
+	// Depth is the minimum number of receive WQEs.
+	Depth uint32
+	// MaxSGE is the number of data segments per WQE.
+	MaxSGE uint32
+}
+
+// AsyncEventType is the type of an asynchronous device event.
+type AsyncEventType uint8
+
+// Asynchronous event types (a subset of enum ibv_event_type).
+const (
+	EventCQError AsyncEventType = iota + 1
+	EventQPFatal
+	EventQPRequestError
+	EventQPAccessError
+	EventQPLastWQEReached
+	EventSRQLimitReached
+	EventPortActive
+	EventPortError
+	EventDeviceFatal
+)
+
+var asyncEventNames = [...]string{"", "CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR",
+	"QP_LAST_WQE_REACHED", "SRQ_LIMIT_REACHED", "PORT_ACTIVE", "PORT_ERR", "DEVICE_FATAL"}
+
+// String returns the verbs name of the event.
+func (t AsyncEventType) String() string {
+	if t != 0 && int(t) < len(asyncEventNames) {
+		return asyncEventNames[t]
+	}
+	return "AsyncEventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// AsyncEvent is one asynchronous event from a device.
+type AsyncEvent struct {
+	Type AsyncEventType
+	// QPN, CQN, SRQN or Port identify the object, depending on Type.
+	QPN  uint32
+	CQN  uint32
+	SRQN uint32
+	Port uint8
+	// Detail is a human-readable cause when the provider has one.
+	Detail string
+}
+
+// String formats the event for logs.
+func (e AsyncEvent) String() string {
+	s := e.Type.String()
+	switch e.Type {
+	case EventCQError:
+		s += fmt.Sprintf(" cqn=%#x", e.CQN)
+	case EventSRQLimitReached:
+		s += fmt.Sprintf(" srqn=%#x", e.SRQN)
+	case EventPortActive, EventPortError:
+		s += fmt.Sprintf(" port=%d", e.Port)
+	case EventDeviceFatal:
+	default:
+		s += fmt.Sprintf(" qpn=%#x", e.QPN)
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
