@@ -1,0 +1,48 @@
+// Package blueflame writes the doorbell record and the BlueFlame (or plain
+// doorbell) register of an mlx5 send queue, and provides the memory barriers
+// that the data path needs around device-visible memory.
+//
+// # Ordering
+//
+// A post follows rdma-core's post_send_db step by step:
+//
+//  1. the WQE is already in the send ring (written by package wqebuilder);
+//  2. StoreBarrier: the WQE stores become visible before the doorbell record;
+//  3. dbrec[1] = big-endian (pi & 0xffff), the producer index after the WQE;
+//  4. WCStart: the doorbell record store is ordered before the write-combining
+//     stores to the register;
+//  5. the whole WQE is copied to the BlueFlame buffer in 64-byte chunks in
+//     ascending address order, the source wrapping at the ring end (Post), or
+//     the first 8 bytes of the WQE are stored to the register (Doorbell);
+//  6. FlushWrites: the write-combining buffer is pushed out now;
+//  7. the BlueFlame offset toggles between the two halves of the register.
+//
+// Steps 2 to 6 run inside one assembly function per post on amd64 and arm64,
+// so a post costs one call. The register is never written with memmove or
+// string instructions, which do not keep the ascending order that the device
+// needs to assemble the WQE.
+//
+// # Copy modes
+//
+// The 64-byte chunk copy has several implementations. One is chosen at
+// program start from the CPU's features (github.com/klauspost/cpuid/v2):
+//
+//	amd64: "avx512"  one 64-byte VMOVDQU64 store per chunk (AVX512F)
+//	       "store8"  eight ascending 8-byte MOVQ stores per chunk (baseline)
+//	arm64: "neon"    one VST1 of four 16-byte registers per chunk (default)
+//	       "stp"     four ascending 16-byte STP pair stores per chunk
+//	any:   "generic" Go stores with the barrier functions around them
+//
+// The environment variable MLX5KIT_BLUEFLAME forces a mode by name (for tests
+// and measurements); a name that is unknown or not available on the machine
+// makes the program panic at start rather than silently test something else.
+// CurrentMode, AvailableModes and SetMode read and change the mode at run
+// time.
+//
+// # Concurrency
+//
+// A Register belongs to one send queue and is used by one goroutine at a
+// time. rdma-core may make queue pairs share a BlueFlame register (beyond 16
+// QPs per context); such a register needs the caller's own lock around Post
+// and Doorbell.
+package blueflame
