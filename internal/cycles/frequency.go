@@ -1,0 +1,102 @@
+package cycles
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Info describes the counter that Now, Start and Stop read.
+type Info struct {
+	// Counter names the instruction or register read: "rdtsc",
+	// "cntvct_el0" or "monotonic-ns".
+	Counter string
+	// Hz is the number of counter ticks per second.
+	Hz float64
+	// Source says where Hz comes from: "cpuid" (the CPU's own report,
+	// confirmed by a measurement), "calibrated" (measured against the
+	// monotonic clock), "cntfrq_el0" or "monotonic clock".
+	Source string
+	// ReportedHz is what the CPU reported about itself, 0 if nothing. It
+	// differs from Hz when a measurement contradicted the report.
+	ReportedHz float64
+	// Invariant reports whether the counter ticks at a constant rate in
+	// every power state, so that ticks convert to time with one factor.
+	Invariant bool
+}
+
+// String renders the info on one line, for benchmark logs.
+func (i Info) String() string {
+	s := fmt.Sprintf("counter=%s freq=%.4gGHz source=%s invariant=%t", i.Counter, i.Hz/1e9, i.Source, i.Invariant)
+	if i.ReportedHz != 0 && i.ReportedHz != i.Hz {
+		s += fmt.Sprintf(" (cpu reported %.4gGHz)", i.ReportedHz/1e9)
+	}
+	return s
+}
+
+// Nanoseconds converts a number of ticks to nanoseconds.
+func (i Info) Nanoseconds(ticks float64) float64 { return ticks * 1e9 / i.Hz }
+
+// Ticks converts a duration to a number of counter ticks.
+func (i Info) Ticks(d time.Duration) float64 { return d.Seconds() * i.Hz }
+
+// agreement is the largest relative difference between the frequency the
+// CPU reports and a measurement for the report to be used. Leaf 0x16 of
+// CPUID gives the base frequency, which is the TSC frequency on most but not
+// all processors.
+const agreement = 0.02
+
+var (
+	infoOnce sync.Once
+	info     Info
+)
+
+// Frequency returns the counter description. The first call may take about
+// 30 ms to measure the frequency; later calls return the same value.
+func Frequency() Info {
+	infoOnce.Do(func() { info = detect() })
+	return info
+}
+
+func detect() Info {
+	i := Info{Counter: counterName, Invariant: invariantTSC()}
+	reported, source := reportedHz()
+	i.ReportedHz = reported
+	if !calibrate {
+		i.Hz, i.Source = reported, source
+		return i
+	}
+	measured := Calibrate(10*time.Millisecond, 3)
+	if reported > 0 && math.Abs(reported-measured)/measured <= agreement {
+		i.Hz, i.Source = reported, source
+		return i
+	}
+	i.Hz, i.Source = measured, "calibrated"
+	return i
+}
+
+// Calibrate measures the counter against the monotonic clock: rounds
+// windows of length window each, returning the median rate in ticks per
+// second. The calling goroutine stays on one OS thread while it measures.
+func Calibrate(window time.Duration, rounds int) float64 {
+	if rounds < 1 {
+		rounds = 1
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rates := make([]float64, rounds)
+	for r := range rates {
+		t0 := time.Now()
+		c0 := Start()
+		for time.Since(t0) < window {
+		}
+		c1 := Stop()
+		elapsed := time.Since(t0)
+		rates[r] = float64(c1-c0) / elapsed.Seconds()
+	}
+	sort.Float64s(rates)
+	return rates[len(rates)/2]
+}
