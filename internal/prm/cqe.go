@@ -8,7 +8,9 @@ const (
 	CQE128Size = 128
 
 	CQEWQEID        = 2  // be16 (striding RQ)
-	CQEMLPath       = 17 // u8
+	CQERxHashResult = 12 // be32: RSS hash result (Ethernet; a mini-CQE's first word lands here)
+	CQEMLPath       = 17 // u8: DLID path bits 6..0
+	CQECheckSum     = 20 // be16
 	CQESLID         = 22 // be16
 	CQEFlagsRQPN    = 24 // be32: GRH 29..28, SL 27..24, source QP 23..0
 	CQEHdsIPExt     = 28 // u8
@@ -48,6 +50,15 @@ const (
 	CQEFormatShift   = 2
 	CQEFormatMask    = 0x3
 	CQEOpcodeShift   = 4
+	CQEMLPathMask    = 0x7f
+	CQEPKeyIndexMask = 0xffff // pkey index in imm_inval_pkey of a UD receive
+)
+
+// Values of the 2-bit GRH field of flags_rqpn (bits 29..28).
+const (
+	CQEGRHNone   = 0 // no GRH
+	CQEGRHInData = 1 // GRH in the first 40 bytes of the receive buffer
+	CQEGRHInCQE  = 2 // GRH in the 40 bytes before the CQE64 (128-byte CQEs)
 )
 
 // CQE formats in bits 3..2 of op_own.
