@@ -66,7 +66,7 @@ const (
 	// OpmodExtAtomicSizeMask covers the size bits of an extended-atomic opmod.
 	OpmodExtAtomicSizeMask = 0x07
 	// OpmodMaskedAtomic32 is the opmod of a masked atomic on 4 bytes.
-	OpmodMaskedAtomic32 = OpmodExtAtomic | 0
+	OpmodMaskedAtomic32 = OpmodExtAtomic // log2(4) - 2 == 0
 	// OpmodMaskedAtomic64 is the opmod of a masked atomic on 8 bytes.
 	OpmodMaskedAtomic64 = OpmodExtAtomic | 1
 	// AtomicResultSize is the byte count of the data segment that receives
