@@ -249,7 +249,7 @@ func (d *wqeDecoder) av(t Transport) bool {
 		fmt.Fprintf(d.b, "\n  av      dc_key=0x%016x dct=0x%06x", binary.BigEndian.Uint64(av[AVDCKey:]), dq&AVDQPNMask)
 	case TransportUD:
 		fmt.Fprintf(d.b, "\n  av      qkey=0x%08x", binary.BigEndian.Uint32(av[AVQKey:]))
-		if rsv := binary.BigEndian.Uint32(av[AVQKey+4:]); rsv != 0 {
+		if rsv := binary.BigEndian.Uint32(av[AVQKeyResvd:]); rsv != 0 {
 			fmt.Fprintf(d.b, " reserved=0x%08x", rsv)
 		}
 		fmt.Fprintf(d.b, " dqpn=0x%06x", dq&AVDQPNMask)
@@ -472,10 +472,10 @@ func DumpCQE(cqe []byte) string {
 		case CQERespSendInv:
 			fmt.Fprintf(&b, " inval_rkey=0x%08x", iip)
 		default:
-			fmt.Fprintf(&b, " pkey_index=%d", iip&0xffff)
+			fmt.Fprintf(&b, " pkey_index=%d", iip&CQEPKeyIndexMask)
 		}
 		fmt.Fprintf(&b, " src_qp=0x%06x sl=%d grh=%d slid=0x%04x ml_path=%d",
-			fr&CQEQPNMask, (fr>>CQESLShift)&CQESLMask, (fr>>CQEGRHShift)&CQEGRHMask, be16(CQESLID), half[CQEMLPath])
+			fr&CQEQPNMask, (fr>>CQESLShift)&CQESLMask, (fr>>CQEGRHShift)&CQEGRHMask, be16(CQESLID), half[CQEMLPath]&CQEMLPathMask)
 		if v := be32(CQESRQNUIdx) & CQESRQNMask; v != 0 {
 			fmt.Fprintf(&b, " srqn_uidx=0x%06x", v)
 		}

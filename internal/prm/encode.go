@@ -115,7 +115,7 @@ func PutAV(p unsafe.Pointer, key uint64, dqpDCT uint32, ext, statRateSL, flMLID 
 // extended-AV bit, as rdma-core's set_datagram_seg does.
 func PutAVUD(p unsafe.Pointer, qkey, remoteQPN uint32) {
 	Store32(p, qkey)
-	Store32(unsafe.Add(p, AVQKey+4), 0)
+	Store32(unsafe.Add(p, AVQKeyResvd), 0)
 	Store32(unsafe.Add(p, AVDQPDCT), remoteQPN|ExtendedUDAV)
 }
 

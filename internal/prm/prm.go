@@ -225,6 +225,7 @@ const (
 	AVSize        = 48
 	AVKey         = 0  // be64 dc_key, or be32 qkey + be32 reserved
 	AVQKey        = 0  // be32 (UD)
+	AVQKeyResvd   = 4  // be32 after the qkey, zero (UD)
 	AVDCKey       = 0  // be64 (DC)
 	AVDQPDCT      = 8  // be32: ext<<31 | remote QPN or DCT number
 	AVStatRateSL  = 12 // u8
