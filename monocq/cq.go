@@ -1,0 +1,310 @@
+package monocq
+
+import (
+	"fmt"
+	"iter"
+	"math/bits"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// MaxCQECnt is the largest ring New accepts: the consumer index the device
+// sees is 24 bits wide, and the owner bit must flip inside that range.
+const MaxCQECnt = 1 << 23
+
+// Config is the completion ring as the provider created it (the fields of
+// struct mlx5dv_cq). Transports fill it from ctx.CQDescriptor.
+type Config struct {
+	// Buf is the first byte of the ring: CQECnt slots of CQESize bytes.
+	// It must be 64-byte aligned and never Go heap memory.
+	Buf unsafe.Pointer
+	// CQECnt is the number of slots, a power of two from 2 to MaxCQECnt.
+	CQECnt uint32
+	// CQESize is 64 or 128. In a 128-byte slot the CQE64 is the second
+	// half.
+	CQESize uint32
+	// DBRec is the CQ doorbell record: two big-endian words, [0] the
+	// consumer index, [1] the arm word. 4-byte aligned.
+	DBRec unsafe.Pointer
+	// UAR is the CQ's UAR page; the arm doorbell is at
+	// prm.CQDoorbellOffset. It may be nil for a CQ that is never armed.
+	UAR unsafe.Pointer
+	// CQN is the completion queue number (24 bits).
+	CQN uint32
+}
+
+// CQ polls one completion ring. It is used by one goroutine at a time.
+type CQ struct {
+	// Hot fields first: Next reads ring, mask, shift, ci and ready.
+	ring     unsafe.Pointer // the CQE64 of slot 0: Buf + CQESize - 64
+	mask     uint32         // CQECnt - 1
+	shift    uint8          // log2(CQESize)
+	logCnt   uint8          // log2(CQECnt)
+	stopped  bool           // a corrupt slot was found at ci+ready
+	ci       uint32         // free-running consumer index
+	ready    uint32         // CQEs from ci on that Ready found and Next has not handed out
+	released uint32         // the consumer index last written to dbrec[0]
+	dbrec    unsafe.Pointer
+
+	buf   unsafe.Pointer
+	uar   unsafe.Pointer
+	cqn   uint32
+	armSN uint32
+	err   error
+
+	sessions    uint64 // compressed sessions expanded
+	miniCQEs    uint64 // CQEs expanded from mini-CQEs
+	overrunSeen bool
+}
+
+// New returns a poller for the ring that cfg describes. The ring's slots
+// must hold what the device left in them (op_own 0xf0 for slots never
+// written, as providers initialise them), and the consumer index starts at
+// 0 like a freshly created CQ.
+func New(cfg Config) (*CQ, error) {
+	bad := func(format string, args ...any) (*CQ, error) {
+		return nil, fmt.Errorf("monocq: new CQ 0x%x: "+format+": %w", append([]any{cfg.CQN}, append(args, ErrInvalidConfig)...)...)
+	}
+	switch {
+	case cfg.Buf == nil:
+		return bad("nil ring")
+	case uintptr(cfg.Buf)%prm.CQE64Size != 0:
+		return bad("ring %p not 64-byte aligned", cfg.Buf)
+	case cfg.CQECnt < 2 || cfg.CQECnt > MaxCQECnt || cfg.CQECnt&(cfg.CQECnt-1) != 0:
+		return bad("CQECnt %d not a power of two from 2 to %d", cfg.CQECnt, MaxCQECnt)
+	case cfg.CQESize != prm.CQE64Size && cfg.CQESize != prm.CQE128Size:
+		return bad("CQESize %d is neither 64 nor 128", cfg.CQESize)
+	case cfg.DBRec == nil:
+		return bad("nil doorbell record")
+	case uintptr(cfg.DBRec)%4 != 0:
+		return bad("doorbell record %p not 4-byte aligned", cfg.DBRec)
+	case uintptr(cfg.UAR)%8 != 0:
+		return bad("UAR %p not 8-byte aligned", cfg.UAR)
+	case cfg.CQN > prm.CQEQPNMask:
+		return bad("CQN wider than 24 bits")
+	}
+	return &CQ{
+		ring:   unsafe.Add(cfg.Buf, cfg.CQESize-prm.CQE64Size),
+		mask:   cfg.CQECnt - 1,
+		shift:  uint8(bits.TrailingZeros32(cfg.CQESize)),
+		logCnt: uint8(bits.TrailingZeros32(cfg.CQECnt)),
+		dbrec:  cfg.DBRec,
+		buf:    cfg.Buf,
+		uar:    cfg.UAR,
+		cqn:    cfg.CQN,
+	}, nil
+}
+
+// slot returns the CQE64 of the slot that consumer index i maps to.
+func (cq *CQ) slot(i uint32) *CQE {
+	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<cq.shift))
+}
+
+// Ready finds the CQEs the device has handed over, from the consumer index
+// on, until it has max of them (counting those an earlier Ready found and
+// Next has not yet returned), and returns how many are ready.
+//
+// A slot is software's, as in rdma-core's get_sw_cqe, when its opcode is not
+// INVALID and its owner bit equals bit log2(CQECnt) of its index. Ready reads
+// only the op_own bytes while it scans; one read barrier then orders those
+// loads before every later load of the CQEs. A compressed session met on the
+// way is expanded in place into ordinary CQEs first.
+//
+// Ready never goes past the slots the device could have written since the
+// last Release, and stops before a corrupt slot (see Err).
+func (cq *CQ) Ready(max int) int {
+	n := cq.ready
+	if max <= int(n) || cq.stopped {
+		return int(n)
+	}
+	// The device writes at most CQECnt slots past the released index.
+	window := cq.released + cq.mask + 1 - cq.ci
+	limit := window
+	if uint(max) < uint(limit) {
+		limit = uint32(max)
+	}
+	found := n
+	pos := cq.ci + n
+	for n < limit {
+		op := cq.slot(pos)[prm.CQEOpOwn]
+		if op>>prm.CQEOpcodeShift == uint8(prm.CQEInvalid) || (op^uint8(pos>>cq.logCnt))&prm.CQEOwnerMask != 0 {
+			break
+		}
+		if op&(prm.CQEFormatMask<<prm.CQEFormatShift) != 0 && !cq.checkFormat(pos, op) {
+			break
+		}
+		n++
+		pos++
+	}
+	if n != found {
+		blueflame.ReadBarrier()
+	}
+	if !cq.overrunSeen {
+		// The ring is full when the last slot the device may write before
+		// the next Release is written already. If it is not yet, it still
+		// holds the previous lap's owner bit (session slots included, which
+		// expand rewrites with the owner bit of their own lap).
+		last := cq.released + cq.mask
+		op := cq.slot(last)[prm.CQEOpOwn]
+		if op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op^uint8(last>>cq.logCnt))&prm.CQEOwnerMask == 0 {
+			cq.overrun()
+		}
+	}
+	cq.ready = n
+	return int(n)
+}
+
+// overrun records that the ring was found full.
+func (cq *CQ) overrun() {
+	cq.overrunSeen = true
+	cq.setErr(fmt.Errorf("monocq: poll CQ 0x%x: all %d slots from consumer index %d held unreleased CQEs: %w",
+		cq.cqn, cq.mask+1, cq.released, ErrOverrun))
+}
+
+// checkFormat handles a software-owned slot whose op_own has a format other
+// than a plain CQE. It returns false when the slot must not be handed out.
+func (cq *CQ) checkFormat(pos uint32, op uint8) bool {
+	switch prm.OpOwnFormat(op) {
+	case prm.CQEFormatScatter32:
+		return true
+	case prm.CQEFormatScatter64:
+		if cq.shift == 7 {
+			return true
+		}
+		cq.corrupt(pos, op, "scatter-64 CQE in a ring of 64-byte CQEs")
+		return false
+	default: // prm.CQEFormatCompressed
+		blueflame.ReadBarrier() // the title's other bytes after its op_own
+		if reason := cq.expand(pos, cq.released+cq.mask+1-pos); reason != "" {
+			cq.corrupt(pos, op, reason)
+			return false
+		}
+		return true
+	}
+}
+
+// corrupt stops the poller before slot pos.
+func (cq *CQ) corrupt(pos uint32, op uint8, reason string) {
+	cq.stopped = true
+	cq.setErr(fmt.Errorf("monocq: poll CQ 0x%x: slot %d (consumer index %d, op_own 0x%02x): %s: %w",
+		cq.cqn, pos&cq.mask, pos, op, reason, ErrCorrupt))
+}
+
+func (cq *CQ) setErr(err error) {
+	if cq.err == nil {
+		cq.err = err
+	}
+}
+
+// Next returns the next CQE that Ready found and moves the consumer index
+// past it, or nil when they are used up. It is small enough to be inlined
+// into the caller's loop and makes no call.
+func (cq *CQ) Next() *CQE {
+	if cq.ready == 0 {
+		return nil
+	}
+	cq.ready--
+	c := (*CQE)(unsafe.Add(cq.ring, uintptr(cq.ci&cq.mask)<<cq.shift))
+	cq.ci++
+	return c
+}
+
+// Release gives the slots of the CQEs Next returned back to the device:
+// it writes the big-endian consumer index (24 bits) to doorbell record word
+// 0, as rdma-core's update_cons_index does once per poll. A *CQE must not be
+// used after Release.
+func (cq *CQ) Release() {
+	cq.released = cq.ci
+	prm.Store32(cq.dbrec, cq.ci&prm.CQConsumerIndexMask)
+}
+
+// Poll hands up to max CQEs to fn and releases their slots; it returns the
+// number handed over. Poll is inlined, and so is fn when it is a function
+// literal at the call site: the body of Poll is a closure called once, which
+// the compiler inlines with its larger budget for such closures.
+func (cq *CQ) Poll(max int, fn func(*CQE)) int {
+	return func() int {
+		n := 0
+		cq.Ready(max)
+		for c := cq.Next(); c != nil; c = cq.Next() {
+			fn(c)
+			n++
+		}
+		cq.Release()
+		return n
+	}()
+}
+
+// All returns an iterator over one batch: Ready(max), every CQE found, then
+// Release, also when the loop body breaks early (the CQEs not reached stay
+// ready for the next batch). Both the iterator and the loop body are
+// inlined into the range statement.
+func (cq *CQ) All(max int) iter.Seq[*CQE] {
+	return func(yield func(*CQE) bool) {
+		cq.Ready(max)
+		for c := cq.Next(); c != nil; c = cq.Next() {
+			if !yield(c) {
+				break
+			}
+		}
+		cq.Release()
+	}
+}
+
+// Arm asks the device for an event on the next completion (any, or only a
+// solicited one) after the current consumer index. It releases the CQEs
+// taken so far, writes the arm word sn<<28 | cmd | ci (sn the arm sequence
+// number mod 4) to doorbell record word 1, and then, between the
+// write-combining barriers of rdma-core's mlx5_arm_cq, stores the arm word
+// and the CQN as one big-endian 64-bit value to the UAR doorbell.
+func (cq *CQ) Arm(solicitedOnly bool) error {
+	if cq.uar == nil {
+		return fmt.Errorf("monocq: arm CQ 0x%x: %w", cq.cqn, ErrNoUAR)
+	}
+	cq.Release()
+	cmd := uint32(prm.CQArmAny)
+	if solicitedOnly {
+		cmd = prm.CQArmSolicited
+	}
+	w := (cq.armSN&3)<<prm.CQArmSNShift | cmd | cq.ci&prm.CQConsumerIndexMask
+	prm.Store32(unsafe.Add(cq.dbrec, prm.DoorbellRecordSendB), w)
+	blueflame.WCStart()
+	prm.Store64(unsafe.Add(cq.uar, prm.CQDoorbellOffset), uint64(w)<<32|uint64(cq.cqn))
+	blueflame.FlushWrites()
+	return nil
+}
+
+// AcknowledgeEvent advances the arm sequence number; call it once for every
+// completion event received for this CQ (rdma-core's mlx5_cq_event), before
+// arming again.
+func (cq *CQ) AcknowledgeEvent() { cq.armSN++ }
+
+// Err returns the first error the poller met: ErrCorrupt (the poller stopped)
+// or ErrOverrun (the ring was found full), wrapped with the slot and index.
+func (cq *CQ) Err() error { return cq.err }
+
+// ConsumerIndex returns the free-running consumer index: the number of CQEs
+// Next has returned since the CQ was created.
+func (cq *CQ) ConsumerIndex() uint32 { return cq.ci }
+
+// CQN returns the completion queue number.
+func (cq *CQ) CQN() uint32 { return cq.cqn }
+
+// CQECnt returns the number of slots in the ring.
+func (cq *CQ) CQECnt() uint32 { return cq.mask + 1 }
+
+// CQESize returns the size of a slot, 64 or 128.
+func (cq *CQ) CQESize() uint32 { return 1 << cq.shift }
+
+// Stats counts the compressed sessions expanded and the CQEs they held.
+type Stats struct {
+	CompressedSessions uint64
+	MiniCQEs           uint64
+}
+
+// Stats returns the compression counters.
+func (cq *CQ) Stats() Stats {
+	return Stats{CompressedSessions: cq.sessions, MiniCQEs: cq.miniCQEs}
+}

@@ -1,0 +1,123 @@
+package monocq
+
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// QPN table geometry: a 24-bit QPN splits into a 12-bit page index and a
+// 12-bit index inside the page, the shape of rdma-core's qp_table.
+const (
+	tablePageShift = 12
+	tablePageSize  = 1 << tablePageShift
+	tablePageMask  = tablePageSize - 1
+	tablePages     = (prm.CQEQPNMask + 1) >> tablePageShift
+)
+
+// Table maps QPNs (24-bit) to the caller's queues, for a CQ that several
+// queue pairs share. Lookup is two array loads, with no hashing, no
+// allocation and no collision: the page of 4096 QPNs is found by the high
+// 12 bits, the entry by the low 12. A page (32 KiB) is allocated when the
+// first QPN in it is registered and freed with the last. The zero Table is
+// empty and ready to use; it is 32 KiB itself, so keep it behind a pointer.
+//
+// Register and Unregister are for setup and teardown and must not run
+// concurrently with Lookup.
+type Table[T any] struct {
+	pages [tablePages]*tablePage[T]
+	count int
+}
+
+type tablePage[T any] struct {
+	entries [tablePageSize]*T
+	used    int
+}
+
+// Lookup returns the queue registered for qpn, or nil. It is inlined and
+// allocates nothing.
+func (t *Table[T]) Lookup(qpn uint32) *T {
+	p := t.pages[(qpn>>tablePageShift)&(tablePages-1)]
+	if p == nil {
+		return nil
+	}
+	return p.entries[qpn&tablePageMask]
+}
+
+// Get is Lookup that reports an unknown QPN as an *UnknownQPNError (which
+// matches ErrUnknownQPN). The error path allocates; the found path does not.
+func (t *Table[T]) Get(qpn uint32) (*T, error) {
+	if v := t.Lookup(qpn); v != nil && qpn <= prm.CQEQPNMask {
+		return v, nil
+	}
+	return nil, &UnknownQPNError{QPN: qpn}
+}
+
+// Register maps qpn to v. A QPN wider than 24 bits, a nil v or a QPN already
+// mapped is refused and changes nothing.
+func (t *Table[T]) Register(qpn uint32, v *T) error {
+	switch {
+	case qpn > prm.CQEQPNMask:
+		return fmt.Errorf("monocq: register QPN 0x%x: wider than 24 bits: %w", qpn, ErrInvalidConfig)
+	case v == nil:
+		return fmt.Errorf("monocq: register QPN 0x%x: nil queue: %w", qpn, ErrInvalidConfig)
+	case t.Lookup(qpn) != nil:
+		return fmt.Errorf("monocq: register QPN 0x%x: %w", qpn, ErrDuplicateQPN)
+	}
+	pi := qpn >> tablePageShift
+	p := t.pages[pi]
+	if p == nil {
+		p = new(tablePage[T])
+		t.pages[pi] = p
+	}
+	p.entries[qpn&tablePageMask] = v
+	p.used++
+	t.count++
+	return nil
+}
+
+// Unregister removes qpn and returns the queue it mapped to, or an error
+// wrapping ErrUnknownQPN.
+func (t *Table[T]) Unregister(qpn uint32) (*T, error) {
+	v, err := t.Get(qpn)
+	if err != nil {
+		return nil, fmt.Errorf("monocq: unregister: %w", err)
+	}
+	pi := qpn >> tablePageShift
+	p := t.pages[pi]
+	p.entries[qpn&tablePageMask] = nil
+	p.used--
+	if p.used == 0 {
+		t.pages[pi] = nil
+	}
+	t.count--
+	return v, nil
+}
+
+// Len returns the number of registered QPNs.
+func (t *Table[T]) Len() int { return t.count }
+
+// Entries holds one caller record per WQE slot of a queue, indexed by the
+// wqe_counter of its CQEs (masked to the queue size), so a completion finds
+// the work request it retires without a search. It lives on the Go heap: the
+// device never sees it.
+type Entries[T any] struct {
+	s    []T
+	mask uint32
+}
+
+// NewEntries returns records for a queue of n WQE slots (a power of two,
+// at most 65536: wqe_counter is 16 bits).
+func NewEntries[T any](n uint32) (*Entries[T], error) {
+	if n == 0 || n > 1<<16 || n&(n-1) != 0 {
+		return nil, fmt.Errorf("monocq: new entries: %d slots is not a power of two from 1 to 65536: %w", n, ErrInvalidConfig)
+	}
+	return &Entries[T]{s: make([]T, n), mask: n - 1}, nil
+}
+
+// At returns the record for a WQE counter (or a producer index); it is
+// inlined and never out of range.
+func (e *Entries[T]) At(wqeCounter uint16) *T { return &e.s[uint32(wqeCounter)&e.mask] }
+
+// Len returns the number of slots.
+func (e *Entries[T]) Len() int { return len(e.s) }
