@@ -1,0 +1,67 @@
+// Package endpoint describes what a peer needs to reach a queue (QPN, LID,
+// GID, PSN, MTU, DCT number, the remote memory it may use), encodes it to a
+// small versioned binary form, and carries it over TCP.
+//
+// The package is a leaf: it imports only the standard library, so the
+// transports, the tools and the tests can all use it without pulling in a
+// provider. It owns the wire format of an endpoint and the out-of-band
+// exchange; it does not create queues, register memory or touch a device.
+//
+// # Endpoints
+//
+// An [Endpoint] is the connection information of one queue as the peer
+// sees it: for RC the QPN and first PSN, for UD the QPN and qkey, for DC the
+// DCT number and DC access key; in all cases the address (LID for
+// InfiniBand, GID and GID index for RoCE or routed InfiniBand), the path MTU
+// and a short list of [RemoteRegion] values (address, length, rkey, access)
+// that the peer may target with RDMA READ, WRITE and atomics.
+//
+// # Wire format
+//
+// Every integer is big-endian. An encoded endpoint is an 8-byte header
+// followed by a body whose length the header gives:
+//
+//	header   0  4  magic 0x4d584550 ("MXEP")
+//	         4  2  version (1)
+//	         6  2  body length in bytes
+//	body     0  1  transport (1 RC, 2 UD, 3 DC)
+//	         1  1  MTU (1..5, the IBV_MTU_* values)
+//	         2  1  GID index
+//	         3  1  region count (at most MaxRegions)
+//	         4  2  LID
+//	         6  2  reserved, zero
+//	         8  4  QPN (24 bits)
+//	        12  4  PSN (24 bits)
+//	        16  4  qkey (UD only, else zero)
+//	        20  4  DCT number (DC only, 24 bits, else zero)
+//	        24  8  DC access key (DC only, else zero)
+//	        32 16  GID
+//	        48     regions, 24 bytes each: address u64, length u64,
+//	               rkey u32, access u32
+//
+// A decoder reads the magic and version first and rejects any version it
+// does not know, so a later version may change everything after them. The
+// encoding is canonical: a decoded endpoint encodes back to the same bytes.
+//
+// # Untrusted input
+//
+// A peer's bytes are untrusted. [Endpoint.UnmarshalBinary] checks every
+// field and reports the first violation as an [*Error] that matches
+// [ErrMalformed] and a specific sentinel ([ErrBadMagic], [ErrVersion],
+// [ErrTruncated], [ErrTrailingBytes], [ErrLength], [ErrRange],
+// [ErrUnknownTransport], [ErrTooManyRegions], [ErrRegionOverflow],
+// [ErrAccess], [ErrReserved], [ErrNotApplicable]) with errors.Is. The same
+// checks run on a local endpoint before it is encoded; those errors match
+// [ErrInvalid] instead of [ErrMalformed]. A failed decode leaves the
+// receiver unchanged.
+//
+// # Exchange
+//
+// [Exchange] swaps one endpoint with the peer at the other end of a
+// connection: both sides send, then receive, under deadlines taken from the
+// context (or [DefaultTimeout] when it has none), so a silent or hostile
+// peer costs at most the timeout. [ListenMesh], [DialMesh] and [Mesh]
+// connect N peers: rank 0 listens, ranks 1..N-1 dial it (with bounded
+// retries while it comes up), and every peer receives the endpoint each
+// other peer made for it.
+package endpoint

@@ -1,0 +1,307 @@
+package endpoint
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+)
+
+// Transport is the kind of queue an endpoint reaches.
+type Transport uint8
+
+// The transports. The zero value is not a transport, so an endpoint left
+// unfilled does not validate.
+const (
+	// TransportRC is a reliable connected queue pair.
+	TransportRC Transport = 1
+	// TransportUD is an unreliable datagram queue pair, reached with a qkey.
+	TransportUD Transport = 2
+	// TransportDC is a dynamically connected target (DCT), reached by DCT
+	// number and DC access key from any DC initiator.
+	TransportDC Transport = 3
+)
+
+// String returns "RC", "UD", "DC" or "Transport(n)".
+func (t Transport) String() string {
+	switch t {
+	case TransportRC:
+		return "RC"
+	case TransportUD:
+		return "UD"
+	case TransportDC:
+		return "DC"
+	}
+	return fmt.Sprintf("Transport(%d)", uint8(t))
+}
+
+// Valid reports whether t is one of the defined transports.
+func (t Transport) Valid() bool { return t >= TransportRC && t <= TransportDC }
+
+// MTU is a path MTU with the values of enum ibv_mtu (IBV_MTU_256 = 1 …
+// IBV_MTU_4096 = 5), so it converts to and from the verbs value unchanged.
+type MTU uint8
+
+// The path MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Valid reports whether m is one of MTU256 … MTU4096.
+func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
+
+// Bytes returns the MTU in bytes (256 … 4096), or 0 when m is not valid.
+func (m MTU) Bytes() int {
+	if !m.Valid() {
+		return 0
+	}
+	return 128 << m
+}
+
+// String returns the size in bytes, e.g. "4096", or "MTU(n)" when m is not
+// valid.
+func (m MTU) String() string {
+	if !m.Valid() {
+		return fmt.Sprintf("MTU(%d)", uint8(m))
+	}
+	return fmt.Sprint(m.Bytes())
+}
+
+// MTUFromBytes returns the MTU of n bytes; n must be 256, 512, 1024, 2048
+// or 4096.
+func MTUFromBytes(n int) (MTU, error) {
+	for m := MTU256; m <= MTU4096; m++ {
+		if m.Bytes() == n {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("endpoint: MTU of %d bytes: %w (want 256, 512, 1024, 2048 or 4096)", n, ErrRange)
+}
+
+// Access is the set of operations a peer may perform on a remote region.
+// The bits are those of enum ibv_access_flags, so the access flags a
+// memory region was registered with can be copied in after masking with
+// AccessKnown.
+type Access uint32
+
+// The access bits an endpoint may carry.
+const (
+	// AccessLocalWrite is IBV_ACCESS_LOCAL_WRITE. It means nothing to the
+	// peer but verbs requires it alongside remote write and atomics, so it is
+	// accepted.
+	AccessLocalWrite Access = 1 << 0
+	// AccessRemoteWrite allows RDMA WRITE into the region.
+	AccessRemoteWrite Access = 1 << 1
+	// AccessRemoteRead allows RDMA READ from the region.
+	AccessRemoteRead Access = 1 << 2
+	// AccessRemoteAtomic allows compare-and-swap and fetch-and-add.
+	AccessRemoteAtomic Access = 1 << 3
+	// AccessZeroBased says the region's addresses start at 0 rather than at
+	// the virtual address it was registered from.
+	AccessZeroBased Access = 1 << 5
+
+	// AccessKnown is every bit an endpoint may carry; any other bit is an
+	// error.
+	AccessKnown = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessZeroBased
+)
+
+// String lists the set bits, e.g. "REMOTE_WRITE|REMOTE_READ", or "0".
+func (a Access) String() string {
+	if a == 0 {
+		return "0"
+	}
+	names := []struct {
+		bit  Access
+		name string
+	}{
+		{AccessLocalWrite, "LOCAL_WRITE"},
+		{AccessRemoteWrite, "REMOTE_WRITE"},
+		{AccessRemoteRead, "REMOTE_READ"},
+		{AccessRemoteAtomic, "REMOTE_ATOMIC"},
+		{AccessZeroBased, "ZERO_BASED"},
+	}
+	var parts []string
+	for _, n := range names {
+		if a&n.bit != 0 {
+			parts = append(parts, n.name)
+			a &^= n.bit
+		}
+	}
+	if a != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", uint32(a)))
+	}
+	return strings.Join(parts, "|")
+}
+
+// RemoteRegion is a registered memory region as the peer sees it: where it
+// is, how long, the rkey that unlocks it and what the peer may do there.
+type RemoteRegion struct {
+	// Address is the first byte's address in the owner's address space (or
+	// 0 with AccessZeroBased).
+	Address uint64
+	// Length is the region's size in bytes. Address+Length must not exceed
+	// 2^64-1.
+	Length uint64
+	// RemoteKey is the rkey of the region.
+	RemoteKey uint32
+	// Access is what the peer may do with the region.
+	Access Access
+}
+
+// Contains reports whether the length bytes starting at address lie inside
+// r. A zero length is contained when address is within [Address,
+// Address+Length].
+func (r RemoteRegion) Contains(address, length uint64) bool {
+	if address < r.Address {
+		return false
+	}
+	offset := address - r.Address
+	return offset <= r.Length && length <= r.Length-offset
+}
+
+// Allows reports whether every bit of want is granted by r.
+func (r RemoteRegion) Allows(want Access) bool { return r.Access&want == want }
+
+// String formats r as "[addr,+len) rkey=0x… REMOTE_READ".
+func (r RemoteRegion) String() string {
+	return fmt.Sprintf("[%#x,+%d) rkey=%#x %v", r.Address, r.Length, r.RemoteKey, r.Access)
+}
+
+// Limits of an endpoint's fields.
+const (
+	// MaxQPN is the largest QPN (and DCT number): they are 24-bit values.
+	MaxQPN = 1<<24 - 1
+	// MaxPSN is the largest packet sequence number: PSNs are 24-bit values.
+	MaxPSN = 1<<24 - 1
+	// MaxRegions is the most remote regions one endpoint may carry.
+	MaxRegions = 64
+)
+
+// Endpoint is what a peer needs to reach one queue. The fields that a
+// transport does not use must be zero (QKey for RC and DC, DCTNumber and
+// DCAccessKey for RC and UD) so that the encoding stays canonical.
+type Endpoint struct {
+	// Transport is the kind of queue: RC, UD or DC.
+	Transport Transport
+	// QPN is the queue pair number (24 bits). For DC it may name the DC
+	// initiator and is informational; the peer reaches DCTNumber.
+	QPN uint32
+	// LID is the port's local identifier on InfiniBand; 0 on RoCE.
+	LID uint16
+	// GID is the port's global identifier (RoCE, routed InfiniBand).
+	GID [16]byte
+	// GIDIndex is the index of GID in the port's GID table.
+	GIDIndex uint8
+	// PSN is the first packet sequence number the queue sends (24 bits);
+	// the peer uses it as its receive PSN.
+	PSN uint32
+	// MTU is the path MTU the queue was or will be configured with.
+	MTU MTU
+	// DCTNumber is the DCT's number (24 bits), DC only.
+	DCTNumber uint32
+	// DCAccessKey is the DC access key the DCT checks, DC only.
+	DCAccessKey uint64
+	// QKey is the queue key the UD queue pair checks, UD only.
+	QKey uint32
+	// Regions are the memory regions the peer may use, at most MaxRegions.
+	Regions []RemoteRegion
+}
+
+// Validate checks every field of e. The error, if any, is an [*Error] that
+// matches [ErrInvalid] and the specific sentinel with errors.Is.
+func (e Endpoint) Validate() error {
+	if err := e.check(); err != nil {
+		err.Op = opValidate
+		return err
+	}
+	return nil
+}
+
+// check runs the field checks shared by Validate, MarshalBinary and
+// UnmarshalBinary; the caller sets Op.
+func (e Endpoint) check() *Error {
+	if !e.Transport.Valid() {
+		return &Error{Field: "transport", Offset: offTransport, Err: ErrUnknownTransport,
+			Detail: fmt.Sprintf("%d is not RC (1), UD (2) or DC (3)", uint8(e.Transport))}
+	}
+	if !e.MTU.Valid() {
+		return &Error{Field: "mtu", Offset: offMTU, Err: ErrRange,
+			Detail: fmt.Sprintf("%d is not an IBV_MTU value (1..5)", uint8(e.MTU))}
+	}
+	if e.QPN > MaxQPN {
+		return &Error{Field: "qpn", Offset: offQPN, Err: ErrRange,
+			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.QPN)}
+	}
+	if e.PSN > MaxPSN {
+		return &Error{Field: "psn", Offset: offPSN, Err: ErrRange,
+			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.PSN)}
+	}
+	if e.DCTNumber > MaxQPN {
+		return &Error{Field: "dct number", Offset: offDCTNumber, Err: ErrRange,
+			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.DCTNumber)}
+	}
+	if e.Transport != TransportUD && e.QKey != 0 {
+		return &Error{Field: "qkey", Offset: offQKey, Err: ErrNotApplicable,
+			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.QKey, e.Transport)}
+	}
+	if e.Transport != TransportDC && e.DCTNumber != 0 {
+		return &Error{Field: "dct number", Offset: offDCTNumber, Err: ErrNotApplicable,
+			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.DCTNumber, e.Transport)}
+	}
+	if e.Transport != TransportDC && e.DCAccessKey != 0 {
+		return &Error{Field: "dc access key", Offset: offDCAccessKey, Err: ErrNotApplicable,
+			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.DCAccessKey, e.Transport)}
+	}
+	if len(e.Regions) > MaxRegions {
+		return &Error{Field: "region count", Offset: offRegionCount, Err: ErrTooManyRegions,
+			Detail: fmt.Sprintf("%d regions, at most %d", len(e.Regions), MaxRegions)}
+	}
+	for i, r := range e.Regions {
+		at := headerSize + bodyFixedSize + i*regionSize
+		if r.Length > math.MaxUint64-r.Address {
+			return &Error{Field: fmt.Sprintf("region %d", i), Offset: at + regionOffLength, Err: ErrRegionOverflow,
+				Detail: fmt.Sprintf("address %#x + length %#x wraps past 2^64", r.Address, r.Length)}
+		}
+		if r.Access&^AccessKnown != 0 {
+			return &Error{Field: fmt.Sprintf("region %d access", i), Offset: at + regionOffAccess, Err: ErrAccess,
+				Detail: fmt.Sprintf("unknown bits %#x", uint32(r.Access&^AccessKnown))}
+		}
+	}
+	return nil
+}
+
+// Equal reports whether e and o describe the same endpoint. A nil and an
+// empty region list are equal.
+func (e Endpoint) Equal(o Endpoint) bool {
+	if e.Transport != o.Transport || e.QPN != o.QPN || e.LID != o.LID || e.GID != o.GID ||
+		e.GIDIndex != o.GIDIndex || e.PSN != o.PSN || e.MTU != o.MTU || e.DCTNumber != o.DCTNumber ||
+		e.DCAccessKey != o.DCAccessKey || e.QKey != o.QKey || len(e.Regions) != len(o.Regions) {
+		return false
+	}
+	for i := range e.Regions {
+		if e.Regions[i] != o.Regions[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// String formats the fields that matter for e's transport on one line, e.g.
+// "RC qpn=0x1a lid=3 gid=fe80::1 gid_index=0 psn=0x123 mtu=4096 regions=1".
+func (e Endpoint) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v qpn=%#x", e.Transport, e.QPN)
+	if e.Transport == TransportDC {
+		fmt.Fprintf(&b, " dct=%#x dc_key=%#x", e.DCTNumber, e.DCAccessKey)
+	}
+	if e.Transport == TransportUD {
+		fmt.Fprintf(&b, " qkey=%#x", e.QKey)
+	}
+	fmt.Fprintf(&b, " lid=%d gid=%v gid_index=%d psn=%#x mtu=%v regions=%d",
+		e.LID, netip.AddrFrom16(e.GID), e.GIDIndex, e.PSN, e.MTU, len(e.Regions))
+	return b.String()
+}
