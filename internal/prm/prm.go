@@ -283,8 +283,17 @@ const (
 	// (MLX5_CQ_DB_REQ_NOT_SOL); CQArmAny (MLX5_CQ_DB_REQ_NOT) for any.
 	CQArmSolicited = 1 << 24
 	CQArmAny       = 0 << 24
-	// CQArmSNShift places the 2-bit arm sequence number.
+	// CQArmSNShift places the 2-bit arm sequence number; CQArmSNMask keeps
+	// its two bits (the count of events received, modulo 4).
 	CQArmSNShift = 28
+	CQArmSNMask  = 0x3
+	// CQDoorbellRecordCI and CQDoorbellRecordArm are the CQ's doorbell-record
+	// slots (rdma-core's MLX5_CQ_SET_CI and MLX5_CQ_ARM_DB): the consumer
+	// index, and the arm word sn<<28 | cmd | ci that is also the upper half of
+	// the 64-bit big-endian doorbell (arm word<<32 | cqn) written at
+	// CQDoorbellOffset.
+	CQDoorbellRecordCI  = 0
+	CQDoorbellRecordArm = 1
 	// CQConsumerIndexMask masks the consumer index written to dbrec[0].
 	CQConsumerIndexMask = 0xffffff
 )
