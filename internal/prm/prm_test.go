@@ -299,8 +299,8 @@ func TestEncodersDoNotAllocate(t *testing.T) {
 	require.Zero(t, n)
 }
 
-// TestEncodersInline asks the compiler whether every encoder and byte-order
-// helper can be inlined: the ring code relies on it for its speed.
+// TestEncodersInline asks the compiler whether every encoder and every
+// byte-order load and store can be inlined: the ring code relies on it for its speed.
 func TestEncodersInline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the compiler")
