@@ -7,6 +7,7 @@
 #   make lint       gofmt, go vet, staticcheck
 #   make fuzz       every fuzz target for FUZZTIME each
 #   make cross      GOARCH=arm64 build and vet
+#   make test-arm64 pure-Go and assembly tests for arm64 under qemu-user
 #   make hwtest     the end-to-end scenarios on a real mlx5 device
 
 SHELL       := /bin/bash
@@ -19,7 +20,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 TASKSET := $(if $(MLX5KIT_CPUS),taskset -c $(MLX5KIT_CPUS),)
 
-.PHONY: deps pingpong test test-unit test-race test-nocgo bench lint fuzz cross hwtest
+.PHONY: deps pingpong test bench lint fuzz cross test-arm64 hwtest
 
 deps:
 	@./scripts/deps.sh
@@ -54,6 +55,19 @@ cross:
 	GOARCH=arm64 $(GO) build ./...
 	GOARCH=arm64 $(GO) vet ./...
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o /dev/null ./blueflame/
+
+ARM64_PKGS ?= ./internal/... ./blueflame/ ./wqebuilder/ ./monocq/ ./endpoint/
+
+test-arm64:
+	@./scripts/deps.sh qemu-user-static
+	@set -e; dir=$$(mktemp -d); trap 'rm -rf $$dir' EXIT; \
+	for pkg in $$(GOARCH=arm64 CGO_ENABLED=0 $(GO) list $(ARM64_PKGS)); do \
+		bin=$$dir/$$(echo $$pkg | tr / _).test; \
+		GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $$bin $$pkg; \
+		[ -f $$bin ] || continue; \
+		echo "arm64 (qemu-user) $$pkg"; \
+		(cd $$($(GO) list -f '{{.Dir}}' $$pkg) && MLX5KIT_EMULATED=1 qemu-aarch64-static $$bin -test.short -test.count=1); \
+	done
 
 hwtest: deps
 	MLX5KIT_REQUIRE_DEVICE=1 MLX5KIT_PROVIDER=mlx5 $(GO) test -count=1 -run 'Hardware|Integration' ./...
