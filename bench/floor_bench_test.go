@@ -2,40 +2,77 @@ package bench
 
 import "testing"
 
+// cFloorLoop returns the C floor as a loop over its own ring memory, or nil
+// without cgo.
+func cFloorLoop(tb testing.TB) loop {
+	if !haveCFloor {
+		return nil
+	}
+	m := newTestMemory(tb)
+	f := newTestFloor(tb, m)
+	return func(n int) bool {
+		_, err := f.run(uint64(n))
+		return err == nil
+	}
+}
+
+// cgoPerOpLoop returns the cgo-per-operation loop over its own ring memory,
+// or nil without cgo.
+func cgoPerOpLoop(tb testing.TB) loop {
+	if !haveCFloor {
+		return nil
+	}
+	m := newTestMemory(tb)
+	f := newTestFloor(tb, m)
+	comp := newCompleter(m)
+	var next uint64
+	return func(n int) bool {
+		for i := 0; i < n; i++ {
+			if f.post(next) != nil {
+				return false
+			}
+			comp.complete()
+			id, err := f.poll()
+			if err != nil || id != next {
+				return false
+			}
+			next++
+		}
+		return true
+	}
+}
+
+// cBaselines returns the C floor and cgo-per-operation loops as baselines
+// for runWithBaselines: the benchmarked loop's cost relative to the C floor
+// ("xC-floor", target at most 1.2) and how many times faster it is than
+// cgo per operation ("x-faster-than-cgo", target at least 3). Without cgo
+// there are none.
+func cBaselines(tb testing.TB) []baseline {
+	if !haveCFloor {
+		return nil
+	}
+	return []baseline{
+		{name: "xC-floor", run: cFloorLoop(tb)},
+		{name: "x-faster-than-cgo", run: cgoPerOpLoop(tb), faster: true},
+	}
+}
+
 // BenchmarkPostPollC is the C floor: post RDMA_WRITE_IMM with one SGE and
 // BlueFlame, complete, poll, written in C with rdma-core's mlx5dv helpers
-// and looping inside C, so one cgo call serves all b.N iterations.
+// and looping inside C, so one cgo call serves a block of iterations.
 func BenchmarkPostPollC(b *testing.B) {
-	m := newTestMemory(b)
-	f := newTestFloor(b, m)
-	mt := startMeter(b)
-	sum, err := f.run(uint64(b.N))
-	mt.stop()
-	if err != nil {
-		b.Fatal(err)
+	if !haveCFloor {
+		b.Skip("the C floor needs cgo")
 	}
-	if want := uint64(b.N) * uint64(b.N-1) / 2; sum != want {
-		b.Fatalf("wr_id sum %d, want %d", sum, want)
-	}
+	runWithBaselines(b, cFloorLoop(b))
 }
 
 // BenchmarkPostPollCgoPerOp is what a Go library that binds the C data path
 // pays: the same post and poll as the C floor, one cgo call each, with the
 // completer in Go between them.
 func BenchmarkPostPollCgoPerOp(b *testing.B) {
-	m := newTestMemory(b)
-	f := newTestFloor(b, m)
-	comp := newCompleter(m)
-	mt := startMeter(b)
-	for i := 0; i < b.N; i++ {
-		if err := f.post(uint64(i)); err != nil {
-			b.Fatal(err)
-		}
-		comp.complete()
-		id, err := f.poll()
-		if err != nil || id != uint64(i) {
-			b.Fatalf("poll %d: wr_id %d, %v", i, id, err)
-		}
+	if !haveCFloor {
+		b.Skip("the C baselines need cgo")
 	}
-	mt.stop()
+	runWithBaselines(b, cgoPerOpLoop(b))
 }

@@ -22,27 +22,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
-// meter measures a benchmark loop in counter ticks as well as in time.
-type meter struct {
-	b  *testing.B
-	c0 uint64
-}
-
-// startMeter resets the benchmark timer and reads the counter; call it
-// right before the measured loop.
-func startMeter(b *testing.B) meter {
-	b.ReportAllocs()
-	b.ResetTimer()
-	return meter{b: b, c0: cycles.Start()}
-}
-
-// stop reads the counter, stops the timer and reports cycles/op. It
-// returns the ticks per iteration.
-func (m meter) stop() float64 {
-	c1 := cycles.Stop()
-	m.b.StopTimer()
-	per := float64(c1-m.c0) / float64(m.b.N)
-	m.b.ReportMetric(per, "cycles/op")
-	return per
-}
