@@ -1,0 +1,230 @@
+package sim
+
+import (
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// scanCQ reads the CQ's consumer index and arm doorbell and writes the
+// delayed CQEs that fell due. It reports whether a CQE was written.
+func (f *Fabric) scanCQ(c *cq, now int64) bool {
+	raw := atomic.LoadUint32((*uint32)(c.db))
+	if raw != c.lastCIRaw {
+		c.lastCIRaw = raw
+		v := bits.ReverseBytes32(raw)
+		if v > prm.CQConsumerIndexMask {
+			f.violate(Violation{Kind: ViolationDoorbellEndian, CQN: c.cqn,
+				Detail: fmt.Sprintf("consumer index record %#08x has bits above 24 set (little-endian store?)", v)})
+		} else if ahead := (v - c.pi) & prm.CQConsumerIndexMask; ahead != 0 && ahead < 1<<23 {
+			f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
+				Detail: fmt.Sprintf("consumer index %d is ahead of the %d CQEs written", v, c.pi&prm.CQConsumerIndexMask)})
+		}
+	}
+	armPtr := (*uint64)(unsafe.Add(c.uar, prm.CQDoorbellOffset))
+	if rawArm := atomic.LoadUint64(armPtr); rawArm != 0 && atomic.CompareAndSwapUint64(armPtr, rawArm, 0) {
+		f.arm(c, bits.ReverseBytes64(rawArm))
+	}
+	progressed := false
+	for len(c.pending) > 0 && c.pending[0].due <= now {
+		p := c.pending[0]
+		c.pending[0] = pendingCQE{}
+		c.pending = c.pending[1:]
+		f.writeCQE(c, &p.img, p.scatter, p.q)
+		progressed = true
+	}
+	return progressed
+}
+
+// arm handles a write of the arm doorbell: v is (sn<<28 | cmd | ci) << 32
+// | cqn, as the data plane stores it big-endian to the UAR.
+func (f *Fabric) arm(c *cq, v uint64) {
+	word := uint32(v >> 32)
+	if cqn := uint32(v) & prm.CQEQPNMask; cqn != c.cqn {
+		f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
+			Detail: fmt.Sprintf("arm doorbell names CQN %#x", cqn)})
+	}
+	if rec := prm.Load32(unsafe.Add(c.db, prm.DoorbellRecordSendB)); rec != word {
+		f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
+			Detail: fmt.Sprintf("arm doorbell %#08x differs from the arm doorbell record %#08x", word, rec)})
+	}
+	c.armed = true
+	c.armSolicited = word&prm.CQArmSolicited != 0
+	c.lastArm = word
+	ci := word & prm.CQConsumerIndexMask
+	// Arming behind the producer raises the event at once.
+	if !c.armSolicited && ci != c.pi&prm.CQConsumerIndexMask {
+		c.fire()
+	}
+}
+
+func (c *cq) fire() {
+	if !c.armed {
+		return
+	}
+	c.armed = false
+	if c.evfd < 0 {
+		return
+	}
+	var b [8]byte
+	*(*uint64)(unsafe.Pointer(&b)) = 1
+	_, _ = unix.Write(c.evfd, b[:])
+}
+
+func (c *cq) nextDue() int64 {
+	if len(c.pending) == 0 {
+		return 0
+	}
+	return c.pending[0].due
+}
+
+func (c *cq) dropPendingFor(q *qp) {
+	out := c.pending[:0]
+	for _, p := range c.pending {
+		if p.q != q {
+			out = append(out, p)
+		}
+	}
+	c.pending = out
+}
+
+// emitCQE queues or writes a CQE image. q is the QP the CQE belongs to (it
+// goes to error with the CQ).
+func (f *Fabric) emitCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp) {
+	if c == nil || c.closed {
+		f.stats.LostCQEs++
+		return
+	}
+	if c.delay > 0 || len(c.pending) > 0 {
+		p := pendingCQE{due: f.now() + c.delay, img: *img, q: q}
+		if scatter != nil {
+			p.scatter = append([]byte(nil), scatter...)
+		}
+		if c.delay > 0 {
+			f.stats.DelayedCQEs++
+		}
+		c.pending = append(c.pending, p)
+		return
+	}
+	f.writeCQE(c, img, scatter, q)
+}
+
+// writeCQE writes one CQE into the ring unless the CQ is full or in error.
+// The last four bytes (wqe_counter, signature, op_own) are stored last and
+// atomically, so a poller that sees the new owner bit sees the whole CQE.
+func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp) bool {
+	if c.closed {
+		f.stats.LostCQEs++
+		return false
+	}
+	if c.errored {
+		f.stats.LostCQEs++
+		if q != nil && q.state != ctx.QPStateError {
+			f.qpFatal(q, "completion queue in error")
+		}
+		return false
+	}
+	ci := bits.ReverseBytes32(atomic.LoadUint32((*uint32)(c.db))) & prm.CQConsumerIndexMask
+	if used := (c.pi - ci) & prm.CQConsumerIndexMask; used >= c.cnt {
+		c.errored = true
+		c.errDetail = fmt.Sprintf("overrun: %d CQEs unconsumed in a ring of %d (consumer index %d)", used, c.cnt, ci)
+		f.stats.CQOverruns++
+		f.stats.LostCQEs++
+		c.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventCQError, CQN: c.cqn, Detail: c.errDetail})
+		if q != nil {
+			f.qpFatal(q, "completion queue overrun")
+		}
+		return false
+	}
+	slot := unsafe.Add(c.ring, (c.pi&(c.cnt-1))*c.size)
+	cqe := unsafe.Add(slot, c.size-prm.CQE64Size)
+	dst := unsafe.Slice((*byte)(cqe), prm.CQE64Size)
+	copy(dst[:prm.CQEWQECounter], img[:prm.CQEWQECounter])
+	if scatter != nil {
+		if c.size == prm.CQE128Size {
+			copy(unsafe.Slice((*byte)(slot), prm.CQE64Size), scatter)
+		} else {
+			copy(dst[:32], scatter)
+		}
+	}
+	tail := *(*[4]byte)(img[prm.CQEWQECounter:])
+	tail[3] = tail[3]&^prm.CQEOwnerMask | byte(c.pi/c.cnt)&prm.CQEOwnerMask
+	atomic.StoreUint32((*uint32)(unsafe.Add(cqe, prm.CQEWQECounter)), *(*uint32)(unsafe.Pointer(&tail)))
+	c.pi++
+	f.stats.CQEs++
+	op := prm.OpOwnOpcode(tail[3])
+	if op.IsError() {
+		f.stats.ErrorCQEs++
+		if prm.Syndrome(img[prm.ErrCQESyndrome]) == prm.SyndromeWRFlush {
+			f.stats.Flushed++
+		}
+	}
+	if c.armed && (!c.armSolicited || tail[3]&prm.CQESolicitedMask != 0 || op.IsError()) {
+		c.fire()
+	}
+	return true
+}
+
+// CQError returns nil while the CQ is healthy, and an error describing why
+// it moved to error (an overrun) otherwise.
+func (f *Fabric) CQError(cqn uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.cqs[cqn]
+	if c == nil {
+		return ctx.Errorf("sim: CQ state", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+	}
+	if c.errored {
+		return ctx.Errorf("sim: CQ state", "CQN %#x in error: %s", cqn, c.errDetail)
+	}
+	return nil
+}
+
+// InjectCQE writes a raw 64-byte CQE (its owner bit is set for the current
+// lap) into the CQ as the next entry, for testing pollers against entries
+// the model would not produce (an unknown QPN or syndrome). For 128-byte
+// CQEs it fills the second half.
+func (f *Fabric) InjectCQE(cqn uint32, img [prm.CQE64Size]byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.cqs[cqn]
+	if c == nil {
+		return ctx.Errorf("sim: inject CQE", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+	}
+	if !f.writeCQE(c, &img, nil, nil) {
+		return ctx.Errorf("sim: inject CQE", "CQN %#x: %w", cqn, ctx.ErrBusy)
+	}
+	return nil
+}
+
+// ---- CQE images ----
+
+// reqCQE builds a requester completion.
+func reqCQE(q *qp, w *sendWQE, byteCnt uint32) [prm.CQE64Size]byte {
+	var b [prm.CQE64Size]byte
+	p := unsafe.Pointer(&b)
+	prm.Store32(unsafe.Add(p, prm.CQEByteCnt), byteCnt)
+	prm.Store32(unsafe.Add(p, prm.CQESopDropQPN), uint32(w.op)<<prm.CQESendOpShift|q.qpn)
+	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), w.idx)
+	b[prm.CQEOpOwn] = prm.OpOwn(prm.CQEReq, prm.CQEFormatNone, false, 0)
+	return b
+}
+
+// errCQE builds an error completion (struct mlx5_err_cqe).
+func errCQE(op prm.CQEOpcode, qpn uint32, wqeOp prm.Opcode, counter uint16, synd prm.Syndrome, vendor uint8, srqn uint32) [prm.CQE64Size]byte {
+	var b [prm.CQE64Size]byte
+	p := unsafe.Pointer(&b)
+	prm.Store32(unsafe.Add(p, prm.ErrCQESRQN), srqn)
+	b[prm.ErrCQEVendorSyndrome] = vendor
+	b[prm.ErrCQESyndrome] = uint8(synd)
+	prm.Store32(unsafe.Add(p, prm.ErrCQEWQEOpcodeQPN), uint32(wqeOp)<<prm.CQESendOpShift|qpn)
+	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), counter)
+	b[prm.CQEOpOwn] = prm.OpOwn(op, prm.CQEFormatNone, false, 0)
+	return b
+}

@@ -1,0 +1,329 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// Limits of the model, reported by Query.
+const (
+	maxSQDescSize  = 512 // largest send WQE in bytes (8 WQEBBs)
+	maxSendWQEBB   = 1 << 15
+	maxRecvWR      = 1 << 15
+	maxSGE         = 16
+	maxCQE         = 1 << 22
+	maxMessageSize = 1 << 30
+	portMTU        = ctx.MTU4096
+	bfRegOffset    = 0x800 // BlueFlame buffers inside the UAR page
+	bfSize         = 256
+	pageSize       = 4096
+)
+
+// hca is one simulated adapter with one port.
+type hca struct {
+	index int
+	name  string
+	guid  uint64
+	lid   uint16
+	link  ctx.LinkLayer
+	gids  []ctx.GIDEntry
+	mac   [6]byte
+}
+
+func newHCA(i int, link ctx.LinkLayer) *hca {
+	h := &hca{index: i, name: fmt.Sprintf("sim%d", i), link: link}
+	h.guid = 0x0002c90300a0b000 | uint64(i)
+	h.mac = [6]byte{0x02, 0x00, 0x5e, 0x00, byte(i >> 8), byte(i)}
+	var ll ctx.GID
+	ll[0], ll[1] = 0xfe, 0x80
+	binary.BigEndian.PutUint64(ll[8:], h.guid)
+	if link == ctx.LinkLayerInfiniBand {
+		h.lid = uint16(i + 1)
+		h.gids = []ctx.GIDEntry{{Index: 0, GID: ll, Type: ctx.GIDTypeIB}}
+	} else {
+		var v4 ctx.GID
+		v4[10], v4[11] = 0xff, 0xff
+		v4[12], v4[13], v4[14], v4[15] = 10, 77, byte(i>>8), byte(i+1)
+		h.gids = []ctx.GIDEntry{
+			{Index: 0, GID: ll, Type: ctx.GIDTypeRoCEv1},
+			{Index: 1, GID: ll, Type: ctx.GIDTypeRoCEv2},
+			{Index: 2, GID: v4, Type: ctx.GIDTypeRoCEv1},
+			{Index: 3, GID: v4, Type: ctx.GIDTypeRoCEv2},
+		}
+	}
+	return h
+}
+
+func (h *hca) hasGID(g ctx.GID) bool {
+	for _, e := range h.gids {
+		if e.GID == g {
+			return true
+		}
+	}
+	return false
+}
+
+// device is an open HCA: the provider's struct ibv_context.
+type device struct {
+	f      *Fabric
+	h      *hca
+	evfd   int
+	events []ctx.AsyncEvent
+	closed bool
+}
+
+var _ ctx.ProviderDevice = (*device)(nil)
+
+func newDevice(f *Fabric, h *hca) (*device, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	return &device{f: f, h: h, evfd: fd}, nil
+}
+
+// Name returns "simN".
+func (d *device) Name() string { return d.h.name }
+
+// Kind returns ctx.KindSoftware.
+func (d *device) Kind() ctx.Kind { return ctx.KindSoftware }
+
+// Fabric returns the Fabric the device belongs to.
+func (d *device) Fabric() *Fabric { return d.f }
+
+func (d *device) Query() (ctx.DeviceAttr, error) {
+	return ctx.DeviceAttr{
+		Name:              d.h.name,
+		FirmwareVersion:   "sim",
+		NodeGUID:          d.h.guid,
+		VendorID:          0x02c9,
+		VendorPartID:      0x1017,
+		PhysPortCount:     1,
+		MaxQP:             1 << 16,
+		MaxQPWR:           maxSendWQEBB,
+		MaxSGE:            maxSGE,
+		MaxCQ:             1 << 16,
+		MaxCQE:            maxCQE,
+		MaxMR:             1 << 20,
+		MaxMRSize:         1 << 40,
+		MaxPD:             1 << 16,
+		MaxQPRdAtomic:     16,
+		MaxQPInitRdAtomic: 16,
+		MaxSRQ:            1 << 16,
+		MaxSRQWR:          maxRecvWR - 1,
+		MaxSRQSGE:         maxSGE,
+		MaxAH:             1 << 20,
+		MaxInline:         uint32(maxSQDescSize - sqOverhead(ctx.QPTypeRC) - prm.InlineHeaderSize),
+		AtomicHCA:         true,
+		MaskedAtomics:     true,
+		DC:                true,
+		CQE128:            true,
+		BlueFlameSize:     bfSize,
+	}, nil
+}
+
+func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
+	if port != 1 {
+		return ctx.PortAttr{}, ctx.Errorf("sim: query port", "port %d: %w", port, ctx.ErrInvalidArgument)
+	}
+	return ctx.PortAttr{
+		Port:         1,
+		State:        ctx.PortStateActive,
+		MaxMTU:       portMTU,
+		ActiveMTU:    portMTU,
+		LID:          d.h.lid,
+		SMLID:        1,
+		GIDTableLen:  len(d.h.gids),
+		PKeyTableLen: 1,
+		LinkLayer:    d.h.link,
+		ActiveSpeed:  32,
+		ActiveWidth:  2,
+	}, nil
+}
+
+func (d *device) QueryGIDs(port uint8) ([]ctx.GIDEntry, error) {
+	if port != 1 {
+		return nil, ctx.Errorf("sim: query GIDs", "port %d: %w", port, ctx.ErrInvalidArgument)
+	}
+	return append([]ctx.GIDEntry(nil), d.h.gids...), nil
+}
+
+func (d *device) AsyncEventFD() int { return d.evfd }
+
+func (d *device) ReadAsyncEvent() (ctx.AsyncEvent, bool, error) {
+	d.f.mu.Lock()
+	defer d.f.mu.Unlock()
+	if len(d.events) == 0 {
+		return ctx.AsyncEvent{}, false, nil
+	}
+	ev := d.events[0]
+	d.events = d.events[1:]
+	if len(d.events) == 0 {
+		var b [8]byte
+		_, _ = unix.Read(d.evfd, b[:])
+	}
+	return ev, true, nil
+}
+
+// postEvent queues an async event (f.mu held).
+func (d *device) postEvent(ev ctx.AsyncEvent) {
+	if d.closed {
+		return
+	}
+	d.events = append(d.events, ev)
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], 1)
+	_, _ = unix.Write(d.evfd, b[:])
+}
+
+func (d *device) AllocProtectionDomain() (ctx.ProviderProtectionDomain, error) {
+	d.f.mu.Lock()
+	defer d.f.mu.Unlock()
+	p := &pd{f: d.f, dev: d, pdn: d.f.nextPDN}
+	d.f.nextPDN++
+	return p, nil
+}
+
+func (d *device) Close() error {
+	d.f.mu.Lock()
+	if d.closed {
+		d.f.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	_ = unix.Close(d.evfd)
+	stop, done := d.f.deviceClosedLocked()
+	d.f.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	return nil
+}
+
+// pd is a protection domain.
+type pd struct {
+	f      *Fabric
+	dev    *device
+	pdn    uint32
+	closed bool
+}
+
+func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Access) (ctx.ProviderMemoryRegion, error) {
+	const op = "sim: register MR"
+	if addr == nil || length == 0 {
+		return nil, ctx.Errorf(op, "empty region: %w", ctx.ErrInvalidArgument)
+	}
+	a := uint64(uintptr(addr))
+	if a+length < a {
+		return nil, ctx.Errorf(op, "region wraps the address space: %w", ctx.ErrInvalidArgument)
+	}
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	if p.closed {
+		return nil, ctx.Errorf(op, "%w", ctx.ErrClosed)
+	}
+	// Keys: index<<8 | a tag byte, never InvalidLKey (0x100).
+	key := p.f.nextKey<<8 | uint32(p.f.nextKey*37)&0xff
+	p.f.nextKey++
+	m := &mr{f: p.f, pd: p, key: key, base: addr, addr: a, length: length, access: access}
+	p.f.mrs[key] = m
+	return m, nil
+}
+
+func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (ctx.ProviderAddressHandle, error) {
+	const op = "sim: create AH"
+	if attr.Port != 1 {
+		return nil, ctx.Errorf(op, "port %d: %w", attr.Port, ctx.ErrInvalidArgument)
+	}
+	if p.dev.h.link == ctx.LinkLayerEthernet && !attr.GlobalRoute {
+		return nil, ctx.Errorf(op, "RoCE needs a GRH (GlobalRoute): %w", ctx.ErrInvalidArgument)
+	}
+	if attr.GlobalRoute && int(attr.SGIDIndex) >= len(p.dev.h.gids) {
+		return nil, ctx.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, ctx.ErrInvalidArgument)
+	}
+	av := encodeAV(p.dev.h, attr)
+	return &ah{av: av}, nil
+}
+
+// encodeAV builds the path part of an address vector as rdma-core's
+// mlx5_create_ah does.
+func encodeAV(h *hca, a ctx.AddressAttr) [prm.AVSize]byte {
+	var av [prm.AVSize]byte
+	rate := a.StaticRate & 0xf
+	var grh uint32
+	if h.link == ctx.LinkLayerEthernet {
+		av[prm.AVStatRateSL] = rate<<4 | (a.SL&0x7)<<1
+		sport := uint16(0xc000) | uint16(a.FlowLabel^a.FlowLabel>>14)&0x3fff
+		binary.BigEndian.PutUint16(av[prm.AVRLID:], sport)
+		// The destination MAC comes from the GID in hardware (ARP/ND); the
+		// model names the HCA by its GID, so the MAC is informational.
+		copy(av[prm.AVRMAC:], h.mac[:])
+	} else {
+		av[prm.AVFlMLID] = a.SrcPathBits & 0x7f
+		binary.BigEndian.PutUint16(av[prm.AVRLID:], a.DLID)
+		av[prm.AVStatRateSL] = rate<<4 | a.SL&0xf
+		grh = 1
+	}
+	if a.GlobalRoute {
+		av[prm.AVTClass] = a.TrafficClass
+		av[prm.AVHopLimit] = a.HopLimit
+		binary.BigEndian.PutUint32(av[prm.AVGRHGIDFL:], grh<<30|uint32(a.SGIDIndex)<<prm.AVSGIDShift|a.FlowLabel&prm.AVFlowLblMask)
+		copy(av[prm.AVRGID:], a.DGID[:])
+	}
+	return av
+}
+
+func (p *pd) Close() error {
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	p.closed = true
+	return nil
+}
+
+// mr is a registered memory region.
+type mr struct {
+	f      *Fabric
+	pd     *pd
+	key    uint32
+	base   unsafe.Pointer
+	addr   uint64
+	length uint64
+	access ctx.Access
+}
+
+func (m *mr) LKey() uint32 { return m.key }
+func (m *mr) RKey() uint32 { return m.key }
+
+func (m *mr) Close() error {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	delete(m.f.mrs, m.key)
+	return nil
+}
+
+// contains reports whether [addr, addr+n) lies inside the region.
+func (m *mr) contains(addr, n uint64) bool {
+	if addr < m.addr {
+		return false
+	}
+	off := addr - m.addr
+	return off <= m.length && n <= m.length-off
+}
+
+// bytes returns the n bytes at addr, which contains has approved.
+func (m *mr) bytes(addr, n uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(m.base, addr-m.addr)), n)
+}
+
+// ah is an address handle.
+type ah struct{ av [prm.AVSize]byte }
+
+func (a *ah) AV() [prm.AVSize]byte { return a.av }
+func (a *ah) Close() error         { return nil }

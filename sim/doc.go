@@ -1,0 +1,70 @@
+// Package sim is a software model of an mlx5 HCA: a provider for package
+// ctx that needs no NIC. It hands out the same descriptors a device gives
+// through mlx5dv_init_obj (send and receive rings, doorbell records, a
+// BlueFlame page, CQ rings and a CQ UAR page, all in mmap'd memory), reads
+// the WQEs the data plane writes, in the PRM format, when a doorbell record
+// moves, executes them between registered memory regions with the checks a
+// device makes, and writes real CQEs.
+//
+// # The model
+//
+// A Fabric is a set of HCAs on one subnet, with one QPN space. Each HCA is a
+// device ("sim0", "sim1", …) with one port; two Contexts opened on different
+// devices reach each other by LID (InfiniBand link layer) or GID (Ethernet).
+// The package registers a default Fabric as provider "sim", running its own
+// engine goroutine, so ctx.Open falls back to it when no hardware is found.
+// Tests build a private Fabric with New and drive it with Step and
+// RunUntilIdle for deterministic results.
+//
+// Executed: SEND, SEND_IMM, SEND_INV, RDMA_WRITE, RDMA_WRITE_IMM, RDMA_READ,
+// ATOMIC_CS, ATOMIC_FA, masked CS/FA on 4 and 8 bytes, NOP; inline data and
+// scatter/gather lists; WQEs and inline data that wrap at the ring end. RC
+// in order between connected QPs with RNR NAK retries (min_rnr_timer,
+// rnr_retry) and transport retries (timeout, retry_cnt) towards an absent
+// or unready peer; UD by address vector, remote QPN and qkey, with the
+// 40-byte GRH space in receive buffers (a wrong qkey drops silently); DC from
+// a DCI to any DCT by DCT number and DC access key. Receive queues and SRQs
+// (free list linked by next_wqe_index); scatter-to-CQE for small payloads.
+// Atomics treat remote memory as big-endian 64-bit (or 32-bit) values and
+// return the old value big-endian, as ConnectX does.
+//
+// Errors follow the device: local protection (LOCAL_PROT_ERR), local
+// length (LOCAL_LENGTH_ERR), remote access (REMOTE_ACCESS_ERR), remote
+// invalid request, remote operation, RNR and transport retry exceeded, and a
+// QP in error flushes every outstanding WQE with WR_FLUSH_ERR exactly once.
+// A CQ that would overrun moves to error (reported by CQError and as an
+// EventCQError async event) and the QPs that complete into it follow;
+// nothing is overwritten.
+//
+// # Strict mode
+//
+// With Options.Strict the model records format violations a device would
+// reject or silently misbehave on: a ds count that disagrees with the
+// segments, a doorbell record not written big-endian, a producer index that
+// goes backwards or jumps past the ring, a WQE index in the control segment
+// that does not match the producer index, a QPN in the control segment that
+// is not the QP's, an opcode the transport does not allow. Violations returns
+// them; Options.OnViolation sees each one as it happens.
+//
+// # Running
+//
+// Manual mode (the default for New): nothing happens until the caller calls
+// Step (one round: every QP executes at most one WQE) or RunUntilIdle.
+// Time is virtual: when only timers remain (RNR and retry waits, delayed
+// completions) RunUntilIdle moves the clock to the next one. Engine mode: a
+// goroutine polls the doorbell records like a device, spinning briefly after
+// work and then sleeping with a growing back-off, until Close.
+//
+// # Faults
+//
+// InjectUDFaults drops, duplicates and reorders UD packets (seeded, so
+// runs repeat); FailQP moves a QP to error; DelayCompletions holds the CQEs
+// of a CQ back for a while; InjectCQE writes a raw CQE.
+//
+// # Safety
+//
+// Whatever bytes are in a ring, the model never reads or writes memory
+// outside the rings it owns and the regions registered with it, and never
+// panics: every address a WQE names is checked against a registered region
+// before it is touched.
+package sim

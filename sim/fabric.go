@@ -1,0 +1,475 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// Mode says who drives the model.
+type Mode uint8
+
+const (
+	// Manual leaves execution to Step and RunUntilIdle, with a virtual
+	// clock: deterministic, for tests.
+	Manual Mode = iota
+	// Engine runs a goroutine that polls doorbell records like a device.
+	Engine
+)
+
+// String returns "manual" or "engine".
+func (m Mode) String() string {
+	if m == Engine {
+		return "engine"
+	}
+	return "manual"
+}
+
+// Options configure a Fabric.
+type Options struct {
+	// Mode is Manual (default) or Engine.
+	Mode Mode
+	// Devices is the number of HCAs ("sim0", "sim1", …); default 2.
+	Devices int
+	// LinkLayer of every port: InfiniBand (default, routed by LID) or
+	// Ethernet (RoCE v2, routed by GID; address vectors need a GRH).
+	LinkLayer ctx.LinkLayer
+	// Strict records format violations (see Violation).
+	Strict bool
+	// StrictFatal makes the model reject a WQE with a violation the way a
+	// device rejects a malformed WQE: the QP moves to error with
+	// LOCAL_QP_OP_ERR, and RunUntilIdle returns ErrViolation. It implies
+	// Strict.
+	StrictFatal bool
+	// OnViolation, when set, is called (with the model's lock held: it must
+	// not call back into the Fabric) for every violation recorded.
+	OnViolation func(Violation)
+	// IdleSleep caps the engine's back-off sleep when there is no work
+	// (default 500µs). Lower values cut the latency after an idle period at
+	// the cost of more wake-ups.
+	IdleSleep time.Duration
+	// MaxRounds bounds RunUntilIdle (default 1<<22 rounds).
+	MaxRounds int
+	// Seed seeds the fault injector's random choices (default 1).
+	Seed int64
+}
+
+// Errors of the model's own API.
+var (
+	// ErrNotIdle is returned by RunUntilIdle when work remains after
+	// MaxRounds rounds (for example an RNR retry loop with rnr_retry 7 and
+	// no receive ever posted).
+	ErrNotIdle = errors.New("sim: work remains after the round limit")
+	// ErrViolation is returned by RunUntilIdle and Step in StrictFatal mode
+	// once a format violation has been recorded.
+	ErrViolation = errors.New("sim: format violation")
+	// ErrWrongMode is returned by Step and RunUntilIdle on an engine-mode
+	// Fabric.
+	ErrWrongMode = errors.New("sim: not in manual mode")
+)
+
+// Fabric is a set of simulated HCAs sharing one subnet and one QPN space. It
+// implements ctx.Provider. All of its methods are safe for concurrent use.
+type Fabric struct {
+	mu   sync.Mutex
+	opts Options
+	hcas []*hca
+
+	qps    map[uint32]*qp
+	qpList []*qp // sorted by QPN: execution order
+	cqs    map[uint32]*cq
+	cqList []*cq
+	srqs   map[uint32]*srq
+	mrs    map[uint32]*mr
+
+	nextQPN, nextCQN, nextSRQN, nextKey, nextPDN uint32
+
+	vnow  int64 // virtual nanoseconds (Manual)
+	start time.Time
+
+	violations []Violation
+	fatal      bool
+
+	faults udFaults
+	rng    *rand.Rand
+	held   []heldPacket
+
+	stats Stats
+
+	openDevices int
+	stop        chan struct{}
+	done        chan struct{}
+	closed      bool
+
+	scratch   []byte
+	sgScratch []gatherEntry
+}
+
+// Stats counts what the model did, for tests and soak runs.
+type Stats struct {
+	WQEs          uint64 // send WQEs executed (including NOPs and failures)
+	CQEs          uint64 // CQEs written
+	ErrorCQEs     uint64 // error CQEs written (flushes included)
+	Flushed       uint64 // WR_FLUSH_ERR CQEs written
+	RNRNaks       uint64 // RNR NAKs (retries scheduled)
+	Retries       uint64 // transport retries towards an absent peer
+	UDDropped     uint64 // UD packets dropped (no receive, bad qkey, fault)
+	UDDuplicated  uint64 // UD packets duplicated by the fault injector
+	UDReordered   uint64 // UD packets held back by the fault injector
+	CQOverruns    uint64 // CQs moved to error by an overrun
+	LostCQEs      uint64 // CQEs that could not be written (CQ in error)
+	Violations    uint64 // strict-mode violations
+	DelayedCQEs   uint64 // CQEs held back by DelayCompletions
+	EngineSleeps  uint64 // engine back-off sleeps
+	StepsExecuted uint64 // rounds run
+}
+
+// New creates a Fabric. In Engine mode its goroutine starts with the first
+// open device and stops with Close.
+func New(opts Options) *Fabric {
+	if opts.Devices <= 0 {
+		opts.Devices = 2
+	}
+	if opts.LinkLayer == 0 {
+		opts.LinkLayer = ctx.LinkLayerInfiniBand
+	}
+	if opts.StrictFatal {
+		opts.Strict = true
+	}
+	if opts.IdleSleep <= 0 {
+		opts.IdleSleep = 500 * time.Microsecond
+	}
+	if opts.MaxRounds <= 0 {
+		opts.MaxRounds = 1 << 22
+	}
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
+	f := &Fabric{
+		opts:     opts,
+		qps:      map[uint32]*qp{},
+		cqs:      map[uint32]*cq{},
+		srqs:     map[uint32]*srq{},
+		mrs:      map[uint32]*mr{},
+		nextQPN:  0x100,
+		nextCQN:  0x40,
+		nextSRQN: 0x20,
+		nextKey:  0x2,
+		nextPDN:  1,
+		start:    time.Now(),
+		rng:      rand.New(rand.NewSource(opts.Seed)),
+	}
+	for i := 0; i < opts.Devices; i++ {
+		f.hcas = append(f.hcas, newHCA(i, opts.LinkLayer))
+	}
+	return f
+}
+
+var defaultFabric = New(Options{Mode: Engine})
+
+func init() { ctx.Register(ctx.ProviderSoftware, defaultFabric) }
+
+// Default returns the Fabric registered as provider "sim" (Engine mode).
+func Default() *Fabric { return defaultFabric }
+
+// FromContext returns the Fabric behind a Context opened on the software HCA,
+// or nil for any other Context.
+func FromContext(c *ctx.Context) *Fabric {
+	if c == nil {
+		return nil
+	}
+	if d, ok := c.Device().(*device); ok {
+		return d.f
+	}
+	return nil
+}
+
+// Open opens a device of this Fabric as a ctx.Context ("" is "sim0").
+func (f *Fabric) Open(device string) (*ctx.Context, error) {
+	return ctx.OpenWith(ctx.ProviderSoftware, f, device)
+}
+
+// Options returns the options the Fabric was created with (defaults filled).
+func (f *Fabric) Options() Options { return f.opts }
+
+// Stats returns a copy of the counters.
+func (f *Fabric) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// Close stops the engine (if any). Devices stay usable in Manual fashion
+// only through Step; Close is meant for the end of a test. Idempotent.
+func (f *Fabric) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	stop, done := f.stop, f.done
+	f.stop, f.done = nil, nil
+	f.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	return nil
+}
+
+// Devices lists the HCAs (ctx.Provider).
+func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
+	out := make([]ctx.DeviceInfo, len(f.hcas))
+	for i, h := range f.hcas {
+		out[i] = ctx.DeviceInfo{Name: h.name, NodeGUID: h.guid, Kind: ctx.KindSoftware}
+	}
+	return out, nil
+}
+
+// OpenDevice opens an HCA by name; "" opens the first (ctx.Provider).
+func (f *Fabric) OpenDevice(name string) (ctx.ProviderDevice, error) {
+	const op = "sim: open device"
+	var h *hca
+	if name == "" {
+		h = f.hcas[0]
+	} else {
+		for _, x := range f.hcas {
+			if x.name == name {
+				h = x
+			}
+		}
+	}
+	if h == nil {
+		return nil, ctx.Errorf(op, "%q: %w", name, ctx.ErrNotFound)
+	}
+	d, err := newDevice(f, h)
+	if err != nil {
+		return nil, ctx.Errorf(op, "%w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.openDevices++
+	if f.opts.Mode == Engine && f.stop == nil && !f.closed {
+		f.stop = make(chan struct{})
+		f.done = make(chan struct{})
+		go f.engine(f.stop, f.done)
+	}
+	return d, nil
+}
+
+// deviceClosed is called when a device handle closes; the engine of the
+// default fabric stops when no device is open.
+func (f *Fabric) deviceClosedLocked() (stop, done chan struct{}) {
+	f.openDevices--
+	if f.openDevices == 0 && f.stop != nil {
+		stop, done = f.stop, f.done
+		f.stop, f.done = nil, nil
+	}
+	return stop, done
+}
+
+func (f *Fabric) now() int64 {
+	if f.opts.Mode == Manual {
+		return f.vnow
+	}
+	return int64(time.Since(f.start))
+}
+
+// Now returns the model's clock: virtual time in Manual mode, time since
+// New in Engine mode.
+func (f *Fabric) Now() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Duration(f.now())
+}
+
+// Advance moves the virtual clock forward by d (Manual mode only); timers
+// that fall due run on the next Step.
+func (f *Fabric) Advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.opts.Mode == Manual && d > 0 {
+		f.vnow += int64(d)
+	}
+}
+
+// Step runs one round: doorbell records are read, due timers fire, and every
+// QP executes at most one WQE (flushes of a QP in error all at once). It
+// reports whether anything happened. Manual mode only.
+func (f *Fabric) Step() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.opts.Mode != Manual {
+		return false, ErrWrongMode
+	}
+	progressed, _ := f.stepLocked()
+	if f.fatal {
+		return progressed, ErrViolation
+	}
+	return progressed, nil
+}
+
+// RunUntilIdle runs rounds until nothing is left to do, moving the virtual
+// clock to the next timer whenever only timers remain. Manual mode only.
+func (f *Fabric) RunUntilIdle() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.opts.Mode != Manual {
+		return ErrWrongMode
+	}
+	for i := 0; i < f.opts.MaxRounds; i++ {
+		progressed, deadline := f.stepLocked()
+		if progressed {
+			continue
+		}
+		if f.releaseHeldLocked() {
+			continue
+		}
+		if deadline > f.vnow {
+			f.vnow = deadline
+			continue
+		}
+		if f.fatal {
+			return ErrViolation
+		}
+		return nil
+	}
+	return fmt.Errorf("%w (%d rounds, virtual time %v)", ErrNotIdle, f.opts.MaxRounds, time.Duration(f.vnow))
+}
+
+// stepLocked runs one round and returns whether anything happened and the
+// earliest future deadline (0 if none).
+func (f *Fabric) stepLocked() (bool, int64) {
+	f.stats.StepsExecuted++
+	now := f.now()
+	progressed := false
+	var deadline int64
+	note := func(t int64) {
+		if t > now && (deadline == 0 || t < deadline) {
+			deadline = t
+		}
+	}
+	for _, c := range f.cqList {
+		if f.scanCQ(c, now) {
+			progressed = true
+		}
+		note(c.nextDue())
+	}
+	for _, s := range f.srqList() {
+		f.scanSRQ(s)
+	}
+	for _, q := range f.qpList {
+		f.scanQP(q)
+	}
+	for _, q := range f.qpList {
+		if f.runQP(q, now) {
+			progressed = true
+		}
+		if q.blockedUntil > now && q.sqPending() > 0 {
+			note(q.blockedUntil)
+		}
+	}
+	return progressed, deadline
+}
+
+func (f *Fabric) srqList() []*srq {
+	if len(f.srqs) == 0 {
+		return nil
+	}
+	out := make([]*srq, 0, len(f.srqs))
+	for _, s := range f.srqs {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].srqn < out[j].srqn })
+	return out
+}
+
+// engine polls like a device: it runs rounds while there is work, spins a
+// little when there is none, then sleeps with a doubling back-off up to
+// IdleSleep.
+func (f *Fabric) engine(stop, done chan struct{}) {
+	defer close(done)
+	const spins = 200
+	idle := 0
+	sleep := time.Microsecond
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		f.mu.Lock()
+		progressed, _ := f.stepLocked()
+		if !progressed {
+			progressed = f.releaseHeldLocked()
+		}
+		f.mu.Unlock()
+		if progressed {
+			idle = 0
+			sleep = time.Microsecond
+			continue
+		}
+		idle++
+		if idle < spins {
+			runtime.Gosched()
+			continue
+		}
+		f.mu.Lock()
+		f.stats.EngineSleeps++
+		f.mu.Unlock()
+		t := time.NewTimer(sleep)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if sleep < f.opts.IdleSleep {
+			sleep *= 2
+			if sleep > f.opts.IdleSleep {
+				sleep = f.opts.IdleSleep
+			}
+		}
+	}
+}
+
+// addQP inserts q into the execution order.
+func (f *Fabric) addQP(q *qp) {
+	f.qps[q.qpn] = q
+	i := sort.Search(len(f.qpList), func(i int) bool { return f.qpList[i].qpn >= q.qpn })
+	f.qpList = append(f.qpList, nil)
+	copy(f.qpList[i+1:], f.qpList[i:])
+	f.qpList[i] = q
+}
+
+func (f *Fabric) removeQP(q *qp) {
+	delete(f.qps, q.qpn)
+	for i, x := range f.qpList {
+		if x == q {
+			f.qpList = append(f.qpList[:i], f.qpList[i+1:]...)
+			break
+		}
+	}
+}
+
+func (f *Fabric) addCQ(c *cq) {
+	f.cqs[c.cqn] = c
+	f.cqList = append(f.cqList, c)
+}
+
+func (f *Fabric) removeCQ(c *cq) {
+	delete(f.cqs, c.cqn)
+	for i, x := range f.cqList {
+		if x == c {
+			f.cqList = append(f.cqList[:i], f.cqList[i+1:]...)
+			break
+		}
+	}
+}

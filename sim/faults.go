@@ -1,0 +1,234 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// UDFaults sets the probabilities with which the model mistreats UD
+// packets. Choices come from the Fabric's seeded generator, so a run
+// repeats.
+type UDFaults struct {
+	// Drop, Duplicate and Reorder are probabilities in [0, 1] (their sum at
+	// most 1). A reordered packet is held back and delivered after the next
+	// packet to the same QP (or when the model is otherwise idle).
+	Drop, Duplicate, Reorder float64
+	// QPN limits the faults to packets towards one QP (0: every UD QP).
+	QPN uint32
+}
+
+type udFaults struct {
+	UDFaults
+	dropNext int
+}
+
+type udPacket struct {
+	src       srcInfo
+	op        prm.Opcode
+	imm       uint32
+	solicited bool
+	grh       []byte // nil: no GRH on the wire
+	payload   []byte
+}
+
+type heldPacket struct {
+	t   *qp
+	pkt udPacket
+}
+
+// InjectUDFaults replaces the UD fault settings (the zero value turns them
+// off).
+func (f *Fabric) InjectUDFaults(u UDFaults) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults.UDFaults = u
+}
+
+// DropNextUD drops the next n UD packets, whatever their destination.
+func (f *Fabric) DropNextUD(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults.dropNext = n
+}
+
+// FailQP moves a QP to error as a device does on a fatal error: a QP fatal
+// async event is raised and every outstanding WQE is flushed.
+func (f *Fabric) FailQP(qpn uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.qps[qpn]
+	if q == nil {
+		return ctx.Errorf("sim: fail QP", "QPN %#x: %w", qpn, ctx.ErrNotFound)
+	}
+	f.qpFatal(q, "injected fault")
+	return nil
+}
+
+// DelayCompletions holds every CQE for the CQ back by d from the moment it
+// is produced (0 turns the delay off; CQEs already held keep their time).
+// Order within the CQ is kept.
+func (f *Fabric) DelayCompletions(cqn uint32, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.cqs[cqn]
+	if c == nil {
+		return ctx.Errorf("sim: delay completions", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+	}
+	c.delay = int64(d)
+	return nil
+}
+
+// QPState returns the model's state of a QP by number.
+func (f *Fabric) QPState(qpn uint32) (ctx.QPState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.qps[qpn]
+	if q == nil {
+		return 0, ctx.Errorf("sim: QP state", "QPN %#x: %w", qpn, ctx.ErrNotFound)
+	}
+	return q.state, nil
+}
+
+// sendUD executes a UD SEND: it resolves the destination from the address
+// vector, applies faults and delivers. The sender completes successfully
+// whatever happens to the packet, as on the wire.
+func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
+	payload, s := f.gather(q, w)
+	if s != 0 {
+		return fail(s)
+	}
+	a := decodeAV(q.dev.h.link, &w.av)
+	qkey := beUint32(w.av[prm.AVKey:])
+	if qkey&0x80000000 != 0 {
+		qkey = q.attr.QKey // a controlled qkey: the QP's own
+	}
+	var imm uint32
+	if w.op == prm.OpSendImm {
+		imm = w.imm
+	}
+	pkt := udPacket{
+		src:       srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh},
+		op:        w.op,
+		imm:       imm,
+		solicited: w.fm&prm.FlagSolicited != 0,
+		payload:   payload,
+	}
+	t := f.qps[a.dqpn]
+	if t == nil || t.typ != ctx.QPTypeUD || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
+		!reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, t.dev.h) || t.attr.QKey != qkey {
+		f.stats.UDDropped++
+		return done(w.total)
+	}
+	if a.grh {
+		pkt.grh = buildGRH(q.dev.h, a, len(payload))
+	}
+	if f.faults.dropNext > 0 {
+		f.faults.dropNext--
+		f.stats.UDDropped++
+		return done(w.total)
+	}
+	copies := 1
+	if fl := f.faults.UDFaults; (fl.Drop > 0 || fl.Duplicate > 0 || fl.Reorder > 0) && (fl.QPN == 0 || fl.QPN == t.qpn) {
+		r := f.rng.Float64()
+		switch {
+		case r < fl.Drop:
+			f.stats.UDDropped++
+			return done(w.total)
+		case r < fl.Drop+fl.Duplicate:
+			copies = 2
+			f.stats.UDDuplicated++
+		case r < fl.Drop+fl.Duplicate+fl.Reorder:
+			pkt.payload = append([]byte(nil), payload...)
+			f.held = append(f.held, heldPacket{t: t, pkt: pkt})
+			f.stats.UDReordered++
+			return done(w.total)
+		}
+	}
+	for i := 0; i < copies; i++ {
+		f.deliverUD(t, &pkt)
+	}
+	// Packets held back for this QP now arrive after the one that passed.
+	out := f.held[:0]
+	var release []heldPacket
+	for _, h := range f.held {
+		if h.t == t {
+			release = append(release, h)
+		} else {
+			out = append(out, h)
+		}
+	}
+	f.held = out
+	for i := range release {
+		f.deliverUD(release[i].t, &release[i].pkt)
+	}
+	return done(w.total)
+}
+
+// buildGRH writes the 40-byte global route header a UD receive finds in
+// front of the payload (IB GRH layout: version, traffic class, flow label,
+// payload length, next header, hop limit, source and destination GIDs).
+func buildGRH(from *hca, a avInfo, n int) []byte {
+	g := make([]byte, prm.GRHSize)
+	putBE32(g[0:], 6<<28|uint32(a.tclass)<<20|a.flow&prm.AVFlowLblMask)
+	g[4], g[5] = byte(n>>8), byte(n)
+	g[6] = 0x1b
+	g[7] = a.hopLimit
+	if int(a.sgidIdx) < len(from.gids) {
+		copy(g[8:24], from.gids[a.sgidIdx].GID[:])
+	}
+	copy(g[24:40], a.dgid[:])
+	return g
+}
+
+// deliverUD puts one UD packet into the next receive WQE of t (silently
+// dropped when there is none).
+func (f *Fabric) deliverUD(t *qp, p *udPacket) {
+	if t.closed || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) {
+		f.stats.UDDropped++
+		return
+	}
+	r, ok := f.peekRecv(t)
+	if !ok {
+		f.stats.UDDropped++
+		return
+	}
+	f.consumeRecv(t, &r)
+	if s := f.scatterRecv(&r, p.grh, prm.GRHSize, p.payload); s != 0 {
+		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(&r))
+		f.qpErrorLocked(t, "receive error")
+		f.emitCQE(t.recvCQ, &img, nil, t)
+		return
+	}
+	op := prm.CQERespSend
+	if p.op == prm.OpSendImm {
+		op = prm.CQERespSendImm
+	}
+	img := respCQE(t, &r, op, uint32(prm.GRHSize+len(p.payload)), p.imm, p.src, p.solicited, prm.CQEFormatNone)
+	f.emitCQE(t.recvCQ, &img, nil, t)
+}
+
+// releaseHeldLocked delivers every held-back UD packet; it reports whether
+// there was one.
+func (f *Fabric) releaseHeldLocked() bool {
+	if len(f.held) == 0 {
+		return false
+	}
+	held := f.held
+	f.held = nil
+	for i := range held {
+		f.deliverUD(held[i].t, &held[i].pkt)
+	}
+	return true
+}
+
+func (f *Fabric) dropHeldFor(q *qp) {
+	out := f.held[:0]
+	for _, h := range f.held {
+		if h.t != q {
+			out = append(out, h)
+		}
+	}
+	f.held = out
+}

@@ -1,0 +1,535 @@
+package sim
+
+import (
+	"fmt"
+	"math/bits"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// region is a piece of mmap'd memory the model owns (a ring, a doorbell
+// page, a UAR page), surrounded by guard pages.
+func region(size int) (*ctx.Buffer, error) {
+	return ctx.AllocBuffer(size, ctx.BufferOptions{Guard: true})
+}
+
+func freeAll(bufs ...*ctx.Buffer) {
+	for _, b := range bufs {
+		if b != nil {
+			_ = b.Close()
+		}
+	}
+}
+
+func roundPow2(n uint32) uint32 {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len32(n-1)
+}
+
+func align(n, a int) int { return (n + a - 1) / a * a }
+
+// sqOverhead is the largest fixed part of a send WQE of the type: control
+// segment, address vector, and the largest operation segments (remote
+// address plus a masked 64-bit compare-and-swap).
+func sqOverhead(t ctx.QPType) int {
+	op := prm.CtrlSize + prm.RaddrSize + prm.MaskedCS64Size
+	switch t {
+	case ctx.QPTypeUD:
+		return prm.CtrlSize + prm.AVSize
+	case ctx.QPTypeDCI:
+		return op + prm.AVSize
+	}
+	return op
+}
+
+// ---- completion queues ----
+
+// cq is a completion queue.
+type cq struct {
+	f      *Fabric
+	dev    *device
+	cqn    uint32
+	bufs   [3]*ctx.Buffer
+	ring   unsafe.Pointer
+	cnt    uint32
+	size   uint32
+	db     unsafe.Pointer
+	uar    unsafe.Pointer
+	pi     uint32 // CQEs written, free-running
+	evfd   int
+	closed bool
+
+	errored   bool
+	errDetail string
+
+	armed        bool
+	armSolicited bool
+	lastArm      uint32
+	lastCIRaw    uint32
+
+	delay   int64
+	pending []pendingCQE
+}
+
+type pendingCQE struct {
+	due     int64
+	img     [prm.CQE64Size]byte
+	scatter []byte
+	q       *qp
+}
+
+func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.ProviderCompletionQueue, error) {
+	const op = "sim: create CQ"
+	if cfg.Depth == 0 || cfg.Depth > maxCQE {
+		return nil, ctx.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
+	}
+	size := cfg.CQESize
+	if size == 0 {
+		size = prm.CQE64Size
+	}
+	if size != prm.CQE64Size && size != prm.CQE128Size {
+		return nil, ctx.Errorf(op, "CQE size %d: %w", size, ctx.ErrInvalidArgument)
+	}
+	cnt := roundPow2(cfg.Depth)
+	c := &cq{f: d.f, dev: d, cnt: cnt, size: size, evfd: -1}
+	var err error
+	if c.bufs[0], err = region(int(cnt * size)); err != nil {
+		return nil, ctx.Errorf(op, "ring: %w", err)
+	}
+	if c.bufs[1], err = region(pageSize); err != nil {
+		freeAll(c.bufs[:]...)
+		return nil, ctx.Errorf(op, "doorbell record: %w", err)
+	}
+	if c.bufs[2], err = region(pageSize); err != nil {
+		freeAll(c.bufs[:]...)
+		return nil, ctx.Errorf(op, "UAR: %w", err)
+	}
+	if cfg.EventChannel {
+		fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			freeAll(c.bufs[:]...)
+			return nil, ctx.Errorf(op, "completion channel: %w", err)
+		}
+		c.evfd = fd
+	}
+	c.ring = c.bufs[0].Pointer()
+	c.db = c.bufs[1].Pointer()
+	c.uar = c.bufs[2].Pointer()
+	// Every CQE starts invalid and owned by hardware for lap 0, as
+	// rdma-core initialises the buffer.
+	for i := uint32(0); i < cnt; i++ {
+		p := unsafe.Add(c.ring, i*size+size-prm.CQE64Size)
+		*(*byte)(unsafe.Add(p, prm.CQEOpOwn)) = prm.CQEInvalidOpOwn | prm.CQEOwnerMask
+	}
+	d.f.mu.Lock()
+	defer d.f.mu.Unlock()
+	c.cqn = d.f.nextCQN
+	d.f.nextCQN++
+	d.f.addCQ(c)
+	return c, nil
+}
+
+func (c *cq) Descriptor() ctx.CQDescriptor {
+	return ctx.CQDescriptor{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn}
+}
+
+func (c *cq) EventFD() int { return c.evfd }
+
+func (c *cq) ReadEvent() (bool, error) {
+	if c.evfd < 0 {
+		return false, ctx.Errorf("sim: read CQ event", "CQ has no completion channel: %w", ctx.ErrInvalidArgument)
+	}
+	var b [8]byte
+	_, err := unix.Read(c.evfd, b[:])
+	if err == unix.EAGAIN {
+		return false, nil
+	}
+	if err != nil {
+		return false, ctx.Errorf("sim: read CQ event", "%w", err)
+	}
+	return true, nil
+}
+
+func (c *cq) Close() error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.f.removeCQ(c)
+	if c.evfd >= 0 {
+		_ = unix.Close(c.evfd)
+	}
+	freeAll(c.bufs[:]...)
+	return nil
+}
+
+// ---- shared receive queues ----
+
+type srq struct {
+	f      *Fabric
+	pd     *pd
+	srqn   uint32
+	bufs   [2]*ctx.Buffer
+	ring   unsafe.Pointer
+	cnt    uint32
+	stride uint32
+	maxSGE uint32
+	db     unsafe.Pointer
+
+	counter  uint16 // doorbell value last accepted
+	consumed uint16
+	hwHead   uint16
+	lastRaw  uint32
+	closed   bool
+}
+
+func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
+	const op = "sim: create SRQ"
+	if cfg.Depth == 0 || cfg.Depth >= maxRecvWR {
+		return nil, ctx.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
+	}
+	if cfg.MaxSGE > maxSGE {
+		return nil, ctx.Errorf(op, "max SGE %d: %w", cfg.MaxSGE, ctx.ErrInvalidArgument)
+	}
+	sge := max(cfg.MaxSGE, 1)
+	stride := roundPow2(max(32, prm.SRQNextSize+sge*prm.DataSize))
+	cnt := roundPow2(cfg.Depth + 1)
+	s := &srq{f: p.f, pd: p, cnt: cnt, stride: stride, maxSGE: (stride - prm.SRQNextSize) / prm.DataSize}
+	var err error
+	if s.bufs[0], err = region(int(cnt * stride)); err != nil {
+		return nil, ctx.Errorf(op, "ring: %w", err)
+	}
+	if s.bufs[1], err = region(pageSize); err != nil {
+		freeAll(s.bufs[:]...)
+		return nil, ctx.Errorf(op, "doorbell record: %w", err)
+	}
+	s.ring = s.bufs[0].Pointer()
+	s.db = s.bufs[1].Pointer()
+	// The free list: each WQE links to the next; the last is the tail.
+	for i := uint32(0); i+1 < cnt; i++ {
+		prm.Store16(unsafe.Add(s.ring, i*stride+prm.SRQNextWQEIndex), uint16(i+1))
+	}
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	if p.closed {
+		freeAll(s.bufs[:]...)
+		return nil, ctx.Errorf(op, "PD: %w", ctx.ErrClosed)
+	}
+	s.srqn = p.f.nextSRQN
+	p.f.nextSRQN++
+	p.f.srqs[s.srqn] = s
+	return s, nil
+}
+
+func (s *srq) Descriptor() ctx.SRQDescriptor {
+	return ctx.SRQDescriptor{Buf: s.ring, DBRec: s.db, Stride: s.stride, WQECnt: s.cnt,
+		Head: 0, Tail: s.cnt - 1, SRQN: s.srqn, MaxRecvSGE: s.maxSGE}
+}
+
+func (s *srq) Close() error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	delete(s.f.srqs, s.srqn)
+	freeAll(s.bufs[:]...)
+	return nil
+}
+
+// ---- queue pairs ----
+
+type qp struct {
+	f      *Fabric
+	dev    *device
+	pd     *pd
+	qpn    uint32
+	typ    ctx.QPType
+	sendCQ *cq
+	recvCQ *cq
+	srq    *srq
+	bufs   [4]*ctx.Buffer
+
+	sq         unsafe.Pointer
+	sqCnt      uint32 // WQEBBs
+	rq         unsafe.Pointer
+	rqCnt      uint32
+	rqStride   uint32
+	rqMaxSGE   uint32
+	db         unsafe.Pointer
+	bf         unsafe.Pointer
+	maxInline  uint32
+	maxSendSGE uint32
+	maxWQEBBs  uint32
+
+	dcKey        uint64
+	scatterToCQE bool
+
+	state ctx.QPState
+	attr  ctx.QPAttr // accumulated attributes
+
+	sqPI, sqCI   uint16
+	rqHead, rqCI uint16
+	lastSQRaw    uint32
+	lastRQRaw    uint32
+
+	blockedUntil int64
+	rnrCount     int
+	retryCount   int
+	closed       bool
+}
+
+func (q *qp) sqPending() uint16 { return q.sqPI - q.sqCI }
+
+func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
+	op := "sim: create " + cfg.Type.String() + " QP"
+	bad := func(format string, args ...any) error {
+		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+	}
+	sendCQ, ok1 := cfg.SendCQ.(*cq)
+	recvCQ, ok2 := cfg.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, bad("CQ of another provider")
+	}
+	var sr *srq
+	if cfg.SRQ != nil {
+		var ok bool
+		if sr, ok = cfg.SRQ.(*srq); !ok {
+			return nil, bad("SRQ of another provider")
+		}
+	}
+	caps := cfg.Caps
+	q := &qp{f: p.f, dev: p.dev, pd: p, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, srq: sr,
+		dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE, state: ctx.QPStateReset}
+	hasSQ := cfg.Type != ctx.QPTypeDCT
+	hasRQ := sr == nil && (cfg.Type == ctx.QPTypeRC || cfg.Type == ctx.QPTypeUD) && caps.RecvDepth > 0
+	if cfg.Type == ctx.QPTypeDCT && sr == nil {
+		return nil, bad("a DCT needs an SRQ")
+	}
+	if caps.MaxSendSGE > maxSGE || caps.MaxRecvSGE > maxSGE {
+		return nil, bad("more than %d SGEs", maxSGE)
+	}
+	if hasSQ {
+		if caps.SendDepth == 0 || caps.SendDepth > maxSendWQEBB {
+			return nil, bad("send depth %d", caps.SendDepth)
+		}
+		ov := sqOverhead(cfg.Type)
+		size := ov + int(max(caps.MaxSendSGE, 1))*prm.DataSize
+		if caps.MaxInline > 0 {
+			size = max(size, ov+align(prm.InlineHeaderSize+int(caps.MaxInline), prm.SegmentSize))
+		}
+		if size > maxSQDescSize {
+			return nil, bad("WQE of %d bytes exceeds %d (max inline %d, max SGE %d)", size, maxSQDescSize, caps.MaxInline, caps.MaxSendSGE)
+		}
+		size = align(size, prm.WQEBBSize)
+		cnt := roundPow2(caps.SendDepth*uint32(size)) / prm.WQEBBSize
+		if cnt > maxSendWQEBB {
+			return nil, bad("send queue of %d WQEBBs", cnt)
+		}
+		q.sqCnt = cnt
+		q.maxWQEBBs = uint32(size / prm.WQEBBSize)
+		q.maxInline = uint32(size - ov - prm.InlineHeaderSize)
+		q.maxSendSGE = uint32((size - ov) / prm.DataSize)
+	}
+	if hasRQ {
+		if caps.RecvDepth > maxRecvWR {
+			return nil, bad("receive depth %d", caps.RecvDepth)
+		}
+		stride := roundPow2(max(caps.MaxRecvSGE, 1) * prm.DataSize)
+		total := max(roundPow2(caps.RecvDepth)*stride, prm.WQEBBSize)
+		q.rqStride = stride
+		q.rqCnt = total / stride
+		q.rqMaxSGE = stride / prm.DataSize
+	}
+	var err error
+	fail := func(what string, e error) (ctx.ProviderQueuePair, error) {
+		freeAll(q.bufs[:]...)
+		return nil, ctx.Errorf(op, "%s: %w", what, e)
+	}
+	if q.sqCnt > 0 {
+		if q.bufs[0], err = region(int(q.sqCnt * prm.WQEBBSize)); err != nil {
+			return fail("send ring", err)
+		}
+		q.sq = q.bufs[0].Pointer()
+	}
+	if q.rqCnt > 0 {
+		if q.bufs[1], err = region(int(q.rqCnt * q.rqStride)); err != nil {
+			return fail("receive ring", err)
+		}
+		q.rq = q.bufs[1].Pointer()
+	}
+	if q.bufs[2], err = region(pageSize); err != nil {
+		return fail("doorbell record", err)
+	}
+	q.db = q.bufs[2].Pointer()
+	if q.sqCnt > 0 {
+		if q.bufs[3], err = region(pageSize); err != nil {
+			return fail("BlueFlame page", err)
+		}
+		q.bf = unsafe.Add(q.bufs[3].Pointer(), bfRegOffset)
+	}
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	if p.closed || sendCQ.closed || recvCQ.closed || (sr != nil && sr.closed) {
+		freeAll(q.bufs[:]...)
+		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
+	}
+	q.qpn = p.f.nextQPN
+	p.f.nextQPN++
+	p.f.addQP(q)
+	return q, nil
+}
+
+func (q *qp) Descriptor() ctx.QPDescriptor {
+	d := ctx.QPDescriptor{
+		QPN:        q.qpn,
+		DBRec:      q.db,
+		SQ:         ctx.RingDescriptor{Buf: q.sq, WQECnt: q.sqCnt, Stride: prm.WQEBBSize},
+		RQ:         ctx.RingDescriptor{Buf: q.rq, WQECnt: q.rqCnt, Stride: q.rqStride},
+		BlueFlame:  q.bf,
+		MaxInline:  q.maxInline,
+		MaxSendSGE: q.maxSendSGE,
+		MaxRecvSGE: q.rqMaxSGE,
+	}
+	if q.sqCnt > 0 {
+		d.BlueFlameSize = bfSize
+	}
+	if q.sqCnt == 0 {
+		d.SQ.Stride = 0
+	}
+	if q.srq != nil {
+		d.MaxRecvSGE = q.srq.maxSGE
+	}
+	return d
+}
+
+func (q *qp) State() (ctx.QPState, error) {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return q.state, nil
+}
+
+func (q *qp) Modify(a ctx.QPAttr) error {
+	op := "sim: modify " + q.typ.String() + " QP to " + a.State.String()
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	if q.closed {
+		return ctx.Errorf(op, "%w", ctx.ErrClosed)
+	}
+	bad := func(format string, args ...any) error {
+		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+	}
+	from := q.state
+	illegal := func() error {
+		return ctx.Errorf(op, "from %v: %w", from, ctx.ErrInvalidState)
+	}
+	switch a.State {
+	case ctx.QPStateReset:
+		q.reset()
+		return nil
+	case ctx.QPStateError:
+		q.f.qpErrorLocked(q, "moved to error")
+		return nil
+	case ctx.QPStateInit:
+		if from != ctx.QPStateReset && from != ctx.QPStateInit {
+			return illegal()
+		}
+		if a.Port != 1 {
+			return bad("port %d", a.Port)
+		}
+		if a.PKeyIndex != 0 {
+			return bad("pkey index %d", a.PKeyIndex)
+		}
+		q.attr.Port, q.attr.PKeyIndex = a.Port, a.PKeyIndex
+		switch q.typ {
+		case ctx.QPTypeUD:
+			q.attr.QKey = a.QKey
+		case ctx.QPTypeRC, ctx.QPTypeDCT:
+			q.attr.Access = a.Access
+		}
+	case ctx.QPStateRTR:
+		if from != ctx.QPStateInit {
+			return illegal()
+		}
+		if q.typ != ctx.QPTypeUD {
+			if a.PathMTU < ctx.MTU256 || a.PathMTU > portMTU {
+				return bad("path MTU %v", a.PathMTU)
+			}
+			q.attr.PathMTU = a.PathMTU
+		}
+		switch q.typ {
+		case ctx.QPTypeRC:
+			if a.RemoteQPN == 0 || a.RemoteQPN > prm.CtrlQPNMask {
+				return bad("remote QPN %#x", a.RemoteQPN)
+			}
+			if q.dev.h.link == ctx.LinkLayerEthernet && !a.Path.GlobalRoute {
+				return bad("RoCE needs a GRH in the path")
+			}
+			if a.Path.GlobalRoute && int(a.Path.SGIDIndex) >= len(q.dev.h.gids) {
+				return bad("SGID index %d", a.Path.SGIDIndex)
+			}
+			q.attr.RemoteQPN, q.attr.Path, q.attr.RQPSN = a.RemoteQPN, a.Path, a.RQPSN
+			q.attr.MaxDestRdAtomic, q.attr.MinRNRTimer = a.MaxDestRdAtomic, a.MinRNRTimer&31
+		case ctx.QPTypeDCT:
+			q.attr.MinRNRTimer = a.MinRNRTimer & 31
+			q.attr.Path = a.Path
+		}
+	case ctx.QPStateRTS:
+		if from != ctx.QPStateRTR && from != ctx.QPStateRTS {
+			return illegal()
+		}
+		if q.typ == ctx.QPTypeDCT {
+			return illegal()
+		}
+		if a.RetryCount > 7 || a.RNRRetry > 7 {
+			return bad("retry count %d / RNR retry %d", a.RetryCount, a.RNRRetry)
+		}
+		q.attr.SQPSN = a.SQPSN
+		if q.typ != ctx.QPTypeUD {
+			q.attr.Timeout, q.attr.RetryCount, q.attr.RNRRetry, q.attr.MaxRdAtomic = a.Timeout&31, a.RetryCount, a.RNRRetry, a.MaxRdAtomic
+		}
+	default:
+		return ctx.Errorf(op, "%w", ctx.ErrNotSupported)
+	}
+	q.state = a.State
+	return nil
+}
+
+// reset returns the QP to RESET: every queued WQE is discarded and the
+// doorbell record cleared, as rdma-core does on the way to RESET.
+func (q *qp) reset() {
+	q.state = ctx.QPStateReset
+	q.attr = ctx.QPAttr{}
+	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
+	q.lastSQRaw, q.lastRQRaw = 0, 0
+	q.blockedUntil, q.rnrCount, q.retryCount = 0, 0, 0
+	prm.Store32(q.db, 0)
+	prm.Store32(unsafe.Add(q.db, prm.DoorbellRecordSendB), 0)
+}
+
+func (q *qp) Close() error {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	q.f.removeQP(q)
+	q.f.dropHeldFor(q)
+	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
+		c.dropPendingFor(q)
+	}
+	freeAll(q.bufs[:]...)
+	return nil
+}
+
+func (q *qp) String() string { return fmt.Sprintf("%v QP %#x", q.typ, q.qpn) }

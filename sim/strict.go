@@ -1,0 +1,113 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// ViolationKind classifies a strict-mode violation.
+type ViolationKind uint8
+
+// Violation kinds.
+const (
+	// ViolationDS: the ds count of a control segment disagrees with the
+	// segments that follow (too small for the opcode, an inline segment
+	// running past it, a zero data segment where the builder would have
+	// ended the WQE, or a WQE larger than the QP was created for).
+	ViolationDS ViolationKind = iota + 1
+	// ViolationDoorbellEndian: a doorbell record holds a value only a
+	// little-endian store would produce (bits above the index are set).
+	ViolationDoorbellEndian
+	// ViolationDoorbellBackwards: a producer index moved backwards.
+	ViolationDoorbellBackwards
+	// ViolationDoorbellPastRing: a producer index moved more than the ring
+	// holds past what the model has consumed.
+	ViolationDoorbellPastRing
+	// ViolationWQEIndex: the WQE index in the control segment is not the
+	// producer index the WQE sits at.
+	ViolationWQEIndex
+	// ViolationQPN: the QPN in the control segment is not the QP's.
+	ViolationQPN
+	// ViolationOpcode: an opcode the QP's transport does not allow, or one
+	// the model does not know, or a bad opcode modifier.
+	ViolationOpcode
+	// ViolationWQEBeyondProducer: the WQE's size runs past the producer
+	// index the doorbell record announced.
+	ViolationWQEBeyondProducer
+	// ViolationCQDoorbell: a CQ consumer index or arm doorbell that cannot be
+	// right (ahead of the producer, wrong CQN, disagreeing arm words).
+	ViolationCQDoorbell
+	// ViolationReceive: a receive WQE that cannot be right (more segments
+	// than the queue has without a terminator, a doorbell past the ring).
+	ViolationReceive
+)
+
+var violationNames = [...]string{"", "ds", "doorbell-endian", "doorbell-backwards", "doorbell-past-ring",
+	"wqe-index", "qpn", "opcode", "wqe-beyond-producer", "cq-doorbell", "receive"}
+
+// String returns a short name of the kind.
+func (k ViolationKind) String() string {
+	if k != 0 && int(k) < len(violationNames) {
+		return violationNames[k]
+	}
+	return "ViolationKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Violation is one recorded format violation.
+type Violation struct {
+	Kind ViolationKind
+	// QPN, CQN and SRQN name the queue (0 when not applicable).
+	QPN, CQN, SRQN uint32
+	// WQEIndex is the producer index of the offending WQE, when there is one.
+	WQEIndex uint16
+	// Detail says what was seen and what was expected.
+	Detail string
+}
+
+// Error formats the violation; a Violation is usable as an error.
+func (v Violation) Error() string {
+	s := "sim: strict: " + v.Kind.String()
+	switch {
+	case v.QPN != 0:
+		s += fmt.Sprintf(" qpn=%#x wqe=%d", v.QPN, v.WQEIndex)
+	case v.CQN != 0:
+		s += fmt.Sprintf(" cqn=%#x", v.CQN)
+	case v.SRQN != 0:
+		s += fmt.Sprintf(" srqn=%#x", v.SRQN)
+	}
+	return s + ": " + v.Detail
+}
+
+// violate records a violation (f.mu held). It reports whether the model
+// should treat it as fatal for the WQE at hand.
+func (f *Fabric) violate(v Violation) bool {
+	if !f.opts.Strict {
+		return false
+	}
+	f.violations = append(f.violations, v)
+	f.stats.Violations++
+	if f.opts.OnViolation != nil {
+		f.opts.OnViolation(v)
+	}
+	if f.opts.StrictFatal {
+		f.fatal = true
+		return true
+	}
+	return false
+}
+
+// Violations returns the violations recorded so far.
+func (f *Fabric) Violations() []Violation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Violation(nil), f.violations...)
+}
+
+// ClearViolations forgets the recorded violations (and the fatal state of
+// StrictFatal).
+func (f *Fabric) ClearViolations() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.violations = nil
+	f.fatal = false
+}
