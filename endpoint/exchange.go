@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -68,7 +69,13 @@ func (w *watcher) stop() (fired bool) {
 // context ended, so a timeout matches context.DeadlineExceeded as well as
 // os.ErrDeadlineExceeded.
 func ioError(ctx context.Context, op string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if cerr == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The connection's deadline is the context's own, and the
+		// connection can notice it a moment before the context does.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("endpoint: %s: %w: %w", op, cerr, err)
 	}
 	return fmt.Errorf("endpoint: %s: %w", op, err)

@@ -470,13 +470,26 @@ func dialRetry(ctx context.Context, address string) (net.Conn, error) {
 // "127.0.0.1:0"): rank 0 listens, the others dial. local[i][j] is the
 // endpoint rank i made for rank j; the result remote[i][j] is the endpoint
 // rank j made for rank i, that is local[j][i] after its trip over the
-// wire (remote[i][i] is local[i][i], never sent). It is meant for tests and
-// tools that run every rank in one process.
+// wire (remote[i][i] is local[i][i], never sent). Every endpoint is checked
+// before anything is sent, and the first rank to fail stops the others, so
+// the error returned is that rank's. It is meant for tests and tools that
+// run every rank in one process.
 func Mesh(ctx context.Context, address string, local [][]Endpoint) ([][]Endpoint, error) {
 	n := len(local)
+	if err := checkPeers(n); err != nil {
+		return nil, fmt.Errorf("endpoint: mesh: %w", err)
+	}
 	for i, row := range local {
 		if len(row) != n {
 			return nil, fmt.Errorf("endpoint: mesh: rank %d has %d endpoints for %d peers: %w", i, len(row), n, ErrInvalid)
+		}
+		for j, e := range row {
+			if j == i {
+				continue
+			}
+			if err := e.Validate(); err != nil {
+				return nil, fmt.Errorf("endpoint: mesh: rank %d's endpoint for rank %d: %w", i, j, err)
+			}
 		}
 	}
 	l, err := ListenMesh(ctx, address, n)
@@ -484,29 +497,37 @@ func Mesh(ctx context.Context, address string, local [][]Endpoint) ([][]Endpoint
 		return nil, err
 	}
 	addr := l.Addr().String()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	remote := make([][]Endpoint, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var err error
 			if i == 0 {
-				remote[i], errs[i] = l.Exchange(ctx, local[i])
+				remote[i], err = l.Exchange(ctx, local[i])
 			} else {
-				remote[i], errs[i] = DialMesh(ctx, addr, i, local[i])
+				remote[i], err = DialMesh(ctx, addr, i, local[i])
+			}
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("endpoint: mesh: rank %d: %w", i, err)
+					cancel()
+				}
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("rank %d: %w", i, err))
-		}
-	}
-	if len(failed) > 0 {
-		return nil, errors.Join(failed...)
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return remote, nil
 }

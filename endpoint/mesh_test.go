@@ -1,0 +1,465 @@
+package endpoint
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// noLeak fails the test when goroutines started during it are still running
+// a moment after it (and its other cleanups) ended.
+func noLeak(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(3 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+// meshEndpoint is the endpoint rank i makes for rank j: every field is a
+// function of (i, j), so a misrouted endpoint is caught.
+func meshEndpoint(i, j int) Endpoint {
+	e := Endpoint{
+		Transport: TransportRC,
+		QPN:       uint32(i<<8 | j),
+		LID:       uint16(1000 + i),
+		GIDIndex:  uint8(j),
+		PSN:       uint32(j<<12 | i),
+		MTU:       MTU(1 + (i+j)%5),
+	}
+	e.GID[0], e.GID[15] = byte(i), byte(j)
+	for k := range (i + j) % 4 {
+		e.Regions = append(e.Regions, RemoteRegion{
+			Address:   uint64(i)<<32 | uint64(j)<<16 | uint64(k),
+			Length:    uint64(4096 * (k + 1)),
+			RemoteKey: uint32(i*1000 + j*10 + k),
+			Access:    AccessRemoteRead | AccessRemoteWrite,
+		})
+	}
+	return e
+}
+
+func meshLocal(n int) [][]Endpoint {
+	local := make([][]Endpoint, n)
+	for i := range local {
+		local[i] = make([]Endpoint, n)
+		for j := range local[i] {
+			local[i][j] = meshEndpoint(i, j)
+		}
+	}
+	return local
+}
+
+func checkTranspose(t *testing.T, local, remote [][]Endpoint) {
+	t.Helper()
+	require.Len(t, remote, len(local))
+	for i := range remote {
+		require.Len(t, remote[i], len(local))
+		for j := range remote[i] {
+			// Independent of the code under test: rank j's endpoint for i.
+			require.Equal(t, meshEndpoint(j, i), remote[i][j], "rank %d's view of rank %d", i, j)
+		}
+	}
+}
+
+func TestMesh16(t *testing.T) {
+	noLeak(t)
+	const n = 16
+	local := meshLocal(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	remote, err := Mesh(ctx, "127.0.0.1:0", local)
+	require.NoError(t, err)
+	checkTranspose(t, local, remote)
+}
+
+func TestMeshOne(t *testing.T) {
+	local := meshLocal(1)
+	remote, err := Mesh(context.Background(), "127.0.0.1:0", local)
+	require.NoError(t, err)
+	checkTranspose(t, local, remote)
+}
+
+func TestMeshSelfEntryNotSent(t *testing.T) {
+	// A rank's own entry is never on the wire, so the zero Endpoint is
+	// allowed there (a peer with no loopback queue).
+	local := meshLocal(3)
+	for i := range local {
+		local[i][i] = Endpoint{}
+	}
+	remote, err := Mesh(context.Background(), "127.0.0.1:0", local)
+	require.NoError(t, err)
+	for i := range remote {
+		for j := range remote[i] {
+			if i == j {
+				require.Equal(t, Endpoint{}, remote[i][j])
+			} else {
+				require.Equal(t, meshEndpoint(j, i), remote[i][j])
+			}
+		}
+	}
+}
+
+func TestMeshDCOneEndpointForAll(t *testing.T) {
+	// Over DC a peer offers the same DCT to everyone.
+	const n = 5
+	dct := func(i int) Endpoint {
+		return Endpoint{Transport: TransportDC, QPN: uint32(i), LID: uint16(i), MTU: MTU4096,
+			DCTNumber: uint32(0x100 + i), DCAccessKey: uint64(0xdc00 + i)}
+	}
+	local := make([][]Endpoint, n)
+	for i := range local {
+		for range n {
+			local[i] = append(local[i], dct(i))
+		}
+	}
+	remote, err := Mesh(context.Background(), "127.0.0.1:0", local)
+	require.NoError(t, err)
+	for i := range remote {
+		for j := range remote[i] {
+			require.Equal(t, dct(j), remote[i][j])
+		}
+	}
+}
+
+// freeAddress returns a loopback address nobody listens on right now.
+func freeAddress(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// runDialers dials ranks 1..n-1 of local in goroutines.
+func runDialers(ctx context.Context, addr string, local [][]Endpoint) ([][]Endpoint, []error, *sync.WaitGroup) {
+	remote := make([][]Endpoint, len(local))
+	errs := make([]error, len(local))
+	var wg sync.WaitGroup
+	for i := 1; i < len(local); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			remote[i], errs[i] = DialMesh(ctx, addr, i, local[i])
+		}()
+	}
+	return remote, errs, &wg
+}
+
+func TestMeshDialersBeforeListener(t *testing.T) {
+	noLeak(t)
+	const n = 4
+	local := meshLocal(n)
+	addr := freeAddress(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	remote, errs, wg := runDialers(ctx, addr, local)
+	time.Sleep(150 * time.Millisecond) // the dialers retry meanwhile
+	l, err := ListenMesh(ctx, addr, n)
+	require.NoError(t, err)
+	remote[0], errs[0] = l.Exchange(ctx, local[0])
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "rank %d", i)
+	}
+	checkTranspose(t, local, remote)
+}
+
+func TestMeshSurvivesGarbageConnections(t *testing.T) {
+	noLeak(t)
+	const n = 3
+	local := meshLocal(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n)
+	require.NoError(t, err)
+	addr := l.Addr().String()
+
+	var remote0 []Endpoint
+	var err0 error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		remote0, err0 = l.Exchange(ctx, local[0])
+	}()
+
+	// Garbage first: random bytes, a foreign mesh version, a hello for
+	// another mesh size, a rank out of range. Each is told why and closed.
+	garbage := [][]byte{
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		func() []byte { b := meshFrame(meshHello, nil); binary.BigEndian.PutUint16(b[4:], 9); return b }(),
+		func() []byte {
+			p := binary.BigEndian.AppendUint32(nil, 1)
+			p = binary.BigEndian.AppendUint32(p, 7)
+			return meshFrame(meshHello, p)
+		}(),
+		func() []byte {
+			p := binary.BigEndian.AppendUint32(nil, 5)
+			p = binary.BigEndian.AppendUint32(p, n)
+			return meshFrame(meshHello, p)
+		}(),
+		func() []byte {
+			p := binary.BigEndian.AppendUint32(nil, 1)
+			p = binary.BigEndian.AppendUint32(p, n)
+			return meshFrame(meshHello, append(p, "not an endpoint at all, not at all......................................"...))
+		}(),
+	}
+	for _, g := range garbage {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = c.Write(g)
+		require.NoError(t, err)
+		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+		typ, reason, err := readMeshFrame(c, 0)
+		require.NoError(t, err, "garbage %q", g)
+		require.Equal(t, meshAbort, typ)
+		require.NotEmpty(t, reason)
+		_ = c.Close()
+	}
+	// An idle connection that never says anything must not hold the mesh up.
+	idle, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer idle.Close()
+
+	remote, errs, wg := runDialers(ctx, addr, local)
+	wg.Wait()
+	<-done
+	remote[0], errs[0] = remote0, err0
+	for i, err := range errs {
+		require.NoError(t, err, "rank %d", i)
+	}
+	checkTranspose(t, local, remote)
+}
+
+func TestMeshMissingRank(t *testing.T) {
+	noLeak(t)
+	const n = 3
+	local := meshLocal(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n)
+	require.NoError(t, err)
+	var derr error
+	dialed := make(chan struct{})
+	go func() {
+		defer close(dialed)
+		// The dialer would wait longer than the listener: it is told.
+		_, derr = DialMesh(context.Background(), l.Addr().String(), 1, local[1])
+	}()
+	start := time.Now()
+	_, err = l.Exchange(ctx, local[0])
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "2 of 3 ranks joined")
+	require.Contains(t, err.Error(), "missing ranks [2]")
+	<-dialed
+	require.Less(t, time.Since(start), 3*time.Second)
+	require.ErrorIs(t, derr, ErrRejected)
+	require.Contains(t, derr.Error(), "waiting for ranks [2]")
+}
+
+func TestMeshDuplicateRank(t *testing.T) {
+	noLeak(t)
+	const n = 3
+	local := meshLocal(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n)
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	var remote0 []Endpoint
+	var err0 error
+	done := make(chan struct{})
+	go func() { defer close(done); remote0, err0 = l.Exchange(ctx, local[0]) }()
+
+	type result struct {
+		remote []Endpoint
+		err    error
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			r, err := DialMesh(ctx, addr, 1, local[1])
+			results <- result{r, err}
+		}()
+	}
+	first := <-results // the one turned away answers first
+	require.ErrorIs(t, first.err, ErrRejected)
+	require.Contains(t, first.err.Error(), "rank 1 has already joined")
+
+	remote2, err2 := DialMesh(ctx, addr, 2, local[2])
+	require.NoError(t, err2)
+	second := <-results
+	require.NoError(t, second.err)
+	<-done
+	require.NoError(t, err0)
+	checkTranspose(t, local, [][]Endpoint{remote0, second.remote, remote2})
+}
+
+func TestDialMeshHostileListener(t *testing.T) {
+	local := meshLocal(3)[1]
+	table := func(payload []byte) []byte { return meshFrame(meshTable, payload) }
+	good, err := encodeOthers(nil, meshLocal(3)[0], 1)
+	require.NoError(t, err)
+	cases := []struct {
+		name  string
+		reply []byte // nil: send nothing and keep the connection open
+		close bool
+		is    []error
+	}{
+		{"random bytes", []byte("\x8a\x01\xff\x00garbage garbage garbage"), false, []error{ErrMalformed, ErrBadMagic}},
+		{"huge table length", func() []byte {
+			b := table(nil)
+			binary.BigEndian.PutUint32(b[8:], 1<<31)
+			return b
+		}(), false, []error{ErrMalformed, ErrLength}},
+		{"huge abort length", func() []byte {
+			b := meshFrame(meshAbort, nil)
+			binary.BigEndian.PutUint32(b[8:], maxAbortReason+1)
+			return b
+		}(), false, []error{ErrMalformed, ErrLength}},
+		{"unknown frame type", func() []byte { b := table(nil); b[6] = 9; return b }(), false, []error{ErrMalformed, ErrRange}},
+		{"hello instead of table", meshFrame(meshHello, nil), false, []error{ErrMalformed}},
+		{"table one endpoint short", table(good[:sampleRC().EncodedSize()]), false, []error{ErrMalformed}},
+		{"table with trailing bytes", table(append(append([]byte(nil), good...), 0)), false, []error{ErrMalformed, ErrTrailingBytes}},
+		{"table endpoint invalid", func() []byte {
+			p := append([]byte(nil), good...)
+			p[offTransport] = 7
+			return table(p)
+		}(), false, []error{ErrMalformed, ErrUnknownTransport}},
+		{"truncated then close", table(good)[:40], true, []error{ErrMalformed, ErrTruncated}},
+		{"close at once", []byte{}, true, []error{io.EOF}},
+		{"never answers", nil, false, []error{context.DeadlineExceeded}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			noLeak(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+				// Read the hello in full so a close is a clean EOF.
+				if _, _, err := readMeshFrame(conn, maxListPayload(3, 8)); err != nil {
+					return
+				}
+				if c.reply != nil {
+					_, _ = conn.Write(c.reply)
+				}
+				if !c.close {
+					_, _ = io.Copy(io.Discard, conn)
+				}
+			}()
+			limit := 300 * time.Millisecond
+			if c.reply != nil {
+				limit = 5 * time.Second // must fail on the bytes, long before
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			defer cancel()
+			start := time.Now()
+			_, err = DialMesh(ctx, ln.Addr().String(), 1, local)
+			require.Error(t, err)
+			for _, want := range c.is {
+				require.ErrorIs(t, err, want)
+			}
+			require.Contains(t, err.Error(), "as rank 1")
+			if c.reply != nil {
+				require.NoError(t, ctx.Err(), "should fail on the bytes: %v", err)
+			}
+			require.Less(t, time.Since(start), limit+2*time.Second)
+			<-served
+		})
+	}
+}
+
+func TestDialMeshNoListener(t *testing.T) {
+	noLeak(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := DialMesh(ctx, freeAddress(t), 1, meshLocal(2)[1])
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Regexp(t, `after ([2-9]|\d\d+) attempts`, err.Error())
+	require.Less(t, time.Since(start), 3*time.Second)
+}
+
+func TestMeshArgumentErrors(t *testing.T) {
+	ctx := context.Background()
+	local := meshLocal(3)
+
+	_, err := DialMesh(ctx, "127.0.0.1:1", 0, local[0])
+	require.ErrorIs(t, err, ErrRange)
+	_, err = DialMesh(ctx, "127.0.0.1:1", 3, local[0])
+	require.ErrorIs(t, err, ErrRange)
+	_, err = DialMesh(ctx, "127.0.0.1:1", 1, make([]Endpoint, MaxPeers+1))
+	require.ErrorIs(t, err, ErrRange)
+	bad := append([]Endpoint(nil), local[1]...)
+	bad[2].PSN = 1 << 24
+	_, err = DialMesh(ctx, "127.0.0.1:1", 1, bad)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Contains(t, err.Error(), "endpoint for rank 2")
+
+	_, err = ListenMesh(ctx, "127.0.0.1:0", 0)
+	require.ErrorIs(t, err, ErrRange)
+	_, err = ListenMesh(ctx, "127.0.0.1:0", MaxPeers+1)
+	require.ErrorIs(t, err, ErrRange)
+
+	l, err := ListenMesh(ctx, "127.0.0.1:0", 3)
+	require.NoError(t, err)
+	_, err = l.Exchange(ctx, local[0][:2])
+	require.ErrorIs(t, err, ErrInvalid)
+
+	l, err = ListenMesh(ctx, "127.0.0.1:0", 3)
+	require.NoError(t, err)
+	bad = append([]Endpoint(nil), local[0]...)
+	bad[1].Transport = 0
+	_, err = l.Exchange(ctx, bad)
+	require.ErrorIs(t, err, ErrUnknownTransport)
+
+	_, err = Mesh(ctx, "127.0.0.1:0", [][]Endpoint{local[0], local[1][:1], local[2]})
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestMeshChecksEveryEndpointFirst(t *testing.T) {
+	noLeak(t)
+	local := meshLocal(3)
+	local[2][0].MTU = 0
+	_, err := Mesh(context.Background(), "127.0.0.1:0", local)
+	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Contains(t, err.Error(), "rank 2's endpoint for rank 0")
+}
+
+func TestMeshListenFails(t *testing.T) {
+	noLeak(t)
+	// Rank 0 cannot listen (the address is taken): Mesh reports that at
+	// once instead of letting the dialers wait out their deadline.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	start := time.Now()
+	_, err = Mesh(context.Background(), taken.Addr().String(), meshLocal(3))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "listen mesh")
+	require.Less(t, time.Since(start), 5*time.Second)
+}
