@@ -1,0 +1,234 @@
+//go:build cgo && linux
+
+package cgo
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/stretchr/testify/require"
+)
+
+// hasRDMASubsystem reports whether the kernel exposes uverbs devices;
+// without it ibv_get_device_list has nothing to list.
+func hasRDMASubsystem() bool {
+	_, err := os.Stat("/sys/class/infiniband_verbs")
+	return err == nil
+}
+
+func TestListDevices(t *testing.T) {
+	list, err := ListDevices()
+	require.NoError(t, err)
+	if !hasRDMASubsystem() {
+		require.Empty(t, list, "no /sys/class/infiniband_verbs, yet devices were listed")
+		require.Contains(t, NoDeviceReason(), "ENOSYS")
+	}
+	for _, d := range list {
+		require.NotEmpty(t, d.Name)
+		require.NotEmpty(t, d.NodeType)
+	}
+	p, err := Provider{}.Devices()
+	require.NoError(t, err)
+	mlx5 := 0
+	for _, d := range list {
+		if d.MLX5 {
+			mlx5++
+		}
+	}
+	require.Len(t, p, mlx5, "the provider lists exactly the mlx5 devices")
+	if mlx5 == 0 {
+		require.NotEmpty(t, NoDeviceReason())
+	} else {
+		require.Empty(t, NoDeviceReason())
+	}
+}
+
+func TestOpenNonexistentDevice(t *testing.T) {
+	d, err := Open("mlx5kit_no_such_device")
+	require.Nil(t, d)
+	require.Error(t, err)
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+	require.ErrorIs(t, err, syscall.ENODEV)
+	var ve *VerbError
+	require.True(t, errors.As(err, &ve))
+	require.Equal(t, "ibv_get_device_list", ve.Verb)
+	require.Contains(t, err.Error(), `no device named "mlx5kit_no_such_device"`)
+	require.Contains(t, err.Error(), "ENODEV")
+}
+
+func TestOpenDefaultWithoutDevice(t *testing.T) {
+	if NoDeviceReason() == "" {
+		t.Skip("an mlx5 device is present; TestHardware* cover opening it")
+	}
+	d, err := Open("")
+	require.Nil(t, d)
+	require.ErrorIs(t, err, ctx.ErrNoDevice)
+	require.Contains(t, err.Error(), "ibv_get_device_list")
+	require.Contains(t, err.Error(), "no mlx5 device")
+}
+
+func TestProviderRegistered(t *testing.T) {
+	require.Contains(t, ctx.Providers(), ctx.ProviderHardware)
+	require.True(t, Enabled)
+	if NoDeviceReason() != "" {
+		_, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware})
+		require.ErrorIs(t, err, ctx.ErrNoDevice)
+		require.Contains(t, err.Error(), "ibv_get_device_list")
+		_, err = ctx.Open(ctx.Options{Provider: ctx.ProviderHardware, Device: "nope0"})
+		require.ErrorIs(t, err, ctx.ErrNotFound)
+	}
+}
+
+// Masks are compared with the values of enum ibv_qp_attr_mask in verbs.h.
+func TestModifyMask(t *testing.T) {
+	const (
+		state      = 1 << 0
+		access     = 1 << 3
+		pkey       = 1 << 4
+		port       = 1 << 5
+		qkey       = 1 << 6
+		av         = 1 << 7
+		pathMTU    = 1 << 8
+		timeout    = 1 << 9
+		retry      = 1 << 10
+		rnrRetry   = 1 << 11
+		rqPSN      = 1 << 12
+		maxRdAtom  = 1 << 13
+		minRNR     = 1 << 15
+		sqPSN      = 1 << 16
+		maxDestRd  = 1 << 17
+		destQPN    = 1 << 20
+		rcRTR      = state | av | pathMTU | destQPN | rqPSN | maxDestRd | minRNR
+		rcRTS      = state | timeout | retry | rnrRetry | sqPSN | maxRdAtom
+		dctRTR     = state | av | pathMTU | minRNR
+		dciRTRBare = state | pathMTU
+	)
+	R, I, RTR, RTS, SQD, SQE, E := ctx.QPStateReset, ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS, ctx.QPStateSQD, ctx.QPStateSQE, ctx.QPStateError
+	for _, c := range []struct {
+		typ       ctx.QPType
+		cur, next ctx.QPState
+		path      ctx.AddressAttr
+		want      int
+	}{
+		{ctx.QPTypeRC, R, I, ctx.AddressAttr{}, state | pkey | port | access},
+		{ctx.QPTypeRC, I, RTR, ctx.AddressAttr{}, rcRTR},
+		{ctx.QPTypeRC, RTR, RTS, ctx.AddressAttr{}, rcRTS},
+		{ctx.QPTypeUD, R, I, ctx.AddressAttr{}, state | pkey | port | qkey},
+		{ctx.QPTypeUD, I, RTR, ctx.AddressAttr{}, state},
+		{ctx.QPTypeUD, RTR, RTS, ctx.AddressAttr{}, state | sqPSN},
+		{ctx.QPTypeDCI, R, I, ctx.AddressAttr{}, state | pkey | port},
+		{ctx.QPTypeDCI, I, RTR, ctx.AddressAttr{}, dciRTRBare},
+		{ctx.QPTypeDCI, I, RTR, ctx.AddressAttr{GlobalRoute: true}, dciRTRBare | av},
+		{ctx.QPTypeDCI, RTR, RTS, ctx.AddressAttr{}, rcRTS},
+		{ctx.QPTypeDCT, R, I, ctx.AddressAttr{}, state | pkey | port | access},
+		{ctx.QPTypeDCT, I, RTR, ctx.AddressAttr{}, dctRTR},
+		{ctx.QPTypeRC, RTS, E, ctx.AddressAttr{}, state},
+		{ctx.QPTypeDCT, RTR, R, ctx.AddressAttr{}, state},
+		{ctx.QPTypeRC, SQE, RTS, ctx.AddressAttr{}, state},
+		{ctx.QPTypeRC, RTS, SQD, ctx.AddressAttr{}, state},
+	} {
+		a := ctx.QPAttr{State: c.next, Path: c.path}
+		got, err := modifyMask(c.typ, c.cur, c.next, &a)
+		require.NoError(t, err, "%v %v→%v", c.typ, c.cur, c.next)
+		require.Equal(t, c.want, got, "%v %v→%v: mask %#x, want %#x", c.typ, c.cur, c.next, got, c.want)
+	}
+	for _, c := range []struct {
+		typ       ctx.QPType
+		cur, next ctx.QPState
+	}{
+		{ctx.QPTypeDCT, RTR, RTS},
+		{ctx.QPTypeRC, R, RTR},
+		{ctx.QPTypeRC, RTS, I},
+		{ctx.QPTypeUD, I, RTS},
+		{ctx.QPTypeDCT, RTS, SQD},
+		{ctx.QPType(99), R, I},
+	} {
+		_, err := modifyMask(c.typ, c.cur, c.next, &ctx.QPAttr{State: c.next})
+		require.ErrorIs(t, err, ctx.ErrInvalidState, "%v %v→%v", c.typ, c.cur, c.next)
+	}
+}
+
+func TestCheckAttrRanges(t *testing.T) {
+	ok := ctx.QPAttr{PathMTU: ctx.MTU4096, RemoteQPN: 0xffffff, RQPSN: 0xffffff, MinRNRTimer: 31}
+	require.NoError(t, checkAttr(maskRTRRC, &ok))
+	for name, a := range map[string]ctx.QPAttr{
+		"RemoteQPN":   {PathMTU: ctx.MTU1024, RemoteQPN: 1 << 24},
+		"RQPSN":       {PathMTU: ctx.MTU1024, RQPSN: 1 << 24},
+		"MinRNRTimer": {PathMTU: ctx.MTU1024, MinRNRTimer: 32},
+		"PathMTU":     {PathMTU: 6},
+		"not set":     {},
+		"Path.SL":     {PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{SL: 16}},
+	} {
+		err := checkAttr(maskRTRRC, &a)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
+		require.Contains(t, err.Error(), name)
+	}
+	require.ErrorIs(t, checkAttr(maskRTSRC, &ctx.QPAttr{RetryCount: 8}), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, checkAttr(maskRTSRC, &ctx.QPAttr{Timeout: 32}), ctx.ErrInvalidArgument)
+	// Fields outside the mask are not looked at.
+	require.NoError(t, checkAttr(maskRTSRC, &ctx.QPAttr{RemoteQPN: 1 << 30}))
+}
+
+func TestFillAddress(t *testing.T) {
+	gid := ctx.GID{0xfe, 0x80, 15: 0x42}
+	s, err := summarizeAH(ctx.AddressAttr{Port: 1, DLID: 0x17, SL: 3, SrcPathBits: 1, StaticRate: 2}, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	require.Equal(t, uint16(0x17), s.dlid)
+	require.Equal(t, uint8(3), s.sl)
+	require.Equal(t, uint8(1), s.pathBits)
+	require.Equal(t, uint8(2), s.staticRate)
+	require.Equal(t, uint8(1), s.port)
+	require.False(t, s.isGlobal)
+	require.Equal(t, uintptr(16), s.sizeofGIDData)
+
+	_, err = summarizeAH(ctx.AddressAttr{Port: 1}, ctx.LinkLayerEthernet)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "RoCE without a GRH")
+	require.Contains(t, err.Error(), "GlobalRoute")
+
+	s, err = summarizeAH(ctx.AddressAttr{Port: 2, GlobalRoute: true, DGID: gid, SGIDIndex: 3, FlowLabel: 0xabcde, TrafficClass: 106}, ctx.LinkLayerEthernet)
+	require.NoError(t, err)
+	require.True(t, s.isGlobal)
+	require.Equal(t, [16]byte(gid), s.dgid)
+	require.Equal(t, uint8(3), s.sgidIndex)
+	require.Equal(t, uint32(0xabcde), s.flowLabel)
+	require.Equal(t, uint8(106), s.trafficClass)
+	require.Equal(t, uint8(64), s.hopLimit, "RoCE hop limit 0 becomes 64")
+
+	s, err = summarizeAH(ctx.AddressAttr{Port: 1, GlobalRoute: true, DGID: gid, HopLimit: 0}, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	require.Equal(t, uint8(0), s.hopLimit, "InfiniBand keeps the given hop limit")
+
+	_, err = summarizeAH(ctx.AddressAttr{Port: 1, GlobalRoute: true, FlowLabel: 1 << 20}, ctx.LinkLayerEthernet)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+func TestEventTypeMapping(t *testing.T) {
+	// enum ibv_event_type values from verbs.h.
+	for ibv, want := range map[uint32]ctx.AsyncEventType{
+		0: ctx.EventCQError, 1: ctx.EventQPFatal, 2: ctx.EventQPRequestError,
+		3: ctx.EventQPAccessError, 8: ctx.EventDeviceFatal, 9: ctx.EventPortActive,
+		10: ctx.EventPortError, 15: ctx.EventSRQLimitReached, 16: ctx.EventQPLastWQEReached,
+	} {
+		require.Equal(t, want, asyncEventType(ibv), "ibv event %d", ibv)
+	}
+	for _, ibv := range []uint32{4, 5, 11, 14, 18, 19} { // COMM_EST, SQ_DRAINED, LID_CHANGE, SRQ_ERR, GID_CHANGE, WQ_FATAL
+		require.Equal(t, ctx.AsyncEventType(0), asyncEventType(ibv), "ibv event %d", ibv)
+	}
+	// enum ibv_gid_type: IB 0, RoCE v1 1, RoCE v2 2.
+	require.Equal(t, ctx.GIDTypeIB, gidType(0))
+	require.Equal(t, ctx.GIDTypeRoCEv1, gidType(1))
+	require.Equal(t, ctx.GIDTypeRoCEv2, gidType(2))
+	require.Equal(t, ctx.GIDType(0), gidType(7))
+}
+
+func TestBigEndianHelpers(t *testing.T) {
+	// A __be64 0x0102030405060708 sits in memory as bytes 01..08.
+	b := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	raw := *(*uint64)(unsafePointer(b))
+	require.Equal(t, uint64(0x0102030405060708), be64(raw))
+	raw32 := *(*uint32)(unsafePointer(b))
+	require.Equal(t, uint32(0x01020304), be32(raw32))
+}

@@ -1,0 +1,75 @@
+// Package devicetest is the one gate of every test that needs a real mlx5
+// device. RequireDevice skips a test with a single line when the machine
+// has no mlx5 device, and fails it instead when MLX5KIT_REQUIRE_DEVICE=1 is
+// set, so that on a machine that should have a NIC (make hwtest) a skip can
+// never hide a regression.
+package devicetest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/mlx5kit/mlx5kit/cgo"
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// EnvRequireDevice is the environment variable that turns the skip into a
+// failure when set to 1.
+const EnvRequireDevice = "MLX5KIT_REQUIRE_DEVICE"
+
+// FirstDevice returns the name of the first mlx5 device, or "" and why
+// there is none.
+func FirstDevice() (name, why string) {
+	if why := cgo.NoDeviceReason(); why != "" {
+		return "", why
+	}
+	list, err := cgo.ListDevices()
+	if err != nil {
+		return "", err.Error()
+	}
+	for _, d := range list {
+		if d.MLX5 {
+			return d.Name, ""
+		}
+	}
+	return "", "the mlx5 device disappeared while listing"
+}
+
+// RequireDevice returns the name of the first mlx5 device. Without one it
+// skips the test with the line "no mlx5 device: <why>", or, when
+// MLX5KIT_REQUIRE_DEVICE=1, fails it with the same line.
+func RequireDevice(tb testing.TB) string {
+	tb.Helper()
+	name, why := FirstDevice()
+	if name != "" {
+		return name
+	}
+	if os.Getenv(EnvRequireDevice) == "1" {
+		tb.Fatalf("no mlx5 device: %s (%s=1 requires one)", why, EnvRequireDevice)
+		return ""
+	}
+	tb.Skipf("no mlx5 device: %s", why)
+	return ""
+}
+
+// OpenContext opens the first mlx5 device through ctx with the hardware
+// provider, or skips / fails as RequireDevice does. The context is closed
+// when the test ends.
+func OpenContext(tb testing.TB) *ctx.Context {
+	tb.Helper()
+	name := RequireDevice(tb)
+	if name == "" {
+		return nil
+	}
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware, Device: name})
+	if err != nil {
+		tb.Fatalf("open %s: %v", name, err)
+		return nil
+	}
+	tb.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			tb.Errorf("close %s: %v", name, err)
+		}
+	})
+	return c
+}

@@ -1,0 +1,235 @@
+/*
+ * Small C shims for package cgo. Every function is static inline so each Go
+ * file that includes this header gets its own copy and nothing clashes at
+ * link time.
+ *
+ * They exist for three reasons only:
+ *  - verbs that rdma-core defines as macros or inline wrappers (ibv_reg_mr,
+ *    ibv_query_port, ibv_query_gid_ex, ibv_query_gid_table) are called
+ *    through one named function;
+ *  - unions (the DC access key in mlx5dv_dc_init_attr, the element of
+ *    ibv_async_event) are read and written by the C compiler, not through
+ *    offsets guessed in Go;
+ *  - struct mlx5dv_obj holds pointers to its output structs, so it is built
+ *    on the C stack here: a Go-allocated mlx5dv_obj pointing at Go memory
+ *    would break the cgo pointer rules.
+ *
+ * Return conventions are those of the wrapped verb; the Go side decides per
+ * verb whether the error is the return value or errno.
+ */
+#ifndef MLX5KIT_VERBS_H
+#define MLX5KIT_VERBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <infiniband/mlx5dv.h>
+
+/* ---- devices ---- */
+
+/* ibv_get_device_list is a macro in verbs.h; NULL and errno on failure. */
+static inline struct ibv_device **mk_get_device_list(int *num)
+{
+	return ibv_get_device_list(num);
+}
+
+static inline struct ibv_device *mk_device_at(struct ibv_device **list, int i)
+{
+	return list[i];
+}
+
+static inline int mk_query_port(struct ibv_context *c, uint8_t port,
+				struct ibv_port_attr *attr)
+{
+	return ibv_query_port(c, port, attr);
+}
+
+/* ibv_query_gid_ex returns 0 or an errno value (ENODATA for an empty slot). */
+static inline int mk_query_gid_ex(struct ibv_context *c, uint32_t port,
+				  uint32_t index, struct ibv_gid_entry *entry)
+{
+	return ibv_query_gid_ex(c, port, index, entry, 0);
+}
+
+/* ibv_query_gid_table returns the number of entries or a negative errno. */
+static inline ssize_t mk_query_gid_table(struct ibv_context *c,
+					 struct ibv_gid_entry *entries,
+					 size_t max_entries)
+{
+	return ibv_query_gid_table(c, entries, max_entries, 0);
+}
+
+/* ibv_query_device_ex returns 0 or an errno value. */
+static inline int mk_query_device_ex(struct ibv_context *c,
+				     struct ibv_device_attr_ex *attr)
+{
+	return ibv_query_device_ex(c, NULL, attr);
+}
+
+/* ---- memory ---- */
+
+/* ibv_reg_mr returns NULL and sets errno. */
+static inline struct ibv_mr *mk_reg_mr(struct ibv_pd *pd, void *addr,
+				       size_t length, unsigned int access)
+{
+	return ibv_reg_mr(pd, addr, length, (int)access);
+}
+
+/* ---- completion queues ---- */
+
+static inline struct ibv_cq *mk_cq_ex_to_cq(struct ibv_cq_ex *cq)
+{
+	return ibv_cq_ex_to_cq(cq);
+}
+
+/*
+ * ibv_get_cq_event returns 0 or -1 with errno set. cq_out receives the CQ
+ * the event is for.
+ */
+static inline int mk_get_cq_event(struct ibv_comp_channel *ch,
+				  struct ibv_cq **cq_out)
+{
+	void *cq_context;
+
+	return ibv_get_cq_event(ch, cq_out, &cq_context);
+}
+
+/* ---- queue pairs ---- */
+
+static inline void mk_set_dc(struct mlx5dv_qp_init_attr *attr, int dct,
+			     uint64_t access_key)
+{
+	attr->comp_mask |= MLX5DV_QP_INIT_ATTR_MASK_DC;
+	if (dct) {
+		attr->dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
+		attr->dc_init_attr.dct_access_key = access_key;
+	} else {
+		attr->dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+	}
+}
+
+static inline uint64_t mk_get_dct_access_key(const struct mlx5dv_qp_init_attr *attr)
+{
+	return attr->dc_init_attr.dct_access_key;
+}
+
+/* ---- mlx5dv_init_obj, one object at a time; all return 0 or an errno value ---- */
+
+static inline int mk_init_qp(struct ibv_qp *qp, struct mlx5dv_qp *out)
+{
+	struct mlx5dv_obj obj;
+
+	memset(&obj, 0, sizeof(obj));
+	out->comp_mask = 0;
+	obj.qp.in = qp;
+	obj.qp.out = out;
+	return mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP);
+}
+
+static inline int mk_init_cq(struct ibv_cq *cq, struct mlx5dv_cq *out)
+{
+	struct mlx5dv_obj obj;
+
+	memset(&obj, 0, sizeof(obj));
+	obj.cq.in = cq;
+	obj.cq.out = out;
+	return mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ);
+}
+
+/* Asks for the SRQ number too (MLX5DV_SRQ_MASK_SRQN). */
+static inline int mk_init_srq(struct ibv_srq *srq, struct mlx5dv_srq *out)
+{
+	struct mlx5dv_obj obj;
+
+	memset(&obj, 0, sizeof(obj));
+	out->comp_mask = MLX5DV_SRQ_MASK_SRQN;
+	obj.srq.in = srq;
+	obj.srq.out = out;
+	return mlx5dv_init_obj(&obj, MLX5DV_OBJ_SRQ);
+}
+
+/*
+ * Copies the AH's address vector (struct mlx5_wqe_av) into av_out, which
+ * must hold sizeof(struct mlx5_wqe_av) bytes.
+ */
+static inline int mk_init_ah(struct ibv_ah *ah, void *av_out)
+{
+	struct mlx5dv_obj obj;
+	struct mlx5dv_ah dv;
+	int ret;
+
+	memset(&obj, 0, sizeof(obj));
+	memset(&dv, 0, sizeof(dv));
+	obj.ah.in = ah;
+	obj.ah.out = &dv;
+	ret = mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH);
+	if (ret)
+		return ret;
+	if (!dv.av)
+		return EINVAL;
+	memcpy(av_out, dv.av, sizeof(struct mlx5_wqe_av));
+	return 0;
+}
+
+static inline size_t mk_sizeof_wqe_av(void)
+{
+	return sizeof(struct mlx5_wqe_av);
+}
+
+/* ---- asynchronous events ---- */
+
+/*
+ * The union element of ibv_async_event, read by the compiler. qpn is the
+ * QP number (for a DCT, the DCT number) when the event is about a QP; the
+ * QP cannot be destroyed before the event is acknowledged, so reading it
+ * here is safe.
+ */
+struct mk_async_element {
+	void     *cq;
+	void     *qp;
+	void     *srq;
+	uint32_t  qpn;
+	int       port;
+};
+
+static inline void mk_async_element(const struct ibv_async_event *ev,
+				    struct mk_async_element *out)
+{
+	memset(out, 0, sizeof(*out));
+	switch (ev->event_type) {
+	case IBV_EVENT_CQ_ERR:
+		out->cq = ev->element.cq;
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->qp = ev->element.qp;
+		if (ev->element.qp)
+			out->qpn = ev->element.qp->qp_num;
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		out->srq = ev->element.srq;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		out->port = ev->element.port_num;
+		break;
+	default:
+		break;
+	}
+}
+
+#endif /* MLX5KIT_VERBS_H */

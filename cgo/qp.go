@@ -1,0 +1,456 @@
+//go:build cgo && linux
+
+package cgo
+
+/*
+#include "mlx5kit_verbs.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// QPConfig configures a queue pair.
+type QPConfig struct {
+	Type ctx.QPType
+	// SendCQ and RecvCQ receive the QP's completions; either may be nil
+	// and then defaults to the other.
+	SendCQ, RecvCQ *CompletionQueue
+	// SRQ replaces the receive queue; a DCT requires one.
+	SRQ  *SharedReceiveQueue
+	Caps ctx.QueuePairCaps
+	// DCKey is the DC access key of a DCT.
+	DCKey uint64
+	// ScatterToCQE keeps rdma-core's default of letting the device place
+	// small receive payloads in the CQE. Off (the default), the QP is
+	// created with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE so every
+	// payload lands in the receive buffer.
+	ScatterToCQE bool
+}
+
+// QueuePair is a struct ibv_qp created with mlx5dv_create_qp (RC, UD, DCI
+// or DCT) whose rings are handed to the data plane with mlx5dv_init_obj.
+type QueuePair struct {
+	pd     *ProtectionDomain
+	qp     *C.struct_ibv_qp
+	typ    ctx.QPType
+	desc   ctx.QPDescriptor
+	state  ctx.QPState
+	closed bool
+}
+
+// qpParams is what createQP needs; the probe uses it with bare C objects.
+type qpParams struct {
+	typ          ctx.QPType
+	send, recv   *C.struct_ibv_cq
+	srq          *C.struct_ibv_srq
+	caps         ctx.QueuePairCaps
+	dcKey        uint64
+	scatterToCQE bool
+}
+
+// createQP creates a QP through mlx5dv_create_qp. RC and UD go through the
+// same path as ibv_create_qp_ex (mlx5dv_create_qp is ibv_create_qp_ex with
+// the mlx5 attributes), which is what lets scatter-to-CQE be switched off
+// per QP. It returns the capabilities rdma-core granted (max_inline_data
+// and the depths are rounded up).
+func createQP(c *C.struct_ibv_context, pd *C.struct_ibv_pd, p qpParams) (*C.struct_ibv_qp, C.struct_ibv_qp_cap, error) {
+	var ia C.struct_ibv_qp_init_attr_ex
+	ia.send_cq = p.send
+	ia.recv_cq = p.recv
+	ia.srq = p.srq
+	ia.cap.max_send_wr = C.uint32_t(p.caps.SendDepth)
+	ia.cap.max_send_sge = C.uint32_t(p.caps.MaxSendSGE)
+	ia.cap.max_inline_data = C.uint32_t(p.caps.MaxInline)
+	if p.srq == nil {
+		ia.cap.max_recv_wr = C.uint32_t(p.caps.RecvDepth)
+		ia.cap.max_recv_sge = C.uint32_t(p.caps.MaxRecvSGE)
+	}
+	ia.sq_sig_all = 0
+	ia.comp_mask = C.IBV_QP_INIT_ATTR_PD
+	ia.pd = pd
+
+	var dv C.struct_mlx5dv_qp_init_attr
+	if !p.scatterToCQE {
+		dv.comp_mask |= C.MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS
+		dv.create_flags |= C.MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE
+	}
+	switch p.typ {
+	case ctx.QPTypeRC:
+		ia.qp_type = C.IBV_QPT_RC
+	case ctx.QPTypeUD:
+		ia.qp_type = C.IBV_QPT_UD
+	case ctx.QPTypeDCI:
+		ia.qp_type = C.IBV_QPT_DRIVER
+		ia.cap.max_recv_wr, ia.cap.max_recv_sge = 0, 0
+		C.mk_set_dc(&dv, 0, 0)
+	case ctx.QPTypeDCT:
+		// A DCT has no rings of its own: no send queue, receives through
+		// its SRQ. rdma-core refuses any comp_mask but PD for it.
+		ia.qp_type = C.IBV_QPT_DRIVER
+		ia.cap = C.struct_ibv_qp_cap{}
+		C.mk_set_dc(&dv, 1, C.uint64_t(p.dcKey))
+	default:
+		return nil, ia.cap, &VerbError{Verb: "mlx5dv_create_qp", Detail: fmt.Sprintf("QP type %v", p.typ), Sentinel: ctx.ErrInvalidArgument}
+	}
+	qp, errno := C.mlx5dv_create_qp(c, &ia, &dv)
+	if qp == nil {
+		return nil, ia.cap, ptrError("mlx5dv_create_qp", fmt.Sprintf("%v QP (send %d×%d SGE inline %d, recv %d×%d SGE, SRQ %v)",
+			p.typ, p.caps.SendDepth, p.caps.MaxSendSGE, p.caps.MaxInline, p.caps.RecvDepth, p.caps.MaxRecvSGE, p.srq != nil), errno)
+	}
+	return qp, ia.cap, nil
+}
+
+// CreateQueuePair creates a QP in RESET state and fills its descriptor
+// with mlx5dv_init_obj (a DCT has no rings; its descriptor carries only the
+// DCT number, known once it reached RTR).
+func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
+	const verb = "mlx5dv_create_qp"
+	if cfg.SendCQ == nil {
+		cfg.SendCQ = cfg.RecvCQ
+	}
+	if cfg.RecvCQ == nil {
+		cfg.RecvCQ = cfg.SendCQ
+	}
+	bad := func(why string) error {
+		return &VerbError{Verb: verb, Detail: fmt.Sprintf("%v QP: %s", cfg.Type, why), Sentinel: ctx.ErrInvalidArgument}
+	}
+	switch {
+	case cfg.SendCQ == nil:
+		return nil, bad("no completion queue")
+	case cfg.Type == ctx.QPTypeDCT && cfg.SRQ == nil:
+		return nil, bad("a DCT needs an SRQ")
+	case cfg.Type != ctx.QPTypeDCT && cfg.Caps.SendDepth == 0:
+		return nil, bad("send depth 0")
+	}
+	for _, o := range []struct {
+		d    *Device
+		what string
+	}{{cfg.SendCQ.d, "send CQ"}, {cfg.RecvCQ.d, "receive CQ"}} {
+		if o.d != pd.d {
+			return nil, bad(o.what + " of another device")
+		}
+	}
+	if cfg.SRQ != nil && cfg.SRQ.pd.d != pd.d {
+		return nil, bad("SRQ of another device")
+	}
+	if err := pd.use(verb); err != nil {
+		return nil, err
+	}
+	defer pd.d.mu.Unlock()
+	if cfg.SendCQ.closed || cfg.RecvCQ.closed || (cfg.SRQ != nil && cfg.SRQ.closed) {
+		return nil, errClosed(verb)
+	}
+	p := qpParams{
+		typ: cfg.Type, send: cfg.SendCQ.cq, recv: cfg.RecvCQ.cq,
+		caps: cfg.Caps, dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE,
+	}
+	if cfg.SRQ != nil {
+		p.srq = cfg.SRQ.srq
+	}
+	qp, caps, err := createQP(pd.d.c, pd.pd, p)
+	if err != nil {
+		return nil, err
+	}
+	q := &QueuePair{pd: pd, qp: qp, typ: cfg.Type, state: ctx.QPStateReset}
+	q.desc.QPN = uint32(qp.qp_num)
+	if cfg.Type != ctx.QPTypeDCT {
+		var out C.struct_mlx5dv_qp
+		if ret := C.mk_init_qp(qp, &out); ret != 0 {
+			err := retError("mlx5dv_init_obj", fmt.Sprintf("%v QP %#x", cfg.Type, q.desc.QPN), int(ret), nil)
+			C.ibv_destroy_qp(qp)
+			return nil, err
+		}
+		q.desc = qpDescriptor(uint32(qp.qp_num), &out, caps)
+	}
+	pd.d.qps[q] = struct{}{}
+	return q, nil
+}
+
+// qpDescriptor converts mlx5dv_qp plus the granted capabilities.
+func qpDescriptor(qpn uint32, out *C.struct_mlx5dv_qp, caps C.struct_ibv_qp_cap) ctx.QPDescriptor {
+	return ctx.QPDescriptor{
+		QPN:           qpn,
+		DBRec:         unsafe.Pointer(out.dbrec),
+		SQ:            ctx.RingDescriptor{Buf: out.sq.buf, WQECnt: uint32(out.sq.wqe_cnt), Stride: uint32(out.sq.stride)},
+		RQ:            ctx.RingDescriptor{Buf: out.rq.buf, WQECnt: uint32(out.rq.wqe_cnt), Stride: uint32(out.rq.stride)},
+		BlueFlame:     out.bf.reg,
+		BlueFlameSize: uint32(out.bf.size),
+		MaxInline:     uint32(caps.max_inline_data),
+		MaxSendSGE:    uint32(caps.max_send_sge),
+		MaxRecvSGE:    uint32(caps.max_recv_sge),
+	}
+}
+
+// Type returns the QP type.
+func (qp *QueuePair) Type() ctx.QPType { return qp.typ }
+
+// Descriptor returns the rings, doorbell record and BlueFlame register.
+// For a DCT the QPN is the DCT number, which rdma-core learns when the DCT
+// reaches RTR (0 before).
+func (qp *QueuePair) Descriptor() ctx.QPDescriptor {
+	qp.pd.d.mu.Lock()
+	defer qp.pd.d.mu.Unlock()
+	return qp.desc
+}
+
+// Verbs attribute masks (enum ibv_qp_attr_mask) by QP type and transition,
+// as rdma-core's own tests and the kernel's mlx5 DC checks require them.
+const (
+	maskInitRC  = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_ACCESS_FLAGS
+	maskInitUD  = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_QKEY
+	maskInitDCI = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT
+	maskInitDCT = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_ACCESS_FLAGS
+	maskRTRRC   = C.IBV_QP_STATE | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_DEST_QPN | C.IBV_QP_RQ_PSN | C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER
+	maskRTRUD   = C.IBV_QP_STATE
+	maskRTRDCI  = C.IBV_QP_STATE | C.IBV_QP_PATH_MTU
+	maskRTRDCT  = C.IBV_QP_STATE | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_MIN_RNR_TIMER
+	maskRTSRC   = C.IBV_QP_STATE | C.IBV_QP_TIMEOUT | C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_SQ_PSN | C.IBV_QP_MAX_QP_RD_ATOMIC
+	maskRTSUD   = C.IBV_QP_STATE | C.IBV_QP_SQ_PSN
+	maskState   = C.IBV_QP_STATE
+)
+
+// modifyMask derives the attribute mask of a transition, or an error for a
+// transition the QP type does not have.
+func modifyMask(typ ctx.QPType, cur, next ctx.QPState, a *ctx.QPAttr) (int, error) {
+	switch {
+	case next == ctx.QPStateReset || next == ctx.QPStateError:
+		return maskState, nil
+	case cur == ctx.QPStateReset && next == ctx.QPStateInit:
+		switch typ {
+		case ctx.QPTypeRC:
+			return maskInitRC, nil
+		case ctx.QPTypeUD:
+			return maskInitUD, nil
+		case ctx.QPTypeDCI:
+			return maskInitDCI, nil
+		case ctx.QPTypeDCT:
+			return maskInitDCT, nil
+		}
+	case cur == ctx.QPStateInit && next == ctx.QPStateRTR:
+		switch typ {
+		case ctx.QPTypeRC:
+			return maskRTRRC, nil
+		case ctx.QPTypeUD:
+			return maskRTRUD, nil
+		case ctx.QPTypeDCI:
+			// The address vector is optional for a DCI (each WQE carries
+			// its own); it is applied when the caller gave a path.
+			if a.Path.GlobalRoute || a.Path.DLID != 0 {
+				return maskRTRDCI | C.IBV_QP_AV, nil
+			}
+			return maskRTRDCI, nil
+		case ctx.QPTypeDCT:
+			return maskRTRDCT, nil
+		}
+	case cur == ctx.QPStateRTR && next == ctx.QPStateRTS:
+		switch typ {
+		case ctx.QPTypeRC, ctx.QPTypeDCI:
+			return maskRTSRC, nil
+		case ctx.QPTypeUD:
+			return maskRTSUD, nil
+		}
+	case (cur == ctx.QPStateSQD || cur == ctx.QPStateSQE) && next == ctx.QPStateRTS && typ != ctx.QPTypeDCT:
+		return maskState, nil
+	case cur == ctx.QPStateRTS && next == ctx.QPStateSQD && typ != ctx.QPTypeDCT:
+		return maskState, nil
+	}
+	return 0, fmt.Errorf("%v QP %v→%v: %w", typ, cur, next, ctx.ErrInvalidState)
+}
+
+// checkAttr refuses values outside the bit widths of the verbs fields, so
+// that a bad attribute fails here with a clear message rather than in the
+// kernel.
+func checkAttr(mask int, a *ctx.QPAttr) error {
+	type field struct {
+		bit  int
+		name string
+		v    uint32
+		max  uint32
+	}
+	for _, f := range []field{
+		{C.IBV_QP_PATH_MTU, "PathMTU", uint32(a.PathMTU), uint32(ctx.MTU4096)},
+		{C.IBV_QP_DEST_QPN, "RemoteQPN", a.RemoteQPN, 0xffffff},
+		{C.IBV_QP_RQ_PSN, "RQPSN", a.RQPSN, 0xffffff},
+		{C.IBV_QP_SQ_PSN, "SQPSN", a.SQPSN, 0xffffff},
+		{C.IBV_QP_MIN_RNR_TIMER, "MinRNRTimer", uint32(a.MinRNRTimer), 31},
+		{C.IBV_QP_TIMEOUT, "Timeout", uint32(a.Timeout), 31},
+		{C.IBV_QP_RETRY_CNT, "RetryCount", uint32(a.RetryCount), 7},
+		{C.IBV_QP_RNR_RETRY, "RNRRetry", uint32(a.RNRRetry), 7},
+		{C.IBV_QP_AV, "Path.SL", uint32(a.Path.SL), 15},
+		{C.IBV_QP_AV, "Path.FlowLabel", a.Path.FlowLabel, 0xfffff},
+	} {
+		if mask&f.bit != 0 && f.v > f.max {
+			return fmt.Errorf("%s %d out of range (max %d): %w", f.name, f.v, f.max, ctx.ErrInvalidArgument)
+		}
+	}
+	if mask&C.IBV_QP_PATH_MTU != 0 && a.PathMTU == 0 {
+		return fmt.Errorf("PathMTU not set: %w", ctx.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// fillAH converts an address to struct ibv_ah_attr. linkLayer is the link
+// layer of the local port: RoCE needs a GRH, and a hop limit of 0 there
+// would be an IP TTL of 0, so 0 becomes 64 (the default of rdma_cm).
+func fillAH(ah *C.struct_ibv_ah_attr, p ctx.AddressAttr, ll ctx.LinkLayer) error {
+	if ll == ctx.LinkLayerEthernet && !p.GlobalRoute {
+		return fmt.Errorf("port %d is RoCE (Ethernet link layer): the address needs GlobalRoute with the remote GID: %w", p.Port, ctx.ErrInvalidArgument)
+	}
+	if p.SL > 15 || p.FlowLabel > 0xfffff {
+		return fmt.Errorf("SL %d / flow label %#x out of range: %w", p.SL, p.FlowLabel, ctx.ErrInvalidArgument)
+	}
+	ah.dlid = C.uint16_t(p.DLID)
+	ah.sl = C.uint8_t(p.SL)
+	ah.src_path_bits = C.uint8_t(p.SrcPathBits)
+	ah.static_rate = C.uint8_t(p.StaticRate)
+	ah.port_num = C.uint8_t(p.Port)
+	if p.GlobalRoute {
+		ah.is_global = 1
+		*(*[16]byte)(unsafe.Pointer(&ah.grh.dgid)) = p.DGID
+		ah.grh.flow_label = C.uint32_t(p.FlowLabel)
+		ah.grh.sgid_index = C.uint8_t(p.SGIDIndex)
+		ah.grh.traffic_class = C.uint8_t(p.TrafficClass)
+		hop := p.HopLimit
+		if hop == 0 && ll == ctx.LinkLayerEthernet {
+			hop = 64
+		}
+		ah.grh.hop_limit = C.uint8_t(hop)
+	}
+	return nil
+}
+
+// Modify moves the QP to a.State (ibv_modify_qp) with the attribute mask
+// the QP type and transition need (see ctx.QPAttr). A transition the type
+// does not have, or an attribute out of range, fails without calling the
+// verb. After RTR a DCT's descriptor carries its DCT number. After RESET
+// rdma-core has zeroed the doorbell record: the data plane must restart
+// its producer and consumer indices.
+func (qp *QueuePair) Modify(a ctx.QPAttr) error {
+	const verb = "ibv_modify_qp"
+	if err := qp.pd.use(verb); err != nil {
+		return err
+	}
+	defer qp.pd.d.mu.Unlock()
+	if qp.closed {
+		return errClosed(verb)
+	}
+	detail := fmt.Sprintf("%v QP %#x %v→%v", qp.typ, qp.desc.QPN, qp.state, a.State)
+	if a.Port == 0 {
+		a.Port = 1
+	}
+	if a.Path.Port == 0 {
+		a.Path.Port = a.Port
+	}
+	mask, err := modifyMask(qp.typ, qp.state, a.State, &a)
+	if err == nil {
+		err = checkAttr(mask, &a)
+	}
+	if err != nil {
+		return &VerbError{Verb: verb, Detail: detail + ": " + err.Error(), Sentinel: unwrapSentinel(err)}
+	}
+
+	var attr C.struct_ibv_qp_attr
+	attr.qp_state = uint32(a.State)
+	if mask&C.IBV_QP_PORT != 0 {
+		attr.port_num = C.uint8_t(a.Port)
+		attr.pkey_index = C.uint16_t(a.PKeyIndex)
+	}
+	if mask&C.IBV_QP_ACCESS_FLAGS != 0 {
+		attr.qp_access_flags = C.uint(a.Access)
+	}
+	if mask&C.IBV_QP_QKEY != 0 {
+		attr.qkey = C.uint32_t(a.QKey)
+	}
+	if mask&C.IBV_QP_AV != 0 {
+		pa, err := qp.pd.d.queryPort(a.Path.Port)
+		if err != nil {
+			return err
+		}
+		if err := fillAH(&attr.ah_attr, a.Path, linkLayer(pa.link_layer)); err != nil {
+			return &VerbError{Verb: verb, Detail: detail + ": " + err.Error(), Sentinel: ctx.ErrInvalidArgument}
+		}
+	}
+	attr.path_mtu = uint32(a.PathMTU)
+	attr.dest_qp_num = C.uint32_t(a.RemoteQPN)
+	attr.rq_psn = C.uint32_t(a.RQPSN)
+	attr.max_dest_rd_atomic = C.uint8_t(a.MaxDestRdAtomic)
+	attr.min_rnr_timer = C.uint8_t(a.MinRNRTimer)
+	attr.sq_psn = C.uint32_t(a.SQPSN)
+	attr.timeout = C.uint8_t(a.Timeout)
+	attr.retry_cnt = C.uint8_t(a.RetryCount)
+	attr.rnr_retry = C.uint8_t(a.RNRRetry)
+	attr.max_rd_atomic = C.uint8_t(a.MaxRdAtomic)
+
+	if ret, errno := C.ibv_modify_qp(qp.qp, &attr, C.int(mask)); ret != 0 {
+		return retError(verb, detail, int(ret), errno)
+	}
+	qp.state = a.State
+	if qp.typ == ctx.QPTypeDCT {
+		qp.desc.QPN = uint32(qp.qp.qp_num)
+	}
+	return nil
+}
+
+// unwrapSentinel returns the ctx sentinel inside err (ErrInvalidState or
+// ErrInvalidArgument).
+func unwrapSentinel(err error) error {
+	for _, s := range []error{ctx.ErrInvalidState, ctx.ErrInvalidArgument} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
+}
+
+// State returns the QP state as the device reports it (ibv_query_qp), so a
+// QP the device moved to error reports ctx.QPStateError. A DCT exists in
+// the device only from RTR on; before that its state is the last one set.
+func (qp *QueuePair) State() (ctx.QPState, error) {
+	const verb = "ibv_query_qp"
+	if err := qp.pd.use(verb); err != nil {
+		return 0, err
+	}
+	defer qp.pd.d.mu.Unlock()
+	if qp.closed {
+		return 0, errClosed(verb)
+	}
+	if qp.typ == ctx.QPTypeDCT && qp.state != ctx.QPStateRTR {
+		return qp.state, nil
+	}
+	var attr C.struct_ibv_qp_attr
+	var init C.struct_ibv_qp_init_attr
+	if ret, errno := C.ibv_query_qp(qp.qp, &attr, C.IBV_QP_STATE, &init); ret != 0 {
+		return 0, retError(verb, fmt.Sprintf("%v QP %#x", qp.typ, qp.desc.QPN), int(ret), errno)
+	}
+	s := ctx.QPState(attr.qp_state)
+	if s > ctx.QPStateError {
+		return 0, &VerbError{Verb: verb, Detail: fmt.Sprintf("%v QP %#x: state %d unknown", qp.typ, qp.desc.QPN, attr.qp_state)}
+	}
+	qp.state = s
+	return s, nil
+}
+
+// Close destroys the QP (ibv_destroy_qp). It is idempotent.
+func (qp *QueuePair) Close() error {
+	qp.pd.d.mu.Lock()
+	defer qp.pd.d.mu.Unlock()
+	return qp.closeLocked()
+}
+
+func (qp *QueuePair) closeLocked() error {
+	if qp.closed {
+		return nil
+	}
+	if ret, errno := C.ibv_destroy_qp(qp.qp); ret != 0 {
+		return retError("ibv_destroy_qp", fmt.Sprintf("%v QP %#x", qp.typ, qp.desc.QPN), int(ret), errno)
+	}
+	qp.closed = true
+	delete(qp.pd.d.qps, qp)
+	return nil
+}

@@ -1,0 +1,49 @@
+//go:build cgo && linux
+
+package cgo
+
+/*
+#include "mlx5kit_verbs.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// ahSummary is what fillAH wrote, in Go types, so tests (which cannot use
+// cgo) can check the conversion.
+type ahSummary struct {
+	dlid          uint16
+	sl, pathBits  uint8
+	staticRate    uint8
+	isGlobal      bool
+	port          uint8
+	dgid          [16]byte
+	flowLabel     uint32
+	sgidIndex     uint8
+	hopLimit      uint8
+	trafficClass  uint8
+	sizeofAHAttr  uintptr
+	sizeofGIDData uintptr
+}
+
+func summarizeAH(p ctx.AddressAttr, ll ctx.LinkLayer) (ahSummary, error) {
+	var a C.struct_ibv_ah_attr
+	if err := fillAH(&a, p, ll); err != nil {
+		return ahSummary{}, err
+	}
+	return ahSummary{
+		dlid: uint16(a.dlid), sl: uint8(a.sl), pathBits: uint8(a.src_path_bits),
+		staticRate: uint8(a.static_rate), isGlobal: a.is_global != 0, port: uint8(a.port_num),
+		dgid:      *(*[16]byte)(unsafe.Pointer(&a.grh.dgid)),
+		flowLabel: uint32(a.grh.flow_label), sgidIndex: uint8(a.grh.sgid_index),
+		hopLimit: uint8(a.grh.hop_limit), trafficClass: uint8(a.grh.traffic_class),
+		sizeofAHAttr: unsafe.Sizeof(a), sizeofGIDData: unsafe.Sizeof(a.grh.dgid),
+	}, nil
+}
+
+// unsafePointer returns the address of b's first byte.
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
