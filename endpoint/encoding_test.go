@@ -264,3 +264,27 @@ func TestReadPassesReaderErrors(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+func BenchmarkAppendBinary(b *testing.B) {
+	e := sampleRC()
+	buf := make([]byte, 0, MaxEncodedSize)
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = e.AppendBinary(buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnmarshalBinary(b *testing.B) {
+	data, err := sampleRC().MarshalBinary()
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		var e Endpoint
+		if err := e.UnmarshalBinary(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

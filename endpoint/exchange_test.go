@@ -216,3 +216,31 @@ func TestWithDeadlineDefault(t *testing.T) {
 	pd, _ := parent.Deadline()
 	require.Equal(t, pd, d2)
 }
+
+func BenchmarkExchangeLoopback(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			if _, err := Exchange(context.Background(), c, sampleDC()); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(b, err)
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Exchange(ctx, c, sampleRC()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

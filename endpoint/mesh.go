@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,9 @@ const MaxPeers = 1024
 // gives up (a rank never joined). The error text carries the listener's
 // reason.
 var ErrRejected = errors.New("rejected by the mesh listener")
+
+// ErrListenerUsed is returned by a second call of MeshListener.Exchange.
+var ErrListenerUsed = errors.New("mesh listener already used")
 
 // A mesh frame is a 12-byte header (magic "MXMS", version, type, a zero
 // byte, payload length) and a payload:
@@ -146,6 +150,7 @@ func checkPeers(peers int) error {
 type MeshListener struct {
 	listener net.Listener
 	peers    int
+	used     atomic.Bool
 }
 
 // ListenMesh listens on address (e.g. "127.0.0.1:0" or ":7471") for a mesh
@@ -166,8 +171,12 @@ func ListenMesh(ctx context.Context, address string, peers int) (*MeshListener, 
 func (l *MeshListener) Addr() net.Addr { return l.listener.Addr() }
 
 // Close stops listening. Exchange closes the listener itself when it
-// returns; Close is for a listener whose Exchange never runs.
-func (l *MeshListener) Close() error { return l.listener.Close() }
+// returns; Close is for a listener whose Exchange never runs. A later
+// Exchange fails at once.
+func (l *MeshListener) Close() error {
+	l.used.Store(true)
+	return l.listener.Close()
+}
 
 // member is a rank that joined.
 type member struct {
@@ -199,10 +208,14 @@ func abort(conn net.Conn, reason string) {
 // peer count, a rank already taken) are turned away and the wait goes on.
 // The wait is bounded by ctx's deadline or DefaultTimeout; when it ends
 // early every rank that joined is told why. Exchange closes the listener
-// and every connection before it returns, and may be called once.
+// and every connection before it returns; a second call returns
+// [ErrListenerUsed].
 func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoint, error) {
-	defer l.listener.Close()
 	op := fmt.Sprintf("endpoint: mesh listener on %v", l.listener.Addr())
+	if l.used.Swap(true) {
+		return nil, fmt.Errorf("%s: %w", op, ErrListenerUsed)
+	}
+	defer l.listener.Close()
 	if len(local) != l.peers {
 		return nil, fmt.Errorf("%s: %d local endpoints for %d peers: %w", op, len(local), l.peers, ErrInvalid)
 	}
@@ -217,6 +230,7 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 
 	ctx, cancel := withDeadline(ctx)
 	arrivals := make(chan *member)
+	acceptFailed := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -229,6 +243,9 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 		for {
 			conn, err := l.listener.Accept()
 			if err != nil {
+				if ctx.Err() == nil {
+					acceptFailed <- err
+				}
 				return
 			}
 			wg.Add(1)
@@ -265,6 +282,14 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 			}
 			members[m.rank] = m
 			joined++
+		case err := <-acceptFailed:
+			for _, m := range members {
+				if m != nil {
+					m.watch.stop()
+					abort(m.conn, "the mesh listener failed")
+				}
+			}
+			return nil, fmt.Errorf("%s: accept: %w", op, err)
 		case <-ctx.Done():
 			var missing []int
 			for r := 1; r < l.peers; r++ {

@@ -3,6 +3,7 @@ package endpoint
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -462,4 +463,43 @@ func TestMeshListenFails(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "listen mesh")
 	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestMeshListenerOnce(t *testing.T) {
+	noLeak(t)
+	ctx := context.Background()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", 1)
+	require.NoError(t, err)
+	_, err = l.Exchange(ctx, meshLocal(1)[0])
+	require.NoError(t, err)
+	_, err = l.Exchange(ctx, meshLocal(1)[0])
+	require.ErrorIs(t, err, ErrListenerUsed)
+
+	l, err = ListenMesh(ctx, "127.0.0.1:0", 2)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	start := time.Now()
+	_, err = l.Exchange(ctx, meshLocal(2)[0])
+	require.ErrorIs(t, err, ErrListenerUsed)
+	require.Less(t, time.Since(start), time.Second)
+}
+
+// brokenListener fails every Accept, as a listener out of file descriptors
+// would.
+type brokenListener struct{ net.Listener }
+
+func (brokenListener) Accept() (net.Conn, error) { return nil, errBrokenAccept }
+
+var errBrokenAccept = errors.New("accept: too many open files")
+
+func TestMeshListenerAcceptFails(t *testing.T) {
+	noLeak(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := &MeshListener{listener: brokenListener{ln}, peers: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = l.Exchange(ctx, meshLocal(2)[0])
+	require.ErrorIs(t, err, errBrokenAccept)
+	require.NoError(t, ctx.Err(), "fails at once, not at the deadline")
 }
