@@ -1,0 +1,336 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// requireErr checks one error CQE.
+func requireErr(t *testing.T, c cqe, op prm.CQEOpcode, s prm.Syndrome, counter uint16) {
+	t.Helper()
+	require.Equal(t, op, c.op, "CQE %+v", c)
+	require.Equal(t, s, c.synd, "syndrome %v", c.synd)
+	require.Equal(t, counter, c.counter)
+}
+
+func qpState(t *testing.T, q *testQP) ctx.QPState {
+	t.Helper()
+	s, err := q.qp.State()
+	require.NoError(t, err)
+	return s
+}
+
+func TestLocalProtection(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{})
+	// An SGE one byte past the end of the region.
+	end := int(e.mr.Len())
+	i0 := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(16, e.mr.LKey(), e.addr(end-15)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalProt, i0)
+	require.Equal(t, ctx.QPStateError, qpState(t, a))
+
+	// An lkey of another PD; and a READ into a region without local write.
+	a, _ = e.rcPair(qpOpts{})
+	i0 = a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dataSeg(16, e.mr2.LKey(), e.addr2(0)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalProt, i0)
+
+	ro, err := e.pd.RegisterMemory(e.mem(65536, 4096), ctx.AccessRemoteRead)
+	require.NoError(t, err)
+	a, _ = e.rcPair(qpOpts{})
+	i0 = a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(16, ro.LKey(), e.addr(65536)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalProt, i0)
+}
+
+func TestRemoteAccess(t *testing.T) {
+	e := newEnv(t, Options{})
+	// A region that allows remote read only.
+	ro, err := e.pd2.RegisterMemory(e.mem2(8192, 4096), ctx.AccessRemoteRead)
+	require.NoError(t, err)
+	cases := []struct {
+		name string
+		post func(a *testQP) uint16
+	}{
+		{"bad rkey", func(a *testQP) uint16 {
+			return a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), 0x7777), inlineSeg([]byte{1}))
+		}},
+		{"write to a read-only region", func(a *testQP) uint16 {
+			return a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(8192), ro.RKey()), inlineSeg([]byte{1}))
+		}},
+		{"atomic on a read-only region", func(a *testQP) uint16 {
+			return a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(8192), ro.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(0)))
+		}},
+		{"read past the end", func(a *testQP) uint16 {
+			return a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(8192+4000), ro.RKey()), dataSeg(97, e.mr.LKey(), e.addr(0)))
+		}},
+		{"rkey of the requester's own PD", func(a *testQP) uint16 {
+			return a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr(0), e.mr.RKey()), dataSeg(8, e.mr.LKey(), e.addr(64)))
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := e.rcPair(qpOpts{})
+			before := append([]byte(nil), e.mem2(8192, 4096)...)
+			idx := c.post(a)
+			e.run()
+			requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteAccess, idx)
+			require.Equal(t, ctx.QPStateError, qpState(t, a))
+			require.Equal(t, ctx.QPStateError, qpState(t, b), "an RC responder moves to error on an access violation")
+			require.Equal(t, before, e.mem2(8192, 4096))
+			ev, ok, err := e.c2.ReadAsyncEvent()
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, ctx.EventQPAccessError, ev.Type)
+			require.Equal(t, b.qp.QPN(), ev.QPN)
+		})
+	}
+}
+
+func TestQPAccessFlags(t *testing.T) {
+	e := newEnv(t, Options{})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(a, b, 7, 1)
+	// Take remote read away from the responder QP (INIT→INIT is not
+	// reachable from RTS; recreate instead).
+	b2 := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	a2 := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	require.NoError(t, b2.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: ctx.AccessRemoteWrite}))
+	require.NoError(t, b2.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: a2.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 1}}))
+	require.NoError(t, a2.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, a2.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b2.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}}))
+	require.NoError(t, a2.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 3}))
+	i := a2.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(8, e.mr.LKey(), e.addr(0)))
+	e.run()
+	requireErr(t, a2.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteAccess, i)
+}
+
+func TestLengthErrors(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, b := e.rcPair(qpOpts{})
+	ri := b.postRecv(dataSeg(8, e.mr2.LKey(), e.addr2(0)))
+	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(64)))
+	si := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg(make([]byte, 9)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteInvalReq, si)
+	resp := b.rcq.drain()
+	require.Len(t, resp, 2, "the failed receive, then the flush of the other")
+	requireErr(t, resp[0], prm.CQERespErr, prm.SyndromeLocalLength, ri)
+	requireErr(t, resp[1], prm.CQERespErr, prm.SyndromeWRFlush, ri+1)
+
+	// An atomic whose result segment is not 8 bytes.
+	a, _ = e.rcPair(qpOpts{})
+	si = a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(4, e.mr.LKey(), e.addr(0)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalLength, si)
+}
+
+func TestRemoteInvalidRequestMisalignedAtomic(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{})
+	i := a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(4), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(0)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteInvalReq, i)
+}
+
+func TestRemoteOperationalError(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, b := e.rcPair(qpOpts{})
+	ri := b.postRecv(dataSeg(64, 0x4242, e.addr2(0))) // lkey unknown to the responder
+	si := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("x")))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteOp, si)
+	requireErr(t, b.rcq.one(t), prm.CQERespErr, prm.SyndromeLocalProt, ri)
+}
+
+func TestLocalQPOperationError(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	u := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeUD})
+	require.NoError(t, u.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, QKey: 1}))
+	require.NoError(t, u.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR}))
+	require.NoError(t, u.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS}))
+	i := u.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, udAV(1, 1, 1), raddrSeg(e.addr(0), e.mr.RKey()), inlineSeg([]byte{1}))
+	e.run()
+	requireErr(t, u.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, i)
+	v := e.f.Violations()
+	require.Len(t, v, 1)
+	require.Equal(t, ViolationOpcode, v[0].Kind)
+}
+
+func TestRNRThenSuccess(t *testing.T) {
+	e := newEnv(t, Options{})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(a, b, 3, 14) // rnr_retry 3, responder timer code 14 = 1.28 ms
+	i := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("late")))
+	for k := 0; k < 2; k++ {
+		_, err := e.f.Step()
+		require.NoError(t, err)
+	}
+	require.Empty(t, a.scq.drain())
+	require.Equal(t, uint64(1), e.f.Stats().RNRNaks)
+	e.f.Advance(time.Millisecond) // not yet due
+	_, err := e.f.Step()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), e.f.Stats().RNRNaks)
+	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+	e.run()
+	c := a.scq.one(t)
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, i, c.counter)
+	require.Equal(t, []byte("late"), e.mem2(0, 4))
+	require.GreaterOrEqual(t, e.f.Now(), 1280*time.Microsecond)
+}
+
+func TestRNRRetryExceeded(t *testing.T) {
+	for _, retries := range []uint8{0, 1, 6} {
+		e := newEnv(t, Options{})
+		a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+		b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+		e.connectRC(a, b, retries, 1)
+		i := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("nobody listens")))
+		a.post(prm.OpRdmaWrite, 0, 0, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{9}))
+		e.run()
+		got := a.scq.drain()
+		require.Len(t, got, 2)
+		requireErr(t, got[0], prm.CQEReqErr, prm.SyndromeRNRRetryExc, i)
+		requireErr(t, got[1], prm.CQEReqErr, prm.SyndromeWRFlush, i+1)
+		require.Equal(t, uint64(retries), e.f.Stats().RNRNaks)
+		require.Zero(t, e.mem2(0, 1)[0], "nothing after the failed WQE executed")
+		require.Equal(t, ctx.QPStateRTS, qpState(t, b), "the responder is not affected")
+	}
+}
+
+func TestRNRRetryForeverIsNotIdle(t *testing.T) {
+	e := newEnv(t, Options{MaxRounds: 1000})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(a, b, 7, 1)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("x")))
+	require.ErrorIs(t, e.f.RunUntilIdle(), ErrNotIdle)
+	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+}
+
+func TestTransportRetryExceeded(t *testing.T) {
+	e := newEnv(t, Options{})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	// a is connected; b stays in INIT and drops every packet.
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 2}))
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	i := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{1}))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeTransportRetryExc, i)
+	require.Equal(t, uint64(3), e.f.Stats().Retries, "first try plus retry_cnt retries")
+	require.GreaterOrEqual(t, e.f.Now(), 3*ctx.AckTimeoutDuration(10))
+}
+
+func TestFlushExactlyOnce(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, b := e.rcPair(qpOpts{sendDepth: 8})
+	var idx []uint16
+	for i := 0; i < 5; i++ {
+		a.postRecv(dataSeg(64, e.mr.LKey(), e.addr(i*64)))
+	}
+	// Stop the engine from executing anything: the QP goes to error first.
+	require.NoError(t, e.f.FailQP(a.qp.QPN()))
+	for i := 0; i < 6; i++ {
+		fm := uint8(0)
+		if i%2 == 0 {
+			fm = prm.FlagCQUpdate
+		}
+		idx = append(idx, a.post(prm.OpRdmaWrite, 0, fm, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg(make([]byte, 40*i))))
+	}
+	e.run()
+	sq := a.scq.drain()
+	require.Len(t, sq, 6, "every outstanding WQE, signaled or not")
+	for i, c := range sq {
+		requireErr(t, c, prm.CQEReqErr, prm.SyndromeWRFlush, idx[i])
+		require.Equal(t, prm.OpRdmaWrite, c.sendOp)
+	}
+	rq := a.rcq.drain()
+	require.Len(t, rq, 5)
+	for i, c := range rq {
+		requireErr(t, c, prm.CQERespErr, prm.SyndromeWRFlush, uint16(i))
+	}
+	// Posting after the flush flushes the new WQEs, once.
+	j := a.post(prm.OpNop, 0, 0, 0)
+	e.run()
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeWRFlush, j)
+	require.Empty(t, a.scq.drain())
+	ev, ok, err := e.c.ReadAsyncEvent()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ctx.EventQPFatal, ev.Type)
+
+	// RESET and back to RTS: the QP works again.
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}))
+	require.Equal(t, uint32(0), prm.Load32(a.d.DBRec))
+	a.pi, a.rqHead = 0, 0
+	a.scq.drain()
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU4096, Path: ctx.AddressAttr{DLID: 2}}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7}))
+	k := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{7}))
+	e.run()
+	c := a.scq.one(t)
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, k, c.counter)
+	require.Equal(t, uint16(0), k)
+	require.Equal(t, byte(7), e.mem2(0, 1)[0])
+}
+
+func TestCQOverrun(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{cqDepth: 4, sendDepth: 16})
+	require.Equal(t, uint32(4), a.scq.d.CQECnt)
+	for i := 0; i < 6; i++ {
+		a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	}
+	e.run()
+	require.Error(t, e.f.CQError(a.scq.cq.CQN()))
+	got := a.scq.drain()
+	require.Len(t, got, 4, "the ring is full; nothing is overwritten")
+	for i, c := range got {
+		require.Equal(t, prm.CQEReq, c.op)
+		require.Equal(t, uint16(i), c.counter)
+	}
+	require.Equal(t, ctx.QPStateError, qpState(t, a))
+	var types []ctx.AsyncEventType
+	for {
+		ev, ok, err := e.c.ReadAsyncEvent()
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		types = append(types, ev.Type)
+	}
+	require.Contains(t, types, ctx.EventCQError)
+	require.Contains(t, types, ctx.EventQPFatal)
+	require.Equal(t, uint64(1), e.f.Stats().CQOverruns)
+}
+
+func TestCQNoOverrunWhenConsumed(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{cqDepth: 4, sendDepth: 16})
+	for i := 0; i < 100; i++ {
+		a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+		e.run()
+		c := a.scq.one(t)
+		require.Equal(t, uint16(i), c.counter)
+	}
+	require.NoError(t, e.f.CQError(a.scq.cq.CQN()))
+}
