@@ -1,0 +1,57 @@
+// Package wqebuilder writes send work-queue elements (WQEs) of mlx5 NICs
+// straight into the send ring, in the hardware's own format, and publishes
+// them through package blueflame.
+//
+// # Stages
+//
+// A WQE is built through a chain of small value types, each offering only
+// the methods valid next, so that a WQE built in the wrong order does not
+// compile:
+//
+//	q.Begin(wrid, flags)            CtrlStage
+//	  .DC(av, dctn, key) | .UD(av, qpn, qkey)   (DC and UD only)
+//	  .RdmaWrite(raddr, rkey)       DataStage      (also Send, SendImm, SendInv, RdmaWriteImm)
+//	  .RdmaRead(raddr, rkey)        ScatterStage
+//	  .AtomicCS(...) / .MaskedFA64(...) AtomicStage → .Result(addr, lkey) FinishStage
+//	  .Nop()                        FinishStage
+//	DataStage.SGE(addr, len, lkey) ... .Inline(b) ... .Finish() / .FinishBlueFlame()
+//
+// Stages are four machine words passed by value and every method is small
+// enough for the Go inliner, so a whole post compiles to straight-line
+// stores into the ring with no allocation and no call except the doorbell
+// (verified with go build -gcflags=-m; see the package tests).
+//
+// # Ring
+//
+// The ring works as rdma-core's providers/mlx5/qp.c: a free-running producer
+// index in 64-byte basic blocks (WQEBBs), the WQE index pi&0xffff in the
+// control segment, ds in 16-byte units, every segment and inline payload
+// wrapping to the ring start at the ring end, zero-length SGEs skipped,
+// inline data padded to 16 bytes (padding bytes are not written). The
+// control segment's first half is written last, by Finish. The next WQEBB is
+// never pre-zeroed.
+//
+// Begin needs MaxWQEBBs free WQEBBs. Complete, called with a CQE's
+// wqe_counter, retires that WQE and every unsignaled one before it.
+//
+// # Errors
+//
+// Errors only the run can know (queue full, inline data above MaxInline,
+// more SGEs than MaxSGE, a WQE above MaxWQEBBs) are sticky in the stage, like
+// bufio.Scanner's, and returned by Finish as a *PostError wrapping one of
+// ErrQueueFull, ErrInlineTooLong, ErrTooManySGE, ErrWQETooLarge. A failed WQE
+// never moves the producer index and never writes outside the ring: a WQE
+// begun on a full queue writes into a private scratch area, and the other
+// failures stop writing at the first error, inside the WQEBBs the WQE was
+// given.
+//
+// # Doorbell
+//
+// Finish only writes the WQE. RingDoorbell publishes every WQE finished since
+// the last doorbell with one doorbell-record update and one 8-byte register
+// write (batching); FinishBlueFlame finishes and publishes one WQE, copying
+// it whole to the BlueFlame register when it is the only one pending.
+//
+// The package writes little-endian words of byte-swapped values: it runs on
+// amd64 and arm64.
+package wqebuilder

@@ -1,0 +1,323 @@
+package wqebuilder
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// Config describes a send queue as the provider handed it out (the sq, dbrec
+// and bf members of struct mlx5dv_qp) plus the limits the QP was created
+// with. It is plain data: transports fill it from a ctx.QPDescriptor.
+type Config struct {
+	// Buf is the first WQEBB of the send ring; WQECnt WQEBBs of 64 bytes
+	// follow. It is never Go heap memory.
+	Buf unsafe.Pointer
+	// WQECnt is the number of WQEBBs in the ring, a power of two from 2 to
+	// 65536 (the CQE's 16-bit wqe_counter must name every slot).
+	WQECnt uint32
+	// QPN is the queue pair number (24 bits).
+	QPN uint32
+	// DBRec is the doorbell record: two big-endian words, the send queue's
+	// producer index goes to the second.
+	DBRec unsafe.Pointer
+	// BlueFlame is the doorbell / BlueFlame register; BlueFlameSize the
+	// size of one of its two buffers (0: doorbell only).
+	BlueFlame     unsafe.Pointer
+	BlueFlameSize uint32
+	// MaxInline is the most inline payload one WQE may carry (max_inline_data).
+	MaxInline uint32
+	// MaxSGE is the most data segments one WQE may carry (max_send_sge).
+	MaxSGE uint32
+	// MaxWQEBBs is the size in WQEBBs of the largest WQE: Begin refuses to
+	// start a WQE unless that many WQEBBs are free, and a WQE that grows
+	// beyond it fails with ErrWQETooLarge. 0 picks the size of the largest
+	// WQE the other limits allow (ctrl, address vector, remote address and
+	// MaxSGE data segments or MaxInline bytes inline, at least the 8
+	// segments of a DC masked 64-bit compare-and-swap). It must be 2 to 16
+	// (a WQE has at most 63 segments) and at most WQECnt.
+	MaxWQEBBs uint32
+}
+
+// maxWQEBBsLimit is the largest WQE in WQEBBs: ds is a 6-bit count.
+const maxWQEBBsLimit = (prm.MaxDS + prm.SegmentsPerWQEBB - 1) / prm.SegmentsPerWQEBB
+
+// minWQEBBs is the smallest MaxWQEBBs: a WQE with an address vector and an
+// atomic (up to 8 segments) must fit the headroom whatever the limits say.
+const minWQEBBs = 2
+
+// slotSize is the bookkeeping per WQEBB: the wrid of the WQE that starts
+// there. The WQE's size is read back from its control segment (the device
+// never writes the send ring, and the slot is not reused before Complete).
+const slotSize = 8
+
+// SendQueue is the producer side of one send queue: it hands out stages that
+// write WQEs into the ring, keeps the producer and consumer indexes and the
+// per-WQE bookkeeping, and rings the doorbell. A SendQueue is used by one
+// goroutine at a time.
+type SendQueue struct {
+	// The fields a post reads come first.
+	buf, end unsafe.Pointer
+	pi       uint32         // producer index, free-running in WQEBBs
+	ci       uint32         // consumer index: WQEBBs retired by completions
+	mask     uint32         // WQECnt - 1
+	limit    uint32         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
+	qpn8     uint32         // QPN << 8, ready for qpn_ds
+	rung     uint32         // producer index the doorbell record holds
+	slots    unsafe.Pointer // [WQECnt]uint64 wrids
+	last     unsafe.Pointer // control segment of the last finished WQE
+	// sgeLimit[ds] is the state-word bits that bound the data segments of
+	// a WQE whose payload starts after ds segments (see stLimit*).
+	sgeLimit [8]uint64
+	maxDS    uint32 // largest ds of one WQE
+	maxInl   uint32
+	dbrec    unsafe.Pointer
+	bf       blueflame.Register
+	full     CtrlStage // the stage Begin returns when the queue is full
+
+	slotMem    []uint64
+	scratchMem []uint64
+	cfg        Config
+}
+
+var (
+	// ErrQueueFull means that fewer than MaxWQEBBs WQEBBs were free when the
+	// WQE began: completions must retire earlier WQEs first.
+	ErrQueueFull = errors.New("send queue full")
+	// ErrInlineTooLong means that the inline payload exceeds MaxInline.
+	ErrInlineTooLong = errors.New("inline data longer than max inline")
+	// ErrTooManySGE means that the WQE has more data segments than MaxSGE.
+	ErrTooManySGE = errors.New("more scatter/gather entries than max SGE")
+	// ErrWQETooLarge means that the WQE outgrew MaxWQEBBs.
+	ErrWQETooLarge = errors.New("WQE larger than max WQEBBs")
+	// ErrBadConfig is returned by New for an unusable Config.
+	ErrBadConfig = errors.New("bad send queue configuration")
+)
+
+// PostError is the error Finish returns: the opcode of the failed WQE and the
+// reason, one of the sentinel errors above (use errors.Is).
+type PostError struct {
+	Op  prm.Opcode
+	Err error
+}
+
+// Error reads "wqebuilder: post RDMA_WRITE: send queue full".
+func (e *PostError) Error() string { return "wqebuilder: post " + e.Op.String() + ": " + e.Err.Error() }
+
+// Unwrap returns the sentinel error.
+func (e *PostError) Unwrap() error { return e.Err }
+
+var _ error = (*PostError)(nil)
+
+// Error bits kept in a stage's state word. Each failure sets its bit; when
+// several are set (a full queue poisons every later segment) the table
+// below reports them in the order they can first happen: full queue first.
+const (
+	errFull     = 1 << iota // Begin found fewer than MaxWQEBBs free
+	errInline               // inline payload above MaxInline
+	errSGE                  // data segments above MaxSGE
+	errTooLarge             // WQE above MaxWQEBBs
+	numErrSets  = 1 << iota
+)
+
+// opIndexMask folds an opcode into the error table; every opcode the stages
+// write is below 32.
+const opIndexMask = 31
+
+// postErrors holds one ready error per error set and opcode, so that a
+// failed Finish costs a table load and no allocation.
+var postErrors = func() (t [numErrSets][opIndexMask + 1]error) {
+	for set := 1; set < numErrSets; set++ {
+		var err error
+		switch {
+		case set&errFull != 0:
+			err = ErrQueueFull
+		case set&errInline != 0:
+			err = ErrInlineTooLong
+		case set&errSGE != 0:
+			err = ErrTooManySGE
+		default:
+			err = ErrWQETooLarge
+		}
+		for op := range t[set] {
+			t[set][op] = &PostError{Op: prm.Opcode(op), Err: err}
+		}
+	}
+	return t
+}()
+
+// New validates cfg and returns a send queue over its ring. The ring, the
+// doorbell record and the register are not written until the first post.
+func New(cfg Config) (*SendQueue, error) {
+	bad := func(format string, args ...any) (*SendQueue, error) {
+		return nil, fmt.Errorf("wqebuilder: new send queue: "+format+": %w", append(args, ErrBadConfig)...)
+	}
+	switch {
+	case cfg.Buf == nil:
+		return bad("nil ring")
+	case uintptr(cfg.Buf)%prm.WQEBBSize != 0:
+		return bad("ring %p not %d-byte aligned", cfg.Buf, prm.WQEBBSize)
+	case cfg.WQECnt < 2 || cfg.WQECnt > 1<<16 || cfg.WQECnt&(cfg.WQECnt-1) != 0:
+		return bad("wqe count %d not a power of two from 2 to 65536", cfg.WQECnt)
+	case cfg.QPN > prm.CtrlQPNMask:
+		return bad("QPN %#x wider than 24 bits", cfg.QPN)
+	case cfg.DBRec == nil:
+		return bad("nil doorbell record")
+	case uintptr(cfg.DBRec)%4 != 0:
+		return bad("doorbell record %p not 4-byte aligned", cfg.DBRec)
+	case cfg.MaxSGE > prm.MaxDS:
+		return bad("max SGE %d above %d", cfg.MaxSGE, prm.MaxDS)
+	case cfg.MaxInline > prm.MaxDS*prm.SegmentSize:
+		return bad("max inline %d above %d", cfg.MaxInline, prm.MaxDS*prm.SegmentSize)
+	}
+	if cfg.MaxWQEBBs == 0 {
+		cfg.MaxWQEBBs = DefaultMaxWQEBBs(cfg.MaxSGE, cfg.MaxInline)
+		if cfg.MaxWQEBBs > cfg.WQECnt {
+			return bad("ring of %d WQEBBs smaller than the largest WQE (%d WQEBBs)", cfg.WQECnt, cfg.MaxWQEBBs)
+		}
+	}
+	if cfg.MaxWQEBBs < minWQEBBs || cfg.MaxWQEBBs > maxWQEBBsLimit || cfg.MaxWQEBBs > cfg.WQECnt {
+		return bad("max WQEBBs %d not in [%d, min(%d, wqe count %d)]",
+			cfg.MaxWQEBBs, minWQEBBs, maxWQEBBsLimit, cfg.WQECnt)
+	}
+	reg, err := blueflame.NewRegister(cfg.BlueFlame, cfg.BlueFlameSize)
+	if err != nil {
+		return bad("%v", err)
+	}
+	q := &SendQueue{
+		buf:        cfg.Buf,
+		end:        unsafe.Add(cfg.Buf, uintptr(cfg.WQECnt)*prm.WQEBBSize),
+		mask:       cfg.WQECnt - 1,
+		limit:      cfg.WQECnt - cfg.MaxWQEBBs,
+		qpn8:       cfg.QPN << prm.CtrlQPNShift,
+		maxDS:      min(cfg.MaxWQEBBs*prm.SegmentsPerWQEBB, prm.MaxDS),
+		maxInl:     cfg.MaxInline,
+		dbrec:      cfg.DBRec,
+		bf:         reg,
+		slotMem:    make([]uint64, cfg.WQECnt),
+		scratchMem: make([]uint64, cfg.MaxWQEBBs*prm.WQEBBSize/8),
+		cfg:        cfg,
+	}
+	for ds := range q.sgeLimit {
+		// The payload may grow to ds+MaxSGE segments unless the WQE size
+		// stops it first; the error says which limit was hit.
+		lim, set := uint32(ds)+cfg.MaxSGE, uint64(errSGE)
+		if lim > q.maxDS {
+			lim, set = q.maxDS, errTooLarge
+		}
+		q.sgeLimit[ds] = uint64(lim)<<stLimitShift | set<<stLimitErrShift
+	}
+	q.slots = unsafe.Pointer(&q.slotMem[0])
+	// A WQE begun on a full queue writes to a private scratch area of the
+	// largest WQE's size instead of the ring.
+	scratch := unsafe.Pointer(&q.scratchMem[0])
+	q.full = CtrlStage{OpStage{wqe{q, scratch, unsafe.Add(scratch, prm.CtrlSize), stFull}}}
+	return q, nil
+}
+
+// DefaultMaxWQEBBs is the MaxWQEBBs that New picks when the Config leaves it
+// 0: the WQEBBs of the largest WQE any transport can build within maxSGE data
+// segments or maxInline bytes of inline data.
+func DefaultMaxWQEBBs(maxSGE, maxInline uint32) uint32 {
+	// ctrl + address vector + remote address, then the payload.
+	overhead := uint32(1 + prm.AVSegments + 1)
+	payload := max(maxSGE, uint32(prm.InlineDS(int(maxInline))), 3) // masked CS64 + data: 3
+	ds := min(overhead+payload, prm.MaxDS)
+	return max((ds+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB, minWQEBBs)
+}
+
+// Config returns the configuration the queue was created with (MaxWQEBBs
+// filled in).
+func (q *SendQueue) Config() Config { return q.cfg }
+
+// ProducerIndex returns the producer index: the WQEBBs posted so far,
+// free-running (the WQE index of the next WQE is its low 16 bits).
+func (q *SendQueue) ProducerIndex() uint32 { return q.pi }
+
+// ConsumerIndex returns the WQEBBs retired by Complete so far, free-running.
+func (q *SendQueue) ConsumerIndex() uint32 { return q.ci }
+
+// Outstanding returns the WQEBBs posted and not yet retired.
+func (q *SendQueue) Outstanding() uint32 { return q.pi - q.ci }
+
+// Free returns the WQEBBs not in flight. Begin succeeds while at least
+// MaxWQEBBs are free.
+func (q *SendQueue) Free() uint32 { return q.mask + 1 - (q.pi - q.ci) }
+
+// Pending reports whether WQEs were finished since the doorbell last rang.
+func (q *SendQueue) Pending() bool { return q.rung != q.pi }
+
+// Register returns the queue's doorbell / BlueFlame register.
+func (q *SendQueue) Register() *blueflame.Register { return &q.bf }
+
+// Complete retires the WQE whose first WQEBB has index wqeCounter (the
+// wqe_counter of its CQE) together with every earlier WQE, signaled or not,
+// as rdma-core's wqe_head bookkeeping does, and returns the wrid given to its
+// Begin. ok is false, and nothing changes, when wqeCounter does not name the
+// start of a WQE in flight.
+func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
+	ci := q.ci
+	off := uint32(wqeCounter - uint16(ci))
+	if off >= q.pi-ci {
+		return 0, false
+	}
+	idx := uintptr((ci + off) & q.mask)
+	// ds is the low 6 bits of the control segment's eighth byte.
+	ds := uint32(*(*uint8)(unsafe.Add(q.buf, idx<<prm.WQEBBShift+prm.CtrlQPNDS+3)) & prm.CtrlDSMask)
+	q.ci = ci + off + (ds+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
+	return *(*uint64)(unsafe.Add(q.slots, idx*slotSize)), true
+}
+
+// RingDoorbell publishes the WQEs finished since the last doorbell: it sets
+// the doorbell record to the producer index and writes the first 8 bytes of
+// the last of them to the register (rdma-core's doorbell for a batch). It
+// does nothing when no WQE is pending.
+func (q *SendQueue) RingDoorbell() {
+	if q.rung == q.pi {
+		return
+	}
+	q.bf.Doorbell(q.dbrec, q.pi, q.last)
+	q.rung = q.pi
+}
+
+// Flags are the per-WQE flags of Begin: bits of the control segment's
+// fm_ce_se byte.
+type Flags uint8
+
+// Flags for Begin.
+const (
+	// Signaled asks for a CQE for this WQE (IBV_SEND_SIGNALED). Unsignaled
+	// WQEs are retired by the next signaled one's completion.
+	Signaled = Flags(prm.FlagCQUpdate)
+	// Solicited sets the solicited-event bit (IBV_SEND_SOLICITED).
+	Solicited = Flags(prm.FlagSolicited)
+	// Fence makes the WQE wait for earlier RDMA reads and atomics
+	// (IBV_SEND_FENCE, MLX5_WQE_CTRL_FENCE).
+	Fence = Flags(prm.FlagFence)
+	// SmallFence is the initiator small fence
+	// (MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE).
+	SmallFence = Flags(prm.FlagInitiatorSmallFence)
+
+	flagsMask = Signaled | Solicited | Flags(prm.FlagFenceMask)
+)
+
+// Begin starts a WQE at the producer index with the given work request id
+// (returned by Complete) and flags. When fewer than MaxWQEBBs WQEBBs are
+// free the stage carries ErrQueueFull: its writes go to a private scratch
+// area, never to the ring, and Finish returns the error.
+func (q *SendQueue) Begin(wrid uint64, flags Flags) CtrlStage {
+	pi := q.pi
+	if pi-q.ci > q.limit {
+		return q.full
+	}
+	idx := uintptr(pi & q.mask)
+	ctrl := unsafe.Add(q.buf, idx<<prm.WQEBBShift)
+	*(*uint64)(unsafe.Add(q.slots, idx*slotSize)) = wrid
+	// Bytes 8..15: signature 0, DCI stream 0, fm_ce_se, immediate 0 (as a
+	// little-endian word, fm_ce_se is bits 31..24).
+	*(*uint64)(unsafe.Add(ctrl, prm.CtrlSignature)) = uint64(flags) << 24
+	return CtrlStage{OpStage{wqe{q, ctrl, unsafe.Add(ctrl, prm.CtrlSize), 1}}}
+}

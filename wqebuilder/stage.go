@@ -1,0 +1,448 @@
+package wqebuilder
+
+import (
+	"math/bits"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// The stage methods are written for the Go inliner: each must stay under its
+// budget (80 nodes) so that a whole post compiles to straight-line stores
+// with the stage in registers. That rules out calls to functions that do not
+// inline (57 nodes each); the error paths therefore only set bits, and
+// Finish reports them with one table load. The stores are little-endian
+// loads and stores of byte-swapped words: mlx5kit runs on amd64 and arm64.
+
+// wqe is the state every stage carries: four machine words, so that the Go
+// compiler keeps a stage in registers (SSA) through an inlined chain.
+type wqe struct {
+	q *SendQueue
+	// ctrl is the control segment: the WQE's first WQEBB in the ring, or
+	// the queue's scratch area when Begin found the queue full.
+	ctrl unsafe.Pointer
+	// seg is where the next segment goes (already wrapped to the ring start
+	// where that can be needed), or, in an InlineStage, the inline header.
+	seg unsafe.Pointer
+	// st packs the rest, see the st* constants.
+	st uint64
+}
+
+// Layout of wqe.st.
+const (
+	stDSMask   = 0xff // ds so far (16-byte units, ctrl included)
+	stPoison   = 0x3f // ds forced to the 6-bit maximum after an error
+	stErrShift = 8    // error bits (errFull ...)
+	stErrMask  = 0xff << stErrShift
+	// DataStage / ScatterStage: the ds at which data segments stop, and
+	// the error bit to set when one more is asked for.
+	stLimitShift    = 16
+	stLimitErrShift = 24
+	stLimitMask     = 0xffff << stLimitShift
+	// InlineStage: the inline payload so far. AtomicStage: the byte count
+	// of the result data segment.
+	stAuxShift = 16
+	stAuxMask  = 0xffff << stAuxShift
+	// The opcode sits in bits 39..32 and the opmod in bits 63..56, so that
+	// uint32(st>>32) is the opmod_idx_opcode word without its index.
+	stOpShift = 32
+
+	stFull = stPoison | errFull<<stErrShift
+)
+
+// CtrlStage is a WQE whose control segment has begun. DC and UD WQEs give
+// their address next (DC, DCStream, UD); RC WQEs go straight to the
+// operation (the methods of the embedded OpStage).
+type CtrlStage struct{ OpStage }
+
+// OpStage is a WQE ready for its operation: one of its methods picks the
+// opcode and writes the remote-address or atomic segments.
+type OpStage struct{ w wqe }
+
+// DatagramStage is a UD WQE with its address vector: UD only sends.
+type DatagramStage struct{ w wqe }
+
+// DataStage takes the payload of SEND and RDMA_WRITE opcodes: data segments
+// (SGE) and then, optionally, inline data (Inline).
+type DataStage struct{ w wqe }
+
+// ScatterStage takes the local buffers an RDMA_READ fills: data segments
+// only.
+type ScatterStage struct{ w wqe }
+
+// InlineStage is a WQE with an inline data segment open: more Inline calls
+// append to the same segment (as rdma-core copies several SGEs inline).
+type InlineStage struct{ w wqe }
+
+// AtomicStage is an atomic WQE waiting for the local buffer of the old value.
+type AtomicStage struct{ w wqe }
+
+// FinishStage is a complete WQE (NOP, or an atomic with its result buffer).
+type FinishStage struct{ w wqe }
+
+// Address stages. The 48-byte address vector sits right after the control
+// segment and fills the first WQEBB, so it never wraps; the segment after it
+// starts the next WQEBB, which may be the ring's first.
+
+// DC addresses a DC WQE: av is the path part of the address vector (bytes
+// 12..48 are used, as an address handle holds them; see Address.AV), dctn
+// the remote DCT number and dcKey its DC access key, as
+// mlx5dv_wr_set_dc_addr.
+func (s CtrlStage) DC(av *[prm.AVSize]byte, dctn uint32, dcKey uint64) OpStage {
+	return OpStage{s.w.av(av, bits.ReverseBytes64(dcKey), dctn)}
+}
+
+// DCStream is DC with a DCI stream channel id in the control segment
+// (mlx5dv_wr_set_dc_addr_stream).
+func (s CtrlStage) DCStream(av *[prm.AVSize]byte, dctn uint32, dcKey uint64, streamID uint16) OpStage {
+	// Bytes 9..10 of the control segment, big-endian.
+	*(*[2]byte)(unsafe.Add(s.w.ctrl, prm.CtrlDCIStreamID)) = [2]byte{byte(streamID >> 8), byte(streamID)}
+	return OpStage{s.w.av(av, bits.ReverseBytes64(dcKey), dctn)}
+}
+
+// UD addresses a UD WQE: av is the path part of the address vector,
+// remoteQPN and qkey the destination queue pair and its Q_Key, as rdma-core's
+// set_datagram_seg.
+func (s CtrlStage) UD(av *[prm.AVSize]byte, remoteQPN, qkey uint32) DatagramStage {
+	// The qkey, then its reserved word cleared.
+	return DatagramStage{s.w.av(av, uint64(bits.ReverseBytes32(qkey)), remoteQPN)}
+}
+
+// avLayout is struct mlx5_wqe_av as the stages write it: the key, the
+// destination word and the path part that comes from the address handle.
+type avLayout struct {
+	key  uint64
+	dqp  uint32
+	path [prm.AVSize - prm.AVStatRateSL]byte
+}
+
+// av writes the address vector: key (bytes 0..8, already in wire order), the
+// extended-AV bit with the remote QPN or DCT number, then bytes 12..48 copied
+// from the handle. It adds the three segments and moves on to the next
+// WQEBB.
+func (w wqe) av(av *[prm.AVSize]byte, key uint64, dqp uint32) wqe {
+	d := (*avLayout)(unsafe.Add(w.ctrl, prm.CtrlSize))
+	d.key = key
+	d.dqp = bits.ReverseBytes32(dqp | prm.ExtendedUDAV)
+	d.path = (*avLayout)(unsafe.Pointer(av)).path
+	w.st += prm.AVSegments
+	w.seg = unsafe.Add(w.ctrl, prm.WQEBBSize)
+	if w.seg == w.q.end {
+		w.seg = w.q.buf
+	}
+	return w
+}
+
+// Send makes the UD WQE a SEND.
+func (s DatagramStage) Send() DataStage {
+	return DataStage{s.w.data(prm.OpSend)}
+}
+
+// SendImm makes the UD WQE a SEND with immediate data; imm arrives in the
+// receiver's CQE as the same number.
+func (s DatagramStage) SendImm(imm uint32) DataStage {
+	*(*uint32)(unsafe.Add(s.w.ctrl, prm.CtrlImm)) = bits.ReverseBytes32(imm)
+	return DataStage{s.w.data(prm.OpSendImm)}
+}
+
+// data sets the opcode of a WQE whose payload follows now and bounds its
+// data segments.
+func (w wqe) data(op prm.Opcode) wqe {
+	w.st |= uint64(op)<<stOpShift | w.q.sgeLimit[w.st&7]
+	return w
+}
+
+// Operations.
+
+// Nop makes the WQE a NOP: a control segment only. It still completes when
+// signaled, retiring the WQEs before it.
+func (s OpStage) Nop() FinishStage {
+	s.w.st |= uint64(prm.OpNop) << stOpShift
+	return FinishStage(s)
+}
+
+// Send makes the WQE a SEND.
+func (s OpStage) Send() DataStage {
+	return DataStage{s.w.data(prm.OpSend)}
+}
+
+// SendImm makes the WQE a SEND with immediate data; imm arrives in the
+// receiver's CQE as the same number.
+func (s OpStage) SendImm(imm uint32) DataStage {
+	*(*uint32)(unsafe.Add(s.w.ctrl, prm.CtrlImm)) = bits.ReverseBytes32(imm)
+	return DataStage{s.w.data(prm.OpSendImm)}
+}
+
+// SendInv makes the WQE a SEND that invalidates rkey at the receiver.
+func (s OpStage) SendInv(rkey uint32) DataStage {
+	*(*uint32)(unsafe.Add(s.w.ctrl, prm.CtrlImm)) = bits.ReverseBytes32(rkey)
+	return DataStage{s.w.data(prm.OpSendInval)}
+}
+
+// raddr writes the remote address segment (reserved word cleared).
+func (w wqe) raddr(raddr uint64, rkey uint32) wqe {
+	*(*[2]uint64)(w.seg) = [2]uint64{bits.ReverseBytes64(raddr), uint64(bits.ReverseBytes32(rkey))}
+	w.seg = unsafe.Add(w.seg, prm.RaddrSize)
+	w.st++
+	return w
+}
+
+// RdmaWrite makes the WQE an RDMA_WRITE to raddr in the remote region rkey.
+func (s OpStage) RdmaWrite(raddr uint64, rkey uint32) DataStage {
+	return DataStage{s.w.raddr(raddr, rkey).data(prm.OpRdmaWrite)}
+}
+
+// RdmaWriteImm makes the WQE an RDMA_WRITE with immediate data, which
+// consumes a receive WQE at the remote end and arrives in its CQE.
+func (s OpStage) RdmaWriteImm(raddr uint64, rkey uint32, imm uint32) DataStage {
+	*(*uint32)(unsafe.Add(s.w.ctrl, prm.CtrlImm)) = bits.ReverseBytes32(imm)
+	return DataStage{s.w.raddr(raddr, rkey).data(prm.OpRdmaWriteImm)}
+}
+
+// RdmaRead makes the WQE an RDMA_READ from raddr in the remote region rkey
+// into the local buffers given next.
+func (s OpStage) RdmaRead(raddr uint64, rkey uint32) ScatterStage {
+	return ScatterStage{s.w.raddr(raddr, rkey).data(prm.OpRdmaRead)}
+}
+
+// atomic writes the remote address segment and a 16-byte atomic segment of
+// the big-endian words a and b, and records the opcode and result size.
+func (w wqe) atomic(op uint64, raddr uint64, rkey uint32, a, b uint64) wqe {
+	*(*[4]uint64)(w.seg) = [4]uint64{bits.ReverseBytes64(raddr), uint64(bits.ReverseBytes32(rkey)),
+		bits.ReverseBytes64(a), bits.ReverseBytes64(b)}
+	w.seg = unsafe.Add(w.seg, prm.RaddrSize+prm.AtomicSize)
+	w.st = w.st + 2 | op
+	return w
+}
+
+// Operation words for atomic: opcode, opmod and result byte count.
+const (
+	atomicCS   = uint64(prm.OpAtomicCS)<<stOpShift | prm.AtomicResultSize<<stAuxShift
+	atomicFA   = uint64(prm.OpAtomicFA)<<stOpShift | prm.AtomicResultSize<<stAuxShift
+	maskedCS32 = uint64(prm.OpAtomicMaskedCS)<<stOpShift | prm.OpmodMaskedAtomic32<<(stOpShift+prm.CtrlOpmodShift) | 4<<stAuxShift
+	maskedFA32 = uint64(prm.OpAtomicMaskedFA)<<stOpShift | prm.OpmodMaskedAtomic32<<(stOpShift+prm.CtrlOpmodShift) | 4<<stAuxShift
+	maskedCS64 = uint64(prm.OpAtomicMaskedCS)<<stOpShift | prm.OpmodMaskedAtomic64<<(stOpShift+prm.CtrlOpmodShift) | 8<<stAuxShift
+	maskedFA64 = uint64(prm.OpAtomicMaskedFA)<<stOpShift | prm.OpmodMaskedAtomic64<<(stOpShift+prm.CtrlOpmodShift) | 8<<stAuxShift
+)
+
+// AtomicCS makes the WQE an 8-byte compare-and-swap at raddr: if the remote
+// value equals compare it becomes swap. The old value lands in the buffer
+// given to Result.
+func (s OpStage) AtomicCS(raddr uint64, rkey uint32, compare, swap uint64) AtomicStage {
+	return AtomicStage{s.w.atomic(atomicCS, raddr, rkey, swap, compare)}
+}
+
+// AtomicFA makes the WQE an 8-byte fetch-and-add of add at raddr. The old
+// value lands in the buffer given to Result. (The unused compare field is
+// written as zero.)
+func (s OpStage) AtomicFA(raddr uint64, rkey uint32, add uint64) AtomicStage {
+	return AtomicStage{s.w.atomic(atomicFA, raddr, rkey, add, 0)}
+}
+
+// MaskedCS32 makes the WQE a 4-byte masked compare-and-swap: the bits of
+// compareMask are compared with compare, and on a match the bits of swapMask
+// are replaced by those of swap.
+func (s OpStage) MaskedCS32(raddr uint64, rkey uint32, compare, swap, compareMask, swapMask uint32) AtomicStage {
+	return AtomicStage{s.w.atomic(maskedCS32, raddr, rkey,
+		uint64(swap)<<32|uint64(compare), uint64(swapMask)<<32|uint64(compareMask))}
+}
+
+// MaskedFA32 makes the WQE a 4-byte masked fetch-and-add: a set bit of
+// fieldBoundary stops the carry out of that bit, so one add updates several
+// independent fields.
+func (s OpStage) MaskedFA32(raddr uint64, rkey uint32, add, fieldBoundary uint32) AtomicStage {
+	return AtomicStage{s.w.atomic(maskedFA32, raddr, rkey, uint64(add)<<32|uint64(fieldBoundary), 0)}
+}
+
+// MaskedCS64 makes the WQE an 8-byte masked compare-and-swap (two atomic
+// segments: swap and compare, then swapMask and compareMask).
+func (s OpStage) MaskedCS64(raddr uint64, rkey uint32, compare, swap, compareMask, swapMask uint64) AtomicStage {
+	// The three segments stay in one WQEBB: the remote address segment
+	// starts 16 bytes (RC) or 0 bytes (DC) into a WQEBB.
+	*(*[4]uint64)(s.w.seg) = [4]uint64{bits.ReverseBytes64(raddr), uint64(bits.ReverseBytes32(rkey)),
+		bits.ReverseBytes64(swap), bits.ReverseBytes64(compare)}
+	*(*[2]uint64)(unsafe.Add(s.w.seg, 32)) = [2]uint64{bits.ReverseBytes64(swapMask), bits.ReverseBytes64(compareMask)}
+	s.w.seg = unsafe.Add(s.w.seg, prm.RaddrSize+prm.MaskedCS64Size)
+	s.w.st = s.w.st + 3 | maskedCS64
+	return AtomicStage(s)
+}
+
+// MaskedFA64 makes the WQE an 8-byte masked fetch-and-add.
+func (s OpStage) MaskedFA64(raddr uint64, rkey uint32, add, fieldBoundary uint64) AtomicStage {
+	return AtomicStage{s.w.atomic(maskedFA64, raddr, rkey, add, fieldBoundary)}
+}
+
+// Result gives the local buffer (addr in the memory region lkey) that
+// receives the remote value from before the atomic, big-endian: 8 bytes, or 4
+// for a 4-byte masked atomic.
+func (s AtomicStage) Result(addr uint64, lkey uint32) FinishStage {
+	w := s.w
+	if w.seg == w.q.end {
+		w.seg = w.q.buf
+	}
+	*(*[2]uint64)(w.seg) = [2]uint64{bits.ReverseBytes64(w.st&stAuxMask<<(32-stAuxShift) | uint64(lkey)), bits.ReverseBytes64(addr)}
+	w.seg = unsafe.Add(w.seg, prm.DataSize)
+	w.st++
+	return FinishStage{w}
+}
+
+// Payload.
+
+// sge appends a data segment, or records the error when the WQE has no room
+// for one more (and from then on writes nothing).
+func (w wqe) sge(addr uint64, length, lkey uint32) wqe {
+	if uint8(w.st) >= uint8(w.st>>stLimitShift) {
+		// ds stays at the limit, so every later SGE fails here too.
+		w.st |= w.st >> (stLimitErrShift - stErrShift) & stErrMask
+		return w
+	}
+	if w.seg == w.q.end {
+		w.seg = w.q.buf
+	}
+	*(*[2]uint64)(w.seg) = [2]uint64{bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey)), bits.ReverseBytes64(addr)}
+	w.seg = unsafe.Add(w.seg, prm.DataSize)
+	w.st++
+	return w
+}
+
+// SGE appends a data segment for length bytes at addr in the memory region
+// lkey. A zero length adds nothing (rdma-core skips such entries); length
+// must be below 2^31, as the top bit of the byte count marks inline data.
+func (s DataStage) SGE(addr uint64, length, lkey uint32) DataStage {
+	if length == 0 {
+		return s
+	}
+	return DataStage{s.w.sge(addr, length, lkey)}
+}
+
+// SGE appends a data segment that receives length bytes at addr in the
+// memory region lkey. A zero length adds nothing.
+func (s ScatterStage) SGE(addr uint64, length, lkey uint32) ScatterStage {
+	if length == 0 {
+		return s
+	}
+	return ScatterStage{s.w.sge(addr, length, lkey)}
+}
+
+// Inline opens an inline data segment carrying b in the WQE itself (no
+// memory region needed; at most MaxInline bytes in all). Empty data adds no
+// segment.
+func (s DataStage) Inline(b []byte) InlineStage {
+	s.w.seg, s.w.st = appendInline(s.w.q, s.w.seg, s.w.st&^stLimitMask, b)
+	return InlineStage(s)
+}
+
+// Inline appends b to the open inline segment.
+func (s InlineStage) Inline(b []byte) InlineStage {
+	s.w.seg, s.w.st = appendInline(s.w.q, s.w.seg, s.w.st, b)
+	return s
+}
+
+func inlineDS(n uint32) uint32 {
+	if n == 0 {
+		return 0
+	}
+	return (prm.InlineHeaderSize + n + prm.SegmentSize - 1) / prm.SegmentSize
+}
+
+// appendInline adds b to the inline segment whose header is at hdr (wrapped
+// to the ring start first if it is at the ring end) and returns the header
+// position and the new state word. It writes nothing once the WQE has
+// failed, so hdr is in the ring whenever it writes.
+func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe.Pointer, uint64) {
+	if hdr == q.end {
+		hdr = q.buf
+	}
+	if len(b) == 0 || st&stErrMask != 0 {
+		return hdr, st
+	}
+	old := uint32(st>>stAuxShift) & 0xffff
+	if uint(len(b)) > uint(q.maxInl-old) {
+		return hdr, st | errInline<<stErrShift | stPoison
+	}
+	n := uint32(len(b))
+	total := old + n
+	ds := uint32(st)&stDSMask - inlineDS(old) + inlineDS(total)
+	if ds > q.maxDS {
+		return hdr, st | errTooLarge<<stErrShift | stPoison
+	}
+	prm.Store32(hdr, total|prm.InlineSeg)
+	pos := uintptr(hdr) + prm.InlineHeaderSize + uintptr(old)
+	if pos >= uintptr(q.end) {
+		pos -= uintptr(q.end) - uintptr(q.buf)
+	}
+	dst := unsafe.Add(hdr, pos-uintptr(hdr))
+	if room := uintptr(q.end) - pos; uintptr(n) > room {
+		copy(unsafe.Slice((*byte)(dst), room), b)
+		copy(unsafe.Slice((*byte)(q.buf), uintptr(n)-room), b[room:])
+	} else {
+		copy(unsafe.Slice((*byte)(dst), n), b)
+	}
+	return hdr, st&^(stDSMask|stAuxMask) | uint64(ds) | uint64(total)<<stAuxShift
+}
+
+// Finishing.
+
+// finish writes the first half of the control segment (opcode, WQE index,
+// QPN, ds) and moves the producer index, or returns the WQE's error.
+func (w wqe) finish() error {
+	if w.st&stErrMask != 0 {
+		return postErrors[w.st>>stErrShift&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
+	}
+	q := w.q
+	// opmod | index | opcode over qpn | ds, before the byte swap.
+	*(*uint64)(w.ctrl) = bits.ReverseBytes64(w.st&ctrlWordMask | uint64(uint16(q.pi))<<(32+prm.CtrlWQEIndexShift) | uint64(q.qpn8))
+	q.last = w.ctrl
+	q.pi += (uint32(w.st)&stDSMask + prm.SegmentsPerWQEBB - 1) / prm.SegmentsPerWQEBB
+	return nil
+}
+
+// ctrlWordMask keeps the opcode, the opmod and ds of a state word.
+const ctrlWordMask = 0xff0000ff_000000ff
+
+// finishBlueFlame is finish followed by the doorbell: the WQE is copied to
+// the BlueFlame register when it is the only one pending and larger than its
+// control segment (rdma-core's rule); otherwise the 8-byte doorbell rings.
+func (w wqe) finishBlueFlame() error {
+	q := w.q
+	alone := q.rung == q.pi
+	if err := w.finish(); err != nil {
+		return err
+	}
+	n := 0
+	if ds := int(uint32(w.st) & stDSMask); alone && ds > 1 {
+		n = ds * prm.SegmentSize
+	}
+	q.bf.Post(q.dbrec, q.pi, w.ctrl, n, q.buf, q.end)
+	q.rung = q.pi
+	return nil
+}
+
+// Finish completes the WQE: it writes the control segment and moves the
+// producer index, or returns the WQE's first error (a *PostError wrapping
+// ErrQueueFull, ErrInlineTooLong, ErrTooManySGE or ErrWQETooLarge), in which
+// case nothing moved. The device sees the WQE at the next RingDoorbell or
+// FinishBlueFlame.
+func (s DataStage) Finish() error { return s.w.finish() }
+
+// FinishBlueFlame is Finish followed by the doorbell, with the WQE copied to
+// the BlueFlame register when it is the only one pending.
+func (s DataStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+
+// Finish completes the WQE (see DataStage.Finish).
+func (s ScatterStage) Finish() error { return s.w.finish() }
+
+// FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
+func (s ScatterStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+
+// Finish completes the WQE (see DataStage.Finish).
+func (s InlineStage) Finish() error { return s.w.finish() }
+
+// FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
+func (s InlineStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+
+// Finish completes the WQE (see DataStage.Finish).
+func (s FinishStage) Finish() error { return s.w.finish() }
+
+// FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
+func (s FinishStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
