@@ -1,0 +1,277 @@
+package sim
+
+import (
+	"math/bits"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+func violationKinds(f *Fabric) []ViolationKind {
+	var k []ViolationKind
+	for _, v := range f.Violations() {
+		k = append(k, v.Kind)
+	}
+	return k
+}
+
+func TestStrictDSMismatch(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	a, _ := e.rcPair(qpOpts{})
+	// ds says 2 (ctrl + raddr) but an inline segment follows: the builder
+	// under-counted. The ring slot after the WQE is zero, so the model runs
+	// out of segments for the inline data.
+	w := a.build(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()))
+	w = append(w, inlineSeg([]byte("lost"))...)
+	w = append(w, make([]byte, 16)...) // pad to 64
+	a.write(w)
+	a.ring()
+	e.run()
+	// ds=2 is a legal zero-length write: no violation for the WQE itself,
+	// and the stray segment is never looked at.
+	require.Empty(t, e.f.Violations())
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+
+	// ds too large: an all-zero data segment where the WQE should have ended.
+	w = ctrlSeg(prm.OpRdmaWrite, 0, a.pi, a.qp.QPN(), 4, prm.FlagCQUpdate, 0)
+	w = append(w, raddrSeg(e.addr2(0), e.mr2.RKey())...)
+	w = append(w, inlineSeg([]byte("abc"))...)
+	w = append(w, make([]byte, 16)...)
+	a.write(w)
+	a.ring()
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationDS}, violationKinds(e.f))
+	e.f.ClearViolations()
+	// The zero segment reads as 2 GiB, more than a message may carry.
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalLength, a.pi-1)
+
+	// An inline length that runs past ds.
+	a, _ = e.rcPair(qpOpts{})
+	w = ctrlSeg(prm.OpSend, 0, a.pi, a.qp.QPN(), 2, prm.FlagCQUpdate, 0)
+	w = append(w, inlineSeg(make([]byte, 40))...)
+	a.write(w[:64])
+	a.ring()
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationDS}, violationKinds(e.f))
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, a.pi-1)
+}
+
+func TestStrictDoorbellEndian(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	a, _ := e.rcPair(qpOpts{})
+	a.write(a.build(prm.OpNop, 0, prm.FlagCQUpdate, 0))
+	// A little-endian store of the producer index.
+	*(*uint32)(unsafe.Add(a.d.DBRec, 4)) = uint32(a.pi)
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationDoorbellEndian}, violationKinds(e.f))
+	require.Empty(t, a.scq.drain(), "the bad doorbell is not acted on")
+	a.ring()
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+
+	// The CQ consumer index too.
+	*(*uint32)(a.scq.d.DBRec) = 1
+	e.run()
+	require.Contains(t, violationKinds(e.f), ViolationDoorbellEndian)
+	prm.Store32(a.scq.d.DBRec, a.scq.ci)
+}
+
+func TestStrictDoorbellBackwardsAndPastRing(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	a, _ := e.rcPair(qpOpts{sendDepth: 4})
+	for i := 0; i < 3; i++ {
+		a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	}
+	e.run()
+	require.Len(t, a.scq.drain(), 3)
+	prm.Store32(unsafe.Add(a.d.DBRec, 4), 1)
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationDoorbellBackwards}, violationKinds(e.f))
+	e.f.ClearViolations()
+	prm.Store32(unsafe.Add(a.d.DBRec, 4), uint32(a.pi)+a.d.SQ.WQECnt+1)
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationDoorbellPastRing}, violationKinds(e.f))
+	require.Empty(t, a.scq.drain())
+	e.f.ClearViolations()
+	// The receive doorbell record as well.
+	prm.Store32(a.d.DBRec, a.d.RQ.WQECnt+1)
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationDoorbellPastRing}, violationKinds(e.f))
+}
+
+func TestStrictWQEIndexQPNAndOpcode(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	a, _ := e.rcPair(qpOpts{})
+	w := ctrlSeg(prm.OpNop, 0, a.pi+5, a.qp.QPN(), 1, prm.FlagCQUpdate, 0)
+	a.write(append(w, make([]byte, 48)...))
+	a.ring()
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationWQEIndex}, violationKinds(e.f))
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op, "not fatal unless StrictFatal")
+	e.f.ClearViolations()
+
+	w = ctrlSeg(prm.OpNop, 0, a.pi, a.qp.QPN()+1, 1, prm.FlagCQUpdate, 0)
+	a.write(append(w, make([]byte, 48)...))
+	a.ring()
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationQPN}, violationKinds(e.f))
+	a.scq.drain()
+	e.f.ClearViolations()
+
+	i := a.post(prm.OpTSO, 0, prm.FlagCQUpdate, 0)
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationOpcode}, violationKinds(e.f))
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, i)
+}
+
+func TestStrictFatal(t *testing.T) {
+	e := newEnv(t, Options{StrictFatal: true})
+	e.allowViolations = true
+	var seen []Violation
+	e.f.opts.OnViolation = func(v Violation) { seen = append(seen, v) }
+	a, _ := e.rcPair(qpOpts{})
+	w := ctrlSeg(prm.OpNop, 0, a.pi+1, a.qp.QPN(), 1, prm.FlagCQUpdate, 0)
+	a.write(append(w, make([]byte, 48)...))
+	a.ring()
+	require.ErrorIs(t, e.f.RunUntilIdle(), ErrViolation)
+	require.Len(t, seen, 1)
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, 0)
+	e.f.ClearViolations()
+	require.NoError(t, e.f.RunUntilIdle())
+}
+
+func TestStrictOff(t *testing.T) {
+	f := New(Options{})
+	defer f.Close()
+	c, err := f.Open("")
+	require.NoError(t, err)
+	defer c.Close()
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 4}})
+	require.NoError(t, err)
+	require.NoError(t, qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
+	d := qp.Descriptor()
+	*(*uint32)(unsafe.Add(d.DBRec, 4)) = bits.ReverseBytes32(0x01000000)
+	require.NoError(t, f.RunUntilIdle())
+	require.Empty(t, f.Violations(), "violations are recorded only in strict mode")
+}
+
+func TestCQArmAndEvent(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{})
+	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, cq.EventFD(), 0)
+	d := cq.Descriptor()
+	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: a.rcq.cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
+	require.NoError(t, err)
+	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(q, b, 7, 1)
+
+	arm := func(sn uint32, solicited bool) {
+		cmd := uint32(prm.CQArmAny)
+		if solicited {
+			cmd = prm.CQArmSolicited
+		}
+		word := sn<<prm.CQArmSNShift | cmd | q.scq.ci&prm.CQConsumerIndexMask
+		prm.Store32(unsafe.Add(d.DBRec, 4), word)
+		prm.Store64(unsafe.Add(d.UAR, prm.CQDoorbellOffset), uint64(word)<<32|uint64(d.CQN))
+	}
+	ok, err := cq.ReadEvent()
+	require.NoError(t, err)
+	require.False(t, ok)
+	// Not armed: no event.
+	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	e.run()
+	q.scq.drain()
+	ok, _ = cq.ReadEvent()
+	require.False(t, ok)
+	// Armed: one event for the next completion.
+	arm(0, false)
+	e.run()
+	ok, _ = cq.ReadEvent()
+	require.False(t, ok)
+	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	e.run()
+	ok, _ = cq.ReadEvent()
+	require.True(t, ok)
+	ok, _ = cq.ReadEvent()
+	require.False(t, ok, "one event per arm")
+	// Arming with completions pending fires at once.
+	arm(1, false)
+	e.run()
+	ok, _ = cq.ReadEvent()
+	require.True(t, ok)
+	q.scq.drain()
+	// Solicited-only: an unsolicited completion does not fire.
+	arm(2, true)
+	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	e.run()
+	ok, _ = cq.ReadEvent()
+	require.False(t, ok)
+	require.Empty(t, e.f.Violations())
+}
+
+func TestDelayCompletions(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{})
+	require.NoError(t, e.f.DelayCompletions(a.scq.cq.CQN(), 1_000_000))
+	a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	_, err := e.f.Step()
+	require.NoError(t, err)
+	require.Empty(t, a.scq.drain())
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+	require.GreaterOrEqual(t, int64(e.f.Now()), int64(1_000_000))
+	require.NoError(t, e.f.DelayCompletions(a.scq.cq.CQN(), 0))
+	a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	_, err = e.f.Step()
+	require.NoError(t, err)
+	require.Len(t, a.scq.drain(), 1)
+}
+
+func TestInjectCQE(t *testing.T) {
+	e := newEnv(t, Options{})
+	cq := e.newCQ(e.c, 4, 64)
+	var img [64]byte
+	img[prm.ErrCQESyndrome] = 0x77
+	be.PutUint32(img[prm.ErrCQEWQEOpcodeQPN:], 0xabcdef)
+	img[prm.CQEOpOwn] = prm.OpOwn(prm.CQEReqErr, 0, false, 0)
+	for i := 0; i < 6; i++ { // two laps
+		require.NoError(t, e.f.InjectCQE(cq.cq.CQN(), img))
+		c := cq.one(t)
+		require.Equal(t, prm.Syndrome(0x77), c.synd)
+		require.False(t, c.synd.Known())
+		require.Equal(t, uint32(0xabcdef), c.qpn)
+	}
+}
+
+func TestStepIsOneWQEPerQP(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{})
+	for i := 0; i < 3; i++ {
+		a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	}
+	for i := 1; i <= 3; i++ {
+		ok, err := e.f.Step()
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Len(t, a.scq.drain(), 1)
+	}
+	ok, err := e.f.Step()
+	require.NoError(t, err)
+	require.False(t, ok)
+}
