@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/mlx5kit/mlx5kit/cgo"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDescribeSoftwareHCA(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-sim"}, &out, &errOut), errOut.String())
+	s := out.String()
+	for _, want := range []string{"hca_id:", "provider:", "sim (software)", "max inline (RC):", "port:", "state:", "GID[  0]:"} {
+		require.Contains(t, s, want)
+	}
+}
+
+func TestDescribeSoftwareHCAJSON(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-sim", "-json", "-v"}, &out, &errOut), errOut.String())
+	var descs []Description
+	require.NoError(t, json.Unmarshal(out.Bytes(), &descs))
+	require.Len(t, descs, 1)
+	d := descs[0]
+	require.Equal(t, "sim", d.Provider)
+	require.Equal(t, "software", d.Kind)
+	require.NotEmpty(t, d.Attr.Name)
+	require.Len(t, d.Ports, int(d.Attr.PhysPortCount))
+	require.NotEmpty(t, d.Ports[0].GIDs)
+	require.Nil(t, d.DV, "the software HCA has no mlx5dv attributes")
+}
+
+func TestHardwareListing(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"-l"}, &out, &errOut)
+	list, err := cgo.ListDevices()
+	switch {
+	case err != nil:
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut.String(), err.Error())
+	case len(list) == 0:
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut.String(), "no RDMA devices found")
+		require.Contains(t, errOut.String(), cgo.NoDeviceReason())
+	default:
+		require.Equal(t, 0, code, errOut.String())
+		for _, d := range list {
+			require.Contains(t, out.String(), d.Name)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"-nosuchflag"}, &out, &errOut))
+	require.Equal(t, 2, run([]string{"extra"}, &out, &errOut))
+	require.True(t, strings.Contains(errOut.String(), "unexpected arguments"))
+}
+
+func TestGUIDFormat(t *testing.T) {
+	require.Equal(t, "0002:c903:00a0:b000", guid(0x0002c90300a0b000))
+	require.Equal(t, "0000:0000:0000:0001", guid(1))
+}
