@@ -42,9 +42,9 @@ type CQ struct {
 	mask     uint32         // CQECnt - 1
 	shift    uint8          // log2(CQESize)
 	logCnt   uint8          // log2(CQECnt)
-	stopped  bool           // a corrupt slot was found at ci+ready
+	stopped  bool           // a corrupt slot was found at end
 	ci       uint32         // free-running consumer index
-	ready    uint32         // CQEs from ci on that Ready found and Next has not handed out
+	end      uint32         // Ready found the CQEs from ci up to end
 	released uint32         // the consumer index last written to dbrec[0]
 	dbrec    unsafe.Pointer
 
@@ -99,7 +99,13 @@ func New(cfg Config) (*CQ, error) {
 
 // slot returns the CQE64 of the slot that consumer index i maps to.
 func (cq *CQ) slot(i uint32) *CQE {
-	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<cq.shift))
+	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)))
+}
+
+// sw reports whether op_own op, read from the slot of consumer index i,
+// marks a CQE that software owns.
+func sw(op uint8, i uint32, logCnt uint8) bool {
+	return op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op^uint8(i>>(logCnt&31)))&prm.CQEOwnerMask == 0
 }
 
 // Ready finds the CQEs the device has handed over, from the consumer index
@@ -115,7 +121,7 @@ func (cq *CQ) slot(i uint32) *CQE {
 // Ready never goes past the slots the device could have written since the
 // last Release, and stops before a corrupt slot (see Err).
 func (cq *CQ) Ready(max int) int {
-	n := cq.ready
+	n := cq.end - cq.ci
 	if max <= int(n) || cq.stopped {
 		return int(n)
 	}
@@ -125,35 +131,33 @@ func (cq *CQ) Ready(max int) int {
 	if uint(max) < uint(limit) {
 		limit = uint32(max)
 	}
-	found := n
-	pos := cq.ci + n
-	for n < limit {
-		op := cq.slot(pos)[prm.CQEOpOwn]
-		if op>>prm.CQEOpcodeShift == uint8(prm.CQEInvalid) || (op^uint8(pos>>cq.logCnt))&prm.CQEOwnerMask != 0 {
+	ring, mask, shift, logCnt := cq.ring, cq.mask, cq.shift&63, cq.logCnt
+	pos, stop := cq.end, cq.ci+limit
+	for pos != stop {
+		op := *(*uint8)(unsafe.Add(ring, uintptr(pos&mask)<<shift+prm.CQEOpOwn))
+		if !sw(op, pos, logCnt) {
 			break
 		}
 		if op&(prm.CQEFormatMask<<prm.CQEFormatShift) != 0 && !cq.checkFormat(pos, op) {
 			break
 		}
-		n++
 		pos++
 	}
-	if n != found {
+	if pos != cq.end {
 		blueflame.ReadBarrier()
+		cq.end = pos
 	}
 	if !cq.overrunSeen {
 		// The ring is full when the last slot the device may write before
 		// the next Release is written already. If it is not yet, it still
 		// holds the previous lap's owner bit (session slots included, which
 		// expand rewrites with the owner bit of their own lap).
-		last := cq.released + cq.mask
-		op := cq.slot(last)[prm.CQEOpOwn]
-		if op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op^uint8(last>>cq.logCnt))&prm.CQEOwnerMask == 0 {
+		last := cq.released + mask
+		if sw(cq.slot(last)[prm.CQEOpOwn], last, logCnt) {
 			cq.overrun()
 		}
 	}
-	cq.ready = n
-	return int(n)
+	return int(pos - cq.ci)
 }
 
 // overrun records that the ring was found full.
@@ -202,13 +206,12 @@ func (cq *CQ) setErr(err error) {
 // past it, or nil when they are used up. It is small enough to be inlined
 // into the caller's loop and makes no call.
 func (cq *CQ) Next() *CQE {
-	if cq.ready == 0 {
+	i := cq.ci
+	if i == cq.end {
 		return nil
 	}
-	cq.ready--
-	c := (*CQE)(unsafe.Add(cq.ring, uintptr(cq.ci&cq.mask)<<cq.shift))
-	cq.ci++
-	return c
+	cq.ci = i + 1
+	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)))
 }
 
 // Release gives the slots of the CQEs Next returned back to the device:
@@ -221,16 +224,29 @@ func (cq *CQ) Release() {
 }
 
 // Poll hands up to max CQEs to fn and releases their slots; it returns the
-// number handed over. Poll is inlined, and so is fn when it is a function
-// literal at the call site: the body of Poll is a closure called once, which
-// the compiler inlines with its larger budget for such closures.
+// number handed over. An empty ring costs no call: Poll looks at the next
+// slot's owner byte itself before calling Ready. The batch counts as taken
+// while fn runs (Next returns nil inside fn).
+//
+// Poll is inlined, and so is fn when it is a function literal at the call
+// site. Its body is a closure that Poll calls at once; the compiler counts
+// that call as an ordinary call when it sizes Poll (the closure is larger
+// than twice the inlining budget), and inlines the closure at Poll's call
+// site under its larger budget for closures called once. TestInlining
+// checks that this still holds.
 func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 	return func() int {
-		n := 0
+		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
+		i, end := cq.ci, cq.end
+		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, cq.logCnt) {
+			return 0
+		}
 		cq.Ready(max)
-		for c := cq.Next(); c != nil; c = cq.Next() {
-			fn(c)
-			n++
+		end = cq.end
+		n := int(end - i)
+		cq.ci = end
+		for ; i != end; i++ {
+			fn((*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift)))
 		}
 		cq.Release()
 		return n
@@ -239,16 +255,27 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 
 // All returns an iterator over one batch: Ready(max), every CQE found, then
 // Release, also when the loop body breaks early (the CQEs not reached stay
-// ready for the next batch). Both the iterator and the loop body are
-// inlined into the range statement.
+// ready for the next batch). An empty ring costs no call. Both the iterator
+// and the loop body are inlined into the range statement. The batch counts
+// as taken while the body runs (Next returns nil inside it).
 func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	return func(yield func(*CQE) bool) {
+		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
+		i, end := cq.ci, cq.end
+		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, cq.logCnt) {
+			return
+		}
 		cq.Ready(max)
-		for c := cq.Next(); c != nil; c = cq.Next() {
+		end = cq.end
+		cq.ci = end
+		for i != end {
+			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))
+			i++
 			if !yield(c) {
 				break
 			}
 		}
+		cq.ci = i
 		cq.Release()
 	}
 }

@@ -229,7 +229,8 @@ func TestConsumerIndexRecordIs24Bits(t *testing.T) {
 	cq := r.newCQ(t)
 	// Start both sides just below 2^24 and 2^32 to cross both wraps.
 	for _, start := range []uint32{1<<24 - 2, 1<<32 - 2} {
-		r.pi, cq.ci, cq.released = start, start, start
+		r.pi = start
+		cq.startAt(start)
 		for i := uint32(0); i < 4; i++ {
 			r.put(cqeFields{opcode: prm.CQEReq, wqeCounter: uint16(start + i)})
 		}

@@ -215,3 +215,7 @@ func (r *ring) putSession(title cqeFields, minis []mini) {
 	b[63] = tmp[63]
 	r.pi += uint32(len(minis))
 }
+
+// startAt moves a fresh poller to consumer index i, as if i CQEs had been
+// polled and released.
+func (cq *CQ) startAt(i uint32) { cq.ci, cq.end, cq.released = i, i, i }
