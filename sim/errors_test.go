@@ -295,7 +295,7 @@ func TestFlushExactlyOnce(t *testing.T) {
 
 func TestCQOverrun(t *testing.T) {
 	e := newEnv(t, Options{})
-	a, _ := e.rcPair(qpOpts{cqDepth: 4, sendDepth: 16})
+	a, _ := e.rcPair(qpOpts{cqDepth: 3, sendDepth: 16})
 	require.Equal(t, uint32(4), a.scq.d.CQECnt)
 	for i := 0; i < 6; i++ {
 		a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
@@ -325,7 +325,7 @@ func TestCQOverrun(t *testing.T) {
 
 func TestCQNoOverrunWhenConsumed(t *testing.T) {
 	e := newEnv(t, Options{})
-	a, _ := e.rcPair(qpOpts{cqDepth: 4, sendDepth: 16})
+	a, _ := e.rcPair(qpOpts{cqDepth: 3, sendDepth: 16})
 	for i := 0; i < 100; i++ {
 		a.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 		e.run()

@@ -96,7 +96,9 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.Provi
 	if size != prm.CQE64Size && size != prm.CQE128Size {
 		return nil, ctx.Errorf(op, "CQE size %d: %w", size, ctx.ErrInvalidArgument)
 	}
-	cnt := roundPow2(cfg.Depth)
+	// As rdma-core: one more entry than asked for, rounded up to a power of
+	// two.
+	cnt := roundPow2(cfg.Depth + 1)
 	c := &cq{f: d.f, dev: d, cnt: cnt, size: size, evfd: -1}
 	var err error
 	if c.bufs[0], err = region(int(cnt * size)); err != nil {

@@ -245,7 +245,7 @@ func TestDelayCompletions(t *testing.T) {
 
 func TestInjectCQE(t *testing.T) {
 	e := newEnv(t, Options{})
-	cq := e.newCQ(e.c, 4, 64)
+	cq := e.newCQ(e.c, 3, 64)
 	var img [64]byte
 	img[prm.ErrCQESyndrome] = 0x77
 	be.PutUint32(img[prm.ErrCQEWQEOpcodeQPN:], 0xabcdef)
