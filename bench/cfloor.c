@@ -2,6 +2,7 @@
 
 #include <endian.h>
 #include <stdint.h>
+#include <string.h>
 #include <infiniband/mlx5dv.h>
 
 #include "cfloor.h"
@@ -88,17 +89,21 @@ static inline int floor_post_wqe(struct floor_queue *q, uint64_t wr_id)
 
 /* The completer stands in for the device: it reads the send producer index
  * from the doorbell record and writes the requester CQE64 of the WQE before
- * it, opcode and owner bit last. */
+ * it: send opcode and QPN, then wqe_counter, signature and op_own (with the
+ * owner bit of its pass over the ring) in one 4-byte store, so op_own is
+ * never seen before the counter. The Go completer in rings.go makes the
+ * same stores. */
 static inline void floor_complete_cqe(struct floor_queue *q)
 {
 	uint16_t pi = (uint16_t)be32toh(q->qp_dbrec[MLX5_SND_DBR]);
 	uint32_t n = q->dev_cq_pi++;
 	struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)(q->cq_buf + ((n & (q->cqe_cnt - 1)) << 6));
+	uint8_t op_own = MLX5_CQE_REQ << 4 | ((n >> q->cq_log_cnt) & MLX5_CQE_OWNER_MASK);
 
-	cqe->sop_drop_qpn = htobe32((uint32_t)MLX5_OPCODE_RDMA_WRITE_IMM << 24 | q->qpn);
-	cqe->wqe_counter = htobe16((uint16_t)(pi - 1));
-	compiler_barrier();
-	*(volatile uint8_t *)&cqe->op_own = MLX5_CQE_REQ << 4 | !!(n & q->cqe_cnt);
+	uint32_t tail = (uint32_t)htobe16((uint16_t)(pi - 1)) | (uint32_t)op_own << 24;
+
+	cqe->sop_drop_qpn = q->sop_drop_qpn;
+	memcpy(&cqe->wqe_counter, &tail, sizeof(tail));
 }
 
 /* Poll one CQE: ownership as rdma-core's get_sw_cqe, a read barrier, then

@@ -12,7 +12,10 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
 // haveCFloor reports whether the C baselines are built in.
@@ -45,6 +48,8 @@ func newCFloor(m *queueMemory) (*cFloor, error) {
 	q.bf_size = C.uint32_t(m.bfSize)
 	q.cq_buf = (*C.uint8_t)(m.cq)
 	q.cqe_cnt = C.uint32_t(m.cqeCnt)
+	q.cq_log_cnt = C.uint32_t(bits.TrailingZeros32(m.cqeCnt))
+	q.sop_drop_qpn = C.uint32_t(bits.ReverseBytes32(uint32(prm.OpRdmaWriteImm)<<prm.CQESendOpShift | m.qpn))
 	q.cq_dbrec = (*C.uint32_t)(m.cqDBRec)
 	q.laddr = C.uint64_t(uintptr(m.payload))
 	q.raddr = benchRAddr
@@ -120,3 +125,6 @@ func floorError(op string, rc int) error {
 	}
 	return fmt.Errorf("bench: C floor %s: %w", op, err)
 }
+
+// setLocalAddress changes the address of the SGE the loop posts.
+func (f *cFloor) setLocalAddress(addr uint64) { f.q.laddr = C.uint64_t(addr) }

@@ -28,6 +28,8 @@ struct floor_queue {
 
 	/* The completer's own producer index into the completion queue. */
 	uint32_t dev_cq_pi;
+	uint32_t cq_log_cnt;	/* log2(cqe_cnt) */
+	uint32_t sop_drop_qpn;	/* send opcode and QPN, big-endian */
 
 	/* The work request every iteration posts. */
 	uint64_t laddr;
