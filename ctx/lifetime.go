@@ -97,6 +97,3 @@ func (n *node) closeLocked() error {
 	}
 	return errors.Join(errs...)
 }
-
-// liveChildren counts the open objects that depend on n (t.mu held).
-func (n *node) liveChildren() int { return len(n.children) }

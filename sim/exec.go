@@ -383,7 +383,6 @@ type outcome struct {
 func done(n uint64) outcome       { return outcome{res: resultDone, byteCnt: uint32(n)} }
 func fail(s prm.Syndrome) outcome { return outcome{res: resultFail, synd: s} }
 func waiting() outcome            { return outcome{res: resultWait} }
-func (o outcome) failed() bool    { return o.res == resultFail }
 func (o outcome) String() string  { return fmt.Sprintf("%d/%v", o.res, o.synd) }
 func beUint32(b []byte) uint32    { return binary.BigEndian.Uint32(b) }
 func beUint64(b []byte) uint64    { return binary.BigEndian.Uint64(b) }

@@ -1,0 +1,348 @@
+package ctx_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// fake is a provider that records the order in which objects are released.
+type fake struct {
+	mu     sync.Mutex
+	log    []string
+	n      int
+	failOn string
+}
+
+func (f *fake) record(s string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, s)
+	if f.failOn == s {
+		return errors.New("provider refused " + s)
+	}
+	return nil
+}
+
+func (f *fake) name(kind string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return fmt.Sprintf("%s%d", kind, f.n)
+}
+
+type closer struct {
+	f    *fake
+	name string
+}
+
+func (c closer) Close() error { return c.f.record("close " + c.name) }
+
+func (f *fake) Devices() ([]ctx.DeviceInfo, error) {
+	return []ctx.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
+}
+func (f *fake) OpenDevice(name string) (ctx.ProviderDevice, error) {
+	if name != "" && name != "fake0" {
+		return nil, ctx.ErrNotFound
+	}
+	return fakeDev{closer{f, "dev"}}, nil
+}
+
+type fakeDev struct{ closer }
+
+func (d fakeDev) Name() string                                  { return "fake0" }
+func (d fakeDev) Kind() ctx.Kind                                { return ctx.KindSoftware }
+func (d fakeDev) Query() (ctx.DeviceAttr, error)                { return ctx.DeviceAttr{Name: "fake0"}, nil }
+func (d fakeDev) QueryPort(uint8) (ctx.PortAttr, error)         { return ctx.PortAttr{Port: 1}, nil }
+func (d fakeDev) QueryGIDs(uint8) ([]ctx.GIDEntry, error)       { return nil, nil }
+func (d fakeDev) AsyncEventFD() int                             { return -1 }
+func (d fakeDev) ReadAsyncEvent() (ctx.AsyncEvent, bool, error) { return ctx.AsyncEvent{}, false, nil }
+func (d fakeDev) AllocProtectionDomain() (ctx.ProviderProtectionDomain, error) {
+	return fakePD{closer{d.f, d.f.name("PD")}}, nil
+}
+func (d fakeDev) CreateCompletionQueue(ctx.CompletionQueueConfig) (ctx.ProviderCompletionQueue, error) {
+	return fakeCQ{closer{d.f, d.f.name("CQ")}}, nil
+}
+
+type fakePD struct{ closer }
+
+func (p fakePD) RegisterMemory(unsafe.Pointer, uint64, ctx.Access) (ctx.ProviderMemoryRegion, error) {
+	return fakeMR{closer{p.f, p.f.name("MR")}}, nil
+}
+func (p fakePD) CreateQueuePair(ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
+	return &fakeQP{closer: closer{p.f, p.f.name("QP")}}, nil
+}
+func (p fakePD) CreateSRQ(ctx.SRQConfig) (ctx.ProviderSRQ, error) {
+	return fakeSRQ{closer{p.f, p.f.name("SRQ")}}, nil
+}
+func (p fakePD) CreateAddressHandle(ctx.AddressAttr) (ctx.ProviderAddressHandle, error) {
+	return fakeAH{closer{p.f, p.f.name("AH")}}, nil
+}
+
+type fakeMR struct{ closer }
+
+func (fakeMR) LKey() uint32 { return 1 }
+func (fakeMR) RKey() uint32 { return 2 }
+
+type fakeCQ struct{ closer }
+
+func (fakeCQ) Descriptor() ctx.CQDescriptor { return ctx.CQDescriptor{CQN: 9} }
+func (fakeCQ) EventFD() int                 { return -1 }
+func (fakeCQ) ReadEvent() (bool, error)     { return false, nil }
+
+type fakeQP struct {
+	closer
+	state ctx.QPState
+}
+
+func (q *fakeQP) Descriptor() ctx.QPDescriptor { return ctx.QPDescriptor{QPN: 0x42} }
+func (q *fakeQP) Modify(a ctx.QPAttr) error {
+	if a.State == ctx.QPStateRTS && q.state != ctx.QPStateRTR {
+		return ctx.ErrInvalidState
+	}
+	q.state = a.State
+	return nil
+}
+func (q *fakeQP) State() (ctx.QPState, error) { return q.state, nil }
+
+type fakeSRQ struct{ closer }
+
+func (fakeSRQ) Descriptor() ctx.SRQDescriptor { return ctx.SRQDescriptor{SRQN: 3} }
+
+type fakeAH struct{ closer }
+
+func (fakeAH) AV() [prm.AVSize]byte { return [prm.AVSize]byte{1} }
+
+func openFake(t *testing.T) (*fake, *ctx.Context) {
+	f := &fake{}
+	c, err := ctx.OpenWith("fake", f, "")
+	require.NoError(t, err)
+	return f, c
+}
+
+type world struct {
+	pd       *ctx.ProtectionDomain
+	cq1, cq2 *ctx.CompletionQueue
+	mr       *ctx.MemoryRegion
+	srq      *ctx.SharedReceiveQueue
+	qp1, qp2 *ctx.QueuePair
+	ah       *ctx.AddressHandle
+	buf      *ctx.Buffer
+}
+
+func build(t *testing.T, c *ctx.Context) world {
+	var w world
+	var err error
+	w.pd, err = c.AllocProtectionDomain()
+	require.NoError(t, err)
+	w.cq1, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	w.cq2, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	w.buf, err = ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { w.buf.Close() })
+	w.mr, err = w.pd.RegisterBuffer(w.buf, ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	w.srq, err = w.pd.CreateSRQ(ctx.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	w.qp1, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: w.cq1, RecvCQ: w.cq2, Caps: ctx.QueuePairCaps{SendDepth: 4}})
+	require.NoError(t, err)
+	w.qp2, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeDCT, RecvCQ: w.cq2, SRQ: w.srq})
+	require.NoError(t, err)
+	w.ah, err = w.pd.CreateAddressHandle(ctx.AddressAttr{DLID: 1})
+	require.NoError(t, err)
+	return w
+}
+
+func TestContextCloseOrder(t *testing.T) {
+	f, c := openFake(t)
+	build(t, c)
+	require.NoError(t, c.Close())
+	// PD1 CQ2 CQ3 MR4 SRQ5 QP6 QP7 AH8: QPs (newest first), SRQ, CQs, AH,
+	// MR, PD, device.
+	require.Equal(t, []string{"close QP7", "close QP6", "close SRQ5", "close CQ3", "close CQ2",
+		"close AH8", "close MR4", "close PD1", "close dev"}, f.log)
+	require.NoError(t, c.Close(), "idempotent")
+	require.Len(t, f.log, 9)
+}
+
+func TestCloseCascades(t *testing.T) {
+	f, c := openFake(t)
+	w := build(t, c)
+	// Closing a CQ takes the QPs that use it down first, and nothing else.
+	require.NoError(t, w.cq1.Close())
+	require.Equal(t, []string{"close QP6", "close CQ2"}, f.log)
+	require.True(t, w.qp1.Closed())
+	require.False(t, w.qp2.Closed())
+	// Closing the SRQ takes the DCT.
+	f.log = nil
+	require.NoError(t, w.srq.Close())
+	require.Equal(t, []string{"close QP7", "close SRQ5"}, f.log)
+	// The PD takes the rest of its children.
+	f.log = nil
+	require.NoError(t, w.pd.Close())
+	require.Equal(t, []string{"close AH8", "close MR4", "close PD1"}, f.log)
+	f.log = nil
+	require.NoError(t, c.Close())
+	require.Equal(t, []string{"close CQ3", "close dev"}, f.log)
+}
+
+func TestUseAfterClose(t *testing.T) {
+	_, c := openFake(t)
+	w := build(t, c)
+	require.NoError(t, w.pd.Close())
+	_, err := w.pd.RegisterBuffer(w.buf, 0)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = w.pd.CreateSRQ(ctx.SRQConfig{Depth: 1})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = w.pd.CreateAddressHandle(ctx.AddressAttr{})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: w.cq1, Caps: ctx.QueuePairCaps{SendDepth: 1}})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	err = w.qp1.Modify(ctx.QPAttr{State: ctx.QPStateInit})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	var oe *ctx.OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "modify RC QP to INIT", oe.Op)
+	_, err = w.qp1.State()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.NoError(t, w.mr.Close(), "closing a closed object is fine")
+	require.NoError(t, c.Close())
+	_, err = c.AllocProtectionDomain()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = c.Query()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = w.cq2.ReadEvent()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.Equal(t, -1, w.cq2.EventFD())
+}
+
+func TestCloseKeepsGoingOnProviderError(t *testing.T) {
+	f, c := openFake(t)
+	build(t, c)
+	f.failOn = "close SRQ5"
+	err := c.Close()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "close context")
+	require.Contains(t, err.Error(), "provider refused close SRQ5")
+	require.Len(t, f.log, 9, "everything is released despite the error")
+	require.True(t, c.Closed())
+}
+
+func TestInvalidArguments(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	_, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 0})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1, CQESize: 96})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = w.pd.RegisterMemory(nil, ctx.AccessLocalWrite)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = w.pd.RegisterBuffer(w.buf, ctx.AccessRemoteWrite)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "remote write needs local write")
+	_, err = w.pd.RegisterBuffer(w.buf, 1<<7)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: 9, SendCQ: w.cq1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, Caps: ctx.QueuePairCaps{SendDepth: 1}})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeDCT, RecvCQ: w.cq1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: w.cq1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, c2 := openFake(t)
+	defer c2.Close()
+	cqOther, err := c2.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1})
+	require.NoError(t, err)
+	_, err = w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cqOther, Caps: ctx.QueuePairCaps{SendDepth: 1}})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	err = w.qp1.Modify(ctx.QPAttr{State: ctx.QPStateRTS})
+	require.ErrorIs(t, err, ctx.ErrInvalidState)
+	require.NoError(t, w.qp1.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
+	require.NoError(t, w.qp1.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: 7}))
+	require.Equal(t, uint32(7), w.qp1.RemoteQPN())
+	s, err := w.qp1.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTR, s)
+}
+
+func TestRegisterAndOpen(t *testing.T) {
+	require.Panics(t, func() { ctx.Register("", &fake{}) })
+	ctx.Register("fake-registered", &fake{})
+	require.Panics(t, func() { ctx.Register("fake-registered", &fake{}) })
+	require.Contains(t, ctx.Providers(), "fake-registered")
+	c, err := ctx.Open(ctx.Options{Provider: "fake-registered"})
+	require.NoError(t, err)
+	require.Equal(t, "fake-registered", c.Provider())
+	require.Equal(t, ctx.KindSoftware, c.Kind())
+	require.Equal(t, "fake0 (software, provider fake-registered)", c.String())
+	require.NoError(t, c.Close())
+	_, err = ctx.Open(ctx.Options{Provider: "fake-registered", Device: "other"})
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+	t.Setenv(ctx.EnvProvider, "fake-registered")
+	c, err = ctx.Open(ctx.Options{})
+	require.NoError(t, err)
+	require.Equal(t, "fake-registered", c.Provider())
+	require.NoError(t, c.Close())
+}
+
+func TestBuffer(t *testing.T) {
+	b, err := ctx.AllocBuffer(5000, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	require.Equal(t, 8192, b.Len())
+	require.Zero(t, uintptr(b.Pointer())%4096)
+	m := b.Bytes()
+	m[0], m[len(m)-1] = 1, 2
+	require.False(t, b.HugePages())
+	require.NoError(t, b.Close())
+	require.NoError(t, b.Close())
+	require.Nil(t, b.Bytes())
+	require.True(t, b.Closed())
+	_, err = ctx.AllocBuffer(0, ctx.BufferOptions{})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	// Huge pages fall back to normal pages when none are reserved.
+	h, err := ctx.AllocBuffer(1<<20, ctx.BufferOptions{HugePages: true})
+	require.NoError(t, err)
+	if h.HugePages() {
+		require.Equal(t, ctx.HugePageSize, h.Len())
+	} else {
+		require.Equal(t, 1<<20, h.Len())
+	}
+	h.Bytes()[h.Len()-1] = 1
+	require.NoError(t, h.Close())
+}
+
+func TestTimers(t *testing.T) {
+	require.Equal(t, "655.36ms", ctx.RNRTimerDuration(0).String())
+	require.Equal(t, "10µs", ctx.RNRTimerDuration(1).String())
+	require.Equal(t, "1.28ms", ctx.RNRTimerDuration(14).String())
+	require.Equal(t, "491.52ms", ctx.RNRTimerDuration(31).String())
+	require.Zero(t, ctx.AckTimeoutDuration(0))
+	require.Equal(t, "67.108864ms", ctx.AckTimeoutDuration(14).String())
+}
+
+func TestStrings(t *testing.T) {
+	require.Equal(t, "LocalWrite|RemoteAtomic", (ctx.AccessLocalWrite | ctx.AccessRemoteAtomic).String())
+	require.Equal(t, "RTS", ctx.QPStateRTS.String())
+	require.Equal(t, "DCT", ctx.QPTypeDCT.String())
+	require.Equal(t, "4096", ctx.MTU4096.String())
+	require.Equal(t, 1024, ctx.MTU1024.Bytes())
+	var g ctx.GID
+	g[0], g[1], g[15] = 0xfe, 0x80, 1
+	require.Equal(t, "fe80::1", g.String())
+	require.Equal(t, "CQ_ERR cqn=0x5: overrun", ctx.AsyncEvent{Type: ctx.EventCQError, CQN: 5, Detail: "overrun"}.String())
+	err := ctx.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
+	require.Equal(t, "ctx: create QP: depth: invalid argument", err.Error())
+}
