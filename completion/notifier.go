@@ -1,0 +1,215 @@
+package completion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/monocq"
+)
+
+// ErrNoEventChannel is returned by NewNotifier for a completion queue
+// created without ctx.CompletionQueueConfig.EventChannel.
+var ErrNoEventChannel = errors.New("completion queue has no event channel")
+
+// ErrMismatch is returned by NewNotifier when the poller does not poll the
+// completion queue it is paired with.
+var ErrMismatch = errors.New("poller and completion queue differ")
+
+// Notifier waits for completions on one completion queue without spinning:
+// the event mode of a CQ (a completion channel, arming, a blocking wait).
+// It is used by the goroutine that polls the CQ, between batches (Wait
+// releases the CQEs taken so far, as arming must).
+type Notifier struct {
+	cq        *ctx.CompletionQueue
+	poll      *monocq.CQ
+	file      *os.File
+	raw       syscall.RawConn
+	armed     bool
+	solicited bool
+	events    uint64
+}
+
+// NewNotifier pairs cq, which must have been created with an event channel,
+// with poll, the poller of its ring. The Notifier holds a duplicate of the
+// channel's descriptor registered with the Go runtime's network poller;
+// Close releases it (closing the CQ does not).
+func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
+	const op = "completion: new notifier"
+	if cq == nil || poll == nil {
+		return nil, fmt.Errorf("%s: nil CQ or poller: %w", op, ctx.ErrInvalidArgument)
+	}
+	if cq.CQN() != poll.CQN() {
+		return nil, fmt.Errorf("%s: CQ 0x%x, poller of CQ 0x%x: %w", op, cq.CQN(), poll.CQN(), ErrMismatch)
+	}
+	fd := cq.EventFD()
+	if fd < 0 {
+		if cq.Closed() {
+			return nil, fmt.Errorf("%s: CQ 0x%x: %w", op, cq.CQN(), ctx.ErrClosed)
+		}
+		return nil, fmt.Errorf("%s: CQ 0x%x: %w", op, cq.CQN(), ErrNoEventChannel)
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: dup event channel: %w", op, err)
+	}
+	// The channel is non-blocking (both providers make it so), which lets
+	// os.NewFile hand it to the network poller.
+	if err := unix.SetNonblock(dup, true); err != nil {
+		_ = unix.Close(dup)
+		return nil, fmt.Errorf("%s: set non-blocking: %w", op, err)
+	}
+	f := os.NewFile(uintptr(dup), fmt.Sprintf("cq-0x%x-events", cq.CQN()))
+	raw, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return &Notifier{cq: cq, poll: poll, file: f, raw: raw}, nil
+}
+
+// SolicitedOnly makes the Notifier arm for solicited completions (and error
+// completions) only, instead of any completion.
+func (n *Notifier) SolicitedOnly(on bool) { n.solicited = on }
+
+// Poller returns the poller the Notifier waits for.
+func (n *Notifier) Poller() *monocq.CQ { return n.poll }
+
+// Events returns the number of completion events consumed so far.
+func (n *Notifier) Events() uint64 { return n.events }
+
+// Close releases the Notifier's descriptor. It does not close the CQ.
+func (n *Notifier) Close() error {
+	if n.file == nil {
+		return nil
+	}
+	err := n.file.Close()
+	n.file = nil
+	return err
+}
+
+// Wait returns once the poller has at least one CQE ready (monocq.CQ.Ready
+// found it), blocking until the device raises a completion event when there
+// is none. It returns an error wrapping ctx's error when ctx is done first
+// (context.DeadlineExceeded for a deadline, context.Canceled for a
+// cancellation). Wait releases the CQEs taken so far before it arms: call it
+// between batches.
+func (n *Notifier) Wait(c context.Context) error {
+	if n.poll.Ready(1) > 0 {
+		return nil
+	}
+	for {
+		if !n.armed {
+			if err := n.poll.Arm(n.solicited); err != nil {
+				return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), err)
+			}
+			n.armed = true
+			// A CQE written between the empty poll and the arm raises no
+			// event: poll once more before sleeping.
+			if n.poll.Ready(1) > 0 {
+				return nil
+			}
+		}
+		if err := n.waitEvent(c); err != nil {
+			return err
+		}
+		if n.poll.Ready(1) > 0 {
+			return nil
+		}
+	}
+}
+
+// WaitTimeout is Wait bounded by timeout instead of a context.
+func (n *Notifier) WaitTimeout(timeout time.Duration) error {
+	c, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return n.Wait(c)
+}
+
+// longAgo is a deadline in the past: it wakes a waiting read at once.
+var longAgo = time.Unix(1, 0)
+
+// waitEvent sleeps until one completion event can be read and consumes it
+// (acknowledging it to the provider and to the poller's arm sequence).
+func (n *Notifier) waitEvent(c context.Context) error {
+	op := fmt.Sprintf("completion: wait on CQ 0x%x", n.poll.CQN())
+	if n.file == nil {
+		return fmt.Errorf("%s: notifier: %w", op, ctx.ErrClosed)
+	}
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	deadline, _ := c.Deadline()
+	if err := n.file.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("%s: set deadline: %w", op, err)
+	}
+	var stop func() bool
+	var woke chan struct{}
+	if c.Done() != nil {
+		woke = make(chan struct{})
+		stop = context.AfterFunc(c, func() {
+			_ = n.file.SetReadDeadline(longAgo)
+			close(woke)
+		})
+	}
+	var got bool
+	var rerr error
+	err := n.raw.Read(func(uintptr) bool {
+		got, rerr = n.cq.ReadEvent()
+		return got || rerr != nil
+	})
+	if stop != nil && !stop() {
+		<-woke // the wake-up ran: let it finish before the next deadline
+	}
+	if rerr != nil {
+		return fmt.Errorf("%s: %w", op, rerr)
+	}
+	if err != nil {
+		if cerr := c.Err(); cerr != nil {
+			return fmt.Errorf("%s: %w", op, cerr)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%s: %w", op, context.DeadlineExceeded)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	n.poll.AcknowledgeEvent()
+	n.armed = false
+	n.events++
+	return nil
+}
+
+// Completions returns an iterator over the CQ's completions: each CQE with
+// nil, or with its *Error when it is an error CQE. It takes up to max CQEs
+// per batch and waits (Wait) when none is ready, so it yields exactly the
+// CQEs, in the same order, that a busy-polling loop would. It ends when the
+// loop breaks, or after yielding (nil, err) when ctx is done or waiting
+// fails. A *CQE is valid until the loop body returns.
+func (n *Notifier) Completions(c context.Context, max int) iter.Seq2[*monocq.CQE, error] {
+	if max < 1 {
+		max = 1
+	}
+	return func(yield func(*monocq.CQE, error) bool) {
+		for {
+			if err := n.Wait(c); err != nil {
+				yield(nil, err)
+				return
+			}
+			n.poll.Ready(max)
+			for e := n.poll.Next(); e != nil; e = n.poll.Next() {
+				if !yield(e, Check(e)) {
+					n.poll.Release()
+					return
+				}
+			}
+			n.poll.Release()
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package completion_test
+
+import (
+	"context"
+	"errors"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+type eventCQ struct {
+	fabric *sim.Fabric
+	cq     *ctx.CompletionQueue
+	poll   *monocq.CQ
+}
+
+func newEventCQ(t *testing.T, depth uint32, events bool) eventCQ {
+	t.Helper()
+	f := sim.New(sim.Options{Mode: sim.Engine, IdleSleep: 50 * time.Microsecond})
+	c, err := f.Open("")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(); _ = f.Close() })
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: depth, EventChannel: events})
+	require.NoError(t, err)
+	d := cq.Descriptor()
+	p, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
+	require.NoError(t, err)
+	return eventCQ{fabric: f, cq: cq, poll: p}
+}
+
+// reqCQE is a requester CQE image for QPN qpn with wqe_counter counter.
+func reqCQE(qpn uint32, counter uint16) [64]byte {
+	var c [64]byte
+	binary.BigEndian.PutUint32(c[56:], uint32(prm.OpSend)<<24|qpn)
+	binary.BigEndian.PutUint16(c[60:], counter)
+	c[63] = uint8(prm.CQEReq) << 4
+	return c
+}
+
+func TestNotifierNeedsEventChannel(t *testing.T) {
+	e := newEventCQ(t, 8, false)
+	_, err := completion.NewNotifier(e.cq, e.poll)
+	require.ErrorIs(t, err, completion.ErrNoEventChannel)
+	_, err = completion.NewNotifier(nil, e.poll)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	other := newEventCQ(t, 8, true)
+	_, err = completion.NewNotifier(other.cq, e.poll)
+	if other.cq.CQN() != e.poll.CQN() {
+		require.ErrorIs(t, err, completion.ErrMismatch)
+	}
+}
+
+func TestNotifierTimeoutAndCancel(t *testing.T) {
+	e := newEventCQ(t, 8, true)
+	n, err := completion.NewNotifier(e.cq, e.poll)
+	require.NoError(t, err)
+	defer n.Close()
+
+	start := time.Now()
+	err = n.WaitTimeout(30 * time.Millisecond)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
+
+	c, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	err = n.Wait(c)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// A context already done fails at once.
+	err = n.Wait(c)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, n.Events())
+}
+
+func TestNotifierWakesOnCompletion(t *testing.T) {
+	e := newEventCQ(t, 8, true)
+	n, err := completion.NewNotifier(e.cq, e.poll)
+	require.NoError(t, err)
+	defer n.Close()
+
+	for round := range 5 {
+		go func() {
+			time.Sleep(5 * time.Millisecond)
+			_ = e.fabric.InjectCQE(e.cq.CQN(), reqCQE(0x100, uint16(round)))
+		}()
+		require.NoError(t, n.WaitTimeout(5*time.Second), "round %d", round)
+		var seen []uint16
+		e.poll.Poll(8, func(c *monocq.CQE) { seen = append(seen, c.WQECounter()) })
+		require.Equal(t, []uint16{uint16(round)}, seen)
+	}
+	require.NotZero(t, n.Events(), "at least one wake-up came from an event")
+	require.NoError(t, n.Close())
+	require.NoError(t, n.Close())
+}
+
+func TestNotifierReadyCQEReturnsAtOnce(t *testing.T) {
+	e := newEventCQ(t, 8, true)
+	n, err := completion.NewNotifier(e.cq, e.poll)
+	require.NoError(t, err)
+	defer n.Close()
+	require.NoError(t, e.fabric.InjectCQE(e.cq.CQN(), reqCQE(0x100, 1)))
+	require.NoError(t, n.WaitTimeout(time.Second))
+	require.Equal(t, 1, e.poll.Ready(8))
+}
+
+// TestEventAndBusyPollSeeTheSame feeds the same stream of completions, with
+// pauses, to two CQs: one drained by a busy-polling loop and one by the
+// event iterator, and compares what each consumer saw.
+func TestEventAndBusyPollSeeTheSame(t *testing.T) {
+	const total = 300
+	// Rings larger than the stream: injecting into a full CQ would move it
+	// to error, as a device does on overrun.
+	busy := newEventCQ(t, 512, false)
+	ev := newEventCQ(t, 512, true)
+	n, err := completion.NewNotifier(ev.cq, ev.poll)
+	require.NoError(t, err)
+	defer n.Close()
+
+	type rec struct {
+		qpn     uint32
+		counter uint16
+		failed  bool
+		synd    prm.Syndrome
+	}
+	stream := make([][64]byte, total)
+	for i := range stream {
+		stream[i] = reqCQE(0x100+uint32(i%3), uint16(i))
+		if i%37 == 5 {
+			stream[i][55] = uint8(prm.SyndromeRemoteAccess)
+			stream[i][63] = uint8(prm.CQEReqErr) << 4
+		}
+	}
+	feed := func(e eventCQ) {
+		for i := 0; i < total; {
+			if err := e.fabric.InjectCQE(e.cq.CQN(), stream[i]); err != nil {
+				panic(err)
+			}
+			i++
+			if i%25 == 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}
+	// Both consumers run while the streams are fed, so the event consumer
+	// really sleeps through the pauses.
+	var gotEvent []rec
+	var iterErr error
+	evDone := make(chan struct{})
+	go func() {
+		defer close(evDone)
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for cqe, err := range n.Completions(c, 8) {
+			if cqe == nil {
+				iterErr = err
+				return
+			}
+			r := rec{qpn: cqe.QPN(), counter: cqe.WQECounter()}
+			if err != nil {
+				var ce *completion.Error
+				if errors.As(err, &ce) {
+					r.failed, r.synd = true, ce.Syndrome
+				}
+			}
+			gotEvent = append(gotEvent, r)
+			if len(gotEvent) == total {
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); feed(busy) }()
+	go func() { defer wg.Done(); feed(ev) }()
+
+	var gotBusy []rec
+	deadline := time.Now().Add(20 * time.Second)
+	for len(gotBusy) < total && time.Now().Before(deadline) {
+		busy.poll.Poll(8, func(c *monocq.CQE) {
+			r := rec{qpn: c.QPN(), counter: c.WQECounter()}
+			if err := completion.Check(c); err != nil {
+				r.failed, r.synd = true, c.Syndrome()
+			}
+			gotBusy = append(gotBusy, r)
+		})
+	}
+	<-evDone
+	require.NoError(t, iterErr)
+	wg.Wait()
+	require.Len(t, gotBusy, total)
+	require.Equal(t, gotBusy, gotEvent)
+	failures := 0
+	for i, r := range gotEvent {
+		require.Equal(t, uint16(i), r.counter)
+		if r.failed {
+			failures++
+			require.Equal(t, prm.SyndromeRemoteAccess, r.synd)
+		}
+	}
+	require.Equal(t, (total-5+36)/37, failures)
+	require.NotZero(t, n.Events(), "the event consumer slept at least once")
+	t.Logf("events consumed: %d for %d completions", n.Events(), total)
+}
+
+func TestCompletionsEndsWithContextError(t *testing.T) {
+	e := newEventCQ(t, 8, true)
+	n, err := completion.NewNotifier(e.cq, e.poll)
+	require.NoError(t, err)
+	defer n.Close()
+	require.NoError(t, e.fabric.InjectCQE(e.cq.CQN(), reqCQE(0x100, 1)))
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	var cqes int
+	var last error
+	for cqe, err := range n.Completions(c, 4) {
+		if cqe != nil {
+			cqes++
+			continue
+		}
+		last = err
+	}
+	require.Equal(t, 1, cqes)
+	require.ErrorIs(t, last, context.DeadlineExceeded)
+}
