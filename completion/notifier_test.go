@@ -2,8 +2,8 @@ package completion_test
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"testing"
 	"time"
