@@ -1,7 +1,87 @@
 // Package rc is the reliable-connected transport of mlx5kit: create an RC
 // queue pair from a ProtectionDomain and completion queues, connect it to a
 // remote endpoint (QPN, LID or GID, PSN, MTU), post work requests through the
-// typed stages of package wqebuilder, and post receives.
+// typed stages of package wqebuilder, post receives to its receive queue or
+// a shared receive queue, and turn its CQEs into completions.
 //
-// It is being built; until this comment changes the package exports nothing.
+// The same program runs on a real mlx5 device and on the software HCA
+// (package sim): both fill in the same ring descriptors, and this package
+// reads only those.
+//
+// # Life of a queue pair
+//
+//	qp, err := rc.New(pd, sendCQ, recvCQ, rc.Config{SendDepth: 64, RecvDepth: 64})
+//	// qp is in INIT: receives may be posted now.
+//	local := qp.Endpoint()            // QPN, LID, GID, PSN, MTU: send it to the peer
+//	err = qp.Connect(remote)          // INIT→RTR→RTS
+//	s, err := qp.Post(wrid, wqebuilder.Signaled)
+//	err = s.RdmaWrite(raddr, rkey).SGE(addr, n, lkey).FinishBlueFlame()
+//
+// Post refuses a QP that is not connected, is in error or is closed with a
+// *PostError wrapping ErrNotConnected, ErrQPError or ErrClosed; the stage it
+// returns then writes nothing and its Finish fails too, so a caller that
+// ignores the error corrupts nothing. The errors of the WQE itself (send
+// queue full, inline too long, too many SGEs) come from Finish, as
+// wqebuilder documents. A bad Config is refused by New before anything is
+// created.
+//
+// Doorbells: FinishBlueFlame publishes one WQE at once; Finish on several
+// WQEs followed by one RingDoorbell publishes a batch with one doorbell.
+// Receives likewise: RecvStage.FinishDoorbell, or Finish on several and one
+// RingRecvDoorbell.
+//
+// # Completions
+//
+// Completions are polled from the CQ ring by package monocq and matched to
+// their queue pair by QPN. A Poller does both:
+//
+//	p, err := rc.NewPoller(cq)
+//	p.Add(&qp.Queue)                  // every QP whose completions land in cq
+//	p.Poll(64, func(c *rc.Completion) {
+//		if err := c.Err(); err != nil { ... }
+//		handle(c.WRID, c.Opcode, c.ByteCount, c.Immediate)
+//	})
+//
+// For a send completion the queue pair retires the WQE the CQE names by its
+// wqe_counter, and every unsignaled WQE before it, and Completion.WRID is
+// the id given to Post for the named WQE. For a receive completion it is the
+// id given to the receive. An error completion moves the queue pair to
+// StateError; the work requests still outstanding then complete with
+// WR_FLUSH_ERR, each exactly once.
+//
+// The hot path stays inlined. Go compiles a method called through a type
+// parameter or an interface as an indirect call, so the poller has neither:
+// Poll is a small method whose body is a closure called once, which the
+// compiler inlines at the call site together with the function literal the
+// caller passes; inside, the CQE is found through monocq's range form and
+// dispatched with two array loads (monocq.Table) and a direct call to
+// Queue.Complete. The pattern for a caller that wants its own loop is the
+// same without the Poller:
+//
+//	ring, err := rc.NewCQ(cq)         // a *monocq.CQ over cq's ring
+//	var table monocq.Table[rc.Queue]
+//	table.Register(qp.QPN(), &qp.Queue)
+//	var wc rc.Completion
+//	for c := range ring.All(64) {
+//		if q := table.Lookup(c.QPN()); q != nil {
+//			q.Complete(c, &wc)
+//			handle(&wc)
+//		}
+//	}
+//
+// Queue, Completion, Poller and SharedReceiveQueue are the same types in
+// packages rc, dc and ud, so one Poller serves RC, DC and UD queue pairs on
+// one CQ.
+//
+// # Threading
+//
+// A queue pair, its pollers and the SRQ it uses belong to one goroutine at
+// a time: posting, polling, Connect and Close must not run concurrently.
+// Control-plane objects (ctx) may be shared.
+//
+// # Hardware notes
+//
+// A QP created through the hardware provider has scatter-to-CQE off unless
+// Config.ScatterToCQE asks for it; with it on, Complete copies the payload
+// from the CQE to the receive buffer as rdma-core does.
 package rc

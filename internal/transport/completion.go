@@ -1,0 +1,172 @@
+package transport
+
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
+)
+
+// Completion is one polled completion, decoded and matched to its work
+// request. A Poller hands the same *Completion to every call of the
+// caller's function, so it is valid only during that call; copy it to keep
+// it.
+type Completion struct {
+	// WRID is the work request id given when the WQE was posted (send or
+	// receive). For a send completion it is the id of the WQE the CQE names;
+	// the unsignaled WQEs before it were retired with it.
+	WRID uint64
+	// Queue is the queue pair the completion belongs to (nil when its QPN
+	// is unknown to the poller).
+	Queue *Queue
+	// QPN is the number of the queue pair (for a DCT: the DCT number).
+	QPN uint32
+	// Opcode is the CQE opcode: REQ for a send, RESP_SEND, RESP_SEND_IMM,
+	// RESP_SEND_INV or RESP_WR_IMM for a receive, REQ_ERR or RESP_ERR for an
+	// error.
+	Opcode prm.CQEOpcode
+	// SendOpcode is the opcode of the completed send WQE (REQ and REQ_ERR).
+	SendOpcode prm.Opcode
+	// ByteCount is the number of bytes received (for UD: including the 40
+	// bytes of GRH space), or read by an RDMA_READ or atomic.
+	ByteCount uint32
+	// Immediate is the immediate data of RESP_SEND_IMM and RESP_WR_IMM, or
+	// the rkey a RESP_SEND_INV invalidated.
+	Immediate uint32
+	// SourceQPN, SLID, SL and GRH describe the sender of a receive: its QPN
+	// (UD and DC), its LID and service level (InfiniBand), and whether a
+	// GRH was received (UD: in the first 40 bytes of the buffer).
+	SourceQPN uint32
+	SLID      uint16
+	SL        uint8
+	GRH       bool
+	// Solicited reports the solicited-event bit of a receive.
+	Solicited bool
+	// Syndrome and VendorSyndrome are set for an error completion.
+	Syndrome       prm.Syndrome
+	VendorSyndrome uint8
+	// Status is StatusOK, or says why the completion could not be matched.
+	Status Status
+	// WQECounter is the wqe_counter of the CQE: the first WQEBB of a send
+	// WQE, or the index of a receive WQE.
+	WQECounter uint16
+}
+
+// Status says how a completion was matched to a work request.
+type Status uint8
+
+// Statuses.
+const (
+	// StatusOK: the completion retired a work request (successfully or
+	// with an error: see Syndrome).
+	StatusOK Status = iota
+	// StatusUnknownQPN: no queue of the poller has the CQE's QPN; only the
+	// fields read from the CQE are set.
+	StatusUnknownQPN
+	// StatusUnmatched: the CQE names no outstanding WQE of its queue (a
+	// duplicate or corrupt CQE); WRID is 0 and nothing was retired.
+	StatusUnmatched
+	// StatusUnexpected: a CQE opcode the queue cannot have (a send
+	// completion on a DCT, a resize or signature CQE).
+	StatusUnexpected
+)
+
+var statusNames = [...]string{"OK", "UNKNOWN_QPN", "UNMATCHED", "UNEXPECTED"}
+
+// String returns the status name.
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// IsError reports whether the completion is an error completion (REQ_ERR
+// or RESP_ERR) or could not be matched.
+func (c *Completion) IsError() bool {
+	return c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr || c.Status != StatusOK
+}
+
+// IsSend reports whether the completion is for a send WQE (REQ or REQ_ERR).
+func (c *Completion) IsSend() bool { return c.Opcode == prm.CQEReq || c.Opcode == prm.CQEReqErr }
+
+// IsFlush reports whether the completion is a WR_FLUSH_ERR: the work
+// request was not executed because the QP had gone to error.
+func (c *Completion) IsFlush() bool { return c.IsError() && c.Syndrome == prm.SyndromeWRFlush }
+
+// Err returns nil for a successful completion, a *CompletionError for an
+// error completion (with errors.Is matching monocq.ErrCompletion), and an
+// error wrapping ErrUnknownQPN or ErrUnmatched for a completion that could
+// not be matched. It allocates only when it returns an error.
+func (c *Completion) Err() error {
+	if !c.IsError() {
+		return nil
+	}
+	return &CompletionError{Completion: *c}
+}
+
+// CompletionError is the error of a failed completion.
+type CompletionError struct {
+	Completion Completion
+}
+
+// Error names the syndrome, the opcode, the QPN and the work request.
+func (e *CompletionError) Error() string {
+	c := &e.Completion
+	switch c.Status {
+	case StatusUnknownQPN:
+		return fmt.Sprintf("completion %v on QPN %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, ErrUnknownQPN)
+	case StatusUnmatched:
+		return fmt.Sprintf("completion %v on QP %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, ErrUnmatched)
+	case StatusUnexpected:
+		return fmt.Sprintf("unexpected completion %v on QP %#x (wqe_counter %d)", c.Opcode, c.QPN, c.WQECounter)
+	}
+	if c.Opcode == prm.CQEReqErr {
+		return fmt.Sprintf("%v on QP %#x: %v (vendor syndrome %#02x), wrid %d", c.SendOpcode, c.QPN, c.Syndrome, c.VendorSyndrome, c.WRID)
+	}
+	return fmt.Sprintf("receive on QP %#x: %v (vendor syndrome %#02x), wrid %d", c.QPN, c.Syndrome, c.VendorSyndrome, c.WRID)
+}
+
+// Is matches monocq.ErrCompletion for error CQEs, monocq.ErrUnknownSyndrome
+// for a syndrome the PRM does not define, ErrUnknownQPN and ErrUnmatched.
+func (e *CompletionError) Is(target error) bool {
+	c := &e.Completion
+	switch target {
+	case ErrUnknownQPN:
+		return c.Status == StatusUnknownQPN
+	case ErrUnmatched:
+		return c.Status == StatusUnmatched
+	case monocq.ErrCompletion:
+		return c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr
+	case monocq.ErrUnknownSyndrome:
+		return (c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr) && !c.Syndrome.Known()
+	}
+	return false
+}
+
+// decode fills the fields of wc that come straight from the CQE.
+func (wc *Completion) decode(c *monocq.CQE) {
+	op := c.Opcode()
+	*wc = Completion{
+		QPN:        c.QPN(),
+		Opcode:     op,
+		WQECounter: c.WQECounter(),
+	}
+	switch op {
+	case prm.CQEReq:
+		wc.SendOpcode = c.SendOpcode()
+		wc.ByteCount = c.ByteCount()
+	case prm.CQEReqErr, prm.CQERespErr:
+		wc.SendOpcode = c.SendOpcode()
+		wc.Syndrome = c.Syndrome()
+		wc.VendorSyndrome = c.VendorSyndrome()
+	default:
+		wc.ByteCount = c.ByteCount()
+		wc.Immediate = c.Immediate()
+		wc.SourceQPN = c.SourceQP()
+		wc.SLID = c.SLID()
+		wc.SL = c.SL()
+		wc.GRH = c.HasGRH()
+		wc.Solicited = c.Solicited()
+	}
+}

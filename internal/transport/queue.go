@@ -1,0 +1,331 @@
+package transport
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// State is the data plane's view of a queue pair.
+type State uint32
+
+// States. Only StateReady accepts sends; StateInit and StateReady accept
+// receives.
+const (
+	// StateInit: created, not yet able to send (an RC QP before Connect).
+	StateInit State = iota
+	// StateReady: in RTS (a DCT: in RTR, receiving).
+	StateReady
+	// StateError: an error completion was polled or the QP was moved to
+	// error; outstanding work requests complete with WR_FLUSH_ERR.
+	StateError
+	// StateClosed: the QP has been destroyed.
+	StateClosed
+)
+
+var stateNames = [...]string{"INIT", "READY", "ERROR", "CLOSED"}
+
+// String returns the state's name.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint32(s))
+}
+
+// Queue is the data-plane side of one queue pair shared by every
+// transport: its send queue (a wqebuilder.SendQueue), its receive queue or
+// SRQ, its state, and the completion handling that turns a CQE into a
+// Completion and retires the work requests it names. Packages rc, dc and ud
+// embed a Queue in their QP types and name it Queue, so one
+// monocq.Table[Queue] (or one Poller) serves queue pairs of every transport
+// on a CQ.
+//
+// A Queue is used by one goroutine at a time: posting, polling its CQs and
+// closing must not run concurrently.
+type Queue struct {
+	// Hot fields first.
+	sq    *wqebuilder.SendQueue // nil for a DCT
+	state State
+	qpn   uint32
+	qp    *ctx.QueuePair
+	rq    *recvRing // the QP's own receive queue, or noRQ
+	srq   *SharedReceiveQueue
+	recv  *recvRing // the ring receive completions go back to: rq, srq's, or nil
+
+	typ       ctx.QPType
+	transport string
+	dead      *wqebuilder.SendQueue // always full: hands out harmless stages after a refusal
+
+	errSend [StateClosed + 1]error // post send refused in each state
+	errRecv [StateClosed + 1]error // post receive refused in each state
+	errNoRQ error
+
+	unmatched uint64
+}
+
+// Setup builds q over a created queue pair: the send queue from its
+// descriptor (with the largest WQE the transport can build within the
+// granted limits), its own receive queue, or the SRQ it is attached to.
+// The transport packages call it from their constructors.
+func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
+	d := qp.Descriptor()
+	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit}
+	for s := State(0); s <= StateClosed; s++ {
+		var why error
+		switch s {
+		case StateInit:
+			why = ErrNotConnected
+		case StateError:
+			why = ErrQPError
+		case StateClosed:
+			why = ErrClosed
+		}
+		if why != nil {
+			q.errSend[s] = &PostError{Transport: transport, Op: "post send", QPN: d.QPN, Err: why}
+			if s != StateInit {
+				q.errRecv[s] = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: why}
+			}
+		}
+	}
+	q.errNoRQ = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrNoReceiveQueue}
+	if d.SQ.WQECnt > 0 {
+		cfg := wqebuilder.Config{
+			Buf:           d.SQ.Buf,
+			WQECnt:        d.SQ.WQECnt,
+			QPN:           d.QPN,
+			DBRec:         d.DBRec,
+			BlueFlame:     d.BlueFlame,
+			BlueFlameSize: d.BlueFlameSize,
+			MaxInline:     d.MaxInline,
+			MaxSGE:        d.MaxSendSGE,
+			MaxWQEBBs:     MaxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
+		}
+		if cfg.MaxWQEBBs > cfg.WQECnt {
+			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ErrInvalidConfig)
+		}
+		sq, err := wqebuilder.New(cfg)
+		if err != nil {
+			return err
+		}
+		q.sq = sq
+		if q.dead, err = newDeadQueue(d.QPN); err != nil {
+			return err
+		}
+	}
+	q.rq = &recvRing{}
+	switch {
+	case srq != nil:
+		q.recv = srq.ring
+	case d.RQ.WQECnt > 0:
+		r, err := newRecvRing(d.RQ.Buf, d.DBRec, d.RQ.WQECnt, d.RQ.Stride, d.MaxRecvSGE, false, 0, 0)
+		if err != nil {
+			return fmt.Errorf("receive queue: %v: %w", err, ErrInvalidConfig)
+		}
+		r.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
+		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrTooManySGE}
+		q.rq, q.recv = r, r
+	}
+	return nil
+}
+
+// MaxWQEBBs is the size in WQEBBs of the largest WQE a queue pair of type t
+// can build with maxSGE data segments or maxInline bytes inline: control
+// segment, address vector (UD, DCI), remote address (RC, DCI) and the
+// payload, at least the masked 64-bit compare-and-swap with its result
+// segment where atomics are allowed.
+func MaxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
+	payload := max(maxSGE, uint32(prm.InlineDS(int(maxInline))))
+	var ds uint32
+	switch t {
+	case ctx.QPTypeUD:
+		ds = 1 + prm.AVSegments + payload
+	case ctx.QPTypeDCI:
+		ds = 1 + prm.AVSegments + 1 + max(payload, prm.MaskedCS64Size/prm.SegmentSize+1)
+	default:
+		ds = 1 + 1 + max(payload, prm.MaskedCS64Size/prm.SegmentSize+1)
+	}
+	ds = min(ds, prm.MaxDS)
+	return max(uint32(prm.WQEBBs(int(ds))), 2)
+}
+
+// newDeadQueue returns a send queue over a private ring that is always
+// full: its stages write only to the queue's scratch area and Finish fails.
+// A refused post hands one out so that a caller who ignores the error still
+// writes nothing that matters.
+func newDeadQueue(qpn uint32) (*wqebuilder.SendQueue, error) {
+	const ringSize = 2 * prm.WQEBBSize
+	mem := make([]byte, ringSize+2*prm.WQEBBSize)
+	base := unsafe.Pointer(unsafe.SliceData(mem))
+	ring := unsafe.Add(base, (prm.WQEBBSize-uintptr(base)%prm.WQEBBSize)%prm.WQEBBSize)
+	dbrec := unsafe.Add(ring, ringSize)
+	sq, err := wqebuilder.New(wqebuilder.Config{
+		Buf: ring, WQECnt: 2, QPN: qpn & prm.CtrlQPNMask, DBRec: dbrec,
+		BlueFlame: unsafe.Add(dbrec, 8), MaxWQEBBs: 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// One NOP that is never rung or completed keeps it full.
+	if err := sq.Begin(0, 0).Nop().Finish(); err != nil {
+		return nil, err
+	}
+	return sq, nil
+}
+
+// Begin starts a send WQE on q: the hot path of every transport's Post. It
+// refuses, with a *PostError wrapping ErrNotConnected, ErrQPError or
+// ErrClosed, a QP that is not ready to send; the stage it returns then is
+// one of a private full queue, which writes nothing that matters and whose
+// Finish fails.
+func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+	if q.state != StateReady || q.qp.Closed() {
+		return q.refuseSend(wrid, flags)
+	}
+	return q.sq.Begin(wrid, flags), nil
+}
+
+func (q *Queue) refuseSend(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+	if q.qp.Closed() {
+		q.state = StateClosed
+	}
+	err := q.errSend[q.state]
+	if q.dead == nil {
+		// A queue without a send queue never reaches here from a
+		// transport's Post.
+		panic("transport: post send on a queue pair without a send queue")
+	}
+	return q.dead.Begin(wrid, flags), err
+}
+
+// SetState moves q's data-plane state (the transports call it after a
+// state change of the QP).
+func SetState(q *Queue, s State) { q.state = s }
+
+// Handle returns the control-plane queue pair of q.
+func Handle(q *Queue) *ctx.QueuePair { return q.qp }
+
+// QPN returns the queue pair number (for a DCT: the DCT number).
+func (q *Queue) QPN() uint32 { return q.qpn }
+
+// Type returns the QP type.
+func (q *Queue) Type() ctx.QPType { return q.typ }
+
+// State returns the data plane's view of the QP: StateClosed once it (or a
+// parent) has been closed, StateError once an error completion was polled.
+func (q *Queue) State() State {
+	if q.state != StateClosed && q.qp.Closed() {
+		q.state = StateClosed
+	}
+	return q.state
+}
+
+// SendQueue returns the send queue (nil for a DCT), for its counters:
+// Free, Outstanding, Pending.
+func (q *Queue) SendQueue() *wqebuilder.SendQueue { return q.sq }
+
+// RingDoorbell publishes the send WQEs finished (with Finish) since the
+// last doorbell: one doorbell for a batch. It does nothing on a closed QP.
+func (q *Queue) RingDoorbell() {
+	if q.sq == nil || q.qp.Closed() {
+		return
+	}
+	q.sq.RingDoorbell()
+}
+
+// BeginRecv starts a receive WQE on the QP's own receive queue; add the
+// buffers with SGE, then Finish (and RingRecvDoorbell) or FinishDoorbell.
+// The stage fails with ErrNoReceiveQueue when the QP has none (it uses an
+// SRQ: post there), ErrQPError or ErrClosed.
+func (q *Queue) BeginRecv(wrid uint64) RecvStage {
+	if q.state > StateReady || q.qp.Closed() {
+		if q.qp.Closed() {
+			q.state = StateClosed
+		}
+		return q.rq.refuse(q.errRecv[q.state])
+	}
+	if q.rq.buf == nil {
+		return q.rq.refuse(q.errNoRQ)
+	}
+	return q.rq.begin(wrid)
+}
+
+// PostRecv posts a receive WQE of one buffer (length bytes at addr in the
+// region lkey; a zero length posts a WQE without buffers, for RDMA writes
+// with immediate and empty messages) and rings the receive doorbell.
+func (q *Queue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
+	return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+}
+
+// RingRecvDoorbell publishes the receive WQEs finished since the last
+// doorbell.
+func (q *Queue) RingRecvDoorbell() {
+	if q.rq.buf == nil || q.qp.Closed() {
+		return
+	}
+	q.rq.ringDoorbell()
+}
+
+// RecvOutstanding returns the receive WQEs posted on the QP's own receive
+// queue and not yet completed.
+func (q *Queue) RecvOutstanding() uint32 { return q.rq.posted }
+
+// MaxRecvSGE returns the scatter entries a receive WQE may carry (0 without
+// a receive queue of its own).
+func (q *Queue) MaxRecvSGE() uint32 { return q.rq.maxSGE }
+
+// Unmatched returns the number of completions that named no outstanding
+// work request.
+func (q *Queue) Unmatched() uint64 { return q.unmatched }
+
+// Complete decodes c, a CQE of this queue pair, into wc and retires the
+// work requests it names: for a send completion the WQE at its wqe_counter
+// and every unsignaled WQE before it (wc.WRID is the named WQE's id); for a
+// receive completion the receive WQE (from the QP's receive queue or its
+// SRQ), copying a payload the device scattered into the CQE to the WQE's
+// buffers. An error completion moves the queue to StateError (not for a
+// DCT, which outlives a bad request). Complete allocates nothing.
+func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
+	wc.decode(c)
+	wc.Queue = q
+	switch wc.Opcode {
+	case prm.CQEReq, prm.CQEReqErr:
+		if q.sq == nil {
+			wc.Status = StatusUnexpected
+			return
+		}
+		wrid, ok := q.sq.Complete(wc.WQECounter)
+		if !ok {
+			wc.Status = StatusUnmatched
+			q.unmatched++
+			return
+		}
+		wc.WRID = wrid
+	case prm.CQERespSend, prm.CQERespSendImm, prm.CQERespSendInv, prm.CQERespWrImm, prm.CQERespErr:
+		r := q.recv
+		if r == nil {
+			wc.Status = StatusUnexpected
+			return
+		}
+		wrid, ok := r.take(wc.WQECounter)
+		if !ok {
+			wc.Status = StatusUnmatched
+			q.unmatched++
+			return
+		}
+		wc.WRID = wrid
+		if c.Format() != prm.CQEFormatNone && wc.Opcode != prm.CQERespErr {
+			r.scatterTo(uint32(wc.WQECounter), c.ScatterData())
+		}
+	default:
+		wc.Status = StatusUnexpected
+		return
+	}
+	if (wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr) && q.typ != ctx.QPTypeDCT && q.state < StateError {
+		q.state = StateError
+	}
+}

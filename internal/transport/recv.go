@@ -1,0 +1,251 @@
+package transport
+
+import (
+	"fmt"
+	"math/bits"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// recvRing is the producer side of a receive ring: a QP's own receive
+// queue, or a shared receive queue. Both are written the same way (data
+// segments, an InvalidLKey terminator when the list is short, a store
+// barrier, the big-endian counter in doorbell record word 0, no MMIO); they
+// differ in how a slot is chosen and given back.
+//
+//	RQ:  slots in order; head and tail free-running; slot = head & mask.
+//	SRQ: a free list linked by each WQE's next_wqe_index; slot = head;
+//	     head == tail means full; a completed slot is linked after tail.
+type recvRing struct {
+	buf    unsafe.Pointer
+	dbrec  unsafe.Pointer
+	wrid   unsafe.Pointer // [cnt]uint64
+	mask   uint32         // cnt - 1
+	shift  uint8          // log2(stride)
+	srq    bool
+	maxSGE uint32 // data segments per WQE
+	segOff uint32 // 0 (RQ) or the size of the SRQ next segment
+
+	head    uint32 // RQ: WQEs posted, free-running. SRQ: the free slot to post next.
+	tail    uint32 // RQ: WQEs completed, free-running. SRQ: the last free slot.
+	counter uint32 // WQEs posted, free-running (the doorbell value)
+	rung    uint32 // counter as last written to the doorbell record
+	posted  uint32 // WQEs posted and not completed
+
+	// The errors Finish returns, built by the owner with its transport
+	// name and QPN so that returning one allocates nothing. refused is
+	// the reason the owner last refused a post (closed, error state).
+	errFull, errSGE, refused error
+
+	wridMem []uint64
+	busy    []bool // SRQ: the slot holds a posted WQE
+}
+
+func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool, head, tail uint32) (*recvRing, error) {
+	switch {
+	case buf == nil || dbrec == nil:
+		return nil, fmt.Errorf("nil ring or doorbell record")
+	case cnt == 0 || cnt > 1<<16 || cnt&(cnt-1) != 0:
+		return nil, fmt.Errorf("%d entries is not a power of two up to 65536", cnt)
+	case stride < prm.DataSize || stride&(stride-1) != 0:
+		return nil, fmt.Errorf("stride %d is not a power of two of at least %d", stride, prm.DataSize)
+	}
+	r := &recvRing{
+		buf:     buf,
+		dbrec:   dbrec,
+		mask:    cnt - 1,
+		shift:   uint8(bits.TrailingZeros32(stride)),
+		srq:     srq,
+		wridMem: make([]uint64, cnt),
+	}
+	room := stride
+	if srq {
+		if stride < prm.SRQNextSize+prm.DataSize || head > r.mask || tail > r.mask {
+			return nil, fmt.Errorf("SRQ stride %d, head %d, tail %d", stride, head, tail)
+		}
+		r.segOff = prm.SRQNextSize
+		room -= prm.SRQNextSize
+		r.head, r.tail = head, tail
+		r.busy = make([]bool, cnt)
+	}
+	r.maxSGE = room / prm.DataSize
+	if maxSGE != 0 && maxSGE < r.maxSGE {
+		r.maxSGE = maxSGE
+	}
+	r.wrid = unsafe.Pointer(&r.wridMem[0])
+	return r, nil
+}
+
+// full reports whether no receive WQE can be posted now.
+func (r *recvRing) full() bool {
+	if r.srq {
+		return r.head == r.tail
+	}
+	return r.head-r.tail > r.mask
+}
+
+// slot returns the index of the WQE the next post writes.
+func (r *recvRing) slot() uint32 { return r.head & r.mask }
+
+// Receive stage error bits.
+const (
+	recvErrFull = 1 << iota
+	recvErrSGE
+	recvErrRefused // the owner refused the post (closed, error state)
+)
+
+// RecvStage is a receive WQE being built: SGE adds scatter entries and
+// Finish posts it. Like the send stages it is a small value that inlines;
+// an error (queue full, too many entries, a refused queue) is kept in the
+// stage and returned by Finish, and a failed stage writes nothing to the
+// ring.
+type RecvStage struct {
+	r    *recvRing
+	seg  unsafe.Pointer // the next data segment
+	wrid uint64
+	n    uint32 // data segments written
+	err  uint32
+}
+
+// begin starts a receive WQE.
+func (r *recvRing) begin(wrid uint64) RecvStage {
+	if r.full() {
+		return RecvStage{r: r, err: recvErrFull}
+	}
+	return RecvStage{r: r, seg: unsafe.Add(r.buf, uintptr(r.slot())<<r.shift+uintptr(r.segOff)), wrid: wrid}
+}
+
+// refuse returns a stage that fails with err and writes nothing.
+func (r *recvRing) refuse(err error) RecvStage {
+	r.refused = err
+	return RecvStage{r: r, err: recvErrRefused}
+}
+
+// SGE appends a scatter entry: length bytes at addr in the memory region
+// lkey. A zero length adds nothing (rdma-core skips such entries: a zero
+// byte count means 2 GiB to the device).
+func (s RecvStage) SGE(addr uint64, length, lkey uint32) RecvStage {
+	if length == 0 || s.err != 0 {
+		return s
+	}
+	if s.n >= s.r.maxSGE {
+		s.err |= recvErrSGE
+		return s
+	}
+	*(*uint64)(s.seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
+	*(*uint64)(unsafe.Add(s.seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
+	s.seg = unsafe.Add(s.seg, prm.DataSize)
+	s.n++
+	return s
+}
+
+// Finish posts the WQE: it writes the terminator when the list is shorter
+// than the queue's max SGE and moves the producer. The device sees it at
+// the next RingDoorbell (or FinishDoorbell).
+func (s RecvStage) Finish() error {
+	if s.err != 0 {
+		return s.error()
+	}
+	r := s.r
+	if s.n < r.maxSGE {
+		*(*uint64)(s.seg) = bits.ReverseBytes64(prm.InvalidLKey)
+		*(*uint64)(unsafe.Add(s.seg, prm.DataAddr)) = 0
+	}
+	idx := r.head & r.mask
+	*(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)) = s.wrid
+	if r.srq {
+		r.busy[idx] = true
+		wqe := unsafe.Add(r.buf, uintptr(idx)<<r.shift)
+		r.head = uint32(prm.Load16(unsafe.Add(wqe, prm.SRQNextWQEIndex))) & r.mask
+	} else {
+		r.head++
+	}
+	r.counter++
+	r.posted++
+	return nil
+}
+
+// FinishDoorbell is Finish followed by the receive doorbell.
+func (s RecvStage) FinishDoorbell() error {
+	if err := s.Finish(); err != nil {
+		return err
+	}
+	s.r.ringDoorbell()
+	return nil
+}
+
+func (s RecvStage) error() error {
+	switch {
+	case s.err&recvErrRefused != 0:
+		return s.r.refused
+	case s.err&recvErrFull != 0:
+		return s.r.errFull
+	default:
+		return s.r.errSGE
+	}
+}
+
+// ringDoorbell publishes the receive WQEs finished since the last
+// doorbell: a store barrier, then the big-endian 16-bit counter in doorbell
+// record word 0, as rdma-core's mlx5_post_recv and mlx5_post_srq_recv do.
+func (r *recvRing) ringDoorbell() {
+	if r.rung == r.counter {
+		return
+	}
+	blueflame.StoreBarrier()
+	prm.Store32(unsafe.Add(r.dbrec, prm.DoorbellRecordRecvB), r.counter&0xffff)
+	r.rung = r.counter
+}
+
+// take retires the receive WQE a completion names and returns its wrid.
+// For an RQ the completions come in order and wqeCounter is the free-running
+// index of the oldest posted WQE; for an SRQ it is the slot, which goes back
+// on the free list. ok is false, and nothing changes, when no WQE posted
+// there is outstanding.
+func (r *recvRing) take(wqeCounter uint16) (uint64, bool) {
+	if r.posted == 0 {
+		return 0, false
+	}
+	idx := uint32(wqeCounter) & r.mask
+	if r.srq {
+		if uint32(wqeCounter) > r.mask || !r.busy[idx] {
+			return 0, false
+		}
+		r.busy[idx] = false
+		wrid := *(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8))
+		// Link the slot after the tail of the free list.
+		tailWQE := unsafe.Add(r.buf, uintptr(r.tail)<<r.shift)
+		prm.Store16(unsafe.Add(tailWQE, prm.SRQNextWQEIndex), uint16(idx))
+		r.tail = idx
+		r.posted--
+		return wrid, true
+	}
+	if uint16(r.tail) != wqeCounter {
+		return 0, false
+	}
+	r.tail++
+	r.posted--
+	return *(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)), true
+}
+
+// scatterTo copies the payload the device placed in the CQE into the
+// buffers of the receive WQE at slot idx, as rdma-core does for
+// scatter-to-CQE completions.
+func (r *recvRing) scatterTo(idx uint32, data []byte) {
+	seg := unsafe.Add(r.buf, uintptr(idx&r.mask)<<r.shift+uintptr(r.segOff))
+	for i := uint32(0); i < r.maxSGE && len(data) > 0; i++ {
+		p := unsafe.Add(seg, uintptr(i)*prm.DataSize)
+		if prm.Load32(unsafe.Add(p, prm.DataLKey)) == prm.InvalidLKey {
+			return
+		}
+		n := int(prm.Load32(p))
+		addr := uintptr(prm.Load64(unsafe.Add(p, prm.DataAddr)))
+		// The address is one the caller posted: registered memory outside
+		// the Go heap, as the device would have written it.
+		dst := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+		n = copy(unsafe.Slice((*byte)(dst), n), data)
+		data = data[n:]
+	}
+}

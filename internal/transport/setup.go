@@ -1,0 +1,159 @@
+package transport
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+)
+
+// Port is what a queue pair's endpoint says about the local port.
+type Port struct {
+	Number   uint8
+	LID      uint16
+	GID      ctx.GID
+	GIDIndex uint8
+	MTU      ctx.MTU
+	Link     ctx.LinkLayer
+}
+
+// QueryPort reads the port's LID, active MTU and link layer and the GID at
+// gidIndex (a missing entry is an error on Ethernet, where the GID is the
+// address, and leaves the GID zero on InfiniBand).
+func QueryPort(c *ctx.Context, port uint8, gidIndex uint8) (Port, error) {
+	if port == 0 {
+		port = 1
+	}
+	pa, err := c.QueryPort(port)
+	if err != nil {
+		return Port{}, err
+	}
+	p := Port{Number: port, LID: pa.LID, GIDIndex: gidIndex, MTU: pa.ActiveMTU, Link: pa.LinkLayer}
+	gids, err := c.QueryGIDs(port)
+	if err != nil {
+		return Port{}, err
+	}
+	found := false
+	for _, g := range gids {
+		if g.Index == int(gidIndex) {
+			p.GID, found = g.GID, true
+		}
+	}
+	if !found && p.Link == ctx.LinkLayerEthernet {
+		return Port{}, fmt.Errorf("port %d has no GID at index %d (a RoCE port is addressed by GID): %w", port, gidIndex, ErrInvalidConfig)
+	}
+	return p, nil
+}
+
+// Endpoint returns the endpoint of a queue pair on p.
+func (p Port) Endpoint(t endpoint.Transport, qpn, psn uint32) endpoint.Endpoint {
+	return endpoint.Endpoint{
+		Transport: t,
+		QPN:       qpn,
+		LID:       p.LID,
+		GID:       p.GID,
+		GIDIndex:  p.GIDIndex,
+		PSN:       psn,
+		MTU:       endpoint.MTU(p.MTU),
+	}
+}
+
+// PathTo returns the address of remote as seen from p: by LID on
+// InfiniBand when the remote has one, by GID (with a GRH from the local GID
+// index) on RoCE or when the remote has no LID.
+func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
+	a := ctx.AddressAttr{Port: p.Number, SL: sl}
+	if p.Link == ctx.LinkLayerEthernet || remote.LID == 0 {
+		a.GlobalRoute = true
+		a.DGID = ctx.GID(remote.GID)
+		a.SGIDIndex = p.GIDIndex
+		a.HopLimit = 64
+	} else {
+		a.DLID = remote.LID
+	}
+	return a
+}
+
+// PathMTU returns the smaller of the local port's and the remote's MTU.
+func (p Port) PathMTU(remote endpoint.Endpoint) ctx.MTU {
+	m := p.MTU
+	if r := ctx.MTU(remote.MTU); r >= ctx.MTU256 && r < m {
+		m = r
+	}
+	return m
+}
+
+// RandomPSN returns a random 24-bit packet sequence number.
+func RandomPSN() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) & endpoint.MaxPSN
+}
+
+// CheckCaps refuses a queue-pair configuration beyond what the device
+// reports, with a message naming the field.
+func CheckCaps(a ctx.DeviceAttr, caps ctx.QueuePairCaps, hasSQ, hasRQ bool) error {
+	type limit struct {
+		name  string
+		v     uint32
+		max   uint32
+		check bool
+	}
+	for _, l := range []limit{
+		{"send depth", caps.SendDepth, a.MaxQPWR, hasSQ},
+		{"receive depth", caps.RecvDepth, a.MaxQPWR, hasRQ},
+		{"max send SGE", caps.MaxSendSGE, a.MaxSGE, hasSQ},
+		{"max receive SGE", caps.MaxRecvSGE, a.MaxSGE, hasRQ},
+		{"max inline", caps.MaxInline, a.MaxInline, hasSQ},
+	} {
+		if l.check && l.max != 0 && l.v > l.max {
+			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, ErrInvalidConfig)
+		}
+	}
+	if hasSQ && caps.SendDepth == 0 {
+		return fmt.Errorf("send depth 0: %w", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Knob resolves a configuration knob where 0 picks the default and a
+// negative value means 0 (the convention of net.Dialer.KeepAlive).
+func Knob(v int, def, max uint8) (uint8, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v < 0:
+		return 0, nil
+	case v > int(max):
+		return 0, fmt.Errorf("%d above %d: %w", v, max, ErrInvalidConfig)
+	}
+	return uint8(v), nil
+}
+
+// Limits are the sizes a provider granted a queue pair (providers round up
+// what was asked).
+type Limits struct {
+	// SendWQEBBs is the size of the send ring in 64-byte basic blocks; a
+	// WQE takes one to MaxWQEBBs of them.
+	SendWQEBBs uint32
+	// MaxWQEBBs is the largest WQE the queue pair builds, in basic blocks:
+	// a post needs that many free.
+	MaxWQEBBs uint32
+	// RecvWQEs is the number of receive WQEs of the QP's own receive queue.
+	RecvWQEs uint32
+	// MaxSendSGE, MaxRecvSGE and MaxInline bound one WQE.
+	MaxSendSGE, MaxRecvSGE, MaxInline uint32
+}
+
+// LimitsOf returns the limits of qp.
+func LimitsOf(qp *ctx.QueuePair) Limits {
+	d := qp.Descriptor()
+	l := Limits{SendWQEBBs: d.SQ.WQECnt, RecvWQEs: d.RQ.WQECnt,
+		MaxSendSGE: d.MaxSendSGE, MaxRecvSGE: d.MaxRecvSGE, MaxInline: d.MaxInline}
+	if d.SQ.WQECnt > 0 {
+		l.MaxWQEBBs = MaxWQEBBs(qp.Type(), d.MaxSendSGE, d.MaxInline)
+	}
+	return l
+}

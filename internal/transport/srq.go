@@ -1,0 +1,110 @@
+package transport
+
+import (
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// SharedReceiveQueue is a shared receive queue: receive WQEs that any queue
+// pair attached to it (RC, UD, or a DCT) consumes. Its receive completions
+// arrive on the CQ of the QP that consumed the WQE, and that QP's Queue
+// hands them back here, so every QP attached to one SRQ must be polled by
+// the goroutine that posts to the SRQ.
+type SharedReceiveQueue struct {
+	srq  *ctx.SharedReceiveQueue
+	ring *recvRing
+	errs [1]error
+}
+
+// SRQConfig configures a shared receive queue.
+type SRQConfig struct {
+	// Depth is the number of receive WQEs that may be outstanding.
+	Depth uint32
+	// MaxSGE is the number of scatter entries per WQE (default 1).
+	MaxSGE uint32
+}
+
+// NewSharedReceiveQueue creates a shared receive queue in pd. The transport
+// name goes into its errors.
+func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
+	const op = "new SRQ"
+	if pd == nil {
+		return nil, Errorf(transport, op, "nil protection domain: %w", ErrInvalidConfig)
+	}
+	if cfg.Depth == 0 {
+		return nil, Errorf(transport, op, "depth 0: %w", ErrInvalidConfig)
+	}
+	if cfg.MaxSGE == 0 {
+		cfg.MaxSGE = 1
+	}
+	attr, err := pd.Context().Query()
+	if err != nil {
+		return nil, Errorf(transport, op, "%w", err)
+	}
+	if attr.MaxSRQWR != 0 && cfg.Depth > attr.MaxSRQWR {
+		return nil, Errorf(transport, op, "depth %d above the device's %d: %w", cfg.Depth, attr.MaxSRQWR, ErrInvalidConfig)
+	}
+	if attr.MaxSRQSGE != 0 && cfg.MaxSGE > attr.MaxSRQSGE {
+		return nil, Errorf(transport, op, "max SGE %d above the device's %d: %w", cfg.MaxSGE, attr.MaxSRQSGE, ErrInvalidConfig)
+	}
+	s, err := pd.CreateSRQ(ctx.SRQConfig{Depth: cfg.Depth, MaxSGE: cfg.MaxSGE})
+	if err != nil {
+		return nil, Errorf(transport, op, "%w", err)
+	}
+	d := s.Descriptor()
+	ring, err := newRecvRing(d.Buf, d.DBRec, d.WQECnt, d.Stride, d.MaxRecvSGE, true, d.Head, d.Tail)
+	if err != nil {
+		_ = s.Close()
+		return nil, Errorf(transport, op, "descriptor: %v: %w", err, ErrInvalidConfig)
+	}
+	ring.errFull = &PostError{Transport: transport, Op: "post SRQ receive", QPN: d.SRQN, Err: ErrReceiveQueueFull}
+	ring.errSGE = &PostError{Transport: transport, Op: "post SRQ receive", QPN: d.SRQN, Err: ErrTooManySGE}
+	q := &SharedReceiveQueue{srq: s, ring: ring}
+	q.errs[0] = &PostError{Transport: transport, Op: "post SRQ receive", QPN: d.SRQN, Err: ErrClosed}
+	return q, nil
+}
+
+// SRQN returns the SRQ number.
+func (s *SharedReceiveQueue) SRQN() uint32 { return s.srq.SRQN() }
+
+// Handle returns the control-plane object.
+func (s *SharedReceiveQueue) Handle() *ctx.SharedReceiveQueue { return s.srq }
+
+// MaxSGE returns the scatter entries one WQE may carry.
+func (s *SharedReceiveQueue) MaxSGE() uint32 { return s.ring.maxSGE }
+
+// Outstanding returns the WQEs posted and not yet completed.
+func (s *SharedReceiveQueue) Outstanding() uint32 { return s.ring.posted }
+
+// Free returns how many more WQEs can be posted now.
+func (s *SharedReceiveQueue) Free() uint32 { return s.ring.mask - s.ring.posted }
+
+// BeginRecv starts a receive WQE with the given work request id; add its
+// buffers with SGE and post it with Finish (then RingRecvDoorbell) or
+// FinishDoorbell.
+func (s *SharedReceiveQueue) BeginRecv(wrid uint64) RecvStage {
+	if s.srq.Closed() {
+		return s.ring.refuse(s.errs[0])
+	}
+	return s.ring.begin(wrid)
+}
+
+// PostRecv posts a receive WQE of one buffer and rings the doorbell.
+func (s *SharedReceiveQueue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
+	return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+}
+
+// RingRecvDoorbell publishes the receive WQEs finished since the last
+// doorbell.
+func (s *SharedReceiveQueue) RingRecvDoorbell() {
+	if s.srq.Closed() {
+		return
+	}
+	s.ring.ringDoorbell()
+}
+
+// Close destroys the SRQ (and, first, every QP attached to it). It is
+// idempotent.
+func (s *SharedReceiveQueue) Close() error { return s.srq.Close() }
+
+// Closed reports whether the SRQ has been closed.
+func (s *SharedReceiveQueue) Closed() bool { return s.srq.Closed() }

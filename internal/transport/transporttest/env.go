@@ -1,0 +1,122 @@
+// Package transporttest sets up the software HCA for the tests of packages
+// rc, dc and ud: a private Fabric in manual, strict mode with two HCAs, a
+// protection domain and a registered buffer on each, and completion helpers.
+package transporttest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/transport"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// AllAccess is every access flag.
+const AllAccess = ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic
+
+// Env is two simulated HCAs with a PD and a registered buffer each.
+type Env struct {
+	T      testing.TB
+	Fabric *sim.Fabric
+	Ctx    [2]*ctx.Context
+	PD     [2]*ctx.ProtectionDomain
+	Buf    [2]*ctx.Buffer
+	MR     [2]*ctx.MemoryRegion
+	// AllowViolations lets a test expect strict-mode violations.
+	AllowViolations bool
+}
+
+// BufSize is the size of each Env buffer.
+const BufSize = 4 << 20
+
+// New builds an Env. opts.Strict is forced on; the mode is manual unless
+// opts says Engine. Everything is closed when the test ends, and the test
+// fails if the model recorded a strict-mode violation.
+func New(t testing.TB, opts sim.Options) *Env {
+	t.Helper()
+	opts.Strict = true
+	e := &Env{T: t, Fabric: sim.New(opts)}
+	for i := range 2 {
+		var err error
+		e.Ctx[i], err = e.Fabric.Open([]string{"sim0", "sim1"}[i])
+		require.NoError(t, err)
+		e.PD[i], err = e.Ctx[i].AllocProtectionDomain()
+		require.NoError(t, err)
+		e.Buf[i], err = ctx.AllocBuffer(BufSize, ctx.BufferOptions{Guard: true})
+		require.NoError(t, err)
+		e.MR[i], err = e.PD[i].RegisterBuffer(e.Buf[i], AllAccess)
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		if !e.AllowViolations {
+			require.Empty(t, e.Fabric.Violations(), "strict-mode violations")
+		}
+		for i := range 2 {
+			require.NoError(t, e.Ctx[i].Close())
+		}
+		require.NoError(t, e.Fabric.Close())
+		for i := range 2 {
+			require.NoError(t, e.Buf[i].Close())
+		}
+	})
+	return e
+}
+
+// CQ creates a completion queue on HCA i.
+func (e *Env) CQ(i int, depth uint32) *ctx.CompletionQueue {
+	e.T.Helper()
+	cq, err := e.Ctx[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: depth})
+	require.NoError(e.T, err)
+	return cq
+}
+
+// Poller creates a completion queue on HCA i and a Poller for it.
+func (e *Env) Poller(i int, depth uint32) (*ctx.CompletionQueue, *transport.Poller) {
+	e.T.Helper()
+	cq := e.CQ(i, depth)
+	p, err := transport.NewPoller("test", cq)
+	require.NoError(e.T, err)
+	return cq, p
+}
+
+// Run runs the model until it is idle.
+func (e *Env) Run() {
+	e.T.Helper()
+	require.NoError(e.T, e.Fabric.RunUntilIdle())
+}
+
+// Addr returns the address of byte off of buffer i.
+func (e *Env) Addr(i, off int) uint64 { return uint64(e.MR[i].Addr()) + uint64(off) }
+
+// Mem returns n bytes at off of buffer i.
+func (e *Env) Mem(i, off, n int) []byte { return e.Buf[i].Bytes()[off : off+n] }
+
+// LKey and RKey return the keys of buffer i.
+func (e *Env) LKey(i int) uint32 { return e.MR[i].LKey() }
+
+// RKey returns the rkey of buffer i.
+func (e *Env) RKey(i int) uint32 { return e.MR[i].RKey() }
+
+// Drain runs the model and returns every completion the pollers have now,
+// copied.
+func (e *Env) Drain(ps ...*transport.Poller) []transport.Completion {
+	e.T.Helper()
+	e.Run()
+	var out []transport.Completion
+	for _, p := range ps {
+		for p.Poll(64, func(c *transport.Completion) { out = append(out, *c) }) > 0 {
+		}
+		require.NoError(e.T, p.Err())
+	}
+	return out
+}
+
+// One runs the model and requires exactly one completion from p.
+func (e *Env) One(p *transport.Poller) transport.Completion {
+	e.T.Helper()
+	got := e.Drain(p)
+	require.Len(e.T, got, 1, "completions: %+v", got)
+	return got[0]
+}
