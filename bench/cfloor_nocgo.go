@@ -22,3 +22,4 @@ func (*cFloor) poll() (uint64, error)      { return 0, errNoCgo }
 func (*cFloor) completeInC()               {}
 func (*cFloor) producerIndex() uint32      { return 0 }
 func (*cFloor) consumerIndex() uint32      { return 0 }
+func (*cFloor) setLocalAddress(uint64)     {}
