@@ -14,37 +14,22 @@ var availableModes = func() []Mode {
 }()
 
 // postStore8 is the whole post in one call: doorbell record store, sfence,
-// chunks × 8 ascending 8-byte stores, sfence.
+// chunks × 8 ascending 8-byte stores (or the 8-byte doorbell), sfence.
 //
 //go:noescape
-func postStore8(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer)
+func postStore8(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
 
 // postAVX512 is postStore8 with one 64-byte store per chunk.
 //
 //go:noescape
-func postAVX512(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer)
+func postAVX512(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
 
-// ringAsm is the whole doorbell in one call: doorbell record store, sfence,
-// one 8-byte store, sfence.
-//
-//go:noescape
-func ringAsm(dbrecSend unsafe.Pointer, dbval uint32, dst unsafe.Pointer, val uint64)
-
-func post(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer) {
-	switch activeMode {
+func modePost(m Mode) postFunc {
+	switch m {
 	case ModeAVX512:
-		postAVX512(dbrecSend, dbval, dst, src, chunks, ringBase, ringEnd)
+		return postAVX512
 	case ModeStore8:
-		postStore8(dbrecSend, dbval, dst, src, chunks, ringBase, ringEnd)
-	default:
-		postGeneric(dbrecSend, dbval, dst, src, chunks, ringBase, ringEnd)
+		return postStore8
 	}
-}
-
-func ring(dbrecSend unsafe.Pointer, dbval uint32, dst unsafe.Pointer, val uint64) {
-	if activeMode == ModeGeneric {
-		ringGeneric(dbrecSend, dbval, dst, val)
-		return
-	}
-	ringAsm(dbrecSend, dbval, dst, val)
+	return postGeneric
 }

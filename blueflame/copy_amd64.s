@@ -1,20 +1,45 @@
+#include "go_asm.h"
 #include "textflag.h"
 
-// The doorbell record store needs only a compiler barrier before it on
-// x86-64 (udma_to_device_barrier): entering this function is one. The sfence
-// after it is mmio_wc_start, the sfence at the end mmio_flush_writes.
+// Each function is a whole post (see postFunc). The doorbell record store
+// needs only a compiler barrier before it on x86-64
+// (udma_to_device_barrier): entering an assembly function is one. The
+// sfence after it is mmio_wc_start, the sfence at the end
+// mmio_flush_writes.
 
-// func postStore8(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postStore8(SB), NOSPLIT|NOFRAME, $0-56
-	MOVQ	dbrecSend+0(FP), AX
-	MOVL	dbval+8(FP), BX
-	MOVQ	dst+16(FP), DI
-	MOVQ	src+24(FP), SI
-	MOVQ	chunks+32(FP), CX
-	MOVQ	ringBase+40(FP), R8
-	MOVQ	ringEnd+48(FP), R9
-	MOVL	BX, (AX)
+// Common prologue: DX = r, AX = dbrec, SI = src, R8 = ringBase,
+// R9 = ringEnd, DI = r.reg + r.offset (then r.offset ^= r.size), CX = the
+// chunk count or 0 for the doorbell; stores dbrec[1] and fences.
+#define PROLOGUE \
+	MOVQ	r+0(FP), DX \
+	MOVQ	dbrec+8(FP), AX \
+	MOVL	pi+16(FP), BX \
+	MOVQ	src+24(FP), SI \
+	MOVQ	n+32(FP), CX \
+	MOVQ	ringBase+40(FP), R8 \
+	MOVQ	ringEnd+48(FP), R9 \
+	MOVL	Register_offset(DX), R10 \
+	MOVQ	Register_reg(DX), DI \
+	ADDQ	R10, DI \
+	MOVL	Register_size(DX), R11 \
+	XORL	R11, R10 \
+	MOVL	R10, Register_offset(DX) \
+	ADDQ	$63, CX \
+	SHRQ	$6, CX \
+	SHRL	$6, R11 \
+	XORL	R10, R10 \
+	CMPQ	CX, R11 \
+	CMOVQHI	R10, CX \
+	ANDL	$0xffff, BX \
+	BSWAPL	BX \
+	MOVL	BX, 4(AX) \
 	SFENCE
+
+// func postStore8(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+TEXT ·postStore8(SB), NOSPLIT|NOFRAME, $0-56
+	PROLOGUE
+	TESTQ	CX, CX
+	JZ	doorbell
 chunk:
 	MOVQ	0(SI), AX
 	MOVQ	8(SI), BX
@@ -42,18 +67,17 @@ next:
 	JNZ	chunk
 	SFENCE
 	RET
-
-// func postAVX512(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postAVX512(SB), NOSPLIT|NOFRAME, $0-56
-	MOVQ	dbrecSend+0(FP), AX
-	MOVL	dbval+8(FP), BX
-	MOVQ	dst+16(FP), DI
-	MOVQ	src+24(FP), SI
-	MOVQ	chunks+32(FP), CX
-	MOVQ	ringBase+40(FP), R8
-	MOVQ	ringEnd+48(FP), R9
-	MOVL	BX, (AX)
+doorbell:
+	MOVQ	(SI), AX
+	MOVQ	AX, (DI)
 	SFENCE
+	RET
+
+// func postAVX512(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+TEXT ·postAVX512(SB), NOSPLIT|NOFRAME, $0-56
+	PROLOGUE
+	TESTQ	CX, CX
+	JZ	doorbell
 chunk:
 	VMOVDQU64	(SI), Z0
 	VMOVDQU64	Z0, (DI)
@@ -68,15 +92,8 @@ next:
 	SFENCE
 	VZEROUPPER
 	RET
-
-// func ringAsm(dbrecSend unsafe.Pointer, dbval uint32, dst unsafe.Pointer, val uint64)
-TEXT ·ringAsm(SB), NOSPLIT|NOFRAME, $0-32
-	MOVQ	dbrecSend+0(FP), AX
-	MOVL	dbval+8(FP), BX
-	MOVQ	dst+16(FP), DI
-	MOVQ	val+24(FP), DX
-	MOVL	BX, (AX)
-	SFENCE
-	MOVQ	DX, (DI)
+doorbell:
+	MOVQ	(SI), AX
+	MOVQ	AX, (DI)
 	SFENCE
 	RET

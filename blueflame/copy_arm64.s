@@ -1,20 +1,42 @@
+#include "go_asm.h"
 #include "textflag.h"
 
-// Barriers as rdma-core on aarch64: udma_to_device_barrier is dmb oshst
-// (DMB $2), mmio_wc_start and mmio_flush_writes are dsb st (DSB $14).
+// Each function is a whole post (see postFunc). Barriers as rdma-core on
+// aarch64: udma_to_device_barrier is dmb oshst (DMB $2), mmio_wc_start and
+// mmio_flush_writes are dsb st (DSB $14).
 
-// func postNEON(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postNEON(SB), NOSPLIT|NOFRAME, $0-56
-	MOVD	dbrecSend+0(FP), R0
-	MOVWU	dbval+8(FP), R1
-	MOVD	dst+16(FP), R2
-	MOVD	src+24(FP), R3
-	MOVD	chunks+32(FP), R4
-	MOVD	ringBase+40(FP), R5
-	MOVD	ringEnd+48(FP), R6
-	DMB	$2
-	MOVW	R1, (R0)
+// Common prologue: R0 = dbrec, R3 = src, R5 = ringBase, R6 = ringEnd,
+// R2 = r.reg + r.offset (then r.offset ^= r.size), R4 = the chunk count or
+// 0 for the doorbell; stores dbrec[1] between the barriers.
+#define PROLOGUE \
+	MOVD	r+0(FP), R10 \
+	MOVD	dbrec+8(FP), R0 \
+	MOVWU	pi+16(FP), R1 \
+	MOVD	src+24(FP), R3 \
+	MOVD	n+32(FP), R4 \
+	MOVD	ringBase+40(FP), R5 \
+	MOVD	ringEnd+48(FP), R6 \
+	MOVWU	Register_offset(R10), R11 \
+	MOVD	Register_reg(R10), R2 \
+	ADD	R11, R2, R2 \
+	MOVWU	Register_size(R10), R12 \
+	EORW	R12, R11, R11 \
+	MOVW	R11, Register_offset(R10) \
+	ADD	$63, R4, R4 \
+	LSR	$6, R4, R4 \
+	LSR	$6, R12, R12 \
+	CMP	R12, R4 \
+	CSEL	HI, ZR, R4, R4 \
+	ANDW	$0xffff, R1, R1 \
+	REVW	R1, R1 \
+	DMB	$2 \
+	MOVW	R1, 4(R0) \
 	DSB	$14
+
+// func postNEON(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+TEXT ·postNEON(SB), NOSPLIT|NOFRAME, $0-56
+	PROLOGUE
+	CBZ	R4, doorbell
 chunk:
 	VLD1.P	64(R3), [V0.D2, V1.D2, V2.D2, V3.D2]
 	VST1.P	[V0.D2, V1.D2, V2.D2, V3.D2], 64(R2)
@@ -26,19 +48,16 @@ next:
 	BNE	chunk
 	DSB	$14
 	RET
-
-// func postSTP(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postSTP(SB), NOSPLIT|NOFRAME, $0-56
-	MOVD	dbrecSend+0(FP), R0
-	MOVWU	dbval+8(FP), R1
-	MOVD	dst+16(FP), R2
-	MOVD	src+24(FP), R3
-	MOVD	chunks+32(FP), R4
-	MOVD	ringBase+40(FP), R5
-	MOVD	ringEnd+48(FP), R6
-	DMB	$2
-	MOVW	R1, (R0)
+doorbell:
+	MOVD	(R3), R7
+	MOVD	R7, (R2)
 	DSB	$14
+	RET
+
+// func postSTP(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+TEXT ·postSTP(SB), NOSPLIT|NOFRAME, $0-56
+	PROLOGUE
+	CBZ	R4, doorbell
 chunk:
 	LDP	0(R3), (R7, R8)
 	LDP	16(R3), (R9, R10)
@@ -58,16 +77,8 @@ next:
 	BNE	chunk
 	DSB	$14
 	RET
-
-// func ringAsm(dbrecSend unsafe.Pointer, dbval uint32, dst unsafe.Pointer, val uint64)
-TEXT ·ringAsm(SB), NOSPLIT|NOFRAME, $0-32
-	MOVD	dbrecSend+0(FP), R0
-	MOVWU	dbval+8(FP), R1
-	MOVD	dst+16(FP), R2
-	MOVD	val+24(FP), R3
-	DMB	$2
-	MOVW	R1, (R0)
-	DSB	$14
-	MOVD	R3, (R2)
+doorbell:
+	MOVD	(R3), R7
+	MOVD	R7, (R2)
 	DSB	$14
 	RET

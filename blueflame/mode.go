@@ -91,11 +91,13 @@ func SetMode(m Mode) error {
 		return fmt.Errorf("blueflame: set mode %s: %w", m, ErrModeUnavailable)
 	}
 	activeMode = m
+	postFn = modePost(m)
 	return nil
 }
 
 func init() {
 	activeMode = availableModes[0]
+	postFn = modePost(activeMode)
 	name, ok := os.LookupEnv(EnvMode)
 	if !ok || name == "" {
 		return

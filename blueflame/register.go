@@ -58,19 +58,13 @@ func (r *Register) Address() unsafe.Pointer { return r.reg }
 // copies the WQE in 64-byte chunks to the current BlueFlame buffer, wrapping
 // the source from ringEnd to ringBase, flushes the write-combining buffer and
 // toggles the buffer. A WQE larger than the BlueFlame buffer (or n == 0, or a
-// register without BlueFlame) is published with Doorbell instead.
+// register without BlueFlame) is published as Doorbell does instead.
 //
 // wqe must be 64-byte aligned inside the ring [ringBase, ringEnd), whose
-// length is a multiple of 64.
+// length is a multiple of 64. Post is small enough to inline: it costs one
+// call into the copy mode's assembly.
 func (r *Register) Post(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
-	chunks := uint(n+ChunkSize-1) / ChunkSize
-	if chunks-1 >= uint(r.size/ChunkSize) {
-		r.Doorbell(dbrec, pi, wqe)
-		return
-	}
-	post(unsafe.Add(dbrec, prm.DoorbellRecordSendB), bigEndianWord(pi&prm.CtrlWQEIndexMask),
-		unsafe.Add(r.reg, r.offset), wqe, chunks, ringBase, ringEnd)
-	r.offset ^= r.size
+	postFn(r, dbrec, pi, wqe, n, ringBase, ringEnd)
 }
 
 // Doorbell publishes one or more WQEs without BlueFlame: after a store barrier
@@ -79,10 +73,18 @@ func (r *Register) Post(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer, n i
 // with one 8-byte store, flushes and toggles the buffer, as rdma-core does
 // for batches and for WQEs too large for BlueFlame.
 func (r *Register) Doorbell(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer) {
-	ring(unsafe.Add(dbrec, prm.DoorbellRecordSendB), bigEndianWord(pi&prm.CtrlWQEIndexMask),
-		unsafe.Add(r.reg, r.offset), *(*uint64)(wqe))
-	r.offset ^= r.size
+	postFn(r, dbrec, pi, wqe, 0, nil, nil)
 }
+
+// postFunc is a copy mode's whole post, register bookkeeping included: the
+// destination is r.reg + r.offset, then r.offset toggles; the WQE is copied
+// as (n+63)/64 chunks when that fits r.size, else (and for n == 0) only its
+// first 8 bytes are stored; around the copy come the store barrier, the
+// doorbell record dbrec[1] = big-endian pi & 0xffff, WC start and the flush.
+type postFunc func(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+
+// postFn is the active mode's postFunc.
+var postFn postFunc = postGeneric
 
 // bigEndianWord returns the word whose bytes in memory are v big-endian.
 func bigEndianWord(v uint32) uint32 {
@@ -93,10 +95,19 @@ func bigEndianWord(v uint32) uint32 {
 
 // postGeneric is the portable post: the same steps as the assembly versions,
 // with the barrier functions between ordinary Go stores.
-func postGeneric(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer, chunks uint, ringBase, ringEnd unsafe.Pointer) {
+func postGeneric(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
+	dst := unsafe.Add(r.reg, r.offset)
+	r.offset ^= r.size
+	chunks := uint(n+ChunkSize-1) / ChunkSize
+	if chunks > uint(r.size/ChunkSize) {
+		chunks = 0
+	}
 	StoreBarrier()
-	*(*uint32)(dbrecSend) = dbval
+	*(*uint32)(unsafe.Add(dbrec, prm.DoorbellRecordSendB)) = bigEndianWord(pi & prm.CtrlWQEIndexMask)
 	WCStart()
+	if chunks == 0 {
+		*(*uint64)(dst) = *(*uint64)(src)
+	}
 	for ; chunks > 0; chunks-- {
 		d := (*[8]uint64)(dst)
 		s := (*[8]uint64)(src)
@@ -116,14 +127,5 @@ func postGeneric(dbrecSend unsafe.Pointer, dbval uint32, dst, src unsafe.Pointer
 			src = ringBase
 		}
 	}
-	FlushWrites()
-}
-
-// ringGeneric is the portable doorbell.
-func ringGeneric(dbrecSend unsafe.Pointer, dbval uint32, dst unsafe.Pointer, val uint64) {
-	StoreBarrier()
-	*(*uint32)(dbrecSend) = dbval
-	WCStart()
-	*(*uint64)(dst) = val
 	FlushWrites()
 }
