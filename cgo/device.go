@@ -560,25 +560,27 @@ func (d *Device) AsyncEventFD() int {
 // idempotent; the first error of a destroy is returned, joined with the
 // others.
 func (d *Device) Close() error {
-	d.mu.Lock()
-	if d.closed {
+	// Stop the watchers first, without the lock (their goroutines take it),
+	// until none is left.
+	for {
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil
+		}
+		if len(d.watchers) == 0 {
+			break // d.mu stays locked
+		}
+		ws := make([]*AsyncWatcher, 0, len(d.watchers))
+		for w := range d.watchers {
+			ws = append(ws, w)
+		}
 		d.mu.Unlock()
-		return nil
+		for _, w := range ws {
+			w.Stop()
+		}
 	}
-	ws := make([]*AsyncWatcher, 0, len(d.watchers))
-	for w := range d.watchers {
-		ws = append(ws, w)
-	}
-	d.mu.Unlock()
-	for _, w := range ws {
-		w.Stop()
-	}
-
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return nil
-	}
 	var errs []error
 	for qp := range d.qps {
 		errs = append(errs, qp.closeLocked())
