@@ -307,3 +307,153 @@ func BenchmarkPollCompressed(b *testing.B) {
 		b.Fatal("CQEs missing")
 	}
 }
+
+// The empty-poll benchmarks measure one look at an empty ring, the common
+// case of a busy-polling loop. One op is one poll.
+
+func BenchmarkPollEmptyHandWritten(b *testing.B) {
+	br := newBenchRing(b)
+	g := br.geometry()
+	base, mask, shift, logCnt := g.base, g.mask, g.shift&63, g.logCnt&31
+	ci, found := uint32(0), 0
+	for i := 0; i < b.N; i++ {
+		op := *(*uint8)(unsafe.Add(base, uintptr(ci&mask)<<shift+63))
+		if op>>4 != 15 && (op^uint8(ci>>logCnt))&1 == 0 {
+			found++
+		}
+	}
+	if found != 0 {
+		b.Fatal("CQE in an empty ring")
+	}
+}
+
+func BenchmarkPollEmptyPoll(b *testing.B) {
+	br := newBenchRing(b)
+	cq, found := br.cq, 0
+	for i := 0; i < b.N; i++ {
+		found += cq.Poll(benchBatch, func(*CQE) {})
+	}
+	if found != 0 {
+		b.Fatal("CQE in an empty ring")
+	}
+}
+
+func BenchmarkPollEmptyRange(b *testing.B) {
+	br := newBenchRing(b)
+	cq, found := br.cq, 0
+	for i := 0; i < b.N; i++ {
+		for range cq.All(benchBatch) {
+			found++
+		}
+	}
+	if found != 0 {
+		b.Fatal("CQE in an empty ring")
+	}
+}
+
+func BenchmarkPollEmptyCursor(b *testing.B) {
+	br := newBenchRing(b)
+	cq, found := br.cq, 0
+	for i := 0; i < b.N; i++ {
+		found += cq.Ready(benchBatch)
+		cq.Release()
+	}
+	if found != 0 {
+		b.Fatal("CQE in an empty ring")
+	}
+}
+
+// The Sum benchmarks do the least work per CQE (add byte_cnt to a local),
+// so that the cost of handing a CQE over is what they measure.
+
+func BenchmarkPollSumHandWrittenBatch(b *testing.B) {
+	br := newBenchRing(b)
+	g := br.geometry()
+	base, mask, shift, logCnt := g.base, g.mask, g.shift&63, g.logCnt&31
+	ci, sum := uint32(0), uint64(0)
+	for n := 0; n < b.N; {
+		br.produce(benchBatch)
+		end := ci
+		for ; end-ci < benchBatch; end++ {
+			op := *(*uint8)(unsafe.Add(base, uintptr(end&mask)<<shift+63))
+			if op>>4 == 15 || (op^uint8(end>>logCnt))&1 != 0 {
+				break
+			}
+		}
+		blueflame.ReadBarrier()
+		for ; ci != end; ci++ {
+			sum += uint64(prm.Load32(unsafe.Add(base, uintptr(ci&mask)<<shift+prm.CQEByteCnt)))
+			n++
+		}
+		prm.Store32(g.dbrec, ci&0xffffff)
+	}
+	sumCheck(b, sum)
+}
+
+func sumCheck(b *testing.B, sum uint64) {
+	if sum < 64*uint64(b.N) {
+		b.Fatalf("sum %d: CQEs missing", sum)
+	}
+}
+
+func BenchmarkPollSumCursor(b *testing.B) {
+	br := newBenchRing(b)
+	cq, sum := br.cq, uint64(0)
+	for n := 0; n < b.N; {
+		br.produce(benchBatch)
+		cq.Ready(benchBatch)
+		for c := cq.Next(); c != nil; c = cq.Next() {
+			sum += uint64(c.ByteCount())
+			n++
+		}
+		cq.Release()
+	}
+	sumCheck(b, sum)
+}
+
+func BenchmarkPollSumFuncLiteral(b *testing.B) {
+	br := newBenchRing(b)
+	cq, sum := br.cq, uint64(0)
+	for n := 0; n < b.N; {
+		br.produce(benchBatch)
+		n += cq.Poll(benchBatch, func(c *CQE) { sum += uint64(c.ByteCount()) })
+	}
+	sumCheck(b, sum)
+}
+
+func BenchmarkPollSumRange(b *testing.B) {
+	br := newBenchRing(b)
+	cq, sum := br.cq, uint64(0)
+	for n := 0; n < b.N; {
+		br.produce(benchBatch)
+		for c := range cq.All(benchBatch) {
+			sum += uint64(c.ByteCount())
+			n++
+		}
+	}
+	sumCheck(b, sum)
+}
+
+type sumObject struct{ sum uint64 }
+
+func (h *sumObject) OnCompletion(c *CQE) { h.sum += uint64(c.ByteCount()) }
+
+func BenchmarkPollSumInterface(b *testing.B) {
+	br := newBenchRing(b)
+	h := new(sumObject)
+	for n := 0; n < b.N; {
+		br.produce(benchBatch)
+		n += pollInterface(br.cq, benchBatch, h)
+	}
+	sumCheck(b, h.sum)
+}
+
+func BenchmarkPollSumGeneric(b *testing.B) {
+	br := newBenchRing(b)
+	h := new(sumObject)
+	for n := 0; n < b.N; {
+		br.produce(benchBatch)
+		n += pollGeneric(br.cq, benchBatch, h)
+	}
+	sumCheck(b, h.sum)
+}

@@ -103,9 +103,10 @@ func (cq *CQ) slot(i uint32) *CQE {
 }
 
 // sw reports whether op_own op, read from the slot of consumer index i,
-// marks a CQE that software owns.
-func sw(op uint8, i uint32, logCnt uint8) bool {
-	return op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op^uint8(i>>(logCnt&31)))&prm.CQEOwnerMask == 0
+// marks a CQE that software owns: the test of rdma-core's get_sw_cqe, opcode
+// not INVALID and owner bit == !!(i & cqeCnt).
+func sw(op uint8, i, cqeCnt uint32) bool {
+	return op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op&prm.CQEOwnerMask != 0) == (i&cqeCnt != 0)
 }
 
 // Ready finds the CQEs the device has handed over, from the consumer index
@@ -131,11 +132,11 @@ func (cq *CQ) Ready(max int) int {
 	if uint(max) < uint(limit) {
 		limit = uint32(max)
 	}
-	ring, mask, shift, logCnt := cq.ring, cq.mask, cq.shift&63, cq.logCnt
+	ring, mask, shift := cq.ring, cq.mask, cq.shift&63
 	pos, stop := cq.end, cq.ci+limit
 	for pos != stop {
 		op := *(*uint8)(unsafe.Add(ring, uintptr(pos&mask)<<shift+prm.CQEOpOwn))
-		if !sw(op, pos, logCnt) {
+		if !sw(op, pos, mask+1) {
 			break
 		}
 		if op&(prm.CQEFormatMask<<prm.CQEFormatShift) != 0 && !cq.checkFormat(pos, op) {
@@ -153,7 +154,7 @@ func (cq *CQ) Ready(max int) int {
 		// holds the previous lap's owner bit (session slots included, which
 		// expand rewrites with the owner bit of their own lap).
 		last := cq.released + mask
-		if sw(cq.slot(last)[prm.CQEOpOwn], last, logCnt) {
+		if sw(cq.slot(last)[prm.CQEOpOwn], last, mask+1) {
 			cq.overrun()
 		}
 	}
@@ -238,11 +239,14 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 	return func() int {
 		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
 		i, end := cq.ci, cq.end
-		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, cq.logCnt) {
+		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, mask+1) {
 			return 0
 		}
 		cq.Ready(max)
 		end = cq.end
+		if int(end-i) > max { // CQEs an earlier Ready found count too
+			end = i + uint32(max&^(max>>63)) // max, or 0 if negative
+		}
 		n := int(end - i)
 		cq.ci = end
 		for ; i != end; i++ {
@@ -262,11 +266,14 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	return func(yield func(*CQE) bool) {
 		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
 		i, end := cq.ci, cq.end
-		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, cq.logCnt) {
+		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, mask+1) {
 			return
 		}
 		cq.Ready(max)
 		end = cq.end
+		if int(end-i) > max {
+			end = i + uint32(max&^(max>>63)) // max, or 0 if negative
+		}
 		cq.ci = end
 		for i != end {
 			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))

@@ -452,3 +452,38 @@ func TestPollAllocatesNothing(t *testing.T) {
 	require.Equal(t, uint64(3*101*32), sum)
 	require.NoError(t, cq.Err())
 }
+
+func TestPollAndAllRespectMaxAfterReady(t *testing.T) {
+	r := newRing(t, 16, 64)
+	cq := r.newCQ(t)
+	for i := 0; i < 10; i++ {
+		r.put(cqeFields{opcode: prm.CQEReq, wqeCounter: uint16(i)})
+	}
+	require.Equal(t, 10, cq.Ready(16))
+	var got []uint16
+	require.Equal(t, 3, cq.Poll(3, func(c *CQE) { got = append(got, c.WQECounter()) }))
+	for c := range cq.All(2) {
+		got = append(got, c.WQECounter())
+	}
+	require.Equal(t, []uint16{0, 1, 2, 3, 4}, got)
+	require.Equal(t, uint32(5), r.consumerIndexRecord())
+	require.Equal(t, 5, cq.Ready(0), "the rest stays ready")
+	require.Equal(t, 0, cq.Poll(0, func(*CQE) { t.Fatal("max 0") }))
+	require.Equal(t, 0, cq.Poll(-1, func(*CQE) { t.Fatal("max -1") }))
+
+	// A body that breaks leaves the CQEs it did not reach ready.
+	for c := range cq.All(16) {
+		got = append(got, c.WQECounter())
+		if c.WQECounter() == 6 {
+			break
+		}
+	}
+	require.Equal(t, uint32(7), cq.ConsumerIndex())
+	require.Equal(t, uint32(7), r.consumerIndexRecord())
+	// Inside a batch, Next has nothing to hand out.
+	cq.Poll(16, func(c *CQE) {
+		got = append(got, c.WQECounter())
+		require.Nil(t, cq.Next())
+	})
+	require.Equal(t, []uint16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, got)
+}
