@@ -335,6 +335,17 @@ func (f *Fabric) parseSend(q *qp, w *sendWQE) prm.Syndrome {
 // gather reads the WQE's payload (inline bytes and local SGEs) into the
 // scratch buffer, checking every SGE against the QP's PD.
 func (f *Fabric) gather(q *qp, w *sendWQE) ([]byte, prm.Syndrome) {
+	// Check every SGE before allocating: a WQE may claim any length, but
+	// only bytes inside registered regions are ever read.
+	for _, e := range w.sg {
+		if e.inline {
+			continue
+		}
+		m := f.mrs[e.lkey]
+		if m == nil || m.pd != q.pd || !m.contains(e.addr, e.n) {
+			return nil, prm.SyndromeLocalProt
+		}
+	}
 	if uint64(cap(f.scratch)) < w.total {
 		f.scratch = make([]byte, 0, w.total)
 	}
@@ -346,11 +357,12 @@ func (f *Fabric) gather(q *qp, w *sendWQE) ([]byte, prm.Syndrome) {
 			w.ring.copyOut(buf[n:], e.off)
 			continue
 		}
-		m := f.mrs[e.lkey]
-		if m == nil || m.pd != q.pd || !m.contains(e.addr, e.n) {
-			return nil, prm.SyndromeLocalProt
-		}
-		buf = append(buf, m.bytes(e.addr, e.n)...)
+		buf = append(buf, f.mrs[e.lkey].bytes(e.addr, e.n)...)
+	}
+	if cap(f.scratch) > 1<<20 && len(buf) <= 1<<20 {
+		f.scratch = nil // do not keep a large buffer for small messages
+	} else {
+		f.scratch = buf[:0]
 	}
 	return buf, 0
 }
