@@ -1,6 +1,34 @@
-// Package ud is the unreliable-datagram transport of mlx5kit: queue pairs that
-// send to any peer through an address vector, a remote QPN and a qkey, and
-// receive with 40 bytes of GRH space in front of every payload.
+// Package ud is the unreliable-datagram transport of mlx5kit: queue pairs
+// that send to any peer through an address vector, a remote QPN and a qkey,
+// and receive with 40 bytes of GRH space in front of every payload.
 //
-// It is being built; until this comment changes the package exports nothing.
+// # Sending and replying
+//
+//	qp, err := ud.New(pd, cq, nil, ud.Config{SendDepth: 64, RecvDepth: 64, QKey: 0x11111111})
+//	ep := qp.Endpoint()                     // QPN, qkey, LID/GID, MTU
+//	remote, err := qp.NewRemote(peerEP)     // an address handle: control plane
+//	s, err := qp.Post(wrid, wqebuilder.Signaled, remote)
+//	err = s.Send().SGE(addr, n, lkey).FinishBlueFlame()
+//
+// A receive buffer must hold GRHSize (40) bytes before the payload: the
+// device writes the GRH there when the packet has one, and leaves the space
+// unused otherwise; Completion.ByteCount counts those 40 bytes. A receive
+// completion names its sender (SourceQPN, SLID, SL, GRH), and ReplyRemote
+// turns it into a Remote to answer, from the LID or, with a GRH, from the
+// sender's GID in the buffer's first 40 bytes.
+//
+// Datagrams are unreliable: a send completes when it leaves, whether or not
+// the peer had a receive posted or knew the qkey (a wrong qkey drops the
+// datagram silently). The payload of one datagram is at most the path MTU;
+// larger sends complete with LOCAL_LENGTH_ERR.
+//
+// # Completions
+//
+// Completions are matched by QPN through a Poller, as in package rc (see
+// there for the pattern and why it inlines). Queue, Completion, Poller and
+// SharedReceiveQueue are the same types in packages rc, dc and ud.
+//
+// # Threading
+//
+// A QP and its pollers belong to one goroutine at a time.
 package ud
