@@ -20,6 +20,9 @@ type baseline struct {
 	// faster reports the ratio as baseline/main (how many times faster the
 	// benchmarked loop is) instead of main/baseline.
 	faster bool
+	// cycles reports the baseline's fastest block in cycles per iteration
+	// instead of a ratio.
+	cycles bool
 }
 
 // blockSize is the number of iterations a loop runs between switches. A
@@ -51,7 +54,7 @@ func (s *blockStats) min() float64 {
 // and, after every block with the timer stopped, runs each baseline for a
 // block too. ns/op and cycles/op are main's alone. It also reports
 // min-cycles/op (main's fastest block) and, per baseline, the ratio of the
-// fastest blocks.
+// fastest blocks (or the baseline's own fastest block in cycles).
 func runWithBaselines(b *testing.B, main loop, baselines ...baseline) {
 	mainStats := new(blockStats)
 	stats := make([]blockStats, len(baselines))
@@ -93,7 +96,9 @@ func runWithBaselines(b *testing.B, main loop, baselines ...baseline) {
 	b.ReportMetric(m, "min-cycles/op")
 	for i, bl := range baselines {
 		if r := stats[i].min(); !math.IsNaN(r) {
-			if bl.faster {
+			if bl.cycles {
+				b.ReportMetric(r, bl.name)
+			} else if bl.faster {
 				b.ReportMetric(r/m, bl.name)
 			} else {
 				b.ReportMetric(m/r, bl.name)
