@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/cgo"
+	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +35,7 @@ func TestDescribeSoftwareHCAJSON(t *testing.T) {
 	require.Nil(t, d.DV, "the software HCA has no mlx5dv attributes")
 }
 
-func TestHardwareListing(t *testing.T) {
+func TestListing(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := run([]string{"-l"}, &out, &errOut)
 	list, err := cgo.ListDevices()
@@ -64,4 +65,26 @@ func TestFlags(t *testing.T) {
 func TestGUIDFormat(t *testing.T) {
 	require.Equal(t, "0002:c903:00a0:b000", guid(0x0002c90300a0b000))
 	require.Equal(t, "0000:0000:0000:0001", guid(1))
+}
+
+func TestHardwareDescribe(t *testing.T) {
+	name := devicetest.RequireDevice(t)
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-v", "-d", name}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "hca_id:")
+	require.Contains(t, out.String(), name)
+	require.Contains(t, out.String(), "mlx5dv version:")
+
+	out.Reset()
+	require.Equal(t, 0, run([]string{"-json", "-v", "-d", name}, &out, &errOut), errOut.String())
+	var descs []Description
+	require.NoError(t, json.Unmarshal(out.Bytes(), &descs))
+	require.Len(t, descs, 1)
+	require.Equal(t, "mlx5", descs[0].Provider)
+	require.NotNil(t, descs[0].DV)
+	require.NotNil(t, descs[0].Extended)
+	require.Len(t, descs[0].Ports, int(descs[0].Attr.PhysPortCount))
+
+	require.Equal(t, 1, run([]string{"-d", "mlx5kit_no_such_device"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "no device named")
 }
