@@ -1,0 +1,29 @@
+// Package path describes the route between a local queue pair and a remote
+// one as a single value, and turns it into the attributes of the INIT, RTR
+// and RTS transitions and into address vectors.
+//
+// It owns the mapping from a connection's parameters (port, pkey index,
+// qkey, MTU, retry counts, timers, QPNs and PSNs, LIDs, GIDs, SL, traffic
+// class, hop limit, rate) to ctx.QPAttr and ctx.AddressAttr; it does not
+// create queue pairs and does not post. Package endpoint carries the half of
+// a Path a peer must learn; package path fills a Path from it.
+//
+// # Connecting
+//
+//	p, _ := path.Local(dev, path.Default(), 1, 0) // port 1, GID index 0
+//	p.SQPN, p.SQPSN = qp.QPN(), psn
+//	// send p.Endpoint(endpoint.TransportRC) to the peer, receive theirs
+//	p, err = p.Connect(remote)                    // checks the untrusted endpoint
+//	err = path.ModifyToConnected(qp, p, ctx.AccessRemoteWrite|ctx.AccessLocalWrite)
+//
+// ModifyToInit, ModifyToRTR and ModifyToRTS do the steps one at a time.
+//
+// # Datagrams
+//
+// An AddressCache creates the address handle of a destination once: the
+// second send to the same path finds its address vector with one map lookup
+// and no allocation. Reply builds the path back to the sender of a received
+// UD datagram from its completion (source QPN, SLID, SL, path bits) and the
+// GRH in the first 40 bytes of the receive buffer (InfiniBand GRH, RoCE v2
+// IPv6 or IPv4 header).
+package path

@@ -1,0 +1,71 @@
+package path_test
+
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/path"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// A path made from the local port and the endpoint the peer sent carries a
+// queue pair from RESET to RTS.
+func ExampleModifyToConnected() {
+	fabric := sim.New(sim.Options{})
+	defer fabric.Close()
+	dev, _ := fabric.Open("sim0")
+	defer dev.Close()
+	pd, _ := dev.AllocProtectionDomain()
+	cq, _ := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
+	qp, _ := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Caps: ctx.QueuePairCaps{SendDepth: 8, RecvDepth: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+
+	p, err := path.Local(dev, path.Default(), 1, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p.SQPN, p.SQPSN = qp.QPN(), 0x100
+
+	// What the peer sent over TCP (see package endpoint).
+	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x2a, PSN: 0x200, LID: 7, MTU: endpoint.MTU4096}
+	p, err = p.Connect(remote)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rtr := p.RTRAttr()
+	fmt.Printf("RTR: remote QPN 0x%x, RQ PSN 0x%x, DLID %d, MTU %v\n", rtr.RemoteQPN, rtr.RQPSN, rtr.Path.DLID, rtr.PathMTU)
+
+	if err := path.ModifyToConnected(qp, p, ctx.AccessLocalWrite|ctx.AccessRemoteWrite); err != nil {
+		fmt.Println(err)
+		return
+	}
+	state, _ := qp.State()
+	fmt.Println("state:", state)
+	// Output:
+	// RTR: remote QPN 0x2a, RQ PSN 0x200, DLID 7, MTU 1024
+	// state: RTS
+}
+
+// The address cache builds an address handle once per destination.
+func ExampleAddressCache() {
+	fabric := sim.New(sim.Options{})
+	defer fabric.Close()
+	dev, _ := fabric.Open("sim0")
+	defer dev.Close()
+	pd, _ := dev.AllocProtectionDomain()
+
+	cache := path.NewAddressCache(pd)
+	defer cache.Close()
+	to := path.Default()
+	to.DLID, to.DQPN, to.QKey = 2, 0x101, 0x11111111
+	first, _ := cache.AV(to)
+	to.DQPN = 0x102 // another QP behind the same port
+	second, _ := cache.AV(to)
+	hits, misses := cache.Stats()
+	fmt.Println(first == second, hits, misses)
+	// Output:
+	// true 1 1
+}

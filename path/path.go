@@ -1,0 +1,352 @@
+package path
+
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+)
+
+// ErrInvalid is ctx.ErrInvalidArgument: a path field out of range, or a
+// remote endpoint that cannot be reached with the path. Nothing is changed.
+var ErrInvalid = ctx.ErrInvalidArgument
+
+// Path is everything needed to connect a queue pair to a remote one, or to
+// address a datagram, seen from the local side: "S" fields are local, "D"
+// fields remote. ModifyToInit, ModifyToRTR and ModifyToRTS take a QP through
+// the connection states with it, and AddressAttr turns it into the address
+// of an address handle.
+//
+// Field by field (verbs name in brackets):
+//
+//	Port            qp_attr.port_num, ah_attr.port_num
+//	PKeyIndex       qp_attr.pkey_index
+//	QKey            qp_attr.qkey (UD)
+//	MTU             qp_attr.path_mtu
+//	RetryCount      qp_attr.retry_cnt
+//	RNRRetry        qp_attr.rnr_retry
+//	MinRNRTimer     qp_attr.min_rnr_timer
+//	Timeout         qp_attr.timeout (local ACK timeout)
+//	SQPN, DQPN      the local QPN; qp_attr.dest_qp_num
+//	SQPSN, DQPSN    qp_attr.sq_psn; qp_attr.rq_psn
+//	MaxRdAtomic     qp_attr.max_rd_atomic
+//	MaxDestRdAtomic qp_attr.max_dest_rd_atomic
+//	SLID, DLID      the local LID; ah_attr.dlid
+//	SrcPathBits     ah_attr.src_path_bits
+//	SL              ah_attr.sl
+//	Rate            ah_attr.static_rate
+//	Global          ah_attr.is_global
+//	SGID, SGIDIndex the local GID; ah_attr.grh.sgid_index
+//	DGID            ah_attr.grh.dgid
+//	FlowLabel       ah_attr.grh.flow_label
+//	TrafficClass    ah_attr.grh.traffic_class
+//	HopLimit        ah_attr.grh.hop_limit
+//
+// Path is a plain value: copy it, change a field, keep the old one.
+type Path struct {
+	Port      uint8
+	PKeyIndex uint16
+	QKey      uint32
+	MTU       ctx.MTU
+
+	RetryCount  uint8
+	RNRRetry    uint8
+	MinRNRTimer uint8
+	Timeout     uint8
+
+	SQPN, DQPN   uint32
+	SQPSN, DQPSN uint32
+
+	MaxRdAtomic     uint8
+	MaxDestRdAtomic uint8
+
+	SLID, DLID  uint16
+	SrcPathBits uint8
+	SL          uint8
+	Rate        uint8
+
+	Global       bool
+	SGID, DGID   ctx.GID
+	SGIDIndex    uint8
+	FlowLabel    uint32
+	TrafficClass uint8
+	HopLimit     uint8
+}
+
+// Limits of the fields.
+const (
+	maxQPN      = 1<<24 - 1
+	maxPSN      = 1<<24 - 1
+	maxRetry    = 7
+	maxTimer    = 31
+	maxSL       = 15
+	maxFlow     = 1<<20 - 1
+	defaultHops = 64
+)
+
+// Default returns a path with the values most RC connections use: port 1,
+// MTU 1024, 7 transport and RNR retries (7 means retry for ever for RNR),
+// RNR timer 12 (0.64 ms), ACK timeout 14 (about 67 ms), one outstanding RDMA
+// read or atomic each way, hop limit 64. The addresses and QPNs are left for
+// Local and Connect.
+func Default() Path {
+	return Path{
+		Port:            1,
+		MTU:             ctx.MTU1024,
+		RetryCount:      7,
+		RNRRetry:        7,
+		MinRNRTimer:     12,
+		Timeout:         14,
+		MaxRdAtomic:     1,
+		MaxDestRdAtomic: 1,
+		HopLimit:        defaultHops,
+	}
+}
+
+// Local fills the local half of p from a port of c: Port, SLID, the GID at
+// gidIndex (SGID, SGIDIndex), the port's active MTU when it is lower than
+// p.MTU (or p.MTU is unset), and Global on an Ethernet (RoCE) port, where
+// every packet carries a GRH.
+func Local(c *ctx.Context, p Path, port, gidIndex uint8) (Path, error) {
+	op := fmt.Sprintf("path: local port %d", port)
+	if port == 0 {
+		port = 1
+	}
+	pa, err := c.QueryPort(port)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", op, err)
+	}
+	gids, err := c.QueryGIDs(port)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", op, err)
+	}
+	var gid ctx.GID
+	found := false
+	for _, g := range gids {
+		if g.Index == int(gidIndex) {
+			gid, found = g.GID, true
+			break
+		}
+	}
+	if !found && (pa.LinkLayer == ctx.LinkLayerEthernet || p.Global) {
+		return p, fmt.Errorf("%s: GID index %d: %w", op, gidIndex, ctx.ErrNotFound)
+	}
+	p.Port = port
+	p.SLID = pa.LID
+	p.SGID, p.SGIDIndex = gid, gidIndex
+	if pa.ActiveMTU.Bytes() != 0 && (p.MTU.Bytes() == 0 || pa.ActiveMTU < p.MTU) {
+		p.MTU = pa.ActiveMTU
+	}
+	if pa.LinkLayer == ctx.LinkLayerEthernet {
+		p.Global = true
+	}
+	return p, nil
+}
+
+// Reverse returns the path seen from the other end: the local and remote
+// QPNs, PSNs, LIDs and GIDs swap.
+func (p Path) Reverse() Path {
+	p.SQPN, p.DQPN = p.DQPN, p.SQPN
+	p.SQPSN, p.DQPSN = p.DQPSN, p.SQPSN
+	p.SLID, p.DLID = p.DLID, p.SLID
+	p.SGID, p.DGID = p.DGID, p.SGID
+	p.MaxRdAtomic, p.MaxDestRdAtomic = p.MaxDestRdAtomic, p.MaxRdAtomic
+	return p
+}
+
+// Endpoint returns what the peer needs to connect to the local queue this
+// path describes (its SQPN, SQPSN, SLID, SGID, MTU), as an endpoint of the
+// given transport. Regions, qkey and DC fields are the caller's to add.
+func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
+	return endpoint.Endpoint{
+		Transport: t,
+		QPN:       p.SQPN,
+		LID:       p.SLID,
+		GID:       p.SGID,
+		GIDIndex:  p.SGIDIndex,
+		PSN:       p.SQPSN,
+		MTU:       endpoint.MTU(p.MTU),
+	}
+}
+
+// Connect fills the remote half of p from the endpoint a peer sent: DQPN,
+// DQPSN, DLID and DGID, and lowers MTU to the peer's. A peer with no LID (a
+// RoCE or routed peer) needs a GRH: Global is set, and the peer must have
+// sent a GID. The endpoint is untrusted input: it is validated first, and
+// on error p is returned unchanged.
+func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
+	const op = "path: connect"
+	if err := remote.Validate(); err != nil {
+		return p, fmt.Errorf("%s: remote endpoint: %w", op, err)
+	}
+	q := p
+	q.DQPN = remote.QPN
+	if remote.Transport == endpoint.TransportDC {
+		q.DQPN = remote.DCTNumber
+	}
+	q.DQPSN = remote.PSN
+	q.DLID = remote.LID
+	q.DGID = remote.GID
+	if rm := ctx.MTU(remote.MTU); q.MTU.Bytes() == 0 || rm < q.MTU {
+		q.MTU = rm
+	}
+	if remote.LID == 0 {
+		q.Global = true
+	}
+	if q.Global && q.DGID.IsZero() {
+		return p, fmt.Errorf("%s: peer %v needs a GRH but sent no GID: %w", op, remote, ErrInvalid)
+	}
+	if !q.Global && q.DLID == 0 {
+		return p, fmt.Errorf("%s: peer %v has neither LID nor GID: %w", op, remote, ErrInvalid)
+	}
+	return q, nil
+}
+
+// Validate checks every field against its range: 24-bit QPNs and PSNs,
+// retry counts up to 7, timer codes up to 31, SL up to 15, a 20-bit flow
+// label, and a valid MTU when one is set. The error wraps ErrInvalid.
+func (p Path) Validate() error {
+	check := func(name string, v, max uint64) error {
+		if v > max {
+			return fmt.Errorf("path: %s %d out of range (0..%d): %w", name, v, max, ErrInvalid)
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		v    uint64
+		max  uint64
+	}{
+		{"SQPN", uint64(p.SQPN), maxQPN},
+		{"DQPN", uint64(p.DQPN), maxQPN},
+		{"SQPSN", uint64(p.SQPSN), maxPSN},
+		{"DQPSN", uint64(p.DQPSN), maxPSN},
+		{"retry count", uint64(p.RetryCount), maxRetry},
+		{"RNR retry", uint64(p.RNRRetry), maxRetry},
+		{"min RNR timer", uint64(p.MinRNRTimer), maxTimer},
+		{"timeout", uint64(p.Timeout), maxTimer},
+		{"SL", uint64(p.SL), maxSL},
+		{"flow label", uint64(p.FlowLabel), maxFlow},
+	} {
+		if err := check(c.name, c.v, c.max); err != nil {
+			return err
+		}
+	}
+	if p.MTU != 0 && p.MTU.Bytes() == 0 {
+		return fmt.Errorf("path: MTU %v: %w", p.MTU, ErrInvalid)
+	}
+	return nil
+}
+
+// AddressAttr returns the address half of the path, what an address handle
+// or the RTR transition needs to reach the remote port.
+func (p Path) AddressAttr() ctx.AddressAttr {
+	a := ctx.AddressAttr{
+		Port:        p.port(),
+		DLID:        p.DLID,
+		SL:          p.SL,
+		SrcPathBits: p.SrcPathBits,
+		StaticRate:  p.Rate,
+		GlobalRoute: p.Global,
+	}
+	if p.Global {
+		a.DGID = p.DGID
+		a.SGIDIndex = p.SGIDIndex
+		a.FlowLabel = p.FlowLabel
+		a.TrafficClass = p.TrafficClass
+		a.HopLimit = p.HopLimit
+	}
+	return a
+}
+
+func (p Path) port() uint8 {
+	if p.Port == 0 {
+		return 1
+	}
+	return p.Port
+}
+
+// InitAttr returns the RESET→INIT attributes: port, pkey index, the access
+// remote peers get (RC, DCT) and the qkey (UD).
+func (p Path) InitAttr(access ctx.Access) ctx.QPAttr {
+	return ctx.QPAttr{State: ctx.QPStateInit, Port: p.port(), PKeyIndex: p.PKeyIndex, Access: access, QKey: p.QKey}
+}
+
+// RTRAttr returns the INIT→RTR attributes: the remote QPN and its first
+// PSN, the address, the MTU, the responder resources and the RNR timer.
+func (p Path) RTRAttr() ctx.QPAttr {
+	return ctx.QPAttr{
+		State:           ctx.QPStateRTR,
+		Port:            p.port(),
+		RemoteQPN:       p.DQPN,
+		Path:            p.AddressAttr(),
+		PathMTU:         p.MTU,
+		RQPSN:           p.DQPSN,
+		MaxDestRdAtomic: p.MaxDestRdAtomic,
+		MinRNRTimer:     p.MinRNRTimer,
+	}
+}
+
+// RTSAttr returns the RTR→RTS attributes: the first send PSN, the ACK
+// timeout, the retry counts and the outstanding reads and atomics.
+func (p Path) RTSAttr() ctx.QPAttr {
+	return ctx.QPAttr{
+		State:       ctx.QPStateRTS,
+		Port:        p.port(),
+		SQPSN:       p.SQPSN,
+		Timeout:     p.Timeout,
+		RetryCount:  p.RetryCount,
+		RNRRetry:    p.RNRRetry,
+		MaxRdAtomic: p.MaxRdAtomic,
+	}
+}
+
+// ModifyToInit moves qp from RESET to INIT with p's port, pkey index and
+// qkey, granting access to remote peers. The path is validated first; on
+// error the QP is unchanged.
+func ModifyToInit(qp *ctx.QueuePair, p Path, access ctx.Access) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return qp.Modify(p.InitAttr(access))
+}
+
+// ModifyToRTR moves qp from INIT to RTR towards p's remote end. The path
+// is validated first (an RC QP also needs DQPN and an MTU); on error the QP
+// is unchanged.
+func ModifyToRTR(qp *ctx.QueuePair, p Path) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if qp.Type() != ctx.QPTypeUD && p.MTU == 0 {
+		return fmt.Errorf("path: modify %v QP 0x%x to RTR: no MTU: %w", qp.Type(), qp.QPN(), ErrInvalid)
+	}
+	if qp.Type() == ctx.QPTypeRC && p.DQPN == 0 {
+		return fmt.Errorf("path: modify RC QP 0x%x to RTR: no remote QPN: %w", qp.QPN(), ErrInvalid)
+	}
+	return qp.Modify(p.RTRAttr())
+}
+
+// ModifyToRTS moves qp from RTR to RTS with p's send PSN, timeout and
+// retry counts. The path is validated first; on error the QP is unchanged.
+func ModifyToRTS(qp *ctx.QueuePair, p Path) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return qp.Modify(p.RTSAttr())
+}
+
+// ModifyToConnected runs ModifyToInit, ModifyToRTR and ModifyToRTS in turn
+// from RESET (a DCT stops at RTR, its final state).
+func ModifyToConnected(qp *ctx.QueuePair, p Path, access ctx.Access) error {
+	if err := ModifyToInit(qp, p, access); err != nil {
+		return err
+	}
+	if err := ModifyToRTR(qp, p); err != nil {
+		return err
+	}
+	if qp.Type() == ctx.QPTypeDCT {
+		return nil
+	}
+	return ModifyToRTS(qp, p)
+}

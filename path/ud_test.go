@@ -1,0 +1,249 @@
+package path_test
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/path"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+const testQKey = 0x11111111
+
+type udSide struct {
+	n    *node
+	q    *testQP
+	p    path.Path
+	ahs  *path.AddressCache
+	gids []ctx.GIDEntry
+}
+
+func newUDSide(t *testing.T, n *node) *udSide {
+	q := n.newQP(t, ctx.QPTypeUD)
+	p, err := path.Local(n.dev, path.Default(), 1, 0)
+	require.NoError(t, err)
+	p.SQPN, p.QKey = q.qp.QPN(), testQKey
+	require.NoError(t, path.ModifyToConnected(q.qp, p, 0))
+	gids, err := n.dev.QueryGIDs(1)
+	require.NoError(t, err)
+	ahs := path.NewAddressCache(n.pd)
+	t.Cleanup(func() { require.NoError(t, ahs.Close()) })
+	return &udSide{n: n, q: q, p: p, ahs: ahs, gids: gids}
+}
+
+func (s *udSide) endpoint() endpoint.Endpoint {
+	e := s.p.Endpoint(endpoint.TransportUD)
+	e.QKey = s.p.QKey
+	return e
+}
+
+func (s *udSide) send(t *testing.T, to path.Path, wrid uint64, off, n int) {
+	av, err := s.ahs.AV(to)
+	require.NoError(t, err)
+	require.NoError(t, s.q.sq.Begin(wrid, wqebuilder.Signaled).UD(av, to.DQPN, to.QKey).Send().
+		SGE(s.n.addr(off), uint32(n), s.n.mr.LKey()).Finish())
+	s.q.sq.RingDoorbell()
+}
+
+// recvOne returns the single receive CQE found on the side's CQ (send
+// completions are checked and skipped).
+func recvOne(t *testing.T, cqes []monocq.CQE) *monocq.CQE {
+	t.Helper()
+	var got *monocq.CQE
+	for i := range cqes {
+		c := &cqes[i]
+		require.NoError(t, c.Err())
+		if c.Opcode() != prm.CQEReq {
+			require.Nil(t, got, "one receive expected")
+			got = c
+		}
+	}
+	require.NotNil(t, got, "no receive completion")
+	return got
+}
+
+func testUDReply(t *testing.T, link ctx.LinkLayer, global bool) {
+	f := newFabric(t, link)
+	a, b := newUDSide(t, newNode(t, f, "sim0")), newUDSide(t, newNode(t, f, "sim1"))
+	if global {
+		a.p.Global = true
+	}
+	to, err := a.p.Connect(b.endpoint())
+	require.NoError(t, err)
+	to.QKey = testQKey
+
+	const msg = "ping over UD"
+	copy(a.n.buf.Bytes()[256:], msg)
+	b.q.postRecv(b.n.addr(0), 1024, b.n.mr.LKey())
+	a.q.postRecv(a.n.addr(4096), 1024, a.n.mr.LKey())
+	a.send(t, to, 1, 256, len(msg))
+	require.NoError(t, f.RunUntilIdle())
+	var cqes []monocq.CQE
+	b.n.poll.Poll(64, func(c *monocq.CQE) { cqes = append(cqes, *c) })
+	recvCQE := *recvOne(t, cqes)
+	rc := &recvCQE
+	require.Equal(t, uint32(prm.GRHSize+len(msg)), rc.ByteCount())
+	require.Equal(t, msg, string(b.n.buf.Bytes()[prm.GRHSize:prm.GRHSize+len(msg)]))
+	require.Equal(t, link == ctx.LinkLayerEthernet || global, rc.HasGRH())
+
+	reply, err := path.Reply(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p, b.gids)
+	require.NoError(t, err)
+	require.Equal(t, a.q.qp.QPN(), reply.DQPN)
+	require.Equal(t, b.q.qp.QPN(), reply.SQPN)
+	require.Equal(t, uint32(testQKey), reply.QKey)
+	if rc.HasGRH() {
+		require.True(t, reply.Global)
+		require.Equal(t, a.p.SGID, reply.DGID, "the reply goes to the sender's GID")
+		require.Equal(t, b.p.SGID, reply.SGID)
+		require.Equal(t, uint8(0xff), reply.HopLimit)
+	} else {
+		require.False(t, reply.Global)
+	}
+	if link == ctx.LinkLayerInfiniBand {
+		require.Equal(t, a.p.SLID, reply.DLID, "the reply goes to the sender's LID")
+	}
+
+	const answer = "pong"
+	copy(b.n.buf.Bytes()[2048:], answer)
+	b.send(t, reply, 2, 2048, len(answer))
+	require.NoError(t, f.RunUntilIdle())
+	cqes = cqes[:0]
+	a.n.poll.Poll(64, func(c *monocq.CQE) { cqes = append(cqes, *c) })
+	back := recvOne(t, cqes)
+	require.Equal(t, b.q.qp.QPN(), back.SourceQP())
+	require.Equal(t, answer, string(a.n.buf.Bytes()[4096+prm.GRHSize:4096+prm.GRHSize+len(answer)]))
+
+	// The request path seen from the sender is the reply reversed.
+	req, err := path.FromCompletion(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p)
+	require.NoError(t, err)
+	require.Equal(t, a.q.qp.QPN(), req.SQPN)
+	require.Equal(t, b.q.qp.QPN(), req.DQPN)
+}
+
+func TestUDReplyInfiniBand(t *testing.T)       { testUDReply(t, ctx.LinkLayerInfiniBand, false) }
+func TestUDReplyInfiniBandGlobal(t *testing.T) { testUDReply(t, ctx.LinkLayerInfiniBand, true) }
+func TestUDReplyRoCE(t *testing.T)             { testUDReply(t, ctx.LinkLayerEthernet, false) }
+
+func TestAddressCacheBuildsOnce(t *testing.T) {
+	f := newFabric(t, ctx.LinkLayerInfiniBand)
+	a, b := newUDSide(t, newNode(t, f, "sim0")), newUDSide(t, newNode(t, f, "sim1"))
+	to, err := a.p.Connect(b.endpoint())
+	require.NoError(t, err)
+	to.QKey = testQKey
+
+	av1, err := a.ahs.AV(to)
+	require.NoError(t, err)
+	other := to
+	other.DQPN, other.DQPSN = 0x999, 0x5 // same destination port, another QP
+	av2, err := a.ahs.AV(other)
+	require.NoError(t, err)
+	require.Same(t, av1, av2, "the address vector is keyed by the address, not the QP")
+	hits, misses := a.ahs.Stats()
+	require.Equal(t, uint64(1), hits)
+	require.Equal(t, uint64(1), misses)
+	require.Equal(t, 1, a.ahs.Len())
+	// The cached vector routes to the peer's LID.
+	require.Equal(t, b.p.SLID, binary.BigEndian.Uint16(av1[prm.AVRLID:]))
+
+	ah, err := a.ahs.AddressHandle(to)
+	require.NoError(t, err)
+	require.Equal(t, *av1, ah.AV())
+
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := a.ahs.AV(to); err != nil {
+			panic(err)
+		}
+	})
+	require.Zero(t, allocs, "a cached lookup allocates nothing")
+
+	sl := to
+	sl.SL = 3
+	av3, err := a.ahs.AV(sl)
+	require.NoError(t, err)
+	require.NotSame(t, av1, av3)
+	require.Equal(t, 2, a.ahs.Len())
+
+	require.NoError(t, a.ahs.Evict(to))
+	require.True(t, ah.Closed())
+	require.Equal(t, 1, a.ahs.Len())
+	require.NoError(t, a.ahs.Evict(to), "evicting an absent entry is a no-op")
+
+	bad := to
+	bad.FlowLabel = 1 << 21
+	bad.Global = true
+	_, err = a.ahs.AV(bad)
+	require.ErrorIs(t, err, path.ErrInvalid)
+	require.Equal(t, 1, a.ahs.Len(), "a refused path caches nothing")
+}
+
+func TestParseGRH(t *testing.T) {
+	_, err := path.ParseGRH(make([]byte, 39))
+	require.ErrorIs(t, err, path.ErrBadGRH)
+	_, err = path.ParseGRH(make([]byte, 40))
+	require.ErrorIs(t, err, path.ErrBadGRH, "all zero is no IP version")
+
+	// IPv6 form: version 6, traffic class 0xa5, flow label 0x54321.
+	g6 := make([]byte, 40)
+	binary.BigEndian.PutUint32(g6, 6<<28|0xa5<<20|0x54321)
+	g6[7] = 33
+	g6[8], g6[23] = 0xfe, 1
+	g6[24], g6[39] = 0xfe, 2
+	g, err := path.ParseGRH(g6)
+	require.NoError(t, err)
+	require.Equal(t, uint8(0xa5), g.TrafficClass)
+	require.Equal(t, uint32(0x54321), g.FlowLabel)
+	require.Equal(t, uint8(33), g.HopLimit)
+	require.Equal(t, ctx.GID{0xfe, 15: 1}, g.SGID)
+	require.Equal(t, ctx.GID{0xfe, 15: 2}, g.DGID)
+
+	// IPv4 form: the header sits in the last 20 bytes.
+	g4 := make([]byte, 40)
+	ip := g4[20:]
+	ip[0] = 0x45
+	ip[1] = 0x18
+	ip[8] = 64
+	copy(ip[12:16], []byte{10, 0, 0, 1})
+	copy(ip[16:20], []byte{10, 0, 0, 2})
+	g, err = path.ParseGRH(g4)
+	require.NoError(t, err)
+	require.Equal(t, uint8(0x18), g.TrafficClass)
+	require.Equal(t, uint8(64), g.HopLimit)
+	require.Equal(t, "::ffff:10.0.0.1", g.SGID.String())
+	require.Equal(t, "::ffff:10.0.0.2", g.DGID.String())
+}
+
+func TestReplyRefusesNonReceives(t *testing.T) {
+	var req monocq.CQE
+	req[63] = uint8(prm.CQEReq) << 4
+	_, err := path.Reply(&req, nil, path.Default(), nil)
+	require.ErrorIs(t, err, path.ErrNotReceive)
+
+	var failed monocq.CQE
+	failed[55] = uint8(prm.SyndromeLocalLength)
+	failed[63] = uint8(prm.CQERespErr) << 4
+	_, err = path.Reply(&failed, nil, path.Default(), nil)
+	require.ErrorIs(t, err, monocq.ErrCompletion)
+
+	// A receive that claims a GRH needs its 40 bytes.
+	var recv monocq.CQE
+	binary.BigEndian.PutUint32(recv[24:], 1<<28|0x42)
+	recv[63] = uint8(prm.CQERespSend) << 4
+	_, err = path.Reply(&recv, make([]byte, 10), path.Default(), nil)
+	require.ErrorIs(t, err, path.ErrBadGRH)
+
+	// A GRH naming a GID the port does not have cannot be answered from it.
+	g6 := make([]byte, 40)
+	g6[0] = 0x60
+	g6[24] = 0x20
+	_, err = path.Reply(&recv, g6, path.Default(), []ctx.GIDEntry{{Index: 0, GID: ctx.GID{0xfe, 0x80}}})
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+	p, err := path.Reply(&recv, g6, path.Default(), nil)
+	require.NoError(t, err)
+	require.Equal(t, uint32(0x42), p.DQPN)
+}
