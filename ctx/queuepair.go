@@ -186,7 +186,9 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 // parent). The data plane checks it before posting.
 func (qp *QueuePair) Closed() bool { return qp.isClosed() }
 
-// Close destroys the QP. It is idempotent.
+// Close destroys the QP. It is idempotent. The rings, doorbell record and
+// BlueFlame register of the descriptor are released with it: the data plane
+// must stop using them first (transports check Closed before posting).
 func (qp *QueuePair) Close() error {
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()

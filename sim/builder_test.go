@@ -74,7 +74,7 @@ func TestBuilderRandomRC(t *testing.T) {
 	sq := sendQueue(t, a)
 	scq, rcq := poller(t, a.scq), poller(t, b.rcq)
 	require.NoError(t, scq.Err())
-	const region = 1 << 20
+	const region = 256 << 10
 	local, remote := e.mem(0, region), e.mem2(0, region)
 	fill(local, 1)
 	fill(remote, 2)
@@ -105,7 +105,7 @@ func TestBuilderRandomRC(t *testing.T) {
 	signaledOut := 0
 	for i := 0; i < n; i++ {
 		for len(rq) < 32 {
-			off := recvBase + nextSlot%24*recvSlot
+			off := recvBase + nextSlot%8*recvSlot
 			nextSlot++
 			b.postRecv(dataSeg(uint32(recvSlot), e.mr2.LKey(), e.addr2(off)))
 			rq = append(rq, off)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"runtime"
 	"sort"
 	"sync"
@@ -81,12 +82,13 @@ type Fabric struct {
 	opts Options
 	hcas []*hca
 
-	qps    map[uint32]*qp
-	qpList []*qp // sorted by QPN: execution order
-	cqs    map[uint32]*cq
-	cqList []*cq
-	srqs   map[uint32]*srq
-	mrs    map[uint32]*mr
+	qps     map[uint32]*qp
+	qpList  []*qp // sorted by QPN: execution order
+	cqs     map[uint32]*cq
+	cqList  []*cq
+	srqs    map[uint32]*srq
+	srqList []*srq // in SRQN order
+	mrs     map[uint32]*mr
 
 	nextQPN, nextCQN, nextSRQN, nextKey, nextPDN uint32
 
@@ -171,11 +173,28 @@ func New(opts Options) *Fabric {
 	return f
 }
 
-var defaultFabric = New(Options{Mode: Engine})
+// EnvStrict is the environment variable read once at start-up for the
+// strict mode of the default Fabric: "0" turns it off, "fatal" makes it
+// StrictFatal; anything else (or unset) leaves Strict on.
+const EnvStrict = "MLX5KIT_SIM_STRICT"
+
+var defaultFabric = New(defaultOptions(os.Getenv(EnvStrict)))
+
+func defaultOptions(strict string) Options {
+	o := Options{Mode: Engine, Strict: true}
+	switch strict {
+	case "0":
+		o.Strict = false
+	case "fatal":
+		o.StrictFatal = true
+	}
+	return o
+}
 
 func init() { ctx.Register(ctx.ProviderSoftware, defaultFabric) }
 
-// Default returns the Fabric registered as provider "sim" (Engine mode).
+// Default returns the Fabric registered as provider "sim": Engine mode,
+// Strict (see EnvStrict).
 func Default() *Fabric { return defaultFabric }
 
 // FromContext returns the Fabric behind a Context opened on the software HCA,
@@ -362,7 +381,7 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		}
 		note(c.nextDue())
 	}
-	for _, s := range f.srqList() {
+	for _, s := range f.srqList {
 		f.scanSRQ(s)
 	}
 	for _, q := range f.qpList {
@@ -377,18 +396,6 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		}
 	}
 	return progressed, deadline
-}
-
-func (f *Fabric) srqList() []*srq {
-	if len(f.srqs) == 0 {
-		return nil
-	}
-	out := make([]*srq, 0, len(f.srqs))
-	for _, s := range f.srqs {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].srqn < out[j].srqn })
-	return out
 }
 
 // engine polls like a device: it runs rounds while there is work, spins a
@@ -454,6 +461,21 @@ func (f *Fabric) removeQP(q *qp) {
 	for i, x := range f.qpList {
 		if x == q {
 			f.qpList = append(f.qpList[:i], f.qpList[i+1:]...)
+			break
+		}
+	}
+}
+
+func (f *Fabric) addSRQ(s *srq) {
+	f.srqs[s.srqn] = s
+	f.srqList = append(f.srqList, s)
+}
+
+func (f *Fabric) removeSRQ(s *srq) {
+	delete(f.srqs, s.srqn)
+	for i, x := range f.srqList {
+		if x == s {
+			f.srqList = append(f.srqList[:i], f.srqList[i+1:]...)
 			break
 		}
 	}

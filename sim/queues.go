@@ -227,7 +227,7 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
 	}
 	s.srqn = p.f.nextSRQN
 	p.f.nextSRQN++
-	p.f.srqs[s.srqn] = s
+	p.f.addSRQ(s)
 	return s, nil
 }
 
@@ -243,7 +243,7 @@ func (s *srq) Close() error {
 		return nil
 	}
 	s.closed = true
-	delete(s.f.srqs, s.srqn)
+	s.f.removeSRQ(s)
 	freeAll(s.bufs[:]...)
 	return nil
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 )
@@ -84,7 +85,9 @@ func (f *Fabric) violate(v Violation) bool {
 	if !f.opts.Strict {
 		return false
 	}
-	f.violations = append(f.violations, v)
+	if len(f.violations) < maxViolations {
+		f.violations = append(f.violations, v)
+	}
 	f.stats.Violations++
 	if f.opts.OnViolation != nil {
 		f.opts.OnViolation(v)
@@ -96,7 +99,11 @@ func (f *Fabric) violate(v Violation) bool {
 	return false
 }
 
-// Violations returns the violations recorded so far.
+// maxViolations bounds the violations kept; Stats.Violations counts all.
+const maxViolations = 1024
+
+// Violations returns the violations recorded so far (the first 1024; Stats
+// counts every one).
 func (f *Fabric) Violations() []Violation {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -110,4 +117,23 @@ func (f *Fabric) ClearViolations() {
 	defer f.mu.Unlock()
 	f.violations = nil
 	f.fatal = false
+}
+
+// CheckViolations returns nil when no violation has been recorded, and
+// otherwise an error joining them (tests call it at the end, the way a
+// device's error counters would be read).
+func (f *Fabric) CheckViolations() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stats.Violations == 0 {
+		return nil
+	}
+	errs := make([]error, 0, len(f.violations)+1)
+	for _, v := range f.violations {
+		errs = append(errs, v)
+	}
+	if n := f.stats.Violations - uint64(len(f.violations)); n > 0 {
+		errs = append(errs, fmt.Errorf("sim: strict: %d more violations", n))
+	}
+	return errors.Join(errs...)
 }

@@ -275,3 +275,28 @@ func TestStepIsOneWQEPerQP(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 }
+
+func TestCheckViolations(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	require.NoError(t, e.f.CheckViolations())
+	a, _ := e.rcPair(qpOpts{})
+	for i := 0; i < maxViolations+5; i++ {
+		prm.Store32(unsafe.Add(a.d.DBRec, 4), uint32(0x10000+i))
+		_, err := e.f.Step()
+		require.NoError(t, err)
+	}
+	require.Len(t, e.f.Violations(), maxViolations)
+	require.Equal(t, uint64(maxViolations+5), e.f.Stats().Violations)
+	err := e.f.CheckViolations()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "5 more violations")
+	require.Contains(t, err.Error(), "doorbell-endian")
+}
+
+func TestDefaultOptions(t *testing.T) {
+	require.True(t, defaultOptions("").Strict)
+	require.False(t, defaultOptions("0").Strict)
+	require.True(t, defaultOptions("fatal").StrictFatal)
+	require.Equal(t, Engine, defaultOptions("").Mode)
+}
