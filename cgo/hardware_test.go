@@ -335,6 +335,10 @@ func TestHardwareRDMAWriteLoopback(t *testing.T) {
 	b, err := pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: caps})
 	require.NoError(t, err)
 
+	if a.Descriptor().BlueFlameSize != 0 {
+		require.NotEqual(t, a.Descriptor().BlueFlame, b.Descriptor().BlueFlame, "each QP has a BlueFlame register of its own")
+	}
+
 	rdAtomic := uint8(min(attr.MaxQPRdAtomic, 16))
 	for _, p := range [][2]*QueuePair{{a, b}, {b, a}} {
 		q, remote := p[0], p[1]

@@ -98,6 +98,33 @@ static inline int mk_get_cq_event(struct ibv_comp_channel *ch,
 
 /* ---- queue pairs ---- */
 
+/*
+ * A thread domain gives the QPs created through a parent domain over it a
+ * BlueFlame register of their own (rdma-core attaches a dedicated bfreg to
+ * each thread domain), so a data plane can write it without a lock and
+ * keep the alternation between its two halves to itself. Both return NULL
+ * and set errno on failure.
+ */
+static inline struct ibv_td *mk_alloc_td(struct ibv_context *c)
+{
+	struct ibv_td_init_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	return ibv_alloc_td(c, &attr);
+}
+
+static inline struct ibv_pd *mk_alloc_parent_domain(struct ibv_context *c,
+						    struct ibv_pd *pd,
+						    struct ibv_td *td)
+{
+	struct ibv_parent_domain_init_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.pd = pd;
+	attr.td = td;
+	return ibv_alloc_parent_domain(c, &attr);
+}
+
 static inline void mk_set_dc(struct mlx5dv_qp_init_attr *attr, int dct,
 			     uint64_t access_key)
 {

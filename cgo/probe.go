@@ -71,7 +71,12 @@ func (d *Device) runProbe() (r probeResult) {
 	}
 
 	rc := func(inline uint32) (ok bool, granted uint32, bf uint32) {
-		qp, caps, err := createQP(d.c, pd, qpParams{
+		dom, err := newDedicatedDomain(d.c, pd)
+		if err != nil {
+			return false, 0, 0
+		}
+		defer dom.release()
+		qp, caps, err := createQP(d.c, dom.pdd, qpParams{
 			typ: ctx.QPTypeRC, send: cq, recv: cq,
 			caps: ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: inline},
 		})

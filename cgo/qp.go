@@ -38,6 +38,7 @@ type QPConfig struct {
 type QueuePair struct {
 	pd     *ProtectionDomain
 	qp     *C.struct_ibv_qp
+	dom    dedicatedDomain
 	typ    ctx.QPType
 	desc   ctx.QPDescriptor
 	state  ctx.QPState
@@ -52,6 +53,48 @@ type qpParams struct {
 	caps         ctx.QueuePairCaps
 	dcKey        uint64
 	scatterToCQE bool
+}
+
+// dedicatedDomain is a thread domain and the parent domain over a PD that
+// a QP with a send queue is created through, so that its BlueFlame
+// register is its own: without one, rdma-core hands the first QPs dedicated
+// registers and later ones registers shared between QPs (and takes a lock
+// around them), which a lock-free data plane cannot do.
+type dedicatedDomain struct {
+	td  *C.struct_ibv_td
+	pdd *C.struct_ibv_pd // the parent domain (a struct ibv_pd to the verbs)
+}
+
+func newDedicatedDomain(c *C.struct_ibv_context, pd *C.struct_ibv_pd) (dedicatedDomain, error) {
+	td, errno := C.mk_alloc_td(c)
+	if td == nil {
+		return dedicatedDomain{}, ptrError("ibv_alloc_td", "dedicated BlueFlame register for a QP", errno)
+	}
+	pdd, errno := C.mk_alloc_parent_domain(c, pd, td)
+	if pdd == nil {
+		err := ptrError("ibv_alloc_parent_domain", "", errno)
+		C.ibv_dealloc_td(td)
+		return dedicatedDomain{}, err
+	}
+	return dedicatedDomain{td: td, pdd: pdd}, nil
+}
+
+// release frees the parent domain, then the thread domain; the QP created
+// through them must be destroyed first.
+func (dd *dedicatedDomain) release() error {
+	if dd.pdd != nil {
+		if ret, errno := C.ibv_dealloc_pd(dd.pdd); ret != 0 {
+			return retError("ibv_dealloc_pd", "parent domain", int(ret), errno)
+		}
+		dd.pdd = nil
+	}
+	if dd.td != nil {
+		if ret, errno := C.ibv_dealloc_td(dd.td); ret != 0 {
+			return retError("ibv_dealloc_td", "", int(ret), errno)
+		}
+		dd.td = nil
+	}
+	return nil
 }
 
 // createQP creates a QP through mlx5dv_create_qp. RC and UD go through the
@@ -108,7 +151,10 @@ func createQP(c *C.struct_ibv_context, pd *C.struct_ibv_pd, p qpParams) (*C.stru
 
 // CreateQueuePair creates a QP in RESET state and fills its descriptor
 // with mlx5dv_init_obj (a DCT has no rings; its descriptor carries only the
-// DCT number, known once it reached RTR).
+// DCT number, known once it reached RTR). A QP with a send queue is created
+// through a thread domain of its own (ibv_alloc_td, ibv_alloc_parent_domain)
+// so that its BlueFlame register is not shared with another QP: the data
+// plane writes it without a lock and alternates its two halves by itself.
 func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	const verb = "mlx5dv_create_qp"
 	if cfg.SendCQ == nil {
@@ -153,17 +199,30 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	if cfg.SRQ != nil {
 		p.srq = cfg.SRQ.srq
 	}
-	qp, caps, err := createQP(pd.d.c, pd.pd, p)
+	// A DCT has no send queue and so no BlueFlame register; rdma-core
+	// accepts only a plain PD for it.
+	var dom dedicatedDomain
+	createPD := pd.pd
+	if cfg.Type != ctx.QPTypeDCT {
+		var err error
+		if dom, err = newDedicatedDomain(pd.d.c, pd.pd); err != nil {
+			return nil, err
+		}
+		createPD = dom.pdd
+	}
+	qp, caps, err := createQP(pd.d.c, createPD, p)
 	if err != nil {
+		_ = dom.release()
 		return nil, err
 	}
-	q := &QueuePair{pd: pd, qp: qp, typ: cfg.Type, state: ctx.QPStateReset}
+	q := &QueuePair{pd: pd, qp: qp, dom: dom, typ: cfg.Type, state: ctx.QPStateReset}
 	q.desc.QPN = uint32(qp.qp_num)
 	if cfg.Type != ctx.QPTypeDCT {
 		var out C.struct_mlx5dv_qp
 		if ret := C.mk_init_qp(qp, &out); ret != 0 {
 			err := retError("mlx5dv_init_obj", fmt.Sprintf("%v QP %#x", cfg.Type, q.desc.QPN), int(ret), nil)
 			C.ibv_destroy_qp(qp)
+			_ = dom.release()
 			return nil, err
 		}
 		q.desc = qpDescriptor(uint32(qp.qp_num), &out, caps)
@@ -447,8 +506,14 @@ func (qp *QueuePair) closeLocked() error {
 	if qp.closed {
 		return nil
 	}
-	if ret, errno := C.ibv_destroy_qp(qp.qp); ret != 0 {
-		return retError("ibv_destroy_qp", fmt.Sprintf("%v QP %#x", qp.typ, qp.desc.QPN), int(ret), errno)
+	if qp.qp != nil {
+		if ret, errno := C.ibv_destroy_qp(qp.qp); ret != 0 {
+			return retError("ibv_destroy_qp", fmt.Sprintf("%v QP %#x", qp.typ, qp.desc.QPN), int(ret), errno)
+		}
+		qp.qp = nil
+	}
+	if err := qp.dom.release(); err != nil {
+		return err
 	}
 	qp.closed = true
 	delete(qp.pd.d.qps, qp)
