@@ -44,8 +44,7 @@
 //
 // MLX5KIT_REQUIRE_DEVICE=1 turns the skip of hardware tests (package
 // cgo/devicetest) into a failure. rdma-core's own variables apply to the
-// objects it creates (MLX5_SHUT_UP_BF maps the doorbell pages uncached,
-// MLX5_DEBUG_MASK and MLX5_DEBUG_FILE log the provider's decisions);
-// scatter-to-CQE is set per QP here and MLX5_SCATTER_TO_CQE does not
-// override it.
+// objects it creates (MLX5_DEBUG_MASK and MLX5_DEBUG_FILE log its
+// decisions). Scatter-to-CQE is chosen per QP here (QPConfig.ScatterToCQE);
+// with it off, MLX5_SCATTER_TO_CQE cannot turn it back on.
 package cgo
