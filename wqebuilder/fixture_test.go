@@ -107,33 +107,31 @@ const (
 )
 
 type sge struct {
-	addr       uint64
-	length     uint32
-	lkey       uint32
-	zeroLength bool
+	addr   uint64
+	length uint32
+	lkey   uint32
 }
 
 type request struct {
-	tr       transport
-	av       [prm.AVSize]byte
-	dqp      uint32 // DCT number or remote QPN
-	dcKey    uint64
-	qkey     uint32
-	stream   uint16
-	useStrm  bool
-	op       string
-	wrid     uint64
-	flags    wqebuilder.Flags
-	imm      uint32
-	raddr    uint64
-	rkey     uint32
-	a, b     uint64 // compare/swap, add/boundary (masked 32-bit: low halves)
-	c, d     uint64 // compare mask, swap mask
-	sges     []sge
-	inline   [][]byte
-	resAddr  uint64
-	resLKey  uint32
-	dataLast bool // SGEs before inline
+	tr      transport
+	av      [prm.AVSize]byte
+	dqp     uint32 // DCT number or remote QPN
+	dcKey   uint64
+	qkey    uint32
+	stream  uint16
+	useStrm bool
+	op      string
+	wrid    uint64
+	flags   wqebuilder.Flags
+	imm     uint32
+	raddr   uint64
+	rkey    uint32
+	a, b    uint64 // compare/swap, add/boundary (masked 32-bit: low halves)
+	c, d    uint64 // compare mask, swap mask
+	sges    []sge
+	inline  [][]byte
+	resAddr uint64
+	resLKey uint32
 }
 
 var opcodes = map[string]struct {

@@ -68,7 +68,7 @@ type SendQueue struct {
 	qpn8     uint32         // QPN << 8, ready for qpn_ds
 	rung     uint32         // producer index the doorbell record holds
 	slots    unsafe.Pointer // [WQECnt]uint64 wrids
-	last     unsafe.Pointer // control segment of the last finished WQE
+	lastDB   uint64         // first 8 bytes of the last finished WQE
 	// sgeLimit[ds] is the state-word bits that bound the data segments of
 	// a WQE whose payload starts after ds segments (see stLimit*).
 	sgeLimit [8]uint64
@@ -279,7 +279,7 @@ func (q *SendQueue) RingDoorbell() {
 	if q.rung == q.pi {
 		return
 	}
-	q.bf.Doorbell(q.dbrec, q.pi, q.last)
+	q.bf.Doorbell(q.dbrec, q.pi, unsafe.Pointer(&q.lastDB))
 	q.rung = q.pi
 }
 
@@ -318,6 +318,6 @@ func (q *SendQueue) Begin(wrid uint64, flags Flags) CtrlStage {
 	*(*uint64)(unsafe.Add(q.slots, idx*slotSize)) = wrid
 	// Bytes 8..15: signature 0, DCI stream 0, fm_ce_se, immediate 0 (as a
 	// little-endian word, fm_ce_se is bits 31..24).
-	*(*uint64)(unsafe.Add(ctrl, prm.CtrlSignature)) = uint64(flags) << 24
+	*(*uint64)(unsafe.Add(ctrl, prm.CtrlSignature)) = uint64(flags&flagsMask) << 24
 	return CtrlStage{OpStage{wqe{q, ctrl, unsafe.Add(ctrl, prm.CtrlSize), 1}}}
 }

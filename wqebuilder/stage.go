@@ -391,8 +391,11 @@ func (w wqe) finish() error {
 	}
 	q := w.q
 	// opmod | index | opcode over qpn | ds, before the byte swap.
-	*(*uint64)(w.ctrl) = bits.ReverseBytes64(w.st&ctrlWordMask | uint64(uint16(q.pi))<<(32+prm.CtrlWQEIndexShift) | uint64(q.qpn8))
-	q.last = w.ctrl
+	word := bits.ReverseBytes64(w.st&ctrlWordMask | uint64(uint16(q.pi))<<(32+prm.CtrlWQEIndexShift) | uint64(q.qpn8))
+	*(*uint64)(w.ctrl) = word
+	// The doorbell of a batch is these 8 bytes of its last WQE. Kept as a
+	// number: a pointer store here would cost a GC write barrier check.
+	q.lastDB = word
 	q.pi += (uint32(w.st)&stDSMask + prm.SegmentsPerWQEBB - 1) / prm.SegmentsPerWQEBB
 	return nil
 }
