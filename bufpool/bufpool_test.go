@@ -1,0 +1,218 @@
+package bufpool_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/bufpool"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+func newPD(t *testing.T, f *sim.Fabric, dev string) *ctx.ProtectionDomain {
+	t.Helper()
+	c, err := f.Open(dev)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	return pd
+}
+
+func TestPopPush(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	pd := newPD(t, f, "")
+	p, err := bufpool.New(pd, 5, 100, 0)
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, 5, p.Count())
+	require.Equal(t, 100, p.Size())
+	require.Equal(t, 5, p.Free())
+	require.True(t, p.MemoryRegion().Access()&ctx.AccessLocalWrite != 0)
+
+	var got []int
+	for {
+		i, ok := p.Pop()
+		if !ok {
+			break
+		}
+		got = append(got, i)
+	}
+	require.Equal(t, []int{0, 1, 2, 3, 4}, got)
+	require.Zero(t, p.Free())
+
+	// Buffers do not overlap and lie in the region.
+	base := uint64(p.MemoryRegion().Addr())
+	for _, i := range got {
+		require.True(t, p.InUse(i))
+		require.Equal(t, base+uint64(i*100), p.Addr(i))
+		require.Len(t, p.Buffer(i), 100)
+		idx, err := p.IndexOf(p.Addr(i) + 99)
+		require.NoError(t, err)
+		require.Equal(t, i, idx)
+		p.Buffer(i)[0] = byte(i + 1)
+	}
+	for _, i := range got {
+		require.Equal(t, byte(i+1), p.Buffer(i)[0])
+	}
+	addr, n, lkey := p.SGE(3, 40)
+	require.Equal(t, p.Addr(3), addr)
+	require.Equal(t, uint32(40), n)
+	require.Equal(t, p.LKey(), lkey)
+	_, n, _ = p.SGE(3, 1000)
+	require.Equal(t, uint32(100), n, "capped at the buffer size")
+	require.Equal(t, 100, p.CopyTo(2, make([]byte, 500)))
+
+	require.NoError(t, p.Push(3))
+	require.ErrorIs(t, p.Push(3), bufpool.ErrNotInUse, "double push")
+	require.ErrorIs(t, p.Push(-1), bufpool.ErrBadIndex)
+	require.ErrorIs(t, p.Push(5), bufpool.ErrBadIndex)
+	require.Equal(t, 1, p.Free(), "bad pushes change nothing")
+	i, ok := p.Pop()
+	require.True(t, ok)
+	require.Equal(t, 3, i)
+
+	_, err = p.IndexOf(base + 500)
+	require.ErrorIs(t, err, bufpool.ErrBadIndex)
+	_, err = p.IndexOf(base - 1)
+	require.ErrorIs(t, err, bufpool.ErrBadIndex)
+	_, err = p.Index(5)
+	require.ErrorIs(t, err, bufpool.ErrBadIndex)
+	idx, err := p.Index(p.WRID(4))
+	require.NoError(t, err)
+	require.Equal(t, 4, idx)
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close())
+}
+
+func TestNewRefusesBadSizes(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	pd := newPD(t, f, "")
+	for _, c := range [][2]int{{0, 10}, {10, 0}, {-1, 10}, {1 << 30, 1 << 20}} {
+		_, err := bufpool.New(pd, c[0], c[1], 0)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", c)
+	}
+	_, err := bufpool.New(nil, 1, 1, 0)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+func TestPopPushDoNotAllocate(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	p, err := bufpool.New(newPD(t, f, ""), 64, 64, 0)
+	require.NoError(t, err)
+	defer p.Close()
+	allocs := testing.AllocsPerRun(1000, func() {
+		i, _ := p.Pop()
+		j, _ := p.Pop()
+		_ = p.Buffer(i)
+		_, _, _ = p.SGE(j, 8)
+		_ = p.Push(i)
+		_ = p.Push(j)
+	})
+	require.Zero(t, allocs)
+}
+
+// TestUDExchangeThroughPools runs datagrams between two UD queue pairs whose
+// sends and receives all use pool buffers, reposting each receive buffer
+// after reading it.
+func TestUDExchangeThroughPools(t *testing.T) {
+	f := sim.New(sim.Options{Strict: true})
+	defer f.Close()
+	pdA, pdB := newPD(t, f, "sim0"), newPD(t, f, "sim1")
+	cqA, err := pdA.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+	require.NoError(t, err)
+	cqB, err := pdB.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+	require.NoError(t, err)
+	a, err := ud.New(pdA, cqA, nil, ud.Config{SendDepth: 16, RecvDepth: 16, QKey: 0x1234})
+	require.NoError(t, err)
+	b, err := ud.New(pdB, cqB, nil, ud.Config{SendDepth: 16, RecvDepth: 8, QKey: 0x1234})
+	require.NoError(t, err)
+	pollA, err := ud.NewPoller(cqA)
+	require.NoError(t, err)
+	require.NoError(t, pollA.Add(&a.Queue))
+	pollB, err := ud.NewPoller(cqB)
+	require.NoError(t, err)
+	require.NoError(t, pollB.Add(&b.Queue))
+
+	sendPool, err := bufpool.New(pdA, 8, 256, 0)
+	require.NoError(t, err)
+	defer sendPool.Close()
+	recvPool, err := bufpool.New(pdB, 8, ud.GRHSize+256, 0)
+	require.NoError(t, err)
+	defer recvPool.Close()
+
+	n, err := bufpool.PostReceives(recvPool, &b.Queue, 8)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.Zero(t, recvPool.Free())
+	require.Equal(t, uint32(8), b.RecvOutstanding())
+
+	toB, err := a.NewRemote(b.Endpoint())
+	require.NoError(t, err)
+	defer toB.Close()
+
+	const rounds = 40
+	received := map[string]bool{}
+	for r := 0; r < rounds; r++ {
+		i, ok := sendPool.Pop()
+		require.True(t, ok)
+		msg := fmt.Sprintf("datagram %02d", r)
+		sendPool.CopyTo(i, []byte(msg))
+		addr, length, lkey := sendPool.SGE(i, len(msg))
+		s, err := a.Post(sendPool.WRID(i), wqebuilder.Signaled, toB)
+		require.NoError(t, err)
+		require.NoError(t, s.Send().SGE(addr, length, lkey).FinishBlueFlame())
+		require.NoError(t, f.RunUntilIdle())
+
+		pollA.Poll(16, func(c *ud.Completion) {
+			require.NoError(t, c.Err())
+			j, err := sendPool.Index(c.WRID)
+			require.NoError(t, err)
+			require.NoError(t, sendPool.Push(j))
+		})
+		pollB.Poll(16, func(c *ud.Completion) {
+			require.NoError(t, c.Err())
+			j, err := recvPool.Index(c.WRID)
+			require.NoError(t, err)
+			got := string(recvPool.Buffer(j)[ud.GRHSize:c.ByteCount])
+			received[got] = true
+			require.NoError(t, bufpool.Repost(recvPool, &b.Queue, j))
+		})
+	}
+	require.Len(t, received, rounds)
+	require.Equal(t, 8, sendPool.Free(), "every send buffer came back")
+	require.Equal(t, uint32(8), b.RecvOutstanding(), "every receive buffer was posted again")
+	require.ErrorIs(t, bufpool.Repost(recvPool, &b.Queue, 0), rc.ErrReceiveQueueFull)
+}
+
+func TestPostReceivesStopsWhenFull(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	pd := newPD(t, f, "")
+	srq, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	p, err := bufpool.New(pd, 10, 64, 0)
+	require.NoError(t, err)
+	defer p.Close()
+	n, err := bufpool.PostReceives(p, srq, 10)
+	require.ErrorIs(t, err, rc.ErrReceiveQueueFull)
+	require.Equal(t, int(srq.Outstanding()), n)
+	require.Equal(t, 10-n, p.Free(), "the refused buffer went back to the pool")
+
+	small, err := bufpool.New(pd, 2, 64, 0)
+	require.NoError(t, err)
+	defer small.Close()
+	srq2, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 16})
+	require.NoError(t, err)
+	n, err = bufpool.PostReceives(small, srq2, 3)
+	require.ErrorIs(t, err, bufpool.ErrEmpty)
+	require.Equal(t, 2, n)
+}
