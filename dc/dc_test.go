@@ -14,8 +14,8 @@ import (
 
 func TestSendAndWriteToTwoDCTs(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	scq, sp := e.Poller(0, 256)
-	rcq, rp := e.Poller(1, 256)
+	scq, sp := newPoller(e, 0, 256)
+	rcq, rp := newPoller(e, 1, 256)
 	dci, err := dc.NewDCI(e.PD[0], scq, dc.DCIConfig{SendDepth: 32, MaxInline: 64})
 	require.NoError(t, err)
 	require.NoError(t, sp.Add(&dci.Queue))

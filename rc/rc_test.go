@@ -34,7 +34,7 @@ func connectPair(e *transporttest.Env, cfg rc.Config) *pair {
 	t.Helper()
 	x := &pair{e: e}
 	for i := range 2 {
-		x.cq[i], x.p[i] = e.Poller(i, 1024)
+		x.cq[i], x.p[i] = newPoller(e, i, 1024)
 		qp, err := rc.New(e.PD[i], x.cq[i], nil, cfg)
 		require.NoError(t, err)
 		require.NoError(t, x.p[i].Add(&qp.Queue))

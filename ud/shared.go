@@ -9,7 +9,11 @@ import (
 // The types below are shared by packages rc, dc and ud: each package names
 // them, and the names denote the same types, so one Poller (or one
 // monocq.Table[Queue]) serves queue pairs of every transport and one
-// SharedReceiveQueue serves RC QPs and DCTs alike.
+// SharedReceiveQueue serves RC QPs and DCTs alike. Methods of these types
+// are not inlined into a caller outside this module (Go inlines a method
+// only when the caller imports the package of its receiver type); none of
+// them is on the per-completion path: a Completion is read through its
+// fields, and Poller.Poll inlines.
 type (
 	// Queue is the data-plane part of a queue pair: receive posting,
 	// doorbells, and Complete, which turns a CQE into a Completion.
@@ -22,8 +26,6 @@ type (
 	Status = transport.Status
 	// State is the data plane's view of a queue pair.
 	State = transport.State
-	// Poller polls a completion queue and dispatches by QPN.
-	Poller = transport.Poller
 	// PollerStats counts what a Poller saw.
 	PollerStats = transport.PollerStats
 	// RecvStage is a receive WQE being built.
@@ -41,6 +43,7 @@ type (
 // Completion statuses.
 const (
 	StatusOK         = transport.StatusOK
+	StatusError      = transport.StatusError
 	StatusUnknownQPN = transport.StatusUnknownQPN
 	StatusUnmatched  = transport.StatusUnmatched
 	StatusUnexpected = transport.StatusUnexpected
@@ -67,10 +70,6 @@ var (
 	ErrUnmatched        = transport.ErrUnmatched
 	ErrTransport        = transport.ErrTransport
 )
-
-// NewPoller returns a Poller for cq; add the queue pairs whose completions
-// arrive there with Add.
-func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) { return transport.NewPoller(name, cq) }
 
 // NewCQ returns a monocq poller over the ring of cq, for callers that run
 // their own dispatch loop (see the package documentation).

@@ -16,7 +16,7 @@ func TestSendAndReply(t *testing.T) {
 	var qps [2]*ud.QP
 	var ps [2]*ud.Poller
 	for i := range 2 {
-		cq, p := e.Poller(i, 256)
+		cq, p := newPoller(e, i, 256)
 		qp, err := ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 16, RecvDepth: 16, QKey: 0x42, MaxInline: 64})
 		require.NoError(t, err)
 		require.NoError(t, p.Add(&qp.Queue))

@@ -45,7 +45,8 @@ type Completion struct {
 	// Syndrome and VendorSyndrome are set for an error completion.
 	Syndrome       prm.Syndrome
 	VendorSyndrome uint8
-	// Status is StatusOK, or says why the completion could not be matched.
+	// Status is StatusOK for a successful completion; compare it (a field
+	// load, inlined anywhere) rather than calling a method on the hot path.
 	Status Status
 	// WQECounter is the wqe_counter of the CQE: the first WQEBB of a send
 	// WQE, or the index of a receive WQE.
@@ -57,9 +58,12 @@ type Status uint8
 
 // Statuses.
 const (
-	// StatusOK: the completion retired a work request (successfully or
-	// with an error: see Syndrome).
+	// StatusOK: a successful completion that retired a work request.
 	StatusOK Status = iota
+	// StatusError: an error completion (REQ_ERR or RESP_ERR) that retired
+	// a work request; Syndrome says why (WR_FLUSH_ERR for the work requests
+	// flushed after a queue pair went to error).
+	StatusError
 	// StatusUnknownQPN: no queue of the poller has the CQE's QPN; only the
 	// fields read from the CQE are set.
 	StatusUnknownQPN
@@ -71,7 +75,7 @@ const (
 	StatusUnexpected
 )
 
-var statusNames = [...]string{"OK", "UNKNOWN_QPN", "UNMATCHED", "UNEXPECTED"}
+var statusNames = [...]string{"OK", "ERROR", "UNKNOWN_QPN", "UNMATCHED", "UNEXPECTED"}
 
 // String returns the status name.
 func (s Status) String() string {
@@ -82,10 +86,8 @@ func (s Status) String() string {
 }
 
 // IsError reports whether the completion is an error completion (REQ_ERR
-// or RESP_ERR) or could not be matched.
-func (c *Completion) IsError() bool {
-	return c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr || c.Status != StatusOK
-}
+// or RESP_ERR) or could not be matched: Status != StatusOK.
+func (c *Completion) IsError() bool { return c.Status != StatusOK }
 
 // IsSend reports whether the completion is for a send WQE (REQ or REQ_ERR).
 func (c *Completion) IsSend() bool { return c.Opcode == prm.CQEReq || c.Opcode == prm.CQEReqErr }
@@ -157,6 +159,7 @@ func (wc *Completion) decode(c *monocq.CQE) {
 		wc.SendOpcode = c.SendOpcode()
 		wc.ByteCount = c.ByteCount()
 	case prm.CQEReqErr, prm.CQERespErr:
+		wc.Status = StatusError
 		wc.SendOpcode = c.SendOpcode()
 		wc.Syndrome = c.Syndrome()
 		wc.VendorSyndrome = c.VendorSyndrome()

@@ -19,19 +19,17 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 }
 
-// Poller polls one completion queue and hands each completion, matched to
-// its queue pair and work request, to the caller. The queue pairs whose
-// completions arrive on the CQ are added with Add; a CQE is dispatched by
-// its QPN through a monocq.Table (two array loads), and the queue pair's
-// Complete retires the work requests it names.
+// Dispatcher is the state behind the Poller of packages rc, dc and ud: a
+// monocq poller over one completion queue, the table that maps a QPN to its
+// Queue, and the Completion each CQE is decoded into. Each of those packages
+// defines its own Poller type around a Dispatcher, with a Poll method the
+// caller's package can inline: Go inlines a method only when the package
+// that defines its receiver type is imported by the caller (or the call sits
+// in a body inlined from such a package), so an alias of an internal type
+// would not do.
 //
-// Poll takes a function literal and is compiled, with the literal, into the
-// caller's loop (no interface, no indirect call, no allocation): see the
-// package documentation of rc for the pattern and its measurement.
-//
-// A Poller is used by one goroutine at a time, the one that posts on its
-// queue pairs.
-type Poller struct {
+// A Dispatcher is used by one goroutine at a time.
+type Dispatcher struct {
 	cq    *monocq.CQ
 	owner *ctx.CompletionQueue
 	table *monocq.Table[Queue]
@@ -42,19 +40,18 @@ type Poller struct {
 	polled  uint64
 }
 
-// NewPoller returns a poller for cq with no queue pairs yet.
-func NewPoller(transport string, cq *ctx.CompletionQueue) (*Poller, error) {
+// NewDispatcher returns a dispatcher for cq with no queue pairs yet.
+func NewDispatcher(transport string, cq *ctx.CompletionQueue) (*Dispatcher, error) {
 	m, err := NewCQ(cq)
 	if err != nil {
 		return nil, Errorf(transport, "new poller", "%w", err)
 	}
-	return &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue])}, nil
+	return &Dispatcher{cq: m, owner: cq, table: new(monocq.Table[Queue])}, nil
 }
 
-// Add makes the poller dispatch the completions of q (by its QPN; a DCT by
-// its DCT number). A queue pair with separate send and receive CQs is
-// added to the poller of each.
-func (p *Poller) Add(q *Queue) error {
+// Add makes the dispatcher route the completions of q (by its QPN; a DCT by
+// its DCT number).
+func (p *Dispatcher) Add(q *Queue) error {
 	if q == nil {
 		return fmt.Errorf("poller: add: nil queue: %w", ErrInvalidConfig)
 	}
@@ -64,8 +61,11 @@ func (p *Poller) Add(q *Queue) error {
 	return nil
 }
 
-// Remove stops dispatching the completions of q.
-func (p *Poller) Remove(q *Queue) error {
+// Remove stops routing the completions of q.
+func (p *Dispatcher) Remove(q *Queue) error {
+	if q == nil {
+		return fmt.Errorf("poller: remove: nil queue: %w", ErrInvalidConfig)
+	}
 	if _, err := p.table.Unregister(q.qpn); err != nil {
 		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, err)
 	}
@@ -73,41 +73,32 @@ func (p *Poller) Remove(q *Queue) error {
 }
 
 // Lookup returns the queue added for qpn, or nil.
-func (p *Poller) Lookup(qpn uint32) *Queue { return p.table.Lookup(qpn) }
+func (p *Dispatcher) Lookup(qpn uint32) *Queue { return p.table.Lookup(qpn) }
 
 // Len returns the number of queue pairs added.
-func (p *Poller) Len() int { return p.table.Len() }
+func (p *Dispatcher) Len() int { return p.table.Len() }
 
-// CQ returns the underlying ring poller (for Arm, AcknowledgeEvent, Stats).
-func (p *Poller) CQ() *monocq.CQ { return p.cq }
+// CQ returns the monocq poller of the ring.
+func (p *Dispatcher) CQ() *monocq.CQ { return p.cq }
 
-// Poll hands up to max completions to fn, each as a *Completion valid
-// during the call, and returns how many it handed over. Poll is inlined,
-// and so is fn when it is a function literal at the call site. A closed CQ
-// polls nothing (and Err says so). A CQE whose QPN no queue pair was added
-// for is handed over with Status StatusUnknownQPN and counted.
-func (p *Poller) Poll(max int, fn func(*Completion)) int {
-	return func() int {
-		if p.owner.Closed() {
-			p.closed()
-			return 0
-		}
-		n := 0
-		for c := range p.cq.All(max) {
-			p.dispatch(c)
-			fn(&p.wc)
-			n++
-		}
-		return n
-	}()
+// Ring returns the monocq poller to take the next batch from, or nil when
+// the completion queue has been closed (its ring is gone).
+func (p *Dispatcher) Ring() *monocq.CQ {
+	if p.owner.Closed() {
+		return nil
+	}
+	return p.cq
 }
 
-// dispatch matches one CQE to its queue pair.
-func (p *Poller) dispatch(c *monocq.CQE) {
+// Dispatch matches one CQE to its queue pair, retires what it names, and
+// returns the decoded completion (valid until the next Dispatch). A CQE
+// whose QPN no queue was added for comes back with Status
+// StatusUnknownQPN and is counted.
+func (p *Dispatcher) Dispatch(c *monocq.CQE) *Completion {
 	p.polled++
 	if q := p.table.Lookup(c.QPN()); q != nil {
 		q.Complete(c, &p.wc)
-		return
+		return &p.wc
 	}
 	p.wc.decode(c)
 	p.wc.Status = StatusUnknownQPN
@@ -115,19 +106,17 @@ func (p *Poller) dispatch(c *monocq.CQE) {
 	if p.err == nil {
 		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
 	}
+	return &p.wc
 }
 
-func (p *Poller) closed() {
-	if p.err == nil {
-		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ErrClosed)
-	}
-}
-
-// Err returns the first problem the poller met: the CQ's own (monocq
-// ErrOverrun, ErrCorrupt), a CQE for an unknown QPN, or a closed CQ.
-func (p *Poller) Err() error {
+// Err returns the first problem met: the ring's own (monocq ErrOverrun,
+// ErrCorrupt), a CQE for an unknown QPN, or a closed CQ.
+func (p *Dispatcher) Err() error {
 	if err := p.cq.Err(); err != nil {
 		return err
+	}
+	if p.err == nil && p.owner.Closed() {
+		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ErrClosed)
 	}
 	return p.err
 }
@@ -140,7 +129,7 @@ type PollerStats struct {
 	UnknownQPN uint64
 }
 
-// Stats returns the poller's counters.
-func (p *Poller) Stats() PollerStats {
+// Stats returns the counters.
+func (p *Dispatcher) Stats() PollerStats {
 	return PollerStats{Completions: p.polled, UnknownQPN: p.unknown}
 }

@@ -72,13 +72,10 @@ func (e *Env) CQ(i int, depth uint32) *ctx.CompletionQueue {
 	return cq
 }
 
-// Poller creates a completion queue on HCA i and a Poller for it.
-func (e *Env) Poller(i int, depth uint32) (*ctx.CompletionQueue, *transport.Poller) {
-	e.T.Helper()
-	cq := e.CQ(i, depth)
-	p, err := transport.NewPoller("test", cq)
-	require.NoError(e.T, err)
-	return cq, p
+// Poller is what the Pollers of packages rc, dc and ud have in common.
+type Poller interface {
+	Poll(max int, fn func(*transport.Completion)) int
+	Err() error
 }
 
 // Run runs the model until it is idle.
@@ -101,7 +98,7 @@ func (e *Env) RKey(i int) uint32 { return e.MR[i].RKey() }
 
 // Drain runs the model and returns every completion the pollers have now,
 // copied.
-func (e *Env) Drain(ps ...*transport.Poller) []transport.Completion {
+func (e *Env) Drain(ps ...Poller) []transport.Completion {
 	e.T.Helper()
 	e.Run()
 	var out []transport.Completion
@@ -114,7 +111,7 @@ func (e *Env) Drain(ps ...*transport.Poller) []transport.Completion {
 }
 
 // One runs the model and requires exactly one completion from p.
-func (e *Env) One(p *transport.Poller) transport.Completion {
+func (e *Env) One(p Poller) transport.Completion {
 	e.T.Helper()
 	got := e.Drain(p)
 	require.Len(e.T, got, 1, "completions: %+v", got)
