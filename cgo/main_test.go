@@ -16,8 +16,12 @@ func openFDs() map[string]string {
 	if err != nil {
 		return out
 	}
+	self, _ := filepath.EvalSymlinks("/proc/self/fd")
 	for _, e := range entries {
-		target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target == self {
+			continue // gone since, or the directory being read
+		}
 		out[e.Name()] = target
 	}
 	return out
@@ -37,11 +41,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	after := openFDs()
 	for fd, target := range after {
-		if _, ok := before[fd]; ok {
-			continue
-		}
-		// The descriptor of the directory being read is gone by now.
-		if t, err := os.Readlink(filepath.Join("/proc/self/fd", fd)); err == nil && t == target {
+		if before[fd] != target {
 			fmt.Fprintf(os.Stderr, "leaked file descriptor %s → %s\n", fd, target)
 			code = 1
 		}
