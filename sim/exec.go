@@ -53,6 +53,7 @@ func (f *Fabric) scanQP(q *qp) {
 		return
 	}
 	if q.sqCnt > 0 {
+		f.checkBlueFlame(q)
 		raw := atomic.LoadUint32((*uint32)(unsafe.Add(q.db, prm.DoorbellRecordSendB)))
 		if raw != q.lastSQRaw {
 			q.lastSQRaw = raw

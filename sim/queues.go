@@ -284,6 +284,8 @@ type qp struct {
 	lastSQRaw    uint32
 	lastRQRaw    uint32
 
+	bfSnap []byte // BlueFlame buffers as last seen (strict, Manual)
+
 	blockedUntil int64
 	rnrCount     int
 	retryCount   int

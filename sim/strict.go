@@ -1,9 +1,13 @@
 package sim
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
 // ViolationKind classifies a strict-mode violation.
@@ -41,10 +45,14 @@ const (
 	// ViolationReceive: a receive WQE that cannot be right (more segments
 	// than the queue has without a terminator, a doorbell past the ring).
 	ViolationReceive
+	// ViolationBlueFlame: bytes written to a BlueFlame buffer differ from
+	// the WQE in the ring that their control segment names (checked in
+	// Manual mode, where every post is complete when the model looks).
+	ViolationBlueFlame
 )
 
 var violationNames = [...]string{"", "ds", "doorbell-endian", "doorbell-backwards", "doorbell-past-ring",
-	"wqe-index", "qpn", "opcode", "wqe-beyond-producer", "cq-doorbell", "receive"}
+	"wqe-index", "qpn", "opcode", "wqe-beyond-producer", "cq-doorbell", "receive", "blueflame"}
 
 // String returns a short name of the kind.
 func (k ViolationKind) String() string {
@@ -136,4 +144,46 @@ func (f *Fabric) CheckViolations() error {
 		errs = append(errs, fmt.Errorf("sim: strict: %d more violations", n))
 	}
 	return errors.Join(errs...)
+}
+
+// checkBlueFlame compares what was written to the QP's BlueFlame buffers
+// since the last look with the WQEs in the ring: each changed buffer must
+// hold the first bytes (8 for a doorbell-only write, the whole WQE up to the
+// buffer size for a BlueFlame copy) of the WQE its control segment names,
+// taken from the ring with wrap-around.
+func (f *Fabric) checkBlueFlame(q *qp) {
+	if !f.opts.Strict || f.opts.Mode != Manual || q.bf == nil {
+		return
+	}
+	cur := unsafe.Slice((*byte)(q.bf), 2*bfSize)
+	if q.bfSnap == nil {
+		q.bfSnap = make([]byte, 2*bfSize)
+	}
+	for half := 0; half < 2; half++ {
+		now := cur[half*bfSize : (half+1)*bfSize]
+		old := q.bfSnap[half*bfSize : (half+1)*bfSize]
+		if bytes.Equal(now, old) {
+			continue
+		}
+		last := 0
+		for i := range now {
+			if now[i] != old[i] {
+				last = i
+			}
+		}
+		copy(old, now)
+		idx := uint16(prm.Load32(unsafe.Pointer(&now[0])) >> prm.CtrlWQEIndexShift)
+		r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(idx) & (q.sqCnt - 1)) * prm.WQEBBSize}
+		n := 8
+		if last >= 8 {
+			ds := int(prm.Load32(unsafe.Pointer(&now[prm.CtrlQPNDS])) & prm.CtrlDSMask)
+			n = min(align(ds*prm.SegmentSize, prm.WQEBBSize), bfSize)
+		}
+		want := make([]byte, n)
+		r.copyOut(want, 0)
+		if !bytes.Equal(now[:n], want) {
+			f.violate(Violation{Kind: ViolationBlueFlame, QPN: q.qpn, WQEIndex: idx,
+				Detail: fmt.Sprintf("BlueFlame buffer %d holds %d bytes that differ from WQE %d in the ring", half, n, idx)})
+		}
+	}
 }

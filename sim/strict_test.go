@@ -300,3 +300,33 @@ func TestDefaultOptions(t *testing.T) {
 	require.True(t, defaultOptions("fatal").StrictFatal)
 	require.Equal(t, Engine, defaultOptions("").Mode)
 }
+
+func TestStrictBlueFlame(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	a, _ := e.rcPair(qpOpts{})
+	bf := unsafe.Slice((*byte)(a.d.BlueFlame), 2*a.d.BlueFlameSize)
+	w := a.build(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte("blue")))
+	a.write(w)
+	a.ring()
+	copy(bf[0:], w) // a faithful BlueFlame copy
+	copy(bf[len(w):64], make([]byte, 64-len(w)))
+	e.run()
+	require.Empty(t, e.f.Violations())
+	// A doorbell-only write of the first 8 bytes into the other buffer.
+	w = a.build(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	a.write(w)
+	a.ring()
+	copy(bf[256:], w[:8])
+	e.run()
+	require.Empty(t, e.f.Violations())
+	// A corrupted copy.
+	w = a.build(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte("flame")))
+	a.write(w)
+	a.ring()
+	copy(bf[0:], w)
+	bf[20] ^= 1
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationBlueFlame}, violationKinds(e.f))
+	require.Len(t, a.scq.drain(), 3)
+}
