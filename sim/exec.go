@@ -789,7 +789,7 @@ func (r *recvWQE) capacity() uint64 {
 	return c
 }
 
-func parseRecv(base unsafe.Pointer, max int, r *recvWQE) {
+func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (zeroLen bool) {
 	r.n = 0
 	for i := 0; i < max && i < len(r.sg); i++ {
 		p := unsafe.Add(base, i*prm.DataSize)
@@ -800,10 +800,12 @@ func parseRecv(base unsafe.Pointer, max int, r *recvWQE) {
 		n := uint64(prm.Load32(p))
 		if n == 0 {
 			n = 1 << 31
+			zeroLen = true
 		}
 		r.sg[r.n] = recvEntry{lkey: lkey, addr: prm.Load64(unsafe.Add(p, prm.DataAddr)), n: n}
 		r.n++
 	}
+	return zeroLen
 }
 
 // peekRecv returns the next receive WQE of t without consuming it.
@@ -817,14 +819,18 @@ func (f *Fabric) peekRecv(t *qp) (recvWQE, bool) {
 		base := unsafe.Add(s.ring, uint32(idx)*s.stride)
 		r.idx, r.srq, r.pd = idx, s, s.pd
 		r.next = prm.Load16(unsafe.Add(base, prm.SRQNextWQEIndex)) & uint16(s.cnt-1)
-		parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), &r)
+		if parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), &r) {
+			f.violate(Violation{Kind: ViolationReceive, SRQN: s.srqn, Detail: fmt.Sprintf("SRQ WQE %d has a zero-length entry", idx)})
+		}
 		return r, true
 	}
 	if t.rqCnt == 0 || t.rqHead == t.rqCI {
 		return r, false
 	}
 	r.idx, r.pd = t.rqCI, t.pd
-	parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), &r)
+	if parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), &r) {
+		f.violate(Violation{Kind: ViolationReceive, QPN: t.qpn, WQEIndex: t.rqCI, Detail: "receive WQE has a zero-length entry"})
+	}
 	return r, true
 }
 

@@ -42,8 +42,9 @@ const (
 	// ViolationCQDoorbell: a CQ consumer index or arm doorbell that cannot be
 	// right (ahead of the producer, wrong CQN, disagreeing arm words).
 	ViolationCQDoorbell
-	// ViolationReceive: a receive WQE that cannot be right (more segments
-	// than the queue has without a terminator, a doorbell past the ring).
+	// ViolationReceive: a receive WQE entry with a zero byte count that is
+	// not the InvalidLKey terminator (the device reads it as 2 GiB; posting
+	// code skips empty entries).
 	ViolationReceive
 	// ViolationBlueFlame: bytes written to a BlueFlame buffer differ from
 	// the WQE in the ring that their control segment names (checked in

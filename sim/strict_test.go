@@ -330,3 +330,14 @@ func TestStrictBlueFlame(t *testing.T) {
 	require.Equal(t, []ViolationKind{ViolationBlueFlame}, violationKinds(e.f))
 	require.Len(t, a.scq.drain(), 3)
 }
+
+func TestStrictReceiveZeroLength(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	a, b := e.rcPair(qpOpts{})
+	b.postRecv(dataSeg(0, e.mr2.LKey(), e.addr2(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("x")))
+	e.run()
+	require.Equal(t, []ViolationKind{ViolationReceive}, violationKinds(e.f))
+	require.Equal(t, prm.CQERespSend, b.rcq.one(t).op, "the device sees a 2 GiB buffer; a one-byte send fits")
+}
