@@ -1,7 +1,9 @@
 package wqebuilder_test
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -113,6 +115,7 @@ func BenchmarkPost(b *testing.B) {
 			f := newFixture(b, defaultOpts())
 			q := f.q
 			var i uint64
+			var m bestBlock
 			for b.Loop() {
 				last := q.ProducerIndex()
 				if err := p.post(q, i); err != nil {
@@ -120,8 +123,39 @@ func BenchmarkPost(b *testing.B) {
 				}
 				retire(q, last)
 				i++
+				m.tick(1, 512)
 			}
+			m.report(b, "ns/op")
 		})
+	}
+}
+
+// bestBlock tracks the fastest block of a benchmark: on a shared machine
+// the mean includes other programs' time slices, the best block of a few
+// thousand operations mostly does not. Both are reported.
+type bestBlock struct {
+	start time.Time
+	ops   int
+	best  float64
+}
+
+// tick counts ops operations and closes a block every blockOps of them.
+func (m *bestBlock) tick(ops, blockOps int) {
+	if m.start.IsZero() {
+		m.start = time.Now()
+		m.best = math.Inf(1)
+	}
+	m.ops += ops
+	if m.ops >= blockOps {
+		now := time.Now()
+		m.best = min(m.best, float64(now.Sub(m.start).Nanoseconds())/float64(m.ops))
+		m.start, m.ops = now, 0
+	}
+}
+
+func (m *bestBlock) report(b *testing.B, unit string) {
+	if !math.IsInf(m.best, 1) && m.best > 0 {
+		b.ReportMetric(m.best, "best-"+unit)
 	}
 }
 
@@ -131,6 +165,7 @@ func BenchmarkPostRdmaWriteImm(b *testing.B) {
 	f := newFixture(b, defaultOpts())
 	q := f.q
 	var i uint64
+	var m bestBlock
 	for b.Loop() {
 		last := q.ProducerIndex()
 		if err := q.Begin(i, wqebuilder.Signaled).RdmaWriteImm(0x2000, 0x22, uint32(i)).SGE(0x1000, 64, 0x11).FinishBlueFlame(); err != nil {
@@ -140,7 +175,9 @@ func BenchmarkPostRdmaWriteImm(b *testing.B) {
 			q.Complete(uint16(last))
 		}
 		i++
+		m.tick(1, 512)
 	}
+	m.report(b, "ns/op")
 }
 
 // BenchmarkPostBatch64 posts 64 RDMA_WRITEs with one SGE (the last one
@@ -151,6 +188,7 @@ func BenchmarkPostBatch64(b *testing.B) {
 	f := newFixture(b, o)
 	q := f.q
 	var wqes int
+	var m bestBlock
 	for b.Loop() {
 		var last uint32
 		for j := range 64 {
@@ -166,6 +204,8 @@ func BenchmarkPostBatch64(b *testing.B) {
 		q.RingDoorbell()
 		q.Complete(uint16(last))
 		wqes += 64
+		m.tick(64, 1024)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(wqes), "ns/WQE")
+	m.report(b, "ns/WQE")
 }
