@@ -221,7 +221,7 @@ func (cq *CQ) Next() *CQE {
 // used after Release.
 func (cq *CQ) Release() {
 	cq.released = cq.ci
-	prm.Store32(cq.dbrec, cq.ci&prm.CQConsumerIndexMask)
+	prm.Store32(unsafe.Add(cq.dbrec, prm.CQDoorbellRecordCI*4), cq.ci&prm.CQConsumerIndexMask)
 }
 
 // Poll hands up to max CQEs to fn and releases their slots; it returns the
@@ -302,8 +302,8 @@ func (cq *CQ) Arm(solicitedOnly bool) error {
 	if solicitedOnly {
 		cmd = prm.CQArmSolicited
 	}
-	w := (cq.armSN&3)<<prm.CQArmSNShift | cmd | cq.ci&prm.CQConsumerIndexMask
-	prm.Store32(unsafe.Add(cq.dbrec, prm.DoorbellRecordSendB), w)
+	w := (cq.armSN&prm.CQArmSNMask)<<prm.CQArmSNShift | cmd | cq.ci&prm.CQConsumerIndexMask
+	prm.Store32(unsafe.Add(cq.dbrec, prm.CQDoorbellRecordArm*4), w)
 	blueflame.WCStart()
 	prm.Store64(unsafe.Add(cq.uar, prm.CQDoorbellOffset), uint64(w)<<32|uint64(cq.cqn))
 	blueflame.FlushWrites()

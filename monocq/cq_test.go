@@ -487,3 +487,13 @@ func TestPollAndAllRespectMaxAfterReady(t *testing.T) {
 	})
 	require.Equal(t, []uint16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, got)
 }
+
+func TestCQEString(t *testing.T) {
+	r := newRing(t, 4, 64)
+	cq := r.newCQ(t)
+	r.put(cqeFields{opcode: prm.CQEReqErr, qpn: 0x2a, syndrome: uint8(prm.SyndromeWRFlush)})
+	var s string
+	cq.Poll(4, func(c *CQE) { s = c.String() })
+	require.Contains(t, s, "REQ_ERR")
+	require.Contains(t, s, "WR_FLUSH_ERR")
+}

@@ -147,3 +147,7 @@ func (c *CQE) ScatterData() []byte {
 
 // Bytes returns the 64 bytes of the CQE64, aliasing the ring.
 func (c *CQE) Bytes() []byte { return c[:] }
+
+// String decodes the CQE field by field (prm.DumpCQE), for test failures and
+// debugging.
+func (c *CQE) String() string { return prm.DumpCQE(c[:]) }
