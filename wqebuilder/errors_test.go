@@ -273,3 +273,27 @@ func TestDefaultMaxWQEBBs(t *testing.T) {
 		require.Equal(t, c.want, wqebuilder.DefaultMaxWQEBBs(c.sge, c.inline), "%+v", c)
 	}
 }
+
+// TestFinishTwiceIsRefused finishes a stage and a copy of it: the second
+// Finish (and a stage begun before another WQE was finished) returns
+// ErrStaleStage and neither the producer index nor the ring moves.
+func TestFinishTwiceIsRefused(t *testing.T) {
+	f := newFixture(t, defaultOpts())
+	q := f.q
+	st := q.Begin(1, wqebuilder.Signaled).RdmaWrite(0x1000, 7).SGE(0x2000, 8, 9)
+	again := st
+	require.NoError(t, st.Finish())
+	pi := q.ProducerIndex()
+	ring := f.snapshot()
+	err := again.Finish()
+	require.ErrorIs(t, err, wqebuilder.ErrStaleStage)
+	require.Equal(t, pi, q.ProducerIndex())
+	require.Equal(t, ring, f.snapshot())
+
+	// Two stages begun on the same index: the first to finish wins.
+	a := q.Begin(2, 0).Send().SGE(0x3000, 4, 9)
+	b := q.Begin(3, 0).Send().SGE(0x4000, 4, 9)
+	require.NoError(t, b.Finish())
+	require.ErrorIs(t, a.Finish(), wqebuilder.ErrStaleStage)
+	require.Equal(t, pi+1, q.ProducerIndex())
+}

@@ -95,7 +95,13 @@ var (
 	ErrWQETooLarge = errors.New("WQE larger than max WQEBBs")
 	// ErrBadConfig is returned by New for an unusable Config.
 	ErrBadConfig = errors.New("bad send queue configuration")
+	// ErrStaleStage means that Finish was called on a stage whose WQE is
+	// no longer the next one: the stage (or a copy of it) was finished
+	// already, or a later Begin was finished first. Nothing is written.
+	ErrStaleStage = errors.New("stage finished twice or out of order")
 )
+
+var errStaleStage = fmt.Errorf("wqebuilder: finish: %w", ErrStaleStage)
 
 // PostError is the error Finish returns: the opcode of the failed WQE and the
 // reason, one of the sentinel errors above (use errors.Is).

@@ -390,6 +390,11 @@ func (w wqe) finish() error {
 		return postErrors[w.st>>stErrShift&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
 	}
 	q := w.q
+	if w.ctrl != unsafe.Add(q.buf, uintptr(q.pi&q.mask)<<prm.WQEBBShift) {
+		// The producer index moved since Begin: this stage (or a copy of
+		// it) was finished already, or another Begin finished first.
+		return errStaleStage
+	}
 	// opmod | index | opcode over qpn | ds, before the byte swap.
 	word := bits.ReverseBytes64(w.st&ctrlWordMask | uint64(uint16(q.pi))<<(32+prm.CtrlWQEIndexShift) | uint64(q.qpn8))
 	*(*uint64)(w.ctrl) = word
