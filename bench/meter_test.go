@@ -20,5 +20,12 @@ func TestMain(m *testing.M) {
 		fmt.Printf("counter-hz: %.0f (%s)\n", info.Hz, info.Source)
 		fmt.Printf("counter-invariant: %t\n", info.Invariant)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if env != nil {
+		if err := env.close(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: close:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
