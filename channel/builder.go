@@ -1,0 +1,408 @@
+package channel
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/rc"
+)
+
+// Transport is what carries a channel's work requests.
+type Transport uint8
+
+// Transports.
+const (
+	// TransportRC gives every peer its own reliable connected queue pair.
+	TransportRC Transport = iota + 1
+	// TransportDC sends to every peer from one DC initiator; each peer
+	// reaches a DC target of its own here (with its own SRQ for the
+	// receives posted for it).
+	TransportDC
+)
+
+// String returns "RC" or "DC".
+func (t Transport) String() string {
+	switch t {
+	case TransportRC:
+		return "RC"
+	case TransportDC:
+		return "DC"
+	}
+	return fmt.Sprintf("Transport(%d)", uint8(t))
+}
+
+// Options tune a channel. Zero fields take the defaults.
+type Options struct {
+	// Transport is TransportRC (default) or TransportDC.
+	Transport Transport
+	// SendDepth is the number of sends, writes and reads that may be
+	// outstanding to each peer (RC), or in all (DC: the DC initiator's
+	// depth). Default 64.
+	SendDepth uint32
+	// RecvDepth is the number of receives that may be outstanding from
+	// each peer. Default 64.
+	RecvDepth uint32
+	// MaxSendSGE and MaxRecvSGE bound the buffers of one request (default
+	// 1); MaxInline is the most payload a send may carry inline.
+	MaxSendSGE, MaxRecvSGE, MaxInline uint32
+	// CQDepth is the depth of the completion queue all queues share;
+	// default: enough for every work request that can be outstanding.
+	CQDepth uint32
+	// Port (default 1) and GIDIndex select the local port and GID.
+	Port, GIDIndex uint8
+	// Access is what peers may do to this side's memory through the
+	// channel (the memory regions still decide); default remote write,
+	// read and atomics.
+	Access ctx.Access
+	// DCKey is the DC access key of this side's targets (default: a
+	// random key).
+	DCKey uint64
+	// Events makes blocking calls and scopes sleep on the completion
+	// channel after a short spin instead of polling until they are done.
+	Events bool
+	// Timeout bounds each blocking call and scope (0: no limit). When it
+	// passes, the call returns ErrTimeout with its work still outstanding.
+	Timeout time.Duration
+	// RetryCount, RNRRetry, Timeout codes and the RNR timer of the queue
+	// pairs are those of package rc's defaults.
+}
+
+func (o Options) withDefaults() Options {
+	if o.Transport == 0 {
+		o.Transport = TransportRC
+	}
+	if o.SendDepth == 0 {
+		o.SendDepth = 64
+	}
+	if o.RecvDepth == 0 {
+		o.RecvDepth = 64
+	}
+	if o.MaxSendSGE == 0 {
+		o.MaxSendSGE = 1
+	}
+	if o.MaxRecvSGE == 0 {
+		o.MaxRecvSGE = 1
+	}
+	return o
+}
+
+// Builder is the first step of building a channel: it needs a protection
+// domain. Each step is its own type offering only what may come next, so
+// a channel built without a PD or without peers does not compile:
+//
+//	channel.New().PD(pd).Peer().Build()      // a Channel to one peer
+//	channel.New().PD(pd).Peers(16).Build()   // a MultiChannel to 16 peers
+type Builder struct{ opts Options }
+
+// New starts a builder.
+func New() Builder { return Builder{} }
+
+// With sets the options.
+func (b Builder) With(o Options) Builder { b.opts = o; return b }
+
+// PD sets the protection domain every queue and memory region of the
+// channel shares.
+func (b Builder) PD(pd *ctx.ProtectionDomain) PDBuilder { return PDBuilder{opts: b.opts, pd: pd} }
+
+// PDBuilder is a builder with a protection domain: it needs its peers.
+type PDBuilder struct {
+	opts Options
+	pd   *ctx.ProtectionDomain
+}
+
+// With sets the options.
+func (b PDBuilder) With(o Options) PDBuilder { b.opts = o; return b }
+
+// Peer makes a Channel: one queue pair to one peer.
+func (b PDBuilder) Peer() PeerBuilder { return PeerBuilder(b) }
+
+// Peers makes a MultiChannel to n peers.
+func (b PDBuilder) Peers(n int) PeersBuilder { return PeersBuilder{opts: b.opts, pd: b.pd, n: n} }
+
+// PeerBuilder builds a Channel.
+type PeerBuilder struct {
+	opts Options
+	pd   *ctx.ProtectionDomain
+}
+
+// With sets the options.
+func (b PeerBuilder) With(o Options) PeerBuilder { b.opts = o; return b }
+
+// Build creates the queue pair and its completion queue. Exchange
+// Endpoint with the peer and call Handshake.
+func (b PeerBuilder) Build() (*Prepared, error) {
+	m, err := build(b.pd, 1, b.opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{m: m}, nil
+}
+
+// PeersBuilder builds a MultiChannel.
+type PeersBuilder struct {
+	opts Options
+	pd   *ctx.ProtectionDomain
+	n    int
+}
+
+// With sets the options.
+func (b PeersBuilder) With(o Options) PeersBuilder { b.opts = o; return b }
+
+// Build creates a queue pair per peer (RC), or the initiator and a target
+// per peer (DC), all on one completion queue. Exchange Endpoints with the
+// peers and call Handshake.
+func (b PeersBuilder) Build() (*PreparedMulti, error) { return build(b.pd, b.n, b.opts) }
+
+// MaxPeers is the most peers one channel has (the limit of endpoint.Mesh).
+const MaxPeers = endpoint.MaxPeers
+
+// PreparedMulti is a MultiChannel whose queues exist but are not connected
+// yet: send Endpoints()[j] to peer j, collect the endpoint each peer made
+// for this side, and Handshake with them.
+type PreparedMulti struct {
+	c       *core
+	regions []endpoint.RemoteRegion
+	used    bool
+}
+
+func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, error) {
+	const op = "channel: build"
+	opts = opts.withDefaults()
+	switch {
+	case pd == nil:
+		return nil, fmt.Errorf("%s: nil protection domain: %w", op, ctx.ErrInvalidArgument)
+	case peers < 1 || peers > MaxPeers:
+		return nil, fmt.Errorf("%s: %d peers (want 1..%d): %w", op, peers, MaxPeers, ctx.ErrInvalidArgument)
+	case opts.Transport != TransportRC && opts.Transport != TransportDC:
+		return nil, fmt.Errorf("%s: transport %v: %w", op, opts.Transport, ctx.ErrInvalidArgument)
+	}
+	c := &core{transport: opts.Transport, timeout: opts.Timeout, ctx: pd.Context(), pd: pd,
+		links: make([]link, peers)}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = c.close()
+		}
+	}()
+	cqDepth := opts.CQDepth
+	if cqDepth == 0 {
+		if opts.Transport == TransportRC {
+			cqDepth = uint32(peers) * (opts.SendDepth + opts.RecvDepth)
+		} else {
+			cqDepth = opts.SendDepth + uint32(peers)*opts.RecvDepth
+		}
+	}
+	var err error
+	c.cq, err = c.ctx.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: cqDepth, EventChannel: opts.Events})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if c.poller, err = rc.NewPoller(c.cq); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	var outstanding uint64
+	if opts.Transport == TransportRC {
+		for i := range c.links {
+			qp, err := rc.New(pd, c.cq, c.cq, rc.Config{
+				SendDepth: opts.SendDepth, RecvDepth: opts.RecvDepth,
+				MaxSendSGE: opts.MaxSendSGE, MaxRecvSGE: opts.MaxRecvSGE, MaxInline: opts.MaxInline,
+				Port: opts.Port, GIDIndex: opts.GIDIndex, RemoteAccess: opts.Access,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
+			}
+			c.links[i].qp = qp
+			if err := c.poller.Add(&qp.Queue); err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+			l := qp.Limits()
+			outstanding += uint64(l.SendWQEBBs) + uint64(l.RecvWQEs)
+		}
+	} else {
+		c.dci, err = dc.NewDCI(pd, c.cq, dc.DCIConfig{SendDepth: opts.SendDepth, MaxSendSGE: opts.MaxSendSGE,
+			MaxInline: opts.MaxInline, Port: opts.Port, GIDIndex: opts.GIDIndex})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if err := c.poller.Add(&c.dci.Queue); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		outstanding += uint64(c.dci.Limits().SendWQEBBs)
+		key := opts.DCKey
+		if key == 0 {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			key = binary.LittleEndian.Uint64(b[:]) | 1
+		}
+		for i := range c.links {
+			srq, err := dc.NewSharedReceiveQueue(pd, dc.SRQConfig{Depth: opts.RecvDepth, MaxSGE: opts.MaxRecvSGE})
+			if err != nil {
+				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
+			}
+			c.srqs = append(c.srqs, srq)
+			dct, err := dc.NewDCT(pd, c.cq, dc.DCTConfig{SRQ: srq, Key: key, RemoteAccess: opts.Access,
+				Port: opts.Port, GIDIndex: opts.GIDIndex})
+			if err != nil {
+				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
+			}
+			c.links[i].dct, c.links[i].srq = dct, srq
+			if err := c.poller.Add(&dct.Queue); err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+			outstanding += uint64(srq.Free()) + 1
+		}
+	}
+	// Records for four times the work that can be outstanding, so a
+	// Pending stays readable well after it completed.
+	n := uint64(1) << bits.Len64(4*outstanding-1)
+	c.slots, c.mask = make([]slot, n), n-1
+	if opts.Events {
+		if c.notifier, err = completion.NewNotifier(c.cq, c.poller.CQ()); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	ok = true
+	return &PreparedMulti{c: c}, nil
+}
+
+// Peers returns the number of peers.
+func (p *PreparedMulti) Peers() int { return len(p.c.links) }
+
+// Share adds mr to the regions every peer learns from Endpoints, with the
+// remote access it was registered with. Call it before Endpoints.
+func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
+	if mr == nil || mr.Closed() {
+		return fmt.Errorf("channel: share: memory region: %w", ctx.ErrClosed)
+	}
+	if mr.ProtectionDomain() != p.c.pd {
+		return fmt.Errorf("channel: share: memory region of another protection domain: %w", ctx.ErrInvalidArgument)
+	}
+	if len(p.regions) >= endpoint.MaxRegions {
+		return fmt.Errorf("channel: share: %w", endpoint.ErrTooManyRegions)
+	}
+	p.regions = append(p.regions, endpoint.RemoteRegion{
+		Address: uint64(mr.Addr()), Length: mr.Len(), RemoteKey: mr.RKey(),
+		Access: endpoint.Access(mr.Access()) & endpoint.AccessKnown,
+	})
+	return nil
+}
+
+// Endpoints returns, for each peer j, the endpoint to send to peer j: the
+// QPN, PSN and address of the queue pair for j (RC), or the number and key
+// of the DC target for j with the initiator's QPN (DC), with the shared
+// regions.
+func (p *PreparedMulti) Endpoints() []endpoint.Endpoint {
+	c := p.c
+	out := make([]endpoint.Endpoint, len(c.links))
+	for j := range c.links {
+		var e endpoint.Endpoint
+		if c.transport == TransportDC {
+			e = c.links[j].dct.Endpoint()
+			e.QPN = c.dci.QPN()
+		} else {
+			e = c.links[j].qp.Endpoint()
+		}
+		e.Regions = append([]endpoint.RemoteRegion(nil), p.regions...)
+		out[j] = e
+	}
+	return out
+}
+
+// Handshake connects the channel: remote[j] is the endpoint peer j made
+// for this side. Every endpoint is checked (count, transport, ranges)
+// before anything is connected, so garbage changes nothing and the
+// prepared channel may try again; a failure while connecting (the device
+// refused) closes it.
+func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, error) {
+	const op = "channel: handshake"
+	if p.used {
+		return nil, fmt.Errorf("%s: %w", op, ErrUsed)
+	}
+	c := p.c
+	if len(remote) != len(c.links) {
+		return nil, fmt.Errorf("%s: %d endpoints for %d peers: %w", op, len(remote), len(c.links), ErrHandshake)
+	}
+	want := endpoint.TransportRC
+	if c.transport == TransportDC {
+		want = endpoint.TransportDC
+	}
+	for j, e := range remote {
+		if err := e.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: peer %d: %w: %w", op, j, ErrHandshake, err)
+		}
+		if e.Transport != want {
+			return nil, fmt.Errorf("%s: peer %d sent a %v endpoint to a %v channel: %w", op, j, e.Transport, c.transport, ErrHandshake)
+		}
+		if want == endpoint.TransportRC && e.QPN == 0 {
+			return nil, fmt.Errorf("%s: peer %d sent QPN 0: %w", op, j, ErrHandshake)
+		}
+		if want == endpoint.TransportDC && e.DCTNumber == 0 {
+			return nil, fmt.Errorf("%s: peer %d sent no DCT number: %w", op, j, ErrHandshake)
+		}
+	}
+	p.used = true
+	for j, e := range remote {
+		var err error
+		if c.transport == TransportDC {
+			c.links[j].remote, err = c.dci.NewRemote(e)
+		} else {
+			err = c.links[j].qp.Connect(e)
+		}
+		if err != nil {
+			_ = c.close()
+			return nil, fmt.Errorf("%s: peer %d: %w", op, j, err)
+		}
+		c.links[j].ep = e
+	}
+	return &MultiChannel{c: c}, nil
+}
+
+// Close releases the queues of a channel that was never connected.
+func (p *PreparedMulti) Close() error { return p.c.close() }
+
+// close destroys everything the channel created, children first.
+func (c *core) close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var errs []error
+	add := func(err error) {
+		if err != nil && !errors.Is(err, ctx.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	if c.notifier != nil {
+		add(c.notifier.Close())
+	}
+	for i := range c.links {
+		l := &c.links[i]
+		if l.qp != nil {
+			add(l.qp.Close())
+		}
+		if l.remote != nil {
+			add(l.remote.Close())
+		}
+		if l.dct != nil {
+			add(l.dct.Close())
+		}
+	}
+	for _, s := range c.srqs {
+		add(s.Close())
+	}
+	if c.dci != nil {
+		add(c.dci.Close())
+	}
+	if c.cq != nil {
+		add(c.cq.Close())
+	}
+	return errors.Join(errs...)
+}

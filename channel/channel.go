@@ -1,0 +1,113 @@
+package channel
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/rc"
+)
+
+// Prepared is a Channel whose queue pair exists but is not connected: send
+// Endpoint to the peer, and Handshake with the peer's.
+type Prepared struct {
+	m *PreparedMulti
+}
+
+// Share adds mr to the regions the peer learns from Endpoint.
+func (p *Prepared) Share(mr *ctx.MemoryRegion) error { return p.m.Share(mr) }
+
+// Endpoint returns what the peer needs to connect: QPN, PSN, LID, GID, MTU
+// and the shared regions.
+func (p *Prepared) Endpoint() endpoint.Endpoint { return p.m.Endpoints()[0] }
+
+// Handshake connects the channel to the peer's endpoint. The endpoint is
+// checked before anything changes; garbage is refused and the prepared
+// channel may try again.
+func (p *Prepared) Handshake(remote endpoint.Endpoint) (*Channel, error) {
+	m, err := p.m.Handshake([]endpoint.Endpoint{remote})
+	if err != nil {
+		return nil, err
+	}
+	return &Channel{m: m}, nil
+}
+
+// HandshakeConn exchanges endpoints with the peer over conn (see
+// endpoint.Exchange: deadlines from ctx, the peer's bytes checked) and
+// connects.
+func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn) (*Channel, error) {
+	remote, err := endpoint.Exchange(c, conn, p.Endpoint())
+	if err != nil {
+		return nil, fmt.Errorf("channel: handshake: %w", err)
+	}
+	return p.Handshake(remote)
+}
+
+// Close releases the queue pair of a channel that was never connected.
+func (p *Prepared) Close() error { return p.m.Close() }
+
+// Channel is one connected queue pair to one peer with its completion
+// queue, in a protection domain the caller owns. Its requests' Peer field
+// must be 0 (the only peer). It offers the same three levels as
+// MultiChannel: blocking calls, Scope, and raw posts.
+//
+// A Channel is used by one goroutine at a time.
+type Channel struct {
+	m *MultiChannel
+}
+
+// Multi returns the channel as a MultiChannel of one peer, for code written
+// against MultiChannel.
+func (ch *Channel) Multi() *MultiChannel { return ch.m }
+
+// Remote returns the endpoint the peer sent in the handshake.
+func (ch *Channel) Remote() endpoint.Endpoint { return ch.m.Remote(0) }
+
+// RemoteRegion returns region i of those the peer shared.
+func (ch *Channel) RemoteRegion(i int) (endpoint.RemoteRegion, error) { return ch.m.RemoteRegion(0, i) }
+
+// QP returns the queue pair (nil for a DC channel).
+func (ch *Channel) QP() *rc.QP { return ch.m.QP(0) }
+
+// Send sends and waits for the completion.
+func (ch *Channel) Send(r SendRequest) error { return ch.m.Send(r) }
+
+// Receive posts a receive and waits for a message.
+func (ch *Channel) Receive(r RecvRequest) (Result, error) { return ch.m.Receive(r) }
+
+// Write writes and waits for the completion.
+func (ch *Channel) Write(r WriteRequest) error { return ch.m.Write(r) }
+
+// Read reads and waits for the data.
+func (ch *Channel) Read(r ReadRequest) error { return ch.m.Read(r) }
+
+// Scope runs fn with a scope and polls its work to completion (see
+// MultiChannel.Scope).
+func (ch *Channel) Scope(fn func(s *Scope) error) error { return ch.m.Scope(fn) }
+
+// PostSend posts a SEND without waiting.
+func (ch *Channel) PostSend(r SendRequest) (Pending, error) { return ch.m.PostSend(r) }
+
+// PostReceive posts a receive without waiting.
+func (ch *Channel) PostReceive(r RecvRequest) (Pending, error) { return ch.m.PostReceive(r) }
+
+// PostWrite posts an RDMA WRITE without waiting.
+func (ch *Channel) PostWrite(r WriteRequest) (Pending, error) { return ch.m.PostWrite(r) }
+
+// PostRead posts an RDMA READ without waiting.
+func (ch *Channel) PostRead(r ReadRequest) (Pending, error) { return ch.m.PostRead(r) }
+
+// Poll processes the completions that have arrived.
+func (ch *Channel) Poll() int { return ch.m.Poll() }
+
+// Outstanding returns the work requests posted and not yet completed.
+func (ch *Channel) Outstanding() int { return ch.m.Outstanding() }
+
+// Err returns the first problem met while polling that belongs to no work
+// request.
+func (ch *Channel) Err() error { return ch.m.Err() }
+
+// Close destroys the queue pair and the completion queue.
+func (ch *Channel) Close() error { return ch.m.Close() }

@@ -1,0 +1,70 @@
+package channel_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+)
+
+func testChannelBasics(t *testing.T, opts channel.Options) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	opts.Timeout = 10 * time.Second
+	ca, cb := pair(t, a, b, opts)
+
+	// SEND into a posted receive.
+	copy(a.bytes(), "hello, channel")
+	pend, err := cb.PostReceive(channel.RecvRequest{Local: b.sge(4096, 64)})
+	require.NoError(t, err)
+	require.False(t, pend.Done())
+	require.NoError(t, ca.Send(channel.SendRequest{Local: a.sge(0, 14)}))
+	require.NoError(t, pend.Wait())
+	res, ok := pend.Result()
+	require.True(t, ok)
+	require.Equal(t, uint32(14), res.ByteCount)
+	require.Equal(t, channel.OpRecv, res.Op)
+	require.False(t, res.WithImm)
+	require.Equal(t, "hello, channel", string(b.bytes()[4096:4110]))
+
+	// SEND with immediate data, received by a blocking Receive running
+	// while the sender posts.
+	done := make(chan channel.Result, 1)
+	go func() {
+		r, _ := cb.Receive(channel.RecvRequest{Local: b.sge(8192, 64)})
+		done <- r
+	}()
+	copy(a.bytes()[100:], "imm")
+	require.NoError(t, ca.Send(channel.SendRequest{Local: a.sge(100, 3), Imm: 0xc0ffee, WithImm: true}))
+	r := <-done
+	require.NoError(t, r.Err)
+	require.True(t, r.WithImm)
+	require.Equal(t, uint32(0xc0ffee), r.Imm)
+	require.Equal(t, "imm", string(b.bytes()[8192:8195]))
+
+	// RDMA WRITE and READ through the region the peer shared.
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(b.mr.Addr()), region.Address)
+	copy(a.bytes()[200:], "written remotely")
+	require.NoError(t, ca.Write(channel.WriteRequest{Local: a.sge(200, 16), Remote: channel.At(region, 12000)}))
+	require.Equal(t, "written remotely", string(b.bytes()[12000:12016]))
+	copy(b.bytes()[13000:], "read me back")
+	require.NoError(t, ca.Read(channel.ReadRequest{Local: a.sge(300, 12), Remote: channel.At(region, 13000)}))
+	require.Equal(t, "read me back", string(a.bytes()[300:312]))
+
+	require.Zero(t, ca.Outstanding())
+	require.Zero(t, cb.Outstanding())
+	require.NoError(t, ca.Err())
+	require.NoError(t, cb.Err())
+}
+
+func TestChannelRC(t *testing.T) { testChannelBasics(t, channel.Options{}) }
+func TestChannelDC(t *testing.T) {
+	testChannelBasics(t, channel.Options{Transport: channel.TransportDC})
+}
+func TestChannelEvents(t *testing.T) {
+	testChannelBasics(t, channel.Options{Events: true})
+}

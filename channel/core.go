@@ -1,0 +1,434 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// link is everything that reaches one peer.
+type link struct {
+	qp     *rc.QP                 // RC: the connected queue pair
+	remote *dc.Remote             // DC: the peer's DCT, reached from the DCI
+	dct    *dc.DCT                // DC: the target this peer sends to
+	srq    *dc.SharedReceiveQueue // DC: the receives of dct
+	ep     endpoint.Endpoint      // the peer's endpoint (after the handshake)
+}
+
+// Slot states.
+const (
+	slotFree uint8 = iota
+	slotPosted
+	slotDone
+	slotFailed
+)
+
+// slot is the completion record of one work request, indexed by its
+// sequence number (the work request id).
+type slot struct {
+	seq        uint64
+	peer       int32
+	op         Op
+	state      uint8
+	withImm    bool
+	scope      uint32
+	byteCount  uint32
+	imm        uint32
+	qpn        uint32
+	wqeCounter uint16
+	syndrome   prm.Syndrome
+	vendor     uint8
+	cqeOp      prm.CQEOpcode
+	sendOp     prm.Opcode
+}
+
+// core is the engine shared by Channel and MultiChannel over RC and DC:
+// posting with a work request id that names a completion record, polling
+// the one CQ every queue of the channel completes on, and waiting.
+type core struct {
+	transport Transport
+	links     []link
+	dci       *dc.DCI
+	poller    *rc.Poller
+	notifier  *completion.Notifier
+	slots     []slot
+	mask      uint64
+	seq       uint64 // the next work request id
+	pending   int    // work requests posted and not completed
+
+	scope      *Scope // the active scope, nil outside one
+	scopeState *Scope // reused by every scope
+	scopeID    uint32
+
+	timeout time.Duration
+	stray   error // the first completion that matched no work request
+
+	ctx    *ctx.Context
+	pd     *ctx.ProtectionDomain
+	cq     *ctx.CompletionQueue
+	srqs   []*dc.SharedReceiveQueue
+	closed bool
+}
+
+// peerLink returns the link of peer or nil.
+func (c *core) peerLink(peer int) *link {
+	if uint(peer) >= uint(len(c.links)) {
+		return nil
+	}
+	return &c.links[peer]
+}
+
+func (c *core) badPeer(peer int, op Op) error {
+	return &PeerError{Peer: peer, Op: op, Err: fmt.Errorf("%w (the channel has %d)", ErrPeer, len(c.links))}
+}
+
+// begin starts a send WQE to peer with the next work request id.
+func (c *core) begin(l *link) (wqebuilder.OpStage, error) {
+	if c.transport == TransportDC {
+		return c.dci.Post(c.seq, wqebuilder.Signaled, l.remote)
+	}
+	return l.qp.Post(c.seq, wqebuilder.Signaled)
+}
+
+// record fills the slot of the work request just posted and takes its id.
+func (c *core) record(peer int, op Op) uint64 {
+	seq := c.seq
+	s := &c.slots[seq&c.mask]
+	*s = slot{seq: seq, peer: int32(peer), op: op, state: slotPosted}
+	if c.scope != nil {
+		s.scope = c.scopeID
+		c.scope.outstanding++
+	}
+	c.seq++
+	c.pending++
+	return seq
+}
+
+// The post functions return the transport's own error (built once per
+// queue, so a refused post allocates nothing); callers wrap it in a
+// PeerError when they hand it to the user.
+
+// full reports whether err says a queue had no room: the caller may poll
+// and try again.
+func full(err error) bool {
+	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, rc.ErrReceiveQueueFull)
+}
+
+func (c *core) postSend(r *SendRequest) (uint64, error) {
+	l := c.peerLink(r.Peer)
+	if l == nil {
+		return 0, c.badPeer(r.Peer, OpSend)
+	}
+	st, err := c.begin(l)
+	if err != nil {
+		return 0, err
+	}
+	var ds wqebuilder.DataStage
+	if r.WithImm {
+		ds = st.SendImm(r.Imm)
+	} else {
+		ds = st.Send()
+	}
+	for i := range r.Local {
+		g := &r.Local[i]
+		ds = ds.SGE(g.Addr, g.Length, g.LKey)
+	}
+	if err := ds.FinishBlueFlame(); err != nil {
+		return 0, err
+	}
+	return c.record(r.Peer, OpSend), nil
+}
+
+func (c *core) postWrite(r *WriteRequest) (uint64, error) {
+	l := c.peerLink(r.Peer)
+	if l == nil {
+		return 0, c.badPeer(r.Peer, OpWrite)
+	}
+	st, err := c.begin(l)
+	if err != nil {
+		return 0, err
+	}
+	var ds wqebuilder.DataStage
+	if r.WithImm {
+		ds = st.RdmaWriteImm(r.Remote.Addr, r.Remote.RKey, r.Imm)
+	} else {
+		ds = st.RdmaWrite(r.Remote.Addr, r.Remote.RKey)
+	}
+	for i := range r.Local {
+		g := &r.Local[i]
+		ds = ds.SGE(g.Addr, g.Length, g.LKey)
+	}
+	if err := ds.FinishBlueFlame(); err != nil {
+		return 0, err
+	}
+	return c.record(r.Peer, OpWrite), nil
+}
+
+func (c *core) postRead(r *ReadRequest) (uint64, error) {
+	l := c.peerLink(r.Peer)
+	if l == nil {
+		return 0, c.badPeer(r.Peer, OpRead)
+	}
+	st, err := c.begin(l)
+	if err != nil {
+		return 0, err
+	}
+	ss := st.RdmaRead(r.Remote.Addr, r.Remote.RKey)
+	for i := range r.Local {
+		g := &r.Local[i]
+		ss = ss.SGE(g.Addr, g.Length, g.LKey)
+	}
+	if err := ss.FinishBlueFlame(); err != nil {
+		return 0, err
+	}
+	return c.record(r.Peer, OpRead), nil
+}
+
+func (c *core) postRecv(r *RecvRequest) (uint64, error) {
+	l := c.peerLink(r.Peer)
+	if l == nil {
+		return 0, c.badPeer(r.Peer, OpRecv)
+	}
+	var st rc.RecvStage
+	if c.transport == TransportDC {
+		st = l.srq.BeginRecv(c.seq)
+	} else {
+		st = l.qp.BeginRecv(c.seq)
+	}
+	for i := range r.Local {
+		g := &r.Local[i]
+		st = st.SGE(g.Addr, g.Length, g.LKey)
+	}
+	if err := st.FinishDoorbell(); err != nil {
+		return 0, err
+	}
+	return c.record(r.Peer, OpRecv), nil
+}
+
+// poll processes up to one batch of completions and returns how many it
+// found. It allocates only for a failed completion inside a scope.
+func (c *core) poll() int {
+	return c.poller.Poll(64, func(wc *rc.Completion) {
+		c.complete(wc)
+	})
+}
+
+// complete files one completion in its record.
+func (c *core) complete(wc *rc.Completion) {
+	s := &c.slots[wc.WRID&c.mask]
+	if wc.Status != rc.StatusOK || s.seq != wc.WRID || s.state != slotPosted {
+		c.strayCompletion(wc)
+		return
+	}
+	s.state = slotDone
+	s.byteCount = wc.ByteCount
+	if wc.Opcode == prm.CQERespSendImm || wc.Opcode == prm.CQERespWrImm {
+		s.imm, s.withImm = wc.Immediate, true
+	}
+	c.pending--
+	if wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr {
+		s.state = slotFailed
+		s.syndrome, s.vendor = wc.Syndrome, wc.VendorSyndrome
+		s.cqeOp, s.sendOp = wc.Opcode, wc.SendOpcode
+		s.qpn, s.wqeCounter = wc.QPN, wc.WQECounter
+	}
+	if c.scope != nil && s.scope == c.scopeID {
+		c.scope.outstanding--
+		if s.state == slotFailed {
+			c.scope.errs = append(c.scope.errs, s.err())
+		}
+	}
+}
+
+func (c *core) strayCompletion(wc *rc.Completion) {
+	if c.stray == nil {
+		c.stray = fmt.Errorf("channel: completion matching no work request: %w", (&rc.Completion{
+			WRID: wc.WRID, QPN: wc.QPN, Opcode: wc.Opcode, Status: wc.Status, WQECounter: wc.WQECounter,
+			Syndrome: wc.Syndrome, VendorSyndrome: wc.VendorSyndrome,
+		}).Err())
+	}
+}
+
+// err builds the error of a failed record.
+func (s *slot) err() error {
+	e := &completion.Error{
+		Status:         completion.StatusOf(s.syndrome),
+		Syndrome:       s.syndrome,
+		VendorSyndrome: s.vendor,
+		CQEOpcode:      s.cqeOp,
+		QPN:            s.qpn,
+		WQECounter:     s.wqeCounter,
+		WRID:           s.seq,
+		HasWRID:        true,
+	}
+	if s.cqeOp == prm.CQEReqErr {
+		e.Opcode = s.sendOp
+	}
+	return &PeerError{Peer: int(s.peer), Op: s.op, Err: e}
+}
+
+// result returns the result of a completed record.
+func (s *slot) result() Result {
+	r := Result{Peer: int(s.peer), Op: s.op, ByteCount: s.byteCount, Imm: s.imm, WithImm: s.withImm}
+	if s.state == slotFailed {
+		r.Err = s.err()
+	}
+	return r
+}
+
+// waiter paces a wait: it spins on the CQ, then yields the processor, then
+// (with a notifier) sleeps until a completion event; it reports a timeout.
+type waiter struct {
+	c     *core
+	idle  int
+	start time.Time
+}
+
+const (
+	spinPolls    = 64   // empty polls before yielding the processor
+	checkEvery   = 1024 // empty polls between clock reads
+	sleepAfter   = 4096 // empty polls before sleeping on the completion channel
+	eventTimeout = 10 * time.Millisecond
+)
+
+// idlePoll is called after a poll found nothing; it returns ErrTimeout
+// once the channel's timeout has passed.
+func (w *waiter) idlePoll() error {
+	w.idle++
+	if w.idle < spinPolls {
+		return nil
+	}
+	if w.c.timeout > 0 && w.idle%checkEvery == 0 {
+		now := time.Now()
+		if w.start.IsZero() {
+			w.start = now
+		} else if now.Sub(w.start) > w.c.timeout {
+			return fmt.Errorf("channel: %d work requests outstanding after %v: %w", w.c.pending, w.c.timeout, ErrTimeout)
+		}
+	}
+	if w.c.notifier != nil && w.idle >= sleepAfter {
+		// A bounded sleep: the timeout check above keeps running.
+		err := w.c.notifier.WaitTimeout(eventTimeout)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("channel: wait for completion event: %w", err)
+		}
+		return nil
+	}
+	runtime.Gosched()
+	return nil
+}
+
+func (w *waiter) progress() { w.idle = 0 }
+
+// waitSeq waits until the work request seq has completed.
+func (c *core) waitSeq(seq uint64) error {
+	w := waiter{c: c}
+	for {
+		s := &c.slots[seq&c.mask]
+		if s.seq != seq {
+			return ErrStale
+		}
+		if s.state == slotDone || s.state == slotFailed {
+			return nil
+		}
+		if c.poll() > 0 {
+			w.progress()
+			continue
+		}
+		if err := w.idlePoll(); err != nil {
+			return err
+		}
+	}
+}
+
+// waitRange waits until every work request from first to end-1 has
+// completed and returns their errors joined.
+func (c *core) waitRange(first, end uint64) error {
+	w := waiter{c: c}
+	for i := first; i < end; {
+		s := &c.slots[i&c.mask]
+		if s.seq != i {
+			return ErrStale
+		}
+		if s.state == slotDone || s.state == slotFailed {
+			i++
+			continue
+		}
+		if c.poll() > 0 {
+			w.progress()
+			continue
+		}
+		if err := w.idlePoll(); err != nil {
+			return err
+		}
+	}
+	return c.rangeErr(first, end)
+}
+
+// rangeErr joins the errors of the completed requests first..end-1.
+func (c *core) rangeErr(first, end uint64) error {
+	var errs []error
+	for i := first; i < end; i++ {
+		if s := &c.slots[i&c.mask]; s.seq == i && s.state == slotFailed {
+			errs = append(errs, s.err())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// makeRoom is called after a post found its queue full: it polls, and
+// paces the retries with w. It returns an error at the timeout.
+func (c *core) makeRoom(w *waiter) error {
+	if c.poll() > 0 {
+		w.progress()
+		return nil
+	}
+	return w.idlePoll()
+}
+
+// post posts one request of any kind, polling for room while its queue is
+// full. It returns the error of any other failure wrapped in a PeerError.
+func (c *core) post(op Op, peer int, send *SendRequest, recv *RecvRequest, write *WriteRequest, read *ReadRequest) (uint64, error) {
+	w := waiter{c: c}
+	for {
+		var seq uint64
+		var err error
+		switch op {
+		case OpSend:
+			seq, err = c.postSend(send)
+		case OpRecv:
+			seq, err = c.postRecv(recv)
+		case OpWrite:
+			seq, err = c.postWrite(write)
+		default:
+			seq, err = c.postRead(read)
+		}
+		if err == nil {
+			return seq, nil
+		}
+		if !full(err) {
+			return 0, wrap(peer, op, err)
+		}
+		if werr := c.makeRoom(&w); werr != nil {
+			return 0, wrap(peer, op, errors.Join(err, werr))
+		}
+	}
+}
+
+// wrap puts a post error in a PeerError unless it is one already.
+func wrap(peer int, op Op, err error) error {
+	if _, ok := err.(*PeerError); ok {
+		return err
+	}
+	return &PeerError{Peer: peer, Op: op, Err: err}
+}

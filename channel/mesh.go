@@ -1,0 +1,70 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/endpoint"
+)
+
+// The mesh helpers connect N ranks that each built a MultiChannel of N
+// peers: rank r's peer j is rank j, and its own index r is a queue pair
+// connected to itself (a loopback, useful for uniform collectives). Rank 0
+// listens and the others dial it (package endpoint's mesh), each checking
+// the others' endpoints.
+
+// AcceptMesh runs rank 0: it waits on l for the other ranks, swaps
+// endpoints and connects. l is closed when it returns.
+func (p *PreparedMulti) AcceptMesh(c context.Context, l *endpoint.MeshListener) (*MultiChannel, error) {
+	remote, err := l.Exchange(c, p.Endpoints())
+	if err != nil {
+		return nil, fmt.Errorf("channel: accept mesh: %w", err)
+	}
+	return p.Handshake(remote)
+}
+
+// DialMesh runs rank (1..Peers()-1): it dials rank 0 at address, swaps
+// endpoints and connects.
+func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int) (*MultiChannel, error) {
+	remote, err := endpoint.DialMesh(c, address, rank, p.Endpoints())
+	if err != nil {
+		return nil, fmt.Errorf("channel: dial mesh: %w", err)
+	}
+	return p.Handshake(remote)
+}
+
+// Mesh connects every rank of prepared, all in this process, over TCP on
+// address (e.g. "127.0.0.1:0"): prepared[i] becomes rank i. It is meant for
+// tests and tools. On error every prepared channel is closed.
+func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*MultiChannel, error) {
+	local := make([][]endpoint.Endpoint, len(prepared))
+	for i, p := range prepared {
+		if p.Peers() != len(prepared) {
+			return nil, fmt.Errorf("channel: mesh: rank %d has %d peers, the mesh %d ranks: %w", i, p.Peers(), len(prepared), ErrHandshake)
+		}
+		local[i] = p.Endpoints()
+	}
+	closeAll := func() {
+		for _, p := range prepared {
+			_ = p.Close()
+		}
+	}
+	remote, err := endpoint.Mesh(c, address, local)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("channel: mesh: %w", err)
+	}
+	out := make([]*MultiChannel, len(prepared))
+	var errs []error
+	for i, p := range prepared {
+		if out[i], err = p.Handshake(remote[i]); err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		closeAll()
+		return nil, fmt.Errorf("channel: mesh: %w", errors.Join(errs...))
+	}
+	return out, nil
+}

@@ -1,0 +1,158 @@
+package channel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+)
+
+// SGE is one local buffer of a work request: Length bytes at Addr in the
+// memory region whose local key is LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// Slice returns the SGE of n bytes at offset off of mr. It panics when the
+// range is not inside the region, like a slice expression.
+func Slice(mr *ctx.MemoryRegion, off, n int) SGE {
+	if off < 0 || n < 0 || uint64(off)+uint64(n) > mr.Len() || n > 1<<31 {
+		panic(fmt.Sprintf("channel: slice [%d:+%d] of a %d-byte region", off, n, mr.Len()))
+	}
+	return SGE{Addr: uint64(mr.Addr()) + uint64(off), Length: uint32(n), LKey: mr.LKey()}
+}
+
+// Remote is the target of an RDMA WRITE or READ: an address in the peer's
+// memory and the rkey of its region.
+type Remote struct {
+	Addr uint64
+	RKey uint32
+}
+
+// At returns the Remote off bytes into the region a peer shared.
+func At(r endpoint.RemoteRegion, off uint64) Remote {
+	return Remote{Addr: r.Address + off, RKey: r.RemoteKey}
+}
+
+// SendRequest is a SEND (with immediate data when WithImm is set) of the
+// Local buffers, in that order, to Peer.
+type SendRequest struct {
+	Peer    int
+	Local   []SGE
+	Imm     uint32
+	WithImm bool
+}
+
+// RecvRequest is a receive into the Local buffers of the next SEND from
+// Peer (or of an RDMA WRITE with immediate data, which consumes a receive).
+type RecvRequest struct {
+	Peer  int
+	Local []SGE
+}
+
+// WriteRequest is an RDMA WRITE of the Local buffers to Remote in Peer's
+// memory (with immediate data, which consumes a receive at the peer, when
+// WithImm is set).
+type WriteRequest struct {
+	Peer    int
+	Local   []SGE
+	Remote  Remote
+	Imm     uint32
+	WithImm bool
+}
+
+// ReadRequest is an RDMA READ from Remote in Peer's memory into the Local
+// buffers.
+type ReadRequest struct {
+	Peer   int
+	Local  []SGE
+	Remote Remote
+}
+
+// Op names the kind of a work request.
+type Op uint8
+
+// Work request kinds.
+const (
+	OpSend Op = iota + 1
+	OpRecv
+	OpWrite
+	OpRead
+)
+
+// String returns "send", "receive", "write" or "read".
+func (o Op) String() string {
+	switch o {
+	case OpSend:
+		return "send"
+	case OpRecv:
+		return "receive"
+	case OpWrite:
+		return "write"
+	case OpRead:
+		return "read"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Result is what a completed work request reports.
+type Result struct {
+	Peer int
+	Op   Op
+	// ByteCount is the number of bytes received (receives) or read
+	// (reads).
+	ByteCount uint32
+	// Imm is the immediate data of a receive that carried some (WithImm).
+	Imm     uint32
+	WithImm bool
+	// Err is nil, or a *PeerError wrapping the *completion.Error.
+	Err error
+}
+
+// Sentinel errors.
+var (
+	// ErrPeer: a peer index out of range.
+	ErrPeer = errors.New("no such peer")
+	// ErrTimeout: a blocking call or scope waited longer than
+	// Options.Timeout; its work is still outstanding.
+	ErrTimeout = errors.New("timed out waiting for completions")
+	// ErrStale: a Pending whose completion record was reused because more
+	// work requests were posted after it than the channel tracks (see
+	// Pending).
+	ErrStale = errors.New("completion record reused")
+	// ErrNestedScope: Scope was called inside a scope.
+	ErrNestedScope = errors.New("scope inside a scope")
+	// ErrUsed: Handshake was called twice on one prepared channel.
+	ErrUsed = errors.New("prepared channel already used")
+	// ErrHandshake: the remote endpoints do not fit the channel (count,
+	// transport, missing DCT number).
+	ErrHandshake = errors.New("handshake refused")
+	// ErrClosed: the channel has been closed.
+	ErrClosed = errors.New("channel closed")
+)
+
+// PeerError is the error of one work request: the peer, the kind of
+// request, and the cause (a *completion.Error for a failed completion, or
+// the error of a refused post). errors.Is and errors.As see through it.
+type PeerError struct {
+	Peer int
+	Op   Op
+	Err  error
+}
+
+// Error reads "channel: write to peer 3: completion: RDMA_WRITE on QPN …".
+func (e *PeerError) Error() string {
+	dir := "to"
+	if e.Op == OpRecv || e.Op == OpRead {
+		dir = "from"
+	}
+	return fmt.Sprintf("channel: %v %s peer %d: %v", e.Op, dir, e.Peer, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *PeerError) Unwrap() error { return e.Err }
+
+var _ error = (*PeerError)(nil)

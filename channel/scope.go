@@ -1,0 +1,188 @@
+package channel
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Scope is the middle level of control: work posted through it may be
+// polled piece by piece (each post returns a Pending), and whatever is left
+// is polled to completion before Scope returns. Every error is reported:
+// the function's own, each failed completion (as a *PeerError wrapping a
+// *completion.Error with the syndrome), and a timeout, joined.
+//
+// A queue that is full when the scope posts is polled until it has room,
+// so a scope may post more than the queues hold at once. A Scope is valid
+// only inside the function given to MultiChannel.Scope.
+type Scope struct {
+	c           *core
+	outstanding int
+	errs        []error
+	active      bool
+}
+
+// Scope runs fn with a scope and, when fn returns, polls until every work
+// request posted through the scope has completed. It returns the errors of
+// fn, of every failed request and of the wait, joined (nil when there are
+// none). With Options.Timeout set, a wait that outlasts it returns
+// ErrTimeout and leaves the rest outstanding. The scope itself is reused:
+// Scope allocates nothing unless work fails.
+func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
+	c := m.c
+	if c.scope != nil {
+		return fmt.Errorf("channel: scope: %w", ErrNestedScope)
+	}
+	if c.scopeState == nil {
+		c.scopeState = &Scope{c: c}
+	}
+	s := c.scopeState
+	s.outstanding, s.errs, s.active = 0, s.errs[:0], true
+	c.scopeID++
+	c.scope = s
+	ferr := fn(s)
+	werr := s.drain()
+	c.scope = nil
+	s.active = false
+	if ferr == nil && werr == nil && len(s.errs) == 0 {
+		return nil
+	}
+	all := make([]error, 0, len(s.errs)+2)
+	all = append(all, ferr)
+	all = append(all, s.errs...)
+	all = append(all, werr)
+	clear(s.errs)
+	return errors.Join(all...)
+}
+
+// drain polls until the scope has nothing outstanding.
+func (s *Scope) drain() error {
+	w := waiter{c: s.c}
+	for s.outstanding > 0 {
+		if s.c.poll() > 0 {
+			w.progress()
+			continue
+		}
+		if err := w.idlePoll(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Outstanding returns the number of the scope's requests not yet
+// completed.
+func (s *Scope) Outstanding() int { return s.outstanding }
+
+// Poll processes the completions that have arrived (one batch).
+func (s *Scope) Poll() int { return s.c.poll() }
+
+func (s *Scope) check() error {
+	if !s.active {
+		return fmt.Errorf("channel: scope used after it returned: %w", ErrClosed)
+	}
+	return nil
+}
+
+// PostSend posts a SEND in the scope.
+func (s *Scope) PostSend(r SendRequest) (Pending, error) {
+	if err := s.check(); err != nil {
+		return Pending{}, err
+	}
+	seq, err := s.c.post(OpSend, r.Peer, &r, nil, nil, nil)
+	return Pending{s.c, seq}, err
+}
+
+// PostReceive posts a receive in the scope.
+func (s *Scope) PostReceive(r RecvRequest) (Pending, error) {
+	if err := s.check(); err != nil {
+		return Pending{}, err
+	}
+	seq, err := s.c.post(OpRecv, r.Peer, nil, &r, nil, nil)
+	return Pending{s.c, seq}, err
+}
+
+// PostWrite posts an RDMA WRITE in the scope.
+func (s *Scope) PostWrite(r WriteRequest) (Pending, error) {
+	if err := s.check(); err != nil {
+		return Pending{}, err
+	}
+	seq, err := s.c.post(OpWrite, r.Peer, nil, nil, &r, nil)
+	return Pending{s.c, seq}, err
+}
+
+// PostRead posts an RDMA READ in the scope.
+func (s *Scope) PostRead(r ReadRequest) (Pending, error) {
+	if err := s.check(); err != nil {
+		return Pending{}, err
+	}
+	seq, err := s.c.post(OpRead, r.Peer, nil, nil, nil, &r)
+	return Pending{s.c, seq}, err
+}
+
+// PostScatterSend posts every send; it stops at the first refused post.
+func (s *Scope) PostScatterSend(reqs []SendRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	for i := range reqs {
+		if _, err := s.c.post(OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PostScatterWrite posts every write; it stops at the first refused post.
+func (s *Scope) PostScatterWrite(reqs []WriteRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	for i := range reqs {
+		if _, err := s.c.post(OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PostGatherReceive posts every receive; it stops at the first refused
+// post.
+func (s *Scope) PostGatherReceive(reqs []RecvRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	for i := range reqs {
+		if _, err := s.c.post(OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PostGatherRead posts every read; it stops at the first refused post.
+func (s *Scope) PostGatherRead(reqs []ReadRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	for i := range reqs {
+		if _, err := s.c.post(OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PostMulticastSend posts the same send (r.Peer is ignored) to every peer
+// in peers; it stops at the first refused post.
+func (s *Scope) PostMulticastSend(peers []int, r SendRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	for _, p := range peers {
+		r.Peer = p
+		if _, err := s.c.post(OpSend, p, &r, nil, nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
