@@ -4,6 +4,7 @@
 package transporttest
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -97,7 +98,8 @@ func (e *Env) LKey(i int) uint32 { return e.MR[i].LKey() }
 func (e *Env) RKey(i int) uint32 { return e.MR[i].RKey() }
 
 // Drain runs the model and returns every completion the pollers have now,
-// copied.
+// copied. It fails the test on a poller error other than ErrUnknownQPN
+// (which the tests that provoke it check themselves).
 func (e *Env) Drain(ps ...Poller) []transport.Completion {
 	e.T.Helper()
 	e.Run()
@@ -105,7 +107,9 @@ func (e *Env) Drain(ps ...Poller) []transport.Completion {
 	for _, p := range ps {
 		for p.Poll(64, func(c *transport.Completion) { out = append(out, *c) }) > 0 {
 		}
-		require.NoError(e.T, p.Err())
+		if err := p.Err(); err != nil && !errors.Is(err, transport.ErrUnknownQPN) {
+			require.NoError(e.T, err)
+		}
 	}
 	return out
 }

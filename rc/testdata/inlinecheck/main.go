@@ -1,19 +1,21 @@
-// Command inlinecheck posts and polls through package rc the way an
-// application does, importing only rc and wqebuilder. TestInlining builds it
-// with -gcflags=-m and -S and checks what the compiler inlined into these
-// functions.
+// Command inlinecheck posts and polls through packages rc, dc and ud the
+// way an application does (it imports those and wqebuilder, not the
+// internal packages). TestInlining builds it with -gcflags=-m and -S and
+// checks what the compiler inlined into these functions.
 package main
 
 import (
 	"fmt"
 
+	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 var sink uint64
 
-// PostWrite posts one RDMA write.
+// PostWrite posts one RDMA write on an RC QP.
 func PostWrite(qp *rc.QP, raddr uint64, rkey uint32, addr uint64, n, lkey uint32) error {
 	s, err := qp.Post(1, wqebuilder.Signaled)
 	if err != nil {
@@ -22,8 +24,26 @@ func PostWrite(qp *rc.QP, raddr uint64, rkey uint32, addr uint64, n, lkey uint32
 	return s.RdmaWrite(raddr, rkey).SGE(addr, n, lkey).Finish()
 }
 
-// PollCompletions polls with a function literal.
-func PollCompletions(p *rc.Poller) int {
+// PostDC posts one RDMA write from a DCI.
+func PostDC(d *dc.DCI, r *dc.Remote, raddr uint64, rkey uint32, addr uint64, n, lkey uint32) error {
+	s, err := d.Post(1, wqebuilder.Signaled, r)
+	if err != nil {
+		return err
+	}
+	return s.RdmaWrite(raddr, rkey).SGE(addr, n, lkey).Finish()
+}
+
+// PostUD posts one UD send.
+func PostUD(q *ud.QP, r *ud.Remote, addr uint64, n, lkey uint32) error {
+	s, err := q.Post(1, wqebuilder.Signaled, r)
+	if err != nil {
+		return err
+	}
+	return s.Send().SGE(addr, n, lkey).Finish()
+}
+
+// PollRC polls with a function literal.
+func PollRC(p *rc.Poller) int {
 	return p.Poll(64, func(c *rc.Completion) {
 		if c.Status == rc.StatusOK {
 			sink += c.WRID + uint64(c.ByteCount)
@@ -31,6 +51,24 @@ func PollCompletions(p *rc.Poller) int {
 	})
 }
 
+// PollDC polls with a function literal.
+func PollDC(p *dc.Poller) int {
+	return p.Poll(64, func(c *dc.Completion) {
+		if c.Status == dc.StatusOK {
+			sink += c.WRID + uint64(c.ByteCount)
+		}
+	})
+}
+
+// PollUD polls with a function literal.
+func PollUD(p *ud.Poller) int {
+	return p.Poll(64, func(c *ud.Completion) {
+		if c.Status == ud.StatusOK {
+			sink += c.WRID + uint64(c.SourceQPN)
+		}
+	})
+}
+
 func main() {
-	fmt.Println(PostWrite, PollCompletions)
+	fmt.Println(PostWrite, PostDC, PostUD, PollRC, PollDC, PollUD)
 }

@@ -1,0 +1,112 @@
+package rc_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// goTool finds the go command that runs the tests.
+func goTool(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	t.Fatal("the go command is not on PATH and GOROOT is unset: cannot check inlining")
+	return ""
+}
+
+// buildInlineCheck compiles testdata/inlinecheck with the given -gcflags and
+// returns the compiler's output.
+func buildInlineCheck(t *testing.T, gcflags string) string {
+	t.Helper()
+	cmd := exec.Command(goTool(t), "build", "-gcflags="+gcflags, "-o", os.DevNull, "./testdata/inlinecheck")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
+const mod = "github.com/mlx5kit/mlx5kit/"
+
+// TestInlining proves what a program that imports only rc, dc, ud and
+// wqebuilder gets: each Poller's Poll, the function literal given to it and
+// monocq's batch iteration are compiled into the caller's function, which
+// then calls only monocq's Ready (once per non-empty batch) and the
+// dispatcher (once per CQE: the QPN lookup and the retiring of work
+// requests); a post is one call into the transport (the state check and
+// wqebuilder's Begin) and the WQE stages inline.
+func TestInlining(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program twice; skipped with -short")
+	}
+	m := buildInlineCheck(t, "-m")
+	for _, want := range []string{
+		`inlining call to rc\.\(\*QP\)\.Post\n`,
+		`inlining call to rc\.\(\*Poller\)\.Poll\n`,
+		`inlining call to dc\.\(\*Poller\)\.Poll\n`,
+		`inlining call to ud\.\(\*Poller\)\.Poll\n`,
+		`inlining call to PollRC\.func1\n`,
+		`inlining call to PollDC\.func1\n`,
+		`inlining call to PollUD\.func1\n`,
+		`inlining call to PollRC\.\(\*Poller\)\.Poll\.func\d+\n`,
+		`inlining call to monocq\.\(\*CQ\)\.All\n`,
+		`inlining call to transport\.\(\*Dispatcher\)\.Ring\n`,
+		`inlining call to wqebuilder\.OpStage\.RdmaWrite\n`,
+		`inlining call to wqebuilder\.DatagramStage\.Send\n`,
+	} {
+		require.Regexp(t, regexp.MustCompile(want), m)
+	}
+
+	calls := map[string][]string{}
+	fn := ""
+	textRE := regexp.MustCompile(`^(\S+) STEXT`)
+	callRE := regexp.MustCompile(`\tCALL\t(\S+)\(SB\)`)
+	for _, line := range strings.Split(buildInlineCheck(t, "-S"), "\n") {
+		if mm := textRE.FindStringSubmatch(line); mm != nil {
+			fn = mm[1]
+		} else if mm := callRE.FindStringSubmatch(line); mm != nil {
+			calls[fn] = append(calls[fn], mm[1])
+		}
+	}
+	runtimeOK := func(c string) bool {
+		return strings.HasPrefix(c, "runtime.morestack") || strings.HasPrefix(c, "runtime.panic")
+	}
+	for _, f := range []string{"main.PollRC", "main.PollDC", "main.PollUD"} {
+		require.Contains(t, calls, f, "no code for %s", f)
+		for _, c := range calls[f] {
+			ok := c == mod+"monocq.(*CQ).Ready" || c == mod+"internal/transport.(*Dispatcher).Dispatch" || runtimeOK(c)
+			require.True(t, ok, "%s calls %s", f, c)
+		}
+		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
+	}
+	for f, entry := range map[string]string{
+		"main.PostWrite": mod + "internal/transport.Begin",
+		"main.PostDC":    mod + "dc.(*DCI).Post",
+		"main.PostUD":    mod + "ud.(*QP).Post",
+	} {
+		require.Contains(t, calls, f, "no code for %s", f)
+		n := 0
+		for _, c := range calls[f] {
+			switch {
+			case c == entry:
+				n++
+			case strings.HasPrefix(c, mod+"wqebuilder."), runtimeOK(c):
+				// The stages' own calls are wqebuilder's business.
+			default:
+				t.Errorf("%s calls %s", f, c)
+			}
+		}
+		require.Equal(t, 1, n, "%s calls %s once: %v", f, entry, calls[f])
+		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
+	}
+}

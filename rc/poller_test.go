@@ -1,0 +1,82 @@
+package rc_test
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// cqeImage builds a raw CQE the model would not produce.
+func cqeImage(op prm.CQEOpcode, qpn uint32, counter uint16, synd prm.Syndrome) [prm.CQE64Size]byte {
+	var b [prm.CQE64Size]byte
+	p := unsafe.Pointer(&b)
+	prm.Store32(unsafe.Add(p, prm.CQESopDropQPN), uint32(prm.OpRdmaWrite)<<prm.CQESendOpShift|qpn)
+	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), counter)
+	b[prm.ErrCQESyndrome] = uint8(synd)
+	b[prm.CQEOpOwn] = prm.OpOwn(op, prm.CQEFormatNone, false, 0)
+	return b
+}
+
+func TestPollerReportsWhatItCannotMatch(t *testing.T) {
+	x := newPair(t, rc.Config{SendDepth: 16, RecvDepth: 4, MaxInline: 32})
+	e, p, qp := x.e, x.p[0], x.qp[0]
+	cqn := x.cq[0].CQN()
+
+	// A CQE for a QPN nobody added.
+	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, 0xabcdef, 0, 0)))
+	c := e.One(p)
+	require.Equal(t, rc.StatusUnknownQPN, c.Status)
+	require.Nil(t, c.Queue)
+	require.Equal(t, uint32(0xabcdef), c.QPN)
+	require.ErrorIs(t, c.Err(), rc.ErrUnknownQPN)
+	require.ErrorIs(t, p.Err(), rc.ErrUnknownQPN)
+	require.Equal(t, uint64(1), p.Stats().UnknownQPN)
+
+	// A send completion naming no outstanding WQE changes nothing.
+	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, qp.QPN(), 77, 0)))
+	c = e.One(p)
+	require.Equal(t, rc.StatusUnmatched, c.Status)
+	require.Same(t, &qp.Queue, c.Queue)
+	require.ErrorIs(t, c.Err(), rc.ErrUnmatched)
+	require.Equal(t, uint64(1), qp.Unmatched())
+	require.Equal(t, rc.StateReady, qp.State())
+
+	// A receive completion on a QP with nothing posted.
+	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQERespSend, qp.QPN(), 0, 0)))
+	require.Equal(t, rc.StatusUnmatched, e.One(p).Status)
+
+	// An opcode a QP never gets.
+	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEResizeCQ, qp.QPN(), 0, 0)))
+	c = e.One(p)
+	require.Equal(t, rc.StatusUnexpected, c.Status)
+	require.Error(t, c.Err())
+
+	// An error CQE with a syndrome the PRM does not define, for a WQE in
+	// flight: reported by value, the WQE retired, the QP in error.
+	s, err := qp.Post(42, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, s.Nop().Finish())
+	counter := uint16(qp.SendQueue().ProducerIndex() - 1)
+	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReqErr, qp.QPN(), counter, 0x77)))
+	c = pollOne(t, p)
+	require.Equal(t, rc.StatusError, c.Status)
+	require.Equal(t, uint64(42), c.WRID)
+	require.ErrorIs(t, c.Err(), monocq.ErrUnknownSyndrome)
+	require.Contains(t, c.Err().Error(), "0x77")
+	require.Equal(t, rc.StateError, qp.State())
+	require.Zero(t, qp.SendQueue().Outstanding())
+}
+
+// pollOne polls without running the model.
+func pollOne(t *testing.T, p *rc.Poller) rc.Completion {
+	var out []rc.Completion
+	p.Poll(16, func(c *rc.Completion) { out = append(out, *c) })
+	require.Len(t, out, 1)
+	return out[0]
+}
