@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -233,6 +235,48 @@ func contains(ms []Mode, m Mode) bool {
 	return false
 }
 
+// TestModeFromEnv checks, in this process, the mode each value of
+// MLX5KIT_BLUEFLAME selects at start.
+func TestModeFromEnv(t *testing.T) {
+	def, err := modeFromEnv("")
+	require.NoError(t, err)
+	require.Equal(t, AvailableModes()[0], def, "unset selects the default")
+	for _, m := range AvailableModes() {
+		got, err := modeFromEnv(m.String())
+		require.NoError(t, err, "mode %s", m)
+		require.Equal(t, m, got)
+	}
+	for m := ModeGeneric; m <= ModeNEON; m++ {
+		if slices.Contains(AvailableModes(), m) {
+			continue
+		}
+		_, err := modeFromEnv(m.String())
+		require.ErrorIs(t, err, ErrModeUnavailable, "mode %s", m)
+	}
+	_, err = modeFromEnv("bogus")
+	require.ErrorIs(t, err, ErrUnknownMode)
+	require.Contains(t, err.Error(), "bogus")
+}
+
+// reexec returns a command that runs this test binary again. Under
+// emulation (MLX5KIT_EMULATED set, as make test-arm64 does) the binary is
+// started through the same qemu-user emulator, named by MLX5KIT_QEMU or
+// found on PATH, because the host kernel cannot run it directly without
+// binfmt_misc.
+func reexec(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	if os.Getenv("MLX5KIT_EMULATED") == "" {
+		return exec.Command(os.Args[0], args...)
+	}
+	qemu := os.Getenv("MLX5KIT_QEMU")
+	if qemu == "" {
+		qemu = "qemu-" + map[string]string{"arm64": "aarch64", "amd64": "x86_64"}[runtime.GOARCH] + "-static"
+	}
+	path, err := exec.LookPath(qemu)
+	require.NoError(t, err, "MLX5KIT_EMULATED is set: the emulator must be on PATH")
+	return exec.Command(path, append([]string{os.Args[0]}, args...)...)
+}
+
 // TestEnvForcesMode starts the test binary again with MLX5KIT_BLUEFLAME set
 // and checks the mode it reports, and that a bad name stops the program.
 func TestEnvForcesMode(t *testing.T) {
@@ -242,17 +286,13 @@ func TestEnvForcesMode(t *testing.T) {
 		}
 		os.Exit(0)
 	}
-	if os.Getenv("MLX5KIT_EMULATED") != "" {
-		// Under qemu-user the test binary cannot start itself again.
-		t.Skip("MLX5KIT_EMULATED: cannot re-execute the test binary")
-	}
 	for _, m := range AvailableModes() {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestEnvForcesMode$")
+		cmd := reexec(t, "-test.run=^TestEnvForcesMode$")
 		cmd.Env = append(os.Environ(), EnvMode+"="+m.String(), "BLUEFLAME_TEST_REPORT="+m.String())
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "mode %s: %s", m, out)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvForcesMode$")
+	cmd := reexec(t, "-test.run=^TestEnvForcesMode$")
 	cmd.Env = append(os.Environ(), EnvMode+"=bogus", "BLUEFLAME_TEST_REPORT=x")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError

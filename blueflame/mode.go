@@ -95,18 +95,29 @@ func SetMode(m Mode) error {
 	return nil
 }
 
-func init() {
-	activeMode = availableModes[0]
-	postFn = modePost(activeMode)
-	name, ok := os.LookupEnv(EnvMode)
-	if !ok || name == "" {
-		return
+// modeFromEnv returns the mode that the value of MLX5KIT_BLUEFLAME selects
+// at start: the default for an empty value, the named mode when this machine
+// can run it, an error otherwise.
+func modeFromEnv(name string) (Mode, error) {
+	if name == "" {
+		return availableModes[0], nil
 	}
 	m, err := ParseMode(name)
-	if err == nil {
-		err = SetMode(m)
+	if err != nil {
+		return 0, err
 	}
+	if !slices.Contains(availableModes, m) {
+		return 0, fmt.Errorf("blueflame: set mode %s: %w", m, ErrModeUnavailable)
+	}
+	return m, nil
+}
+
+func init() {
+	name := os.Getenv(EnvMode)
+	m, err := modeFromEnv(name)
 	if err != nil {
 		panic(fmt.Sprintf("%s=%s: %v", EnvMode, name, err))
 	}
+	activeMode = m
+	postFn = modePost(m)
 }
