@@ -6,14 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/affinity"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/internal/histogram"
-	"github.com/mlx5kit/mlx5kit/rc"
-	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // pingSizes are the payloads of the latency benchmarks.
@@ -38,6 +33,9 @@ type rtStats struct {
 	pollCycles uint64
 	overhead   uint64 // one Now-to-Now interval, subtracted from each span
 	spins      uint64 // empty polls, to yield on a shared CPU
+	// step, when set, runs a manual-mode model in place of a device
+	// whenever a poll finds nothing (tests only).
+	step func()
 }
 
 func newRTStats() *rtStats {
@@ -112,151 +110,9 @@ func pin(b *testing.B) {
 // HCA's engine still gets to run.
 const yieldEvery = 1 << 12
 
-// rcPair is two connected RC queue pairs, one per side, each with a CQ for
-// its sends and receives and a poller.
-type rcPair struct {
-	e  *pingEnv
-	qp [2]*rc.QP
-	cq [2]*ctx.CompletionQueue
-	p  [2]*rc.Poller
-	// inline reports whether the payload goes inline.
-	inline bool
-}
-
-func newRCPair(tb testing.TB, e *pingEnv, depth uint32, size int) *rcPair {
-	x := &rcPair{e: e}
-	for i := range 2 {
-		cq, err := e.s[i].c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 2*depth + 2})
-		require.NoError(tb, err)
-		x.cq[i] = cq
-		x.p[i], err = rc.NewPoller(cq)
-		require.NoError(tb, err)
-		qp, err := rc.New(e.s[i].pd, cq, nil, rc.Config{SendDepth: depth, RecvDepth: depth, MaxInline: pingMaxInline})
-		require.NoError(tb, err)
-		require.NoError(tb, x.p[i].Add(&qp.Queue))
-		x.qp[i] = qp
-	}
-	require.NoError(tb, x.qp[0].Connect(x.qp[1].Endpoint()))
-	require.NoError(tb, x.qp[1].Connect(x.qp[0].Endpoint()))
-	x.inline = size <= int(x.qp[0].Limits().MaxInline)
-	tb.Cleanup(func() {
-		for i := range 2 {
-			require.NoError(tb, x.qp[i].Close())
-			require.NoError(tb, x.cq[i].Close())
-		}
-	})
-	return x
-}
-
-// writeImm posts an RDMA_WRITE_IMM of size bytes from side i to side 1-i at
-// dst, inline when the pair allows it, signaled, with BlueFlame.
-func (x *rcPair) writeImm(i int, wrid uint64, size, dst int) error {
-	src, peer := &x.e.s[i], &x.e.s[1-i]
-	s, err := x.qp[i].Post(wrid, wqebuilder.Signaled)
-	if err != nil {
-		return err
-	}
-	d := s.RdmaWriteImm(peer.addr(dst), peer.mr.RKey(), uint32(wrid))
-	if x.inline {
-		return d.Inline(src.buf.Bytes()[srcOff : srcOff+size]).FinishBlueFlame()
-	}
-	return d.SGE(src.addr(srcOff), uint32(size), src.mr.LKey()).FinishBlueFlame()
-}
-
-// waitRecv polls side i until a receive completion arrives, taking the send
-// completions it meets on the way. It returns false on an error completion.
-func (x *rcPair) waitRecv(i int, st *rtStats) bool {
-	p := x.p[i]
-	ok, got := true, false
-	for !got {
-		t0 := cycles.Now()
-		n := p.Poll(4, func(c *rc.Completion) {
-			if c.Status != rc.StatusOK {
-				ok = false
-			}
-			if !c.IsSend() {
-				got = true
-			}
-		})
-		if n == 0 {
-			if st.spins++; st.spins%yieldEvery == 0 {
-				runtime.Gosched()
-			}
-			continue
-		}
-		st.pollCycles += st.span(t0)
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// rcWriteImmRoundTrip is one round trip: side 0 writes with immediate to
-// side 1, side 1 sees the receive completion, reposts the receive and writes
-// back, side 0 sees the receive completion.
-func (x *rcPair) rcWriteImmRoundTrip(id uint64, size int, st *rtStats) bool {
-	t0 := cycles.Now()
-	if x.writeImm(0, id, size, pingOff) != nil {
-		return false
-	}
-	st.postCycles += st.span(t0)
-	if !x.waitRecv(1, st) {
-		return false
-	}
-	t1 := cycles.Now()
-	if x.qp[1].PostRecv(id, 0, 0, 0) != nil || x.writeImm(1, id, size, pongOff) != nil {
-		return false
-	}
-	st.postCycles += st.span(t1)
-	if !x.waitRecv(0, st) {
-		return false
-	}
-	t2 := cycles.Now()
-	if x.qp[0].PostRecv(id, 0, 0, 0) != nil {
-		return false
-	}
-	st.postCycles += st.span(t2)
-	st.hist.Record(cycles.Now() - t0)
-	return true
-}
-
 func sizeName(n int) string {
 	if n >= 1024 {
 		return fmt.Sprintf("%dKiB", n/1024)
 	}
 	return fmt.Sprintf("%dB", n)
-}
-
-// BenchmarkPingpong is the latency ping-pong at queue depth 1, signaled,
-// with BlueFlame, inline up to pingMaxInline bytes: one op is one round
-// trip. It runs on the first mlx5 device when there is one and on the
-// software HCA otherwise (the "provider:" line says which).
-func BenchmarkPingpong(b *testing.B) {
-	e := sharedEnv(b)
-	for _, size := range pingSizes {
-		b.Run("rc-write-imm/"+sizeName(size), func(b *testing.B) {
-			x := newRCPair(b, e, 16, size)
-			for i := range 2 {
-				require.NoError(b, x.qp[i].PostRecv(0, 0, 0, 0))
-			}
-			st := newRTStats()
-			pin(b)
-			// Warm up outside the measurement: the first round trips
-			// fault in pages and wake the engine.
-			for i := 0; i < 100; i++ {
-				require.True(b, x.rcWriteImmRoundTrip(uint64(i), size, st))
-			}
-			st = newRTStats()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if !x.rcWriteImmRoundTrip(uint64(i), size, st) {
-					b.Fatalf("round trip %d failed", i)
-				}
-			}
-			b.StopTimer()
-			st.report(b)
-		})
-	}
 }
