@@ -4,8 +4,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 )
 
 // newPoller creates a CQ on HCA i and a Poller for it.
