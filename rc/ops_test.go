@@ -13,103 +13,12 @@ import (
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
-// Buffer layout of the data tests (both sides): sources, destinations.
 const (
-	srcOff = 0
-	dstOff = 2 << 20
-	gap    = 96 // between the pieces of a scatter/gather list
+	srcOff = transporttest.SrcOff
+	dstOff = transporttest.DstOff
 )
 
-// payload says how a WQE carries its bytes.
-type payload int
-
-const (
-	inline payload = iota // one inline segment
-	sge1                  // one data segment
-	sgeN                  // up to 4 data segments
-	mixed                 // data segments, then inline data
-)
-
-func (p payload) String() string { return [...]string{"inline", "sge1", "sgeN", "mixed"}[p] }
-
-var sizes = []int{0, 1, 3, 12, 16, 17, 31, 32, 33, 48, 60, 64, 65, 100, 128, 255, 256, 300, 444, 512, 1000, 4095, 4096, 4097, 9000, 32768, 65536}
-
-// gatherList writes data at side i in pieces (with gaps between them) and
-// returns each piece's address and length.
-func gatherList(e *transporttest.Env, i int, data []byte, pieces []int) (addr []uint64, n []uint32) {
-	off := srcOff
-	pos := 0
-	for _, k := range pieces {
-		copy(e.Mem(i, off, k), data[pos:pos+k])
-		addr = append(addr, e.Addr(i, off))
-		n = append(n, uint32(k))
-		pos += k
-		off += k + gap
-	}
-	return addr, n
-}
-
-// withPayload adds data to a send or write stage the way p says. ok is
-// false when the queue cannot carry it that way.
-func withPayload(e *transporttest.Env, qp *rc.QP, s wqebuilder.DataStage, data []byte, p payload, r *rand.Rand) (finish func() error, ok bool) {
-	lim := qp.Limits()
-	n := len(data)
-	switch p {
-	case inline:
-		if n > int(lim.MaxInline) {
-			return nil, false
-		}
-		return s.Inline(data).FinishBlueFlame, true
-	case sge1:
-		a, l := gatherList(e, 0, data, []int{n})
-		return s.SGE(a[0], l[0], e.LKey(0)).FinishBlueFlame, true
-	case sgeN:
-		a, l := gatherList(e, 0, data, transporttest.Split(n, int(min(lim.MaxSendSGE, 4)), r))
-		for k := range a {
-			s = s.SGE(a[k], l[k], e.LKey(0))
-		}
-		return s.FinishBlueFlame, true
-	default:
-		tail := min(n/2, int(lim.MaxInline))
-		head := n - tail
-		if tail == 0 || head == 0 {
-			return nil, false
-		}
-		a, l := gatherList(e, 0, data[:head], transporttest.Split(head, int(min(lim.MaxSendSGE-1, 2)), r))
-		for k := range a {
-			s = s.SGE(a[k], l[k], e.LKey(0))
-		}
-		return s.Inline(data[head:]).FinishBlueFlame, true
-	}
-}
-
-// piece is one buffer of a scatter list.
-type piece struct{ off, n int }
-
-// scatterRecv posts a receive of n bytes split in pieces at the peer's
-// destination area and returns the pieces, for checking.
-func scatterRecv(t *testing.T, e *transporttest.Env, qp *rc.QP, wrid uint64, n int, r *rand.Rand) []piece {
-	s := qp.BeginRecv(wrid)
-	off := dstOff
-	var out []piece
-	for _, k := range transporttest.Split(n, int(qp.MaxRecvSGE()), r) {
-		e.Poison(1, off, k)
-		s = s.SGE(e.Addr(1, off), uint32(k), e.LKey(1))
-		out = append(out, piece{off, k})
-		off += k + 2*transporttest.Guard
-	}
-	require.NoError(t, s.FinishDoorbell())
-	return out
-}
-
-// checkScatter requires the pieces at side i to hold data in order.
-func checkScatter(e *transporttest.Env, i int, pieces []piece, data []byte, what string) {
-	pos := 0
-	for k, p := range pieces {
-		e.Expect(i, p.off, data[pos:pos+p.n], fmt.Sprintf("%s piece %d", what, k))
-		pos += p.n
-	}
-}
+var sizes = transporttest.Sizes
 
 // TestSendOpcodes sends every payload size in every payload form with
 // SEND, SEND_IMM and SEND_INV and checks the received bytes, the receive
@@ -121,7 +30,7 @@ func TestSendOpcodes(t *testing.T) {
 	wrid := uint64(0)
 	for _, op := range []prm.Opcode{prm.OpSend, prm.OpSendImm, prm.OpSendInval} {
 		for _, n := range sizes {
-			for _, p := range []payload{inline, sge1, sgeN, mixed} {
+			for _, p := range transporttest.Payloads {
 				what := fmt.Sprintf("%v %d bytes %v", op, n, p)
 				data := e.Fill(0, 1<<20, n, wrid)
 				wrid++
@@ -137,12 +46,12 @@ func TestSendOpcodes(t *testing.T) {
 				default:
 					ds = s.SendInv(imm)
 				}
-				finish, ok := withPayload(e, x.qp[0], ds, data, p, r)
+				finish, ok := e.AddPayload(x.qp[0].Limits(), ds, data, p, r)
 				if !ok {
 					wrid--
 					continue
 				}
-				pieces := scatterRecv(t, e, x.qp[1], wrid+1000000, n, r)
+				pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+1000000, 0, n, int(x.qp[1].MaxRecvSGE()), r)
 				require.NoError(t, finish(), what)
 				c := e.One(x.p[0])
 				require.Equal(t, rc.StatusOK, c.Status, "%s: %v", what, c.Err())
@@ -162,7 +71,7 @@ func TestSendOpcodes(t *testing.T) {
 					require.Equal(t, prm.CQERespSendInv, rcv.Opcode, what)
 					require.Equal(t, imm, rcv.Immediate, what)
 				}
-				checkScatter(e, 1, pieces, data, what)
+				e.ExpectPieces(1, pieces, 0, data, what)
 			}
 		}
 	}
@@ -180,7 +89,7 @@ func TestWriteAndRead(t *testing.T) {
 	wrid := uint64(0)
 	for _, imm := range []bool{false, true} {
 		for _, n := range sizes {
-			for _, p := range []payload{inline, sge1, sgeN, mixed} {
+			for _, p := range transporttest.Payloads {
 				what := fmt.Sprintf("write imm=%v %d bytes %v", imm, n, p)
 				data := e.Fill(0, 1<<20, n, wrid+77)
 				wrid++
@@ -196,7 +105,7 @@ func TestWriteAndRead(t *testing.T) {
 				} else {
 					ds = s.RdmaWrite(e.Addr(1, dst), e.RKey(1))
 				}
-				finish, ok := withPayload(e, x.qp[0], ds, data, p, r)
+				finish, ok := e.AddPayload(x.qp[0].Limits(), ds, data, p, r)
 				if !ok {
 					if imm {
 						// Take the receive back with a zero-byte write.
@@ -226,11 +135,11 @@ func TestWriteAndRead(t *testing.T) {
 				require.NoError(t, err)
 				sc := rs.RdmaRead(e.Addr(1, dst), e.RKey(1))
 				off := dstOff
-				var pieces []piece
+				var pieces []transporttest.Piece
 				for _, k := range transporttest.Split(n, 4, r) {
 					e.Poison(0, off, k)
 					sc = sc.SGE(e.Addr(0, off), uint32(k), e.LKey(0))
-					pieces = append(pieces, piece{off, k})
+					pieces = append(pieces, transporttest.Piece{Off: off, N: k})
 					off += k + 2*transporttest.Guard
 				}
 				require.NoError(t, sc.FinishBlueFlame())
@@ -238,7 +147,7 @@ func TestWriteAndRead(t *testing.T) {
 				require.Equal(t, rc.StatusOK, c.Status, "read %s: %v", what, c.Err())
 				require.Equal(t, prm.OpRdmaRead, c.SendOpcode)
 				require.Equal(t, uint32(n), c.ByteCount, what)
-				checkScatter(e, 0, pieces, data, "read back "+what)
+				e.ExpectPieces(0, pieces, 0, data, "read back "+what)
 			}
 		}
 	}
