@@ -91,3 +91,31 @@ func TestPingpongDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// The throughput stream delivers its data and allocates nothing beyond the
+// model's own allocations.
+func TestThroughputStream(t *testing.T) {
+	e, f := manualEnv(t)
+	for _, size := range []int{64, 4096} {
+		src := e.s[0].buf.Bytes()[srcOff : srcOff+size]
+		for k := range src {
+			src[k] = byte(k*5 + size)
+		}
+		clear(e.s[1].buf.Bytes()[pingOff : pingOff+size])
+		qp, p := newStreamPair(t, e)
+		st := newRTStats()
+		var model uint64
+		st.step = func() {
+			model += mallocs(func() { require.NoError(t, f.RunUntilIdle()) })
+		}
+		inline := size <= int(qp.Limits().MaxInline)
+		require.True(t, streamWrites(qp, p, e, size, 100, inline, st))
+		var ok bool
+		before := model
+		n := mallocs(func() { ok = streamWrites(qp, p, e, size, 1000, inline, st) })
+		require.True(t, ok)
+		require.LessOrEqual(t, n-(model-before), uint64(2), "allocations in 1000 streamed writes")
+		require.Equal(t, src, e.s[1].buf.Bytes()[pingOff:pingOff+size])
+		require.Equal(t, uint32(0), qp.SendQueue().Outstanding(), "every WQE retired")
+	}
+}
