@@ -168,7 +168,10 @@ func TestDCMisuse(t *testing.T) {
 		{"DCI send depth 0", func() error { _, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{}); return err }()},
 		{"DCI nil CQ", func() error { _, err := dc.NewDCI(e.PD[0], nil, dc.DCIConfig{SendDepth: 1}); return err }()},
 		{"DCI nil PD", func() error { _, err := dc.NewDCI(nil, cq, dc.DCIConfig{SendDepth: 1}); return err }()},
-		{"DCI inline too large", func() error { _, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 1, MaxInline: 1 << 20}); return err }()},
+		{"DCI inline too large", func() error {
+			_, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 1, MaxInline: 1 << 20})
+			return err
+		}()},
 		{"DCI RNR retry 9", func() error { _, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 1, RNRRetry: 9}); return err }()},
 		{"DCT without SRQ", func() error { _, err := dc.NewDCT(e.PD[0], cq, dc.DCTConfig{}); return err }()},
 		{"DCT nil CQ", func() error { _, err := dc.NewDCT(e.PD[0], nil, dc.DCTConfig{SRQ: srq}); return err }()},
