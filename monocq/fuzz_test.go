@@ -136,8 +136,9 @@ func FuzzRing(f *testing.F) {
 		}
 		for _, max := range batches {
 			before := cq.ConsumerIndex()
+			i := before
 			n := cq.Poll(int(max), func(c *CQE) {
-				i := cq.ConsumerIndex() - 1
+				defer func() { i++ }()
 				requireInRing(t, r, c.Bytes())
 				require.Equal(t, unsafe.Pointer(&r.cqe64(i)[0]), unsafe.Pointer(c))
 				require.NotEqual(t, prm.CQEInvalid, c.Opcode())
