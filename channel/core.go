@@ -226,7 +226,7 @@ func (c *core) poll() int {
 // complete files one completion in its record.
 func (c *core) complete(wc *rc.Completion) {
 	s := &c.slots[wc.WRID&c.mask]
-	if wc.Status != rc.StatusOK || s.seq != wc.WRID || s.state != slotPosted {
+	if (wc.Status != rc.StatusOK && wc.Status != rc.StatusError) || s.seq != wc.WRID || s.state != slotPosted {
 		c.strayCompletion(wc)
 		return
 	}
@@ -251,12 +251,17 @@ func (c *core) complete(wc *rc.Completion) {
 }
 
 func (c *core) strayCompletion(wc *rc.Completion) {
-	if c.stray == nil {
-		c.stray = fmt.Errorf("channel: completion matching no work request: %w", (&rc.Completion{
-			WRID: wc.WRID, QPN: wc.QPN, Opcode: wc.Opcode, Status: wc.Status, WQECounter: wc.WQECounter,
-			Syndrome: wc.Syndrome, VendorSyndrome: wc.VendorSyndrome,
-		}).Err())
+	if c.stray != nil {
+		return
 	}
+	if wc.Status == rc.StatusOK || wc.Status == rc.StatusError {
+		// Matched by the queue pair, but not posted by the channel (work
+		// posted on the QP directly).
+		c.stray = fmt.Errorf("channel: completion %v on QP %#x (wr_id %d) matches no work request of the channel: %w",
+			wc.Opcode, wc.QPN, wc.WRID, rc.ErrUnmatched)
+		return
+	}
+	c.stray = fmt.Errorf("channel: %w", wc.Err())
 }
 
 // err builds the error of a failed record.

@@ -1,0 +1,182 @@
+package channel_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+)
+
+func TestBuilderRefusesBadInput(t *testing.T) {
+	f := newFabric(t, 1)
+	h := newHost(t, f, 0, 4096)
+	_, err := channel.New().PD(nil).Peer().Build()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = channel.New().PD(h.pd).Peers(0).Build()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = channel.New().PD(h.pd).Peers(channel.MaxPeers + 1).Build()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = channel.New().PD(h.pd).Peers(2).With(channel.Options{Transport: 9}).Build()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+// TestHandshakeFedGarbage feeds a prepared channel endpoints that are wrong
+// in every way a peer can get them wrong, then a good one: the garbage
+// changes nothing and the good handshake still connects.
+func TestHandshakeFedGarbage(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	pa, err := channel.New().PD(a.pd).Peers(2).With(channel.Options{Timeout: 10 * time.Second}).Build()
+	require.NoError(t, err)
+	pb, err := channel.New().PD(b.pd).Peers(2).With(channel.Options{Timeout: 10 * time.Second}).Build()
+	require.NoError(t, err)
+	ea, eb := pa.Endpoints(), pb.Endpoints()
+	good := []endpoint.Endpoint{wire(t, eb[0]), wire(t, eb[1])}
+
+	mutate := func(j int, fn func(*endpoint.Endpoint)) []endpoint.Endpoint {
+		out := append([]endpoint.Endpoint(nil), good...)
+		fn(&out[j])
+		return out
+	}
+	cases := map[string][]endpoint.Endpoint{
+		"none":            nil,
+		"one short":       good[:1],
+		"one extra":       append(append([]endpoint.Endpoint(nil), good...), good[0]),
+		"zero value":      mutate(1, func(e *endpoint.Endpoint) { *e = endpoint.Endpoint{} }),
+		"QPN over 24 bit": mutate(0, func(e *endpoint.Endpoint) { e.QPN = 1 << 24 }),
+		"QPN 0":           mutate(0, func(e *endpoint.Endpoint) { e.QPN = 0 }),
+		"PSN over 24 bit": mutate(1, func(e *endpoint.Endpoint) { e.PSN = 1 << 24 }),
+		"bad MTU":         mutate(1, func(e *endpoint.Endpoint) { e.MTU = 0 }),
+		"UD endpoint":     mutate(0, func(e *endpoint.Endpoint) { e.Transport = endpoint.TransportUD }),
+		"DC endpoint": mutate(0, func(e *endpoint.Endpoint) {
+			e.Transport, e.DCTNumber, e.DCAccessKey = endpoint.TransportDC, 0x99, 1
+		}),
+		"wrapping region": mutate(1, func(e *endpoint.Endpoint) {
+			e.Regions = []endpoint.RemoteRegion{{Address: ^uint64(0), Length: 2, RemoteKey: 1}}
+		}),
+		"unknown transport": mutate(1, func(e *endpoint.Endpoint) { e.Transport = 77 }),
+	}
+	for name, remote := range cases {
+		_, err := pa.Handshake(remote)
+		require.ErrorIs(t, err, channel.ErrHandshake, name)
+	}
+	// Bytes that are not an endpoint never reach Handshake: decoding fails.
+	for _, garbage := range [][]byte{nil, []byte("garbage"), make([]byte, 200), []byte("MXEP\x00\x01\xff\xff")} {
+		var e endpoint.Endpoint
+		require.ErrorIs(t, e.UnmarshalBinary(garbage), endpoint.ErrMalformed)
+	}
+
+	// After all that, the real handshake works.
+	ma, err := pa.Handshake(good)
+	require.NoError(t, err)
+	defer ma.Close()
+	mb, err := pb.Handshake([]endpoint.Endpoint{wire(t, ea[0]), wire(t, ea[1])})
+	require.NoError(t, err)
+	defer mb.Close()
+	_, err = pa.Handshake(good)
+	require.ErrorIs(t, err, channel.ErrUsed)
+
+	copy(a.bytes(), "after garbage")
+	done := make(chan error, 1)
+	go func() {
+		_, err := mb.Receive(channel.RecvRequest{Peer: 1, Local: b.sge(0, 64)})
+		done <- err
+	}()
+	require.NoError(t, ma.Send(channel.SendRequest{Peer: 1, Local: a.sge(0, 13)}))
+	require.NoError(t, <-done)
+	require.Equal(t, "after garbage", string(b.bytes()[:13]))
+}
+
+func TestHandshakeDCRefusesMissingDCT(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
+	opts := channel.Options{Transport: channel.TransportDC}
+	pa, err := channel.New().PD(a.pd).Peer().With(opts).Build()
+	require.NoError(t, err)
+	defer pa.Close()
+	pb, err := channel.New().PD(b.pd).Peer().With(opts).Build()
+	require.NoError(t, err)
+	defer pb.Close()
+	e := pb.Endpoint()
+	require.NotZero(t, e.DCTNumber)
+	e.DCTNumber = 0
+	_, err = pa.Handshake(e)
+	require.ErrorIs(t, err, channel.ErrHandshake)
+	rc := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 5, LID: 1, MTU: endpoint.MTU1024}
+	_, err = pa.Handshake(rc)
+	require.ErrorIs(t, err, channel.ErrHandshake)
+}
+
+// TestHandshakeConnHostilePeer runs the TCP handshake against a peer that
+// answers garbage, and against one that hangs up.
+func TestHandshakeConnHostilePeer(t *testing.T) {
+	f := newFabric(t, 2)
+	a := newHost(t, f, 0, 4096)
+	p, err := channel.New().PD(a.pd).Peer().Build()
+	require.NoError(t, err)
+	defer p.Close()
+
+	mine, theirs := net.Pipe()
+	go func() {
+		buf := make([]byte, 4096)
+		_, _ = theirs.Read(buf)
+		_, _ = theirs.Write([]byte("MXEP\x00\x01\x00\x30this is not an endpoint at all, not at all!!"))
+		_ = theirs.Close()
+	}()
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = p.HandshakeConn(c, mine)
+	require.ErrorIs(t, err, endpoint.ErrMalformed)
+
+	mine, theirs = net.Pipe()
+	go func() { _ = theirs.Close() }()
+	_, err = p.HandshakeConn(c, mine)
+	require.Error(t, err)
+
+	// A silent peer costs the context's deadline.
+	mine, theirs = net.Pipe()
+	defer theirs.Close()
+	go func() { buf := make([]byte, 4096); _, _ = theirs.Read(buf) }()
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	_, err = p.HandshakeConn(short, mine)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestHandshakeConnConnects(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
+	pa, err := channel.New().PD(a.pd).Peer().With(channel.Options{Timeout: 10 * time.Second}).Build()
+	require.NoError(t, err)
+	pb, err := channel.New().PD(b.pd).Peer().With(channel.Options{Timeout: 10 * time.Second}).Build()
+	require.NoError(t, err)
+	require.NoError(t, pb.Share(b.mr))
+	ca, cb := net.Pipe()
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var chB *channel.Channel
+	errB := make(chan error, 1)
+	go func() {
+		var err error
+		chB, err = pb.HandshakeConn(c, cb)
+		errB <- err
+	}()
+	chA, err := pa.HandshakeConn(c, ca)
+	require.NoError(t, err)
+	require.NoError(t, <-errB)
+	defer chA.Close()
+	defer chB.Close()
+	region, err := chA.RemoteRegion(0)
+	require.NoError(t, err)
+	copy(a.bytes(), "over tcp")
+	require.NoError(t, chA.Write(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 64)}))
+	require.Equal(t, "over tcp", string(b.bytes()[64:72]))
+	_, err = chA.RemoteRegion(1)
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+}

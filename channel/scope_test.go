@@ -1,0 +1,175 @@
+package channel_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	opts.Timeout = 10 * time.Second
+	ca, _ := pair(t, a, b, opts)
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	copy(a.bytes(), "good data")
+
+	var good channel.Pending
+	err = ca.Scope(func(s *channel.Scope) error {
+		var err error
+		good, err = s.PostWrite(channel.WriteRequest{Local: a.sge(0, 9), Remote: channel.At(region, 100)})
+		if err != nil {
+			return err
+		}
+		// The same write with an rkey the peer never handed out.
+		bad := channel.At(region, 200)
+		bad.RKey ^= 0x5a5a00
+		_, err = s.PostWrite(channel.WriteRequest{Local: a.sge(0, 9), Remote: bad})
+		return err
+	})
+	require.Error(t, err)
+	require.NoError(t, good.Wait(), "the write before the bad one succeeded")
+	require.Equal(t, "good data", string(b.bytes()[100:109]))
+	require.NotEqual(t, "good data", string(b.bytes()[200:209]))
+
+	require.ErrorIs(t, err, completion.ErrRemoteAccess)
+	require.ErrorIs(t, err, completion.ErrCompletion)
+	var pe *channel.PeerError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, 0, pe.Peer)
+	require.Equal(t, channel.OpWrite, pe.Op)
+	var ce *completion.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, prm.SyndromeRemoteAccess, ce.Syndrome)
+	require.Equal(t, completion.StatusRemoteAccess, ce.Status)
+	require.Equal(t, prm.OpRdmaWrite, ce.Opcode)
+	require.True(t, ce.HasWRID)
+	require.Contains(t, err.Error(), "REMOTE_ACCESS_ERR")
+	require.Contains(t, err.Error(), "write to peer 0")
+	require.Zero(t, ca.Outstanding(), "the scope polled everything")
+
+	// The queue pair is in error now: later work is refused at once.
+	err = ca.Write(channel.WriteRequest{Local: a.sge(0, 9), Remote: channel.At(region, 300)})
+	require.Error(t, err)
+}
+
+func TestScopeFailedWorkRC(t *testing.T) { testScopeReportsFailedWork(t, channel.Options{}) }
+func TestScopeFailedWorkDC(t *testing.T) {
+	testScopeReportsFailedWork(t, channel.Options{Transport: channel.TransportDC})
+}
+
+func TestScopeJoinsEveryError(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	mine := errors.New("the function's own error")
+	bad := channel.At(region, 0)
+	bad.RKey++
+	err = ca.Scope(func(s *channel.Scope) error {
+		for i := 0; i < 4; i++ {
+			if _, err := s.PostWrite(channel.WriteRequest{Local: a.sge(0, 8), Remote: bad}); err != nil {
+				return err
+			}
+		}
+		return mine
+	})
+	require.ErrorIs(t, err, mine)
+	require.ErrorIs(t, err, completion.ErrRemoteAccess, "the first write failed")
+	require.ErrorIs(t, err, completion.ErrFlushed, "the writes after it were flushed")
+	var joined interface{ Unwrap() []error }
+	require.ErrorAs(t, err, &joined)
+	require.Len(t, joined.Unwrap(), 5, "the function's error and one per failed write")
+}
+
+func TestScopeMisuse(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
+	var kept *channel.Scope
+	err := ca.Scope(func(s *channel.Scope) error {
+		kept = s
+		return ca.Scope(func(*channel.Scope) error { return nil })
+	})
+	require.ErrorIs(t, err, channel.ErrNestedScope)
+	_, err = kept.PostSend(channel.SendRequest{Local: a.sge(0, 1)})
+	require.ErrorIs(t, err, channel.ErrClosed, "a scope is not usable after it returned")
+	require.Zero(t, ca.Outstanding())
+
+	err = ca.Scope(func(s *channel.Scope) error {
+		_, err := s.PostSend(channel.SendRequest{Peer: 3, Local: a.sge(0, 1)})
+		return err
+	})
+	require.ErrorIs(t, err, channel.ErrPeer)
+}
+
+// TestScopeMoreThanTheQueueHolds posts far more writes than the send queue
+// holds in one scope: the scope polls for room as it goes.
+func TestScopeMoreThanTheQueueHolds(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, _ := pair(t, a, b, channel.Options{SendDepth: 8, Timeout: 10 * time.Second})
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	const n = 500
+	for i := 0; i < n; i++ {
+		a.bytes()[i] = byte(i*7 + 1)
+	}
+	err = ca.Scope(func(s *channel.Scope) error {
+		for i := 0; i < n; i++ {
+			if _, err := s.PostWrite(channel.WriteRequest{Local: a.sge(i, 1), Remote: channel.At(region, uint64(i))}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, a.bytes()[:n], b.bytes()[:n])
+}
+
+// TestRawPostReportsFullQueue shows the raw level: no polling behind the
+// caller's back, a full queue is an error to handle.
+func TestRawPostReportsFullQueue(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, _ := pair(t, a, b, channel.Options{SendDepth: 4, Timeout: 10 * time.Second})
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	var pend []channel.Pending
+	var full error
+	for i := 0; i < 64; i++ {
+		p, err := ca.PostWrite(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+		if err != nil {
+			full = err
+			break
+		}
+		pend = append(pend, p)
+	}
+	require.Error(t, full, "a queue of 4 refuses the 64th write")
+	var pe *channel.PeerError
+	require.ErrorAs(t, full, &pe)
+	require.NotEmpty(t, pend)
+	for _, p := range pend {
+		require.NoError(t, p.Wait())
+	}
+	require.Zero(t, ca.Outstanding())
+}
+
+func TestTimeout(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	_, cb := pair(t, a, b, channel.Options{Timeout: 50 * time.Millisecond})
+	start := time.Now()
+	_, err := cb.Receive(channel.RecvRequest{Local: b.sge(0, 8)})
+	require.ErrorIs(t, err, channel.ErrTimeout)
+	require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
+	require.Equal(t, 1, cb.Outstanding(), "the receive is still posted")
+}
