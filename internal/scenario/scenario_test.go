@@ -1,0 +1,88 @@
+package scenario_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/scenario"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// runAll runs every scenario on c as a subtest.
+func runAll(t *testing.T, c *ctx.Context, o scenario.Options) {
+	t.Helper()
+	for _, s := range scenario.All() {
+		t.Run(s.Name, func(t *testing.T) {
+			err := s.Run(c, o)
+			if errors.Is(err, scenario.ErrSkip) {
+				t.Skip(err)
+			}
+			require.NoError(t, err)
+		})
+	}
+}
+
+// openSim opens a private strict software HCA; the test fails if the model
+// recorded a format violation.
+func openSim(t *testing.T, opts sim.Options) (*sim.Fabric, *ctx.Context) {
+	t.Helper()
+	opts.Strict = true
+	f := sim.New(opts)
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, c.Close())
+		require.NoError(t, f.Close())
+		require.NoError(t, f.CheckViolations())
+	})
+	return f, c
+}
+
+// TestScenariosSimEngine runs every scenario on the software HCA driven by
+// its engine goroutine, as a device runs on its own.
+func TestScenariosSimEngine(t *testing.T) {
+	_, c := openSim(t, sim.Options{Mode: sim.Engine})
+	runAll(t, c, scenario.Options{GIDIndex: -1})
+}
+
+// TestScenariosSimManual runs every scenario on the software HCA stepped by
+// the scenarios' waits: deterministic.
+func TestScenariosSimManual(t *testing.T) {
+	f, c := openSim(t, sim.Options{})
+	runAll(t, c, scenario.Options{GIDIndex: -1, Progress: f.RunUntilIdle})
+}
+
+// TestScenariosSimRoCE runs every scenario on a software HCA with an
+// Ethernet port, where the queue pairs address each other by GID.
+func TestScenariosSimRoCE(t *testing.T) {
+	f, c := openSim(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet})
+	pa, err := c.QueryPort(1)
+	require.NoError(t, err)
+	require.Equal(t, ctx.LinkLayerEthernet, pa.LinkLayer)
+	runAll(t, c, scenario.Options{GIDIndex: -1, Progress: f.RunUntilIdle})
+}
+
+// TestScenariosDefaultSoftwareHCA runs every scenario through ctx.Open with
+// the software HCA asked for by name: the path a program takes.
+func TestScenariosDefaultSoftwareHCA(t *testing.T) {
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	o, err := scenario.FromEnv()
+	require.NoError(t, err)
+	runAll(t, c, o)
+}
+
+// TestHardwareScenarios runs every scenario on the first mlx5 device, two
+// queue pairs in loopback on one port; the GID index on RoCE comes from
+// MLX5KIT_GID_INDEX or is picked.
+func TestHardwareScenarios(t *testing.T) {
+	c := devicetest.OpenContext(t)
+	o, err := scenario.FromEnv()
+	require.NoError(t, err)
+	runAll(t, c, o)
+}
