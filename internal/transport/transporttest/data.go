@@ -38,6 +38,13 @@ func (e *Env) Poison(i, off, n int) {
 // on each side still hold the Poison pattern.
 func (e *Env) Expect(i, off int, want []byte, what string) {
 	e.T.Helper()
+	e.expect(i, off, want, what, true)
+}
+
+// expect is Expect with the guard before the destination checked only
+// when before is set.
+func (e *Env) expect(i, off int, want []byte, what string, before bool) {
+	e.T.Helper()
 	got := e.Mem(i, off, len(want))
 	if !bytes.Equal(got, want) {
 		k := 0
@@ -47,6 +54,9 @@ func (e *Env) Expect(i, off int, want []byte, what string) {
 		require.Failf(e.T, "payload differs", "%s: %d bytes, first difference at byte %d", what, len(want), k)
 	}
 	lo := max(off-Guard, 0)
+	if !before {
+		lo = off
+	}
 	for k, b := range e.Mem(i, lo, off-lo) {
 		if b != 0xa5 {
 			require.Failf(e.T, "write before the destination", "%s: byte %d before the destination changed", what, off-lo-k)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -75,12 +76,17 @@ func (e *Env) AddPayload(lim transport.Limits, s wqebuilder.DataStage, data []by
 	case SGEN:
 		return sges(Split(n, int(min(lim.MaxSendSGE, 4)), r)).FinishBlueFlame, true
 	default:
-		tail := min(n/2, int(lim.MaxInline))
+		// Data segments and inline data share the payload segments of the
+		// largest WQE: as many as MaxSendSGE data segments or MaxInline
+		// bytes inline.
+		room := max(int(lim.MaxSendSGE), prm.InlineDS(int(lim.MaxInline)))
+		k := int(min(lim.MaxSendSGE-1, 2))
+		tail := min(n/2, (room-k)*prm.SegmentSize-prm.InlineHeaderSize, int(lim.MaxInline))
 		head := n - tail
-		if tail == 0 || head == 0 || lim.MaxSendSGE < 2 {
+		if tail <= 0 || head == 0 || k < 1 {
 			return nil, false
 		}
-		s = sges(Split(head, int(min(lim.MaxSendSGE-1, 2)), r))
+		s = sges(Split(head, k, r))
 		return s.Inline(data[head:]).FinishBlueFlame, true
 	}
 }
@@ -115,7 +121,9 @@ func (e *Env) ExpectPieces(i int, pieces []Piece, skip int, data []byte, what st
 		lo := max(pos, 0)
 		hi := pos + p.N
 		if hi > 0 {
-			e.Expect(i, p.Off+(lo-pos), data[lo:hi], fmt.Sprintf("%s piece %d", what, k))
+			// A piece that starts in the skipped bytes has them in front
+			// of the data instead of the guard.
+			e.expect(i, p.Off+(lo-pos), data[lo:hi], fmt.Sprintf("%s piece %d", what, k), lo == pos)
 		}
 		pos = hi
 	}

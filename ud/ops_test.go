@@ -1,0 +1,344 @@
+package ud_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// peers is a UD QP on each HCA with its own CQ and poller.
+type peers struct {
+	e  *transporttest.Env
+	qp [2]*ud.QP
+	p  [2]*ud.Poller
+	cq [2]*ctx.CompletionQueue
+}
+
+func newPeers(t *testing.T, opts sim.Options, cfg ud.Config) *peers {
+	e := transporttest.New(t, opts)
+	x := &peers{e: e}
+	for i := range 2 {
+		x.cq[i], x.p[i] = newPoller(e, i, 1024)
+		qp, err := ud.New(e.PD[i], x.cq[i], nil, cfg)
+		require.NoError(t, err)
+		require.NoError(t, x.p[i].Add(&qp.Queue))
+		x.qp[i] = qp
+	}
+	return x
+}
+
+func TestSendEverySize(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		t.Run(link.String(), func(t *testing.T) {
+			x := newPeers(t, sim.Options{LinkLayer: link}, ud.Config{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 300, QKey: 0x1234})
+			e := x.e
+			r := rand.New(rand.NewPCG(21, 22))
+			remote, err := x.qp[0].NewRemote(x.qp[1].Endpoint())
+			require.NoError(t, err)
+			mtu := x.qp[1].Endpoint().MTU.Bytes()
+			lim := x.qp[0].Limits()
+			wrid := uint64(0)
+			for _, imm := range []bool{false, true} {
+				for _, n := range transporttest.Sizes {
+					if n > mtu {
+						continue
+					}
+					for _, p := range transporttest.Payloads {
+						what := fmt.Sprintf("imm=%v %d bytes %v", imm, n, p)
+						data := e.Fill(0, 1<<20, n, wrid)
+						wrid++
+						s, err := x.qp[0].Post(wrid, wqebuilder.Signaled, remote)
+						require.NoError(t, err)
+						v := r.Uint32()
+						ds := s.Send()
+						if imm {
+							ds = s.SendImm(v)
+						}
+						finish, ok := e.AddPayload(lim, ds, data, p, r)
+						if !ok {
+							// Use the slot for an empty datagram nobody
+							// receives.
+							require.NoError(t, s.Send().FinishBlueFlame())
+							require.Equal(t, ud.StatusOK, e.One(x.p[0]).Status)
+							continue
+						}
+						pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+9000, ud.GRHSize, n, int(x.qp[1].MaxRecvSGE()), r)
+						require.NoError(t, finish(), what)
+						c := e.One(x.p[0])
+						require.Equal(t, ud.StatusOK, c.Status, "%s: %v", what, c.Err())
+						require.Equal(t, wrid, c.WRID)
+						rcv := e.One(x.p[1])
+						require.Equal(t, ud.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
+						require.Equal(t, wrid+9000, rcv.WRID)
+						require.Equal(t, uint32(ud.GRHSize+n), rcv.ByteCount, what)
+						require.Equal(t, x.qp[0].QPN(), rcv.SourceQPN)
+						if imm {
+							require.Equal(t, prm.CQERespSendImm, rcv.Opcode)
+							require.Equal(t, v, rcv.Immediate)
+						} else {
+							require.Equal(t, prm.CQERespSend, rcv.Opcode)
+						}
+						require.Equal(t, link == ctx.LinkLayerEthernet, rcv.GRH, "RoCE datagrams carry a GRH")
+						e.ExpectPieces(1, pieces, ud.GRHSize, data, what)
+					}
+				}
+			}
+			laps := transporttest.Laps(x.qp[0].SendQueue().ProducerIndex(), lim.SendWQEBBs)
+			require.Greater(t, laps, uint32(10), "the send ring wrapped")
+		})
+	}
+}
+
+// TestReplyPath answers a datagram through ReplyRemote: by LID on
+// InfiniBand, from the GRH when the sender used one (a remote without a
+// LID, or RoCE).
+func TestReplyPath(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		link  ctx.LinkLayer
+		noLID bool
+	}{
+		{"InfiniBand by LID", ctx.LinkLayerInfiniBand, false},
+		{"InfiniBand with a GRH", ctx.LinkLayerInfiniBand, true},
+		{"RoCE", ctx.LinkLayerEthernet, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := newPeers(t, sim.Options{LinkLayer: c.link}, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 7})
+			e := x.e
+			ep := x.qp[1].Endpoint()
+			if c.noLID {
+				ep.LID = 0
+			}
+			to, err := x.qp[0].NewRemote(ep)
+			require.NoError(t, err)
+			require.Equal(t, x.qp[1].QPN(), to.QPN())
+			require.Equal(t, uint32(7), to.QKey())
+			require.NoError(t, x.qp[1].PostRecv(1, e.Addr(1, 0), 256, e.LKey(1)))
+			require.NoError(t, x.qp[0].PostRecv(2, e.Addr(0, 4096), 256, e.LKey(0)))
+			s, err := x.qp[0].Post(1, wqebuilder.Signaled, to)
+			require.NoError(t, err)
+			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
+			e.One(x.p[0])
+			in := e.One(x.p[1])
+			require.Equal(t, ud.StatusOK, in.Status)
+			require.Equal(t, c.noLID || c.link == ctx.LinkLayerEthernet, in.GRH)
+			if !in.GRH {
+				require.Equal(t, x.qp[0].Endpoint().LID, in.SLID)
+				_, err := x.qp[1].ReplyRemote(&in, nil)
+				require.NoError(t, err, "no GRH needed without one")
+			} else {
+				_, err := x.qp[1].ReplyRemote(&in, nil)
+				require.ErrorIs(t, err, ud.ErrInvalidConfig, "a GRH completion needs the GRH bytes")
+				var sgid [16]byte
+				copy(sgid[:], e.Mem(1, 8, 16))
+				require.Equal(t, x.qp[0].Endpoint().GID, sgid, "the GRH names the sender's GID")
+			}
+			back, err := x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
+			require.NoError(t, err)
+			require.Equal(t, x.qp[0].QPN(), back.QPN())
+			s, err = x.qp[1].Post(2, wqebuilder.Signaled, back)
+			require.NoError(t, err)
+			require.NoError(t, s.SendImm(99).Inline([]byte("answer")).FinishBlueFlame())
+			e.One(x.p[1])
+			got := e.One(x.p[0])
+			require.Equal(t, ud.StatusOK, got.Status)
+			require.Equal(t, uint32(99), got.Immediate)
+			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
+			require.NoError(t, back.Close())
+			require.NoError(t, back.Close())
+
+			// ReplyRemote wants a successful receive completion.
+			send := e.Drain(x.p[1])
+			require.Empty(t, send)
+			_, err = x.qp[1].ReplyRemote(&ud.Completion{Opcode: prm.CQEReq}, nil)
+			require.Error(t, err)
+			_, err = x.qp[1].ReplyRemote(nil, nil)
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestManyDestinations(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e, 0, 256)
+	rcq, rp := newPoller(e, 1, 256)
+	sender, err := ud.New(e.PD[0], cq, nil, ud.Config{SendDepth: 64, MaxInline: 64, QKey: 1})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(&sender.Queue))
+	var remotes []*ud.Remote
+	var qps []*ud.QP
+	for i := range 5 {
+		q, err := ud.New(e.PD[1], rcq, nil, ud.Config{SendDepth: 1, RecvDepth: 4, QKey: uint32(100 + i)})
+		require.NoError(t, err)
+		require.NoError(t, rp.Add(&q.Queue))
+		require.NoError(t, q.PostRecv(uint64(i), e.Addr(1, 1024*i), 1024, e.LKey(1)))
+		r, err := sender.NewRemote(q.Endpoint())
+		require.NoError(t, err)
+		remotes, qps = append(remotes, r), append(qps, q)
+	}
+	for i, r := range remotes {
+		s, err := sender.Post(uint64(i), 0, r)
+		require.NoError(t, err)
+		require.NoError(t, s.SendImm(uint32(i)).Inline([]byte(fmt.Sprintf("to %d", i))).Finish())
+	}
+	sender.RingDoorbell()
+	got := e.Drain(rp)
+	require.Len(t, got, 5)
+	for _, c := range got {
+		require.Equal(t, ud.StatusOK, c.Status)
+		require.Equal(t, qps[c.Immediate].QPN(), c.QPN)
+		require.Equal(t, fmt.Sprintf("to %d", c.Immediate), string(e.Mem(1, 1024*int(c.WRID)+ud.GRHSize, 4)))
+	}
+	require.Empty(t, e.Drain(p), "unsignaled sends complete silently")
+}
+
+func TestDatagramLossAndErrors(t *testing.T) {
+	x := newPeers(t, sim.Options{}, ud.Config{SendDepth: 16, RecvDepth: 8, MaxInline: 64, MaxSendSGE: 2, QKey: 0x42})
+	e := x.e
+	ep := x.qp[1].Endpoint()
+
+	// A wrong qkey, or no receive posted: dropped, the sender succeeds.
+	wrong := ep
+	wrong.QKey = 0x43
+	bad, err := x.qp[0].NewRemote(wrong)
+	require.NoError(t, err)
+	good, err := x.qp[0].NewRemote(ep)
+	require.NoError(t, err)
+	for _, r := range []*ud.Remote{bad, good} {
+		s, err := x.qp[0].Post(1, wqebuilder.Signaled, r)
+		require.NoError(t, err)
+		require.NoError(t, s.Send().Inline([]byte("lost")).FinishBlueFlame())
+		require.Equal(t, ud.StatusOK, e.One(x.p[0]).Status)
+	}
+	require.Empty(t, e.Drain(x.p[1]))
+	require.Equal(t, uint64(2), e.Fabric.Stats().UDDropped)
+	require.Equal(t, ud.StateReady, x.qp[1].State())
+
+	// A receive buffer too small for the GRH and the payload: the receiver
+	// fails (and goes to error); the sender does not know.
+	require.NoError(t, x.qp[1].PostRecv(5, e.Addr(1, 0), ud.GRHSize+3, e.LKey(1)))
+	require.NoError(t, x.qp[1].PostRecv(6, e.Addr(1, 512), 512, e.LKey(1)))
+	s, err := x.qp[0].Post(2, wqebuilder.Signaled, good)
+	require.NoError(t, err)
+	require.NoError(t, s.Send().Inline([]byte("four")).FinishBlueFlame())
+	require.Equal(t, ud.StatusOK, e.One(x.p[0]).Status)
+	rcv := e.Drain(x.p[1])
+	require.Len(t, rcv, 2)
+	require.Equal(t, prm.SyndromeLocalLength, rcv[0].Syndrome)
+	require.Equal(t, uint64(5), rcv[0].WRID)
+	require.True(t, rcv[1].IsFlush())
+	require.Equal(t, uint64(6), rcv[1].WRID)
+	require.Equal(t, ud.StateError, x.qp[1].State())
+	_, err = x.qp[1].Post(1, 0, bad)
+	require.ErrorIs(t, err, ud.ErrQPError)
+
+	// A datagram larger than the MTU: LOCAL_LENGTH_ERR at the sender, the
+	// WQEs after it flushed.
+	mtu := ep.MTU.Bytes()
+	big := e.Fill(0, 0, mtu+1, 1)
+	s, err = x.qp[0].Post(10, wqebuilder.Signaled, good)
+	require.NoError(t, err)
+	require.NoError(t, s.Send().SGE(e.Addr(0, 0), uint32(len(big)), e.LKey(0)).Finish())
+	for w := uint64(11); w < 14; w++ {
+		s, err := x.qp[0].Post(w, wqebuilder.Signaled, good)
+		require.NoError(t, err)
+		require.NoError(t, s.Send().Inline([]byte("x")).Finish())
+	}
+	x.qp[0].RingDoorbell()
+	got := e.Drain(x.p[0])
+	require.Len(t, got, 4)
+	require.Equal(t, prm.SyndromeLocalLength, got[0].Syndrome)
+	require.ErrorIs(t, got[0].Err(), monocq.ErrCompletion)
+	for _, c := range got[1:] {
+		require.True(t, c.IsFlush())
+	}
+	require.Equal(t, ud.StateError, x.qp[0].State())
+}
+
+func TestUDMisuse(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	srq, err := ud.NewSharedReceiveQueue(e.PD[0], ud.SRQConfig{Depth: 8})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		cfg  ud.Config
+		pd   *ctx.ProtectionDomain
+		cq   *ctx.CompletionQueue
+	}{
+		{"send depth 0", ud.Config{}, e.PD[0], cq},
+		{"nil PD", ud.Config{SendDepth: 1}, nil, cq},
+		{"nil CQ", ud.Config{SendDepth: 1}, e.PD[0], nil},
+		{"receive depth and SRQ", ud.Config{SendDepth: 1, RecvDepth: 1, SRQ: srq}, e.PD[0], cq},
+		{"PSN", ud.Config{SendDepth: 1, PSN: 1 << 24}, e.PD[0], cq},
+		{"inline", ud.Config{SendDepth: 1, MaxInline: 1 << 16}, e.PD[0], cq},
+	} {
+		_, err := ud.New(c.pd, c.cq, nil, c.cfg)
+		require.ErrorIs(t, err, ud.ErrInvalidConfig, c.name)
+		require.Contains(t, err.Error(), "ud: new QP", c.name)
+	}
+	q, err := ud.New(e.PD[0], cq, nil, ud.Config{SendDepth: 4, SRQ: srq, QKey: 3})
+	require.NoError(t, err)
+	ep := q.Endpoint()
+	require.Equal(t, endpoint.TransportUD, ep.Transport)
+	require.Equal(t, uint32(3), ep.QKey)
+	require.Equal(t, uint32(3), q.QKey())
+	require.NoError(t, ep.Validate())
+	require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), ud.ErrNoReceiveQueue)
+	rcEP := ep
+	rcEP.Transport, rcEP.QKey = endpoint.TransportRC, 0
+	_, err = q.NewRemote(rcEP)
+	require.ErrorIs(t, err, ud.ErrTransport)
+	r, err := q.NewRemote(ep)
+	require.NoError(t, err)
+	require.NoError(t, q.Fail())
+	_, err = q.Post(1, 0, r)
+	require.ErrorIs(t, err, ud.ErrQPError)
+	require.NoError(t, q.Close())
+	require.NoError(t, q.Close())
+	_, err = q.Post(1, 0, r)
+	require.ErrorIs(t, err, ud.ErrClosed)
+	require.NoError(t, r.Close())
+}
+
+func TestUDAllocatesNothing(t *testing.T) {
+	x := newPeers(t, sim.Options{}, ud.Config{SendDepth: 512, RecvDepth: 512, MaxInline: 64, QKey: 1})
+	e := x.e
+	const runs = 200
+	remote, err := x.qp[0].NewRemote(x.qp[1].Endpoint())
+	require.NoError(t, err)
+	allocs := testing.AllocsPerRun(runs, func() {
+		if err := x.qp[1].PostRecv(1, e.Addr(1, 0), 1024, e.LKey(1)); err != nil {
+			panic(err)
+		}
+		s, _ := x.qp[0].Post(2, wqebuilder.Signaled, remote)
+		if err := s.SendImm(5).Inline([]byte("datagram")).FinishBlueFlame(); err != nil {
+			panic(err)
+		}
+	})
+	require.Zero(t, allocs, "post")
+	e.Run()
+	n := 0
+	for _, p := range x.p {
+		allocs = testing.AllocsPerRun(runs, func() {
+			n += p.Poll(1, func(c *ud.Completion) {
+				if c.Status != ud.StatusOK {
+					panic(c.Err())
+				}
+			})
+		})
+		require.Zero(t, allocs, "poll")
+	}
+	require.Equal(t, 2*(runs+1), n)
+}
