@@ -152,6 +152,16 @@ func (e *pingEnv) close() error {
 	return errors.Join(errs...)
 }
 
+// engineSleeps is the number of back-off sleeps the software HCA's engine
+// has taken (0 on hardware). A round trip during which the engine slept
+// pays the sleep's wake-up latency.
+func (e *pingEnv) engineSleeps() uint64 {
+	if e.fabric == nil {
+		return 0
+	}
+	return e.fabric.Stats().EngineSleeps
+}
+
 // describe is the provider line the benchmarks print.
 func (e *pingEnv) describe() string {
 	if e.fabric != nil {

@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/internal/affinity"
@@ -62,6 +65,37 @@ func (s *rtStats) span(t0 uint64) uint64 {
 		return 0
 	}
 	return d - s.overhead
+}
+
+// EnvHistDir names a directory where each ping-pong benchmark writes its
+// round-trip histogram, as text (name.txt) and as an SVG picture
+// (name.svg), when it ends.
+const EnvHistDir = "MLX5KIT_HIST_DIR"
+
+// writeHistogram writes the histogram files for the benchmark named name
+// when MLX5KIT_HIST_DIR is set.
+func (s *rtStats) writeHistogram(b *testing.B, provider string) {
+	dir := os.Getenv(EnvHistDir)
+	if dir == "" || s.hist.Count() == 0 {
+		return
+	}
+	f := cycles.Frequency()
+	scale := histogram.Scale{Factor: 1e9 / f.Hz, Unit: "ns"}
+	name := strings.NewReplacer("/", "-", "Benchmark", "").Replace(strings.TrimSuffix(b.Name(), fmt.Sprintf("-%d", runtime.GOMAXPROCS(0))))
+	var txt, svg bytes.Buffer
+	fmt.Fprintf(&txt, "%s on %s, %s\n", b.Name(), provider, f)
+	if err := s.hist.WriteText(&txt, scale); err != nil {
+		b.Fatal(err)
+	}
+	title := fmt.Sprintf("%s round trip on %s (%d round trips)", name, provider, s.hist.Count())
+	if err := s.hist.WriteSVG(&svg, scale, title); err != nil {
+		b.Fatal(err)
+	}
+	for file, data := range map[string][]byte{name + ".txt": txt.Bytes(), name + ".svg": svg.Bytes()} {
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // report sets the benchmark's metrics: cycles and percentiles per round

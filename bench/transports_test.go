@@ -395,6 +395,7 @@ func BenchmarkPingpong(b *testing.B) {
 					require.True(b, rt(i, st), "warm-up round trip %d", i)
 				}
 				st = newRTStats()
+				sleeps := e.engineSleeps()
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
@@ -404,6 +405,10 @@ func BenchmarkPingpong(b *testing.B) {
 				}
 				b.StopTimer()
 				st.report(b)
+				if e.fabric != nil {
+					b.ReportMetric(float64(e.engineSleeps()-sleeps)/float64(b.N), "engine-sleeps/op")
+				}
+				st.writeHistogram(b, e.provider)
 			})
 		}
 	}
