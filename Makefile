@@ -4,6 +4,9 @@
 #                   the software HCA when there is none
 #   make test       everything a change must pass (installs what is missing)
 #   make bench      the benchmark suite (set MLX5KIT_CPUS to pin, e.g. 2,4)
+#   make bench-floor     Go post+poll beside the C floor and cgo per operation
+#   make bench-histogram ping-pong latency histograms, text and SVG, in docs/img
+#   make bench-preempt   ping-pong with asynchronous preemption on and off
 #   make lint       gofmt, go vet, staticcheck
 #   make fuzz       every fuzz target for FUZZTIME each
 #   make cross      GOARCH=arm64 build and vet
@@ -17,10 +20,13 @@ FUZZTIME    ?= 10s
 BENCHTIME   ?= 1s
 MLX5KIT_CPUS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCHSTAT   := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+BENCHCOUNT  ?= 5
+PREEMPT_OUT ?= $(or $(TMPDIR),/tmp)/mlx5kit-asyncpreemptoff
 
 TASKSET := $(if $(MLX5KIT_CPUS),taskset -c $(MLX5KIT_CPUS),)
 
-.PHONY: deps pingpong test bench lint fuzz cross test-arm64 hwtest
+.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt lint fuzz cross test-arm64 hwtest
 
 deps:
 	@./scripts/deps.sh
@@ -37,6 +43,23 @@ test: deps
 
 bench: deps
 	$(TASKSET) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+bench-floor: deps
+	$(TASKSET) $(GO) test -run '^$$' -bench 'PostPoll' -count $(BENCHCOUNT) ./bench
+
+bench-histogram: deps
+	mkdir -p docs/img
+	MLX5KIT_HIST_DIR=docs/img $(TASKSET) $(GO) test -run '^$$' \
+		-bench 'Pingpong/(rc-write-imm|rc-read)/8B$$' -benchtime 200000x ./bench
+
+bench-preempt: deps
+	$(GO) test -c -o bench/bench.test ./bench
+	for off in 0 1; do \
+		GODEBUG=asyncpreemptoff=$$off $(TASKSET) ./bench/bench.test -test.run '^$$' \
+			-test.bench 'Pingpong/rc-write-imm/8B$$' -test.count $(BENCHCOUNT) > $(PREEMPT_OUT)-$$off.txt; \
+	done
+	rm -f bench/bench.test
+	$(GO) run $(BENCHSTAT) preempt=$(PREEMPT_OUT)-0.txt no-preempt=$(PREEMPT_OUT)-1.txt
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
