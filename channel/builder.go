@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/completion"
@@ -260,10 +259,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			outstanding += uint64(srq.Free()) + 1
 		}
 	}
-	// Records for four times the work that can be outstanding, so a
-	// Pending stays readable well after it completed.
-	n := uint64(1) << bits.Len64(4*outstanding-1)
-	c.slots, c.mask = make([]slot, n), n-1
+	c.initSlots(outstanding)
 	if opts.Events {
 		if c.notifier, err = completion.NewNotifier(c.cq, c.poller.CQ()); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"time"
 
@@ -33,19 +34,22 @@ const (
 	slotFailed
 )
 
-// slot is the completion record of one work request, indexed by its
-// sequence number (the work request id).
+// slot is the completion record of one work request. Its index is in the
+// low bits of the work request id, a sequence number in the high bits, so
+// a record reused for a later request is told apart.
 type slot struct {
-	seq        uint64
-	peer       int32
-	op         Op
-	state      uint8
-	withImm    bool
-	scope      uint32
+	wrid       uint64
 	byteCount  uint32
 	imm        uint32
 	qpn        uint32
+	scope      uint32 // the scope it was posted in (0: none)
+	batch      uint32 // the blocking call it was posted by (0: none)
+	item       int32  // its index in that call's requests
+	peer       uint16
 	wqeCounter uint16
+	op         Op
+	state      uint8
+	withImm    bool
 	syndrome   prm.Syndrome
 	vendor     uint8
 	cqeOp      prm.CQEOpcode
@@ -62,13 +66,19 @@ type core struct {
 	poller    *rc.Poller
 	notifier  *completion.Notifier
 	slots     []slot
-	mask      uint64
-	seq       uint64 // the next work request id
+	mask      uint64   // len(slots) - 1
+	shift     uint     // log2(len(slots)): the index bits of a work request id
+	free      []uint32 // FIFO of free slot indexes: the least recently completed first
+	freeHead  uint64
+	freeTail  uint64
+	seq       uint64 // sequence number of the next work request
 	pending   int    // work requests posted and not completed
 
 	scope      *Scope // the active scope, nil outside one
 	scopeState *Scope // reused by every scope
 	scopeID    uint32
+	batch      batch // the blocking call in progress (id 0: none)
+	batchID    uint32
 
 	timeout time.Duration
 	stray   error // the first completion that matched no work request
@@ -92,26 +102,68 @@ func (c *core) badPeer(peer int, op Op) error {
 	return &PeerError{Peer: peer, Op: op, Err: fmt.Errorf("%w (the channel has %d)", ErrPeer, len(c.links))}
 }
 
+// initSlots sizes the completion records for outstanding work requests
+// in flight at most: room for all of them plus at least 256 completed ones
+// (more when the power-of-two size leaves room), kept readable for their
+// Pending until they are reused, oldest first.
+func (c *core) initSlots(outstanding uint64) {
+	n := uint64(1) << bits.Len64(outstanding+256-1)
+	c.slots, c.mask, c.shift = make([]slot, n), n-1, uint(bits.TrailingZeros64(n))
+	c.free = make([]uint32, n)
+	for i := range c.free {
+		c.free[i] = uint32(i)
+	}
+	c.freeTail = n
+	c.seq = 1
+}
+
+// nextWRID returns the work request id the next post gets (record takes
+// it once the post succeeded).
+func (c *core) nextWRID() uint64 {
+	return c.seq<<c.shift | uint64(c.free[c.freeHead&c.mask])
+}
+
+// slotOf returns the record of wrid, or nil when it has been reused.
+func (c *core) slotOf(wrid uint64) *slot {
+	s := &c.slots[wrid&c.mask]
+	if s.wrid != wrid {
+		return nil
+	}
+	return s
+}
+
 // begin starts a send WQE to peer with the next work request id.
 func (c *core) begin(l *link) (wqebuilder.OpStage, error) {
 	if c.transport == TransportDC {
-		return c.dci.Post(c.seq, wqebuilder.Signaled, l.remote)
+		return c.dci.Post(c.nextWRID(), wqebuilder.Signaled, l.remote)
 	}
-	return l.qp.Post(c.seq, wqebuilder.Signaled)
+	return l.qp.Post(c.nextWRID(), wqebuilder.Signaled)
 }
 
-// record fills the slot of the work request just posted and takes its id.
+// record fills the record of the work request just posted and takes its
+// id.
 func (c *core) record(peer int, op Op) uint64 {
-	seq := c.seq
-	s := &c.slots[seq&c.mask]
-	*s = slot{seq: seq, peer: int32(peer), op: op, state: slotPosted}
+	wrid := c.nextWRID()
+	c.freeHead++
+	c.seq++
+	s := &c.slots[wrid&c.mask]
+	*s = slot{wrid: wrid, peer: uint16(peer), op: op, state: slotPosted}
 	if c.scope != nil {
 		s.scope = c.scopeID
 		c.scope.outstanding++
 	}
-	c.seq++
+	if c.batch.id != 0 {
+		s.batch, s.item = c.batch.id, c.batch.item
+		c.batch.outstanding++
+	}
 	c.pending++
-	return seq
+	return wrid
+}
+
+// release returns a completed record to the free list, behind every other.
+func (c *core) release(s *slot) {
+	c.free[c.freeTail&c.mask] = uint32(s.wrid & c.mask)
+	c.freeTail++
 }
 
 // The post functions return the transport's own error (built once per
@@ -201,9 +253,9 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 	}
 	var st rc.RecvStage
 	if c.transport == TransportDC {
-		st = l.srq.BeginRecv(c.seq)
+		st = l.srq.BeginRecv(c.nextWRID())
 	} else {
-		st = l.qp.BeginRecv(c.seq)
+		st = l.qp.BeginRecv(c.nextWRID())
 	}
 	for i := range r.Local {
 		g := &r.Local[i]
@@ -226,7 +278,7 @@ func (c *core) poll() int {
 // complete files one completion in its record.
 func (c *core) complete(wc *rc.Completion) {
 	s := &c.slots[wc.WRID&c.mask]
-	if (wc.Status != rc.StatusOK && wc.Status != rc.StatusError) || s.seq != wc.WRID || s.state != slotPosted {
+	if (wc.Status != rc.StatusOK && wc.Status != rc.StatusError) || s.wrid != wc.WRID || s.state != slotPosted {
 		c.strayCompletion(wc)
 		return
 	}
@@ -236,6 +288,7 @@ func (c *core) complete(wc *rc.Completion) {
 		s.imm, s.withImm = wc.Immediate, true
 	}
 	c.pending--
+	c.release(s)
 	if wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr {
 		s.state = slotFailed
 		s.syndrome, s.vendor = wc.Syndrome, wc.VendorSyndrome
@@ -247,6 +300,9 @@ func (c *core) complete(wc *rc.Completion) {
 		if s.state == slotFailed {
 			c.scope.errs = append(c.scope.errs, s.err())
 		}
+	}
+	if c.batch.id != 0 && s.batch == c.batch.id {
+		c.batch.complete(s)
 	}
 }
 
@@ -273,7 +329,7 @@ func (s *slot) err() error {
 		CQEOpcode:      s.cqeOp,
 		QPN:            s.qpn,
 		WQECounter:     s.wqeCounter,
-		WRID:           s.seq,
+		WRID:           s.wrid,
 		HasWRID:        true,
 	}
 	if s.cqeOp == prm.CQEReqErr {
@@ -335,60 +391,91 @@ func (w *waiter) idlePoll() error {
 
 func (w *waiter) progress() { w.idle = 0 }
 
-// waitSeq waits until the work request seq has completed.
-func (c *core) waitSeq(seq uint64) error {
+// wait waits until the work request wrid has completed and returns its
+// record (nil with ErrStale when the record was reused).
+func (c *core) wait(wrid uint64) (*slot, error) {
 	w := waiter{c: c}
 	for {
-		s := &c.slots[seq&c.mask]
-		if s.seq != seq {
-			return ErrStale
+		s := c.slotOf(wrid)
+		if s == nil {
+			return nil, ErrStale
 		}
 		if s.state == slotDone || s.state == slotFailed {
-			return nil
+			return s, nil
 		}
 		if c.poll() > 0 {
 			w.progress()
 			continue
 		}
 		if err := w.idlePoll(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }
 
-// waitRange waits until every work request from first to end-1 has
-// completed and returns their errors joined.
-func (c *core) waitRange(first, end uint64) error {
+// batch is the bookkeeping of one blocking call: how many of its requests
+// are outstanding, the errors of those that failed, and where to put each
+// request's result.
+type batch struct {
+	id          uint32
+	item        int32 // index of the request being posted
+	outstanding int
+	errs        []error
+	results     []Result
+}
+
+func (b *batch) complete(s *slot) {
+	b.outstanding--
+	var r Result
+	if b.results != nil || s.state == slotFailed {
+		r = s.result()
+	}
+	if s.state == slotFailed {
+		b.errs = append(b.errs, r.Err)
+	}
+	if b.results != nil && int(s.item) < len(b.results) {
+		b.results[s.item] = r
+	}
+}
+
+// startBatch begins a blocking call whose results (when not nil) receive
+// each request's outcome by index.
+func (c *core) startBatch(results []Result) *batch {
+	c.batchID++
+	if c.batchID == 0 {
+		c.batchID = 1
+	}
+	b := &c.batch
+	b.id, b.item, b.outstanding, b.errs, b.results = c.batchID, 0, 0, b.errs[:0], results
+	return b
+}
+
+// finishBatch waits until every request of the blocking call completed and
+// returns the post error, the errors of failed requests and the wait
+// error, joined.
+func (c *core) finishBatch(perr error) error {
+	b := &c.batch
 	w := waiter{c: c}
-	for i := first; i < end; {
-		s := &c.slots[i&c.mask]
-		if s.seq != i {
-			return ErrStale
-		}
-		if s.state == slotDone || s.state == slotFailed {
-			i++
-			continue
-		}
+	var werr error
+	for b.outstanding > 0 {
 		if c.poll() > 0 {
 			w.progress()
 			continue
 		}
-		if err := w.idlePoll(); err != nil {
-			return err
+		if werr = w.idlePoll(); werr != nil {
+			break
 		}
 	}
-	return c.rangeErr(first, end)
-}
-
-// rangeErr joins the errors of the completed requests first..end-1.
-func (c *core) rangeErr(first, end uint64) error {
-	var errs []error
-	for i := first; i < end; i++ {
-		if s := &c.slots[i&c.mask]; s.seq == i && s.state == slotFailed {
-			errs = append(errs, s.err())
-		}
+	b.id, b.results = 0, nil
+	if perr == nil && werr == nil && len(b.errs) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	all := make([]error, 0, len(b.errs)+2)
+	all = append(all, perr)
+	all = append(all, b.errs...)
+	all = append(all, werr)
+	clear(b.errs)
+	return errors.Join(all...)
 }
 
 // makeRoom is called after a post found its queue full: it polls, and

@@ -1,7 +1,6 @@
 package channel
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -93,29 +92,29 @@ func (m *MultiChannel) Close() error { return m.c.close() }
 
 // Pending is a work request posted by a raw Post call (or inside a scope).
 // Its completion is recorded when the channel polls it (Poll, or any
-// waiting call). The record is kept until four times as many work requests
-// as the channel's queues hold have been posted after it; a Pending asked
-// later reports ErrStale.
+// waiting call). After completion the record is kept until as many
+// requests as the channel's queues hold (and at least 256) completed after
+// it; a Pending asked later reports ErrStale.
 type Pending struct {
-	c   *core
-	seq uint64
+	c    *core
+	wrid uint64
 }
 
 // Done reports whether the request has completed, without polling.
 func (p Pending) Done() bool {
-	s := &p.c.slots[p.seq&p.c.mask]
-	return s.seq == p.seq && (s.state == slotDone || s.state == slotFailed)
+	s := p.c.slotOf(p.wrid)
+	return s != nil && (s.state == slotDone || s.state == slotFailed)
 }
 
-// Poll polls the channel once and reports whether the request has
-// completed, with its error.
+// Poll polls the channel once (unless the request has completed already)
+// and reports whether the request has completed, with its error.
 func (p Pending) Poll() (bool, error) {
 	if !p.Done() {
 		p.c.poll()
 	}
-	s := &p.c.slots[p.seq&p.c.mask]
+	s := p.c.slotOf(p.wrid)
 	switch {
-	case s.seq != p.seq:
+	case s == nil:
 		return false, ErrStale
 	case s.state == slotFailed:
 		return true, s.err()
@@ -125,10 +124,11 @@ func (p Pending) Poll() (bool, error) {
 
 // Wait polls until the request has completed and returns its error.
 func (p Pending) Wait() error {
-	if err := p.c.waitSeq(p.seq); err != nil {
+	s, err := p.c.wait(p.wrid)
+	if err != nil {
 		return err
 	}
-	if s := &p.c.slots[p.seq&p.c.mask]; s.state == slotFailed {
+	if s.state == slotFailed {
 		return s.err()
 	}
 	return nil
@@ -137,15 +137,15 @@ func (p Pending) Wait() error {
 // Result returns the result of a completed request (ok false while it is
 // outstanding or when its record was reused).
 func (p Pending) Result() (r Result, ok bool) {
-	s := &p.c.slots[p.seq&p.c.mask]
-	if s.seq != p.seq || (s.state != slotDone && s.state != slotFailed) {
+	s := p.c.slotOf(p.wrid)
+	if s == nil || (s.state != slotDone && s.state != slotFailed) {
 		return Result{}, false
 	}
 	return s.result(), true
 }
 
 // WRID returns the work request id the request was posted with.
-func (p Pending) WRID() uint64 { return p.seq }
+func (p Pending) WRID() uint64 { return p.wrid }
 
 // Poll processes the completions that have arrived (one batch) and returns
 // how many there were.
@@ -192,75 +192,62 @@ func (m *MultiChannel) PostRead(r ReadRequest) (Pending, error) {
 
 // Send sends and waits for the completion.
 func (m *MultiChannel) Send(r SendRequest) error {
-	seq, err := m.c.post(OpSend, r.Peer, &r, nil, nil, nil)
-	if err != nil {
-		return err
-	}
-	return m.c.waitRange(seq, seq+1)
+	m.c.startBatch(nil)
+	_, err := m.c.post(OpSend, r.Peer, &r, nil, nil, nil)
+	return m.c.finishBatch(err)
 }
 
 // Receive posts a receive and waits until a message arrived in it.
 func (m *MultiChannel) Receive(r RecvRequest) (Result, error) {
-	seq, err := m.c.post(OpRecv, r.Peer, nil, &r, nil, nil)
-	if err != nil {
-		return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
+	m.c.startBatch(nil)
+	wrid, err := m.c.post(OpRecv, r.Peer, nil, &r, nil, nil)
+	err = m.c.finishBatch(err)
+	if s := m.c.slotOf(wrid); err == nil && s != nil {
+		return s.result(), nil
 	}
-	if err := m.c.waitSeq(seq); err != nil {
-		return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
-	}
-	res := m.c.slots[seq&m.c.mask].result()
-	return res, res.Err
+	return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
 }
 
 // Write writes and waits for the completion.
 func (m *MultiChannel) Write(r WriteRequest) error {
-	seq, err := m.c.post(OpWrite, r.Peer, nil, nil, &r, nil)
-	if err != nil {
-		return err
-	}
-	return m.c.waitRange(seq, seq+1)
+	m.c.startBatch(nil)
+	_, err := m.c.post(OpWrite, r.Peer, nil, nil, &r, nil)
+	return m.c.finishBatch(err)
 }
 
 // Read reads and waits until the data is in the local buffers.
 func (m *MultiChannel) Read(r ReadRequest) error {
-	seq, err := m.c.post(OpRead, r.Peer, nil, nil, nil, &r)
-	if err != nil {
-		return err
-	}
-	return m.c.waitRange(seq, seq+1)
-}
-
-// batch runs posts of a blocking call: it waits for whatever was posted,
-// also when a post fails, and joins every error.
-func (m *MultiChannel) batch(n int, post func(i int) (uint64, error)) error {
-	first := m.c.seq
-	var perr error
-	for i := 0; i < n; i++ {
-		if _, err := post(i); err != nil {
-			perr = err
-			break
-		}
-	}
-	werr := m.c.waitRange(first, m.c.seq)
-	if perr == nil {
-		return werr
-	}
-	return errors.Join(perr, werr)
+	m.c.startBatch(nil)
+	_, err := m.c.post(OpRead, r.Peer, nil, nil, nil, &r)
+	return m.c.finishBatch(err)
 }
 
 // ScatterSend sends reqs[i] to reqs[i].Peer for every i and waits for all
-// of them. Errors from any of them are joined.
+// of them. A refused post stops the posting; whatever was posted is still
+// waited for. The errors of every failed request are joined.
 func (m *MultiChannel) ScatterSend(reqs []SendRequest) error {
-	return m.batch(len(reqs), func(i int) (uint64, error) {
-		return m.c.post(OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil)
-	})
+	b := m.c.startBatch(nil)
+	var err error
+	for i := range reqs {
+		b.item = int32(i)
+		if _, err = m.c.post(OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil); err != nil {
+			break
+		}
+	}
+	return m.c.finishBatch(err)
 }
 
 // ScatterWrite writes every request to its peer and waits for all.
 func (m *MultiChannel) ScatterWrite(reqs []WriteRequest) error {
-	return m.batch(len(reqs), func(i int) (uint64, error) {
-		return m.c.post(OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil)
-	})
+	b := m.c.startBatch(nil)
+	var err error
+	for i := range reqs {
+		b.item = int32(i)
+		if _, err = m.c.post(OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil); err != nil {
+			break
+		}
+	}
+	return m.c.finishBatch(err)
 }
 
 // GatherReceive posts every receive and waits until each has received a
@@ -270,30 +257,41 @@ func (m *MultiChannel) GatherReceive(reqs []RecvRequest, results []Result) error
 	if results != nil && len(results) < len(reqs) {
 		return fmt.Errorf("channel: gather receive: %d results for %d requests: %w", len(results), len(reqs), ctx.ErrInvalidArgument)
 	}
-	first := m.c.seq
-	err := m.batch(len(reqs), func(i int) (uint64, error) {
-		return m.c.post(OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil)
-	})
-	for i := range results[:min(len(results), int(m.c.seq-first))] {
-		if s := &m.c.slots[(first+uint64(i))&m.c.mask]; s.seq == first+uint64(i) {
-			results[i] = s.result()
+	b := m.c.startBatch(results)
+	var err error
+	for i := range reqs {
+		b.item = int32(i)
+		if _, err = m.c.post(OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil); err != nil {
+			break
 		}
 	}
-	return err
+	return m.c.finishBatch(err)
 }
 
 // GatherRead reads from every peer named in reqs and waits for all.
 func (m *MultiChannel) GatherRead(reqs []ReadRequest) error {
-	return m.batch(len(reqs), func(i int) (uint64, error) {
-		return m.c.post(OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i])
-	})
+	b := m.c.startBatch(nil)
+	var err error
+	for i := range reqs {
+		b.item = int32(i)
+		if _, err = m.c.post(OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i]); err != nil {
+			break
+		}
+	}
+	return m.c.finishBatch(err)
 }
 
 // MulticastSend sends the same message (r's buffers and immediate data;
 // r.Peer is ignored) to every peer in peers and waits for all.
 func (m *MultiChannel) MulticastSend(peers []int, r SendRequest) error {
-	return m.batch(len(peers), func(i int) (uint64, error) {
-		r.Peer = peers[i]
-		return m.c.post(OpSend, r.Peer, &r, nil, nil, nil)
-	})
+	b := m.c.startBatch(nil)
+	var err error
+	for i, p := range peers {
+		b.item = int32(i)
+		r.Peer = p
+		if _, err = m.c.post(OpSend, p, &r, nil, nil, nil); err != nil {
+			break
+		}
+	}
+	return m.c.finishBatch(err)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -172,4 +173,58 @@ func TestTimeout(t *testing.T) {
 	require.ErrorIs(t, err, channel.ErrTimeout)
 	require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
 	require.Equal(t, 1, cb.Outstanding(), "the receive is still posted")
+}
+
+// TestLongOutstandingSurvivesTraffic keeps a receive from one peer posted
+// while thousands of requests go to another: its record is not reused
+// while it is outstanding, and a record long completed reports ErrStale.
+func TestLongOutstandingSurvivesTraffic(t *testing.T) {
+	f := newFabric(t, 3)
+	a, b, c := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16), newHost(t, f, 2, 1<<16)
+	opts := channel.Options{SendDepth: 16, RecvDepth: 4, Timeout: 10 * time.Second}
+	pa, err := channel.New().PD(a.pd).Peers(2).With(opts).Build()
+	require.NoError(t, err)
+	pb, err := channel.New().PD(b.pd).Peer().With(opts).Build()
+	require.NoError(t, err)
+	pc, err := channel.New().PD(c.pd).Peer().With(opts).Build()
+	require.NoError(t, err)
+	require.NoError(t, pc.Share(c.mr))
+	ea := pa.Endpoints()
+	ma, err := pa.Handshake([]endpoint.Endpoint{pb.Endpoint(), pc.Endpoint()})
+	require.NoError(t, err)
+	defer ma.Close()
+	cb, err := pb.Handshake(ea[0])
+	require.NoError(t, err)
+	defer cb.Close()
+	cc, err := pc.Handshake(ea[1])
+	require.NoError(t, err)
+	defer cc.Close()
+
+	waiting, err := ma.PostReceive(channel.RecvRequest{Peer: 0, Local: a.sge(0, 64)})
+	require.NoError(t, err)
+	first, err := ma.PostWrite(channel.WriteRequest{Peer: 1, Local: a.sge(100, 8), Remote: remoteOf(t, ma, 1)})
+	require.NoError(t, err)
+	require.NoError(t, first.Wait())
+	for i := 0; i < 5000; i++ {
+		require.NoError(t, ma.Write(channel.WriteRequest{Peer: 1, Local: a.sge(100, 8), Remote: remoteOf(t, ma, 1)}))
+	}
+	_, err = first.Poll()
+	require.ErrorIs(t, err, channel.ErrStale, "a record completed 5000 requests ago was reused")
+	_, ok := first.Result()
+	require.False(t, ok)
+	require.False(t, waiting.Done())
+
+	copy(b.bytes(), "still here")
+	require.NoError(t, cb.Send(channel.SendRequest{Local: b.sge(0, 10)}))
+	require.NoError(t, waiting.Wait())
+	res, ok := waiting.Result()
+	require.True(t, ok)
+	require.Equal(t, uint32(10), res.ByteCount)
+	require.Equal(t, "still here", string(a.bytes()[:10]))
+}
+
+func remoteOf(t *testing.T, m *channel.MultiChannel, peer int) channel.Remote {
+	r, err := m.RemoteRegion(peer, 0)
+	require.NoError(t, err)
+	return channel.At(r, 0)
 }

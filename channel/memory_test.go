@@ -1,0 +1,47 @@
+package channel_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+)
+
+// TestMemoryPerPeer measures the memory of RC and DC channels at several
+// sizes (docs/guide.md quotes the output of go test -run MemoryPerPeer -v).
+func TestMemoryPerPeer(t *testing.T) {
+	f := newFabric(t, 1)
+	h := newHost(t, f, 0, 4096)
+	sizes := []int{1, 16, 64, 256}
+	if testing.Short() {
+		sizes = []int{1, 16}
+	}
+	per := map[channel.Transport]map[int]channel.Memory{}
+	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+		per[tr] = map[int]channel.Memory{}
+		for _, n := range sizes {
+			p, err := channel.New().PD(h.pd).Peers(n).With(channel.Options{Transport: tr, SendDepth: 64, RecvDepth: 64}).Build()
+			require.NoError(t, err)
+			m := p.Memory()
+			require.Equal(t, n, m.Peers)
+			require.Equal(t, m.SendRings+m.RecvRings+m.CompletionQueue+m.DoorbellRecords+m.AddressVectors+m.Bookkeeping, m.Total())
+			per[tr][n] = m
+			t.Logf("%v %v", tr, m)
+			require.NoError(t, p.Close())
+		}
+	}
+	for _, n := range sizes {
+		rc, dc := per[channel.TransportRC][n], per[channel.TransportDC][n]
+		require.NotZero(t, rc.SendRings)
+		require.NotZero(t, dc.SendRings)
+		if n >= 16 {
+			require.Less(t, dc.PerPeer(), rc.PerPeer(), "%d peers: DC shares its send ring", n)
+			require.Less(t, dc.SendRings, rc.SendRings/uint64(n)*2, "one DCI ring, not one per peer")
+		}
+	}
+	// RC grows linearly in its send rings; DC's stays one ring.
+	big := sizes[len(sizes)-1]
+	require.Equal(t, per[channel.TransportRC][1].SendRings*uint64(big), per[channel.TransportRC][big].SendRings)
+	require.Equal(t, per[channel.TransportDC][1].SendRings, per[channel.TransportDC][big].SendRings)
+}
