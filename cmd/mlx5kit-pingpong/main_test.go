@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// row is the table line of one run.
+type row struct {
+	size, iters                          int
+	min, typical, avg, p99, p999, maxLat float64
+}
+
+// parseTable finds the table in the output and checks that its numbers are
+// sane: positive, ordered, and below the timeout.
+func parseTable(t *testing.T, out string) row {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "#bytes") {
+			continue
+		}
+		require.Less(t, i+1, len(lines), out)
+		f := strings.Fields(lines[i+1])
+		require.Len(t, f, 8, "table line %q", lines[i+1])
+		var r row
+		var err error
+		r.size, err = strconv.Atoi(f[0])
+		require.NoError(t, err)
+		r.iters, err = strconv.Atoi(f[1])
+		require.NoError(t, err)
+		v := make([]float64, 6)
+		for k := range v {
+			v[k], err = strconv.ParseFloat(f[2+k], 64)
+			require.NoError(t, err, "column %d of %q", 2+k, lines[i+1])
+		}
+		r.min, r.typical, r.avg, r.p99, r.p999, r.maxLat = v[0], v[1], v[2], v[3], v[4], v[5]
+		require.Greater(t, r.min, 0.0, out)
+		require.LessOrEqual(t, r.min, r.typical, out)
+		require.LessOrEqual(t, r.typical, r.p99, out)
+		require.LessOrEqual(t, r.p99, r.p999, out)
+		require.LessOrEqual(t, r.p999, r.maxLat, out)
+		require.LessOrEqual(t, r.min, r.avg, out)
+		require.LessOrEqual(t, r.avg, r.maxLat, out)
+		require.Less(t, r.maxLat, 10e6, "a half round trip above the 10 s timeout cannot have completed")
+		return r
+	}
+	require.Failf(t, "no table", "output:\n%s", out)
+	return row{}
+}
+
+func runOK(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(args, &out, &errOut), "stderr: %s\nstdout: %s", errOut.String(), out.String())
+	return out.String()
+}
+
+// TestBothEndsOnSoftwareHCA is what make pingpong does with no NIC: both
+// ends in this process on the software HCA, for sizes inline, at the edges
+// of the sequence stamp, and beyond the max inline (by SGE).
+func TestBothEndsOnSoftwareHCA(t *testing.T) {
+	for _, size := range []int{0, 2, 4, 64, 8192} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			out := runOK(t, "-provider", "sim", "-size", strconv.Itoa(size), "-iters", "2000", "-warmup", "50")
+			r := parseTable(t, out)
+			require.Equal(t, size, r.size)
+			require.Equal(t, 2000, r.iters)
+			require.Contains(t, out, "(software, provider sim)")
+			require.Contains(t, out, "the software HCA, not a NIC")
+			require.Contains(t, out, "one goroutine alternating")
+			if size == 8192 {
+				require.Contains(t, out, "payload by SGE")
+			} else {
+				require.Contains(t, out, "payload inline")
+			}
+		})
+	}
+}
+
+// TestBothEndsTwoGoroutines runs the ends in two goroutines on the
+// software HCA, with the histogram.
+func TestBothEndsTwoGoroutines(t *testing.T) {
+	out := runOK(t, "-provider", "sim", "-threads", "2", "-iters", "500", "-warmup", "10", "-hist")
+	r := parseTable(t, out)
+	require.Equal(t, 500, r.iters)
+	require.Contains(t, out, "one goroutine each")
+	require.Contains(t, out, "round trips (µs):\nn=500 ")
+}
+
+// TestServerClientOverTCP runs the server and the client in this process
+// over 127.0.0.1: they exchange endpoints over TCP, the server adopts the
+// client's size and counts, and both check every message.
+func TestServerClientOverTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg, code := parseFlags([]string{"-provider", "sim", "-size", "100", "-iters", "1500", "-warmup", "20"}, &bytes.Buffer{})
+	require.Equal(t, -1, code)
+	var serverOut bytes.Buffer
+	serverErr := make(chan error, 1)
+	go func() {
+		// The server starts from its own defaults: size and counts come
+		// from the client.
+		scfg, _ := parseFlags([]string{"-provider", "sim"}, &bytes.Buffer{})
+		serverErr <- serve(scfg, ln, &serverOut)
+	}()
+	cfg.client = ln.Addr().String()
+	var clientOut bytes.Buffer
+	require.NoError(t, dial(cfg, &clientOut))
+	require.NoError(t, <-serverErr)
+	r := parseTable(t, clientOut.String())
+	require.Equal(t, 100, r.size)
+	require.Equal(t, 1500, r.iters)
+	require.Contains(t, clientOut.String(), "client of "+ln.Addr().String())
+	require.Contains(t, serverOut.String(), "answering 20+1500 messages of 100 bytes")
+	require.Contains(t, serverOut.String(), "done")
+}
+
+// TestServerClientFlags goes through run with -server on a free port and
+// -client to it.
+func TestServerClientFlags(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	var serverOut, serverErr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"-provider", "sim", "-server", addr}, &serverOut, &serverErr) }()
+	var out string
+	for try := 0; ; try++ {
+		var o, e bytes.Buffer
+		if run([]string{"-provider", "sim", "-client", addr, "-iters", "300", "-size", "8"}, &o, &e) == 0 {
+			out = o.String()
+			break
+		}
+		require.Less(t, try, 50, "client: %s", e.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, 0, <-done, serverErr.String())
+	require.Equal(t, 300, parseTable(t, out).iters)
+	require.Contains(t, serverOut.String(), "listening on "+addr)
+}
+
+// TestPeerOutsideTheModel: a peer whose queue pair the software HCA does
+// not know (another process's model) is refused with an explanation.
+func TestPeerOutsideTheModel(t *testing.T) {
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
+	require.NoError(t, err)
+	defer c.Close()
+	x, err := newEnd("client", c, 8, true, 1, 0, time.Second)
+	require.NoError(t, err)
+	defer x.close()
+	y, err := newEnd("server", c, 8, true, 1, 0, time.Second)
+	require.NoError(t, err)
+	defer y.close()
+	require.NoError(t, sameModel(c, x, y.endpoint()), "a peer on the same model")
+	require.ErrorContains(t, sameModel(c, x, x.endpoint()), "the model lives inside one process", "a peer with this end's own QPN")
+	require.ErrorContains(t, sameModel(c, x, withQPN(y.endpoint(), 0xfffff1)), "the model lives inside one process", "a QPN the model does not know")
+}
+
+// newPair builds two connected ends on a private software HCA in engine
+// mode.
+func newPair(t *testing.T, size int) (a, b *end) {
+	t.Helper()
+	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true})
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, c.Close())
+		require.NoError(t, f.Close())
+		require.NoError(t, f.CheckViolations())
+	})
+	a, err = newEnd("ping", c, size, true, 1, 0, 10*time.Second)
+	require.NoError(t, err)
+	b, err = newEnd("pong", c, size, true, 1, 0, 10*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, a.close())
+		require.NoError(t, b.close())
+	})
+	require.NoError(t, a.connect(b.endpoint()))
+	require.NoError(t, b.connect(a.endpoint()))
+	return a, b
+}
+
+// TestRoundTripAllocatesNothing: the measured loop (post, poll, repost a
+// receive on both ends) allocates nothing per iteration.
+func TestRoundTripAllocatesNothing(t *testing.T) {
+	a, b := newPair(t, 32)
+	seq := uint32(0)
+	for ; seq < 10; seq++ {
+		require.NoError(t, roundTrip(a, b, seq))
+	}
+	allocs := testing.AllocsPerRun(500, func() {
+		if err := roundTrip(a, b, seq); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+	})
+	require.Zero(t, allocs)
+}
+
+// TestDataChecked: the data each message carries is in the peer's receive
+// area, and a corrupted area is reported.
+func TestDataChecked(t *testing.T) {
+	a, b := newPair(t, 300)
+	for seq := range uint32(100) {
+		require.NoError(t, roundTrip(a, b, seq))
+	}
+	require.NoError(t, a.verify(99))
+	require.NoError(t, b.verify(99))
+	require.Equal(t, []byte{0, 0, 0, 99}, b.recv[:4])
+	require.Error(t, b.verify(98), "a stale sequence number is seen")
+	b.recv[200] ^= 0xff
+	require.ErrorContains(t, b.verify(99), "byte 200 of the last message")
+	// A message whose completion arrives with the wrong immediate fails
+	// the wait.
+	require.NoError(t, a.post(1000))
+	require.ErrorContains(t, b.await(1001), "unexpected completion")
+}
+
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-size", "-1"},
+		{"-iters", "0"},
+		{"-provider", "verbs"},
+		{"-threads", "3"},
+		{"-server", ":0", "-client", "localhost:1"},
+		{"-gid-index", "256"},
+		{"extra"},
+		{"-nosuchflag"},
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
+		require.NotEmpty(t, errOut.String(), "%q", args)
+	}
+}
+
+// TestHardwarePingPong runs both ends on the first mlx5 device.
+func TestHardwarePingPong(t *testing.T) {
+	name := devicetest.RequireDevice(t)
+	for _, size := range []int{2, 4096} {
+		out := runOK(t, "-provider", "mlx5", "-device", name, "-size", fmt.Sprint(size), "-iters", "10000")
+		r := parseTable(t, out)
+		require.Equal(t, 10000, r.iters)
+		require.Contains(t, out, name)
+		require.NotContains(t, out, "software HCA")
+		t.Logf("\n%s", out)
+	}
+}
+
+// TestHardwareServerClient runs a server and a client on the first mlx5
+// device over 127.0.0.1.
+func TestHardwareServerClient(t *testing.T) {
+	name := devicetest.RequireDevice(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	scfg, _ := parseFlags([]string{"-provider", "mlx5", "-device", name}, &bytes.Buffer{})
+	serverErr := make(chan error, 1)
+	go func() { serverErr <- serve(scfg, ln, &bytes.Buffer{}) }()
+	ccfg, _ := parseFlags([]string{"-provider", "mlx5", "-device", name, "-iters", "5000", "-client", ln.Addr().String()}, &bytes.Buffer{})
+	var out bytes.Buffer
+	require.NoError(t, dial(ccfg, &out))
+	require.NoError(t, <-serverErr)
+	require.Equal(t, 5000, parseTable(t, out.String()).iters)
+}
+
+// withQPN returns the endpoint with another QPN.
+func withQPN(e endpoint.Endpoint, qpn uint32) endpoint.Endpoint {
+	e.QPN = qpn
+	return e
+}
