@@ -151,15 +151,18 @@ func run(name string, c *ctx.Context, o Options, body func(e *env) error) error 
 // rcConfig returns an RC configuration for the env's port and GID with the
 // given receive depth (0: none).
 func (e *env) rcConfig(recvDepth uint32) rc.Config {
-	return rc.Config{
+	cfg := rc.Config{
 		SendDepth:  64,
 		RecvDepth:  recvDepth,
 		MaxSendSGE: min(4, max(e.dev.MaxSGE, 1)),
-		MaxRecvSGE: min(4, max(e.dev.MaxSGE, 1)),
 		MaxInline:  min(128, e.dev.MaxInline),
 		Port:       e.port,
 		GIDIndex:   e.gid,
 	}
+	if recvDepth > 0 {
+		cfg.MaxRecvSGE = min(4, max(e.dev.MaxSGE, 1))
+	}
+	return cfg
 }
 
 // rcPair creates an RC QP on each side with cfg, adds each to its side's
