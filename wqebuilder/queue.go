@@ -68,6 +68,7 @@ type SendQueue struct {
 	qpn8     uint32         // QPN << 8, ready for qpn_ds
 	rung     uint32         // producer index the doorbell record holds
 	slots    unsafe.Pointer // [WQECnt]uint64 wrids
+	ends     unsafe.Pointer // [WQECnt]uint32: see Complete
 	lastDB   uint64         // first 8 bytes of the last finished WQE
 	// sgeLimit[ds] is the state-word bits that bound the data segments of
 	// a WQE whose payload starts after ds segments (see stLimit*).
@@ -79,6 +80,7 @@ type SendQueue struct {
 	full     CtrlStage // the stage Begin returns when the queue is full
 
 	slotMem    []uint64
+	endMem     []uint32
 	scratchMem []uint64
 	cfg        Config
 }
@@ -204,6 +206,7 @@ func New(cfg Config) (*SendQueue, error) {
 		dbrec:      cfg.DBRec,
 		bf:         reg,
 		slotMem:    make([]uint64, cfg.WQECnt),
+		endMem:     make([]uint32, cfg.WQECnt),
 		scratchMem: make([]uint64, cfg.MaxWQEBBs*prm.WQEBBSize/8),
 		cfg:        cfg,
 	}
@@ -217,6 +220,7 @@ func New(cfg Config) (*SendQueue, error) {
 		q.sgeLimit[ds] = uint64(lim)<<stLimitShift | set<<stLimitErrShift
 	}
 	q.slots = unsafe.Pointer(&q.slotMem[0])
+	q.ends = unsafe.Pointer(&q.endMem[0])
 	// A WQE begun on a full queue writes to a private scratch area of the
 	// largest WQE's size instead of the ring.
 	scratch := unsafe.Pointer(&q.scratchMem[0])
@@ -264,16 +268,22 @@ func (q *SendQueue) Register() *blueflame.Register { return &q.bf }
 // as rdma-core's wqe_head bookkeeping does, and returns the wrid given to its
 // Begin. ok is false, and nothing changes, when wqeCounter does not name the
 // start of a WQE in flight.
+//
+// Finish records at each WQE's first slot the producer index after it (1
+// to MaxWQEBBs ahead of the slot's index) and at its other slots their own
+// index. Every slot in flight was written by the finish of the WQE that
+// covers it, so a counter that falls inside a WQE, as a corrupt or
+// duplicated CQE may carry, is refused instead of retiring by the payload
+// bytes it lands on.
 func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 	ci := q.ci
-	off := uint32(wqeCounter - uint16(ci))
-	if off >= q.pi-ci {
+	at := ci + uint32(wqeCounter-uint16(ci))
+	idx := uintptr(at & q.mask)
+	end := *(*uint32)(unsafe.Add(q.ends, idx*4))
+	if at-ci >= q.pi-ci || end-at-1 > q.mask {
 		return 0, false
 	}
-	idx := uintptr((ci + off) & q.mask)
-	// ds is the low 6 bits of the control segment's eighth byte.
-	ds := uint32(*(*uint8)(unsafe.Add(q.buf, idx<<prm.WQEBBShift+prm.CtrlQPNDS+3)) & prm.CtrlDSMask)
-	q.ci = ci + off + (ds+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
+	q.ci = end
 	return *(*uint64)(unsafe.Add(q.slots, idx*slotSize)), true
 }
 

@@ -390,9 +390,11 @@ func (w wqe) finish() error {
 		return postErrors[w.st>>stErrShift&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
 	}
 	q := w.q
-	if w.ctrl != unsafe.Add(q.buf, uintptr(q.pi&q.mask)<<prm.WQEBBShift) {
+	if w.ctrl != unsafe.Add(q.buf, uintptr(q.pi&q.mask)<<prm.WQEBBShift) || q.pi-q.ci > q.limit {
 		// The producer index moved since Begin: this stage (or a copy of
-		// it) was finished already, or another Begin finished first.
+		// it) was finished already, or another Begin finished first. (A
+		// WQE as large as the ring brings the producer index back to the
+		// same slot; the room Begin checked is gone then.)
 		return errStaleStage
 	}
 	// opmod | index | opcode over qpn | ds, before the byte swap.
@@ -401,7 +403,15 @@ func (w wqe) finish() error {
 	// The doorbell of a batch is these 8 bytes of its last WQE. Kept as a
 	// number: a pointer store here would cost a GC write barrier check.
 	q.lastDB = word
-	q.pi += (uint32(w.st)&stDSMask + prm.SegmentsPerWQEBB - 1) / prm.SegmentsPerWQEBB
+	pi := q.pi
+	end := pi + (uint32(w.st)&stDSMask+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
+	q.pi = end
+	// Complete checks a CQE's counter against these: the first slot holds
+	// the index after the WQE, every other slot of it its own index.
+	for i := pi + 1; i != end; i++ {
+		*(*uint32)(unsafe.Add(q.ends, uintptr(i&q.mask)*4)) = i
+	}
+	*(*uint32)(unsafe.Add(q.ends, uintptr(pi&q.mask)*4)) = end
 	return nil
 }
 
