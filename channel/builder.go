@@ -67,8 +67,9 @@ type Options struct {
 	// Events makes blocking calls and scopes sleep on the completion
 	// channel after a short spin instead of polling until they are done.
 	Events bool
-	// Timeout bounds each blocking call and scope (0: no limit). When it
-	// passes, the call returns ErrTimeout with its work still outstanding.
+	// Timeout is the longest a blocking call or scope waits without any
+	// completion arriving (0: no limit). When it passes, the call returns
+	// ErrTimeout with its work still outstanding.
 	Timeout time.Duration
 	// RetryCount, RNRRetry, Timeout codes and the RNR timer of the queue
 	// pairs are those of package rc's defaults.

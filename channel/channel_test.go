@@ -68,3 +68,30 @@ func TestChannelDC(t *testing.T) {
 func TestChannelEvents(t *testing.T) {
 	testChannelBasics(t, channel.Options{Events: true})
 }
+
+// TestEventsSleepUntilTheMessage waits in a blocking Receive for a message
+// sent 50 ms later: with Options.Events the wait sleeps on the completion
+// channel instead of spinning.
+func TestEventsSleepUntilTheMessage(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, cb := pair(t, a, b, channel.Options{Events: true, Timeout: 10 * time.Second})
+	require.NotNil(t, cb.Multi().Notifier())
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		copy(a.bytes(), "late")
+		_ = ca.Send(channel.SendRequest{Local: a.sge(0, 4)})
+	}()
+	res, err := cb.Receive(channel.RecvRequest{Local: b.sge(0, 64)})
+	require.NoError(t, err)
+	require.Equal(t, uint32(4), res.ByteCount)
+	require.Equal(t, "late", string(b.bytes()[:4]))
+	require.NotZero(t, cb.Multi().Notifier().Events(), "the receiver slept on an event")
+
+	// The timeout still holds while sleeping.
+	_, cb2 := pair(t, a, b, channel.Options{Events: true, Timeout: 30 * time.Millisecond})
+	start := time.Now()
+	_, err = cb2.Receive(channel.RecvRequest{Local: b.sge(0, 64)})
+	require.ErrorIs(t, err, channel.ErrTimeout)
+	require.Less(t, time.Since(start), 5*time.Second)
+}

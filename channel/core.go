@@ -363,25 +363,30 @@ const (
 )
 
 // idlePoll is called after a poll found nothing; it returns ErrTimeout
-// once the channel's timeout has passed.
+// once no completion has arrived for the channel's timeout.
 func (w *waiter) idlePoll() error {
 	w.idle++
 	if w.idle < spinPolls {
 		return nil
 	}
-	if w.c.timeout > 0 && w.idle%checkEvery == 0 {
-		now := time.Now()
-		if w.start.IsZero() {
-			w.start = now
-		} else if now.Sub(w.start) > w.c.timeout {
-			return fmt.Errorf("channel: %d work requests outstanding after %v: %w", w.c.pending, w.c.timeout, ErrTimeout)
+	c := w.c
+	if w.idle == spinPolls && c.timeout > 0 {
+		w.start = time.Now()
+	}
+	sleep := c.notifier != nil && w.idle >= sleepAfter
+	if c.timeout > 0 && (sleep || w.idle%checkEvery == 0) {
+		if time.Since(w.start) > c.timeout {
+			return fmt.Errorf("channel: no completion for %v, %d work requests outstanding: %w", c.timeout, c.pending, ErrTimeout)
 		}
 	}
-	if w.c.notifier != nil && w.idle >= sleepAfter {
-		// A bounded sleep: the timeout check above keeps running.
-		err := w.c.notifier.WaitTimeout(eventTimeout)
+	if sleep {
+		d := eventTimeout
+		if c.timeout > 0 {
+			d = min(d, c.timeout-time.Since(w.start)+time.Millisecond)
+		}
+		err := c.notifier.WaitTimeout(d)
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("channel: wait for completion event: %w", err)
+			return fmt.Errorf("channel: wait for a completion event: %w", err)
 		}
 		return nil
 	}

@@ -3,6 +3,7 @@ package channel
 import (
 	"fmt"
 
+	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -66,6 +67,10 @@ func (m *MultiChannel) QP(peer int) *rc.QP {
 
 // DCI returns the DC initiator of a DC channel (nil for RC).
 func (m *MultiChannel) DCI() *dc.DCI { return m.c.dci }
+
+// Notifier returns the completion-event waiter of a channel built with
+// Options.Events (nil otherwise).
+func (m *MultiChannel) Notifier() *completion.Notifier { return m.c.notifier }
 
 // Poller returns the poller of the channel's completion queue.
 func (m *MultiChannel) Poller() *rc.Poller { return m.c.poller }
