@@ -243,7 +243,7 @@ func local(cfg config, stdout io.Writer) error {
 	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
 		return err
 	}
-	res := &result{size: cfg.size, iters: cfg.iters, device: what, payload: payloadKind(a), counter: cycles.Frequency()}
+	res := &result{size: cfg.size, iters: cfg.iters, device: what, payload: payloadKind(a, cfg.inline), counter: cycles.Frequency()}
 	threads := cfg.threads
 	if threads == 0 {
 		threads = 1
@@ -312,9 +312,12 @@ func local(cfg config, stdout io.Writer) error {
 }
 
 // payloadKind says how an end sends its payload.
-func payloadKind(x *end) string {
-	if x.inline || x.size == 0 {
+func payloadKind(x *end, inlineAsked bool) string {
+	switch {
+	case x.inline || x.size == 0:
 		return "inline"
+	case !inlineAsked:
+		return "by SGE (-inline=false)"
 	}
 	return "by SGE (longer than the device's max inline)"
 }
@@ -473,7 +476,7 @@ func dial(cfg config, stdout io.Writer) error {
 	if err := handshake(cfg, conn, c, x); err != nil {
 		return err
 	}
-	res := &result{size: cfg.size, iters: cfg.iters, device: what, payload: payloadKind(x), counter: cycles.Frequency()}
+	res := &result{size: cfg.size, iters: cfg.iters, device: what, payload: payloadKind(x, cfg.inline), counter: cycles.Frequency()}
 	pins, why := choosePins(c, 1)
 	var loopErr error
 	note := pinned(pins[0], why, func() {
