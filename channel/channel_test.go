@@ -70,19 +70,21 @@ func TestChannelEvents(t *testing.T) {
 }
 
 // TestEventsSleepUntilTheMessage waits in a blocking Receive for a message
-// sent 50 ms later: with Options.Events the wait sleeps on the completion
+// sent 300 ms later: with Options.Events the wait sleeps on the completion
 // channel instead of spinning.
 func TestEventsSleepUntilTheMessage(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, cb := pair(t, a, b, channel.Options{Events: true, Timeout: 10 * time.Second})
 	require.NotNil(t, cb.Multi().Notifier())
+	sent := make(chan error, 1)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		copy(a.bytes(), "late")
-		_ = ca.Send(channel.SendRequest{Local: a.sge(0, 4)})
+		sent <- ca.Send(channel.SendRequest{Local: a.sge(0, 4)})
 	}()
 	res, err := cb.Receive(channel.RecvRequest{Local: b.sge(0, 64)})
+	require.NoError(t, <-sent)
 	require.NoError(t, err)
 	require.Equal(t, uint32(4), res.ByteCount)
 	require.Equal(t, "late", string(b.bytes()[:4]))
