@@ -228,3 +228,19 @@ func remoteOf(t *testing.T, m *channel.MultiChannel, peer int) channel.Remote {
 	require.NoError(t, err)
 	return channel.At(r, 0)
 }
+
+func TestUseAfterClose(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, _ := pair(t, a, b, channel.Options{Timeout: time.Second})
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	require.NoError(t, ca.Close())
+	require.NoError(t, ca.Close(), "Close is idempotent")
+	err = ca.Write(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+	require.Error(t, err)
+	_, err = ca.PostSend(channel.SendRequest{Local: a.sge(0, 8)})
+	require.Error(t, err)
+	require.Zero(t, ca.Poll())
+	require.NoError(t, ca.Scope(func(*channel.Scope) error { return nil }))
+}
