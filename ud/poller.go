@@ -38,15 +38,23 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // for is handed over with Status StatusUnknownQPN.
 func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	return func() int {
-		cq := p.d.Ring()
+		d := p.d
+		cq := d.Ring()
 		if cq == nil {
 			return 0
 		}
+		wc := d.Completion()
 		n := 0
 		for c := range cq.All(max) {
-			fn(p.d.Dispatch(c))
+			if q := d.Lookup(c.QPN()); q != nil {
+				q.Complete(c, wc)
+			} else {
+				d.Unknown(c)
+			}
+			fn(wc)
 			n++
 		}
+		d.Count(n)
 		return n
 	}()
 }

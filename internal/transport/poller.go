@@ -90,21 +90,34 @@ func (p *Dispatcher) Ring() *monocq.CQ {
 	return p.cq
 }
 
-// Dispatch matches one CQE to its queue pair, retires what it names, and
-// returns the decoded completion (valid until the next Dispatch). A CQE
-// whose QPN no queue was added for comes back with Status
-// StatusUnknownQPN and is counted.
-func (p *Dispatcher) Dispatch(c *monocq.CQE) *Completion {
-	p.polled++
-	if q := p.table.Lookup(c.QPN()); q != nil {
-		q.Complete(c, &p.wc)
-		return &p.wc
-	}
+// Completion returns the Completion the dispatcher decodes CQEs into.
+func (p *Dispatcher) Completion() *Completion { return &p.wc }
+
+// Unknown decodes a CQE whose QPN no queue was added for into the
+// dispatcher's Completion, with Status StatusUnknownQPN, and records it.
+func (p *Dispatcher) Unknown(c *monocq.CQE) {
 	p.wc.decode(c)
 	p.wc.Status = StatusUnknownQPN
 	p.unknown++
 	if p.err == nil {
 		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
+	}
+}
+
+// Count adds n to the number of completions dispatched.
+func (p *Dispatcher) Count(n int) { p.polled += uint64(n) }
+
+// Dispatch matches one CQE to its queue pair, retires what it names, and
+// returns the decoded completion (valid until the next Dispatch). A CQE
+// whose QPN no queue was added for comes back with Status
+// StatusUnknownQPN and is counted. The Pollers of rc, dc and ud do the
+// same inline, with one call per CQE.
+func (p *Dispatcher) Dispatch(c *monocq.CQE) *Completion {
+	p.polled++
+	if q := p.table.Lookup(c.QPN()); q != nil {
+		q.Complete(c, &p.wc)
+	} else {
+		p.Unknown(c)
 	}
 	return &p.wc
 }
