@@ -49,7 +49,7 @@ bench-floor: deps
 
 bench-histogram: deps
 	mkdir -p docs/img
-	MLX5KIT_HIST_DIR=docs/img $(TASKSET) $(GO) test -run '^$$' \
+	MLX5KIT_HIST_DIR=$(CURDIR)/docs/img $(TASKSET) $(GO) test -run '^$$' \
 		-bench 'Pingpong/(rc-write-imm|rc-read)/8B$$' -benchtime 200000x ./bench
 
 bench-preempt: deps
