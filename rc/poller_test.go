@@ -6,9 +6,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -79,4 +82,43 @@ func pollOne(t *testing.T, p *rc.Poller) rc.Completion {
 	p.Poll(16, func(c *rc.Completion) { out = append(out, *c) })
 	require.Len(t, out, 1)
 	return out[0]
+}
+
+// TestCQOverrunIsReported lets more completions arrive than the CQ holds:
+// the poller reports monocq.ErrOverrun, hands over what the ring holds,
+// and the device (model) has moved the QP to error.
+func TestCQOverrunIsReported(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 4)
+	p, err := rc.NewPoller(cq)
+	require.NoError(t, err)
+	cq1, p1 := newPoller(e, 1, 64)
+	a, err := rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 64})
+	require.NoError(t, err)
+	b, err := rc.New(e.PD[1], cq1, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(&a.Queue))
+	require.NoError(t, p1.Add(&b.Queue))
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	for w := range 32 {
+		s, err := a.Post(uint64(w), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.Nop().Finish())
+	}
+	a.RingDoorbell()
+	e.Run()
+	n := 0
+	for p.Poll(64, func(c *rc.Completion) {
+		require.Equal(t, rc.StatusOK, c.Status)
+		require.Equal(t, uint64(n), c.WRID)
+		n++
+	}) > 0 {
+	}
+	require.Equal(t, int(p.CQ().CQECnt()), n, "the CQEs the ring held, in order")
+	require.ErrorIs(t, p.Err(), monocq.ErrOverrun)
+	require.Error(t, e.Fabric.CQError(cq.CQN()))
+	st, err := a.Handle().State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st, "the device moved the QP to error")
 }

@@ -97,10 +97,11 @@ const (
 )
 
 // RecvStage is a receive WQE being built: SGE adds scatter entries and
-// Finish posts it. Like the send stages it is a small value that inlines;
-// an error (queue full, too many entries, a refused queue) is kept in the
-// stage and returned by Finish, and a failed stage writes nothing to the
-// ring.
+// Finish posts it. Like the send stages it is a small value; an error
+// (queue full, too many entries, a refused queue) is kept in the stage and
+// returned by Finish. A failed stage is never posted and writes nothing
+// outside the one free slot it was given (nothing at all when the queue
+// was full or refused).
 type RecvStage struct {
 	r    *recvRing
 	seg  unsafe.Pointer // the next data segment
