@@ -176,7 +176,7 @@ func TestEachAndText(t *testing.T) {
 	require.Contains(t, lines[0], "min=500ns")
 	require.InDelta(t, 1000, float64(h.Percentile(50)), float64(tolerance(1000)))
 	require.Contains(t, lines[0], fmt.Sprintf("p50=%.4gns", 0.5*float64(h.Percentile(50))))
-	require.Contains(t, lines[0], "max=3.2e+04ns")
+	require.Contains(t, lines[0], "max=32000ns")
 	// 1000 and 64000 are six octaves apart: 4 rows per octave, first and
 	// last rows hold the data, the rows between are empty.
 	rows := lines[1:]
@@ -192,5 +192,20 @@ func BenchmarkRecord(b *testing.B) {
 	for b.Loop() {
 		h.Record(v & 0xffff)
 		v = v*6364136223846793005 + 1442695040888963407
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	for v, want := range map[float64]string{
+		0:        "0",
+		1.5:      "1.5",
+		2407.4:   "2407",
+		9999:     "9999",
+		132700.4: "132700",
+		5.786e7:  "57860000",
+		1e16:     "1e+16",
+		0.000123: "0.000123",
+	} {
+		require.Equal(t, want, formatValue(v), "%v", v)
 	}
 }

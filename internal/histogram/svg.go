@@ -15,7 +15,7 @@ const (
 	svgLeft   = 60 // room for the count axis
 	svgRight  = 20
 	svgTop    = 50 // room for the title and the summary
-	svgBottom = 60 // room for the value axis
+	svgBottom = 75 // room for the value axis
 )
 
 // WriteSVG draws the histogram as an SVG bar chart: one bar per row of the
@@ -45,9 +45,13 @@ func (h *Histogram) WriteSVG(w io.Writer, s Scale, title string) error {
 		decades := math.Ceil(math.Log10(float64(peak) + 1))
 		yOf := func(c float64) float64 { return baseY - plotH*math.Log10(c+1)/decades }
 		for d := 0.0; d <= decades; d++ {
-			y := yOf(math.Pow(10, d) - 1)
+			c := math.Pow(10, d)
+			y := yOf(c)
+			if d == decades {
+				y = yOf(c - 1) // the top of the axis
+			}
 			p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", svgLeft, y, svgWidth-svgRight, y)
-			p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", svgLeft-4, y+4, countLabel(math.Pow(10, d)-1))
+			p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", svgLeft-4, y+4, countLabel(c))
 		}
 		barW := plotW / float64(len(rows))
 		// Label about ten rows on the value axis.
@@ -60,8 +64,8 @@ func (h *Histogram) WriteSVG(w io.Writer, s Scale, title string) error {
 					x+0.5, y, math.Max(barW-1, 0.5), baseY-y, html.EscapeString(rangeLabel(r, s)), r.count)
 			}
 			if i%every == 0 {
-				p(`<text x="%.1f" y="%.1f" text-anchor="end" transform="rotate(-40 %.1f %.1f)">%.4g%s</text>`+"\n",
-					x+barW/2, baseY+14, x+barW/2, baseY+14, s.apply(float64(r.low)), html.EscapeString(s.Unit))
+				p(`<text x="%.1f" y="%.1f" text-anchor="end" transform="rotate(-40 %.1f %.1f)">%s</text>`+"\n",
+					x+barW/2, baseY+14, x+barW/2, baseY+14, html.EscapeString(formatValue(s.apply(float64(r.low)))+s.Unit))
 			}
 		}
 		// Percentile markers, placed within their row by value.
@@ -88,7 +92,7 @@ func (h *Histogram) WriteSVG(w io.Writer, s Scale, title string) error {
 }
 
 func rangeLabel(r row, s Scale) string {
-	return fmt.Sprintf("%.4g-%.4g%s", s.apply(float64(r.low)), s.apply(float64(r.high)), s.Unit)
+	return formatValue(s.apply(float64(r.low))) + "-" + formatValue(s.apply(float64(r.high))) + s.Unit
 }
 
 func countLabel(c float64) string {

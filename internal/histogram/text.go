@@ -3,6 +3,8 @@ package histogram
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -20,16 +22,25 @@ func (s Scale) apply(v float64) float64 {
 	return v * s.Factor
 }
 
+// formatValue prints a scaled value with four significant digits, without
+// an exponent up to 10^15 (large values print as integers).
+func formatValue(v float64) string {
+	if math.Abs(v) >= 1e4 && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
 // Summary is the one-line digest of a histogram: count, min, p50, p99,
 // p99.9, max and mean, scaled.
 func (h *Histogram) Summary(s Scale) string {
 	if h.total == 0 {
 		return "n=0"
 	}
-	f := func(v uint64) string { return fmt.Sprintf("%.4g%s", s.apply(float64(v)), s.Unit) }
-	return fmt.Sprintf("n=%d min=%s p50=%s p99=%s p99.9=%s max=%s mean=%.4g%s",
-		h.total, f(h.min), f(h.Percentile(50)), f(h.Percentile(99)), f(h.Percentile(99.9)),
-		f(h.max), s.apply(h.Mean()), s.Unit)
+	f := func(v float64) string { return formatValue(s.apply(v)) + s.Unit }
+	return fmt.Sprintf("n=%d min=%s p50=%s p99=%s p99.9=%s max=%s mean=%s",
+		h.total, f(float64(h.min)), f(float64(h.Percentile(50))), f(float64(h.Percentile(99))),
+		f(float64(h.Percentile(99.9))), f(float64(h.max)), f(h.Mean()))
 }
 
 // rowsPerOctave is how many rows a power of two takes in the text
@@ -90,8 +101,8 @@ func (h *Histogram) WriteText(w io.Writer, s Scale) error {
 		if peak > 0 {
 			bar = int((r.count*barWidth + peak - 1) / peak)
 		}
-		lo := fmt.Sprintf("%.4g", s.apply(float64(r.low)))
-		hi := fmt.Sprintf("%.4g%s", s.apply(float64(r.high)), s.Unit)
+		lo := formatValue(s.apply(float64(r.low)))
+		hi := formatValue(s.apply(float64(r.high))) + s.Unit
 		_, err := fmt.Fprintf(w, "%10s - %-12s |%-*s| %d %.3f%%\n", lo, hi, barWidth, strings.Repeat("#", bar), r.count, 100*float64(cum)/float64(h.total))
 		if err != nil {
 			return err
