@@ -10,8 +10,8 @@ import (
 )
 
 // TestMain prints, before any benchmark line, what the cycle counts are
-// counted in. The lines have the "key: value" form that benchstat keeps as
-// configuration.
+// counted in: the counter and whether it is invariant as "key: value" lines
+// that benchstat keeps as configuration, the frequency as a plain line.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {

@@ -80,7 +80,7 @@ func (s *rtStats) writeHistogram(b *testing.B, provider string) {
 		return
 	}
 	f := cycles.Frequency()
-	scale := histogram.Scale{Factor: 1e9 / f.Hz, Unit: "ns"}
+	scale := histogram.Scale{Factor: 1e6 / f.Hz, Unit: "µs"}
 	name := strings.NewReplacer("/", "-", "Benchmark", "").Replace(strings.TrimSuffix(b.Name(), fmt.Sprintf("-%d", runtime.GOMAXPROCS(0))))
 	var txt, svg bytes.Buffer
 	fmt.Fprintf(&txt, "%s on %s, %s\n", b.Name(), provider, f)
