@@ -208,9 +208,11 @@ func (d *DCI) Fail() error {
 	return nil
 }
 
-// Close destroys the DCI. It is idempotent.
+// Close destroys the DCI and takes it out of the Pollers it was added to.
+// It is idempotent.
 func (d *DCI) Close() error {
 	transport.SetState(&d.Queue, transport.StateClosed)
+	transport.Detach(&d.Queue)
 	if err := d.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close DCI", "%w", err)
 	}
@@ -336,9 +338,11 @@ func (t *DCT) Endpoint() endpoint.Endpoint {
 // Handle returns the control-plane queue pair.
 func (t *DCT) Handle() *ctx.QueuePair { return t.qp }
 
-// Close destroys the DCT (not its SRQ). It is idempotent.
+// Close destroys the DCT (not its SRQ) and takes it out of the Pollers it
+// was added to. It is idempotent.
 func (t *DCT) Close() error {
 	transport.SetState(&t.Queue, transport.StateClosed)
+	transport.Detach(&t.Queue)
 	if err := t.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close DCT", "%w", err)
 	}

@@ -122,3 +122,33 @@ func TestCQOverrunIsReported(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateError, st, "the device moved the QP to error")
 }
+
+// TestCloseLeavesPollers checks that Close takes a QP out of every Poller
+// it was added to (a device reuses QPNs), and Remove's errors.
+func TestCloseLeavesPollers(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	scq, sp := newPoller(e, 0, 16)
+	_, rp := newPoller(e, 0, 16)
+	qp, err := rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	other, err := rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	for _, p := range []*rc.Poller{sp, rp} {
+		require.NoError(t, p.Add(&qp.Queue))
+		require.NoError(t, p.Add(&other.Queue))
+		require.Equal(t, 2, p.Len())
+	}
+	require.NoError(t, rp.Remove(&other.Queue))
+	require.ErrorIs(t, rp.Remove(&other.Queue), rc.ErrUnknownQPN)
+	require.Error(t, rp.Remove(nil))
+	require.Error(t, rp.Add(nil))
+	require.NoError(t, qp.Close())
+	for _, p := range []*rc.Poller{sp, rp} {
+		require.Nil(t, p.Lookup(qp.QPN()))
+	}
+	require.Equal(t, 1, sp.Len())
+	require.Equal(t, 0, rp.Len())
+	require.Same(t, &other.Queue, sp.Lookup(other.QPN()))
+	require.NoError(t, other.Close())
+	require.Zero(t, sp.Len())
+}

@@ -282,11 +282,12 @@ func (q *QP) Fail() error {
 	return nil
 }
 
-// Close destroys the QP. Work requests still outstanding are lost, with
-// no completion: drain them (Fail, then poll the flushes) first if they
-// matter. Close is idempotent.
+// Close destroys the QP and takes it out of the Pollers it was added to.
+// Work requests still outstanding are lost, with no completion: drain them
+// (Fail, then poll the flushes) first if they matter. Close is idempotent.
 func (q *QP) Close() error {
 	transport.SetState(&q.Queue, transport.StateClosed)
+	transport.Detach(&q.Queue)
 	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close", "%w", err)
 	}

@@ -241,9 +241,11 @@ func (q *QP) Fail() error {
 	return nil
 }
 
-// Close destroys the QP. It is idempotent.
+// Close destroys the QP and takes it out of the Pollers it was added to.
+// It is idempotent.
 func (q *QP) Close() error {
 	transport.SetState(&q.Queue, transport.StateClosed)
+	transport.Detach(&q.Queue)
 	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close", "%w", err)
 	}

@@ -58,6 +58,7 @@ func (p *Dispatcher) Add(q *Queue) error {
 	if err := p.table.Register(q.qpn, q); err != nil {
 		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, err)
 	}
+	q.dispatchers = append(q.dispatchers, p)
 	return nil
 }
 
@@ -66,8 +67,17 @@ func (p *Dispatcher) Remove(q *Queue) error {
 	if q == nil {
 		return fmt.Errorf("poller: remove: nil queue: %w", ErrInvalidConfig)
 	}
+	if p.table.Lookup(q.qpn) != q {
+		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, ErrUnknownQPN)
+	}
 	if _, err := p.table.Unregister(q.qpn); err != nil {
 		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, err)
+	}
+	for i, d := range q.dispatchers {
+		if d == p {
+			q.dispatchers = append(q.dispatchers[:i], q.dispatchers[i+1:]...)
+			break
+		}
 	}
 	return nil
 }

@@ -66,6 +66,17 @@ type Queue struct {
 	errNoRQ error
 
 	unmatched uint64
+	// dispatchers are the pollers the queue was added to; Close takes it
+	// out of them, so that a QPN the device reuses can be added again.
+	dispatchers []*Dispatcher
+}
+
+// Detach removes q from every poller it was added to (the transports'
+// Close calls it).
+func Detach(q *Queue) {
+	for len(q.dispatchers) > 0 {
+		_ = q.dispatchers[0].Remove(q)
+	}
 }
 
 // Setup builds q over a created queue pair: the send queue from its
