@@ -47,7 +47,8 @@
 // the id given to Post for the named WQE. For a receive completion it is the
 // id given to the receive. An error completion moves the queue pair to
 // StateError; the work requests still outstanding then complete with
-// WR_FLUSH_ERR, each exactly once.
+// WR_FLUSH_ERR, each exactly once. Reset brings the QP back to INIT to
+// Connect again.
 //
 // The hot path stays inlined. Go compiles a method called through a type
 // parameter or an interface as an indirect call, so the poller has neither:

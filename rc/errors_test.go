@@ -1,6 +1,7 @@
 package rc_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -448,4 +449,47 @@ func TestConfigRefused(t *testing.T) {
 	_, err = rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 1, SRQ: srq})
 	require.ErrorIs(t, err, rc.ErrClosed)
 	require.Equal(t, rc.StateClosed, qp.State(), "closing the SRQ closed the QP attached to it")
+}
+
+// TestResetAndReconnect recovers a pair after an error: both sides Reset,
+// post receives again and Connect; traffic flows, and the Pollers still
+// route their completions.
+func TestResetAndReconnect(t *testing.T) {
+	x := newPair(t, rc.Config{SendDepth: 16, RecvDepth: 8, MaxInline: 64})
+	e := x.e
+	require.NoError(t, x.qp[1].PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)))
+	s, err := x.qp[0].Post(1, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, s.RdmaWrite(e.Addr(1, 0), 0xdead00).Inline([]byte("x")).FinishBlueFlame())
+	requireSyndrome(t, e.One(x.p[0]), prm.CQEReqErr, prm.SyndromeRemoteAccess)
+	requireSyndrome(t, e.One(x.p[1]), prm.CQERespErr, prm.SyndromeWRFlush)
+	for round := range 3 {
+		for i := range 2 {
+			require.NoError(t, x.qp[i].Reset())
+			require.Equal(t, rc.StateInit, x.qp[i].State())
+			_, err := x.qp[i].Post(1, 0)
+			require.ErrorIs(t, err, rc.ErrNotConnected)
+		}
+		require.NoError(t, x.qp[1].PostRecv(7, e.Addr(1, 128), 64, e.LKey(1)))
+		require.NoError(t, x.qp[0].Connect(x.qp[1].Endpoint()))
+		require.NoError(t, x.qp[1].Connect(x.qp[0].Endpoint()))
+		for k := range 20 {
+			s, err := x.qp[0].Post(uint64(k), wqebuilder.Signaled)
+			require.NoError(t, err)
+			require.NoError(t, s.RdmaWrite(e.Addr(1, 0), e.RKey(1)).Inline([]byte(fmt.Sprintf("round %d/%02d", round, k))).FinishBlueFlame())
+			c := e.One(x.p[0])
+			require.Equal(t, rc.StatusOK, c.Status, "%v", c.Err())
+			require.Equal(t, uint64(k), c.WRID)
+		}
+		require.Equal(t, fmt.Sprintf("round %d/19", round), string(e.Mem(1, 0, 10)))
+		s, err := x.qp[0].Post(99, wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.Send().Inline([]byte("hi")).FinishBlueFlame())
+		require.Equal(t, rc.StatusOK, e.One(x.p[0]).Status)
+		c := e.One(x.p[1])
+		require.Equal(t, uint64(7), c.WRID)
+		require.Equal(t, "hi", string(e.Mem(1, 128, 2)))
+	}
+	require.NoError(t, x.qp[0].Close())
+	require.ErrorIs(t, x.qp[0].Reset(), rc.ErrClosed)
 }

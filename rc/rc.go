@@ -82,6 +82,7 @@ type QP struct {
 	psn    uint32
 	remote endpoint.Endpoint
 	attr   ctx.QPAttr // RTR and RTS attributes from the configuration
+	access ctx.Access // what the peer may do through the QP
 }
 
 // New creates an RC queue pair in pd with send completions on sendCQ and
@@ -151,7 +152,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 		_ = cq.Close()
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
-	q := &QP{qp: cq, port: port, attr: attr}
+	q := &QP{qp: cq, port: port, attr: attr, access: access}
 	if err := transport.Setup(&q.Queue, name, cq, cfg.SRQ); err != nil {
 		_ = cq.Close()
 		return nil, transport.Errorf(name, op, "%w", err)
@@ -279,6 +280,36 @@ func (q *QP) Fail() error {
 		return transport.Errorf(name, "move to error", "%w", err)
 	}
 	transport.SetState(&q.Queue, transport.StateError)
+	return nil
+}
+
+// Reset brings the QP back to INIT from any state, error included, so
+// that it can Connect again (the peer resets too): RESET discards every
+// outstanding work request without a completion and restarts the rings,
+// then INIT lets receives be posted. The QPN, the PSN and the Pollers the
+// QP was added to stay.
+func (q *QP) Reset() error {
+	const op = "reset"
+	if q.qp.Closed() {
+		transport.SetState(&q.Queue, transport.StateClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrClosed)
+	}
+	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}); err != nil {
+		return transport.Errorf(name, op, "%w", err)
+	}
+	cfg := q.qp.Config()
+	var srq *SharedReceiveQueue
+	if cfg.SRQ != nil {
+		srq = q.Queue.SRQ()
+	}
+	if err := transport.Setup(&q.Queue, name, q.qp, srq); err != nil {
+		return transport.Errorf(name, op, "%w", err)
+	}
+	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: q.port.Number, Access: q.access}); err != nil {
+		transport.SetState(&q.Queue, transport.StateError)
+		return transport.Errorf(name, op, "%w", err)
+	}
+	q.remote = endpoint.Endpoint{}
 	return nil
 }
 

@@ -85,7 +85,9 @@ func Detach(q *Queue) {
 // The transport packages call it from their constructors.
 func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
 	d := qp.Descriptor()
-	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit}
+	// Setup also rebuilds a queue after its QP went through RESET: the
+	// pollers it was added to keep it.
+	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit, dispatchers: q.dispatchers}
 	for s := State(0); s <= StateClosed; s++ {
 		var why error
 		switch s {
@@ -234,6 +236,9 @@ func (q *Queue) State() State {
 	}
 	return q.state
 }
+
+// SRQ returns the shared receive queue the QP receives from, or nil.
+func (q *Queue) SRQ() *SharedReceiveQueue { return q.srq }
 
 // SendQueue returns the send queue (nil for a DCT), for its counters:
 // Free, Outstanding, Pending.
