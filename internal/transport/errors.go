@@ -52,13 +52,19 @@ var (
 type PostError struct {
 	Transport string
 	Op        string
-	QPN       uint32
-	Err       error
+	// QPN is the queue pair's number, or the SRQ number when SRQ is set.
+	QPN uint32
+	SRQ bool
+	Err error
 }
 
 // Error reads "rc: post send on QP 0x105: queue pair not connected".
 func (e *PostError) Error() string {
-	return fmt.Sprintf("%s: %s on QP %#x: %v", e.Transport, e.Op, e.QPN, e.Err)
+	what := "QP"
+	if e.SRQ {
+		what = "SRQ"
+	}
+	return fmt.Sprintf("%s: %s on %s %#x: %v", e.Transport, e.Op, what, e.QPN, e.Err)
 }
 
 // Unwrap returns the sentinel.

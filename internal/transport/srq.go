@@ -56,10 +56,10 @@ func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQCo
 		_ = s.Close()
 		return nil, Errorf(transport, op, "descriptor: %v: %w", err, ErrInvalidConfig)
 	}
-	ring.errFull = &PostError{Transport: transport, Op: "post SRQ receive", QPN: d.SRQN, Err: ErrReceiveQueueFull}
-	ring.errSGE = &PostError{Transport: transport, Op: "post SRQ receive", QPN: d.SRQN, Err: ErrTooManySGE}
+	ring.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
+	ring.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrTooManySGE}
 	q := &SharedReceiveQueue{srq: s, ring: ring}
-	q.errs[0] = &PostError{Transport: transport, Op: "post SRQ receive", QPN: d.SRQN, Err: ErrClosed}
+	q.errs[0] = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrClosed}
 	return q, nil
 }
 
