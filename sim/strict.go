@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -152,6 +154,12 @@ func (f *Fabric) CheckViolations() error {
 // hold the first bytes (8 for a doorbell-only write, the whole WQE up to the
 // buffer size for a BlueFlame copy) of the WQE its control segment names,
 // taken from the ring with wrap-around.
+//
+// Only the first 8 bytes are sure to come from the last write: when several
+// WQEs were posted since the last look, a doorbell-only write may have
+// landed on a buffer that an earlier BlueFlame copy filled, and the bytes
+// after the first 8 are then that earlier WQE's. The whole WQE is compared
+// only when the one WQE the buffer names is all that was posted since.
 func (f *Fabric) checkBlueFlame(q *qp) {
 	if !f.opts.Strict || f.opts.Mode != Manual || q.bf == nil {
 		return
@@ -178,7 +186,12 @@ func (f *Fabric) checkBlueFlame(q *qp) {
 		n := 8
 		if last >= 8 {
 			ds := int(prm.Load32(unsafe.Pointer(&now[prm.CtrlQPNDS])) & prm.CtrlDSMask)
-			n = min(align(ds*prm.SegmentSize, prm.WQEBBSize), bfSize)
+			// The doorbell record names the producer index after the
+			// WQEs posted since the last look.
+			pi := uint16(bits.ReverseBytes32(atomic.LoadUint32((*uint32)(unsafe.Add(q.db, prm.DoorbellRecordSendB)))))
+			if idx == q.sqPI && pi-q.sqPI == uint16(prm.WQEBBs(ds)) {
+				n = min(align(ds*prm.SegmentSize, prm.WQEBBSize), bfSize)
+			}
 		}
 		want := make([]byte, n)
 		r.copyOut(want, 0)
