@@ -35,7 +35,8 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // literal passed to it compile into the caller's loop: no interface, no
 // indirect call, no allocation, and an empty ring costs no call. A closed
 // CQ polls nothing (Err says so). A CQE whose QPN no queue pair was added
-// for is handed over with Status StatusUnknownQPN.
+// for is handed over with Status StatusUnknownQPN. fn may post (and post
+// receives) but must not call Poll on the same Poller.
 func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	return func() int {
 		d := p.d
