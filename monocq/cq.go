@@ -226,8 +226,13 @@ func (cq *CQ) Release() {
 
 // Poll hands up to max CQEs to fn and releases their slots; it returns the
 // number handed over. An empty ring costs no call: Poll looks at the next
-// slot's owner byte itself before calling Ready. The batch counts as taken
-// while fn runs (Next returns nil inside fn).
+// slot's owner byte itself before calling Ready. Neither does one CQE with
+// max 1: when nothing an earlier Ready found is pending, everything taken
+// is released, the poller is not stopped, the slot is software's with a
+// format that needs no check (plain or scatter-32) and the ring is not full
+// (the test of Ready's overrun check), Poll issues the read barrier and
+// hands the slot over itself; any other case goes through Ready. The batch
+// counts as taken while fn runs (Next returns nil inside fn).
 //
 // Poll is inlined, and so is fn when it is a function literal at the call
 // site. Its body is a closure that Poll calls at once; the compiler counts
@@ -239,8 +244,21 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 	return func() int {
 		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
 		i, end := cq.ci, cq.end
-		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, mask+1) {
-			return 0
+		if i == end {
+			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))
+			op := c[prm.CQEOpOwn]
+			if !sw(op, i, mask+1) {
+				return 0
+			}
+			if max == 1 && cq.released == i && op&(prm.CQEFormatScatter64<<prm.CQEFormatShift) == 0 && !cq.stopped &&
+				!sw(*(*uint8)(unsafe.Add(ring, uintptr((i+mask)&mask)<<shift+prm.CQEOpOwn)), i+mask, mask+1) {
+				// One CQE: what Ready would find and check, without the call.
+				blueflame.ReadBarrier()
+				cq.ci, cq.end = i+1, i+1
+				fn(c)
+				cq.Release()
+				return 1
+			}
 		}
 		cq.Ready(max)
 		end = cq.end
