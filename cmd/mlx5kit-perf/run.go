@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// sizeRun measures one size on the active end x (with the passive end y
+// in this process, or nil) and prints its table line.
+func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) error {
+	m := cfg.mode
+	if m.latency() {
+		var step func(seq uint32) error
+		if y != nil {
+			step = localStep(m, x, y, size)
+		} else {
+			step = clientStep(m, x, size)
+		}
+		var l latency
+		if err := measureLatency(cfg.warmup, cfg.iters, &l, step); err != nil {
+			return err
+		}
+		if err := x.drain(); err != nil {
+			return err
+		}
+		if y != nil {
+			if err := y.drain(); err != nil {
+				return err
+			}
+		}
+		return writeLatencyRow(w, m, size, &l, counter)
+	}
+	st := newStamps(max(cfg.warmup, cfg.iters))
+	if cfg.warmup > 0 {
+		if err := x.stream(m, size, cfg.warmup, cfg.qd, st); err != nil {
+			return err
+		}
+	}
+	if err := x.stream(m, size, cfg.iters, cfg.qd, st); err != nil {
+		return err
+	}
+	return writeBandwidthRow(w, size, rates(st, cfg.iters, size, cfg.qd, counter))
+}
+
+// verifyActive checks what the measuring end received after a size; the
+// passive end checks with verifyPassive.
+func verifyActive(cfg config, x *end, size int) error {
+	switch cfg.mode {
+	case writeLat, sendLat:
+		return x.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
+	case readLat, readBW:
+		return x.verify(size, false, 0)
+	}
+	return nil
+}
+
+func verifyPassive(cfg config, y *end, size int) error {
+	switch cfg.mode {
+	case writeLat, sendLat:
+		return y.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
+	case writeBW:
+		return y.verify(size, false, 0)
+	}
+	return nil
+}
+
+// local runs both ends in this process on one device, one goroutine
+// playing both in turn.
+func local(cfg config, stdout io.Writer) error {
+	c, what, err := open(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	a, err := newEndOn("client", c, cfg)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	b, err := newEndOn("server", c, cfg)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
+		return err
+	}
+	counter := cycles.Frequency()
+	ends := "both in this process, one goroutine playing both in turn, not pinned"
+	if !cfg.mode.pingPong() {
+		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
+	}
+	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: a.maxInline, qd: cfg.qd}); err != nil {
+		return err
+	}
+	for _, size := range cfg.sizes() {
+		clear(a.recv)
+		clear(b.recv)
+		if err := sizeRun(stdout, cfg, size, a, b, counter); err != nil {
+			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+		}
+		if err := firstErr(verifyActive(cfg, a, size), verifyPassive(cfg, b, size)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// params is what the client tells the server before the exchange.
+type params struct {
+	Magic                     uint32
+	Mode                      uint32
+	Size, MaxSize, All        uint32
+	Iters, Warmup, QD, Inline uint32
+}
+
+const paramsMagic = 0x4d585046 // "MXPF"
+
+func (p params) config(base config) config {
+	base.mode, base.size, base.maxSize, base.all = mode(p.Mode), int(p.Size), int(p.MaxSize), p.All != 0
+	base.iters, base.warmup, base.qd, base.inline = int(p.Iters), int(p.Warmup), int(p.QD), int(p.Inline)
+	return base
+}
+
+// serve runs the passive end for one client that connects to ln.
+func serve(cfg config, ln net.Listener, stdout io.Writer) error {
+	defer ln.Close()
+	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+		_ = d.SetDeadline(time.Now().Add(10 * cfg.timeout))
+	}
+	conn, err := ln.Accept()
+	if err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
+	var p params
+	if err := binary.Read(conn, binary.BigEndian, &p); err != nil {
+		return fmt.Errorf("read the client's parameters: %w", err)
+	}
+	if p.Magic != paramsMagic {
+		return fmt.Errorf("the client sent bad parameters %+v", p)
+	}
+	cfg = p.config(cfg)
+	if msg := cfg.check(); msg != "" {
+		return fmt.Errorf("the client sent bad parameters: %s", msg)
+	}
+	c, what, err := open(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	y, err := newEndOn("server", c, cfg)
+	if err != nil {
+		return err
+	}
+	defer y.close()
+	if err := handshake(cfg, conn, c, y); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "device:  %s\nserving %s for %v: %d+%d iterations per size, sizes %v\n", what, cfg.mode, conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
+	for _, size := range cfg.sizes() {
+		clear(y.recv)
+		if err := sync(cfg, conn, nil); err != nil {
+			return err
+		}
+		var runErr error
+		if cfg.mode.pingPong() {
+			runErr = answer(cfg.mode, y, size, cfg.warmup+cfg.iters)
+		}
+		if runErr == nil {
+			runErr = verifyPassive(cfg, y, size)
+		}
+		if err := firstErr(sync(cfg, conn, runErr), runErr); err != nil {
+			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+		}
+	}
+	fmt.Fprintln(stdout, "done")
+	return nil
+}
+
+// dial runs the measuring end against the server at cfg.client.
+func dial(cfg config, stdout io.Writer) error {
+	d := net.Dialer{Timeout: cfg.timeout}
+	conn, err := d.Dial("tcp", cfg.client)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
+	all := uint32(0)
+	if cfg.all {
+		all = 1
+	}
+	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
+		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline)}
+	if err := binary.Write(conn, binary.BigEndian, p); err != nil {
+		return fmt.Errorf("send the parameters: %w", err)
+	}
+	c, what, err := open(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	x, err := newEndOn("client", c, cfg)
+	if err != nil {
+		return err
+	}
+	defer x.close()
+	if err := handshake(cfg, conn, c, x); err != nil {
+		return err
+	}
+	counter := cycles.Frequency()
+	ends := "client of " + conn.RemoteAddr().String() + ", not pinned"
+	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: x.maxInline, qd: cfg.qd}); err != nil {
+		return err
+	}
+	for _, size := range cfg.sizes() {
+		clear(x.recv)
+		if err := sync(cfg, conn, nil); err != nil {
+			return err
+		}
+		runErr := sizeRun(stdout, cfg, size, x, nil, counter)
+		if runErr == nil {
+			runErr = verifyActive(cfg, x, size)
+		}
+		if err := firstErr(runErr, sync(cfg, conn, runErr)); err != nil {
+			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+		}
+	}
+	return nil
+}
+
+// handshake swaps endpoints over conn, connects the queue pair and waits
+// until the peer's is connected too, so that no message reaches a queue
+// pair that is not ready for it.
+func handshake(cfg config, conn net.Conn, c *ctx.Context, x *end) error {
+	tctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	peer, err := endpoint.Exchange(tctx, conn, x.endpoint())
+	if err != nil {
+		return fmt.Errorf("exchange endpoints: %w", err)
+	}
+	if err := sameModel(c, x, peer); err != nil {
+		return err
+	}
+	if err := x.connect(peer); err != nil {
+		return err
+	}
+	return sync(cfg, conn, nil)
+}
+
+// sameModel refuses a peer the software HCA cannot reach: the model lives
+// inside one process, so a peer in another process has a queue pair this
+// process's model does not know (or one with this end's own number).
+func sameModel(c *ctx.Context, x *end, peer endpoint.Endpoint) error {
+	f := sim.FromContext(c)
+	if f == nil {
+		return nil
+	}
+	if _, err := f.QPState(peer.QPN); err != nil || peer.QPN == x.qp.QPN() {
+		return fmt.Errorf("the peer's QP %#x is not on this process's software HCA: the model lives inside one process, so run both ends in one (no -server/-client) or use a NIC", peer.QPN)
+	}
+	return nil
+}
+
+// Status bytes of sync.
+const (
+	statusOK     = 1
+	statusFailed = 2
+)
+
+// sync tells the peer whether this end is fine (failed nil) and waits for
+// the peer to say the same; a peer that failed is an error. The deadline
+// covers the whole wait, the peer's measurement included.
+func sync(cfg config, conn net.Conn, failed error) error {
+	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
+	b := [1]byte{statusOK}
+	if failed != nil {
+		b[0] = statusFailed
+	}
+	if _, err := conn.Write(b[:]); err != nil {
+		return fmt.Errorf("synchronize with the peer: %w", err)
+	}
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return fmt.Errorf("synchronize with the peer: %w", err)
+	}
+	if b[0] != statusOK {
+		return fmt.Errorf("the peer failed (its output says why)")
+	}
+	return nil
+}
