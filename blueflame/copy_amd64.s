@@ -1,8 +1,8 @@
 #include "go_asm.h"
 #include "textflag.h"
 
-// Each function is a whole post (see postFunc). The doorbell record store
-// needs only a compiler barrier before it on x86-64
+// post is a whole post in the active mode (see post in register.go). The
+// doorbell record store needs only a compiler barrier before it on x86-64
 // (udma_to_device_barrier): entering an assembly function is one. The
 // sfence after it is mmio_wc_start, the sfence at the end
 // mmio_flush_writes.
@@ -35,12 +35,18 @@
 	MOVL	BX, 4(AX) \
 	SFENCE
 
-// func postStore8(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postStore8(SB), NOSPLIT|NOFRAME, $0-56
+// func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+// The mode is read before anything is written; R12 keeps it.
+TEXT ·post(SB), NOSPLIT|NOFRAME, $0-56
+	MOVBLZX	·activeMode(SB), R12
+	CMPL	R12, $const_ModeGeneric
+	JEQ	generic
 	PROLOGUE
 	TESTQ	CX, CX
 	JZ	doorbell
-chunk:
+	CMPL	R12, $const_ModeAVX512
+	JEQ	avx512
+store8:
 	MOVQ	0(SI), AX
 	MOVQ	8(SI), BX
 	MOVQ	16(SI), DX
@@ -60,35 +66,24 @@ chunk:
 	ADDQ	$64, SI
 	ADDQ	$64, DI
 	CMPQ	SI, R9
-	JNE	next
+	JNE	store8next
 	MOVQ	R8, SI
-next:
+store8next:
 	DECQ	CX
-	JNZ	chunk
+	JNZ	store8
 	SFENCE
 	RET
-doorbell:
-	MOVQ	(SI), AX
-	MOVQ	AX, (DI)
-	SFENCE
-	RET
-
-// func postAVX512(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postAVX512(SB), NOSPLIT|NOFRAME, $0-56
-	PROLOGUE
-	TESTQ	CX, CX
-	JZ	doorbell
-chunk:
+avx512:
 	VMOVDQU64	(SI), Z0
 	VMOVDQU64	Z0, (DI)
 	ADDQ	$64, SI
 	ADDQ	$64, DI
 	CMPQ	SI, R9
-	JNE	next
+	JNE	avx512next
 	MOVQ	R8, SI
-next:
+avx512next:
 	DECQ	CX
-	JNZ	chunk
+	JNZ	avx512
 	SFENCE
 	VZEROUPPER
 	RET
@@ -97,3 +92,6 @@ doorbell:
 	MOVQ	AX, (DI)
 	SFENCE
 	RET
+generic:
+	// Same arguments, same frame: a tail jump.
+	JMP	·postGeneric(SB)

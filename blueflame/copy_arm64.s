@@ -1,9 +1,9 @@
 #include "go_asm.h"
 #include "textflag.h"
 
-// Each function is a whole post (see postFunc). Barriers as rdma-core on
-// aarch64: udma_to_device_barrier is dmb oshst (DMB $2), mmio_wc_start and
-// mmio_flush_writes are dsb st (DSB $14).
+// post is a whole post in the active mode (see post in register.go).
+// Barriers as rdma-core on aarch64: udma_to_device_barrier is dmb oshst
+// (DMB $2), mmio_wc_start and mmio_flush_writes are dsb st (DSB $14).
 
 // Common prologue: R0 = dbrec, R3 = src, R5 = ringBase, R6 = ringEnd,
 // R2 = r.reg + r.offset (then r.offset ^= r.size), R4 = the chunk count or
@@ -33,32 +33,17 @@
 	MOVW	R1, 4(R0) \
 	DSB	$14
 
-// func postNEON(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postNEON(SB), NOSPLIT|NOFRAME, $0-56
+// func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+// The mode is read before anything is written; R15 keeps it.
+TEXT ·post(SB), NOSPLIT|NOFRAME, $0-56
+	MOVBU	·activeMode(SB), R15
+	CMP	$const_ModeGeneric, R15
+	BEQ	generic
 	PROLOGUE
 	CBZ	R4, doorbell
-chunk:
-	VLD1.P	64(R3), [V0.D2, V1.D2, V2.D2, V3.D2]
-	VST1.P	[V0.D2, V1.D2, V2.D2, V3.D2], 64(R2)
-	CMP	R6, R3
-	BNE	next
-	MOVD	R5, R3
-next:
-	SUBS	$1, R4, R4
-	BNE	chunk
-	DSB	$14
-	RET
-doorbell:
-	MOVD	(R3), R7
-	MOVD	R7, (R2)
-	DSB	$14
-	RET
-
-// func postSTP(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
-TEXT ·postSTP(SB), NOSPLIT|NOFRAME, $0-56
-	PROLOGUE
-	CBZ	R4, doorbell
-chunk:
+	CMP	$const_ModeNEON, R15
+	BEQ	neon
+stp:
 	LDP	0(R3), (R7, R8)
 	LDP	16(R3), (R9, R10)
 	LDP	32(R3), (R11, R12)
@@ -70,11 +55,22 @@ chunk:
 	ADD	$64, R3, R3
 	ADD	$64, R2, R2
 	CMP	R6, R3
-	BNE	next
+	BNE	stpnext
 	MOVD	R5, R3
-next:
+stpnext:
 	SUBS	$1, R4, R4
-	BNE	chunk
+	BNE	stp
+	DSB	$14
+	RET
+neon:
+	VLD1.P	64(R3), [V0.D2, V1.D2, V2.D2, V3.D2]
+	VST1.P	[V0.D2, V1.D2, V2.D2, V3.D2], 64(R2)
+	CMP	R6, R3
+	BNE	neonnext
+	MOVD	R5, R3
+neonnext:
+	SUBS	$1, R4, R4
+	BNE	neon
 	DSB	$14
 	RET
 doorbell:
@@ -82,3 +78,6 @@ doorbell:
 	MOVD	R7, (R2)
 	DSB	$14
 	RET
+generic:
+	// Same arguments, same frame: a tail jump.
+	JMP	·postGeneric(SB)

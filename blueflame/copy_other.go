@@ -2,6 +2,11 @@
 
 package blueflame
 
+import "unsafe"
+
 var availableModes = []Mode{ModeGeneric}
 
-func modePost(Mode) postFunc { return postGeneric }
+// post is postGeneric: the only mode here.
+func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
+	postGeneric(r, dbrec, pi, src, n, ringBase, ringEnd)
+}

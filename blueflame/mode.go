@@ -70,8 +70,8 @@ var (
 	ErrModeUnavailable = errors.New("BlueFlame copy mode not available on this machine")
 )
 
-// activeMode is read on every post; it changes only at start and through
-// SetMode.
+// activeMode is read on every post (by post's assembly); it changes only at
+// start and through SetMode.
 var activeMode Mode
 
 // AvailableModes returns the modes this machine can run, the default (the
@@ -91,7 +91,6 @@ func SetMode(m Mode) error {
 		return fmt.Errorf("blueflame: set mode %s: %w", m, ErrModeUnavailable)
 	}
 	activeMode = m
-	postFn = modePost(m)
 	return nil
 }
 
@@ -119,5 +118,4 @@ func init() {
 		panic(fmt.Sprintf("%s=%s: %v", EnvMode, name, err))
 	}
 	activeMode = m
-	postFn = modePost(m)
 }

@@ -64,7 +64,7 @@ func (r *Register) Address() unsafe.Pointer { return r.reg }
 // length is a multiple of 64. Post is small enough to inline: it costs one
 // call into the copy mode's assembly.
 func (r *Register) Post(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
-	postFn(r, dbrec, pi, wqe, n, ringBase, ringEnd)
+	post(r, dbrec, pi, wqe, n, ringBase, ringEnd)
 }
 
 // Doorbell publishes one or more WQEs without BlueFlame: after a store barrier
@@ -73,18 +73,17 @@ func (r *Register) Post(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer, n i
 // with one 8-byte store, flushes and toggles the buffer, as rdma-core does
 // for batches and for WQEs too large for BlueFlame.
 func (r *Register) Doorbell(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer) {
-	postFn(r, dbrec, pi, wqe, 0, nil, nil)
+	post(r, dbrec, pi, wqe, 0, nil, nil)
 }
 
-// postFunc is a copy mode's whole post, register bookkeeping included: the
-// destination is r.reg + r.offset, then r.offset toggles; the WQE is copied
-// as (n+63)/64 chunks when that fits r.size, else (and for n == 0) only its
-// first 8 bytes are stored; around the copy come the store barrier, the
-// doorbell record dbrec[1] = big-endian pi & 0xffff, WC start and the flush.
-type postFunc func(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
-
-// postFn is the active mode's postFunc.
-var postFn postFunc = postGeneric
+// post (one per architecture, in copy_*.go) is the active mode's whole post,
+// register bookkeeping included: the destination is r.reg + r.offset, then
+// r.offset toggles; the WQE is copied as (n+63)/64 chunks when that fits
+// r.size, else (and for n == 0) only its first 8 bytes are stored; around
+// the copy come the store barrier, the doorbell record dbrec[1] = big-endian
+// pi & 0xffff, WC start and the flush. Where there is assembly, post is one
+// assembly function that reads activeMode and runs that mode's copy (or
+// jumps to postGeneric), so a post is one direct call.
 
 // bigEndianWord returns the word whose bytes in memory are v big-endian.
 func bigEndianWord(v uint32) uint32 {
@@ -95,6 +94,8 @@ func bigEndianWord(v uint32) uint32 {
 
 // postGeneric is the portable post: the same steps as the assembly versions,
 // with the barrier functions between ordinary Go stores.
+//
+//lint:ignore U1000 the assembly of post jumps here in ModeGeneric.
 func postGeneric(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
 	dst := unsafe.Add(r.reg, r.offset)
 	r.offset ^= r.size
