@@ -126,16 +126,17 @@ type stamps struct {
 	posted, completed []uint64
 }
 
-// newStamps makes room for a stream of n messages.
-func newStamps(n int) stamps {
-	b := (n + maxBatch - 1) / maxBatch
+// newStamps makes room for a stream of n messages with qd in flight.
+func newStamps(n, qd int) stamps {
+	batch := min(maxBatch, qd)
+	b := (n + batch - 1) / batch
 	return stamps{posted: make([]uint64, b), completed: make([]uint64, b)}
 }
 
 // stream runs n RDMA_WRITEs (write_bw) or RDMA_READs (read_bw) of size
 // bytes with at most qd outstanding, posted in batches with one doorbell
 // each; the last WQE of a batch is signaled and its work request id is the
-// batch's index. st (room for n messages) gets the batches' times. It
+// batch's index. st (room for n messages at qd) gets the batches' times. It
 // allocates nothing.
 func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 	batch := min(maxBatch, qd)

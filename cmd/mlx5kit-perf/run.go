@@ -39,7 +39,7 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 		}
 		return writeLatencyRow(w, m, size, &l, counter)
 	}
-	st := newStamps(max(cfg.warmup, cfg.iters))
+	st := newStamps(max(cfg.warmup, cfg.iters), cfg.qd)
 	if cfg.warmup > 0 {
 		if err := x.stream(m, size, cfg.warmup, cfg.qd, st); err != nil {
 			return err
@@ -177,10 +177,14 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		if cfg.mode.pingPong() {
 			runErr = answer(cfg.mode, y, size, cfg.warmup+cfg.iters)
 		}
-		if runErr == nil {
-			runErr = verifyPassive(cfg, y, size)
+		// The client's last operation has completed once it says so: only
+		// then is the data complete.
+		err := firstErr(sync(cfg, conn, runErr), runErr)
+		if err == nil {
+			vErr := verifyPassive(cfg, y, size)
+			err = firstErr(sync(cfg, conn, vErr), vErr)
 		}
-		if err := firstErr(sync(cfg, conn, runErr), runErr); err != nil {
+		if err != nil {
 			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
 		}
 	}
@@ -233,7 +237,12 @@ func dial(cfg config, stdout io.Writer) error {
 		if runErr == nil {
 			runErr = verifyActive(cfg, x, size)
 		}
-		if err := firstErr(runErr, sync(cfg, conn, runErr)); err != nil {
+		err := firstErr(runErr, sync(cfg, conn, runErr))
+		if err == nil {
+			// The server checks what it received.
+			err = sync(cfg, conn, nil)
+		}
+		if err != nil {
 			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
 		}
 	}
