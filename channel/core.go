@@ -356,10 +356,13 @@ type waiter struct {
 }
 
 const (
-	spinPolls    = 64   // empty polls before yielding the processor
-	checkEvery   = 1024 // empty polls between clock reads
-	sleepAfter   = 4096 // empty polls before sleeping on the completion channel
-	eventTimeout = 10 * time.Millisecond
+	spinPolls  = 64   // empty polls before yielding the processor
+	checkEvery = 1024 // empty polls between clock reads
+	sleepAfter = 4096 // empty polls before sleeping on the completion channel
+	// sleepAfterTime bounds the spin by time as well: on a loaded machine
+	// (or under the race detector) 4096 yields can take far longer.
+	sleepAfterTime = time.Millisecond
+	eventTimeout   = 10 * time.Millisecond
 )
 
 // idlePoll is called after a poll found nothing; it returns ErrTimeout
@@ -370,10 +373,11 @@ func (w *waiter) idlePoll() error {
 		return nil
 	}
 	c := w.c
-	if w.idle == spinPolls && c.timeout > 0 {
+	if w.idle == spinPolls {
 		w.start = time.Now()
 	}
-	sleep := c.notifier != nil && w.idle >= sleepAfter
+	sleep := c.notifier != nil && (w.idle >= sleepAfter ||
+		w.idle%spinPolls == 0 && time.Since(w.start) > sleepAfterTime)
 	if c.timeout > 0 && (sleep || w.idle%checkEvery == 0) {
 		if time.Since(w.start) > c.timeout {
 			return fmt.Errorf("channel: no completion for %v, %d work requests outstanding: %w", c.timeout, c.pending, ErrTimeout)
