@@ -17,8 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// asyncEventType maps enum ibv_event_type to ctx.AsyncEventType; events
-// ctx has no type for map to 0 and keep their verbs name in Detail.
+// asyncEventType maps enum ibv_event_type to ctx.AsyncEventType; a value
+// newer than this package (one ctx has no type for) maps to 0 and keeps its
+// verbs name in Detail.
 func asyncEventType(t uint32) ctx.AsyncEventType {
 	switch t {
 	case C.IBV_EVENT_CQ_ERR:
@@ -39,6 +40,28 @@ func asyncEventType(t uint32) ctx.AsyncEventType {
 		return ctx.EventPortError
 	case C.IBV_EVENT_DEVICE_FATAL:
 		return ctx.EventDeviceFatal
+	case C.IBV_EVENT_COMM_EST:
+		return ctx.EventCommEstablished
+	case C.IBV_EVENT_SQ_DRAINED:
+		return ctx.EventSQDrained
+	case C.IBV_EVENT_PATH_MIG:
+		return ctx.EventPathMigrated
+	case C.IBV_EVENT_PATH_MIG_ERR:
+		return ctx.EventPathMigrationError
+	case C.IBV_EVENT_SRQ_ERR:
+		return ctx.EventSRQError
+	case C.IBV_EVENT_LID_CHANGE:
+		return ctx.EventLIDChange
+	case C.IBV_EVENT_PKEY_CHANGE:
+		return ctx.EventPKeyChange
+	case C.IBV_EVENT_SM_CHANGE:
+		return ctx.EventSMChange
+	case C.IBV_EVENT_CLIENT_REREGISTER:
+		return ctx.EventClientReregister
+	case C.IBV_EVENT_GID_CHANGE:
+		return ctx.EventGIDChange
+	case C.IBV_EVENT_WQ_FATAL:
+		return ctx.EventWQFatal
 	}
 	return 0
 }
@@ -47,9 +70,9 @@ func asyncEventType(t uint32) ctx.AsyncEventType {
 // (ibv_get_async_event on the non-blocking async descriptor) and
 // acknowledges it (ibv_ack_async_event); ok is false when none is pending.
 // The QPN, CQN or SRQN is resolved before the acknowledgement, while
-// rdma-core still guarantees the object exists. Events ctx has no type for
-// (COMM_EST, SQ_DRAINED, LID_CHANGE, GID_CHANGE, SRQ_ERR, …) come with
-// Type 0 and their verbs name in Detail.
+// rdma-core still guarantees the object exists. Every event of enum
+// ibv_event_type has its ctx type; a value newer than this package comes
+// with Type 0 and its verbs name in Detail.
 func (d *Device) ReadAsyncEvent() (ev ctx.AsyncEvent, ok bool, err error) {
 	const verb = "ibv_get_async_event"
 	if err := d.use(verb); err != nil {

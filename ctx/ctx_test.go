@@ -343,6 +343,11 @@ func TestStrings(t *testing.T) {
 	g[0], g[1], g[15] = 0xfe, 0x80, 1
 	require.Equal(t, "fe80::1", g.String())
 	require.Equal(t, "CQ_ERR cqn=0x5: overrun", ctx.AsyncEvent{Type: ctx.EventCQError, CQN: 5, Detail: "overrun"}.String())
+	require.Equal(t, "COMM_EST qpn=0x105", ctx.AsyncEvent{Type: ctx.EventCommEstablished, QPN: 0x105}.String())
+	require.Equal(t, "SRQ_ERR srqn=0x7", ctx.AsyncEvent{Type: ctx.EventSRQError, SRQN: 7}.String())
+	require.Equal(t, "GID_CHANGE port=1", ctx.AsyncEvent{Type: ctx.EventGIDChange, Port: 1}.String())
+	require.Equal(t, "WQ_FATAL", ctx.AsyncEvent{Type: ctx.EventWQFatal}.String())
+	require.Equal(t, "AsyncEventType(21)", ctx.AsyncEventType(21).String())
 	err := ctx.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
 	require.Equal(t, "ctx: create QP: depth: invalid argument", err.Error())
 }

@@ -412,7 +412,9 @@ type SRQConfig struct {
 // AsyncEventType is the type of an asynchronous device event.
 type AsyncEventType uint8
 
-// Asynchronous event types (a subset of enum ibv_event_type).
+// Asynchronous event types: every value of enum ibv_event_type. The values
+// are ctx's own (the first nine keep the numbers they always had); the
+// hardware provider maps the verbs values onto them.
 const (
 	EventCQError AsyncEventType = iota + 1
 	EventQPFatal
@@ -423,10 +425,36 @@ const (
 	EventPortActive
 	EventPortError
 	EventDeviceFatal
+	// EventCommEstablished: a receive arrived on an RC QP in RTR (it may
+	// move to RTS).
+	EventCommEstablished
+	// EventSQDrained: a QP moved to SQD has no send WQE in flight.
+	EventSQDrained
+	// EventPathMigrated: a QP switched to its alternate path.
+	EventPathMigrated
+	// EventPathMigrationError: migrating a QP to its alternate path failed.
+	EventPathMigrationError
+	// EventSRQError: an SRQ hit an error it cannot recover from.
+	EventSRQError
+	// EventLIDChange: the port's LID changed.
+	EventLIDChange
+	// EventPKeyChange: the port's P_Key table changed.
+	EventPKeyChange
+	// EventSMChange: the subnet manager of the port changed.
+	EventSMChange
+	// EventClientReregister: the subnet manager asks for every
+	// registration (multicast, services) to be made again.
+	EventClientReregister
+	// EventGIDChange: the port's GID table changed.
+	EventGIDChange
+	// EventWQFatal: a work queue (ibv_wq) went to error.
+	EventWQFatal
 )
 
 var asyncEventNames = [...]string{"", "CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR",
-	"QP_LAST_WQE_REACHED", "SRQ_LIMIT_REACHED", "PORT_ACTIVE", "PORT_ERR", "DEVICE_FATAL"}
+	"QP_LAST_WQE_REACHED", "SRQ_LIMIT_REACHED", "PORT_ACTIVE", "PORT_ERR", "DEVICE_FATAL",
+	"COMM_EST", "SQ_DRAINED", "PATH_MIG", "PATH_MIG_ERR", "SRQ_ERR", "LID_CHANGE",
+	"PKEY_CHANGE", "SM_CHANGE", "CLIENT_REREGISTER", "GID_CHANGE", "WQ_FATAL"}
 
 // String returns the verbs name of the event.
 func (t AsyncEventType) String() string {
@@ -439,7 +467,12 @@ func (t AsyncEventType) String() string {
 // AsyncEvent is one asynchronous event from a device.
 type AsyncEvent struct {
 	Type AsyncEventType
-	// QPN, CQN, SRQN or Port identify the object, depending on Type.
+	// QPN, CQN, SRQN or Port identify the object, depending on Type: the
+	// QPN for the QP events (QP_*, COMM_EST, SQ_DRAINED, PATH_MIG*), the CQN
+	// for CQ_ERR, the SRQN for SRQ_ERR and SRQ_LIMIT_REACHED, the port for
+	// the port events (PORT_*, LID_CHANGE, PKEY_CHANGE, SM_CHANGE,
+	// CLIENT_REREGISTER, GID_CHANGE). DEVICE_FATAL and WQ_FATAL name none
+	// (mlx5kit creates no ibv_wq).
 	QPN  uint32
 	CQN  uint32
 	SRQN uint32
@@ -454,11 +487,12 @@ func (e AsyncEvent) String() string {
 	switch e.Type {
 	case EventCQError:
 		s += fmt.Sprintf(" cqn=%#x", e.CQN)
-	case EventSRQLimitReached:
+	case EventSRQLimitReached, EventSRQError:
 		s += fmt.Sprintf(" srqn=%#x", e.SRQN)
-	case EventPortActive, EventPortError:
+	case EventPortActive, EventPortError, EventLIDChange, EventPKeyChange, EventSMChange,
+		EventClientReregister, EventGIDChange:
 		s += fmt.Sprintf(" port=%d", e.Port)
-	case EventDeviceFatal:
+	case EventDeviceFatal, EventWQFatal:
 	default:
 		s += fmt.Sprintf(" qpn=%#x", e.QPN)
 	}
