@@ -50,9 +50,11 @@ const maxWQEBBsLimit = (prm.MaxDS + prm.SegmentsPerWQEBB - 1) / prm.SegmentsPerW
 const minWQEBBs = 2
 
 // slotSize is the bookkeeping per WQEBB: the wrid of the WQE that starts
-// there. The WQE's size is read back from its control segment (the device
-// never writes the send ring, and the slot is not reused before Complete).
-const slotSize = 8
+// there; endSize the producer index after that WQE (see Complete).
+const (
+	slotSize = 8
+	endSize  = 8
+)
 
 // SendQueue is the producer side of one send queue: it hands out stages that
 // write WQEs into the ring, keeps the producer and consumer indexes and the
@@ -61,15 +63,17 @@ const slotSize = 8
 type SendQueue struct {
 	// The fields a post reads come first.
 	buf, end unsafe.Pointer
-	pi       uint32         // producer index, free-running in WQEBBs
-	ci       uint32         // consumer index: WQEBBs retired by completions
-	mask     uint32         // WQECnt - 1
-	limit    uint32         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
-	qpn8     uint32         // QPN << 8, ready for qpn_ds
-	rung     uint32         // producer index the doorbell record holds
-	slots    unsafe.Pointer // [WQECnt]uint64 wrids
-	ends     unsafe.Pointer // [WQECnt]uint32: see Complete
-	lastDB   uint64         // first 8 bytes of the last finished WQE
+	// The indexes run free in 64 bits, so that they never wrap (see
+	// Complete); the device sees their low 16 bits.
+	pi     uint64         // producer index, free-running in WQEBBs
+	ci     uint64         // consumer index: WQEBBs retired by completions
+	limit  uint64         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
+	mask   uint32         // WQECnt - 1
+	qpn8   uint32         // QPN << 8, ready for qpn_ds
+	rung   uint64         // producer index the doorbell record holds
+	slots  unsafe.Pointer // [WQECnt]uint64 wrids
+	ends   unsafe.Pointer // [WQECnt]uint64: see Complete
+	lastDB uint64         // first 8 bytes of the last finished WQE
 	// sgeLimit[ds] is the state-word bits that bound the data segments of
 	// a WQE whose payload starts after ds segments (see stLimit*).
 	sgeLimit [8]uint64
@@ -80,7 +84,7 @@ type SendQueue struct {
 	full     CtrlStage // the stage Begin returns when the queue is full
 
 	slotMem    []uint64
-	endMem     []uint32
+	endMem     []uint64
 	scratchMem []uint64
 	cfg        Config
 }
@@ -199,14 +203,14 @@ func New(cfg Config) (*SendQueue, error) {
 		buf:        cfg.Buf,
 		end:        unsafe.Add(cfg.Buf, uintptr(cfg.WQECnt)*prm.WQEBBSize),
 		mask:       cfg.WQECnt - 1,
-		limit:      cfg.WQECnt - cfg.MaxWQEBBs,
+		limit:      uint64(cfg.WQECnt - cfg.MaxWQEBBs),
 		qpn8:       cfg.QPN << prm.CtrlQPNShift,
 		maxDS:      min(cfg.MaxWQEBBs*prm.SegmentsPerWQEBB, prm.MaxDS),
 		maxInl:     cfg.MaxInline,
 		dbrec:      cfg.DBRec,
 		bf:         reg,
 		slotMem:    make([]uint64, cfg.WQECnt),
-		endMem:     make([]uint32, cfg.WQECnt),
+		endMem:     make([]uint64, cfg.WQECnt),
 		scratchMem: make([]uint64, cfg.MaxWQEBBs*prm.WQEBBSize/8),
 		cfg:        cfg,
 	}
@@ -245,17 +249,17 @@ func (q *SendQueue) Config() Config { return q.cfg }
 
 // ProducerIndex returns the producer index: the WQEBBs posted so far,
 // free-running (the WQE index of the next WQE is its low 16 bits).
-func (q *SendQueue) ProducerIndex() uint32 { return q.pi }
+func (q *SendQueue) ProducerIndex() uint32 { return uint32(q.pi) }
 
 // ConsumerIndex returns the WQEBBs retired by Complete so far, free-running.
-func (q *SendQueue) ConsumerIndex() uint32 { return q.ci }
+func (q *SendQueue) ConsumerIndex() uint32 { return uint32(q.ci) }
 
 // Outstanding returns the WQEBBs posted and not yet retired.
-func (q *SendQueue) Outstanding() uint32 { return q.pi - q.ci }
+func (q *SendQueue) Outstanding() uint32 { return uint32(q.pi - q.ci) }
 
 // Free returns the WQEBBs not in flight. Begin succeeds while at least
 // MaxWQEBBs are free.
-func (q *SendQueue) Free() uint32 { return q.mask + 1 - (q.pi - q.ci) }
+func (q *SendQueue) Free() uint32 { return q.mask + 1 - uint32(q.pi-q.ci) }
 
 // Pending reports whether WQEs were finished since the doorbell last rang.
 func (q *SendQueue) Pending() bool { return q.rung != q.pi }
@@ -269,18 +273,20 @@ func (q *SendQueue) Register() *blueflame.Register { return &q.bf }
 // Begin. ok is false, and nothing changes, when wqeCounter does not name the
 // start of a WQE in flight.
 //
-// Finish records at each WQE's first slot the producer index after it (1
-// to MaxWQEBBs ahead of the slot's index) and at its other slots their own
-// index. Every slot in flight was written by the finish of the WQE that
-// covers it, so a counter that falls inside a WQE, as a corrupt or
-// duplicated CQE may carry, is refused instead of retiring by the payload
-// bytes it lands on.
+// Finish records at each WQE's first slot the 64-bit producer index after
+// it, 1 to MaxWQEBBs ahead of the slot's own index. A counter that falls
+// inside a WQE in flight, as a corrupt or duplicated CQE may carry, finds
+// in its slot 0 (never written) or the end of a WQE that began there on an
+// earlier lap, at most MaxWQEBBs <= WQECnt past an index at least WQECnt
+// below its own: a value not ahead of it, so it is refused instead of
+// retiring by the payload bytes it lands on. (The 64-bit indexes never
+// wrap, so "not ahead" is exact.)
 func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 	ci := q.ci
-	at := ci + uint32(wqeCounter-uint16(ci))
-	idx := uintptr(at & q.mask)
-	end := *(*uint32)(unsafe.Add(q.ends, idx*4))
-	if at-ci >= q.pi-ci || end-at-1 > q.mask {
+	at := ci + uint64(wqeCounter-uint16(ci))
+	idx := uintptr(at) & uintptr(q.mask)
+	end := *(*uint64)(unsafe.Add(q.ends, idx*endSize))
+	if at-ci >= q.pi-ci || end-at-1 > uint64(q.mask) {
 		return 0, false
 	}
 	q.ci = end
@@ -295,7 +301,7 @@ func (q *SendQueue) RingDoorbell() {
 	if q.rung == q.pi {
 		return
 	}
-	q.bf.Doorbell(q.dbrec, q.pi, unsafe.Pointer(&q.lastDB))
+	q.bf.Doorbell(q.dbrec, uint32(q.pi), unsafe.Pointer(&q.lastDB))
 	q.rung = q.pi
 }
 
@@ -329,11 +335,12 @@ func (q *SendQueue) Begin(wrid uint64, flags Flags) CtrlStage {
 	if pi-q.ci > q.limit {
 		return q.full
 	}
-	idx := uintptr(pi & q.mask)
+	idx := uintptr(pi) & uintptr(q.mask)
 	ctrl := unsafe.Add(q.buf, idx<<prm.WQEBBShift)
 	*(*uint64)(unsafe.Add(q.slots, idx*slotSize)) = wrid
 	// Bytes 8..15: signature 0, DCI stream 0, fm_ce_se, immediate 0 (as a
 	// little-endian word, fm_ce_se is bits 31..24).
 	*(*uint64)(unsafe.Add(ctrl, prm.CtrlSignature)) = uint64(flags&flagsMask) << 24
-	return CtrlStage{OpStage{wqe{q, ctrl, unsafe.Add(ctrl, prm.CtrlSize), 1}}}
+	// ds 1 (the control segment) and the 16-bit WQE index.
+	return CtrlStage{OpStage{wqe{q, ctrl, unsafe.Add(ctrl, prm.CtrlSize), 1 | uint64(uint16(pi))<<stIndexShift}}}
 }

@@ -43,9 +43,11 @@ const (
 	// of the result data segment.
 	stAuxShift = 16
 	stAuxMask  = 0xffff << stAuxShift
-	// The opcode sits in bits 39..32 and the opmod in bits 63..56, so that
-	// uint32(st>>32) is the opmod_idx_opcode word without its index.
-	stOpShift = 32
+	// The opcode sits in bits 39..32, the 16-bit WQE index (from Begin) in
+	// bits 55..40 and the opmod in bits 63..56, so that uint32(st>>32) is
+	// the opmod_idx_opcode word.
+	stOpShift    = 32
+	stIndexShift = stOpShift + prm.CtrlWQEIndexShift
 
 	stFull = stPoison | errFull<<stErrShift
 )
@@ -383,84 +385,152 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 
 // Finishing.
 
-// finish writes the first half of the control segment (opcode, WQE index,
-// QPN, ds) and moves the producer index, or returns the WQE's error.
-func (w wqe) finish() error {
+// Finishing is split in steps that each inline: fail (the checks),
+// blueFlameBytes, commit (control segment, producer index, bookkeeping).
+// Finish calls finish, which runs fail and commit. FinishBlueFlame runs the
+// steps and the BlueFlame post inside a closure that it calls at once: the
+// compiler inlines a closure called once under a larger budget than a
+// function's (as monocq's Poll does), so that the whole post, up to the call
+// into the BlueFlame assembly, compiles into the caller.
+// TestStageMethodsInline and TestFinishBlueFlameInlinesAtCallSite check
+// that they do.
+
+// fail returns the error that keeps the WQE from being finished, or nil:
+// the first error the stages recorded, or ErrStaleStage when the producer
+// index moved since Begin.
+func (w wqe) fail() error {
 	if w.st&stErrMask != 0 {
 		return postErrors[w.st>>stErrShift&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
 	}
 	q := w.q
-	if w.ctrl != unsafe.Add(q.buf, uintptr(q.pi&q.mask)<<prm.WQEBBShift) || q.pi-q.ci > q.limit {
-		// The producer index moved since Begin: this stage (or a copy of
-		// it) was finished already, or another Begin finished first. (A
-		// WQE as large as the ring brings the producer index back to the
-		// same slot; the room Begin checked is gone then.)
+	if uint16(w.st>>stIndexShift) != uint16(q.pi) || q.pi-q.ci > q.limit {
+		// This stage (or a copy of it) was finished already, or another
+		// Begin finished first. (After a multiple of 65536 WQEBBs the
+		// index is the same again; the room Begin checked is gone then,
+		// unless completions made it again.)
 		return errStaleStage
 	}
+	return nil
+}
+
+// blueFlameBytes returns the bytes a BlueFlame post of this WQE copies: the
+// whole WQE when it will be the only one pending and is larger than its
+// control segment (rdma-core's rule), else 0 (the 8-byte doorbell). It is
+// called before commit.
+func (w wqe) blueFlameBytes() int {
+	if ds := int(w.st & stDSMask); w.q.rung == w.q.pi && ds > 1 {
+		return ds * prm.SegmentSize
+	}
+	return 0
+}
+
+// commit writes the first half of the control segment (opcode, WQE index,
+// QPN, ds), moves the producer index and records the WQE's end for
+// Complete.
+func (w wqe) commit() {
+	q := w.q
+	pi := q.pi
 	// opmod | index | opcode over qpn | ds, before the byte swap.
-	word := bits.ReverseBytes64(w.st&ctrlWordMask | uint64(uint16(q.pi))<<(32+prm.CtrlWQEIndexShift) | uint64(q.qpn8))
+	word := bits.ReverseBytes64(w.st&ctrlWordMask | uint64(q.qpn8))
 	*(*uint64)(w.ctrl) = word
 	// The doorbell of a batch is these 8 bytes of its last WQE. Kept as a
 	// number: a pointer store here would cost a GC write barrier check.
 	q.lastDB = word
-	pi := q.pi
-	end := pi + (uint32(w.st)&stDSMask+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
+	end := pi + (w.st&stDSMask+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
 	q.pi = end
-	// Complete checks a CQE's counter against these: the first slot holds
-	// the index after the WQE, every other slot of it its own index.
-	for i := pi + 1; i != end; i++ {
-		*(*uint32)(unsafe.Add(q.ends, uintptr(i&q.mask)*4)) = i
-	}
-	*(*uint32)(unsafe.Add(q.ends, uintptr(pi&q.mask)*4)) = end
-	return nil
+	*(*uint64)(unsafe.Add(q.ends, uintptr(pi)&uintptr(q.mask)*endSize)) = end
 }
 
-// ctrlWordMask keeps the opcode, the opmod and ds of a state word.
-const ctrlWordMask = 0xff0000ff_000000ff
-
-// finishBlueFlame is finish followed by the doorbell: the WQE is copied to
-// the BlueFlame register when it is the only one pending and larger than its
-// control segment (rdma-core's rule); otherwise the 8-byte doorbell rings.
-func (w wqe) finishBlueFlame() error {
-	q := w.q
-	alone := q.rung == q.pi
-	if err := w.finish(); err != nil {
+// finish is fail and commit: the WQE is in the ring, not yet published.
+func (w wqe) finish() error {
+	if err := w.fail(); err != nil {
 		return err
 	}
-	n := 0
-	if ds := int(uint32(w.st) & stDSMask); alone && ds > 1 {
-		n = ds * prm.SegmentSize
-	}
-	q.bf.Post(q.dbrec, q.pi, w.ctrl, n, q.buf, q.end)
-	q.rung = q.pi
+	w.commit()
 	return nil
 }
+
+// ctrlWordMask keeps the opcode, the WQE index, the opmod and ds of a state
+// word.
+const ctrlWordMask = 0xffffffff_000000ff
 
 // Finish completes the WQE: it writes the control segment and moves the
 // producer index, or returns the WQE's first error (a *PostError wrapping
-// ErrQueueFull, ErrInlineTooLong, ErrTooManySGE or ErrWQETooLarge), in which
-// case nothing moved. The device sees the WQE at the next RingDoorbell or
-// FinishBlueFlame.
+// ErrQueueFull, ErrInlineTooLong, ErrTooManySGE or ErrWQETooLarge, or
+// ErrStaleStage for a stage finished already), in which case nothing moved.
+// The device sees the WQE at the next RingDoorbell or FinishBlueFlame.
 func (s DataStage) Finish() error { return s.w.finish() }
 
 // FinishBlueFlame is Finish followed by the doorbell, with the WQE copied to
 // the BlueFlame register when it is the only one pending.
-func (s DataStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+func (s DataStage) FinishBlueFlame() error {
+	return func() error {
+		w := s.w
+		if err := w.fail(); err != nil {
+			return err
+		}
+		n := w.blueFlameBytes()
+		w.commit()
+		q := w.q
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
+		q.rung = q.pi
+		return nil
+	}()
+}
 
 // Finish completes the WQE (see DataStage.Finish).
 func (s ScatterStage) Finish() error { return s.w.finish() }
 
 // FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
-func (s ScatterStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+func (s ScatterStage) FinishBlueFlame() error {
+	return func() error {
+		w := s.w
+		if err := w.fail(); err != nil {
+			return err
+		}
+		n := w.blueFlameBytes()
+		w.commit()
+		q := w.q
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
+		q.rung = q.pi
+		return nil
+	}()
+}
 
 // Finish completes the WQE (see DataStage.Finish).
 func (s InlineStage) Finish() error { return s.w.finish() }
 
 // FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
-func (s InlineStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+func (s InlineStage) FinishBlueFlame() error {
+	return func() error {
+		w := s.w
+		if err := w.fail(); err != nil {
+			return err
+		}
+		n := w.blueFlameBytes()
+		w.commit()
+		q := w.q
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
+		q.rung = q.pi
+		return nil
+	}()
+}
 
 // Finish completes the WQE (see DataStage.Finish).
 func (s FinishStage) Finish() error { return s.w.finish() }
 
 // FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
-func (s FinishStage) FinishBlueFlame() error { return s.w.finishBlueFlame() }
+func (s FinishStage) FinishBlueFlame() error {
+	return func() error {
+		w := s.w
+		if err := w.fail(); err != nil {
+			return err
+		}
+		n := w.blueFlameBytes()
+		w.commit()
+		q := w.q
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
+		q.rung = q.pi
+		return nil
+	}()
+}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -137,4 +138,55 @@ func TestStageMethodsInline(t *testing.T) {
 		}
 	}
 	require.Empty(t, missing, "not inlinable (go build -gcflags=-m -m ./wqebuilder/ shows the cost)")
+}
+
+// TestFinishBlueFlameInlinesAtCallSite compiles a post with FinishBlueFlame
+// in a temporary package inside the module and requires the compiler to
+// inline the whole of it, closure included: the generated code of the
+// posting function calls only the BlueFlame assembly (and the runtime's
+// stack growth).
+func TestFinishBlueFlameInlinesAtCallSite(t *testing.T) {
+	goCmd := goTool(t)
+	dir, err := os.MkdirTemp(".", "_inlinepost")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	src := `package inlinepost
+
+import "github.com/mlx5kit/mlx5kit/wqebuilder"
+
+func Post(q *wqebuilder.SendQueue, wrid uint64) error {
+	return q.Begin(wrid, wqebuilder.Signaled).RdmaWriteImm(0x1000, 1, 2).SGE(0x2000, 8, 3).FinishBlueFlame()
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "post.go"), []byte(src), 0o644))
+	build := func(gcflags string) string {
+		cmd := exec.Command(goCmd, "build", "-gcflags="+gcflags, "-o", os.DevNull, "./"+filepath.Base(dir))
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	m := build("-m")
+	for _, want := range []string{
+		`inlining call to wqebuilder\.DataStage\.FinishBlueFlame\n`,
+		`inlining call to Post\.DataStage\.FinishBlueFlame\.func\d+\n`,
+		`inlining call to wqebuilder\.wqe\.fail\n`,
+		`inlining call to wqebuilder\.wqe\.commit\n`,
+		`inlining call to blueflame\.\(\*Register\)\.Post\n`,
+	} {
+		require.Regexp(t, regexp.MustCompile(want), m)
+	}
+	var calls []string
+	in := false
+	for _, line := range strings.Split(build("-S"), "\n") {
+		if strings.Contains(line, " STEXT") {
+			in = strings.HasPrefix(line, "github.com/mlx5kit/mlx5kit/wqebuilder/"+filepath.Base(dir)+".Post ")
+		}
+		if mm := regexp.MustCompile(`\tCALL\t(\S+)\(SB\)`).FindStringSubmatch(line); in && mm != nil {
+			calls = append(calls, mm[1])
+		}
+	}
+	slices.Sort(calls)
+	calls = slices.Compact(calls)
+	require.Equal(t, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", "runtime.morestack_noctxt"}, calls)
 }
