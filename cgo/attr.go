@@ -168,12 +168,8 @@ type ExtendedAttr struct {
 }
 
 // GIDTableEntry is one valid GID table entry as ibv_query_gid_table reports
-// it, with the port and the network device it belongs to.
+// it. The port and the network device it belongs to are the embedded
+// ctx.GIDEntry's Port and NetdevIfindex, which QueryGIDs reports too.
 type GIDTableEntry struct {
 	ctx.GIDEntry
-	// Port is the port number (1-based).
-	Port uint8
-	// NetdevIfindex is the interface index of the network device behind a
-	// RoCE GID (0 on InfiniBand).
-	NetdevIfindex uint32
 }

@@ -330,7 +330,7 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		AtomicHCA:         o.atomic_cap == C.IBV_ATOMIC_HCA || o.atomic_cap == C.IBV_ATOMIC_GLOB,
 		// Masked atomics are a PRM capability (the atomic HCA caps) that
 		// neither ibv_query_device_ex nor mlx5dv_query_device reports.
-		MaskedAtomics:     false,
+		MaskedAtomics:     ctx.SupportUnknown,
 		DC:                p.dc,
 		CQE128:            p.cqe128,
 		CQECompression:    d.dv.CQECompression(),
@@ -440,11 +440,13 @@ func gidType(t C.uint32_t) ctx.GIDType {
 func gidEntry(e *C.struct_ibv_gid_entry) GIDTableEntry {
 	var g ctx.GID
 	copy(g[:], (*[16]byte)(unsafe.Pointer(&e.gid))[:])
-	return GIDTableEntry{
-		GIDEntry:      ctx.GIDEntry{Index: int(e.gid_index), GID: g, Type: gidType(e.gid_type)},
+	return GIDTableEntry{GIDEntry: ctx.GIDEntry{
+		Index:         int(e.gid_index),
+		GID:           g,
+		Type:          gidType(e.gid_type),
 		Port:          uint8(e.port_num),
 		NetdevIfindex: uint32(e.ndev_ifindex),
-	}
+	}}
 }
 
 // QueryGIDTable returns every valid GID table entry of every port
@@ -515,7 +517,7 @@ func (d *Device) queryGIDsOneByOne(ports int) ([]GIDTableEntry, error) {
 }
 
 // QueryGIDs returns the valid GID table entries of a port, with their
-// types (InfiniBand, RoCE v1, RoCE v2).
+// types (InfiniBand, RoCE v1, RoCE v2), port and network device index.
 func (d *Device) QueryGIDs(port uint8) ([]ctx.GIDEntry, error) {
 	all, err := d.QueryGIDTable()
 	if err != nil {

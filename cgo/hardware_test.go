@@ -113,6 +113,10 @@ func TestHardwareDeviceQueries(t *testing.T) {
 		require.NoError(t, err)
 		for _, g := range gids {
 			require.Less(t, g.Index, pa.GIDTableLen)
+			require.Equal(t, p, g.Port, "GID %d", g.Index)
+			if pa.LinkLayer == ctx.LinkLayerEthernet {
+				require.NotZero(t, g.NetdevIfindex, "RoCE GID %d has a network device", g.Index)
+			}
 			if pa.LinkLayer == ctx.LinkLayerEthernet {
 				require.Contains(t, []ctx.GIDType{ctx.GIDTypeRoCEv1, ctx.GIDTypeRoCEv2}, g.Type)
 			} else {

@@ -1,6 +1,7 @@
 package ctx_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -348,6 +349,19 @@ func TestStrings(t *testing.T) {
 	require.Equal(t, "GID_CHANGE port=1", ctx.AsyncEvent{Type: ctx.EventGIDChange, Port: 1}.String())
 	require.Equal(t, "WQ_FATAL", ctx.AsyncEvent{Type: ctx.EventWQFatal}.String())
 	require.Equal(t, "AsyncEventType(21)", ctx.AsyncEventType(21).String())
-	err := ctx.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
+	var attr ctx.DeviceAttr
+	require.Equal(t, ctx.SupportUnknown, attr.MaskedAtomics, "an unfilled capability is unknown, not absent")
+	require.False(t, attr.MaskedAtomics.Known())
+	require.True(t, ctx.SupportNo.Known())
+	require.Equal(t, "no", ctx.SupportNo.String())
+	require.Equal(t, "yes", ctx.SupportYes.String())
+	j, err := json.Marshal(struct{ M ctx.Support }{ctx.SupportUnknown})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"M":"unknown"}`, string(j))
+	var back struct{ M ctx.Support }
+	require.NoError(t, json.Unmarshal([]byte(`{"M":"yes"}`), &back))
+	require.Equal(t, ctx.SupportYes, back.M)
+	require.ErrorIs(t, json.Unmarshal([]byte(`{"M":"maybe"}`), &back), ctx.ErrInvalidArgument)
+	err = ctx.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
 	require.Equal(t, "ctx: create QP: depth: invalid argument", err.Error())
 }

@@ -235,12 +235,67 @@ func (t GIDType) String() string {
 	return "GIDType(" + strconv.Itoa(int(t)) + ")"
 }
 
-// GIDEntry is one entry of a port's GID table.
+// GIDEntry is one entry of a port's GID table (struct ibv_gid_entry).
 type GIDEntry struct {
+	// Index is the entry's index in the port's table (the SGIDIndex that
+	// sends from it).
 	Index int
 	GID   GID
 	Type  GIDType
+	// Port is the port the table belongs to (1-based).
+	Port uint8
+	// NetdevIfindex is the interface index of the network device a RoCE
+	// GID belongs to (its IP address, VLAN); 0 on InfiniBand and on the
+	// software HCA.
+	NetdevIfindex uint32
 }
+
+// Support says whether a device has a capability, with a third answer for
+// capabilities a provider cannot query.
+type Support uint8
+
+// Support values. The zero value is SupportUnknown, so a provider that
+// does not fill a field never claims a capability either way.
+const (
+	// SupportUnknown: the provider has no query that answers (the
+	// capability may well be there; try it, or consult the device's
+	// documentation).
+	SupportUnknown Support = iota
+	// SupportNo: the device reports the capability absent.
+	SupportNo
+	// SupportYes: the device reports the capability present.
+	SupportYes
+)
+
+// String returns "unknown", "no" or "yes".
+func (s Support) String() string {
+	switch s {
+	case SupportUnknown:
+		return "unknown"
+	case SupportNo:
+		return "no"
+	case SupportYes:
+		return "yes"
+	}
+	return "Support(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText encodes the value as String does (for JSON output).
+func (s Support) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText decodes "unknown", "no" or "yes".
+func (s *Support) UnmarshalText(b []byte) error {
+	for _, v := range [...]Support{SupportUnknown, SupportNo, SupportYes} {
+		if string(b) == v.String() {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("ctx: support %q: %w", b, ErrInvalidArgument)
+}
+
+// Known reports whether the answer is yes or no.
+func (s Support) Known() bool { return s == SupportNo || s == SupportYes }
 
 // DeviceInfo names a device a provider can open.
 type DeviceInfo struct {
@@ -281,8 +336,12 @@ type DeviceAttr struct {
 	MaxInline uint32
 	// AtomicHCA reports 64-bit atomics executed by the device (IBV_ATOMIC_HCA).
 	AtomicHCA bool
-	// MaskedAtomics reports masked compare-and-swap / fetch-and-add support.
-	MaskedAtomics bool
+	// MaskedAtomics says whether masked compare-and-swap / fetch-and-add
+	// (the extended atomics) are supported. The hardware provider reports
+	// SupportUnknown: it is a PRM capability (the atomic caps of
+	// QUERY_HCA_CAP) that neither ibv_query_device_ex nor
+	// mlx5dv_query_device returns. The software HCA reports SupportYes.
+	MaskedAtomics Support
 
 	// DC reports dynamically connected transport support (DCI and DCT).
 	DC bool

@@ -45,16 +45,16 @@ func newHCA(i int, link ctx.LinkLayer) *hca {
 	binary.BigEndian.PutUint64(ll[8:], h.guid)
 	if link == ctx.LinkLayerInfiniBand {
 		h.lid = uint16(i + 1)
-		h.gids = []ctx.GIDEntry{{Index: 0, GID: ll, Type: ctx.GIDTypeIB}}
+		h.gids = []ctx.GIDEntry{{Index: 0, GID: ll, Type: ctx.GIDTypeIB, Port: 1}}
 	} else {
 		var v4 ctx.GID
 		v4[10], v4[11] = 0xff, 0xff
 		v4[12], v4[13], v4[14], v4[15] = 10, 77, byte(i>>8), byte(i+1)
 		h.gids = []ctx.GIDEntry{
-			{Index: 0, GID: ll, Type: ctx.GIDTypeRoCEv1},
-			{Index: 1, GID: ll, Type: ctx.GIDTypeRoCEv2},
-			{Index: 2, GID: v4, Type: ctx.GIDTypeRoCEv1},
-			{Index: 3, GID: v4, Type: ctx.GIDTypeRoCEv2},
+			{Index: 0, GID: ll, Type: ctx.GIDTypeRoCEv1, Port: 1},
+			{Index: 1, GID: ll, Type: ctx.GIDTypeRoCEv2, Port: 1},
+			{Index: 2, GID: v4, Type: ctx.GIDTypeRoCEv1, Port: 1},
+			{Index: 3, GID: v4, Type: ctx.GIDTypeRoCEv2, Port: 1},
 		}
 	}
 	return h
@@ -121,7 +121,7 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 		MaxAH:             1 << 20,
 		MaxInline:         uint32(maxSQDescSize - sqOverhead(ctx.QPTypeRC) - prm.InlineHeaderSize),
 		AtomicHCA:         true,
-		MaskedAtomics:     true,
+		MaskedAtomics:     ctx.SupportYes,
 		DC:                true,
 		CQE128:            true,
 		BlueFlameSize:     bfSize,

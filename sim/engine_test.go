@@ -128,6 +128,14 @@ func TestQueryDevice(t *testing.T) {
 	require.True(t, a.DC)
 	require.Equal(t, uint32(256), a.BlueFlameSize)
 	require.Greater(t, a.MaxInline, uint32(256))
+	require.Equal(t, ctx.SupportYes, a.MaskedAtomics, "the model executes masked atomics")
+	gids, err := e.c.QueryGIDs(1)
+	require.NoError(t, err)
+	require.NotEmpty(t, gids)
+	for _, g := range gids {
+		require.Equal(t, uint8(1), g.Port, "GID %d", g.Index)
+		require.Zero(t, g.NetdevIfindex, "GID %d: the model has no network device", g.Index)
+	}
 	pa, err := e.c.QueryPort(1)
 	require.NoError(t, err)
 	require.Equal(t, ctx.LinkLayerInfiniBand, pa.LinkLayer)

@@ -254,7 +254,7 @@ func printDescription(w io.Writer, d Description) {
 	row(1, "max_srq_sge", "%d", a.MaxSRQSGE)
 	row(1, "max_ah", "%d", a.MaxAH)
 	row(1, "atomics (HCA)", "%s", yesNo(a.AtomicHCA))
-	row(1, "masked atomics", "%s", yesNo(a.MaskedAtomics))
+	row(1, "masked atomics", "%s", a.MaskedAtomics)
 	row(1, "max inline (RC)", "%d bytes", a.MaxInline)
 	row(1, "BlueFlame size", "%d bytes", a.BlueFlameSize)
 	row(1, "DC (DCI/DCT)", "%s", yesNo(a.DC))
