@@ -472,8 +472,8 @@ func (s DataStage) FinishBlueFlame() error {
 		n := w.blueFlameBytes()
 		w.commit()
 		q := w.q
-		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		q.rung = q.pi
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		return nil
 	}()
 }
@@ -491,8 +491,8 @@ func (s ScatterStage) FinishBlueFlame() error {
 		n := w.blueFlameBytes()
 		w.commit()
 		q := w.q
-		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		q.rung = q.pi
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		return nil
 	}()
 }
@@ -510,8 +510,8 @@ func (s InlineStage) FinishBlueFlame() error {
 		n := w.blueFlameBytes()
 		w.commit()
 		q := w.q
-		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		q.rung = q.pi
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		return nil
 	}()
 }
@@ -529,8 +529,8 @@ func (s FinishStage) FinishBlueFlame() error {
 		n := w.blueFlameBytes()
 		w.commit()
 		q := w.q
-		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		q.rung = q.pi
+		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
 		return nil
 	}()
 }
