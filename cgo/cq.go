@@ -18,20 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CQConfig configures a completion queue beyond ctx.CompletionQueueConfig.
+// CQConfig configures a completion queue: ctx.CompletionQueueConfig, whose
+// Compression (hash or checksum mini-CQE format), CQEPadding and CompVector
+// this provider passes to mlx5dv_create_cq. It is a struct of its own so
+// that options only this provider has can be added without changing ctx.
 type CQConfig struct {
 	ctx.CompletionQueueConfig
-	// Compression asks for CQE compression with the hash mini-CQE format
-	// (byte count in every responder mini-CQE). The device must report it
-	// (DVAttr.CQECompression); with 128-byte CQEs also
-	// DVFlagCQE128Compression.
-	Compression bool
-	// Padding pads 128-byte CQEs (MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD) so
-	// that each CQE write is a whole 128-byte line.
-	Padding bool
-	// CompVector is the completion vector (interrupt) events are signalled
-	// on; it must be below the device's num_comp_vectors.
-	CompVector uint32
 }
 
 // CompletionQueue is a struct ibv_cq created with mlx5dv_create_cq and
@@ -58,36 +50,17 @@ type CompletionQueue struct {
 // descriptor with mlx5dv_init_obj.
 func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 	const verb = "mlx5dv_create_cq"
-	if cfg.CQESize == 0 {
-		cfg.CQESize = 64
+	if err := checkCQConfig(&cfg, d.dv); err != nil {
+		return nil, err
 	}
 	detail := fmt.Sprintf("depth %d CQE %d", cfg.Depth, cfg.CQESize)
-	bad := func(why string) error {
-		return &VerbError{Verb: verb, Detail: detail + ": " + why, Sentinel: ctx.ErrInvalidArgument}
-	}
-	switch {
-	case cfg.Depth == 0:
-		return nil, bad("depth 0")
-	case cfg.CQESize != 64 && cfg.CQESize != 128:
-		return nil, bad("CQE size must be 64 or 128")
-	case cfg.Padding && cfg.CQESize != 128:
-		return nil, bad("padding needs 128-byte CQEs")
-	}
-	if cfg.Compression {
-		if !d.dv.CQECompression() {
-			return nil, &VerbError{Verb: verb, Detail: detail + ": CQE compression with the hash mini-CQE format", Sentinel: ctx.ErrNotSupported}
-		}
-		if cfg.CQESize == 128 && d.dv.Flags&DVFlagCQE128Compression == 0 {
-			return nil, &VerbError{Verb: verb, Detail: detail + ": CQE compression with 128-byte CQEs", Sentinel: ctx.ErrNotSupported}
-		}
-	}
-	if cfg.Padding && d.dv.Flags&DVFlagCQE128Padding == 0 {
-		return nil, &VerbError{Verb: verb, Detail: detail + ": 128-byte CQE padding", Sentinel: ctx.ErrNotSupported}
-	}
 	if err := d.use(verb); err != nil {
 		return nil, err
 	}
 	defer d.mu.Unlock()
+	if n := uint32(d.c.num_comp_vectors); cfg.CompVector >= n {
+		return nil, &VerbError{Verb: verb, Detail: fmt.Sprintf("%s: completion vector %d of %d", detail, cfg.CompVector, n), Sentinel: ctx.ErrInvalidArgument}
+	}
 
 	cq := &CompletionQueue{d: d}
 	var err error
@@ -110,11 +83,11 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 	var dv C.struct_mlx5dv_cq_init_attr
 	dv.comp_mask = C.MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE
 	dv.cqe_size = C.uint16_t(cfg.CQESize)
-	if cfg.Compression {
+	if format, ok := compressionFormat(cfg.Compression); ok {
 		dv.comp_mask |= C.MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE
-		dv.cqe_comp_res_format = C.MLX5DV_CQE_RES_FORMAT_HASH
+		dv.cqe_comp_res_format = C.uint8_t(format)
 	}
-	if cfg.Padding {
+	if cfg.CQEPadding {
 		dv.comp_mask |= C.MLX5DV_CQ_INIT_ATTR_MASK_FLAGS
 		dv.flags |= C.MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD
 	}
@@ -142,6 +115,55 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 	}
 	d.cqs[unsafe.Pointer(cq.cq)] = cq
 	return cq, nil
+}
+
+// checkCQConfig refuses, before anything is created, a configuration that
+// is out of range (ErrInvalidArgument) or that the device's mlx5dv
+// attributes dv do not offer (ErrNotSupported). It fills the default CQE
+// size.
+func checkCQConfig(cfg *CQConfig, dv DVAttr) error {
+	const verb = "mlx5dv_create_cq"
+	if cfg.CQESize == 0 {
+		cfg.CQESize = 64
+	}
+	detail := fmt.Sprintf("depth %d CQE %d", cfg.Depth, cfg.CQESize)
+	bad := func(why string) error {
+		return &VerbError{Verb: verb, Detail: detail + ": " + why, Sentinel: ctx.ErrInvalidArgument}
+	}
+	switch {
+	case cfg.Depth == 0:
+		return bad("depth 0")
+	case cfg.CQESize != 64 && cfg.CQESize != 128:
+		return bad("CQE size must be 64 or 128")
+	case cfg.CQEPadding && cfg.CQESize != 128:
+		return bad("padding needs 128-byte CQEs")
+	case cfg.Compression > ctx.CQECompressionChecksum:
+		return bad(fmt.Sprintf("compression %v", cfg.Compression))
+	}
+	if format, ok := compressionFormat(cfg.Compression); ok {
+		if dv.CQECompressionMaxNum == 0 || dv.CQECompressionFormats&format == 0 {
+			return &VerbError{Verb: verb, Detail: fmt.Sprintf("%s: CQE compression with the %v mini-CQE format", detail, cfg.Compression), Sentinel: ctx.ErrNotSupported}
+		}
+		if cfg.CQESize == 128 && dv.Flags&DVFlagCQE128Compression == 0 {
+			return &VerbError{Verb: verb, Detail: detail + ": CQE compression with 128-byte CQEs", Sentinel: ctx.ErrNotSupported}
+		}
+	}
+	if cfg.CQEPadding && dv.Flags&DVFlagCQE128Padding == 0 {
+		return &VerbError{Verb: verb, Detail: detail + ": 128-byte CQE padding", Sentinel: ctx.ErrNotSupported}
+	}
+	return nil
+}
+
+// compressionFormat returns the enum mlx5dv_cqe_comp_res_format bit of a
+// mini-CQE format; ok is false for CQECompressionNone.
+func compressionFormat(c ctx.CQECompression) (format uint32, ok bool) {
+	switch c {
+	case ctx.CQECompressionHash:
+		return CQECompressionFormatHash, true
+	case ctx.CQECompressionChecksum:
+		return CQECompressionFormatChecksum, true
+	}
+	return 0, false
 }
 
 // destroy releases what CreateCompletionQueue made; d.mu is held.

@@ -330,12 +330,16 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		AtomicHCA:         o.atomic_cap == C.IBV_ATOMIC_HCA || o.atomic_cap == C.IBV_ATOMIC_GLOB,
 		// Masked atomics are a PRM capability (the atomic HCA caps) that
 		// neither ibv_query_device_ex nor mlx5dv_query_device reports.
-		MaskedAtomics:     ctx.SupportUnknown,
-		DC:                p.dc,
-		CQE128:            p.cqe128,
-		CQECompression:    d.dv.CQECompression(),
-		MaxCQECompression: d.dv.CQECompressionMaxNum,
-		BlueFlameSize:     p.blueFlameSize,
+		MaskedAtomics:  ctx.SupportUnknown,
+		DC:             p.dc,
+		CQE128:         p.cqe128,
+		CQECompression: d.dv.CQECompression(),
+		// The checksum format, like the hash one, needs sessions at all.
+		CQECompressionChecksum: d.dv.CQECompressionMaxNum > 0 && d.dv.CQECompressionFormats&CQECompressionFormatChecksum != 0,
+		MaxCQECompression:      d.dv.CQECompressionMaxNum,
+		CQEPadding:             d.dv.Flags&DVFlagCQE128Padding != 0,
+		CompVectors:            uint32(d.c.num_comp_vectors),
+		BlueFlameSize:          p.blueFlameSize,
 	}, nil
 }
 

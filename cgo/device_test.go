@@ -248,3 +248,52 @@ func TestBigEndianHelpers(t *testing.T) {
 	raw32 := *(*uint32)(unsafePointer(b))
 	require.Equal(t, uint32(0x01020304), be32(raw32))
 }
+
+func TestCheckCQConfig(t *testing.T) {
+	cfg := func(c ctx.CompletionQueueConfig) *CQConfig { return &CQConfig{CompletionQueueConfig: c} }
+	none := DVAttr{}
+	hash := DVAttr{CQECompressionMaxNum: 64, CQECompressionFormats: CQECompressionFormatHash}
+	both := DVAttr{CQECompressionMaxNum: 64, CQECompressionFormats: CQECompressionFormatHash | CQECompressionFormatChecksum,
+		Flags: DVFlagCQE128Compression | DVFlagCQE128Padding}
+
+	c := cfg(ctx.CompletionQueueConfig{Depth: 8})
+	require.NoError(t, checkCQConfig(c, none))
+	require.Equal(t, uint32(64), c.CQESize, "the default CQE size is filled")
+
+	for _, tc := range []struct {
+		name string
+		cfg  ctx.CompletionQueueConfig
+		dv   DVAttr
+		want error
+	}{
+		{"hash without compression caps", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionHash}, none, ctx.ErrNotSupported},
+		{"hash", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionHash}, hash, nil},
+		{"checksum on a hash-only device", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionChecksum}, hash, ctx.ErrNotSupported},
+		{"checksum", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionChecksum}, both, nil},
+		{"formats but no sessions", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionHash}, DVAttr{CQECompressionFormats: CQECompressionFormatHash}, ctx.ErrNotSupported},
+		{"compressed 128-byte CQEs without the flag", ctx.CompletionQueueConfig{Depth: 8, CQESize: 128, Compression: ctx.CQECompressionHash}, hash, ctx.ErrNotSupported},
+		{"compressed 128-byte CQEs", ctx.CompletionQueueConfig{Depth: 8, CQESize: 128, Compression: ctx.CQECompressionHash}, both, nil},
+		{"unknown format", ctx.CompletionQueueConfig{Depth: 8, Compression: 9}, both, ctx.ErrInvalidArgument},
+		{"padding 64-byte CQEs", ctx.CompletionQueueConfig{Depth: 8, CQEPadding: true}, both, ctx.ErrInvalidArgument},
+		{"padding without the flag", ctx.CompletionQueueConfig{Depth: 8, CQESize: 128, CQEPadding: true}, hash, ctx.ErrNotSupported},
+		{"padding", ctx.CompletionQueueConfig{Depth: 8, CQESize: 128, CQEPadding: true}, both, nil},
+		{"depth 0", ctx.CompletionQueueConfig{}, both, ctx.ErrInvalidArgument},
+	} {
+		err := checkCQConfig(cfg(tc.cfg), tc.dv)
+		if tc.want == nil {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorIs(t, err, tc.want, tc.name)
+		}
+	}
+
+	// The formats handed to mlx5dv_create_cq.
+	_, ok := compressionFormat(ctx.CQECompressionNone)
+	require.False(t, ok)
+	f, ok := compressionFormat(ctx.CQECompressionHash)
+	require.True(t, ok)
+	require.Equal(t, uint32(1), f, "MLX5DV_CQE_RES_FORMAT_HASH")
+	f, ok = compressionFormat(ctx.CQECompressionChecksum)
+	require.True(t, ok)
+	require.Equal(t, uint32(2), f, "MLX5DV_CQE_RES_FORMAT_CSUM")
+}

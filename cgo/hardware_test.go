@@ -186,6 +186,30 @@ func TestHardwareObjects(t *testing.T) {
 	_, err = d.CreateCompletionQueue(CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 8, CQESize: 96}})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 
+	// The options of ctx.CompletionQueueConfig, through ctx as a user asks
+	// for them (the provider's CreateCompletionQueue takes them unchanged): granted when the device reports them, ErrNotSupported
+	// otherwise; a completion vector past the device's is refused.
+	require.NotZero(t, attr.CompVectors)
+	for _, opt := range []struct {
+		cfg ctx.CompletionQueueConfig
+		has bool
+	}{
+		{ctx.CompletionQueueConfig{Depth: 64, Compression: ctx.CQECompressionHash}, attr.CQECompression},
+		{ctx.CompletionQueueConfig{Depth: 64, Compression: ctx.CQECompressionChecksum}, attr.CQECompressionChecksum},
+		{ctx.CompletionQueueConfig{Depth: 64, CQESize: 128, CQEPadding: true}, attr.CQEPadding},
+		{ctx.CompletionQueueConfig{Depth: 64, CompVector: attr.CompVectors - 1}, true},
+	} {
+		cq, err := d.CreateCompletionQueue(CQConfig{CompletionQueueConfig: opt.cfg})
+		if !opt.has {
+			require.ErrorIs(t, err, ctx.ErrNotSupported, "%+v", opt.cfg)
+			continue
+		}
+		require.NoError(t, err, "%+v", opt.cfg)
+		require.NoError(t, cq.Close())
+	}
+	_, err = d.CreateCompletionQueue(CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64, CompVector: attr.CompVectors}})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
 	cq, err := d.CreateCompletionQueue(CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 256}})
 	require.NoError(t, err)
 	require.Equal(t, -1, cq.EventFD())

@@ -195,6 +195,12 @@ func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQ
 	if cfg.CQESize != 64 && cfg.CQESize != 128 {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("CQE size %d (want 64 or 128): %w", cfg.CQESize, ErrInvalidArgument)}
 	}
+	if cfg.Compression > CQECompressionChecksum {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("compression %v: %w", cfg.Compression, ErrInvalidArgument)}
+	}
+	if cfg.CQEPadding && cfg.CQESize != 128 {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("CQE padding needs 128-byte CQEs, not %d: %w", cfg.CQESize, ErrInvalidArgument)}
+	}
 	if err := c.lock(op); err != nil {
 		return nil, err
 	}

@@ -347,10 +347,19 @@ type DeviceAttr struct {
 	DC bool
 	// CQE128 reports that 128-byte CQEs may be requested.
 	CQE128 bool
-	// CQECompression reports CQE compression support, MaxCQECompression
-	// the largest compressed session.
-	CQECompression    bool
-	MaxCQECompression uint32
+	// CQECompression reports CQE compression with the hash mini-CQE format
+	// (CQECompressionHash), CQECompressionChecksum with the checksum format;
+	// MaxCQECompression is the largest compressed session. The software HCA
+	// writes every CQE in full and reports neither.
+	CQECompression         bool
+	CQECompressionChecksum bool
+	MaxCQECompression      uint32
+	// CQEPadding reports that 128-byte CQEs may be padded
+	// (CompletionQueueConfig.CQEPadding).
+	CQEPadding bool
+	// CompVectors is the number of completion vectors
+	// (CompletionQueueConfig.CompVector is below it).
+	CompVectors uint32
 	// BlueFlameSize is the size of one BlueFlame buffer (0: no BlueFlame).
 	BlueFlameSize uint32
 }
@@ -458,6 +467,52 @@ type CompletionQueueConfig struct {
 	// EventChannel creates a completion channel so the CQ can be armed and
 	// waited for through EventFD.
 	EventChannel bool
+	// Compression asks the device to compress bursts of CQEs into mini-CQE
+	// sessions (mlx5dv_create_cq with MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE)
+	// with the given mini-CQE format; the poller (package monocq) expands
+	// them. The device must report the format (DeviceAttr.CQECompression,
+	// CQECompressionChecksum) or creation fails with ErrNotSupported. A
+	// device compresses only when it finds a burst, so a compressed CQ may
+	// still hold only full CQEs.
+	Compression CQECompression
+	// CQEPadding pads every 128-byte CQE to a whole cache line
+	// (MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD); it needs CQESize 128 and
+	// DeviceAttr.CQEPadding.
+	CQEPadding bool
+	// CompVector is the completion vector (interrupt) the CQ's events are
+	// signalled on; it must be below DeviceAttr.CompVectors.
+	CompVector uint32
+}
+
+// CQECompression selects the mini-CQE format of a compressed completion
+// queue (enum mlx5dv_cqe_comp_res_format).
+type CQECompression uint8
+
+// Mini-CQE formats.
+const (
+	// CQECompressionNone: every CQE is written in full.
+	CQECompressionNone CQECompression = iota
+	// CQECompressionHash: responder mini-CQEs carry the RSS hash result and
+	// the byte count (MLX5DV_CQE_RES_FORMAT_HASH).
+	CQECompressionHash
+	// CQECompressionChecksum: responder mini-CQEs carry the packet checksum
+	// in place of the hash result, and the byte count
+	// (MLX5DV_CQE_RES_FORMAT_CSUM). The poller hands the checksum over where
+	// the hash result would be.
+	CQECompressionChecksum
+)
+
+// String returns "none", "hash" or "checksum".
+func (c CQECompression) String() string {
+	switch c {
+	case CQECompressionNone:
+		return "none"
+	case CQECompressionHash:
+		return "hash"
+	case CQECompressionChecksum:
+		return "checksum"
+	}
+	return "CQECompression(" + strconv.Itoa(int(c)) + ")"
 }
 
 // SRQConfig configures a shared receive queue.

@@ -23,6 +23,9 @@ const (
 	bfRegOffset    = 0x800 // BlueFlame buffers inside the UAR page
 	bfSize         = 256
 	pageSize       = 4096
+	// compVectors is the number of completion vectors reported. The model
+	// has no interrupts: a CQ's vector is checked and changes nothing.
+	compVectors = 4
 )
 
 // hca is one simulated adapter with one port.
@@ -124,6 +127,8 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 		MaskedAtomics:     ctx.SupportYes,
 		DC:                true,
 		CQE128:            true,
+		CQEPadding:        true,
+		CompVectors:       compVectors,
 		BlueFlameSize:     bfSize,
 	}, nil
 }

@@ -36,6 +36,14 @@
 // EventCQError async event) and the QPs that complete into it follow;
 // nothing is overwritten.
 //
+// Completion queues hold 64- or 128-byte CQEs, always written in full: CQE
+// compression (ctx.CompletionQueueConfig.Compression) is refused with
+// ctx.ErrNotSupported, and DeviceAttr.CQECompression is false, so code
+// that needs mini-CQE sessions is not silently run without them. 128-byte
+// CQE padding is accepted (the model writes whole 128-byte CQEs anyway),
+// and a completion vector below DeviceAttr.CompVectors (4) is accepted and
+// changes nothing: the model has no interrupts.
+//
 // # Strict mode
 //
 // With Options.Strict the model records format violations a device would

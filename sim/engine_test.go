@@ -147,3 +147,44 @@ func TestQueryDevice(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, devs, 2)
 }
+
+// TestCQOptions: the model refuses CQE compression (it writes full CQEs,
+// and says so in its attributes), accepts padding of 128-byte CQEs and
+// completion vectors below the number it reports.
+func TestCQOptions(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, err := e.c.Query()
+	require.NoError(t, err)
+	require.False(t, a.CQECompression)
+	require.False(t, a.CQECompressionChecksum)
+	require.Zero(t, a.MaxCQECompression)
+	require.True(t, a.CQEPadding)
+	require.NotZero(t, a.CompVectors)
+
+	for _, format := range []ctx.CQECompression{ctx.CQECompressionHash, ctx.CQECompressionChecksum} {
+		_, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, Compression: format})
+		require.ErrorIs(t, err, ctx.ErrNotSupported, "%v", format)
+		require.Contains(t, err.Error(), format.String())
+	}
+	_, err = e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, Compression: 7})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, CQEPadding: true})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "padding needs 128-byte CQEs")
+	_, err = e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, CompVector: a.CompVectors})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, CQESize: 128, CQEPadding: true, CompVector: a.CompVectors - 1})
+	require.NoError(t, err)
+	require.Equal(t, uint32(128), cq.Descriptor().CQESize)
+	require.True(t, cq.Config().CQEPadding)
+	require.Equal(t, a.CompVectors-1, cq.Config().CompVector)
+	// The padded CQ completes like any other.
+	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
+	require.NoError(t, err)
+	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: cq.Descriptor()}}
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(q, b, 7, 1)
+	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	e.run()
+	require.Equal(t, prm.CQEReq, q.scq.one(t).op)
+}

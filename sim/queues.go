@@ -96,6 +96,20 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.Provi
 	if size != prm.CQE64Size && size != prm.CQE128Size {
 		return nil, ctx.Errorf(op, "CQE size %d: %w", size, ctx.ErrInvalidArgument)
 	}
+	// The model writes every CQE in full: it refuses compression (its
+	// DeviceAttr reports none) rather than accept it and never compress, so
+	// that code relying on mini-CQE sessions learns it is not tested here.
+	if cfg.Compression != ctx.CQECompressionNone {
+		return nil, ctx.Errorf(op, "CQE compression (%v mini-CQE format): the software HCA writes full CQEs only: %w", cfg.Compression, ctx.ErrNotSupported)
+	}
+	// Padding is what the model does anyway: a 128-byte CQE's 64 bytes of
+	// content sit in its second half and the whole line is written.
+	if cfg.CQEPadding && size != prm.CQE128Size {
+		return nil, ctx.Errorf(op, "CQE padding needs 128-byte CQEs, not %d: %w", size, ctx.ErrInvalidArgument)
+	}
+	if cfg.CompVector >= compVectors {
+		return nil, ctx.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
+	}
 	// As rdma-core: one more entry than asked for, rounded up to a power of
 	// two.
 	cnt := roundPow2(cfg.Depth + 1)
