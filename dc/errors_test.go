@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -30,6 +31,13 @@ func requireSyndrome(t *testing.T, c dc.Completion, s prm.Syndrome) {
 	require.Equal(t, dc.StatusError, c.Status, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	require.ErrorIs(t, c.Err(), monocq.ErrCompletion)
+	require.ErrorIs(t, c.Err(), completion.StatusOf(s).Sentinel())
+	if s != prm.SyndromeWRFlush {
+		require.NotErrorIs(t, c.Err(), completion.ErrFlushed)
+	}
+	var cerr *completion.Error
+	require.ErrorAs(t, c.Err(), &cerr)
+	require.Equal(t, c.WRID, cerr.WRID)
 }
 
 // failThenFlush posts a good signaled write, then bad, then five more

@@ -20,7 +20,10 @@ type (
 	Queue = transport.Queue
 	// Completion is a polled completion matched to its work request.
 	Completion = transport.Completion
-	// CompletionError is the error of a failed completion.
+	// CompletionError is the error of a failed completion. errors.Is
+	// matches the completion package's sentinel of its status
+	// (completion.ErrRemoteAccess, completion.ErrFlushed, …) and
+	// completion.ErrCompletion; errors.As also yields a *completion.Error.
 	CompletionError = transport.CompletionError
 	// Status says how a completion was matched.
 	Status = transport.Status

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -38,6 +39,22 @@ func requireSyndrome(t *testing.T, c rc.Completion, op prm.CQEOpcode, s prm.Synd
 	var ce *rc.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Contains(t, err.Error(), s.String())
+	// The completion package's sentinels and type match too.
+	want := completion.StatusOf(s).Sentinel()
+	require.ErrorIs(t, err, want)
+	require.ErrorIs(t, err, completion.ErrCompletion)
+	for _, other := range []error{completion.ErrRemoteAccess, completion.ErrFlushed, completion.ErrLocalProtection} {
+		if other != want {
+			require.NotErrorIs(t, err, other)
+		}
+	}
+	var cerr *completion.Error
+	require.ErrorAs(t, err, &cerr)
+	require.Equal(t, s, cerr.Syndrome)
+	require.Equal(t, c.WRID, cerr.WRID)
+	require.True(t, cerr.HasWRID)
+	require.Equal(t, c.QPN, cerr.QPN)
+	require.Equal(t, op == prm.CQEReqErr, cerr.Requester())
 }
 
 // errorThenFlush posts bad (a failing WQE) between good unsignaled and

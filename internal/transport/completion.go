@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 
+	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
@@ -129,11 +130,17 @@ func (e *CompletionError) Error() string {
 	return fmt.Sprintf("receive on QP %#x: %v (vendor syndrome %#02x), wrid %d", c.QPN, c.Syndrome, c.VendorSyndrome, c.WRID)
 }
 
-// Is matches monocq.ErrCompletion for error CQEs, monocq.ErrUnknownSyndrome
+// Is matches monocq.ErrCompletion (and completion.ErrCompletion, the same
+// value) for error CQEs, the completion package's sentinel of the CQE's
+// status (completion.ErrRemoteAccess, completion.ErrFlushed, …, found with
+// completion.StatusOf as for a *completion.Error), monocq.ErrUnknownSyndrome
 // for a syndrome the PRM does not define, ErrUnknownQPN and ErrUnmatched.
 func (e *CompletionError) Is(target error) bool {
 	c := &e.Completion
+	isErr := c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr
 	switch target {
+	case nil:
+		return false
 	case ErrUnknownQPN:
 		return c.Status == StatusUnknownQPN
 	case ErrUnmatched:
@@ -141,7 +148,44 @@ func (e *CompletionError) Is(target error) bool {
 	case monocq.ErrCompletion:
 		return c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr
 	case monocq.ErrUnknownSyndrome:
-		return (c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr) && !c.Syndrome.Known()
+		return isErr && !c.Syndrome.Known()
+	}
+	return isErr && target == completion.StatusOf(c.Syndrome).Sentinel()
+}
+
+// AsCompletion returns the error as a *completion.Error (the type the
+// completion package and channel report), or nil for a completion that
+// could not be matched (ErrUnknownQPN, ErrUnmatched, an unexpected opcode).
+// errors.As(err, &target) with a **completion.Error target calls it.
+func (e *CompletionError) AsCompletion() *completion.Error {
+	c := &e.Completion
+	if c.Status != StatusError || (c.Opcode != prm.CQEReqErr && c.Opcode != prm.CQERespErr) {
+		return nil
+	}
+	ce := &completion.Error{
+		Status:         completion.StatusOf(c.Syndrome),
+		Syndrome:       c.Syndrome,
+		VendorSyndrome: c.VendorSyndrome,
+		CQEOpcode:      c.Opcode,
+		QPN:            c.QPN,
+		WQECounter:     c.WQECounter,
+		WRID:           c.WRID,
+		HasWRID:        true,
+	}
+	if c.Opcode == prm.CQEReqErr {
+		ce.Opcode = c.SendOpcode
+	}
+	return ce
+}
+
+// As sets *target to AsCompletion() when target is a **completion.Error
+// and the completion was matched.
+func (e *CompletionError) As(target any) bool {
+	if p, ok := target.(**completion.Error); ok {
+		if ce := e.AsCompletion(); ce != nil {
+			*p = ce
+			return true
+		}
 	}
 	return false
 }
