@@ -3,6 +3,7 @@ package wqebuilder_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"os"
 	"testing"
 	"unsafe"
@@ -114,5 +115,35 @@ func TestFinishTwiceWholeRingWQE(t *testing.T) {
 	}
 	if q.ProducerIndex() != 2 || !bytes.Equal(before, ring) {
 		t.Fatalf("refused Finish moved the producer index to %d or changed the ring", q.ProducerIndex())
+	}
+}
+
+// TestFullQueueLargestWQE builds the largest WQE there is (DC address,
+// masked 64-bit compare-and-swap, result) on a full queue with the smallest
+// MaxWQEBBs: every segment goes to the queue's scratch area, and the stage's
+// pointers must stay inside it (under -race, checkptr stops the program on
+// a pointer one past a Go allocation).
+func TestFullQueueLargestWQE(t *testing.T) {
+	_, ring := guardedTail(t, 2*64)
+	_, dbrec := guardedTail(t, 8)
+	_, reg := guardedTail(t, 8)
+	q, err := wqebuilder.New(wqebuilder.Config{
+		Buf: unsafe.Pointer(&ring[0]), WQECnt: 2, QPN: 7,
+		DBRec: unsafe.Pointer(&dbrec[0]), BlueFlame: unsafe.Pointer(&reg[0]), MaxWQEBBs: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var av [48]byte
+	if err := q.Begin(1, 0).DC(&av, 9, 9).MaskedCS64(1, 2, 3, 4, 5, 6).Result(7, 8).Finish(); err != nil {
+		t.Fatal(err)
+	}
+	before := bytes.Clone(ring)
+	err = q.Begin(2, 0).DC(&av, 9, 9).MaskedCS64(1, 2, 3, 4, 5, 6).Result(7, 8).Finish()
+	if !errors.Is(err, wqebuilder.ErrQueueFull) {
+		t.Fatalf("Finish on a full queue: %v", err)
+	}
+	if !bytes.Equal(before, ring) {
+		t.Fatal("a WQE begun on a full queue wrote to the ring")
 	}
 }

@@ -211,7 +211,7 @@ func New(cfg Config) (*SendQueue, error) {
 		bf:         reg,
 		slotMem:    make([]uint64, cfg.WQECnt),
 		endMem:     make([]uint64, cfg.WQECnt),
-		scratchMem: make([]uint64, cfg.MaxWQEBBs*prm.WQEBBSize/8),
+		scratchMem: make([]uint64, (cfg.MaxWQEBBs+1)*prm.WQEBBSize/8),
 		cfg:        cfg,
 	}
 	for ds := range q.sgeLimit {
@@ -225,8 +225,11 @@ func New(cfg Config) (*SendQueue, error) {
 	}
 	q.slots = unsafe.Pointer(&q.slotMem[0])
 	q.ends = unsafe.Pointer(&q.endMem[0])
-	// A WQE begun on a full queue writes to a private scratch area of the
-	// largest WQE's size instead of the ring.
+	// A WQE begun on a full queue writes to a private scratch area instead
+	// of the ring: the largest WQE's size and one WQEBB more, so that the
+	// next-segment pointer of even the largest WQE stays inside it (a
+	// pointer one past a Go allocation is invalid; checkptr, on with -race,
+	// stops the program).
 	scratch := unsafe.Pointer(&q.scratchMem[0])
 	q.full = CtrlStage{OpStage{wqe{q, scratch, unsafe.Add(scratch, prm.CtrlSize), stFull}}}
 	return q, nil
