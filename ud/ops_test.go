@@ -1,6 +1,7 @@
 package ud_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -345,4 +346,102 @@ func TestUDAllocatesNothing(t *testing.T) {
 		require.Zero(t, allocs, "poll")
 	}
 	require.Equal(t, 2*(runs+1), n)
+}
+
+// ipv4Header builds a 20-byte IPv4 header (no options) from src to dst with
+// its checksum, as a RoCE v2 device leaves it in bytes 20..40 of the GRH
+// area.
+func ipv4Header(tos, ttl uint8, src, dst [4]byte) []byte {
+	h := make([]byte, 20)
+	h[0], h[1] = 0x45, tos
+	binary.BigEndian.PutUint16(h[2:], 20+8+12+64) // total length: IP, UDP, BTH, payload
+	h[8], h[9] = ttl, 17                          // UDP
+	copy(h[12:16], src[:])
+	copy(h[16:20], dst[:])
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+	return h
+}
+
+// TestReplyRoCEv2Forms answers a RoCE datagram whose GRH area the test
+// writes by hand in both forms a RoCE v2 device uses: the IPv6 header in
+// all 40 bytes, and the IPv4 header in the last 20 (the first 20 left
+// undefined; here they even look like an IPv6 header naming a stranger).
+// The reply must reach the sender either way.
+func TestReplyRoCEv2Forms(t *testing.T) {
+	for _, form := range []string{"IPv6", "IPv4"} {
+		t.Run(form, func(t *testing.T) {
+			gidIndex := uint8(1) // RoCE v2, link-local GID
+			if form == "IPv4" {
+				gidIndex = 3 // RoCE v2, IPv4-mapped GID
+			}
+			x := newPeers(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet},
+				ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 7, GIDIndex: gidIndex})
+			e := x.e
+			gids0, err := e.Ctx[0].QueryGIDs(1)
+			require.NoError(t, err)
+			gids1, err := e.Ctx[1].QueryGIDs(1)
+			require.NoError(t, err)
+			sender, receiver := gids0[gidIndex].GID, gids1[gidIndex].GID
+			require.Equal(t, ctx.GIDTypeRoCEv2, gids0[gidIndex].Type)
+
+			to, err := x.qp[0].NewRemote(x.qp[1].Endpoint())
+			require.NoError(t, err)
+			require.NoError(t, x.qp[1].PostRecv(1, e.Addr(1, 0), 256, e.LKey(1)))
+			require.NoError(t, x.qp[0].PostRecv(2, e.Addr(0, 4096), 256, e.LKey(0)))
+			s, err := x.qp[0].Post(1, wqebuilder.Signaled, to)
+			require.NoError(t, err)
+			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
+			e.One(x.p[0])
+			in := e.One(x.p[1])
+			require.Equal(t, ud.StatusOK, in.Status)
+			require.True(t, in.GRH)
+
+			grh := make([]byte, ud.GRHSize)
+			if form == "IPv6" {
+				// Version 6, traffic class 0x28, flow label 0x12345,
+				// next header UDP, hop limit 64.
+				binary.BigEndian.PutUint32(grh[0:], 6<<28|0x28<<20|0x12345)
+				grh[6], grh[7] = 17, 64
+				copy(grh[8:24], sender[:])
+				copy(grh[24:40], receiver[:])
+			} else {
+				require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, sender[:12], "an IPv4-mapped GID")
+				// The undefined first half looks like an IPv6 header whose
+				// source (bytes 8..24) is nobody on the fabric.
+				grh[0] = 6 << 4
+				for i := 8; i < 20; i++ {
+					grh[i] = 0xee
+				}
+				copy(grh[20:], ipv4Header(0x28, 64, [4]byte(sender[12:16]), [4]byte(receiver[12:16])))
+			}
+			copy(e.Mem(1, 0, ud.GRHSize), grh)
+
+			back, err := x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
+			require.NoError(t, err)
+			require.Equal(t, x.qp[0].QPN(), back.QPN())
+			s, err = x.qp[1].Post(2, wqebuilder.Signaled, back)
+			require.NoError(t, err)
+			require.NoError(t, s.SendImm(99).Inline([]byte("answer")).FinishBlueFlame())
+			require.Equal(t, ud.StatusOK, e.One(x.p[1]).Status)
+			got := e.One(x.p[0])
+			require.Equal(t, ud.StatusOK, got.Status)
+			require.Equal(t, uint32(99), got.Immediate)
+			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
+			// The reply's own GRH names the sender's GID as destination.
+			require.Equal(t, sender[:], e.Mem(0, 4096+24, 16))
+			require.NoError(t, back.Close())
+
+			// Neither form: refused, nothing created.
+			clear(e.Mem(1, 0, ud.GRHSize))
+			_, err = x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
+			require.ErrorIs(t, err, ud.ErrBadGRH)
+		})
+	}
 }

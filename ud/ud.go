@@ -1,7 +1,6 @@
 package ud
 
 import (
-	"encoding/binary"
 	"errors"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -181,8 +180,12 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 // completion c (ibv_init_ah_from_wc): its QPN, and its path from the
 // completion's source LID and SL or, when a GRH was received, from the GRH
 // (grh is the first GRHSize bytes of the receive buffer; it may be nil when
-// c.GRH is false). The qkey is this QP's own. It creates an address handle:
-// a control-plane call, to be cached by a caller that replies often.
+// c.GRH is false). The GRH area holds an InfiniBand GRH or RoCE v2 IPv6
+// header, or, for RoCE v2 over IPv4, an IPv4 header in its last 20 bytes,
+// whose source address becomes the IPv4-mapped destination GID
+// (::ffff:a.b.c.d). Anything else is refused with ErrBadGRH. The qkey is
+// this QP's own. It creates an address handle: a control-plane call, to be
+// cached by a caller that replies often.
 func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
@@ -193,12 +196,15 @@ func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
 		if len(grh) < GRHSize {
 			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ErrInvalidConfig)
 		}
-		vtf := binary.BigEndian.Uint32(grh[0:4])
+		g, err := transport.ParseGRH(grh)
+		if err != nil {
+			return nil, transport.Errorf(name, op, "%w", err)
+		}
 		attr.GlobalRoute = true
-		attr.FlowLabel = vtf & prm.AVFlowLblMask
-		attr.TrafficClass = uint8(vtf >> 20)
+		attr.FlowLabel = g.FlowLabel
+		attr.TrafficClass = g.TrafficClass
 		attr.HopLimit = 0xff
-		copy(attr.DGID[:], grh[8:24])
+		attr.DGID = g.SGID
 		attr.SGIDIndex = q.port.GIDIndex
 		attr.DLID = 0
 	}
