@@ -145,7 +145,6 @@ type lane struct {
 	late     int  // receives to post after the RNR NAK (late mode)
 	lateMode bool
 	active   bool
-	broken   bool
 }
 
 func TestSoak(t *testing.T) {
@@ -325,7 +324,6 @@ func (l *lane) build() {
 	if l.kind != laneDC {
 		l.avail = 0 // the SRQ of a DC lane outlives its DCI
 	}
-	l.broken = false
 }
 
 // own adds q to both pollers of HCA side (its send and receive CQs) and
@@ -433,7 +431,7 @@ func (s *soak) runBatch() {
 	s.pollAll()
 	s.check(before)
 	for _, l := range s.lanes {
-		if l.broken || l.sq.errored || l.rq.errored || l.sq.mayFlush || (l.rq.mayFlush && l.kind != laneDC) {
+		if l.sq.errored || l.rq.errored || l.sq.mayFlush || (l.rq.mayFlush && l.kind != laneDC) {
 			l.rebuild()
 		}
 		l.noRecv, l.lateMode, l.sq.dead = false, false, false
