@@ -152,7 +152,10 @@ func (cq *CompletionQueue) EventFD() int {
 }
 
 // ReadEvent consumes and acknowledges one completion event without
-// blocking; ok is false when none is pending.
+// blocking; ok is false when none is pending. For every event it returns,
+// the poller of the ring must advance its arm sequence number
+// (monocq.CQ.AcknowledgeEvent) before it arms again; completion.Notifier
+// does both (see the package documentation).
 func (cq *CompletionQueue) ReadEvent() (ok bool, err error) {
 	const op = "read CQ event"
 	if err := cq.lock(op); err != nil {

@@ -97,8 +97,10 @@ type ProviderCompletionQueue interface {
 	EventFD() int
 	// ReadEvent consumes and acknowledges one completion event without
 	// blocking (ibv_get_cq_event + ibv_ack_cq_events); ok is false when none
-	// is pending. The data plane must arm the CQ again before the next
-	// event can arrive.
+	// is pending. Exactly one event is consumed per call that returns
+	// true. The data plane must arm the CQ again, with the arm sequence
+	// number advanced by one per event read, before the next event can
+	// arrive.
 	ReadEvent() (ok bool, err error)
 	Close() error
 }

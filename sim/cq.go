@@ -54,6 +54,14 @@ func (f *Fabric) arm(c *cq, v uint64) {
 		f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
 			Detail: fmt.Sprintf("arm doorbell %#08x differs from the arm doorbell record %#08x", word, rec)})
 	}
+	// The arm sequence number counts the events consumed, as rdma-core's
+	// arm_sn does: an arm that carries a stale one (an event read but not
+	// acknowledged to the poller, or acknowledged twice) is a data-plane
+	// bug the device would not report.
+	if sn, want := word>>prm.CQArmSNShift&prm.CQArmSNMask, uint32(c.eventsRead.Load())&prm.CQArmSNMask; sn != want {
+		f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
+			Detail: fmt.Sprintf("arm sequence number %d, want %d (%d events read)", sn, want, c.eventsRead.Load())})
+	}
 	c.armed = true
 	c.armSolicited = word&prm.CQArmSolicited != 0
 	c.lastArm = word

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -71,7 +72,11 @@ type cq struct {
 	armed        bool
 	armSolicited bool
 	lastArm      uint32
-	lastCIRaw    uint32
+	// eventsRead counts the events ReadEvent consumed (from the user's
+	// goroutine): the arm sequence number an arm must carry is its low two
+	// bits.
+	eventsRead atomic.Uint64
+	lastCIRaw  uint32
 
 	delay   int64
 	pending []pendingCQE
@@ -127,7 +132,9 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.Provi
 		return nil, ctx.Errorf(op, "UAR: %w", err)
 	}
 	if cfg.EventChannel {
-		fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		// A semaphore: each ReadEvent consumes one event, as
+		// ibv_get_cq_event does.
+		fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC|unix.EFD_SEMAPHORE)
 		if err != nil {
 			freeAll(c.bufs[:]...)
 			return nil, ctx.Errorf(op, "completion channel: %w", err)
@@ -169,6 +176,7 @@ func (c *cq) ReadEvent() (bool, error) {
 	if err != nil {
 		return false, ctx.Errorf("sim: read CQ event", "%w", err)
 	}
+	c.eventsRead.Add(1)
 	return true, nil
 }
 

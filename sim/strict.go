@@ -42,7 +42,8 @@ const (
 	// index the doorbell record announced.
 	ViolationWQEBeyondProducer
 	// ViolationCQDoorbell: a CQ consumer index or arm doorbell that cannot be
-	// right (ahead of the producer, wrong CQN, disagreeing arm words).
+	// right (ahead of the producer, wrong CQN, disagreeing arm words, an arm
+	// sequence number that is not the count of events read modulo 4).
 	ViolationCQDoorbell
 	// ViolationReceive: a receive WQE entry with a zero byte count that is
 	// not the InvalidLKey terminator (the device reads it as 2 GiB; posting
