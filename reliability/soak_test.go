@@ -213,7 +213,9 @@ func newSoak(t testing.TB, seed int64) *soak {
 		var err error
 		s.scq[i], err = x.c[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8191})
 		require.NoError(t, err)
-		s.rcq[i], err = x.c[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8191})
+		// HCA 1 receives into 128-byte CQEs (scatter-to-CQE of up to 64
+		// bytes), HCA 0 into 64-byte ones.
+		s.rcq[i], err = x.c[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8191, CQESize: uint32(64 << i)})
 		require.NoError(t, err)
 		for _, cq := range []*ctx.CompletionQueue{s.scq[i], s.rcq[i]} {
 			p, err := rc.NewPoller(cq)
@@ -272,7 +274,11 @@ func (l *lane) build() {
 		var err error
 		l.a, err = rc.New(x.pd[rs], s.scq[rs], s.rcq[rs], cfg)
 		require.NoError(t, err)
-		l.b, err = rc.New(x.pd[ws], s.scq[ws], s.rcq[ws], cfg)
+		// Both responders let the HCA put small payloads in the CQE; the
+		// poller copies them to the receive buffer.
+		bcfg := cfg
+		bcfg.ScatterToCQE = true
+		l.b, err = rc.New(x.pd[ws], s.scq[ws], s.rcq[ws], bcfg)
 		require.NoError(t, err)
 		require.NoError(t, l.a.Connect(l.b.Endpoint()))
 		require.NoError(t, l.b.Connect(l.a.Endpoint()))
@@ -1014,6 +1020,9 @@ func (l *lane) postRDMA(last, bf bool) {
 		}
 	case op < opSend: // SEND, SEND_IMM
 		n := 8 + r.Intn(maxSend-7)
+		if r.Intn(4) == 0 {
+			n = 8 + r.Intn(57) // small enough to ride in the CQE
+		}
 		if fault == "receive too small" {
 			n = maxSend + 1 + r.Intn(stageSlot-maxSend)
 		}
