@@ -40,6 +40,15 @@
 // itself must acknowledge to the poller itself. The software HCA checks
 // the number of every arm against the events read, in strict mode.
 //
+// # Resetting a queue pair
+//
+// Moving a QueuePair to RESET (Modify with QPStateReset) empties its queues
+// and zeroes its doorbell record, on hardware (rdma-core clears it in
+// mlx5_modify_qp) and in the software HCA alike: the producer indices
+// start again at 0, and a send queue or receive queue built over the old
+// descriptor must be rebuilt (rc.QP.Reset does it). The ring memory and
+// the descriptor stay the same.
+//
 // # Errors
 //
 // Errors are *OpError values naming the verb, wrapping a sentinel

@@ -155,7 +155,9 @@ func (qp *QueuePair) RemoteQPN() uint32 {
 }
 
 // Modify moves the QP to attr.State; see QPAttr for the attributes each
-// transition uses. On error the QP is unchanged.
+// transition uses. On error the QP is unchanged. A move to RESET zeroes the
+// doorbell record: whatever posts on the QP must restart its producer
+// indices at 0 (see "Resetting a queue pair" in the package documentation).
 func (qp *QueuePair) Modify(attr QPAttr) error {
 	op := "modify " + qp.cfg.Type.String() + " QP to " + attr.State.String()
 	if attr.State > QPStateError {

@@ -3,6 +3,7 @@ package rc_test
 import (
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -484,6 +485,11 @@ func TestResetAndReconnect(t *testing.T) {
 		for i := range 2 {
 			require.NoError(t, x.qp[i].Reset())
 			require.Equal(t, rc.StateInit, x.qp[i].State())
+			// RESET zeroed the doorbell record: both producer indices
+			// start again at 0, and so must the queue's builder.
+			db := x.qp[i].Handle().Descriptor().DBRec
+			require.Zero(t, prm.Load32(db), "receive doorbell record after RESET")
+			require.Zero(t, prm.Load32(unsafe.Add(db, prm.DoorbellRecordSendB)), "send doorbell record after RESET")
 			_, err := x.qp[i].Post(1, 0)
 			require.ErrorIs(t, err, rc.ErrNotConnected)
 		}
@@ -497,6 +503,9 @@ func TestResetAndReconnect(t *testing.T) {
 			c := e.One(x.p[0])
 			require.Equal(t, rc.StatusOK, c.Status, "%v", c.Err())
 			require.Equal(t, uint64(k), c.WRID)
+			// One WQEBB each, from index 0 after every reset (the round
+			// before went up to 20).
+			require.Equal(t, uint16(k), c.WQECounter, "round %d", round)
 		}
 		require.Equal(t, fmt.Sprintf("round %d/19", round), string(e.Mem(1, 0, 10)))
 		s, err := x.qp[0].Post(99, wqebuilder.Signaled)

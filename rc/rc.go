@@ -286,8 +286,10 @@ func (q *QP) Fail() error {
 // Reset brings the QP back to INIT from any state, error included, so
 // that it can Connect again (the peer resets too): RESET discards every
 // outstanding work request without a completion and restarts the rings,
-// then INIT lets receives be posted. The QPN, the PSN and the Pollers the
-// QP was added to stay.
+// then INIT lets receives be posted. RESET zeroes the QP's doorbell record
+// (the device's producer indices restart at 0), so Reset rebuilds the send
+// queue's WQE builder and the receive queue's bookkeeping from index 0 too.
+// The QPN, the PSN and the Pollers the QP was added to stay.
 func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp.Closed() {
