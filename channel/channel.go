@@ -83,6 +83,14 @@ func (ch *Channel) Write(r WriteRequest) error { return ch.m.Write(r) }
 // Read reads and waits for the data.
 func (ch *Channel) Read(r ReadRequest) error { return ch.m.Read(r) }
 
+// CompareSwap runs an atomic compare-and-swap at the peer and waits for
+// the old value in r.Result.
+func (ch *Channel) CompareSwap(r CompareSwapRequest) error { return ch.m.CompareSwap(r) }
+
+// FetchAdd runs an atomic fetch-and-add at the peer and waits for the old
+// value in r.Result.
+func (ch *Channel) FetchAdd(r FetchAddRequest) error { return ch.m.FetchAdd(r) }
+
 // Scope runs fn with a scope and polls its work to completion (see
 // MultiChannel.Scope).
 func (ch *Channel) Scope(fn func(s *Scope) error) error { return ch.m.Scope(fn) }
@@ -98,6 +106,14 @@ func (ch *Channel) PostWrite(r WriteRequest) (Pending, error) { return ch.m.Post
 
 // PostRead posts an RDMA READ without waiting.
 func (ch *Channel) PostRead(r ReadRequest) (Pending, error) { return ch.m.PostRead(r) }
+
+// PostCompareSwap posts an atomic compare-and-swap without waiting.
+func (ch *Channel) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
+	return ch.m.PostCompareSwap(r)
+}
+
+// PostFetchAdd posts an atomic fetch-and-add without waiting.
+func (ch *Channel) PostFetchAdd(r FetchAddRequest) (Pending, error) { return ch.m.PostFetchAdd(r) }
 
 // Poll processes the completions that have arrived.
 func (ch *Channel) Poll() int { return ch.m.Poll() }

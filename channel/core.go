@@ -246,6 +246,54 @@ func (c *core) postRead(r *ReadRequest) (uint64, error) {
 	return c.record(r.Peer, OpRead), nil
 }
 
+// atomicResult checks the local buffer of an atomic: exactly the 8 bytes
+// the device writes the old value to.
+func atomicResult(g *SGE) error {
+	if g.Length != 8 {
+		return errAtomicResult
+	}
+	return nil
+}
+
+// errAtomicResult is built once: a refused post allocates nothing.
+var errAtomicResult = fmt.Errorf("atomic result buffer must be 8 bytes: %w", ctx.ErrInvalidArgument)
+
+func (c *core) postCompareSwap(r *CompareSwapRequest) (uint64, error) {
+	l := c.peerLink(r.Peer)
+	if l == nil {
+		return 0, c.badPeer(r.Peer, OpCompareSwap)
+	}
+	if err := atomicResult(&r.Result); err != nil {
+		return 0, err
+	}
+	st, err := c.begin(l)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.AtomicCS(r.Remote.Addr, r.Remote.RKey, r.Compare, r.Swap).Result(r.Result.Addr, r.Result.LKey).FinishBlueFlame(); err != nil {
+		return 0, err
+	}
+	return c.record(r.Peer, OpCompareSwap), nil
+}
+
+func (c *core) postFetchAdd(r *FetchAddRequest) (uint64, error) {
+	l := c.peerLink(r.Peer)
+	if l == nil {
+		return 0, c.badPeer(r.Peer, OpFetchAdd)
+	}
+	if err := atomicResult(&r.Result); err != nil {
+		return 0, err
+	}
+	st, err := c.begin(l)
+	if err != nil {
+		return 0, err
+	}
+	if err := st.AtomicFA(r.Remote.Addr, r.Remote.RKey, r.Add).Result(r.Result.Addr, r.Result.LKey).FinishBlueFlame(); err != nil {
+		return 0, err
+	}
+	return c.record(r.Peer, OpFetchAdd), nil
+}
+
 func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 	l := c.peerLink(r.Peer)
 	if l == nil {
@@ -513,6 +561,34 @@ func (c *core) post(op Op, peer int, send *SendRequest, recv *RecvRequest, write
 			seq, err = c.postWrite(write)
 		default:
 			seq, err = c.postRead(read)
+		}
+		if err == nil {
+			return seq, nil
+		}
+		if !full(err) {
+			return 0, wrap(peer, op, err)
+		}
+		if werr := c.makeRoom(&w); werr != nil {
+			return 0, wrap(peer, op, errors.Join(err, werr))
+		}
+	}
+}
+
+// postAtomic posts one compare-and-swap (cas) or fetch-and-add (faa),
+// polling for room while the send queue is full, like post.
+func (c *core) postAtomic(peer int, cas *CompareSwapRequest, faa *FetchAddRequest) (uint64, error) {
+	op := OpFetchAdd
+	if cas != nil {
+		op = OpCompareSwap
+	}
+	w := waiter{c: c}
+	for {
+		var seq uint64
+		var err error
+		if cas != nil {
+			seq, err = c.postCompareSwap(cas)
+		} else {
+			seq, err = c.postFetchAdd(faa)
 		}
 		if err == nil {
 			return seq, nil

@@ -25,15 +25,18 @@
 // # Three levels
 //
 // Blocking calls post and return when the work has completed: Send,
-// Receive, Write, Read, ScatterSend, ScatterWrite, GatherReceive,
-// GatherRead and MulticastSend (the same buffer to a set of peers). Errors
-// of several requests are joined.
+// Receive, Write, Read, CompareSwap, FetchAdd, ScatterSend, ScatterWrite,
+// GatherReceive, GatherRead and MulticastSend (the same buffer to a set of
+// peers). Errors of several requests are joined. The atomics work on an
+// 8-byte big-endian value in the peer's memory and leave the value they
+// found, big-endian, in an 8-byte local Result buffer.
 //
 // Scope runs a function whose posts return Pending handles to poll at
 // will; before Scope returns, every request posted in it has completed, and
 // the error of each failed one is reported, joined.
 //
-// Raw posts (PostSend, PostReceive, PostWrite, PostRead) return a Pending
+// Raw posts (PostSend, PostReceive, PostWrite, PostRead, PostCompareSwap,
+// PostFetchAdd) return a Pending
 // and never wait: Poll drives completions, Pending.Poll, Done and Wait look
 // at one request.
 //

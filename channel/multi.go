@@ -193,7 +193,43 @@ func (m *MultiChannel) PostRead(r ReadRequest) (Pending, error) {
 	return Pending{m.c, seq}, nil
 }
 
+// PostCompareSwap posts an atomic compare-and-swap without waiting; the
+// old value is in r.Result once it completed.
+func (m *MultiChannel) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
+	seq, err := m.c.postCompareSwap(&r)
+	if err != nil {
+		return Pending{}, wrap(r.Peer, OpCompareSwap, err)
+	}
+	return Pending{m.c, seq}, nil
+}
+
+// PostFetchAdd posts an atomic fetch-and-add without waiting; the old value
+// is in r.Result once it completed.
+func (m *MultiChannel) PostFetchAdd(r FetchAddRequest) (Pending, error) {
+	seq, err := m.c.postFetchAdd(&r)
+	if err != nil {
+		return Pending{}, wrap(r.Peer, OpFetchAdd, err)
+	}
+	return Pending{m.c, seq}, nil
+}
+
 // ---- blocking level ----
+
+// CompareSwap runs an atomic compare-and-swap at the peer and waits until
+// the old value is in r.Result.
+func (m *MultiChannel) CompareSwap(r CompareSwapRequest) error {
+	m.c.startBatch(nil)
+	_, err := m.c.postAtomic(r.Peer, &r, nil)
+	return m.c.finishBatch(err)
+}
+
+// FetchAdd runs an atomic fetch-and-add at the peer and waits until the
+// old value is in r.Result.
+func (m *MultiChannel) FetchAdd(r FetchAddRequest) error {
+	m.c.startBatch(nil)
+	_, err := m.c.postAtomic(r.Peer, nil, &r)
+	return m.c.finishBatch(err)
+}
 
 // Send sends and waits for the completion.
 func (m *MultiChannel) Send(r SendRequest) error {

@@ -72,6 +72,29 @@ type ReadRequest struct {
 	Remote Remote
 }
 
+// CompareSwapRequest is an ATOMIC_CS on the 8-byte value at Remote in
+// Peer's memory (8-byte aligned, in a region shared with remote atomic
+// access): if it equals Compare it becomes Swap. The value found there
+// before, swapped or not, is written to Result, an 8-byte local buffer,
+// big-endian as the device returns it (binary.BigEndian.Uint64 reads it).
+// The remote value is big-endian too.
+type CompareSwapRequest struct {
+	Peer          int
+	Remote        Remote
+	Compare, Swap uint64
+	Result        SGE
+}
+
+// FetchAddRequest is an ATOMIC_FA on the 8-byte big-endian value at Remote
+// in Peer's memory: Add is added to it, and the value found before is
+// written to the 8-byte local Result buffer, big-endian.
+type FetchAddRequest struct {
+	Peer   int
+	Remote Remote
+	Add    uint64
+	Result SGE
+}
+
 // Op names the kind of a work request.
 type Op uint8
 
@@ -81,9 +104,12 @@ const (
 	OpRecv
 	OpWrite
 	OpRead
+	OpCompareSwap
+	OpFetchAdd
 )
 
-// String returns "send", "receive", "write" or "read".
+// String returns "send", "receive", "write", "read", "compare-and-swap" or
+// "fetch-and-add".
 func (o Op) String() string {
 	switch o {
 	case OpSend:
@@ -94,6 +120,10 @@ func (o Op) String() string {
 		return "write"
 	case OpRead:
 		return "read"
+	case OpCompareSwap:
+		return "compare-and-swap"
+	case OpFetchAdd:
+		return "fetch-and-add"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -103,7 +133,7 @@ type Result struct {
 	Peer int
 	Op   Op
 	// ByteCount is the number of bytes received (receives) or read
-	// (reads).
+	// (reads; 8 for an atomic).
 	ByteCount uint32
 	// Imm is the immediate data of a receive that carried some (WithImm).
 	Imm     uint32
@@ -146,8 +176,11 @@ type PeerError struct {
 // Error reads "channel: write to peer 3: completion: RDMA_WRITE on QPN …".
 func (e *PeerError) Error() string {
 	dir := "to"
-	if e.Op == OpRecv || e.Op == OpRead {
+	switch e.Op {
+	case OpRecv, OpRead:
 		dir = "from"
+	case OpCompareSwap, OpFetchAdd:
+		dir = "at"
 	}
 	return fmt.Sprintf("channel: %v %s peer %d: %v", e.Op, dir, e.Peer, e.Err)
 }

@@ -119,6 +119,24 @@ func (s *Scope) PostRead(r ReadRequest) (Pending, error) {
 	return Pending{s.c, seq}, err
 }
 
+// PostCompareSwap posts an atomic compare-and-swap in the scope.
+func (s *Scope) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
+	if err := s.check(); err != nil {
+		return Pending{}, err
+	}
+	seq, err := s.c.postAtomic(r.Peer, &r, nil)
+	return Pending{s.c, seq}, err
+}
+
+// PostFetchAdd posts an atomic fetch-and-add in the scope.
+func (s *Scope) PostFetchAdd(r FetchAddRequest) (Pending, error) {
+	if err := s.check(); err != nil {
+		return Pending{}, err
+	}
+	seq, err := s.c.postAtomic(r.Peer, nil, &r)
+	return Pending{s.c, seq}, err
+}
+
 // PostScatterSend posts every send; it stops at the first refused post.
 func (s *Scope) PostScatterSend(reqs []SendRequest) error {
 	if err := s.check(); err != nil {
