@@ -1,4 +1,4 @@
-package path_test
+package ibpath_test
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
-	"github.com/mlx5kit/mlx5kit/path"
+	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -19,20 +19,20 @@ const testQKey = 0x11111111
 type udSide struct {
 	n    *node
 	q    *testQP
-	p    path.Path
-	ahs  *path.AddressCache
+	p    ibpath.Path
+	ahs  *ibpath.AddressCache
 	gids []ctx.GIDEntry
 }
 
 func newUDSide(t *testing.T, n *node) *udSide {
 	q := n.newQP(t, ctx.QPTypeUD)
-	p, err := path.Local(n.dev, path.Default(), 1, 0)
+	p, err := ibpath.Local(n.dev, ibpath.Default(), 1, 0)
 	require.NoError(t, err)
 	p.SQPN, p.QKey = q.qp.QPN(), testQKey
-	require.NoError(t, path.ModifyToConnected(q.qp, p, 0))
+	require.NoError(t, ibpath.ModifyToConnected(q.qp, p, 0))
 	gids, err := n.dev.QueryGIDs(1)
 	require.NoError(t, err)
-	ahs := path.NewAddressCache(n.pd)
+	ahs := ibpath.NewAddressCache(n.pd)
 	t.Cleanup(func() { require.NoError(t, ahs.Close()) })
 	return &udSide{n: n, q: q, p: p, ahs: ahs, gids: gids}
 }
@@ -43,7 +43,7 @@ func (s *udSide) endpoint() endpoint.Endpoint {
 	return e
 }
 
-func (s *udSide) send(t *testing.T, to path.Path, wrid uint64, off, n int) {
+func (s *udSide) send(t *testing.T, to ibpath.Path, wrid uint64, off, n int) {
 	av, err := s.ahs.AV(to)
 	require.NoError(t, err)
 	require.NoError(t, s.q.sq.Begin(wrid, wqebuilder.Signaled).UD(av, to.DQPN, to.QKey).Send().
@@ -92,7 +92,7 @@ func testUDReply(t *testing.T, link ctx.LinkLayer, global bool) {
 	require.Equal(t, msg, string(b.n.buf.Bytes()[prm.GRHSize:prm.GRHSize+len(msg)]))
 	require.Equal(t, link == ctx.LinkLayerEthernet || global, rc.HasGRH())
 
-	reply, err := path.Reply(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p, b.gids)
+	reply, err := ibpath.Reply(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p, b.gids)
 	require.NoError(t, err)
 	require.Equal(t, a.q.qp.QPN(), reply.DQPN)
 	require.Equal(t, b.q.qp.QPN(), reply.SQPN)
@@ -120,7 +120,7 @@ func testUDReply(t *testing.T, link ctx.LinkLayer, global bool) {
 	require.Equal(t, answer, string(a.n.buf.Bytes()[4096+prm.GRHSize:4096+prm.GRHSize+len(answer)]))
 
 	// The request path seen from the sender is the reply reversed.
-	req, err := path.FromCompletion(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p)
+	req, err := ibpath.FromCompletion(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p)
 	require.NoError(t, err)
 	require.Equal(t, a.q.qp.QPN(), req.SQPN)
 	require.Equal(t, b.q.qp.QPN(), req.DQPN)
@@ -178,15 +178,15 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 	bad.FlowLabel = 1 << 21
 	bad.Global = true
 	_, err = a.ahs.AV(bad)
-	require.ErrorIs(t, err, path.ErrInvalid)
+	require.ErrorIs(t, err, ibpath.ErrInvalid)
 	require.Equal(t, 1, a.ahs.Len(), "a refused path caches nothing")
 }
 
 func TestParseGRH(t *testing.T) {
-	_, err := path.ParseGRH(make([]byte, 39))
-	require.ErrorIs(t, err, path.ErrBadGRH)
-	_, err = path.ParseGRH(make([]byte, 40))
-	require.ErrorIs(t, err, path.ErrBadGRH, "all zero is no IP version")
+	_, err := ibpath.ParseGRH(make([]byte, 39))
+	require.ErrorIs(t, err, ibpath.ErrBadGRH)
+	_, err = ibpath.ParseGRH(make([]byte, 40))
+	require.ErrorIs(t, err, ibpath.ErrBadGRH, "all zero is no IP version")
 
 	// IPv6 form: version 6, traffic class 0xa5, flow label 0x54321.
 	g6 := make([]byte, 40)
@@ -194,7 +194,7 @@ func TestParseGRH(t *testing.T) {
 	g6[7] = 33
 	g6[8], g6[23] = 0xfe, 1
 	g6[24], g6[39] = 0xfe, 2
-	g, err := path.ParseGRH(g6)
+	g, err := ibpath.ParseGRH(g6)
 	require.NoError(t, err)
 	require.Equal(t, uint8(0xa5), g.TrafficClass)
 	require.Equal(t, uint32(0x54321), g.FlowLabel)
@@ -210,7 +210,7 @@ func TestParseGRH(t *testing.T) {
 	ip[8] = 64
 	copy(ip[12:16], []byte{10, 0, 0, 1})
 	copy(ip[16:20], []byte{10, 0, 0, 2})
-	g, err = path.ParseGRH(g4)
+	g, err = ibpath.ParseGRH(g4)
 	require.NoError(t, err)
 	require.Equal(t, uint8(0x18), g.TrafficClass)
 	require.Equal(t, uint8(64), g.HopLimit)
@@ -221,29 +221,29 @@ func TestParseGRH(t *testing.T) {
 func TestReplyRefusesNonReceives(t *testing.T) {
 	var req monocq.CQE
 	req[63] = uint8(prm.CQEReq) << 4
-	_, err := path.Reply(&req, nil, path.Default(), nil)
-	require.ErrorIs(t, err, path.ErrNotReceive)
+	_, err := ibpath.Reply(&req, nil, ibpath.Default(), nil)
+	require.ErrorIs(t, err, ibpath.ErrNotReceive)
 
 	var failed monocq.CQE
 	failed[55] = uint8(prm.SyndromeLocalLength)
 	failed[63] = uint8(prm.CQERespErr) << 4
-	_, err = path.Reply(&failed, nil, path.Default(), nil)
+	_, err = ibpath.Reply(&failed, nil, ibpath.Default(), nil)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
 
 	// A receive that claims a GRH needs its 40 bytes.
 	var recv monocq.CQE
 	binary.BigEndian.PutUint32(recv[24:], 1<<28|0x42)
 	recv[63] = uint8(prm.CQERespSend) << 4
-	_, err = path.Reply(&recv, make([]byte, 10), path.Default(), nil)
-	require.ErrorIs(t, err, path.ErrBadGRH)
+	_, err = ibpath.Reply(&recv, make([]byte, 10), ibpath.Default(), nil)
+	require.ErrorIs(t, err, ibpath.ErrBadGRH)
 
 	// A GRH naming a GID the port does not have cannot be answered from it.
 	g6 := make([]byte, 40)
 	g6[0] = 0x60
 	g6[24] = 0x20
-	_, err = path.Reply(&recv, g6, path.Default(), []ctx.GIDEntry{{Index: 0, GID: ctx.GID{0xfe, 0x80}}})
+	_, err = ibpath.Reply(&recv, g6, ibpath.Default(), []ctx.GIDEntry{{Index: 0, GID: ctx.GID{0xfe, 0x80}}})
 	require.ErrorIs(t, err, ctx.ErrNotFound)
-	p, err := path.Reply(&recv, g6, path.Default(), nil)
+	p, err := ibpath.Reply(&recv, g6, ibpath.Default(), nil)
 	require.NoError(t, err)
 	require.Equal(t, uint32(0x42), p.DQPN)
 }

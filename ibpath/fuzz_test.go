@@ -1,4 +1,4 @@
-package path_test
+package ibpath_test
 
 import (
 	"encoding/binary"
@@ -7,7 +7,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
-	"github.com/mlx5kit/mlx5kit/path"
+	"github.com/mlx5kit/mlx5kit/ibpath"
 )
 
 // FuzzReply feeds arbitrary receive CQEs and GRH bytes (what a remote
@@ -28,9 +28,9 @@ func FuzzReply(f *testing.F) {
 		binary.BigEndian.PutUint32(c[prm.CQEFlagsRQPN:], flagsRQPN)
 		binary.BigEndian.PutUint16(c[prm.CQESLID:], slid)
 		c[prm.CQEOpOwn] = op << 4
-		local := path.Default()
+		local := ibpath.Default()
 		local.SQPN, local.QKey = 0x100, 0x1111
-		p, err := path.Reply(&c, grh, local, []ctx.GIDEntry{{Index: 0, GID: ctx.GID{0xfe}}})
+		p, err := ibpath.Reply(&c, grh, local, []ctx.GIDEntry{{Index: 0, GID: ctx.GID{0xfe}}})
 		if err != nil {
 			return
 		}

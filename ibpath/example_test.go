@@ -1,11 +1,11 @@
-package path_test
+package ibpath_test
 
 import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
-	"github.com/mlx5kit/mlx5kit/path"
+	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -21,7 +21,7 @@ func ExampleModifyToConnected() {
 	qp, _ := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 8, RecvDepth: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 
-	p, err := path.Local(dev, path.Default(), 1, 0)
+	p, err := ibpath.Local(dev, ibpath.Default(), 1, 0)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -38,7 +38,7 @@ func ExampleModifyToConnected() {
 	rtr := p.RTRAttr()
 	fmt.Printf("RTR: remote QPN 0x%x, RQ PSN 0x%x, DLID %d, MTU %v\n", rtr.RemoteQPN, rtr.RQPSN, rtr.Path.DLID, rtr.PathMTU)
 
-	if err := path.ModifyToConnected(qp, p, ctx.AccessLocalWrite|ctx.AccessRemoteWrite); err != nil {
+	if err := ibpath.ModifyToConnected(qp, p, ctx.AccessLocalWrite|ctx.AccessRemoteWrite); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -57,9 +57,9 @@ func ExampleAddressCache() {
 	defer dev.Close()
 	pd, _ := dev.AllocProtectionDomain()
 
-	cache := path.NewAddressCache(pd)
+	cache := ibpath.NewAddressCache(pd)
 	defer cache.Close()
-	to := path.Default()
+	to := ibpath.Default()
 	to.DLID, to.DQPN, to.QKey = 2, 0x101, 0x11111111
 	first, _ := cache.AV(to)
 	to.DQPN = 0x102 // another QP behind the same port

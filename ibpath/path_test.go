@@ -1,4 +1,4 @@
-package path_test
+package ibpath_test
 
 import (
 	"testing"
@@ -7,44 +7,44 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
-	"github.com/mlx5kit/mlx5kit/path"
+	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 func TestValidateRanges(t *testing.T) {
-	require.NoError(t, path.Default().Validate())
+	require.NoError(t, ibpath.Default().Validate())
 	cases := []struct {
 		name string
-		mod  func(*path.Path)
+		mod  func(*ibpath.Path)
 	}{
-		{"SQPN", func(p *path.Path) { p.SQPN = 1 << 24 }},
-		{"DQPN", func(p *path.Path) { p.DQPN = 1 << 24 }},
-		{"SQPSN", func(p *path.Path) { p.SQPSN = 1 << 24 }},
-		{"DQPSN", func(p *path.Path) { p.DQPSN = 1 << 24 }},
-		{"retry count", func(p *path.Path) { p.RetryCount = 8 }},
-		{"RNR retry", func(p *path.Path) { p.RNRRetry = 8 }},
-		{"min RNR timer", func(p *path.Path) { p.MinRNRTimer = 32 }},
-		{"timeout", func(p *path.Path) { p.Timeout = 32 }},
-		{"SL", func(p *path.Path) { p.SL = 16 }},
-		{"flow label", func(p *path.Path) { p.FlowLabel = 1 << 20 }},
-		{"MTU", func(p *path.Path) { p.MTU = 6 }},
+		{"SQPN", func(p *ibpath.Path) { p.SQPN = 1 << 24 }},
+		{"DQPN", func(p *ibpath.Path) { p.DQPN = 1 << 24 }},
+		{"SQPSN", func(p *ibpath.Path) { p.SQPSN = 1 << 24 }},
+		{"DQPSN", func(p *ibpath.Path) { p.DQPSN = 1 << 24 }},
+		{"retry count", func(p *ibpath.Path) { p.RetryCount = 8 }},
+		{"RNR retry", func(p *ibpath.Path) { p.RNRRetry = 8 }},
+		{"min RNR timer", func(p *ibpath.Path) { p.MinRNRTimer = 32 }},
+		{"timeout", func(p *ibpath.Path) { p.Timeout = 32 }},
+		{"SL", func(p *ibpath.Path) { p.SL = 16 }},
+		{"flow label", func(p *ibpath.Path) { p.FlowLabel = 1 << 20 }},
+		{"MTU", func(p *ibpath.Path) { p.MTU = 6 }},
 	}
 	for _, c := range cases {
-		p := path.Default()
+		p := ibpath.Default()
 		c.mod(&p)
 		err := p.Validate()
-		require.ErrorIs(t, err, path.ErrInvalid, c.name)
+		require.ErrorIs(t, err, ibpath.ErrInvalid, c.name)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), c.name)
 	}
 	// The largest legal values pass.
-	p := path.Path{SQPN: 1<<24 - 1, DQPN: 1<<24 - 1, SQPSN: 1<<24 - 1, DQPSN: 1<<24 - 1,
+	p := ibpath.Path{SQPN: 1<<24 - 1, DQPN: 1<<24 - 1, SQPSN: 1<<24 - 1, DQPSN: 1<<24 - 1,
 		RetryCount: 7, RNRRetry: 7, MinRNRTimer: 31, Timeout: 31, SL: 15, FlowLabel: 1<<20 - 1, MTU: ctx.MTU4096}
 	require.NoError(t, p.Validate())
 }
 
-func fullPath() path.Path {
-	return path.Path{
+func fullPath() ibpath.Path {
+	return ibpath.Path{
 		Port: 2, PKeyIndex: 3, QKey: 0x11112222, MTU: ctx.MTU2048,
 		RetryCount: 5, RNRRetry: 6, MinRNRTimer: 17, Timeout: 19,
 		SQPN: 0x123, DQPN: 0x456, SQPSN: 0x789, DQPSN: 0xabc,
@@ -102,7 +102,7 @@ func TestEndpointAndConnect(t *testing.T) {
 	require.Equal(t, endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x123, LID: 7, GID: p.SGID,
 		GIDIndex: 1, PSN: 0x789, MTU: endpoint.MTU2048}, e)
 
-	local := path.Default()
+	local := ibpath.Default()
 	local.MTU = ctx.MTU4096
 	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x77, PSN: 0x55, LID: 4, MTU: endpoint.MTU1024}
 	c, err := local.Connect(remote)
@@ -116,7 +116,7 @@ func TestEndpointAndConnect(t *testing.T) {
 	// A peer without a LID needs a GRH and a GID.
 	remote.LID = 0
 	_, err = local.Connect(remote)
-	require.ErrorIs(t, err, path.ErrInvalid)
+	require.ErrorIs(t, err, ibpath.ErrInvalid)
 	remote.GID = ctx.GID{0xfe, 0x80, 15: 9}
 	c, err = local.Connect(remote)
 	require.NoError(t, err)
@@ -131,7 +131,7 @@ func TestEndpointAndConnect(t *testing.T) {
 }
 
 func TestConnectRejectsGarbage(t *testing.T) {
-	local := path.Default()
+	local := ibpath.Default()
 	local.SQPN = 0x100
 	bad := []endpoint.Endpoint{
 		{},
@@ -152,14 +152,14 @@ func TestConnectRejectsGarbage(t *testing.T) {
 
 // connectPair builds two RC QPs on two devices and connects them with paths
 // made from each other's endpoints.
-func connectPair(t *testing.T, link ctx.LinkLayer) (*node, *node, *testQP, *testQP, path.Path) {
+func connectPair(t *testing.T, link ctx.LinkLayer) (*node, *node, *testQP, *testQP, ibpath.Path) {
 	f := newFabric(t, link)
 	a, b := newNode(t, f, "sim0"), newNode(t, f, "sim1")
 	qa, qb := a.newQP(t, ctx.QPTypeRC), b.newQP(t, ctx.QPTypeRC)
 
-	pa, err := path.Local(a.dev, path.Default(), 1, 0)
+	pa, err := ibpath.Local(a.dev, ibpath.Default(), 1, 0)
 	require.NoError(t, err)
-	pb, err := path.Local(b.dev, path.Default(), 1, 0)
+	pb, err := ibpath.Local(b.dev, ibpath.Default(), 1, 0)
 	require.NoError(t, err)
 	pa.SQPN, pa.SQPSN = qa.qp.QPN(), 0x1234
 	pb.SQPN, pb.SQPSN = qb.qp.QPN(), 0x4321
@@ -178,8 +178,8 @@ func connectPair(t *testing.T, link ctx.LinkLayer) (*node, *node, *testQP, *test
 	pb, err = pb.Connect(ea)
 	require.NoError(t, err)
 	access := ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead
-	require.NoError(t, path.ModifyToConnected(qa.qp, pa, access))
-	require.NoError(t, path.ModifyToConnected(qb.qp, pb, access))
+	require.NoError(t, ibpath.ModifyToConnected(qa.qp, pa, access))
+	require.NoError(t, ibpath.ModifyToConnected(qb.qp, pb, access))
 	for _, q := range []*testQP{qa, qb} {
 		s, err := q.qp.State()
 		require.NoError(t, err)
@@ -220,19 +220,19 @@ func TestModifyRefusesIncompletePaths(t *testing.T) {
 	f := newFabric(t, ctx.LinkLayerInfiniBand)
 	a := newNode(t, f, "sim0")
 	q := a.newQP(t, ctx.QPTypeRC)
-	p := path.Default()
-	require.NoError(t, path.ModifyToInit(q.qp, p, ctx.AccessLocalWrite))
+	p := ibpath.Default()
+	require.NoError(t, ibpath.ModifyToInit(q.qp, p, ctx.AccessLocalWrite))
 
-	err := path.ModifyToRTR(q.qp, p) // no remote QPN
-	require.ErrorIs(t, err, path.ErrInvalid)
+	err := ibpath.ModifyToRTR(q.qp, p) // no remote QPN
+	require.ErrorIs(t, err, ibpath.ErrInvalid)
 	p.DQPN = 0x1ffffff
-	require.ErrorIs(t, path.ModifyToRTR(q.qp, p), path.ErrInvalid)
+	require.ErrorIs(t, ibpath.ModifyToRTR(q.qp, p), ibpath.ErrInvalid)
 	p.DQPN, p.MTU = 0x200, 0
-	require.ErrorIs(t, path.ModifyToRTR(q.qp, p), path.ErrInvalid)
+	require.ErrorIs(t, ibpath.ModifyToRTR(q.qp, p), ibpath.ErrInvalid)
 	s, err := q.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateInit, s, "a refused path leaves the QP where it was")
 
 	// RTS before RTR is the provider's to refuse.
-	require.ErrorIs(t, path.ModifyToRTS(q.qp, path.Default()), ctx.ErrInvalidState)
+	require.ErrorIs(t, ibpath.ModifyToRTS(q.qp, ibpath.Default()), ctx.ErrInvalidState)
 }

@@ -1,4 +1,4 @@
-// Package path describes the route between a local queue pair and a remote
+// Package ibpath describes the route between a local queue pair and a remote
 // one as a single value, and turns it into the attributes of the INIT, RTR
 // and RTS transitions and into address vectors.
 //
@@ -6,15 +6,15 @@
 // qkey, MTU, retry counts, timers, QPNs and PSNs, LIDs, GIDs, SL, traffic
 // class, hop limit, rate) to ctx.QPAttr and ctx.AddressAttr; it does not
 // create queue pairs and does not post. Package endpoint carries the half of
-// a Path a peer must learn; package path fills a Path from it.
+// a Path a peer must learn; package ibpath fills a Path from it.
 //
 // # Connecting
 //
-//	p, _ := path.Local(dev, path.Default(), 1, 0) // port 1, GID index 0
+//	p, _ := ibpath.Local(dev, ibpath.Default(), 1, 0) // port 1, GID index 0
 //	p.SQPN, p.SQPSN = qp.QPN(), psn
 //	// send p.Endpoint(endpoint.TransportRC) to the peer, receive theirs
 //	p, err = p.Connect(remote)                    // checks the untrusted endpoint
-//	err = path.ModifyToConnected(qp, p, ctx.AccessRemoteWrite|ctx.AccessLocalWrite)
+//	err = ibpath.ModifyToConnected(qp, p, ctx.AccessRemoteWrite|ctx.AccessLocalWrite)
 //
 // ModifyToInit, ModifyToRTR and ModifyToRTS do the steps one at a time.
 //
@@ -26,4 +26,4 @@
 // UD datagram from its completion (source QPN, SLID, SL, path bits) and the
 // GRH in the first 40 bytes of the receive buffer (InfiniBand GRH, RoCE v2
 // IPv6 or IPv4 header).
-package path
+package ibpath

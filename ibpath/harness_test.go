@@ -1,4 +1,4 @@
-package path_test
+package ibpath_test
 
 import (
 	"testing"
