@@ -169,7 +169,7 @@ func Post(q *wqebuilder.SendQueue, wrid uint64) error {
 	m := build("-m")
 	for _, want := range []string{
 		`inlining call to wqebuilder\.DataStage\.FinishBlueFlame\n`,
-		`inlining call to Post\.DataStage\.FinishBlueFlame\.func\d+\n`,
+		`inlining call to Post\.DataStage\.FinishBlueFlame\.wqe\.finishBlueFlame\.func\d+\n`,
 		`inlining call to wqebuilder\.wqe\.fail\n`,
 		`inlining call to wqebuilder\.wqe\.commit\n`,
 		`inlining call to blueflame\.\(\*Register\)\.Post\n`,
