@@ -278,23 +278,29 @@ func TestInvalidArguments(t *testing.T) {
 	require.Equal(t, ctx.QPStateRTR, s)
 }
 
+// registrations makes each run of TestRegisterAndOpen (go test -count=N)
+// register a provider name of its own: the registry is process-wide.
+var registrations int
+
 func TestRegisterAndOpen(t *testing.T) {
+	registrations++
+	name := fmt.Sprintf("fake-registered-%d", registrations)
 	require.Panics(t, func() { ctx.Register("", &fake{}) })
-	ctx.Register("fake-registered", &fake{})
-	require.Panics(t, func() { ctx.Register("fake-registered", &fake{}) })
-	require.Contains(t, ctx.Providers(), "fake-registered")
-	c, err := ctx.Open(ctx.Options{Provider: "fake-registered"})
+	ctx.Register(name, &fake{})
+	require.Panics(t, func() { ctx.Register(name, &fake{}) })
+	require.Contains(t, ctx.Providers(), name)
+	c, err := ctx.Open(ctx.Options{Provider: name})
 	require.NoError(t, err)
-	require.Equal(t, "fake-registered", c.Provider())
+	require.Equal(t, name, c.Provider())
 	require.Equal(t, ctx.KindSoftware, c.Kind())
-	require.Equal(t, "fake0 (software, provider fake-registered)", c.String())
+	require.Equal(t, "fake0 (software, provider "+name+")", c.String())
 	require.NoError(t, c.Close())
-	_, err = ctx.Open(ctx.Options{Provider: "fake-registered", Device: "other"})
+	_, err = ctx.Open(ctx.Options{Provider: name, Device: "other"})
 	require.ErrorIs(t, err, ctx.ErrNotFound)
-	t.Setenv(ctx.EnvProvider, "fake-registered")
+	t.Setenv(ctx.EnvProvider, name)
 	c, err = ctx.Open(ctx.Options{})
 	require.NoError(t, err)
-	require.Equal(t, "fake-registered", c.Provider())
+	require.Equal(t, name, c.Provider())
 	require.NoError(t, c.Close())
 }
 
