@@ -134,9 +134,13 @@ func (p *Pool) InUse(i int) bool {
 	return uint(i) < uint(p.count) && p.inUse[i>>6]&(1<<(i&63)) != 0
 }
 
-// Buffer returns buffer i's memory (size bytes). It panics for an index out
-// of range, like a slice index.
+// Buffer returns buffer i's memory (size bytes), or nil once the pool is
+// closed (the memory is unmapped then). It panics for an index out of range,
+// like a slice index.
 func (p *Pool) Buffer(i int) []byte {
+	if p.closed {
+		return nil
+	}
 	off := i * p.size
 	return p.data[off : off+p.size : off+p.size]
 }

@@ -89,6 +89,8 @@ func TestPopPush(t *testing.T) {
 	require.Equal(t, 4, idx)
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
+	require.Nil(t, p.Buffer(0), "a closed pool hands out no memory")
+	require.NotPanics(t, func() { p.CopyTo(1, []byte("x")) })
 }
 
 func TestNewRefusesBadSizes(t *testing.T) {
