@@ -1,0 +1,98 @@
+package perftool
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit"
+	"github.com/mlx5kit/mlx5kit/cgo"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/scenario"
+)
+
+// Flags points at the command's fields for the flags every measuring
+// command takes: the device, the port and GID, the timeout and the peer.
+type Flags struct {
+	Device, Provider *string
+	GIDIndex, Port   *int
+	Timeout          *time.Duration
+	Server, Client   *string
+}
+
+// Register defines the flags on fs with their defaults.
+func (f Flags) Register(fs *flag.FlagSet) {
+	fs.StringVar(f.Device, "device", "", "device to open (default: the first)")
+	fs.StringVar(f.Provider, "provider", "", "mlx5 or sim (default: mlx5 when a device is present, else sim)")
+	fs.IntVar(f.GIDIndex, "gid-index", -1, "local GID table entry on RoCE (default: $"+scenario.EnvGIDIndex+", or a RoCE v2 GID)")
+	fs.IntVar(f.Port, "ib-port", 1, "local port")
+	fs.DurationVar(f.Timeout, "timeout", 10*time.Second, "give up when a message or the exchange takes longer")
+	fs.StringVar(f.Server, "server", "", "listen on this TCP address (e.g. :18515) for a client")
+	fs.StringVar(f.Client, "client", "", "connect to a server at HOST:PORT")
+}
+
+// Check returns what is wrong with the flags' values, or "".
+func (f Flags) Check() string {
+	switch {
+	case *f.Provider != "" && *f.Provider != ctx.ProviderHardware && *f.Provider != ctx.ProviderSoftware:
+		return fmt.Sprintf("-provider %q: want %s or %s", *f.Provider, ctx.ProviderHardware, ctx.ProviderSoftware)
+	case *f.GIDIndex > 255:
+		return fmt.Sprintf("-gid-index %d: want 0 to 255", *f.GIDIndex)
+	case *f.Port < 1 || *f.Port > 255:
+		return fmt.Sprintf("-ib-port %d: want 1 to 255", *f.Port)
+	case *f.Timeout <= 0:
+		return fmt.Sprintf("-timeout %v: want a positive duration", *f.Timeout)
+	case *f.Server != "" && *f.Client != "":
+		return "-server and -client exclude each other"
+	}
+	return ""
+}
+
+// Open opens the device named by provider and device ("" for the default)
+// and returns it with what it is: its description and, on the software
+// HCA, a note saying so and why.
+func Open(provider, device string) (*ctx.Context, string, error) {
+	c, err := mlx5kit.Open(mlx5kit.Options{Provider: provider, Device: device})
+	if err != nil {
+		return nil, "", err
+	}
+	what := c.String()
+	if c.Kind() == ctx.KindSoftware {
+		why := "asked for with -provider sim"
+		switch {
+		case provider == "" && os.Getenv(ctx.EnvProvider) != "":
+			why = "asked for with " + ctx.EnvProvider + "=" + os.Getenv(ctx.EnvProvider)
+		case provider == "":
+			why = "no mlx5 device: " + cgo.NoDeviceReason()
+		}
+		what += "\nnote:    the software HCA, not a NIC: the numbers are those of the model (" + why + ")"
+	}
+	return c, what, nil
+}
+
+// GIDIndex resolves the GID index: index when it is not negative, else
+// MLX5KIT_GID_INDEX, else one picked from the table of port.
+func GIDIndex(index int, c *ctx.Context, port uint8) (uint8, error) {
+	if index >= 0 {
+		return uint8(index), nil
+	}
+	o, err := scenario.FromEnv()
+	if err != nil {
+		return 0, err
+	}
+	if o.GIDIndex >= 0 {
+		return uint8(o.GIDIndex), nil
+	}
+	return scenario.PickGIDIndex(c, port)
+}
+
+// FirstErr returns the first non-nil error.
+func FirstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

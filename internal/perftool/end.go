@@ -1,0 +1,326 @@
+package perftool
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// SlowCheck is how many empty polls pass between two looks at the clock
+// (for the timeout) and at the abort flag: the hot loop reads neither.
+const SlowCheck = 1 << 14
+
+// ErrAborted is returned by a wait that was ended because the other end
+// failed (End.Abort was set).
+var ErrAborted = errors.New("the other end failed")
+
+// EndConfig says how to build an End.
+type EndConfig struct {
+	// Size is the longest message, and the length of each of the two areas.
+	Size int
+	// Queue sizes.
+	SendDepth, RecvDepth, CQDepth int
+	// Access is what the peer may do with the buffer besides write into it.
+	Access ctx.Access
+	// Inline returns the queue pair's max inline data from the device's.
+	Inline func(deviceMax int) int
+	// RecvSGE posts receives with the receive area as their scatter entry
+	// (a SEND lands there); without it receives have none (only
+	// RDMA_WRITE_IMM arrives).
+	RecvSGE bool
+	// Port is the local port.
+	Port uint8
+	// GIDIndex is the local GID table entry; a negative one is resolved
+	// by GIDIndex.
+	GIDIndex int
+	// Timeout bounds every wait.
+	Timeout time.Duration
+}
+
+// End is one side of a measurement: an RC queue pair with its own CQ (send
+// and receive completions) and a registered buffer whose first half is
+// where the peer writes, sends or reads into (Recv) and whose second half
+// is the payload this end sends or the peer reads (Src), and what it knows
+// about the peer's two areas.
+type End struct {
+	Name   string
+	PD     *ctx.ProtectionDomain
+	CQ     *ctx.CompletionQueue
+	Buf    *ctx.Buffer
+	MR     *ctx.MemoryRegion
+	QP     *rc.QP
+	Poller *rc.Poller
+
+	MaxInline int    // the queue pair's max inline data
+	Recv      []byte // the peer's writes and sends land here, reads land here
+	Src       []byte // the payload sent, or read by the peer
+	RecvAddr  uint64
+	SrcAddr   uint64
+	LKey      uint32
+	RecvSGE   bool // receives scatter into Recv
+
+	PeerRecv, PeerSrc uint64 // the peer's areas
+	RKey              uint32 // their remote key
+
+	Yield    bool // give the processor away after an empty poll (software HCA)
+	SendsOut int  // signaled sends not yet completed
+	Timeout  time.Duration
+	Abort    *atomic.Bool // when set, the waits give up with ErrAborted
+
+	// Filled by a failed wait, outside the hot path.
+	Bad    rc.Completion
+	Failed bool
+}
+
+// NewEnd creates an end on c as cfg says: buffer, region, CQ and an RC
+// queue pair in INIT with every receive posted. It closes what it made if
+// it fails.
+func NewEnd(name string, c *ctx.Context, cfg EndConfig) (*End, error) {
+	gid, err := GIDIndex(cfg.GIDIndex, c, cfg.Port)
+	if err != nil {
+		return nil, err
+	}
+	x, err := newEnd(name, c, cfg, gid)
+	if err != nil {
+		return nil, fmt.Errorf("%s: set up on %v: %w", name, c, err)
+	}
+	return x, nil
+}
+
+func newEnd(name string, c *ctx.Context, cfg EndConfig, gid uint8) (x *End, err error) {
+	x = &End{Name: name, Timeout: cfg.Timeout, Yield: c.Kind() == ctx.KindSoftware, RecvSGE: cfg.RecvSGE}
+	defer func() {
+		if err != nil {
+			_ = x.Close()
+			x = nil
+		}
+	}()
+	dev, err := c.Query()
+	if err != nil {
+		return x, err
+	}
+	size := cfg.Size
+	half := (max(size, 1) + 4095) &^ 4095
+	if x.Buf, err = ctx.AllocBuffer(2*half, ctx.BufferOptions{}); err != nil {
+		return x, err
+	}
+	if x.PD, err = c.AllocProtectionDomain(); err != nil {
+		return x, err
+	}
+	if x.MR, err = x.PD.RegisterBuffer(x.Buf, ctx.AccessLocalWrite|ctx.AccessRemoteWrite|cfg.Access); err != nil {
+		return x, err
+	}
+	mem := x.MR.Bytes()
+	x.Recv, x.Src = mem[:size:size], mem[half:half+size:half+size]
+	x.RecvAddr, x.SrcAddr, x.LKey = uint64(x.MR.Addr()), uint64(x.MR.Addr())+uint64(half), x.MR.LKey()
+	for i := range x.Src {
+		x.Src[i] = PayloadByte(i)
+	}
+	if x.CQ, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: uint32(cfg.CQDepth)}); err != nil {
+		return x, err
+	}
+	x.MaxInline = cfg.Inline(int(dev.MaxInline))
+	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GIDIndex: gid, MaxInline: uint32(x.MaxInline)}
+	if x.QP, err = rc.New(x.PD, x.CQ, nil, qcfg); err != nil {
+		return x, err
+	}
+	if x.Poller, err = rc.NewPoller(x.CQ); err != nil {
+		return x, err
+	}
+	if err = x.Poller.Add(&x.QP.Queue); err != nil {
+		return x, err
+	}
+	for range cfg.RecvDepth {
+		r := x.QP.BeginRecv(0)
+		if x.RecvSGE {
+			r = r.SGE(x.RecvAddr, uint32(len(x.Recv)), x.LKey)
+		}
+		if err = r.Finish(); err != nil {
+			return x, fmt.Errorf("post receive: %w", err)
+		}
+	}
+	x.QP.RingRecvDoorbell()
+	return x, nil
+}
+
+// PayloadByte is the content of byte i of every payload (latency tests
+// then stamp the sequence number on the first four bytes).
+func PayloadByte(i int) byte { return byte(i*7 + 3) }
+
+// Want is the byte i of a size-byte message should hold: the payload's,
+// or the sequence number seq on the first four bytes when stamped is set
+// and the message has four bytes.
+func Want(i, size int, stamped bool, seq uint32) byte {
+	if stamped && i < 4 && size >= 4 {
+		return byte(seq >> (24 - 8*i))
+	}
+	return PayloadByte(i)
+}
+
+// Op is what Post sends.
+type Op uint8
+
+// The operations of Post.
+const (
+	OpWriteImm Op = iota // RDMA_WRITE_IMM into the peer's receive area, immediate seq
+	OpSend               // SEND into the peer's posted receive
+	OpRead               // RDMA_READ of the peer's source area into the receive area
+)
+
+// Post sends message seq of size bytes: a signaled RDMA_WRITE_IMM or SEND
+// whose first four bytes are the sequence number, inline when inline is
+// set, or an RDMA_READ; through BlueFlame. It allocates nothing.
+func (x *End) Post(op Op, size int, seq uint32, inline bool) error {
+	if size >= 4 && op != OpRead {
+		binary.BigEndian.PutUint32(x.Src, seq)
+	}
+	s, err := x.QP.Post(uint64(seq), wqebuilder.Signaled)
+	if err != nil {
+		return err
+	}
+	x.SendsOut++
+	var d wqebuilder.DataStage
+	switch op {
+	case OpRead:
+		return s.RdmaRead(x.PeerSrc, x.RKey).SGE(x.RecvAddr, uint32(size), x.LKey).FinishBlueFlame()
+	case OpSend:
+		d = s.Send()
+	default:
+		d = s.RdmaWriteImm(x.PeerRecv, x.RKey, seq)
+	}
+	if inline {
+		return d.Inline(x.Src[:size]).FinishBlueFlame()
+	}
+	return d.SGE(x.SrcAddr, uint32(size), x.LKey).FinishBlueFlame()
+}
+
+// Await busy-polls until message seq has arrived (an RDMA_WRITE_IMM with
+// immediate seq, or with op OpSend a SEND of size bytes), checks the
+// sequence number in the receive area and posts a receive in place of the
+// one it used. Send completions met on the way are retired. It allocates
+// nothing unless it fails.
+func (x *End) Await(op Op, size int, seq uint32) error {
+	got := false
+	var since time.Time
+	for spins := 1; !got; spins++ {
+		n := x.Poller.Poll(4, func(c *rc.Completion) {
+			switch {
+			case c.Status != rc.StatusOK:
+				x.Bad, x.Failed = *c, true
+			case c.Opcode == prm.CQEReq:
+				x.SendsOut--
+			case op == OpWriteImm && c.Opcode == prm.CQERespWrImm && c.Immediate == seq:
+				got = true
+			case op == OpSend && c.Opcode == prm.CQERespSend && c.ByteCount == uint32(size):
+				got = true
+			default:
+				x.Bad, x.Failed = *c, true
+			}
+		})
+		if x.Failed {
+			return x.CompletionError(seq)
+		}
+		if n == 0 {
+			if err := x.Idle(spins, &since, seq); err != nil {
+				return err
+			}
+		}
+	}
+	if size >= 4 && binary.BigEndian.Uint32(x.Recv) != seq {
+		return fmt.Errorf("%s: message %d: its completion arrived but the receive area holds sequence %d", x.Name, seq, binary.BigEndian.Uint32(x.Recv))
+	}
+	r := x.QP.BeginRecv(0)
+	if x.RecvSGE {
+		r = r.SGE(x.RecvAddr, uint32(len(x.Recv)), x.LKey)
+	}
+	return r.FinishDoorbell()
+}
+
+// Drain polls until every signaled send has completed.
+func (x *End) Drain() error {
+	var since time.Time
+	for spins := 1; x.SendsOut > 0; spins++ {
+		n := x.Poller.Poll(4, func(c *rc.Completion) {
+			if c.Status == rc.StatusOK && c.Opcode == prm.CQEReq {
+				x.SendsOut--
+				return
+			}
+			x.Bad, x.Failed = *c, true
+		})
+		if x.Failed {
+			return x.CompletionError(0)
+		}
+		if n == 0 {
+			if err := x.Idle(spins, &since, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Idle is what a wait does after its spins-th poll found nothing: it
+// gives the processor away on the software HCA (whose engine must run) and
+// every SlowCheck empty polls checks the poller's own errors, the abort
+// flag and the timeout, counted from the first check (*since). seq is the
+// message waited for, for the error.
+func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
+	if x.Yield {
+		runtime.Gosched()
+	}
+	if spins%SlowCheck != 0 {
+		return nil
+	}
+	if err := x.Poller.Err(); err != nil {
+		return fmt.Errorf("%s: %w", x.Name, err)
+	}
+	if x.Abort != nil && x.Abort.Load() {
+		return ErrAborted
+	}
+	now := time.Now()
+	if since.IsZero() {
+		*since = now
+		return nil
+	}
+	if now.Sub(*since) > x.Timeout {
+		return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding)", x.Name, seq, x.Timeout, x.SendsOut)
+	}
+	return nil
+}
+
+// CompletionError describes the completion that failed a wait for message
+// seq (Bad) and clears Failed.
+func (x *End) CompletionError(seq uint32) error {
+	c := x.Bad
+	x.Failed = false
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("%s: waiting for message %d: %w", x.Name, seq, err)
+	}
+	return fmt.Errorf("%s: waiting for message %d: unexpected completion %v (wrid %d, immediate %d, %d bytes)", x.Name, seq, c.Opcode, c.WRID, c.Immediate, c.ByteCount)
+}
+
+// Close destroys everything the end created.
+func (x *End) Close() error {
+	var errs []error
+	if x.QP != nil {
+		errs = append(errs, x.QP.Close())
+	}
+	if x.PD != nil {
+		errs = append(errs, x.PD.Close())
+	}
+	if x.CQ != nil {
+		errs = append(errs, x.CQ.Close())
+	}
+	if x.Buf != nil {
+		errs = append(errs, x.Buf.Close())
+	}
+	return errors.Join(errs...)
+}

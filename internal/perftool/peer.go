@@ -1,0 +1,144 @@
+package perftool
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// ErrPeerFailed is returned by Sync when the peer said it failed.
+var ErrPeerFailed = errors.New("the peer failed (its output says why)")
+
+// Run runs the command's end as chosen by server and client (the flags'
+// values, at most one of them set) and returns its exit status: serve
+// gets a listener on server, dial runs when client is set, local
+// otherwise. A failure is printed on stderr after the command's name.
+func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.Listener) error, dial, local func() error) int {
+	var err error
+	switch {
+	case server != "":
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", server); err == nil {
+			fmt.Fprintf(stdout, "listening on %v\n", ln.Addr())
+			err = serve(ln)
+		}
+	case client != "":
+		err = dial()
+	default:
+		err = local()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// Accept waits for one client on ln (for up to ten timeouts), closes ln
+// and reads the client's fixed-size parameters into params (a pointer to a
+// struct of unsigned integers, as for binary.Read). The connection's
+// deadline is one timeout away.
+func Accept(ln net.Listener, timeout time.Duration, params any) (net.Conn, error) {
+	defer ln.Close()
+	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+		_ = d.SetDeadline(time.Now().Add(10 * timeout))
+	}
+	conn, err := ln.Accept()
+	if err != nil {
+		return nil, fmt.Errorf("accept: %w", err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if err := binary.Read(conn, binary.BigEndian, params); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("read the client's parameters: %w", err)
+	}
+	return conn, nil
+}
+
+// Dial connects to the server at addr and sends it params (a struct of
+// unsigned integers, as for binary.Write). The connection's deadline is
+// one timeout away.
+func Dial(addr string, timeout time.Duration, params any) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if err := binary.Write(conn, binary.BigEndian, params); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("send the parameters: %w", err)
+	}
+	return conn, nil
+}
+
+// Handshake swaps endpoints over conn (local is this end's), connects
+// this end's queue pair (number qpn) with connect and waits until the
+// peer's is connected too, so that no message reaches a queue pair that
+// is not ready for it.
+func Handshake(conn net.Conn, timeout time.Duration, c *ctx.Context, qpn uint32, local endpoint.Endpoint, connect func(endpoint.Endpoint) error) error {
+	tctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	peer, err := endpoint.Exchange(tctx, conn, local)
+	if err != nil {
+		return fmt.Errorf("exchange endpoints: %w", err)
+	}
+	if err := SameModel(c, qpn, peer); err != nil {
+		return err
+	}
+	if err := connect(peer); err != nil {
+		return err
+	}
+	return Sync(conn, timeout, nil)
+}
+
+// SameModel refuses a peer the software HCA cannot reach: the model lives
+// inside one process, so a peer in another process has a queue pair this
+// process's model does not know (or one with this end's own number, qpn).
+// On a NIC it accepts every peer.
+func SameModel(c *ctx.Context, qpn uint32, peer endpoint.Endpoint) error {
+	f := sim.FromContext(c)
+	if f == nil {
+		return nil
+	}
+	if _, err := f.QPState(peer.QPN); err != nil || peer.QPN == qpn {
+		return fmt.Errorf("the peer's QP %#x is not on this process's software HCA: the model lives inside one process, so run both ends in one (no -server/-client) or use a NIC", peer.QPN)
+	}
+	return nil
+}
+
+// Status bytes of Sync.
+const (
+	statusOK     = 1
+	statusFailed = 2
+)
+
+// Sync tells the peer whether this end is fine (failed nil) and waits for
+// the peer to say the same; a peer that failed is ErrPeerFailed. The
+// deadline, timeout, covers the whole wait, the peer's measurement
+// included.
+func Sync(conn net.Conn, timeout time.Duration, failed error) error {
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	b := [1]byte{statusOK}
+	if failed != nil {
+		b[0] = statusFailed
+	}
+	if _, err := conn.Write(b[:]); err != nil {
+		return fmt.Errorf("synchronize with the peer: %w", err)
+	}
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return fmt.Errorf("synchronize with the peer: %w", err)
+	}
+	if b[0] != statusOK {
+		return ErrPeerFailed
+	}
+	return nil
+}
