@@ -74,10 +74,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mlx5kit/mlx5kit"
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/scenario"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -183,24 +181,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	var err error
-	switch {
-	case cfg.server != "":
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", cfg.server); err == nil {
-			fmt.Fprintf(stdout, "listening on %v\n", ln.Addr())
-			err = serve(cfg, ln, stdout)
-		}
-	case cfg.client != "":
-		err = dial(cfg, stdout)
-	default:
-		err = local(cfg, stdout)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mlx5kit-perf: %v\n", err)
-		return 1
-	}
-	return 0
+	return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
+		func(ln net.Listener) error { return serve(cfg, ln, stdout) },
+		func() error { return dial(cfg, stdout) },
+		func() error { return local(cfg, stdout) })
 }
 
 const usage = "usage: mlx5kit-perf write_lat|write_bw|send_lat|read_lat|read_bw [flags]"
@@ -237,13 +221,7 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	fs.IntVar(&cfg.warmup, "warmup", 100, "iterations run before measuring each size")
 	fs.IntVar(&cfg.qd, "qd", 64, "bandwidth tests: WQEs in flight")
 	fs.IntVar(&cfg.inline, "inline", 220, "payloads of up to this many bytes go inline (0: never)")
-	fs.StringVar(&cfg.device, "device", "", "device to open (default: the first)")
-	fs.StringVar(&cfg.provider, "provider", "", "mlx5 or sim (default: mlx5 when a device is present, else sim)")
-	fs.IntVar(&cfg.gidIndex, "gid-index", -1, "local GID table entry on RoCE (default: $"+scenario.EnvGIDIndex+", or a RoCE v2 GID)")
-	fs.IntVar(&cfg.port, "ib-port", 1, "local port")
-	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Second, "give up when a message or the exchange takes longer")
-	fs.StringVar(&cfg.server, "server", "", "listen on this TCP address (e.g. :18515) for a client")
-	fs.StringVar(&cfg.client, "client", "", "connect to a server at HOST:PORT")
+	cfg.peerFlags().Register(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return cfg, 0
@@ -276,76 +254,21 @@ func (c config) check() string {
 		return fmt.Sprintf("-qd %d: want 1 to 4096", c.qd)
 	case c.inline < 0 || c.inline > 4096:
 		return fmt.Sprintf("-inline %d: want 0 to 4096", c.inline)
-	case c.provider != "" && c.provider != ctx.ProviderHardware && c.provider != ctx.ProviderSoftware:
-		return fmt.Sprintf("-provider %q: want %s or %s", c.provider, ctx.ProviderHardware, ctx.ProviderSoftware)
-	case c.gidIndex > 255:
-		return fmt.Sprintf("-gid-index %d: want 0 to 255", c.gidIndex)
-	case c.port < 1 || c.port > 255:
-		return fmt.Sprintf("-ib-port %d: want 1 to 255", c.port)
-	case c.timeout <= 0:
-		return fmt.Sprintf("-timeout %v: want a positive duration", c.timeout)
-	case c.server != "" && c.client != "":
-		return "-server and -client exclude each other"
 	}
-	return ""
+	return c.peerFlags().Check()
 }
 
-// open opens the device the configuration names and returns what it is:
-// its description and, on the software HCA, a note saying so and why.
-func open(cfg config) (*ctx.Context, string, error) {
-	c, err := mlx5kit.Open(mlx5kit.Options{Provider: cfg.provider, Device: cfg.device})
-	if err != nil {
-		return nil, "", err
-	}
-	what := c.String()
-	if c.Kind() == ctx.KindSoftware {
-		why := "asked for with -provider sim"
-		switch {
-		case cfg.provider == "" && os.Getenv(ctx.EnvProvider) != "":
-			why = "asked for with " + ctx.EnvProvider + "=" + os.Getenv(ctx.EnvProvider)
-		case cfg.provider == "":
-			why = "no mlx5 device: " + cgo.NoDeviceReason()
-		}
-		what += "\nnote:    the software HCA, not a NIC: the numbers are those of the model (" + why + ")"
-	}
-	return c, what, nil
-}
-
-// gidIndex resolves the GID index: the flag, else MLX5KIT_GID_INDEX, else
-// one picked from the port's table.
-func gidIndex(cfg config, c *ctx.Context) (uint8, error) {
-	if cfg.gidIndex >= 0 {
-		return uint8(cfg.gidIndex), nil
-	}
-	o, err := scenario.FromEnv()
-	if err != nil {
-		return 0, err
-	}
-	if o.GIDIndex >= 0 {
-		return uint8(o.GIDIndex), nil
-	}
-	return scenario.PickGIDIndex(c, uint8(cfg.port))
+// peerFlags points at the fields of the flags every measuring command
+// takes.
+func (c *config) peerFlags() perftool.Flags {
+	return perftool.Flags{Device: &c.device, Provider: &c.provider, GIDIndex: &c.gidIndex, Port: &c.port,
+		Timeout: &c.timeout, Server: &c.server, Client: &c.client}
 }
 
 // newEndOn creates an end on c as cfg says.
 func newEndOn(name string, c *ctx.Context, cfg config) (*end, error) {
-	gid, err := gidIndex(cfg, c)
-	if err != nil {
-		return nil, err
-	}
-	x, err := newEnd(name, c, cfg.bufferSize(), cfg.sendDepth(), cfg.inline, uint8(cfg.port), gid, cfg.timeout)
-	if err != nil {
-		return nil, fmt.Errorf("%s: set up on %v: %w", name, c, err)
-	}
-	return x, nil
+	return newEnd(name, c, cfg.bufferSize(), cfg.sendDepth(), cfg.inline, cfg.port, cfg.gidIndex, cfg.timeout)
 }
 
 // firstErr returns the first non-nil error.
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
+var firstErr = perftool.FirstErr

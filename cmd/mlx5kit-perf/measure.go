@@ -3,13 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
-	"github.com/mlx5kit/mlx5kit/internal/histogram"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -23,42 +21,12 @@ const maxBatch = 16
 const peakWindow = 256
 
 // latency is what a latency test recorded, in counter ticks.
-type latency struct {
-	h          histogram.Histogram
-	sum, sumSq float64
-}
-
-func (l *latency) record(ticks uint64) {
-	l.h.Record(ticks)
-	f := float64(ticks)
-	l.sum += f
-	l.sumSq += f * f
-}
-
-// stdev is the standard deviation of the recorded values.
-func (l *latency) stdev() float64 {
-	n := float64(l.h.Count())
-	if n < 2 {
-		return 0
-	}
-	mean := l.sum / n
-	return math.Sqrt(max(l.sumSq/n-mean*mean, 0))
-}
+type latency = perftool.Latency
 
 // measureLatency runs warmup+iters iterations of step and records each
 // measured one.
 func measureLatency(warmup, iters int, l *latency, step func(seq uint32) error) error {
-	for i := 0; i < warmup+iters; i++ {
-		t0 := cycles.Start()
-		if err := step(uint32(i)); err != nil {
-			return err
-		}
-		t1 := cycles.Stop()
-		if i >= warmup {
-			l.record(t1 - t0)
-		}
-	}
-	return nil
+	return l.Measure(warmup, iters, step)
 }
 
 // localStep returns one iteration of a latency test with both ends in the
@@ -140,7 +108,7 @@ func newStamps(n, qd int) stamps {
 // allocates nothing.
 func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 	batch := min(maxBatch, qd)
-	inline := m == writeBW && size <= x.maxInline
+	inline := m == writeBW && size <= x.MaxInline
 	posted, outstanding, done := 0, 0, 0
 	var since time.Time
 	for spins := 1; done < n; spins++ {
@@ -152,29 +120,29 @@ func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 				if j == k-1 {
 					flags = wqebuilder.Signaled
 				}
-				s, err := x.qp.Post(uint64(b), flags)
+				s, err := x.QP.Post(uint64(b), flags)
 				if err != nil {
 					return err
 				}
 				if m == readBW {
-					err = s.RdmaRead(x.peerSrc, x.rkey).SGE(x.recvAddr, uint32(size), x.lkey).Finish()
+					err = s.RdmaRead(x.PeerSrc, x.RKey).SGE(x.RecvAddr, uint32(size), x.LKey).Finish()
 				} else if inline {
-					err = s.RdmaWrite(x.peerRecv, x.rkey).Inline(x.src[:size]).Finish()
+					err = s.RdmaWrite(x.PeerRecv, x.RKey).Inline(x.Src[:size]).Finish()
 				} else {
-					err = s.RdmaWrite(x.peerRecv, x.rkey).SGE(x.srcAddr, uint32(size), x.lkey).Finish()
+					err = s.RdmaWrite(x.PeerRecv, x.RKey).SGE(x.SrcAddr, uint32(size), x.LKey).Finish()
 				}
 				if err != nil {
 					return err
 				}
 			}
-			x.qp.RingDoorbell()
+			x.QP.RingDoorbell()
 			st.posted[b] = cycles.Now()
 			posted += k
 			outstanding += k
 		}
-		got := x.p.Poll(4, func(c *rc.Completion) {
+		got := x.Poller.Poll(4, func(c *rc.Completion) {
 			if c.Status != rc.StatusOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
-				x.bad, x.failed = *c, true
+				x.Bad, x.Failed = *c, true
 				return
 			}
 			b := int(c.WRID)
@@ -183,17 +151,12 @@ func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 			outstanding -= k
 			done += k
 		})
-		if x.failed {
-			return x.completionError(uint32(done))
+		if x.Failed {
+			return x.CompletionError(uint32(done))
 		}
 		if got == 0 {
-			if x.yield {
-				runtime.Gosched()
-			}
-			if spins%slowCheck == 0 {
-				if err := x.slow(&since, uint32(done)); err != nil {
-					return err
-				}
+			if err := x.Idle(spins, &since, uint32(done)); err != nil {
+				return err
 			}
 		}
 	}
@@ -245,9 +208,7 @@ const mebibyte = 1 << 20
 func writeHeader(w io.Writer, h header) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "mlx5kit-perf %s: %s\n", h.mode, h.mode.describe())
-	fmt.Fprintf(&b, "device:  %s\n", h.device)
-	fmt.Fprintf(&b, "ends:    %s\n", h.ends)
-	fmt.Fprintf(&b, "counter: %v\n", h.counter)
+	perftool.WriteSetting(&b, h.device, h.ends, h.counter)
 	if h.mode != readLat && h.mode != readBW {
 		fmt.Fprintf(&b, "inline:  payloads of up to %d bytes\n", h.inline)
 	}
@@ -277,11 +238,9 @@ func writeLatencyRow(w io.Writer, m mode, size int, l *latency, counter cycles.I
 	if m.pingPong() {
 		div = 2
 	}
-	us := func(ticks float64) float64 { return counter.Nanoseconds(ticks) / div / 1000 }
-	h := &l.h
+	r := l.Summarize(counter, div)
 	_, err := fmt.Fprintf(w, "%8d %12d %12.2f %12.2f %16.2f %12.2f %14.2f %12.2f %14.2f\n",
-		size, h.Count(), us(float64(h.Min())), us(float64(h.Max())), us(float64(h.Percentile(50))),
-		us(h.Mean()), us(l.stdev()), us(float64(h.Percentile(99))), us(float64(h.Percentile(99.9))))
+		size, r.Count, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.Percentile99, r.Percentile999)
 	return err
 }
 

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
-	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
-	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
 // sizeRun measures one size on the active end x (with the passive end y
@@ -76,7 +72,7 @@ func verifyPassive(cfg config, y *end, size int) error {
 // local runs both ends in this process on one device, one goroutine
 // playing both in turn.
 func local(cfg config, stdout io.Writer) error {
-	c, what, err := open(cfg)
+	c, what, err := perftool.Open(cfg.provider, cfg.device)
 	if err != nil {
 		return err
 	}
@@ -99,7 +95,7 @@ func local(cfg config, stdout io.Writer) error {
 	if !cfg.mode.pingPong() {
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
-	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: a.maxInline, qd: cfg.qd}); err != nil {
+	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: a.MaxInline, qd: cfg.qd}); err != nil {
 		return err
 	}
 	for _, size := range cfg.sizes() {
@@ -133,20 +129,12 @@ func (p params) config(base config) config {
 
 // serve runs the passive end for one client that connects to ln.
 func serve(cfg config, ln net.Listener, stdout io.Writer) error {
-	defer ln.Close()
-	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
-		_ = d.SetDeadline(time.Now().Add(10 * cfg.timeout))
-	}
-	conn, err := ln.Accept()
+	var p params
+	conn, err := perftool.Accept(ln, cfg.timeout, &p)
 	if err != nil {
-		return fmt.Errorf("accept: %w", err)
+		return err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
-	var p params
-	if err := binary.Read(conn, binary.BigEndian, &p); err != nil {
-		return fmt.Errorf("read the client's parameters: %w", err)
-	}
 	if p.Magic != paramsMagic {
 		return fmt.Errorf("the client sent bad parameters %+v", p)
 	}
@@ -154,7 +142,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	if msg := cfg.check(); msg != "" {
 		return fmt.Errorf("the client sent bad parameters: %s", msg)
 	}
-	c, what, err := open(cfg)
+	c, what, err := perftool.Open(cfg.provider, cfg.device)
 	if err != nil {
 		return err
 	}
@@ -194,23 +182,18 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 
 // dial runs the measuring end against the server at cfg.client.
 func dial(cfg config, stdout io.Writer) error {
-	d := net.Dialer{Timeout: cfg.timeout}
-	conn, err := d.Dial("tcp", cfg.client)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
 	all := uint32(0)
 	if cfg.all {
 		all = 1
 	}
 	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
 		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline)}
-	if err := binary.Write(conn, binary.BigEndian, p); err != nil {
-		return fmt.Errorf("send the parameters: %w", err)
+	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
+	if err != nil {
+		return err
 	}
-	c, what, err := open(cfg)
+	defer conn.Close()
+	c, what, err := perftool.Open(cfg.provider, cfg.device)
 	if err != nil {
 		return err
 	}
@@ -225,7 +208,7 @@ func dial(cfg config, stdout io.Writer) error {
 	}
 	counter := cycles.Frequency()
 	ends := "client of " + conn.RemoteAddr().String() + ", not pinned"
-	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: x.maxInline, qd: cfg.qd}); err != nil {
+	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: x.MaxInline, qd: cfg.qd}); err != nil {
 		return err
 	}
 	for _, size := range cfg.sizes() {
@@ -250,61 +233,13 @@ func dial(cfg config, stdout io.Writer) error {
 }
 
 // handshake swaps endpoints over conn, connects the queue pair and waits
-// until the peer's is connected too, so that no message reaches a queue
-// pair that is not ready for it.
+// until the peer's is connected too.
 func handshake(cfg config, conn net.Conn, c *ctx.Context, x *end) error {
-	tctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
-	defer cancel()
-	peer, err := endpoint.Exchange(tctx, conn, x.endpoint())
-	if err != nil {
-		return fmt.Errorf("exchange endpoints: %w", err)
-	}
-	if err := sameModel(c, x, peer); err != nil {
-		return err
-	}
-	if err := x.connect(peer); err != nil {
-		return err
-	}
-	return sync(cfg, conn, nil)
+	return perftool.Handshake(conn, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
 }
-
-// sameModel refuses a peer the software HCA cannot reach: the model lives
-// inside one process, so a peer in another process has a queue pair this
-// process's model does not know (or one with this end's own number).
-func sameModel(c *ctx.Context, x *end, peer endpoint.Endpoint) error {
-	f := sim.FromContext(c)
-	if f == nil {
-		return nil
-	}
-	if _, err := f.QPState(peer.QPN); err != nil || peer.QPN == x.qp.QPN() {
-		return fmt.Errorf("the peer's QP %#x is not on this process's software HCA: the model lives inside one process, so run both ends in one (no -server/-client) or use a NIC", peer.QPN)
-	}
-	return nil
-}
-
-// Status bytes of sync.
-const (
-	statusOK     = 1
-	statusFailed = 2
-)
 
 // sync tells the peer whether this end is fine (failed nil) and waits for
-// the peer to say the same; a peer that failed is an error. The deadline
-// covers the whole wait, the peer's measurement included.
+// the peer to say the same; a peer that failed is an error.
 func sync(cfg config, conn net.Conn, failed error) error {
-	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
-	b := [1]byte{statusOK}
-	if failed != nil {
-		b[0] = statusFailed
-	}
-	if _, err := conn.Write(b[:]); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", err)
-	}
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", err)
-	}
-	if b[0] != statusOK {
-		return fmt.Errorf("the peer failed (its output says why)")
-	}
-	return nil
+	return perftool.Sync(conn, cfg.timeout, failed)
 }
