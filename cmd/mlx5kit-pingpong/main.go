@@ -46,8 +46,6 @@
 package main
 
 import (
-	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,15 +57,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mlx5kit/mlx5kit"
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/affinity"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/internal/histogram"
-	"github.com/mlx5kit/mlx5kit/internal/scenario"
-	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -93,24 +88,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	var err error
-	switch {
-	case cfg.server != "":
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", cfg.server); err == nil {
-			fmt.Fprintf(stdout, "listening on %v\n", ln.Addr())
-			err = serve(cfg, ln, stdout)
-		}
-	case cfg.client != "":
-		err = dial(cfg, stdout)
-	default:
-		err = local(cfg, stdout)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mlx5kit-pingpong: %v\n", err)
-		return 1
-	}
-	return 0
+	return perftool.Run("mlx5kit-pingpong", cfg.server, cfg.client, stdout, stderr,
+		func(ln net.Listener) error { return serve(cfg, ln, stdout) },
+		func() error { return dial(cfg, stdout) },
+		func() error { return local(cfg, stdout) })
 }
 
 // parseFlags returns the configuration and -1, or an exit status.
@@ -121,16 +102,12 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	fs.IntVar(&cfg.size, "size", 2, "message size in bytes")
 	fs.IntVar(&cfg.iters, "iters", 1000, "measured iterations")
 	fs.IntVar(&cfg.warmup, "warmup", 100, "iterations run before measuring")
-	fs.StringVar(&cfg.device, "device", "", "device to open (default: the first)")
-	fs.StringVar(&cfg.provider, "provider", "", "mlx5 or sim (default: mlx5 when a device is present, else sim)")
-	fs.IntVar(&cfg.gidIndex, "gid-index", -1, "local GID table entry on RoCE (default: $"+scenario.EnvGIDIndex+", or a RoCE v2 GID)")
-	fs.IntVar(&cfg.port, "ib-port", 1, "local port")
 	fs.BoolVar(&cfg.inline, "inline", true, "send the payload inline when it fits")
 	fs.IntVar(&cfg.threads, "threads", 0, "with both ends in this process: 1 one goroutine, 2 one per end, 0 choose")
 	fs.BoolVar(&cfg.hist, "hist", false, "also print the latency histogram")
-	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Second, "give up when a message or the exchange takes longer")
-	fs.StringVar(&cfg.server, "server", "", "listen on this TCP address (e.g. :18515) for a client")
-	fs.StringVar(&cfg.client, "client", "", "connect to a server at HOST:PORT")
+	peer := perftool.Flags{Device: &cfg.device, Provider: &cfg.provider, GIDIndex: &cfg.gidIndex, Port: &cfg.port,
+		Timeout: &cfg.timeout, Server: &cfg.server, Client: &cfg.client}
+	peer.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return cfg, 2
 	}
@@ -147,70 +124,18 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 		return bad("-iters %d: want at least 1", cfg.iters)
 	case cfg.warmup < 0 || cfg.warmup > 1<<31:
 		return bad("-warmup %d: want 0 or more", cfg.warmup)
-	case cfg.provider != "" && cfg.provider != ctx.ProviderHardware && cfg.provider != ctx.ProviderSoftware:
-		return bad("-provider %q: want %s or %s", cfg.provider, ctx.ProviderHardware, ctx.ProviderSoftware)
-	case cfg.gidIndex > 255:
-		return bad("-gid-index %d: want 0 to 255", cfg.gidIndex)
-	case cfg.port < 1 || cfg.port > 255:
-		return bad("-ib-port %d: want 1 to 255", cfg.port)
 	case cfg.threads < 0 || cfg.threads > 2:
 		return bad("-threads %d: want 0, 1 or 2", cfg.threads)
-	case cfg.timeout <= 0:
-		return bad("-timeout %v: want a positive duration", cfg.timeout)
-	case cfg.server != "" && cfg.client != "":
-		return bad("-server and -client exclude each other")
+	}
+	if msg := peer.Check(); msg != "" {
+		return bad("%s", msg)
 	}
 	return cfg, -1
 }
 
-// open opens the device the configuration names and returns what it is:
-// its description and, on the software HCA, a note saying so and why.
-func open(cfg config) (*ctx.Context, string, error) {
-	c, err := mlx5kit.Open(mlx5kit.Options{Provider: cfg.provider, Device: cfg.device})
-	if err != nil {
-		return nil, "", err
-	}
-	what := c.String()
-	if c.Kind() == ctx.KindSoftware {
-		why := "asked for with -provider sim"
-		switch {
-		case cfg.provider == "" && os.Getenv(ctx.EnvProvider) != "":
-			why = "asked for with " + ctx.EnvProvider + "=" + os.Getenv(ctx.EnvProvider)
-		case cfg.provider == "":
-			why = "no mlx5 device: " + cgo.NoDeviceReason()
-		}
-		what += "\nnote:    the software HCA, not a NIC: the numbers are those of the model (" + why + ")"
-	}
-	return c, what, nil
-}
-
-// gidIndex resolves the GID index: the flag, else MLX5KIT_GID_INDEX, else
-// one picked from the port's table.
-func gidIndex(cfg config, c *ctx.Context) (uint8, error) {
-	if cfg.gidIndex >= 0 {
-		return uint8(cfg.gidIndex), nil
-	}
-	o, err := scenario.FromEnv()
-	if err != nil {
-		return 0, err
-	}
-	if o.GIDIndex >= 0 {
-		return uint8(o.GIDIndex), nil
-	}
-	return scenario.PickGIDIndex(c, uint8(cfg.port))
-}
-
 // newEndOn creates an end on c as cfg says.
 func newEndOn(name string, c *ctx.Context, cfg config) (*end, error) {
-	gid, err := gidIndex(cfg, c)
-	if err != nil {
-		return nil, err
-	}
-	x, err := newEnd(name, c, cfg.size, cfg.inline, uint8(cfg.port), gid, cfg.timeout)
-	if err != nil {
-		return nil, fmt.Errorf("%s: set up on %v: %w", name, c, err)
-	}
-	return x, nil
+	return newEnd(name, c, cfg.size, cfg.inline, cfg.port, cfg.gidIndex, cfg.timeout)
 }
 
 // result is what a run measured.
@@ -219,13 +144,13 @@ type result struct {
 	device      string // what ran it
 	ends        string // how the ends were run
 	payload     string // inline or SGE
-	rtt         histogram.Histogram
+	rtt         perftool.Latency
 	counter     cycles.Info
 }
 
 // local runs both ends in this process on one device.
 func local(cfg config, stdout io.Writer) error {
-	c, what, err := open(cfg)
+	c, what, err := perftool.Open(cfg.provider, cfg.device)
 	if err != nil {
 		return err
 	}
@@ -256,7 +181,7 @@ func local(cfg config, stdout io.Writer) error {
 	if threads == 1 {
 		var runErr error
 		note := pinned(pins[0], why, func() {
-			runErr = measure(cfg, &res.rtt, func(seq uint32) error { return roundTrip(a, b, seq) })
+			runErr = res.rtt.Measure(cfg.warmup, cfg.iters, func(seq uint32) error { return roundTrip(a, b, seq) })
 		})
 		res.ends = "both in this process, one goroutine alternating between them" + note
 		if runErr != nil {
@@ -264,7 +189,7 @@ func local(cfg config, stdout io.Writer) error {
 		}
 	} else {
 		var abort atomic.Bool
-		a.abort, b.abort = &abort, &abort
+		a.Abort, b.Abort = &abort, &abort
 		var wg sync.WaitGroup
 		var errB error
 		var noteB string
@@ -283,7 +208,7 @@ func local(cfg config, stdout io.Writer) error {
 		<-ready
 		var errA error
 		noteA := pinned(pins[0], why, func() {
-			errA = measure(cfg, &res.rtt, func(seq uint32) error {
+			errA = res.rtt.Measure(cfg.warmup, cfg.iters, func(seq uint32) error {
 				if err := a.post(seq); err != nil {
 					return err
 				}
@@ -320,23 +245,6 @@ func payloadKind(x *end, inlineAsked bool) string {
 		return "by SGE (-inline=false)"
 	}
 	return "by SGE (longer than the device's max inline)"
-}
-
-// measure runs warmup+iters iterations of step and records the round trip
-// of each measured one in ticks of the cycle counter.
-func measure(cfg config, h *histogram.Histogram, step func(seq uint32) error) error {
-	total := cfg.warmup + cfg.iters
-	for i := 0; i < total; i++ {
-		t0 := cycles.Start()
-		if err := step(uint32(i)); err != nil {
-			return err
-		}
-		t1 := cycles.Stop()
-		if i >= cfg.warmup {
-			h.Record(t1 - t0)
-		}
-	}
-	return nil
 }
 
 // serveLoop is the answering end: it waits for each message and sends it
@@ -405,25 +313,17 @@ const paramsMagic = 0x4d58504e // "MXPN"
 
 // serve runs the answering end for one client that connects to ln.
 func serve(cfg config, ln net.Listener, stdout io.Writer) error {
-	defer ln.Close()
-	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
-		_ = d.SetDeadline(time.Now().Add(10 * cfg.timeout))
-	}
-	conn, err := ln.Accept()
+	var p params
+	conn, err := perftool.Accept(ln, cfg.timeout, &p)
 	if err != nil {
-		return fmt.Errorf("accept: %w", err)
+		return err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
-	var p params
-	if err := binary.Read(conn, binary.BigEndian, &p); err != nil {
-		return fmt.Errorf("read the client's parameters: %w", err)
-	}
 	if p.Magic != paramsMagic || p.Size > maxSize || p.Iters < 1 || p.Iters > 1<<31 || p.Warmup > 1<<31 {
 		return fmt.Errorf("the client sent bad parameters %+v", p)
 	}
 	cfg.size, cfg.iters, cfg.warmup = int(p.Size), int(p.Iters), int(p.Warmup)
-	c, what, err := open(cfg)
+	c, what, err := perftool.Open(cfg.provider, cfg.device)
 	if err != nil {
 		return err
 	}
@@ -452,18 +352,13 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 
 // dial runs the measuring end against the server at cfg.client.
 func dial(cfg config, stdout io.Writer) error {
-	d := net.Dialer{Timeout: cfg.timeout}
-	conn, err := d.Dial("tcp", cfg.client)
+	p := params{Magic: paramsMagic, Size: uint32(cfg.size), Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup)}
+	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
-	p := params{Magic: paramsMagic, Size: uint32(cfg.size), Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup)}
-	if err := binary.Write(conn, binary.BigEndian, p); err != nil {
-		return fmt.Errorf("send the parameters: %w", err)
-	}
-	c, what, err := open(cfg)
+	c, what, err := perftool.Open(cfg.provider, cfg.device)
 	if err != nil {
 		return err
 	}
@@ -480,7 +375,7 @@ func dial(cfg config, stdout io.Writer) error {
 	pins, why := choosePins(c, 1)
 	var loopErr error
 	note := pinned(pins[0], why, func() {
-		loopErr = measure(cfg, &res.rtt, func(seq uint32) error {
+		loopErr = res.rtt.Measure(cfg.warmup, cfg.iters, func(seq uint32) error {
 			if err := x.post(seq); err != nil {
 				return err
 			}
@@ -498,66 +393,35 @@ func dial(cfg config, stdout io.Writer) error {
 }
 
 // handshake swaps endpoints over conn, connects the queue pair and waits
-// until the peer's is connected too, so that no message reaches a queue
-// pair that is not ready for it.
+// until the peer's is connected too.
 func handshake(cfg config, conn net.Conn, c *ctx.Context, x *end) error {
-	tctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
-	defer cancel()
-	peer, err := endpoint.Exchange(tctx, conn, x.endpoint())
-	if err != nil {
-		return fmt.Errorf("exchange endpoints: %w", err)
-	}
-	if err := sameModel(c, x, peer); err != nil {
-		return err
-	}
-	if err := x.connect(peer); err != nil {
-		return err
-	}
-	return barrier(cfg, conn)
+	return perftool.Handshake(conn, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
 }
 
-// sameModel refuses a peer the software HCA cannot reach: the model lives
-// inside one process, so a peer in another process has a queue pair this
-// process's model does not know (or one with this end's own number).
+// sameModel refuses a peer the software HCA cannot reach (see
+// perftool.SameModel).
 func sameModel(c *ctx.Context, x *end, peer endpoint.Endpoint) error {
-	f := sim.FromContext(c)
-	if f == nil {
-		return nil
-	}
-	if _, err := f.QPState(peer.QPN); err != nil || peer.QPN == x.qp.QPN() {
-		return fmt.Errorf("the peer's QP %#x is not on this process's software HCA: the model lives inside one process, so run both ends in one (no -server/-client) or use a NIC", peer.QPN)
-	}
-	return nil
+	return perftool.SameModel(c, x.QP.QPN(), peer)
 }
 
-// barrier sends one byte and waits for the peer's.
+// barrier tells the peer this end is done and waits for the peer to say
+// the same.
 func barrier(cfg config, conn net.Conn) error {
-	_ = conn.SetDeadline(time.Now().Add(cfg.timeout))
-	if _, err := conn.Write([]byte{1}); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", err)
-	}
-	var b [1]byte
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", err)
-	}
-	return nil
+	return perftool.Sync(conn, cfg.timeout, nil)
 }
 
 // report prints the header and the table.
 func report(w io.Writer, r *result, hist bool) error {
-	us := func(ticks float64) float64 { return r.counter.Nanoseconds(ticks) / 2 / 1000 }
-	h := &r.rtt
+	h := &r.rtt.H
+	sum := r.rtt.Summarize(r.counter, 2)
 	var b strings.Builder
 	fmt.Fprintf(&b, "RC ping-pong: RDMA_WRITE_IMM, signaled, BlueFlame, payload %s, busy polling\n", r.payload)
-	fmt.Fprintf(&b, "device:  %s\n", r.device)
-	fmt.Fprintf(&b, "ends:    %s\n", r.ends)
-	fmt.Fprintf(&b, "counter: %v\n", r.counter)
+	perftool.WriteSetting(&b, r.device, r.ends, r.counter)
 	fmt.Fprintf(&b, "latency: half the round trip, in microseconds (as ib_write_lat)\n")
 	fmt.Fprintf(&b, "%8s %12s %12s %16s %12s %12s %14s %12s\n",
 		"#bytes", "#iterations", "t_min[usec]", "t_typical[usec]", "t_avg[usec]", "99%[usec]", "99.9%[usec]", "t_max[usec]")
 	fmt.Fprintf(&b, "%8d %12d %12.2f %16.2f %12.2f %12.2f %14.2f %12.2f\n",
-		r.size, h.Count(), us(float64(h.Min())), us(float64(h.Percentile(50))), us(h.Mean()),
-		us(float64(h.Percentile(99))), us(float64(h.Percentile(99.9))), us(float64(h.Max())))
+		r.size, sum.Count, sum.Min, sum.Typical, sum.Avg, sum.Percentile99, sum.Percentile999, sum.Max)
 	if hist {
 		b.WriteString("\nround trips (µs):\n")
 		if err := h.WriteText(&b, histogram.Scale{Factor: r.counter.Nanoseconds(1) / 1000, Unit: "µs"}); err != nil {
@@ -569,11 +433,4 @@ func report(w io.Writer, r *result, hist bool) error {
 }
 
 // firstErr returns the first non-nil error.
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
+var firstErr = perftool.FirstErr
