@@ -82,6 +82,48 @@ func payload(d wqebuilder.DataStage, s *side, size int, inline bool) error {
 // roundTrip is one measured round trip with work request id id.
 type roundTrip func(id uint64, st *rtStats) bool
 
+// recvOff is where the message side i receives lands in its buffer: side
+// 1 gets the ping, side 0 the pong.
+func recvOff(i int) int {
+	if i == 1 {
+		return pingOff
+	}
+	return pongOff
+}
+
+// pingPong is the two-sided round trip: side 0 sends id, side 1 waits for
+// its receive completion, rearms its receive and sends id back, side 0
+// waits for that and rearms its own receive. send and rearm are given the
+// side; the posts and the polls that found a completion are counted as
+// software cost, the whole as the round trip.
+func pingPong(ps [2]peer, send, rearm func(i int, id uint64) bool) roundTrip {
+	return func(id uint64, st *rtStats) bool {
+		t0 := cycles.Now()
+		if !send(0, id) {
+			return false
+		}
+		st.postCycles += st.span(t0)
+		if !wait(ps[1].p, false, st) {
+			return false
+		}
+		t1 := cycles.Now()
+		if !rearm(1, id) || !send(1, id) {
+			return false
+		}
+		st.postCycles += st.span(t1)
+		if !wait(ps[0].p, false, st) {
+			return false
+		}
+		t2 := cycles.Now()
+		if !rearm(0, id) {
+			return false
+		}
+		st.postCycles += st.span(t2)
+		st.hist.Record(cycles.Now() - t0)
+		return true
+	}
+}
+
 // pingCase is one transport and opcode of the ping-pong: setup builds its
 // queue pairs for a payload size and returns the round trip, or a reason to
 // skip that size.
@@ -128,39 +170,16 @@ func setupRCWriteImm(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 	for i := range qp {
 		require.NoError(tb, qp[i].PostRecv(0, 0, 0, 0))
 	}
-	write := func(i int, id uint64, dst int) bool {
+	write := func(i int, id uint64) bool {
 		s, err := qp[i].Post(id, wqebuilder.Signaled)
 		if err != nil {
 			return false
 		}
 		peer := &e.s[1-i]
-		return payload(s.RdmaWriteImm(peer.addr(dst), peer.mr.RKey(), uint32(id)), &e.s[i], size, inline) == nil
+		return payload(s.RdmaWriteImm(peer.addr(recvOff(1-i)), peer.mr.RKey(), uint32(id)), &e.s[i], size, inline) == nil
 	}
-	return func(id uint64, st *rtStats) bool {
-		t0 := cycles.Now()
-		if !write(0, id, pingOff) {
-			return false
-		}
-		st.postCycles += st.span(t0)
-		if !wait(ps[1].p, false, st) {
-			return false
-		}
-		t1 := cycles.Now()
-		if qp[1].PostRecv(id, 0, 0, 0) != nil || !write(1, id, pongOff) {
-			return false
-		}
-		st.postCycles += st.span(t1)
-		if !wait(ps[0].p, false, st) {
-			return false
-		}
-		t2 := cycles.Now()
-		if qp[0].PostRecv(id, 0, 0, 0) != nil {
-			return false
-		}
-		st.postCycles += st.span(t2)
-		st.hist.Record(cycles.Now() - t0)
-		return true
-	}, ""
+	rearm := func(i int, id uint64) bool { return qp[i].PostRecv(id, 0, 0, 0) == nil }
+	return pingPong(ps, write, rearm), ""
 }
 
 // setupRCSend: SEND into a posted receive buffer and back.
@@ -168,40 +187,16 @@ func setupRCSend(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 	ps := newPeers(tb, e, 2*pingDepth+2)
 	qp := rcConnected(tb, e, ps, pingDepth)
 	inline := size <= int(qp[0].Limits().MaxInline)
-	recv := func(i int, id uint64, off int) bool {
+	recv := func(i int, id uint64) bool {
 		s := &e.s[i]
-		return qp[i].PostRecv(id, s.addr(off), uint32(size), s.mr.LKey()) == nil
+		return qp[i].PostRecv(id, s.addr(recvOff(i)), uint32(size), s.mr.LKey()) == nil
 	}
 	send := func(i int, id uint64) bool {
 		s, err := qp[i].Post(id, wqebuilder.Signaled)
 		return err == nil && payload(s.Send(), &e.s[i], size, inline) == nil
 	}
-	require.True(tb, recv(0, 0, pongOff) && recv(1, 0, pingOff))
-	return func(id uint64, st *rtStats) bool {
-		t0 := cycles.Now()
-		if !send(0, id) {
-			return false
-		}
-		st.postCycles += st.span(t0)
-		if !wait(ps[1].p, false, st) {
-			return false
-		}
-		t1 := cycles.Now()
-		if !recv(1, id, pingOff) || !send(1, id) {
-			return false
-		}
-		st.postCycles += st.span(t1)
-		if !wait(ps[0].p, false, st) {
-			return false
-		}
-		t2 := cycles.Now()
-		if !recv(0, id, pongOff) {
-			return false
-		}
-		st.postCycles += st.span(t2)
-		st.hist.Record(cycles.Now() - t0)
-		return true
-	}, ""
+	require.True(tb, recv(0, 0) && recv(1, 0))
+	return pingPong(ps, send, recv), ""
 }
 
 // setupRCRead: side 0 reads size bytes of side 1's memory; the round trip
@@ -265,39 +260,16 @@ func setupDCWriteImm(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 		}
 	})
 	inline := size <= int(dci[0].Limits().MaxInline)
-	write := func(i int, id uint64, dst int) bool {
+	write := func(i int, id uint64) bool {
 		s, err := dci[i].Post(id, wqebuilder.Signaled, rmts[i])
 		if err != nil {
 			return false
 		}
 		peer := &e.s[1-i]
-		return payload(s.RdmaWriteImm(peer.addr(dst), peer.mr.RKey(), uint32(id)), &e.s[i], size, inline) == nil
+		return payload(s.RdmaWriteImm(peer.addr(recvOff(1-i)), peer.mr.RKey(), uint32(id)), &e.s[i], size, inline) == nil
 	}
-	return func(id uint64, st *rtStats) bool {
-		t0 := cycles.Now()
-		if !write(0, id, pingOff) {
-			return false
-		}
-		st.postCycles += st.span(t0)
-		if !wait(ps[1].p, false, st) {
-			return false
-		}
-		t1 := cycles.Now()
-		if srq[1].PostRecv(id, 0, 0, 0) != nil || !write(1, id, pongOff) {
-			return false
-		}
-		st.postCycles += st.span(t1)
-		if !wait(ps[0].p, false, st) {
-			return false
-		}
-		t2 := cycles.Now()
-		if srq[0].PostRecv(id, 0, 0, 0) != nil {
-			return false
-		}
-		st.postCycles += st.span(t2)
-		st.hist.Record(cycles.Now() - t0)
-		return true
-	}, ""
+	rearm := func(i int, id uint64) bool { return srq[i].PostRecv(id, 0, 0, 0) == nil }
+	return pingPong(ps, write, rearm), ""
 }
 
 // udQKey is the qkey of the benchmark's UD queue pairs.
@@ -335,40 +307,16 @@ func setupUDSend(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 		}
 	})
 	inline := size <= int(qp[0].Limits().MaxInline)
-	recv := func(i int, id uint64, off int) bool {
+	recv := func(i int, id uint64) bool {
 		s := &e.s[i]
-		return qp[i].PostRecv(id, s.addr(off), uint32(ud.GRHSize+size), s.mr.LKey()) == nil
+		return qp[i].PostRecv(id, s.addr(recvOff(i)), uint32(ud.GRHSize+size), s.mr.LKey()) == nil
 	}
 	send := func(i int, id uint64) bool {
 		s, err := qp[i].Post(id, wqebuilder.Signaled, rmts[i])
 		return err == nil && payload(s.Send(), &e.s[i], size, inline) == nil
 	}
-	require.True(tb, recv(0, 0, pongOff) && recv(1, 0, pingOff))
-	return func(id uint64, st *rtStats) bool {
-		t0 := cycles.Now()
-		if !send(0, id) {
-			return false
-		}
-		st.postCycles += st.span(t0)
-		if !wait(ps[1].p, false, st) {
-			return false
-		}
-		t1 := cycles.Now()
-		if !recv(1, id, pingOff) || !send(1, id) {
-			return false
-		}
-		st.postCycles += st.span(t1)
-		if !wait(ps[0].p, false, st) {
-			return false
-		}
-		t2 := cycles.Now()
-		if !recv(0, id, pongOff) {
-			return false
-		}
-		st.postCycles += st.span(t2)
-		st.hist.Record(cycles.Now() - t0)
-		return true
-	}, ""
+	require.True(tb, recv(0, 0) && recv(1, 0))
+	return pingPong(ps, send, recv), ""
 }
 
 // BenchmarkPingpong is the latency ping-pong at queue depth 1, signaled,
