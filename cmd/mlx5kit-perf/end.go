@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -23,27 +22,35 @@ type end struct {
 	recv []byte // End.Recv
 }
 
-// newEnd creates an end on c for messages of up to maxSize bytes with
-// sendDepth WQEs in flight: buffer, region, CQ and an RC queue pair in INIT
-// with every receive posted. Payloads of up to inline bytes (capped by the
-// device) go inline. A negative gidIndex is resolved by perftool.GIDIndex.
-func newEnd(name string, c *ctx.Context, maxSize, sendDepth, inline, port, gidIndex int, timeout time.Duration) (*end, error) {
-	x, err := perftool.NewEnd(name, c, perftool.EndConfig{
-		Size:      maxSize,
-		SendDepth: sendDepth,
+// endConfig is each end's setup: buffers for messages of up to
+// bufferSize bytes, sendDepth WQEs in flight, payloads of up to -inline
+// bytes (capped by the device) inline, receives that take a SEND.
+func (c config) endConfig() perftool.EndConfig {
+	size, inline := c.bufferSize(), c.inline
+	return perftool.EndConfig{
+		Size:      size,
+		SendDepth: c.sendDepth(),
 		RecvDepth: recvDepth,
 		CQDepth:   cqDepth,
 		Access:    ctx.AccessRemoteRead,
-		Inline:    func(device int) int { return max(min(inline, device, maxSize), 0) },
+		Inline:    func(device int) int { return max(min(inline, device, size), 0) },
 		RecvSGE:   true,
-		Port:      uint8(port),
-		GIDIndex:  gidIndex,
-		Timeout:   timeout,
-	})
+		Port:      uint8(c.port),
+		GIDIndex:  c.gidIndex,
+		Timeout:   c.timeout,
+	}
+}
+
+// wrap makes an end of x.
+func wrap(x *perftool.End) *end { return &end{End: x, recv: x.Recv} }
+
+// newEndOn creates an end on c as cfg says.
+func newEndOn(name string, c *ctx.Context, cfg config) (*end, error) {
+	x, err := perftool.NewEnd(name, c, cfg.endConfig())
 	if err != nil {
 		return nil, err
 	}
-	return &end{End: x, recv: x.Recv}, nil
+	return wrap(x), nil
 }
 
 // endpoint describes the end to its peer: the queue pair, the area the

@@ -74,7 +74,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
@@ -263,11 +262,6 @@ func (c config) check() string {
 func (c *config) peerFlags() perftool.Flags {
 	return perftool.Flags{Device: &c.device, Provider: &c.provider, GIDIndex: &c.gidIndex, Port: &c.port,
 		Timeout: &c.timeout, Server: &c.server, Client: &c.client}
-}
-
-// newEndOn creates an end on c as cfg says.
-func newEndOn(name string, c *ctx.Context, cfg config) (*end, error) {
-	return newEnd(name, c, cfg.bufferSize(), cfg.sendDepth(), cfg.inline, cfg.port, cfg.gidIndex, cfg.timeout)
 }
 
 // firstErr returns the first non-nil error.

@@ -72,21 +72,12 @@ func verifyPassive(cfg config, y *end, size int) error {
 // local runs both ends in this process on one device, one goroutine
 // playing both in turn.
 func local(cfg config, stdout io.Writer) error {
-	c, what, err := perftool.Open(cfg.provider, cfg.device)
+	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, "client", "server")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	a, err := newEndOn("client", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	b, err := newEndOn("server", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer b.close()
+	defer s.Close()
+	a, b := made[0], made[1]
 	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
 		return err
 	}
@@ -95,7 +86,7 @@ func local(cfg config, stdout io.Writer) error {
 	if !cfg.mode.pingPong() {
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
-	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: a.MaxInline, qd: cfg.qd}); err != nil {
+	if err := writeHeader(stdout, header{mode: cfg.mode, device: s.What, ends: ends, counter: counter, inline: a.MaxInline, qd: cfg.qd}); err != nil {
 		return err
 	}
 	for _, size := range cfg.sizes() {
@@ -142,20 +133,16 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	if msg := cfg.check(); msg != "" {
 		return fmt.Errorf("the client sent bad parameters: %s", msg)
 	}
-	c, what, err := perftool.Open(cfg.provider, cfg.device)
+	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, "server")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	y, err := newEndOn("server", c, cfg)
-	if err != nil {
+	defer s.Close()
+	y := made[0]
+	if err := handshake(cfg, conn, s.Context, y); err != nil {
 		return err
 	}
-	defer y.close()
-	if err := handshake(cfg, conn, c, y); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "device:  %s\nserving %s for %v: %d+%d iterations per size, sizes %v\n", what, cfg.mode, conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
+	fmt.Fprintf(stdout, "device:  %s\nserving %s for %v: %d+%d iterations per size, sizes %v\n", s.What, cfg.mode, conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
 	for _, size := range cfg.sizes() {
 		clear(y.recv)
 		if err := sync(cfg, conn, nil); err != nil {
@@ -193,22 +180,18 @@ func dial(cfg config, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	c, what, err := perftool.Open(cfg.provider, cfg.device)
+	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, "client")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	x, err := newEndOn("client", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer x.close()
-	if err := handshake(cfg, conn, c, x); err != nil {
+	defer s.Close()
+	x := made[0]
+	if err := handshake(cfg, conn, s.Context, x); err != nil {
 		return err
 	}
 	counter := cycles.Frequency()
 	ends := "client of " + conn.RemoteAddr().String() + ", not pinned"
-	if err := writeHeader(stdout, header{mode: cfg.mode, device: what, ends: ends, counter: counter, inline: x.MaxInline, qd: cfg.qd}); err != nil {
+	if err := writeHeader(stdout, header{mode: cfg.mode, device: s.What, ends: ends, counter: counter, inline: x.MaxInline, qd: cfg.qd}); err != nil {
 		return err
 	}
 	for _, size := range cfg.sizes() {

@@ -29,19 +29,17 @@ type end struct {
 	recv   []byte // End.Recv
 }
 
-// newEnd creates an end on c for messages of size bytes: buffer, region,
-// CQ and an RC queue pair in INIT with every receive posted. inline asks
-// for the payload inline when the device can carry it that way. A
-// negative gidIndex is resolved by perftool.GIDIndex.
-func newEnd(name string, c *ctx.Context, size int, inline bool, port, gidIndex int, timeout time.Duration) (*end, error) {
-	fits := false
-	x, err := perftool.NewEnd(name, c, perftool.EndConfig{
+// endConfig is the setup of an end for messages of size bytes. inline
+// asks for the payload inline when the device can carry it that way; the
+// queue pair then takes size bytes inline, else none.
+func endConfig(size int, inline bool, port, gidIndex int, timeout time.Duration) perftool.EndConfig {
+	return perftool.EndConfig{
 		Size:      size,
 		SendDepth: sendDepth,
 		RecvDepth: recvDepth,
 		CQDepth:   cqDepth,
 		Inline: func(device int) int {
-			if fits = inline && size <= device; fits {
+			if inline && size <= device {
 				return size
 			}
 			return 0
@@ -49,11 +47,29 @@ func newEnd(name string, c *ctx.Context, size int, inline bool, port, gidIndex i
 		Port:     uint8(port),
 		GIDIndex: gidIndex,
 		Timeout:  timeout,
-	})
+	}
+}
+
+// wrapper returns what makes an end of an x set up by endConfig with the
+// same inline: its payload goes inline when that was asked for and the
+// queue pair took the whole message.
+func wrapper(inline bool) func(x *perftool.End) *end {
+	return func(x *perftool.End) *end {
+		size := len(x.Recv)
+		return &end{End: x, size: size, inline: inline && x.MaxInline == size, recv: x.Recv}
+	}
+}
+
+// newEnd creates an end on c for messages of size bytes: buffer, region,
+// CQ and an RC queue pair in INIT with every receive posted. inline asks
+// for the payload inline when the device can carry it that way. A
+// negative gidIndex is resolved by perftool.GIDIndex.
+func newEnd(name string, c *ctx.Context, size int, inline bool, port, gidIndex int, timeout time.Duration) (*end, error) {
+	x, err := perftool.NewEnd(name, c, endConfig(size, inline, port, gidIndex, timeout))
 	if err != nil {
 		return nil, err
 	}
-	return &end{End: x, size: size, inline: fits, recv: x.Recv}, nil
+	return wrapper(inline)(x), nil
 }
 
 // endpoint describes the end to its peer: the queue pair and the receive

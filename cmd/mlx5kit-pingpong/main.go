@@ -133,9 +133,9 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	return cfg, -1
 }
 
-// newEndOn creates an end on c as cfg says.
-func newEndOn(name string, c *ctx.Context, cfg config) (*end, error) {
-	return newEnd(name, c, cfg.size, cfg.inline, cfg.port, cfg.gidIndex, cfg.timeout)
+// openEnds opens the device cfg names and makes the named ends on it.
+func openEnds(cfg config, names ...string) (*perftool.Setup, []*end, error) {
+	return perftool.OpenEnds(cfg.provider, cfg.device, endConfig(cfg.size, cfg.inline, cfg.port, cfg.gidIndex, cfg.timeout), wrapper(cfg.inline), names...)
 }
 
 // result is what a run measured.
@@ -150,25 +150,16 @@ type result struct {
 
 // local runs both ends in this process on one device.
 func local(cfg config, stdout io.Writer) error {
-	c, what, err := perftool.Open(cfg.provider, cfg.device)
+	s, made, err := openEnds(cfg, "ping", "pong")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	a, err := newEndOn("ping", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	b, err := newEndOn("pong", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer b.close()
+	defer s.Close()
+	c, a, b := s.Context, made[0], made[1]
 	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
 		return err
 	}
-	res := &result{size: cfg.size, iters: cfg.iters, device: what, payload: payloadKind(a, cfg.inline), counter: cycles.Frequency()}
+	res := &result{size: cfg.size, iters: cfg.iters, device: s.What, payload: payloadKind(a, cfg.inline), counter: cycles.Frequency()}
 	threads := cfg.threads
 	if threads == 0 {
 		threads = 1
@@ -323,20 +314,16 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return fmt.Errorf("the client sent bad parameters %+v", p)
 	}
 	cfg.size, cfg.iters, cfg.warmup = int(p.Size), int(p.Iters), int(p.Warmup)
-	c, what, err := perftool.Open(cfg.provider, cfg.device)
+	s, made, err := openEnds(cfg, "server")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	x, err := newEndOn("server", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer x.close()
+	defer s.Close()
+	c, x := s.Context, made[0]
 	if err := handshake(cfg, conn, c, x); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "device:  %s\nanswering %d+%d messages of %d bytes from %v\n", what, cfg.warmup, cfg.iters, cfg.size, conn.RemoteAddr())
+	fmt.Fprintf(stdout, "device:  %s\nanswering %d+%d messages of %d bytes from %v\n", s.What, cfg.warmup, cfg.iters, cfg.size, conn.RemoteAddr())
 	var loopErr error
 	pins, why := choosePins(c, 1)
 	note := pinned(pins[0], why, func() { loopErr = serveLoop(cfg, x) })
@@ -358,20 +345,16 @@ func dial(cfg config, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	c, what, err := perftool.Open(cfg.provider, cfg.device)
+	s, made, err := openEnds(cfg, "client")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	x, err := newEndOn("client", c, cfg)
-	if err != nil {
-		return err
-	}
-	defer x.close()
+	defer s.Close()
+	c, x := s.Context, made[0]
 	if err := handshake(cfg, conn, c, x); err != nil {
 		return err
 	}
-	res := &result{size: cfg.size, iters: cfg.iters, device: what, payload: payloadKind(x, cfg.inline), counter: cycles.Frequency()}
+	res := &result{size: cfg.size, iters: cfg.iters, device: s.What, payload: payloadKind(x, cfg.inline), counter: cycles.Frequency()}
 	pins, why := choosePins(c, 1)
 	var loopErr error
 	note := pinned(pins[0], why, func() {

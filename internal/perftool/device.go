@@ -1,6 +1,7 @@
 package perftool
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -95,4 +96,42 @@ func FirstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// Setup is an opened device and the ends made on it.
+type Setup struct {
+	Context *ctx.Context
+	What    string // the device, as Open describes it
+	Ends    []*End
+}
+
+// OpenEnds opens the device (as Open) and makes one end per name on it
+// as cfg says, each handed to wrap for the command's own type. It closes
+// what it made if it fails.
+func OpenEnds[E any](provider, device string, cfg EndConfig, wrap func(*End) E, names ...string) (*Setup, []E, error) {
+	c, what, err := Open(provider, device)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &Setup{Context: c, What: what}
+	ends := make([]E, 0, len(names))
+	for _, name := range names {
+		x, err := NewEnd(name, c, cfg)
+		if err != nil {
+			_ = s.Close()
+			return nil, nil, err
+		}
+		s.Ends = append(s.Ends, x)
+		ends = append(ends, wrap(x))
+	}
+	return s, ends, nil
+}
+
+// Close closes the ends, then the device.
+func (s *Setup) Close() error {
+	errs := make([]error, 0, len(s.Ends)+1)
+	for i := len(s.Ends) - 1; i >= 0; i-- {
+		errs = append(errs, s.Ends[i].Close())
+	}
+	return errors.Join(append(errs, s.Context.Close())...)
 }
