@@ -115,6 +115,15 @@ func (x *end) await(seq uint32) error {
 	return x.Await(perftool.OpWriteImm, x.size, seq)
 }
 
+// ping is one measured iteration of the measuring end: it sends seq and
+// waits for the answer.
+func (x *end) ping(seq uint32) error {
+	if err := x.post(seq); err != nil {
+		return err
+	}
+	return x.await(seq)
+}
+
 // drain polls until every signaled send has completed.
 func (x *end) drain() error { return x.Drain() }
 

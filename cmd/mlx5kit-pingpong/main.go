@@ -199,12 +199,7 @@ func local(cfg config, stdout io.Writer) error {
 		<-ready
 		var errA error
 		noteA := pinned(pins[0], why, func() {
-			errA = res.rtt.Measure(cfg.warmup, cfg.iters, func(seq uint32) error {
-				if err := a.post(seq); err != nil {
-					return err
-				}
-				return a.await(seq)
-			})
+			errA = res.rtt.Measure(cfg.warmup, cfg.iters, a.ping)
 		})
 		if errA != nil {
 			abort.Store(true)
@@ -358,12 +353,7 @@ func dial(cfg config, stdout io.Writer) error {
 	pins, why := choosePins(c, 1)
 	var loopErr error
 	note := pinned(pins[0], why, func() {
-		loopErr = res.rtt.Measure(cfg.warmup, cfg.iters, func(seq uint32) error {
-			if err := x.post(seq); err != nil {
-				return err
-			}
-			return x.await(seq)
-		})
+		loopErr = res.rtt.Measure(cfg.warmup, cfg.iters, x.ping)
 	})
 	if loopErr != nil {
 		return loopErr
