@@ -1,0 +1,106 @@
+package perftool
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/cycles"
+)
+
+func TestSync(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := ln.Accept()
+	require.NoError(t, err)
+	defer b.Close()
+	errs := make(chan error, 1)
+	go func() { errs <- Sync(a, time.Second, nil) }()
+	require.NoError(t, Sync(b, time.Second, errors.New("bad data")), "the failed end hears from a fine one")
+	require.ErrorIs(t, <-errs, ErrPeerFailed)
+}
+
+func TestFlags(t *testing.T) {
+	var device, provider, server, client string
+	var gid, port int
+	var timeout time.Duration
+	f := Flags{Device: &device, Provider: &provider, GIDIndex: &gid, Port: &port, Timeout: &timeout, Server: &server, Client: &client}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.Register(fs)
+	require.NoError(t, fs.Parse(nil))
+	require.Equal(t, -1, gid)
+	require.Equal(t, 1, port)
+	require.Equal(t, 10*time.Second, timeout)
+	require.Empty(t, f.Check())
+	for args, want := range map[string][]string{
+		"-provider":  {"-provider", "verbs"},
+		"-gid-index": {"-gid-index", "256"},
+		"-ib-port":   {"-ib-port", "0"},
+		"-timeout":   {"-timeout", "0s"},
+		"exclude":    {"-server", ":0", "-client", "h:1"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f.Register(fs)
+		require.NoError(t, fs.Parse(want))
+		require.Contains(t, f.Check(), args)
+	}
+}
+
+func TestWant(t *testing.T) {
+	require.Equal(t, PayloadByte(1), Want(1, 3, true, 0x01020304), "a message under four bytes is not stamped")
+	require.Equal(t, byte(0x02), Want(1, 8, true, 0x01020304))
+	require.Equal(t, PayloadByte(4), Want(4, 8, true, 0x01020304))
+	require.Equal(t, PayloadByte(0), Want(0, 8, false, 0x01020304))
+}
+
+func TestSummarize(t *testing.T) {
+	var l Latency
+	for _, v := range []uint64{1000, 1000, 3000, 3000} {
+		l.Record(v)
+	}
+	counter := cycles.Info{Hz: 1e9} // a tick is a nanosecond
+	s := l.Summarize(counter, 2)
+	require.Equal(t, uint64(4), s.Count)
+	require.InDelta(t, 0.5, s.Min, 0.05)
+	require.InDelta(t, 1.5, s.Max, 0.05)
+	require.InDelta(t, 1.0, s.Avg, 1e-9)
+	require.InDelta(t, 0.5, s.Stdev, 1e-9)
+}
+
+// TestEndsOnSoftwareHCA sets up two ends, connects them and sends one
+// RDMA_WRITE_IMM and one SEND each way.
+func TestEndsOnSoftwareHCA(t *testing.T) {
+	cfg := EndConfig{Size: 64, SendDepth: 8, RecvDepth: 8, CQDepth: 64, RecvSGE: true,
+		Inline: func(device int) int { return min(device, 64) }, Port: 1, GIDIndex: 0, Timeout: 5 * time.Second}
+	s, ends, err := OpenEnds(ctx.ProviderSoftware, "", cfg, func(x *End) *End { return x }, "a", "b")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	a, b := ends[0], ends[1]
+	require.Equal(t, 64, a.MaxInline)
+	require.NoError(t, SameModel(s.Context, a.QP.QPN(), b.QP.Endpoint()))
+	require.ErrorContains(t, SameModel(s.Context, a.QP.QPN(), a.QP.Endpoint()), "the model lives inside one process")
+	a.PeerRecv, a.PeerSrc, a.RKey = b.RecvAddr, b.SrcAddr, b.MR.RKey()
+	b.PeerRecv, b.PeerSrc, b.RKey = a.RecvAddr, a.SrcAddr, a.MR.RKey()
+	require.NoError(t, a.QP.Connect(b.QP.Endpoint()))
+	require.NoError(t, b.QP.Connect(a.QP.Endpoint()))
+	for seq, op := range []Op{OpWriteImm, OpSend} {
+		require.NoError(t, a.Post(op, 64, uint32(seq), seq == 0))
+		require.NoError(t, b.Await(op, 64, uint32(seq)))
+		require.Equal(t, []byte{0, 0, 0, byte(seq)}, b.Recv[:4])
+		require.Equal(t, PayloadByte(63), b.Recv[63])
+	}
+	require.NoError(t, a.Drain())
+	require.NoError(t, a.Post(OpSend, 32, 7, true))
+	require.ErrorContains(t, b.Await(OpSend, 64, 7), "unexpected completion", "a SEND of the wrong length")
+}
