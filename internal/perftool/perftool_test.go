@@ -14,20 +14,28 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 )
 
-func TestSync(t *testing.T) {
+// TestAcceptDialSync: the client's parameters reach the server, and an
+// end that failed makes its peer fail too.
+func TestAcceptDialSync(t *testing.T) {
+	type params struct{ Magic, Size uint32 }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	defer ln.Close()
-	a, err := net.Dial("tcp", ln.Addr().String())
+	served := make(chan error, 1)
+	var got params
+	go func() {
+		conn, err := Accept(ln, time.Second, &got)
+		if err == nil {
+			defer conn.Close()
+			err = Sync(conn, time.Second, errors.New("bad data"))
+		}
+		served <- err
+	}()
+	conn, err := Dial(ln.Addr().String(), time.Second, params{Magic: 7, Size: 300})
 	require.NoError(t, err)
-	defer a.Close()
-	b, err := ln.Accept()
-	require.NoError(t, err)
-	defer b.Close()
-	errs := make(chan error, 1)
-	go func() { errs <- Sync(a, time.Second, nil) }()
-	require.NoError(t, Sync(b, time.Second, errors.New("bad data")), "the failed end hears from a fine one")
-	require.ErrorIs(t, <-errs, ErrPeerFailed)
+	defer conn.Close()
+	require.ErrorIs(t, Sync(conn, time.Second, nil), ErrPeerFailed)
+	require.NoError(t, <-served, "the failed end hears from a fine one")
+	require.Equal(t, params{Magic: 7, Size: 300}, got)
 }
 
 func TestFlags(t *testing.T) {
