@@ -398,9 +398,10 @@ func (s *slot) result() Result {
 // waiter paces a wait: it spins on the CQ, then yields the processor, then
 // (with a notifier) sleeps until a completion event; it reports a timeout.
 type waiter struct {
-	c     *core
-	idle  int
-	start time.Time
+	c        *core
+	idle     int
+	start    time.Time
+	sleeping bool
 }
 
 const (
@@ -424,8 +425,14 @@ func (w *waiter) idlePoll() error {
 	if w.idle == spinPolls {
 		w.start = time.Now()
 	}
-	sleep := c.notifier != nil && (w.idle >= sleepAfter ||
-		w.idle%spinPolls == 0 && time.Since(w.start) > sleepAfterTime)
+	// Once the spin is over the wait sleeps on every empty poll: a spin
+	// between sleeps would find a late completion first and leave its
+	// event unread.
+	if !w.sleeping && c.notifier != nil && (w.idle >= sleepAfter ||
+		w.idle%spinPolls == 0 && time.Since(w.start) > sleepAfterTime) {
+		w.sleeping = true
+	}
+	sleep := w.sleeping
 	if c.timeout > 0 && (sleep || w.idle%checkEvery == 0) {
 		if time.Since(w.start) > c.timeout {
 			return fmt.Errorf("channel: no completion for %v, %d work requests outstanding: %w", c.timeout, c.pending, ErrTimeout)
@@ -446,7 +453,7 @@ func (w *waiter) idlePoll() error {
 	return nil
 }
 
-func (w *waiter) progress() { w.idle = 0 }
+func (w *waiter) progress() { w.idle, w.sleeping = 0, false }
 
 // wait waits until the work request wrid has completed and returns its
 // record (nil with ErrStale when the record was reused).

@@ -27,10 +27,7 @@ func (f *Fabric) scanCQ(c *cq, now int64) bool {
 				Detail: fmt.Sprintf("consumer index %d is ahead of the %d CQEs written", v, c.pi&prm.CQConsumerIndexMask)})
 		}
 	}
-	armPtr := (*uint64)(unsafe.Add(c.uar, prm.CQDoorbellOffset))
-	if rawArm := atomic.LoadUint64(armPtr); rawArm != 0 && atomic.CompareAndSwapUint64(armPtr, rawArm, 0) {
-		f.arm(c, bits.ReverseBytes64(rawArm))
-	}
+	f.takeArm(c)
 	progressed := false
 	for len(c.pending) > 0 && c.pending[0].due <= now {
 		p := c.pending[0]
@@ -40,6 +37,17 @@ func (f *Fabric) scanCQ(c *cq, now int64) bool {
 		progressed = true
 	}
 	return progressed
+}
+
+// takeArm processes an arm doorbell written to the CQ's UAR since the last
+// look. A device sees that MMIO write as it lands, so the model takes it
+// before every CQE it writes as well as on each scan: a CQE written right
+// after an arm raises its event.
+func (f *Fabric) takeArm(c *cq) {
+	armPtr := (*uint64)(unsafe.Add(c.uar, prm.CQDoorbellOffset))
+	if rawArm := atomic.LoadUint64(armPtr); rawArm != 0 && atomic.CompareAndSwapUint64(armPtr, rawArm, 0) {
+		f.arm(c, bits.ReverseBytes64(rawArm))
+	}
 }
 
 // arm handles a write of the arm doorbell: v is (sn<<28 | cmd | ci) << 32
@@ -138,6 +146,7 @@ func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp
 		}
 		return false
 	}
+	f.takeArm(c)
 	ci := bits.ReverseBytes32(atomic.LoadUint32((*uint32)(c.db))) & prm.CQConsumerIndexMask
 	if used := (c.pi - ci) & prm.CQConsumerIndexMask; used >= c.cnt {
 		c.errored = true
