@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
-	"github.com/mlx5kit/mlx5kit/ibpath"
 )
 
 // FuzzReply feeds arbitrary receive CQEs and GRH bytes (what a remote

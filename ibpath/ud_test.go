@@ -8,9 +8,9 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
-	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
