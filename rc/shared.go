@@ -82,5 +82,3 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) { return transport.NewCQ
 func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
 	return transport.NewSharedReceiveQueue(name, pd, cfg)
 }
-
-func limits(qp *ctx.QueuePair) Limits { return transport.LimitsOf(qp) }

@@ -60,10 +60,6 @@ const (
 	StateClosed = transport.StateClosed
 )
 
-// ErrBadGRH is returned by ReplyRemote when the GRH area holds neither an
-// IPv6-form GRH nor an IPv4 header.
-var ErrBadGRH = transport.ErrBadGRH
-
 // Errors, the same values in packages rc, dc and ud.
 var (
 	ErrClosed           = transport.ErrClosed
