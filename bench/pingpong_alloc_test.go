@@ -110,11 +110,18 @@ func TestThroughputStream(t *testing.T) {
 		}
 		inline := size <= int(qp.Limits().MaxInline)
 		require.True(t, streamWrites(qp, p, e, size, 100, inline, st))
-		var ok bool
-		before := model
-		n := mallocs(func() { ok = streamWrites(qp, p, e, size, 1000, inline, st) })
-		require.True(t, ok)
-		require.LessOrEqual(t, n-(model-before), uint64(2), "allocations in 1000 streamed writes")
+		// The counter is process-wide: take the best of three windows, so
+		// that an allocation by the runtime or another goroutine does not
+		// count, while one per write (1000 in every window) still fails.
+		best := ^uint64(0)
+		for attempt := 0; attempt < 3 && best > 2; attempt++ {
+			var ok bool
+			before := model
+			n := mallocs(func() { ok = streamWrites(qp, p, e, size, 1000, inline, st) })
+			require.True(t, ok)
+			best = min(best, n-(model-before))
+		}
+		require.LessOrEqual(t, best, uint64(2), "allocations in 1000 streamed writes")
 		require.Equal(t, src, e.s[1].buf.Bytes()[pingOff:pingOff+size])
 		require.Equal(t, uint32(0), qp.SendQueue().Outstanding(), "every WQE retired")
 	}
