@@ -176,12 +176,26 @@ func full(err error) bool {
 	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, rc.ErrReceiveQueueFull)
 }
 
-func (c *core) postSend(r *SendRequest) (uint64, error) {
-	l := c.peerLink(r.Peer)
+// beginPeer starts a send WQE to peer, or names the bad peer.
+func (c *core) beginPeer(peer int, op Op) (wqebuilder.OpStage, error) {
+	l := c.peerLink(peer)
 	if l == nil {
-		return 0, c.badPeer(r.Peer, OpSend)
+		return wqebuilder.OpStage{}, c.badPeer(peer, op)
 	}
-	st, err := c.begin(l)
+	return c.begin(l)
+}
+
+// gather adds the request's local buffers as data segments.
+func gather(ds wqebuilder.DataStage, local []SGE) wqebuilder.DataStage {
+	for i := range local {
+		g := &local[i]
+		ds = ds.SGE(g.Addr, g.Length, g.LKey)
+	}
+	return ds
+}
+
+func (c *core) postSend(r *SendRequest) (uint64, error) {
+	st, err := c.beginPeer(r.Peer, OpSend)
 	if err != nil {
 		return 0, err
 	}
@@ -191,22 +205,14 @@ func (c *core) postSend(r *SendRequest) (uint64, error) {
 	} else {
 		ds = st.Send()
 	}
-	for i := range r.Local {
-		g := &r.Local[i]
-		ds = ds.SGE(g.Addr, g.Length, g.LKey)
-	}
-	if err := ds.FinishBlueFlame(); err != nil {
+	if err := gather(ds, r.Local).FinishBlueFlame(); err != nil {
 		return 0, err
 	}
 	return c.record(r.Peer, OpSend), nil
 }
 
 func (c *core) postWrite(r *WriteRequest) (uint64, error) {
-	l := c.peerLink(r.Peer)
-	if l == nil {
-		return 0, c.badPeer(r.Peer, OpWrite)
-	}
-	st, err := c.begin(l)
+	st, err := c.beginPeer(r.Peer, OpWrite)
 	if err != nil {
 		return 0, err
 	}
@@ -216,22 +222,14 @@ func (c *core) postWrite(r *WriteRequest) (uint64, error) {
 	} else {
 		ds = st.RdmaWrite(r.Remote.Addr, r.Remote.RKey)
 	}
-	for i := range r.Local {
-		g := &r.Local[i]
-		ds = ds.SGE(g.Addr, g.Length, g.LKey)
-	}
-	if err := ds.FinishBlueFlame(); err != nil {
+	if err := gather(ds, r.Local).FinishBlueFlame(); err != nil {
 		return 0, err
 	}
 	return c.record(r.Peer, OpWrite), nil
 }
 
 func (c *core) postRead(r *ReadRequest) (uint64, error) {
-	l := c.peerLink(r.Peer)
-	if l == nil {
-		return 0, c.badPeer(r.Peer, OpRead)
-	}
-	st, err := c.begin(l)
+	st, err := c.beginPeer(r.Peer, OpRead)
 	if err != nil {
 		return 0, err
 	}
