@@ -88,7 +88,7 @@ func TestEventsSleepUntilTheMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(4), res.ByteCount)
 	require.Equal(t, "late", string(b.bytes()[:4]))
-	require.NotZero(t, cb.Multi().Notifier().Events(), "the receiver slept on an event")
+	require.NotZero(t, cb.Multi().Notifier().Sleeps(), "the receiver slept on the completion channel")
 
 	// The timeout still holds while sleeping.
 	_, cb2 := pair(t, a, b, channel.Options{Events: true, Timeout: 30 * time.Millisecond})

@@ -35,6 +35,7 @@ type Notifier struct {
 	armed     bool
 	solicited bool
 	events    uint64
+	sleeps    uint64
 }
 
 // NewNotifier pairs cq, which must have been created with an event channel,
@@ -84,6 +85,13 @@ func (n *Notifier) Poller() *monocq.CQ { return n.poll }
 
 // Events returns the number of completion events consumed so far.
 func (n *Notifier) Events() uint64 { return n.events }
+
+// Sleeps returns how many times Wait went to sleep on the completion
+// channel (whether an event or the deadline woke it). A completion that
+// lands while the waiter is between sleeps is found by polling and leaves
+// its event to be read by the next Wait, so Sleeps, not Events, tells
+// whether a wait slept.
+func (n *Notifier) Sleeps() uint64 { return n.sleeps }
 
 // Close releases the Notifier's descriptor. It does not close the CQ.
 func (n *Notifier) Close() error {
@@ -161,6 +169,7 @@ func (n *Notifier) waitEvent(c context.Context) error {
 	}
 	var got bool
 	var rerr error
+	n.sleeps++
 	err := n.raw.Read(func(uintptr) bool {
 		got, rerr = n.cq.ReadEvent()
 		return got || rerr != nil

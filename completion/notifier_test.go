@@ -80,6 +80,7 @@ func TestNotifierTimeoutAndCancel(t *testing.T) {
 	err = n.Wait(c)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Zero(t, n.Events())
+	require.Equal(t, uint64(2), n.Sleeps(), "the timeout and the cancellation slept; the done context did not")
 }
 
 func TestNotifierWakesOnCompletion(t *testing.T) {
@@ -99,6 +100,7 @@ func TestNotifierWakesOnCompletion(t *testing.T) {
 		require.Equal(t, []uint16{uint16(round)}, seen)
 	}
 	require.NotZero(t, n.Events(), "at least one wake-up came from an event")
+	require.GreaterOrEqual(t, n.Sleeps(), n.Events(), "every event consumed ended a sleep")
 	require.NoError(t, n.Close())
 	require.NoError(t, n.Close())
 }
