@@ -37,16 +37,22 @@ type Config struct {
 
 // CQ polls one completion ring. It is used by one goroutine at a time.
 type CQ struct {
-	// Hot fields first: Next reads ring, mask, shift, ci and ready.
-	ring     unsafe.Pointer // the CQE64 of slot 0: Buf + CQESize - 64
-	mask     uint32         // CQECnt - 1
-	shift    uint8          // log2(CQESize)
-	logCnt   uint8          // log2(CQECnt)
-	stopped  bool           // a corrupt slot was found at end
-	ci       uint32         // free-running consumer index
-	end      uint32         // Ready found the CQEs from ci up to end
-	released uint32         // the consumer index last written to dbrec[0]
-	dbrec    unsafe.Pointer
+	// Hot fields first: Next reads ring, mask, shift, ci and state.
+	ring   unsafe.Pointer // the CQE64 of slot 0: Buf + CQESize - 64
+	mask   uint32         // CQECnt - 1
+	shift  uint8          // log2(CQESize)
+	logCnt uint8          // log2(CQECnt)
+	ci     uint32         // free-running consumer index
+	// state places the consumer index between the index last released
+	// and the end of what Ready found, relative to ci so that the common
+	// case is the number 0: bits 0..23 count the CQEs Ready found that
+	// Next has not returned (the end is ci plus them), bit 31 says a
+	// corrupt slot stops the poller at that end, and bits 32..63 count
+	// the CQEs returned since the last Release (ci minus them is the index
+	// dbrec[0] holds). Poll's one-CQE path runs only when state is 0, and
+	// then changes only ci.
+	state uint64
+	dbrec unsafe.Pointer
 
 	buf   unsafe.Pointer
 	uar   unsafe.Pointer
@@ -109,6 +115,26 @@ func sw(op uint8, i, cqeCnt uint32) bool {
 	return op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op&prm.CQEOwnerMask != 0) == (i&cqeCnt != 0)
 }
 
+// The fields of CQ.state.
+const (
+	statePending = 1<<24 - 1
+	stateStopped = 1 << 31
+	stateTaken   = 32 // shift of the count of CQEs taken and not released
+)
+
+// end is the index after the last CQE Ready found.
+func (cq *CQ) end() uint32 { return cq.ci + uint32(cq.state)&statePending }
+
+// released is the consumer index last written to dbrec[0].
+func (cq *CQ) released() uint32 { return cq.ci - uint32(cq.state>>stateTaken) }
+
+// take moves the consumer index n CQEs on: they stop being pending and
+// count as taken until the next Release. n is at most the pending count.
+func (cq *CQ) take(n uint32) {
+	cq.ci += n
+	cq.state += uint64(n)<<stateTaken - uint64(n)
+}
+
 // Ready finds the CQEs the device has handed over, from the consumer index
 // on, until it has max of them (counting those an earlier Ready found and
 // Next has not yet returned), and returns how many are ready.
@@ -122,18 +148,18 @@ func sw(op uint8, i, cqeCnt uint32) bool {
 // Ready never goes past the slots the device could have written since the
 // last Release, and stops before a corrupt slot (see Err).
 func (cq *CQ) Ready(max int) int {
-	n := cq.end - cq.ci
-	if max <= int(n) || cq.stopped {
+	n := uint32(cq.state) & statePending
+	if max <= int(n) || cq.state&stateStopped != 0 {
 		return int(n)
 	}
 	// The device writes at most CQECnt slots past the released index.
-	window := cq.released + cq.mask + 1 - cq.ci
+	window := cq.mask + 1 - uint32(cq.state>>stateTaken)
 	limit := window
 	if uint(max) < uint(limit) {
 		limit = uint32(max)
 	}
 	ring, mask, shift := cq.ring, cq.mask, cq.shift&63
-	pos, stop := cq.end, cq.ci+limit
+	pos, stop := cq.ci+n, cq.ci+limit
 	for pos != stop {
 		op := *(*uint8)(unsafe.Add(ring, uintptr(pos&mask)<<shift+prm.CQEOpOwn))
 		if !sw(op, pos, mask+1) {
@@ -144,16 +170,16 @@ func (cq *CQ) Ready(max int) int {
 		}
 		pos++
 	}
-	if pos != cq.end {
+	if found := pos - cq.ci; found != n {
 		blueflame.ReadBarrier()
-		cq.end = pos
+		cq.state += uint64(found - n)
 	}
 	if !cq.overrunSeen {
 		// The ring is full when the last slot the device may write before
 		// the next Release is written already. If it is not yet, it still
 		// holds the previous lap's owner bit (session slots included, which
 		// expand rewrites with the owner bit of their own lap).
-		last := cq.released + mask
+		last := cq.released() + mask
 		if sw(cq.slot(last)[prm.CQEOpOwn], last, mask+1) {
 			cq.overrun()
 		}
@@ -165,7 +191,7 @@ func (cq *CQ) Ready(max int) int {
 func (cq *CQ) overrun() {
 	cq.overrunSeen = true
 	cq.setErr(fmt.Errorf("monocq: poll CQ 0x%x: all %d slots from consumer index %d held unreleased CQEs: %w",
-		cq.cqn, cq.mask+1, cq.released, ErrOverrun))
+		cq.cqn, cq.mask+1, cq.released(), ErrOverrun))
 }
 
 // checkFormat handles a software-owned slot whose op_own has a format other
@@ -182,7 +208,7 @@ func (cq *CQ) checkFormat(pos uint32, op uint8) bool {
 		return false
 	default: // prm.CQEFormatCompressed
 		blueflame.ReadBarrier() // the title's other bytes after its op_own
-		if reason := cq.expand(pos, cq.released+cq.mask+1-pos); reason != "" {
+		if reason := cq.expand(pos, cq.released()+cq.mask+1-pos); reason != "" {
 			cq.corrupt(pos, op, reason)
 			return false
 		}
@@ -192,7 +218,7 @@ func (cq *CQ) checkFormat(pos uint32, op uint8) bool {
 
 // corrupt stops the poller before slot pos.
 func (cq *CQ) corrupt(pos uint32, op uint8, reason string) {
-	cq.stopped = true
+	cq.state |= stateStopped
 	cq.setErr(fmt.Errorf("monocq: poll CQ 0x%x: slot %d (consumer index %d, op_own 0x%02x): %s: %w",
 		cq.cqn, pos&cq.mask, pos, op, reason, ErrCorrupt))
 }
@@ -207,11 +233,13 @@ func (cq *CQ) setErr(err error) {
 // past it, or nil when they are used up. It is small enough to be inlined
 // into the caller's loop and makes no call.
 func (cq *CQ) Next() *CQE {
-	i := cq.ci
-	if i == cq.end {
+	st := cq.state
+	if st&statePending == 0 {
 		return nil
 	}
+	i := cq.ci
 	cq.ci = i + 1
+	cq.state = st + (1<<stateTaken - 1)
 	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)))
 }
 
@@ -220,7 +248,7 @@ func (cq *CQ) Next() *CQE {
 // 0, as rdma-core's update_cons_index does once per poll. A *CQE must not be
 // used after Release.
 func (cq *CQ) Release() {
-	cq.released = cq.ci
+	cq.state &= 1<<stateTaken - 1
 	prm.Store32(unsafe.Add(cq.dbrec, prm.CQDoorbellRecordCI*4), cq.ci&prm.CQConsumerIndexMask)
 }
 
@@ -242,36 +270,40 @@ func (cq *CQ) Release() {
 // checks that this still holds.
 func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 	return func() int {
-		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
-		i, end := cq.ci, cq.end
-		if i == end {
+		if cq.state == 0 {
+			// Nothing pending, taken or stopped: look at the slot of ci.
+			// Nothing read here stays live past the call to Ready below,
+			// so the compiler need not save it on the stack first.
+			ring, mask, shift, i := cq.ring, cq.mask, cq.shift&63, cq.ci
 			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))
 			op := c[prm.CQEOpOwn]
 			if !sw(op, i, mask+1) {
 				return 0
 			}
-			if max == 1 && cq.released == i && op&(prm.CQEFormatScatter64<<prm.CQEFormatShift) == 0 && !cq.stopped &&
+			if max == 1 && op&(prm.CQEFormatScatter64<<prm.CQEFormatShift) == 0 &&
 				!sw(*(*uint8)(unsafe.Add(ring, uintptr((i+mask)&mask)<<shift+prm.CQEOpOwn)), i+mask, mask+1) {
-				// One CQE: what Ready would find and check, without the call.
+				// One CQE: what Ready would find and check, without the
+				// call. The state stays 0: the CQE is taken and released.
 				blueflame.ReadBarrier()
-				cq.ci, cq.end = i+1, i+1
+				i++
+				cq.ci = i
 				fn(c)
-				cq.Release()
+				prm.Store32(unsafe.Add(cq.dbrec, prm.CQDoorbellRecordCI*4), i&prm.CQConsumerIndexMask)
 				return 1
 			}
 		}
 		cq.Ready(max)
-		end = cq.end
-		if int(end-i) > max { // CQEs an earlier Ready found count too
-			end = i + uint32(max&^(max>>63)) // max, or 0 if negative
+		ring, mask, shift, i := cq.ring, cq.mask, cq.shift&63, cq.ci
+		n := uint32(cq.state) & statePending // CQEs an earlier Ready found count too
+		if max < int(n) {
+			n = uint32(max &^ (max >> 63)) // max, or 0 if negative
 		}
-		n := int(end - i)
-		cq.ci = end
-		for ; i != end; i++ {
+		cq.take(n)
+		for end := i + n; i != end; i++ {
 			fn((*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift)))
 		}
 		cq.Release()
-		return n
+		return int(n)
 	}()
 }
 
@@ -282,17 +314,20 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 // as taken while the body runs (Next returns nil inside it).
 func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	return func(yield func(*CQE) bool) {
-		ring, mask, shift := cq.ring, cq.mask, cq.shift&63
-		i, end := cq.ci, cq.end
-		if i == end && !sw(*(*uint8)(unsafe.Add(ring, uintptr(i&mask)<<shift+prm.CQEOpOwn)), i, mask+1) {
-			return
+		if cq.state == 0 {
+			i := cq.ci
+			if !sw(*(*uint8)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)+prm.CQEOpOwn)), i, cq.mask+1) {
+				return
+			}
 		}
 		cq.Ready(max)
-		end = cq.end
-		if int(end-i) > max {
-			end = i + uint32(max&^(max>>63)) // max, or 0 if negative
+		ring, mask, shift, i := cq.ring, cq.mask, cq.shift&63, cq.ci
+		n := uint32(cq.state) & statePending
+		if max < int(n) {
+			n = uint32(max &^ (max >> 63)) // max, or 0 if negative
 		}
-		cq.ci = end
+		cq.take(n)
+		end := i + n
 		for i != end {
 			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))
 			i++
@@ -300,7 +335,9 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 				break
 			}
 		}
+		// The CQEs the body did not reach are pending again.
 		cq.ci = i
+		cq.state += uint64(end - i)
 		cq.Release()
 	}
 }

@@ -218,4 +218,4 @@ func (r *ring) putSession(title cqeFields, minis []mini) {
 
 // startAt moves a fresh poller to consumer index i, as if i CQEs had been
 // polled and released.
-func (cq *CQ) startAt(i uint32) { cq.ci, cq.end, cq.released = i, i, i }
+func (cq *CQ) startAt(i uint32) { cq.ci, cq.state = i, 0 }
