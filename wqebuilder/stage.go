@@ -426,8 +426,9 @@ func (w wqe) blueFlameBytes() int {
 
 // commit writes the first half of the control segment (opcode, WQE index,
 // QPN, ds), moves the producer index and records the WQE's end for
-// Complete.
-func (w wqe) commit() {
+// Complete. It returns the new producer index, which saves a caller the
+// reload (the compiler cannot tell that the store to ends left q.pi alone).
+func (w wqe) commit() uint64 {
 	q := w.q
 	pi := q.pi
 	// opmod | index | opcode over qpn | ds, before the byte swap.
@@ -439,6 +440,7 @@ func (w wqe) commit() {
 	end := pi + (w.st&stDSMask+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
 	q.pi = end
 	*(*uint64)(unsafe.Add(q.ends, uintptr(pi)&uintptr(q.mask)*endSize)) = end
+	return end
 }
 
 // finish is fail and commit: the WQE is in the ring, not yet published.
@@ -464,10 +466,10 @@ func (w wqe) finishBlueFlame() error {
 			return err
 		}
 		n := w.blueFlameBytes()
-		w.commit()
+		pi := w.commit()
 		q := w.q
-		q.rung = q.pi
-		q.bf.Post(q.dbrec, uint32(q.pi), w.ctrl, n, q.buf, q.end)
+		q.rung = pi
+		q.bf.Post(q.dbrec, uint32(pi), w.ctrl, n, q.buf, q.end)
 		return nil
 	}()
 }
