@@ -8,10 +8,18 @@
 #include "cfloor.h"
 
 /* The barriers of rdma-core's util/udma_barrier.h for the two
- * architectures the kit has assembly for. */
+ * architectures the kit has assembly for, except the one after a CQE's
+ * ownership check on x86-64: the floor orders it as the Go loop does
+ * (blueflame.OwnershipBarrier), with no instruction by default, as UCX and
+ * DPDK do, and with rdma-core's lfence when built with the tag
+ * mlx5kit_lfence (which defines FLOOR_LFENCE, see cfloor_lfence.go). */
 #if defined(__x86_64__)
 #define to_device_barrier() asm volatile("" ::: "memory")
+#ifdef FLOOR_LFENCE
 #define from_device_barrier() asm volatile("lfence" ::: "memory")
+#else
+#define from_device_barrier() asm volatile("" ::: "memory")
+#endif
 #define flush_writes() asm volatile("sfence" ::: "memory")
 #elif defined(__aarch64__)
 #define to_device_barrier() asm volatile("dmb oshst" ::: "memory")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
@@ -108,11 +109,22 @@ func (cq *CQ) slot(i uint32) *CQE {
 	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)))
 }
 
+// ownerByte returns op_own of the CQE64 at c. It loads the CQE's last
+// 4-byte word (wqe_counter, signature, op_own) with sync/atomic: the load
+// blueflame.OwnershipBarrier orders before the reads of the rest of the CQE,
+// and one that never tears the byte the device writes last.
+func ownerByte(c unsafe.Pointer) uint8 {
+	return uint8(atomic.LoadUint32((*uint32)(unsafe.Add(c, prm.CQEWQECounter))) >> 24)
+}
+
 // sw reports whether op_own op, read from the slot of consumer index i,
 // marks a CQE that software owns: the test of rdma-core's get_sw_cqe, opcode
 // not INVALID and owner bit == !!(i & cqeCnt).
 func sw(op uint8, i, cqeCnt uint32) bool {
-	return op>>prm.CQEOpcodeShift != uint8(prm.CQEInvalid) && (op&prm.CQEOwnerMask != 0) == (i&cqeCnt != 0)
+	// INVALID is the largest opcode. -owner is all ones for owner bit 1 and
+	// 0 for owner bit 0: XOR with the index leaves the cqeCnt bit clear
+	// exactly when the two agree (no booleans to materialise).
+	return op < uint8(prm.CQEInvalid)<<prm.CQEOpcodeShift && (-uint32(op&prm.CQEOwnerMask)^i)&cqeCnt == 0
 }
 
 // The fields of CQ.state.
@@ -141,9 +153,10 @@ func (cq *CQ) take(n uint32) {
 //
 // A slot is software's, as in rdma-core's get_sw_cqe, when its opcode is not
 // INVALID and its owner bit equals bit log2(CQECnt) of its index. Ready reads
-// only the op_own bytes while it scans; one read barrier then orders those
-// loads before every later load of the CQEs. A compressed session met on the
-// way is expanded in place into ordinary CQEs first.
+// only the op_own bytes while it scans, each with an atomic load of the
+// CQE's last word; one blueflame.OwnershipBarrier then orders those loads
+// before every later load of the CQEs. A compressed session met on the way
+// is expanded in place into ordinary CQEs first.
 //
 // Ready never goes past the slots the device could have written since the
 // last Release, and stops before a corrupt slot (see Err).
@@ -161,7 +174,7 @@ func (cq *CQ) Ready(max int) int {
 	ring, mask, shift := cq.ring, cq.mask, cq.shift&63
 	pos, stop := cq.ci+n, cq.ci+limit
 	for pos != stop {
-		op := *(*uint8)(unsafe.Add(ring, uintptr(pos&mask)<<shift+prm.CQEOpOwn))
+		op := ownerByte(unsafe.Add(ring, uintptr(pos&mask)<<shift))
 		if !sw(op, pos, mask+1) {
 			break
 		}
@@ -171,7 +184,7 @@ func (cq *CQ) Ready(max int) int {
 		pos++
 	}
 	if found := pos - cq.ci; found != n {
-		blueflame.ReadBarrier()
+		blueflame.OwnershipBarrier()
 		cq.state += uint64(found - n)
 	}
 	if !cq.overrunSeen {
@@ -207,7 +220,7 @@ func (cq *CQ) checkFormat(pos uint32, op uint8) bool {
 		cq.corrupt(pos, op, "scatter-64 CQE in a ring of 64-byte CQEs")
 		return false
 	default: // prm.CQEFormatCompressed
-		blueflame.ReadBarrier() // the title's other bytes after its op_own
+		blueflame.OwnershipBarrier() // the title's other bytes after its op_own
 		if reason := cq.expand(pos, cq.released()+cq.mask+1-pos); reason != "" {
 			cq.corrupt(pos, op, reason)
 			return false
@@ -258,9 +271,9 @@ func (cq *CQ) Release() {
 // max 1: when nothing an earlier Ready found is pending, everything taken
 // is released, the poller is not stopped, the slot is software's with a
 // format that needs no check (plain or scatter-32) and the ring is not full
-// (the test of Ready's overrun check), Poll issues the read barrier and
-// hands the slot over itself; any other case goes through Ready. The batch
-// counts as taken while fn runs (Next returns nil inside fn).
+// (the test of Ready's overrun check), Poll issues the ownership barrier
+// and hands the slot over itself; any other case goes through Ready. The
+// batch counts as taken while fn runs (Next returns nil inside fn).
 //
 // Poll is inlined, and so is fn when it is a function literal at the call
 // site. Its body is a closure that Poll calls at once; the compiler counts
@@ -276,7 +289,7 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 			// so the compiler need not save it on the stack first.
 			ring, mask, shift, i := cq.ring, cq.mask, cq.shift&63, cq.ci
 			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))
-			op := c[prm.CQEOpOwn]
+			op := ownerByte(unsafe.Pointer(c))
 			if !sw(op, i, mask+1) {
 				return 0
 			}
@@ -284,7 +297,7 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 				!sw(*(*uint8)(unsafe.Add(ring, uintptr((i+mask)&mask)<<shift+prm.CQEOpOwn)), i+mask, mask+1) {
 				// One CQE: what Ready would find and check, without the
 				// call. The state stays 0: the CQE is taken and released.
-				blueflame.ReadBarrier()
+				blueflame.OwnershipBarrier()
 				i++
 				cq.ci = i
 				fn(c)
@@ -316,7 +329,7 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	return func(yield func(*CQE) bool) {
 		if cq.state == 0 {
 			i := cq.ci
-			if !sw(*(*uint8)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)+prm.CQEOpOwn)), i, cq.mask+1) {
+			if !sw(ownerByte(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63))), i, cq.mask+1) {
 				return
 			}
 		}

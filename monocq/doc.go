@@ -32,7 +32,11 @@
 // Ready does everything that is not inlined: it scans the owner bits of up to
 // max slots, expands compressed sessions in place, checks formats, and then
 // issues one read barrier for the whole batch (every owner-bit load before
-// it, every other load of those CQEs after it). Next only hands out the
+// it, every other load of those CQEs after it). The owner bits are read with
+// sync/atomic loads of each CQE's last word and the barrier is
+// blueflame.OwnershipBarrier: no instruction on amd64, where the processor
+// keeps loads in order (as UCX and DPDK poll), lfence with the build tag
+// mlx5kit_lfence (as rdma-core), dmb oshld on arm64. Next only hands out the
 // slots Ready found. Release writes the consumer index to the doorbell
 // record, once per batch.
 //

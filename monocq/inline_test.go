@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -27,9 +28,10 @@ func goTool(t *testing.T) string {
 
 // buildInlineCheck compiles testdata/inlinecheck with the given -gcflags and
 // returns the compiler's output.
-func buildInlineCheck(t *testing.T, gcflags string) string {
+func buildInlineCheck(t *testing.T, gcflags string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(goTool(t), "build", "-gcflags="+gcflags, "-o", os.DevNull, "./testdata/inlinecheck")
+	args = append(append([]string{"build", "-gcflags=" + gcflags}, args...), "-o", os.DevNull, "./testdata/inlinecheck")
+	cmd := exec.Command(goTool(t), args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -82,7 +84,7 @@ func TestInlining(t *testing.T) {
 			calls[fn] = append(calls[fn], mm[1])
 		}
 	}
-	for _, f := range []string{"main.Cursor", "main.PollLiteral", "main.RangeAll"} {
+	for _, f := range []string{"main.Cursor", "main.PollLiteral", "main.PollOne", "main.RangeAll"} {
 		require.Contains(t, calls, f, "no code for %s", f)
 		require.Contains(t, calls[f], "github.com/mlx5kit/mlx5kit/monocq.(*CQ).Ready", f)
 		for _, c := range calls[f] {
@@ -92,4 +94,41 @@ func TestInlining(t *testing.T) {
 		}
 		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
 	}
+}
+
+// functionText returns the assembly listing of each function of the
+// inlinecheck program, compiled with the given extra build arguments.
+func functionText(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	text := map[string]string{}
+	fn := ""
+	textRE := regexp.MustCompile(`^(\S+) STEXT`)
+	for _, line := range strings.Split(buildInlineCheck(t, "-S", args...), "\n") {
+		if mm := textRE.FindStringSubmatch(line); mm != nil {
+			fn = mm[1]
+		}
+		text[fn] += line + "\n"
+	}
+	return text
+}
+
+// On amd64 the one-CQE poll orders its CQE reads with the atomic load of the
+// owner word alone (no fence instruction, no call); built with the tag
+// mlx5kit_lfence it calls blueflame.ReadBarrier, rdma-core's lfence.
+func TestPollOneOwnershipOrdering(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program twice; skipped with -short")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the ownership ordering without an instruction is amd64's")
+	}
+	const readBarrier = "github.com/mlx5kit/mlx5kit/blueflame.ReadBarrier"
+	def := functionText(t)["main.PollOne"]
+	require.NotEmpty(t, def, "no code for main.PollOne")
+	require.NotContains(t, def, "LFENCE")
+	require.NotContains(t, def, readBarrier)
+	require.Contains(t, def, "monocq.(*CQ).Ready", "the slow path is still there")
+
+	fenced := functionText(t, "-tags", "mlx5kit_lfence")["main.PollOne"]
+	require.Contains(t, fenced, "CALL\t"+readBarrier)
 }

@@ -46,6 +46,14 @@ func PollLiteral(cq *monocq.CQ) int {
 	})
 }
 
+// PollOne polls one CQE at a time, the latency loop's form: Poll takes the
+// one-CQE path that makes no call.
+func PollOne(cq *monocq.CQ) int {
+	return cq.Poll(1, func(c *monocq.CQE) {
+		*entries.At(c.WQECounter()) += 1
+	})
+}
+
 // RangeAll ranges over All.
 func RangeAll(cq *monocq.CQ) (n int) {
 	for c := range cq.All(64) {
@@ -72,5 +80,5 @@ func main() {
 		os.Exit(1)
 	}
 	entries, _ = monocq.NewEntries[uint64](8)
-	fmt.Println(Cursor(cq), PollLiteral(cq), RangeAll(cq))
+	fmt.Println(Cursor(cq), PollLiteral(cq), PollOne(cq), RangeAll(cq))
 }
