@@ -21,19 +21,22 @@ type handQueue struct {
 	pi        uint32
 	tail      uint32
 	qpn       uint32
-	dbrec     unsafe.Pointer
-	bf        blueflame.Register
+	bf        blueflame.SendDoorbell
 	wrid      []uint64
 	laddr     uint64
 }
 
 func newHandQueue(tb testing.TB, m *queueMemory) *handQueue {
-	bf, err := blueflame.NewRegister(m.bf, m.bfSize)
+	reg, err := blueflame.NewRegister(m.bf, m.bfSize)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bf, err := blueflame.NewSendDoorbell(reg, m.qpDBRec, m.sq, m.sqEnd)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return &handQueue{sq: m.sq, sqEnd: m.sqEnd, mask: m.wqeCnt - 1, qpn: m.qpn,
-		dbrec: m.qpDBRec, bf: bf, wrid: make([]uint64, m.wqeCnt), laddr: uint64(uintptr(m.payload))}
+		bf: bf, wrid: make([]uint64, m.wqeCnt), laddr: uint64(uintptr(m.payload))}
 }
 
 // post writes the benchmark WQE and publishes it with BlueFlame.
@@ -57,7 +60,7 @@ func (q *handQueue) post(wrID uint64) bool {
 	prm.Store32(unsafe.Add(w, prm.CtrlImm), benchImm)
 	q.wrid[idx] = wrID
 	q.pi++
-	q.bf.Post(q.dbrec, q.pi, w, prm.WQEBBSize, q.sq, q.sqEnd)
+	q.bf.Post(q.pi, w, prm.WQEBBSize)
 	return true
 }
 

@@ -377,3 +377,59 @@ func BenchmarkBarrier(b *testing.B) {
 		})
 	}
 }
+
+// A SendDoorbell bound once posts exactly what the Register methods post
+// when they are given the doorbell record and the ring each time: the same
+// random sequence on two fixtures leaves identical doorbell records,
+// register pages and buffer offsets after every step, in every mode.
+func TestSendDoorbellMatchesRegister(t *testing.T) {
+	withMode(t, func(t *testing.T, m Mode) {
+		a, b := newFixture(t, 9), newFixture(t, 9)
+		base := unsafe.Pointer(&b.ring[0])
+		d, err := NewSendDoorbell(b.reg, unsafe.Pointer(&b.dbrec[0]), base, unsafe.Add(base, len(b.ring)))
+		require.NoError(t, err)
+		r := rand.New(rand.NewPCG(7, 8))
+		for step := range 300 {
+			slot, pi := r.Uint32N(ringBBs), r.Uint32()
+			wqe := unsafe.Add(base, slot*ChunkSize)
+			if r.IntN(4) == 0 {
+				a.reg.Doorbell(unsafe.Pointer(&a.dbrec[0]), pi, unsafe.Pointer(&a.ring[slot*ChunkSize]))
+				d.Ring(pi, wqe)
+			} else {
+				n := r.IntN(bfSize + 64)
+				a.post(slot, pi, n)
+				d.Post(pi, wqe, n)
+			}
+			require.Equal(t, a.dbrec, b.dbrec, "step %d: doorbell record", step)
+			require.Equal(t, a.page[:2*bfSize], b.page[:2*bfSize], "step %d: register page", step)
+			require.Equal(t, a.reg.Offset(), d.Offset(), "step %d: buffer offset", step)
+			i := r.IntN(len(a.ring))
+			a.ring[i]++
+			b.ring[i]++
+		}
+	})
+}
+
+func TestNewSendDoorbellRefusesBadQueues(t *testing.T) {
+	f := newFixture(t, 1)
+	base := unsafe.Pointer(&f.ring[0])
+	end := unsafe.Add(base, len(f.ring))
+	db := unsafe.Pointer(&f.dbrec[0])
+	for _, c := range []struct {
+		name          string
+		reg           Register
+		dbrec, lo, hi unsafe.Pointer
+	}{
+		{"zero register", Register{}, db, base, end},
+		{"nil doorbell record", f.reg, nil, base, end},
+		{"misaligned doorbell record", f.reg, unsafe.Add(db, 2), base, end},
+		{"nil ring", f.reg, db, nil, end},
+		{"misaligned ring", f.reg, db, unsafe.Add(base, 8), end},
+		{"empty ring", f.reg, db, base, base},
+		{"ring not whole basic blocks", f.reg, db, base, unsafe.Add(end, -16)},
+	} {
+		_, err := NewSendDoorbell(c.reg, c.dbrec, c.lo, c.hi)
+		require.ErrorIs(t, err, ErrBadRegister, c.name)
+		require.ErrorContains(t, err, "blueflame: new send doorbell", c.name)
+	}
+}

@@ -7,23 +7,27 @@
 // sfence after it is mmio_wc_start, the sfence at the end
 // mmio_flush_writes.
 
-// Common prologue: DX = r, AX = dbrec, SI = src, R8 = ringBase,
-// R9 = ringEnd, DI = r.reg + r.offset (then r.offset ^= r.size), CX = the
-// chunk count or 0 for the doorbell; stores dbrec[1] and fences.
+// Common prologue: DX = d, AX = d.dbrec, SI = src, R8 = d.ringBase,
+// R9 = d.ringEnd, DI = d.reg + d.offset (then d.offset ^= d.size), CX = the
+// chunk count or 0 for the doorbell; stores dbrec[1] and fences. The
+// Register is embedded in SendDoorbell: REG_f is its field f.
+#define REG_reg (SendDoorbell_Register+Register_reg)
+#define REG_size (SendDoorbell_Register+Register_size)
+#define REG_offset (SendDoorbell_Register+Register_offset)
 #define PROLOGUE \
-	MOVQ	r+0(FP), DX \
-	MOVQ	dbrec+8(FP), AX \
-	MOVL	pi+16(FP), BX \
-	MOVQ	src+24(FP), SI \
-	MOVQ	n+32(FP), CX \
-	MOVQ	ringBase+40(FP), R8 \
-	MOVQ	ringEnd+48(FP), R9 \
-	MOVL	Register_offset(DX), R10 \
-	MOVQ	Register_reg(DX), DI \
+	MOVQ	d+0(FP), DX \
+	MOVL	pi+8(FP), BX \
+	MOVQ	src+16(FP), SI \
+	MOVQ	n+24(FP), CX \
+	MOVQ	SendDoorbell_dbrec(DX), AX \
+	MOVQ	SendDoorbell_ringBase(DX), R8 \
+	MOVQ	SendDoorbell_ringEnd(DX), R9 \
+	MOVL	REG_offset(DX), R10 \
+	MOVQ	REG_reg(DX), DI \
 	ADDQ	R10, DI \
-	MOVL	Register_size(DX), R11 \
+	MOVL	REG_size(DX), R11 \
 	XORL	R11, R10 \
-	MOVL	R10, Register_offset(DX) \
+	MOVL	R10, REG_offset(DX) \
 	ADDQ	$63, CX \
 	SHRQ	$6, CX \
 	SHRL	$6, R11 \
@@ -35,9 +39,9 @@
 	MOVL	BX, 4(AX) \
 	SFENCE
 
-// func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+// func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int)
 // The mode is read before anything is written; R12 keeps it.
-TEXT ·post(SB), NOSPLIT|NOFRAME, $0-56
+TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
 	MOVBLZX	·activeMode(SB), R12
 	CMPL	R12, $const_ModeGeneric
 	JEQ	generic

@@ -12,4 +12,4 @@ var availableModes = []Mode{ModeNEON, ModeSTP, ModeGeneric}
 // ModeGeneric, a jump to postGeneric.
 //
 //go:noescape
-func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int)

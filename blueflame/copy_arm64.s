@@ -5,23 +5,27 @@
 // Barriers as rdma-core on aarch64: udma_to_device_barrier is dmb oshst
 // (DMB $2), mmio_wc_start and mmio_flush_writes are dsb st (DSB $14).
 
-// Common prologue: R0 = dbrec, R3 = src, R5 = ringBase, R6 = ringEnd,
-// R2 = r.reg + r.offset (then r.offset ^= r.size), R4 = the chunk count or
-// 0 for the doorbell; stores dbrec[1] between the barriers.
+// Common prologue: R0 = d.dbrec, R3 = src, R5 = d.ringBase, R6 = d.ringEnd,
+// R2 = d.reg + d.offset (then d.offset ^= d.size), R4 = the chunk count or
+// 0 for the doorbell; stores dbrec[1] between the barriers. The Register is
+// embedded in SendDoorbell: REG_f is its field f.
+#define REG_reg (SendDoorbell_Register+Register_reg)
+#define REG_size (SendDoorbell_Register+Register_size)
+#define REG_offset (SendDoorbell_Register+Register_offset)
 #define PROLOGUE \
-	MOVD	r+0(FP), R10 \
-	MOVD	dbrec+8(FP), R0 \
-	MOVWU	pi+16(FP), R1 \
-	MOVD	src+24(FP), R3 \
-	MOVD	n+32(FP), R4 \
-	MOVD	ringBase+40(FP), R5 \
-	MOVD	ringEnd+48(FP), R6 \
-	MOVWU	Register_offset(R10), R11 \
-	MOVD	Register_reg(R10), R2 \
+	MOVD	d+0(FP), R10 \
+	MOVWU	pi+8(FP), R1 \
+	MOVD	src+16(FP), R3 \
+	MOVD	n+24(FP), R4 \
+	MOVD	SendDoorbell_dbrec(R10), R0 \
+	MOVD	SendDoorbell_ringBase(R10), R5 \
+	MOVD	SendDoorbell_ringEnd(R10), R6 \
+	MOVWU	REG_offset(R10), R11 \
+	MOVD	REG_reg(R10), R2 \
 	ADD	R11, R2, R2 \
-	MOVWU	Register_size(R10), R12 \
+	MOVWU	REG_size(R10), R12 \
 	EORW	R12, R11, R11 \
-	MOVW	R11, Register_offset(R10) \
+	MOVW	R11, REG_offset(R10) \
 	ADD	$63, R4, R4 \
 	LSR	$6, R4, R4 \
 	LSR	$6, R12, R12 \
@@ -33,9 +37,9 @@
 	MOVW	R1, 4(R0) \
 	DSB	$14
 
-// func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer)
+// func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int)
 // The mode is read before anything is written; R15 keeps it.
-TEXT ·post(SB), NOSPLIT|NOFRAME, $0-56
+TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
 	MOVBU	·activeMode(SB), R15
 	CMP	$const_ModeGeneric, R15
 	BEQ	generic

@@ -7,6 +7,6 @@ import "unsafe"
 var availableModes = []Mode{ModeGeneric}
 
 // post is postGeneric: the only mode here.
-func post(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
-	postGeneric(r, dbrec, pi, src, n, ringBase, ringEnd)
+func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int) {
+	postGeneric(d, pi, src, n)
 }

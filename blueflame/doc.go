@@ -13,12 +13,16 @@
 //     stores to the register;
 //  5. the whole WQE is copied to the BlueFlame buffer in 64-byte chunks in
 //     ascending address order, the source wrapping at the ring end (Post), or
-//     the first 8 bytes of the WQE are stored to the register (Doorbell);
+//     the first 8 bytes of the WQE are stored to the register (Ring,
+//     Doorbell);
 //  6. FlushWrites: the write-combining buffer is pushed out now;
 //  7. the BlueFlame offset toggles between the two halves of the register.
 //
 // Steps 2 to 6 run inside one assembly function per post on amd64 and arm64,
-// so a post costs one call. The register is never written with memmove or
+// so a post costs one call. A SendDoorbell binds a Register to its queue's
+// doorbell record and ring once, so that the call passes four words (the
+// queue, the producer index, the WQE, its size); Register.Post and
+// Register.Doorbell take the record and the ring on every call instead. The register is never written with memmove or
 // string instructions, which do not keep the ascending order that the device
 // needs to assemble the WQE.
 //
@@ -41,8 +45,35 @@
 //
 // # Concurrency
 //
-// A Register belongs to one send queue and is used by one goroutine at a
-// time. rdma-core may make queue pairs share a BlueFlame register (beyond 16
-// QPs per context); such a register needs the caller's own lock around Post
-// and Doorbell.
+// A Register (and the SendDoorbell that holds it) belongs to one send queue
+// and is used by one goroutine at a time. rdma-core may make queue pairs
+// share a BlueFlame register (beyond 16 QPs per context); such a register
+// needs the caller's own lock around its posts.
+//
+// # Reading what the device wrote
+//
+// A descriptor the device hands over, such as a CQE, is read owner field
+// first; only once that says software owns it may the rest be read. Package
+// monocq loads a CQE's owner field (its last 4-byte word: wqe_counter,
+// signature, op_own) with a sync/atomic load and then calls
+// OwnershipBarrier once per batch. The atomic load alone keeps the Go
+// compiler from moving any later load above it (in the Go memory model it
+// is an acquire, which also makes a software device on another goroutine,
+// such as package sim, safe to poll). What the processor needs on top:
+//
+//	amd64 (default)         nothing: x86-64 does not reorder a load with an
+//	                        earlier load, and DMA writes to write-back
+//	                        memory are coherent. UCX
+//	                        (ucs_memory_cpu_load_fence) and DPDK
+//	                        (rte_io_rmb) poll mlx5 CQs this way.
+//	amd64, -tags mlx5kit_lfence
+//	                        lfence, rdma-core's udma_from_device_barrier
+//	                        (about 20 cycles per poll on current Xeons, see
+//	                        docs/benchmarks.md).
+//	arm64                   dmb oshld (rdma-core, UCX and DPDK agree).
+//	elsewhere               ReadBarrier's sequentially consistent atomic
+//	                        operation.
+//
+// OwnershipOrdering names the choice of the running build; ReadBarrier is
+// always rdma-core's udma_from_device_barrier.
 package blueflame

@@ -52,33 +52,78 @@ func (r *Register) Offset() uint32 { return r.offset }
 // Address returns the register's base address.
 func (r *Register) Address() unsafe.Pointer { return r.reg }
 
-// Post publishes a single WQE of n bytes at wqe with BlueFlame: after a store
-// barrier it sets the send doorbell record (dbrec[1] of the two-word record
-// at dbrec) to the big-endian pi & 0xffff, the producer index after the WQE,
-// copies the WQE in 64-byte chunks to the current BlueFlame buffer, wrapping
-// the source from ringEnd to ringBase, flushes the write-combining buffer and
-// toggles the buffer. A WQE larger than the BlueFlame buffer (or n == 0, or a
-// register without BlueFlame) is published as Doorbell does instead.
-//
-// wqe must be 64-byte aligned inside the ring [ringBase, ringEnd), whose
-// length is a multiple of 64. Post is small enough to inline: it costs one
-// call into the copy mode's assembly.
+// Post publishes a single WQE as SendDoorbell.Post does, for the send queue
+// whose doorbell record is dbrec and whose ring is [ringBase, ringEnd). A
+// queue that posts often binds them once with NewSendDoorbell instead: its
+// posts pass four words to the assembly rather than seven.
 func (r *Register) Post(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
-	post(r, dbrec, pi, wqe, n, ringBase, ringEnd)
+	d := SendDoorbell{Register: *r, dbrec: dbrec, ringBase: ringBase, ringEnd: ringEnd}
+	post(&d, pi, wqe, n)
+	r.offset = d.offset
 }
 
-// Doorbell publishes one or more WQEs without BlueFlame: after a store barrier
+// Doorbell publishes one or more WQEs without BlueFlame as
+// SendDoorbell.Ring does, for the send queue whose doorbell record is
+// dbrec.
+func (r *Register) Doorbell(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer) {
+	d := SendDoorbell{Register: *r, dbrec: dbrec}
+	post(&d, pi, wqe, 0)
+	r.offset = d.offset
+}
+
+// SendDoorbell is everything a post to one send queue touches besides its
+// WQEs: the queue's Register, its doorbell record and the bounds of its
+// ring (a WQE that runs past the end continues at the start). Bound once,
+// they stay in memory where the assembly reads them, and a post passes
+// only the producer index, the WQE and its size. Like Register it is plain
+// data: copy it into the send queue that owns it and call its methods
+// through a pointer.
+type SendDoorbell struct {
+	Register
+	dbrec    unsafe.Pointer
+	ringBase unsafe.Pointer
+	ringEnd  unsafe.Pointer
+}
+
+// NewSendDoorbell binds reg to the send queue whose doorbell record (two
+// big-endian words, the send producer index in the second) is at dbrec and
+// whose ring of 64-byte basic blocks is [ringBase, ringEnd).
+func NewSendDoorbell(reg Register, dbrec, ringBase, ringEnd unsafe.Pointer) (SendDoorbell, error) {
+	switch {
+	case reg.reg == nil:
+		return SendDoorbell{}, fmt.Errorf("blueflame: new send doorbell: register not made by NewRegister: %w", ErrBadRegister)
+	case dbrec == nil || uintptr(dbrec)%4 != 0:
+		return SendDoorbell{}, fmt.Errorf("blueflame: new send doorbell: doorbell record %p nil or not 4-byte aligned: %w", dbrec, ErrBadRegister)
+	case ringBase == nil || uintptr(ringBase)%ChunkSize != 0 || uintptr(ringEnd) <= uintptr(ringBase) ||
+		(uintptr(ringEnd)-uintptr(ringBase))%ChunkSize != 0:
+		return SendDoorbell{}, fmt.Errorf("blueflame: new send doorbell: ring [%p, %p) not 64-byte aligned basic blocks: %w",
+			ringBase, ringEnd, ErrBadRegister)
+	}
+	return SendDoorbell{Register: reg, dbrec: dbrec, ringBase: ringBase, ringEnd: ringEnd}, nil
+}
+
+// Post publishes a single WQE of n bytes at wqe with BlueFlame: after a store
+// barrier it sets the send doorbell record (dbrec[1]) to the big-endian
+// pi & 0xffff, the producer index after the WQE, copies the WQE in 64-byte
+// chunks to the current BlueFlame buffer, wrapping the source from the
+// ring's end to its start, flushes the write-combining buffer and toggles
+// the buffer. A WQE larger than the BlueFlame buffer (or n == 0, or a
+// register without BlueFlame) is published as Ring does instead.
+//
+// wqe must be 64-byte aligned inside the ring. Post is small enough to
+// inline: it costs one call into the copy mode's assembly.
+func (d *SendDoorbell) Post(pi uint32, wqe unsafe.Pointer, n int) { post(d, pi, wqe, n) }
+
+// Ring publishes one or more WQEs without BlueFlame: after a store barrier
 // it sets the send doorbell record to the big-endian pi & 0xffff, then stores
 // the first 8 bytes of the WQE at wqe (the last one posted) to the register
 // with one 8-byte store, flushes and toggles the buffer, as rdma-core does
 // for batches and for WQEs too large for BlueFlame.
-func (r *Register) Doorbell(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer) {
-	post(r, dbrec, pi, wqe, 0, nil, nil)
-}
+func (d *SendDoorbell) Ring(pi uint32, wqe unsafe.Pointer) { post(d, pi, wqe, 0) }
 
 // post (one per architecture, in copy_*.go) is the active mode's whole post,
-// register bookkeeping included: the destination is r.reg + r.offset, then
-// r.offset toggles; the WQE is copied as (n+63)/64 chunks when that fits
+// register bookkeeping included: the destination is d.reg + d.offset, then
+// d.offset toggles; the WQE is copied as (n+63)/64 chunks when that fits
 // r.size, else (and for n == 0) only its first 8 bytes are stored; around
 // the copy come the store barrier, the doorbell record dbrec[1] = big-endian
 // pi & 0xffff, WC start and the flush. Where there is assembly, post is one
@@ -96,36 +141,36 @@ func bigEndianWord(v uint32) uint32 {
 // with the barrier functions between ordinary Go stores.
 //
 //lint:ignore U1000 the assembly of post jumps here in ModeGeneric.
-func postGeneric(r *Register, dbrec unsafe.Pointer, pi uint32, src unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
-	dst := unsafe.Add(r.reg, r.offset)
-	r.offset ^= r.size
+func postGeneric(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int) {
+	dst := unsafe.Add(d.reg, d.offset)
+	d.offset ^= d.size
 	chunks := uint(n+ChunkSize-1) / ChunkSize
-	if chunks > uint(r.size/ChunkSize) {
+	if chunks > uint(d.size/ChunkSize) {
 		chunks = 0
 	}
 	StoreBarrier()
-	*(*uint32)(unsafe.Add(dbrec, prm.DoorbellRecordSendB)) = bigEndianWord(pi & prm.CtrlWQEIndexMask)
+	*(*uint32)(unsafe.Add(d.dbrec, prm.DoorbellRecordSendB)) = bigEndianWord(pi & prm.CtrlWQEIndexMask)
 	WCStart()
 	if chunks == 0 {
 		*(*uint64)(dst) = *(*uint64)(src)
 	}
 	for ; chunks > 0; chunks-- {
-		d := (*[8]uint64)(dst)
-		s := (*[8]uint64)(src)
+		to := (*[8]uint64)(dst)
+		from := (*[8]uint64)(src)
 		// One element at a time, in ascending order: a block copy could
 		// be compiled to wider or reordered moves.
-		d[0] = s[0]
-		d[1] = s[1]
-		d[2] = s[2]
-		d[3] = s[3]
-		d[4] = s[4]
-		d[5] = s[5]
-		d[6] = s[6]
-		d[7] = s[7]
+		to[0] = from[0]
+		to[1] = from[1]
+		to[2] = from[2]
+		to[3] = from[3]
+		to[4] = from[4]
+		to[5] = from[5]
+		to[6] = from[6]
+		to[7] = from[7]
 		dst = unsafe.Add(dst, ChunkSize)
 		src = unsafe.Add(src, ChunkSize)
-		if src == ringEnd {
-			src = ringBase
+		if src == d.ringEnd {
+			src = d.ringBase
 		}
 	}
 	FlushWrites()

@@ -134,9 +134,6 @@ const (
 	stateTaken   = 32 // shift of the count of CQEs taken and not released
 )
 
-// end is the index after the last CQE Ready found.
-func (cq *CQ) end() uint32 { return cq.ci + uint32(cq.state)&statePending }
-
 // released is the consumer index last written to dbrec[0].
 func (cq *CQ) released() uint32 { return cq.ci - uint32(cq.state>>stateTaken) }
 

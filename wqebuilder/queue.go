@@ -79,9 +79,8 @@ type SendQueue struct {
 	sgeLimit [8]uint64
 	maxDS    uint32 // largest ds of one WQE
 	maxInl   uint32
-	dbrec    unsafe.Pointer
-	bf       blueflame.Register
-	full     CtrlStage // the stage Begin returns when the queue is full
+	db       blueflame.SendDoorbell // register, doorbell record and ring bounds
+	full     CtrlStage              // the stage Begin returns when the queue is full
 
 	slotMem    []uint64
 	endMem     []uint64
@@ -199,16 +198,20 @@ func New(cfg Config) (*SendQueue, error) {
 	if err != nil {
 		return bad("%v", err)
 	}
+	end := unsafe.Add(cfg.Buf, uintptr(cfg.WQECnt)*prm.WQEBBSize)
+	db, err := blueflame.NewSendDoorbell(reg, cfg.DBRec, cfg.Buf, end)
+	if err != nil {
+		return bad("%v", err)
+	}
 	q := &SendQueue{
 		buf:        cfg.Buf,
-		end:        unsafe.Add(cfg.Buf, uintptr(cfg.WQECnt)*prm.WQEBBSize),
+		end:        end,
 		mask:       cfg.WQECnt - 1,
 		limit:      uint64(cfg.WQECnt - cfg.MaxWQEBBs),
 		qpn8:       cfg.QPN << prm.CtrlQPNShift,
 		maxDS:      min(cfg.MaxWQEBBs*prm.SegmentsPerWQEBB, prm.MaxDS),
 		maxInl:     cfg.MaxInline,
-		dbrec:      cfg.DBRec,
-		bf:         reg,
+		db:         db,
 		slotMem:    make([]uint64, cfg.WQECnt),
 		endMem:     make([]uint64, cfg.WQECnt),
 		scratchMem: make([]uint64, (cfg.MaxWQEBBs+1)*prm.WQEBBSize/8),
@@ -268,7 +271,7 @@ func (q *SendQueue) Free() uint32 { return q.mask + 1 - uint32(q.pi-q.ci) }
 func (q *SendQueue) Pending() bool { return q.rung != q.pi }
 
 // Register returns the queue's doorbell / BlueFlame register.
-func (q *SendQueue) Register() *blueflame.Register { return &q.bf }
+func (q *SendQueue) Register() *blueflame.Register { return &q.db.Register }
 
 // Complete retires the WQE whose first WQEBB has index wqeCounter (the
 // wqe_counter of its CQE) together with every earlier WQE, signaled or not,
@@ -304,7 +307,7 @@ func (q *SendQueue) RingDoorbell() {
 	if q.rung == q.pi {
 		return
 	}
-	q.bf.Doorbell(q.dbrec, uint32(q.pi), unsafe.Pointer(&q.lastDB))
+	q.db.Ring(uint32(q.pi), unsafe.Pointer(&q.lastDB))
 	q.rung = q.pi
 }
 

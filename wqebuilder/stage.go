@@ -469,7 +469,7 @@ func (w wqe) finishBlueFlame() error {
 		pi := w.commit()
 		q := w.q
 		q.rung = pi
-		q.bf.Post(q.dbrec, uint32(pi), w.ctrl, n, q.buf, q.end)
+		q.db.Post(uint32(pi), w.ctrl, n)
 		return nil
 	}()
 }

@@ -172,7 +172,7 @@ func Post(q *wqebuilder.SendQueue, wrid uint64) error {
 		`inlining call to Post\.DataStage\.FinishBlueFlame\.wqe\.finishBlueFlame\.func\d+\n`,
 		`inlining call to wqebuilder\.wqe\.fail\n`,
 		`inlining call to wqebuilder\.wqe\.commit\n`,
-		`inlining call to blueflame\.\(\*Register\)\.Post\n`,
+		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
 	} {
 		require.Regexp(t, regexp.MustCompile(want), m)
 	}
