@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // handCQ polls one CQE at a time, statement for statement like
-// floor_poll_cqe in cfloor.c: the owner test of rdma-core's get_sw_cqe, the
-// read barrier, the consumer index to the doorbell record. No batches, no
+// floor_poll_cqe in cfloor.c: the owner test of rdma-core's get_sw_cqe (the
+// owner word read as monocq reads it), the ownership barrier, the consumer
+// index to the doorbell record. No batches, no
 // compressed CQEs, no overrun check.
 type handCQ struct {
 	cq     unsafe.Pointer
@@ -32,11 +34,11 @@ func newHandCQ(m *queueMemory) *handCQ {
 // poll returns the CQE at the consumer index if software owns it, or nil.
 func (p *handCQ) poll() unsafe.Pointer {
 	c := unsafe.Add(p.cq, uintptr(p.ci&p.mask)*prm.CQE64Size)
-	op := *(*uint8)(unsafe.Add(c, prm.CQEOpOwn))
+	op := uint8(atomic.LoadUint32((*uint32)(unsafe.Add(c, prm.CQEWQECounter))) >> 24)
 	if op>>prm.CQEOpcodeShift == uint8(prm.CQEInvalid) || (op^uint8(p.ci>>p.logCnt))&prm.CQEOwnerMask != 0 {
 		return nil
 	}
-	blueflame.ReadBarrier()
+	blueflame.OwnershipBarrier()
 	p.ci++
 	return c
 }
