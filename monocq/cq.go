@@ -293,7 +293,10 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 			if max == 1 && op&(prm.CQEFormatScatter64<<prm.CQEFormatShift) == 0 &&
 				!sw(*(*uint8)(unsafe.Add(ring, uintptr((i+mask)&mask)<<shift+prm.CQEOpOwn)), i+mask, mask+1) {
 				// One CQE: what Ready would find and check, without the
-				// call. The state stays 0: the CQE is taken and released.
+				// call. The state stays 0, as if the CQE were taken and
+				// released already: that changes nothing Next or Ready
+				// could do inside fn, since the device cannot write the
+				// slot before the doorbell record below says so.
 				blueflame.OwnershipBarrier()
 				i++
 				cq.ci = i
