@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -82,7 +83,8 @@ func (r *pollRing) viaInterface(n int) bool {
 }
 
 // handWritten polls n CQEs with a loop written for this ring: the owner
-// test per CQE, one read barrier per batch, the consumer index once.
+// test per CQE (the owner word read as monocq reads it), one ownership
+// barrier per batch, the consumer index once.
 func (r *pollRing) handWritten(n int) bool {
 	p := r.hand
 	for done := 0; done < n; done += pollBatch {
@@ -92,7 +94,7 @@ func (r *pollRing) handWritten(n int) bool {
 		k := uint32(0)
 		for ; k < want; k++ {
 			i := ci + k
-			op := *(*uint8)(unsafe.Add(p.cq, uintptr(i&p.mask)*prm.CQE64Size+prm.CQEOpOwn))
+			op := uint8(atomic.LoadUint32((*uint32)(unsafe.Add(p.cq, uintptr(i&p.mask)*prm.CQE64Size+prm.CQEWQECounter))) >> 24)
 			if op>>prm.CQEOpcodeShift == uint8(prm.CQEInvalid) || (op^uint8(i>>p.logCnt))&prm.CQEOwnerMask != 0 {
 				break
 			}
@@ -100,7 +102,7 @@ func (r *pollRing) handWritten(n int) bool {
 		if k != want {
 			return false
 		}
-		blueflame.ReadBarrier()
+		blueflame.OwnershipBarrier()
 		sum := r.sink.sum
 		for i := ci; i != ci+k; i++ {
 			sum += uint64(prm.Load16(unsafe.Add(p.cq, uintptr(i&p.mask)*prm.CQE64Size+prm.CQEWQECounter)))
