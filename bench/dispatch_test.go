@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -94,7 +93,7 @@ func (r *pollRing) handWritten(n int) bool {
 		k := uint32(0)
 		for ; k < want; k++ {
 			i := ci + k
-			op := uint8(atomic.LoadUint32((*uint32)(unsafe.Add(p.cq, uintptr(i&p.mask)*prm.CQE64Size+prm.CQEWQECounter))) >> 24)
+			op := prm.LoadOpOwn(unsafe.Add(p.cq, uintptr(i&p.mask)*prm.CQE64Size))
 			if op>>prm.CQEOpcodeShift == uint8(prm.CQEInvalid) || (op^uint8(i>>p.logCnt))&prm.CQEOwnerMask != 0 {
 				break
 			}

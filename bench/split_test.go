@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -34,7 +33,7 @@ func newHandCQ(m *queueMemory) *handCQ {
 // poll returns the CQE at the consumer index if software owns it, or nil.
 func (p *handCQ) poll() unsafe.Pointer {
 	c := unsafe.Add(p.cq, uintptr(p.ci&p.mask)*prm.CQE64Size)
-	op := uint8(atomic.LoadUint32((*uint32)(unsafe.Add(c, prm.CQEWQECounter))) >> 24)
+	op := prm.LoadOpOwn(c)
 	if op>>prm.CQEOpcodeShift == uint8(prm.CQEInvalid) || (op^uint8(p.ci>>p.logCnt))&prm.CQEOwnerMask != 0 {
 		return nil
 	}

@@ -2,7 +2,6 @@ package monocq
 
 import (
 	"math/bits"
-	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -148,7 +147,7 @@ func BenchmarkPollHandWrittenBatch(b *testing.B) {
 		br.produce(benchBatch)
 		end := ci
 		for ; end-ci < benchBatch; end++ {
-			op := uint8(atomic.LoadUint32((*uint32)(unsafe.Add(base, uintptr(end&mask)<<shift+prm.CQEWQECounter))) >> 24)
+			op := prm.LoadOpOwn(unsafe.Add(base, uintptr(end&mask)<<shift))
 			if op>>4 == 15 || (op^uint8(end>>logCnt))&1 != 0 {
 				break
 			}
@@ -377,7 +376,7 @@ func BenchmarkPollSumHandWrittenBatch(b *testing.B) {
 		br.produce(benchBatch)
 		end := ci
 		for ; end-ci < benchBatch; end++ {
-			op := uint8(atomic.LoadUint32((*uint32)(unsafe.Add(base, uintptr(end&mask)<<shift+prm.CQEWQECounter))) >> 24)
+			op := prm.LoadOpOwn(unsafe.Add(base, uintptr(end&mask)<<shift))
 			if op>>4 == 15 || (op^uint8(end>>logCnt))&1 != 0 {
 				break
 			}

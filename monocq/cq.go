@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"iter"
 	"math/bits"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
@@ -109,14 +108,6 @@ func (cq *CQ) slot(i uint32) *CQE {
 	return (*CQE)(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63)))
 }
 
-// ownerByte returns op_own of the CQE64 at c. It loads the CQE's last
-// 4-byte word (wqe_counter, signature, op_own) with sync/atomic: the load
-// blueflame.OwnershipBarrier orders before the reads of the rest of the CQE,
-// and one that never tears the byte the device writes last.
-func ownerByte(c unsafe.Pointer) uint8 {
-	return uint8(atomic.LoadUint32((*uint32)(unsafe.Add(c, prm.CQEWQECounter))) >> 24)
-}
-
 // sw reports whether op_own op, read from the slot of consumer index i,
 // marks a CQE that software owns: the test of rdma-core's get_sw_cqe, opcode
 // not INVALID and owner bit == !!(i & cqeCnt).
@@ -171,7 +162,7 @@ func (cq *CQ) Ready(max int) int {
 	ring, mask, shift := cq.ring, cq.mask, cq.shift&63
 	pos, stop := cq.ci+n, cq.ci+limit
 	for pos != stop {
-		op := ownerByte(unsafe.Add(ring, uintptr(pos&mask)<<shift))
+		op := prm.LoadOpOwn(unsafe.Add(ring, uintptr(pos&mask)<<shift))
 		if !sw(op, pos, mask+1) {
 			break
 		}
@@ -286,7 +277,7 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 			// so the compiler need not save it on the stack first.
 			ring, mask, shift, i := cq.ring, cq.mask, cq.shift&63, cq.ci
 			c := (*CQE)(unsafe.Add(ring, uintptr(i&mask)<<shift))
-			op := ownerByte(unsafe.Pointer(c))
+			op := prm.LoadOpOwn(unsafe.Pointer(c))
 			if !sw(op, i, mask+1) {
 				return 0
 			}
@@ -329,7 +320,7 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	return func(yield func(*CQE) bool) {
 		if cq.state == 0 {
 			i := cq.ci
-			if !sw(ownerByte(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63))), i, cq.mask+1) {
+			if !sw(prm.LoadOpOwn(unsafe.Add(cq.ring, uintptr(i&cq.mask)<<(cq.shift&63))), i, cq.mask+1) {
 				return
 			}
 		}

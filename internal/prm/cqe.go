@@ -1,5 +1,10 @@
 package prm
 
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
 // CQE64 layout (struct mlx5_cqe64 and struct mlx5_err_cqe, 64 bytes). In a
 // 128-byte CQE the CQE64 is the second half; the first half holds scattered
 // data (scatter-to-CQE) or the GRH.
@@ -109,6 +114,15 @@ func OpOwn(op CQEOpcode, format uint8, solicited bool, owner uint8) uint8 {
 		v |= CQESolicitedMask
 	}
 	return v
+}
+
+// LoadOpOwn returns the op_own byte of the CQE64 at cqe, read with one
+// sync/atomic load of the CQE's last 4-byte word (wqe_counter, signature,
+// op_own; op_own is its most significant byte on the little-endian hosts
+// the kit runs on). The atomic load keeps the compiler from moving later
+// loads above it; blueflame.OwnershipBarrier adds what the processor needs.
+func LoadOpOwn(cqe unsafe.Pointer) uint8 {
+	return uint8(atomic.LoadUint32((*uint32)(unsafe.Add(cqe, CQEWQECounter))) >> 24)
 }
 
 // OpOwnOpcode extracts the CQE opcode from an op_own byte.
