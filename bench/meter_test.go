@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		// How a CQE's reads are ordered after its ownership check, in the
 		// Go poller and in the C floor alike (-tags mlx5kit_lfence for
 		// rdma-core's lfence on amd64).
-		fmt.Printf("cqe-read-order: %s\n", blueflame.OwnershipOrdering)
+		fmt.Printf("cqe-read-order: %s\n", blueflame.OwnershipOrdering())
 	}
 	code := m.Run()
 	if env != nil {

@@ -11,4 +11,4 @@ package blueflame
 func OwnershipBarrier() {}
 
 // OwnershipOrdering names what OwnershipBarrier does on this build.
-const OwnershipOrdering = "x86-64 load order (no instruction), as UCX and DPDK"
+func OwnershipOrdering() string { return "x86-64 load order (no instruction), as UCX and DPDK" }
