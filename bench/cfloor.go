@@ -77,6 +77,16 @@ func (f *cFloor) run(n uint64) (uint64, error) {
 	return uint64(f.q.wrid_sum), nil
 }
 
+// runPostCall is run with the post called out of line inside C
+// (floor_run_post_call).
+func (f *cFloor) runPostCall(n uint64) (uint64, error) {
+	f.q.wrid_sum = 0
+	if rc := C.floor_run_post_call(f.q, C.uint64_t(n)); rc != 0 {
+		return 0, floorError("run with the post called", int(rc))
+	}
+	return uint64(f.q.wrid_sum), nil
+}
+
 // post posts one WQE through one cgo call.
 func (f *cFloor) post(wrID uint64) error {
 	if rc := C.floor_post_one(f.q, C.uint64_t(wrID)); rc != 0 {

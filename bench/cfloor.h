@@ -59,6 +59,11 @@ enum {
  * q->wrid_sum. */
 int floor_run(struct floor_queue *q, uint64_t n);
 
+/* floor_run_post_call is floor_run with the post in a function of its own
+ * that the loop calls (never inlined), as a Go loop calls the BlueFlame
+ * assembly: what the call boundary costs C. */
+int floor_run_post_call(struct floor_queue *q, uint64_t n);
+
 /* floor_post_one posts one WQE with wr_id and rings the doorbell. */
 int floor_post_one(struct floor_queue *q, uint64_t wr_id);
 

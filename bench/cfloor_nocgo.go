@@ -15,11 +15,12 @@ type cFloor struct{}
 
 func newCFloor(*queueMemory) (*cFloor, error) { return nil, errNoCgo }
 
-func (*cFloor) free()                      {}
-func (*cFloor) run(uint64) (uint64, error) { return 0, errNoCgo }
-func (*cFloor) post(uint64) error          { return errNoCgo }
-func (*cFloor) poll() (uint64, error)      { return 0, errNoCgo }
-func (*cFloor) completeInC()               {}
-func (*cFloor) producerIndex() uint32      { return 0 }
-func (*cFloor) consumerIndex() uint32      { return 0 }
-func (*cFloor) setLocalAddress(uint64)     {}
+func (*cFloor) free()                              {}
+func (*cFloor) run(uint64) (uint64, error)         { return 0, errNoCgo }
+func (*cFloor) runPostCall(uint64) (uint64, error) { return 0, errNoCgo }
+func (*cFloor) post(uint64) error                  { return errNoCgo }
+func (*cFloor) poll() (uint64, error)              { return 0, errNoCgo }
+func (*cFloor) completeInC()                       {}
+func (*cFloor) producerIndex() uint32              { return 0 }
+func (*cFloor) consumerIndex() uint32              { return 0 }
+func (*cFloor) setLocalAddress(uint64)             {}

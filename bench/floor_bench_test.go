@@ -16,6 +16,20 @@ func cFloorLoop(tb testing.TB) loop {
 	}
 }
 
+// cFloorPostCallLoop returns the C floor with its post called out of line
+// (floor_run_post_call), or nil without cgo.
+func cFloorPostCallLoop(tb testing.TB) loop {
+	if !haveCFloor {
+		return nil
+	}
+	m := newTestMemory(tb)
+	f := newTestFloor(tb, m)
+	return func(n int) bool {
+		_, err := f.runPostCall(uint64(n))
+		return err == nil
+	}
+}
+
 // cgoPerOpLoop returns the cgo-per-operation loop over its own ring memory,
 // or nil without cgo.
 func cgoPerOpLoop(tb testing.TB) loop {

@@ -76,21 +76,33 @@ func requireAfter(t *testing.T, m *queueMemory, n uint32) {
 		unsafe.Slice((*byte)(unsafe.Add(m.bf, half)), prm.WQEBBSize), "BlueFlame copy")
 }
 
+// The C floor leaves the expected rings behind, with its post inline and
+// with the post called out of line.
 func TestCFloorLoop(t *testing.T) {
-	m := newTestMemory(t)
-	f := newTestFloor(t, m)
-	// 1000 iterations wrap both 256-entry rings several times, so the
-	// owner bit has flipped and the WQE index has wrapped.
-	const n = 1000
-	sum, err := f.run(n)
-	require.NoError(t, err)
-	require.Equal(t, uint64(n*(n-1)/2), sum)
-	require.Equal(t, uint32(n), f.producerIndex())
-	require.Equal(t, uint32(n), f.consumerIndex())
-	requireAfter(t, m, n)
-	for pi := uint32(n - benchWQECnt); pi < n; pi++ {
-		requireBenchWQE(t, m, pi)
-		requireBenchCQE(t, m, pi)
+	for _, tc := range []struct {
+		name string
+		run  func(*cFloor, uint64) (uint64, error)
+	}{
+		{"inline", (*cFloor).run},
+		{"post called", (*cFloor).runPostCall},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newTestMemory(t)
+			f := newTestFloor(t, m)
+			// 1000 iterations wrap both 256-entry rings several times, so
+			// the owner bit has flipped and the WQE index has wrapped.
+			const n = 1000
+			sum, err := tc.run(f, n)
+			require.NoError(t, err)
+			require.Equal(t, uint64(n*(n-1)/2), sum)
+			require.Equal(t, uint32(n), f.producerIndex())
+			require.Equal(t, uint32(n), f.consumerIndex())
+			requireAfter(t, m, n)
+			for pi := uint32(n - benchWQECnt); pi < n; pi++ {
+				requireBenchWQE(t, m, pi)
+				requireBenchCQE(t, m, pi)
+			}
+		})
 	}
 }
 

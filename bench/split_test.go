@@ -109,8 +109,9 @@ func TestSplitLoops(t *testing.T) {
 // BenchmarkPostPollSplit places the Go loop's cost: the full loop (builder
 // and monocq) is timed, and beside it, block for block, the hand-written
 // post with monocq, the builder with the hand-written poll, both
-// hand-written, and the C floor, each reported as its fastest block in
-// cycles per iteration. The builder's cost is the difference between the
+// hand-written, the C floor, and the C floor with its post called out of
+// line as Go calls its BlueFlame assembly, each reported as its fastest
+// block in cycles per iteration. The builder's cost is the difference between the
 // rows that differ only in the post, the poller's between those that differ
 // only in the poll.
 func BenchmarkPostPollSplit(b *testing.B) {
@@ -120,7 +121,8 @@ func BenchmarkPostPollSplit(b *testing.B) {
 		{name: "handpost+handpoll-cycles", run: splitLoop(b, false, false), cycles: true},
 	}
 	if c := cFloorLoop(b); c != nil {
-		bl = append(bl, baseline{name: "C-cycles", run: c, cycles: true})
+		bl = append(bl, baseline{name: "C-cycles", run: c, cycles: true},
+			baseline{name: "C-post-call-cycles", run: cFloorPostCallLoop(b), cycles: true})
 	}
 	runWithBaselines(b, splitLoop(b, true, true), bl...)
 }
