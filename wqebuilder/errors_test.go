@@ -296,4 +296,9 @@ func TestFinishTwiceIsRefused(t *testing.T) {
 	require.NoError(t, b.Finish())
 	require.ErrorIs(t, a.Finish(), wqebuilder.ErrStaleStage)
 	require.Equal(t, pi+1, q.ProducerIndex())
+	_, ok := q.Complete(uint16(pi - 1))
+	require.True(t, ok)
+	wrid, ok := q.Complete(uint16(pi))
+	require.True(t, ok)
+	require.Equal(t, uint64(3), wrid, "the WQE finished records its own Begin's wrid")
 }

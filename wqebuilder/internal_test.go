@@ -19,7 +19,7 @@ func TestLayouts(t *testing.T) {
 	require.Equal(t, uintptr(prm.AVDCKey), unsafe.Offsetof(avLayout{}.key))
 	require.Equal(t, uintptr(prm.AVDQPDCT), unsafe.Offsetof(avLayout{}.dqp))
 	require.Equal(t, uintptr(prm.AVStatRateSL), unsafe.Offsetof(avLayout{}.path))
-	require.Equal(t, uintptr(slotSize), unsafe.Sizeof(uint64(0)))
+	require.Equal(t, uintptr(recordSize), unsafe.Sizeof(record{}))
 	// Every opcode a stage writes fits the error table.
 	for _, op := range []prm.Opcode{prm.OpNop, prm.OpSendInval, prm.OpRdmaWrite, prm.OpRdmaWriteImm, prm.OpSend,
 		prm.OpSendImm, prm.OpRdmaRead, prm.OpAtomicCS, prm.OpAtomicFA, prm.OpAtomicMaskedCS, prm.OpAtomicMaskedFA} {

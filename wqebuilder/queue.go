@@ -49,12 +49,15 @@ const maxWQEBBsLimit = (prm.MaxDS + prm.SegmentsPerWQEBB - 1) / prm.SegmentsPerW
 // atomic (up to 8 segments) must fit the headroom whatever the limits say.
 const minWQEBBs = 2
 
-// slotSize is the bookkeeping per WQEBB: the wrid of the WQE that starts
-// there; endSize the producer index after that WQE (see Complete).
-const (
-	slotSize = 8
-	endSize  = 8
-)
+// record is the bookkeeping per WQEBB, for the WQE that starts there: the
+// producer index after it (see Complete) and its wrid. Both are written by
+// one commit and read by one Complete, from one cache line.
+type record struct {
+	end, wrid uint64
+}
+
+// recordSize is the size of a record.
+const recordSize = 16
 
 // SendQueue is the producer side of one send queue: it hands out stages that
 // write WQEs into the ring, keeps the producer and consumer indexes and the
@@ -65,25 +68,24 @@ type SendQueue struct {
 	buf, end unsafe.Pointer
 	// The indexes run free in 64 bits, so that they never wrap (see
 	// Complete); the device sees their low 16 bits.
-	pi     uint64         // producer index, free-running in WQEBBs
-	ci     uint64         // consumer index: WQEBBs retired by completions
-	limit  uint64         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
-	mask   uint32         // WQECnt - 1
-	qpn8   uint32         // QPN << 8, ready for qpn_ds
-	rung   uint64         // producer index the doorbell record holds
-	slots  unsafe.Pointer // [WQECnt]uint64 wrids
-	ends   unsafe.Pointer // [WQECnt]uint64: see Complete
-	lastDB uint64         // first 8 bytes of the last finished WQE
+	pi      uint64         // producer index, free-running in WQEBBs
+	ci      uint64         // consumer index: WQEBBs retired by completions
+	limit   uint64         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
+	mask    uint32         // WQECnt - 1
+	qpn8    uint64         // QPN << 8, ready for qpn_ds
+	rung    uint64         // producer index the doorbell record holds
+	records unsafe.Pointer // [WQECnt]record
+	lastDB  uint64         // first 8 bytes of the last finished WQE
 	// sgeLimit[ds] is the state-word bits that bound the data segments of
 	// a WQE whose payload starts after ds segments (see stLimit*).
 	sgeLimit [8]uint64
 	maxDS    uint32 // largest ds of one WQE
 	maxInl   uint32
 	db       blueflame.SendDoorbell // register, doorbell record and ring bounds
-	full     CtrlStage              // the stage Begin returns when the queue is full
+	scratch  unsafe.Pointer         // where a WQE begun on a full queue is written
+	wrid     uint64                 // the wrid of the last Begin, recorded by commit
 
-	slotMem    []uint64
-	endMem     []uint64
+	recordMem  []record
 	scratchMem []uint64
 	cfg        Config
 }
@@ -123,9 +125,10 @@ func (e *PostError) Unwrap() error { return e.Err }
 
 var _ error = (*PostError)(nil)
 
-// Error bits kept in a stage's state word. Each failure sets its bit; when
-// several are set (a full queue poisons every later segment) the table
-// below reports them in the order they can first happen: full queue first.
+// Error sets of a failed WQE. The stages record errInline, errSGE and
+// errTooLarge in the state word; errFull is the control segment in the
+// scratch area (see Begin). When several are set the table below reports
+// them in the order they can first happen: full queue first.
 const (
 	errFull     = 1 << iota // Begin found fewer than MaxWQEBBs free
 	errInline               // inline payload above MaxInline
@@ -208,12 +211,11 @@ func New(cfg Config) (*SendQueue, error) {
 		end:        end,
 		mask:       cfg.WQECnt - 1,
 		limit:      uint64(cfg.WQECnt - cfg.MaxWQEBBs),
-		qpn8:       cfg.QPN << prm.CtrlQPNShift,
+		qpn8:       uint64(cfg.QPN << prm.CtrlQPNShift),
 		maxDS:      min(cfg.MaxWQEBBs*prm.SegmentsPerWQEBB, prm.MaxDS),
 		maxInl:     cfg.MaxInline,
 		db:         db,
-		slotMem:    make([]uint64, cfg.WQECnt),
-		endMem:     make([]uint64, cfg.WQECnt),
+		recordMem:  make([]record, cfg.WQECnt),
 		scratchMem: make([]uint64, (cfg.MaxWQEBBs+1)*prm.WQEBBSize/8),
 		cfg:        cfg,
 	}
@@ -226,15 +228,13 @@ func New(cfg Config) (*SendQueue, error) {
 		}
 		q.sgeLimit[ds] = uint64(lim)<<stLimitShift | set<<stLimitErrShift
 	}
-	q.slots = unsafe.Pointer(&q.slotMem[0])
-	q.ends = unsafe.Pointer(&q.endMem[0])
+	q.records = unsafe.Pointer(&q.recordMem[0])
 	// A WQE begun on a full queue writes to a private scratch area instead
 	// of the ring: the largest WQE's size and one WQEBB more, so that the
 	// next-segment pointer of even the largest WQE stays inside it (a
 	// pointer one past a Go allocation is invalid; checkptr, on with -race,
 	// stops the program).
-	scratch := unsafe.Pointer(&q.scratchMem[0])
-	q.full = CtrlStage{OpStage{wqe{q, scratch, unsafe.Add(scratch, prm.CtrlSize), stFull}}}
+	q.scratch = unsafe.Pointer(&q.scratchMem[0])
 	return q, nil
 }
 
@@ -291,12 +291,13 @@ func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 	ci := q.ci
 	at := ci + uint64(wqeCounter-uint16(ci))
 	idx := uintptr(at) & uintptr(q.mask)
-	end := *(*uint64)(unsafe.Add(q.ends, idx*endSize))
+	r := (*record)(unsafe.Add(q.records, idx*recordSize))
+	end := r.end
 	if at-ci >= q.pi-ci || end-at-1 > uint64(q.mask) {
 		return 0, false
 	}
 	q.ci = end
-	return *(*uint64)(unsafe.Add(q.slots, idx*slotSize)), true
+	return r.wrid, true
 }
 
 // RingDoorbell publishes the WQEs finished since the last doorbell: it sets
@@ -336,17 +337,26 @@ const (
 // (returned by Complete) and flags. When fewer than MaxWQEBBs WQEBBs are
 // free the stage carries ErrQueueFull: its writes go to a private scratch
 // area, never to the ring, and Finish returns the error.
+//
+// One WQE is built at a time: a Begin before the last stage was finished
+// starts over at the same index, and the WQE finished there records the
+// wrid of the latest Begin (a stage finished after another one is refused
+// with ErrStaleStage).
 func (q *SendQueue) Begin(wrid uint64, flags Flags) CtrlStage {
+	// The state word starts as the constant ds 1 whether the queue is full
+	// or not, so that the compiler folds the segment counts of an inlined
+	// post into constants: Finish tells a full stage by its control segment
+	// in the scratch area, and a stale one by a control segment that is not
+	// the producer index's.
 	pi := q.pi
-	if pi-q.ci > q.limit {
-		return q.full
+	q.wrid = wrid
+	ctrl := q.scratch
+	if pi-q.ci <= q.limit {
+		ctrl = unsafe.Add(q.buf, (uintptr(pi)&uintptr(q.mask))<<prm.WQEBBShift)
 	}
-	idx := uintptr(pi) & uintptr(q.mask)
-	ctrl := unsafe.Add(q.buf, idx<<prm.WQEBBShift)
-	*(*uint64)(unsafe.Add(q.slots, idx*slotSize)) = wrid
 	// Bytes 8..15: signature 0, DCI stream 0, fm_ce_se, immediate 0 (as a
 	// little-endian word, fm_ce_se is bits 31..24).
 	*(*uint64)(unsafe.Add(ctrl, prm.CtrlSignature)) = uint64(flags&flagsMask) << 24
-	// ds 1 (the control segment) and the 16-bit WQE index.
-	return CtrlStage{OpStage{wqe{q, ctrl, unsafe.Add(ctrl, prm.CtrlSize), 1 | uint64(uint16(pi))<<stIndexShift}}}
+	// ds 1: the control segment.
+	return CtrlStage{OpStage{wqe{q, ctrl, unsafe.Add(ctrl, prm.CtrlSize), 1}}}
 }

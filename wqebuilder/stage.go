@@ -32,7 +32,7 @@ type wqe struct {
 const (
 	stDSMask   = 0xff // ds so far (16-byte units, ctrl included)
 	stPoison   = 0x3f // ds forced to the 6-bit maximum after an error
-	stErrShift = 8    // error bits (errFull ...)
+	stErrShift = 8    // error bits (errInline, errSGE, errTooLarge)
 	stErrMask  = 0xff << stErrShift
 	// DataStage / ScatterStage: the ds at which data segments stop, and
 	// the error bit to set when one more is asked for.
@@ -43,13 +43,13 @@ const (
 	// of the result data segment.
 	stAuxShift = 16
 	stAuxMask  = 0xffff << stAuxShift
-	// The opcode sits in bits 39..32, the 16-bit WQE index (from Begin) in
-	// bits 55..40 and the opmod in bits 63..56, so that uint32(st>>32) is
-	// the opmod_idx_opcode word.
+	// The opcode sits in bits 39..32 and the opmod in bits 63..56; commit
+	// adds the 16-bit WQE index in bits 55..40, so that uint32(st>>32) is
+	// the opmod_idx_opcode word. Until then the state word of a stage is
+	// the same on every post of the same operation, which lets the compiler
+	// fold it into constants.
 	stOpShift    = 32
 	stIndexShift = stOpShift + prm.CtrlWQEIndexShift
-
-	stFull = stPoison | errFull<<stErrShift
 )
 
 // CtrlStage is a WQE whose control segment has begun. DC and UD WQEs give
@@ -355,7 +355,10 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 	if hdr == q.end {
 		hdr = q.buf
 	}
-	if len(b) == 0 || st&stErrMask != 0 {
+	// Nothing is written once the WQE has failed, nor outside the ring: a
+	// WQE begun on a full queue has its segments in the scratch area, which
+	// the wrap below would not keep to.
+	if len(b) == 0 || st&stErrMask != 0 || uintptr(hdr)-uintptr(q.buf) >= uintptr(q.end)-uintptr(q.buf) {
 		return hdr, st
 	}
 	old := uint32(st>>stAuxShift) & 0xffff
@@ -385,9 +388,10 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 
 // Finishing.
 
-// Finishing is split in steps that each inline: fail (the checks),
-// blueFlameBytes, commit (control segment, producer index, bookkeeping).
-// Finish calls finish, which runs fail and commit. FinishBlueFlame runs the
+// Finishing is split in steps that each inline: refused (the checks) and
+// failure (the error), blueFlameBytes, commit (control segment, producer
+// index, bookkeeping). Finish calls finish, which runs the checks and
+// commit. FinishBlueFlame runs the
 // steps and the BlueFlame post inside a closure that it calls at once: the
 // compiler inlines a closure called once under a larger budget than a
 // function's (as monocq's Poll does), so that the whole post, up to the call
@@ -395,22 +399,28 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 // TestStageMethodsInline and TestFinishBlueFlameInlinesAtCallSite check
 // that they do.
 
-// fail returns the error that keeps the WQE from being finished, or nil:
-// the first error the stages recorded, or ErrStaleStage when the producer
-// index moved since Begin.
-func (w wqe) fail() error {
-	if w.st&stErrMask != 0 {
-		return postErrors[w.st>>stErrShift&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
-	}
+// refused reports whether the WQE must not be finished: it was begun on a
+// full queue (its control segment is in the scratch area), a stage recorded
+// an error, or it is stale: its control segment is no longer the producer
+// index's (the stage, or a copy of it, was finished already, or another
+// Begin finished first), or the room Begin found is gone. failure says
+// which.
+func (w wqe) refused() bool {
 	q := w.q
-	if uint16(w.st>>stIndexShift) != uint16(q.pi) || q.pi-q.ci > q.limit {
-		// This stage (or a copy of it) was finished already, or another
-		// Begin finished first. (After a multiple of 65536 WQEBBs the
-		// index is the same again; the room Begin checked is gone then,
-		// unless completions made it again.)
+	return w.st&stErrMask != 0 || w.ctrl != unsafe.Add(q.buf, (uintptr(q.pi)&uintptr(q.mask))<<prm.WQEBBShift) || q.pi-q.ci > q.limit
+}
+
+// failure is the error of a WQE that refused refused: ErrQueueFull first,
+// then the errors the stages recorded, else ErrStaleStage.
+func (w wqe) failure() error {
+	set := w.st >> stErrShift
+	if w.ctrl == w.q.scratch {
+		set |= errFull
+	}
+	if set&(numErrSets-1) == 0 {
 		return errStaleStage
 	}
-	return nil
+	return postErrors[set&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
 }
 
 // blueFlameBytes returns the bytes a BlueFlame post of this WQE copies: the
@@ -432,21 +442,22 @@ func (w wqe) commit() uint64 {
 	q := w.q
 	pi := q.pi
 	// opmod | index | opcode over qpn | ds, before the byte swap.
-	word := bits.ReverseBytes64(w.st&ctrlWordMask | uint64(q.qpn8))
+	word := bits.ReverseBytes64(w.st&ctrlWordMask | uint64(uint16(pi))<<stIndexShift | q.qpn8)
 	*(*uint64)(w.ctrl) = word
 	// The doorbell of a batch is these 8 bytes of its last WQE. Kept as a
 	// number: a pointer store here would cost a GC write barrier check.
 	q.lastDB = word
 	end := pi + (w.st&stDSMask+prm.SegmentsPerWQEBB-1)/prm.SegmentsPerWQEBB
 	q.pi = end
-	*(*uint64)(unsafe.Add(q.ends, uintptr(pi)&uintptr(q.mask)*endSize)) = end
+	*(*record)(unsafe.Add(q.records, uintptr(pi)&uintptr(q.mask)*recordSize)) = record{end, q.wrid}
 	return end
 }
 
-// finish is fail and commit: the WQE is in the ring, not yet published.
+// finish is the checks and commit: the WQE is in the ring, not yet
+// published.
 func (w wqe) finish() error {
-	if err := w.fail(); err != nil {
-		return err
+	if w.refused() {
+		return w.failure()
 	}
 	w.commit()
 	return nil
@@ -462,8 +473,8 @@ const ctrlWordMask = 0xffffffff_000000ff
 // one call into the BlueFlame assembly (TestFinishBlueFlameInlinesAtCallSite).
 func (w wqe) finishBlueFlame() error {
 	return func() error {
-		if err := w.fail(); err != nil {
-			return err
+		if w.refused() {
+			return w.failure()
 		}
 		n := w.blueFlameBytes()
 		pi := w.commit()

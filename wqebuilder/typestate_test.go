@@ -170,7 +170,8 @@ func Post(q *wqebuilder.SendQueue, wrid uint64) error {
 	for _, want := range []string{
 		`inlining call to wqebuilder\.DataStage\.FinishBlueFlame\n`,
 		`inlining call to Post\.DataStage\.FinishBlueFlame\.wqe\.finishBlueFlame\.func\d+\n`,
-		`inlining call to wqebuilder\.wqe\.fail\n`,
+		`inlining call to wqebuilder\.wqe\.refused\n`,
+		`inlining call to wqebuilder\.wqe\.failure\n`,
 		`inlining call to wqebuilder\.wqe\.commit\n`,
 		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
 	} {
