@@ -84,6 +84,10 @@ type SendQueue struct {
 	db       blueflame.SendDoorbell // register, doorbell record and ring bounds
 	scratch  unsafe.Pointer         // where a WQE begun on a full queue is written
 	wrid     uint64                 // the wrid of the last Begin, recorded by commit
+	// open is the control segment of the WQE the last Begin started in the
+	// ring, until a Finish commits it; 0 otherwise. A number, not a
+	// pointer: storing it costs no GC write barrier.
+	open uintptr
 
 	recordMem  []record
 	scratchMem []uint64
@@ -347,13 +351,15 @@ func (q *SendQueue) Begin(wrid uint64, flags Flags) CtrlStage {
 	// or not, so that the compiler folds the segment counts of an inlined
 	// post into constants: Finish tells a full stage by its control segment
 	// in the scratch area, and a stale one by a control segment that is not
-	// the producer index's.
+	// the open one.
 	pi := q.pi
 	q.wrid = wrid
-	ctrl := q.scratch
+	ctrl, open := q.scratch, uintptr(0)
 	if pi-q.ci <= q.limit {
 		ctrl = unsafe.Add(q.buf, (uintptr(pi)&uintptr(q.mask))<<prm.WQEBBShift)
+		open = uintptr(ctrl)
 	}
+	q.open = open
 	// Bytes 8..15: signature 0, DCI stream 0, fm_ce_se, immediate 0 (as a
 	// little-endian word, fm_ce_se is bits 31..24).
 	*(*uint64)(unsafe.Add(ctrl, prm.CtrlSignature)) = uint64(flags&flagsMask) << 24

@@ -399,15 +399,14 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 // TestStageMethodsInline and TestFinishBlueFlameInlinesAtCallSite check
 // that they do.
 
-// refused reports whether the WQE must not be finished: it was begun on a
-// full queue (its control segment is in the scratch area), a stage recorded
-// an error, or it is stale: its control segment is no longer the producer
-// index's (the stage, or a copy of it, was finished already, or another
-// Begin finished first), or the room Begin found is gone. failure says
-// which.
+// refused reports whether the WQE must not be finished: a stage recorded
+// an error, or its control segment is not the one the last Begin opened in
+// the ring: it was begun on a full queue (its control segment is in the
+// scratch area), or it is stale (the stage, or a copy of it, was finished
+// already, or another stage begun at the same index finished first).
+// failure says which.
 func (w wqe) refused() bool {
-	q := w.q
-	return w.st&stErrMask != 0 || w.ctrl != unsafe.Add(q.buf, (uintptr(q.pi)&uintptr(q.mask))<<prm.WQEBBShift) || q.pi-q.ci > q.limit
+	return w.st&stErrMask != 0 || uintptr(w.ctrl) != w.q.open
 }
 
 // failure is the error of a WQE that refused refused: ErrQueueFull first,
@@ -435,9 +434,11 @@ func (w wqe) blueFlameBytes() int {
 }
 
 // commit writes the first half of the control segment (opcode, WQE index,
-// QPN, ds), moves the producer index and records the WQE's end for
+// QPN, ds), moves the producer index and records the WQE's end and wrid for
 // Complete. It returns the new producer index, which saves a caller the
-// reload (the compiler cannot tell that the store to ends left q.pi alone).
+// reload (the compiler cannot tell that the record store left q.pi alone).
+// Its callers then close the open WQE (q.open = 0), which does not fit the
+// inliner's budget for commit.
 func (w wqe) commit() uint64 {
 	q := w.q
 	pi := q.pi
@@ -460,6 +461,7 @@ func (w wqe) finish() error {
 		return w.failure()
 	}
 	w.commit()
+	w.q.open = 0
 	return nil
 }
 
@@ -479,6 +481,7 @@ func (w wqe) finishBlueFlame() error {
 		n := w.blueFlameBytes()
 		pi := w.commit()
 		q := w.q
+		q.open = 0
 		q.rung = pi
 		q.db.Post(uint32(pi), w.ctrl, n)
 		return nil
