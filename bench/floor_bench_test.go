@@ -4,28 +4,22 @@ import "testing"
 
 // cFloorLoop returns the C floor as a loop over its own ring memory, or nil
 // without cgo.
-func cFloorLoop(tb testing.TB) loop {
-	if !haveCFloor {
-		return nil
-	}
-	m := newTestMemory(tb)
-	f := newTestFloor(tb, m)
-	return func(n int) bool {
-		_, err := f.run(uint64(n))
-		return err == nil
-	}
-}
+func cFloorLoop(tb testing.TB) loop { return cLoop(tb, (*cFloor).run) }
 
 // cFloorPostCallLoop returns the C floor with its post called out of line
 // (floor_run_post_call), or nil without cgo.
-func cFloorPostCallLoop(tb testing.TB) loop {
+func cFloorPostCallLoop(tb testing.TB) loop { return cLoop(tb, (*cFloor).runPostCall) }
+
+// cLoop returns run, one of the C floor's loops, over its own ring memory,
+// or nil without cgo.
+func cLoop(tb testing.TB, run func(*cFloor, uint64) (uint64, error)) loop {
 	if !haveCFloor {
 		return nil
 	}
 	m := newTestMemory(tb)
 	f := newTestFloor(tb, m)
 	return func(n int) bool {
-		_, err := f.runPostCall(uint64(n))
+		_, err := run(f, uint64(n))
 		return err == nil
 	}
 }

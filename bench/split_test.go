@@ -111,9 +111,9 @@ func TestSplitLoops(t *testing.T) {
 // post with monocq, the builder with the hand-written poll, both
 // hand-written, the C floor, and the C floor with its post called out of
 // line as Go calls its BlueFlame assembly, each reported as its fastest
-// block in cycles per iteration. The builder's cost is the difference between the
-// rows that differ only in the post, the poller's between those that differ
-// only in the poll.
+// block in cycles per iteration. The builder's cost is the difference
+// between the rows that differ only in the post, the poller's between those
+// that differ only in the poll.
 func BenchmarkPostPollSplit(b *testing.B) {
 	bl := []baseline{
 		{name: "handpost+monocq-cycles", run: splitLoop(b, false, true), cycles: true},

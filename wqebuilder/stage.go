@@ -391,11 +391,11 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 // Finishing is split in steps that each inline: refused (the checks) and
 // failure (the error), blueFlameBytes, commit (control segment, producer
 // index, bookkeeping). Finish calls finish, which runs the checks and
-// commit. FinishBlueFlame runs the
-// steps and the BlueFlame post inside a closure that it calls at once: the
-// compiler inlines a closure called once under a larger budget than a
-// function's (as monocq's Poll does), so that the whole post, up to the call
-// into the BlueFlame assembly, compiles into the caller.
+// commit. FinishBlueFlame runs the steps and the BlueFlame post inside a
+// closure that it calls at once: the compiler inlines a closure called once
+// under a larger budget than a function's (as monocq's Poll does), so that
+// the whole post, up to the call into the BlueFlame assembly, compiles into
+// the caller.
 // TestStageMethodsInline and TestFinishBlueFlameInlinesAtCallSite check
 // that they do.
 
@@ -409,8 +409,8 @@ func (w wqe) refused() bool {
 	return w.st&stErrMask != 0 || uintptr(w.ctrl) != w.q.open
 }
 
-// failure is the error of a WQE that refused refused: ErrQueueFull first,
-// then the errors the stages recorded, else ErrStaleStage.
+// failure is the error of a WQE that refused turned down: ErrQueueFull
+// first, then the errors the stages recorded, else ErrStaleStage.
 func (w wqe) failure() error {
 	set := w.st >> stErrShift
 	if w.ctrl == w.q.scratch {
@@ -465,8 +465,8 @@ func (w wqe) finish() error {
 	return nil
 }
 
-// ctrlWordMask keeps the opcode, the WQE index, the opmod and ds of a state
-// word.
+// ctrlWordMask keeps the opcode, the opmod and ds of a state word (and the
+// WQE index bits, which commit fills in).
 const ctrlWordMask = 0xffffffff_000000ff
 
 // finishBlueFlame is the body of every FinishBlueFlame. The work sits in a
