@@ -46,21 +46,24 @@ func newRTStats() *rtStats {
 	return &rtStats{hist: new(histogram.Histogram), overhead: counterOverhead()}
 }
 
-// counterOverhead is the median interval between two consecutive reads of
-// the counter: what timing a span adds to it.
+// counterOverhead is the median interval from cycles.Start to cycles.Stop
+// with nothing between them: what timing a span adds to it.
 func counterOverhead() uint64 {
 	var d [101]uint64
 	for i := range d {
-		a := cycles.Now()
-		d[i] = cycles.Now() - a
+		a := cycles.Start()
+		d[i] = cycles.Stop() - a
 	}
 	slices.Sort(d[:])
 	return d[len(d)/2]
 }
 
-// span returns the ticks from t0 to now, less the counter's own cost.
+// span returns the ticks from t0, read with cycles.Start, to now, less
+// the counter's own cost. The reads are fenced: a post of a few dozen
+// cycles would otherwise overlap the unordered counter reads around it
+// and come out near zero.
 func (s *rtStats) span(t0 uint64) uint64 {
-	d := cycles.Now() - t0
+	d := cycles.Stop() - t0
 	if d < s.overhead {
 		return 0
 	}

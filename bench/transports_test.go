@@ -45,7 +45,7 @@ func newPeers(tb testing.TB, e *pingEnv, depth uint32) [2]peer {
 func wait(p *rc.Poller, send bool, st *rtStats) bool {
 	ok, got := true, false
 	for !got {
-		t0 := cycles.Now()
+		t0 := cycles.Start()
 		n := p.Poll(4, func(c *rc.Completion) {
 			if c.Status != rc.StatusOK {
 				ok = false
@@ -98,7 +98,7 @@ func recvOff(i int) int {
 // software cost, the whole as the round trip.
 func pingPong(ps [2]peer, send, rearm func(i int, id uint64) bool) roundTrip {
 	return func(id uint64, st *rtStats) bool {
-		t0 := cycles.Now()
+		t0 := cycles.Start()
 		if !send(0, id) {
 			return false
 		}
@@ -106,7 +106,7 @@ func pingPong(ps [2]peer, send, rearm func(i int, id uint64) bool) roundTrip {
 		if !wait(ps[1].p, false, st) {
 			return false
 		}
-		t1 := cycles.Now()
+		t1 := cycles.Start()
 		if !rearm(1, id) || !send(1, id) {
 			return false
 		}
@@ -114,12 +114,12 @@ func pingPong(ps [2]peer, send, rearm func(i int, id uint64) bool) roundTrip {
 		if !wait(ps[0].p, false, st) {
 			return false
 		}
-		t2 := cycles.Now()
+		t2 := cycles.Start()
 		if !rearm(0, id) {
 			return false
 		}
 		st.postCycles += st.span(t2)
-		st.hist.Record(cycles.Now() - t0)
+		st.hist.Record(cycles.Stop() - t0)
 		return true
 	}
 }
@@ -206,7 +206,7 @@ func setupRCRead(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 	qp := rcConnected(tb, e, ps, 0)
 	local, remote := &e.s[0], &e.s[1]
 	return func(id uint64, st *rtStats) bool {
-		t0 := cycles.Now()
+		t0 := cycles.Start()
 		s, err := qp[0].Post(id, wqebuilder.Signaled)
 		if err != nil || s.RdmaRead(remote.addr(srcOff), remote.mr.RKey()).SGE(local.addr(pongOff), uint32(size), local.mr.LKey()).FinishBlueFlame() != nil {
 			return false
@@ -215,7 +215,7 @@ func setupRCRead(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 		if !wait(ps[0].p, true, st) {
 			return false
 		}
-		st.hist.Record(cycles.Now() - t0)
+		st.hist.Record(cycles.Stop() - t0)
 		return true
 	}, ""
 }
