@@ -83,7 +83,9 @@ type SendQueue struct {
 	maxInl   uint32
 	db       blueflame.SendDoorbell // register, doorbell record and ring bounds
 	scratch  unsafe.Pointer         // where a WQE begun on a full queue is written
-	wrid     uint64                 // the wrid of the last Begin, recorded by commit
+	// wrid is the wrid of the last Begin, which commit records. Begin
+	// writing the record itself would take it over the inliner's budget.
+	wrid uint64
 	// open is the control segment of the WQE the last Begin started in the
 	// ring, until a Finish commits it; 0 otherwise. A number, not a
 	// pointer: storing it costs no GC write barrier.
