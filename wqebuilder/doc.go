@@ -60,7 +60,10 @@
 // Finish only writes the WQE. RingDoorbell publishes every WQE finished since
 // the last doorbell with one doorbell-record update and one 8-byte register
 // write (batching); FinishBlueFlame finishes and publishes one WQE, copying
-// it whole to the BlueFlame register when it is the only one pending.
+// it whole to the BlueFlame register when it is the only one pending and
+// fits the register (whether it carries inline data or not, as UCX posts and
+// as rdma-core does with MLX5_POST_SEND_PREFER_BF=1), else with the 8-byte
+// doorbell.
 //
 // The package writes little-endian words of byte-swapped values: it runs on
 // amd64 and arm64.

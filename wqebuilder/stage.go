@@ -424,8 +424,10 @@ func (w wqe) failure() error {
 
 // blueFlameBytes returns the bytes a BlueFlame post of this WQE copies: the
 // whole WQE when it will be the only one pending and is larger than its
-// control segment (rdma-core's rule), else 0 (the 8-byte doorbell). It is
-// called before commit.
+// control segment, else 0 (the 8-byte doorbell); the register's size check
+// is the assembly's. That is rdma-core's rule with MLX5_POST_SEND_PREFER_BF
+// set, and UCX's: rdma-core by default copies only WQEs that carry inline
+// data. It is called before commit.
 func (w wqe) blueFlameBytes() int {
 	if ds := int(w.st & stDSMask); w.q.rung == w.q.pi && ds > 1 {
 		return ds * prm.SegmentSize
