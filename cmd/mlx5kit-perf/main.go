@@ -63,6 +63,10 @@
 //	-gid-index n   local GID table entry on RoCE (default: MLX5KIT_GID_INDEX, or a RoCE v2 GID)
 //	-ib-port n     local port (default 1)
 //	-timeout d     give up when a message or the exchange takes longer (default 10s)
+//
+// perftest's one-letter names work too: -s (size), -n (iters), -t (qd),
+// -I (inline), -d (device), -i (ib-port), -x (gid-index); -a is the same
+// in both.
 package main
 
 import (
@@ -221,6 +225,14 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	fs.IntVar(&cfg.qd, "qd", 64, "bandwidth tests: WQEs in flight")
 	fs.IntVar(&cfg.inline, "inline", 220, "payloads of up to this many bytes go inline (0: never)")
 	cfg.peerFlags().Register(fs)
+	// perftest's one-letter names for the same flags.
+	fs.IntVar(&cfg.size, "s", defSize, "same as -size (perftest's name)")
+	fs.IntVar(&cfg.iters, "n", defIters, "same as -iters (perftest's name)")
+	fs.IntVar(&cfg.qd, "t", 64, "same as -qd (perftest's tx depth)")
+	fs.IntVar(&cfg.inline, "I", 220, "same as -inline (perftest's name)")
+	fs.StringVar(&cfg.device, "d", "", "same as -device (perftest's name)")
+	fs.IntVar(&cfg.port, "i", 1, "same as -ib-port (perftest's name)")
+	fs.IntVar(&cfg.gidIndex, "x", -1, "same as -gid-index (perftest's name)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return cfg, 0

@@ -359,6 +359,38 @@ func TestFlags(t *testing.T) {
 	require.Equal(t, []int{2, 4, 8, 16}, cfg.sizes())
 }
 
+// perftest's one-letter flags set the same fields as the long names, and
+// their values are checked the same way.
+func TestPerftestFlagNames(t *testing.T) {
+	long := testConfig(t, "write_bw", "-size", "64", "-iters", "300", "-qd", "32", "-inline", "0",
+		"-device", "mlx5_1", "-ib-port", "2", "-gid-index", "3")
+	short := testConfig(t, "write_bw", "-s", "64", "-n", "300", "-t", "32", "-I", "0",
+		"-d", "mlx5_1", "-i", "2", "-x", "3")
+	require.Equal(t, long, short)
+	require.Equal(t, 64, short.size)
+	require.Equal(t, 300, short.iters)
+	require.Equal(t, 32, short.qd)
+	require.Equal(t, "mlx5_1", short.device)
+	require.Equal(t, 2, short.port)
+	require.Equal(t, 3, short.gidIndex)
+	// Registering the short names leaves the defaults alone.
+	def := testConfig(t, "write_lat")
+	require.Equal(t, []int{2, 1000, 64, 220, 1, -1}, []int{def.size, def.iters, def.qd, def.inline, def.port, def.gidIndex})
+	require.Empty(t, def.device)
+	for _, args := range [][]string{
+		{"write_lat", "-s", "0"},
+		{"write_bw", "-t", "0"},
+		{"write_lat", "-n", "0"},
+		{"write_lat", "-I", "-1"},
+		{"write_lat", "-i", "0"},
+		{"write_lat", "-x", "256"},
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
+		require.NotEmpty(t, errOut.String(), "%q", args)
+	}
+}
+
 // TestHardwareModes runs every mode on the first mlx5 device.
 func TestHardwareModes(t *testing.T) {
 	name := devicetest.RequireDevice(t)
