@@ -7,7 +7,7 @@
 #   make bench-floor     Go post+poll beside the C floor and cgo per operation
 #   make bench-histogram ping-pong latency histograms, text and SVG, in docs/img
 #   make bench-preempt   ping-pong with asynchronous preemption on and off
-#   make lint       gofmt, go vet, staticcheck
+#   make lint       gofmt, go vet, staticcheck with every check
 #   make fuzz       every fuzz target for FUZZTIME each
 #   make soak       the reliability soak: 1,000,000 work requests with faults
 #   make cross      GOARCH=arm64 build and vet
@@ -67,7 +67,7 @@ bench-preempt: deps
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -checks all ./...
 
 # The files written by internal/transport/gen (the Poller and shared names
 # of rc, dc and ud); its test fails when they are not current.

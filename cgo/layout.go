@@ -419,7 +419,7 @@ func goLayout() []layoutEntry {
 		ibvPdVar            C.struct_ibv_pd
 		ibvQpVar            C.struct_ibv_qp
 		ibvMrVar            C.struct_ibv_mr
-		ibvGidEntryVar      C.struct_ibv_gid_entry
+		ibvGIDEntryVar      C.struct_ibv_gid_entry
 		ibvDeviceAttrVar    C.struct_ibv_device_attr
 		ibvDeviceAttrExVar  C.struct_ibv_device_attr_ex
 		ibvPortAttrVar      C.struct_ibv_port_attr
@@ -479,11 +479,11 @@ func goLayout() []layoutEntry {
 		{"offsetof(struct ibv_mr, rkey)", unsafe.Offsetof(ibvMrVar.rkey)},
 		{"sizeof(union ibv_gid)", unsafe.Sizeof(C.union_ibv_gid{})},
 		{"sizeof(struct ibv_gid_entry)", unsafe.Sizeof(C.struct_ibv_gid_entry{})},
-		{"offsetof(struct ibv_gid_entry, gid)", unsafe.Offsetof(ibvGidEntryVar.gid)},
-		{"offsetof(struct ibv_gid_entry, gid_index)", unsafe.Offsetof(ibvGidEntryVar.gid_index)},
-		{"offsetof(struct ibv_gid_entry, port_num)", unsafe.Offsetof(ibvGidEntryVar.port_num)},
-		{"offsetof(struct ibv_gid_entry, gid_type)", unsafe.Offsetof(ibvGidEntryVar.gid_type)},
-		{"offsetof(struct ibv_gid_entry, ndev_ifindex)", unsafe.Offsetof(ibvGidEntryVar.ndev_ifindex)},
+		{"offsetof(struct ibv_gid_entry, gid)", unsafe.Offsetof(ibvGIDEntryVar.gid)},
+		{"offsetof(struct ibv_gid_entry, gid_index)", unsafe.Offsetof(ibvGIDEntryVar.gid_index)},
+		{"offsetof(struct ibv_gid_entry, port_num)", unsafe.Offsetof(ibvGIDEntryVar.port_num)},
+		{"offsetof(struct ibv_gid_entry, gid_type)", unsafe.Offsetof(ibvGIDEntryVar.gid_type)},
+		{"offsetof(struct ibv_gid_entry, ndev_ifindex)", unsafe.Offsetof(ibvGIDEntryVar.ndev_ifindex)},
 		{"sizeof(struct ibv_device_attr)", unsafe.Sizeof(C.struct_ibv_device_attr{})},
 		{"offsetof(struct ibv_device_attr, fw_ver)", unsafe.Offsetof(ibvDeviceAttrVar.fw_ver)},
 		{"offsetof(struct ibv_device_attr, node_guid)", unsafe.Offsetof(ibvDeviceAttrVar.node_guid)},

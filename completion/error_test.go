@@ -46,7 +46,7 @@ func TestErrorFromRequesterCQE(t *testing.T) {
 	require.Equal(t, "completion: RDMA_WRITE on QPN 0x105 failed: REM_ACCESS_ERR "+
 		"(syndrome REMOTE_ACCESS_ERR 0x13, vendor syndrome 0x88), wqe_counter 3, wr_id 0x7", w.Error())
 
-	var err error = fmt.Errorf("peer 3: %w", w)
+	err := fmt.Errorf("peer 3: %w", w)
 	require.ErrorIs(t, err, completion.ErrRemoteAccess)
 	require.ErrorIs(t, err, completion.ErrCompletion)
 	require.ErrorIs(t, err, monocq.ErrCompletion)

@@ -18,9 +18,9 @@ import (
 // op_own writes alone.
 
 const (
-	benchSlots = 256
-	benchBatch = 64
-	benchQPs   = 4
+	benchSlots      = 256
+	benchBatch      = 64
+	benchQueuePairs = 4
 )
 
 type benchQueue struct {
@@ -38,12 +38,12 @@ type benchRing struct {
 func newBenchRing(b *testing.B) *benchRing {
 	r := newRing(b, benchSlots, 64)
 	for i := uint32(0); i < benchSlots; i++ {
-		f := cqeFields{opcode: prm.CQEReq, sendOp: prm.OpRdmaWriteImm, qpn: 0x100 + i%benchQPs,
+		f := cqeFields{opcode: prm.CQEReq, sendOp: prm.OpRdmaWriteImm, qpn: 0x100 + i%benchQueuePairs,
 			wqeCounter: uint16(i), byteCnt: 64}
 		f.encode(r.cqe64(i), 1) // owner 1: not software's on lap 0
 	}
 	br := &benchRing{r: r, cq: r.newCQ(b), table: new(Table[benchQueue]), base: unsafe.Pointer(&r.buf[0])}
-	for i := uint32(0); i < benchQPs; i++ {
+	for i := uint32(0); i < benchQueuePairs; i++ {
 		if err := br.table.Register(0x100+i, new(benchQueue)); err != nil {
 			b.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func (br *benchRing) handle(c *CQE) {
 
 func (br *benchRing) check(b *testing.B, n int) {
 	var total uint64
-	for i := uint32(0); i < benchQPs; i++ {
+	for i := uint32(0); i < benchQueuePairs; i++ {
 		total += br.table.Lookup(0x100 + i).completions
 	}
 	if total < uint64(n) {

@@ -190,30 +190,30 @@ func (e *CompletionError) As(target any) bool {
 	return false
 }
 
-// decode fills the fields of wc that come straight from the CQE.
-func (wc *Completion) decode(c *monocq.CQE) {
-	op := c.Opcode()
-	*wc = Completion{
-		QPN:        c.QPN(),
+// decode fills the fields of c that come straight from the CQE.
+func (c *Completion) decode(cqe *monocq.CQE) {
+	op := cqe.Opcode()
+	*c = Completion{
+		QPN:        cqe.QPN(),
 		Opcode:     op,
-		WQECounter: c.WQECounter(),
+		WQECounter: cqe.WQECounter(),
 	}
 	switch op {
 	case prm.CQEReq:
-		wc.SendOpcode = c.SendOpcode()
-		wc.ByteCount = c.ByteCount()
+		c.SendOpcode = cqe.SendOpcode()
+		c.ByteCount = cqe.ByteCount()
 	case prm.CQEReqErr, prm.CQERespErr:
-		wc.Status = StatusError
-		wc.SendOpcode = c.SendOpcode()
-		wc.Syndrome = c.Syndrome()
-		wc.VendorSyndrome = c.VendorSyndrome()
+		c.Status = StatusError
+		c.SendOpcode = cqe.SendOpcode()
+		c.Syndrome = cqe.Syndrome()
+		c.VendorSyndrome = cqe.VendorSyndrome()
 	default:
-		wc.ByteCount = c.ByteCount()
-		wc.Immediate = c.Immediate()
-		wc.SourceQPN = c.SourceQP()
-		wc.SLID = c.SLID()
-		wc.SL = c.SL()
-		wc.GRH = c.HasGRH()
-		wc.Solicited = c.Solicited()
+		c.ByteCount = cqe.ByteCount()
+		c.Immediate = cqe.Immediate()
+		c.SourceQPN = cqe.SourceQP()
+		c.SLID = cqe.SLID()
+		c.SL = cqe.SL()
+		c.GRH = cqe.HasGRH()
+		c.Solicited = cqe.Solicited()
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
-// ErrBadGRH: the bytes in front of a UD payload are shorter than a GRH or
-// hold neither an IPv6-form GRH nor an IPv4 header.
+// ErrBadGRH means that the bytes in front of a UD payload are shorter than a
+// GRH or hold neither an IPv6-form GRH nor an IPv4 header.
 var ErrBadGRH = errors.New("bad global route header")
 
 // GRH is what a received global route header says about its packet.
