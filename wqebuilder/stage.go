@@ -390,14 +390,13 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 
 // Finishing is split in steps that each inline: refused (the checks) and
 // failure (the error), blueFlameBytes, commit (control segment, producer
-// index, bookkeeping). Finish calls finish, which runs the checks and
-// commit. FinishBlueFlame runs the steps and the BlueFlame post inside a
-// closure that it calls at once: the compiler inlines a closure called once
-// under a larger budget than a function's (as monocq's Poll does), so that
-// the whole post, up to the call into the BlueFlame assembly, compiles into
-// the caller.
-// TestStageMethodsInline and TestFinishBlueFlameInlinesAtCallSite check
-// that they do.
+// index, bookkeeping). Finish and FinishBlueFlame both run them through
+// finish, inside a closure that it calls at once: the compiler inlines a
+// closure called once under a larger budget than a function's (as monocq's
+// Poll does), so that the whole post, up to the call into the BlueFlame
+// assembly for FinishBlueFlame, compiles into the caller.
+// TestStageMethodsInline, TestFinishInlinesAtCallSite and
+// TestFinishBlueFlameInlinesAtCallSite check that they do.
 
 // refused reports whether the WQE must not be finished: a stage recorded
 // an error, or its control segment is not the one the last Begin opened in
@@ -456,36 +455,35 @@ func (w wqe) commit() uint64 {
 	return end
 }
 
-// finish is the checks and commit: the WQE is in the ring, not yet
-// published.
-func (w wqe) finish() error {
-	if w.refused() {
-		return w.failure()
-	}
-	w.commit()
-	w.q.open = 0
-	return nil
-}
-
 // ctrlWordMask keeps the opcode, the opmod and ds of a state word (and the
 // WQE index bits, which commit fills in).
 const ctrlWordMask = 0xffffffff_000000ff
 
-// finishBlueFlame is the body of every FinishBlueFlame. The work sits in a
-// closure called once so that the inliner prices the method as a call and
-// then inlines both into the caller: the whole post compiles down to the
-// one call into the BlueFlame assembly (TestFinishBlueFlameInlinesAtCallSite).
-func (w wqe) finishBlueFlame() error {
+// finish is the body of every Finish (post false: the checks and commit,
+// the WQE in the ring and not yet published) and every FinishBlueFlame
+// (post true: the same and the BlueFlame post). The work sits in a closure
+// called once: the inliner prices a closure of more than twice its budget
+// as a call when it sizes finish, and then inlines it at its one call site
+// under the larger budget of a closure called once, so that a whole Finish
+// or FinishBlueFlame compiles into its caller with post a constant, down to
+// the one call into the BlueFlame assembly
+// (TestFinishBlueFlameInlinesAtCallSite, TestFinishInlinesAtCallSite).
+func (w wqe) finish(post bool) error {
 	return func() error {
 		if w.refused() {
 			return w.failure()
 		}
-		n := w.blueFlameBytes()
+		n := 0
+		if post {
+			n = w.blueFlameBytes()
+		}
 		pi := w.commit()
 		q := w.q
 		q.open = 0
-		q.rung = pi
-		q.db.Post(uint32(pi), w.ctrl, n)
+		if post {
+			q.rung = pi
+			q.db.Post(uint32(pi), w.ctrl, n)
+		}
 		return nil
 	}()
 }
@@ -495,34 +493,34 @@ func (w wqe) finishBlueFlame() error {
 // ErrQueueFull, ErrInlineTooLong, ErrTooManySGE or ErrWQETooLarge, or
 // ErrStaleStage for a stage finished already), in which case nothing moved.
 // The device sees the WQE at the next RingDoorbell or FinishBlueFlame.
-func (s DataStage) Finish() error { return s.w.finish() }
+func (s DataStage) Finish() error { return s.w.finish(false) }
 
 // FinishBlueFlame is Finish followed by the doorbell, with the WQE copied to
 // the BlueFlame register when it is the only one pending.
 func (s DataStage) FinishBlueFlame() error {
-	return s.w.finishBlueFlame()
+	return s.w.finish(true)
 }
 
 // Finish completes the WQE (see DataStage.Finish).
-func (s ScatterStage) Finish() error { return s.w.finish() }
+func (s ScatterStage) Finish() error { return s.w.finish(false) }
 
 // FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
 func (s ScatterStage) FinishBlueFlame() error {
-	return s.w.finishBlueFlame()
+	return s.w.finish(true)
 }
 
 // Finish completes the WQE (see DataStage.Finish).
-func (s InlineStage) Finish() error { return s.w.finish() }
+func (s InlineStage) Finish() error { return s.w.finish(false) }
 
 // FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
 func (s InlineStage) FinishBlueFlame() error {
-	return s.w.finishBlueFlame()
+	return s.w.finish(true)
 }
 
 // Finish completes the WQE (see DataStage.Finish).
-func (s FinishStage) Finish() error { return s.w.finish() }
+func (s FinishStage) Finish() error { return s.w.finish(false) }
 
 // FinishBlueFlame is Finish and the doorbell (see DataStage.FinishBlueFlame).
 func (s FinishStage) FinishBlueFlame() error {
-	return s.w.finishBlueFlame()
+	return s.w.finish(true)
 }

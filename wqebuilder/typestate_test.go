@@ -146,6 +146,21 @@ func TestStageMethodsInline(t *testing.T) {
 // posting function calls only the BlueFlame assembly (and the runtime's
 // stack growth).
 func TestFinishBlueFlameInlinesAtCallSite(t *testing.T) {
+	requireInlinesAtCallSite(t, "FinishBlueFlame", []string{
+		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
+	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", "runtime.morestack_noctxt"})
+}
+
+// TestFinishInlinesAtCallSite: a WQE finished with Finish (as batches are)
+// compiles into the posting function with no call at all.
+func TestFinishInlinesAtCallSite(t *testing.T) {
+	requireInlinesAtCallSite(t, "Finish", nil, nil)
+}
+
+// requireInlinesAtCallSite builds Begin → RdmaWriteImm → SGE → finisher in
+// a temporary package and requires the -m lines of the finishing chain plus
+// extra, and exactly the calls wantCalls in the posting function's code.
+func requireInlinesAtCallSite(t *testing.T, finisher string, extra, wantCalls []string) {
 	goCmd := goTool(t)
 	dir, err := os.MkdirTemp(".", "_inlinepost")
 	require.NoError(t, err)
@@ -155,7 +170,7 @@ func TestFinishBlueFlameInlinesAtCallSite(t *testing.T) {
 import "github.com/mlx5kit/mlx5kit/wqebuilder"
 
 func Post(q *wqebuilder.SendQueue, wrid uint64) error {
-	return q.Begin(wrid, wqebuilder.Signaled).RdmaWriteImm(0x1000, 1, 2).SGE(0x2000, 8, 3).FinishBlueFlame()
+	return q.Begin(wrid, wqebuilder.Signaled).RdmaWriteImm(0x1000, 1, 2).SGE(0x2000, 8, 3).` + finisher + `()
 }
 `
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "post.go"), []byte(src), 0o644))
@@ -167,14 +182,13 @@ func Post(q *wqebuilder.SendQueue, wrid uint64) error {
 		return string(out)
 	}
 	m := build("-m")
-	for _, want := range []string{
-		`inlining call to wqebuilder\.DataStage\.FinishBlueFlame\n`,
-		`inlining call to Post\.DataStage\.FinishBlueFlame\.wqe\.finishBlueFlame\.func\d+\n`,
+	for _, want := range append([]string{
+		`inlining call to wqebuilder\.DataStage\.` + finisher + `\n`,
+		`inlining call to Post\.DataStage\.` + finisher + `\.wqe\.finish\.func\d+\n`,
 		`inlining call to wqebuilder\.wqe\.refused\n`,
 		`inlining call to wqebuilder\.wqe\.failure\n`,
 		`inlining call to wqebuilder\.wqe\.commit\n`,
-		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
-	} {
+	}, extra...) {
 		require.Regexp(t, regexp.MustCompile(want), m)
 	}
 	var calls []string
@@ -189,5 +203,5 @@ func Post(q *wqebuilder.SendQueue, wrid uint64) error {
 	}
 	slices.Sort(calls)
 	calls = slices.Compact(calls)
-	require.Equal(t, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", "runtime.morestack_noctxt"}, calls)
+	require.Equal(t, wantCalls, calls)
 }
