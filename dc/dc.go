@@ -179,17 +179,35 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // refuses a DCI that is in error or closed with a *PostError (ErrQPError,
 // ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // It allocates nothing and takes no lock.
-func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (wqebuilder.OpStage, error) {
-	s, err := transport.Begin(&d.Queue, wrid, flags)
-	return s.DC(&r.av, r.dctn, r.key), err
+func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
+	// A closure called once, as rc's Post.
+	s = func() wqebuilder.OpStage {
+		var c wqebuilder.CtrlStage
+		if transport.Ready(&d.Queue) {
+			c = d.SendQueue().Begin(wrid, flags)
+		} else {
+			c, err = transport.Refuse(&d.Queue, wrid, flags)
+		}
+		return c.DC(&r.av, r.dctn, r.key)
+	}()
+	return s, err
 }
 
 // PostStream is Post with a DCI stream id in the control segment
 // (mlx5dv_wr_set_dc_addr_stream): WQEs of different streams of one DCI may
 // be executed concurrently by the device.
-func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamID uint16) (wqebuilder.OpStage, error) {
-	s, err := transport.Begin(&d.Queue, wrid, flags)
-	return s.DCStream(&r.av, r.dctn, r.key, streamID), err
+func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamID uint16) (s wqebuilder.OpStage, err error) {
+	// A closure called once, as rc's Post.
+	s = func() wqebuilder.OpStage {
+		var c wqebuilder.CtrlStage
+		if transport.Ready(&d.Queue) {
+			c = d.SendQueue().Begin(wrid, flags)
+		} else {
+			c, err = transport.Refuse(&d.Queue, wrid, flags)
+		}
+		return c.DCStream(&r.av, r.dctn, r.key, streamID)
+	}()
+	return s, err
 }
 
 // Handle returns the control-plane queue pair.

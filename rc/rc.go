@@ -201,9 +201,18 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // is in error or is closed with a *PostError (ErrNotConnected, ErrQPError,
 // ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // Post allocates nothing and takes no lock.
-func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (wqebuilder.OpStage, error) {
-	s, err := transport.Begin(&q.Queue, wrid, flags)
-	return s.OpStage, err
+func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
+	// A closure called once (see transport.Ready): the whole post compiles
+	// into the caller.
+	s = func() wqebuilder.OpStage {
+		if transport.Ready(&q.Queue) {
+			return q.SendQueue().Begin(wrid, flags).OpStage
+		}
+		var c wqebuilder.CtrlStage
+		c, err = transport.Refuse(&q.Queue, wrid, flags)
+		return c.OpStage
+	}()
+	return s, err
 }
 
 // Endpoint returns what the peer needs to connect to this QP: QPN, LID,

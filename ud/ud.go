@@ -226,9 +226,18 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // QP in error or closed with a *PostError (ErrQPError, ErrClosed); the stage
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
-func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (wqebuilder.DatagramStage, error) {
-	s, err := transport.Begin(&q.Queue, wrid, flags)
-	return s.UD(&r.av, r.qpn, r.qkey), err
+func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
+	// A closure called once, as rc's Post.
+	s = func() wqebuilder.DatagramStage {
+		var c wqebuilder.CtrlStage
+		if transport.Ready(&q.Queue) {
+			c = q.SendQueue().Begin(wrid, flags)
+		} else {
+			c, err = transport.Refuse(&q.Queue, wrid, flags)
+		}
+		return c.UD(&r.av, r.qpn, r.qkey)
+	}()
+	return s, err
 }
 
 // Handle returns the control-plane queue pair.

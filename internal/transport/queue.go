@@ -190,19 +190,18 @@ func newDeadQueue(qpn uint32) (*wqebuilder.SendQueue, error) {
 	return sq, nil
 }
 
-// Begin starts a send WQE on q: the hot path of every transport's Post. It
-// refuses, with a *PostError wrapping ErrNotConnected, ErrQPError or
-// ErrClosed, a QP that is not ready to send; the stage it returns then is
-// one of a private full queue, which writes nothing that matters and whose
-// Finish fails.
-func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
-	if q.state != StateReady || q.qp.Closed() {
-		return q.refuseSend(wrid, flags)
-	}
-	return q.sq.Begin(wrid, flags), nil
-}
+// Ready reports whether q may post a send WQE: connected, not in error,
+// not closed. A transport's Post begins the WQE on q's send queue when it
+// is, and calls Refuse when it is not, inside a closure called once: the
+// inliner prices the closure as a call when it sizes Post and then inlines
+// it at its one call site, so that a whole post compiles into the caller
+// and only the refusal is a call (TestInlining in package rc checks it).
+func Ready(q *Queue) bool { return q.state == StateReady && !q.qp.Closed() }
 
-func (q *Queue) refuseSend(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+// Refuse is the post of a queue that is not Ready: a *PostError wrapping
+// ErrNotConnected, ErrQPError or ErrClosed, and a stage of a private full
+// queue, which writes nothing that matters and whose Finish fails.
+func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
 	if q.qp.Closed() {
 		q.state = StateClosed
 	}
