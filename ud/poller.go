@@ -52,7 +52,9 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 		n := 0
 		for c := range cq.All(max) {
 			if q := d.Lookup(c.QPN()); q != nil {
-				q.Complete(c, wc)
+				if !q.CompleteSend(c, wc) {
+					q.Complete(c, wc)
+				}
 			} else {
 				d.Unknown(c)
 			}

@@ -121,11 +121,14 @@ func (p *Dispatcher) Count(n int) { p.polled += uint64(n) }
 // returns the decoded completion (valid until the next Dispatch). A CQE
 // whose QPN no queue was added for comes back with Status
 // StatusUnknownQPN and is counted. The Pollers of rc, dc and ud do the
-// same inline, with one call per CQE.
+// same inline, with a call only for a CQE that is not a successful send
+// completion.
 func (p *Dispatcher) Dispatch(c *monocq.CQE) *Completion {
 	p.polled++
 	if q := p.table.Lookup(c.QPN()); q != nil {
-		q.Complete(c, &p.wc)
+		if !q.CompleteSend(c, &p.wc) {
+			q.Complete(c, &p.wc)
+		}
 	} else {
 		p.Unknown(c)
 	}

@@ -297,6 +297,40 @@ func (q *Queue) MaxRecvSGE() uint32 { return q.rq.maxSGE }
 // work request.
 func (q *Queue) Unmatched() uint64 { return q.unmatched }
 
+// CompleteSend is Complete for the most common CQE of a poll, a successful
+// send completion: it fills wc and retires the work requests as Complete
+// does and reports true, or does nothing and reports false for any other
+// CQE (including one whose wqe_counter names no WQE in flight), which the
+// caller then hands to Complete. It compiles into a Poller's loop; Complete
+// is a call.
+func (q *Queue) CompleteSend(c *monocq.CQE, wc *Completion) bool {
+	return func() bool {
+		sq := q.sq
+		if c.Opcode() != prm.CQEReq || sq == nil {
+			return false
+		}
+		counter := c.WQECounter()
+		wrid, ok := sq.Complete(counter)
+		if !ok {
+			return false
+		}
+		// Field by field: a composite literal over *wc would copy it with
+		// the write barrier's bulk move, a call.
+		wc.WRID = wrid
+		wc.Queue = q
+		wc.QPN = c.QPN()
+		wc.Opcode = prm.CQEReq
+		wc.SendOpcode = c.SendOpcode()
+		wc.ByteCount = c.ByteCount()
+		wc.Immediate, wc.SourceQPN, wc.SLID, wc.SL = 0, 0, 0, 0
+		wc.GRH, wc.Solicited = false, false
+		wc.Syndrome, wc.VendorSyndrome = 0, 0
+		wc.Status = StatusOK
+		wc.WQECounter = counter
+		return true
+	}()
+}
+
 // Complete decodes c, a CQE of this queue pair, into wc and retires the
 // work requests it names: for a send completion the WQE at its wqe_counter
 // and every unsignaled WQE before it (wc.WRID is the named WQE's id); for a
