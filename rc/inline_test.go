@@ -45,7 +45,8 @@ const mod = "github.com/mlx5kit/mlx5kit/"
 // CQE but a successful send completion (which CompleteSend retires inline),
 // the queue's Complete (or Unknown, for a QPN no queue was added for); a post, from the transport's state check to Finish, is
 // compiled into the caller whole, with a call only on the path that
-// refuses a QP that is not ready.
+// refuses a QP that is not ready; so is a receive post, but for its store
+// barrier.
 func TestInlining(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program twice; skipped with -short")
@@ -53,6 +54,7 @@ func TestInlining(t *testing.T) {
 	m := buildInlineCheck(t, "-m")
 	for _, want := range []string{
 		`inlining call to rc\.\(\*QP\)\.Post\n`,
+		`inlining call to transport\.\(\*Queue\)\.PostRecv\n`,
 		`inlining call to dc\.\(\*DCI\)\.Post\n`,
 		`inlining call to ud\.\(\*QP\)\.Post\n`,
 		`inlining call to PostWrite\.\(\*QP\)\.Post\.func\d+\n`,
@@ -119,4 +121,20 @@ func TestInlining(t *testing.T) {
 		require.Equal(t, 1, n, "%s calls transport.Refuse once: %v", f, calls[f])
 		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
 	}
+	// A receive post calls the store barrier before the doorbell record
+	// (an empty assembly function on amd64) and, only when the post cannot
+	// go ahead, the staged path that says why.
+	require.Contains(t, calls, "main.PostRecv", "no code for main.PostRecv")
+	barriers := 0
+	for _, c := range calls["main.PostRecv"] {
+		switch {
+		case c == mod+"blueflame.StoreBarrier":
+			barriers++
+		case c == mod+"internal/transport.(*Queue).BeginRecv", c == mod+"internal/transport.RecvStage.FinishDoorbell", runtimeOK(c):
+		default:
+			t.Errorf("main.PostRecv calls %s", c)
+		}
+	}
+	require.Equal(t, 1, barriers, "main.PostRecv: %v", calls["main.PostRecv"])
+	t.Logf("main.PostRecv calls %v", slices.Compact(calls["main.PostRecv"]))
 }

@@ -2,8 +2,10 @@ package transport
 
 import (
 	"fmt"
+	"math/bits"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/blueflame"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -272,8 +274,33 @@ func (q *Queue) BeginRecv(wrid uint64) RecvStage {
 // PostRecv posts a receive WQE of one buffer (length bytes at addr in the
 // region lkey; a zero length posts a WQE without buffers, for RDMA writes
 // with immediate and empty messages) and rings the receive doorbell.
+//
+// The post compiles into the caller (a closure called once, as a send
+// Post): the data segment, the terminator, the bookkeeping and the
+// doorbell record, with a call only for the store barrier and, when the
+// post cannot go ahead, for the staged path that says why.
 func (q *Queue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
-	return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+	return func() error {
+		r := q.rq
+		if q.state > StateReady || r.buf == nil || r.full() || length != 0 && r.maxSGE == 0 || q.qp.Closed() {
+			return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+		}
+		seg := unsafe.Add(r.buf, uintptr(r.slot())<<r.shift)
+		n := uint32(0)
+		if length != 0 {
+			*(*uint64)(seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
+			*(*uint64)(unsafe.Add(seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
+			seg = unsafe.Add(seg, prm.DataSize)
+			n = 1
+		}
+		r.terminate(seg, n)
+		r.advanceRQ(wrid)
+		// The doorbell, as ringDoorbell (the counter just moved).
+		blueflame.StoreBarrier()
+		prm.Store32(unsafe.Add(r.dbrec, prm.DoorbellRecordRecvB), r.counter&0xffff)
+		r.rung = r.counter
+		return nil
+	}()
 }
 
 // RingRecvDoorbell publishes the receive WQEs finished since the last

@@ -150,22 +150,43 @@ func (s RecvStage) Finish() error {
 		return s.error()
 	}
 	r := s.r
-	if s.n < r.maxSGE {
-		*(*uint64)(s.seg) = bits.ReverseBytes64(prm.InvalidLKey)
-		*(*uint64)(unsafe.Add(s.seg, prm.DataAddr)) = 0
-	}
-	idx := r.head & r.mask
-	*(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)) = s.wrid
+	r.terminate(s.seg, s.n)
 	if r.srq {
-		r.busy[idx] = true
-		wqe := unsafe.Add(r.buf, uintptr(idx)<<r.shift)
-		r.head = uint32(prm.Load16(unsafe.Add(wqe, prm.SRQNextWQEIndex))) & r.mask
+		r.advanceSRQ(s.wrid)
 	} else {
-		r.head++
+		r.advanceRQ(s.wrid)
 	}
+	return nil
+}
+
+// terminate ends a scatter list of n entries, the next of which would go
+// at seg, with the InvalidLKey entry when n is short of the max SGE.
+func (r *recvRing) terminate(seg unsafe.Pointer, n uint32) {
+	if n < r.maxSGE {
+		*(*uint64)(seg) = bits.ReverseBytes64(prm.InvalidLKey)
+		*(*uint64)(unsafe.Add(seg, prm.DataAddr)) = 0
+	}
+}
+
+// advanceRQ records wrid for the RQ slot just written and moves the
+// producer on.
+func (r *recvRing) advanceRQ(wrid uint64) {
+	*(*uint64)(unsafe.Add(r.wrid, uintptr(r.head&r.mask)*8)) = wrid
+	r.head++
 	r.counter++
 	r.posted++
-	return nil
+}
+
+// advanceSRQ records wrid for the SRQ slot just written, marks it busy and
+// takes the next free slot from its next_wqe_index.
+func (r *recvRing) advanceSRQ(wrid uint64) {
+	idx := r.head & r.mask
+	*(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)) = wrid
+	r.busy[idx] = true
+	wqe := unsafe.Add(r.buf, uintptr(idx)<<r.shift)
+	r.head = uint32(prm.Load16(unsafe.Add(wqe, prm.SRQNextWQEIndex))) & r.mask
+	r.counter++
+	r.posted++
 }
 
 // FinishDoorbell is Finish followed by the receive doorbell.

@@ -42,6 +42,11 @@ func PostUD(q *ud.QP, r *ud.Remote, addr uint64, n, lkey uint32) error {
 	return s.Send().SGE(addr, n, lkey).Finish()
 }
 
+// PostRecv posts one receive buffer on an RC QP.
+func PostRecv(qp *rc.QP, addr uint64, n, lkey uint32) error {
+	return qp.PostRecv(1, addr, n, lkey)
+}
+
 // PollRC polls with a function literal.
 func PollRC(p *rc.Poller) int {
 	return p.Poll(64, func(c *rc.Completion) {
@@ -70,5 +75,5 @@ func PollUD(p *ud.Poller) int {
 }
 
 func main() {
-	fmt.Println(PostWrite, PostDC, PostUD, PollRC, PollDC, PollUD)
+	fmt.Println(PostWrite, PostDC, PostUD, PostRecv, PollRC, PollDC, PollUD)
 }
