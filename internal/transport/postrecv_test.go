@@ -104,3 +104,45 @@ func TestPostRecvMatchesStaged(t *testing.T) {
 	require.Error(t, ex1)
 	require.EqualError(t, ex1, by.BeginRecv(1).SGE(ey.Addr(1, 0), 8, ey.LKey(1)).FinishDoorbell().Error())
 }
+
+// The same for a shared receive queue: PostRecv writes the SRQ ring (its
+// next segments included) and the doorbell record as the staged path does,
+// through a full free list, and returns the same errors.
+func TestSRQPostRecvMatchesStaged(t *testing.T) {
+	srq := func() (*transporttest.Env, *transport.SharedReceiveQueue) {
+		e := transporttest.New(t, sim.Options{})
+		s, err := transport.NewSharedReceiveQueue("rc", e.PD[1], transport.SRQConfig{Depth: 8, MaxSGE: 2})
+		require.NoError(t, err)
+		return e, s
+	}
+	ex, sx := srq()
+	_, sy := srq()
+	bytes := func(s *transport.SharedReceiveQueue) ([]byte, []byte) {
+		d := s.Handle().Descriptor()
+		return unsafe.Slice((*byte)(d.Buf), int(d.WQECnt*d.Stride)), unsafe.Slice((*byte)(d.DBRec), 4)
+	}
+	refused := 0
+	for i := range 20 { // the free list runs out on the way
+		wrid, off, n := uint64(300+i), 64*i, uint32(8*(i%3))
+		errx := sx.PostRecv(wrid, ex.Addr(1, off), n, ex.LKey(1))
+		erry := sy.BeginRecv(wrid).SGE(ex.Addr(1, off), n, ex.LKey(1)).FinishDoorbell()
+		if erry == nil {
+			require.NoError(t, errx, "post %d", i)
+		} else {
+			require.EqualError(t, errx, erry.Error(), "post %d", i)
+			refused++
+		}
+		rx, dx := bytes(sx)
+		ry, dy := bytes(sy)
+		require.Equal(t, ry, rx, "post %d", i)
+		require.Equal(t, dy, dx, "post %d", i)
+		require.Equal(t, sy.Outstanding(), sx.Outstanding(), "post %d", i)
+	}
+	require.NotZero(t, sx.Outstanding())
+	require.NotZero(t, refused, "the free list never ran out")
+	require.NoError(t, sx.Close())
+	require.NoError(t, sy.Close())
+	errx := sx.PostRecv(1, ex.Addr(1, 0), 8, ex.LKey(1))
+	require.Error(t, errx)
+	require.EqualError(t, errx, sy.BeginRecv(1).SGE(ex.Addr(1, 0), 8, ex.LKey(1)).FinishDoorbell().Error())
+}

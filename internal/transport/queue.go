@@ -2,10 +2,8 @@ package transport
 
 import (
 	"fmt"
-	"math/bits"
 	"unsafe"
 
-	"github.com/mlx5kit/mlx5kit/blueflame"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -285,20 +283,7 @@ func (q *Queue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
 		if q.state > StateReady || r.buf == nil || r.full() || length != 0 && r.maxSGE == 0 || q.qp.Closed() {
 			return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
 		}
-		seg := unsafe.Add(r.buf, uintptr(r.slot())<<r.shift)
-		n := uint32(0)
-		if length != 0 {
-			*(*uint64)(seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
-			*(*uint64)(unsafe.Add(seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
-			seg = unsafe.Add(seg, prm.DataSize)
-			n = 1
-		}
-		r.terminate(seg, n)
-		r.advanceRQ(wrid)
-		// The doorbell, as ringDoorbell (the counter just moved).
-		blueflame.StoreBarrier()
-		prm.Store32(unsafe.Add(r.dbrec, prm.DoorbellRecordRecvB), r.counter&0xffff)
-		r.rung = r.counter
+		r.postOne(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift), wrid, addr, length, lkey)
 		return nil
 	}()
 }

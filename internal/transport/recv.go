@@ -216,9 +216,37 @@ func (r *recvRing) ringDoorbell() {
 	if r.rung == r.counter {
 		return
 	}
+	r.ring()
+}
+
+// ring is ringDoorbell without the test for new WQEs.
+func (r *recvRing) ring() {
 	blueflame.StoreBarrier()
 	prm.Store32(unsafe.Add(r.dbrec, prm.DoorbellRecordRecvB), r.counter&0xffff)
 	r.rung = r.counter
+}
+
+// postOne is the work of a one-buffer post after its checks: the data
+// segment (none for length 0) at the slot's first segment seg, the
+// terminator, the bookkeeping and the doorbell. The callers inline it
+// whole: it is a closure called once.
+func (r *recvRing) postOne(seg unsafe.Pointer, wrid, addr uint64, length, lkey uint32) {
+	func() {
+		n := uint32(0)
+		if length != 0 {
+			*(*uint64)(seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
+			*(*uint64)(unsafe.Add(seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
+			seg = unsafe.Add(seg, prm.DataSize)
+			n = 1
+		}
+		r.terminate(seg, n)
+		if r.srq {
+			r.advanceSRQ(wrid)
+		} else {
+			r.advanceRQ(wrid)
+		}
+		r.ring()
+	}()
 }
 
 // take retires the receive WQE a completion names and returns its wrid.

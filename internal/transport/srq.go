@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"unsafe"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -88,9 +90,19 @@ func (s *SharedReceiveQueue) BeginRecv(wrid uint64) RecvStage {
 	return s.ring.begin(wrid)
 }
 
-// PostRecv posts a receive WQE of one buffer and rings the doorbell.
+// PostRecv posts a receive WQE of one buffer and rings the doorbell. Like
+// Queue.PostRecv it compiles into the caller, with a call only for the
+// store barrier and, when the post cannot go ahead, for the staged path
+// that says why.
 func (s *SharedReceiveQueue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
-	return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+	return func() error {
+		r := s.ring
+		if r.full() || length != 0 && r.maxSGE == 0 || s.srq.Closed() {
+			return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+		}
+		r.postOne(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift+uintptr(r.segOff)), wrid, addr, length, lkey)
+		return nil
+	}()
 }
 
 // RingRecvDoorbell publishes the receive WQEs finished since the last
