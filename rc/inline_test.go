@@ -42,8 +42,8 @@ const mod = "github.com/mlx5kit/mlx5kit/"
 // wqebuilder gets: each Poller's Poll, the function literal given to it and
 // monocq's batch iteration are compiled into the caller's function, which
 // then calls only monocq's Ready (once per non-empty batch) and, for any
-// CQE but a successful send completion (which CompleteSend retires inline),
-// the queue's Complete (or Unknown, for a QPN no queue was added for); a post, from the transport's state check to Finish, is
+// CQE but a successful send or receive completion (which CompleteSend and
+// CompleteRecv retire inline), the queue's Complete (or Unknown, for a QPN no queue was added for); a post, from the transport's state check to Finish, is
 // compiled into the caller whole, with a call only on the path that
 // refuses a QP that is not ready; so is a receive post, but for its store
 // barrier.
@@ -70,6 +70,7 @@ func TestInlining(t *testing.T) {
 		`inlining call to transport\.\(\*Dispatcher\)\.Ring\n`,
 		`inlining call to transport\.\(\*Dispatcher\)\.Lookup\n`,
 		`inlining call to transport\.\(\*Queue\)\.CompleteSend\n`,
+		`inlining call to transport\.\(\*Queue\)\.CompleteRecv\n`,
 		`inlining call to monocq\.\(\*Table\[go\.shape\.[0-9a-f]+\]\)\.Lookup\n`,
 		`inlining call to wqebuilder\.OpStage\.RdmaWrite\n`,
 		`inlining call to wqebuilder\.DatagramStage\.Send\n`,

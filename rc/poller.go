@@ -52,7 +52,7 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 		n := 0
 		for c := range cq.All(max) {
 			if q := d.Lookup(c.QPN()); q != nil {
-				if !q.CompleteSend(c, wc) {
+				if !q.CompleteSend(c, wc) && !q.CompleteRecv(c, wc) {
 					q.Complete(c, wc)
 				}
 			} else {

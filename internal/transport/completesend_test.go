@@ -51,9 +51,9 @@ func next(t *testing.T, e *transporttest.Env, cq *monocq.CQ) *monocq.CQE {
 
 // A successful send completion: CompleteSend fills the Completion exactly
 // as Complete does (checked against a twin rig that ran Complete) and
-// retires the same WQEs. Any other CQE: CompleteSend reports false and
-// changes neither the Completion nor the queue, and Complete then handles
-// it as if CompleteSend had not been called.
+// retires the same WQEs; a successful receive: CompleteRecv does. Any
+// other CQE: each reports false and changes neither the Completion nor the
+// queue, and Complete then handles it as if they had not been called.
 func TestCompleteSendMatchesComplete(t *testing.T) {
 	x, y := newCompleteSendRig(t), newCompleteSendRig(t)
 	sentinel := transport.Completion{WRID: 0xdead, QPN: 7, Opcode: prm.CQERespSendImm, Immediate: 9,
@@ -95,17 +95,36 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	x.a.Queue.Complete(cx, &got)
 	require.Equal(t, transport.StatusUnmatched, got.Status)
 
-	// The receive completion on the other side: not CompleteSend's; the
-	// receive is still there for Complete.
-	cr := next(t, x.e, x.cb)
+	// The send completion is not CompleteRecv's either.
 	got = sentinel
+	require.False(t, x.a.Queue.CompleteRecv(cx, &got))
+	require.Equal(t, sentinel, got)
+
+	// The receive completion on the other side: not CompleteSend's, and
+	// CompleteRecv fills the Completion exactly as Complete does on the
+	// twin rig, and retires the same receive.
+	cr, cry := next(t, x.e, x.cb), next(t, y.e, y.cb)
+	got, want = sentinel, sentinel
 	require.False(t, x.b.Queue.CompleteSend(cr, &got))
 	require.Equal(t, sentinel, got)
-	x.b.Queue.Complete(cr, &got)
+	require.True(t, x.b.Queue.CompleteRecv(cr, &got))
+	y.b.Queue.Complete(cry, &want)
+	require.Same(t, &x.b.Queue, got.Queue)
+	got.Queue, want.Queue = nil, nil
+	require.Equal(t, want, got)
 	require.Equal(t, transport.StatusOK, got.Status)
 	require.Equal(t, uint64(20), got.WRID)
 	require.Equal(t, uint32(42), got.Immediate)
+	require.Equal(t, y.b.Queue.RecvOutstanding(), x.b.Queue.RecvOutstanding())
+	require.Zero(t, x.b.Queue.RecvOutstanding())
+	// Again (its receive is retired): not CompleteRecv's; Complete says so.
+	got = sentinel
+	require.False(t, x.b.Queue.CompleteRecv(cr, &got))
+	require.Equal(t, sentinel, got)
+	x.b.Queue.Complete(cr, &got)
+	require.Equal(t, transport.StatusUnmatched, got.Status)
 	x.cb.Release()
+	y.cb.Release()
 
 	// An error completion (a wrong rkey): not CompleteSend's, and the
 	// queue stays ready until Complete sees it.
@@ -115,6 +134,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	ce := next(t, x.e, x.ca)
 	got = sentinel
 	require.False(t, x.a.Queue.CompleteSend(ce, &got))
+	require.False(t, x.a.Queue.CompleteRecv(ce, &got))
 	require.Equal(t, sentinel, got)
 	require.Equal(t, transport.StateReady, x.a.Queue.State())
 	require.Equal(t, uint32(1), x.a.SendQueue().Outstanding())

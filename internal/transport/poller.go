@@ -126,7 +126,7 @@ func (p *Dispatcher) Count(n int) { p.polled += uint64(n) }
 func (p *Dispatcher) Dispatch(c *monocq.CQE) *Completion {
 	p.polled++
 	if q := p.table.Lookup(c.QPN()); q != nil {
-		if !q.CompleteSend(c, &p.wc) {
+		if !q.CompleteSend(c, &p.wc) && !q.CompleteRecv(c, &p.wc) {
 			q.Complete(c, &p.wc)
 		}
 	} else {

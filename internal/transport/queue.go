@@ -343,6 +343,43 @@ func (q *Queue) CompleteSend(c *monocq.CQE, wc *Completion) bool {
 	}()
 }
 
+// CompleteRecv is Complete for the common CQE of a receiver's poll: a
+// successful receive (SEND, SEND with immediate or invalidate, RDMA write
+// with immediate) into the QP's own receive queue, with no payload in the
+// CQE. It reports true having done what Complete does, or false having
+// done nothing for any other CQE, as CompleteSend.
+func (q *Queue) CompleteRecv(c *monocq.CQE, wc *Completion) bool {
+	return func() bool {
+		r := q.recv
+		op := c.Opcode()
+		if op < prm.CQERespWrImm || op > prm.CQERespSendInv || r == nil || r.srq || c.Format() != prm.CQEFormatNone {
+			return false
+		}
+		counter := c.WQECounter()
+		wrid, ok := r.takeRQ(counter)
+		if !ok {
+			return false
+		}
+		// Field by field, as CompleteSend.
+		wc.WRID = wrid
+		wc.Queue = q
+		wc.QPN = c.QPN()
+		wc.Opcode = op
+		wc.SendOpcode = 0
+		wc.ByteCount = c.ByteCount()
+		wc.Immediate = c.Immediate()
+		wc.SourceQPN = c.SourceQP()
+		wc.SLID = c.SLID()
+		wc.SL = c.SL()
+		wc.GRH = c.HasGRH()
+		wc.Solicited = c.Solicited()
+		wc.Syndrome, wc.VendorSyndrome = 0, 0
+		wc.Status = StatusOK
+		wc.WQECounter = counter
+		return true
+	}()
+}
+
 // Complete decodes c, a CQE of this queue pair, into wc and retires the
 // work requests it names: for a send completion the WQE at its wqe_counter
 // and every unsignaled WQE before it (wc.WRID is the named WQE's id); for a

@@ -272,12 +272,18 @@ func (r *recvRing) take(wqeCounter uint16) (uint64, bool) {
 		r.posted--
 		return wrid, true
 	}
-	if uint16(r.tail) != wqeCounter {
+	return r.takeRQ(wqeCounter)
+}
+
+// takeRQ is take for a QP's own receive queue, whose completions come in
+// order.
+func (r *recvRing) takeRQ(wqeCounter uint16) (uint64, bool) {
+	if r.posted == 0 || uint16(r.tail) != wqeCounter {
 		return 0, false
 	}
 	r.tail++
 	r.posted--
-	return *(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)), true
+	return *(*uint64)(unsafe.Add(r.wrid, uintptr(uint32(wqeCounter)&r.mask)*8)), true
 }
 
 // scatterTo copies the payload the device placed in the CQE into the
