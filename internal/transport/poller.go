@@ -106,7 +106,7 @@ func (p *Dispatcher) Completion() *Completion { return &p.wc }
 // Unknown decodes a CQE whose QPN no queue was added for into the
 // dispatcher's Completion, with Status StatusUnknownQPN, and records it.
 func (p *Dispatcher) Unknown(c *monocq.CQE) {
-	p.wc.decode(c)
+	p.wc.decode(nil, c)
 	p.wc.Status = StatusUnknownQPN
 	p.unknown++
 	if p.err == nil {

@@ -326,19 +326,9 @@ func (q *Queue) CompleteSend(c *monocq.CQE, wc *Completion) bool {
 		if !ok {
 			return false
 		}
-		// Field by field: a composite literal over *wc would copy it with
-		// the write barrier's bulk move, a call.
+		wc.set(q, c.QPN(), prm.CQEReq, counter)
+		wc.setSend(c)
 		wc.WRID = wrid
-		wc.Queue = q
-		wc.QPN = c.QPN()
-		wc.Opcode = prm.CQEReq
-		wc.SendOpcode = c.SendOpcode()
-		wc.ByteCount = c.ByteCount()
-		wc.Immediate, wc.SourceQPN, wc.SLID, wc.SL = 0, 0, 0, 0
-		wc.GRH, wc.Solicited = false, false
-		wc.Syndrome, wc.VendorSyndrome = 0, 0
-		wc.Status = StatusOK
-		wc.WQECounter = counter
 		return true
 	}()
 }
@@ -360,22 +350,9 @@ func (q *Queue) CompleteRecv(c *monocq.CQE, wc *Completion) bool {
 		if !ok {
 			return false
 		}
-		// Field by field, as CompleteSend.
+		wc.set(q, c.QPN(), op, counter)
+		wc.setRecv(c)
 		wc.WRID = wrid
-		wc.Queue = q
-		wc.QPN = c.QPN()
-		wc.Opcode = op
-		wc.SendOpcode = 0
-		wc.ByteCount = c.ByteCount()
-		wc.Immediate = c.Immediate()
-		wc.SourceQPN = c.SourceQP()
-		wc.SLID = c.SLID()
-		wc.SL = c.SL()
-		wc.GRH = c.HasGRH()
-		wc.Solicited = c.Solicited()
-		wc.Syndrome, wc.VendorSyndrome = 0, 0
-		wc.Status = StatusOK
-		wc.WQECounter = counter
 		return true
 	}()
 }
@@ -388,8 +365,7 @@ func (q *Queue) CompleteRecv(c *monocq.CQE, wc *Completion) bool {
 // buffers. An error completion moves the queue to StateError (not for a
 // DCT, which outlives a bad request). Complete allocates nothing.
 func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
-	wc.decode(c)
-	wc.Queue = q
+	wc.decode(q, c)
 	switch wc.Opcode {
 	case prm.CQEReq, prm.CQEReqErr:
 		if q.sq == nil {
