@@ -183,11 +183,7 @@ func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder
 	// A closure called once, as rc's Post.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		if transport.Ready(&d.Queue) {
-			c = d.SendQueue().Begin(wrid, flags)
-		} else {
-			c, err = transport.Refuse(&d.Queue, wrid, flags)
-		}
+		c, err = transport.Begin(&d.Queue, wrid, flags)
 		return c.DC(&r.av, r.dctn, r.key)
 	}()
 	return s, err
@@ -200,11 +196,7 @@ func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamI
 	// A closure called once, as rc's Post.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		if transport.Ready(&d.Queue) {
-			c = d.SendQueue().Begin(wrid, flags)
-		} else {
-			c, err = transport.Refuse(&d.Queue, wrid, flags)
-		}
+		c, err = transport.Begin(&d.Queue, wrid, flags)
 		return c.DCStream(&r.av, r.dctn, r.key, streamID)
 	}()
 	return s, err

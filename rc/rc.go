@@ -203,7 +203,9 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
 	// A closure called once (see transport.Ready): the whole post compiles
-	// into the caller.
+	// into the caller. It spells out transport.Begin's two halves: a
+	// closure around the inlined Begin would be small enough for the
+	// inliner to price Post with it, over the budget.
 	s = func() wqebuilder.OpStage {
 		if transport.Ready(&q.Queue) {
 			return q.SendQueue().Begin(wrid, flags).OpStage

@@ -230,11 +230,7 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.
 	// A closure called once, as rc's Post.
 	s = func() wqebuilder.DatagramStage {
 		var c wqebuilder.CtrlStage
-		if transport.Ready(&q.Queue) {
-			c = q.SendQueue().Begin(wrid, flags)
-		} else {
-			c, err = transport.Refuse(&q.Queue, wrid, flags)
-		}
+		c, err = transport.Begin(&q.Queue, wrid, flags)
 		return c.UD(&r.av, r.qpn, r.qkey)
 	}()
 	return s, err

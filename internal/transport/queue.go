@@ -198,6 +198,21 @@ func newDeadQueue(qpn uint32) (*wqebuilder.SendQueue, error) {
 // and only the refusal is a call (TestInlining in package rc checks it).
 func Ready(q *Queue) bool { return q.state == StateReady && !q.qp.Closed() }
 
+// Begin is a send post's first step as dc's and ud's Post take it: the WQE
+// begun on q's send queue when q is Ready, else Refuse's stage and error.
+// It inlines, and its body, a closure called once, with it.
+func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStage, err error) {
+	s = func() wqebuilder.CtrlStage {
+		if Ready(q) {
+			return q.sq.Begin(wrid, flags)
+		}
+		var dead wqebuilder.CtrlStage
+		dead, err = Refuse(q, wrid, flags)
+		return dead
+	}()
+	return s, err
+}
+
 // Refuse is the post of a queue that is not Ready: a *PostError wrapping
 // ErrNotConnected, ErrQPError or ErrClosed, and a stage of a private full
 // queue, which writes nothing that matters and whose Finish fails.
