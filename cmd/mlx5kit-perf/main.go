@@ -225,14 +225,11 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	fs.IntVar(&cfg.qd, "qd", 64, "bandwidth tests: WQEs in flight")
 	fs.IntVar(&cfg.inline, "inline", 220, "payloads of up to this many bytes go inline (0: never)")
 	cfg.peerFlags().Register(fs)
-	// perftest's one-letter names for the same flags.
-	fs.IntVar(&cfg.size, "s", defSize, "same as -size (perftest's name)")
-	fs.IntVar(&cfg.iters, "n", defIters, "same as -iters (perftest's name)")
-	fs.IntVar(&cfg.qd, "t", 64, "same as -qd (perftest's tx depth)")
-	fs.IntVar(&cfg.inline, "I", 220, "same as -inline (perftest's name)")
-	fs.StringVar(&cfg.device, "d", "", "same as -device (perftest's name)")
-	fs.IntVar(&cfg.port, "i", 1, "same as -ib-port (perftest's name)")
-	fs.IntVar(&cfg.gidIndex, "x", -1, "same as -gid-index (perftest's name)")
+	// perftest's one-letter names for the same flags (the same values).
+	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"t", "qd"}, {"I", "inline"},
+		{"d", "device"}, {"i", "ib-port"}, {"x", "gid-index"}} {
+		fs.Var(fs.Lookup(a[1]).Value, a[0], "same as -"+a[1]+" (perftest's name)")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return cfg, 0

@@ -329,29 +329,36 @@ func TestPeerFailureReported(t *testing.T) {
 
 var errTest = errors.New("the data is wrong")
 
-func TestFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{},
-		{"-size", "8"},
-		{"write_latency"},
-		{"write_lat", "-size", "0"},
-		{"write_lat", "-size", "9000000"},
-		{"write_bw", "-qd", "0"},
-		{"write_lat", "-iters", "0"},
-		{"write_lat", "-max-size", "1"},
-		{"write_lat", "-inline", "-1"},
-		{"write_lat", "-provider", "verbs"},
-		{"write_lat", "-server", ":0", "-client", "localhost:1"},
-		{"write_lat", "-gid-index", "256"},
-		{"write_lat", "-ib-port", "0"},
-		{"write_lat", "extra"},
-		{"write_lat", "-nosuchflag"},
-	} {
+// requireRejected runs the command with each argument list and requires
+// exit status 2, a message on stderr and nothing on stdout.
+func requireRejected(t *testing.T, argLists ...[]string) {
+	t.Helper()
+	for _, args := range argLists {
 		var out, errOut bytes.Buffer
 		require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
 		require.NotEmpty(t, errOut.String(), "%q", args)
 		require.Empty(t, out.String(), "%q", args)
 	}
+}
+
+func TestFlags(t *testing.T) {
+	requireRejected(t,
+		[]string{},
+		[]string{"-size", "8"},
+		[]string{"write_latency"},
+		[]string{"write_lat", "-size", "0"},
+		[]string{"write_lat", "-size", "9000000"},
+		[]string{"write_bw", "-qd", "0"},
+		[]string{"write_lat", "-iters", "0"},
+		[]string{"write_lat", "-max-size", "1"},
+		[]string{"write_lat", "-inline", "-1"},
+		[]string{"write_lat", "-provider", "verbs"},
+		[]string{"write_lat", "-server", ":0", "-client", "localhost:1"},
+		[]string{"write_lat", "-gid-index", "256"},
+		[]string{"write_lat", "-ib-port", "0"},
+		[]string{"write_lat", "extra"},
+		[]string{"write_lat", "-nosuchflag"},
+	)
 	cfg := testConfig(t, "read_bw")
 	require.Equal(t, 65536, cfg.size, "bandwidth tests default to 64 KiB")
 	require.Equal(t, 5000, cfg.iters)
@@ -377,18 +384,14 @@ func TestPerftestFlagNames(t *testing.T) {
 	def := testConfig(t, "write_lat")
 	require.Equal(t, []int{2, 1000, 64, 220, 1, -1}, []int{def.size, def.iters, def.qd, def.inline, def.port, def.gidIndex})
 	require.Empty(t, def.device)
-	for _, args := range [][]string{
-		{"write_lat", "-s", "0"},
-		{"write_bw", "-t", "0"},
-		{"write_lat", "-n", "0"},
-		{"write_lat", "-I", "-1"},
-		{"write_lat", "-i", "0"},
-		{"write_lat", "-x", "256"},
-	} {
-		var out, errOut bytes.Buffer
-		require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
-		require.NotEmpty(t, errOut.String(), "%q", args)
-	}
+	requireRejected(t,
+		[]string{"write_lat", "-s", "0"},
+		[]string{"write_bw", "-t", "0"},
+		[]string{"write_lat", "-n", "0"},
+		[]string{"write_lat", "-I", "-1"},
+		[]string{"write_lat", "-i", "0"},
+		[]string{"write_lat", "-x", "256"},
+	)
 }
 
 // TestHardwareModes runs every mode on the first mlx5 device.
