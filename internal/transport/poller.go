@@ -117,24 +117,6 @@ func (p *Dispatcher) Unknown(c *monocq.CQE) {
 // Count adds n to the number of completions dispatched.
 func (p *Dispatcher) Count(n int) { p.polled += uint64(n) }
 
-// Dispatch matches one CQE to its queue pair, retires what it names, and
-// returns the decoded completion (valid until the next Dispatch). A CQE
-// whose QPN no queue was added for comes back with Status
-// StatusUnknownQPN and is counted. The Pollers of rc, dc and ud do the
-// same inline, with a call only for a CQE that is not a successful send
-// completion.
-func (p *Dispatcher) Dispatch(c *monocq.CQE) *Completion {
-	p.polled++
-	if q := p.table.Lookup(c.QPN()); q != nil {
-		if !q.CompleteSend(c, &p.wc) && !q.CompleteRecv(c, &p.wc) {
-			q.Complete(c, &p.wc)
-		}
-	} else {
-		p.Unknown(c)
-	}
-	return &p.wc
-}
-
 // Err returns the first problem met: the ring's own (monocq ErrOverrun,
 // ErrCorrupt), a CQE for an unknown QPN, or a closed CQ.
 func (p *Dispatcher) Err() error {
