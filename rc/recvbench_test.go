@@ -1,0 +1,184 @@
+package rc_test
+
+import (
+	"testing"
+
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// The receive benchmarks time receive posts and receive completions: the
+// receiver posts benchBatch receive WQEs (timed), then, with the timer
+// stopped, the sender consumes them with as many RDMA writes with
+// immediate and the software HCA runs.
+
+// recvRig is an RC pair whose second QP receives, through its own receive
+// queue or through an SRQ.
+type recvRig struct {
+	x   *pair
+	srq *rc.SharedReceiveQueue
+	rcv *rc.QP
+	rp  *rc.Poller
+}
+
+func newRecvRig(b *testing.B, shared bool) *recvRig {
+	e := transporttest.New(b, sim.Options{})
+	if !shared {
+		x := connectPair(e, rc.Config{SendDepth: 2 * benchBatch, RecvDepth: benchBatch, MaxRecvSGE: 2, MaxInline: 64})
+		return &recvRig{x: x, rcv: x.qp[1], rp: x.p[1]}
+	}
+	srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: benchBatch, MaxSGE: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := &pair{e: e}
+	for i := range 2 {
+		x.cq[i], x.p[i] = newPoller(e, i, 1024)
+		cfg := rc.Config{SendDepth: 2 * benchBatch, MaxInline: 64}
+		if i == 1 {
+			cfg.SRQ = srq
+		}
+		if x.qp[i], err = rc.New(e.PD[i], x.cq[i], nil, cfg); err != nil {
+			b.Fatal(err)
+		}
+		if err := x.p[i].Add(&x.qp[i].Queue); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := x.qp[0].Connect(x.qp[1].Endpoint()); err != nil {
+		b.Fatal(err)
+	}
+	if err := x.qp[1].Connect(x.qp[0].Endpoint()); err != nil {
+		b.Fatal(err)
+	}
+	return &recvRig{x: x, srq: srq, rcv: x.qp[1], rp: x.p[1]}
+}
+
+// consume sends n RDMA writes with immediate and no payload, which take
+// the receiver's posted WQEs, and lets the software HCA run. The receive
+// completions are left in the receiver's CQ.
+func (g *recvRig) consume(b *testing.B, n int) {
+	x := g.x
+	raddr, rkey := x.e.Addr(1, 0), x.e.RKey(1)
+	for i := range n {
+		flags := wqebuilder.Flags(0)
+		if i%32 == 31 || i == n-1 {
+			flags = wqebuilder.Signaled
+		}
+		s, err := x.qp[0].Post(uint64(i), flags)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.RdmaWriteImm(raddr, rkey, uint32(i)).Finish(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	x.qp[0].RingDoorbell()
+	x.e.Run()
+	for x.p[0].Poll(64, func(*rc.Completion) {}) > 0 {
+	}
+}
+
+// drain polls the receive completions away.
+func (g *recvRig) drain() {
+	for g.rp.Poll(64, func(*rc.Completion) {}) > 0 {
+	}
+}
+
+// benchRecvPost times post over b.N receive WQEs.
+func benchRecvPost(b *testing.B, g *recvRig, post func(i int) error) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := post(i); err != nil {
+			b.Fatal(err)
+		}
+		if i%benchBatch == benchBatch-1 {
+			b.StopTimer()
+			g.consume(b, benchBatch)
+			g.drain()
+			b.StartTimer()
+		}
+	}
+}
+
+// BenchmarkPostRecv posts one-buffer receive WQEs with PostRecv, each with
+// its doorbell.
+func BenchmarkPostRecv(b *testing.B) {
+	g := newRecvRig(b, false)
+	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
+	benchRecvPost(b, g, func(i int) error { return g.rcv.PostRecv(uint64(i), addr, 64, lkey) })
+}
+
+// BenchmarkPostRecvStaged posts two-buffer receive WQEs with BeginRecv,
+// SGE, SGE and FinishDoorbell.
+func BenchmarkPostRecvStaged(b *testing.B) {
+	g := newRecvRig(b, false)
+	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
+	benchRecvPost(b, g, func(i int) error {
+		return g.rcv.BeginRecv(uint64(i)).SGE(addr, 32, lkey).SGE(addr+32, 32, lkey).FinishDoorbell()
+	})
+}
+
+// BenchmarkPostRecvSRQ posts one-buffer receive WQEs to a shared receive
+// queue with PostRecv.
+func BenchmarkPostRecvSRQ(b *testing.B) {
+	g := newRecvRig(b, true)
+	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
+	benchRecvPost(b, g, func(i int) error { return g.srq.PostRecv(uint64(i), addr, 64, lkey) })
+}
+
+// BenchmarkPostRecvSRQStaged posts two-buffer receive WQEs to a shared
+// receive queue with BeginRecv, SGE, SGE and FinishDoorbell.
+func BenchmarkPostRecvSRQStaged(b *testing.B) {
+	g := newRecvRig(b, true)
+	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
+	benchRecvPost(b, g, func(i int) error {
+		return g.srq.BeginRecv(uint64(i)).SGE(addr, 32, lkey).SGE(addr+32, 32, lkey).FinishDoorbell()
+	})
+}
+
+// benchRecvPoll times polling b.N receive completions through a Poller.
+func benchRecvPoll(b *testing.B, g *recvRig, post func(i int) error) {
+	var sum uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		b.StopTimer()
+		for i := range benchBatch {
+			if err := post(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		g.consume(b, benchBatch)
+		b.StartTimer()
+		for n := 1; n > 0 && done < b.N; done += n {
+			n = g.rp.Poll(16, func(c *rc.Completion) {
+				if c.Status == rc.StatusOK {
+					sum += c.WRID
+				}
+			})
+		}
+		b.StopTimer()
+		g.drain()
+		b.StartTimer()
+	}
+}
+
+// BenchmarkPollRecv polls receive completions of the QP's own receive
+// queue, per completion.
+func BenchmarkPollRecv(b *testing.B) {
+	g := newRecvRig(b, false)
+	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
+	benchRecvPoll(b, g, func(i int) error { return g.rcv.PostRecv(uint64(i), addr, 64, lkey) })
+}
+
+// BenchmarkPollRecvSRQ polls receive completions of a shared receive
+// queue, per completion.
+func BenchmarkPollRecvSRQ(b *testing.B) {
+	g := newRecvRig(b, true)
+	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
+	benchRecvPoll(b, g, func(i int) error { return g.srq.PostRecv(uint64(i), addr, 64, lkey) })
+}
