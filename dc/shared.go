@@ -11,11 +11,8 @@ import (
 // The types below are shared by packages rc, dc and ud: each package names
 // them, and the names denote the same types, so one Poller (or one
 // monocq.Table[Queue]) serves queue pairs of every transport and one
-// SharedReceiveQueue serves RC QPs and DCTs alike. Methods of these types
-// are not inlined into a caller outside this module (Go inlines a method
-// only when the caller imports the package of its receiver type); none of
-// them is on the per-completion path: a Completion is read through its
-// fields, and Poller.Poll inlines.
+// SharedReceiveQueue serves RC QPs and DCTs alike. Their methods on the
+// posting and polling paths compile into the caller (see exportBodies).
 type (
 	// Queue is the data-plane part of a queue pair: receive posting,
 	// doorbells, and Complete, which turns a CQE into a Completion.
@@ -71,6 +68,7 @@ var (
 	ErrNoReceiveQueue   = transport.ErrNoReceiveQueue
 	ErrReceiveQueueFull = transport.ErrReceiveQueueFull
 	ErrTooManySGE       = transport.ErrTooManySGE
+	ErrStaleStage       = transport.ErrStaleStage
 	ErrUnknownQPN       = transport.ErrUnknownQPN
 	ErrUnmatched        = transport.ErrUnmatched
 	ErrTransport        = transport.ErrTransport
@@ -84,3 +82,40 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) { return transport.NewCQ
 func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
 	return transport.NewSharedReceiveQueue(name, pd, cfg)
 }
+
+// exportBodies and exportMoreBodies are never run. Go inlines a function of another package only
+// when its body is in the export data of a package the caller imports, and
+// a package's export data carries, besides its own, the bodies of the
+// functions its inlinable functions call. A caller of this package cannot
+// import internal/transport, so each method of the shared types that a
+// caller posts or polls with is called below, in a function literal, for
+// its body to travel with this package: BeginRecv, SGE and Finish then
+// compile into the caller as they do inside the module (TestInlining in
+// package rc checks it). Methods not called here (Complete, the errors'
+// methods) are calls. Each function stays within the inliner's budget, so
+// that its own body, and with it the literals', is exported whatever the
+// compiler does with literals in a function too large to inline.
+func exportBodies() {
+	_ = func(q *Queue, s *SharedReceiveQueue, wrid, addr uint64, n, lkey uint32) error {
+		_ = q.PostRecv(wrid, addr, n, lkey)
+		return s.PostRecv(wrid, addr, n, lkey)
+	}
+	_ = func(q *Queue, wrid, addr uint64, n, lkey uint32) error {
+		return q.BeginRecv(wrid).SGE(addr, n, lkey).Finish()
+	}
+	_ = func(s *SharedReceiveQueue, wrid, addr uint64, n, lkey uint32) error {
+		return s.BeginRecv(wrid).SGE(addr, n, lkey).FinishDoorbell()
+	}
+}
+
+func exportMoreBodies() {
+	_ = func(q *Queue, s *SharedReceiveQueue) uint32 {
+		q.RingRecvDoorbell()
+		s.RingRecvDoorbell()
+		return s.Free() + s.Outstanding() + q.RecvOutstanding() + q.MaxRecvSGE() + q.QPN()
+	}
+	_ = func(c *Completion) bool { return c.IsSend() || c.IsError() || c.IsFlush() || c.Err() != nil }
+	_ = func(q *Queue) State { return q.State() }
+}
+
+var _, _ = exportBodies, exportMoreBodies

@@ -55,6 +55,12 @@ func TestInlining(t *testing.T) {
 	for _, want := range []string{
 		`inlining call to rc\.\(\*QP\)\.Post\n`,
 		`inlining call to transport\.\(\*Queue\)\.PostRecv\n`,
+		`inlining call to transport\.\(\*Queue\)\.BeginRecv\n`,
+		`inlining call to transport\.\(\*SharedReceiveQueue\)\.BeginRecv\n`,
+		`inlining call to transport\.RecvStage\.SGE\n`,
+		`inlining call to transport\.RecvStage\.FinishDoorbell\n`,
+		`inlining call to PostRecvStaged\.RecvStage\.FinishDoorbell\.RecvStage\.finish\.func\d+\n`,
+		`inlining call to PostSRQStaged\.RecvStage\.FinishDoorbell\.RecvStage\.finish\.func\d+\n`,
 		`inlining call to dc\.\(\*DCI\)\.Post\n`,
 		`inlining call to ud\.\(\*QP\)\.Post\n`,
 		`inlining call to PostWrite\.\(\*QP\)\.Post\.func\d+\n`,
@@ -122,20 +128,27 @@ func TestInlining(t *testing.T) {
 		require.Equal(t, 1, n, "%s calls transport.Refuse once: %v", f, calls[f])
 		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
 	}
-	// A receive post calls the store barrier before the doorbell record
-	// (an empty assembly function on amd64) and, only when the post cannot
-	// go ahead, the staged path that says why.
-	require.Contains(t, calls, "main.PostRecv", "no code for main.PostRecv")
-	barriers := 0
-	for _, c := range calls["main.PostRecv"] {
-		switch {
-		case c == mod+"blueflame.StoreBarrier":
-			barriers++
-		case c == mod+"internal/transport.(*Queue).BeginRecv", c == mod+"internal/transport.RecvStage.FinishDoorbell", runtimeOK(c):
-		default:
-			t.Errorf("main.PostRecv calls %s", c)
+	// A receive post, one buffer with PostRecv or two through the stages on
+	// the QP's own receive queue or an SRQ, calls the store barrier before
+	// the doorbell record (an empty assembly function on amd64) and, only
+	// when the post cannot go ahead, the function that says why.
+	for f, why := range map[string]string{
+		"main.PostRecv":       "internal/transport.(*Queue).postRecvRefused",
+		"main.PostRecvStaged": "internal/transport.RecvStage.error",
+		"main.PostSRQStaged":  "internal/transport.RecvStage.error",
+	} {
+		require.Contains(t, calls, f, "no code for %s", f)
+		barriers := 0
+		for _, c := range calls[f] {
+			switch {
+			case c == mod+"blueflame.StoreBarrier":
+				barriers++
+			case c == mod+why, runtimeOK(c):
+			default:
+				t.Errorf("%s calls %s", f, c)
+			}
 		}
+		require.Equal(t, 1, barriers, "%s: %v", f, calls[f])
+		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
 	}
-	require.Equal(t, 1, barriers, "main.PostRecv: %v", calls["main.PostRecv"])
-	t.Logf("main.PostRecv calls %v", slices.Compact(calls["main.PostRecv"]))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // Sentinel errors of the transports. Packages rc, dc and ud re-export them
@@ -33,6 +34,10 @@ var (
 	// ErrTooManySGE: a receive WQE got more scatter entries than the queue's
 	// max receive SGE.
 	ErrTooManySGE = errors.New("more scatter entries than max receive SGE")
+	// ErrStaleStage is wqebuilder.ErrStaleStage: a receive stage (like a
+	// send stage) was finished twice, or after a later BeginRecv or
+	// PostRecv on the same queue took its slot. Nothing is posted.
+	ErrStaleStage = wqebuilder.ErrStaleStage
 	// ErrUnknownQPN: a poller met a CQE for a QPN no queue was added for.
 	ErrUnknownQPN = errors.New("completion for an unknown QPN")
 	// ErrUnmatched: a completion named a WQE that is not outstanding

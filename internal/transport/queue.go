@@ -141,8 +141,10 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		}
 		r.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
 		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrTooManySGE}
+		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrStaleStage}
 		q.rq, q.recv = r, r
 	}
+	q.rq.refusal = q.recvRefusal
 	return nil
 }
 
@@ -271,17 +273,33 @@ func (q *Queue) RingDoorbell() {
 // buffers with SGE, then Finish (and RingRecvDoorbell) or FinishDoorbell.
 // The stage fails with ErrNoReceiveQueue when the QP has none (it uses an
 // SRQ: post there), ErrQPError or ErrClosed.
+//
+// BeginRecv, SGE and Finish (or FinishDoorbell) compile into the caller,
+// with a call only for the store barrier of FinishDoorbell and, when the
+// post cannot go ahead, for the function that says why.
 func (q *Queue) BeginRecv(wrid uint64) RecvStage {
-	if q.state > StateReady || q.qp.Closed() {
-		if q.qp.Closed() {
-			q.state = StateClosed
-		}
-		return q.rq.refuse(q.errRecv[q.state])
+	r := q.rq
+	if q.state > StateReady || r.buf == nil || r.head-r.tail > r.mask || q.qp.Closed() {
+		return r.refuse()
 	}
-	if q.rq.buf == nil {
-		return q.rq.refuse(q.errNoRQ)
+	return r.begin(unsafe.Add(r.buf, uintptr(r.head&r.mask)<<r.shift), wrid)
+}
+
+// recvRefusal is why a receive post on q cannot go ahead: the QP is closed
+// or in error, has no receive queue of its own, or its receive queue is
+// full, in that order.
+func (q *Queue) recvRefusal() error {
+	if q.qp.Closed() {
+		q.state = StateClosed
 	}
-	return q.rq.begin(wrid)
+	switch {
+	case q.state > StateReady:
+		return q.errRecv[q.state]
+	case q.rq.buf == nil:
+		return q.errNoRQ
+	default:
+		return q.rq.errFull
+	}
 }
 
 // PostRecv posts a receive WQE of one buffer (length bytes at addr in the
@@ -296,11 +314,17 @@ func (q *Queue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
 	return func() error {
 		r := q.rq
 		if q.state > StateReady || r.buf == nil || r.full() || length != 0 && r.maxSGE == 0 || q.qp.Closed() {
-			return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+			return q.postRecvRefused(wrid, addr, length, lkey)
 		}
 		r.postOne(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift), wrid, addr, length, lkey)
 		return nil
 	}()
+}
+
+// postRecvRefused is PostRecv through the staged path, which says why the
+// post cannot go ahead. It is out of line: PostRecv calls it only then.
+func (q *Queue) postRecvRefused(wrid uint64, addr uint64, length, lkey uint32) error {
+	return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
 }
 
 // RingRecvDoorbell publishes the receive WQEs finished since the last

@@ -34,10 +34,18 @@ type recvRing struct {
 	rung    uint32 // counter as last written to the doorbell record
 	posted  uint32 // WQEs posted and not completed
 
+	// open is the first data segment of the stage the last begin started,
+	// until a Finish posts it; 0 otherwise. A number, not a pointer:
+	// storing it costs no GC write barrier.
+	open uintptr
+
 	// The errors Finish returns, built by the owner with its transport
-	// name and QPN so that returning one allocates nothing. refused is
-	// the reason the owner last refused a post (closed, error state).
-	errFull, errSGE, refused error
+	// name and QPN so that returning one allocates nothing.
+	errFull, errSGE, errStale error
+	// refusal is the owner's reason to refuse a post now: closed, error
+	// state, no receive queue, full. Finish asks it for a stage that
+	// BeginRecv refused, out of line.
+	refusal func() error
 
 	wridMem []uint64
 	busy    []bool // SRQ: the slot holds a posted WQE
@@ -89,74 +97,104 @@ func (r *recvRing) full() bool {
 // slot returns the index of the WQE the next post writes.
 func (r *recvRing) slot() uint32 { return r.head & r.mask }
 
-// Receive stage error bits.
+// Receive stage error bits, kept in RecvStage.st from bit recvErrShift.
 const (
-	recvErrFull = 1 << iota
-	recvErrSGE
-	recvErrRefused // the owner refused the post (closed, error state)
+	recvErrRefused = 1 << iota // BeginRecv refused: the owner's refusal says why
+	recvErrSGE                 // SGE refused an entry: too many, or the stage is stale
 )
 
+// RecvStage.st holds the data segments written in its low 32 bits and the
+// error bits from recvErrShift.
+const recvErrShift = 32
+
 // RecvStage is a receive WQE being built: SGE adds scatter entries and
-// Finish posts it. Like the send stages it is a small value; an error
-// (queue full, too many entries, a refused queue) is kept in the stage and
-// returned by Finish. A failed stage is never posted and writes nothing
-// outside the one free slot it was given (nothing at all when the queue
-// was full or refused).
+// Finish posts it. Like the send stages it is a small value that the
+// compiler keeps in registers through an inlined chain; an error (queue
+// full, too many entries, a refused queue, a stage finished already) is
+// kept in the stage and returned by Finish. A failed stage is never posted
+// and writes nothing outside the one free slot it was given (nothing at all
+// when the queue was full or refused).
+//
+// One receive WQE is built at a time per queue: a BeginRecv (or PostRecv)
+// before the last stage was finished takes the same free slot, and the
+// older stage's Finish is then refused with ErrStaleStage, as is a second
+// Finish of the same stage.
 type RecvStage struct {
-	r    *recvRing
-	seg  unsafe.Pointer // the next data segment
-	wrid uint64
-	n    uint32 // data segments written
-	err  uint32
+	r     *recvRing
+	first unsafe.Pointer // the first data segment: the ring's open stage while this is it
+	wrid  uint64
+	st    uint64 // data segments written | error bits << recvErrShift
 }
 
-// begin starts a receive WQE.
-func (r *recvRing) begin(wrid uint64) RecvStage {
-	if r.full() {
-		return RecvStage{r: r, err: recvErrFull}
-	}
-	return RecvStage{r: r, seg: unsafe.Add(r.buf, uintptr(r.slot())<<r.shift+uintptr(r.segOff)), wrid: wrid}
+// begin starts a receive WQE in the free slot the caller checked there is,
+// at its first data segment seg, and makes it the open stage.
+func (r *recvRing) begin(seg unsafe.Pointer, wrid uint64) RecvStage {
+	r.open = uintptr(seg)
+	return RecvStage{r: r, first: seg, wrid: wrid}
 }
 
-// refuse returns a stage that fails with err and writes nothing.
-func (r *recvRing) refuse(err error) RecvStage {
-	r.refused = err
-	return RecvStage{r: r, err: recvErrRefused}
+// refuse returns a stage that writes nothing and whose Finish returns the
+// owner's refusal.
+func (r *recvRing) refuse() RecvStage {
+	return RecvStage{r: r, st: recvErrRefused << recvErrShift}
 }
 
 // SGE appends a scatter entry: length bytes at addr in the memory region
 // lkey. A zero length adds nothing (rdma-core skips such entries: a zero
-// byte count means 2 GiB to the device).
+// byte count means 2 GiB to the device). A stage that is no longer the
+// open one writes nothing: its slot may be posted already.
 func (s RecvStage) SGE(addr uint64, length, lkey uint32) RecvStage {
-	if length == 0 || s.err != 0 {
+	if length == 0 || s.st>>recvErrShift != 0 {
 		return s
 	}
-	if s.n >= s.r.maxSGE {
-		s.err |= recvErrSGE
+	if uint32(s.st) >= s.r.maxSGE || uintptr(s.first) != s.r.open {
+		// Too many entries, or a stale stage: error tells which.
+		s.st |= recvErrSGE << recvErrShift
 		return s
 	}
-	*(*uint64)(s.seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
-	*(*uint64)(unsafe.Add(s.seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
-	s.seg = unsafe.Add(s.seg, prm.DataSize)
-	s.n++
+	seg := s.next()
+	*(*uint64)(seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
+	*(*uint64)(unsafe.Add(seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
+	s.st++
 	return s
+}
+
+// next is where the stage's next data segment goes.
+func (s RecvStage) next() unsafe.Pointer {
+	return unsafe.Add(s.first, uintptr(uint32(s.st))*prm.DataSize)
 }
 
 // Finish posts the WQE: it writes the terminator when the list is shorter
 // than the queue's max SGE and moves the producer. The device sees it at
-// the next RingDoorbell (or FinishDoorbell).
-func (s RecvStage) Finish() error {
-	if s.err != 0 {
-		return s.error()
-	}
-	r := s.r
-	r.terminate(s.seg, s.n)
-	if r.srq {
-		r.advanceSRQ(s.wrid)
-	} else {
-		r.advanceRQ(s.wrid)
-	}
-	return nil
+// the next RingRecvDoorbell (or FinishDoorbell). It compiles into the
+// caller, with a call only for a stage that cannot be posted.
+func (s RecvStage) Finish() error { return s.finish(false) }
+
+// FinishDoorbell is Finish followed by the receive doorbell. It compiles
+// into the caller, with a call only for the store barrier and for a stage
+// that cannot be posted.
+func (s RecvStage) FinishDoorbell() error { return s.finish(true) }
+
+// finish is the body of Finish (ring false) and FinishDoorbell (ring
+// true), in a closure called once so that it compiles into the caller
+// whole, as a send WQE's finish does.
+func (s RecvStage) finish(ring bool) error {
+	return func() error {
+		r := s.r
+		if s.st>>recvErrShift != 0 || uintptr(s.first) != r.open {
+			return s.error()
+		}
+		r.terminate(s.next(), uint32(s.st))
+		if r.srq {
+			r.advanceSRQ(s.wrid)
+		} else {
+			r.advanceRQ(s.wrid)
+		}
+		if ring {
+			r.ring()
+		}
+		return nil
+	}()
 }
 
 // terminate ends a scatter list of n entries, the next of which would go
@@ -168,17 +206,19 @@ func (r *recvRing) terminate(seg unsafe.Pointer, n uint32) {
 	}
 }
 
-// advanceRQ records wrid for the RQ slot just written and moves the
-// producer on.
+// advanceRQ records wrid for the RQ slot just written, moves the producer
+// on and closes the open stage.
 func (r *recvRing) advanceRQ(wrid uint64) {
 	*(*uint64)(unsafe.Add(r.wrid, uintptr(r.head&r.mask)*8)) = wrid
 	r.head++
 	r.counter++
 	r.posted++
+	r.open = 0
 }
 
-// advanceSRQ records wrid for the SRQ slot just written, marks it busy and
-// takes the next free slot from its next_wqe_index.
+// advanceSRQ records wrid for the SRQ slot just written, marks it busy,
+// takes the next free slot from its next_wqe_index and closes the open
+// stage.
 func (r *recvRing) advanceSRQ(wrid uint64) {
 	idx := r.head & r.mask
 	*(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)) = wrid
@@ -187,23 +227,18 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 	r.head = uint32(prm.Load16(unsafe.Add(wqe, prm.SRQNextWQEIndex))) & r.mask
 	r.counter++
 	r.posted++
+	r.open = 0
 }
 
-// FinishDoorbell is Finish followed by the receive doorbell.
-func (s RecvStage) FinishDoorbell() error {
-	if err := s.Finish(); err != nil {
-		return err
-	}
-	s.r.ringDoorbell()
-	return nil
-}
-
+// error is the error of a stage that finish turned down: the owner's
+// refusal for a stage BeginRecv refused, then ErrStaleStage for a stage
+// that is not the open one, then ErrTooManySGE.
 func (s RecvStage) error() error {
 	switch {
-	case s.err&recvErrRefused != 0:
-		return s.r.refused
-	case s.err&recvErrFull != 0:
-		return s.r.errFull
+	case s.st>>recvErrShift&recvErrRefused != 0:
+		return s.r.refusal()
+	case uintptr(s.first) != s.r.open:
+		return s.r.errStale
 	default:
 		return s.r.errSGE
 	}

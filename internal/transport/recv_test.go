@@ -29,6 +29,22 @@ func newTestRing(bytes int) *ring {
 
 var be = binary.BigEndian
 
+// setTestErrors gives r the errors an owner gives it: "full" (its
+// refusal, the only one a bare ring has), "sge" and "stale".
+func setTestErrors(r *recvRing) {
+	r.errFull, r.errSGE, r.errStale = errors.New("full"), errors.New("sge"), errors.New("stale")
+	r.refusal = func() error { return r.errFull }
+}
+
+// testBegin begins a receive WQE as an owner's BeginRecv does: refused
+// when the ring is full, else at the next free slot.
+func (r *recvRing) testBegin(wrid uint64) RecvStage {
+	if r.full() {
+		return r.refuse()
+	}
+	return r.begin(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift+uintptr(r.segOff)), wrid)
+}
+
 func (r *ring) seg(stride, idx, k int) []byte {
 	return r.mem[stride*idx+prm.DataSize*k:][:prm.DataSize]
 }
@@ -41,12 +57,12 @@ func TestReceiveQueueLayout(t *testing.T) {
 	}
 	r, err := newRecvRing(rg.buf, unsafe.Pointer(&rg.dbrec[0]), cnt, stride, 0, false, 0, 0)
 	require.NoError(t, err)
-	r.errFull, r.errSGE = errors.New("full"), errors.New("sge")
+	setTestErrors(r)
 	require.Equal(t, uint32(4), r.maxSGE)
 
 	// Two buffers and a zero-length one, which is skipped: then the
 	// terminator, and the fourth segment is not touched.
-	require.NoError(t, r.begin(77).SGE(0x1000, 100, 0x11).SGE(0x2000, 0, 0x22).SGE(0x3000, 300, 0x33).Finish())
+	require.NoError(t, r.testBegin(77).SGE(0x1000, 100, 0x11).SGE(0x2000, 0, 0x22).SGE(0x3000, 300, 0x33).Finish())
 	require.Equal(t, uint32(100), be.Uint32(rg.seg(stride, 0, 0)[0:]))
 	require.Equal(t, uint32(0x11), be.Uint32(rg.seg(stride, 0, 0)[4:]))
 	require.Equal(t, uint64(0x1000), be.Uint64(rg.seg(stride, 0, 0)[8:]))
@@ -66,10 +82,10 @@ func TestReceiveQueueLayout(t *testing.T) {
 
 	// A full list of four has no terminator; five is an error that writes
 	// nothing.
-	require.NoError(t, r.begin(78).SGE(1, 1, 1).SGE(2, 2, 2).SGE(3, 3, 3).SGE(4, 4, 4).Finish())
+	require.NoError(t, r.testBegin(78).SGE(1, 1, 1).SGE(2, 2, 2).SGE(3, 3, 3).SGE(4, 4, 4).Finish())
 	require.Equal(t, uint32(4), be.Uint32(rg.seg(stride, 1, 3)[4:]))
 	outside := append(append([]byte(nil), rg.mem[:2*stride]...), rg.mem[3*stride:]...)
-	require.EqualError(t, r.begin(79).SGE(1, 1, 1).SGE(2, 2, 2).SGE(3, 3, 3).SGE(4, 4, 4).SGE(5, 5, 5).Finish(), "sge")
+	require.EqualError(t, r.testBegin(79).SGE(1, 1, 1).SGE(2, 2, 2).SGE(3, 3, 3).SGE(4, 4, 4).SGE(5, 5, 5).Finish(), "sge")
 	require.Equal(t, outside, append(append([]byte(nil), rg.mem[:2*stride]...), rg.mem[3*stride:]...),
 		"a failed WQE writes only inside its own slot")
 	require.Equal(t, uint32(2), r.posted, "and is not posted")
@@ -79,9 +95,9 @@ func TestReceiveQueueLayout(t *testing.T) {
 
 	// Fill it, then it is full; completions come back in order only.
 	for i := range cnt - 2 {
-		require.NoError(t, r.begin(uint64(80+i)).Finish())
+		require.NoError(t, r.testBegin(uint64(80+i)).Finish())
 	}
-	require.EqualError(t, r.begin(99).Finish(), "full")
+	require.EqualError(t, r.testBegin(99).Finish(), "full")
 	r.ringDoorbell()
 	require.Equal(t, uint32(cnt), be.Uint32(rg.dbrec))
 	_, ok := r.take(1)
@@ -96,8 +112,8 @@ func TestReceiveQueueLayout(t *testing.T) {
 
 	// The counter is free-running; the record holds its low 16 bits.
 	r.counter, r.head, r.tail = 0xfffe, 0xfffe, 0xfffe
-	require.NoError(t, r.begin(1).Finish())
-	require.NoError(t, r.begin(2).Finish())
+	require.NoError(t, r.testBegin(1).Finish())
+	require.NoError(t, r.testBegin(2).Finish())
 	r.ringDoorbell()
 	require.Equal(t, uint32(0), be.Uint32(rg.dbrec))
 	w, ok := r.take(0xfffe)
@@ -117,17 +133,17 @@ func TestSharedReceiveQueueFreeList(t *testing.T) {
 	}
 	r, err := newRecvRing(rg.buf, unsafe.Pointer(&rg.dbrec[0]), cnt, stride, 0, true, 0, cnt-1)
 	require.NoError(t, err)
-	r.errFull, r.errSGE = errors.New("full"), errors.New("sge")
+	setTestErrors(r)
 	require.Equal(t, uint32(1), r.maxSGE)
 
 	// Three may be posted (the tail is the free list's anchor).
 	for i := range 3 {
-		require.NoError(t, r.begin(uint64(10+i)).SGE(uint64(0x100*i), 64, 7).Finish())
+		require.NoError(t, r.testBegin(uint64(10+i)).SGE(uint64(0x100*i), 64, 7).Finish())
 		seg := rg.mem[stride*i+prm.SRQNextSize:]
 		require.Equal(t, uint32(64), be.Uint32(seg))
 		require.Equal(t, uint64(0x100*i), be.Uint64(seg[8:]))
 	}
-	require.EqualError(t, r.begin(13).Finish(), "full")
+	require.EqualError(t, r.testBegin(13).Finish(), "full")
 	r.ringDoorbell()
 	require.Equal(t, uint32(3), be.Uint32(rg.dbrec))
 
@@ -146,11 +162,11 @@ func TestSharedReceiveQueueFreeList(t *testing.T) {
 	require.Equal(t, uint16(0), next(1))
 
 	// The next posts follow the free list: slot 3, then 1.
-	require.NoError(t, r.begin(20).SGE(0x900, 8, 7).Finish())
+	require.NoError(t, r.testBegin(20).SGE(0x900, 8, 7).Finish())
 	require.Equal(t, uint64(0x900), be.Uint64(rg.mem[stride*3+prm.SRQNextSize+8:]))
-	require.NoError(t, r.begin(21).SGE(0xa00, 8, 7).Finish())
+	require.NoError(t, r.testBegin(21).SGE(0xa00, 8, 7).Finish())
 	require.Equal(t, uint64(0xa00), be.Uint64(rg.mem[stride*1+prm.SRQNextSize+8:]))
-	require.EqualError(t, r.begin(22).Finish(), "full")
+	require.EqualError(t, r.testBegin(22).Finish(), "full")
 	for _, c := range []struct {
 		slot uint16
 		wrid uint64
@@ -169,7 +185,7 @@ func TestScatterToBuffers(t *testing.T) {
 	require.NoError(t, err)
 	a, b := make([]byte, 8), make([]byte, 64)
 	addr := func(p []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))) }
-	require.NoError(t, r.begin(1).SGE(addr(a), 5, 1).SGE(addr(b), 64, 1).Finish())
+	require.NoError(t, r.testBegin(1).SGE(addr(a), 5, 1).SGE(addr(b), 64, 1).Finish())
 	r.scatterTo(0, []byte("hello, world"))
 	require.Equal(t, "hello\x00\x00\x00", string(a))
 	require.Equal(t, ", world", string(b[:7]))
@@ -211,14 +227,14 @@ func TestPostOneMatchesStagedSRQ(t *testing.T) {
 		}
 		r, err := newRecvRing(rg.buf, unsafe.Pointer(&rg.dbrec[0]), cnt, stride, 0, true, 0, cnt-1)
 		require.NoError(t, err)
-		r.errFull, r.errSGE = errors.New("full"), errors.New("sge")
+		setTestErrors(r)
 		return rg, r
 	}
 	gx, rx := mk()
 	gy, ry := mk()
 	post := func(wrid, addr uint64, n uint32) {
 		t.Helper()
-		erry := ry.begin(wrid).SGE(addr, n, 7).Finish()
+		erry := ry.testBegin(wrid).SGE(addr, n, 7).Finish()
 		if erry == nil {
 			ry.ringDoorbell()
 			rx.postOne(unsafe.Add(rx.buf, uintptr(rx.slot())<<rx.shift+uintptr(rx.segOff)), wrid, addr, n, 7)

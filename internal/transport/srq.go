@@ -60,8 +60,10 @@ func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQCo
 	}
 	ring.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
 	ring.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrTooManySGE}
+	ring.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrStaleStage}
 	q := &SharedReceiveQueue{srq: s, ring: ring}
 	q.errs[0] = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrClosed}
+	ring.refusal = q.recvRefusal
 	return q, nil
 }
 
@@ -83,11 +85,28 @@ func (s *SharedReceiveQueue) Free() uint32 { return s.ring.mask - s.ring.posted 
 // BeginRecv starts a receive WQE with the given work request id; add its
 // buffers with SGE and post it with Finish (then RingRecvDoorbell) or
 // FinishDoorbell.
+//
+// Like Queue.BeginRecv, the staged post compiles into the caller.
 func (s *SharedReceiveQueue) BeginRecv(wrid uint64) RecvStage {
-	if s.srq.Closed() {
-		return s.ring.refuse(s.errs[0])
+	r := s.ring
+	if r.head == r.tail || s.srq.Closed() {
+		return r.refuse()
 	}
-	return s.ring.begin(wrid)
+	return r.begin(unsafe.Add(r.buf, uintptr(r.head)<<r.shift+uintptr(r.segOff)), wrid)
+}
+
+// recvRefusal is why a post on s cannot go ahead: it is closed, or full.
+func (s *SharedReceiveQueue) recvRefusal() error {
+	if s.srq.Closed() {
+		return s.errs[0]
+	}
+	return s.ring.errFull
+}
+
+// postRecvRefused is PostRecv through the staged path, which says why the
+// post cannot go ahead. It is out of line: PostRecv calls it only then.
+func (s *SharedReceiveQueue) postRecvRefused(wrid uint64, addr uint64, length, lkey uint32) error {
+	return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
 }
 
 // PostRecv posts a receive WQE of one buffer and rings the doorbell. Like
@@ -98,7 +117,7 @@ func (s *SharedReceiveQueue) PostRecv(wrid uint64, addr uint64, length, lkey uin
 	return func() error {
 		r := s.ring
 		if r.full() || length != 0 && r.maxSGE == 0 || s.srq.Closed() {
-			return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
+			return s.postRecvRefused(wrid, addr, length, lkey)
 		}
 		r.postOne(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift+uintptr(r.segOff)), wrid, addr, length, lkey)
 		return nil

@@ -47,6 +47,17 @@ func PostRecv(qp *rc.QP, addr uint64, n, lkey uint32) error {
 	return qp.PostRecv(1, addr, n, lkey)
 }
 
+// PostRecvStaged posts a receive WQE of two buffers on an RC QP.
+func PostRecvStaged(qp *rc.QP, addr uint64, n, lkey uint32) error {
+	return qp.BeginRecv(1).SGE(addr, n, lkey).SGE(addr+uint64(n), n, lkey).FinishDoorbell()
+}
+
+// PostSRQStaged posts a receive WQE of two buffers on a shared receive
+// queue.
+func PostSRQStaged(srq *rc.SharedReceiveQueue, addr uint64, n, lkey uint32) error {
+	return srq.BeginRecv(1).SGE(addr, n, lkey).SGE(addr+uint64(n), n, lkey).FinishDoorbell()
+}
+
 // PollRC polls with a function literal.
 func PollRC(p *rc.Poller) int {
 	return p.Poll(64, func(c *rc.Completion) {
@@ -75,5 +86,5 @@ func PollUD(p *ud.Poller) int {
 }
 
 func main() {
-	fmt.Println(PostWrite, PostDC, PostUD, PostRecv, PollRC, PollDC, PollUD)
+	fmt.Println(PostWrite, PostDC, PostUD, PostRecv, PostRecvStaged, PostSRQStaged, PollRC, PollDC, PollUD)
 }
