@@ -1,7 +1,9 @@
 package transport_test
 
 import (
+	"encoding/binary"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -142,4 +144,98 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	require.Equal(t, transport.StatusError, got.Status)
 	require.Equal(t, transport.StateError, x.a.Queue.State())
 	x.ca.Release()
+}
+
+// CompleteRecv retires a successful receive into an SRQ exactly as
+// Complete does: the same Completion, the same slot back on the free list
+// (the free list compared with a twin rig that ran Complete),
+// and the same refusals: a duplicate CQE, and a counter naming no slot,
+// which it leaves to Complete.
+func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
+	type rig struct {
+		e   *transporttest.Env
+		a   *rc.QP
+		srq *rc.SharedReceiveQueue
+		b   *rc.QP
+		cb  *monocq.CQ
+	}
+	mk := func() *rig {
+		e := transporttest.New(t, sim.Options{})
+		srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: 4})
+		require.NoError(t, err)
+		a, err := rc.New(e.PD[0], e.CQ(0, 64), nil, rc.Config{SendDepth: 16, MaxInline: 64})
+		require.NoError(t, err)
+		bcq := e.CQ(1, 64)
+		b, err := rc.New(e.PD[1], bcq, nil, rc.Config{SendDepth: 1, SRQ: srq})
+		require.NoError(t, err)
+		t.Cleanup(func() { a.Close(); b.Close(); srq.Close() })
+		require.NoError(t, a.Connect(b.Endpoint()))
+		require.NoError(t, b.Connect(a.Endpoint()))
+		cb, err := rc.NewCQ(bcq)
+		require.NoError(t, err)
+		return &rig{e, a, srq, b, cb}
+	}
+	x, y := mk(), mk()
+	// The free list: each slot's next_wqe_index (the rigs' data segments
+	// hold addresses of their own).
+	srqRing := func(r *rig) []uint16 {
+		d := r.srq.Handle().Descriptor()
+		ring := unsafe.Slice((*byte)(d.Buf), int(d.WQECnt*d.Stride))
+		var next []uint16
+		for i := range int(d.WQECnt) {
+			next = append(next, binary.BigEndian.Uint16(ring[i*int(d.Stride)+prm.SRQNextWQEIndex:]))
+		}
+		return next
+	}
+	sentinel := transport.Completion{WRID: 0xdead, Status: transport.StatusUnmatched, WQECounter: 77}
+	for round := range 3 { // round the free list: the slots come back after its tail
+		for _, r := range []*rig{x, y} {
+			for i := range 3 {
+				require.NoError(t, r.srq.PostRecv(uint64(100*round+i), r.e.Addr(1, 64*i), 64, r.e.LKey(1)))
+			}
+			for i := range 3 {
+				s, err := r.a.Post(uint64(i), 0)
+				require.NoError(t, err)
+				require.NoError(t, s.SendImm(uint32(round<<8|i)).Inline([]byte("payload!")).Finish())
+			}
+			r.a.RingDoorbell()
+		}
+		for i := range 3 {
+			cx, cy := next(t, x.e, x.cb), next(t, y.e, y.cb)
+			got, want := sentinel, sentinel
+			require.True(t, x.b.Queue.CompleteRecv(cx, &got), "round %d, receive %d", round, i)
+			y.b.Queue.Complete(cy, &want)
+			require.Same(t, &x.b.Queue, got.Queue)
+			got.Queue, want.Queue = nil, nil
+			require.Equal(t, want, got)
+			require.Equal(t, transport.StatusOK, got.Status)
+			require.Equal(t, uint64(100*round+i), got.WRID)
+			require.Equal(t, uint32(round<<8|i), got.Immediate)
+			require.Equal(t, srqRing(y), srqRing(x), "the free list")
+			require.Equal(t, y.srq.Outstanding(), x.srq.Outstanding())
+
+			// The same CQE again: its slot is free.
+			got = sentinel
+			require.False(t, x.b.Queue.CompleteRecv(cx, &got))
+			require.Equal(t, sentinel, got)
+			x.cb.Release()
+			y.cb.Release()
+		}
+		require.Zero(t, x.srq.Outstanding())
+	}
+
+	// A counter past the last slot: not CompleteRecv's, and Complete
+	// finds no receive there.
+	require.NoError(t, x.srq.PostRecv(1, x.e.Addr(1, 0), 64, x.e.LKey(1)))
+	s, err := x.a.Post(1, 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Send().Inline([]byte("x")).FinishBlueFlame())
+	c := next(t, x.e, x.cb)
+	c[prm.CQEWQECounter], c[prm.CQEWQECounter+1] = 0, 200
+	got := sentinel
+	require.False(t, x.b.Queue.CompleteRecv(c, &got))
+	require.Equal(t, sentinel, got)
+	x.b.Queue.Complete(c, &got)
+	require.Equal(t, transport.StatusUnmatched, got.Status)
+	require.Equal(t, uint32(1), x.srq.Outstanding(), "nothing retired")
 }

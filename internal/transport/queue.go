@@ -374,18 +374,24 @@ func (q *Queue) CompleteSend(c *monocq.CQE, wc *Completion) bool {
 
 // CompleteRecv is Complete for the common CQE of a receiver's poll: a
 // successful receive (SEND, SEND with immediate or invalidate, RDMA write
-// with immediate) into the QP's own receive queue, with no payload in the
-// CQE. It reports true having done what Complete does, or false having
-// done nothing for any other CQE, as CompleteSend.
+// with immediate) into the QP's own receive queue or its SRQ, with no
+// payload in the CQE. It reports true having done what Complete does, or
+// false having done nothing for any other CQE, as CompleteSend.
 func (q *Queue) CompleteRecv(c *monocq.CQE, wc *Completion) bool {
 	return func() bool {
 		r := q.recv
 		op := c.Opcode()
-		if op < prm.CQERespWrImm || op > prm.CQERespSendInv || r == nil || r.srq || c.Format() != prm.CQEFormatNone {
+		if op < prm.CQERespWrImm || op > prm.CQERespSendInv || r == nil || c.Format() != prm.CQEFormatNone {
 			return false
 		}
 		counter := c.WQECounter()
-		wrid, ok := r.takeRQ(counter)
+		var wrid uint64
+		var ok bool
+		if r.srq {
+			wrid, ok = r.takeSRQ(counter)
+		} else {
+			wrid, ok = r.takeRQ(counter)
+		}
 		if !ok {
 			return false
 		}

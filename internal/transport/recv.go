@@ -290,24 +290,24 @@ func (r *recvRing) postOne(seg unsafe.Pointer, wrid, addr uint64, length, lkey u
 // on the free list. ok is false, and nothing changes, when no WQE posted
 // there is outstanding.
 func (r *recvRing) take(wqeCounter uint16) (uint64, bool) {
-	if r.posted == 0 {
-		return 0, false
-	}
-	idx := uint32(wqeCounter) & r.mask
 	if r.srq {
-		if uint32(wqeCounter) > r.mask || !r.busy[idx] {
-			return 0, false
-		}
-		r.busy[idx] = false
-		wrid := *(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8))
-		// Link the slot after the tail of the free list.
-		tailWQE := unsafe.Add(r.buf, uintptr(r.tail)<<r.shift)
-		prm.Store16(unsafe.Add(tailWQE, prm.SRQNextWQEIndex), uint16(idx))
-		r.tail = idx
-		r.posted--
-		return wrid, true
+		return r.takeSRQ(wqeCounter)
 	}
 	return r.takeRQ(wqeCounter)
+}
+
+// takeSRQ is take for a shared receive queue: wqeCounter is the slot,
+// which goes back on the free list, after its tail.
+func (r *recvRing) takeSRQ(wqeCounter uint16) (uint64, bool) {
+	idx := uintptr(wqeCounter)
+	if idx > uintptr(r.mask) || !r.busy[idx] {
+		return 0, false
+	}
+	r.busy[idx] = false
+	prm.Store16(unsafe.Add(r.buf, uintptr(r.tail)<<r.shift+prm.SRQNextWQEIndex), wqeCounter)
+	r.tail = uint32(wqeCounter)
+	r.posted--
+	return *(*uint64)(unsafe.Add(r.wrid, idx*8)), true
 }
 
 // takeRQ is take for a QP's own receive queue, whose completions come in
