@@ -26,7 +26,7 @@ func newSide(c *ctx.Context, pd *ctx.ProtectionDomain) *side {
 	if err != nil {
 		log.Fatal(err)
 	}
-	qp, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 16, RecvDepth: 16, MaxInline: 64})
+	qp, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 16, RecvDepth: 16, MaxRecvSGE: 2, MaxInline: 64})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -135,6 +135,39 @@ func Example_writeImmediatePingPong() {
 	// a got "pong 2" (immediate 2)
 	// b got "ping 3" (immediate 3)
 	// a got "pong 3" (immediate 3)
+}
+
+// A receive WQE may scatter one message over several buffers: here the
+// first 8 bytes land apart from the rest. BeginRecv, SGE and
+// FinishDoorbell compile into the caller; a stage that cannot be posted
+// (the queue full, too many buffers, a closed QP, a stage finished twice)
+// returns its error from FinishDoorbell and posts nothing.
+func ExampleQP_BeginRecv() {
+	c, a, b := open()
+	defer c.Close()
+	defer a.close()
+	defer b.close()
+
+	header, body := uint64(b.mr.Addr()), uint64(b.mr.Addr())+512
+	err := b.qp.BeginRecv(7).SGE(header, 8, b.mr.LKey()).SGE(body, 256, b.mr.LKey()).FinishDoorbell()
+	if err != nil {
+		log.Fatal(err)
+	}
+	msg := "HEADER01the rest of the message"
+	copy(a.buf.Bytes(), msg)
+	st, err := a.qp.Post(1, wqebuilder.Signaled)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := st.Send().SGE(uint64(a.mr.Addr()), uint32(len(msg)), a.mr.LKey()).FinishBlueFlame(); err != nil {
+		log.Fatal(err)
+	}
+	a.wait()
+	in := b.wait()
+	data := b.buf.Bytes()
+	fmt.Printf("receive %d: %d bytes, header %q, body %q\n", in.WRID, in.ByteCount, data[:8], data[512:512+in.ByteCount-8])
+	// Output:
+	// receive 7: 31 bytes, header "HEADER01", body "the rest of the message"
 }
 
 // RDMA read and atomics: a reads b's memory and updates a counter and a
