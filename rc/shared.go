@@ -83,18 +83,19 @@ func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedRece
 	return transport.NewSharedReceiveQueue(name, pd, cfg)
 }
 
-// exportBodies and exportMoreBodies are never run. Go inlines a function of another package only
-// when its body is in the export data of a package the caller imports, and
-// a package's export data carries, besides its own, the bodies of the
-// functions its inlinable functions call. A caller of this package cannot
-// import internal/transport, so each method of the shared types that a
-// caller posts or polls with is called below, in a function literal, for
-// its body to travel with this package: BeginRecv, SGE and Finish then
-// compile into the caller as they do inside the module (TestInlining in
-// package rc checks it). Methods not called here (Complete, the errors'
-// methods) are calls. Each function stays within the inliner's budget, so
-// that its own body, and with it the literals', is exported whatever the
-// compiler does with literals in a function too large to inline.
+// exportBodies and exportMoreBodies are never run. Go inlines a function
+// of another package only when its body is in the export data of a package
+// the caller imports, and a package's export data carries, besides its own
+// bodies, those of the functions its inlinable functions call. A caller of
+// this package cannot import internal/transport, so each method of the
+// shared types that a caller posts or polls with is called below, in a
+// function literal, for its body to travel with this package: BeginRecv,
+// SGE and Finish then compile into the caller as they do inside the module
+// (TestInlining in package rc checks it). Methods not called here
+// (Complete, the errors' methods) are calls. Each function stays within
+// the inliner's budget, so that its own body, and with it the literals',
+// is exported whatever the compiler does with literals in a function too
+// large to inline.
 func exportBodies() {
 	_ = func(q *Queue, s *SharedReceiveQueue, wrid, addr uint64, n, lkey uint32) error {
 		_ = q.PostRecv(wrid, addr, n, lkey)
