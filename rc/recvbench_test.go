@@ -88,11 +88,11 @@ func (g *recvRig) drain() {
 }
 
 // benchRecvPost times post over b.N receive WQEs.
-func benchRecvPost(b *testing.B, g *recvRig, post func(i int) error) {
+func benchRecvPost(b *testing.B, g *recvRig, post func(g *recvRig, i int) error) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := post(i); err != nil {
+		if err := post(g, i); err != nil {
 			b.Fatal(err)
 		}
 		if i%benchBatch == benchBatch-1 {
@@ -104,51 +104,53 @@ func benchRecvPost(b *testing.B, g *recvRig, post func(i int) error) {
 	}
 }
 
-// BenchmarkPostRecv posts one-buffer receive WQEs with PostRecv, each with
-// its doorbell.
-func BenchmarkPostRecv(b *testing.B) {
-	g := newRecvRig(b, false)
+// postOne posts a one-buffer receive WQE with PostRecv (and its doorbell).
+func (g *recvRig) postOne(i int) error {
 	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
-	benchRecvPost(b, g, func(i int) error { return g.rcv.PostRecv(uint64(i), addr, 64, lkey) })
+	if g.srq != nil {
+		return g.srq.PostRecv(uint64(i), addr, 64, lkey)
+	}
+	return g.rcv.PostRecv(uint64(i), addr, 64, lkey)
 }
 
-// BenchmarkPostRecvStaged posts two-buffer receive WQEs with BeginRecv,
-// SGE, SGE and FinishDoorbell.
-func BenchmarkPostRecvStaged(b *testing.B) {
-	g := newRecvRig(b, false)
+// postStaged posts a two-buffer receive WQE with BeginRecv, SGE, SGE and
+// FinishDoorbell.
+func (g *recvRig) postStaged(i int) error {
 	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
-	benchRecvPost(b, g, func(i int) error {
-		return g.rcv.BeginRecv(uint64(i)).SGE(addr, 32, lkey).SGE(addr+32, 32, lkey).FinishDoorbell()
-	})
+	if g.srq != nil {
+		return g.srq.BeginRecv(uint64(i)).SGE(addr, 32, lkey).SGE(addr+32, 32, lkey).FinishDoorbell()
+	}
+	return g.rcv.BeginRecv(uint64(i)).SGE(addr, 32, lkey).SGE(addr+32, 32, lkey).FinishDoorbell()
+}
+
+// BenchmarkPostRecv posts one-buffer receive WQEs with PostRecv.
+func BenchmarkPostRecv(b *testing.B) { benchRecvPost(b, newRecvRig(b, false), (*recvRig).postOne) }
+
+// BenchmarkPostRecvStaged posts two-buffer receive WQEs through the stages.
+func BenchmarkPostRecvStaged(b *testing.B) {
+	benchRecvPost(b, newRecvRig(b, false), (*recvRig).postStaged)
 }
 
 // BenchmarkPostRecvSRQ posts one-buffer receive WQEs to a shared receive
 // queue with PostRecv.
-func BenchmarkPostRecvSRQ(b *testing.B) {
-	g := newRecvRig(b, true)
-	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
-	benchRecvPost(b, g, func(i int) error { return g.srq.PostRecv(uint64(i), addr, 64, lkey) })
-}
+func BenchmarkPostRecvSRQ(b *testing.B) { benchRecvPost(b, newRecvRig(b, true), (*recvRig).postOne) }
 
 // BenchmarkPostRecvSRQStaged posts two-buffer receive WQEs to a shared
-// receive queue with BeginRecv, SGE, SGE and FinishDoorbell.
+// receive queue through the stages.
 func BenchmarkPostRecvSRQStaged(b *testing.B) {
-	g := newRecvRig(b, true)
-	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
-	benchRecvPost(b, g, func(i int) error {
-		return g.srq.BeginRecv(uint64(i)).SGE(addr, 32, lkey).SGE(addr+32, 32, lkey).FinishDoorbell()
-	})
+	benchRecvPost(b, newRecvRig(b, true), (*recvRig).postStaged)
 }
 
-// benchRecvPoll times polling b.N receive completions through a Poller.
-func benchRecvPoll(b *testing.B, g *recvRig, post func(i int) error) {
+// benchRecvPoll times polling b.N receive completions (of receives posted
+// with PostRecv) through a Poller.
+func benchRecvPoll(b *testing.B, g *recvRig) {
 	var sum uint64
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; {
 		b.StopTimer()
 		for i := range benchBatch {
-			if err := post(i); err != nil {
+			if err := g.postOne(i); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -169,16 +171,8 @@ func benchRecvPoll(b *testing.B, g *recvRig, post func(i int) error) {
 
 // BenchmarkPollRecv polls receive completions of the QP's own receive
 // queue, per completion.
-func BenchmarkPollRecv(b *testing.B) {
-	g := newRecvRig(b, false)
-	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
-	benchRecvPoll(b, g, func(i int) error { return g.rcv.PostRecv(uint64(i), addr, 64, lkey) })
-}
+func BenchmarkPollRecv(b *testing.B) { benchRecvPoll(b, newRecvRig(b, false)) }
 
 // BenchmarkPollRecvSRQ polls receive completions of a shared receive
 // queue, per completion.
-func BenchmarkPollRecvSRQ(b *testing.B) {
-	g := newRecvRig(b, true)
-	addr, lkey := g.x.e.Addr(1, 0), g.x.e.LKey(1)
-	benchRecvPoll(b, g, func(i int) error { return g.srq.PostRecv(uint64(i), addr, 64, lkey) })
-}
+func BenchmarkPollRecvSRQ(b *testing.B) { benchRecvPoll(b, newRecvRig(b, true)) }
