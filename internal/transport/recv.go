@@ -48,7 +48,11 @@ type recvRing struct {
 	refusal func() error
 
 	wridMem []uint64
-	busy    []bool // SRQ: the slot holds a posted WQE
+	// SRQ: busy[slot] says the slot holds a posted WQE. A pointer to
+	// busyMem's array, as wrid is to wridMem's: the slots are masked or
+	// checked already, and a slice index would check them again.
+	busy    unsafe.Pointer // [cnt]bool
+	busyMem []bool
 }
 
 func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool, head, tail uint32) (*recvRing, error) {
@@ -76,7 +80,8 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 		r.segOff = prm.SRQNextSize
 		room -= prm.SRQNextSize
 		r.head, r.tail = head, tail
-		r.busy = make([]bool, cnt)
+		r.busyMem = make([]bool, cnt)
+		r.busy = unsafe.Pointer(&r.busyMem[0])
 	}
 	r.maxSGE = room / prm.DataSize
 	if maxSGE != 0 && maxSGE < r.maxSGE {
@@ -222,7 +227,7 @@ func (r *recvRing) advanceRQ(wrid uint64) {
 func (r *recvRing) advanceSRQ(wrid uint64) {
 	idx := r.head & r.mask
 	*(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)) = wrid
-	r.busy[idx] = true
+	*(*bool)(unsafe.Add(r.busy, idx)) = true
 	wqe := unsafe.Add(r.buf, uintptr(idx)<<r.shift)
 	r.head = uint32(prm.Load16(unsafe.Add(wqe, prm.SRQNextWQEIndex))) & r.mask
 	r.counter++
@@ -300,10 +305,14 @@ func (r *recvRing) take(wqeCounter uint16) (uint64, bool) {
 // which goes back on the free list, after its tail.
 func (r *recvRing) takeSRQ(wqeCounter uint16) (uint64, bool) {
 	idx := uintptr(wqeCounter)
-	if idx > uintptr(r.mask) || !r.busy[idx] {
+	if idx > uintptr(r.mask) {
 		return 0, false
 	}
-	r.busy[idx] = false
+	busy := (*bool)(unsafe.Add(r.busy, idx))
+	if !*busy {
+		return 0, false
+	}
+	*busy = false
 	prm.Store16(unsafe.Add(r.buf, uintptr(r.tail)<<r.shift+prm.SRQNextWQEIndex), wqeCounter)
 	r.tail = uint32(wqeCounter)
 	r.posted--

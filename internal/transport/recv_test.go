@@ -245,7 +245,7 @@ func TestPostOneMatchesStagedSRQ(t *testing.T) {
 		require.Equal(t, gy.dbrec, gx.dbrec)
 		require.Equal(t, []uint32{ry.head, ry.tail, ry.counter, ry.rung, ry.posted},
 			[]uint32{rx.head, rx.tail, rx.counter, rx.rung, rx.posted})
-		require.Equal(t, ry.busy, rx.busy)
+		require.Equal(t, ry.busyMem, rx.busyMem)
 	}
 	for i := range cnt { // the last finds the free list empty
 		post(uint64(10+i), uint64(0x100*i), uint32(8*(i%2)))
@@ -259,5 +259,5 @@ func TestPostOneMatchesStagedSRQ(t *testing.T) {
 	for i := range 4 { // slots 5, 1, 3 in that order, then full again
 		post(uint64(30+i), uint64(0x1000*i), 16)
 	}
-	require.Equal(t, ry.busy, rx.busy)
+	require.Equal(t, ry.busyMem, rx.busyMem)
 }
