@@ -70,6 +70,8 @@ func TestInlining(t *testing.T) {
 		`inlining call to ud\.\(\*Poller\)\.Poll\n`,
 		`inlining call to PollRC\.func1\n`,
 		`inlining call to PollDC\.func1\n`,
+		`inlining call to transport\.\(\*Completion\)\.IsError\n`,
+		`inlining call to transport\.\(\*Completion\)\.Err\n`,
 		`inlining call to PollUD\.func1\n`,
 		`inlining call to PollRC\.\(\*Poller\)\.Poll\.func\d+\n`,
 		`inlining call to monocq\.\(\*CQ\)\.All\n`,

@@ -67,10 +67,11 @@ func PollRC(p *rc.Poller) int {
 	})
 }
 
-// PollDC polls with a function literal.
+// PollDC polls with a function literal that asks the Completion's
+// methods.
 func PollDC(p *dc.Poller) int {
 	return p.Poll(64, func(c *dc.Completion) {
-		if c.Status == dc.StatusOK {
+		if !c.IsError() && c.Err() == nil {
 			sink += c.WRID + uint64(c.ByteCount)
 		}
 	})
