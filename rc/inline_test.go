@@ -39,14 +39,16 @@ func buildInlineCheck(t *testing.T, gcflags string) string {
 const mod = "github.com/mlx5kit/mlx5kit/"
 
 // TestInlining proves what a program that imports only rc, dc, ud and
-// wqebuilder gets: each Poller's Poll, the function literal given to it and
-// monocq's batch iteration are compiled into the caller's function, which
-// then calls only monocq's Ready (once per non-empty batch) and, for any
-// CQE but a successful send or receive completion (which CompleteSend and
-// CompleteRecv retire inline), the queue's Complete (or Unknown, for a QPN no queue was added for); a post, from the transport's state check to Finish, is
-// compiled into the caller whole, with a call only on the path that
-// refuses a QP that is not ready; so is a receive post, but for its store
-// barrier.
+// wqebuilder gets: each Poller's Poll, the function literal given to it
+// (with the Completion's methods it calls) and monocq's batch iteration
+// are compiled into the caller's function, which then calls only monocq's
+// Ready (once per non-empty batch) and, for any CQE but a successful send
+// or receive completion (which CompleteSend and CompleteRecv retire
+// inline), the queue's Complete (or Unknown, for a QPN no queue was added
+// for); a post, from the transport's state check to Finish, is compiled
+// into the caller whole, with a call only on the path that refuses a QP
+// that is not ready; so is a receive post, one buffer or staged, on a QP
+// or an SRQ, but for its store barrier.
 func TestInlining(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program twice; skipped with -short")
