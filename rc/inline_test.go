@@ -139,7 +139,7 @@ func TestInlining(t *testing.T) {
 	// the QP's own receive queue or an SRQ, calls the store barrier before
 	// the doorbell record (an empty assembly function on amd64) and, only
 	// when the post cannot go ahead, the function that says why.
-	only("main.PostRecv", "blueflame.StoreBarrier", "internal/transport.(*Queue).postRecvRefused")
+	only("main.PostRecv", "blueflame.StoreBarrier", "internal/transport.RecvStage.error")
 	only("main.PostRecvStaged", "blueflame.StoreBarrier", "internal/transport.RecvStage.error")
 	only("main.PostSRQStaged", "blueflame.StoreBarrier", "internal/transport.RecvStage.error")
 }

@@ -53,7 +53,7 @@ type Queue struct {
 	state State
 	qpn   uint32
 	qp    *ctx.QueuePair
-	rq    *recvRing // the QP's own receive queue, or noRQ
+	rq    *recvRing // the QP's own receive queue, or an empty one that is always full
 	srq   *SharedReceiveQueue
 	recv  *recvRing // the ring receive completions go back to: rq, srq's, or nil
 
@@ -130,7 +130,10 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			return err
 		}
 	}
-	q.rq = &recvRing{}
+	// A QP without a receive queue of its own gets a ring of no slots that
+	// is always full (one posted, none completed), so that the post's
+	// check for a free slot refuses it too; recvRefusal says why.
+	q.rq = &recvRing{head: 1}
 	switch {
 	case srq != nil:
 		q.recv = srq.ring
@@ -278,11 +281,13 @@ func (q *Queue) RingDoorbell() {
 // with a call only for the store barrier of FinishDoorbell and, when the
 // post cannot go ahead, for the function that says why.
 func (q *Queue) BeginRecv(wrid uint64) RecvStage {
+	// Not closed or in error, and a free slot (a QP without a receive
+	// queue of its own has a ring that is always full).
 	r := q.rq
-	if q.state > StateReady || r.buf == nil || r.head-r.tail > r.mask || q.qp.Closed() {
+	if q.state > StateReady || r.head-r.tail > r.mask || q.qp.Closed() {
 		return r.refuse()
 	}
-	return r.begin(unsafe.Add(r.buf, uintptr(r.head&r.mask)<<r.shift), wrid)
+	return r.begin(wrid)
 }
 
 // recvRefusal is why a receive post on q cannot go ahead: the QP is closed
@@ -306,25 +311,14 @@ func (q *Queue) recvRefusal() error {
 // region lkey; a zero length posts a WQE without buffers, for RDMA writes
 // with immediate and empty messages) and rings the receive doorbell.
 //
-// The post compiles into the caller (a closure called once, as a send
-// Post): the data segment, the terminator, the bookkeeping and the
-// doorbell record, with a call only for the store barrier and, when the
-// post cannot go ahead, for the staged path that says why.
+// It is BeginRecv, SGE and FinishDoorbell, in a closure called once so
+// that the whole post compiles into the caller, with a call only for the
+// store barrier and, when the post cannot go ahead, for the function that
+// says why.
 func (q *Queue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
 	return func() error {
-		r := q.rq
-		if q.state > StateReady || r.buf == nil || r.full() || length != 0 && r.maxSGE == 0 || q.qp.Closed() {
-			return q.postRecvRefused(wrid, addr, length, lkey)
-		}
-		r.postOne(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift), wrid, addr, length, lkey)
-		return nil
+		return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
 	}()
-}
-
-// postRecvRefused is PostRecv through the staged path, which says why the
-// post cannot go ahead. It is out of line: PostRecv calls it only then.
-func (q *Queue) postRecvRefused(wrid uint64, addr uint64, length, lkey uint32) error {
-	return q.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
 }
 
 // RingRecvDoorbell publishes the receive WQEs finished since the last

@@ -26,7 +26,9 @@ type recvRing struct {
 	shift  uint8          // log2(stride)
 	srq    bool
 	maxSGE uint32 // data segments per WQE
-	segOff uint32 // 0 (RQ) or the size of the SRQ next segment
+	// segs is slot 0's first data segment: buf, or for an SRQ the byte
+	// after its next segment.
+	segs unsafe.Pointer
 
 	head    uint32 // RQ: WQEs posted, free-running. SRQ: the free slot to post next.
 	tail    uint32 // RQ: WQEs completed, free-running. SRQ: the last free slot.
@@ -66,6 +68,7 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 	}
 	r := &recvRing{
 		buf:     buf,
+		segs:    buf,
 		dbrec:   dbrec,
 		mask:    cnt - 1,
 		shift:   uint8(bits.TrailingZeros32(stride)),
@@ -77,7 +80,7 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 		if stride < prm.SRQNextSize+prm.DataSize || head > r.mask || tail > r.mask {
 			return nil, fmt.Errorf("SRQ stride %d, head %d, tail %d", stride, head, tail)
 		}
-		r.segOff = prm.SRQNextSize
+		r.segs = unsafe.Add(buf, prm.SRQNextSize)
 		room -= prm.SRQNextSize
 		r.head, r.tail = head, tail
 		r.busyMem = make([]bool, cnt)
@@ -90,17 +93,6 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 	r.wrid = unsafe.Pointer(&r.wridMem[0])
 	return r, nil
 }
-
-// full reports whether no receive WQE can be posted now.
-func (r *recvRing) full() bool {
-	if r.srq {
-		return r.head == r.tail
-	}
-	return r.head-r.tail > r.mask
-}
-
-// slot returns the index of the WQE the next post writes.
-func (r *recvRing) slot() uint32 { return r.head & r.mask }
 
 // Receive stage error bits, kept in RecvStage.st from bit recvErrShift.
 const (
@@ -131,11 +123,13 @@ type RecvStage struct {
 	st    uint64 // data segments written | error bits << recvErrShift
 }
 
-// begin starts a receive WQE in the free slot the caller checked there is,
-// at its first data segment seg, and makes it the open stage.
-func (r *recvRing) begin(seg unsafe.Pointer, wrid uint64) RecvStage {
-	r.open = uintptr(seg)
-	return RecvStage{r: r, first: seg, wrid: wrid}
+// begin starts a receive WQE in the slot the next post writes, which the
+// caller checked is free (an SRQ's head is a slot already; masking it
+// changes nothing), and makes it the open stage.
+func (r *recvRing) begin(wrid uint64) RecvStage {
+	first := unsafe.Add(r.segs, uintptr(r.head&r.mask)<<r.shift)
+	r.open = uintptr(first)
+	return RecvStage{r: r, first: first, wrid: wrid}
 }
 
 // refuse returns a stage that writes nothing and whose Finish returns the
@@ -266,29 +260,6 @@ func (r *recvRing) ring() {
 	r.rung = r.counter
 }
 
-// postOne is the work of a one-buffer post after its checks: the data
-// segment (none for length 0) at the slot's first segment seg, the
-// terminator, the bookkeeping and the doorbell. The callers inline it
-// whole: it is a closure called once.
-func (r *recvRing) postOne(seg unsafe.Pointer, wrid, addr uint64, length, lkey uint32) {
-	func() {
-		n := uint32(0)
-		if length != 0 {
-			*(*uint64)(seg) = bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey))
-			*(*uint64)(unsafe.Add(seg, prm.DataAddr)) = bits.ReverseBytes64(addr)
-			seg = unsafe.Add(seg, prm.DataSize)
-			n = 1
-		}
-		r.terminate(seg, n)
-		if r.srq {
-			r.advanceSRQ(wrid)
-		} else {
-			r.advanceRQ(wrid)
-		}
-		r.ring()
-	}()
-}
-
 // take retires the receive WQE a completion names and returns its wrid.
 // For an RQ the completions come in order and wqeCounter is the free-running
 // index of the oldest posted WQE; for an SRQ it is the slot, which goes back
@@ -334,7 +305,7 @@ func (r *recvRing) takeRQ(wqeCounter uint16) (uint64, bool) {
 // buffers of the receive WQE at slot idx, as rdma-core does for
 // scatter-to-CQE completions.
 func (r *recvRing) scatterTo(idx uint32, data []byte) {
-	seg := unsafe.Add(r.buf, uintptr(idx&r.mask)<<r.shift+uintptr(r.segOff))
+	seg := unsafe.Add(r.segs, uintptr(idx&r.mask)<<r.shift)
 	for i := uint32(0); i < r.maxSGE && len(data) > 0; i++ {
 		p := unsafe.Add(seg, uintptr(i)*prm.DataSize)
 		if prm.Load32(unsafe.Add(p, prm.DataLKey)) == prm.InvalidLKey {

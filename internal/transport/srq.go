@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"unsafe"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -88,11 +86,12 @@ func (s *SharedReceiveQueue) Free() uint32 { return s.ring.mask - s.ring.posted 
 //
 // Like Queue.BeginRecv, the staged post compiles into the caller.
 func (s *SharedReceiveQueue) BeginRecv(wrid uint64) RecvStage {
+	// Open, and a slot on the free list besides its tail.
 	r := s.ring
 	if r.head == r.tail || s.srq.Closed() {
 		return r.refuse()
 	}
-	return r.begin(unsafe.Add(r.buf, uintptr(r.head)<<r.shift+uintptr(r.segOff)), wrid)
+	return r.begin(wrid)
 }
 
 // recvRefusal is why a post on s cannot go ahead: it is closed, or full.
@@ -103,24 +102,11 @@ func (s *SharedReceiveQueue) recvRefusal() error {
 	return s.ring.errFull
 }
 
-// postRecvRefused is PostRecv through the staged path, which says why the
-// post cannot go ahead. It is out of line: PostRecv calls it only then.
-func (s *SharedReceiveQueue) postRecvRefused(wrid uint64, addr uint64, length, lkey uint32) error {
-	return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
-}
-
-// PostRecv posts a receive WQE of one buffer and rings the doorbell. Like
-// Queue.PostRecv it compiles into the caller, with a call only for the
-// store barrier and, when the post cannot go ahead, for the staged path
-// that says why.
+// PostRecv posts a receive WQE of one buffer and rings the doorbell: like
+// Queue.PostRecv, the staged post in a closure called once.
 func (s *SharedReceiveQueue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
 	return func() error {
-		r := s.ring
-		if r.full() || length != 0 && r.maxSGE == 0 || s.srq.Closed() {
-			return s.postRecvRefused(wrid, addr, length, lkey)
-		}
-		r.postOne(unsafe.Add(r.buf, uintptr(r.slot())<<r.shift+uintptr(r.segOff)), wrid, addr, length, lkey)
-		return nil
+		return s.BeginRecv(wrid).SGE(addr, length, lkey).FinishDoorbell()
 	}()
 }
 
