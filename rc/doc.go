@@ -55,10 +55,11 @@
 // Poll is a small method whose body is a closure called once, which the
 // compiler inlines at the call site together with the function literal the
 // caller passes; inside, the CQE is found through monocq's range form and
-// dispatched with two array loads (monocq.Table); a successful send
-// completion is retired inline (Queue.CompleteSend), any other CQE with a
-// direct call to Queue.Complete. The pattern for a caller that wants its own loop is the
-// same without the Poller:
+// dispatched with two array loads (monocq.Table); a successful send or
+// receive completion is retired inline (Queue.CompleteSend,
+// Queue.CompleteRecv), any other CQE with a direct call to Queue.Complete.
+// The pattern for a caller that wants its own loop is the same without the
+// Poller:
 //
 //	ring, err := rc.NewCQ(cq)         // a *monocq.CQ over cq's ring
 //	var table monocq.Table[rc.Queue]
@@ -66,8 +67,8 @@
 //	var wc rc.Completion
 //	for c := range ring.All(64) {
 //		if q := table.Lookup(c.QPN()); q != nil {
-//			if !q.CompleteSend(c, &wc) { // a successful send completion, inline
-//				q.Complete(c, &wc) // everything else, a call
+//			if !q.CompleteSend(c, &wc) && !q.CompleteRecv(c, &wc) { // inline
+//				q.Complete(c, &wc) // errors and payloads in the CQE, a call
 //			}
 //			handle(&wc)
 //		}

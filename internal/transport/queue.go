@@ -379,6 +379,7 @@ func (q *Queue) CompleteRecv(c *monocq.CQE, wc *Completion) bool {
 			return false
 		}
 		counter := c.WQECounter()
+		// take's two halves, spelled out: take itself does not inline.
 		var wrid uint64
 		var ok bool
 		if r.srq {
