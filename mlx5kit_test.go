@@ -7,6 +7,8 @@ import (
 
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 func TestOpenFallsBackToSoftwareHCA(t *testing.T) {
@@ -38,4 +40,44 @@ func TestOpenEnvironmentChoosesProvider(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.Equal(t, ctx.ProviderSoftware, c.Provider())
+}
+
+// A buffer closed while a region on it is registered stays mapped for the
+// region: an RDMA write into it still lands (on the software HCA it would
+// otherwise fault the process), and the memory goes with the Context.
+func TestWriteAfterBufferClose(t *testing.T) {
+	c, err := mlx5kit.Open(mlx5kit.Options{Provider: ctx.ProviderSoftware})
+	require.NoError(t, err)
+	defer c.Close()
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	cqA, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
+	require.NoError(t, err)
+	cqB, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
+	require.NoError(t, err)
+	a, err := rc.New(pd, cqA, nil, rc.Config{SendDepth: 8, MaxInline: 64})
+	require.NoError(t, err)
+	b, err := rc.New(pd, cqB, nil, rc.Config{SendDepth: 8, RecvDepth: 8})
+	require.NoError(t, err)
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	mr, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite|ctx.AccessRemoteWrite)
+	require.NoError(t, err)
+	require.NoError(t, buf.Close())
+	require.Nil(t, buf.Bytes())
+
+	poller, err := rc.NewPoller(cqA)
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(&a.Queue))
+	st, err := a.Post(1, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, st.RdmaWrite(uint64(mr.Addr()), mr.RKey()).Inline([]byte("late")).FinishBlueFlame())
+	var werr error
+	for n := 0; n == 0; {
+		n = poller.Poll(1, func(wc *rc.Completion) { werr = wc.Err() })
+	}
+	require.NoError(t, werr)
+	require.Equal(t, []byte("late"), mr.Bytes()[:4])
 }

@@ -3,6 +3,7 @@ package ctx
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -26,13 +27,109 @@ type BufferOptions struct {
 
 // Buffer is page-aligned memory from mmap, outside the Go heap, suitable for
 // registration and for rings the device (or the software HCA) accesses.
+//
+// A memory region registered on a buffer keeps its memory mapped: Close
+// while regions on it are open ends the buffer for its owner at once
+// (Bytes and Pointer return nil, RegisterBuffer refuses it) and unmaps it
+// when the last of those regions is closed, as a device keeps registered
+// pages pinned until they are deregistered. So closing a buffer before the
+// Context it is registered with, as deferred calls may, never leaves a
+// region over unmapped memory.
 type Buffer struct {
 	mu       sync.Mutex
 	mapping  []byte // the whole mapping, guards included
 	data     []byte
 	huge     bool
-	closed   bool
+	closed   bool // closed by its owner
 	pageSize int
+	// regions counts the open memory regions that lie in data; guarded by
+	// liveBuffers.mu. The mapping goes when closed and regions is 0.
+	regions int
+}
+
+// liveBuffers holds the mapped buffers in address order, so that a
+// registration can find the buffer its memory lies in (RegisterMemory is
+// handed a slice, not the buffer). Lock order: liveBuffers.mu, then a
+// Buffer's mu.
+var liveBuffers struct {
+	mu   sync.Mutex
+	byAt []*Buffer // sorted by the address of data
+}
+
+// start returns the address of the buffer's first byte.
+func (b *Buffer) start() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b.data))) }
+
+// track adds a new buffer to liveBuffers.
+func (b *Buffer) track() *Buffer {
+	liveBuffers.mu.Lock()
+	defer liveBuffers.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(liveBuffers.byAt, b.start(), func(x *Buffer, at uintptr) int {
+		return cmpUintptr(x.start(), at)
+	})
+	liveBuffers.byAt = slices.Insert(liveBuffers.byAt, i, b)
+	return b
+}
+
+func cmpUintptr(a, b uintptr) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// holdBufferOf finds the mapped buffer that holds all of [addr, addr+n) and
+// counts one more region on it; it returns nil when the range lies in no
+// buffer (other mmap'd memory).
+func holdBufferOf(addr unsafe.Pointer, n uint64) *Buffer {
+	liveBuffers.mu.Lock()
+	defer liveBuffers.mu.Unlock()
+	a := uintptr(addr)
+	// The last buffer that starts at or before a.
+	i, found := slices.BinarySearchFunc(liveBuffers.byAt, a, func(x *Buffer, at uintptr) int {
+		return cmpUintptr(x.start(), at)
+	})
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return nil
+	}
+	b := liveBuffers.byAt[i]
+	if n > uint64(len(b.data)) || a-b.start() > uintptr(len(b.data))-uintptr(n) {
+		return nil
+	}
+	b.regions++
+	return b
+}
+
+// releaseRegion is the closing of a region that holdBufferOf counted: the
+// last one unmaps a buffer its owner has closed.
+func (b *Buffer) releaseRegion() error {
+	liveBuffers.mu.Lock()
+	defer liveBuffers.mu.Unlock()
+	b.regions--
+	if b.regions > 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		return nil
+	}
+	return b.unmapLocked()
+}
+
+// unmapLocked unmaps the buffer and drops it from liveBuffers; both locks
+// are held.
+func (b *Buffer) unmapLocked() error {
+	liveBuffers.byAt = slices.DeleteFunc(liveBuffers.byAt, func(x *Buffer) bool { return x == b })
+	if err := unix.Munmap(b.mapping); err != nil {
+		return &OpError{Op: "free buffer", Err: err}
+	}
+	return nil
 }
 
 // AllocBuffer maps size bytes (rounded up to whole pages) of zeroed memory.
@@ -49,7 +146,7 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 			guard = page
 		}
 		if b, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
-			return &Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true, pageSize: HugePageSize}, nil
+			return (&Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true, pageSize: HugePageSize}).track(), nil
 		}
 	}
 	n := roundUp(size, page)
@@ -65,7 +162,7 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 	if opts.HugePages {
 		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	}
-	return &Buffer{mapping: b, data: data, pageSize: page}, nil
+	return (&Buffer{mapping: b, data: data, pageSize: page}).track(), nil
 }
 
 // mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides.
@@ -131,24 +228,28 @@ func (b *Buffer) HugePages() bool { return b.huge }
 // PageSize returns the size of the pages backing the buffer.
 func (b *Buffer) PageSize() int { return b.pageSize }
 
-// Closed reports whether the buffer has been unmapped.
+// Closed reports whether Close has run (the memory stays mapped while
+// regions registered on it are open).
 func (b *Buffer) Closed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.closed
 }
 
-// Close unmaps the buffer. Deregister every memory region on it first. It is
-// idempotent.
+// Close unmaps the buffer, or, while memory regions registered on it are
+// open, ends it for its owner and leaves the unmapping to the close of the
+// last of them (see Buffer). It is idempotent.
 func (b *Buffer) Close() error {
+	liveBuffers.mu.Lock()
+	defer liveBuffers.mu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil
 	}
 	b.closed = true
-	if err := unix.Munmap(b.mapping); err != nil {
-		return &OpError{Op: "free buffer", Err: err}
+	if b.regions > 0 {
+		return nil
 	}
-	return nil
+	return b.unmapLocked()
 }

@@ -1,6 +1,7 @@
 package ctx
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -68,7 +69,12 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 		return nil, opErr(op, err)
 	}
 	mr := &MemoryRegion{pd: pd, h: h, addr: addr, length: n, access: access, lkey: h.LKey(), rkey: h.RKey()}
-	mr.node.init(pd.t, rankMemoryRegion, h.Close, &pd.node)
+	release := h.Close
+	if b := holdBufferOf(addr, n); b != nil {
+		// The buffer stays mapped until the region is deregistered.
+		release = func() error { return errors.Join(h.Close(), b.releaseRegion()) }
+	}
+	mr.node.init(pd.t, rankMemoryRegion, release, &pd.node)
 	return mr, nil
 }
 

@@ -1,0 +1,118 @@
+package ctx_test
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// mapped reports whether the page at p is mapped (madvise fails with ENOMEM
+// on an unmapped range).
+func mapped(t *testing.T, p unsafe.Pointer) bool {
+	t.Helper()
+	err := unix.Madvise(unsafe.Slice((*byte)(p), 4096), unix.MADV_NORMAL)
+	if err == unix.ENOMEM {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// A buffer closed while regions are registered on it stays mapped until the
+// last of them is closed; the regions' memory stays usable until then.
+func TestBufferCloseWithRegions(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	buf, err := ctx.AllocBuffer(3*4096, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	p := buf.Pointer()
+	whole, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	part, err := pd.RegisterMemory(buf.Bytes()[4096:8192], ctx.AccessLocalWrite)
+	require.NoError(t, err)
+
+	require.NoError(t, buf.Close())
+	require.True(t, buf.Closed())
+	require.Nil(t, buf.Bytes(), "closed for its owner at once")
+	require.True(t, mapped(t, p))
+	whole.Bytes()[0] = 1 // would fault if unmapped
+	_, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+
+	require.NoError(t, whole.Close())
+	require.True(t, mapped(t, p), "one region left")
+	part.Bytes()[4095] = 2
+	require.NoError(t, part.Close())
+	require.False(t, mapped(t, p), "unmapped with the last region")
+	require.NoError(t, buf.Close(), "idempotent")
+}
+
+// Closing the Context closes the regions, and they unmap a buffer closed
+// before it, in the order deferred calls run.
+func TestBufferClosedBeforeContext(t *testing.T) {
+	_, c := openFake(t)
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	p := buf.Pointer()
+	_, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, buf.Close())
+	require.True(t, mapped(t, p))
+	require.NoError(t, c.Close())
+	require.False(t, mapped(t, p))
+}
+
+// A buffer with no region open unmaps at Close; a region on memory that no
+// Buffer owns, or over two neighbouring buffers, holds neither of them.
+func TestBufferCloseWithoutRegions(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+
+	b, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	mr, err := pd.RegisterBuffer(b, ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, mr.Close())
+	p := b.Pointer()
+	require.NoError(t, b.Close())
+	require.False(t, mapped(t, p), "the region was closed first")
+
+	raw, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	rawMR, err := pd.RegisterMemory(raw, ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, rawMR.Close())
+	require.NoError(t, unix.Munmap(raw))
+
+	// Two buffers and a region that starts in the first: it lies in no
+	// single buffer, so it holds neither.
+	x, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	y, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	lo, hi := x, y
+	if uintptr(y.Pointer()) < uintptr(x.Pointer()) {
+		lo, hi = y, x
+	}
+	if uintptr(lo.Pointer())+4096 == uintptr(hi.Pointer()) {
+		span, err := pd.RegisterMemory(unsafe.Slice((*byte)(lo.Pointer()), 8192), ctx.AccessLocalWrite)
+		require.NoError(t, err)
+		pl := lo.Pointer()
+		require.NoError(t, lo.Close())
+		require.False(t, mapped(t, pl), "a region over two buffers holds neither")
+		require.NoError(t, span.Close())
+	} else {
+		require.NoError(t, lo.Close())
+	}
+	require.NoError(t, hi.Close())
+}
