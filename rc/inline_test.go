@@ -129,11 +129,12 @@ func TestInlining(t *testing.T) {
 	for _, f := range []string{"main.PollRC", "main.PollDC", "main.PollUD"} {
 		only(f, "", "monocq.(*CQ).Ready", "internal/transport.(*Queue).Complete", "internal/transport.(*Dispatcher).Unknown")
 	}
-	// A post calls nothing but the refusal of a QP that is not ready (a
-	// cold path) and the runtime's stack growth: the state check, Begin,
-	// the address, the operation, the data and Finish are all inline.
+	// A post calls nothing but the refusal of a QP that is not ready and the
+	// error of a refused WQE (cold paths) and the runtime's stack growth:
+	// the state check, Begin, the address, the operation, the data and
+	// Finish are all inline.
 	for _, f := range []string{"main.PostWrite", "main.PostDC", "main.PostUD"} {
-		only(f, "internal/transport.Refuse")
+		only(f, "internal/transport.Refuse", "wqebuilder.(*SendQueue).failure")
 	}
 	// A receive post, one buffer with PostRecv or two through the stages on
 	// the QP's own receive queue or an SRQ, calls the store barrier before

@@ -3,6 +3,7 @@ package reliability
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"runtime/debug"
 	"testing"
@@ -165,7 +166,8 @@ func requireRefused(t *testing.T, st wqebuilder.OpStage, err, want error, qpn ui
 	var pe *rc.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qpn, pe.QPN)
-	require.Error(t, st.Send().SGE(1, 2, 3).Inline([]byte("ignored")).FinishBlueFlame(), "a refused stage must not finish")
+	require.Equal(t, err, st.Send().SGE(1, 2, 3).Inline([]byte("ignored")).FinishBlueFlame(),
+		"a refused stage must not finish, and says why")
 }
 
 // TestMisuseIsRefused goes through the misuses of the data plane on the
@@ -204,7 +206,7 @@ func TestMisuseIsRefused(t *testing.T) {
 			err = st.RdmaWrite(p.r[1].addr(0), p.r[1].rkey()).Inline([]byte("abc")).Finish()
 			if err != nil {
 				require.ErrorIs(t, err, wqebuilder.ErrQueueFull)
-				require.Contains(t, err.Error(), "post RDMA_WRITE: send queue full")
+				require.EqualError(t, err, fmt.Sprintf("rc: post RDMA_WRITE on QP %#x: send queue full", q.QPN()))
 				require.Equal(t, pi, q.SendQueue().ProducerIndex())
 				before.requireUnchanged(t, "a post on a full send queue")
 				break
@@ -231,7 +233,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		window := int(transportMaxWQEBBs(q)) * prm.WQEBBSize
 		err = st.Send().Inline(make([]byte, lim+1)).FinishBlueFlame()
 		require.ErrorIs(t, err, wqebuilder.ErrInlineTooLong)
-		require.Contains(t, err.Error(), "post SEND: inline data longer than max inline")
+		require.EqualError(t, err, fmt.Sprintf("rc: post SEND on QP %#x: inline data longer than max inline", q.QPN()))
 		before.requireOnlyWindow(t, "an inline payload over the limit", 0, window)
 		st, err = q.Post(2, wqebuilder.Signaled)
 		require.NoError(t, err)

@@ -3,6 +3,7 @@ package wqebuilder_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -15,14 +16,15 @@ import (
 )
 
 // requirePostError checks a Finish error: the sentinel, the *PostError with
-// the opcode, and the message naming both.
+// the opcode and the QPN, and the message naming them.
 func requirePostError(t *testing.T, err, sentinel error, op prm.Opcode) {
 	t.Helper()
 	require.ErrorIs(t, err, sentinel)
 	var pe *wqebuilder.PostError
 	require.True(t, errors.As(err, &pe))
 	require.Equal(t, op, pe.Op)
-	require.Equal(t, "wqebuilder: post "+op.String()+": "+sentinel.Error(), err.Error())
+	require.Equal(t, "wqebuilder", pe.Transport)
+	require.Equal(t, fmt.Sprintf("wqebuilder: post %v on QP %#x: %v", op, pe.QPN, sentinel), err.Error())
 }
 
 // unchangedOutside requires that the ring bytes outside the WQEBBs
@@ -301,4 +303,44 @@ func TestFinishTwiceIsRefused(t *testing.T) {
 	wrid, ok := q.Complete(uint16(pi))
 	require.True(t, ok)
 	require.Equal(t, uint64(3), wrid, "the WQE finished records its own Begin's wrid")
+}
+
+// A queue's errors name its owner (Config.Transport) and QPN; a queue with a
+// Refusal fails every WQE begun while it is full with Refusal's error
+// instead of ErrQueueFull, and other errors are unchanged. A refusal met
+// again allocates nothing.
+func TestPostErrorNamesOwnerAndRefusal(t *testing.T) {
+	f := newFixture(t, defaultOpts())
+	cfg := f.cfg
+	cfg.Transport = "rc"
+	cfg.QPN = 0x11c
+	q, err := wqebuilder.New(cfg)
+	require.NoError(t, err)
+	err = q.Begin(1, 0).Send().Inline(make([]byte, 300)).Finish()
+	require.ErrorIs(t, err, wqebuilder.ErrInlineTooLong)
+	require.EqualError(t, err, "rc: post SEND on QP 0x11c: inline data longer than max inline")
+	st := q.Begin(2, 0).Nop()
+	require.NoError(t, st.Finish())
+	err = st.Finish()
+	require.ErrorIs(t, err, wqebuilder.ErrStaleStage)
+	require.EqualError(t, err, "rc: post NOP on QP 0x11c: stage finished twice or out of order")
+
+	why := errors.New("queue pair not connected")
+	cfg.Refusal = func() error { return why }
+	q, err = wqebuilder.New(cfg)
+	require.NoError(t, err)
+	for q.Free() >= cfg.MaxWQEBBs {
+		require.NoError(t, q.Begin(0, 0).Nop().Finish())
+	}
+	pi := q.ProducerIndex()
+	require.Same(t, why, q.Begin(3, 0).RdmaWrite(1, 2).SGE(3, 4, 5).Finish())
+	require.Same(t, why, q.Begin(3, 0).Send().Inline(make([]byte, 300)).FinishBlueFlame(), "the refusal comes first")
+	require.Equal(t, pi, q.ProducerIndex())
+
+	// Errors are made once per queue, error and opcode.
+	f.q.Begin(1, 0).Send().Inline(make([]byte, 300)).Finish()
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		_ = f.q.Begin(1, 0).Send().Inline(make([]byte, 300)).Finish()
+		_ = q.Begin(3, 0).Nop().Finish()
+	}))
 }

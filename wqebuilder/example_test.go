@@ -127,6 +127,6 @@ func ExamplePostError() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, wqebuilder.ErrInlineTooLong), q.ProducerIndex())
 	// Output:
-	// wqebuilder: post SEND: inline data longer than max inline
+	// wqebuilder: post SEND on QP 0x1234: inline data longer than max inline
 	// true 0
 }

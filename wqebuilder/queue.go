@@ -40,6 +40,14 @@ type Config struct {
 	// segments of a DC masked 64-bit compare-and-swap). It must be 2 to 16
 	// (a WQE has at most 63 segments) and at most WQECnt.
 	MaxWQEBBs uint32
+	// Transport names the owner of the queue in its errors (PostError's
+	// Transport): "rc", "dc", "ud"; empty for "wqebuilder".
+	Transport string
+	// Refusal, when not nil, is the error of every WQE begun while the queue
+	// is full, in place of a *PostError wrapping ErrQueueFull. A transport
+	// hands out the stages of such a queue, kept full, for a QP that cannot
+	// post, and Refusal says why (not connected, in error, closed).
+	Refusal func() error
 }
 
 // maxWQEBBsLimit is the largest WQE in WQEBBs: ds is a 6-bit count.
@@ -94,6 +102,9 @@ type SendQueue struct {
 	recordMem  []record
 	scratchMem []uint64
 	cfg        Config
+	// errs holds the queue's *PostErrors, made on first use: by error set
+	// (0 for ErrStaleStage) and opcode.
+	errs *[numErrSets][opIndexMask + 1]error
 }
 
 var (
@@ -114,17 +125,21 @@ var (
 	ErrStaleStage = errors.New("stage finished twice or out of order")
 )
 
-var errStaleStage = fmt.Errorf("wqebuilder: finish: %w", ErrStaleStage)
-
-// PostError is the error Finish returns: the opcode of the failed WQE and the
-// reason, one of the sentinel errors above (use errors.Is).
+// PostError is the error Finish returns: the queue's owner and QPN, the
+// opcode of the failed WQE and the reason, one of the sentinel errors above
+// (use errors.Is).
 type PostError struct {
-	Op  prm.Opcode
-	Err error
+	// Transport is Config.Transport, or "wqebuilder".
+	Transport string
+	QPN       uint32
+	Op        prm.Opcode
+	Err       error
 }
 
-// Error reads "wqebuilder: post RDMA_WRITE: send queue full".
-func (e *PostError) Error() string { return "wqebuilder: post " + e.Op.String() + ": " + e.Err.Error() }
+// Error reads "rc: post RDMA_WRITE on QP 0x11c: send queue full".
+func (e *PostError) Error() string {
+	return fmt.Sprintf("%s: post %v on QP %#x: %v", e.Transport, e.Op, e.QPN, e.Err)
+}
 
 // Unwrap returns the sentinel error.
 func (e *PostError) Unwrap() error { return e.Err }
@@ -147,27 +162,46 @@ const (
 // write is below 32.
 const opIndexMask = 31
 
-// postErrors holds one ready error per error set and opcode, so that a
-// failed Finish costs a table load and no allocation.
-var postErrors = func() (t [numErrSets][opIndexMask + 1]error) {
-	for set := 1; set < numErrSets; set++ {
-		var err error
-		switch {
-		case set&errFull != 0:
-			err = ErrQueueFull
-		case set&errInline != 0:
-			err = ErrInlineTooLong
-		case set&errSGE != 0:
-			err = ErrTooManySGE
-		default:
-			err = ErrWQETooLarge
+// failure is the error of a WQE whose Finish was refused, from its control
+// segment and state word: Refusal's, or ErrQueueFull, for a WQE begun on a
+// full queue, then the errors the stages recorded, else ErrStaleStage. Each
+// error is made once per queue, set and opcode, so that a Finish refused
+// again, as a full queue's is until completions come, allocates nothing.
+func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
+	set := st >> stErrShift & (numErrSets - 1)
+	if ctrl == q.scratch {
+		if q.cfg.Refusal != nil {
+			return q.cfg.Refusal()
 		}
-		for op := range t[set] {
-			t[set][op] = &PostError{Op: prm.Opcode(op), Err: err}
-		}
+		set |= errFull
 	}
-	return t
-}()
+	if q.errs == nil {
+		q.errs = new([numErrSets][opIndexMask + 1]error)
+	}
+	op := st >> stOpShift & opIndexMask
+	e := &q.errs[set][op]
+	if *e == nil {
+		var why error
+		switch {
+		case set == 0:
+			why = ErrStaleStage
+		case set&errFull != 0:
+			why = ErrQueueFull
+		case set&errInline != 0:
+			why = ErrInlineTooLong
+		case set&errSGE != 0:
+			why = ErrTooManySGE
+		default:
+			why = ErrWQETooLarge
+		}
+		name := q.cfg.Transport
+		if name == "" {
+			name = "wqebuilder"
+		}
+		*e = &PostError{Transport: name, QPN: q.cfg.QPN, Op: prm.Opcode(op), Err: why}
+	}
+	return *e
+}
 
 // New validates cfg and returns a send queue over its ring. The ring, the
 // doorbell record and the register are not written until the first post.

@@ -408,18 +408,9 @@ func (w wqe) refused() bool {
 	return w.st&stErrMask != 0 || uintptr(w.ctrl) != w.q.open
 }
 
-// failure is the error of a WQE that refused turned down: ErrQueueFull
-// first, then the errors the stages recorded, else ErrStaleStage.
-func (w wqe) failure() error {
-	set := w.st >> stErrShift
-	if w.ctrl == w.q.scratch {
-		set |= errFull
-	}
-	if set&(numErrSets-1) == 0 {
-		return errStaleStage
-	}
-	return postErrors[set&(numErrSets-1)][w.st>>stOpShift&opIndexMask]
-}
+// failure is the error of a WQE that refused turned down (see
+// SendQueue.failure, a call: refused posts are rare).
+func (w wqe) failure() error { return w.q.failure(w.ctrl, w.st) }
 
 // blueFlameBytes returns the bytes a BlueFlame post of this WQE copies: the
 // whole WQE when it will be the only one pending and is larger than its

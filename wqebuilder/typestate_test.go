@@ -143,18 +143,23 @@ func TestStageMethodsInline(t *testing.T) {
 // TestFinishBlueFlameInlinesAtCallSite compiles a post with FinishBlueFlame
 // in a temporary package inside the module and requires the compiler to
 // inline the whole of it, closure included: the generated code of the
-// posting function calls only the BlueFlame assembly (and the runtime's
-// stack growth).
+// posting function calls only the BlueFlame assembly, the error of a
+// refused WQE (a cold path) and the runtime's stack growth.
 func TestFinishBlueFlameInlinesAtCallSite(t *testing.T) {
 	requireInlinesAtCallSite(t, "FinishBlueFlame", []string{
 		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
-	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", "runtime.morestack_noctxt"})
+	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", failureFunc, "runtime.morestack_noctxt"})
 }
 
+// failureFunc is the one call of a Finish that is not inlined: the error
+// of a refused WQE.
+const failureFunc = "github.com/mlx5kit/mlx5kit/wqebuilder.(*SendQueue).failure"
+
 // TestFinishInlinesAtCallSite: a WQE finished with Finish (as batches are)
-// compiles into the posting function with no call at all.
+// compiles into the posting function with no call but the error of a
+// refused WQE.
 func TestFinishInlinesAtCallSite(t *testing.T) {
-	requireInlinesAtCallSite(t, "Finish", nil, nil)
+	requireInlinesAtCallSite(t, "Finish", nil, []string{failureFunc, "runtime.morestack_noctxt"})
 }
 
 // requireInlinesAtCallSite builds Begin → RdmaWriteImm → SGE → finisher in

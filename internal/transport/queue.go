@@ -60,6 +60,7 @@ type Queue struct {
 	typ       ctx.QPType
 	transport string
 	dead      *wqebuilder.SendQueue // always full: hands out harmless stages after a refusal
+	refusal   error                 // the error of the last refused send post, which dead's Finish returns
 
 	errSend [StateClosed + 1]error // post send refused in each state
 	errRecv [StateClosed + 1]error // post receive refused in each state
@@ -117,6 +118,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			MaxInline:     d.MaxInline,
 			MaxSGE:        d.MaxSendSGE,
 			MaxWQEBBs:     MaxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
+			Transport:     transport,
 		}
 		if cfg.MaxWQEBBs > cfg.WQECnt {
 			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ErrInvalidConfig)
@@ -126,7 +128,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			return err
 		}
 		q.sq = sq
-		if q.dead, err = newDeadQueue(d.QPN); err != nil {
+		if q.dead, err = newDeadQueue(d.QPN, transport, func() error { return q.refusal }); err != nil {
 			return err
 		}
 	}
@@ -172,10 +174,11 @@ func MaxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
 }
 
 // newDeadQueue returns a send queue over a private ring that is always
-// full: its stages write only to the queue's scratch area and Finish fails.
-// A refused post hands one out so that a caller who ignores the error still
-// writes nothing that matters.
-func newDeadQueue(qpn uint32) (*wqebuilder.SendQueue, error) {
+// full: its stages write only to the queue's scratch area and Finish fails
+// with refusal's error, the one the refused post returned. A refused post
+// hands one out so that a caller who ignores the error still writes
+// nothing that matters, and learns why from Finish.
+func newDeadQueue(qpn uint32, transport string, refusal func() error) (*wqebuilder.SendQueue, error) {
 	const ringSize = 2 * prm.WQEBBSize
 	mem := make([]byte, ringSize+2*prm.WQEBBSize)
 	base := unsafe.Pointer(unsafe.SliceData(mem))
@@ -183,7 +186,7 @@ func newDeadQueue(qpn uint32) (*wqebuilder.SendQueue, error) {
 	dbrec := unsafe.Add(ring, ringSize)
 	sq, err := wqebuilder.New(wqebuilder.Config{
 		Buf: ring, WQECnt: 2, QPN: qpn & prm.CtrlQPNMask, DBRec: dbrec,
-		BlueFlame: unsafe.Add(dbrec, 8), MaxWQEBBs: 2,
+		BlueFlame: unsafe.Add(dbrec, 8), MaxWQEBBs: 2, Transport: transport, Refusal: refusal,
 	})
 	if err != nil {
 		return nil, err
@@ -220,12 +223,14 @@ func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStag
 
 // Refuse is the post of a queue that is not Ready: a *PostError wrapping
 // ErrNotConnected, ErrQPError or ErrClosed, and a stage of a private full
-// queue, which writes nothing that matters and whose Finish fails.
+// queue, which writes nothing that matters and whose Finish fails with the
+// same error.
 func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
 	if q.qp.Closed() {
 		q.state = StateClosed
 	}
 	err := q.errSend[q.state]
+	q.refusal = err
 	if q.dead == nil {
 		// A queue without a send queue never reaches here from a
 		// transport's Post.
