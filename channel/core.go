@@ -98,9 +98,30 @@ func (c *core) peerLink(peer int) *link {
 	return &c.links[peer]
 }
 
+// postLink is peerLink for a request: nil also when the channel is closed
+// (badPeer says which).
+func (c *core) postLink(peer int) *link {
+	if c.closed {
+		return nil
+	}
+	return c.peerLink(peer)
+}
+
+// badPeer is the error of a request postLink found no link for.
 func (c *core) badPeer(peer int, op Op) error {
+	if c.closed {
+		return &PeerError{Peer: peer, Op: op, Err: closedError{}}
+	}
 	return &PeerError{Peer: peer, Op: op, Err: fmt.Errorf("%w (the channel has %d)", ErrPeer, len(c.links))}
 }
+
+// closedError is the cause of a request on a closed channel: ErrClosed, and
+// ctx.ErrClosed too, the error its closed queues would give.
+type closedError struct{}
+
+func (closedError) Error() string { return ErrClosed.Error() }
+
+func (closedError) Is(target error) bool { return target == ErrClosed || target == ctx.ErrClosed }
 
 // initSlots sizes the completion records for outstanding work requests
 // in flight at most: room for all of them plus at least 256 completed ones
@@ -178,7 +199,7 @@ func full(err error) bool {
 
 // beginPeer starts a send WQE to peer, or names the bad peer.
 func (c *core) beginPeer(peer int, op Op) (wqebuilder.OpStage, error) {
-	l := c.peerLink(peer)
+	l := c.postLink(peer)
 	if l == nil {
 		return wqebuilder.OpStage{}, c.badPeer(peer, op)
 	}
@@ -257,7 +278,7 @@ func atomicResult(g *SGE) error {
 var errAtomicResult = fmt.Errorf("atomic result buffer must be 8 bytes: %w", ctx.ErrInvalidArgument)
 
 func (c *core) postCompareSwap(r *CompareSwapRequest) (uint64, error) {
-	l := c.peerLink(r.Peer)
+	l := c.postLink(r.Peer)
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpCompareSwap)
 	}
@@ -275,7 +296,7 @@ func (c *core) postCompareSwap(r *CompareSwapRequest) (uint64, error) {
 }
 
 func (c *core) postFetchAdd(r *FetchAddRequest) (uint64, error) {
-	l := c.peerLink(r.Peer)
+	l := c.postLink(r.Peer)
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpFetchAdd)
 	}
@@ -293,7 +314,7 @@ func (c *core) postFetchAdd(r *FetchAddRequest) (uint64, error) {
 }
 
 func (c *core) postRecv(r *RecvRequest) (uint64, error) {
-	l := c.peerLink(r.Peer)
+	l := c.postLink(r.Peer)
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpRecv)
 	}

@@ -160,7 +160,8 @@ var (
 	// ErrHandshake: the remote endpoints do not fit the channel (count,
 	// transport, missing DCT number).
 	ErrHandshake = errors.New("handshake refused")
-	// ErrClosed: the channel has been closed.
+	// ErrClosed: the channel has been closed (a request on it also
+	// matches ctx.ErrClosed), or a scope was used after it returned.
 	ErrClosed = errors.New("channel closed")
 )
 

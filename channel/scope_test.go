@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
@@ -243,4 +244,34 @@ func TestUseAfterClose(t *testing.T) {
 	require.Error(t, err)
 	require.Zero(t, ca.Poll())
 	require.NoError(t, ca.Scope(func(*channel.Scope) error { return nil }))
+}
+
+// Every kind of request on a closed channel fails with ErrClosed (and
+// ctx.ErrClosed, what its closed queues say), naming the request and peer.
+func TestClosedChannelRefusesRequests(t *testing.T) {
+	for _, opts := range []channel.Options{{}, {Transport: channel.TransportDC}} {
+		f := newFabric(t, 2)
+		a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+		ca, _ := pair(t, a, b, opts)
+		region, err := ca.RemoteRegion(0)
+		require.NoError(t, err)
+		require.NoError(t, ca.Close())
+		_, rawErr := ca.PostWrite(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+		_, recvErr := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 8)})
+		scopeErr := ca.Scope(func(s *channel.Scope) error {
+			_, err := s.PostSend(channel.SendRequest{Local: a.sge(0, 1)})
+			return err
+		})
+		for _, err := range []error{
+			ca.Send(channel.SendRequest{Local: a.sge(0, 1)}), rawErr, recvErr, scopeErr,
+			ca.Read(channel.ReadRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)}),
+		} {
+			require.ErrorIs(t, err, channel.ErrClosed, "%v", opts.Transport)
+			require.ErrorIs(t, err, ctx.ErrClosed)
+			var pe *channel.PeerError
+			require.ErrorAs(t, err, &pe)
+			require.Zero(t, pe.Peer)
+		}
+		require.EqualError(t, ca.Send(channel.SendRequest{Local: a.sge(0, 1)}), "channel: send to peer 0: channel closed")
+	}
 }

@@ -2,6 +2,7 @@ package rc_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -56,6 +57,9 @@ func requireSyndrome(t *testing.T, c rc.Completion, op prm.CQEOpcode, s prm.Synd
 	require.True(t, cerr.HasWRID)
 	require.Equal(t, c.QPN, cerr.QPN)
 	require.Equal(t, op == prm.CQEReqErr, cerr.Requester())
+	// One wording for a failed work request, whichever way it is reported.
+	require.Equal(t, cerr.Error(), err.Error())
+	require.True(t, strings.HasPrefix(err.Error(), "completion: "), err.Error())
 }
 
 // errorThenFlush posts bad (a failing WQE) between good unsignaled and

@@ -113,7 +113,10 @@ type CompletionError struct {
 	Completion Completion
 }
 
-// Error names the syndrome, the opcode, the QPN and the work request.
+// Error names the syndrome, the opcode, the QPN and the work request; a
+// failed work request reads as its *completion.Error does ("completion:
+// RDMA_WRITE on QPN 0x106 failed: REM_ACCESS_ERR (…), wqe_counter 3, wr_id
+// 0x4"), the same words channel and completion.Check use.
 func (e *CompletionError) Error() string {
 	c := &e.Completion
 	switch c.Status {
@@ -124,10 +127,10 @@ func (e *CompletionError) Error() string {
 	case StatusUnexpected:
 		return fmt.Sprintf("unexpected completion %v on QP %#x (wqe_counter %d)", c.Opcode, c.QPN, c.WQECounter)
 	}
-	if c.Opcode == prm.CQEReqErr {
-		return fmt.Sprintf("%v on QP %#x: %v (vendor syndrome %#02x), wrid %d", c.SendOpcode, c.QPN, c.Syndrome, c.VendorSyndrome, c.WRID)
+	if ce := e.AsCompletion(); ce != nil {
+		return ce.Error()
 	}
-	return fmt.Sprintf("receive on QP %#x: %v (vendor syndrome %#02x), wrid %d", c.QPN, c.Syndrome, c.VendorSyndrome, c.WRID)
+	return fmt.Sprintf("completion %v on QP %#x (wqe_counter %d), status %v", c.Opcode, c.QPN, c.WQECounter, c.Status)
 }
 
 // Is matches monocq.ErrCompletion (and completion.ErrCompletion, the same
