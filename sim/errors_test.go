@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -333,4 +334,45 @@ func TestCQNoOverrunWhenConsumed(t *testing.T) {
 		require.Equal(t, uint16(i), c.counter)
 	}
 	require.NoError(t, e.f.CQError(a.scq.cq.CQN()))
+}
+
+// TestAtomicResultLongerThanOperand: the result data segment of an atomic
+// must be exactly the operand size; a longer one is a local length error
+// too, and nothing is executed (neither the remote target nor the result
+// buffer changes).
+func TestAtomicResultLongerThanOperand(t *testing.T) {
+	e := newEnv(t, Options{})
+	fa32 := make([]byte, 16)
+	be.PutUint32(fa32[0:], 1)
+	cases := []struct {
+		name string
+		post func(a *testQP) uint16
+	}{
+		{"fetch-and-add, 16-byte result", func(a *testQP) uint16 {
+			return a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(16, e.mr.LKey(), e.addr(0)))
+		}},
+		{"compare-and-swap, 16-byte result", func(a *testQP) uint16 {
+			return a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), atomicSeg(9, 5), dataSeg(16, e.mr.LKey(), e.addr(0)))
+		}},
+		{"compare-and-swap, 9-byte result", func(a *testQP) uint16 {
+			return a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), atomicSeg(9, 5), dataSeg(9, e.mr.LKey(), e.addr(0)))
+		}},
+		{"4-byte masked fetch-and-add, 8-byte result", func(a *testQP) uint16 {
+			return a.post(prm.OpAtomicMaskedFA, prm.OpmodMaskedAtomic32, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), fa32, dataSeg(8, e.mr.LKey(), e.addr(0)))
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := e.rcPair(qpOpts{})
+			be.PutUint64(e.mem2(0, 8), 5)
+			copy(e.mem(0, 16), bytes.Repeat([]byte{0xaa}, 16))
+			i := c.post(a)
+			e.run()
+			requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalLength, i)
+			require.Equal(t, ctx.QPStateError, qpState(t, a))
+			require.Equal(t, ctx.QPStateRTS, qpState(t, b), "the request never left")
+			require.Equal(t, uint64(5), be.Uint64(e.mem2(0, 8)), "the target is unchanged")
+			require.Equal(t, bytes.Repeat([]byte{0xaa}, 16), e.mem(0, 16), "no result is written")
+		})
+	}
 }
