@@ -3,6 +3,7 @@ package sim
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -104,4 +105,42 @@ func TestStaleArmSequence(t *testing.T) {
 	require.NoError(t, poll.Arm(false))
 	e.run()
 	require.Len(t, e.f.Violations(), 1, "the acknowledged arm is right")
+}
+
+// TestSolicitedArmFiresOnError: a CQ armed for solicited completions only
+// still raises its event for an error completion (IBA: the next solicited
+// or unsuccessful completion), while a successful unsolicited one does not.
+func TestSolicitedArmFiresOnError(t *testing.T) {
+	e := newEnv(t, Options{})
+	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+	require.NoError(t, err)
+	d := cq.Descriptor()
+	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
+	require.NoError(t, err)
+	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(q, b, 7, 1)
+
+	word := uint32(prm.CQArmSolicited) | q.scq.ci&prm.CQConsumerIndexMask // sequence number 0
+	prm.Store32(unsafe.Add(d.DBRec, prm.DoorbellRecordSendB), word)
+	prm.Store64(unsafe.Add(d.UAR, prm.CQDoorbellOffset), uint64(word)<<32|uint64(d.CQN))
+	e.run()
+	require.True(t, armed(e, cq.CQN()))
+
+	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+	e.run()
+	require.Equal(t, prm.CQEReq, q.scq.one(t).op)
+	ok, err := cq.ReadEvent()
+	require.NoError(t, err)
+	require.False(t, ok, "an unsolicited success does not fire a solicited-only arm")
+	require.True(t, armed(e, cq.CQN()))
+
+	// An SGE with an lkey the HCA does not know: LOCAL_PROT_ERR.
+	i := q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(8, 0x4242, e.addr(0)))
+	e.run()
+	requireErr(t, q.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalProt, i)
+	ok, err = cq.ReadEvent()
+	require.NoError(t, err)
+	require.True(t, ok, "an error completion fires a solicited-only arm")
+	require.False(t, armed(e, cq.CQN()))
 }
