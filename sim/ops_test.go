@@ -263,3 +263,55 @@ func TestSRQFreeList(t *testing.T) {
 		}
 	}
 }
+
+// TestSRQFreeListOutOfOrder: the device takes SRQ WQEs in free-list order,
+// following next_wqe_index, not in index order. WQEs retired in reverse
+// (the application held on to the buffers) make the list 3→2→1, and the
+// next receives complete with those WQE counters into those WQEs' buffers.
+func TestSRQFreeListOutOfOrder(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 3, 1)
+	require.Equal(t, uint32(4), srq.d.WQECnt)
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	e.connectRC(a, b, 7, 1)
+
+	// Round 1: WQEs 0, 1, 2 in order.
+	for k := 0; k < 3; k++ {
+		require.Equal(t, uint16(k), srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(k*64))))
+		a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte{'a' + byte(k)}))
+	}
+	e.run()
+	require.Len(t, a.scq.drain(), 3)
+	got := b.rcq.drain()
+	require.Len(t, got, 3)
+	for k, c := range got {
+		require.Equal(t, uint16(k), c.counter)
+	}
+	for k := 2; k >= 0; k-- {
+		srq.free(uint16(k))
+	}
+
+	// Round 2: the free list runs 3→2→1→0; each post takes its head and
+	// gets a buffer of its own, away from the buffers of round 1.
+	var posted []uint16
+	for k := 0; k < 3; k++ {
+		posted = append(posted, srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(1024+k*64))))
+	}
+	require.Equal(t, []uint16{3, 2, 1}, posted)
+	for k := 0; k < 3; k++ {
+		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(k), inlineSeg([]byte{'x' + byte(k)}))
+	}
+	e.run()
+	require.Len(t, a.scq.drain(), 3)
+	got = b.rcq.drain()
+	require.Len(t, got, 3)
+	for k, c := range got {
+		require.Equal(t, prm.CQERespSendImm, c.op)
+		require.Equal(t, uint32(k), c.imm)
+		require.Equal(t, posted[k], c.counter, "receive %d", k)
+		require.Equal(t, srq.srq.SRQN(), c.srqn)
+		require.Equal(t, []byte{'x' + byte(k)}, e.mem2(1024+k*64, 1), "receive %d lands in the buffer of WQE %d", k, posted[k])
+	}
+	require.Equal(t, []byte("abc"), []byte{e.mem2(0, 1)[0], e.mem2(64, 1)[0], e.mem2(128, 1)[0]}, "round 1's buffers are not written again")
+}
