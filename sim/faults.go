@@ -122,7 +122,7 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 		return done(w.total)
 	}
 	if a.grh {
-		pkt.grh = buildGRH(q.dev.h, a, len(payload))
+		pkt.grh = buildGRH(q.dev.h, a, udPayLen(len(payload), w.op == prm.OpSendImm))
 	}
 	if f.faults.dropNext > 0 {
 		f.faults.dropNext--
@@ -166,13 +166,34 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 	return done(w.total)
 }
 
+// Sizes of the parts of a UD SEND packet behind the GRH.
+const (
+	bthSize  = 12 // base transport header
+	dethSize = 8  // datagram extended transport header
+	immSize  = 4  // immediate data
+	icrcSize = 4  // invariant CRC
+)
+
+// udPayLen is the GRH payload length of a UD SEND of n payload bytes: as
+// IBA defines PayLen, every byte after the GRH up to and including the
+// ICRC, that is BTH, DETH, the immediate data when there is one, the
+// payload padded to a multiple of 4 (the BTH pad count) and the ICRC.
+func udPayLen(n int, imm bool) int {
+	l := bthSize + dethSize + (n+3)&^3 + icrcSize
+	if imm {
+		l += immSize
+	}
+	return l
+}
+
 // buildGRH writes the 40-byte global route header a UD receive finds in
 // front of the payload (IB GRH layout: version, traffic class, flow label,
-// payload length, next header, hop limit, source and destination GIDs).
-func buildGRH(from *hca, a avInfo, n int) []byte {
+// payload length, next header, hop limit, source and destination GIDs);
+// payLen is the payload length field (udPayLen).
+func buildGRH(from *hca, a avInfo, payLen int) []byte {
 	g := make([]byte, prm.GRHSize)
 	putBE32(g[0:], 6<<28|uint32(a.tclass)<<20|a.flow&prm.AVFlowLblMask)
-	g[4], g[5] = byte(n>>8), byte(n)
+	g[4], g[5] = byte(payLen>>8), byte(payLen)
 	g[6] = 0x1b
 	g[7] = a.hopLimit
 	if int(a.sgidIdx) < len(from.gids) {
