@@ -341,3 +341,70 @@ func TestStrictReceiveZeroLength(t *testing.T) {
 	require.Equal(t, []ViolationKind{ViolationReceive}, violationKinds(e.f))
 	require.Equal(t, prm.CQERespSend, b.rcq.one(t).op, "the device sees a 2 GiB buffer; a one-byte send fits")
 }
+
+// TestStrictSRQDoorbellPastRing: an SRQ of n WQEs holds at most n-1 posted
+// receives (the free list always keeps its tail WQE), counted from what the
+// device has consumed; a WQE counter beyond that is reported, naming the
+// SRQ, and not acted on.
+func TestStrictSRQDoorbellPastRing(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	srq := e.newSRQ(e.pd2, 3, 1)
+	n := srq.d.WQECnt
+	require.Equal(t, uint32(4), n)
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	e.connectRC(a, b, 0, 1) // no RNR retries: a SEND without a receive fails
+	for i := uint32(0); i < n-1; i++ {
+		srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(int(i)*64)))
+	}
+	e.run()
+	require.Empty(t, e.f.Violations(), "n-1 posted receives fit")
+
+	prm.Store32(srq.d.DBRec, n)
+	e.run()
+	v := e.f.Violations()
+	require.Len(t, v, 1)
+	require.Equal(t, ViolationDoorbellPastRing, v[0].Kind)
+	require.Equal(t, srq.srq.SRQN(), v[0].SRQN)
+	require.Zero(t, v[0].QPN)
+	e.f.ClearViolations()
+
+	// Two receives consumed (and freed) make room for two more, not three.
+	for i := 0; i < 2; i++ {
+		a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte{byte(i)}))
+	}
+	e.run()
+	require.Len(t, a.scq.drain(), 2)
+	for _, c := range b.rcq.drain() {
+		require.Equal(t, prm.CQERespSend, c.op)
+		srq.free(c.counter)
+	}
+	for i := 0; i < 2; i++ {
+		srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(256+i*64)))
+	}
+	require.Equal(t, uint16(n-1+2), srq.counter)
+	e.run()
+	require.Empty(t, e.f.Violations())
+	prm.Store32(srq.d.DBRec, uint32(srq.counter)+1)
+	e.run()
+	v = e.f.Violations()
+	require.Len(t, v, 1)
+	require.Equal(t, ViolationDoorbellPastRing, v[0].Kind)
+	require.Equal(t, srq.srq.SRQN(), v[0].SRQN)
+	e.f.ClearViolations()
+
+	// The rejected counter was not taken: the three receives posted are
+	// the three there are, and a fourth SEND finds none.
+	prm.Store32(srq.d.DBRec, uint32(srq.counter))
+	var last uint16
+	for i := 0; i < 4; i++ {
+		last = a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte{byte(i)}))
+	}
+	e.run()
+	require.Len(t, b.rcq.drain(), 3)
+	got := a.scq.drain()
+	require.Len(t, got, 4)
+	requireErr(t, got[3], prm.CQEReqErr, prm.SyndromeRNRRetryExc, last)
+	require.Empty(t, e.f.Violations())
+}
