@@ -376,3 +376,72 @@ func TestAtomicResultLongerThanOperand(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiveBufferOfAnotherPD: a receive WQE whose buffer is a region of a
+// PD other than the receive queue's (the QP's for an RQ, the SRQ's for an
+// SRQ) is a protection error on the responder, even with local write
+// access: the receive completes with LOCAL_PROT_ERR, the RC responder moves
+// to error, the requester gets REMOTE_OP_ERR, and the buffer is untouched.
+func TestReceiveBufferOfAnotherPD(t *testing.T) {
+	e := newEnv(t, Options{})
+	pd3, err := e.c2.AllocProtectionDomain()
+	require.NoError(t, err)
+	// Local write on a PD of the responder's HCA, over memory pd2's region
+	// covers as well.
+	const off = 65536
+	other, err := pd3.RegisterMemory(e.mem2(off, 4096), ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	cases := []struct {
+		name  string
+		srqPD *ctx.ProtectionDomain // nil: the QP's own RQ
+		lkey  uint32                // of a region outside the receive queue's PD
+	}{
+		{"RQ, region of another PD", nil, other.LKey()},
+		{"SRQ, region of another PD", e.pd2, other.LKey()},
+		{"SRQ of another PD than the QP's, region of the QP's PD", pd3, e.mr2.LKey()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var srq *testSRQ
+			if c.srqPD != nil {
+				srq = e.newSRQ(c.srqPD, 4, 1)
+			}
+			a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+			b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+			e.connectRC(a, b, 7, 1)
+			copy(e.mem2(off, 64), make([]byte, 64))
+			var ri uint16
+			if srq != nil {
+				ri = srq.post(dataSeg(64, c.lkey, e.addr2(off)))
+			} else {
+				ri = b.postRecv(dataSeg(64, c.lkey, e.addr2(off)))
+			}
+			si := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("not yours")))
+			e.run()
+			requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteOp, si)
+			rc := b.rcq.one(t)
+			requireErr(t, rc, prm.CQERespErr, prm.SyndromeLocalProt, ri)
+			if srq != nil {
+				require.Equal(t, srq.srq.SRQN(), rc.srqn)
+			}
+			require.Equal(t, make([]byte, 64), e.mem2(off, 64), "the buffer is untouched")
+			require.Equal(t, ctx.QPStateError, qpState(t, a))
+			require.Equal(t, ctx.QPStateError, qpState(t, b))
+		})
+	}
+
+	// The SRQ's own PD is the one that counts: pd3's region is good for an
+	// SRQ on pd3 though the QP is on pd2.
+	srq := e.newSRQ(pd3, 4, 1)
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	e.connectRC(a, b, 7, 1)
+	ri := srq.post(dataSeg(64, other.LKey(), e.addr2(off)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("yours")))
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+	rc := b.rcq.one(t)
+	require.Equal(t, prm.CQERespSend, rc.op)
+	require.Equal(t, ri, rc.counter)
+	require.Equal(t, []byte("yours"), e.mem2(off, 5))
+}
