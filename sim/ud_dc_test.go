@@ -379,3 +379,32 @@ func TestUDGRHFields(t *testing.T) {
 		require.Equal(t, payload[:c.n], e.mem2(off+40, c.n))
 	}
 }
+
+// TestUDControlledQKey: a Q_Key with bit 31 set in the datagram segment is
+// a controlled Q_Key; the device sends the QP's own Q_Key in its place, so
+// the packet reaches a QP whose Q_Key is the sender's and no other, whatever
+// the low 31 bits of the segment's value.
+func TestUDControlledQKey(t *testing.T) {
+	e := newEnv(t, Options{})
+	const k = 0x1234
+	a := e.udQP(e.pd, k, qpOpts{})
+	same := e.udQP(e.pd2, k, qpOpts{})
+	other := e.udQP(e.pd2, 0x5678, qpOpts{})
+	for j, q := range []*testQP{same, other} {
+		for i := 0; i < 2; i++ {
+			q.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(j*256+i*64)))
+		}
+	}
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 1, udAV(0x80000000, same.qp.QPN(), 2), inlineSeg([]byte("x")))
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 2, udAV(0x80000000|0x5678, same.qp.QPN(), 2), inlineSeg([]byte("y")))
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 3, udAV(0x80000000, other.qp.QPN(), 2), inlineSeg([]byte("z")))
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 4, udAV(0x80000000|0x5678, other.qp.QPN(), 2), inlineSeg([]byte("w")))
+	e.run()
+	require.Len(t, a.scq.drain(), 4)
+	got := same.rcq.drain()
+	require.Len(t, got, 2, "the sender's own Q_Key replaces a controlled one")
+	require.Equal(t, uint32(1), got[0].imm)
+	require.Equal(t, uint32(2), got[1].imm)
+	require.Empty(t, other.rcq.drain(), "the sender's Q_Key is not the receiver's")
+	require.Equal(t, uint64(2), e.f.Stats().UDDropped)
+}
