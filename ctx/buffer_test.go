@@ -10,18 +10,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
-// mapped reports whether the page at p is mapped (madvise fails with ENOMEM
-// on an unmapped range).
-func mapped(t *testing.T, p unsafe.Pointer) bool {
-	t.Helper()
-	err := unix.Madvise(unsafe.Slice((*byte)(p), 4096), unix.MADV_NORMAL)
-	if err == unix.ENOMEM {
-		return false
-	}
-	require.NoError(t, err)
-	return true
-}
-
 // A buffer closed while regions are registered on it stays mapped until the
 // last of them is closed; the regions' memory stays usable until then.
 func TestBufferCloseWithRegions(t *testing.T) {
@@ -31,8 +19,7 @@ func TestBufferCloseWithRegions(t *testing.T) {
 	require.NoError(t, err)
 	buf, err := ctx.AllocBuffer(3*4096, ctx.BufferOptions{Guard: true})
 	require.NoError(t, err)
-	p := buf.Pointer()
-	whole, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
+		whole, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
 	require.NoError(t, err)
 	part, err := pd.RegisterMemory(buf.Bytes()[4096:8192], ctx.AccessLocalWrite)
 	require.NoError(t, err)
@@ -40,16 +27,16 @@ func TestBufferCloseWithRegions(t *testing.T) {
 	require.NoError(t, buf.Close())
 	require.True(t, buf.Closed())
 	require.Nil(t, buf.Bytes(), "closed for its owner at once")
-	require.True(t, mapped(t, p))
+	require.True(t, ctx.BufferMapped(buf))
 	whole.Bytes()[0] = 1 // would fault if unmapped
 	_, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
 	require.ErrorIs(t, err, ctx.ErrClosed)
 
 	require.NoError(t, whole.Close())
-	require.True(t, mapped(t, p), "one region left")
+	require.True(t, ctx.BufferMapped(buf), "one region left")
 	part.Bytes()[4095] = 2
 	require.NoError(t, part.Close())
-	require.False(t, mapped(t, p), "unmapped with the last region")
+	require.False(t, ctx.BufferMapped(buf), "unmapped with the last region")
 	require.NoError(t, buf.Close(), "idempotent")
 }
 
@@ -61,13 +48,12 @@ func TestBufferClosedBeforeContext(t *testing.T) {
 	require.NoError(t, err)
 	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
 	require.NoError(t, err)
-	p := buf.Pointer()
-	_, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
+		_, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
 	require.NoError(t, err)
 	require.NoError(t, buf.Close())
-	require.True(t, mapped(t, p))
+	require.True(t, ctx.BufferMapped(buf))
 	require.NoError(t, c.Close())
-	require.False(t, mapped(t, p))
+	require.False(t, ctx.BufferMapped(buf))
 }
 
 // A buffer with no region open unmaps at Close; a region on memory that no
@@ -83,9 +69,8 @@ func TestBufferCloseWithoutRegions(t *testing.T) {
 	mr, err := pd.RegisterBuffer(b, ctx.AccessLocalWrite)
 	require.NoError(t, err)
 	require.NoError(t, mr.Close())
-	p := b.Pointer()
 	require.NoError(t, b.Close())
-	require.False(t, mapped(t, p), "the region was closed first")
+	require.False(t, ctx.BufferMapped(b), "the region was closed first")
 
 	raw, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
@@ -107,9 +92,8 @@ func TestBufferCloseWithoutRegions(t *testing.T) {
 	if uintptr(lo.Pointer())+4096 == uintptr(hi.Pointer()) {
 		span, err := pd.RegisterMemory(unsafe.Slice((*byte)(lo.Pointer()), 8192), ctx.AccessLocalWrite)
 		require.NoError(t, err)
-		pl := lo.Pointer()
 		require.NoError(t, lo.Close())
-		require.False(t, mapped(t, pl), "a region over two buffers holds neither")
+		require.False(t, ctx.BufferMapped(lo), "a region over two buffers holds neither")
 		require.NoError(t, span.Close())
 	} else {
 		require.NoError(t, lo.Close())
