@@ -113,6 +113,7 @@ func requireDecodes(t testing.TB, f cqeFields, c *CQE) {
 	if f.format != prm.CQEFormatScatter32 { // the payload overlays these
 		require.Equal(t, f.rxHash, c.RxHash())
 		require.Equal(t, f.sl, c.SL())
+		require.Equal(t, f.sl&3, c.RoCEL3Type(), "the RoCE L3 type shares bits 25..24 with SL")
 		require.Equal(t, f.grh, c.GRH())
 		require.Equal(t, f.grh != 0, c.HasGRH())
 		require.Equal(t, f.srcQP, c.SourceQP())
@@ -311,6 +312,23 @@ func TestDecodeKinds(t *testing.T) {
 		require.False(t, errors.Is(err, ErrUnknownSyndrome))
 		require.Contains(t, err.Error(), "REMOTE_ACCESS_ERR")
 	}
+}
+
+// TestRoCEL3Type decodes the network header type from bits 25..24 of
+// flags_rqpn, leaving the GRH field and the source QP alone.
+func TestRoCEL3Type(t *testing.T) {
+	for _, l3 := range []uint8{prm.CQERoCEL3GRH, prm.CQERoCEL3IPv6, prm.CQERoCEL3IPv4} {
+		var c CQE
+		c[prm.CQEOpOwn] = uint8(prm.CQERespSend) << prm.CQEOpcodeShift
+		// GRH in data (bit 28), the type in bits 25..24, source QP 0xabcdef.
+		binary.BigEndian.PutUint32(c[prm.CQEFlagsRQPN:], 1<<28|uint32(l3)<<24|0xabcdef)
+		require.Equal(t, l3, c.RoCEL3Type())
+		require.Equal(t, uint8(prm.CQEGRHInData), c.GRH())
+		require.Equal(t, uint32(0xabcdef), c.SourceQP())
+	}
+	var c CQE
+	c[prm.CQEFlagsRQPN] = 0x0c // bits 27..26: SL bits on InfiniBand, not part of the type
+	require.Equal(t, uint8(prm.CQERoCEL3GRH), c.RoCEL3Type())
 }
 
 func TestUnknownSyndromeIsReported(t *testing.T) {

@@ -66,9 +66,19 @@ func (c *CQE) PKeyIndex() uint16 {
 // SourceQP returns the remote QPN of a UD or DC receive.
 func (c *CQE) SourceQP() uint32 { return c.be32(prm.CQEFlagsRQPN) & prm.CQEQPNMask }
 
-// SL returns the service level of the received packet (IB).
+// SL returns the service level of the received packet (InfiniBand; on an
+// Ethernet port bits 25..24 of the field hold RoCEL3Type instead).
 func (c *CQE) SL() uint8 {
 	return uint8(c.be32(prm.CQEFlagsRQPN)>>prm.CQESLShift) & prm.CQESLMask
+}
+
+// RoCEL3Type returns the network header type of a receive on an Ethernet
+// (RoCE) port, which says what the 40-byte GRH area of a UD receive holds:
+// prm.CQERoCEL3GRH (RoCE v1, an InfiniBand GRH), prm.CQERoCEL3IPv6 (RoCE
+// v2, the IPv6 header) or prm.CQERoCEL3IPv4 (RoCE v2, the IPv4 header in
+// the last 20 bytes). On InfiniBand the same bits are the low bits of SL.
+func (c *CQE) RoCEL3Type() uint8 {
+	return uint8(c.be32(prm.CQEFlagsRQPN)>>prm.CQERoCEL3Shift) & prm.CQERoCEL3Mask
 }
 
 // GRH returns the 2-bit GRH field of a receive: prm.CQEGRHNone,

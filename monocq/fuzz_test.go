@@ -86,6 +86,7 @@ func FuzzCQEDecode(f *testing.F) {
 			require.Equal(t, be.Uint16(want[38:]), c.PKeyIndex())
 			require.Equal(t, be.Uint32(want[24:])&0xffffff, c.SourceQP())
 			require.Equal(t, want[24]&0xf, c.SL())
+			require.Equal(t, want[24]&3, c.RoCEL3Type())
 			require.Equal(t, (want[24]>>4)&3, c.GRH())
 			require.Equal(t, be.Uint16(want[22:]), c.SLID())
 			require.Equal(t, want[17]&0x7f, c.PathBits())

@@ -42,7 +42,7 @@ const (
 
 // Fields of flags_rqpn and sop_drop_qpn.
 const (
-	CQESLShift       = 24 // SL is bits 27..24 of flags_rqpn (IB)
+	CQESLShift       = 24 // SL is bits 27..24 of flags_rqpn (IB; RoCE: see CQERoCEL3Shift)
 	CQESLMask        = 0xf
 	CQEGRHShift      = 28 // GRH presence in bits 29..28 of flags_rqpn
 	CQEGRHMask       = 0x3
@@ -57,6 +57,31 @@ const (
 	CQEOpcodeShift   = 4
 	CQEMLPathMask    = 0x7f
 	CQEPKeyIndexMask = 0xffff // pkey index in imm_inval_pkey of a UD receive
+)
+
+// The network header type of a responder CQE on an Ethernet (RoCE) port:
+// bits 25..24 of flags_rqpn, which on InfiniBand are the low bits of SL
+// (the Linux kernel's MLX5_CQE_ROCE_L3_HEADER_TYPE_*, read by mlx5_ib into
+// ib_wc.network_hdr_type). It says what the 40-byte GRH area in front of a
+// UD payload holds. mlx5dv.h does not define these values.
+const (
+	CQERoCEL3Shift = 24
+	CQERoCEL3Mask  = 0x3
+	CQERoCEL3GRH   = 0 // RoCE v1: an InfiniBand GRH
+	CQERoCEL3IPv6  = 1 // RoCE v2 over IPv6: the IPv6 header
+	CQERoCEL3IPv4  = 2 // RoCE v2 over IPv4: 20 undefined bytes, then the IPv4 header
+)
+
+// The l3_hdr_type field, bits 3..2 of l4_hdr_type_etc, that the device
+// fills for Ethernet packets of raw packet QPs (checksum offload:
+// rdma-core reads it only for such QPs). A RoCE responder CQE carries its
+// network header type in flags_rqpn instead (CQERoCEL3Shift).
+const (
+	CQEL3HdrTypeShift = 2
+	CQEL3HdrTypeMask  = 0x3
+	CQEL3HdrTypeNone  = 0
+	CQEL3HdrTypeIPv6  = 1
+	CQEL3HdrTypeIPv4  = 2
 )
 
 // Values of the 2-bit GRH field of flags_rqpn (bits 29..28).

@@ -123,6 +123,10 @@ var prmValues = map[string]int64{
 	"MLX5_CQE_RESP_ERR":      int64(prm.CQERespErr),
 	"MLX5_CQE_INVALID":       int64(prm.CQEInvalid),
 
+	"MLX5_CQE_L3_HDR_TYPE_NONE": prm.CQEL3HdrTypeNone,
+	"MLX5_CQE_L3_HDR_TYPE_IPV6": prm.CQEL3HdrTypeIPv6,
+	"MLX5_CQE_L3_HDR_TYPE_IPV4": prm.CQEL3HdrTypeIPv4,
+
 	"MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR":        int64(prm.SyndromeLocalLength),
 	"MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR":         int64(prm.SyndromeLocalQPOp),
 	"MLX5_CQE_SYNDROME_LOCAL_PROT_ERR":          int64(prm.SyndromeLocalProt),
