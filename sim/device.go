@@ -72,6 +72,26 @@ func (h *hca) hasGID(g ctx.GID) bool {
 	return false
 }
 
+// roceL3 returns the network header a packet sent from GID index idx
+// carries on an Ethernet port: an InfiniBand GRH for a RoCE v1 GID, for a
+// RoCE v2 GID an IPv4 header when the GID is IPv4-mapped (::ffff:a.b.c.d)
+// and an IPv6 header otherwise. An index outside the table (only raw
+// address vectors have one) counts as a GRH.
+func (h *hca) roceL3(idx uint8) uint8 {
+	if h.link != ctx.LinkLayerEthernet || int(idx) >= len(h.gids) || h.gids[idx].Type != ctx.GIDTypeRoCEv2 {
+		return prm.CQERoCEL3GRH
+	}
+	if isV4Mapped(h.gids[idx].GID) {
+		return prm.CQERoCEL3IPv4
+	}
+	return prm.CQERoCEL3IPv6
+}
+
+// isV4Mapped reports whether g is an IPv4-mapped IPv6 address.
+func isV4Mapped(g ctx.GID) bool {
+	return g[0]|g[1]|g[2]|g[3]|g[4]|g[5]|g[6]|g[7]|g[8]|g[9] == 0 && g[10] == 0xff && g[11] == 0xff
+}
+
 // device is an open HCA: the provider's struct ibv_context.
 type device struct {
 	f      *Fabric

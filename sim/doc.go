@@ -28,6 +28,13 @@
 // Atomics treat remote memory as big-endian 64-bit (or 32-bit) values and
 // return the old value big-endian, as ConnectX does.
 //
+// On an Ethernet port the GRH space of a UD receive holds what a ConnectX
+// writes for the GID the datagram left from: the InfiniBand GRH for a RoCE
+// v1 GID, the IPv6 header (next header UDP) for a RoCE v2 GID, and for a
+// RoCE v2 IPv4-mapped GID 20 zero bytes followed by the IPv4 header with
+// its checksum. Every receive CQE there carries that network header type
+// in bits 25..24 of flags_rqpn (prm.CQERoCEL3*), where InfiniBand has SL.
+//
 // Errors follow the device: local protection (LOCAL_PROT_ERR), local
 // length (LOCAL_LENGTH_ERR), remote access (REMOTE_ACCESS_ERR), remote
 // invalid request, remote operation, RNR and transport retry exceeded, and a

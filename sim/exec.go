@@ -580,14 +580,15 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	var src srcInfo
 	if q.typ == ctx.QPTypeRC {
 		t = f.rcPeer(q)
-		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: q.attr.Path.SL, grh: q.attr.Path.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet}
+		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: q.attr.Path.SL, grh: q.attr.Path.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet,
+			l3: q.dev.h.roceL3(q.attr.Path.SGIDIndex)}
 	} else {
 		a := decodeAV(q.dev.h.link, &w.av)
 		if c := f.qps[a.dqpn]; c != nil && c.typ == ctx.QPTypeDCT && c.state == ctx.QPStateRTR &&
 			reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, c.dev.h) {
 			t = c
 		}
-		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh}
+		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh, l3: q.dev.h.roceL3(a.sgidIdx)}
 		if t != nil && beUint64(w.av[prm.AVKey:]) != t.dcKey {
 			t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("DC access key violation from DCI %#x", q.qpn)})
 			return fail(prm.SyndromeRemoteAccess)
@@ -893,14 +894,26 @@ type srcInfo struct {
 	lid uint16
 	sl  uint8
 	grh bool
+	// l3 is the network header of the packet on an Ethernet port
+	// (prm.CQERoCEL3GRH, IPv6 or IPv4; hca.roceL3).
+	l3 uint8
 }
 
-// respCQE builds a responder completion.
+// respCQE builds a responder completion. On an Ethernet port bits 25..24
+// of flags_rqpn carry the network header type where InfiniBand has SL (the
+// SL of a RoCE packet travels in its VLAN tag, which the model does not
+// have).
 func respCQE(t *qp, r *recvWQE, op prm.CQEOpcode, byteCnt, imm uint32, src srcInfo, solicited bool, format uint8) [prm.CQE64Size]byte {
 	var b [prm.CQE64Size]byte
 	p := unsafe.Pointer(&b)
 	prm.Store16(unsafe.Add(p, prm.CQESLID), src.lid)
-	prm.Store32(unsafe.Add(p, prm.CQEFlagsRQPN), boolBit(src.grh, 1<<prm.CQEGRHShift)|uint32(src.sl&prm.CQESLMask)<<prm.CQESLShift|src.qpn&prm.CQEQPNMask)
+	fr := boolBit(src.grh, 1<<prm.CQEGRHShift) | src.qpn&prm.CQEQPNMask
+	if t.dev.h.link == ctx.LinkLayerEthernet {
+		fr |= uint32(src.l3&prm.CQERoCEL3Mask) << prm.CQERoCEL3Shift
+	} else {
+		fr |= uint32(src.sl&prm.CQESLMask) << prm.CQESLShift
+	}
+	prm.Store32(unsafe.Add(p, prm.CQEFlagsRQPN), fr)
 	if r.srq != nil {
 		prm.Store32(unsafe.Add(p, prm.CQESRQNUIdx), r.srq.srqn)
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -109,7 +110,7 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 		imm = w.imm
 	}
 	pkt := udPacket{
-		src:       srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh},
+		src:       srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh, l3: q.dev.h.roceL3(a.sgidIdx)},
 		op:        w.op,
 		imm:       imm,
 		solicited: w.fm&prm.FlagSolicited != 0,
@@ -122,7 +123,7 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 		return done(w.total)
 	}
 	if a.grh {
-		pkt.grh = buildGRH(q.dev.h, a, udPayLen(len(payload), w.op == prm.OpSendImm))
+		pkt.grh = buildGRH(q.dev.h, a, pkt.src.l3, udPayLen(len(payload), w.op == prm.OpSendImm))
 	}
 	if f.faults.dropNext > 0 {
 		f.faults.dropNext--
@@ -172,6 +173,8 @@ const (
 	dethSize = 8  // datagram extended transport header
 	immSize  = 4  // immediate data
 	icrcSize = 4  // invariant CRC
+	udpSize  = 8  // UDP header of a RoCE v2 packet
+	ipv4Size = 20 // IPv4 header without options
 )
 
 // udPayLen is the GRH payload length of a UD SEND of n payload bytes: as
@@ -186,21 +189,66 @@ func udPayLen(n int, imm bool) int {
 	return l
 }
 
-// buildGRH writes the 40-byte global route header a UD receive finds in
-// front of the payload (IB GRH layout: version, traffic class, flow label,
-// payload length, next header, hop limit, source and destination GIDs);
-// payLen is the payload length field (udPayLen).
-func buildGRH(from *hca, a avInfo, payLen int) []byte {
+// buildGRH writes the 40 bytes a UD receive finds in front of the payload,
+// the network header of the packet as it left from HCA from with address
+// vector a; l3 is its kind (hca.roceL3) and payLen the IBA PayLen
+// (udPayLen).
+//
+//   - InfiniBand and RoCE v1 (prm.CQERoCEL3GRH): the IB GRH: IP version 6,
+//     traffic class, flow label, PayLen, next header 0x1b (IBA transport),
+//     hop limit, source and destination GIDs.
+//   - RoCE v2 over IPv6: the IPv6 header, laid out as the GRH but with the
+//     UDP header counted in the payload length and next header 17 (UDP).
+//   - RoCE v2 over IPv4: 20 bytes the device leaves undefined (zero here),
+//     then the IPv4 header: version 4, IHL 5, TOS from the traffic class,
+//     total length, identification 0, DF set (as the Linux RoCE stack
+//     sends), TTL from the hop limit, protocol 17, the header checksum and
+//     the addresses from the IPv4-mapped GIDs.
+func buildGRH(from *hca, a avInfo, l3 uint8, payLen int) []byte {
 	g := make([]byte, prm.GRHSize)
-	putBE32(g[0:], 6<<28|uint32(a.tclass)<<20|a.flow&prm.AVFlowLblMask)
-	g[4], g[5] = byte(payLen>>8), byte(payLen)
-	g[6] = 0x1b
-	g[7] = a.hopLimit
+	var sgid ctx.GID
 	if int(a.sgidIdx) < len(from.gids) {
-		copy(g[8:24], from.gids[a.sgidIdx].GID[:])
+		sgid = from.gids[a.sgidIdx].GID
 	}
+	if l3 == prm.CQERoCEL3IPv4 {
+		ip := g[prm.GRHSize-ipv4Size:]
+		ip[0] = 4<<4 | ipv4Size/4
+		ip[1] = a.tclass
+		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4Size+udpSize+payLen))
+		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF, fragment offset 0
+		ip[8] = a.hopLimit
+		ip[9] = 17
+		copy(ip[12:16], sgid[12:])
+		copy(ip[16:20], a.dgid[12:])
+		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
+		return g
+	}
+	next := byte(0x1b)
+	if l3 == prm.CQERoCEL3IPv6 {
+		payLen += udpSize
+		next = 17
+	}
+	putBE32(g[0:], 6<<28|uint32(a.tclass)<<20|a.flow&prm.AVFlowLblMask)
+	binary.BigEndian.PutUint16(g[4:], uint16(payLen))
+	g[6] = next
+	g[7] = a.hopLimit
+	copy(g[8:24], sgid[:])
 	copy(g[24:40], a.dgid[:])
 	return g
+}
+
+// ipv4Checksum returns the header checksum of the IPv4 header h, whose
+// checksum field is zero: the ones' complement of the ones' complement sum
+// of its 16-bit words.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
 }
 
 // deliverUD puts one UD packet into the next receive WQE of t (silently

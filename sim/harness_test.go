@@ -99,6 +99,7 @@ type cqe struct {
 	imm       uint32
 	srcQPN    uint32
 	grh       bool
+	flagsRQPN uint32 // the whole word: GRH, SL or RoCE L3 type, source QP
 	srqn      uint32
 	slid      uint16
 	scatter   []byte
@@ -130,6 +131,7 @@ func (c *testCQ) poll() (cqe, bool) {
 		imm:       be.Uint32(b[prm.CQEImmInvalPkey:]),
 		srcQPN:    be.Uint32(b[prm.CQEFlagsRQPN:]) & 0xffffff,
 		grh:       (be.Uint32(b[prm.CQEFlagsRQPN:])>>28)&3 != 0,
+		flagsRQPN: be.Uint32(b[prm.CQEFlagsRQPN:]),
 		srqn:      be.Uint32(b[prm.CQESRQNUIdx:]) & 0xffffff,
 		slid:      be.Uint16(b[prm.CQESLID:]),
 	}

@@ -434,8 +434,14 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			require.Equal(t, ud.StatusOK, got.Status)
 			require.Equal(t, uint32(99), got.Immediate)
 			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
-			// The reply's own GRH names the sender's GID as destination.
-			require.Equal(t, sender[:], e.Mem(0, 4096+24, 16))
+			// The reply's own header names the sender as destination: the
+			// GID in the IPv6 form, the IPv4 address in bytes 36..40 of the
+			// IPv4 form.
+			if form == "IPv6" {
+				require.Equal(t, sender[:], e.Mem(0, 4096+24, 16))
+			} else {
+				require.Equal(t, sender[12:], e.Mem(0, 4096+36, 4))
+			}
 			require.NoError(t, back.Close())
 
 			// Neither form: refused, nothing created.
