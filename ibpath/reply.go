@@ -25,35 +25,64 @@ type GRH struct {
 	TrafficClass uint8
 	FlowLabel    uint32
 	HopLimit     uint8
+	// RoCEv2 reports a RoCE v2 packet: an IPv4 header, or an IPv6 header
+	// whose next header is UDP (17). An InfiniBand or RoCE v1 GRH has next
+	// header 0x1b.
+	RoCEv2 bool
 }
 
 // ParseGRH reads the 40 bytes a UD receive finds in front of its payload:
 // an InfiniBand GRH or RoCE v2 IPv6 header (version 6 in the first nibble),
-// or a RoCE v2 IPv4 header in the last 20 of the 40 bytes, whose addresses
-// become IPv4-mapped GIDs (::ffff:a.b.c.d).
+// or, for RoCE v2 over IPv4, 20 bytes the device leaves undefined followed
+// by the IPv4 header, whose addresses become IPv4-mapped GIDs
+// (::ffff:a.b.c.d). As the undefined bytes may start with a 6, the IPv4
+// form is told apart as rdma-core's ibv_init_ah_from_wc does: a version
+// other than 6 with version 4 at byte 20, or version 6 with a 20-byte IPv4
+// header at byte 20 whose checksum is right.
 func ParseGRH(b []byte) (GRH, error) {
 	if len(b) < prm.GRHSize {
 		return GRH{}, fmt.Errorf("path: parse GRH: %d bytes, want %d: %w", len(b), prm.GRHSize, ErrBadGRH)
 	}
 	var g GRH
+	v6 := b[0]>>4 == 6
 	switch {
-	case b[0]>>4 == 6:
+	case !v6 && b[20]>>4 == 4, v6 && checkedIPv4(b[20:40]):
+		ip := b[20:40]
+		g.TrafficClass = ip[1]
+		g.HopLimit = ip[8]
+		g.SGID = mapped(ip[12:16])
+		g.DGID = mapped(ip[16:20])
+		g.RoCEv2 = true
+	case v6:
 		w := binary.BigEndian.Uint32(b[0:4])
 		g.TrafficClass = uint8(w >> 20)
 		g.FlowLabel = w & maxFlow
 		g.HopLimit = b[7]
 		copy(g.SGID[:], b[8:24])
 		copy(g.DGID[:], b[24:40])
-	case b[20]>>4 == 4:
-		ip := b[20:40]
-		g.TrafficClass = ip[1]
-		g.HopLimit = ip[8]
-		g.SGID = mapped(ip[12:16])
-		g.DGID = mapped(ip[16:20])
+		g.RoCEv2 = b[6] == ipProtoUDP
 	default:
 		return GRH{}, fmt.Errorf("path: parse GRH: IP version %d / %d: %w", b[0]>>4, b[20]>>4, ErrBadGRH)
 	}
 	return g, nil
+}
+
+const ipProtoUDP = 17
+
+// checkedIPv4 reports whether h (20 bytes) is an IPv4 header of 20 bytes
+// whose header checksum is right: its 16-bit words, checksum included, add
+// up to 0xffff in ones' complement.
+func checkedIPv4(h []byte) bool {
+	if h[0] != 0x45 {
+		return false
+	}
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	sum = sum&0xffff + sum>>16
+	sum = sum&0xffff + sum>>16
+	return sum == 0xffff
 }
 
 func mapped(v4 []byte) ctx.GID {
@@ -79,12 +108,17 @@ func isReceive(op prm.CQEOpcode) bool {
 // receive buffer (its first 40 bytes hold the GRH when the CQE says one
 // arrived); it may be nil when none did.
 func FromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, error) {
+	p, _, err := fromCompletion(c, grh, local)
+	return p, err
+}
+
+func fromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, GRH, error) {
 	const op = "path: from completion"
 	if err := completion.Check(c); err != nil {
-		return Path{}, fmt.Errorf("%s: %w", op, err)
+		return Path{}, GRH{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if !isReceive(c.Opcode()) {
-		return Path{}, fmt.Errorf("%s: CQE opcode %v: %w", op, c.Opcode(), ErrNotReceive)
+		return Path{}, GRH{}, fmt.Errorf("%s: CQE opcode %v: %w", op, c.Opcode(), ErrNotReceive)
 	}
 	p := Path{
 		Port:      local.port(),
@@ -98,26 +132,30 @@ func FromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, error) {
 		SL:        c.SL(),
 		SGIDIndex: local.SGIDIndex,
 	}
+	var g GRH
 	if c.HasGRH() {
-		g, err := ParseGRH(grh)
-		if err != nil {
-			return Path{}, fmt.Errorf("%s: %w", op, err)
+		var err error
+		if g, err = ParseGRH(grh); err != nil {
+			return Path{}, GRH{}, fmt.Errorf("%s: %w", op, err)
 		}
 		p.Global = true
 		p.SGID, p.DGID = g.SGID, g.DGID
 		p.TrafficClass, p.FlowLabel, p.HopLimit = g.TrafficClass, g.FlowLabel, g.HopLimit
 	}
-	return p, nil
+	return p, g, nil
 }
 
 // Reply returns the path to answer a received UD datagram: FromCompletion
 // reversed, so that the sender becomes the destination. The reply leaves
-// from the GID the datagram was sent to: its index is looked up in gids (the
-// port's GID table, ctx.Context.QueryGIDs); with a nil table local.SGIDIndex
-// is kept. The hop limit is 255 and the reply uses the packet's path bits,
-// as rdma-core's ibv_init_ah_from_wc does.
+// from the GID the datagram was sent to, in the entry of the kind the
+// datagram came as: its index is looked up in gids (the port's GID table,
+// ctx.Context.QueryGIDs), a RoCE v2 entry for a RoCE v2 header (IPv4, or
+// IPv6 with next header UDP), a RoCE v1 or InfiniBand entry for a GRH, as
+// rdma-core's ibv_init_ah_from_wc does (an entry of unknown type matches
+// either); with a nil table local.SGIDIndex is kept. The hop limit is 255
+// and the reply uses the packet's path bits, as ibv_init_ah_from_wc does.
 func Reply(c *monocq.CQE, grh []byte, local Path, gids []ctx.GIDEntry) (Path, error) {
-	req, err := FromCompletion(c, grh, local)
+	req, g, err := fromCompletion(c, grh, local)
 	if err != nil {
 		return Path{}, err
 	}
@@ -127,16 +165,32 @@ func Reply(c *monocq.CQE, grh []byte, local Path, gids []ctx.GIDEntry) (Path, er
 		p.HopLimit = 0xff
 		if gids != nil {
 			found := false
-			for _, g := range gids {
-				if g.GID == p.SGID {
-					p.SGIDIndex, found = uint8(g.Index), true
+			for _, e := range gids {
+				if e.GID == p.SGID && gidTypeFits(e.Type, g.RoCEv2) {
+					p.SGIDIndex, found = uint8(e.Index), true
 					break
 				}
 			}
 			if !found {
-				return Path{}, fmt.Errorf("path: reply: datagram sent to %v, not a GID of this port: %w", p.SGID, ctx.ErrNotFound)
+				kind := "GRH"
+				if g.RoCEv2 {
+					kind = "RoCE v2"
+				}
+				return Path{}, fmt.Errorf("path: reply: datagram sent to %v (%s), not a GID of this port of that type: %w", p.SGID, kind, ctx.ErrNotFound)
 			}
 		}
 	}
 	return p, nil
+}
+
+// gidTypeFits reports whether a GID table entry of type t can answer a
+// packet that came as RoCE v2 (or, if not, with an InfiniBand/RoCE v1 GRH).
+func gidTypeFits(t ctx.GIDType, roceV2 bool) bool {
+	switch t {
+	case ctx.GIDTypeRoCEv2:
+		return roceV2
+	case ctx.GIDTypeRoCEv1, ctx.GIDTypeIB:
+		return !roceV2
+	}
+	return true
 }

@@ -216,6 +216,73 @@ func TestParseGRH(t *testing.T) {
 	require.Equal(t, uint8(64), g.HopLimit)
 	require.Equal(t, "::ffff:10.0.0.1", g.SGID.String())
 	require.Equal(t, "::ffff:10.0.0.2", g.DGID.String())
+	require.True(t, g.RoCEv2)
+
+	// The IPv6 form says RoCE v2 by next header UDP, a GRH by 0x1b.
+	g6[6] = 17
+	g, err = ibpath.ParseGRH(g6)
+	require.NoError(t, err)
+	require.True(t, g.RoCEv2)
+	g6[6] = 0x1b
+	g, err = ibpath.ParseGRH(g6)
+	require.NoError(t, err)
+	require.False(t, g.RoCEv2)
+
+	// The undefined first 20 bytes of the IPv4 form may start with a 6: a
+	// 20-byte IPv4 header with the right checksum behind them wins.
+	ip[10], ip[11] = 0, 0
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	g4[0] = 0x60
+	for i := 8; i < 20; i++ {
+		g4[i] = 0xee
+	}
+	g, err = ibpath.ParseGRH(g4)
+	require.NoError(t, err)
+	require.True(t, g.RoCEv2)
+	require.Equal(t, "::ffff:10.0.0.1", g.SGID.String())
+	require.Equal(t, uint8(64), g.HopLimit)
+	// With a wrong checksum the same bytes are an IPv6 header.
+	ip[11] ^= 1
+	g, err = ibpath.ParseGRH(g4)
+	require.NoError(t, err)
+	require.Equal(t, byte(0xee), g.SGID[0])
+}
+
+// TestReplyPicksGIDEntryOfTheHeaderType: where a port has the same GID as a
+// RoCE v1 and a RoCE v2 entry, the reply leaves from the entry of the kind
+// the datagram came as.
+func TestReplyPicksGIDEntryOfTheHeaderType(t *testing.T) {
+	var recv monocq.CQE
+	binary.BigEndian.PutUint32(recv[24:], 1<<28|0x42)
+	recv[63] = uint8(prm.CQERespSend) << 4
+	mine := ctx.GID{0xfe, 0x80, 15: 7}
+	gids := []ctx.GIDEntry{
+		{Index: 0, GID: mine, Type: ctx.GIDTypeRoCEv1},
+		{Index: 1, GID: mine, Type: ctx.GIDTypeRoCEv2},
+	}
+	h := make([]byte, 40)
+	h[0] = 0x60
+	h[8] = 0xfe
+	copy(h[24:], mine[:])
+	for _, c := range []struct {
+		next byte
+		idx  uint8
+	}{{0x1b, 0}, {17, 1}} {
+		h[6] = c.next
+		p, err := ibpath.Reply(&recv, h, ibpath.Default(), gids)
+		require.NoError(t, err)
+		require.Equal(t, c.idx, p.SGIDIndex, "next header %#x", c.next)
+	}
+	// No entry of the right type: not found.
+	_, err := ibpath.Reply(&recv, h, ibpath.Default(), gids[:1])
+	require.ErrorIs(t, err, ctx.ErrNotFound)
 }
 
 func TestReplyRefusesNonReceives(t *testing.T) {
