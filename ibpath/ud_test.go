@@ -24,9 +24,12 @@ type udSide struct {
 	gids []ctx.GIDEntry
 }
 
-func newUDSide(t *testing.T, n *node) *udSide {
+func newUDSide(t *testing.T, n *node) *udSide { return newUDSideGID(t, n, 0) }
+
+// newUDSideGID is newUDSide with the QP's path leaving from GID index gid.
+func newUDSideGID(t *testing.T, n *node, gid uint8) *udSide {
 	q := n.newQP(t, ctx.QPTypeUD)
-	p, err := ibpath.Local(n.dev, ibpath.Default(), 1, 0)
+	p, err := ibpath.Local(n.dev, ibpath.Default(), 1, gid)
 	require.NoError(t, err)
 	p.SQPN, p.QKey = q.qp.QPN(), testQKey
 	require.NoError(t, ibpath.ModifyToConnected(q.qp, p, 0))
@@ -129,6 +132,77 @@ func testUDReply(t *testing.T, link ctx.LinkLayer, global bool) {
 func TestUDReplyInfiniBand(t *testing.T)       { testUDReply(t, ctx.LinkLayerInfiniBand, false) }
 func TestUDReplyInfiniBandGlobal(t *testing.T) { testUDReply(t, ctx.LinkLayerInfiniBand, true) }
 func TestUDReplyRoCE(t *testing.T)             { testUDReply(t, ctx.LinkLayerEthernet, false) }
+
+// testUDReplyRoCEGID sends a datagram from GID index gid of one RoCE port
+// to the same index of the other, checks the network header in front of
+// the payload and its type in the CQE (prm.CQERoCEL3*), and answers it with
+// the path ibpath.Reply builds from them; the answer must reach the sender,
+// from the same GID index, and arrive with the same kind of header. The
+// sender's SL is 5, which must not show in the CQE on RoCE.
+func testUDReplyRoCEGID(t *testing.T, gid uint8, l3 uint8) {
+	f := newFabric(t, ctx.LinkLayerEthernet)
+	a, b := newUDSideGID(t, newNode(t, f, "sim0"), gid), newUDSideGID(t, newNode(t, f, "sim1"), gid)
+	to, err := a.p.Connect(b.endpoint())
+	require.NoError(t, err)
+	to.QKey, to.SL = testQKey, 5
+
+	// checkHeader checks the 40 bytes in front of a payload sent from GID
+	// src to GID dst, and the CQE's network header type.
+	checkHeader := func(c *monocq.CQE, h []byte, src, dst ctx.GID) {
+		t.Helper()
+		require.True(t, c.HasGRH())
+		require.Equal(t, l3, c.RoCEL3Type(), "network header type in the CQE")
+		switch l3 {
+		case prm.CQERoCEL3GRH, prm.CQERoCEL3IPv6:
+			next := byte(0x1b)
+			if l3 == prm.CQERoCEL3IPv6 {
+				next = 17
+			}
+			require.Equal(t, byte(6), h[0]>>4)
+			require.Equal(t, next, h[6], "next header")
+			require.Equal(t, src[:], h[8:24])
+			require.Equal(t, dst[:], h[24:40])
+		case prm.CQERoCEL3IPv4:
+			require.Equal(t, make([]byte, 20), h[:20])
+			require.Equal(t, byte(0x45), h[20])
+			require.Equal(t, byte(17), h[29], "protocol UDP")
+			require.Equal(t, src[12:], h[32:36])
+			require.Equal(t, dst[12:], h[36:40])
+		}
+	}
+
+	const msg = "ping over RoCE"
+	copy(a.n.buf.Bytes()[256:], msg)
+	b.q.postRecv(b.n.addr(0), 1024, b.n.mr.LKey())
+	a.q.postRecv(a.n.addr(4096), 1024, a.n.mr.LKey())
+	a.send(t, to, 1, 256, len(msg))
+	recvCQE := *recvOne(t, drain(t, f, b.n))
+	rc := &recvCQE
+	require.Equal(t, uint32(prm.GRHSize+len(msg)), rc.ByteCount())
+	require.Equal(t, msg, string(b.n.buf.Bytes()[prm.GRHSize:prm.GRHSize+len(msg)]))
+	checkHeader(rc, b.n.buf.Bytes()[:prm.GRHSize], a.p.SGID, b.p.SGID)
+
+	reply, err := ibpath.Reply(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p, b.gids)
+	require.NoError(t, err)
+	require.True(t, reply.Global)
+	require.Equal(t, a.q.qp.QPN(), reply.DQPN)
+	require.Equal(t, a.p.SGID, reply.DGID, "the reply goes to the sender's GID")
+	require.Equal(t, b.p.SGID, reply.SGID)
+	require.Equal(t, gid, reply.SGIDIndex, "the reply leaves from the GID the datagram came to")
+
+	const answer = "pong"
+	copy(b.n.buf.Bytes()[2048:], answer)
+	b.send(t, reply, 2, 2048, len(answer))
+	back := recvOne(t, drain(t, f, a.n))
+	require.Equal(t, b.q.qp.QPN(), back.SourceQP())
+	require.Equal(t, answer, string(a.n.buf.Bytes()[4096+prm.GRHSize:4096+prm.GRHSize+len(answer)]))
+	checkHeader(back, a.n.buf.Bytes()[4096:4096+prm.GRHSize], b.p.SGID, a.p.SGID)
+}
+
+func TestUDReplyRoCEv1(t *testing.T)           { testUDReplyRoCEGID(t, 0, prm.CQERoCEL3GRH) }
+func TestUDReplyRoCEv1IPv4Mapped(t *testing.T) { testUDReplyRoCEGID(t, 2, prm.CQERoCEL3GRH) }
+func TestUDReplyRoCEv2IPv6(t *testing.T)       { testUDReplyRoCEGID(t, 1, prm.CQERoCEL3IPv6) }
+func TestUDReplyRoCEv2IPv4(t *testing.T)       { testUDReplyRoCEGID(t, 3, prm.CQERoCEL3IPv4) }
 
 func TestAddressCacheBuildsOnce(t *testing.T) {
 	f := newFabric(t, ctx.LinkLayerInfiniBand)
