@@ -24,6 +24,8 @@
 // second send to the same path finds its address vector with one map lookup
 // and no allocation. Reply builds the path back to the sender of a received
 // UD datagram from its completion (source QPN, SLID, SL, path bits) and the
-// GRH in the first 40 bytes of the receive buffer (InfiniBand GRH, RoCE v2
-// IPv6 or IPv4 header).
+// GRH in the first 40 bytes of the receive buffer: an InfiniBand GRH (also
+// RoCE v1), the IPv6 header of RoCE v2, or for RoCE v2 over IPv4 20
+// undefined bytes and the IPv4 header. The reply leaves from the GID table
+// entry of the same kind (RoCE v2 or not) as the datagram came.
 package ibpath

@@ -17,6 +17,15 @@
 // turns it into a Remote to answer, from the LID or, with a GRH, from the
 // sender's GID in the buffer's first 40 bytes.
 //
+// On RoCE every datagram has a GRH, and the 40 bytes hold the packet's
+// network header, which depends on the GID type the sender used: an
+// InfiniBand GRH for RoCE v1; the IPv6 header for RoCE v2 (next header 17,
+// UDP, and a payload length that counts the UDP header); for RoCE v2 over
+// IPv4, 20 undefined bytes and then the IPv4 header, whose addresses stand
+// for the IPv4-mapped GIDs ::ffff:a.b.c.d. The CQE says which in bits
+// 25..24 of flags_rqpn (monocq.CQE.RoCEL3Type), the bits that carry SL on
+// InfiniBand: on RoCE, Completion.SL holds those bits, not a service level.
+//
 // Datagrams are unreliable: a send completes when it leaves, whether or not
 // the peer had a receive posted or knew the qkey (a wrong qkey drops the
 // datagram silently). The payload of one datagram is at most the path MTU;

@@ -14,7 +14,8 @@ const name = "ud"
 
 // GRHSize is the space at the start of every UD receive buffer where the
 // device puts the 40-byte global route header (whether or not the packet
-// had one): a receive of n payload bytes needs a buffer of GRHSize+n bytes,
+// had one; on RoCE v2 the IPv6 header, or 20 undefined bytes and the IPv4
+// header): a receive of n payload bytes needs a buffer of GRHSize+n bytes,
 // and its Completion.ByteCount counts them all.
 const GRHSize = prm.GRHSize
 

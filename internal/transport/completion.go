@@ -35,8 +35,9 @@ type Completion struct {
 	// the rkey a RESP_SEND_INV invalidated.
 	Immediate uint32
 	// SourceQPN, SLID, SL and GRH describe the sender of a receive: its QPN
-	// (UD and DC), its LID and service level (InfiniBand), and whether a
-	// GRH was received (UD: in the first 40 bytes of the buffer).
+	// (UD and DC), its LID and service level (InfiniBand; on RoCE the low
+	// two bits of SL are the network header type, prm.CQERoCEL3*), and
+	// whether a GRH was received (UD: in the first 40 bytes of the buffer).
 	SourceQPN uint32
 	SLID      uint16
 	SL        uint8
