@@ -37,11 +37,23 @@ const BufSize = 4 << 20
 // fails if the model recorded a strict-mode violation.
 func New(t testing.TB, opts sim.Options) *Env {
 	t.Helper()
+	return newEnv(t, opts, nil)
+}
+
+// newEnv builds an Env whose contexts are opened on the Fabric itself, or
+// through log's recording provider when log is not nil.
+func newEnv(t testing.TB, opts sim.Options, log *Log) *Env {
+	t.Helper()
 	opts.Strict = true
 	e := &Env{T: t, Fabric: sim.New(opts)}
 	for i := range 2 {
 		var err error
-		e.Ctx[i], err = e.Fabric.Open([]string{"sim0", "sim1"}[i])
+		name := []string{"sim0", "sim1"}[i]
+		if log == nil {
+			e.Ctx[i], err = e.Fabric.Open(name)
+		} else {
+			e.Ctx[i], err = ctx.OpenWith(ctx.ProviderSoftware, recordingProvider{e.Fabric, log}, name)
+		}
 		require.NoError(t, err)
 		e.PD[i], err = e.Ctx[i].AllocProtectionDomain()
 		require.NoError(t, err)

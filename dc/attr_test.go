@@ -1,0 +1,85 @@
+package dc_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// TestDCAttributes checks what NewDCI and NewDCT ask of the device, as a
+// recording provider sees it: a DCI goes INIT, RTR at the port's MTU, then
+// RTS with its timeout, retry counts and RDMA read depth (configured, or
+// the defaults); a DCT goes INIT with its remote access, then RTR with the
+// port's MTU, its RNR timer and a path from its port (a GRH from its GID
+// index on RoCE).
+func TestDCAttributes(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		t.Run(link.String(), func(t *testing.T) {
+			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: link})
+			cq := e.CQ(0, 16)
+			for _, c := range []struct {
+				name                         string
+				cfg                          dc.DCIConfig
+				rd, timeout, retry, rnrRetry uint8
+			}{
+				{"configured", dc.DCIConfig{SendDepth: 4, MaxRdAtomic: 4, Timeout: 9, RetryCount: 3, RNRRetry: 2}, 4, 9, 3, 2},
+				{"defaults", dc.DCIConfig{SendDepth: 4}, 16, 14, 7, 7},
+				{"negative means 0", dc.DCIConfig{SendDepth: 4, Timeout: -1, RetryCount: -1, RNRRetry: -1}, 16, 0, 0, 0},
+			} {
+				dci, err := dc.NewDCI(e.PD[0], cq, c.cfg)
+				require.NoError(t, err, c.name)
+				qpn := dci.QPN()
+				require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS}, log.States(qpn), c.name)
+				rtr, _ := log.Last(qpn, ctx.QPStateRTR)
+				require.Equal(t, ctx.MTU4096, rtr.PathMTU, c.name)
+				rts, _ := log.Last(qpn, ctx.QPStateRTS)
+				require.Equal(t, c.rd, rts.MaxRdAtomic, c.name)
+				require.Equal(t, c.timeout, rts.Timeout, c.name)
+				require.Equal(t, c.retry, rts.RetryCount, c.name)
+				require.Equal(t, c.rnrRetry, rts.RNRRetry, c.name)
+				require.NoError(t, dci.Close())
+			}
+
+			srq, err := dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: 4})
+			require.NoError(t, err)
+			gidIndex := uint8(0)
+			if link == ctx.LinkLayerEthernet {
+				gidIndex = 2
+			}
+			for _, c := range []struct {
+				name   string
+				cfg    dc.DCTConfig
+				access ctx.Access
+				rnr    uint8
+			}{
+				{"configured", dc.DCTConfig{SRQ: srq, Key: 1, RemoteAccess: ctx.AccessRemoteRead, MinRNRTimer: 5, GIDIndex: gidIndex}, ctx.AccessRemoteRead, 5},
+				{"defaults", dc.DCTConfig{SRQ: srq, Key: 2, GIDIndex: gidIndex}, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, 12},
+				{"negative means 0", dc.DCTConfig{SRQ: srq, Key: 3, MinRNRTimer: -1, GIDIndex: gidIndex}, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, 0},
+			} {
+				dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), c.cfg)
+				require.NoError(t, err, c.name)
+				n := dct.Number()
+				require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR}, log.States(n), c.name)
+				init, _ := log.Last(n, ctx.QPStateInit)
+				require.Equal(t, c.access, init.Access, c.name)
+				rtr, _ := log.Last(n, ctx.QPStateRTR)
+				require.Equal(t, ctx.MTU4096, rtr.PathMTU, c.name)
+				require.Equal(t, c.rnr, rtr.MinRNRTimer, c.name)
+				path := ctx.AddressAttr{Port: 1}
+				if link == ctx.LinkLayerEthernet {
+					path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, gidIndex, 64
+				}
+				require.Equal(t, path, rtr.Path, c.name)
+				ep := dct.Endpoint()
+				require.Equal(t, n, ep.DCTNumber, c.name)
+				require.Equal(t, c.cfg.Key, ep.DCAccessKey, c.name)
+				require.NoError(t, dct.Close())
+			}
+		})
+	}
+}

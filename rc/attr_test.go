@@ -1,0 +1,101 @@
+package rc_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// TestConnectAttributes checks what New and Connect ask of the device, as
+// a recording provider sees it: INIT with the port and remote access, RTR
+// with the remote QPN, its PSN, the path (by LID on InfiniBand, by GID from
+// the configured GID index on RoCE, with the configured SL), the smaller of
+// the two MTUs, the RNR timer and the responder's RDMA read depth, then RTS
+// with this QP's PSN, timeout, retry counts and RDMA read depth: the knobs
+// as configured on one side, their defaults on the other.
+func TestConnectAttributes(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		t.Run(link.String(), func(t *testing.T) {
+			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: link})
+			gidIndex := uint8(0)
+			if link == ctx.LinkLayerEthernet {
+				gidIndex = 3 // RoCE v2, IPv4-mapped
+			}
+			a, err := rc.New(e.PD[0], e.CQ(0, 16), nil, rc.Config{SendDepth: 4, PSN: 0x123456, SL: 1,
+				GIDIndex: gidIndex, RemoteAccess: ctx.AccessRemoteRead, MaxRdAtomic: 4, MinRNRTimer: 5,
+				Timeout: 9, RetryCount: 3, RNRRetry: 2})
+			require.NoError(t, err)
+			b, err := rc.New(e.PD[1], e.CQ(1, 16), nil, rc.Config{SendDepth: 4, RecvDepth: 4, PSN: 0x654321, GIDIndex: gidIndex})
+			require.NoError(t, err)
+			epA, epB := a.Endpoint(), b.Endpoint()
+			require.Equal(t, uint32(0x123456), epA.PSN)
+			require.Equal(t, uint32(0x654321), epB.PSN)
+			require.Equal(t, endpoint.MTU4096, epB.MTU)
+
+			// a sees b behind a path of 1024 bytes.
+			narrow := epB
+			narrow.MTU = endpoint.MTU1024
+			require.NoError(t, a.Connect(narrow))
+			require.NoError(t, b.Connect(epA))
+
+			path := func(to endpoint.Endpoint, sl uint8) ctx.AddressAttr {
+				p := ctx.AddressAttr{Port: 1, SL: sl}
+				if link == ctx.LinkLayerEthernet {
+					p.GlobalRoute, p.DGID, p.SGIDIndex, p.HopLimit = true, ctx.GID(to.GID), gidIndex, 64
+				} else {
+					p.DLID = to.LID
+				}
+				return p
+			}
+			if link == ctx.LinkLayerInfiniBand {
+				require.NotZero(t, epB.LID)
+			} else {
+				require.NotEqual(t, ctx.GID{}, ctx.GID(epB.GID))
+			}
+			for _, c := range []struct {
+				name     string
+				qp       *rc.QP
+				remote   endpoint.Endpoint
+				access   ctx.Access
+				mtu      ctx.MTU
+				sl       uint8
+				rnrTimer uint8
+				rd       uint8
+				timeout  uint8
+				retry    uint8
+				rnrRetry uint8
+			}{
+				{"configured", a, epB, ctx.AccessRemoteRead, ctx.MTU1024, 1, 5, 4, 9, 3, 2},
+				{"defaults", b, epA, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, ctx.MTU4096, 0, 12, 16, 14, 7, 7},
+			} {
+				qpn := c.qp.QPN()
+				require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS}, log.States(qpn), c.name)
+				init, _ := log.Last(qpn, ctx.QPStateInit)
+				require.Equal(t, uint8(1), init.Port, c.name)
+				require.Equal(t, c.access, init.Access, c.name)
+
+				rtr, _ := log.Last(qpn, ctx.QPStateRTR)
+				require.Equal(t, c.remote.QPN, rtr.RemoteQPN, c.name)
+				require.Equal(t, c.remote.PSN, rtr.RQPSN, "%s: RTR expects the remote's first PSN", c.name)
+				require.Equal(t, c.mtu, rtr.PathMTU, "%s: the smaller MTU", c.name)
+				require.Equal(t, path(c.remote, c.sl), rtr.Path, c.name)
+				require.Equal(t, c.rnrTimer, rtr.MinRNRTimer, c.name)
+				require.Equal(t, c.rd, rtr.MaxDestRdAtomic, "%s: responder RDMA read depth", c.name)
+
+				rts, _ := log.Last(qpn, ctx.QPStateRTS)
+				ep := c.qp.Endpoint()
+				require.Equal(t, ep.PSN, rts.SQPSN, "%s: RTS sends from the PSN the endpoint reports", c.name)
+				require.Equal(t, c.timeout, rts.Timeout, c.name)
+				require.Equal(t, c.retry, rts.RetryCount, c.name)
+				require.Equal(t, c.rnrRetry, rts.RNRRetry, c.name)
+				require.Equal(t, c.rd, rts.MaxRdAtomic, "%s: initiator RDMA read depth", c.name)
+			}
+		})
+	}
+}
