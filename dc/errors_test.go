@@ -269,3 +269,25 @@ func TestDCAllocatesNothing(t *testing.T) {
 	require.Equal(t, 2*(runs+1), n)
 	require.Zero(t, f.srq.Outstanding())
 }
+
+// TestDCTOutlivesReceiveError sends a DCT more than its SRQ's receive
+// holds: the initiator's WQE fails with REMOTE_INVAL_REQ and the DCT's
+// receive with a RESP_ERR (LOC_LEN_ERR), after which the DCT, unlike an RC
+// QP, stays ready and serves the next initiator.
+func TestDCTOutlivesReceiveError(t *testing.T) {
+	f := newFixture(t, dc.DCIConfig{SendDepth: 16, MaxInline: 64}, 1)
+	e := f.e
+	require.NoError(t, f.srq.PostRecv(1, e.Addr(1, 0), 4, e.LKey(1)))
+	s, err := f.dci.Post(1, wqebuilder.Signaled, f.remotes[0])
+	require.NoError(t, err)
+	require.NoError(t, s.Send().Inline([]byte("more than four bytes")).FinishBlueFlame())
+	requireSyndrome(t, e.One(f.sp), prm.SyndromeRemoteInvalReq)
+	c := e.One(f.rp)
+	require.Equal(t, prm.CQERespErr, c.Opcode)
+	requireSyndrome(t, c, prm.SyndromeLocalLength)
+	require.Equal(t, uint64(1), c.WRID)
+	require.Equal(t, f.dcts[0].Number(), c.QPN)
+	require.Equal(t, dc.StateReady, f.dcts[0].State(), "a DCT outlives a bad request")
+	require.Zero(t, f.srq.Outstanding())
+	targetsStillServe(t, f)
+}

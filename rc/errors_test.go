@@ -446,11 +446,13 @@ func TestConfigRefused(t *testing.T) {
 		{"nil PD", nil, cq, rc.Config{SendDepth: 1}, "nil protection domain"},
 		{"nil CQ", e.PD[0], nil, rc.Config{SendDepth: 1}, "nil send completion queue"},
 		{"send depth 0", e.PD[0], cq, rc.Config{}, "send depth 0"},
-		{"send depth too large", e.PD[0], cq, rc.Config{SendDepth: dev.MaxQPWR + 1}, "send depth"},
-		{"receive depth too large", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: dev.MaxQPWR + 1}, "receive depth"},
-		{"too many SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, MaxSendSGE: dev.MaxSGE + 1}, "max send SGE"},
-		{"too many receive SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: 1, MaxRecvSGE: dev.MaxSGE + 1}, "max receive SGE"},
-		{"inline too large", e.PD[0], cq, rc.Config{SendDepth: 1, MaxInline: dev.MaxInline + 1}, "max inline"},
+		// The device's limits are checked before anything is created (the
+		// provider would refuse them in words of its own).
+		{"send depth too large", e.PD[0], cq, rc.Config{SendDepth: dev.MaxQPWR + 1}, fmt.Sprintf("send depth %d above the device's", dev.MaxQPWR+1)},
+		{"receive depth too large", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: dev.MaxQPWR + 1}, fmt.Sprintf("receive depth %d above the device's", dev.MaxQPWR+1)},
+		{"too many SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, MaxSendSGE: dev.MaxSGE + 1}, fmt.Sprintf("max send SGE %d above the device's", dev.MaxSGE+1)},
+		{"too many receive SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: 1, MaxRecvSGE: dev.MaxSGE + 1}, fmt.Sprintf("max receive SGE %d above the device's", dev.MaxSGE+1)},
+		{"inline too large", e.PD[0], cq, rc.Config{SendDepth: 1, MaxInline: dev.MaxInline + 1}, fmt.Sprintf("max inline %d above the device's", dev.MaxInline+1)},
 		{"receive depth with SRQ", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: 1, SRQ: srq}, "with an SRQ"},
 		{"PSN too wide", e.PD[0], cq, rc.Config{SendDepth: 1, PSN: 1 << 24}, "PSN"},
 		{"retry count too large", e.PD[0], cq, rc.Config{SendDepth: 1, RetryCount: 8}, "retry count"},

@@ -152,3 +152,26 @@ func TestCloseLeavesPollers(t *testing.T) {
 	require.NoError(t, other.Close())
 	require.Zero(t, sp.Len())
 }
+
+// TestRemoveLeavesAnotherQueueOfTheSameQPN removes from a Poller a queue
+// that was never added to it but has the QPN of one that was (a queue of
+// another device, or of a closed QP whose QPN the device reused): Remove
+// refuses it and the queue that was added stays routed, and still leaves
+// the Poller when it is closed.
+func TestRemoveLeavesAnotherQueueOfTheSameQPN(t *testing.T) {
+	e1, e2 := transporttest.New(t, sim.Options{}), transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e1, 0, 16)
+	a, err := rc.New(e1.PD[0], cq, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	b, err := rc.New(e2.PD[0], e2.CQ(0, 16), nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.Equal(t, a.QPN(), b.QPN(), "two fabrics number their QPs alike")
+	require.NoError(t, p.Add(&a.Queue))
+	require.ErrorIs(t, p.Remove(&b.Queue), rc.ErrUnknownQPN)
+	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
+	require.Equal(t, 1, p.Len())
+	require.NoError(t, b.Close())
+	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
+	require.NoError(t, a.Close())
+	require.Zero(t, p.Len())
+}

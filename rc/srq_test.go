@@ -141,3 +141,41 @@ func TestScatterToCQE(t *testing.T) {
 		})
 	}
 }
+
+// TestResetKeepsSharedReceiveQueue resets a pair whose receiver takes its
+// receives from an SRQ: after the reconnect, receives still complete from
+// the SRQ, and a receive on the QP itself is still refused.
+func TestResetKeepsSharedReceiveQueue(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: 8})
+	require.NoError(t, err)
+	scq, sp := newPoller(e, 0, 64)
+	rcq, rp := newPoller(e, 1, 64)
+	a, err := rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 8, MaxInline: 64})
+	require.NoError(t, err)
+	b, err := rc.New(e.PD[1], rcq, nil, rc.Config{SendDepth: 1, SRQ: srq})
+	require.NoError(t, err)
+	require.NoError(t, sp.Add(&a.Queue))
+	require.NoError(t, rp.Add(&b.Queue))
+	for round := range 3 {
+		if round > 0 {
+			require.NoError(t, a.Reset())
+			require.NoError(t, b.Reset())
+			require.Same(t, srq, b.SRQ(), "round %d", round)
+		}
+		require.NoError(t, a.Connect(b.Endpoint()))
+		require.NoError(t, b.Connect(a.Endpoint()))
+		wrid := uint64(100 + round)
+		require.NoError(t, srq.PostRecv(wrid, e.Addr(1, 64*round), 64, e.LKey(1)))
+		s, err := a.Post(uint64(round), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.Send().Inline([]byte("through the SRQ")).FinishBlueFlame())
+		require.Equal(t, rc.StatusOK, e.One(sp).Status, "round %d", round)
+		c := e.One(rp)
+		require.Equal(t, rc.StatusOK, c.Status, "round %d: %v", round, c.Err())
+		require.Equal(t, wrid, c.WRID, "round %d", round)
+		require.Equal(t, "through the SRQ", string(e.Mem(1, 64*round, 15)))
+		require.Zero(t, srq.Outstanding(), "round %d", round)
+		require.ErrorIs(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)), rc.ErrNoReceiveQueue, "round %d", round)
+	}
+}

@@ -239,3 +239,45 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 	require.Equal(t, transport.StatusUnmatched, got.Status)
 	require.Equal(t, uint32(1), x.srq.Outstanding(), "nothing retired")
 }
+
+// CompleteRecv takes every successful receive into the QP's own receive
+// queue: SEND, SEND with immediate, SEND with invalidate and RDMA write
+// with immediate, each exactly as Complete does on a twin rig.
+func TestCompleteRecvTakesEveryReceive(t *testing.T) {
+	x, y := newCompleteSendRig(t), newCompleteSendRig(t)
+	ops := []struct {
+		op   prm.CQEOpcode
+		imm  uint32
+		post func(s wqebuilder.OpStage, r *completeSendRig) wqebuilder.DataStage
+	}{
+		{prm.CQERespSend, 0, func(s wqebuilder.OpStage, _ *completeSendRig) wqebuilder.DataStage { return s.Send() }},
+		{prm.CQERespSendImm, 0x5151, func(s wqebuilder.OpStage, _ *completeSendRig) wqebuilder.DataStage { return s.SendImm(0x5151) }},
+		{prm.CQERespSendInv, 0x7777, func(s wqebuilder.OpStage, _ *completeSendRig) wqebuilder.DataStage { return s.SendInv(0x7777) }},
+		{prm.CQERespWrImm, 0x9999, func(s wqebuilder.OpStage, r *completeSendRig) wqebuilder.DataStage {
+			return s.RdmaWriteImm(r.e.Addr(1, 1024), r.e.RKey(1), 0x9999)
+		}},
+	}
+	for i, o := range ops {
+		for _, r := range []*completeSendRig{x, y} {
+			require.NoError(t, r.b.PostRecv(uint64(20+i), r.e.Addr(1, 64*i), 64, r.e.LKey(1)))
+			s, err := r.a.Post(uint64(i), wqebuilder.Signaled)
+			require.NoError(t, err)
+			require.NoError(t, o.post(s, r).Inline([]byte("payload")).FinishBlueFlame())
+			next(t, r.e, r.ca)
+			r.ca.Release()
+		}
+		cx, cy := next(t, x.e, x.cb), next(t, y.e, y.cb)
+		var got, want transport.Completion
+		require.True(t, x.b.Queue.CompleteRecv(cx, &got), "%v", o.op)
+		y.b.Queue.Complete(cy, &want)
+		got.Queue, want.Queue = nil, nil
+		require.Equal(t, want, got, "%v", o.op)
+		require.Equal(t, o.op, got.Opcode)
+		require.Equal(t, transport.StatusOK, got.Status)
+		require.Equal(t, uint64(20+i), got.WRID)
+		require.Equal(t, o.imm, got.Immediate, "%v", o.op)
+		require.Zero(t, x.b.Queue.RecvOutstanding())
+		x.cb.Release()
+		y.cb.Release()
+	}
+}
