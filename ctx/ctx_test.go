@@ -77,8 +77,8 @@ type fakePD struct{ closer }
 func (p fakePD) RegisterMemory(unsafe.Pointer, uint64, ctx.Access) (ctx.ProviderMemoryRegion, error) {
 	return fakeMR{closer{p.f, p.f.name("MR")}}, nil
 }
-func (p fakePD) CreateQueuePair(ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
-	return &fakeQP{closer: closer{p.f, p.f.name("QP")}}, nil
+func (p fakePD) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
+	return &fakeQP{closer: closer{p.f, p.f.name("QP")}, dct: cfg.Type == ctx.QPTypeDCT}, nil
 }
 func (p fakePD) CreateSRQ(ctx.SRQConfig) (ctx.ProviderSRQ, error) {
 	return fakeSRQ{closer{p.f, p.f.name("SRQ")}}, nil
@@ -101,9 +101,19 @@ func (fakeCQ) ReadEvent() (bool, error)     { return false, nil }
 type fakeQP struct {
 	closer
 	state ctx.QPState
+	dct   bool
 }
 
-func (q *fakeQP) Descriptor() ctx.QPDescriptor { return ctx.QPDescriptor{QPN: 0x42} }
+// Descriptor numbers a DCT only once it reached RTR, as mlx5 does.
+func (q *fakeQP) Descriptor() ctx.QPDescriptor {
+	switch {
+	case !q.dct:
+		return ctx.QPDescriptor{QPN: 0x42}
+	case q.state >= ctx.QPStateRTR && q.state != ctx.QPStateError:
+		return ctx.QPDescriptor{QPN: 0x43}
+	}
+	return ctx.QPDescriptor{}
+}
 func (q *fakeQP) Modify(a ctx.QPAttr) error {
 	if a.State == ctx.QPStateRTS && q.state != ctx.QPStateRTR {
 		return ctx.ErrInvalidState
@@ -370,4 +380,51 @@ func TestStrings(t *testing.T) {
 	require.ErrorIs(t, json.Unmarshal([]byte(`{"M":"maybe"}`), &back), ctx.ErrInvalidArgument)
 	err = ctx.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
 	require.Equal(t, "ctx: create QP: depth: invalid argument", err.Error())
+}
+
+// TestModifyRefreshesDescriptor moves a DCT, whose number the provider
+// assigns at RTR, through INIT to RTR: QPN and Descriptor report the
+// number from then on.
+func TestModifyRefreshesDescriptor(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	require.Zero(t, w.qp2.QPN())
+	require.NoError(t, w.qp2.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
+	require.Zero(t, w.qp2.QPN())
+	require.NoError(t, w.qp2.Modify(ctx.QPAttr{State: ctx.QPStateRTR}))
+	require.Equal(t, uint32(0x43), w.qp2.QPN())
+	require.Equal(t, uint32(0x43), w.qp2.Descriptor().QPN)
+	require.Equal(t, uint32(0x42), w.qp1.QPN())
+}
+
+// TestClosedObjectsLeaveTheirParents creates and closes many children of
+// one PD and CQ: each close takes the child out of its parents, so that a
+// long-lived PD or CQ does not keep every object ever closed.
+func TestClosedObjectsLeaveTheirParents(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	pdChildren, cqChildren := ctx.Children(w.pd), ctx.Children(w.cq1)
+	require.Equal(t, 5, pdChildren, "MR, SRQ, two QPs, AH")
+	require.Equal(t, 1, cqChildren)
+	for range 100 {
+		mr, err := w.pd.RegisterBuffer(w.buf, ctx.AccessLocalWrite)
+		require.NoError(t, err)
+		ah, err := w.pd.CreateAddressHandle(ctx.AddressAttr{DLID: 2})
+		require.NoError(t, err)
+		qp, err := w.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: w.cq1, Caps: ctx.QueuePairCaps{SendDepth: 1}})
+		require.NoError(t, err)
+		require.Equal(t, pdChildren+3, ctx.Children(w.pd))
+		require.Equal(t, cqChildren+1, ctx.Children(w.cq1))
+		require.NoError(t, mr.Close())
+		require.NoError(t, ah.Close())
+		require.NoError(t, qp.Close())
+	}
+	require.Equal(t, pdChildren, ctx.Children(w.pd))
+	require.Equal(t, cqChildren, ctx.Children(w.cq1))
+	// A parent's close takes its children out of their other parents too.
+	require.NoError(t, w.srq.Close())
+	require.Equal(t, pdChildren-2, ctx.Children(w.pd), "the SRQ and the DCT on it")
+	require.Equal(t, 1, ctx.Children(w.cq2), "the RC QP; the DCT left")
 }

@@ -9,3 +9,24 @@ func BufferMapped(b *Buffer) bool {
 	defer liveBuffers.mu.Unlock()
 	return slices.Contains(liveBuffers.byAt, b)
 }
+
+// Children returns how many objects depend directly on o (a
+// *ProtectionDomain, *CompletionQueue, *SharedReceiveQueue or *Context).
+func Children(o interface{ Closed() bool }) int {
+	var n *node
+	switch x := o.(type) {
+	case *ProtectionDomain:
+		n = &x.node
+	case *CompletionQueue:
+		n = &x.node
+	case *SharedReceiveQueue:
+		n = &x.node
+	case *Context:
+		n = &x.node
+	default:
+		panic("ctx.Children: no children")
+	}
+	n.t.mu.Lock()
+	defer n.t.mu.Unlock()
+	return len(n.children)
+}
