@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // TestUDAttributes checks what New asks of the device, as a recording
@@ -40,5 +41,69 @@ func TestUDAttributes(t *testing.T) {
 		require.Equal(t, cfg.QKey, ep.QKey)
 		require.Equal(t, cfg.QKey, qp.QKey())
 		require.NoError(t, qp.Close())
+	}
+}
+
+// TestRemoteAddresses checks the address handles NewRemote and ReplyRemote
+// create, as a recording provider sees them. NewRemote: the remote's LID
+// and the configured SL on InfiniBand, its GID from the configured GID
+// index with a GRH on RoCE or towards a remote without a LID. ReplyRemote,
+// as ibv_init_ah_from_wc: the sender's LID and SL from the completion and,
+// when a GRH came, a GRH back to its source GID with hop limit 255 from the
+// QP's GID index.
+func TestRemoteAddresses(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		link  ctx.LinkLayer
+		noLID bool
+		gid   uint8
+	}{
+		{"InfiniBand by LID", ctx.LinkLayerInfiniBand, false, 0},
+		{"InfiniBand with a GRH", ctx.LinkLayerInfiniBand, true, 0},
+		{"RoCE", ctx.LinkLayerEthernet, false, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: c.link})
+			var qps [2]*ud.QP
+			var ps [2]*ud.Poller
+			for i := range 2 {
+				cq, p := newPoller(e, i, 16)
+				qp, err := ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 64, QKey: 7, SL: uint8(2 + i), GIDIndex: c.gid})
+				require.NoError(t, err)
+				require.NoError(t, p.Add(&qp.Queue))
+				qps[i], ps[i] = qp, p
+			}
+			from, ep := qps[0].Endpoint(), qps[1].Endpoint()
+			if c.noLID {
+				ep.LID = 0
+			}
+			to, err := qps[0].NewRemote(ep)
+			require.NoError(t, err)
+			grh := c.noLID || c.link == ctx.LinkLayerEthernet
+			want := ctx.AddressAttr{Port: 1, SL: 2, DLID: ep.LID}
+			if grh {
+				want = ctx.AddressAttr{Port: 1, SL: 2, GlobalRoute: true, DGID: ctx.GID(ep.GID), SGIDIndex: c.gid, HopLimit: 64}
+			}
+			ahs := log.AddressHandles()
+			require.Equal(t, want, ahs[len(ahs)-1], "NewRemote")
+
+			require.NoError(t, qps[1].PostRecv(1, e.Addr(1, 0), 256, e.LKey(1)))
+			s, err := qps[0].Post(1, wqebuilder.Signaled, to)
+			require.NoError(t, err)
+			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
+			e.One(ps[0])
+			in := e.One(ps[1])
+			require.Equal(t, ud.StatusOK, in.Status)
+			require.Equal(t, grh, in.GRH)
+			require.Equal(t, from.LID, in.SLID)
+			_, err = qps[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
+			require.NoError(t, err)
+			want = ctx.AddressAttr{Port: 1, SL: in.SL, DLID: in.SLID}
+			if grh {
+				want.GlobalRoute, want.DGID, want.SGIDIndex, want.HopLimit = true, ctx.GID(from.GID), c.gid, 0xff
+			}
+			ahs = log.AddressHandles()
+			require.Equal(t, want, ahs[len(ahs)-1], "ReplyRemote")
+		})
 	}
 }

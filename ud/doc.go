@@ -14,8 +14,8 @@
 // device writes the GRH there when the packet has one, and leaves the space
 // unused otherwise; Completion.ByteCount counts those 40 bytes. A receive
 // completion names its sender (SourceQPN, SLID, SL, GRH), and ReplyRemote
-// turns it into a Remote to answer, from the LID or, with a GRH, from the
-// sender's GID in the buffer's first 40 bytes.
+// turns it into a Remote to answer, to the sender's LID and, with a GRH,
+// to the sender's GID in the buffer's first 40 bytes.
 //
 // On RoCE every datagram has a GRH, and the 40 bytes hold the packet's
 // network header, which depends on the GID type the sender used: an

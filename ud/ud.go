@@ -178,10 +178,12 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 }
 
 // ReplyRemote returns a Remote that answers the sender of a receive
-// completion c (ibv_init_ah_from_wc): its QPN, and its path from the
-// completion's source LID and SL or, when a GRH was received, from the GRH
-// (grh is the first GRHSize bytes of the receive buffer; it may be nil when
-// c.GRH is false). The GRH area holds an InfiniBand GRH or RoCE v2 IPv6
+// completion c (ibv_init_ah_from_wc): its QPN, and its path: the
+// completion's source LID and SL and, when a GRH was received, a GRH back to
+// the GRH's source GID (grh is the first GRHSize bytes of the receive
+// buffer; it may be nil when c.GRH is false). On InfiniBand the source LID
+// stays the destination LID beside the GRH, as in ibv_init_ah_from_wc: the
+// local route header still needs it (the sender's, or its router's). The GRH area holds an InfiniBand GRH or RoCE v2 IPv6
 // header, or, for RoCE v2 over IPv4, an IPv4 header in its last 20 bytes,
 // whose source address becomes the IPv4-mapped destination GID
 // (::ffff:a.b.c.d). Anything else is refused with ErrBadGRH. The qkey is
@@ -207,7 +209,6 @@ func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
 		attr.HopLimit = 0xff
 		attr.DGID = g.SGID
 		attr.SGIDIndex = q.port.GIDIndex
-		attr.DLID = 0
 	}
 	return q.remote(op, attr, c.SourceQPN, q.qkey)
 }
