@@ -183,12 +183,12 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 // the GRH's source GID (grh is the first GRHSize bytes of the receive
 // buffer; it may be nil when c.GRH is false). On InfiniBand the source LID
 // stays the destination LID beside the GRH, as in ibv_init_ah_from_wc: the
-// local route header still needs it (the sender's, or its router's). The GRH area holds an InfiniBand GRH or RoCE v2 IPv6
-// header, or, for RoCE v2 over IPv4, an IPv4 header in its last 20 bytes,
-// whose source address becomes the IPv4-mapped destination GID
-// (::ffff:a.b.c.d). Anything else is refused with ErrBadGRH. The qkey is
-// this QP's own. It creates an address handle: a control-plane call, to be
-// cached by a caller that replies often.
+// local route header still needs it (the sender's, or its router's). The
+// GRH area holds an InfiniBand GRH or RoCE v2 IPv6 header, or, for RoCE v2
+// over IPv4, an IPv4 header in its last 20 bytes, whose source address
+// becomes the IPv4-mapped destination GID (::ffff:a.b.c.d). Anything else is
+// refused with ErrBadGRH. The qkey is this QP's own. It creates an address
+// handle: a control-plane call, to be cached by a caller that replies often.
 func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
