@@ -46,8 +46,8 @@ func ParseGRH(b []byte) (GRH, error) {
 	var g GRH
 	v6 := b[0]>>4 == 6
 	switch {
-	case !v6 && b[20]>>4 == 4, v6 && checkedIPv4(b[20:40]):
-		ip := b[20:40]
+	case !v6 && b[ipv4At]>>4 == 4, v6 && checkedIPv4(b[ipv4At:prm.GRHSize]):
+		ip := b[ipv4At:prm.GRHSize]
 		g.TrafficClass = ip[1]
 		g.HopLimit = ip[8]
 		g.SGID = mapped(ip[12:16])
@@ -60,29 +60,21 @@ func ParseGRH(b []byte) (GRH, error) {
 		g.HopLimit = b[7]
 		copy(g.SGID[:], b[8:24])
 		copy(g.DGID[:], b[24:40])
-		g.RoCEv2 = b[6] == ipProtoUDP
+		g.RoCEv2 = b[6] == prm.IPProtoUDP
 	default:
 		return GRH{}, fmt.Errorf("path: parse GRH: IP version %d / %d: %w", b[0]>>4, b[20]>>4, ErrBadGRH)
 	}
 	return g, nil
 }
 
-const ipProtoUDP = 17
+// ipv4At is where the IPv4 header of a RoCE v2 packet over IPv4 starts in
+// the GRH area.
+const ipv4At = prm.GRHSize - prm.IPv4HeaderSize
 
 // checkedIPv4 reports whether h (20 bytes) is an IPv4 header of 20 bytes
-// whose header checksum is right: its 16-bit words, checksum included, add
-// up to 0xffff in ones' complement.
+// whose header checksum is right.
 func checkedIPv4(h []byte) bool {
-	if h[0] != 0x45 {
-		return false
-	}
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	sum = sum&0xffff + sum>>16
-	sum = sum&0xffff + sum>>16
-	return sum == 0xffff
+	return h[0] == prm.IPv4VersionIHL && prm.IPv4HeaderChecksum(h[:prm.IPv4HeaderSize]) == 0
 }
 
 func mapped(v4 []byte) ctx.GID {

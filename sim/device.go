@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,15 +82,10 @@ func (h *hca) roceL3(idx uint8) uint8 {
 	if h.link != ctx.LinkLayerEthernet || int(idx) >= len(h.gids) || h.gids[idx].Type != ctx.GIDTypeRoCEv2 {
 		return prm.CQERoCEL3GRH
 	}
-	if isV4Mapped(h.gids[idx].GID) {
+	if netip.AddrFrom16(h.gids[idx].GID).Is4In6() {
 		return prm.CQERoCEL3IPv4
 	}
 	return prm.CQERoCEL3IPv6
-}
-
-// isV4Mapped reports whether g is an IPv4-mapped IPv6 address.
-func isV4Mapped(g ctx.GID) bool {
-	return g[0]|g[1]|g[2]|g[3]|g[4]|g[5]|g[6]|g[7]|g[8]|g[9] == 0 && g[10] == 0xff && g[11] == 0xff
 }
 
 // device is an open HCA: the provider's struct ibv_context.

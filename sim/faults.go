@@ -173,8 +173,6 @@ const (
 	dethSize = 8  // datagram extended transport header
 	immSize  = 4  // immediate data
 	icrcSize = 4  // invariant CRC
-	udpSize  = 8  // UDP header of a RoCE v2 packet
-	ipv4Size = 20 // IPv4 header without options
 )
 
 // udPayLen is the GRH payload length of a UD SEND of n payload bytes: as
@@ -211,22 +209,22 @@ func buildGRH(from *hca, a avInfo, l3 uint8, payLen int) []byte {
 		sgid = from.gids[a.sgidIdx].GID
 	}
 	if l3 == prm.CQERoCEL3IPv4 {
-		ip := g[prm.GRHSize-ipv4Size:]
-		ip[0] = 4<<4 | ipv4Size/4
+		ip := g[prm.GRHSize-prm.IPv4HeaderSize:]
+		ip[0] = prm.IPv4VersionIHL
 		ip[1] = a.tclass
-		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4Size+udpSize+payLen))
+		binary.BigEndian.PutUint16(ip[2:], uint16(prm.IPv4HeaderSize+prm.UDPHeaderSize+payLen))
 		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF, fragment offset 0
 		ip[8] = a.hopLimit
-		ip[9] = 17
+		ip[9] = prm.IPProtoUDP
 		copy(ip[12:16], sgid[12:])
 		copy(ip[16:20], a.dgid[12:])
-		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
+		binary.BigEndian.PutUint16(ip[10:], prm.IPv4HeaderChecksum(ip))
 		return g
 	}
-	next := byte(0x1b)
+	next := byte(prm.GRHNextHeaderIBA)
 	if l3 == prm.CQERoCEL3IPv6 {
-		payLen += udpSize
-		next = 17
+		payLen += prm.UDPHeaderSize
+		next = prm.IPProtoUDP
 	}
 	putBE32(g[0:], 6<<28|uint32(a.tclass)<<20|a.flow&prm.AVFlowLblMask)
 	binary.BigEndian.PutUint16(g[4:], uint16(payLen))
@@ -235,20 +233,6 @@ func buildGRH(from *hca, a avInfo, l3 uint8, payLen int) []byte {
 	copy(g[8:24], sgid[:])
 	copy(g[24:40], a.dgid[:])
 	return g
-}
-
-// ipv4Checksum returns the header checksum of the IPv4 header h, whose
-// checksum field is zero: the ones' complement of the ones' complement sum
-// of its 16-bit words.
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }
 
 // deliverUD puts one UD packet into the next receive WQE of t (silently

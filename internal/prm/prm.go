@@ -266,7 +266,7 @@ const (
 	SRQNextSize         = 16
 	SRQNextWQEIndex     = 2  // be16
 	SRQNextSignature    = 4  // u8
-	GRHSize             = 40 // bytes a UD receive reserves for the GRH
+	GRHSize             = 40 // bytes a UD receive reserves for the GRH (see GRHNextHeaderIBA)
 	DoorbellRecordSize  = 8  // two be32 slots
 	DoorbellRecordRecv  = 0  // MLX5_RCV_DBR: RQ head, or CQ consumer index
 	DoorbellRecordSend  = 1  // MLX5_SND_DBR: SQ producer index, or CQ arm word
@@ -337,3 +337,30 @@ func InlineDS(n int) int {
 
 // WQEBBs is the number of basic blocks a WQE of ds segments occupies.
 func WQEBBs(ds int) int { return (ds + SegmentsPerWQEBB - 1) / SegmentsPerWQEBB }
+
+// The network headers the GRHSize bytes in front of a UD receive hold: an
+// InfiniBand (or RoCE v1) GRH, the IPv6 header of a RoCE v2 packet, or for
+// RoCE v2 over IPv4 undefined bytes and then the IPv4 header in the last
+// IPv4HeaderSize of them.
+const (
+	GRHNextHeaderIBA = 0x1b // next header of a GRH: IBA transport
+	IPProtoUDP       = 17   // next header (IPv6) or protocol (IPv4) of RoCE v2
+	UDPHeaderSize    = 8    // the UDP header a RoCE v2 payload length counts
+	IPv4HeaderSize   = 20   // an IPv4 header without options
+	IPv4VersionIHL   = 0x45 // its first byte: version 4, 5 words
+)
+
+// IPv4HeaderChecksum returns the ones' complement of the ones' complement
+// sum of the 16-bit big-endian words of the IPv4 header h (an even number
+// of bytes): the checksum field's value when that field is zero in h, and
+// 0 when h carries a right checksum.
+func IPv4HeaderChecksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}

@@ -319,3 +319,18 @@ func TestEncodersInline(t *testing.T) {
 		require.Regexp(t, regexp.MustCompile(`(?m): can inline `+fn+`$`), string(out), fn)
 	}
 }
+
+// The IPv4 header checksum on the worked example of RFC 1071's algorithm
+// (a 20-byte header 192.168.0.1 → 192.168.0.199): the field's value with
+// the field zero, and 0 over the header that carries it.
+func TestIPv4HeaderChecksum(t *testing.T) {
+	h := []byte{0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+		0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7}
+	require.Equal(t, uint16(0xb861), IPv4HeaderChecksum(h))
+	h[10], h[11] = 0xb8, 0x61
+	require.Zero(t, IPv4HeaderChecksum(h))
+	h[15]++
+	require.NotZero(t, IPv4HeaderChecksum(h), "a changed address breaks it")
+	require.Len(t, h, IPv4HeaderSize)
+	require.Equal(t, byte(IPv4VersionIHL), h[0])
+}
