@@ -1,6 +1,7 @@
 package ctx
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -59,25 +60,19 @@ var liveBuffers struct {
 // start returns the address of the buffer's first byte.
 func (b *Buffer) start() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b.data))) }
 
+// searchBuffers returns where a buffer starting at address at is, or would
+// be, in liveBuffers.byAt; liveBuffers.mu is held.
+func searchBuffers(at uintptr) (int, bool) {
+	return slices.BinarySearchFunc(liveBuffers.byAt, at, func(x *Buffer, at uintptr) int { return cmp.Compare(x.start(), at) })
+}
+
 // track adds a new buffer to liveBuffers.
 func (b *Buffer) track() *Buffer {
 	liveBuffers.mu.Lock()
 	defer liveBuffers.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(liveBuffers.byAt, b.start(), func(x *Buffer, at uintptr) int {
-		return cmpUintptr(x.start(), at)
-	})
+	i, _ := searchBuffers(b.start())
 	liveBuffers.byAt = slices.Insert(liveBuffers.byAt, i, b)
 	return b
-}
-
-func cmpUintptr(a, b uintptr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // holdBufferOf finds the mapped buffer that holds all of [addr, addr+n) and
@@ -88,9 +83,7 @@ func holdBufferOf(addr unsafe.Pointer, n uint64) *Buffer {
 	defer liveBuffers.mu.Unlock()
 	a := uintptr(addr)
 	// The last buffer that starts at or before a.
-	i, found := slices.BinarySearchFunc(liveBuffers.byAt, a, func(x *Buffer, at uintptr) int {
-		return cmpUintptr(x.start(), at)
-	})
+	i, found := searchBuffers(a)
 	if !found {
 		i--
 	}
