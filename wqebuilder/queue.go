@@ -330,8 +330,10 @@ func (q *SendQueue) Register() *blueflame.Register { return &q.db.Register }
 func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 	ci := q.ci
 	at := ci + uint64(wqeCounter-uint16(ci))
-	idx := uintptr(at) & uintptr(q.mask)
-	r := (*record)(unsafe.Add(q.records, idx*recordSize))
+	// The slot from the counter alone (the ring has at most 2^16 WQEBBs):
+	// the record's address does not wait for the consumer index of the
+	// previous completion.
+	r := (*record)(unsafe.Add(q.records, (uintptr(wqeCounter)&uintptr(q.mask))*recordSize))
 	end := r.end
 	if at-ci >= q.pi-ci || end-at-1 > uint64(q.mask) {
 		return 0, false
