@@ -15,7 +15,8 @@ var availableModes = func() []Mode {
 
 // post runs the copy of activeMode: ModeStore8 (doorbell record store,
 // sfence, chunks × 8 ascending 8-byte stores or the 8-byte doorbell,
-// sfence), ModeAVX512 (the same with one 64-byte store per chunk), or, for
+// sfence; a WQE of one basic block takes a straight path with no loop),
+// ModeAVX512 (the same with one 64-byte store per chunk), or, for
 // ModeGeneric, a jump to postGeneric.
 //
 //go:noescape

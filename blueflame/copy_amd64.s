@@ -7,10 +7,11 @@
 // sfence after it is mmio_wc_start, the sfence at the end
 // mmio_flush_writes.
 
-// Common prologue: DX = d, AX = d.dbrec, SI = src, R8 = d.ringBase,
-// R9 = d.ringEnd, DI = d.reg + d.offset (then d.offset ^= d.size), CX = the
-// chunk count or 0 for the doorbell; stores dbrec[1] and fences. The
-// Register is embedded in SendDoorbell: REG_f is its field f.
+// The prologue of ModeAVX512: DX = d, AX = d.dbrec, SI = src,
+// R8 = d.ringBase, R9 = d.ringEnd, DI = d.reg + d.offset (then
+// d.offset ^= d.size), CX = the chunk count or 0 for the doorbell; stores
+// dbrec[1] and fences. The Register is embedded in SendDoorbell: REG_f is
+// its field f.
 #define REG_reg (SendDoorbell_Register+Register_reg)
 #define REG_size (SendDoorbell_Register+Register_size)
 #define REG_offset (SendDoorbell_Register+Register_offset)
@@ -39,34 +40,80 @@
 	MOVL	BX, 4(AX) \
 	SFENCE
 
+// The prologue of ModeStore8: as PROLOGUE without the ring bounds and the
+// chunk count (CX = n, R11 = d.size), which only a WQE of more than one
+// basic block needs.
+#define PROLOGUE_SHORT \
+	MOVQ	d+0(FP), DX \
+	MOVL	pi+8(FP), BX \
+	MOVQ	src+16(FP), SI \
+	MOVQ	n+24(FP), CX \
+	MOVQ	SendDoorbell_dbrec(DX), AX \
+	MOVL	REG_offset(DX), R10 \
+	MOVQ	REG_reg(DX), DI \
+	ADDQ	R10, DI \
+	MOVL	REG_size(DX), R11 \
+	XORL	R11, R10 \
+	MOVL	R10, REG_offset(DX) \
+	ANDL	$0xffff, BX \
+	BSWAPL	BX \
+	MOVL	BX, 4(AX) \
+	SFENCE
+
+// The eight 8-byte stores of one chunk from SI to DI.
+#define STORE8 \
+	MOVQ	0(SI), AX \
+	MOVQ	8(SI), BX \
+	MOVQ	16(SI), DX \
+	MOVQ	24(SI), R10 \
+	MOVQ	AX, 0(DI) \
+	MOVQ	BX, 8(DI) \
+	MOVQ	DX, 16(DI) \
+	MOVQ	R10, 24(DI) \
+	MOVQ	32(SI), AX \
+	MOVQ	40(SI), BX \
+	MOVQ	48(SI), DX \
+	MOVQ	56(SI), R10 \
+	MOVQ	AX, 32(DI) \
+	MOVQ	BX, 40(DI) \
+	MOVQ	DX, 48(DI) \
+	MOVQ	R10, 56(DI)
+
 // func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int)
-// The mode is read before anything is written; R12 keeps it.
+// The mode is read before anything is written. In ModeStore8 a WQE of one
+// basic block (1 <= n <= 64), the common case, is one chunk that never
+// wraps (basic blocks do not cross the ring's end) and that any BlueFlame
+// buffer holds: it takes a straight path, with no loop and no look at the
+// ring's bounds.
 TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
 	MOVBLZX	·activeMode(SB), R12
 	CMPL	R12, $const_ModeGeneric
 	JEQ	generic
-	PROLOGUE
+	CMPL	R12, $const_ModeAVX512
+	JEQ	avx512post
+	PROLOGUE_SHORT
+	LEAQ	-1(CX), R8
+	CMPQ	R8, $63
+	JHI	store8chunks	// n == 0 or n > 64
+	TESTL	R11, R11
+	JZ	doorbell	// no BlueFlame buffer
+	STORE8
+	SFENCE
+	RET
+store8chunks:
+	// CX = (n+63)/64 chunks, or 0 (the doorbell) for n == 0 or more
+	// than the buffer holds.
 	TESTQ	CX, CX
 	JZ	doorbell
-	CMPL	R12, $const_ModeAVX512
-	JEQ	avx512
+	ADDQ	$63, CX
+	SHRQ	$6, CX
+	SHRL	$6, R11
+	CMPQ	CX, R11
+	JHI	doorbell
+	MOVQ	SendDoorbell_ringBase(DX), R8
+	MOVQ	SendDoorbell_ringEnd(DX), R9
 store8:
-	MOVQ	0(SI), AX
-	MOVQ	8(SI), BX
-	MOVQ	16(SI), DX
-	MOVQ	24(SI), R10
-	MOVQ	AX, 0(DI)
-	MOVQ	BX, 8(DI)
-	MOVQ	DX, 16(DI)
-	MOVQ	R10, 24(DI)
-	MOVQ	32(SI), AX
-	MOVQ	40(SI), BX
-	MOVQ	48(SI), DX
-	MOVQ	56(SI), R10
-	MOVQ	AX, 32(DI)
-	MOVQ	BX, 40(DI)
-	MOVQ	DX, 48(DI)
-	MOVQ	R10, 56(DI)
+	STORE8
 	ADDQ	$64, SI
 	ADDQ	$64, DI
 	CMPQ	SI, R9
@@ -77,6 +124,10 @@ store8next:
 	JNZ	store8
 	SFENCE
 	RET
+avx512post:
+	PROLOGUE
+	TESTQ	CX, CX
+	JZ	doorbell
 avx512:
 	VMOVDQU64	(SI), Z0
 	VMOVDQU64	Z0, (DI)
