@@ -393,6 +393,11 @@ func (q *SendQueue) Begin(wrid uint64, flags Flags) CtrlStage {
 	pi := q.pi
 	q.wrid = wrid
 	ctrl, open := q.scratch, uintptr(0)
+	// A branch, not a conditional move: the consumer index was stored by
+	// the last Complete, and a conditional move would make the control
+	// segment's address, and so every store of the WQE, wait for it. The
+	// branch is predicted (PostPoll took 36-41 cycles instead of 35 with
+	// the conditional move, on an AMD EPYC).
 	if pi-q.ci <= q.limit {
 		ctrl = unsafe.Add(q.buf, (uintptr(pi)&uintptr(q.mask))<<prm.WQEBBShift)
 		open = uintptr(ctrl)
