@@ -22,11 +22,16 @@ func onesComplementSum16(b []byte) uint16 {
 	return uint16(s)
 }
 
-// TestUDRoCEHeaders checks every byte of the 40-byte area in front of a UD
-// payload on an Ethernet port, for each kind of GID the datagram leaves
-// from, and the network header type the receive CQE reports in bits 25..24
-// of flags_rqpn (bits 27..26 stay clear: no SL there on RoCE):
+// TestUDNetworkHeaders checks every byte of the 40-byte area in front of a
+// UD payload, on InfiniBand and, on an Ethernet port, for each kind of GID
+// the datagram leaves from, and what the receive CQE reports in flags_rqpn:
+// on InfiniBand the SL in bits 27..24, on RoCE the network header type in
+// bits 25..24 (bits 27..26 stay clear: no SL there on RoCE):
 //
+//   - InfiniBand: the GRH, IP version 6, traffic class and flow label from
+//     the address vector, PayLen big-endian (IBA: the bytes after the GRH
+//     through the ICRC), next header 0x1b (BTH follows), hop limit, SGID
+//     and DGID.
 //   - RoCE v1 (link-local or IPv4-mapped GID): the InfiniBand GRH, next
 //     header 0x1b, PayLen = BTH + DETH + [ImmDt] + payload padded to 4 +
 //     ICRC; type GRH (0).
@@ -36,21 +41,23 @@ func onesComplementSum16(b []byte) uint16 {
 //     TOS = traffic class, total length 20 + 8 + PayLen, identification 0,
 //     DF, TTL = hop limit, protocol 17, a checksum recomputed here, source
 //     and destination addresses; type IPv4 (2).
-func TestUDRoCEHeaders(t *testing.T) {
+func TestUDNetworkHeaders(t *testing.T) {
 	cases := []struct {
 		name  string
+		link  ctx.LinkLayer
 		idx   uint8
 		gtype ctx.GIDType
 		l3    uint8
 	}{
-		{"RoCEv1", 0, ctx.GIDTypeRoCEv1, prm.CQERoCEL3GRH},
-		{"RoCEv1-IPv4-mapped", 2, ctx.GIDTypeRoCEv1, prm.CQERoCEL3GRH},
-		{"RoCEv2-IPv6", 1, ctx.GIDTypeRoCEv2, prm.CQERoCEL3IPv6},
-		{"RoCEv2-IPv4", 3, ctx.GIDTypeRoCEv2, prm.CQERoCEL3IPv4},
+		{"InfiniBand", ctx.LinkLayerInfiniBand, 0, ctx.GIDTypeIB, prm.CQERoCEL3GRH},
+		{"RoCEv1", ctx.LinkLayerEthernet, 0, ctx.GIDTypeRoCEv1, prm.CQERoCEL3GRH},
+		{"RoCEv1-IPv4-mapped", ctx.LinkLayerEthernet, 2, ctx.GIDTypeRoCEv1, prm.CQERoCEL3GRH},
+		{"RoCEv2-IPv6", ctx.LinkLayerEthernet, 1, ctx.GIDTypeRoCEv2, prm.CQERoCEL3IPv6},
+		{"RoCEv2-IPv4", ctx.LinkLayerEthernet, 3, ctx.GIDTypeRoCEv2, prm.CQERoCEL3IPv4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, Options{LinkLayer: ctx.LinkLayerEthernet})
+			e := newEnv(t, Options{LinkLayer: tc.link})
 			a := e.udQP(e.pd, 1, qpOpts{})
 			b := e.udQP(e.pd2, 1, qpOpts{})
 			mine, err := e.c.QueryGIDs(1)
@@ -59,7 +66,8 @@ func TestUDRoCEHeaders(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.gtype, mine[tc.idx].Type)
 			sgid, dgid := mine[tc.idx].GID, theirs[tc.idx].GID
-			// SL 7: on RoCE it must not show in flags_rqpn.
+			// SL 7: on InfiniBand flags_rqpn carries it, on RoCE it must
+			// not show there.
 			ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: dgid, SGIDIndex: tc.idx,
 				HopLimit: 17, TrafficClass: 0xa5, FlowLabel: 0x9abcd, SL: 7})
 			require.NoError(t, err)
@@ -91,8 +99,12 @@ func TestUDRoCEHeaders(t *testing.T) {
 				rc := b.rcq.one(t)
 				require.True(t, rc.grh)
 				require.Equal(t, uint32(prm.CQEGRHInData), rc.flagsRQPN>>prm.CQEGRHShift&prm.CQEGRHMask)
-				require.Equal(t, uint32(tc.l3), rc.flagsRQPN>>24&3, "network header type in flags_rqpn bits 25..24")
-				require.Zero(t, rc.flagsRQPN>>26&3, "flags_rqpn bits 27..26")
+				if tc.link == ctx.LinkLayerInfiniBand {
+					require.Equal(t, uint32(7), rc.flagsRQPN>>24&0xf, "SL in flags_rqpn bits 27..24")
+				} else {
+					require.Equal(t, uint32(tc.l3), rc.flagsRQPN>>24&3, "network header type in flags_rqpn bits 25..24")
+					require.Zero(t, rc.flagsRQPN>>26&3, "flags_rqpn bits 27..26")
+				}
 				require.Equal(t, a.qp.QPN(), rc.srcQPN)
 				require.Equal(t, uint32(40+o.n), rc.byteCnt)
 				require.Equal(t, payload[:o.n], e.mem2(off+40, o.n))

@@ -328,58 +328,6 @@ func TestAddressHandleIB(t *testing.T) {
 	require.Equal(t, g[:], av[prm.AVRGID:])
 }
 
-// TestUDGRHFields checks every field of the GRH a UD receive finds in front
-// of the payload: IP version 6, traffic class and flow label from the
-// address vector, PayLen big-endian (IBA: the bytes after the GRH through
-// the ICRC, i.e. BTH 12 + DETH 8 + [ImmDt 4] + payload padded to 4 + ICRC
-// 4), next header 0x1b (BTH follows), hop limit, SGID and DGID.
-func TestUDGRHFields(t *testing.T) {
-	e := newEnv(t, Options{})
-	a := e.udQP(e.pd, 1, qpOpts{})
-	b := e.udQP(e.pd2, 1, qpOpts{})
-	gids, err := e.c2.QueryGIDs(1)
-	require.NoError(t, err)
-	mine, err := e.c.QueryGIDs(1)
-	require.NoError(t, err)
-	ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, HopLimit: 17, TrafficClass: 0xa5, FlowLabel: 0x9abcd})
-	require.NoError(t, err)
-	av := ah.AV()
-	be.PutUint32(av[prm.AVKey:], 1)
-	be.PutUint32(av[prm.AVDQPDCT:], b.qp.QPN()|prm.ExtendedUDAV)
-	payload := make([]byte, 301)
-	for i := range payload {
-		payload[i] = byte(i * 7)
-	}
-	copy(e.mem(8192, len(payload)), payload)
-	cases := []struct {
-		op     prm.Opcode
-		n      int
-		payLen uint16
-	}{
-		{prm.OpSend, 300, 12 + 8 + 300 + 4},
-		{prm.OpSendImm, 301, 12 + 8 + 4 + 304 + 4},
-	}
-	for k, c := range cases {
-		off := k * 1024
-		copy(e.mem2(off, 40), make([]byte, 40))
-		b.postRecv(dataSeg(40+512, e.mr2.LKey(), e.addr2(off)))
-		a.post(c.op, 0, prm.FlagCQUpdate, 0x77, av[:], dataSeg(uint32(c.n), e.mr.LKey(), e.addr(8192)))
-		e.run()
-		require.Equal(t, prm.CQEReq, a.scq.one(t).op)
-		rc := b.rcq.one(t)
-		require.True(t, rc.grh)
-		require.Equal(t, uint32(40+c.n), rc.byteCnt)
-		grh := e.mem2(off, 40)
-		require.Equal(t, uint32(6<<28|0xa5<<20|0x9abcd), be.Uint32(grh[0:4]), "version, traffic class, flow label")
-		require.Equal(t, c.payLen, be.Uint16(grh[4:6]), "PayLen of a %d-byte %v, big-endian", c.n, c.op)
-		require.Equal(t, byte(0x1b), grh[6], "next header: IBA transport")
-		require.Equal(t, byte(17), grh[7], "hop limit")
-		require.Equal(t, mine[0].GID[:], grh[8:24], "SGID")
-		require.Equal(t, gids[0].GID[:], grh[24:40], "DGID")
-		require.Equal(t, payload[:c.n], e.mem2(off+40, c.n))
-	}
-}
-
 // TestUDControlledQKey: a Q_Key with bit 31 set in the datagram segment is
 // a controlled Q_Key; the device sends the QP's own Q_Key in its place, so
 // the packet reaches a QP whose Q_Key is the sender's and no other, whatever
