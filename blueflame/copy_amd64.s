@@ -7,58 +7,64 @@
 // sfence after it is mmio_wc_start, the sfence at the end
 // mmio_flush_writes.
 
-// The prologue of ModeAVX512: DX = d, AX = d.dbrec, SI = src,
-// R8 = d.ringBase, R9 = d.ringEnd, DI = d.reg + d.offset (then
-// d.offset ^= d.size), CX = the chunk count or 0 for the doorbell; stores
-// dbrec[1] and fences. The Register is embedded in SendDoorbell: REG_f is
-// its field f.
+// The steps of a post's prologue, for the two modes' prologues below. The
+// Register is embedded in SendDoorbell: REG_f is its field f.
 #define REG_reg (SendDoorbell_Register+Register_reg)
 #define REG_size (SendDoorbell_Register+Register_size)
 #define REG_offset (SendDoorbell_Register+Register_offset)
-#define PROLOGUE \
+
+// DX = d, BX = pi, SI = src, CX = n, AX = d.dbrec.
+#define POST_ARGS \
 	MOVQ	d+0(FP), DX \
 	MOVL	pi+8(FP), BX \
 	MOVQ	src+16(FP), SI \
 	MOVQ	n+24(FP), CX \
-	MOVQ	SendDoorbell_dbrec(DX), AX \
-	MOVQ	SendDoorbell_ringBase(DX), R8 \
-	MOVQ	SendDoorbell_ringEnd(DX), R9 \
+	MOVQ	SendDoorbell_dbrec(DX), AX
+
+// DI = d.reg + d.offset, then d.offset ^= d.size; R11 = d.size.
+#define POST_BUFFER \
 	MOVL	REG_offset(DX), R10 \
 	MOVQ	REG_reg(DX), DI \
 	ADDQ	R10, DI \
 	MOVL	REG_size(DX), R11 \
 	XORL	R11, R10 \
-	MOVL	R10, REG_offset(DX) \
+	MOVL	R10, REG_offset(DX)
+
+// CX = (n+63)/64 chunks, or 0 (the doorbell) when the buffer (R11 bytes)
+// holds fewer; R11 becomes the buffer's size in chunks.
+#define POST_CHUNKS \
 	ADDQ	$63, CX \
 	SHRQ	$6, CX \
 	SHRL	$6, R11 \
 	XORL	R10, R10 \
 	CMPQ	CX, R11 \
-	CMOVQHI	R10, CX \
+	CMOVQHI	R10, CX
+
+// dbrec[1] = big-endian pi & 0xffff, then the WC-start fence.
+#define POST_DBREC \
 	ANDL	$0xffff, BX \
 	BSWAPL	BX \
 	MOVL	BX, 4(AX) \
 	SFENCE
 
+// The prologue of ModeAVX512: the arguments, R8 = d.ringBase,
+// R9 = d.ringEnd, the buffer, CX = the chunk count or 0 for the doorbell,
+// the doorbell record and the fence.
+#define PROLOGUE \
+	POST_ARGS \
+	MOVQ	SendDoorbell_ringBase(DX), R8 \
+	MOVQ	SendDoorbell_ringEnd(DX), R9 \
+	POST_BUFFER \
+	POST_CHUNKS \
+	POST_DBREC
+
 // The prologue of ModeStore8: as PROLOGUE without the ring bounds and the
 // chunk count (CX = n, R11 = d.size), which only a WQE of more than one
 // basic block needs.
 #define PROLOGUE_SHORT \
-	MOVQ	d+0(FP), DX \
-	MOVL	pi+8(FP), BX \
-	MOVQ	src+16(FP), SI \
-	MOVQ	n+24(FP), CX \
-	MOVQ	SendDoorbell_dbrec(DX), AX \
-	MOVL	REG_offset(DX), R10 \
-	MOVQ	REG_reg(DX), DI \
-	ADDQ	R10, DI \
-	MOVL	REG_size(DX), R11 \
-	XORL	R11, R10 \
-	MOVL	R10, REG_offset(DX) \
-	ANDL	$0xffff, BX \
-	BSWAPL	BX \
-	MOVL	BX, 4(AX) \
-	SFENCE
+	POST_ARGS \
+	POST_BUFFER \
+	POST_DBREC
 
 // The eight 8-byte stores of one chunk from SI to DI.
 #define STORE8 \
@@ -101,15 +107,9 @@ TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
 	SFENCE
 	RET
 store8chunks:
-	// CX = (n+63)/64 chunks, or 0 (the doorbell) for n == 0 or more
-	// than the buffer holds.
+	POST_CHUNKS
 	TESTQ	CX, CX
-	JZ	doorbell
-	ADDQ	$63, CX
-	SHRQ	$6, CX
-	SHRL	$6, R11
-	CMPQ	CX, R11
-	JHI	doorbell
+	JZ	doorbell	// n == 0, or more than the buffer holds
 	MOVQ	SendDoorbell_ringBase(DX), R8
 	MOVQ	SendDoorbell_ringEnd(DX), R9
 store8:
