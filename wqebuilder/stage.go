@@ -11,7 +11,8 @@ import (
 // budget (80 nodes) so that a whole post compiles to straight-line stores
 // with the stage in registers. That rules out calls to functions that do not
 // inline (57 nodes each); the error paths therefore only set bits, and
-// Finish reports them with one table load. The stores are little-endian
+// Finish turns them into an error with one call off the hot path
+// (SendQueue.failure). The stores are little-endian
 // loads and stores of byte-swapped words: mlx5kit runs on amd64 and arm64.
 
 // wqe is the state every stage carries: four machine words, so that the Go
