@@ -94,11 +94,10 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 	return r, nil
 }
 
-// Receive stage error bits, kept in RecvStage.st from bit recvErrShift.
-const (
-	recvErrRefused = 1 << iota // BeginRecv refused: the owner's refusal says why
-	recvErrSGE                 // SGE refused an entry: too many, or the stage is stale
-)
+// recvErrSGE is the error bit, kept in RecvStage.st from bit
+// recvErrShift, of a stage whose SGE refused an entry: too many, or the
+// stage is stale (or refused).
+const recvErrSGE = 1
 
 // RecvStage.st holds the data segments written in its low 32 bits and the
 // error bits from recvErrShift.
@@ -118,7 +117,7 @@ const recvErrShift = 32
 // Finish of the same stage.
 type RecvStage struct {
 	r     *recvRing
-	first unsafe.Pointer // the first data segment: the ring's open stage while this is it
+	first unsafe.Pointer // the first data segment: the ring's open stage while this is it; refusedStage for a refused post
 	wrid  uint64
 	st    uint64 // data segments written | error bits << recvErrShift
 }
@@ -132,22 +131,31 @@ func (r *recvRing) begin(wrid uint64) RecvStage {
 	return RecvStage{r: r, first: first, wrid: wrid}
 }
 
+// refusedStage is the first data segment of every stage BeginRecv refused:
+// an address outside every ring, so that such a stage is never the open
+// one (SGE writes nothing, Finish posts nothing), and error tells it from a
+// stale stage.
+var refusedStage = unsafe.Pointer(new(uint64))
+
 // refuse returns a stage that writes nothing and whose Finish returns the
-// owner's refusal.
+// owner's refusal. Its state word is 0, as a stage begin returns: a post
+// that inlines both paths folds its segment count into constants.
 func (r *recvRing) refuse() RecvStage {
-	return RecvStage{r: r, st: recvErrRefused << recvErrShift}
+	return RecvStage{r: r, first: refusedStage}
 }
 
 // SGE appends a scatter entry: length bytes at addr in the memory region
 // lkey. A zero length adds nothing (rdma-core skips such entries: a zero
 // byte count means 2 GiB to the device). A stage that is no longer the
-// open one writes nothing: its slot may be posted already.
+// open one writes nothing: its slot may be posted already; nor does one
+// that has refused an entry, even if its slot is open again later.
 func (s RecvStage) SGE(addr uint64, length, lkey uint32) RecvStage {
 	if length == 0 || s.st>>recvErrShift != 0 {
 		return s
 	}
 	if uint32(s.st) >= s.r.maxSGE || uintptr(s.first) != s.r.open {
-		// Too many entries, or a stale stage: error tells which.
+		// Too many entries, or a stale or refused stage: error tells
+		// which.
 		s.st |= recvErrSGE << recvErrShift
 		return s
 	}
@@ -234,7 +242,7 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 // that is not the open one, then ErrTooManySGE.
 func (s RecvStage) error() error {
 	switch {
-	case s.st>>recvErrShift&recvErrRefused != 0:
+	case s.first == refusedStage:
 		return s.r.refusal()
 	case uintptr(s.first) != s.r.open:
 		return s.r.errStale
