@@ -67,7 +67,7 @@ type core struct {
 	notifier  *completion.Notifier
 	slots     []slot
 	mask      uint64   // len(slots) - 1
-	shift     uint     // log2(len(slots)): the index bits of a work request id
+	shift     uint     // log2(len(slots)): the index bits of a work request id (shifts use shift&63: no guard)
 	free      []uint32 // FIFO of free slot indexes: the least recently completed first
 	freeHead  uint64
 	freeTail  uint64
@@ -141,7 +141,7 @@ func (c *core) initSlots(outstanding uint64) {
 // nextWRID returns the work request id the next post gets (record takes
 // it once the post succeeded).
 func (c *core) nextWRID() uint64 {
-	return c.seq<<c.shift | uint64(c.free[c.freeHead&c.mask])
+	return c.seq<<(c.shift&63) | uint64(c.free[c.freeHead&c.mask])
 }
 
 // slotOf returns the record of wrid, or nil when it has been reused.

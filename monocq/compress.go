@@ -72,7 +72,7 @@ func (cq *CQ) expand(pos, window uint32) string {
 				prm.Store16(unsafe.Pointer(&c[prm.CQEWQECounter]), wqeCounter+uint16(i))
 				copy(c[prm.CQERxHashResult:prm.CQERxHashResult+4], m[prm.MiniRespRxHash:])
 			}
-			c[prm.CQEOpOwn] = keep | uint8((pos+i)>>cq.logCnt)&prm.CQEOwnerMask
+			c[prm.CQEOpOwn] = keep | uint8((pos+i)>>(cq.logCnt&31))&prm.CQEOwnerMask
 		}
 	}
 	// The rewritten slots must reach memory before the consumer index that

@@ -41,7 +41,7 @@ type CQ struct {
 	ring   unsafe.Pointer // the CQE64 of slot 0: Buf + CQESize - 64
 	mask   uint32         // CQECnt - 1
 	shift  uint8          // log2(CQESize)
-	logCnt uint8          // log2(CQECnt)
+	logCnt uint8          // log2(CQECnt), below 32 (shifts use logCnt&31: no guard)
 	ci     uint32         // free-running consumer index
 	// state places the consumer index between the index last released
 	// and the end of what Ready found, relative to ci so that the common

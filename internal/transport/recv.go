@@ -19,11 +19,14 @@ import (
 //	SRQ: a free list linked by each WQE's next_wqe_index; slot = head;
 //	     head == tail means full; a completed slot is linked after tail.
 type recvRing struct {
-	buf    unsafe.Pointer
-	dbrec  unsafe.Pointer
-	wrid   unsafe.Pointer // [cnt]uint64
-	mask   uint32         // cnt - 1
-	shift  uint8          // log2(stride)
+	buf   unsafe.Pointer
+	dbrec unsafe.Pointer
+	wrid  unsafe.Pointer // [cnt]uint64
+	mask  uint32         // cnt - 1
+	// stride is the bytes per WQE, a power of two. Slot addresses multiply
+	// by it: one instruction, where a shift by a variable count compiles
+	// with Go's guard for counts of 64 and more.
+	stride uintptr
 	srq    bool
 	maxSGE uint32 // data segments per WQE
 	// segs is slot 0's first data segment: buf, or for an SRQ the byte
@@ -71,7 +74,7 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 		segs:    buf,
 		dbrec:   dbrec,
 		mask:    cnt - 1,
-		shift:   uint8(bits.TrailingZeros32(stride)),
+		stride:  uintptr(stride),
 		srq:     srq,
 		wridMem: make([]uint64, cnt),
 	}
@@ -126,7 +129,7 @@ type RecvStage struct {
 // caller checked is free (an SRQ's head is a slot already; masking it
 // changes nothing), and makes it the open stage.
 func (r *recvRing) begin(wrid uint64) RecvStage {
-	first := unsafe.Add(r.segs, uintptr(r.head&r.mask)<<r.shift)
+	first := unsafe.Add(r.segs, uintptr(r.head&r.mask)*r.stride)
 	r.open = uintptr(first)
 	return RecvStage{r: r, first: first, wrid: wrid}
 }
@@ -230,7 +233,7 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 	idx := r.head & r.mask
 	*(*uint64)(unsafe.Add(r.wrid, uintptr(idx)*8)) = wrid
 	*(*bool)(unsafe.Add(r.busy, idx)) = true
-	wqe := unsafe.Add(r.buf, uintptr(idx)<<r.shift)
+	wqe := unsafe.Add(r.buf, uintptr(idx)*r.stride)
 	r.head = uint32(prm.Load16(unsafe.Add(wqe, prm.SRQNextWQEIndex))) & r.mask
 	r.counter++
 	r.posted++
@@ -292,7 +295,7 @@ func (r *recvRing) takeSRQ(wqeCounter uint16) (uint64, bool) {
 		return 0, false
 	}
 	*busy = false
-	prm.Store16(unsafe.Add(r.buf, uintptr(r.tail)<<r.shift+prm.SRQNextWQEIndex), wqeCounter)
+	prm.Store16(unsafe.Add(r.buf, uintptr(r.tail)*r.stride+prm.SRQNextWQEIndex), wqeCounter)
 	r.tail = uint32(wqeCounter)
 	r.posted--
 	return *(*uint64)(unsafe.Add(r.wrid, idx*8)), true
@@ -313,7 +316,7 @@ func (r *recvRing) takeRQ(wqeCounter uint16) (uint64, bool) {
 // buffers of the receive WQE at slot idx, as rdma-core does for
 // scatter-to-CQE completions.
 func (r *recvRing) scatterTo(idx uint32, data []byte) {
-	seg := unsafe.Add(r.segs, uintptr(idx&r.mask)<<r.shift)
+	seg := unsafe.Add(r.segs, uintptr(idx&r.mask)*r.stride)
 	for i := uint32(0); i < r.maxSGE && len(data) > 0; i++ {
 		p := unsafe.Add(seg, uintptr(i)*prm.DataSize)
 		if prm.Load32(unsafe.Add(p, prm.DataLKey)) == prm.InvalidLKey {
