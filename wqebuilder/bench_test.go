@@ -13,6 +13,7 @@ import (
 var (
 	benchAV     = wqebuilder.Address{DLID: 7, SL: 1}.AV()
 	benchInline = make([]byte, 32)
+	benchSmall  = make([]byte, 8)
 )
 
 // posters post one WQE of each kind with FinishBlueFlame (the full post:
@@ -27,6 +28,9 @@ var posters = []struct {
 	}},
 	{"SEND", func(q *wqebuilder.SendQueue, i uint64) error {
 		return q.Begin(i, wqebuilder.Signaled).Send().SGE(0x1000, 64, 0x11).FinishBlueFlame()
+	}},
+	{"SEND_INLINE8", func(q *wqebuilder.SendQueue, i uint64) error {
+		return q.Begin(i, wqebuilder.Signaled).Send().Inline(benchSmall).FinishBlueFlame()
 	}},
 	{"SEND_INLINE32", func(q *wqebuilder.SendQueue, i uint64) error {
 		return q.Begin(i, wqebuilder.Signaled).Send().Inline(benchInline).FinishBlueFlame()

@@ -1,6 +1,7 @@
 package wqebuilder
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"unsafe"
 
@@ -382,7 +383,33 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 		copy(unsafe.Slice((*byte)(dst), room), b)
 		copy(unsafe.Slice((*byte)(q.buf), uintptr(n)-room), b[room:])
 	} else {
-		copy(unsafe.Slice((*byte)(dst), n), b)
+		// Up to 32 bytes, the common size of inline data, b moves in
+		// 8- or 4-byte loads and stores from both of its ends (they
+		// overlap when its length is not a multiple), with no call;
+		// longer data goes through copy.
+		m := len(b)
+		d := unsafe.Slice((*byte)(dst), m)
+		switch le := binary.LittleEndian; {
+		case m > 32:
+			copy(d, b)
+		case m >= 16:
+			h0, h1 := le.Uint64(b), le.Uint64(b[8:])
+			t0, t1 := le.Uint64(b[m-16:]), le.Uint64(b[m-8:])
+			le.PutUint64(d, h0)
+			le.PutUint64(d[8:], h1)
+			le.PutUint64(d[m-16:], t0)
+			le.PutUint64(d[m-8:], t1)
+		case m >= 8:
+			h, t := le.Uint64(b), le.Uint64(b[m-8:])
+			le.PutUint64(d, h)
+			le.PutUint64(d[m-8:], t)
+		case m >= 4:
+			h, t := le.Uint32(b), le.Uint32(b[m-4:])
+			le.PutUint32(d, h)
+			le.PutUint32(d[m-4:], t)
+		case m > 0: // 1 to 3 bytes: the first, the middle and the last
+			d[0], d[m/2], d[m-1] = b[0], b[m/2], b[m-1]
+		}
 	}
 	return hdr, st&^(stDSMask|stAuxMask) | uint64(ds) | uint64(total)<<stAuxShift
 }

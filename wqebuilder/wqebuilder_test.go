@@ -334,3 +334,43 @@ func TestAddressAV(t *testing.T) {
 	copy(want[32:], dgid[:])
 	require.Equal(t, want, roce[:])
 }
+
+// Inline data of every length up to MaxInline, appended after a first
+// piece of 0 to 20 bytes (so that it starts at every alignment), lands
+// byte for byte after the segment header, and nothing after it in the ring
+// changes: small pieces move as overlapping loads and stores from both of
+// their ends, which must neither drop nor add a byte.
+func TestInlineEveryLength(t *testing.T) {
+	f := newFixture(t, defaultOpts())
+	q := f.q
+	rng := rand.New(rand.NewPCG(3, 4))
+	for first := 0; first <= 20; first += 5 {
+		for n := 1; first+n <= int(f.cfg.MaxInline); n++ {
+			retireAll(t, q)
+			for q.ProducerIndex()%64 > 48 { // no wrap: the WQE has at most 4 WQEBBs
+				require.NoError(t, q.Begin(0, 0).Nop().Finish())
+				retireAll(t, q)
+			}
+			for i := range f.ring {
+				f.ring[i] = byte(rng.Uint32())
+			}
+			before := append([]byte(nil), f.ring...)
+			a, b := make([]byte, first), make([]byte, n)
+			for i := range a {
+				a[i] = byte(rng.Uint32())
+			}
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			at := int(q.ProducerIndex()%64) * prm.WQEBBSize
+			require.NoError(t, q.Begin(1, 0).Send().Inline(a).Inline(b).Finish())
+
+			want := append([]byte(nil), before...)
+			binary.BigEndian.PutUint32(want[at+16:], uint32(first+n)|prm.InlineSeg)
+			copy(want[at+20:], a)
+			copy(want[at+20+first:], b)
+			require.Equal(t, before[:at], f.ring[:at], "first %d, n %d: before the WQE", first, n)
+			require.Equal(t, want[at+16:], f.ring[at+16:], "first %d, n %d: from the inline segment on", first, n)
+		}
+	}
+}
