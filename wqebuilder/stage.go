@@ -379,39 +379,52 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 		pos -= uintptr(q.end) - uintptr(q.buf)
 	}
 	dst := unsafe.Add(hdr, pos-uintptr(hdr))
-	if room := uintptr(q.end) - pos; uintptr(n) > room {
-		copy(unsafe.Slice((*byte)(dst), room), b)
-		copy(unsafe.Slice((*byte)(q.buf), uintptr(n)-room), b[room:])
-	} else {
-		// Up to 32 bytes, the common size of inline data, b moves in
-		// 8- or 4-byte loads and stores from both of its ends (they
-		// overlap when its length is not a multiple), with no call;
-		// longer data goes through copy.
-		m := len(b)
-		d := unsafe.Slice((*byte)(dst), m)
-		switch le := binary.LittleEndian; {
-		case m > 32:
-			copy(d, b)
-		case m >= 16:
-			h0, h1 := le.Uint64(b), le.Uint64(b[8:])
-			t0, t1 := le.Uint64(b[m-16:]), le.Uint64(b[m-8:])
-			le.PutUint64(d, h0)
-			le.PutUint64(d[8:], h1)
-			le.PutUint64(d[m-16:], t0)
-			le.PutUint64(d[m-8:], t1)
-		case m >= 8:
-			h, t := le.Uint64(b), le.Uint64(b[m-8:])
-			le.PutUint64(d, h)
-			le.PutUint64(d[m-8:], t)
-		case m >= 4:
-			h, t := le.Uint32(b), le.Uint32(b[m-4:])
-			le.PutUint32(d, h)
-			le.PutUint32(d[m-4:], t)
-		case m > 0: // 1 to 3 bytes: the first, the middle and the last
-			d[0], d[m/2], d[m-1] = b[0], b[m/2], b[m-1]
-		}
+	room := uintptr(q.end) - pos
+	st = st&^(stDSMask|stAuxMask) | uint64(ds) | uint64(total)<<stAuxShift
+	// Up to 32 bytes that do not wrap, the common case of inline data, b
+	// moves in 8- or 4-byte loads and stores from both of its ends (they
+	// overlap when its length is not a multiple), with no call. Longer
+	// data and data that wraps go through copyInline, out of line, so
+	// that this path saves no registers for its calls.
+	m := len(b)
+	if m > 32 || uintptr(m) > room {
+		copyInline(q, dst, room, b)
+		return hdr, st
 	}
-	return hdr, st&^(stDSMask|stAuxMask) | uint64(ds) | uint64(total)<<stAuxShift
+	d := unsafe.Slice((*byte)(dst), m)
+	switch le := binary.LittleEndian; {
+	case m >= 16:
+		h0, h1 := le.Uint64(b), le.Uint64(b[8:])
+		t0, t1 := le.Uint64(b[m-16:]), le.Uint64(b[m-8:])
+		le.PutUint64(d, h0)
+		le.PutUint64(d[8:], h1)
+		le.PutUint64(d[m-16:], t0)
+		le.PutUint64(d[m-8:], t1)
+	case m >= 8:
+		h, t := le.Uint64(b), le.Uint64(b[m-8:])
+		le.PutUint64(d, h)
+		le.PutUint64(d[m-8:], t)
+	case m >= 4:
+		h, t := le.Uint32(b), le.Uint32(b[m-4:])
+		le.PutUint32(d, h)
+		le.PutUint32(d[m-4:], t)
+	case m > 0: // 1 to 3 bytes: the first, the middle and the last
+		d[0], d[m/2], d[m-1] = b[0], b[m/2], b[m-1]
+	}
+	return hdr, st
+}
+
+// copyInline copies b to dst in the ring of q, where room bytes are left
+// before the ring end: the rest continues at the ring start.
+//
+//go:noinline
+func copyInline(q *SendQueue, dst unsafe.Pointer, room uintptr, b []byte) {
+	if uintptr(len(b)) <= room {
+		copy(unsafe.Slice((*byte)(dst), len(b)), b)
+		return
+	}
+	copy(unsafe.Slice((*byte)(dst), room), b)
+	copy(unsafe.Slice((*byte)(q.buf), uintptr(len(b))-room), b[room:])
 }
 
 // Finishing.
