@@ -7,6 +7,7 @@
 #   make bench-floor     Go post+poll beside the C floor and cgo per operation
 #   make bench-histogram ping-pong latency histograms, text and SVG, in docs/img
 #   make bench-preempt   ping-pong with asynchronous preemption on and off
+#   make instructions    instructions per post of each kind, counted with callgrind
 #   make lint       gofmt, go vet, staticcheck with every check
 #   make fuzz       every fuzz target for FUZZTIME each
 #   make soak       the reliability soak: 1,000,000 work requests with faults
@@ -27,7 +28,7 @@ PREEMPT_OUT ?= $(or $(TMPDIR),/tmp)/mlx5kit-asyncpreemptoff
 
 TASKSET := $(if $(MLX5KIT_CPUS),taskset -c $(MLX5KIT_CPUS),)
 
-.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt lint generate fuzz soak cross test-arm64 hwtest
+.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt instructions lint generate fuzz soak cross test-arm64 hwtest
 
 deps:
 	@./scripts/deps.sh
@@ -63,6 +64,9 @@ bench-preempt: deps
 	done
 	rm -f bench/bench.test
 	$(GO) run $(BENCHSTAT) preempt=$(PREEMPT_OUT)-0.txt no-preempt=$(PREEMPT_OUT)-1.txt
+
+instructions: deps
+	GO=$(GO) ./scripts/instructions.sh
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
