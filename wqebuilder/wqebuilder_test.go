@@ -347,7 +347,7 @@ func TestInlineEveryLength(t *testing.T) {
 	for first := 0; first <= 20; first += 5 {
 		for n := 1; first+n <= int(f.cfg.MaxInline); n++ {
 			retireAll(t, q)
-			for q.ProducerIndex()%64 > 48 { // no wrap: the WQE has at most 4 WQEBBs
+			for q.ProducerIndex()%f.cfg.WQECnt > f.cfg.WQECnt-16 { // no wrap: the WQE has at most 4 WQEBBs
 				require.NoError(t, q.Begin(0, 0).Nop().Finish())
 				retireAll(t, q)
 			}
@@ -362,15 +362,16 @@ func TestInlineEveryLength(t *testing.T) {
 			for i := range b {
 				b[i] = byte(rng.Uint32())
 			}
-			at := int(q.ProducerIndex()%64) * prm.WQEBBSize
+			at := int(q.ProducerIndex()%f.cfg.WQECnt) * prm.WQEBBSize
+			data := at + prm.CtrlSize + prm.InlineHeaderSize
 			require.NoError(t, q.Begin(1, 0).Send().Inline(a).Inline(b).Finish())
 
 			want := append([]byte(nil), before...)
-			binary.BigEndian.PutUint32(want[at+16:], uint32(first+n)|prm.InlineSeg)
-			copy(want[at+20:], a)
-			copy(want[at+20+first:], b)
+			binary.BigEndian.PutUint32(want[at+prm.CtrlSize:], uint32(first+n)|prm.InlineSeg)
+			copy(want[data:], a)
+			copy(want[data+first:], b)
 			require.Equal(t, before[:at], f.ring[:at], "first %d, n %d: before the WQE", first, n)
-			require.Equal(t, want[at+16:], f.ring[at+16:], "first %d, n %d: from the inline segment on", first, n)
+			require.Equal(t, want[at+prm.CtrlSize:], f.ring[at+prm.CtrlSize:], "first %d, n %d: from the inline segment on", first, n)
 		}
 	}
 }
