@@ -7,11 +7,12 @@
 // sfence after it is mmio_wc_start, the sfence at the end
 // mmio_flush_writes.
 
-// The steps of a post's prologue, for the two modes' prologues below. The
+// The steps of a post's prologue (PROLOGUE below) and of its chunk count. The
 // Register is embedded in SendDoorbell: REG_f is its field f.
 #define REG_reg (SendDoorbell_Register+Register_reg)
 #define REG_size (SendDoorbell_Register+Register_size)
 #define REG_offset (SendDoorbell_Register+Register_offset)
+#define REG_straight (SendDoorbell_Register+Register_straight)
 
 // DX = d, BX = pi, SI = src, CX = n, AX = d.dbrec.
 #define POST_ARGS \
@@ -21,20 +22,19 @@
 	MOVQ	n+24(FP), CX \
 	MOVQ	SendDoorbell_dbrec(DX), AX
 
-// DI = d.reg + d.offset, then d.offset ^= d.size; R11 = d.size.
+// DI = d.reg + d.offset, then d.offset ^= d.size.
 #define POST_BUFFER \
 	MOVL	REG_offset(DX), R10 \
 	MOVQ	REG_reg(DX), DI \
 	ADDQ	R10, DI \
-	MOVL	REG_size(DX), R11 \
-	XORL	R11, R10 \
+	XORL	REG_size(DX), R10 \
 	MOVL	R10, REG_offset(DX)
 
-// CX = (n+63)/64 chunks, or 0 (the doorbell) when the buffer (R11 bytes)
-// holds fewer; R11 becomes the buffer's size in chunks.
+// CX = (n+63)/64 chunks, or 0 (the doorbell) when the buffer holds fewer.
 #define POST_CHUNKS \
 	ADDQ	$63, CX \
 	SHRQ	$6, CX \
+	MOVL	REG_size(DX), R11 \
 	SHRL	$6, R11 \
 	XORL	R10, R10 \
 	CMPQ	CX, R11 \
@@ -47,21 +47,10 @@
 	MOVL	BX, 4(AX) \
 	SFENCE
 
-// The prologue of ModeAVX512: the arguments, R8 = d.ringBase,
-// R9 = d.ringEnd, the buffer, CX = the chunk count or 0 for the doorbell,
-// the doorbell record and the fence.
+// The prologue of both modes: the arguments (CX = n), the buffer, the
+// doorbell record and the fence. The ring bounds and the chunk count are
+// loaded only by a WQE of more than one basic block.
 #define PROLOGUE \
-	POST_ARGS \
-	MOVQ	SendDoorbell_ringBase(DX), R8 \
-	MOVQ	SendDoorbell_ringEnd(DX), R9 \
-	POST_BUFFER \
-	POST_CHUNKS \
-	POST_DBREC
-
-// The prologue of ModeStore8: as PROLOGUE without the ring bounds and the
-// chunk count (CX = n, R11 = d.size), which only a WQE of more than one
-// basic block needs.
-#define PROLOGUE_SHORT \
 	POST_ARGS \
 	POST_BUFFER \
 	POST_DBREC
@@ -85,33 +74,40 @@
 	MOVQ	DX, 48(DI) \
 	MOVQ	R10, 56(DI)
 
+// The straight path: one chunk (1 <= n <= 64, a buffer to copy it to)
+// goes on below, anything else jumps to label. A WQE of one basic block,
+// the common case, never wraps (basic blocks do not cross the ring's end)
+// and any BlueFlame buffer holds it, so it needs no loop and no look at
+// the ring's bounds.
+#define ONE_CHUNK_OR(label) \
+	LEAQ	-1(CX), R8 \
+	CMPQ	R8, REG_straight(DX) \
+	JCC	label
+
+// CX = the chunk count, or jump to the doorbell; R8 = d.ringBase,
+// R9 = d.ringEnd.
+#define CHUNKS_OR_DOORBELL \
+	POST_CHUNKS \
+	TESTQ	CX, CX \
+	JZ	doorbell \
+	MOVQ	SendDoorbell_ringBase(DX), R8 \
+	MOVQ	SendDoorbell_ringEnd(DX), R9
+
 // func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int)
-// The mode is read before anything is written. In ModeStore8 a WQE of one
-// basic block (1 <= n <= 64), the common case, is one chunk that never
-// wraps (basic blocks do not cross the ring's end) and that any BlueFlame
-// buffer holds: it takes a straight path, with no loop and no look at the
-// ring's bounds.
+// The mode is read before anything is written, the default mode of an
+// AVX-512 machine first.
 TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
-	MOVBLZX	·activeMode(SB), R12
-	CMPL	R12, $const_ModeGeneric
-	JEQ	generic
-	CMPL	R12, $const_ModeAVX512
+	CMPB	·activeMode(SB), $const_ModeAVX512
 	JEQ	avx512post
-	PROLOGUE_SHORT
-	LEAQ	-1(CX), R8
-	CMPQ	R8, $63
-	JHI	store8chunks	// n == 0 or n > 64
-	TESTL	R11, R11
-	JZ	doorbell	// no BlueFlame buffer
+	CMPB	·activeMode(SB), $const_ModeStore8
+	JNE	generic
+	PROLOGUE
+	ONE_CHUNK_OR(store8chunks)
 	STORE8
 	SFENCE
 	RET
 store8chunks:
-	POST_CHUNKS
-	TESTQ	CX, CX
-	JZ	doorbell	// n == 0, or more than the buffer holds
-	MOVQ	SendDoorbell_ringBase(DX), R8
-	MOVQ	SendDoorbell_ringEnd(DX), R9
+	CHUNKS_OR_DOORBELL
 store8:
 	STORE8
 	ADDQ	$64, SI
@@ -126,8 +122,14 @@ store8next:
 	RET
 avx512post:
 	PROLOGUE
-	TESTQ	CX, CX
-	JZ	doorbell
+	ONE_CHUNK_OR(avx512chunks)
+	VMOVDQU64	(SI), Z0
+	VMOVDQU64	Z0, (DI)
+	SFENCE
+	VZEROUPPER
+	RET
+avx512chunks:
+	CHUNKS_OR_DOORBELL
 avx512:
 	VMOVDQU64	(SI), Z0
 	VMOVDQU64	Z0, (DI)

@@ -23,6 +23,10 @@ type Register struct {
 	reg    unsafe.Pointer
 	size   uint32
 	offset uint32
+	// straight is min(size, ChunkSize): a copy of n bytes with
+	// 0 < n <= straight is one chunk, and the amd64 post copies it with
+	// no loop after one unsigned compare of n-1 against it.
+	straight uint64
 }
 
 // NewRegister returns the register at reg whose two BlueFlame buffers are size
@@ -40,7 +44,7 @@ func NewRegister(reg unsafe.Pointer, size uint32) (Register, error) {
 		return Register{}, fmt.Errorf("blueflame: new register: address %p not 8-byte aligned: %w",
 			reg, ErrBadRegister)
 	}
-	return Register{reg: reg, size: size}, nil
+	return Register{reg: reg, size: size, straight: uint64(min(size, ChunkSize))}, nil
 }
 
 // Size returns the size of one BlueFlame buffer (0 for doorbell only).
