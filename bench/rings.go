@@ -125,18 +125,22 @@ const (
 // store for store like floor_complete_cqe in cfloor.c, so the Go and C loops
 // pay the same for it.
 type completer struct {
-	cq      unsafe.Pointer
-	mask    uint32 // cqeCnt - 1
-	logCnt  uint32 // log2(cqeCnt): bit logCnt of the index is the owner bit
-	pi      uint32
-	qpDBRec unsafe.Pointer
+	cq   unsafe.Pointer
+	mask uint32 // cqeCnt - 1
+	cnt  uint32 // cqeCnt: this bit of the index is the owner bit
+	// ownerScale is 1<<24 / cqeCnt: (index & cnt) * ownerScale is the
+	// owner bit where op_own sits in the CQE's last word, with no
+	// variable shift (which Go guards against counts of 32 or more).
+	ownerScale uint32
+	pi         uint32
+	qpDBRec    unsafe.Pointer
 	// sopDropQPN is the CQE's sop_drop_qpn word as it lies in memory:
 	// the send opcode and the QPN, big-endian.
 	sopDropQPN uint32
 }
 
 func newCompleter(m *queueMemory) completer {
-	return completer{cq: m.cq, mask: m.cqeCnt - 1, logCnt: uint32(bits.TrailingZeros32(m.cqeCnt)), qpDBRec: m.qpDBRec,
+	return completer{cq: m.cq, mask: m.cqeCnt - 1, cnt: m.cqeCnt, ownerScale: 1 << 24 / m.cqeCnt, qpDBRec: m.qpDBRec,
 		sopDropQPN: bits.ReverseBytes32(uint32(prm.OpRdmaWriteImm)<<prm.CQESendOpShift | m.qpn)}
 }
 
@@ -150,6 +154,6 @@ func (c *completer) complete() {
 	c.pi = n + 1
 	cqe := unsafe.Add(c.cq, uintptr(n&c.mask)*prm.CQE64Size)
 	*(*uint32)(unsafe.Add(cqe, prm.CQESopDropQPN)) = c.sopDropQPN
-	opOwn := uint32(prm.CQEReq)<<prm.CQEOpcodeShift | n>>c.logCnt&prm.CQEOwnerMask
-	*(*uint32)(unsafe.Add(cqe, prm.CQEWQECounter)) = uint32(bits.ReverseBytes16(uint16(pi-1))) | opOwn<<24
+	opOwn := uint32(prm.CQEReq)<<(prm.CQEOpcodeShift+24) | (n&c.cnt)*c.ownerScale
+	*(*uint32)(unsafe.Add(cqe, prm.CQEWQECounter)) = uint32(bits.ReverseBytes16(uint16(pi-1))) | opOwn
 }
