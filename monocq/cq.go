@@ -112,10 +112,17 @@ func (cq *CQ) slot(i uint32) *CQE {
 // marks a CQE that software owns: the test of rdma-core's get_sw_cqe, opcode
 // not INVALID and owner bit == !!(i & cqeCnt).
 func sw(op uint8, i, cqeCnt uint32) bool {
-	// INVALID is the largest opcode. -owner is all ones for owner bit 1 and
-	// 0 for owner bit 0: XOR with the index leaves the cqeCnt bit clear
-	// exactly when the two agree (no booleans to materialise).
-	return op < uint8(prm.CQEInvalid)<<prm.CQEOpcodeShift && (-uint32(op&prm.CQEOwnerMask)^i)&cqeCnt == 0
+	// INVALID is the largest opcode.
+	return op < uint8(prm.CQEInvalid)<<prm.CQEOpcodeShift && ownerAgrees(op, i, cqeCnt)
+}
+
+// ownerAgrees reports whether the owner bit of op_own op is the one
+// software expects at consumer index i: half of sw, without the opcode.
+func ownerAgrees(op uint8, i, cqeCnt uint32) bool {
+	// -owner is all ones for owner bit 1 and 0 for owner bit 0: XOR with
+	// the index leaves the cqeCnt bit clear exactly when the two agree (no
+	// booleans to materialise).
+	return (-uint32(op&prm.CQEOwnerMask)^i)&cqeCnt == 0
 }
 
 // The fields of CQ.state.
@@ -282,9 +289,12 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 				return 0
 			}
 			if max == 1 && op&(prm.CQEFormatScatter64<<prm.CQEFormatShift) == 0 &&
-				!sw(*(*uint8)(unsafe.Add(ring, uintptr((i+mask)&mask)<<shift+prm.CQEOpOwn)), i+mask, mask+1) {
+				!ownerAgrees(*(*uint8)(unsafe.Add(ring, uintptr((i+mask)&mask)<<shift+prm.CQEOpOwn)), i+mask, mask+1) {
 				// One CQE: what Ready would find and check, without the
-				// call. The state stays 0, as if the CQE were taken and
+				// call. The ring-full test looks at the owner bit alone:
+				// a slot whose owner bit says full but whose opcode is
+				// INVALID (never written, as a ring can start) goes to
+				// Ready, which tells the two apart. The state stays 0, as if the CQE were taken and
 				// released already: that changes nothing Next or Ready
 				// could do inside fn, since the device cannot write the
 				// slot before the doorbell record below says so.

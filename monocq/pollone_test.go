@@ -149,3 +149,24 @@ func TestPollOneAfterReady(t *testing.T) {
 		cq.Poll(1, func(*CQE) {})
 	}))
 }
+
+// A ring whose never-written slots carry INVALID with owner bit 1: the slot
+// behind consumer index 0 has the owner bit of a full ring but is no CQE.
+// Poll(1) leaves the one-CQE path for Ready, which hands the CQE out and
+// reports no overrun, and takes the one-CQE path again after that.
+func TestPollOneInvalidSlotBehindIsNotFull(t *testing.T) {
+	r := newRing(t, 8, 64)
+	for i := uint32(0); i < r.cnt; i++ {
+		r.cqe64(i)[prm.CQEOpOwn] = uint8(prm.CQEInvalid)<<prm.CQEOpcodeShift | prm.CQEOwnerMask
+	}
+	cq := r.newCQ(t)
+	for i := 0; i < 3*int(r.cnt); i++ {
+		r.put(cqeFields{opcode: prm.CQEReq, wqeCounter: uint16(i)})
+		c, ok := pollOne(t, cq)
+		require.True(t, ok, "CQE %d", i)
+		require.Equal(t, uint16(i), c)
+		require.NoError(t, cq.Err(), "CQE %d", i)
+		_, ok = pollOne(t, cq)
+		require.False(t, ok, "after CQE %d", i)
+	}
+}
