@@ -32,6 +32,10 @@ count() {
 			"$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "${n}x" 2>&1 |
 			sed -n 's/.*Collected : \([0-9]*\).*/\1/p')")
 	done
+	if [[ -z ${total[0]} || -z ${total[1]} || ${total[0]} -eq 0 ]]; then
+		echo "instructions.sh: valgrind counted nothing in $fn ($bench)" >&2
+		exit 1
+	fi
 	echo $(((total[1] - total[0]) / (n2 - n1)))
 }
 
@@ -40,11 +44,15 @@ $go test -c -o "$dir/rc.test" ./rc
 printf '%-28s %s\n' case instructions
 for name in $(sed -n 's/^\t{"\([A-Z0-9_]*\)", func.*/\1/p' wqebuilder/bench_test.go); do
 	[[ $name =~ $filter ]] || continue
-	printf '%-28s %s\n' "Post/$name" "$(count "$dir/wqebuilder.test" wqebuilder \
-		'github.com/mlx5kit/mlx5kit/wqebuilder_test.init.func*' "^BenchmarkPost\$/^$name\$" 1000 3000)"
+	# An assignment, not an argument of printf: a failed count stops the
+	# script (set -e).
+	n=$(count "$dir/wqebuilder.test" wqebuilder \
+		'github.com/mlx5kit/mlx5kit/wqebuilder_test.init.func*' "^BenchmarkPost\$/^$name\$" 1000 3000)
+	printf '%-28s %s\n' "Post/$name" "$n"
 done
 for name in PostRecv PostRecvSRQ; do
 	[[ $name =~ $filter ]] || continue
-	printf '%-28s %s\n' "rc $name" "$(count "$dir/rc.test" rc \
-		'github.com/mlx5kit/mlx5kit/rc_test.(*recvRig).postOne' "^Benchmark$name\$" 100 300)"
+	n=$(count "$dir/rc.test" rc \
+		'github.com/mlx5kit/mlx5kit/rc_test.(*recvRig).postOne' "^Benchmark$name\$" 100 300)
+	printf '%-28s %s\n' "rc $name" "$n"
 done
