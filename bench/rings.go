@@ -128,9 +128,10 @@ type completer struct {
 	cq   unsafe.Pointer
 	mask uint32 // cqeCnt - 1
 	cnt  uint32 // cqeCnt: this bit of the index is the owner bit
-	// ownerScale is 1<<24 / cqeCnt: (index & cnt) * ownerScale is the
-	// owner bit where op_own sits in the CQE's last word, with no
-	// variable shift (which Go guards against counts of 32 or more).
+	// ownerScale is 1<<24 / cqeCnt (the benchmark rings are far below
+	// 2^24 CQEs): (index & cnt) * ownerScale is the owner bit where op_own
+	// sits in the CQE's last word, with no variable shift (which Go guards
+	// against counts of 32 or more).
 	ownerScale uint32
 	pi         uint32
 	qpDBRec    unsafe.Pointer

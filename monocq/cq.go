@@ -294,10 +294,11 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 				// call. The ring-full test looks at the owner bit alone:
 				// a slot whose owner bit says full but whose opcode is
 				// INVALID (never written, as a ring can start) goes to
-				// Ready, which tells the two apart. The state stays 0, as if the CQE were taken and
-				// released already: that changes nothing Next or Ready
-				// could do inside fn, since the device cannot write the
-				// slot before the doorbell record below says so.
+				// Ready, which tells the two apart. The state stays 0,
+				// as if the CQE were taken and released already: that
+				// changes nothing Next or Ready could do inside fn,
+				// since the device cannot write the slot before the
+				// doorbell record below says so.
 				blueflame.OwnershipBarrier()
 				i++
 				cq.ci = i
