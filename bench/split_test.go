@@ -26,8 +26,7 @@ type handCQ struct {
 }
 
 func newHandCQ(m *queueMemory) *handCQ {
-	c := newCompleter(m)
-	return &handCQ{cq: m.cq, mask: c.mask, logCnt: uint32(bits.TrailingZeros32(c.cnt)), dbrec: m.cqDBRec}
+	return &handCQ{cq: m.cq, mask: m.cqeCnt - 1, logCnt: uint32(bits.TrailingZeros32(m.cqeCnt)), dbrec: m.cqDBRec}
 }
 
 // poll takes the CQE at the consumer index if software owns it and it is a

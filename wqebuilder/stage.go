@@ -512,7 +512,9 @@ func (w wqe) finish(post bool) error {
 			return w.failure()
 		}
 		q := w.q
-		alone := q.rung == q.pi // before commit moves pi
+		// !q.Pending(), read before commit moves pi; written out, since the
+		// inlined call would leave a NOP in every post.
+		alone := q.rung == q.pi
 		pi := w.commit()
 		q.open = 0
 		if post {
