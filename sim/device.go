@@ -250,9 +250,10 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	if p.closed {
 		return nil, ctx.Errorf(op, "%w", ctx.ErrClosed)
 	}
-	// Keys: index<<8 | a tag byte, never InvalidLKey (0x100).
-	key := p.f.nextKey<<8 | uint32(p.f.nextKey*37)&0xff
-	p.f.nextKey++
+	key, ok := p.f.allocKeyLocked()
+	if !ok {
+		return nil, exhausted(op, "memory key indices", &p.f.keys)
+	}
 	m := &mr{f: p.f, pd: p, key: key, base: addr, addr: a, length: length, access: access}
 	p.f.mrs[key] = m
 	return m, nil
@@ -317,6 +318,7 @@ type mr struct {
 	addr   uint64
 	length uint64
 	access ctx.Access
+	closed bool
 }
 
 func (m *mr) LKey() uint32 { return m.key }
@@ -325,7 +327,12 @@ func (m *mr) RKey() uint32 { return m.key }
 func (m *mr) Close() error {
 	m.f.mu.Lock()
 	defer m.f.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
 	delete(m.f.mrs, m.key)
+	m.f.freeKeyLocked(m.key)
 	return nil
 }
 

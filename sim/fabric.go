@@ -87,10 +87,13 @@ type Fabric struct {
 	cqs     map[uint32]*cq
 	cqList  []*cq
 	srqs    map[uint32]*srq
-	srqList []*srq // in SRQN order
+	srqList []*srq // in creation order
 	mrs     map[uint32]*mr
 
-	nextQPN, nextCQN, nextSRQN, nextKey, nextPDN uint32
+	// The number spaces: QPNs (DCT numbers included), CQNs, SRQNs and
+	// memory key indices; see numbers.go.
+	qpns, cqns, srqns, keys numberSpace
+	nextPDN                 uint32
 
 	vnow  int64 // virtual nanoseconds (Manual)
 	start time.Time
@@ -154,18 +157,18 @@ func New(opts Options) *Fabric {
 		opts.Seed = 1
 	}
 	f := &Fabric{
-		opts:     opts,
-		qps:      map[uint32]*qp{},
-		cqs:      map[uint32]*cq{},
-		srqs:     map[uint32]*srq{},
-		mrs:      map[uint32]*mr{},
-		nextQPN:  0x100,
-		nextCQN:  0x40,
-		nextSRQN: 0x20,
-		nextKey:  0x2,
-		nextPDN:  1,
-		start:    time.Now(),
-		rng:      rand.New(rand.NewSource(opts.Seed)),
+		opts:    opts,
+		qps:     map[uint32]*qp{},
+		cqs:     map[uint32]*cq{},
+		srqs:    map[uint32]*srq{},
+		mrs:     map[uint32]*mr{},
+		qpns:    newNumberSpace(firstQPN, qpnLimit),
+		cqns:    newNumberSpace(firstCQN, numberLimit),
+		srqns:   newNumberSpace(firstSRQN, numberLimit),
+		keys:    newNumberSpace(firstKeyIndex, numberLimit),
+		nextPDN: 1,
+		start:   time.Now(),
+		rng:     rand.New(rand.NewSource(opts.Seed)),
 	}
 	for i := 0; i < opts.Devices; i++ {
 		f.hcas = append(f.hcas, newHCA(i, opts.LinkLayer))
@@ -461,8 +464,10 @@ func (f *Fabric) addQP(q *qp) {
 	f.qpList[i] = q
 }
 
+// removeQP takes q out of the execution order and frees its QPN.
 func (f *Fabric) removeQP(q *qp) {
 	delete(f.qps, q.qpn)
+	f.qpns.give(q.qpn)
 	for i, x := range f.qpList {
 		if x == q {
 			f.qpList = append(f.qpList[:i], f.qpList[i+1:]...)
@@ -476,8 +481,10 @@ func (f *Fabric) addSRQ(s *srq) {
 	f.srqList = append(f.srqList, s)
 }
 
+// removeSRQ forgets s and frees its SRQN.
 func (f *Fabric) removeSRQ(s *srq) {
 	delete(f.srqs, s.srqn)
+	f.srqns.give(s.srqn)
 	for i, x := range f.srqList {
 		if x == s {
 			f.srqList = append(f.srqList[:i], f.srqList[i+1:]...)
@@ -491,8 +498,10 @@ func (f *Fabric) addCQ(c *cq) {
 	f.cqList = append(f.cqList, c)
 }
 
+// removeCQ forgets c and frees its CQN.
 func (f *Fabric) removeCQ(c *cq) {
 	delete(f.cqs, c.cqn)
+	f.cqns.give(c.cqn)
 	for i, x := range f.cqList {
 		if x == c {
 			f.cqList = append(f.cqList[:i], f.cqList[i+1:]...)

@@ -152,8 +152,15 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.Provi
 	}
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
-	c.cqn = d.f.nextCQN
-	d.f.nextCQN++
+	cqn, _, ok := d.f.cqns.take()
+	if !ok {
+		if c.evfd >= 0 {
+			_ = unix.Close(c.evfd)
+		}
+		freeAll(c.bufs[:]...)
+		return nil, exhausted(op, "CQNs", &d.f.cqns)
+	}
+	c.cqn = cqn
 	d.f.addCQ(c)
 	return c, nil
 }
@@ -247,8 +254,12 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
 		freeAll(s.bufs[:]...)
 		return nil, ctx.Errorf(op, "PD: %w", ctx.ErrClosed)
 	}
-	s.srqn = p.f.nextSRQN
-	p.f.nextSRQN++
+	srqn, _, ok := p.f.srqns.take()
+	if !ok {
+		freeAll(s.bufs[:]...)
+		return nil, exhausted(op, "SRQNs", &p.f.srqns)
+	}
+	s.srqn = srqn
 	p.f.addSRQ(s)
 	return s, nil
 }
@@ -409,8 +420,12 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 		freeAll(q.bufs[:]...)
 		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
-	q.qpn = p.f.nextQPN
-	p.f.nextQPN++
+	qpn, _, ok := p.f.qpns.take()
+	if !ok {
+		freeAll(q.bufs[:]...)
+		return nil, exhausted(op, "QPNs", &p.f.qpns)
+	}
+	q.qpn = qpn
 	p.f.addQP(q)
 	return q, nil
 }
