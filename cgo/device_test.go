@@ -4,11 +4,13 @@ package cgo
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/stretchr/testify/require"
 )
 
@@ -114,46 +116,101 @@ func TestModifyMask(t *testing.T) {
 		want      int
 	}{
 		{ctx.QPTypeRC, R, I, ctx.AddressAttr{}, state | pkey | port | access},
+		{ctx.QPTypeRC, I, I, ctx.AddressAttr{}, state | pkey | port | access},
 		{ctx.QPTypeRC, I, RTR, ctx.AddressAttr{}, rcRTR},
 		{ctx.QPTypeRC, RTR, RTS, ctx.AddressAttr{}, rcRTS},
+		{ctx.QPTypeRC, RTS, RTS, ctx.AddressAttr{}, state},
 		{ctx.QPTypeUD, R, I, ctx.AddressAttr{}, state | pkey | port | qkey},
 		{ctx.QPTypeUD, I, RTR, ctx.AddressAttr{}, state},
 		{ctx.QPTypeUD, RTR, RTS, ctx.AddressAttr{}, state | sqPSN},
 		{ctx.QPTypeDCI, R, I, ctx.AddressAttr{}, state | pkey | port},
 		{ctx.QPTypeDCI, I, RTR, ctx.AddressAttr{}, dciRTRBare},
-		{ctx.QPTypeDCI, I, RTR, ctx.AddressAttr{GlobalRoute: true}, dciRTRBare | av},
+		// A DCI's path is not sent: the first DC kernels refuse IB_QP_AV.
+		{ctx.QPTypeDCI, I, RTR, ctx.AddressAttr{GlobalRoute: true, DLID: 3}, dciRTRBare},
 		{ctx.QPTypeDCI, RTR, RTS, ctx.AddressAttr{}, rcRTS},
+		{ctx.QPTypeDCI, RTS, E, ctx.AddressAttr{}, state},
 		{ctx.QPTypeDCT, R, I, ctx.AddressAttr{}, state | pkey | port | access},
 		{ctx.QPTypeDCT, I, RTR, ctx.AddressAttr{}, dctRTR},
 		{ctx.QPTypeRC, RTS, E, ctx.AddressAttr{}, state},
-		{ctx.QPTypeDCT, RTR, R, ctx.AddressAttr{}, state},
-		{ctx.QPTypeRC, SQE, RTS, ctx.AddressAttr{}, state},
-		{ctx.QPTypeRC, RTS, SQD, ctx.AddressAttr{}, state},
+		{ctx.QPTypeRC, E, R, ctx.AddressAttr{}, state},
+		{ctx.QPTypeRC, R, R, ctx.AddressAttr{}, state},
+		{ctx.QPTypeUD, SQE, RTS, ctx.AddressAttr{}, state},
+		{ctx.QPTypeRC, SQD, E, ctx.AddressAttr{}, state},
 	} {
 		a := ctx.QPAttr{State: c.next, Path: c.path}
 		got, err := modifyMask(c.typ, c.cur, c.next, &a)
 		require.NoError(t, err, "%v %v→%v", c.typ, c.cur, c.next)
 		require.Equal(t, c.want, got, "%v %v→%v: mask %#x, want %#x", c.typ, c.cur, c.next, got, c.want)
 	}
+	// What a ConnectX refuses through mlx5_ib, each with EINVAL.
 	for _, c := range []struct {
 		typ       ctx.QPType
 		cur, next ctx.QPState
 	}{
-		{ctx.QPTypeDCT, RTR, RTS},
+		{ctx.QPTypeDCT, RTR, E},   // mlx5_ib_modify_dct: RESET→INIT and INIT→RTR only
+		{ctx.QPTypeDCT, RTR, R},   // idem
+		{ctx.QPTypeDCT, I, E},     // idem
+		{ctx.QPTypeDCT, R, R},     // idem
+		{ctx.QPTypeDCT, RTR, RTS}, // idem
+		{ctx.QPTypeDCT, RTS, SQD},
+		{ctx.QPTypeRC, RTS, SQD},  // no RTS→SQD command in optab
+		{ctx.QPTypeUD, RTS, SQD},  // idem
+		{ctx.QPTypeRC, SQD, RTS},  // no SQD→RTS in older optabs
+		{ctx.QPTypeRC, R, E},      // not in qp_state_table
+		{ctx.QPTypeUD, R, E},      // idem
+		{ctx.QPTypeDCI, R, E},     // modify_dci_qp_is_ok: ERR from a state other than RESET
+		{ctx.QPTypeDCI, RTS, R},   // older modify_dci_qp_is_ok: no RESET
+		{ctx.QPTypeDCI, E, R},     // idem
+		{ctx.QPTypeDCI, R, R},     // idem
+		{ctx.QPTypeDCI, SQE, RTS}, // modify_dci_qp_is_ok has no SQE branch
 		{ctx.QPTypeRC, R, RTR},
 		{ctx.QPTypeRC, RTS, I},
+		{ctx.QPTypeRC, RTR, RTR},
 		{ctx.QPTypeUD, I, RTS},
-		{ctx.QPTypeDCT, RTS, SQD},
 		{ctx.QPType(99), R, I},
 	} {
 		_, err := modifyMask(c.typ, c.cur, c.next, &ctx.QPAttr{State: c.next})
 		require.ErrorIs(t, err, ctx.ErrInvalidState, "%v %v→%v", c.typ, c.cur, c.next)
+		require.ErrorIs(t, err, syscall.EINVAL, "%v %v→%v", c.typ, c.cur, c.next)
 	}
 }
 
+// TestModifyMaskTable walks every (type, from, to): modifyMask agrees with
+// the transition table on the verdict, the mask and the errno, and the
+// mask it derives passes the table's own mask check.
+func TestModifyMaskTable(t *testing.T) {
+	legal := 0
+	for _, typ := range qpstate.QPTypes {
+		for _, from := range qpstate.States {
+			for _, to := range qpstate.States {
+				name := fmt.Sprintf("%v %v→%v", typ, from, to)
+				r := qpstate.Lookup(typ, from, to)
+				got, err := modifyMask(typ, from, to, &ctx.QPAttr{State: to, Path: ctx.AddressAttr{DLID: 1, GlobalRoute: true}})
+				if !r.Legal {
+					require.ErrorIs(t, err, syscall.EINVAL, name)
+					require.ErrorIs(t, err, ctx.ErrInvalidState, name)
+					require.Equal(t, ctx.ErrInvalidState, unwrapSentinel(err), name)
+					continue
+				}
+				legal++
+				require.NoError(t, err, name)
+				require.NoError(t, qpstate.Check(typ, from, to, qpstate.Mask(got)), name)
+				want, _ := qpstate.Derive(typ, from, to)
+				require.Equal(t, int(want), got, name)
+			}
+		}
+	}
+	// RC 19, UD 19, DCI 11, DCT 2.
+	require.Equal(t, 51, legal)
+}
+
 func TestCheckAttrRanges(t *testing.T) {
+	rtrRC, err := modifyMask(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, nil)
+	require.NoError(t, err)
+	rtsRC, err := modifyMask(ctx.QPTypeRC, ctx.QPStateRTR, ctx.QPStateRTS, nil)
+	require.NoError(t, err)
 	ok := ctx.QPAttr{PathMTU: ctx.MTU4096, RemoteQPN: 0xffffff, RQPSN: 0xffffff, MinRNRTimer: 31}
-	require.NoError(t, checkAttr(maskRTRRC, &ok))
+	require.NoError(t, checkAttr(rtrRC, &ok))
 	for name, a := range map[string]ctx.QPAttr{
 		"RemoteQPN":   {PathMTU: ctx.MTU1024, RemoteQPN: 1 << 24},
 		"RQPSN":       {PathMTU: ctx.MTU1024, RQPSN: 1 << 24},
@@ -162,14 +219,14 @@ func TestCheckAttrRanges(t *testing.T) {
 		"not set":     {},
 		"Path.SL":     {PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{SL: 16}},
 	} {
-		err := checkAttr(maskRTRRC, &a)
+		err := checkAttr(rtrRC, &a)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 		require.Contains(t, err.Error(), name)
 	}
-	require.ErrorIs(t, checkAttr(maskRTSRC, &ctx.QPAttr{RetryCount: 8}), ctx.ErrInvalidArgument)
-	require.ErrorIs(t, checkAttr(maskRTSRC, &ctx.QPAttr{Timeout: 32}), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, checkAttr(rtsRC, &ctx.QPAttr{RetryCount: 8}), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, checkAttr(rtsRC, &ctx.QPAttr{Timeout: 32}), ctx.ErrInvalidArgument)
 	// Fields outside the mask are not looked at.
-	require.NoError(t, checkAttr(maskRTSRC, &ctx.QPAttr{RemoteQPN: 1 << 30}))
+	require.NoError(t, checkAttr(rtsRC, &ctx.QPAttr{RemoteQPN: 1 << 30}))
 }
 
 func TestFillAddress(t *testing.T) {

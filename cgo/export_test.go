@@ -2,6 +2,8 @@
 
 package cgo
 
+import "github.com/mlx5kit/mlx5kit/ctx"
+
 // Access to internals for the external hardware tests (package cgo_test,
 // which imports devicetest and so cannot be package cgo).
 
@@ -14,3 +16,7 @@ func CQClosed(cq *CompletionQueue) bool {
 
 // WatcherDone is closed when the watcher's goroutine has ended.
 func WatcherDone(w *AsyncWatcher) <-chan struct{} { return w.done }
+
+// ModifyStateUnchecked moves qp to s with ibv_modify_qp and the mask
+// IBV_QP_STATE, without the transition table.
+func ModifyStateUnchecked(qp *QueuePair, s ctx.QPState) error { return qp.modifyStateUnchecked(s) }

@@ -5,6 +5,7 @@ package cgo_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/bits"
 	"net/netip"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/stretchr/testify/require"
 )
 
@@ -491,4 +493,75 @@ func TestHardwareThroughCtx(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, mr.LKey())
 	require.NoError(t, c.Close(), "ctx closes QP, CQ, MR, PD and the device in order")
+}
+
+// TestHardwareKernelAgreesWithTransitionTable calls ibv_modify_qp, past the
+// provider's transition table, for transitions the table refuses, and
+// checks that this kernel refuses them too with EINVAL. A refusal that
+// later kernels lift (a DCI to RESET) is logged when this kernel accepts it.
+func TestHardwareKernelAgreesWithTransitionTable(t *testing.T) {
+	d := hwDevice(t)
+	path, port := loopbackPath(t, d)
+	attr, err := d.Query()
+	require.NoError(t, err)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+
+	try := func(q *QueuePair, from, to ctx.QPState) {
+		t.Helper()
+		r := qpstate.Lookup(q.Type(), from, to)
+		name := fmt.Sprintf("%v %v→%v", q.Type(), from, to)
+		err := ModifyStateUnchecked(q, to)
+		switch {
+		case r.Legal:
+			require.NoError(t, err, name)
+		case r.Newer != "" && err == nil:
+			t.Logf("%s: this kernel accepts it (%s)", name, r.Newer)
+		default:
+			require.ErrorIs(t, err, syscall.EINVAL, "%s: the table says %s (%s)", name, r.Why, r.Source)
+		}
+	}
+
+	caps := ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	rc, err := pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: caps})
+	require.NoError(t, err)
+	try(rc, ctx.QPStateReset, ctx.QPStateError)
+	access := ctx.AccessLocalWrite | ctx.AccessRemoteWrite
+	require.NoError(t, rc.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: path.Port, Access: access}))
+	require.NoError(t, rc.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: rc.Descriptor().QPN, Path: path,
+		PathMTU: min(port.ActiveMTU, ctx.MTU1024), MaxDestRdAtomic: 1, MinRNRTimer: 12}))
+	require.NoError(t, rc.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}))
+	try(rc, ctx.QPStateRTS, ctx.QPStateSQD)
+	try(rc, ctx.QPStateRTS, ctx.QPStateRTS)
+	try(rc, ctx.QPStateRTS, ctx.QPStateError)
+	try(rc, ctx.QPStateError, ctx.QPStateReset)
+	require.NoError(t, rc.Close())
+
+	if !attr.DC {
+		t.Skip("device reports no DC support")
+	}
+	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 16, MaxSGE: 1})
+	require.NoError(t, err)
+	dct, err := pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeDCT, RecvCQ: cq, SRQ: srq, DCKey: 0xdc})
+	require.NoError(t, err)
+	try(dct, ctx.QPStateReset, ctx.QPStateError)
+	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: path.Port, Access: access}))
+	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateRTR, Path: path, PathMTU: port.ActiveMTU, MinRNRTimer: 12}))
+	try(dct, ctx.QPStateRTR, ctx.QPStateError)
+	try(dct, ctx.QPStateRTR, ctx.QPStateReset)
+	require.NoError(t, dct.Close(), "a DCT in RTR is destroyed")
+
+	dci, err := pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1}})
+	require.NoError(t, err)
+	try(dci, ctx.QPStateReset, ctx.QPStateError)
+	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: path.Port}))
+	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: port.ActiveMTU, Path: path}))
+	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}))
+	try(dci, ctx.QPStateRTS, ctx.QPStateReset)
+	require.NoError(t, dci.Close())
+	require.NoError(t, srq.Close())
+	require.NoError(t, cq.Close())
+	require.NoError(t, pd.Close())
 }

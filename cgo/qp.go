@@ -10,9 +10,11 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"syscall"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 )
 
 // QPConfig configures a queue pair.
@@ -258,68 +260,18 @@ func (qp *QueuePair) Descriptor() ctx.QPDescriptor {
 	return qp.desc
 }
 
-// Verbs attribute masks (enum ibv_qp_attr_mask) by QP type and transition,
-// as rdma-core's own tests and the kernel's mlx5 DC checks require them.
-const (
-	maskInitRC  = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_ACCESS_FLAGS
-	maskInitUD  = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_QKEY
-	maskInitDCI = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT
-	maskInitDCT = C.IBV_QP_STATE | C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT | C.IBV_QP_ACCESS_FLAGS
-	maskRTRRC   = C.IBV_QP_STATE | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_DEST_QPN | C.IBV_QP_RQ_PSN | C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER
-	maskRTRUD   = C.IBV_QP_STATE
-	maskRTRDCI  = C.IBV_QP_STATE | C.IBV_QP_PATH_MTU
-	maskRTRDCT  = C.IBV_QP_STATE | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_MIN_RNR_TIMER
-	maskRTSRC   = C.IBV_QP_STATE | C.IBV_QP_TIMEOUT | C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_SQ_PSN | C.IBV_QP_MAX_QP_RD_ATOMIC
-	maskRTSUD   = C.IBV_QP_STATE | C.IBV_QP_SQ_PSN
-	maskState   = C.IBV_QP_STATE
-)
-
-// modifyMask derives the attribute mask of a transition, or an error for a
-// transition the QP type does not have.
-func modifyMask(typ ctx.QPType, cur, next ctx.QPState, a *ctx.QPAttr) (int, error) {
-	switch {
-	case next == ctx.QPStateReset || next == ctx.QPStateError:
-		return maskState, nil
-	case cur == ctx.QPStateReset && next == ctx.QPStateInit:
-		switch typ {
-		case ctx.QPTypeRC:
-			return maskInitRC, nil
-		case ctx.QPTypeUD:
-			return maskInitUD, nil
-		case ctx.QPTypeDCI:
-			return maskInitDCI, nil
-		case ctx.QPTypeDCT:
-			return maskInitDCT, nil
-		}
-	case cur == ctx.QPStateInit && next == ctx.QPStateRTR:
-		switch typ {
-		case ctx.QPTypeRC:
-			return maskRTRRC, nil
-		case ctx.QPTypeUD:
-			return maskRTRUD, nil
-		case ctx.QPTypeDCI:
-			// The address vector is optional for a DCI (each WQE carries
-			// its own); it is applied when the caller gave a path.
-			if a.Path.GlobalRoute || a.Path.DLID != 0 {
-				return maskRTRDCI | C.IBV_QP_AV, nil
-			}
-			return maskRTRDCI, nil
-		case ctx.QPTypeDCT:
-			return maskRTRDCT, nil
-		}
-	case cur == ctx.QPStateRTR && next == ctx.QPStateRTS:
-		switch typ {
-		case ctx.QPTypeRC, ctx.QPTypeDCI:
-			return maskRTSRC, nil
-		case ctx.QPTypeUD:
-			return maskRTSUD, nil
-		}
-	case (cur == ctx.QPStateSQD || cur == ctx.QPStateSQE) && next == ctx.QPStateRTS && typ != ctx.QPTypeDCT:
-		return maskState, nil
-	case cur == ctx.QPStateRTS && next == ctx.QPStateSQD && typ != ctx.QPTypeDCT:
-		return maskState, nil
+// modifyMask derives the attribute mask of a transition from the table of
+// transitions the kernel accepts (package qpstate: ib_modify_qp_is_ok,
+// mlx5_ib's optab, modify_dci_qp_is_ok and mlx5_ib_modify_dct), or returns
+// the table's error, which carries the EINVAL the kernel would return, for
+// a transition it refuses. The attributes do not change the mask: a DCI's
+// path at RTR is not sent (older kernels refuse IB_QP_AV on a DCI).
+func modifyMask(typ ctx.QPType, cur, next ctx.QPState, _ *ctx.QPAttr) (int, error) {
+	m, err := qpstate.Derive(typ, cur, next)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("%v QP %v→%v: %w", typ, cur, next, ctx.ErrInvalidState)
+	return int(m), nil
 }
 
 // checkAttr refuses values outside the bit widths of the verbs fields, so
@@ -411,7 +363,14 @@ func (qp *QueuePair) Modify(a ctx.QPAttr) error {
 		err = checkAttr(mask, &a)
 	}
 	if err != nil {
-		return &VerbError{Verb: verb, Detail: detail + ": " + err.Error(), Sentinel: unwrapSentinel(err)}
+		// Refused before the verb; a transition the kernel refuses carries
+		// the errno it would return.
+		why := err.Error()
+		var errno syscall.Errno
+		if te := (*qpstate.Error)(nil); errors.As(err, &te) {
+			why, errno = te.Reason, te.Errno
+		}
+		return &VerbError{Verb: verb, Detail: detail + ": " + why, Errno: errno, Sentinel: unwrapSentinel(err)}
 	}
 
 	var attr C.struct_ibv_qp_attr

@@ -8,6 +8,7 @@ package cgo
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -47,3 +48,25 @@ func summarizeAH(p ctx.AddressAttr, ll ctx.LinkLayer) (ahSummary, error) {
 
 // unsafePointer returns the address of b's first byte.
 func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// modifyStateUnchecked calls ibv_modify_qp with the attribute mask
+// IBV_QP_STATE alone and without consulting the transition table, so that a
+// test on a NIC can compare the kernel's verdict with the table's. On
+// success it records the new state.
+func (qp *QueuePair) modifyStateUnchecked(s ctx.QPState) error {
+	const verb = "ibv_modify_qp"
+	if err := qp.pd.use(verb); err != nil {
+		return err
+	}
+	defer qp.pd.d.mu.Unlock()
+	if qp.closed {
+		return errClosed(verb)
+	}
+	var attr C.struct_ibv_qp_attr
+	attr.qp_state = uint32(s)
+	if ret, errno := C.ibv_modify_qp(qp.qp, &attr, C.IBV_QP_STATE); ret != 0 {
+		return retError(verb, fmt.Sprintf("%v QP %#x %v→%v (unchecked)", qp.typ, qp.desc.QPN, qp.state, s), int(ret), errno)
+	}
+	qp.state = s
+	return nil
+}

@@ -47,7 +47,9 @@
 // mlx5_modify_qp) and in the software HCA alike: the producer indices
 // start again at 0, and a send queue or receive queue built over the old
 // descriptor must be rebuilt (rc.QP.Reset does it). The ring memory and
-// the descriptor stay the same.
+// the descriptor stay the same. Only RC and UD queue pairs move to RESET:
+// the kernel refuses it for a DCT and, on the first DC kernels, for a DCI;
+// those are destroyed and created again instead.
 //
 // # Errors
 //

@@ -412,10 +412,17 @@ type AddressAttr struct {
 // not given) and ignores the rest:
 //
 //	RESET→INIT: Port, PKeyIndex, Access (RC, DCT), QKey (UD)
+//	INIT→INIT:  the same, again (RC, UD, DCI)
 //	INIT→RTR:   RC: RemoteQPN, Path, PathMTU, RQPSN, MaxDestRdAtomic, MinRNRTimer
-//	            DCI: PathMTU, Path.Port; DCT: PathMTU, MinRNRTimer, Path (GRH fields)
+//	            DCI: PathMTU (not Path); DCT: PathMTU, MinRNRTimer, Path (GRH fields)
 //	RTR→RTS:    RC, DCI: SQPSN, Timeout, RetryCount, RNRRetry, MaxRdAtomic; UD: SQPSN
-//	any→ERR, any→RESET: nothing
+//	RTS→RTS, →ERR, →RESET: nothing
+//
+// Providers accept only the transitions the Linux kernel accepts for an
+// mlx5 device (internal/qpstate) and refuse the rest with an error that
+// wraps ErrInvalidState and EINVAL: a DCT goes RESET→INIT→RTR and no
+// further (it is destroyed, never moved to ERR or RESET), a DCI never moves
+// to RESET, no QP moves to SQD or from RESET to ERR.
 type QPAttr struct {
 	State QPState
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 )
 
 // region is a piece of mmap'd memory the model owns (a ring, a doorbell
@@ -459,6 +460,12 @@ func (q *qp) State() (ctx.QPState, error) {
 	return q.state, nil
 }
 
+// Modify applies the transition to a.State if the kernel's table accepts
+// it for the QP's type (package qpstate: a DCT goes RESET→INIT→RTR only, a
+// DCI never to RESET, no QP to SQD, none from RESET to ERR) and refuses it
+// otherwise with the table's error, which carries EINVAL as ibv_modify_qp
+// does; then it checks and applies the attributes the transition's mask
+// carries.
 func (q *qp) Modify(a ctx.QPAttr) error {
 	op := "sim: modify " + q.typ.String() + " QP to " + a.State.String()
 	q.f.mu.Lock()
@@ -470,8 +477,8 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	from := q.state
-	illegal := func() error {
-		return ctx.Errorf(op, "from %v: %w", from, ctx.ErrInvalidState)
+	if _, err := qpstate.Derive(q.typ, from, a.State); err != nil {
+		return ctx.Errorf(op, "%w", err)
 	}
 	switch a.State {
 	case ctx.QPStateReset:
@@ -481,9 +488,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		q.f.qpErrorLocked(q, "moved to error")
 		return nil
 	case ctx.QPStateInit:
-		if from != ctx.QPStateReset && from != ctx.QPStateInit {
-			return illegal()
-		}
+		// RESET→INIT, or INIT→INIT with the same attributes.
 		if a.Port != 1 {
 			return bad("port %d", a.Port)
 		}
@@ -498,9 +503,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 			q.attr.Access = a.Access
 		}
 	case ctx.QPStateRTR:
-		if from != ctx.QPStateInit {
-			return illegal()
-		}
+		// INIT→RTR, the only way to RTR.
 		if q.typ != ctx.QPTypeUD {
 			if a.PathMTU < ctx.MTU256 || a.PathMTU > portMTU {
 				return bad("path MTU %v", a.PathMTU)
@@ -525,11 +528,10 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 			q.attr.Path = a.Path
 		}
 	case ctx.QPStateRTS:
-		if from != ctx.QPStateRTR && from != ctx.QPStateRTS {
-			return illegal()
-		}
-		if q.typ == ctx.QPTypeDCT {
-			return illegal()
+		// RTR→RTS applies the send attributes; RTS→RTS and SQE→RTS
+		// carry none (the kit sends STATE only).
+		if from != ctx.QPStateRTR {
+			break
 		}
 		if a.RetryCount > 7 || a.RNRRetry > 7 {
 			return bad("retry count %d / RNR retry %d", a.RetryCount, a.RNRRetry)
@@ -539,6 +541,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 			q.attr.Timeout, q.attr.RetryCount, q.attr.RNRRetry, q.attr.MaxRdAtomic = a.Timeout&31, a.RetryCount, a.RNRRetry, a.MaxRdAtomic
 		}
 	default:
+		// The table has no legal transition to SQD or SQE.
 		return ctx.Errorf(op, "%w", ctx.ErrNotSupported)
 	}
 	q.state = a.State
