@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"net/netip"
 	"syscall"
 	"testing"
 	"time"
@@ -52,24 +51,8 @@ func loopbackPath(t *testing.T, d *Device) (ctx.AddressAttr, ctx.PortAttr) {
 		}
 		gids, err := d.QueryGIDs(p)
 		require.NoError(t, err)
-		best := -1
-		for i, g := range gids {
-			ipv4 := netip.AddrFrom16(g.GID).Is4In6()
-			switch {
-			case g.Type == ctx.GIDTypeRoCEv2 && ipv4:
-				best = i
-			case best < 0 && g.Type == ctx.GIDTypeRoCEv2:
-				best = i
-			}
-			if best == i && ipv4 {
-				break
-			}
-		}
-		if best < 0 && len(gids) > 0 {
-			best = 0
-		}
-		require.GreaterOrEqual(t, best, 0, "RoCE port %d has no GID", p)
-		g := gids[best]
+		g, err := ctx.ChooseGID(pa, gids, ctx.GIDSelector{})
+		require.NoError(t, err, "RoCE port %d", p)
 		return ctx.AddressAttr{Port: p, GlobalRoute: true, DGID: g.GID, SGIDIndex: uint8(g.Index), HopLimit: 64}, pa
 	}
 	t.Fatalf("no mlx5 device port is ACTIVE (%d ports): connect a port to run the loopback tests", attr.PhysPortCount)

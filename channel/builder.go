@@ -55,8 +55,12 @@ type Options struct {
 	// CQDepth is the depth of the completion queue all queues share;
 	// default: enough for every work request that can be outstanding.
 	CQDepth uint32
-	// Port (default 1) and GIDIndex select the local port and GID.
-	Port, GIDIndex uint8
+	// Port (default 1) and GID select the local port and GID table entry.
+	// An unset GID is chosen (ctx.ChooseGID: on RoCE a RoCE v2 GID,
+	// IPv4-mapped first); ctx.GIDIndex(i) names entry i. The GID methods
+	// and the endpoints report the entry.
+	Port uint8
+	GID  ctx.GIDSelector
 	// Access is what peers may do to this side's memory through the
 	// channel (the memory regions still decide); default remote write,
 	// read and atomics.
@@ -214,7 +218,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			qp, err := rc.New(pd, c.cq, c.cq, rc.Config{
 				SendDepth: opts.SendDepth, RecvDepth: opts.RecvDepth,
 				MaxSendSGE: opts.MaxSendSGE, MaxRecvSGE: opts.MaxRecvSGE, MaxInline: opts.MaxInline,
-				Port: opts.Port, GIDIndex: opts.GIDIndex, RemoteAccess: opts.Access,
+				Port: opts.Port, GID: opts.GID, RemoteAccess: opts.Access,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
@@ -228,7 +232,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		}
 	} else {
 		c.dci, err = dc.NewDCI(pd, c.cq, dc.DCIConfig{SendDepth: opts.SendDepth, MaxSendSGE: opts.MaxSendSGE,
-			MaxInline: opts.MaxInline, Port: opts.Port, GIDIndex: opts.GIDIndex})
+			MaxInline: opts.MaxInline, Port: opts.Port, GID: opts.GID})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
@@ -249,7 +253,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			}
 			c.srqs = append(c.srqs, srq)
 			dct, err := dc.NewDCT(pd, c.cq, dc.DCTConfig{SRQ: srq, Key: key, RemoteAccess: opts.Access,
-				Port: opts.Port, GIDIndex: opts.GIDIndex})
+				Port: opts.Port, GID: opts.GID})
 			if err != nil {
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
@@ -311,6 +315,19 @@ func (p *PreparedMulti) Endpoints() []endpoint.Endpoint {
 		out[j] = e
 	}
 	return out
+}
+
+// GID returns the local GID table entry every queue of the channel sends
+// from, the one Options.GID selected: on RoCE it is the address the peers
+// reach this side by (each endpoint's GID and GIDIndex).
+func (p *PreparedMulti) GID() ctx.GIDEntry { return p.c.gid() }
+
+// gid returns the GID table entry the channel's queues use.
+func (c *core) gid() ctx.GIDEntry {
+	if c.dci != nil {
+		return c.dci.GID()
+	}
+	return c.links[0].qp.GID()
 }
 
 // Handshake connects the channel: remote[j] is the endpoint peer j made

@@ -23,6 +23,10 @@ func (p *Prepared) Share(mr *ctx.MemoryRegion) error { return p.m.Share(mr) }
 // and the shared regions.
 func (p *Prepared) Endpoint() endpoint.Endpoint { return p.m.Endpoints()[0] }
 
+// GID returns the local GID table entry the channel sends from (see
+// PreparedMulti.GID).
+func (p *Prepared) GID() ctx.GIDEntry { return p.m.GID() }
+
 // Handshake connects the channel to the peer's endpoint. The endpoint is
 // checked before anything changes; garbage is refused and the prepared
 // channel may try again.
@@ -61,6 +65,10 @@ type Channel struct {
 // Multi returns the channel as a MultiChannel of one peer, for code written
 // against MultiChannel.
 func (ch *Channel) Multi() *MultiChannel { return ch.m }
+
+// GID returns the local GID table entry the channel sends from (see
+// PreparedMulti.GID).
+func (ch *Channel) GID() ctx.GIDEntry { return ch.m.GID() }
 
 // Remote returns the endpoint the peer sent in the handshake.
 func (ch *Channel) Remote() endpoint.Endpoint { return ch.m.Remote(0) }

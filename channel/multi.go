@@ -34,6 +34,10 @@ func (m *MultiChannel) Transport() Transport { return m.c.transport }
 // register the memory the requests use in it.
 func (m *MultiChannel) ProtectionDomain() *ctx.ProtectionDomain { return m.c.pd }
 
+// GID returns the local GID table entry the channel sends from (see
+// PreparedMulti.GID).
+func (m *MultiChannel) GID() ctx.GIDEntry { return m.c.gid() }
+
 // Remote returns the endpoint peer sent in the handshake.
 func (m *MultiChannel) Remote(peer int) endpoint.Endpoint {
 	if l := m.c.peerLink(peer); l != nil {

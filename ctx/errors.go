@@ -31,6 +31,9 @@ var (
 	// ErrNotFound is returned when a named device, provider or GID does not
 	// exist.
 	ErrNotFound = errors.New("not found")
+	// ErrPortNotActive is returned when a port must be ACTIVE and is not,
+	// as when a GID is to be chosen on an Ethernet port (ChooseGID).
+	ErrPortNotActive = errors.New("port not active")
 )
 
 // OpError is the error type of ctx and of providers: the verb that failed

@@ -16,23 +16,35 @@ import (
 // RTS with its timeout, retry counts and RDMA read depth (configured, or
 // the defaults); a DCT goes INIT with its remote access, then RTR with the
 // port's MTU, its RNR timer and a path from its port (a GRH from its GID
-// index on RoCE).
+// index on RoCE). Both send from the configured GID index or, unset, from
+// the chosen one (RoCE v2 IPv4-mapped, index 3 of the model's RoCE table;
+// index 0 on InfiniBand).
 func TestDCAttributes(t *testing.T) {
 	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
 		t.Run(link.String(), func(t *testing.T) {
 			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: link})
 			cq := e.CQ(0, 16)
+			named, chosen := uint8(0), uint8(0)
+			if link == ctx.LinkLayerEthernet {
+				named, chosen = 2, 3
+			}
+			gids, err := e.Ctx[0].QueryGIDs(1)
+			require.NoError(t, err)
+			gids1, err := e.Ctx[1].QueryGIDs(1)
+			require.NoError(t, err)
 			for _, c := range []struct {
 				name                         string
 				cfg                          dc.DCIConfig
 				rd, timeout, retry, rnrRetry uint8
+				gid                          uint8
 			}{
-				{"configured", dc.DCIConfig{SendDepth: 4, MaxRdAtomic: 4, Timeout: 9, RetryCount: 3, RNRRetry: 2}, 4, 9, 3, 2},
-				{"defaults", dc.DCIConfig{SendDepth: 4}, 16, 14, 7, 7},
-				{"negative means 0", dc.DCIConfig{SendDepth: 4, Timeout: -1, RetryCount: -1, RNRRetry: -1}, 16, 0, 0, 0},
+				{"configured", dc.DCIConfig{SendDepth: 4, MaxRdAtomic: 4, Timeout: 9, RetryCount: 3, RNRRetry: 2, GID: ctx.GIDIndex(named)}, 4, 9, 3, 2, named},
+				{"defaults", dc.DCIConfig{SendDepth: 4}, 16, 14, 7, 7, chosen},
+				{"negative means 0", dc.DCIConfig{SendDepth: 4, Timeout: -1, RetryCount: -1, RNRRetry: -1}, 16, 0, 0, 0, chosen},
 			} {
 				dci, err := dc.NewDCI(e.PD[0], cq, c.cfg)
 				require.NoError(t, err, c.name)
+				require.Equal(t, gids[c.gid], dci.GID(), c.name)
 				qpn := dci.QPN()
 				require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS}, log.States(qpn), c.name)
 				rtr, _ := log.Last(qpn, ctx.QPStateRTR)
@@ -47,19 +59,16 @@ func TestDCAttributes(t *testing.T) {
 
 			srq, err := dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: 4})
 			require.NoError(t, err)
-			gidIndex := uint8(0)
-			if link == ctx.LinkLayerEthernet {
-				gidIndex = 2
-			}
 			for _, c := range []struct {
 				name   string
 				cfg    dc.DCTConfig
 				access ctx.Access
 				rnr    uint8
+				gid    uint8
 			}{
-				{"configured", dc.DCTConfig{SRQ: srq, Key: 1, RemoteAccess: ctx.AccessRemoteRead, MinRNRTimer: 5, GIDIndex: gidIndex}, ctx.AccessRemoteRead, 5},
-				{"defaults", dc.DCTConfig{SRQ: srq, Key: 2, GIDIndex: gidIndex}, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, 12},
-				{"negative means 0", dc.DCTConfig{SRQ: srq, Key: 3, MinRNRTimer: -1, GIDIndex: gidIndex}, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, 0},
+				{"configured", dc.DCTConfig{SRQ: srq, Key: 1, RemoteAccess: ctx.AccessRemoteRead, MinRNRTimer: 5, GID: ctx.GIDIndex(named)}, ctx.AccessRemoteRead, 5, named},
+				{"defaults", dc.DCTConfig{SRQ: srq, Key: 2}, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, 12, chosen},
+				{"negative means 0", dc.DCTConfig{SRQ: srq, Key: 3, MinRNRTimer: -1}, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, 0, chosen},
 			} {
 				dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), c.cfg)
 				require.NoError(t, err, c.name)
@@ -72,10 +81,13 @@ func TestDCAttributes(t *testing.T) {
 				require.Equal(t, c.rnr, rtr.MinRNRTimer, c.name)
 				path := ctx.AddressAttr{Port: 1}
 				if link == ctx.LinkLayerEthernet {
-					path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, gidIndex, 64
+					path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, c.gid, 64
 				}
 				require.Equal(t, path, rtr.Path, c.name)
 				ep := dct.Endpoint()
+				require.Equal(t, c.gid, ep.GIDIndex, "%s: the endpoint says which GID", c.name)
+				require.Equal(t, gids1[c.gid].GID, ctx.GID(ep.GID), c.name)
+				require.Equal(t, gids1[c.gid], dct.GID(), c.name)
 				require.Equal(t, n, ep.DCTNumber, c.name)
 				require.Equal(t, c.cfg.Key, ep.DCAccessKey, c.name)
 				require.NoError(t, dct.Close())

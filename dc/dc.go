@@ -24,11 +24,12 @@ type DCIConfig struct {
 	MaxSendSGE uint32
 	MaxInline  uint32
 
-	// Port is the local port (default 1), GIDIndex the local GID table
-	// entry used on RoCE, SL the service level of the paths to targets.
-	Port     uint8
-	GIDIndex uint8
-	SL       uint8
+	// Port is the local port (default 1), GID the local GID table entry
+	// used on RoCE (unset, one is chosen as for rc.Config.GID), SL the
+	// service level of the paths to targets.
+	Port uint8
+	GID  ctx.GIDSelector
+	SL   uint8
 
 	// MaxRdAtomic is the number of RDMA reads and atomics outstanding
 	// (default 16, at most what the device allows).
@@ -103,7 +104,7 @@ func NewDCI(pd *ctx.ProtectionDomain, sendCQ *ctx.CompletionQueue, cfg DCIConfig
 			return bad("%s: %v", k.name, err)
 		}
 	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GIDIndex)
+	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
@@ -202,6 +203,10 @@ func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamI
 	return s, err
 }
 
+// GID returns the local GID table entry the DCI sends from (on RoCE, and
+// on InfiniBand with a GRH): the one DCIConfig.GID selected.
+func (d *DCI) GID() ctx.GIDEntry { return d.port.GID }
+
 // Handle returns the control-plane queue pair.
 func (d *DCI) Handle() *ctx.QueuePair { return d.qp }
 
@@ -242,10 +247,10 @@ type DCTConfig struct {
 	// MinRNRTimer is the IB RNR timer code an initiator is asked to wait
 	// when the SRQ is empty (0 picks 12: 0.64 ms; negative means 0).
 	MinRNRTimer int
-	// Port is the local port (default 1); GIDIndex the local GID entry
-	// (RoCE).
-	Port     uint8
-	GIDIndex uint8
+	// Port is the local port (default 1); GID the local GID entry (RoCE;
+	// unset, one is chosen as for rc.Config.GID).
+	Port uint8
+	GID  ctx.GIDSelector
 }
 
 // DCT is a DC target: it receives from any DCI that presents its number
@@ -295,7 +300,7 @@ func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig
 	if err != nil {
 		return bad("min RNR timer: %v", err)
 	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GIDIndex)
+	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
@@ -309,7 +314,7 @@ func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig
 	}
 	path := ctx.AddressAttr{Port: port.Number}
 	if port.Link == ctx.LinkLayerEthernet {
-		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, port.GIDIndex, 64
+		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, uint8(port.GID.Index), 64
 	}
 	for _, a := range []ctx.QPAttr{
 		{State: ctx.QPStateInit, Port: port.Number, Access: access},
@@ -344,6 +349,10 @@ func (t *DCT) Endpoint() endpoint.Endpoint {
 	ep.DCAccessKey = t.key
 	return ep
 }
+
+// GID returns the local GID table entry of the DCT (its Endpoint's GID):
+// the one DCTConfig.GID selected.
+func (t *DCT) GID() ctx.GIDEntry { return t.port.GID }
 
 // Handle returns the control-plane queue pair.
 func (t *DCT) Handle() *ctx.QueuePair { return t.qp }

@@ -10,7 +10,7 @@
 //
 // # Connecting
 //
-//	p, _ := ibpath.Local(dev, ibpath.Default(), 1, 0) // port 1, GID index 0
+//	p, _ := ibpath.Local(dev, ibpath.Default(), 1, ctx.GIDSelector{}) // port 1, GID chosen
 //	p.SQPN, p.SQPSN = qp.QPN(), psn
 //	// send p.Endpoint(endpoint.TransportRC) to the peer, receive theirs
 //	p, err = p.Connect(remote)                    // checks the untrusted endpoint

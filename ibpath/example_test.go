@@ -21,7 +21,7 @@ func ExampleModifyToConnected() {
 	qp, _ := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 8, RecvDepth: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 
-	p, err := ibpath.Local(dev, ibpath.Default(), 1, 0)
+	p, err := ibpath.Local(dev, ibpath.Default(), 1, ctx.GIDSelector{}) // port 1, the GID chosen
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,6 +1,7 @@
 package ibpath
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -103,11 +104,14 @@ func Default() Path {
 	}
 }
 
-// Local fills the local half of p from a port of c: Port, SLID, the GID at
-// gidIndex (SGID, SGIDIndex), the port's active MTU when it is lower than
-// p.MTU (or p.MTU is unset), and Global on an Ethernet (RoCE) port, where
-// every packet carries a GRH.
-func Local(c *ctx.Context, p Path, port, gidIndex uint8) (Path, error) {
+// Local fills the local half of p from a port of c: Port, SLID, the GID
+// that gid selects (SGID, SGIDIndex: unset, one is chosen with
+// ctx.Context.ChooseGID, on RoCE a RoCE v2 GID, IPv4-mapped first;
+// ctx.GIDIndex(i) names entry i), the port's active MTU when it is lower
+// than p.MTU (or p.MTU is unset), and Global on an Ethernet (RoCE) port,
+// where every packet carries a GRH. On InfiniBand without a GRH a missing
+// GID is no error: the SGID stays zero.
+func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error) {
 	op := fmt.Sprintf("path: local port %d", port)
 	if port == 0 {
 		port = 1
@@ -116,24 +120,17 @@ func Local(c *ctx.Context, p Path, port, gidIndex uint8) (Path, error) {
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", op, err)
 	}
-	gids, err := c.QueryGIDs(port)
+	e, err := c.ChooseGID(port, gid)
 	if err != nil {
-		return p, fmt.Errorf("%s: %w", op, err)
-	}
-	var gid ctx.GID
-	found := false
-	for _, g := range gids {
-		if g.Index == int(gidIndex) {
-			gid, found = g.GID, true
-			break
+		if !errors.Is(err, ctx.ErrNotFound) || pa.LinkLayer == ctx.LinkLayerEthernet || p.Global {
+			return p, fmt.Errorf("%s: GID %v: %w", op, gid, err)
 		}
-	}
-	if !found && (pa.LinkLayer == ctx.LinkLayerEthernet || p.Global) {
-		return p, fmt.Errorf("%s: GID index %d: %w", op, gidIndex, ctx.ErrNotFound)
+		i, _ := gid.Index()
+		e = ctx.GIDEntry{Index: int(i)}
 	}
 	p.Port = port
 	p.SLID = pa.LID
-	p.SGID, p.SGIDIndex = gid, gidIndex
+	p.SGID, p.SGIDIndex = e.GID, uint8(e.Index)
 	if pa.ActiveMTU.Bytes() != 0 && (p.MTU.Bytes() == 0 || pa.ActiveMTU < p.MTU) {
 		p.MTU = pa.ActiveMTU
 	}

@@ -1,6 +1,7 @@
 package ibpath_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -157,9 +158,9 @@ func connectPair(t *testing.T, link ctx.LinkLayer) (*node, *node, *testQP, *test
 	a, b := newNode(t, f, "sim0"), newNode(t, f, "sim1")
 	qa, qb := a.newQP(t, ctx.QPTypeRC), b.newQP(t, ctx.QPTypeRC)
 
-	pa, err := ibpath.Local(a.dev, ibpath.Default(), 1, 0)
+	pa, err := ibpath.Local(a.dev, ibpath.Default(), 1, ctx.GIDSelector{})
 	require.NoError(t, err)
-	pb, err := ibpath.Local(b.dev, ibpath.Default(), 1, 0)
+	pb, err := ibpath.Local(b.dev, ibpath.Default(), 1, ctx.GIDSelector{})
 	require.NoError(t, err)
 	pa.SQPN, pa.SQPSN = qa.qp.QPN(), 0x1234
 	pb.SQPN, pb.SQPSN = qb.qp.QPN(), 0x4321
@@ -205,15 +206,61 @@ func connectPair(t *testing.T, link ctx.LinkLayer) (*node, *node, *testQP, *test
 }
 
 func TestConnectRCInfiniBand(t *testing.T) {
-	_, _, _, _, p := connectPair(t, ctx.LinkLayerInfiniBand)
+	a, _, _, _, p := connectPair(t, ctx.LinkLayerInfiniBand)
 	require.False(t, p.Global)
 	require.NotZero(t, p.DLID)
+	gids, err := a.dev.QueryGIDs(1)
+	require.NoError(t, err)
+	require.Equal(t, uint8(0), p.SGIDIndex, "InfiniBand: the port GID")
+	require.Equal(t, gids[0].GID, p.SGID)
 }
 
+// TestConnectRCRoCE: with the GID left unset, Local chooses the RoCE v2
+// IPv4-mapped GID (index 3 of the model's table), not index 0 (RoCE v1
+// link-local), and the connection carries traffic.
 func TestConnectRCRoCE(t *testing.T) {
-	_, _, _, _, p := connectPair(t, ctx.LinkLayerEthernet)
+	a, b, _, _, p := connectPair(t, ctx.LinkLayerEthernet)
 	require.True(t, p.Global, "RoCE paths carry a GRH")
 	require.False(t, p.DGID.IsZero())
+	ga, err := a.dev.QueryGIDs(1)
+	require.NoError(t, err)
+	gb, err := b.dev.QueryGIDs(1)
+	require.NoError(t, err)
+	require.Equal(t, uint8(3), p.SGIDIndex)
+	require.Equal(t, ctx.GIDTypeRoCEv2, ga[3].Type)
+	require.True(t, netip.AddrFrom16(p.SGID).Is4In6(), "SGID %v", p.SGID)
+	require.Equal(t, ga[3].GID, p.SGID)
+	require.Equal(t, gb[3].GID, p.DGID, "the peer's endpoint carried its chosen GID")
+}
+
+// TestLocalGIDSelection: an explicit index overrides the choice; an index
+// with no entry is refused on RoCE (nothing changes) and accepted on
+// InfiniBand without a GRH, where the GID is not used.
+func TestLocalGIDSelection(t *testing.T) {
+	f := newFabric(t, ctx.LinkLayerEthernet)
+	a := newNode(t, f, "sim0")
+	gids, err := a.dev.QueryGIDs(1)
+	require.NoError(t, err)
+	p, err := ibpath.Local(a.dev, ibpath.Default(), 1, ctx.GIDIndex(5))
+	require.NoError(t, err)
+	require.Equal(t, uint8(5), p.SGIDIndex)
+	require.Equal(t, gids[5].GID, p.SGID)
+	require.Equal(t, uint8(5), p.Endpoint(endpoint.TransportRC).GIDIndex, "the endpoint says which GID")
+
+	in := ibpath.Default()
+	out, err := ibpath.Local(a.dev, in, 1, ctx.GIDIndex(77))
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+	require.Contains(t, err.Error(), "index 77")
+	require.Equal(t, in, out, "a refused GID changes nothing")
+
+	ib := newNode(t, newFabric(t, ctx.LinkLayerInfiniBand), "sim0")
+	p, err = ibpath.Local(ib.dev, ibpath.Default(), 1, ctx.GIDIndex(77))
+	require.NoError(t, err, "InfiniBand addresses by LID")
+	require.True(t, p.SGID.IsZero())
+	g := ibpath.Default()
+	g.Global = true
+	_, err = ibpath.Local(ib.dev, g, 1, ctx.GIDIndex(77))
+	require.ErrorIs(t, err, ctx.ErrNotFound, "a GRH needs the GID")
 }
 
 func TestModifyRefusesIncompletePaths(t *testing.T) {

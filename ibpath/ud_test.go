@@ -24,10 +24,12 @@ type udSide struct {
 	gids []ctx.GIDEntry
 }
 
-func newUDSide(t *testing.T, n *node) *udSide { return newUDSideGID(t, n, 0) }
+// newUDSide makes a UD QP on n whose path leaves from the chosen GID.
+func newUDSide(t *testing.T, n *node) *udSide { return newUDSideGID(t, n, ctx.GIDSelector{}) }
 
-// newUDSideGID is newUDSide with the QP's path leaving from GID index gid.
-func newUDSideGID(t *testing.T, n *node, gid uint8) *udSide {
+// newUDSideGID is newUDSide with the QP's path leaving from the GID gid
+// selects.
+func newUDSideGID(t *testing.T, n *node, gid ctx.GIDSelector) *udSide {
 	q := n.newQP(t, ctx.QPTypeUD)
 	p, err := ibpath.Local(n.dev, ibpath.Default(), 1, gid)
 	require.NoError(t, err)
@@ -141,7 +143,7 @@ func TestUDReplyRoCE(t *testing.T)             { testUDReply(t, ctx.LinkLayerEth
 // sender's SL is 5, which must not show in the CQE on RoCE.
 func testUDReplyRoCEGID(t *testing.T, gid uint8, l3 uint8) {
 	f := newFabric(t, ctx.LinkLayerEthernet)
-	a, b := newUDSideGID(t, newNode(t, f, "sim0"), gid), newUDSideGID(t, newNode(t, f, "sim1"), gid)
+	a, b := newUDSideGID(t, newNode(t, f, "sim0"), ctx.GIDIndex(gid)), newUDSideGID(t, newNode(t, f, "sim1"), ctx.GIDIndex(gid))
 	to, err := a.p.Connect(b.endpoint())
 	require.NoError(t, err)
 	to.QKey, to.SL = testQKey, 5

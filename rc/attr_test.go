@@ -14,8 +14,10 @@ import (
 
 // TestConnectAttributes checks what New and Connect ask of the device, as
 // a recording provider sees it: INIT with the port and remote access, RTR
-// with the remote QPN, its PSN, the path (by LID on InfiniBand, by GID from
-// the configured GID index on RoCE, with the configured SL), the smaller of
+// with the remote QPN, its PSN, the path (by LID on InfiniBand, by GID on
+// RoCE from the configured GID index, or unset from the chosen one: RoCE v2
+// IPv4-mapped, index 3 of the model's table, not index 0; with the
+// configured SL), the smaller of
 // the two MTUs, the RNR timer and the responder's RDMA read depth, then RTS
 // with this QP's PSN, timeout, retry counts and RDMA read depth: the knobs
 // as configured on one side, their defaults on the other.
@@ -23,17 +25,29 @@ func TestConnectAttributes(t *testing.T) {
 	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
 		t.Run(link.String(), func(t *testing.T) {
 			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: link})
-			gidIndex := uint8(0)
+			// a names its GID, b leaves it to the choice.
+			gidA, gidB := uint8(0), uint8(0)
 			if link == ctx.LinkLayerEthernet {
-				gidIndex = 3 // RoCE v2, IPv4-mapped
+				gidA, gidB = 5, 3 // RoCE v2 global IPv6; RoCE v2 IPv4-mapped
 			}
 			a, err := rc.New(e.PD[0], e.CQ(0, 16), nil, rc.Config{SendDepth: 4, PSN: 0x123456, SL: 1,
-				GIDIndex: gidIndex, RemoteAccess: ctx.AccessRemoteRead, MaxRdAtomic: 4, MinRNRTimer: 5,
+				GID: ctx.GIDIndex(gidA), RemoteAccess: ctx.AccessRemoteRead, MaxRdAtomic: 4, MinRNRTimer: 5,
 				Timeout: 9, RetryCount: 3, RNRRetry: 2})
 			require.NoError(t, err)
-			b, err := rc.New(e.PD[1], e.CQ(1, 16), nil, rc.Config{SendDepth: 4, RecvDepth: 4, PSN: 0x654321, GIDIndex: gidIndex})
+			b, err := rc.New(e.PD[1], e.CQ(1, 16), nil, rc.Config{SendDepth: 4, RecvDepth: 4, PSN: 0x654321})
 			require.NoError(t, err)
 			epA, epB := a.Endpoint(), b.Endpoint()
+			for i, c := range []struct {
+				qp  *rc.QP
+				ep  endpoint.Endpoint
+				gid uint8
+			}{{a, epA, gidA}, {b, epB, gidB}} {
+				gids, err := e.Ctx[i].QueryGIDs(1)
+				require.NoError(t, err)
+				require.Equal(t, gids[c.gid], c.qp.GID(), "QP %d: the GID it sends from", i)
+				require.Equal(t, c.gid, c.ep.GIDIndex, "QP %d: the endpoint says which GID", i)
+				require.Equal(t, gids[c.gid].GID, ctx.GID(c.ep.GID), "QP %d", i)
+			}
 			require.Equal(t, uint32(0x123456), epA.PSN)
 			require.Equal(t, uint32(0x654321), epB.PSN)
 			require.Equal(t, endpoint.MTU4096, epB.MTU)
@@ -44,10 +58,10 @@ func TestConnectAttributes(t *testing.T) {
 			require.NoError(t, a.Connect(narrow))
 			require.NoError(t, b.Connect(epA))
 
-			path := func(to endpoint.Endpoint, sl uint8) ctx.AddressAttr {
+			path := func(to endpoint.Endpoint, sl, sgid uint8) ctx.AddressAttr {
 				p := ctx.AddressAttr{Port: 1, SL: sl}
 				if link == ctx.LinkLayerEthernet {
-					p.GlobalRoute, p.DGID, p.SGIDIndex, p.HopLimit = true, ctx.GID(to.GID), gidIndex, 64
+					p.GlobalRoute, p.DGID, p.SGIDIndex, p.HopLimit = true, ctx.GID(to.GID), sgid, 64
 				} else {
 					p.DLID = to.LID
 				}
@@ -70,9 +84,10 @@ func TestConnectAttributes(t *testing.T) {
 				timeout  uint8
 				retry    uint8
 				rnrRetry uint8
+				sgid     uint8
 			}{
-				{"configured", a, epB, ctx.AccessRemoteRead, ctx.MTU1024, 1, 5, 4, 9, 3, 2},
-				{"defaults", b, epA, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, ctx.MTU4096, 0, 12, 16, 14, 7, 7},
+				{"configured", a, epB, ctx.AccessRemoteRead, ctx.MTU1024, 1, 5, 4, 9, 3, 2, gidA},
+				{"defaults", b, epA, ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic, ctx.MTU4096, 0, 12, 16, 14, 7, 7, gidB},
 			} {
 				qpn := c.qp.QPN()
 				require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS}, log.States(qpn), c.name)
@@ -84,7 +99,7 @@ func TestConnectAttributes(t *testing.T) {
 				require.Equal(t, c.remote.QPN, rtr.RemoteQPN, c.name)
 				require.Equal(t, c.remote.PSN, rtr.RQPSN, "%s: RTR expects the remote's first PSN", c.name)
 				require.Equal(t, c.mtu, rtr.PathMTU, "%s: the smaller MTU", c.name)
-				require.Equal(t, path(c.remote, c.sl), rtr.Path, c.name)
+				require.Equal(t, path(c.remote, c.sl, c.sgid), rtr.Path, c.name)
 				require.Equal(t, c.rnrTimer, rtr.MinRNRTimer, c.name)
 				require.Equal(t, c.rd, rtr.MaxDestRdAtomic, "%s: responder RDMA read depth", c.name)
 

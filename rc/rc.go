@@ -31,10 +31,12 @@ type Config struct {
 	// SRQ, when set, receives for the QP (RecvDepth must then be 0).
 	SRQ *SharedReceiveQueue
 
-	// Port is the local port (default 1) and GIDIndex the local GID table
-	// entry used on RoCE or towards a remote without a LID.
-	Port     uint8
-	GIDIndex uint8
+	// Port is the local port (default 1) and GID the local GID table
+	// entry used on RoCE or towards a remote without a LID: unset, one is
+	// chosen (ctx.ChooseGID: a RoCE v2 GID, IPv4-mapped first);
+	// ctx.GIDIndex(i) names entry i. Endpoint and GID report the entry.
+	Port uint8
+	GID  ctx.GIDSelector
 	// SL is the service level of the path.
 	SL uint8
 	// PSN is the first packet sequence number this QP sends (24 bits); 0
@@ -132,7 +134,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	if err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GIDIndex)
+	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
@@ -223,6 +225,11 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, er
 func (q *QP) Endpoint() endpoint.Endpoint {
 	return q.port.Endpoint(endpoint.TransportRC, q.QPN(), q.psn)
 }
+
+// GID returns the local GID table entry the QP sends from (on RoCE, and
+// on InfiniBand towards a remote without a LID): the one Config.GID
+// selected.
+func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 
 // Connect connects the QP to the remote RC endpoint: INIT→RTR (remote QPN,
 // path by LID or GID, the smaller MTU, the remote's PSN) and RTR→RTS. A

@@ -51,14 +51,24 @@ func newHCA(i int, link ctx.LinkLayer) *hca {
 		h.lid = uint16(i + 1)
 		h.gids = []ctx.GIDEntry{{Index: 0, GID: ll, Type: ctx.GIDTypeIB, Port: 1}}
 	} else {
-		var v4 ctx.GID
+		// The table of a RoCE port whose network device has an IPv4 and
+		// a global IPv6 address, in the order mlx5 fills it: each address
+		// twice, RoCE v1 then v2, the link-local one (from the MAC/GUID)
+		// first. Index 0 is thus RoCE v1 link-local, which a routed
+		// network does not carry: a GID must be chosen (ctx.ChooseGID
+		// picks index 3).
+		var v4, v6 ctx.GID
 		v4[10], v4[11] = 0xff, 0xff
 		v4[12], v4[13], v4[14], v4[15] = 10, 77, byte(i>>8), byte(i+1)
+		v6[0], v6[1], v6[2], v6[3] = 0x20, 0x01, 0x0d, 0xb8 // 2001:db8::/32, the documentation prefix
+		v6[4], v6[5], v6[14], v6[15] = 0x00, 0x77, byte(i>>8), byte(i+1)
 		h.gids = []ctx.GIDEntry{
 			{Index: 0, GID: ll, Type: ctx.GIDTypeRoCEv1, Port: 1},
 			{Index: 1, GID: ll, Type: ctx.GIDTypeRoCEv2, Port: 1},
 			{Index: 2, GID: v4, Type: ctx.GIDTypeRoCEv1, Port: 1},
 			{Index: 3, GID: v4, Type: ctx.GIDTypeRoCEv2, Port: 1},
+			{Index: 4, GID: v6, Type: ctx.GIDTypeRoCEv1, Port: 1},
+			{Index: 5, GID: v6, Type: ctx.GIDTypeRoCEv2, Port: 1},
 		}
 	}
 	return h

@@ -11,6 +11,10 @@
 // A Fabric is a set of HCAs on one subnet, with one QPN space. Each HCA is a
 // device ("sim0", "sim1", …) with one port; two Contexts opened on different
 // devices reach each other by LID (InfiniBand link layer) or GID (Ethernet).
+// An Ethernet port's GID table is laid out as a ConnectX fills it for a
+// network device with an IPv4 and a global IPv6 address: link-local RoCE v1
+// and v2 (0, 1), IPv4-mapped v1 and v2 (2, 3), global IPv6 v1 and v2 (4,
+// 5); an InfiniBand port has the port GID at index 0.
 // The package registers a default Fabric as provider "sim", running its own
 // engine goroutine, so ctx.Open falls back to it when no hardware is found.
 // Tests build a private Fabric with New and drive it with Step and

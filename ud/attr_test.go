@@ -50,17 +50,21 @@ func TestUDAttributes(t *testing.T) {
 // index with a GRH on RoCE or towards a remote without a LID. ReplyRemote,
 // as ibv_init_ah_from_wc: the sender's LID and SL from the completion and,
 // when a GRH came, a GRH back to its source GID with hop limit 255 from the
-// QP's GID index.
+// QP's GID index. The GID index is the configured one or, unset, the
+// chosen one: RoCE v2 IPv4-mapped, index 3 of the model's RoCE table (not
+// index 0, RoCE v1 link-local); index 0 on InfiniBand.
 func TestRemoteAddresses(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		link  ctx.LinkLayer
 		noLID bool
+		sel   ctx.GIDSelector
 		gid   uint8
 	}{
-		{"InfiniBand by LID", ctx.LinkLayerInfiniBand, false, 0},
-		{"InfiniBand with a GRH", ctx.LinkLayerInfiniBand, true, 0},
-		{"RoCE", ctx.LinkLayerEthernet, false, 3},
+		{"InfiniBand by LID", ctx.LinkLayerInfiniBand, false, ctx.GIDSelector{}, 0},
+		{"InfiniBand with a GRH", ctx.LinkLayerInfiniBand, true, ctx.GIDSelector{}, 0},
+		{"RoCE", ctx.LinkLayerEthernet, false, ctx.GIDSelector{}, 3},
+		{"RoCE with a GID index", ctx.LinkLayerEthernet, false, ctx.GIDIndex(5), 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: c.link})
@@ -68,8 +72,12 @@ func TestRemoteAddresses(t *testing.T) {
 			var ps [2]*ud.Poller
 			for i := range 2 {
 				cq, p := newPoller(e, i, 16)
-				qp, err := ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 64, QKey: 7, SL: uint8(2 + i), GIDIndex: c.gid})
+				qp, err := ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 64, QKey: 7, SL: uint8(2 + i), GID: c.sel})
 				require.NoError(t, err)
+				gids, err := e.Ctx[i].QueryGIDs(1)
+				require.NoError(t, err)
+				require.Equal(t, gids[c.gid], qp.GID())
+				require.Equal(t, c.gid, qp.Endpoint().GIDIndex, "the endpoint says which GID")
 				require.NoError(t, p.Add(&qp.Queue))
 				qps[i], ps[i] = qp, p
 			}

@@ -142,9 +142,16 @@ func TestReplyPath(t *testing.T) {
 			} else {
 				_, err := x.qp[1].ReplyRemote(&in, nil)
 				require.ErrorIs(t, err, ud.ErrInvalidConfig, "a GRH completion needs the GRH bytes")
-				var sgid [16]byte
-				copy(sgid[:], e.Mem(1, 8, 16))
-				require.Equal(t, x.qp[0].Endpoint().GID, sgid, "the GRH names the sender's GID")
+				from := x.qp[0].Endpoint().GID
+				if c.link == ctx.LinkLayerEthernet {
+					// The chosen GID is RoCE v2 IPv4-mapped: the IPv4
+					// header fills the last 20 bytes, source address at 12.
+					require.Equal(t, from[12:], e.Mem(1, 20+12, 4), "the IPv4 header names the sender's address")
+				} else {
+					var sgid [16]byte
+					copy(sgid[:], e.Mem(1, 8, 16))
+					require.Equal(t, from, sgid, "the GRH names the sender's GID")
+				}
 			}
 			back, err := x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
 			require.NoError(t, err)
@@ -382,7 +389,7 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 				gidIndex = 3 // RoCE v2, IPv4-mapped GID
 			}
 			x := newPeers(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet},
-				ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 7, GIDIndex: gidIndex})
+				ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 7, GID: ctx.GIDIndex(gidIndex)})
 			e := x.e
 			gids0, err := e.Ctx[0].QueryGIDs(1)
 			require.NoError(t, err)

@@ -34,13 +34,13 @@ type Config struct {
 	// QKey is the queue key senders must present (its high bit set is a
 	// controlled qkey senders cannot use as their own).
 	QKey uint32
-	// Port is the local port (default 1), GIDIndex the local GID table
-	// entry (RoCE), SL the service level of the paths to remotes, PSN the
-	// send PSN (0: random).
-	Port     uint8
-	GIDIndex uint8
-	SL       uint8
-	PSN      uint32
+	// Port is the local port (default 1), GID the local GID table entry
+	// (RoCE; unset, one is chosen as for rc.Config.GID), SL the service
+	// level of the paths to remotes, PSN the send PSN (0: random).
+	Port uint8
+	GID  ctx.GIDSelector
+	SL   uint8
+	PSN  uint32
 }
 
 // QP is an unreliable-datagram queue pair: each send names its
@@ -101,7 +101,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	if err := transport.CheckCaps(dev, caps, true, cfg.RecvDepth > 0); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GIDIndex)
+	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
@@ -208,7 +208,7 @@ func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
 		attr.TrafficClass = g.TrafficClass
 		attr.HopLimit = 0xff
 		attr.DGID = g.SGID
-		attr.SGIDIndex = q.port.GIDIndex
+		attr.SGIDIndex = uint8(q.port.GID.Index)
 	}
 	return q.remote(op, attr, c.SourceQPN, q.qkey)
 }
@@ -237,6 +237,10 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.
 	}()
 	return s, err
 }
+
+// GID returns the local GID table entry the QP sends from (on RoCE, and
+// on InfiniBand with a GRH): the one Config.GID selected.
+func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 
 // Handle returns the control-plane queue pair.
 func (q *QP) Handle() *ctx.QueuePair { return q.qp }

@@ -46,6 +46,11 @@ type hardwareExtras interface {
 type Port struct {
 	ctx.PortAttr
 	GIDs []GID `json:"gids"`
+	// ChosenGID is the index of the GID queue pairs use when none is
+	// named (ctx.ChooseGID), nil when there is none to choose (the reason
+	// is in NoGID).
+	ChosenGID *int   `json:"chosen_gid,omitempty"`
+	NoGID     string `json:"no_gid,omitempty"`
 }
 
 // GID is one GID table entry.
@@ -199,6 +204,11 @@ func describeContext(c *ctx.Context, verbose bool) (Description, error) {
 				port.GIDs = append(port.GIDs, GID{Index: e.Index, GID: e.GID.String(), Type: e.Type.String()})
 			}
 		}
+		if e, err := c.ChooseGID(p, ctx.GIDSelector{}); err == nil {
+			port.ChosenGID = &e.Index
+		} else {
+			port.NoGID = err.Error()
+		}
 		d.Ports = append(d.Ports, port)
 	}
 	return d, nil
@@ -300,6 +310,11 @@ func printDescription(w io.Writer, d Description) {
 				ifx = fmt.Sprintf(" ifindex %d", g.NetdevIfindex)
 			}
 			row(3, fmt.Sprintf("GID[%3d]", g.Index), "%s, %s%s", g.GID, g.Type, ifx)
+		}
+		if p.ChosenGID != nil {
+			row(3, "GID chosen", "%d", *p.ChosenGID)
+		} else {
+			row(3, "GID chosen", "none: %s", p.NoGID)
 		}
 	}
 	tw.Flush()

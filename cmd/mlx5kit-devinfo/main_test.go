@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,7 +18,7 @@ func TestDescribeSoftwareHCA(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run([]string{"-sim"}, &out, &errOut), errOut.String())
 	s := out.String()
-	for _, want := range []string{"hca_id:", "provider:", "sim (software)", "max inline (RC):", "port:", "state:", "GID[  0]:"} {
+	for _, want := range []string{"hca_id:", "provider:", "sim (software)", "max inline (RC):", "port:", "state:", "GID[  0]:", "GID chosen:"} {
 		require.Contains(t, s, want)
 	}
 }
@@ -87,4 +90,24 @@ func TestHardwareDescribe(t *testing.T) {
 
 	require.Equal(t, 1, run([]string{"-d", "mlx5kit_no_such_device"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "no device named")
+}
+
+// TestDescribeRoCEChosenGID: on an Ethernet port the description names the
+// GID queue pairs choose (RoCE v2 IPv4-mapped, index 3 of the model's
+// table); on InfiniBand the port GID.
+func TestDescribeRoCEChosenGID(t *testing.T) {
+	for link, want := range map[ctx.LinkLayer]int{ctx.LinkLayerEthernet: 3, ctx.LinkLayerInfiniBand: 0} {
+		f := sim.New(sim.Options{LinkLayer: link})
+		c, err := f.Open("sim0")
+		require.NoError(t, err)
+		d, err := describeContext(c, false)
+		require.NoError(t, err)
+		require.NotNil(t, d.Ports[0].ChosenGID, "%v", link)
+		require.Equal(t, want, *d.Ports[0].ChosenGID, "%v", link)
+		var out bytes.Buffer
+		printDescription(&out, d)
+		require.Regexp(t, `GID chosen:\s+`+strconv.Itoa(want)+`\n`, out.String())
+		require.NoError(t, c.Close())
+		require.NoError(t, f.Close())
+	}
 }

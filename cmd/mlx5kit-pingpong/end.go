@@ -63,7 +63,7 @@ func wrapper(inline bool) func(x *perftool.End) *end {
 // newEnd creates an end on c for messages of size bytes: buffer, region,
 // CQ and an RC queue pair in INIT with every receive posted. inline asks
 // for the payload inline when the device can carry it that way. A
-// negative gidIndex is resolved by perftool.GIDIndex.
+// negative gidIndex is resolved by perftool.GIDSelector.
 func newEnd(name string, c *ctx.Context, size int, inline bool, port, gidIndex int, timeout time.Duration) (*end, error) {
 	x, err := perftool.NewEnd(name, c, endConfig(size, inline, port, gidIndex, timeout))
 	if err != nil {

@@ -72,20 +72,18 @@ func Open(provider, device string) (*ctx.Context, string, error) {
 	return c, what, nil
 }
 
-// GIDIndex resolves the GID index: index when it is not negative, else
-// MLX5KIT_GID_INDEX, else one picked from the table of port.
-func GIDIndex(index int, c *ctx.Context, port uint8) (uint8, error) {
+// GIDSelector resolves the -gid-index flag: the entry index names when it
+// is not negative, else the one MLX5KIT_GID_INDEX names, else none (the
+// queue pair chooses one, ctx.ChooseGID).
+func GIDSelector(index int) (ctx.GIDSelector, error) {
+	if index > 255 {
+		return ctx.GIDSelector{}, fmt.Errorf("GID index %d: want 0 to 255", index)
+	}
 	if index >= 0 {
-		return uint8(index), nil
+		return ctx.GIDIndex(uint8(index)), nil
 	}
 	o, err := scenario.FromEnv()
-	if err != nil {
-		return 0, err
-	}
-	if o.GIDIndex >= 0 {
-		return uint8(o.GIDIndex), nil
-	}
-	return scenario.PickGIDIndex(c, port)
+	return o.GID, err
 }
 
 // FirstErr returns the first non-nil error.

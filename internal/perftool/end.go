@@ -39,7 +39,7 @@ type EndConfig struct {
 	// Port is the local port.
 	Port uint8
 	// GIDIndex is the local GID table entry; a negative one is resolved
-	// by GIDIndex.
+	// by GIDSelector.
 	GIDIndex int
 	// Timeout bounds every wait.
 	Timeout time.Duration
@@ -84,7 +84,7 @@ type End struct {
 // queue pair in INIT with every receive posted. It closes what it made if
 // it fails.
 func NewEnd(name string, c *ctx.Context, cfg EndConfig) (*End, error) {
-	gid, err := GIDIndex(cfg.GIDIndex, c, cfg.Port)
+	gid, err := GIDSelector(cfg.GIDIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func NewEnd(name string, c *ctx.Context, cfg EndConfig) (*End, error) {
 	return x, nil
 }
 
-func newEnd(name string, c *ctx.Context, cfg EndConfig, gid uint8) (x *End, err error) {
+func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x *End, err error) {
 	x = &End{Name: name, Timeout: cfg.Timeout, Yield: c.Kind() == ctx.KindSoftware, RecvSGE: cfg.RecvSGE}
 	defer func() {
 		if err != nil {
@@ -128,7 +128,7 @@ func newEnd(name string, c *ctx.Context, cfg EndConfig, gid uint8) (x *End, err 
 		return x, err
 	}
 	x.MaxInline = cfg.Inline(int(dev.MaxInline))
-	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GIDIndex: gid, MaxInline: uint32(x.MaxInline)}
+	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GID: gid, MaxInline: uint32(x.MaxInline)}
 	if x.QP, err = rc.New(x.PD, x.CQ, nil, qcfg); err != nil {
 		return x, err
 	}

@@ -112,3 +112,31 @@ func TestEndsOnSoftwareHCA(t *testing.T) {
 	require.NoError(t, a.Post(OpSend, 32, 7, true))
 	require.ErrorContains(t, b.Await(OpSend, 64, 7), "unexpected completion", "a SEND of the wrong length")
 }
+
+// TestGIDSelector: -gid-index names an entry; unset (-1) it falls back to
+// MLX5KIT_GID_INDEX, and unset there too leaves the choice to the queue
+// pair.
+func TestGIDSelector(t *testing.T) {
+	t.Setenv("MLX5KIT_GID_INDEX", "")
+	s, err := GIDSelector(-1)
+	require.NoError(t, err)
+	require.True(t, s.Auto())
+	s, err = GIDSelector(5)
+	require.NoError(t, err)
+	require.Equal(t, ctx.GIDIndex(5), s)
+	s, err = GIDSelector(0)
+	require.NoError(t, err)
+	require.Equal(t, ctx.GIDIndex(0), s, "index 0 named is not the choice")
+	t.Setenv("MLX5KIT_GID_INDEX", "2")
+	s, err = GIDSelector(-1)
+	require.NoError(t, err)
+	require.Equal(t, ctx.GIDIndex(2), s)
+	s, err = GIDSelector(4)
+	require.NoError(t, err)
+	require.Equal(t, ctx.GIDIndex(4), s, "the flag wins over the environment")
+	t.Setenv("MLX5KIT_GID_INDEX", "300")
+	_, err = GIDSelector(-1)
+	require.ErrorContains(t, err, "MLX5KIT_GID_INDEX")
+	_, err = GIDSelector(256)
+	require.ErrorContains(t, err, "256")
+}

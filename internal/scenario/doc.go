@@ -16,9 +16,9 @@
 // # Addressing
 //
 // On InfiniBand the two queue pairs reach each other by the port's LID. On
-// RoCE (Ethernet link layer) they need a GID: Options.GIDIndex names the
-// entry, and a negative value picks one (PickGIDIndex: a RoCE v2 GID,
-// preferably IPv4-mapped). FromEnv reads MLX5KIT_GID_INDEX for it.
+// RoCE (Ethernet link layer) they need a GID: Options.GID names the entry,
+// and left unset the queue pairs choose one (ctx.ChooseGID: a RoCE v2 GID,
+// IPv4-mapped first). FromEnv reads MLX5KIT_GID_INDEX for it.
 //
 // # Progress
 //

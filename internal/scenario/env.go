@@ -36,7 +36,7 @@ type env struct {
 	dev  ctx.DeviceAttr
 	link ctx.LinkLayer
 	port uint8
-	gid  uint8
+	gid  ctx.GIDSelector
 
 	pd  *ctx.ProtectionDomain
 	buf [2]*ctx.Buffer
@@ -77,13 +77,7 @@ func newEnv(c *ctx.Context, o Options) (e *env, err error) {
 	if pa.State != ctx.PortStateActive {
 		return e, fmt.Errorf("port %d of %s is %v, not ACTIVE", e.port, c.DeviceName(), pa.State)
 	}
-	if o.GIDIndex < 0 {
-		if e.gid, err = PickGIDIndex(c, e.port); err != nil {
-			return e, err
-		}
-	} else {
-		e.gid = uint8(o.GIDIndex)
-	}
+	e.gid = o.GID
 	if e.pd, err = c.AllocProtectionDomain(); err != nil {
 		return e, err
 	}
@@ -157,7 +151,7 @@ func (e *env) rcConfig(recvDepth uint32) rc.Config {
 		MaxSendSGE: min(4, max(e.dev.MaxSGE, 1)),
 		MaxInline:  min(128, e.dev.MaxInline),
 		Port:       e.port,
-		GIDIndex:   e.gid,
+		GID:        e.gid,
 	}
 	if recvDepth > 0 {
 		cfg.MaxRecvSGE = min(4, max(e.dev.MaxSGE, 1))

@@ -2,6 +2,7 @@ package scenario_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,14 +47,14 @@ func openSim(t *testing.T, opts sim.Options) (*sim.Fabric, *ctx.Context) {
 // its engine goroutine, as a device runs on its own.
 func TestScenariosSimEngine(t *testing.T) {
 	_, c := openSim(t, sim.Options{Mode: sim.Engine})
-	runAll(t, c, scenario.Options{GIDIndex: -1})
+	runAll(t, c, scenario.Options{})
 }
 
 // TestScenariosSimManual runs every scenario on the software HCA stepped by
 // the scenarios' waits: deterministic.
 func TestScenariosSimManual(t *testing.T) {
 	f, c := openSim(t, sim.Options{})
-	runAll(t, c, scenario.Options{GIDIndex: -1, Progress: f.RunUntilIdle})
+	runAll(t, c, scenario.Options{Progress: f.RunUntilIdle})
 }
 
 // TestScenariosSimRoCE runs every scenario on a software HCA with an
@@ -63,7 +64,7 @@ func TestScenariosSimRoCE(t *testing.T) {
 	pa, err := c.QueryPort(1)
 	require.NoError(t, err)
 	require.Equal(t, ctx.LinkLayerEthernet, pa.LinkLayer)
-	runAll(t, c, scenario.Options{GIDIndex: -1, Progress: f.RunUntilIdle})
+	runAll(t, c, scenario.Options{Progress: f.RunUntilIdle})
 }
 
 // TestScenariosDefaultSoftwareHCA runs every scenario through ctx.Open with
@@ -85,4 +86,24 @@ func TestHardwareScenarios(t *testing.T) {
 	o, err := scenario.FromEnv()
 	require.NoError(t, err)
 	runAll(t, c, o)
+}
+
+// TestFromEnv: MLX5KIT_GID_INDEX names the GID; unset or empty leaves it
+// to the choice; anything but 0..255 is refused.
+func TestFromEnv(t *testing.T) {
+	t.Setenv(scenario.EnvGIDIndex, "")
+	o, err := scenario.FromEnv()
+	require.NoError(t, err)
+	require.True(t, o.GID.Auto())
+	for _, n := range []uint8{0, 3} {
+		t.Setenv(scenario.EnvGIDIndex, strconv.Itoa(int(n)))
+		o, err = scenario.FromEnv()
+		require.NoError(t, err)
+		require.Equal(t, ctx.GIDIndex(n), o.GID)
+	}
+	for _, bad := range []string{"-1", "256", "x"} {
+		t.Setenv(scenario.EnvGIDIndex, bad)
+		_, err = scenario.FromEnv()
+		require.ErrorContains(t, err, scenario.EnvGIDIndex, bad)
+	}
 }

@@ -109,7 +109,7 @@ func DC(c *ctx.Context, o Options) error {
 		}
 		var dcts [2]*dc.DCT
 		var remotes [2]*dc.Remote
-		dci, err := dc.NewDCI(e.pd, e.cq[0], dc.DCIConfig{SendDepth: 32, MaxInline: min(64, e.dev.MaxInline), Port: e.port, GIDIndex: e.gid})
+		dci, err := dc.NewDCI(e.pd, e.cq[0], dc.DCIConfig{SendDepth: 32, MaxInline: min(64, e.dev.MaxInline), Port: e.port, GID: e.gid})
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func DC(c *ctx.Context, o Options) error {
 			return err
 		}
 		for i := range 2 {
-			if dcts[i], err = dc.NewDCT(e.pd, e.cq[1], dc.DCTConfig{SRQ: srq, Key: 0x5eed0000 + uint64(i), Port: e.port, GIDIndex: e.gid}); err != nil {
+			if dcts[i], err = dc.NewDCT(e.pd, e.cq[1], dc.DCTConfig{SRQ: srq, Key: 0x5eed0000 + uint64(i), Port: e.port, GID: e.gid}); err != nil {
 				return err
 			}
 			if err := e.p[1].Add(&dcts[i].Queue); err != nil {
@@ -210,7 +210,7 @@ func DC(c *ctx.Context, o Options) error {
 func UD(c *ctx.Context, o Options) error {
 	return run("UD", c, o, func(e *env) error {
 		const qkey = 0x11111111
-		cfg := ud.Config{SendDepth: 16, RecvDepth: 16, QKey: qkey, MaxInline: min(64, e.dev.MaxInline), Port: e.port, GIDIndex: e.gid}
+		cfg := ud.Config{SendDepth: 16, RecvDepth: 16, QKey: qkey, MaxInline: min(64, e.dev.MaxInline), Port: e.port, GID: e.gid}
 		var qps [2]*ud.QP
 		for i := range 2 {
 			qp, err := ud.New(e.pd, e.cq[i], nil, cfg)

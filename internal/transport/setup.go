@@ -3,6 +3,7 @@ package transport
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -11,18 +12,21 @@ import (
 
 // Port is what a queue pair's endpoint says about the local port.
 type Port struct {
-	Number   uint8
-	LID      uint16
-	GID      ctx.GID
-	GIDIndex uint8
-	MTU      ctx.MTU
-	Link     ctx.LinkLayer
+	Number uint8
+	LID    uint16
+	// GID is the local GID table entry the queue pair sends from: the one
+	// its configuration selected (ctx.Context.ChooseGID). On InfiniBand it
+	// may be empty (index 0, zero GID) when the table has no such entry.
+	GID  ctx.GIDEntry
+	MTU  ctx.MTU
+	Link ctx.LinkLayer
 }
 
-// QueryPort reads the port's LID, active MTU and link layer and the GID at
-// gidIndex (a missing entry is an error on Ethernet, where the GID is the
-// address, and leaves the GID zero on InfiniBand).
-func QueryPort(c *ctx.Context, port uint8, gidIndex uint8) (Port, error) {
+// QueryPort reads the port's LID, active MTU and link layer and the GID
+// that gid selects (ctx.Context.ChooseGID). Without such a GID, QueryPort
+// fails on Ethernet, where the GID is the address, and leaves the GID zero
+// on InfiniBand, where a GID is only needed for a GRH.
+func QueryPort(c *ctx.Context, port uint8, gid ctx.GIDSelector) (Port, error) {
 	if port == 0 {
 		port = 1
 	}
@@ -30,19 +34,18 @@ func QueryPort(c *ctx.Context, port uint8, gidIndex uint8) (Port, error) {
 	if err != nil {
 		return Port{}, err
 	}
-	p := Port{Number: port, LID: pa.LID, GIDIndex: gidIndex, MTU: pa.ActiveMTU, Link: pa.LinkLayer}
-	gids, err := c.QueryGIDs(port)
-	if err != nil {
-		return Port{}, err
-	}
-	found := false
-	for _, g := range gids {
-		if g.Index == int(gidIndex) {
-			p.GID, found = g.GID, true
-		}
-	}
-	if !found && p.Link == ctx.LinkLayerEthernet {
-		return Port{}, fmt.Errorf("port %d has no GID at index %d (a RoCE port is addressed by GID): %w", port, gidIndex, ErrInvalidConfig)
+	p := Port{Number: port, LID: pa.LID, MTU: pa.ActiveMTU, Link: pa.LinkLayer}
+	e, err := c.ChooseGID(port, gid)
+	switch {
+	case err == nil:
+		p.GID = e
+	case p.Link != ctx.LinkLayerEthernet && errors.Is(err, ctx.ErrNotFound):
+		i, _ := gid.Index()
+		p.GID = ctx.GIDEntry{Index: int(i), Port: port}
+	case errors.Is(err, ctx.ErrNotFound):
+		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, ErrInvalidConfig)
+	default:
+		return Port{}, fmt.Errorf("local GID %v: %w", gid, err)
 	}
 	return p, nil
 }
@@ -53,8 +56,8 @@ func (p Port) Endpoint(t endpoint.Transport, qpn, psn uint32) endpoint.Endpoint 
 		Transport: t,
 		QPN:       qpn,
 		LID:       p.LID,
-		GID:       p.GID,
-		GIDIndex:  p.GIDIndex,
+		GID:       p.GID.GID,
+		GIDIndex:  uint8(p.GID.Index),
 		PSN:       psn,
 		MTU:       endpoint.MTU(p.MTU),
 	}
@@ -68,7 +71,7 @@ func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
 	if p.Link == ctx.LinkLayerEthernet || remote.LID == 0 {
 		a.GlobalRoute = true
 		a.DGID = ctx.GID(remote.GID)
-		a.SGIDIndex = p.GIDIndex
+		a.SGIDIndex = uint8(p.GID.Index)
 		a.HopLimit = 64
 	} else {
 		a.DLID = remote.LID
