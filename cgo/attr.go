@@ -75,6 +75,13 @@ type DVAttr struct {
 	CryptoWrappedImportMethod uint8
 	CryptoLogMaxNumDEKs       uint8
 	CryptoFlags               uint32
+
+	// MaxDCRequesterRdAtomic and MaxDCResponderRdAtomic are the RDMA reads
+	// and atomics outstanding per DC QP as requester (a DCI) and as
+	// responder (a DCT): rdma-core's max_dc_rd_atom and
+	// max_dc_init_rd_atom (DVMaskMaxDCRdAtomic, rdma-core 47 and later).
+	MaxDCRequesterRdAtomic uint64
+	MaxDCResponderRdAtomic uint64
 }
 
 // Bits of DVAttr.Flags (enum mlx5dv_context_flags).
@@ -108,7 +115,11 @@ const (
 	DVMaskDCIStreams      = 1 << 11
 	DVMaskWRMemcpyLength  = 1 << 12
 	DVMaskCryptoOffload   = 1 << 13
-	dvMaskAll             = 1<<14 - 1
+	// DVMaskMaxDCRdAtomic (MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM) is not in
+	// the headers of rdma-core before 47; the query asks for it all the
+	// same (see mk_query_dv).
+	DVMaskMaxDCRdAtomic = 1 << 14
+	dvMaskAll           = 1<<15 - 1
 )
 
 // Mini-CQE formats of DVAttr.CQECompressionFormats (enum

@@ -13,6 +13,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,6 +38,16 @@ type Device struct {
 	guid   uint64
 	dv     DVAttr
 	closed bool
+
+	// What send queues are sized against, read at Open (see
+	// sendQueueDevice): atomic_cap is not IBV_ATOMIC_NONE, max_qp_wr,
+	// max_sge.
+	atomics bool
+	maxQPWR uint32
+	maxSGE  uint32
+	// shutUpBF: MLX5_SHUT_UP_BF is set (and not "0"), as rdma-core reads
+	// it: no QP uses BlueFlame.
+	shutUpBF bool
 
 	// Live objects, for Close and for resolving async events.
 	pds  map[*ProtectionDomain]struct{}
@@ -182,12 +195,33 @@ func Open(name string) (*Device, error) {
 	if err == nil {
 		err = setNonblock("async event fd of "+devName, int(c.async_fd))
 	}
+	var ax C.struct_ibv_device_attr_ex
+	if err == nil {
+		ax, err = d.queryDeviceEx()
+	}
 	if err != nil {
 		C.ibv_close_device(c)
 		return nil, err
 	}
 	d.dv = dv
+	d.atomics = ax.orig_attr.atomic_cap != C.IBV_ATOMIC_NONE
+	d.maxQPWR, d.maxSGE = uint32(ax.orig_attr.max_qp_wr), uint32(ax.orig_attr.max_sge)
+	d.shutUpBF = shutUpBlueFlame(os.LookupEnv(envShutUpBF))
 	return d, nil
+}
+
+// envShutUpBF is rdma-core's switch for BlueFlame copies.
+const envShutUpBF = "MLX5_SHUT_UP_BF"
+
+// shutUpBlueFlame reads MLX5_SHUT_UP_BF as rdma-core does: set and not
+// "0" turns BlueFlame off.
+func shutUpBlueFlame(v string, set bool) bool { return set && v != "0" }
+
+// sendQueueDevice returns what the device's send queues are sized against
+// (probing the largest send WQE the first time); its MaxSQDescSize is 0
+// when the probe failed.
+func (d *Device) sendQueueDevice() sqsize.Device {
+	return sqsize.Device{MaxSQDescSize: d.probe().maxSendWQESize, MaxSendWQEBB: d.maxQPWR, MaxSGE: d.maxSGE, Atomics: d.atomics}
 }
 
 func noDevice(name, seen string) error {
@@ -235,11 +269,11 @@ func (d *Device) use(verb string) error {
 
 func (d *Device) queryDV() (DVAttr, error) {
 	var a C.struct_mlx5dv_context
-	a.comp_mask = C.uint64_t(dvMaskAll)
-	if ret, errno := C.mlx5dv_query_device(d.c, &a); ret != 0 {
+	var dcReq, dcResp C.uint64_t
+	if ret, errno := C.mk_query_dv(d.c, C.uint64_t(dvMaskAll), &a, &dcReq, &dcResp); ret != 0 {
 		return DVAttr{}, retError("mlx5dv_query_device", fmt.Sprintf("%q", d.name), int(ret), errno)
 	}
-	return DVAttr{
+	dv := DVAttr{
 		Version:                      uint8(a.version),
 		Flags:                        uint64(a.flags),
 		CompMask:                     uint64(a.comp_mask),
@@ -270,7 +304,11 @@ func (d *Device) queryDV() (DVAttr, error) {
 		CryptoWrappedImportMethod:    uint8(a.crypto_caps.wrapped_import_method),
 		CryptoLogMaxNumDEKs:          uint8(a.crypto_caps.log_max_num_deks),
 		CryptoFlags:                  uint32(a.crypto_caps.flags),
-	}, nil
+	}
+	if dv.Has(DVMaskMaxDCRdAtomic) {
+		dv.MaxDCRequesterRdAtomic, dv.MaxDCResponderRdAtomic = uint64(dcReq), uint64(dcResp)
+	}
+	return dv, nil
 }
 
 // QueryDV queries mlx5dv_query_device again.
@@ -291,9 +329,11 @@ func (d *Device) queryDeviceEx() (C.struct_ibv_device_attr_ex, error) {
 }
 
 // Query returns the device attributes: ibv_query_device_ex, the mlx5dv
-// attributes, and what only creating objects can tell (DC support, the
-// largest inline payload, the BlueFlame size, 128-byte CQEs), probed once
-// with throw-away objects the first time Query is called.
+// attributes (DC's own read/atomic depths among them, with rdma-core 47
+// and later), and what only creating objects can tell (DC support, the
+// largest send WQE and with it the send-queue limits of each QP type, the
+// BlueFlame size, 128-byte CQEs), probed once with throw-away objects the
+// first time Query or CreateQueuePair needs them.
 func (d *Device) Query() (ctx.DeviceAttr, error) {
 	if err := d.use("ibv_query_device_ex"); err != nil {
 		return ctx.DeviceAttr{}, err
@@ -305,7 +345,8 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 	}
 	p := d.probe()
 	o := &a.orig_attr
-	return ctx.DeviceAttr{
+	sq := d.sendQueueDevice()
+	attr := ctx.DeviceAttr{
 		Name:              d.name,
 		FirmwareVersion:   C.GoString(&o.fw_ver[0]),
 		NodeGUID:          be64(uint64(o.node_guid)),
@@ -340,7 +381,22 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		CQEPadding:             d.dv.Flags&DVFlagCQE128Padding != 0,
 		CompVectors:            uint32(d.c.num_comp_vectors),
 		BlueFlameSize:          p.blueFlameSize,
-	}, nil
+		MaxSendWQESize:         p.maxSendWQESize,
+		SendLimitsRC:           sqsize.LimitsOf(ctx.QPTypeRC, sq),
+		SendLimitsUD:           sqsize.LimitsOf(ctx.QPTypeUD, sq),
+		SendLimitsDCI:          sqsize.LimitsOf(ctx.QPTypeDCI, sq),
+	}
+	if !p.dc {
+		attr.SendLimitsDCI = ctx.SendQueueLimits{}
+	}
+	if d.dv.Has(DVMaskMaxDCRdAtomic) {
+		// rdma-core's max_dc_rd_atom is the requester's depth,
+		// max_dc_init_rd_atom the responder's (the reverse of the verbs
+		// names of the RC fields).
+		attr.MaxDCInitRdAtomic = uint32(min(d.dv.MaxDCRequesterRdAtomic, math.MaxUint32))
+		attr.MaxDCRdAtomic = uint32(min(d.dv.MaxDCResponderRdAtomic, math.MaxUint32))
+	}
+	return attr, nil
 }
 
 // QueryExtended returns the ibv_query_device_ex attributes that

@@ -18,6 +18,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"github.com/stretchr/testify/require"
 )
 
@@ -209,11 +210,29 @@ func TestHardwareObjects(t *testing.T) {
 	require.Equal(t, 1, bits.OnesCount32(rd.RQ.WQECnt))
 	require.GreaterOrEqual(t, rd.RQ.Stride, uint32(prm.DataSize*2))
 	require.GreaterOrEqual(t, rd.MaxInline, uint32(64))
-	require.Equal(t, uint32(2), rd.MaxSendSGE)
+	require.GreaterOrEqual(t, rd.MaxSendSGE, uint32(2))
+	// rdma-core allocated the ring the kit planned: slots of the kit's
+	// largest WQE, and the limits that fill them.
+	_, plan, err := sqsize.Plan(ctx.QPTypeRC, ctx.QueuePairCaps{SendDepth: 64, MaxSendSGE: 2, MaxInline: 64}, sqsize.DeviceOf(attr))
+	require.NoError(t, err)
+	require.Equal(t, plan.WQECnt, rd.SQ.WQECnt)
+	require.Equal(t, plan.MaxInline, rd.MaxInline)
+	require.Equal(t, plan.MaxSGE, rd.MaxSendSGE)
 	require.GreaterOrEqual(t, rd.MaxRecvSGE, uint32(2))
 	require.NotNil(t, rd.DBRec)
 	require.NotNil(t, rd.BlueFlame)
+	require.True(t, rc.DedicatedBlueFlame())
 	require.Equal(t, attr.BlueFlameSize, rd.BlueFlameSize)
+	// A send queue as deep as RC's limit (max_qp_wr/2 on a ConnectX: the
+	// kit's WQEs take two basic blocks) is created, one more is refused
+	// before rdma-core is called.
+	require.NotZero(t, attr.SendLimitsRC.MaxDepth)
+	deep, err := pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: attr.SendLimitsRC.MaxDepth, MaxSendSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, deep.Close())
+	_, err = pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: attr.SendLimitsRC.MaxDepth + 1, MaxSendSGE: 1}})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "RC limit")
 	require.Zero(t, prm.Load32(rd.DBRec))
 	require.Zero(t, prm.Load32(unsafe.Add(rd.DBRec, prm.DoorbellRecordSendB)))
 
@@ -268,6 +287,9 @@ func TestHardwareObjects(t *testing.T) {
 		require.Equal(t, ctx.QPStateRTR, s)
 		require.ErrorIs(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateRTS}), ctx.ErrInvalidState)
 
+		_, err = pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 32, MaxInline: attr.SendLimitsDCI.MaxInline + 1}})
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		require.Contains(t, err.Error(), "DCI limit")
 		dci, err := pd.CreateQueuePair(QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 32, MaxSendSGE: 1, MaxInline: 32}})
 		require.NoError(t, err)
 		dd := dci.Descriptor()

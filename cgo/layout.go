@@ -387,6 +387,20 @@ static const struct mk_layout mk_layouts[] = {
 	MK_CONST(IBV_PORT_ACTIVE_DEFER),
 	MK_CONST(IBV_LINK_LAYER_INFINIBAND),
 	MK_CONST(IBV_LINK_LAYER_ETHERNET),
+	MK_CONST(MK_DV_CONTEXT_MASK_MAX_DC_RD_ATOM),
+	MK_OFF(union mk_dv_context, dc.max_dc_rd_atom),
+	MK_OFF(union mk_dv_context, dc.max_dc_init_rd_atom),
+	MK_CONST(IBV_QP_EX_WITH_RDMA_WRITE),
+	MK_CONST(IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM),
+	MK_CONST(IBV_QP_EX_WITH_SEND),
+	MK_CONST(IBV_QP_EX_WITH_SEND_WITH_IMM),
+	MK_CONST(IBV_QP_EX_WITH_RDMA_READ),
+	MK_CONST(IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP),
+	MK_CONST(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD),
+	MK_CONST(IBV_QP_EX_WITH_LOCAL_INV),
+	MK_CONST(IBV_QP_EX_WITH_BIND_MW),
+	MK_CONST(IBV_QP_EX_WITH_SEND_WITH_INV),
+	MK_CONST(IBV_QP_EX_WITH_TSO),
 };
 
 static inline size_t mk_layout_count(void)
@@ -405,6 +419,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // layoutEntry is one size, offset or constant, named the way the C side
@@ -837,5 +852,29 @@ func goLayout() []layoutEntry {
 		{"IBV_PORT_ACTIVE_DEFER", uintptr(ctx.PortStateActiveDefer)},
 		{"IBV_LINK_LAYER_INFINIBAND", uintptr(ctx.LinkLayerInfiniBand)},
 		{"IBV_LINK_LAYER_ETHERNET", uintptr(ctx.LinkLayerEthernet)},
+		// The DC depths sit at the first 8-byte boundary after crypto_caps
+		// (mk_query_dv), whether or not the header names them.
+		{"MK_DV_CONTEXT_MASK_MAX_DC_RD_ATOM", uintptr(DVMaskMaxDCRdAtomic)},
+		{"offsetof(union mk_dv_context, dc.max_dc_rd_atom)", dvDCRdAtomOffset(&mlx5dvContextVar)},
+		{"offsetof(union mk_dv_context, dc.max_dc_init_rd_atom)", dvDCRdAtomOffset(&mlx5dvContextVar) + unsafe.Sizeof(uint64(0))},
+		{"IBV_QP_EX_WITH_RDMA_WRITE", uintptr(sqsize.OpRDMAWrite)},
+		{"IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM", uintptr(sqsize.OpRDMAWriteImm)},
+		{"IBV_QP_EX_WITH_SEND", uintptr(sqsize.OpSend)},
+		{"IBV_QP_EX_WITH_SEND_WITH_IMM", uintptr(sqsize.OpSendImm)},
+		{"IBV_QP_EX_WITH_RDMA_READ", uintptr(sqsize.OpRDMARead)},
+		{"IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP", uintptr(sqsize.OpAtomicCS)},
+		{"IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD", uintptr(sqsize.OpAtomicFA)},
+		{"IBV_QP_EX_WITH_LOCAL_INV", uintptr(sqsize.OpLocalInv)},
+		{"IBV_QP_EX_WITH_BIND_MW", uintptr(sqsize.OpBindMW)},
+		{"IBV_QP_EX_WITH_SEND_WITH_INV", uintptr(sqsize.OpSendInv)},
+		{"IBV_QP_EX_WITH_TSO", uintptr(sqsize.OpTSO)},
 	}
+}
+
+// dvDCRdAtomOffset is where the DC depths follow crypto_caps in struct
+// mlx5dv_context, computed from cgo's rendering of the installed header.
+func dvDCRdAtomOffset(v *C.struct_mlx5dv_context) uintptr {
+	end := unsafe.Offsetof(v.crypto_caps) + unsafe.Sizeof(v.crypto_caps)
+	a := unsafe.Alignof(uint64(0))
+	return (end + a - 1) / a * a
 }

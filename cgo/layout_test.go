@@ -61,6 +61,11 @@ func TestLayoutKnownSizes(t *testing.T) {
 		"offsetof(struct ibv_qp_attr, qp_state)": 0,
 		"IBV_QPS_ERR":                            6,
 		"IBV_ACCESS_REMOTE_ATOMIC":               8,
+		// Where rdma-core 47 and later declare max_dc_rd_atom and
+		// max_dc_init_rd_atom in struct mlx5dv_context.
+		"offsetof(union mk_dv_context, dc.max_dc_rd_atom)":      152,
+		"offsetof(union mk_dv_context, dc.max_dc_init_rd_atom)": 160,
+		"MK_DV_CONTEXT_MASK_MAX_DC_RD_ATOM":                     1 << 14,
 	} {
 		got, ok := c[name]
 		require.True(t, ok, "%s missing from the C table", name)

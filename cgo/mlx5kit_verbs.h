@@ -68,6 +68,55 @@ static inline int mk_query_device_ex(struct ibv_context *c,
 	return ibv_query_device_ex(c, NULL, attr);
 }
 
+/*
+ * The DC read/atomic depths of mlx5dv_query_device (rdma-core 47 and later:
+ * MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM, bit 14) are two uint64_t fields that
+ * newer headers append to struct mlx5dv_context right after crypto_caps;
+ * older headers end there. The union gives the query room for them and
+ * names them where newer headers put them, whichever header the package is
+ * built against; a libmlx5 that does not know bit 14 leaves it clear in
+ * comp_mask and the fields untouched. max_dc_rd_atom is the depth as
+ * requester (log_max_ra_req_dc), max_dc_init_rd_atom as responder
+ * (log_max_ra_res_dc), as rdma-core's man page describes them.
+ */
+#define MK_DV_CONTEXT_MASK_MAX_DC_RD_ATOM (1 << 14)
+#define MK_DV_DC_RD_ATOM_OFFSET                                                \
+	((offsetof(struct mlx5dv_context, crypto_caps) +                       \
+	  sizeof(struct mlx5dv_crypto_caps) + _Alignof(uint64_t) - 1) /        \
+	 _Alignof(uint64_t) * _Alignof(uint64_t))
+
+union mk_dv_context {
+	struct mlx5dv_context dv;
+	struct {
+		char     head[MK_DV_DC_RD_ATOM_OFFSET];
+		uint64_t max_dc_rd_atom;
+		uint64_t max_dc_init_rd_atom;
+	} dc;
+};
+
+_Static_assert(offsetof(union mk_dv_context, dc.max_dc_rd_atom) ==
+	       MK_DV_DC_RD_ATOM_OFFSET, "DC depths after crypto_caps");
+
+/*
+ * mlx5dv_query_device with comp_mask, into out and the DC depths; returns
+ * 0 or an errno value.
+ */
+static inline int mk_query_dv(struct ibv_context *c, uint64_t comp_mask,
+			      struct mlx5dv_context *out,
+			      uint64_t *dc_rd_atom, uint64_t *dc_init_rd_atom)
+{
+	union mk_dv_context u;
+	int ret;
+
+	memset(&u, 0, sizeof(u));
+	u.dv.comp_mask = comp_mask;
+	ret = mlx5dv_query_device(c, &u.dv);
+	memcpy(out, &u.dv, sizeof(*out));
+	*dc_rd_atom = u.dc.max_dc_rd_atom;
+	*dc_init_rd_atom = u.dc.max_dc_init_rd_atom;
+	return ret;
+}
+
 /* ---- memory ---- */
 
 /* ibv_reg_mr returns NULL and sets errno. */

@@ -9,6 +9,8 @@ import "C"
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // probeResult is what only creating objects can tell about a device.
@@ -17,7 +19,11 @@ type probeResult struct {
 	cqe128        bool   // a CQ with 128-byte CQEs can be created
 	maxInline     uint32 // the largest max_inline_data rdma-core grants an RC QP
 	blueFlameSize uint32 // bf.size of an RC QP (0: doorbell only)
-	err           error  // why the probe could not run, if it could not
+	// maxSendWQESize is rdma-core's max_sq_desc_sz in whole basic blocks
+	// (at most sqsize.MaxWQESize), from the largest RC WQE it granted: the
+	// size every QP type's limits follow from.
+	maxSendWQESize uint32
+	err            error // why the probe could not run, if it could not
 }
 
 // probeInlineLimit bounds the search for the largest inline payload: no
@@ -26,9 +32,10 @@ type probeResult struct {
 const probeInlineLimit = 1024
 
 // probe creates throw-away objects once per device: a PD, a CQ of 64- and
-// one of 128-byte CQEs, RC QPs (to find the largest inline payload by
-// bisection, since rdma-core derives it from max_sq_desc_sz, which no query
-// reports) and a DCI. Everything is destroyed before it returns.
+// one of 128-byte CQEs, RC QPs with the kit's send operations (to find the
+// largest inline payload by bisection, and from it the largest send WQE:
+// rdma-core derives both from max_sq_desc_sz, which no query reports) and
+// a DCI. Everything is destroyed before it returns.
 func (d *Device) probe() probeResult {
 	d.probeOnce.Do(func() { d.probed = d.runProbe() })
 	return d.probed
@@ -70,14 +77,15 @@ func (d *Device) runProbe() (r probeResult) {
 		C.ibv_destroy_cq(cq128)
 	}
 
+	rcOps := sqsize.KitOps(ctx.QPTypeRC, d.atomics)
 	rc := func(inline uint32) (ok bool, granted uint32, bf uint32) {
-		dom, err := newDedicatedDomain(d.c, pd)
-		if err != nil {
-			return false, 0, 0
+		createPD := pd
+		if dom, err := newDedicatedDomain(d.c, pd); err == nil {
+			defer dom.release()
+			createPD = dom.pdd
 		}
-		defer dom.release()
-		qp, caps, err := createQP(d.c, dom.pdd, qpParams{
-			typ: ctx.QPTypeRC, send: cq, recv: cq,
+		qp, caps, err := createQP(d.c, createPD, qpParams{
+			typ: ctx.QPTypeRC, send: cq, recv: cq, ops: rcOps,
 			caps: ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: inline},
 		})
 		if err != nil {
@@ -107,10 +115,13 @@ func (d *Device) runProbe() (r probeResult) {
 			hi = mid - 1
 		}
 	}
-	r.maxInline = granted
+	// rdma-core grants what fills the WQE: the largest one is the
+	// overhead, the inline header and the largest inline payload.
+	r.maxSendWQESize = min(granted+uint32(sqsize.Overhead(ctx.QPTypeRC, rcOps))+prm.InlineHeaderSize, sqsize.MaxWQESize) / prm.WQEBBSize * prm.WQEBBSize
+	r.maxInline = sqsize.LimitsOf(ctx.QPTypeRC, sqsize.Device{MaxSQDescSize: r.maxSendWQESize, MaxSendWQEBB: d.maxQPWR, MaxSGE: d.maxSGE, Atomics: d.atomics}).MaxInline
 
 	dci, _, err := createQP(d.c, pd, qpParams{
-		typ: ctx.QPTypeDCI, send: cq, recv: cq,
+		typ: ctx.QPTypeDCI, send: cq, recv: cq, ops: sqsize.KitOps(ctx.QPTypeDCI, d.atomics),
 		caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1},
 	})
 	if err == nil {

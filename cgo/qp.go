@@ -15,6 +15,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // QPConfig configures a queue pair.
@@ -38,21 +39,30 @@ type QPConfig struct {
 // QueuePair is a struct ibv_qp created with mlx5dv_create_qp (RC, UD, DCI
 // or DCT) whose rings are handed to the data plane with mlx5dv_init_obj.
 type QueuePair struct {
-	pd     *ProtectionDomain
-	qp     *C.struct_ibv_qp
-	dom    dedicatedDomain
-	typ    ctx.QPType
-	desc   ctx.QPDescriptor
-	state  ctx.QPState
+	pd    *ProtectionDomain
+	qp    *C.struct_ibv_qp
+	dom   dedicatedDomain
+	typ   ctx.QPType
+	desc  ctx.QPDescriptor
+	state ctx.QPState
+	// port is the port given at INIT (0 before): Modify applies it when
+	// a later transition names none.
+	port   uint8
 	closed bool
 }
 
 // qpParams is what createQP needs; the probe uses it with bare C objects.
 type qpParams struct {
-	typ          ctx.QPType
-	send, recv   *C.struct_ibv_cq
-	srq          *C.struct_ibv_srq
-	caps         ctx.QueuePairCaps
+	typ        ctx.QPType
+	send, recv *C.struct_ibv_cq
+	srq        *C.struct_ibv_srq
+	// caps are passed to rdma-core as they are (CreateQueuePair passes
+	// sqsize.Request's).
+	caps ctx.QueuePairCaps
+	// ops are the send operations the QP is created for
+	// (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS), which rdma-core sizes each send
+	// WQE for. A DCT has no send queue and takes none.
+	ops          sqsize.Ops
 	dcKey        uint64
 	scatterToCQE bool
 }
@@ -61,7 +71,9 @@ type qpParams struct {
 // a QP with a send queue is created through, so that its BlueFlame
 // register is its own: without one, rdma-core hands the first QPs dedicated
 // registers and later ones registers shared between QPs (and takes a lock
-// around them), which a lock-free data plane cannot do.
+// around them), which a lock-free data plane cannot do. A device has a
+// limited number of such registers; past them a QP is created on the plain
+// PD and rings its register with doorbells only (see CreateQueuePair).
 type dedicatedDomain struct {
 	td  *C.struct_ibv_td
 	pdd *C.struct_ibv_pd // the parent domain (a struct ibv_pd to the verbs)
@@ -106,6 +118,26 @@ func (dd *dedicatedDomain) release() error {
 // and the depths are rounded up).
 func createQP(c *C.struct_ibv_context, pd *C.struct_ibv_pd, p qpParams) (*C.struct_ibv_qp, C.struct_ibv_qp_cap, error) {
 	var ia C.struct_ibv_qp_init_attr_ex
+	var dv C.struct_mlx5dv_qp_init_attr
+	if err := fillCreateAttr(pd, p, &ia, &dv); err != nil {
+		return nil, ia.cap, err
+	}
+	qp, errno := C.mlx5dv_create_qp(c, &ia, &dv)
+	if qp == nil {
+		return nil, ia.cap, ptrError("mlx5dv_create_qp", fmt.Sprintf("%v QP (send %d×%d SGE inline %d, send ops %#x, recv %d×%d SGE, SRQ %v)",
+			p.typ, p.caps.SendDepth, p.caps.MaxSendSGE, p.caps.MaxInline, uint64(p.ops), p.caps.RecvDepth, p.caps.MaxRecvSGE, p.srq != nil), errno)
+	}
+	return qp, ia.cap, nil
+}
+
+// fillCreateAttr fills the attributes of mlx5dv_create_qp for p. A QP with
+// a send queue is created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS and p.ops:
+// without them rdma-core sizes every send WQE for memory-window binds and
+// local invalidations (192 bytes before any data on RC, 240 on a DCI),
+// which the kit never posts. For a DCI, rdma-core reads the flags of
+// ibv_qp_init_attr_ex the same way (the mlx5dv attributes carry only the
+// mlx5-specific operations, none of which the kit posts).
+func fillCreateAttr(pd *C.struct_ibv_pd, p qpParams, ia *C.struct_ibv_qp_init_attr_ex, dv *C.struct_mlx5dv_qp_init_attr) error {
 	ia.send_cq = p.send
 	ia.recv_cq = p.recv
 	ia.srq = p.srq
@@ -120,7 +152,6 @@ func createQP(c *C.struct_ibv_context, pd *C.struct_ibv_pd, p qpParams) (*C.stru
 	ia.comp_mask = C.IBV_QP_INIT_ATTR_PD
 	ia.pd = pd
 
-	var dv C.struct_mlx5dv_qp_init_attr
 	if !p.scatterToCQE {
 		dv.comp_mask |= C.MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS
 		dv.create_flags |= C.MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE
@@ -133,30 +164,46 @@ func createQP(c *C.struct_ibv_context, pd *C.struct_ibv_pd, p qpParams) (*C.stru
 	case ctx.QPTypeDCI:
 		ia.qp_type = C.IBV_QPT_DRIVER
 		ia.cap.max_recv_wr, ia.cap.max_recv_sge = 0, 0
-		C.mk_set_dc(&dv, 0, 0)
+		C.mk_set_dc(dv, 0, 0)
 	case ctx.QPTypeDCT:
 		// A DCT has no rings of its own: no send queue, receives through
 		// its SRQ. rdma-core refuses any comp_mask but PD for it.
 		ia.qp_type = C.IBV_QPT_DRIVER
 		ia.cap = C.struct_ibv_qp_cap{}
-		C.mk_set_dc(&dv, 1, C.uint64_t(p.dcKey))
+		C.mk_set_dc(dv, 1, C.uint64_t(p.dcKey))
+		return nil
 	default:
-		return nil, ia.cap, &VerbError{Verb: "mlx5dv_create_qp", Detail: fmt.Sprintf("QP type %v", p.typ), Sentinel: ctx.ErrInvalidArgument}
+		return &VerbError{Verb: "mlx5dv_create_qp", Detail: fmt.Sprintf("QP type %v", p.typ), Sentinel: ctx.ErrInvalidArgument}
 	}
-	qp, errno := C.mlx5dv_create_qp(c, &ia, &dv)
-	if qp == nil {
-		return nil, ia.cap, ptrError("mlx5dv_create_qp", fmt.Sprintf("%v QP (send %d×%d SGE inline %d, recv %d×%d SGE, SRQ %v)",
-			p.typ, p.caps.SendDepth, p.caps.MaxSendSGE, p.caps.MaxInline, p.caps.RecvDepth, p.caps.MaxRecvSGE, p.srq != nil), errno)
-	}
-	return qp, ia.cap, nil
+	ia.comp_mask |= C.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+	ia.send_ops_flags = C.uint64_t(p.ops)
+	return nil
 }
 
 // CreateQueuePair creates a QP in RESET state and fills its descriptor
 // with mlx5dv_init_obj (a DCT has no rings; its descriptor carries only the
-// DCT number, known once it reached RTR). A QP with a send queue is created
-// through a thread domain of its own (ibv_alloc_td, ibv_alloc_parent_domain)
-// so that its BlueFlame register is not shared with another QP: the data
-// plane writes it without a lock and alternates its two halves by itself.
+// DCT number, known once it reached RTR).
+//
+// A QP with a send queue is created with the send operations the kit posts
+// on its type (sqsize.KitOps) and with the caps sqsize.Request derives from
+// cfg.Caps, so that every slot of the ring holds the kit's largest WQE; a
+// configuration beyond the type's limits (depth, SGEs, inline size, found
+// once per device by probing) is refused before rdma-core is called, with
+// an error naming the limit.
+//
+// It is created through a thread domain of its own (ibv_alloc_td,
+// ibv_alloc_parent_domain) so that its BlueFlame register is not shared
+// with another QP: the data plane writes it without a lock and alternates
+// its two halves by itself. A device has a limited number of such
+// registers (fewer on an SR-IOV virtual function; a kernel without dynamic
+// UARs has a handful): when no thread domain can be had, the QP is created
+// on the plain PD, where rdma-core may give it a register shared with
+// other QPs. Such a QP's descriptor reports BlueFlameSize 0: the data plane
+// then rings the 8-byte doorbell only, a single store that cannot
+// interleave with another QP's, where two BlueFlame copies of 64-byte
+// chunks posted from different goroutines could. DedicatedBlueFlame tells
+// which a QP got. With MLX5_SHUT_UP_BF set (not "0"), as rdma-core's own
+// posts do, every QP is doorbell only and none takes a thread domain.
 func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	const verb = "mlx5dv_create_qp"
 	if cfg.SendCQ == nil {
@@ -187,16 +234,27 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	if cfg.SRQ != nil && cfg.SRQ.pd.d != pd.d {
 		return nil, bad("SRQ of another device")
 	}
+	p := qpParams{
+		typ: cfg.Type, send: cfg.SendCQ.cq, recv: cfg.RecvCQ.cq,
+		caps: cfg.Caps, dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE,
+	}
+	if cfg.Type != ctx.QPTypeDCT {
+		// The probe takes the device lock: before pd.use.
+		dev := pd.d.sendQueueDevice()
+		p.ops = sqsize.KitOps(cfg.Type, dev.Atomics)
+		if dev.MaxSQDescSize != 0 {
+			if err := sqsize.Check(cfg.Type, cfg.Caps, dev); err != nil {
+				return nil, bad(limitMessage(err))
+			}
+		}
+		p.caps = sqsize.Request(cfg.Type, p.ops, cfg.Caps, dev)
+	}
 	if err := pd.use(verb); err != nil {
 		return nil, err
 	}
 	defer pd.d.mu.Unlock()
 	if cfg.SendCQ.closed || cfg.RecvCQ.closed || (cfg.SRQ != nil && cfg.SRQ.closed) {
 		return nil, errClosed(verb)
-	}
-	p := qpParams{
-		typ: cfg.Type, send: cfg.SendCQ.cq, recv: cfg.RecvCQ.cq,
-		caps: cfg.Caps, dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE,
 	}
 	if cfg.SRQ != nil {
 		p.srq = cfg.SRQ.srq
@@ -205,12 +263,12 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	// accepts only a plain PD for it.
 	var dom dedicatedDomain
 	createPD := pd.pd
-	if cfg.Type != ctx.QPTypeDCT {
-		var err error
-		if dom, err = newDedicatedDomain(pd.d.c, pd.pd); err != nil {
-			return nil, err
+	if cfg.Type != ctx.QPTypeDCT && !pd.d.shutUpBF {
+		// Without a thread domain the QP falls back to rdma-core's
+		// registers, doorbell only.
+		if d, err := newDedicatedDomain(pd.d.c, pd.pd); err == nil {
+			dom, createPD = d, d.pdd
 		}
-		createPD = dom.pdd
 	}
 	qp, caps, err := createQP(pd.d.c, createPD, p)
 	if err != nil {
@@ -228,9 +286,32 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 			return nil, err
 		}
 		q.desc = qpDescriptor(uint32(qp.qp_num), &out, caps)
+		if dom.td == nil {
+			q.desc.BlueFlameSize = 0
+		}
 	}
 	pd.d.qps[q] = struct{}{}
 	return q, nil
+}
+
+// limitMessage is the text of a limit error without its sentinel, which
+// the VerbError adds back.
+func limitMessage(err error) string {
+	var le *sqsize.LimitError
+	if errors.As(err, &le) {
+		return le.Msg
+	}
+	return err.Error()
+}
+
+// DedicatedBlueFlame reports whether the QP has a BlueFlame register of its
+// own (through its thread domain); a QP without one rings a register that
+// may be shared, doorbell only (its descriptor's BlueFlameSize is 0). A
+// DCT has none.
+func (qp *QueuePair) DedicatedBlueFlame() bool {
+	qp.pd.d.mu.Lock()
+	defer qp.pd.d.mu.Unlock()
+	return qp.dom.td != nil
 }
 
 // qpDescriptor converts mlx5dv_qp plus the granted capabilities.
@@ -352,12 +433,7 @@ func (qp *QueuePair) Modify(a ctx.QPAttr) error {
 		return errClosed(verb)
 	}
 	detail := fmt.Sprintf("%v QP %#x %v→%v", qp.typ, qp.desc.QPN, qp.state, a.State)
-	if a.Port == 0 {
-		a.Port = 1
-	}
-	if a.Path.Port == 0 {
-		a.Path.Port = a.Port
-	}
+	qp.defaultPort(&a)
 	mask, err := modifyMask(qp.typ, qp.state, a.State, &a)
 	if err == nil {
 		err = checkAttr(mask, &a)
@@ -409,10 +485,25 @@ func (qp *QueuePair) Modify(a ctx.QPAttr) error {
 		return retError(verb, detail, int(ret), errno)
 	}
 	qp.state = a.State
+	if mask&C.IBV_QP_PORT != 0 {
+		qp.port = a.Port
+	}
 	if qp.typ == ctx.QPTypeDCT {
 		qp.desc.QPN = uint32(qp.qp.qp_num)
 	}
 	return nil
+}
+
+// defaultPort fills a port the attributes leave 0 with the one the QP was
+// brought to INIT on (port 1 before that), and the path's port with the
+// QP's.
+func (qp *QueuePair) defaultPort(a *ctx.QPAttr) {
+	if a.Port == 0 {
+		a.Port = max(qp.port, 1)
+	}
+	if a.Path.Port == 0 {
+		a.Path.Port = a.Port
+	}
 }
 
 // unwrapSentinel returns the ctx sentinel inside err (ErrInvalidState or

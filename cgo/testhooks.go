@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // ahSummary is what fillAH wrote, in Go types, so tests (which cannot use
@@ -69,4 +70,36 @@ func (qp *QueuePair) modifyStateUnchecked(s ctx.QPState) error {
 	}
 	qp.state = s
 	return nil
+}
+
+// createSummary is what fillCreateAttr wrote, in Go types.
+type createSummary struct {
+	sendOpsFlagged bool // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS in comp_mask
+	onlyPD         bool // comp_mask is IBV_QP_INIT_ATTR_PD alone
+	sendOps        sqsize.Ops
+	driverType     bool // IBV_QPT_DRIVER (DCI, DCT)
+	dc             bool // MLX5DV_QP_INIT_ATTR_MASK_DC in the mlx5 comp_mask
+	dvSendOps      bool // MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS in the mlx5 comp_mask
+	caps           ctx.QueuePairCaps
+}
+
+func summarizeCreate(p qpParams) (createSummary, error) {
+	var ia C.struct_ibv_qp_init_attr_ex
+	var dv C.struct_mlx5dv_qp_init_attr
+	if err := fillCreateAttr(nil, p, &ia, &dv); err != nil {
+		return createSummary{}, err
+	}
+	return createSummary{
+		sendOpsFlagged: ia.comp_mask&C.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0,
+		onlyPD:         ia.comp_mask == C.IBV_QP_INIT_ATTR_PD,
+		sendOps:        sqsize.Ops(ia.send_ops_flags),
+		driverType:     ia.qp_type == C.IBV_QPT_DRIVER,
+		dc:             dv.comp_mask&C.MLX5DV_QP_INIT_ATTR_MASK_DC != 0,
+		dvSendOps:      dv.comp_mask&C.MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS != 0,
+		caps: ctx.QueuePairCaps{
+			SendDepth: uint32(ia.cap.max_send_wr), RecvDepth: uint32(ia.cap.max_recv_wr),
+			MaxSendSGE: uint32(ia.cap.max_send_sge), MaxRecvSGE: uint32(ia.cap.max_recv_sge),
+			MaxInline: uint32(ia.cap.max_inline_data),
+		},
+	}, nil
 }

@@ -18,6 +18,13 @@ type Options struct {
 	Provider string
 	// Device is the device name; empty opens the provider's first device.
 	Device string
+	// DisableBlueFlame turns BlueFlame copies off for every queue pair of
+	// the Context, as rdma-core's MLX5_SHUT_UP_BF does for its own posts:
+	// descriptors report BlueFlameSize 0, so the data plane rings the
+	// 8-byte doorbell and the device fetches each WQE from memory. It
+	// trades a little latency for fewer write-combining stores (some
+	// virtual machines and CPUs handle those badly).
+	DisableBlueFlame bool
 }
 
 // Context is an open device: the root of every other control-plane object.
@@ -31,6 +38,8 @@ type Context struct {
 	dev      ProviderDevice
 	kind     Kind
 	name     string
+	// noBlueFlame is Options.DisableBlueFlame.
+	noBlueFlame bool
 }
 
 // Open opens a device as opts say.
@@ -58,7 +67,12 @@ func Open(opts Options) (*Context, error) {
 	if !ok {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("provider %q: %w (registered: %v)", name, ErrNotFound, Providers())}
 	}
-	return OpenWith(name, p, opts.Device)
+	c, err := OpenWith(name, p, opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	c.noBlueFlame = opts.DisableBlueFlame
+	return c, nil
 }
 
 // OpenWith opens a device of the given provider, which need not be

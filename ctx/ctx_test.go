@@ -102,6 +102,7 @@ type fakeQP struct {
 	closer
 	state ctx.QPState
 	dct   bool
+	last  ctx.QPAttr // the attributes of the last Modify
 }
 
 // Descriptor numbers a DCT only once it reached RTR, as mlx5 does.
@@ -118,7 +119,7 @@ func (q *fakeQP) Modify(a ctx.QPAttr) error {
 	if a.State == ctx.QPStateRTS && q.state != ctx.QPStateRTR {
 		return ctx.ErrInvalidState
 	}
-	q.state = a.State
+	q.state, q.last = a.State, a
 	return nil
 }
 func (q *fakeQP) State() (ctx.QPState, error) { return q.state, nil }

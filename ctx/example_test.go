@@ -55,7 +55,7 @@ func Example() {
 	fmt.Println(err)
 	// Output:
 	// device: sim0 software
-	// send ring WQEBBs: 256 max inline: 124 CQEs: 128
+	// send ring WQEBBs: 128 max inline: 76 CQEs: 128
 	// MR length: 65536
 	// QP closed: true MR closed: true
 	// ctx: create SRQ: object is closed

@@ -31,6 +31,9 @@ type QueuePair struct {
 	desc   QPDescriptor
 	state  QPState
 	remote uint32
+	// port is the port given at INIT (0 before): a later Modify without
+	// one applies it.
+	port uint8
 }
 
 // CreateQueuePair creates a queue pair in RESET state.
@@ -99,7 +102,7 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QueuePairConfig) (*QueuePair, er
 	if err != nil {
 		return nil, opErr(op, err)
 	}
-	qp := &QueuePair{pd: pd, h: h, cfg: cfg, desc: h.Descriptor(), state: QPStateReset}
+	qp := &QueuePair{pd: pd, h: h, cfg: cfg, desc: pd.ctx.descriptor(h.Descriptor()), state: QPStateReset}
 	qp.node.init(pd.t, rankQueuePair, h.Close, parents...)
 	return qp, nil
 }
@@ -163,24 +166,32 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	if attr.State > QPStateError {
 		return &OpError{Op: op, Err: fmt.Errorf("state %v: %w", attr.State, ErrInvalidArgument)}
 	}
-	if attr.Port == 0 {
-		attr.Port = 1
-	}
-	if attr.Path.Port == 0 {
-		attr.Path.Port = attr.Port
-	}
 	if err := qp.lock(op); err != nil {
 		return err
 	}
 	defer qp.t.mu.Unlock()
+	// A port not given is the one the QP was brought to INIT on (port 1
+	// before that).
+	if attr.Port == 0 {
+		attr.Port = max(qp.port, 1)
+	}
+	if attr.Path.Port == 0 {
+		attr.Path.Port = attr.Port
+	}
 	if err := qp.h.Modify(attr); err != nil {
 		return opErr(op, err)
+	}
+	switch attr.State {
+	case QPStateInit:
+		qp.port = attr.Port
+	case QPStateReset:
+		qp.port = 0
 	}
 	qp.state = attr.State
 	if attr.State == QPStateRTR && qp.cfg.Type == QPTypeRC {
 		qp.remote = attr.RemoteQPN
 	}
-	qp.desc = qp.h.Descriptor()
+	qp.desc = qp.pd.ctx.descriptor(qp.h.Descriptor())
 	return nil
 }
 
@@ -195,4 +206,13 @@ func (qp *QueuePair) Close() error {
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()
 	return opErr("destroy QP", qp.closeLocked())
+}
+
+// descriptor applies the Context's options to a provider's QP descriptor:
+// with DisableBlueFlame the register is doorbell only.
+func (c *Context) descriptor(d QPDescriptor) QPDescriptor {
+	if c.noBlueFlame {
+		d.BlueFlameSize = 0
+	}
+	return d
 }

@@ -332,7 +332,8 @@ type DeviceAttr struct {
 	MaxSRQSGE         uint32
 	MaxAH             uint32
 	// MaxInline is the largest inline payload a send WQE of the device's
-	// largest size can carry.
+	// largest size can carry on an RC QP (SendLimits has every type's:
+	// UD and DCI WQEs carry an address vector and leave less room).
 	MaxInline uint32
 	// AtomicHCA reports 64-bit atomics executed by the device (IBV_ATOMIC_HCA).
 	AtomicHCA bool
@@ -362,6 +363,55 @@ type DeviceAttr struct {
 	CompVectors uint32
 	// BlueFlameSize is the size of one BlueFlame buffer (0: no BlueFlame).
 	BlueFlameSize uint32
+
+	// MaxSendWQESize is the largest send WQE in bytes a queue pair is
+	// created with (rdma-core's max_sq_desc_sz in whole 64-byte blocks, at
+	// most 1024; the hardware provider finds it by creating QPs). 0 means
+	// the provider could not tell.
+	MaxSendWQESize uint32
+	// SendLimitsRC, SendLimitsUD and SendLimitsDCI are the limits of a
+	// send queue of each type (SendLimits): a WQE's fixed part differs by
+	// type, so the SGEs and inline bytes that fit do too. Zero when
+	// MaxSendWQESize is.
+	SendLimitsRC, SendLimitsUD, SendLimitsDCI SendQueueLimits
+	// MaxDCRdAtomic and MaxDCInitRdAtomic are the RDMA reads and atomics
+	// outstanding per DC QP as responder (a DCT) and as requester (a
+	// DCI), which DC has apart from RC's MaxQPRdAtomic and
+	// MaxQPInitRdAtomic. 0 means the provider could not tell (rdma-core
+	// before 47 or a device without the capability); RC's values are the
+	// best guess then.
+	MaxDCRdAtomic     uint32
+	MaxDCInitRdAtomic uint32
+}
+
+// SendQueueLimits are the limits of the send queue of one QP type: what a
+// configuration (QueuePairCaps) may ask for. The kit sizes every slot of
+// the ring for its largest WQE, so the deepest queue is reached with one
+// SGE and no inline data; more of either makes the slots larger and the
+// depth limit lower (package rc, dc and ud refuse such a configuration
+// with the limit that applies).
+type SendQueueLimits struct {
+	// MaxDepth is the most send work requests (max_send_wr) of a queue
+	// whose WQEs carry one SGE and no inline data.
+	MaxDepth uint32
+	// MaxSGE is the most data segments one send WQE may carry.
+	MaxSGE uint32
+	// MaxInline is the most inline bytes one send WQE may carry.
+	MaxInline uint32
+}
+
+// SendLimits returns the send-queue limits of QP type t (zero for a DCT,
+// which has no send queue, and for an unknown type).
+func (a DeviceAttr) SendLimits(t QPType) SendQueueLimits {
+	switch t {
+	case QPTypeRC:
+		return a.SendLimitsRC
+	case QPTypeUD:
+		return a.SendLimitsUD
+	case QPTypeDCI:
+		return a.SendLimitsDCI
+	}
+	return SendQueueLimits{}
 }
 
 // PortAttr holds the attributes of a port (ibv_query_port).
@@ -426,6 +476,8 @@ type AddressAttr struct {
 type QPAttr struct {
 	State QPState
 
+	// Port is the local port (1-based). 0 means the port the QP was
+	// brought to INIT on, port 1 before that.
 	Port      uint8
 	PKeyIndex uint16
 	Access    Access

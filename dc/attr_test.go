@@ -32,6 +32,10 @@ func TestDCAttributes(t *testing.T) {
 			require.NoError(t, err)
 			gids1, err := e.Ctx[1].QueryGIDs(1)
 			require.NoError(t, err)
+			dev, err := e.Ctx[0].Query()
+			require.NoError(t, err)
+			// The default depth is 16 where the DC requester allows it.
+			defRd := uint8(min(16, dev.MaxDCInitRdAtomic))
 			for _, c := range []struct {
 				name                         string
 				cfg                          dc.DCIConfig
@@ -39,8 +43,8 @@ func TestDCAttributes(t *testing.T) {
 				gid                          uint8
 			}{
 				{"configured", dc.DCIConfig{SendDepth: 4, MaxRdAtomic: 4, Timeout: 9, RetryCount: 3, RNRRetry: 2, GID: ctx.GIDIndex(named)}, 4, 9, 3, 2, named},
-				{"defaults", dc.DCIConfig{SendDepth: 4}, 16, 14, 7, 7, chosen},
-				{"negative means 0", dc.DCIConfig{SendDepth: 4, Timeout: -1, RetryCount: -1, RNRRetry: -1}, 16, 0, 0, 0, chosen},
+				{"defaults", dc.DCIConfig{SendDepth: 4}, defRd, 14, 7, 7, chosen},
+				{"negative means 0", dc.DCIConfig{SendDepth: 4, Timeout: -1, RetryCount: -1, RNRRetry: -1}, defRd, 0, 0, 0, chosen},
 			} {
 				dci, err := dc.NewDCI(e.PD[0], cq, c.cfg)
 				require.NoError(t, err, c.name)
@@ -94,4 +98,35 @@ func TestDCAttributes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDCReadAtomicDepth checks that a DCI's RDMA read/atomic depth is
+// bounded by DC's own requester depth, which the device reports apart
+// from RC's (the software HCA reports a lower one): a DCI asking for RC's
+// depth is refused, naming the knob, while an RC QP may have it.
+func TestDCReadAtomicDepth(t *testing.T) {
+	e, log := transporttest.NewRecording(t, sim.Options{})
+	dev, err := e.Ctx[0].Query()
+	require.NoError(t, err)
+	require.NotZero(t, dev.MaxDCInitRdAtomic)
+	require.NotZero(t, dev.MaxDCRdAtomic)
+	require.Less(t, dev.MaxDCInitRdAtomic, dev.MaxQPInitRdAtomic, "the model's DC requester depth differs from RC's")
+	cq := e.CQ(0, 16)
+
+	_, err = dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxQPInitRdAtomic)})
+	require.ErrorIs(t, err, dc.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "reads/atomics")
+
+	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxDCInitRdAtomic)})
+	require.NoError(t, err)
+	rts, ok := log.Last(dci.QPN(), ctx.QPStateRTS)
+	require.True(t, ok)
+	require.Equal(t, uint8(dev.MaxDCInitRdAtomic), rts.MaxRdAtomic)
+	require.NoError(t, dci.Close())
+
+	dci, err = dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
+	require.NoError(t, err)
+	rts, _ = log.Last(dci.QPN(), ctx.QPStateRTS)
+	require.Equal(t, uint8(min(16, dev.MaxDCInitRdAtomic)), rts.MaxRdAtomic, "the default stays within DC's depth")
+	require.NoError(t, dci.Close())
 }

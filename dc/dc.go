@@ -32,7 +32,8 @@ type DCIConfig struct {
 	SL   uint8
 
 	// MaxRdAtomic is the number of RDMA reads and atomics outstanding
-	// (default 16, at most what the device allows).
+	// (default 16, at most what the device allows a DC requester:
+	// DeviceAttr.MaxDCInitRdAtomic, which may be below RC's).
 	MaxRdAtomic int
 	// Timeout is the local ACK timeout code (default 14: about 67 ms),
 	// RetryCount the transport retry count (default 7), RNRRetry the RNR
@@ -84,11 +85,17 @@ func NewDCI(pd *ctx.ProtectionDomain, sendCQ *ctx.CompletionQueue, cfg DCIConfig
 		return nil, transport.Errorf(name, op, "device %s: %w", dev.Name, ctx.ErrNotSupported)
 	}
 	caps := ctx.QueuePairCaps{SendDepth: cfg.SendDepth, MaxSendSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline}
-	if err := transport.CheckCaps(dev, caps, true, false); err != nil {
+	if err := transport.CheckCaps(dev, ctx.QPTypeDCI, caps, false); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	var rts ctx.QPAttr
-	maxRd := uint8(min(max(dev.MaxQPInitRdAtomic, 1), 255))
+	// A DCI's reads and atomics are bounded by DC's own requester depth;
+	// RC's is the best guess where the provider cannot tell it.
+	rd := dev.MaxDCInitRdAtomic
+	if rd == 0 {
+		rd = dev.MaxQPInitRdAtomic
+	}
+	maxRd := uint8(min(max(rd, 1), 255))
 	for _, k := range []struct {
 		name     string
 		v        int

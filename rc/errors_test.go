@@ -448,11 +448,12 @@ func TestConfigRefused(t *testing.T) {
 		{"send depth 0", e.PD[0], cq, rc.Config{}, "send depth 0"},
 		// The device's limits are checked before anything is created (the
 		// provider would refuse them in words of its own).
-		{"send depth too large", e.PD[0], cq, rc.Config{SendDepth: dev.MaxQPWR + 1}, fmt.Sprintf("send depth %d above the device's", dev.MaxQPWR+1)},
+		// The send queue's limits are those of the RC type.
+		{"send depth too large", e.PD[0], cq, rc.Config{SendDepth: dev.SendLimitsRC.MaxDepth + 1}, fmt.Sprintf("send depth %d above the RC limit of %d", dev.SendLimitsRC.MaxDepth+1, dev.SendLimitsRC.MaxDepth)},
 		{"receive depth too large", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: dev.MaxQPWR + 1}, fmt.Sprintf("receive depth %d above the device's", dev.MaxQPWR+1)},
-		{"too many SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, MaxSendSGE: dev.MaxSGE + 1}, fmt.Sprintf("max send SGE %d above the device's", dev.MaxSGE+1)},
+		{"too many SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, MaxSendSGE: dev.SendLimitsRC.MaxSGE + 1}, fmt.Sprintf("max send SGE %d above the RC limit of %d", dev.SendLimitsRC.MaxSGE+1, dev.SendLimitsRC.MaxSGE)},
 		{"too many receive SGEs", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: 1, MaxRecvSGE: dev.MaxSGE + 1}, fmt.Sprintf("max receive SGE %d above the device's", dev.MaxSGE+1)},
-		{"inline too large", e.PD[0], cq, rc.Config{SendDepth: 1, MaxInline: dev.MaxInline + 1}, fmt.Sprintf("max inline %d above the device's", dev.MaxInline+1)},
+		{"inline too large", e.PD[0], cq, rc.Config{SendDepth: 1, MaxInline: dev.SendLimitsRC.MaxInline + 1}, fmt.Sprintf("max inline %d above the RC limit of %d", dev.SendLimitsRC.MaxInline+1, dev.SendLimitsRC.MaxInline)},
 		{"receive depth with SRQ", e.PD[0], cq, rc.Config{SendDepth: 1, RecvDepth: 1, SRQ: srq}, "with an SRQ"},
 		{"PSN too wide", e.PD[0], cq, rc.Config{SendDepth: 1, PSN: 1 << 24}, "PSN"},
 		{"retry count too large", e.PD[0], cq, rc.Config{SendDepth: 1, RetryCount: 8}, "retry count"},

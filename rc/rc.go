@@ -127,7 +127,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	}
 	caps := ctx.QueuePairCaps{SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
 		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline}
-	if err := transport.CheckCaps(dev, caps, true, cfg.RecvDepth > 0); err != nil {
+	if err := transport.CheckCaps(dev, ctx.QPTypeRC, caps, cfg.RecvDepth > 0); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	attr, err := rcAttr(cfg, dev)

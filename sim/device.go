@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // Limits of the model, reported by Query.
@@ -27,7 +28,17 @@ const (
 	// compVectors is the number of completion vectors reported. The model
 	// has no interrupts: a CQ's vector is checked and changes nothing.
 	compVectors = 4
+	// maxRdAtomic is the RC read/atomic depth (both ends); DC has its own,
+	// lower ones, so that a test can tell which a transport applied.
+	maxRdAtomic       = 16
+	maxDCInitRdAtomic = 8
+	maxDCRespRdAtomic = 4
 )
+
+// sendQueueDevice is what the model sizes send queues against, as
+// rdma-core sizes them on a ConnectX: max_sq_desc_sz, max_send_wqebb,
+// max_sge, atomics.
+var sendQueueDevice = sqsize.Device{MaxSQDescSize: maxSQDescSize, MaxSendWQEBB: maxSendWQEBB, MaxSGE: maxSGE, Atomics: true}
 
 // hca is one simulated adapter with one port.
 type hca struct {
@@ -105,6 +116,18 @@ type device struct {
 	evfd   int
 	events []ctx.AsyncEvent
 	closed bool
+
+	// dedicatedBF counts the QPs holding a BlueFlame register of their own
+	// (Options.BlueFlameRegisters bounds it); sharedBF is the UAR page of
+	// the doorbell-only register every other QP with a send queue shares,
+	// allocated for the first of them and freed when the device is closed
+	// and the last of them is, sharedUsers counting them.
+	dedicatedBF int
+	sharedBF    *ctx.Buffer
+	sharedUsers int
+	// sharedSnap is what the shared register's BlueFlame buffers held
+	// when last checked (strict).
+	sharedSnap []byte
 }
 
 var _ ctx.ProviderDevice = (*device)(nil)
@@ -142,13 +165,13 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 		MaxMR:             1 << 20,
 		MaxMRSize:         1 << 40,
 		MaxPD:             1 << 16,
-		MaxQPRdAtomic:     16,
-		MaxQPInitRdAtomic: 16,
+		MaxQPRdAtomic:     maxRdAtomic,
+		MaxQPInitRdAtomic: maxRdAtomic,
 		MaxSRQ:            1 << 16,
 		MaxSRQWR:          maxRecvWR - 1,
 		MaxSRQSGE:         maxSGE,
 		MaxAH:             1 << 20,
-		MaxInline:         uint32(maxSQDescSize - sqOverhead(ctx.QPTypeRC) - prm.InlineHeaderSize),
+		MaxInline:         sqsize.LimitsOf(ctx.QPTypeRC, sendQueueDevice).MaxInline,
 		AtomicHCA:         true,
 		MaskedAtomics:     ctx.SupportYes,
 		DC:                true,
@@ -156,6 +179,12 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 		CQEPadding:        true,
 		CompVectors:       compVectors,
 		BlueFlameSize:     bfSize,
+		MaxSendWQESize:    maxSQDescSize,
+		SendLimitsRC:      sqsize.LimitsOf(ctx.QPTypeRC, sendQueueDevice),
+		SendLimitsUD:      sqsize.LimitsOf(ctx.QPTypeUD, sendQueueDevice),
+		SendLimitsDCI:     sqsize.LimitsOf(ctx.QPTypeDCI, sendQueueDevice),
+		MaxDCRdAtomic:     maxDCRespRdAtomic,
+		MaxDCInitRdAtomic: maxDCInitRdAtomic,
 	}, nil
 }
 
@@ -229,6 +258,7 @@ func (d *device) Close() error {
 	}
 	d.closed = true
 	_ = unix.Close(d.evfd)
+	d.releaseSharedBFLocked()
 	stop, done := d.f.deviceClosedLocked()
 	d.f.mu.Unlock()
 	if stop != nil {

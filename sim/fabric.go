@@ -59,6 +59,13 @@ type Options struct {
 	MaxRounds int
 	// Seed seeds the fault injector's random choices (default 1).
 	Seed int64
+	// BlueFlameRegisters is the number of dedicated BlueFlame registers
+	// (UAR pages) each open device hands out, one to each QP with a send
+	// queue, as a device has a limited number of them. A QP created while
+	// none is free gets the register it shares with every other such QP
+	// of the device: doorbell only, its descriptor's BlueFlameSize is 0.
+	// 0 means no limit; negative means none (every QP shares).
+	BlueFlameRegisters int
 }
 
 // Errors of the model's own API.

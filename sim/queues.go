@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // region is a piece of mmap'd memory the model owns (a ring, a doorbell
@@ -35,20 +36,6 @@ func roundPow2(n uint32) uint32 {
 }
 
 func align(n, a int) int { return (n + a - 1) / a * a }
-
-// sqOverhead is the largest fixed part of a send WQE of the type: control
-// segment, address vector, and the largest operation segments (remote
-// address plus a masked 64-bit compare-and-swap).
-func sqOverhead(t ctx.QPType) int {
-	op := prm.CtrlSize + prm.RaddrSize + prm.MaskedCS64Size
-	switch t {
-	case ctx.QPTypeUD:
-		return prm.CtrlSize + prm.AVSize
-	case ctx.QPTypeDCI:
-		return op + prm.AVSize
-	}
-	return op
-}
 
 // ---- completion queues ----
 
@@ -319,6 +306,9 @@ type qp struct {
 	lastRQRaw    uint32
 
 	bfSnap []byte // BlueFlame buffers as last seen (strict, Manual)
+	// sharedBF: bf is the device's shared doorbell-only register, not a
+	// register of the QP's own (Options.BlueFlameRegisters).
+	sharedBF bool
 
 	blockedUntil int64
 	rnrCount     int
@@ -353,30 +343,23 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 	if cfg.Type == ctx.QPTypeDCT && sr == nil {
 		return nil, bad("a DCT needs an SRQ")
 	}
-	if caps.MaxSendSGE > maxSGE || caps.MaxRecvSGE > maxSGE {
-		return nil, bad("more than %d SGEs", maxSGE)
+	if caps.MaxRecvSGE > maxSGE {
+		return nil, bad("more than %d receive SGEs", maxSGE)
 	}
 	if hasSQ {
-		if caps.SendDepth == 0 || caps.SendDepth > maxSendWQEBB {
-			return nil, bad("send depth %d", caps.SendDepth)
+		if caps.SendDepth == 0 {
+			return nil, bad("send depth 0")
 		}
-		ov := sqOverhead(cfg.Type)
-		size := ov + int(max(caps.MaxSendSGE, 1))*prm.DataSize
-		if caps.MaxInline > 0 {
-			size = max(size, ov+align(prm.InlineHeaderSize+int(caps.MaxInline), prm.SegmentSize))
+		// The ring rdma-core would allocate for the kit's request, refused
+		// where the type's limits are exceeded.
+		_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
+		if err != nil {
+			return nil, ctx.Errorf(op, "%w", err)
 		}
-		if size > maxSQDescSize {
-			return nil, bad("WQE of %d bytes exceeds %d (max inline %d, max SGE %d)", size, maxSQDescSize, caps.MaxInline, caps.MaxSendSGE)
-		}
-		size = align(size, prm.WQEBBSize)
-		cnt := roundPow2(caps.SendDepth*uint32(size)) / prm.WQEBBSize
-		if cnt > maxSendWQEBB {
-			return nil, bad("send queue of %d WQEBBs", cnt)
-		}
-		q.sqCnt = cnt
-		q.maxWQEBBs = uint32(size / prm.WQEBBSize)
-		q.maxInline = uint32(size - ov - prm.InlineHeaderSize)
-		q.maxSendSGE = uint32((size - ov) / prm.DataSize)
+		q.sqCnt = g.WQECnt
+		q.maxWQEBBs = g.WQEBBs()
+		q.maxInline = g.MaxInline
+		q.maxSendSGE = g.MaxSGE
 	}
 	if hasRQ {
 		if caps.RecvDepth > maxRecvWR {
@@ -409,12 +392,6 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 		return fail("doorbell record", err)
 	}
 	q.db = q.bufs[2].Pointer()
-	if q.sqCnt > 0 {
-		if q.bufs[3], err = region(pageSize); err != nil {
-			return fail("BlueFlame page", err)
-		}
-		q.bf = unsafe.Add(q.bufs[3].Pointer(), bfRegOffset)
-	}
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	if p.closed || sendCQ.closed || recvCQ.closed || (sr != nil && sr.closed) {
@@ -427,6 +404,13 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 		return nil, exhausted(op, "QPNs", &p.f.qpns)
 	}
 	q.qpn = qpn
+	if q.sqCnt > 0 {
+		if err := p.dev.attachBlueFlameLocked(q); err != nil {
+			p.f.qpns.give(qpn)
+			freeAll(q.bufs[:]...)
+			return nil, ctx.Errorf(op, "BlueFlame page: %w", err)
+		}
+	}
 	p.f.addQP(q)
 	return q, nil
 }
@@ -442,7 +426,7 @@ func (q *qp) Descriptor() ctx.QPDescriptor {
 		MaxSendSGE: q.maxSendSGE,
 		MaxRecvSGE: q.rqMaxSGE,
 	}
-	if q.sqCnt > 0 {
+	if q.sqCnt > 0 && !q.sharedBF {
 		d.BlueFlameSize = bfSize
 	}
 	if q.sqCnt == 0 {
@@ -568,6 +552,7 @@ func (q *qp) Close() error {
 	}
 	q.closed = true
 	q.f.removeQP(q)
+	q.dev.detachBlueFlameLocked(q)
 	q.f.dropHeldFor(q)
 	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
 		c.dropPendingFor(q)

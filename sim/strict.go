@@ -165,6 +165,10 @@ func (f *Fabric) checkBlueFlame(q *qp) {
 	if !f.opts.Strict || f.opts.Mode != Manual || q.bf == nil {
 		return
 	}
+	if q.sharedBF {
+		f.checkSharedBlueFlame(q)
+		return
+	}
 	cur := unsafe.Slice((*byte)(q.bf), 2*bfSize)
 	if q.bfSnap == nil {
 		q.bfSnap = make([]byte, 2*bfSize)

@@ -98,7 +98,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	}
 	caps := ctx.QueuePairCaps{SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
 		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline}
-	if err := transport.CheckCaps(dev, caps, true, cfg.RecvDepth > 0); err != nil {
+	if err := transport.CheckCaps(dev, ctx.QPTypeUD, caps, cfg.RecvDepth > 0); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)

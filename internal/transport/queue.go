@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -157,20 +158,10 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 // can build with maxSGE data segments or maxInline bytes inline: control
 // segment, address vector (UD, DCI), remote address (RC, DCI) and the
 // payload, at least the masked 64-bit compare-and-swap with its result
-// segment where atomics are allowed.
+// segment where atomics are allowed (sqsize.KitWQEBBs, the bound the
+// providers size the ring's slots for).
 func MaxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
-	payload := max(maxSGE, uint32(prm.InlineDS(int(maxInline))))
-	var ds uint32
-	switch t {
-	case ctx.QPTypeUD:
-		ds = 1 + prm.AVSegments + payload
-	case ctx.QPTypeDCI:
-		ds = 1 + prm.AVSegments + 1 + max(payload, prm.MaskedCS64Size/prm.SegmentSize+1)
-	default:
-		ds = 1 + 1 + max(payload, prm.MaskedCS64Size/prm.SegmentSize+1)
-	}
-	ds = min(ds, prm.MaxDS)
-	return max(uint32(prm.WQEBBs(int(ds))), 2)
+	return sqsize.KitWQEBBs(t, maxSGE, maxInline)
 }
 
 // newDeadQueue returns a send queue over a private ring that is always

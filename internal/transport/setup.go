@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // Port is what a queue pair's endpoint says about the local port.
@@ -95,28 +96,38 @@ func RandomPSN() uint32 {
 	return binary.LittleEndian.Uint32(b[:]) & endpoint.MaxPSN
 }
 
-// CheckCaps refuses a queue-pair configuration beyond what the device
-// reports, with a message naming the field.
-func CheckCaps(a ctx.DeviceAttr, caps ctx.QueuePairCaps, hasSQ, hasRQ bool) error {
+// CheckCaps refuses a configuration of a queue pair of type t beyond what
+// the device reports, with a message naming the limit: the send queue
+// against the limits of the type (sqsize.Check: a depth, SGE count or
+// inline size the type's WQEs leave no room for), the receive queue (when
+// hasRQ) against max_qp_wr and max_sge. A provider that reports no send WQE
+// size has its send queue checked against max_qp_wr, max_sge and the RC
+// inline size only.
+func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ bool) error {
+	hasSQ := t != ctx.QPTypeDCT
+	if hasSQ && caps.SendDepth == 0 {
+		return fmt.Errorf("send depth 0: %w", ErrInvalidConfig)
+	}
 	type limit struct {
 		name  string
 		v     uint32
 		max   uint32
 		check bool
 	}
+	sizedSQ := hasSQ && a.MaxSendWQESize != 0
 	for _, l := range []limit{
-		{"send depth", caps.SendDepth, a.MaxQPWR, hasSQ},
+		{"send depth", caps.SendDepth, a.MaxQPWR, hasSQ && !sizedSQ},
 		{"receive depth", caps.RecvDepth, a.MaxQPWR, hasRQ},
-		{"max send SGE", caps.MaxSendSGE, a.MaxSGE, hasSQ},
+		{"max send SGE", caps.MaxSendSGE, a.MaxSGE, hasSQ && !sizedSQ},
 		{"max receive SGE", caps.MaxRecvSGE, a.MaxSGE, hasRQ},
-		{"max inline", caps.MaxInline, a.MaxInline, hasSQ},
+		{"max inline", caps.MaxInline, a.MaxInline, hasSQ && !sizedSQ},
 	} {
 		if l.check && l.max != 0 && l.v > l.max {
 			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, ErrInvalidConfig)
 		}
 	}
-	if hasSQ && caps.SendDepth == 0 {
-		return fmt.Errorf("send depth 0: %w", ErrInvalidConfig)
+	if sizedSQ {
+		return sqsize.Check(t, caps, sqsize.DeviceOf(a))
 	}
 	return nil
 }
