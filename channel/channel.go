@@ -38,11 +38,14 @@ func (p *Prepared) Handshake(remote endpoint.Endpoint) (*Channel, error) {
 	return &Channel{m: m}, nil
 }
 
-// HandshakeConn exchanges endpoints with the peer over conn (see
-// endpoint.Exchange: deadlines from ctx, the peer's bytes checked) and
-// connects.
-func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn) (*Channel, error) {
-	remote, err := endpoint.Exchange(c, conn, p.Endpoint())
+// HandshakeConn exchanges endpoints with the peer over conn and connects.
+// side says whether this end dialed conn or accepted it (the peer's side
+// is the other); both ends prove to each other that they hold sec's key
+// before either sends its endpoint (see endpoint.Exchange: deadlines from
+// ctx, the peer's bytes checked, no key refused unless
+// sec.InsecureLoopback on a host-local connection).
+func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn, side endpoint.Side, sec endpoint.Security) (*Channel, error) {
+	remote, err := endpoint.Exchange(c, conn, side, p.Endpoint(), sec)
 	if err != nil {
 		return nil, fmt.Errorf("channel: handshake: %w", err)
 	}

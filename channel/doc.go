@@ -20,7 +20,9 @@
 //
 // Handshake checks every endpoint before it connects anything. Over TCP,
 // Prepared.HandshakeConn swaps endpoints with one peer, and Mesh,
-// AcceptMesh and DialMesh connect N ranks.
+// AcceptMesh and DialMesh connect N ranks; both ends first prove to each
+// other that they hold a pre-shared key (endpoint.Security), so a stranger
+// on the network learns no address or rkey.
 //
 // # Three levels
 //

@@ -2,6 +2,7 @@ package channel_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"time"
@@ -9,12 +10,14 @@ import (
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 // The whole path of docs/guide.md: open a device, register memory, build a
 // channel, swap endpoints over TCP, and exchange messages. The two sides
 // run in one process here, each on its own device of the software HCA;
-// across machines each side is its own program.
+// across machines each side is its own program, and both read the same
+// key (from a file only they may read, or the environment).
 func ExamplePrepared_HandshakeConn() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -22,9 +25,12 @@ func ExamplePrepared_HandshakeConn() {
 		return
 	}
 	defer ln.Close()
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	sec := endpoint.Security{Key: key}
 	done := make(chan string, 1)
-	go func() { done <- server(ln) }()
-	fmt.Println("client:", client(ln.Addr().String()))
+	go func() { done <- server(ln, sec) }()
+	fmt.Println("client:", client(ln.Addr().String(), sec))
 	fmt.Println("server:", <-done)
 	// Output:
 	// client: got "PONG" back
@@ -56,7 +62,7 @@ func setup(device string) (*ctx.Context, *ctx.ProtectionDomain, *ctx.Buffer, *ct
 	return dev, pd, buf, mr, nil
 }
 
-func server(ln net.Listener) string {
+func server(ln net.Listener, sec endpoint.Security) string {
 	dev, pd, buf, mr, err := setup("sim1")
 	if err != nil {
 		return err.Error()
@@ -75,7 +81,7 @@ func server(ln net.Listener) string {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch, err := prepared.HandshakeConn(c, conn)
+	ch, err := prepared.HandshakeConn(c, conn, endpoint.AcceptSide, sec)
 	if err != nil {
 		return err.Error()
 	}
@@ -102,7 +108,7 @@ func server(ln net.Listener) string {
 	return fmt.Sprintf("got %q, wrote the reply", msg)
 }
 
-func client(address string) string {
+func client(address string, sec endpoint.Security) string {
 	dev, pd, buf, mr, err := setup("sim0")
 	if err != nil {
 		return err.Error()
@@ -124,7 +130,7 @@ func client(address string) string {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch, err := prepared.HandshakeConn(c, conn)
+	ch, err := prepared.HandshakeConn(c, conn, endpoint.DialSide, sec)
 	if err != nil {
 		return err.Error()
 	}

@@ -113,6 +113,9 @@ func TestHandshakeDCRefusesMissingDCT(t *testing.T) {
 	require.ErrorIs(t, err, channel.ErrHandshake)
 }
 
+// testSec is the key of the tests' handshakes.
+var testSec = endpoint.Security{Key: []byte("channel-test-key-0123456789")}
+
 // TestHandshakeConnHostilePeer runs the TCP handshake against a peer that
 // answers garbage, and against one that hangs up.
 func TestHandshakeConnHostilePeer(t *testing.T) {
@@ -131,12 +134,12 @@ func TestHandshakeConnHostilePeer(t *testing.T) {
 	}()
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = p.HandshakeConn(c, mine)
+	_, err = p.HandshakeConn(c, mine, endpoint.DialSide, testSec)
 	require.ErrorIs(t, err, endpoint.ErrMalformed)
 
 	mine, theirs = net.Pipe()
 	go func() { _ = theirs.Close() }()
-	_, err = p.HandshakeConn(c, mine)
+	_, err = p.HandshakeConn(c, mine, endpoint.DialSide, testSec)
 	require.Error(t, err)
 
 	// A silent peer costs the context's deadline.
@@ -145,7 +148,7 @@ func TestHandshakeConnHostilePeer(t *testing.T) {
 	go func() { buf := make([]byte, 4096); _, _ = theirs.Read(buf) }()
 	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel2()
-	_, err = p.HandshakeConn(short, mine)
+	_, err = p.HandshakeConn(short, mine, endpoint.DialSide, testSec)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -164,10 +167,10 @@ func TestHandshakeConnConnects(t *testing.T) {
 	errB := make(chan error, 1)
 	go func() {
 		var err error
-		chB, err = pb.HandshakeConn(c, cb)
+		chB, err = pb.HandshakeConn(c, cb, endpoint.AcceptSide, testSec)
 		errB <- err
 	}()
-	chA, err := pa.HandshakeConn(c, ca)
+	chA, err := pa.HandshakeConn(c, ca, endpoint.DialSide, testSec)
 	require.NoError(t, err)
 	require.NoError(t, <-errB)
 	defer chA.Close()

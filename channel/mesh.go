@@ -12,10 +12,12 @@ import (
 // peers: rank r's peer j is rank j, and its own index r is a queue pair
 // connected to itself (a loopback, useful for uniform collectives). Rank 0
 // listens and the others dial it (package endpoint's mesh), each checking
-// the others' endpoints.
+// the others' endpoints. Every rank proves it holds the mesh's key before
+// it learns anything (see endpoint.MeshOptions).
 
-// AcceptMesh runs rank 0: it waits on l for the other ranks, swaps
-// endpoints and connects. l is closed when it returns.
+// AcceptMesh runs rank 0: it waits on l (from endpoint.ListenMesh, with
+// the mesh's key) for the other ranks, swaps endpoints and connects. l is
+// closed when it returns.
 func (p *PreparedMulti) AcceptMesh(c context.Context, l *endpoint.MeshListener) (*MultiChannel, error) {
 	remote, err := l.Exchange(c, p.Endpoints())
 	if err != nil {
@@ -24,10 +26,10 @@ func (p *PreparedMulti) AcceptMesh(c context.Context, l *endpoint.MeshListener) 
 	return p.Handshake(remote)
 }
 
-// DialMesh runs rank (1..Peers()-1): it dials rank 0 at address, swaps
-// endpoints and connects.
-func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int) (*MultiChannel, error) {
-	remote, err := endpoint.DialMesh(c, address, rank, p.Endpoints())
+// DialMesh runs rank (1..Peers()-1): it dials rank 0 at address, proves it
+// holds opts' key, swaps endpoints and connects.
+func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int, opts endpoint.MeshOptions) (*MultiChannel, error) {
+	remote, err := endpoint.DialMesh(c, address, rank, p.Endpoints(), opts)
 	if err != nil {
 		return nil, fmt.Errorf("channel: dial mesh: %w", err)
 	}
@@ -35,8 +37,9 @@ func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int) (*
 }
 
 // Mesh connects every rank of prepared, all in this process, over TCP on
-// address (e.g. "127.0.0.1:0"): prepared[i] becomes rank i. It is meant for
-// tests and tools. On error every prepared channel is closed.
+// address (e.g. "127.0.0.1:0"): prepared[i] becomes rank i. The ranks
+// authenticate with a key made for the call (see endpoint.Mesh). It is
+// meant for tests and tools. On error every prepared channel is closed.
 func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*MultiChannel, error) {
 	local := make([][]endpoint.Endpoint, len(prepared))
 	for i, p := range prepared {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 // TestMeshAllToAll connects 4 ranks over TCP and runs an all-to-all
@@ -79,4 +80,66 @@ func TestMeshRefusesMismatchedRanks(t *testing.T) {
 	defer p.Close()
 	_, err = channel.Mesh(context.Background(), "127.0.0.1:0", []*channel.PreparedMulti{p})
 	require.ErrorIs(t, err, channel.ErrHandshake)
+}
+
+// TestAcceptDialMesh: rank 0 accepts, the others dial with the mesh's key
+// and the ranks write into each other's memory; a rank with another key
+// is refused before it connects anything.
+func TestAcceptDialMesh(t *testing.T) {
+	const ranks = 3
+	f := newFabric(t, ranks)
+	hosts := make([]*host, ranks)
+	prepared := make([]*channel.PreparedMulti, ranks)
+	for i := range hosts {
+		hosts[i] = newHost(t, f, i, 1<<16)
+		p, err := channel.New().PD(hosts[i].pd).Peers(ranks).With(channel.Options{Timeout: 10 * time.Second}).Build()
+		require.NoError(t, err)
+		require.NoError(t, p.Share(hosts[i].mr))
+		prepared[i] = p
+	}
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := endpoint.MeshOptions{Security: testSec}
+	l, err := endpoint.ListenMesh(c, "127.0.0.1:0", ranks, opts)
+	require.NoError(t, err)
+	addr := l.Addr().String()
+
+	mcs := make([]*channel.MultiChannel, ranks)
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	start := func(r int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r == 0 {
+				mcs[r], errs[r] = prepared[r].AcceptMesh(c, l)
+			} else {
+				mcs[r], errs[r] = prepared[r].DialMesh(c, addr, r, opts)
+			}
+		}()
+	}
+	start(0)
+	stranger, err := channel.New().PD(hosts[1].pd).Peers(ranks).Build()
+	require.NoError(t, err)
+	defer stranger.Close()
+	_, err = stranger.DialMesh(c, addr, 1, endpoint.MeshOptions{Security: endpoint.Security{Key: []byte("another key, 16 bytes or more")}})
+	require.ErrorIs(t, err, endpoint.ErrAuth)
+	for r := 1; r < ranks; r++ {
+		start(r)
+	}
+	wg.Wait()
+	for r := range ranks {
+		require.NoError(t, errs[r], "rank %d", r)
+		defer mcs[r].Close()
+	}
+	for r := range ranks {
+		for j := range ranks {
+			region, err := mcs[r].RemoteRegion(j, 0)
+			require.NoError(t, err)
+			msg := fmt.Sprintf("rank %d was here", r)
+			copy(hosts[r].bytes()[j*64:], msg)
+			require.NoError(t, mcs[r].Write(channel.WriteRequest{Peer: j, Local: hosts[r].sge(j*64, len(msg)), Remote: channel.At(region, uint64(8192+r*64))}))
+			require.Equal(t, msg, string(hosts[j].bytes()[8192+r*64:8192+r*64+len(msg)]))
+		}
+	}
 }

@@ -58,10 +58,45 @@
 // # Exchange
 //
 // [Exchange] swaps one endpoint with the peer at the other end of a
-// connection: both sides send, then receive, under deadlines taken from the
-// context (or [DefaultTimeout] when it has none), so a silent or hostile
-// peer costs at most the timeout. [ListenMesh], [DialMesh] and [Mesh]
-// connect N peers: rank 0 listens, ranks 1..N-1 dial it (with bounded
-// retries while it comes up), and every peer receives the endpoint each
-// other peer made for it.
+// connection, one end on the [DialSide], the other on the [AcceptSide],
+// under deadlines taken from the context (or [DefaultTimeout] when it has
+// none), so a silent or hostile peer costs at most the timeout.
+// [ListenMesh], [DialMesh] and [Mesh] connect N peers: rank 0 listens,
+// ranks 1..N-1 dial it (with bounded retries while it comes up), and every
+// peer receives the endpoint each other peer made for it.
+//
+// # Who may connect
+//
+// An endpoint is a capability: with a region's address and rkey, anyone
+// whose packets reach the queue pair may read or write that memory. So
+// neither the exchange nor the mesh sends an endpoint, binds a rank or
+// tells a peer anything about the mesh before the peer has proved that it
+// holds the pre-shared key of [Security]:
+//
+//	dialer    hello      nonce D, rank, peer count
+//	listener  challenge  nonce L, HMAC(key, "proof" L-role D L rank peers)
+//	dialer    proof      HMAC(key, "proof" D-role D L rank peers)
+//	dialer    offer      its endpoints, HMAC tag
+//	listener  table      the endpoints for the dialer, HMAC tag
+//
+// The proofs are HMAC-SHA256 over both fresh 32-byte nonces, the role of
+// the prover, the protocol version and the claims, compared in constant
+// time: a recorded proof is worthless against a new nonce, and a proof
+// cannot be sent back to its maker (the roles differ). The dialer checks
+// the listener's proof before it proves itself or sends anything, so a
+// listener without the key learns no endpoint either. The offer and the
+// table are sealed with a key derived from the nonces. Every message has
+// a fixed or bounded size that is checked on the 12-byte header before
+// anything is allocated; a listener bounds each connection's hello with
+// [MeshOptions].HelloTimeout, retries temporary accept errors (out of
+// file descriptors) backing off from 5 ms to 1 s, and answers every
+// refusal (no key, wrong key, wrong rank or peer count, a rank taken,
+// another version) with the same empty abort frame.
+//
+// With no key the exchange and the mesh refuse to run ([ErrKeyRequired]),
+// unless [Security].InsecureLoopback is set, and then only between two ends
+// on this host. [Mesh], which runs every rank in one process, makes a
+// random key for each call. The key authenticates and seals; it does not
+// hide the endpoints from whoever can read the network: for that, set
+// [MeshOptions].TLS (or pass a *tls.Conn to Exchange).
 package endpoint

@@ -2,6 +2,7 @@ package endpoint_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -55,8 +56,14 @@ func ExampleEndpoint_UnmarshalBinary_malformed() {
 	// true true
 }
 
-// Two peers swap endpoints over a TCP connection.
+// Two peers swap endpoints over a TCP connection. Each first proves to the
+// other that it holds the same key; across hosts each would read the key
+// from a file only it may read, or from the environment.
 func ExampleExchange() {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	sec := endpoint.Security{Key: key}
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -75,7 +82,7 @@ func ExampleExchange() {
 			panic(err)
 		}
 		defer conn.Close()
-		remote, err := endpoint.Exchange(ctx, conn, server)
+		remote, err := endpoint.Exchange(ctx, conn, endpoint.AcceptSide, server, sec)
 		if err != nil {
 			panic(err)
 		}
@@ -87,7 +94,7 @@ func ExampleExchange() {
 		panic(err)
 	}
 	defer conn.Close()
-	remote, err := endpoint.Exchange(ctx, conn, client)
+	remote, err := endpoint.Exchange(ctx, conn, endpoint.DialSide, client, sec)
 	if err != nil {
 		panic(err)
 	}
@@ -130,8 +137,13 @@ func ExampleMesh() {
 }
 
 // On separate hosts rank 0 listens and the others dial it; the dialers
-// retry while the listener is not up yet.
+// retry while the listener is not up yet. Every rank holds the same key,
+// and no rank is sent anything before it has proved it holds it.
 func ExampleDialMesh() {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	opts := endpoint.MeshOptions{Security: endpoint.Security{Key: key}}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dct := func(rank int) endpoint.Endpoint {
@@ -141,7 +153,7 @@ func ExampleDialMesh() {
 	// Over DC one target serves every peer, so each rank offers it to all.
 	offer := func(rank int) []endpoint.Endpoint { return []endpoint.Endpoint{dct(rank), dct(rank)} }
 
-	listener, err := endpoint.ListenMesh(ctx, "127.0.0.1:0", 2)
+	listener, err := endpoint.ListenMesh(ctx, "127.0.0.1:0", 2, opts)
 	if err != nil {
 		panic(err)
 	}
@@ -150,7 +162,7 @@ func ExampleDialMesh() {
 			panic(err)
 		}
 	}()
-	remote, err := endpoint.DialMesh(ctx, listener.Addr().String(), 1, offer(1))
+	remote, err := endpoint.DialMesh(ctx, listener.Addr().String(), 1, offer(1), opts)
 	if err != nil {
 		panic(err)
 	}

@@ -27,31 +27,59 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 // write on a connection.
 var longAgo = time.Unix(1, 0)
 
-// watcher applies a context's deadline to a connection and, when the
-// context is cancelled before that, moves the deadline to the past so that
-// blocked calls return.
+// watcher applies a deadline to a connection (the context's, or an earlier
+// one) and, when the context is cancelled before that, moves the deadline
+// to the past so that blocked calls return.
 type watcher struct {
-	conn    net.Conn
-	mu      sync.Mutex
-	stopped bool
-	stopFn  func() bool
+	conn     net.Conn
+	ctxLimit time.Time // the context's deadline, zero when it has none
+	mu       sync.Mutex
+	stopped  bool
+	fired    bool
+	stopFn   func() bool
+}
+
+// earliest returns the earlier of two deadlines, a zero one meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // watch starts a watcher of ctx over conn.
 func watch(ctx context.Context, conn net.Conn) (*watcher, error) {
+	return watchUntil(ctx, conn, time.Time{})
+}
+
+// watchUntil starts a watcher of ctx over conn whose deadline is limit when
+// that comes before ctx's (a zero limit: ctx's alone).
+func watchUntil(ctx context.Context, conn net.Conn, limit time.Time) (*watcher, error) {
 	deadline, _ := ctx.Deadline()
-	if err := conn.SetDeadline(deadline); err != nil {
+	if err := conn.SetDeadline(earliest(deadline, limit)); err != nil {
 		return nil, err
 	}
-	w := &watcher{conn: conn}
+	w := &watcher{conn: conn, ctxLimit: deadline}
 	w.stopFn = context.AfterFunc(ctx, func() {
 		w.mu.Lock()
 		if !w.stopped {
+			w.fired = true
 			_ = conn.SetDeadline(longAgo)
 		}
 		w.mu.Unlock()
 	})
 	return w, nil
+}
+
+// extend moves the connection's deadline to limit, or ctx's deadline when
+// that comes first (a zero limit: ctx's alone), unless the watch has ended
+// or the context has.
+func (w *watcher) extend(limit time.Time) {
+	w.mu.Lock()
+	if !w.stopped && !w.fired {
+		_ = w.conn.SetDeadline(earliest(w.ctxLimit, limit))
+	}
+	w.mu.Unlock()
 }
 
 // stop ends the watch; afterwards the watcher never touches the connection
@@ -71,9 +99,12 @@ func (w *watcher) stop() (fired bool) {
 func ioError(ctx context.Context, op string, err error) error {
 	cerr := ctx.Err()
 	if cerr == nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		// The connection's deadline is the context's own, and the
-		// connection can notice it a moment before the context does.
-		cerr = context.DeadlineExceeded
+		// The connection can notice the context's deadline a moment before
+		// the context does; an earlier deadline (a hello timeout) is not
+		// the context's.
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			cerr = context.DeadlineExceeded
+		}
 	}
 	if cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("endpoint: %s: %w: %w", op, cerr, err)
@@ -82,25 +113,43 @@ func ioError(ctx context.Context, op string, err error) error {
 }
 
 // Exchange sends local to the peer at the other end of conn and returns the
-// peer's endpoint. Both sides call Exchange; each sends while it receives,
-// so it works over unbuffered connections (net.Pipe) too. The whole
-// exchange is bounded by ctx's deadline, or by DefaultTimeout when ctx has
-// none; cancelling ctx ends it at once. A timeout matches
-// context.DeadlineExceeded.
+// peer's endpoint. Both ends call Exchange with the same sec, one with
+// side DialSide (it dialed conn), the other with AcceptSide.
 //
-// The peer's bytes are untrusted: the header is checked before the body is
-// read, at most MaxEncodedSize bytes are read, and every field is checked
-// (errors match [ErrMalformed]). Exchange does not close conn; on success
-// the connection's deadline is cleared so it can be used again, after an
-// error the connection's state is unknown and it should be closed.
-func Exchange(ctx context.Context, conn net.Conn, local Endpoint) (Endpoint, error) {
+// Before either end sends its endpoint, each proves to the other that it
+// holds sec.Key (a challenge in both directions, see [Security]); a peer
+// that cannot learns nothing, is sent a generic refusal (on the accept
+// side) and the error matches [ErrAuth]. Without a key the exchange is
+// refused ([ErrKeyRequired]) unless sec.InsecureLoopback is set and both
+// ends of conn are on this host. To hide the endpoints from whoever can
+// read the network, pass a *tls.Conn.
+//
+// The whole exchange is bounded by ctx's deadline, or by DefaultTimeout
+// when ctx has none; cancelling ctx ends it at once. A timeout matches
+// context.DeadlineExceeded. The peer's bytes are untrusted: every message
+// has a size limit checked before it is read, and every field of the
+// endpoint is checked (errors match [ErrMalformed]). Exchange does not
+// close conn; on success the connection's deadline is cleared so it can be
+// used again, after an error the connection's state is unknown and it
+// should be closed. The messages alternate, so it works over unbuffered
+// connections (net.Pipe) too.
+func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec Security) (Endpoint, error) {
 	op := "exchange"
 	if a := conn.RemoteAddr(); a != nil {
 		op = "exchange with " + a.String()
 	}
+	if side != DialSide && side != AcceptSide {
+		return Endpoint{}, fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide)", op, side, ErrRange)
+	}
+	if err := sec.check(); err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
+	}
 	frame, err := local.MarshalBinary()
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
+	}
+	if !sec.keyed() && !confined(conn) {
+		return Endpoint{}, fmt.Errorf("endpoint: %s: no key, and the connection leaves this host (set a key): %w", op, ErrKeyRequired)
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
@@ -108,26 +157,86 @@ func Exchange(ctx context.Context, conn net.Conn, local Endpoint) (Endpoint, err
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: set deadline: %w", op, err)
 	}
-	sent := make(chan error, 1)
-	go func() {
-		_, err := conn.Write(frame)
-		sent <- err
-	}()
-	remote, rerr := Read(conn)
-	if rerr != nil {
-		// Wake the writer if it is still blocked, then wait for it so no
-		// goroutine outlives the call.
-		_ = conn.SetDeadline(longAgo)
-		<-sent
-		w.stop()
-		return Endpoint{}, ioError(ctx, op+": receive", rerr)
+	var remote Endpoint
+	if side == DialSide {
+		remote, err = exchangeDial(conn, sec, frame)
+	} else {
+		remote, err = exchangeAccept(conn, sec, frame)
 	}
-	werr := <-sent
+	if err != nil {
+		w.stop()
+		return Endpoint{}, ioError(ctx, op, err)
+	}
 	if !w.stop() {
 		_ = conn.SetDeadline(time.Time{})
 	}
-	if werr != nil {
-		return Endpoint{}, ioError(ctx, op+": send", werr)
-	}
 	return remote, nil
+}
+
+// exchangeDial is the dialing end of an exchange: it authenticates, sends
+// its endpoint and receives the peer's.
+func exchangeDial(conn net.Conn, sec Security, frame []byte) (Endpoint, error) {
+	s, err := dialAuth(conn, sec, purposeExchange, 1, 2)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if err := s.writeSealed(toListener, meshOffer, frame); err != nil {
+		return Endpoint{}, fmt.Errorf("send: %w", err)
+	}
+	f, err := readFrame(conn, meshTable, MaxEncodedSize+macSize, maxAbortReason+macSize)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("receive: %w", err)
+	}
+	if f.typ == meshAbort && len(f.payload) == 0 {
+		return Endpoint{}, rejected(nil)
+	}
+	body, err := s.openSealed(toDialer, f.header[:], f.payload)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("receive: %w", err)
+	}
+	if f.typ == meshAbort {
+		return Endpoint{}, rejected(body)
+	}
+	var e Endpoint
+	if err := e.UnmarshalBinary(body); err != nil {
+		return Endpoint{}, err
+	}
+	return e, nil
+}
+
+// exchangeAccept is the accepting end of an exchange: it authenticates,
+// receives the peer's endpoint and sends its own. A peer at fault is told
+// no more than the generic refusal.
+func exchangeAccept(conn net.Conn, sec Security, frame []byte) (Endpoint, error) {
+	e, err := exchangeAcceptSteps(conn, sec, frame)
+	if err != nil && peerFault(err) {
+		writeRefusal(conn)
+	}
+	return e, err
+}
+
+func exchangeAcceptSteps(conn net.Conn, sec Security, frame []byte) (Endpoint, error) {
+	s, err := acceptAuth(conn, sec, purposeExchange)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if s.rank != 1 || s.peers != 2 {
+		return Endpoint{}, fmt.Errorf("the peer claims rank %d of %d, an exchange is rank 1 of 2: %w", s.rank, s.peers, ErrRange)
+	}
+	f, err := readFrame(conn, meshOffer, MaxEncodedSize+macSize, -1)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("receive: %w", err)
+	}
+	body, err := s.openSealed(toListener, f.header[:], f.payload)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("receive: %w", err)
+	}
+	var e Endpoint
+	if err := e.UnmarshalBinary(body); err != nil {
+		return Endpoint{}, err
+	}
+	if err := s.writeSealed(toDialer, meshTable, frame); err != nil {
+		return Endpoint{}, fmt.Errorf("send: %w", err)
+	}
+	return e, nil
 }

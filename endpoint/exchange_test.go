@@ -36,14 +36,17 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	return client, server
 }
 
-// exchangeBoth runs Exchange on both ends at once.
+// testSec is the Security of the tests' exchanges.
+var testSec = Security{Key: testKey}
+
+// exchangeBoth runs Exchange on both ends at once, a on the dial side.
 func exchangeBoth(ctx context.Context, a, b net.Conn, ea, eb Endpoint) (gotA, gotB Endpoint, errA, errB error) {
 	done := make(chan struct{})
 	go func() {
-		gotB, errB = Exchange(ctx, b, eb)
+		gotB, errB = Exchange(ctx, b, AcceptSide, eb, testSec)
 		close(done)
 	}()
-	gotA, errA = Exchange(ctx, a, ea)
+	gotA, errA = Exchange(ctx, a, DialSide, ea, testSec)
 	<-done
 	return
 }
@@ -69,8 +72,8 @@ func TestExchangeTCP(t *testing.T) {
 }
 
 func TestExchangePipe(t *testing.T) {
-	// net.Pipe has no buffer: a send-then-receive on both sides deadlocks
-	// unless Exchange sends while it receives.
+	// net.Pipe has no buffer: the messages must alternate, or both ends
+	// block on a write.
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -87,22 +90,42 @@ func TestExchangeRejectsInvalidLocal(t *testing.T) {
 	a, _ := tcpPair(t)
 	bad := sampleRC()
 	bad.QPN = 1 << 24
-	_, err := Exchange(context.Background(), a, bad)
+	_, err := Exchange(context.Background(), a, DialSide, bad, testSec)
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorIs(t, err, ErrRange)
+	_, err = Exchange(context.Background(), a, Side(0), sampleRC(), testSec)
+	require.ErrorIs(t, err, ErrRange)
+	require.Contains(t, err.Error(), "side 0")
 }
 
-// hostile returns the client end of a connection whose server end first
-// reads the client's whole frame (an encoded sampleUD), so that closing it
-// is a clean EOF and not a reset, then runs f and drains what follows.
+// hostile returns the dialing end of a connection whose accepting end runs
+// f and then drains what follows.
 func hostile(t *testing.T, f func(c net.Conn)) net.Conn {
 	client, server := tcpPair(t)
 	go func() {
-		_, _ = io.ReadFull(server, make([]byte, sampleUD().EncodedSize()))
 		f(server)
 		_, _ = io.Copy(io.Discard, server)
 	}()
 	return client
+}
+
+// readHello reads the dialer's hello, so that closing afterwards is a
+// clean EOF and not a reset.
+func readHello(c net.Conn) { _, _ = readFrame(c, meshHello, helloSize, -1) }
+
+// authenticated runs the accept side's proofs with testKey and reads the
+// dialer's offer, then runs f with the session.
+func authenticated(f func(c net.Conn, s *session)) func(net.Conn) {
+	return func(c net.Conn) {
+		s, err := acceptAuth(c, testSec, purposeExchange)
+		if err != nil {
+			return
+		}
+		if _, err := readFrame(c, meshOffer, MaxEncodedSize+macSize, -1); err != nil {
+			return
+		}
+		f(c, s)
+	}
 }
 
 func TestExchangeGarbage(t *testing.T) {
@@ -115,6 +138,7 @@ func TestExchangeGarbage(t *testing.T) {
 		quick bool // must fail well before the deadline
 	}{
 		{"random bytes", func(c net.Conn) {
+			readHello(c)
 			buf := make([]byte, 4096)
 			r := rand.New(rand.NewPCG(1, 2))
 			for i := range buf {
@@ -122,23 +146,36 @@ func TestExchangeGarbage(t *testing.T) {
 			}
 			_, _ = c.Write(buf)
 		}, []error{ErrMalformed, ErrBadMagic}, true},
-		{"truncated frame then close", func(c net.Conn) {
-			_, _ = c.Write(valid[:len(valid)-5])
+		{"a version 1 peer (a bare endpoint)", func(c net.Conn) {
+			_, _ = c.Write(valid)
+		}, []error{ErrMalformed, ErrVersion}, true},
+		{"truncated challenge then close", func(c net.Conn) {
+			readHello(c)
+			_, _ = c.Write(meshFrame(meshChallenge, make([]byte, challengeSize))[:30])
 			_ = c.Close()
 		}, []error{ErrMalformed, ErrTruncated, io.ErrUnexpectedEOF}, true},
-		{"close before a byte", func(c net.Conn) { _ = c.Close() }, []error{io.EOF}, true},
+		{"close before a byte", func(c net.Conn) { readHello(c); _ = c.Close() }, []error{io.EOF}, true},
 		{"huge length", func(c net.Conn) {
-			h := append([]byte(nil), valid[:headerSize]...)
-			binary.BigEndian.PutUint16(h[6:], 0xfff0)
+			readHello(c)
+			h := meshFrame(meshChallenge, nil)
+			binary.BigEndian.PutUint32(h[8:], 0xfffffff0)
 			_, _ = c.Write(h)
 		}, []error{ErrMalformed, ErrLength}, true},
-		{"bad field", func(c net.Conn) {
+		{"wrong proof", func(c net.Conn) {
+			readHello(c)
+			_, _ = c.Write(meshFrame(meshChallenge, make([]byte, challengeSize)))
+		}, []error{ErrAuth}, true},
+		{"bad field", authenticated(func(c net.Conn, s *session) {
 			b := append([]byte(nil), valid...)
 			binary.BigEndian.PutUint32(b[offPSN:], 1<<30)
-			_, _ = c.Write(b)
-		}, []error{ErrMalformed, ErrRange}, true},
+			_ = s.writeSealed(toDialer, meshTable, b)
+		}), []error{ErrMalformed, ErrRange}, true},
+		{"endpoint without its tag", authenticated(func(c net.Conn, s *session) {
+			_, _ = c.Write(meshFrame(meshTable, valid))
+		}), []error{ErrAuth}, true},
 		{"truncated frame, peer stays", func(c net.Conn) {
-			_, _ = c.Write(valid[:20])
+			readHello(c)
+			_, _ = c.Write(meshFrame(meshChallenge, make([]byte, challengeSize))[:20])
 		}, []error{context.DeadlineExceeded, os.ErrDeadlineExceeded}, false},
 		{"never answers", func(net.Conn) {}, []error{context.DeadlineExceeded, os.ErrDeadlineExceeded}, false},
 	}
@@ -154,7 +191,7 @@ func TestExchangeGarbage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			defer cancel()
 			start := time.Now()
-			_, err := Exchange(ctx, conn, sampleUD())
+			_, err := Exchange(ctx, conn, DialSide, sampleUD(), testSec)
 			took := time.Since(start)
 			require.Error(t, err)
 			for _, want := range c.is {
@@ -176,7 +213,7 @@ func TestExchangeCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := Exchange(ctx, conn, sampleUD())
+	_, err := Exchange(ctx, conn, DialSide, sampleUD(), testSec)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
@@ -185,7 +222,7 @@ func TestExchangeAlreadyCancelled(t *testing.T) {
 	conn := hostile(t, func(net.Conn) {})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Exchange(ctx, conn, sampleUD())
+	_, err := Exchange(ctx, conn, DialSide, sampleUD(), testSec)
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -197,7 +234,7 @@ func TestExchangeWriteBlocked(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := Exchange(ctx, a, sampleRC())
+	_, err := Exchange(ctx, a, DialSide, sampleRC(), testSec)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -228,7 +265,7 @@ func BenchmarkExchangeLoopback(b *testing.B) {
 		}
 		defer c.Close()
 		for {
-			if _, err := Exchange(context.Background(), c, sampleDC()); err != nil {
+			if _, err := Exchange(context.Background(), c, AcceptSide, sampleDC(), testSec); err != nil {
 				return
 			}
 		}
@@ -239,7 +276,7 @@ func BenchmarkExchangeLoopback(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Exchange(ctx, c, sampleRC()); err != nil {
+		if _, err := Exchange(ctx, c, DialSide, sampleRC(), testSec); err != nil {
 			b.Fatal(err)
 		}
 	}

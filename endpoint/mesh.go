@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,34 +13,51 @@ import (
 	"time"
 )
 
-// MaxPeers is the most peers one mesh connects. It bounds what a dialer may
-// make the listener read: at most MaxPeers-1 encodings per connection.
+// MaxPeers is the most peers one mesh connects. It bounds what an
+// authenticated dialer may make the listener read: at most MaxPeers-1
+// encodings per connection.
 const MaxPeers = 1024
 
-// ErrRejected matches the error a dialer gets when the listening peer turns
-// it away (wrong peer count, a rank already taken, a malformed hello) or
-// gives up (a rank never joined). The error text carries the listener's
-// reason.
-var ErrRejected = errors.New("rejected by the mesh listener")
+// DefaultHelloTimeout bounds the authentication and hello of each
+// connection to a mesh listener when MeshOptions.HelloTimeout is zero: a
+// connection that has not proved itself and sent its endpoints by then is
+// closed, however long the mesh waits.
+const DefaultHelloTimeout = 10 * time.Second
+
+// ErrRejected matches the error a dialer gets when the listening peer (rank
+// 0 of a mesh, the accept side of an exchange) turns it away or gives up.
+// A peer that has not proved it holds the key, or claims a rank or peer
+// count the mesh does not have, or a rank already taken, gets the same
+// generic refusal; the listener's own error says which. An authenticated
+// rank that the mesh gives up on (a rank never joined) is told why.
+var ErrRejected = errors.New("rejected by the listening peer")
 
 // ErrListenerUsed is returned by a second call of MeshListener.Exchange.
 var ErrListenerUsed = errors.New("mesh listener already used")
 
 // A mesh frame is a 12-byte header (magic "MXMS", version, type, a zero
-// byte, payload length) and a payload:
+// byte, payload length) and a payload. Version 2 authenticates before any
+// endpoint is sent (see the package documentation):
 //
-//	hello  rank u32, peer count u32, then the dialer's endpoints for every
-//	       other rank in rank order
-//	table  the endpoints every other rank made for the receiver, in rank
-//	       order
-//	abort  the reason, text
+//	hello      dialer: nonce [32], rank u32, peer count u32
+//	challenge  listener: nonce [32], HMAC proof [32]
+//	proof      dialer: HMAC proof [32]
+//	offer      dialer: its endpoints for every other rank in rank order,
+//	           then a 32-byte HMAC tag
+//	table      listener: the endpoints every other rank made for the
+//	           receiver in rank order, then a tag
+//	abort      listener: empty (the generic refusal), or a reason and a
+//	           tag (to an authenticated rank)
 const (
 	meshMagic      uint32 = 0x4d584d53
-	meshVersion    uint16 = 1
+	meshVersion    uint16 = 2
 	meshHeaderSize        = 12
 	meshHello      byte   = 1
 	meshTable      byte   = 2
 	meshAbort      byte   = 3
+	meshChallenge  byte   = 4
+	meshProof      byte   = 5
+	meshOffer      byte   = 6
 	maxAbortReason        = 512
 	// abortTimeout bounds the write of an abort frame, which may happen
 	// after the mesh's own deadline has passed.
@@ -52,56 +70,24 @@ const (
 	dialBackoffMax   = 250 * time.Millisecond
 )
 
-func meshFrame(typ byte, payload []byte) []byte {
-	b := make([]byte, 0, meshHeaderSize+len(payload))
+// Accept retry pacing after a temporary error (out of file descriptors),
+// as net/http's Server.Serve paces it.
+const (
+	acceptBackoffFirst = 5 * time.Millisecond
+	acceptBackoffMax   = time.Second
+)
+
+func meshFrame(typ byte, payload []byte) []byte { return meshFrameSized(typ, payload, 0) }
+
+// meshFrameSized returns a frame whose header announces extra bytes more
+// than payload (a tag the caller appends), with room for them.
+func meshFrameSized(typ byte, payload []byte, extra int) []byte {
+	b := make([]byte, 0, meshHeaderSize+len(payload)+extra)
 	b = binary.BigEndian.AppendUint32(b, meshMagic)
 	b = binary.BigEndian.AppendUint16(b, meshVersion)
 	b = append(b, typ, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)+extra))
 	return append(b, payload...)
-}
-
-// readMeshFrame reads one mesh frame whose payload may not exceed
-// maxPayload (maxAbortReason for an abort).
-func readMeshFrame(r io.Reader, maxPayload int) (byte, []byte, error) {
-	var h [meshHeaderSize]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		if err == io.ErrUnexpectedEOF {
-			return 0, nil, fmt.Errorf("%w: %w", malformed("mesh header", 0, ErrTruncated, "stream ended inside the header"), err)
-		}
-		return 0, nil, err
-	}
-	be := binary.BigEndian
-	if m := be.Uint32(h[0:]); m != meshMagic {
-		return 0, nil, malformed("mesh magic", 0, ErrBadMagic, fmt.Sprintf("%#08x, want %#08x", m, meshMagic))
-	}
-	if v := be.Uint16(h[4:]); v != meshVersion {
-		return 0, nil, malformed("mesh version", 4, ErrVersion, fmt.Sprintf("%d, this package speaks %d", v, meshVersion))
-	}
-	typ := h[6]
-	if typ < meshHello || typ > meshAbort {
-		return 0, nil, malformed("mesh frame type", 6, ErrRange, fmt.Sprintf("%d is not hello, table or abort", typ))
-	}
-	if h[7] != 0 {
-		return 0, nil, malformed("mesh reserved", 7, ErrReserved, fmt.Sprintf("%#x", h[7]))
-	}
-	limit := maxPayload
-	if typ == meshAbort {
-		limit = maxAbortReason
-	}
-	n := be.Uint32(h[8:])
-	if uint64(n) > uint64(limit) {
-		return 0, nil, malformed("mesh length", 8, ErrLength, fmt.Sprintf("payload of %d bytes, at most %d", n, limit))
-	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(r, payload); err != nil {
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return 0, nil, fmt.Errorf("%w: %w", malformed("mesh payload", meshHeaderSize, ErrTruncated,
-				fmt.Sprintf("stream ended inside a %d-byte payload", n)), io.ErrUnexpectedEOF)
-		}
-		return 0, nil, err
-	}
-	return typ, payload, nil
 }
 
 // decodeList decodes exactly count endpoints filling b.
@@ -145,18 +131,68 @@ func checkPeers(peers int) error {
 	return nil
 }
 
+// ErrNoCertificate matches the error of a mesh listener whose
+// MeshOptions.TLS names no certificate to serve.
+var ErrNoCertificate = errors.New("TLS configuration without a certificate")
+
+// MeshOptions says how the ranks of a mesh prove that they belong to it and
+// how they reach rank 0. Every rank uses the same Security.
+type MeshOptions struct {
+	// Security is the pre-shared key, or InsecureLoopback for a mesh
+	// confined to this host. The zero value is refused.
+	Security
+	// TLS, when set, runs every connection over TLS with this
+	// configuration: the listener serves with it (it needs a certificate,
+	// and may ask for the dialers'), DialMesh is its client (ServerName,
+	// when empty, is the host of the address dialed). TLS hides the
+	// endpoints from whoever can read the network; the key still decides
+	// who joins.
+	TLS *tls.Config
+	// Dial, when set, makes DialMesh's connections (through a proxy, from
+	// a chosen source address); TLS, when set, runs over what it returns.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// HelloTimeout bounds, for each connection, the authentication and the
+	// hello: at the listener from the accept to the last byte of the
+	// dialer's endpoints, at a dialer from the connect to the last byte of
+	// its own (the wait for the table is bounded by the context alone).
+	// Zero means DefaultHelloTimeout.
+	HelloTimeout time.Duration
+}
+
+func (o MeshOptions) check() error {
+	if err := o.Security.check(); err != nil {
+		return err
+	}
+	if o.HelloTimeout < 0 {
+		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more)", o.HelloTimeout, ErrRange)
+	}
+	return nil
+}
+
+func (o MeshOptions) helloTimeout() time.Duration {
+	if o.HelloTimeout == 0 {
+		return DefaultHelloTimeout
+	}
+	return o.HelloTimeout
+}
+
 // MeshListener is rank 0 of a mesh: it accepts the other ranks, collects the
 // endpoints each made for every other, and hands each rank its column.
 type MeshListener struct {
 	listener net.Listener
 	peers    int
+	opts     MeshOptions
 	used     atomic.Bool
 }
 
 // ListenMesh listens on address (e.g. "127.0.0.1:0" or ":7471") for a mesh
-// of peers ranks, itself rank 0.
-func ListenMesh(ctx context.Context, address string, peers int) (*MeshListener, error) {
+// of peers ranks, itself rank 0, that authenticate as opts says. Without a
+// key (opts.InsecureLoopback) the address must be a loopback one.
+func ListenMesh(ctx context.Context, address string, peers int, opts MeshOptions) (*MeshListener, error) {
 	if err := checkPeers(peers); err != nil {
+		return nil, fmt.Errorf("endpoint: listen mesh: %w", err)
+	}
+	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("endpoint: listen mesh: %w", err)
 	}
 	var lc net.ListenConfig
@@ -164,7 +200,37 @@ func ListenMesh(ctx context.Context, address string, peers int) (*MeshListener, 
 	if err != nil {
 		return nil, fmt.Errorf("endpoint: listen mesh: %w", err)
 	}
-	return &MeshListener{listener: ln, peers: peers}, nil
+	l, err := NewMeshListener(ln, peers, opts)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// NewMeshListener makes rank 0 of a mesh of peers ranks that accepts on ln,
+// a listener the caller made (one from tls.NewListener, a Unix socket, a
+// listener handed down by a supervisor). opts.TLS, when set, wraps ln. The
+// mesh listener owns ln from then on; on error ln is left as it was.
+func NewMeshListener(ln net.Listener, peers int, opts MeshOptions) (*MeshListener, error) {
+	op := fmt.Sprintf("endpoint: mesh listener on %v", ln.Addr())
+	if err := checkPeers(peers); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := opts.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if !opts.keyed() && !localAddr(ln.Addr()) {
+		return nil, fmt.Errorf("%s: no key, and other hosts can reach the address (listen on a loopback address, or set a key): %w",
+			op, ErrKeyRequired)
+	}
+	if c := opts.TLS; c != nil {
+		if len(c.Certificates) == 0 && c.GetCertificate == nil && c.GetConfigForClient == nil {
+			return nil, fmt.Errorf("%s: %w", op, ErrNoCertificate)
+		}
+		ln = tls.NewListener(ln, c)
+	}
+	return &MeshListener{listener: ln, peers: peers, opts: opts}, nil
 }
 
 // Addr returns the address the listener is bound to, to hand to dialers.
@@ -178,24 +244,33 @@ func (l *MeshListener) Close() error {
 	return l.listener.Close()
 }
 
-// member is a rank that joined.
+// member is a rank that proved itself and sent its endpoints.
 type member struct {
 	conn    net.Conn
 	watch   *watcher
+	session *session
 	rank    int
 	offered []Endpoint // offered[j]: this rank's endpoint for rank j (j != rank)
 	err     error      // set when the connection was turned away
 }
 
-// abort sends the reason to a dialer (best effort, bounded by abortTimeout)
-// and closes the connection.
-func abort(conn net.Conn, reason string) {
+// abort tells an authenticated member why the mesh ends (best effort,
+// bounded by abortTimeout) and closes its connection.
+func (m *member) abort(reason string) {
+	m.watch.stop()
 	if len(reason) > maxAbortReason {
 		reason = reason[:maxAbortReason]
 	}
-	_ = conn.SetDeadline(time.Now().Add(abortTimeout))
-	_, _ = conn.Write(meshFrame(meshAbort, []byte(reason)))
-	_ = conn.Close()
+	_ = m.conn.SetDeadline(time.Now().Add(abortTimeout))
+	_ = m.session.writeSealed(toDialer, meshAbort, []byte(reason))
+	_ = m.conn.Close()
+}
+
+// temporary reports whether an accept error is worth retrying (out of
+// file descriptors, a connection reset before it was accepted).
+func temporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
 }
 
 // Exchange runs rank 0 of the mesh. local[j] is the endpoint this peer made
@@ -204,12 +279,15 @@ func abort(conn net.Conn, reason string) {
 // is the endpoint rank j made for rank 0, and each dialer receives the same
 // for itself.
 //
-// Connections that are not a valid hello for this mesh (garbage, another
-// peer count, a rank already taken) are turned away and the wait goes on.
-// The wait is bounded by ctx's deadline or DefaultTimeout; when it ends
-// early every rank that joined is told why. Exchange closes the listener
-// and every connection before it returns; a second call returns
-// [ErrListenerUsed].
+// A connection learns nothing before it has proved that it holds the key:
+// one that does not (or sends garbage, claims another peer count, a rank
+// out of range or one already taken, or takes longer than the hello
+// timeout) gets the same generic refusal and is closed, and the wait goes
+// on. A temporary accept error (out of file descriptors) is retried with a
+// back-off from 5 ms to 1 s. The wait is bounded by ctx's deadline or
+// DefaultTimeout; when it ends early every rank that joined is told why.
+// Exchange closes the listener and every connection before it returns; a
+// second call returns [ErrListenerUsed].
 func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoint, error) {
 	op := fmt.Sprintf("endpoint: mesh listener on %v", l.listener.Addr())
 	if l.used.Swap(true) {
@@ -231,23 +309,47 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	ctx, cancel := withDeadline(ctx)
 	arrivals := make(chan *member)
 	acceptFailed := make(chan error, 1)
-	var wg sync.WaitGroup
+	var (
+		wg          sync.WaitGroup
+		tempMu      sync.Mutex
+		lastTempErr error
+	)
 	defer wg.Wait()
 	defer cancel()
 	stopClose := context.AfterFunc(ctx, func() { _ = l.listener.Close() })
-	defer stopClose()
+	// Close the listener before waiting for the accept loop: when Exchange
+	// returns on the context, stopClose may unregister the AfterFunc before
+	// it has run.
+	defer func() { stopClose(); _ = l.listener.Close() }()
 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		var delay time.Duration
 		for {
 			conn, err := l.listener.Accept()
 			if err != nil {
-				if ctx.Err() == nil {
-					acceptFailed <- err
+				if ctx.Err() != nil {
+					return
 				}
-				return
+				if !temporary(err) {
+					acceptFailed <- err
+					return
+				}
+				tempMu.Lock()
+				lastTempErr = err
+				tempMu.Unlock()
+				delay = min(max(2*delay, acceptBackoffFirst), acceptBackoffMax)
+				t := time.NewTimer(delay)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				continue
 			}
+			delay = 0
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -256,8 +358,7 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 				case arrivals <- m:
 				case <-ctx.Done():
 					if m.err == nil {
-						m.watch.stop()
-						abort(conn, "the mesh is complete or has given up")
+						m.abort("the mesh is complete or has given up")
 					}
 				}
 			}()
@@ -276,7 +377,8 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 			}
 			if members[m.rank] != nil {
 				m.watch.stop()
-				abort(m.conn, fmt.Sprintf("rank %d has already joined", m.rank))
+				wg.Add(1)
+				go func() { defer wg.Done(); refuse(m.conn) }()
 				lastRejected = fmt.Errorf("from %v: rank %d has already joined", m.conn.RemoteAddr(), m.rank)
 				continue
 			}
@@ -285,8 +387,7 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 		case err := <-acceptFailed:
 			for _, m := range members {
 				if m != nil {
-					m.watch.stop()
-					abort(m.conn, "the mesh listener failed")
+					m.abort("the mesh listener failed")
 				}
 			}
 			return nil, fmt.Errorf("%s: accept: %w", op, err)
@@ -300,14 +401,18 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 			reason := fmt.Sprintf("%v waiting for ranks %v", ctx.Err(), missing)
 			for _, m := range members {
 				if m != nil {
-					m.watch.stop()
-					abort(m.conn, reason)
+					m.abort(reason)
 				}
 			}
 			err := fmt.Errorf("%s: %d of %d ranks joined: %w (missing ranks %v)", op, joined+1, l.peers, ctx.Err(), missing)
 			if lastRejected != nil {
 				err = fmt.Errorf("%w; last connection turned away: %w", err, lastRejected)
 			}
+			tempMu.Lock()
+			if lastTempErr != nil {
+				err = fmt.Errorf("%w; last accept error (retried): %w", err, lastTempErr)
+			}
+			tempMu.Unlock()
 			return nil, err
 		}
 	}
@@ -317,15 +422,17 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	// Every rank is in: send each its column.
 	var failed []error
 	for r := 1; r < l.peers; r++ {
+		m := members[r]
 		payload, err := encodeOthers(nil, column(local, members, r), r)
 		if err == nil {
-			_, err = members[r].conn.Write(meshFrame(meshTable, payload))
+			m.watch.extend(time.Now().Add(l.opts.helloTimeout()))
+			err = m.session.writeSealed(toDialer, meshTable, payload)
 		}
 		if err != nil {
 			failed = append(failed, ioError(ctx, fmt.Sprintf("mesh listener: send table to rank %d", r), err))
 		}
-		members[r].watch.stop()
-		_ = members[r].conn.Close()
+		m.watch.stop()
+		_ = m.conn.Close()
 	}
 	if len(failed) > 0 {
 		return nil, errors.Join(failed...)
@@ -350,55 +457,68 @@ func column(local []Endpoint, members []*member, r int) []Endpoint {
 	return out
 }
 
-// greet reads and checks one dialer's hello. A bad hello is answered with an
-// abort and the connection closed; the returned member then carries err.
+// peerFault reports whether err comes from what the peer sent (then it is
+// told it was refused) rather than from the connection (a timeout, a
+// close: then there is no one to tell).
+func peerFault(err error) bool {
+	var ne net.Error
+	return !errors.As(err, &ne) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// greet authenticates one dialer and reads its hello, all within the hello
+// timeout. Anything wrong is answered with the generic refusal and the
+// connection closed; the returned member then carries err, the reason,
+// which stays here.
 func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
-	reject := func(err error) *member {
-		abort(conn, err.Error())
-		return &member{err: fmt.Errorf("from %v: %w", conn.RemoteAddr(), err)}
-	}
-	w, err := watch(ctx, conn)
+	w, err := watchUntil(ctx, conn, time.Now().Add(l.opts.helloTimeout()))
 	if err != nil {
 		_ = conn.Close()
-		return &member{err: err}
+		return &member{err: fmt.Errorf("from %v: set deadline: %w", conn.RemoteAddr(), err)}
 	}
-	typ, payload, err := readMeshFrame(conn, maxListPayload(l.peers, 8))
+	reject := func(err error) *member {
+		w.stop()
+		if peerFault(err) {
+			refuse(conn)
+		} else {
+			_ = conn.Close()
+		}
+		return &member{err: fmt.Errorf("from %v: %w", conn.RemoteAddr(), err)}
+	}
+	if !l.opts.keyed() && !confined(conn) {
+		return reject(fmt.Errorf("a connection from another host to a mesh without a key: %w", ErrKeyRequired))
+	}
+	s, err := acceptAuth(conn, l.opts.Security, purposeMesh)
 	if err != nil {
-		w.stop()
-		return reject(ioError(ctx, "read hello", err))
+		return reject(ioError(ctx, "authenticate", err))
 	}
-	if typ != meshHello {
-		w.stop()
-		return reject(fmt.Errorf("frame type %d where a hello was expected: %w", typ, ErrMalformed))
+	if s.peers != uint32(l.peers) {
+		return reject(fmt.Errorf("rank %d claims a mesh of %d peers, this one has %d: %w", s.rank, s.peers, l.peers, ErrRange))
 	}
-	if len(payload) < 8 {
-		w.stop()
-		return reject(malformed("hello", meshHeaderSize, ErrTruncated, fmt.Sprintf("%d bytes", len(payload))))
+	if s.rank < 1 || s.rank >= s.peers {
+		return reject(fmt.Errorf("rank %d: %w (dialers are 1..%d)", s.rank, ErrRange, s.peers-1))
 	}
-	rank := binary.BigEndian.Uint32(payload[0:])
-	peers := binary.BigEndian.Uint32(payload[4:])
-	if peers != uint32(l.peers) {
-		w.stop()
-		return reject(malformed("peers", meshHeaderSize+4, ErrRange, fmt.Sprintf("peer count %d, the mesh has %d", peers, l.peers)))
-	}
-	if rank < 1 || rank >= peers {
-		w.stop()
-		return reject(malformed("rank", meshHeaderSize, ErrRange, fmt.Sprintf("rank %d, dialers are 1..%d", rank, peers-1)))
-	}
-	list, err := decodeList(payload[8:], l.peers-1)
+	rank := int(s.rank)
+	f, err := readFrame(conn, meshOffer, maxListPayload(l.peers, macSize), -1)
 	if err != nil {
-		w.stop()
-		return reject(fmt.Errorf("hello of rank %d: %w", rank, err))
+		return reject(ioError(ctx, fmt.Sprintf("read the offer of rank %d", rank), err))
+	}
+	body, err := s.openSealed(toListener, f.header[:], f.payload)
+	if err != nil {
+		return reject(fmt.Errorf("offer of rank %d: %w", rank, err))
+	}
+	list, err := decodeList(body, l.peers-1)
+	if err != nil {
+		return reject(fmt.Errorf("offer of rank %d: %w", rank, err))
 	}
 	offered := make([]Endpoint, l.peers)
 	for j, k := 0, 0; j < l.peers; j++ {
-		if j == int(rank) {
+		if j == rank {
 			continue
 		}
 		offered[j] = list[k]
 		k++
 	}
-	return &member{conn: conn, watch: w, rank: int(rank), offered: offered}
+	return &member{conn: conn, watch: w, session: s, rank: rank, offered: offered}
 }
 
 // DialMesh joins a mesh as rank (1..len(local)-1) by dialing the listener
@@ -407,7 +527,12 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
 // is returned unchanged and never sent). It returns remote, where remote[j]
 // is the endpoint rank j made for this peer. Everything, retries included,
 // is bounded by ctx's deadline or DefaultTimeout.
-func DialMesh(ctx context.Context, address string, rank int, local []Endpoint) ([]Endpoint, error) {
+//
+// The listener must prove that it holds the key before this end proves it
+// or sends an endpoint; a listener that cannot is an error matching
+// [ErrAuth], one that speaks another protocol version an error matching
+// [ErrVersion], and a refusal matches [ErrRejected].
+func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, opts MeshOptions) ([]Endpoint, error) {
 	name := fmt.Sprintf("dial mesh %s as rank %d", address, rank)
 	op := "endpoint: " + name
 	peers := len(local)
@@ -417,41 +542,60 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint) (
 	if rank < 1 || rank >= peers {
 		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d)", op, rank, ErrRange, peers-1)
 	}
-	payload := binary.BigEndian.AppendUint32(nil, uint32(rank))
-	payload = binary.BigEndian.AppendUint32(payload, uint32(peers))
-	payload, err := encodeOthers(payload, local, rank)
+	if err := opts.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	offer, err := encodeOthers(nil, local, rank)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	hello := meshFrame(meshHello, payload)
 
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	conn, err := dialRetry(ctx, address)
+	conn, err := dialRetry(ctx, address, opts.Dial)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer conn.Close()
-	w, err := watch(ctx, conn)
+	if !opts.keyed() && !confined(conn) {
+		return nil, fmt.Errorf("%s: no key, and the listener at %v is not on this host (set a key): %w", op, conn.RemoteAddr(), ErrKeyRequired)
+	}
+	if opts.TLS != nil {
+		conn = tls.Client(conn, clientTLS(opts.TLS, address))
+	}
+	w, err := watchUntil(ctx, conn, time.Now().Add(opts.helloTimeout()))
 	if err != nil {
 		return nil, fmt.Errorf("%s: set deadline: %w", op, err)
 	}
 	defer w.stop()
-	if _, err := conn.Write(hello); err != nil {
-		return nil, ioError(ctx, name+": send hello", err)
+	if tc, ok := conn.(*tls.Conn); ok {
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, ioError(ctx, name+": TLS handshake", err)
+		}
 	}
-	typ, reply, err := readMeshFrame(conn, maxListPayload(peers, 0))
+	s, err := dialAuth(conn, opts.Security, purposeMesh, uint32(rank), uint32(peers))
+	if err != nil {
+		return nil, ioError(ctx, name+": authenticate", err)
+	}
+	if err := s.writeSealed(toListener, meshOffer, offer); err != nil {
+		return nil, ioError(ctx, name+": send offer", err)
+	}
+	// The table comes when every rank has joined: only ctx bounds the wait.
+	w.extend(time.Time{})
+	f, err := readFrame(conn, meshTable, maxListPayload(peers, macSize), maxAbortReason+macSize)
 	if err != nil {
 		return nil, ioError(ctx, name+": receive table", err)
 	}
-	switch typ {
-	case meshAbort:
-		return nil, fmt.Errorf("%s: %w: %q", op, ErrRejected, reply)
-	case meshTable:
-	default:
-		return nil, fmt.Errorf("%s: frame type %d where a table was expected: %w", op, typ, ErrMalformed)
+	var body []byte
+	if f.typ != meshAbort || len(f.payload) > 0 {
+		if body, err = s.openSealed(toDialer, f.header[:], f.payload); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", op, frameName(f.typ), err)
+		}
 	}
-	list, err := decodeList(reply, peers-1)
+	if f.typ == meshAbort {
+		return nil, fmt.Errorf("%s: %w", op, rejected(body))
+	}
+	list, err := decodeList(body, peers-1)
 	if err != nil {
 		return nil, fmt.Errorf("%s: table: %w", op, err)
 	}
@@ -467,13 +611,32 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint) (
 	return remote, nil
 }
 
-// dialRetry dials address until it answers or ctx ends, backing off from
-// dialBackoffFirst to dialBackoffMax between attempts.
-func dialRetry(ctx context.Context, address string) (net.Conn, error) {
-	var d net.Dialer
+// clientTLS returns c for a client of address: a copy with ServerName set
+// to address's host when c has none.
+func clientTLS(c *tls.Config, address string) *tls.Config {
+	if c.ServerName != "" || c.InsecureSkipVerify {
+		return c
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		host = address
+	}
+	c = c.Clone()
+	c.ServerName = host
+	return c
+}
+
+// dialRetry dials address (with dial, or a net.Dialer) until it answers or
+// ctx ends, backing off from dialBackoffFirst to dialBackoffMax between
+// attempts.
+func dialRetry(ctx context.Context, address string, dial func(context.Context, string, string) (net.Conn, error)) (net.Conn, error) {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
 	backoff := dialBackoffFirst
 	for attempt := 1; ; attempt++ {
-		conn, err := d.DialContext(ctx, "tcp", address)
+		conn, err := dial(ctx, "tcp", address)
 		if err == nil {
 			return conn, nil
 		}
@@ -497,8 +660,9 @@ func dialRetry(ctx context.Context, address string) (net.Conn, error) {
 // rank j made for rank i, that is local[j][i] after its trip over the
 // wire (remote[i][i] is local[i][i], never sent). Every endpoint is checked
 // before anything is sent, and the first rank to fail stops the others, so
-// the error returned is that rank's. It is meant for tests and tools that
-// run every rank in one process.
+// the error returned is that rank's. The ranks authenticate with a random
+// key made for this call, so no other process can join. It is meant for
+// tests and tools that run every rank in one process.
 func Mesh(ctx context.Context, address string, local [][]Endpoint) ([][]Endpoint, error) {
 	n := len(local)
 	if err := checkPeers(n); err != nil {
@@ -517,7 +681,9 @@ func Mesh(ctx context.Context, address string, local [][]Endpoint) ([][]Endpoint
 			}
 		}
 	}
-	l, err := ListenMesh(ctx, address, n)
+	key := newNonce()
+	opts := MeshOptions{Security: Security{Key: key[:]}}
+	l, err := ListenMesh(ctx, address, n, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -538,7 +704,7 @@ func Mesh(ctx context.Context, address string, local [][]Endpoint) ([][]Endpoint
 			if i == 0 {
 				remote[i], err = l.Exchange(ctx, local[i])
 			} else {
-				remote[i], err = DialMesh(ctx, addr, i, local[i])
+				remote[i], err = DialMesh(ctx, addr, i, local[i], opts)
 			}
 			if err != nil {
 				mu.Lock()

@@ -31,6 +31,12 @@ func noLeak(t *testing.T) {
 	})
 }
 
+// testKey is the pre-shared key of the tests' meshes and exchanges.
+var testKey = []byte("0123456789abcdef-test-key")
+
+// testOpts are the mesh options of the tests: testKey, no TLS.
+var testOpts = MeshOptions{Security: Security{Key: testKey}}
+
 // meshEndpoint is the endpoint rank i makes for rank j: every field is a
 // function of (i, j), so a misrouted endpoint is caught.
 func meshEndpoint(i, j int) Endpoint {
@@ -68,11 +74,18 @@ func meshLocal(n int) [][]Endpoint {
 func checkTranspose(t *testing.T, local, remote [][]Endpoint) {
 	t.Helper()
 	require.Len(t, remote, len(local))
+	checkTransposeOf(t, meshEndpoint, remote)
+}
+
+// checkTransposeOf checks that remote[i][j] is made(j, i) for every i and
+// j.
+func checkTransposeOf(t *testing.T, made func(i, j int) Endpoint, remote [][]Endpoint) {
+	t.Helper()
 	for i := range remote {
-		require.Len(t, remote[i], len(local))
+		require.Len(t, remote[i], len(remote))
 		for j := range remote[i] {
 			// Independent of the code under test: rank j's endpoint for i.
-			require.Equal(t, meshEndpoint(j, i), remote[i][j], "rank %d's view of rank %d", i, j)
+			require.Equal(t, made(j, i), remote[i][j], "rank %d's view of rank %d", i, j)
 		}
 	}
 }
@@ -155,7 +168,7 @@ func runDialers(ctx context.Context, addr string, local [][]Endpoint) ([][]Endpo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			remote[i], errs[i] = DialMesh(ctx, addr, i, local[i])
+			remote[i], errs[i] = DialMesh(ctx, addr, i, local[i], testOpts)
 		}()
 	}
 	return remote, errs, &wg
@@ -170,7 +183,7 @@ func TestMeshDialersBeforeListener(t *testing.T) {
 	defer cancel()
 	remote, errs, wg := runDialers(ctx, addr, local)
 	time.Sleep(150 * time.Millisecond) // the dialers retry meanwhile
-	l, err := ListenMesh(ctx, addr, n)
+	l, err := ListenMesh(ctx, addr, n, testOpts)
 	require.NoError(t, err)
 	remote[0], errs[0] = l.Exchange(ctx, local[0])
 	wg.Wait()
@@ -186,7 +199,7 @@ func TestMeshSurvivesGarbageConnections(t *testing.T) {
 	local := meshLocal(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := ListenMesh(ctx, "127.0.0.1:0", n)
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n, testOpts)
 	require.NoError(t, err)
 	addr := l.Addr().String()
 
@@ -198,21 +211,13 @@ func TestMeshSurvivesGarbageConnections(t *testing.T) {
 		remote0, err0 = l.Exchange(ctx, local[0])
 	}()
 
-	// Garbage first: random bytes, a foreign mesh version, a hello for
-	// another mesh size, a rank out of range. Each is told why and closed.
+	// Garbage first: text, a foreign protocol version, a hello of the
+	// wrong size, a hello as long as the old protocol's. Each gets the
+	// generic refusal, an empty abort, and is closed.
 	garbage := [][]byte{
 		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 		func() []byte { b := meshFrame(meshHello, nil); binary.BigEndian.PutUint16(b[4:], 9); return b }(),
-		func() []byte {
-			p := binary.BigEndian.AppendUint32(nil, 1)
-			p = binary.BigEndian.AppendUint32(p, 7)
-			return meshFrame(meshHello, p)
-		}(),
-		func() []byte {
-			p := binary.BigEndian.AppendUint32(nil, 5)
-			p = binary.BigEndian.AppendUint32(p, n)
-			return meshFrame(meshHello, p)
-		}(),
+		meshFrame(meshHello, make([]byte, helloSize-1)),
 		func() []byte {
 			p := binary.BigEndian.AppendUint32(nil, 1)
 			p = binary.BigEndian.AppendUint32(p, n)
@@ -225,10 +230,9 @@ func TestMeshSurvivesGarbageConnections(t *testing.T) {
 		_, err = c.Write(g)
 		require.NoError(t, err)
 		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
-		typ, reason, err := readMeshFrame(c, 0)
+		got, err := io.ReadAll(c)
 		require.NoError(t, err, "garbage %q", g)
-		require.Equal(t, meshAbort, typ)
-		require.NotEmpty(t, reason)
+		require.Equal(t, meshFrame(meshAbort, nil), got, "garbage %q", g)
 		_ = c.Close()
 	}
 	// An idle connection that never says anything must not hold the mesh up.
@@ -252,14 +256,14 @@ func TestMeshMissingRank(t *testing.T) {
 	local := meshLocal(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	l, err := ListenMesh(ctx, "127.0.0.1:0", n)
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n, testOpts)
 	require.NoError(t, err)
 	var derr error
 	dialed := make(chan struct{})
 	go func() {
 		defer close(dialed)
 		// The dialer would wait longer than the listener: it is told.
-		_, derr = DialMesh(context.Background(), l.Addr().String(), 1, local[1])
+		_, derr = DialMesh(context.Background(), l.Addr().String(), 1, local[1], testOpts)
 	}()
 	start := time.Now()
 	_, err = l.Exchange(ctx, local[0])
@@ -278,7 +282,7 @@ func TestMeshDuplicateRank(t *testing.T) {
 	local := meshLocal(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := ListenMesh(ctx, "127.0.0.1:0", n)
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n, testOpts)
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	var remote0 []Endpoint
@@ -293,15 +297,15 @@ func TestMeshDuplicateRank(t *testing.T) {
 	results := make(chan result, 2)
 	for range 2 {
 		go func() {
-			r, err := DialMesh(ctx, addr, 1, local[1])
+			r, err := DialMesh(ctx, addr, 1, local[1], testOpts)
 			results <- result{r, err}
 		}()
 	}
 	first := <-results // the one turned away answers first
 	require.ErrorIs(t, first.err, ErrRejected)
-	require.Contains(t, first.err.Error(), "rank 1 has already joined")
+	require.NotContains(t, first.err.Error(), "rank 1 has", "the refusal is generic")
 
-	remote2, err2 := DialMesh(ctx, addr, 2, local[2])
+	remote2, err2 := DialMesh(ctx, addr, 2, local[2], testOpts)
 	require.NoError(t, err2)
 	second := <-results
 	require.NoError(t, second.err)
@@ -312,38 +316,65 @@ func TestMeshDuplicateRank(t *testing.T) {
 
 func TestDialMeshHostileListener(t *testing.T) {
 	local := meshLocal(3)[1]
-	table := func(payload []byte) []byte { return meshFrame(meshTable, payload) }
 	good, err := encodeOthers(nil, meshLocal(3)[0], 1)
 	require.NoError(t, err)
+	sealed := func(typ byte, payload []byte) func(*session) []byte {
+		return func(s *session) []byte {
+			f := meshFrameSized(typ, payload, macSize)
+			return append(f, s.seal(toDialer, f)...)
+		}
+	}
+	raw := func(b []byte) func(*session) []byte { return func(*session) []byte { return b } }
 	cases := []struct {
 		name  string
-		reply []byte // nil: send nothing and keep the connection open
+		auth  bool                  // authenticate (with the key) before the reply
+		reply func(*session) []byte // nil: send nothing and keep the connection open
 		close bool
 		is    []error
 	}{
-		{"random bytes", []byte("\x8a\x01\xff\x00garbage garbage garbage"), false, []error{ErrMalformed, ErrBadMagic}},
-		{"huge table length", func() []byte {
-			b := table(nil)
+		{"random bytes", false, raw([]byte("\x8a\x01\xff\x00garbage garbage garbage")), false, []error{ErrMalformed, ErrBadMagic}},
+		{"version 1 listener", false, raw(func() []byte {
+			b := meshFrame(meshAbort, []byte("mesh version: 2, this package speaks 1"))
+			binary.BigEndian.PutUint16(b[4:], 1)
+			return b
+		}()), false, []error{ErrMalformed, ErrVersion}},
+		{"challenge with a wrong proof", false, raw(meshFrame(meshChallenge, make([]byte, challengeSize))), false, []error{ErrAuth}},
+		{"challenge too long", false, raw(func() []byte {
+			b := meshFrame(meshChallenge, nil)
 			binary.BigEndian.PutUint32(b[8:], 1<<31)
 			return b
-		}(), false, []error{ErrMalformed, ErrLength}},
-		{"huge abort length", func() []byte {
-			b := meshFrame(meshAbort, nil)
-			binary.BigEndian.PutUint32(b[8:], maxAbortReason+1)
+		}()), false, []error{ErrMalformed, ErrLength}},
+		{"abort with a reason before authenticating", false, raw(meshFrame(meshAbort, []byte("rank 1 is taken"))), false, []error{ErrMalformed, ErrLength}},
+		{"generic refusal", true, raw(meshFrame(meshAbort, nil)), false, []error{ErrRejected}},
+		{"huge table length", true, func(s *session) []byte {
+			b := meshFrame(meshTable, nil)
+			binary.BigEndian.PutUint32(b[8:], 1<<31)
 			return b
-		}(), false, []error{ErrMalformed, ErrLength}},
-		{"unknown frame type", func() []byte { b := table(nil); b[6] = 9; return b }(), false, []error{ErrMalformed, ErrRange}},
-		{"hello instead of table", meshFrame(meshHello, nil), false, []error{ErrMalformed}},
-		{"table one endpoint short", table(good[:sampleRC().EncodedSize()]), false, []error{ErrMalformed}},
-		{"table with trailing bytes", table(append(append([]byte(nil), good...), 0)), false, []error{ErrMalformed, ErrTrailingBytes}},
-		{"table endpoint invalid", func() []byte {
+		}, false, []error{ErrMalformed, ErrLength}},
+		{"huge abort length", true, raw(func() []byte {
+			b := meshFrame(meshAbort, nil)
+			binary.BigEndian.PutUint32(b[8:], maxAbortReason+macSize+1)
+			return b
+		}()), false, []error{ErrMalformed, ErrLength}},
+		{"unknown frame type", true, raw(func() []byte { b := meshFrame(meshTable, nil); b[6] = 9; return b }()), false, []error{ErrMalformed, ErrRange}},
+		{"hello instead of table", true, raw(meshFrame(meshHello, nil)), false, []error{ErrMalformed}},
+		{"table without a tag", true, raw(meshFrame(meshTable, good)), false, []error{ErrAuth}},
+		{"table with a wrong tag", true, func(s *session) []byte {
+			b := sealed(meshTable, good)(s)
+			b[len(b)-1] ^= 1
+			return b
+		}, false, []error{ErrAuth}},
+		{"table one endpoint short", true, sealed(meshTable, good[:sampleRC().EncodedSize()]), false, []error{ErrMalformed}},
+		{"table with trailing bytes", true, sealed(meshTable, append(append([]byte(nil), good...), 0)), false, []error{ErrMalformed, ErrTrailingBytes}},
+		{"table endpoint invalid", true, func(s *session) []byte {
 			p := append([]byte(nil), good...)
 			p[offTransport] = 7
-			return table(p)
-		}(), false, []error{ErrMalformed, ErrUnknownTransport}},
-		{"truncated then close", table(good)[:40], true, []error{ErrMalformed, ErrTruncated}},
-		{"close at once", []byte{}, true, []error{io.EOF}},
-		{"never answers", nil, false, []error{context.DeadlineExceeded}},
+			return sealed(meshTable, p)(s)
+		}, false, []error{ErrMalformed, ErrUnknownTransport}},
+		{"truncated then close", true, func(s *session) []byte { return sealed(meshTable, good)(s)[:40] }, true, []error{ErrMalformed, ErrTruncated}},
+		{"close at once", false, raw([]byte{}), true, []error{io.EOF}},
+		{"never answers", false, nil, false, []error{context.DeadlineExceeded}},
+		{"never answers after the proofs", true, nil, false, []error{context.DeadlineExceeded}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -360,12 +391,19 @@ func TestDialMeshHostileListener(t *testing.T) {
 				}
 				defer conn.Close()
 				_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-				// Read the hello in full so a close is a clean EOF.
-				if _, _, err := readMeshFrame(conn, maxListPayload(3, 8)); err != nil {
+				var s *session
+				if c.auth {
+					if s, err = acceptAuth(conn, testOpts.Security, purposeMesh); err != nil {
+						return
+					}
+					if _, err := readFrame(conn, meshOffer, maxListPayload(3, macSize), -1); err != nil {
+						return
+					}
+				} else if _, err := readFrame(conn, meshHello, helloSize, -1); err != nil {
 					return
 				}
 				if c.reply != nil {
-					_, _ = conn.Write(c.reply)
+					_, _ = conn.Write(c.reply(s))
 				}
 				if !c.close {
 					_, _ = io.Copy(io.Discard, conn)
@@ -378,7 +416,7 @@ func TestDialMeshHostileListener(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			defer cancel()
 			start := time.Now()
-			_, err = DialMesh(ctx, ln.Addr().String(), 1, local)
+			_, err = DialMesh(ctx, ln.Addr().String(), 1, local, testOpts)
 			require.Error(t, err)
 			for _, want := range c.is {
 				require.ErrorIs(t, err, want)
@@ -398,7 +436,7 @@ func TestDialMeshNoListener(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := DialMesh(ctx, freeAddress(t), 1, meshLocal(2)[1])
+	_, err := DialMesh(ctx, freeAddress(t), 1, meshLocal(2)[1], testOpts)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Regexp(t, `after ([2-9]|\d\d+) attempts`, err.Error())
 	require.Less(t, time.Since(start), 3*time.Second)
@@ -408,29 +446,29 @@ func TestMeshArgumentErrors(t *testing.T) {
 	ctx := context.Background()
 	local := meshLocal(3)
 
-	_, err := DialMesh(ctx, "127.0.0.1:1", 0, local[0])
+	_, err := DialMesh(ctx, "127.0.0.1:1", 0, local[0], testOpts)
 	require.ErrorIs(t, err, ErrRange)
-	_, err = DialMesh(ctx, "127.0.0.1:1", 3, local[0])
+	_, err = DialMesh(ctx, "127.0.0.1:1", 3, local[0], testOpts)
 	require.ErrorIs(t, err, ErrRange)
-	_, err = DialMesh(ctx, "127.0.0.1:1", 1, make([]Endpoint, MaxPeers+1))
+	_, err = DialMesh(ctx, "127.0.0.1:1", 1, make([]Endpoint, MaxPeers+1), testOpts)
 	require.ErrorIs(t, err, ErrRange)
 	bad := append([]Endpoint(nil), local[1]...)
 	bad[2].PSN = 1 << 24
-	_, err = DialMesh(ctx, "127.0.0.1:1", 1, bad)
+	_, err = DialMesh(ctx, "127.0.0.1:1", 1, bad, testOpts)
 	require.ErrorIs(t, err, ErrInvalid)
 	require.Contains(t, err.Error(), "endpoint for rank 2")
 
-	_, err = ListenMesh(ctx, "127.0.0.1:0", 0)
+	_, err = ListenMesh(ctx, "127.0.0.1:0", 0, testOpts)
 	require.ErrorIs(t, err, ErrRange)
-	_, err = ListenMesh(ctx, "127.0.0.1:0", MaxPeers+1)
+	_, err = ListenMesh(ctx, "127.0.0.1:0", MaxPeers+1, testOpts)
 	require.ErrorIs(t, err, ErrRange)
 
-	l, err := ListenMesh(ctx, "127.0.0.1:0", 3)
+	l, err := ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
 	_, err = l.Exchange(ctx, local[0][:2])
 	require.ErrorIs(t, err, ErrInvalid)
 
-	l, err = ListenMesh(ctx, "127.0.0.1:0", 3)
+	l, err = ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
 	bad = append([]Endpoint(nil), local[0]...)
 	bad[1].Transport = 0
@@ -468,14 +506,14 @@ func TestMeshListenFails(t *testing.T) {
 func TestMeshListenerOnce(t *testing.T) {
 	noLeak(t)
 	ctx := context.Background()
-	l, err := ListenMesh(ctx, "127.0.0.1:0", 1)
+	l, err := ListenMesh(ctx, "127.0.0.1:0", 1, testOpts)
 	require.NoError(t, err)
 	_, err = l.Exchange(ctx, meshLocal(1)[0])
 	require.NoError(t, err)
 	_, err = l.Exchange(ctx, meshLocal(1)[0])
 	require.ErrorIs(t, err, ErrListenerUsed)
 
-	l, err = ListenMesh(ctx, "127.0.0.1:0", 2)
+	l, err = ListenMesh(ctx, "127.0.0.1:0", 2, testOpts)
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
 	start := time.Now()
@@ -484,19 +522,20 @@ func TestMeshListenerOnce(t *testing.T) {
 	require.Less(t, time.Since(start), time.Second)
 }
 
-// brokenListener fails every Accept, as a listener out of file descriptors
-// would.
+// brokenListener fails every Accept with an error that is not temporary,
+// as a listener closed under the mesh would.
 type brokenListener struct{ net.Listener }
 
 func (brokenListener) Accept() (net.Conn, error) { return nil, errBrokenAccept }
 
-var errBrokenAccept = errors.New("accept: too many open files")
+var errBrokenAccept = errors.New("accept: the listener is gone")
 
 func TestMeshListenerAcceptFails(t *testing.T) {
 	noLeak(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	l := &MeshListener{listener: brokenListener{ln}, peers: 2}
+	l, err := NewMeshListener(brokenListener{ln}, 2, testOpts)
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = l.Exchange(ctx, meshLocal(2)[0])

@@ -4,9 +4,9 @@
 //
 // Usage:
 //
-//	mlx5kit-perf MODE [flags]                      both ends in this process
-//	mlx5kit-perf MODE -server :18515 [flags]       wait for a client
-//	mlx5kit-perf MODE -client host:18515 [flags]   measure against a server
+//	mlx5kit-perf MODE [flags]                                  both ends in this process
+//	mlx5kit-perf MODE -server :18515 -key-file k [flags]       wait for a client
+//	mlx5kit-perf MODE -client host:18515 -key-file k [flags]   measure against a server
 //
 // # Modes
 //
@@ -39,8 +39,10 @@
 // turn while the model's engine (or the NIC) does the rest.
 //
 // The two ends swap their endpoints (QPN, LID or GID, PSN, MTU, and the
-// address and rkey of their buffers) over TCP; the client's mode, sizes and
-// counts are the ones used. Data is checked: latency tests stamp each
+// address and rkey of their buffers) over TCP, after each has proved to the
+// other that it holds the same key (-key-file, or $MLX5KIT_KEY: at least 16
+// random bytes); without a key both ends must be on this host. The
+// client's mode, sizes and counts are the ones used. Data is checked: latency tests stamp each
 // message with its sequence number and check it on arrival, and after each
 // size the end that received data compares its whole buffer with the
 // payload and checks that nothing was written past it.
@@ -63,6 +65,7 @@
 //	-gid-index n   local GID table entry on RoCE (default: MLX5KIT_GID_INDEX, or a RoCE v2 GID)
 //	-ib-port n     local port (default 1)
 //	-timeout d     give up when a message or the exchange takes longer (default 10s)
+//	-key-file f    the pre-shared key of -server and -client (default: $MLX5KIT_KEY)
 //
 // perftest's one-letter names work too: -s (size), -n (iters), -t (qd),
 // -I (inline), -d (device), -i (ib-port), -x (gid-index); -a is the same
@@ -78,6 +81,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
@@ -149,6 +153,8 @@ type config struct {
 	gidIndex, port   int
 	timeout          time.Duration
 	server, client   string
+	keyFile          string
+	security         endpoint.Security
 }
 
 // sizes returns the message sizes to run.
@@ -242,6 +248,10 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	if fs.NArg() != 0 {
 		return bad("unexpected arguments %q", fs.Args())
 	}
+	var msg string
+	if cfg.security, msg = cfg.peerFlags().Security(); msg != "" {
+		return bad("%s", msg)
+	}
 	return cfg, -1
 }
 
@@ -270,7 +280,7 @@ func (c config) check() string {
 // takes.
 func (c *config) peerFlags() perftool.Flags {
 	return perftool.Flags{Device: &c.device, Provider: &c.provider, GIDIndex: &c.gidIndex, Port: &c.port,
-		Timeout: &c.timeout, Server: &c.server, Client: &c.client}
+		Timeout: &c.timeout, Server: &c.server, Client: &c.client, KeyFile: &c.keyFile}
 }
 
 // firstErr returns the first non-nil error.

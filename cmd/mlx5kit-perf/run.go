@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
@@ -139,7 +140,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	}
 	defer s.Close()
 	y := made[0]
-	if err := handshake(cfg, conn, s.Context, y); err != nil {
+	if err := handshake(cfg, conn, endpoint.AcceptSide, s.Context, y); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "device:  %s\nserving %s for %v: %d+%d iterations per size, sizes %v\n", s.What, cfg.mode, conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
@@ -186,7 +187,7 @@ func dial(cfg config, stdout io.Writer) error {
 	}
 	defer s.Close()
 	x := made[0]
-	if err := handshake(cfg, conn, s.Context, x); err != nil {
+	if err := handshake(cfg, conn, endpoint.DialSide, s.Context, x); err != nil {
 		return err
 	}
 	counter := cycles.Frequency()
@@ -215,10 +216,10 @@ func dial(cfg config, stdout io.Writer) error {
 	return nil
 }
 
-// handshake swaps endpoints over conn, connects the queue pair and waits
-// until the peer's is connected too.
-func handshake(cfg config, conn net.Conn, c *ctx.Context, x *end) error {
-	return perftool.Handshake(conn, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
+// handshake swaps endpoints over conn (this end on side of it), connects
+// the queue pair and waits until the peer's is connected too.
+func handshake(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context, x *end) error {
+	return perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
 }
 
 // sync tells the peer whether this end is fine (failed nil) and waits for

@@ -9,13 +9,17 @@
 //
 // Usage:
 //
-//	mlx5kit-pingpong [flags]                  both ends in this process
-//	mlx5kit-pingpong -server :18515 [flags]   wait for a client
-//	mlx5kit-pingpong -client host:18515 [flags]
+//	mlx5kit-pingpong [flags]                              both ends in this process
+//	mlx5kit-pingpong -server :18515 -key-file k [flags]   wait for a client
+//	mlx5kit-pingpong -client host:18515 -key-file k [flags]
 //
 // The two ends swap their endpoints (QPN, LID or GID, PSN, MTU, and the
-// address and rkey of their receive area) over TCP; the client's -size,
-// -iters and -warmup are the ones used. With neither -server nor -client
+// address and rkey of their receive area) over TCP, after each has proved
+// to the other that it holds the same key (-key-file, or $MLX5KIT_KEY:
+// at least 16 random bytes, e.g. head -c 32 /dev/urandom | base64).
+// Without a key both ends must be on this host: -server then needs a
+// loopback address such as 127.0.0.1:18515. The client's -size, -iters and
+// -warmup are the ones used. With neither -server nor -client
 // both ends run in this process on one device, two queue pairs in
 // loopback: on hardware one goroutine per end, each pinned to its own CPU
 // (MLX5KIT_CPUS picks them), on the software HCA one goroutine that plays
@@ -43,6 +47,7 @@
 //	-threads n     with both ends here: 1 one goroutine, 2 one per end, 0 choose (default 0)
 //	-hist          also print the latency histogram
 //	-timeout d     give up when a message or the exchange takes longer (default 10s)
+//	-key-file f    the pre-shared key of -server and -client (default: $MLX5KIT_KEY)
 package main
 
 import (
@@ -81,6 +86,8 @@ type config struct {
 	hist                bool
 	timeout             time.Duration
 	server, client      string
+	keyFile             string
+	security            endpoint.Security
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -106,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	fs.IntVar(&cfg.threads, "threads", 0, "with both ends in this process: 1 one goroutine, 2 one per end, 0 choose")
 	fs.BoolVar(&cfg.hist, "hist", false, "also print the latency histogram")
 	peer := perftool.Flags{Device: &cfg.device, Provider: &cfg.provider, GIDIndex: &cfg.gidIndex, Port: &cfg.port,
-		Timeout: &cfg.timeout, Server: &cfg.server, Client: &cfg.client}
+		Timeout: &cfg.timeout, Server: &cfg.server, Client: &cfg.client, KeyFile: &cfg.keyFile}
 	peer.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return cfg, 2
@@ -128,6 +135,10 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 		return bad("-threads %d: want 0, 1 or 2", cfg.threads)
 	}
 	if msg := peer.Check(); msg != "" {
+		return bad("%s", msg)
+	}
+	var msg string
+	if cfg.security, msg = peer.Security(); msg != "" {
 		return bad("%s", msg)
 	}
 	return cfg, -1
@@ -315,7 +326,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	}
 	defer s.Close()
 	c, x := s.Context, made[0]
-	if err := handshake(cfg, conn, c, x); err != nil {
+	if err := handshake(cfg, conn, endpoint.AcceptSide, c, x); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "device:  %s\nanswering %d+%d messages of %d bytes from %v\n", s.What, cfg.warmup, cfg.iters, cfg.size, conn.RemoteAddr())
@@ -346,7 +357,7 @@ func dial(cfg config, stdout io.Writer) error {
 	}
 	defer s.Close()
 	c, x := s.Context, made[0]
-	if err := handshake(cfg, conn, c, x); err != nil {
+	if err := handshake(cfg, conn, endpoint.DialSide, c, x); err != nil {
 		return err
 	}
 	res := &result{size: cfg.size, iters: cfg.iters, device: s.What, payload: payloadKind(x, cfg.inline), counter: cycles.Frequency()}
@@ -365,10 +376,10 @@ func dial(cfg config, stdout io.Writer) error {
 	return report(stdout, res, cfg.hist)
 }
 
-// handshake swaps endpoints over conn, connects the queue pair and waits
-// until the peer's is connected too.
-func handshake(cfg config, conn net.Conn, c *ctx.Context, x *end) error {
-	return perftool.Handshake(conn, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
+// handshake swaps endpoints over conn (this end on side of it), connects
+// the queue pair and waits until the peer's is connected too.
+func handshake(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context, x *end) error {
+	return perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
 }
 
 // sameModel refuses a peer the software HCA cannot reach (see

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -250,6 +253,45 @@ func TestFlags(t *testing.T) {
 		require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
 		require.NotEmpty(t, errOut.String(), "%q", args)
 	}
+}
+
+// TestServerKey: a server that other hosts can reach needs a key; with the
+// same key at both ends they run, with different keys neither learns the
+// other's endpoint.
+func TestServerKey(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"-provider", "sim", "-server", ":0"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "without a key")
+	require.Contains(t, errOut.String(), perftool.EnvKey)
+
+	dir := t.TempDir()
+	keyA, keyB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	require.NoError(t, os.WriteFile(keyA, []byte("the key of both ends, A\n"), 0o600))
+	require.NoError(t, os.WriteFile(keyB, []byte("another key entirely, B\n"), 0o600))
+	pair := func(serverKey, clientKey string) (clientOut string, serverErr, clientErr error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		scfg, code := parseFlags([]string{"-provider", "sim", "-key-file", serverKey, "-timeout", "3s"}, &bytes.Buffer{})
+		require.Equal(t, -1, code)
+		done := make(chan error, 1)
+		go func() { done <- serve(scfg, ln, &bytes.Buffer{}) }()
+		ccfg, code := parseFlags([]string{"-provider", "sim", "-key-file", clientKey, "-timeout", "3s",
+			"-iters", "200", "-client", ln.Addr().String()}, &bytes.Buffer{})
+		require.Equal(t, -1, code)
+		var o bytes.Buffer
+		clientErr = dial(ccfg, &o)
+		return o.String(), <-done, clientErr
+	}
+	clientOut, serverErr, clientErr := pair(keyA, keyA)
+	require.NoError(t, serverErr)
+	require.NoError(t, clientErr)
+	require.Equal(t, 200, parseTable(t, clientOut).iters)
+
+	_, serverErr, clientErr = pair(keyA, keyB)
+	require.ErrorIs(t, clientErr, endpoint.ErrAuth)
+	require.ErrorContains(t, clientErr, "both ends need the same key")
+	require.Error(t, serverErr)
 }
 
 // TestHardwarePingPong runs both ends on the first mlx5 device.

@@ -20,6 +20,7 @@ type Flags struct {
 	GIDIndex, Port   *int
 	Timeout          *time.Duration
 	Server, Client   *string
+	KeyFile          *string
 }
 
 // Register defines the flags on fs with their defaults.
@@ -31,6 +32,7 @@ func (f Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(f.Timeout, "timeout", 10*time.Second, "give up when a message or the exchange takes longer")
 	fs.StringVar(f.Server, "server", "", "listen on this TCP address (e.g. :18515) for a client")
 	fs.StringVar(f.Client, "client", "", "connect to a server at HOST:PORT")
+	fs.StringVar(f.KeyFile, "key-file", "", "read the pre-shared key of -server and -client from this file (default: $"+EnvKey+")")
 }
 
 // Check returns what is wrong with the flags' values, or "".

@@ -1,12 +1,15 @@
 package perftool
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"os"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -80,15 +83,71 @@ func Dial(addr string, timeout time.Duration, params any) (net.Conn, error) {
 	return conn, nil
 }
 
-// Handshake swaps endpoints over conn (local is this end's), connects
+// EnvKey names the environment variable holding the pre-shared key of
+// -server and -client when -key-file names no file.
+const EnvKey = "MLX5KIT_KEY"
+
+// Security returns how -server and -client authenticate each other: with
+// the key in the -key-file file (surrounding white space dropped) or in
+// $MLX5KIT_KEY, else without a key, which endpoint.Exchange allows only
+// between two ends on this host. A -server on an address other hosts can
+// reach needs a key. The string says what is wrong, or is "".
+func (f Flags) Security() (endpoint.Security, string) {
+	var key []byte
+	source := "$" + EnvKey
+	if *f.KeyFile != "" {
+		b, err := os.ReadFile(*f.KeyFile)
+		if err != nil {
+			return endpoint.Security{}, fmt.Sprintf("-key-file: %v", err)
+		}
+		key, source = bytes.TrimSpace(b), "-key-file "+*f.KeyFile
+		if len(key) == 0 {
+			return endpoint.Security{}, source + " is empty"
+		}
+	} else {
+		key = []byte(os.Getenv(EnvKey))
+	}
+	switch {
+	case len(key) >= endpoint.MinKeySize:
+		return endpoint.Security{Key: key}, ""
+	case len(key) > 0:
+		return endpoint.Security{}, fmt.Sprintf("the key in %s is %d bytes, at least %d: make one with head -c 32 /dev/urandom | base64",
+			source, len(key), endpoint.MinKeySize)
+	case *f.Server != "" && !LoopbackAddress(*f.Server):
+		return endpoint.Security{}, fmt.Sprintf("-server %s without a key would hand this end's endpoint (addresses, rkeys) to anyone who connects: "+
+			"give both ends the same key in $%s (e.g. export %s=$(head -c 32 /dev/urandom | base64)) or -key-file, or listen on 127.0.0.1",
+			*f.Server, EnvKey, EnvKey)
+	}
+	return endpoint.Security{InsecureLoopback: true}, ""
+}
+
+// LoopbackAddress reports whether the host of address (HOST:PORT) is a
+// loopback address or "localhost": only this host reaches it.
+func LoopbackAddress(address string) bool {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// Handshake swaps endpoints over conn (local is this end's, side the
+// side of conn it is on, sec the key both ends prove they hold), connects
 // this end's queue pair (number qpn) with connect and waits until the
 // peer's is connected too, so that no message reaches a queue pair that
 // is not ready for it.
-func Handshake(conn net.Conn, timeout time.Duration, c *ctx.Context, qpn uint32, local endpoint.Endpoint, connect func(endpoint.Endpoint) error) error {
+func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout time.Duration, c *ctx.Context, qpn uint32, local endpoint.Endpoint, connect func(endpoint.Endpoint) error) error {
 	tctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	peer, err := endpoint.Exchange(tctx, conn, local)
+	peer, err := endpoint.Exchange(tctx, conn, side, local, sec)
 	if err != nil {
+		if errors.Is(err, endpoint.ErrKeyRequired) || errors.Is(err, endpoint.ErrAuth) || errors.Is(err, endpoint.ErrRejected) {
+			err = fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, EnvKey)
+		}
 		return fmt.Errorf("exchange endpoints: %w", err)
 	}
 	if err := SameModel(c, qpn, peer); err != nil {

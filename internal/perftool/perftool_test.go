@@ -5,12 +5,15 @@ import (
 	"flag"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 )
 
@@ -39,10 +42,10 @@ func TestAcceptDialSync(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	var device, provider, server, client string
+	var device, provider, server, client, keyFile string
 	var gid, port int
 	var timeout time.Duration
-	f := Flags{Device: &device, Provider: &provider, GIDIndex: &gid, Port: &port, Timeout: &timeout, Server: &server, Client: &client}
+	f := Flags{Device: &device, Provider: &provider, GIDIndex: &gid, Port: &port, Timeout: &timeout, Server: &server, Client: &client, KeyFile: &keyFile}
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.Register(fs)
@@ -63,6 +66,51 @@ func TestFlags(t *testing.T) {
 		require.NoError(t, fs.Parse(want))
 		require.Contains(t, f.Check(), args)
 	}
+}
+
+// TestSecurity: the key comes from -key-file or $MLX5KIT_KEY; without one
+// the ends run unauthenticated on loopback only, and a server other hosts
+// can reach is refused.
+func TestSecurity(t *testing.T) {
+	var server, keyFile string
+	f := Flags{Server: &server, KeyFile: &keyFile}
+	t.Setenv(EnvKey, "")
+
+	sec, msg := f.Security()
+	require.Empty(t, msg)
+	require.Equal(t, endpoint.Security{InsecureLoopback: true}, sec)
+	for _, s := range []string{"127.0.0.1:0", "[::1]:18515", "localhost:18515"} {
+		server = s
+		sec, msg = f.Security()
+		require.Empty(t, msg, s)
+		require.True(t, sec.InsecureLoopback, s)
+	}
+	for _, s := range []string{":18515", "0.0.0.0:1", "10.0.0.1:18515", "host:18515"} {
+		server = s
+		_, msg = f.Security()
+		require.Contains(t, msg, "without a key", s)
+		require.Contains(t, msg, EnvKey, s)
+	}
+
+	t.Setenv(EnvKey, "0123456789abcdef-from-env")
+	sec, msg = f.Security()
+	require.Empty(t, msg)
+	require.Equal(t, []byte("0123456789abcdef-from-env"), sec.Key)
+	t.Setenv(EnvKey, "short")
+	_, msg = f.Security()
+	require.Contains(t, msg, "at least 16")
+
+	keyFile = filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("  0123456789abcdef-from-file\n"), 0o600))
+	sec, msg = f.Security()
+	require.Empty(t, msg)
+	require.Equal(t, []byte("0123456789abcdef-from-file"), sec.Key, "the file wins over the environment, white space dropped")
+	require.NoError(t, os.WriteFile(keyFile, []byte("\n"), 0o600))
+	_, msg = f.Security()
+	require.Contains(t, msg, "is empty")
+	keyFile += ".missing"
+	_, msg = f.Security()
+	require.Contains(t, msg, "-key-file")
 }
 
 func TestWant(t *testing.T) {
