@@ -76,10 +76,13 @@ type DVAttr struct {
 	CryptoLogMaxNumDEKs       uint8
 	CryptoFlags               uint32
 
-	// MaxDCRequesterRdAtomic and MaxDCResponderRdAtomic are the RDMA reads
-	// and atomics outstanding per DC QP as requester (a DCI) and as
-	// responder (a DCT): rdma-core's max_dc_rd_atom and
-	// max_dc_init_rd_atom (DVMaskMaxDCRdAtomic, rdma-core 47 and later).
+	// MaxDCRequesterRdAtomic and MaxDCResponderRdAtomic are rdma-core's
+	// max_dc_rd_atom (1 << log_max_ra_req_dc) and max_dc_init_rd_atom
+	// (1 << log_max_ra_res_dc) (DVMaskMaxDCRdAtomic, rdma-core 47 and
+	// later), named as rdma-core's man page describes them: the depths as
+	// requester and as responder. The kernel bounds a DCI's max_rd_atomic
+	// by max_dc_init_rd_atom (mlx5_ib's validate_rd_atomic), which is
+	// therefore ctx.DeviceAttr.MaxDCInitRdAtomic.
 	MaxDCRequesterRdAtomic uint64
 	MaxDCResponderRdAtomic uint64
 }

@@ -389,14 +389,23 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 	if !p.dc {
 		attr.SendLimitsDCI = ctx.SendQueueLimits{}
 	}
-	if d.dv.Has(DVMaskMaxDCRdAtomic) {
-		// rdma-core's max_dc_rd_atom is the requester's depth,
-		// max_dc_init_rd_atom the responder's (the reverse of the verbs
-		// names of the RC fields).
-		attr.MaxDCInitRdAtomic = uint32(min(d.dv.MaxDCRequesterRdAtomic, math.MaxUint32))
-		attr.MaxDCRdAtomic = uint32(min(d.dv.MaxDCResponderRdAtomic, math.MaxUint32))
-	}
+	attr.MaxDCInitRdAtomic, attr.MaxDCRdAtomic = dcRdAtomic(d.dv)
 	return attr, nil
+}
+
+// dcRdAtomic returns DC's read/atomic depths as ctx.DeviceAttr carries
+// them (0 where mlx5dv_query_device does not report them): the initiator's
+// is the one the kernel bounds a DCI's max_rd_atomic by. validate_rd_atomic
+// in mlx5_ib compares it with 1 << log_max_ra_res_dc, which rdma-core
+// reports as max_dc_init_rd_atom (DVAttr.MaxDCResponderRdAtomic), as it
+// compares an RC QP's with 1 << log_max_ra_res_qp, reported as
+// max_qp_init_rd_atom; 1 << log_max_ra_req_dc (max_dc_rd_atom) is the
+// other depth, as max_qp_rd_atom is for RC.
+func dcRdAtomic(dv DVAttr) (initiator, responder uint32) {
+	if !dv.Has(DVMaskMaxDCRdAtomic) {
+		return 0, 0
+	}
+	return uint32(min(dv.MaxDCResponderRdAtomic, math.MaxUint32)), uint32(min(dv.MaxDCRequesterRdAtomic, math.MaxUint32))
 }
 
 // QueryExtended returns the ibv_query_device_ex attributes that

@@ -75,9 +75,9 @@ static inline int mk_query_device_ex(struct ibv_context *c,
  * older headers end there. The union gives the query room for them and
  * names them where newer headers put them, whichever header the package is
  * built against; a libmlx5 that does not know bit 14 leaves it clear in
- * comp_mask and the fields untouched. max_dc_rd_atom is the depth as
- * requester (log_max_ra_req_dc), max_dc_init_rd_atom as responder
- * (log_max_ra_res_dc), as rdma-core's man page describes them.
+ * comp_mask and the fields untouched. max_dc_rd_atom is 1 <<
+ * log_max_ra_req_dc, max_dc_init_rd_atom 1 << log_max_ra_res_dc, which the
+ * kernel bounds a DCI's max_rd_atomic by.
  */
 #define MK_DV_CONTEXT_MASK_MAX_DC_RD_ATOM (1 << 14)
 #define MK_DV_DC_RD_ATOM_OFFSET                                                \

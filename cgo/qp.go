@@ -419,10 +419,13 @@ func fillAH(ah *C.struct_ibv_ah_attr, p ctx.AddressAttr, ll ctx.LinkLayer) error
 
 // Modify moves the QP to a.State (ibv_modify_qp) with the attribute mask
 // the QP type and transition need (see ctx.QPAttr). A transition the type
-// does not have, or an attribute out of range, fails without calling the
-// verb. After RTR a DCT's descriptor carries its DCT number. After RESET
-// rdma-core has zeroed the doorbell record: the data plane must restart
-// its producer and consumer indices.
+// does not have, an attribute value the kernel refuses against the device's
+// limits (port, P_Key index, address vector, read/atomic depths, path MTU:
+// qpstate.CheckAttr), or an attribute out of range, fails without calling
+// the verb; what the kernel refuses carries the errno it returns. After
+// RTR a DCT's descriptor carries its DCT number. After RESET rdma-core has
+// zeroed the doorbell record: the data plane must restart its producer and
+// consumer indices.
 func (qp *QueuePair) Modify(a ctx.QPAttr) error {
 	const verb = "ibv_modify_qp"
 	if err := qp.pd.use(verb); err != nil {
@@ -434,19 +437,11 @@ func (qp *QueuePair) Modify(a ctx.QPAttr) error {
 	}
 	detail := fmt.Sprintf("%v QP %#x %v→%v", qp.typ, qp.desc.QPN, qp.state, a.State)
 	qp.defaultPort(&a)
-	mask, err := modifyMask(qp.typ, qp.state, a.State, &a)
-	if err == nil {
-		err = checkAttr(mask, &a)
-	}
+	mask, err := precheckModify(qp.typ, qp.state, &a, qp.port, func(mask int) (qpstate.Limits, error) {
+		return qp.pd.d.modifyLimits(mask, a.Path.Port)
+	}, detail)
 	if err != nil {
-		// Refused before the verb; a transition the kernel refuses carries
-		// the errno it would return.
-		why := err.Error()
-		var errno syscall.Errno
-		if te := (*qpstate.Error)(nil); errors.As(err, &te) {
-			why, errno = te.Reason, te.Errno
-		}
-		return &VerbError{Verb: verb, Detail: detail + ": " + why, Errno: errno, Sentinel: unwrapSentinel(err)}
+		return err
 	}
 
 	var attr C.struct_ibv_qp_attr
@@ -492,6 +487,79 @@ func (qp *QueuePair) Modify(a ctx.QPAttr) error {
 		qp.desc.QPN = uint32(qp.qp.qp_num)
 	}
 	return nil
+}
+
+// precheckModify returns the attribute mask of moving a QP of type typ
+// from cur to a.State, or the *VerbError Modify refuses the modify with
+// before calling ibv_modify_qp: a transition or mask the kernel refuses
+// (qpstate.Derive), an attribute value it refuses against the device's
+// limits (qpstate.CheckAttr: port, address vector, P_Key index, read/atomic
+// depths, path MTU), both with the kernel's errno and an error that names
+// the attribute, its value and the limit; then values outside the bit
+// widths of the verbs fields (checkAttr). limits returns the device's
+// limits for a mask (it queries the device only for what the mask
+// carries); qpPort is the port the QP was brought to INIT on.
+func precheckModify(typ ctx.QPType, cur ctx.QPState, a *ctx.QPAttr, qpPort uint8,
+	limits func(mask int) (qpstate.Limits, error), detail string) (int, error) {
+	const verb = "ibv_modify_qp"
+	mask, err := modifyMask(typ, cur, a.State, a)
+	if err == nil {
+		var l qpstate.Limits
+		if l, err = limits(mask); err != nil {
+			return 0, err
+		}
+		err = qpstate.CheckAttr(typ, cur, a.State, qpstate.Mask(mask), a, qpPort, l)
+	}
+	if err == nil {
+		err = checkAttr(mask, a)
+	}
+	if err == nil {
+		return mask, nil
+	}
+	// Refused before the verb; what the kernel refuses carries the errno
+	// it would return.
+	why := err.Error()
+	var errno syscall.Errno
+	if te := (*qpstate.Error)(nil); errors.As(err, &te) {
+		why, errno = te.Reason, te.Errno
+	}
+	if ae := (*qpstate.AttrError)(nil); errors.As(err, &ae) {
+		why, errno = ae.Reason(), ae.Errno
+	}
+	return 0, &VerbError{Verb: verb, Detail: detail + ": " + why, Errno: errno, Sentinel: unwrapSentinel(err)}
+}
+
+// modifyLimits queries what qpstate.CheckAttr checks a modify with the
+// given mask against: the port count, P_Key table (max_pkeys, the length
+// mlx5_ib checks) and read/atomic depths of the device, and for an
+// address vector the GID table and link layer of its port (when that port
+// exists). A mask that carries none of the checked attributes queries
+// nothing. The caller holds d.mu.
+func (d *Device) modifyLimits(mask int, avPort uint8) (qpstate.Limits, error) {
+	m := qpstate.Mask(mask)
+	if m&(qpstate.Port|qpstate.PKeyIndex|qpstate.AV|qpstate.MaxQPRdAtomic|qpstate.MaxDestRdAtomic) == 0 {
+		return qpstate.Limits{}, nil
+	}
+	a, err := d.queryDeviceEx()
+	if err != nil {
+		return qpstate.Limits{}, err
+	}
+	o := &a.orig_attr
+	l := qpstate.Limits{
+		Ports:             uint8(o.phys_port_cnt),
+		PKeys:             int(o.max_pkeys),
+		MaxQPInitRdAtomic: uint32(o.max_qp_init_rd_atom),
+		MaxQPRdAtomic:     uint32(o.max_qp_rd_atom),
+	}
+	l.MaxDCInitRdAtomic, _ = dcRdAtomic(d.dv)
+	if m&qpstate.AV != 0 && avPort >= 1 && avPort <= l.Ports {
+		p, err := d.queryPort(avPort)
+		if err != nil {
+			return qpstate.Limits{}, err
+		}
+		l.GIDs, l.LinkLayer = int(p.gid_tbl_len), linkLayer(p.link_layer)
+	}
+	return l, nil
 }
 
 // defaultPort fills a port the attributes leave 0 with the one the QP was

@@ -448,8 +448,11 @@ func (q *qp) State() (ctx.QPState, error) {
 // it for the QP's type (package qpstate: a DCT goes RESET→INIT→RTR only, a
 // DCI never to RESET, no QP to SQD, none from RESET to ERR) and refuses it
 // otherwise with the table's error, which carries EINVAL as ibv_modify_qp
-// does; then it checks and applies the attributes the transition's mask
-// carries.
+// does. It then refuses, with the kernel's EINVAL, the attribute values
+// the kernel refuses against the model's device and port
+// (qpstate.CheckAttr: port, address vector, P_Key index, read/atomic
+// depths, path MTU), and applies the attributes the transition's mask
+// carries. A refused modify changes nothing.
 func (q *qp) Modify(a ctx.QPAttr) error {
 	op := "sim: modify " + q.typ.String() + " QP to " + a.State.String()
 	q.f.mu.Lock()
@@ -461,7 +464,11 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	from := q.state
-	if _, err := qpstate.Derive(q.typ, from, a.State); err != nil {
+	mask, err := qpstate.Derive(q.typ, from, a.State)
+	if err != nil {
+		return ctx.Errorf(op, "%w", err)
+	}
+	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
 		return ctx.Errorf(op, "%w", err)
 	}
 	switch a.State {
@@ -472,10 +479,11 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		q.f.qpErrorLocked(q, "moved to error")
 		return nil
 	case ctx.QPStateInit:
-		// RESET→INIT, or INIT→INIT with the same attributes.
-		if a.Port != 1 {
-			return bad("port %d", a.Port)
-		}
+		// RESET→INIT, or INIT→INIT with the same attributes. The port and,
+		// but for a DCT, the P_Key index were checked against the kernel's
+		// limits above. mlx5_ib_modify_dct passes a DCT's P_Key index to
+		// the device unchecked; the model, with a single P_Key, refuses
+		// any other.
 		if a.PKeyIndex != 0 {
 			return bad("pkey index %d", a.PKeyIndex)
 		}
@@ -487,24 +495,21 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 			q.attr.Access = a.Access
 		}
 	case ctx.QPStateRTR:
-		// INIT→RTR, the only way to RTR.
+		// INIT→RTR, the only way to RTR. An RC or DCI path MTU, the
+		// path's port, GRH and SGID index were checked against the
+		// kernel's limits above; a DCT's path MTU mlx5_ib_modify_dct does
+		// not check, the model does.
+		if q.typ != ctx.QPTypeUD && (a.PathMTU < ctx.MTU256 || a.PathMTU > portMTU) {
+			return bad("path MTU %v", a.PathMTU)
+		}
+		if q.typ == ctx.QPTypeRC && (a.RemoteQPN == 0 || a.RemoteQPN > prm.CtrlQPNMask) {
+			return bad("remote QPN %#x", a.RemoteQPN)
+		}
 		if q.typ != ctx.QPTypeUD {
-			if a.PathMTU < ctx.MTU256 || a.PathMTU > portMTU {
-				return bad("path MTU %v", a.PathMTU)
-			}
 			q.attr.PathMTU = a.PathMTU
 		}
 		switch q.typ {
 		case ctx.QPTypeRC:
-			if a.RemoteQPN == 0 || a.RemoteQPN > prm.CtrlQPNMask {
-				return bad("remote QPN %#x", a.RemoteQPN)
-			}
-			if q.dev.h.link == ctx.LinkLayerEthernet && !a.Path.GlobalRoute {
-				return bad("RoCE needs a GRH in the path")
-			}
-			if a.Path.GlobalRoute && int(a.Path.SGIDIndex) >= len(q.dev.h.gids) {
-				return bad("SGID index %d", a.Path.SGIDIndex)
-			}
 			q.attr.RemoteQPN, q.attr.Path, q.attr.RQPSN = a.RemoteQPN, a.Path, a.RQPSN
 			q.attr.MaxDestRdAtomic, q.attr.MinRNRTimer = a.MaxDestRdAtomic, a.MinRNRTimer&31
 		case ctx.QPTypeDCT:
@@ -530,6 +535,14 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	}
 	q.state = a.State
 	return nil
+}
+
+// qpLimits are the limits the kernel would check a modify against on the
+// model's device: those it reports in Query and QueryPort.
+func (d *device) qpLimits() qpstate.Limits {
+	dev, _ := d.Query()
+	port, _ := d.QueryPort(1)
+	return qpstate.LimitsOf(dev, port)
 }
 
 // reset returns the QP to RESET: every queued WQE is discarded and the

@@ -25,7 +25,10 @@ func (e *env) transitionAttr(typ ctx.QPType, to ctx.QPState) ctx.QPAttr {
 			a.Path = ctx.AddressAttr{DLID: lidOf(e.t, e.c2)}
 		}
 	case ctx.QPStateRTS:
-		a.Timeout, a.RetryCount, a.RNRRetry, a.MaxRdAtomic, a.SQPSN = 14, 7, 7, 16, 0x100
+		a.Timeout, a.RetryCount, a.RNRRetry, a.MaxRdAtomic, a.SQPSN = 14, 7, 7, maxRdAtomic, 0x100
+		if typ == ctx.QPTypeDCI {
+			a.MaxRdAtomic = maxDCInitRdAtomic
+		}
 	}
 	return a
 }

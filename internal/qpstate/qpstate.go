@@ -35,6 +35,11 @@
 // bits outside the standard set (the kit never sends them), remote atomic
 // access on a device or QP type without atomics (a device capability), and
 // driver data it does not know; none of these is a verdict of this table.
+//
+// Past the table, CheckAttr refuses the attribute values the kernel refuses
+// against the device's limits (Limits: the port count, P_Key and GID
+// tables, read/atomic depths) and the path MTU range, with the same EINVAL
+// and an AttrError that names the attribute, its value and the limit.
 package qpstate
 
 import (
