@@ -245,11 +245,15 @@ type AddressHandle struct {
 	attr AddressAttr
 }
 
-// CreateAddressHandle resolves attr into an address vector.
+// CreateAddressHandle resolves attr into an address vector. An address
+// that AddressAttr.Validate refuses fails before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
 	if attr.Port == 0 {
 		attr.Port = 1
+	}
+	if err := attr.Validate(); err != nil {
+		return nil, &OpError{Op: op, Err: err}
 	}
 	if err := pd.lock(op); err != nil {
 		return nil, err

@@ -155,7 +155,8 @@ func (qp *QueuePair) RemoteQPN() uint32 {
 }
 
 // Modify moves the QP to attr.State; see QPAttr for the attributes each
-// transition uses. On error the QP is unchanged. A move to RESET zeroes the
+// transition uses. Attributes that QPAttr.Validate refuses fail before the
+// provider is called. On error the QP is unchanged. A move to RESET zeroes the
 // doorbell record: whatever posts on the QP must restart its producer
 // indices at 0 (see "Resetting a queue pair" in the package documentation).
 func (qp *QueuePair) Modify(attr QPAttr) error {
@@ -168,6 +169,9 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	}
 	if attr.Path.Port == 0 {
 		attr.Path.Port = attr.Port
+	}
+	if err := attr.Validate(); err != nil {
+		return &OpError{Op: op, Err: err}
 	}
 	if err := qp.lock(op); err != nil {
 		return err
