@@ -307,16 +307,18 @@ func (s AtomicStage) Result(addr uint64, lkey uint32) FinishStage {
 // sge appends a data segment, or records the error when the WQE has no room
 // for one more (and from then on writes nothing: the room stays 0).
 func (w wqe) sge(addr uint64, length, lkey uint32) wqe {
-	if w.st&stRoomMask != 0 {
+	// The refusal is the then-branch so that the compiler lays the common
+	// case out as the fall-through into what follows, with no jump back.
+	if w.st&stRoomMask == 0 {
+		// Which limit it was, failure reads from the limit error bits.
+		w.st |= errLimit << stErrShift
+	} else {
 		if w.seg == w.q.end {
 			w.seg = w.q.buf
 		}
 		*(*[2]uint64)(w.seg) = [2]uint64{bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey)), bits.ReverseBytes64(addr)}
 		w.seg = unsafe.Add(w.seg, prm.DataSize)
 		w.st += stSGEStep
-	} else {
-		// Which limit it was, failure reads from the limit error bits.
-		w.st |= errLimit << stErrShift
 	}
 	return w
 }
