@@ -13,7 +13,8 @@ const (
 	// MaxRoCESL is the largest service level on an Ethernet (RoCE) port,
 	// where it is the 3-bit priority of the VLAN tag: rdma-core's
 	// mlx5_create_ah and the kernel's mlx5_set_path keep sl & 7 there.
-	// Transports check it once they know the port's link layer.
+	// CreateAddressHandle and Modify check it (querying the port only for
+	// an SL above it); transports check it at create.
 	MaxRoCESL = 7
 	// MaxSrcPathBits is the largest source path bits value: 7 bits
 	// (fl_mlid of the address vector, grh_mlid of the QP path).
@@ -102,4 +103,19 @@ func (a QPAttr) Validate() error {
 		return err
 	}
 	return a.Path.validate("Path.")
+}
+
+// checkRoCESL refuses an SL above MaxRoCESL on an Ethernet port, where the
+// SL is the 3-bit VLAN priority and the provider would keep sl & 7. The
+// port is queried only for such an SL; a port that cannot be queried is
+// left to the provider to refuse.
+func checkRoCESL(c *Context, port, sl uint8, name string) error {
+	if sl <= MaxRoCESL {
+		return nil
+	}
+	pa, err := c.QueryPort(port)
+	if err != nil || pa.LinkLayer != LinkLayerEthernet {
+		return nil
+	}
+	return fmt.Errorf("%s %d out of range 0..%d on RoCE port %d (the VLAN priority): %w", name, sl, MaxRoCESL, port, ErrInvalidArgument)
 }

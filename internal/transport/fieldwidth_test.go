@@ -221,4 +221,28 @@ func TestConfigRoCESL(t *testing.T) {
 	q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 7})
 	require.NoError(t, err)
 	require.NoError(t, q.Close())
+
+	// ctx itself: address handles and the QP path.
+	gids, err := e.Ctx[1].QueryGIDs(1)
+	require.NoError(t, err)
+	at := ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, HopLimit: 64}
+	at.SL = 8
+	_, err = pd.CreateAddressHandle(at)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "SL 8 out of range 0..7 on RoCE port 1")
+	at.SL = 7
+	ah, err := pd.CreateAddressHandle(at)
+	require.NoError(t, err)
+	require.NoError(t, ah.Close())
+	raw, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 4, MaxSendSGE: 1}})
+	require.NoError(t, err)
+	defer raw.Close()
+	require.NoError(t, raw.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: ctx.AccessRemoteWrite}))
+	at.SL = 12
+	err = raw.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: 5, PathMTU: ctx.MTU1024, Path: at})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "Path.SL 12 out of range 0..7")
+	st, err := raw.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateInit, st)
 }
