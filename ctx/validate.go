@@ -88,7 +88,7 @@ func (a QPAttr) Validate() error {
 		return fmt.Errorf("PathMTU %d out of range %d..%d (0: not set): %w", a.PathMTU, MTU256, MTU4096, ErrInvalidArgument)
 	}
 	if a.Access&^accessAll != 0 {
-		return fmt.Errorf("Access %v has unknown bits: %w", a.Access, ErrInvalidArgument)
+		return fmt.Errorf("access %v has unknown bits: %w", a.Access, ErrInvalidArgument)
 	}
 	if err := checkFields(
 		field{"State", uint64(a.State), 0, uint64(QPStateError)},

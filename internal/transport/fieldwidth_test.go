@@ -160,8 +160,8 @@ func TestConfigFieldWidths(t *testing.T) {
 			return transport.CheckFields(transport.Field{Name: "x", Value: 5, Min: 1, Max: 4})
 		}, "x 5 out of range 1..4"},
 		// ctx.CompletionQueueConfig.
-		{"CQ depth 2^24", newCQ(ctx.CompletionQueueConfig{Depth: 1 << 24}), "Depth 16777216 out of range 1..16777215"},
-		{"CQ depth 0", newCQ(ctx.CompletionQueueConfig{}), "Depth 0 out of range 1..16777215"},
+		{"CQ depth 2^24", newCQ(ctx.CompletionQueueConfig{Depth: 1 << 24}), "CQ depth 16777216 out of range 1..16777215"},
+		{"CQ depth 0", newCQ(ctx.CompletionQueueConfig{}), "CQ depth 0 out of range 1..16777215"},
 		// ctx.AddressAttr (address handles).
 		{"AH SL 16", newAH(ctx.AddressAttr{SL: 16}), "SL 16 out of range 0..15"},
 		{"AH SL 200", newAH(ctx.AddressAttr{SL: 200}), "SL 200 out of range 0..15"},
@@ -177,7 +177,7 @@ func TestConfigFieldWidths(t *testing.T) {
 		{"QP retry count 8", modify(ctx.QPAttr{RetryCount: 8}), "RetryCount 8 out of range 0..7"},
 		{"QP RNR retry 8", modify(ctx.QPAttr{RNRRetry: 8}), "RNRRetry 8 out of range 0..7"},
 		{"QP path MTU 6", modify(ctx.QPAttr{PathMTU: 6}), "PathMTU 6 out of range 1..5"},
-		{"QP access", modify(ctx.QPAttr{Access: 1 << 8}), "Access 0x100 has unknown bits"},
+		{"QP access", modify(ctx.QPAttr{Access: 1 << 8}), "access 0x100 has unknown bits"},
 		{"QP path SL 16", modify(ctx.QPAttr{Path: ctx.AddressAttr{SL: 16}}), "Path.SL 16 out of range 0..15"},
 		{"QP path flow label", modify(ctx.QPAttr{Path: ctx.AddressAttr{FlowLabel: 1<<32 - 1}}), "Path.FlowLabel 4294967295 out of range 0..1048575"},
 		// ibpath.Path.
