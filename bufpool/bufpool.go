@@ -18,6 +18,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // Sentinel errors.
@@ -46,14 +47,19 @@ type Pool struct {
 }
 
 // New maps count buffers of size bytes each (each buffer starts on a
-// 64-byte boundary when size is a multiple of 64) and registers them in pd
+// 64-byte boundary when size is a multiple of 64; size is at most
+// wqebuilder.MaxSGELength, as one SGE covers a buffer) and registers them in pd
 // with access (AccessLocalWrite is added: receives write into the buffers).
 func New(pd *ctx.ProtectionDomain, count, size int, access ctx.Access) (*Pool, error) {
 	const op = "bufpool: new"
 	if pd == nil {
 		return nil, fmt.Errorf("%s: nil protection domain: %w", op, ctx.ErrInvalidArgument)
 	}
-	if count <= 0 || size <= 0 || count > 1<<31-1 || size > 1<<31-1 || count > (1<<40)/size {
+	if size > wqebuilder.MaxSGELength {
+		// A buffer is one scatter/gather entry: its byte count has 31 bits.
+		return nil, fmt.Errorf("%s: buffer size %d above %d (the longest SGE): %w", op, size, wqebuilder.MaxSGELength, ctx.ErrInvalidArgument)
+	}
+	if count <= 0 || size <= 0 || count > 1<<31-1 || count > (1<<40)/size {
 		return nil, fmt.Errorf("%s: %d buffers of %d bytes: %w", op, count, size, ctx.ErrInvalidArgument)
 	}
 	buf, err := ctx.AllocBuffer(count*size, ctx.BufferOptions{})

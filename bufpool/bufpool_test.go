@@ -103,6 +103,25 @@ func TestNewRefusesBadSizes(t *testing.T) {
 	}
 	_, err := bufpool.New(nil, 1, 1, 0)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	// A buffer is posted as one SGE, whose byte count has 31 bits.
+	_, err = bufpool.New(pd, 1, 1<<31, 0)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "buffer size 2147483648 above 2147483647")
+	p, err := bufpool.New(pd, 1, wqebuilder.MaxSGELength, 0) // mapped, never touched
+	require.NoError(t, err)
+	defer p.Close()
+	addr, n, _ := p.SGE(0, 1<<31)
+	require.Equal(t, p.Addr(0), addr)
+	require.Equal(t, uint32(wqebuilder.MaxSGELength), n)
+	cq, err := pd.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	qp, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 1, RecvDepth: 2})
+	require.NoError(t, err)
+	defer qp.Close()
+	posted, err := bufpool.PostReceives(p, &qp.Queue, 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, posted)
 }
 
 func TestPopPushDoNotAllocate(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // SGE is one local buffer of a work request: Length bytes at Addr in the
@@ -17,9 +18,12 @@ type SGE struct {
 }
 
 // Slice returns the SGE of n bytes at offset off of mr. It panics when the
-// range is not inside the region, like a slice expression.
+// range is not inside the region, like a slice expression, or when n is
+// above wqebuilder.MaxSGELength (2^31-1: a data segment's byte count has 31
+// bits, bit 31 being the inline flag). A post refuses a hand-made SGE of
+// that length with wqebuilder.ErrSGETooLong.
 func Slice(mr *ctx.MemoryRegion, off, n int) SGE {
-	if off < 0 || n < 0 || uint64(off)+uint64(n) > mr.Len() || n > 1<<31 {
+	if off < 0 || n < 0 || uint64(off)+uint64(n) > mr.Len() || n > wqebuilder.MaxSGELength {
 		panic(fmt.Sprintf("channel: slice [%d:+%d] of a %d-byte region", off, n, mr.Len()))
 	}
 	return SGE{Addr: uint64(mr.Addr()) + uint64(off), Length: uint32(n), LKey: mr.LKey()}

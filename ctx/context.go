@@ -200,8 +200,8 @@ func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
 // CreateCompletionQueue creates a completion queue.
 func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQueue, error) {
 	const op = "create CQ"
-	if cfg.Depth == 0 {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("depth 0: %w", ErrInvalidArgument)}
+	if cfg.Depth == 0 || cfg.Depth > MaxCQDepth {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("CQ depth %d out of range 1..%d: %w", cfg.Depth, MaxCQDepth, ErrInvalidArgument)}
 	}
 	if cfg.CQESize == 0 {
 		cfg.CQESize = 64

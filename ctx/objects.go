@@ -245,11 +245,19 @@ type AddressHandle struct {
 	attr AddressAttr
 }
 
-// CreateAddressHandle resolves attr into an address vector.
+// CreateAddressHandle resolves attr into an address vector. An address
+// that AddressAttr.Validate refuses, or with an SL above MaxRoCESL on an
+// Ethernet port, fails before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
 	if attr.Port == 0 {
 		attr.Port = 1
+	}
+	if err := attr.Validate(); err != nil {
+		return nil, &OpError{Op: op, Err: err}
+	}
+	if err := checkRoCESL(pd.ctx.QueryPort, attr.Port, attr.SL, "SL"); err != nil {
+		return nil, &OpError{Op: op, Err: err}
 	}
 	if err := pd.lock(op); err != nil {
 		return nil, err

@@ -158,7 +158,9 @@ func (qp *QueuePair) RemoteQPN() uint32 {
 }
 
 // Modify moves the QP to attr.State; see QPAttr for the attributes each
-// transition uses. On error the QP is unchanged. A move to RESET zeroes the
+// transition uses. Attributes that QPAttr.Validate refuses, or a Path.SL
+// above MaxRoCESL on an Ethernet port, fail before the provider is called.
+// On error the QP is unchanged. A move to RESET zeroes the
 // doorbell record: whatever posts on the QP must restart its producer
 // indices at 0 (see "Resetting a queue pair" in the package documentation).
 func (qp *QueuePair) Modify(attr QPAttr) error {
@@ -177,6 +179,12 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	}
 	if attr.Path.Port == 0 {
 		attr.Path.Port = attr.Port
+	}
+	if err := attr.Validate(); err != nil {
+		return &OpError{Op: op, Err: err}
+	}
+	if err := checkRoCESL(qp.pd.ctx.dev.QueryPort, attr.Path.Port, attr.Path.SL, "Path.SL"); err != nil {
+		return &OpError{Op: op, Err: err}
 	}
 	if err := qp.h.Modify(attr); err != nil {
 		return opErr(op, err)

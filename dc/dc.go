@@ -26,7 +26,8 @@ type DCIConfig struct {
 
 	// Port is the local port (default 1), GID the local GID table entry
 	// used on RoCE (unset, one is chosen as for rc.Config.GID), SL the
-	// service level of the paths to targets.
+	// service level of the paths to targets (0..15 on InfiniBand, 0..7
+	// on RoCE; NewDCI refuses a wider value).
 	Port uint8
 	GID  ctx.GIDSelector
 	SL   uint8
@@ -111,8 +112,14 @@ func NewDCI(pd *ctx.ProtectionDomain, sendCQ *ctx.CompletionQueue, cfg DCIConfig
 			return bad("%s: %v", k.name, err)
 		}
 	}
+	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
+	}
 	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
+	}
+	if err := transport.CheckFields(transport.SLField(port, cfg.SL)); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeDCI, SendCQ: sendCQ, Caps: caps})
@@ -306,6 +313,9 @@ func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig
 	rnr, err := transport.Knob(cfg.MinRNRTimer, 12, 31)
 	if err != nil {
 		return bad("min RNR timer: %v", err)
+	}
+	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {

@@ -68,6 +68,7 @@ var (
 	ErrNoReceiveQueue   = transport.ErrNoReceiveQueue
 	ErrReceiveQueueFull = transport.ErrReceiveQueueFull
 	ErrTooManySGE       = transport.ErrTooManySGE
+	ErrSGETooLong       = transport.ErrSGETooLong
 	ErrStaleStage       = transport.ErrStaleStage
 	ErrUnknownQPN       = transport.ErrUnknownQPN
 	ErrUnmatched        = transport.ErrUnmatched

@@ -200,8 +200,9 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 }
 
 // Validate checks every field against its range: 24-bit QPNs and PSNs,
-// retry counts up to 7, timer codes up to 31, SL up to 15, a 20-bit flow
-// label, and a valid MTU when one is set. The error wraps ErrInvalid.
+// retry counts up to 7, timer codes up to 31, SL up to 15, 7 source path
+// bits, an ibv_rate code up to 24, a 20-bit flow label, and a valid MTU
+// when one is set. The error wraps ErrInvalid.
 func (p Path) Validate() error {
 	check := func(name string, v, max uint64) error {
 		if v > max {
@@ -223,6 +224,8 @@ func (p Path) Validate() error {
 		{"min RNR timer", uint64(p.MinRNRTimer), maxTimer},
 		{"timeout", uint64(p.Timeout), maxTimer},
 		{"SL", uint64(p.SL), maxSL},
+		{"source path bits", uint64(p.SrcPathBits), ctx.MaxSrcPathBits},
+		{"rate", uint64(p.Rate), ctx.MaxStaticRate},
 		{"flow label", uint64(p.FlowLabel), maxFlow},
 	} {
 		if err := check(c.name, c.v, c.max); err != nil {

@@ -37,7 +37,8 @@ type Config struct {
 	// ctx.GIDIndex(i) names entry i. Endpoint and GID report the entry.
 	Port uint8
 	GID  ctx.GIDSelector
-	// SL is the service level of the path.
+	// SL is the service level of the path: 0..15 on InfiniBand, 0..7 on
+	// RoCE (the VLAN priority); New refuses a wider value.
 	SL uint8
 	// PSN is the first packet sequence number this QP sends (24 bits); 0
 	// picks a random one. Endpoint reports it.
@@ -134,8 +135,14 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	if err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
+	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
+	}
 	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
+	}
+	if err := transport.CheckFields(transport.SLField(port, cfg.SL)); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	qcfg := ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: sendCQ, RecvCQ: recvCQ, Caps: caps, ScatterToCQE: cfg.ScatterToCQE}

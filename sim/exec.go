@@ -790,7 +790,13 @@ func (r *recvWQE) capacity() uint64 {
 	return c
 }
 
-func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (zeroLen bool) {
+// parseRecv reads the scatter list of a receive WQE. The byte count of an
+// entry has 31 bits, as in a send WQE's data segment, and 0 means 2 GiB;
+// bad says what posting code should not have written: a zero count that is
+// not the InvalidLKey terminator, or bit 31 set (the inline flag of a send
+// data segment, which has no meaning in a scatter list: the model reads
+// the low 31 bits).
+func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (bad string) {
 	r.n = 0
 	for i := 0; i < max && i < len(r.sg); i++ {
 		p := unsafe.Add(base, i*prm.DataSize)
@@ -798,15 +804,21 @@ func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (zeroLen bool) {
 		if lkey == prm.InvalidLKey {
 			break
 		}
-		n := uint64(prm.Load32(p))
+		raw := prm.Load32(p)
+		if raw&prm.InlineSeg != 0 && bad == "" {
+			bad = fmt.Sprintf("entry %d has byte count %#x: bit 31 set", i, raw)
+		}
+		n := uint64(raw &^ prm.InlineSeg)
 		if n == 0 {
 			n = 1 << 31
-			zeroLen = true
+			if bad == "" {
+				bad = fmt.Sprintf("entry %d has a zero byte count", i)
+			}
 		}
 		r.sg[r.n] = recvEntry{lkey: lkey, addr: prm.Load64(unsafe.Add(p, prm.DataAddr)), n: n}
 		r.n++
 	}
-	return zeroLen
+	return bad
 }
 
 // peekRecv returns the next receive WQE of t without consuming it.
@@ -820,8 +832,8 @@ func (f *Fabric) peekRecv(t *qp) (recvWQE, bool) {
 		base := unsafe.Add(s.ring, uint32(idx)*s.stride)
 		r.idx, r.srq, r.pd = idx, s, s.pd
 		r.next = prm.Load16(unsafe.Add(base, prm.SRQNextWQEIndex)) & uint16(s.cnt-1)
-		if parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), &r) {
-			f.violate(Violation{Kind: ViolationReceive, SRQN: s.srqn, Detail: fmt.Sprintf("SRQ WQE %d has a zero-length entry", idx)})
+		if bad := parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), &r); bad != "" {
+			f.violate(Violation{Kind: ViolationReceive, SRQN: s.srqn, Detail: fmt.Sprintf("SRQ WQE %d: %s", idx, bad)})
 		}
 		return r, true
 	}
@@ -829,8 +841,8 @@ func (f *Fabric) peekRecv(t *qp) (recvWQE, bool) {
 		return r, false
 	}
 	r.idx, r.pd = t.rqCI, t.pd
-	if parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), &r) {
-		f.violate(Violation{Kind: ViolationReceive, QPN: t.qpn, WQEIndex: t.rqCI, Detail: "receive WQE has a zero-length entry"})
+	if bad := parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), &r); bad != "" {
+		f.violate(Violation{Kind: ViolationReceive, QPN: t.qpn, WQEIndex: t.rqCI, Detail: "receive WQE: " + bad})
 	}
 	return r, true
 }

@@ -47,7 +47,8 @@ const (
 	ViolationCQDoorbell
 	// ViolationReceive: a receive WQE entry with a zero byte count that is
 	// not the InvalidLKey terminator (the device reads it as 2 GiB; posting
-	// code skips empty entries).
+	// code skips empty entries), or with bit 31 of its byte count set (the
+	// count has 31 bits; the model reads the low 31).
 	ViolationReceive
 	// ViolationBlueFlame: bytes written to a BlueFlame buffer differ from
 	// the WQE in the ring that their control segment names (checked in

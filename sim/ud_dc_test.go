@@ -310,12 +310,15 @@ func TestRoCEAddressing(t *testing.T) {
 
 func TestAddressHandleIB(t *testing.T) {
 	e := newEnv(t, Options{})
-	ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{DLID: 0x1234, SL: 5, SrcPathBits: 0x81})
+	// Source path bits have 7 bits: wider is refused, not masked.
+	_, err := e.pd.CreateAddressHandle(ctx.AddressAttr{DLID: 0x1234, SL: 5, SrcPathBits: 0x81})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{DLID: 0x1234, SL: 5, SrcPathBits: 0x7f})
 	require.NoError(t, err)
 	av := ah.AV()
 	require.Equal(t, uint16(0x1234), be.Uint16(av[prm.AVRLID:]))
 	require.Equal(t, byte(5), av[prm.AVStatRateSL])
-	require.Equal(t, byte(0x01), av[prm.AVFlMLID])
+	require.Equal(t, byte(0x7f), av[prm.AVFlMLID])
 	require.Zero(t, be.Uint32(av[prm.AVGRHGIDFL:]))
 	var g ctx.GID
 	g[15] = 9

@@ -36,7 +36,8 @@ type Config struct {
 	QKey uint32
 	// Port is the local port (default 1), GID the local GID table entry
 	// (RoCE; unset, one is chosen as for rc.Config.GID), SL the service
-	// level of the paths to remotes, PSN the send PSN (0: random).
+	// level of the paths to remotes (0..15 on InfiniBand, 0..7 on RoCE;
+	// New refuses a wider value), PSN the send PSN (0: random).
 	Port uint8
 	GID  ctx.GIDSelector
 	SL   uint8
@@ -101,8 +102,14 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	if err := transport.CheckCaps(dev, ctx.QPTypeUD, caps, cfg.RecvDepth > 0); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
+	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
+	}
 	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
 	if err != nil {
+		return nil, transport.Errorf(name, op, "%w", err)
+	}
+	if err := transport.CheckFields(transport.SLField(port, cfg.SL)); err != nil {
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	qcfg := ctx.QueuePairConfig{Type: ctx.QPTypeUD, SendCQ: sendCQ, RecvCQ: recvCQ, Caps: caps}

@@ -289,10 +289,11 @@ const (
 	fzInline
 	fzSGE
 	fzTooLarge
+	fzSGELength
 )
 
 func (e fzError) sentinel() error {
-	return [...]error{nil, wqebuilder.ErrQueueFull, wqebuilder.ErrInlineTooLong, wqebuilder.ErrTooManySGE, wqebuilder.ErrWQETooLarge}[e]
+	return [...]error{nil, wqebuilder.ErrQueueFull, wqebuilder.ErrInlineTooLong, wqebuilder.ErrTooManySGE, wqebuilder.ErrWQETooLarge, wqebuilder.ErrSGETooLong}[e]
 }
 
 // fzWQEState follows one WQE through the reference as the calls are made.
@@ -334,6 +335,12 @@ func (r *fzRig) openData(w *fzWQEState, op uint8) {
 }
 
 func (r *fzRig) sge(w *fzWQEState, addr uint64, length, lkey uint32) {
+	// A byte count with bit 31 set would be an inline segment to the
+	// device: refused, and reported even after a data-segment limit; a
+	// full queue is still reported first.
+	if length >= 1<<31 && (w.err == fzOK || w.err == fzSGE || w.err == fzTooLarge) {
+		w.err = fzSGELength
+	}
 	if length == 0 || w.err != fzOK {
 		return
 	}
@@ -505,12 +512,16 @@ func (r *fzRig) post(in *fzInput) {
 	}
 }
 
-// sgeArgs picks an SGE: zero lengths (skipped) now and then.
+// sgeArgs picks an SGE: zero lengths (skipped) now and then, and rarely
+// one of 2^31 bytes or more (refused).
 func (r *fzRig) sgeArgs(in *fzInput) (uint64, uint32, uint32) {
 	l := in.byte()
 	length := uint32(0)
 	if l%5 != 0 {
 		length = uint32(l)<<8 | uint32(r.rnd.next()&0xff)
+	}
+	if l == 0xff {
+		length = 1<<31 | uint32(r.rnd.next())
 	}
 	return r.rnd.next(), length, uint32(r.rnd.next())
 }

@@ -47,9 +47,10 @@
 // # Errors
 //
 // Errors only the run can know (queue full, inline data above MaxInline,
-// more SGEs than MaxSGE, a WQE above MaxWQEBBs) are sticky in the stage, like
-// bufio.Scanner's, and returned by Finish as a *PostError wrapping one of
-// ErrQueueFull, ErrInlineTooLong, ErrTooManySGE, ErrWQETooLarge. A failed WQE
+// an SGE above MaxSGELength, more SGEs than MaxSGE, a WQE above MaxWQEBBs)
+// are sticky in the stage, like bufio.Scanner's, and returned by Finish as a
+// *PostError wrapping one of ErrQueueFull, ErrInlineTooLong, ErrSGETooLong,
+// ErrTooManySGE, ErrWQETooLarge. A failed WQE
 // never moves the producer index and never writes outside the ring: a WQE
 // begun on a full queue writes into a private scratch area, and the other
 // failures stop writing at the first error, inside the WQEBBs the WQE was

@@ -85,7 +85,8 @@ type SendQueue struct {
 	records unsafe.Pointer // [WQECnt]record
 	lastDB  uint64         // first 8 bytes of the last finished WQE
 	// sgeLimit[ds] is the state-word bits that bound the data segments of
-	// a WQE whose payload starts after ds segments (see stLimit*).
+	// a WQE whose payload starts after ds segments: its room and limit
+	// error (see stRoomShift).
 	sgeLimit [8]uint64
 	maxDS    uint32 // largest ds of one WQE
 	maxInl   uint32
@@ -102,9 +103,9 @@ type SendQueue struct {
 	recordMem  []record
 	scratchMem []uint64
 	cfg        Config
-	// errs holds the queue's *PostErrors, made on first use: by error set
-	// (0 for ErrStaleStage) and opcode.
-	errs *[numErrSets][opIndexMask + 1]error
+	// errs holds the queue's *PostErrors, made on first use: by reason
+	// (see whyStale) and opcode.
+	errs *[numWhy][opIndexMask + 1]error
 }
 
 var (
@@ -117,6 +118,10 @@ var (
 	ErrTooManySGE = errors.New("more scatter/gather entries than max SGE")
 	// ErrWQETooLarge means that the WQE outgrew MaxWQEBBs.
 	ErrWQETooLarge = errors.New("WQE larger than max WQEBBs")
+	// ErrSGETooLong means that a data segment was given more than
+	// MaxSGELength bytes: bit 31 of its byte count would be set, which the
+	// device reads as an inline segment.
+	ErrSGETooLong = errors.New("scatter/gather entry longer than 2^31-1 bytes")
 	// ErrBadConfig is returned by New for an unusable Config.
 	ErrBadConfig = errors.New("bad send queue configuration")
 	// ErrStaleStage means that Finish was called on a stage whose WQE is
@@ -146,17 +151,38 @@ func (e *PostError) Unwrap() error { return e.Err }
 
 var _ error = (*PostError)(nil)
 
-// Error sets of a failed WQE. The stages record errInline, errSGE and
-// errTooLarge in the state word; errFull is the control segment in the
-// scratch area (see Begin). When several are set the table below reports
-// them in the order they can first happen: full queue first.
+// MaxSGELength is the longest data segment, in bytes: the byte count of
+// struct mlx5_wqe_data_seg is 31 bits, its bit 31 the inline flag (and a
+// byte count of 0 means 2 GiB to the device, which is why a zero-length SGE
+// adds no segment).
+const MaxSGELength = 1<<31 - 1
+
+// Error bits of a failed WQE in the state word: the stages record
+// errInline and errTooLarge (inline data) and errLimit (a data segment the
+// WQE had no room for, or one above MaxSGELength; the limit error bits of
+// the state word say which).
 const (
-	errFull     = 1 << iota // Begin found fewer than MaxWQEBBs free
-	errInline               // inline payload above MaxInline
-	errSGE                  // data segments above MaxSGE
+	errInline   = 1 << iota // inline payload above MaxInline
 	errTooLarge             // WQE above MaxWQEBBs
-	numErrSets  = 1 << iota
+	errLimit                // data segments above MaxSGE or MaxWQEBBs, or one above MaxSGELength
 )
+
+// Reasons a WQE is refused, in the order failure reports them: a full
+// queue first (the stages then wrote to the scratch area), then the stages'
+// errors, of which a WQE has at most one kind besides an SGE above
+// MaxSGELength (that one is reported in place of a limit met before it).
+const (
+	whyStale = iota
+	whyFull
+	whyInline
+	whyTooLarge
+	whySGE
+	whySGELength
+	numWhy
+)
+
+// whyErrors are the sentinels of the reasons.
+var whyErrors = [numWhy]error{ErrStaleStage, ErrQueueFull, ErrInlineTooLong, ErrWQETooLarge, ErrTooManySGE, ErrSGETooLong}
 
 // opIndexMask folds an opcode into the error table; every opcode the stages
 // write is below 32.
@@ -164,41 +190,43 @@ const opIndexMask = 31
 
 // failure is the error of a WQE whose Finish was refused, from its control
 // segment and state word: Refusal's, or ErrQueueFull, for a WQE begun on a
-// full queue, then the errors the stages recorded, else ErrStaleStage. Each
-// error is made once per queue, set and opcode, so that a Finish refused
+// full queue, then the error the stages recorded, else ErrStaleStage. Each
+// error is made once per queue, reason and opcode, so that a Finish refused
 // again, as a full queue's is until completions come, allocates nothing.
 func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
-	set := st >> stErrShift & (numErrSets - 1)
-	if ctrl == q.scratch {
+	set := st >> stErrShift
+	why := whyStale
+	switch {
+	case ctrl == q.scratch:
 		if q.cfg.Refusal != nil {
 			return q.cfg.Refusal()
 		}
-		set |= errFull
+		why = whyFull
+	case set&errInline != 0:
+		why = whyInline
+	case set&errTooLarge != 0:
+		why = whyTooLarge
+	case set&errLimit != 0:
+		switch st >> stLimitErrShift & 0xf {
+		case limitSGE:
+			why = whySGE
+		case limitTooLarge:
+			why = whyTooLarge
+		default:
+			why = whySGELength
+		}
 	}
 	if q.errs == nil {
-		q.errs = new([numErrSets][opIndexMask + 1]error)
+		q.errs = new([numWhy][opIndexMask + 1]error)
 	}
 	op := st >> stOpShift & opIndexMask
-	e := &q.errs[set][op]
+	e := &q.errs[why][op]
 	if *e == nil {
-		var why error
-		switch {
-		case set == 0:
-			why = ErrStaleStage
-		case set&errFull != 0:
-			why = ErrQueueFull
-		case set&errInline != 0:
-			why = ErrInlineTooLong
-		case set&errSGE != 0:
-			why = ErrTooManySGE
-		default:
-			why = ErrWQETooLarge
-		}
 		name := q.cfg.Transport
 		if name == "" {
 			name = "wqebuilder"
 		}
-		*e = &PostError{Transport: name, QPN: q.cfg.QPN, Op: prm.Opcode(op), Err: why}
+		*e = &PostError{Transport: name, QPN: q.cfg.QPN, Op: prm.Opcode(op), Err: whyErrors[why]}
 	}
 	return *e
 }
@@ -261,12 +289,12 @@ func New(cfg Config) (*SendQueue, error) {
 	}
 	for ds := range q.sgeLimit {
 		// The payload may grow to ds+MaxSGE segments unless the WQE size
-		// stops it first; the error says which limit was hit.
-		lim, set := uint32(ds)+cfg.MaxSGE, uint64(errSGE)
+		// stops it first; the limit error says which limit was hit.
+		lim, which := uint32(ds)+cfg.MaxSGE, uint64(limitSGE)
 		if lim > q.maxDS {
-			lim, set = q.maxDS, errTooLarge
+			lim, which = q.maxDS, limitTooLarge
 		}
-		q.sgeLimit[ds] = uint64(lim)<<stLimitShift | set<<stLimitErrShift
+		q.sgeLimit[ds] = uint64(lim-min(lim, uint32(ds)))<<stRoomShift | which<<stLimitErrShift
 	}
 	q.records = unsafe.Pointer(&q.recordMem[0])
 	// A WQE begun on a full queue writes to a private scratch area instead

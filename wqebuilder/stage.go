@@ -34,17 +34,23 @@ type wqe struct {
 const (
 	stDSMask   = 0xff // ds so far (16-byte units, ctrl included)
 	stPoison   = 0x3f // ds forced to the 6-bit maximum after an error
-	stErrShift = 8    // error bits (errInline, errSGE, errTooLarge)
+	stErrShift = 8    // error bits (errInline, errTooLarge, errLimit)
 	stErrMask  = 0xff << stErrShift
-	// DataStage / ScatterStage: the ds at which data segments stop, and
-	// the error bit to set when one more is asked for.
-	stLimitShift    = 16
-	stLimitErrShift = 24
-	stLimitMask     = 0xffff << stLimitShift
+	// DataStage / ScatterStage: the data segments the WQE may still take
+	// (its room), and in bits 31..28 which error running out of room is
+	// (limitSGE or limitTooLarge; 0 after an SGE above MaxSGELength, which
+	// clears both fields). sge adds stSGEStep: one more segment, one less
+	// room.
+	stRoomShift     = 16
+	stRoomMask      = 0xff << stRoomShift
+	stLimitErrShift = 28
+	stLimitMask     = 0xffff << stRoomShift // room and limit error
+	stSGEStep       = 1<<64 - 1<<stRoomShift + 1
 	// InlineStage: the inline payload so far. AtomicStage: the byte count
-	// of the result data segment.
+	// of the result data segment. (DataStage.Inline clears the room; the
+	// limit error stays for failure.)
 	stAuxShift = 16
-	stAuxMask  = 0xffff << stAuxShift
+	stAuxMask  = 0xfff << stAuxShift
 	// The opcode sits in bits 39..32 and the opmod in bits 63..56; commit
 	// adds the 16-bit WQE index in bits 55..40, so that uint32(st>>32) is
 	// the opmod_idx_opcode word. Until then the state word of a stage is
@@ -52,6 +58,12 @@ const (
 	// fold it into constants.
 	stOpShift    = 32
 	stIndexShift = stOpShift + prm.CtrlWQEIndexShift
+)
+
+// The limit errors of stLimitErrShift.
+const (
+	limitSGE      = 1 // MaxSGE data segments
+	limitTooLarge = 2 // the WQE reached MaxWQEBBs
 )
 
 // CtrlStage is a WQE whose control segment has begun. DC and UD WQEs give
@@ -293,37 +305,53 @@ func (s AtomicStage) Result(addr uint64, lkey uint32) FinishStage {
 // Payload.
 
 // sge appends a data segment, or records the error when the WQE has no room
-// for one more (and from then on writes nothing).
+// for one more (and from then on writes nothing: the room stays 0).
 func (w wqe) sge(addr uint64, length, lkey uint32) wqe {
-	if uint8(w.st) >= uint8(w.st>>stLimitShift) {
-		// ds stays at the limit, so every later SGE fails here too.
-		w.st |= w.st >> (stLimitErrShift - stErrShift) & stErrMask
-		return w
+	// The refusal is the then-branch so that the compiler lays the common
+	// case out as the fall-through into what follows, with no jump back.
+	if w.st&stRoomMask == 0 {
+		// Which limit it was, failure reads from the limit error bits.
+		w.st |= errLimit << stErrShift
+	} else {
+		if w.seg == w.q.end {
+			w.seg = w.q.buf
+		}
+		*(*[2]uint64)(w.seg) = [2]uint64{bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey)), bits.ReverseBytes64(addr)}
+		w.seg = unsafe.Add(w.seg, prm.DataSize)
+		w.st += stSGEStep
 	}
-	if w.seg == w.q.end {
-		w.seg = w.q.buf
-	}
-	*(*[2]uint64)(w.seg) = [2]uint64{bits.ReverseBytes64(uint64(length)<<32 | uint64(lkey)), bits.ReverseBytes64(addr)}
-	w.seg = unsafe.Add(w.seg, prm.DataSize)
-	w.st++
 	return w
 }
 
 // SGE appends a data segment for length bytes at addr in the memory region
-// lkey. A zero length adds nothing (rdma-core skips such entries); length
-// must be below 2^31, as the top bit of the byte count marks inline data.
+// lkey. A zero length adds nothing (rdma-core skips such entries: to the
+// device a zero byte count means 2 GiB). A length above MaxSGELength (bit
+// 31 set, the inline flag of the byte count: the device would send the
+// segment's own lkey and address as inline payload) fails the WQE with
+// ErrSGETooLong.
 func (s DataStage) SGE(addr uint64, length, lkey uint32) DataStage {
-	if length == 0 {
-		return s
+	// One signed test takes both rare cases off the common path: zero, and
+	// bit 31 set, which takes the WQE's room and limit error away, so that
+	// sge refuses this segment and every later one and failure reports
+	// ErrSGETooLong.
+	if int32(length) <= 0 {
+		if length == 0 {
+			return s
+		}
+		s.w.st &^= stLimitMask
 	}
 	return DataStage{s.w.sge(addr, length, lkey)}
 }
 
 // SGE appends a data segment that receives length bytes at addr in the
-// memory region lkey. A zero length adds nothing.
+// memory region lkey. A zero length adds nothing; a length above
+// MaxSGELength fails the WQE with ErrSGETooLong (see DataStage.SGE).
 func (s ScatterStage) SGE(addr uint64, length, lkey uint32) ScatterStage {
-	if length == 0 {
-		return s
+	if int32(length) <= 0 {
+		if length == 0 {
+			return s
+		}
+		s.w.st &^= stLimitMask
 	}
 	return ScatterStage{s.w.sge(addr, length, lkey)}
 }
@@ -332,7 +360,7 @@ func (s ScatterStage) SGE(addr uint64, length, lkey uint32) ScatterStage {
 // memory region needed; at most MaxInline bytes in all). Empty data adds no
 // segment.
 func (s DataStage) Inline(b []byte) InlineStage {
-	s.w.seg, s.w.st = appendInline(s.w.q, s.w.seg, s.w.st&^stLimitMask, b)
+	s.w.seg, s.w.st = appendInline(s.w.q, s.w.seg, s.w.st&^stAuxMask, b)
 	return InlineStage(s)
 }
 
@@ -363,7 +391,7 @@ func appendInline(q *SendQueue, hdr unsafe.Pointer, st uint64, b []byte) (unsafe
 	if len(b) == 0 || st&stErrMask != 0 || uintptr(hdr)-uintptr(q.buf) >= uintptr(q.end)-uintptr(q.buf) {
 		return hdr, st
 	}
-	old := uint32(st>>stAuxShift) & 0xffff
+	old := uint32(st>>stAuxShift) & 0xfff
 	if uint(len(b)) > uint(q.maxInl-old) {
 		return hdr, st | errInline<<stErrShift | stPoison
 	}
@@ -527,8 +555,10 @@ func (w wqe) finish(post bool) error {
 
 // Finish completes the WQE: it writes the control segment and moves the
 // producer index, or returns the WQE's first error (a *PostError wrapping
-// ErrQueueFull, ErrInlineTooLong, ErrTooManySGE or ErrWQETooLarge, or
-// ErrStaleStage for a stage finished already), in which case nothing moved.
+// ErrQueueFull, ErrInlineTooLong, ErrSGETooLong, ErrTooManySGE or
+// ErrWQETooLarge, or ErrStaleStage for a stage finished already; an SGE
+// above MaxSGELength is reported even after a limit error), in which case
+// nothing moved.
 // The device sees the WQE at the next RingDoorbell or FinishBlueFlame.
 func (s DataStage) Finish() error { return s.w.finish(false) }
 

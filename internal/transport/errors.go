@@ -34,6 +34,11 @@ var (
 	// ErrTooManySGE: a receive WQE got more scatter entries than the queue's
 	// max receive SGE.
 	ErrTooManySGE = errors.New("more scatter entries than max receive SGE")
+	// ErrSGETooLong is wqebuilder.ErrSGETooLong: a send or receive
+	// scatter/gather entry of more than MaxSGELength bytes (2^31-1), whose
+	// byte count would have bit 31, the inline flag, set. Nothing is
+	// posted.
+	ErrSGETooLong = wqebuilder.ErrSGETooLong
 	// ErrStaleStage is wqebuilder.ErrStaleStage: a receive stage (like a
 	// send stage) was finished twice, or after a later BeginRecv or
 	// PostRecv on the same queue took its slot. Nothing is posted.

@@ -147,6 +147,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		}
 		r.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
 		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrTooManySGE}
+		r.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrSGETooLong}
 		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrStaleStage}
 		q.rq, q.recv = r, r
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // recvRing is the producer side of a receive ring: a QP's own receive
@@ -46,7 +47,7 @@ type recvRing struct {
 
 	// The errors Finish returns, built by the owner with its transport
 	// name and QPN so that returning one allocates nothing.
-	errFull, errSGE, errStale error
+	errFull, errSGE, errLength, errStale error
 	// refusal is the owner's reason to refuse a post now: closed, error
 	// state, no receive queue, full. Finish asks it for a stage that
 	// BeginRecv refused, out of line.
@@ -97,14 +98,26 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 	return r, nil
 }
 
-// recvErrSGE is the error bit, kept in RecvStage.st from bit
-// recvErrShift, of a stage whose SGE refused an entry: too many, or the
-// stage is stale (or refused).
-const recvErrSGE = 1
+// The error bits, kept in RecvStage.st from bit recvErrShift, of a stage
+// whose SGE refused an entry: recvErrSGE for too many, or a stale (or
+// refused) stage; recvErrLength for one above MaxSGELength.
+const (
+	recvErrSGE    = 1
+	recvErrLength = 2
+)
 
 // RecvStage.st holds the data segments written in its low 32 bits and the
-// error bits from recvErrShift.
-const recvErrShift = 32
+// error bits from recvErrShift. An error sets the low 32 bits to
+// recvRefuseAll, more than any max SGE, so that every later SGE is refused
+// by the same test as one too many.
+const (
+	recvErrShift  = 32
+	recvRefuseAll = 0xffffffff
+)
+
+// MaxSGELength is the longest scatter entry, in bytes, as for a send
+// (wqebuilder.MaxSGELength): the byte count of a data segment is 31 bits.
+const MaxSGELength = wqebuilder.MaxSGELength
 
 // RecvStage is a receive WQE being built: SGE adds scatter entries and
 // Finish posts it. Like the send stages it is a small value that the
@@ -149,17 +162,22 @@ func (r *recvRing) refuse() RecvStage {
 
 // SGE appends a scatter entry: length bytes at addr in the memory region
 // lkey. A zero length adds nothing (rdma-core skips such entries: a zero
-// byte count means 2 GiB to the device). A stage that is no longer the
-// open one writes nothing: its slot may be posted already; nor does one
-// that has refused an entry, even if its slot is open again later.
+// byte count means 2 GiB to the device); a length above MaxSGELength (bit
+// 31 of the byte count set) is refused with ErrSGETooLong. A stage that is
+// no longer the open one writes nothing: its slot may be posted already;
+// nor does one that has refused an entry, even if its slot is open again
+// later.
 func (s RecvStage) SGE(addr uint64, length, lkey uint32) RecvStage {
-	if length == 0 || s.st>>recvErrShift != 0 {
-		return s
+	if int32(length) <= 0 {
+		if length == 0 {
+			return s
+		}
+		s.st |= recvErrLength<<recvErrShift | recvRefuseAll
 	}
 	if uint32(s.st) >= s.r.maxSGE || uintptr(s.first) != s.r.open {
-		// Too many entries, or a stale or refused stage: error tells
-		// which.
-		s.st |= recvErrSGE << recvErrShift
+		// Too many entries, a refused one, or a stale or refused stage:
+		// error tells which.
+		s.st |= recvErrSGE<<recvErrShift | recvRefuseAll
 		return s
 	}
 	seg := s.next()
@@ -242,13 +260,15 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 
 // error is the error of a stage that finish turned down: the owner's
 // refusal for a stage BeginRecv refused, then ErrStaleStage for a stage
-// that is not the open one, then ErrTooManySGE.
+// that is not the open one, then ErrSGETooLong, then ErrTooManySGE.
 func (s RecvStage) error() error {
 	switch {
 	case s.first == refusedStage:
 		return s.r.refusal()
 	case uintptr(s.first) != s.r.open:
 		return s.r.errStale
+	case s.st>>recvErrShift&recvErrLength != 0:
+		return s.r.errLength
 	default:
 		return s.r.errSGE
 	}

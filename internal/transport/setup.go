@@ -171,3 +171,49 @@ func LimitsOf(qp *ctx.QueuePair) Limits {
 	}
 	return l
 }
+
+// Field is a configuration value and the range of the verbs or PRM field it
+// goes into, for CheckFields.
+type Field struct {
+	Name     string
+	Value    uint64
+	Min, Max uint64
+}
+
+// CheckFields refuses the first field outside its range, before anything is
+// created, with an error that names the field, the value and the range and
+// wraps ErrInvalidConfig: a value wider than its field would otherwise be
+// masked by the provider or the device, silently.
+func CheckFields(fields ...Field) error {
+	for _, f := range fields {
+		if f.Value < f.Min || f.Value > f.Max {
+			return fmt.Errorf("%s %d out of range %d..%d: %w", f.Name, f.Value, f.Min, f.Max, ErrInvalidConfig)
+		}
+	}
+	return nil
+}
+
+// PortField is a configuration's port number (0 means 1) against the
+// device's ports.
+func PortField(dev ctx.DeviceAttr, port uint8) Field {
+	if port == 0 {
+		port = 1
+	}
+	n := uint64(dev.PhysPortCount)
+	if n == 0 {
+		n = 255 // not reported: the query of the port decides
+	}
+	return Field{Name: "port", Value: uint64(port), Min: 1, Max: n}
+}
+
+// SLField is a configuration's service level against the SL field of the
+// paths from p: 4 bits on InfiniBand, 3 on an Ethernet (RoCE) port, where
+// it is the priority of the VLAN tag and rdma-core and the kernel keep
+// sl & 7.
+func SLField(p Port, sl uint8) Field {
+	max := uint64(ctx.MaxSL)
+	if p.Link == ctx.LinkLayerEthernet {
+		max = ctx.MaxRoCESL
+	}
+	return Field{Name: "SL", Value: uint64(sl), Max: max}
+}

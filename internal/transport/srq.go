@@ -58,6 +58,7 @@ func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQCo
 	}
 	ring.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
 	ring.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrTooManySGE}
+	ring.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrSGETooLong}
 	ring.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrStaleStage}
 	q := &SharedReceiveQueue{srq: s, ring: ring}
 	q.errs[0] = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrClosed}
