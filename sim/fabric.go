@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -465,7 +466,7 @@ func (f *Fabric) removeQP(q *qp) {
 	delete(f.qps, q.qpn)
 	for i, x := range f.qpList {
 		if x == q {
-			f.qpList = append(f.qpList[:i], f.qpList[i+1:]...)
+			f.qpList = slices.Delete(f.qpList, i, i+1) // zeroes the vacated slot
 			break
 		}
 	}
@@ -480,7 +481,7 @@ func (f *Fabric) removeSRQ(s *srq) {
 	delete(f.srqs, s.srqn)
 	for i, x := range f.srqList {
 		if x == s {
-			f.srqList = append(f.srqList[:i], f.srqList[i+1:]...)
+			f.srqList = slices.Delete(f.srqList, i, i+1) // zeroes the vacated slot
 			break
 		}
 	}
@@ -495,7 +496,7 @@ func (f *Fabric) removeCQ(c *cq) {
 	delete(f.cqs, c.cqn)
 	for i, x := range f.cqList {
 		if x == c {
-			f.cqList = append(f.cqList[:i], f.cqList[i+1:]...)
+			f.cqList = slices.Delete(f.cqList, i, i+1) // zeroes the vacated slot
 			break
 		}
 	}

@@ -57,6 +57,7 @@ type cq struct {
 	dev    *device
 	cqn    uint32
 	bufs   [3]*ctx.Buffer
+	mem    *queueMemory // owns bufs once created
 	ring   unsafe.Pointer
 	cnt    uint32
 	size   uint32
@@ -155,11 +156,12 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.Provi
 	c.cqn = d.f.nextCQN
 	d.f.nextCQN++
 	d.f.addCQ(c)
+	c.mem = keepMemory(c.bufs[:])
 	return c, nil
 }
 
 func (c *cq) Descriptor() ctx.CQDescriptor {
-	return ctx.CQDescriptor{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn}
+	return ctx.CQDescriptor{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn, Memory: c.mem}
 }
 
 func (c *cq) EventFD() int { return c.evfd }
@@ -191,7 +193,8 @@ func (c *cq) Close() error {
 	if c.evfd >= 0 {
 		_ = unix.Close(c.evfd)
 	}
-	freeAll(c.bufs[:]...)
+	// The ring, doorbell record and UAR stay mapped while a poller can
+	// reach them (see queueMemory).
 	return nil
 }
 
@@ -202,6 +205,7 @@ type srq struct {
 	pd     *pd
 	srqn   uint32
 	bufs   [2]*ctx.Buffer
+	mem    *queueMemory // owns bufs once created
 	ring   unsafe.Pointer
 	cnt    uint32
 	stride uint32
@@ -250,12 +254,13 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
 	s.srqn = p.f.nextSRQN
 	p.f.nextSRQN++
 	p.f.addSRQ(s)
+	s.mem = keepMemory(s.bufs[:])
 	return s, nil
 }
 
 func (s *srq) Descriptor() ctx.SRQDescriptor {
 	return ctx.SRQDescriptor{Buf: s.ring, DBRec: s.db, Stride: s.stride, WQECnt: s.cnt,
-		Head: 0, Tail: s.cnt - 1, SRQN: s.srqn, MaxRecvSGE: s.maxSGE}
+		Head: 0, Tail: s.cnt - 1, SRQN: s.srqn, MaxRecvSGE: s.maxSGE, Memory: s.mem}
 }
 
 func (s *srq) Close() error {
@@ -266,7 +271,8 @@ func (s *srq) Close() error {
 	}
 	s.closed = true
 	s.f.removeSRQ(s)
-	freeAll(s.bufs[:]...)
+	// The ring and doorbell record stay mapped while a receive ring can
+	// reach them (see queueMemory).
 	return nil
 }
 
@@ -282,6 +288,7 @@ type qp struct {
 	recvCQ *cq
 	srq    *srq
 	bufs   [4]*ctx.Buffer
+	mem    *queueMemory // owns bufs once created
 
 	sq         unsafe.Pointer
 	sqCnt      uint32 // WQEBBs
@@ -412,6 +419,7 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 	q.qpn = p.f.nextQPN
 	p.f.nextQPN++
 	p.f.addQP(q)
+	q.mem = keepMemory(q.bufs[:])
 	return q, nil
 }
 
@@ -425,6 +433,7 @@ func (q *qp) Descriptor() ctx.QPDescriptor {
 		MaxInline:  q.maxInline,
 		MaxSendSGE: q.maxSendSGE,
 		MaxRecvSGE: q.rqMaxSGE,
+		Memory:     q.mem,
 	}
 	if q.sqCnt > 0 {
 		d.BlueFlameSize = bfSize
@@ -554,7 +563,9 @@ func (q *qp) Close() error {
 	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
 		c.dropPendingFor(q)
 	}
-	freeAll(q.bufs[:]...)
+	// The rings, doorbell record and BlueFlame page stay mapped while a
+	// send queue, a stage or a receive ring can reach them (see
+	// queueMemory).
 	return nil
 }
 

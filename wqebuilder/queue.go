@@ -3,9 +3,11 @@ package wqebuilder
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -48,6 +50,13 @@ type Config struct {
 	// hands out the stages of such a queue, kept full, for a QP that cannot
 	// post, and Refusal says why (not connected, in error, closed).
 	Refusal func() error
+	// Memory is the owner of the ring, the doorbell record and the
+	// register (ctx.QPDescriptor.Memory): the queue keeps it reachable,
+	// and with it every stage, since a stage holds its queue. A stage
+	// begun before the QP was destroyed and written after it then writes
+	// to memory the device no longer reads, never to memory the provider
+	// freed. Leave it nil only for memory that outlives the queue anyway.
+	Memory any
 }
 
 // maxWQEBBsLimit is the largest WQE in WQEBBs: ds is a 6-bit count.
@@ -80,6 +89,7 @@ type SendQueue struct {
 	ci      uint64         // consumer index: WQEBBs retired by completions
 	limit   uint64         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
 	mask    uint32         // WQECnt - 1
+	closed  atomic.Uint32  // 1 once Close ran, from any goroutine (see refused)
 	qpn8    uint64         // QPN << 8, ready for qpn_ds
 	rung    uint64         // producer index the doorbell record holds
 	records unsafe.Pointer // [WQECnt]record
@@ -103,8 +113,15 @@ type SendQueue struct {
 	scratchMem []uint64
 	cfg        Config
 	// errs holds the queue's *PostErrors, made on first use: by error set
-	// (0 for ErrStaleStage) and opcode.
-	errs *[numErrSets][opIndexMask + 1]error
+	// (0 for ErrStaleStage) and opcode, and those wrapping ErrClosed by
+	// opcode.
+	errs *errorTable
+}
+
+// errorTable is the *PostErrors of a queue.
+type errorTable struct {
+	sets   [numErrSets][opIndexMask + 1]error
+	closed [opIndexMask + 1]error
 }
 
 var (
@@ -123,6 +140,11 @@ var (
 	// no longer the next one: the stage (or a copy of it) was finished
 	// already, or a later Begin was finished first. Nothing is written.
 	ErrStaleStage = errors.New("stage finished twice or out of order")
+	// ErrClosed means that the queue was closed (Close: the transports
+	// close it with its QP, from whichever goroutine closes that) before
+	// the WQE was finished. It is ctx.ErrClosed, the error of every closed
+	// object, so errors.Is matches it whichever package names it.
+	ErrClosed = ctx.ErrClosed
 )
 
 // PostError is the error Finish returns: the queue's owner and QPN, the
@@ -168,6 +190,9 @@ const opIndexMask = 31
 // error is made once per queue, set and opcode, so that a Finish refused
 // again, as a full queue's is until completions come, allocates nothing.
 func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
+	if q.closed.Load() != 0 {
+		return q.closedError(st)
+	}
 	set := st >> stErrShift & (numErrSets - 1)
 	if ctrl == q.scratch {
 		if q.cfg.Refusal != nil {
@@ -176,10 +201,10 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 		set |= errFull
 	}
 	if q.errs == nil {
-		q.errs = new([numErrSets][opIndexMask + 1]error)
+		q.errs = new(errorTable)
 	}
 	op := st >> stOpShift & opIndexMask
-	e := &q.errs[set][op]
+	e := &q.errs.sets[set][op]
 	if *e == nil {
 		var why error
 		switch {
@@ -202,6 +227,40 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 	}
 	return *e
 }
+
+// closedError is the error of a WQE finished after Close: a *PostError
+// wrapping ErrClosed, one per opcode, made once.
+func (q *SendQueue) closedError(st uint64) error {
+	if q.errs == nil {
+		q.errs = new(errorTable)
+	}
+	op := st >> stOpShift & opIndexMask
+	e := &q.errs.closed[op]
+	if *e == nil {
+		name := q.cfg.Transport
+		if name == "" {
+			name = "wqebuilder"
+		}
+		*e = &PostError{Transport: name, QPN: q.cfg.QPN, Op: prm.Opcode(op), Err: ErrClosed}
+	}
+	return *e
+}
+
+// Close stops the queue for good, and may be called from any goroutine:
+// from then on Finish refuses every stage, those begun before Close
+// included, with a *PostError wrapping ErrClosed and writes nothing, and
+// RingDoorbell rings nothing (WQEs finished before Close and not yet rung
+// stay unpublished). Close does not touch the ring: a stage kept across it
+// may go on writing there, to memory that Config.Memory keeps mapped until
+// the queue is unreachable. It is idempotent.
+//
+// A post racing with a Close on another goroutine either ends in that
+// error or goes through to a QP that is being destroyed; it never writes
+// to freed memory.
+func (q *SendQueue) Close() { q.closed.Store(1) }
+
+// Closed reports whether Close has run.
+func (q *SendQueue) Closed() bool { return q.closed.Load() != 0 }
 
 // New validates cfg and returns a send queue over its ring. The ring, the
 // doorbell record and the register are not written until the first post.
@@ -257,7 +316,7 @@ func New(cfg Config) (*SendQueue, error) {
 		db:         db,
 		recordMem:  make([]record, cfg.WQECnt),
 		scratchMem: make([]uint64, (cfg.MaxWQEBBs+1)*prm.WQEBBSize/8),
-		cfg:        cfg,
+		cfg:        cfg, // cfg.Memory keeps the memory reachable
 	}
 	for ds := range q.sgeLimit {
 		// The payload may grow to ds+MaxSGE segments unless the WQE size
@@ -345,9 +404,9 @@ func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 // RingDoorbell publishes the WQEs finished since the last doorbell: it sets
 // the doorbell record to the producer index and writes the first 8 bytes of
 // the last of them to the register (rdma-core's doorbell for a batch). It
-// does nothing when no WQE is pending.
+// does nothing when no WQE is pending, or after Close.
 func (q *SendQueue) RingDoorbell() {
-	if q.rung == q.pi {
+	if q.rung == q.pi || q.closed.Load() != 0 {
 		return
 	}
 	q.db.Ring(uint32(q.pi), unsafe.Pointer(&q.lastDB))
