@@ -14,3 +14,8 @@ func CQClosed(cq *CompletionQueue) bool {
 
 // WatcherDone is closed when the watcher's goroutine has ended.
 func WatcherDone(w *AsyncWatcher) <-chan struct{} { return w.done }
+
+// OpenContexts returns the device contexts not yet closed by
+// ibv_close_device: a closed Device stays open while the memory of one of
+// its queues is reachable (see closeGate).
+func OpenContexts() int64 { return openContexts.Load() }

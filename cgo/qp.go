@@ -63,6 +63,9 @@ type qpParams struct {
 type dedicatedDomain struct {
 	td  *C.struct_ibv_td
 	pdd *C.struct_ibv_pd // the parent domain (a struct ibv_pd to the verbs)
+	// ext is the parent domain's allocator: the QP's rings and doorbell
+	// record (extalloc.go).
+	ext extDomain
 }
 
 func newDedicatedDomain(c *C.struct_ibv_context, pd *C.struct_ibv_pd) (dedicatedDomain, error) {
@@ -70,21 +73,22 @@ func newDedicatedDomain(c *C.struct_ibv_context, pd *C.struct_ibv_pd) (dedicated
 	if td == nil {
 		return dedicatedDomain{}, ptrError("ibv_alloc_td", "dedicated BlueFlame register for a QP", errno)
 	}
-	pdd, errno := C.mk_alloc_parent_domain(c, pd, td)
-	if pdd == nil {
-		err := ptrError("ibv_alloc_parent_domain", "", errno)
+	ext, err := newExtDomain(c, pd, td, "")
+	if err != nil {
 		C.ibv_dealloc_td(td)
 		return dedicatedDomain{}, err
 	}
-	return dedicatedDomain{td: td, pdd: pdd}, nil
+	return dedicatedDomain{td: td, pdd: ext.pdd, ext: ext}, nil
 }
 
-// release frees the parent domain, then the thread domain; the QP created
-// through them must be destroyed first.
+// release frees the parent domain, then the thread domain, and unmaps the
+// QP's memory; the QP created through them must be destroyed first, and
+// nothing may reach its memory (a QP that failed to be created, a probe's).
+// A closed QP retires its domain instead (extalloc.go).
 func (dd *dedicatedDomain) release() error {
 	if dd.pdd != nil {
-		if ret, errno := C.ibv_dealloc_pd(dd.pdd); ret != 0 {
-			return retError("ibv_dealloc_pd", "parent domain", int(ret), errno)
+		if err := dd.ext.abandon(); err != nil {
+			return err
 		}
 		dd.pdd = nil
 	}
@@ -226,6 +230,7 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 			return nil, err
 		}
 		q.desc = qpDescriptor(uint32(qp.qp_num), &out, caps)
+		q.desc.Memory = pd.d.queueMemory(dom.ext.arena, dom.td)
 	}
 	pd.d.qps[q] = struct{}{}
 	return q, nil
@@ -512,7 +517,7 @@ func (qp *QueuePair) closeLocked() error {
 		}
 		qp.qp = nil
 	}
-	if err := qp.dom.release(); err != nil {
+	if err := qp.dom.retire(); err != nil {
 		return err
 	}
 	qp.closed = true
