@@ -42,6 +42,9 @@ type CompletionQueue struct {
 	desc    ctx.CQDescriptor
 	events  uint64
 	closed  bool
+	// ext is the parent domain the CQ is created through: its ring and
+	// doorbell record come from ext.arena (extalloc.go).
+	ext extDomain
 }
 
 // CreateCompletionQueue creates a CQ through mlx5dv_create_cq (the
@@ -91,6 +94,12 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 		dv.comp_mask |= C.MLX5DV_CQ_INIT_ATTR_MASK_FLAGS
 		dv.flags |= C.MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD
 	}
+	if cq.ext, err = d.cqDomain(); err != nil {
+		cq.destroy()
+		return nil, err
+	}
+	attr.comp_mask |= C.IBV_CQ_INIT_ATTR_MASK_PD
+	attr.parent_domain = cq.ext.pdd
 	cqx, errno := C.mlx5dv_create_cq(d.c, &attr, &dv)
 	if cqx == nil {
 		cq.destroy()
@@ -112,6 +121,7 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 		DBRec:   unsafe.Pointer(out.dbrec),
 		UAR:     out.cq_uar,
 		CQN:     uint32(out.cqn),
+		Memory:  d.queueMemory(cq.ext.arena, nil),
 	}
 	d.cqs[unsafe.Pointer(cq.cq)] = cq
 	return cq, nil
@@ -174,6 +184,15 @@ func (cq *CompletionQueue) destroy() error {
 			return retError("ibv_destroy_cq", fmt.Sprintf("CQN %#x", cq.desc.CQN), int(ret), errno)
 		}
 		cq.cq, cq.cqx = nil, nil
+	}
+	// A CQ that got its Memory keeps its ring mapped until that is
+	// collected; one that did not (a failed creation) unmaps it now.
+	release := cq.ext.abandon
+	if cq.desc.Memory != nil {
+		release = cq.ext.dealloc
+	}
+	if err := release(); err != nil {
+		errs = append(errs, err)
 	}
 	if cq.channel != nil {
 		if ret, errno := C.ibv_destroy_comp_channel(cq.channel); ret != 0 {

@@ -61,6 +61,9 @@ type Device struct {
 
 	probeOnce sync.Once
 	probed    probeResult
+
+	// mem defers the release of what the data plane writes (extalloc.go).
+	mem deviceMemory
 }
 
 // ListDevices returns every RDMA device ibv_get_device_list reports, with
@@ -207,6 +210,7 @@ func Open(name string) (*Device, error) {
 	d.atomics = ax.orig_attr.atomic_cap != C.IBV_ATOMIC_NONE
 	d.maxQPWR, d.maxSGE = uint32(ax.orig_attr.max_qp_wr), uint32(ax.orig_attr.max_sge)
 	d.shutUpBF = shutUpBlueFlame(os.LookupEnv(envShutUpBF))
+	d.deferClose(c)
 	return d, nil
 }
 
@@ -674,8 +678,10 @@ func (d *Device) Close() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if ret, errno := C.ibv_close_device(d.c); ret != 0 {
-		return retError("ibv_close_device", fmt.Sprintf("%q", d.name), int(ret), errno)
+	// ibv_close_device waits until no queue's memory is reachable: it
+	// unmaps the UAR pages their registers and doorbells lie in.
+	if err := d.closeMemory(); err != nil {
+		return err
 	}
 	d.closed = true
 	d.c = nil

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/cgo"
 )
 
 // openFDs lists the process's open descriptors with what they point at.
@@ -39,6 +43,12 @@ func TestMain(m *testing.M) {
 	}
 	before := openFDs()
 	code := m.Run()
+	// A closed device's descriptor goes when the memory of its queues was
+	// collected (the last cleanup closes it).
+	for deadline := time.Now().Add(10 * time.Second); cgo.OpenContexts() > 0 && time.Now().Before(deadline); {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
 	after := openFDs()
 	for fd, target := range after {
 		if before[fd] != target {

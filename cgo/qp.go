@@ -77,6 +77,9 @@ type qpParams struct {
 type dedicatedDomain struct {
 	td  *C.struct_ibv_td
 	pdd *C.struct_ibv_pd // the parent domain (a struct ibv_pd to the verbs)
+	// ext is the parent domain's allocator: the QP's rings and doorbell
+	// record (extalloc.go).
+	ext extDomain
 }
 
 func newDedicatedDomain(c *C.struct_ibv_context, pd *C.struct_ibv_pd) (dedicatedDomain, error) {
@@ -84,21 +87,22 @@ func newDedicatedDomain(c *C.struct_ibv_context, pd *C.struct_ibv_pd) (dedicated
 	if td == nil {
 		return dedicatedDomain{}, ptrError("ibv_alloc_td", "dedicated BlueFlame register for a QP", errno)
 	}
-	pdd, errno := C.mk_alloc_parent_domain(c, pd, td)
-	if pdd == nil {
-		err := ptrError("ibv_alloc_parent_domain", "", errno)
+	ext, err := newExtDomain(c, pd, td, "")
+	if err != nil {
 		C.ibv_dealloc_td(td)
 		return dedicatedDomain{}, err
 	}
-	return dedicatedDomain{td: td, pdd: pdd}, nil
+	return dedicatedDomain{td: td, pdd: ext.pdd, ext: ext}, nil
 }
 
-// release frees the parent domain, then the thread domain; the QP created
-// through them must be destroyed first.
+// release frees the parent domain, then the thread domain, and unmaps the
+// QP's memory; the QP created through them must be destroyed first, and
+// nothing may reach its memory (a QP that failed to be created, a probe's).
+// A closed QP retires its domain instead (extalloc.go).
 func (dd *dedicatedDomain) release() error {
 	if dd.pdd != nil {
-		if ret, errno := C.ibv_dealloc_pd(dd.pdd); ret != 0 {
-			return retError("ibv_dealloc_pd", "parent domain", int(ret), errno)
+		if err := dd.ext.abandon(); err != nil {
+			return err
 		}
 		dd.pdd = nil
 	}
@@ -263,11 +267,21 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	// accepts only a plain PD for it.
 	var dom dedicatedDomain
 	createPD := pd.pd
-	if cfg.Type != ctx.QPTypeDCT && !pd.d.shutUpBF {
+	if cfg.Type != ctx.QPTypeDCT {
 		// Without a thread domain the QP falls back to rdma-core's
-		// registers, doorbell only.
-		if d, err := newDedicatedDomain(pd.d.c, pd.pd); err == nil {
-			dom, createPD = d, d.pdd
+		// registers, doorbell only; its rings still come from a parent
+		// domain's allocator, so that they outlive Close like any QP's.
+		if !pd.d.shutUpBF {
+			if d, err := newDedicatedDomain(pd.d.c, pd.pd); err == nil {
+				dom, createPD = d, d.pdd
+			}
+		}
+		if dom.pdd == nil {
+			ext, err := newExtDomain(pd.d.c, pd.pd, nil, "QP without a thread domain")
+			if err != nil {
+				return nil, err
+			}
+			dom, createPD = dedicatedDomain{pdd: ext.pdd, ext: ext}, ext.pdd
 		}
 	}
 	qp, caps, err := createQP(pd.d.c, createPD, p)
@@ -289,6 +303,7 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 		if dom.td == nil {
 			q.desc.BlueFlameSize = 0
 		}
+		q.desc.Memory = pd.d.queueMemory(dom.ext.arena, dom.td)
 	}
 	pd.d.qps[q] = struct{}{}
 	return q, nil
@@ -630,7 +645,7 @@ func (qp *QueuePair) closeLocked() error {
 		}
 		qp.qp = nil
 	}
-	if err := qp.dom.release(); err != nil {
+	if err := qp.dom.retire(); err != nil {
 		return err
 	}
 	qp.closed = true

@@ -22,6 +22,9 @@ type SharedReceiveQueue struct {
 	srq    *C.struct_ibv_srq
 	desc   ctx.SRQDescriptor
 	closed bool
+	// ext is the parent domain the SRQ is created through: its ring and
+	// doorbell record come from ext.arena (extalloc.go).
+	ext extDomain
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq) and fills its
@@ -48,12 +51,18 @@ func (pd *ProtectionDomain) CreateSRQ(cfg ctx.SRQConfig) (*SharedReceiveQueue, e
 	var ia C.struct_ibv_srq_init_attr
 	ia.attr.max_wr = C.uint32_t(cfg.Depth)
 	ia.attr.max_sge = C.uint32_t(cfg.MaxSGE)
-	srq, errno := C.ibv_create_srq(pd.pd, &ia)
+	ext, err := newExtDomain(pd.d.c, pd.pd, nil, "SRQ")
+	if err != nil {
+		return nil, err
+	}
+	srq, errno := C.ibv_create_srq(ext.pdd, &ia)
 	if srq == nil {
+		_ = ext.abandon()
 		return nil, ptrError(verb, detail, errno)
 	}
 	fail := func(err error) (*SharedReceiveQueue, error) {
 		C.ibv_destroy_srq(srq)
+		_ = ext.abandon()
 		return nil, err
 	}
 	var out C.struct_mlx5dv_srq
@@ -77,7 +86,8 @@ func (pd *ProtectionDomain) CreateSRQ(cfg ctx.SRQConfig) (*SharedReceiveQueue, e
 		Tail:       tail,
 		SRQN:       uint32(out.srqn),
 		MaxRecvSGE: uint32(ia.attr.max_sge),
-	}}
+		Memory:     pd.d.queueMemory(ext.arena, nil),
+	}, ext: ext}
 	pd.d.srqs[unsafe.Pointer(srq)] = s
 	return s, nil
 }
@@ -102,5 +112,7 @@ func (s *SharedReceiveQueue) closeLocked() error {
 	}
 	s.closed = true
 	delete(s.pd.d.srqs, unsafe.Pointer(s.srq))
-	return nil
+	// The ring stays mapped while the data plane can reach it (the
+	// descriptor's Memory).
+	return s.ext.dealloc()
 }

@@ -35,6 +35,14 @@ type QPDescriptor struct {
 	MaxInline  uint32
 	MaxSendSGE uint32
 	MaxRecvSGE uint32
+	// Memory owns the memory SQ, RQ, DBRec and BlueFlame point into. The
+	// provider releases that memory only once the QP is closed and Memory
+	// is unreachable, so whatever keeps those pointers keeps Memory with
+	// them (wqebuilder.Config.Memory, as the transports do): a WQE begun
+	// before Close and written after it lands in memory the device no
+	// longer reads, never in memory that was freed or reused. nil where
+	// the provider has nothing to keep (a DCT).
+	Memory any
 }
 
 // CQDescriptor is the Go twin of struct mlx5dv_cq.
@@ -50,6 +58,9 @@ type CQDescriptor struct {
 	UAR unsafe.Pointer
 	// CQN is the completion queue number.
 	CQN uint32
+	// Memory owns the ring, the doorbell record and the UAR page, as
+	// QPDescriptor.Memory (monocq.Config.Memory keeps it).
+	Memory any
 }
 
 // SRQDescriptor is the Go twin of struct mlx5dv_srq.
@@ -63,4 +74,7 @@ type SRQDescriptor struct {
 	Head, Tail uint32
 	SRQN       uint32
 	MaxRecvSGE uint32
+	// Memory owns the ring and the doorbell record, as
+	// QPDescriptor.Memory.
+	Memory any
 }

@@ -37,6 +37,9 @@ type node struct {
 	parents  []*node
 	children map[*node]struct{}
 	release  func() error // provider close; called with t.mu held
+	// onClose runs when the object closes, before release (see
+	// QueuePair.OnClose); guarded by t.mu.
+	onClose []func()
 }
 
 func (n *node) init(t *tree, rank int, release func() error, parents ...*node) {
@@ -86,6 +89,7 @@ func (n *node) closeLocked() error {
 	var errs []error
 	for _, x := range all {
 		x.closed.Store(true)
+		x.runOnClose()
 		if x.release != nil {
 			if err := x.release(); err != nil {
 				errs = append(errs, err)

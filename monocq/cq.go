@@ -33,9 +33,23 @@ type Config struct {
 	UAR unsafe.Pointer
 	// CQN is the completion queue number (24 bits).
 	CQN uint32
+	// Memory is the owner of the ring, the doorbell record and the UAR
+	// (ctx.CQDescriptor.Memory): the poller keeps it reachable, so that
+	// polling a CQ that was closed, even by another goroutine (Context.Close
+	// to stop a poll loop), reads memory that is still mapped. Leave it nil
+	// only for memory that outlives the poller anyway.
+	Memory any
 }
 
 // CQ polls one completion ring. It is used by one goroutine at a time.
+//
+// A CQ closed under the poller (ctx.CompletionQueue.Close, or a parent's
+// Close, from any goroutine) stops receiving CQEs: Poll, All and Ready then
+// hand out the CQEs the device had written before, and find nothing after
+// them. Nothing in the ring says that the CQ is closed; a poll loop learns
+// it from the CQ's owner (ctx.CompletionQueue.Closed, or the Err of the
+// transports' Pollers, which wraps ctx.ErrClosed), as a loop over a net.Conn
+// learns it from the error of its next read.
 type CQ struct {
 	// Hot fields first: Next reads ring, mask, shift, ci and state.
 	ring   unsafe.Pointer // the CQE64 of slot 0: Buf + CQESize - 64
@@ -54,7 +68,6 @@ type CQ struct {
 	state uint64
 	dbrec unsafe.Pointer
 
-	buf   unsafe.Pointer
 	uar   unsafe.Pointer
 	cqn   uint32
 	armSN uint32
@@ -63,6 +76,11 @@ type CQ struct {
 	sessions    uint64 // compressed sessions expanded
 	miniCQEs    uint64 // CQEs expanded from mini-CQEs
 	overrunSeen bool
+
+	// memory is Config.Memory, kept reachable with the poller (in the
+	// place of a copy of Config.Buf, which ring replaces: the CQ stays in
+	// its allocation size class).
+	memory any
 }
 
 // New returns a poller for the ring that cfg describes. The ring's slots
@@ -97,9 +115,9 @@ func New(cfg Config) (*CQ, error) {
 		shift:  uint8(bits.TrailingZeros32(cfg.CQESize)),
 		logCnt: uint8(bits.TrailingZeros32(cfg.CQECnt)),
 		dbrec:  cfg.DBRec,
-		buf:    cfg.Buf,
 		uar:    cfg.UAR,
 		cqn:    cfg.CQN,
+		memory: cfg.Memory,
 	}, nil
 }
 

@@ -217,7 +217,7 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, er
 	// inliner to price Post with it, over the budget.
 	s = func() wqebuilder.OpStage {
 		if transport.Ready(&q.Queue) {
-			return q.SendQueue().Begin(wrid, flags).OpStage
+			return transport.SendRing(&q.Queue).Begin(wrid, flags).OpStage
 		}
 		var c wqebuilder.CtrlStage
 		c, err = transport.Refuse(&q.Queue, wrid, flags)

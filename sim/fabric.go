@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -477,7 +478,7 @@ func (f *Fabric) removeQP(q *qp) {
 	f.qpns.give(q.qpn)
 	for i, x := range f.qpList {
 		if x == q {
-			f.qpList = append(f.qpList[:i], f.qpList[i+1:]...)
+			f.qpList = slices.Delete(f.qpList, i, i+1) // zeroes the vacated slot
 			break
 		}
 	}
@@ -494,7 +495,7 @@ func (f *Fabric) removeSRQ(s *srq) {
 	f.srqns.give(s.srqn)
 	for i, x := range f.srqList {
 		if x == s {
-			f.srqList = append(f.srqList[:i], f.srqList[i+1:]...)
+			f.srqList = slices.Delete(f.srqList, i, i+1) // zeroes the vacated slot
 			break
 		}
 	}
@@ -511,7 +512,7 @@ func (f *Fabric) removeCQ(c *cq) {
 	f.cqns.give(c.cqn)
 	for i, x := range f.cqList {
 		if x == c {
-			f.cqList = append(f.cqList[:i], f.cqList[i+1:]...)
+			f.cqList = slices.Delete(f.cqList, i, i+1) // zeroes the vacated slot
 			break
 		}
 	}

@@ -45,6 +45,7 @@ type cq struct {
 	dev    *device
 	cqn    uint32
 	bufs   [3]*ctx.Buffer
+	mem    *queueMemory // owns bufs once created
 	ring   unsafe.Pointer
 	cnt    uint32
 	size   uint32
@@ -150,11 +151,12 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.Provi
 	}
 	c.cqn = cqn
 	d.f.addCQ(c)
+	c.mem = keepMemory(c.bufs[:])
 	return c, nil
 }
 
 func (c *cq) Descriptor() ctx.CQDescriptor {
-	return ctx.CQDescriptor{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn}
+	return ctx.CQDescriptor{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn, Memory: c.mem}
 }
 
 func (c *cq) EventFD() int { return c.evfd }
@@ -186,7 +188,8 @@ func (c *cq) Close() error {
 	if c.evfd >= 0 {
 		_ = unix.Close(c.evfd)
 	}
-	freeAll(c.bufs[:]...)
+	// The ring, doorbell record and UAR stay mapped while a poller can
+	// reach them (see queueMemory).
 	return nil
 }
 
@@ -197,6 +200,7 @@ type srq struct {
 	pd     *pd
 	srqn   uint32
 	bufs   [2]*ctx.Buffer
+	mem    *queueMemory // owns bufs once created
 	ring   unsafe.Pointer
 	cnt    uint32
 	stride uint32
@@ -249,12 +253,13 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
 	}
 	s.srqn = srqn
 	p.f.addSRQ(s)
+	s.mem = keepMemory(s.bufs[:])
 	return s, nil
 }
 
 func (s *srq) Descriptor() ctx.SRQDescriptor {
 	return ctx.SRQDescriptor{Buf: s.ring, DBRec: s.db, Stride: s.stride, WQECnt: s.cnt,
-		Head: 0, Tail: s.cnt - 1, SRQN: s.srqn, MaxRecvSGE: s.maxSGE}
+		Head: 0, Tail: s.cnt - 1, SRQN: s.srqn, MaxRecvSGE: s.maxSGE, Memory: s.mem}
 }
 
 func (s *srq) Close() error {
@@ -265,7 +270,8 @@ func (s *srq) Close() error {
 	}
 	s.closed = true
 	s.f.removeSRQ(s)
-	freeAll(s.bufs[:]...)
+	// The ring and doorbell record stay mapped while a receive ring can
+	// reach them (see queueMemory).
 	return nil
 }
 
@@ -281,6 +287,7 @@ type qp struct {
 	recvCQ *cq
 	srq    *srq
 	bufs   [4]*ctx.Buffer
+	mem    *queueMemory // owns bufs once created
 
 	sq         unsafe.Pointer
 	sqCnt      uint32 // WQEBBs
@@ -412,6 +419,7 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 		}
 	}
 	p.f.addQP(q)
+	q.mem = keepMemory(q.bufs[:])
 	return q, nil
 }
 
@@ -425,6 +433,7 @@ func (q *qp) Descriptor() ctx.QPDescriptor {
 		MaxInline:  q.maxInline,
 		MaxSendSGE: q.maxSendSGE,
 		MaxRecvSGE: q.rqMaxSGE,
+		Memory:     q.mem,
 	}
 	if q.sqCnt > 0 && !q.sharedBF {
 		d.BlueFlameSize = bfSize
@@ -570,7 +579,9 @@ func (q *qp) Close() error {
 	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
 		c.dropPendingFor(q)
 	}
-	freeAll(q.bufs[:]...)
+	// The rings, doorbell record and BlueFlame page stay mapped while a
+	// send queue, a stage or a receive ring can reach them (see
+	// queueMemory).
 	return nil
 }
 

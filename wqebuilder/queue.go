@@ -3,9 +3,11 @@ package wqebuilder
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -48,6 +50,13 @@ type Config struct {
 	// hands out the stages of such a queue, kept full, for a QP that cannot
 	// post, and Refusal says why (not connected, in error, closed).
 	Refusal func() error
+	// Memory is the owner of the ring, the doorbell record and the
+	// register (ctx.QPDescriptor.Memory): the queue keeps it reachable,
+	// and with it every stage, since a stage holds its queue. A stage
+	// begun before the QP was destroyed and written after it then writes
+	// to memory the device no longer reads, never to memory the provider
+	// freed. Leave it nil only for memory that outlives the queue anyway.
+	Memory any
 }
 
 // maxWQEBBsLimit is the largest WQE in WQEBBs: ds is a 6-bit count.
@@ -80,6 +89,7 @@ type SendQueue struct {
 	ci      uint64         // consumer index: WQEBBs retired by completions
 	limit   uint64         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
 	mask    uint32         // WQECnt - 1
+	closed  atomic.Uint32  // 1 once Close ran, from any goroutine (see refused)
 	qpn8    uint64         // QPN << 8, ready for qpn_ds
 	rung    uint64         // producer index the doorbell record holds
 	records unsafe.Pointer // [WQECnt]record
@@ -128,6 +138,11 @@ var (
 	// no longer the next one: the stage (or a copy of it) was finished
 	// already, or a later Begin was finished first. Nothing is written.
 	ErrStaleStage = errors.New("stage finished twice or out of order")
+	// ErrClosed means that the queue was closed (Close: the transports
+	// close it with its QP, from whichever goroutine closes that) before
+	// the WQE was finished. It is ctx.ErrClosed, the error of every closed
+	// object, so errors.Is matches it whichever package names it.
+	ErrClosed = ctx.ErrClosed
 )
 
 // PostError is the error Finish returns: the queue's owner and QPN, the
@@ -167,8 +182,8 @@ const (
 	errLimit                // data segments above MaxSGE or MaxWQEBBs, or one above MaxSGELength
 )
 
-// Reasons a WQE is refused, in the order failure reports them: a full
-// queue first (the stages then wrote to the scratch area), then the stages'
+// Reasons a WQE is refused, in the order failure reports them: a closed
+// queue first, then a full queue (the stages then wrote to the scratch area), then the stages'
 // errors, of which a WQE has at most one kind besides an SGE above
 // MaxSGELength (that one is reported in place of a limit met before it).
 const (
@@ -178,18 +193,19 @@ const (
 	whyTooLarge
 	whySGE
 	whySGELength
+	whyClosed
 	numWhy
 )
 
 // whyErrors are the sentinels of the reasons.
-var whyErrors = [numWhy]error{ErrStaleStage, ErrQueueFull, ErrInlineTooLong, ErrWQETooLarge, ErrTooManySGE, ErrSGETooLong}
+var whyErrors = [numWhy]error{ErrStaleStage, ErrQueueFull, ErrInlineTooLong, ErrWQETooLarge, ErrTooManySGE, ErrSGETooLong, ErrClosed}
 
 // opIndexMask folds an opcode into the error table; every opcode the stages
 // write is below 32.
 const opIndexMask = 31
 
 // failure is the error of a WQE whose Finish was refused, from its control
-// segment and state word: Refusal's, or ErrQueueFull, for a WQE begun on a
+// segment and state word: ErrClosed once Close ran, then Refusal's, or ErrQueueFull, for a WQE begun on a
 // full queue, then the error the stages recorded, else ErrStaleStage. Each
 // error is made once per queue, reason and opcode, so that a Finish refused
 // again, as a full queue's is until completions come, allocates nothing.
@@ -197,6 +213,8 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 	set := st >> stErrShift
 	why := whyStale
 	switch {
+	case q.closed.Load() != 0:
+		why = whyClosed
 	case ctrl == q.scratch:
 		if q.cfg.Refusal != nil {
 			return q.cfg.Refusal()
@@ -230,6 +248,23 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 	}
 	return *e
 }
+
+
+// Close stops the queue for good, and may be called from any goroutine:
+// from then on Finish refuses every stage, those begun before Close
+// included, with a *PostError wrapping ErrClosed and writes nothing, and
+// RingDoorbell rings nothing (WQEs finished before Close and not yet rung
+// stay unpublished). Close does not touch the ring: a stage kept across it
+// may go on writing there, to memory that Config.Memory keeps mapped until
+// the queue is unreachable. It is idempotent.
+//
+// A post racing with a Close on another goroutine either ends in that
+// error or goes through to a QP that is being destroyed; it never writes
+// to freed memory.
+func (q *SendQueue) Close() { q.closed.Store(1) }
+
+// Closed reports whether Close has run.
+func (q *SendQueue) Closed() bool { return q.closed.Load() != 0 }
 
 // New validates cfg and returns a send queue over its ring. The ring, the
 // doorbell record and the register are not written until the first post.
@@ -285,7 +320,7 @@ func New(cfg Config) (*SendQueue, error) {
 		db:         db,
 		recordMem:  make([]record, cfg.WQECnt),
 		scratchMem: make([]uint64, (cfg.MaxWQEBBs+1)*prm.WQEBBSize/8),
-		cfg:        cfg,
+		cfg:        cfg, // cfg.Memory keeps the memory reachable
 	}
 	for ds := range q.sgeLimit {
 		// The payload may grow to ds+MaxSGE segments unless the WQE size
@@ -373,9 +408,9 @@ func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 // RingDoorbell publishes the WQEs finished since the last doorbell: it sets
 // the doorbell record to the producer index and writes the first 8 bytes of
 // the last of them to the register (rdma-core's doorbell for a batch). It
-// does nothing when no WQE is pending.
+// does nothing when no WQE is pending, or after Close.
 func (q *SendQueue) RingDoorbell() {
-	if q.rung == q.pi {
+	if q.rung == q.pi || q.closed.Load() != 0 {
 		return
 	}
 	q.db.Ring(uint32(q.pi), unsafe.Pointer(&q.lastDB))

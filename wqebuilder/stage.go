@@ -471,10 +471,11 @@ func copyInline(q *SendQueue, dst unsafe.Pointer, room uintptr, b []byte) {
 // an error, or its control segment is not the one the last Begin opened in
 // the ring: it was begun on a full queue (its control segment is in the
 // scratch area), or it is stale (the stage, or a copy of it, was finished
-// already, or another stage begun at the same index finished first).
-// failure says which.
+// already, or another stage begun at the same index finished first), or
+// the queue was closed. failure says which. The closed flag shares its
+// cache line with the indexes commit reads next.
 func (w wqe) refused() bool {
-	return w.st&stErrMask != 0 || uintptr(w.ctrl) != w.q.open
+	return w.st&stErrMask != 0 || uintptr(w.ctrl) != w.q.open || w.q.closed.Load() != 0
 }
 
 // failure is the error of a WQE that refused turned down (see

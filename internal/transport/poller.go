@@ -16,7 +16,7 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 		return nil, fmt.Errorf("completion queue: %w", ErrClosed)
 	}
 	d := cq.Descriptor()
-	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
+	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
 }
 
 // Dispatcher is the state behind the Poller of packages rc, dc and ud: a

@@ -46,8 +46,12 @@ func (s State) String() string {
 // monocq.Table[Queue] (or one Poller) serves queue pairs of every transport
 // on a CQ.
 //
-// A Queue is used by one goroutine at a time: posting, polling its CQs and
-// closing must not run concurrently.
+// A Queue is used by one goroutine at a time: posting, polling its CQs,
+// Reset and the transport's Close must not run concurrently. The ctx
+// objects under it (the QP through Handle, its CQs, SRQ, PD, the Context)
+// may be closed from any goroutine: a post then fails with ErrClosed, at
+// Begin or at Finish, and a poll finds nothing more, and neither touches
+// memory that was freed (see closer).
 type Queue struct {
 	// Hot fields first.
 	sq    *wqebuilder.SendQueue // nil for a DCT
@@ -71,6 +75,9 @@ type Queue struct {
 	// dispatchers are the pollers the queue was added to; Close takes it
 	// out of them, so that a QPN the device reuses can be added again.
 	dispatchers []*Dispatcher
+	// closer closes the send queue and receive ring when the QP closes;
+	// Setup keeps it across a Reset.
+	closer *closer
 }
 
 // Detach removes q from every poller it was added to (the transports'
@@ -89,7 +96,8 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	d := qp.Descriptor()
 	// Setup also rebuilds a queue after its QP went through RESET: the
 	// pollers it was added to keep it.
-	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit, dispatchers: q.dispatchers}
+	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
+		dispatchers: q.dispatchers, closer: q.closer}
 	for s := State(0); s <= StateClosed; s++ {
 		var why error
 		switch s {
@@ -120,6 +128,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			MaxSGE:        d.MaxSendSGE,
 			MaxWQEBBs:     MaxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
 			Transport:     transport,
+			Memory:        d.Memory,
 		}
 		if cfg.MaxWQEBBs > cfg.WQECnt {
 			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ErrInvalidConfig)
@@ -149,9 +158,11 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrTooManySGE}
 		r.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrSGETooLong}
 		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrStaleStage}
+		r.memory = d.Memory
 		q.rq, q.recv = r, r
 	}
 	q.rq.refusal = q.recvRefusal
+	closeWithQP(q)
 	return nil
 }
 
@@ -257,8 +268,22 @@ func (q *Queue) State() State {
 func (q *Queue) SRQ() *SharedReceiveQueue { return q.srq }
 
 // SendQueue returns the send queue (nil for a DCT), for its counters:
-// Free, Outstanding, Pending.
-func (q *Queue) SendQueue() *wqebuilder.SendQueue { return q.sq }
+// Free, Outstanding, Pending, and to post on directly. Once the QP is
+// closed it returns the private queue that refused posts use instead,
+// always full: its stages write nothing that matters and their Finish
+// returns a *PostError wrapping ErrClosed.
+func (q *Queue) SendQueue() *wqebuilder.SendQueue {
+	if q.sq != nil && q.qp.Closed() {
+		q.state = StateClosed
+		q.refusal = q.errSend[StateClosed]
+		return q.dead
+	}
+	return q.sq
+}
+
+// SendRing is SendQueue without the test for a closed QP, for a post that
+// tested Ready already.
+func SendRing(q *Queue) *wqebuilder.SendQueue { return q.sq }
 
 // RingDoorbell publishes the send WQEs finished (with Finish) since the
 // last doorbell: one doorbell for a batch. It does nothing on a closed QP.

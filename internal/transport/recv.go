@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
@@ -24,6 +25,9 @@ type recvRing struct {
 	dbrec unsafe.Pointer
 	wrid  unsafe.Pointer // [cnt]uint64
 	mask  uint32         // cnt - 1
+	// closed is 1 once the QP or SRQ closed (from any goroutine): Finish
+	// refuses every stage then. It sits in the padding after mask.
+	closed atomic.Uint32
 	// stride is the bytes per WQE, a power of two. Slot addresses multiply
 	// by it: one instruction, where a shift by a variable count compiles
 	// with Go's guard for counts of 64 and more.
@@ -59,6 +63,9 @@ type recvRing struct {
 	// checked already, and a slice index would check them again.
 	busy    unsafe.Pointer // [cnt]bool
 	busyMem []bool
+	// memory owns buf and dbrec (the descriptor's Memory): a stage kept
+	// across Close writes to memory that is still mapped.
+	memory any
 }
 
 func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool, head, tail uint32) (*recvRing, error) {
@@ -209,7 +216,7 @@ func (s RecvStage) FinishDoorbell() error { return s.finish(true) }
 func (s RecvStage) finish(ring bool) error {
 	return func() error {
 		r := s.r
-		if s.st>>recvErrShift != 0 || uintptr(s.first) != r.open {
+		if s.st>>recvErrShift != 0 || uintptr(s.first) != r.open || r.closed.Load() != 0 {
 			return s.error()
 		}
 		r.terminate(s.next(), uint32(s.st))
@@ -259,11 +266,12 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 }
 
 // error is the error of a stage that finish turned down: the owner's
-// refusal for a stage BeginRecv refused, then ErrStaleStage for a stage
-// that is not the open one, then ErrSGETooLong, then ErrTooManySGE.
+// refusal for a stage BeginRecv refused or a ring closed since, then
+// ErrStaleStage for a stage that is not the open one, then ErrSGETooLong,
+// then ErrTooManySGE.
 func (s RecvStage) error() error {
 	switch {
-	case s.first == refusedStage:
+	case s.first == refusedStage || s.r.closed.Load() != 0:
 		return s.r.refusal()
 	case uintptr(s.first) != s.r.open:
 		return s.r.errStale

@@ -60,9 +60,13 @@ func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQCo
 	ring.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrTooManySGE}
 	ring.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrSGETooLong}
 	ring.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrStaleStage}
+	ring.memory = d.Memory
 	q := &SharedReceiveQueue{srq: s, ring: ring}
 	q.errs[0] = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrClosed}
 	ring.refusal = q.recvRefusal
+	// A stage begun before the SRQ closed (from any goroutine) fails at
+	// Finish; the ring it writes stays mapped (ring.memory).
+	s.OnClose(func() { ring.closed.Store(1) })
 	return q, nil
 }
 

@@ -1,0 +1,54 @@
+package transport
+
+import (
+	"sync/atomic"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// closer stops the data plane of one queue pair when ctx closes the QP,
+// directly or with a parent (its CQ, SRQ, PD, the Context), on whichever
+// goroutine closes it: it closes the send queue, so that a stage begun
+// before and finished after fails with ErrClosed and rings nothing, and
+// the receive ring likewise. The memory both write stays mapped while they
+// are reachable (the descriptor's Memory, which they keep); the closer
+// only makes the posts fail.
+//
+// Setup registers one closer per QP (ctx.QueuePair.OnClose) and points it
+// at the rings of each setup: a Reset builds new ones.
+type closer struct {
+	qp *ctx.QueuePair
+	sq atomic.Pointer[wqebuilder.SendQueue]
+	rq atomic.Pointer[recvRing]
+}
+
+// close closes the rings the closer points at.
+func (c *closer) close() {
+	if sq := c.sq.Load(); sq != nil {
+		sq.Close()
+	}
+	if r := c.rq.Load(); r != nil {
+		r.closed.Store(1)
+	}
+}
+
+// closeWithQP makes q's send queue and own receive ring close with its QP.
+func closeWithQP(q *Queue) {
+	c := q.closer
+	if c == nil || c.qp != q.qp {
+		c = &closer{qp: q.qp}
+		q.closer = c
+		q.qp.OnClose(c.close)
+	}
+	c.sq.Store(q.sq)
+	var rq *recvRing
+	if q.recv == q.rq {
+		rq = q.rq
+	}
+	c.rq.Store(rq)
+	// A QP closed before the stores above ran the hook already.
+	if q.qp.Closed() {
+		c.close()
+	}
+}
