@@ -249,7 +249,6 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 	return *e
 }
 
-
 // Close stops the queue for good, and may be called from any goroutine:
 // from then on Finish refuses every stage, those begun before Close
 // included, with a *PostError wrapping ErrClosed and writes nothing, and
