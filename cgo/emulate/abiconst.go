@@ -1,0 +1,133 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include <unistd.h>
+#include <sys/syscall.h>
+#include "uverbs_abi.h"
+
+static void mk_write_loop(int fd, long n, int direct)
+{
+	char c = 0;
+	long i;
+
+	for (i = 0; i < n; i++) {
+		if (direct)
+			syscall(SYS_write, fd, &c, 1);
+		else
+			(void)!write(fd, &c, 1);
+	}
+}
+*/
+import "C"
+
+// The ABI numbers and layouts from the installed headers, as Go constants
+// for the tests (which cannot use cgo) to build commands with.
+const (
+	ioctlHdrSize      = C.mk_ioctl_hdr_size
+	ioctlOffLength    = C.mk_ioctl_hdr_off_length
+	ioctlOffObject    = C.mk_ioctl_hdr_off_object
+	ioctlOffMethod    = C.mk_ioctl_hdr_off_method
+	ioctlOffNumAttrs  = C.mk_ioctl_hdr_off_num_attrs
+	ioctlOffReserved1 = C.mk_ioctl_hdr_off_reserved1
+	ioctlOffDriverID  = C.mk_ioctl_hdr_off_driver_id
+	ioctlOffReserved2 = C.mk_ioctl_hdr_off_reserved2
+	attrSize          = C.mk_attr_size
+	attrOffID         = C.mk_attr_off_id
+	attrOffLen        = C.mk_attr_off_len
+	attrOffFlags      = C.mk_attr_off_flags
+	attrOffAttrData   = C.mk_attr_off_attr_data
+	attrOffData       = C.mk_attr_off_data
+	attrFlagMandatory = C.UVERBS_ATTR_F_MANDATORY
+	attrFlagValidOut  = C.UVERBS_ATTR_F_VALID_OUTPUT
+
+	driverMLX5   = C.RDMA_DRIVER_MLX5
+	objectDevice = C.UVERBS_OBJECT_DEVICE
+	objectPD     = C.UVERBS_OBJECT_PD
+	objectAsync  = C.UVERBS_OBJECT_ASYNC_EVENT
+
+	methodInvokeWrite   = C.UVERBS_METHOD_INVOKE_WRITE
+	methodQueryPort     = C.UVERBS_METHOD_QUERY_PORT
+	methodGetContext    = C.UVERBS_METHOD_GET_CONTEXT
+	methodQueryGIDTable = C.UVERBS_METHOD_QUERY_GID_TABLE
+	methodQueryGIDEntry = C.UVERBS_METHOD_QUERY_GID_ENTRY
+	methodAsyncAlloc    = C.UVERBS_METHOD_ASYNC_EVENT_ALLOC
+
+	attrUHWIn             = C.UVERBS_ATTR_UHW_IN
+	attrUHWOut            = C.UVERBS_ATTR_UHW_OUT
+	attrNumCompVectors    = C.UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS
+	attrCoreSupport       = C.UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT
+	attrQueryPortNum      = C.UVERBS_ATTR_QUERY_PORT_PORT_NUM
+	attrQueryPortResp     = C.UVERBS_ATTR_QUERY_PORT_RESP
+	attrGIDEntryPort      = C.UVERBS_ATTR_QUERY_GID_ENTRY_PORT
+	attrGIDEntryIndex     = C.UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX
+	attrGIDEntryFlags     = C.UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS
+	attrGIDEntryResp      = C.UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY
+	attrGIDTableEntrySize = C.UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE
+	attrGIDTableFlags     = C.UVERBS_ATTR_QUERY_GID_TABLE_FLAGS
+	attrGIDTableEntries   = C.UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES
+	attrGIDTableNum       = C.UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES
+	attrAsyncFD           = C.UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE
+
+	cmdHdrSize         = C.mk_cmd_hdr_size
+	exCmdHdrSize       = C.mk_ex_cmd_hdr_size
+	cmdFlagExtended    = C.IB_USER_VERBS_CMD_FLAG_EXTENDED
+	cmdGetContext      = C.IB_USER_VERBS_CMD_GET_CONTEXT
+	cmdQueryDevice     = C.IB_USER_VERBS_CMD_QUERY_DEVICE
+	cmdQueryPort       = C.IB_USER_VERBS_CMD_QUERY_PORT
+	cmdAllocPD         = C.IB_USER_VERBS_CMD_ALLOC_PD
+	exCmdQueryDevice   = C.IB_USER_VERBS_EX_CMD_QUERY_DEVICE
+	getContextRespSize = C.sizeof_struct_ib_uverbs_get_context_resp
+	queryDevRespSize   = C.sizeof_struct_ib_uverbs_query_device_resp
+	queryDevExRespSize = C.sizeof_struct_ib_uverbs_ex_query_device_resp
+	queryPortRespSize  = C.sizeof_struct_ib_uverbs_query_port_resp
+	queryPortExSize    = C.mk_query_port_resp_ex_size
+	gidEntrySize       = C.mk_gid_entry_size
+	ucontextReqV2Size  = C.sizeof_struct_mlx5_ib_alloc_ucontext_req_v2
+	ucontextRespSize   = C.sizeof_struct_mlx5_ib_alloc_ucontext_resp
+	mlx5QueryDevResp   = C.sizeof_struct_mlx5_ib_query_device_resp
+	uctxDEVX           = C.MLX5_IB_ALLOC_UCTX_DEVX
+
+	mmapRegular = C.MLX5_IB_MMAP_REGULAR_PAGE
+	mmapNC      = C.MLX5_IB_MMAP_NC_PAGE
+	mmapAllocWC = C.MLX5_IB_MMAP_ALLOC_WC
+	mmapClock   = C.MLX5_IB_MMAP_CORE_CLOCK
+)
+
+// mlx5QueryDevRespLen is the response_length of a whole
+// mlx5_ib_query_device_resp: the end of its last field.
+var mlx5QueryDevRespLen = int(C.mk_mlx5_query_device_resp_end(C.mk_mlx5_query_device_resp_nends - 1))
+
+// rdmaVerbsIoctl is RDMA_VERBS_IOCTL.
+var rdmaVerbsIoctl = uint(C.mk_rdma_verbs_ioctl())
+
+// ucontextRespField returns named fields of a mlx5_ib_alloc_ucontext_resp
+// held in b, for the tests.
+func ucontextRespField(b []byte) map[string]uint64 {
+	var r C.struct_mlx5_ib_alloc_ucontext_resp
+	copy(bytesOf(&r), b)
+	return map[string]uint64{
+		"qp_tab_size": uint64(r.qp_tab_size), "bf_reg_size": uint64(r.bf_reg_size),
+		"tot_bfregs": uint64(r.tot_bfregs), "cache_line_size": uint64(r.cache_line_size),
+		"max_sq_desc_sz": uint64(r.max_sq_desc_sz), "max_rq_desc_sz": uint64(r.max_rq_desc_sz),
+		"max_send_wqebb": uint64(r.max_send_wqebb), "max_recv_wr": uint64(r.max_recv_wr),
+		"max_srq_recv_wr": uint64(r.max_srq_recv_wr), "num_ports": uint64(r.num_ports),
+		"comp_mask": uint64(r.comp_mask), "response_length": uint64(r.response_length),
+		"cqe_version": uint64(r.cqe_version), "cmds_supp_uhw": uint64(r.cmds_supp_uhw),
+		"eth_min_inline": uint64(r.eth_min_inline), "log_uar_size": uint64(r.log_uar_size),
+		"num_uars_per_page": uint64(r.num_uars_per_page), "num_dyn_bfregs": uint64(r.num_dyn_bfregs),
+		"dump_fill_mkey": uint64(r.dump_fill_mkey),
+	}
+}
+
+// writeLoop writes one byte to fd n times through the interposed write
+// (direct false) or the system call itself (direct true), for the
+// benchmark of what the interposer costs a descriptor it does not own.
+func writeLoop(fd, n int, direct bool) {
+	d := C.int(0)
+	if direct {
+		d = 1
+	}
+	C.mk_write_loop(C.int(fd), C.long(n), d)
+}

@@ -1,0 +1,33 @@
+// Package emulate is the kernel side of the uverbs ABI for the software
+// HCA (package sim): with it, the distribution's unmodified libibverbs and
+// libmlx5 open and query the model's devices as they would a ConnectX, so
+// that the kit's cgo provider and any rdma-core program run without a NIC.
+//
+// A Go program imports the package (cgo builds on Linux) and runs with
+// MLX5KIT_EMULATE=1, or calls Enable before libibverbs first lists
+// devices. Other programs load the same code as a C shared library built
+// from ./cgo/emulate/preload with -buildmode=c-shared, through LD_PRELOAD,
+// with MLX5KIT_EMULATE=1.
+//
+// Switched on, the package generates a sysfs tree for the model's devices
+// (WriteSysfs; libibverbs reads it through SYSFS_PATH once RDMA netlink is
+// found missing), and the C library functions it defines (open, openat,
+// stat, ioctl, write, mmap, munmap, close, socket, and their 64-bit-offset
+// twins), which the dynamic linker prefers to the C library's, hand what
+// concerns /dev/infiniband/uverbsN and its descriptors to the emulated
+// kernel: the ioctl methods and write commands of the uverbs core and
+// mlx5_ib that discovery and queries need, and the mmap of UAR pages.
+// Everything else, and everything while it is off, goes to the C library
+// unchanged. The Go runtime's own system calls never pass through the C
+// library and are not affected.
+//
+// Commands the model does not implement get the answer of a kernel
+// without them (EPROTONOSUPPORT for an ioctl method, EOPNOTSUPP for a write
+// command); malformed ones get the kernel's errno, EINVAL for most, EFAULT
+// for an address that cannot be read or written. docs/hardware.md says
+// what works and what is not built yet.
+//
+// With CGO_ENABLED=0, or for another OS, the package builds with
+// Available false and Enable returning ErrUnavailable; WriteSysfs works in
+// every build.
+package emulate

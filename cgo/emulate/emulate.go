@@ -1,0 +1,267 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// Available reports whether this build has the emulation (cgo on Linux).
+const Available = true
+
+// backingDevice is the character device every uverbs descriptor is a
+// descriptor of: libibverbs compares its number with sysfs dev.
+const backingDevice = "/dev/null"
+
+var global struct {
+	mu     sync.Mutex
+	k      *kernel
+	sysfs  string
+	err    error
+	tried  bool
+	fabric *sim.Fabric
+}
+
+func init() {
+	if os.Getenv(EnvEmulate) != "1" {
+		return
+	}
+	if err := Enable(); err != nil {
+		fmt.Fprintf(os.Stderr, "mlx5kit: %s=1 but the emulated kernel is off: %v\n", EnvEmulate, err)
+	}
+}
+
+// Enable switches the emulation on for this process: it builds the
+// software HCA (a Fabric in engine mode, strict, with the link layer
+// MLX5KIT_EMULATE_LINK names), writes its sysfs tree, points SYSFS_PATH at
+// it and lets the interposed C library calls reach the emulated kernel. It
+// must run before libibverbs lists devices for the first time (libibverbs
+// reads SYSFS_PATH once); MLX5KIT_EMULATE=1 calls it while the process
+// starts. Calling it again returns the first call's result.
+func Enable() error {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	if global.tried {
+		return global.err
+	}
+	global.tried = true
+	global.err = enable()
+	return global.err
+}
+
+func enable() error {
+	if err := checkUserMemory(); err != nil {
+		return fmt.Errorf("emulate: the model reads the caller's memory with process_vm_readv, which this process may not use: %w", err)
+	}
+	ll, err := linkLayerFromEnv(os.Getenv(EnvLink))
+	if err != nil {
+		return err
+	}
+	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll})
+	devs, err := DescribeFabric(f)
+	if err != nil {
+		return err
+	}
+	cdev, err := charDevNumber(backingDevice)
+	if err != nil {
+		return err
+	}
+	var dir string
+	for _, base := range sysfsBases() {
+		if dir, err = sharedSysfs(base, devs, cdev); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Setenv("SYSFS_PATH", dir); err != nil {
+		return fmt.Errorf("emulate: set SYSFS_PATH: %w", err)
+	}
+	k := newKernel(f, devs, backingDevice, cdev)
+	k.noIoctl = os.Getenv(EnvABI) == ABIWrite
+	k.hooks = hooks{
+		markFD:   func(fd, kind int) { C.mk_emu_mark_fd(C.int(fd), C.int(kind)) },
+		mappings: func(delta int) { C.mk_emu_add_mappings(C.long(delta)) },
+	}
+	global.k, global.sysfs, global.fabric = k, dir, f
+	C.mk_emu_set_on(1)
+	return nil
+}
+
+// Enabled reports whether the emulation is on.
+func Enabled() bool { return C.mk_emu_is_on() != 0 }
+
+// Fabric returns the software HCA behind the emulated kernel, nil while
+// the emulation is off.
+func Fabric() *sim.Fabric {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	return global.fabric
+}
+
+// SysfsPath returns the sysfs tree the emulation generated ("" while it is
+// off).
+func SysfsPath() string {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	return global.sysfs
+}
+
+func linkLayerFromEnv(v string) (ctx.LinkLayer, error) {
+	switch v {
+	case "", "ib", "infiniband", "InfiniBand":
+		return ctx.LinkLayerInfiniBand, nil
+	case "eth", "ethernet", "Ethernet", "roce", "RoCE":
+		return ctx.LinkLayerEthernet, nil
+	}
+	return 0, fmt.Errorf("emulate: %s=%q: want infiniband or ethernet: %w", EnvLink, v, ctx.ErrInvalidArgument)
+}
+
+// charDevNumber returns the number of a character device.
+func charDevNumber(path string) (DevNumber, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return DevNumber{}, fmt.Errorf("emulate: stat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return DevNumber{}, fmt.Errorf("emulate: %s is not a character device: %w", path, ctx.ErrNotSupported)
+	}
+	return DevNumber{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
+}
+
+// sysfsBases are the directories generated trees are kept in, in order of
+// preference: the user's cache directory, then one of the user's own in
+// the temporary directory.
+func sysfsBases() []string {
+	var bases []string
+	if dir, err := os.UserCacheDir(); err == nil {
+		bases = append(bases, filepath.Join(dir, "mlx5kit", "emulate"))
+	}
+	return append(bases, filepath.Join(os.TempDir(), "mlx5kit-emulate-"+strconv.Itoa(os.Getuid())))
+}
+
+func active() *kernel {
+	global.mu.Lock()
+	defer global.mu.Unlock()
+	return global.k
+}
+
+// neg returns -errno as the interposer expects it.
+func neg(en syscall.Errno) C.long {
+	if en == 0 {
+		return -C.long(unix.EIO)
+	}
+	return -C.long(en)
+}
+
+//export mk_emu_go_open
+func mk_emu_go_open(path *C.char, flags C.int) C.long {
+	k := active()
+	if k == nil {
+		return neg(unix.ENOENT)
+	}
+	fd, en := k.open(C.GoString(path), int(flags))
+	if en != 0 {
+		return neg(en)
+	}
+	return C.long(fd)
+}
+
+//export mk_emu_go_lookup
+func mk_emu_go_lookup(path *C.char, out *C.char, size C.size_t) C.long {
+	k := active()
+	if k == nil {
+		return neg(unix.ENOENT)
+	}
+	backing, en := k.lookup(C.GoString(path))
+	if en != 0 {
+		return neg(en)
+	}
+	if len(backing)+1 > int(size) {
+		return neg(unix.ENAMETOOLONG)
+	}
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(out)), int(size))
+	copy(dst, backing)
+	dst[len(backing)] = 0
+	return 0
+}
+
+//export mk_emu_go_ioctl
+func mk_emu_go_ioctl(fd C.int, request C.ulong, arg C.uintptr_t) C.long {
+	k := active()
+	if k == nil {
+		return neg(unix.EBADF)
+	}
+	if en := k.ioctl(int(fd), uint(request), uintptr(arg)); en != 0 {
+		return neg(en)
+	}
+	return 0
+}
+
+//export mk_emu_go_write
+func mk_emu_go_write(fd C.int, buf C.uintptr_t, count C.size_t) C.long {
+	k := active()
+	if k == nil {
+		return neg(unix.EBADF)
+	}
+	if count > 1<<30 {
+		return neg(unix.EINVAL)
+	}
+	n, en := k.write(int(fd), uintptr(buf), int(count))
+	if en != 0 {
+		return neg(en)
+	}
+	return C.long(n)
+}
+
+//export mk_emu_go_mmap
+func mk_emu_go_mmap(addr C.uintptr_t, length C.size_t, prot, flags, fd C.int, off C.int64_t, out *C.uintptr_t) C.long {
+	k := active()
+	if k == nil {
+		return neg(unix.EBADF)
+	}
+	got, en := k.mmap(uintptr(addr), uintptr(length), int(prot), int(flags), int(fd), int64(off))
+	if en != 0 {
+		return neg(en)
+	}
+	*out = C.uintptr_t(got)
+	return 0
+}
+
+//export mk_emu_go_munmap
+func mk_emu_go_munmap(addr C.uintptr_t, length C.size_t) {
+	if k := active(); k != nil {
+		k.munmap(uintptr(addr), uintptr(length))
+	}
+}
+
+//export mk_emu_go_close
+func mk_emu_go_close(fd C.int) C.long {
+	k := active()
+	if k == nil {
+		return neg(unix.EBADF)
+	}
+	if en := k.close(int(fd)); en != 0 {
+		return neg(en)
+	}
+	return 0
+}

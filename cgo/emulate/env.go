@@ -1,0 +1,17 @@
+package emulate
+
+// The environment the emulation reads when the process starts.
+const (
+	// EnvEmulate switches the emulation on when it is "1".
+	EnvEmulate = "MLX5KIT_EMULATE"
+	// EnvLink chooses the link layer of the emulated ports: "infiniband"
+	// (the default) or "ethernet" (RoCE, with the GID table a ConnectX
+	// fills for an IPv4 and an IPv6 address).
+	EnvLink = "MLX5KIT_EMULATE_LINK"
+	// EnvABI set to ABIWrite makes the emulated kernel answer every ioctl
+	// with ENOTTY, as a kernel without the uverbs ioctl framework:
+	// libibverbs then uses the write commands and sysfs alone.
+	EnvABI = "MLX5KIT_EMULATE_ABI"
+	// ABIWrite is the value of EnvABI that turns the ioctl methods off.
+	ABIWrite = "write"
+)

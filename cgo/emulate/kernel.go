@@ -1,0 +1,346 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include "uverbs_abi.h"
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// devPrefix is the directory of the device nodes the kernel answers for.
+const devPrefix = "/dev/infiniband/"
+
+// maxFD bounds the descriptors the kernel hands out (the interposer keeps
+// one byte per descriptor below it).
+const maxFD = C.MK_EMU_MAX_FDS
+
+// Descriptor kinds, as the interposer records them.
+const (
+	fdUverbs = C.MK_EMU_FD_UVERBS
+	fdEvent  = C.MK_EMU_FD_EVENT
+)
+
+// hooks tell the interposer about descriptors and mappings; a kernel made
+// for a test has none.
+type hooks struct {
+	markFD   func(fd, kind int)
+	mappings func(delta int)
+}
+
+// kernel is the kernel side of the uverbs ABI for the devices of one
+// Fabric: device nodes, the ioctl methods and write commands of the
+// uverbs core and of mlx5_ib, event descriptors and the mmap of UAR pages.
+// Its methods are what the interposed open, ioctl, write, mmap, munmap and
+// close call; each returns 0 or an errno, as the system call would.
+type kernel struct {
+	mu      sync.Mutex
+	fabric  *sim.Fabric
+	devs    []Device
+	backing string    // the character device behind every uverbs descriptor
+	cdev    DevNumber // its number, which sysfs dev reports
+	// noIoctl answers every ioctl with ENOTTY, as a kernel without the
+	// ioctl framework: libibverbs then uses write() and sysfs alone.
+	noIoctl  bool
+	pageSize int
+	hooks    hooks
+
+	files  map[int]*ufile
+	events map[int]*eventFile
+	maps   map[uintptr]*mapping
+	// calls counts the commands answered, by method or command name
+	// ("ioctl GET_CONTEXT", "write QUERY_DEVICE", "mmap UAR").
+	calls map[string]int
+}
+
+// ufile is an open uverbs device node.
+type ufile struct {
+	fd   int
+	dev  *Device
+	uctx *ucontext // nil until GET_CONTEXT
+}
+
+// ucontext is what GET_CONTEXT creates: the device opened on the model and
+// the user access region (UAR) pages of the context.
+type ucontext struct {
+	dev        ctx.ProviderDevice
+	cqeVersion uint8
+	// staticPages are the UAR pages of the bfregs the library asked for
+	// (MLX5_IB_MMAP_REGULAR_PAGE, _WC_PAGE, _NC_PAGE index them);
+	// dynPages more can be allocated one by one (MLX5_IB_MMAP_ALLOC_WC),
+	// dynBusy holds those taken.
+	staticPages, dynPages int
+	dynBusy               map[int]bool
+}
+
+// eventFile is an event descriptor: the read end of a pipe the model
+// writes whole event records into.
+type eventFile struct {
+	fd, writeFD int
+}
+
+// mapping is a UAR page the library mapped: anonymous shared memory the
+// model watches in place of device memory.
+type mapping struct {
+	file   *ufile
+	addr   uintptr
+	length uintptr
+	cmd    int // MLX5_IB_MMAP_* command of the offset
+	index  int // UAR page index within the context
+}
+
+func newKernel(f *sim.Fabric, devs []Device, backing string, cdev DevNumber) *kernel {
+	return &kernel{
+		fabric: f, devs: devs, backing: backing, cdev: cdev,
+		pageSize: unix.Getpagesize(),
+		files:    map[int]*ufile{},
+		events:   map[int]*eventFile{},
+		maps:     map[uintptr]*mapping{},
+		calls:    map[string]int{},
+	}
+}
+
+func (k *kernel) markFD(fd, kind int) {
+	if k.hooks.markFD != nil {
+		k.hooks.markFD(fd, kind)
+	}
+}
+
+func (k *kernel) addMappings(delta int) {
+	if k.hooks.mappings != nil {
+		k.hooks.mappings(delta)
+	}
+}
+
+// device returns the device a node path names (/dev/infiniband/uverbsN).
+func (k *kernel) device(path string) (*Device, syscall.Errno) {
+	name, ok := strings.CutPrefix(path, devPrefix)
+	if !ok {
+		return nil, unix.ENOENT
+	}
+	n, ok := strings.CutPrefix(name, "uverbs")
+	if !ok || n == "" || strings.TrimLeft(n, "0123456789") != "" || (len(n) > 1 && n[0] == '0') {
+		return nil, unix.ENOENT
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil {
+		return nil, unix.ENOENT
+	}
+	for d := range k.devs {
+		if k.devs[d].Index == i {
+			return &k.devs[d], 0
+		}
+	}
+	return nil, unix.ENOENT
+}
+
+// lookup returns the path of the character device that stands for a
+// device node, for stat.
+func (k *kernel) lookup(path string) (string, syscall.Errno) {
+	if _, en := k.device(path); en != 0 {
+		return "", en
+	}
+	return k.backing, 0
+}
+
+// open opens a device node: a descriptor of the backing character device,
+// so that fstat reports the number sysfs gives, with the uverbs file
+// behind it.
+func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
+	dev, en := k.device(path)
+	if en != 0 {
+		return -1, en
+	}
+	if flags&unix.O_DIRECTORY != 0 {
+		return -1, unix.ENOTDIR
+	}
+	if flags&(unix.O_CREAT|unix.O_EXCL) == unix.O_CREAT|unix.O_EXCL {
+		return -1, unix.EEXIST
+	}
+	fd, err := unix.Open(k.backing, unix.O_RDWR|(flags&(unix.O_CLOEXEC|unix.O_NONBLOCK)), 0)
+	if err != nil {
+		return -1, errnoOf(err)
+	}
+	if fd >= maxFD {
+		_ = unix.Close(fd)
+		return -1, unix.EMFILE
+	}
+	k.mu.Lock()
+	k.files[fd] = &ufile{fd: fd, dev: dev}
+	k.mu.Unlock()
+	k.markFD(fd, fdUverbs)
+	return fd, 0
+}
+
+// close closes a uverbs or event descriptor. Closing a uverbs descriptor
+// destroys its context and closes the device on the model; event
+// descriptors it created stay open until closed themselves.
+func (k *kernel) close(fd int) syscall.Errno {
+	k.mu.Lock()
+	var dev ctx.ProviderDevice
+	var writeFD = -1
+	if f, ok := k.files[fd]; ok {
+		delete(k.files, fd)
+		if f.uctx != nil {
+			dev = f.uctx.dev
+			f.uctx = nil
+		}
+		for a, m := range k.maps {
+			if m.file == f {
+				delete(k.maps, a)
+				k.addMappings(-1)
+			}
+		}
+	} else if e, ok := k.events[fd]; ok {
+		delete(k.events, fd)
+		writeFD = e.writeFD
+	} else {
+		k.mu.Unlock()
+		return unix.EBADF
+	}
+	k.mu.Unlock()
+	k.markFD(fd, 0)
+	if dev != nil {
+		_ = dev.Close()
+	}
+	if writeFD >= 0 {
+		_ = unix.Close(writeFD)
+	}
+	return errnoOf(unix.Close(fd))
+}
+
+// newEventFile creates an event descriptor (close-on-exec, as the kernel
+// makes them).
+func (k *kernel) newEventFile() (*eventFile, syscall.Errno) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, errnoOf(err)
+	}
+	if p[0] >= maxFD {
+		_ = unix.Close(p[0])
+		_ = unix.Close(p[1])
+		return nil, unix.EMFILE
+	}
+	e := &eventFile{fd: p[0], writeFD: p[1]}
+	k.events[e.fd] = e
+	k.markFD(e.fd, fdEvent)
+	return e, 0
+}
+
+// dropEventFile undoes newEventFile (a command that failed after it).
+func (k *kernel) dropEventFile(e *eventFile) {
+	delete(k.events, e.fd)
+	k.markFD(e.fd, 0)
+	_ = unix.Close(e.fd)
+	_ = unix.Close(e.writeFD)
+}
+
+// mmap maps a UAR page of a context (the offset's MLX5_IB_MMAP_* command
+// and index, as mlx5_ib decodes them) as anonymous shared memory.
+func (k *kernel) mmap(addr, length uintptr, prot, flags, fd int, off int64) (uintptr, syscall.Errno) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.events[fd]; ok {
+		return 0, unix.ENODEV
+	}
+	f, ok := k.files[fd]
+	if !ok {
+		return 0, unix.EBADF
+	}
+	if f.uctx == nil {
+		return 0, unix.EINVAL
+	}
+	if off < 0 || off%int64(k.pageSize) != 0 || length == 0 {
+		return 0, unix.EINVAL
+	}
+	if flags&unix.MAP_TYPE != unix.MAP_SHARED {
+		return 0, unix.EINVAL
+	}
+	if length != uintptr(k.pageSize) {
+		return 0, unix.EINVAL
+	}
+	pgoff := uint64(off) / uint64(k.pageSize)
+	cmd := int(pgoff>>C.MK_MLX5_IB_MMAP_CMD_SHIFT) & C.MK_MLX5_IB_MMAP_CMD_MASK
+	uc := f.uctx
+	var index int
+	switch cmd {
+	case C.MLX5_IB_MMAP_REGULAR_PAGE, C.MLX5_IB_MMAP_WC_PAGE, C.MLX5_IB_MMAP_NC_PAGE:
+		index = int(pgoff & (1<<C.MK_MLX5_IB_MMAP_CMD_SHIFT - 1))
+		if index >= uc.staticPages {
+			return 0, unix.EINVAL
+		}
+	case C.MLX5_IB_MMAP_ALLOC_WC:
+		ext := int(pgoff&(1<<C.MK_MLX5_IB_MMAP_CMD_SHIFT-1)) | int((pgoff>>16)&0xff)<<8
+		index = ext + uc.staticPages
+		if ext >= uc.dynPages || uc.dynBusy[ext] {
+			return 0, unix.EINVAL
+		}
+		uc.dynBusy[ext] = true
+	case C.MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES:
+		return 0, unix.ENOSYS
+	default:
+		// The core clock, clock info and device memory pages are not
+		// modelled; no response advertised them.
+		return 0, unix.EINVAL
+	}
+	mflags := flags&^(unix.MAP_TYPE|unix.MAP_ANONYMOUS) | unix.MAP_SHARED | unix.MAP_ANONYMOUS
+	got, _, e := unix.Syscall6(unix.SYS_MMAP, addr, length, uintptr(prot), uintptr(mflags), ^uintptr(0), 0)
+	if e != 0 {
+		if cmd == C.MLX5_IB_MMAP_ALLOC_WC {
+			delete(uc.dynBusy, index-uc.staticPages)
+		}
+		return 0, e
+	}
+	k.maps[got] = &mapping{file: f, addr: got, length: length, cmd: cmd, index: index}
+	k.addMappings(1)
+	k.calls["mmap UAR"]++
+	return got, 0
+}
+
+// munmap forgets the mappings inside [addr, addr+length).
+func (k *kernel) munmap(addr, length uintptr) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for a := range k.maps {
+		if a >= addr && a-addr < length {
+			delete(k.maps, a)
+			k.addMappings(-1)
+		}
+	}
+}
+
+// callCount returns how many times a command was answered successfully.
+func (k *kernel) callCount(name string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.calls[name]
+}
+
+// mappingCount returns the number of UAR pages mapped.
+func (k *kernel) mappingCount() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.maps)
+}
+
+func errnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	if en, ok := err.(syscall.Errno); ok {
+		return en
+	}
+	return unix.EIO
+}

@@ -1,0 +1,291 @@
+//go:build cgo && linux
+
+/*
+ * The interposer: definitions of C library functions that the dynamic
+ * linker prefers to the C library's own, in a Go executable (which exports
+ * them) and in the preload library. Every one forwards to the next
+ * definition (dlsym RTLD_NEXT, resolved once) unless the emulation is on
+ * and the call names an emulated device node, descriptor or mapping; then
+ * the Go side (the mk_emu_go_* exports) answers as the kernel would. With
+ * the emulation off a call costs one predictable branch.
+ */
+#undef _FORTIFY_SOURCE
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/netlink.h>
+
+#include "shim.h"
+#include "_cgo_export.h"
+
+static int mk_emu_on;
+static unsigned char mk_emu_fds[MK_EMU_MAX_FDS];
+static long mk_emu_mappings;
+
+void mk_emu_set_on(int on) { __atomic_store_n(&mk_emu_on, on, __ATOMIC_RELEASE); }
+int mk_emu_is_on(void) { return __atomic_load_n(&mk_emu_on, __ATOMIC_ACQUIRE); }
+
+void mk_emu_mark_fd(int fd, int kind)
+{
+	if (fd >= 0 && fd < MK_EMU_MAX_FDS)
+		__atomic_store_n(&mk_emu_fds[fd], (unsigned char)kind, __ATOMIC_RELEASE);
+}
+
+int mk_emu_fd_kind(int fd)
+{
+	if (fd < 0 || fd >= MK_EMU_MAX_FDS)
+		return MK_EMU_FD_NONE;
+	return __atomic_load_n(&mk_emu_fds[fd], __ATOMIC_ACQUIRE);
+}
+
+void mk_emu_add_mappings(long delta) { __atomic_add_fetch(&mk_emu_mappings, delta, __ATOMIC_RELEASE); }
+
+static inline int emu_on(void) { return __builtin_expect(__atomic_load_n(&mk_emu_on, __ATOMIC_RELAXED), 0); }
+
+static inline int emu_fd(int fd)
+{
+	return emu_on() && fd >= 0 && fd < MK_EMU_MAX_FDS &&
+	       __atomic_load_n(&mk_emu_fds[fd], __ATOMIC_ACQUIRE) != MK_EMU_FD_NONE;
+}
+
+static inline int emu_path(const char *path)
+{
+	return emu_on() && path != NULL &&
+	       strncmp(path, MK_EMU_DEV_PREFIX, sizeof(MK_EMU_DEV_PREFIX) - 1) == 0;
+}
+
+/* The next definitions, resolved on first use. */
+#define REAL(name) real_##name
+#define DECLARE_REAL(ret, name, args) static ret(*real_##name) args
+DECLARE_REAL(int, open, (const char *, int, ...));
+DECLARE_REAL(int, open64, (const char *, int, ...));
+DECLARE_REAL(int, openat, (int, const char *, int, ...));
+DECLARE_REAL(int, openat64, (int, const char *, int, ...));
+DECLARE_REAL(int, stat, (const char *, struct stat *));
+DECLARE_REAL(int, stat64, (const char *, struct stat64 *));
+DECLARE_REAL(int, ioctl, (int, unsigned long, ...));
+DECLARE_REAL(ssize_t, write, (int, const void *, size_t));
+DECLARE_REAL(void *, mmap, (void *, size_t, int, int, int, off_t));
+DECLARE_REAL(void *, mmap64, (void *, size_t, int, int, int, off64_t));
+DECLARE_REAL(int, munmap, (void *, size_t));
+DECLARE_REAL(int, close, (int));
+DECLARE_REAL(int, socket, (int, int, int));
+
+#define RESOLVE(name)                                                          \
+	do {                                                                   \
+		if (__builtin_expect(real_##name == NULL, 0))                  \
+			*(void **)&real_##name = dlsym(RTLD_NEXT, #name);      \
+	} while (0)
+
+__attribute__((constructor)) static void mk_emu_resolve(void)
+{
+	RESOLVE(open);
+	RESOLVE(open64);
+	RESOLVE(openat);
+	RESOLVE(openat64);
+	RESOLVE(stat);
+	RESOLVE(stat64);
+	RESOLVE(ioctl);
+	RESOLVE(write);
+	RESOLVE(mmap);
+	RESOLVE(mmap64);
+	RESOLVE(munmap);
+	RESOLVE(close);
+	RESOLVE(socket);
+}
+
+/* ret < 0 is -errno. */
+static inline long set_errno(long ret)
+{
+	if (ret < 0) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+}
+
+static inline mode_t open_mode(int flags, va_list ap)
+{
+	if (flags & (O_CREAT | __O_TMPFILE))
+		return (mode_t)va_arg(ap, int);
+	return 0;
+}
+
+int open(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+
+	va_start(ap, flags);
+	mode = open_mode(flags, ap);
+	va_end(ap);
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(open);
+	return REAL(open)(path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+
+	va_start(ap, flags);
+	mode = open_mode(flags, ap);
+	va_end(ap);
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(open64);
+	return REAL(open64)(path, flags, mode);
+}
+
+/* Only absolute names reach the emulation: a device node is never opened
+ * relative to a directory descriptor. */
+int openat(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+
+	va_start(ap, flags);
+	mode = open_mode(flags, ap);
+	va_end(ap);
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(openat);
+	return REAL(openat)(dirfd, path, flags, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+
+	va_start(ap, flags);
+	mode = open_mode(flags, ap);
+	va_end(ap);
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(openat64);
+	return REAL(openat64)(dirfd, path, flags, mode);
+}
+
+/* A device node that the emulation answers for is described as the
+ * character device that backs its descriptors. */
+int stat(const char *path, struct stat *st)
+{
+	if (emu_path(path)) {
+		char backing[64];
+		long ret = mk_emu_go_lookup((char *)path, backing, sizeof(backing));
+
+		if (ret < 0)
+			return (int)set_errno(ret);
+		RESOLVE(stat);
+		return REAL(stat)(backing, st);
+	}
+	RESOLVE(stat);
+	return REAL(stat)(path, st);
+}
+
+int stat64(const char *path, struct stat64 *st)
+{
+	if (emu_path(path)) {
+		char backing[64];
+		long ret = mk_emu_go_lookup((char *)path, backing, sizeof(backing));
+
+		if (ret < 0)
+			return (int)set_errno(ret);
+		RESOLVE(stat64);
+		return REAL(stat64)(backing, st);
+	}
+	RESOLVE(stat64);
+	return REAL(stat64)(path, st);
+}
+
+int ioctl(int fd, unsigned long request, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, request);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (emu_fd(fd))
+		return (int)set_errno(mk_emu_go_ioctl(fd, request, (uintptr_t)arg));
+	RESOLVE(ioctl);
+	return REAL(ioctl)(fd, request, arg);
+}
+
+ssize_t write(int fd, const void *buf, size_t count)
+{
+	if (emu_fd(fd))
+		return (ssize_t)set_errno(mk_emu_go_write(fd, (uintptr_t)buf, count));
+	RESOLVE(write);
+	return REAL(write)(fd, buf, count);
+}
+
+static void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)
+{
+	uintptr_t out = 0;
+	long ret = mk_emu_go_mmap((uintptr_t)addr, len, prot, flags, fd, off, &out);
+
+	if (ret < 0) {
+		errno = (int)-ret;
+		return MAP_FAILED;
+	}
+	return (void *)out;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (emu_fd(fd))
+		return emu_mmap(addr, len, prot, flags, fd, off);
+	RESOLVE(mmap);
+	return REAL(mmap)(addr, len, prot, flags, fd, off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+	if (emu_fd(fd))
+		return emu_mmap(addr, len, prot, flags, fd, off);
+	RESOLVE(mmap64);
+	return REAL(mmap64)(addr, len, prot, flags, fd, off);
+}
+
+int munmap(void *addr, size_t len)
+{
+	if (emu_on() && __atomic_load_n(&mk_emu_mappings, __ATOMIC_ACQUIRE) > 0)
+		mk_emu_go_munmap((uintptr_t)addr, len);
+	RESOLVE(munmap);
+	return REAL(munmap)(addr, len);
+}
+
+int close(int fd)
+{
+	if (emu_fd(fd)) {
+		mk_emu_mark_fd(fd, MK_EMU_FD_NONE);
+		return (int)set_errno(mk_emu_go_close(fd));
+	}
+	RESOLVE(close);
+	return REAL(close)(fd);
+}
+
+/* With the emulation on, the RDMA netlink family is absent, as on a kernel
+ * without the RDMA subsystem: libibverbs then reads the generated sysfs. */
+int socket(int domain, int type, int protocol)
+{
+	if (emu_on() && domain == AF_NETLINK && protocol == NETLINK_RDMA) {
+		errno = EPROTONOSUPPORT;
+		return -1;
+	}
+	RESOLVE(socket);
+	return REAL(socket)(domain, type, protocol);
+}

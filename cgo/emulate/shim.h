@@ -1,0 +1,33 @@
+/*
+ * The interposed C library entry points of the emulated uverbs kernel.
+ * shim.c defines open, openat, stat, ioctl, write, mmap, munmap, close and
+ * socket (and their 64-bit-offset twins); each forwards to the C library
+ * unless the emulation is on and the call concerns an emulated uverbs
+ * device node, descriptor or mapping. The Go side (emulate.go) decides.
+ */
+#ifndef MLX5KIT_EMULATE_SHIM_H
+#define MLX5KIT_EMULATE_SHIM_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Descriptors the emulation can own: numbers below this bound. */
+#define MK_EMU_MAX_FDS 65536
+
+/* What an emulated descriptor is (mk_emu_fd_kind). */
+enum {
+	MK_EMU_FD_NONE = 0,
+	MK_EMU_FD_UVERBS = 1, /* an open /dev/infiniband/uverbsN */
+	MK_EMU_FD_EVENT = 2,  /* an event file (async events) */
+};
+
+/* The directory prefix of the device nodes the emulation answers for. */
+#define MK_EMU_DEV_PREFIX "/dev/infiniband/"
+
+void mk_emu_set_on(int on);
+int mk_emu_is_on(void);
+void mk_emu_mark_fd(int fd, int kind);
+int mk_emu_fd_kind(int fd);
+void mk_emu_add_mappings(long delta);
+
+#endif
