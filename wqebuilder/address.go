@@ -2,9 +2,41 @@ package wqebuilder
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
+
+// ErrBadAddress is the error of Address.Validate: a field holds more bits
+// than its place in the address vector.
+var ErrBadAddress = errors.New("address field wider than the address vector's")
+
+// Validate refuses an address whose fields do not fit the address vector
+// AV writes: SL above 15 (above 7 on RoCE, where it is the 3-bit priority),
+// StaticRate above 15 (the 4-bit mlx5 rate code), SrcPathBits above 127,
+// FlowLabel above 2^20-1. The error names the field, its value and the
+// range, and wraps ErrBadAddress.
+func (a Address) Validate() error {
+	maxSL := uint32(prm.AVSLMask)
+	if a.RoCE {
+		maxSL = prm.AVRoCESLMask
+	}
+	for _, f := range [...]struct {
+		name   string
+		v, max uint32
+	}{
+		{"SL", uint32(a.SL), maxSL},
+		{"StaticRate", uint32(a.StaticRate), 0xff >> prm.AVStatRateShift},
+		{"SrcPathBits", uint32(a.SrcPathBits), prm.AVMLIDMask},
+		{"FlowLabel", a.FlowLabel, prm.AVFlowLblMask},
+	} {
+		if f.v > f.max {
+			return fmt.Errorf("wqebuilder: address %s %d out of range 0..%d: %w", f.name, f.v, f.max, ErrBadAddress)
+		}
+	}
+	return nil
+}
 
 // Address is a path to a remote port, the input of an address vector (what
 // an address handle resolves). Build it once per destination, encode it with
@@ -43,6 +75,8 @@ type Address struct {
 // GRH bit when Global; on RoCE stat_rate_sl is rate<<4 | SL<<1, rlid the UDP
 // source port, rmac the next hop, and the GRH bit stays clear. The key and
 // destination words (bytes 0..12) stay zero: DC and UD fill them per WQE.
+// AV keeps only the bits of each field that its place holds: check an
+// address built from outside input with Validate first.
 func (a Address) AV() [prm.AVSize]byte {
 	var av [prm.AVSize]byte
 	if a.RoCE {

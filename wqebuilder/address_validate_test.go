@@ -1,0 +1,37 @@
+package wqebuilder_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// TestAddressValidate checks every field of Address against the width of
+// its place in the address vector: the largest value that fits passes, one
+// more is refused with an error naming the field and wrapping
+// ErrBadAddress, and an address that passes encodes without losing bits.
+func TestAddressValidate(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		ok, bad wqebuilder.Address
+	}{
+		{"SL", wqebuilder.Address{SL: 15}, wqebuilder.Address{SL: 16}},
+		{"SL", wqebuilder.Address{RoCE: true, SL: 7}, wqebuilder.Address{RoCE: true, SL: 8}},
+		{"SL", wqebuilder.Address{SL: 15}, wqebuilder.Address{SL: 200}},
+		{"StaticRate", wqebuilder.Address{StaticRate: 15}, wqebuilder.Address{StaticRate: 16}},
+		{"SrcPathBits", wqebuilder.Address{SrcPathBits: 127}, wqebuilder.Address{SrcPathBits: 128}},
+		{"FlowLabel", wqebuilder.Address{Global: true, FlowLabel: 1<<20 - 1}, wqebuilder.Address{Global: true, FlowLabel: 1 << 20}},
+	} {
+		require.NoError(t, c.ok.Validate(), c.name)
+		err := c.bad.Validate()
+		require.Error(t, err, c.name)
+		require.True(t, errors.Is(err, wqebuilder.ErrBadAddress), "%s: %v", c.name, err)
+		require.Contains(t, err.Error(), c.name)
+		// The largest value that fits survives the encoding: a refused
+		// address is one AV would have truncated.
+		require.NotEqual(t, c.ok.AV(), wqebuilder.Address{RoCE: c.ok.RoCE, Global: c.ok.Global}.AV(), c.name)
+	}
+}
