@@ -1,6 +1,10 @@
 package ctx
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
+)
 
 // Widths of the verbs and PRM fields that attributes go into. A value
 // outside them is refused with ErrInvalidArgument where it enters (Validate,
@@ -41,22 +45,15 @@ const (
 )
 
 // field is a value and the range of the field it goes into.
-type field struct {
-	name     string
-	v        uint64
-	min, max uint64
+type field = fieldcheck.Field
+
+func mkField(name string, v, min, max uint64) field {
+	return field{Name: name, Value: v, Min: min, Max: max}
 }
 
 // checkFields returns an error naming the first field outside its range,
 // the value and the range; it wraps ErrInvalidArgument.
-func checkFields(fields ...field) error {
-	for _, f := range fields {
-		if f.v < f.min || f.v > f.max {
-			return fmt.Errorf("%s %d out of range %d..%d: %w", f.name, f.v, f.min, f.max, ErrInvalidArgument)
-		}
-	}
-	return nil
-}
+func checkFields(fields ...field) error { return fieldcheck.Check(ErrInvalidArgument, fields...) }
 
 // Validate refuses an address whose fields do not fit the fields of
 // ibv_ah_attr and the address vector they go into: SL above MaxSL,
@@ -68,10 +65,10 @@ func (a AddressAttr) Validate() error { return a.validate("") }
 
 func (a AddressAttr) validate(prefix string) error {
 	return checkFields(
-		field{prefix + "SL", uint64(a.SL), 0, MaxSL},
-		field{prefix + "SrcPathBits", uint64(a.SrcPathBits), 0, MaxSrcPathBits},
-		field{prefix + "StaticRate", uint64(a.StaticRate), 0, MaxStaticRate},
-		field{prefix + "FlowLabel", uint64(a.FlowLabel), 0, MaxFlowLabel},
+		mkField(prefix + "SL", uint64(a.SL), 0, MaxSL),
+		mkField(prefix + "SrcPathBits", uint64(a.SrcPathBits), 0, MaxSrcPathBits),
+		mkField(prefix + "StaticRate", uint64(a.StaticRate), 0, MaxStaticRate),
+		mkField(prefix + "FlowLabel", uint64(a.FlowLabel), 0, MaxFlowLabel),
 	)
 }
 
@@ -89,14 +86,14 @@ func (a QPAttr) Validate() error {
 		return fmt.Errorf("access %v has unknown bits: %w", a.Access, ErrInvalidArgument)
 	}
 	if err := checkFields(
-		field{"State", uint64(a.State), 0, uint64(QPStateError)},
-		field{"RemoteQPN", uint64(a.RemoteQPN), 0, MaxQPN},
-		field{"RQPSN", uint64(a.RQPSN), 0, MaxPSN},
-		field{"SQPSN", uint64(a.SQPSN), 0, MaxPSN},
-		field{"MinRNRTimer", uint64(a.MinRNRTimer), 0, MaxTimerCode},
-		field{"Timeout", uint64(a.Timeout), 0, MaxTimerCode},
-		field{"RetryCount", uint64(a.RetryCount), 0, MaxRetry},
-		field{"RNRRetry", uint64(a.RNRRetry), 0, MaxRetry},
+		mkField("State", uint64(a.State), 0, uint64(QPStateError)),
+		mkField("RemoteQPN", uint64(a.RemoteQPN), 0, MaxQPN),
+		mkField("RQPSN", uint64(a.RQPSN), 0, MaxPSN),
+		mkField("SQPSN", uint64(a.SQPSN), 0, MaxPSN),
+		mkField("MinRNRTimer", uint64(a.MinRNRTimer), 0, MaxTimerCode),
+		mkField("Timeout", uint64(a.Timeout), 0, MaxTimerCode),
+		mkField("RetryCount", uint64(a.RetryCount), 0, MaxRetry),
+		mkField("RNRRetry", uint64(a.RNRRetry), 0, MaxRetry),
 	); err != nil {
 		return err
 	}

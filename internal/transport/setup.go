@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -174,24 +175,13 @@ func LimitsOf(qp *ctx.QueuePair) Limits {
 
 // Field is a configuration value and the range of the verbs or PRM field it
 // goes into, for CheckFields.
-type Field struct {
-	Name     string
-	Value    uint64
-	Min, Max uint64
-}
+type Field = fieldcheck.Field
 
 // CheckFields refuses the first field outside its range, before anything is
 // created, with an error that names the field, the value and the range and
 // wraps ErrInvalidConfig: a value wider than its field would otherwise be
 // masked by the provider or the device, silently.
-func CheckFields(fields ...Field) error {
-	for _, f := range fields {
-		if f.Value < f.Min || f.Value > f.Max {
-			return fmt.Errorf("%s %d out of range %d..%d: %w", f.Name, f.Value, f.Min, f.Max, ErrInvalidConfig)
-		}
-	}
-	return nil
-}
+func CheckFields(fields ...Field) error { return fieldcheck.Check(ErrInvalidConfig, fields...) }
 
 // PortField is a configuration's port number (0 means 1) against the
 // device's ports.
