@@ -29,7 +29,7 @@ if ! command -v go >/dev/null 2>&1; then
 	if [ -x /usr/local/go/bin/go ]; then
 		echo "deps: add /usr/local/go/bin to PATH" >&2
 	else
-		echo "deps: Go 1.24 or newer is required (https://go.dev/doc/install)" >&2
+		echo "deps: Go 1.26 or newer is required (https://go.dev/doc/install)" >&2
 	fi
 	exit 1
 fi
