@@ -8,6 +8,7 @@ package cgo
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"syscall"
@@ -35,10 +36,10 @@ func (pd *ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, 
 	const verb = "ibv_reg_dmabuf_mr"
 	detail := fmt.Sprintf("fd %d offset %#x length %#x iova %#x access %v", fd, offset, length, iova, access)
 	if fd < 0 || fd > math.MaxInt32 {
-		return nil, errnoError(verb, detail, syscall.EBADF)
+		return nil, dmabufError(verb, detail, syscall.EBADF)
 	}
 	if length > math.MaxUint {
-		return nil, errnoError(verb, detail, syscall.EINVAL)
+		return nil, dmabufError(verb, detail, syscall.EINVAL)
 	}
 	if err := pd.use(verb); err != nil {
 		return nil, err
@@ -46,11 +47,25 @@ func (pd *ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, 
 	defer pd.d.mu.Unlock()
 	mr, errno := C.ibv_reg_dmabuf_mr(pd.pd, C.uint64_t(offset), C.size_t(length), C.uint64_t(iova), C.int(fd), C.int(access))
 	if mr == nil {
+		var en syscall.Errno
+		if errors.As(errno, &en) {
+			return nil, dmabufError(verb, detail, en)
+		}
 		return nil, ptrError(verb, detail, errno)
 	}
 	m := &MemoryRegion{pd: pd, mr: mr, iova: iova, length: length, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey)}
 	pd.d.mrs[m] = struct{}{}
 	return m, nil
+}
+
+// dmabufError is errnoError with EBADF, a bad dma-buf fd, mapped to
+// ctx.ErrInvalidArgument as the software HCA maps it.
+func dmabufError(verb, detail string, errno syscall.Errno) *VerbError {
+	e := errnoError(verb, detail, errno)
+	if errno == syscall.EBADF {
+		e.Sentinel = ctx.ErrInvalidArgument
+	}
+	return e
 }
 
 // IOVA is the first address of the region as the device sees it: the

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	. "github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -41,4 +42,17 @@ func TestHardwareDMABufRefused(t *testing.T) {
 		require.Contains(t, err.Error(), "ibv_reg_dmabuf_mr", tc.name)
 		require.Contains(t, err.Error(), unix.ErrnoName(tc.errno), tc.name)
 	}
+}
+
+// A negative fd is refused before rdma-core is called, with the errno the
+// kernel would give, and without a device.
+func TestRegisterDMABufNegativeFD(t *testing.T) {
+	mr, err := new(ProtectionDomain).RegisterDMABuf(-1, 0, 4096, 0, ctx.AccessLocalWrite)
+	require.Nil(t, mr)
+	var ve *VerbError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "ibv_reg_dmabuf_mr", ve.Verb)
+	require.ErrorIs(t, err, syscall.EBADF)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "EBADF")
 }
