@@ -73,7 +73,8 @@ func (pd *ProtectionDomain) closeLocked() error {
 type MemoryRegion struct {
 	pd     *ProtectionDomain
 	mr     *C.struct_ibv_mr
-	addr   unsafe.Pointer
+	addr   unsafe.Pointer // nil for a dma-buf region
+	iova   uint64
 	length uint64
 	lkey   uint32
 	rkey   uint32
@@ -98,7 +99,7 @@ func (pd *ProtectionDomain) RegisterMemory(addr unsafe.Pointer, length uint64, a
 	if mr == nil {
 		return nil, ptrError(verb, fmt.Sprintf("%d bytes at %p access %v", length, addr, access), errno)
 	}
-	m := &MemoryRegion{pd: pd, mr: mr, addr: addr, length: length, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey)}
+	m := &MemoryRegion{pd: pd, mr: mr, addr: addr, iova: uint64(uintptr(addr)), length: length, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey)}
 	pd.d.mrs[m] = struct{}{}
 	return m, nil
 }
@@ -117,7 +118,8 @@ func (mr *MemoryRegion) LKey() uint32 { return mr.lkey }
 // RKey is the remote key.
 func (mr *MemoryRegion) RKey() uint32 { return mr.rkey }
 
-// Addr is the first registered address.
+// Addr is the first registered address; nil for a dma-buf region (see
+// IOVA).
 func (mr *MemoryRegion) Addr() unsafe.Pointer { return mr.addr }
 
 // Len is the registered length in bytes.

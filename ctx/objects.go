@@ -54,11 +54,8 @@ func (pd *ProtectionDomain) RegisterBuffer(buf *Buffer, access Access) (*MemoryR
 }
 
 func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, access Access) (*MemoryRegion, error) {
-	if access&^accessAll != 0 {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("access %v: %w", access, ErrInvalidArgument)}
-	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("access %v: remote write or atomic needs LocalWrite: %w", access, ErrInvalidArgument)}
+	if err := checkAccess("ibv_reg_mr", access); err != nil {
+		return nil, &OpError{Op: op, Err: err}
 	}
 	if err := pd.lock(op); err != nil {
 		return nil, err
@@ -81,9 +78,13 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 // MemoryRegion is a registered range of memory.
 type MemoryRegion struct {
 	node
-	pd         *ProtectionDomain
-	h          ProviderMemoryRegion
+	pd *ProtectionDomain
+	h  ProviderMemoryRegion
+	// addr is the registered memory; nil for a dma-buf region, whose
+	// address is iova.
 	addr       unsafe.Pointer
+	iova       uint64
+	dmabuf     bool
 	length     uint64
 	access     Access
 	lkey, rkey uint32
@@ -95,18 +96,33 @@ func (mr *MemoryRegion) LKey() uint32 { return mr.lkey }
 // RKey is the remote key a peer uses for RDMA and atomics.
 func (mr *MemoryRegion) RKey() uint32 { return mr.rkey }
 
-// Addr returns the first address of the region.
-func (mr *MemoryRegion) Addr() uintptr { return uintptr(mr.addr) }
+// Addr returns the first address of the region: the address the local
+// SGEs that use LKey and the peers that use RKey name. For a dma-buf
+// region (RegisterDMABuf) it is the iova given at registration, not a
+// host address.
+func (mr *MemoryRegion) Addr() uintptr {
+	if mr.dmabuf {
+		return uintptr(mr.iova)
+	}
+	return uintptr(mr.addr)
+}
 
-// Pointer returns the first address of the region as a pointer.
+// Pointer returns the first address of the region as a pointer; nil for a
+// dma-buf region, whose memory is not Go-addressable.
 func (mr *MemoryRegion) Pointer() unsafe.Pointer { return mr.addr }
 
 // Len returns the length of the region in bytes.
 func (mr *MemoryRegion) Len() uint64 { return mr.length }
 
 // Bytes returns the region's memory. It must not be used after the memory is
-// unmapped.
-func (mr *MemoryRegion) Bytes() []byte { return unsafe.Slice((*byte)(mr.addr), mr.length) }
+// unmapped. It is nil for a dma-buf region (RegisterDMABuf): map the
+// buffer yourself to reach its bytes from the host.
+func (mr *MemoryRegion) Bytes() []byte {
+	if mr.addr == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(mr.addr), mr.length)
+}
 
 // Access returns the access flags the region was registered with.
 func (mr *MemoryRegion) Access() Access { return mr.access }

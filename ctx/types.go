@@ -38,7 +38,12 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
-	accessAll                 = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	// AccessOnDemand asks for on-demand paging (IBV_ACCESS_ON_DEMAND). No
+	// provider of this kit supports it: registration refuses it with
+	// ErrNotSupported (EOPNOTSUPP), as the kernel does for a device
+	// without ODP.
+	AccessOnDemand Access = 1 << 6
+	accessAll             = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 )
 
 // String lists the flags, e.g. "LocalWrite|RemoteRead".
@@ -59,7 +64,8 @@ func (a Access) String() string {
 	add(AccessRemoteWrite, "RemoteWrite")
 	add(AccessRemoteRead, "RemoteRead")
 	add(AccessRemoteAtomic, "RemoteAtomic")
-	if rest := a &^ accessAll; rest != 0 {
+	add(AccessOnDemand, "OnDemand")
+	if rest := a &^ (accessAll | AccessOnDemand); rest != 0 {
 		if s != "" {
 			s += "|"
 		}

@@ -359,6 +359,9 @@ type mr struct {
 	length uint64
 	access ctx.Access
 	closed bool
+	// mapping is the model's own mapping of a dma-buf region
+	// (RegisterDMABuf), unmapped by Close; nil for other regions.
+	mapping []byte
 }
 
 func (m *mr) LKey() uint32 { return m.key }
@@ -373,7 +376,7 @@ func (m *mr) Close() error {
 	m.closed = true
 	delete(m.f.mrs, m.key)
 	m.f.freeKeyLocked(m.key)
-	return nil
+	return m.unmapLocked()
 }
 
 // contains reports whether [addr, addr+n) lies inside the region.

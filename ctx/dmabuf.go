@@ -1,0 +1,146 @@
+package ctx
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProviderDMABufProtectionDomain is implemented by a provider's protection
+// domain that can register memory exported as a dma-buf file descriptor
+// (ibv_reg_dmabuf_mr). ProtectionDomain.RegisterDMABuf fails with
+// ErrNotSupported on a provider whose PD does not implement it.
+type ProviderDMABufProtectionDomain interface {
+	// RegisterDMABuf registers length bytes of the dma-buf fd starting at
+	// offset; the region's local and remote addresses start at iova.
+	// ctx has checked the arguments that need no fd (see
+	// ProtectionDomain.RegisterDMABuf); the provider checks the fd and
+	// the range against it.
+	RegisterDMABuf(fd int, offset, length, iova uint64, access Access) (ProviderMemoryRegion, error)
+}
+
+// RegisterDMABuf registers length bytes of the memory behind the dma-buf
+// file descriptor fd (GPU memory exported by CUDA or ROCm), starting at
+// byte offset of the buffer (ibv_reg_dmabuf_mr). The region is addressed at
+// iova: MemoryRegion.Addr returns iova, and both the local SGEs that use
+// LKey and the remote addresses peers use with RKey are iova-based, as on
+// hardware (iova+n names byte offset+n of the dma-buf).
+//
+// The region's memory is not Go-addressable: Bytes and Pointer return nil.
+// To read or write it from the host, map the fd yourself (for a memfd) or
+// use the GPU API that exported it.
+//
+// fd may be closed once RegisterDMABuf returns: the registration holds the
+// buffer until the region is closed.
+//
+// Refused as the kernel refuses them, each error naming ibv_reg_dmabuf_mr
+// and the errno and wrapping both the errno and a sentinel: fd < 0 (EBADF,
+// ErrInvalidArgument); length 0, offset+length or iova+length overflowing,
+// or offset and iova at different offsets within a page (EINVAL,
+// ErrInvalidArgument); remote write or atomic access without LocalWrite,
+// or an access flag this kit does not know (EINVAL, ErrInvalidArgument);
+// AccessOnDemand (EOPNOTSUPP, ErrNotSupported). The provider refuses a
+// closed fd (EBADF), a fd that is not a dma-buf and a range beyond its
+// end (EINVAL). A provider without dma-buf support returns
+// ErrNotSupported.
+//
+// The software HCA accepts any mappable file (a memfd stands in for GPU
+// memory): it maps the range MAP_SHARED and serves RDMA to and from that
+// mapping, so what a peer writes shows in every other mapping of the file.
+func (pd *ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, access Access) (*MemoryRegion, error) {
+	const op = "register dma-buf MR"
+	if err := checkDMABuf(fd, offset, length, iova, access); err != nil {
+		return nil, &OpError{Op: op, Err: err}
+	}
+	if err := pd.lock(op); err != nil {
+		return nil, err
+	}
+	defer pd.t.mu.Unlock()
+	p, ok := pd.h.(ProviderDMABufProtectionDomain)
+	if !ok {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("%s: the %s provider cannot register dma-buf memory: %w", dmabufVerb, pd.ctx.Kind(), ErrNotSupported)}
+	}
+	h, err := p.RegisterDMABuf(fd, offset, length, iova, access)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	mr := &MemoryRegion{pd: pd, h: h, iova: iova, dmabuf: true, length: length, access: access, lkey: h.LKey(), rkey: h.RKey()}
+	mr.node.init(pd.t, rankMemoryRegion, h.Close, &pd.node)
+	return mr, nil
+}
+
+// DMABuf reports whether the region was registered from a dma-buf file
+// descriptor (RegisterDMABuf); its memory is then not Go-addressable.
+func (mr *MemoryRegion) DMABuf() bool { return mr.dmabuf }
+
+// dmabufVerb is the rdma-core verb the dma-buf errors name.
+const dmabufVerb = "ibv_reg_dmabuf_mr"
+
+// checkDMABuf refuses what the kernel refuses without looking at the fd.
+func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
+	if err := checkAccess(dmabufVerb, access); err != nil {
+		return err
+	}
+	page := uint64(os.Getpagesize())
+	switch {
+	case fd < 0:
+		return ErrnoError(dmabufVerb, fmt.Sprintf("fd %d", fd), unix.EBADF, ErrInvalidArgument)
+	case length == 0:
+		return ErrnoError(dmabufVerb, "length 0", unix.EINVAL, ErrInvalidArgument)
+	case offset+length < offset:
+		return ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x + length %#x overflows", offset, length), unix.EINVAL, ErrInvalidArgument)
+	case iova+length < iova:
+		return ErrnoError(dmabufVerb, fmt.Sprintf("iova %#x + length %#x overflows", iova, length), unix.EINVAL, ErrInvalidArgument)
+	case offset%page != iova%page:
+		return ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x and iova %#x lie at different offsets in a %d-byte page", offset, iova, page), unix.EINVAL, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkAccess refuses access flags no provider accepts, as the kernel's
+// registration verbs do: on-demand paging (EOPNOTSUPP), unknown flags and
+// remote write or atomic without local write (EINVAL).
+func checkAccess(verb string, access Access) error {
+	switch {
+	case access&AccessOnDemand != 0:
+		return ErrnoError(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)
+	case access&^accessAll != 0:
+		return ErrnoError(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
+	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
+		return ErrnoError(verb, "access "+access.String()+": remote write or atomic needs LocalWrite", unix.EINVAL, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ErrnoCause is the cause of an error that the kernel would report with an
+// error number: errors.Is matches both Errno and Sentinel. Providers use
+// it where they stand in for the kernel.
+type ErrnoCause struct {
+	// What names the call or argument, e.g. "ibv_reg_dmabuf_mr fd -1".
+	What string
+	// Errno is the error number, e.g. syscall.EBADF.
+	Errno syscall.Errno
+	// Sentinel is the ctx sentinel the error maps to.
+	Sentinel error
+}
+
+// ErrnoError builds an *ErrnoCause from the verb, what the call was for,
+// the error number and the sentinel.
+func ErrnoError(verb, detail string, errno syscall.Errno, sentinel error) error {
+	what := verb
+	if detail != "" {
+		what += " " + detail
+	}
+	return &ErrnoCause{What: what, Errno: errno, Sentinel: sentinel}
+}
+
+// Error formats as "<what>: <ERRNO> (<message>)", e.g.
+// "ibv_reg_dmabuf_mr length 0: EINVAL (invalid argument)".
+func (e *ErrnoCause) Error() string {
+	return e.What + ": " + unix.ErrnoName(e.Errno) + " (" + e.Errno.Error() + ")"
+}
+
+// Unwrap returns the errno and the sentinel.
+func (e *ErrnoCause) Unwrap() []error { return []error{e.Errno, e.Sentinel} }

@@ -1,0 +1,109 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+var _ ctx.ProviderDMABufProtectionDomain = (*pd)(nil)
+
+// dmabufVerb is the verb the model's dma-buf errors name.
+const dmabufVerb = "ibv_reg_dmabuf_mr"
+
+// RegisterDMABuf registers a dma-buf region. The model takes any mappable
+// regular file as the dma-buf (a memfd stands in for GPU memory): it maps
+// the pages that hold [offset, offset+length) of fd MAP_SHARED, read-write
+// when the access allows any write and read-only otherwise, and serves
+// RDMA to and from that mapping at iova. Writes land in the file's pages,
+// so every other mapping of the file sees them. The mapping holds the
+// file, so fd may be closed after registration; Close unmaps it.
+//
+// Unlike a pinned GPU buffer, a file shrunk below offset+length while the
+// region is registered makes the model fault when it touches the lost
+// pages; keep the file's size while it is registered.
+func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (ctx.ProviderMemoryRegion, error) {
+	const op = "sim: register dma-buf MR"
+	if length == 0 || offset+length < offset || iova+length < iova {
+		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x length %#x iova %#x", offset, length, iova), unix.EINVAL, ctx.ErrInvalidArgument)}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &ctx.OpError{Op: op, Err: errnoOf(fmt.Sprintf("fd %d", fd), err)}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("fd %d is not a dma-buf (the software HCA maps a regular file such as a memfd)", fd), unix.EINVAL, ctx.ErrInvalidArgument)}
+	}
+	if size := uint64(st.Size); size < offset+length {
+		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x + length %#x beyond the %d-byte buffer of fd %d", offset, length, size, fd), unix.EINVAL, ctx.ErrInvalidArgument)}
+	}
+	page := uint64(os.Getpagesize())
+	start := offset &^ (page - 1)
+	end := (offset + length + page - 1) &^ (page - 1)
+	if end-start > uint64(maxInt) {
+		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("length %#x", length), unix.EINVAL, ctx.ErrInvalidArgument)}
+	}
+	prot := unix.PROT_READ
+	if access&(ctx.AccessLocalWrite|ctx.AccessRemoteWrite|ctx.AccessRemoteAtomic) != 0 {
+		prot |= unix.PROT_WRITE
+	}
+	mapping, err := unix.Mmap(fd, int64(start), int(end-start), prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, &ctx.OpError{Op: op, Err: errnoOf(fmt.Sprintf("mmap of fd %d at %#x for %d bytes", fd, start, end-start), err)}
+	}
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	fail := func(err error) (ctx.ProviderMemoryRegion, error) {
+		_ = unix.Munmap(mapping)
+		return nil, err
+	}
+	if p.closed {
+		return fail(ctx.Errorf(op, "%w", ctx.ErrClosed))
+	}
+	key, ok := p.f.allocKeyLocked()
+	if !ok {
+		return fail(exhausted(op, "memory key indices", &p.f.keys))
+	}
+	base := unsafe.Pointer(unsafe.SliceData(mapping[offset-start:]))
+	m := &mr{f: p.f, pd: p, key: key, base: base, addr: iova, length: length, access: access, mapping: mapping}
+	p.f.mrs[key] = m
+	return m, nil
+}
+
+// unmapLocked unmaps the model's mapping of a dma-buf region; the fabric's
+// mu is held, so the engine, which reads and writes the mapping only under
+// it, is not in the middle of a transfer.
+func (m *mr) unmapLocked() error {
+	if m.mapping == nil {
+		return nil
+	}
+	err := unix.Munmap(m.mapping)
+	m.mapping, m.base = nil, nil
+	if err != nil {
+		return ctx.Errorf("sim: deregister dma-buf MR", "munmap: %w", err)
+	}
+	return nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// errnoOf turns a failed system call on the dma-buf fd into the error the
+// kernel's registration would give: its errno, wrapped with the sentinel
+// it maps to.
+func errnoOf(what string, err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return fmt.Errorf("%s %s: %w", dmabufVerb, what, err)
+	}
+	sentinel := ctx.ErrInvalidArgument
+	if errno == unix.ENOMEM {
+		sentinel = ctx.ErrNoMemory
+	}
+	return ctx.ErrnoError(dmabufVerb, what, errno, sentinel)
+}
