@@ -86,6 +86,12 @@ func testReceiveEnds(t *testing.T, opts channel.Options, deadline bool) {
 
 func TestReceiveContextCancelRC(t *testing.T)   { testReceiveEnds(t, channel.Options{}, false) }
 func TestReceiveContextDeadlineRC(t *testing.T) { testReceiveEnds(t, channel.Options{}, true) }
+func TestReceiveContextCancelEvents(t *testing.T) {
+	testReceiveEnds(t, channel.Options{Events: true}, false)
+}
+func TestReceiveContextDeadlineEvents(t *testing.T) {
+	testReceiveEnds(t, channel.Options{Events: true}, true)
+}
 func TestReceiveContextCancelDC(t *testing.T) {
 	testReceiveEnds(t, channel.Options{Transport: channel.TransportDC}, false)
 }

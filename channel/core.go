@@ -505,7 +505,18 @@ func (w *waiter) idlePoll() error {
 		if c.timeout > 0 {
 			d = min(d, c.timeout-time.Since(w.start)+time.Millisecond)
 		}
-		err := c.notifier.WaitTimeout(d)
+		var err error
+		if w.done != nil {
+			// The sleep ends with the caller's context too.
+			sc, cancel := context.WithTimeout(w.cx, d)
+			err = c.notifier.Wait(sc)
+			cancel()
+			if cerr := w.ended(); cerr != nil {
+				return cerr
+			}
+		} else {
+			err = c.notifier.WaitTimeout(d)
+		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("channel: wait for a completion event: %w", err)
 		}
