@@ -240,6 +240,7 @@ func TestPendingWaitContext(t *testing.T) {
 	cancel2()
 	require.ErrorIs(t, p.WaitContext(c2), context.Canceled)
 	require.NoError(t, ca.Fail())
+	require.NoError(t, ca.Fail(), "Fail again: nothing left to flush")
 	require.True(t, p.Done())
 	requireFlushed(t, p)
 	buf := a.bytes()[:64]

@@ -668,19 +668,22 @@ const flushLimit = 2 * time.Second
 // flushLimit) fail destroys the channel's queues, which ends the device's
 // access to their buffers just the same. Either way no buffer of a work
 // request outstanding before is written after fail returns; the channel
-// refuses new work with ErrFailed (ErrClosed once destroyed).
+// refuses new work with ErrFailed (ErrClosed once destroyed). Calling it
+// again only polls what is left.
 func (c *core) fail() error {
 	if c.closed {
 		return nil
 	}
-	c.failed = true
 	var errs []error
-	if c.dci != nil {
-		errs = append(errs, c.dci.Fail())
-	}
-	for i := range c.links {
-		if q := c.links[i].qp; q != nil {
-			errs = append(errs, q.Fail())
+	if !c.failed {
+		c.failed = true
+		if c.dci != nil {
+			errs = append(errs, c.dci.Fail())
+		}
+		for i := range c.links {
+			if q := c.links[i].qp; q != nil {
+				errs = append(errs, q.Fail())
+			}
 		}
 	}
 	deadline := time.Now().Add(flushLimit)
