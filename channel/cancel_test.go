@@ -194,20 +194,50 @@ func TestBlockingCallsToAVanishedPeer(t *testing.T) {
 	}
 }
 
-// A context that has ended before the call still posts nothing that can
-// outlive it.
-func TestReceiveContextAlreadyCancelled(t *testing.T) {
+// A context that has ended before the call posts nothing: the call returns
+// its error at once and the channel stays as it was.
+func TestContextEndedBeforeTheCall(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, cb := pair(t, a, b, channel.Options{})
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	remote := channel.At(region, 0)
 	c, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := ca.ReceiveContext(c, channel.RecvRequest{Local: a.sge(0, 64)})
-	requireEnded(t, err, context.Canceled, "receive")
-	buf := a.bytes()[:64]
-	fill(buf)
-	sendLate(t, cb, b)
-	intact(t, buf, "receive buffer")
+	res, err := ca.ReceiveContext(c, channel.RecvRequest{Local: a.sge(0, 64)})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, err, res.Err)
+	for op, err := range map[string]error{
+		"receive":          err,
+		"send":             ca.SendContext(c, channel.SendRequest{Local: a.sge(0, 8)}),
+		"write":            ca.WriteContext(c, channel.WriteRequest{Local: a.sge(0, 8), Remote: remote}),
+		"read":             ca.ReadContext(c, channel.ReadRequest{Local: a.sge(0, 8), Remote: remote}),
+		"compare-and-swap": ca.CompareSwapContext(c, channel.CompareSwapRequest{Remote: remote, Result: channel.Slice(a.mr, 0, 8)}),
+		"fetch-and-add":    ca.FetchAddContext(c, channel.FetchAddRequest{Remote: remote, Result: channel.Slice(a.mr, 0, 8)}),
+		"scatter send":     ca.Multi().ScatterSendContext(c, []channel.SendRequest{{Local: a.sge(0, 8)}}),
+		"scatter write":    ca.Multi().ScatterWriteContext(c, []channel.WriteRequest{{Local: a.sge(0, 8), Remote: remote}}),
+		"gather receive":   ca.Multi().GatherReceiveContext(c, []channel.RecvRequest{{Local: a.sge(0, 8)}}, nil),
+		"gather read":      ca.Multi().GatherReadContext(c, []channel.ReadRequest{{Local: a.sge(0, 8), Remote: remote}}),
+		"multicast send":   ca.Multi().MulticastSendContext(c, []int{0}, channel.SendRequest{Local: a.sge(0, 8)}),
+		"scope": ca.ScopeContext(c, func(*channel.Scope) error {
+			t.Error("fn ran under an ended context")
+			return nil
+		}),
+	} {
+		require.ErrorIs(t, err, context.Canceled, op)
+		require.NotErrorIs(t, err, channel.ErrFailed, op)
+		require.Contains(t, err.Error(), "channel: "+op+": ", op)
+	}
+	require.Zero(t, ca.Outstanding(), "nothing was posted")
+
+	// The channel still works.
+	copy(b.bytes()[:5], "later")
+	p, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
+	require.NoError(t, err)
+	require.NoError(t, cb.Send(channel.SendRequest{Local: b.sge(0, 5)}))
+	require.NoError(t, p.Wait())
+	require.Equal(t, "later", string(a.bytes()[:5]))
 }
 
 // Pending.WaitContext gives up without touching the request: it stays

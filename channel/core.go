@@ -594,6 +594,18 @@ func (b *batch) complete(s *slot) {
 	}
 }
 
+// ended returns the error of a call whose context cx has ended before it
+// posted anything (nil while cx is live): the call then posts nothing.
+func ended(cx context.Context, op string) error {
+	if cx.Done() == nil {
+		return nil
+	}
+	if err := cx.Err(); err != nil {
+		return fmt.Errorf("channel: %s: %w (nothing posted)", op, err)
+	}
+	return nil
+}
+
 // startBatch begins the blocking call op whose results (when not nil)
 // receive each request's outcome by index.
 func (c *core) startBatch(op string, results []Result) *batch {

@@ -62,7 +62,8 @@
 // cancel, and one implementation serves both.
 //
 // The context bounds the whole call: the waits for room in a full queue
-// and for the completions. The wait loop looks at it without allocating
+// and for the completions. A context that has ended before the call makes
+// it return at once, with nothing posted and the channel untouched. The wait loop looks at it without allocating
 // (context.Background has no Done channel; another context's is looked at
 // on every empty poll and every 64 polls that found work; a wait sleeping
 // on completion events wakes with it). When it ends first, the error wraps

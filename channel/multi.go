@@ -255,6 +255,9 @@ func (m *MultiChannel) CompareSwap(r CompareSwapRequest) error {
 // CompareSwapContext runs an atomic compare-and-swap at the peer and waits
 // until the old value is in r.Result, or until c ends.
 func (m *MultiChannel) CompareSwapContext(c context.Context, r CompareSwapRequest) error {
+	if err := ended(c, "compare-and-swap"); err != nil {
+		return err
+	}
 	m.c.startBatch("compare-and-swap", nil)
 	_, err := m.c.postAtomic(c, r.Peer, &r, nil)
 	return m.c.finishBatch(c, err)
@@ -268,6 +271,9 @@ func (m *MultiChannel) FetchAdd(r FetchAddRequest) error {
 // FetchAddContext runs an atomic fetch-and-add at the peer and waits until
 // the old value is in r.Result, or until c ends.
 func (m *MultiChannel) FetchAddContext(c context.Context, r FetchAddRequest) error {
+	if err := ended(c, "fetch-and-add"); err != nil {
+		return err
+	}
 	m.c.startBatch("fetch-and-add", nil)
 	_, err := m.c.postAtomic(c, r.Peer, nil, &r)
 	return m.c.finishBatch(c, err)
@@ -278,6 +284,9 @@ func (m *MultiChannel) Send(r SendRequest) error { return m.SendContext(context.
 
 // SendContext sends and waits for the completion, or until c ends.
 func (m *MultiChannel) SendContext(c context.Context, r SendRequest) error {
+	if err := ended(c, "send"); err != nil {
+		return err
+	}
 	m.c.startBatch("send", nil)
 	_, err := m.c.post(c, OpSend, r.Peer, &r, nil, nil, nil)
 	return m.c.finishBatch(c, err)
@@ -291,6 +300,9 @@ func (m *MultiChannel) Receive(r RecvRequest) (Result, error) {
 // ReceiveContext posts a receive and waits until a message arrived in it,
 // or until c ends.
 func (m *MultiChannel) ReceiveContext(c context.Context, r RecvRequest) (Result, error) {
+	if err := ended(c, "receive"); err != nil {
+		return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
+	}
 	m.c.startBatch("receive", nil)
 	wrid, err := m.c.post(c, OpRecv, r.Peer, nil, &r, nil, nil)
 	err = m.c.finishBatch(c, err)
@@ -305,6 +317,9 @@ func (m *MultiChannel) Write(r WriteRequest) error { return m.WriteContext(conte
 
 // WriteContext writes and waits for the completion, or until c ends.
 func (m *MultiChannel) WriteContext(c context.Context, r WriteRequest) error {
+	if err := ended(c, "write"); err != nil {
+		return err
+	}
 	m.c.startBatch("write", nil)
 	_, err := m.c.post(c, OpWrite, r.Peer, nil, nil, &r, nil)
 	return m.c.finishBatch(c, err)
@@ -316,6 +331,9 @@ func (m *MultiChannel) Read(r ReadRequest) error { return m.ReadContext(context.
 // ReadContext reads and waits until the data is in the local buffers, or
 // until c ends.
 func (m *MultiChannel) ReadContext(c context.Context, r ReadRequest) error {
+	if err := ended(c, "read"); err != nil {
+		return err
+	}
 	m.c.startBatch("read", nil)
 	_, err := m.c.post(c, OpRead, r.Peer, nil, nil, nil, &r)
 	return m.c.finishBatch(c, err)
@@ -331,6 +349,9 @@ func (m *MultiChannel) ScatterSend(reqs []SendRequest) error {
 // whatever was posted is still waited for. The errors of every failed
 // request are joined.
 func (m *MultiChannel) ScatterSendContext(c context.Context, reqs []SendRequest) error {
+	if err := ended(c, "scatter send"); err != nil {
+		return err
+	}
 	b := m.c.startBatch("scatter send", nil)
 	var err error
 	for i := range reqs {
@@ -350,6 +371,9 @@ func (m *MultiChannel) ScatterWrite(reqs []WriteRequest) error {
 // ScatterWriteContext writes every request to its peer and waits for all
 // (or until c ends).
 func (m *MultiChannel) ScatterWriteContext(c context.Context, reqs []WriteRequest) error {
+	if err := ended(c, "scatter write"); err != nil {
+		return err
+	}
 	b := m.c.startBatch("scatter write", nil)
 	var err error
 	for i := range reqs {
@@ -374,6 +398,9 @@ func (m *MultiChannel) GatherReceiveContext(c context.Context, reqs []RecvReques
 	if results != nil && len(results) < len(reqs) {
 		return fmt.Errorf("channel: gather receive: %d results for %d requests: %w", len(results), len(reqs), ctx.ErrInvalidArgument)
 	}
+	if err := ended(c, "gather receive"); err != nil {
+		return err
+	}
 	b := m.c.startBatch("gather receive", results)
 	var err error
 	for i := range reqs {
@@ -393,6 +420,9 @@ func (m *MultiChannel) GatherRead(reqs []ReadRequest) error {
 // GatherReadContext reads from every peer named in reqs and waits for all
 // (or until c ends).
 func (m *MultiChannel) GatherReadContext(c context.Context, reqs []ReadRequest) error {
+	if err := ended(c, "gather read"); err != nil {
+		return err
+	}
 	b := m.c.startBatch("gather read", nil)
 	var err error
 	for i := range reqs {
@@ -413,6 +443,9 @@ func (m *MultiChannel) MulticastSend(peers []int, r SendRequest) error {
 // data; r.Peer is ignored) to every peer in peers and waits for all (or
 // until c ends).
 func (m *MultiChannel) MulticastSendContext(c context.Context, peers []int, r SendRequest) error {
+	if err := ended(c, "multicast send"); err != nil {
+		return err
+	}
 	b := m.c.startBatch("multicast send", nil)
 	var err error
 	for i, p := range peers {

@@ -36,13 +36,17 @@ func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
 // the scope's work completed (while it waits for room to post, or for the
 // completions after fn), the channel fails as a blocking call's does (see
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
-// of the scope's requests is written after ScopeContext returns. The scope
+// of the scope's requests is written after ScopeContext returns. A context
+// that has ended before the call returns its error without running fn. The scope
 // itself is reused: ScopeContext allocates nothing unless work fails.
 func (m *MultiChannel) ScopeContext(c context.Context, fn func(s *Scope) error) error {
 	return m.c.runScope(c, fn)
 }
 
 func (c *core) runScope(cx context.Context, fn func(s *Scope) error) error {
+	if err := ended(cx, "scope"); err != nil {
+		return err
+	}
 	if c.scope != nil {
 		return fmt.Errorf("channel: scope: %w", ErrNestedScope)
 	}
