@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -97,3 +98,34 @@ func TestScopeDoesNotAllocateDC(t *testing.T) {
 	testScopeAllocs(t, channel.Options{Transport: channel.TransportDC})
 }
 func TestBlockingDoesNotAllocate(t *testing.T) { testBlockingAllocs(t, channel.Options{}) }
+
+// A live context costs no allocation either: the waits look at its Done
+// channel without blocking.
+func TestContextCallsDoNotAllocate(t *testing.T) {
+	a, ca, remote := allocPair(t, channel.Options{})
+	m := ca.Multi()
+	c, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	reqs := []channel.WriteRequest{{Local: a.sge(0, 64), Remote: remote}, {Local: a.sge(64, 64), Remote: remote}}
+	read := channel.ReadRequest{Local: a.sge(4096, 64), Remote: remote}
+	scope := func(s *channel.Scope) error {
+		p, err := s.PostRead(read)
+		if err != nil {
+			return err
+		}
+		return p.WaitContext(c)
+	}
+	run := func() {
+		if err := m.ScatterWriteContext(c, reqs); err != nil {
+			panic(err)
+		}
+		if err := ca.ReadContext(c, read); err != nil {
+			panic(err)
+		}
+		if err := ca.ScopeContext(c, scope); err != nil {
+			panic(err)
+		}
+	}
+	run()
+	require.Zero(t, testing.AllocsPerRun(200, run), "blocking calls and scope with a context")
+}

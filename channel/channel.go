@@ -82,29 +82,61 @@ func (ch *Channel) RemoteRegion(i int) (endpoint.RemoteRegion, error) { return c
 // QP returns the queue pair (nil for a DC channel).
 func (ch *Channel) QP() *rc.QP { return ch.m.QP(0) }
 
-// Send sends and waits for the completion.
+// Send is SendContext with context.Background().
 func (ch *Channel) Send(r SendRequest) error { return ch.m.Send(r) }
 
-// Receive posts a receive and waits for a message.
+// SendContext sends and waits for the completion, or until c ends (see
+// the package documentation).
+func (ch *Channel) SendContext(c context.Context, r SendRequest) error { return ch.m.SendContext(c, r) }
+
+// Receive is ReceiveContext with context.Background().
 func (ch *Channel) Receive(r RecvRequest) (Result, error) { return ch.m.Receive(r) }
 
-// Write writes and waits for the completion.
+// ReceiveContext posts a receive and waits for a message, or until c ends.
+func (ch *Channel) ReceiveContext(c context.Context, r RecvRequest) (Result, error) {
+	return ch.m.ReceiveContext(c, r)
+}
+
+// Write is WriteContext with context.Background().
 func (ch *Channel) Write(r WriteRequest) error { return ch.m.Write(r) }
 
-// Read reads and waits for the data.
+// WriteContext writes and waits for the completion, or until c ends.
+func (ch *Channel) WriteContext(c context.Context, r WriteRequest) error {
+	return ch.m.WriteContext(c, r)
+}
+
+// Read is ReadContext with context.Background().
 func (ch *Channel) Read(r ReadRequest) error { return ch.m.Read(r) }
 
-// CompareSwap runs an atomic compare-and-swap at the peer and waits for
-// the old value in r.Result.
+// ReadContext reads and waits for the data, or until c ends.
+func (ch *Channel) ReadContext(c context.Context, r ReadRequest) error { return ch.m.ReadContext(c, r) }
+
+// CompareSwap is CompareSwapContext with context.Background().
 func (ch *Channel) CompareSwap(r CompareSwapRequest) error { return ch.m.CompareSwap(r) }
 
-// FetchAdd runs an atomic fetch-and-add at the peer and waits for the old
-// value in r.Result.
+// CompareSwapContext runs an atomic compare-and-swap at the peer and waits
+// for the old value in r.Result, or until c ends.
+func (ch *Channel) CompareSwapContext(c context.Context, r CompareSwapRequest) error {
+	return ch.m.CompareSwapContext(c, r)
+}
+
+// FetchAdd is FetchAddContext with context.Background().
 func (ch *Channel) FetchAdd(r FetchAddRequest) error { return ch.m.FetchAdd(r) }
 
-// Scope runs fn with a scope and polls its work to completion (see
-// MultiChannel.Scope).
+// FetchAddContext runs an atomic fetch-and-add at the peer and waits for
+// the old value in r.Result, or until c ends.
+func (ch *Channel) FetchAddContext(c context.Context, r FetchAddRequest) error {
+	return ch.m.FetchAddContext(c, r)
+}
+
+// Scope is ScopeContext with context.Background().
 func (ch *Channel) Scope(fn func(s *Scope) error) error { return ch.m.Scope(fn) }
+
+// ScopeContext runs fn with a scope and polls its work to completion, or
+// until c ends (see MultiChannel.ScopeContext).
+func (ch *Channel) ScopeContext(c context.Context, fn func(s *Scope) error) error {
+	return ch.m.ScopeContext(c, fn)
+}
 
 // PostSend posts a SEND without waiting.
 func (ch *Channel) PostSend(r SendRequest) (Pending, error) { return ch.m.PostSend(r) }
@@ -135,6 +167,10 @@ func (ch *Channel) Outstanding() int { return ch.m.Outstanding() }
 // Err returns the first problem met while polling that belongs to no work
 // request.
 func (ch *Channel) Err() error { return ch.m.Err() }
+
+// Fail moves the queue pair to error and polls until its outstanding work
+// has flushed (see MultiChannel.Fail).
+func (ch *Channel) Fail() error { return ch.m.Fail() }
 
 // Close destroys the queue pair and the completion queue.
 func (ch *Channel) Close() error { return ch.m.Close() }

@@ -82,6 +82,7 @@ type core struct {
 
 	timeout time.Duration
 	stray   error // the first completion that matched no work request
+	failed  bool  // Fail moved the queues to error: no more posts
 
 	ctx    *ctx.Context
 	pd     *ctx.ProtectionDomain
@@ -99,9 +100,9 @@ func (c *core) peerLink(peer int) *link {
 }
 
 // postLink is peerLink for a request: nil also when the channel is closed
-// (badPeer says which).
+// or failed (badPeer says which).
 func (c *core) postLink(peer int) *link {
-	if c.closed {
+	if c.closed || c.failed {
 		return nil
 	}
 	return c.peerLink(peer)
@@ -111,6 +112,9 @@ func (c *core) postLink(peer int) *link {
 func (c *core) badPeer(peer int, op Op) error {
 	if c.closed {
 		return &PeerError{Peer: peer, Op: op, Err: closedError{}}
+	}
+	if c.failed {
+		return &PeerError{Peer: peer, Op: op, Err: ErrFailed}
 	}
 	return &PeerError{Peer: peer, Op: op, Err: fmt.Errorf("%w (the channel has %d)", ErrPeer, len(c.links))}
 }
@@ -354,14 +358,19 @@ func (c *core) complete(wc *rc.Completion) {
 	if wc.Opcode == prm.CQERespSendImm || wc.Opcode == prm.CQERespWrImm {
 		s.imm, s.withImm = wc.Immediate, true
 	}
-	c.pending--
-	c.release(s)
 	if wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr {
 		s.state = slotFailed
 		s.syndrome, s.vendor = wc.Syndrome, wc.VendorSyndrome
 		s.cqeOp, s.sendOp = wc.Opcode, wc.SendOpcode
 		s.qpn, s.wqeCounter = wc.QPN, wc.WQECounter
 	}
+	c.filed(s)
+}
+
+// filed does the bookkeeping of a record that has just completed.
+func (c *core) filed(s *slot) {
+	c.pending--
+	c.release(s)
 	if c.scope != nil && s.scope == c.scopeID {
 		c.scope.outstanding--
 		if s.state == slotFailed {
@@ -415,12 +424,43 @@ func (s *slot) result() Result {
 }
 
 // waiter paces a wait: it spins on the CQ, then yields the processor, then
-// (with a notifier) sleeps until a completion event; it reports a timeout.
+// (with a notifier) sleeps until a completion event; it reports a timeout,
+// and the end of the caller's context. The context is looked at through
+// its Done channel only: nil for context.Background (nothing to check), and
+// a non-blocking receive otherwise, on every empty poll and every
+// checkBusy polls that found work; neither allocates.
 type waiter struct {
-	c        *core
-	idle     int
-	start    time.Time
-	sleeping bool
+	c         *core
+	cx        context.Context
+	done      <-chan struct{}
+	idle      int
+	busy      int
+	start     time.Time
+	sleeping  bool
+	cancelled bool // the wait ended because cx did
+}
+
+// newWaiter returns a waiter for a wait bounded by cx.
+func newWaiter(c *core, cx context.Context) waiter {
+	return waiter{c: c, cx: cx, done: cx.Done()}
+}
+
+// checkBusy is how many polls that found completions may pass between two
+// looks at the context.
+const checkBusy = 64
+
+// ended returns the context's error once it is done (nil before).
+func (w *waiter) ended() error {
+	if w.done == nil {
+		return nil
+	}
+	select {
+	case <-w.done:
+		w.cancelled = true
+		return w.cx.Err()
+	default:
+		return nil
+	}
 }
 
 const (
@@ -436,6 +476,9 @@ const (
 // idlePoll is called after a poll found nothing; it returns ErrTimeout
 // once no completion has arrived for the channel's timeout.
 func (w *waiter) idlePoll() error {
+	if err := w.ended(); err != nil {
+		return err
+	}
 	w.idle++
 	if w.idle < spinPolls {
 		return nil
@@ -462,7 +505,18 @@ func (w *waiter) idlePoll() error {
 		if c.timeout > 0 {
 			d = min(d, c.timeout-time.Since(w.start)+time.Millisecond)
 		}
-		err := c.notifier.WaitTimeout(d)
+		var err error
+		if w.done != nil {
+			// The sleep ends with the caller's context too.
+			sc, cancel := context.WithTimeout(w.cx, d)
+			err = c.notifier.Wait(sc)
+			cancel()
+			if cerr := w.ended(); cerr != nil {
+				return cerr
+			}
+		} else {
+			err = c.notifier.WaitTimeout(d)
+		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("channel: wait for a completion event: %w", err)
 		}
@@ -472,12 +526,25 @@ func (w *waiter) idlePoll() error {
 	return nil
 }
 
-func (w *waiter) progress() { w.idle, w.sleeping = 0, false }
+// progress is called after a poll found completions; it returns the
+// context's error once it is done (looked at every checkBusy calls).
+func (w *waiter) progress() error {
+	w.idle, w.sleeping = 0, false
+	if w.done == nil {
+		return nil
+	}
+	w.busy++
+	if w.busy%checkBusy != 0 {
+		return nil
+	}
+	return w.ended()
+}
 
 // wait waits until the work request wrid has completed and returns its
-// record (nil with ErrStale when the record was reused).
-func (c *core) wait(wrid uint64) (*slot, error) {
-	w := waiter{c: c}
+// record (nil with ErrStale when the record was reused). When cx ends
+// first it returns cx's error and the request stays outstanding.
+func (c *core) wait(cx context.Context, wrid uint64) (*slot, error) {
+	w := newWaiter(c, cx)
 	for {
 		s := c.slotOf(wrid)
 		if s == nil {
@@ -487,8 +554,13 @@ func (c *core) wait(wrid uint64) (*slot, error) {
 			return s, nil
 		}
 		if c.poll() > 0 {
-			w.progress()
+			if err := w.progress(); err != nil {
+				return nil, err
+			}
 			continue
+		}
+		if c.closed {
+			return nil, closedError{}
 		}
 		if err := w.idlePoll(); err != nil {
 			return nil, err
@@ -496,13 +568,14 @@ func (c *core) wait(wrid uint64) (*slot, error) {
 	}
 }
 
-// batch is the bookkeeping of one blocking call: how many of its requests
-// are outstanding, the errors of those that failed, and where to put each
-// request's result.
+// batch is the bookkeeping of one blocking call: its name, how many of its
+// requests are outstanding, the errors of those that failed, and where to
+// put each request's result.
 type batch struct {
 	id          uint32
 	item        int32 // index of the request being posted
 	outstanding int
+	op          string // the call, for errors: "send", "gather receive", …
 	errs        []error
 	results     []Result
 }
@@ -521,33 +594,54 @@ func (b *batch) complete(s *slot) {
 	}
 }
 
-// startBatch begins a blocking call whose results (when not nil) receive
-// each request's outcome by index.
-func (c *core) startBatch(results []Result) *batch {
+// ended returns the error of a call whose context cx has ended before it
+// posted anything (nil while cx is live): the call then posts nothing.
+func ended(cx context.Context, op string) error {
+	if cx.Done() == nil {
+		return nil
+	}
+	if err := cx.Err(); err != nil {
+		return fmt.Errorf("channel: %s: %w (nothing posted)", op, err)
+	}
+	return nil
+}
+
+// startBatch begins the blocking call op whose results (when not nil)
+// receive each request's outcome by index.
+func (c *core) startBatch(op string, results []Result) *batch {
 	c.batchID++
 	if c.batchID == 0 {
 		c.batchID = 1
 	}
 	b := &c.batch
-	b.id, b.item, b.outstanding, b.errs, b.results = c.batchID, 0, 0, b.errs[:0], results
+	b.id, b.item, b.outstanding, b.op, b.errs, b.results = c.batchID, 0, 0, op, b.errs[:0], results
 	return b
 }
 
 // finishBatch waits until every request of the blocking call completed and
 // returns the post error, the errors of failed requests and the wait
-// error, joined.
-func (c *core) finishBatch(perr error) error {
+// error, joined. When cx ends first, the channel fails (see cancel) and
+// the error wraps cx's.
+func (c *core) finishBatch(cx context.Context, perr error) error {
 	b := &c.batch
-	w := waiter{c: c}
+	w := newWaiter(c, cx)
 	var werr error
 	for b.outstanding > 0 {
 		if c.poll() > 0 {
-			w.progress()
+			if werr = w.progress(); werr != nil {
+				break
+			}
 			continue
 		}
 		if werr = w.idlePoll(); werr != nil {
 			break
 		}
+	}
+	if w.cancelled {
+		kept := len(b.errs)
+		werr = c.cancel(b.op, werr)
+		clear(b.errs[kept:]) // the flushes the cancellation caused
+		b.errs = b.errs[:kept]
 	}
 	b.id, b.results = 0, nil
 	if perr == nil && werr == nil && len(b.errs) == 0 {
@@ -561,20 +655,106 @@ func (c *core) finishBatch(perr error) error {
 	return errors.Join(all...)
 }
 
+// cancel ends a wait that cx cut short (cause is cx's error): the device
+// may still write into the buffers of the outstanding work requests (a
+// receive, an RDMA READ, an atomic's result) until each has completed, so
+// the channel fails (see fail) before the call returns, and no buffer of
+// the call is written after. The error names op and wraps cause and
+// ErrFailed.
+func (c *core) cancel(op string, cause error) error {
+	if ferr := c.fail(); ferr != nil {
+		return fmt.Errorf("channel: %s: %w (%w: %w)", op, cause, ErrFailed, ferr)
+	}
+	return fmt.Errorf("channel: %s: %w (the outstanding work requests were flushed: %w)", op, cause, ErrFailed)
+}
+
+// flushLimit bounds how long fail polls for the flush completions; queues
+// still holding work after it are destroyed.
+const flushLimit = 2 * time.Second
+
+// fail moves every queue of the channel to the error state, so the device
+// flushes each outstanding work request with a completion
+// (WR_FLUSH_ERR), and polls until all of them have arrived. A DC channel's
+// receives sit in shared receive queues, which an error state does not
+// flush: when any is outstanding (or a flush has not arrived within
+// flushLimit) fail destroys the channel's queues, which ends the device's
+// access to their buffers just the same. Either way no buffer of a work
+// request outstanding before is written after fail returns; the channel
+// refuses new work with ErrFailed (ErrClosed once destroyed). Calling it
+// again only polls what is left.
+func (c *core) fail() error {
+	if c.closed {
+		return nil
+	}
+	var errs []error
+	if !c.failed {
+		c.failed = true
+		if c.dci != nil {
+			errs = append(errs, c.dci.Fail())
+		}
+		for i := range c.links {
+			if q := c.links[i].qp; q != nil {
+				errs = append(errs, q.Fail())
+			}
+		}
+	}
+	deadline := time.Now().Add(flushLimit)
+	for c.pending > c.unflushable() {
+		if c.poll() > 0 {
+			continue
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		runtime.Gosched()
+	}
+	if c.pending > 0 {
+		errs = append(errs, c.close())
+		// The queues are gone, and their work with them: record what was
+		// still outstanding as flushed, as the device would have.
+		for i := range c.slots {
+			if s := &c.slots[i]; s.state == slotPosted {
+				s.state, s.syndrome, s.cqeOp = slotFailed, prm.SyndromeWRFlush, prm.CQEReqErr
+				if s.op == OpRecv {
+					s.cqeOp = prm.CQERespErr
+				}
+				c.filed(s)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unflushable counts the outstanding work requests an error state does not
+// flush: the receives of a DC channel (in its shared receive queues).
+func (c *core) unflushable() int {
+	if c.transport != TransportDC {
+		return 0
+	}
+	n := 0
+	for i := range c.slots {
+		if s := &c.slots[i]; s.state == slotPosted && s.op == OpRecv {
+			n++
+		}
+	}
+	return n
+}
+
 // makeRoom is called after a post found its queue full: it polls, and
-// paces the retries with w. It returns an error at the timeout.
+// paces the retries with w. It returns an error at the timeout or when
+// w's context ends.
 func (c *core) makeRoom(w *waiter) error {
 	if c.poll() > 0 {
-		w.progress()
-		return nil
+		return w.progress()
 	}
 	return w.idlePoll()
 }
 
 // post posts one request of any kind, polling for room while its queue is
-// full. It returns the error of any other failure wrapped in a PeerError.
-func (c *core) post(op Op, peer int, send *SendRequest, recv *RecvRequest, write *WriteRequest, read *ReadRequest) (uint64, error) {
-	w := waiter{c: c}
+// full (until cx ends). It returns the error of any other failure wrapped
+// in a PeerError.
+func (c *core) post(cx context.Context, op Op, peer int, send *SendRequest, recv *RecvRequest, write *WriteRequest, read *ReadRequest) (uint64, error) {
+	var w waiter
 	for {
 		var seq uint64
 		var err error
@@ -594,6 +774,9 @@ func (c *core) post(op Op, peer int, send *SendRequest, recv *RecvRequest, write
 		if !full(err) {
 			return 0, wrap(peer, op, err)
 		}
+		if w.c == nil {
+			w = newWaiter(c, cx)
+		}
 		if werr := c.makeRoom(&w); werr != nil {
 			return 0, wrap(peer, op, errors.Join(err, werr))
 		}
@@ -602,12 +785,12 @@ func (c *core) post(op Op, peer int, send *SendRequest, recv *RecvRequest, write
 
 // postAtomic posts one compare-and-swap (cas) or fetch-and-add (faa),
 // polling for room while the send queue is full, like post.
-func (c *core) postAtomic(peer int, cas *CompareSwapRequest, faa *FetchAddRequest) (uint64, error) {
+func (c *core) postAtomic(cx context.Context, peer int, cas *CompareSwapRequest, faa *FetchAddRequest) (uint64, error) {
 	op := OpFetchAdd
 	if cas != nil {
 		op = OpCompareSwap
 	}
-	w := waiter{c: c}
+	var w waiter
 	for {
 		var seq uint64
 		var err error
@@ -621,6 +804,9 @@ func (c *core) postAtomic(peer int, cas *CompareSwapRequest, faa *FetchAddReques
 		}
 		if !full(err) {
 			return 0, wrap(peer, op, err)
+		}
+		if w.c == nil {
+			w = newWaiter(c, cx)
 		}
 		if werr := c.makeRoom(&w); werr != nil {
 			return 0, wrap(peer, op, errors.Join(err, werr))

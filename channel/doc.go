@@ -42,8 +42,57 @@
 // and never wait: Poll drives completions, Pending.Poll, Done and Wait look
 // at one request.
 //
+// Each blocking call, Scope and Pending.Wait has a Context variant (see
+// Contexts below).
+//
 // Scopes and raw posts allocate nothing on their hot path (the tests assert
 // it); a failed request allocates its error.
+//
+// # Contexts
+//
+// Every blocking call, Scope and Pending.Wait has a variant that takes a
+// context.Context first: SendContext, ReceiveContext, WriteContext,
+// ReadContext, CompareSwapContext, FetchAddContext, ScatterSendContext,
+// ScatterWriteContext, GatherReceiveContext, GatherReadContext,
+// MulticastSendContext, ScopeContext and Pending.WaitContext. The call
+// without the suffix is that variant with context.Background(), a
+// one-line wrapper. The package keeps both, as database/sql and net do
+// (QueryContext, DialContext), rather than adding a context parameter to
+// the existing calls: the short form stays for the many callers that never
+// cancel, and one implementation serves both.
+//
+// The context bounds the whole call: the waits for room in a full queue
+// and for the completions. A context that has ended before the call makes
+// it return at once, with nothing posted and the channel untouched. The wait loop looks at it without allocating
+// (context.Background has no Done channel; another context's is looked at
+// on every empty poll and every 64 polls that found work; a wait sleeping
+// on completion events wakes with it). When it ends first, the error wraps
+// the context's (errors.Is(err, context.Canceled) or
+// context.DeadlineExceeded) and names the call.
+//
+// An ended wait does not end the work: the device owns a posted work
+// request until its completion, and a receive, an RDMA READ or an atomic
+// may still write its local buffer until then. So a blocking call or scope
+// whose context ends fails the channel before it returns (MultiChannel.Fail):
+// every queue moves to the error state, the device flushes each
+// outstanding work request with a completion (WR_FLUSH_ERR), and the call
+// polls until all of them have arrived, which takes microseconds on a NIC
+// and on the software HCA. A DC channel's receives sit in shared receive
+// queues, which the error state does not flush; those queues (and any that
+// does not flush within a bound) are destroyed instead, which ends the
+// device's access to their buffers as well. When the call returns, no
+// buffer of any of the channel's work requests is written any more, and
+// the error also wraps ErrFailed: the channel refuses new work, and the
+// connection must be rebuilt (Close, a new channel, a new handshake; the
+// peer sees its queue pair's requests fail).
+//
+// Pending.WaitContext is the exception: it leaves the request outstanding
+// and the channel working. The caller keeps the Pending, and must not
+// reuse the request's buffers until Done reports true (wait again) or
+// until Fail returned.
+//
+// Options.Timeout is older and different: a wait with no completion for
+// that long returns ErrTimeout and leaves the work outstanding.
 //
 // # RC and DC
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/completion"
@@ -166,6 +167,38 @@ func ExampleMultiChannel_Scope() {
 	// failed: REM_ACCESS_ERR REMOTE_ACCESS_ERR RDMA_WRITE
 	// remote access error: true
 	// still outstanding: 0
+}
+
+// A receive bounded by a deadline: nothing is sent, the deadline passes,
+// and the channel flushes the receive before the call returns, so the
+// buffer is the caller's again; the channel itself has failed and refuses
+// new work.
+func ExampleChannel_ReceiveContext() {
+	fabric := sim.New(sim.Options{Mode: sim.Engine})
+	defer fabric.Close()
+	a, b := openSide(fabric, "sim0"), openSide(fabric, "sim1")
+	defer a.close()
+	defer b.close()
+	pa, _ := channel.New().PD(a.pd).Peer().Build()
+	pb, _ := channel.New().PD(b.pd).Peer().Build()
+	ca, _ := pa.Handshake(pb.Endpoint())
+	defer ca.Close()
+	cb, _ := pb.Handshake(pa.Endpoint())
+	defer cb.Close()
+
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := ca.ReceiveContext(c, channel.RecvRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 64)}})
+	fmt.Println("deadline exceeded:", errors.Is(err, context.DeadlineExceeded))
+	fmt.Println("channel failed:", errors.Is(err, channel.ErrFailed))
+	fmt.Println("still outstanding:", ca.Outstanding())
+	err = ca.Send(channel.SendRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 8)}})
+	fmt.Println("send refused:", errors.Is(err, channel.ErrFailed))
+	// Output:
+	// deadline exceeded: true
+	// channel failed: true
+	// still outstanding: 0
+	// send refused: true
 }
 
 // Mesh connects N ranks over TCP: each rank's MultiChannel reaches every

@@ -1,6 +1,8 @@
 package channel
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/completion"
@@ -97,6 +99,16 @@ func (m *MultiChannel) Err() error {
 // protection domain or the memory regions). Outstanding work is lost.
 func (m *MultiChannel) Close() error { return m.c.close() }
 
+// Fail moves every queue of the channel to the error state and polls until
+// each outstanding work request has completed with a flush error (or, for
+// the receives of a DC channel, which sit in shared receive queues that an
+// error state does not flush, destroys the queues). When it returns, the
+// device writes no buffer of any work request posted before. The channel
+// then refuses new work with ErrFailed: close it and build a new one. It is
+// what a blocking call or scope does when its context ends; call it after
+// a Pending.WaitContext gave up, before reusing that request's buffers.
+func (m *MultiChannel) Fail() error { return m.c.fail() }
+
 // ---- raw level ----
 
 // Pending is a work request posted by a raw Post call (or inside a scope).
@@ -131,10 +143,22 @@ func (p Pending) Poll() (bool, error) {
 	return s.state == slotDone, nil
 }
 
-// Wait polls until the request has completed and returns its error.
-func (p Pending) Wait() error {
-	s, err := p.c.wait(p.wrid)
+// Wait polls until the request has completed and returns its error: it is
+// WaitContext with context.Background().
+func (p Pending) Wait() error { return p.WaitContext(context.Background()) }
+
+// WaitContext polls until the request has completed and returns its error.
+// When c ends first it returns an error wrapping c.Err() (errors.Is with
+// context.Canceled or context.DeadlineExceeded) and the request stays
+// outstanding: the device owns its buffers until it completes, so do not
+// reuse them before Done reports true, or call MultiChannel.Fail, which
+// flushes every outstanding request of the channel.
+func (p Pending) WaitContext(c context.Context) error {
+	s, err := p.c.wait(c, p.wrid)
 	if err != nil {
+		if c.Err() != nil && errors.Is(err, c.Err()) {
+			return fmt.Errorf("channel: wait for work request %#x: %w (still outstanding)", p.wrid, err)
+		}
 		return err
 	}
 	if s.state == slotFailed {
@@ -218,125 +242,218 @@ func (m *MultiChannel) PostFetchAdd(r FetchAddRequest) (Pending, error) {
 }
 
 // ---- blocking level ----
+//
+// Each blocking call has a Context variant; the call without it is that
+// variant with context.Background(). See the package documentation for
+// what an ended context does.
 
-// CompareSwap runs an atomic compare-and-swap at the peer and waits until
-// the old value is in r.Result.
+// CompareSwap is CompareSwapContext with context.Background().
 func (m *MultiChannel) CompareSwap(r CompareSwapRequest) error {
-	m.c.startBatch(nil)
-	_, err := m.c.postAtomic(r.Peer, &r, nil)
-	return m.c.finishBatch(err)
+	return m.CompareSwapContext(context.Background(), r)
 }
 
-// FetchAdd runs an atomic fetch-and-add at the peer and waits until the
-// old value is in r.Result.
+// CompareSwapContext runs an atomic compare-and-swap at the peer and waits
+// until the old value is in r.Result, or until c ends.
+func (m *MultiChannel) CompareSwapContext(c context.Context, r CompareSwapRequest) error {
+	if err := ended(c, "compare-and-swap"); err != nil {
+		return err
+	}
+	m.c.startBatch("compare-and-swap", nil)
+	_, err := m.c.postAtomic(c, r.Peer, &r, nil)
+	return m.c.finishBatch(c, err)
+}
+
+// FetchAdd is FetchAddContext with context.Background().
 func (m *MultiChannel) FetchAdd(r FetchAddRequest) error {
-	m.c.startBatch(nil)
-	_, err := m.c.postAtomic(r.Peer, nil, &r)
-	return m.c.finishBatch(err)
+	return m.FetchAddContext(context.Background(), r)
 }
 
-// Send sends and waits for the completion.
-func (m *MultiChannel) Send(r SendRequest) error {
-	m.c.startBatch(nil)
-	_, err := m.c.post(OpSend, r.Peer, &r, nil, nil, nil)
-	return m.c.finishBatch(err)
+// FetchAddContext runs an atomic fetch-and-add at the peer and waits until
+// the old value is in r.Result, or until c ends.
+func (m *MultiChannel) FetchAddContext(c context.Context, r FetchAddRequest) error {
+	if err := ended(c, "fetch-and-add"); err != nil {
+		return err
+	}
+	m.c.startBatch("fetch-and-add", nil)
+	_, err := m.c.postAtomic(c, r.Peer, nil, &r)
+	return m.c.finishBatch(c, err)
 }
 
-// Receive posts a receive and waits until a message arrived in it.
+// Send is SendContext with context.Background().
+func (m *MultiChannel) Send(r SendRequest) error { return m.SendContext(context.Background(), r) }
+
+// SendContext sends and waits for the completion, or until c ends.
+func (m *MultiChannel) SendContext(c context.Context, r SendRequest) error {
+	if err := ended(c, "send"); err != nil {
+		return err
+	}
+	m.c.startBatch("send", nil)
+	_, err := m.c.post(c, OpSend, r.Peer, &r, nil, nil, nil)
+	return m.c.finishBatch(c, err)
+}
+
+// Receive is ReceiveContext with context.Background().
 func (m *MultiChannel) Receive(r RecvRequest) (Result, error) {
-	m.c.startBatch(nil)
-	wrid, err := m.c.post(OpRecv, r.Peer, nil, &r, nil, nil)
-	err = m.c.finishBatch(err)
+	return m.ReceiveContext(context.Background(), r)
+}
+
+// ReceiveContext posts a receive and waits until a message arrived in it,
+// or until c ends.
+func (m *MultiChannel) ReceiveContext(c context.Context, r RecvRequest) (Result, error) {
+	if err := ended(c, "receive"); err != nil {
+		return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
+	}
+	m.c.startBatch("receive", nil)
+	wrid, err := m.c.post(c, OpRecv, r.Peer, nil, &r, nil, nil)
+	err = m.c.finishBatch(c, err)
 	if s := m.c.slotOf(wrid); err == nil && s != nil {
 		return s.result(), nil
 	}
 	return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
 }
 
-// Write writes and waits for the completion.
-func (m *MultiChannel) Write(r WriteRequest) error {
-	m.c.startBatch(nil)
-	_, err := m.c.post(OpWrite, r.Peer, nil, nil, &r, nil)
-	return m.c.finishBatch(err)
+// Write is WriteContext with context.Background().
+func (m *MultiChannel) Write(r WriteRequest) error { return m.WriteContext(context.Background(), r) }
+
+// WriteContext writes and waits for the completion, or until c ends.
+func (m *MultiChannel) WriteContext(c context.Context, r WriteRequest) error {
+	if err := ended(c, "write"); err != nil {
+		return err
+	}
+	m.c.startBatch("write", nil)
+	_, err := m.c.post(c, OpWrite, r.Peer, nil, nil, &r, nil)
+	return m.c.finishBatch(c, err)
 }
 
-// Read reads and waits until the data is in the local buffers.
-func (m *MultiChannel) Read(r ReadRequest) error {
-	m.c.startBatch(nil)
-	_, err := m.c.post(OpRead, r.Peer, nil, nil, nil, &r)
-	return m.c.finishBatch(err)
+// Read is ReadContext with context.Background().
+func (m *MultiChannel) Read(r ReadRequest) error { return m.ReadContext(context.Background(), r) }
+
+// ReadContext reads and waits until the data is in the local buffers, or
+// until c ends.
+func (m *MultiChannel) ReadContext(c context.Context, r ReadRequest) error {
+	if err := ended(c, "read"); err != nil {
+		return err
+	}
+	m.c.startBatch("read", nil)
+	_, err := m.c.post(c, OpRead, r.Peer, nil, nil, nil, &r)
+	return m.c.finishBatch(c, err)
 }
 
-// ScatterSend sends reqs[i] to reqs[i].Peer for every i and waits for all
-// of them. A refused post stops the posting; whatever was posted is still
-// waited for. The errors of every failed request are joined.
+// ScatterSend is ScatterSendContext with context.Background().
 func (m *MultiChannel) ScatterSend(reqs []SendRequest) error {
-	b := m.c.startBatch(nil)
+	return m.ScatterSendContext(context.Background(), reqs)
+}
+
+// ScatterSendContext sends reqs[i] to reqs[i].Peer for every i and waits
+// for all of them (or until c ends). A refused post stops the posting;
+// whatever was posted is still waited for. The errors of every failed
+// request are joined.
+func (m *MultiChannel) ScatterSendContext(c context.Context, reqs []SendRequest) error {
+	if err := ended(c, "scatter send"); err != nil {
+		return err
+	}
+	b := m.c.startBatch("scatter send", nil)
 	var err error
 	for i := range reqs {
 		b.item = int32(i)
-		if _, err = m.c.post(OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil); err != nil {
+		if _, err = m.c.post(c, OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil); err != nil {
 			break
 		}
 	}
-	return m.c.finishBatch(err)
+	return m.c.finishBatch(c, err)
 }
 
-// ScatterWrite writes every request to its peer and waits for all.
+// ScatterWrite is ScatterWriteContext with context.Background().
 func (m *MultiChannel) ScatterWrite(reqs []WriteRequest) error {
-	b := m.c.startBatch(nil)
+	return m.ScatterWriteContext(context.Background(), reqs)
+}
+
+// ScatterWriteContext writes every request to its peer and waits for all
+// (or until c ends).
+func (m *MultiChannel) ScatterWriteContext(c context.Context, reqs []WriteRequest) error {
+	if err := ended(c, "scatter write"); err != nil {
+		return err
+	}
+	b := m.c.startBatch("scatter write", nil)
 	var err error
 	for i := range reqs {
 		b.item = int32(i)
-		if _, err = m.c.post(OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil); err != nil {
+		if _, err = m.c.post(c, OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil); err != nil {
 			break
 		}
 	}
-	return m.c.finishBatch(err)
+	return m.c.finishBatch(c, err)
 }
 
-// GatherReceive posts every receive and waits until each has received a
-// message. When results is not nil (it must then be at least as long as
-// reqs) results[i] receives the outcome of reqs[i].
+// GatherReceive is GatherReceiveContext with context.Background().
 func (m *MultiChannel) GatherReceive(reqs []RecvRequest, results []Result) error {
+	return m.GatherReceiveContext(context.Background(), reqs, results)
+}
+
+// GatherReceiveContext posts every receive and waits until each has
+// received a message (or until c ends). When results is not nil (it must
+// then be at least as long as reqs) results[i] receives the outcome of
+// reqs[i].
+func (m *MultiChannel) GatherReceiveContext(c context.Context, reqs []RecvRequest, results []Result) error {
 	if results != nil && len(results) < len(reqs) {
 		return fmt.Errorf("channel: gather receive: %d results for %d requests: %w", len(results), len(reqs), ctx.ErrInvalidArgument)
 	}
-	b := m.c.startBatch(results)
+	if err := ended(c, "gather receive"); err != nil {
+		return err
+	}
+	b := m.c.startBatch("gather receive", results)
 	var err error
 	for i := range reqs {
 		b.item = int32(i)
-		if _, err = m.c.post(OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil); err != nil {
+		if _, err = m.c.post(c, OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil); err != nil {
 			break
 		}
 	}
-	return m.c.finishBatch(err)
+	return m.c.finishBatch(c, err)
 }
 
-// GatherRead reads from every peer named in reqs and waits for all.
+// GatherRead is GatherReadContext with context.Background().
 func (m *MultiChannel) GatherRead(reqs []ReadRequest) error {
-	b := m.c.startBatch(nil)
+	return m.GatherReadContext(context.Background(), reqs)
+}
+
+// GatherReadContext reads from every peer named in reqs and waits for all
+// (or until c ends).
+func (m *MultiChannel) GatherReadContext(c context.Context, reqs []ReadRequest) error {
+	if err := ended(c, "gather read"); err != nil {
+		return err
+	}
+	b := m.c.startBatch("gather read", nil)
 	var err error
 	for i := range reqs {
 		b.item = int32(i)
-		if _, err = m.c.post(OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i]); err != nil {
+		if _, err = m.c.post(c, OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i]); err != nil {
 			break
 		}
 	}
-	return m.c.finishBatch(err)
+	return m.c.finishBatch(c, err)
 }
 
-// MulticastSend sends the same message (r's buffers and immediate data;
-// r.Peer is ignored) to every peer in peers and waits for all.
+// MulticastSend is MulticastSendContext with context.Background().
 func (m *MultiChannel) MulticastSend(peers []int, r SendRequest) error {
-	b := m.c.startBatch(nil)
+	return m.MulticastSendContext(context.Background(), peers, r)
+}
+
+// MulticastSendContext sends the same message (r's buffers and immediate
+// data; r.Peer is ignored) to every peer in peers and waits for all (or
+// until c ends).
+func (m *MultiChannel) MulticastSendContext(c context.Context, peers []int, r SendRequest) error {
+	if err := ended(c, "multicast send"); err != nil {
+		return err
+	}
+	b := m.c.startBatch("multicast send", nil)
 	var err error
 	for i, p := range peers {
 		b.item = int32(i)
 		r.Peer = p
-		if _, err = m.c.post(OpSend, p, &r, nil, nil, nil); err != nil {
+		if _, err = m.c.post(c, OpSend, p, &r, nil, nil, nil); err != nil {
 			break
 		}
 	}
-	return m.c.finishBatch(err)
+	return m.c.finishBatch(c, err)
 }

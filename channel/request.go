@@ -151,7 +151,8 @@ var (
 	// ErrPeer: a peer index out of range.
 	ErrPeer = errors.New("no such peer")
 	// ErrTimeout: a blocking call or scope waited longer than
-	// Options.Timeout; its work is still outstanding.
+	// Options.Timeout; its work is still outstanding. (A context's
+	// deadline is different: see ErrFailed.)
 	ErrTimeout = errors.New("timed out waiting for completions")
 	// ErrStale: a Pending whose completion record was reused because more
 	// work requests were posted after it than the channel tracks (see
@@ -167,6 +168,11 @@ var (
 	// ErrClosed: the channel has been closed (a request on it also
 	// matches ctx.ErrClosed), or a scope was used after it returned.
 	ErrClosed = errors.New("channel closed")
+	// ErrFailed: the channel moved its queues to the error state and
+	// flushed their work, because a blocking call's or a scope's context
+	// ended before its work completed (or MultiChannel.Fail was called).
+	// It refuses new work; close it and build a new one.
+	ErrFailed = errors.New("channel failed")
 )
 
 // PeerError is the error of one work request: the peer, the kind of

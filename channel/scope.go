@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -16,19 +17,36 @@ import (
 // only inside the function given to MultiChannel.Scope.
 type Scope struct {
 	c           *core
+	cx          context.Context // the scope's context: bounds its waits for room too
 	outstanding int
 	errs        []error
 	active      bool
 }
 
-// Scope runs fn with a scope and, when fn returns, polls until every work
-// request posted through the scope has completed. It returns the errors of
-// fn, of every failed request and of the wait, joined (nil when there are
-// none). With Options.Timeout set, a wait that outlasts it returns
-// ErrTimeout and leaves the rest outstanding. The scope itself is reused:
-// Scope allocates nothing unless work fails.
+// Scope is ScopeContext with context.Background().
 func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
-	c := m.c
+	return m.ScopeContext(context.Background(), fn)
+}
+
+// ScopeContext runs fn with a scope and, when fn returns, polls until every
+// work request posted through the scope has completed. It returns the
+// errors of fn, of every failed request and of the wait, joined (nil when
+// there are none). With Options.Timeout set, a wait that outlasts it
+// returns ErrTimeout and leaves the rest outstanding. When c ends before
+// the scope's work completed (while it waits for room to post, or for the
+// completions after fn), the channel fails as a blocking call's does (see
+// MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
+// of the scope's requests is written after ScopeContext returns. A context
+// that has ended before the call returns its error without running fn. The scope
+// itself is reused: ScopeContext allocates nothing unless work fails.
+func (m *MultiChannel) ScopeContext(c context.Context, fn func(s *Scope) error) error {
+	return m.c.runScope(c, fn)
+}
+
+func (c *core) runScope(cx context.Context, fn func(s *Scope) error) error {
+	if err := ended(cx, "scope"); err != nil {
+		return err
+	}
 	if c.scope != nil {
 		return fmt.Errorf("channel: scope: %w", ErrNestedScope)
 	}
@@ -36,13 +54,13 @@ func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
 		c.scopeState = &Scope{c: c}
 	}
 	s := c.scopeState
-	s.outstanding, s.errs, s.active = 0, s.errs[:0], true
+	s.cx, s.outstanding, s.errs, s.active = cx, 0, s.errs[:0], true
 	c.scopeID++
 	c.scope = s
 	ferr := fn(s)
 	werr := s.drain()
 	c.scope = nil
-	s.active = false
+	s.active, s.cx = false, nil
 	if ferr == nil && werr == nil && len(s.errs) == 0 {
 		return nil
 	}
@@ -54,19 +72,30 @@ func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
 	return errors.Join(all...)
 }
 
-// drain polls until the scope has nothing outstanding.
+// drain polls until the scope has nothing outstanding. When the scope's
+// context ends first it fails the channel and returns the context's error,
+// wrapped.
 func (s *Scope) drain() error {
-	w := waiter{c: s.c}
+	w := newWaiter(s.c, s.cx)
+	var err error
 	for s.outstanding > 0 {
 		if s.c.poll() > 0 {
-			w.progress()
+			if err = w.progress(); err != nil {
+				break
+			}
 			continue
 		}
-		if err := w.idlePoll(); err != nil {
-			return err
+		if err = w.idlePoll(); err != nil {
+			break
 		}
 	}
-	return nil
+	if w.cancelled {
+		kept := len(s.errs)
+		err = s.c.cancel("scope", err)
+		clear(s.errs[kept:]) // the flushes the cancellation caused
+		s.errs = s.errs[:kept]
+	}
+	return err
 }
 
 // Outstanding returns the number of the scope's requests not yet
@@ -88,7 +117,7 @@ func (s *Scope) PostSend(r SendRequest) (Pending, error) {
 	if err := s.check(); err != nil {
 		return Pending{}, err
 	}
-	seq, err := s.c.post(OpSend, r.Peer, &r, nil, nil, nil)
+	seq, err := s.c.post(s.cx, OpSend, r.Peer, &r, nil, nil, nil)
 	return Pending{s.c, seq}, err
 }
 
@@ -97,7 +126,7 @@ func (s *Scope) PostReceive(r RecvRequest) (Pending, error) {
 	if err := s.check(); err != nil {
 		return Pending{}, err
 	}
-	seq, err := s.c.post(OpRecv, r.Peer, nil, &r, nil, nil)
+	seq, err := s.c.post(s.cx, OpRecv, r.Peer, nil, &r, nil, nil)
 	return Pending{s.c, seq}, err
 }
 
@@ -106,7 +135,7 @@ func (s *Scope) PostWrite(r WriteRequest) (Pending, error) {
 	if err := s.check(); err != nil {
 		return Pending{}, err
 	}
-	seq, err := s.c.post(OpWrite, r.Peer, nil, nil, &r, nil)
+	seq, err := s.c.post(s.cx, OpWrite, r.Peer, nil, nil, &r, nil)
 	return Pending{s.c, seq}, err
 }
 
@@ -115,7 +144,7 @@ func (s *Scope) PostRead(r ReadRequest) (Pending, error) {
 	if err := s.check(); err != nil {
 		return Pending{}, err
 	}
-	seq, err := s.c.post(OpRead, r.Peer, nil, nil, nil, &r)
+	seq, err := s.c.post(s.cx, OpRead, r.Peer, nil, nil, nil, &r)
 	return Pending{s.c, seq}, err
 }
 
@@ -124,7 +153,7 @@ func (s *Scope) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
 	if err := s.check(); err != nil {
 		return Pending{}, err
 	}
-	seq, err := s.c.postAtomic(r.Peer, &r, nil)
+	seq, err := s.c.postAtomic(s.cx, r.Peer, &r, nil)
 	return Pending{s.c, seq}, err
 }
 
@@ -133,7 +162,7 @@ func (s *Scope) PostFetchAdd(r FetchAddRequest) (Pending, error) {
 	if err := s.check(); err != nil {
 		return Pending{}, err
 	}
-	seq, err := s.c.postAtomic(r.Peer, nil, &r)
+	seq, err := s.c.postAtomic(s.cx, r.Peer, nil, &r)
 	return Pending{s.c, seq}, err
 }
 
@@ -143,7 +172,7 @@ func (s *Scope) PostScatterSend(reqs []SendRequest) error {
 		return err
 	}
 	for i := range reqs {
-		if _, err := s.c.post(OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil); err != nil {
+		if _, err := s.c.post(s.cx, OpSend, reqs[i].Peer, &reqs[i], nil, nil, nil); err != nil {
 			return err
 		}
 	}
@@ -156,7 +185,7 @@ func (s *Scope) PostScatterWrite(reqs []WriteRequest) error {
 		return err
 	}
 	for i := range reqs {
-		if _, err := s.c.post(OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil); err != nil {
+		if _, err := s.c.post(s.cx, OpWrite, reqs[i].Peer, nil, nil, &reqs[i], nil); err != nil {
 			return err
 		}
 	}
@@ -170,7 +199,7 @@ func (s *Scope) PostGatherReceive(reqs []RecvRequest) error {
 		return err
 	}
 	for i := range reqs {
-		if _, err := s.c.post(OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil); err != nil {
+		if _, err := s.c.post(s.cx, OpRecv, reqs[i].Peer, nil, &reqs[i], nil, nil); err != nil {
 			return err
 		}
 	}
@@ -183,7 +212,7 @@ func (s *Scope) PostGatherRead(reqs []ReadRequest) error {
 		return err
 	}
 	for i := range reqs {
-		if _, err := s.c.post(OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i]); err != nil {
+		if _, err := s.c.post(s.cx, OpRead, reqs[i].Peer, nil, nil, nil, &reqs[i]); err != nil {
 			return err
 		}
 	}
@@ -198,7 +227,7 @@ func (s *Scope) PostMulticastSend(peers []int, r SendRequest) error {
 	}
 	for _, p := range peers {
 		r.Peer = p
-		if _, err := s.c.post(OpSend, p, &r, nil, nil, nil); err != nil {
+		if _, err := s.c.post(s.cx, OpSend, p, &r, nil, nil, nil); err != nil {
 			return err
 		}
 	}
