@@ -131,3 +131,18 @@ func writeLoop(fd, n int, direct bool) {
 	}
 	C.mk_write_loop(C.int(fd), C.long(n), d)
 }
+
+// The object commands and access flags, for the tests.
+const (
+	cmdDeallocPD      = C.IB_USER_VERBS_CMD_DEALLOC_PD
+	cmdAttachMcast    = C.IB_USER_VERBS_CMD_ATTACH_MCAST
+	cmdRegMR          = C.IB_USER_VERBS_CMD_REG_MR
+	cmdDeregMR        = C.IB_USER_VERBS_CMD_DEREG_MR
+	allocPDRespSize   = C.sizeof_struct_ib_uverbs_alloc_pd_resp
+	regMRRespSize     = C.sizeof_struct_ib_uverbs_reg_mr_resp
+	accessLocalWrite  = C.IB_UVERBS_ACCESS_LOCAL_WRITE
+	accessRemoteWrite = C.IB_UVERBS_ACCESS_REMOTE_WRITE
+	accessRemoteRead  = C.IB_UVERBS_ACCESS_REMOTE_READ
+	accessAtomic      = C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
+	accessOnDemand    = C.IB_UVERBS_ACCESS_ON_DEMAND
+)

@@ -83,6 +83,9 @@ type ucontext struct {
 	// dynBusy holds those taken.
 	staticPages, dynPages int
 	dynBusy               map[int]bool
+	// objects are the context's verbs objects by handle.
+	objects    map[uint32]*uobject
+	nextHandle uint32
 }
 
 // eventFile is an event descriptor: the read end of a pipe the model
@@ -190,10 +193,12 @@ func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 func (k *kernel) close(fd int) syscall.Errno {
 	k.mu.Lock()
 	var dev ctx.ProviderDevice
+	var uc *ucontext
 	var writeFD = -1
 	if f, ok := k.files[fd]; ok {
 		delete(k.files, fd)
 		if f.uctx != nil {
+			uc = f.uctx
 			dev = f.uctx.dev
 			f.uctx = nil
 		}
@@ -212,6 +217,9 @@ func (k *kernel) close(fd int) syscall.Errno {
 	}
 	k.mu.Unlock()
 	k.markFD(fd, 0)
+	if uc != nil {
+		uc.destroyObjects()
+	}
 	if dev != nil {
 		_ = dev.Close()
 	}
