@@ -146,3 +146,15 @@ const (
 	accessAtomic      = C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
 	accessOnDemand    = C.IB_UVERBS_ACCESS_ON_DEMAND
 )
+
+// The completion queue commands and structures, for the tests.
+const (
+	cmdCreateCompChannel = C.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL
+	cmdCreateCQ          = C.IB_USER_VERBS_CMD_CREATE_CQ
+	cmdDestroyCQ         = C.IB_USER_VERBS_CMD_DESTROY_CQ
+	createCQRespSize     = C.sizeof_struct_ib_uverbs_create_cq_resp
+	destroyCQRespSize    = C.sizeof_struct_ib_uverbs_destroy_cq_resp
+	mlx5CreateCQSize     = C.sizeof_struct_mlx5_ib_create_cq
+	mlx5CQFlagPad        = C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
+	mlx5CQFlagUARIndex   = C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
+)

@@ -92,6 +92,9 @@ type ucontext struct {
 // writes whole event records into.
 type eventFile struct {
 	fd, writeFD int
+	// comp marks a completion channel (CREATE_COMP_CHANNEL), which CQs
+	// may name.
+	comp bool
 }
 
 // mapping is a UAR page the library mapped: anonymous shared memory the

@@ -42,7 +42,9 @@ type uobject struct {
 	mr    ctx.ProviderMemoryRegion
 	cq    ctx.ProviderCompletionQueue
 	owner uint32 // the PD handle of an MR
-	users int    // objects that name this one (MRs of a PD)
+	// channel is a CQ's completion channel descriptor (-1 for none).
+	channel int
+	users   int // objects that name this one (MRs of a PD)
 }
 
 // addObject gives o the next handle of the context.

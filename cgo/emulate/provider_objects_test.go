@@ -3,13 +3,17 @@
 package emulate_test
 
 import (
+	"runtime"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
 // TestCgoProviderObjects allocates protection domains and registers memory
@@ -59,4 +63,64 @@ func TestCgoProviderObjects(t *testing.T) {
 	require.NoError(t, mr2.Close())
 	require.NoError(t, pd.Close(), "ibv_dealloc_pd")
 	require.NoError(t, pd2.Close())
+}
+
+// TestCgoProviderCompletionQueues creates completion queues through the
+// kit's cgo provider (ibv_create_comp_channel, mlx5dv_create_cq,
+// mlx5dv_init_obj, ibv_destroy_cq) and checks the model has each one over
+// the ring and doorbell record libmlx5 allocated, under the CQN libmlx5
+// reports, and that a CQE the model writes is in the ring the data plane
+// reads.
+func TestCgoProviderCompletionQueues(t *testing.T) {
+	f := emulate.Fabric()
+	require.NotNil(t, f, "the emulation is on")
+	maps := emulate.MappingCount()
+	d, err := cgo.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	attr, err := d.Query()
+	require.NoError(t, err)
+
+	for _, c := range []ctx.CompletionQueueConfig{
+		{Depth: 1},
+		{Depth: 100, EventChannel: true},
+		{Depth: 255, CQESize: 128, CompVector: attr.CompVectors - 1},
+	} {
+		cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: c})
+		require.NoError(t, err, "%+v", c)
+		desc := cq.Descriptor()
+		info, ok := f.CompletionQueue(desc.CQN)
+		require.True(t, ok, "the model has CQN %#x", desc.CQN)
+		require.Equal(t, desc.Buf, info.Ring, "the model adopted libmlx5's ring")
+		require.Equal(t, desc.DBRec, info.DBRec, "and its doorbell record")
+		require.Equal(t, desc.CQECnt, info.Count)
+		require.Equal(t, desc.CQESize, info.CQESize)
+		require.GreaterOrEqual(t, desc.CQECnt, c.Depth+1)
+		if c.EventChannel {
+			require.GreaterOrEqual(t, cq.EventFD(), 0)
+		}
+
+		var img [prm.CQE64Size]byte
+		img[prm.CQEOpOwn] = prm.OpOwn(prm.CQEReqErr, prm.CQEFormatNone, false, 0)
+		require.NoError(t, f.InjectCQE(desc.CQN, img))
+		last := unsafe.Add(desc.Buf, desc.CQESize-prm.CQE64Size)
+		require.Equal(t, prm.CQEReqErr, prm.OpOwnOpcode(*(*byte)(unsafe.Add(last, prm.CQEOpOwn))), "the CQE is where libmlx5 polls")
+
+		require.NoError(t, cq.Close(), "ibv_destroy_cq")
+		_, ok = f.CompletionQueue(desc.CQN)
+		require.False(t, ok, "destroyed on the model")
+	}
+}
+
+// closeAndCollect closes a device whose queues handed out their memory:
+// ibv_close_device runs once that memory is collected, which the test
+// waits for (the UAR pages unmapped) so that no descriptor is left open.
+func closeAndCollect(t *testing.T, d *cgo.Device, maps int) {
+	require.NoError(t, d.Close())
+	deadline := time.Now().Add(10 * time.Second)
+	for emulate.MappingCount() != maps && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, maps, emulate.MappingCount(), "ibv_close_device ran once the queue memory was collected")
 }

@@ -77,6 +77,21 @@ var writeCmds = map[uint32]*writeCmd{
 		name: "DEREG_MR", reqSize: C.sizeof_struct_ib_uverbs_dereg_mr, context: true,
 		run: (*kernel).writeDeregMR,
 	},
+	C.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: {
+		name: "CREATE_COMP_CHANNEL", reqSize: C.sizeof_struct_ib_uverbs_create_comp_channel,
+		respSize: C.sizeof_struct_ib_uverbs_create_comp_channel_resp, context: true,
+		run: (*kernel).writeCreateCompChannel,
+	},
+	C.IB_USER_VERBS_CMD_CREATE_CQ: {
+		name: "CREATE_CQ", reqSize: C.sizeof_struct_ib_uverbs_create_cq,
+		respSize: C.sizeof_struct_ib_uverbs_create_cq_resp, context: true,
+		run: (*kernel).writeCreateCQ,
+	},
+	C.IB_USER_VERBS_CMD_DESTROY_CQ: {
+		name: "DESTROY_CQ", reqSize: C.sizeof_struct_ib_uverbs_destroy_cq,
+		respSize: C.sizeof_struct_ib_uverbs_destroy_cq_resp, context: true,
+		run: (*kernel).writeDestroyCQ,
+	},
 }
 
 var writeExCmds = map[uint32]*writeCmd{
