@@ -158,3 +158,26 @@ const (
 	mlx5CQFlagPad        = C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
 	mlx5CQFlagUARIndex   = C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
 )
+
+// The object ioctl methods and their attributes, for the tests.
+const (
+	objectMR            = C.UVERBS_OBJECT_MR
+	objectCQ            = C.UVERBS_OBJECT_CQ
+	methodPDDestroy     = C.UVERBS_METHOD_PD_DESTROY
+	methodMRDestroy     = C.UVERBS_METHOD_MR_DESTROY
+	methodCQCreate      = C.UVERBS_METHOD_CQ_CREATE
+	methodCQDestroy     = C.UVERBS_METHOD_CQ_DESTROY
+	attrDestroyPDHandle = C.UVERBS_ATTR_DESTROY_PD_HANDLE
+	attrDestroyMRHandle = C.UVERBS_ATTR_DESTROY_MR_HANDLE
+	attrCreateCQHandle  = C.UVERBS_ATTR_CREATE_CQ_HANDLE
+	attrCreateCQCQE     = C.UVERBS_ATTR_CREATE_CQ_CQE
+	attrCreateCQUser    = C.UVERBS_ATTR_CREATE_CQ_USER_HANDLE
+	attrCreateCQChannel = C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL
+	attrCreateCQVector  = C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR
+	attrCreateCQFlags   = C.UVERBS_ATTR_CREATE_CQ_FLAGS
+	attrCreateCQRespCQE = C.UVERBS_ATTR_CREATE_CQ_RESP_CQE
+	attrCreateCQEventFD = C.UVERBS_ATTR_CREATE_CQ_EVENT_FD
+	attrDestroyCQHandle = C.UVERBS_ATTR_DESTROY_CQ_HANDLE
+	attrDestroyCQResp   = C.UVERBS_ATTR_DESTROY_CQ_RESP
+	cqFlagTimestamp     = C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION
+)

@@ -213,3 +213,55 @@ func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
 	}
 	return c.response(bytesOf(&resp))
 }
+
+func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
+	u32 := func(id uint16) uint64 { return b.get(id).data & 0xffffffff }
+	r := cqRequest{cqe: u32(C.UVERBS_ATTR_CREATE_CQ_CQE), compVector: u32(C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR), channel: -1}
+	flags, en := b.flags32(C.UVERBS_ATTR_CREATE_CQ_FLAGS, C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION|C.IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN)
+	if en != 0 {
+		return en
+	}
+	r.flags = flags
+	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL); a != nil {
+		if int64(a.data) < 0 || a.data > maxFD {
+			return unix.EBADF
+		}
+		r.channel = int(a.data)
+	}
+	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_EVENT_FD); a != nil {
+		// The async event descriptor of the context.
+		if e, ok := k.events[int(a.data)]; !ok || e.comp || a.data > maxFD {
+			return unix.EBADF
+		}
+	}
+	in, outAddr, outLen, en := b.udata()
+	if en != 0 {
+		return en
+	}
+	r.vendor = in
+	h, cqe, cqn, en := k.createCQ(f, r)
+	if en != 0 {
+		return en
+	}
+	cqe32 := cqe
+	if en = b.copyTo(C.UVERBS_ATTR_CREATE_CQ_RESP_CQE, bytesOf(&cqe32)); en == 0 {
+		en = writeCQNumber(outAddr, outLen, cqn)
+	}
+	if en != 0 {
+		_ = k.destroyCQ(f, uint64(h))
+		return en
+	}
+	if a := b.get(C.UVERBS_ATTR_UHW_OUT); a != nil {
+		a.written = true
+	}
+	b.get(C.UVERBS_ATTR_CREATE_CQ_HANDLE).newID = int64(h)
+	return 0
+}
+
+func (k *kernel) ioctlDestroyCQ(f *ufile, b *bundle) syscall.Errno {
+	if en := k.destroyCQ(f, b.get(C.UVERBS_ATTR_DESTROY_CQ_HANDLE).data); en != 0 {
+		return en
+	}
+	var resp C.struct_ib_uverbs_destroy_cq_resp
+	return b.copyTo(C.UVERBS_ATTR_DESTROY_CQ_RESP, bytesOf(&resp))
+}

@@ -71,10 +71,13 @@ func (uc *ucontext) object(h uint32, kind objKind) (*uobject, syscall.Errno) {
 // destroyable looks a handle up for destruction: ENOENT if it names
 // nothing, EINVAL if it names another kind, EBUSY if in use.
 func (uc *ucontext) destroyable(h uint64, kind objKind) (*uobject, syscall.Errno) {
-	if h > 0xffffffff {
+	if int64(h) < 0 {
 		return nil, unix.EINVAL
 	}
 	o, ok := uc.objects[uint32(h)]
+	if h > 0xffffffff {
+		ok = false
+	}
 	switch {
 	case !ok:
 		return nil, unix.ENOENT

@@ -3,6 +3,7 @@
 package emulate_test
 
 import (
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -57,7 +58,11 @@ func TestCgoProviderObjects(t *testing.T) {
 	_, err = pd.RegisterMemory(buf.Pointer(), 0, ctx.AccessLocalWrite)
 	require.Error(t, err, "zero length")
 
+	destroys := emulate.CallCount("ioctl MR_DESTROY")
 	require.NoError(t, mr.Close(), "ibv_dereg_mr")
+	if os.Getenv(emulate.EnvABI) != emulate.ABIWrite {
+		require.Equal(t, destroys+1, emulate.CallCount("ioctl MR_DESTROY"), "the ioctl method libibverbs tries first")
+	}
 	_, ok = f.MemoryRegion(info.Key)
 	require.False(t, ok, "deregistered on the model")
 	require.NoError(t, mr2.Close())
@@ -86,8 +91,15 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 		{Depth: 100, EventChannel: true},
 		{Depth: 255, CQESize: 128, CompVector: attr.CompVectors - 1},
 	} {
+		ioctls, writes := emulate.CallCount("ioctl CQ_CREATE"), emulate.CallCount("write CREATE_CQ")
 		cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: c})
 		require.NoError(t, err, "%+v", c)
+		if os.Getenv(emulate.EnvABI) == emulate.ABIWrite {
+			require.Equal(t, writes+1, emulate.CallCount("write CREATE_CQ"), "the write command, without the ioctl framework")
+		} else {
+			require.Equal(t, ioctls+1, emulate.CallCount("ioctl CQ_CREATE"), "the ioctl method libibverbs tries first")
+			require.Equal(t, writes, emulate.CallCount("write CREATE_CQ"))
+		}
 		desc := cq.Descriptor()
 		info, ok := f.CompletionQueue(desc.CQN)
 		require.True(t, ok, "the model has CQN %#x", desc.CQN)
@@ -106,7 +118,9 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 		last := unsafe.Add(desc.Buf, desc.CQESize-prm.CQE64Size)
 		require.Equal(t, prm.CQEReqErr, prm.OpOwnOpcode(*(*byte)(unsafe.Add(last, prm.CQEOpOwn))), "the CQE is where libmlx5 polls")
 
+		destroys := emulate.CallCount("ioctl CQ_DESTROY") + emulate.CallCount("write DESTROY_CQ")
 		require.NoError(t, cq.Close(), "ibv_destroy_cq")
+		require.Equal(t, destroys+1, emulate.CallCount("ioctl CQ_DESTROY")+emulate.CallCount("write DESTROY_CQ"))
 		_, ok = f.CompletionQueue(desc.CQN)
 		require.False(t, ok, "destroyed on the model")
 	}
