@@ -138,3 +138,47 @@ func closeAndCollect(t *testing.T, d *cgo.Device, maps int) {
 	}
 	require.Equal(t, maps, emulate.MappingCount(), "ibv_close_device ran once the queue memory was collected")
 }
+
+// TestContextObjects goes through the kit's own control plane, ctx.Open
+// with the hardware provider (the cgo provider over rdma-core), as an
+// application does: a PD, a registered buffer and a CQ, each checked on
+// the model.
+func TestContextObjects(t *testing.T) {
+	f := emulate.Fabric()
+	require.NotNil(t, f, "the emulation is on")
+	maps := emulate.MappingCount()
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware})
+	require.NoError(t, err)
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	buf, err := ctx.AllocBuffer(1<<14, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer buf.Close()
+	mr, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite|ctx.AccessRemoteRead)
+	require.NoError(t, err)
+	info, ok := f.MemoryRegion(mr.LKey())
+	require.True(t, ok, "the model has the region under its lkey")
+	require.Equal(t, uint64(mr.Addr()), info.Addr)
+	require.Equal(t, mr.Len(), info.Length)
+	require.Equal(t, mr.RKey(), info.Key)
+
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 31})
+	require.NoError(t, err)
+	cqInfo, ok := f.CompletionQueue(cq.CQN())
+	require.True(t, ok, "the model has CQN %#x", cq.CQN())
+	require.Equal(t, cq.Descriptor().Buf, cqInfo.Ring)
+	require.Equal(t, uint32(32), cqInfo.Count)
+
+	cqn, key := cq.CQN(), mr.LKey()
+	require.NoError(t, c.Close())
+	_, ok = f.CompletionQueue(cqn)
+	require.False(t, ok, "closing the Context destroys the CQ on the model")
+	_, ok = f.MemoryRegion(key)
+	require.False(t, ok, "and deregisters the memory")
+	deadline := time.Now().Add(10 * time.Second)
+	for emulate.MappingCount() != maps && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, maps, emulate.MappingCount(), "the device closed once the queue memory was collected")
+}
