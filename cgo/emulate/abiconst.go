@@ -131,3 +131,53 @@ func writeLoop(fd, n int, direct bool) {
 	}
 	C.mk_write_loop(C.int(fd), C.long(n), d)
 }
+
+// The object commands and access flags, for the tests.
+const (
+	cmdDeallocPD      = C.IB_USER_VERBS_CMD_DEALLOC_PD
+	cmdAttachMcast    = C.IB_USER_VERBS_CMD_ATTACH_MCAST
+	cmdRegMR          = C.IB_USER_VERBS_CMD_REG_MR
+	cmdDeregMR        = C.IB_USER_VERBS_CMD_DEREG_MR
+	allocPDRespSize   = C.sizeof_struct_ib_uverbs_alloc_pd_resp
+	regMRRespSize     = C.sizeof_struct_ib_uverbs_reg_mr_resp
+	accessLocalWrite  = C.IB_UVERBS_ACCESS_LOCAL_WRITE
+	accessRemoteWrite = C.IB_UVERBS_ACCESS_REMOTE_WRITE
+	accessRemoteRead  = C.IB_UVERBS_ACCESS_REMOTE_READ
+	accessAtomic      = C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
+	accessOnDemand    = C.IB_UVERBS_ACCESS_ON_DEMAND
+)
+
+// The completion queue commands and structures, for the tests.
+const (
+	cmdCreateCompChannel = C.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL
+	cmdCreateCQ          = C.IB_USER_VERBS_CMD_CREATE_CQ
+	cmdDestroyCQ         = C.IB_USER_VERBS_CMD_DESTROY_CQ
+	createCQRespSize     = C.sizeof_struct_ib_uverbs_create_cq_resp
+	destroyCQRespSize    = C.sizeof_struct_ib_uverbs_destroy_cq_resp
+	mlx5CreateCQSize     = C.sizeof_struct_mlx5_ib_create_cq
+	mlx5CQFlagPad        = C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
+	mlx5CQFlagUARIndex   = C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
+)
+
+// The object ioctl methods and their attributes, for the tests.
+const (
+	objectMR            = C.UVERBS_OBJECT_MR
+	objectCQ            = C.UVERBS_OBJECT_CQ
+	methodPDDestroy     = C.UVERBS_METHOD_PD_DESTROY
+	methodMRDestroy     = C.UVERBS_METHOD_MR_DESTROY
+	methodCQCreate      = C.UVERBS_METHOD_CQ_CREATE
+	methodCQDestroy     = C.UVERBS_METHOD_CQ_DESTROY
+	attrDestroyPDHandle = C.UVERBS_ATTR_DESTROY_PD_HANDLE
+	attrDestroyMRHandle = C.UVERBS_ATTR_DESTROY_MR_HANDLE
+	attrCreateCQHandle  = C.UVERBS_ATTR_CREATE_CQ_HANDLE
+	attrCreateCQCQE     = C.UVERBS_ATTR_CREATE_CQ_CQE
+	attrCreateCQUser    = C.UVERBS_ATTR_CREATE_CQ_USER_HANDLE
+	attrCreateCQChannel = C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL
+	attrCreateCQVector  = C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR
+	attrCreateCQFlags   = C.UVERBS_ATTR_CREATE_CQ_FLAGS
+	attrCreateCQRespCQE = C.UVERBS_ATTR_CREATE_CQ_RESP_CQE
+	attrCreateCQEventFD = C.UVERBS_ATTR_CREATE_CQ_EVENT_FD
+	attrDestroyCQHandle = C.UVERBS_ATTR_DESTROY_CQ_HANDLE
+	attrDestroyCQResp   = C.UVERBS_ATTR_DESTROY_CQ_RESP
+	cqFlagTimestamp     = C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION
+)

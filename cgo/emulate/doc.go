@@ -16,7 +16,10 @@
 // twins), which the dynamic linker prefers to the C library's, hand what
 // concerns /dev/infiniband/uverbsN and its descriptors to the emulated
 // kernel: the ioctl methods and write commands of the uverbs core and
-// mlx5_ib that discovery and queries need, and the mmap of UAR pages.
+// mlx5_ib that discovery and queries need, those that create and destroy
+// protection domains, memory regions, completion channels and completion
+// queues (over the ring and doorbell record libmlx5 allocated), and the
+// mmap of UAR pages.
 // Everything else, and everything while it is off, goes to the C library
 // unchanged. The Go runtime's own system calls never pass through the C
 // library and are not affected.

@@ -32,6 +32,9 @@ const (
 	attrPtrIn  attrKind = iota + 1 // input bytes, inline when 8 or fewer
 	attrPtrOut                     // output buffer
 	attrFDNew                      // a descriptor the method creates
+	attrFDIn                       // a descriptor the caller names
+	attrIDRIn                      // an object handle the caller names
+	attrIDRNew                     // an object handle the method creates
 )
 
 // attrSpec is what a method accepts for one attribute id.
@@ -118,6 +121,42 @@ var ioctlMethods = map[methodKey]*method{
 		},
 		run: (*kernel).ioctlAsyncEventAlloc,
 	},
+	{C.UVERBS_OBJECT_PD, C.UVERBS_METHOD_PD_DESTROY}: {
+		name: "PD_DESTROY", context: true,
+		attrs: []attrSpec{{id: C.UVERBS_ATTR_DESTROY_PD_HANDLE, kind: attrIDRIn, mandatory: true}},
+		run: func(k *kernel, f *ufile, b *bundle) syscall.Errno {
+			return k.destroyPD(f, b.get(C.UVERBS_ATTR_DESTROY_PD_HANDLE).data)
+		},
+	},
+	{C.UVERBS_OBJECT_MR, C.UVERBS_METHOD_MR_DESTROY}: {
+		name: "MR_DESTROY", context: true,
+		attrs: []attrSpec{{id: C.UVERBS_ATTR_DESTROY_MR_HANDLE, kind: attrIDRIn, mandatory: true}},
+		run: func(k *kernel, f *ufile, b *bundle) syscall.Errno {
+			return k.destroyMR(f, b.get(C.UVERBS_ATTR_DESTROY_MR_HANDLE).data)
+		},
+	},
+	{C.UVERBS_OBJECT_CQ, C.UVERBS_METHOD_CQ_CREATE}: {
+		name: "CQ_CREATE", context: true, udata: true,
+		attrs: []attrSpec{
+			{id: C.UVERBS_ATTR_CREATE_CQ_HANDLE, kind: attrIDRNew, mandatory: true},
+			{id: C.UVERBS_ATTR_CREATE_CQ_CQE, kind: attrPtrIn, minLen: 4, maxLen: 4, mandatory: true},
+			constIn(C.UVERBS_ATTR_CREATE_CQ_USER_HANDLE, true),
+			{id: C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, kind: attrFDIn},
+			{id: C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, kind: attrPtrIn, minLen: 4, maxLen: 4, mandatory: true},
+			flagsIn(C.UVERBS_ATTR_CREATE_CQ_FLAGS, false),
+			ptrOut(C.UVERBS_ATTR_CREATE_CQ_RESP_CQE, 4, 4, true),
+			{id: C.UVERBS_ATTR_CREATE_CQ_EVENT_FD, kind: attrFDIn},
+		},
+		run: (*kernel).ioctlCreateCQ,
+	},
+	{C.UVERBS_OBJECT_CQ, C.UVERBS_METHOD_CQ_DESTROY}: {
+		name: "CQ_DESTROY", context: true,
+		attrs: []attrSpec{
+			{id: C.UVERBS_ATTR_DESTROY_CQ_HANDLE, kind: attrIDRIn, mandatory: true},
+			ptrOut(C.UVERBS_ATTR_DESTROY_CQ_RESP, C.sizeof_struct_ib_uverbs_destroy_cq_resp, C.sizeof_struct_ib_uverbs_destroy_cq_resp, true),
+		},
+		run: (*kernel).ioctlDestroyCQ,
+	},
 }
 
 // uattr is one attribute as the caller sent it.
@@ -129,8 +168,9 @@ type uattr struct {
 	attrData uint16
 	data     uint64
 	spec     *attrSpec
-	written  bool // an output the method wrote (UVERBS_ATTR_F_VALID_OUTPUT)
-	newFD    int  // the descriptor an attrFDNew attribute returns
+	written  bool  // an output the method wrote (UVERBS_ATTR_F_VALID_OUTPUT)
+	newFD    int   // the descriptor an attrFDNew attribute returns
+	newID    int64 // the handle an attrIDRNew attribute returns
 }
 
 // bundle is a call's attributes by id.
@@ -281,6 +321,7 @@ func (k *kernel) ioctl(fd int, request uint, arg uintptr) syscall.Errno {
 			attrData: ne.Uint16(r[C.mk_attr_off_attr_data:]),
 			data:     ne.Uint64(r[C.mk_attr_off_data:]),
 			newFD:    -1,
+			newID:    -1,
 		}
 		if en := m.accept(b, a); en != 0 {
 			return en
@@ -304,6 +345,14 @@ func (k *kernel) ioctl(fd int, request uint, arg uintptr) syscall.Errno {
 	}
 	if en != 0 {
 		for _, a := range b.attrs {
+			if a.newID >= 0 && f.uctx != nil {
+				// An object created before writing its handle back
+				// failed.
+				if o, ok := f.uctx.objects[uint32(a.newID)]; ok {
+					o.close()
+					delete(f.uctx.objects, uint32(a.newID))
+				}
+			}
 			if a.newFD >= 0 {
 				if e, ok := k.events[a.newFD]; ok {
 					k.dropEventFile(e)
@@ -346,7 +395,7 @@ func (m *method) accept(b *bundle, a *uattr) syscall.Errno {
 		if int(a.length) < s.minLen || int(a.length) > s.maxLen || a.attrData != 0 {
 			return unix.EINVAL
 		}
-	case attrFDNew:
+	case attrFDNew, attrFDIn, attrIDRIn, attrIDRNew:
 		if a.attrData != 0 || a.length != 0 {
 			return unix.EINVAL
 		}
@@ -362,9 +411,13 @@ func (b *bundle) finish() syscall.Errno {
 	ne := binary.NativeEndian
 	for _, a := range b.attrs {
 		at := b.attrsAddr + uintptr(a.index*C.mk_attr_size)
-		if a.newFD >= 0 {
+		if a.newFD >= 0 || a.newID >= 0 {
+			v := int64(a.newFD)
+			if a.newID >= 0 {
+				v = a.newID
+			}
 			var d [8]byte
-			ne.PutUint64(d[:], uint64(int64(a.newFD)))
+			ne.PutUint64(d[:], uint64(v))
 			if en := copyOut(at+C.mk_attr_off_data, d[:]); en != 0 {
 				return en
 			}

@@ -83,12 +83,18 @@ type ucontext struct {
 	// dynBusy holds those taken.
 	staticPages, dynPages int
 	dynBusy               map[int]bool
+	// objects are the context's verbs objects by handle.
+	objects    map[uint32]*uobject
+	nextHandle uint32
 }
 
 // eventFile is an event descriptor: the read end of a pipe the model
 // writes whole event records into.
 type eventFile struct {
 	fd, writeFD int
+	// comp marks a completion channel (CREATE_COMP_CHANNEL), which CQs
+	// may name.
+	comp bool
 }
 
 // mapping is a UAR page the library mapped: anonymous shared memory the
@@ -190,10 +196,12 @@ func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 func (k *kernel) close(fd int) syscall.Errno {
 	k.mu.Lock()
 	var dev ctx.ProviderDevice
+	var uc *ucontext
 	var writeFD = -1
 	if f, ok := k.files[fd]; ok {
 		delete(k.files, fd)
 		if f.uctx != nil {
+			uc = f.uctx
 			dev = f.uctx.dev
 			f.uctx = nil
 		}
@@ -212,6 +220,9 @@ func (k *kernel) close(fd int) syscall.Errno {
 	}
 	k.mu.Unlock()
 	k.markFD(fd, 0)
+	if uc != nil {
+		uc.destroyObjects()
+	}
 	if dev != nil {
 		_ = dev.Close()
 	}

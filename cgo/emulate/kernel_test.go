@@ -466,7 +466,7 @@ func TestKernelWriteCommands(t *testing.T) {
 	require.Equal(t, unix.EINVAL, en, "shorter than the header")
 	_, en = k.write(fd, a.guard, 16)
 	require.Equal(t, unix.EFAULT, en, "header where nothing is mapped")
-	buf, n = a.writeCmd(cmdAllocPD, respCore(respAddr), 2)
+	buf, n = a.writeCmd(cmdAttachMcast, make([]byte, 24), 0)
 	_, en = k.write(fd, buf, n)
 	require.Equal(t, unix.EOPNOTSUPP, en, "a command the model does not do")
 	buf, n = a.writeCmd(cmdQueryDevice|0x100, respCore(respAddr), queryDevRespSize/4)
@@ -616,6 +616,9 @@ func TestKernelRandomCommands(t *testing.T) {
 var allowedErrnos = map[syscall.Errno]bool{
 	0: true, unix.EINVAL: true, unix.EFAULT: true, unix.EPROTONOSUPPORT: true, unix.EOPNOTSUPP: true,
 	unix.ENOSPC: true, unix.ENODATA: true, unix.ENOTTY: true, unix.ENOMEM: true,
+	// Object commands: a handle that names nothing, an object in use, a
+	// descriptor that is not a completion channel.
+	unix.ENOENT: true, unix.EBUSY: true, unix.EBADF: true,
 }
 
 // sanitize makes an address field of a random command point into the

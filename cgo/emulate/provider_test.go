@@ -150,13 +150,16 @@ func TestEnvironmentSwitch(t *testing.T) {
 		{"write-abi-ethernet", "ethernet", emulate.ABIWrite},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSeesTheModel$|^TestChildIsEmulated$", "-test.count", "1", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSeesTheModel$|^TestChildIsEmulated$|^TestCgoProviderObjects$|^TestCgoProviderCompletionQueues$|^TestContextObjects$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), envChild+"=1", emulate.EnvEmulate+"=1",
 				emulate.EnvLink+"="+c.link, emulate.EnvABI+"="+c.abi)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			require.Contains(t, string(out), "--- PASS: TestCgoProviderSeesTheModel")
 			require.Contains(t, string(out), "--- PASS: TestChildIsEmulated")
+			require.Contains(t, string(out), "--- PASS: TestCgoProviderObjects")
+			require.Contains(t, string(out), "--- PASS: TestCgoProviderCompletionQueues")
+			require.Contains(t, string(out), "--- PASS: TestContextObjects")
 			require.NotContains(t, string(out), "--- SKIP: TestChildIsEmulated")
 		})
 	}

@@ -59,6 +59,39 @@ var writeCmds = map[uint32]*writeCmd{
 		respSize: C.sizeof_struct_ib_uverbs_query_port_resp, context: true,
 		run: (*kernel).writeQueryPort,
 	},
+	C.IB_USER_VERBS_CMD_ALLOC_PD: {
+		name: "ALLOC_PD", reqSize: C.sizeof_struct_ib_uverbs_alloc_pd,
+		respSize: C.sizeof_struct_ib_uverbs_alloc_pd_resp, context: true,
+		run: (*kernel).writeAllocPD,
+	},
+	C.IB_USER_VERBS_CMD_DEALLOC_PD: {
+		name: "DEALLOC_PD", reqSize: C.sizeof_struct_ib_uverbs_dealloc_pd, context: true,
+		run: (*kernel).writeDeallocPD,
+	},
+	C.IB_USER_VERBS_CMD_REG_MR: {
+		name: "REG_MR", reqSize: C.sizeof_struct_ib_uverbs_reg_mr,
+		respSize: C.sizeof_struct_ib_uverbs_reg_mr_resp, context: true,
+		run: (*kernel).writeRegMR,
+	},
+	C.IB_USER_VERBS_CMD_DEREG_MR: {
+		name: "DEREG_MR", reqSize: C.sizeof_struct_ib_uverbs_dereg_mr, context: true,
+		run: (*kernel).writeDeregMR,
+	},
+	C.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: {
+		name: "CREATE_COMP_CHANNEL", reqSize: C.sizeof_struct_ib_uverbs_create_comp_channel,
+		respSize: C.sizeof_struct_ib_uverbs_create_comp_channel_resp, context: true,
+		run: (*kernel).writeCreateCompChannel,
+	},
+	C.IB_USER_VERBS_CMD_CREATE_CQ: {
+		name: "CREATE_CQ", reqSize: C.sizeof_struct_ib_uverbs_create_cq,
+		respSize: C.sizeof_struct_ib_uverbs_create_cq_resp, context: true,
+		run: (*kernel).writeCreateCQ,
+	},
+	C.IB_USER_VERBS_CMD_DESTROY_CQ: {
+		name: "DESTROY_CQ", reqSize: C.sizeof_struct_ib_uverbs_destroy_cq,
+		respSize: C.sizeof_struct_ib_uverbs_destroy_cq_resp, context: true,
+		run: (*kernel).writeDestroyCQ,
+	},
 }
 
 var writeExCmds = map[uint32]*writeCmd{

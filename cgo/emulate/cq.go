@@ -1,0 +1,267 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include "uverbs_abi.h"
+*/
+import "C"
+
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// Completion channels and completion queues. A completion channel is an
+// event descriptor (a pipe) like the async event file; a completion queue
+// is created on the model over the ring and doorbell record libmlx5
+// allocated (sim.AdoptCompletionQueue), so that the CQEs the model writes
+// are the ones libmlx5 polls.
+
+// cqLimit is the most entries a CQ may have: the largest power of two
+// within the device's max_cqe plus one (1 << log_max_cq_sz on a ConnectX).
+func cqLimit(maxCQE uint32) uint64 {
+	l := uint64(1)
+	for l*2 <= uint64(maxCQE)+1 {
+		l *= 2
+	}
+	return l
+}
+
+// createCompChannel creates a completion channel descriptor.
+func (k *kernel) createCompChannel() (int, syscall.Errno) {
+	e, en := k.newEventFile()
+	if en != 0 {
+		return -1, en
+	}
+	e.comp = true
+	return e.fd, 0
+}
+
+func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
+	fd, en := k.createCompChannel()
+	if en != 0 {
+		return en
+	}
+	resp := C.struct_ib_uverbs_create_comp_channel_resp{fd: C.__u32(fd)}
+	if en = c.response(bytesOf(&resp)); en != 0 {
+		k.dropEventFile(k.events[fd])
+	}
+	return en
+}
+
+// cqRequest is what CREATE_CQ asks for, from either door.
+type cqRequest struct {
+	cqe        uint64
+	compVector uint64
+	channel    int // -1 for none
+	flags      uint32
+	vendor     []byte // struct mlx5_ib_create_cq
+}
+
+// createCQ is the uverbs core's create_cq and mlx5_ib_create_cq for a user
+// CQ: it checks the request as they do and creates the CQ on the model
+// over the library's ring and doorbell record. It returns the handle, the
+// entries the CQ has less one (what the response's cqe says) and the CQN.
+func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en syscall.Errno) {
+	if r.compVector >= uint64(f.dev.Attr.CompVectors) {
+		return 0, 0, 0, unix.EINVAL
+	}
+	if r.channel >= 0 {
+		if e, ok := k.events[r.channel]; !ok || !e.comp {
+			return 0, 0, 0, unix.EBADF
+		}
+	}
+	if r.flags != 0 {
+		// Completion timestamps and overrun ignoring: the model has
+		// neither.
+		return 0, 0, 0, unix.EOPNOTSUPP
+	}
+	limit := cqLimit(f.dev.Attr.MaxCQE)
+	if r.cqe > limit {
+		return 0, 0, 0, unix.EINVAL
+	}
+	entries := uint64(1)
+	for entries < r.cqe+1 {
+		entries *= 2
+	}
+	if entries > limit {
+		return 0, 0, 0, unix.EINVAL
+	}
+	// mlx5_ib reads the request without its flags when the library sent
+	// fewer bytes than the whole structure; shorter still cannot be read.
+	var ucmd C.struct_mlx5_ib_create_cq
+	full := int(unsafe.Sizeof(ucmd))
+	need := full
+	if len(r.vendor) < full {
+		need = full - int(unsafe.Sizeof(ucmd.flags))
+	}
+	if len(r.vendor) < need {
+		return 0, 0, 0, unix.EFAULT
+	}
+	copy(bytesOf(&ucmd)[:need], r.vendor)
+	const knownFlags = C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD | C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX | C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS
+	if need == full && ucmd.flags&^knownFlags != 0 {
+		return 0, 0, 0, unix.EINVAL
+	}
+	size := uint32(ucmd.cqe_size)
+	if (size != 64 && size != 128) || ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+		return 0, 0, 0, unix.EINVAL
+	}
+	if ucmd.cqe_comp_en != 0 {
+		// The device announced no CQE compression.
+		return 0, 0, 0, unix.EOPNOTSUPP
+	}
+	if ucmd.flags&(C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD|C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS) != 0 {
+		// Padding is what the model does anyway, but a kernel takes the
+		// flag only from a device that reports cqe_128_always; real-time
+		// timestamps the model has not.
+		return 0, 0, 0, unix.EOPNOTSUPP
+	}
+	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
+		// The index of a dynamically allocated UAR, which this kernel
+		// never hands out.
+		return 0, 0, 0, unix.EINVAL
+	}
+	ring, db := uint64(ucmd.buf_addr), uint64(ucmd.db_addr)
+	if en := k.checkMapped(ring, entries*uint64(size)); en != 0 {
+		return 0, 0, 0, en
+	}
+	if en := k.checkMapped(db, 8); en != 0 {
+		return 0, 0, 0, en
+	}
+	if ring%uint64(size) != 0 || db%8 != 0 {
+		// The model stores CQEs and reads the record with aligned
+		// atomics; libmlx5 page-aligns the ring and 8-byte-aligns the
+		// record.
+		return 0, 0, 0, unix.EINVAL
+	}
+	q, err := sim.AdoptCompletionQueue(f.uctx.dev, sim.AdoptedCQConfig{
+		// The library's memory, not Go's: it reaches the model as
+		// pointers without uintptr conversions vet would flag.
+		Ring:       *(*unsafe.Pointer)(unsafe.Pointer(&ring)),
+		Count:      uint32(entries),
+		CQESize:    size,
+		DBRec:      *(*unsafe.Pointer)(unsafe.Pointer(&db)),
+		CompVector: uint32(r.compVector),
+	})
+	if err != nil {
+		return 0, 0, 0, errnoOfModel(err)
+	}
+	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel})
+	return h, uint32(entries - 1), q.Descriptor().CQN, 0
+}
+
+func (k *kernel) destroyCQ(f *ufile, h uint64) syscall.Errno {
+	o, en := f.uctx.destroyable(h, objCQ)
+	if en != 0 {
+		return en
+	}
+	o.close()
+	delete(f.uctx.objects, uint32(h))
+	return 0
+}
+
+// writeCQNumber writes mlx5_ib's answer to CREATE_CQ: the CQN (the 4
+// bytes mlx5_ib copies), ENOSPC if the library left no room for it.
+func writeCQNumber(addr uintptr, n int, cqn uint32) syscall.Errno {
+	if n < 4 {
+		return unix.ENOSPC
+	}
+	return copyOut(addr, bytesOf(&cqn))
+}
+
+func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_create_cq
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	h, cqe, cqn, en := k.createCQ(f, cqRequest{
+		cqe: uint64(req.cqe), compVector: uint64(req.comp_vector), channel: int(req.comp_channel),
+		vendor: c.udataIn,
+	})
+	if en != 0 {
+		return en
+	}
+	resp := C.struct_ib_uverbs_create_cq_resp{cq_handle: C.__u32(h), cqe: C.__u32(cqe)}
+	if en = c.response(bytesOf(&resp)); en == 0 {
+		en = writeCQNumber(c.udataOut, c.udataLen, cqn)
+	}
+	if en != 0 {
+		_ = k.destroyCQ(f, uint64(h))
+	}
+	return en
+}
+
+func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_destroy_cq
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	if req.reserved != 0 {
+		return unix.EINVAL
+	}
+	// No completion or async event was ever reported: the response says
+	// so, and libibverbs waits for none.
+	var resp C.struct_ib_uverbs_destroy_cq_resp
+	if en := k.destroyCQ(f, uint64(req.cq_handle)); en != 0 {
+		return en
+	}
+	return c.response(bytesOf(&resp))
+}
+
+func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
+	u32 := func(id uint16) uint64 { return b.get(id).data & 0xffffffff }
+	r := cqRequest{cqe: u32(C.UVERBS_ATTR_CREATE_CQ_CQE), compVector: u32(C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR), channel: -1}
+	flags, en := b.flags32(C.UVERBS_ATTR_CREATE_CQ_FLAGS, C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION|C.IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN)
+	if en != 0 {
+		return en
+	}
+	r.flags = flags
+	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL); a != nil {
+		if int64(a.data) < 0 || a.data > maxFD {
+			return unix.EBADF
+		}
+		r.channel = int(a.data)
+	}
+	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_EVENT_FD); a != nil {
+		// The async event descriptor of the context.
+		if e, ok := k.events[int(a.data)]; !ok || e.comp || a.data > maxFD {
+			return unix.EBADF
+		}
+	}
+	in, outAddr, outLen, en := b.udata()
+	if en != 0 {
+		return en
+	}
+	r.vendor = in
+	h, cqe, cqn, en := k.createCQ(f, r)
+	if en != 0 {
+		return en
+	}
+	cqe32 := cqe
+	if en = b.copyTo(C.UVERBS_ATTR_CREATE_CQ_RESP_CQE, bytesOf(&cqe32)); en == 0 {
+		en = writeCQNumber(outAddr, outLen, cqn)
+	}
+	if en != 0 {
+		_ = k.destroyCQ(f, uint64(h))
+		return en
+	}
+	if a := b.get(C.UVERBS_ATTR_UHW_OUT); a != nil {
+		a.written = true
+	}
+	b.get(C.UVERBS_ATTR_CREATE_CQ_HANDLE).newID = int64(h)
+	return 0
+}
+
+func (k *kernel) ioctlDestroyCQ(f *ufile, b *bundle) syscall.Errno {
+	if en := k.destroyCQ(f, b.get(C.UVERBS_ATTR_DESTROY_CQ_HANDLE).data); en != 0 {
+		return en
+	}
+	var resp C.struct_ib_uverbs_destroy_cq_resp
+	return b.copyTo(C.UVERBS_ATTR_DESTROY_CQ_RESP, bytesOf(&resp))
+}
