@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -8,7 +9,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
-// Receive queue and CQ sizes of each end; the send queue holds -qd WQEs.
+// Receive queue (default; -r) and CQ sizes of each end; the send queue
+// holds -qd WQEs.
 const (
 	recvDepth = 128
 	cqDepth   = 1024
@@ -19,7 +21,14 @@ const (
 // payload this end sends or the peer reads.
 type end struct {
 	*perftool.End
-	recv []byte // End.Recv
+	recv []byte            // End.Recv
+	peer endpoint.Endpoint // the peer's, once connected
+	// compareSwap makes the atomic modes post CMP_AND_SWAP, not
+	// FETCH_AND_ADD.
+	compareSwap bool
+	// atomics counts the atomics a bandwidth test posted since reset (the
+	// compare value of the next CMP_AND_SWAP).
+	atomics uint64
 }
 
 // endConfig is each end's setup: buffers for messages of up to
@@ -28,16 +37,19 @@ type end struct {
 func (c config) endConfig() perftool.EndConfig {
 	size, inline := c.bufferSize(), c.inline
 	return perftool.EndConfig{
-		Size:      size,
-		SendDepth: c.sendDepth(),
-		RecvDepth: recvDepth,
-		CQDepth:   cqDepth,
-		Access:    ctx.AccessRemoteRead,
-		Inline:    func(device int) int { return max(min(inline, device, size), 0) },
-		RecvSGE:   true,
-		Port:      uint8(c.port),
-		GIDIndex:  c.gidIndex,
-		Timeout:   c.timeout,
+		Size:        size,
+		SendDepth:   c.sendDepth(),
+		RecvDepth:   c.rxDepth,
+		CQDepth:     max(cqDepth, c.rxDepth+c.sendDepth()),
+		Access:      ctx.AccessRemoteRead | ctx.AccessRemoteAtomic,
+		Inline:      func(device int) int { return max(min(inline, device, size), 0) },
+		RecvSGE:     true,
+		Port:        uint8(c.port),
+		GIDIndex:    c.gidIndex,
+		Timeout:     c.timeout,
+		SL:          uint8(c.sl),
+		QPTimeout:   c.qpTimeout,
+		MaxRdAtomic: c.outReads,
 	}
 }
 
@@ -59,7 +71,7 @@ func (x *end) endpoint() endpoint.Endpoint {
 	ep := x.QP.Endpoint()
 	n := uint64(max(len(x.recv), 1))
 	ep.Regions = []endpoint.RemoteRegion{
-		{Address: x.RecvAddr, Length: n, RemoteKey: x.MR.RKey(), Access: endpoint.AccessRemoteWrite | endpoint.AccessLocalWrite},
+		{Address: x.RecvAddr, Length: n, RemoteKey: x.MR.RKey(), Access: endpoint.AccessRemoteWrite | endpoint.AccessLocalWrite | endpoint.AccessRemoteAtomic},
 		{Address: x.SrcAddr, Length: n, RemoteKey: x.MR.RKey(), Access: endpoint.AccessRemoteRead},
 	}
 	return ep
@@ -76,6 +88,7 @@ func (x *end) connect(peer endpoint.Endpoint) error {
 		return fmt.Errorf("%s: the peer's areas %v and %v do not take %d-byte writes and reads", x.Name, w, r, len(x.recv))
 	}
 	x.PeerRecv, x.PeerSrc, x.RKey = w.Address, r.Address, w.RemoteKey
+	x.peer = peer
 	return x.QP.Connect(peer)
 }
 
@@ -84,6 +97,8 @@ func (m mode) op() perftool.Op {
 	switch m {
 	case readLat:
 		return perftool.OpRead
+	case atomicLat, atomicBW:
+		return perftool.OpFetchAdd
 	case sendLat:
 		return perftool.OpSend
 	}
@@ -95,7 +110,11 @@ func (m mode) op() perftool.Op {
 // sequence number, inline when it fits, through BlueFlame; or an RDMA_READ
 // of the peer's source area into the receive area. It allocates nothing.
 func (x *end) postLatency(m mode, size int, seq uint32) error {
-	return x.Post(m.op(), size, seq, size <= x.MaxInline)
+	op := m.op()
+	if op == perftool.OpFetchAdd && x.compareSwap {
+		op = perftool.OpCompareSwap
+	}
+	return x.Post(op, size, seq, size <= x.MaxInline)
 }
 
 // await busy-polls until message seq has arrived (an RDMA_WRITE_IMM with
@@ -120,6 +139,22 @@ func (x *end) verify(size int, stamped bool, seq uint32) error {
 	}
 	if size < len(x.recv) && x.recv[size] != 0 {
 		return fmt.Errorf("%s: byte %d, past the %d-byte message, was written", x.Name, size, size)
+	}
+	return nil
+}
+
+// reset clears the receive area (and with it the atomics' counter) before
+// a size.
+func (x *end) reset() {
+	clear(x.recv)
+	x.atomics = 0
+}
+
+// verifyCounter checks that the first 8 bytes of b, big-endian (as
+// atomics leave them), hold want.
+func (x *end) verifyCounter(b []byte, want uint64, what string) error {
+	if got := binary.BigEndian.Uint64(b); got != want {
+		return fmt.Errorf("%s: %s is %d, want %d", x.Name, what, got, want)
 	}
 	return nil
 }

@@ -1,12 +1,18 @@
 // Command mlx5kit-perf measures RC latency and bandwidth the way perftest's
-// ib_write_lat, ib_write_bw, ib_send_lat, ib_read_lat and ib_read_bw do, and
-// prints tables in their format, on an mlx5 NIC or on the software HCA.
+// ib_write_lat, ib_write_bw, ib_send_lat, ib_read_lat, ib_read_bw,
+// ib_atomic_lat and ib_atomic_bw do, takes their command line and prints
+// their report, on an mlx5 NIC or on the software HCA.
 //
 // Usage:
 //
-//	mlx5kit-perf MODE [flags]                                  both ends in this process
-//	mlx5kit-perf MODE -server :18515 -key-file k [flags]       wait for a client
-//	mlx5kit-perf MODE -client host:18515 -key-file k [flags]   measure against a server
+//	mlx5kit-perf MODE [flags]                       both ends in this process
+//	mlx5kit-perf MODE [flags] --server :18515       wait for a client
+//	mlx5kit-perf MODE [flags] SERVER                measure against SERVER:18515 (-p)
+//	ib_write_lat [flags]                            a link named after perftest's program:
+//	ib_write_lat [flags] SERVER                     perftest's roles (no SERVER: wait on -p)
+//
+// MODE is write_lat, write_bw, send_lat, read_lat, read_bw, atomic_lat or
+// atomic_bw, or perftest's program name for it (ib_write_lat).
 //
 // # Modes
 //
@@ -15,69 +21,101 @@
 //     buffer instead) and writes back. The latency is half the round trip.
 //   - send_lat: SEND/RECV ping-pong, half the round trip.
 //   - read_lat: one RDMA_READ at a time; the latency is the whole read.
-//   - write_bw: a stream of RDMA_WRITEs, -qd in flight.
-//   - read_bw: a stream of RDMA_READs, -qd in flight.
+//   - atomic_lat: one 8-byte atomic at a time (-A FETCH_AND_ADD, the
+//     default, or CMP_AND_SWAP) on a counter in the peer's memory.
+//   - write_bw, read_bw, atomic_bw: a stream of RDMA_WRITEs, RDMA_READs or
+//     atomics, -t in flight.
 //
 // Latency tests post one signaled WQE at a time through BlueFlame, inline
-// when the payload fits in -inline bytes, and busy-poll the completion
-// queue. They print t_min, t_max, t_typical (the median), t_avg, t_stdev and
-// the 99th and 99.9th percentiles in microseconds. Bandwidth tests keep -qd
-// WQEs in flight, posted in batches of up to 16 with one doorbell each and
-// only the last WQE of a batch signaled; they print BW peak and BW average
-// in MB/s (MB = 2^20 bytes, as perftest) and the message rate in Mpps. BW
-// average is the bytes moved over the time from the first doorbell to the
-// last completion; BW peak is the best rate over any run of up to 256
-// consecutive batches, from the doorbell of the first to the completion of
-// the last.
+// when the payload fits in -I bytes, and busy-poll the completion queue.
+// Bandwidth tests keep -t WQEs in flight, posted in batches (-Q or -l,
+// default 16) with one doorbell each and only the last WQE of a batch
+// signaled. BW average is the bytes moved over the time from the first
+// doorbell to the last completion; BW peak is the best rate over any run of
+// up to 256 consecutive batches.
 //
-// The header says which provider and device ran the test. With no mlx5
-// device (or -provider sim) the test runs on the software HCA and says so:
-// the numbers are then those of the model, a goroutine polling doorbell
-// records, not of a NIC. The software HCA lives inside one process, so
-// -server and -client in two processes cannot reach each other on it; with
-// neither flag both ends run in this process, one goroutine playing both in
-// turn while the model's engine (or the NIC) does the rest.
+// # Report
+//
+// The first lines say which mode, provider and device ran the test (with no
+// mlx5 device, or --provider sim, the software HCA: the numbers are then
+// those of the model, a goroutine polling doorbell records, not of a NIC),
+// how the ends ran and the cycle counter. Then come perftest's information
+// block, its local and remote address lines and its table, in perftest's
+// header and line formats (src/perftest_parameters.h): BW peak and BW
+// average in MiB/s (Gb/s with --report_gbits) and MsgRate in Mpps;
+// t_min, t_max, t_typical, t_avg, t_stdev and the 99% and 99.9% percentiles
+// in microseconds by perftest's rules (the samples sorted, the two largest
+// left out); with -D, t_avg and tps average, then the two percentiles
+// perftest leaves out. --output prints only the number, --out_json writes
+// perftest's JSON file.
 //
 // The two ends swap their endpoints (QPN, LID or GID, PSN, MTU, and the
 // address and rkey of their buffers) over TCP, after each has proved to the
-// other that it holds the same key (-key-file, or $MLX5KIT_KEY: at least 16
-// random bytes); without a key both ends must be on this host. The
-// client's mode, sizes and counts are the ones used. Data is checked: latency tests stamp each
-// message with its sequence number and check it on arrival, and after each
-// size the end that received data compares its whole buffer with the
-// payload and checks that nothing was written past it.
+// other that it holds the same key (--key-file, or $MLX5KIT_KEY: at least
+// 16 random bytes); without a key both ends must be on this host. The
+// client's mode, sizes and counts are the ones used. The software HCA lives
+// inside one process, so a server and a client in two processes cannot
+// reach each other on it. Data is checked: latency tests stamp each message
+// with its sequence number and check it on arrival, after each size the
+// end that received data compares its whole buffer with the payload and
+// checks that nothing was written past it, and the atomic modes check the
+// counter.
 //
 // The measured loops allocate nothing per iteration.
 //
 // # Flags
 //
-//	-size n        message size in bytes (default 2, 65536 for bandwidth)
-//	-a             every size from 2 to -max-size in powers of two
-//	-max-size n    the largest size of -a (default 8388608)
-//	-iters n       iterations per size (default 1000, 5000 for bandwidth)
-//	-warmup n      iterations run before measuring each size (default 100)
-//	-qd n          bandwidth tests: WQEs in flight (default 64)
-//	-inline n      payloads of up to n bytes go inline (default 220, 0: never)
-//	-device name   device to open (default: the first)
-//	-provider p    mlx5 or sim (default: mlx5 when a device is present)
-//	-server addr   listen on addr (e.g. :18515) for one client
-//	-client h:p    connect to a server
-//	-gid-index n   local GID table entry on RoCE (default: MLX5KIT_GID_INDEX, or a RoCE v2 GID)
-//	-ib-port n     local port (default 1)
-//	-timeout d     give up when a message or the exchange takes longer (default 10s)
-//	-key-file f    the pre-shared key of -server and -client (default: $MLX5KIT_KEY)
+// perftest's syntax (getopt's: -s 8, -s8, --size 8, --size=8, -aF; the
+// server's address anywhere) and names:
 //
-// perftest's one-letter names work too: -s (size), -n (iters), -t (qd),
-// -I (inline), -d (device), -i (ib-port), -x (gid-index); -a is the same
-// in both.
+//	-d, --ib-dev name        device (default: the first)
+//	-i, --ib-port n          local port (default 1)
+//	-x, --gid-index n        local GID table entry on RoCE (default: MLX5KIT_GID_INDEX, or a RoCE v2 GID)
+//	-s, --size n             message size (default 2, 65536 for bandwidth, 8 for atomics)
+//	-a, --all                every size from 2 to --max-size in powers of two
+//	-n, --iters n            iterations per size (default 1000, 5000 for bandwidth)
+//	-I, --inline_size n      payloads of up to n bytes go inline (default 220, 0: never)
+//	-t, --tx-depth n         bandwidth tests: WQEs in flight (default 64)
+//	-F, --CPU-freq           accepted; the counter's frequency is measured
+//	-p, --port n             TCP port of the exchange (default 18515)
+//	-D, --duration s         run for s seconds instead of -n iterations
+//	    --run_infinitely     a line every -D seconds (default 5), until interrupted
+//	-q, --qp 1               one queue pair (only 1)
+//	-c, --connection RC      RC (only RC)
+//	-l, --post_list n        WQEs per doorbell
+//	-Q, --cq-mod n           WQEs per signaled completion (the same batch as -l)
+//	-o, --outs n             reads and atomics outstanding (default 16)
+//	-S, --sl n               service level
+//	-u, --qp-timeout n       local ACK timeout code
+//	-r, --rx-depth n         receive queue size (default 128)
+//	-A, --atomic_type t      FETCH_AND_ADD or CMP_AND_SWAP
+//	    --report_gbits       bandwidth in Gb/s
+//	    --output=k           print only bandwidth, message_rate or latency
+//	    --out_json           write perftest's JSON report (--out_json_file, default perftest_out.json)
+//
+// mlx5kit-perf's own:
+//
+//	--provider p     mlx5 or sim (default: mlx5 when a device is present)
+//	--warmup n       iterations run before measuring each size (default 100)
+//	--max-size n     the largest size of -a (default 8388608)
+//	--timeout d      give up when a message or the exchange takes longer (default 10s)
+//	--server addr    listen on addr (e.g. :18515) for one client
+//	--client h:p     connect to a server
+//	--key-file f     the pre-shared key of the two ends (default: $MLX5KIT_KEY)
+//
+// perftest's other flags are refused with a line naming them (-e, -b, -m,
+// -T, -R, -z, -g, -M, -N, -C, -H, -U, -O, ...), as are -c UD|DC and -q
+// above 1; docs/guide.md lists them.
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,10 +123,15 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	os.Exit(runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
+}
 
 // maxSize is the largest message, perftest's limit for -a.
 const maxSize = 8 << 20
+
+// defaultTCPPort is perftest's port for the exchange (DEF_PORT).
+const defaultTCPPort = 18515
 
 // mode is the test run.
 type mode uint32
@@ -100,10 +143,26 @@ const (
 	sendLat
 	readLat
 	readBW
+	atomicLat
+	atomicBW
 	numModes
 )
 
-var modeNames = [numModes]string{"write_lat", "write_bw", "send_lat", "read_lat", "read_bw"}
+var modeNames = [numModes]string{"write_lat", "write_bw", "send_lat", "read_lat", "read_bw", "atomic_lat", "atomic_bw"}
+
+// atomicSize is the size of an atomic, the only size of the atomic modes.
+const atomicSize = 8
+
+// Values of -A (perftest's atomicTypesStr).
+const (
+	fetchAndAdd = "FETCH_AND_ADD"
+	cmpAndSwap  = "CMP_AND_SWAP"
+)
+
+// refusedPrograms are perftest programs without a mode here, and why.
+var refusedPrograms = map[string]string{
+	"ib_send_bw": "a SEND stream needs receives reposted as fast as they are used; mlx5kit-perf has send_lat only",
+}
 
 func (m mode) String() string {
 	if m < numModes {
@@ -113,7 +172,14 @@ func (m mode) String() string {
 }
 
 // latency reports whether the mode measures latency (else bandwidth).
-func (m mode) latency() bool { return m == writeLat || m == sendLat || m == readLat }
+func (m mode) latency() bool { return m == writeLat || m == sendLat || m == readLat || m == atomicLat }
+
+// oneSided reports whether the measuring end reads or does atomics: the
+// peer's memory answers, and the time is the whole operation.
+func (m mode) oneSided() bool { return m == readLat || m == readBW || m == atomicLat || m == atomicBW }
+
+// atomic reports whether the mode posts atomics.
+func (m mode) atomic() bool { return m == atomicLat || m == atomicBW }
 
 // pingPong reports whether both ends take turns sending.
 func (m mode) pingPong() bool { return m == writeLat || m == sendLat }
@@ -129,18 +195,36 @@ func (m mode) describe() string {
 		return "RC RDMA_READ, one at a time, signaled, BlueFlame, busy polling"
 	case writeBW:
 		return "RC RDMA_WRITE stream"
+	case atomicLat:
+		return "RC atomic, one at a time, signaled, BlueFlame, busy polling"
+	case atomicBW:
+		return "RC atomic stream, all on the same 8 bytes"
 	}
 	return "RC RDMA_READ stream"
 }
 
-func parseMode(s string) (mode, bool) {
+// parseMode finds the mode named s: a name of modeNames, or the perftest
+// program that runs it (ib_write_lat). A perftest program without a mode
+// here is an error saying so.
+func parseMode(s string) (mode, error) {
+	name := strings.TrimPrefix(s, "ib_")
 	for i, n := range modeNames {
-		if s == n {
-			return mode(i), true
+		if name == n {
+			return mode(i), nil
 		}
 	}
-	return 0, false
+	if why, ok := refusedPrograms[s]; ok {
+		return 0, fmt.Errorf("%s is not supported: %s", s, why)
+	}
+	return 0, fmt.Errorf("unknown mode %q", s)
 }
+
+// Values of --output.
+const (
+	outputBandwidth   = "bandwidth"
+	outputMessageRate = "message_rate"
+	outputLatency     = "latency"
+)
 
 // config is what the command line asks for.
 type config struct {
@@ -155,6 +239,25 @@ type config struct {
 	server, client   string
 	keyFile          string
 	security         endpoint.Security
+
+	// perftest's flags.
+	program     bool   // the mode came from the program's name (ib_write_lat)
+	tcpPort     int    // -p
+	host        string // the positional server
+	reportGbits bool   // --report_gbits
+	duration    int    // -D, seconds; 0: a count of iterations
+	infinite    bool   // --run_infinitely
+	reports     int    // --run_infinitely: stop after this many reports (0: never; for tests)
+	cqMod       int    // -Q; 0: not given
+	postList    int    // -l; 0: not given
+	outReads    int    // -o; 0: the queue pair's default
+	sl          int    // -S
+	qpTimeout   int    // -u; 0: the queue pair's default
+	rxDepth     int    // -r
+	output      string // --output
+	outJSON     bool   // --out_json
+	jsonFile    string // --out_json_file
+	atomicType  string // -A
 }
 
 // sizes returns the message sizes to run.
@@ -185,8 +288,29 @@ func (c config) sendDepth() int {
 	return c.qd
 }
 
+// batch is how many WQEs a bandwidth test posts with one doorbell, the
+// last of them signaled: -Q (perftest's CQ moderation), else -l (post
+// list), else maxBatch; never more than -t.
+func (c config) batch() int {
+	b := maxBatch
+	switch {
+	case c.cqMod > 0:
+		b = c.cqMod
+	case c.postList > 0:
+		b = c.postList
+	}
+	return min(b, c.qd)
+}
+
+// run runs the command as mlx5kit-perf with args.
 func run(args []string, stdout, stderr io.Writer) int {
-	cfg, code := parseFlags(args, stderr)
+	return runAs("mlx5kit-perf", args, stdout, stderr)
+}
+
+// runAs runs the command under the program name prog (a perftest name
+// such as ib_write_lat selects the mode) with args.
+func runAs(prog string, args []string, stdout, stderr io.Writer) int {
+	cfg, code := parseCommandLine(prog, args, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
@@ -196,63 +320,245 @@ func run(args []string, stdout, stderr io.Writer) int {
 		func() error { return local(cfg, stdout) })
 }
 
-const usage = "usage: mlx5kit-perf write_lat|write_bw|send_lat|read_lat|read_bw [flags]"
+const usage = `usage: mlx5kit-perf MODE [flags] [SERVER]
+       ib_write_lat|ib_write_bw|ib_send_lat|ib_read_lat|ib_read_bw|ib_atomic_lat|ib_atomic_bw [flags] [SERVER]
+           (a link to mlx5kit-perf under perftest's name)
+MODE: write_lat write_bw send_lat read_lat read_bw atomic_lat atomic_bw (or ib_write_lat ...)
+perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
+  -n/--iters -I/--inline_size -t/--tx-depth -F/--CPU-freq -p/--port
+  -D/--duration --run_infinitely -q/--qp 1 -c/--connection RC -l/--post_list
+  -Q/--cq-mod -S/--sl -u/--qp-timeout -r/--rx-depth -o/--outs -A/--atomic_type --report_gbits
+  --output=bandwidth|message_rate|latency --out_json --out_json_file=F
+mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
+  --server ADDR --client HOST:PORT --key-file F
+refused with a message: -e -b -m -T -R -z -g -M -N -C -H -U -O -c UD|DC|UC|XRC|SRD, -q >1
+See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
-// parseFlags returns the configuration and -1, or an exit status.
+// parseFlags parses args as mlx5kit-perf's: the mode first, then the
+// flags.
 func parseFlags(args []string, stderr io.Writer) (config, int) {
+	return parseCommandLine("mlx5kit-perf", args, io.Discard, stderr)
+}
+
+// parseCommandLine returns the configuration and -1, or an exit status:
+// the mode comes from prog when it is a perftest program's name, else
+// from the first argument.
+func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (config, int) {
 	var cfg config
 	bad := func(format string, a ...any) (config, int) {
 		fmt.Fprintf(stderr, "mlx5kit-perf: "+format+"\n", a...)
 		return cfg, 2
 	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-			fmt.Fprintln(stderr, usage)
-			return cfg, 0
+	if strings.HasPrefix(prog, "ib_") {
+		m, err := parseMode(prog)
+		if err != nil {
+			return bad("%v", err)
 		}
-		return bad("%s", usage)
-	}
-	m, ok := parseMode(args[0])
-	if !ok {
-		return bad("unknown mode %q; %s", args[0], usage)
-	}
-	cfg.mode = m
-	fs := flag.NewFlagSet("mlx5kit-perf "+m.String(), flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	defSize, defIters := 2, 1000
-	if !m.latency() {
-		defSize, defIters = 65536, 5000
-	}
-	fs.IntVar(&cfg.size, "size", defSize, "message size in bytes")
-	fs.BoolVar(&cfg.all, "a", false, "every size from 2 to -max-size in powers of two")
-	fs.IntVar(&cfg.maxSize, "max-size", maxSize, "the largest size of -a")
-	fs.IntVar(&cfg.iters, "iters", defIters, "iterations per size")
-	fs.IntVar(&cfg.warmup, "warmup", 100, "iterations run before measuring each size")
-	fs.IntVar(&cfg.qd, "qd", 64, "bandwidth tests: WQEs in flight")
-	fs.IntVar(&cfg.inline, "inline", 220, "payloads of up to this many bytes go inline (0: never)")
-	cfg.peerFlags().Register(fs)
-	// perftest's one-letter names for the same flags (the same values).
-	for _, a := range [][2]string{{"s", "size"}, {"n", "iters"}, {"t", "qd"}, {"I", "inline"},
-		{"d", "device"}, {"i", "ib-port"}, {"x", "gid-index"}} {
-		fs.Var(fs.Lookup(a[1]).Value, a[0], "same as -"+a[1]+" (perftest's name)")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return cfg, 0
+		cfg.mode, cfg.program = m, true
+	} else {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+				fmt.Fprintln(stderr, usage)
+				return cfg, 0
+			}
+			return bad("%s", usage)
 		}
-		return cfg, 2
+		m, err := parseMode(args[0])
+		if err != nil {
+			return bad("%v; %s", err, usage)
+		}
+		cfg.mode, args = m, args[1:]
+	}
+	cfg.size, cfg.iters = 2, 1000
+	if !cfg.mode.latency() {
+		cfg.size, cfg.iters = 65536, 5000
+	}
+	if cfg.mode.atomic() {
+		cfg.size = atomicSize
+	}
+	cfg.atomicType = fetchAndAdd
+	cfg.maxSize, cfg.warmup, cfg.qd, cfg.inline = maxSize, 100, 64, 220
+	cfg.gidIndex, cfg.port, cfg.timeout = -1, 1, 10*time.Second
+	cfg.tcpPort, cfg.rxDepth, cfg.jsonFile = defaultTCPPort, recvDepth, defaultJSONFile
+	help := false
+	pos, err := perftool.ParseArgs(args, cfg.options(&help))
+	if help {
+		fmt.Fprintln(stderr, usage)
+		return cfg, 0
+	}
+	if err != nil {
+		return bad("%s", strings.TrimPrefix(err.Error(), perftool.ErrUsage.Error()+": "))
+	}
+	switch len(pos) {
+	case 0:
+	case 1:
+		cfg.host = pos[0]
+	default:
+		return bad("unexpected arguments %q: at most one, the server", pos)
 	}
 	if msg := cfg.check(); msg != "" {
 		return bad("%s", msg)
 	}
-	if fs.NArg() != 0 {
-		return bad("unexpected arguments %q", fs.Args())
+	switch {
+	case cfg.host != "" && (cfg.server != "" || cfg.client != ""):
+		return bad("the server %q and -server or -client exclude each other", cfg.host)
+	case cfg.host != "":
+		cfg.client = net.JoinHostPort(cfg.host, strconv.Itoa(cfg.tcpPort))
+	case cfg.program && cfg.server == "" && cfg.client == "":
+		// perftest's rule: without a server to connect to, wait for a client.
+		cfg.server = ":" + strconv.Itoa(cfg.tcpPort)
 	}
 	var msg string
 	if cfg.security, msg = cfg.peerFlags().Security(); msg != "" {
 		return bad("%s", msg)
 	}
 	return cfg, -1
+}
+
+// defaultJSONFile is perftest's --out_json file (DEFAULT_JSON_FILE_NAME).
+const defaultJSONFile = "perftest_out.json"
+
+// errWant is what a value Set refuses wraps.
+var errWant = errors.New("want")
+
+// options is the command line's table: perftest's flags, then
+// mlx5kit-perf's own, then perftest's that are refused.
+func (c *config) options(help *bool) []perftool.Option {
+	integer := func(p *int) func(string, string) error {
+		return func(_, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%q is not an integer", v)
+			}
+			*p = n
+			return nil
+		}
+	}
+	text := func(p *string) func(string, string) error {
+		return func(_, v string) error { *p = v; return nil }
+	}
+	on := func(p *bool) func(string, string) error {
+		return func(string, string) error { *p = true; return nil }
+	}
+	return []perftool.Option{
+		{Short: 'd', Long: []string{"ib-dev", "device"}, Value: true, Set: text(&c.device)},
+		{Short: 'i', Long: []string{"ib-port"}, Value: true, Set: integer(&c.port)},
+		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: integer(&c.gidIndex)},
+		{Short: 's', Long: []string{"size"}, Value: true, Set: integer(&c.size)},
+		{Short: 'a', Long: []string{"all"}, Set: on(&c.all)},
+		{Short: 'n', Long: []string{"iters"}, Value: true, Set: integer(&c.iters)},
+		{Short: 'I', Long: []string{"inline_size", "inline"}, Value: true, Set: integer(&c.inline)},
+		{Short: 't', Long: []string{"tx-depth", "qd"}, Value: true, Set: integer(&c.qd)},
+		// perftest's -F only silences its check of the CPU frequency; the
+		// cycle counter's frequency is measured here (cycles.Frequency).
+		{Short: 'F', Long: []string{"CPU-freq"}, Set: func(string, string) error { return nil }},
+		{Short: 'p', Long: []string{"port"}, Value: true, Set: integer(&c.tcpPort)},
+		{Short: 'D', Long: []string{"duration"}, Value: true, Set: integer(&c.duration)},
+		{Long: []string{"run_infinitely"}, Set: on(&c.infinite)},
+		{Long: []string{"report_gbits"}, Set: on(&c.reportGbits)},
+		{Short: 'q', Long: []string{"qp"}, Value: true, Set: func(_, v string) error {
+			if v != "1" {
+				return fmt.Errorf("%q: mlx5kit-perf runs one queue pair per test (%w 1)", v, errWant)
+			}
+			return nil
+		}},
+		{Short: 'c', Long: []string{"connection"}, Value: true, Set: func(_, v string) error {
+			switch v {
+			case "RC":
+				return nil
+			case "UD", "DC":
+				return fmt.Errorf("%s is not supported: mlx5kit-perf measures RC (the kit's %s transport has no mode here)", v, v)
+			}
+			return fmt.Errorf("%q is not supported: mlx5kit-perf measures RC", v)
+		}},
+		{Short: 'l', Long: []string{"post_list"}, Value: true, Set: integer(&c.postList)},
+		{Short: 'Q', Long: []string{"cq-mod"}, Value: true, Set: integer(&c.cqMod)},
+		{Short: 'o', Long: []string{"outs"}, Value: true, Set: integer(&c.outReads)},
+		{Short: 'S', Long: []string{"sl"}, Value: true, Set: integer(&c.sl)},
+		{Short: 'u', Long: []string{"qp-timeout"}, Value: true, Set: integer(&c.qpTimeout)},
+		{Short: 'r', Long: []string{"rx-depth"}, Value: true, Set: integer(&c.rxDepth)},
+		{Long: []string{"output"}, Value: true, Set: func(_, v string) error {
+			switch v {
+			case outputBandwidth, outputMessageRate, outputLatency:
+				c.output = v
+				return nil
+			}
+			return fmt.Errorf("%q: %w bandwidth, message_rate or latency", v, errWant)
+		}},
+		{Long: []string{"out_json"}, Set: on(&c.outJSON)},
+		{Long: []string{"out_json_file"}, Value: true, Set: func(_, v string) error {
+			c.jsonFile, c.outJSON = v, true
+			return nil
+		}},
+		{Short: 'h', Long: []string{"help"}, Set: on(help)},
+
+		// mlx5kit-perf's own.
+		{Long: []string{"provider"}, Value: true, Set: text(&c.provider)},
+		{Long: []string{"max-size"}, Value: true, Set: integer(&c.maxSize)},
+		{Long: []string{"warmup"}, Value: true, Set: integer(&c.warmup)},
+		{Long: []string{"timeout"}, Value: true, Set: func(_, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%q is not a duration (10s, 500ms)", v)
+			}
+			c.timeout = d
+			return nil
+		}},
+		{Long: []string{"server"}, Value: true, Set: text(&c.server)},
+		{Long: []string{"client"}, Value: true, Set: text(&c.client)},
+		{Long: []string{"key-file"}, Value: true, Set: text(&c.keyFile)},
+
+		// perftest's, refused.
+		{Short: 'e', Long: []string{"events"}, Refuse: "(sleep on completion events) is not supported: mlx5kit-perf busy-polls"},
+		{Short: 'b', Long: []string{"bidirectional"}, Refuse: "(bidirectional) is not supported"},
+		{Short: 'm', Long: []string{"mtu"}, Value: true, Refuse: "(MTU) is not supported: the path MTU is the smaller active MTU of the two ports"},
+		{Short: 'T', Long: []string{"tos", "tclass"}, Value: true, Refuse: "(traffic class) is not supported"},
+		{Short: 'R', Long: []string{"rdma_cm"}, Refuse: "(rdma_cm) is not supported: the ends swap endpoints over TCP"},
+		{Short: 'z', Long: []string{"com_rdma_cm", "comm_rdma_cm"}, Refuse: "(rdma_cm exchange) is not supported: the ends swap endpoints over TCP"},
+		{Short: 'g', Long: []string{"mcg"}, Refuse: "(multicast) is not supported"},
+		{Short: 'M', Long: []string{"MGID"}, Value: true, Refuse: "(multicast) is not supported"},
+		{Short: 'X', Long: []string{"vector"}, Value: true, Refuse: "(completion vector) is not supported: mlx5kit-perf busy-polls"},
+		{Short: 'N', Long: []string{"noPeak"}, Refuse: "(no peak) is not supported"},
+		{Short: 'C', Long: []string{"report-cycles"}, Refuse: "(report cycles) is not supported"},
+		{Short: 'H', Long: []string{"report-histogrm"}, Refuse: "(report histogram) is not supported"},
+		{Short: 'U', Long: []string{"report-unsorted"}, Refuse: "(report unsorted) is not supported"},
+		{Short: 'O', Long: []string{"dualport"}, Refuse: "(dual port) is not supported"},
+		{Short: 'A', Long: []string{"atomic_type"}, Value: true, Set: func(_, v string) error {
+			if v != fetchAndAdd && v != cmpAndSwap {
+				return fmt.Errorf("%q: %w %s or %s", v, errWant, fetchAndAdd, cmpAndSwap)
+			}
+			if !c.mode.atomic() {
+				return fmt.Errorf("%s is not an atomic mode", c.mode)
+			}
+			c.atomicType = v
+			return nil
+		}},
+		{Short: 'w', Long: []string{"limit_bw"}, Value: true, Refuse: "(bandwidth limit) is not supported"},
+		{Short: 'y', Long: []string{"limit_msgrate"}, Value: true, Refuse: "(message rate limit) is not supported"},
+		{Short: 'L', Long: []string{"hop_limit"}, Value: true, Refuse: "(hop limit) is not supported"},
+		{Short: 'V', Long: []string{"version"}, Refuse: "(version) is not supported: mlx5kit-perf is not perftest"},
+		{Long: []string{"use-srq"}, Refuse: "(SRQ) is not supported"},
+		{Long: []string{"report-both"}, Refuse: "is not supported"},
+		{Long: []string{"reversed"}, Refuse: "is not supported"},
+		{Long: []string{"tcp"}, Refuse: "is not supported: the exchange is TCP already"},
+		{Short: 'f', Long: []string{"margin"}, Value: true, Refuse: "(margin) is not supported"},
+		{Short: 'W', Long: []string{"report-counters"}, Value: true, Refuse: "(report counters) is not supported"},
+		{Long: []string{"cpu_util"}, Refuse: "(CPU utilization) is not supported"},
+		{Long: []string{"dlid"}, Value: true, Refuse: "is not supported: the peer's LID comes from the exchange"},
+		{Long: []string{"dont_xchg_versions"}, Refuse: "is not supported"},
+		{Long: []string{"force-link"}, Value: true, Refuse: "is not supported: the link is the port's"},
+		{Long: []string{"ipv6"}, Refuse: "is not supported: -x picks the GID"},
+		{Long: []string{"source_ip"}, Value: true, Refuse: "is not supported"},
+		{Long: []string{"latency_gap"}, Value: true, Refuse: "is not supported"},
+		{Long: []string{"mmap"}, Value: true, Refuse: "is not supported"},
+		{Long: []string{"mmap-offset"}, Value: true, Refuse: "is not supported"},
+		{Long: []string{"odp"}, Refuse: "(on-demand paging) is not supported"},
+		{Long: []string{"use_old_post_send"}, Refuse: "is not supported: mlx5kit-perf writes WQEs itself"},
+		{Long: []string{"perform_warm_up"}, Refuse: "is not supported as a flag: mlx5kit-perf always warms up (--warmup N)"},
+		{Long: []string{"pkey_index"}, Value: true, Refuse: "is not supported"},
+		{Long: []string{"retry_count"}, Value: true, Refuse: "is not supported"},
+		{Long: []string{"use_hugepages"}, Refuse: "is not supported"},
+	}
 }
 
 // check returns what is wrong with the configuration, or "".
@@ -264,16 +570,57 @@ func (c config) check() string {
 		return fmt.Sprintf("-size %d: want 1 to %d", c.size, maxSize)
 	case c.maxSize < 2 || c.maxSize > maxSize:
 		return fmt.Sprintf("-max-size %d: want 2 to %d", c.maxSize, maxSize)
+	case c.mode.atomic() && (c.size != atomicSize || c.all):
+		return fmt.Sprintf("-s %d: %s moves %d bytes, and -a has no other size", c.size, c.mode, atomicSize)
 	case c.iters < 1 || c.iters > 1<<30:
 		return fmt.Sprintf("-iters %d: want 1 to %d", c.iters, 1<<30)
+	case c.mode.latency() && c.iters < perftool.DroppedTail+1:
+		return fmt.Sprintf("-iters %d: a latency test needs at least %d (perftest's rules leave the %d largest samples out)",
+			c.iters, perftool.DroppedTail+1, perftool.DroppedTail)
 	case c.warmup < 0 || c.warmup > 1<<30:
 		return fmt.Sprintf("-warmup %d: want 0 to %d", c.warmup, 1<<30)
 	case c.qd < 1 || c.qd > 4096:
 		return fmt.Sprintf("-qd %d: want 1 to 4096", c.qd)
 	case c.inline < 0 || c.inline > 4096:
 		return fmt.Sprintf("-inline %d: want 0 to 4096", c.inline)
+	case c.tcpPort < 1 || c.tcpPort > 65535:
+		return fmt.Sprintf("-p %d: want 1 to 65535", c.tcpPort)
+	case c.duration < 0 || c.duration > 1<<20:
+		return fmt.Sprintf("-D %d: want 1 to %d seconds", c.duration, 1<<20)
+	case c.infinite && c.all:
+		return "--run_infinitely and -a exclude each other"
+	case c.duration > 0 && c.all:
+		return "-D and -a exclude each other (as in perftest)"
+	case c.timed() && c.mode.pingPong() && c.twoProcesses():
+		return fmt.Sprintf("-D and --run_infinitely: %s runs for a time with both ends in this process only (the answering end needs the count)", c.mode)
+	case c.infinite && c.twoProcesses():
+		return "--run_infinitely: with both ends in this process only"
+	case c.cqMod < 0 || c.cqMod > 4096:
+		return fmt.Sprintf("-Q %d: want 1 to 4096", c.cqMod)
+	case c.postList < 0 || c.postList > 4096:
+		return fmt.Sprintf("-l %d: want 1 to 4096", c.postList)
+	case c.cqMod > 0 && c.postList > 0 && c.cqMod != c.postList:
+		return fmt.Sprintf("-Q %d and -l %d: mlx5kit-perf rings one doorbell per completion, so they must be equal", c.cqMod, c.postList)
+	case c.outReads < 0 || c.outReads > 255:
+		return fmt.Sprintf("-o %d: want 1 to 255", c.outReads)
+	case c.sl < 0 || c.sl > 15:
+		return fmt.Sprintf("-S %d: want 0 to 15", c.sl)
+	case c.qpTimeout < 0 || c.qpTimeout > 31:
+		return fmt.Sprintf("-u %d: want 1 to 31", c.qpTimeout)
+	case c.rxDepth < 1 || c.rxDepth > 8192:
+		return fmt.Sprintf("-r %d: want 1 to 8192", c.rxDepth)
+	case c.output == outputLatency && !c.mode.latency():
+		return fmt.Sprintf("--output=latency: %s measures bandwidth (want bandwidth or message_rate)", c.mode)
+	case (c.output == outputBandwidth || c.output == outputMessageRate) && c.mode.latency():
+		return fmt.Sprintf("--output=%s: %s measures latency (want latency)", c.output, c.mode)
 	}
 	return c.peerFlags().Check()
+}
+
+// twoProcesses reports whether the ends run in two processes (a server,
+// or a client of one).
+func (c config) twoProcesses() bool {
+	return c.server != "" || c.client != "" || c.host != "" || c.program
 }
 
 // peerFlags points at the fields of the flags every measuring command

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
@@ -16,6 +13,9 @@ import (
 // maxBatch is the most WQEs posted with one doorbell (and retired by one
 // signaled completion) in a bandwidth test.
 const maxBatch = 16
+
+// pollBatch is the most completions one poll of a bandwidth test takes.
+const pollBatch = 4
 
 // peakWindow is the longest run of batches BW peak looks at.
 const peakWindow = 256
@@ -32,7 +32,7 @@ func measureLatency(warmup, iters int, l *latency, step func(seq uint32) error) 
 // localStep returns one iteration of a latency test with both ends in the
 // calling goroutine: a ping-pong round trip, or one read by a.
 func localStep(m mode, a, b *end, size int) func(seq uint32) error {
-	if m == readLat {
+	if m.oneSided() {
 		return func(seq uint32) error {
 			if err := a.postLatency(m, size, seq); err != nil {
 				return err
@@ -57,7 +57,7 @@ func localStep(m mode, a, b *end, size int) func(seq uint32) error {
 // clientStep returns one iteration of a latency test on the measuring end
 // when the peer is another goroutine or process.
 func clientStep(m mode, x *end, size int) func(seq uint32) error {
-	if m == readLat {
+	if m.oneSided() {
 		return func(seq uint32) error {
 			if err := x.postLatency(m, size, seq); err != nil {
 				return err
@@ -94,20 +94,18 @@ type stamps struct {
 	posted, completed []uint64
 }
 
-// newStamps makes room for a stream of n messages with qd in flight.
-func newStamps(n, qd int) stamps {
-	batch := min(maxBatch, qd)
+// newStamps makes room for a stream of n messages posted batch at a time.
+func newStamps(n, batch int) stamps {
 	b := (n + batch - 1) / batch
 	return stamps{posted: make([]uint64, b), completed: make([]uint64, b)}
 }
 
-// stream runs n RDMA_WRITEs (write_bw) or RDMA_READs (read_bw) of size
-// bytes with at most qd outstanding, posted in batches with one doorbell
-// each; the last WQE of a batch is signaled and its work request id is the
-// batch's index. st (room for n messages at qd) gets the batches' times. It
-// allocates nothing.
-func (x *end) stream(m mode, size, n, qd int, st stamps) error {
-	batch := min(maxBatch, qd)
+// stream runs n RDMA_WRITEs (write_bw), RDMA_READs (read_bw) of size
+// bytes, or 8-byte atomics on the peer's counter (atomic_bw), with at most qd outstanding, posted in batches of batch (at most
+// qd) with one doorbell each; the last WQE of a batch is signaled and its
+// work request id is the batch's index. st (room for n messages in such
+// batches) gets the batches' times. It allocates nothing.
+func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
 	inline := m == writeBW && size <= x.MaxInline
 	posted, outstanding, done := 0, 0, 0
 	var since time.Time
@@ -124,11 +122,17 @@ func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 				if err != nil {
 					return err
 				}
-				if m == readBW {
+				switch {
+				case m == atomicBW && x.compareSwap:
+					i := x.atomics + uint64(posted+j)
+					err = s.AtomicCS(x.PeerRecv, x.RKey, i, i+1).Result(x.RecvAddr, x.LKey).Finish()
+				case m == atomicBW:
+					err = s.AtomicFA(x.PeerRecv, x.RKey, 1).Result(x.RecvAddr, x.LKey).Finish()
+				case m == readBW:
 					err = s.RdmaRead(x.PeerSrc, x.RKey).SGE(x.RecvAddr, uint32(size), x.LKey).Finish()
-				} else if inline {
+				case inline:
 					err = s.RdmaWrite(x.PeerRecv, x.RKey).Inline(x.Src[:size]).Finish()
-				} else {
+				default:
 					err = s.RdmaWrite(x.PeerRecv, x.RKey).SGE(x.SrcAddr, uint32(size), x.LKey).Finish()
 				}
 				if err != nil {
@@ -140,7 +144,7 @@ func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 			posted += k
 			outstanding += k
 		}
-		got := x.Poller.Poll(4, func(c *rc.Completion) {
+		got := x.Poller.Poll(pollBatch, func(c *rc.Completion) {
 			if c.Status != rc.StatusOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
 				x.Bad, x.Failed = *c, true
 				return
@@ -160,6 +164,9 @@ func (x *end) stream(m mode, size, n, qd int, st stamps) error {
 			}
 		}
 	}
+	if m == atomicBW {
+		x.atomics += uint64(n)
+	}
 	return nil
 }
 
@@ -171,9 +178,9 @@ type bandwidth struct {
 	peakBytesSec float64
 }
 
-// rates turns a stream's stamps into its rates.
-func rates(st stamps, n, size, qd int, counter cycles.Info) bandwidth {
-	batch := min(maxBatch, qd)
+// rates turns the stamps of a stream of n messages of size bytes, posted
+// batch at a time, into its rates.
+func rates(st stamps, n, size, batch int, counter cycles.Info) bandwidth {
 	nb := (n + batch - 1) / batch
 	bw := bandwidth{n: n, bytes: float64(n) * float64(size)}
 	bw.seconds = counter.Nanoseconds(float64(st.completed[nb-1]-st.posted[0])) / 1e9
@@ -190,63 +197,4 @@ func rates(st stamps, n, size, qd int, counter cycles.Info) bandwidth {
 		}
 	}
 	return bw
-}
-
-// header is what the report says before its table.
-type header struct {
-	mode    mode
-	device  string
-	ends    string
-	counter cycles.Info
-	inline  int
-	qd      int
-}
-
-// mebibyte is perftest's MB.
-const mebibyte = 1 << 20
-
-func writeHeader(w io.Writer, h header) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "mlx5kit-perf %s: %s\n", h.mode, h.mode.describe())
-	perftool.WriteSetting(&b, h.device, h.ends, h.counter)
-	if h.mode != readLat && h.mode != readBW {
-		fmt.Fprintf(&b, "inline:  payloads of up to %d bytes\n", h.inline)
-	}
-	switch h.mode {
-	case writeLat, sendLat:
-		b.WriteString("latency: half the round trip, in microseconds\n")
-		b.WriteString(latencyColumns)
-	case readLat:
-		b.WriteString("latency: the whole read, in microseconds\n")
-		b.WriteString(latencyColumns)
-	default:
-		fmt.Fprintf(&b, "queue:   %d in flight, batches of %d per doorbell, the last of each signaled\n", h.qd, min(maxBatch, h.qd))
-		fmt.Fprintf(&b, "rates:   MB = 2^20 bytes; average over first doorbell to last completion, peak over up to %d batches\n", peakWindow)
-		fmt.Fprintf(&b, "%8s %12s %18s %21s %15s\n", "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-var latencyColumns = fmt.Sprintf("%8s %12s %12s %12s %16s %12s %14s %12s %14s\n",
-	"#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99%[usec]", "99.9%[usec]")
-
-// writeLatencyRow prints one size's latency line; ping-pongs report half
-// the round trip.
-func writeLatencyRow(w io.Writer, m mode, size int, l *latency, counter cycles.Info) error {
-	div := 1.0
-	if m.pingPong() {
-		div = 2
-	}
-	r := l.Summarize(counter, div)
-	_, err := fmt.Fprintf(w, "%8d %12d %12.2f %12.2f %16.2f %12.2f %14.2f %12.2f %14.2f\n",
-		size, r.Count, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.Percentile99, r.Percentile999)
-	return err
-}
-
-// writeBandwidthRow prints one size's bandwidth line.
-func writeBandwidthRow(w io.Writer, size int, bw bandwidth) error {
-	_, err := fmt.Fprintf(w, "%8d %12d %18.2f %21.2f %15.6f\n",
-		size, bw.n, bw.peakBytesSec/mebibyte, bw.bytes/bw.seconds/mebibyte, float64(bw.n)/bw.seconds/1e6)
-	return err
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -12,8 +13,9 @@ import (
 )
 
 // sizeRun measures one size on the active end x (with the passive end y
-// in this process, or nil) and prints its table line.
-func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) error {
+// in this process, or nil), prints its table line and returns the number
+// of iterations measured: -n, or as many as ran in -D seconds.
+func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) (int, error) {
 	m := cfg.mode
 	if m.latency() {
 		var step func(seq uint32) error
@@ -22,30 +24,114 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 		} else {
 			step = clientStep(m, x, size)
 		}
+		n := cfg.iters
 		var l latency
-		if err := measureLatency(cfg.warmup, cfg.iters, &l, step); err != nil {
-			return err
+		var total uint64
+		var err error
+		if cfg.timed() {
+			n, total, err = l.MeasureFor(cfg.warmup, uint64(counter.Ticks(cfg.interval())), cfg.stop, step)
+		} else {
+			l.Reserve(cfg.iters)
+			err = measureLatency(cfg.warmup, cfg.iters, &l, step)
+		}
+		if err != nil {
+			return 0, err
 		}
 		if err := x.drain(); err != nil {
-			return err
+			return 0, err
 		}
 		if y != nil {
 			if err := y.drain(); err != nil {
-				return err
+				return 0, err
 			}
 		}
-		return writeLatencyRow(w, m, size, &l, counter)
+		if cfg.timed() {
+			return n, writeLatencyDurationRow(w, cfg, size, n, total, &l, counter)
+		}
+		return n, writeLatencyRow(w, cfg, size, &l, counter)
 	}
-	st := newStamps(max(cfg.warmup, cfg.iters), cfg.qd)
+	batch := cfg.batch()
+	st := newStamps(max(cfg.warmup, cfg.iters), batch)
 	if cfg.warmup > 0 {
-		if err := x.stream(m, size, cfg.warmup, cfg.qd, st); err != nil {
-			return err
+		if err := x.stream(m, size, cfg.warmup, cfg.qd, batch, st); err != nil {
+			return 0, err
 		}
 	}
-	if err := x.stream(m, size, cfg.iters, cfg.qd, st); err != nil {
-		return err
+	if !cfg.timed() {
+		if err := x.stream(m, size, cfg.iters, cfg.qd, batch, st); err != nil {
+			return 0, err
+		}
+		return cfg.iters, writeBandwidthRow(w, cfg, size, rates(st, cfg.iters, size, batch, counter))
 	}
-	return writeBandwidthRow(w, size, rates(st, cfg.iters, size, cfg.qd, counter))
+	// For a time: streams of -n messages until it has passed; the average
+	// runs from the first doorbell of the first stream to the last
+	// completion of the last, the peak is the best of any stream's.
+	var bw bandwidth
+	var first uint64
+	limit := uint64(counter.Ticks(cfg.interval()))
+	for k := 0; ; k++ {
+		if err := x.stream(m, size, cfg.iters, cfg.qd, batch, st); err != nil {
+			return 0, err
+		}
+		r := rates(st, cfg.iters, size, batch, counter)
+		if k == 0 {
+			first = st.posted[0]
+		}
+		bw.n += r.n
+		bw.bytes += r.bytes
+		bw.peakBytesSec = max(bw.peakBytesSec, r.peakBytesSec)
+		last := st.completed[(cfg.iters+batch-1)/batch-1]
+		if last-first >= limit || cfg.stop() {
+			bw.seconds = counter.Nanoseconds(float64(last-first)) / 1e9
+			break
+		}
+	}
+	return bw.n, writeBandwidthRow(w, cfg, size, bw)
+}
+
+// interval is how long a timed test measures before it reports: -D, or
+// perftest's 5 seconds (DEF_DURATION) for --run_infinitely without it.
+func (c config) interval() time.Duration {
+	if c.duration > 0 {
+		return time.Duration(c.duration) * time.Second
+	}
+	return 5 * time.Second
+}
+
+// syncTimeout bounds a wait for the peer, whose measurement may run for
+// -D seconds.
+func (c config) syncTimeout() time.Duration {
+	if c.timed() {
+		return c.timeout + c.interval()
+	}
+	return c.timeout
+}
+
+// stop reports whether a timed test should end early: never, today.
+func (c config) stop() bool { return false }
+
+// runSizes measures every size (or, with --run_infinitely, the one size
+// again and again, a line each -D seconds, until c.reports lines when it
+// is set), each checked by check with the number of iterations it ran.
+func runSizes(w io.Writer, cfg config, x, y *end, counter cycles.Info, before func() error, check func(size, n int) error) error {
+	sizes := cfg.sizes()
+	for k := 0; k < len(sizes) || cfg.infinite; k++ {
+		size := sizes[min(k, len(sizes)-1)]
+		if cfg.infinite && cfg.reports > 0 && k >= cfg.reports {
+			break
+		}
+		if err := before(); err != nil {
+			return err
+		}
+		n, err := sizeRun(w, cfg, size, x, y, counter)
+		if err == nil {
+			err = check(size, n)
+		}
+		if err != nil {
+			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+		}
+	}
+	return writeFooter(w, cfg)
 }
 
 // verifyActive checks what the measuring end received after a size; the
@@ -56,6 +142,10 @@ func verifyActive(cfg config, x *end, size int) error {
 		return x.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
 	case readLat, readBW:
 		return x.verify(size, false, 0)
+	case atomicLat:
+		// Each atomic turned the counter from its sequence number to the
+		// next: the last one fetched the number before the last.
+		return x.verifyCounter(x.recv, uint64(cfg.warmup+cfg.iters-1), "the last atomic fetched")
 	}
 	return nil
 }
@@ -66,6 +156,11 @@ func verifyPassive(cfg config, y *end, size int) error {
 		return y.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
 	case writeBW:
 		return y.verify(size, false, 0)
+	case atomicLat, atomicBW:
+		if cfg.timed() {
+			return nil // this end does not know how many ran
+		}
+		return y.verifyCounter(y.recv, uint64(cfg.warmup+cfg.iters), "the counter the atomics incremented")
 	}
 	return nil
 }
@@ -79,6 +174,7 @@ func local(cfg config, stdout io.Writer) error {
 	}
 	defer s.Close()
 	a, b := made[0], made[1]
+	a.compareSwap = cfg.atomicType == cmpAndSwap
 	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
 		return err
 	}
@@ -87,20 +183,48 @@ func local(cfg config, stdout io.Writer) error {
 	if !cfg.mode.pingPong() {
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
-	if err := writeHeader(stdout, header{mode: cfg.mode, device: s.What, ends: ends, counter: counter, inline: a.MaxInline, qd: cfg.qd}); err != nil {
+	in, err := describe(cfg, s, a, b.endpoint(), ends, counter)
+	if err != nil {
 		return err
 	}
-	for _, size := range cfg.sizes() {
-		clear(a.recv)
-		clear(b.recv)
-		if err := sizeRun(stdout, cfg, size, a, b, counter); err != nil {
-			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
-		}
-		if err := firstErr(verifyActive(cfg, a, size), verifyPassive(cfg, b, size)); err != nil {
-			return err
-		}
+	cfg.device = in.deviceName
+	if err := writeInfo(stdout, cfg, in); err != nil {
+		return err
 	}
-	return nil
+	return runSizes(stdout, cfg, a, b, counter, func() error {
+		a.reset()
+		b.reset()
+		return nil
+	}, func(size, n int) error {
+		ran := cfg
+		ran.iters = n
+		return firstErr(verifyActive(ran, a, size), verifyPassive(ran, b, size))
+	})
+}
+
+// describe gathers what the report's header says about the measuring end
+// x on s and its peer.
+func describe(cfg config, s *perftool.Setup, x *end, peer endpoint.Endpoint, ends string, counter cycles.Info) (info, error) {
+	port, err := s.Context.QueryPort(uint8(cfg.port))
+	if err != nil {
+		return info{}, err
+	}
+	ep := x.endpoint()
+	gid := cfg.gidIndex >= 0 || port.LinkLayer == ctx.LinkLayerEthernet
+	gidIndex := -1
+	if gid {
+		gidIndex = int(ep.GIDIndex)
+	}
+	outReads := cfg.outReads
+	if outReads == 0 {
+		outReads = 16 // rc.Config's default
+	}
+	return info{
+		device: s.What, deviceName: s.Context.DeviceName(), ends: ends, counter: counter,
+		link: port.LinkLayer, mtu: ep.MTU.Bytes(), gidIndex: gidIndex, inline: x.MaxInline, outReads: outReads,
+		local:  addressOf("local", cfg.mode, ep, outReads, gid),
+		remote: addressOf("remote", cfg.mode, peer, outReads, gid),
+	}, nil
 }
 
 // params is what the client tells the server before the exchange.
@@ -109,6 +233,8 @@ type params struct {
 	Mode                      uint32
 	Size, MaxSize, All        uint32
 	Iters, Warmup, QD, Inline uint32
+	Duration                  uint32 // -D, seconds
+	Batch                     uint32 // -Q or -l
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -116,6 +242,7 @@ const paramsMagic = 0x4d585046 // "MXPF"
 func (p params) config(base config) config {
 	base.mode, base.size, base.maxSize, base.all = mode(p.Mode), int(p.Size), int(p.MaxSize), p.All != 0
 	base.iters, base.warmup, base.qd, base.inline = int(p.Iters), int(p.Warmup), int(p.QD), int(p.Inline)
+	base.duration, base.cqMod, base.postList = int(p.Duration), int(p.Batch), 0
 	return base
 }
 
@@ -143,9 +270,18 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	if err := handshake(cfg, conn, endpoint.AcceptSide, s.Context, y); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "device:  %s\nserving %s for %v: %d+%d iterations per size, sizes %v\n", s.What, cfg.mode, conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
+	ends := fmt.Sprintf("server of %v: %d+%d iterations per size, sizes %v", conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
+	in, err := describe(cfg, s, y, y.peer, ends, cycles.Frequency())
+	if err != nil {
+		return err
+	}
+	in.server = true
+	if err := writeInfo(stdout, cfg, in); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "serving %s for %v\n", cfg.mode, conn.RemoteAddr())
 	for _, size := range cfg.sizes() {
-		clear(y.recv)
+		y.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
 		}
@@ -175,7 +311,8 @@ func dial(cfg config, stdout io.Writer) error {
 		all = 1
 	}
 	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
-		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline)}
+		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline),
+		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch())}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
@@ -187,22 +324,30 @@ func dial(cfg config, stdout io.Writer) error {
 	}
 	defer s.Close()
 	x := made[0]
+	x.compareSwap = cfg.atomicType == cmpAndSwap
 	if err := handshake(cfg, conn, endpoint.DialSide, s.Context, x); err != nil {
 		return err
 	}
 	counter := cycles.Frequency()
 	ends := "client of " + conn.RemoteAddr().String() + ", not pinned"
-	if err := writeHeader(stdout, header{mode: cfg.mode, device: s.What, ends: ends, counter: counter, inline: x.MaxInline, qd: cfg.qd}); err != nil {
+	in, err := describe(cfg, s, x, x.peer, ends, counter)
+	if err != nil {
+		return err
+	}
+	cfg.device = in.deviceName
+	if err := writeInfo(stdout, cfg, in); err != nil {
 		return err
 	}
 	for _, size := range cfg.sizes() {
-		clear(x.recv)
+		x.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
 		}
-		runErr := sizeRun(stdout, cfg, size, x, nil, counter)
+		n, runErr := sizeRun(stdout, cfg, size, x, nil, counter)
 		if runErr == nil {
-			runErr = verifyActive(cfg, x, size)
+			ran := cfg
+			ran.iters = n
+			runErr = verifyActive(ran, x, size)
 		}
 		err := firstErr(runErr, sync(cfg, conn, runErr))
 		if err == nil {
@@ -213,7 +358,7 @@ func dial(cfg config, stdout io.Writer) error {
 			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
 		}
 	}
-	return nil
+	return writeFooter(stdout, cfg)
 }
 
 // handshake swaps endpoints over conn (this end on side of it), connects
@@ -225,5 +370,5 @@ func handshake(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context, x 
 // sync tells the peer whether this end is fine (failed nil) and waits for
 // the peer to say the same; a peer that failed is an error.
 func sync(cfg config, conn net.Conn, failed error) error {
-	return perftool.Sync(conn, cfg.timeout, failed)
+	return perftool.Sync(conn, cfg.syncTimeout(), failed)
 }

@@ -43,6 +43,11 @@ type EndConfig struct {
 	GIDIndex int
 	// Timeout bounds every wait.
 	Timeout time.Duration
+	// SL is the path's service level, QPTimeout the local ACK timeout code
+	// and MaxRdAtomic the reads and atomics outstanding (0: the queue
+	// pair's defaults), as rc.Config.
+	SL                     uint8
+	QPTimeout, MaxRdAtomic int
 }
 
 // End is one side of a measurement: an RC queue pair with its own CQ (send
@@ -128,7 +133,8 @@ func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x 
 		return x, err
 	}
 	x.MaxInline = cfg.Inline(int(dev.MaxInline))
-	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GID: gid, MaxInline: uint32(x.MaxInline)}
+	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GID: gid, MaxInline: uint32(x.MaxInline),
+		SL: cfg.SL, Timeout: cfg.QPTimeout, MaxRdAtomic: cfg.MaxRdAtomic}
 	if x.QP, err = rc.New(x.PD, x.CQ, nil, qcfg); err != nil {
 		return x, err
 	}
@@ -170,16 +176,19 @@ type Op uint8
 
 // The operations of Post.
 const (
-	OpWriteImm Op = iota // RDMA_WRITE_IMM into the peer's receive area, immediate seq
-	OpSend               // SEND into the peer's posted receive
-	OpRead               // RDMA_READ of the peer's source area into the receive area
+	OpWriteImm    Op = iota // RDMA_WRITE_IMM into the peer's receive area, immediate seq
+	OpSend                  // SEND into the peer's posted receive
+	OpRead                  // RDMA_READ of the peer's source area into the receive area
+	OpFetchAdd              // fetch-and-add of 1 to the first 8 bytes of the peer's receive area, the old value into the receive area
+	OpCompareSwap           // compare-and-swap of seq for seq+1 there, the old value into the receive area
 )
 
 // Post sends message seq of size bytes: a signaled RDMA_WRITE_IMM or SEND
 // whose first four bytes are the sequence number, inline when inline is
-// set, or an RDMA_READ; through BlueFlame. It allocates nothing.
+// set, an RDMA_READ, or an 8-byte atomic (size and inline unused); through
+// BlueFlame. It allocates nothing.
 func (x *End) Post(op Op, size int, seq uint32, inline bool) error {
-	if size >= 4 && op != OpRead {
+	if size >= 4 && op < OpRead {
 		binary.BigEndian.PutUint32(x.Src, seq)
 	}
 	s, err := x.QP.Post(uint64(seq), wqebuilder.Signaled)
@@ -191,6 +200,10 @@ func (x *End) Post(op Op, size int, seq uint32, inline bool) error {
 	switch op {
 	case OpRead:
 		return s.RdmaRead(x.PeerSrc, x.RKey).SGE(x.RecvAddr, uint32(size), x.LKey).FinishBlueFlame()
+	case OpFetchAdd:
+		return s.AtomicFA(x.PeerRecv, x.RKey, 1).Result(x.RecvAddr, x.LKey).FinishBlueFlame()
+	case OpCompareSwap:
+		return s.AtomicCS(x.PeerRecv, x.RKey, uint64(seq), uint64(seq)+1).Result(x.RecvAddr, x.LKey).FinishBlueFlame()
 	case OpSend:
 		d = s.Send()
 	default:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -187,4 +188,86 @@ func TestGIDSelector(t *testing.T) {
 	require.ErrorContains(t, err, "MLX5KIT_GID_INDEX")
 	_, err = GIDSelector(256)
 	require.ErrorContains(t, err, "256")
+}
+
+// TestPerftestSummary checks perftest's rules (print_report_lat in
+// perftest's src/perftest_parameters.c) on samples whose answers are
+// worked out by hand.
+func TestPerftestSummary(t *testing.T) {
+	counter := cycles.Info{Hz: 1e9} // a tick is a nanosecond
+	var l Latency
+	l.Reserve(7)
+	// Unsorted; the two largest (9000 and 100000) are left out: the five
+	// kept are 1000 2000 3000 4000 5000.
+	for _, v := range []uint64{5000, 100000, 1000, 3000, 9000, 2000, 4000} {
+		l.Record(v)
+	}
+	s, err := l.PerftestSummary(counter, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), s.Count)
+	require.InDelta(t, 1.0, s.Min, 1e-9)
+	require.InDelta(t, 9.0, s.Max, 1e-9, "t_max is the first sample left out, as perftest prints delta[measure_cnt]")
+	require.InDelta(t, 3.0, s.Typical, 1e-9, "median of five")
+	require.InDelta(t, 3.0, s.Avg, 1e-9, "the mean leaves the two largest out")
+	require.InDelta(t, math.Sqrt(2), s.Stdev, 1e-9)
+	require.InDelta(t, 9.0, s.Percentile99, 1e-9, "ceil(5*0.99) = 5: the sample at index 5")
+	require.InDelta(t, 9.0, s.Percentile999, 1e-9)
+
+	// An even count kept: the median is the mean of the two middle ones;
+	// halved for a round trip.
+	l = Latency{}
+	l.Reserve(1000)
+	for i := range 1000 {
+		l.Record(uint64(1000 - i)) // 1000 down to 1 ns
+	}
+	s, err = l.PerftestSummary(counter, 2)
+	require.NoError(t, err)
+	// 998 kept: 1..998 ns; median (499+500)/2; 99% at index ceil(988.02) =
+	// 989 (990 ns), 99.9% at ceil(997.002) = 998 (999 ns, the first left out).
+	require.InDelta(t, 0.0005, s.Min, 1e-12)
+	require.InDelta(t, 0.4995, s.Max, 1e-12)
+	require.InDelta(t, 0.24975, s.Typical, 1e-12)
+	require.InDelta(t, 0.24975, s.Avg, 1e-12)
+	require.InDelta(t, 0.495, s.Percentile99, 1e-12)
+	require.InDelta(t, 0.4995, s.Percentile999, 1e-12)
+
+	// Too few samples kept, or none reserved.
+	l = Latency{}
+	l.Reserve(2)
+	l.Record(1)
+	l.Record(2)
+	_, err = l.PerftestSummary(counter, 1)
+	require.ErrorContains(t, err, "at least 3")
+	l = Latency{}
+	for range 10 {
+		l.Record(1)
+	}
+	_, err = l.PerftestSummary(counter, 1)
+	require.ErrorContains(t, err, "0 latency samples kept")
+}
+
+// TestMeasureFor runs for a time, not a count, and keeps nothing it was
+// not given room for.
+func TestMeasureFor(t *testing.T) {
+	counter := cycles.Frequency()
+	var l Latency
+	calls := 0
+	n, total, err := l.MeasureFor(3, uint64(counter.Ticks(20*time.Millisecond)), nil, func(uint32) error {
+		calls++
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, calls-3, n, "the warmup is not measured")
+	require.Equal(t, uint64(n), l.H.Count())
+	require.GreaterOrEqual(t, counter.Nanoseconds(float64(total)), 20e6)
+	require.Less(t, n, 25)
+	stopAt := 0
+	n, _, err = (&Latency{}).MeasureFor(0, 1<<62, func() bool { stopAt++; return true }, func(uint32) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, 1024, n, "stop is looked at every 1024 iterations")
+	require.Equal(t, 1, stopAt)
+	boom := errors.New("boom")
+	_, _, err = (&Latency{}).MeasureFor(0, 1<<62, nil, func(uint32) error { return boom })
+	require.ErrorIs(t, err, boom)
 }
