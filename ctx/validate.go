@@ -65,10 +65,10 @@ func (a AddressAttr) Validate() error { return a.validate("") }
 
 func (a AddressAttr) validate(prefix string) error {
 	return checkFields(
-		mkField(prefix + "SL", uint64(a.SL), 0, MaxSL),
-		mkField(prefix + "SrcPathBits", uint64(a.SrcPathBits), 0, MaxSrcPathBits),
-		mkField(prefix + "StaticRate", uint64(a.StaticRate), 0, MaxStaticRate),
-		mkField(prefix + "FlowLabel", uint64(a.FlowLabel), 0, MaxFlowLabel),
+		mkField(prefix+"SL", uint64(a.SL), 0, MaxSL),
+		mkField(prefix+"SrcPathBits", uint64(a.SrcPathBits), 0, MaxSrcPathBits),
+		mkField(prefix+"StaticRate", uint64(a.StaticRate), 0, MaxStaticRate),
+		mkField(prefix+"FlowLabel", uint64(a.FlowLabel), 0, MaxFlowLabel),
 	)
 }
 
