@@ -150,6 +150,8 @@ type AdoptedQPConfig struct {
 	// DBRec is the doorbell record (receive, send counters), 8-byte
 	// aligned.
 	DBRec unsafe.Pointer
+	// ScatterToCQE lets the responder write small SENDs into the CQE.
+	ScatterToCQE bool
 }
 
 // AdoptQueuePair creates an RC or UD queue pair of pd (a protection
@@ -209,7 +211,7 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 		return nil, bad("%d send WQEBBs hold no WQE of %d", cfg.SQCount, g.WQEBBs())
 	}
 	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, state: ctx.QPStateReset,
-		sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
+		scatterToCQE: cfg.ScatterToCQE, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
 		maxWQEBBs: g.WQEBBs(), maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
 	if cfg.RQCount > 0 {
 		q.rq, q.rqCnt, q.rqStride, q.rqMaxSGE = cfg.RQ, cfg.RQCount, cfg.RQStride, cfg.RQStride/prm.DataSize

@@ -1,0 +1,264 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include "uverbs_abi.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// Queue pairs. A user QP is created on the model over the rings and
+// doorbell record libmlx5 allocated (sim.AdoptQueuePair): struct
+// mlx5_ib_create_qp names one buffer holding the receive ring
+// (rq_wqe_count entries of 1 << rq_wqe_shift bytes) followed by the send
+// ring (sq_wqe_count WQEBBs), and the doorbell record. The checks are the
+// uverbs core's and mlx5_ib's for a user QP (set_rq_size, set_user_buf_size,
+// the bfreg choice), then the model's limits, with the kernel's errno.
+
+// qpRequest is what CREATE_QP asks for.
+type qpRequest struct {
+	pd, sendCQ, recvCQ uint32
+	typ                uint8
+	isSRQ              bool
+	caps               ctx.QueuePairCaps
+	vendor             []byte // struct mlx5_ib_create_qp
+}
+
+// qpReply is what the kernel answers: the handle, the QPN, the
+// capabilities and the bfreg the QP rings its doorbells through.
+type qpReply struct {
+	handle, qpn uint32
+	caps        ctx.QueuePairCaps
+	bfreg       uint32
+}
+
+// qpType maps a uverbs QP type to the model's, EOPNOTSUPP for the types
+// mlx5_ib has and the model not (UC, raw packet, XRC, driver types),
+// EINVAL for the others.
+func qpType(t uint8) (ctx.QPType, syscall.Errno) {
+	switch t {
+	case C.IB_UVERBS_QPT_RC:
+		return ctx.QPTypeRC, 0
+	case C.IB_UVERBS_QPT_UD:
+		return ctx.QPTypeUD, 0
+	case C.IB_UVERBS_QPT_UC, C.IB_UVERBS_QPT_RAW_PACKET, C.IB_UVERBS_QPT_XRC_INI,
+		C.IB_UVERBS_QPT_XRC_TGT, C.IB_UVERBS_QPT_DRIVER:
+		return 0, unix.EOPNOTSUPP
+	}
+	return 0, unix.EINVAL
+}
+
+// createQP checks a CREATE_QP request and creates the QP on the model.
+func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
+	typ, en := qpType(r.typ)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	uc := f.uctx
+	p, en := uc.object(r.pd, objPD)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	scq, en := uc.object(r.sendCQ, objCQ)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	rcq, en := uc.object(r.recvCQ, objCQ)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	if r.isSRQ {
+		// No SRQ objects yet.
+		return qpReply{}, unix.EOPNOTSUPP
+	}
+	attr := f.dev.Attr
+	c := r.caps
+	if c.SendDepth > attr.MaxQPWR || c.RecvDepth > attr.MaxQPWR || c.MaxSendSGE > attr.MaxSGE || c.MaxRecvSGE > attr.MaxSGE {
+		return qpReply{}, unix.EINVAL
+	}
+	if c.SendDepth > 0 {
+		if err := sqsize.Check(typ, c, sqsize.DeviceOf(attr)); err != nil {
+			return qpReply{}, unix.EINVAL
+		}
+	}
+	var ucmd C.struct_mlx5_ib_create_qp
+	// mlx5_ib needs the request up to the send buffer address; the ECE
+	// options and DCI streams after it are optional.
+	need := int(unsafe.Offsetof(ucmd.ece_options))
+	if len(r.vendor) < need {
+		return qpReply{}, unix.EINVAL
+	}
+	n := copy(bytesOf(&ucmd), r.vendor)
+	for _, b := range r.vendor[n:] {
+		if b != 0 {
+			return qpReply{}, unix.EINVAL
+		}
+	}
+	flags := uint32(ucmd.flags)
+	const known = C.MLX5_QP_FLAG_SIGNATURE | C.MLX5_QP_FLAG_SCATTER_CQE | C.MLX5_QP_FLAG_TUNNEL_OFFLOADS |
+		C.MLX5_QP_FLAG_BFREG_INDEX | C.MLX5_QP_FLAG_TYPE_DCT | C.MLX5_QP_FLAG_TYPE_DCI |
+		C.MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_UC | C.MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_MC |
+		C.MLX5_QP_FLAG_ALLOW_SCATTER_CQE | C.MLX5_QP_FLAG_PACKET_BASED_CREDIT_MODE |
+		C.MLX5_QP_FLAG_UAR_PAGE_INDEX | C.MLX5_QP_FLAG_DCI_STREAM
+	switch {
+	case flags&^known != 0:
+		return qpReply{}, unix.EINVAL
+	case flags&^(C.MLX5_QP_FLAG_SCATTER_CQE|C.MLX5_QP_FLAG_ALLOW_SCATTER_CQE|C.MLX5_QP_FLAG_BFREG_INDEX|C.MLX5_QP_FLAG_UAR_PAGE_INDEX) != 0:
+		// Signatures, tunnel offloads, TIR flags, credit mode and the DC
+		// types through this door the model has not.
+		return qpReply{}, unix.EOPNOTSUPP
+	case flags&C.MLX5_QP_FLAG_UAR_PAGE_INDEX != 0:
+		// The index of a dynamically allocated UAR, which this kernel
+		// never hands out.
+		return qpReply{}, unix.EINVAL
+	}
+	bfreg := uint32(0)
+	if flags&C.MLX5_QP_FLAG_BFREG_INDEX != 0 {
+		// A bfreg of a UAR page the library mapped with
+		// MLX5_IB_MMAP_ALLOC_WC; one that is not mapped is EINVAL.
+		page := int(ucmd.bfreg_index) / bfregsPerUAR
+		if page >= uc.dynPages || !uc.dynBusy[page] {
+			return qpReply{}, unix.EINVAL
+		}
+		bfreg = uint32(ucmd.bfreg_index)
+	}
+	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
+	// for a QP that asked for no receive work requests.
+	rqCnt, shift := uint32(ucmd.rq_wqe_count), uint32(ucmd.rq_wqe_shift)
+	if c.RecvDepth == 0 && rqCnt != 0 {
+		return qpReply{}, unix.EINVAL
+	}
+	if shift > 32 {
+		return qpReply{}, unix.EINVAL
+	}
+	var stride uint32
+	if rqCnt > 0 {
+		if shift < 4 || shift > 31 || 1<<shift > attr.MaxSGE*16 || rqCnt&(rqCnt-1) != 0 || rqCnt > attr.MaxQPWR {
+			return qpReply{}, unix.EINVAL
+		}
+		stride = 1 << shift
+	}
+	// set_user_buf_size: a power of two of WQEBBs within the device's.
+	sqCnt := uint32(ucmd.sq_wqe_count)
+	if sqCnt&(sqCnt-1) != 0 || sqCnt > attr.MaxQPWR {
+		return qpReply{}, unix.EINVAL
+	}
+	// The union after bfreg_index holds sq_buf_addr.
+	sqBufAddr := binary.NativeEndian.Uint64(bytesOf(&ucmd)[unsafe.Offsetof(ucmd.bfreg_index)+4:])
+	if sqCnt == 0 || sqBufAddr != 0 {
+		// A QP without a send queue, or a send ring apart from the
+		// receive ring (raw packet QPs): not in the model.
+		return qpReply{}, unix.EOPNOTSUPP
+	}
+	buf, db := uint64(ucmd.buf_addr), uint64(ucmd.db_addr)
+	rqBytes := uint64(rqCnt) * uint64(stride)
+	if en := k.checkMapped(buf, rqBytes+uint64(sqCnt)*64); en != 0 {
+		return qpReply{}, en
+	}
+	if en := k.checkMapped(db, 8); en != 0 {
+		return qpReply{}, en
+	}
+	sq := buf + rqBytes
+	cfg := sim.AdoptedQPConfig{
+		Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: c,
+		// The library's memory, not Go's: it reaches the model as
+		// pointers without uintptr conversions vet would flag.
+		SQ: *(*unsafe.Pointer)(unsafe.Pointer(&sq)), SQCount: sqCnt,
+		RQCount: rqCnt, RQStride: stride,
+		DBRec:        *(*unsafe.Pointer)(unsafe.Pointer(&db)),
+		ScatterToCQE: flags&C.MLX5_QP_FLAG_SCATTER_CQE != 0,
+	}
+	if rqCnt > 0 {
+		cfg.RQ = *(*unsafe.Pointer)(unsafe.Pointer(&buf))
+	}
+	q, err := sim.AdoptQueuePair(p.pd, cfg)
+	if err != nil {
+		return qpReply{}, errnoOfModel(err)
+	}
+	p.users++
+	scq.users++
+	rcq.users++
+	h := uc.addObject(&uobject{kind: objQP, qp: q, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
+	out := c
+	if rqCnt > 0 {
+		out.RecvDepth, out.MaxRecvSGE = rqCnt, stride/16
+	}
+	return qpReply{handle: h, qpn: q.Descriptor().QPN, caps: out, bfreg: bfreg}, 0
+}
+
+func (k *kernel) destroyQP(f *ufile, h uint64) syscall.Errno {
+	o, en := f.uctx.destroyable(h, objQP)
+	if en != 0 {
+		return en
+	}
+	o.close()
+	delete(f.uctx.objects, uint32(h))
+	for _, parent := range []uint32{o.owner, o.sendCQ, o.recvCQ} {
+		if p, ok := f.uctx.objects[parent]; ok {
+			p.users--
+		}
+	}
+	return 0
+}
+
+func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_create_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	if req.reserved != 0 {
+		return unix.EINVAL
+	}
+	r, en := k.createQP(f, qpRequest{
+		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
+		typ: uint8(req.qp_type), isSRQ: req.is_srq != 0,
+		caps: ctx.QueuePairCaps{SendDepth: uint32(req.max_send_wr), RecvDepth: uint32(req.max_recv_wr),
+			MaxSendSGE: uint32(req.max_send_sge), MaxRecvSGE: uint32(req.max_recv_sge), MaxInline: uint32(req.max_inline_data)},
+		vendor: c.udataIn,
+	})
+	if en != 0 {
+		return en
+	}
+	resp := C.struct_ib_uverbs_create_qp_resp{
+		qp_handle: C.__u32(r.handle), qpn: C.__u32(r.qpn),
+		max_send_wr: C.__u32(r.caps.SendDepth), max_recv_wr: C.__u32(r.caps.RecvDepth),
+		max_send_sge: C.__u32(r.caps.MaxSendSGE), max_recv_sge: C.__u32(r.caps.MaxRecvSGE),
+		max_inline_data: C.__u32(r.caps.MaxInline),
+	}
+	vendor := C.struct_mlx5_ib_create_qp_resp{bfreg_index: C.__u32(r.bfreg)}
+	if en = c.response(bytesOf(&resp)); en == 0 {
+		en = copyOut(c.udataOut, bytesOf(&vendor)[:min(c.udataLen, int(unsafe.Sizeof(vendor)))])
+	}
+	if en != 0 {
+		_ = k.destroyQP(f, uint64(r.handle))
+	}
+	return en
+}
+
+func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_destroy_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	if req.reserved != 0 {
+		return unix.EINVAL
+	}
+	if en := k.destroyQP(f, uint64(req.qp_handle)); en != 0 {
+		return en
+	}
+	// No async event was ever reported for it.
+	var resp C.struct_ib_uverbs_destroy_qp_resp
+	return c.response(bytesOf(&resp))
+}
