@@ -186,6 +186,9 @@ const (
 const (
 	cmdCreateQP        = C.IB_USER_VERBS_CMD_CREATE_QP
 	cmdDestroyQP       = C.IB_USER_VERBS_CMD_DESTROY_QP
+	cmdModifyQP        = C.IB_USER_VERBS_CMD_MODIFY_QP
+	modifyQPSize       = C.sizeof_struct_ib_uverbs_modify_qp
+	qpDestSize         = C.sizeof_struct_ib_uverbs_qp_dest
 	createQPRespSize   = C.sizeof_struct_ib_uverbs_create_qp_resp
 	destroyQPRespSize  = C.sizeof_struct_ib_uverbs_destroy_qp_resp
 	mlx5CreateQPSize   = C.sizeof_struct_mlx5_ib_create_qp

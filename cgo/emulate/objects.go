@@ -38,12 +38,14 @@ const (
 
 // uobject is one object of a context.
 type uobject struct {
-	kind  objKind
-	pd    ctx.ProviderProtectionDomain
-	mr    ctx.ProviderMemoryRegion
-	cq    ctx.ProviderCompletionQueue
-	qp    ctx.ProviderQueuePair
-	owner uint32 // the PD handle of an MR or a QP
+	kind objKind
+	pd   ctx.ProviderProtectionDomain
+	mr   ctx.ProviderMemoryRegion
+	cq   ctx.ProviderCompletionQueue
+	qp   ctx.ProviderQueuePair
+	// qpType is a QP's type.
+	qpType ctx.QPType
+	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.
 	sendCQ, recvCQ uint32
 	// channel is a CQ's completion channel descriptor (-1 for none).

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
@@ -190,7 +191,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	p.users++
 	scq.users++
 	rcq.users++
-	h := uc.addObject(&uobject{kind: objQP, qp: q, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
 	out := c
 	if rqCnt > 0 {
 		out.RecvDepth, out.MaxRecvSGE = rqCnt, stride/16
@@ -261,4 +262,108 @@ func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
 	// No async event was ever reported for it.
 	var resp C.struct_ib_uverbs_destroy_qp_resp
 	return c.response(bytesOf(&resp))
+}
+
+// qpAccess maps IB_ACCESS_* bits of a QP to the model's; EINVAL for bits
+// the kernel does not know on a QP.
+func qpAccess(flags uint32) (ctx.Access, syscall.Errno) {
+	const known = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_WRITE |
+		C.IB_UVERBS_ACCESS_REMOTE_READ | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
+	if flags&^known != 0 {
+		return 0, unix.EINVAL
+	}
+	var a ctx.Access
+	if flags&C.IB_UVERBS_ACCESS_LOCAL_WRITE != 0 {
+		a |= ctx.AccessLocalWrite
+	}
+	if flags&C.IB_UVERBS_ACCESS_REMOTE_WRITE != 0 {
+		a |= ctx.AccessRemoteWrite
+	}
+	if flags&C.IB_UVERBS_ACCESS_REMOTE_READ != 0 {
+		a |= ctx.AccessRemoteRead
+	}
+	if flags&C.IB_UVERBS_ACCESS_REMOTE_ATOMIC != 0 {
+		a |= ctx.AccessRemoteAtomic
+	}
+	return a, 0
+}
+
+// pathOf converts a struct ib_uverbs_qp_dest.
+func pathOf(d *C.struct_ib_uverbs_qp_dest) ctx.AddressAttr {
+	p := ctx.AddressAttr{
+		Port: uint8(d.port_num), DLID: uint16(d.dlid), SL: uint8(d.sl), SrcPathBits: uint8(d.src_path_bits),
+		StaticRate: uint8(d.static_rate), GlobalRoute: d.is_global != 0, SGIDIndex: uint8(d.sgid_index),
+		FlowLabel: uint32(d.flow_label), TrafficClass: uint8(d.traffic_class), HopLimit: uint8(d.hop_limit),
+	}
+	for i := range p.DGID {
+		p.DGID[i] = byte(d.dgid[i])
+	}
+	return p
+}
+
+// modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp for an
+// RC or UD QP: the states and the mask are checked against the kernel's
+// transition table (package internal/qpstate), a current state given
+// with IB_QP_CUR_STATE must be the QP's, then the model checks the
+// attribute values against its device (qpstate.CheckAttr) and applies
+// the transition. Alternate paths and path migration the model has not
+// (EOPNOTSUPP). Optional attributes the model does not keep are accepted
+// and not applied.
+func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
+	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
+	if en != 0 {
+		return en
+	}
+	mask := qpstate.Mask(req.attr_mask)
+	if mask&^(qpstate.DestQPN<<1-1) != 0 {
+		return unix.EINVAL
+	}
+	from, err := o.qp.State()
+	if err != nil {
+		return errnoOfModel(err)
+	}
+	if mask&qpstate.CurState != 0 {
+		if uint32(req.cur_qp_state) > uint32(ctx.QPStateError) || ctx.QPState(req.cur_qp_state) != from {
+			return unix.EINVAL
+		}
+	}
+	to := from
+	if mask&qpstate.State != 0 {
+		if uint32(req.qp_state) > uint32(ctx.QPStateError) {
+			return unix.EINVAL
+		}
+		to = ctx.QPState(req.qp_state)
+	}
+	if err := qpstate.Check(o.qpType, from, to, mask); err != nil {
+		return unix.EINVAL
+	}
+	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {
+		return unix.EOPNOTSUPP
+	}
+	access, en := qpAccess(uint32(req.qp_access_flags))
+	if en != 0 && mask&qpstate.AccessFlags != 0 {
+		return en
+	}
+	a := ctx.QPAttr{
+		State: to, Port: uint8(req.port_num), PKeyIndex: uint16(req.pkey_index), Access: access,
+		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num), PathMTU: ctx.MTU(req.path_mtu),
+		RQPSN: uint32(req.rq_psn), MaxDestRdAtomic: uint8(req.max_dest_rd_atomic), MinRNRTimer: uint8(req.min_rnr_timer),
+		SQPSN: uint32(req.sq_psn), Timeout: uint8(req.timeout), RetryCount: uint8(req.retry_cnt),
+		RNRRetry: uint8(req.rnr_retry), MaxRdAtomic: uint8(req.max_rd_atomic),
+	}
+	if mask&qpstate.AV != 0 {
+		a.Path = pathOf(&req.dest)
+	}
+	if err := o.qp.Modify(a); err != nil {
+		return errnoOfModel(err)
+	}
+	return 0
+}
+
+func (k *kernel) writeModifyQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_modify_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	return k.modifyQP(f, &req)
 }

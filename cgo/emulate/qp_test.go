@@ -75,6 +75,34 @@ func destroyQPCmd(k *kernel, a *arena, fd int, h uint32) syscall.Errno {
 	return en
 }
 
+// modifyQP are the fields of a MODIFY_QP the tests set.
+type modifyQP struct {
+	h, mask                                  uint32
+	state, cur, mtu, port, pathPort          uint8
+	dlid                                     uint16
+	destQPN, access, qkey                    uint32
+	timeout, retry, rnrRetry, minRNR, rdAtom uint8
+}
+
+// modifyQPCmd sends MODIFY_QP (struct ib_uverbs_modify_qp, no response).
+func modifyQPCmd(k *kernel, a *arena, fd int, m modifyQP) syscall.Errno {
+	b := make([]byte, modifyQPSize)
+	ne.PutUint16(b[20:], m.dlid)
+	b[31] = m.pathPort
+	ne.PutUint32(b[2*qpDestSize:], m.h)
+	ne.PutUint32(b[2*qpDestSize+4:], m.mask)
+	ne.PutUint32(b[2*qpDestSize+8:], m.qkey)
+	ne.PutUint32(b[2*qpDestSize+20:], m.destQPN)
+	ne.PutUint32(b[2*qpDestSize+24:], m.access)
+	o := 2*qpDestSize + 32
+	b[o], b[o+1], b[o+2] = m.state, m.cur, m.mtu
+	b[o+5], b[o+6], b[o+7], b[o+8] = m.rdAtom, m.rdAtom, m.minRNR, m.port
+	b[o+9], b[o+10], b[o+11] = m.timeout, m.retry, m.rnrRetry
+	buf, n := a.writeCmd(cmdModifyQP, b, 0)
+	_, en := k.write(fd, buf, n)
+	return en
+}
+
 // TestKernelQueuePairs creates two RC QPs through CREATE_QP over memory
 // the test owns, connects them on the model, runs an RDMA WRITE written
 // into the adopted send ring, then checks every refusal with mlx5_ib's
@@ -115,16 +143,57 @@ func TestKernelQueuePairs(t *testing.T) {
 	_, _, en = destroyCQCmd(k, a, fd, cq)
 	require.Equal(t, unix.EBUSY, en, "the CQ is in use by the QPs")
 
-	// Connect them on the model (MODIFY_QP is not a command yet).
+	// Connect them through MODIFY_QP with the masks libibverbs users send.
 	pa, err := k.files[fd].uctx.dev.QueryPort(1)
 	require.NoError(t, err)
-	for i, s := range qps {
-		q := k.files[fd].uctx.objects[s.h].qp
-		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}))
-		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: qps[1-i].qpn, PathMTU: ctx.MTU1024,
-			Path: ctx.AddressAttr{DLID: pa.LID, Port: 1}, MinRNRTimer: 1}))
-		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7}))
+	const (
+		mState, mAccess, mPKey, mPort       = 1 << 0, 1 << 3, 1 << 4, 1 << 5
+		mAV, mMTU, mTimeout, mRetry, mRNR   = 1 << 7, 1 << 8, 1 << 9, 1 << 10, 1 << 11
+		mRQPSN, mRdAtom, mAlt, mMinRNR      = 1 << 12, 1 << 13, 1 << 14, 1 << 15
+		mSQPSN, mDestRdAtom, mDestQPN, mCur = 1 << 16, 1 << 17, 1 << 20, 1 << 1
+	)
+	toInit := func(h uint32) modifyQP {
+		return modifyQP{h: h, mask: mState | mPKey | mPort | mAccess, state: 1, port: 1, access: accessLocalWrite | accessRemoteWrite}
 	}
+	toRTR := func(h, dest uint32) modifyQP {
+		return modifyQP{h: h, mask: mState | mAV | mMTU | mDestQPN | mRQPSN | mDestRdAtom | mMinRNR, state: 2, mtu: 3,
+			dlid: pa.LID, pathPort: 1, destQPN: dest, minRNR: 1, rdAtom: 1}
+	}
+	toRTS := func(h uint32) modifyQP {
+		return modifyQP{h: h, mask: mState | mTimeout | mRetry | mRNR | mSQPSN | mRdAtom, state: 3, timeout: 14, retry: 7, rnrRetry: 7, rdAtom: 1}
+	}
+	h0 := qps[0].h
+	for name, c := range map[string]struct {
+		m    modifyQP
+		want syscall.Errno
+	}{
+		"RESET to RTR":            {modifyQP{h: h0, mask: mState | mAV | mMTU | mDestQPN | mRQPSN | mDestRdAtom | mMinRNR, state: 2, mtu: 3, pathPort: 1, dlid: pa.LID, destQPN: 5}, unix.EINVAL},
+		"INIT without the port":   {modifyQP{h: h0, mask: mState | mPKey | mAccess, state: 1}, unix.EINVAL},
+		"unknown handle":          {toInit(0xbeef), unix.EINVAL},
+		"PD handle":               {toInit(pd), unix.EINVAL},
+		"current state is not it": {modifyQP{h: h0, mask: mState | mCur | mPKey | mPort | mAccess, state: 1, cur: 2, port: 1}, unix.EINVAL},
+		"state past ERR":          {modifyQP{h: h0, mask: mState, state: 9}, unix.EINVAL},
+		"unknown mask bit":        {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess | 1<<30, state: 1, port: 1}, unix.EINVAL},
+		"port 2 of a 1-port HCA":  {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess, state: 1, port: 2}, unix.EINVAL},
+		"unknown access bit":      {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess, state: 1, port: 1, access: 1 << 20}, unix.EINVAL},
+	} {
+		require.Equal(t, c.want, modifyQPCmd(k, a, fd, c.m), name)
+		st, err := k.files[fd].uctx.objects[h0].qp.State()
+		require.NoError(t, err)
+		require.Equal(t, ctx.QPStateReset, st, "%s: a refused modify changes nothing", name)
+	}
+	for i, s := range qps {
+		require.Zero(t, modifyQPCmd(k, a, fd, toInit(s.h)))
+		require.Zero(t, modifyQPCmd(k, a, fd, toRTR(s.h, qps[1-i].qpn)))
+		require.Zero(t, modifyQPCmd(k, a, fd, toRTS(s.h)))
+		st, err := k.files[fd].uctx.objects[s.h].qp.State()
+		require.NoError(t, err)
+		require.Equal(t, ctx.QPStateRTS, st)
+	}
+	require.Equal(t, unix.EINVAL, modifyQPCmd(k, a, fd, toRTR(h0, qps[1].qpn)), "RTS to RTR")
+	alt := toRTS(h0)
+	alt.mask = mState | mAlt
+	require.Equal(t, unix.EOPNOTSUPP, modifyQPCmd(k, a, fd, alt), "alternate path in RTS→RTS")
 	mem, err := unix.Mmap(-1, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
 	defer func() { _ = unix.Munmap(mem) }()
@@ -226,7 +295,12 @@ func TestKernelRandomQPCommands(t *testing.T) {
 	rng := rand.New(rand.NewSource(12))
 	for i := 0; i < 2000; i++ {
 		var en syscall.Errno
-		switch rng.Intn(3) {
+		switch rng.Intn(4) {
+		case 3:
+			en = modifyQPCmd(k, a, fd, modifyQP{h: uint32(rng.Intn(16)), mask: rng.Uint32() & (1<<22 - 1), state: uint8(rng.Intn(9)),
+				cur: uint8(rng.Intn(8)), mtu: uint8(rng.Intn(7)), port: uint8(rng.Intn(3)), pathPort: uint8(rng.Intn(3)),
+				dlid: uint16(rng.Intn(4)), destQPN: rng.Uint32(), access: rng.Uint32() & 0x1f, timeout: uint8(rng.Intn(32)),
+				retry: uint8(rng.Intn(9)), rnrRetry: uint8(rng.Intn(9)), minRNR: uint8(rng.Intn(32)), rdAtom: uint8(rng.Intn(20))})
 		case 0:
 			addrs := []uintptr{addrOf(buf), addrOf(db), uintptr(a.sanitize(rng.Uint64()))}
 			pick := func(v ...uint32) uint32 { return v[rng.Intn(len(v))] }
@@ -245,7 +319,7 @@ func TestKernelRandomQPCommands(t *testing.T) {
 			core := make([]byte, 8+rng.Intn(64))
 			rng.Read(core)
 			ne.PutUint64(core, a.sanitize(ne.Uint64(core)))
-			b, n := a.writeCmd([]uint32{cmdCreateQP, cmdDestroyQP}[rng.Intn(2)], core, rng.Intn(12))
+			b, n := a.writeCmd([]uint32{cmdCreateQP, cmdDestroyQP, cmdModifyQP}[rng.Intn(3)], core, rng.Intn(12))
 			_, en = k.write(fd, b, n)
 		}
 		require.True(t, allowedErrnos[en], "errno %v", en)

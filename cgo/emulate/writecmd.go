@@ -97,6 +97,10 @@ var writeCmds = map[uint32]*writeCmd{
 		respSize: C.sizeof_struct_ib_uverbs_create_qp_resp, context: true,
 		run: (*kernel).writeCreateQP,
 	},
+	C.IB_USER_VERBS_CMD_MODIFY_QP: {
+		name: "MODIFY_QP", reqSize: C.sizeof_struct_ib_uverbs_modify_qp, context: true,
+		run: (*kernel).writeModifyQP,
+	},
 	C.IB_USER_VERBS_CMD_DESTROY_QP: {
 		name: "DESTROY_QP", reqSize: C.sizeof_struct_ib_uverbs_destroy_qp,
 		respSize: C.sizeof_struct_ib_uverbs_destroy_qp_resp, context: true,
