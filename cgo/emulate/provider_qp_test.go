@@ -48,11 +48,18 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 		require.Equal(t, creates+2, emulate.CallCount("write CREATE_QP"))
 	}
 	require.Positive(t, emulate.CallCount("write CREATE_QP"), "the write command libibverbs falls back to")
+	path := ctx.AddressAttr{Port: 1, DLID: pa.LID}
+	if pa.LinkLayer == ctx.LinkLayerEthernet {
+		// RoCE: the path names the peer's GID (the same port here).
+		g, err := d.QueryGID(1, 0)
+		require.NoError(t, err)
+		path = ctx.AddressAttr{Port: 1, GlobalRoute: true, DGID: g.GID, HopLimit: 64}
+	}
 	for i, q := range qps {
 		peer := qps[1-i].Descriptor().QPN
 		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}))
 		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: peer, PathMTU: ctx.MTU1024,
-			Path: ctx.AddressAttr{Port: 1, DLID: pa.LID}, MinRNRTimer: 12, MaxDestRdAtomic: 1}))
+			Path: path, MinRNRTimer: 12, MaxDestRdAtomic: 1}))
 		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}))
 	}
 	err = qps[0].Modify(ctx.QPAttr{State: ctx.QPStateRTR})
