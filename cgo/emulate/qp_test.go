@@ -120,7 +120,6 @@ func TestKernelQueuePairs(t *testing.T) {
 	type side struct {
 		h, qpn   uint32
 		buf, db  []byte
-		pi       uint16
 		sqOffset int
 	}
 	var qps [2]side
