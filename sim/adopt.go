@@ -234,3 +234,16 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 	q.mem = keepMemory(q.bufs[:])
 	return q, nil
 }
+
+// QueuePairAttributes returns the state of a queue pair of the model and
+// the attributes its transitions applied (what a kernel answers to
+// QUERY_QP); ok is false for a queue pair of another provider.
+func QueuePairAttributes(p ctx.ProviderQueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
+	q, ok := p.(*qp)
+	if !ok {
+		return 0, ctx.QPAttr{}, false
+	}
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return q.state, q.attr, true
+}

@@ -187,6 +187,8 @@ const (
 	cmdCreateQP        = C.IB_USER_VERBS_CMD_CREATE_QP
 	cmdDestroyQP       = C.IB_USER_VERBS_CMD_DESTROY_QP
 	cmdModifyQP        = C.IB_USER_VERBS_CMD_MODIFY_QP
+	cmdQueryQP         = C.IB_USER_VERBS_CMD_QUERY_QP
+	queryQPRespSize    = C.sizeof_struct_ib_uverbs_query_qp_resp
 	modifyQPSize       = C.sizeof_struct_ib_uverbs_modify_qp
 	qpDestSize         = C.sizeof_struct_ib_uverbs_qp_dest
 	createQPRespSize   = C.sizeof_struct_ib_uverbs_create_qp_resp

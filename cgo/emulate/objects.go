@@ -43,8 +43,9 @@ type uobject struct {
 	mr   ctx.ProviderMemoryRegion
 	cq   ctx.ProviderCompletionQueue
 	qp   ctx.ProviderQueuePair
-	// qpType is a QP's type.
+	// qpType is a QP's type, caps its capabilities.
 	qpType ctx.QPType
+	caps   ctx.QueuePairCaps
 	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.
 	sendCQ, recvCQ uint32

@@ -62,6 +62,11 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 			Path: path, MinRNRTimer: 12, MaxDestRdAtomic: 1}))
 		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}))
 	}
+	for _, q := range qps {
+		st, err := q.State()
+		require.NoError(t, err, "ibv_query_qp")
+		require.Equal(t, ctx.QPStateRTS, st, "QUERY_QP reports the model's state")
+	}
 	err = qps[0].Modify(ctx.QPAttr{State: ctx.QPStateRTR})
 	require.ErrorIs(t, err, ctx.ErrInvalidState, "RTS→RTR refused by the transition table")
 

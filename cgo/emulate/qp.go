@@ -191,11 +191,11 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	p.users++
 	scq.users++
 	rcq.users++
-	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
 	out := c
 	if rqCnt > 0 {
 		out.RecvDepth, out.MaxRecvSGE = rqCnt, stride/16
 	}
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
 	return qpReply{handle: h, qpn: q.Descriptor().QPN, caps: out, bfreg: bfreg}, 0
 }
 
@@ -366,4 +366,79 @@ func (k *kernel) writeModifyQP(f *ufile, c *writeCall) syscall.Errno {
 		return en
 	}
 	return k.modifyQP(f, &req)
+}
+
+// uverbsAccess maps the model's access flags back to IB_ACCESS_* bits.
+func uverbsAccess(a ctx.Access) uint32 {
+	var f uint32
+	if a&ctx.AccessLocalWrite != 0 {
+		f |= C.IB_UVERBS_ACCESS_LOCAL_WRITE
+	}
+	if a&ctx.AccessRemoteWrite != 0 {
+		f |= C.IB_UVERBS_ACCESS_REMOTE_WRITE
+	}
+	if a&ctx.AccessRemoteRead != 0 {
+		f |= C.IB_UVERBS_ACCESS_REMOTE_READ
+	}
+	if a&ctx.AccessRemoteAtomic != 0 {
+		f |= C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
+	}
+	return f
+}
+
+// writeQueryQP answers QUERY_QP with the QP's state, the attributes its
+// transitions applied and its capabilities, whatever the mask asks (the
+// kernel fills the whole response too); an unknown handle is EINVAL.
+func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_query_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
+	if en != 0 {
+		return en
+	}
+	st, a, ok := sim.QueuePairAttributes(o.qp)
+	if !ok {
+		return unix.ENODEV
+	}
+	var resp C.struct_ib_uverbs_query_qp_resp
+	resp.max_send_wr = C.__u32(o.caps.SendDepth)
+	resp.max_recv_wr = C.__u32(o.caps.RecvDepth)
+	resp.max_send_sge = C.__u32(o.caps.MaxSendSGE)
+	resp.max_recv_sge = C.__u32(o.caps.MaxRecvSGE)
+	resp.max_inline_data = C.__u32(o.caps.MaxInline)
+	resp.qkey = C.__u32(a.QKey)
+	resp.rq_psn = C.__u32(a.RQPSN)
+	resp.sq_psn = C.__u32(a.SQPSN)
+	resp.dest_qp_num = C.__u32(a.RemoteQPN)
+	resp.qp_access_flags = C.__u32(uverbsAccess(a.Access))
+	resp.pkey_index = C.__u16(a.PKeyIndex)
+	resp.qp_state = C.__u8(st)
+	resp.cur_qp_state = C.__u8(st)
+	resp.path_mtu = C.__u8(a.PathMTU)
+	resp.max_rd_atomic = C.__u8(a.MaxRdAtomic)
+	resp.max_dest_rd_atomic = C.__u8(a.MaxDestRdAtomic)
+	resp.min_rnr_timer = C.__u8(a.MinRNRTimer)
+	resp.port_num = C.__u8(a.Port)
+	resp.timeout = C.__u8(a.Timeout)
+	resp.retry_cnt = C.__u8(a.RetryCount)
+	resp.rnr_retry = C.__u8(a.RNRRetry)
+	p := a.Path
+	resp.dest.dlid = C.__u16(p.DLID)
+	resp.dest.sl = C.__u8(p.SL)
+	resp.dest.src_path_bits = C.__u8(p.SrcPathBits)
+	resp.dest.static_rate = C.__u8(p.StaticRate)
+	resp.dest.sgid_index = C.__u8(p.SGIDIndex)
+	resp.dest.hop_limit = C.__u8(p.HopLimit)
+	resp.dest.traffic_class = C.__u8(p.TrafficClass)
+	resp.dest.flow_label = C.__u32(p.FlowLabel)
+	resp.dest.port_num = C.__u8(p.Port)
+	if p.GlobalRoute {
+		resp.dest.is_global = 1
+	}
+	for i, b := range p.DGID {
+		resp.dest.dgid[i] = C.__u8(b)
+	}
+	return c.response(bytesOf(&resp))
 }

@@ -103,6 +103,19 @@ func modifyQPCmd(k *kernel, a *arena, fd int, m modifyQP) syscall.Errno {
 	return en
 }
 
+// queryQPCmd sends QUERY_QP and returns the response.
+func queryQPCmd(k *kernel, a *arena, fd int, h uint32) ([]byte, syscall.Errno) {
+	resp, respAddr := a.alloc(queryQPRespSize)
+	core := respCore(respAddr, make([]byte, 8)...)
+	ne.PutUint32(core[8:], h)
+	ne.PutUint32(core[12:], 0x1fffff)
+	buf, n := a.writeCmd(cmdQueryQP, core, queryQPRespSize/4)
+	if _, en := k.write(fd, buf, n); en != 0 {
+		return nil, en
+	}
+	return resp, 0
+}
+
 // TestKernelQueuePairs creates two RC QPs through CREATE_QP over memory
 // the test owns, connects them on the model, runs an RDMA WRITE written
 // into the adopted send ring, then checks every refusal with mlx5_ib's
@@ -190,6 +203,19 @@ func TestKernelQueuePairs(t *testing.T) {
 		require.Equal(t, ctx.QPStateRTS, st)
 	}
 	require.Equal(t, unix.EINVAL, modifyQPCmd(k, a, fd, toRTR(h0, qps[1].qpn)), "RTS to RTR")
+	q, en := queryQPCmd(k, a, fd, h0)
+	require.Zero(t, en)
+	o := 2*qpDestSize + 44
+	require.Equal(t, uint8(3), q[o], "qp_state RTS")
+	require.Equal(t, uint8(3), q[o+2], "path_mtu 1024")
+	require.Equal(t, uint8(1), q[o+8], "port_num")
+	require.Equal(t, uint8(14), q[o+9], "timeout")
+	require.Equal(t, qps[1].qpn, ne.Uint32(q[2*qpDestSize+32:]), "dest_qp_num")
+	require.Equal(t, uint32(accessLocalWrite|accessRemoteWrite), ne.Uint32(q[2*qpDestSize+36:]), "qp_access_flags")
+	require.Equal(t, pa.LID, ne.Uint16(q[20:]), "the path's DLID")
+	require.Equal(t, uint32(8), ne.Uint32(q[2*qpDestSize+4:]), "max_recv_wr: the receive ring's entries")
+	_, en = queryQPCmd(k, a, fd, 0xbeef)
+	require.Equal(t, unix.EINVAL, en, "QUERY_QP of an unknown handle")
 	alt := toRTS(h0)
 	alt.mask = mState | mAlt
 	require.Equal(t, unix.EOPNOTSUPP, modifyQPCmd(k, a, fd, alt), "alternate path in RTS→RTS")
@@ -294,7 +320,9 @@ func TestKernelRandomQPCommands(t *testing.T) {
 	rng := rand.New(rand.NewSource(12))
 	for i := 0; i < 2000; i++ {
 		var en syscall.Errno
-		switch rng.Intn(4) {
+		switch rng.Intn(5) {
+		case 4:
+			_, en = queryQPCmd(k, a, fd, uint32(rng.Intn(16)))
 		case 3:
 			en = modifyQPCmd(k, a, fd, modifyQP{h: uint32(rng.Intn(16)), mask: rng.Uint32() & (1<<22 - 1), state: uint8(rng.Intn(9)),
 				cur: uint8(rng.Intn(8)), mtu: uint8(rng.Intn(7)), port: uint8(rng.Intn(3)), pathPort: uint8(rng.Intn(3)),
@@ -318,7 +346,7 @@ func TestKernelRandomQPCommands(t *testing.T) {
 			core := make([]byte, 8+rng.Intn(64))
 			rng.Read(core)
 			ne.PutUint64(core, a.sanitize(ne.Uint64(core)))
-			b, n := a.writeCmd([]uint32{cmdCreateQP, cmdDestroyQP, cmdModifyQP}[rng.Intn(3)], core, rng.Intn(12))
+			b, n := a.writeCmd([]uint32{cmdCreateQP, cmdDestroyQP, cmdModifyQP, cmdQueryQP}[rng.Intn(4)], core, rng.Intn(12))
 			_, en = k.write(fd, b, n)
 		}
 		require.True(t, allowedErrnos[en], "errno %v", en)

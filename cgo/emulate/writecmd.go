@@ -101,6 +101,11 @@ var writeCmds = map[uint32]*writeCmd{
 		name: "MODIFY_QP", reqSize: C.sizeof_struct_ib_uverbs_modify_qp, context: true,
 		run: (*kernel).writeModifyQP,
 	},
+	C.IB_USER_VERBS_CMD_QUERY_QP: {
+		name: "QUERY_QP", reqSize: C.sizeof_struct_ib_uverbs_query_qp,
+		respSize: C.sizeof_struct_ib_uverbs_query_qp_resp, context: true,
+		run: (*kernel).writeQueryQP,
+	},
 	C.IB_USER_VERBS_CMD_DESTROY_QP: {
 		name: "DESTROY_QP", reqSize: C.sizeof_struct_ib_uverbs_destroy_qp,
 		respSize: C.sizeof_struct_ib_uverbs_destroy_qp_resp, context: true,
