@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // The hooks below let a model of the kernel side (package cgo/emulate)
@@ -123,4 +124,126 @@ func (f *Fabric) CompletionQueue(cqn uint32) (CompletionQueueInfo, bool) {
 		return CompletionQueueInfo{}, false
 	}
 	return CompletionQueueInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
+}
+
+// AdoptedQPConfig describes an RC or UD queue pair whose rings and
+// doorbell record the caller owns, as libmlx5 allocates them and tells
+// the kernel where they are (struct mlx5_ib_create_qp).
+type AdoptedQPConfig struct {
+	// Type is ctx.QPTypeRC or ctx.QPTypeUD.
+	Type           ctx.QPType
+	SendCQ, RecvCQ ctx.ProviderCompletionQueue
+	// Caps are the capabilities the QP was asked for; the largest WQE,
+	// inline size and SGE count the model accepts follow from them as
+	// the kernel's sizing does (package internal/sqsize).
+	Caps ctx.QueuePairCaps
+	// SQ is the send ring: SQCount (a power of two) WQEBBs of 64 bytes,
+	// 64-byte aligned.
+	SQ      unsafe.Pointer
+	SQCount uint32
+	// RQ is the receive ring: RQCount (a power of two, 0 for none)
+	// entries of RQStride bytes (a power of two, at least one data
+	// segment, at most the model's SGE limit of them), stride-aligned.
+	RQ       unsafe.Pointer
+	RQCount  uint32
+	RQStride uint32
+	// DBRec is the doorbell record (receive, send counters), 8-byte
+	// aligned.
+	DBRec unsafe.Pointer
+	// ScatterToCQE lets the responder write small SENDs into the CQE.
+	ScatterToCQE bool
+}
+
+// AdoptQueuePair creates an RC or UD queue pair of pd (a protection
+// domain of the model) over the caller's rings and doorbell record: the
+// engine reads the WQEs the caller writes there and follows the counters
+// of the doorbell record, as it does for a queue pair of its own. The
+// memory must stay mapped until the queue pair is closed; the model does
+// not free it. BlueFlame writes go to a register of the model's own
+// (Descriptor().BlueFlame); the doorbell record is what the engine reads.
+func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.ProviderQueuePair, error) {
+	op := "sim: adopt " + cfg.Type.String() + " QP"
+	bad := func(format string, args ...any) error {
+		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+	}
+	pr, ok := p.(*pd)
+	if !ok {
+		return nil, bad("not a protection domain of the software HCA")
+	}
+	sendCQ, ok1 := cfg.SendCQ.(*cq)
+	recvCQ, ok2 := cfg.RecvCQ.(*cq)
+	switch {
+	case !ok1 || !ok2:
+		return nil, bad("CQ of another provider")
+	case cfg.Type != ctx.QPTypeRC && cfg.Type != ctx.QPTypeUD:
+		return nil, bad("type %v (RC or UD)", cfg.Type)
+	case cfg.SQ == nil || cfg.DBRec == nil:
+		return nil, bad("nil send ring or doorbell record")
+	case cfg.SQCount == 0 || cfg.SQCount > maxSendWQEBB || cfg.SQCount&(cfg.SQCount-1) != 0:
+		return nil, bad("%d send WQEBBs (a power of two up to %d)", cfg.SQCount, maxSendWQEBB)
+	case uintptr(cfg.SQ)%prm.WQEBBSize != 0 || uintptr(cfg.DBRec)%8 != 0:
+		return nil, bad("send ring %p or doorbell record %p misaligned", cfg.SQ, cfg.DBRec)
+	case cfg.Caps.MaxRecvSGE > maxSGE:
+		return nil, bad("more than %d receive SGEs", maxSGE)
+	}
+	if cfg.RQCount > 0 {
+		s := cfg.RQStride
+		switch {
+		case cfg.RQ == nil:
+			return nil, bad("nil receive ring")
+		case cfg.RQCount > maxRecvWR || cfg.RQCount&(cfg.RQCount-1) != 0:
+			return nil, bad("%d receive WQEs (a power of two up to %d)", cfg.RQCount, maxRecvWR)
+		case s < prm.DataSize || s > maxSGE*prm.DataSize || s&(s-1) != 0:
+			return nil, bad("receive stride %d", s)
+		case uintptr(cfg.RQ)%uintptr(s) != 0:
+			return nil, bad("receive ring %p misaligned", cfg.RQ)
+		}
+	}
+	caps := cfg.Caps
+	if caps.SendDepth == 0 {
+		caps.SendDepth = 1
+	}
+	_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
+	if err != nil {
+		return nil, ctx.Errorf(op, "%w", err)
+	}
+	if g.WQEBBs() > cfg.SQCount {
+		return nil, bad("%d send WQEBBs hold no WQE of %d", cfg.SQCount, g.WQEBBs())
+	}
+	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, state: ctx.QPStateReset,
+		scatterToCQE: cfg.ScatterToCQE, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
+		maxWQEBBs: g.WQEBBs(), maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
+	if cfg.RQCount > 0 {
+		q.rq, q.rqCnt, q.rqStride, q.rqMaxSGE = cfg.RQ, cfg.RQCount, cfg.RQStride, cfg.RQStride/prm.DataSize
+	}
+	pr.f.mu.Lock()
+	defer pr.f.mu.Unlock()
+	if pr.closed || sendCQ.closed || recvCQ.closed {
+		return nil, ctx.Errorf(op, "PD or CQ: %w", ctx.ErrClosed)
+	}
+	qpn, _, ok := pr.f.qpns.take()
+	if !ok {
+		return nil, exhausted(op, "QPNs", &pr.f.qpns)
+	}
+	q.qpn = qpn
+	if err := pr.dev.attachBlueFlameLocked(q); err != nil {
+		pr.f.qpns.give(qpn)
+		return nil, ctx.Errorf(op, "BlueFlame page: %w", err)
+	}
+	pr.f.addQP(q)
+	q.mem = keepMemory(q.bufs[:])
+	return q, nil
+}
+
+// QueuePairAttributes returns the state of a queue pair of the model and
+// the attributes its transitions applied (what a kernel answers to
+// QUERY_QP); ok is false for a queue pair of another provider.
+func QueuePairAttributes(p ctx.ProviderQueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
+	q, ok := p.(*qp)
+	if !ok {
+		return 0, ctx.QPAttr{}, false
+	}
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return q.state, q.attr, true
 }

@@ -181,3 +181,25 @@ const (
 	attrDestroyCQResp   = C.UVERBS_ATTR_DESTROY_CQ_RESP
 	cqFlagTimestamp     = C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION
 )
+
+// The queue pair commands and structures, for the tests.
+const (
+	cmdCreateQP        = C.IB_USER_VERBS_CMD_CREATE_QP
+	cmdDestroyQP       = C.IB_USER_VERBS_CMD_DESTROY_QP
+	cmdModifyQP        = C.IB_USER_VERBS_CMD_MODIFY_QP
+	cmdQueryQP         = C.IB_USER_VERBS_CMD_QUERY_QP
+	queryQPRespSize    = C.sizeof_struct_ib_uverbs_query_qp_resp
+	modifyQPSize       = C.sizeof_struct_ib_uverbs_modify_qp
+	qpDestSize         = C.sizeof_struct_ib_uverbs_qp_dest
+	createQPRespSize   = C.sizeof_struct_ib_uverbs_create_qp_resp
+	destroyQPRespSize  = C.sizeof_struct_ib_uverbs_destroy_qp_resp
+	mlx5CreateQPSize   = C.sizeof_struct_mlx5_ib_create_qp
+	mlx5CreateQPResp   = C.sizeof_struct_mlx5_ib_create_qp_resp
+	mlx5QPFlagScatter  = C.MLX5_QP_FLAG_SCATTER_CQE
+	mlx5QPFlagBfreg    = C.MLX5_QP_FLAG_BFREG_INDEX
+	mlx5QPFlagUARIndex = C.MLX5_QP_FLAG_UAR_PAGE_INDEX
+	mlx5QPFlagSig      = C.MLX5_QP_FLAG_SIGNATURE
+	qptRC              = C.IB_UVERBS_QPT_RC
+	qptUC              = C.IB_UVERBS_QPT_UC
+	qptUD              = C.IB_UVERBS_QPT_UD
+)

@@ -33,15 +33,22 @@ const (
 	objPD objKind = iota + 1
 	objMR
 	objCQ
+	objQP
 )
 
 // uobject is one object of a context.
 type uobject struct {
-	kind  objKind
-	pd    ctx.ProviderProtectionDomain
-	mr    ctx.ProviderMemoryRegion
-	cq    ctx.ProviderCompletionQueue
-	owner uint32 // the PD handle of an MR
+	kind objKind
+	pd   ctx.ProviderProtectionDomain
+	mr   ctx.ProviderMemoryRegion
+	cq   ctx.ProviderCompletionQueue
+	qp   ctx.ProviderQueuePair
+	// qpType is a QP's type, caps its capabilities.
+	qpType ctx.QPType
+	caps   ctx.QueuePairCaps
+	owner  uint32 // the PD handle of an MR or a QP
+	// sendCQ and recvCQ are the CQ handles of a QP.
+	sendCQ, recvCQ uint32
 	// channel is a CQ's completion channel descriptor (-1 for none).
 	channel int
 	users   int // objects that name this one (MRs of a PD)
@@ -98,13 +105,15 @@ func (o *uobject) close() {
 		_ = o.mr.Close()
 	case objCQ:
 		_ = o.cq.Close()
+	case objQP:
+		_ = o.qp.Close()
 	}
 }
 
 // destroyObjects releases every object of the context, children first,
 // as the kernel does when the device node is closed.
 func (uc *ucontext) destroyObjects() {
-	for _, kind := range []objKind{objCQ, objMR, objPD} {
+	for _, kind := range []objKind{objQP, objCQ, objMR, objPD} {
 		for h, o := range uc.objects {
 			if o.kind == kind {
 				o.close()

@@ -150,7 +150,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 		{"write-abi-ethernet", "ethernet", emulate.ABIWrite},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSeesTheModel$|^TestChildIsEmulated$|^TestCgoProviderObjects$|^TestCgoProviderCompletionQueues$|^TestContextObjects$", "-test.count", "1", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSeesTheModel$|^TestChildIsEmulated$|^TestCgoProviderObjects$|^TestCgoProviderCompletionQueues$|^TestContextObjects$|^TestCgoProviderQueuePairs$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), envChild+"=1", emulate.EnvEmulate+"=1",
 				emulate.EnvLink+"="+c.link, emulate.EnvABI+"="+c.abi)
 			out, err := cmd.CombinedOutput()
@@ -160,6 +160,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 			require.Contains(t, string(out), "--- PASS: TestCgoProviderObjects")
 			require.Contains(t, string(out), "--- PASS: TestCgoProviderCompletionQueues")
 			require.Contains(t, string(out), "--- PASS: TestContextObjects")
+			require.Contains(t, string(out), "--- PASS: TestCgoProviderQueuePairs")
 			require.NotContains(t, string(out), "--- SKIP: TestChildIsEmulated")
 		})
 	}

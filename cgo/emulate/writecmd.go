@@ -92,6 +92,25 @@ var writeCmds = map[uint32]*writeCmd{
 		respSize: C.sizeof_struct_ib_uverbs_destroy_cq_resp, context: true,
 		run: (*kernel).writeDestroyCQ,
 	},
+	C.IB_USER_VERBS_CMD_CREATE_QP: {
+		name: "CREATE_QP", reqSize: C.sizeof_struct_ib_uverbs_create_qp,
+		respSize: C.sizeof_struct_ib_uverbs_create_qp_resp, context: true,
+		run: (*kernel).writeCreateQP,
+	},
+	C.IB_USER_VERBS_CMD_MODIFY_QP: {
+		name: "MODIFY_QP", reqSize: C.sizeof_struct_ib_uverbs_modify_qp, context: true,
+		run: (*kernel).writeModifyQP,
+	},
+	C.IB_USER_VERBS_CMD_QUERY_QP: {
+		name: "QUERY_QP", reqSize: C.sizeof_struct_ib_uverbs_query_qp,
+		respSize: C.sizeof_struct_ib_uverbs_query_qp_resp, context: true,
+		run: (*kernel).writeQueryQP,
+	},
+	C.IB_USER_VERBS_CMD_DESTROY_QP: {
+		name: "DESTROY_QP", reqSize: C.sizeof_struct_ib_uverbs_destroy_qp,
+		respSize: C.sizeof_struct_ib_uverbs_destroy_qp_resp, context: true,
+		run: (*kernel).writeDestroyQP,
+	},
 }
 
 var writeExCmds = map[uint32]*writeCmd{

@@ -1,0 +1,444 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include "uverbs_abi.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// Queue pairs. A user QP is created on the model over the rings and
+// doorbell record libmlx5 allocated (sim.AdoptQueuePair): struct
+// mlx5_ib_create_qp names one buffer holding the receive ring
+// (rq_wqe_count entries of 1 << rq_wqe_shift bytes) followed by the send
+// ring (sq_wqe_count WQEBBs), and the doorbell record. The checks are the
+// uverbs core's and mlx5_ib's for a user QP (set_rq_size, set_user_buf_size,
+// the bfreg choice), then the model's limits, with the kernel's errno.
+
+// qpRequest is what CREATE_QP asks for.
+type qpRequest struct {
+	pd, sendCQ, recvCQ uint32
+	typ                uint8
+	isSRQ              bool
+	caps               ctx.QueuePairCaps
+	vendor             []byte // struct mlx5_ib_create_qp
+}
+
+// qpReply is what the kernel answers: the handle, the QPN, the
+// capabilities and the bfreg the QP rings its doorbells through.
+type qpReply struct {
+	handle, qpn uint32
+	caps        ctx.QueuePairCaps
+	bfreg       uint32
+}
+
+// qpType maps a uverbs QP type to the model's, EOPNOTSUPP for the types
+// mlx5_ib has and the model not (UC, raw packet, XRC, driver types),
+// EINVAL for the others.
+func qpType(t uint8) (ctx.QPType, syscall.Errno) {
+	switch t {
+	case C.IB_UVERBS_QPT_RC:
+		return ctx.QPTypeRC, 0
+	case C.IB_UVERBS_QPT_UD:
+		return ctx.QPTypeUD, 0
+	case C.IB_UVERBS_QPT_UC, C.IB_UVERBS_QPT_RAW_PACKET, C.IB_UVERBS_QPT_XRC_INI,
+		C.IB_UVERBS_QPT_XRC_TGT, C.IB_UVERBS_QPT_DRIVER:
+		return 0, unix.EOPNOTSUPP
+	}
+	return 0, unix.EINVAL
+}
+
+// createQP checks a CREATE_QP request and creates the QP on the model.
+func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
+	typ, en := qpType(r.typ)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	uc := f.uctx
+	p, en := uc.object(r.pd, objPD)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	scq, en := uc.object(r.sendCQ, objCQ)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	rcq, en := uc.object(r.recvCQ, objCQ)
+	if en != 0 {
+		return qpReply{}, en
+	}
+	if r.isSRQ {
+		// No SRQ objects yet.
+		return qpReply{}, unix.EOPNOTSUPP
+	}
+	attr := f.dev.Attr
+	c := r.caps
+	if c.SendDepth > attr.MaxQPWR || c.RecvDepth > attr.MaxQPWR || c.MaxSendSGE > attr.MaxSGE || c.MaxRecvSGE > attr.MaxSGE {
+		return qpReply{}, unix.EINVAL
+	}
+	if c.SendDepth > 0 {
+		if err := sqsize.Check(typ, c, sqsize.DeviceOf(attr)); err != nil {
+			return qpReply{}, unix.EINVAL
+		}
+	}
+	var ucmd C.struct_mlx5_ib_create_qp
+	// mlx5_ib needs the request up to the send buffer address; the ECE
+	// options and DCI streams after it are optional.
+	need := int(unsafe.Offsetof(ucmd.ece_options))
+	if len(r.vendor) < need {
+		return qpReply{}, unix.EINVAL
+	}
+	n := copy(bytesOf(&ucmd), r.vendor)
+	for _, b := range r.vendor[n:] {
+		if b != 0 {
+			return qpReply{}, unix.EINVAL
+		}
+	}
+	flags := uint32(ucmd.flags)
+	const known = C.MLX5_QP_FLAG_SIGNATURE | C.MLX5_QP_FLAG_SCATTER_CQE | C.MLX5_QP_FLAG_TUNNEL_OFFLOADS |
+		C.MLX5_QP_FLAG_BFREG_INDEX | C.MLX5_QP_FLAG_TYPE_DCT | C.MLX5_QP_FLAG_TYPE_DCI |
+		C.MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_UC | C.MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_MC |
+		C.MLX5_QP_FLAG_ALLOW_SCATTER_CQE | C.MLX5_QP_FLAG_PACKET_BASED_CREDIT_MODE |
+		C.MLX5_QP_FLAG_UAR_PAGE_INDEX | C.MLX5_QP_FLAG_DCI_STREAM
+	switch {
+	case flags&^known != 0:
+		return qpReply{}, unix.EINVAL
+	case flags&^(C.MLX5_QP_FLAG_SCATTER_CQE|C.MLX5_QP_FLAG_ALLOW_SCATTER_CQE|C.MLX5_QP_FLAG_BFREG_INDEX|C.MLX5_QP_FLAG_UAR_PAGE_INDEX) != 0:
+		// Signatures, tunnel offloads, TIR flags, credit mode and the DC
+		// types through this door the model has not.
+		return qpReply{}, unix.EOPNOTSUPP
+	case flags&C.MLX5_QP_FLAG_UAR_PAGE_INDEX != 0:
+		// The index of a dynamically allocated UAR, which this kernel
+		// never hands out.
+		return qpReply{}, unix.EINVAL
+	}
+	bfreg := uint32(0)
+	if flags&C.MLX5_QP_FLAG_BFREG_INDEX != 0 {
+		// A bfreg of a UAR page the library mapped with
+		// MLX5_IB_MMAP_ALLOC_WC; one that is not mapped is EINVAL.
+		page := int(ucmd.bfreg_index) / bfregsPerUAR
+		if page >= uc.dynPages || !uc.dynBusy[page] {
+			return qpReply{}, unix.EINVAL
+		}
+		bfreg = uint32(ucmd.bfreg_index)
+	}
+	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
+	// for a QP that asked for no receive work requests.
+	rqCnt, shift := uint32(ucmd.rq_wqe_count), uint32(ucmd.rq_wqe_shift)
+	if c.RecvDepth == 0 && rqCnt != 0 {
+		return qpReply{}, unix.EINVAL
+	}
+	if shift > 32 {
+		return qpReply{}, unix.EINVAL
+	}
+	var stride uint32
+	if rqCnt > 0 {
+		if shift < 4 || shift > 31 || 1<<shift > attr.MaxSGE*16 || rqCnt&(rqCnt-1) != 0 || rqCnt > attr.MaxQPWR {
+			return qpReply{}, unix.EINVAL
+		}
+		stride = 1 << shift
+	}
+	// set_user_buf_size: a power of two of WQEBBs within the device's.
+	sqCnt := uint32(ucmd.sq_wqe_count)
+	if sqCnt&(sqCnt-1) != 0 || sqCnt > attr.MaxQPWR {
+		return qpReply{}, unix.EINVAL
+	}
+	// The union after bfreg_index holds sq_buf_addr.
+	sqBufAddr := binary.NativeEndian.Uint64(bytesOf(&ucmd)[unsafe.Offsetof(ucmd.bfreg_index)+4:])
+	if sqCnt == 0 || sqBufAddr != 0 {
+		// A QP without a send queue, or a send ring apart from the
+		// receive ring (raw packet QPs): not in the model.
+		return qpReply{}, unix.EOPNOTSUPP
+	}
+	buf, db := uint64(ucmd.buf_addr), uint64(ucmd.db_addr)
+	rqBytes := uint64(rqCnt) * uint64(stride)
+	if en := k.checkMapped(buf, rqBytes+uint64(sqCnt)*64); en != 0 {
+		return qpReply{}, en
+	}
+	if en := k.checkMapped(db, 8); en != 0 {
+		return qpReply{}, en
+	}
+	sq := buf + rqBytes
+	cfg := sim.AdoptedQPConfig{
+		Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: c,
+		// The library's memory, not Go's: it reaches the model as
+		// pointers without uintptr conversions vet would flag.
+		SQ: *(*unsafe.Pointer)(unsafe.Pointer(&sq)), SQCount: sqCnt,
+		RQCount: rqCnt, RQStride: stride,
+		DBRec:        *(*unsafe.Pointer)(unsafe.Pointer(&db)),
+		ScatterToCQE: flags&C.MLX5_QP_FLAG_SCATTER_CQE != 0,
+	}
+	if rqCnt > 0 {
+		cfg.RQ = *(*unsafe.Pointer)(unsafe.Pointer(&buf))
+	}
+	q, err := sim.AdoptQueuePair(p.pd, cfg)
+	if err != nil {
+		return qpReply{}, errnoOfModel(err)
+	}
+	p.users++
+	scq.users++
+	rcq.users++
+	out := c
+	if rqCnt > 0 {
+		out.RecvDepth, out.MaxRecvSGE = rqCnt, stride/16
+	}
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
+	return qpReply{handle: h, qpn: q.Descriptor().QPN, caps: out, bfreg: bfreg}, 0
+}
+
+func (k *kernel) destroyQP(f *ufile, h uint64) syscall.Errno {
+	o, en := f.uctx.destroyable(h, objQP)
+	if en != 0 {
+		return en
+	}
+	o.close()
+	delete(f.uctx.objects, uint32(h))
+	for _, parent := range []uint32{o.owner, o.sendCQ, o.recvCQ} {
+		if p, ok := f.uctx.objects[parent]; ok {
+			p.users--
+		}
+	}
+	return 0
+}
+
+func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_create_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	if req.reserved != 0 {
+		return unix.EINVAL
+	}
+	r, en := k.createQP(f, qpRequest{
+		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
+		typ: uint8(req.qp_type), isSRQ: req.is_srq != 0,
+		caps: ctx.QueuePairCaps{SendDepth: uint32(req.max_send_wr), RecvDepth: uint32(req.max_recv_wr),
+			MaxSendSGE: uint32(req.max_send_sge), MaxRecvSGE: uint32(req.max_recv_sge), MaxInline: uint32(req.max_inline_data)},
+		vendor: c.udataIn,
+	})
+	if en != 0 {
+		return en
+	}
+	resp := C.struct_ib_uverbs_create_qp_resp{
+		qp_handle: C.__u32(r.handle), qpn: C.__u32(r.qpn),
+		max_send_wr: C.__u32(r.caps.SendDepth), max_recv_wr: C.__u32(r.caps.RecvDepth),
+		max_send_sge: C.__u32(r.caps.MaxSendSGE), max_recv_sge: C.__u32(r.caps.MaxRecvSGE),
+		max_inline_data: C.__u32(r.caps.MaxInline),
+	}
+	vendor := C.struct_mlx5_ib_create_qp_resp{bfreg_index: C.__u32(r.bfreg)}
+	if en = c.response(bytesOf(&resp)); en == 0 {
+		en = copyOut(c.udataOut, bytesOf(&vendor)[:min(c.udataLen, int(unsafe.Sizeof(vendor)))])
+	}
+	if en != 0 {
+		_ = k.destroyQP(f, uint64(r.handle))
+	}
+	return en
+}
+
+func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_destroy_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	if req.reserved != 0 {
+		return unix.EINVAL
+	}
+	if en := k.destroyQP(f, uint64(req.qp_handle)); en != 0 {
+		return en
+	}
+	// No async event was ever reported for it.
+	var resp C.struct_ib_uverbs_destroy_qp_resp
+	return c.response(bytesOf(&resp))
+}
+
+// qpAccess maps IB_ACCESS_* bits of a QP to the model's; EINVAL for bits
+// the kernel does not know on a QP.
+func qpAccess(flags uint32) (ctx.Access, syscall.Errno) {
+	const known = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_WRITE |
+		C.IB_UVERBS_ACCESS_REMOTE_READ | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
+	if flags&^known != 0 {
+		return 0, unix.EINVAL
+	}
+	var a ctx.Access
+	if flags&C.IB_UVERBS_ACCESS_LOCAL_WRITE != 0 {
+		a |= ctx.AccessLocalWrite
+	}
+	if flags&C.IB_UVERBS_ACCESS_REMOTE_WRITE != 0 {
+		a |= ctx.AccessRemoteWrite
+	}
+	if flags&C.IB_UVERBS_ACCESS_REMOTE_READ != 0 {
+		a |= ctx.AccessRemoteRead
+	}
+	if flags&C.IB_UVERBS_ACCESS_REMOTE_ATOMIC != 0 {
+		a |= ctx.AccessRemoteAtomic
+	}
+	return a, 0
+}
+
+// pathOf converts a struct ib_uverbs_qp_dest.
+func pathOf(d *C.struct_ib_uverbs_qp_dest) ctx.AddressAttr {
+	p := ctx.AddressAttr{
+		Port: uint8(d.port_num), DLID: uint16(d.dlid), SL: uint8(d.sl), SrcPathBits: uint8(d.src_path_bits),
+		StaticRate: uint8(d.static_rate), GlobalRoute: d.is_global != 0, SGIDIndex: uint8(d.sgid_index),
+		FlowLabel: uint32(d.flow_label), TrafficClass: uint8(d.traffic_class), HopLimit: uint8(d.hop_limit),
+	}
+	for i := range p.DGID {
+		p.DGID[i] = byte(d.dgid[i])
+	}
+	return p
+}
+
+// modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp for an
+// RC or UD QP: the states and the mask are checked against the kernel's
+// transition table (package internal/qpstate), a current state given
+// with IB_QP_CUR_STATE must be the QP's, then the model checks the
+// attribute values against its device (qpstate.CheckAttr) and applies
+// the transition. Alternate paths and path migration the model has not
+// (EOPNOTSUPP). Optional attributes the model does not keep are accepted
+// and not applied.
+func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
+	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
+	if en != 0 {
+		return en
+	}
+	mask := qpstate.Mask(req.attr_mask)
+	if mask&^(qpstate.DestQPN<<1-1) != 0 {
+		return unix.EINVAL
+	}
+	from, err := o.qp.State()
+	if err != nil {
+		return errnoOfModel(err)
+	}
+	if mask&qpstate.CurState != 0 {
+		if uint32(req.cur_qp_state) > uint32(ctx.QPStateError) || ctx.QPState(req.cur_qp_state) != from {
+			return unix.EINVAL
+		}
+	}
+	to := from
+	if mask&qpstate.State != 0 {
+		if uint32(req.qp_state) > uint32(ctx.QPStateError) {
+			return unix.EINVAL
+		}
+		to = ctx.QPState(req.qp_state)
+	}
+	if err := qpstate.Check(o.qpType, from, to, mask); err != nil {
+		return unix.EINVAL
+	}
+	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {
+		return unix.EOPNOTSUPP
+	}
+	access, en := qpAccess(uint32(req.qp_access_flags))
+	if en != 0 && mask&qpstate.AccessFlags != 0 {
+		return en
+	}
+	a := ctx.QPAttr{
+		State: to, Port: uint8(req.port_num), PKeyIndex: uint16(req.pkey_index), Access: access,
+		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num), PathMTU: ctx.MTU(req.path_mtu),
+		RQPSN: uint32(req.rq_psn), MaxDestRdAtomic: uint8(req.max_dest_rd_atomic), MinRNRTimer: uint8(req.min_rnr_timer),
+		SQPSN: uint32(req.sq_psn), Timeout: uint8(req.timeout), RetryCount: uint8(req.retry_cnt),
+		RNRRetry: uint8(req.rnr_retry), MaxRdAtomic: uint8(req.max_rd_atomic),
+	}
+	if mask&qpstate.AV != 0 {
+		a.Path = pathOf(&req.dest)
+	}
+	if err := o.qp.Modify(a); err != nil {
+		return errnoOfModel(err)
+	}
+	return 0
+}
+
+func (k *kernel) writeModifyQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_modify_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	return k.modifyQP(f, &req)
+}
+
+// uverbsAccess maps the model's access flags back to IB_ACCESS_* bits.
+func uverbsAccess(a ctx.Access) uint32 {
+	var f uint32
+	if a&ctx.AccessLocalWrite != 0 {
+		f |= C.IB_UVERBS_ACCESS_LOCAL_WRITE
+	}
+	if a&ctx.AccessRemoteWrite != 0 {
+		f |= C.IB_UVERBS_ACCESS_REMOTE_WRITE
+	}
+	if a&ctx.AccessRemoteRead != 0 {
+		f |= C.IB_UVERBS_ACCESS_REMOTE_READ
+	}
+	if a&ctx.AccessRemoteAtomic != 0 {
+		f |= C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
+	}
+	return f
+}
+
+// writeQueryQP answers QUERY_QP with the QP's state, the attributes its
+// transitions applied and its capabilities, whatever the mask asks (the
+// kernel fills the whole response too); an unknown handle is EINVAL.
+func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_query_qp
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
+	if en != 0 {
+		return en
+	}
+	st, a, ok := sim.QueuePairAttributes(o.qp)
+	if !ok {
+		return unix.ENODEV
+	}
+	var resp C.struct_ib_uverbs_query_qp_resp
+	resp.max_send_wr = C.__u32(o.caps.SendDepth)
+	resp.max_recv_wr = C.__u32(o.caps.RecvDepth)
+	resp.max_send_sge = C.__u32(o.caps.MaxSendSGE)
+	resp.max_recv_sge = C.__u32(o.caps.MaxRecvSGE)
+	resp.max_inline_data = C.__u32(o.caps.MaxInline)
+	resp.qkey = C.__u32(a.QKey)
+	resp.rq_psn = C.__u32(a.RQPSN)
+	resp.sq_psn = C.__u32(a.SQPSN)
+	resp.dest_qp_num = C.__u32(a.RemoteQPN)
+	resp.qp_access_flags = C.__u32(uverbsAccess(a.Access))
+	resp.pkey_index = C.__u16(a.PKeyIndex)
+	resp.qp_state = C.__u8(st)
+	resp.cur_qp_state = C.__u8(st)
+	resp.path_mtu = C.__u8(a.PathMTU)
+	resp.max_rd_atomic = C.__u8(a.MaxRdAtomic)
+	resp.max_dest_rd_atomic = C.__u8(a.MaxDestRdAtomic)
+	resp.min_rnr_timer = C.__u8(a.MinRNRTimer)
+	resp.port_num = C.__u8(a.Port)
+	resp.timeout = C.__u8(a.Timeout)
+	resp.retry_cnt = C.__u8(a.RetryCount)
+	resp.rnr_retry = C.__u8(a.RNRRetry)
+	p := a.Path
+	resp.dest.dlid = C.__u16(p.DLID)
+	resp.dest.sl = C.__u8(p.SL)
+	resp.dest.src_path_bits = C.__u8(p.SrcPathBits)
+	resp.dest.static_rate = C.__u8(p.StaticRate)
+	resp.dest.sgid_index = C.__u8(p.SGIDIndex)
+	resp.dest.hop_limit = C.__u8(p.HopLimit)
+	resp.dest.traffic_class = C.__u8(p.TrafficClass)
+	resp.dest.flow_label = C.__u32(p.FlowLabel)
+	resp.dest.port_num = C.__u8(p.Port)
+	if p.GlobalRoute {
+		resp.dest.is_global = 1
+	}
+	for i, b := range p.DGID {
+		resp.dest.dgid[i] = C.__u8(b)
+	}
+	return c.response(bytesOf(&resp))
+}

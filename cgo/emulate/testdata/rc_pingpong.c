@@ -1,0 +1,172 @@
+/*
+ * Two RC QPs of one process exchange messages through libibverbs and
+ * libmlx5 as packaged, in the way of ibv_rc_pingpong: ibv_post_recv,
+ * ibv_post_send (SEND), ibv_poll_cq, for TestRCPingPongUnderPreload. Each
+ * line it prints is a value the test checks; it exits non-zero at the
+ * first verb that does not behave as on a ConnectX.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#define ROUNDS 100
+#define SIZE 512
+
+static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+
+	if (!qp)
+		FAIL("ibv_create_qp: %s", strerror(errno));
+	return qp;
+}
+
+static void connect_qp(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
+	int ret;
+
+	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+		FAIL("modify INIT: %s", strerror(ret));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.dlid = pa->lid;
+	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = *gid;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+		FAIL("modify RTR: %s", strerror(ret));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+		FAIL("modify RTS: %s", strerror(ret));
+}
+
+static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int ret = ibv_post_recv(qp, &wr, &bad);
+
+	if (ret)
+		FAIL("ibv_post_recv: %s", strerror(ret));
+}
+
+static void post_send(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	int ret = ibv_post_send(qp, &wr, &bad);
+
+	if (ret)
+		FAIL("ibv_post_send: %s", strerror(ret));
+}
+
+/* wait polls until n completions arrived, checking each. */
+static void wait(struct ibv_cq *cq, int n, int *sends, int *recvs, uint32_t *bytes)
+{
+	struct ibv_wc wc;
+	time_t end = time(NULL) + 10;
+
+	while (n > 0) {
+		int got = ibv_poll_cq(cq, 1, &wc);
+
+		if (got < 0)
+			FAIL("ibv_poll_cq: %d", got);
+		if (got == 0) {
+			if (time(NULL) > end)
+				FAIL("no completion");
+			continue;
+		}
+		if (wc.status != IBV_WC_SUCCESS)
+			FAIL("wc status %s wr_id %llu", ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
+		if (wc.opcode == IBV_WC_SEND)
+			(*sends)++;
+		else if (wc.opcode == IBV_WC_RECV) {
+			(*recvs)++;
+			*bytes += wc.byte_len;
+		}
+		n--;
+	}
+}
+
+int main(void)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_qp *a, *b;
+	struct ibv_port_attr pa;
+	union ibv_gid gid;
+	static char buf[4 * SIZE];
+	char *sa = buf, *ra = buf + SIZE, *sb = buf + 2 * SIZE, *rb = buf + 3 * SIZE;
+	int n, i, sends = 0, recvs = 0, mismatches = 0;
+	uint32_t bytes = 0;
+
+	list = ibv_get_device_list(&n);
+	if (!list || n == 0)
+		FAIL("no device");
+	ctx = ibv_open_device(list[0]);
+	if (!ctx)
+		FAIL("ibv_open_device: %s", strerror(errno));
+	if (ibv_query_port(ctx, 1, &pa) || ibv_query_gid(ctx, 1, 0, &gid))
+		FAIL("query port or GID");
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!pd || !cq)
+		FAIL("pd or cq: %s", strerror(errno));
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		FAIL("ibv_reg_mr: %s", strerror(errno));
+	a = make_qp(pd, cq);
+	b = make_qp(pd, cq);
+	connect_qp(a, b->qp_num, &pa, &gid);
+	connect_qp(b, a->qp_num, &pa, &gid);
+
+	/* a pings b, b pongs back what it got, ROUNDS times. */
+	for (i = 0; i < ROUNDS; i++) {
+		memset(sa, 'a' + i % 26, SIZE);
+		post_recv(b, mr, rb, 2 * i);
+		post_recv(a, mr, ra, 2 * i + 1);
+		post_send(a, mr, sa, i);
+		wait(cq, 2, &sends, &recvs, &bytes);
+		memcpy(sb, rb, SIZE);
+		post_send(b, mr, sb, i);
+		wait(cq, 2, &sends, &recvs, &bytes);
+		if (memcmp(ra, sa, SIZE) != 0)
+			mismatches++;
+	}
+	printf("rounds %d sends %d recvs %d bytes %u mismatches %d\n", ROUNDS, sends, recvs, bytes, mismatches);
+
+	if (ibv_destroy_qp(a) || ibv_destroy_qp(b) || ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd))
+		FAIL("destroy: %s", strerror(errno));
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf("done\n");
+	return 0;
+}
