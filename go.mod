@@ -3,8 +3,9 @@ module github.com/mlx5kit/mlx5kit
 go 1.26.0
 
 require (
-	github.com/klauspost/cpuid/v2 v2.4.2 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.2
+	github.com/stretchr/testify v1.12.1
+	golang.org/x/sys v0.49.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
