@@ -48,7 +48,8 @@ type DCIConfig struct {
 // DCT, by number and DC access key, through a Remote), so one DCI reaches
 // any number of DCTs. It has no receive queue.
 //
-// A DCI is used by one goroutine at a time.
+// A DCI is used by one goroutine at a time; Close may be called from any
+// goroutine.
 type DCI struct {
 	// Queue is the data-plane part shared with the other transports; add
 	// &dci.Queue to the Poller of its CQ.
@@ -237,11 +238,18 @@ func (d *DCI) Fail() error {
 	return nil
 }
 
-// Close destroys the DCI and takes it out of the Pollers it was added to.
-// It is idempotent.
+// Close destroys the DCI. Work requests the device has not completed are
+// lost, with no completion.
+//
+// Close may be called from any goroutine, also while the owner posts on
+// the DCI and polls its Pollers, as net.Conn.Close may: it closes only
+// the control-plane queue pair (Handle), so the owner's posts fail with
+// ErrClosed from then on (a stage begun before fails at Finish), and each
+// Poller the DCI was added to drops it on the owner's goroutine, in a
+// later Poll, once no CQE of it is left in the CQ; until then its CQEs
+// are handed over as the device wrote them (Remove drops it at once).
+// Close is idempotent.
 func (d *DCI) Close() error {
-	transport.SetState(&d.Queue, transport.StateClosed)
-	transport.Detach(&d.Queue)
 	if err := d.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close DCI", "%w", err)
 	}
@@ -374,11 +382,17 @@ func (t *DCT) GID() ctx.GIDEntry { return t.port.GID }
 // Handle returns the control-plane queue pair.
 func (t *DCT) Handle() *ctx.QueuePair { return t.qp }
 
-// Close destroys the DCT (not its SRQ) and takes it out of the Pollers it
-// was added to. It is idempotent.
+// Close destroys the DCT (not its SRQ). Receives it has not completed
+// stay in the SRQ.
+//
+// Close may be called from any goroutine, also while the owner polls the
+// DCT's Pollers and posts on its SRQ, as net.Conn.Close may: it closes
+// only the control-plane queue pair (Handle), so the DCT receives no more,
+// and each Poller the DCT was added to drops it on the owner's goroutine,
+// in a later Poll, once no CQE of it is left in the CQ; until then its
+// CQEs are handed over as the device wrote them (Remove drops it at once).
+// Close is idempotent.
 func (t *DCT) Close() error {
-	transport.SetState(&t.Queue, transport.StateClosed)
-	transport.Detach(&t.Queue)
 	if err := t.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close DCT", "%w", err)
 	}

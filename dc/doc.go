@@ -31,5 +31,7 @@
 //
 // # Threading
 //
-// A DCI, a DCT, their pollers and the SRQ belong to one goroutine at a time.
+// A DCI, a DCT, their pollers and the SRQ belong to one goroutine at a
+// time. Their Close is the exception: any goroutine may call it, also
+// while the owner posts and polls (see DCI.Close).
 package dc

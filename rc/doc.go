@@ -81,8 +81,12 @@
 // # Threading
 //
 // A queue pair, its pollers and the SRQ it uses belong to one goroutine at
-// a time: posting, polling, Connect and Close must not run concurrently.
-// Control-plane objects (ctx) may be shared.
+// a time: posting, polling, Connect and Reset must not run concurrently.
+// Close is the exception: QP.Close and SharedReceiveQueue.Close may be
+// called from any goroutine, also while the owner posts and polls, to stop
+// its loop (its posts then fail with ErrClosed; the Pollers drop the
+// closed queue pair on the owner's goroutine). Control-plane objects (ctx)
+// may be shared.
 //
 // # Hardware notes
 //

@@ -126,8 +126,12 @@ func TestInlining(t *testing.T) {
 		}
 		t.Logf("%s calls %v", f, slices.Compact(calls[f]))
 	}
+	// A poll calls Ready for a batch, Complete for a CQE that is not a
+	// successful send or plain receive, Unknown for an unknown QPN and
+	// Reap after a close (cold paths).
 	for _, f := range []string{"main.PollRC", "main.PollDC", "main.PollUD"} {
-		only(f, "", "monocq.(*CQ).Ready", "internal/transport.(*Queue).Complete", "internal/transport.(*Dispatcher).Unknown")
+		only(f, "", "monocq.(*CQ).Ready", "internal/transport.(*Queue).Complete", "internal/transport.(*Dispatcher).Unknown",
+			"internal/transport.(*Dispatcher).Reap")
 	}
 	// A post calls nothing but the refusal of a QP that is not ready and the
 	// error of a refused WQE (cold paths) and the runtime's stack growth:

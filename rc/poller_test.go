@@ -123,8 +123,9 @@ func TestCQOverrunIsReported(t *testing.T) {
 	require.Equal(t, ctx.QPStateError, st, "the device moved the QP to error")
 }
 
-// TestCloseLeavesPollers checks that Close takes a QP out of every Poller
-// it was added to (a device reuses QPNs), and Remove's errors.
+// TestCloseLeavesPollers checks that a closed QP leaves every Poller it
+// was added to, at the Poller's next Poll (a device reuses QPNs), and
+// Remove's and Add's errors.
 func TestCloseLeavesPollers(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	scq, sp := newPoller(e, 0, 16)
@@ -142,15 +143,60 @@ func TestCloseLeavesPollers(t *testing.T) {
 	require.ErrorIs(t, rp.Remove(&other.Queue), rc.ErrUnknownQPN)
 	require.Error(t, rp.Remove(nil))
 	require.Error(t, rp.Add(nil))
+	require.ErrorIs(t, rp.Add(new(rc.Queue)), rc.ErrInvalidConfig, "a queue that was never set up")
 	require.NoError(t, qp.Close())
 	for _, p := range []*rc.Poller{sp, rp} {
+		require.Same(t, &qp.Queue, p.Lookup(qp.QPN()), "routed until the owner polls")
+		require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
 		require.Nil(t, p.Lookup(qp.QPN()))
+		require.NoError(t, p.Err())
 	}
 	require.Equal(t, 1, sp.Len())
 	require.Equal(t, 0, rp.Len())
 	require.Same(t, &other.Queue, sp.Lookup(other.QPN()))
+	require.ErrorIs(t, rp.Add(&qp.Queue), rc.ErrClosed, "a closed QP is refused")
+	require.Zero(t, rp.Len())
 	require.NoError(t, other.Close())
+	require.Zero(t, sp.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
 	require.Zero(t, sp.Len())
+}
+
+// TestParentCloseLeavesPollers closes RC QPs through their SRQ, and
+// through their PD: they leave their Poller as after their own Close, and
+// their QPN can be added again.
+func TestParentCloseLeavesPollers(t *testing.T) {
+	e1, e2 := transporttest.New(t, sim.Options{}), transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e1, 0, 16)
+	srq, err := rc.NewSharedReceiveQueue(e1.PD[0], rc.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	a, err := rc.New(e1.PD[0], cq, nil, rc.Config{SendDepth: 4, SRQ: srq})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(&a.Queue))
+	require.NoError(t, srq.Close())
+	require.Equal(t, rc.StateClosed, a.State())
+	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.Zero(t, p.Len(), "the QP closed with its SRQ is still routed")
+
+	pd, err := e1.Ctx[0].AllocProtectionDomain()
+	require.NoError(t, err)
+	b, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(&b.Queue))
+	require.NoError(t, pd.Close())
+	// A QP of another device with the same QPN takes b's place at once.
+	cq2 := e2.CQ(0, 16)
+	_, err = rc.New(e2.PD[0], cq2, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	c, err := rc.New(e2.PD[0], cq2, nil, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.Equal(t, b.QPN(), c.QPN(), "two fabrics number their QPs alike")
+	require.NoError(t, p.Add(&c.Queue))
+	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
+	require.Equal(t, 1, p.Len())
+	require.ErrorIs(t, p.Remove(&b.Queue), rc.ErrUnknownQPN)
+	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
+	require.NoError(t, p.Err())
 }
 
 // TestRemoveLeavesAnotherQueueOfTheSameQPN removes from a Poller a queue
@@ -171,7 +217,69 @@ func TestRemoveLeavesAnotherQueueOfTheSameQPN(t *testing.T) {
 	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
 	require.Equal(t, 1, p.Len())
 	require.NoError(t, b.Close())
+	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
 	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
 	require.NoError(t, a.Close())
+	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
 	require.Zero(t, p.Len())
+}
+
+// TestClosedQueueDrainsUnderLoad closes a QP with CQEs of it in the ring
+// while another QP on the same CQ keeps the ring from ever being found
+// empty: the Poller hands over every CQE of the closed QP, as the device
+// wrote it, and drops the QP once its consumer index went a whole ring
+// past the close, not before.
+func TestClosedQueueDrainsUnderLoad(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e, 0, 15)
+	cnt := p.CQ().CQECnt()
+	var qp [2]*rc.QP
+	for k := range 2 {
+		var err error
+		qp[k], err = rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 8, MaxInline: 16})
+		require.NoError(t, err)
+		peer, err := rc.New(e.PD[1], e.CQ(1, 64), nil, rc.Config{SendDepth: 8})
+		require.NoError(t, err)
+		require.NoError(t, qp[k].Connect(peer.Endpoint()))
+		require.NoError(t, peer.Connect(qp[k].Endpoint()))
+		require.NoError(t, p.Add(&qp[k].Queue))
+	}
+	write := func(k int, wrid uint64) {
+		st, err := qp[k].Post(wrid, wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, st.RdmaWrite(e.Addr(1, 0), e.RKey(1)).Inline([]byte("x")).FinishBlueFlame())
+	}
+	for w := range uint64(4) {
+		write(0, w)
+	}
+	e.Run()
+	require.NoError(t, qp[0].Close())
+	var closed []uint64
+	got := 0
+	wrid := uint64(100)
+	for round := 0; p.Lookup(qp[0].QPN()) != nil; round++ {
+		require.Less(t, round, 100, "the closed QP is never dropped")
+		// Two more CQEs of QP 1 before each poll of two: the ring is
+		// never empty when a Poll starts.
+		write(1, wrid)
+		write(1, wrid+1)
+		wrid += 2
+		e.Run()
+		before := p.CQ().ConsumerIndex()
+		require.Equal(t, 2, p.Poll(2, func(c *rc.Completion) {
+			require.Equal(t, rc.StatusOK, c.Status)
+			if c.QPN == qp[0].QPN() {
+				closed = append(closed, c.WRID)
+			}
+		}))
+		got += 2
+		if p.Lookup(qp[0].QPN()) == nil {
+			require.GreaterOrEqual(t, before, cnt, "dropped before a whole ring went by")
+		}
+	}
+	require.Equal(t, []uint64{0, 1, 2, 3}, closed)
+	require.Equal(t, 1, p.Len())
+	require.NoError(t, p.Err())
+	require.Zero(t, p.Stats().UnknownQPN)
+	require.Equal(t, uint64(got), p.Stats().Completions)
 }

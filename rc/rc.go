@@ -74,7 +74,7 @@ type Config struct {
 // send WQE.
 //
 // A QP is used by one goroutine at a time (posting, polling its CQs,
-// Connect and Close).
+// Connect, Reset); Close may be called from any goroutine.
 type QP struct {
 	// Queue is the data-plane part shared with the other transports; add
 	// &qp.Queue to a Poller.
@@ -340,12 +340,19 @@ func (q *QP) Reset() error {
 	return nil
 }
 
-// Close destroys the QP and takes it out of the Pollers it was added to.
-// Work requests still outstanding are lost, with no completion: drain them
-// (Fail, then poll the flushes) first if they matter. Close is idempotent.
+// Close destroys the QP. Work requests the device has not completed are
+// lost, with no completion: drain them (Fail, then poll the flushes) first
+// if they matter.
+//
+// Close may be called from any goroutine, also while the owner posts on
+// the QP and polls its Pollers, as net.Conn.Close may: it closes only
+// the control-plane queue pair (Handle), so the owner's posts fail with
+// ErrClosed from then on (a stage begun before fails at Finish), and each
+// Poller the QP was added to drops it on the owner's goroutine, in a
+// later Poll, once no CQE of it is left in the CQ; until then its CQEs
+// are handed over as the device wrote them (Remove drops it at once).
+// Close is idempotent.
 func (q *QP) Close() error {
-	transport.SetState(&q.Queue, transport.StateClosed)
-	transport.Detach(&q.Queue)
 	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
 		return transport.Errorf(name, "close", "%w", err)
 	}

@@ -39,5 +39,7 @@
 //
 // # Threading
 //
-// A QP and its pollers belong to one goroutine at a time.
+// A QP and its pollers belong to one goroutine at a time. QP.Close is the
+// exception: any goroutine may call it, also while the owner posts and
+// polls.
 package ud

@@ -20,7 +20,11 @@ import (
 // The Pollers of packages rc, dc and ud behave the same; each package has
 // its own so that Poll inlines into a caller that imports only that
 // package. A Poller is used by one goroutine at a time, the one that posts
-// on its queue pairs.
+// on its queue pairs. The queue pairs may be closed from any goroutine,
+// also while it polls: the Poller hands over the CQEs of a closed queue
+// pair still in the CQ as the device wrote them, and drops the queue pair
+// at the start of a later Poll, once none is left (waiting for the
+// destroy to finish, through the Context's lock, once per queue pair).
 type Poller struct {
 	d *transport.Dispatcher
 }
@@ -46,7 +50,10 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 		d := p.d
 		cq := d.Ring()
 		if cq == nil {
-			return 0
+			// The CQ was closed, or a queue pair added here.
+			if cq = d.Reap(); cq == nil {
+				return 0
+			}
 		}
 		wc := d.Completion()
 		n := 0
@@ -68,16 +75,20 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 
 // Add makes the poller route the completions of q (&qp.Queue; a DCT by its
 // DCT number). A queue pair with separate send and receive CQs is added to
-// the Poller of each.
+// the Poller of each. A closed queue pair is refused (ErrClosed); a closed
+// one that the Poller still holds under q's QPN (the device reuses QPNs)
+// is dropped for q.
 func (p *Poller) Add(q *Queue) error { return p.d.Add(q) }
 
-// Remove stops routing the completions of q.
+// Remove stops routing the completions of q at once, closed or not.
 func (p *Poller) Remove(q *Queue) error { return p.d.Remove(q) }
 
-// Lookup returns the queue added for qpn, or nil.
+// Lookup returns the queue added for qpn, or nil; a closed queue pair until
+// the Poller dropped it.
 func (p *Poller) Lookup(qpn uint32) *Queue { return p.d.Lookup(qpn) }
 
-// Len returns the number of queue pairs added.
+// Len returns the number of queue pairs added, closed ones counting until
+// the Poller dropped them.
 func (p *Poller) Len() int { return p.d.Len() }
 
 // CQ returns the underlying ring poller (for Arm, AcknowledgeEvent and

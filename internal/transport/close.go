@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -15,21 +16,55 @@ import (
 // are reachable (the descriptor's Memory, which they keep); the closer
 // only makes the posts fail.
 //
+// It then tells the Dispatchers the queue was added to (their owner drops
+// it on its own goroutine: see Dispatcher.reap). That list is the one
+// piece of the queue's bookkeeping that the closing goroutine reads, so
+// it has a lock of its own, which only Add, Remove and the close take.
+//
 // Setup registers one closer per QP (ctx.QueuePair.OnClose) and points it
 // at the rings of each setup: a Reset builds new ones.
 type closer struct {
 	qp *ctx.QueuePair
 	sq atomic.Pointer[wqebuilder.SendQueue]
 	rq atomic.Pointer[recvRing]
+
+	mu sync.Mutex
+	// dispatchers are the Dispatchers the queue was added to.
+	dispatchers []*Dispatcher
 }
 
-// close closes the rings the closer points at.
+// close closes the rings the closer points at and flags the Dispatchers
+// the queue was added to.
 func (c *closer) close() {
 	if sq := c.sq.Load(); sq != nil {
 		sq.Close()
 	}
 	if r := c.rq.Load(); r != nil {
 		r.closed.Store(1)
+	}
+	c.mu.Lock()
+	for _, d := range c.dispatchers {
+		d.reapFlag.Store(1)
+	}
+	c.mu.Unlock()
+}
+
+// addDispatcher records that the queue was added to d; removeDispatcher
+// that it left.
+func (c *closer) addDispatcher(d *Dispatcher) {
+	c.mu.Lock()
+	c.dispatchers = append(c.dispatchers, d)
+	c.mu.Unlock()
+}
+
+func (c *closer) removeDispatcher(d *Dispatcher) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, x := range c.dispatchers {
+		if x == d {
+			c.dispatchers = append(c.dispatchers[:i], c.dispatchers[i+1:]...)
+			return
+		}
 	}
 }
 

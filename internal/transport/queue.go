@@ -46,12 +46,17 @@ func (s State) String() string {
 // monocq.Table[Queue] (or one Poller) serves queue pairs of every transport
 // on a CQ.
 //
-// A Queue is used by one goroutine at a time: posting, polling its CQs,
-// Reset and the transport's Close must not run concurrently. The ctx
-// objects under it (the QP through Handle, its CQs, SRQ, PD, the Context)
-// may be closed from any goroutine: a post then fails with ErrClosed, at
-// Begin or at Finish, and a poll finds nothing more, and neither touches
-// memory that was freed (see closer).
+// A Queue is used by one goroutine at a time, its owner: posting, polling
+// its CQs and Reset must not run concurrently. Closing is the exception:
+// the transport's Close and the ctx objects under it (the QP through
+// Handle, its CQs, SRQ, PD, the Context) may be closed from any goroutine,
+// also while the owner posts and polls. A post then fails with ErrClosed,
+// at Begin or at Finish, neither touches memory that was freed, and the
+// Pollers the queue was added to drop it on the owner's goroutine (see
+// closer and Dispatcher). Nothing the close writes is read by a post or a
+// poll without synchronization: the close sets atomic flags (the QP's
+// closed flag, the rings', the Dispatchers') and leaves the Queue's own
+// fields alone; State derives StateClosed from the QP's flag.
 type Queue struct {
 	// Hot fields first.
 	sq    *wqebuilder.SendQueue // nil for a DCT
@@ -72,20 +77,10 @@ type Queue struct {
 	errNoRQ error
 
 	unmatched uint64
-	// dispatchers are the pollers the queue was added to; Close takes it
-	// out of them, so that a QPN the device reuses can be added again.
-	dispatchers []*Dispatcher
-	// closer closes the send queue and receive ring when the QP closes;
-	// Setup keeps it across a Reset.
+	// closer closes the send queue and receive ring when the QP closes
+	// and flags the Dispatchers the queue was added to; Setup keeps it
+	// (and with it that list) across a Reset.
 	closer *closer
-}
-
-// Detach removes q from every poller it was added to (the transports'
-// Close calls it).
-func Detach(q *Queue) {
-	for len(q.dispatchers) > 0 {
-		_ = q.dispatchers[0].Remove(q)
-	}
 }
 
 // Setup builds q over a created queue pair: the send queue from its
@@ -97,7 +92,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	// Setup also rebuilds a queue after its QP went through RESET: the
 	// pollers it was added to keep it.
 	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
-		dispatchers: q.dispatchers, closer: q.closer}
+		closer: q.closer}
 	for s := State(0); s <= StateClosed; s++ {
 		var why error
 		switch s {
@@ -256,10 +251,12 @@ func (q *Queue) QPN() uint32 { return q.qpn }
 func (q *Queue) Type() ctx.QPType { return q.typ }
 
 // State returns the data plane's view of the QP: StateClosed once it (or a
-// parent) has been closed, StateError once an error completion was polled.
+// parent) has been closed, on any goroutine (State reads the QP's atomic
+// closed flag and writes nothing), StateError once an error completion was
+// polled.
 func (q *Queue) State() State {
-	if q.state != StateClosed && q.qp.Closed() {
-		q.state = StateClosed
+	if q.qp.Closed() {
+		return StateClosed
 	}
 	return q.state
 }

@@ -124,8 +124,11 @@ func (s *SharedReceiveQueue) RingRecvDoorbell() {
 	s.ring.ringDoorbell()
 }
 
-// Close destroys the SRQ (and, first, every QP attached to it). It is
-// idempotent.
+// Close destroys the SRQ (and, first, every QP attached to it). It may be
+// called from any goroutine, also while the owner posts receives and
+// polls: posts then fail with ErrClosed (a stage begun before fails at
+// Finish), and the Pollers drop the attached queue pairs as after their
+// own Close. It is idempotent.
 func (s *SharedReceiveQueue) Close() error { return s.srq.Close() }
 
 // Closed reports whether the SRQ has been closed.
