@@ -1,0 +1,233 @@
+package sim
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// ---- the responder ----
+
+type recvEntry struct {
+	lkey uint32
+	addr uint64
+	n    uint64
+}
+
+// recvWQE is a receive WQE taken from an RQ or SRQ.
+type recvWQE struct {
+	idx  uint16
+	srq  *srq
+	pd   *pd
+	next uint16
+	n    int
+	sg   [32]recvEntry
+}
+
+func (r *recvWQE) capacity() uint64 {
+	var c uint64
+	for _, e := range r.sg[:r.n] {
+		c += e.n
+	}
+	return c
+}
+
+// parseRecv reads the scatter list of a receive WQE. The byte count of an
+// entry has 31 bits, as in a send WQE's data segment, and 0 means 2 GiB;
+// bad says what posting code should not have written: a zero count that is
+// not the InvalidLKey terminator, or bit 31 set (the inline flag of a send
+// data segment, which has no meaning in a scatter list: the model reads
+// the low 31 bits).
+func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (bad string) {
+	r.n = 0
+	for i := 0; i < max && i < len(r.sg); i++ {
+		p := unsafe.Add(base, i*prm.DataSize)
+		lkey := prm.Load32(unsafe.Add(p, prm.DataLKey))
+		if lkey == prm.InvalidLKey {
+			break
+		}
+		raw := prm.Load32(p)
+		if raw&prm.InlineSeg != 0 && bad == "" {
+			bad = fmt.Sprintf("entry %d has byte count %#x: bit 31 set", i, raw)
+		}
+		n := uint64(raw &^ prm.InlineSeg)
+		if n == 0 {
+			n = 1 << 31
+			if bad == "" {
+				bad = fmt.Sprintf("entry %d has a zero byte count", i)
+			}
+		}
+		r.sg[r.n] = recvEntry{lkey: lkey, addr: prm.Load64(unsafe.Add(p, prm.DataAddr)), n: n}
+		r.n++
+	}
+	return bad
+}
+
+// peekRecv returns the next receive WQE of t without consuming it.
+func (f *Fabric) peekRecv(t *qp) (recvWQE, bool) {
+	var r recvWQE
+	if s := t.srq; s != nil {
+		if s.closed || s.counter == s.consumed {
+			return r, false
+		}
+		idx := s.hwHead & uint16(s.cnt-1)
+		base := unsafe.Add(s.ring, uint32(idx)*s.stride)
+		r.idx, r.srq, r.pd = idx, s, s.pd
+		r.next = prm.Load16(unsafe.Add(base, prm.SRQNextWQEIndex)) & uint16(s.cnt-1)
+		if bad := parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), &r); bad != "" {
+			f.violate(Violation{Kind: ViolationReceive, SRQN: s.srqn, Detail: fmt.Sprintf("SRQ WQE %d: %s", idx, bad)})
+		}
+		return r, true
+	}
+	if t.rqCnt == 0 || t.rqHead == t.rqCI {
+		return r, false
+	}
+	r.idx, r.pd = t.rqCI, t.pd
+	if bad := parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), &r); bad != "" {
+		f.violate(Violation{Kind: ViolationReceive, QPN: t.qpn, WQEIndex: t.rqCI, Detail: "receive WQE: " + bad})
+	}
+	return r, true
+}
+
+func (f *Fabric) consumeRecv(t *qp, r *recvWQE) {
+	if r.srq != nil {
+		r.srq.consumed++
+		r.srq.hwHead = r.next
+		return
+	}
+	t.rqCI++
+}
+
+// scatterRecv places skip bytes (the GRH slot: written from grh when it is
+// not nil) followed by data into the receive WQE's buffers, checking every
+// buffer it touches first. It writes nothing unless all checks pass.
+func (f *Fabric) scatterRecv(r *recvWQE, grh []byte, skip int, data []byte) prm.Syndrome {
+	total := uint64(skip) + uint64(len(data))
+	if total > r.capacity() {
+		return prm.SyndromeLocalLength
+	}
+	left := total
+	for _, e := range r.sg[:r.n] {
+		if left == 0 {
+			break
+		}
+		n := min(left, e.n)
+		m := f.mrs[e.lkey]
+		if m == nil || m.pd != r.pd || m.access&ctx.AccessLocalWrite == 0 || !m.contains(e.addr, n) {
+			return prm.SyndromeLocalProt
+		}
+		left -= n
+	}
+	pos := 0 // position in the logical message
+	for _, e := range r.sg[:r.n] {
+		if pos >= int(total) {
+			break
+		}
+		n := int(min(uint64(int(total)-pos), e.n))
+		dst := f.mrs[e.lkey].bytes(e.addr, uint64(n))
+		for i := 0; i < n; {
+			at := pos + i
+			if at < skip {
+				k := min(skip-at, n-i)
+				if grh != nil {
+					copy(dst[i:i+k], grh[at:at+k])
+				}
+				i += k
+				continue
+			}
+			i += copy(dst[i:], data[at-skip:])
+		}
+		pos += n
+	}
+	return 0
+}
+
+// srcInfo describes the sender for the receive CQE.
+type srcInfo struct {
+	qpn uint32
+	lid uint16
+	sl  uint8
+	grh bool
+	// l3 is the network header of the packet on an Ethernet port
+	// (prm.CQERoCEL3GRH, IPv6 or IPv4; hca.roceL3).
+	l3 uint8
+}
+
+// respCQE builds a responder completion. On an Ethernet port bits 25..24
+// of flags_rqpn carry the network header type where InfiniBand has SL (the
+// SL of a RoCE packet travels in its VLAN tag, which the model does not
+// have).
+func respCQE(t *qp, r *recvWQE, op prm.CQEOpcode, byteCnt, imm uint32, src srcInfo, solicited bool, format uint8) [prm.CQE64Size]byte {
+	var b [prm.CQE64Size]byte
+	p := unsafe.Pointer(&b)
+	prm.Store16(unsafe.Add(p, prm.CQESLID), src.lid)
+	fr := boolBit(src.grh, 1<<prm.CQEGRHShift) | src.qpn&prm.CQEQPNMask
+	if t.dev.h.link == ctx.LinkLayerEthernet {
+		fr |= uint32(src.l3&prm.CQERoCEL3Mask) << prm.CQERoCEL3Shift
+	} else {
+		fr |= uint32(src.sl&prm.CQESLMask) << prm.CQESLShift
+	}
+	prm.Store32(unsafe.Add(p, prm.CQEFlagsRQPN), fr)
+	if r.srq != nil {
+		prm.Store32(unsafe.Add(p, prm.CQESRQNUIdx), r.srq.srqn)
+	}
+	prm.Store32(unsafe.Add(p, prm.CQEImmInvalPkey), imm)
+	prm.Store32(unsafe.Add(p, prm.CQEByteCnt), byteCnt)
+	prm.Store32(unsafe.Add(p, prm.CQESopDropQPN), t.qpn)
+	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), r.idx)
+	b[prm.CQEOpOwn] = prm.OpOwn(op, format, solicited, 0)
+	return b
+}
+
+// deliverSend places a SEND payload in the receive WQE r of t and writes
+// the receive CQE. It returns the requester's syndrome (0 on success).
+func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, src srcInfo) prm.Syndrome {
+	op := prm.CQERespSend
+	switch w.op {
+	case prm.OpSendImm:
+		op = prm.CQERespSendImm
+	case prm.OpSendInval:
+		op = prm.CQERespSendInv
+	}
+	var imm uint32
+	if w.op != prm.OpSend {
+		imm = w.imm
+	}
+	solicited := w.fm&prm.FlagSolicited != 0
+	limit := 32
+	format := uint8(prm.CQEFormatScatter32)
+	if t.recvCQ.size == prm.CQE128Size {
+		limit, format = 64, prm.CQEFormatScatter64
+	}
+	if t.scatterToCQE && len(payload) <= limit && len(payload) > 0 {
+		f.consumeRecv(t, r)
+		img := respCQE(t, r, op, uint32(len(payload)), imm, src, solicited, format)
+		f.emitCQE(t.recvCQ, &img, payload, t)
+		return 0
+	}
+	if s := f.scatterRecv(r, nil, 0, payload); s != 0 {
+		f.consumeRecv(t, r)
+		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(r))
+		if t.typ == ctx.QPTypeRC {
+			f.qpErrorLocked(t, "receive error")
+		}
+		f.emitCQE(t.recvCQ, &img, nil, t)
+		if s == prm.SyndromeLocalLength {
+			return prm.SyndromeRemoteInvalReq
+		}
+		return prm.SyndromeRemoteOp
+	}
+	f.consumeRecv(t, r)
+	img := respCQE(t, r, op, uint32(len(payload)), imm, src, solicited, prm.CQEFormatNone)
+	f.emitCQE(t.recvCQ, &img, nil, t)
+	return 0
+}
+
+func srqnOf(r *recvWQE) uint32 {
+	if r.srq != nil {
+		return r.srq.srqn
+	}
+	return 0
+}
