@@ -6,8 +6,8 @@ package dc
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/transport"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // Poller polls one completion queue and hands each completion, matched to

@@ -130,21 +130,21 @@ func TestInlining(t *testing.T) {
 	// successful send or plain receive, Unknown for an unknown QPN and
 	// Reap after a close (cold paths).
 	for _, f := range []string{"main.PollRC", "main.PollDC", "main.PollUD"} {
-		only(f, "", "monocq.(*CQ).Ready", "internal/transport.(*Queue).Complete", "internal/transport.(*Dispatcher).Unknown",
-			"internal/transport.(*Dispatcher).Reap")
+		only(f, "", "monocq.(*CQ).Ready", "transport.(*Queue).Complete", "transport.(*Dispatcher).Unknown",
+			"transport.(*Dispatcher).Reap")
 	}
 	// A post calls nothing but the refusal of a QP that is not ready and the
 	// error of a refused WQE (cold paths) and the runtime's stack growth:
 	// the state check, Begin, the address, the operation, the data and
 	// Finish are all inline.
 	for _, f := range []string{"main.PostWrite", "main.PostDC", "main.PostUD"} {
-		only(f, "internal/transport.Refuse", "wqebuilder.(*SendQueue).failure")
+		only(f, "transport.Refuse", "wqebuilder.(*SendQueue).failure")
 	}
 	// A receive post, one buffer with PostRecv or two through the stages on
 	// the QP's own receive queue or an SRQ, calls the store barrier before
 	// the doorbell record (an empty assembly function on amd64) and, only
 	// when the post cannot go ahead, the function that says why.
-	only("main.PostRecv", "blueflame.StoreBarrier", "internal/transport.RecvStage.error")
-	only("main.PostRecvStaged", "blueflame.StoreBarrier", "internal/transport.RecvStage.error")
-	only("main.PostSRQStaged", "blueflame.StoreBarrier", "internal/transport.RecvStage.error")
+	only("main.PostRecv", "blueflame.StoreBarrier", "transport.RecvStage.error")
+	only("main.PostRecvStaged", "blueflame.StoreBarrier", "transport.RecvStage.error")
+	only("main.PostSRQStaged", "blueflame.StoreBarrier", "transport.RecvStage.error")
 }

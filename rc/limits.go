@@ -2,7 +2,7 @@ package rc
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/transport"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // limits returns the sizes the provider granted qp.

@@ -4,8 +4,8 @@ package ud
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/transport"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // The types below are shared by packages rc, dc and ud: each package names

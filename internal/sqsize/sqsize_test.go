@@ -10,7 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
-	"github.com/mlx5kit/mlx5kit/internal/transport"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // connectX is a ConnectX-4 to -7 as rdma-core sees it: 512-byte send

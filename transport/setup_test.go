@@ -7,7 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
-	"github.com/mlx5kit/mlx5kit/internal/transport"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // connectXAttr is what a ConnectX reports: max_qp_wr 32768, max_sge 30,
