@@ -9,10 +9,10 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/ibpath"
-	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 )
 

@@ -6,10 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // rqBytes returns the receive ring and its doorbell record word of q.
