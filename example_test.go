@@ -6,6 +6,7 @@ import (
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -21,22 +22,22 @@ func Example() {
 	pd := must(c.AllocProtectionDomain())
 	cqA := must(c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16}))
 	cqB := must(c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16}))
-	a := must(rc.New(pd, cqA, nil, rc.Config{SendDepth: 8, MaxInline: 64}))
-	b := must(rc.New(pd, cqB, nil, rc.Config{SendDepth: 8, RecvDepth: 8}))
+	a := must(rc.New(pd, cqA, rc.Config{SendDepth: 8, MaxInline: 64}))
+	b := must(rc.New(pd, cqB, rc.Config{SendDepth: 8, RecvDepth: 8}))
 	check(a.Connect(b.Endpoint())) // endpoints normally cross the network
 	check(b.Connect(a.Endpoint()))
 	mr := must(pd.RegisterBuffer(buf, ctx.AccessLocalWrite|ctx.AccessRemoteWrite))
 	check(b.PostRecv(1, 0, 0, 0)) // a write with immediate consumes a receive
 
-	pollA, pollB := must(rc.NewPoller(cqA)), must(rc.NewPoller(cqB))
-	check(pollA.Add(&a.Queue))
-	check(pollB.Add(&b.Queue))
+	pollA, pollB := must(transport.NewPoller(cqA)), must(transport.NewPoller(cqB))
+	check(pollA.Add(a))
+	check(pollB.Add(b))
 	st := must(a.Post(7, wqebuilder.Signaled))
 	check(st.RdmaWriteImm(uint64(mr.Addr()), mr.RKey(), 42).Inline([]byte("hello")).FinishBlueFlame())
 
-	for pollA.Poll(1, func(wc *rc.Completion) { check(wc.Err()) }) == 0 {
+	for pollA.Poll(1, func(wc *transport.Completion) { check(wc.Err()) }) == 0 {
 	}
-	for pollB.Poll(1, func(wc *rc.Completion) {
+	for pollB.Poll(1, func(wc *transport.Completion) {
 		fmt.Printf("%q imm=%d\n", buf.Bytes()[:wc.ByteCount], wc.Immediate)
 	}) == 0 {
 	}

@@ -10,7 +10,7 @@
 //
 // # Life of a queue pair
 //
-//	qp, err := rc.New(pd, sendCQ, recvCQ, rc.Config{SendDepth: 64, RecvDepth: 64})
+//	qp, err := rc.New(pd, cq, rc.Config{SendDepth: 64, RecvDepth: 64})
 //	// qp is in INIT: receives may be posted now.
 //	local := qp.Endpoint()            // QPN, LID, GID, PSN, MTU: send it to the peer
 //	err = qp.Connect(remote)          // INIT→RTR→RTS
@@ -35,9 +35,9 @@
 // Completions are polled from the CQ ring by package monocq and matched to
 // their queue pair by QPN. A Poller does both:
 //
-//	p, err := rc.NewPoller(cq)
-//	p.Add(&qp.Queue)                  // every QP whose completions land in cq
-//	p.Poll(64, func(c *rc.Completion) {
+//	p, err := transport.NewPoller(cq)
+//	p.Add(qp)                  // every QP whose completions land in cq
+//	p.Poll(64, func(c *transport.Completion) {
 //		if err := c.Err(); err != nil { ... }
 //		handle(c.WRID, c.Opcode, c.ByteCount, c.Immediate)
 //	})
@@ -61,10 +61,10 @@
 // The pattern for a caller that wants its own loop is the same without the
 // Poller:
 //
-//	ring, err := rc.NewCQ(cq)         // a *monocq.CQ over cq's ring
-//	var table monocq.Table[rc.Queue]
+//	ring, err := transport.NewCQ(cq)         // a *monocq.CQ over cq's ring
+//	var table monocq.Table[transport.Queue]
 //	table.Register(qp.QPN(), &qp.Queue)
-//	var wc rc.Completion
+//	var wc transport.Completion
 //	for c := range ring.All(64) {
 //		if q := table.Lookup(c.QPN()); q != nil {
 //			if !q.CompleteSend(c, &wc) && !q.CompleteRecv(c, &wc) { // inline

@@ -43,8 +43,8 @@ func requireRefused(t *testing.T, c widthCase) {
 func TestConfigFieldWidths(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	pd, cq := e.PD[0], e.CQ(0, 64)
-	srq := func() *rc.SharedReceiveQueue {
-		s, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 4})
+	srq := func() *transport.SharedReceiveQueue {
+		s, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
@@ -52,7 +52,7 @@ func TestConfigFieldWidths(t *testing.T) {
 	newRC := func(c rc.Config) func() error {
 		return func() error {
 			c.SendDepth = 4
-			qp, err := rc.New(pd, cq, nil, c)
+			qp, err := rc.New(pd, cq, c)
 			if err == nil {
 				_ = qp.Close()
 			}
@@ -82,7 +82,7 @@ func TestConfigFieldWidths(t *testing.T) {
 	newUD := func(c ud.Config) func() error {
 		return func() error {
 			c.SendDepth = 4
-			qp, err := ud.New(pd, cq, nil, c)
+			qp, err := ud.New(pd, cq, c)
 			if err == nil {
 				_ = qp.Close()
 			}
@@ -207,17 +207,17 @@ func TestConfigFieldWidths(t *testing.T) {
 func TestConfigRoCESL(t *testing.T) {
 	e := transporttest.New(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet})
 	pd, cq := e.PD[0], e.CQ(0, 64)
-	_, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 8})
-	require.ErrorIs(t, err, rc.ErrInvalidConfig)
+	_, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SL: 8})
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 	require.ErrorContains(t, err, "SL 8 out of range 0..7")
 	_, err = dc.NewDCI(pd, cq, dc.DCIConfig{SendDepth: 4, SL: 15})
-	require.ErrorIs(t, err, dc.ErrInvalidConfig)
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 	require.ErrorContains(t, err, "SL 15 out of range 0..7")
-	_, err = ud.New(pd, cq, nil, ud.Config{SendDepth: 4, SL: 9})
-	require.ErrorIs(t, err, ud.ErrInvalidConfig)
-	var pe *rc.PostError
+	_, err = ud.New(pd, cq, ud.Config{SendDepth: 4, SL: 9})
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	var pe *transport.PostError
 	require.False(t, errors.As(err, &pe), "a configuration error, not a post error")
-	q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 7})
+	q, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SL: 7})
 	require.NoError(t, err)
 	require.NoError(t, q.Close())
 

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -53,9 +54,9 @@ func (s State) String() string {
 // also while the owner posts and polls. A post then fails with ErrClosed,
 // at Begin or at Finish, neither touches memory that was freed, and the
 // Pollers the queue was added to drop it on the owner's goroutine (see
-// closer and Dispatcher). Nothing the close writes is read by a post or a
+// closer and Poller). Nothing the close writes is read by a post or a
 // poll without synchronization: the close sets atomic flags (the QP's
-// closed flag, the rings', the Dispatchers') and leaves the Queue's own
+// closed flag, the rings', the Pollers') and leaves the Queue's own
 // fields alone; State derives StateClosed from the QP's flag.
 type Queue struct {
 	// Hot fields first.
@@ -78,7 +79,7 @@ type Queue struct {
 
 	unmatched uint64
 	// closer closes the send queue and receive ring when the QP closes
-	// and flags the Dispatchers the queue was added to; Setup keeps it
+	// and flags the Pollers the queue was added to; Setup keeps it
 	// (and with it that list) across a Reset.
 	closer *closer
 }
@@ -241,8 +242,51 @@ func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage
 // state change of the QP).
 func SetState(q *Queue, s State) { q.state = s }
 
-// Handle returns the control-plane queue pair of q.
-func Handle(q *Queue) *ctx.QueuePair { return q.qp }
+// Handle returns the control-plane queue pair.
+func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
+
+// Limits returns what the provider granted the queue pair: the send and
+// receive ring sizes, the largest WQE, max SGE and max inline.
+func (q *Queue) Limits() Limits { return LimitsOf(q.qp) }
+
+// Fail moves the queue pair to the error state: every outstanding work
+// request completes with WR_FLUSH_ERR, and no more may be posted.
+func (q *Queue) Fail() error {
+	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
+		return Errorf(q.transport, "move"+q.kind()+" to error", "%w", err)
+	}
+	q.state = StateError
+	return nil
+}
+
+// kind names a DC queue pair's side in an operation's name (" DCI",
+// " DCT"): package dc has both.
+func (q *Queue) kind() string {
+	if q.typ == ctx.QPTypeDCI || q.typ == ctx.QPTypeDCT {
+		return " " + q.typ.String()
+	}
+	return ""
+}
+
+// Close destroys the queue pair (not its SRQ). Work requests the device has
+// not completed are lost, with no completion: drain them (Fail, then poll
+// the flushes) first if they matter; receives a DCT has not completed stay
+// in its SRQ.
+//
+// Close may be called from any goroutine, also while the owner posts on the
+// queue pair and polls its Pollers, as net.Conn.Close may: it closes only
+// the control-plane queue pair (Handle), so the owner's posts fail with
+// ErrClosed from then on (a stage begun before fails at Finish), and each
+// Poller the queue pair was added to drops it on the owner's goroutine, in
+// a later Poll, once no CQE of it is left in the CQ; until then its CQEs
+// are handed over as the device wrote them (Remove drops it at once).
+// Close is idempotent.
+func (q *Queue) Close() error {
+	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		return Errorf(q.transport, "close"+q.kind(), "%w", err)
+	}
+	return nil
+}
 
 // QPN returns the queue pair number (for a DCT: the DCT number).
 func (q *Queue) QPN() uint32 { return q.qpn }

@@ -4,7 +4,7 @@
 //
 // # Sending and replying
 //
-//	qp, err := ud.New(pd, cq, nil, ud.Config{SendDepth: 64, RecvDepth: 64, QKey: 0x11111111})
+//	qp, err := ud.New(pd, cq, ud.Config{SendDepth: 64, RecvDepth: 64, QKey: 0x11111111})
 //	ep := qp.Endpoint()                     // QPN, qkey, LID/GID, MTU
 //	remote, err := qp.NewRemote(peerEP)     // an address handle: control plane
 //	s, err := qp.Post(wrid, wqebuilder.Signaled, remote)
