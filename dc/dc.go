@@ -58,7 +58,7 @@ type DCI struct {
 
 	qp   *ctx.QueuePair
 	pd   *ctx.ProtectionDomain
-	port transport.Port
+	port newqp.Port
 	sl   uint8
 }
 
@@ -90,7 +90,7 @@ func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*
 				{"RNR retry", cfg.RNRRetry, 7, 7, &rts.RNRRetry},
 			} {
 				var err error
-				if *k.dst, err = transport.Knob(k.v, k.def, k.max); err != nil {
+				if *k.dst, err = newqp.Knob(k.v, k.def, k.max); err != nil {
 					return fmt.Errorf("%s: %w", k.name, err)
 				}
 			}
@@ -218,7 +218,7 @@ type DCT struct {
 	transport.Queue
 
 	qp   *ctx.QueuePair
-	port transport.Port
+	port newqp.Port
 	key  uint64
 	srq  *transport.SharedReceiveQueue
 }
@@ -230,7 +230,7 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 	spec := newqp.Spec{Transport: name, Op: "new DCT", Type: ctx.QPTypeDCT, CQ: cq, SRQ: cfg.SRQ,
 		Port: cfg.Port, GID: cfg.GID, RemoteAccess: cfg.RemoteAccess, DCKey: cfg.Key,
 		Check: func(ctx.DeviceAttr) (err error) {
-			if rnr, err = transport.Knob(cfg.MinRNRTimer, 12, 31); err != nil {
+			if rnr, err = newqp.Knob(cfg.MinRNRTimer, 12, 31); err != nil {
 				return fmt.Errorf("min RNR timer: %w", err)
 			}
 			return nil

@@ -83,7 +83,7 @@ type QP struct {
 	transport.Queue
 
 	qp     *ctx.QueuePair
-	port   transport.Port
+	port   newqp.Port
 	psn    uint32
 	remote endpoint.Endpoint
 	attr   ctx.QPAttr // RTR and RTS attributes from the configuration
@@ -117,7 +117,7 @@ func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, er
 	}
 	q.psn = cfg.PSN
 	if q.psn == 0 {
-		q.psn = transport.RandomPSN()
+		q.psn = newqp.RandomPSN()
 	}
 	q.attr.SQPSN = q.psn
 	return q, nil
@@ -143,7 +143,7 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 		{"retry count", cfg.RetryCount, 7, 7, &a.RetryCount},
 		{"RNR retry", cfg.RNRRetry, 7, 7, &a.RNRRetry},
 	} {
-		if *k.dst, err = transport.Knob(k.v, k.def, k.max); err != nil {
+		if *k.dst, err = newqp.Knob(k.v, k.def, k.max); err != nil {
 			return a, fmt.Errorf("%s: %w", k.name, err)
 		}
 	}

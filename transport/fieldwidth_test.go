@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/ibpath"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -155,9 +156,9 @@ func TestConfigFieldWidths(t *testing.T) {
 		{"UD port 2", newUD(ud.Config{Port: 2}), "port 2 out of range 1..1"},
 		{"UD PSN 2^24", newUD(ud.Config{PSN: 1 << 24}), "PSN 0x1000000 wider than 24 bits"},
 		// transport's own checks.
-		{"Knob 8 of 7", func() error { _, err := transport.Knob(8, 7, 7); return err }, "8 above 7"},
+		{"Knob 8 of 7", func() error { _, err := newqp.Knob(8, 7, 7); return err }, "8 above 7"},
 		{"CheckFields", func() error {
-			return transport.CheckFields(transport.Field{Name: "x", Value: 5, Min: 1, Max: 4})
+			return newqp.CheckFields(newqp.Field{Name: "x", Value: 5, Min: 1, Max: 4})
 		}, "x 5 out of range 1..4"},
 		// ctx.CompletionQueueConfig.
 		{"CQ depth 2^24", newCQ(ctx.CompletionQueueConfig{Depth: 1 << 24}), "CQ depth 16777216 out of range 1..16777215"},

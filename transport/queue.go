@@ -122,7 +122,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			BlueFlameSize: d.BlueFlameSize,
 			MaxInline:     d.MaxInline,
 			MaxSGE:        d.MaxSendSGE,
-			MaxWQEBBs:     MaxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
+			MaxWQEBBs:     maxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
 			Transport:     transport,
 			Memory:        d.Memory,
 		}
@@ -162,13 +162,13 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	return nil
 }
 
-// MaxWQEBBs is the size in WQEBBs of the largest WQE a queue pair of type t
+// maxWQEBBs is the size in WQEBBs of the largest WQE a queue pair of type t
 // can build with maxSGE data segments or maxInline bytes inline: control
 // segment, address vector (UD, DCI), remote address (RC, DCI) and the
 // payload, at least the masked 64-bit compare-and-swap with its result
 // segment where atomics are allowed (sqsize.KitWQEBBs, the bound the
 // providers size the ring's slots for).
-func MaxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
+func maxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
 	return sqsize.KitWQEBBs(t, maxSGE, maxInline)
 }
 
@@ -247,7 +247,7 @@ func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
 
 // Limits returns what the provider granted the queue pair: the send and
 // receive ring sizes, the largest WQE, max SGE and max inline.
-func (q *Queue) Limits() Limits { return LimitsOf(q.qp) }
+func (q *Queue) Limits() Limits { return limitsOf(q.qp) }
 
 // Fail moves the queue pair to the error state: every outstanding work
 // request completes with WR_FLUSH_ERR, and no more may be posted.
@@ -505,4 +505,30 @@ func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
 	if (wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr) && q.typ != ctx.QPTypeDCT && q.state < StateError {
 		q.state = StateError
 	}
+}
+
+// Limits are the sizes a provider granted a queue pair (providers round up
+// what was asked).
+type Limits struct {
+	// SendWQEBBs is the size of the send ring in 64-byte basic blocks; a
+	// WQE takes one to MaxWQEBBs of them.
+	SendWQEBBs uint32
+	// MaxWQEBBs is the largest WQE the queue pair builds, in basic blocks:
+	// a post needs that many free.
+	MaxWQEBBs uint32
+	// RecvWQEs is the number of receive WQEs of the QP's own receive queue.
+	RecvWQEs uint32
+	// MaxSendSGE, MaxRecvSGE and MaxInline bound one WQE.
+	MaxSendSGE, MaxRecvSGE, MaxInline uint32
+}
+
+// limitsOf returns the limits of qp.
+func limitsOf(qp *ctx.QueuePair) Limits {
+	d := qp.Descriptor()
+	l := Limits{SendWQEBBs: d.SQ.WQECnt, RecvWQEs: d.RQ.WQECnt,
+		MaxSendSGE: d.MaxSendSGE, MaxRecvSGE: d.MaxRecvSGE, MaxInline: d.MaxInline}
+	if d.SQ.WQECnt > 0 {
+		l.MaxWQEBBs = maxWQEBBs(qp.Type(), d.MaxSendSGE, d.MaxInline)
+	}
+	return l
 }

@@ -455,7 +455,7 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			// Neither form: refused, nothing created.
 			clear(e.Mem(1, 0, ud.GRHSize))
 			_, err = x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
-			require.ErrorIs(t, err, ud.ErrBadGRH)
+			require.ErrorIs(t, err, transport.ErrBadGRH)
 		})
 	}
 }

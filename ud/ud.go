@@ -60,7 +60,7 @@ type QP struct {
 
 	qp   *ctx.QueuePair
 	pd   *ctx.ProtectionDomain
-	port transport.Port
+	port newqp.Port
 	qkey uint32
 	psn  uint32
 	sl   uint8
@@ -80,7 +80,7 @@ func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, er
 	}
 	psn := cfg.PSN
 	if psn == 0 {
-		psn = transport.RandomPSN()
+		psn = newqp.RandomPSN()
 	}
 	q := &QP{qp: c.QP, pd: pd, port: c.Port, qkey: cfg.QKey, psn: psn, sl: cfg.SL}
 	if err := newqp.BringUp(&q.Queue, spec, c.QP, true,
@@ -143,7 +143,7 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 // GRH area holds an InfiniBand GRH or RoCE v2 IPv6 header, or, for RoCE v2
 // over IPv4, an IPv4 header in its last 20 bytes, whose source address
 // becomes the IPv4-mapped destination GID (::ffff:a.b.c.d). Anything else is
-// refused with ErrBadGRH. The qkey is this QP's own. It creates an address
+// refused with transport.ErrBadGRH. The qkey is this QP's own. It creates an address
 // handle: a control-plane call, to be cached by a caller that replies often.
 func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"

@@ -48,7 +48,7 @@ type Spec struct {
 type Created struct {
 	QP     *ctx.QueuePair
 	Device ctx.DeviceAttr
-	Port   transport.Port
+	Port   Port
 	// Access is the resolved RemoteAccess.
 	Access ctx.Access
 }
@@ -105,7 +105,7 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 		return Created{}, transport.Errorf(s.Transport, s.Op, "device %s: %w", dev.Name, ctx.ErrNotSupported)
 	}
 	if !dct {
-		if err := transport.CheckCaps(dev, s.Type, s.Caps, hasRQ); err != nil {
+		if err := CheckCaps(dev, s.Type, s.Caps, hasRQ); err != nil {
 			return fail(err)
 		}
 	}
@@ -114,14 +114,14 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 			return fail(err)
 		}
 	}
-	if err := transport.CheckFields(transport.PortField(dev, s.Port)); err != nil {
+	if err := CheckFields(PortField(dev, s.Port)); err != nil {
 		return fail(err)
 	}
-	port, err := transport.QueryPort(pd.Context(), s.Port, s.GID)
+	port, err := QueryPort(pd.Context(), s.Port, s.GID)
 	if err != nil {
 		return fail(err)
 	}
-	if err := transport.CheckFields(transport.SLField(port, s.SL)); err != nil {
+	if err := CheckFields(SLField(port, s.SL)); err != nil {
 		return fail(err)
 	}
 	cfg := ctx.QueuePairConfig{Type: s.Type, Caps: s.Caps, ScatterToCQE: s.ScatterToCQE, DCKey: s.DCKey}
