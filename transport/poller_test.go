@@ -166,6 +166,23 @@ func TestSharedQueuePairMethods(t *testing.T) {
 	}
 }
 
+// A DCT has no error state: Fail refuses it with ErrTransport before
+// asking the provider, and the DCT keeps receiving (stays RTR).
+func TestDCTFailIsRefused(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	dct, err := dc.NewDCT(e.PD[0], e.CQ(0, 16), dc.DCTConfig{SRQ: srq, Key: 7})
+	require.NoError(t, err)
+	err = dct.Fail()
+	require.ErrorIs(t, err, transport.ErrTransport)
+	require.Contains(t, err.Error(), "dc: move DCT to error")
+	st, err := dct.Handle().State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTR, st)
+	require.Equal(t, transport.StateReady, dct.State())
+}
+
 // Packages rc, dc and ud export only what is theirs: no second name for a
 // type, constant, variable or function of package transport.
 func TestTransportsExportOnlyTheirOwn(t *testing.T) {

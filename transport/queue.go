@@ -250,8 +250,13 @@ func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
 func (q *Queue) Limits() Limits { return limitsOf(q.qp) }
 
 // Fail moves the queue pair to the error state: every outstanding work
-// request completes with WR_FLUSH_ERR, and no more may be posted.
+// request completes with WR_FLUSH_ERR, and no more may be posted. A DCT has
+// no error state (the kernel's mlx5_ib_modify_dct refuses it): Fail refuses
+// a DCT with ErrTransport and changes nothing; Close it instead.
 func (q *Queue) Fail() error {
+	if q.typ == ctx.QPTypeDCT {
+		return Errorf(q.transport, "move DCT to error", "a DCT has no error state (close it instead): %w", ErrTransport)
+	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
 		return Errorf(q.transport, "move"+q.kind()+" to error", "%w", err)
 	}

@@ -33,13 +33,13 @@
 //
 // # Completions
 //
-// Completions are matched by QPN through a Poller, as in package rc (see
-// there for the pattern and why it inlines). Queue, Completion, Poller and
-// SharedReceiveQueue are the same types in packages rc, dc and ud.
+// Completions are matched by QPN through a transport.Poller, as in package
+// rc (see there for the pattern and why it inlines); one Poller serves the
+// queue pairs of every transport on a CQ.
 //
 // # Threading
 //
-// A QP and its pollers belong to one goroutine at a time. QP.Close is the
+// A QP and its pollers belong to one goroutine at a time. Close is the
 // exception: any goroutine may call it, also while the owner posts and
 // polls.
 package ud
