@@ -1,8 +1,6 @@
 package dc
 
 import (
-	"fmt"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -78,23 +76,12 @@ func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*
 				rd = dev.MaxQPInitRdAtomic
 			}
 			maxRd := uint8(min(max(rd, 1), 255))
-			for _, k := range []struct {
-				name     string
-				v        int
-				def, max uint8
-				dst      *uint8
-			}{
-				{"max RDMA reads/atomics", cfg.MaxRdAtomic, min(16, maxRd), maxRd, &rts.MaxRdAtomic},
-				{"timeout", cfg.Timeout, 14, 31, &rts.Timeout},
-				{"retry count", cfg.RetryCount, 7, 7, &rts.RetryCount},
-				{"RNR retry", cfg.RNRRetry, 7, 7, &rts.RNRRetry},
-			} {
-				var err error
-				if *k.dst, err = newqp.Knob(k.v, k.def, k.max); err != nil {
-					return fmt.Errorf("%s: %w", k.name, err)
-				}
-			}
-			return nil
+			return newqp.Settings(
+				newqp.Setting{Name: "max RDMA reads/atomics", Value: cfg.MaxRdAtomic, Default: min(16, maxRd), Max: maxRd, Dst: &rts.MaxRdAtomic},
+				newqp.Setting{Name: "timeout", Value: cfg.Timeout, Default: 14, Max: 31, Dst: &rts.Timeout},
+				newqp.Setting{Name: "retry count", Value: cfg.RetryCount, Default: 7, Max: 7, Dst: &rts.RetryCount},
+				newqp.Setting{Name: "RNR retry", Value: cfg.RNRRetry, Default: 7, Max: 7, Dst: &rts.RNRRetry},
+			)
 		},
 	}
 	c, err := newqp.Create(pd, spec)
@@ -229,11 +216,8 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 	var rnr uint8
 	spec := newqp.Spec{Transport: name, Op: "new DCT", Type: ctx.QPTypeDCT, CQ: cq, SRQ: cfg.SRQ,
 		Port: cfg.Port, GID: cfg.GID, RemoteAccess: cfg.RemoteAccess, DCKey: cfg.Key,
-		Check: func(ctx.DeviceAttr) (err error) {
-			if rnr, err = newqp.Knob(cfg.MinRNRTimer, 12, 31); err != nil {
-				return fmt.Errorf("min RNR timer: %w", err)
-			}
-			return nil
+		Check: func(ctx.DeviceAttr) error {
+			return newqp.Settings(newqp.Setting{Name: "min RNR timer", Value: cfg.MinRNRTimer, Default: 12, Max: 31, Dst: &rnr})
 		},
 	}
 	c, err := newqp.Create(pd, spec)

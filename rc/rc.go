@@ -1,8 +1,6 @@
 package rc
 
 import (
-	"fmt"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
@@ -126,26 +124,18 @@ func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, er
 // rcAttr resolves the connection knobs of cfg.
 func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 	var a ctx.QPAttr
-	var err error
 	maxRd := uint8(min(max(dev.MaxQPInitRdAtomic, 1), 255))
 	if dev.MaxQPRdAtomic != 0 && dev.MaxQPRdAtomic < uint32(maxRd) {
 		maxRd = uint8(dev.MaxQPRdAtomic)
 	}
-	for _, k := range []struct {
-		name     string
-		v        int
-		def, max uint8
-		dst      *uint8
-	}{
-		{"max RDMA reads/atomics", cfg.MaxRdAtomic, min(16, maxRd), maxRd, &a.MaxRdAtomic},
-		{"min RNR timer", cfg.MinRNRTimer, 12, 31, &a.MinRNRTimer},
-		{"timeout", cfg.Timeout, 14, 31, &a.Timeout},
-		{"retry count", cfg.RetryCount, 7, 7, &a.RetryCount},
-		{"RNR retry", cfg.RNRRetry, 7, 7, &a.RNRRetry},
-	} {
-		if *k.dst, err = newqp.Knob(k.v, k.def, k.max); err != nil {
-			return a, fmt.Errorf("%s: %w", k.name, err)
-		}
+	if err := newqp.Settings(
+		newqp.Setting{Name: "max RDMA reads/atomics", Value: cfg.MaxRdAtomic, Default: min(16, maxRd), Max: maxRd, Dst: &a.MaxRdAtomic},
+		newqp.Setting{Name: "min RNR timer", Value: cfg.MinRNRTimer, Default: 12, Max: 31, Dst: &a.MinRNRTimer},
+		newqp.Setting{Name: "timeout", Value: cfg.Timeout, Default: 14, Max: 31, Dst: &a.Timeout},
+		newqp.Setting{Name: "retry count", Value: cfg.RetryCount, Default: 7, Max: 7, Dst: &a.RetryCount},
+		newqp.Setting{Name: "RNR retry", Value: cfg.RNRRetry, Default: 7, Max: 7, Dst: &a.RNRRetry},
+	); err != nil {
+		return a, err
 	}
 	a.MaxDestRdAtomic = a.MaxRdAtomic
 	a.Path.SL = cfg.SL

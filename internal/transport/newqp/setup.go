@@ -148,6 +148,29 @@ func Knob(v int, def, max uint8) (uint8, error) {
 	return uint8(v), nil
 }
 
+// Setting is one knob of a configuration for Settings: its name in
+// errors, the configured value, its default and maximum, and where the
+// resolved value goes.
+type Setting struct {
+	Name         string
+	Value        int
+	Default, Max uint8
+	Dst          *uint8
+}
+
+// Settings resolves each setting with Knob into its Dst and refuses the
+// first one out of range, naming it.
+func Settings(settings ...Setting) error {
+	for _, k := range settings {
+		v, err := Knob(k.Value, k.Default, k.Max)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.Name, err)
+		}
+		*k.Dst = v
+	}
+	return nil
+}
+
 // Field is a configuration value and the range of the verbs or PRM field it
 // goes into, for CheckFields.
 type Field = fieldcheck.Field
