@@ -28,7 +28,7 @@ PREEMPT_OUT ?= $(or $(TMPDIR),/tmp)/mlx5kit-asyncpreemptoff
 
 TASKSET := $(if $(MLX5KIT_CPUS),taskset -c $(MLX5KIT_CPUS),)
 
-.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt instructions lint generate fuzz soak cross test-arm64 hwtest
+.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt instructions lint fuzz soak cross test-arm64 hwtest
 
 deps:
 	@./scripts/deps.sh
@@ -72,11 +72,6 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) -checks all ./...
-
-# The files written by internal/transport/gen (the Poller and shared names
-# of rc, dc and ud); its test fails when they are not current.
-generate:
-	$(GO) generate ./rc ./dc ./ud
 
 fuzz: deps
 	GO=$(GO) ./scripts/fuzz.sh $(FUZZTIME)

@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -57,9 +58,9 @@ func TestWriteAfterBufferClose(t *testing.T) {
 	require.NoError(t, err)
 	cqB, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
 	require.NoError(t, err)
-	a, err := rc.New(pd, cqA, nil, rc.Config{SendDepth: 8, MaxInline: 64})
+	a, err := rc.New(pd, cqA, rc.Config{SendDepth: 8, MaxInline: 64})
 	require.NoError(t, err)
-	b, err := rc.New(pd, cqB, nil, rc.Config{SendDepth: 8, RecvDepth: 8})
+	b, err := rc.New(pd, cqB, rc.Config{SendDepth: 8, RecvDepth: 8})
 	require.NoError(t, err)
 	require.NoError(t, a.Connect(b.Endpoint()))
 	require.NoError(t, b.Connect(a.Endpoint()))
@@ -68,15 +69,15 @@ func TestWriteAfterBufferClose(t *testing.T) {
 	require.NoError(t, buf.Close())
 	require.Nil(t, buf.Bytes())
 
-	poller, err := rc.NewPoller(cqA)
+	poller, err := transport.NewPoller(cqA)
 	require.NoError(t, err)
-	require.NoError(t, poller.Add(&a.Queue))
+	require.NoError(t, poller.Add(a))
 	st, err := a.Post(1, wqebuilder.Signaled)
 	require.NoError(t, err)
 	require.NoError(t, st.RdmaWrite(uint64(mr.Addr()), mr.RKey()).Inline([]byte("late")).FinishBlueFlame())
 	var werr error
 	for n := 0; n == 0; {
-		n = poller.Poll(1, func(wc *rc.Completion) { werr = wc.Err() })
+		n = poller.Poll(1, func(wc *transport.Completion) { werr = wc.Err() })
 	}
 	require.NoError(t, werr)
 	require.Equal(t, []byte("late"), mr.Bytes()[:4])

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -24,7 +25,7 @@ var tputSizes = []int{8, 64, 256, 1024, 4096, 65536}
 
 // streamWrites runs n RDMA_WRITEs of size bytes from side 0 to side 1 with
 // at most tputDepth outstanding. It returns false on an error.
-func streamWrites(qp *rc.QP, p *rc.Poller, e *pingEnv, size, n int, inline bool, st *rtStats) bool {
+func streamWrites(qp *rc.QP, p *transport.Poller, e *pingEnv, size, n int, inline bool, st *rtStats) bool {
 	src, dst := &e.s[0], &e.s[1]
 	raddr, rkey := dst.addr(pingOff), dst.mr.RKey()
 	data := src.buf.Bytes()[srcOff : srcOff+size]
@@ -57,8 +58,8 @@ func streamWrites(qp *rc.QP, p *rc.Poller, e *pingEnv, size, n int, inline bool,
 			posted += k
 			outstanding += k
 		}
-		if p.Poll(4, func(c *rc.Completion) {
-			if c.Status != rc.StatusOK {
+		if p.Poll(4, func(c *transport.Completion) {
+			if c.Status != transport.StatusOK {
 				ok = false
 			}
 			// The wrid of a batch's signaled WQE is the batch size.
@@ -79,12 +80,12 @@ func streamWrites(qp *rc.QP, p *rc.Poller, e *pingEnv, size, n int, inline bool,
 
 // newStreamPair connects a sender on side 0 (send depth tputDepth) to a
 // receiver on side 1 and returns the sender and its poller.
-func newStreamPair(tb testing.TB, e *pingEnv) (*rc.QP, *rc.Poller) {
+func newStreamPair(tb testing.TB, e *pingEnv) (*rc.QP, *transport.Poller) {
 	ps := newPeers(tb, e, 2*tputDepth)
-	qp, err := rc.New(e.s[0].pd, ps[0].cq, nil, rc.Config{SendDepth: tputDepth, MaxInline: pingMaxInline})
+	qp, err := rc.New(e.s[0].pd, ps[0].cq, rc.Config{SendDepth: tputDepth, MaxInline: pingMaxInline})
 	require.NoError(tb, err)
-	require.NoError(tb, ps[0].p.Add(&qp.Queue))
-	peer, err := rc.New(e.s[1].pd, ps[1].cq, nil, rc.Config{SendDepth: 1})
+	require.NoError(tb, ps[0].p.Add(qp))
+	peer, err := rc.New(e.s[1].pd, ps[1].cq, rc.Config{SendDepth: 1})
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		require.NoError(tb, qp.Close())

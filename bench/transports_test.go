@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -18,11 +19,11 @@ import (
 // one message is in flight, the rest is headroom.
 const pingDepth = 16
 
-// peer is one side's completion queue and poller. One rc.Poller serves
+// peer is one side's completion queue and poller. One transport.Poller serves
 // queue pairs of every transport (their Queue type is shared).
 type peer struct {
 	cq *ctx.CompletionQueue
-	p  *rc.Poller
+	p  *transport.Poller
 }
 
 func newPeers(tb testing.TB, e *pingEnv, depth uint32) [2]peer {
@@ -30,7 +31,7 @@ func newPeers(tb testing.TB, e *pingEnv, depth uint32) [2]peer {
 	for i := range ps {
 		cq, err := e.s[i].c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: depth})
 		require.NoError(tb, err)
-		p, err := rc.NewPoller(cq)
+		p, err := transport.NewPoller(cq)
 		require.NoError(tb, err)
 		ps[i] = peer{cq: cq, p: p}
 		tb.Cleanup(func() { require.NoError(tb, cq.Close()) })
@@ -42,12 +43,12 @@ func newPeers(tb testing.TB, e *pingEnv, depth uint32) [2]peer {
 // send) arrives, taking the other kind on the way. Only the poll that finds
 // completions counts as software cost; the empty ones are waiting for the
 // device. It returns false on an error completion.
-func wait(p *rc.Poller, send bool, st *rtStats) bool {
+func wait(p *transport.Poller, send bool, st *rtStats) bool {
 	ok, got := true, false
 	for !got {
 		t0 := cycles.Start()
-		n := p.Poll(4, func(c *rc.Completion) {
-			if c.Status != rc.StatusOK {
+		n := p.Poll(4, func(c *transport.Completion) {
+			if c.Status != transport.StatusOK {
 				ok = false
 			}
 			if c.IsSend() == send {
@@ -149,9 +150,9 @@ var pingCases = []pingCase{
 func rcConnected(tb testing.TB, e *pingEnv, ps [2]peer, recvDepth uint32) [2]*rc.QP {
 	var qp [2]*rc.QP
 	for i := range qp {
-		q, err := rc.New(e.s[i].pd, ps[i].cq, nil, rc.Config{SendDepth: pingDepth, RecvDepth: recvDepth, MaxInline: pingMaxInline})
+		q, err := rc.New(e.s[i].pd, ps[i].cq, rc.Config{SendDepth: pingDepth, RecvDepth: recvDepth, MaxInline: pingMaxInline})
 		require.NoError(tb, err)
-		require.NoError(tb, ps[i].p.Add(&q.Queue))
+		require.NoError(tb, ps[i].p.Add(q))
 		qp[i] = q
 		tb.Cleanup(func() { require.NoError(tb, q.Close()) })
 	}
@@ -229,21 +230,21 @@ const dcKey = 0x6d6c7835
 func setupDCWriteImm(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 	ps := newPeers(tb, e, 2*pingDepth+2)
 	var (
-		srq  [2]*dc.SharedReceiveQueue
+		srq  [2]*transport.SharedReceiveQueue
 		dct  [2]*dc.DCT
 		dci  [2]*dc.DCI
 		rmts [2]*dc.Remote
 	)
 	for i := range 2 {
 		var err error
-		srq[i], err = dc.NewSharedReceiveQueue(e.s[i].pd, dc.SRQConfig{Depth: pingDepth})
+		srq[i], err = transport.NewSharedReceiveQueue(e.s[i].pd, transport.SRQConfig{Depth: pingDepth})
 		require.NoError(tb, err)
 		dct[i], err = dc.NewDCT(e.s[i].pd, ps[i].cq, dc.DCTConfig{SRQ: srq[i], Key: dcKey})
 		require.NoError(tb, err)
 		dci[i], err = dc.NewDCI(e.s[i].pd, ps[i].cq, dc.DCIConfig{SendDepth: pingDepth, MaxInline: pingMaxInline})
 		require.NoError(tb, err)
-		require.NoError(tb, ps[i].p.Add(&dct[i].Queue))
-		require.NoError(tb, ps[i].p.Add(&dci[i].Queue))
+		require.NoError(tb, ps[i].p.Add(dct[i]))
+		require.NoError(tb, ps[i].p.Add(dci[i]))
 		require.NoError(tb, srq[i].PostRecv(0, 0, 0, 0))
 	}
 	for i := range 2 {
@@ -285,9 +286,9 @@ func setupUDSend(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 	)
 	for i := range 2 {
 		var err error
-		qp[i], err = ud.New(e.s[i].pd, ps[i].cq, nil, ud.Config{SendDepth: pingDepth, RecvDepth: pingDepth, MaxInline: pingMaxInline, QKey: udQKey})
+		qp[i], err = ud.New(e.s[i].pd, ps[i].cq, ud.Config{SendDepth: pingDepth, RecvDepth: pingDepth, MaxInline: pingMaxInline, QKey: udQKey})
 		require.NoError(tb, err)
-		require.NoError(tb, ps[i].p.Add(&qp[i].Queue))
+		require.NoError(tb, ps[i].p.Add(qp[i]))
 	}
 	if mtu := qp[0].Endpoint().MTU.Bytes(); size > mtu {
 		for i := range 2 {

@@ -17,7 +17,7 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -196,7 +196,7 @@ func (p *Pool) IndexOf(addr uint64) (int, error) {
 // Receiver is a queue that receives into the pool's buffers: an RC or UD
 // queue pair (its Queue), a DCT's or any SharedReceiveQueue.
 type Receiver interface {
-	BeginRecv(wrid uint64) rc.RecvStage
+	BeginRecv(wrid uint64) transport.RecvStage
 	RingRecvDoorbell()
 }
 

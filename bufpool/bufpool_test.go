@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -116,7 +117,7 @@ func TestNewRefusesBadSizes(t *testing.T) {
 	require.Equal(t, uint32(wqebuilder.MaxSGELength), n)
 	cq, err := pd.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
 	require.NoError(t, err)
-	qp, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 1, RecvDepth: 2})
+	qp, err := rc.New(pd, cq, rc.Config{SendDepth: 1, RecvDepth: 2})
 	require.NoError(t, err)
 	defer qp.Close()
 	posted, err := bufpool.PostReceives(p, &qp.Queue, 1)
@@ -152,16 +153,16 @@ func TestUDExchangeThroughPools(t *testing.T) {
 	require.NoError(t, err)
 	cqB, err := pdB.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
 	require.NoError(t, err)
-	a, err := ud.New(pdA, cqA, nil, ud.Config{SendDepth: 16, RecvDepth: 16, QKey: 0x1234})
+	a, err := ud.New(pdA, cqA, ud.Config{SendDepth: 16, RecvDepth: 16, QKey: 0x1234})
 	require.NoError(t, err)
-	b, err := ud.New(pdB, cqB, nil, ud.Config{SendDepth: 16, RecvDepth: 8, QKey: 0x1234})
+	b, err := ud.New(pdB, cqB, ud.Config{SendDepth: 16, RecvDepth: 8, QKey: 0x1234})
 	require.NoError(t, err)
-	pollA, err := ud.NewPoller(cqA)
+	pollA, err := transport.NewPoller(cqA)
 	require.NoError(t, err)
-	require.NoError(t, pollA.Add(&a.Queue))
-	pollB, err := ud.NewPoller(cqB)
+	require.NoError(t, pollA.Add(a))
+	pollB, err := transport.NewPoller(cqB)
 	require.NoError(t, err)
-	require.NoError(t, pollB.Add(&b.Queue))
+	require.NoError(t, pollB.Add(b))
 
 	sendPool, err := bufpool.New(pdA, 8, 256, 0)
 	require.NoError(t, err)
@@ -193,13 +194,13 @@ func TestUDExchangeThroughPools(t *testing.T) {
 		require.NoError(t, s.Send().SGE(addr, length, lkey).FinishBlueFlame())
 		require.NoError(t, f.RunUntilIdle())
 
-		pollA.Poll(16, func(c *ud.Completion) {
+		pollA.Poll(16, func(c *transport.Completion) {
 			require.NoError(t, c.Err())
 			j, err := sendPool.Index(c.WRID)
 			require.NoError(t, err)
 			require.NoError(t, sendPool.Push(j))
 		})
-		pollB.Poll(16, func(c *ud.Completion) {
+		pollB.Poll(16, func(c *transport.Completion) {
 			require.NoError(t, c.Err())
 			j, err := recvPool.Index(c.WRID)
 			require.NoError(t, err)
@@ -211,27 +212,27 @@ func TestUDExchangeThroughPools(t *testing.T) {
 	require.Len(t, received, rounds)
 	require.Equal(t, 8, sendPool.Free(), "every send buffer came back")
 	require.Equal(t, uint32(8), b.RecvOutstanding(), "every receive buffer was posted again")
-	require.ErrorIs(t, bufpool.Repost(recvPool, &b.Queue, 0), rc.ErrReceiveQueueFull)
+	require.ErrorIs(t, bufpool.Repost(recvPool, &b.Queue, 0), transport.ErrReceiveQueueFull)
 }
 
 func TestPostReceivesStopsWhenFull(t *testing.T) {
 	f := sim.New(sim.Options{})
 	defer f.Close()
 	pd := newPD(t, f, "")
-	srq, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	p, err := bufpool.New(pd, 10, 64, 0)
 	require.NoError(t, err)
 	defer p.Close()
 	n, err := bufpool.PostReceives(p, srq, 10)
-	require.ErrorIs(t, err, rc.ErrReceiveQueueFull)
+	require.ErrorIs(t, err, transport.ErrReceiveQueueFull)
 	require.Equal(t, int(srq.Outstanding()), n)
 	require.Equal(t, 10-n, p.Free(), "the refused buffer went back to the pool")
 
 	small, err := bufpool.New(pd, 2, 64, 0)
 	require.NoError(t, err)
 	defer small.Close()
-	srq2, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 16})
+	srq2, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 16})
 	require.NoError(t, err)
 	n, err = bufpool.PostReceives(small, srq2, 3)
 	require.ErrorIs(t, err, bufpool.ErrEmpty)

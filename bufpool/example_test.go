@@ -6,6 +6,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/bufpool"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -19,9 +20,9 @@ func Example() {
 	defer dev.Close()
 	pd, _ := dev.AllocProtectionDomain()
 	cq, _ := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 32})
-	qp, _ := ud.New(pd, cq, nil, ud.Config{SendDepth: 8, RecvDepth: 8, QKey: 0x42})
-	poller, _ := ud.NewPoller(cq)
-	_ = poller.Add(&qp.Queue)
+	qp, _ := ud.New(pd, cq, ud.Config{SendDepth: 8, RecvDepth: 8, QKey: 0x42})
+	poller, _ := transport.NewPoller(cq)
+	_ = poller.Add(qp)
 
 	pool, err := bufpool.New(pd, 16, ud.GRHSize+64, 0)
 	if err != nil {
@@ -42,7 +43,7 @@ func Example() {
 	_ = s.Send().SGE(addr, length, lkey).FinishBlueFlame()
 	_ = fabric.RunUntilIdle()
 
-	poller.Poll(8, func(c *ud.Completion) {
+	poller.Poll(8, func(c *transport.Completion) {
 		j, _ := pool.Index(c.WRID)
 		if c.IsSend() {
 			_ = pool.Push(j)

@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -49,14 +50,14 @@ func BenchmarkManualChannelRawWrite(b *testing.B) {
 
 func BenchmarkManualTransportWrite(b *testing.B) {
 	f, a, h := manualHosts(b)
-	mk := func(x *host) (*rc.QP, *rc.Poller) {
+	mk := func(x *host) (*rc.QP, *transport.Poller) {
 		cq, err := x.dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 128})
 		require.NoError(b, err)
-		qp, err := rc.New(x.pd, cq, nil, rc.Config{SendDepth: 64, RecvDepth: 64})
+		qp, err := rc.New(x.pd, cq, rc.Config{SendDepth: 64, RecvDepth: 64})
 		require.NoError(b, err)
-		p, err := rc.NewPoller(cq)
+		p, err := transport.NewPoller(cq)
 		require.NoError(b, err)
-		require.NoError(b, p.Add(&qp.Queue))
+		require.NoError(b, p.Add(qp))
 		return qp, p
 	}
 	qa, pa := mk(a)
@@ -79,8 +80,8 @@ func BenchmarkManualTransportWrite(b *testing.B) {
 		if err := f.RunUntilIdle(); err != nil {
 			b.Fatal(err)
 		}
-		n := pa.Poll(16, func(c *rc.Completion) {
-			if c.WRID != wrid || c.Status != rc.StatusOK {
+		n := pa.Poll(16, func(c *transport.Completion) {
+			if c.WRID != wrid || c.Status != transport.StatusOK {
 				b.Fatal("unexpected completion")
 			}
 		})

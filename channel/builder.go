@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // Transport is what carries a channel's work requests.
@@ -209,13 +210,13 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	if c.poller, err = rc.NewPoller(c.cq); err != nil {
+	if c.poller, err = transport.NewPoller(c.cq); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	var outstanding uint64
 	if opts.Transport == TransportRC {
 		for i := range c.links {
-			qp, err := rc.New(pd, c.cq, c.cq, rc.Config{
+			qp, err := rc.New(pd, c.cq, rc.Config{
 				SendDepth: opts.SendDepth, RecvDepth: opts.RecvDepth,
 				MaxSendSGE: opts.MaxSendSGE, MaxRecvSGE: opts.MaxRecvSGE, MaxInline: opts.MaxInline,
 				Port: opts.Port, GID: opts.GID, RemoteAccess: opts.Access,
@@ -224,7 +225,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.links[i].qp = qp
-			if err := c.poller.Add(&qp.Queue); err != nil {
+			if err := c.poller.Add(qp); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
 			l := qp.Limits()
@@ -236,7 +237,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
-		if err := c.poller.Add(&c.dci.Queue); err != nil {
+		if err := c.poller.Add(c.dci); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		outstanding += uint64(c.dci.Limits().SendWQEBBs)
@@ -247,7 +248,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			key = binary.LittleEndian.Uint64(b[:]) | 1
 		}
 		for i := range c.links {
-			srq, err := dc.NewSharedReceiveQueue(pd, dc.SRQConfig{Depth: opts.RecvDepth, MaxSGE: opts.MaxRecvSGE})
+			srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: opts.RecvDepth, MaxSGE: opts.MaxRecvSGE})
 			if err != nil {
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
@@ -258,7 +259,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.links[i].dct, c.links[i].srq = dct, srq
-			if err := c.poller.Add(&dct.Queue); err != nil {
+			if err := c.poller.Add(dct); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
 			outstanding += uint64(srq.Free()) + 1

@@ -14,16 +14,17 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // link is everything that reaches one peer.
 type link struct {
-	qp     *rc.QP                 // RC: the connected queue pair
-	remote *dc.Remote             // DC: the peer's DCT, reached from the DCI
-	dct    *dc.DCT                // DC: the target this peer sends to
-	srq    *dc.SharedReceiveQueue // DC: the receives of dct
-	ep     endpoint.Endpoint      // the peer's endpoint (after the handshake)
+	qp     *rc.QP                        // RC: the connected queue pair
+	remote *dc.Remote                    // DC: the peer's DCT, reached from the DCI
+	dct    *dc.DCT                       // DC: the target this peer sends to
+	srq    *transport.SharedReceiveQueue // DC: the receives of dct
+	ep     endpoint.Endpoint             // the peer's endpoint (after the handshake)
 }
 
 // Slot states.
@@ -63,7 +64,7 @@ type core struct {
 	transport Transport
 	links     []link
 	dci       *dc.DCI
-	poller    *rc.Poller
+	poller    *transport.Poller
 	notifier  *completion.Notifier
 	slots     []slot
 	mask      uint64   // len(slots) - 1
@@ -87,7 +88,7 @@ type core struct {
 	ctx    *ctx.Context
 	pd     *ctx.ProtectionDomain
 	cq     *ctx.CompletionQueue
-	srqs   []*dc.SharedReceiveQueue
+	srqs   []*transport.SharedReceiveQueue
 	closed bool
 }
 
@@ -198,7 +199,7 @@ func (c *core) release(s *slot) {
 // full reports whether err says a queue had no room: the caller may poll
 // and try again.
 func full(err error) bool {
-	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, rc.ErrReceiveQueueFull)
+	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, transport.ErrReceiveQueueFull)
 }
 
 // beginPeer starts a send WQE to peer, or names the bad peer.
@@ -322,7 +323,7 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpRecv)
 	}
-	var st rc.RecvStage
+	var st transport.RecvStage
 	if c.transport == TransportDC {
 		st = l.srq.BeginRecv(c.nextWRID())
 	} else {
@@ -341,15 +342,15 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 // poll processes up to one batch of completions and returns how many it
 // found. It allocates only for a failed completion inside a scope.
 func (c *core) poll() int {
-	return c.poller.Poll(64, func(wc *rc.Completion) {
+	return c.poller.Poll(64, func(wc *transport.Completion) {
 		c.complete(wc)
 	})
 }
 
 // complete files one completion in its record.
-func (c *core) complete(wc *rc.Completion) {
+func (c *core) complete(wc *transport.Completion) {
 	s := &c.slots[wc.WRID&c.mask]
-	if (wc.Status != rc.StatusOK && wc.Status != rc.StatusError) || s.wrid != wc.WRID || s.state != slotPosted {
+	if (wc.Status != transport.StatusOK && wc.Status != transport.StatusError) || s.wrid != wc.WRID || s.state != slotPosted {
 		c.strayCompletion(wc)
 		return
 	}
@@ -382,15 +383,15 @@ func (c *core) filed(s *slot) {
 	}
 }
 
-func (c *core) strayCompletion(wc *rc.Completion) {
+func (c *core) strayCompletion(wc *transport.Completion) {
 	if c.stray != nil {
 		return
 	}
-	if wc.Status == rc.StatusOK || wc.Status == rc.StatusError {
+	if wc.Status == transport.StatusOK || wc.Status == transport.StatusError {
 		// Matched by the queue pair, but not posted by the channel (work
 		// posted on the QP directly).
 		c.stray = fmt.Errorf("channel: completion %v on QP %#x (wr_id %d) matches no work request of the channel: %w",
-			wc.Opcode, wc.QPN, wc.WRID, rc.ErrUnmatched)
+			wc.Opcode, wc.QPN, wc.WRID, transport.ErrUnmatched)
 		return
 	}
 	c.stray = fmt.Errorf("channel: %w", wc.Err())

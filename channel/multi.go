@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // MultiChannel is a connected channel to several peers, all sharing one
@@ -79,7 +80,7 @@ func (m *MultiChannel) DCI() *dc.DCI { return m.c.dci }
 func (m *MultiChannel) Notifier() *completion.Notifier { return m.c.notifier }
 
 // Poller returns the poller of the channel's completion queue.
-func (m *MultiChannel) Poller() *rc.Poller { return m.c.poller }
+func (m *MultiChannel) Poller() *transport.Poller { return m.c.poller }
 
 // Outstanding returns the number of work requests posted and not yet
 // completed.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -34,16 +35,16 @@ func ExampleProtectionDomain_RegisterDMABuf() {
 
 	cqA := must(c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16}))
 	cqB := must(c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16}))
-	a := must(rc.New(pd, cqA, nil, rc.Config{SendDepth: 8, MaxInline: 64}))
-	b := must(rc.New(pd, cqB, nil, rc.Config{SendDepth: 8}))
+	a := must(rc.New(pd, cqA, rc.Config{SendDepth: 8, MaxInline: 64}))
+	b := must(rc.New(pd, cqB, rc.Config{SendDepth: 8}))
 	check(a.Connect(b.Endpoint()))
 	check(b.Connect(a.Endpoint()))
-	poll := must(rc.NewPoller(cqA))
-	check(poll.Add(&a.Queue))
+	poll := must(transport.NewPoller(cqA))
+	check(poll.Add(a))
 
 	st := must(a.Post(1, wqebuilder.Signaled))
 	check(st.RdmaWrite(uint64(mr.Addr())+4096, mr.RKey()).Inline([]byte("written by RDMA")).FinishBlueFlame())
-	for poll.Poll(1, func(wc *rc.Completion) { check(wc.Err()) }) == 0 {
+	for poll.Poll(1, func(wc *transport.Completion) { check(wc.Err()) }) == 0 {
 	}
 	fmt.Printf("%q\n", view[4096:4096+15])
 	// Output:

@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // TestDCAttributes checks what NewDCI and NewDCT ask of the device, as a
@@ -61,7 +62,7 @@ func TestDCAttributes(t *testing.T) {
 				require.NoError(t, dci.Close())
 			}
 
-			srq, err := dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: 4})
+			srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
 			require.NoError(t, err)
 			for _, c := range []struct {
 				name   string
@@ -114,7 +115,7 @@ func TestDCReadAtomicDepth(t *testing.T) {
 	cq := e.CQ(0, 16)
 
 	_, err = dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxQPInitRdAtomic)})
-	require.ErrorIs(t, err, dc.ErrInvalidConfig)
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 	require.Contains(t, err.Error(), "reads/atomics")
 
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxDCInitRdAtomic)})

@@ -1,11 +1,10 @@
 package dc
 
 import (
-	"errors"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -46,104 +45,57 @@ type DCIConfig struct {
 
 // DCI is a DC initiator: a send queue whose WQEs each name their target (a
 // DCT, by number and DC access key, through a Remote), so one DCI reaches
-// any number of DCTs. It has no receive queue.
+// any number of DCTs. It has no receive queue. Its embedded
+// transport.Queue has what every transport has (Handle, Limits, Fail,
+// Close); add the DCI to the transport.Poller of its CQ.
 //
 // A DCI is used by one goroutine at a time; Close may be called from any
 // goroutine.
 type DCI struct {
-	// Queue is the data-plane part shared with the other transports; add
-	// &dci.Queue to the Poller of its CQ.
-	Queue
+	transport.Queue
 
 	qp   *ctx.QueuePair
 	pd   *ctx.ProtectionDomain
-	port transport.Port
+	port newqp.Port
 	sl   uint8
 }
 
-// NewDCI creates a DC initiator in pd with completions on sendCQ and brings
-// it to RTS: it may post as soon as it has a Remote.
-func NewDCI(pd *ctx.ProtectionDomain, sendCQ *ctx.CompletionQueue, cfg DCIConfig) (*DCI, error) {
-	const op = "new DCI"
-	bad := func(format string, args ...any) (*DCI, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
-	}
-	switch {
-	case pd == nil:
-		return bad("nil protection domain")
-	case sendCQ == nil:
-		return bad("nil send completion queue")
-	case cfg.SendDepth == 0:
-		return bad("send depth 0")
-	}
-	if cfg.MaxSendSGE == 0 {
-		cfg.MaxSendSGE = 1
-	}
-	dev, err := pd.Context().Query()
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	if !dev.DC {
-		return nil, transport.Errorf(name, op, "device %s: %w", dev.Name, ctx.ErrNotSupported)
-	}
-	caps := ctx.QueuePairCaps{SendDepth: cfg.SendDepth, MaxSendSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline}
-	if err := transport.CheckCaps(dev, ctx.QPTypeDCI, caps, false); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
+// NewDCI creates a DC initiator in pd with completions on cq and brings it
+// to RTS: it may post as soon as it has a Remote.
+func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*DCI, error) {
 	var rts ctx.QPAttr
-	// A DCI's reads and atomics are bounded by DC's own requester depth;
-	// RC's is the best guess where the provider cannot tell it.
-	rd := dev.MaxDCInitRdAtomic
-	if rd == 0 {
-		rd = dev.MaxQPInitRdAtomic
+	spec := newqp.Spec{Transport: name, Op: "new DCI", Type: ctx.QPTypeDCI, CQ: cq,
+		Caps: ctx.QueuePairCaps{SendDepth: cfg.SendDepth, MaxSendSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline},
+		Port: cfg.Port, GID: cfg.GID, SL: cfg.SL,
+		Check: func(dev ctx.DeviceAttr) error {
+			// A DCI's reads and atomics are bounded by DC's own
+			// requester depth; RC's is the best guess where the
+			// provider cannot tell it.
+			rd := dev.MaxDCInitRdAtomic
+			if rd == 0 {
+				rd = dev.MaxQPInitRdAtomic
+			}
+			maxRd := uint8(min(max(rd, 1), 255))
+			return newqp.Settings(
+				newqp.Setting{Name: "max RDMA reads/atomics", Value: cfg.MaxRdAtomic, Default: min(16, maxRd), Max: maxRd, Dst: &rts.MaxRdAtomic},
+				newqp.Setting{Name: "timeout", Value: cfg.Timeout, Default: 14, Max: 31, Dst: &rts.Timeout},
+				newqp.Setting{Name: "retry count", Value: cfg.RetryCount, Default: 7, Max: 7, Dst: &rts.RetryCount},
+				newqp.Setting{Name: "RNR retry", Value: cfg.RNRRetry, Default: 7, Max: 7, Dst: &rts.RNRRetry},
+			)
+		},
 	}
-	maxRd := uint8(min(max(rd, 1), 255))
-	for _, k := range []struct {
-		name     string
-		v        int
-		def, max uint8
-		dst      *uint8
-	}{
-		{"max RDMA reads/atomics", cfg.MaxRdAtomic, min(16, maxRd), maxRd, &rts.MaxRdAtomic},
-		{"timeout", cfg.Timeout, 14, 31, &rts.Timeout},
-		{"retry count", cfg.RetryCount, 7, 7, &rts.RetryCount},
-		{"RNR retry", cfg.RNRRetry, 7, 7, &rts.RNRRetry},
-	} {
-		if *k.dst, err = transport.Knob(k.v, k.def, k.max); err != nil {
-			return bad("%s: %v", k.name, err)
-		}
-	}
-	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
+	c, err := newqp.Create(pd, spec)
 	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	if err := transport.CheckFields(transport.SLField(port, cfg.SL)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeDCI, SendCQ: sendCQ, Caps: caps})
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
+		return nil, err
 	}
 	rts.State = ctx.QPStateRTS
-	for _, a := range []ctx.QPAttr{
-		{State: ctx.QPStateInit, Port: port.Number},
-		{State: ctx.QPStateRTR, Port: port.Number, PathMTU: port.MTU},
-		rts,
-	} {
-		if err := qp.Modify(a); err != nil {
-			_ = qp.Close()
-			return nil, transport.Errorf(name, op, "%w", err)
-		}
+	d := &DCI{qp: c.QP, pd: pd, port: c.Port, sl: cfg.SL}
+	if err := newqp.BringUp(&d.Queue, spec, c.QP, true,
+		ctx.QPAttr{State: ctx.QPStateInit, Port: c.Port.Number},
+		ctx.QPAttr{State: ctx.QPStateRTR, Port: c.Port.Number, PathMTU: c.Port.MTU},
+		rts); err != nil {
+		return nil, err
 	}
-	d := &DCI{qp: qp, pd: pd, port: port, sl: cfg.SL}
-	if err := transport.Setup(&d.Queue, name, qp, nil); err != nil {
-		_ = qp.Close()
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	transport.SetState(&d.Queue, transport.StateReady)
 	return d, nil
 }
 
@@ -167,7 +119,7 @@ func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 		return nil, transport.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportDC {
-		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, ErrTransport)
+		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	ah, err := d.pd.CreateAddressHandle(d.port.PathTo(remote, d.sl))
 	if err != nil {
@@ -192,7 +144,7 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // flags: the address vector, DCT number and DC access key are written, then
 // pick the operation on the stage (SEND, SEND_IMM, SEND_INV, RDMA_WRITE,
 // RDMA_WRITE_IMM, RDMA_READ, atomics), add the payload and Finish. Post
-// refuses a DCI that is in error or closed with a *PostError (ErrQPError,
+// refuses a DCI that is in error or closed with a *transport.PostError (ErrQPError,
 // ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // It allocates nothing and takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
@@ -222,45 +174,11 @@ func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamI
 // on InfiniBand with a GRH): the one DCIConfig.GID selected.
 func (d *DCI) GID() ctx.GIDEntry { return d.port.GID }
 
-// Handle returns the control-plane queue pair.
-func (d *DCI) Handle() *ctx.QueuePair { return d.qp }
-
-// Limits returns what the provider granted.
-func (d *DCI) Limits() Limits { return transport.LimitsOf(d.qp) }
-
-// Fail moves the DCI to the error state: its outstanding work requests
-// complete with WR_FLUSH_ERR.
-func (d *DCI) Fail() error {
-	if err := d.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
-		return transport.Errorf(name, "move DCI to error", "%w", err)
-	}
-	transport.SetState(&d.Queue, transport.StateError)
-	return nil
-}
-
-// Close destroys the DCI. Work requests the device has not completed are
-// lost, with no completion.
-//
-// Close may be called from any goroutine, also while the owner posts on
-// the DCI and polls its Pollers, as net.Conn.Close may: it closes only
-// the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
-// Poller the DCI was added to drops it on the owner's goroutine, in a
-// later Poll, once no CQE of it is left in the CQ; until then its CQEs
-// are handed over as the device wrote them (Remove drops it at once).
-// Close is idempotent.
-func (d *DCI) Close() error {
-	if err := d.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
-		return transport.Errorf(name, "close DCI", "%w", err)
-	}
-	return nil
-}
-
 // DCTConfig configures a DC target.
 type DCTConfig struct {
 	// SRQ receives the SENDs and RDMA writes with immediate that reach the
 	// DCT. It is required.
-	SRQ *SharedReceiveQueue
+	SRQ *transport.SharedReceiveQueue
 	// Key is the DC access key every initiator must present.
 	Key uint64
 	// RemoteAccess is what initiators may do (the memory regions still
@@ -280,82 +198,43 @@ type DCTConfig struct {
 // the memory regions of its protection domain.
 //
 // Its receive completions arrive on its CQ with the DCT number as QPN; add
-// &dct.Queue to the Poller of that CQ. A DCT is used by one goroutine at a
+// the DCT to the transport.Poller of that CQ. Close destroys the DCT, not
+// its SRQ: receives it has not completed stay there. A DCT is used by one goroutine at a
 // time, the one that polls it and posts to its SRQ.
 type DCT struct {
-	// Queue is the data-plane part shared with the other transports.
-	Queue
+	transport.Queue
 
 	qp   *ctx.QueuePair
-	port transport.Port
+	port newqp.Port
 	key  uint64
-	srq  *SharedReceiveQueue
+	srq  *transport.SharedReceiveQueue
 }
 
-// NewDCT creates a DC target in pd with receive completions on recvCQ and
+// NewDCT creates a DC target in pd with receive completions on cq and
 // brings it to RTR, where it receives; its DCT number is then known.
-func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig) (*DCT, error) {
-	const op = "new DCT"
-	bad := func(format string, args ...any) (*DCT, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
+func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*DCT, error) {
+	var rnr uint8
+	spec := newqp.Spec{Transport: name, Op: "new DCT", Type: ctx.QPTypeDCT, CQ: cq, SRQ: cfg.SRQ,
+		Port: cfg.Port, GID: cfg.GID, RemoteAccess: cfg.RemoteAccess, DCKey: cfg.Key,
+		Check: func(ctx.DeviceAttr) error {
+			return newqp.Settings(newqp.Setting{Name: "min RNR timer", Value: cfg.MinRNRTimer, Default: 12, Max: 31, Dst: &rnr})
+		},
 	}
-	switch {
-	case pd == nil:
-		return bad("nil protection domain")
-	case recvCQ == nil:
-		return bad("nil receive completion queue")
-	case cfg.SRQ == nil:
-		return bad("a DCT needs an SRQ")
-	case cfg.SRQ.Closed():
-		return nil, transport.Errorf(name, op, "SRQ: %w", ErrClosed)
-	case cfg.RemoteAccess&^(ctx.AccessRemoteWrite|ctx.AccessRemoteRead|ctx.AccessRemoteAtomic|ctx.AccessLocalWrite) != 0:
-		return bad("remote access %v", cfg.RemoteAccess)
-	}
-	dev, err := pd.Context().Query()
+	c, err := newqp.Create(pd, spec)
 	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
+		return nil, err
 	}
-	if !dev.DC {
-		return nil, transport.Errorf(name, op, "device %s: %w", dev.Name, ctx.ErrNotSupported)
-	}
-	rnr, err := transport.Knob(cfg.MinRNRTimer, 12, 31)
-	if err != nil {
-		return bad("min RNR timer: %v", err)
-	}
-	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeDCT, RecvCQ: recvCQ, SRQ: cfg.SRQ.Handle(), DCKey: cfg.Key})
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	access := cfg.RemoteAccess
-	if access == 0 {
-		access = ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic
-	}
+	port := c.Port
 	path := ctx.AddressAttr{Port: port.Number}
 	if port.Link == ctx.LinkLayerEthernet {
 		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, uint8(port.GID.Index), 64
 	}
-	for _, a := range []ctx.QPAttr{
-		{State: ctx.QPStateInit, Port: port.Number, Access: access},
-		{State: ctx.QPStateRTR, Port: port.Number, PathMTU: port.MTU, MinRNRTimer: rnr, Path: path},
-	} {
-		if err := qp.Modify(a); err != nil {
-			_ = qp.Close()
-			return nil, transport.Errorf(name, op, "%w", err)
-		}
+	t := &DCT{qp: c.QP, port: port, key: cfg.Key, srq: cfg.SRQ}
+	if err := newqp.BringUp(&t.Queue, spec, c.QP, true,
+		ctx.QPAttr{State: ctx.QPStateInit, Port: port.Number, Access: c.Access},
+		ctx.QPAttr{State: ctx.QPStateRTR, Port: port.Number, PathMTU: port.MTU, MinRNRTimer: rnr, Path: path}); err != nil {
+		return nil, err
 	}
-	t := &DCT{qp: qp, port: port, key: cfg.Key, srq: cfg.SRQ}
-	if err := transport.Setup(&t.Queue, name, qp, cfg.SRQ); err != nil {
-		_ = qp.Close()
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	transport.SetState(&t.Queue, transport.StateReady)
 	return t, nil
 }
 
@@ -363,7 +242,7 @@ func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig
 func (t *DCT) Number() uint32 { return t.QPN() }
 
 // SRQ returns the shared receive queue the DCT receives through.
-func (t *DCT) SRQ() *SharedReceiveQueue { return t.srq }
+func (t *DCT) SRQ() *transport.SharedReceiveQueue { return t.srq }
 
 // Endpoint returns what an initiator needs to reach the DCT: DCT number,
 // DC access key, LID, GID and GID index, MTU. Add the regions initiators may
@@ -378,23 +257,3 @@ func (t *DCT) Endpoint() endpoint.Endpoint {
 // GID returns the local GID table entry of the DCT (its Endpoint's GID):
 // the one DCTConfig.GID selected.
 func (t *DCT) GID() ctx.GIDEntry { return t.port.GID }
-
-// Handle returns the control-plane queue pair.
-func (t *DCT) Handle() *ctx.QueuePair { return t.qp }
-
-// Close destroys the DCT (not its SRQ). Receives it has not completed
-// stay in the SRQ.
-//
-// Close may be called from any goroutine, also while the owner polls the
-// DCT's Pollers and posts on its SRQ, as net.Conn.Close may: it closes
-// only the control-plane queue pair (Handle), so the DCT receives no more,
-// and each Poller the DCT was added to drops it on the owner's goroutine,
-// in a later Poll, once no CQE of it is left in the CQ; until then its
-// CQEs are handed over as the device wrote them (Remove drops it at once).
-// Close is idempotent.
-func (t *DCT) Close() error {
-	if err := t.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
-		return transport.Errorf(name, "close DCT", "%w", err)
-	}
-	return nil
-}

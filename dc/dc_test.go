@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -18,14 +19,14 @@ func TestSendAndWriteToTwoDCTs(t *testing.T) {
 	rcq, rp := newPoller(e, 1, 256)
 	dci, err := dc.NewDCI(e.PD[0], scq, dc.DCIConfig{SendDepth: 32, MaxInline: 64})
 	require.NoError(t, err)
-	require.NoError(t, sp.Add(&dci.Queue))
-	srq, err := dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: 16})
+	require.NoError(t, sp.Add(dci))
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 16})
 	require.NoError(t, err)
 	var remotes []*dc.Remote
 	for i := range 2 {
 		dct, err := dc.NewDCT(e.PD[1], rcq, dc.DCTConfig{SRQ: srq, Key: uint64(0x1000 + i)})
 		require.NoError(t, err)
-		require.NoError(t, rp.Add(&dct.Queue))
+		require.NoError(t, rp.Add(dct))
 		r, err := dci.NewRemote(dct.Endpoint())
 		require.NoError(t, err)
 		remotes = append(remotes, r)
@@ -63,7 +64,7 @@ func TestPostStream(t *testing.T) {
 	got := e.Drain(f.sp)
 	require.Len(t, got, 6)
 	for i := range 6 {
-		require.Equal(t, dc.StatusOK, got[i].Status)
+		require.Equal(t, transport.StatusOK, got[i].Status)
 		require.Equal(t, uint64(i), got[i].WRID)
 		require.Equal(t, byte(i+1), e.Mem(1, 8*i, 1)[0])
 	}

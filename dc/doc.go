@@ -4,7 +4,7 @@
 //
 // # Initiators and targets
 //
-//	srq, err := dc.NewSharedReceiveQueue(pd, dc.SRQConfig{Depth: 256})
+//	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 256})
 //	dct, err := dc.NewDCT(pd, recvCQ, dc.DCTConfig{SRQ: srq, Key: 0x1234})
 //	ep := dct.Endpoint()                 // DCT number, DC access key, LID/GID, MTU
 //
@@ -22,16 +22,14 @@
 // # Completions
 //
 // A DCI's send completions and a DCT's receive completions are matched by
-// QPN (a DCT's QPN is its DCT number) through a Poller, exactly as for RC:
-// add &dci.Queue and &dct.Queue to the Pollers of their CQs. Receive
-// completions of a DCT hand its SRQ's WQEs back to the SRQ. The types
-// Queue, Completion, Poller and SharedReceiveQueue are the same as in
-// packages rc and ud; see package rc for the polling pattern and why it
-// inlines.
+// QPN (a DCT's QPN is its DCT number) through a transport.Poller, exactly
+// as for RC: add the DCI and the DCT to the Pollers of their CQs. Receive
+// completions of a DCT hand its SRQ's WQEs back to the SRQ. See package rc
+// for the polling pattern and why it inlines.
 //
 // # Threading
 //
 // A DCI, a DCT, their pollers and the SRQ belong to one goroutine at a
 // time. Their Close is the exception: any goroutine may call it, also
-// while the owner posts and polls (see DCI.Close).
+// while the owner posts and polls (see transport.Queue.Close).
 package dc

@@ -12,12 +12,13 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
-func byWRID(t *testing.T, cs []dc.Completion) map[uint64]dc.Completion {
+func byWRID(t *testing.T, cs []transport.Completion) map[uint64]transport.Completion {
 	t.Helper()
-	m := map[uint64]dc.Completion{}
+	m := map[uint64]transport.Completion{}
 	for _, c := range cs {
 		_, dup := m[c.WRID]
 		require.False(t, dup, "work request %d completed twice", c.WRID)
@@ -26,9 +27,9 @@ func byWRID(t *testing.T, cs []dc.Completion) map[uint64]dc.Completion {
 	return m
 }
 
-func requireSyndrome(t *testing.T, c dc.Completion, s prm.Syndrome) {
+func requireSyndrome(t *testing.T, c transport.Completion, s prm.Syndrome) {
 	t.Helper()
-	require.Equal(t, dc.StatusError, c.Status, "%+v", c)
+	require.Equal(t, transport.StatusError, c.Status, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	require.ErrorIs(t, c.Err(), monocq.ErrCompletion)
 	require.ErrorIs(t, c.Err(), completion.StatusOf(s).Sentinel())
@@ -60,15 +61,15 @@ func failThenFlush(t *testing.T, f *fixture, want prm.Syndrome, bad func(s wqebu
 	}
 	f.dci.RingDoorbell()
 	got := byWRID(t, e.Drain(f.sp))
-	require.Equal(t, dc.StatusOK, got[1].Status)
+	require.Equal(t, transport.StatusOK, got[1].Status)
 	requireSyndrome(t, got[2], want)
 	for w := uint64(3); w < 8; w++ {
 		requireSyndrome(t, got[w], prm.SyndromeWRFlush)
 	}
 	require.Len(t, got, 7)
-	require.Equal(t, dc.StateError, f.dci.State())
+	require.Equal(t, transport.StateError, f.dci.State())
 	_, err = f.dci.Post(9, wqebuilder.Signaled, f.remotes[0])
-	require.ErrorIs(t, err, dc.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 }
 
 // targetsStillServe checks that the DCTs work for a new DCI.
@@ -77,18 +78,18 @@ func targetsStillServe(t *testing.T, f *fixture) {
 	e := f.e
 	dci, err := dc.NewDCI(e.PD[0], f.scq, dc.DCIConfig{SendDepth: 8, MaxInline: 32})
 	require.NoError(t, err)
-	require.NoError(t, f.sp.Add(&dci.Queue))
+	require.NoError(t, f.sp.Add(dci))
 	for i, dct := range f.dcts {
-		require.Equal(t, dc.StateReady, dct.State())
+		require.Equal(t, transport.StateReady, dct.State())
 		r, err := dci.NewRemote(dct.Endpoint())
 		require.NoError(t, err)
 		require.NoError(t, f.srq.PostRecv(uint64(700+i), e.Addr(1, 64*i), 64, e.LKey(1)))
 		s, err := dci.Post(uint64(i), wqebuilder.Signaled, r)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("still here")).FinishBlueFlame())
-		require.Equal(t, dc.StatusOK, e.One(f.sp).Status)
+		require.Equal(t, transport.StatusOK, e.One(f.sp).Status)
 		c := e.One(f.rp)
-		require.Equal(t, dc.StatusOK, c.Status)
+		require.Equal(t, transport.StatusOK, c.Status)
 		require.Equal(t, dct.Number(), c.QPN)
 		require.NoError(t, r.Close())
 	}
@@ -167,7 +168,7 @@ func TestFailFlushes(t *testing.T) {
 func TestDCMisuse(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq := e.CQ(0, 16)
-	srq, err := dc.NewSharedReceiveQueue(e.PD[0], dc.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
@@ -187,10 +188,10 @@ func TestDCMisuse(t *testing.T) {
 			_, err := dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq, RemoteAccess: 1 << 7})
 			return err
 		}()},
-		{"SRQ depth 0", func() error { _, err := dc.NewSharedReceiveQueue(e.PD[0], dc.SRQConfig{}); return err }()},
+		{"SRQ depth 0", func() error { _, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{}); return err }()},
 	} {
 		require.Error(t, c.err, c.name)
-		require.ErrorIs(t, c.err, dc.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, c.err, transport.ErrInvalidConfig, c.name)
 	}
 
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
@@ -205,7 +206,7 @@ func TestDCMisuse(t *testing.T) {
 	rcEP := ep
 	rcEP.Transport, rcEP.DCTNumber, rcEP.DCAccessKey = endpoint.TransportRC, 0, 0
 	_, err = dci.NewRemote(rcEP)
-	require.ErrorIs(t, err, dc.ErrTransport)
+	require.ErrorIs(t, err, transport.ErrTransport)
 	_, err = dci.NewRemote(endpoint.Endpoint{})
 	require.Error(t, err)
 	r, err := dci.NewRemote(ep)
@@ -214,21 +215,21 @@ func TestDCMisuse(t *testing.T) {
 	require.Equal(t, uint64(5), r.Key())
 
 	// A DCT receives only through its SRQ.
-	require.ErrorIs(t, dct.PostRecv(1, 0, 0, 0), dc.ErrNoReceiveQueue)
-	require.ErrorIs(t, dci.PostRecv(1, 0, 0, 0), dc.ErrNoReceiveQueue)
+	require.ErrorIs(t, dct.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
+	require.ErrorIs(t, dci.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 
 	require.NoError(t, dci.Close())
 	require.NoError(t, dci.Close())
 	s, err := dci.Post(1, wqebuilder.Signaled, r)
-	require.ErrorIs(t, err, dc.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
 	require.Error(t, s.Send().Inline([]byte("x")).Finish(), "the refused stage writes nothing")
 
 	// Closing the SRQ closes the DCT attached to it.
 	require.NoError(t, srq.Close())
-	require.Equal(t, dc.StateClosed, dct.State())
-	require.ErrorIs(t, srq.PostRecv(1, e.Addr(0, 0), 8, e.LKey(0)), dc.ErrClosed)
+	require.Equal(t, transport.StateClosed, dct.State())
+	require.ErrorIs(t, srq.PostRecv(1, e.Addr(0, 0), 8, e.LKey(0)), transport.ErrClosed)
 	_, err = dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq})
-	require.ErrorIs(t, err, dc.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close())
 }
@@ -256,10 +257,10 @@ func TestDCAllocatesNothing(t *testing.T) {
 	require.Zero(t, allocs, "DCI post")
 	e.Run()
 	n := 0
-	for _, p := range []*dc.Poller{f.sp, f.rp} {
+	for _, p := range []*transport.Poller{f.sp, f.rp} {
 		allocs = testing.AllocsPerRun(runs, func() {
-			n += p.Poll(1, func(c *dc.Completion) {
-				if c.Status != dc.StatusOK {
+			n += p.Poll(1, func(c *transport.Completion) {
+				if c.Status != transport.StatusOK {
 					panic(c.Err())
 				}
 			})
@@ -287,7 +288,7 @@ func TestDCTOutlivesReceiveError(t *testing.T) {
 	requireSyndrome(t, c, prm.SyndromeLocalLength)
 	require.Equal(t, uint64(1), c.WRID)
 	require.Equal(t, f.dcts[0].Number(), c.QPN)
-	require.Equal(t, dc.StateReady, f.dcts[0].State(), "a DCT outlives a bad request")
+	require.Equal(t, transport.StateReady, f.dcts[0].State(), "a DCT outlives a bad request")
 	require.Zero(t, f.srq.Outstanding())
 	targetsStillServe(t, f)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, used when no mlx5 device is linked in
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -29,7 +30,7 @@ func Example_oneInitiatorManyTargets() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := dc.NewPoller(cq)
+	p, err := transport.NewPoller(cq)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func Example_oneInitiatorManyTargets() {
 	base, mem := uint64(mr.Addr()), buf.Bytes()
 
 	// The targets: one SRQ for their SENDs, one DC access key each.
-	srq, err := dc.NewSharedReceiveQueue(pd, dc.SRQConfig{Depth: 16})
+	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 16})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func Example_oneInitiatorManyTargets() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := p.Add(&dci.Queue); err != nil {
+	if err := p.Add(dci); err != nil {
 		log.Fatal(err)
 	}
 	for i, n := range []string{"alpha", "beta", "gamma"} {
@@ -63,7 +64,7 @@ func Example_oneInitiatorManyTargets() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if err := p.Add(&dct.Queue); err != nil {
+		if err := p.Add(dct); err != nil {
 			log.Fatal(err)
 		}
 		name[dct.Number()] = n
@@ -106,7 +107,7 @@ func Example_oneInitiatorManyTargets() {
 	sends := 0
 	deadline := time.Now().Add(10 * time.Second)
 	for sends < 6 || len(lines) < 3 {
-		p.Poll(16, func(c *dc.Completion) {
+		p.Poll(16, func(c *transport.Completion) {
 			if err := c.Err(); err != nil {
 				log.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -21,8 +22,8 @@ type fixture struct {
 	dci     *dc.DCI
 	dcts    []*dc.DCT
 	remotes []*dc.Remote
-	srq     *dc.SharedReceiveQueue
-	sp, rp  *dc.Poller
+	srq     *transport.SharedReceiveQueue
+	sp, rp  *transport.Poller
 	scq     *ctx.CompletionQueue
 	rcq     *ctx.CompletionQueue
 }
@@ -35,13 +36,13 @@ func newFixture(t *testing.T, cfg dc.DCIConfig, targets int) *fixture {
 	var err error
 	f.dci, err = dc.NewDCI(e.PD[0], f.scq, cfg)
 	require.NoError(t, err)
-	require.NoError(t, f.sp.Add(&f.dci.Queue))
-	f.srq, err = dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: 64, MaxSGE: 4})
+	require.NoError(t, f.sp.Add(f.dci))
+	f.srq, err = transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 64, MaxSGE: 4})
 	require.NoError(t, err)
 	for i := range targets {
 		dct, err := dc.NewDCT(e.PD[1], f.rcq, dc.DCTConfig{SRQ: f.srq, Key: 0xabc0 + uint64(i), MinRNRTimer: 1})
 		require.NoError(t, err)
-		require.NoError(t, f.rp.Add(&dct.Queue))
+		require.NoError(t, f.rp.Add(dct))
 		r, err := f.dci.NewRemote(dct.Endpoint())
 		require.NoError(t, err)
 		f.dcts = append(f.dcts, dct)
@@ -86,7 +87,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 				if !ok {
 					// Give the slot back with a NOP.
 					require.NoError(t, s.Nop().FinishBlueFlame())
-					require.Equal(t, dc.StatusOK, e.One(f.sp).Status)
+					require.Equal(t, transport.StatusOK, e.One(f.sp).Status)
 					continue
 				}
 				var pieces []transporttest.Piece
@@ -101,7 +102,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 				}
 				require.NoError(t, finish(), what)
 				c := e.One(f.sp)
-				require.Equal(t, dc.StatusOK, c.Status, "%s: %v", what, c.Err())
+				require.Equal(t, transport.StatusOK, c.Status, "%s: %v", what, c.Err())
 				require.Equal(t, wrid, c.WRID)
 				require.Equal(t, op, c.SendOpcode)
 				if op == prm.OpRdmaWrite {
@@ -110,7 +111,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 					continue
 				}
 				rcv := e.One(f.rp)
-				require.Equal(t, dc.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
+				require.Equal(t, transport.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
 				require.Equal(t, wrid+5000, rcv.WRID, what)
 				require.Equal(t, dct.Number(), rcv.QPN, what)
 				require.Same(t, &dct.Queue, rcv.Queue)
@@ -161,7 +162,7 @@ func TestReadAndAtomicsToManyTargets(t *testing.T) {
 		}
 		require.NoError(t, sc.FinishBlueFlame())
 		c := e.One(f.sp)
-		require.Equal(t, dc.StatusOK, c.Status, "read %d: %v", n, c.Err())
+		require.Equal(t, transport.StatusOK, c.Status, "read %d: %v", n, c.Err())
 		require.Equal(t, uint32(n), c.ByteCount)
 		e.ExpectPieces(0, pieces, 0, data, fmt.Sprintf("read %d bytes", n))
 	}
@@ -199,7 +200,7 @@ func TestReadAndAtomicsToManyTargets(t *testing.T) {
 		}
 		require.NoError(t, as.Result(e.Addr(0, 64), e.LKey(0)).FinishBlueFlame())
 		c := e.One(f.sp)
-		require.Equal(t, dc.StatusOK, c.Status, "%+v: %v", a, c.Err())
+		require.Equal(t, transport.StatusOK, c.Status, "%+v: %v", a, c.Err())
 		require.Equal(t, want, e.Load(1, target, a.Size), "%+v", a)
 		require.Equal(t, wantOld, e.Load(0, 64, a.Size), "%+v", a)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -49,8 +50,8 @@ func TestPostAndPollAllocateNothing(t *testing.T) {
 	polled := 0
 	for _, p := range x.p {
 		allocs = testing.AllocsPerRun(runs, func() {
-			polled += p.Poll(2, func(c *rc.Completion) {
-				if c.Status == rc.StatusOK {
+			polled += p.Poll(2, func(c *transport.Completion) {
+				if c.Status == transport.StatusOK {
 					sum += c.WRID
 				}
 			})

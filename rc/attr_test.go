@@ -30,11 +30,11 @@ func TestConnectAttributes(t *testing.T) {
 			if link == ctx.LinkLayerEthernet {
 				gidA, gidB = 5, 3 // RoCE v2 global IPv6; RoCE v2 IPv4-mapped
 			}
-			a, err := rc.New(e.PD[0], e.CQ(0, 16), nil, rc.Config{SendDepth: 4, PSN: 0x123456, SL: 1,
+			a, err := rc.New(e.PD[0], e.CQ(0, 16), rc.Config{SendDepth: 4, PSN: 0x123456, SL: 1,
 				GID: ctx.GIDIndex(gidA), RemoteAccess: ctx.AccessRemoteRead, MaxRdAtomic: 4, MinRNRTimer: 5,
 				Timeout: 9, RetryCount: 3, RNRRetry: 2})
 			require.NoError(t, err)
-			b, err := rc.New(e.PD[1], e.CQ(1, 16), nil, rc.Config{SendDepth: 4, RecvDepth: 4, PSN: 0x654321})
+			b, err := rc.New(e.PD[1], e.CQ(1, 16), rc.Config{SendDepth: 4, RecvDepth: 4, PSN: 0x654321})
 			require.NoError(t, err)
 			epA, epB := a.Endpoint(), b.Endpoint()
 			for i, c := range []struct {

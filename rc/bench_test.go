@@ -7,6 +7,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkPost(b *testing.B) {
 			b.StopTimer()
 			qp.RingDoorbell()
 			e.Run()
-			for x.p[0].Poll(64, func(*rc.Completion) {}) > 0 {
+			for x.p[0].Poll(64, func(*transport.Completion) {}) > 0 {
 			}
 			b.StartTimer()
 		}
@@ -77,7 +78,7 @@ func BenchmarkPostBlueFlame(b *testing.B) {
 		if i%benchBatch == benchBatch-1 {
 			b.StopTimer()
 			e.Run()
-			for x.p[0].Poll(64, func(*rc.Completion) {}) > 0 {
+			for x.p[0].Poll(64, func(*transport.Completion) {}) > 0 {
 			}
 			b.StartTimer()
 		}
@@ -109,8 +110,8 @@ func BenchmarkPoll(b *testing.B) {
 		fillCQ(b, x)
 		b.StartTimer()
 		for n := 1; n > 0 && done < b.N; done += n {
-			n = p.Poll(16, func(c *rc.Completion) {
-				if c.Status == rc.StatusOK {
+			n = p.Poll(16, func(c *transport.Completion) {
+				if c.Status == transport.StatusOK {
 					sum += c.WRID
 				}
 			})
@@ -124,15 +125,15 @@ func BenchmarkPoll(b *testing.B) {
 // It is what Poller.Poll compiles to.
 func BenchmarkPollHandWritten(b *testing.B) {
 	x := benchPair(b)
-	cq, err := rc.NewCQ(x.cq[0])
+	cq, err := transport.NewCQ(x.cq[0])
 	if err != nil {
 		b.Fatal(err)
 	}
-	var table monocq.Table[rc.Queue]
+	var table monocq.Table[transport.Queue]
 	if err := table.Register(x.qp[0].QPN(), &x.qp[0].Queue); err != nil {
 		b.Fatal(err)
 	}
-	var wc rc.Completion
+	var wc transport.Completion
 	var sum uint64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -147,7 +148,7 @@ func BenchmarkPollHandWritten(b *testing.B) {
 					if !q.CompleteSend(c, &wc) {
 						q.Complete(c, &wc)
 					}
-					if wc.Status == rc.StatusOK {
+					if wc.Status == transport.StatusOK {
 						sum += wc.WRID
 					}
 				}
@@ -161,7 +162,7 @@ func BenchmarkPollHandWritten(b *testing.B) {
 // matching them to work requests: the floor of the two above.
 func BenchmarkPollRing(b *testing.B) {
 	x := benchPair(b)
-	cq, err := rc.NewCQ(x.cq[0])
+	cq, err := transport.NewCQ(x.cq[0])
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -191,6 +192,6 @@ func BenchmarkEmptyPoll(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p.Poll(16, func(*rc.Completion) { b.Fatal("completion") })
+		p.Poll(16, func(*transport.Completion) { b.Fatal("completion") })
 	}
 }

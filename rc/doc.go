@@ -10,7 +10,7 @@
 //
 // # Life of a queue pair
 //
-//	qp, err := rc.New(pd, sendCQ, recvCQ, rc.Config{SendDepth: 64, RecvDepth: 64})
+//	qp, err := rc.New(pd, cq, rc.Config{SendDepth: 64, RecvDepth: 64})
 //	// qp is in INIT: receives may be posted now.
 //	local := qp.Endpoint()            // QPN, LID, GID, PSN, MTU: send it to the peer
 //	err = qp.Connect(remote)          // INIT→RTR→RTS
@@ -18,7 +18,7 @@
 //	err = s.RdmaWrite(raddr, rkey).SGE(addr, n, lkey).FinishBlueFlame()
 //
 // Post refuses a QP that is not connected, is in error or is closed with a
-// *PostError wrapping ErrNotConnected, ErrQPError or ErrClosed; the stage it
+// *transport.PostError wrapping ErrNotConnected, ErrQPError or ErrClosed; the stage it
 // returns then writes nothing and its Finish fails too, so a caller that
 // ignores the error corrupts nothing. The errors of the WQE itself (send
 // queue full, inline too long, too many SGEs) come from Finish, as
@@ -33,11 +33,12 @@
 // # Completions
 //
 // Completions are polled from the CQ ring by package monocq and matched to
-// their queue pair by QPN. A Poller does both:
+// their queue pair by QPN. A transport.Poller does both, for the queue
+// pairs of every transport on one CQ:
 //
-//	p, err := rc.NewPoller(cq)
-//	p.Add(&qp.Queue)                  // every QP whose completions land in cq
-//	p.Poll(64, func(c *rc.Completion) {
+//	p, err := transport.NewPoller(cq)
+//	p.Add(qp)                  // every QP whose completions land in cq
+//	p.Poll(64, func(c *transport.Completion) {
 //		if err := c.Err(); err != nil { ... }
 //		handle(c.WRID, c.Opcode, c.ByteCount, c.Immediate)
 //	})
@@ -46,7 +47,7 @@
 // wqe_counter, and every unsignaled WQE before it, and Completion.WRID is
 // the id given to Post for the named WQE. For a receive completion it is the
 // id given to the receive. An error completion moves the queue pair to
-// StateError; the work requests still outstanding then complete with
+// transport.StateError; the work requests still outstanding then complete with
 // WR_FLUSH_ERR, each exactly once. Reset brings the QP back to INIT to
 // Connect again.
 //
@@ -61,10 +62,10 @@
 // The pattern for a caller that wants its own loop is the same without the
 // Poller:
 //
-//	ring, err := rc.NewCQ(cq)         // a *monocq.CQ over cq's ring
-//	var table monocq.Table[rc.Queue]
+//	ring, err := transport.NewCQ(cq)         // a *monocq.CQ over cq's ring
+//	var table monocq.Table[transport.Queue]
 //	table.Register(qp.QPN(), &qp.Queue)
-//	var wc rc.Completion
+//	var wc transport.Completion
 //	for c := range ring.All(64) {
 //		if q := table.Lookup(c.QPN()); q != nil {
 //			if !q.CompleteSend(c, &wc) && !q.CompleteRecv(c, &wc) { // inline
@@ -74,15 +75,15 @@
 //		}
 //	}
 //
-// Queue, Completion, Poller and SharedReceiveQueue are the same types in
-// packages rc, dc and ud, so one Poller serves RC, DC and UD queue pairs on
-// one CQ.
+// Handle, Limits, Fail and Close come with the embedded transport.Queue, as
+// on every transport's queue pair; a QP with its own receive CQ sets
+// Config.RecvCQ.
 //
 // # Threading
 //
 // A queue pair, its pollers and the SRQ it uses belong to one goroutine at
 // a time: posting, polling, Connect and Reset must not run concurrently.
-// Close is the exception: QP.Close and SharedReceiveQueue.Close may be
+// Close is the exception: Close and SharedReceiveQueue.Close may be
 // called from any goroutine, also while the owner posts and polls, to stop
 // its loop (its posts then fail with ErrClosed; the Pollers drop the
 // closed queue pair on the owner's goroutine). Control-plane objects (ctx)

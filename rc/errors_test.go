@@ -15,13 +15,14 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // byWRID indexes completions by work request id and fails on a duplicate.
-func byWRID(t *testing.T, cs []rc.Completion) map[uint64]rc.Completion {
+func byWRID(t *testing.T, cs []transport.Completion) map[uint64]transport.Completion {
 	t.Helper()
-	m := map[uint64]rc.Completion{}
+	m := map[uint64]transport.Completion{}
 	for _, c := range cs {
 		_, dup := m[c.WRID]
 		require.False(t, dup, "work request %d completed twice: %+v", c.WRID, cs)
@@ -30,15 +31,15 @@ func byWRID(t *testing.T, cs []rc.Completion) map[uint64]rc.Completion {
 	return m
 }
 
-func requireSyndrome(t *testing.T, c rc.Completion, op prm.CQEOpcode, s prm.Syndrome) {
+func requireSyndrome(t *testing.T, c transport.Completion, op prm.CQEOpcode, s prm.Syndrome) {
 	t.Helper()
-	require.Equal(t, rc.StatusError, c.Status, "%+v", c)
+	require.Equal(t, transport.StatusError, c.Status, "%+v", c)
 	require.Equal(t, op, c.Opcode, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	err := c.Err()
 	require.Error(t, err)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
-	var ce *rc.CompletionError
+	var ce *transport.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Contains(t, err.Error(), s.String())
 	// The completion package's sentinels and type match too.
@@ -93,7 +94,7 @@ func errorThenFlush(t *testing.T, x *pair, want prm.Syndrome, recvs int, bad fun
 	}
 	x.qp[0].RingDoorbell()
 	got := byWRID(t, e.Drain(x.p[0]))
-	require.Equal(t, rc.StatusOK, got[2].Status, "before the error: %+v", got[2])
+	require.Equal(t, transport.StatusOK, got[2].Status, "before the error: %+v", got[2])
 	require.NotContains(t, got, uint64(1))
 	require.NotContains(t, got, uint64(3), "retired by the failed WQE's completion, unsignaled")
 	requireSyndrome(t, got[4], prm.CQEReqErr, want)
@@ -103,10 +104,10 @@ func errorThenFlush(t *testing.T, x *pair, want prm.Syndrome, recvs int, bad fun
 		require.True(t, c.IsFlush())
 	}
 	require.Len(t, got, 9)
-	require.Equal(t, rc.StateError, x.qp[0].State())
+	require.Equal(t, transport.StateError, x.qp[0].State())
 	require.Zero(t, x.qp[0].SendQueue().Outstanding(), "every WQE retired")
 	_, err = x.qp[0].Post(99, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 	require.Equal(t, 0, len(e.Drain(x.p[0])), "nothing completes twice")
 }
 
@@ -149,7 +150,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 			for w := uint64(100); w < 103; w++ {
 				requireSyndrome(t, rcv[w], prm.CQERespErr, prm.SyndromeWRFlush)
 			}
-			require.Equal(t, rc.StateError, x.qp[1].State())
+			require.Equal(t, transport.StateError, x.qp[1].State())
 		})
 	}
 }
@@ -184,7 +185,7 @@ func TestLocalProtectionErrors(t *testing.T) {
 			errorThenFlush(t, x, prm.SyndromeLocalProt, 3, func(s wqebuilder.OpStage) error { return c.bad(x.e, s) })
 			// Only the requester failed: the responder is fine.
 			require.Empty(t, x.e.Drain(x.p[1]))
-			require.Equal(t, rc.StateReady, x.qp[1].State())
+			require.Equal(t, transport.StateReady, x.qp[1].State())
 		})
 	}
 }
@@ -202,10 +203,10 @@ func TestLengthAndRemoteErrors(t *testing.T) {
 		rcv := byWRID(t, e.Drain(x.p[1]))
 		requireSyndrome(t, rcv[1], prm.CQERespErr, prm.SyndromeLocalLength)
 		requireSyndrome(t, rcv[2], prm.CQERespErr, prm.SyndromeWRFlush)
-		require.Equal(t, rc.StateError, x.qp[1].State())
+		require.Equal(t, transport.StateError, x.qp[1].State())
 		_, err = x.qp[1].Post(1, 0)
-		require.ErrorIs(t, err, rc.ErrQPError)
-		require.ErrorIs(t, x.qp[1].PostRecv(3, 0, 0, 0), rc.ErrQPError)
+		require.ErrorIs(t, err, transport.ErrQPError)
+		require.ErrorIs(t, x.qp[1].PostRecv(3, 0, 0, 0), transport.ErrQPError)
 	})
 	t.Run("receive buffer with a bad lkey", func(t *testing.T) {
 		x := newPair(t, rc.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64})
@@ -231,7 +232,7 @@ func TestRNRRetryExceeded(t *testing.T) {
 		return s.Send().Inline([]byte("no receive posted")).Finish()
 	})
 	require.Equal(t, uint64(3), x.e.Fabric.Stats().RNRNaks)
-	require.Equal(t, rc.StateReady, x.qp[1].State(), "RNR does not hurt the responder")
+	require.Equal(t, transport.StateReady, x.qp[1].State(), "RNR does not hurt the responder")
 }
 
 func TestRNRRetryExceededDirect(t *testing.T) {
@@ -254,7 +255,7 @@ func TestRNRRetryExceededDirect(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, x.qp[1].PostRecv(1, x.e.Addr(1, 0), 64, x.e.LKey(1)))
-	require.Equal(t, rc.StatusOK, x.e.One(x.p[0]).Status)
+	require.Equal(t, transport.StatusOK, x.e.One(x.p[0]).Status)
 	require.Equal(t, "hello", string(x.e.Mem(1, 0, 5)))
 }
 
@@ -313,7 +314,7 @@ func TestFailFlushesEverythingOnce(t *testing.T) {
 		require.True(t, c.IsFlush(), "wrid %d: %+v", w, c)
 	}
 	_, err = x.qp[0].Post(1, 0)
-	require.ErrorIs(t, err, rc.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 
 	// A QP the device fails on its own (an injected fatal error).
 	y := newPair(t, rc.Config{SendDepth: 8, RecvDepth: 4, MaxInline: 64})
@@ -322,23 +323,23 @@ func TestFailFlushesEverythingOnce(t *testing.T) {
 	c := y.e.One(y.p[1])
 	requireSyndrome(t, c, prm.CQERespErr, prm.SyndromeWRFlush)
 	require.Equal(t, uint64(7), c.WRID)
-	require.Equal(t, rc.StateError, y.qp[1].State())
+	require.Equal(t, transport.StateError, y.qp[1].State())
 }
 
 func TestMisuse(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e, 0, 64)
 	cq1, p1 := newPoller(e, 1, 64)
-	qp, err := rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 4, RecvDepth: 2, MaxInline: 32})
+	qp, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, RecvDepth: 2, MaxInline: 32})
 	require.NoError(t, err)
-	require.NoError(t, p.Add(&qp.Queue))
-	require.ErrorIs(t, p.Add(&qp.Queue), monocq.ErrDuplicateQPN)
+	require.NoError(t, p.Add(qp))
+	require.ErrorIs(t, p.Add(qp), monocq.ErrDuplicateQPN)
 
 	// Not connected: refused, the stage is harmless, nothing moved.
 	pi := qp.SendQueue().ProducerIndex()
 	s, err := qp.Post(1, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrNotConnected)
-	var pe *rc.PostError
+	require.ErrorIs(t, err, transport.ErrNotConnected)
+	var pe *transport.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qp.QPN(), pe.QPN)
 	require.Contains(t, err.Error(), "not connected")
@@ -351,7 +352,7 @@ func TestMisuse(t *testing.T) {
 	for k := range qp.MaxRecvSGE() + 1 {
 		st = st.SGE(e.Addr(0, 64*int(k)), 8, e.LKey(0))
 	}
-	require.ErrorIs(t, st.FinishDoorbell(), rc.ErrTooManySGE)
+	require.ErrorIs(t, st.FinishDoorbell(), transport.ErrTooManySGE)
 	require.Zero(t, qp.RecvOutstanding())
 	n := int(qp.Limits().RecvWQEs)
 	require.GreaterOrEqual(t, n, 2)
@@ -359,22 +360,22 @@ func TestMisuse(t *testing.T) {
 		require.NoError(t, qp.PostRecv(uint64(k), e.Addr(0, 64*k), 64, e.LKey(0)))
 	}
 	require.Equal(t, uint32(n), qp.RecvOutstanding())
-	require.ErrorIs(t, qp.PostRecv(3, e.Addr(0, 128), 64, e.LKey(0)), rc.ErrReceiveQueueFull)
+	require.ErrorIs(t, qp.PostRecv(3, e.Addr(0, 128), 64, e.LKey(0)), transport.ErrReceiveQueueFull)
 
 	// Connect: wrong transport, bad endpoint, then right.
-	peer, err := rc.New(e.PD[1], cq1, nil, rc.Config{SendDepth: 4, RecvDepth: 4})
+	peer, err := rc.New(e.PD[1], cq1, rc.Config{SendDepth: 4, RecvDepth: 4})
 	require.NoError(t, err)
-	require.NoError(t, p1.Add(&peer.Queue))
+	require.NoError(t, p1.Add(peer))
 	ep := peer.Endpoint()
 	ud := ep
 	ud.Transport = 2
-	require.ErrorIs(t, qp.Connect(ud), rc.ErrTransport)
+	require.ErrorIs(t, qp.Connect(ud), transport.ErrTransport)
 	bad := ep
 	bad.QPN = 1 << 25
 	require.Error(t, qp.Connect(bad))
 	require.NoError(t, qp.Connect(ep))
 	require.NoError(t, peer.Connect(qp.Endpoint()))
-	require.ErrorIs(t, qp.Connect(ep), rc.ErrTransport, "already connected")
+	require.ErrorIs(t, qp.Connect(ep), transport.ErrTransport, "already connected")
 	require.Equal(t, ep, qp.Remote())
 
 	// Limits: too much inline, too many SGEs, a full send queue.
@@ -413,20 +414,20 @@ func TestMisuse(t *testing.T) {
 	require.NoError(t, qp.Close())
 	require.NoError(t, qp.Close())
 	_, err = qp.Post(1, 0)
-	require.ErrorIs(t, err, rc.ErrClosed)
-	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), rc.ErrClosed)
-	require.Equal(t, rc.StateClosed, qp.State())
-	require.ErrorIs(t, qp.Connect(ep), rc.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), transport.ErrClosed)
+	require.Equal(t, transport.StateClosed, qp.State())
+	require.ErrorIs(t, qp.Connect(ep), transport.ErrClosed)
 
 	// Closing the Context closes the QP under it: no crash, clear errors.
 	require.NoError(t, e.Ctx[1].Close())
 	_, err = peer.Post(1, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrClosed)
-	require.ErrorIs(t, peer.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, peer.PostRecv(1, 0, 0, 0), transport.ErrClosed)
 	peer.RingDoorbell()
 	peer.RingRecvDoorbell()
-	require.Zero(t, p1.Poll(16, func(*rc.Completion) { t.Fatal("completion from a closed CQ") }))
-	require.ErrorIs(t, p1.Err(), rc.ErrClosed)
+	require.Zero(t, p1.Poll(16, func(*transport.Completion) { t.Fatal("completion from a closed CQ") }))
+	require.ErrorIs(t, p1.Err(), transport.ErrClosed)
 }
 
 func TestConfigRefused(t *testing.T) {
@@ -434,7 +435,7 @@ func TestConfigRefused(t *testing.T) {
 	cq := e.CQ(0, 16)
 	dev, err := e.Ctx[0].Query()
 	require.NoError(t, err)
-	srq, err := rc.NewSharedReceiveQueue(e.PD[0], rc.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
@@ -461,19 +462,19 @@ func TestConfigRefused(t *testing.T) {
 		{"bad access", e.PD[0], cq, rc.Config{SendDepth: 1, RemoteAccess: 1 << 9}, "remote access"},
 		{"port without a GID at the index", e.PD[0], cq, rc.Config{SendDepth: 1, Port: 2}, "port"},
 	} {
-		qp, err := rc.New(c.pd, c.cq, nil, c.cfg)
+		qp, err := rc.New(c.pd, c.cq, c.cfg)
 		require.Error(t, err, c.name)
 		require.Nil(t, qp)
 		require.Contains(t, err.Error(), c.want, c.name)
 		require.Contains(t, err.Error(), "rc: new QP", c.name)
 	}
-	qp, err := rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 1, SRQ: srq})
+	qp, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 1, SRQ: srq})
 	require.NoError(t, err)
-	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), rc.ErrNoReceiveQueue)
+	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 	require.NoError(t, srq.Close())
-	_, err = rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 1, SRQ: srq})
-	require.ErrorIs(t, err, rc.ErrClosed)
-	require.Equal(t, rc.StateClosed, qp.State(), "closing the SRQ closed the QP attached to it")
+	_, err = rc.New(e.PD[0], cq, rc.Config{SendDepth: 1, SRQ: srq})
+	require.ErrorIs(t, err, transport.ErrClosed)
+	require.Equal(t, transport.StateClosed, qp.State(), "closing the SRQ closed the QP attached to it")
 }
 
 // TestResetAndReconnect recovers a pair after an error: both sides Reset,
@@ -491,14 +492,14 @@ func TestResetAndReconnect(t *testing.T) {
 	for round := range 3 {
 		for i := range 2 {
 			require.NoError(t, x.qp[i].Reset())
-			require.Equal(t, rc.StateInit, x.qp[i].State())
+			require.Equal(t, transport.StateInit, x.qp[i].State())
 			// RESET zeroed the doorbell record: both producer indices
 			// start again at 0, and so must the queue's builder.
 			db := x.qp[i].Handle().Descriptor().DBRec
 			require.Zero(t, prm.Load32(db), "receive doorbell record after RESET")
 			require.Zero(t, prm.Load32(unsafe.Add(db, prm.DoorbellRecordSendB)), "send doorbell record after RESET")
 			_, err := x.qp[i].Post(1, 0)
-			require.ErrorIs(t, err, rc.ErrNotConnected)
+			require.ErrorIs(t, err, transport.ErrNotConnected)
 		}
 		require.NoError(t, x.qp[1].PostRecv(7, e.Addr(1, 128), 64, e.LKey(1)))
 		require.NoError(t, x.qp[0].Connect(x.qp[1].Endpoint()))
@@ -508,7 +509,7 @@ func TestResetAndReconnect(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.RdmaWrite(e.Addr(1, 0), e.RKey(1)).Inline([]byte(fmt.Sprintf("round %d/%02d", round, k))).FinishBlueFlame())
 			c := e.One(x.p[0])
-			require.Equal(t, rc.StatusOK, c.Status, "%v", c.Err())
+			require.Equal(t, transport.StatusOK, c.Status, "%v", c.Err())
 			require.Equal(t, uint64(k), c.WRID)
 			// One WQEBB each, from index 0 after every reset (the round
 			// before went up to 20).
@@ -518,11 +519,11 @@ func TestResetAndReconnect(t *testing.T) {
 		s, err := x.qp[0].Post(99, wqebuilder.Signaled)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("hi")).FinishBlueFlame())
-		require.Equal(t, rc.StatusOK, e.One(x.p[0]).Status)
+		require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
 		c := e.One(x.p[1])
 		require.Equal(t, uint64(7), c.WRID)
 		require.Equal(t, "hi", string(e.Mem(1, 128, 2)))
 	}
 	require.NoError(t, x.qp[0].Close())
-	require.ErrorIs(t, x.qp[0].Reset(), rc.ErrClosed)
+	require.ErrorIs(t, x.qp[0].Reset(), transport.ErrClosed)
 }

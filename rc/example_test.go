@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, used when no mlx5 device is linked in
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -16,7 +17,7 @@ import (
 // buffer.
 type side struct {
 	qp  *rc.QP
-	p   *rc.Poller
+	p   *transport.Poller
 	buf *ctx.Buffer
 	mr  *ctx.MemoryRegion
 }
@@ -26,15 +27,15 @@ func newSide(c *ctx.Context, pd *ctx.ProtectionDomain) *side {
 	if err != nil {
 		log.Fatal(err)
 	}
-	qp, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 16, RecvDepth: 16, MaxRecvSGE: 2, MaxInline: 64})
+	qp, err := rc.New(pd, cq, rc.Config{SendDepth: 16, RecvDepth: 16, MaxRecvSGE: 2, MaxInline: 64})
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := rc.NewPoller(cq)
+	p, err := transport.NewPoller(cq)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := p.Add(&qp.Queue); err != nil {
+	if err := p.Add(qp); err != nil {
 		log.Fatal(err)
 	}
 	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
@@ -49,10 +50,10 @@ func newSide(c *ctx.Context, pd *ctx.ProtectionDomain) *side {
 }
 
 // wait polls until fn has been given one completion, and returns it.
-func (s *side) wait() rc.Completion {
-	var got rc.Completion
+func (s *side) wait() transport.Completion {
+	var got transport.Completion
 	deadline := time.Now().Add(10 * time.Second)
-	for s.p.Poll(1, func(c *rc.Completion) { got = *c }) == 0 {
+	for s.p.Poll(1, func(c *transport.Completion) { got = *c }) == 0 {
 		if time.Now().After(deadline) {
 			log.Fatal("no completion")
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -34,30 +35,30 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	// A CQE for a QPN nobody added.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, 0xabcdef, 0, 0)))
 	c := e.One(p)
-	require.Equal(t, rc.StatusUnknownQPN, c.Status)
+	require.Equal(t, transport.StatusUnknownQPN, c.Status)
 	require.Nil(t, c.Queue)
 	require.Equal(t, uint32(0xabcdef), c.QPN)
-	require.ErrorIs(t, c.Err(), rc.ErrUnknownQPN)
-	require.ErrorIs(t, p.Err(), rc.ErrUnknownQPN)
+	require.ErrorIs(t, c.Err(), transport.ErrUnknownQPN)
+	require.ErrorIs(t, p.Err(), transport.ErrUnknownQPN)
 	require.Equal(t, uint64(1), p.Stats().UnknownQPN)
 
 	// A send completion naming no outstanding WQE changes nothing.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, qp.QPN(), 77, 0)))
 	c = e.One(p)
-	require.Equal(t, rc.StatusUnmatched, c.Status)
+	require.Equal(t, transport.StatusUnmatched, c.Status)
 	require.Same(t, &qp.Queue, c.Queue)
-	require.ErrorIs(t, c.Err(), rc.ErrUnmatched)
+	require.ErrorIs(t, c.Err(), transport.ErrUnmatched)
 	require.Equal(t, uint64(1), qp.Unmatched())
-	require.Equal(t, rc.StateReady, qp.State())
+	require.Equal(t, transport.StateReady, qp.State())
 
 	// A receive completion on a QP with nothing posted.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQERespSend, qp.QPN(), 0, 0)))
-	require.Equal(t, rc.StatusUnmatched, e.One(p).Status)
+	require.Equal(t, transport.StatusUnmatched, e.One(p).Status)
 
 	// An opcode a QP never gets.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEResizeCQ, qp.QPN(), 0, 0)))
 	c = e.One(p)
-	require.Equal(t, rc.StatusUnexpected, c.Status)
+	require.Equal(t, transport.StatusUnexpected, c.Status)
 	require.Error(t, c.Err())
 
 	// An error CQE with a syndrome the PRM does not define, for a WQE in
@@ -68,18 +69,18 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	counter := uint16(qp.SendQueue().ProducerIndex() - 1)
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReqErr, qp.QPN(), counter, 0x77)))
 	c = pollOne(t, p)
-	require.Equal(t, rc.StatusError, c.Status)
+	require.Equal(t, transport.StatusError, c.Status)
 	require.Equal(t, uint64(42), c.WRID)
 	require.ErrorIs(t, c.Err(), monocq.ErrUnknownSyndrome)
 	require.Contains(t, c.Err().Error(), "0x77")
-	require.Equal(t, rc.StateError, qp.State())
+	require.Equal(t, transport.StateError, qp.State())
 	require.Zero(t, qp.SendQueue().Outstanding())
 }
 
 // pollOne polls without running the model.
-func pollOne(t *testing.T, p *rc.Poller) rc.Completion {
-	var out []rc.Completion
-	p.Poll(16, func(c *rc.Completion) { out = append(out, *c) })
+func pollOne(t *testing.T, p *transport.Poller) transport.Completion {
+	var out []transport.Completion
+	p.Poll(16, func(c *transport.Completion) { out = append(out, *c) })
 	require.Len(t, out, 1)
 	return out[0]
 }
@@ -90,15 +91,15 @@ func pollOne(t *testing.T, p *rc.Poller) rc.Completion {
 func TestCQOverrunIsReported(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq := e.CQ(0, 4)
-	p, err := rc.NewPoller(cq)
+	p, err := transport.NewPoller(cq)
 	require.NoError(t, err)
 	cq1, p1 := newPoller(e, 1, 64)
-	a, err := rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 64})
+	a, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 64})
 	require.NoError(t, err)
-	b, err := rc.New(e.PD[1], cq1, nil, rc.Config{SendDepth: 4})
+	b, err := rc.New(e.PD[1], cq1, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
-	require.NoError(t, p.Add(&a.Queue))
-	require.NoError(t, p1.Add(&b.Queue))
+	require.NoError(t, p.Add(a))
+	require.NoError(t, p1.Add(b))
 	require.NoError(t, a.Connect(b.Endpoint()))
 	require.NoError(t, b.Connect(a.Endpoint()))
 	for w := range 32 {
@@ -109,8 +110,8 @@ func TestCQOverrunIsReported(t *testing.T) {
 	a.RingDoorbell()
 	e.Run()
 	n := 0
-	for p.Poll(64, func(c *rc.Completion) {
-		require.Equal(t, rc.StatusOK, c.Status)
+	for p.Poll(64, func(c *transport.Completion) {
+		require.Equal(t, transport.StatusOK, c.Status)
 		require.Equal(t, uint64(n), c.WRID)
 		n++
 	}) > 0 {
@@ -130,34 +131,34 @@ func TestCloseLeavesPollers(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	scq, sp := newPoller(e, 0, 16)
 	_, rp := newPoller(e, 0, 16)
-	qp, err := rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 4})
+	qp, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
-	other, err := rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 4})
+	other, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
-	for _, p := range []*rc.Poller{sp, rp} {
-		require.NoError(t, p.Add(&qp.Queue))
-		require.NoError(t, p.Add(&other.Queue))
+	for _, p := range []*transport.Poller{sp, rp} {
+		require.NoError(t, p.Add(qp))
+		require.NoError(t, p.Add(other))
 		require.Equal(t, 2, p.Len())
 	}
-	require.NoError(t, rp.Remove(&other.Queue))
-	require.ErrorIs(t, rp.Remove(&other.Queue), rc.ErrUnknownQPN)
+	require.NoError(t, rp.Remove(other))
+	require.ErrorIs(t, rp.Remove(other), transport.ErrUnknownQPN)
 	require.Error(t, rp.Remove(nil))
 	require.Error(t, rp.Add(nil))
-	require.ErrorIs(t, rp.Add(new(rc.Queue)), rc.ErrInvalidConfig, "a queue that was never set up")
+	require.ErrorIs(t, rp.Add(new(transport.Queue)), transport.ErrInvalidConfig, "a queue that was never set up")
 	require.NoError(t, qp.Close())
-	for _, p := range []*rc.Poller{sp, rp} {
+	for _, p := range []*transport.Poller{sp, rp} {
 		require.Same(t, &qp.Queue, p.Lookup(qp.QPN()), "routed until the owner polls")
-		require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+		require.Zero(t, p.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
 		require.Nil(t, p.Lookup(qp.QPN()))
 		require.NoError(t, p.Err())
 	}
 	require.Equal(t, 1, sp.Len())
 	require.Equal(t, 0, rp.Len())
 	require.Same(t, &other.Queue, sp.Lookup(other.QPN()))
-	require.ErrorIs(t, rp.Add(&qp.Queue), rc.ErrClosed, "a closed QP is refused")
+	require.ErrorIs(t, rp.Add(qp), transport.ErrClosed, "a closed QP is refused")
 	require.Zero(t, rp.Len())
 	require.NoError(t, other.Close())
-	require.Zero(t, sp.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.Zero(t, sp.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
 	require.Zero(t, sp.Len())
 }
 
@@ -167,34 +168,34 @@ func TestCloseLeavesPollers(t *testing.T) {
 func TestParentCloseLeavesPollers(t *testing.T) {
 	e1, e2 := transporttest.New(t, sim.Options{}), transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e1, 0, 16)
-	srq, err := rc.NewSharedReceiveQueue(e1.PD[0], rc.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e1.PD[0], transport.SRQConfig{Depth: 4})
 	require.NoError(t, err)
-	a, err := rc.New(e1.PD[0], cq, nil, rc.Config{SendDepth: 4, SRQ: srq})
+	a, err := rc.New(e1.PD[0], cq, rc.Config{SendDepth: 4, SRQ: srq})
 	require.NoError(t, err)
-	require.NoError(t, p.Add(&a.Queue))
+	require.NoError(t, p.Add(a))
 	require.NoError(t, srq.Close())
-	require.Equal(t, rc.StateClosed, a.State())
-	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.Equal(t, transport.StateClosed, a.State())
+	require.Zero(t, p.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
 	require.Zero(t, p.Len(), "the QP closed with its SRQ is still routed")
 
 	pd, err := e1.Ctx[0].AllocProtectionDomain()
 	require.NoError(t, err)
-	b, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4})
+	b, err := rc.New(pd, cq, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
-	require.NoError(t, p.Add(&b.Queue))
+	require.NoError(t, p.Add(b))
 	require.NoError(t, pd.Close())
 	// A QP of another device with the same QPN takes b's place at once.
 	cq2 := e2.CQ(0, 16)
-	_, err = rc.New(e2.PD[0], cq2, nil, rc.Config{SendDepth: 4})
+	_, err = rc.New(e2.PD[0], cq2, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
-	c, err := rc.New(e2.PD[0], cq2, nil, rc.Config{SendDepth: 4})
+	c, err := rc.New(e2.PD[0], cq2, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
 	require.Equal(t, b.QPN(), c.QPN(), "two fabrics number their QPs alike")
-	require.NoError(t, p.Add(&c.Queue))
+	require.NoError(t, p.Add(c))
 	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
 	require.Equal(t, 1, p.Len())
-	require.ErrorIs(t, p.Remove(&b.Queue), rc.ErrUnknownQPN)
-	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.ErrorIs(t, p.Remove(b), transport.ErrUnknownQPN)
+	require.Zero(t, p.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
 	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
 	require.NoError(t, p.Err())
 }
@@ -207,20 +208,20 @@ func TestParentCloseLeavesPollers(t *testing.T) {
 func TestRemoveLeavesAnotherQueueOfTheSameQPN(t *testing.T) {
 	e1, e2 := transporttest.New(t, sim.Options{}), transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e1, 0, 16)
-	a, err := rc.New(e1.PD[0], cq, nil, rc.Config{SendDepth: 4})
+	a, err := rc.New(e1.PD[0], cq, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
-	b, err := rc.New(e2.PD[0], e2.CQ(0, 16), nil, rc.Config{SendDepth: 4})
+	b, err := rc.New(e2.PD[0], e2.CQ(0, 16), rc.Config{SendDepth: 4})
 	require.NoError(t, err)
 	require.Equal(t, a.QPN(), b.QPN(), "two fabrics number their QPs alike")
-	require.NoError(t, p.Add(&a.Queue))
-	require.ErrorIs(t, p.Remove(&b.Queue), rc.ErrUnknownQPN)
+	require.NoError(t, p.Add(a))
+	require.ErrorIs(t, p.Remove(b), transport.ErrUnknownQPN)
 	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
 	require.Equal(t, 1, p.Len())
 	require.NoError(t, b.Close())
-	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.Zero(t, p.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
 	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
 	require.NoError(t, a.Close())
-	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
+	require.Zero(t, p.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
 	require.Zero(t, p.Len())
 }
 
@@ -236,13 +237,13 @@ func TestClosedQueueDrainsUnderLoad(t *testing.T) {
 	var qp [2]*rc.QP
 	for k := range 2 {
 		var err error
-		qp[k], err = rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 8, MaxInline: 16})
+		qp[k], err = rc.New(e.PD[0], cq, rc.Config{SendDepth: 8, MaxInline: 16})
 		require.NoError(t, err)
-		peer, err := rc.New(e.PD[1], e.CQ(1, 64), nil, rc.Config{SendDepth: 8})
+		peer, err := rc.New(e.PD[1], e.CQ(1, 64), rc.Config{SendDepth: 8})
 		require.NoError(t, err)
 		require.NoError(t, qp[k].Connect(peer.Endpoint()))
 		require.NoError(t, peer.Connect(qp[k].Endpoint()))
-		require.NoError(t, p.Add(&qp[k].Queue))
+		require.NoError(t, p.Add(qp[k]))
 	}
 	write := func(k int, wrid uint64) {
 		st, err := qp[k].Post(wrid, wqebuilder.Signaled)
@@ -266,8 +267,8 @@ func TestClosedQueueDrainsUnderLoad(t *testing.T) {
 		wrid += 2
 		e.Run()
 		before := p.CQ().ConsumerIndex()
-		require.Equal(t, 2, p.Poll(2, func(c *rc.Completion) {
-			require.Equal(t, rc.StatusOK, c.Status)
+		require.Equal(t, 2, p.Poll(2, func(c *transport.Completion) {
+			require.Equal(t, transport.StatusOK, c.Status)
 			if c.QPN == qp[0].QPN() {
 				closed = append(closed, c.WRID)
 			}

@@ -1,11 +1,9 @@
 package rc
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -29,7 +27,10 @@ type Config struct {
 	// MaxInline is the most payload one send WQE carries inline.
 	MaxInline uint32
 	// SRQ, when set, receives for the QP (RecvDepth must then be 0).
-	SRQ *SharedReceiveQueue
+	SRQ *transport.SharedReceiveQueue
+	// RecvCQ, when set, gets the QP's receive completions; unset, they go
+	// to the CQ given to New with the send completions.
+	RecvCQ *ctx.CompletionQueue
 
 	// Port is the local port (default 1) and GID the local GID table
 	// entry used on RoCE or towards a remote without a LID: unset, one is
@@ -69,106 +70,52 @@ type Config struct {
 	ScatterToCQE bool
 }
 
-// QP is a reliable-connected queue pair. Its embedded Queue posts
-// receives, rings doorbells and turns CQEs into completions; Post starts a
-// send WQE.
+// QP is a reliable-connected queue pair. Its embedded transport.Queue
+// posts receives, rings doorbells, turns CQEs into completions and has
+// what every transport has (Handle, Limits, Fail, Close); Post starts a
+// send WQE. Add the QP to the transport.Poller of its CQ.
 //
 // A QP is used by one goroutine at a time (posting, polling its CQs,
 // Connect, Reset); Close may be called from any goroutine.
 type QP struct {
-	// Queue is the data-plane part shared with the other transports; add
-	// &qp.Queue to a Poller.
-	Queue
+	transport.Queue
 
 	qp     *ctx.QueuePair
-	port   transport.Port
+	port   newqp.Port
 	psn    uint32
 	remote endpoint.Endpoint
 	attr   ctx.QPAttr // RTR and RTS attributes from the configuration
 	access ctx.Access // what the peer may do through the QP
 }
 
-// New creates an RC queue pair in pd with send completions on sendCQ and
-// receive completions on recvCQ (nil: sendCQ), and moves it to INIT, so
+// New creates an RC queue pair in pd with its completions on cq (its
+// receive completions on cfg.RecvCQ when set), and moves it to INIT, so
 // that receives may be posted before Connect. A configuration the device
 // cannot satisfy is refused before anything is created.
-func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Config) (*QP, error) {
-	const op = "new QP"
-	bad := func(format string, args ...any) (*QP, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
+func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, error) {
+	var attr ctx.QPAttr
+	spec := newqp.Spec{Transport: name, Op: "new QP", Type: ctx.QPTypeRC, CQ: cq, RecvCQ: cfg.RecvCQ,
+		Caps: ctx.QueuePairCaps{SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
+			MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline},
+		SRQ: cfg.SRQ, Port: cfg.Port, GID: cfg.GID, SL: cfg.SL, PSN: cfg.PSN,
+		RemoteAccess: cfg.RemoteAccess, ScatterToCQE: cfg.ScatterToCQE,
+		Check: func(dev ctx.DeviceAttr) (err error) {
+			attr, err = rcAttr(cfg, dev)
+			return err
+		},
 	}
-	switch {
-	case pd == nil:
-		return bad("nil protection domain")
-	case sendCQ == nil:
-		return bad("nil send completion queue")
-	case cfg.SendDepth == 0:
-		return bad("send depth 0")
-	case cfg.SRQ != nil && cfg.RecvDepth != 0:
-		return bad("receive depth %d with an SRQ (the SRQ receives)", cfg.RecvDepth)
-	case cfg.SRQ != nil && cfg.SRQ.Closed():
-		return nil, transport.Errorf(name, op, "SRQ: %w", ErrClosed)
-	case cfg.PSN > endpoint.MaxPSN:
-		return bad("PSN %#x wider than 24 bits", cfg.PSN)
-	case cfg.RemoteAccess&^(ctx.AccessRemoteWrite|ctx.AccessRemoteRead|ctx.AccessRemoteAtomic|ctx.AccessLocalWrite) != 0:
-		return bad("remote access %v", cfg.RemoteAccess)
-	}
-	if recvCQ == nil {
-		recvCQ = sendCQ
-	}
-	if cfg.MaxSendSGE == 0 {
-		cfg.MaxSendSGE = 1
-	}
-	if cfg.MaxRecvSGE == 0 && cfg.RecvDepth > 0 {
-		cfg.MaxRecvSGE = 1
-	}
-	dev, err := pd.Context().Query()
+	c, err := newqp.Create(pd, spec)
 	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
+		return nil, err
 	}
-	caps := ctx.QueuePairCaps{SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
-		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline}
-	if err := transport.CheckCaps(dev, ctx.QPTypeRC, caps, cfg.RecvDepth > 0); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	attr, err := rcAttr(cfg, dev)
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	if err := transport.CheckFields(transport.SLField(port, cfg.SL)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	qcfg := ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: sendCQ, RecvCQ: recvCQ, Caps: caps, ScatterToCQE: cfg.ScatterToCQE}
-	if cfg.SRQ != nil {
-		qcfg.SRQ = cfg.SRQ.Handle()
-	}
-	cq, err := pd.CreateQueuePair(qcfg)
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	access := cfg.RemoteAccess
-	if access == 0 {
-		access = ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic
-	}
-	if err := cq.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: port.Number, Access: access}); err != nil {
-		_ = cq.Close()
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	q := &QP{qp: cq, port: port, attr: attr, access: access}
-	if err := transport.Setup(&q.Queue, name, cq, cfg.SRQ); err != nil {
-		_ = cq.Close()
-		return nil, transport.Errorf(name, op, "%w", err)
+	q := &QP{qp: c.QP, port: c.Port, attr: attr, access: c.Access}
+	if err := newqp.BringUp(&q.Queue, spec, c.QP, false,
+		ctx.QPAttr{State: ctx.QPStateInit, Port: c.Port.Number, Access: c.Access}); err != nil {
+		return nil, err
 	}
 	q.psn = cfg.PSN
 	if q.psn == 0 {
-		q.psn = transport.RandomPSN()
+		q.psn = newqp.RandomPSN()
 	}
 	q.attr.SQPSN = q.psn
 	return q, nil
@@ -177,26 +124,18 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 // rcAttr resolves the connection knobs of cfg.
 func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 	var a ctx.QPAttr
-	var err error
 	maxRd := uint8(min(max(dev.MaxQPInitRdAtomic, 1), 255))
 	if dev.MaxQPRdAtomic != 0 && dev.MaxQPRdAtomic < uint32(maxRd) {
 		maxRd = uint8(dev.MaxQPRdAtomic)
 	}
-	for _, k := range []struct {
-		name     string
-		v        int
-		def, max uint8
-		dst      *uint8
-	}{
-		{"max RDMA reads/atomics", cfg.MaxRdAtomic, min(16, maxRd), maxRd, &a.MaxRdAtomic},
-		{"min RNR timer", cfg.MinRNRTimer, 12, 31, &a.MinRNRTimer},
-		{"timeout", cfg.Timeout, 14, 31, &a.Timeout},
-		{"retry count", cfg.RetryCount, 7, 7, &a.RetryCount},
-		{"RNR retry", cfg.RNRRetry, 7, 7, &a.RNRRetry},
-	} {
-		if *k.dst, err = transport.Knob(k.v, k.def, k.max); err != nil {
-			return a, fmt.Errorf("%s: %w", k.name, err)
-		}
+	if err := newqp.Settings(
+		newqp.Setting{Name: "max RDMA reads/atomics", Value: cfg.MaxRdAtomic, Default: min(16, maxRd), Max: maxRd, Dst: &a.MaxRdAtomic},
+		newqp.Setting{Name: "min RNR timer", Value: cfg.MinRNRTimer, Default: 12, Max: 31, Dst: &a.MinRNRTimer},
+		newqp.Setting{Name: "timeout", Value: cfg.Timeout, Default: 14, Max: 31, Dst: &a.Timeout},
+		newqp.Setting{Name: "retry count", Value: cfg.RetryCount, Default: 7, Max: 7, Dst: &a.RetryCount},
+		newqp.Setting{Name: "RNR retry", Value: cfg.RNRRetry, Default: 7, Max: 7, Dst: &a.RNRRetry},
+	); err != nil {
+		return a, err
 	}
 	a.MaxDestRdAtomic = a.MaxRdAtomic
 	a.Path.SL = cfg.SL
@@ -207,7 +146,7 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // completion) and flags (wqebuilder.Signaled, Solicited, Fence): pick the
 // operation on the stage, add the payload, then Finish (and RingDoorbell
 // for a batch) or FinishBlueFlame. Post refuses a QP that is not connected,
-// is in error or is closed with a *PostError (ErrNotConnected, ErrQPError,
+// is in error or is closed with a *transport.PostError (ErrNotConnected, ErrQPError,
 // ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
@@ -248,11 +187,11 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		return transport.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportRC {
-		return transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, ErrTransport)
+		return transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	if q.qp.Closed() {
 		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrClosed)
 	}
 	st, err := q.qp.State()
 	if err != nil {
@@ -278,9 +217,9 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		}
 	case ctx.QPStateError:
 		transport.SetState(&q.Queue, transport.StateError)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrQPError)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrQPError)
 	default:
-		return transport.Errorf(name, op, "QP %#x is %v, not INIT: %w", q.QPN(), st, ErrTransport)
+		return transport.Errorf(name, op, "QP %#x is %v, not INIT: %w", q.QPN(), st, transport.ErrTransport)
 	}
 	q.remote = remote
 	transport.SetState(&q.Queue, transport.StateReady)
@@ -290,23 +229,6 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 // Remote returns the endpoint the QP was connected to (zero before
 // Connect).
 func (q *QP) Remote() endpoint.Endpoint { return q.remote }
-
-// Handle returns the control-plane queue pair.
-func (q *QP) Handle() *ctx.QueuePair { return q.qp }
-
-// Limits returns what the provider granted: the send and receive ring
-// sizes in WQEs, max SGE and max inline.
-func (q *QP) Limits() Limits { return limits(q.qp) }
-
-// Fail moves the QP to the error state: every outstanding work request
-// completes with WR_FLUSH_ERR, and no more may be posted.
-func (q *QP) Fail() error {
-	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
-		return transport.Errorf(name, "move to error", "%w", err)
-	}
-	transport.SetState(&q.Queue, transport.StateError)
-	return nil
-}
 
 // Reset brings the QP back to INIT from any state, error included, so
 // that it can Connect again (the peer resets too): RESET discards every
@@ -319,13 +241,13 @@ func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp.Closed() {
 		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrClosed)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}); err != nil {
 		return transport.Errorf(name, op, "%w", err)
 	}
 	cfg := q.qp.Config()
-	var srq *SharedReceiveQueue
+	var srq *transport.SharedReceiveQueue
 	if cfg.SRQ != nil {
 		srq = q.Queue.SRQ()
 	}
@@ -337,24 +259,5 @@ func (q *QP) Reset() error {
 		return transport.Errorf(name, op, "%w", err)
 	}
 	q.remote = endpoint.Endpoint{}
-	return nil
-}
-
-// Close destroys the QP. Work requests the device has not completed are
-// lost, with no completion: drain them (Fail, then poll the flushes) first
-// if they matter.
-//
-// Close may be called from any goroutine, also while the owner posts on
-// the QP and polls its Pollers, as net.Conn.Close may: it closes only
-// the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
-// Poller the QP was added to drops it on the owner's goroutine, in a
-// later Poll, once no CQE of it is left in the CQ; until then its CQEs
-// are handed over as the device wrote them (Remove drops it at once).
-// Close is idempotent.
-func (q *QP) Close() error {
-	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
-		return transport.Errorf(name, "close", "%w", err)
-	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -20,7 +21,7 @@ type pair struct {
 	e  *transporttest.Env
 	qp [2]*rc.QP
 	cq [2]*ctx.CompletionQueue
-	p  [2]*rc.Poller
+	p  [2]*transport.Poller
 }
 
 func newPair(t testing.TB, cfg rc.Config) *pair {
@@ -35,9 +36,9 @@ func connectPair(e *transporttest.Env, cfg rc.Config) *pair {
 	x := &pair{e: e}
 	for i := range 2 {
 		x.cq[i], x.p[i] = newPoller(e, i, 1024)
-		qp, err := rc.New(e.PD[i], x.cq[i], nil, cfg)
+		qp, err := rc.New(e.PD[i], x.cq[i], cfg)
 		require.NoError(t, err)
-		require.NoError(t, x.p[i].Add(&qp.Queue))
+		require.NoError(t, x.p[i].Add(qp))
 		x.qp[i] = qp
 	}
 	require.NoError(t, x.qp[0].Connect(x.qp[1].Endpoint()))

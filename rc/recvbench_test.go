@@ -6,6 +6,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -18,9 +19,9 @@ import (
 // queue or through an SRQ.
 type recvRig struct {
 	x   *pair
-	srq *rc.SharedReceiveQueue
+	srq *transport.SharedReceiveQueue
 	rcv *rc.QP
-	rp  *rc.Poller
+	rp  *transport.Poller
 }
 
 func newRecvRig(b *testing.B, shared bool) *recvRig {
@@ -29,7 +30,7 @@ func newRecvRig(b *testing.B, shared bool) *recvRig {
 		x := connectPair(e, rc.Config{SendDepth: 2 * benchBatch, RecvDepth: benchBatch, MaxRecvSGE: 2, MaxInline: 64})
 		return &recvRig{x: x, rcv: x.qp[1], rp: x.p[1]}
 	}
-	srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: benchBatch, MaxSGE: 2})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: benchBatch, MaxSGE: 2})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,10 +41,10 @@ func newRecvRig(b *testing.B, shared bool) *recvRig {
 		if i == 1 {
 			cfg.SRQ = srq
 		}
-		if x.qp[i], err = rc.New(e.PD[i], x.cq[i], nil, cfg); err != nil {
+		if x.qp[i], err = rc.New(e.PD[i], x.cq[i], cfg); err != nil {
 			b.Fatal(err)
 		}
-		if err := x.p[i].Add(&x.qp[i].Queue); err != nil {
+		if err := x.p[i].Add(x.qp[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -77,13 +78,13 @@ func (g *recvRig) consume(b *testing.B, n int) {
 	}
 	x.qp[0].RingDoorbell()
 	x.e.Run()
-	for x.p[0].Poll(64, func(*rc.Completion) {}) > 0 {
+	for x.p[0].Poll(64, func(*transport.Completion) {}) > 0 {
 	}
 }
 
 // drain polls the receive completions away.
 func (g *recvRig) drain() {
-	for g.rp.Poll(64, func(*rc.Completion) {}) > 0 {
+	for g.rp.Poll(64, func(*transport.Completion) {}) > 0 {
 	}
 }
 
@@ -157,8 +158,8 @@ func benchRecvPoll(b *testing.B, g *recvRig) {
 		g.consume(b, benchBatch)
 		b.StartTimer()
 		for n := 1; n > 0 && done < b.N; done += n {
-			n = g.rp.Poll(16, func(c *rc.Completion) {
-				if c.Status == rc.StatusOK {
+			n = g.rp.Poll(16, func(c *transport.Completion) {
+				if c.Status == transport.StatusOK {
 					sum += c.WRID
 				}
 			})

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -20,21 +21,21 @@ import (
 // of order, many times round its free list.
 func TestSharedReceiveQueue(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: 7, MaxSGE: 2})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 7, MaxSGE: 2})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, srq.MaxSGE(), uint32(2), "the provider may grant more")
 	var senders, receivers [2]*rc.QP
-	var sp, rp [2]*rc.Poller
+	var sp, rp [2]*transport.Poller
 	for i := range 2 {
 		var scq, rcq *ctx.CompletionQueue
 		scq, sp[i] = newPoller(e, 0, 64)
 		rcq, rp[i] = newPoller(e, 1, 64)
-		senders[i], err = rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 16, MaxInline: 64})
+		senders[i], err = rc.New(e.PD[0], scq, rc.Config{SendDepth: 16, MaxInline: 64})
 		require.NoError(t, err)
-		receivers[i], err = rc.New(e.PD[1], rcq, nil, rc.Config{SendDepth: 1, SRQ: srq})
+		receivers[i], err = rc.New(e.PD[1], rcq, rc.Config{SendDepth: 1, SRQ: srq})
 		require.NoError(t, err)
-		require.NoError(t, sp[i].Add(&senders[i].Queue))
-		require.NoError(t, rp[i].Add(&receivers[i].Queue))
+		require.NoError(t, sp[i].Add(senders[i]))
+		require.NoError(t, rp[i].Add(receivers[i]))
 		require.NoError(t, senders[i].Connect(receivers[i].Endpoint()))
 		require.NoError(t, receivers[i].Connect(senders[i].Endpoint()))
 	}
@@ -66,22 +67,22 @@ func TestSharedReceiveQueue(t *testing.T) {
 		}
 		e.Run()
 		for _, p := range sp {
-			for p.Poll(8, func(c *rc.Completion) { require.Equal(t, rc.StatusOK, c.Status, "%v", c.Err()) }) > 0 {
+			for p.Poll(8, func(c *transport.Completion) { require.Equal(t, transport.StatusOK, c.Status, "%v", c.Err()) }) > 0 {
 			}
 		}
 		// Poll the receivers in random order: the SRQ slots return out of
 		// the order they were taken.
-		got := map[int][]rc.Completion{}
+		got := map[int][]transport.Completion{}
 		order := r.Perm(2)
 		for _, i := range order {
-			rp[i].Poll(8, func(c *rc.Completion) { got[i] = append(got[i], *c) })
+			rp[i].Poll(8, func(c *transport.Completion) { got[i] = append(got[i], *c) })
 		}
 		for k, msg := range msgs {
 			i := to[k]
 			require.NotEmpty(t, got[i], "round %d", round)
 			c := got[i][0]
 			got[i] = got[i][1:]
-			require.Equal(t, rc.StatusOK, c.Status, "%v", c.Err())
+			require.Equal(t, transport.StatusOK, c.Status, "%v", c.Err())
 			require.Equal(t, receivers[i].QPN(), c.QPN)
 			require.Equal(t, uint32(len(msg)), c.ByteCount)
 			slot := slotOf[c.WRID]
@@ -105,15 +106,15 @@ func TestScatterToCQE(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			e := transporttest.New(t, sim.Options{})
 			var qp [2]*rc.QP
-			var p [2]*rc.Poller
+			var p [2]*transport.Poller
 			for i := range 2 {
 				cq, err := e.Ctx[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64, CQESize: size})
 				require.NoError(t, err)
-				p[i], err = rc.NewPoller(cq)
+				p[i], err = transport.NewPoller(cq)
 				require.NoError(t, err)
-				qp[i], err = rc.New(e.PD[i], cq, nil, rc.Config{SendDepth: 16, RecvDepth: 16, MaxRecvSGE: 2, MaxInline: 128, ScatterToCQE: true})
+				qp[i], err = rc.New(e.PD[i], cq, rc.Config{SendDepth: 16, RecvDepth: 16, MaxRecvSGE: 2, MaxInline: 128, ScatterToCQE: true})
 				require.NoError(t, err)
-				require.NoError(t, p[i].Add(&qp[i].Queue))
+				require.NoError(t, p[i].Add(qp[i]))
 			}
 			require.NoError(t, qp[0].Connect(qp[1].Endpoint()))
 			require.NoError(t, qp[1].Connect(qp[0].Endpoint()))
@@ -127,9 +128,9 @@ func TestScatterToCQE(t *testing.T) {
 				s, err := qp[0].Post(1, wqebuilder.Signaled)
 				require.NoError(t, err)
 				require.NoError(t, s.SendImm(uint32(n)).Inline(data).FinishBlueFlame())
-				require.Equal(t, rc.StatusOK, e.One(p[0]).Status)
+				require.Equal(t, transport.StatusOK, e.One(p[0]).Status)
 				c := e.One(p[1])
-				require.Equal(t, rc.StatusOK, c.Status)
+				require.Equal(t, transport.StatusOK, c.Status)
 				require.Equal(t, uint64(n), c.WRID)
 				require.Equal(t, prm.CQERespSendImm, c.Opcode)
 				require.Equal(t, uint32(n), c.ByteCount)
@@ -147,16 +148,16 @@ func TestScatterToCQE(t *testing.T) {
 // the SRQ, and a receive on the QP itself is still refused.
 func TestResetKeepsSharedReceiveQueue(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: 8})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 8})
 	require.NoError(t, err)
 	scq, sp := newPoller(e, 0, 64)
 	rcq, rp := newPoller(e, 1, 64)
-	a, err := rc.New(e.PD[0], scq, nil, rc.Config{SendDepth: 8, MaxInline: 64})
+	a, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 8, MaxInline: 64})
 	require.NoError(t, err)
-	b, err := rc.New(e.PD[1], rcq, nil, rc.Config{SendDepth: 1, SRQ: srq})
+	b, err := rc.New(e.PD[1], rcq, rc.Config{SendDepth: 1, SRQ: srq})
 	require.NoError(t, err)
-	require.NoError(t, sp.Add(&a.Queue))
-	require.NoError(t, rp.Add(&b.Queue))
+	require.NoError(t, sp.Add(a))
+	require.NoError(t, rp.Add(b))
 	for round := range 3 {
 		if round > 0 {
 			require.NoError(t, a.Reset())
@@ -170,12 +171,12 @@ func TestResetKeepsSharedReceiveQueue(t *testing.T) {
 		s, err := a.Post(uint64(round), wqebuilder.Signaled)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("through the SRQ")).FinishBlueFlame())
-		require.Equal(t, rc.StatusOK, e.One(sp).Status, "round %d", round)
+		require.Equal(t, transport.StatusOK, e.One(sp).Status, "round %d", round)
 		c := e.One(rp)
-		require.Equal(t, rc.StatusOK, c.Status, "round %d: %v", round, c.Err())
+		require.Equal(t, transport.StatusOK, c.Status, "round %d: %v", round, c.Err())
 		require.Equal(t, wrid, c.WRID, "round %d", round)
 		require.Equal(t, "through the SRQ", string(e.Mem(1, 64*round, 15)))
 		require.Zero(t, srq.Outstanding(), "round %d", round)
-		require.ErrorIs(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)), rc.ErrNoReceiveQueue, "round %d", round)
+		require.ErrorIs(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)), transport.ErrNoReceiveQueue, "round %d", round)
 	}
 }

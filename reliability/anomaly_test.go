@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -27,9 +28,9 @@ func cqe(op prm.CQEOpcode, qpn uint32, counter uint16, synd prm.Syndrome) [prm.C
 }
 
 // poll returns every completion p has now, copied.
-func poll(p *rc.Poller) []rc.Completion {
-	var out []rc.Completion
-	for p.Poll(16, func(c *rc.Completion) { out = append(out, *c) }) > 0 {
+func poll(p *transport.Poller) []transport.Completion {
+	var out []transport.Completion
+	for p.Poll(16, func(c *transport.Completion) { out = append(out, *c) }) > 0 {
 	}
 	return out
 }
@@ -62,10 +63,10 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.NoError(t, x.f.InjectCQE(cqn, cqe(prm.CQEReq, 0xabcdef, 0, 0)))
 		got := poll(poller)
 		require.Len(t, got, 1)
-		require.Equal(t, rc.StatusUnknownQPN, got[0].Status)
+		require.Equal(t, transport.StatusUnknownQPN, got[0].Status)
 		require.Nil(t, got[0].Queue)
-		require.ErrorIs(t, got[0].Err(), rc.ErrUnknownQPN)
-		require.ErrorIs(t, poller.Err(), rc.ErrUnknownQPN)
+		require.ErrorIs(t, got[0].Err(), transport.ErrUnknownQPN)
+		require.ErrorIs(t, poller.Err(), transport.ErrUnknownQPN)
 		require.Contains(t, poller.Err().Error(), "0xabcdef")
 		require.Equal(t, uint64(1), poller.Stats().UnknownQPN)
 	})
@@ -81,9 +82,9 @@ func TestCompletionAnomalies(t *testing.T) {
 		got := poll(poller)
 		require.Len(t, got, 2)
 		for _, c := range got {
-			require.Equal(t, rc.StatusUnmatched, c.Status)
+			require.Equal(t, transport.StatusUnmatched, c.Status)
 			require.Zero(t, c.WRID)
-			require.ErrorIs(t, c.Err(), rc.ErrUnmatched)
+			require.ErrorIs(t, c.Err(), transport.ErrUnmatched)
 		}
 		require.Equal(t, uint32(4), q.SendQueue().Outstanding(), "nothing was retired")
 		require.Equal(t, uint64(2), q.Unmatched())
@@ -98,7 +99,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.NoError(t, x.f.InjectCQE(cqn, cqe(prm.CQEReq, q.QPN(), uint16(second), 0)))
 		got = poll(poller)
 		require.Len(t, got, 1)
-		require.Equal(t, rc.StatusUnmatched, got[0].Status)
+		require.Equal(t, transport.StatusUnmatched, got[0].Status)
 	})
 
 	t.Run("unexpected opcode", func(t *testing.T) {
@@ -108,10 +109,10 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.NoError(t, x.f.InjectCQE(cqn, cqe(prm.CQEResizeCQ, q.QPN(), 0, 0)))
 		got := poll(poller)
 		require.Len(t, got, 2)
-		require.Equal(t, rc.StatusUnexpected, got[0].Status)
-		require.Equal(t, rc.StatusUnexpected, got[1].Status)
+		require.Equal(t, transport.StatusUnexpected, got[0].Status)
+		require.Equal(t, transport.StatusUnexpected, got[1].Status)
 		require.Error(t, got[1].Err())
-		require.Equal(t, rc.StateReady, q.State())
+		require.Equal(t, transport.StateReady, q.State())
 	})
 
 	t.Run("unknown syndrome", func(t *testing.T) {
@@ -120,15 +121,15 @@ func TestCompletionAnomalies(t *testing.T) {
 		got := poll(poller)
 		require.Len(t, got, 1)
 		c := got[0]
-		require.Equal(t, rc.StatusError, c.Status)
+		require.Equal(t, transport.StatusError, c.Status)
 		require.Equal(t, uint64(3), c.WRID, "it names a WQE in flight: that WQE is retired, with the error")
 		err := c.Err()
 		require.ErrorIs(t, err, monocq.ErrUnknownSyndrome)
 		require.ErrorIs(t, err, monocq.ErrCompletion)
 		require.Contains(t, err.Error(), "0x99")
-		require.Equal(t, rc.StateError, q.State(), "an error completion fails the QP")
+		require.Equal(t, transport.StateError, q.State(), "an error completion fails the QP")
 		_, err = q.Post(4, wqebuilder.Signaled)
-		require.ErrorIs(t, err, rc.ErrQPError)
+		require.ErrorIs(t, err, transport.ErrQPError)
 	})
 
 	require.Empty(t, x.f.Violations())
@@ -144,12 +145,12 @@ func TestCQOverrun(t *testing.T) {
 	p := newRCPair(t, x, rc.Config{SendDepth: 64})
 	small, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 3})
 	require.NoError(t, err)
-	poller, err := rc.NewPoller(small)
+	poller, err := transport.NewPoller(small)
 	require.NoError(t, err)
-	q, err := rc.New(x.pd[0], small, nil, rc.Config{SendDepth: 64})
+	q, err := rc.New(x.pd[0], small, rc.Config{SendDepth: 64})
 	require.NoError(t, err)
-	require.NoError(t, poller.Add(&q.Queue))
-	peer, err := rc.New(x.pd[1], p.cq[1], nil, rc.Config{SendDepth: 4})
+	require.NoError(t, poller.Add(q))
+	peer, err := rc.New(x.pd[1], p.cq[1], rc.Config{SendDepth: 4})
 	require.NoError(t, err)
 	require.NoError(t, q.Connect(peer.Endpoint()))
 	require.NoError(t, peer.Connect(q.Endpoint()))

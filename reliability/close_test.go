@@ -17,6 +17,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -76,19 +77,19 @@ func TestStageKeptAcrossClose(t *testing.T) {
 					Inline([]byte("after close")).
 					FinishBlueFlame()
 			})
-			require.ErrorIs(t, ferr, rc.ErrClosed)
+			require.ErrorIs(t, ferr, transport.ErrClosed)
 			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
-			require.Equal(t, rc.StateClosed, q.State())
+			require.Equal(t, transport.StateClosed, q.State())
 			// The model saw nothing.
 			require.NoError(t, x.f.RunUntilIdle())
-			require.Zero(t, p.p[1].Poll(16, func(*rc.Completion) { t.Error("a completion at the peer") }))
+			require.Zero(t, p.p[1].Poll(16, func(*transport.Completion) { t.Error("a completion at the peer") }))
 		})
 		t.Run("ud/"+cl.name, func(t *testing.T) {
 			x := newFabric(t, sim.Options{})
 			cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 			require.NoError(t, err)
-			u, err := ud.New(x.pd[0], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
+			u, err := ud.New(x.pd[0], cq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
 			require.NoError(t, err)
 			remote, err := u.NewRemote(u.Endpoint())
 			require.NoError(t, err)
@@ -101,7 +102,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "UD SEND finished after close", func() {
 				ferr = st.Send().Inline([]byte("after close")).FinishBlueFlame()
 			})
-			require.ErrorIs(t, ferr, ud.ErrClosed)
+			require.ErrorIs(t, ferr, transport.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
 		})
 		t.Run("dc/"+cl.name, func(t *testing.T) {
@@ -112,7 +113,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			require.NoError(t, err)
 			dci, err := dc.NewDCI(x.pd[0], cq, dc.DCIConfig{SendDepth: 4, MaxInline: 32})
 			require.NoError(t, err)
-			srq, err := dc.NewSharedReceiveQueue(x.pd[1], dc.SRQConfig{Depth: 4})
+			srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 4})
 			require.NoError(t, err)
 			dct, err := dc.NewDCT(x.pd[1], rcq, dc.DCTConfig{SRQ: srq, Key: 7})
 			require.NoError(t, err)
@@ -127,7 +128,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "DC SEND finished after close", func() {
 				ferr = st.Send().Inline([]byte("after close")).Finish()
 			})
-			require.ErrorIs(t, ferr, dc.ErrClosed)
+			require.ErrorIs(t, ferr, transport.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
 		})
 	}
@@ -147,12 +148,12 @@ func TestReceiveStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "receive WQE finished after close", func() {
 				ferr = st.SGE(p.r[0].addr(0), 64, p.r[0].lkey()).FinishDoorbell()
 			})
-			require.ErrorIs(t, ferr, rc.ErrClosed)
+			require.ErrorIs(t, ferr, transport.ErrClosed)
 			require.Zero(t, q.RecvOutstanding())
 		})
 		t.Run("srq/"+cl.name, func(t *testing.T) {
 			x := newFabric(t, sim.Options{})
-			srq, err := rc.NewSharedReceiveQueue(x.pd[0], rc.SRQConfig{Depth: 8})
+			srq, err := transport.NewSharedReceiveQueue(x.pd[0], transport.SRQConfig{Depth: 8})
 			require.NoError(t, err)
 			st := srq.BeginRecv(1)
 			cl.close(t, x, srq)
@@ -160,7 +161,7 @@ func TestReceiveStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "SRQ WQE finished after close", func() {
 				ferr = st.SGE(0x1000, 64, 1).FinishDoorbell()
 			})
-			require.ErrorIs(t, ferr, rc.ErrClosed)
+			require.ErrorIs(t, ferr, transport.ErrClosed)
 			require.Zero(t, srq.Outstanding())
 		})
 	}
@@ -173,7 +174,7 @@ func TestSendQueueAfterClose(t *testing.T) {
 	x := newFabric(t, sim.Options{})
 	cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 	require.NoError(t, err)
-	u, err := ud.New(x.pd[0], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
+	u, err := ud.New(x.pd[0], cq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
 	require.NoError(t, err)
 	before := u.SendQueue()
 	d := u.Handle().Descriptor()
@@ -188,7 +189,7 @@ func TestSendQueueAfterClose(t *testing.T) {
 		requireNoFault(t, c.what, func() {
 			ferr = c.sq.Begin(1, wqebuilder.Signaled).UD(&av, u.QPN(), 1).Send().Inline([]byte("late")).FinishBlueFlame()
 		})
-		require.ErrorIs(t, ferr, ud.ErrClosed, c.what)
+		require.ErrorIs(t, ferr, transport.ErrClosed, c.what)
 		requireNoFault(t, c.what, c.sq.RingDoorbell)
 	}
 	require.NotSame(t, before, u.SendQueue(), "a closed QP hands out its refusing queue")
@@ -274,15 +275,15 @@ func TestContextCloseWhilePolling(t *testing.T) {
 		x, p := setup(t)
 		poller := p.p[0]
 		started, done := poll(func() int {
-			return poller.Poll(1, func(c *rc.Completion) {})
-		}, func() bool { return errors.Is(poller.Err(), rc.ErrClosed) })
+			return poller.Poll(1, func(c *transport.Completion) {})
+		}, func() bool { return errors.Is(poller.Err(), transport.ErrClosed) })
 		<-started
 		require.NoError(t, x.c[0].Close())
 		r := <-done
 		require.Nil(t, r.fault, "the poller faulted")
 		require.NoError(t, r.err)
 		require.Zero(t, r.afterClose, "a Poller polls nothing once its CQ is closed")
-		require.Equal(t, rc.StateClosed, p.qp[0].State())
+		require.Equal(t, transport.StateClosed, p.qp[0].State())
 	})
 }
 
@@ -308,7 +309,7 @@ func TestContextCloseWhilePosting(t *testing.T) {
 					close(started)
 				}
 				for q.SendQueue().Free() < 4 && !q.Handle().Closed() {
-					poller.Poll(16, func(*rc.Completion) {})
+					poller.Poll(16, func(*transport.Completion) {})
 					runtime.Gosched()
 				}
 				st, err := q.Post(i, wqebuilder.Signaled)
@@ -334,6 +335,6 @@ func TestContextCloseWhilePosting(t *testing.T) {
 	require.NoError(t, x.c[0].Close())
 	r := <-done
 	require.Nil(t, r.fault, "the poster faulted")
-	require.ErrorIs(t, r.err, rc.ErrClosed)
+	require.ErrorIs(t, r.err, transport.ErrClosed)
 	require.GreaterOrEqual(t, r.posted, 64)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -109,7 +110,7 @@ func controlPlaneRound(c *ctx.Context, f *sim.Fabric, busy uint32) error {
 		return err
 	}
 	defer cq.Close()
-	q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 2, RecvDepth: 2})
+	q, err := rc.New(pd, cq, rc.Config{SendDepth: 2, RecvDepth: 2})
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func pingPong(p *rcPair, id, rounds int) error {
 				}
 				var bad error
 				for i, poller := range p.p {
-					poller.Poll(8, func(c *rc.Completion) {
+					poller.Poll(8, func(c *transport.Completion) {
 						switch {
 						case c.Err() != nil:
 							bad = c.Err()

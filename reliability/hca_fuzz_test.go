@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 )
 
@@ -76,22 +77,22 @@ func newHCAWorld(t testing.TB, kind int) *hcaWorld {
 	var resp *ctx.QueuePair
 	switch kind % fuzzKinds {
 	case 0:
-		a, err := rc.New(pd[0], cq[0], nil, rc.Config{SendDepth: fuzzSQDepth, RecvDepth: 4, MaxSendSGE: 2, MaxInline: 64,
+		a, err := rc.New(pd[0], cq[0], rc.Config{SendDepth: fuzzSQDepth, RecvDepth: 4, MaxSendSGE: 2, MaxInline: 64,
 			RNRRetry: 1, RetryCount: 1, Timeout: 1, MinRNRTimer: 1})
 		require.NoError(t, err)
-		b, err := rc.New(pd[1], cq[1], nil, rc.Config{SendDepth: 1, RecvDepth: 4, MaxRecvSGE: 2})
+		b, err := rc.New(pd[1], cq[1], rc.Config{SendDepth: 1, RecvDepth: 4, MaxRecvSGE: 2})
 		require.NoError(t, err)
 		require.NoError(t, a.Connect(b.Endpoint()))
 		require.NoError(t, b.Connect(a.Endpoint()))
 		w.req, resp = a.Handle().Descriptor(), b.Handle()
 	case 1:
-		a, err := ud.New(pd[0], cq[0], nil, ud.Config{SendDepth: fuzzSQDepth, MaxSendSGE: 2, MaxInline: 64, QKey: 9})
+		a, err := ud.New(pd[0], cq[0], ud.Config{SendDepth: fuzzSQDepth, MaxSendSGE: 2, MaxInline: 64, QKey: 9})
 		require.NoError(t, err)
-		b, err := ud.New(pd[1], cq[1], nil, ud.Config{SendDepth: 1, RecvDepth: 4, MaxRecvSGE: 2, QKey: 9})
+		b, err := ud.New(pd[1], cq[1], ud.Config{SendDepth: 1, RecvDepth: 4, MaxRecvSGE: 2, QKey: 9})
 		require.NoError(t, err)
 		w.req, resp, w.qkey = a.Handle().Descriptor(), b.Handle(), 9
 	default:
-		srq, err := dc.NewSharedReceiveQueue(pd[1], dc.SRQConfig{Depth: 4, MaxSGE: 2})
+		srq, err := transport.NewSharedReceiveQueue(pd[1], transport.SRQConfig{Depth: 4, MaxSGE: 2})
 		require.NoError(t, err)
 		dct, err := dc.NewDCT(pd[1], cq[1], dc.DCTConfig{SRQ: srq, Key: 0x77, MinRNRTimer: 1})
 		require.NoError(t, err)

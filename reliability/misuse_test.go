@@ -16,6 +16,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -67,7 +68,7 @@ func requireGuarded(t *testing.T, what string, p unsafe.Pointer, n int) []byte {
 func TestRingsHaveGuardPages(t *testing.T) {
 	x := newFabric(t, sim.Options{})
 	p := newRCPair(t, x, rc.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 32})
-	srq, err := dc.NewSharedReceiveQueue(x.pd[1], dc.SRQConfig{Depth: 5})
+	srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 5})
 	require.NoError(t, err)
 	d := p.qp[0].Handle().Descriptor()
 	type area struct {
@@ -163,7 +164,7 @@ func (s *sendSide) requireOnlyWindow(t *testing.T, what string, pi uint32, windo
 func requireRefused(t *testing.T, st wqebuilder.OpStage, err, want error, qpn uint32) {
 	t.Helper()
 	require.ErrorIs(t, err, want)
-	var pe *rc.PostError
+	var pe *transport.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qpn, pe.QPN)
 	require.Equal(t, err, st.Send().SGE(1, 2, 3).Inline([]byte("ignored")).FinishBlueFlame(),
@@ -180,11 +181,11 @@ func TestMisuseIsRefused(t *testing.T) {
 	t.Run("unconnected RC", func(t *testing.T) {
 		cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 		require.NoError(t, err)
-		qp, err := rc.New(x.pd[0], cq, nil, rc.Config{SendDepth: 4, RecvDepth: 4})
+		qp, err := rc.New(x.pd[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
 		require.NoError(t, err)
 		snap := snapSend(qp.Handle().Descriptor())
 		st, err := qp.Post(1, wqebuilder.Signaled)
-		requireRefused(t, st, err, rc.ErrNotConnected, qp.QPN())
+		requireRefused(t, st, err, transport.ErrNotConnected, qp.QPN())
 		require.Contains(t, err.Error(), "rc: post send on QP")
 		qp.RingDoorbell()
 		snap.requireUnchanged(t, "a post on an unconnected QP")
@@ -264,7 +265,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		for i := uint32(0); i <= rq.MaxRecvSGE(); i++ {
 			rs = rs.SGE(p.r[1].addr(0), 1, p.r[1].lkey())
 		}
-		require.ErrorIs(t, rs.FinishDoorbell(), rc.ErrTooManySGE)
+		require.ErrorIs(t, rs.FinishDoorbell(), transport.ErrTooManySGE)
 	})
 
 	t.Run("receive queue full and no receive queue", func(t *testing.T) {
@@ -276,15 +277,15 @@ func TestMisuseIsRefused(t *testing.T) {
 			require.Less(t, n, 1000)
 			err = q.PostRecv(uint64(n), p.r[1].addr(0), 8, p.r[1].lkey())
 		}
-		require.ErrorIs(t, err, rc.ErrReceiveQueueFull)
+		require.ErrorIs(t, err, transport.ErrReceiveQueueFull)
 		require.Equal(t, int(q.RecvOutstanding())+1, n)
-		srq, err := rc.NewSharedReceiveQueue(x.pd[0], rc.SRQConfig{Depth: 4})
+		srq, err := transport.NewSharedReceiveQueue(x.pd[0], transport.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 		require.NoError(t, err)
-		withSRQ, err := rc.New(x.pd[0], cq, nil, rc.Config{SendDepth: 4, SRQ: srq})
+		withSRQ, err := rc.New(x.pd[0], cq, rc.Config{SendDepth: 4, SRQ: srq})
 		require.NoError(t, err)
-		require.ErrorIs(t, withSRQ.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), rc.ErrNoReceiveQueue)
+		require.ErrorIs(t, withSRQ.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), transport.ErrNoReceiveQueue)
 	})
 
 	t.Run("SGE outside its memory region", func(t *testing.T) {
@@ -313,8 +314,8 @@ func TestMisuseIsRefused(t *testing.T) {
 		}
 		// The data plane knows the QP failed.
 		st, err = q.Post(3, wqebuilder.Signaled)
-		requireRefused(t, st, err, rc.ErrQPError, q.QPN())
-		require.Equal(t, rc.StateError, q.State())
+		requireRefused(t, st, err, transport.ErrQPError, q.QPN())
+		require.Equal(t, transport.StateError, q.State())
 	})
 
 	t.Run("errored QP", func(t *testing.T) {
@@ -323,12 +324,12 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, q.Fail())
 		snap := snapSend(q.Handle().Descriptor())
 		st, err := q.Post(1, wqebuilder.Signaled)
-		requireRefused(t, st, err, rc.ErrQPError, q.QPN())
-		require.ErrorIs(t, q.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), rc.ErrQPError)
+		requireRefused(t, st, err, transport.ErrQPError, q.QPN())
+		require.ErrorIs(t, q.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), transport.ErrQPError)
 		q.RingDoorbell()
 		q.RingRecvDoorbell()
 		snap.requireUnchanged(t, "posts on a QP in error")
-		require.ErrorIs(t, q.Connect(p.qp[1].Endpoint()), rc.ErrQPError)
+		require.ErrorIs(t, q.Connect(p.qp[1].Endpoint()), transport.ErrQPError)
 	})
 
 	t.Run("closed QPs of every transport", func(t *testing.T) {
@@ -336,24 +337,24 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		rcq, err := x.c[1].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 63})
 		require.NoError(t, err)
-		poller, err := rc.NewPoller(cq)
+		poller, err := transport.NewPoller(cq)
 		require.NoError(t, err)
 
-		r, err := rc.New(x.pd[0], cq, nil, rc.Config{SendDepth: 4, RecvDepth: 4})
+		r, err := rc.New(x.pd[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
 		require.NoError(t, err)
 		dci, err := dc.NewDCI(x.pd[0], cq, dc.DCIConfig{SendDepth: 4})
 		require.NoError(t, err)
-		srq, err := dc.NewSharedReceiveQueue(x.pd[1], dc.SRQConfig{Depth: 4})
+		srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		dct, err := dc.NewDCT(x.pd[1], rcq, dc.DCTConfig{SRQ: srq, Key: 7})
 		require.NoError(t, err)
 		remote, err := dci.NewRemote(dct.Endpoint())
 		require.NoError(t, err)
-		u, err := ud.New(x.pd[0], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
+		u, err := ud.New(x.pd[0], cq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
 		require.NoError(t, err)
 		uremote, err := u.NewRemote(u.Endpoint())
 		require.NoError(t, err)
-		for _, q := range []*rc.Queue{&r.Queue, &dci.Queue, &u.Queue} {
+		for _, q := range []*transport.Queue{&r.Queue, &dci.Queue, &u.Queue} {
 			require.NoError(t, poller.Add(q))
 		}
 
@@ -377,27 +378,27 @@ func TestMisuseIsRefused(t *testing.T) {
 			require.NoError(t, c.close(), c.name)
 			require.NoError(t, c.close(), "%s: a second Close", c.name)
 			st, err := c.post()
-			require.ErrorIs(t, err, rc.ErrClosed, c.name)
+			require.ErrorIs(t, err, transport.ErrClosed, c.name)
 			if c.name != "ud" {
-				requireRefused(t, st, err, rc.ErrClosed, c.qpn)
+				requireRefused(t, st, err, transport.ErrClosed, c.qpn)
 			}
 			if c.recv != nil {
-				require.ErrorIs(t, c.recv(), rc.ErrClosed, c.name)
+				require.ErrorIs(t, c.recv(), transport.ErrClosed, c.name)
 			}
 		}
-		require.Equal(t, rc.StateClosed, r.State())
+		require.Equal(t, transport.StateClosed, r.State())
 		r.RingDoorbell() // its ring is gone: nothing may be written
 		r.RingRecvDoorbell()
-		require.ErrorIs(t, r.Connect(dct.Endpoint()), rc.ErrTransport, "a DC endpoint is refused first")
+		require.ErrorIs(t, r.Connect(dct.Endpoint()), transport.ErrTransport, "a DC endpoint is refused first")
 		ep := r.Endpoint()
-		require.ErrorIs(t, r.Connect(ep), rc.ErrClosed)
+		require.ErrorIs(t, r.Connect(ep), transport.ErrClosed)
 
 		// The DCT and its SRQ.
 		require.NoError(t, dct.Close())
 		require.NoError(t, dct.Close())
 		require.NoError(t, srq.Close())
 		require.NoError(t, srq.Close())
-		require.ErrorIs(t, srq.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+		require.ErrorIs(t, srq.PostRecv(1, 0, 0, 0), transport.ErrClosed)
 		srq.RingRecvDoorbell()
 		require.NoError(t, remote.Close())
 		require.NoError(t, remote.Close())
@@ -406,12 +407,12 @@ func TestMisuseIsRefused(t *testing.T) {
 		// not read.
 		require.NoError(t, cq.Close())
 		require.NoError(t, cq.Close())
-		require.Zero(t, poller.Poll(16, func(*rc.Completion) { t.Fatal("completion from a closed CQ") }))
-		require.ErrorIs(t, poller.Err(), rc.ErrClosed)
-		_, err = rc.NewPoller(cq)
-		require.ErrorIs(t, err, rc.ErrClosed)
-		_, err = rc.New(x.pd[0], cq, nil, rc.Config{SendDepth: 4})
-		require.ErrorIs(t, err, rc.ErrClosed)
+		require.Zero(t, poller.Poll(16, func(*transport.Completion) { t.Fatal("completion from a closed CQ") }))
+		require.ErrorIs(t, poller.Err(), transport.ErrClosed)
+		_, err = transport.NewPoller(cq)
+		require.ErrorIs(t, err, transport.ErrClosed)
+		_, err = rc.New(x.pd[0], cq, rc.Config{SendDepth: 4})
+		require.ErrorIs(t, err, transport.ErrClosed)
 	})
 
 	t.Run("closed parents", func(t *testing.T) {
@@ -420,7 +421,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 		require.NoError(t, err)
-		q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, RecvDepth: 4})
+		q, err := rc.New(pd, cq, rc.Config{SendDepth: 4, RecvDepth: 4})
 		require.NoError(t, err)
 		buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
 		require.NoError(t, err)
@@ -430,8 +431,8 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.True(t, q.Handle().Closed())
 		require.True(t, mr.Closed())
 		st, err := q.Post(1, 0)
-		requireRefused(t, st, err, rc.ErrClosed, q.QPN())
-		require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+		requireRefused(t, st, err, transport.ErrClosed, q.QPN())
+		require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), transport.ErrClosed)
 		require.NoError(t, q.Close())
 		require.NoError(t, mr.Close())
 		_, err = pd.RegisterBuffer(buf, allAccess)

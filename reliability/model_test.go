@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // The reference model. It knows, per queue pair, the work requests that
@@ -116,7 +116,7 @@ func (m *sqModel) succeed(w *sendWR, how string) {
 }
 
 // complete checks one send completion.
-func (m *sqModel) complete(c *rc.Completion) {
+func (m *sqModel) complete(c *transport.Completion) {
 	i := -1
 	for k := range m.out {
 		if m.out[k].wrid == c.WRID {
@@ -124,16 +124,16 @@ func (m *sqModel) complete(c *rc.Completion) {
 			break
 		}
 	}
-	if c.Status != rc.StatusOK && c.Status != rc.StatusError {
+	if c.Status != transport.StatusOK && c.Status != transport.StatusError {
 		m.fail("completion %v for wrid %d (%v)", c.Status, c.WRID, c.Err())
 	}
 	if i < 0 {
 		m.fail("completion (%v, %v) for wrid %d, which is not outstanding: duplicated", c.Opcode, c.Syndrome, c.WRID)
 	}
 	w := &m.out[i]
-	flush := c.Status == rc.StatusError && c.Syndrome == prm.SyndromeWRFlush
+	flush := c.Status == transport.StatusError && c.Syndrome == prm.SyndromeWRFlush
 	switch {
-	case c.Status == rc.StatusOK:
+	case c.Status == transport.StatusOK:
 		if m.errored {
 			m.fail("wrid %d completed successfully after the queue pair failed", c.WRID)
 		}
@@ -188,7 +188,7 @@ func (m *sqModel) retireBefore(i int) {
 
 // findRecv returns the index of the receive wrid names, checking the order
 // of a receive queue of the QP's own.
-func (m *rqModel) findRecv(c *rc.Completion) int {
+func (m *rqModel) findRecv(c *transport.Completion) int {
 	for k := range m.out {
 		if m.out[k].wrid == c.WRID {
 			if m.fifo && k != 0 {
@@ -202,14 +202,14 @@ func (m *rqModel) findRecv(c *rc.Completion) int {
 }
 
 // complete checks one receive completion, and the bytes it delivered.
-func (m *rqModel) complete(c *rc.Completion) {
-	if c.Status != rc.StatusOK && c.Status != rc.StatusError {
+func (m *rqModel) complete(c *transport.Completion) {
+	if c.Status != transport.StatusOK && c.Status != transport.StatusError {
 		m.fail("receive completion %v for wrid %d (%v)", c.Status, c.WRID, c.Err())
 	}
 	i := m.findRecv(c)
 	r := m.out[i]
 	m.out = append(m.out[:i], m.out[i+1:]...)
-	if c.Status == rc.StatusError {
+	if c.Status == transport.StatusError {
 		switch {
 		case c.Syndrome == prm.SyndromeWRFlush:
 			if !m.errored && !m.mayFlush {

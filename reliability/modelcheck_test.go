@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // recordTB stops at the first Fatalf and keeps its message, so that the
@@ -41,12 +41,12 @@ func (r *recordTB) caught(f func()) (msg string) {
 	return ""
 }
 
-func ok(wrid uint64) *rc.Completion {
-	return &rc.Completion{WRID: wrid, Status: rc.StatusOK, Opcode: prm.CQEReq}
+func ok(wrid uint64) *transport.Completion {
+	return &transport.Completion{WRID: wrid, Status: transport.StatusOK, Opcode: prm.CQEReq}
 }
 
-func bad(wrid uint64, s prm.Syndrome) *rc.Completion {
-	return &rc.Completion{WRID: wrid, Status: rc.StatusError, Opcode: prm.CQEReqErr, Syndrome: s}
+func bad(wrid uint64, s prm.Syndrome) *transport.Completion {
+	return &transport.Completion{WRID: wrid, Status: transport.StatusError, Opcode: prm.CQEReqErr, Syndrome: s}
 }
 
 // TestModelCatchesMistakes feeds the reference model the completions of a
@@ -113,7 +113,7 @@ func TestModelCatchesMistakes(t *testing.T) {
 		}, "unsignaled"},
 		{"unmatched", func() {
 			m := sq(sig(1))
-			m.complete(&rc.Completion{WRID: 0, Status: rc.StatusUnmatched, Opcode: prm.CQEReq})
+			m.complete(&transport.Completion{WRID: 0, Status: transport.StatusUnmatched, Opcode: prm.CQEReq})
 		}, "UNMATCHED"},
 	} {
 		got := tb.caught(c.run)
@@ -131,8 +131,8 @@ func TestModelCatchesMistakes(t *testing.T) {
 	msg := &message{seq: 77, n: 100, op: prm.CQERespSend, to: rq}
 	s.bySeq[77] = msg
 	genMessage(reg.mem[0:100], 77)
-	recv := func(wrid uint64) *rc.Completion {
-		return &rc.Completion{WRID: wrid, Status: rc.StatusOK, Opcode: prm.CQERespSend, ByteCount: 100}
+	recv := func(wrid uint64) *transport.Completion {
+		return &transport.Completion{WRID: wrid, Status: transport.StatusOK, Opcode: prm.CQERespSend, ByteCount: 100}
 	}
 	rq.out = []recvWR{{wrid: 1, slot: 0, size: 1024}, {wrid: 2, slot: 1024, size: 1024}}
 	require.Contains(t, tb.caught(func() { rq.complete(recv(2)) }), "posted first")

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -91,12 +92,12 @@ type soak struct {
 	ar    [2]*arena
 	scq   [2]*ctx.CompletionQueue
 	rcq   [2]*ctx.CompletionQueue
-	polls []*rc.Poller
+	polls []*transport.Poller
 	lanes []*lane
 	n     counts
 	seq   uint64
 
-	owner map[*rc.Queue]any // *sqModel or *rqModel
+	owner map[*transport.Queue]any // *sqModel or *rqModel
 	bySeq map[uint64]*message
 	byImm map[uint32]*message
 	batch []*message // the messages of the current batch
@@ -124,7 +125,7 @@ type lane struct {
 	dct     [2]*dc.DCT
 	remote  [2]*dc.Remote
 	badKey  [2]*dc.Remote // the DCTs with a wrong DC access key
-	srq     *dc.SharedReceiveQueue
+	srq     *transport.SharedReceiveQueue
 	ua, ub  *ud.QP
 	uremote *ud.Remote
 	badQKey *ud.Remote // the receiver with a qkey it does not accept
@@ -201,7 +202,7 @@ func newSoak(t testing.TB, seed int64) *soak {
 	x := newFabric(t, sim.Options{Seed: seed})
 	s := &soak{
 		t: t, x: x, f: x.f, rng: rand.New(rand.NewSource(seed)),
-		owner: map[*rc.Queue]any{}, bySeq: map[uint64]*message{}, byImm: map[uint32]*message{},
+		owner: map[*transport.Queue]any{}, bySeq: map[uint64]*message{}, byImm: map[uint32]*message{},
 	}
 	s.n.errorCQEs = map[prm.Syndrome]int{}
 	s.n.recvErrors = map[prm.Syndrome]int{}
@@ -218,7 +219,7 @@ func newSoak(t testing.TB, seed int64) *soak {
 		s.rcq[i], err = x.c[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8191, CQESize: uint32(64 << i)})
 		require.NoError(t, err)
 		for _, cq := range []*ctx.CompletionQueue{s.scq[i], s.rcq[i]} {
-			p, err := rc.NewPoller(cq)
+			p, err := transport.NewPoller(cq)
 			require.NoError(t, err)
 			s.polls = append(s.polls, p)
 		}
@@ -231,7 +232,7 @@ func newSoak(t testing.TB, seed int64) *soak {
 }
 
 // poller returns the poller of the send (recv false) or receive CQ of HCA i.
-func (s *soak) poller(i int, recv bool) *rc.Poller {
+func (s *soak) poller(i int, recv bool) *transport.Poller {
 	if recv {
 		return s.polls[2*i+1]
 	}
@@ -272,13 +273,15 @@ func (l *lane) build() {
 		cfg := rc.Config{SendDepth: sendDepth, RecvDepth: recvDepth, MaxInline: maxInline, MaxSendSGE: 2,
 			MinRNRTimer: 1, RNRRetry: 2, Timeout: 1, RetryCount: 1}
 		var err error
-		l.a, err = rc.New(x.pd[rs], s.scq[rs], s.rcq[rs], cfg)
+		cfg.RecvCQ = s.rcq[rs]
+		l.a, err = rc.New(x.pd[rs], s.scq[rs], cfg)
 		require.NoError(t, err)
 		// Both responders let the HCA put small payloads in the CQE; the
 		// poller copies them to the receive buffer.
 		bcfg := cfg
 		bcfg.ScatterToCQE = true
-		l.b, err = rc.New(x.pd[ws], s.scq[ws], s.rcq[ws], bcfg)
+		bcfg.RecvCQ = s.rcq[ws]
+		l.b, err = rc.New(x.pd[ws], s.scq[ws], bcfg)
 		require.NoError(t, err)
 		require.NoError(t, l.a.Connect(l.b.Endpoint()))
 		require.NoError(t, l.b.Connect(l.a.Endpoint()))
@@ -288,7 +291,7 @@ func (l *lane) build() {
 	case laneDC:
 		if l.srq == nil {
 			var err error
-			l.srq, err = dc.NewSharedReceiveQueue(x.pd[ws], dc.SRQConfig{Depth: srqDepth})
+			l.srq, err = transport.NewSharedReceiveQueue(x.pd[ws], transport.SRQConfig{Depth: srqDepth})
 			require.NoError(t, err)
 			l.rq = &rqModel{s: s, name: l.name + " SRQ", region: l.recv}
 			for i := range l.dct {
@@ -312,9 +315,9 @@ func (l *lane) build() {
 		l.own(&l.dci.Queue, rs, l.sq)
 	case laneUD:
 		var err error
-		l.ua, err = ud.New(x.pd[rs], s.scq[rs], s.rcq[rs], ud.Config{SendDepth: sendDepth, MaxInline: maxInline, MaxSendSGE: 2, QKey: 0x11})
+		l.ua, err = ud.New(x.pd[rs], s.scq[rs], ud.Config{SendDepth: sendDepth, MaxInline: maxInline, MaxSendSGE: 2, QKey: 0x11, RecvCQ: s.rcq[rs]})
 		require.NoError(t, err)
-		l.ub, err = ud.New(x.pd[ws], s.scq[ws], s.rcq[ws], ud.Config{SendDepth: 1, RecvDepth: udRecvDepth, QKey: 0x22})
+		l.ub, err = ud.New(x.pd[ws], s.scq[ws], ud.Config{SendDepth: 1, RecvDepth: udRecvDepth, QKey: 0x22, RecvCQ: s.rcq[ws]})
 		require.NoError(t, err)
 		ep := l.ub.Endpoint()
 		l.uremote, err = l.ua.NewRemote(ep)
@@ -334,7 +337,7 @@ func (l *lane) build() {
 
 // own adds q to both pollers of HCA side (its send and receive CQs) and
 // to the model.
-func (l *lane) own(q *rc.Queue, side int, m any) {
+func (l *lane) own(q *transport.Queue, side int, m any) {
 	for _, recv := range []bool{false, true} {
 		require.NoError(l.s.t, l.s.poller(side, recv).Add(q))
 	}
@@ -342,7 +345,7 @@ func (l *lane) own(q *rc.Queue, side int, m any) {
 }
 
 // disown removes q from the pollers and the model.
-func (l *lane) disown(q *rc.Queue, side int) {
+func (l *lane) disown(q *transport.Queue, side int) {
 	for _, recv := range []bool{false, true} {
 		require.NoError(l.s.t, l.s.poller(side, recv).Remove(q))
 	}
@@ -355,7 +358,7 @@ func (s *soak) pollAll() {
 	for {
 		n := 0
 		for _, p := range s.polls {
-			n += p.Poll(64, func(c *rc.Completion) {
+			n += p.Poll(64, func(c *transport.Completion) {
 				switch m := s.owner[c.Queue].(type) {
 				case *sqModel:
 					if !c.IsSend() {
@@ -491,7 +494,7 @@ func (s *soak) inject() {
 		s.n.failAPI++
 		// The data plane refuses to post now.
 		_, err = l.begin(1<<62, wqebuilder.Signaled, 0, false)
-		require.ErrorIs(t, err, rc.ErrQPError)
+		require.ErrorIs(t, err, transport.ErrQPError)
 	case 5, 6, 7: // completions of a CQ are delayed for a while
 		cqs := []*ctx.CompletionQueue{s.scq[0], s.scq[1], s.rcq[0], s.rcq[1]}
 		d := []time.Duration{0, 5 * time.Microsecond, 200 * time.Microsecond, 2 * time.Millisecond}[r.Intn(4)]
@@ -571,7 +574,7 @@ func (s *soak) check(before sim.Stats) {
 }
 
 // requester returns the requester's Queue.
-func (l *lane) requester() *rc.Queue {
+func (l *lane) requester() *transport.Queue {
 	switch l.kind {
 	case laneRC:
 		return &l.a.Queue
@@ -594,7 +597,7 @@ func (l *lane) rebuild() {
 		require.NoError(t, l.a.Close())
 		require.NoError(t, l.b.Close())
 		require.NoError(t, l.a.Close(), "second Close")
-		require.Equal(t, rc.StateClosed, l.a.State())
+		require.Equal(t, transport.StateClosed, l.a.State())
 	case laneDC:
 		l.disown(&l.dci.Queue, l.side)
 		for i := range l.remote {
@@ -698,7 +701,7 @@ func (l *lane) postRecv() {
 			b[i] = slotPattern
 		}
 	}
-	var st rc.RecvStage
+	var st transport.RecvStage
 	switch l.kind {
 	case laneRC:
 		st = l.b.BeginRecv(l.rwid)

@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -17,7 +18,7 @@ type rcPair struct {
 	x  *fabric
 	qp [2]*rc.QP
 	cq [2]*ctx.CompletionQueue
-	p  [2]*rc.Poller
+	p  [2]*transport.Poller
 	ar [2]*arena
 	r  [2]*region
 }
@@ -29,11 +30,11 @@ func newRCPair(t testing.TB, x *fabric, cfg rc.Config) *rcPair {
 		var err error
 		p.cq[i], err = x.c[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 255})
 		require.NoError(t, err)
-		p.p[i], err = rc.NewPoller(p.cq[i])
+		p.p[i], err = transport.NewPoller(p.cq[i])
 		require.NoError(t, err)
-		p.qp[i], err = rc.New(x.pd[i], p.cq[i], nil, cfg)
+		p.qp[i], err = rc.New(x.pd[i], p.cq[i], cfg)
 		require.NoError(t, err)
-		require.NoError(t, p.p[i].Add(&p.qp[i].Queue))
+		require.NoError(t, p.p[i].Add(p.qp[i]))
 		p.ar[i] = newArena(t, x.pd[i], 64<<10)
 		ar := p.ar[i]
 		t.Cleanup(func() { require.NoError(t, ar.buf.Close()) })
@@ -45,12 +46,12 @@ func newRCPair(t testing.TB, x *fabric, cfg rc.Config) *rcPair {
 }
 
 // drain polls both CQs until empty and returns the completions, copied.
-func (p *rcPair) drain(t testing.TB) []rc.Completion {
+func (p *rcPair) drain(t testing.TB) []transport.Completion {
 	t.Helper()
 	require.NoError(t, p.x.f.RunUntilIdle())
-	var out []rc.Completion
+	var out []transport.Completion
 	for i := range 2 {
-		for p.p[i].Poll(64, func(c *rc.Completion) { out = append(out, *c) }) > 0 {
+		for p.p[i].Poll(64, func(c *transport.Completion) { out = append(out, *c) }) > 0 {
 		}
 	}
 	return out

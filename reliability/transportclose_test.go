@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -51,8 +52,8 @@ func newRecvBuffers(t *testing.T, pd *ctx.ProtectionDomain, n, size int) *ctx.Me
 // statusCheck returns an error for a completion of a queue pair that must
 // complete well: anything but StatusOK (StatusUnknownQPN above all, the
 // status of a CQE whose queue left the Poller too early).
-func statusCheck(what string, c *rc.Completion) error {
-	if c.Status != rc.StatusOK {
+func statusCheck(what string, c *transport.Completion) error {
+	if c.Status != transport.StatusOK {
 		return fmt.Errorf("%s: completion of QPN %#x, WRID %d: status %v, error %v", what, c.QPN, c.WRID, c.Status, c.Err())
 	}
 	return nil
@@ -64,26 +65,26 @@ func statusCheck(what string, c *rc.Completion) error {
 func newRCCloseRig(t *testing.T) *closeRig {
 	x := newFabric(t, sim.Options{Mode: sim.Engine})
 	var cq [2]*ctx.CompletionQueue
-	var p [2]*rc.Poller
+	var p [2]*transport.Poller
 	for i := range 2 {
 		var err error
 		cq[i], err = x.c[i].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 255})
 		require.NoError(t, err)
-		p[i], err = rc.NewPoller(cq[i])
+		p[i], err = transport.NewPoller(cq[i])
 		require.NoError(t, err)
 	}
 	cfg := rc.Config{SendDepth: 16, RecvDepth: 16, MaxInline: 32}
 	var a, b [2]*rc.QP
 	for k := range 2 {
 		var err error
-		a[k], err = rc.New(x.pd[0], cq[0], nil, cfg)
+		a[k], err = rc.New(x.pd[0], cq[0], cfg)
 		require.NoError(t, err)
-		b[k], err = rc.New(x.pd[1], cq[1], nil, cfg)
+		b[k], err = rc.New(x.pd[1], cq[1], cfg)
 		require.NoError(t, err)
 		require.NoError(t, a[k].Connect(b[k].Endpoint()))
 		require.NoError(t, b[k].Connect(a[k].Endpoint()))
-		require.NoError(t, p[0].Add(&a[k].Queue))
-		require.NoError(t, p[1].Add(&b[k].Queue))
+		require.NoError(t, p[0].Add(a[k]))
+		require.NoError(t, p[1].Add(b[k]))
 	}
 	ar := newArena(t, x.pd[1], 16<<10)
 	t.Cleanup(func() { _ = ar.buf.Close() })
@@ -92,11 +93,11 @@ func newRCCloseRig(t *testing.T) *closeRig {
 	wrid := uint64(0)
 	return &closeRig{
 		round: func(post bool) (bool, error) {
-			if !closed && a[0].State() == rc.StateClosed {
+			if !closed && a[0].State() == transport.StateClosed {
 				closed = true
 				// A post now is refused, and its stage fails at Finish.
 				st, err := a[0].Post(0, wqebuilder.Signaled)
-				if err := requireClosed(err, st.RdmaWrite(dst.addr(0), dst.rkey()).Inline([]byte("late")).FinishBlueFlame(), rc.ErrClosed); err != nil {
+				if err := requireClosed(err, st.RdmaWrite(dst.addr(0), dst.rkey()).Inline([]byte("late")).FinishBlueFlame(), transport.ErrClosed); err != nil {
 					return closed, err
 				}
 			}
@@ -110,7 +111,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 					if err == nil {
 						err = st.RdmaWrite(dst.addr(0), dst.rkey()).Inline([]byte("racing a close")).FinishBlueFlame()
 					}
-					if k == 0 && errors.Is(err, rc.ErrClosed) {
+					if k == 0 && errors.Is(err, transport.ErrClosed) {
 						closed = true
 						break
 					}
@@ -121,7 +122,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 			}
 			var err error
 			for i := range 2 {
-				p[i].Poll(16, func(c *rc.Completion) {
+				p[i].Poll(16, func(c *transport.Completion) {
 					if e := statusCheck(fmt.Sprintf("side %d", i), c); e != nil && err == nil {
 						err = e
 					}
@@ -136,7 +137,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 				require.NoError(t, p[i].Err())
 				require.Zero(t, p[i].Stats().UnknownQPN)
 			}
-			require.Equal(t, rc.StateClosed, a[0].State())
+			require.Equal(t, transport.StateClosed, a[0].State())
 			require.Nil(t, p[0].Lookup(a[0].QPN()), "the closed QP is still routed")
 			require.Equal(t, 1, p[0].Len())
 			require.Same(t, &a[1].Queue, p[0].Lookup(a[1].QPN()))
@@ -160,12 +161,12 @@ func requireClosed(post, finish, want error) error {
 }
 
 // waitFor polls p until the completion of wrid, which must be StatusOK.
-func waitFor(t *testing.T, p *rc.Poller, wrid uint64) {
+func waitFor(t *testing.T, p *transport.Poller, wrid uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for seen := false; !seen; {
 		require.True(t, time.Now().Before(deadline), "no completion of WRID %d", wrid)
-		p.Poll(16, func(c *rc.Completion) {
+		p.Poll(16, func(c *transport.Completion) {
 			require.NoError(t, statusCheck("after the close", c))
 			seen = seen || c.WRID == wrid
 		})
@@ -179,14 +180,14 @@ func newUDCloseRig(t *testing.T) *closeRig {
 	x := newFabric(t, sim.Options{Mode: sim.Engine})
 	cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 255})
 	require.NoError(t, err)
-	p, err := ud.NewPoller(cq)
+	p, err := transport.NewPoller(cq)
 	require.NoError(t, err)
 	const depth, size = 8, 128
 	var u [2]*ud.QP
 	for k := range 2 {
-		u[k], err = ud.New(x.pd[0], cq, nil, ud.Config{SendDepth: 8, RecvDepth: depth, MaxInline: 32, QKey: 0x11})
+		u[k], err = ud.New(x.pd[0], cq, ud.Config{SendDepth: 8, RecvDepth: depth, MaxInline: 32, QKey: 0x11})
 		require.NoError(t, err)
-		require.NoError(t, p.Add(&u[k].Queue))
+		require.NoError(t, p.Add(u[k]))
 	}
 	var to [2]*ud.Remote
 	for k := range 2 {
@@ -199,13 +200,13 @@ func newUDCloseRig(t *testing.T) *closeRig {
 	wrid := uint64(0)
 	return &closeRig{
 		round: func(post bool) (bool, error) {
-			if !closed && u[0].State() == ud.StateClosed {
+			if !closed && u[0].State() == transport.StateClosed {
 				closed = true
 				st, err := u[0].Post(0, wqebuilder.Signaled, to[0])
-				if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), ud.ErrClosed); err != nil {
+				if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), transport.ErrClosed); err != nil {
 					return closed, err
 				}
-				if err := u[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, ud.ErrClosed) {
+				if err := u[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, transport.ErrClosed) {
 					return closed, fmt.Errorf("a receive post after Close: %v", err)
 				}
 			}
@@ -217,7 +218,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 					wrid++
 					slot := uint64(k*depth) + wrid%depth
 					err := u[k].PostRecv(wrid, uint64(mr.Addr())+slot*size, size, mr.LKey())
-					if k == 0 && errors.Is(err, ud.ErrClosed) {
+					if k == 0 && errors.Is(err, transport.ErrClosed) {
 						closed = true
 						break
 					}
@@ -234,7 +235,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 					if err == nil {
 						err = st.Send().Inline([]byte("racing a close")).FinishBlueFlame()
 					}
-					if k == 0 && errors.Is(err, ud.ErrClosed) {
+					if k == 0 && errors.Is(err, transport.ErrClosed) {
 						closed = true
 						break
 					}
@@ -244,7 +245,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 				}
 			}
 			var err error
-			p.Poll(16, func(c *ud.Completion) {
+			p.Poll(16, func(c *transport.Completion) {
 				if e := statusCheck("UD", c); e != nil && err == nil {
 					err = e
 				}
@@ -256,7 +257,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 		check: func(t *testing.T) {
 			require.NoError(t, p.Err())
 			require.Zero(t, p.Stats().UnknownQPN)
-			require.Equal(t, ud.StateClosed, u[0].State())
+			require.Equal(t, transport.StateClosed, u[0].State())
 			require.Nil(t, p.Lookup(u[0].QPN()), "the closed QP is still routed")
 			require.Equal(t, 1, p.Len())
 			require.Same(t, &u[1].Queue, p.Lookup(u[1].QPN()))
@@ -283,24 +284,24 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 	require.NoError(t, err)
 	rcq, err := x.c[1].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 255})
 	require.NoError(t, err)
-	sp, err := dc.NewPoller(scq)
+	sp, err := transport.NewPoller(scq)
 	require.NoError(t, err)
-	rp, err := dc.NewPoller(rcq)
+	rp, err := transport.NewPoller(rcq)
 	require.NoError(t, err)
 	const depth, size = 16, 64
 	var dci [2]*dc.DCI
 	var dct [2]*dc.DCT
-	var srq [2]*dc.SharedReceiveQueue
+	var srq [2]*transport.SharedReceiveQueue
 	var to [2]*dc.Remote
 	for k := range 2 {
 		dci[k], err = dc.NewDCI(x.pd[0], scq, dc.DCIConfig{SendDepth: 8, MaxInline: 32})
 		require.NoError(t, err)
-		require.NoError(t, sp.Add(&dci[k].Queue))
-		srq[k], err = dc.NewSharedReceiveQueue(x.pd[1], dc.SRQConfig{Depth: depth})
+		require.NoError(t, sp.Add(dci[k]))
+		srq[k], err = transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: depth})
 		require.NoError(t, err)
 		dct[k], err = dc.NewDCT(x.pd[1], rcq, dc.DCTConfig{SRQ: srq[k], Key: 0x77, MinRNRTimer: 1})
 		require.NoError(t, err)
-		require.NoError(t, rp.Add(&dct[k].Queue))
+		require.NoError(t, rp.Add(dct[k]))
 		to[k], err = dci[k].NewRemote(dct[k].Endpoint())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = to[k].Close() })
@@ -308,7 +309,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 	mr := newRecvBuffers(t, x.pd[1], 2*depth, size)
 	// DCI 0 sends to DCT 0 alone: once DCT 0 is gone, what it sent last
 	// may fail (retry exceeded, then flushes), and only there.
-	mayFail := func(c *rc.Completion) bool {
+	mayFail := func(c *transport.Completion) bool {
 		return what != closeDCI && c.QPN == dci[0].QPN()
 	}
 	closed := false
@@ -318,19 +319,19 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 			if !closed {
 				switch what {
 				case closeDCI:
-					if dci[0].State() == dc.StateClosed {
+					if dci[0].State() == transport.StateClosed {
 						closed = true
 						st, err := dci[0].Post(0, wqebuilder.Signaled, to[0])
-						if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), dc.ErrClosed); err != nil {
+						if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), transport.ErrClosed); err != nil {
 							return closed, err
 						}
 					}
 				case closeDCT:
-					closed = dct[0].State() == dc.StateClosed
+					closed = dct[0].State() == transport.StateClosed
 				case closeSRQ:
 					if srq[0].Closed() {
 						closed = true
-						if err := srq[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, dc.ErrClosed) {
+						if err := srq[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, transport.ErrClosed) {
 							return closed, fmt.Errorf("a receive post after Close: %v", err)
 						}
 					}
@@ -344,7 +345,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 					wrid++
 					slot := uint64(k*depth) + wrid%depth
 					err := srq[k].PostRecv(wrid, uint64(mr.Addr())+slot*size, size, mr.LKey())
-					if k == 0 && errors.Is(err, dc.ErrClosed) {
+					if k == 0 && errors.Is(err, transport.ErrClosed) {
 						closed = true
 						break
 					}
@@ -361,11 +362,11 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 					if err == nil {
 						err = st.Send().Inline([]byte("racing a close")).FinishBlueFlame()
 					}
-					if k == 0 && errors.Is(err, dc.ErrClosed) {
+					if k == 0 && errors.Is(err, transport.ErrClosed) {
 						closed = true
 						break
 					}
-					if k == 0 && errors.Is(err, dc.ErrQPError) && what != closeDCI {
+					if k == 0 && errors.Is(err, transport.ErrQPError) && what != closeDCI {
 						break
 					}
 					if err != nil {
@@ -374,12 +375,12 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 				}
 			}
 			var err error
-			sp.Poll(16, func(c *dc.Completion) {
+			sp.Poll(16, func(c *transport.Completion) {
 				if e := statusCheck("DCI", c); e != nil && err == nil && !mayFail(c) {
 					err = e
 				}
 			})
-			rp.Poll(16, func(c *dc.Completion) {
+			rp.Poll(16, func(c *transport.Completion) {
 				if e := statusCheck("DCT", c); e != nil && err == nil {
 					err = e
 				}
@@ -400,11 +401,11 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 	}
 	rig.gone = func() bool { return closedPoller.Lookup(closedQP.QPN()) == nil }
 	rig.check = func(t *testing.T) {
-		for _, p := range []*dc.Poller{sp, rp} {
+		for _, p := range []*transport.Poller{sp, rp} {
 			require.NoError(t, p.Err())
 			require.Zero(t, p.Stats().UnknownQPN)
 		}
-		require.Equal(t, dc.StateClosed, closedQP.State())
+		require.Equal(t, transport.StateClosed, closedQP.State())
 		require.Nil(t, closedPoller.Lookup(closedQP.QPN()), "the closed queue pair is still routed")
 		require.Equal(t, 1, closedPoller.Len())
 		require.Same(t, other, closedPoller.Lookup(other.QPN()))
@@ -422,7 +423,7 @@ var transportCloseRigs = []struct {
 	{"ud.QP.Close", newUDCloseRig},
 	{"dc.DCI.Close", func(t *testing.T) *closeRig { return newDCCloseRig(t, closeDCI) }},
 	{"dc.DCT.Close", func(t *testing.T) *closeRig { return newDCCloseRig(t, closeDCT) }},
-	{"dc.SharedReceiveQueue.Close", func(t *testing.T) *closeRig { return newDCCloseRig(t, closeSRQ) }},
+	{"transport.SharedReceiveQueue.Close", func(t *testing.T) *closeRig { return newDCCloseRig(t, closeSRQ) }},
 }
 
 // TestTransportCloseWhileOwnerRuns calls a transport's Close (rc.QP, ud.QP,
@@ -543,12 +544,12 @@ func TestCompletionsOfAClosedQueuePair(t *testing.T) {
 	require.NoError(t, <-closed)
 
 	for side := range 2 {
-		var got []rc.Completion
-		for p.p[side].Poll(5, func(c *rc.Completion) { got = append(got, *c) }) > 0 {
+		var got []transport.Completion
+		for p.p[side].Poll(5, func(c *transport.Completion) { got = append(got, *c) }) > 0 {
 		}
 		require.Len(t, got, n, "side %d", side)
 		for i, c := range got {
-			require.Equal(t, rc.StatusOK, c.Status, "side %d, completion %d", side, i)
+			require.Equal(t, transport.StatusOK, c.Status, "side %d, completion %d", side, i)
 			require.NoError(t, c.Err())
 			require.Equal(t, p.qp[side].QPN(), c.QPN)
 			if side == 0 {
@@ -567,5 +568,5 @@ func TestCompletionsOfAClosedQueuePair(t *testing.T) {
 		require.Zero(t, p.p[side].Len())
 	}
 	_, err := p.qp[0].Post(n, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -36,13 +37,13 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 	require.NoError(t, err)
 	ccq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 	require.NoError(t, err)
-	rsrq, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 4})
+	rsrq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 4})
 	require.NoError(t, err)
-	poller, err := rc.NewPoller(ccq)
+	poller, err := transport.NewPoller(ccq)
 	require.NoError(t, err)
-	q, err := rc.New(pd, ccq, nil, rc.Config{SendDepth: 4, RecvDepth: 4})
+	q, err := rc.New(pd, ccq, rc.Config{SendDepth: 4, RecvDepth: 4})
 	require.NoError(t, err)
-	own, err := rc.New(pd, ccq, nil, rc.Config{SendDepth: 4, SRQ: rsrq})
+	own, err := rc.New(pd, ccq, rc.Config{SendDepth: 4, SRQ: rsrq})
 	require.NoError(t, err)
 
 	require.NoError(t, q.Connect(own.Endpoint()))
@@ -81,13 +82,13 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 		runtime.GC()
 	}
 	require.Equal(t, len(bufs), mapped(bufs), "memory unmapped while a stage can write it")
-	require.ErrorIs(t, st.Nop().FinishBlueFlame(), rc.ErrClosed)
-	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), rc.ErrClosed)
-	require.Zero(t, poller.Poll(4, func(*rc.Completion) {}))
+	require.ErrorIs(t, st.Nop().FinishBlueFlame(), transport.ErrClosed)
+	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), transport.ErrClosed)
+	require.Zero(t, poller.Poll(4, func(*transport.Completion) {}))
 	runtime.KeepAlive(own)
 
 	// Nothing reaches the queues now: the cleanups unmap every buffer.
-	q, own, rsrq, poller, ccq, pd, c, st, recv = nil, nil, nil, nil, nil, nil, nil, wqebuilder.OpStage{}, rc.RecvStage{}
+	q, own, rsrq, poller, ccq, pd, c, st, recv = nil, nil, nil, nil, nil, nil, nil, wqebuilder.OpStage{}, transport.RecvStage{}
 	deadline := time.Now().Add(10 * time.Second)
 	for mapped(bufs) > 0 && time.Now().Before(deadline) {
 		runtime.GC()

@@ -16,8 +16,8 @@ import (
 // are reachable (the descriptor's Memory, which they keep); the closer
 // only makes the posts fail.
 //
-// It then tells the Dispatchers the queue was added to (their owner drops
-// it on its own goroutine: see Dispatcher.reap). That list is the one
+// It then tells the Pollers the queue was added to (their owner drops
+// it on its own goroutine: see Poller.reap). That list is the one
 // piece of the queue's bookkeeping that the closing goroutine reads, so
 // it has a lock of its own, which only Add, Remove and the close take.
 //
@@ -29,11 +29,11 @@ type closer struct {
 	rq atomic.Pointer[recvRing]
 
 	mu sync.Mutex
-	// dispatchers are the Dispatchers the queue was added to.
-	dispatchers []*Dispatcher
+	// pollers are the Pollers the queue was added to.
+	pollers []*Poller
 }
 
-// close closes the rings the closer points at and flags the Dispatchers
+// close closes the rings the closer points at and flags the Pollers
 // the queue was added to.
 func (c *closer) close() {
 	if sq := c.sq.Load(); sq != nil {
@@ -43,26 +43,26 @@ func (c *closer) close() {
 		r.closed.Store(1)
 	}
 	c.mu.Lock()
-	for _, d := range c.dispatchers {
+	for _, d := range c.pollers {
 		d.reapFlag.Store(1)
 	}
 	c.mu.Unlock()
 }
 
-// addDispatcher records that the queue was added to d; removeDispatcher
+// addPoller records that the queue was added to d; removePoller
 // that it left.
-func (c *closer) addDispatcher(d *Dispatcher) {
+func (c *closer) addPoller(d *Poller) {
 	c.mu.Lock()
-	c.dispatchers = append(c.dispatchers, d)
+	c.pollers = append(c.pollers, d)
 	c.mu.Unlock()
 }
 
-func (c *closer) removeDispatcher(d *Dispatcher) {
+func (c *closer) removePoller(d *Poller) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, x := range c.dispatchers {
+	for i, x := range c.pollers {
 		if x == d {
-			c.dispatchers = append(c.dispatchers[:i], c.dispatchers[i+1:]...)
+			c.pollers = append(c.pollers[:i], c.pollers[i+1:]...)
 			return
 		}
 	}

@@ -27,16 +27,16 @@ type completeSendRig struct {
 func newCompleteSendRig(t *testing.T) *completeSendRig {
 	e := transporttest.New(t, sim.Options{})
 	acq, bcq := e.CQ(0, 64), e.CQ(1, 64)
-	a, err := rc.New(e.PD[0], acq, nil, rc.Config{SendDepth: 16, MaxInline: 64})
+	a, err := rc.New(e.PD[0], acq, rc.Config{SendDepth: 16, MaxInline: 64})
 	require.NoError(t, err)
-	b, err := rc.New(e.PD[1], bcq, nil, rc.Config{SendDepth: 1, RecvDepth: 16})
+	b, err := rc.New(e.PD[1], bcq, rc.Config{SendDepth: 1, RecvDepth: 16})
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	require.NoError(t, a.Connect(b.Endpoint()))
 	require.NoError(t, b.Connect(a.Endpoint()))
-	ca, err := rc.NewCQ(acq)
+	ca, err := transport.NewCQ(acq)
 	require.NoError(t, err)
-	cb, err := rc.NewCQ(bcq)
+	cb, err := transport.NewCQ(bcq)
 	require.NoError(t, err)
 	return &completeSendRig{e: e, a: a, b: b, ca: ca, cb: cb}
 }
@@ -155,23 +155,23 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 	type rig struct {
 		e   *transporttest.Env
 		a   *rc.QP
-		srq *rc.SharedReceiveQueue
+		srq *transport.SharedReceiveQueue
 		b   *rc.QP
 		cb  *monocq.CQ
 	}
 	mk := func() *rig {
 		e := transporttest.New(t, sim.Options{})
-		srq, err := rc.NewSharedReceiveQueue(e.PD[1], rc.SRQConfig{Depth: 4})
+		srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
 		require.NoError(t, err)
-		a, err := rc.New(e.PD[0], e.CQ(0, 64), nil, rc.Config{SendDepth: 16, MaxInline: 64})
+		a, err := rc.New(e.PD[0], e.CQ(0, 64), rc.Config{SendDepth: 16, MaxInline: 64})
 		require.NoError(t, err)
 		bcq := e.CQ(1, 64)
-		b, err := rc.New(e.PD[1], bcq, nil, rc.Config{SendDepth: 1, SRQ: srq})
+		b, err := rc.New(e.PD[1], bcq, rc.Config{SendDepth: 1, SRQ: srq})
 		require.NoError(t, err)
 		t.Cleanup(func() { a.Close(); b.Close(); srq.Close() })
 		require.NoError(t, a.Connect(b.Endpoint()))
 		require.NoError(t, b.Connect(a.Endpoint()))
-		cb, err := rc.NewCQ(bcq)
+		cb, err := transport.NewCQ(bcq)
 		require.NoError(t, err)
 		return &rig{e, a, srq, b, cb}
 	}

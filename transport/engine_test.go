@@ -112,15 +112,15 @@ func TestEngineConcurrency(t *testing.T) {
 	t.Run("RC", func(t *testing.T) {
 		e := engineEnv(t)
 		var qps [2]*rc.QP
-		var ps [2]*rc.Poller
+		var ps [2]*transport.Poller
 		for i := range 2 {
 			cq := e.CQ(i, 64)
 			var err error
-			qps[i], err = rc.New(e.PD[i], cq, nil, rc.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32})
+			qps[i], err = rc.New(e.PD[i], cq, rc.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32})
 			require.NoError(t, err)
-			ps[i], err = rc.NewPoller(cq)
+			ps[i], err = transport.NewPoller(cq)
 			require.NoError(t, err)
-			require.NoError(t, ps[i].Add(&qps[i].Queue))
+			require.NoError(t, ps[i].Add(qps[i]))
 		}
 		require.NoError(t, qps[0].Connect(qps[1].Endpoint()))
 		require.NoError(t, qps[1].Connect(qps[0].Endpoint()))
@@ -156,21 +156,21 @@ func TestEngineConcurrency(t *testing.T) {
 		e := engineEnv(t)
 		var dcis [2]*dc.DCI
 		var dcts [2]*dc.DCT
-		var srqs [2]*dc.SharedReceiveQueue
-		var ps [2]*dc.Poller
+		var srqs [2]*transport.SharedReceiveQueue
+		var ps [2]*transport.Poller
 		for i := range 2 {
 			cq := e.CQ(i, 64)
 			var err error
-			ps[i], err = dc.NewPoller(cq)
+			ps[i], err = transport.NewPoller(cq)
 			require.NoError(t, err)
-			srqs[i], err = dc.NewSharedReceiveQueue(e.PD[i], dc.SRQConfig{Depth: 8})
+			srqs[i], err = transport.NewSharedReceiveQueue(e.PD[i], transport.SRQConfig{Depth: 8})
 			require.NoError(t, err)
 			dcis[i], err = dc.NewDCI(e.PD[i], cq, dc.DCIConfig{SendDepth: 32, MaxInline: 32})
 			require.NoError(t, err)
 			dcts[i], err = dc.NewDCT(e.PD[i], cq, dc.DCTConfig{SRQ: srqs[i], Key: 99})
 			require.NoError(t, err)
-			require.NoError(t, ps[i].Add(&dcis[i].Queue))
-			require.NoError(t, ps[i].Add(&dcts[i].Queue))
+			require.NoError(t, ps[i].Add(dcis[i]))
+			require.NoError(t, ps[i].Add(dcts[i]))
 		}
 		var peers [2]*peer
 		for i := range 2 {
@@ -199,15 +199,15 @@ func TestEngineConcurrency(t *testing.T) {
 	t.Run("UD", func(t *testing.T) {
 		e := engineEnv(t)
 		var qps [2]*ud.QP
-		var ps [2]*ud.Poller
+		var ps [2]*transport.Poller
 		for i := range 2 {
 			cq := e.CQ(i, 64)
 			var err error
-			qps[i], err = ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32, QKey: 5})
+			qps[i], err = ud.New(e.PD[i], cq, ud.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32, QKey: 5})
 			require.NoError(t, err)
-			ps[i], err = ud.NewPoller(cq)
+			ps[i], err = transport.NewPoller(cq)
 			require.NoError(t, err)
-			require.NoError(t, ps[i].Add(&qps[i].Queue))
+			require.NoError(t, ps[i].Add(qps[i]))
 		}
 		var peers [2]*peer
 		for i := range 2 {

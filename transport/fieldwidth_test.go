@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/ibpath"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -43,8 +44,8 @@ func requireRefused(t *testing.T, c widthCase) {
 func TestConfigFieldWidths(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	pd, cq := e.PD[0], e.CQ(0, 64)
-	srq := func() *rc.SharedReceiveQueue {
-		s, err := rc.NewSharedReceiveQueue(pd, rc.SRQConfig{Depth: 4})
+	srq := func() *transport.SharedReceiveQueue {
+		s, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
@@ -52,7 +53,7 @@ func TestConfigFieldWidths(t *testing.T) {
 	newRC := func(c rc.Config) func() error {
 		return func() error {
 			c.SendDepth = 4
-			qp, err := rc.New(pd, cq, nil, c)
+			qp, err := rc.New(pd, cq, c)
 			if err == nil {
 				_ = qp.Close()
 			}
@@ -82,7 +83,7 @@ func TestConfigFieldWidths(t *testing.T) {
 	newUD := func(c ud.Config) func() error {
 		return func() error {
 			c.SendDepth = 4
-			qp, err := ud.New(pd, cq, nil, c)
+			qp, err := ud.New(pd, cq, c)
 			if err == nil {
 				_ = qp.Close()
 			}
@@ -155,9 +156,9 @@ func TestConfigFieldWidths(t *testing.T) {
 		{"UD port 2", newUD(ud.Config{Port: 2}), "port 2 out of range 1..1"},
 		{"UD PSN 2^24", newUD(ud.Config{PSN: 1 << 24}), "PSN 0x1000000 wider than 24 bits"},
 		// transport's own checks.
-		{"Knob 8 of 7", func() error { _, err := transport.Knob(8, 7, 7); return err }, "8 above 7"},
+		{"Knob 8 of 7", func() error { _, err := newqp.Knob(8, 7, 7); return err }, "8 above 7"},
 		{"CheckFields", func() error {
-			return transport.CheckFields(transport.Field{Name: "x", Value: 5, Min: 1, Max: 4})
+			return newqp.CheckFields(newqp.Field{Name: "x", Value: 5, Min: 1, Max: 4})
 		}, "x 5 out of range 1..4"},
 		// ctx.CompletionQueueConfig.
 		{"CQ depth 2^24", newCQ(ctx.CompletionQueueConfig{Depth: 1 << 24}), "CQ depth 16777216 out of range 1..16777215"},
@@ -207,17 +208,17 @@ func TestConfigFieldWidths(t *testing.T) {
 func TestConfigRoCESL(t *testing.T) {
 	e := transporttest.New(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet})
 	pd, cq := e.PD[0], e.CQ(0, 64)
-	_, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 8})
-	require.ErrorIs(t, err, rc.ErrInvalidConfig)
+	_, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SL: 8})
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 	require.ErrorContains(t, err, "SL 8 out of range 0..7")
 	_, err = dc.NewDCI(pd, cq, dc.DCIConfig{SendDepth: 4, SL: 15})
-	require.ErrorIs(t, err, dc.ErrInvalidConfig)
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 	require.ErrorContains(t, err, "SL 15 out of range 0..7")
-	_, err = ud.New(pd, cq, nil, ud.Config{SendDepth: 4, SL: 9})
-	require.ErrorIs(t, err, ud.ErrInvalidConfig)
-	var pe *rc.PostError
+	_, err = ud.New(pd, cq, ud.Config{SendDepth: 4, SL: 9})
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	var pe *transport.PostError
 	require.False(t, errors.As(err, &pe), "a configuration error, not a post error")
-	q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 7})
+	q, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SL: 7})
 	require.NoError(t, err)
 	require.NoError(t, q.Close())
 

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -20,36 +21,36 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
 }
 
-// Dispatcher is the state behind the Poller of packages rc, dc and ud: a
-// monocq poller over one completion queue, the table that maps a QPN to its
-// Queue, and the Completion each CQE is decoded into. Each of those packages
-// defines its own Poller type around a Dispatcher, with a Poll method the
-// caller's package can inline: Go inlines a method only when the package
-// that defines its receiver type is imported by the caller (or the call sits
-// in a body inlined from such a package), so an alias of an internal type
-// would not do.
+// Poller polls one completion queue and hands each completion, matched to
+// its queue pair and work request, to the caller. Add the queue pairs
+// whose completions arrive on the CQ, of any transport (*rc.QP, *ud.QP,
+// *dc.DCI, *dc.DCT); a CQE is routed by its QPN through a monocq.Table
+// (two array loads), and the queue pair's Queue.Complete retires the work
+// requests it names.
 //
-// A Dispatcher is used by one goroutine at a time, its owner. The queue
-// pairs added to it may be closed on any goroutine, also while the owner
-// polls: the close only sets reapFlag, and the owner's next Poll (Reap)
-// drops the closed queue from the table itself, once no CQE of it is left
-// in the ring (see reap). Until then the CQEs of a closed queue are handed
-// over as the device wrote them, so that whether a completion comes before
-// or after a close on another goroutine decides nothing.
-type Dispatcher struct {
+// A Poller is used by one goroutine at a time, its owner, the one that
+// posts on its queue pairs. The queue pairs may be closed from any
+// goroutine, also while the owner polls: the close only sets reapFlag, and
+// the owner's next Poll drops the closed queue pair from the table itself,
+// once no CQE of it is left in the ring (see reap), waiting for the
+// destroy to finish, through the Context's lock, once per queue pair.
+// Until then the CQEs of a closed queue pair are handed over as the device
+// wrote them, so that whether a completion comes before or after a close on
+// another goroutine decides nothing.
+type Poller struct {
 	cq    *monocq.CQ
 	owner *ctx.CompletionQueue
 	table *monocq.Table[Queue]
 	// reapFlag is 1 when a queue added here was closed (set by its
 	// closer, on the closing goroutine) or a closed queue is still
-	// draining (set by reap): Ring, which loads it once per poll, then
-	// returns nil so that the Poller calls Reap.
+	// draining (set by reap): ring, which loads it once per poll, then
+	// returns nil so that Poll calls reapRing.
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
 
-	unknown uint64
-	polled  uint64
+	unknownQPN uint64
+	polled     uint64
 
 	// queues are the open queues added, and draining the closed ones
 	// still in the table; both are the owner's.
@@ -57,29 +58,76 @@ type Dispatcher struct {
 	draining []drain
 }
 
-// drain is a closed queue still in a Dispatcher's table: from the consumer
+// QueuePair is a queue pair of package rc, dc or ud as a Poller takes it:
+// *rc.QP, *ud.QP, *dc.DCI and *dc.DCT (each embeds a Queue), or a *Queue.
+type QueuePair interface {
+	queue() *Queue
+}
+
+func (q *Queue) queue() *Queue { return q }
+
+// drain is a closed queue still in a Poller's table: from the consumer
 // index at, the ring may still hold CQEs of it.
 type drain struct {
 	q  *Queue
 	at uint32
 }
 
-// NewDispatcher returns a dispatcher for cq with no queue pairs yet.
-func NewDispatcher(transport string, cq *ctx.CompletionQueue) (*Dispatcher, error) {
+// NewPoller returns a Poller for cq with no queue pairs yet.
+func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 	m, err := NewCQ(cq)
 	if err != nil {
-		return nil, Errorf(transport, "new poller", "%w", err)
+		return nil, fmt.Errorf("poller: new: %w", err)
 	}
-	return &Dispatcher{cq: m, owner: cq, table: new(monocq.Table[Queue])}, nil
+	return &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue])}, nil
 }
 
-// Add makes the dispatcher route the completions of q (by its QPN; a DCT by
-// its DCT number). A closed queue is refused (ErrClosed). A closed queue
-// that still holds q's QPN (the device reuses the QPNs of destroyed QPs) is
-// dropped first: its QPN is q's from now on.
-func (p *Dispatcher) Add(q *Queue) error {
+// Poll hands up to max completions to fn, each as a *Completion valid
+// during the call, and returns how many it handed over. Poll and a function
+// literal passed to it compile into the caller's loop: no interface, no
+// indirect call, no allocation, and an empty ring costs no call. A closed
+// CQ polls nothing (Err says so). A CQE whose QPN no queue pair was added
+// for is handed over with Status StatusUnknownQPN. fn may post (and post
+// receives) but must not call Poll on the same Poller.
+func (p *Poller) Poll(max int, fn func(*Completion)) int {
+	// A closure called once (see monocq.CQ.Poll): the inliner prices it
+	// as a call when it sizes Poll and inlines it at its one call site,
+	// with the caller's function literal.
+	return func() int {
+		cq := p.ring()
+		if cq == nil {
+			// The CQ was closed, or a queue pair added here.
+			if cq = p.reapRing(); cq == nil {
+				return 0
+			}
+		}
+		wc := &p.wc
+		n := 0
+		for c := range cq.All(max) {
+			if q := p.table.Lookup(c.QPN()); q != nil {
+				if !q.CompleteSend(c, wc) && !q.CompleteRecv(c, wc) {
+					q.Complete(c, wc)
+				}
+			} else {
+				p.unknown(c)
+			}
+			fn(wc)
+			n++
+		}
+		p.polled += uint64(n)
+		return n
+	}()
+}
+
+// Add makes the poller route the completions of qp (by its QPN; a DCT by
+// its DCT number). A queue pair with separate send and receive CQs is
+// added to the Poller of each. A closed queue pair is refused (ErrClosed).
+// A closed one that still holds qp's QPN (the device reuses the QPNs of
+// destroyed QPs) is dropped first: its QPN is qp's from now on.
+func (p *Poller) Add(qp QueuePair) error {
+	q := queueOf(qp)
 	if q == nil {
-		return fmt.Errorf("poller: add: nil queue: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: add: nil queue pair: %w", ErrInvalidConfig)
 	}
 	if q.qp == nil || q.closer == nil {
 		return fmt.Errorf("poller: add: queue not set up: %w", ErrInvalidConfig)
@@ -94,8 +142,8 @@ func (p *Dispatcher) Add(q *Queue) error {
 		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, err)
 	}
 	p.queues = append(p.queues, q)
-	q.closer.addDispatcher(p)
-	// A close that ran before the dispatcher was on the closer's list
+	q.closer.addPoller(p)
+	// A close that ran before the poller was on the closer's list
 	// did not flag it: look again.
 	if q.qp.Closed() {
 		p.reapFlag.Store(1)
@@ -103,11 +151,12 @@ func (p *Dispatcher) Add(q *Queue) error {
 	return nil
 }
 
-// Remove stops routing the completions of q at once, closed or not (CQEs
+// Remove stops routing the completions of qp at once, closed or not (CQEs
 // of it still in the ring then count as ones of an unknown QPN).
-func (p *Dispatcher) Remove(q *Queue) error {
+func (p *Poller) Remove(qp QueuePair) error {
+	q := queueOf(qp)
 	if q == nil {
-		return fmt.Errorf("poller: remove: nil queue: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: remove: nil queue pair: %w", ErrInvalidConfig)
 	}
 	if p.table.Lookup(q.qpn) != q {
 		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, ErrUnknownQPN)
@@ -116,8 +165,21 @@ func (p *Dispatcher) Remove(q *Queue) error {
 	return nil
 }
 
-// drop takes q, which is in the table, out of the dispatcher.
-func (p *Dispatcher) drop(q *Queue) {
+// queueOf returns the Queue of qp, or nil for a nil qp (an interface
+// holding a nil *rc.QP included: the embedded Queue's address is then not
+// nil, but the queue pair was never set up).
+func queueOf(qp QueuePair) *Queue {
+	if qp == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(qp); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil
+	}
+	return qp.queue()
+}
+
+// drop takes q, which is in the table, out of the poller.
+func (p *Poller) drop(q *Queue) {
 	_, _ = p.table.Unregister(q.qpn)
 	for i, x := range p.queues {
 		if x == q {
@@ -131,7 +193,7 @@ func (p *Dispatcher) drop(q *Queue) {
 			break
 		}
 	}
-	q.closer.removeDispatcher(p)
+	q.closer.removePoller(p)
 }
 
 // reap runs on the owner's goroutine, in Reap, while reapFlag is set: it
@@ -147,7 +209,7 @@ func (p *Dispatcher) drop(q *Queue) {
 // writes no further than that past the index last released); the queue is
 // dropped when the ring is found empty or the consumer index went that
 // far.
-func (p *Dispatcher) reap() {
+func (p *Poller) reap() {
 	p.reapFlag.Store(0)
 	for i := 0; i < len(p.queues); {
 		q := p.queues[i]
@@ -171,7 +233,7 @@ func (p *Dispatcher) reap() {
 			continue
 		}
 		_, _ = p.table.Unregister(d.q.qpn)
-		d.q.closer.removeDispatcher(p)
+		d.q.closer.removePoller(p)
 		p.draining = append(p.draining[:i], p.draining[i+1:]...)
 	}
 	if len(p.draining) > 0 {
@@ -179,31 +241,33 @@ func (p *Dispatcher) reap() {
 	}
 }
 
-// Lookup returns the queue added for qpn, or nil.
-func (p *Dispatcher) Lookup(qpn uint32) *Queue { return p.table.Lookup(qpn) }
+// Lookup returns the queue added for qpn, or nil; a closed queue pair
+// until the Poller dropped it.
+func (p *Poller) Lookup(qpn uint32) *Queue { return p.table.Lookup(qpn) }
 
-// Len returns the number of queue pairs added and not yet dropped (a
-// closed queue pair counts until it is dropped).
-func (p *Dispatcher) Len() int { return p.table.Len() }
+// Len returns the number of queue pairs added, closed ones counting until
+// the Poller dropped them.
+func (p *Poller) Len() int { return p.table.Len() }
 
-// CQ returns the monocq poller of the ring.
-func (p *Dispatcher) CQ() *monocq.CQ { return p.cq }
+// CQ returns the underlying ring poller (for Arm, AcknowledgeEvent and
+// Stats).
+func (p *Poller) CQ() *monocq.CQ { return p.cq }
 
-// Ring returns the monocq poller to take the next batch from, or nil when
-// the completion queue has been closed or a queue added here was: the
-// caller then calls Reap, which returns it or nil. A Poller calls Ring
-// once per Poll; it inlines and makes no call.
-func (p *Dispatcher) Ring() *monocq.CQ {
+// ring returns the monocq poller to take the next batch from, or nil when
+// the completion queue has been closed or a queue added here was: Poll
+// then calls reapRing, which returns it or nil. Poll calls ring once; it
+// inlines and makes no call.
+func (p *Poller) ring() *monocq.CQ {
 	if p.owner.Closed() || p.reapFlag.Load() != 0 {
 		return nil
 	}
 	return p.cq
 }
 
-// Reap is Ring's slow path: it returns nil when the completion queue has
-// been closed (its ring is gone), and otherwise drops the closed queues
+// reapRing is ring's slow path: it returns nil when the completion queue
+// has been closed (its ring is gone), and otherwise drops the closed queues
 // that have no CQE left in the ring (see reap) and returns the ring.
-func (p *Dispatcher) Reap() *monocq.CQ {
+func (p *Poller) reapRing() *monocq.CQ {
 	if p.owner.Closed() {
 		return nil
 	}
@@ -211,26 +275,21 @@ func (p *Dispatcher) Reap() *monocq.CQ {
 	return p.cq
 }
 
-// Completion returns the Completion the dispatcher decodes CQEs into.
-func (p *Dispatcher) Completion() *Completion { return &p.wc }
-
-// Unknown decodes a CQE whose QPN no queue was added for into the
-// dispatcher's Completion, with Status StatusUnknownQPN, and records it.
-func (p *Dispatcher) Unknown(c *monocq.CQE) {
+// unknown decodes a CQE whose QPN no queue was added for into the
+// poller's Completion, with Status StatusUnknownQPN, and records it.
+func (p *Poller) unknown(c *monocq.CQE) {
 	p.wc.decode(nil, c)
 	p.wc.Status = StatusUnknownQPN
-	p.unknown++
+	p.unknownQPN++
 	if p.err == nil {
 		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
 	}
 }
 
-// Count adds n to the number of completions dispatched.
-func (p *Dispatcher) Count(n int) { p.polled += uint64(n) }
-
-// Err returns the first problem met: the ring's own (monocq ErrOverrun,
-// ErrCorrupt), a CQE for an unknown QPN, or a closed CQ.
-func (p *Dispatcher) Err() error {
+// Err returns the first problem the poller met: the ring's own (monocq
+// ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (ErrUnknownQPN), or a
+// closed CQ (ErrClosed).
+func (p *Poller) Err() error {
 	if err := p.cq.Err(); err != nil {
 		return err
 	}
@@ -240,7 +299,7 @@ func (p *Dispatcher) Err() error {
 	return p.err
 }
 
-// PollerStats counts what a poller saw.
+// PollerStats counts what a Poller saw.
 type PollerStats struct {
 	// Completions is the number of CQEs dispatched.
 	Completions uint64
@@ -248,7 +307,7 @@ type PollerStats struct {
 	UnknownQPN uint64
 }
 
-// Stats returns the counters.
-func (p *Dispatcher) Stats() PollerStats {
-	return PollerStats{Completions: p.polled, UnknownQPN: p.unknown}
+// Stats returns the poller's counters.
+func (p *Poller) Stats() PollerStats {
+	return PollerStats{Completions: p.polled, UnknownQPN: p.unknownQPN}
 }

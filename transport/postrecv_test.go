@@ -14,7 +14,7 @@ import (
 
 // rqBytes returns the receive ring and its doorbell record word of q.
 func rqBytes(q *transport.Queue) ([]byte, []byte) {
-	d := transport.Handle(q).Descriptor()
+	d := q.Handle().Descriptor()
 	ring := unsafe.Slice((*byte)(d.RQ.Buf), int(d.RQ.WQECnt*d.RQ.Stride))
 	return ring, unsafe.Slice((*byte)(d.DBRec), 4)
 }
@@ -25,18 +25,18 @@ func rqBytes(q *transport.Queue) ([]byte, []byte) {
 // work request ids: checked on twin QPs, through a full ring, a zero-length
 // post, completions and a closed QP.
 func TestPostRecvMatchesStaged(t *testing.T) {
-	rig := func() (*transporttest.Env, *rc.QP, *rc.QP, *rc.Poller) {
+	rig := func() (*transporttest.Env, *rc.QP, *rc.QP, *transport.Poller) {
 		e := transporttest.New(t, sim.Options{})
 		acq, bcq := e.CQ(0, 64), e.CQ(1, 64)
-		a, err := rc.New(e.PD[0], acq, nil, rc.Config{SendDepth: 16, MaxInline: 64})
+		a, err := rc.New(e.PD[0], acq, rc.Config{SendDepth: 16, MaxInline: 64})
 		require.NoError(t, err)
-		b, err := rc.New(e.PD[1], bcq, nil, rc.Config{SendDepth: 1, RecvDepth: 8, MaxRecvSGE: 2})
+		b, err := rc.New(e.PD[1], bcq, rc.Config{SendDepth: 1, RecvDepth: 8, MaxRecvSGE: 2})
 		require.NoError(t, err)
 		require.NoError(t, a.Connect(b.Endpoint()))
 		require.NoError(t, b.Connect(a.Endpoint()))
-		p, err := rc.NewPoller(bcq)
+		p, err := transport.NewPoller(bcq)
 		require.NoError(t, err)
-		require.NoError(t, p.Add(&b.Queue))
+		require.NoError(t, p.Add(b))
 		t.Cleanup(func() { a.Close(); b.Close() })
 		return e, a, b, p
 	}
@@ -83,11 +83,11 @@ func TestPostRecvMatchesStaged(t *testing.T) {
 	got := [2][]uint64{}
 	for k, pe := range []struct {
 		e *transporttest.Env
-		p *rc.Poller
+		p *transport.Poller
 	}{{ex, px}, {ey, py}} {
 		pe.e.Run()
-		pe.p.Poll(8, func(c *rc.Completion) {
-			require.Equal(t, rc.StatusOK, c.Status)
+		pe.p.Poll(8, func(c *transport.Completion) {
+			require.Equal(t, transport.StatusOK, c.Status)
 			got[k] = append(got[k], c.WRID)
 		})
 	}
@@ -111,7 +111,7 @@ func TestPostRecvMatchesStaged(t *testing.T) {
 func TestSRQPostRecvMatchesStaged(t *testing.T) {
 	srq := func() (*transporttest.Env, *transport.SharedReceiveQueue) {
 		e := transporttest.New(t, sim.Options{})
-		s, err := transport.NewSharedReceiveQueue("rc", e.PD[1], transport.SRQConfig{Depth: 8, MaxSGE: 2})
+		s, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 8, MaxSGE: 2})
 		require.NoError(t, err)
 		return e, s
 	}

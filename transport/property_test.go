@@ -125,13 +125,13 @@ func TestProperty(t *testing.T) {
 
 	// Side A.
 	acq := e.CQ(0, 4096)
-	ap, err := rc.NewPoller(acq)
+	ap, err := transport.NewPoller(acq)
 	require.NoError(t, err)
-	aRC, err := rc.New(e.PD[0], acq, nil, rc.Config{SendDepth: 64, MaxSendSGE: 4, MaxInline: 200})
+	aRC, err := rc.New(e.PD[0], acq, rc.Config{SendDepth: 64, MaxSendSGE: 4, MaxInline: 200})
 	require.NoError(t, err)
 	aDCI, err := dc.NewDCI(e.PD[0], acq, dc.DCIConfig{SendDepth: 64, MaxSendSGE: 4, MaxInline: 200})
 	require.NoError(t, err)
-	aUD, err := ud.New(e.PD[0], acq, nil, ud.Config{SendDepth: 64, MaxSendSGE: 4, MaxInline: 200, QKey: 0x5151})
+	aUD, err := ud.New(e.PD[0], acq, ud.Config{SendDepth: 64, MaxSendSGE: 4, MaxInline: 200, QKey: 0x5151})
 	require.NoError(t, err)
 	for _, q := range []*transport.Queue{&aRC.Queue, &aDCI.Queue, &aUD.Queue} {
 		require.NoError(t, ap.Add(q), "one poller for every transport")
@@ -139,11 +139,11 @@ func TestProperty(t *testing.T) {
 
 	// Side B.
 	bcq := e.CQ(1, 4096)
-	bp, err := rc.NewPoller(bcq)
+	bp, err := transport.NewPoller(bcq)
 	require.NoError(t, err)
-	bRCQP, err := rc.New(e.PD[1], bcq, nil, rc.Config{SendDepth: 1, RecvDepth: rcRQSize})
+	bRCQP, err := rc.New(e.PD[1], bcq, rc.Config{SendDepth: 1, RecvDepth: rcRQSize})
 	require.NoError(t, err)
-	srq, err := dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: recvCnt})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: recvCnt})
 	require.NoError(t, err)
 	var dcts [2]*dc.DCT
 	var remotes [2]*dc.Remote
@@ -153,7 +153,7 @@ func TestProperty(t *testing.T) {
 		remotes[k], err = aDCI.NewRemote(dcts[k].Endpoint())
 		require.NoError(t, err)
 	}
-	bUDQP, err := ud.New(e.PD[1], bcq, nil, ud.Config{SendDepth: 1, RecvDepth: recvCnt, QKey: 0x5151})
+	bUDQP, err := ud.New(e.PD[1], bcq, ud.Config{SendDepth: 1, RecvDepth: recvCnt, QKey: 0x5151})
 	require.NoError(t, err)
 	for _, q := range []*transport.Queue{&bRCQP.Queue, &dcts[0].Queue, &dcts[1].Queue, &bUDQP.Queue} {
 		require.NoError(t, bp.Add(q))
@@ -451,14 +451,14 @@ func TestProperty(t *testing.T) {
 		}
 
 		// Completions.
-		for ap.Poll(64, func(c *rc.Completion) {
+		for ap.Poll(64, func(c *transport.Completion) {
 			in := ins[c.QPN]
 			require.NotNil(t, in, "completion for QPN %#x", c.QPN)
 			require.Same(t, in.q, c.Queue)
 			in.retire(t, c)
 		}) > 0 {
 		}
-		for bp.Poll(64, func(c *rc.Completion) {
+		for bp.Poll(64, func(c *transport.Completion) {
 			require.Equal(t, transport.StatusOK, c.Status, "receive: %v", c.Err())
 			stats.recvs++
 			var m message
@@ -531,7 +531,7 @@ func TestProperty(t *testing.T) {
 		in.fifo = append(in.fifo, posted{wrid: in.nextWRID, signaled: true, op: prm.OpNop})
 	}
 	e.Run()
-	for ap.Poll(64, func(c *rc.Completion) { ins[c.QPN].retire(t, c) }) > 0 {
+	for ap.Poll(64, func(c *transport.Completion) { ins[c.QPN].retire(t, c) }) > 0 {
 	}
 	for _, in := range ins {
 		require.Empty(t, in.fifo, "%s: every WQE retired", in.name)

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -53,9 +54,9 @@ func (s State) String() string {
 // also while the owner posts and polls. A post then fails with ErrClosed,
 // at Begin or at Finish, neither touches memory that was freed, and the
 // Pollers the queue was added to drop it on the owner's goroutine (see
-// closer and Dispatcher). Nothing the close writes is read by a post or a
+// closer and Poller). Nothing the close writes is read by a post or a
 // poll without synchronization: the close sets atomic flags (the QP's
-// closed flag, the rings', the Dispatchers') and leaves the Queue's own
+// closed flag, the rings', the Pollers') and leaves the Queue's own
 // fields alone; State derives StateClosed from the QP's flag.
 type Queue struct {
 	// Hot fields first.
@@ -78,7 +79,7 @@ type Queue struct {
 
 	unmatched uint64
 	// closer closes the send queue and receive ring when the QP closes
-	// and flags the Dispatchers the queue was added to; Setup keeps it
+	// and flags the Pollers the queue was added to; Setup keeps it
 	// (and with it that list) across a Reset.
 	closer *closer
 }
@@ -121,7 +122,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			BlueFlameSize: d.BlueFlameSize,
 			MaxInline:     d.MaxInline,
 			MaxSGE:        d.MaxSendSGE,
-			MaxWQEBBs:     MaxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
+			MaxWQEBBs:     maxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
 			Transport:     transport,
 			Memory:        d.Memory,
 		}
@@ -161,13 +162,13 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	return nil
 }
 
-// MaxWQEBBs is the size in WQEBBs of the largest WQE a queue pair of type t
+// maxWQEBBs is the size in WQEBBs of the largest WQE a queue pair of type t
 // can build with maxSGE data segments or maxInline bytes inline: control
 // segment, address vector (UD, DCI), remote address (RC, DCI) and the
 // payload, at least the masked 64-bit compare-and-swap with its result
 // segment where atomics are allowed (sqsize.KitWQEBBs, the bound the
 // providers size the ring's slots for).
-func MaxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
+func maxWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
 	return sqsize.KitWQEBBs(t, maxSGE, maxInline)
 }
 
@@ -241,8 +242,56 @@ func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage
 // state change of the QP).
 func SetState(q *Queue, s State) { q.state = s }
 
-// Handle returns the control-plane queue pair of q.
-func Handle(q *Queue) *ctx.QueuePair { return q.qp }
+// Handle returns the control-plane queue pair.
+func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
+
+// Limits returns what the provider granted the queue pair: the send and
+// receive ring sizes, the largest WQE, max SGE and max inline.
+func (q *Queue) Limits() Limits { return limitsOf(q.qp) }
+
+// Fail moves the queue pair to the error state: every outstanding work
+// request completes with WR_FLUSH_ERR, and no more may be posted. A DCT has
+// no error state (the kernel's mlx5_ib_modify_dct refuses it): Fail refuses
+// a DCT with ErrTransport and changes nothing; Close it instead.
+func (q *Queue) Fail() error {
+	if q.typ == ctx.QPTypeDCT {
+		return Errorf(q.transport, "move DCT to error", "a DCT has no error state (close it instead): %w", ErrTransport)
+	}
+	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
+		return Errorf(q.transport, "move"+q.kind()+" to error", "%w", err)
+	}
+	q.state = StateError
+	return nil
+}
+
+// kind names a DC queue pair's side in an operation's name (" DCI",
+// " DCT"): package dc has both.
+func (q *Queue) kind() string {
+	if q.typ == ctx.QPTypeDCI || q.typ == ctx.QPTypeDCT {
+		return " " + q.typ.String()
+	}
+	return ""
+}
+
+// Close destroys the queue pair (not its SRQ). Work requests the device has
+// not completed are lost, with no completion: drain them (Fail, then poll
+// the flushes) first if they matter; receives a DCT has not completed stay
+// in its SRQ.
+//
+// Close may be called from any goroutine, also while the owner posts on the
+// queue pair and polls its Pollers, as net.Conn.Close may: it closes only
+// the control-plane queue pair (Handle), so the owner's posts fail with
+// ErrClosed from then on (a stage begun before fails at Finish), and each
+// Poller the queue pair was added to drops it on the owner's goroutine, in
+// a later Poll, once no CQE of it is left in the CQ; until then its CQEs
+// are handed over as the device wrote them (Remove drops it at once).
+// Close is idempotent.
+func (q *Queue) Close() error {
+	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		return Errorf(q.transport, "close"+q.kind(), "%w", err)
+	}
+	return nil
+}
 
 // QPN returns the queue pair number (for a DCT: the DCT number).
 func (q *Queue) QPN() uint32 { return q.qpn }
@@ -461,4 +510,30 @@ func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
 	if (wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr) && q.typ != ctx.QPTypeDCT && q.state < StateError {
 		q.state = StateError
 	}
+}
+
+// Limits are the sizes a provider granted a queue pair (providers round up
+// what was asked).
+type Limits struct {
+	// SendWQEBBs is the size of the send ring in 64-byte basic blocks; a
+	// WQE takes one to MaxWQEBBs of them.
+	SendWQEBBs uint32
+	// MaxWQEBBs is the largest WQE the queue pair builds, in basic blocks:
+	// a post needs that many free.
+	MaxWQEBBs uint32
+	// RecvWQEs is the number of receive WQEs of the QP's own receive queue.
+	RecvWQEs uint32
+	// MaxSendSGE, MaxRecvSGE and MaxInline bound one WQE.
+	MaxSendSGE, MaxRecvSGE, MaxInline uint32
+}
+
+// limitsOf returns the limits of qp.
+func limitsOf(qp *ctx.QueuePair) Limits {
+	d := qp.Descriptor()
+	l := Limits{SendWQEBBs: d.SQ.WQECnt, RecvWQEs: d.RQ.WQECnt,
+		MaxSendSGE: d.MaxSendSGE, MaxRecvSGE: d.MaxRecvSGE, MaxInline: d.MaxInline}
+	if d.SQ.WQECnt > 0 {
+		l.MaxWQEBBs = maxWQEBBs(qp.Type(), d.MaxSendSGE, d.MaxInline)
+	}
+	return l
 }

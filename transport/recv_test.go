@@ -217,7 +217,7 @@ func TestMaxWQEBBs(t *testing.T) {
 		{3, 4, 0, 3},   // DCI: 9 segments
 		{1, 63, 0, 16}, // the 6-bit ds caps it
 	} {
-		require.Equal(t, c.wantWQEBB, MaxWQEBBs(qpType(c.typ), c.sge, c.inl), "%+v", c)
+		require.Equal(t, c.wantWQEBB, maxWQEBBs(qpType(c.typ), c.sge, c.inl), "%+v", c)
 	}
 }
 

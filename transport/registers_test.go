@@ -26,19 +26,19 @@ import (
 func TestSharedBlueFlameRegister(t *testing.T) {
 	e := transporttest.New(t, sim.Options{BlueFlameRegisters: 1})
 	cq := [2]*ctx.CompletionQueue{e.CQ(0, 64), e.CQ(1, 64)}
-	var polls [2]*rc.Poller
+	var polls [2]*transport.Poller
 	for i := range 2 {
 		var err error
-		polls[i], err = rc.NewPoller(cq[i])
+		polls[i], err = transport.NewPoller(cq[i])
 		require.NoError(t, err)
 	}
 	// Two RC pairs: the first holds each device's dedicated register.
 	var pairs [2][2]*rc.QP
 	for k := range 2 {
 		for i := range 2 {
-			qp, err := rc.New(e.PD[i], cq[i], nil, rc.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64})
+			qp, err := rc.New(e.PD[i], cq[i], rc.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64})
 			require.NoError(t, err)
-			require.NoError(t, polls[i].Add(&qp.Queue))
+			require.NoError(t, polls[i].Add(qp))
 			pairs[k][i] = qp
 		}
 		require.NoError(t, pairs[k][0].Connect(pairs[k][1].Endpoint()))
@@ -54,7 +54,7 @@ func TestSharedBlueFlameRegister(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, dci.Handle().Descriptor().BlueFlameSize)
 	require.Equal(t, shared.BlueFlame, dci.Handle().Descriptor().BlueFlame)
-	udq, err := ud.New(e.PD[0], cq[0], nil, ud.Config{SendDepth: 8, RecvDepth: 8, QKey: 7, MaxInline: 64})
+	udq, err := ud.New(e.PD[0], cq[0], ud.Config{SendDepth: 8, RecvDepth: 8, QKey: 7, MaxInline: 64})
 	require.NoError(t, err)
 	require.Zero(t, udq.Handle().Descriptor().BlueFlameSize)
 	require.Equal(t, shared.BlueFlame, udq.Handle().Descriptor().BlueFlame)
@@ -86,7 +86,7 @@ func TestSharedBlueFlameRegister(t *testing.T) {
 
 	// Closing the QP that held device 0's register frees it for the next.
 	require.NoError(t, pairs[0][0].Close())
-	again, err := rc.New(e.PD[0], cq[0], nil, rc.Config{SendDepth: 8, RecvDepth: 8})
+	again, err := rc.New(e.PD[0], cq[0], rc.Config{SendDepth: 8, RecvDepth: 8})
 	require.NoError(t, err)
 	require.NotZero(t, again.Handle().Descriptor().BlueFlameSize)
 	require.NotEqual(t, shared.BlueFlame, again.Handle().Descriptor().BlueFlame)
@@ -105,18 +105,18 @@ func TestSharedRegisterConcurrentPosts(t *testing.T) {
 	e := transporttest.New(t, sim.Options{Mode: sim.Engine, IdleSleep: 50 * time.Microsecond, BlueFlameRegisters: -1})
 	type side struct {
 		qp *rc.QP
-		p  *rc.Poller
+		p  *transport.Poller
 	}
 	var pairs [2][2]side
 	for k := range 2 {
 		for i := range 2 {
 			cq := e.CQ(i, 64)
-			qp, err := rc.New(e.PD[i], cq, nil, rc.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32})
+			qp, err := rc.New(e.PD[i], cq, rc.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32})
 			require.NoError(t, err)
 			require.Zero(t, qp.Handle().Descriptor().BlueFlameSize)
-			p, err := rc.NewPoller(cq)
+			p, err := transport.NewPoller(cq)
 			require.NoError(t, err)
-			require.NoError(t, p.Add(&qp.Queue))
+			require.NoError(t, p.Add(qp))
 			pairs[k][i] = side{qp, p}
 		}
 		require.NoError(t, pairs[k][0].qp.Connect(pairs[k][1].qp.Endpoint()))

@@ -23,10 +23,10 @@ type SRQConfig struct {
 	MaxSGE uint32
 }
 
-// NewSharedReceiveQueue creates a shared receive queue in pd. The transport
-// name goes into its errors.
-func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
-	const op = "new SRQ"
+// NewSharedReceiveQueue creates a shared receive queue in pd, for RC and UD
+// queue pairs (Config.SRQ) and DCTs (DCTConfig.SRQ).
+func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
+	const op, transport = "new SRQ", "transport"
 	if pd == nil {
 		return nil, Errorf(transport, op, "nil protection domain: %w", ErrInvalidConfig)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -23,7 +24,7 @@ func TestUDAttributes(t *testing.T) {
 		{SendDepth: 4, RecvDepth: 4, QKey: 0x11223344, PSN: 0xabcdef},
 		{SendDepth: 4, QKey: 0x80000001},
 	} {
-		qp, err := ud.New(e.PD[0], cq, nil, cfg)
+		qp, err := ud.New(e.PD[0], cq, cfg)
 		require.NoError(t, err)
 		qpn := qp.QPN()
 		require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS}, log.States(qpn))
@@ -69,16 +70,16 @@ func TestRemoteAddresses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: c.link})
 			var qps [2]*ud.QP
-			var ps [2]*ud.Poller
+			var ps [2]*transport.Poller
 			for i := range 2 {
 				cq, p := newPoller(e, i, 16)
-				qp, err := ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 64, QKey: 7, SL: uint8(2 + i), GID: c.sel})
+				qp, err := ud.New(e.PD[i], cq, ud.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 64, QKey: 7, SL: uint8(2 + i), GID: c.sel})
 				require.NoError(t, err)
 				gids, err := e.Ctx[i].QueryGIDs(1)
 				require.NoError(t, err)
 				require.Equal(t, gids[c.gid], qp.GID())
 				require.Equal(t, c.gid, qp.Endpoint().GIDIndex, "the endpoint says which GID")
-				require.NoError(t, p.Add(&qp.Queue))
+				require.NoError(t, p.Add(qp))
 				qps[i], ps[i] = qp, p
 			}
 			from, ep := qps[0].Endpoint(), qps[1].Endpoint()
@@ -101,7 +102,7 @@ func TestRemoteAddresses(t *testing.T) {
 			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
 			e.One(ps[0])
 			in := e.One(ps[1])
-			require.Equal(t, ud.StatusOK, in.Status)
+			require.Equal(t, transport.StatusOK, in.Status)
 			require.Equal(t, grh, in.GRH)
 			require.Equal(t, from.LID, in.SLID)
 			_, err = qps[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))

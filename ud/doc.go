@@ -4,7 +4,7 @@
 //
 // # Sending and replying
 //
-//	qp, err := ud.New(pd, cq, nil, ud.Config{SendDepth: 64, RecvDepth: 64, QKey: 0x11111111})
+//	qp, err := ud.New(pd, cq, ud.Config{SendDepth: 64, RecvDepth: 64, QKey: 0x11111111})
 //	ep := qp.Endpoint()                     // QPN, qkey, LID/GID, MTU
 //	remote, err := qp.NewRemote(peerEP)     // an address handle: control plane
 //	s, err := qp.Post(wrid, wqebuilder.Signaled, remote)
@@ -33,13 +33,13 @@
 //
 // # Completions
 //
-// Completions are matched by QPN through a Poller, as in package rc (see
-// there for the pattern and why it inlines). Queue, Completion, Poller and
-// SharedReceiveQueue are the same types in packages rc, dc and ud.
+// Completions are matched by QPN through a transport.Poller, as in package
+// rc (see there for the pattern and why it inlines); one Poller serves the
+// queue pairs of every transport on a CQ.
 //
 // # Threading
 //
-// A QP and its pollers belong to one goroutine at a time. QP.Close is the
+// A QP and its pollers belong to one goroutine at a time. Close is the
 // exception: any goroutine may call it, also while the owner posts and
 // polls.
 package ud

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, used when no mlx5 device is linked in
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -37,7 +38,7 @@ func Example_sendAndReply() {
 
 	type node struct {
 		qp  *ud.QP
-		p   *ud.Poller
+		p   *transport.Poller
 		off int // its receive buffer
 	}
 	newNode := func(off int) node {
@@ -45,15 +46,15 @@ func Example_sendAndReply() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		qp, err := ud.New(pd, cq, nil, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 0x11111111})
+		qp, err := ud.New(pd, cq, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 0x11111111})
 		if err != nil {
 			log.Fatal(err)
 		}
-		p, err := ud.NewPoller(cq)
+		p, err := transport.NewPoller(cq)
 		if err != nil {
 			log.Fatal(err)
 		}
-		if err := p.Add(&qp.Queue); err != nil {
+		if err := p.Add(qp); err != nil {
 			log.Fatal(err)
 		}
 		if err := qp.PostRecv(1, base+uint64(off), 2048, mr.LKey()); err != nil {
@@ -63,11 +64,11 @@ func Example_sendAndReply() {
 	}
 	// wait returns the next receive completion of n (send completions are
 	// counted and skipped).
-	wait := func(n node) ud.Completion {
-		var got ud.Completion
+	wait := func(n node) transport.Completion {
+		var got transport.Completion
 		deadline := time.Now().Add(10 * time.Second)
 		for found := false; !found; {
-			n.p.Poll(4, func(c *ud.Completion) {
+			n.p.Poll(4, func(c *transport.Completion) {
 				if err := c.Err(); err != nil {
 					log.Fatal(err)
 				}

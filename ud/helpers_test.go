@@ -5,14 +5,14 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
-	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // newPoller creates a CQ on HCA i and a Poller for it.
-func newPoller(e *transporttest.Env, i int, depth uint32) (*ctx.CompletionQueue, *ud.Poller) {
+func newPoller(e *transporttest.Env, i int, depth uint32) (*ctx.CompletionQueue, *transport.Poller) {
 	e.T.Helper()
 	cq := e.CQ(i, depth)
-	p, err := ud.NewPoller(cq)
+	p, err := transport.NewPoller(cq)
 	require.NoError(e.T, err)
 	return cq, p
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -23,7 +24,7 @@ import (
 type peers struct {
 	e  *transporttest.Env
 	qp [2]*ud.QP
-	p  [2]*ud.Poller
+	p  [2]*transport.Poller
 	cq [2]*ctx.CompletionQueue
 }
 
@@ -32,9 +33,9 @@ func newPeers(t *testing.T, opts sim.Options, cfg ud.Config) *peers {
 	x := &peers{e: e}
 	for i := range 2 {
 		x.cq[i], x.p[i] = newPoller(e, i, 1024)
-		qp, err := ud.New(e.PD[i], x.cq[i], nil, cfg)
+		qp, err := ud.New(e.PD[i], x.cq[i], cfg)
 		require.NoError(t, err)
-		require.NoError(t, x.p[i].Add(&qp.Queue))
+		require.NoError(t, x.p[i].Add(qp))
 		x.qp[i] = qp
 	}
 	return x
@@ -72,16 +73,16 @@ func TestSendEverySize(t *testing.T) {
 							// Use the slot for an empty datagram nobody
 							// receives.
 							require.NoError(t, s.Send().FinishBlueFlame())
-							require.Equal(t, ud.StatusOK, e.One(x.p[0]).Status)
+							require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
 							continue
 						}
 						pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+9000, ud.GRHSize, n, int(x.qp[1].MaxRecvSGE()), r)
 						require.NoError(t, finish(), what)
 						c := e.One(x.p[0])
-						require.Equal(t, ud.StatusOK, c.Status, "%s: %v", what, c.Err())
+						require.Equal(t, transport.StatusOK, c.Status, "%s: %v", what, c.Err())
 						require.Equal(t, wrid, c.WRID)
 						rcv := e.One(x.p[1])
-						require.Equal(t, ud.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
+						require.Equal(t, transport.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
 						require.Equal(t, wrid+9000, rcv.WRID)
 						require.Equal(t, uint32(ud.GRHSize+n), rcv.ByteCount, what)
 						require.Equal(t, x.qp[0].QPN(), rcv.SourceQPN)
@@ -133,7 +134,7 @@ func TestReplyPath(t *testing.T) {
 			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
 			e.One(x.p[0])
 			in := e.One(x.p[1])
-			require.Equal(t, ud.StatusOK, in.Status)
+			require.Equal(t, transport.StatusOK, in.Status)
 			require.Equal(t, c.noLID || c.link == ctx.LinkLayerEthernet, in.GRH)
 			if !in.GRH {
 				require.Equal(t, x.qp[0].Endpoint().LID, in.SLID)
@@ -141,7 +142,7 @@ func TestReplyPath(t *testing.T) {
 				require.NoError(t, err, "no GRH needed without one")
 			} else {
 				_, err := x.qp[1].ReplyRemote(&in, nil)
-				require.ErrorIs(t, err, ud.ErrInvalidConfig, "a GRH completion needs the GRH bytes")
+				require.ErrorIs(t, err, transport.ErrInvalidConfig, "a GRH completion needs the GRH bytes")
 				from := x.qp[0].Endpoint().GID
 				if c.link == ctx.LinkLayerEthernet {
 					// The chosen GID is RoCE v2 IPv4-mapped: the IPv4
@@ -161,7 +162,7 @@ func TestReplyPath(t *testing.T) {
 			require.NoError(t, s.SendImm(99).Inline([]byte("answer")).FinishBlueFlame())
 			e.One(x.p[1])
 			got := e.One(x.p[0])
-			require.Equal(t, ud.StatusOK, got.Status)
+			require.Equal(t, transport.StatusOK, got.Status)
 			require.Equal(t, uint32(99), got.Immediate)
 			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
 			require.NoError(t, back.Close())
@@ -170,7 +171,7 @@ func TestReplyPath(t *testing.T) {
 			// ReplyRemote wants a successful receive completion.
 			send := e.Drain(x.p[1])
 			require.Empty(t, send)
-			_, err = x.qp[1].ReplyRemote(&ud.Completion{Opcode: prm.CQEReq}, nil)
+			_, err = x.qp[1].ReplyRemote(&transport.Completion{Opcode: prm.CQEReq}, nil)
 			require.Error(t, err)
 			_, err = x.qp[1].ReplyRemote(nil, nil)
 			require.Error(t, err)
@@ -182,15 +183,15 @@ func TestManyDestinations(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e, 0, 256)
 	rcq, rp := newPoller(e, 1, 256)
-	sender, err := ud.New(e.PD[0], cq, nil, ud.Config{SendDepth: 64, MaxInline: 64, QKey: 1})
+	sender, err := ud.New(e.PD[0], cq, ud.Config{SendDepth: 64, MaxInline: 64, QKey: 1})
 	require.NoError(t, err)
-	require.NoError(t, p.Add(&sender.Queue))
+	require.NoError(t, p.Add(sender))
 	var remotes []*ud.Remote
 	var qps []*ud.QP
 	for i := range 5 {
-		q, err := ud.New(e.PD[1], rcq, nil, ud.Config{SendDepth: 1, RecvDepth: 4, QKey: uint32(100 + i)})
+		q, err := ud.New(e.PD[1], rcq, ud.Config{SendDepth: 1, RecvDepth: 4, QKey: uint32(100 + i)})
 		require.NoError(t, err)
-		require.NoError(t, rp.Add(&q.Queue))
+		require.NoError(t, rp.Add(q))
 		require.NoError(t, q.PostRecv(uint64(i), e.Addr(1, 1024*i), 1024, e.LKey(1)))
 		r, err := sender.NewRemote(q.Endpoint())
 		require.NoError(t, err)
@@ -205,7 +206,7 @@ func TestManyDestinations(t *testing.T) {
 	got := e.Drain(rp)
 	require.Len(t, got, 5)
 	for _, c := range got {
-		require.Equal(t, ud.StatusOK, c.Status)
+		require.Equal(t, transport.StatusOK, c.Status)
 		require.Equal(t, qps[c.Immediate].QPN(), c.QPN)
 		require.Equal(t, fmt.Sprintf("to %d", c.Immediate), string(e.Mem(1, 1024*int(c.WRID)+ud.GRHSize, 4)))
 	}
@@ -228,11 +229,11 @@ func TestDatagramLossAndErrors(t *testing.T) {
 		s, err := x.qp[0].Post(1, wqebuilder.Signaled, r)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("lost")).FinishBlueFlame())
-		require.Equal(t, ud.StatusOK, e.One(x.p[0]).Status)
+		require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
 	}
 	require.Empty(t, e.Drain(x.p[1]))
 	require.Equal(t, uint64(2), e.Fabric.Stats().UDDropped)
-	require.Equal(t, ud.StateReady, x.qp[1].State())
+	require.Equal(t, transport.StateReady, x.qp[1].State())
 
 	// A receive buffer too small for the GRH and the payload: the receiver
 	// fails (and goes to error); the sender does not know.
@@ -241,16 +242,16 @@ func TestDatagramLossAndErrors(t *testing.T) {
 	s, err := x.qp[0].Post(2, wqebuilder.Signaled, good)
 	require.NoError(t, err)
 	require.NoError(t, s.Send().Inline([]byte("four")).FinishBlueFlame())
-	require.Equal(t, ud.StatusOK, e.One(x.p[0]).Status)
+	require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
 	rcv := e.Drain(x.p[1])
 	require.Len(t, rcv, 2)
 	require.Equal(t, prm.SyndromeLocalLength, rcv[0].Syndrome)
 	require.Equal(t, uint64(5), rcv[0].WRID)
 	require.True(t, rcv[1].IsFlush())
 	require.Equal(t, uint64(6), rcv[1].WRID)
-	require.Equal(t, ud.StateError, x.qp[1].State())
+	require.Equal(t, transport.StateError, x.qp[1].State())
 	_, err = x.qp[1].Post(1, 0, bad)
-	require.ErrorIs(t, err, ud.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 
 	// A datagram larger than the MTU: LOCAL_LENGTH_ERR at the sender, the
 	// WQEs after it flushed.
@@ -275,13 +276,13 @@ func TestDatagramLossAndErrors(t *testing.T) {
 		require.True(t, c.IsFlush())
 		require.ErrorIs(t, c.Err(), completion.ErrFlushed)
 	}
-	require.Equal(t, ud.StateError, x.qp[0].State())
+	require.Equal(t, transport.StateError, x.qp[0].State())
 }
 
 func TestUDMisuse(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq := e.CQ(0, 16)
-	srq, err := ud.NewSharedReceiveQueue(e.PD[0], ud.SRQConfig{Depth: 8})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 8})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
@@ -296,31 +297,31 @@ func TestUDMisuse(t *testing.T) {
 		{"PSN", ud.Config{SendDepth: 1, PSN: 1 << 24}, e.PD[0], cq},
 		{"inline", ud.Config{SendDepth: 1, MaxInline: 1 << 16}, e.PD[0], cq},
 	} {
-		_, err := ud.New(c.pd, c.cq, nil, c.cfg)
-		require.ErrorIs(t, err, ud.ErrInvalidConfig, c.name)
+		_, err := ud.New(c.pd, c.cq, c.cfg)
+		require.ErrorIs(t, err, transport.ErrInvalidConfig, c.name)
 		require.Contains(t, err.Error(), "ud: new QP", c.name)
 	}
-	q, err := ud.New(e.PD[0], cq, nil, ud.Config{SendDepth: 4, SRQ: srq, QKey: 3})
+	q, err := ud.New(e.PD[0], cq, ud.Config{SendDepth: 4, SRQ: srq, QKey: 3})
 	require.NoError(t, err)
 	ep := q.Endpoint()
 	require.Equal(t, endpoint.TransportUD, ep.Transport)
 	require.Equal(t, uint32(3), ep.QKey)
 	require.Equal(t, uint32(3), q.QKey())
 	require.NoError(t, ep.Validate())
-	require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), ud.ErrNoReceiveQueue)
+	require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 	rcEP := ep
 	rcEP.Transport, rcEP.QKey = endpoint.TransportRC, 0
 	_, err = q.NewRemote(rcEP)
-	require.ErrorIs(t, err, ud.ErrTransport)
+	require.ErrorIs(t, err, transport.ErrTransport)
 	r, err := q.NewRemote(ep)
 	require.NoError(t, err)
 	require.NoError(t, q.Fail())
 	_, err = q.Post(1, 0, r)
-	require.ErrorIs(t, err, ud.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 	require.NoError(t, q.Close())
 	require.NoError(t, q.Close())
 	_, err = q.Post(1, 0, r)
-	require.ErrorIs(t, err, ud.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
 	require.NoError(t, r.Close())
 }
 
@@ -344,8 +345,8 @@ func TestUDAllocatesNothing(t *testing.T) {
 	n := 0
 	for _, p := range x.p {
 		allocs = testing.AllocsPerRun(runs, func() {
-			n += p.Poll(1, func(c *ud.Completion) {
-				if c.Status != ud.StatusOK {
+			n += p.Poll(1, func(c *transport.Completion) {
+				if c.Status != transport.StatusOK {
 					panic(c.Err())
 				}
 			})
@@ -407,7 +408,7 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
 			e.One(x.p[0])
 			in := e.One(x.p[1])
-			require.Equal(t, ud.StatusOK, in.Status)
+			require.Equal(t, transport.StatusOK, in.Status)
 			require.True(t, in.GRH)
 
 			grh := make([]byte, ud.GRHSize)
@@ -436,9 +437,9 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			s, err = x.qp[1].Post(2, wqebuilder.Signaled, back)
 			require.NoError(t, err)
 			require.NoError(t, s.SendImm(99).Inline([]byte("answer")).FinishBlueFlame())
-			require.Equal(t, ud.StatusOK, e.One(x.p[1]).Status)
+			require.Equal(t, transport.StatusOK, e.One(x.p[1]).Status)
 			got := e.One(x.p[0])
-			require.Equal(t, ud.StatusOK, got.Status)
+			require.Equal(t, transport.StatusOK, got.Status)
 			require.Equal(t, uint32(99), got.Immediate)
 			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
 			// The reply's own header names the sender as destination: the
@@ -454,7 +455,7 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			// Neither form: refused, nothing created.
 			clear(e.Mem(1, 0, ud.GRHSize))
 			_, err = x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
-			require.ErrorIs(t, err, ud.ErrBadGRH)
+			require.ErrorIs(t, err, transport.ErrBadGRH)
 		})
 	}
 }

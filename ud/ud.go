@@ -1,11 +1,10 @@
 package ud
 
 import (
-	"errors"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -30,7 +29,10 @@ type Config struct {
 	MaxSendSGE, MaxRecvSGE uint32
 	MaxInline              uint32
 	// SRQ, when set, receives for the QP (RecvDepth must then be 0).
-	SRQ *SharedReceiveQueue
+	SRQ *transport.SharedReceiveQueue
+	// RecvCQ, when set, gets the QP's receive completions; unset, they go
+	// to the CQ given to New with the send completions.
+	RecvCQ *ctx.CompletionQueue
 	// QKey is the queue key senders must present (its high bit set is a
 	// controlled qkey senders cannot use as their own).
 	QKey uint32
@@ -46,101 +48,47 @@ type Config struct {
 
 // QP is an unreliable-datagram queue pair: each send names its
 // destination through a Remote (address vector, remote QPN, qkey); receive
-// buffers start with GRHSize bytes for the GRH.
+// buffers start with GRHSize bytes for the GRH. Its embedded
+// transport.Queue posts receives and has what every transport has
+// (Handle, Limits, Fail, Close); add the QP to the transport.Poller of its
+// CQ.
 //
 // A QP is used by one goroutine at a time; Close may be called from any
 // goroutine.
 type QP struct {
-	// Queue is the data-plane part shared with the other transports; add
-	// &qp.Queue to a Poller.
-	Queue
+	transport.Queue
 
 	qp   *ctx.QueuePair
 	pd   *ctx.ProtectionDomain
-	port transport.Port
+	port newqp.Port
 	qkey uint32
 	psn  uint32
 	sl   uint8
 }
 
-// New creates a UD queue pair in pd (send completions on sendCQ, receive
-// completions on recvCQ, nil meaning sendCQ) and brings it to RTS: it may
+// New creates a UD queue pair in pd with its completions on cq (its
+// receive completions on cfg.RecvCQ when set) and brings it to RTS: it may
 // send and receive at once.
-func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Config) (*QP, error) {
-	const op = "new QP"
-	bad := func(format string, args ...any) (*QP, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
-	}
-	switch {
-	case pd == nil:
-		return bad("nil protection domain")
-	case sendCQ == nil:
-		return bad("nil send completion queue")
-	case cfg.SendDepth == 0:
-		return bad("send depth 0")
-	case cfg.SRQ != nil && cfg.RecvDepth != 0:
-		return bad("receive depth %d with an SRQ (the SRQ receives)", cfg.RecvDepth)
-	case cfg.SRQ != nil && cfg.SRQ.Closed():
-		return nil, transport.Errorf(name, op, "SRQ: %w", ErrClosed)
-	case cfg.PSN > endpoint.MaxPSN:
-		return bad("PSN %#x wider than 24 bits", cfg.PSN)
-	}
-	if recvCQ == nil {
-		recvCQ = sendCQ
-	}
-	if cfg.MaxSendSGE == 0 {
-		cfg.MaxSendSGE = 1
-	}
-	if cfg.MaxRecvSGE == 0 && cfg.RecvDepth > 0 {
-		cfg.MaxRecvSGE = 1
-	}
-	dev, err := pd.Context().Query()
+func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, error) {
+	spec := newqp.Spec{Transport: name, Op: "new QP", Type: ctx.QPTypeUD, CQ: cq, RecvCQ: cfg.RecvCQ,
+		Caps: ctx.QueuePairCaps{SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
+			MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline},
+		SRQ: cfg.SRQ, Port: cfg.Port, GID: cfg.GID, SL: cfg.SL, PSN: cfg.PSN}
+	c, err := newqp.Create(pd, spec)
 	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	caps := ctx.QueuePairCaps{SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
-		MaxSendSGE: cfg.MaxSendSGE, MaxRecvSGE: cfg.MaxRecvSGE, MaxInline: cfg.MaxInline}
-	if err := transport.CheckCaps(dev, ctx.QPTypeUD, caps, cfg.RecvDepth > 0); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	if err := transport.CheckFields(transport.PortField(dev, cfg.Port)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	port, err := transport.QueryPort(pd.Context(), cfg.Port, cfg.GID)
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	if err := transport.CheckFields(transport.SLField(port, cfg.SL)); err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	qcfg := ctx.QueuePairConfig{Type: ctx.QPTypeUD, SendCQ: sendCQ, RecvCQ: recvCQ, Caps: caps}
-	if cfg.SRQ != nil {
-		qcfg.SRQ = cfg.SRQ.Handle()
-	}
-	qp, err := pd.CreateQueuePair(qcfg)
-	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
+		return nil, err
 	}
 	psn := cfg.PSN
 	if psn == 0 {
-		psn = transport.RandomPSN()
+		psn = newqp.RandomPSN()
 	}
-	for _, a := range []ctx.QPAttr{
-		{State: ctx.QPStateInit, Port: port.Number, QKey: cfg.QKey},
-		{State: ctx.QPStateRTR},
-		{State: ctx.QPStateRTS, SQPSN: psn},
-	} {
-		if err := qp.Modify(a); err != nil {
-			_ = qp.Close()
-			return nil, transport.Errorf(name, op, "%w", err)
-		}
+	q := &QP{qp: c.QP, pd: pd, port: c.Port, qkey: cfg.QKey, psn: psn, sl: cfg.SL}
+	if err := newqp.BringUp(&q.Queue, spec, c.QP, true,
+		ctx.QPAttr{State: ctx.QPStateInit, Port: c.Port.Number, QKey: cfg.QKey},
+		ctx.QPAttr{State: ctx.QPStateRTR},
+		ctx.QPAttr{State: ctx.QPStateRTS, SQPSN: psn}); err != nil {
+		return nil, err
 	}
-	q := &QP{qp: qp, pd: pd, port: port, qkey: cfg.QKey, psn: psn, sl: cfg.SL}
-	if err := transport.Setup(&q.Queue, name, qp, cfg.SRQ); err != nil {
-		_ = qp.Close()
-		return nil, transport.Errorf(name, op, "%w", err)
-	}
-	transport.SetState(&q.Queue, transport.StateReady)
 	return q, nil
 }
 
@@ -172,7 +120,7 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 		return nil, transport.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportUD {
-		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, ErrTransport)
+		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	return q.remote(op, q.port.PathTo(remote, q.sl), remote.QPN, remote.QKey)
 }
@@ -195,17 +143,17 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 // GRH area holds an InfiniBand GRH or RoCE v2 IPv6 header, or, for RoCE v2
 // over IPv4, an IPv4 header in its last 20 bytes, whose source address
 // becomes the IPv4-mapped destination GID (::ffff:a.b.c.d). Anything else is
-// refused with ErrBadGRH. The qkey is this QP's own. It creates an address
+// refused with transport.ErrBadGRH. The qkey is this QP's own. It creates an address
 // handle: a control-plane call, to be cached by a caller that replies often.
-func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
+func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
-		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", ErrInvalidConfig)
+		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", transport.ErrInvalidConfig)
 	}
 	attr := ctx.AddressAttr{Port: q.port.Number, DLID: c.SLID, SL: c.SL}
 	if c.GRH || q.port.Link == ctx.LinkLayerEthernet {
 		if len(grh) < GRHSize {
-			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ErrInvalidConfig)
+			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), transport.ErrInvalidConfig)
 		}
 		g, err := transport.ParseGRH(grh)
 		if err != nil {
@@ -233,7 +181,7 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the
 // stage, add the payload (at most the path MTU) and Finish. Post refuses a
-// QP in error or closed with a *PostError (ErrQPError, ErrClosed); the stage
+// QP in error or closed with a *transport.PostError (ErrQPError, ErrClosed); the stage
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
@@ -249,37 +197,3 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.
 // GID returns the local GID table entry the QP sends from (on RoCE, and
 // on InfiniBand with a GRH): the one Config.GID selected.
 func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
-
-// Handle returns the control-plane queue pair.
-func (q *QP) Handle() *ctx.QueuePair { return q.qp }
-
-// Limits returns what the provider granted.
-func (q *QP) Limits() Limits { return transport.LimitsOf(q.qp) }
-
-// Fail moves the QP to the error state: its outstanding work requests
-// complete with WR_FLUSH_ERR.
-func (q *QP) Fail() error {
-	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
-		return transport.Errorf(name, "move to error", "%w", err)
-	}
-	transport.SetState(&q.Queue, transport.StateError)
-	return nil
-}
-
-// Close destroys the QP. Work requests the device has not completed are
-// lost, with no completion.
-//
-// Close may be called from any goroutine, also while the owner posts on
-// the QP and polls its Pollers, as net.Conn.Close may: it closes only
-// the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
-// Poller the QP was added to drops it on the owner's goroutine, in a
-// later Poll, once no CQE of it is left in the CQ; until then its CQEs
-// are handed over as the device wrote them (Remove drops it at once).
-// Close is idempotent.
-func (q *QP) Close() error {
-	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
-		return transport.Errorf(name, "close", "%w", err)
-	}
-	return nil
-}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -14,12 +15,12 @@ import (
 func TestSendAndReply(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	var qps [2]*ud.QP
-	var ps [2]*ud.Poller
+	var ps [2]*transport.Poller
 	for i := range 2 {
 		cq, p := newPoller(e, i, 256)
-		qp, err := ud.New(e.PD[i], cq, nil, ud.Config{SendDepth: 16, RecvDepth: 16, QKey: 0x42, MaxInline: 64})
+		qp, err := ud.New(e.PD[i], cq, ud.Config{SendDepth: 16, RecvDepth: 16, QKey: 0x42, MaxInline: 64})
 		require.NoError(t, err)
-		require.NoError(t, p.Add(&qp.Queue))
+		require.NoError(t, p.Add(qp))
 		qps[i], ps[i] = qp, p
 	}
 	require.NoError(t, qps[1].PostRecv(9, e.Addr(1, 0), 1024, e.LKey(1)))

@@ -6,7 +6,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -144,8 +144,8 @@ func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
 			posted += k
 			outstanding += k
 		}
-		got := x.Poller.Poll(pollBatch, func(c *rc.Completion) {
-			if c.Status != rc.StatusOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
+		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
+			if c.Status != transport.StatusOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
 				x.Bad, x.Failed = *c, true
 				return
 			}

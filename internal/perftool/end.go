@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -62,7 +63,7 @@ type End struct {
 	Buf    *ctx.Buffer
 	MR     *ctx.MemoryRegion
 	QP     *rc.QP
-	Poller *rc.Poller
+	Poller *transport.Poller
 
 	MaxInline int    // the queue pair's max inline data
 	Recv      []byte // the peer's writes and sends land here, reads land here
@@ -81,7 +82,7 @@ type End struct {
 	Abort    *atomic.Bool // when set, the waits give up with ErrAborted
 
 	// Filled by a failed wait, outside the hot path.
-	Bad    rc.Completion
+	Bad    transport.Completion
 	Failed bool
 }
 
@@ -135,13 +136,13 @@ func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x 
 	x.MaxInline = cfg.Inline(int(dev.MaxInline))
 	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GID: gid, MaxInline: uint32(x.MaxInline),
 		SL: cfg.SL, Timeout: cfg.QPTimeout, MaxRdAtomic: cfg.MaxRdAtomic}
-	if x.QP, err = rc.New(x.PD, x.CQ, nil, qcfg); err != nil {
+	if x.QP, err = rc.New(x.PD, x.CQ, qcfg); err != nil {
 		return x, err
 	}
-	if x.Poller, err = rc.NewPoller(x.CQ); err != nil {
+	if x.Poller, err = transport.NewPoller(x.CQ); err != nil {
 		return x, err
 	}
-	if err = x.Poller.Add(&x.QP.Queue); err != nil {
+	if err = x.Poller.Add(x.QP); err != nil {
 		return x, err
 	}
 	for range cfg.RecvDepth {
@@ -224,9 +225,9 @@ func (x *End) Await(op Op, size int, seq uint32) error {
 	got := false
 	var since time.Time
 	for spins := 1; !got; spins++ {
-		n := x.Poller.Poll(4, func(c *rc.Completion) {
+		n := x.Poller.Poll(4, func(c *transport.Completion) {
 			switch {
-			case c.Status != rc.StatusOK:
+			case c.Status != transport.StatusOK:
 				x.Bad, x.Failed = *c, true
 			case c.Opcode == prm.CQEReq:
 				x.SendsOut--
@@ -261,8 +262,8 @@ func (x *End) Await(op Op, size int, seq uint32) error {
 func (x *End) Drain() error {
 	var since time.Time
 	for spins := 1; x.SendsOut > 0; spins++ {
-		n := x.Poller.Poll(4, func(c *rc.Completion) {
-			if c.Status == rc.StatusOK && c.Opcode == prm.CQEReq {
+		n := x.Poller.Poll(4, func(c *transport.Completion) {
+			if c.Status == transport.StatusOK && c.Opcode == prm.CQEReq {
 				x.SendsOut--
 				return
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 )
 
@@ -41,7 +42,7 @@ func TestKitTransitionsAreLegal(t *testing.T) {
 	var qps [2]*rc.QP
 	for i := range qps {
 		cq := e.CQ(i, 64)
-		q, err := rc.New(e.PD[i], cq, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
+		q, err := rc.New(e.PD[i], cq, rc.Config{SendDepth: 8, RecvDepth: 8})
 		require.NoError(t, err)
 		qps[i] = q
 	}
@@ -56,7 +57,7 @@ func TestKitTransitionsAreLegal(t *testing.T) {
 	requireLegalWalk(t, log, ctx.QPTypeRC, qps[1].QPN(), []ctx.QPState{I, RTR, RTS, R, I, RTR, RTS})
 
 	ucq := e.CQ(0, 16)
-	u, err := ud.New(e.PD[0], ucq, ucq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 0x11})
+	u, err := ud.New(e.PD[0], ucq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 0x11})
 	require.NoError(t, err)
 	require.NoError(t, u.Fail())
 	requireLegalWalk(t, log, ctx.QPTypeUD, u.QPN(), []ctx.QPState{I, RTR, RTS, E})
@@ -68,7 +69,7 @@ func TestKitTransitionsAreLegal(t *testing.T) {
 	requireLegalWalk(t, log, ctx.QPTypeDCI, dci.QPN(), []ctx.QPState{I, RTR, RTS, E})
 	require.NoError(t, dci.Close())
 
-	srq, err := dc.NewSharedReceiveQueue(e.PD[1], dc.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 5})
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // bufSize is the size of each of the two registered buffers: room for the
@@ -42,7 +43,7 @@ type env struct {
 	buf [2]*ctx.Buffer
 	mr  [2]*ctx.MemoryRegion
 	cq  [2]*ctx.CompletionQueue
-	p   [2]*rc.Poller
+	p   [2]*transport.Poller
 
 	// closers run in reverse order by close, after the PD and CQs.
 	closers []func() error
@@ -91,7 +92,7 @@ func newEnv(c *ctx.Context, o Options) (e *env, err error) {
 		if e.cq[i], err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 256}); err != nil {
 			return e, err
 		}
-		if e.p[i], err = rc.NewPoller(e.cq[i]); err != nil {
+		if e.p[i], err = transport.NewPoller(e.cq[i]); err != nil {
 			return e, err
 		}
 	}
@@ -162,16 +163,16 @@ func (e *env) rcConfig(recvDepth uint32) rc.Config {
 // rcPair creates an RC QP on each side with cfg, adds each to its side's
 // poller and connects them to each other.
 func (e *env) rcPair(cfg0, cfg1 rc.Config) (a, b *rc.QP, err error) {
-	if a, err = rc.New(e.pd, e.cq[0], nil, cfg0); err != nil {
+	if a, err = rc.New(e.pd, e.cq[0], cfg0); err != nil {
 		return nil, nil, err
 	}
-	if b, err = rc.New(e.pd, e.cq[1], nil, cfg1); err != nil {
+	if b, err = rc.New(e.pd, e.cq[1], cfg1); err != nil {
 		return nil, nil, err
 	}
-	if err = e.p[0].Add(&a.Queue); err != nil {
+	if err = e.p[0].Add(a); err != nil {
 		return nil, nil, err
 	}
-	if err = e.p[1].Add(&b.Queue); err != nil {
+	if err = e.p[1].Add(b); err != nil {
 		return nil, nil, err
 	}
 	if err = a.Connect(b.Endpoint()); err != nil {
@@ -260,8 +261,8 @@ func (e *env) store64(i, off int, v uint64) { binary.BigEndian.PutUint64(e.mem(i
 // wait polls side i's CQ until n completions have arrived and returns
 // copies of them. It fails when the time runs out first, or when more than
 // n arrive in the same batch.
-func (e *env) wait(i, n int) ([]rc.Completion, error) {
-	out := make([]rc.Completion, 0, n)
+func (e *env) wait(i, n int) ([]transport.Completion, error) {
+	out := make([]transport.Completion, 0, n)
 	deadline := time.Now().Add(e.o.Timeout)
 	for spins := 0; len(out) < n; spins++ {
 		if e.o.Progress != nil {
@@ -269,7 +270,7 @@ func (e *env) wait(i, n int) ([]rc.Completion, error) {
 				return out, fmt.Errorf("progress: %w", err)
 			}
 		}
-		got := e.p[i].Poll(n-len(out), func(c *rc.Completion) { out = append(out, *c) })
+		got := e.p[i].Poll(n-len(out), func(c *transport.Completion) { out = append(out, *c) })
 		if err := e.p[i].Err(); err != nil {
 			return out, fmt.Errorf("poll CQ %#x: %w", e.cq[i].CQN(), err)
 		}
@@ -290,8 +291,8 @@ func (e *env) quiet(i int) error {
 				return err
 			}
 		}
-		var extra []rc.Completion
-		if e.p[i].Poll(16, func(c *rc.Completion) { extra = append(extra, *c) }) > 0 {
+		var extra []transport.Completion
+		if e.p[i].Poll(16, func(c *transport.Completion) { extra = append(extra, *c) }) > 0 {
 			return fmt.Errorf("side %d: unexpected completions %s", i, describe(extra))
 		}
 	}
@@ -299,7 +300,7 @@ func (e *env) quiet(i int) error {
 }
 
 // waitOK is wait that also requires every completion to be successful.
-func (e *env) waitOK(i, n int) ([]rc.Completion, error) {
+func (e *env) waitOK(i, n int) ([]transport.Completion, error) {
 	out, err := e.wait(i, n)
 	if err != nil {
 		return out, err
@@ -313,7 +314,7 @@ func (e *env) waitOK(i, n int) ([]rc.Completion, error) {
 }
 
 // describe formats completions for an error message.
-func describe(cs []rc.Completion) string {
+func describe(cs []transport.Completion) string {
 	var b bytes.Buffer
 	b.WriteByte('[')
 	for k, c := range cs {
@@ -321,7 +322,7 @@ func describe(cs []rc.Completion) string {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "{wrid %d %v qpn %#x status %v", c.WRID, c.Opcode, c.QPN, c.Status)
-		if c.Status == rc.StatusError {
+		if c.Status == transport.StatusError {
 			fmt.Fprintf(&b, " %v", c.Syndrome)
 		}
 		fmt.Fprintf(&b, " bytes %d imm %#x}", c.ByteCount, c.Immediate)

@@ -7,14 +7,15 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // requireError checks an error completion: for wrid, with the syndrome,
 // and matched to its work request.
-func requireError(c rc.Completion, wrid uint64, opcode prm.CQEOpcode, syndrome prm.Syndrome) error {
+func requireError(c transport.Completion, wrid uint64, opcode prm.CQEOpcode, syndrome prm.Syndrome) error {
 	return firstErr(
-		check("error completion status", c.Status, rc.StatusError),
+		check("error completion status", c.Status, transport.StatusError),
 		check("error completion opcode", c.Opcode, opcode),
 		check("error completion wrid", c.WRID, wrid),
 		check("error completion syndrome", c.Syndrome, syndrome),
@@ -23,12 +24,12 @@ func requireError(c rc.Completion, wrid uint64, opcode prm.CQEOpcode, syndrome p
 
 // requireRefused checks that the queue pair is in error and refuses a post.
 func requireRefused(qp *rc.QP) error {
-	if st := qp.State(); st != rc.StateError {
-		return fmt.Errorf("QP %#x after an error completion: state %v, want %v", qp.QPN(), st, rc.StateError)
+	if st := qp.State(); st != transport.StateError {
+		return fmt.Errorf("QP %#x after an error completion: state %v, want %v", qp.QPN(), st, transport.StateError)
 	}
 	_, err := qp.Post(99, wqebuilder.Signaled)
-	if !errors.Is(err, rc.ErrQPError) {
-		return fmt.Errorf("post on QP %#x in error: %v, want %v", qp.QPN(), err, rc.ErrQPError)
+	if !errors.Is(err, transport.ErrQPError) {
+		return fmt.Errorf("post on QP %#x in error: %v, want %v", qp.QPN(), err, transport.ErrQPError)
 	}
 	return nil
 }
@@ -134,7 +135,7 @@ func ErrorFlush(c *ctx.Context, o Options) error {
 				return err
 			}
 			switch {
-			case c.Status == rc.StatusOK && flushed == 0:
+			case c.Status == transport.StatusOK && flushed == 0:
 			case c.IsFlush():
 				flushed++
 			default:
@@ -168,8 +169,8 @@ func ErrorFlush(c *ctx.Context, o Options) error {
 		if err := firstErr(e.quiet(1), requireRefused(b), check("receives outstanding after the flush", b.RecvOutstanding(), uint32(0))); err != nil {
 			return err
 		}
-		if err := b.PostRecv(1, e.addr(1, 0), 16, e.lkey(1)); !errors.Is(err, rc.ErrQPError) {
-			return fmt.Errorf("post receive on QP %#x in error: %v, want %v", b.QPN(), err, rc.ErrQPError)
+		if err := b.PostRecv(1, e.addr(1, 0), 16, e.lkey(1)); !errors.Is(err, transport.ErrQPError) {
+			return fmt.Errorf("post receive on QP %#x in error: %v, want %v", b.QPN(), err, transport.ErrQPError)
 		}
 		return nil
 	})

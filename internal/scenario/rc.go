@@ -6,6 +6,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -51,7 +52,7 @@ func sgeWrite(e *env, qp *rc.QP, wrid uint64, srcOff, dstOff, n, maxSGE int, imm
 
 // requireSend checks a send completion: successful, for wrid, of the given
 // WQE opcode.
-func requireSend(c rc.Completion, wrid uint64, op prm.Opcode) error {
+func requireSend(c transport.Completion, wrid uint64, op prm.Opcode) error {
 	if err := c.Err(); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -20,7 +21,7 @@ func SRQ(c *ctx.Context, o Options) error {
 	return run("SRQ", c, o, func(e *env) error {
 		const depth, messages, slot = 8, 24, 512
 		const recvBase = 640 << 10
-		srq, err := rc.NewSharedReceiveQueue(e.pd, rc.SRQConfig{Depth: depth})
+		srq, err := transport.NewSharedReceiveQueue(e.pd, transport.SRQConfig{Depth: depth})
 		if err != nil {
 			return err
 		}
@@ -103,7 +104,7 @@ func DC(c *ctx.Context, o Options) error {
 		if !e.dev.DC {
 			return fmt.Errorf("%s has no DC transport: %w", e.c.DeviceName(), ErrSkip)
 		}
-		srq, err := dc.NewSharedReceiveQueue(e.pd, dc.SRQConfig{Depth: 16})
+		srq, err := transport.NewSharedReceiveQueue(e.pd, transport.SRQConfig{Depth: 16})
 		if err != nil {
 			return err
 		}
@@ -113,14 +114,14 @@ func DC(c *ctx.Context, o Options) error {
 		if err != nil {
 			return err
 		}
-		if err := e.p[0].Add(&dci.Queue); err != nil {
+		if err := e.p[0].Add(dci); err != nil {
 			return err
 		}
 		for i := range 2 {
 			if dcts[i], err = dc.NewDCT(e.pd, e.cq[1], dc.DCTConfig{SRQ: srq, Key: 0x5eed0000 + uint64(i), Port: e.port, GID: e.gid}); err != nil {
 				return err
 			}
-			if err := e.p[1].Add(&dcts[i].Queue); err != nil {
+			if err := e.p[1].Add(dcts[i]); err != nil {
 				return err
 			}
 			if remotes[i], err = dci.NewRemote(dcts[i].Endpoint()); err != nil {
@@ -213,11 +214,11 @@ func UD(c *ctx.Context, o Options) error {
 		cfg := ud.Config{SendDepth: 16, RecvDepth: 16, QKey: qkey, MaxInline: min(64, e.dev.MaxInline), Port: e.port, GID: e.gid}
 		var qps [2]*ud.QP
 		for i := range 2 {
-			qp, err := ud.New(e.pd, e.cq[i], nil, cfg)
+			qp, err := ud.New(e.pd, e.cq[i], cfg)
 			if err != nil {
 				return err
 			}
-			if err := e.p[i].Add(&qp.Queue); err != nil {
+			if err := e.p[i].Add(qp); err != nil {
 				return err
 			}
 			qps[i] = qp

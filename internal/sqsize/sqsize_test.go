@@ -10,7 +10,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
-	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // connectX is a ConnectX-4 to -7 as rdma-core sees it: 512-byte send
@@ -73,7 +72,7 @@ func capsTable() []ctx.QueuePairCaps {
 // TestKitAndRDMACoreAgree checks, for every QP type and a table of caps,
 // that the ring rdma-core computes for the kit's request (Request's caps
 // and KitOps, through Compute's model of mlx5_calc_sq_size) has slots of
-// exactly the size of the kit's largest WQE as transport.MaxWQEBBs (the
+// exactly the size of the kit's largest WQE as sqsize.KitWQEBBs (the
 // bound wqebuilder is configured with) computes it from the granted
 // limits, that the ring holds the asked depth of such WQEs, and that a
 // configuration Check refuses is really beyond a limit.
@@ -110,10 +109,10 @@ func TestKitAndRDMACoreAgree(t *testing.T) {
 					continue
 				}
 				accepted++
-				kit := transport.MaxWQEBBs(typ, g.MaxSGE, g.MaxInline)
+				kit := sqsize.KitWQEBBs(typ, g.MaxSGE, g.MaxInline)
 				require.Equal(t, kit*prm.WQEBBSize, g.WQESize, "%s: rdma-core's slot and the kit's largest WQE", what)
 				require.Equal(t, kit, sqsize.KitWQEBBs(typ, g.MaxSGE, g.MaxInline), what)
-				require.GreaterOrEqual(t, g.WQESize, transport.MaxWQEBBs(typ, caps.MaxSendSGE, caps.MaxInline)*prm.WQEBBSize, what)
+				require.GreaterOrEqual(t, g.WQESize, sqsize.KitWQEBBs(typ, caps.MaxSendSGE, caps.MaxInline)*prm.WQEBBSize, what)
 				require.GreaterOrEqual(t, g.MaxSGE, caps.MaxSendSGE, what)
 				require.GreaterOrEqual(t, g.MaxInline, caps.MaxInline, what)
 				require.GreaterOrEqual(t, g.MaxPost, caps.SendDepth, what)

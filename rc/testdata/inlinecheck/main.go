@@ -1,6 +1,6 @@
-// Command inlinecheck posts and polls through packages rc, dc and ud the
-// way an application does (it imports those and wqebuilder, not the
-// internal packages). TestInlining builds it with -gcflags=-m and -S and
+// Command inlinecheck posts and polls through packages rc, dc, ud and
+// transport the way an application does (it imports those and wqebuilder,
+// not the internal packages). TestInlining builds it with -gcflags=-m and -S and
 // checks what the compiler inlined into these functions.
 package main
 
@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -54,14 +55,14 @@ func PostRecvStaged(qp *rc.QP, addr uint64, n, lkey uint32) error {
 
 // PostSRQStaged posts a receive WQE of two buffers on a shared receive
 // queue.
-func PostSRQStaged(srq *rc.SharedReceiveQueue, addr uint64, n, lkey uint32) error {
+func PostSRQStaged(srq *transport.SharedReceiveQueue, addr uint64, n, lkey uint32) error {
 	return srq.BeginRecv(1).SGE(addr, n, lkey).SGE(addr+uint64(n), n, lkey).FinishDoorbell()
 }
 
 // PollRC polls with a function literal.
-func PollRC(p *rc.Poller) int {
-	return p.Poll(64, func(c *rc.Completion) {
-		if c.Status == rc.StatusOK {
+func PollRC(p *transport.Poller) int {
+	return p.Poll(64, func(c *transport.Completion) {
+		if c.Status == transport.StatusOK {
 			sink += c.WRID + uint64(c.ByteCount)
 		}
 	})
@@ -69,8 +70,8 @@ func PollRC(p *rc.Poller) int {
 
 // PollDC polls with a function literal that asks the Completion's
 // methods.
-func PollDC(p *dc.Poller) int {
-	return p.Poll(64, func(c *dc.Completion) {
+func PollDC(p *transport.Poller) int {
+	return p.Poll(64, func(c *transport.Completion) {
 		if !c.IsError() && c.Err() == nil {
 			sink += c.WRID + uint64(c.ByteCount)
 		}
@@ -78,9 +79,9 @@ func PollDC(p *dc.Poller) int {
 }
 
 // PollUD polls with a function literal.
-func PollUD(p *ud.Poller) int {
-	return p.Poll(64, func(c *ud.Completion) {
-		if c.Status == ud.StatusOK {
+func PollUD(p *transport.Poller) int {
+	return p.Poll(64, func(c *transport.Completion) {
+		if c.Status == transport.StatusOK {
 			sink += c.WRID + uint64(c.SourceQPN)
 		}
 	})

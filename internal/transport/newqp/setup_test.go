@@ -1,4 +1,4 @@
-package transport_test
+package newqp_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
@@ -52,7 +53,7 @@ func TestCheckCapsPerType(t *testing.T) {
 		{"receive SGEs", ctx.QPTypeUD, ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxRecvSGE: 31}, true, "max receive SGE 31 above the device's 30"},
 		{"no send queue", ctx.QPTypeRC, ctx.QueuePairCaps{}, false, "send depth 0"},
 	} {
-		err := transport.CheckCaps(a, c.typ, c.caps, c.hasRQ)
+		err := newqp.CheckCaps(a, c.typ, c.caps, c.hasRQ)
 		if c.want == "" {
 			require.NoError(t, err, c.name)
 			continue
@@ -63,6 +64,6 @@ func TestCheckCapsPerType(t *testing.T) {
 	// A provider that cannot tell its WQE size keeps the device-wide
 	// checks.
 	a = ctx.DeviceAttr{MaxQPWR: 1 << 15, MaxSGE: 30, MaxInline: 460}
-	require.NoError(t, transport.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1 << 15, MaxInline: 460}, false))
-	require.ErrorIs(t, transport.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1<<15 + 1}, false), transport.ErrInvalidConfig)
+	require.NoError(t, newqp.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1 << 15, MaxInline: 460}, false))
+	require.ErrorIs(t, newqp.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1<<15 + 1}, false), transport.ErrInvalidConfig)
 }

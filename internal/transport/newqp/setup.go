@@ -1,4 +1,4 @@
-package transport
+package newqp
 
 import (
 	"crypto/rand"
@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // Port is what a queue pair's endpoint says about the local port.
@@ -45,7 +46,7 @@ func QueryPort(c *ctx.Context, port uint8, gid ctx.GIDSelector) (Port, error) {
 		i, _ := gid.Index()
 		p.GID = ctx.GIDEntry{Index: int(i), Port: port}
 	case errors.Is(err, ctx.ErrNotFound):
-		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, ErrInvalidConfig)
+		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, transport.ErrInvalidConfig)
 	default:
 		return Port{}, fmt.Errorf("local GID %v: %w", gid, err)
 	}
@@ -107,7 +108,7 @@ func RandomPSN() uint32 {
 func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ bool) error {
 	hasSQ := t != ctx.QPTypeDCT
 	if hasSQ && caps.SendDepth == 0 {
-		return fmt.Errorf("send depth 0: %w", ErrInvalidConfig)
+		return fmt.Errorf("send depth 0: %w", transport.ErrInvalidConfig)
 	}
 	type limit struct {
 		name  string
@@ -124,7 +125,7 @@ func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ boo
 		{"max inline", caps.MaxInline, a.MaxInline, hasSQ && !sizedSQ},
 	} {
 		if l.check && l.max != 0 && l.v > l.max {
-			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, ErrInvalidConfig)
+			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, transport.ErrInvalidConfig)
 		}
 	}
 	if sizedSQ {
@@ -142,35 +143,32 @@ func Knob(v int, def, max uint8) (uint8, error) {
 	case v < 0:
 		return 0, nil
 	case v > int(max):
-		return 0, fmt.Errorf("%d above %d: %w", v, max, ErrInvalidConfig)
+		return 0, fmt.Errorf("%d above %d: %w", v, max, transport.ErrInvalidConfig)
 	}
 	return uint8(v), nil
 }
 
-// Limits are the sizes a provider granted a queue pair (providers round up
-// what was asked).
-type Limits struct {
-	// SendWQEBBs is the size of the send ring in 64-byte basic blocks; a
-	// WQE takes one to MaxWQEBBs of them.
-	SendWQEBBs uint32
-	// MaxWQEBBs is the largest WQE the queue pair builds, in basic blocks:
-	// a post needs that many free.
-	MaxWQEBBs uint32
-	// RecvWQEs is the number of receive WQEs of the QP's own receive queue.
-	RecvWQEs uint32
-	// MaxSendSGE, MaxRecvSGE and MaxInline bound one WQE.
-	MaxSendSGE, MaxRecvSGE, MaxInline uint32
+// Setting is one knob of a configuration for Settings: its name in
+// errors, the configured value, its default and maximum, and where the
+// resolved value goes.
+type Setting struct {
+	Name         string
+	Value        int
+	Default, Max uint8
+	Dst          *uint8
 }
 
-// LimitsOf returns the limits of qp.
-func LimitsOf(qp *ctx.QueuePair) Limits {
-	d := qp.Descriptor()
-	l := Limits{SendWQEBBs: d.SQ.WQECnt, RecvWQEs: d.RQ.WQECnt,
-		MaxSendSGE: d.MaxSendSGE, MaxRecvSGE: d.MaxRecvSGE, MaxInline: d.MaxInline}
-	if d.SQ.WQECnt > 0 {
-		l.MaxWQEBBs = MaxWQEBBs(qp.Type(), d.MaxSendSGE, d.MaxInline)
+// Settings resolves each setting with Knob into its Dst and refuses the
+// first one out of range, naming it.
+func Settings(settings ...Setting) error {
+	for _, k := range settings {
+		v, err := Knob(k.Value, k.Default, k.Max)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.Name, err)
+		}
+		*k.Dst = v
 	}
-	return l
+	return nil
 }
 
 // Field is a configuration value and the range of the verbs or PRM field it
@@ -179,9 +177,11 @@ type Field = fieldcheck.Field
 
 // CheckFields refuses the first field outside its range, before anything is
 // created, with an error that names the field, the value and the range and
-// wraps ErrInvalidConfig: a value wider than its field would otherwise be
+// wraps transport.ErrInvalidConfig: a value wider than its field would otherwise be
 // masked by the provider or the device, silently.
-func CheckFields(fields ...Field) error { return fieldcheck.Check(ErrInvalidConfig, fields...) }
+func CheckFields(fields ...Field) error {
+	return fieldcheck.Check(transport.ErrInvalidConfig, fields...)
+}
 
 // PortField is a configuration's port number (0 means 1) against the
 // device's ports.

@@ -1,0 +1,239 @@
+package transport_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// One Poller takes the queue pairs of every transport as they are (not
+// their embedded Queue), routes by QPN (a DCT by its number), and refuses
+// a nil queue pair, typed or not, with ErrInvalidConfig.
+func TestPollerAddTakesEveryQueuePair(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 64)
+	r, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	u, err := ud.New(e.PD[0], cq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
+	require.NoError(t, err)
+	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
+	require.NoError(t, err)
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	dct, err := dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq, Key: 7})
+	require.NoError(t, err)
+
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	qps := []transport.QueuePair{r, u, dci, dct}
+	queues := []*transport.Queue{&r.Queue, &u.Queue, &dci.Queue, &dct.Queue}
+	for _, qp := range qps {
+		require.NoError(t, p.Add(qp))
+	}
+	require.Equal(t, len(qps), p.Len())
+	for _, q := range queues {
+		require.Same(t, q, p.Lookup(q.QPN()))
+	}
+	require.Same(t, &dct.Queue, p.Lookup(dct.Number()))
+
+	for _, bad := range []transport.QueuePair{nil, (*rc.QP)(nil), (*ud.QP)(nil), (*dc.DCI)(nil), (*dc.DCT)(nil), (*transport.Queue)(nil)} {
+		require.ErrorIs(t, p.Add(bad), transport.ErrInvalidConfig, "%T", bad)
+		require.ErrorIs(t, p.Remove(bad), transport.ErrInvalidConfig, "%T", bad)
+	}
+	require.Equal(t, len(qps), p.Len(), "a refused Add changes nothing")
+
+	require.NoError(t, p.Remove(u))
+	require.Nil(t, p.Lookup(u.QPN()))
+	require.ErrorIs(t, p.Remove(u), transport.ErrUnknownQPN)
+	require.Equal(t, len(qps)-1, p.Len())
+}
+
+// Config.RecvCQ of rc and ud puts the receive completions on a CQ of their
+// own; without it they arrive with the send completions on the CQ given to
+// New.
+func TestRecvCQConfig(t *testing.T) {
+	for _, separate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one CQ", true: "RecvCQ"}[separate], func(t *testing.T) {
+			e := transporttest.New(t, sim.Options{})
+			scq, rcq := e.CQ(1, 16), e.CQ(1, 16)
+			sendP, err := transport.NewPoller(scq)
+			require.NoError(t, err)
+			recvP, err := transport.NewPoller(rcq)
+			require.NoError(t, err)
+			bcfg := rc.Config{SendDepth: 4, RecvDepth: 4}
+			ucfg := ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 9}
+			if separate {
+				bcfg.RecvCQ, ucfg.RecvCQ = rcq, rcq
+			}
+			a, err := rc.New(e.PD[0], e.CQ(0, 16), rc.Config{SendDepth: 4, MaxInline: 16})
+			require.NoError(t, err)
+			b, err := rc.New(e.PD[1], scq, bcfg)
+			require.NoError(t, err)
+			require.NoError(t, a.Connect(b.Endpoint()))
+			require.NoError(t, b.Connect(a.Endpoint()))
+			us, err := ud.New(e.PD[0], e.CQ(0, 16), ud.Config{SendDepth: 4, MaxInline: 16, QKey: 9})
+			require.NoError(t, err)
+			ur, err := ud.New(e.PD[1], scq, ucfg)
+			require.NoError(t, err)
+			remote, err := us.NewRemote(ur.Endpoint())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = remote.Close() })
+			for _, p := range []*transport.Poller{sendP, recvP} {
+				require.NoError(t, p.Add(b))
+				require.NoError(t, p.Add(ur))
+			}
+			require.NoError(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)))
+			require.NoError(t, ur.PostRecv(2, e.Addr(1, 4096), 64+ud.GRHSize, e.LKey(1)))
+			s, err := a.Post(10, 0)
+			require.NoError(t, err)
+			require.NoError(t, s.Send().Inline([]byte("rc")).FinishBlueFlame())
+			d, err := us.Post(11, 0, remote)
+			require.NoError(t, err)
+			require.NoError(t, d.Send().Inline([]byte("ud")).FinishBlueFlame())
+			e.Run()
+
+			var onSend, onRecv []uint64
+			sendP.Poll(8, func(c *transport.Completion) { onSend = append(onSend, c.WRID) })
+			recvP.Poll(8, func(c *transport.Completion) { onRecv = append(onRecv, c.WRID) })
+			slices.Sort(onSend)
+			slices.Sort(onRecv)
+			if separate {
+				require.Empty(t, onSend)
+				require.Equal(t, []uint64{1, 2}, onRecv)
+			} else {
+				require.Equal(t, []uint64{1, 2}, onSend)
+				require.Empty(t, onRecv)
+			}
+		})
+	}
+}
+
+// Handle, Limits, Fail and Close are the same on every transport: Fail
+// moves the queue pair to StateError and its posts are refused with
+// ErrQPError; Close is idempotent and leaves StateClosed.
+func TestSharedQueuePairMethods(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 64)
+	r, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	u, err := ud.New(e.PD[0], cq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
+	require.NoError(t, err)
+	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
+	require.NoError(t, err)
+	for _, q := range []struct {
+		name string
+		q    *transport.Queue
+		post func() error
+	}{
+		{"rc", &r.Queue, func() error { _, err := r.Post(1, wqebuilder.Signaled); return err }},
+		{"ud", &u.Queue, func() error { return u.PostRecv(1, e.Addr(0, 0), 64, e.LKey(0)) }},
+		{"dc", &dci.Queue, nil},
+	} {
+		t.Run(q.name, func(t *testing.T) {
+			require.Equal(t, q.q.QPN(), q.q.Handle().QPN())
+			l := q.q.Limits()
+			require.GreaterOrEqual(t, l.SendWQEBBs, uint32(4))
+			require.NotZero(t, l.MaxWQEBBs)
+			require.NoError(t, q.q.Fail())
+			require.Equal(t, transport.StateError, q.q.State())
+			st, err := q.q.Handle().State()
+			require.NoError(t, err)
+			require.Equal(t, ctx.QPStateError, st)
+			if q.post != nil {
+				require.ErrorIs(t, q.post(), transport.ErrQPError)
+			}
+			require.NoError(t, q.q.Close())
+			require.NoError(t, q.q.Close(), "Close is idempotent")
+			require.Equal(t, transport.StateClosed, q.q.State())
+			require.ErrorIs(t, q.q.Fail(), transport.ErrClosed)
+			require.True(t, strings.HasPrefix(q.q.Fail().Error(), q.name+": move"), "%v", q.q.Fail())
+		})
+	}
+}
+
+// A DCT has no error state: Fail refuses it with ErrTransport before
+// asking the provider, and the DCT keeps receiving (stays RTR).
+func TestDCTFailIsRefused(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	dct, err := dc.NewDCT(e.PD[0], e.CQ(0, 16), dc.DCTConfig{SRQ: srq, Key: 7})
+	require.NoError(t, err)
+	err = dct.Fail()
+	require.ErrorIs(t, err, transport.ErrTransport)
+	require.Contains(t, err.Error(), "dc: move DCT to error")
+	st, err := dct.Handle().State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTR, st)
+	require.Equal(t, transport.StateReady, dct.State())
+}
+
+// Packages rc, dc and ud export only what is theirs: no second name for a
+// type, constant, variable or function of package transport.
+func TestTransportsExportOnlyTheirOwn(t *testing.T) {
+	shared := exported(t, ".")
+	require.Contains(t, shared, "Poller")
+	require.Contains(t, shared, "Completion")
+	for _, pkg := range []string{"rc", "dc", "ud"} {
+		for _, n := range exported(t, filepath.Join("..", pkg)) {
+			require.NotContains(t, shared, n, "%s.%s names transport.%s again", pkg, n, n)
+		}
+	}
+}
+
+// exported returns the exported top-level names of the package in dir
+// (test files excluded).
+func exported(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	var names []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil && d.Name.IsExported() {
+					names = append(names, d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							names = append(names, s.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								names = append(names, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, names, dir)
+	return names
+}
