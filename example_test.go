@@ -10,7 +10,7 @@ import (
 )
 
 // Two RC queue pairs on one device (an mlx5 NIC, or the software HCA when
-// there is none): a writes "hello" into b's buffer with an immediate, and b
+// MLX5KIT_PROVIDER=sim chooses it): a writes "hello" into b's buffer with an immediate, and b
 // learns of it from its completion queue. Error handling is shortened to
 // must; see the rc package for the full ping-pong.
 func Example() {
