@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit"
+	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -22,7 +23,11 @@ func TestOpenWithoutChoiceNeedsDevice(t *testing.T) {
 		require.Equal(t, ctx.KindHardware, c.Kind())
 		return
 	}
-	require.ErrorIs(t, err, ctx.ErrNoDevice)
+	if cgo.Enabled {
+		require.ErrorIs(t, err, ctx.ErrNoDevice)
+	} else {
+		require.ErrorIs(t, err, cgo.ErrUnavailable, "a build without cgo has no hardware provider")
+	}
 	require.Contains(t, err.Error(), `Options.Provider to "sim"`)
 	require.Contains(t, err.Error(), ctx.EnvProvider+"=sim")
 }

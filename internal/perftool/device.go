@@ -56,8 +56,9 @@ func (f Flags) Check() string {
 // and returns it with what it is: its description and, on the software
 // HCA, a note saying so and why. With no provider named (by -provider or
 // MLX5KIT_PROVIDER) it opens the first mlx5 device, and when there is none
-// it chooses the software HCA itself and says so in the note; any other
-// failure to open the NIC is returned.
+// (cgo.NoDeviceReason says why, a build without cgo included) it chooses
+// the software HCA itself and says so in the note; any other failure to
+// open the NIC is returned.
 func Open(provider, device string) (*ctx.Context, string, error) {
 	why := "asked for with -provider " + provider
 	if provider == "" {
@@ -66,7 +67,7 @@ func Open(provider, device string) (*ctx.Context, string, error) {
 		}
 	}
 	c, err := mlx5kit.Open(mlx5kit.Options{Provider: provider, Device: device})
-	if err != nil && provider == "" && errors.Is(err, ctx.ErrNoDevice) {
+	if err != nil && provider == "" && cgo.NoDeviceReason() != "" {
 		why = "no mlx5 device: " + cgo.NoDeviceReason() + "; -provider sim or " + ctx.EnvProvider + "=sim chooses it without this note"
 		c, err = mlx5kit.Open(mlx5kit.Options{Provider: ctx.ProviderSoftware, Device: device})
 	}
