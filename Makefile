@@ -8,7 +8,8 @@
 #   make bench-histogram ping-pong latency histograms, text and SVG, in docs/img
 #   make bench-preempt   ping-pong with asynchronous preemption on and off
 #   make instructions    instructions per post of each kind, counted with callgrind
-#   make lint       gofmt, go vet, staticcheck with every check
+#   make lint       gofmt, go vet, staticcheck with every check, go.mod tidy
+#   make api-surface     exported identifiers and fields per public package
 #   make fuzz       every fuzz target for FUZZTIME each
 #   make soak       the reliability soak: 1,000,000 work requests with faults
 #   make cross      GOARCH=arm64 build and vet
@@ -28,7 +29,7 @@ PREEMPT_OUT ?= $(or $(TMPDIR),/tmp)/mlx5kit-asyncpreemptoff
 
 TASKSET := $(if $(MLX5KIT_CPUS),taskset -c $(MLX5KIT_CPUS),)
 
-.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt instructions lint fuzz soak cross test-arm64 hwtest
+.PHONY: deps pingpong test bench bench-floor bench-histogram bench-preempt instructions lint api-surface fuzz soak cross test-arm64 hwtest
 
 deps:
 	@./scripts/deps.sh
@@ -72,6 +73,10 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) -checks all ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum:"; $(GO) mod tidy -diff; exit 1; }
+
+api-surface:
+	$(GO) run ./internal/apisurface
 
 fuzz: deps
 	GO=$(GO) ./scripts/fuzz.sh $(FUZZTIME)

@@ -11,9 +11,9 @@ import (
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
-// Two channels on one device (an mlx5 NIC, or the software HCA when there
-// is none): a sends "hello" and b receives it into its buffer. Error
-// handling is shortened to must and check, which panic.
+// Two channels on one device (an mlx5 NIC, or the software HCA when
+// MLX5KIT_PROVIDER=sim chooses it): a sends "hello" and b receives it into
+// its buffer. Error handling is shortened to must and check, which panic.
 func Example() {
 	buf := must(ctx.AllocBuffer(4096, ctx.BufferOptions{})) // mmap'd, never Go heap
 	defer buf.Close()

@@ -1,11 +1,18 @@
 // Package mlx5kit is the one import that gives a program both providers of
-// the kit: the rdma-core hardware provider (package cgo) and the software HCA
-// (package sim). Open picks the first mlx5 device when one is present and the
-// software HCA otherwise; MLX5KIT_PROVIDER ("mlx5" or "sim") or
-// Options.Provider asks for one explicitly.
+// the kit: the rdma-core hardware provider (package cgo) and the software
+// HCA (package sim). Open opens the first mlx5 device; the software HCA runs
+// only when it is chosen, with Options.Provider set to ctx.ProviderSoftware
+// ("sim") or the environment variable MLX5KIT_PROVIDER=sim. With no mlx5
+// device and no choice, Open returns an error that says so.
 //
-// The data plane lives in the transports (rc, dc, ud) over the ring code
-// (wqebuilder, monocq, blueflame); see docs/architecture.md.
+// # Where to start
+//
+// Most programs want package channel: a connected queue pair per peer with
+// its completion queue, blocking, asynchronous and batched sends, writes,
+// reads and atomics, and the TCP handshake that swaps endpoints. Programs
+// that drive the rings themselves use the transports (rc, dc, ud) over the
+// ring code (wqebuilder, monocq, blueflame); see docs/guide.md and
+// docs/architecture.md.
 package mlx5kit
 
 import (
@@ -19,7 +26,8 @@ import (
 // Options select what Open opens; see ctx.Options.
 type Options = ctx.Options
 
-// Open opens a device: real hardware when an mlx5 device is present, the
-// software HCA otherwise, unless opts or MLX5KIT_PROVIDER say which.
-// Context.Kind and Context.Provider tell what was opened.
+// Open opens a device of the provider opts or MLX5KIT_PROVIDER name, or the
+// first mlx5 device when neither names one (see ctx.Open); it never falls
+// back to the software HCA by itself. Context.Kind and Context.Provider tell
+// what was opened.
 func Open(opts Options) (*ctx.Context, error) { return ctx.Open(opts) }

@@ -6,22 +6,31 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit"
+	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
-func TestOpenFallsBackToSoftwareHCA(t *testing.T) {
+// With no provider chosen, Open opens the NIC or fails with ErrNoDevice and
+// says how to choose the software HCA; it never runs on the model unasked.
+func TestOpenWithoutChoiceNeedsDevice(t *testing.T) {
 	t.Setenv(ctx.EnvProvider, "")
 	c, err := mlx5kit.Open(mlx5kit.Options{})
-	require.NoError(t, err)
-	defer c.Close()
-	if c.Provider() == ctx.ProviderHardware {
-		t.Skip("an mlx5 device is present: Open chose it")
+	if err == nil {
+		defer c.Close()
+		require.Equal(t, ctx.ProviderHardware, c.Provider(), "Open chose %s without being asked", c)
+		require.Equal(t, ctx.KindHardware, c.Kind())
+		return
 	}
-	require.Equal(t, ctx.ProviderSoftware, c.Provider())
-	require.Equal(t, ctx.KindSoftware, c.Kind())
+	if cgo.Enabled {
+		require.ErrorIs(t, err, ctx.ErrNoDevice)
+	} else {
+		require.ErrorIs(t, err, cgo.ErrUnavailable, "a build without cgo has no hardware provider")
+	}
+	require.Contains(t, err.Error(), `Options.Provider to "sim"`)
+	require.Contains(t, err.Error(), ctx.EnvProvider+"=sim")
 }
 
 func TestOpenExplicitProvider(t *testing.T) {

@@ -68,8 +68,7 @@
 //	                        (rte_io_rmb) poll mlx5 CQs this way.
 //	amd64, -tags mlx5kit_lfence
 //	                        lfence, rdma-core's udma_from_device_barrier
-//	                        (about 20 cycles per poll on current Xeons, see
-//	                        docs/benchmarks.md).
+//	                        (its cost per poll is in docs/benchmarks.md).
 //	arm64                   dmb oshld (rdma-core, UCX and DPDK agree).
 //	elsewhere               ReadBarrier's sequentially consistent atomic
 //	                        operation.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+
+	"github.com/mlx5kit/mlx5kit/internal/names"
 )
 
 // Mode is an implementation of the 64-byte chunk copy to the BlueFlame
@@ -40,12 +42,7 @@ var modeNames = [...]string{
 }
 
 // String returns the mode's name as MLX5KIT_BLUEFLAME spells it.
-func (m Mode) String() string {
-	if int(m) < len(modeNames) && modeNames[m] != "" {
-		return modeNames[m]
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
+func (m Mode) String() string { return names.Of(m, modeNames[:], "Mode") }
 
 // ParseMode returns the mode with the given name ("generic", "store8",
 // "avx512", "stp", "neon"), whether or not this machine can run it.

@@ -187,3 +187,29 @@ type ExtendedAttr struct {
 type GIDTableEntry struct {
 	ctx.GIDEntry
 }
+
+// CQConfig configures a completion queue: ctx.CompletionQueueConfig, whose
+// Compression (hash or checksum mini-CQE format), CQEPadding and CompVector
+// this provider passes to mlx5dv_create_cq. It is a struct of its own so
+// that options only this provider has can be added without changing ctx.
+type CQConfig struct {
+	ctx.CompletionQueueConfig
+}
+
+// QPConfig configures a queue pair.
+type QPConfig struct {
+	Type ctx.QPType
+	// SendCQ and RecvCQ receive the QP's completions; either may be nil
+	// and then defaults to the other.
+	SendCQ, RecvCQ *CompletionQueue
+	// SRQ replaces the receive queue; a DCT requires one.
+	SRQ  *SharedReceiveQueue
+	Caps ctx.QueuePairCaps
+	// DCKey is the DC access key of a DCT.
+	DCKey uint64
+	// ScatterToCQE keeps rdma-core's default of letting the device place
+	// small receive payloads in the CQE. Off (the default), the QP is
+	// created with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE so every
+	// payload lands in the receive buffer.
+	ScatterToCQE bool
+}

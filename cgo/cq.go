@@ -18,14 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CQConfig configures a completion queue: ctx.CompletionQueueConfig, whose
-// Compression (hash or checksum mini-CQE format), CQEPadding and CompVector
-// this provider passes to mlx5dv_create_cq. It is a struct of its own so
-// that options only this provider has can be added without changing ctx.
-type CQConfig struct {
-	ctx.CompletionQueueConfig
-}
-
 // CompletionQueue is a struct ibv_cq created with mlx5dv_create_cq and
 // handed to the data plane with mlx5dv_init_obj. From then on rdma-core
 // treats the CQ as owned by the direct-verbs user: it never moves the

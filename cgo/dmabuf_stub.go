@@ -13,6 +13,6 @@ type ProtectionDomain struct{}
 type MemoryRegion struct{}
 
 // RegisterDMABuf returns ErrUnavailable, which wraps ctx.ErrNotSupported.
-func (*ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (*MemoryRegion, error) {
+func (pd *ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (*MemoryRegion, error) {
 	return nil, ErrUnavailable
 }

@@ -36,9 +36,11 @@
 // # Without cgo
 //
 // With CGO_ENABLED=0, or on an OS other than Linux, the package still
-// builds and registers "mlx5", but Enabled is false and ListDevices, Open
-// and the provider return ErrUnavailable (wrapping ctx.ErrNotSupported);
-// ctx.Open then falls back to the software HCA.
+// builds, exports the same API and registers "mlx5", but Enabled is false
+// and ListDevices, Open, the provider and every method that would call
+// rdma-core return ErrUnavailable (wrapping ctx.ErrNotSupported); ctx.Open
+// with no provider named then fails with that error (it never falls back
+// to the software HCA by itself).
 //
 // # Environment
 //

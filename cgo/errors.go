@@ -2,6 +2,8 @@ package cgo
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,12 @@ import (
 // provider of rdma-core (mlx5dv_is_supported is false), so none of the
 // direct-verbs calls the data plane depends on can work on it.
 var ErrNotMLX5 = errors.New("not an mlx5 device")
+
+// ErrUnavailable is returned by every entry point of a build without cgo
+// or for an OS other than Linux (Enabled is false); a build with the
+// hardware provider never returns it.
+var ErrUnavailable = fmt.Errorf("cgo: the mlx5 hardware provider needs cgo and Linux with rdma-core; this binary was built with CGO_ENABLED=0 or for %s/%s: %w",
+	runtime.GOOS, runtime.GOARCH, ctx.ErrNotSupported)
 
 // VerbError is the error of a failed rdma-core call: the verb, what it was
 // called for, and the error number. errors.Is sees through it to the errno

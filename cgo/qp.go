@@ -18,24 +18,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
-// QPConfig configures a queue pair.
-type QPConfig struct {
-	Type ctx.QPType
-	// SendCQ and RecvCQ receive the QP's completions; either may be nil
-	// and then defaults to the other.
-	SendCQ, RecvCQ *CompletionQueue
-	// SRQ replaces the receive queue; a DCT requires one.
-	SRQ  *SharedReceiveQueue
-	Caps ctx.QueuePairCaps
-	// DCKey is the DC access key of a DCT.
-	DCKey uint64
-	// ScatterToCQE keeps rdma-core's default of letting the device place
-	// small receive payloads in the CQE. Off (the default), the QP is
-	// created with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE so every
-	// payload lands in the receive buffer.
-	ScatterToCQE bool
-}
-
 // QueuePair is a struct ibv_qp created with mlx5dv_create_qp (RC, UD, DCI
 // or DCT) whose rings are handed to the data plane with mlx5dv_init_obj.
 type QueuePair struct {

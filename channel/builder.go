@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/names"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
@@ -28,16 +29,10 @@ const (
 	TransportDC
 )
 
+var transportNames = [...]string{TransportRC: "RC", TransportDC: "DC"}
+
 // String returns "RC" or "DC".
-func (t Transport) String() string {
-	switch t {
-	case TransportRC:
-		return "RC"
-	case TransportDC:
-		return "DC"
-	}
-	return fmt.Sprintf("Transport(%d)", uint8(t))
-}
+func (t Transport) String() string { return names.Of(t, transportNames[:], "Transport") }
 
 // Options tune a channel. Zero fields take the defaults.
 type Options struct {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/names"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -112,25 +113,12 @@ const (
 	OpFetchAdd
 )
 
+var opNames = [...]string{OpSend: "send", OpRecv: "receive", OpWrite: "write", OpRead: "read",
+	OpCompareSwap: "compare-and-swap", OpFetchAdd: "fetch-and-add"}
+
 // String returns "send", "receive", "write", "read", "compare-and-swap" or
 // "fetch-and-add".
-func (o Op) String() string {
-	switch o {
-	case OpSend:
-		return "send"
-	case OpRecv:
-		return "receive"
-	case OpWrite:
-		return "write"
-	case OpRead:
-		return "read"
-	case OpCompareSwap:
-		return "compare-and-swap"
-	case OpFetchAdd:
-		return "fetch-and-add"
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
+func (o Op) String() string { return names.Of(o, opNames[:], "Op") }
 
 // Result is what a completed work request reports.
 type Result struct {

@@ -24,8 +24,9 @@
 // arms the CQ, polls once more to close the race between the last empty poll
 // and the arm, and then sleeps in the Go runtime's network poller until the
 // device raises the event, the context is done or the timeout passes: no
-// thread is blocked and no CPU is burnt. [Notifier.Completions] is an
-// iterator that polls when there is work and waits when there is none, so a
-// consumer written against it sees exactly the CQEs a busy poll would, in the
-// same order.
+// thread is blocked and no CPU is burnt. [Completions] is an iterator over
+// a transport's Poller (rc, dc or ud) that polls when there is work and
+// waits when there is none, so a consumer written against it sees exactly
+// the completions a busy poll would, in the same order, each with its work
+// request retired.
 package completion

@@ -195,30 +195,79 @@ func (n *Notifier) waitEvent(c context.Context) error {
 	return nil
 }
 
-// Completions returns an iterator over the CQ's completions: each CQE with
-// nil, or with its *Error when it is an error CQE. It takes up to max CQEs
-// per batch and waits (Wait) when none is ready, so it yields exactly the
-// CQEs, in the same order, that a busy-polling loop would. It ends when the
-// loop breaks, or after yielding (nil, err) when ctx is done or waiting
-// fails. A *CQE is valid until the loop body returns.
-func (n *Notifier) Completions(c context.Context, max int) iter.Seq2[*monocq.CQE, error] {
-	if max < 1 {
-		max = 1
-	}
-	return func(yield func(*monocq.CQE, error) bool) {
-		for {
-			if err := n.Wait(c); err != nil {
-				yield(nil, err)
+// Poller is a completion poller the Notifier's iterator can drive: the
+// Poller of package rc, dc or ud (C is their *Completion, and Poll retires
+// the work requests each completion names, so that their send queue slots
+// are free again), or the ring's own *monocq.CQ (C is *monocq.CQE, and
+// nothing is retired: code at that level retires its work requests itself).
+type Poller[C any] interface {
+	Poll(max int, fn func(C)) int
+}
+
+// Completions returns an iterator over the completions p hands out on the
+// Notifier's CQ: each with nil, or with its error when it is an error
+// completion (its Err method, or Check for a raw CQE). It takes them one
+// at a time through p.Poll, so a completion the loop did not reach stays
+// in the ring, and waits (n.Wait) when none is ready: it yields exactly
+// the completions, in the same order, that a busy-polling loop over p
+// would. With a transport Poller every completion has retired its work
+// request by the time it is yielded, so the loop may post again at once.
+// It ends when the loop breaks, or after yielding (zero C, err) when ctx
+// is done, waiting fails, the CQ is closed (ctx.ErrClosed) or p polls
+// another ring than n (ErrMismatch). A
+// completion is valid until the loop body returns; the body may post but
+// must not poll p itself.
+func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C, error] {
+	return func(yield func(C, error) bool) {
+		var zero C
+		if err := n.pairedWith(p); err != nil {
+			yield(zero, err)
+			return
+		}
+		more := true
+		for more {
+			if n.cq.Closed() {
+				// The ring is gone: a poller polls nothing, and waiting
+				// for it would spin.
+				yield(zero, fmt.Errorf("completion: completions of CQ 0x%x: %w", n.poll.CQN(), ctx.ErrClosed))
 				return
 			}
-			n.poll.Ready(max)
-			for e := n.poll.Next(); e != nil; e = n.poll.Next() {
-				if !yield(e, Check(e)) {
-					n.poll.Release()
-					return
-				}
+			if err := n.Wait(c); err != nil {
+				yield(zero, err)
+				return
 			}
-			n.poll.Release()
+			for more && p.Poll(1, func(x C) { more = yield(x, errOf(x)) }) > 0 {
+			}
 		}
 	}
+}
+
+// pairedWith checks that p polls the Notifier's ring, when p says which
+// ring it polls.
+func (n *Notifier) pairedWith(p any) error {
+	var ring *monocq.CQ
+	switch p := p.(type) {
+	case *monocq.CQ:
+		ring = p
+	case interface{ CQ() *monocq.CQ }:
+		ring = p.CQ()
+	default:
+		return nil
+	}
+	if ring != n.poll {
+		return fmt.Errorf("completion: completions of CQ 0x%x from a poller of CQ 0x%x: %w", n.poll.CQN(), ring.CQN(), ErrMismatch)
+	}
+	return nil
+}
+
+// errOf is the error a completion carries: Check for a raw CQE, the Err
+// method of a transport's Completion.
+func errOf[C any](x C) error {
+	switch v := any(x).(type) {
+	case *monocq.CQE:
+		return Check(v)
+	case interface{ Err() error }:
+		return v.Err()
+	}
+	return nil
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 type eventCQ struct {
@@ -162,7 +164,7 @@ func TestEventAndBusyPollSeeTheSame(t *testing.T) {
 		defer close(evDone)
 		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		for cqe, err := range n.Completions(c, 8) {
+		for cqe, err := range completion.Completions(c, n, ev.poll) {
 			if cqe == nil {
 				iterErr = err
 				return
@@ -224,7 +226,7 @@ func TestCompletionsEndsWithContextError(t *testing.T) {
 	defer cancel()
 	var cqes int
 	var last error
-	for cqe, err := range n.Completions(c, 4) {
+	for cqe, err := range completion.Completions(c, n, e.poll) {
 		if cqe != nil {
 			cqes++
 			continue
@@ -233,4 +235,128 @@ func TestCompletionsEndsWithContextError(t *testing.T) {
 	}
 	require.Equal(t, 1, cqes)
 	require.ErrorIs(t, last, context.DeadlineExceeded)
+}
+
+// rcPair is two connected RC queue pairs on a software HCA in engine mode;
+// a's CQ has an event channel, b exposes a registered buffer.
+type rcPair struct {
+	cqA  *ctx.CompletionQueue
+	a, b *rc.QP
+	mr   *ctx.MemoryRegion
+}
+
+func newRCPair(t *testing.T, sendDepth uint32) rcPair {
+	t.Helper()
+	f := sim.New(sim.Options{Mode: sim.Engine, IdleSleep: 50 * time.Microsecond})
+	dev, err := f.Open("")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dev.Close(); _ = f.Close() })
+	pd, err := dev.AllocProtectionDomain()
+	require.NoError(t, err)
+	cqA, err := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64, EventChannel: true})
+	require.NoError(t, err)
+	cqB, err := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+	require.NoError(t, err)
+	a, err := rc.New(pd, cqA, nil, rc.Config{SendDepth: sendDepth, MaxInline: 64})
+	require.NoError(t, err)
+	b, err := rc.New(pd, cqB, nil, rc.Config{SendDepth: sendDepth, RecvDepth: 8})
+	require.NoError(t, err)
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite|ctx.AccessRemoteWrite)
+	require.NoError(t, err)
+	return rcPair{cqA: cqA, a: a, b: b, mr: mr}
+}
+
+// TestCompletionsRetireWorkRequests runs the event loop the guide shows
+// over an rc.Poller: every completion the iterator yields has retired its
+// work request, so a send queue of 8 takes 40 signaled writes, each posted
+// from the loop body when the previous one completed.
+func TestCompletionsRetireWorkRequests(t *testing.T) {
+	const depth, total = 8, 40
+	p := newRCPair(t, depth)
+	poller, err := rc.NewPoller(p.cqA)
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(&p.a.Queue))
+	n, err := completion.NewNotifier(p.cqA, poller.CQ())
+	require.NoError(t, err)
+	defer n.Close()
+
+	post := func(i int) error {
+		st, err := p.a.Post(uint64(i), wqebuilder.Signaled)
+		if err != nil {
+			return err
+		}
+		return st.RdmaWrite(uint64(p.mr.Addr())+uint64(i), p.mr.RKey()).Inline([]byte{byte(i + 1)}).FinishBlueFlame()
+	}
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, post(0))
+	seen := 0
+	for wc, err := range completion.Completions(c, n, poller) {
+		require.NoError(t, err)
+		require.Equal(t, uint64(seen), wc.WRID)
+		require.Same(t, &p.a.Queue, wc.Queue)
+		seen++
+		if seen == total {
+			break
+		}
+		require.NoError(t, post(seen), "post %d on a send queue of %d", seen, depth)
+	}
+	require.Equal(t, total, seen)
+	for i := range total {
+		require.Equal(t, byte(i+1), p.mr.Bytes()[i])
+	}
+}
+
+// TestCompletionsLeavesTheRestInTheRing: breaking out of the loop leaves
+// the completions it did not reach to the next loop.
+func TestCompletionsLeavesTheRestInTheRing(t *testing.T) {
+	p := newRCPair(t, 8)
+	poller, err := rc.NewPoller(p.cqA)
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(&p.a.Queue))
+	n, err := completion.NewNotifier(p.cqA, poller.CQ())
+	require.NoError(t, err)
+	defer n.Close()
+	for i := range 3 {
+		st, err := p.a.Post(uint64(i), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, st.RdmaWrite(uint64(p.mr.Addr()), p.mr.RKey()).Inline([]byte{1}).FinishBlueFlame())
+	}
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []uint64
+	for round := 0; round < 3; round++ {
+		for wc, err := range completion.Completions(c, n, poller) {
+			require.NoError(t, err)
+			got = append(got, wc.WRID)
+			break
+		}
+	}
+	require.Equal(t, []uint64{0, 1, 2}, got)
+}
+
+// TestCompletionsRefusesAnotherRing: the poller must poll the Notifier's
+// CQ; a closed CQ ends the loop with ctx.ErrClosed.
+func TestCompletionsRefusesAnotherRing(t *testing.T) {
+	e := newEventCQ(t, 8, true)
+	other := newEventCQ(t, 8, true)
+	n, err := completion.NewNotifier(e.cq, e.poll)
+	require.NoError(t, err)
+	defer n.Close()
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for cqe, err := range completion.Completions(c, n, other.poll) {
+		require.Nil(t, cqe)
+		require.ErrorIs(t, err, completion.ErrMismatch)
+	}
+	require.NoError(t, e.cq.Close())
+	for cqe, err := range completion.Completions(c, n, e.poll) {
+		require.Nil(t, cqe)
+		require.ErrorIs(t, err, ctx.ErrClosed)
+	}
 }

@@ -5,16 +5,18 @@ import (
 	"os"
 )
 
-// EnvProvider is the environment variable that, when set, overrides the
-// provider Open picks automatically ("mlx5" or "sim").
+// EnvProvider is the environment variable that names the provider Open
+// uses when Options.Provider is empty ("mlx5" or "sim").
 const EnvProvider = "MLX5KIT_PROVIDER"
 
 // Options select what Open opens.
 type Options struct {
-	// Provider is the name of a registered provider. Empty means
-	// automatic: the hardware provider ("mlx5") when it is registered and
-	// has a device, the software HCA ("sim") otherwise. The environment
-	// variable MLX5KIT_PROVIDER, when set, replaces the automatic choice.
+	// Provider is the name of a registered provider: ProviderHardware
+	// ("mlx5") or ProviderSoftware ("sim"). Empty means the one the
+	// environment variable MLX5KIT_PROVIDER names, and when that is unset
+	// too, the hardware provider: the software HCA is never chosen
+	// implicitly, so a host whose NIC fails to open gets an error rather
+	// than the model.
 	Provider string
 	// Device is the device name; empty opens the provider's first device.
 	Device string
@@ -42,33 +44,39 @@ type Context struct {
 	noBlueFlame bool
 }
 
-// Open opens a device as opts say.
+// chooseSoftware is the part of Open's error that says how to run on the
+// software HCA instead of a NIC.
+var chooseSoftware = fmt.Sprintf("to run on the software HCA, set Options.Provider to %q or %s=%s",
+	ProviderSoftware, EnvProvider, ProviderSoftware)
+
+// Open opens a device as opts say: of the provider Options.Provider names,
+// else of the one MLX5KIT_PROVIDER names, else of the hardware provider.
+// In the last case, when there is no mlx5 device, the hardware provider is
+// not linked in or its device fails to open, Open returns an error wrapping
+// the cause (ErrNoDevice when there is no device) whose text says how to
+// choose the software HCA; it never falls back to the model by itself.
 func Open(opts Options) (*Context, error) {
 	const op = "open"
-	name := opts.Provider
+	name, chosen := opts.Provider, true
 	if name == "" {
 		name = os.Getenv(EnvProvider)
 	}
 	if name == "" {
-		if p, ok := lookupProvider(ProviderHardware); ok {
-			if devs, err := p.Devices(); err == nil && len(devs) > 0 {
-				name = ProviderHardware
-			}
-		}
-	}
-	if name == "" {
-		if _, ok := lookupProvider(ProviderSoftware); ok {
-			name = ProviderSoftware
-		} else {
-			return nil, &OpError{Op: op, Err: fmt.Errorf("%w: no hardware device and the software HCA is not linked in (import mlx5kit/sim)", ErrNoDevice)}
-		}
+		name, chosen = ProviderHardware, false
 	}
 	p, ok := lookupProvider(name)
-	if !ok {
+	switch {
+	case !ok && !chosen:
+		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: no provider chosen and the hardware provider %q is not linked in (import mlx5kit/cgo); %s",
+			ErrNoDevice, ProviderHardware, chooseSoftware)}
+	case !ok:
 		return nil, &OpError{Op: op, Err: fmt.Errorf("provider %q: %w (registered: %v)", name, ErrNotFound, Providers())}
 	}
 	c, err := OpenWith(name, p, opts.Device)
 	if err != nil {
+		if !chosen {
+			return nil, &OpError{Op: op, Err: fmt.Errorf("no provider chosen and the %s device did not open (%w); %s", name, err, chooseSoftware)}
+		}
 		return nil, err
 	}
 	c.noBlueFlame = opts.DisableBlueFlame

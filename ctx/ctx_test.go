@@ -429,3 +429,22 @@ func TestClosedObjectsLeaveTheirParents(t *testing.T) {
 	require.Equal(t, pdChildren-2, ctx.Children(w.pd), "the SRQ and the DCT on it")
 	require.Equal(t, 1, ctx.Children(w.cq2), "the RC QP; the DCT left")
 }
+
+// Open with no provider named never picks the software HCA: here the
+// hardware provider is not linked in, and the error says how to choose.
+func TestOpenWithoutChoiceDoesNotFallBack(t *testing.T) {
+	t.Setenv(ctx.EnvProvider, "")
+	require.Contains(t, ctx.Providers(), ctx.ProviderSoftware)
+	require.NotContains(t, ctx.Providers(), ctx.ProviderHardware)
+	c, err := ctx.Open(ctx.Options{})
+	require.Nil(t, c)
+	require.ErrorIs(t, err, ctx.ErrNoDevice)
+	require.Contains(t, err.Error(), `not linked in`)
+	require.Contains(t, err.Error(), ctx.EnvProvider+"=sim")
+
+	t.Setenv(ctx.EnvProvider, ctx.ProviderSoftware)
+	c, err = ctx.Open(ctx.Options{})
+	require.NoError(t, err)
+	require.Equal(t, ctx.KindSoftware, c.Kind())
+	require.NoError(t, c.Close())
+}

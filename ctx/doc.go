@@ -9,11 +9,12 @@
 // # Providers
 //
 // A provider registers itself under a name from its init function
-// (Register), like a database/sql driver; ctx never imports one. Open picks
-// the hardware provider "mlx5" when it is registered and has a device, and
-// the software HCA "sim" otherwise. Options.Provider or the environment
-// variable MLX5KIT_PROVIDER ask for one explicitly; Context.Kind and
-// Context.Provider say which one was opened.
+// (Register), like a database/sql driver; ctx never imports one. Open uses
+// the provider Options.Provider names, else the one the environment
+// variable MLX5KIT_PROVIDER names, else the hardware provider "mlx5". The
+// software HCA "sim" is only ever chosen by name: with no mlx5 device and
+// no choice, Open returns an error saying how to choose it. Context.Kind
+// and Context.Provider say which one was opened.
 //
 // # Lifetimes
 //

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+
+	"github.com/mlx5kit/mlx5kit/internal/names"
 )
 
 // Kind says what kind of device a Context drives.
@@ -17,16 +19,10 @@ const (
 	KindSoftware
 )
 
+var kindNames = [...]string{KindHardware: "hardware", KindSoftware: "software"}
+
 // String returns "hardware" or "software".
-func (k Kind) String() string {
-	switch k {
-	case KindHardware:
-		return "hardware"
-	case KindSoftware:
-		return "software"
-	}
-	return "Kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k Kind) String() string { return names.Of(k, kindNames[:], "Kind") }
 
 // Access is a set of memory-region access flags. The values are those of
 // enum ibv_access_flags so a provider can pass them through.
@@ -90,20 +86,10 @@ const (
 	QPTypeDCT
 )
 
+var qpTypeNames = [...]string{QPTypeRC: "RC", QPTypeUD: "UD", QPTypeDCI: "DCI", QPTypeDCT: "DCT"}
+
 // String returns "RC", "UD", "DCI" or "DCT".
-func (t QPType) String() string {
-	switch t {
-	case QPTypeRC:
-		return "RC"
-	case QPTypeUD:
-		return "UD"
-	case QPTypeDCI:
-		return "DCI"
-	case QPTypeDCT:
-		return "DCT"
-	}
-	return "QPType(" + strconv.Itoa(int(t)) + ")"
-}
+func (t QPType) String() string { return names.Of(t, qpTypeNames[:], "QPType") }
 
 // QPState is the state of a queue pair (enum ibv_qp_state order).
 type QPState uint8
@@ -122,12 +108,7 @@ const (
 var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
 // String returns the verbs name of the state.
-func (s QPState) String() string {
-	if int(s) < len(qpStateNames) {
-		return qpStateNames[s]
-	}
-	return "QPState(" + strconv.Itoa(int(s)) + ")"
-}
+func (s QPState) String() string { return names.Of(s, qpStateNames[:], "QPState") }
 
 // MTU is a path MTU in the encoding of enum ibv_mtu.
 type MTU uint8
@@ -166,16 +147,10 @@ const (
 	LinkLayerEthernet
 )
 
+var linkLayerNames = [...]string{LinkLayerInfiniBand: "InfiniBand", LinkLayerEthernet: "Ethernet"}
+
 // String returns "InfiniBand" or "Ethernet".
-func (l LinkLayer) String() string {
-	switch l {
-	case LinkLayerInfiniBand:
-		return "InfiniBand"
-	case LinkLayerEthernet:
-		return "Ethernet"
-	}
-	return "LinkLayer(" + strconv.Itoa(int(l)) + ")"
-}
+func (l LinkLayer) String() string { return names.Of(l, linkLayerNames[:], "LinkLayer") }
 
 // PortState is the logical state of a port (enum ibv_port_state).
 type PortState uint8
@@ -190,24 +165,11 @@ const (
 	PortStateActiveDefer PortState = 5
 )
 
+var portStateNames = [...]string{PortStateNop: "NOP", PortStateDown: "DOWN", PortStateInit: "INIT", PortStateArmed: "ARMED",
+	PortStateActive: "ACTIVE", PortStateActiveDefer: "ACTIVE_DEFER"}
+
 // String returns the verbs name of the state.
-func (s PortState) String() string {
-	switch s {
-	case PortStateNop:
-		return "NOP"
-	case PortStateDown:
-		return "DOWN"
-	case PortStateInit:
-		return "INIT"
-	case PortStateArmed:
-		return "ARMED"
-	case PortStateActive:
-		return "ACTIVE"
-	case PortStateActiveDefer:
-		return "ACTIVE_DEFER"
-	}
-	return "PortState(" + strconv.Itoa(int(s)) + ")"
-}
+func (s PortState) String() string { return names.Of(s, portStateNames[:], "PortState") }
 
 // GID is a 128-bit global identifier (an IPv6 address on RoCE).
 type GID [16]byte
@@ -228,18 +190,10 @@ const (
 	GIDTypeRoCEv2
 )
 
+var gidTypeNames = [...]string{GIDTypeIB: "IB", GIDTypeRoCEv1: "RoCEv1", GIDTypeRoCEv2: "RoCEv2"}
+
 // String returns "IB", "RoCEv1" or "RoCEv2".
-func (t GIDType) String() string {
-	switch t {
-	case GIDTypeIB:
-		return "IB"
-	case GIDTypeRoCEv1:
-		return "RoCEv1"
-	case GIDTypeRoCEv2:
-		return "RoCEv2"
-	}
-	return "GIDType(" + strconv.Itoa(int(t)) + ")"
-}
+func (t GIDType) String() string { return names.Of(t, gidTypeNames[:], "GIDType") }
 
 // GIDEntry is one entry of a port's GID table (struct ibv_gid_entry).
 type GIDEntry struct {
@@ -273,18 +227,10 @@ const (
 	SupportYes
 )
 
+var supportNames = [...]string{SupportUnknown: "unknown", SupportNo: "no", SupportYes: "yes"}
+
 // String returns "unknown", "no" or "yes".
-func (s Support) String() string {
-	switch s {
-	case SupportUnknown:
-		return "unknown"
-	case SupportNo:
-		return "no"
-	case SupportYes:
-		return "yes"
-	}
-	return "Support(" + strconv.Itoa(int(s)) + ")"
-}
+func (s Support) String() string { return names.Of(s, supportNames[:], "Support") }
 
 // MarshalText encodes the value as String does (for JSON output).
 func (s Support) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -567,18 +513,10 @@ const (
 	CQECompressionChecksum
 )
 
+var cqeCompressionNames = [...]string{CQECompressionNone: "none", CQECompressionHash: "hash", CQECompressionChecksum: "checksum"}
+
 // String returns "none", "hash" or "checksum".
-func (c CQECompression) String() string {
-	switch c {
-	case CQECompressionNone:
-		return "none"
-	case CQECompressionHash:
-		return "hash"
-	case CQECompressionChecksum:
-		return "checksum"
-	}
-	return "CQECompression(" + strconv.Itoa(int(c)) + ")"
-}
+func (c CQECompression) String() string { return names.Of(c, cqeCompressionNames[:], "CQECompression") }
 
 // SRQConfig configures a shared receive queue.
 type SRQConfig struct {
@@ -636,12 +574,7 @@ var asyncEventNames = [...]string{"", "CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_AC
 	"PKEY_CHANGE", "SM_CHANGE", "CLIENT_REREGISTER", "GID_CHANGE", "WQ_FATAL"}
 
 // String returns the verbs name of the event.
-func (t AsyncEventType) String() string {
-	if t != 0 && int(t) < len(asyncEventNames) {
-		return asyncEventNames[t]
-	}
-	return "AsyncEventType(" + strconv.Itoa(int(t)) + ")"
-}
+func (t AsyncEventType) String() string { return names.Of(t, asyncEventNames[:], "AsyncEventType") }
 
 // AsyncEvent is one asynchronous event from a device.
 type AsyncEvent struct {

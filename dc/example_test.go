@@ -8,7 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
-	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, used when no mlx5 device is linked in
+	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, provider "sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -17,7 +17,7 @@ import (
 // through the targets' shared receive queue) and an RDMA write into each
 // target's own memory, all from one send queue.
 func Example_oneInitiatorManyTargets() {
-	c, err := ctx.Open(ctx.Options{})
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/mlx5kit/mlx5kit/internal/names"
 )
 
 // MinKeySize is the shortest pre-shared key accepted: 16 bytes. The key
@@ -87,16 +89,10 @@ const (
 	AcceptSide Side = 2
 )
 
+var sideNames = [...]string{DialSide: "dial side", AcceptSide: "accept side"}
+
 // String returns "dial side", "accept side" or "Side(n)".
-func (s Side) String() string {
-	switch s {
-	case DialSide:
-		return "dial side"
-	case AcceptSide:
-		return "accept side"
-	}
-	return fmt.Sprintf("Side(%d)", uint8(s))
-}
+func (s Side) String() string { return names.Of(s, sideNames[:], "Side") }
 
 // localAddr reports whether a is an address on this host only: a loopback
 // IP, an in-process pipe or a Unix socket.

@@ -5,6 +5,8 @@ import (
 	"math"
 	"net/netip"
 	"strings"
+
+	"github.com/mlx5kit/mlx5kit/internal/names"
 )
 
 // Transport is the kind of queue an endpoint reaches.
@@ -22,18 +24,10 @@ const (
 	TransportDC Transport = 3
 )
 
+var transportNames = [...]string{TransportRC: "RC", TransportUD: "UD", TransportDC: "DC"}
+
 // String returns "RC", "UD", "DC" or "Transport(n)".
-func (t Transport) String() string {
-	switch t {
-	case TransportRC:
-		return "RC"
-	case TransportUD:
-		return "UD"
-	case TransportDC:
-		return "DC"
-	}
-	return fmt.Sprintf("Transport(%d)", uint8(t))
-}
+func (t Transport) String() string { return names.Of(t, transportNames[:], "Transport") }
 
 // Valid reports whether t is one of the defined transports.
 func (t Transport) Valid() bool { return t >= TransportRC && t <= TransportDC }

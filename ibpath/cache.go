@@ -6,12 +6,15 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/ud"
 )
 
 // AddressCache creates the address handle of a destination once and hands
 // the same one back every later time, keyed by the address half of a path
 // (AddressAttr): sending to the same destination twice builds the address
-// vector once. The lookup of a cached destination allocates nothing.
+// vector once. Remote gives the ud.Remote a ud.QP posts to, AV the address
+// vector of a DC or raw send WQE. The lookup of a cached destination
+// allocates nothing.
 //
 // An AddressCache is used by one goroutine at a time, like the queues that
 // send with its address vectors.
@@ -25,6 +28,15 @@ type AddressCache struct {
 type cacheEntry struct {
 	ah *ctx.AddressHandle
 	av [prm.AVSize]byte
+	// remotes are the ud.Remotes made on ah, by remote QPN and qkey.
+	remotes map[remoteKey]*ud.Remote
+}
+
+// remoteKey is what a ud.Remote adds to an address: the remote QPN and
+// qkey, and the QP it was made for.
+type remoteKey struct {
+	qp        *ud.QP
+	qpn, qkey uint32
 }
 
 // NewAddressCache returns an empty cache creating its handles in pd.
@@ -73,6 +85,39 @@ func (c *AddressCache) AV(p Path) (*[prm.AVSize]byte, error) {
 	return &e.av, nil
 }
 
+// Remote returns the ud.Remote that sends from q to p's destination (its
+// address, p.DQPN and p.QKey), creating the address handle on first use of
+// the address and the Remote on first use with q, p.DQPN and p.QKey; a
+// later call for the same returns the same Remote and allocates nothing.
+// Pass it to q.Post. q must have been created in the cache's protection
+// domain. The Remote belongs to the cache: Evict or Close the cache, not
+// the Remote.
+func (c *AddressCache) Remote(q *ud.QP, p Path) (*ud.Remote, error) {
+	if q == nil {
+		return nil, fmt.Errorf("path: address cache: nil UD QP: %w", ErrInvalid)
+	}
+	if pd := q.Handle().ProtectionDomain(); pd != c.pd {
+		return nil, fmt.Errorf("path: address cache: UD QP %#x is in another protection domain than the cache: %w", q.QPN(), ErrInvalid)
+	}
+	e, err := c.get(p)
+	if err != nil {
+		return nil, err
+	}
+	k := remoteKey{qp: q, qpn: p.DQPN, qkey: p.QKey}
+	if r := e.remotes[k]; r != nil {
+		return r, nil
+	}
+	r, err := q.RemoteVia(e.ah, p.DQPN, p.QKey)
+	if err != nil {
+		return nil, fmt.Errorf("path: address cache: %w", err)
+	}
+	if e.remotes == nil {
+		e.remotes = map[remoteKey]*ud.Remote{}
+	}
+	e.remotes[k] = r
+	return r, nil
+}
+
 // Len returns the number of cached destinations.
 func (c *AddressCache) Len() int { return len(c.entries) }
 
@@ -81,7 +126,7 @@ func (c *AddressCache) Len() int { return len(c.entries) }
 func (c *AddressCache) Stats() (hits, misses uint64) { return c.hits, c.misses }
 
 // Evict destroys the handle of p's destination, if cached. An address
-// vector obtained for it must no longer be used.
+// vector or ud.Remote obtained for it must no longer be used.
 func (c *AddressCache) Evict(p Path) error {
 	key := p.AddressAttr()
 	e := c.entries[key]

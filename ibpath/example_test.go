@@ -7,6 +7,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // A path made from the local port and the endpoint the peer sent carries a
@@ -49,23 +51,38 @@ func ExampleModifyToConnected() {
 	// state: RTS
 }
 
-// The address cache builds an address handle once per destination.
+// The address cache builds an address handle once per destination, and
+// hands a UD queue pair the ud.Remote to post to.
 func ExampleAddressCache() {
 	fabric := sim.New(sim.Options{})
 	defer fabric.Close()
 	dev, _ := fabric.Open("sim0")
 	defer dev.Close()
 	pd, _ := dev.AllocProtectionDomain()
+	cq, _ := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
+	qp, err := ud.New(pd, cq, nil, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 0x11111111})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	cache := ibpath.NewAddressCache(pd)
 	defer cache.Close()
 	to := ibpath.Default()
 	to.DLID, to.DQPN, to.QKey = 2, 0x101, 0x11111111
-	first, _ := cache.AV(to)
-	to.DQPN = 0x102 // another QP behind the same port
-	second, _ := cache.AV(to)
+	first, _ := cache.Remote(qp, to)
+	to.DQPN = 0x102 // another QP behind the same port: the same address handle
+	second, _ := cache.Remote(qp, to)
+	again, _ := cache.Remote(qp, to)
 	hits, misses := cache.Stats()
-	fmt.Println(first == second, hits, misses)
+	fmt.Printf("QPNs %#x %#x, cached %v, handles built %d, found %d\n", first.QPN(), second.QPN(), again == second, misses, hits)
+
+	st, err := qp.Post(1, wqebuilder.Signaled, second)
+	if err == nil {
+		err = st.Send().Inline([]byte("hello")).FinishBlueFlame()
+	}
+	fmt.Println("posted:", err)
 	// Output:
-	// true 1 1
+	// QPNs 0x101 0x102, cached true, handles built 1, found 2
+	// posted: <nil>
 }

@@ -1,7 +1,6 @@
 package ibpath
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -9,79 +8,48 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
-// ErrNotReceive is returned by FromCompletion and Reply for a CQE that is
-// not a receive completion.
+// ErrNotReceive is returned by FromCompletion and Reply for a completion
+// that is not a receive completion.
 var ErrNotReceive = errors.New("not a receive completion")
 
-// ErrBadGRH is returned when the CQE says a GRH arrived but the bytes given
-// are shorter than one or hold neither an IPv6-form GRH nor an IPv4 header.
-var ErrBadGRH = errors.New("bad global route header")
-
-// GRH is the part of a received global route header that a reply needs.
-type GRH struct {
-	SGID, DGID   ctx.GID
-	TrafficClass uint8
-	FlowLabel    uint32
-	HopLimit     uint8
-	// RoCEv2 reports a RoCE v2 packet: an IPv4 header, or an IPv6 header
-	// whose next header is UDP (17). An InfiniBand or RoCE v1 GRH has next
-	// header 0x1b.
-	RoCEv2 bool
+// Received is a receive completion FromCompletion and Reply read: a raw
+// *monocq.CQE, or the *Completion a transport's Poller hands out (rc, dc
+// and ud share the type). A Completion does not carry the packet's path
+// bits: from one, the path uses path bits 0 (the port's base LID, which is
+// every LID of a port with LMC 0).
+type Received interface {
+	*monocq.CQE | *transport.Completion
 }
 
-// ParseGRH reads the 40 bytes a UD receive finds in front of its payload:
-// an InfiniBand GRH or RoCE v2 IPv6 header (version 6 in the first nibble),
-// or, for RoCE v2 over IPv4, 20 bytes the device leaves undefined followed
-// by the IPv4 header, whose addresses become IPv4-mapped GIDs
-// (::ffff:a.b.c.d). As the undefined bytes may start with a 6, the IPv4
-// form is told apart as rdma-core's ibv_init_ah_from_wc does: a version
-// other than 6 with version 4 at byte 20, or version 6 with a 20-byte IPv4
-// header at byte 20 whose checksum is right.
-func ParseGRH(b []byte) (GRH, error) {
-	if len(b) < prm.GRHSize {
-		return GRH{}, fmt.Errorf("path: parse GRH: %d bytes, want %d: %w", len(b), prm.GRHSize, ErrBadGRH)
+// receipt is what the paths need of a receive completion.
+type receipt struct {
+	err       error
+	op        prm.CQEOpcode
+	sourceQPN uint32
+	slid      uint16
+	pathBits  uint8
+	sl        uint8
+	grh       bool
+}
+
+func receiptOf[R Received](r R) receipt {
+	switch c := any(r).(type) {
+	case *monocq.CQE:
+		if c == nil {
+			break
+		}
+		return receipt{err: completion.Check(c), op: c.Opcode(), sourceQPN: c.SourceQP(), slid: c.SLID(),
+			pathBits: c.PathBits(), sl: c.SL(), grh: c.HasGRH()}
+	case *transport.Completion:
+		if c == nil {
+			break
+		}
+		return receipt{err: c.Err(), op: c.Opcode, sourceQPN: c.SourceQPN, slid: c.SLID, sl: c.SL, grh: c.GRH}
 	}
-	var g GRH
-	v6 := b[0]>>4 == 6
-	switch {
-	case !v6 && b[ipv4At]>>4 == 4, v6 && checkedIPv4(b[ipv4At:prm.GRHSize]):
-		ip := b[ipv4At:prm.GRHSize]
-		g.TrafficClass = ip[1]
-		g.HopLimit = ip[8]
-		g.SGID = mapped(ip[12:16])
-		g.DGID = mapped(ip[16:20])
-		g.RoCEv2 = true
-	case v6:
-		w := binary.BigEndian.Uint32(b[0:4])
-		g.TrafficClass = uint8(w >> 20)
-		g.FlowLabel = w & maxFlow
-		g.HopLimit = b[7]
-		copy(g.SGID[:], b[8:24])
-		copy(g.DGID[:], b[24:40])
-		g.RoCEv2 = b[6] == prm.IPProtoUDP
-	default:
-		return GRH{}, fmt.Errorf("path: parse GRH: IP version %d / %d: %w", b[0]>>4, b[20]>>4, ErrBadGRH)
-	}
-	return g, nil
-}
-
-// ipv4At is where the IPv4 header of a RoCE v2 packet over IPv4 starts in
-// the GRH area.
-const ipv4At = prm.GRHSize - prm.IPv4HeaderSize
-
-// checkedIPv4 reports whether h (20 bytes) is an IPv4 header of 20 bytes
-// whose header checksum is right.
-func checkedIPv4(h []byte) bool {
-	return h[0] == prm.IPv4VersionIHL && prm.IPv4HeaderChecksum(h[:prm.IPv4HeaderSize]) == 0
-}
-
-func mapped(v4 []byte) ctx.GID {
-	var g ctx.GID
-	g[10], g[11] = 0xff, 0xff
-	copy(g[12:], v4)
-	return g
+	return receipt{err: fmt.Errorf("nil completion: %w", ErrInvalid)}
 }
 
 func isReceive(op prm.CQEOpcode) bool {
@@ -96,39 +64,41 @@ func isReceive(op prm.CQEOpcode) bool {
 // sender: S fields are the sender's (source QPN, SLID, and the GRH's source
 // GID), D fields are the receiving QP's (local.SQPN, local.SLID with the
 // packet's path bits, the GRH's destination GID). Port, pkey index and qkey
-// come from local, the path of the receiving QP. grh is the start of the
-// receive buffer (its first 40 bytes hold the GRH when the CQE says one
-// arrived); it may be nil when none did.
-func FromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, error) {
-	p, _, err := fromCompletion(c, grh, local)
+// come from local, the path of the receiving QP. c is the receive
+// completion, a raw CQE or a transport Poller's Completion; grh is the
+// start of the receive buffer (its first 40 bytes hold the GRH when the
+// completion says one arrived, read by transport.ParseGRH); it may be nil
+// when none did.
+func FromCompletion[R Received](c R, grh []byte, local Path) (Path, error) {
+	p, _, err := fromCompletion(receiptOf(c), grh, local)
 	return p, err
 }
 
-func fromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, GRH, error) {
+func fromCompletion(c receipt, grh []byte, local Path) (Path, transport.GRH, error) {
 	const op = "path: from completion"
-	if err := completion.Check(c); err != nil {
-		return Path{}, GRH{}, fmt.Errorf("%s: %w", op, err)
+	if c.err != nil {
+		return Path{}, transport.GRH{}, fmt.Errorf("%s: %w", op, c.err)
 	}
-	if !isReceive(c.Opcode()) {
-		return Path{}, GRH{}, fmt.Errorf("%s: CQE opcode %v: %w", op, c.Opcode(), ErrNotReceive)
+	if !isReceive(c.op) {
+		return Path{}, transport.GRH{}, fmt.Errorf("%s: CQE opcode %v: %w", op, c.op, ErrNotReceive)
 	}
 	p := Path{
 		Port:      local.port(),
 		PKeyIndex: local.PKeyIndex,
 		QKey:      local.QKey,
 		MTU:       local.MTU,
-		SQPN:      c.SourceQP(),
+		SQPN:      c.sourceQPN,
 		DQPN:      local.SQPN,
-		SLID:      c.SLID(),
-		DLID:      local.SLID | uint16(c.PathBits()),
-		SL:        c.SL(),
+		SLID:      c.slid,
+		DLID:      local.SLID | uint16(c.pathBits),
+		SL:        c.sl,
 		SGIDIndex: local.SGIDIndex,
 	}
-	var g GRH
-	if c.HasGRH() {
+	var g transport.GRH
+	if c.grh {
 		var err error
-		if g, err = ParseGRH(grh); err != nil {
-			return Path{}, GRH{}, fmt.Errorf("%s: %w", op, err)
+		if g, err = transport.ParseGRH(grh); err != nil {
+			return Path{}, transport.GRH{}, fmt.Errorf("%s: %w", op, err)
 		}
 		p.Global = true
 		p.SGID, p.DGID = g.SGID, g.DGID
@@ -137,7 +107,8 @@ func fromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, GRH, error) {
 	return p, g, nil
 }
 
-// Reply returns the path to answer a received UD datagram: FromCompletion
+// Reply returns the path to answer a received UD datagram (a raw CQE or a
+// transport Poller's Completion, as FromCompletion): FromCompletion
 // reversed, so that the sender becomes the destination. The reply leaves
 // from the GID the datagram was sent to, in the entry of the kind the
 // datagram came as: its index is looked up in gids (the port's GID table,
@@ -146,13 +117,14 @@ func fromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, GRH, error) {
 // rdma-core's ibv_init_ah_from_wc does (an entry of unknown type matches
 // either); with a nil table local.SGIDIndex is kept. The hop limit is 255
 // and the reply uses the packet's path bits, as ibv_init_ah_from_wc does.
-func Reply(c *monocq.CQE, grh []byte, local Path, gids []ctx.GIDEntry) (Path, error) {
-	req, g, err := fromCompletion(c, grh, local)
+func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, error) {
+	r := receiptOf(c)
+	req, g, err := fromCompletion(r, grh, local)
 	if err != nil {
 		return Path{}, err
 	}
 	p := req.Reverse()
-	p.SrcPathBits = c.PathBits()
+	p.SrcPathBits = r.pathBits
 	if p.Global {
 		p.HopLimit = 0xff
 		if gids != nil {

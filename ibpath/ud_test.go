@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -258,79 +259,6 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 	require.Equal(t, 1, a.ahs.Len(), "a refused path caches nothing")
 }
 
-func TestParseGRH(t *testing.T) {
-	_, err := ibpath.ParseGRH(make([]byte, 39))
-	require.ErrorIs(t, err, ibpath.ErrBadGRH)
-	_, err = ibpath.ParseGRH(make([]byte, 40))
-	require.ErrorIs(t, err, ibpath.ErrBadGRH, "all zero is no IP version")
-
-	// IPv6 form: version 6, traffic class 0xa5, flow label 0x54321.
-	g6 := make([]byte, 40)
-	binary.BigEndian.PutUint32(g6, 6<<28|0xa5<<20|0x54321)
-	g6[7] = 33
-	g6[8], g6[23] = 0xfe, 1
-	g6[24], g6[39] = 0xfe, 2
-	g, err := ibpath.ParseGRH(g6)
-	require.NoError(t, err)
-	require.Equal(t, uint8(0xa5), g.TrafficClass)
-	require.Equal(t, uint32(0x54321), g.FlowLabel)
-	require.Equal(t, uint8(33), g.HopLimit)
-	require.Equal(t, ctx.GID{0xfe, 15: 1}, g.SGID)
-	require.Equal(t, ctx.GID{0xfe, 15: 2}, g.DGID)
-
-	// IPv4 form: the header sits in the last 20 bytes.
-	g4 := make([]byte, 40)
-	ip := g4[20:]
-	ip[0] = 0x45
-	ip[1] = 0x18
-	ip[8] = 64
-	copy(ip[12:16], []byte{10, 0, 0, 1})
-	copy(ip[16:20], []byte{10, 0, 0, 2})
-	g, err = ibpath.ParseGRH(g4)
-	require.NoError(t, err)
-	require.Equal(t, uint8(0x18), g.TrafficClass)
-	require.Equal(t, uint8(64), g.HopLimit)
-	require.Equal(t, "::ffff:10.0.0.1", g.SGID.String())
-	require.Equal(t, "::ffff:10.0.0.2", g.DGID.String())
-	require.True(t, g.RoCEv2)
-
-	// The IPv6 form says RoCE v2 by next header UDP, a GRH by 0x1b.
-	g6[6] = 17
-	g, err = ibpath.ParseGRH(g6)
-	require.NoError(t, err)
-	require.True(t, g.RoCEv2)
-	g6[6] = 0x1b
-	g, err = ibpath.ParseGRH(g6)
-	require.NoError(t, err)
-	require.False(t, g.RoCEv2)
-
-	// The undefined first 20 bytes of the IPv4 form may start with a 6: a
-	// 20-byte IPv4 header with the right checksum behind them wins.
-	ip[10], ip[11] = 0, 0
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
-	g4[0] = 0x60
-	for i := 8; i < 20; i++ {
-		g4[i] = 0xee
-	}
-	g, err = ibpath.ParseGRH(g4)
-	require.NoError(t, err)
-	require.True(t, g.RoCEv2)
-	require.Equal(t, "::ffff:10.0.0.1", g.SGID.String())
-	require.Equal(t, uint8(64), g.HopLimit)
-	// With a wrong checksum the same bytes are an IPv6 header.
-	ip[11] ^= 1
-	g, err = ibpath.ParseGRH(g4)
-	require.NoError(t, err)
-	require.Equal(t, byte(0xee), g.SGID[0])
-}
-
 // TestReplyPicksGIDEntryOfTheHeaderType: where a port has the same GID as a
 // RoCE v1 and a RoCE v2 entry, the reply leaves from the entry of the kind
 // the datagram came as.
@@ -378,7 +306,7 @@ func TestReplyRefusesNonReceives(t *testing.T) {
 	binary.BigEndian.PutUint32(recv[24:], 1<<28|0x42)
 	recv[63] = uint8(prm.CQERespSend) << 4
 	_, err = ibpath.Reply(&recv, make([]byte, 10), ibpath.Default(), nil)
-	require.ErrorIs(t, err, ibpath.ErrBadGRH)
+	require.ErrorIs(t, err, transport.ErrBadGRH)
 
 	// A GRH naming a GID the port does not have cannot be answered from it.
 	g6 := make([]byte, 40)

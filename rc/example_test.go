@@ -8,7 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
-	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, used when no mlx5 device is linked in
+	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, provider "sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -64,10 +64,9 @@ func (s *side) wait() transport.Completion {
 	return got
 }
 
-// open opens a device (an mlx5 NIC when the hardware provider is linked in
-// and finds one, the software HCA otherwise) and connects two RC QPs on it.
+// open opens the software HCA and connects two RC QPs on it.
 func open() (c *ctx.Context, a, b *side) {
-	c, err := ctx.Open(ctx.Options{})
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
 	if err != nil {
 		log.Fatal(err)
 	}

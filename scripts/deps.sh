@@ -25,12 +25,19 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
+# The Go version is the one go.mod's go directive names.
+go_want=$(awk '$1 == "go" { print $2; exit }' "$(dirname "$0")/../go.mod")
 if ! command -v go >/dev/null 2>&1; then
 	if [ -x /usr/local/go/bin/go ]; then
 		echo "deps: add /usr/local/go/bin to PATH" >&2
 	else
-		echo "deps: Go 1.26 or newer is required (https://go.dev/doc/install)" >&2
+		echo "deps: Go ${go_want} or newer is required (go.mod; https://go.dev/doc/install)" >&2
 	fi
+	exit 1
+fi
+go_have=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n%s\n' "$go_want" "$go_have" | sort -V | head -n1)" != "$go_want" ]; then
+	echo "deps: Go ${go_want} or newer is required (go.mod), found ${go_have}" >&2
 	exit 1
 fi
 go mod download

@@ -104,6 +104,7 @@ func TestEngineIdlesAndStops(t *testing.T) {
 }
 
 func TestDefaultProvider(t *testing.T) {
+	t.Setenv(ctx.EnvProvider, ctx.ProviderSoftware)
 	c, err := ctx.Open(ctx.Options{})
 	require.NoError(t, err)
 	defer c.Close()

@@ -26,40 +26,55 @@ type GRH struct {
 	HopLimit uint8
 	// IPv4 reports that the packet was RoCE v2 over IPv4.
 	IPv4 bool
+	// RoCEv2 reports a RoCE v2 packet: an IPv4 header, or an IPv6 header
+	// whose next header is UDP (17). An InfiniBand or RoCE v1 GRH has next
+	// header 0x1b.
+	RoCEv2 bool
 }
 
 // ParseGRH reads the prm.GRHSize bytes a UD receive finds in front of its
 // payload. They hold either a 40-byte InfiniBand GRH or RoCE v2 IPv6
 // header (IP version 6 in the first nibble), or, for RoCE v2 over IPv4, 20
-// bytes the device leaves undefined followed by the 20-byte IPv4 header.
-// Since the undefined bytes may look like an IPv6 header, the IPv4 form is
-// recognised first, by version 4, a 20-byte header length and a correct
-// header checksum at byte 20, as rdma-core's ibv_init_ah_from_wc does.
+// bytes the device leaves undefined followed by the 20-byte IPv4 header,
+// whose addresses become IPv4-mapped GIDs. The forms are told apart as
+// rdma-core's ibv_init_ah_from_wc and the kernel's
+// ib_get_rdma_header_version do: a first nibble other than 6 with version 4
+// at byte 20 is the IPv4 form, whatever its checksum (the device checked
+// the packet; the checksum is not looked at); a first nibble of 6 is the
+// IPv6 form unless byte 20 starts a 20-byte IPv4 header whose checksum is
+// right, since the undefined bytes may start with a 6. Anything else is
+// refused with ErrBadGRH.
 func ParseGRH(b []byte) (GRH, error) {
 	if len(b) < prm.GRHSize {
 		return GRH{}, fmt.Errorf("parse GRH: %d bytes, want %d: %w", len(b), prm.GRHSize, ErrBadGRH)
 	}
 	var g GRH
+	ip := b[ipv4At:prm.GRHSize]
+	v6 := b[0]>>4 == 6
 	switch {
-	case isIPv4Header(b[20:40]):
-		ip := b[20:40]
-		g.IPv4 = true
+	case !v6 && ip[0]>>4 == 4, v6 && checkedIPv4(ip):
+		g.IPv4, g.RoCEv2 = true, true
 		g.TrafficClass = ip[1]
 		g.HopLimit = ip[8]
 		g.SGID = v4Mapped(ip[12:16])
 		g.DGID = v4Mapped(ip[16:20])
-	case b[0]>>4 == 6:
+	case v6:
 		w := binary.BigEndian.Uint32(b[0:4])
 		g.TrafficClass = uint8(w >> 20)
 		g.FlowLabel = w & prm.AVFlowLblMask
 		g.HopLimit = b[7]
 		copy(g.SGID[:], b[8:24])
 		copy(g.DGID[:], b[24:40])
+		g.RoCEv2 = b[6] == prm.IPProtoUDP
 	default:
-		return GRH{}, fmt.Errorf("parse GRH: IP version %d at byte 0, %d at byte 20: %w", b[0]>>4, b[20]>>4, ErrBadGRH)
+		return GRH{}, fmt.Errorf("parse GRH: IP version %d at byte 0, %d at byte %d: %w", b[0]>>4, ip[0]>>4, ipv4At, ErrBadGRH)
 	}
 	return g, nil
 }
+
+// ipv4At is where the IPv4 header of a RoCE v2 packet over IPv4 starts in
+// the GRH area.
+const ipv4At = prm.GRHSize - prm.IPv4HeaderSize
 
 func v4Mapped(v4 []byte) ctx.GID {
 	var g ctx.GID
@@ -68,19 +83,8 @@ func v4Mapped(v4 []byte) ctx.GID {
 	return g
 }
 
-// isIPv4Header reports whether h (20 bytes) is an IPv4 header without
-// options whose header checksum is right: the ones' complement sum of its
-// ten 16-bit words, checksum included, is 0xffff.
-func isIPv4Header(h []byte) bool {
-	if h[0] != 0x45 {
-		return false
-	}
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return sum == 0xffff
+// checkedIPv4 reports whether h (20 bytes) is an IPv4 header without
+// options whose header checksum is right.
+func checkedIPv4(h []byte) bool {
+	return h[0] == prm.IPv4VersionIHL && prm.IPv4HeaderChecksum(h[:prm.IPv4HeaderSize]) == 0
 }

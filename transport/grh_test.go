@@ -60,3 +60,49 @@ func TestParseGRH(t *testing.T) {
 	_, err = ParseGRH(b[:39])
 	require.ErrorIs(t, err, ErrBadGRH)
 }
+
+// TestParseGRHIPv4ZeroChecksum: a RoCE v2 IPv4 header behind undefined
+// bytes that do not start with a 6 is the IPv4 form whatever its checksum
+// field holds (zero here), as rdma-core's ibv_init_ah_from_wc reads it; only
+// behind a leading 6 does the checksum decide.
+func TestParseGRHIPv4ZeroChecksum(t *testing.T) {
+	b := make([]byte, 40)
+	ip := b[20:]
+	ip[0], ip[1], ip[8], ip[9] = 0x45, 0x18, 64, 17
+	copy(ip[12:16], []byte{10, 0, 0, 1})
+	copy(ip[16:20], []byte{10, 0, 0, 2})
+	g, err := ParseGRH(b)
+	require.NoError(t, err)
+	require.True(t, g.IPv4)
+	require.True(t, g.RoCEv2)
+	require.Equal(t, "::ffff:10.0.0.1", g.SGID.String())
+	require.Equal(t, "::ffff:10.0.0.2", g.DGID.String())
+	require.Equal(t, uint8(0x18), g.TrafficClass)
+	require.Equal(t, uint8(64), g.HopLimit)
+
+	// Behind a leading 6 the same header, checksum zero, is not believed:
+	// the bytes are an IPv6 header.
+	b[0] = 0x60
+	g, err = ParseGRH(b)
+	require.NoError(t, err)
+	require.False(t, g.IPv4)
+
+	// Version 4 is needed at byte 20 when byte 0 is not 6.
+	b[0], ip[0] = 0, 0x55
+	_, err = ParseGRH(b)
+	require.ErrorIs(t, err, ErrBadGRH)
+}
+
+// TestParseGRHNextHeader: the IPv6 form is RoCE v2 with next header UDP, an
+// InfiniBand or RoCE v1 GRH with 0x1b.
+func TestParseGRHNextHeader(t *testing.T) {
+	b := make([]byte, 40)
+	b[0] = 0x60
+	for next, v2 := range map[byte]bool{17: true, 0x1b: false} {
+		b[6] = next
+		g, err := ParseGRH(b)
+		require.NoError(t, err)
+		require.False(t, g.IPv4)
+		require.Equal(t, v2, g.RoCEv2, "next header %#x", next)
+	}
+}

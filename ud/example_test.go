@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, used when no mlx5 device is linked in
+	_ "github.com/mlx5kit/mlx5kit/sim" // the software HCA, provider "sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -16,7 +16,7 @@ import (
 // by the receive completion. Every receive buffer starts with 40 bytes of
 // GRH space.
 func Example_sendAndReply() {
-	c, err := ctx.Open(ctx.Options{})
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -111,6 +111,8 @@ type Remote struct {
 	qpn  uint32
 	qkey uint32
 	ah   *ctx.AddressHandle
+	// borrowed is set when ah belongs to someone else (RemoteVia).
+	borrowed bool
 }
 
 // NewRemote resolves a UD endpoint (a peer's Endpoint) into a Remote.
@@ -131,6 +133,24 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 		return nil, transport.Errorf(name, op, "%w", err)
 	}
 	return &Remote{av: ah.AV(), qpn: qpn, qkey: qkey, ah: ah}, nil
+}
+
+// RemoteVia returns a Remote that sends through ah, an address handle the
+// caller keeps (an ibpath.AddressCache's, for one), to the remote QPN qpn
+// with the qkey qkey. ah must have been created in the QP's protection
+// domain. The Remote borrows ah: its Close leaves ah open, and ah must stay
+// open while the Remote is used.
+func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error) {
+	const op = "remote via address handle"
+	switch {
+	case ah == nil:
+		return nil, transport.Errorf(name, op, "nil address handle: %w", transport.ErrInvalidConfig)
+	case ah.Closed():
+		return nil, transport.Errorf(name, op, "address handle: %w", transport.ErrClosed)
+	case qpn > prm.AVDQPNMask:
+		return nil, transport.Errorf(name, op, "remote QPN %#x out of range (0..%#x): %w", qpn, prm.AVDQPNMask, transport.ErrInvalidConfig)
+	}
+	return &Remote{av: ah.AV(), qpn: qpn, qkey: qkey, ah: ah, borrowed: true}, nil
 }
 
 // ReplyRemote returns a Remote that answers the sender of a receive
@@ -175,8 +195,14 @@ func (r *Remote) QPN() uint32 { return r.qpn }
 // QKey returns the qkey sends to r carry.
 func (r *Remote) QKey() uint32 { return r.qkey }
 
-// Close destroys the address handle. It is idempotent.
-func (r *Remote) Close() error { return r.ah.Close() }
+// Close destroys the address handle, unless the Remote borrowed it
+// (RemoteVia). It is idempotent.
+func (r *Remote) Close() error {
+	if r.borrowed {
+		return nil
+	}
+	return r.ah.Close()
+}
 
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the

@@ -25,11 +25,10 @@
 // stage is used once: after Finish, no copy of it may be used again, and the
 // zero stage is not a WQE.
 //
-// Measured on a shared 2-core Xeon VM (go test -bench, best block of 512
-// posts): BenchmarkPostBatch64 ~5 ns per WQE (RDMA_WRITE + SGE + Finish, one
-// doorbell per 64); one RDMA_WRITE_IMM + SGE with FinishBlueFlame ~15 ns, of
-// which ~8 ns are the doorbell record, the two fences and the 64-byte
-// BlueFlame copy (blueflame's BenchmarkPost).
+// BenchmarkPostBatch64 (RDMA_WRITE + SGE + Finish, one doorbell per 64)
+// and blueflame's BenchmarkPost (the doorbell record, the two fences and
+// the 64-byte BlueFlame copy) measure these paths; docs/benchmarks.md has
+// the figures.
 //
 // # Ring
 //

@@ -95,7 +95,7 @@
 //
 // mlx5kit-perf's own:
 //
-//	--provider p     mlx5 or sim (default: mlx5 when a device is present)
+//	--provider p     mlx5 or sim (default: MLX5KIT_PROVIDER, else mlx5, else sim with a note)
 //	--warmup n       iterations run before measuring each size (default 100)
 //	--max-size n     the largest size of -a (default 8388608)
 //	--timeout d      give up when a message or the exchange takes longer (default 10s)

@@ -25,8 +25,9 @@
 // (MLX5KIT_CPUS picks them), on the software HCA one goroutine that plays
 // both ends in turn while the model's engine runs on the other CPU.
 //
-// With no mlx5 device (or -provider sim) it runs on the software HCA and
-// says so: the numbers are then those of the model, a goroutine polling
+// With -provider sim or MLX5KIT_PROVIDER=sim it runs on the software HCA;
+// with neither and no mlx5 device it chooses the software HCA itself. Both
+// ways it says so: the numbers are then those of the model, a goroutine polling
 // doorbell records, not of a NIC. The software HCA lives inside one process,
 // so -server and -client in two processes cannot reach each other on it.
 //
@@ -40,7 +41,7 @@
 //	-iters n       measured iterations (default 1000)
 //	-warmup n      iterations run before measuring (default 100)
 //	-device name   device to open (default: the first)
-//	-provider p    mlx5 or sim (default: mlx5 when a device is present)
+//	-provider p    mlx5 or sim (default: MLX5KIT_PROVIDER, else mlx5, else sim with a note)
 //	-gid-index n   local GID table entry on RoCE (default: MLX5KIT_GID_INDEX, or a RoCE v2 GID)
 //	-ib-port n     local port (default 1)
 //	-inline        send the payload inline when it fits (default true)

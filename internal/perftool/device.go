@@ -26,7 +26,7 @@ type Flags struct {
 // Register defines the flags on fs with their defaults.
 func (f Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(f.Device, "device", "", "device to open (default: the first)")
-	fs.StringVar(f.Provider, "provider", "", "mlx5 or sim (default: mlx5 when a device is present, else sim)")
+	fs.StringVar(f.Provider, "provider", "", "mlx5 or sim (default: $"+ctx.EnvProvider+", else mlx5, else sim with a note)")
 	fs.IntVar(f.GIDIndex, "gid-index", -1, "local GID table entry on RoCE (default: $"+scenario.EnvGIDIndex+", or a RoCE v2 GID)")
 	fs.IntVar(f.Port, "ib-port", 1, "local port")
 	fs.DurationVar(f.Timeout, "timeout", 10*time.Second, "give up when a message or the exchange takes longer")
@@ -54,21 +54,28 @@ func (f Flags) Check() string {
 
 // Open opens the device named by provider and device ("" for the default)
 // and returns it with what it is: its description and, on the software
-// HCA, a note saying so and why.
+// HCA, a note saying so and why. With no provider named (by -provider or
+// MLX5KIT_PROVIDER) it opens the first mlx5 device, and when there is none
+// (cgo.NoDeviceReason says why, a build without cgo included) it chooses
+// the software HCA itself and says so in the note; any other failure to
+// open the NIC is returned.
 func Open(provider, device string) (*ctx.Context, string, error) {
+	why := "asked for with -provider " + provider
+	if provider == "" {
+		if env := os.Getenv(ctx.EnvProvider); env != "" {
+			provider, why = env, "asked for with "+ctx.EnvProvider+"="+env
+		}
+	}
 	c, err := mlx5kit.Open(mlx5kit.Options{Provider: provider, Device: device})
+	if err != nil && provider == "" && cgo.NoDeviceReason() != "" {
+		why = "no mlx5 device: " + cgo.NoDeviceReason() + "; -provider sim or " + ctx.EnvProvider + "=sim chooses it without this note"
+		c, err = mlx5kit.Open(mlx5kit.Options{Provider: ctx.ProviderSoftware, Device: device})
+	}
 	if err != nil {
 		return nil, "", err
 	}
 	what := c.String()
 	if c.Kind() == ctx.KindSoftware {
-		why := "asked for with -provider sim"
-		switch {
-		case provider == "" && os.Getenv(ctx.EnvProvider) != "":
-			why = "asked for with " + ctx.EnvProvider + "=" + os.Getenv(ctx.EnvProvider)
-		case provider == "":
-			why = "no mlx5 device: " + cgo.NoDeviceReason()
-		}
 		what += "\nnote:    the software HCA, not a NIC: the numbers are those of the model (" + why + ")"
 	}
 	return c, what, nil

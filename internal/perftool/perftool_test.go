@@ -162,6 +162,39 @@ func TestEndsOnSoftwareHCA(t *testing.T) {
 	require.ErrorContains(t, b.Await(OpSend, 64, 7), "unexpected completion", "a SEND of the wrong length")
 }
 
+// TestOpenChoosesProvider: with no -provider and no MLX5KIT_PROVIDER the
+// tools open the NIC, or, with none, the software HCA with a note saying
+// so; a provider named either way is used and the note says how it was
+// chosen.
+func TestOpenChoosesProvider(t *testing.T) {
+	t.Setenv(ctx.EnvProvider, "")
+	c, what, err := Open("", "")
+	require.NoError(t, err)
+	if c.Kind() == ctx.KindHardware {
+		require.NotContains(t, what, "software HCA")
+	} else {
+		require.Equal(t, ctx.ProviderSoftware, c.Provider())
+		require.Contains(t, what, "the software HCA, not a NIC")
+		require.Contains(t, what, "no mlx5 device")
+	}
+	require.NoError(t, c.Close())
+
+	c, what, err = Open(ctx.ProviderSoftware, "")
+	require.NoError(t, err)
+	require.Contains(t, what, "asked for with -provider sim")
+	require.NoError(t, c.Close())
+
+	t.Setenv(ctx.EnvProvider, ctx.ProviderSoftware)
+	c, what, err = Open("", "")
+	require.NoError(t, err)
+	require.Contains(t, what, "asked for with "+ctx.EnvProvider+"=sim")
+	require.NoError(t, c.Close())
+
+	t.Setenv(ctx.EnvProvider, "")
+	_, _, err = Open("verbs", "")
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+}
+
 // TestGIDSelector: -gid-index names an entry; unset (-1) it falls back to
 // MLX5KIT_GID_INDEX, and unset there too leaves the choice to the queue
 // pair.
