@@ -16,6 +16,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -257,9 +258,9 @@ func newRCPair(t *testing.T, sendDepth uint32) rcPair {
 	require.NoError(t, err)
 	cqB, err := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
 	require.NoError(t, err)
-	a, err := rc.New(pd, cqA, nil, rc.Config{SendDepth: sendDepth, MaxInline: 64})
+	a, err := rc.New(pd, cqA, rc.Config{SendDepth: sendDepth, MaxInline: 64})
 	require.NoError(t, err)
-	b, err := rc.New(pd, cqB, nil, rc.Config{SendDepth: sendDepth, RecvDepth: 8})
+	b, err := rc.New(pd, cqB, rc.Config{SendDepth: sendDepth, RecvDepth: 8})
 	require.NoError(t, err)
 	require.NoError(t, a.Connect(b.Endpoint()))
 	require.NoError(t, b.Connect(a.Endpoint()))
@@ -272,15 +273,15 @@ func newRCPair(t *testing.T, sendDepth uint32) rcPair {
 }
 
 // TestCompletionsRetireWorkRequests runs the event loop the guide shows
-// over an rc.Poller: every completion the iterator yields has retired its
+// over an transport.Poller: every completion the iterator yields has retired its
 // work request, so a send queue of 8 takes 40 signaled writes, each posted
 // from the loop body when the previous one completed.
 func TestCompletionsRetireWorkRequests(t *testing.T) {
 	const depth, total = 8, 40
 	p := newRCPair(t, depth)
-	poller, err := rc.NewPoller(p.cqA)
+	poller, err := transport.NewPoller(p.cqA)
 	require.NoError(t, err)
-	require.NoError(t, poller.Add(&p.a.Queue))
+	require.NoError(t, poller.Add(p.a))
 	n, err := completion.NewNotifier(p.cqA, poller.CQ())
 	require.NoError(t, err)
 	defer n.Close()
@@ -316,9 +317,9 @@ func TestCompletionsRetireWorkRequests(t *testing.T) {
 // the completions it did not reach to the next loop.
 func TestCompletionsLeavesTheRestInTheRing(t *testing.T) {
 	p := newRCPair(t, 8)
-	poller, err := rc.NewPoller(p.cqA)
+	poller, err := transport.NewPoller(p.cqA)
 	require.NoError(t, err)
-	require.NoError(t, poller.Add(&p.a.Queue))
+	require.NoError(t, poller.Add(p.a))
 	n, err := completion.NewNotifier(p.cqA, poller.CQ())
 	require.NoError(t, err)
 	defer n.Close()

@@ -60,7 +60,7 @@ func ExampleAddressCache() {
 	defer dev.Close()
 	pd, _ := dev.AllocProtectionDomain()
 	cq, _ := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
-	qp, err := ud.New(pd, cq, nil, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 0x11111111})
+	qp, err := ud.New(pd, cq, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 0x11111111})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/ibpath"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -15,7 +16,7 @@ import (
 type udEnd struct {
 	n    *node
 	qp   *ud.QP
-	poll *ud.Poller
+	poll *transport.Poller
 	p    ibpath.Path
 	ahs  *ibpath.AddressCache
 	gids []ctx.GIDEntry
@@ -23,11 +24,11 @@ type udEnd struct {
 
 func newUDEnd(t *testing.T, n *node) *udEnd {
 	t.Helper()
-	qp, err := ud.New(n.pd, n.cq, nil, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: testQKey})
+	qp, err := ud.New(n.pd, n.cq, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: testQKey})
 	require.NoError(t, err)
-	poll, err := ud.NewPoller(n.cq)
+	poll, err := transport.NewPoller(n.cq)
 	require.NoError(t, err)
-	require.NoError(t, poll.Add(&qp.Queue))
+	require.NoError(t, poll.Add(qp))
 	p, err := ibpath.Local(n.dev, ibpath.Default(), 1, ctx.GIDSelector{})
 	require.NoError(t, err)
 	p.SQPN, p.QKey = qp.QPN(), testQKey
@@ -51,10 +52,10 @@ func (e *udEnd) send(t *testing.T, to ibpath.Path, wrid uint64, msg string) {
 
 // receive returns a copy of the one receive completion on the end's CQ
 // (send completions must be successful).
-func (e *udEnd) receive(t *testing.T) ud.Completion {
+func (e *udEnd) receive(t *testing.T) transport.Completion {
 	t.Helper()
-	var got []ud.Completion
-	e.poll.Poll(64, func(c *ud.Completion) {
+	var got []transport.Completion
+	e.poll.Poll(64, func(c *transport.Completion) {
 		require.NoError(t, c.Err())
 		if !c.IsSend() {
 			got = append(got, *c)
@@ -66,7 +67,7 @@ func (e *udEnd) receive(t *testing.T) ud.Completion {
 
 // testUDQPRoundTrip: a datagram sent through ud.QP.Post with the address
 // cache's Remote arrives, and the path ibpath.Reply builds from the
-// ud.Poller's Completion carries the answer back through the other cache.
+// transport.Poller's Completion carries the answer back through the other cache.
 func testUDQPRoundTrip(t *testing.T, link ctx.LinkLayer) {
 	f := newFabric(t, link)
 	a, b := newUDEnd(t, newNode(t, f, "sim0")), newUDEnd(t, newNode(t, f, "sim1"))
@@ -92,7 +93,7 @@ func testUDQPRoundTrip(t *testing.T, link ctx.LinkLayer) {
 	const msg = "ping through ud.QP"
 	a.send(t, to, 1, msg)
 	require.NoError(t, f.RunUntilIdle())
-	a.poll.Poll(8, func(c *ud.Completion) { require.NoError(t, c.Err()) })
+	a.poll.Poll(8, func(c *transport.Completion) { require.NoError(t, c.Err()) })
 	in := b.receive(t)
 	require.Equal(t, a.qp.QPN(), in.SourceQPN)
 	require.Equal(t, msg, string(b.n.buf.Bytes()[ud.GRHSize:ud.GRHSize+len(msg)]))
@@ -112,7 +113,7 @@ func testUDQPRoundTrip(t *testing.T, link ctx.LinkLayer) {
 	const answer = "pong"
 	b.send(t, reply, 2, answer)
 	require.NoError(t, f.RunUntilIdle())
-	b.poll.Poll(8, func(c *ud.Completion) { require.NoError(t, c.Err()) })
+	b.poll.Poll(8, func(c *transport.Completion) { require.NoError(t, c.Err()) })
 	back := a.receive(t)
 	require.Equal(t, b.qp.QPN(), back.SourceQPN)
 	require.Equal(t, answer, string(a.n.buf.Bytes()[4096+ud.GRHSize:4096+ud.GRHSize+len(answer)]))
@@ -154,6 +155,6 @@ func TestAddressCacheRemoteRefusals(t *testing.T) {
 
 // TestReplyFromNilCompletion: a nil completion of either kind is refused.
 func TestReplyFromNilCompletion(t *testing.T) {
-	_, err := ibpath.Reply((*ud.Completion)(nil), nil, ibpath.Default(), nil)
+	_, err := ibpath.Reply((*transport.Completion)(nil), nil, ibpath.Default(), nil)
 	require.ErrorIs(t, err, ibpath.ErrInvalid)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -30,9 +31,9 @@ func TestRemoteVia(t *testing.T) {
 	s, err := x.qp[0].Post(7, wqebuilder.Signaled, r)
 	require.NoError(t, err)
 	require.NoError(t, s.Send().Inline([]byte("via")).FinishBlueFlame())
-	require.Equal(t, ud.StatusOK, x.e.One(x.p[0]).Status)
+	require.Equal(t, transport.StatusOK, x.e.One(x.p[0]).Status)
 	got := x.e.One(x.p[1])
-	require.Equal(t, ud.StatusOK, got.Status)
+	require.Equal(t, transport.StatusOK, got.Status)
 	require.Equal(t, x.qp[0].QPN(), got.SourceQPN)
 	require.Equal(t, "via", string(x.e.Mem(1, ud.GRHSize, 3)))
 
@@ -41,12 +42,12 @@ func TestRemoteVia(t *testing.T) {
 	require.NoError(t, ah.Close())
 
 	_, err = x.qp[0].RemoteVia(nil, 1, 1)
-	require.ErrorIs(t, err, ud.ErrInvalidConfig)
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 	_, err = x.qp[0].RemoteVia(ah, 1, 1)
-	require.ErrorIs(t, err, ud.ErrClosed)
+	require.ErrorIs(t, err, transport.ErrClosed)
 	ah2, err := x.e.PD[0].CreateAddressHandle(ctx.AddressAttr{Port: 1, DLID: 1})
 	require.NoError(t, err)
 	defer ah2.Close()
 	_, err = x.qp[0].RemoteVia(ah2, 1<<24, 1)
-	require.ErrorIs(t, err, ud.ErrInvalidConfig)
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
 }
