@@ -120,3 +120,25 @@ func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op strin
 	q.mem = keepMemory(q.bufs[:])
 	return q, nil
 }
+
+// SharedReceiveQueueInfo is what the model knows of a shared receive queue.
+type SharedReceiveQueueInfo struct {
+	SRQN   uint32
+	Ring   unsafe.Pointer
+	Count  uint32
+	Stride uint32
+	DBRec  unsafe.Pointer
+	PDN    uint32
+}
+
+// SharedReceiveQueue returns the live shared receive queue with the given
+// number.
+func (f *Fabric) SharedReceiveQueue(srqn uint32) (SharedReceiveQueueInfo, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.srqs[srqn]
+	if !ok || s.closed {
+		return SharedReceiveQueueInfo{}, false
+	}
+	return SharedReceiveQueueInfo{SRQN: s.srqn, Ring: s.ring, Count: s.cnt, Stride: s.stride, DBRec: s.db, PDN: s.pd.pdn}, true
+}

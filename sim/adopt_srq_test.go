@@ -71,6 +71,10 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	srqn, ok := SharedReceiveQueueNumber(srqB)
 	require.True(t, ok)
 	require.Equal(t, srqB.Descriptor().SRQN, srqn)
+	info, ok := f.SharedReceiveQueue(srqn)
+	require.True(t, ok)
+	require.Equal(t, SharedReceiveQueueInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
+		PDN: func() uint32 { n, _ := ProtectionDomainNumber(pdB); return n }()}, info)
 	ts := &testSRQ{d: ctx.SRQDescriptor{Buf: ring.Pointer(), DBRec: srqDB.Pointer(), Stride: srqStride, WQECnt: srqCnt},
 		head: 0, tail: srqCnt - 1}
 
@@ -183,4 +187,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.True(t, ok, "the DCI's CQE")
 	require.Equal(t, prm.CQEReq, x.op)
 	require.Empty(t, f.Violations())
+	require.NoError(t, srqB.Close())
+	_, ok = f.SharedReceiveQueue(srqn)
+	require.False(t, ok, "a closed SRQ is gone")
 }
