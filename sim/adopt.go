@@ -228,12 +228,16 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 	if err != nil {
 		return nil, ctx.Errorf(op, "%w", err)
 	}
-	if g.WQEBBs() > cfg.SQCount {
-		return nil, bad("%d send WQEBBs hold no WQE of %d", cfg.SQCount, g.WQEBBs())
-	}
+	// mlx5_ib does not size a user QP's WQEs: set_user_buf_size takes the
+	// library's ring as it comes, and libmlx5 sizes it for the send
+	// operations the QP was created with (send_ops_flags), which the
+	// kernel never learns. So a ring smaller than the kernel's own sizing
+	// of the largest WQE is accepted, and its size bounds the WQEs the
+	// model executes.
+	maxWQEBBs := min(g.WQEBBs(), cfg.SQCount)
 	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, srq: sr, state: ctx.QPStateReset,
 		scatterToCQE: cfg.ScatterToCQE, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
-		maxWQEBBs: g.WQEBBs(), maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
+		maxWQEBBs: maxWQEBBs, maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
 	if cfg.RQCount > 0 {
 		q.rq, q.rqCnt, q.rqStride, q.rqMaxSGE = cfg.RQ, cfg.RQCount, cfg.RQStride, cfg.RQStride/prm.DataSize
 	}

@@ -191,3 +191,35 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	_, ok = f.SharedReceiveQueue(srqn)
 	require.False(t, ok, "a closed SRQ is gone")
 }
+
+// TestAdoptQueuePairRingSmallerThanKernelSizing adopts a send ring of one
+// WQEBB for capabilities the kernel's own sizing of a WQE (with memory
+// window binds, which libmlx5 leaves out when told the send operations)
+// would give two: mlx5_ib takes a user QP's ring as the library sized it,
+// so the model does too, and bounds the WQEs it executes by the ring.
+func TestAdoptQueuePairRingSmallerThanKernelSizing(t *testing.T) {
+	f := New(Options{Strict: true})
+	defer f.Close()
+	d, err := f.OpenDevice("")
+	require.NoError(t, err)
+	defer d.Close()
+	p, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	sq, err := ctx.AllocBuffer(prm.WQEBBSize, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer sq.Close()
+	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer db.Close()
+	for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeDCI} {
+		q, err := AdoptQueuePair(p, AdoptedQPConfig{Type: typ, SendCQ: c, RecvCQ: c,
+			Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: 12},
+			SQ:   sq.Pointer(), SQCount: 1, DBRec: db.Pointer()})
+		require.NoError(t, err, "%v", typ)
+		require.Equal(t, uint32(1), q.Descriptor().SQ.WQECnt)
+		require.Equal(t, uint32(1), q.(*qp).maxWQEBBs, "the ring bounds the WQE")
+		require.NoError(t, q.Close())
+	}
+}

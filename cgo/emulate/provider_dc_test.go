@@ -56,6 +56,10 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 	defer closeAndCollect(t, d, maps)
 	pa, err := d.QueryPort(1)
 	require.NoError(t, err)
+	attr, err := d.Query()
+	require.NoError(t, err)
+	require.True(t, attr.DC, "the device's probe created a DCI")
+	require.NotZero(t, attr.MaxSendWQESize, "the device's probe sized RC QPs")
 
 	pd, err := d.AllocProtectionDomain()
 	require.NoError(t, err)

@@ -16,10 +16,13 @@ import (
 
 // srqMemory is an SRQ ring (its free list linked 0→1→…) and a doorbell
 // record as libmlx5 allocates them: page-aligned, mmap'd.
+// A page that cannot be read follows them.
 func srqMemory(t *testing.T, count, stride int) (ring, db []byte) {
 	n := count * stride
-	mem, err := unix.Mmap(-1, 0, n+4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	size := (n+64+4095)/4096*4096 + 4096
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
+	require.NoError(t, unix.Mprotect(mem[size-4096:], unix.PROT_NONE))
 	t.Cleanup(func() { _ = unix.Munmap(mem) })
 	for i := 0; i < count; i++ {
 		mem[i*stride+2], mem[i*stride+3] = byte((i+1)>>8), byte(i+1)
