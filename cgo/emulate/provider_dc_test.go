@@ -213,7 +213,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 }
 
 // TestEnvironmentSwitchSRQAndDC runs TestCgoProviderSharedReceiveQueueAndDC
-// again in fresh processes switched on by the environment alone, with RoCE
+// and TestContextRCOnSharedReceiveQueue again in fresh processes switched on by the environment alone, with RoCE
 // ports and with the write-only ABI.
 func TestEnvironmentSwitchSRQAndDC(t *testing.T) {
 	if os.Getenv(envChild) != "" {
@@ -225,12 +225,13 @@ func TestEnvironmentSwitchSRQAndDC(t *testing.T) {
 		{"write-abi-ethernet", "ethernet", emulate.ABIWrite},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSharedReceiveQueueAndDC$|^TestChildIsEmulated$", "-test.count", "1", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSharedReceiveQueueAndDC$|^TestContextRCOnSharedReceiveQueue$|^TestChildIsEmulated$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), envChild+"=1", emulate.EnvEmulate+"=1",
 				emulate.EnvLink+"="+c.link, emulate.EnvABI+"="+c.abi)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			require.Contains(t, string(out), "--- PASS: TestCgoProviderSharedReceiveQueueAndDC")
+			require.Contains(t, string(out), "--- PASS: TestContextRCOnSharedReceiveQueue")
 			require.Contains(t, string(out), "--- PASS: TestChildIsEmulated")
 		})
 	}
