@@ -192,18 +192,21 @@ func (k *kernel) writeExModifyQP(f *ufile, c *writeCall) syscall.Errno {
 			return en
 		}
 	}
+	if rtr {
+		// The DCT's number is the model's QPN from its creation: answered
+		// before the modify, so that a response that cannot be written
+		// (EFAULT) leaves the DCT in INIT, as mlx5_ib destroys the DCT it
+		// created when the copy fails.
+		vendor := C.struct_mlx5_ib_modify_qp_resp{response_length: C.__u32(vendorLen), dctn: C.__u32(dct.qp.Descriptor().QPN)}
+		if en := copyOut(c.udataOut, bytesOf(&vendor)[:vendorLen]); en != 0 {
+			return en
+		}
+	}
 	if en := k.modifyQP(f, &req.base); en != 0 {
 		return en
 	}
 	resp := C.struct_ib_uverbs_ex_modify_qp_resp{response_length: C.__u32(min(c.respLen, int(C.sizeof_struct_ib_uverbs_ex_modify_qp_resp)))}
-	if en := c.response(bytesOf(&resp)); en != 0 {
-		return en
-	}
-	if rtr {
-		vendor := C.struct_mlx5_ib_modify_qp_resp{response_length: C.__u32(vendorLen), dctn: C.__u32(dct.qp.Descriptor().QPN)}
-		return copyOut(c.udataOut, bytesOf(&vendor)[:vendorLen])
-	}
-	return 0
+	return c.response(bytesOf(&resp))
 }
 
 // checkLegacyModify refuses what MODIFY_QP, which has no response, cannot

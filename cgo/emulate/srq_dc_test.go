@@ -330,7 +330,9 @@ func TestKernelDCQueuePairs(t *testing.T) {
 		require.Equal(t, n0, objectCount(k, fd), "%s: nothing created", name)
 	}
 
-	dh, dqpn, en := createQPOnSRQ(k, a, fd, pd, cq, srq, qptDriver, qpCaps{}, dctReq(mlx5QPFlagScatter, key))
+	// create_dct uses none of the capabilities: ones no QP could have are
+	// ignored.
+	dh, dqpn, en := createQPOnSRQ(k, a, fd, pd, cq, srq, qptDriver, qpCaps{sendWR: 1 << 30, recvWR: 1 << 30, sendSGE: 99}, dctReq(mlx5QPFlagScatter, key))
 	require.Zero(t, en)
 	require.Zero(t, dqpn, "a DCT's number is known at RTR")
 	o := k.files[fd].uctx.objects[dh]
@@ -379,6 +381,13 @@ func TestKernelDCQueuePairs(t *testing.T) {
 		require.Equal(t, c.want, en, name)
 		require.Equal(t, ctx.QPStateInit, state(dh), "%s: refused, still INIT", name)
 	}
+	// A driver response that cannot be written: EFAULT, still INIT.
+	core := make([]byte, exModifyQPSize)
+	copy(core, modifyQPBytes(dctRTR))
+	buf, n, _ := a.writeExCmd(exCmdModifyQP, core, udata, a.guard-exModifyQPRespSize, exModifyQPRespSize/8, 1)
+	_, en = k.write(fd, buf, n)
+	require.Equal(t, unix.EFAULT, en, "the DCT number's response in the guard page")
+	require.Equal(t, ctx.QPStateInit, state(dh), "refused: still INIT")
 	for _, out := range []int{1, mlx5ModifyQPRespSize / 8} {
 		if out == mlx5ModifyQPRespSize/8 {
 			// A second DCT, answered with the whole structure.
