@@ -126,13 +126,20 @@ func (f *Fabric) CompletionQueue(cqn uint32) (CompletionQueueInfo, bool) {
 	return CompletionQueueInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
 }
 
-// AdoptedQPConfig describes an RC or UD queue pair whose rings and
-// doorbell record the caller owns, as libmlx5 allocates them and tells
-// the kernel where they are (struct mlx5_ib_create_qp).
+// AdoptedQPConfig describes a queue pair whose rings and doorbell record
+// the caller owns, as libmlx5 allocates them and tells the kernel where
+// they are (struct mlx5_ib_create_qp).
 type AdoptedQPConfig struct {
-	// Type is ctx.QPTypeRC or ctx.QPTypeUD.
+	// Type is ctx.QPTypeRC, ctx.QPTypeUD, ctx.QPTypeDCI (a send ring only)
+	// or ctx.QPTypeDCT (no rings: it receives through SRQ, and needs no
+	// doorbell record).
 	Type           ctx.QPType
 	SendCQ, RecvCQ ctx.ProviderCompletionQueue
+	// SRQ, when not nil, replaces the receive ring (RQCount must be 0);
+	// a DCT requires one.
+	SRQ ctx.ProviderSRQ
+	// DCKey is a DCT's access key, which a DCI's WQE must carry.
+	DCKey uint64
 	// Caps are the capabilities the QP was asked for; the largest WQE,
 	// inline size and SGE count the model accepts follow from them as
 	// the kernel's sizing does (package internal/sqsize).
@@ -154,8 +161,8 @@ type AdoptedQPConfig struct {
 	ScatterToCQE bool
 }
 
-// AdoptQueuePair creates an RC or UD queue pair of pd (a protection
-// domain of the model) over the caller's rings and doorbell record: the
+// AdoptQueuePair creates a queue pair of pd (a protection domain of the
+// model) over the caller's rings and doorbell record: the
 // engine reads the WQEs the caller writes there and follows the counters
 // of the doorbell record, as it does for a queue pair of its own. The
 // memory must stay mapped until the queue pair is closed; the model does
@@ -172,11 +179,25 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 	}
 	sendCQ, ok1 := cfg.SendCQ.(*cq)
 	recvCQ, ok2 := cfg.RecvCQ.(*cq)
+	var sr *srq
+	if cfg.SRQ != nil {
+		var ok bool
+		if sr, ok = cfg.SRQ.(*srq); !ok {
+			return nil, bad("SRQ of another provider")
+		}
+	}
+	if cfg.Type == ctx.QPTypeDCT {
+		return adoptDCT(pr, sendCQ, recvCQ, sr, cfg, op)
+	}
 	switch {
 	case !ok1 || !ok2:
 		return nil, bad("CQ of another provider")
-	case cfg.Type != ctx.QPTypeRC && cfg.Type != ctx.QPTypeUD:
-		return nil, bad("type %v (RC or UD)", cfg.Type)
+	case cfg.Type != ctx.QPTypeRC && cfg.Type != ctx.QPTypeUD && cfg.Type != ctx.QPTypeDCI:
+		return nil, bad("type %v (RC, UD, DCI or DCT)", cfg.Type)
+	case cfg.Type == ctx.QPTypeDCI && (cfg.RQCount > 0 || sr != nil):
+		return nil, bad("a DCI has no receive queue")
+	case sr != nil && cfg.RQCount > 0:
+		return nil, bad("a receive ring and an SRQ")
 	case cfg.SQ == nil || cfg.DBRec == nil:
 		return nil, bad("nil send ring or doorbell record")
 	case cfg.SQCount == 0 || cfg.SQCount > maxSendWQEBB || cfg.SQCount&(cfg.SQCount-1) != 0:
@@ -207,19 +228,23 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 	if err != nil {
 		return nil, ctx.Errorf(op, "%w", err)
 	}
-	if g.WQEBBs() > cfg.SQCount {
-		return nil, bad("%d send WQEBBs hold no WQE of %d", cfg.SQCount, g.WQEBBs())
-	}
-	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, state: ctx.QPStateReset,
+	// mlx5_ib does not size a user QP's WQEs: set_user_buf_size takes the
+	// library's ring as it comes, and libmlx5 sizes it for the send
+	// operations the QP was created with (send_ops_flags), which the
+	// kernel never learns. So a ring smaller than the kernel's own sizing
+	// of the largest WQE is accepted, and its size bounds the WQEs the
+	// model executes.
+	maxWQEBBs := min(g.WQEBBs(), cfg.SQCount)
+	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, srq: sr, state: ctx.QPStateReset,
 		scatterToCQE: cfg.ScatterToCQE, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
-		maxWQEBBs: g.WQEBBs(), maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
+		maxWQEBBs: maxWQEBBs, maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
 	if cfg.RQCount > 0 {
 		q.rq, q.rqCnt, q.rqStride, q.rqMaxSGE = cfg.RQ, cfg.RQCount, cfg.RQStride, cfg.RQStride/prm.DataSize
 	}
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
-	if pr.closed || sendCQ.closed || recvCQ.closed {
-		return nil, ctx.Errorf(op, "PD or CQ: %w", ctx.ErrClosed)
+	if pr.closed || sendCQ.closed || recvCQ.closed || (sr != nil && sr.closed) {
+		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
 	qpn, _, ok := pr.f.qpns.take()
 	if !ok {

@@ -49,6 +49,9 @@ type uobject struct {
 	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.
 	sendCQ, recvCQ uint32
+	// srq is an SRQ's state; srqRef the SRQ object a QP receives through.
+	srq    *srqObject
+	srqRef *uobject
 	// channel is a CQ's completion channel descriptor (-1 for none).
 	channel int
 	users   int // objects that name this one (MRs of a PD)
@@ -107,13 +110,15 @@ func (o *uobject) close() {
 		_ = o.cq.Close()
 	case objQP:
 		_ = o.qp.Close()
+	case objSRQ:
+		_ = o.srq.srq.Close()
 	}
 }
 
 // destroyObjects releases every object of the context, children first,
 // as the kernel does when the device node is closed.
 func (uc *ucontext) destroyObjects() {
-	for _, kind := range []objKind{objQP, objCQ, objMR, objPD} {
+	for _, kind := range []objKind{objQP, objSRQ, objCQ, objMR, objPD} {
 		for h, o := range uc.objects {
 			if o.kind == kind {
 				o.close()

@@ -33,6 +33,7 @@ type qpRequest struct {
 	pd, sendCQ, recvCQ uint32
 	typ                uint8
 	isSRQ              bool
+	srq                uint32
 	caps               ctx.QueuePairCaps
 	vendor             []byte // struct mlx5_ib_create_qp
 }
@@ -63,7 +64,7 @@ func qpType(t uint8) (ctx.QPType, syscall.Errno) {
 
 // createQP checks a CREATE_QP request and creates the QP on the model.
 func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
-	typ, en := qpType(r.typ)
+	typ, en := qpTypeOf(r.typ, r.vendor)
 	if en != 0 {
 		return qpReply{}, en
 	}
@@ -80,16 +81,23 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	if en != 0 {
 		return qpReply{}, en
 	}
+	var sref *uobject
 	if r.isSRQ {
-		// No SRQ objects yet.
-		return qpReply{}, unix.EOPNOTSUPP
+		if sref, en = uc.object(r.srq, objSRQ); en != 0 {
+			return qpReply{}, en
+		}
+	}
+	if en := checkDCAttr(typ, sref, r.caps); en != 0 {
+		return qpReply{}, en
 	}
 	attr := f.dev.Attr
 	c := r.caps
-	if c.SendDepth > attr.MaxQPWR || c.RecvDepth > attr.MaxQPWR || c.MaxSendSGE > attr.MaxSGE || c.MaxRecvSGE > attr.MaxSGE {
+	// create_dct uses none of the capabilities.
+	dct := typ == ctx.QPTypeDCT
+	if !dct && (c.SendDepth > attr.MaxQPWR || c.RecvDepth > attr.MaxQPWR || c.MaxSendSGE > attr.MaxSGE || c.MaxRecvSGE > attr.MaxSGE) {
 		return qpReply{}, unix.EINVAL
 	}
-	if c.SendDepth > 0 {
+	if !dct && c.SendDepth > 0 {
 		if err := sqsize.Check(typ, c, sqsize.DeviceOf(attr)); err != nil {
 			return qpReply{}, unix.EINVAL
 		}
@@ -116,14 +124,22 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	switch {
 	case flags&^known != 0:
 		return qpReply{}, unix.EINVAL
-	case flags&^(C.MLX5_QP_FLAG_SCATTER_CQE|C.MLX5_QP_FLAG_ALLOW_SCATTER_CQE|C.MLX5_QP_FLAG_BFREG_INDEX|C.MLX5_QP_FLAG_UAR_PAGE_INDEX) != 0:
-		// Signatures, tunnel offloads, TIR flags, credit mode and the DC
-		// types through this door the model has not.
+	case flags&C.MLX5_QP_FLAG_DCI_STREAM != 0:
+		// process_vendor_flags: DCI streams on a device without stream
+		// channels (the model announces none).
+		return qpReply{}, unix.EINVAL
+	case flags&^(C.MLX5_QP_FLAG_SCATTER_CQE|C.MLX5_QP_FLAG_ALLOW_SCATTER_CQE|C.MLX5_QP_FLAG_BFREG_INDEX|
+		C.MLX5_QP_FLAG_UAR_PAGE_INDEX|C.MLX5_QP_FLAG_TYPE_DCI|C.MLX5_QP_FLAG_TYPE_DCT) != 0:
+		// Signatures, tunnel offloads, TIR flags and credit mode the
+		// model has not.
 		return qpReply{}, unix.EOPNOTSUPP
 	case flags&C.MLX5_QP_FLAG_UAR_PAGE_INDEX != 0:
 		// The index of a dynamically allocated UAR, which this kernel
 		// never hands out.
 		return qpReply{}, unix.EINVAL
+	}
+	if typ == ctx.QPTypeDCT {
+		return k.createDCT(f, r, p, scq, rcq, sref, &ucmd)
 	}
 	bfreg := uint32(0)
 	if flags&C.MLX5_QP_FLAG_BFREG_INDEX != 0 {
@@ -138,6 +154,11 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
 	// for a QP that asked for no receive work requests.
 	rqCnt, shift := uint32(ucmd.rq_wqe_count), uint32(ucmd.rq_wqe_shift)
+	if sref != nil {
+		// qp_has_rq: a QP with an SRQ has no receive ring, whatever the
+		// request's counts.
+		rqCnt, shift, c.RecvDepth, c.MaxRecvSGE = 0, 0, 0, 0
+	}
 	if c.RecvDepth == 0 && rqCnt != 0 {
 		return qpReply{}, unix.EINVAL
 	}
@@ -184,6 +205,9 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	if rqCnt > 0 {
 		cfg.RQ = *(*unsafe.Pointer)(unsafe.Pointer(&buf))
 	}
+	if sref != nil {
+		cfg.SRQ = sref.srq.srq
+	}
 	q, err := sim.AdoptQueuePair(p.pd, cfg)
 	if err != nil {
 		return qpReply{}, errnoOfModel(err)
@@ -191,11 +215,14 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	p.users++
 	scq.users++
 	rcq.users++
+	if sref != nil {
+		sref.users++
+	}
 	out := c
 	if rqCnt > 0 {
 		out.RecvDepth, out.MaxRecvSGE = rqCnt, stride/16
 	}
-	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ})
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref})
 	return qpReply{handle: h, qpn: q.Descriptor().QPN, caps: out, bfreg: bfreg}, 0
 }
 
@@ -211,6 +238,9 @@ func (k *kernel) destroyQP(f *ufile, h uint64) syscall.Errno {
 			p.users--
 		}
 	}
+	if o.srqRef != nil {
+		o.srqRef.users--
+	}
 	return 0
 }
 
@@ -224,7 +254,7 @@ func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 	}
 	r, en := k.createQP(f, qpRequest{
 		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
-		typ: uint8(req.qp_type), isSRQ: req.is_srq != 0,
+		typ: uint8(req.qp_type), isSRQ: req.is_srq != 0, srq: uint32(req.srq_handle),
 		caps: ctx.QueuePairCaps{SendDepth: uint32(req.max_send_wr), RecvDepth: uint32(req.max_recv_wr),
 			MaxSendSGE: uint32(req.max_send_sge), MaxRecvSGE: uint32(req.max_recv_sge), MaxInline: uint32(req.max_inline_data)},
 		vendor: c.udataIn,
@@ -363,6 +393,9 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 func (k *kernel) writeModifyQP(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_modify_qp
 	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	if en := checkLegacyModify(f, &req); en != 0 {
 		return en
 	}
 	return k.modifyQP(f, &req)

@@ -1,0 +1,225 @@
+package sim
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// TestAdoptSharedReceiveQueueAndDC creates an SRQ over a ring and doorbell
+// record the caller owns (its free list linked by the caller, as libmlx5
+// links it), an RC QP and a DCT that receive through it, and a DCI over
+// the caller's send ring; a SEND from a QP of the model's own lands in the
+// SRQ through the RC QP, a SEND from the adopted DCI through the DCT, and
+// each receive CQE carries the SRQ number. Bad geometry is refused.
+func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
+	f := New(Options{Strict: true})
+	defer f.Close()
+	open := func(name string) (ctx.ProviderDevice, ctx.ProviderProtectionDomain) {
+		d, err := f.OpenDevice(name)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = d.Close() })
+		p, err := d.AllocProtectionDomain()
+		require.NoError(t, err)
+		return d, p
+	}
+	devA, pdA := open("sim0")
+	devB, pdB := open("sim1")
+	alloc := func(n int) *ctx.Buffer {
+		b, err := ctx.AllocBuffer(n, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	newCQ := func(d ctx.ProviderDevice) (ctx.ProviderCompletionQueue, *testCQ) {
+		c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
+		require.NoError(t, err)
+		return c, &testCQ{d: c.Descriptor()}
+	}
+
+	// The SRQ on B: 8 WQEs of 32 bytes (a next segment and one data
+	// segment), linked 0→1→…→7.
+	const srqCnt, srqStride = 8, 32
+	ring := alloc(srqCnt * srqStride)
+	srqDB := alloc(64)
+	for i := 0; i < srqCnt; i++ {
+		prm.Store16(unsafe.Add(ring.Pointer(), i*srqStride+prm.SRQNextWQEIndex), uint16((i+1)%srqCnt))
+	}
+	scfg := AdoptedSRQConfig{Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer()}
+	for name, mut := range map[string]func(c *AdoptedSRQConfig){
+		"count":             func(c *AdoptedSRQConfig) { c.Count = 6 },
+		"count above limit": func(c *AdoptedSRQConfig) { c.Count = maxRecvWR * 2 },
+		"stride":            func(c *AdoptedSRQConfig) { c.Stride = 48 },
+		"stride too small":  func(c *AdoptedSRQConfig) { c.Stride = 16 },
+		"stride too large":  func(c *AdoptedSRQConfig) { c.Stride = 1024 },
+		"misaligned ring":   func(c *AdoptedSRQConfig) { c.Ring = unsafe.Add(ring.Pointer(), 16) },
+		"misaligned record": func(c *AdoptedSRQConfig) { c.DBRec = unsafe.Add(srqDB.Pointer(), 2) },
+		"nil record":        func(c *AdoptedSRQConfig) { c.DBRec = nil },
+	} {
+		c := scfg
+		mut(&c)
+		_, err := AdoptSharedReceiveQueue(pdB, c)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
+	}
+	srqB, err := AdoptSharedReceiveQueue(pdB, scfg)
+	require.NoError(t, err)
+	defer srqB.Close()
+	srqn, ok := SharedReceiveQueueNumber(srqB)
+	require.True(t, ok)
+	require.Equal(t, srqB.Descriptor().SRQN, srqn)
+	info, ok := f.SharedReceiveQueue(srqn)
+	require.True(t, ok)
+	require.Equal(t, SharedReceiveQueueInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
+		PDN: func() uint32 { n, _ := ProtectionDomainNumber(pdB); return n }()}, info)
+	ts := &testSRQ{d: ctx.SRQDescriptor{Buf: ring.Pointer(), DBRec: srqDB.Pointer(), Stride: srqStride, WQECnt: srqCnt},
+		head: 0, tail: srqCnt - 1}
+
+	dst := alloc(4096)
+	mrB, err := pdB.RegisterMemory(dst.Pointer(), 4096, allAccess)
+	require.NoError(t, err)
+	src := alloc(4096)
+	mrA, err := pdA.RegisterMemory(src.Pointer(), 4096, allAccess)
+	require.NoError(t, err)
+	lid := func(d ctx.ProviderDevice) uint16 {
+		pa, err := d.QueryPort(1)
+		require.NoError(t, err)
+		return pa.LID
+	}
+
+	// An RC QP on B receiving through the SRQ, a model QP on A sending.
+	cqB, tcqB := newCQ(devB)
+	sqB, dbB := alloc(16*prm.WQEBBSize), alloc(64)
+	rcfg := AdoptedQPConfig{Type: ctx.QPTypeRC, SendCQ: cqB, RecvCQ: cqB, SRQ: srqB,
+		Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1},
+		SQ:   sqB.Pointer(), SQCount: 16, DBRec: dbB.Pointer()}
+	bad := rcfg
+	bad.RQ, bad.RQCount, bad.RQStride = ring.Pointer(), 8, 32
+	_, err = AdoptQueuePair(pdB, bad)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a receive ring and an SRQ")
+	qb, err := AdoptQueuePair(pdB, rcfg)
+	require.NoError(t, err)
+	defer qb.Close()
+	cqA, tcqA := newCQ(devA)
+	qa, err := pdA.CreateQueuePair(ctx.ProviderQueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cqA, RecvCQ: cqA,
+		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	defer qa.Close()
+	for _, x := range []struct {
+		q    ctx.ProviderQueuePair
+		peer uint32
+		lid  uint16
+	}{{qa, qb.Descriptor().QPN, lid(devB)}, {qb, qa.Descriptor().QPN, lid(devA)}} {
+		require.NoError(t, x.q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer, PathMTU: ctx.MTU1024,
+			Path: ctx.AddressAttr{DLID: x.lid, Port: 1}, MinRNRTimer: 1, MaxDestRdAtomic: 4}))
+		require.NoError(t, x.q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 4}))
+	}
+	for i := 0; i < 2; i++ {
+		ts.post(dataSeg(64, mrB.LKey(), uint64(uintptr(dst.Pointer()))+uint64(i)*64))
+	}
+	ta := &testQP{d: qa.Descriptor()}
+	copy(src.Bytes(), "through the SRQ")
+	w := ctrlSeg(prm.OpSend, 0, ta.pi, qa.Descriptor().QPN, 2, prm.FlagCQUpdate, 0)
+	ta.write(append(w, dataSeg(15, mrA.LKey(), uint64(uintptr(src.Pointer())))...))
+	ta.ring()
+	require.NoError(t, f.RunUntilIdle())
+	x, ok := tcqB.poll()
+	require.True(t, ok, "a receive CQE on B")
+	require.Equal(t, prm.CQERespSend, x.op)
+	require.Equal(t, qb.Descriptor().QPN, x.qpn)
+	require.Equal(t, srqn, x.srqn)
+	require.Equal(t, uint16(0), x.counter, "SRQ WQE 0")
+	require.Equal(t, "through the SRQ", string(dst.Bytes()[:15]))
+	_, ok = tcqA.poll()
+	require.True(t, ok, "the sender's CQE")
+
+	// A DCT on B through the same SRQ, a DCI on A over the caller's ring.
+	dcfg := AdoptedQPConfig{Type: ctx.QPTypeDCT, SendCQ: cqB, RecvCQ: cqB, SRQ: srqB, DCKey: 0xdc}
+	for name, mut := range map[string]func(c *AdoptedQPConfig){
+		"DCT without SRQ":  func(c *AdoptedQPConfig) { c.SRQ = nil },
+		"DCT with a ring":  func(c *AdoptedQPConfig) { c.SQ, c.SQCount = sqB.Pointer(), 16 },
+		"DCI with an SRQ":  func(c *AdoptedQPConfig) { *c = rcfg; c.Type = ctx.QPTypeDCI },
+		"DCI with RQ":      func(c *AdoptedQPConfig) { *c = bad; c.SRQ, c.Type = nil, ctx.QPTypeDCI },
+		"DCT without a CQ": func(c *AdoptedQPConfig) { c.SendCQ, c.RecvCQ = nil, nil },
+	} {
+		c := dcfg
+		mut(&c)
+		_, err := AdoptQueuePair(pdB, c)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
+	}
+	dct, err := AdoptQueuePair(pdB, dcfg)
+	require.NoError(t, err)
+	defer dct.Close()
+	require.Nil(t, dct.Descriptor().SQ.Buf, "a DCT has no send ring")
+	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU1024, MinRNRTimer: 1, Path: ctx.AddressAttr{Port: 1}}))
+
+	sqA, dbA := alloc(16*prm.WQEBBSize), alloc(64)
+	dci, err := AdoptQueuePair(pdA, AdoptedQPConfig{Type: ctx.QPTypeDCI, SendCQ: cqA, RecvCQ: cqA,
+		Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1, MaxInline: 32},
+		SQ:   sqA.Pointer(), SQCount: 16, DBRec: dbA.Pointer()})
+	require.NoError(t, err)
+	defer dci.Close()
+	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1}))
+	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU1024}))
+	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7}))
+	td := &testQP{d: dci.Descriptor()}
+	require.Equal(t, sqA.Pointer(), td.d.SQ.Buf)
+	payload := inlineSeg([]byte("DC into the SRQ"))
+	w = ctrlSeg(prm.OpSend, 0, td.pi, dci.Descriptor().QPN, (16+48+len(payload))/16, prm.FlagCQUpdate, 0)
+	w = append(w, dcAV(0xdc, dct.Descriptor().QPN, lid(devB))...)
+	td.write(append(w, payload...))
+	td.ring()
+	require.NoError(t, f.RunUntilIdle())
+	x, ok = tcqB.poll()
+	require.True(t, ok, "a receive CQE of the DCT")
+	require.Equal(t, prm.CQERespSend, x.op)
+	require.Equal(t, dct.Descriptor().QPN, x.qpn)
+	require.Equal(t, dci.Descriptor().QPN, x.srcQPN)
+	require.Equal(t, srqn, x.srqn)
+	require.Equal(t, uint16(1), x.counter, "SRQ WQE 1")
+	require.Equal(t, "DC into the SRQ", string(dst.Bytes()[64:79]))
+	x, ok = tcqA.poll()
+	require.True(t, ok, "the DCI's CQE")
+	require.Equal(t, prm.CQEReq, x.op)
+	require.Empty(t, f.Violations())
+	require.NoError(t, srqB.Close())
+	_, ok = f.SharedReceiveQueue(srqn)
+	require.False(t, ok, "a closed SRQ is gone")
+}
+
+// TestAdoptQueuePairRingSmallerThanKernelSizing adopts a send ring of one
+// WQEBB for capabilities the kernel's own sizing of a WQE (with memory
+// window binds, which libmlx5 leaves out when told the send operations)
+// would give two: mlx5_ib takes a user QP's ring as the library sized it,
+// so the model does too, and bounds the WQEs it executes by the ring.
+func TestAdoptQueuePairRingSmallerThanKernelSizing(t *testing.T) {
+	f := New(Options{Strict: true})
+	defer f.Close()
+	d, err := f.OpenDevice("")
+	require.NoError(t, err)
+	defer d.Close()
+	p, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	sq, err := ctx.AllocBuffer(prm.WQEBBSize, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer sq.Close()
+	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer db.Close()
+	for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeDCI} {
+		q, err := AdoptQueuePair(p, AdoptedQPConfig{Type: typ, SendCQ: c, RecvCQ: c,
+			Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: 12},
+			SQ:   sq.Pointer(), SQCount: 1, DBRec: db.Pointer()})
+		require.NoError(t, err, "%v", typ)
+		require.Equal(t, uint32(1), q.Descriptor().SQ.WQECnt)
+		require.Equal(t, uint32(1), q.(*qp).maxWQEBBs, "the ring bounds the WQE")
+		require.NoError(t, q.Close())
+	}
+}
