@@ -49,8 +49,10 @@ type uobject struct {
 	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.
 	sendCQ, recvCQ uint32
-	// channel is a CQ's completion channel descriptor (-1 for none).
+	// channel is a CQ's completion channel descriptor (-1 for none),
+	// events what the CQ wrote there.
 	channel int
+	events  *cqEvents
 	users   int // objects that name this one (MRs of a PD)
 }
 
