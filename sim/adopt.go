@@ -216,12 +216,13 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 	if err != nil {
 		return nil, ctx.Errorf(op, "%w", err)
 	}
-	if g.WQEBBs() > cfg.SQCount {
-		return nil, bad("%d send WQEBBs hold no WQE of %d", cfg.SQCount, g.WQEBBs())
-	}
+	// mlx5_ib takes the ring the library sized (set_user_buf_size checks
+	// only that its count is a power of two within the device's): a ring
+	// smaller than the kit's sizing of the largest WQE bounds the WQEs
+	// instead, as no WQE can be larger than its ring.
 	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, state: ctx.QPStateReset,
 		scatterToCQE: cfg.ScatterToCQE, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
-		maxWQEBBs: g.WQEBBs(), maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
+		maxWQEBBs: min(g.WQEBBs(), cfg.SQCount), maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
 	if cfg.RQCount > 0 {
 		q.rq, q.rqCnt, q.rqStride, q.rqMaxSGE = cfg.RQ, cfg.RQCount, cfg.RQStride, cfg.RQStride/prm.DataSize
 	}

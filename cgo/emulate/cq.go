@@ -117,10 +117,14 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 		// The device announced no CQE compression.
 		return 0, 0, 0, unix.EOPNOTSUPP
 	}
-	if ucmd.flags&(C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD|C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS) != 0 {
-		// Padding is what the model does anyway, but a kernel takes the
-		// flag only from a device that reports cqe_128_always; real-time
-		// timestamps the model has not.
+	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD != 0 && (size != 128 || !f.dev.Attr.CQEPadding) {
+		// mlx5_ib takes padding only for 128-byte CQEs of a device with
+		// cqe_128_always (what the model reports as CQEPadding); the
+		// model writes every 128-byte CQE padded anyway.
+		return 0, 0, 0, unix.EOPNOTSUPP
+	}
+	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS != 0 {
+		// Real-time timestamps the model has not.
 		return 0, 0, 0, unix.EOPNOTSUPP
 	}
 	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
