@@ -3,6 +3,7 @@
 package emulate
 
 import (
+	"math/rand"
 	"syscall"
 	"testing"
 
@@ -128,4 +129,47 @@ func TestKernelAddressHandles(t *testing.T) {
 	_, _, _, en = createAHCmd(k, a, fd, ahReq{pd: pd, port: 1, global: true, sgidIndex: 1, udataOut: room})
 	require.Equal(t, unix.ENODATA, en, "an InfiniBand port has one GID")
 	require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h))
+}
+
+// TestKernelRandomAHCommands sends CREATE_AH and DESTROY_AH with random
+// fields and raw random bodies (response addresses into a test arena or
+// nowhere) and requires an errno of the kernel's, never a crash; the AHs
+// created are then all destroyable and the PD free again.
+func TestKernelRandomAHCommands(t *testing.T) {
+	k, a, fd := contextKernel(t, ctx.LinkLayerEthernet)
+	pd, _, en := allocPDCmd(k, a, fd)
+	require.Zero(t, en)
+	gids := k.devs[1].GIDs[0]
+	rng := rand.New(rand.NewSource(19))
+	allowed := map[syscall.Errno]bool{0: true, unix.EINVAL: true, unix.EFAULT: true, unix.ENOENT: true,
+		unix.EBUSY: true, unix.ENODATA: true, unix.ETIMEDOUT: true, unix.ENOSPC: true, unix.EOPNOTSUPP: true}
+	for i := 0; i < 2000; i++ {
+		var en syscall.Errno
+		switch rng.Intn(3) {
+		case 0:
+			r := ahReq{pd: []uint32{pd, rng.Uint32()}[rng.Intn(2)], port: uint8(rng.Intn(3)), global: rng.Intn(4) != 0,
+				sgidIndex: uint8(rng.Intn(len(gids) + 2)), dlid: uint16(rng.Uint32()), udataOut: 4 * rng.Intn(6)}
+			if rng.Intn(2) == 0 {
+				r.dgid = gids[rng.Intn(len(gids))].GID
+			} else {
+				rng.Read(r.dgid[:])
+			}
+			_, _, _, en = createAHCmd(k, a, fd, r)
+		case 1:
+			en = handleCmd(k, a, fd, cmdDestroyAH, []uint32{pd, rng.Uint32(), uint32(rng.Intn(16))}[rng.Intn(3)])
+		case 2:
+			core := make([]byte, 8+rng.Intn(64))
+			rng.Read(core)
+			ne.PutUint64(core, a.sanitize(ne.Uint64(core)))
+			buf, n := a.writeCmd([]uint32{cmdCreateAH, cmdDestroyAH}[rng.Intn(2)], core, rng.Intn(6))
+			_, en = k.write(fd, buf, n)
+		}
+		require.True(t, allowed[en], "errno %v", en)
+	}
+	for h, o := range k.files[fd].uctx.objects {
+		if o.kind == objAH {
+			require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h))
+		}
+	}
+	require.Zero(t, handleCmd(k, a, fd, cmdDeallocPD, pd), "no AH holds the PD any more")
 }
