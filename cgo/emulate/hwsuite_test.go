@@ -46,7 +46,6 @@ var notYetOnTheEmulatedDevice = map[string]struct{ link, why string }{
 	"scenario/TestHardwareScenarios/DC":               {"", "DC: the emulated kernel creates no DCI or DCT yet, so the device reports no DC"},
 	"cgo/TestHardwareKernelAgreesWithTransitionTable": {"", "needs DC (DCI and DCT through the emulated kernel)"},
 	"cgo/TestHardwareDeviceQueries":                   {"ethernet", "RoCE GIDs have no network device on the model (ifindex 0)"},
-	"mlx5kit-perf/TestHardwareModes":                  {"", "the test runs atomic_lat with -size 4096, which mlx5kit-perf refuses (on a NIC too)"},
 }
 
 // goEvent is one line of `go test -json`.
