@@ -1,7 +1,8 @@
 # mlx5kit — the habits of the project as make targets.
 #
 #   make pingpong   the main job: RC ping-pong on the first mlx5 device, or on
-#                   the software HCA when there is none
+#                   the software HCA when there is none; with MLX5KIT_EMULATE=1
+#                   MLX5KIT_PROVIDER=mlx5, through rdma-core on the emulated device
 #   make test       everything a change must pass (installs what is missing)
 #   make bench      the benchmark suite (set MLX5KIT_CPUS to pin, e.g. 2,4)
 #   make bench-floor     Go post+poll beside the C floor and cgo per operation
@@ -14,7 +15,8 @@
 #   make soak       the reliability soak: 1,000,000 work requests with faults
 #   make cross      GOARCH=arm64 build and vet
 #   make test-arm64 pure-Go and assembly tests for arm64 under qemu-user
-#   make hwtest     the end-to-end scenarios on a real mlx5 device
+#   make hwtest     the end-to-end scenarios on a real mlx5 device (never the
+#                   emulated one: MLX5KIT_EMULATE is forced off)
 
 SHELL       := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
@@ -105,4 +107,4 @@ test-arm64:
 	done
 
 hwtest: deps
-	MLX5KIT_REQUIRE_DEVICE=1 MLX5KIT_PROVIDER=mlx5 $(GO) test -count=1 -run 'Hardware|Integration' ./...
+	MLX5KIT_EMULATE=0 MLX5KIT_REQUIRE_DEVICE=1 MLX5KIT_PROVIDER=mlx5 $(GO) test -count=1 -run 'Hardware|Integration' ./...

@@ -13,6 +13,12 @@
 // that drive the rings themselves use the transports (rc, dc, ud) over the
 // ring code (wqebuilder, monocq, blueflame); see docs/guide.md and
 // docs/architecture.md.
+//
+// MLX5KIT_EMULATE=1 together with MLX5KIT_PROVIDER=mlx5 runs a program
+// built with the kit through rdma-core (libibverbs and libmlx5 as
+// installed) on the software HCA standing in for the kernel: the package
+// links the emulated uverbs kernel (package cgo/emulate), which the
+// variable switches on while the process starts; see docs/hardware.md.
 package mlx5kit
 
 import (
@@ -21,6 +27,9 @@ import (
 	// The providers register themselves with ctx when imported.
 	_ "github.com/mlx5kit/mlx5kit/cgo"
 	_ "github.com/mlx5kit/mlx5kit/sim"
+
+	// The emulated uverbs kernel, off unless MLX5KIT_EMULATE=1.
+	_ "github.com/mlx5kit/mlx5kit/cgo/emulate"
 )
 
 // Options select what Open opens; see ctx.Options.

@@ -37,13 +37,20 @@ type AdoptedCQConfig struct {
 	DBRec unsafe.Pointer
 	// CompVector must be below DeviceAttr.CompVectors.
 	CompVector uint32
+	// Event, when not nil, is called each time the armed CQ raises a
+	// completion event (from the engine, with the model's lock held: it
+	// must not call back into the model). The arm is read from the
+	// doorbell record's arm word, which the library writes before it
+	// rings the UAR (see takeRecordArm).
+	Event func()
 }
 
 // AdoptCompletionQueue creates a completion queue of dev (a device of the
 // model) over the caller's ring and doorbell record: the model writes its
 // CQEs there. The memory must stay mapped until the queue is closed; the
-// model does not free it. The arm doorbell goes to a UAR page of the
-// model's own (Descriptor().UAR).
+// model does not free it. The arm is read from the doorbell record (the
+// UAR page the library rings is its own); Descriptor().UAR is a page of
+// the model's that nothing watches.
 func AdoptCompletionQueue(dev ctx.ProviderDevice, cfg AdoptedCQConfig) (ctx.ProviderCompletionQueue, error) {
 	const op = "sim: adopt CQ"
 	d, ok := dev.(*device)
@@ -62,7 +69,8 @@ func AdoptCompletionQueue(dev ctx.ProviderDevice, cfg AdoptedCQConfig) (ctx.Prov
 	case cfg.CompVector >= compVectors:
 		return nil, ctx.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
 	}
-	c := &cq{f: d.f, dev: d, cnt: cfg.Count, size: cfg.CQESize, evfd: -1, ring: cfg.Ring, db: cfg.DBRec}
+	c := &cq{f: d.f, dev: d, cnt: cfg.Count, size: cfg.CQESize, evfd: -1, ring: cfg.Ring, db: cfg.DBRec,
+		recordArm: true, lastRecArm: armRecordUnarmed, onEvent: cfg.Event}
 	uar, err := region(pageSize)
 	if err != nil {
 		return nil, ctx.Errorf(op, "UAR: %w", err)
@@ -81,6 +89,7 @@ func AdoptCompletionQueue(dev ctx.ProviderDevice, cfg AdoptedCQConfig) (ctx.Prov
 		return nil, exhausted(op, "CQNs", &d.f.cqns)
 	}
 	c.cqn = cqn
+	markUnarmed(c.db)
 	d.f.addCQ(c)
 	c.mem = keepMemory([]*ctx.Buffer{uar})
 	return c, nil

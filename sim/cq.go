@@ -44,6 +44,10 @@ func (f *Fabric) scanCQ(c *cq, now int64) bool {
 // before every CQE it writes as well as on each scan: a CQE written right
 // after an arm raises its event.
 func (f *Fabric) takeArm(c *cq) {
+	if c.recordArm {
+		f.takeRecordArm(c)
+		return
+	}
 	armPtr := (*uint64)(unsafe.Add(c.uar, prm.CQDoorbellOffset))
 	if rawArm := atomic.LoadUint64(armPtr); rawArm != 0 && atomic.CompareAndSwapUint64(armPtr, rawArm, 0) {
 		f.arm(c, bits.ReverseBytes64(rawArm))
@@ -85,6 +89,10 @@ func (c *cq) fire() {
 		return
 	}
 	c.armed = false
+	if c.onEvent != nil {
+		c.onEvent()
+		return
+	}
 	if c.evfd < 0 {
 		return
 	}

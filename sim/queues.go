@@ -66,6 +66,11 @@ type cq struct {
 	// bits.
 	eventsRead atomic.Uint64
 	lastCIRaw  uint32
+	// An adopted CQ's arms are read from its doorbell record and its
+	// events go to onEvent (see AdoptedCQConfig.Event).
+	recordArm  bool
+	lastRecArm uint32
+	onEvent    func()
 
 	delay   int64
 	pending []pendingCQE

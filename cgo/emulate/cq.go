@@ -58,7 +58,8 @@ func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
 type cqRequest struct {
 	cqe        uint64
 	compVector uint64
-	channel    int // -1 for none
+	channel    int    // -1 for none
+	userHandle uint64 // what a completion event names (libibverbs' CQ)
 	flags      uint32
 	vendor     []byte // struct mlx5_ib_create_cq
 }
@@ -116,10 +117,14 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 		// The device announced no CQE compression.
 		return 0, 0, 0, unix.EOPNOTSUPP
 	}
-	if ucmd.flags&(C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD|C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS) != 0 {
-		// Padding is what the model does anyway, but a kernel takes the
-		// flag only from a device that reports cqe_128_always; real-time
-		// timestamps the model has not.
+	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD != 0 && (size != 128 || !f.dev.Attr.CQEPadding) {
+		// mlx5_ib takes padding only for 128-byte CQEs of a device with
+		// cqe_128_always (what the model reports as CQEPadding); the
+		// model writes every 128-byte CQE padded anyway.
+		return 0, 0, 0, unix.EOPNOTSUPP
+	}
+	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS != 0 {
+		// Real-time timestamps the model has not.
 		return 0, 0, 0, unix.EOPNOTSUPP
 	}
 	if ucmd.flags&C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
@@ -140,7 +145,11 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 		// record.
 		return 0, 0, 0, unix.EINVAL
 	}
-	q, err := sim.AdoptCompletionQueue(f.uctx.dev, sim.AdoptedCQConfig{
+	var events *cqEvents
+	if r.channel >= 0 {
+		events = &cqEvents{file: k.events[r.channel], cookie: r.userHandle}
+	}
+	cfg := sim.AdoptedCQConfig{
 		// The library's memory, not Go's: it reaches the model as
 		// pointers without uintptr conversions vet would flag.
 		Ring:       *(*unsafe.Pointer)(unsafe.Pointer(&ring)),
@@ -148,22 +157,30 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 		CQESize:    size,
 		DBRec:      *(*unsafe.Pointer)(unsafe.Pointer(&db)),
 		CompVector: uint32(r.compVector),
-	})
+	}
+	if events != nil {
+		cfg.Event = events.post
+	}
+	q, err := sim.AdoptCompletionQueue(f.uctx.dev, cfg)
 	if err != nil {
 		return 0, 0, 0, errnoOfModel(err)
 	}
-	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel})
+	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel, events: events})
 	return h, uint32(entries - 1), q.Descriptor().CQN, 0
 }
 
-func (k *kernel) destroyCQ(f *ufile, h uint64) syscall.Errno {
+// destroyCQ destroys a CQ and returns the completion events reported for
+// it: those written to its channel less those still unread there, which
+// are taken out (ib_uverbs_release_ucq), so that libibverbs waits for
+// the acknowledgement of exactly the events it read.
+func (k *kernel) destroyCQ(f *ufile, h uint64) (uint32, syscall.Errno) {
 	o, en := f.uctx.destroyable(h, objCQ)
 	if en != 0 {
-		return en
+		return 0, en
 	}
 	o.close()
 	delete(f.uctx.objects, uint32(h))
-	return 0
+	return o.events.reported(), 0
 }
 
 // writeCQNumber writes mlx5_ib's answer to CREATE_CQ: the CQN (the 4
@@ -182,7 +199,8 @@ func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
 	}
 	h, cqe, cqn, en := k.createCQ(f, cqRequest{
 		cqe: uint64(req.cqe), compVector: uint64(req.comp_vector), channel: int(req.comp_channel),
-		vendor: c.udataIn,
+		userHandle: uint64(req.user_handle),
+		vendor:     c.udataIn,
 	})
 	if en != 0 {
 		return en
@@ -192,7 +210,7 @@ func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
 		en = writeCQNumber(c.udataOut, c.udataLen, cqn)
 	}
 	if en != 0 {
-		_ = k.destroyCQ(f, uint64(h))
+		_, _ = k.destroyCQ(f, uint64(h))
 	}
 	return en
 }
@@ -205,18 +223,20 @@ func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
 	if req.reserved != 0 {
 		return unix.EINVAL
 	}
-	// No completion or async event was ever reported: the response says
-	// so, and libibverbs waits for none.
+	// No async event is ever reported.
 	var resp C.struct_ib_uverbs_destroy_cq_resp
-	if en := k.destroyCQ(f, uint64(req.cq_handle)); en != 0 {
+	n, en := k.destroyCQ(f, uint64(req.cq_handle))
+	if en != 0 {
 		return en
 	}
+	resp.comp_events_reported = C.__u32(n)
 	return c.response(bytesOf(&resp))
 }
 
 func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 	u32 := func(id uint16) uint64 { return b.get(id).data & 0xffffffff }
-	r := cqRequest{cqe: u32(C.UVERBS_ATTR_CREATE_CQ_CQE), compVector: u32(C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR), channel: -1}
+	r := cqRequest{cqe: u32(C.UVERBS_ATTR_CREATE_CQ_CQE), compVector: u32(C.UVERBS_ATTR_CREATE_CQ_COMP_VECTOR), channel: -1,
+		userHandle: b.get(C.UVERBS_ATTR_CREATE_CQ_USER_HANDLE).data}
 	flags, en := b.flags32(C.UVERBS_ATTR_CREATE_CQ_FLAGS, C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION|C.IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN)
 	if en != 0 {
 		return en
@@ -248,7 +268,7 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 		en = writeCQNumber(outAddr, outLen, cqn)
 	}
 	if en != 0 {
-		_ = k.destroyCQ(f, uint64(h))
+		_, _ = k.destroyCQ(f, uint64(h))
 		return en
 	}
 	if a := b.get(C.UVERBS_ATTR_UHW_OUT); a != nil {
@@ -259,9 +279,11 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 }
 
 func (k *kernel) ioctlDestroyCQ(f *ufile, b *bundle) syscall.Errno {
-	if en := k.destroyCQ(f, b.get(C.UVERBS_ATTR_DESTROY_CQ_HANDLE).data); en != 0 {
+	n, en := k.destroyCQ(f, b.get(C.UVERBS_ATTR_DESTROY_CQ_HANDLE).data)
+	if en != 0 {
 		return en
 	}
 	var resp C.struct_ib_uverbs_destroy_cq_resp
+	resp.comp_events_reported = C.__u32(n)
 	return b.copyTo(C.UVERBS_ATTR_DESTROY_CQ_RESP, bytesOf(&resp))
 }

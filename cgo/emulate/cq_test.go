@@ -121,7 +121,7 @@ func TestKernelCompletionQueues(t *testing.T) {
 		"reserved1":                     {63, 0, -1, with(28, 1), unix.EINVAL},
 		"unknown flag":                  {63, 0, -1, with(22, 0x80), unix.EINVAL},
 		"compression":                   {63, 0, -1, with(20, 1), unix.EOPNOTSUPP},
-		"128-byte padding":              {63, 0, -1, padded(mlx5CQReq(ringAddr, dbAddr, 128)), unix.EOPNOTSUPP},
+		"padding of 64-byte CQEs":       {63, 0, -1, padded(mlx5CQReq(ringAddr, dbAddr, 64)), unix.EOPNOTSUPP},
 		"dynamic UAR index":             {63, 0, -1, with(22, mlx5CQFlagUARIndex), unix.EINVAL},
 		"vendor data too short":         {63, 0, -1, good()[:24], unix.EFAULT},
 		"no vendor data":                {63, 0, -1, nil, unix.EFAULT},
@@ -137,6 +137,13 @@ func TestKernelCompletionQueues(t *testing.T) {
 	}
 	_, _, _, en = createCQCmd(k, a, fd, 63, 0, -1, good(), 0)
 	require.Equal(t, unix.ENOSPC, en, "no room for the CQN")
+	// 128-byte CQEs padded: the device reports cqe_128_always.
+	require.True(t, k.devs[0].Attr.CQEPadding)
+	ring128, _ := cqMemory(t, 64, 128)
+	h3, _, _, en := createCQCmd(k, a, fd, 63, 0, -1, padded(mlx5CQReq(addrOf(ring128), dbAddr, 128)), 8)
+	require.Zero(t, en, "128-byte CQEs padded")
+	_, _, en = destroyCQCmd(k, a, fd, h3)
+	require.Zero(t, en)
 	require.Len(t, k.files[fd].uctx.objects, objects, "refusals create nothing")
 
 	_, _, en = destroyCQCmd(k, a, fd, 0xbeef)

@@ -212,6 +212,7 @@ func mk_emu_go_ioctl(fd C.int, request C.ulong, arg C.uintptr_t) C.long {
 		return neg(unix.EBADF)
 	}
 	if en := k.ioctl(int(fd), uint(request), uintptr(arg)); en != 0 {
+		logRefusal(true, uintptr(arg), en)
 		return neg(en)
 	}
 	return 0
@@ -228,6 +229,7 @@ func mk_emu_go_write(fd C.int, buf C.uintptr_t, count C.size_t) C.long {
 	}
 	n, en := k.write(int(fd), uintptr(buf), int(count))
 	if en != 0 {
+		logRefusal(false, uintptr(buf), en)
 		return neg(en)
 	}
 	return C.long(n)

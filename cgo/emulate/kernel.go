@@ -91,7 +91,11 @@ type ucontext struct {
 // eventFile is an event descriptor: the read end of a pipe the model
 // writes whole event records into.
 type eventFile struct {
-	fd, writeFD int
+	fd int
+	// writeMu guards writeFD, which the engine writes completion events
+	// to (cqEvents.post) and close sets to -1.
+	writeMu sync.Mutex
+	writeFD int
 	// comp marks a completion channel (CREATE_COMP_CHANNEL), which CQs
 	// may name.
 	comp bool
@@ -213,7 +217,10 @@ func (k *kernel) close(fd int) syscall.Errno {
 		}
 	} else if e, ok := k.events[fd]; ok {
 		delete(k.events, fd)
+		e.writeMu.Lock()
 		writeFD = e.writeFD
+		e.writeFD = -1
+		e.writeMu.Unlock()
 	} else {
 		k.mu.Unlock()
 		return unix.EBADF
@@ -243,6 +250,13 @@ func (k *kernel) newEventFile() (*eventFile, syscall.Errno) {
 		_ = unix.Close(p[0])
 		_ = unix.Close(p[1])
 		return nil, unix.EMFILE
+	}
+	// The model never blocks writing an event: the write end does not
+	// block (the read end, the caller's, is unchanged).
+	if err := unix.SetNonblock(p[1], true); err != nil {
+		_ = unix.Close(p[0])
+		_ = unix.Close(p[1])
+		return nil, errnoOf(err)
 	}
 	e := &eventFile{fd: p[0], writeFD: p[1]}
 	k.events[e.fd] = e

@@ -52,8 +52,10 @@ type uobject struct {
 	// srq is an SRQ's state; srqRef the SRQ object a QP receives through.
 	srq    *srqObject
 	srqRef *uobject
-	// channel is a CQ's completion channel descriptor (-1 for none).
+	// channel is a CQ's completion channel descriptor (-1 for none),
+	// events what the CQ wrote there.
 	channel int
+	events  *cqEvents
 	users   int // objects that name this one (MRs of a PD)
 }
 

@@ -37,7 +37,8 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 	require.NoError(t, err)
 	cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
 	require.NoError(t, err)
-	// The device's probe creates throw-away QPs once; before counting.
+	// The provider probes the device with throw-away QPs once, when first
+	// asked (Query): let it do so before counting.
 	_, err = d.Query()
 	require.NoError(t, err)
 	creates := emulate.CallCount("write CREATE_QP")

@@ -421,7 +421,11 @@ func TestPerftestFlagNames(t *testing.T) {
 func TestHardwareModes(t *testing.T) {
 	name := devicetest.RequireDevice(t)
 	for _, m := range modeNames {
-		out := runOK(t, m, "-provider", "mlx5", "-device", name, "-size", "4096", "-iters", "5000")
+		size := "4096"
+		if strings.HasPrefix(m, "atomic") {
+			size = strconv.Itoa(atomicSize) // the atomic modes' only size
+		}
+		out := runOK(t, m, "-provider", "mlx5", "-device", name, "-size", size, "-iters", "5000")
 		require.Contains(t, out, name)
 		require.NotContains(t, out, "software HCA")
 		t.Logf("\n%s", out)

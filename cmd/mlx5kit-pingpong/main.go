@@ -175,7 +175,7 @@ func local(cfg config, stdout io.Writer) error {
 	threads := cfg.threads
 	if threads == 0 {
 		threads = 1
-		if cpus, _ := affinity.CPUs(); c.Kind() == ctx.KindHardware && len(cpus) >= 2 {
+		if cpus, _ := affinity.CPUs(); !perftool.OnModel(c) && len(cpus) >= 2 {
 			threads = 2
 		}
 	}
@@ -270,7 +270,10 @@ func serveLoop(cfg config, x *end) error {
 // (measured: a median of tens of microseconds instead of about one).
 func choosePins(c *ctx.Context, n int) ([]int, string) {
 	pins := []int{-1, -1}
-	if c.Kind() == ctx.KindSoftware {
+	if perftool.Emulated(c) {
+		return pins, "on an emulated device the loop yields to the model's engine after each empty poll"
+	}
+	if perftool.OnModel(c) {
 		return pins, "on the software HCA the loop yields to the model's engine after each empty poll"
 	}
 	cpus, err := affinity.CPUs()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/cgo"
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/scenario"
 )
@@ -75,10 +76,28 @@ func Open(provider, device string) (*ctx.Context, string, error) {
 		return nil, "", err
 	}
 	what := c.String()
+	if Emulated(c) {
+		what += "\nnote:    an emulated device (" + emulate.EnvEmulate + "=1): rdma-core's libmlx5 drives the model (package sim) " +
+			"behind an emulated uverbs kernel, not a NIC: the numbers are those of the model"
+	}
 	if c.Kind() == ctx.KindSoftware {
 		what += "\nnote:    the software HCA, not a NIC: the numbers are those of the model (" + why + ")"
 	}
 	return c, what, nil
+}
+
+// Emulated reports whether c is a device of the hardware provider that
+// the emulated uverbs kernel stands behind (MLX5KIT_EMULATE=1): while the
+// emulation is on, libibverbs lists only its devices.
+func Emulated(c *ctx.Context) bool {
+	return c.Kind() == ctx.KindHardware && emulate.Enabled()
+}
+
+// OnModel reports whether c's queues are executed by the software HCA,
+// directly or through the emulated kernel: a busy-polling loop must then
+// give its processor to the model's engine.
+func OnModel(c *ctx.Context) bool {
+	return c.Kind() == ctx.KindSoftware || Emulated(c)
 }
 
 // GIDSelector resolves the -gid-index flag: the entry index names when it

@@ -102,7 +102,7 @@ func NewEnd(name string, c *ctx.Context, cfg EndConfig) (*End, error) {
 }
 
 func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x *End, err error) {
-	x = &End{Name: name, Timeout: cfg.Timeout, Yield: c.Kind() == ctx.KindSoftware, RecvSGE: cfg.RecvSGE}
+	x = &End{Name: name, Timeout: cfg.Timeout, Yield: OnModel(c), RecvSGE: cfg.RecvSGE}
 	defer func() {
 		if err != nil {
 			_ = x.Close()

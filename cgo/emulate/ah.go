@@ -1,0 +1,191 @@
+//go:build cgo && linux
+
+package emulate
+
+/*
+#include "uverbs_abi.h"
+
+enum {
+	mk_create_ah_off_pd = offsetof(struct ib_uverbs_create_ah, pd_handle),
+	mk_create_ah_off_attr = offsetof(struct ib_uverbs_create_ah, attr),
+	mk_ah_attr_off_dgid = offsetof(struct ib_uverbs_ah_attr, grh.dgid),
+	mk_ah_attr_off_sgid_index = offsetof(struct ib_uverbs_ah_attr, grh.sgid_index),
+	mk_ah_attr_off_dlid = offsetof(struct ib_uverbs_ah_attr, dlid),
+	mk_ah_attr_off_is_global = offsetof(struct ib_uverbs_ah_attr, is_global),
+	mk_ah_attr_off_port_num = offsetof(struct ib_uverbs_ah_attr, port_num),
+	mk_mlx5_ah_resp_off_dmac = offsetof(struct mlx5_ib_create_ah_resp, dmac),
+};
+*/
+import "C"
+
+import (
+	"net/netip"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// Address handles. libmlx5 builds a UD address vector itself and asks the
+// kernel only on Ethernet ports, where the destination MAC must be
+// resolved from the destination GID (mlx5_create_ah calls CREATE_AH since
+// the context announced MLX5_USER_CMDS_SUPP_UHW_CREATE_AH and copies the
+// dmac of mlx5's response into the address vector); on InfiniBand no
+// command reaches the kernel. The kernel object only holds the PD.
+
+// objAH is the kind of an address handle; numbered apart from the kinds
+// declared with the other objects.
+const objAH objKind = 32
+
+func init() {
+	writeCmds[C.IB_USER_VERBS_CMD_CREATE_AH] = &writeCmd{
+		name: "CREATE_AH", reqSize: C.sizeof_struct_ib_uverbs_create_ah,
+		respSize: C.sizeof_struct_ib_uverbs_create_ah_resp, context: true,
+		run: (*kernel).writeCreateAH,
+	}
+	writeCmds[C.IB_USER_VERBS_CMD_DESTROY_AH] = &writeCmd{
+		name: "DESTROY_AH", reqSize: C.sizeof_struct_ib_uverbs_destroy_ah, context: true,
+		run: (*kernel).writeDestroyAH,
+	}
+	ioctlMethods[methodKey{C.UVERBS_OBJECT_AH, C.UVERBS_METHOD_AH_DESTROY}] = &method{
+		name: "AH_DESTROY", context: true,
+		attrs: []attrSpec{{id: C.UVERBS_ATTR_DESTROY_AH_HANDLE, kind: attrIDRIn, mandatory: true}},
+		run: func(k *kernel, f *ufile, b *bundle) syscall.Errno {
+			return k.destroyAH(f, b.get(C.UVERBS_ATTR_DESTROY_AH_HANDLE).data)
+		},
+	}
+}
+
+// resolveDMAC finds the destination MAC of a RoCE address as
+// ib_resolve_eth_dmac does: a multicast GID maps to its multicast MAC
+// (ip_eth_mc_map for an IPv4-mapped one, ipv6_eth_mc_map otherwise); a
+// unicast GID is looked up in the fabric's GID tables, the model's
+// neighbour table; a link-local GID no port has gives the MAC its
+// interface identifier encodes (rdma_get_ll_mac), and any other
+// resolution fails with ETIMEDOUT, as an unanswered neighbour request.
+func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
+	var mac [6]byte
+	a := netip.AddrFrom16(g)
+	switch {
+	case g[0] == 0xff:
+		mac = [6]byte{0x33, 0x33, g[12], g[13], g[14], g[15]}
+		return mac, 0
+	case a.Is4In6() && g[12]&0xf0 == 0xe0:
+		mac = [6]byte{0x01, 0x00, 0x5e, g[13] & 0x7f, g[14], g[15]}
+		return mac, 0
+	}
+	if m, ok := k.fabric.NeighbourMAC(g); ok {
+		return m, 0
+	}
+	if g[0] == 0xfe && g[1]&0xc0 == 0x80 {
+		mac = [6]byte{g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]}
+		return mac, 0
+	}
+	return mac, unix.ETIMEDOUT
+}
+
+// createAH is ib_uverbs_create_ah with mlx5_ib_create_ah: the port must
+// exist (EINVAL), the PD too (EINVAL); a GRH's source GID index must be in
+// the port's table (ENODATA, rdma_get_gid_attr); an Ethernet port needs a
+// GRH (EINVAL) and resolves the destination MAC.
+func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah_attr) (uint32, [6]byte, syscall.Errno) {
+	var dmac [6]byte
+	port := int(attr.port_num)
+	if port < 1 || port > len(f.dev.Ports) {
+		return 0, dmac, unix.EINVAL
+	}
+	p, en := f.uctx.object(pdHandle, objPD)
+	if en != 0 {
+		return 0, dmac, en
+	}
+	eth := f.dev.Ports[port-1].LinkLayer == ctx.LinkLayerEthernet
+	if eth && attr.is_global == 0 {
+		return 0, dmac, unix.EINVAL
+	}
+	if attr.is_global != 0 {
+		if int(attr.grh.sgid_index) >= len(f.dev.GIDs[port-1]) {
+			return 0, dmac, unix.ENODATA
+		}
+	}
+	if eth {
+		var g ctx.GID
+		for i := range g {
+			g[i] = byte(attr.grh.dgid[i])
+		}
+		if dmac, en = k.resolveDMAC(g); en != 0 {
+			return 0, dmac, en
+		}
+	}
+	p.users++
+	h := f.uctx.addObject(&uobject{kind: objAH, owner: pdHandle})
+	return h, dmac, 0
+}
+
+func (k *kernel) destroyAH(f *ufile, h uint64) syscall.Errno {
+	o, en := f.uctx.destroyable(h, objAH)
+	if en != 0 {
+		return en
+	}
+	delete(f.uctx.objects, uint32(h))
+	if p, ok := f.uctx.objects[o.owner]; ok {
+		p.users--
+	}
+	return 0
+}
+
+func (k *kernel) writeCreateAH(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_create_ah
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	// mlx5_ib answers the MAC in struct mlx5_ib_create_ah_resp and needs
+	// room for it.
+	var vendor C.struct_mlx5_ib_create_ah_resp
+	need := int(unsafe.Offsetof(vendor.dmac) + unsafe.Sizeof(vendor.dmac))
+	if c.udataLen < need {
+		return unix.EINVAL
+	}
+	h, dmac, en := k.createAH(f, uint32(req.pd_handle), &req.attr)
+	if en != 0 {
+		return en
+	}
+	vendor.response_length = C.__u32(need)
+	for i, b := range dmac {
+		vendor.dmac[i] = C.__u8(b)
+	}
+	resp := C.struct_ib_uverbs_create_ah_resp{ah_handle: C.__u32(h)}
+	if en = c.response(bytesOf(&resp)); en == 0 {
+		en = copyOut(c.udataOut, bytesOf(&vendor)[:need])
+	}
+	if en != 0 {
+		_ = k.destroyAH(f, uint64(h))
+	}
+	return en
+}
+
+func (k *kernel) writeDestroyAH(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_destroy_ah
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	return k.destroyAH(f, uint64(req.ah_handle))
+}
+
+// The address handle ABI as Go constants for the tests.
+const (
+	cmdCreateAH        = C.IB_USER_VERBS_CMD_CREATE_AH
+	cmdDestroyAH       = C.IB_USER_VERBS_CMD_DESTROY_AH
+	createAHSize       = C.sizeof_struct_ib_uverbs_create_ah
+	createAHRespSize   = C.sizeof_struct_ib_uverbs_create_ah_resp
+	mlx5CreateAHResp   = C.sizeof_struct_mlx5_ib_create_ah_resp
+	createAHOffPD      = C.mk_create_ah_off_pd
+	createAHOffAttr    = C.mk_create_ah_off_attr
+	ahAttrOffDGID      = C.mk_ah_attr_off_dgid
+	ahAttrOffSGIDIndex = C.mk_ah_attr_off_sgid_index
+	ahAttrOffDLID      = C.mk_ah_attr_off_dlid
+	ahAttrOffIsGlobal  = C.mk_ah_attr_off_is_global
+	ahAttrOffPort      = C.mk_ah_attr_off_port_num
+	mlx5AHRespOffDMAC  = C.mk_mlx5_ah_resp_off_dmac
+)

@@ -1,0 +1,52 @@
+//go:build cgo && linux
+
+package emulate_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+)
+
+// TestCQEventsUnderPreload compiles testdata/cq_events.c, which arms a CQ
+// with ibv_req_notify_cq and waits in ibv_get_cq_event for the completion
+// of a SEND between two RC QPs, and runs it with the emulation preloaded
+// over both ABIs and both link layers: one event per arm naming the CQ
+// and its context, none unarmed or for an unsolicited completion under a
+// solicited arm, an async event descriptor with nothing to read, and a
+// CQ destroyed with an event unread is destroyed at once.
+func TestCQEventsUnderPreload(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "cq_events")
+	out, err := exec.Command(cc, "-o", prog, "testdata/cq_events.c", "-libverbs").CombinedOutput()
+	require.NoError(t, err, "cc: %s", out)
+	lib := preloadLibrary(t, dir)
+
+	for _, abi := range []string{"", emulate.ABIWrite} {
+		for _, link := range []string{"infiniband", "ethernet"} {
+			t.Run("abi="+abi+",link="+link, func(t *testing.T) {
+				cmd := exec.Command(prog)
+				cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1", emulate.EnvABI+"="+abi, emulate.EnvLink+"="+link)
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				require.Equal(t, "async fd readable: 0\n"+
+					"unarmed event: 0\n"+
+					"events 20\n"+
+					"solicited arm, unsolicited send: 0\n"+
+					"solicited arm, solicited send: 1\n"+
+					"async fd readable: 0\n"+
+					"channel readable after destroy: 0\n"+
+					"done\n", string(out))
+			})
+		}
+	}
+}

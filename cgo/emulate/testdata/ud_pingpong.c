@@ -1,0 +1,215 @@
+/*
+ * Two UD QPs of one process exchange datagrams through libibverbs and
+ * libmlx5 as packaged, in the way of ibv_ud_pingpong: ibv_create_ah (on
+ * RoCE the kernel answers the destination MAC), ibv_post_recv,
+ * ibv_post_send (SEND with the AH, remote QPN and Q_Key), ibv_poll_cq, for
+ * TestUDPingPongUnderPreload. Each line it prints is a value the test
+ * checks; it exits non-zero at the first verb that does not behave as on a
+ * ConnectX.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+#include <infiniband/mlx5dv.h>
+
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#define ROUNDS 100
+#define SIZE 256
+#define GRH 40
+#define QKEY 0x11111111
+
+static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	struct ibv_qp_attr m = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
+	int ret;
+
+	if (!qp)
+		FAIL("ibv_create_qp: %s", strerror(errno));
+	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)))
+		FAIL("modify INIT: %s", strerror(ret));
+	memset(&m, 0, sizeof(m));
+	m.qp_state = IBV_QPS_RTR;
+	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE)))
+		FAIL("modify RTR: %s", strerror(ret));
+	m.qp_state = IBV_QPS_RTS;
+	m.sq_psn = 0;
+	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN)))
+		FAIL("modify RTS: %s", strerror(ret));
+	return qp;
+}
+
+static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = GRH + SIZE, .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int ret = ibv_post_recv(qp, &wr, &bad);
+
+	if (ret)
+		FAIL("ibv_post_recv: %s", strerror(ret));
+}
+
+static void post_send(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t peer, struct ibv_mr *mr, char *buf, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	int ret;
+
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = peer;
+	wr.wr.ud.remote_qkey = QKEY;
+	if ((ret = ibv_post_send(qp, &wr, &bad)))
+		FAIL("ibv_post_send: %s", strerror(ret));
+}
+
+/* wait polls until n completions arrived, checking each. */
+static void wait(struct ibv_cq *cq, int n, uint32_t src, int *sends, int *recvs, uint32_t *bytes, int *wrong)
+{
+	struct ibv_wc wc;
+	time_t end = time(NULL) + 10;
+
+	while (n > 0) {
+		int got = ibv_poll_cq(cq, 1, &wc);
+
+		if (got < 0)
+			FAIL("ibv_poll_cq: %d", got);
+		if (got == 0) {
+			if (time(NULL) > end)
+				FAIL("no completion");
+			continue;
+		}
+		if (wc.status != IBV_WC_SUCCESS)
+			FAIL("wc status %s wr_id %llu", ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
+		if (wc.opcode == IBV_WC_SEND)
+			(*sends)++;
+		else if (wc.opcode == IBV_WC_RECV) {
+			(*recvs)++;
+			*bytes += wc.byte_len;
+			if (wc.src_qp != src)
+				(*wrong)++;
+		}
+		n--;
+	}
+}
+
+static struct ibv_ah *make_ah(struct ibv_pd *pd, struct ibv_port_attr *pa, union ibv_gid *gid)
+{
+	struct ibv_ah_attr a = { .port_num = 1, .dlid = pa->lid, .sl = 0 };
+	struct ibv_ah *ah;
+
+	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
+		a.is_global = 1;
+		a.grh.dgid = *gid;
+		a.grh.sgid_index = 0;
+		a.grh.hop_limit = 64;
+	}
+	ah = ibv_create_ah(pd, &a);
+	if (!ah)
+		FAIL("ibv_create_ah: %s", strerror(errno));
+	return ah;
+}
+
+int main(void)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_qp *a, *b;
+	struct ibv_ah *ah;
+	struct ibv_ah_attr nograh = { .port_num = 1, .dlid = 1 };
+	struct ibv_port_attr pa;
+	union ibv_gid gid, unknown;
+	static char buf[4 * (GRH + SIZE)];
+	char *sa = buf, *ra = buf + (GRH + SIZE), *sb = buf + 2 * (GRH + SIZE), *rb = buf + 3 * (GRH + SIZE);
+	int n, i, sends = 0, recvs = 0, mismatches = 0;
+	uint32_t bytes = 0;
+	int wrong = 0;
+	struct mlx5dv_ah dvah;
+	struct mlx5dv_obj obj;
+	uint8_t *rmac;
+
+	list = ibv_get_device_list(&n);
+	if (!list || n == 0)
+		FAIL("no device");
+	ctx = ibv_open_device(list[0]);
+	if (!ctx)
+		FAIL("ibv_open_device: %s", strerror(errno));
+	if (ibv_query_port(ctx, 1, &pa) || ibv_query_gid(ctx, 1, 0, &gid))
+		FAIL("query port or GID");
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!pd || !cq)
+		FAIL("pd or cq: %s", strerror(errno));
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		FAIL("ibv_reg_mr: %s", strerror(errno));
+	a = make_qp(pd, cq);
+	b = make_qp(pd, cq);
+	ah = make_ah(pd, &pa, &gid);
+	printf("link %s\n", pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband");
+	/* The address vector libmlx5 built: on RoCE its MAC is the kernel's answer. */
+	obj.ah.in = ah;
+	obj.ah.out = &dvah;
+	if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH))
+		FAIL("mlx5dv_init_obj AH");
+	rmac = dvah.av->rmac;
+	printf("ah rmac %02x:%02x:%02x:%02x:%02x:%02x\n", rmac[0], rmac[1], rmac[2], rmac[3], rmac[4], rmac[5]);
+
+	if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
+		/* No GRH on RoCE: libmlx5 refuses it itself. */
+		errno = 0;
+		if (ibv_create_ah(pd, &nograh))
+			FAIL("ibv_create_ah without a GRH on RoCE succeeded");
+		printf("ah without grh: %s\n", strerror(errno));
+		/* An IPv4 address no port of the fabric has: no neighbour answers. */
+		memset(&unknown, 0, sizeof(unknown));
+		unknown.raw[10] = 0xff;
+		unknown.raw[11] = 0xff;
+		unknown.raw[12] = 10;
+		unknown.raw[13] = 99;
+		unknown.raw[14] = 99;
+		unknown.raw[15] = 99;
+		nograh.is_global = 1;
+		nograh.grh.dgid = unknown;
+		nograh.grh.hop_limit = 1;
+		errno = 0;
+		if (ibv_create_ah(pd, &nograh))
+			FAIL("ibv_create_ah to an unknown GID succeeded");
+		printf("ah to unknown gid: %s\n", strerror(errno));
+	}
+
+	/* a pings b, b pongs back what it got, ROUNDS times. */
+	for (i = 0; i < ROUNDS; i++) {
+		memset(sa, 'a' + i % 26, SIZE);
+		post_recv(b, mr, rb, 2 * i);
+		post_recv(a, mr, ra, 2 * i + 1);
+		post_send(a, ah, b->qp_num, mr, sa, i);
+		wait(cq, 2, a->qp_num, &sends, &recvs, &bytes, &wrong);
+		memcpy(sb, rb + GRH, SIZE);
+		post_send(b, ah, a->qp_num, mr, sb, i);
+		wait(cq, 2, b->qp_num, &sends, &recvs, &bytes, &wrong);
+		if (memcmp(ra + GRH, sa, SIZE) != 0)
+			mismatches++;
+	}
+	printf("rounds %d sends %d recvs %d bytes %u mismatches %d wrong sources %d\n", ROUNDS, sends, recvs, bytes,
+	       mismatches, wrong);
+
+	if (ibv_destroy_ah(ah))
+		FAIL("ibv_destroy_ah: %s", strerror(errno));
+	if (ibv_destroy_qp(a) || ibv_destroy_qp(b) || ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd))
+		FAIL("destroy: %s", strerror(errno));
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf("done\n");
+	return 0;
+}

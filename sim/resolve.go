@@ -1,0 +1,33 @@
+package sim
+
+import "github.com/mlx5kit/mlx5kit/ctx"
+
+// NeighbourMAC returns the MAC address of the Ethernet port of the model
+// whose GID table holds gid: what the kernel's neighbour resolution
+// (ib_resolve_eth_dmac) finds for a unicast GID on a RoCE fabric of
+// these devices. ok is false when no Ethernet port of the fabric has the
+// GID.
+func (f *Fabric) NeighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.hcas {
+		if h.link == ctx.LinkLayerEthernet && h.hasGID(gid) {
+			return h.mac, true
+		}
+	}
+	return mac, false
+}
+
+// PortMAC returns the MAC address of the Ethernet port of a device of the
+// model (by name); ok is false for an unknown device or an InfiniBand
+// port.
+func (f *Fabric) PortMAC(device string) (mac [6]byte, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.hcas {
+		if h.name == device && h.link == ctx.LinkLayerEthernet {
+			return h.mac, true
+		}
+	}
+	return mac, false
+}
