@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -211,7 +212,7 @@ func TestUDExchangeThroughPools(t *testing.T) {
 	require.Len(t, received, rounds)
 	require.Equal(t, 8, sendPool.Free(), "every send buffer came back")
 	require.Equal(t, uint32(8), b.RecvOutstanding(), "every receive buffer was posted again")
-	require.ErrorIs(t, bufpool.Repost(recvPool, &b.Queue, 0), rc.ErrReceiveQueueFull)
+	require.ErrorIs(t, bufpool.Repost(recvPool, &b.Queue, 0), transport.ErrReceiveQueueFull)
 }
 
 func TestPostReceivesStopsWhenFull(t *testing.T) {
@@ -224,7 +225,7 @@ func TestPostReceivesStopsWhenFull(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	n, err := bufpool.PostReceives(p, srq, 10)
-	require.ErrorIs(t, err, rc.ErrReceiveQueueFull)
+	require.ErrorIs(t, err, transport.ErrReceiveQueueFull)
 	require.Equal(t, int(srq.Outstanding()), n)
 	require.Equal(t, 10-n, p.Free(), "the refused buffer went back to the pool")
 

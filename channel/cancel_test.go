@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // prompt bounds how long a call may take to return once its context ended
@@ -81,7 +82,7 @@ func testReceiveEnds(t *testing.T, opts channel.Options, deadline bool) {
 
 	err = ca.Send(channel.SendRequest{Local: a.sge(128, 8)})
 	require.Error(t, err)
-	require.True(t, errors.Is(err, channel.ErrFailed) || errors.Is(err, channel.ErrClosed), "%v", err)
+	require.True(t, errors.Is(err, channel.ErrFailed) || errors.Is(err, ctx.ErrClosed), "%v", err)
 }
 
 func TestReceiveContextCancelRC(t *testing.T)   { testReceiveEnds(t, channel.Options{}, false) }

@@ -14,6 +14,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -119,13 +120,14 @@ func (c *core) badPeer(peer int, op Op) error {
 	return &PeerError{Peer: peer, Op: op, Err: fmt.Errorf("%w (the channel has %d)", ErrPeer, len(c.links))}
 }
 
-// closedError is the cause of a request on a closed channel: ErrClosed, and
-// ctx.ErrClosed too, the error its closed queues would give.
+// closedError is the cause of a request on a closed channel: it reads
+// "channel closed" and wraps ctx.ErrClosed, the error its closed queues
+// would give too.
 type closedError struct{}
 
-func (closedError) Error() string { return ErrClosed.Error() }
+func (closedError) Error() string { return "channel closed" }
 
-func (closedError) Is(target error) bool { return target == ErrClosed || target == ctx.ErrClosed }
+func (closedError) Unwrap() error { return ctx.ErrClosed }
 
 // initSlots sizes the completion records for outstanding work requests
 // in flight at most: room for all of them plus at least 256 completed ones
@@ -198,7 +200,7 @@ func (c *core) release(s *slot) {
 // full reports whether err says a queue had no room: the caller may poll
 // and try again.
 func full(err error) bool {
-	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, rc.ErrReceiveQueueFull)
+	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, transport.ErrReceiveQueueFull)
 }
 
 // beginPeer starts a send WQE to peer, or names the bad peer.
@@ -390,7 +392,7 @@ func (c *core) strayCompletion(wc *rc.Completion) {
 		// Matched by the queue pair, but not posted by the channel (work
 		// posted on the QP directly).
 		c.stray = fmt.Errorf("channel: completion %v on QP %#x (wr_id %d) matches no work request of the channel: %w",
-			wc.Opcode, wc.QPN, wc.WRID, rc.ErrUnmatched)
+			wc.Opcode, wc.QPN, wc.WRID, transport.ErrUnmatched)
 		return
 	}
 	c.stray = fmt.Errorf("channel: %w", wc.Err())
@@ -680,7 +682,7 @@ const flushLimit = 2 * time.Second
 // flushLimit) fail destroys the channel's queues, which ends the device's
 // access to their buffers just the same. Either way no buffer of a work
 // request outstanding before is written after fail returns; the channel
-// refuses new work with ErrFailed (ErrClosed once destroyed). Calling it
+// refuses new work with ErrFailed (ctx.ErrClosed once destroyed). Calling it
 // again only polls what is left.
 func (c *core) fail() error {
 	if c.closed {

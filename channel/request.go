@@ -165,9 +165,6 @@ var (
 	// ErrHandshake: the remote endpoints do not fit the channel (count,
 	// transport, missing DCT number).
 	ErrHandshake = errors.New("handshake refused")
-	// ErrClosed: the channel has been closed (a request on it also
-	// matches ctx.ErrClosed), or a scope was used after it returned.
-	ErrClosed = errors.New("channel closed")
 	// ErrFailed: the channel moved its queues to the error state and
 	// flushed their work, because a blocking call's or a scope's context
 	// ended before its work completed (or MultiChannel.Fail was called).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // Scope is the middle level of control: work posted through it may be
@@ -107,7 +109,7 @@ func (s *Scope) Poll() int { return s.c.poll() }
 
 func (s *Scope) check() error {
 	if !s.active {
-		return fmt.Errorf("channel: scope used after it returned: %w", ErrClosed)
+		return fmt.Errorf("channel: scope used after it returned: %w", ctx.ErrClosed)
 	}
 	return nil
 }

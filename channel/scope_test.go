@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
 func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
@@ -42,7 +43,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	require.NotEqual(t, "good data", string(b.bytes()[200:209]))
 
 	require.ErrorIs(t, err, completion.ErrRemoteAccess)
-	require.ErrorIs(t, err, completion.ErrCompletion)
+	require.ErrorIs(t, err, monocq.ErrCompletion)
 	var pe *channel.PeerError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, 0, pe.Peer)
@@ -103,7 +104,7 @@ func TestScopeMisuse(t *testing.T) {
 	})
 	require.ErrorIs(t, err, channel.ErrNestedScope)
 	_, err = kept.PostSend(channel.SendRequest{Local: a.sge(0, 1)})
-	require.ErrorIs(t, err, channel.ErrClosed, "a scope is not usable after it returned")
+	require.ErrorIs(t, err, ctx.ErrClosed, "a scope is not usable after it returned")
 	require.Zero(t, ca.Outstanding())
 
 	err = ca.Scope(func(s *channel.Scope) error {
@@ -266,7 +267,7 @@ func TestClosedChannelRefusesRequests(t *testing.T) {
 			ca.Send(channel.SendRequest{Local: a.sge(0, 1)}), rawErr, recvErr, scopeErr,
 			ca.Read(channel.ReadRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)}),
 		} {
-			require.ErrorIs(t, err, channel.ErrClosed, "%v", opts.Transport)
+			require.ErrorIs(t, err, ctx.ErrClosed, "%v", opts.Transport)
 			require.ErrorIs(t, err, ctx.ErrClosed)
 			var pe *channel.PeerError
 			require.ErrorAs(t, err, &pe)

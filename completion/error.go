@@ -114,9 +114,6 @@ var (
 	ErrGeneral              = errors.New("general completion error")
 )
 
-// ErrCompletion is monocq.ErrCompletion: every *Error matches it.
-var ErrCompletion = monocq.ErrCompletion
-
 // Sentinel returns the sentinel error of a failed status (nil for
 // StatusSuccess).
 func (s Status) Sentinel() error {
@@ -218,7 +215,7 @@ func hex2(b *strings.Builder, v uint8) {
 	b.WriteByte(digits[v&15])
 }
 
-// Is matches the sentinel of the error's status, ErrCompletion, and
+// Is matches the sentinel of the error's status, monocq.ErrCompletion, and
 // monocq.ErrUnknownSyndrome when the syndrome is not one the PRM defines.
 func (e *Error) Is(target error) bool {
 	switch target {

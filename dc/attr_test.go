@@ -114,7 +114,7 @@ func TestDCReadAtomicDepth(t *testing.T) {
 	cq := e.CQ(0, 16)
 
 	_, err = dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxQPInitRdAtomic)})
-	require.ErrorIs(t, err, dc.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Contains(t, err.Error(), "reads/atomics")
 
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxDCInitRdAtomic)})

@@ -66,7 +66,7 @@ type DCI struct {
 func NewDCI(pd *ctx.ProtectionDomain, sendCQ *ctx.CompletionQueue, cfg DCIConfig) (*DCI, error) {
 	const op = "new DCI"
 	bad := func(format string, args ...any) (*DCI, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
+		return nil, transport.Errorf(name, op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case pd == nil:
@@ -167,7 +167,7 @@ func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 		return nil, transport.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportDC {
-		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, ErrTransport)
+		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	ah, err := d.pd.CreateAddressHandle(d.port.PathTo(remote, d.sl))
 	if err != nil {
@@ -192,8 +192,8 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // flags: the address vector, DCT number and DC access key are written, then
 // pick the operation on the stage (SEND, SEND_IMM, SEND_INV, RDMA_WRITE,
 // RDMA_WRITE_IMM, RDMA_READ, atomics), add the payload and Finish. Post
-// refuses a DCI that is in error or closed with a *PostError (ErrQPError,
-// ErrClosed); the stage it returns then writes nothing and fails at Finish.
+// refuses a DCI that is in error or closed with a *transport.PostError (transport.ErrQPError,
+// ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // It allocates nothing and takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
 	// A closure called once, as rc's Post.
@@ -244,13 +244,13 @@ func (d *DCI) Fail() error {
 // Close may be called from any goroutine, also while the owner posts on
 // the DCI and polls its Pollers, as net.Conn.Close may: it closes only
 // the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
+// ctx.ErrClosed from then on (a stage begun before fails at Finish), and each
 // Poller the DCI was added to drops it on the owner's goroutine, in a
 // later Poll, once no CQE of it is left in the CQ; until then its CQEs
 // are handed over as the device wrote them (Remove drops it at once).
 // Close is idempotent.
 func (d *DCI) Close() error {
-	if err := d.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := d.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
 		return transport.Errorf(name, "close DCI", "%w", err)
 	}
 	return nil
@@ -297,7 +297,7 @@ type DCT struct {
 func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig) (*DCT, error) {
 	const op = "new DCT"
 	bad := func(format string, args ...any) (*DCT, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
+		return nil, transport.Errorf(name, op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case pd == nil:
@@ -307,7 +307,7 @@ func NewDCT(pd *ctx.ProtectionDomain, recvCQ *ctx.CompletionQueue, cfg DCTConfig
 	case cfg.SRQ == nil:
 		return bad("a DCT needs an SRQ")
 	case cfg.SRQ.Closed():
-		return nil, transport.Errorf(name, op, "SRQ: %w", ErrClosed)
+		return nil, transport.Errorf(name, op, "SRQ: %w", ctx.ErrClosed)
 	case cfg.RemoteAccess&^(ctx.AccessRemoteWrite|ctx.AccessRemoteRead|ctx.AccessRemoteAtomic|ctx.AccessLocalWrite) != 0:
 		return bad("remote access %v", cfg.RemoteAccess)
 	}
@@ -393,7 +393,7 @@ func (t *DCT) Handle() *ctx.QueuePair { return t.qp }
 // CQEs are handed over as the device wrote them (Remove drops it at once).
 // Close is idempotent.
 func (t *DCT) Close() error {
-	if err := t.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := t.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
 		return transport.Errorf(name, "close DCT", "%w", err)
 	}
 	return nil

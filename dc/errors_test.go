@@ -6,12 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -68,7 +70,7 @@ func failThenFlush(t *testing.T, f *fixture, want prm.Syndrome, bad func(s wqebu
 	require.Len(t, got, 7)
 	require.Equal(t, dc.StateError, f.dci.State())
 	_, err = f.dci.Post(9, wqebuilder.Signaled, f.remotes[0])
-	require.ErrorIs(t, err, dc.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 }
 
 // targetsStillServe checks that the DCTs work for a new DCI.
@@ -190,7 +192,7 @@ func TestDCMisuse(t *testing.T) {
 		{"SRQ depth 0", func() error { _, err := dc.NewSharedReceiveQueue(e.PD[0], dc.SRQConfig{}); return err }()},
 	} {
 		require.Error(t, c.err, c.name)
-		require.ErrorIs(t, c.err, dc.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, c.err, ctx.ErrInvalidArgument, c.name)
 	}
 
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
@@ -205,7 +207,7 @@ func TestDCMisuse(t *testing.T) {
 	rcEP := ep
 	rcEP.Transport, rcEP.DCTNumber, rcEP.DCAccessKey = endpoint.TransportRC, 0, 0
 	_, err = dci.NewRemote(rcEP)
-	require.ErrorIs(t, err, dc.ErrTransport)
+	require.ErrorIs(t, err, transport.ErrTransport)
 	_, err = dci.NewRemote(endpoint.Endpoint{})
 	require.Error(t, err)
 	r, err := dci.NewRemote(ep)
@@ -214,21 +216,21 @@ func TestDCMisuse(t *testing.T) {
 	require.Equal(t, uint64(5), r.Key())
 
 	// A DCT receives only through its SRQ.
-	require.ErrorIs(t, dct.PostRecv(1, 0, 0, 0), dc.ErrNoReceiveQueue)
-	require.ErrorIs(t, dci.PostRecv(1, 0, 0, 0), dc.ErrNoReceiveQueue)
+	require.ErrorIs(t, dct.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
+	require.ErrorIs(t, dci.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 
 	require.NoError(t, dci.Close())
 	require.NoError(t, dci.Close())
 	s, err := dci.Post(1, wqebuilder.Signaled, r)
-	require.ErrorIs(t, err, dc.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.Error(t, s.Send().Inline([]byte("x")).Finish(), "the refused stage writes nothing")
 
 	// Closing the SRQ closes the DCT attached to it.
 	require.NoError(t, srq.Close())
 	require.Equal(t, dc.StateClosed, dct.State())
-	require.ErrorIs(t, srq.PostRecv(1, e.Addr(0, 0), 8, e.LKey(0)), dc.ErrClosed)
+	require.ErrorIs(t, srq.PostRecv(1, e.Addr(0, 0), 8, e.LKey(0)), ctx.ErrClosed)
 	_, err = dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq})
-	require.ErrorIs(t, err, dc.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close())
 }

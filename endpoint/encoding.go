@@ -59,7 +59,7 @@ var (
 func (e Endpoint) EncodedSize() int { return headerSize + bodyFixedSize + len(e.Regions)*regionSize }
 
 // MarshalBinary encodes e after checking every field; an invalid endpoint is
-// an [*Error] matching [ErrInvalid].
+// an [*Error] matching [ctx.ErrInvalidArgument].
 func (e Endpoint) MarshalBinary() ([]byte, error) {
 	if err := e.check(); err != nil {
 		err.Op = opMarshal

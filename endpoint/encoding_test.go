@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -161,7 +162,7 @@ func TestUnmarshalErrors(t *testing.T) {
 			require.Error(t, err)
 			require.ErrorIs(t, err, c.err)
 			require.ErrorIs(t, err, ErrMalformed)
-			require.NotErrorIs(t, err, ErrInvalid)
+			require.NotErrorIs(t, err, ctx.ErrInvalidArgument)
 			var de *Error
 			require.ErrorAs(t, err, &de)
 			require.Equal(t, c.field, de.Field)
@@ -216,12 +217,12 @@ func TestValidateAndMarshalErrors(t *testing.T) {
 			c.edit(&e)
 			err := e.Validate()
 			require.ErrorIs(t, err, c.err)
-			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 			require.NotErrorIs(t, err, ErrMalformed)
 			b, merr := e.MarshalBinary()
 			require.Nil(t, b)
 			require.ErrorIs(t, merr, c.err)
-			require.ErrorIs(t, merr, ErrInvalid)
+			require.ErrorIs(t, merr, ctx.ErrInvalidArgument)
 			prefix := []byte{1, 2}
 			out, aerr := e.AppendBinary(prefix)
 			require.ErrorIs(t, aerr, c.err)

@@ -212,7 +212,7 @@ type Endpoint struct {
 }
 
 // Validate checks every field of e. The error, if any, is an [*Error] that
-// matches [ErrInvalid] and the specific sentinel with errors.Is.
+// matches [ctx.ErrInvalidArgument] and the specific sentinel with errors.Is.
 func (e Endpoint) Validate() error {
 	if err := e.check(); err != nil {
 		err.Op = opValidate

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // FuzzUnmarshal feeds arbitrary bytes to the decoder. It must never panic,
@@ -76,7 +78,7 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 		b, err := e.MarshalBinary()
 		if verr := e.Validate(); verr != nil {
-			if err == nil || !errors.Is(err, ErrInvalid) {
+			if err == nil || !errors.Is(err, ctx.ErrInvalidArgument) {
 				t.Fatalf("Validate says %v but MarshalBinary says %v", verr, err)
 			}
 			return

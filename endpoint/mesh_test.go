@@ -455,7 +455,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	bad := append([]Endpoint(nil), local[1]...)
 	bad[2].PSN = 1 << 24
 	_, err = DialMesh(ctx, "127.0.0.1:1", 1, bad, testOpts)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 	require.Contains(t, err.Error(), "endpoint for rank 2")
 
 	_, err = ListenMesh(ctx, "127.0.0.1:0", 0, testOpts)
@@ -466,7 +466,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	l, err := ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
 	_, err = l.Exchange(ctx, local[0][:2])
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 
 	l, err = ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
@@ -476,7 +476,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownTransport)
 
 	_, err = Mesh(ctx, "127.0.0.1:0", [][]Endpoint{local[0], local[1][:1], local[2]})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 }
 
 func TestMeshChecksEveryEndpointFirst(t *testing.T) {
@@ -485,7 +485,7 @@ func TestMeshChecksEveryEndpointFirst(t *testing.T) {
 	local[2][0].MTU = 0
 	_, err := Mesh(context.Background(), "127.0.0.1:0", local)
 	require.ErrorIs(t, err, ErrRange)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 	require.Contains(t, err.Error(), "rank 2's endpoint for rank 0")
 }
 

@@ -34,7 +34,7 @@ func TestValidateRanges(t *testing.T) {
 		p := ibpath.Default()
 		c.mod(&p)
 		err := p.Validate()
-		require.ErrorIs(t, err, ibpath.ErrInvalid, c.name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), c.name)
 	}
@@ -117,7 +117,7 @@ func TestEndpointAndConnect(t *testing.T) {
 	// A peer without a LID needs a GRH and a GID.
 	remote.LID = 0
 	_, err = local.Connect(remote)
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	remote.GID = ctx.GID{0xfe, 0x80, 15: 9}
 	c, err = local.Connect(remote)
 	require.NoError(t, err)
@@ -271,11 +271,11 @@ func TestModifyRefusesIncompletePaths(t *testing.T) {
 	require.NoError(t, ibpath.ModifyToInit(q.qp, p, ctx.AccessLocalWrite))
 
 	err := ibpath.ModifyToRTR(q.qp, p) // no remote QPN
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	p.DQPN = 0x1ffffff
-	require.ErrorIs(t, ibpath.ModifyToRTR(q.qp, p), ibpath.ErrInvalid)
+	require.ErrorIs(t, ibpath.ModifyToRTR(q.qp, p), ctx.ErrInvalidArgument)
 	p.DQPN, p.MTU = 0x200, 0
-	require.ErrorIs(t, ibpath.ModifyToRTR(q.qp, p), ibpath.ErrInvalid)
+	require.ErrorIs(t, ibpath.ModifyToRTR(q.qp, p), ctx.ErrInvalidArgument)
 	s, err := q.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateInit, s, "a refused path leaves the QP where it was")

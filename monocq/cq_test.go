@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -40,7 +41,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			mutate(&c)
 			cq, err := New(c)
 			require.Nil(t, cq)
-			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 			require.Contains(t, err.Error(), "monocq: new CQ 0x")
 		})
 	}

@@ -9,8 +9,6 @@ import (
 
 // Sentinel errors, found with errors.Is.
 var (
-	// ErrInvalidConfig: New was given a ring it cannot poll.
-	ErrInvalidConfig = errors.New("invalid completion queue config")
 	// ErrCorrupt: a slot the device handed to software holds a CQE whose
 	// format cannot be right. The poller stops before that slot.
 	ErrCorrupt = errors.New("corrupt CQE")

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -38,13 +39,13 @@ func requireSyndrome(t *testing.T, c rc.Completion, op prm.CQEOpcode, s prm.Synd
 	err := c.Err()
 	require.Error(t, err)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
-	var ce *rc.CompletionError
+	var ce *transport.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Contains(t, err.Error(), s.String())
 	// The completion package's sentinels and type match too.
 	want := completion.StatusOf(s).Sentinel()
 	require.ErrorIs(t, err, want)
-	require.ErrorIs(t, err, completion.ErrCompletion)
+	require.ErrorIs(t, err, monocq.ErrCompletion)
 	for _, other := range []error{completion.ErrRemoteAccess, completion.ErrFlushed, completion.ErrLocalProtection} {
 		if other != want {
 			require.NotErrorIs(t, err, other)
@@ -106,7 +107,7 @@ func errorThenFlush(t *testing.T, x *pair, want prm.Syndrome, recvs int, bad fun
 	require.Equal(t, rc.StateError, x.qp[0].State())
 	require.Zero(t, x.qp[0].SendQueue().Outstanding(), "every WQE retired")
 	_, err = x.qp[0].Post(99, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 	require.Equal(t, 0, len(e.Drain(x.p[0])), "nothing completes twice")
 }
 
@@ -204,8 +205,8 @@ func TestLengthAndRemoteErrors(t *testing.T) {
 		requireSyndrome(t, rcv[2], prm.CQERespErr, prm.SyndromeWRFlush)
 		require.Equal(t, rc.StateError, x.qp[1].State())
 		_, err = x.qp[1].Post(1, 0)
-		require.ErrorIs(t, err, rc.ErrQPError)
-		require.ErrorIs(t, x.qp[1].PostRecv(3, 0, 0, 0), rc.ErrQPError)
+		require.ErrorIs(t, err, transport.ErrQPError)
+		require.ErrorIs(t, x.qp[1].PostRecv(3, 0, 0, 0), transport.ErrQPError)
 	})
 	t.Run("receive buffer with a bad lkey", func(t *testing.T) {
 		x := newPair(t, rc.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64})
@@ -313,7 +314,7 @@ func TestFailFlushesEverythingOnce(t *testing.T) {
 		require.True(t, c.IsFlush(), "wrid %d: %+v", w, c)
 	}
 	_, err = x.qp[0].Post(1, 0)
-	require.ErrorIs(t, err, rc.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 
 	// A QP the device fails on its own (an injected fatal error).
 	y := newPair(t, rc.Config{SendDepth: 8, RecvDepth: 4, MaxInline: 64})
@@ -337,8 +338,8 @@ func TestMisuse(t *testing.T) {
 	// Not connected: refused, the stage is harmless, nothing moved.
 	pi := qp.SendQueue().ProducerIndex()
 	s, err := qp.Post(1, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrNotConnected)
-	var pe *rc.PostError
+	require.ErrorIs(t, err, transport.ErrNotConnected)
+	var pe *transport.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qp.QPN(), pe.QPN)
 	require.Contains(t, err.Error(), "not connected")
@@ -351,7 +352,7 @@ func TestMisuse(t *testing.T) {
 	for k := range qp.MaxRecvSGE() + 1 {
 		st = st.SGE(e.Addr(0, 64*int(k)), 8, e.LKey(0))
 	}
-	require.ErrorIs(t, st.FinishDoorbell(), rc.ErrTooManySGE)
+	require.ErrorIs(t, st.FinishDoorbell(), wqebuilder.ErrTooManySGE)
 	require.Zero(t, qp.RecvOutstanding())
 	n := int(qp.Limits().RecvWQEs)
 	require.GreaterOrEqual(t, n, 2)
@@ -359,7 +360,7 @@ func TestMisuse(t *testing.T) {
 		require.NoError(t, qp.PostRecv(uint64(k), e.Addr(0, 64*k), 64, e.LKey(0)))
 	}
 	require.Equal(t, uint32(n), qp.RecvOutstanding())
-	require.ErrorIs(t, qp.PostRecv(3, e.Addr(0, 128), 64, e.LKey(0)), rc.ErrReceiveQueueFull)
+	require.ErrorIs(t, qp.PostRecv(3, e.Addr(0, 128), 64, e.LKey(0)), transport.ErrReceiveQueueFull)
 
 	// Connect: wrong transport, bad endpoint, then right.
 	peer, err := rc.New(e.PD[1], cq1, nil, rc.Config{SendDepth: 4, RecvDepth: 4})
@@ -368,13 +369,13 @@ func TestMisuse(t *testing.T) {
 	ep := peer.Endpoint()
 	ud := ep
 	ud.Transport = 2
-	require.ErrorIs(t, qp.Connect(ud), rc.ErrTransport)
+	require.ErrorIs(t, qp.Connect(ud), transport.ErrTransport)
 	bad := ep
 	bad.QPN = 1 << 25
 	require.Error(t, qp.Connect(bad))
 	require.NoError(t, qp.Connect(ep))
 	require.NoError(t, peer.Connect(qp.Endpoint()))
-	require.ErrorIs(t, qp.Connect(ep), rc.ErrTransport, "already connected")
+	require.ErrorIs(t, qp.Connect(ep), transport.ErrTransport, "already connected")
 	require.Equal(t, ep, qp.Remote())
 
 	// Limits: too much inline, too many SGEs, a full send queue.
@@ -413,20 +414,20 @@ func TestMisuse(t *testing.T) {
 	require.NoError(t, qp.Close())
 	require.NoError(t, qp.Close())
 	_, err = qp.Post(1, 0)
-	require.ErrorIs(t, err, rc.ErrClosed)
-	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 	require.Equal(t, rc.StateClosed, qp.State())
-	require.ErrorIs(t, qp.Connect(ep), rc.ErrClosed)
+	require.ErrorIs(t, qp.Connect(ep), ctx.ErrClosed)
 
 	// Closing the Context closes the QP under it: no crash, clear errors.
 	require.NoError(t, e.Ctx[1].Close())
 	_, err = peer.Post(1, wqebuilder.Signaled)
-	require.ErrorIs(t, err, rc.ErrClosed)
-	require.ErrorIs(t, peer.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.ErrorIs(t, peer.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 	peer.RingDoorbell()
 	peer.RingRecvDoorbell()
 	require.Zero(t, p1.Poll(16, func(*rc.Completion) { t.Fatal("completion from a closed CQ") }))
-	require.ErrorIs(t, p1.Err(), rc.ErrClosed)
+	require.ErrorIs(t, p1.Err(), ctx.ErrClosed)
 }
 
 func TestConfigRefused(t *testing.T) {
@@ -469,10 +470,10 @@ func TestConfigRefused(t *testing.T) {
 	}
 	qp, err := rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 1, SRQ: srq})
 	require.NoError(t, err)
-	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), rc.ErrNoReceiveQueue)
+	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 	require.NoError(t, srq.Close())
 	_, err = rc.New(e.PD[0], cq, nil, rc.Config{SendDepth: 1, SRQ: srq})
-	require.ErrorIs(t, err, rc.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.Equal(t, rc.StateClosed, qp.State(), "closing the SRQ closed the QP attached to it")
 }
 
@@ -498,7 +499,7 @@ func TestResetAndReconnect(t *testing.T) {
 			require.Zero(t, prm.Load32(db), "receive doorbell record after RESET")
 			require.Zero(t, prm.Load32(unsafe.Add(db, prm.DoorbellRecordSendB)), "send doorbell record after RESET")
 			_, err := x.qp[i].Post(1, 0)
-			require.ErrorIs(t, err, rc.ErrNotConnected)
+			require.ErrorIs(t, err, transport.ErrNotConnected)
 		}
 		require.NoError(t, x.qp[1].PostRecv(7, e.Addr(1, 128), 64, e.LKey(1)))
 		require.NoError(t, x.qp[0].Connect(x.qp[1].Endpoint()))
@@ -524,5 +525,5 @@ func TestResetAndReconnect(t *testing.T) {
 		require.Equal(t, "hi", string(e.Mem(1, 128, 2)))
 	}
 	require.NoError(t, x.qp[0].Close())
-	require.ErrorIs(t, x.qp[0].Reset(), rc.ErrClosed)
+	require.ErrorIs(t, x.qp[0].Reset(), ctx.ErrClosed)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -37,8 +38,8 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	require.Equal(t, rc.StatusUnknownQPN, c.Status)
 	require.Nil(t, c.Queue)
 	require.Equal(t, uint32(0xabcdef), c.QPN)
-	require.ErrorIs(t, c.Err(), rc.ErrUnknownQPN)
-	require.ErrorIs(t, p.Err(), rc.ErrUnknownQPN)
+	require.ErrorIs(t, c.Err(), monocq.ErrUnknownQPN)
+	require.ErrorIs(t, p.Err(), monocq.ErrUnknownQPN)
 	require.Equal(t, uint64(1), p.Stats().UnknownQPN)
 
 	// A send completion naming no outstanding WQE changes nothing.
@@ -46,7 +47,7 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	c = e.One(p)
 	require.Equal(t, rc.StatusUnmatched, c.Status)
 	require.Same(t, &qp.Queue, c.Queue)
-	require.ErrorIs(t, c.Err(), rc.ErrUnmatched)
+	require.ErrorIs(t, c.Err(), transport.ErrUnmatched)
 	require.Equal(t, uint64(1), qp.Unmatched())
 	require.Equal(t, rc.StateReady, qp.State())
 
@@ -140,10 +141,10 @@ func TestCloseLeavesPollers(t *testing.T) {
 		require.Equal(t, 2, p.Len())
 	}
 	require.NoError(t, rp.Remove(&other.Queue))
-	require.ErrorIs(t, rp.Remove(&other.Queue), rc.ErrUnknownQPN)
+	require.ErrorIs(t, rp.Remove(&other.Queue), monocq.ErrUnknownQPN)
 	require.Error(t, rp.Remove(nil))
 	require.Error(t, rp.Add(nil))
-	require.ErrorIs(t, rp.Add(new(rc.Queue)), rc.ErrInvalidConfig, "a queue that was never set up")
+	require.ErrorIs(t, rp.Add(new(rc.Queue)), ctx.ErrInvalidArgument, "a queue that was never set up")
 	require.NoError(t, qp.Close())
 	for _, p := range []*rc.Poller{sp, rp} {
 		require.Same(t, &qp.Queue, p.Lookup(qp.QPN()), "routed until the owner polls")
@@ -154,7 +155,7 @@ func TestCloseLeavesPollers(t *testing.T) {
 	require.Equal(t, 1, sp.Len())
 	require.Equal(t, 0, rp.Len())
 	require.Same(t, &other.Queue, sp.Lookup(other.QPN()))
-	require.ErrorIs(t, rp.Add(&qp.Queue), rc.ErrClosed, "a closed QP is refused")
+	require.ErrorIs(t, rp.Add(&qp.Queue), ctx.ErrClosed, "a closed QP is refused")
 	require.Zero(t, rp.Len())
 	require.NoError(t, other.Close())
 	require.Zero(t, sp.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
@@ -193,7 +194,7 @@ func TestParentCloseLeavesPollers(t *testing.T) {
 	require.NoError(t, p.Add(&c.Queue))
 	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
 	require.Equal(t, 1, p.Len())
-	require.ErrorIs(t, p.Remove(&b.Queue), rc.ErrUnknownQPN)
+	require.ErrorIs(t, p.Remove(&b.Queue), monocq.ErrUnknownQPN)
 	require.Zero(t, p.Poll(16, func(*rc.Completion) { t.Error("a completion") }))
 	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
 	require.NoError(t, p.Err())
@@ -213,7 +214,7 @@ func TestRemoveLeavesAnotherQueueOfTheSameQPN(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, a.QPN(), b.QPN(), "two fabrics number their QPs alike")
 	require.NoError(t, p.Add(&a.Queue))
-	require.ErrorIs(t, p.Remove(&b.Queue), rc.ErrUnknownQPN)
+	require.ErrorIs(t, p.Remove(&b.Queue), monocq.ErrUnknownQPN)
 	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
 	require.Equal(t, 1, p.Len())
 	require.NoError(t, b.Close())

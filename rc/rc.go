@@ -95,7 +95,7 @@ type QP struct {
 func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Config) (*QP, error) {
 	const op = "new QP"
 	bad := func(format string, args ...any) (*QP, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
+		return nil, transport.Errorf(name, op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case pd == nil:
@@ -107,7 +107,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	case cfg.SRQ != nil && cfg.RecvDepth != 0:
 		return bad("receive depth %d with an SRQ (the SRQ receives)", cfg.RecvDepth)
 	case cfg.SRQ != nil && cfg.SRQ.Closed():
-		return nil, transport.Errorf(name, op, "SRQ: %w", ErrClosed)
+		return nil, transport.Errorf(name, op, "SRQ: %w", ctx.ErrClosed)
 	case cfg.PSN > endpoint.MaxPSN:
 		return bad("PSN %#x wider than 24 bits", cfg.PSN)
 	case cfg.RemoteAccess&^(ctx.AccessRemoteWrite|ctx.AccessRemoteRead|ctx.AccessRemoteAtomic|ctx.AccessLocalWrite) != 0:
@@ -207,8 +207,8 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // completion) and flags (wqebuilder.Signaled, Solicited, Fence): pick the
 // operation on the stage, add the payload, then Finish (and RingDoorbell
 // for a batch) or FinishBlueFlame. Post refuses a QP that is not connected,
-// is in error or is closed with a *PostError (ErrNotConnected, ErrQPError,
-// ErrClosed); the stage it returns then writes nothing and fails at Finish.
+// is in error or is closed with a *transport.PostError (transport.ErrNotConnected, transport.ErrQPError,
+// ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
 	// A closure called once (see transport.Ready): the whole post compiles
@@ -248,11 +248,11 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		return transport.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportRC {
-		return transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, ErrTransport)
+		return transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	if q.qp.Closed() {
 		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
 	st, err := q.qp.State()
 	if err != nil {
@@ -278,9 +278,9 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		}
 	case ctx.QPStateError:
 		transport.SetState(&q.Queue, transport.StateError)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrQPError)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrQPError)
 	default:
-		return transport.Errorf(name, op, "QP %#x is %v, not INIT: %w", q.QPN(), st, ErrTransport)
+		return transport.Errorf(name, op, "QP %#x is %v, not INIT: %w", q.QPN(), st, transport.ErrTransport)
 	}
 	q.remote = remote
 	transport.SetState(&q.Queue, transport.StateReady)
@@ -319,7 +319,7 @@ func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp.Closed() {
 		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ErrClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}); err != nil {
 		return transport.Errorf(name, op, "%w", err)
@@ -347,13 +347,13 @@ func (q *QP) Reset() error {
 // Close may be called from any goroutine, also while the owner posts on
 // the QP and polls its Pollers, as net.Conn.Close may: it closes only
 // the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
+// ctx.ErrClosed from then on (a stage begun before fails at Finish), and each
 // Poller the QP was added to drops it on the owner's goroutine, in a
 // later Poll, once no CQE of it is left in the CQ; until then its CQEs
 // are handed over as the device wrote them (Remove drops it at once).
 // Close is idempotent.
 func (q *QP) Close() error {
-	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := q.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
 		return transport.Errorf(name, "close", "%w", err)
 	}
 	return nil

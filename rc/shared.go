@@ -19,11 +19,6 @@ type (
 	Queue = transport.Queue
 	// Completion is a polled completion matched to its work request.
 	Completion = transport.Completion
-	// CompletionError is the error of a failed completion. errors.Is
-	// matches the completion package's sentinel of its status
-	// (completion.ErrRemoteAccess, completion.ErrFlushed, …) and
-	// completion.ErrCompletion; errors.As also yields a *completion.Error.
-	CompletionError = transport.CompletionError
 	// Status says how a completion was matched.
 	Status = transport.Status
 	// State is the data plane's view of a queue pair.
@@ -36,8 +31,6 @@ type (
 	SharedReceiveQueue = transport.SharedReceiveQueue
 	// SRQConfig configures a SharedReceiveQueue.
 	SRQConfig = transport.SRQConfig
-	// PostError is the error of a refused post.
-	PostError = transport.PostError
 	// Limits are the sizes a provider granted a queue pair.
 	Limits = transport.Limits
 )
@@ -57,22 +50,6 @@ const (
 	StateReady  = transport.StateReady
 	StateError  = transport.StateError
 	StateClosed = transport.StateClosed
-)
-
-// Errors, the same values in packages rc, dc and ud.
-var (
-	ErrClosed           = transport.ErrClosed
-	ErrInvalidConfig    = transport.ErrInvalidConfig
-	ErrNotConnected     = transport.ErrNotConnected
-	ErrQPError          = transport.ErrQPError
-	ErrNoReceiveQueue   = transport.ErrNoReceiveQueue
-	ErrReceiveQueueFull = transport.ErrReceiveQueueFull
-	ErrTooManySGE       = transport.ErrTooManySGE
-	ErrSGETooLong       = transport.ErrSGETooLong
-	ErrStaleStage       = transport.ErrStaleStage
-	ErrUnknownQPN       = transport.ErrUnknownQPN
-	ErrUnmatched        = transport.ErrUnmatched
-	ErrTransport        = transport.ErrTransport
 )
 
 // NewCQ returns a monocq poller over the ring of cq, for callers that run

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -176,6 +177,6 @@ func TestResetKeepsSharedReceiveQueue(t *testing.T) {
 		require.Equal(t, wrid, c.WRID, "round %d", round)
 		require.Equal(t, "through the SRQ", string(e.Mem(1, 64*round, 15)))
 		require.Zero(t, srq.Outstanding(), "round %d", round)
-		require.ErrorIs(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)), rc.ErrNoReceiveQueue, "round %d", round)
+		require.ErrorIs(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)), transport.ErrNoReceiveQueue, "round %d", round)
 	}
 }

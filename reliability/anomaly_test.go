@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -64,8 +65,8 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.Len(t, got, 1)
 		require.Equal(t, rc.StatusUnknownQPN, got[0].Status)
 		require.Nil(t, got[0].Queue)
-		require.ErrorIs(t, got[0].Err(), rc.ErrUnknownQPN)
-		require.ErrorIs(t, poller.Err(), rc.ErrUnknownQPN)
+		require.ErrorIs(t, got[0].Err(), monocq.ErrUnknownQPN)
+		require.ErrorIs(t, poller.Err(), monocq.ErrUnknownQPN)
 		require.Contains(t, poller.Err().Error(), "0xabcdef")
 		require.Equal(t, uint64(1), poller.Stats().UnknownQPN)
 	})
@@ -83,7 +84,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		for _, c := range got {
 			require.Equal(t, rc.StatusUnmatched, c.Status)
 			require.Zero(t, c.WRID)
-			require.ErrorIs(t, c.Err(), rc.ErrUnmatched)
+			require.ErrorIs(t, c.Err(), transport.ErrUnmatched)
 		}
 		require.Equal(t, uint32(4), q.SendQueue().Outstanding(), "nothing was retired")
 		require.Equal(t, uint64(2), q.Unmatched())
@@ -128,7 +129,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.Contains(t, err.Error(), "0x99")
 		require.Equal(t, rc.StateError, q.State(), "an error completion fails the QP")
 		_, err = q.Post(4, wqebuilder.Signaled)
-		require.ErrorIs(t, err, rc.ErrQPError)
+		require.ErrorIs(t, err, transport.ErrQPError)
 	})
 
 	require.Empty(t, x.f.Violations())

@@ -16,6 +16,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -163,7 +164,7 @@ func (s *sendSide) requireOnlyWindow(t *testing.T, what string, pi uint32, windo
 func requireRefused(t *testing.T, st wqebuilder.OpStage, err, want error, qpn uint32) {
 	t.Helper()
 	require.ErrorIs(t, err, want)
-	var pe *rc.PostError
+	var pe *transport.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qpn, pe.QPN)
 	require.Equal(t, err, st.Send().SGE(1, 2, 3).Inline([]byte("ignored")).FinishBlueFlame(),
@@ -184,7 +185,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		snap := snapSend(qp.Handle().Descriptor())
 		st, err := qp.Post(1, wqebuilder.Signaled)
-		requireRefused(t, st, err, rc.ErrNotConnected, qp.QPN())
+		requireRefused(t, st, err, transport.ErrNotConnected, qp.QPN())
 		require.Contains(t, err.Error(), "rc: post send on QP")
 		qp.RingDoorbell()
 		snap.requireUnchanged(t, "a post on an unconnected QP")
@@ -264,7 +265,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		for i := uint32(0); i <= rq.MaxRecvSGE(); i++ {
 			rs = rs.SGE(p.r[1].addr(0), 1, p.r[1].lkey())
 		}
-		require.ErrorIs(t, rs.FinishDoorbell(), rc.ErrTooManySGE)
+		require.ErrorIs(t, rs.FinishDoorbell(), wqebuilder.ErrTooManySGE)
 	})
 
 	t.Run("receive queue full and no receive queue", func(t *testing.T) {
@@ -276,7 +277,7 @@ func TestMisuseIsRefused(t *testing.T) {
 			require.Less(t, n, 1000)
 			err = q.PostRecv(uint64(n), p.r[1].addr(0), 8, p.r[1].lkey())
 		}
-		require.ErrorIs(t, err, rc.ErrReceiveQueueFull)
+		require.ErrorIs(t, err, transport.ErrReceiveQueueFull)
 		require.Equal(t, int(q.RecvOutstanding())+1, n)
 		srq, err := rc.NewSharedReceiveQueue(x.pd[0], rc.SRQConfig{Depth: 4})
 		require.NoError(t, err)
@@ -284,7 +285,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		withSRQ, err := rc.New(x.pd[0], cq, nil, rc.Config{SendDepth: 4, SRQ: srq})
 		require.NoError(t, err)
-		require.ErrorIs(t, withSRQ.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), rc.ErrNoReceiveQueue)
+		require.ErrorIs(t, withSRQ.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), transport.ErrNoReceiveQueue)
 	})
 
 	t.Run("SGE outside its memory region", func(t *testing.T) {
@@ -313,7 +314,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		}
 		// The data plane knows the QP failed.
 		st, err = q.Post(3, wqebuilder.Signaled)
-		requireRefused(t, st, err, rc.ErrQPError, q.QPN())
+		requireRefused(t, st, err, transport.ErrQPError, q.QPN())
 		require.Equal(t, rc.StateError, q.State())
 	})
 
@@ -323,12 +324,12 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, q.Fail())
 		snap := snapSend(q.Handle().Descriptor())
 		st, err := q.Post(1, wqebuilder.Signaled)
-		requireRefused(t, st, err, rc.ErrQPError, q.QPN())
-		require.ErrorIs(t, q.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), rc.ErrQPError)
+		requireRefused(t, st, err, transport.ErrQPError, q.QPN())
+		require.ErrorIs(t, q.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), transport.ErrQPError)
 		q.RingDoorbell()
 		q.RingRecvDoorbell()
 		snap.requireUnchanged(t, "posts on a QP in error")
-		require.ErrorIs(t, q.Connect(p.qp[1].Endpoint()), rc.ErrQPError)
+		require.ErrorIs(t, q.Connect(p.qp[1].Endpoint()), transport.ErrQPError)
 	})
 
 	t.Run("closed QPs of every transport", func(t *testing.T) {
@@ -377,27 +378,27 @@ func TestMisuseIsRefused(t *testing.T) {
 			require.NoError(t, c.close(), c.name)
 			require.NoError(t, c.close(), "%s: a second Close", c.name)
 			st, err := c.post()
-			require.ErrorIs(t, err, rc.ErrClosed, c.name)
+			require.ErrorIs(t, err, ctx.ErrClosed, c.name)
 			if c.name != "ud" {
-				requireRefused(t, st, err, rc.ErrClosed, c.qpn)
+				requireRefused(t, st, err, ctx.ErrClosed, c.qpn)
 			}
 			if c.recv != nil {
-				require.ErrorIs(t, c.recv(), rc.ErrClosed, c.name)
+				require.ErrorIs(t, c.recv(), ctx.ErrClosed, c.name)
 			}
 		}
 		require.Equal(t, rc.StateClosed, r.State())
 		r.RingDoorbell() // its ring is gone: nothing may be written
 		r.RingRecvDoorbell()
-		require.ErrorIs(t, r.Connect(dct.Endpoint()), rc.ErrTransport, "a DC endpoint is refused first")
+		require.ErrorIs(t, r.Connect(dct.Endpoint()), transport.ErrTransport, "a DC endpoint is refused first")
 		ep := r.Endpoint()
-		require.ErrorIs(t, r.Connect(ep), rc.ErrClosed)
+		require.ErrorIs(t, r.Connect(ep), ctx.ErrClosed)
 
 		// The DCT and its SRQ.
 		require.NoError(t, dct.Close())
 		require.NoError(t, dct.Close())
 		require.NoError(t, srq.Close())
 		require.NoError(t, srq.Close())
-		require.ErrorIs(t, srq.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+		require.ErrorIs(t, srq.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 		srq.RingRecvDoorbell()
 		require.NoError(t, remote.Close())
 		require.NoError(t, remote.Close())
@@ -407,11 +408,11 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, cq.Close())
 		require.NoError(t, cq.Close())
 		require.Zero(t, poller.Poll(16, func(*rc.Completion) { t.Fatal("completion from a closed CQ") }))
-		require.ErrorIs(t, poller.Err(), rc.ErrClosed)
+		require.ErrorIs(t, poller.Err(), ctx.ErrClosed)
 		_, err = rc.NewPoller(cq)
-		require.ErrorIs(t, err, rc.ErrClosed)
+		require.ErrorIs(t, err, ctx.ErrClosed)
 		_, err = rc.New(x.pd[0], cq, nil, rc.Config{SendDepth: 4})
-		require.ErrorIs(t, err, rc.ErrClosed)
+		require.ErrorIs(t, err, ctx.ErrClosed)
 	})
 
 	t.Run("closed parents", func(t *testing.T) {
@@ -430,8 +431,8 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.True(t, q.Handle().Closed())
 		require.True(t, mr.Closed())
 		st, err := q.Post(1, 0)
-		requireRefused(t, st, err, rc.ErrClosed, q.QPN())
-		require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), rc.ErrClosed)
+		requireRefused(t, st, err, ctx.ErrClosed, q.QPN())
+		require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 		require.NoError(t, q.Close())
 		require.NoError(t, mr.Close())
 		_, err = pd.RegisterBuffer(buf, allAccess)

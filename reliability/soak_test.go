@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -491,7 +492,7 @@ func (s *soak) inject() {
 		s.n.failAPI++
 		// The data plane refuses to post now.
 		_, err = l.begin(1<<62, wqebuilder.Signaled, 0, false)
-		require.ErrorIs(t, err, rc.ErrQPError)
+		require.ErrorIs(t, err, transport.ErrQPError)
 	case 5, 6, 7: // completions of a CQ are delayed for a while
 		cqs := []*ctx.CompletionQueue{s.scq[0], s.scq[1], s.rcq[0], s.rcq[1]}
 		d := []time.Duration{0, 5 * time.Microsecond, 200 * time.Microsecond, 2 * time.Millisecond}[r.Intn(4)]

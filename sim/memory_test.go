@@ -81,8 +81,8 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 		runtime.GC()
 	}
 	require.Equal(t, len(bufs), mapped(bufs), "memory unmapped while a stage can write it")
-	require.ErrorIs(t, st.Nop().FinishBlueFlame(), rc.ErrClosed)
-	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), rc.ErrClosed)
+	require.ErrorIs(t, st.Nop().FinishBlueFlame(), ctx.ErrClosed)
+	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), ctx.ErrClosed)
 	require.Zero(t, poller.Poll(4, func(*rc.Completion) {}))
 	runtime.KeepAlive(own)
 

@@ -100,7 +100,7 @@ func (c *Completion) IsFlush() bool { return c.IsError() && c.Syndrome == prm.Sy
 
 // Err returns nil for a successful completion, a *CompletionError for an
 // error completion (with errors.Is matching monocq.ErrCompletion), and an
-// error wrapping ErrUnknownQPN or ErrUnmatched for a completion that could
+// error wrapping monocq.ErrUnknownQPN or ErrUnmatched for a completion that could
 // not be matched. It allocates only when it returns an error.
 func (c *Completion) Err() error {
 	if !c.IsError() {
@@ -122,7 +122,7 @@ func (e *CompletionError) Error() string {
 	c := &e.Completion
 	switch c.Status {
 	case StatusUnknownQPN:
-		return fmt.Sprintf("completion %v on QPN %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, ErrUnknownQPN)
+		return fmt.Sprintf("completion %v on QPN %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, monocq.ErrUnknownQPN)
 	case StatusUnmatched:
 		return fmt.Sprintf("completion %v on QP %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, ErrUnmatched)
 	case StatusUnexpected:
@@ -134,18 +134,18 @@ func (e *CompletionError) Error() string {
 	return fmt.Sprintf("completion %v on QP %#x (wqe_counter %d), status %v", c.Opcode, c.QPN, c.WQECounter, c.Status)
 }
 
-// Is matches monocq.ErrCompletion (and completion.ErrCompletion, the same
+// Is matches monocq.ErrCompletion (and monocq.ErrCompletion, the same
 // value) for error CQEs, the completion package's sentinel of the CQE's
 // status (completion.ErrRemoteAccess, completion.ErrFlushed, …, found with
 // completion.StatusOf as for a *completion.Error), monocq.ErrUnknownSyndrome
-// for a syndrome the PRM does not define, ErrUnknownQPN and ErrUnmatched.
+// for a syndrome the PRM does not define, monocq.ErrUnknownQPN and ErrUnmatched.
 func (e *CompletionError) Is(target error) bool {
 	c := &e.Completion
 	isErr := c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr
 	switch target {
 	case nil:
 		return false
-	case ErrUnknownQPN:
+	case monocq.ErrUnknownQPN:
 		return c.Status == StatusUnknownQPN
 	case ErrUnmatched:
 		return c.Status == StatusUnmatched
@@ -159,7 +159,7 @@ func (e *CompletionError) Is(target error) bool {
 
 // AsCompletion returns the error as a *completion.Error (the type the
 // completion package and channel report), or nil for a completion that
-// could not be matched (ErrUnknownQPN, ErrUnmatched, an unexpected opcode).
+// could not be matched (monocq.ErrUnknownQPN, ErrUnmatched, an unexpected opcode).
 // errors.As(err, &target) with a **completion.Error target calls it.
 func (e *CompletionError) AsCompletion() *completion.Error {
 	c := &e.Completion

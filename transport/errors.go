@@ -3,21 +3,16 @@ package transport
 import (
 	"errors"
 	"fmt"
-
-	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
-// Sentinel errors of the transports. Packages rc, dc and ud re-export them
-// under the same names, so errors.Is works whichever package a caller
-// names.
+// Sentinel errors of the transports rc, dc and ud. The transports also
+// return the sentinels of the layers below: ctx.ErrClosed (a closed queue
+// pair, or an object it depends on), ctx.ErrInvalidArgument (a configuration
+// refused before anything was created), wqebuilder.ErrTooManySGE,
+// wqebuilder.ErrSGETooLong and wqebuilder.ErrStaleStage (a refused receive
+// WQE, as for a send WQE) and monocq.ErrUnknownQPN (a CQE for a QPN no queue
+// was added for).
 var (
-	// ErrClosed is ctx.ErrClosed: the queue pair, or an object it depends
-	// on (its PD, a CQ, the Context), has been closed.
-	ErrClosed = ctx.ErrClosed
-	// ErrInvalidConfig is ctx.ErrInvalidArgument: a configuration refused
-	// at creation, before anything was created.
-	ErrInvalidConfig = ctx.ErrInvalidArgument
 	// ErrNotConnected: a send was posted on a queue pair that has not
 	// reached RTS (an RC QP before Connect).
 	ErrNotConnected = errors.New("queue pair not connected")
@@ -31,20 +26,6 @@ var (
 	// ErrReceiveQueueFull: every receive WQE is posted and not yet
 	// completed.
 	ErrReceiveQueueFull = errors.New("receive queue full")
-	// ErrTooManySGE: a receive WQE got more scatter entries than the queue's
-	// max receive SGE.
-	ErrTooManySGE = errors.New("more scatter entries than max receive SGE")
-	// ErrSGETooLong is wqebuilder.ErrSGETooLong: a send or receive
-	// scatter/gather entry of more than MaxSGELength bytes (2^31-1), whose
-	// byte count would have bit 31, the inline flag, set. Nothing is
-	// posted.
-	ErrSGETooLong = wqebuilder.ErrSGETooLong
-	// ErrStaleStage is wqebuilder.ErrStaleStage: a receive stage (like a
-	// send stage) was finished twice, or after a later BeginRecv or
-	// PostRecv on the same queue took its slot. Nothing is posted.
-	ErrStaleStage = wqebuilder.ErrStaleStage
-	// ErrUnknownQPN: a poller met a CQE for a QPN no queue was added for.
-	ErrUnknownQPN = errors.New("completion for an unknown QPN")
 	// ErrUnmatched: a completion named a WQE that is not outstanding
 	// (a duplicate or corrupt CQE); nothing was retired.
 	ErrUnmatched = errors.New("completion matches no outstanding WQE")

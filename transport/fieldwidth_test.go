@@ -208,14 +208,14 @@ func TestConfigRoCESL(t *testing.T) {
 	e := transporttest.New(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet})
 	pd, cq := e.PD[0], e.CQ(0, 64)
 	_, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 8})
-	require.ErrorIs(t, err, rc.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.ErrorContains(t, err, "SL 8 out of range 0..7")
 	_, err = dc.NewDCI(pd, cq, dc.DCIConfig{SendDepth: 4, SL: 15})
-	require.ErrorIs(t, err, dc.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.ErrorContains(t, err, "SL 15 out of range 0..7")
 	_, err = ud.New(pd, cq, nil, ud.Config{SendDepth: 4, SL: 9})
-	require.ErrorIs(t, err, ud.ErrInvalidConfig)
-	var pe *rc.PostError
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	var pe *transport.PostError
 	require.False(t, errors.As(err, &pe), "a configuration error, not a post error")
 	q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 7})
 	require.NoError(t, err)

@@ -11,10 +11,10 @@ import (
 // NewCQ returns a monocq poller over the ring of cq.
 func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	if cq == nil {
-		return nil, fmt.Errorf("nil completion queue: %w", ErrInvalidConfig)
+		return nil, fmt.Errorf("nil completion queue: %w", ctx.ErrInvalidArgument)
 	}
 	if cq.Closed() {
-		return nil, fmt.Errorf("completion queue: %w", ErrClosed)
+		return nil, fmt.Errorf("completion queue: %w", ctx.ErrClosed)
 	}
 	d := cq.Descriptor()
 	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
@@ -74,18 +74,18 @@ func NewDispatcher(transport string, cq *ctx.CompletionQueue) (*Dispatcher, erro
 }
 
 // Add makes the dispatcher route the completions of q (by its QPN; a DCT by
-// its DCT number). A closed queue is refused (ErrClosed). A closed queue
+// its DCT number). A closed queue is refused (ctx.ErrClosed). A closed queue
 // that still holds q's QPN (the device reuses the QPNs of destroyed QPs) is
 // dropped first: its QPN is q's from now on.
 func (p *Dispatcher) Add(q *Queue) error {
 	if q == nil {
-		return fmt.Errorf("poller: add: nil queue: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: add: nil queue: %w", ctx.ErrInvalidArgument)
 	}
 	if q.qp == nil || q.closer == nil {
-		return fmt.Errorf("poller: add: queue not set up: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: add: queue not set up: %w", ctx.ErrInvalidArgument)
 	}
 	if q.qp.Closed() {
-		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ErrClosed)
+		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ctx.ErrClosed)
 	}
 	if old := p.table.Lookup(q.qpn); old != nil && old != q && old.qp.Closed() {
 		p.drop(old)
@@ -107,10 +107,10 @@ func (p *Dispatcher) Add(q *Queue) error {
 // of it still in the ring then count as ones of an unknown QPN).
 func (p *Dispatcher) Remove(q *Queue) error {
 	if q == nil {
-		return fmt.Errorf("poller: remove: nil queue: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: remove: nil queue: %w", ctx.ErrInvalidArgument)
 	}
 	if p.table.Lookup(q.qpn) != q {
-		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, ErrUnknownQPN)
+		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, monocq.ErrUnknownQPN)
 	}
 	p.drop(q)
 	return nil
@@ -221,7 +221,7 @@ func (p *Dispatcher) Unknown(c *monocq.CQE) {
 	p.wc.Status = StatusUnknownQPN
 	p.unknown++
 	if p.err == nil {
-		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
+		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), monocq.ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
 	}
 }
 
@@ -235,7 +235,7 @@ func (p *Dispatcher) Err() error {
 		return err
 	}
 	if p.err == nil && p.owner.Closed() {
-		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ErrClosed)
+		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ctx.ErrClosed)
 	}
 	return p.err
 }

@@ -50,7 +50,7 @@ func (s State) String() string {
 // its CQs and Reset must not run concurrently. Closing is the exception:
 // the transport's Close and the ctx objects under it (the QP through
 // Handle, its CQs, SRQ, PD, the Context) may be closed from any goroutine,
-// also while the owner posts and polls. A post then fails with ErrClosed,
+// also while the owner posts and polls. A post then fails with ctx.ErrClosed,
 // at Begin or at Finish, neither touches memory that was freed, and the
 // Pollers the queue was added to drop it on the owner's goroutine (see
 // closer and Dispatcher). Nothing the close writes is read by a post or a
@@ -101,7 +101,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		case StateError:
 			why = ErrQPError
 		case StateClosed:
-			why = ErrClosed
+			why = ctx.ErrClosed
 		}
 		if why != nil {
 			q.errSend[s] = &PostError{Transport: transport, Op: "post send", QPN: d.QPN, Err: why}
@@ -126,7 +126,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			Memory:        d.Memory,
 		}
 		if cfg.MaxWQEBBs > cfg.WQECnt {
-			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ErrInvalidConfig)
+			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ctx.ErrInvalidArgument)
 		}
 		sq, err := wqebuilder.New(cfg)
 		if err != nil {
@@ -147,12 +147,12 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	case d.RQ.WQECnt > 0:
 		r, err := newRecvRing(d.RQ.Buf, d.DBRec, d.RQ.WQECnt, d.RQ.Stride, d.MaxRecvSGE, false, 0, 0)
 		if err != nil {
-			return fmt.Errorf("receive queue: %v: %w", err, ErrInvalidConfig)
+			return fmt.Errorf("receive queue: %v: %w", err, ctx.ErrInvalidArgument)
 		}
 		r.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
-		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrTooManySGE}
-		r.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrSGETooLong}
-		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrStaleStage}
+		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrTooManySGE}
+		r.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrSGETooLong}
+		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrStaleStage}
 		r.memory = d.Memory
 		q.rq, q.recv = r, r
 	}
@@ -220,7 +220,7 @@ func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStag
 }
 
 // Refuse is the post of a queue that is not Ready: a *PostError wrapping
-// ErrNotConnected, ErrQPError or ErrClosed, and a stage of a private full
+// ErrNotConnected, ErrQPError or ctx.ErrClosed, and a stage of a private full
 // queue, which writes nothing that matters and whose Finish fails with the
 // same error.
 func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
@@ -268,7 +268,7 @@ func (q *Queue) SRQ() *SharedReceiveQueue { return q.srq }
 // Free, Outstanding, Pending, and to post on directly. Once the QP is
 // closed it returns the private queue that refused posts use instead,
 // always full: its stages write nothing that matters and their Finish
-// returns a *PostError wrapping ErrClosed.
+// returns a *PostError wrapping ctx.ErrClosed.
 func (q *Queue) SendQueue() *wqebuilder.SendQueue {
 	if q.sq != nil && q.qp.Closed() {
 		q.state = StateClosed
@@ -294,7 +294,7 @@ func (q *Queue) RingDoorbell() {
 // BeginRecv starts a receive WQE on the QP's own receive queue; add the
 // buffers with SGE, then Finish (and RingRecvDoorbell) or FinishDoorbell.
 // The stage fails with ErrNoReceiveQueue when the QP has none (it uses an
-// SRQ: post there), ErrQPError or ErrClosed.
+// SRQ: post there), ErrQPError or ctx.ErrClosed.
 //
 // BeginRecv, SGE and Finish (or FinishDoorbell) compile into the caller,
 // with a call only for the store barrier of FinishDoorbell and, when the

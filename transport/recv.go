@@ -136,7 +136,7 @@ const MaxSGELength = wqebuilder.MaxSGELength
 //
 // One receive WQE is built at a time per queue: a BeginRecv (or PostRecv)
 // before the last stage was finished takes the same free slot, and the
-// older stage's Finish is then refused with ErrStaleStage, as is a second
+// older stage's Finish is then refused with wqebuilder.ErrStaleStage, as is a second
 // Finish of the same stage.
 type RecvStage struct {
 	r     *recvRing
@@ -170,7 +170,7 @@ func (r *recvRing) refuse() RecvStage {
 // SGE appends a scatter entry: length bytes at addr in the memory region
 // lkey. A zero length adds nothing (rdma-core skips such entries: a zero
 // byte count means 2 GiB to the device); a length above MaxSGELength (bit
-// 31 of the byte count set) is refused with ErrSGETooLong. A stage that is
+// 31 of the byte count set) is refused with wqebuilder.ErrSGETooLong. A stage that is
 // no longer the open one writes nothing: its slot may be posted already;
 // nor does one that has refused an entry, even if its slot is open again
 // later.
@@ -267,8 +267,8 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 
 // error is the error of a stage that finish turned down: the owner's
 // refusal for a stage BeginRecv refused or a ring closed since, then
-// ErrStaleStage for a stage that is not the open one, then ErrSGETooLong,
-// then ErrTooManySGE.
+// wqebuilder.ErrStaleStage for a stage that is not the open one, then wqebuilder.ErrSGETooLong,
+// then wqebuilder.ErrTooManySGE.
 func (s RecvStage) error() error {
 	switch {
 	case s.first == refusedStage || s.r.closed.Load() != 0:

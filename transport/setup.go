@@ -45,7 +45,7 @@ func QueryPort(c *ctx.Context, port uint8, gid ctx.GIDSelector) (Port, error) {
 		i, _ := gid.Index()
 		p.GID = ctx.GIDEntry{Index: int(i), Port: port}
 	case errors.Is(err, ctx.ErrNotFound):
-		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, ErrInvalidConfig)
+		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, ctx.ErrInvalidArgument)
 	default:
 		return Port{}, fmt.Errorf("local GID %v: %w", gid, err)
 	}
@@ -107,7 +107,7 @@ func RandomPSN() uint32 {
 func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ bool) error {
 	hasSQ := t != ctx.QPTypeDCT
 	if hasSQ && caps.SendDepth == 0 {
-		return fmt.Errorf("send depth 0: %w", ErrInvalidConfig)
+		return fmt.Errorf("send depth 0: %w", ctx.ErrInvalidArgument)
 	}
 	type limit struct {
 		name  string
@@ -124,7 +124,7 @@ func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ boo
 		{"max inline", caps.MaxInline, a.MaxInline, hasSQ && !sizedSQ},
 	} {
 		if l.check && l.max != 0 && l.v > l.max {
-			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, ErrInvalidConfig)
+			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, ctx.ErrInvalidArgument)
 		}
 	}
 	if sizedSQ {
@@ -142,7 +142,7 @@ func Knob(v int, def, max uint8) (uint8, error) {
 	case v < 0:
 		return 0, nil
 	case v > int(max):
-		return 0, fmt.Errorf("%d above %d: %w", v, max, ErrInvalidConfig)
+		return 0, fmt.Errorf("%d above %d: %w", v, max, ctx.ErrInvalidArgument)
 	}
 	return uint8(v), nil
 }
@@ -179,9 +179,9 @@ type Field = fieldcheck.Field
 
 // CheckFields refuses the first field outside its range, before anything is
 // created, with an error that names the field, the value and the range and
-// wraps ErrInvalidConfig: a value wider than its field would otherwise be
+// wraps ctx.ErrInvalidArgument: a value wider than its field would otherwise be
 // masked by the provider or the device, silently.
-func CheckFields(fields ...Field) error { return fieldcheck.Check(ErrInvalidConfig, fields...) }
+func CheckFields(fields ...Field) error { return fieldcheck.Check(ctx.ErrInvalidArgument, fields...) }
 
 // PortField is a configuration's port number (0 means 1) against the
 // device's ports.

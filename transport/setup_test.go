@@ -57,12 +57,12 @@ func TestCheckCapsPerType(t *testing.T) {
 			require.NoError(t, err, c.name)
 			continue
 		}
-		require.ErrorIs(t, err, transport.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), c.want, c.name)
 	}
 	// A provider that cannot tell its WQE size keeps the device-wide
 	// checks.
 	a = ctx.DeviceAttr{MaxQPWR: 1 << 15, MaxSGE: 30, MaxInline: 460}
 	require.NoError(t, transport.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1 << 15, MaxInline: 460}, false))
-	require.ErrorIs(t, transport.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1<<15 + 1}, false), transport.ErrInvalidConfig)
+	require.ErrorIs(t, transport.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1<<15 + 1}, false), ctx.ErrInvalidArgument)
 }

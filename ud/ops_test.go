@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -141,7 +142,7 @@ func TestReplyPath(t *testing.T) {
 				require.NoError(t, err, "no GRH needed without one")
 			} else {
 				_, err := x.qp[1].ReplyRemote(&in, nil)
-				require.ErrorIs(t, err, ud.ErrInvalidConfig, "a GRH completion needs the GRH bytes")
+				require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a GRH completion needs the GRH bytes")
 				from := x.qp[0].Endpoint().GID
 				if c.link == ctx.LinkLayerEthernet {
 					// The chosen GID is RoCE v2 IPv4-mapped: the IPv4
@@ -250,7 +251,7 @@ func TestDatagramLossAndErrors(t *testing.T) {
 	require.Equal(t, uint64(6), rcv[1].WRID)
 	require.Equal(t, ud.StateError, x.qp[1].State())
 	_, err = x.qp[1].Post(1, 0, bad)
-	require.ErrorIs(t, err, ud.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 
 	// A datagram larger than the MTU: LOCAL_LENGTH_ERR at the sender, the
 	// WQEs after it flushed.
@@ -297,7 +298,7 @@ func TestUDMisuse(t *testing.T) {
 		{"inline", ud.Config{SendDepth: 1, MaxInline: 1 << 16}, e.PD[0], cq},
 	} {
 		_, err := ud.New(c.pd, c.cq, nil, c.cfg)
-		require.ErrorIs(t, err, ud.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), "ud: new QP", c.name)
 	}
 	q, err := ud.New(e.PD[0], cq, nil, ud.Config{SendDepth: 4, SRQ: srq, QKey: 3})
@@ -307,20 +308,20 @@ func TestUDMisuse(t *testing.T) {
 	require.Equal(t, uint32(3), ep.QKey)
 	require.Equal(t, uint32(3), q.QKey())
 	require.NoError(t, ep.Validate())
-	require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), ud.ErrNoReceiveQueue)
+	require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 	rcEP := ep
 	rcEP.Transport, rcEP.QKey = endpoint.TransportRC, 0
 	_, err = q.NewRemote(rcEP)
-	require.ErrorIs(t, err, ud.ErrTransport)
+	require.ErrorIs(t, err, transport.ErrTransport)
 	r, err := q.NewRemote(ep)
 	require.NoError(t, err)
 	require.NoError(t, q.Fail())
 	_, err = q.Post(1, 0, r)
-	require.ErrorIs(t, err, ud.ErrQPError)
+	require.ErrorIs(t, err, transport.ErrQPError)
 	require.NoError(t, q.Close())
 	require.NoError(t, q.Close())
 	_, err = q.Post(1, 0, r)
-	require.ErrorIs(t, err, ud.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.NoError(t, r.Close())
 }
 
@@ -454,7 +455,7 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			// Neither form: refused, nothing created.
 			clear(e.Mem(1, 0, ud.GRHSize))
 			_, err = x.qp[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
-			require.ErrorIs(t, err, ud.ErrBadGRH)
+			require.ErrorIs(t, err, transport.ErrBadGRH)
 		})
 	}
 }

@@ -69,7 +69,7 @@ type QP struct {
 func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Config) (*QP, error) {
 	const op = "new QP"
 	bad := func(format string, args ...any) (*QP, error) {
-		return nil, transport.Errorf(name, op, format+": %w", append(args, ErrInvalidConfig)...)
+		return nil, transport.Errorf(name, op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case pd == nil:
@@ -81,7 +81,7 @@ func New(pd *ctx.ProtectionDomain, sendCQ, recvCQ *ctx.CompletionQueue, cfg Conf
 	case cfg.SRQ != nil && cfg.RecvDepth != 0:
 		return bad("receive depth %d with an SRQ (the SRQ receives)", cfg.RecvDepth)
 	case cfg.SRQ != nil && cfg.SRQ.Closed():
-		return nil, transport.Errorf(name, op, "SRQ: %w", ErrClosed)
+		return nil, transport.Errorf(name, op, "SRQ: %w", ctx.ErrClosed)
 	case cfg.PSN > endpoint.MaxPSN:
 		return bad("PSN %#x wider than 24 bits", cfg.PSN)
 	}
@@ -172,7 +172,7 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 		return nil, transport.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportUD {
-		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, ErrTransport)
+		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	return q.remote(op, q.port.PathTo(remote, q.sl), remote.QPN, remote.QKey)
 }
@@ -195,17 +195,17 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 // GRH area holds an InfiniBand GRH or RoCE v2 IPv6 header, or, for RoCE v2
 // over IPv4, an IPv4 header in its last 20 bytes, whose source address
 // becomes the IPv4-mapped destination GID (::ffff:a.b.c.d). Anything else is
-// refused with ErrBadGRH. The qkey is this QP's own. It creates an address
+// refused with transport.ErrBadGRH. The qkey is this QP's own. It creates an address
 // handle: a control-plane call, to be cached by a caller that replies often.
 func (q *QP) ReplyRemote(c *Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
-		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", ErrInvalidConfig)
+		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", ctx.ErrInvalidArgument)
 	}
 	attr := ctx.AddressAttr{Port: q.port.Number, DLID: c.SLID, SL: c.SL}
 	if c.GRH || q.port.Link == ctx.LinkLayerEthernet {
 		if len(grh) < GRHSize {
-			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ErrInvalidConfig)
+			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ctx.ErrInvalidArgument)
 		}
 		g, err := transport.ParseGRH(grh)
 		if err != nil {
@@ -233,7 +233,7 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the
 // stage, add the payload (at most the path MTU) and Finish. Post refuses a
-// QP in error or closed with a *PostError (ErrQPError, ErrClosed); the stage
+// QP in error or closed with a *transport.PostError (transport.ErrQPError, ctx.ErrClosed); the stage
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
@@ -272,13 +272,13 @@ func (q *QP) Fail() error {
 // Close may be called from any goroutine, also while the owner posts on
 // the QP and polls its Pollers, as net.Conn.Close may: it closes only
 // the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
+// ctx.ErrClosed from then on (a stage begun before fails at Finish), and each
 // Poller the QP was added to drops it on the owner's goroutine, in a
 // later Poll, once no CQE of it is left in the CQ; until then its CQEs
 // are handed over as the device wrote them (Remove drops it at once).
 // Close is idempotent.
 func (q *QP) Close() error {
-	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := q.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
 		return transport.Errorf(name, "close", "%w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -187,7 +188,7 @@ func newFzRig(t *testing.T, cfg wqebuilder.Config) *fzRig {
 	cfg.BlueFlame = unsafe.Pointer(&r.reg[0])
 	q, err := wqebuilder.New(cfg)
 	if err != nil {
-		if !errors.Is(err, wqebuilder.ErrBadConfig) {
+		if !errors.Is(err, ctx.ErrInvalidArgument) {
 			t.Fatalf("New: %v does not match ErrBadConfig", err)
 		}
 		return nil

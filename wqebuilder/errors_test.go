@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -255,7 +256,7 @@ func TestNewRejects(t *testing.T) {
 		c := good
 		mod(&c)
 		_, err := wqebuilder.New(c)
-		require.ErrorIs(t, err, wqebuilder.ErrBadConfig, name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 		require.True(t, strings.HasPrefix(err.Error(), "wqebuilder: new send queue: "), err.Error())
 	}
 }

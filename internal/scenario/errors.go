@@ -7,6 +7,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -27,8 +28,8 @@ func requireRefused(qp *rc.QP) error {
 		return fmt.Errorf("QP %#x after an error completion: state %v, want %v", qp.QPN(), st, rc.StateError)
 	}
 	_, err := qp.Post(99, wqebuilder.Signaled)
-	if !errors.Is(err, rc.ErrQPError) {
-		return fmt.Errorf("post on QP %#x in error: %v, want %v", qp.QPN(), err, rc.ErrQPError)
+	if !errors.Is(err, transport.ErrQPError) {
+		return fmt.Errorf("post on QP %#x in error: %v, want %v", qp.QPN(), err, transport.ErrQPError)
 	}
 	return nil
 }
@@ -168,8 +169,8 @@ func ErrorFlush(c *ctx.Context, o Options) error {
 		if err := firstErr(e.quiet(1), requireRefused(b), check("receives outstanding after the flush", b.RecvOutstanding(), uint32(0))); err != nil {
 			return err
 		}
-		if err := b.PostRecv(1, e.addr(1, 0), 16, e.lkey(1)); !errors.Is(err, rc.ErrQPError) {
-			return fmt.Errorf("post receive on QP %#x in error: %v, want %v", b.QPN(), err, rc.ErrQPError)
+		if err := b.PostRecv(1, e.addr(1, 0), 16, e.lkey(1)); !errors.Is(err, transport.ErrQPError) {
+			return fmt.Errorf("post receive on QP %#x in error: %v, want %v", b.QPN(), err, transport.ErrQPError)
 		}
 		return nil
 	})
