@@ -49,7 +49,6 @@ func TestErrorFromRequesterCQE(t *testing.T) {
 	err := fmt.Errorf("peer 3: %w", w)
 	require.ErrorIs(t, err, completion.ErrRemoteAccess)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
-	require.ErrorIs(t, err, monocq.ErrCompletion)
 	require.NotErrorIs(t, err, completion.ErrFlushed)
 	require.NotErrorIs(t, err, monocq.ErrUnknownSyndrome)
 	var got *completion.Error

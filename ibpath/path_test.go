@@ -35,7 +35,6 @@ func TestValidateRanges(t *testing.T) {
 		c.mod(&p)
 		err := p.Validate()
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
-		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), c.name)
 	}
 	// The largest legal values pass.

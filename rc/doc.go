@@ -18,7 +18,7 @@
 //	err = s.RdmaWrite(raddr, rkey).SGE(addr, n, lkey).FinishBlueFlame()
 //
 // Post refuses a QP that is not connected, is in error or is closed with a
-// *transport.PostError wrapping transport.ErrNotConnected, transport.ErrQPError or ctx.ErrClosed; the stage it
+// *wqebuilder.PostError wrapping transport.ErrNotConnected, transport.ErrQPError or ctx.ErrClosed; the stage it
 // returns then writes nothing and its Finish fails too, so a caller that
 // ignores the error corrupts nothing. The errors of the WQE itself (send
 // queue full, inline too long, too many SGEs) come from Finish, as

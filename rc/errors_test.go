@@ -339,7 +339,7 @@ func TestMisuse(t *testing.T) {
 	pi := qp.SendQueue().ProducerIndex()
 	s, err := qp.Post(1, wqebuilder.Signaled)
 	require.ErrorIs(t, err, transport.ErrNotConnected)
-	var pe *transport.PostError
+	var pe *wqebuilder.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qp.QPN(), pe.QPN)
 	require.Contains(t, err.Error(), "not connected")

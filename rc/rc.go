@@ -207,7 +207,7 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // completion) and flags (wqebuilder.Signaled, Solicited, Fence): pick the
 // operation on the stage, add the payload, then Finish (and RingDoorbell
 // for a batch) or FinishBlueFlame. Post refuses a QP that is not connected,
-// is in error or is closed with a *transport.PostError (transport.ErrNotConnected, transport.ErrQPError,
+// is in error or is closed with a *wqebuilder.PostError (transport.ErrNotConnected, transport.ErrQPError,
 // ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {

@@ -77,7 +77,6 @@ func TestStageKeptAcrossClose(t *testing.T) {
 					FinishBlueFlame()
 			})
 			require.ErrorIs(t, ferr, ctx.ErrClosed)
-			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
 			require.Equal(t, rc.StateClosed, q.State())
 			// The model saw nothing.

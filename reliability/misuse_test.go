@@ -164,7 +164,7 @@ func (s *sendSide) requireOnlyWindow(t *testing.T, what string, pi uint32, windo
 func requireRefused(t *testing.T, st wqebuilder.OpStage, err, want error, qpn uint32) {
 	t.Helper()
 	require.ErrorIs(t, err, want)
-	var pe *transport.PostError
+	var pe *wqebuilder.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qpn, pe.QPN)
 	require.Equal(t, err, st.Send().SGE(1, 2, 3).Inline([]byte("ignored")).FinishBlueFlame(),

@@ -35,34 +35,6 @@ var (
 	ErrTransport = errors.New("not valid for this transport")
 )
 
-// PostError is the error of a refused post: the transport ("rc", "dc",
-// "ud"), the verb ("post send", "post receive"), the QPN and the reason,
-// one of the sentinels above. The errors a queue pair returns on its hot
-// path are built once when it is created, so returning one allocates
-// nothing.
-type PostError struct {
-	Transport string
-	Op        string
-	// QPN is the queue pair's number, or the SRQ number when SRQ is set.
-	QPN uint32
-	SRQ bool
-	Err error
-}
-
-// Error reads "rc: post send on QP 0x105: queue pair not connected".
-func (e *PostError) Error() string {
-	what := "QP"
-	if e.SRQ {
-		what = "SRQ"
-	}
-	return fmt.Sprintf("%s: %s on %s %#x: %v", e.Transport, e.Op, what, e.QPN, e.Err)
-}
-
-// Unwrap returns the sentinel.
-func (e *PostError) Unwrap() error { return e.Err }
-
-var _ error = (*PostError)(nil)
-
 // Errorf builds a control-plane error "<transport>: <op>: <detail>" whose
 // cause (given with %w in format) errors.Is finds.
 func Errorf(transport, op, format string, args ...any) error {

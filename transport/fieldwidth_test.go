@@ -14,6 +14,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // widthCase is a configuration with one field wider than the verbs or PRM
@@ -215,7 +216,7 @@ func TestConfigRoCESL(t *testing.T) {
 	require.ErrorContains(t, err, "SL 15 out of range 0..7")
 	_, err = ud.New(pd, cq, nil, ud.Config{SendDepth: 4, SL: 9})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	var pe *transport.PostError
+	var pe *wqebuilder.PostError
 	require.False(t, errors.As(err, &pe), "a configuration error, not a post error")
 	q, err := rc.New(pd, cq, nil, rc.Config{SendDepth: 4, SL: 7})
 	require.NoError(t, err)

@@ -104,13 +104,13 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			why = ctx.ErrClosed
 		}
 		if why != nil {
-			q.errSend[s] = &PostError{Transport: transport, Op: "post send", QPN: d.QPN, Err: why}
+			q.errSend[s] = &wqebuilder.PostError{Transport: transport, Op: "post send", QPN: d.QPN, Err: why}
 			if s != StateInit {
-				q.errRecv[s] = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: why}
+				q.errRecv[s] = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: why}
 			}
 		}
 	}
-	q.errNoRQ = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrNoReceiveQueue}
+	q.errNoRQ = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrNoReceiveQueue}
 	if d.SQ.WQECnt > 0 {
 		cfg := wqebuilder.Config{
 			Buf:           d.SQ.Buf,
@@ -149,10 +149,10 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		if err != nil {
 			return fmt.Errorf("receive queue: %v: %w", err, ctx.ErrInvalidArgument)
 		}
-		r.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
-		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrTooManySGE}
-		r.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrSGETooLong}
-		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrStaleStage}
+		r.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
+		r.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrTooManySGE}
+		r.errLength = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrSGETooLong}
+		r.errStale = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrStaleStage}
 		r.memory = d.Memory
 		q.rq, q.recv = r, r
 	}

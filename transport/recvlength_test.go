@@ -9,7 +9,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
-	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -51,7 +50,7 @@ func TestReceiveSGETooLong(t *testing.T) {
 					}
 					require.ErrorIs(t, err, wqebuilder.ErrSGETooLong, "%#x case %d", n, i)
 					require.ErrorIs(t, err, wqebuilder.ErrSGETooLong)
-					var pe *transport.PostError
+					var pe *wqebuilder.PostError
 					require.True(t, errors.As(err, &pe))
 					require.Equal(t, "post receive", pe.Op)
 					require.Equal(t, mid, q.ring, "%#x case %d: written after the refused entry", n, i)

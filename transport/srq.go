@@ -57,13 +57,13 @@ func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQCo
 		_ = s.Close()
 		return nil, Errorf(transport, op, "descriptor: %v: %w", err, ctx.ErrInvalidArgument)
 	}
-	ring.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
-	ring.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrTooManySGE}
-	ring.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrSGETooLong}
-	ring.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrStaleStage}
+	ring.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
+	ring.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrTooManySGE}
+	ring.errLength = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrSGETooLong}
+	ring.errStale = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrStaleStage}
 	ring.memory = d.Memory
 	q := &SharedReceiveQueue{srq: s, ring: ring}
-	q.errs[0] = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ctx.ErrClosed}
+	q.errs[0] = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ctx.ErrClosed}
 	ring.refusal = q.recvRefusal
 	// A stage begun before the SRQ closed (from any goroutine) fails at
 	// Finish; the ring it writes stays mapped (ring.memory).

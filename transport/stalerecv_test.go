@@ -57,8 +57,7 @@ func TestStaleReceiveStage(t *testing.T) {
 			unchanged := func(what string, err error, ring, dbrec []byte, n uint32) {
 				t.Helper()
 				require.ErrorIs(t, err, wqebuilder.ErrStaleStage, what)
-				require.ErrorIs(t, err, wqebuilder.ErrStaleStage, what)
-				var pe *transport.PostError
+				var pe *wqebuilder.PostError
 				require.True(t, errors.As(err, &pe), what)
 				require.Equal(t, "post receive", pe.Op)
 				require.Equal(t, ring, q.ring, what)

@@ -233,7 +233,7 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the
 // stage, add the payload (at most the path MTU) and Finish. Post refuses a
-// QP in error or closed with a *transport.PostError (transport.ErrQPError, ctx.ErrClosed); the stage
+// QP in error or closed with a *wqebuilder.PostError (transport.ErrQPError, ctx.ErrClosed); the stage
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {

@@ -577,7 +577,7 @@ func (r *fzRig) finishOpmod(in *fzInput, w *fzWQEState, ctrlHi []byte, opmod uin
 	if w.err != fzOK {
 		want := w.err.sentinel()
 		var pe *wqebuilder.PostError
-		if !errors.Is(err, want) || !errors.As(err, &pe) || uint8(pe.Op) != w.opcode {
+		if !errors.Is(err, want) || !errors.As(err, &pe) || uint8(pe.Opcode) != w.opcode {
 			t.Fatalf("WQE %d: Finish returned %v, want a PostError for opcode %#x wrapping %v", wrid, err, w.opcode, want)
 		}
 		if w.err != fzFull {

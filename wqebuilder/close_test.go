@@ -33,7 +33,6 @@ func TestCloseRefusesOpenAndLaterStages(t *testing.T) {
 
 	err := open.SGE(0x2000, 64, 3).Inline([]byte("late")).FinishBlueFlame()
 	require.ErrorIs(t, err, ctx.ErrClosed)
-	require.ErrorIs(t, err, ctx.ErrClosed)
 	var pe *wqebuilder.PostError
 	require.True(t, errors.As(err, &pe))
 	require.Equal(t, fmt.Sprintf("wqebuilder: post RDMA_WRITE on QP %#x: %v", testQPN, ctx.ErrClosed), err.Error())

@@ -23,7 +23,7 @@ func requirePostError(t *testing.T, err, sentinel error, op prm.Opcode) {
 	require.ErrorIs(t, err, sentinel)
 	var pe *wqebuilder.PostError
 	require.True(t, errors.As(err, &pe))
-	require.Equal(t, op, pe.Op)
+	require.Equal(t, op, pe.Opcode)
 	require.Equal(t, "wqebuilder", pe.Transport)
 	require.Equal(t, fmt.Sprintf("wqebuilder: post %v on QP %#x: %v", op, pe.QPN, sentinel), err.Error())
 }

@@ -141,20 +141,41 @@ var (
 	ErrStaleStage = errors.New("stage finished twice or out of order")
 )
 
-// PostError is the error Finish returns: the queue's owner and QPN, the
-// opcode of the failed WQE and the reason, one of the sentinel errors above
-// (use errors.Is).
+// PostError is the error of a refused post, of a send WQE the builder
+// refused (Finish) and of the transports' refused sends and receives: the
+// queue's owner, the verb, the QPN (or SRQ number) and the reason, a
+// sentinel matched with errors.Is (ErrQueueFull, ErrInlineTooLong,
+// ErrTooManySGE, ErrWQETooLarge, ErrSGETooLong, ErrStaleStage,
+// ctx.ErrClosed here; the transports' own sentinels from package
+// transport). A queue makes each of its errors once, so that returning one
+// again allocates nothing.
 type PostError struct {
-	// Transport is Config.Transport, or "wqebuilder".
+	// Transport is the owner of the queue: Config.Transport ("rc", "dc",
+	// "ud"), or "wqebuilder".
 	Transport string
-	QPN       uint32
-	Op        prm.Opcode
-	Err       error
+	// Op is the verb: "post" and the opcode of the refused send WQE
+	// ("post RDMA_WRITE"), or "post send" or "post receive" when a queue
+	// pair refused the post before a WQE was built.
+	Op string
+	// Opcode is the opcode of the refused send WQE (OpNop when the post was
+	// refused before its opcode was known, and for receives).
+	Opcode Opcode
+	// QPN is the queue pair's number, or the SRQ number when SRQ is set.
+	QPN uint32
+	// SRQ reports a receive refused by a shared receive queue.
+	SRQ bool
+	// Err is the sentinel that says why.
+	Err error
 }
 
-// Error reads "rc: post RDMA_WRITE on QP 0x11c: send queue full".
+// Error reads "rc: post RDMA_WRITE on QP 0x11c: send queue full", or
+// "rc: post receive on SRQ 0x2: receive queue full".
 func (e *PostError) Error() string {
-	return fmt.Sprintf("%s: post %v on QP %#x: %v", e.Transport, e.Op, e.QPN, e.Err)
+	what := "QP"
+	if e.SRQ {
+		what = "SRQ"
+	}
+	return fmt.Sprintf("%s: %s on %s %#x: %v", e.Transport, e.Op, what, e.QPN, e.Err)
 }
 
 // Unwrap returns the sentinel error.
@@ -240,7 +261,7 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 		if name == "" {
 			name = "wqebuilder"
 		}
-		*e = &PostError{Transport: name, QPN: q.cfg.QPN, Op: prm.Opcode(op), Err: whyErrors[why]}
+		*e = &PostError{Transport: name, Op: "post " + prm.Opcode(op).String(), Opcode: prm.Opcode(op), QPN: q.cfg.QPN, Err: whyErrors[why]}
 	}
 	return *e
 }
