@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -400,8 +401,8 @@ func (c *core) strayCompletion(wc *rc.Completion) {
 
 // err builds the error of a failed record.
 func (s *slot) err() error {
-	e := &completion.Error{
-		Status:         completion.StatusOf(s.syndrome),
+	e := &monocq.CompletionError{
+		Status:         monocq.StatusOf(s.syndrome),
 		Syndrome:       s.syndrome,
 		VendorSyndrome: s.vendor,
 		CQEOpcode:      s.cqeOp,

@@ -142,7 +142,7 @@ type Result struct {
 	// Imm is the immediate data of a receive that carried some (WithImm).
 	Imm     uint32
 	WithImm bool
-	// Err is nil, or a *PeerError wrapping the *completion.Error.
+	// Err is nil, or a *PeerError wrapping the *monocq.CompletionError.
 	Err error
 }
 
@@ -173,7 +173,7 @@ var (
 )
 
 // PeerError is the error of one work request: the peer, the kind of
-// request, and the cause (a *completion.Error for a failed completion, or
+// request, and the cause (a *monocq.CompletionError for a failed completion, or
 // the error of a refused post). errors.Is and errors.As see through it.
 type PeerError struct {
 	Peer int
@@ -181,7 +181,7 @@ type PeerError struct {
 	Err  error
 }
 
-// Error reads "channel: write to peer 3: completion: RDMA_WRITE on QPN …".
+// Error reads "channel: write to peer 3: monocq: RDMA_WRITE on QPN …".
 func (e *PeerError) Error() string {
 	dir := "to"
 	switch e.Op {

@@ -12,7 +12,7 @@ import (
 // polled piece by piece (each post returns a Pending), and whatever is left
 // is polled to completion before Scope returns. Every error is reported:
 // the function's own, each failed completion (as a *PeerError wrapping a
-// *completion.Error with the syndrome), and a timeout, joined.
+// *monocq.CompletionError with the syndrome), and a timeout, joined.
 //
 // A queue that is full when the scope posts is polled until it has room,
 // so a scope may post more than the queues hold at once. A Scope is valid

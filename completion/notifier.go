@@ -196,7 +196,7 @@ func (n *Notifier) waitEvent(c context.Context) error {
 }
 
 // Completions returns an iterator over the CQ's completions: each CQE with
-// nil, or with its *Error when it is an error CQE. It takes up to max CQEs
+// nil, or with its *monocq.CompletionError when it is an error CQE. It takes up to max CQEs
 // per batch and waits (Wait) when none is ready, so it yields exactly the
 // CQEs, in the same order, that a busy-polling loop would. It ends when the
 // loop breaks, or after yielding (nil, err) when ctx is done or waiting
@@ -213,7 +213,7 @@ func (n *Notifier) Completions(c context.Context, max int) iter.Seq2[*monocq.CQE
 			}
 			n.poll.Ready(max)
 			for e := n.poll.Next(); e != nil; e = n.poll.Next() {
-				if !yield(e, Check(e)) {
+				if !yield(e, e.Err()) {
 					n.poll.Release()
 					return
 				}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -33,11 +32,11 @@ func requireSyndrome(t *testing.T, c dc.Completion, s prm.Syndrome) {
 	require.Equal(t, dc.StatusError, c.Status, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	require.ErrorIs(t, c.Err(), monocq.ErrCompletion)
-	require.ErrorIs(t, c.Err(), completion.StatusOf(s).Sentinel())
+	require.ErrorIs(t, c.Err(), monocq.StatusOf(s).Sentinel())
 	if s != prm.SyndromeWRFlush {
-		require.NotErrorIs(t, c.Err(), completion.ErrFlushed)
+		require.NotErrorIs(t, c.Err(), monocq.ErrFlushed)
 	}
-	var cerr *completion.Error
+	var cerr *monocq.CompletionError
 	require.ErrorAs(t, c.Err(), &cerr)
 	require.Equal(t, c.WRID, cerr.WRID)
 }

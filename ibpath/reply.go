@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -106,7 +105,7 @@ func FromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, error) {
 
 func fromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, GRH, error) {
 	const op = "path: from completion"
-	if err := completion.Check(c); err != nil {
+	if err := c.Err(); err != nil {
 		return Path{}, GRH{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if !isReceive(c.Opcode()) {

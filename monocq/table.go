@@ -45,13 +45,13 @@ func (t *Table[T]) Lookup(qpn uint32) *T {
 	return p.entries[qpn&tablePageMask]
 }
 
-// Get is Lookup that reports an unknown QPN as an *UnknownQPNError (which
-// matches ErrUnknownQPN). The error path allocates; the found path does not.
+// Get is Lookup that reports an unknown QPN with an error that names it and
+// wraps ErrUnknownQPN. The error path allocates; the found path does not.
 func (t *Table[T]) Get(qpn uint32) (*T, error) {
 	if v := t.Lookup(qpn); v != nil && qpn <= prm.CQEQPNMask {
 		return v, nil
 	}
-	return nil, &UnknownQPNError{QPN: qpn}
+	return nil, fmt.Errorf("monocq: lookup QPN %#x: %w", qpn, ErrUnknownQPN)
 }
 
 // Register maps qpn to v. A QPN wider than 24 bits, a nil v or a QPN already

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -39,19 +38,19 @@ func requireSyndrome(t *testing.T, c rc.Completion, op prm.CQEOpcode, s prm.Synd
 	err := c.Err()
 	require.Error(t, err)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
-	var ce *transport.CompletionError
+	var ce *monocq.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Contains(t, err.Error(), s.String())
-	// The completion package's sentinels and type match too.
-	want := completion.StatusOf(s).Sentinel()
+	// The sentinel of the status matches too.
+	want := monocq.StatusOf(s).Sentinel()
 	require.ErrorIs(t, err, want)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
-	for _, other := range []error{completion.ErrRemoteAccess, completion.ErrFlushed, completion.ErrLocalProtection} {
+	for _, other := range []error{monocq.ErrRemoteAccess, monocq.ErrFlushed, monocq.ErrLocalProtection} {
 		if other != want {
 			require.NotErrorIs(t, err, other)
 		}
 	}
-	var cerr *completion.Error
+	var cerr *monocq.CompletionError
 	require.ErrorAs(t, err, &cerr)
 	require.Equal(t, s, cerr.Syndrome)
 	require.Equal(t, c.WRID, cerr.WRID)
@@ -60,7 +59,7 @@ func requireSyndrome(t *testing.T, c rc.Completion, op prm.CQEOpcode, s prm.Synd
 	require.Equal(t, op == prm.CQEReqErr, cerr.Requester())
 	// One wording for a failed work request, whichever way it is reported.
 	require.Equal(t, cerr.Error(), err.Error())
-	require.True(t, strings.HasPrefix(err.Error(), "completion: "), err.Error())
+	require.True(t, strings.HasPrefix(err.Error(), "monocq: "), err.Error())
 }
 
 // errorThenFlush posts bad (a failing WQE) between good unsignaled and

@@ -29,6 +29,9 @@ var (
 	// ErrUnmatched: a completion named a WQE that is not outstanding
 	// (a duplicate or corrupt CQE); nothing was retired.
 	ErrUnmatched = errors.New("completion matches no outstanding WQE")
+	// ErrUnexpected: a CQE opcode the queue cannot have (a send completion
+	// on a DCT, a resize or signature CQE).
+	ErrUnexpected = errors.New("unexpected CQE opcode")
 	// ErrTransport: an operation the transport or the QP's type does not
 	// have (a send on a DCT, Connect on a connected QP, an endpoint of the
 	// wrong transport).

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -270,11 +269,11 @@ func TestDatagramLossAndErrors(t *testing.T) {
 	require.Len(t, got, 4)
 	require.Equal(t, prm.SyndromeLocalLength, got[0].Syndrome)
 	require.ErrorIs(t, got[0].Err(), monocq.ErrCompletion)
-	require.ErrorIs(t, got[0].Err(), completion.ErrLocalLength)
-	require.NotErrorIs(t, got[0].Err(), completion.ErrFlushed)
+	require.ErrorIs(t, got[0].Err(), monocq.ErrLocalLength)
+	require.NotErrorIs(t, got[0].Err(), monocq.ErrFlushed)
 	for _, c := range got[1:] {
 		require.True(t, c.IsFlush())
-		require.ErrorIs(t, c.Err(), completion.ErrFlushed)
+		require.ErrorIs(t, c.Err(), monocq.ErrFlushed)
 	}
 	require.Equal(t, ud.StateError, x.qp[0].State())
 }
