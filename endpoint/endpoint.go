@@ -246,15 +246,15 @@ func (e Endpoint) check() *Error {
 	}
 	if e.Transport != TransportUD && e.QKey != 0 {
 		return &Error{Field: "qkey", Offset: offQKey, Err: ErrNotApplicable,
-			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.QKey, e.Transport)}
+			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.QKey, e.Transport)}
 	}
 	if e.Transport != TransportDC && e.DCTNumber != 0 {
 		return &Error{Field: "dct number", Offset: offDCTNumber, Err: ErrNotApplicable,
-			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.DCTNumber, e.Transport)}
+			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.DCTNumber, e.Transport)}
 	}
 	if e.Transport != TransportDC && e.DCAccessKey != 0 {
 		return &Error{Field: "dc access key", Offset: offDCAccessKey, Err: ErrNotApplicable,
-			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.DCAccessKey, e.Transport)}
+			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.DCAccessKey, e.Transport)}
 	}
 	if len(e.Regions) > MaxRegions {
 		return &Error{Field: "region count", Offset: offRegionCount, Err: ErrTooManyRegions,

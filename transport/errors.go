@@ -3,6 +3,8 @@ package transport
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // Sentinel errors of the transports rc, dc and ud. The transports also
@@ -38,8 +40,9 @@ var (
 	ErrTransport = errors.New("not valid for this transport")
 )
 
-// Errorf builds a control-plane error "<transport>: <op>: <detail>" whose
-// cause (given with %w in format) errors.Is finds.
+// Errorf builds the control-plane error of a transport: a *ctx.OpError
+// that reads "<transport>: <op>: <detail>" and whose cause (given with %w in
+// format) errors.Is finds.
 func Errorf(transport, op, format string, args ...any) error {
-	return fmt.Errorf(transport+": "+op+": "+format, args...)
+	return &ctx.OpError{Package: transport, Op: op, Err: fmt.Errorf(format, args...)}
 }

@@ -147,7 +147,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	case d.RQ.WQECnt > 0:
 		r, err := newRecvRing(d.RQ.Buf, d.DBRec, d.RQ.WQECnt, d.RQ.Stride, d.MaxRecvSGE, false, 0, 0)
 		if err != nil {
-			return fmt.Errorf("receive queue: %v: %w", err, ctx.ErrInvalidArgument)
+			return fmt.Errorf("receive queue: %w", err)
 		}
 		r.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
 		r.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrTooManySGE}

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -71,11 +72,11 @@ type recvRing struct {
 func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool, head, tail uint32) (*recvRing, error) {
 	switch {
 	case buf == nil || dbrec == nil:
-		return nil, fmt.Errorf("nil ring or doorbell record")
+		return nil, fmt.Errorf("nil ring or doorbell record: %w", ctx.ErrInvalidArgument)
 	case cnt == 0 || cnt > 1<<16 || cnt&(cnt-1) != 0:
-		return nil, fmt.Errorf("%d entries is not a power of two up to 65536", cnt)
+		return nil, fmt.Errorf("%d entries is not a power of two up to 65536: %w", cnt, ctx.ErrInvalidArgument)
 	case stride < prm.DataSize || stride&(stride-1) != 0:
-		return nil, fmt.Errorf("stride %d is not a power of two of at least %d", stride, prm.DataSize)
+		return nil, fmt.Errorf("stride %d is not a power of two of at least %d: %w", stride, prm.DataSize, ctx.ErrInvalidArgument)
 	}
 	r := &recvRing{
 		buf:     buf,
@@ -89,7 +90,7 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 	room := stride
 	if srq {
 		if stride < prm.SRQNextSize+prm.DataSize || head > r.mask || tail > r.mask {
-			return nil, fmt.Errorf("SRQ stride %d, head %d, tail %d", stride, head, tail)
+			return nil, fmt.Errorf("SRQ stride %d, head %d, tail %d: %w", stride, head, tail, ctx.ErrInvalidArgument)
 		}
 		r.segs = unsafe.Add(buf, prm.SRQNextSize)
 		room -= prm.SRQNextSize

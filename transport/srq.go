@@ -55,7 +55,7 @@ func NewSharedReceiveQueue(transport string, pd *ctx.ProtectionDomain, cfg SRQCo
 	ring, err := newRecvRing(d.Buf, d.DBRec, d.WQECnt, d.Stride, d.MaxRecvSGE, true, d.Head, d.Tail)
 	if err != nil {
 		_ = s.Close()
-		return nil, Errorf(transport, op, "descriptor: %v: %w", err, ctx.ErrInvalidArgument)
+		return nil, Errorf(transport, op, "descriptor: %w", err)
 	}
 	ring.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
 	ring.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrTooManySGE}
