@@ -291,7 +291,7 @@ func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
 	}
 	p.regions = append(p.regions, endpoint.RemoteRegion{
 		Address: uint64(mr.Addr()), Length: mr.Len(), RemoteKey: mr.RKey(),
-		Access: endpoint.Access(mr.Access()) & endpoint.AccessKnown,
+		Access: mr.Access() & endpoint.AccessKnown,
 	})
 	return nil
 }

@@ -90,7 +90,7 @@ func TestDCAttributes(t *testing.T) {
 				require.Equal(t, path, rtr.Path, c.name)
 				ep := dct.Endpoint()
 				require.Equal(t, c.gid, ep.GIDIndex, "%s: the endpoint says which GID", c.name)
-				require.Equal(t, gids1[c.gid].GID, ctx.GID(ep.GID), c.name)
+				require.Equal(t, gids1[c.gid].GID, ep.GID, c.name)
 				require.Equal(t, gids1[c.gid], dct.GID(), c.name)
 				require.Equal(t, n, ep.DCTNumber, c.name)
 				require.Equal(t, c.cfg.Key, ep.DCAccessKey, c.name)

@@ -158,7 +158,7 @@ func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
 		GID:       p.SGID,
 		GIDIndex:  p.SGIDIndex,
 		PSN:       p.SQPSN,
-		MTU:       endpoint.MTU(p.MTU),
+		MTU:       p.MTU,
 	}
 }
 
@@ -180,7 +180,7 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 	q.DQPSN = remote.PSN
 	q.DLID = remote.LID
 	q.DGID = remote.GID
-	if rm := ctx.MTU(remote.MTU); q.MTU.Bytes() == 0 || rm < q.MTU {
+	if rm := remote.MTU; q.MTU.Bytes() == 0 || rm < q.MTU {
 		q.MTU = rm
 	}
 	if remote.LID == 0 {

@@ -61,7 +61,7 @@ func (p Port) Endpoint(t endpoint.Transport, qpn, psn uint32) endpoint.Endpoint 
 		GID:       p.GID.GID,
 		GIDIndex:  uint8(p.GID.Index),
 		PSN:       psn,
-		MTU:       endpoint.MTU(p.MTU),
+		MTU:       p.MTU,
 	}
 }
 
@@ -72,7 +72,7 @@ func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
 	a := ctx.AddressAttr{Port: p.Number, SL: sl}
 	if p.Link == ctx.LinkLayerEthernet || remote.LID == 0 {
 		a.GlobalRoute = true
-		a.DGID = ctx.GID(remote.GID)
+		a.DGID = remote.GID
 		a.SGIDIndex = uint8(p.GID.Index)
 		a.HopLimit = 64
 	} else {
@@ -84,7 +84,7 @@ func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
 // PathMTU returns the smaller of the local port's and the remote's MTU.
 func (p Port) PathMTU(remote endpoint.Endpoint) ctx.MTU {
 	m := p.MTU
-	if r := ctx.MTU(remote.MTU); r >= ctx.MTU256 && r < m {
+	if r := remote.MTU; r >= ctx.MTU256 && r < m {
 		m = r
 	}
 	return m

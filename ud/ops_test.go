@@ -148,7 +148,7 @@ func TestReplyPath(t *testing.T) {
 					// header fills the last 20 bytes, source address at 12.
 					require.Equal(t, from[12:], e.Mem(1, 20+12, 4), "the IPv4 header names the sender's address")
 				} else {
-					var sgid [16]byte
+					var sgid ctx.GID
 					copy(sgid[:], e.Mem(1, 8, 16))
 					require.Equal(t, from, sgid, "the GRH names the sender's GID")
 				}
