@@ -43,7 +43,7 @@ func (c *AddressCache) get(p Path) (*cacheEntry, error) {
 	}
 	ah, err := c.pd.CreateAddressHandle(key)
 	if err != nil {
-		return nil, fmt.Errorf("path: address cache: %w", err)
+		return nil, fmt.Errorf("ibpath: address cache: %w", err)
 	}
 	c.misses++
 	e := &cacheEntry{ah: ah, av: ah.AV()}

@@ -108,7 +108,7 @@ func Default() Path {
 // where every packet carries a GRH. On InfiniBand without a GRH a missing
 // GID is no error: the SGID stays zero.
 func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error) {
-	op := fmt.Sprintf("path: local port %d", port)
+	op := fmt.Sprintf("ibpath: local port %d", port)
 	if port == 0 {
 		port = 1
 	}
@@ -168,7 +168,7 @@ func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
 // sent a GID. The endpoint is untrusted input: it is validated first, and
 // on error p is returned unchanged.
 func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
-	const op = "path: connect"
+	const op = "ibpath: connect"
 	if err := remote.Validate(); err != nil {
 		return p, fmt.Errorf("%s: remote endpoint: %w", op, err)
 	}
@@ -202,7 +202,7 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 func (p Path) Validate() error {
 	check := func(name string, v, max uint64) error {
 		if v > max {
-			return fmt.Errorf("path: %s %d out of range (0..%d): %w", name, v, max, ctx.ErrInvalidArgument)
+			return fmt.Errorf("ibpath: %s %d out of range (0..%d): %w", name, v, max, ctx.ErrInvalidArgument)
 		}
 		return nil
 	}
@@ -229,7 +229,7 @@ func (p Path) Validate() error {
 		}
 	}
 	if p.MTU != 0 && p.MTU.Bytes() == 0 {
-		return fmt.Errorf("path: MTU %v: %w", p.MTU, ctx.ErrInvalidArgument)
+		return fmt.Errorf("ibpath: MTU %v: %w", p.MTU, ctx.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -315,10 +315,10 @@ func ModifyToRTR(qp *ctx.QueuePair, p Path) error {
 		return err
 	}
 	if qp.Type() != ctx.QPTypeUD && p.MTU == 0 {
-		return fmt.Errorf("path: modify %v QP 0x%x to RTR: no MTU: %w", qp.Type(), qp.QPN(), ctx.ErrInvalidArgument)
+		return fmt.Errorf("ibpath: modify %v QP 0x%x to RTR: no MTU: %w", qp.Type(), qp.QPN(), ctx.ErrInvalidArgument)
 	}
 	if qp.Type() == ctx.QPTypeRC && p.DQPN == 0 {
-		return fmt.Errorf("path: modify RC QP 0x%x to RTR: no remote QPN: %w", qp.QPN(), ctx.ErrInvalidArgument)
+		return fmt.Errorf("ibpath: modify RC QP 0x%x to RTR: no remote QPN: %w", qp.QPN(), ctx.ErrInvalidArgument)
 	}
 	return qp.Modify(p.RTRAttr())
 }

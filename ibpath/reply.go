@@ -8,15 +8,12 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // ErrNotReceive is returned by FromCompletion and Reply for a CQE that is
 // not a receive completion.
 var ErrNotReceive = errors.New("not a receive completion")
-
-// ErrBadGRH is returned when the CQE says a GRH arrived but the bytes given
-// are shorter than one or hold neither an IPv6-form GRH nor an IPv4 header.
-var ErrBadGRH = errors.New("bad global route header")
 
 // GRH is the part of a received global route header that a reply needs.
 type GRH struct {
@@ -40,7 +37,7 @@ type GRH struct {
 // header at byte 20 whose checksum is right.
 func ParseGRH(b []byte) (GRH, error) {
 	if len(b) < prm.GRHSize {
-		return GRH{}, fmt.Errorf("path: parse GRH: %d bytes, want %d: %w", len(b), prm.GRHSize, ErrBadGRH)
+		return GRH{}, fmt.Errorf("ibpath: parse GRH: %d bytes, want %d: %w", len(b), prm.GRHSize, transport.ErrBadGRH)
 	}
 	var g GRH
 	v6 := b[0]>>4 == 6
@@ -61,7 +58,7 @@ func ParseGRH(b []byte) (GRH, error) {
 		copy(g.DGID[:], b[24:40])
 		g.RoCEv2 = b[6] == prm.IPProtoUDP
 	default:
-		return GRH{}, fmt.Errorf("path: parse GRH: IP version %d / %d: %w", b[0]>>4, b[20]>>4, ErrBadGRH)
+		return GRH{}, fmt.Errorf("ibpath: parse GRH: IP version %d / %d: %w", b[0]>>4, b[20]>>4, transport.ErrBadGRH)
 	}
 	return g, nil
 }
@@ -104,7 +101,7 @@ func FromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, error) {
 }
 
 func fromCompletion(c *monocq.CQE, grh []byte, local Path) (Path, GRH, error) {
-	const op = "path: from completion"
+	const op = "ibpath: from completion"
 	if err := c.Err(); err != nil {
 		return Path{}, GRH{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -167,7 +164,7 @@ func Reply(c *monocq.CQE, grh []byte, local Path, gids []ctx.GIDEntry) (Path, er
 				if g.RoCEv2 {
 					kind = "RoCE v2"
 				}
-				return Path{}, fmt.Errorf("path: reply: datagram sent to %v (%s), not a GID of this port of that type: %w", p.SGID, kind, ctx.ErrNotFound)
+				return Path{}, fmt.Errorf("ibpath: reply: datagram sent to %v (%s), not a GID of this port of that type: %w", p.SGID, kind, ctx.ErrNotFound)
 			}
 		}
 	}

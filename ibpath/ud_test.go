@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ibpath"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -260,9 +261,9 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 
 func TestParseGRH(t *testing.T) {
 	_, err := ibpath.ParseGRH(make([]byte, 39))
-	require.ErrorIs(t, err, ibpath.ErrBadGRH)
+	require.ErrorIs(t, err, transport.ErrBadGRH)
 	_, err = ibpath.ParseGRH(make([]byte, 40))
-	require.ErrorIs(t, err, ibpath.ErrBadGRH, "all zero is no IP version")
+	require.ErrorIs(t, err, transport.ErrBadGRH, "all zero is no IP version")
 
 	// IPv6 form: version 6, traffic class 0xa5, flow label 0x54321.
 	g6 := make([]byte, 40)
@@ -378,7 +379,7 @@ func TestReplyRefusesNonReceives(t *testing.T) {
 	binary.BigEndian.PutUint32(recv[24:], 1<<28|0x42)
 	recv[63] = uint8(prm.CQERespSend) << 4
 	_, err = ibpath.Reply(&recv, make([]byte, 10), ibpath.Default(), nil)
-	require.ErrorIs(t, err, ibpath.ErrBadGRH)
+	require.ErrorIs(t, err, transport.ErrBadGRH)
 
 	// A GRH naming a GID the port does not have cannot be answered from it.
 	g6 := make([]byte, 40)

@@ -43,11 +43,11 @@ type CompletionError struct {
 	Status Status
 	// Syndrome and VendorSyndrome are the mlx5 error syndromes of an error
 	// CQE.
-	Syndrome       prm.Syndrome
+	Syndrome       Syndrome
 	VendorSyndrome uint8
 	// CQEOpcode is REQ_ERR (a send-queue WQE failed) or RESP_ERR (a receive
 	// failed) for an error CQE; the CQE's opcode otherwise.
-	CQEOpcode prm.CQEOpcode
+	CQEOpcode CQEOpcode
 	// Opcode is the send opcode of the failed WQE (requester errors only).
 	Opcode prm.Opcode
 	// QPN is the queue pair (for a DCT, the DCT number) the CQE names.

@@ -8,7 +8,9 @@ import (
 )
 
 // Status is the status of a work completion with the values of enum
-// ibv_wc_status, so it converts to and from the verbs value unchanged.
+// ibv_wc_status, so it converts to and from the verbs value unchanged. It is
+// what CompletionError reports; the transports' Completion.Status says
+// instead how a completion was matched to its work request.
 type Status uint8
 
 // Work completion statuses. The mlx5 syndromes map onto them as rdma-core's
