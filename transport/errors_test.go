@@ -117,6 +117,17 @@ func TestControlPlaneErrorIsOpError(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "rc", oe.Package)
 
+	// A provider's refusal carries the kernel's error number.
+	cq := e.CQ(0, 8)
+	qp, err := e.PD[0].CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Caps: ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = qp.Close() })
+	err = qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS})
+	require.ErrorIs(t, err, ctx.ErrInvalidState)
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, syscall.EINVAL, oe.Errno(), "%v", err)
+
 	errno := &ctx.OpError{Op: "register MR", Err: ctx.ErrnoError("ibv_reg_mr", "", syscall.EFAULT, ctx.ErrInvalidArgument)}
 	require.Equal(t, syscall.EFAULT, errno.Errno())
 	require.True(t, errors.Is(errno, syscall.EFAULT))

@@ -189,7 +189,7 @@ func newFzRig(t *testing.T, cfg wqebuilder.Config) *fzRig {
 	q, err := wqebuilder.New(cfg)
 	if err != nil {
 		if !errors.Is(err, ctx.ErrInvalidArgument) {
-			t.Fatalf("New: %v does not match ErrBadConfig", err)
+			t.Fatalf("New: %v does not match ctx.ErrInvalidArgument", err)
 		}
 		return nil
 	}
