@@ -82,8 +82,8 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 		runtime.GC()
 	}
 	require.Equal(t, len(bufs), mapped(bufs), "memory unmapped while a stage can write it")
-	require.ErrorIs(t, st.Nop().FinishBlueFlame(), transport.ErrClosed)
-	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), transport.ErrClosed)
+	require.ErrorIs(t, st.Nop().FinishBlueFlame(), ctx.ErrClosed)
+	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), ctx.ErrClosed)
 	require.Zero(t, poller.Poll(4, func(*transport.Completion) {}))
 	runtime.KeepAlive(own)
 

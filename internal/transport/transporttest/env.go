@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
@@ -119,7 +120,7 @@ func (e *Env) Drain(ps ...Poller) []transport.Completion {
 	for _, p := range ps {
 		for p.Poll(64, func(c *transport.Completion) { out = append(out, *c) }) > 0 {
 		}
-		if err := p.Err(); err != nil && !errors.Is(err, transport.ErrUnknownQPN) {
+		if err := p.Err(); err != nil && !errors.Is(err, monocq.ErrUnknownQPN) {
 			require.NoError(e.T, err)
 		}
 	}

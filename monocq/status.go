@@ -1,16 +1,16 @@
-package completion
+package monocq
 
 import (
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
 // Status is the status of a work completion with the values of enum
-// ibv_wc_status, so it converts to and from the verbs value unchanged.
+// ibv_wc_status, so it converts to and from the verbs value unchanged. It is
+// what CompletionError reports; the transports' Completion.Status says
+// instead how a completion was matched to its work request.
 type Status uint8
 
 // Work completion statuses. The mlx5 syndromes map onto them as rdma-core's
@@ -95,8 +95,8 @@ func StatusOf(s prm.Syndrome) Status {
 	return StatusGeneral
 }
 
-// Sentinel errors, one per failed status. An *Error matches the one of its
-// status with errors.Is.
+// Sentinel errors, one per failed status. A *CompletionError of an error
+// CQE matches the one of its status with errors.Is.
 var (
 	ErrLocalLength          = errors.New("local length error")
 	ErrLocalQPOperation     = errors.New("local QP operation error")
@@ -113,9 +113,6 @@ var (
 	ErrRemoteAborted        = errors.New("remote aborted")
 	ErrGeneral              = errors.New("general completion error")
 )
-
-// ErrCompletion is monocq.ErrCompletion: every *Error matches it.
-var ErrCompletion = monocq.ErrCompletion
 
 // Sentinel returns the sentinel error of a failed status (nil for
 // StatusSuccess).
@@ -151,141 +148,4 @@ func (s Status) Sentinel() error {
 		return ErrRemoteAborted
 	}
 	return ErrGeneral
-}
-
-// Error is a work request that completed with an error: everything the
-// error CQE says about it, and the work request id when the poller that
-// found it knows it.
-type Error struct {
-	// Status is the verbs work completion status derived from Syndrome.
-	Status Status
-	// Syndrome and VendorSyndrome are the mlx5 error syndromes of the CQE.
-	Syndrome       prm.Syndrome
-	VendorSyndrome uint8
-	// CQEOpcode is REQ_ERR (a send-queue WQE failed) or RESP_ERR (a
-	// receive failed).
-	CQEOpcode prm.CQEOpcode
-	// Opcode is the send opcode of the failed WQE (requester errors only).
-	Opcode prm.Opcode
-	// QPN is the queue pair (for a DCT, the DCT number) the CQE names.
-	QPN uint32
-	// WQECounter is the CQE's wqe_counter: the index of the WQE's first
-	// WQEBB on the send queue, or of the receive WQE.
-	WQECounter uint16
-	// WRID is the work request id, valid when HasWRID is set.
-	WRID    uint64
-	HasWRID bool
-}
-
-var _ error = (*Error)(nil)
-
-// Requester reports whether a send-queue WQE failed (REQ_ERR).
-func (e *Error) Requester() bool { return e.CQEOpcode == prm.CQEReqErr }
-
-// Error formats the completion on one line, e.g.
-// "completion: RDMA_WRITE on QPN 0x105 failed: REM_ACCESS_ERR (syndrome
-// REMOTE_ACCESS_ERR 0x13, vendor syndrome 0x00), wqe_counter 3, wr_id 0x7".
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("completion: ")
-	if e.Requester() {
-		b.WriteString(e.Opcode.String())
-	} else {
-		b.WriteString("receive")
-	}
-	b.WriteString(" on QPN 0x")
-	b.WriteString(strconv.FormatUint(uint64(e.QPN), 16))
-	b.WriteString(" failed: ")
-	b.WriteString(e.Status.String())
-	b.WriteString(" (syndrome ")
-	b.WriteString(e.Syndrome.String())
-	b.WriteString(" 0x")
-	hex2(&b, uint8(e.Syndrome))
-	b.WriteString(", vendor syndrome 0x")
-	hex2(&b, e.VendorSyndrome)
-	b.WriteString("), wqe_counter ")
-	b.WriteString(strconv.Itoa(int(e.WQECounter)))
-	if e.HasWRID {
-		b.WriteString(", wr_id 0x")
-		b.WriteString(strconv.FormatUint(e.WRID, 16))
-	}
-	return b.String()
-}
-
-func hex2(b *strings.Builder, v uint8) {
-	const digits = "0123456789abcdef"
-	b.WriteByte(digits[v>>4])
-	b.WriteByte(digits[v&15])
-}
-
-// Is matches the sentinel of the error's status, ErrCompletion, and
-// monocq.ErrUnknownSyndrome when the syndrome is not one the PRM defines.
-func (e *Error) Is(target error) bool {
-	switch target {
-	case nil:
-		return false
-	case monocq.ErrCompletion:
-		return true
-	case monocq.ErrUnknownSyndrome:
-		return !e.Syndrome.Known()
-	}
-	return target == e.Status.Sentinel()
-}
-
-// FromCQE returns the *Error of an error CQE, or nil for a successful one.
-// It allocates only for an error CQE.
-func FromCQE(c *monocq.CQE) *Error {
-	if !c.IsError() {
-		return nil
-	}
-	e := &Error{
-		Syndrome:       c.Syndrome(),
-		VendorSyndrome: c.VendorSyndrome(),
-		CQEOpcode:      c.Opcode(),
-		QPN:            c.QPN(),
-		WQECounter:     c.WQECounter(),
-	}
-	e.Status = StatusOf(e.Syndrome)
-	if e.Requester() {
-		e.Opcode = c.SendOpcode()
-	}
-	return e
-}
-
-// Check returns nil for a successful CQE and an *Error for an error CQE. It
-// is small enough to inline into a polling loop, and allocates only for an
-// error CQE.
-func Check(c *monocq.CQE) error {
-	if !c.IsError() {
-		return nil
-	}
-	return FromCQE(c)
-}
-
-// FromMonocq converts the error monocq.CQE.Err returns; any other error gives
-// nil.
-func FromMonocq(err error) *Error {
-	var ce *monocq.CompletionError
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	e := &Error{
-		Status:         StatusOf(ce.Syndrome),
-		Syndrome:       ce.Syndrome,
-		VendorSyndrome: ce.VendorSyndrome,
-		CQEOpcode:      ce.Opcode,
-		QPN:            ce.QPN,
-		WQECounter:     ce.WQECounter,
-	}
-	if e.Requester() {
-		e.Opcode = ce.WQEOpcode
-	}
-	return e
-}
-
-// WithWRID returns a copy of e that carries the work request id.
-func (e *Error) WithWRID(wrid uint64) *Error {
-	c := *e
-	c.WRID, c.HasWRID = wrid, true
-	return &c
 }
