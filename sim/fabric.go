@@ -460,6 +460,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 	const spins = 200
 	idle := 0
 	sleep := time.Microsecond
+	var idleSince time.Time
 	// One timer serves every back-off sleep, so that an idle engine does
 	// not allocate (a timer per sleep was three allocations each). Since
 	// Go 1.23 Reset on a stopped or fired timer leaves no stale tick in C.
@@ -483,7 +484,9 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			sleep = time.Microsecond
 			continue
 		}
-		idle++
+		if idle <= spins {
+			idle++
+		}
 		if idle < spins {
 			runtime.Gosched()
 			continue
@@ -492,8 +495,12 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		f.stats.EngineSleeps++
 		f.mu.Unlock()
 		if f.shm != nil {
-			// A peer's message wakes the engine at once.
-			f.shm.in.sleep(sleep)
+			// A peer's message wakes the engine at once; after a long
+			// idle period the engine sleeps longer (shmDeepSleep).
+			if idle == spins {
+				idleSince = time.Now()
+			}
+			f.shm.in.sleep(shmSleep(sleep, idleSince))
 		} else {
 			t.Reset(sleep)
 			select {

@@ -180,3 +180,20 @@ func futexWait(addr *uint32, val uint32, d time.Duration) {
 func futexWake(addr *uint32) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, 1, 0, 0, 0)
 }
+
+// An engine of a shared fabric idle for shmDeepAfter sleeps shmDeepSleep at
+// a time: a peer's message still wakes it at once (futex), a doorbell of
+// its own process is seen within shmDeepSleep. Idle wake-ups cost tens of
+// microseconds of scheduler work each; at IdleSleep's default an idle
+// process would spend several percent of a core.
+const (
+	shmDeepAfter = 100 * time.Millisecond
+	shmDeepSleep = 4 * time.Millisecond
+)
+
+func shmSleep(d time.Duration, idleSince time.Time) time.Duration {
+	if d < shmDeepSleep && time.Since(idleSince) > shmDeepAfter {
+		return shmDeepSleep
+	}
+	return d
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -314,4 +315,34 @@ func TestSharedResponderExecutesOnce(t *testing.T) {
 	e2.f.wireServe(s1, &h, nil)
 	e2.f.mu.Unlock()
 	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)))
+}
+
+func TestSharedIdleCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for a second")
+	}
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("wake")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	time.Sleep(50 * time.Millisecond) // past the engines' spinning
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		require.NoError(t, unix.Getrusage(unix.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0, t0 := cpu(), time.Now()
+	time.Sleep(time.Second)
+	used, wall := cpu()-c0, time.Since(t0)
+	share := float64(used) / float64(wall)
+	t.Logf("two idle engines: %v of CPU in %v (%.2f%% of a core)", used, wall, 100*share)
+	// Both engines of this process are counted: a few percent each.
+	require.Less(t, share, 0.10)
+	// Still awake: a message after the idle second is answered.
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("again")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
 }
