@@ -219,3 +219,24 @@ func (f *Fabric) SharedFabric() (name string, slot int) {
 	}
 	return f.shm.name, f.shm.slot
 }
+
+// DefaultFabricName is the shared fabric the measuring tools join on the
+// software HCA when they run as -server or -client and EnvFabric is unset.
+const DefaultFabricName = "default"
+
+// Reaches reports whether a QP numbered qpn can be reached from this
+// Fabric: one of its own, or one in the QPN range of a live process of the
+// shared fabric it joined. It says nothing about whether that process has
+// such a QP.
+func (f *Fabric) Reaches(qpn uint32) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if q := f.qps[qpn]; q != nil {
+		return true
+	}
+	if f.shm == nil {
+		return false
+	}
+	s := f.shm.remoteSlot(qpn)
+	return s >= 0 && f.shm.peerAlive(s)
+}

@@ -27,8 +27,10 @@
 //
 // With no mlx5 device (or -provider sim) it runs on the software HCA and
 // says so: the numbers are then those of the model, a goroutine polling
-// doorbell records, not of a NIC. The software HCA lives inside one process,
-// so -server and -client in two processes cannot reach each other on it.
+// doorbell records, not of a NIC. With -server or -client the software HCA
+// joins the fabric shared by the processes that name it
+// ($MLX5KIT_SIM_FABRIC, "default" when unset), so a server and a client in
+// two processes of this host reach each other on it.
 //
 // Every message is checked: its completion must carry the expected
 // immediate, its first bytes the sequence number, and the whole receive
