@@ -172,6 +172,8 @@ func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte, now int64) {
 		f.wireServe(from, h, payload)
 	case wireResponse:
 		f.wireAnswer(h, payload, now)
+	case wireUD:
+		f.wireDeliverUD(h, payload)
 	}
 }
 
