@@ -66,6 +66,10 @@ func TestSharedChild(t *testing.T) {
 	if role == "" {
 		t.Skip("the child of the two-process tests")
 	}
+	if role == "bounce" {
+		bounceChild(t)
+		return
+	}
 	e := newEnv(t, Options{Mode: Engine, Fabric: os.Getenv(envChildFabric)})
 	fill(e.buf.Bytes(), childSeed)
 	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
@@ -89,6 +93,10 @@ func TestSharedChild(t *testing.T) {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		close(stdinClosed)
 	}()
+	if role == "echo" {
+		echoChild(q, p, stdinClosed)
+		return
+	}
 	n := 0
 	for {
 		select {
@@ -120,7 +128,7 @@ type child struct {
 	cancel context.CancelFunc
 }
 
-func startChild(t *testing.T, role, fabric string) *child {
+func startChild(t testing.TB, role, fabric string) *child {
 	if testing.Short() {
 		t.Skip("starts a second process")
 	}
@@ -158,7 +166,7 @@ func startChild(t *testing.T, role, fabric string) *child {
 	return c
 }
 
-func (c *child) line(t *testing.T) string {
+func (c *child) line(t testing.TB) string {
 	t.Helper()
 	select {
 	case s, ok := <-c.lines:
@@ -177,7 +185,7 @@ func (c *child) event(t *testing.T) childEvent {
 	return ev
 }
 
-func (c *child) send(t *testing.T, v any) {
+func (c *child) send(t testing.TB, v any) {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	_, err = fmt.Fprintf(c.stdin, "%s\n", b)
