@@ -420,9 +420,6 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	now := f.now()
 	progressed := false
-	if f.shm != nil && f.shm.drain(f, now) {
-		progressed = true
-	}
 	var deadline int64
 	note := func(t int64) {
 		if t > now && (deadline == 0 || t < deadline) {
@@ -440,6 +437,11 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	}
 	for _, q := range f.qpList {
 		f.scanQP(q)
+	}
+	// Messages of other processes, once the doorbells are read: a
+	// receive posted before a message arrived is there for it.
+	if f.shm != nil && f.shm.drain(f, now) {
+		progressed = true
 	}
 	for _, q := range f.qpList {
 		if f.runQP(q, now) {

@@ -283,7 +283,7 @@ func TestSharedTwoProcessesPeerKilled(t *testing.T) {
 	ch := startChild(t, "rc", name)
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 256, cqDepth: 1024})
-	connectTo(t, a, ch.info, 10, 3) // ACK timeout ~4 ms, 3 retries
+	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 
 	// The survivor's buffer: READ targets in [0, 64 KiB), a sentinel in

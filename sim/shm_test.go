@@ -185,14 +185,16 @@ func TestSharedRNR(t *testing.T) {
 	require.Equal(t, prm.SyndromeRNRRetryExc, x.synd)
 }
 
-// connectFast is connectRC with a short ACK timeout (timeout 8: about 1 ms)
-// and retry count 2, so that a retry test ends quickly.
+// connectFast is connectRC with a short ACK timeout (timeout 12: about
+// 17 ms) and retry count 3, so that a retry test ends in a tenth of a
+// second, while a live peer slowed down (by the race detector) still
+// answers in time.
 func connectFast(t *testing.T, a, b *testQP) {
 	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
 			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 8, RetryCount: 2, RNRRetry: 7, MaxRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 12, RetryCount: 3, RNRRetry: 7, MaxRdAtomic: 16}))
 	}
 }
 

@@ -121,3 +121,22 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	require.Equal(t, uint32(5), r.imm)
 	require.Equal(t, []byte("via srq"), e2.mem(int(r.counter)*64, 7))
 }
+
+// TestSharedUDReceivePostedWhileAsleep: a receive posted while the
+// receiver's engine sleeps is there for a datagram that wakes it (the
+// engine reads doorbell records before it takes messages).
+func TestSharedUDReceivePostedWhileAsleep(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.udQP(e1.pd, 1, qpOpts{})
+	b := e2.udQP(e2.pd, 1, qpOpts{})
+	lid := lidOf(t, e2.c)
+	for i := 0; i < 20; i++ {
+		time.Sleep(3 * time.Millisecond) // both engines back to sleeping
+		b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
+		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b.qp.QPN(), lid), inlineSeg([]byte("x")))
+		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+		c := waitCQE(t, b.rcq, time.Second)
+		require.Equal(t, uint32(i), c.imm)
+	}
+	require.Zero(t, e2.f.Stats().UDDropped)
+}
