@@ -14,11 +14,15 @@ import (
 // sending slot, and a futex word that wakes the owner's engine.
 
 const (
-	// ringDataSize is the size of one ring (a power of two).
-	ringDataSize = 2 << 20
-	// wireMaxPayload is the largest payload of one message: a message
-	// never wraps, and half a ring leaves room for another.
-	wireMaxPayload = ringDataSize / 2
+	// ringDataSize is the size of one ring (a power of two). The file
+	// is sparse: a ring occupies memory as far as it has been used.
+	ringDataSize = 32 << 20
+	// wireMaxPayload is the largest payload of one message (16 MiB less
+	// a header, so perftest's largest size, 8 MiB, fits). A record never
+	// wraps; one of at most half a ring always fits in an empty ring,
+	// whatever the position of its tail (the pad in front of it is
+	// shorter than the record).
+	wireMaxPayload = ringDataSize/2 - wireHdrSize
 	// wireAlign aligns every record (its header is read in place).
 	wireAlign = 64
 
