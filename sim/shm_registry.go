@@ -198,6 +198,14 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		return fail(fmt.Errorf("map %s: %w", p, err))
 	}
 	r := &registry{fd: fd, mem: mem}
+	if *r.u64(regMagic) == shmMagic && r.mismatch() != "" && r.liveSlot() < 0 {
+		// A registry of another version or layout that no live process
+		// uses any more: left behind, it does not block this run.
+		for s := 0; s < shmMaxSlots; s++ {
+			_ = os.Remove(ringPath(name, s))
+		}
+		fresh = true
+	}
 	if fresh || *r.u64(regMagic) == 0 {
 		// New, or left half-made by a process that died while creating
 		// it under the lock.
@@ -212,16 +220,44 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	case *r.u64(regMagic) != shmMagic:
 		r.close()
 		return nil, fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)
-	case *r.u32(regVersion) != shmVersion || *r.u32(regSlots) != shmMaxSlots || *r.u32(regRingSize) != ringDataSize:
-		v := *r.u32(regVersion)
+	case r.mismatch() != "":
+		why, users := r.mismatch(), "a process still uses it"
+		if s := r.liveSlot(); s >= 0 {
+			users = fmt.Sprintf("process %d still uses it", r.pid(s))
+		}
 		r.close()
-		return nil, fmt.Errorf("%s speaks protocol version %d, this build %d: %w", p, v, shmVersion, ErrFabricVersion)
+		return nil, fmt.Errorf("%s %s, and %s: %w", p, why, users, ErrFabricVersion)
 	case ctx.LinkLayer(*r.u32(regLink)) != link:
 		l := ctx.LinkLayer(*r.u32(regLink))
 		r.close()
 		return nil, fmt.Errorf("fabric %q has link layer %v, this process asks for %v: %w", name, l, link, ctx.ErrInvalidArgument)
 	}
 	return r, nil
+}
+
+// mismatch says how the registry differs from what this build speaks, or
+// "" when it does not. The header fields it reads and the slot records
+// keep their offsets in every version.
+func (r *registry) mismatch() string {
+	switch {
+	case *r.u32(regVersion) != shmVersion:
+		return fmt.Sprintf("speaks protocol version %d, this build %d", *r.u32(regVersion), shmVersion)
+	case *r.u32(regSlots) != shmMaxSlots:
+		return fmt.Sprintf("has %d slots, this build %d (protocol version %d)", *r.u32(regSlots), shmMaxSlots, shmVersion)
+	case *r.u32(regRingSize) != ringDataSize:
+		return fmt.Sprintf("has rings of %d bytes, this build %d (protocol version %d)", *r.u32(regRingSize), ringDataSize, shmVersion)
+	}
+	return ""
+}
+
+// liveSlot returns a slot held by a live process, or -1.
+func (r *registry) liveSlot() int {
+	for s := 0; s < shmMaxSlots; s++ {
+		if g := r.gen(s); g != 0 && r.slotAlive(s, g) {
+			return s
+		}
+	}
+	return -1
 }
 
 func (r *registry) unlock() { _ = unix.Flock(r.fd, unix.LOCK_UN) }

@@ -255,6 +255,23 @@ func TestSharedFabricVersionMismatch(t *testing.T) {
 	require.True(t, errors.Is(err, ErrFabricVersion), "%v", err)
 	require.Contains(t, err.Error(), "protocol version")
 	require.Contains(t, err.Error(), name)
+	require.Contains(t, err.Error(), fmt.Sprintf("process %d still uses it", os.Getpid()))
+
+	// Once no live process uses it, a registry of another version is
+	// left behind: the next process starts the fabric afresh.
+	require.NoError(t, e1.c.Close())
+	require.NoError(t, e1.c2.Close())
+	require.NoError(t, e1.f.Close())
+	fresh := New(Options{Mode: Engine, Fabric: name})
+	defer fresh.Close()
+	c, err := fresh.Open("sim0")
+	require.NoError(t, err)
+	defer c.Close()
+	r, err = openRegistry(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	require.Equal(t, uint32(shmVersion), *r.u32(regVersion))
+	r.unlock()
+	r.close()
 
 	// A link layer other than the fabric's is refused as well.
 	name2 := testFabricName(t)
