@@ -135,6 +135,7 @@ type Fabric struct {
 	shmJoined bool
 	shmErr    error
 	fabricEnv bool
+	wireEpoch uint32 // the last epoch given to a requester (wire.go)
 }
 
 // Stats counts what the model did, for tests and soak runs.

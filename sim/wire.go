@@ -51,7 +51,7 @@ type wireHdr struct {
 
 	SrcLID uint16
 	_      uint16
-	_      uint32
+	Epoch  uint32 // the requester QP's connection epoch (DC streams)
 	DCKey  uint64
 }
 
@@ -87,6 +87,18 @@ type wireQP struct {
 	last      uint32 // the PSN executed last
 	lastValid bool
 	lastOld   uint64 // the original value returned by that PSN's atomic
+	// epoch numbers the requester's stream from its last RTR→RTS, unique
+	// within the Fabric: a DCT tells a DCI that was reset (or a new QP
+	// with the same number) from a retry.
+	epoch uint32
+	// DCT: the last request executed for each DCI, by its QPN.
+	streams map[uint32]*dcStream
+}
+
+// dcStream is what a DCT remembers of a DCI's last request.
+type dcStream struct {
+	epoch, psn uint32
+	old        uint64
 }
 
 // wireTransition updates the PSNs when a QP changes state.
@@ -98,6 +110,8 @@ func (q *qp) wireTransition(from, to ctx.QPState) {
 		q.wire.expect, q.wire.lastValid = q.attr.RQPSN, false
 	case to == ctx.QPStateRTS && from == ctx.QPStateRTR:
 		q.wire.next = q.attr.SQPSN
+		q.f.wireEpoch++
+		q.wire.epoch = q.f.wireEpoch
 	}
 }
 
@@ -134,7 +148,7 @@ func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint3
 	send := len(payload)
 	sent := f.shm.send(slot, send, func(h *wireHdr, b []byte) {
 		h.Kind, h.Op, h.FM = wireRequest, uint8(w.op), w.fm
-		h.DstQPN, h.SrcQPN, h.PSN, h.Imm = dst, q.qpn, ws.psn, w.imm
+		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = dst, q.qpn, ws.psn, w.imm, ws.epoch
 		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
 		h.ASize, h.Swap, h.Compare, h.SwapMask, h.CmpMask = uint8(w.asize), w.swap, w.compare, w.swapMask, w.cmpMask
 		h.SrcLID = q.dev.h.lid
@@ -291,6 +305,11 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 			return
 		}
+		if st := t.wire.streams[h.SrcQPN]; st != nil && st.epoch == h.Epoch && st.psn == h.PSN {
+			t.wire.lastOld = st.old
+			f.wireRepeat(from, h, t)
+			return
+		}
 	default:
 		return
 	}
@@ -368,10 +387,21 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 		atomicOp(&w, m.bytes(w.raddr, size), old[:size])
 		data = old[:size]
 	}
-	if t.typ == ctx.QPTypeRC {
+	switch t.typ {
+	case ctx.QPTypeRC:
 		t.wire.expect = (t.wire.expect + 1) & ctx.MaxPSN
 		t.wire.last, t.wire.lastValid = h.PSN, true
 		t.wire.lastOld = beUint64(old[:])
+	case ctx.QPTypeDCT:
+		st := t.wire.streams[h.SrcQPN]
+		if st == nil {
+			if t.wire.streams == nil {
+				t.wire.streams = map[uint32]*dcStream{}
+			}
+			st = &dcStream{}
+			t.wire.streams[h.SrcQPN] = st
+		}
+		st.epoch, st.psn, st.old = h.Epoch, h.PSN, beUint64(old[:])
 	}
 	f.wireReply(from, h, t, wireAck, 0, 0, data)
 }
