@@ -135,7 +135,8 @@ type Fabric struct {
 	shmJoined bool
 	shmErr    error
 	fabricEnv bool
-	wireEpoch uint32 // the last epoch given to a requester (wire.go)
+	wireEpoch uint32       // the last epoch given to a requester (wire.go)
+	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
 }
 
 // Stats counts what the model did, for tests and soak runs.

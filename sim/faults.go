@@ -268,6 +268,9 @@ func (f *Fabric) deliverUD(t *qp, p *udPacket) {
 // releaseHeldLocked delivers every held-back UD packet; it reports whether
 // there was one.
 func (f *Fabric) releaseHeldLocked() bool {
+	if f.releaseWireHeldLocked() {
+		return true
+	}
 	if len(f.held) == 0 {
 		return false
 	}
