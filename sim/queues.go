@@ -326,6 +326,8 @@ type qp struct {
 	rnrCount     int
 	retryCount   int
 	closed       bool
+
+	wire wireQP // the state of requests to and from other processes
 }
 
 func (q *qp) sqPending() uint16 { return q.sqPI - q.sqCI }
@@ -547,6 +549,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		// The table has no legal transition to SQD or SQE.
 		return ctx.Errorf(op, "%w", ctx.ErrNotSupported)
 	}
+	q.wireTransition(from, a.State)
 	q.state = a.State
 	return nil
 }
@@ -567,6 +570,7 @@ func (q *qp) reset() {
 	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
 	q.lastSQRaw, q.lastRQRaw = 0, 0
 	q.blockedUntil, q.rnrCount, q.retryCount = 0, 0, 0
+	q.wire = wireQP{}
 	prm.Store32(q.db, 0)
 	prm.Store32(unsafe.Add(q.db, prm.DoorbellRecordSendB), 0)
 }
