@@ -14,9 +14,10 @@ import (
 	"syscall"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
-var _ ctx.ProviderDMABufProtectionDomain = providerPD{}
+var _ provider.DMABufProtectionDomain = providerPD{}
 
 // RegisterDMABuf registers length bytes of the dma-buf fd (GPU memory that
 // CUDA or ROCm exported) starting at byte offset of the buffer, addressed
@@ -73,7 +74,7 @@ func dmabufError(verb, detail string, errno syscall.Errno) *VerbError {
 // registered address for RegisterMemory and the iova for RegisterDMABuf.
 func (mr *MemoryRegion) IOVA() uint64 { return mr.iova }
 
-func (pd providerPD) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (ctx.ProviderMemoryRegion, error) {
+func (pd providerPD) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	mr, err := pd.ProtectionDomain.RegisterDMABuf(fd, offset, length, iova, access)
 	if err != nil {
 		return nil, err

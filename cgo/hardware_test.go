@@ -17,6 +17,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"github.com/stretchr/testify/require"
@@ -480,7 +481,7 @@ func TestHardwareThroughCtx(t *testing.T) {
 	c := devicetest.OpenContext(t)
 	require.Equal(t, ctx.KindHardware, c.Kind())
 	require.Equal(t, ctx.ProviderHardware, c.Provider())
-	dev, ok := DeviceOf(c.Device())
+	dev, ok := DeviceOf(provider.DeviceOf(c))
 	require.True(t, ok)
 	require.Equal(t, c.DeviceName(), dev.Name())
 

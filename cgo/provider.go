@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // Enabled reports whether this build has the hardware provider (cgo on
@@ -14,21 +15,21 @@ import (
 // ctx.ErrNotSupported.
 const Enabled = true
 
-func init() { ctx.Register(ctx.ProviderHardware, Provider{}) }
+func init() { provider.Register(ctx.ProviderHardware, Provider{}) }
 
 // Provider is the hardware provider registered with ctx as "mlx5". It lists
 // and opens mlx5 devices only.
 type Provider struct{}
 
 var (
-	_ ctx.Provider                 = Provider{}
-	_ ctx.ProviderDevice           = providerDevice{}
-	_ ctx.ProviderProtectionDomain = providerPD{}
-	_ ctx.ProviderMemoryRegion     = (*MemoryRegion)(nil)
-	_ ctx.ProviderCompletionQueue  = (*CompletionQueue)(nil)
-	_ ctx.ProviderQueuePair        = (*QueuePair)(nil)
-	_ ctx.ProviderSRQ              = (*SharedReceiveQueue)(nil)
-	_ ctx.ProviderAddressHandle    = (*AddressHandle)(nil)
+	_ provider.Provider         = Provider{}
+	_ provider.Device           = providerDevice{}
+	_ provider.ProtectionDomain = providerPD{}
+	_ provider.MemoryRegion     = (*MemoryRegion)(nil)
+	_ provider.CompletionQueue  = (*CompletionQueue)(nil)
+	_ provider.QueuePair        = (*QueuePair)(nil)
+	_ provider.SRQ              = (*SharedReceiveQueue)(nil)
+	_ provider.AddressHandle    = (*AddressHandle)(nil)
 )
 
 // Devices lists the mlx5 devices (an empty list when there are none or no
@@ -48,7 +49,7 @@ func (Provider) Devices() ([]ctx.DeviceInfo, error) {
 }
 
 // OpenDevice opens the named mlx5 device, or the first one for "".
-func (Provider) OpenDevice(name string) (ctx.ProviderDevice, error) {
+func (Provider) OpenDevice(name string) (provider.Device, error) {
 	d, err := Open(name)
 	if err != nil {
 		return nil, err
@@ -57,8 +58,8 @@ func (Provider) OpenDevice(name string) (ctx.ProviderDevice, error) {
 }
 
 // DeviceOf returns the hardware Device behind a ctx device handle
-// (ctx.Context.Device()), for the mlx5-specific calls ctx does not have.
-func DeviceOf(h ctx.ProviderDevice) (*Device, bool) {
+// (provider.DeviceOf of a Context), for the mlx5-specific calls ctx does not have.
+func DeviceOf(h provider.Device) (*Device, bool) {
 	pd, ok := h.(providerDevice)
 	if !ok {
 		return nil, false
@@ -66,11 +67,11 @@ func DeviceOf(h ctx.ProviderDevice) (*Device, bool) {
 	return pd.Device, true
 }
 
-// providerDevice adapts *Device to ctx.ProviderDevice (whose constructors
+// providerDevice adapts *Device to provider.Device (whose constructors
 // return the interface types).
 type providerDevice struct{ *Device }
 
-func (d providerDevice) AllocProtectionDomain() (ctx.ProviderProtectionDomain, error) {
+func (d providerDevice) AllocProtectionDomain() (provider.ProtectionDomain, error) {
 	pd, err := d.Device.AllocProtectionDomain()
 	if err != nil {
 		return nil, err
@@ -78,7 +79,7 @@ func (d providerDevice) AllocProtectionDomain() (ctx.ProviderProtectionDomain, e
 	return providerPD{pd}, nil
 }
 
-func (d providerDevice) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.ProviderCompletionQueue, error) {
+func (d providerDevice) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.CompletionQueue, error) {
 	cq, err := d.Device.CreateCompletionQueue(CQConfig{CompletionQueueConfig: cfg})
 	if err != nil {
 		return nil, err
@@ -86,10 +87,10 @@ func (d providerDevice) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ct
 	return cq, nil
 }
 
-// providerPD adapts *ProtectionDomain to ctx.ProviderProtectionDomain.
+// providerPD adapts *ProtectionDomain to provider.ProtectionDomain.
 type providerPD struct{ *ProtectionDomain }
 
-func (pd providerPD) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Access) (ctx.ProviderMemoryRegion, error) {
+func (pd providerPD) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	mr, err := pd.ProtectionDomain.RegisterMemory(addr, length, access)
 	if err != nil {
 		return nil, err
@@ -97,7 +98,7 @@ func (pd providerPD) RegisterMemory(addr unsafe.Pointer, length uint64, access c
 	return mr, nil
 }
 
-func (pd providerPD) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
+func (pd providerPD) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {
 	foreign := func(what string, h any) error {
 		return &VerbError{Verb: "mlx5dv_create_qp", Detail: fmt.Sprintf("%v QP: %s is a %T, not a handle of this provider", cfg.Type, what, h), Sentinel: ctx.ErrInvalidArgument}
 	}
@@ -125,7 +126,7 @@ func (pd providerPD) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.Provi
 	return qp, nil
 }
 
-func (pd providerPD) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
+func (pd providerPD) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	s, err := pd.ProtectionDomain.CreateSRQ(cfg)
 	if err != nil {
 		return nil, err
@@ -133,7 +134,7 @@ func (pd providerPD) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
 	return s, nil
 }
 
-func (pd providerPD) CreateAddressHandle(attr ctx.AddressAttr) (ctx.ProviderAddressHandle, error) {
+func (pd providerPD) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {
 	ah, err := pd.ProtectionDomain.CreateAddressHandle(attr)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // This file gives a build without cgo (or for an OS other than Linux) the
@@ -21,19 +22,19 @@ import (
 // ErrUnavailable, which wraps ctx.ErrNotSupported.
 const Enabled = false
 
-func init() { ctx.Register(ctx.ProviderHardware, Provider{}) }
+func init() { provider.Register(ctx.ProviderHardware, Provider{}) }
 
 // Provider is the hardware provider registered with ctx as "mlx5"; in this
 // build it has no devices and cannot open one.
 type Provider struct{}
 
-var _ ctx.Provider = Provider{}
+var _ provider.Provider = Provider{}
 
 // Devices returns ErrUnavailable.
 func (Provider) Devices() ([]ctx.DeviceInfo, error) { return nil, ErrUnavailable }
 
 // OpenDevice returns ErrUnavailable.
-func (Provider) OpenDevice(name string) (ctx.ProviderDevice, error) { return nil, ErrUnavailable }
+func (Provider) OpenDevice(name string) (provider.Device, error) { return nil, ErrUnavailable }
 
 // ListDevices returns ErrUnavailable.
 func ListDevices() ([]DeviceListing, error) { return nil, ErrUnavailable }
@@ -49,7 +50,7 @@ type Device struct{}
 func Open(name string) (*Device, error) { return nil, ErrUnavailable }
 
 // DeviceOf reports false: there are no hardware devices in this build.
-func DeviceOf(h ctx.ProviderDevice) (*Device, bool) { return nil, false }
+func DeviceOf(h provider.Device) (*Device, bool) { return nil, false }
 
 // Name returns "".
 func (d *Device) Name() string { return "" }
