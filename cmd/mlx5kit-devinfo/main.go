@@ -36,7 +36,7 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // hardwareExtras is what the hardware provider's device handle offers
-// beyond provider.Device (see cgo.Device).
+// beyond provider.Device (the hardware provider's device).
 type hardwareExtras interface {
 	DVAttr() cgo.DVAttr
 	QueryExtended() (cgo.ExtendedAttr, error)
