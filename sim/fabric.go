@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // Mode says who drives the model.
@@ -223,7 +224,7 @@ func defaultOptions(strict string) Options {
 	return o
 }
 
-func init() { ctx.Register(ctx.ProviderSoftware, defaultFabric) }
+func init() { provider.Register(ctx.ProviderSoftware, defaultFabric) }
 
 // Default returns the Fabric registered as provider "sim": Engine mode,
 // Strict (see EnvStrict).
@@ -235,7 +236,7 @@ func FromContext(c *ctx.Context) *Fabric {
 	if c == nil {
 		return nil
 	}
-	if d, ok := c.Device().(*device); ok {
+	if d, ok := provider.DeviceOf(c).(*device); ok {
 		return d.f
 	}
 	return nil
@@ -243,7 +244,7 @@ func FromContext(c *ctx.Context) *Fabric {
 
 // Open opens a device of this Fabric as a ctx.Context ("" is "sim0").
 func (f *Fabric) Open(device string) (*ctx.Context, error) {
-	return ctx.OpenWith(ctx.ProviderSoftware, f, device)
+	return provider.Open(ctx.ProviderSoftware, f, device)
 }
 
 // Options returns the options the Fabric was created with (defaults filled).
@@ -300,7 +301,7 @@ func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
 }
 
 // OpenDevice opens an HCA by name; "" opens the first (ctx.Provider).
-func (f *Fabric) OpenDevice(name string) (ctx.ProviderDevice, error) {
+func (f *Fabric) OpenDevice(name string) (provider.Device, error) {
 	const op = "sim: open device"
 	f.mu.Lock()
 	err := f.joinLocked()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -57,7 +58,7 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 			}
 		}
 	}
-	for _, h := range []any{q.Handle().Handle(), own.Handle().Handle(), ccq.Handle(), rsrq.Handle().Handle()} {
+	for _, h := range []any{provider.QueuePairOf(q.Handle()), provider.QueuePairOf(own.Handle()), provider.CompletionQueueOf(ccq), provider.SRQOf(rsrq.Handle())} {
 		switch x := h.(type) {
 		case *qp:
 			add(x.bufs[:]...)

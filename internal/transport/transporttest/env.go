@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -53,7 +54,7 @@ func newEnv(t testing.TB, opts sim.Options, log *Log) *Env {
 		if log == nil {
 			e.Ctx[i], err = e.Fabric.Open(name)
 		} else {
-			e.Ctx[i], err = ctx.OpenWith(ctx.ProviderSoftware, recordingProvider{e.Fabric, log}, name)
+			e.Ctx[i], err = provider.Open(ctx.ProviderSoftware, recordingProvider{e.Fabric, log}, name)
 		}
 		require.NoError(t, err)
 		e.PD[i], err = e.Ctx[i].AllocProtectionDomain()
