@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
 func TestAtomicsRC(t *testing.T) { testAtomics(t, channel.Options{}) }
@@ -105,7 +105,7 @@ func testAtomics(t *testing.T, opts channel.Options) {
 	// the completion sentinel.
 	bad := channel.Remote{Addr: at.Addr, RKey: at.RKey ^ 0x5a00}
 	err = ca.FetchAdd(channel.FetchAddRequest{Remote: bad, Add: 1, Result: res(0)})
-	require.ErrorIs(t, err, completion.ErrRemoteAccess)
+	require.ErrorIs(t, err, monocq.ErrRemoteAccess)
 	var pe *channel.PeerError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, channel.OpFetchAdd, pe.Op)

@@ -287,7 +287,7 @@ func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
 	}
 	p.regions = append(p.regions, endpoint.RemoteRegion{
 		Address: uint64(mr.Addr()), Length: mr.Len(), RemoteKey: mr.RKey(),
-		Access: endpoint.Access(mr.Access()) & endpoint.AccessKnown,
+		Access: mr.Access() & endpoint.AccessKnown,
 	})
 	return nil
 }
@@ -349,7 +349,7 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 			return nil, fmt.Errorf("%s: peer %d: %w: %w", op, j, ErrHandshake, err)
 		}
 		if e.Transport != want {
-			return nil, fmt.Errorf("%s: peer %d sent a %v endpoint to a %v channel: %w", op, j, e.Transport, c.transport, ErrHandshake)
+			return nil, fmt.Errorf("%s: peer %d sent an endpoint of transport %v, the channel is %v: %w", op, j, e.Transport, c.transport, ErrHandshake)
 		}
 		if want == endpoint.TransportRC && e.QPN == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent QPN 0: %w", op, j, ErrHandshake)

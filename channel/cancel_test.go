@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
-	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
 // prompt bounds how long a call may take to return once its context ended
@@ -81,7 +82,7 @@ func testReceiveEnds(t *testing.T, opts channel.Options, deadline bool) {
 
 	err = ca.Send(channel.SendRequest{Local: a.sge(128, 8)})
 	require.Error(t, err)
-	require.True(t, errors.Is(err, channel.ErrFailed) || errors.Is(err, channel.ErrClosed), "%v", err)
+	require.True(t, errors.Is(err, channel.ErrFailed) || errors.Is(err, ctx.ErrClosed), "%v", err)
 }
 
 func TestReceiveContextCancelRC(t *testing.T)   { testReceiveEnds(t, channel.Options{}, false) }
@@ -121,7 +122,7 @@ func TestReadContextDeadlineNoLateWrite(t *testing.T) {
 	require.Less(t, time.Since(start), 30*time.Millisecond+prompt)
 	require.True(t, send.Done(), "the SEND ahead of the READ was flushed too")
 	requireFlushed(t, send)
-	require.ErrorIs(t, send.WaitContext(context.Background()), completion.ErrFlushed)
+	require.ErrorIs(t, send.WaitContext(context.Background()), monocq.ErrFlushed)
 
 	buf := a.bytes()[1024 : 1024+64]
 	fill(buf)
@@ -139,7 +140,7 @@ func requireFlushed(t *testing.T, p channel.Pending) {
 	require.True(t, ok)
 	var pe *channel.PeerError
 	require.ErrorAs(t, r.Err, &pe)
-	require.ErrorIs(t, pe.Err, completion.ErrFlushed)
+	require.ErrorIs(t, pe.Err, monocq.ErrFlushed)
 }
 
 // Every blocking call to a peer whose queue pair is gone waits for an

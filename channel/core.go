@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -120,13 +121,14 @@ func (c *core) badPeer(peer int, op Op) error {
 	return &PeerError{Peer: peer, Op: op, Err: fmt.Errorf("%w (the channel has %d)", ErrPeer, len(c.links))}
 }
 
-// closedError is the cause of a request on a closed channel: ErrClosed, and
-// ctx.ErrClosed too, the error its closed queues would give.
+// closedError is the cause of a request on a closed channel: it reads
+// "channel closed" and wraps ctx.ErrClosed, the error its closed queues
+// would give too.
 type closedError struct{}
 
-func (closedError) Error() string { return ErrClosed.Error() }
+func (closedError) Error() string { return "channel closed" }
 
-func (closedError) Is(target error) bool { return target == ErrClosed || target == ctx.ErrClosed }
+func (closedError) Unwrap() error { return ctx.ErrClosed }
 
 // initSlots sizes the completion records for outstanding work requests
 // in flight at most: room for all of them plus at least 256 completed ones
@@ -399,8 +401,8 @@ func (c *core) strayCompletion(wc *transport.Completion) {
 
 // err builds the error of a failed record.
 func (s *slot) err() error {
-	e := &completion.Error{
-		Status:         completion.StatusOf(s.syndrome),
+	e := &monocq.CompletionError{
+		Status:         monocq.StatusOf(s.syndrome),
 		Syndrome:       s.syndrome,
 		VendorSyndrome: s.vendor,
 		CQEOpcode:      s.cqeOp,
@@ -681,7 +683,7 @@ const flushLimit = 2 * time.Second
 // flushLimit) fail destroys the channel's queues, which ends the device's
 // access to their buffers just the same. Either way no buffer of a work
 // request outstanding before is written after fail returns; the channel
-// refuses new work with ErrFailed (ErrClosed once destroyed). Calling it
+// refuses new work with ErrFailed (ctx.ErrClosed once destroyed). Calling it
 // again only polls what is left.
 func (c *core) fail() error {
 	if c.closed {

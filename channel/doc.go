@@ -103,8 +103,8 @@
 // # Errors
 //
 // A failed request is reported as a *PeerError (peer, kind of request)
-// wrapping a *completion.Error (status, syndrome, vendor syndrome, opcode,
+// wrapping a *monocq.CompletionError (status, syndrome, vendor syndrome, opcode,
 // QPN, wqe_counter, work request id), so errors.Is(err,
-// completion.ErrRemoteAccess) and errors.As(err, &ce) work on the joined
+// monocq.ErrRemoteAccess) and errors.As(err, &ce) work on the joined
 // error.
 package channel

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/channel"
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -157,11 +157,11 @@ func ExampleMultiChannel_Scope() {
 		_, err := s.PostWrite(channel.WriteRequest{Local: local, Remote: bad})
 		return err
 	})
-	var ce *completion.Error
+	var ce *monocq.CompletionError
 	if errors.As(err, &ce) {
 		fmt.Println("failed:", ce.Status, ce.Syndrome, ce.Opcode)
 	}
-	fmt.Println("remote access error:", errors.Is(err, completion.ErrRemoteAccess))
+	fmt.Println("remote access error:", errors.Is(err, monocq.ErrRemoteAccess))
 	fmt.Println("still outstanding:", ca.Outstanding())
 	// Output:
 	// failed: REM_ACCESS_ERR REMOTE_ACCESS_ERR RDMA_WRITE

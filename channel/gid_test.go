@@ -51,7 +51,7 @@ func TestRoCEChannelGID(t *testing.T) {
 					require.Equal(t, c.v4, netip.AddrFrom16(g.GID).Is4In6(), "side %d: GID %v", i, g.GID)
 					ep := x.p.Endpoint()
 					require.Equal(t, c.want, ep.GIDIndex, "side %d: the endpoint says which GID", i)
-					require.Equal(t, g.GID, ctx.GID(ep.GID), "side %d", i)
+					require.Equal(t, g.GID, ep.GID, "side %d", i)
 				}
 				ea, eb := wire(t, pa.Endpoint()), wire(t, pb.Endpoint())
 				ca, err := pa.Handshake(eb)

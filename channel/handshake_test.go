@@ -108,7 +108,7 @@ func TestHandshakeDCRefusesMissingDCT(t *testing.T) {
 	e.DCTNumber = 0
 	_, err = pa.Handshake(e)
 	require.ErrorIs(t, err, channel.ErrHandshake)
-	rc := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 5, LID: 1, MTU: endpoint.MTU1024}
+	rc := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 5, LID: 1, MTU: ctx.MTU1024}
 	_, err = pa.Handshake(rc)
 	require.ErrorIs(t, err, channel.ErrHandshake)
 }

@@ -130,7 +130,7 @@ type Result struct {
 	// Imm is the immediate data of a receive that carried some (WithImm).
 	Imm     uint32
 	WithImm bool
-	// Err is nil, or a *PeerError wrapping the *completion.Error.
+	// Err is nil, or a *PeerError wrapping the *monocq.CompletionError.
 	Err error
 }
 
@@ -153,9 +153,6 @@ var (
 	// ErrHandshake: the remote endpoints do not fit the channel (count,
 	// transport, missing DCT number).
 	ErrHandshake = errors.New("handshake refused")
-	// ErrClosed: the channel has been closed (a request on it also
-	// matches ctx.ErrClosed), or a scope was used after it returned.
-	ErrClosed = errors.New("channel closed")
 	// ErrFailed: the channel moved its queues to the error state and
 	// flushed their work, because a blocking call's or a scope's context
 	// ended before its work completed (or MultiChannel.Fail was called).
@@ -164,7 +161,7 @@ var (
 )
 
 // PeerError is the error of one work request: the peer, the kind of
-// request, and the cause (a *completion.Error for a failed completion, or
+// request, and the cause (a *monocq.CompletionError for a failed completion, or
 // the error of a refused post). errors.Is and errors.As see through it.
 type PeerError struct {
 	Peer int
@@ -172,7 +169,7 @@ type PeerError struct {
 	Err  error
 }
 
-// Error reads "channel: write to peer 3: completion: RDMA_WRITE on QPN …".
+// Error reads "channel: write to peer 3: monocq: RDMA_WRITE on QPN …".
 func (e *PeerError) Error() string {
 	dir := "to"
 	switch e.Op {

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // Scope is the middle level of control: work posted through it may be
 // polled piece by piece (each post returns a Pending), and whatever is left
 // is polled to completion before Scope returns. Every error is reported:
 // the function's own, each failed completion (as a *PeerError wrapping a
-// *completion.Error with the syndrome), and a timeout, joined.
+// *monocq.CompletionError with the syndrome), and a timeout, joined.
 //
 // A queue that is full when the scope posts is polled until it has room,
 // so a scope may post more than the queues hold at once. A Scope is valid
@@ -107,7 +109,7 @@ func (s *Scope) Poll() int { return s.c.poll() }
 
 func (s *Scope) check() error {
 	if !s.active {
-		return fmt.Errorf("channel: scope used after it returned: %w", ErrClosed)
+		return fmt.Errorf("channel: scope used after it returned: %w", ctx.ErrClosed)
 	}
 	return nil
 }

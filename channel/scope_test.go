@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
 func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
@@ -41,16 +41,16 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	require.Equal(t, "good data", string(b.bytes()[100:109]))
 	require.NotEqual(t, "good data", string(b.bytes()[200:209]))
 
-	require.ErrorIs(t, err, completion.ErrRemoteAccess)
-	require.ErrorIs(t, err, completion.ErrCompletion)
+	require.ErrorIs(t, err, monocq.ErrRemoteAccess)
+	require.ErrorIs(t, err, monocq.ErrCompletion)
 	var pe *channel.PeerError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, 0, pe.Peer)
 	require.Equal(t, channel.OpWrite, pe.Op)
-	var ce *completion.Error
+	var ce *monocq.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, prm.SyndromeRemoteAccess, ce.Syndrome)
-	require.Equal(t, completion.StatusRemoteAccess, ce.Status)
+	require.Equal(t, monocq.StatusRemoteAccess, ce.Status)
 	require.Equal(t, prm.OpRdmaWrite, ce.Opcode)
 	require.True(t, ce.HasWRID)
 	require.Contains(t, err.Error(), "REMOTE_ACCESS_ERR")
@@ -85,8 +85,8 @@ func TestScopeJoinsEveryError(t *testing.T) {
 		return mine
 	})
 	require.ErrorIs(t, err, mine)
-	require.ErrorIs(t, err, completion.ErrRemoteAccess, "the first write failed")
-	require.ErrorIs(t, err, completion.ErrFlushed, "the writes after it were flushed")
+	require.ErrorIs(t, err, monocq.ErrRemoteAccess, "the first write failed")
+	require.ErrorIs(t, err, monocq.ErrFlushed, "the writes after it were flushed")
 	var joined interface{ Unwrap() []error }
 	require.ErrorAs(t, err, &joined)
 	require.Len(t, joined.Unwrap(), 5, "the function's error and one per failed write")
@@ -103,7 +103,7 @@ func TestScopeMisuse(t *testing.T) {
 	})
 	require.ErrorIs(t, err, channel.ErrNestedScope)
 	_, err = kept.PostSend(channel.SendRequest{Local: a.sge(0, 1)})
-	require.ErrorIs(t, err, channel.ErrClosed, "a scope is not usable after it returned")
+	require.ErrorIs(t, err, ctx.ErrClosed, "a scope is not usable after it returned")
 	require.Zero(t, ca.Outstanding())
 
 	err = ca.Scope(func(s *channel.Scope) error {
@@ -266,7 +266,7 @@ func TestClosedChannelRefusesRequests(t *testing.T) {
 			ca.Send(channel.SendRequest{Local: a.sge(0, 1)}), rawErr, recvErr, scopeErr,
 			ca.Read(channel.ReadRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)}),
 		} {
-			require.ErrorIs(t, err, channel.ErrClosed, "%v", opts.Transport)
+			require.ErrorIs(t, err, ctx.ErrClosed, "%v", opts.Transport)
 			require.ErrorIs(t, err, ctx.ErrClosed)
 			var pe *channel.PeerError
 			require.ErrorAs(t, err, &pe)

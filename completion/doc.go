@@ -1,21 +1,11 @@
-// Package completion turns completion-queue entries into errors a program can
-// test, and waits for completions without spinning.
+// Package completion waits for completions without spinning.
 //
-// It owns two things that sit on top of a poller (package monocq): the
-// [Error] type of a failed work request, and event mode ([Notifier]): a
-// completion channel, arming, a blocking wait bounded by a timeout or a
-// context, and an iterator over completions. It creates no queues and posts
-// nothing; transports and channels use it.
-//
-// # Errors
-//
-// An error CQE becomes an [*Error] (see [FromCQE] and [Check]) that carries
-// the work-completion status as verbs names it (REM_ACCESS_ERR, …), the mlx5
-// syndrome and vendor syndrome, the CQE opcode and the send opcode of the
-// failed WQE, the QPN and the wqe_counter, and the work request id when the
-// caller knows it. It formats them on one line and matches, with errors.Is,
-// the sentinel of its status ([ErrRemoteAccess], [ErrFlushed], …) as well as
-// monocq.ErrCompletion; errors.As recovers the *Error from any wrapping.
+// It owns event mode ([Notifier]), which sits on top of a poller (package
+// monocq): a completion channel, arming, a blocking wait bounded by a
+// timeout or a context, and an iterator over completions. It creates no
+// queues and posts nothing; transports and channels use it. The error of a
+// failed work request, with its verbs status and the sentinels errors.Is
+// matches, is monocq.CompletionError.
 //
 // # Event mode
 //

@@ -1,7 +1,6 @@
 package completion_test
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,25 +9,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
-
-// An error CQE turns into an *Error that names what failed and matches the
-// sentinel of its status.
-func ExampleFromCQE() {
-	// A requester error CQE: RDMA_WRITE on QPN 0x105 hit a bad rkey.
-	cqe := errorCQE(0xd, 0x08, 0x105, 3, 0x13, 0)
-
-	err := fmt.Errorf("write to peer 2: %w", completion.FromCQE(cqe).WithWRID(42))
-	fmt.Println(err)
-	fmt.Println(errors.Is(err, completion.ErrRemoteAccess), errors.Is(err, completion.ErrFlushed))
-	var ce *completion.Error
-	if errors.As(err, &ce) {
-		fmt.Println(ce.Status, ce.Syndrome, ce.WRID)
-	}
-	// Output:
-	// write to peer 2: completion: RDMA_WRITE on QPN 0x105 failed: REM_ACCESS_ERR (syndrome REMOTE_ACCESS_ERR 0x13, vendor syndrome 0x00), wqe_counter 3, wr_id 0x2a
-	// true false
-	// REM_ACCESS_ERR REMOTE_ACCESS_ERR 42
-}
 
 // A Notifier sleeps until the device raises a completion event instead of
 // spinning on an empty ring.
@@ -61,7 +41,7 @@ func ExampleNotifier() {
 		return
 	}
 	poll.Poll(16, func(c *monocq.CQE) {
-		fmt.Printf("QPN 0x%x wqe_counter %d error %v\n", c.QPN(), c.WQECounter(), completion.Check(c))
+		fmt.Printf("QPN 0x%x wqe_counter %d error %v\n", c.QPN(), c.WQECounter(), c.Err())
 	})
 	// Output:
 	// completion: wait on CQ 0x40: context deadline exceeded

@@ -206,7 +206,7 @@ type Poller[C any] interface {
 
 // Completions returns an iterator over the completions p hands out on the
 // Notifier's CQ: each with nil, or with its error when it is an error
-// completion (its Err method, or Check for a raw CQE). It takes them one
+// completion (its Err method: a *monocq.CompletionError). It takes them one
 // at a time through p.Poll, so a completion the loop did not reach stays
 // in the ring, and waits (n.Wait) when none is ready: it yields exactly
 // the completions, in the same order, that a busy-polling loop over p
@@ -260,13 +260,10 @@ func (n *Notifier) pairedWith(p any) error {
 	return nil
 }
 
-// errOf is the error a completion carries: Check for a raw CQE, the Err
-// method of a transport's Completion.
+// errOf is the error a completion carries: its Err method (a raw
+// *monocq.CQE's or a transport Completion's).
 func errOf[C any](x C) error {
-	switch v := any(x).(type) {
-	case *monocq.CQE:
-		return Check(v)
-	case interface{ Err() error }:
+	if v, ok := any(x).(interface{ Err() error }); ok {
 		return v.Err()
 	}
 	return nil

@@ -172,7 +172,7 @@ func TestEventAndBusyPollSeeTheSame(t *testing.T) {
 			}
 			r := rec{qpn: cqe.QPN(), counter: cqe.WQECounter()}
 			if err != nil {
-				var ce *completion.Error
+				var ce *monocq.CompletionError
 				if errors.As(err, &ce) {
 					r.failed, r.synd = true, ce.Syndrome
 				}
@@ -193,7 +193,7 @@ func TestEventAndBusyPollSeeTheSame(t *testing.T) {
 	for len(gotBusy) < total && time.Now().Before(deadline) {
 		busy.poll.Poll(8, func(c *monocq.CQE) {
 			r := rec{qpn: c.QPN(), counter: c.WQECounter()}
-			if err := completion.Check(c); err != nil {
+			if err := c.Err(); err != nil {
 				r.failed, r.synd = true, c.Syndrome()
 			}
 			gotBusy = append(gotBusy, r)

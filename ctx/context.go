@@ -37,7 +37,7 @@ type Context struct {
 	node
 	tree     tree
 	provider string
-	dev      ProviderDevice
+	dev      deviceHandle
 	kind     Kind
 	name     string
 	// noBlueFlame is Options.DisableBlueFlame.
@@ -72,7 +72,7 @@ func Open(opts Options) (*Context, error) {
 	case !ok:
 		return nil, &OpError{Op: op, Err: fmt.Errorf("provider %q: %w (registered: %v)", name, ErrNotFound, Providers())}
 	}
-	c, err := OpenWith(name, p, opts.Device)
+	c, err := openWith(name, p, opts.Device)
 	if err != nil {
 		if !chosen {
 			return nil, &OpError{Op: op, Err: fmt.Errorf("no provider chosen and the %s device did not open (%w); %s", name, err, chooseSoftware)}
@@ -83,18 +83,19 @@ func Open(opts Options) (*Context, error) {
 	return c, nil
 }
 
-// OpenWith opens a device of the given provider, which need not be
-// registered (tests use it to open a private software HCA). name is what
-// Context.Provider reports.
-func OpenWith(name string, p Provider, device string) (*Context, error) {
+// openWith opens a device of the given provider, which need not be
+// registered (internal/provider.Open uses it to open a private software
+// HCA). name is what Context.Provider reports.
+func openWith(name string, p seamProvider, device string) (*Context, error) {
 	const op = "open"
 	if p == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("nil provider: %w", ErrInvalidArgument)}
 	}
-	dev, err := p.OpenDevice(device)
+	h, err := p.OpenDevice(device)
 	if err != nil {
 		return nil, opErr(op+" "+name+" device "+fmt.Sprintf("%q", device), err)
 	}
+	dev := h.(deviceHandle)
 	c := &Context{provider: name, dev: dev, kind: dev.Kind(), name: dev.Name()}
 	c.node.init(&c.tree, rankContext, dev.Close)
 	return c, nil
@@ -113,10 +114,6 @@ func (c *Context) DeviceName() string { return c.name }
 func (c *Context) String() string {
 	return fmt.Sprintf("%s (%s, provider %s)", c.name, c.kind, c.provider)
 }
-
-// Device returns the provider's device handle, for provider-specific
-// extensions (the software HCA's controls, for instance).
-func (c *Context) Device() ProviderDevice { return c.dev }
 
 // Closed reports whether Close has been called.
 func (c *Context) Closed() bool { return c.isClosed() }
@@ -196,10 +193,11 @@ func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
 		return nil, err
 	}
 	defer c.tree.mu.Unlock()
-	h, err := c.dev.AllocProtectionDomain()
+	ph, err := c.dev.AllocProtectionDomain()
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := ph.(pdHandle)
 	pd := &ProtectionDomain{ctx: c, h: h}
 	pd.node.init(&c.tree, rankProtectionDomain, h.Close, &c.node)
 	return pd, nil
@@ -227,10 +225,11 @@ func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQ
 		return nil, err
 	}
 	defer c.tree.mu.Unlock()
-	h, err := c.dev.CreateCompletionQueue(cfg)
+	ch, err := c.dev.CreateCompletionQueue(cfg)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := ch.(cqHandle)
 	cq := &CompletionQueue{ctx: c, h: h, desc: h.Descriptor(), cfg: cfg}
 	cq.node.init(&c.tree, rankCompletionQueue, h.Close, &c.node)
 	return cq, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // fake is a provider that records the order in which objects are released.
@@ -49,7 +50,7 @@ func (c closer) Close() error { return c.f.record("close " + c.name) }
 func (f *fake) Devices() ([]ctx.DeviceInfo, error) {
 	return []ctx.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
 }
-func (f *fake) OpenDevice(name string) (ctx.ProviderDevice, error) {
+func (f *fake) OpenDevice(name string) (provider.Device, error) {
 	if name != "" && name != "fake0" {
 		return nil, ctx.ErrNotFound
 	}
@@ -65,25 +66,25 @@ func (d fakeDev) QueryPort(uint8) (ctx.PortAttr, error)         { return ctx.Por
 func (d fakeDev) QueryGIDs(uint8) ([]ctx.GIDEntry, error)       { return nil, nil }
 func (d fakeDev) AsyncEventFD() int                             { return -1 }
 func (d fakeDev) ReadAsyncEvent() (ctx.AsyncEvent, bool, error) { return ctx.AsyncEvent{}, false, nil }
-func (d fakeDev) AllocProtectionDomain() (ctx.ProviderProtectionDomain, error) {
+func (d fakeDev) AllocProtectionDomain() (provider.ProtectionDomain, error) {
 	return fakePD{closer{d.f, d.f.name("PD")}}, nil
 }
-func (d fakeDev) CreateCompletionQueue(ctx.CompletionQueueConfig) (ctx.ProviderCompletionQueue, error) {
+func (d fakeDev) CreateCompletionQueue(ctx.CompletionQueueConfig) (provider.CompletionQueue, error) {
 	return fakeCQ{closer{d.f, d.f.name("CQ")}}, nil
 }
 
 type fakePD struct{ closer }
 
-func (p fakePD) RegisterMemory(unsafe.Pointer, uint64, ctx.Access) (ctx.ProviderMemoryRegion, error) {
+func (p fakePD) RegisterMemory(unsafe.Pointer, uint64, ctx.Access) (provider.MemoryRegion, error) {
 	return fakeMR{closer{p.f, p.f.name("MR")}}, nil
 }
-func (p fakePD) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
+func (p fakePD) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {
 	return &fakeQP{closer: closer{p.f, p.f.name("QP")}, dct: cfg.Type == ctx.QPTypeDCT}, nil
 }
-func (p fakePD) CreateSRQ(ctx.SRQConfig) (ctx.ProviderSRQ, error) {
+func (p fakePD) CreateSRQ(ctx.SRQConfig) (provider.SRQ, error) {
 	return fakeSRQ{closer{p.f, p.f.name("SRQ")}}, nil
 }
-func (p fakePD) CreateAddressHandle(ctx.AddressAttr) (ctx.ProviderAddressHandle, error) {
+func (p fakePD) CreateAddressHandle(ctx.AddressAttr) (provider.AddressHandle, error) {
 	return fakeAH{closer{p.f, p.f.name("AH")}}, nil
 }
 
@@ -134,7 +135,7 @@ func (fakeAH) AV() [prm.AVSize]byte { return [prm.AVSize]byte{1} }
 
 func openFake(t *testing.T) (*fake, *ctx.Context) {
 	f := &fake{}
-	c, err := ctx.OpenWith("fake", f, "")
+	c, err := provider.Open("fake", f, "")
 	require.NoError(t, err)
 	return f, c
 }
@@ -296,9 +297,9 @@ var registrations int
 func TestRegisterAndOpen(t *testing.T) {
 	registrations++
 	name := fmt.Sprintf("fake-registered-%d", registrations)
-	require.Panics(t, func() { ctx.Register("", &fake{}) })
-	ctx.Register(name, &fake{})
-	require.Panics(t, func() { ctx.Register(name, &fake{}) })
+	require.Panics(t, func() { provider.Register("", &fake{}) })
+	provider.Register(name, &fake{})
+	require.Panics(t, func() { provider.Register(name, &fake{}) })
 	require.Contains(t, ctx.Providers(), name)
 	c, err := ctx.Open(ctx.Options{Provider: name})
 	require.NoError(t, err)

@@ -8,19 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ProviderDMABufProtectionDomain is implemented by a provider's protection
-// domain that can register memory exported as a dma-buf file descriptor
-// (ibv_reg_dmabuf_mr). ProtectionDomain.RegisterDMABuf fails with
-// ErrNotSupported on a provider whose PD does not implement it.
-type ProviderDMABufProtectionDomain interface {
-	// RegisterDMABuf registers length bytes of the dma-buf fd starting at
-	// offset; the region's local and remote addresses start at iova.
-	// ctx has checked the arguments that need no fd (see
-	// ProtectionDomain.RegisterDMABuf); the provider checks the fd and
-	// the range against it.
-	RegisterDMABuf(fd int, offset, length, iova uint64, access Access) (ProviderMemoryRegion, error)
-}
-
 // RegisterDMABuf registers length bytes of the memory behind the dma-buf
 // file descriptor fd (GPU memory exported by CUDA or ROCm), starting at
 // byte offset of the buffer (ibv_reg_dmabuf_mr). The region is addressed at
@@ -58,14 +45,14 @@ func (pd *ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, 
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
-	p, ok := pd.h.(ProviderDMABufProtectionDomain)
-	if !ok {
+	if !pd.h.DMABuf() {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("%s: the %s provider cannot register dma-buf memory: %w", dmabufVerb, pd.ctx.Kind(), ErrNotSupported)}
 	}
-	h, err := p.RegisterDMABuf(fd, offset, length, iova, access)
+	mh, err := pd.h.RegisterDMABuf(fd, offset, length, iova, access)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := mh.(mrHandle)
 	mr := &MemoryRegion{pd: pd, h: h, iova: iova, dmabuf: true, length: length, access: access, lkey: h.LKey(), rkey: h.RKey()}
 	mr.node.init(pd.t, rankMemoryRegion, h.Close, &pd.node)
 	return mr, nil

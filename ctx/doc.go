@@ -1,20 +1,20 @@
 // Package ctx holds the control-plane objects of mlx5kit (Context,
 // ProtectionDomain, MemoryRegion, CompletionQueue, QueuePair,
-// SharedReceiveQueue, AddressHandle, Buffer) and the provider seam: the
-// Provider interface and its handle interfaces, and the Go twins of
+// SharedReceiveQueue, AddressHandle, Buffer) and the Go twins of
 // mlx5dv_qp, mlx5dv_cq and mlx5dv_srq that the hardware provider (package
 // cgo) and the software HCA (package sim) both fill in. The data plane reads
 // only these descriptors.
 //
 // # Providers
 //
-// A provider registers itself under a name from its init function
-// (Register), like a database/sql driver; ctx never imports one. Open uses
-// the provider Options.Provider names, else the one the environment
-// variable MLX5KIT_PROVIDER names, else the hardware provider "mlx5". The
-// software HCA "sim" is only ever chosen by name: with no mlx5 device and
-// no choice, Open returns an error saying how to choose it. Context.Kind
-// and Context.Provider say which one was opened.
+// A provider registers itself under a name from its init function, like a
+// database/sql driver; ctx never imports one. The interfaces a provider
+// implements are internal to this module (the providers are the two named
+// below). Open uses the provider Options.Provider names, else the one the
+// environment variable MLX5KIT_PROVIDER names, else the hardware provider
+// "mlx5". The software HCA "sim" is only ever chosen by name: with no mlx5
+// device and no choice, Open returns an error saying how to choose it.
+// Context.Kind and Context.Provider say which one was opened.
 //
 // # Lifetimes
 //

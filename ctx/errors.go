@@ -3,6 +3,7 @@ package ctx
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors. Every error returned by ctx and by a provider wraps one of
@@ -36,9 +37,15 @@ var (
 	ErrPortNotActive = errors.New("port not active")
 )
 
-// OpError is the error type of ctx and of providers: the verb that failed
-// and the reason, which wraps a sentinel.
+// OpError is the error of a control-plane verb, in ctx, its providers and
+// the transports above it: the package that reports it, the verb that
+// failed and the reason, which wraps a sentinel (and, where the kernel or a
+// provider standing in for it gave one, the error number: see Errno).
 type OpError struct {
+	// Package names the reporter: "" (read as "ctx") for ctx and its
+	// providers, "rc", "dc", "ud" for the transports ("transport" for what
+	// they share, as an SRQ).
+	Package string
 	// Op is the verb, e.g. "create QP" or "modify QP to RTR".
 	Op string
 	// Err is the cause; errors.Is(err, ErrClosed) and the like see through
@@ -48,11 +55,29 @@ type OpError struct {
 
 var _ error = (*OpError)(nil)
 
-// Error formats as "ctx: <op>: <cause>".
-func (e *OpError) Error() string { return "ctx: " + e.Op + ": " + e.Err.Error() }
+// Error formats as "<package>: <op>: <cause>", e.g. "ctx: create QP:
+// invalid argument" or "rc: connect: QP 0x105: object is closed".
+func (e *OpError) Error() string {
+	pkg := e.Package
+	if pkg == "" {
+		pkg = "ctx"
+	}
+	return pkg + ": " + e.Op + ": " + e.Err.Error()
+}
 
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
+
+// Errno returns the error number of the cause (a syscall.Errno anywhere in
+// its chain, as the hardware provider and ErrnoError wrap it), or 0 when
+// the failure had none.
+func (e *OpError) Errno() syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		return errno
+	}
+	return 0
+}
 
 // Errorf builds an *OpError for op whose cause is fmt.Errorf(format, args...);
 // use %w in format to wrap a sentinel. Providers use it so that every error

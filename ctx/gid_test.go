@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // gid parses an IPv6 address (IPv4 ones are IPv4-mapped) into a GID.
@@ -161,7 +162,7 @@ type gidProvider struct{ dev gidDevice }
 func (p gidProvider) Devices() ([]ctx.DeviceInfo, error) {
 	return []ctx.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
 }
-func (p gidProvider) OpenDevice(string) (ctx.ProviderDevice, error) { return p.dev, nil }
+func (p gidProvider) OpenDevice(string) (provider.Device, error) { return p.dev, nil }
 
 // TestContextChooseGID: the method queries the port (0 meaning 1) and its
 // table and reports errors as a *ctx.OpError naming the device and port.
@@ -174,7 +175,7 @@ func TestContextChooseGID(t *testing.T) {
 			{Index: 0, GID: ll, Type: ctx.GIDTypeRoCEv1, Port: 1},
 			{Index: 1, GID: v4, Type: ctx.GIDTypeRoCEv2, Port: 1},
 		}}
-	c, err := ctx.OpenWith("fake-gid", gidProvider{dev}, "")
+	c, err := provider.Open("fake-gid", gidProvider{dev}, "")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 

@@ -13,14 +13,11 @@ import (
 type ProtectionDomain struct {
 	node
 	ctx *Context
-	h   ProviderProtectionDomain
+	h   pdHandle
 }
 
 // Context returns the Context the PD belongs to.
 func (pd *ProtectionDomain) Context() *Context { return pd.ctx }
-
-// Handle returns the provider's handle.
-func (pd *ProtectionDomain) Handle() ProviderProtectionDomain { return pd.h }
 
 // Closed reports whether the PD has been closed (directly or by its Context).
 func (pd *ProtectionDomain) Closed() bool { return pd.isClosed() }
@@ -61,10 +58,11 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
-	h, err := pd.h.RegisterMemory(addr, n, access)
+	x, err := pd.h.RegisterMemory(addr, n, access)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := x.(mrHandle)
 	mr := &MemoryRegion{pd: pd, h: h, addr: addr, length: n, access: access, lkey: h.LKey(), rkey: h.RKey()}
 	release := h.Close
 	if b := holdBufferOf(addr, n); b != nil {
@@ -79,7 +77,7 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 type MemoryRegion struct {
 	node
 	pd *ProtectionDomain
-	h  ProviderMemoryRegion
+	h  mrHandle
 	// addr is the registered memory; nil for a dma-buf region, whose
 	// address is iova.
 	addr       unsafe.Pointer
@@ -145,7 +143,7 @@ func (mr *MemoryRegion) Close() error {
 type CompletionQueue struct {
 	node
 	ctx  *Context
-	h    ProviderCompletionQueue
+	h    cqHandle
 	desc CQDescriptor
 	cfg  CompletionQueueConfig
 }
@@ -158,9 +156,6 @@ func (cq *CompletionQueue) CQN() uint32 { return cq.desc.CQN }
 
 // Config returns the configuration the CQ was created with.
 func (cq *CompletionQueue) Config() CompletionQueueConfig { return cq.cfg }
-
-// Handle returns the provider's handle.
-func (cq *CompletionQueue) Handle() ProviderCompletionQueue { return cq.h }
 
 // Context returns the Context the CQ belongs to.
 func (cq *CompletionQueue) Context() *Context { return cq.ctx }
@@ -202,7 +197,7 @@ func (cq *CompletionQueue) Close() error {
 type SharedReceiveQueue struct {
 	node
 	pd   *ProtectionDomain
-	h    ProviderSRQ
+	h    srqHandle
 	desc SRQDescriptor
 	cfg  SRQConfig
 }
@@ -220,10 +215,11 @@ func (pd *ProtectionDomain) CreateSRQ(cfg SRQConfig) (*SharedReceiveQueue, error
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
-	h, err := pd.h.CreateSRQ(cfg)
+	x, err := pd.h.CreateSRQ(cfg)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := x.(srqHandle)
 	s := &SharedReceiveQueue{pd: pd, h: h, desc: h.Descriptor(), cfg: cfg}
 	s.node.init(pd.t, rankSRQ, h.Close, &pd.node)
 	return s, nil
@@ -234,9 +230,6 @@ func (s *SharedReceiveQueue) Descriptor() SRQDescriptor { return s.desc }
 
 // SRQN returns the SRQ number.
 func (s *SharedReceiveQueue) SRQN() uint32 { return s.desc.SRQN }
-
-// Handle returns the provider's handle.
-func (s *SharedReceiveQueue) Handle() ProviderSRQ { return s.h }
 
 // ProtectionDomain returns the PD the SRQ belongs to.
 func (s *SharedReceiveQueue) ProtectionDomain() *ProtectionDomain { return s.pd }
@@ -256,7 +249,7 @@ func (s *SharedReceiveQueue) Close() error {
 type AddressHandle struct {
 	node
 	pd   *ProtectionDomain
-	h    ProviderAddressHandle
+	h    ahHandle
 	av   [prm.AVSize]byte
 	attr AddressAttr
 }
@@ -279,10 +272,11 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandl
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
-	h, err := pd.h.CreateAddressHandle(attr)
+	x, err := pd.h.CreateAddressHandle(attr)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := x.(ahHandle)
 	ah := &AddressHandle{pd: pd, h: h, av: h.AV(), attr: attr}
 	ah.node.init(pd.t, rankAddressHandle, h.Close, &pd.node)
 	return ah, nil

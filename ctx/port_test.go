@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestModifyKeepsInitPort(t *testing.T) {
 	_, c := openFake(t)
 	w := build(t, c)
-	fq := w.qp1.Handle().(*fakeQP)
+	fq := provider.QueuePairOf(w.qp1).(*fakeQP)
 
 	require.NoError(t, w.qp1.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 2}))
 	require.Equal(t, uint8(2), fq.last.Port)
@@ -28,7 +29,7 @@ func TestModifyKeepsInitPort(t *testing.T) {
 
 	// A QP never brought to INIT with a port gets port 1.
 	require.NoError(t, w.qp2.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
-	require.Equal(t, uint8(1), w.qp2.Handle().(*fakeQP).last.Port)
+	require.Equal(t, uint8(1), provider.QueuePairOf(w.qp2).(*fakeQP).last.Port)
 }
 
 // TestDisableBlueFlame checks Options.DisableBlueFlame: every QP's

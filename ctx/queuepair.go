@@ -15,8 +15,9 @@ type QueuePairConfig struct {
 	// DCKey is the DC access key of a DCT; initiators put the same key in
 	// each WQE's address vector.
 	DCKey uint64
-	// ScatterToCQE lets small receive payloads land in the CQE (see
-	// ProviderQueuePairConfig.ScatterToCQE).
+	// ScatterToCQE lets the device place small receive payloads (32 bytes
+	// with 64-byte CQEs, 64 with 128-byte CQEs) in the CQE instead of the
+	// receive buffer; the poller must then copy them out.
 	ScatterToCQE bool
 }
 
@@ -26,7 +27,7 @@ type QueuePairConfig struct {
 type QueuePair struct {
 	node
 	pd     *ProtectionDomain
-	h      ProviderQueuePair
+	h      qpHandle
 	cfg    QueuePairConfig
 	desc   QPDescriptor
 	state  QPState
@@ -84,10 +85,6 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QueuePairConfig) (*QueuePair, er
 		}
 	}
 	parents := []*node{&pd.node, &cfg.SendCQ.node, &cfg.RecvCQ.node}
-	pcfg := ProviderQueuePairConfig{
-		Type: cfg.Type, SendCQ: cfg.SendCQ.h, RecvCQ: cfg.RecvCQ.h,
-		Caps: cfg.Caps, DCKey: cfg.DCKey, ScatterToCQE: cfg.ScatterToCQE,
-	}
 	if cfg.SRQ != nil {
 		if cfg.SRQ.t != pd.t {
 			return nil, bad("SRQ of another context")
@@ -95,13 +92,13 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QueuePairConfig) (*QueuePair, er
 		if cfg.SRQ.isClosed() {
 			return nil, &OpError{Op: op, Err: fmt.Errorf("SRQ: %w", ErrClosed)}
 		}
-		pcfg.SRQ = cfg.SRQ.h
 		parents = append(parents, &cfg.SRQ.node)
 	}
-	h, err := pd.h.CreateQueuePair(pcfg)
+	qh, err := pd.h.CreateQueuePair(cfg)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
+	h := qh.(qpHandle)
 	qp := &QueuePair{pd: pd, h: h, cfg: cfg, desc: pd.ctx.descriptor(h.Descriptor()), state: QPStateReset}
 	qp.node.init(pd.t, rankQueuePair, h.Close, parents...)
 	return qp, nil
@@ -130,9 +127,6 @@ func (qp *QueuePair) Config() QueuePairConfig { return qp.cfg }
 
 // ProtectionDomain returns the PD of the QP.
 func (qp *QueuePair) ProtectionDomain() *ProtectionDomain { return qp.pd }
-
-// Handle returns the provider's handle.
-func (qp *QueuePair) Handle() ProviderQueuePair { return qp.h }
 
 // State returns the QP's state as the provider reports it now (a QP the
 // device moved to error on its own reports QPStateError).

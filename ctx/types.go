@@ -24,8 +24,10 @@ var kindNames = [...]string{KindHardware: "hardware", KindSoftware: "software"}
 // String returns "hardware" or "software".
 func (k Kind) String() string { return names.Of(k, kindNames[:], "Kind") }
 
-// Access is a set of memory-region access flags. The values are those of
-// enum ibv_access_flags so a provider can pass them through.
+// Access is a set of memory-region access flags: those a region is
+// registered with, and those an endpoint tells a peer it may use (package
+// endpoint). The values are those of enum ibv_access_flags so a provider
+// can pass them through.
 type Access uint32
 
 // Access flags. Local read is always allowed.
@@ -34,6 +36,12 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessZeroBased (IBV_ACCESS_ZERO_BASED) says a region's addresses
+	// start at 0 rather than at the virtual address it was registered
+	// from. An endpoint may carry it for a peer's region; no provider of
+	// this kit registers a zero-based region (registration refuses it as
+	// an unknown flag, EINVAL).
+	AccessZeroBased Access = 1 << 5
 	// AccessOnDemand asks for on-demand paging (IBV_ACCESS_ON_DEMAND). No
 	// provider of this kit supports it: registration refuses it with
 	// ErrNotSupported (EOPNOTSUPP), as the kernel does for a device
@@ -60,8 +68,9 @@ func (a Access) String() string {
 	add(AccessRemoteWrite, "RemoteWrite")
 	add(AccessRemoteRead, "RemoteRead")
 	add(AccessRemoteAtomic, "RemoteAtomic")
+	add(AccessZeroBased, "ZeroBased")
 	add(AccessOnDemand, "OnDemand")
-	if rest := a &^ (accessAll | AccessOnDemand); rest != 0 {
+	if rest := a &^ (accessAll | AccessZeroBased | AccessOnDemand); rest != 0 {
 		if s != "" {
 			s += "|"
 		}
@@ -110,7 +119,8 @@ var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR
 // String returns the verbs name of the state.
 func (s QPState) String() string { return names.Of(s, qpStateNames[:], "QPState") }
 
-// MTU is a path MTU in the encoding of enum ibv_mtu.
+// MTU is a path MTU with the values of enum ibv_mtu (IBV_MTU_256 = 1 …
+// IBV_MTU_4096 = 5), so it converts to and from the verbs value unchanged.
 type MTU uint8
 
 // Path MTUs.
@@ -122,12 +132,26 @@ const (
 	MTU4096 MTU = 5
 )
 
-// Bytes returns the MTU in bytes (0 for an invalid value).
+// Valid reports whether m is one of MTU256 … MTU4096.
+func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
+
+// Bytes returns the MTU in bytes (256 … 4096), or 0 when m is not valid.
 func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
+	if !m.Valid() {
 		return 0
 	}
 	return 128 << m
+}
+
+// MTUFromBytes returns the MTU of n bytes; n must be 256, 512, 1024, 2048
+// or 4096, else the error wraps ErrInvalidArgument.
+func MTUFromBytes(n int) (MTU, error) {
+	for m := MTU256; m <= MTU4096; m++ {
+		if m.Bytes() == n {
+			return m, nil
+		}
+	}
+	return 0, Errorf("MTU from bytes", "%d bytes: %w (want 256, 512, 1024, 2048 or 4096)", n, ErrInvalidArgument)
 }
 
 // String returns the size, e.g. "4096".

@@ -91,7 +91,7 @@ func TestDCAttributes(t *testing.T) {
 				require.Equal(t, path, rtr.Path, c.name)
 				ep := dct.Endpoint()
 				require.Equal(t, c.gid, ep.GIDIndex, "%s: the endpoint says which GID", c.name)
-				require.Equal(t, gids1[c.gid].GID, ctx.GID(ep.GID), c.name)
+				require.Equal(t, gids1[c.gid].GID, ep.GID, c.name)
 				require.Equal(t, gids1[c.gid], dct.GID(), c.name)
 				require.Equal(t, n, ep.DCTNumber, c.name)
 				require.Equal(t, c.cfg.Key, ep.DCAccessKey, c.name)
@@ -115,7 +115,7 @@ func TestDCReadAtomicDepth(t *testing.T) {
 	cq := e.CQ(0, 16)
 
 	_, err = dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxQPInitRdAtomic)})
-	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Contains(t, err.Error(), "reads/atomics")
 
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4, MaxRdAtomic: int(dev.MaxDCInitRdAtomic)})

@@ -144,8 +144,8 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // flags: the address vector, DCT number and DC access key are written, then
 // pick the operation on the stage (SEND, SEND_IMM, SEND_INV, RDMA_WRITE,
 // RDMA_WRITE_IMM, RDMA_READ, atomics), add the payload and Finish. Post
-// refuses a DCI that is in error or closed with a *transport.PostError (ErrQPError,
-// ErrClosed); the stage it returns then writes nothing and fails at Finish.
+// refuses a DCI that is in error or closed with a *wqebuilder.PostError (transport.ErrQPError,
+// ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // It allocates nothing and takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
 	// A closure called once, as rc's Post.

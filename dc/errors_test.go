@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -32,11 +32,11 @@ func requireSyndrome(t *testing.T, c transport.Completion, s prm.Syndrome) {
 	require.Equal(t, transport.StatusError, c.Status, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	require.ErrorIs(t, c.Err(), monocq.ErrCompletion)
-	require.ErrorIs(t, c.Err(), completion.StatusOf(s).Sentinel())
+	require.ErrorIs(t, c.Err(), monocq.StatusOf(s).Sentinel())
 	if s != prm.SyndromeWRFlush {
-		require.NotErrorIs(t, c.Err(), completion.ErrFlushed)
+		require.NotErrorIs(t, c.Err(), monocq.ErrFlushed)
 	}
-	var cerr *completion.Error
+	var cerr *monocq.CompletionError
 	require.ErrorAs(t, c.Err(), &cerr)
 	require.Equal(t, c.WRID, cerr.WRID)
 }
@@ -191,7 +191,7 @@ func TestDCMisuse(t *testing.T) {
 		{"SRQ depth 0", func() error { _, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{}); return err }()},
 	} {
 		require.Error(t, c.err, c.name)
-		require.ErrorIs(t, c.err, transport.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, c.err, ctx.ErrInvalidArgument, c.name)
 	}
 
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
@@ -221,15 +221,15 @@ func TestDCMisuse(t *testing.T) {
 	require.NoError(t, dci.Close())
 	require.NoError(t, dci.Close())
 	s, err := dci.Post(1, wqebuilder.Signaled, r)
-	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.Error(t, s.Send().Inline([]byte("x")).Finish(), "the refused stage writes nothing")
 
 	// Closing the SRQ closes the DCT attached to it.
 	require.NoError(t, srq.Close())
 	require.Equal(t, transport.StateClosed, dct.State())
-	require.ErrorIs(t, srq.PostRecv(1, e.Addr(0, 0), 8, e.LKey(0)), transport.ErrClosed)
+	require.ErrorIs(t, srq.PostRecv(1, e.Addr(0, 0), 8, e.LKey(0)), ctx.ErrClosed)
 	_, err = dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq})
-	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close())
 }

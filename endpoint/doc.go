@@ -52,7 +52,7 @@
 // [ErrUnknownTransport], [ErrTooManyRegions], [ErrRegionOverflow],
 // [ErrAccess], [ErrReserved], [ErrNotApplicable]) with errors.Is. The same
 // checks run on a local endpoint before it is encoded; those errors match
-// [ErrInvalid] instead of [ErrMalformed]. A failed decode leaves the
+// [ctx.ErrInvalidArgument] instead of [ErrMalformed]. A failed decode leaves the
 // receiver unchanged.
 //
 // # Exchange

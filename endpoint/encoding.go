@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // Magic is the first four bytes of an encoded endpoint: "MXEP".
@@ -59,7 +61,7 @@ var (
 func (e Endpoint) EncodedSize() int { return headerSize + bodyFixedSize + len(e.Regions)*regionSize }
 
 // MarshalBinary encodes e after checking every field; an invalid endpoint is
-// an [*Error] matching [ErrInvalid].
+// an [*Error] matching [ctx.ErrInvalidArgument].
 func (e Endpoint) MarshalBinary() ([]byte, error) {
 	if err := e.check(); err != nil {
 		err.Op = opMarshal
@@ -167,7 +169,7 @@ func decode(data []byte) (Endpoint, int, error) {
 	}
 	e := Endpoint{
 		Transport:   Transport(data[offTransport]),
-		MTU:         MTU(data[offMTU]),
+		MTU:         ctx.MTU(data[offMTU]),
 		GIDIndex:    data[offGIDIndex],
 		LID:         be.Uint16(data[offLID:]),
 		QPN:         be.Uint32(data[offQPN:]),
@@ -185,7 +187,7 @@ func decode(data []byte) (Endpoint, int, error) {
 				Address:   be.Uint64(r[regionOffAddress:]),
 				Length:    be.Uint64(r[regionOffLength:]),
 				RemoteKey: be.Uint32(r[regionOffRemoteKey:]),
-				Access:    Access(be.Uint32(r[regionOffAccess:])),
+				Access:    ctx.Access(be.Uint32(r[regionOffAccess:])),
 			}
 		}
 	}

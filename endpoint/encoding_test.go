@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,22 +19,22 @@ func sampleRC() Endpoint {
 		Transport: TransportRC,
 		QPN:       0x00abcdef,
 		LID:       0x1234,
-		GID:       [16]byte{0xfe, 0x80, 15: 0x01},
+		GID:       ctx.GID{0xfe, 0x80, 15: 0x01},
 		GIDIndex:  3,
 		PSN:       0x00123456,
-		MTU:       MTU4096,
+		MTU:       ctx.MTU4096,
 		Regions: []RemoteRegion{
-			{Address: 0x7f0000001000, Length: 4096, RemoteKey: 0xdeadbeef, Access: AccessRemoteRead | AccessRemoteWrite},
+			{Address: 0x7f0000001000, Length: 4096, RemoteKey: 0xdeadbeef, Access: ctx.AccessRemoteRead | ctx.AccessRemoteWrite},
 		},
 	}
 }
 
 func sampleUD() Endpoint {
-	return Endpoint{Transport: TransportUD, QPN: 1, GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 7}, PSN: 0, MTU: MTU2048, QKey: 0x11111111}
+	return Endpoint{Transport: TransportUD, QPN: 1, GID: ctx.GID{10: 0xff, 11: 0xff, 12: 10, 15: 7}, PSN: 0, MTU: ctx.MTU2048, QKey: 0x11111111}
 }
 
 func sampleDC() Endpoint {
-	e := Endpoint{Transport: TransportDC, QPN: 0x77, LID: 9, PSN: MaxPSN, MTU: MTU256,
+	e := Endpoint{Transport: TransportDC, QPN: 0x77, LID: 9, PSN: MaxPSN, MTU: ctx.MTU256,
 		DCTNumber: MaxQPN, DCAccessKey: 0x0123456789abcdef}
 	for i := range MaxRegions {
 		e.Regions = append(e.Regions, RemoteRegion{Address: uint64(i) << 32, Length: uint64(i + 1), RemoteKey: uint32(i), Access: AccessKnown})
@@ -59,7 +60,7 @@ func TestGoldenEncoding(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, e := range []Endpoint{sampleRC(), sampleUD(), sampleDC(), {Transport: TransportRC, MTU: MTU1024}} {
+	for _, e := range []Endpoint{sampleRC(), sampleUD(), sampleDC(), {Transport: TransportRC, MTU: ctx.MTU1024}} {
 		t.Run(e.Transport.String(), func(t *testing.T) {
 			b, err := e.MarshalBinary()
 			require.NoError(t, err)
@@ -161,7 +162,7 @@ func TestUnmarshalErrors(t *testing.T) {
 			require.Error(t, err)
 			require.ErrorIs(t, err, c.err)
 			require.ErrorIs(t, err, ErrMalformed)
-			require.NotErrorIs(t, err, ErrInvalid)
+			require.NotErrorIs(t, err, ctx.ErrInvalidArgument)
 			var de *Error
 			require.ErrorAs(t, err, &de)
 			require.Equal(t, c.field, de.Field)
@@ -216,12 +217,12 @@ func TestValidateAndMarshalErrors(t *testing.T) {
 			c.edit(&e)
 			err := e.Validate()
 			require.ErrorIs(t, err, c.err)
-			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 			require.NotErrorIs(t, err, ErrMalformed)
 			b, merr := e.MarshalBinary()
 			require.Nil(t, b)
 			require.ErrorIs(t, merr, c.err)
-			require.ErrorIs(t, merr, ErrInvalid)
+			require.ErrorIs(t, merr, ctx.ErrInvalidArgument)
 			prefix := []byte{1, 2}
 			out, aerr := e.AppendBinary(prefix)
 			require.ErrorIs(t, aerr, c.err)

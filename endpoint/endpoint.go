@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/names"
 )
 
@@ -32,110 +33,18 @@ func (t Transport) String() string { return names.Of(t, transportNames[:], "Tran
 // Valid reports whether t is one of the defined transports.
 func (t Transport) Valid() bool { return t >= TransportRC && t <= TransportDC }
 
-// MTU is a path MTU with the values of enum ibv_mtu (IBV_MTU_256 = 1 …
-// IBV_MTU_4096 = 5), so it converts to and from the verbs value unchanged.
-type MTU uint8
-
-// The path MTUs.
-const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// Valid reports whether m is one of MTU256 … MTU4096.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-// Bytes returns the MTU in bytes (256 … 4096), or 0 when m is not valid.
-func (m MTU) Bytes() int {
-	if !m.Valid() {
-		return 0
-	}
-	return 128 << m
-}
-
-// String returns the size in bytes, e.g. "4096", or "MTU(n)" when m is not
-// valid.
-func (m MTU) String() string {
-	if !m.Valid() {
-		return fmt.Sprintf("MTU(%d)", uint8(m))
-	}
-	return fmt.Sprint(m.Bytes())
-}
-
-// MTUFromBytes returns the MTU of n bytes; n must be 256, 512, 1024, 2048
-// or 4096.
-func MTUFromBytes(n int) (MTU, error) {
-	for m := MTU256; m <= MTU4096; m++ {
-		if m.Bytes() == n {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("endpoint: MTU of %d bytes: %w (want 256, 512, 1024, 2048 or 4096)", n, ErrRange)
-}
-
-// Access is the set of operations a peer may perform on a remote region.
-// The bits are those of enum ibv_access_flags, so the access flags a
-// memory region was registered with can be copied in after masking with
-// AccessKnown.
-type Access uint32
-
-// The access bits an endpoint may carry.
-const (
-	// AccessLocalWrite is IBV_ACCESS_LOCAL_WRITE. It means nothing to the
-	// peer but verbs requires it alongside remote write and atomics, so it is
-	// accepted.
-	AccessLocalWrite Access = 1 << 0
-	// AccessRemoteWrite allows RDMA WRITE into the region.
-	AccessRemoteWrite Access = 1 << 1
-	// AccessRemoteRead allows RDMA READ from the region.
-	AccessRemoteRead Access = 1 << 2
-	// AccessRemoteAtomic allows compare-and-swap and fetch-and-add.
-	AccessRemoteAtomic Access = 1 << 3
-	// AccessZeroBased says the region's addresses start at 0 rather than at
-	// the virtual address it was registered from.
-	AccessZeroBased Access = 1 << 5
-
-	// AccessKnown is every bit an endpoint may carry; any other bit is an
-	// error.
-	AccessKnown = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessZeroBased
-)
-
-// String lists the set bits, e.g. "REMOTE_WRITE|REMOTE_READ", or "0".
-func (a Access) String() string {
-	if a == 0 {
-		return "0"
-	}
-	names := []struct {
-		bit  Access
-		name string
-	}{
-		{AccessLocalWrite, "LOCAL_WRITE"},
-		{AccessRemoteWrite, "REMOTE_WRITE"},
-		{AccessRemoteRead, "REMOTE_READ"},
-		{AccessRemoteAtomic, "REMOTE_ATOMIC"},
-		{AccessZeroBased, "ZERO_BASED"},
-	}
-	var parts []string
-	for _, n := range names {
-		if a&n.bit != 0 {
-			parts = append(parts, n.name)
-			a &^= n.bit
-		}
-	}
-	if a != 0 {
-		parts = append(parts, fmt.Sprintf("%#x", uint32(a)))
-	}
-	return strings.Join(parts, "|")
-}
+// AccessKnown is every access bit an endpoint may carry for a region
+// (local write, which verbs requires alongside remote write and atomics,
+// remote write, read and atomic, zero-based); any other bit is an error
+// (ErrAccess). The flags a memory region was registered with can be copied
+// in after masking with it.
+const AccessKnown = ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic | ctx.AccessZeroBased
 
 // RemoteRegion is a registered memory region as the peer sees it: where it
 // is, how long, the rkey that unlocks it and what the peer may do there.
 type RemoteRegion struct {
 	// Address is the first byte's address in the owner's address space (or
-	// 0 with AccessZeroBased).
+	// 0 with ctx.AccessZeroBased).
 	Address uint64
 	// Length is the region's size in bytes. Address+Length must not exceed
 	// 2^64-1.
@@ -143,7 +52,7 @@ type RemoteRegion struct {
 	// RemoteKey is the rkey of the region.
 	RemoteKey uint32
 	// Access is what the peer may do with the region.
-	Access Access
+	Access ctx.Access
 }
 
 // Contains reports whether the length bytes starting at address lie inside
@@ -158,7 +67,7 @@ func (r RemoteRegion) Contains(address, length uint64) bool {
 }
 
 // Allows reports whether every bit of want is granted by r.
-func (r RemoteRegion) Allows(want Access) bool { return r.Access&want == want }
+func (r RemoteRegion) Allows(want ctx.Access) bool { return r.Access&want == want }
 
 // String formats r as "[addr,+len) rkey=0x… REMOTE_READ".
 func (r RemoteRegion) String() string {
@@ -187,14 +96,14 @@ type Endpoint struct {
 	// LID is the port's local identifier on InfiniBand; 0 on RoCE.
 	LID uint16
 	// GID is the port's global identifier (RoCE, routed InfiniBand).
-	GID [16]byte
+	GID ctx.GID
 	// GIDIndex is the index of GID in the port's GID table.
 	GIDIndex uint8
 	// PSN is the first packet sequence number the queue sends (24 bits);
 	// the peer uses it as its receive PSN.
 	PSN uint32
 	// MTU is the path MTU the queue was or will be configured with.
-	MTU MTU
+	MTU ctx.MTU
 	// DCTNumber is the DCT's number (24 bits), DC only.
 	DCTNumber uint32
 	// DCAccessKey is the DC access key the DCT checks, DC only.
@@ -206,7 +115,7 @@ type Endpoint struct {
 }
 
 // Validate checks every field of e. The error, if any, is an [*Error] that
-// matches [ErrInvalid] and the specific sentinel with errors.Is.
+// matches [ctx.ErrInvalidArgument] and the specific sentinel with errors.Is.
 func (e Endpoint) Validate() error {
 	if err := e.check(); err != nil {
 		err.Op = opValidate
@@ -240,15 +149,15 @@ func (e Endpoint) check() *Error {
 	}
 	if e.Transport != TransportUD && e.QKey != 0 {
 		return &Error{Field: "qkey", Offset: offQKey, Err: ErrNotApplicable,
-			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.QKey, e.Transport)}
+			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.QKey, e.Transport)}
 	}
 	if e.Transport != TransportDC && e.DCTNumber != 0 {
 		return &Error{Field: "dct number", Offset: offDCTNumber, Err: ErrNotApplicable,
-			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.DCTNumber, e.Transport)}
+			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.DCTNumber, e.Transport)}
 	}
 	if e.Transport != TransportDC && e.DCAccessKey != 0 {
 		return &Error{Field: "dc access key", Offset: offDCAccessKey, Err: ErrNotApplicable,
-			Detail: fmt.Sprintf("%#x set on a %v endpoint", e.DCAccessKey, e.Transport)}
+			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.DCAccessKey, e.Transport)}
 	}
 	if len(e.Regions) > MaxRegions {
 		return &Error{Field: "region count", Offset: offRegionCount, Err: ErrTooManyRegions,

@@ -4,31 +4,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
-
-func TestMTU(t *testing.T) {
-	// The values are those of enum ibv_mtu in verbs.h.
-	want := map[MTU]int{1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
-	for m, n := range want {
-		require.True(t, m.Valid())
-		require.Equal(t, n, m.Bytes())
-		got, err := MTUFromBytes(n)
-		require.NoError(t, err)
-		require.Equal(t, m, got)
-	}
-	require.Equal(t, MTU(5), MTU4096)
-	require.Equal(t, "4096", MTU4096.String())
-	for _, bad := range []MTU{0, 6, 255} {
-		require.False(t, bad.Valid())
-		require.Zero(t, bad.Bytes())
-	}
-	require.Equal(t, "MTU(6)", MTU(6).String())
-	for _, n := range []int{0, 128, 1500, 8192, -1} {
-		_, err := MTUFromBytes(n)
-		require.ErrorIs(t, err, ErrRange)
-	}
-}
 
 func TestTransportString(t *testing.T) {
 	require.Equal(t, "RC", TransportRC.String())
@@ -38,22 +16,13 @@ func TestTransportString(t *testing.T) {
 	require.False(t, Transport(0).Valid())
 }
 
-func TestAccess(t *testing.T) {
-	// The bits are those of enum ibv_access_flags in verbs.h.
-	require.Equal(t, Access(1), AccessLocalWrite)
-	require.Equal(t, Access(2), AccessRemoteWrite)
-	require.Equal(t, Access(4), AccessRemoteRead)
-	require.Equal(t, Access(8), AccessRemoteAtomic)
-	require.Equal(t, Access(32), AccessZeroBased)
-	require.Equal(t, "0", Access(0).String())
-	require.Equal(t, "REMOTE_WRITE|REMOTE_READ", (AccessRemoteRead | AccessRemoteWrite).String())
-	require.Equal(t, "LOCAL_WRITE|0x80", (AccessLocalWrite | 0x80).String())
-
-	r := RemoteRegion{Access: AccessRemoteRead | AccessRemoteWrite}
-	require.True(t, r.Allows(AccessRemoteRead))
-	require.True(t, r.Allows(AccessRemoteRead|AccessRemoteWrite))
-	require.False(t, r.Allows(AccessRemoteAtomic))
-	require.False(t, r.Allows(AccessRemoteRead|AccessRemoteAtomic))
+// A region's access is ctx.Access; Allows wants every bit asked for.
+func TestRegionAllows(t *testing.T) {
+	r := RemoteRegion{Access: ctx.AccessRemoteRead | ctx.AccessRemoteWrite}
+	require.True(t, r.Allows(ctx.AccessRemoteRead))
+	require.True(t, r.Allows(ctx.AccessRemoteRead|ctx.AccessRemoteWrite))
+	require.False(t, r.Allows(ctx.AccessRemoteAtomic))
+	require.False(t, r.Allows(ctx.AccessRemoteRead|ctx.AccessRemoteAtomic))
 }
 
 func TestRegionContains(t *testing.T) {
@@ -96,5 +65,17 @@ func TestEndpointString(t *testing.T) {
 	require.Equal(t, "RC qpn=0xabcdef lid=4660 gid=fe80::1 gid_index=3 psn=0x123456 mtu=4096 regions=1", sampleRC().String())
 	require.Equal(t, "UD qpn=0x1 qkey=0x11111111 lid=0 gid=::ffff:10.0.0.7 gid_index=0 psn=0x0 mtu=2048 regions=0", sampleUD().String())
 	require.Contains(t, sampleDC().String(), "DC qpn=0x77 dct=0xffffff dc_key=0x123456789abcdef")
-	require.Equal(t, "[0x10,+5) rkey=0x7 REMOTE_READ", RemoteRegion{Address: 16, Length: 5, RemoteKey: 7, Access: AccessRemoteRead}.String())
+	require.Equal(t, "[0x10,+5) rkey=0x7 RemoteRead", RemoteRegion{Address: 16, Length: 5, RemoteKey: 7, Access: ctx.AccessRemoteRead}.String())
+}
+
+// A field the transport does not use is named with the transport, in a
+// sentence that reads right for each ("an endpoint of transport RC", never
+// "a RC endpoint"), and the error is a local-check error.
+func TestNotApplicableText(t *testing.T) {
+	e := Endpoint{Transport: TransportRC, QPN: 1, LID: 1, MTU: ctx.MTU1024, QKey: 7}
+	err := e.Validate()
+	require.ErrorIs(t, err, ErrNotApplicable)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "0x7 set on an endpoint of transport RC")
+	require.NotContains(t, err.Error(), "a RC")
 }

@@ -3,17 +3,14 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
-// Umbrella sentinels: every decoding failure matches ErrMalformed, every
-// failure of a local endpoint's checks matches ErrInvalid.
-var (
-	// ErrMalformed matches every error from decoding untrusted bytes.
-	ErrMalformed = errors.New("malformed endpoint encoding")
-	// ErrInvalid matches every error from checking a local endpoint before
-	// it is encoded.
-	ErrInvalid = errors.New("invalid endpoint")
-)
+// ErrMalformed is the umbrella sentinel of decoding: every error from
+// decoding untrusted bytes matches it. Every failure of a local endpoint's
+// checks before it is encoded matches ctx.ErrInvalidArgument instead.
+var ErrMalformed = errors.New("malformed endpoint encoding")
 
 // Specific sentinels; an [*Error] matches exactly one of them.
 var (
@@ -55,7 +52,7 @@ const (
 
 // Error reports which field of an endpoint, or which byte of its encoding,
 // is wrong. It matches its specific sentinel (Err) with errors.Is, and also
-// [ErrMalformed] when Op is "unmarshal" or [ErrInvalid] otherwise.
+// [ErrMalformed] when Op is "unmarshal" or [ctx.ErrInvalidArgument] otherwise.
 type Error struct {
 	// Op is "validate", "marshal" or "unmarshal".
 	Op string
@@ -86,13 +83,17 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches the umbrella sentinel of e's operation: ErrMalformed for
-// decoding, ErrInvalid for validating and encoding.
+// decoding, ctx.ErrInvalidArgument for validating and encoding.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrMalformed:
 		return e.Op == opUnmarshal
-	case ErrInvalid:
+	case ctx.ErrInvalidArgument:
 		return e.Op != opUnmarshal
 	}
 	return false
 }
+
+// errInvalid is ctx.ErrInvalidArgument, for the functions whose
+// context.Context parameter is named ctx.
+var errInvalid = ctx.ErrInvalidArgument

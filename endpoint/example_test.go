@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
@@ -19,9 +20,9 @@ func ExampleEndpoint_MarshalBinary() {
 		QPN:       0x1a2b,
 		LID:       7,
 		PSN:       0x4242,
-		MTU:       endpoint.MTU4096,
+		MTU:       ctx.MTU4096,
 		Regions: []endpoint.RemoteRegion{
-			{Address: 0x10000, Length: 1 << 20, RemoteKey: 0x1234, Access: endpoint.AccessRemoteRead | endpoint.AccessRemoteWrite},
+			{Address: 0x10000, Length: 1 << 20, RemoteKey: 0x1234, Access: ctx.AccessRemoteRead | ctx.AccessRemoteWrite},
 		},
 	}
 	b, err := local.MarshalBinary()
@@ -38,13 +39,13 @@ func ExampleEndpoint_MarshalBinary() {
 	// Output:
 	// 80 bytes
 	// RC qpn=0x1a2b lid=7 gid=:: gid_index=0 psn=0x4242 mtu=4096 regions=1
-	// [0x10000,+1048576) rkey=0x1234 REMOTE_WRITE|REMOTE_READ
+	// [0x10000,+1048576) rkey=0x1234 RemoteWrite|RemoteRead
 }
 
 // Bytes from a peer are untrusted: every field is checked and a bad one is
 // an error that names it.
 func ExampleEndpoint_UnmarshalBinary_malformed() {
-	b, _ := endpoint.Endpoint{Transport: endpoint.TransportUD, QPN: 5, QKey: 0x11111111, MTU: endpoint.MTU2048}.MarshalBinary()
+	b, _ := endpoint.Endpoint{Transport: endpoint.TransportUD, QPN: 5, QKey: 0x11111111, MTU: ctx.MTU2048}.MarshalBinary()
 	b[16] = 0x01 // the high byte of the QPN: now 25 bits wide
 
 	var e endpoint.Endpoint
@@ -69,11 +70,11 @@ func ExampleExchange() {
 		panic(err)
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
-	server := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x100, PSN: 1, MTU: endpoint.MTU1024}
-	client := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x200, PSN: 2, MTU: endpoint.MTU1024}
+	server := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x100, PSN: 1, MTU: ctx.MTU1024}
+	client := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x200, PSN: 2, MTU: ctx.MTU1024}
 
 	done := make(chan endpoint.Endpoint)
 	go func() {
@@ -82,7 +83,7 @@ func ExampleExchange() {
 			panic(err)
 		}
 		defer conn.Close()
-		remote, err := endpoint.Exchange(ctx, conn, endpoint.AcceptSide, server, sec)
+		remote, err := endpoint.Exchange(c, conn, endpoint.AcceptSide, server, sec)
 		if err != nil {
 			panic(err)
 		}
@@ -94,7 +95,7 @@ func ExampleExchange() {
 		panic(err)
 	}
 	defer conn.Close()
-	remote, err := endpoint.Exchange(ctx, conn, endpoint.DialSide, client, sec)
+	remote, err := endpoint.Exchange(c, conn, endpoint.DialSide, client, sec)
 	if err != nil {
 		panic(err)
 	}
@@ -112,7 +113,7 @@ func ExampleMesh() {
 	for i := range local {
 		local[i] = make([]endpoint.Endpoint, n)
 		for j := range local[i] {
-			local[i][j] = endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: uint32(0x100*(i+1) + j), MTU: endpoint.MTU4096}
+			local[i][j] = endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: uint32(0x100*(i+1) + j), MTU: ctx.MTU4096}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -144,25 +145,25 @@ func ExampleDialMesh() {
 	_, _ = rand.Read(key)
 	opts := endpoint.MeshOptions{Security: endpoint.Security{Key: key}}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dct := func(rank int) endpoint.Endpoint {
-		return endpoint.Endpoint{Transport: endpoint.TransportDC, MTU: endpoint.MTU4096,
+		return endpoint.Endpoint{Transport: endpoint.TransportDC, MTU: ctx.MTU4096,
 			DCTNumber: uint32(0x40 + rank), DCAccessKey: 0xdc}
 	}
 	// Over DC one target serves every peer, so each rank offers it to all.
 	offer := func(rank int) []endpoint.Endpoint { return []endpoint.Endpoint{dct(rank), dct(rank)} }
 
-	listener, err := endpoint.ListenMesh(ctx, "127.0.0.1:0", 2, opts)
+	listener, err := endpoint.ListenMesh(c, "127.0.0.1:0", 2, opts)
 	if err != nil {
 		panic(err)
 	}
 	go func() {
-		if _, err := listener.Exchange(ctx, offer(0)); err != nil {
+		if _, err := listener.Exchange(c, offer(0)); err != nil {
 			panic(err)
 		}
 	}()
-	remote, err := endpoint.DialMesh(ctx, listener.Addr().String(), 1, offer(1), opts)
+	remote, err := endpoint.DialMesh(c, listener.Addr().String(), 1, offer(1), opts)
 	if err != nil {
 		panic(err)
 	}

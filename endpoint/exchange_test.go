@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,7 +92,7 @@ func TestExchangeRejectsInvalidLocal(t *testing.T) {
 	bad := sampleRC()
 	bad.QPN = 1 << 24
 	_, err := Exchange(context.Background(), a, DialSide, bad, testSec)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.ErrorIs(t, err, ErrRange)
 	_, err = Exchange(context.Background(), a, Side(0), sampleRC(), testSec)
 	require.ErrorIs(t, err, ErrRange)

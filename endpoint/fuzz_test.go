@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // FuzzUnmarshal feeds arbitrary bytes to the decoder. It must never panic,
@@ -69,14 +71,14 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, transport uint8, qpn uint32, lid uint16, gid []byte, gidIndex uint8, psn uint32,
 		mtu uint8, dct uint32, dcKey uint64, qkey uint32, regions uint8, addr, length uint64, rkey, access uint32) {
 		e := Endpoint{Transport: Transport(transport), QPN: qpn, LID: lid, GIDIndex: gidIndex, PSN: psn,
-			MTU: MTU(mtu), DCTNumber: dct, DCAccessKey: dcKey, QKey: qkey}
+			MTU: ctx.MTU(mtu), DCTNumber: dct, DCAccessKey: dcKey, QKey: qkey}
 		copy(e.GID[:], gid)
 		for i := range int(regions) {
-			e.Regions = append(e.Regions, RemoteRegion{Address: addr + uint64(i), Length: length, RemoteKey: rkey + uint32(i), Access: Access(access)})
+			e.Regions = append(e.Regions, RemoteRegion{Address: addr + uint64(i), Length: length, RemoteKey: rkey + uint32(i), Access: ctx.Access(access)})
 		}
 		b, err := e.MarshalBinary()
 		if verr := e.Validate(); verr != nil {
-			if err == nil || !errors.Is(err, ErrInvalid) {
+			if err == nil || !errors.Is(err, ctx.ErrInvalidArgument) {
 				t.Fatalf("Validate says %v but MarshalBinary says %v", verr, err)
 			}
 			return

@@ -295,7 +295,7 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	}
 	defer l.listener.Close()
 	if len(local) != l.peers {
-		return nil, fmt.Errorf("%s: %d local endpoints for %d peers: %w", op, len(local), l.peers, ErrInvalid)
+		return nil, fmt.Errorf("%s: %d local endpoints for %d peers: %w", op, len(local), l.peers, errInvalid)
 	}
 	for j := 1; j < len(local); j++ {
 		if err := local[j].Validate(); err != nil {
@@ -670,7 +670,7 @@ func Mesh(ctx context.Context, address string, local [][]Endpoint) ([][]Endpoint
 	}
 	for i, row := range local {
 		if len(row) != n {
-			return nil, fmt.Errorf("endpoint: mesh: rank %d has %d endpoints for %d peers: %w", i, len(row), n, ErrInvalid)
+			return nil, fmt.Errorf("endpoint: mesh: rank %d has %d endpoints for %d peers: %w", i, len(row), n, errInvalid)
 		}
 		for j, e := range row {
 			if j == i {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,7 +47,7 @@ func meshEndpoint(i, j int) Endpoint {
 		LID:       uint16(1000 + i),
 		GIDIndex:  uint8(j),
 		PSN:       uint32(j<<12 | i),
-		MTU:       MTU(1 + (i+j)%5),
+		MTU:       ctx.MTU(1 + (i+j)%5),
 	}
 	e.GID[0], e.GID[15] = byte(i), byte(j)
 	for k := range (i + j) % 4 {
@@ -54,7 +55,7 @@ func meshEndpoint(i, j int) Endpoint {
 			Address:   uint64(i)<<32 | uint64(j)<<16 | uint64(k),
 			Length:    uint64(4096 * (k + 1)),
 			RemoteKey: uint32(i*1000 + j*10 + k),
-			Access:    AccessRemoteRead | AccessRemoteWrite,
+			Access:    ctx.AccessRemoteRead | ctx.AccessRemoteWrite,
 		})
 	}
 	return e
@@ -132,7 +133,7 @@ func TestMeshDCOneEndpointForAll(t *testing.T) {
 	// Over DC a peer offers the same DCT to everyone.
 	const n = 5
 	dct := func(i int) Endpoint {
-		return Endpoint{Transport: TransportDC, QPN: uint32(i), LID: uint16(i), MTU: MTU4096,
+		return Endpoint{Transport: TransportDC, QPN: uint32(i), LID: uint16(i), MTU: ctx.MTU4096,
 			DCTNumber: uint32(0x100 + i), DCAccessKey: uint64(0xdc00 + i)}
 	}
 	local := make([][]Endpoint, n)
@@ -455,7 +456,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	bad := append([]Endpoint(nil), local[1]...)
 	bad[2].PSN = 1 << 24
 	_, err = DialMesh(ctx, "127.0.0.1:1", 1, bad, testOpts)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 	require.Contains(t, err.Error(), "endpoint for rank 2")
 
 	_, err = ListenMesh(ctx, "127.0.0.1:0", 0, testOpts)
@@ -466,7 +467,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	l, err := ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
 	_, err = l.Exchange(ctx, local[0][:2])
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 
 	l, err = ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
@@ -476,7 +477,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownTransport)
 
 	_, err = Mesh(ctx, "127.0.0.1:0", [][]Endpoint{local[0], local[1][:1], local[2]})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 }
 
 func TestMeshChecksEveryEndpointFirst(t *testing.T) {
@@ -485,7 +486,7 @@ func TestMeshChecksEveryEndpointFirst(t *testing.T) {
 	local[2][0].MTU = 0
 	_, err := Mesh(context.Background(), "127.0.0.1:0", local)
 	require.ErrorIs(t, err, ErrRange)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errInvalid)
 	require.Contains(t, err.Error(), "rank 2's endpoint for rank 0")
 }
 

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,7 +96,7 @@ func secretEndpoint(i, j int) Endpoint {
 		Address:   0x5ec2e70000000000 | uint64(i)<<24 | uint64(j)<<8,
 		Length:    1 << 20,
 		RemoteKey: 0xc0ffee00 | uint32(i)<<4 | uint32(j),
-		Access:    AccessRemoteRead | AccessRemoteWrite | AccessRemoteAtomic,
+		Access:    ctx.AccessRemoteRead | ctx.AccessRemoteWrite | ctx.AccessRemoteAtomic,
 	}}
 	return e
 }
@@ -403,7 +404,7 @@ func TestMeshHugeHelloNotAllocated(t *testing.T) {
 	noLeak(t)
 	row := make([]Endpoint, MaxPeers)
 	for j := range row {
-		row[j] = Endpoint{Transport: TransportRC, QPN: uint32(j + 1), MTU: MTU4096}
+		row[j] = Endpoint{Transport: TransportRC, QPN: uint32(j + 1), MTU: ctx.MTU4096}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -55,7 +55,7 @@ func (c *AddressCache) get(p Path) (*cacheEntry, error) {
 	}
 	ah, err := c.pd.CreateAddressHandle(key)
 	if err != nil {
-		return nil, fmt.Errorf("path: address cache: %w", err)
+		return nil, fmt.Errorf("ibpath: address cache: %w", err)
 	}
 	c.misses++
 	e := &cacheEntry{ah: ah, av: ah.AV()}
@@ -94,10 +94,10 @@ func (c *AddressCache) AV(p Path) (*[prm.AVSize]byte, error) {
 // the Remote.
 func (c *AddressCache) Remote(q *ud.QP, p Path) (*ud.Remote, error) {
 	if q == nil {
-		return nil, fmt.Errorf("path: address cache: nil UD QP: %w", ErrInvalid)
+		return nil, fmt.Errorf("ibpath: address cache: nil UD QP: %w", ctx.ErrInvalidArgument)
 	}
 	if pd := q.Handle().ProtectionDomain(); pd != c.pd {
-		return nil, fmt.Errorf("path: address cache: UD QP %#x is in another protection domain than the cache: %w", q.QPN(), ErrInvalid)
+		return nil, fmt.Errorf("ibpath: address cache: UD QP %#x is in another protection domain than the cache: %w", q.QPN(), ctx.ErrInvalidArgument)
 	}
 	e, err := c.get(p)
 	if err != nil {
@@ -109,7 +109,7 @@ func (c *AddressCache) Remote(q *ud.QP, p Path) (*ud.Remote, error) {
 	}
 	r, err := q.RemoteVia(e.ah, p.DQPN, p.QKey)
 	if err != nil {
-		return nil, fmt.Errorf("path: address cache: %w", err)
+		return nil, fmt.Errorf("ibpath: address cache: %w", err)
 	}
 	if e.remotes == nil {
 		e.remotes = map[remoteKey]*ud.Remote{}

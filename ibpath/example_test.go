@@ -31,7 +31,7 @@ func ExampleModifyToConnected() {
 	p.SQPN, p.SQPSN = qp.QPN(), 0x100
 
 	// What the peer sent over TCP (see package endpoint).
-	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x2a, PSN: 0x200, LID: 7, MTU: endpoint.MTU4096}
+	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: 0x2a, PSN: 0x200, LID: 7, MTU: ctx.MTU4096}
 	p, err = p.Connect(remote)
 	if err != nil {
 		fmt.Println(err)

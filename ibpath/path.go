@@ -8,10 +8,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
-// ErrInvalid is ctx.ErrInvalidArgument: a path field out of range, or a
-// remote endpoint that cannot be reached with the path. Nothing is changed.
-var ErrInvalid = ctx.ErrInvalidArgument
-
 // Path is everything needed to connect a queue pair to a remote one, or to
 // address a datagram, seen from the local side: "S" fields are local, "D"
 // fields remote. ModifyToInit, ModifyToRTR and ModifyToRTS take a QP through
@@ -112,7 +108,7 @@ func Default() Path {
 // where every packet carries a GRH. On InfiniBand without a GRH a missing
 // GID is no error: the SGID stays zero.
 func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error) {
-	op := fmt.Sprintf("path: local port %d", port)
+	op := fmt.Sprintf("ibpath: local port %d", port)
 	if port == 0 {
 		port = 1
 	}
@@ -162,7 +158,7 @@ func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
 		GID:       p.SGID,
 		GIDIndex:  p.SGIDIndex,
 		PSN:       p.SQPSN,
-		MTU:       endpoint.MTU(p.MTU),
+		MTU:       p.MTU,
 	}
 }
 
@@ -172,7 +168,7 @@ func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
 // sent a GID. The endpoint is untrusted input: it is validated first, and
 // on error p is returned unchanged.
 func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
-	const op = "path: connect"
+	const op = "ibpath: connect"
 	if err := remote.Validate(); err != nil {
 		return p, fmt.Errorf("%s: remote endpoint: %w", op, err)
 	}
@@ -184,17 +180,17 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 	q.DQPSN = remote.PSN
 	q.DLID = remote.LID
 	q.DGID = remote.GID
-	if rm := ctx.MTU(remote.MTU); q.MTU.Bytes() == 0 || rm < q.MTU {
+	if rm := remote.MTU; q.MTU.Bytes() == 0 || rm < q.MTU {
 		q.MTU = rm
 	}
 	if remote.LID == 0 {
 		q.Global = true
 	}
 	if q.Global && q.DGID.IsZero() {
-		return p, fmt.Errorf("%s: peer %v needs a GRH but sent no GID: %w", op, remote, ErrInvalid)
+		return p, fmt.Errorf("%s: peer %v needs a GRH but sent no GID: %w", op, remote, ctx.ErrInvalidArgument)
 	}
 	if !q.Global && q.DLID == 0 {
-		return p, fmt.Errorf("%s: peer %v has neither LID nor GID: %w", op, remote, ErrInvalid)
+		return p, fmt.Errorf("%s: peer %v has neither LID nor GID: %w", op, remote, ctx.ErrInvalidArgument)
 	}
 	return q, nil
 }
@@ -202,11 +198,11 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 // Validate checks every field against its range: 24-bit QPNs and PSNs,
 // retry counts up to 7, timer codes up to 31, SL up to 15, 7 source path
 // bits, an ibv_rate code up to 24, a 20-bit flow label, and a valid MTU
-// when one is set. The error wraps ErrInvalid.
+// when one is set. The error wraps ctx.ErrInvalidArgument.
 func (p Path) Validate() error {
 	check := func(name string, v, max uint64) error {
 		if v > max {
-			return fmt.Errorf("path: %s %d out of range (0..%d): %w", name, v, max, ErrInvalid)
+			return fmt.Errorf("ibpath: %s %d out of range (0..%d): %w", name, v, max, ctx.ErrInvalidArgument)
 		}
 		return nil
 	}
@@ -233,7 +229,7 @@ func (p Path) Validate() error {
 		}
 	}
 	if p.MTU != 0 && p.MTU.Bytes() == 0 {
-		return fmt.Errorf("path: MTU %v: %w", p.MTU, ErrInvalid)
+		return fmt.Errorf("ibpath: MTU %v: %w", p.MTU, ctx.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -319,10 +315,10 @@ func ModifyToRTR(qp *ctx.QueuePair, p Path) error {
 		return err
 	}
 	if qp.Type() != ctx.QPTypeUD && p.MTU == 0 {
-		return fmt.Errorf("path: modify %v QP 0x%x to RTR: no MTU: %w", qp.Type(), qp.QPN(), ErrInvalid)
+		return fmt.Errorf("ibpath: modify %v QP 0x%x to RTR: no MTU: %w", qp.Type(), qp.QPN(), ctx.ErrInvalidArgument)
 	}
 	if qp.Type() == ctx.QPTypeRC && p.DQPN == 0 {
-		return fmt.Errorf("path: modify RC QP 0x%x to RTR: no remote QPN: %w", qp.QPN(), ErrInvalid)
+		return fmt.Errorf("ibpath: modify RC QP 0x%x to RTR: no remote QPN: %w", qp.QPN(), ctx.ErrInvalidArgument)
 	}
 	return qp.Modify(p.RTRAttr())
 }

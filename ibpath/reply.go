@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -41,7 +40,7 @@ func receiptOf[R Received](r R) receipt {
 		if c == nil {
 			break
 		}
-		return receipt{err: completion.Check(c), op: c.Opcode(), sourceQPN: c.SourceQP(), slid: c.SLID(),
+		return receipt{err: c.Err(), op: c.Opcode(), sourceQPN: c.SourceQP(), slid: c.SLID(),
 			pathBits: c.PathBits(), sl: c.SL(), grh: c.HasGRH()}
 	case *transport.Completion:
 		if c == nil {
@@ -49,7 +48,7 @@ func receiptOf[R Received](r R) receipt {
 		}
 		return receipt{err: c.Err(), op: c.Opcode, sourceQPN: c.SourceQPN, slid: c.SLID, sl: c.SL, grh: c.GRH}
 	}
-	return receipt{err: fmt.Errorf("nil completion: %w", ErrInvalid)}
+	return receipt{err: fmt.Errorf("nil completion: %w", ctx.ErrInvalidArgument)}
 }
 
 func isReceive(op prm.CQEOpcode) bool {
@@ -75,7 +74,7 @@ func FromCompletion[R Received](c R, grh []byte, local Path) (Path, error) {
 }
 
 func fromCompletion(c receipt, grh []byte, local Path) (Path, transport.GRH, error) {
-	const op = "path: from completion"
+	const op = "ibpath: from completion"
 	if c.err != nil {
 		return Path{}, transport.GRH{}, fmt.Errorf("%s: %w", op, c.err)
 	}
@@ -140,7 +139,7 @@ func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, 
 				if g.RoCEv2 {
 					kind = "RoCE v2"
 				}
-				return Path{}, fmt.Errorf("path: reply: datagram sent to %v (%s), not a GID of this port of that type: %w", p.SGID, kind, ctx.ErrNotFound)
+				return Path{}, fmt.Errorf("ibpath: reply: datagram sent to %v (%s), not a GID of this port of that type: %w", p.SGID, kind, ctx.ErrNotFound)
 			}
 		}
 	}

@@ -255,7 +255,7 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 	bad.FlowLabel = 1 << 21
 	bad.Global = true
 	_, err = a.ahs.AV(bad)
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Equal(t, 1, a.ahs.Len(), "a refused path caches nothing")
 }
 

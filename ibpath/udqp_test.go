@@ -142,19 +142,19 @@ func TestAddressCacheRemoteRefusals(t *testing.T) {
 	to, err := a.p.Connect(b.qp.Endpoint())
 	require.NoError(t, err)
 	_, err = a.ahs.Remote(nil, to)
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	_, err = a.ahs.Remote(b.qp, to)
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.ErrorContains(t, err, "another protection domain")
 	bad := to
 	bad.SL = 16
 	_, err = a.ahs.Remote(a.qp, bad)
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Zero(t, a.ahs.Len())
 }
 
 // TestReplyFromNilCompletion: a nil completion of either kind is refused.
 func TestReplyFromNilCompletion(t *testing.T) {
 	_, err := ibpath.Reply((*transport.Completion)(nil), nil, ibpath.Default(), nil)
-	require.ErrorIs(t, err, ibpath.ErrInvalid)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -89,7 +90,7 @@ type CQ struct {
 // 0 like a freshly created CQ.
 func New(cfg Config) (*CQ, error) {
 	bad := func(format string, args ...any) (*CQ, error) {
-		return nil, fmt.Errorf("monocq: new CQ 0x%x: "+format+": %w", append([]any{cfg.CQN}, append(args, ErrInvalidConfig)...)...)
+		return nil, fmt.Errorf("monocq: new CQ 0x%x: "+format+": %w", append([]any{cfg.CQN}, append(args, ctx.ErrInvalidArgument)...)...)
 	}
 	switch {
 	case cfg.Buf == nil:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -40,7 +41,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			mutate(&c)
 			cq, err := New(c)
 			require.Nil(t, cq)
-			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 			require.Contains(t, err.Error(), "monocq: new CQ 0x")
 		})
 	}
@@ -306,8 +307,9 @@ func TestDecodeKinds(t *testing.T) {
 		err := got[2].Err()
 		var ce *CompletionError
 		require.ErrorAs(t, err, &ce)
-		require.Equal(t, CompletionError{Opcode: prm.CQEReqErr, Syndrome: prm.SyndromeRemoteAccess,
-			VendorSyndrome: 0x88, QPN: 0x42, WQECounter: 3, WQEOpcode: prm.OpRdmaRead}, *ce)
+		require.Equal(t, CompletionError{Status: StatusRemoteAccess, CQEOpcode: prm.CQEReqErr, Syndrome: prm.SyndromeRemoteAccess,
+			VendorSyndrome: 0x88, QPN: 0x42, WQECounter: 3, Opcode: prm.OpRdmaRead}, *ce)
+		require.ErrorIs(t, err, ErrRemoteAccess)
 		require.ErrorIs(t, err, ErrCompletion)
 		require.False(t, errors.Is(err, ErrUnknownSyndrome))
 		require.Contains(t, err.Error(), "REMOTE_ACCESS_ERR")
@@ -340,7 +342,7 @@ func TestUnknownSyndromeIsReported(t *testing.T) {
 	require.ErrorIs(t, err, ErrCompletion)
 	require.ErrorIs(t, err, ErrUnknownSyndrome)
 	require.Contains(t, err.Error(), "SYNDROME(0x77)")
-	require.Contains(t, err.Error(), "RESP_ERR")
+	require.Contains(t, err.Error(), "receive on QPN 0x9 failed: GENERAL_ERR")
 }
 
 func TestScatter(t *testing.T) {

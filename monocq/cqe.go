@@ -127,14 +127,18 @@ func (c *CQE) Err() error {
 }
 
 func (c *CQE) completionError() error {
-	return &CompletionError{
-		Opcode:         c.Opcode(),
+	e := &CompletionError{
+		Status:         StatusOf(c.Syndrome()),
 		Syndrome:       c.Syndrome(),
 		VendorSyndrome: c.VendorSyndrome(),
+		CQEOpcode:      c.Opcode(),
 		QPN:            c.QPN(),
 		WQECounter:     c.WQECounter(),
-		WQEOpcode:      c.SendOpcode(),
 	}
+	if e.Requester() {
+		e.Opcode = c.SendOpcode()
+	}
+	return e
 }
 
 // ScatterData returns the payload the device scattered into the CQE (the

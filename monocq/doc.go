@@ -53,6 +53,14 @@
 // them into a *CompletionError, and an unknown syndrome is reported by name
 // "SYNDROME(0x..)" and errors.Is(err, ErrUnknownSyndrome), never a panic.
 //
+// CompletionError is the one error type of a failed completion in every
+// layer: the transports' Completion.Err and channel's requests return it
+// too, with the work request id. It carries the verbs work completion
+// status ([Status], mapped from the mlx5 syndrome by [StatusOf] as
+// rdma-core's mlx5 provider maps it) and matches, with errors.Is,
+// [ErrCompletion] and the sentinel of its status ([ErrRemoteAccess],
+// [ErrFlushed], …).
+//
 // # Many queue pairs on one CQ
 //
 // Table maps a QPN to the caller's queue with two array loads and no hashing

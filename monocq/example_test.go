@@ -104,7 +104,7 @@ func ExampleCQE_Err() {
 	})
 	// Output:
 	// true
-	// monocq: REQ_ERR: REMOTE_ACCESS_ERR (vendor syndrome 0x00) on QPN 0x12, wqe_counter 7
+	// monocq: RDMA_WRITE on QPN 0x12 failed: REM_ACCESS_ERR (syndrome REMOTE_ACCESS_ERR 0x13, vendor syndrome 0x00), wqe_counter 7
 }
 
 // Many queue pairs share one CQ: each CQE finds its queue by QPN.

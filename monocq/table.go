@@ -3,6 +3,7 @@ package monocq
 import (
 	"fmt"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -44,13 +45,13 @@ func (t *Table[T]) Lookup(qpn uint32) *T {
 	return p.entries[qpn&tablePageMask]
 }
 
-// Get is Lookup that reports an unknown QPN as an *UnknownQPNError (which
-// matches ErrUnknownQPN). The error path allocates; the found path does not.
+// Get is Lookup that reports an unknown QPN with an error that names it and
+// wraps ErrUnknownQPN. The error path allocates; the found path does not.
 func (t *Table[T]) Get(qpn uint32) (*T, error) {
 	if v := t.Lookup(qpn); v != nil && qpn <= prm.CQEQPNMask {
 		return v, nil
 	}
-	return nil, &UnknownQPNError{QPN: qpn}
+	return nil, fmt.Errorf("monocq: lookup QPN %#x: %w", qpn, ErrUnknownQPN)
 }
 
 // Register maps qpn to v. A QPN wider than 24 bits, a nil v or a QPN already
@@ -58,9 +59,9 @@ func (t *Table[T]) Get(qpn uint32) (*T, error) {
 func (t *Table[T]) Register(qpn uint32, v *T) error {
 	switch {
 	case qpn > prm.CQEQPNMask:
-		return fmt.Errorf("monocq: register QPN 0x%x: wider than 24 bits: %w", qpn, ErrInvalidConfig)
+		return fmt.Errorf("monocq: register QPN 0x%x: wider than 24 bits: %w", qpn, ctx.ErrInvalidArgument)
 	case v == nil:
-		return fmt.Errorf("monocq: register QPN 0x%x: nil queue: %w", qpn, ErrInvalidConfig)
+		return fmt.Errorf("monocq: register QPN 0x%x: nil queue: %w", qpn, ctx.ErrInvalidArgument)
 	case t.Lookup(qpn) != nil:
 		return fmt.Errorf("monocq: register QPN 0x%x: %w", qpn, ErrDuplicateQPN)
 	}
@@ -110,7 +111,7 @@ type Entries[T any] struct {
 // at most 65536: wqe_counter is 16 bits).
 func NewEntries[T any](n uint32) (*Entries[T], error) {
 	if n == 0 || n > 1<<16 || n&(n-1) != 0 {
-		return nil, fmt.Errorf("monocq: new entries: %d slots is not a power of two from 1 to 65536: %w", n, ErrInvalidConfig)
+		return nil, fmt.Errorf("monocq: new entries: %d slots is not a power of two from 1 to 65536: %w", n, ctx.ErrInvalidArgument)
 	}
 	return &Entries[T]{s: make([]T, n), mask: n - 1}, nil
 }

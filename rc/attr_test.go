@@ -46,22 +46,22 @@ func TestConnectAttributes(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, gids[c.gid], c.qp.GID(), "QP %d: the GID it sends from", i)
 				require.Equal(t, c.gid, c.ep.GIDIndex, "QP %d: the endpoint says which GID", i)
-				require.Equal(t, gids[c.gid].GID, ctx.GID(c.ep.GID), "QP %d", i)
+				require.Equal(t, gids[c.gid].GID, c.ep.GID, "QP %d", i)
 			}
 			require.Equal(t, uint32(0x123456), epA.PSN)
 			require.Equal(t, uint32(0x654321), epB.PSN)
-			require.Equal(t, endpoint.MTU4096, epB.MTU)
+			require.Equal(t, ctx.MTU4096, epB.MTU)
 
 			// a sees b behind a path of 1024 bytes.
 			narrow := epB
-			narrow.MTU = endpoint.MTU1024
+			narrow.MTU = ctx.MTU1024
 			require.NoError(t, a.Connect(narrow))
 			require.NoError(t, b.Connect(epA))
 
 			path := func(to endpoint.Endpoint, sl, sgid uint8) ctx.AddressAttr {
 				p := ctx.AddressAttr{Port: 1, SL: sl}
 				if link == ctx.LinkLayerEthernet {
-					p.GlobalRoute, p.DGID, p.SGIDIndex, p.HopLimit = true, ctx.GID(to.GID), sgid, 64
+					p.GlobalRoute, p.DGID, p.SGIDIndex, p.HopLimit = true, to.GID, sgid, 64
 				} else {
 					p.DLID = to.LID
 				}
@@ -70,7 +70,7 @@ func TestConnectAttributes(t *testing.T) {
 			if link == ctx.LinkLayerInfiniBand {
 				require.NotZero(t, epB.LID)
 			} else {
-				require.NotEqual(t, ctx.GID{}, ctx.GID(epB.GID))
+				require.NotEqual(t, ctx.GID{}, epB.GID)
 			}
 			for _, c := range []struct {
 				name     string

@@ -18,7 +18,7 @@
 //	err = s.RdmaWrite(raddr, rkey).SGE(addr, n, lkey).FinishBlueFlame()
 //
 // Post refuses a QP that is not connected, is in error or is closed with a
-// *transport.PostError wrapping ErrNotConnected, ErrQPError or ErrClosed; the stage it
+// *wqebuilder.PostError wrapping transport.ErrNotConnected, transport.ErrQPError or ctx.ErrClosed; the stage it
 // returns then writes nothing and its Finish fails too, so a caller that
 // ignores the error corrupts nothing. The errors of the WQE itself (send
 // queue full, inline too long, too many SGEs) come from Finish, as
@@ -85,7 +85,7 @@
 // a time: posting, polling, Connect and Reset must not run concurrently.
 // Close is the exception: Close and SharedReceiveQueue.Close may be
 // called from any goroutine, also while the owner posts and polls, to stop
-// its loop (its posts then fail with ErrClosed; the Pollers drop the
+// its loop (its posts then fail with ctx.ErrClosed; the Pollers drop the
 // closed queue pair on the owner's goroutine). Control-plane objects (ctx)
 // may be shared.
 //

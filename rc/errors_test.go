@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -39,19 +38,19 @@ func requireSyndrome(t *testing.T, c transport.Completion, op prm.CQEOpcode, s p
 	err := c.Err()
 	require.Error(t, err)
 	require.ErrorIs(t, err, monocq.ErrCompletion)
-	var ce *transport.CompletionError
+	var ce *monocq.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Contains(t, err.Error(), s.String())
-	// The completion package's sentinels and type match too.
-	want := completion.StatusOf(s).Sentinel()
+	// The sentinel of the status matches too.
+	want := monocq.StatusOf(s).Sentinel()
 	require.ErrorIs(t, err, want)
-	require.ErrorIs(t, err, completion.ErrCompletion)
-	for _, other := range []error{completion.ErrRemoteAccess, completion.ErrFlushed, completion.ErrLocalProtection} {
+	require.ErrorIs(t, err, monocq.ErrCompletion)
+	for _, other := range []error{monocq.ErrRemoteAccess, monocq.ErrFlushed, monocq.ErrLocalProtection} {
 		if other != want {
 			require.NotErrorIs(t, err, other)
 		}
 	}
-	var cerr *completion.Error
+	var cerr *monocq.CompletionError
 	require.ErrorAs(t, err, &cerr)
 	require.Equal(t, s, cerr.Syndrome)
 	require.Equal(t, c.WRID, cerr.WRID)
@@ -60,7 +59,7 @@ func requireSyndrome(t *testing.T, c transport.Completion, op prm.CQEOpcode, s p
 	require.Equal(t, op == prm.CQEReqErr, cerr.Requester())
 	// One wording for a failed work request, whichever way it is reported.
 	require.Equal(t, cerr.Error(), err.Error())
-	require.True(t, strings.HasPrefix(err.Error(), "completion: "), err.Error())
+	require.True(t, strings.HasPrefix(err.Error(), "monocq: "), err.Error())
 }
 
 // errorThenFlush posts bad (a failing WQE) between good unsignaled and
@@ -339,7 +338,7 @@ func TestMisuse(t *testing.T) {
 	pi := qp.SendQueue().ProducerIndex()
 	s, err := qp.Post(1, wqebuilder.Signaled)
 	require.ErrorIs(t, err, transport.ErrNotConnected)
-	var pe *transport.PostError
+	var pe *wqebuilder.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qp.QPN(), pe.QPN)
 	require.Contains(t, err.Error(), "not connected")
@@ -352,7 +351,7 @@ func TestMisuse(t *testing.T) {
 	for k := range qp.MaxRecvSGE() + 1 {
 		st = st.SGE(e.Addr(0, 64*int(k)), 8, e.LKey(0))
 	}
-	require.ErrorIs(t, st.FinishDoorbell(), transport.ErrTooManySGE)
+	require.ErrorIs(t, st.FinishDoorbell(), wqebuilder.ErrTooManySGE)
 	require.Zero(t, qp.RecvOutstanding())
 	n := int(qp.Limits().RecvWQEs)
 	require.GreaterOrEqual(t, n, 2)
@@ -414,20 +413,20 @@ func TestMisuse(t *testing.T) {
 	require.NoError(t, qp.Close())
 	require.NoError(t, qp.Close())
 	_, err = qp.Post(1, 0)
-	require.ErrorIs(t, err, transport.ErrClosed)
-	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 	require.Equal(t, transport.StateClosed, qp.State())
-	require.ErrorIs(t, qp.Connect(ep), transport.ErrClosed)
+	require.ErrorIs(t, qp.Connect(ep), ctx.ErrClosed)
 
 	// Closing the Context closes the QP under it: no crash, clear errors.
 	require.NoError(t, e.Ctx[1].Close())
 	_, err = peer.Post(1, wqebuilder.Signaled)
-	require.ErrorIs(t, err, transport.ErrClosed)
-	require.ErrorIs(t, peer.PostRecv(1, 0, 0, 0), transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.ErrorIs(t, peer.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 	peer.RingDoorbell()
 	peer.RingRecvDoorbell()
 	require.Zero(t, p1.Poll(16, func(*transport.Completion) { t.Fatal("completion from a closed CQ") }))
-	require.ErrorIs(t, p1.Err(), transport.ErrClosed)
+	require.ErrorIs(t, p1.Err(), ctx.ErrClosed)
 }
 
 func TestConfigRefused(t *testing.T) {
@@ -473,7 +472,7 @@ func TestConfigRefused(t *testing.T) {
 	require.ErrorIs(t, qp.PostRecv(1, 0, 0, 0), transport.ErrNoReceiveQueue)
 	require.NoError(t, srq.Close())
 	_, err = rc.New(e.PD[0], cq, rc.Config{SendDepth: 1, SRQ: srq})
-	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.Equal(t, transport.StateClosed, qp.State(), "closing the SRQ closed the QP attached to it")
 }
 
@@ -525,5 +524,5 @@ func TestResetAndReconnect(t *testing.T) {
 		require.Equal(t, "hi", string(e.Mem(1, 128, 2)))
 	}
 	require.NoError(t, x.qp[0].Close())
-	require.ErrorIs(t, x.qp[0].Reset(), transport.ErrClosed)
+	require.ErrorIs(t, x.qp[0].Reset(), ctx.ErrClosed)
 }

@@ -146,8 +146,8 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // completion) and flags (wqebuilder.Signaled, Solicited, Fence): pick the
 // operation on the stage, add the payload, then Finish (and RingDoorbell
 // for a batch) or FinishBlueFlame. Post refuses a QP that is not connected,
-// is in error or is closed with a *transport.PostError (ErrNotConnected, ErrQPError,
-// ErrClosed); the stage it returns then writes nothing and fails at Finish.
+// is in error or is closed with a *wqebuilder.PostError (transport.ErrNotConnected, transport.ErrQPError,
+// ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
 	// A closure called once (see transport.Ready): the whole post compiles
@@ -191,7 +191,7 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 	}
 	if q.qp.Closed() {
 		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
 	st, err := q.qp.State()
 	if err != nil {
@@ -241,7 +241,7 @@ func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp.Closed() {
 		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrClosed)
+		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}); err != nil {
 		return transport.Errorf(name, op, "%w", err)

@@ -77,7 +77,6 @@ func TestStageKeptAcrossClose(t *testing.T) {
 					Inline([]byte("after close")).
 					FinishBlueFlame()
 			})
-			require.ErrorIs(t, ferr, transport.ErrClosed)
 			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
 			require.Equal(t, transport.StateClosed, q.State())
@@ -102,7 +101,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "UD SEND finished after close", func() {
 				ferr = st.Send().Inline([]byte("after close")).FinishBlueFlame()
 			})
-			require.ErrorIs(t, ferr, transport.ErrClosed)
+			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
 		})
 		t.Run("dc/"+cl.name, func(t *testing.T) {
@@ -128,7 +127,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "DC SEND finished after close", func() {
 				ferr = st.Send().Inline([]byte("after close")).Finish()
 			})
-			require.ErrorIs(t, ferr, transport.ErrClosed)
+			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Equal(t, db, sendDoorbell(d), "the doorbell record moved")
 		})
 	}
@@ -148,7 +147,7 @@ func TestReceiveStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "receive WQE finished after close", func() {
 				ferr = st.SGE(p.r[0].addr(0), 64, p.r[0].lkey()).FinishDoorbell()
 			})
-			require.ErrorIs(t, ferr, transport.ErrClosed)
+			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Zero(t, q.RecvOutstanding())
 		})
 		t.Run("srq/"+cl.name, func(t *testing.T) {
@@ -161,7 +160,7 @@ func TestReceiveStageKeptAcrossClose(t *testing.T) {
 			requireNoFault(t, "SRQ WQE finished after close", func() {
 				ferr = st.SGE(0x1000, 64, 1).FinishDoorbell()
 			})
-			require.ErrorIs(t, ferr, transport.ErrClosed)
+			require.ErrorIs(t, ferr, ctx.ErrClosed)
 			require.Zero(t, srq.Outstanding())
 		})
 	}
@@ -189,7 +188,7 @@ func TestSendQueueAfterClose(t *testing.T) {
 		requireNoFault(t, c.what, func() {
 			ferr = c.sq.Begin(1, wqebuilder.Signaled).UD(&av, u.QPN(), 1).Send().Inline([]byte("late")).FinishBlueFlame()
 		})
-		require.ErrorIs(t, ferr, transport.ErrClosed, c.what)
+		require.ErrorIs(t, ferr, ctx.ErrClosed, c.what)
 		requireNoFault(t, c.what, c.sq.RingDoorbell)
 	}
 	require.NotSame(t, before, u.SendQueue(), "a closed QP hands out its refusing queue")
@@ -276,7 +275,7 @@ func TestContextCloseWhilePolling(t *testing.T) {
 		poller := p.p[0]
 		started, done := poll(func() int {
 			return poller.Poll(1, func(c *transport.Completion) {})
-		}, func() bool { return errors.Is(poller.Err(), transport.ErrClosed) })
+		}, func() bool { return errors.Is(poller.Err(), ctx.ErrClosed) })
 		<-started
 		require.NoError(t, x.c[0].Close())
 		r := <-done
@@ -335,6 +334,6 @@ func TestContextCloseWhilePosting(t *testing.T) {
 	require.NoError(t, x.c[0].Close())
 	r := <-done
 	require.Nil(t, r.fault, "the poster faulted")
-	require.ErrorIs(t, r.err, transport.ErrClosed)
+	require.ErrorIs(t, r.err, ctx.ErrClosed)
 	require.GreaterOrEqual(t, r.posted, 64)
 }

@@ -164,7 +164,7 @@ func (s *sendSide) requireOnlyWindow(t *testing.T, what string, pi uint32, windo
 func requireRefused(t *testing.T, st wqebuilder.OpStage, err, want error, qpn uint32) {
 	t.Helper()
 	require.ErrorIs(t, err, want)
-	var pe *transport.PostError
+	var pe *wqebuilder.PostError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, qpn, pe.QPN)
 	require.Equal(t, err, st.Send().SGE(1, 2, 3).Inline([]byte("ignored")).FinishBlueFlame(),
@@ -265,7 +265,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		for i := uint32(0); i <= rq.MaxRecvSGE(); i++ {
 			rs = rs.SGE(p.r[1].addr(0), 1, p.r[1].lkey())
 		}
-		require.ErrorIs(t, rs.FinishDoorbell(), transport.ErrTooManySGE)
+		require.ErrorIs(t, rs.FinishDoorbell(), wqebuilder.ErrTooManySGE)
 	})
 
 	t.Run("receive queue full and no receive queue", func(t *testing.T) {
@@ -378,12 +378,12 @@ func TestMisuseIsRefused(t *testing.T) {
 			require.NoError(t, c.close(), c.name)
 			require.NoError(t, c.close(), "%s: a second Close", c.name)
 			st, err := c.post()
-			require.ErrorIs(t, err, transport.ErrClosed, c.name)
+			require.ErrorIs(t, err, ctx.ErrClosed, c.name)
 			if c.name != "ud" {
-				requireRefused(t, st, err, transport.ErrClosed, c.qpn)
+				requireRefused(t, st, err, ctx.ErrClosed, c.qpn)
 			}
 			if c.recv != nil {
-				require.ErrorIs(t, c.recv(), transport.ErrClosed, c.name)
+				require.ErrorIs(t, c.recv(), ctx.ErrClosed, c.name)
 			}
 		}
 		require.Equal(t, transport.StateClosed, r.State())
@@ -391,14 +391,14 @@ func TestMisuseIsRefused(t *testing.T) {
 		r.RingRecvDoorbell()
 		require.ErrorIs(t, r.Connect(dct.Endpoint()), transport.ErrTransport, "a DC endpoint is refused first")
 		ep := r.Endpoint()
-		require.ErrorIs(t, r.Connect(ep), transport.ErrClosed)
+		require.ErrorIs(t, r.Connect(ep), ctx.ErrClosed)
 
 		// The DCT and its SRQ.
 		require.NoError(t, dct.Close())
 		require.NoError(t, dct.Close())
 		require.NoError(t, srq.Close())
 		require.NoError(t, srq.Close())
-		require.ErrorIs(t, srq.PostRecv(1, 0, 0, 0), transport.ErrClosed)
+		require.ErrorIs(t, srq.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 		srq.RingRecvDoorbell()
 		require.NoError(t, remote.Close())
 		require.NoError(t, remote.Close())
@@ -408,11 +408,11 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, cq.Close())
 		require.NoError(t, cq.Close())
 		require.Zero(t, poller.Poll(16, func(*transport.Completion) { t.Fatal("completion from a closed CQ") }))
-		require.ErrorIs(t, poller.Err(), transport.ErrClosed)
+		require.ErrorIs(t, poller.Err(), ctx.ErrClosed)
 		_, err = transport.NewPoller(cq)
-		require.ErrorIs(t, err, transport.ErrClosed)
+		require.ErrorIs(t, err, ctx.ErrClosed)
 		_, err = rc.New(x.pd[0], cq, rc.Config{SendDepth: 4})
-		require.ErrorIs(t, err, transport.ErrClosed)
+		require.ErrorIs(t, err, ctx.ErrClosed)
 	})
 
 	t.Run("closed parents", func(t *testing.T) {
@@ -431,8 +431,8 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.True(t, q.Handle().Closed())
 		require.True(t, mr.Closed())
 		st, err := q.Post(1, 0)
-		requireRefused(t, st, err, transport.ErrClosed, q.QPN())
-		require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), transport.ErrClosed)
+		requireRefused(t, st, err, ctx.ErrClosed, q.QPN())
+		require.ErrorIs(t, q.PostRecv(1, 0, 0, 0), ctx.ErrClosed)
 		require.NoError(t, q.Close())
 		require.NoError(t, mr.Close())
 		_, err = pd.RegisterBuffer(buf, allAccess)

@@ -97,7 +97,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 				closed = true
 				// A post now is refused, and its stage fails at Finish.
 				st, err := a[0].Post(0, wqebuilder.Signaled)
-				if err := requireClosed(err, st.RdmaWrite(dst.addr(0), dst.rkey()).Inline([]byte("late")).FinishBlueFlame(), transport.ErrClosed); err != nil {
+				if err := requireClosed(err, st.RdmaWrite(dst.addr(0), dst.rkey()).Inline([]byte("late")).FinishBlueFlame(), ctx.ErrClosed); err != nil {
 					return closed, err
 				}
 			}
@@ -111,7 +111,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 					if err == nil {
 						err = st.RdmaWrite(dst.addr(0), dst.rkey()).Inline([]byte("racing a close")).FinishBlueFlame()
 					}
-					if k == 0 && errors.Is(err, transport.ErrClosed) {
+					if k == 0 && errors.Is(err, ctx.ErrClosed) {
 						closed = true
 						break
 					}
@@ -203,10 +203,10 @@ func newUDCloseRig(t *testing.T) *closeRig {
 			if !closed && u[0].State() == transport.StateClosed {
 				closed = true
 				st, err := u[0].Post(0, wqebuilder.Signaled, to[0])
-				if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), transport.ErrClosed); err != nil {
+				if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), ctx.ErrClosed); err != nil {
 					return closed, err
 				}
-				if err := u[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, transport.ErrClosed) {
+				if err := u[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, ctx.ErrClosed) {
 					return closed, fmt.Errorf("a receive post after Close: %v", err)
 				}
 			}
@@ -218,7 +218,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 					wrid++
 					slot := uint64(k*depth) + wrid%depth
 					err := u[k].PostRecv(wrid, uint64(mr.Addr())+slot*size, size, mr.LKey())
-					if k == 0 && errors.Is(err, transport.ErrClosed) {
+					if k == 0 && errors.Is(err, ctx.ErrClosed) {
 						closed = true
 						break
 					}
@@ -235,7 +235,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 					if err == nil {
 						err = st.Send().Inline([]byte("racing a close")).FinishBlueFlame()
 					}
-					if k == 0 && errors.Is(err, transport.ErrClosed) {
+					if k == 0 && errors.Is(err, ctx.ErrClosed) {
 						closed = true
 						break
 					}
@@ -322,7 +322,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 					if dci[0].State() == transport.StateClosed {
 						closed = true
 						st, err := dci[0].Post(0, wqebuilder.Signaled, to[0])
-						if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), transport.ErrClosed); err != nil {
+						if err := requireClosed(err, st.Send().Inline([]byte("late")).FinishBlueFlame(), ctx.ErrClosed); err != nil {
 							return closed, err
 						}
 					}
@@ -331,7 +331,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 				case closeSRQ:
 					if srq[0].Closed() {
 						closed = true
-						if err := srq[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, transport.ErrClosed) {
+						if err := srq[0].PostRecv(0, uint64(mr.Addr()), size, mr.LKey()); !errors.Is(err, ctx.ErrClosed) {
 							return closed, fmt.Errorf("a receive post after Close: %v", err)
 						}
 					}
@@ -345,7 +345,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 					wrid++
 					slot := uint64(k*depth) + wrid%depth
 					err := srq[k].PostRecv(wrid, uint64(mr.Addr())+slot*size, size, mr.LKey())
-					if k == 0 && errors.Is(err, transport.ErrClosed) {
+					if k == 0 && errors.Is(err, ctx.ErrClosed) {
 						closed = true
 						break
 					}
@@ -362,7 +362,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 					if err == nil {
 						err = st.Send().Inline([]byte("racing a close")).FinishBlueFlame()
 					}
-					if k == 0 && errors.Is(err, transport.ErrClosed) {
+					if k == 0 && errors.Is(err, ctx.ErrClosed) {
 						closed = true
 						break
 					}
@@ -568,5 +568,5 @@ func TestCompletionsOfAClosedQueuePair(t *testing.T) {
 		require.Zero(t, p.p[side].Len())
 	}
 	_, err := p.qp[0].Post(n, wqebuilder.Signaled)
-	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -16,7 +17,7 @@ import (
 // ProtectionDomainNumber returns the PD number of a protection domain of
 // the model (what mlx5_ib returns to libmlx5 as pdn); ok is false for a
 // protection domain of another provider.
-func ProtectionDomainNumber(p ctx.ProviderProtectionDomain) (pdn uint32, ok bool) {
+func ProtectionDomainNumber(p provider.ProtectionDomain) (pdn uint32, ok bool) {
 	x, ok := p.(*pd)
 	if !ok {
 		return 0, false
@@ -51,7 +52,7 @@ type AdoptedCQConfig struct {
 // model does not free it. The arm is read from the doorbell record (the
 // UAR page the library rings is its own); Descriptor().UAR is a page of
 // the model's that nothing watches.
-func AdoptCompletionQueue(dev ctx.ProviderDevice, cfg AdoptedCQConfig) (ctx.ProviderCompletionQueue, error) {
+func AdoptCompletionQueue(dev provider.Device, cfg AdoptedCQConfig) (provider.CompletionQueue, error) {
 	const op = "sim: adopt CQ"
 	d, ok := dev.(*device)
 	if !ok {
@@ -143,10 +144,10 @@ type AdoptedQPConfig struct {
 	// or ctx.QPTypeDCT (no rings: it receives through SRQ, and needs no
 	// doorbell record).
 	Type           ctx.QPType
-	SendCQ, RecvCQ ctx.ProviderCompletionQueue
+	SendCQ, RecvCQ provider.CompletionQueue
 	// SRQ, when not nil, replaces the receive ring (RQCount must be 0);
 	// a DCT requires one.
-	SRQ ctx.ProviderSRQ
+	SRQ provider.SRQ
 	// DCKey is a DCT's access key, which a DCI's WQE must carry.
 	DCKey uint64
 	// Caps are the capabilities the QP was asked for; the largest WQE,
@@ -177,7 +178,7 @@ type AdoptedQPConfig struct {
 // memory must stay mapped until the queue pair is closed; the model does
 // not free it. BlueFlame writes go to a register of the model's own
 // (Descriptor().BlueFlame); the doorbell record is what the engine reads.
-func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.ProviderQueuePair, error) {
+func AdoptQueuePair(p provider.ProtectionDomain, cfg AdoptedQPConfig) (provider.QueuePair, error) {
 	op := "sim: adopt " + cfg.Type.String() + " QP"
 	bad := func(format string, args ...any) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
@@ -272,7 +273,7 @@ func AdoptQueuePair(p ctx.ProviderProtectionDomain, cfg AdoptedQPConfig) (ctx.Pr
 // QueuePairAttributes returns the state of a queue pair of the model and
 // the attributes its transitions applied (what a kernel answers to
 // QUERY_QP); ok is false for a queue pair of another provider.
-func QueuePairAttributes(p ctx.ProviderQueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
+func QueuePairAttributes(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
 	q, ok := p.(*qp)
 	if !ok {
 		return 0, ctx.QPAttr{}, false

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // AdoptedSRQConfig describes a shared receive queue whose ring and
@@ -30,7 +31,7 @@ type AdoptedSRQConfig struct {
 // of the doorbell record, and writes the SRQ number into the CQEs of the
 // receives it completes. The memory must stay mapped until the queue is
 // closed; the model neither initialises nor frees it.
-func AdoptSharedReceiveQueue(p ctx.ProviderProtectionDomain, cfg AdoptedSRQConfig) (ctx.ProviderSRQ, error) {
+func AdoptSharedReceiveQueue(p provider.ProtectionDomain, cfg AdoptedSRQConfig) (provider.SRQ, error) {
 	const op = "sim: adopt SRQ"
 	bad := func(format string, args ...any) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
@@ -71,7 +72,7 @@ func AdoptSharedReceiveQueue(p ctx.ProviderProtectionDomain, cfg AdoptedSRQConfi
 // SharedReceiveQueueNumber returns the SRQ number of a shared receive
 // queue of the model (what mlx5_ib returns to libmlx5 as srqn); ok is false
 // for a queue of another provider.
-func SharedReceiveQueueNumber(s ctx.ProviderSRQ) (srqn uint32, ok bool) {
+func SharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
 	x, ok := s.(*srq)
 	if !ok {
 		return 0, false
@@ -82,7 +83,7 @@ func SharedReceiveQueueNumber(s ctx.ProviderSRQ) (srqn uint32, ok bool) {
 // adoptDCT creates the DCT of an AdoptQueuePair call: no rings of the
 // caller's (a DCT receives through its SRQ and sends nothing), so the
 // doorbell record the model clears on the way to RESET is one of its own.
-func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op string) (ctx.ProviderQueuePair, error) {
+func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op string) (provider.QueuePair, error) {
 	bad := func(format string, args ...any) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // TestAdoptSharedReceiveQueueAndDC creates an SRQ over a ring and doorbell
@@ -19,7 +20,7 @@ import (
 func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	f := New(Options{Strict: true})
 	defer f.Close()
-	open := func(name string) (ctx.ProviderDevice, ctx.ProviderProtectionDomain) {
+	open := func(name string) (provider.Device, provider.ProtectionDomain) {
 		d, err := f.OpenDevice(name)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = d.Close() })
@@ -35,7 +36,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 		t.Cleanup(func() { _ = b.Close() })
 		return b
 	}
-	newCQ := func(d ctx.ProviderDevice) (ctx.ProviderCompletionQueue, *testCQ) {
+	newCQ := func(d provider.Device) (provider.CompletionQueue, *testCQ) {
 		c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
 		require.NoError(t, err)
 		return c, &testCQ{d: c.Descriptor()}
@@ -84,7 +85,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	src := alloc(4096)
 	mrA, err := pdA.RegisterMemory(src.Pointer(), 4096, allAccess)
 	require.NoError(t, err)
-	lid := func(d ctx.ProviderDevice) uint16 {
+	lid := func(d provider.Device) uint16 {
 		pa, err := d.QueryPort(1)
 		require.NoError(t, err)
 		return pa.LID
@@ -104,12 +105,12 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.NoError(t, err)
 	defer qb.Close()
 	cqA, tcqA := newCQ(devA)
-	qa, err := pdA.CreateQueuePair(ctx.ProviderQueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cqA, RecvCQ: cqA,
+	qa, err := pdA.CreateQueuePair(provider.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cqA, RecvCQ: cqA,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	defer qa.Close()
 	for _, x := range []struct {
-		q    ctx.ProviderQueuePair
+		q    provider.QueuePair
 		peer uint32
 		lid  uint16
 	}{{qa, qb.Descriptor().QPN, lid(devB)}, {qb, qa.Descriptor().QPN, lid(devA)}} {

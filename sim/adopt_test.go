@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // TestAdoptCompletionQueue creates a CQ over a ring and doorbell record the
@@ -75,7 +76,7 @@ func TestAdoptCompletionQueue(t *testing.T) {
 func TestAdoptQueuePair(t *testing.T) {
 	f := New(Options{Strict: true})
 	defer f.Close()
-	open := func(name string) (ctx.ProviderDevice, ctx.ProviderProtectionDomain) {
+	open := func(name string) (provider.Device, provider.ProtectionDomain) {
 		d, err := f.OpenDevice(name)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = d.Close() })
@@ -91,7 +92,7 @@ func TestAdoptQueuePair(t *testing.T) {
 		t.Cleanup(func() { _ = b.Close() })
 		return b
 	}
-	newCQ := func(d ctx.ProviderDevice) ctx.ProviderCompletionQueue {
+	newCQ := func(d provider.Device) provider.CompletionQueue {
 		c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
 		require.NoError(t, err)
 		return c
@@ -138,18 +139,18 @@ func TestAdoptQueuePair(t *testing.T) {
 
 	cqB1 := newCQ(devB)
 	scqB := &testCQ{d: cqB1.Descriptor()}
-	qb, err := pdB.CreateQueuePair(ctx.ProviderQueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cqB1, RecvCQ: cqB1,
+	qb, err := pdB.CreateQueuePair(provider.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cqB1, RecvCQ: cqB1,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	defer qb.Close()
 
-	lid := func(d ctx.ProviderDevice) uint16 {
+	lid := func(d provider.Device) uint16 {
 		pa, err := d.QueryPort(1)
 		require.NoError(t, err)
 		return pa.LID
 	}
 	for _, x := range []struct {
-		q    ctx.ProviderQueuePair
+		q    provider.QueuePair
 		peer uint32
 		lid  uint16
 	}{{qa, qb.Descriptor().QPN, lid(devB)}, {qb, qa.Descriptor().QPN, lid(devA)}} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -130,7 +131,7 @@ type device struct {
 	sharedSnap []byte
 }
 
-var _ ctx.ProviderDevice = (*device)(nil)
+var _ provider.Device = (*device)(nil)
 
 func newDevice(f *Fabric, h *hca) (*device, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
@@ -242,7 +243,7 @@ func (d *device) postEvent(ev ctx.AsyncEvent) {
 	_, _ = unix.Write(d.evfd, b[:])
 }
 
-func (d *device) AllocProtectionDomain() (ctx.ProviderProtectionDomain, error) {
+func (d *device) AllocProtectionDomain() (provider.ProtectionDomain, error) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
 	p := &pd{f: d.f, dev: d, pdn: d.f.nextPDN}
@@ -276,7 +277,7 @@ type pd struct {
 	closed bool
 }
 
-func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Access) (ctx.ProviderMemoryRegion, error) {
+func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	const op = "sim: register MR"
 	if addr == nil || length == 0 {
 		return nil, ctx.Errorf(op, "empty region: %w", ctx.ErrInvalidArgument)
@@ -299,7 +300,7 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	return m, nil
 }
 
-func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (ctx.ProviderAddressHandle, error) {
+func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {
 	const op = "sim: create AH"
 	if attr.Port != 1 {
 		return nil, ctx.Errorf(op, "port %d: %w", attr.Port, ctx.ErrInvalidArgument)

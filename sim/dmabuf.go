@@ -10,9 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
-var _ ctx.ProviderDMABufProtectionDomain = (*pd)(nil)
+var _ provider.DMABufProtectionDomain = (*pd)(nil)
 
 // dmabufVerb is the verb the model's dma-buf errors name.
 const dmabufVerb = "ibv_reg_dmabuf_mr"
@@ -28,7 +29,7 @@ const dmabufVerb = "ibv_reg_dmabuf_mr"
 // Unlike a pinned GPU buffer, a file shrunk below offset+length while the
 // region is registered makes the model fault when it touches the lost
 // pages; keep the file's size while it is registered.
-func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (ctx.ProviderMemoryRegion, error) {
+func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	const op = "sim: register dma-buf MR"
 	if length == 0 || offset+length < offset || iova+length < iova {
 		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x length %#x iova %#x", offset, length, iova), unix.EINVAL, ctx.ErrInvalidArgument)}
@@ -59,7 +60,7 @@ func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Acce
 	}
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
-	fail := func(err error) (ctx.ProviderMemoryRegion, error) {
+	fail := func(err error) (provider.MemoryRegion, error) {
 		_ = unix.Munmap(mapping)
 		return nil, err
 	}

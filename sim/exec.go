@@ -61,9 +61,16 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 		o = f.perform(q, &w, now)
 	}
 	f.sgScratch = w.sg[:0]
+	if o.res != resultWait {
+		f.finishSend(q, &w, o)
+	}
+	return true
+}
+
+// finishSend completes the WQE at the consumer index with outcome o (not
+// resultWait).
+func (f *Fabric) finishSend(q *qp, w *sendWQE, o outcome) {
 	switch o.res {
-	case resultWait:
-		return true
 	case resultFail:
 		img := errCQE(prm.CQEReqErr, q.qpn, w.op, q.sqCI, o.synd, 0, 0)
 		q.sqCI += w.bbs
@@ -74,11 +81,10 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 		q.sqCI += w.bbs
 		q.rnrCount, q.retryCount, q.blockedUntil = 0, 0, 0
 		if w.fm&prm.FlagCQUpdate != 0 {
-			img := reqCQE(q, &w, o.byteCnt)
+			img := reqCQE(q, w, o.byteCnt)
 			f.emitCQE(q.sendCQ, &img, nil, q)
 		}
 	}
-	return true
 }
 
 // flush completes every outstanding WQE of a QP in error with
@@ -114,6 +120,7 @@ func (f *Fabric) qpErrorLocked(q *qp, why string) {
 	}
 	q.state = ctx.QPStateError
 	q.blockedUntil = 0
+	q.wire.active = false
 }
 
 // qpFatal moves a QP to error and raises a QP fatal async event.
@@ -214,6 +221,9 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	var src srcInfo
 	if q.typ == ctx.QPTypeRC {
 		t = f.rcPeer(q)
+		if slot := f.remoteSlot(q.attr.RemoteQPN); t == nil && slot >= 0 {
+			return f.wireSend(q, w, payload, slot, q.attr.RemoteQPN, nil, now)
+		}
 		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: q.attr.Path.SL, grh: q.attr.Path.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet,
 			l3: q.dev.h.roceL3(q.attr.Path.SGIDIndex)}
 	} else {
@@ -221,6 +231,9 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		if c := f.qps[a.dqpn]; c != nil && c.typ == ctx.QPTypeDCT && c.state == ctx.QPStateRTR &&
 			reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, c.dev.h) {
 			t = c
+		}
+		if slot := f.remoteSlot(a.dqpn); slot >= 0 {
+			return f.wireSend(q, w, payload, slot, a.dqpn, &a, now)
 		}
 		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh, l3: q.dev.h.roceL3(a.sgidIdx)}
 		if t != nil && beUint64(w.av[prm.AVKey:]) != t.dcKey {

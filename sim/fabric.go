@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // Mode says who drives the model.
@@ -67,6 +68,12 @@ type Options struct {
 	// of the device: doorbell only, its descriptor's BlueFlameSize is 0.
 	// 0 means no limit; negative means none (every QP shares).
 	BlueFlameRegisters int
+	// Fabric names a fabric shared with other processes (see EnvFabric):
+	// the Fabric joins it when it opens its first device, taking a part
+	// of its LID, GID and QPN space, and reaches the QPs of every process
+	// that joined the same name. It needs Engine mode. Empty: the Fabric
+	// is private to this process.
+	Fabric string
 }
 
 // Errors of the model's own API.
@@ -122,6 +129,15 @@ type Fabric struct {
 
 	scratch   []byte
 	sgScratch []gatherEntry
+
+	// The shared fabric (shm.go): joined on the first open; fabricEnv
+	// makes the join read the name from EnvFabric (the default Fabric).
+	shm       *shmFabric
+	shmJoined bool
+	shmErr    error
+	fabricEnv bool
+	wireEpoch uint32       // the last epoch given to a requester (wire.go)
+	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -189,7 +205,13 @@ func New(opts Options) *Fabric {
 // StrictFatal; anything else (or unset) leaves Strict on.
 const EnvStrict = "MLX5KIT_SIM_STRICT"
 
-var defaultFabric = New(defaultOptions(os.Getenv(EnvStrict)))
+var defaultFabric = newDefault()
+
+func newDefault() *Fabric {
+	f := New(defaultOptions(os.Getenv(EnvStrict)))
+	f.fabricEnv = true
+	return f
+}
 
 func defaultOptions(strict string) Options {
 	o := Options{Mode: Engine, Strict: true}
@@ -202,7 +224,7 @@ func defaultOptions(strict string) Options {
 	return o
 }
 
-func init() { ctx.Register(ctx.ProviderSoftware, defaultFabric) }
+func init() { provider.Register(ctx.ProviderSoftware, defaultFabric) }
 
 // Default returns the Fabric registered as provider "sim": Engine mode,
 // Strict (see EnvStrict).
@@ -214,7 +236,7 @@ func FromContext(c *ctx.Context) *Fabric {
 	if c == nil {
 		return nil
 	}
-	if d, ok := c.Device().(*device); ok {
+	if d, ok := provider.DeviceOf(c).(*device); ok {
 		return d.f
 	}
 	return nil
@@ -222,7 +244,7 @@ func FromContext(c *ctx.Context) *Fabric {
 
 // Open opens a device of this Fabric as a ctx.Context ("" is "sim0").
 func (f *Fabric) Open(device string) (*ctx.Context, error) {
-	return ctx.OpenWith(ctx.ProviderSoftware, f, device)
+	return provider.Open(ctx.ProviderSoftware, f, device)
 }
 
 // Options returns the options the Fabric was created with (defaults filled).
@@ -249,13 +271,28 @@ func (f *Fabric) Close() error {
 	f.mu.Unlock()
 	if stop != nil {
 		close(stop)
+		if f.shm != nil {
+			f.shm.in.wake()
+		}
 		<-done
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.shm != nil {
+		f.shm.leave()
+		f.shm = nil
 	}
 	return nil
 }
 
 // Devices lists the HCAs (ctx.Provider).
 func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
+	f.mu.Lock()
+	err := f.joinLocked()
+	f.mu.Unlock()
+	if err != nil {
+		return nil, ctx.Errorf("sim: list devices", "%w", err)
+	}
 	out := make([]ctx.DeviceInfo, len(f.hcas))
 	for i, h := range f.hcas {
 		out[i] = ctx.DeviceInfo{Name: h.name, NodeGUID: h.guid, Kind: ctx.KindSoftware}
@@ -264,8 +301,14 @@ func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
 }
 
 // OpenDevice opens an HCA by name; "" opens the first (ctx.Provider).
-func (f *Fabric) OpenDevice(name string) (ctx.ProviderDevice, error) {
+func (f *Fabric) OpenDevice(name string) (provider.Device, error) {
 	const op = "sim: open device"
+	f.mu.Lock()
+	err := f.joinLocked()
+	f.mu.Unlock()
+	if err != nil {
+		return nil, ctx.Errorf(op, "%w", err)
+	}
 	var h *hca
 	if name == "" {
 		h = f.hcas[0]
@@ -398,6 +441,11 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	for _, q := range f.qpList {
 		f.scanQP(q)
 	}
+	// Messages of other processes, once the doorbells are read: a
+	// receive posted before a message arrived is there for it.
+	if f.shm != nil && f.shm.drain(f, now) {
+		progressed = true
+	}
 	for _, q := range f.qpList {
 		if f.runQP(q, now) {
 			progressed = true
@@ -417,6 +465,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 	const spins = 200
 	idle := 0
 	sleep := time.Microsecond
+	var idleSince time.Time
 	// One timer serves every back-off sleep, so that an idle engine does
 	// not allocate (a timer per sleep was three allocations each). Since
 	// Go 1.23 Reset on a stopped or fired timer leaves no stale tick in C.
@@ -440,7 +489,9 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			sleep = time.Microsecond
 			continue
 		}
-		idle++
+		if idle <= spins {
+			idle++
+		}
 		if idle < spins {
 			runtime.Gosched()
 			continue
@@ -448,11 +499,20 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		f.mu.Lock()
 		f.stats.EngineSleeps++
 		f.mu.Unlock()
-		t.Reset(sleep)
-		select {
-		case <-stop:
-			return
-		case <-t.C:
+		if f.shm != nil {
+			// A peer's message wakes the engine at once; after a long
+			// idle period the engine sleeps longer (shmDeepSleep).
+			if idle == spins {
+				idleSince = time.Now()
+			}
+			f.shm.in.sleep(shmSleep(sleep, idleSince))
+		} else {
+			t.Reset(sleep)
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
 		}
 		if sleep < f.opts.IdleSleep {
 			sleep *= 2

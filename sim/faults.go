@@ -117,6 +117,9 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 		payload:   payload,
 	}
 	t := f.qps[a.dqpn]
+	if slot := f.remoteSlot(a.dqpn); t == nil && slot >= 0 {
+		return f.wireSendUD(q, w, &a, qkey, &pkt, slot)
+	}
 	if t == nil || t.typ != ctx.QPTypeUD || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
 		!reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, t.dev.h) || t.attr.QKey != qkey {
 		f.stats.UDDropped++
@@ -265,6 +268,9 @@ func (f *Fabric) deliverUD(t *qp, p *udPacket) {
 // releaseHeldLocked delivers every held-back UD packet; it reports whether
 // there was one.
 func (f *Fabric) releaseHeldLocked() bool {
+	if f.releaseWireHeldLocked() {
+		return true
+	}
 	if len(f.held) == 0 {
 		return false
 	}

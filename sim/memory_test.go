@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -57,7 +58,7 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 			}
 		}
 	}
-	for _, h := range []any{q.Handle().Handle(), own.Handle().Handle(), ccq.Handle(), rsrq.Handle().Handle()} {
+	for _, h := range []any{provider.QueuePairOf(q.Handle()), provider.QueuePairOf(own.Handle()), provider.CompletionQueueOf(ccq), provider.SRQOf(rsrq.Handle())} {
 		switch x := h.(type) {
 		case *qp:
 			add(x.bufs[:]...)
@@ -82,8 +83,8 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 		runtime.GC()
 	}
 	require.Equal(t, len(bufs), mapped(bufs), "memory unmapped while a stage can write it")
-	require.ErrorIs(t, st.Nop().FinishBlueFlame(), transport.ErrClosed)
-	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), transport.ErrClosed)
+	require.ErrorIs(t, st.Nop().FinishBlueFlame(), ctx.ErrClosed)
+	require.ErrorIs(t, recv.SGE(0x1000, 8, 1).FinishDoorbell(), ctx.ErrClosed)
 	require.Zero(t, poller.Poll(4, func(*transport.Completion) {}))
 	runtime.KeepAlive(own)
 

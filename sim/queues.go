@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
@@ -83,7 +84,7 @@ type pendingCQE struct {
 	q       *qp
 }
 
-func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (ctx.ProviderCompletionQueue, error) {
+func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.CompletionQueue, error) {
 	const op = "sim: create CQ"
 	if cfg.Depth == 0 || cfg.Depth > maxCQE {
 		return nil, ctx.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
@@ -219,7 +220,7 @@ type srq struct {
 	closed   bool
 }
 
-func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (ctx.ProviderSRQ, error) {
+func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	const op = "sim: create SRQ"
 	if cfg.Depth == 0 || cfg.Depth >= maxRecvWR {
 		return nil, ctx.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
@@ -326,11 +327,13 @@ type qp struct {
 	rnrCount     int
 	retryCount   int
 	closed       bool
+
+	wire wireQP // the state of requests to and from other processes
 }
 
 func (q *qp) sqPending() uint16 { return q.sqPI - q.sqCI }
 
-func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
+func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {
 	op := "sim: create " + cfg.Type.String() + " QP"
 	bad := func(format string, args ...any) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
@@ -384,7 +387,7 @@ func (p *pd) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueue
 		q.rqMaxSGE = stride / prm.DataSize
 	}
 	var err error
-	fail := func(what string, e error) (ctx.ProviderQueuePair, error) {
+	fail := func(what string, e error) (provider.QueuePair, error) {
 		freeAll(q.bufs[:]...)
 		return nil, ctx.Errorf(op, "%s: %w", what, e)
 	}
@@ -547,6 +550,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		// The table has no legal transition to SQD or SQE.
 		return ctx.Errorf(op, "%w", ctx.ErrNotSupported)
 	}
+	q.wireTransition(from, a.State)
 	q.state = a.State
 	return nil
 }
@@ -567,6 +571,7 @@ func (q *qp) reset() {
 	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
 	q.lastSQRaw, q.lastRQRaw = 0, 0
 	q.blockedUntil, q.rnrCount, q.retryCount = 0, 0, 0
+	q.wire = wireQP{}
 	prm.Store32(q.db, 0)
 	prm.Store32(unsafe.Add(q.db, prm.DoorbellRecordSendB), 0)
 }

@@ -11,7 +11,7 @@ import (
 // closer stops the data plane of one queue pair when ctx closes the QP,
 // directly or with a parent (its CQ, SRQ, PD, the Context), on whichever
 // goroutine closes it: it closes the send queue, so that a stage begun
-// before and finished after fails with ErrClosed and rings nothing, and
+// before and finished after fails with ctx.ErrClosed and rings nothing, and
 // the receive ring likewise. The memory both write stays mapped while they
 // are reachable (the descriptor's Memory, which they keep); the closer
 // only makes the posts fail.

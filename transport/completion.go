@@ -3,7 +3,6 @@ package transport
 import (
 	"fmt"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
@@ -98,100 +97,45 @@ func (c *Completion) IsSend() bool { return c.Opcode == prm.CQEReq || c.Opcode =
 // request was not executed because the QP had gone to error.
 func (c *Completion) IsFlush() bool { return c.IsError() && c.Syndrome == prm.SyndromeWRFlush }
 
-// Err returns nil for a successful completion, a *CompletionError for an
-// error completion (with errors.Is matching monocq.ErrCompletion), and an
-// error wrapping ErrUnknownQPN or ErrUnmatched for a completion that could
-// not be matched. It allocates only when it returns an error.
+// Err returns nil for a successful completion, and otherwise a
+// *monocq.CompletionError: for an error completion, errors.Is matches
+// monocq.ErrCompletion and the sentinel of its status (monocq.ErrRemoteAccess,
+// monocq.ErrFlushed, …); for a completion that could not be matched, its
+// Err is monocq.ErrUnknownQPN, ErrUnmatched or ErrUnexpected. It allocates
+// only when it returns an error.
 func (c *Completion) Err() error {
 	if !c.IsError() {
 		return nil
 	}
-	return &CompletionError{Completion: *c}
+	return c.completionError()
 }
 
-// CompletionError is the error of a failed completion.
-type CompletionError struct {
-	Completion Completion
-}
-
-// Error names the syndrome, the opcode, the QPN and the work request; a
-// failed work request reads as its *completion.Error does ("completion:
-// RDMA_WRITE on QPN 0x106 failed: REM_ACCESS_ERR (…), wqe_counter 3, wr_id
-// 0x4"), the same words channel and completion.Check use.
-func (e *CompletionError) Error() string {
-	c := &e.Completion
-	switch c.Status {
-	case StatusUnknownQPN:
-		return fmt.Sprintf("completion %v on QPN %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, ErrUnknownQPN)
-	case StatusUnmatched:
-		return fmt.Sprintf("completion %v on QP %#x (wqe_counter %d): %v", c.Opcode, c.QPN, c.WQECounter, ErrUnmatched)
-	case StatusUnexpected:
-		return fmt.Sprintf("unexpected completion %v on QP %#x (wqe_counter %d)", c.Opcode, c.QPN, c.WQECounter)
-	}
-	if ce := e.AsCompletion(); ce != nil {
-		return ce.Error()
-	}
-	return fmt.Sprintf("completion %v on QP %#x (wqe_counter %d), status %v", c.Opcode, c.QPN, c.WQECounter, c.Status)
-}
-
-// Is matches monocq.ErrCompletion (and completion.ErrCompletion, the same
-// value) for error CQEs, the completion package's sentinel of the CQE's
-// status (completion.ErrRemoteAccess, completion.ErrFlushed, …, found with
-// completion.StatusOf as for a *completion.Error), monocq.ErrUnknownSyndrome
-// for a syndrome the PRM does not define, ErrUnknownQPN and ErrUnmatched.
-func (e *CompletionError) Is(target error) bool {
-	c := &e.Completion
-	isErr := c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr
-	switch target {
-	case nil:
-		return false
-	case ErrUnknownQPN:
-		return c.Status == StatusUnknownQPN
-	case ErrUnmatched:
-		return c.Status == StatusUnmatched
-	case monocq.ErrCompletion:
-		return c.Opcode == prm.CQEReqErr || c.Opcode == prm.CQERespErr
-	case monocq.ErrUnknownSyndrome:
-		return isErr && !c.Syndrome.Known()
-	}
-	return isErr && target == completion.StatusOf(c.Syndrome).Sentinel()
-}
-
-// AsCompletion returns the error as a *completion.Error (the type the
-// completion package and channel report), or nil for a completion that
-// could not be matched (ErrUnknownQPN, ErrUnmatched, an unexpected opcode).
-// errors.As(err, &target) with a **completion.Error target calls it.
-func (e *CompletionError) AsCompletion() *completion.Error {
-	c := &e.Completion
-	if c.Status != StatusError || (c.Opcode != prm.CQEReqErr && c.Opcode != prm.CQERespErr) {
-		return nil
-	}
-	ce := &completion.Error{
-		Status:         completion.StatusOf(c.Syndrome),
+// completionError builds the error of a completion that is not StatusOK.
+func (c *Completion) completionError() *monocq.CompletionError {
+	e := &monocq.CompletionError{
 		Syndrome:       c.Syndrome,
 		VendorSyndrome: c.VendorSyndrome,
 		CQEOpcode:      c.Opcode,
 		QPN:            c.QPN,
 		WQECounter:     c.WQECounter,
-		WRID:           c.WRID,
-		HasWRID:        true,
 	}
-	if c.Opcode == prm.CQEReqErr {
-		ce.Opcode = c.SendOpcode
+	if e.IsErrorCQE() {
+		e.Status = monocq.StatusOf(c.Syndrome)
 	}
-	return ce
-}
-
-// As sets *target to AsCompletion() when target is a **completion.Error
-// and the completion was matched.
-func (e *CompletionError) As(target any) bool {
-	if p, ok := target.(**completion.Error); ok {
-		if ce := e.AsCompletion(); ce != nil {
-			*p = ce
-			return true
-		}
+	if e.Requester() {
+		e.Opcode = c.SendOpcode
 	}
-	return false
+	switch c.Status {
+	case StatusError:
+		e.WRID, e.HasWRID = c.WRID, true
+	case StatusUnknownQPN:
+		e.Err = monocq.ErrUnknownQPN
+	case StatusUnmatched:
+		e.Err = ErrUnmatched
+	default:
+		e.Err = ErrUnexpected
+	}
+	return e
 }
 
 // decode fills c from cqe for queue q (nil for an unknown QPN), WRID left

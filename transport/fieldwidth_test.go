@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // widthCase is a configuration with one field wider than the verbs or PRM
@@ -209,14 +210,14 @@ func TestConfigRoCESL(t *testing.T) {
 	e := transporttest.New(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet})
 	pd, cq := e.PD[0], e.CQ(0, 64)
 	_, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SL: 8})
-	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.ErrorContains(t, err, "SL 8 out of range 0..7")
 	_, err = dc.NewDCI(pd, cq, dc.DCIConfig{SendDepth: 4, SL: 15})
-	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.ErrorContains(t, err, "SL 15 out of range 0..7")
 	_, err = ud.New(pd, cq, ud.Config{SendDepth: 4, SL: 9})
-	require.ErrorIs(t, err, transport.ErrInvalidConfig)
-	var pe *transport.PostError
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	var pe *wqebuilder.PostError
 	require.False(t, errors.As(err, &pe), "a configuration error, not a post error")
 	q, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SL: 7})
 	require.NoError(t, err)

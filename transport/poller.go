@@ -12,10 +12,10 @@ import (
 // NewCQ returns a monocq poller over the ring of cq.
 func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	if cq == nil {
-		return nil, fmt.Errorf("nil completion queue: %w", ErrInvalidConfig)
+		return nil, fmt.Errorf("nil completion queue: %w", ctx.ErrInvalidArgument)
 	}
 	if cq.Closed() {
-		return nil, fmt.Errorf("completion queue: %w", ErrClosed)
+		return nil, fmt.Errorf("completion queue: %w", ctx.ErrClosed)
 	}
 	d := cq.Descriptor()
 	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
@@ -121,19 +121,19 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 
 // Add makes the poller route the completions of qp (by its QPN; a DCT by
 // its DCT number). A queue pair with separate send and receive CQs is
-// added to the Poller of each. A closed queue pair is refused (ErrClosed).
+// added to the Poller of each. A closed queue pair is refused (ctx.ErrClosed).
 // A closed one that still holds qp's QPN (the device reuses the QPNs of
 // destroyed QPs) is dropped first: its QPN is qp's from now on.
 func (p *Poller) Add(qp QueuePair) error {
 	q := queueOf(qp)
 	if q == nil {
-		return fmt.Errorf("poller: add: nil queue pair: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: add: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
 	if q.qp == nil || q.closer == nil {
-		return fmt.Errorf("poller: add: queue not set up: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: add: queue not set up: %w", ctx.ErrInvalidArgument)
 	}
 	if q.qp.Closed() {
-		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ErrClosed)
+		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ctx.ErrClosed)
 	}
 	if old := p.table.Lookup(q.qpn); old != nil && old != q && old.qp.Closed() {
 		p.drop(old)
@@ -156,10 +156,10 @@ func (p *Poller) Add(qp QueuePair) error {
 func (p *Poller) Remove(qp QueuePair) error {
 	q := queueOf(qp)
 	if q == nil {
-		return fmt.Errorf("poller: remove: nil queue pair: %w", ErrInvalidConfig)
+		return fmt.Errorf("poller: remove: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
 	if p.table.Lookup(q.qpn) != q {
-		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, ErrUnknownQPN)
+		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, monocq.ErrUnknownQPN)
 	}
 	p.drop(q)
 	return nil
@@ -282,19 +282,19 @@ func (p *Poller) unknown(c *monocq.CQE) {
 	p.wc.Status = StatusUnknownQPN
 	p.unknownQPN++
 	if p.err == nil {
-		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
+		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), monocq.ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
 	}
 }
 
 // Err returns the first problem the poller met: the ring's own (monocq
-// ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (ErrUnknownQPN), or a
-// closed CQ (ErrClosed).
+// ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (monocq.ErrUnknownQPN), or a
+// closed CQ (ctx.ErrClosed).
 func (p *Poller) Err() error {
 	if err := p.cq.Err(); err != nil {
 		return err
 	}
 	if p.err == nil && p.owner.Closed() {
-		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ErrClosed)
+		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ctx.ErrClosed)
 	}
 	return p.err
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -23,7 +24,7 @@ import (
 
 // One Poller takes the queue pairs of every transport as they are (not
 // their embedded Queue), routes by QPN (a DCT by its number), and refuses
-// a nil queue pair, typed or not, with ErrInvalidConfig.
+// a nil queue pair, typed or not, with ctx.ErrInvalidArgument.
 func TestPollerAddTakesEveryQueuePair(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq := e.CQ(0, 64)
@@ -52,14 +53,14 @@ func TestPollerAddTakesEveryQueuePair(t *testing.T) {
 	require.Same(t, &dct.Queue, p.Lookup(dct.Number()))
 
 	for _, bad := range []transport.QueuePair{nil, (*rc.QP)(nil), (*ud.QP)(nil), (*dc.DCI)(nil), (*dc.DCT)(nil), (*transport.Queue)(nil)} {
-		require.ErrorIs(t, p.Add(bad), transport.ErrInvalidConfig, "%T", bad)
-		require.ErrorIs(t, p.Remove(bad), transport.ErrInvalidConfig, "%T", bad)
+		require.ErrorIs(t, p.Add(bad), ctx.ErrInvalidArgument, "%T", bad)
+		require.ErrorIs(t, p.Remove(bad), ctx.ErrInvalidArgument, "%T", bad)
 	}
 	require.Equal(t, len(qps), p.Len(), "a refused Add changes nothing")
 
 	require.NoError(t, p.Remove(u))
 	require.Nil(t, p.Lookup(u.QPN()))
-	require.ErrorIs(t, p.Remove(u), transport.ErrUnknownQPN)
+	require.ErrorIs(t, p.Remove(u), monocq.ErrUnknownQPN)
 	require.Equal(t, len(qps)-1, p.Len())
 }
 
@@ -160,7 +161,7 @@ func TestSharedQueuePairMethods(t *testing.T) {
 			require.NoError(t, q.q.Close())
 			require.NoError(t, q.q.Close(), "Close is idempotent")
 			require.Equal(t, transport.StateClosed, q.q.State())
-			require.ErrorIs(t, q.q.Fail(), transport.ErrClosed)
+			require.ErrorIs(t, q.q.Fail(), ctx.ErrClosed)
 			require.True(t, strings.HasPrefix(q.q.Fail().Error(), q.name+": move"), "%v", q.q.Fail())
 		})
 	}

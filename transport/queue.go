@@ -51,7 +51,7 @@ func (s State) String() string {
 // its CQs and Reset must not run concurrently. Closing is the exception:
 // the transport's Close and the ctx objects under it (the QP through
 // Handle, its CQs, SRQ, PD, the Context) may be closed from any goroutine,
-// also while the owner posts and polls. A post then fails with ErrClosed,
+// also while the owner posts and polls. A post then fails with ctx.ErrClosed,
 // at Begin or at Finish, neither touches memory that was freed, and the
 // Pollers the queue was added to drop it on the owner's goroutine (see
 // closer and Poller). Nothing the close writes is read by a post or a
@@ -102,16 +102,16 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		case StateError:
 			why = ErrQPError
 		case StateClosed:
-			why = ErrClosed
+			why = ctx.ErrClosed
 		}
 		if why != nil {
-			q.errSend[s] = &PostError{Transport: transport, Op: "post send", QPN: d.QPN, Err: why}
+			q.errSend[s] = &wqebuilder.PostError{Transport: transport, Op: "post send", QPN: d.QPN, Err: why}
 			if s != StateInit {
-				q.errRecv[s] = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: why}
+				q.errRecv[s] = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: why}
 			}
 		}
 	}
-	q.errNoRQ = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrNoReceiveQueue}
+	q.errNoRQ = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrNoReceiveQueue}
 	if d.SQ.WQECnt > 0 {
 		cfg := wqebuilder.Config{
 			Buf:           d.SQ.Buf,
@@ -127,7 +127,7 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			Memory:        d.Memory,
 		}
 		if cfg.MaxWQEBBs > cfg.WQECnt {
-			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ErrInvalidConfig)
+			return fmt.Errorf("send ring of %d WQEBBs cannot hold a WQE of %d: %w", cfg.WQECnt, cfg.MaxWQEBBs, ctx.ErrInvalidArgument)
 		}
 		sq, err := wqebuilder.New(cfg)
 		if err != nil {
@@ -148,12 +148,12 @@ func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	case d.RQ.WQECnt > 0:
 		r, err := newRecvRing(d.RQ.Buf, d.DBRec, d.RQ.WQECnt, d.RQ.Stride, d.MaxRecvSGE, false, 0, 0)
 		if err != nil {
-			return fmt.Errorf("receive queue: %v: %w", err, ErrInvalidConfig)
+			return fmt.Errorf("receive queue: %w", err)
 		}
-		r.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
-		r.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrTooManySGE}
-		r.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrSGETooLong}
-		r.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrStaleStage}
+		r.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrReceiveQueueFull}
+		r.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrTooManySGE}
+		r.errLength = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrSGETooLong}
+		r.errStale = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: wqebuilder.ErrStaleStage}
 		r.memory = d.Memory
 		q.rq, q.recv = r, r
 	}
@@ -220,8 +220,8 @@ func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStag
 	return s, err
 }
 
-// Refuse is the post of a queue that is not Ready: a *PostError wrapping
-// ErrNotConnected, ErrQPError or ErrClosed, and a stage of a private full
+// Refuse is the post of a queue that is not Ready: a *wqebuilder.PostError wrapping
+// ErrNotConnected, ErrQPError or ctx.ErrClosed, and a stage of a private full
 // queue, which writes nothing that matters and whose Finish fails with the
 // same error.
 func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
@@ -281,13 +281,13 @@ func (q *Queue) kind() string {
 // Close may be called from any goroutine, also while the owner posts on the
 // queue pair and polls its Pollers, as net.Conn.Close may: it closes only
 // the control-plane queue pair (Handle), so the owner's posts fail with
-// ErrClosed from then on (a stage begun before fails at Finish), and each
+// ctx.ErrClosed from then on (a stage begun before fails at Finish), and each
 // Poller the queue pair was added to drops it on the owner's goroutine, in
 // a later Poll, once no CQE of it is left in the CQ; until then its CQEs
 // are handed over as the device wrote them (Remove drops it at once).
 // Close is idempotent.
 func (q *Queue) Close() error {
-	if err := q.qp.Close(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := q.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
 		return Errorf(q.transport, "close"+q.kind(), "%w", err)
 	}
 	return nil
@@ -317,7 +317,7 @@ func (q *Queue) SRQ() *SharedReceiveQueue { return q.srq }
 // Free, Outstanding, Pending, and to post on directly. Once the QP is
 // closed it returns the private queue that refused posts use instead,
 // always full: its stages write nothing that matters and their Finish
-// returns a *PostError wrapping ErrClosed.
+// returns a *wqebuilder.PostError wrapping ctx.ErrClosed.
 func (q *Queue) SendQueue() *wqebuilder.SendQueue {
 	if q.sq != nil && q.qp.Closed() {
 		q.state = StateClosed
@@ -343,7 +343,7 @@ func (q *Queue) RingDoorbell() {
 // BeginRecv starts a receive WQE on the QP's own receive queue; add the
 // buffers with SGE, then Finish (and RingRecvDoorbell) or FinishDoorbell.
 // The stage fails with ErrNoReceiveQueue when the QP has none (it uses an
-// SRQ: post there), ErrQPError or ErrClosed.
+// SRQ: post there), ErrQPError or ctx.ErrClosed.
 //
 // BeginRecv, SGE and Finish (or FinishDoorbell) compile into the caller,
 // with a call only for the store barrier of FinishDoorbell and, when the

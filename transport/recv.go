@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -71,11 +72,11 @@ type recvRing struct {
 func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool, head, tail uint32) (*recvRing, error) {
 	switch {
 	case buf == nil || dbrec == nil:
-		return nil, fmt.Errorf("nil ring or doorbell record")
+		return nil, fmt.Errorf("nil ring or doorbell record: %w", ctx.ErrInvalidArgument)
 	case cnt == 0 || cnt > 1<<16 || cnt&(cnt-1) != 0:
-		return nil, fmt.Errorf("%d entries is not a power of two up to 65536", cnt)
+		return nil, fmt.Errorf("%d entries is not a power of two up to 65536: %w", cnt, ctx.ErrInvalidArgument)
 	case stride < prm.DataSize || stride&(stride-1) != 0:
-		return nil, fmt.Errorf("stride %d is not a power of two of at least %d", stride, prm.DataSize)
+		return nil, fmt.Errorf("stride %d is not a power of two of at least %d: %w", stride, prm.DataSize, ctx.ErrInvalidArgument)
 	}
 	r := &recvRing{
 		buf:     buf,
@@ -89,7 +90,7 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 	room := stride
 	if srq {
 		if stride < prm.SRQNextSize+prm.DataSize || head > r.mask || tail > r.mask {
-			return nil, fmt.Errorf("SRQ stride %d, head %d, tail %d", stride, head, tail)
+			return nil, fmt.Errorf("SRQ stride %d, head %d, tail %d: %w", stride, head, tail, ctx.ErrInvalidArgument)
 		}
 		r.segs = unsafe.Add(buf, prm.SRQNextSize)
 		room -= prm.SRQNextSize
@@ -136,7 +137,7 @@ const MaxSGELength = wqebuilder.MaxSGELength
 //
 // One receive WQE is built at a time per queue: a BeginRecv (or PostRecv)
 // before the last stage was finished takes the same free slot, and the
-// older stage's Finish is then refused with ErrStaleStage, as is a second
+// older stage's Finish is then refused with wqebuilder.ErrStaleStage, as is a second
 // Finish of the same stage.
 type RecvStage struct {
 	r     *recvRing
@@ -170,7 +171,7 @@ func (r *recvRing) refuse() RecvStage {
 // SGE appends a scatter entry: length bytes at addr in the memory region
 // lkey. A zero length adds nothing (rdma-core skips such entries: a zero
 // byte count means 2 GiB to the device); a length above MaxSGELength (bit
-// 31 of the byte count set) is refused with ErrSGETooLong. A stage that is
+// 31 of the byte count set) is refused with wqebuilder.ErrSGETooLong. A stage that is
 // no longer the open one writes nothing: its slot may be posted already;
 // nor does one that has refused an entry, even if its slot is open again
 // later.
@@ -267,8 +268,8 @@ func (r *recvRing) advanceSRQ(wrid uint64) {
 
 // error is the error of a stage that finish turned down: the owner's
 // refusal for a stage BeginRecv refused or a ring closed since, then
-// ErrStaleStage for a stage that is not the open one, then ErrSGETooLong,
-// then ErrTooManySGE.
+// wqebuilder.ErrStaleStage for a stage that is not the open one, then wqebuilder.ErrSGETooLong,
+// then wqebuilder.ErrTooManySGE.
 func (s RecvStage) error() error {
 	switch {
 	case s.first == refusedStage || s.r.closed.Load() != 0:

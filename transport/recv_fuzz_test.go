@@ -22,7 +22,7 @@ import (
 // segment whose bytes 2..3 link the free list; the doorbell record's first
 // word is the big-endian 16-bit counter. It states the stage contract: a
 // stage writes only while it is the ring's open stage (the last begun, not
-// yet posted), and Finish posts it only then, else ErrStaleStage.
+// yet posted), and Finish posts it only then, else wqebuilder.ErrStaleStage.
 func FuzzRecvSequence(f *testing.F) {
 	f.Add([]byte{0, 2, 0, 1, 3, 9, 2, 0, 4, 1, 0, 2, 1, 5, 0, 6, 0, 7, 0, 0})
 	f.Add([]byte{1, 3, 0, 0, 1, 0, 40, 2, 1, 1, 0, 3, 4, 0, 5, 7, 6, 1, 6, 0, 0, 1, 2, 1})

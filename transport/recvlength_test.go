@@ -9,7 +9,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
-	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -49,9 +48,9 @@ func TestReceiveSGETooLong(t *testing.T) {
 					} else {
 						err = s.Finish()
 					}
-					require.ErrorIs(t, err, transport.ErrSGETooLong, "%#x case %d", n, i)
+					require.ErrorIs(t, err, wqebuilder.ErrSGETooLong, "%#x case %d", n, i)
 					require.ErrorIs(t, err, wqebuilder.ErrSGETooLong)
-					var pe *transport.PostError
+					var pe *wqebuilder.PostError
 					require.True(t, errors.As(err, &pe))
 					require.Equal(t, "post receive", pe.Op)
 					require.Equal(t, mid, q.ring, "%#x case %d: written after the refused entry", n, i)
@@ -62,7 +61,7 @@ func TestReceiveSGETooLong(t *testing.T) {
 					require.Equal(t, out, q.outstanding())
 				}
 				ring := bytes.Clone(q.ring)
-				require.ErrorIs(t, q.post(1, addr, n, lkey), transport.ErrSGETooLong)
+				require.ErrorIs(t, q.post(1, addr, n, lkey), wqebuilder.ErrSGETooLong)
 				require.Equal(t, ring, q.ring)
 			}
 			require.NoError(t, q.begin(2).SGE(addr, wqebuilder.MaxSGELength, lkey).FinishDoorbell())

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // SharedReceiveQueue is a shared receive queue: receive WQEs that any queue
@@ -28,10 +29,10 @@ type SRQConfig struct {
 func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
 	const op, transport = "new SRQ", "transport"
 	if pd == nil {
-		return nil, Errorf(transport, op, "nil protection domain: %w", ErrInvalidConfig)
+		return nil, Errorf(transport, op, "nil protection domain: %w", ctx.ErrInvalidArgument)
 	}
 	if cfg.Depth == 0 {
-		return nil, Errorf(transport, op, "depth 0: %w", ErrInvalidConfig)
+		return nil, Errorf(transport, op, "depth 0: %w", ctx.ErrInvalidArgument)
 	}
 	if cfg.MaxSGE == 0 {
 		cfg.MaxSGE = 1
@@ -41,10 +42,10 @@ func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedRece
 		return nil, Errorf(transport, op, "%w", err)
 	}
 	if attr.MaxSRQWR != 0 && cfg.Depth > attr.MaxSRQWR {
-		return nil, Errorf(transport, op, "depth %d above the device's %d: %w", cfg.Depth, attr.MaxSRQWR, ErrInvalidConfig)
+		return nil, Errorf(transport, op, "depth %d above the device's %d: %w", cfg.Depth, attr.MaxSRQWR, ctx.ErrInvalidArgument)
 	}
 	if attr.MaxSRQSGE != 0 && cfg.MaxSGE > attr.MaxSRQSGE {
-		return nil, Errorf(transport, op, "max SGE %d above the device's %d: %w", cfg.MaxSGE, attr.MaxSRQSGE, ErrInvalidConfig)
+		return nil, Errorf(transport, op, "max SGE %d above the device's %d: %w", cfg.MaxSGE, attr.MaxSRQSGE, ctx.ErrInvalidArgument)
 	}
 	s, err := pd.CreateSRQ(ctx.SRQConfig{Depth: cfg.Depth, MaxSGE: cfg.MaxSGE})
 	if err != nil {
@@ -54,15 +55,15 @@ func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedRece
 	ring, err := newRecvRing(d.Buf, d.DBRec, d.WQECnt, d.Stride, d.MaxRecvSGE, true, d.Head, d.Tail)
 	if err != nil {
 		_ = s.Close()
-		return nil, Errorf(transport, op, "descriptor: %v: %w", err, ErrInvalidConfig)
+		return nil, Errorf(transport, op, "descriptor: %w", err)
 	}
-	ring.errFull = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
-	ring.errSGE = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrTooManySGE}
-	ring.errLength = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrSGETooLong}
-	ring.errStale = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrStaleStage}
+	ring.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
+	ring.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrTooManySGE}
+	ring.errLength = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrSGETooLong}
+	ring.errStale = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrStaleStage}
 	ring.memory = d.Memory
 	q := &SharedReceiveQueue{srq: s, ring: ring}
-	q.errs[0] = &PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrClosed}
+	q.errs[0] = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ctx.ErrClosed}
 	ring.refusal = q.recvRefusal
 	// A stage begun before the SRQ closed (from any goroutine) fails at
 	// Finish; the ring it writes stays mapped (ring.memory).
@@ -126,7 +127,7 @@ func (s *SharedReceiveQueue) RingRecvDoorbell() {
 
 // Close destroys the SRQ (and, first, every QP attached to it). It may be
 // called from any goroutine, also while the owner posts receives and
-// polls: posts then fail with ErrClosed (a stage begun before fails at
+// polls: posts then fail with ctx.ErrClosed (a stage begun before fails at
 // Finish), and the Pollers drop the attached queue pairs as after their
 // own Close. It is idempotent.
 func (s *SharedReceiveQueue) Close() error { return s.srq.Close() }

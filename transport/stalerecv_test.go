@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -55,9 +56,8 @@ func TestStaleReceiveStage(t *testing.T) {
 			}
 			unchanged := func(what string, err error, ring, dbrec []byte, n uint32) {
 				t.Helper()
-				require.ErrorIs(t, err, transport.ErrStaleStage, what)
 				require.ErrorIs(t, err, wqebuilder.ErrStaleStage, what)
-				var pe *transport.PostError
+				var pe *wqebuilder.PostError
 				require.True(t, errors.As(err, &pe), what)
 				require.Equal(t, "post receive", pe.Op)
 				require.Equal(t, ring, q.ring, what)
@@ -107,7 +107,7 @@ func TestReceiveStageErrors(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	q := ownRQ(t, e)
 	addr, lkey := e.Addr(1, 0), e.LKey(1)
-	require.ErrorIs(t, q.begin(1).SGE(addr, 1, lkey).SGE(addr, 1, lkey).SGE(addr, 1, lkey).Finish(), transport.ErrTooManySGE)
+	require.ErrorIs(t, q.begin(1).SGE(addr, 1, lkey).SGE(addr, 1, lkey).SGE(addr, 1, lkey).Finish(), wqebuilder.ErrTooManySGE)
 	for i := range 8 {
 		require.NoError(t, q.begin(uint64(i)).Finish())
 	}
@@ -122,7 +122,7 @@ func TestReceiveStageErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, qp.BeginRecv(1).SGE(addr, 8, lkey).Finish(), transport.ErrNoReceiveQueue)
 	require.NoError(t, qp.Close())
-	require.ErrorIs(t, qp.BeginRecv(1).Finish(), transport.ErrClosed, "closed comes before no receive queue")
+	require.ErrorIs(t, qp.BeginRecv(1).Finish(), ctx.ErrClosed, "closed comes before no receive queue")
 	require.NoError(t, s.Close())
-	require.ErrorIs(t, s.BeginRecv(3).Finish(), transport.ErrClosed)
+	require.ErrorIs(t, s.BeginRecv(3).Finish(), ctx.ErrClosed)
 }

@@ -91,7 +91,7 @@ func TestRemoteAddresses(t *testing.T) {
 			grh := c.noLID || c.link == ctx.LinkLayerEthernet
 			want := ctx.AddressAttr{Port: 1, SL: 2, DLID: ep.LID}
 			if grh {
-				want = ctx.AddressAttr{Port: 1, SL: 2, GlobalRoute: true, DGID: ctx.GID(ep.GID), SGIDIndex: c.gid, HopLimit: 64}
+				want = ctx.AddressAttr{Port: 1, SL: 2, GlobalRoute: true, DGID: ep.GID, SGIDIndex: c.gid, HopLimit: 64}
 			}
 			ahs := log.AddressHandles()
 			require.Equal(t, want, ahs[len(ahs)-1], "NewRemote")
@@ -109,7 +109,7 @@ func TestRemoteAddresses(t *testing.T) {
 			require.NoError(t, err)
 			want = ctx.AddressAttr{Port: 1, SL: in.SL, DLID: in.SLID}
 			if grh {
-				want.GlobalRoute, want.DGID, want.SGIDIndex, want.HopLimit = true, ctx.GID(from.GID), c.gid, 0xff
+				want.GlobalRoute, want.DGID, want.SGIDIndex, want.HopLimit = true, from.GID, c.gid, 0xff
 			}
 			ahs = log.AddressHandles()
 			require.Equal(t, want, ahs[len(ahs)-1], "ReplyRemote")

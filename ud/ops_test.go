@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -142,14 +141,14 @@ func TestReplyPath(t *testing.T) {
 				require.NoError(t, err, "no GRH needed without one")
 			} else {
 				_, err := x.qp[1].ReplyRemote(&in, nil)
-				require.ErrorIs(t, err, transport.ErrInvalidConfig, "a GRH completion needs the GRH bytes")
+				require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a GRH completion needs the GRH bytes")
 				from := x.qp[0].Endpoint().GID
 				if c.link == ctx.LinkLayerEthernet {
 					// The chosen GID is RoCE v2 IPv4-mapped: the IPv4
 					// header fills the last 20 bytes, source address at 12.
 					require.Equal(t, from[12:], e.Mem(1, 20+12, 4), "the IPv4 header names the sender's address")
 				} else {
-					var sgid [16]byte
+					var sgid ctx.GID
 					copy(sgid[:], e.Mem(1, 8, 16))
 					require.Equal(t, from, sgid, "the GRH names the sender's GID")
 				}
@@ -270,11 +269,11 @@ func TestDatagramLossAndErrors(t *testing.T) {
 	require.Len(t, got, 4)
 	require.Equal(t, prm.SyndromeLocalLength, got[0].Syndrome)
 	require.ErrorIs(t, got[0].Err(), monocq.ErrCompletion)
-	require.ErrorIs(t, got[0].Err(), completion.ErrLocalLength)
-	require.NotErrorIs(t, got[0].Err(), completion.ErrFlushed)
+	require.ErrorIs(t, got[0].Err(), monocq.ErrLocalLength)
+	require.NotErrorIs(t, got[0].Err(), monocq.ErrFlushed)
 	for _, c := range got[1:] {
 		require.True(t, c.IsFlush())
-		require.ErrorIs(t, c.Err(), completion.ErrFlushed)
+		require.ErrorIs(t, c.Err(), monocq.ErrFlushed)
 	}
 	require.Equal(t, transport.StateError, x.qp[0].State())
 }
@@ -298,7 +297,7 @@ func TestUDMisuse(t *testing.T) {
 		{"inline", ud.Config{SendDepth: 1, MaxInline: 1 << 16}, e.PD[0], cq},
 	} {
 		_, err := ud.New(c.pd, c.cq, c.cfg)
-		require.ErrorIs(t, err, transport.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), "ud: new QP", c.name)
 	}
 	q, err := ud.New(e.PD[0], cq, ud.Config{SendDepth: 4, SRQ: srq, QKey: 3})
@@ -321,7 +320,7 @@ func TestUDMisuse(t *testing.T) {
 	require.NoError(t, q.Close())
 	require.NoError(t, q.Close())
 	_, err = q.Post(1, 0, r)
-	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	require.NoError(t, r.Close())
 }
 

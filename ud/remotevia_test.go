@@ -42,12 +42,12 @@ func TestRemoteVia(t *testing.T) {
 	require.NoError(t, ah.Close())
 
 	_, err = x.qp[0].RemoteVia(nil, 1, 1)
-	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	_, err = x.qp[0].RemoteVia(ah, 1, 1)
-	require.ErrorIs(t, err, transport.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	ah2, err := x.e.PD[0].CreateAddressHandle(ctx.AddressAttr{Port: 1, DLID: 1})
 	require.NoError(t, err)
 	defer ah2.Close()
 	_, err = x.qp[0].RemoteVia(ah2, 1<<24, 1)
-	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }

@@ -144,11 +144,11 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 	const op = "remote via address handle"
 	switch {
 	case ah == nil:
-		return nil, transport.Errorf(name, op, "nil address handle: %w", transport.ErrInvalidConfig)
+		return nil, transport.Errorf(name, op, "nil address handle: %w", ctx.ErrInvalidArgument)
 	case ah.Closed():
-		return nil, transport.Errorf(name, op, "address handle: %w", transport.ErrClosed)
+		return nil, transport.Errorf(name, op, "address handle: %w", ctx.ErrClosed)
 	case qpn > prm.AVDQPNMask:
-		return nil, transport.Errorf(name, op, "remote QPN %#x out of range (0..%#x): %w", qpn, prm.AVDQPNMask, transport.ErrInvalidConfig)
+		return nil, transport.Errorf(name, op, "remote QPN %#x out of range (0..%#x): %w", qpn, prm.AVDQPNMask, ctx.ErrInvalidArgument)
 	}
 	return &Remote{av: ah.AV(), qpn: qpn, qkey: qkey, ah: ah, borrowed: true}, nil
 }
@@ -168,12 +168,12 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
-		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", transport.ErrInvalidConfig)
+		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", ctx.ErrInvalidArgument)
 	}
 	attr := ctx.AddressAttr{Port: q.port.Number, DLID: c.SLID, SL: c.SL}
 	if c.GRH || q.port.Link == ctx.LinkLayerEthernet {
 		if len(grh) < GRHSize {
-			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), transport.ErrInvalidConfig)
+			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ctx.ErrInvalidArgument)
 		}
 		g, err := transport.ParseGRH(grh)
 		if err != nil {
@@ -207,7 +207,7 @@ func (r *Remote) Close() error {
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the
 // stage, add the payload (at most the path MTU) and Finish. Post refuses a
-// QP in error or closed with a *transport.PostError (ErrQPError, ErrClosed); the stage
+// QP in error or closed with a *wqebuilder.PostError (transport.ErrQPError, ctx.ErrClosed); the stage
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {

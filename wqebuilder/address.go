@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -55,7 +56,7 @@ type Address struct {
 	// Global adds a GRH (always on RoCE): DGID, SGIDIndex, FlowLabel (20
 	// bits), TrafficClass and HopLimit fill it.
 	Global       bool
-	DGID         [16]byte
+	DGID         ctx.GID
 	SGIDIndex    uint8
 	FlowLabel    uint32
 	TrafficClass uint8

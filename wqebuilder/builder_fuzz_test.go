@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -187,8 +188,8 @@ func newFzRig(t *testing.T, cfg wqebuilder.Config) *fzRig {
 	cfg.BlueFlame = unsafe.Pointer(&r.reg[0])
 	q, err := wqebuilder.New(cfg)
 	if err != nil {
-		if !errors.Is(err, wqebuilder.ErrBadConfig) {
-			t.Fatalf("New: %v does not match ErrBadConfig", err)
+		if !errors.Is(err, ctx.ErrInvalidArgument) {
+			t.Fatalf("New: %v does not match ctx.ErrInvalidArgument", err)
 		}
 		return nil
 	}
@@ -576,7 +577,7 @@ func (r *fzRig) finishOpmod(in *fzInput, w *fzWQEState, ctrlHi []byte, opmod uin
 	if w.err != fzOK {
 		want := w.err.sentinel()
 		var pe *wqebuilder.PostError
-		if !errors.Is(err, want) || !errors.As(err, &pe) || uint8(pe.Op) != w.opcode {
+		if !errors.Is(err, want) || !errors.As(err, &pe) || uint8(pe.Opcode) != w.opcode {
 			t.Fatalf("WQE %d: Finish returned %v, want a PostError for opcode %#x wrapping %v", wrid, err, w.opcode, want)
 		}
 		if w.err != fzFull {

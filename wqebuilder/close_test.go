@@ -32,14 +32,13 @@ func TestCloseRefusesOpenAndLaterStages(t *testing.T) {
 	pi := q.ProducerIndex()
 
 	err := open.SGE(0x2000, 64, 3).Inline([]byte("late")).FinishBlueFlame()
-	require.ErrorIs(t, err, wqebuilder.ErrClosed)
 	require.ErrorIs(t, err, ctx.ErrClosed)
 	var pe *wqebuilder.PostError
 	require.True(t, errors.As(err, &pe))
 	require.Equal(t, fmt.Sprintf("wqebuilder: post RDMA_WRITE on QP %#x: %v", testQPN, ctx.ErrClosed), err.Error())
 
 	err = q.Begin(3, 0).Send().Inline([]byte("later")).Finish()
-	require.ErrorIs(t, err, wqebuilder.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 	q.RingDoorbell()
 	require.Equal(t, pi, q.ProducerIndex())
 	require.Equal(t, db, f.dbrecSend(), "the doorbell record moved after Close")
@@ -78,5 +77,5 @@ func TestCloseFromAnotherGoroutine(t *testing.T) {
 	<-started
 	q.Close()
 	wg.Wait()
-	require.ErrorIs(t, err, wqebuilder.ErrClosed)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 }

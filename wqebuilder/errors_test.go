@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -22,7 +23,7 @@ func requirePostError(t *testing.T, err, sentinel error, op prm.Opcode) {
 	require.ErrorIs(t, err, sentinel)
 	var pe *wqebuilder.PostError
 	require.True(t, errors.As(err, &pe))
-	require.Equal(t, op, pe.Op)
+	require.Equal(t, op, pe.Opcode)
 	require.Equal(t, "wqebuilder", pe.Transport)
 	require.Equal(t, fmt.Sprintf("wqebuilder: post %v on QP %#x: %v", op, pe.QPN, sentinel), err.Error())
 }
@@ -255,7 +256,7 @@ func TestNewRejects(t *testing.T) {
 		c := good
 		mod(&c)
 		_, err := wqebuilder.New(c)
-		require.ErrorIs(t, err, wqebuilder.ErrBadConfig, name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 		require.True(t, strings.HasPrefix(err.Error(), "wqebuilder: new send queue: "), err.Error())
 	}
 }

@@ -124,41 +124,58 @@ var (
 	ErrQueueFull = errors.New("send queue full")
 	// ErrInlineTooLong means that the inline payload exceeds MaxInline.
 	ErrInlineTooLong = errors.New("inline data longer than max inline")
-	// ErrTooManySGE means that the WQE has more data segments than MaxSGE.
+	// ErrTooManySGE means that the WQE has more data segments than MaxSGE
+	// (for a receive WQE of the transports: more scatter entries than the
+	// queue's max receive SGE).
 	ErrTooManySGE = errors.New("more scatter/gather entries than max SGE")
 	// ErrWQETooLarge means that the WQE outgrew MaxWQEBBs.
 	ErrWQETooLarge = errors.New("WQE larger than max WQEBBs")
 	// ErrSGETooLong means that a data segment was given more than
 	// MaxSGELength bytes: bit 31 of its byte count would be set, which the
 	// device reads as an inline segment.
+	// The transports return it for a receive scatter entry too.
 	ErrSGETooLong = errors.New("scatter/gather entry longer than 2^31-1 bytes")
-	// ErrBadConfig is returned by New for an unusable Config.
-	ErrBadConfig = errors.New("bad send queue configuration")
 	// ErrStaleStage means that Finish was called on a stage whose WQE is
 	// no longer the next one: the stage (or a copy of it) was finished
 	// already, or a later Begin was finished first. Nothing is written.
 	ErrStaleStage = errors.New("stage finished twice or out of order")
-	// ErrClosed means that the queue was closed (Close: the transports
-	// close it with its QP, from whichever goroutine closes that) before
-	// the WQE was finished. It is ctx.ErrClosed, the error of every closed
-	// object, so errors.Is matches it whichever package names it.
-	ErrClosed = ctx.ErrClosed
 )
 
-// PostError is the error Finish returns: the queue's owner and QPN, the
-// opcode of the failed WQE and the reason, one of the sentinel errors above
-// (use errors.Is).
+// PostError is the error of a refused post, of a send WQE the builder
+// refused (Finish) and of the transports' refused sends and receives: the
+// queue's owner, the verb, the QPN (or SRQ number) and the reason, a
+// sentinel matched with errors.Is (ErrQueueFull, ErrInlineTooLong,
+// ErrTooManySGE, ErrWQETooLarge, ErrSGETooLong, ErrStaleStage,
+// ctx.ErrClosed here; the transports' own sentinels from package
+// transport). A queue makes each of its errors once, so that returning one
+// again allocates nothing.
 type PostError struct {
-	// Transport is Config.Transport, or "wqebuilder".
+	// Transport is the owner of the queue: Config.Transport ("rc", "dc",
+	// "ud"), or "wqebuilder".
 	Transport string
-	QPN       uint32
-	Op        prm.Opcode
-	Err       error
+	// Op is the verb: "post" and the opcode of the refused send WQE
+	// ("post RDMA_WRITE"), or "post send" or "post receive" when a queue
+	// pair refused the post before a WQE was built.
+	Op string
+	// Opcode is the opcode of the refused send WQE (OpNop when the post was
+	// refused before its opcode was known, and for receives).
+	Opcode Opcode
+	// QPN is the queue pair's number, or the SRQ number when SRQ is set.
+	QPN uint32
+	// SRQ reports a receive refused by a shared receive queue.
+	SRQ bool
+	// Err is the sentinel that says why.
+	Err error
 }
 
-// Error reads "rc: post RDMA_WRITE on QP 0x11c: send queue full".
+// Error reads "rc: post RDMA_WRITE on QP 0x11c: send queue full", or
+// "rc: post receive on SRQ 0x2: receive queue full".
 func (e *PostError) Error() string {
-	return fmt.Sprintf("%s: post %v on QP %#x: %v", e.Transport, e.Op, e.QPN, e.Err)
+	what := "QP"
+	if e.SRQ {
+		what = "SRQ"
+	}
+	return fmt.Sprintf("%s: %s on %s %#x: %v", e.Transport, e.Op, what, e.QPN, e.Err)
 }
 
 // Unwrap returns the sentinel error.
@@ -198,14 +215,14 @@ const (
 )
 
 // whyErrors are the sentinels of the reasons.
-var whyErrors = [numWhy]error{ErrStaleStage, ErrQueueFull, ErrInlineTooLong, ErrWQETooLarge, ErrTooManySGE, ErrSGETooLong, ErrClosed}
+var whyErrors = [numWhy]error{ErrStaleStage, ErrQueueFull, ErrInlineTooLong, ErrWQETooLarge, ErrTooManySGE, ErrSGETooLong, ctx.ErrClosed}
 
 // opIndexMask folds an opcode into the error table; every opcode the stages
 // write is below 32.
 const opIndexMask = 31
 
 // failure is the error of a WQE whose Finish was refused, from its control
-// segment and state word: ErrClosed once Close ran, then Refusal's, or ErrQueueFull, for a WQE begun on a
+// segment and state word: ctx.ErrClosed once Close ran, then Refusal's, or ErrQueueFull, for a WQE begun on a
 // full queue, then the error the stages recorded, else ErrStaleStage. Each
 // error is made once per queue, reason and opcode, so that a Finish refused
 // again, as a full queue's is until completions come, allocates nothing.
@@ -244,14 +261,14 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 		if name == "" {
 			name = "wqebuilder"
 		}
-		*e = &PostError{Transport: name, QPN: q.cfg.QPN, Op: prm.Opcode(op), Err: whyErrors[why]}
+		*e = &PostError{Transport: name, Op: "post " + prm.Opcode(op).String(), Opcode: prm.Opcode(op), QPN: q.cfg.QPN, Err: whyErrors[why]}
 	}
 	return *e
 }
 
 // Close stops the queue for good, and may be called from any goroutine:
 // from then on Finish refuses every stage, those begun before Close
-// included, with a *PostError wrapping ErrClosed and writes nothing, and
+// included, with a *PostError wrapping ctx.ErrClosed and writes nothing, and
 // RingDoorbell rings nothing (WQEs finished before Close and not yet rung
 // stay unpublished). Close does not touch the ring: a stage kept across it
 // may go on writing there, to memory that Config.Memory keeps mapped until
@@ -269,7 +286,7 @@ func (q *SendQueue) Closed() bool { return q.closed.Load() != 0 }
 // doorbell record and the register are not written until the first post.
 func New(cfg Config) (*SendQueue, error) {
 	bad := func(format string, args ...any) (*SendQueue, error) {
-		return nil, fmt.Errorf("wqebuilder: new send queue: "+format+": %w", append(args, ErrBadConfig)...)
+		return nil, fmt.Errorf("wqebuilder: new send queue: "+format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case cfg.Buf == nil:

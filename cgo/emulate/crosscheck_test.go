@@ -117,7 +117,7 @@ func TestCrossCheckKitAndLibmlx5(t *testing.T) {
 		kitEnd := qp.Endpoint()
 		require.NoError(t, p.ConnectRC(kitEnd.QPN, kitEnd.LID, kitEnd.GID, kitEnd.PSN))
 		require.NoError(t, qp.Connect(endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: p.QPN(), LID: p.LID(),
-			GID: p.GID(), PSN: 0, MTU: endpoint.MTU1024}))
+			GID: p.GID(), PSN: 0, MTU: ctx.MTU1024}))
 
 		for round := range 3 {
 			// libmlx5 → kit.
@@ -182,7 +182,7 @@ func TestCrossCheckKitAndLibmlx5(t *testing.T) {
 		kitEnd := qp.Endpoint()
 		require.NoError(t, p.ReadyUD(qkey, kitEnd.LID, kitEnd.GID))
 		remote, err := qp.NewRemote(endpoint.Endpoint{Transport: endpoint.TransportUD, QPN: p.QPN(), LID: p.LID(),
-			GID: p.GID(), QKey: qkey, MTU: endpoint.MTU1024})
+			GID: p.GID(), QKey: qkey, MTU: ctx.MTU1024})
 		require.NoError(t, err)
 
 		for round := range 3 {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -30,7 +30,7 @@ func TestCgoProviderProbesDCReadAtomicDepth(t *testing.T) {
 	f := emulate.Fabric()
 	require.NotNil(t, f, "the emulation is on")
 	maps := emulate.MappingCount()
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
 	model, err := f.OpenDevice(d.Name())
@@ -44,15 +44,15 @@ func TestCgoProviderProbesDCReadAtomicDepth(t *testing.T) {
 	attr, err := d.Query()
 	require.NoError(t, err)
 	require.True(t, attr.DC)
-	require.False(t, d.DVAttr().Has(cgo.DVMaskMaxDCRdAtomic), "rdma-core reports no DC depths: the probe is what tells")
+	require.False(t, d.DVAttr().Has(verbs.DVMaskMaxDCRdAtomic), "rdma-core reports no DC depths: the probe is what tells")
 	require.Equal(t, want.MaxQPInitRdAtomic, attr.MaxQPInitRdAtomic)
 	require.Equal(t, want.MaxDCInitRdAtomic, attr.MaxDCInitRdAtomic, "the probed DC initiator depth")
 
 	pd, err := d.AllocProtectionDomain()
 	require.NoError(t, err)
-	cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 16}})
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 16}})
 	require.NoError(t, err)
-	dci, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq,
+	dci, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 4, MaxSendSGE: 1}})
 	require.NoError(t, err)
 	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1}))

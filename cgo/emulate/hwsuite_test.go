@@ -26,7 +26,7 @@ import (
 // binaries link the emulated kernel (an emulate_link_test.go, or the root
 // package for the commands).
 var hardwareSuitePackages = []string{
-	"github.com/mlx5kit/mlx5kit/cgo",
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs",
 	"github.com/mlx5kit/mlx5kit/internal/scenario",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-devinfo",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-perf",
@@ -140,7 +140,7 @@ func TestHardwareSuitesOnEmulatedDevice(t *testing.T) {
 				}
 			}
 			require.NotEmpty(t, passed, "no hardware test ran: %s\n%s", stderr.String(), out)
-			for _, want := range []string{"cgo/TestHardwareRDMAWriteLoopback", "scenario/TestHardwareScenarios/RCWrite",
+			for _, want := range []string{"verbs/TestHardwareRDMAWriteLoopback", "scenario/TestHardwareScenarios/RCWrite",
 				"scenario/TestHardwareScenarios/UD", "mlx5kit-pingpong/TestHardwarePingPong"} {
 				require.True(t, passed[want], "%s passes on the emulated device:\n%s", want, output[want])
 			}
@@ -163,30 +163,30 @@ func TestHardwareSuitesOnEmulatedDevice(t *testing.T) {
 // neither.
 func TestCheckHardwareRun(t *testing.T) {
 	list := map[string]struct{ link, why string }{
-		"cgo/TestFails":     {"", "out of reach"},
-		"cgo/TestPassesNow": {"", "was out of reach"},
-		"cgo/TestRenamed":   {"", "names no test any more"},
-		"cgo/TestRoCEOnly":  {"ethernet", "RoCE only"},
+		"verbs/TestFails":     {"", "out of reach"},
+		"verbs/TestPassesNow": {"", "was out of reach"},
+		"verbs/TestRenamed":   {"", "names no test any more"},
+		"verbs/TestRoCEOnly":  {"ethernet", "RoCE only"},
 	}
-	passed := map[string]bool{"cgo/TestPassesNow": true, "cgo/TestFine": true, "cgo/TestRoCEOnly": true}
-	failed := map[string]bool{"cgo/TestFails": true, "cgo/TestNew": true}
+	passed := map[string]bool{"verbs/TestPassesNow": true, "verbs/TestFine": true, "verbs/TestRoCEOnly": true}
+	failed := map[string]bool{"verbs/TestFails": true, "verbs/TestNew": true}
 	skipped := map[string]bool{"scenario/TestSkips": true}
 	known, problems := checkHardwareRun(list, "infiniband", passed, failed, skipped)
-	require.Equal(t, []string{"cgo/TestFails (out of reach)"}, known)
+	require.Equal(t, []string{"verbs/TestFails (out of reach)"}, known)
 	var keys []string
 	for _, p := range problems {
 		keys = append(keys, p.key)
 	}
-	require.Equal(t, []string{"cgo/TestNew", "cgo/TestPassesNow", "cgo/TestRenamed", "scenario/TestSkips"}, keys)
-	require.Contains(t, problems[1].why, "remove it from notYetOnTheEmulatedDevice")
-	require.Contains(t, problems[2].why, "names no test")
+	require.Equal(t, []string{"scenario/TestSkips", "verbs/TestNew", "verbs/TestPassesNow", "verbs/TestRenamed"}, keys)
+	require.Contains(t, problems[2].why, "remove it from notYetOnTheEmulatedDevice")
+	require.Contains(t, problems[3].why, "names no test")
 
 	_, problems = checkHardwareRun(list, "ethernet", passed, failed, skipped)
 	keys = keys[:0]
 	for _, p := range problems {
 		keys = append(keys, p.key)
 	}
-	require.Contains(t, keys, "cgo/TestRoCEOnly", "an entry for RoCE whose test passes on RoCE")
+	require.Contains(t, keys, "verbs/TestRoCEOnly", "an entry for RoCE whose test passes on RoCE")
 
 	known, problems = checkHardwareRun(map[string]struct{ link, why string }{}, "infiniband", passed, map[string]bool{}, map[string]bool{})
 	require.Empty(t, known)

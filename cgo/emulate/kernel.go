@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -75,7 +75,7 @@ type ufile struct {
 // ucontext is what GET_CONTEXT creates: the device opened on the model and
 // the user access region (UAR) pages of the context.
 type ucontext struct {
-	dev        ctx.ProviderDevice
+	dev        provider.Device
 	cqeVersion uint8
 	// staticPages are the UAR pages of the bfregs the library asked for
 	// (MLX5_IB_MMAP_REGULAR_PAGE, _WC_PAGE, _NC_PAGE index them);
@@ -199,7 +199,7 @@ func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 // descriptors it created stay open until closed themselves.
 func (k *kernel) close(fd int) syscall.Errno {
 	k.mu.Lock()
-	var dev ctx.ProviderDevice
+	var dev provider.Device
 	var uc *ucontext
 	var writeFD = -1
 	if f, ok := k.files[fd]; ok {

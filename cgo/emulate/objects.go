@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -39,10 +40,10 @@ const (
 // uobject is one object of a context.
 type uobject struct {
 	kind objKind
-	pd   ctx.ProviderProtectionDomain
-	mr   ctx.ProviderMemoryRegion
-	cq   ctx.ProviderCompletionQueue
-	qp   ctx.ProviderQueuePair
+	pd   provider.ProtectionDomain
+	mr   provider.MemoryRegion
+	cq   provider.CompletionQueue
+	qp   provider.QueuePair
 	// qpType is a QP's type, caps its capabilities.
 	qpType ctx.QPType
 	caps   ctx.QueuePairCaps

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -51,7 +51,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 	f := emulate.Fabric()
 	require.NotNil(t, f, "the emulation is on")
 	maps := emulate.MappingCount()
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
 	pa, err := d.QueryPort(1)
@@ -63,7 +63,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 
 	pd, err := d.AllocProtectionDomain()
 	require.NoError(t, err)
-	cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
 	require.NoError(t, err)
 	creates := emulate.CallCount("write CREATE_SRQ")
 	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 16, MaxSGE: 2})
@@ -84,14 +84,14 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 	}
 
 	// An RC pair: the receiver on the SRQ.
-	send, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+	send, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 32}})
 	require.NoError(t, err)
-	recv, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
+	recv, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1}})
 	require.NoError(t, err, "an RC QP with an SRQ")
 	require.Zero(t, recv.Descriptor().RQ.WQECnt, "no receive ring of its own")
-	rc := [2]*cgo.QueuePair{send, recv}
+	rc := [2]*verbs.QueuePair{send, recv}
 	for i, q := range rc {
 		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}))
 		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: rc[1-i].Descriptor().QPN, PathMTU: ctx.MTU1024,
@@ -101,7 +101,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 
 	// A DCT on the SRQ and a DCI.
 	const key = 0xdc0ffee
-	dct, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeDCT, RecvCQ: cq, SRQ: srq, DCKey: key})
+	dct, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeDCT, RecvCQ: cq, SRQ: srq, DCKey: key})
 	require.NoError(t, err, "mlx5dv_create_qp DCT")
 	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}))
 	exModifies := emulate.CallCount("write EX_MODIFY_QP")
@@ -114,7 +114,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 	require.Equal(t, ctx.QPStateRTR, st)
 	require.ErrorIs(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateRTS}), ctx.ErrInvalidState, "a DCT stops at RTR")
 
-	dci, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq,
+	dci, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1, MaxInline: 32}})
 	require.NoError(t, err, "mlx5dv_create_qp DCI")
 	require.NoError(t, dci.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1}))
@@ -155,7 +155,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 		}
 		return out
 	}
-	sendQueue := func(q *cgo.QueuePair) *wqebuilder.SendQueue {
+	sendQueue := func(q *verbs.QueuePair) *wqebuilder.SendQueue {
 		dq := q.Descriptor()
 		sq, err := wqebuilder.New(wqebuilder.Config{Buf: dq.SQ.Buf, WQECnt: dq.SQ.WQECnt, QPN: dq.QPN, DBRec: dq.DBRec,
 			BlueFlame: dq.BlueFlame, BlueFlameSize: dq.BlueFlameSize, MaxInline: dq.MaxInline, MaxSGE: dq.MaxSendSGE, Memory: dq.Memory})
@@ -202,7 +202,7 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 	require.Empty(t, f.Violations(), "the WQEs libmlx5's rings carried are well formed")
 
 	require.NoError(t, mr.Close())
-	for _, q := range []*cgo.QueuePair{dci, dct, send, recv} {
+	for _, q := range []*verbs.QueuePair{dci, dct, send, recv} {
 		require.NoError(t, q.Close(), "ibv_destroy_qp")
 	}
 	destroys := emulate.CallCount("write DESTROY_SRQ")

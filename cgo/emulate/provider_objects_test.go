@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
@@ -24,7 +24,7 @@ import (
 func TestCgoProviderObjects(t *testing.T) {
 	f := emulate.Fabric()
 	require.NotNil(t, f, "the emulation is on")
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
 
@@ -80,7 +80,7 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 	f := emulate.Fabric()
 	require.NotNil(t, f, "the emulation is on")
 	maps := emulate.MappingCount()
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
 	attr, err := d.Query()
@@ -92,7 +92,7 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 		{Depth: 255, CQESize: 128, CompVector: attr.CompVectors - 1},
 	} {
 		ioctls, writes := emulate.CallCount("ioctl CQ_CREATE"), emulate.CallCount("write CREATE_CQ")
-		cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: c})
+		cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: c})
 		require.NoError(t, err, "%+v", c)
 		if os.Getenv(emulate.EnvABI) == emulate.ABIWrite {
 			require.Equal(t, writes+1, emulate.CallCount("write CREATE_CQ"), "the write command, without the ioctl framework")
@@ -129,7 +129,7 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 // closeAndCollect closes a device whose queues handed out their memory:
 // ibv_close_device runs once that memory is collected, which the test
 // waits for (the UAR pages unmapped) so that no descriptor is left open.
-func closeAndCollect(t *testing.T, d *cgo.Device, maps int) {
+func closeAndCollect(t *testing.T, d *verbs.Device, maps int) {
 	require.NoError(t, d.Close())
 	deadline := time.Now().Add(10 * time.Second)
 	for emulate.MappingCount() != maps && time.Now().Before(deadline) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -27,7 +27,7 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 	f := emulate.Fabric()
 	require.NotNil(t, f, "the emulation is on")
 	maps := emulate.MappingCount()
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
 	pa, err := d.QueryPort(1)
@@ -35,16 +35,16 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 
 	pd, err := d.AllocProtectionDomain()
 	require.NoError(t, err)
-	cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
 	require.NoError(t, err)
 	// The provider probes the device with throw-away QPs once, when first
 	// asked (Query): let it do so before counting.
 	_, err = d.Query()
 	require.NoError(t, err)
 	creates := emulate.CallCount("write CREATE_QP")
-	var qps [2]*cgo.QueuePair
+	var qps [2]*verbs.QueuePair
 	for i := range qps {
-		qps[i], err = pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		qps[i], err = pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 			Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 32}})
 		require.NoError(t, err, "mlx5dv_create_qp")
 	}

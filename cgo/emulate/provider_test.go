@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -28,7 +28,7 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, infos)
 
-	list, err := cgo.ListDevices()
+	list, err := verbs.ListDevices()
 	require.NoError(t, err)
 	require.Len(t, list, len(infos), "ibv_get_device_list lists every device of the model: %+v", list)
 	for i, info := range infos {
@@ -37,7 +37,7 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 		require.True(t, list[i].MLX5, "libmlx5 drives %s", info.Name)
 		require.Equal(t, "InfiniBand channel adapter", list[i].NodeType)
 	}
-	require.Empty(t, cgo.NoDeviceReason())
+	require.Empty(t, verbs.NoDeviceReason())
 
 	for _, info := range infos {
 		t.Run(info.Name, func(t *testing.T) {
@@ -49,7 +49,7 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 
 			maps := emulate.MappingCount()
 			ioctls, writes := emulate.CallCount("ioctl GET_CONTEXT"), emulate.CallCount("write GET_CONTEXT")
-			d, err := cgo.Open(info.Name)
+			d, err := verbs.Open(info.Name)
 			require.NoError(t, err)
 			defer func() {
 				require.NoError(t, d.Close())
@@ -104,7 +104,7 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 
 			dv := d.DVAttr()
 			require.False(t, dv.CQEVersion1(), "the model writes version 0 CQEs")
-			require.Equal(t, wa.CQEPadding, dv.Flags&cgo.DVFlagCQE128Padding != 0)
+			require.Equal(t, wa.CQEPadding, dv.Flags&verbs.DVFlagCQE128Padding != 0)
 			require.Zero(t, dv.CQECompressionMaxNum)
 
 			for p := uint8(1); p <= wa.PhysPortCount; p++ {
@@ -190,7 +190,7 @@ func TestChildIsEmulated(t *testing.T) {
 	if strings.HasPrefix(os.Getenv(emulate.EnvLink), "eth") {
 		ll = ctx.LinkLayerEthernet
 	}
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Close()) }()
 	pa, err := d.QueryPort(1)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -30,18 +30,18 @@ import (
 //     refuses port 0 with EINVAL (rdma_is_port_valid).
 func TestProviderFixesOnEmulatedDevice(t *testing.T) {
 	maps := emulate.MappingCount()
-	d, err := cgo.Open("")
+	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
 	attr, err := d.Query()
 	require.NoError(t, err)
 	pd, err := d.AllocProtectionDomain()
 	require.NoError(t, err)
-	cq, err := d.CreateCompletionQueue(cgo.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
 	require.NoError(t, err)
 
 	creates := emulate.CallCount("write CREATE_QP")
-	deep, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+	deep, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: attr.MaxQPWR / 2, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err, "a send queue of max_qp_wr/2 WQEs (%d)", attr.MaxQPWR/2)
 	require.Equal(t, creates+1, emulate.CallCount("write CREATE_QP"), "the kernel took libmlx5's ring")
@@ -50,7 +50,7 @@ func TestProviderFixesOnEmulatedDevice(t *testing.T) {
 	require.GreaterOrEqual(t, dq.SQ.WQECnt, attr.MaxQPWR/2, "one WQEBB or more per WQE")
 	require.NoError(t, deep.Close())
 
-	q, err := pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+	q, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	init := ctx.QPAttr{State: ctx.QPStateInit, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}
@@ -75,7 +75,7 @@ func TestProviderFixesOnEmulatedDevice(t *testing.T) {
 	require.NoError(t, q.Close())
 
 	// The port check itself: port 2 of a one-port device.
-	q, err = pd.CreateQueuePair(cgo.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+	q, err = pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	err = q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 2, Access: ctx.AccessLocalWrite})

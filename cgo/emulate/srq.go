@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -34,7 +34,7 @@ const objSRQ objKind = 64
 
 // srqObject is what a context keeps of an SRQ besides the model's queue.
 type srqObject struct {
-	srq ctx.ProviderSRQ
+	srq provider.SRQ
 	// max is the WQE count (a power of two), maxSGE the scatter entries
 	// the library asked for, limit the armed limit (always 0: the model
 	// has no limit event).

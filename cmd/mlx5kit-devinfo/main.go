@@ -30,12 +30,13 @@ import (
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // hardwareExtras is what the hardware provider's device handle offers
-// beyond ctx.ProviderDevice (see cgo.Device).
+// beyond provider.Device (the hardware provider's device).
 type hardwareExtras interface {
 	DVAttr() cgo.DVAttr
 	QueryExtended() (cgo.ExtendedAttr, error)
@@ -167,7 +168,7 @@ func describeContext(c *ctx.Context, verbose bool) (Description, error) {
 	if d.Attr, err = c.Query(); err != nil {
 		return d, err
 	}
-	hw, _ := c.Device().(hardwareExtras)
+	hw, _ := provider.DeviceOf(c).(hardwareExtras)
 	var table []cgo.GIDTableEntry
 	if hw != nil {
 		if table, err = hw.QueryGIDTable(); err != nil {

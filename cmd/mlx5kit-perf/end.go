@@ -71,8 +71,8 @@ func (x *end) endpoint() endpoint.Endpoint {
 	ep := x.QP.Endpoint()
 	n := uint64(max(len(x.recv), 1))
 	ep.Regions = []endpoint.RemoteRegion{
-		{Address: x.RecvAddr, Length: n, RemoteKey: x.MR.RKey(), Access: endpoint.AccessRemoteWrite | endpoint.AccessLocalWrite | endpoint.AccessRemoteAtomic},
-		{Address: x.SrcAddr, Length: n, RemoteKey: x.MR.RKey(), Access: endpoint.AccessRemoteRead},
+		{Address: x.RecvAddr, Length: n, RemoteKey: x.MR.RKey(), Access: ctx.AccessRemoteWrite | ctx.AccessLocalWrite | ctx.AccessRemoteAtomic},
+		{Address: x.SrcAddr, Length: n, RemoteKey: x.MR.RKey(), Access: ctx.AccessRemoteRead},
 	}
 	return ep
 }
@@ -84,7 +84,7 @@ func (x *end) connect(peer endpoint.Endpoint) error {
 		return fmt.Errorf("%s: the peer's endpoint has %d regions, want 2", x.Name, len(peer.Regions))
 	}
 	w, r := peer.Regions[0], peer.Regions[1]
-	if !w.Allows(endpoint.AccessRemoteWrite) || !r.Allows(endpoint.AccessRemoteRead) || w.Length < uint64(len(x.recv)) || r.Length < uint64(len(x.recv)) {
+	if !w.Allows(ctx.AccessRemoteWrite) || !r.Allows(ctx.AccessRemoteRead) || w.Length < uint64(len(x.recv)) || r.Length < uint64(len(x.recv)) {
 		return fmt.Errorf("%s: the peer's areas %v and %v do not take %d-byte writes and reads", x.Name, w, r, len(x.recv))
 	}
 	x.PeerRecv, x.PeerSrc, x.RKey = w.Address, r.Address, w.RemoteKey

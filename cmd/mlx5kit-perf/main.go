@@ -53,9 +53,10 @@
 // address and rkey of their buffers) over TCP, after each has proved to the
 // other that it holds the same key (--key-file, or $MLX5KIT_KEY: at least
 // 16 random bytes); without a key both ends must be on this host. The
-// client's mode, sizes and counts are the ones used. The software HCA lives
-// inside one process, so a server and a client in two processes cannot
-// reach each other on it. Data is checked: latency tests stamp each message
+// client's mode, sizes and counts are the ones used. On the software HCA a
+// server and a client join the fabric shared by the processes that name it
+// ($MLX5KIT_SIM_FABRIC, "default" when unset), so two processes of this
+// host reach each other on it. Data is checked: latency tests stamp each message
 // with its sequence number and check it on arrival, after each size the
 // end that received data compares its whole buffer with the payload and
 // checks that nothing was written past it, and the atomic modes check the

@@ -573,9 +573,11 @@ func TestDuration(t *testing.T) {
 	n, avg, tps := atof(t, r[1]), atof(t, r[2]), atof(t, r[3])
 	require.Greater(t, n, 100.0)
 	// n round trips of 2*avg µs fill about the second (tps is round trips
-	// per second).
-	require.InDelta(t, 1.0, n*2*avg/1e6, 0.05)
-	require.InDelta(t, n, tps, n*0.05)
+	// per second). The bounds leave room for a loaded machine, where the
+	// scheduler's gaps between round trips are not in avg; a report that
+	// mixed up one-way and round-trip times would be off by a factor of 2.
+	require.InDelta(t, 1.0, n*2*avg/1e6, 0.3)
+	require.InDelta(t, n, tps, n*0.2)
 	require.LessOrEqual(t, atof(t, r[4]), atof(t, r[5]), "99% <= 99.9%")
 	line := rowLines(out, cResultFmtLatDur+resultFmtLatDurExt, 1)[0]
 	require.True(t, strings.HasPrefix(line, fmt.Sprintf(goFormat(cReportFmtLatDur), 8, int(n), avg, tps)), line)

@@ -80,7 +80,7 @@ func (x *end) endpoint() endpoint.Endpoint {
 		Address:   x.RecvAddr,
 		Length:    uint64(max(x.size, 1)),
 		RemoteKey: x.MR.RKey(),
-		Access:    endpoint.AccessRemoteWrite | endpoint.AccessLocalWrite,
+		Access:    ctx.AccessRemoteWrite | ctx.AccessLocalWrite,
 	}}
 	return ep
 }
@@ -92,7 +92,7 @@ func (x *end) connect(peer endpoint.Endpoint) error {
 		return fmt.Errorf("%s: the peer's endpoint has %d regions, want 1", x.Name, len(peer.Regions))
 	}
 	r := peer.Regions[0]
-	if !r.Allows(endpoint.AccessRemoteWrite) || r.Length < uint64(x.size) {
+	if !r.Allows(ctx.AccessRemoteWrite) || r.Length < uint64(x.size) {
 		return fmt.Errorf("%s: the peer's receive area %v does not take %d-byte writes", x.Name, r, x.size)
 	}
 	x.PeerRecv, x.RKey = r.Address, r.RemoteKey

@@ -27,9 +27,11 @@
 //
 // With -provider sim or MLX5KIT_PROVIDER=sim it runs on the software HCA;
 // with neither and no mlx5 device it chooses the software HCA itself. Both
-// ways it says so: the numbers are then those of the model, a goroutine polling
-// doorbell records, not of a NIC. The software HCA lives inside one process,
-// so -server and -client in two processes cannot reach each other on it.
+// ways it says so: the numbers are then those of the model, a goroutine
+// polling doorbell records, not of a NIC. With -server or -client the
+// software HCA joins the fabric shared by the processes that name it
+// ($MLX5KIT_SIM_FABRIC, "default" when unset), so a server and a client in
+// two processes of this host reach each other on it.
 //
 // Every message is checked: its completion must carry the expected
 // immediate, its first bytes the sequence number, and the whole receive

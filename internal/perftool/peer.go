@@ -28,12 +28,14 @@ func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.L
 	var err error
 	switch {
 	case server != "":
+		ShareSoftwareFabric()
 		var ln net.Listener
 		if ln, err = net.Listen("tcp", server); err == nil {
 			fmt.Fprintf(stdout, "listening on %v\n", ln.Addr())
 			err = serve(ln)
 		}
 	case client != "":
+		ShareSoftwareFabric()
 		err = dial()
 	default:
 		err = local()
@@ -159,19 +161,34 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 	return Sync(conn, timeout, nil)
 }
 
-// SameModel refuses a peer the software HCA cannot reach: the model lives
-// inside one process, so a peer in another process has a queue pair this
-// process's model does not know (or one with this end's own number, qpn).
-// On a NIC it accepts every peer.
+// SameModel refuses a peer the software HCA cannot reach: a queue pair
+// this process's model does not know (or one with this end's own number,
+// qpn), unless it lies with a live process of the shared fabric the model
+// joined (see ShareSoftwareFabric). On a NIC it accepts every peer.
 func SameModel(c *ctx.Context, qpn uint32, peer endpoint.Endpoint) error {
 	f := sim.FromContext(c)
 	if f == nil {
 		return nil
 	}
-	if _, err := f.QPState(peer.QPN); err != nil || peer.QPN == qpn {
-		return fmt.Errorf("the peer's QP %#x is not on this process's software HCA: the model lives inside one process, so run both ends in one (no -server/-client) or use a NIC", peer.QPN)
+	if peer.QPN == qpn || !f.Reaches(peer.QPN) {
+		if name, _ := f.SharedFabric(); name != "" {
+			return fmt.Errorf("the peer's QP %#x is in no process of the software fabric %q: do both ends name the same fabric ($%s)?", peer.QPN, name, sim.EnvFabric)
+		}
+		return fmt.Errorf("the peer's QP %#x is not on this process's software HCA: the model lives inside one process unless both ends join a shared fabric ($%s), so run both ends in one (no -server/-client), name a fabric, or use a NIC", peer.QPN, sim.EnvFabric)
 	}
 	return nil
+}
+
+// ShareSoftwareFabric makes the software HCA of this process join a fabric
+// shared with other processes when it opens its first device: the one
+// $MLX5KIT_SIM_FABRIC names, else sim.DefaultFabricName. The tools call it
+// for -server and -client, so that two processes on the software HCA
+// reach each other; it changes nothing on a NIC, nor once the software HCA
+// is open.
+func ShareSoftwareFabric() {
+	if os.Getenv(sim.EnvFabric) == "" {
+		_ = os.Setenv(sim.EnvFabric, sim.DefaultFabricName)
+	}
 }
 
 // Status bytes of Sync.

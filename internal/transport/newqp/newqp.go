@@ -60,14 +60,14 @@ const allAccess = ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemot
 // Create checks s against the device and creates the queue pair in pd, in
 // the RESET state. A configuration the device cannot satisfy is refused
 // with an error naming the value and the limit, wrapping
-// transport.ErrInvalidConfig, before anything is created.
+// ctx.ErrInvalidArgument, before anything is created.
 func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 	var r Created
 	fail := func(err error) (Created, error) {
 		return Created{}, transport.Errorf(s.Transport, s.Op, "%w", err)
 	}
 	bad := func(format string, args ...any) (Created, error) {
-		return Created{}, transport.Errorf(s.Transport, s.Op, format+": %w", append(args, transport.ErrInvalidConfig)...)
+		return Created{}, transport.Errorf(s.Transport, s.Op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	dct := s.Type == ctx.QPTypeDCT
 	hasRQ := s.Caps.RecvDepth > 0
@@ -85,7 +85,7 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 	case s.SRQ != nil && hasRQ:
 		return bad("receive depth %d with an SRQ (the SRQ receives)", s.Caps.RecvDepth)
 	case s.SRQ != nil && s.SRQ.Closed():
-		return Created{}, transport.Errorf(s.Transport, s.Op, "SRQ: %w", transport.ErrClosed)
+		return Created{}, transport.Errorf(s.Transport, s.Op, "SRQ: %w", ctx.ErrClosed)
 	case s.PSN > endpoint.MaxPSN:
 		return bad("PSN %#x wider than 24 bits", s.PSN)
 	case s.RemoteAccess&^(allAccess|ctx.AccessLocalWrite) != 0:

@@ -10,7 +10,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
-	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // Port is what a queue pair's endpoint says about the local port.
@@ -46,7 +45,7 @@ func QueryPort(c *ctx.Context, port uint8, gid ctx.GIDSelector) (Port, error) {
 		i, _ := gid.Index()
 		p.GID = ctx.GIDEntry{Index: int(i), Port: port}
 	case errors.Is(err, ctx.ErrNotFound):
-		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, transport.ErrInvalidConfig)
+		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, ctx.ErrInvalidArgument)
 	default:
 		return Port{}, fmt.Errorf("local GID %v: %w", gid, err)
 	}
@@ -62,7 +61,7 @@ func (p Port) Endpoint(t endpoint.Transport, qpn, psn uint32) endpoint.Endpoint 
 		GID:       p.GID.GID,
 		GIDIndex:  uint8(p.GID.Index),
 		PSN:       psn,
-		MTU:       endpoint.MTU(p.MTU),
+		MTU:       p.MTU,
 	}
 }
 
@@ -73,7 +72,7 @@ func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
 	a := ctx.AddressAttr{Port: p.Number, SL: sl}
 	if p.Link == ctx.LinkLayerEthernet || remote.LID == 0 {
 		a.GlobalRoute = true
-		a.DGID = ctx.GID(remote.GID)
+		a.DGID = remote.GID
 		a.SGIDIndex = uint8(p.GID.Index)
 		a.HopLimit = 64
 	} else {
@@ -85,7 +84,7 @@ func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
 // PathMTU returns the smaller of the local port's and the remote's MTU.
 func (p Port) PathMTU(remote endpoint.Endpoint) ctx.MTU {
 	m := p.MTU
-	if r := ctx.MTU(remote.MTU); r >= ctx.MTU256 && r < m {
+	if r := remote.MTU; r >= ctx.MTU256 && r < m {
 		m = r
 	}
 	return m
@@ -108,7 +107,7 @@ func RandomPSN() uint32 {
 func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ bool) error {
 	hasSQ := t != ctx.QPTypeDCT
 	if hasSQ && caps.SendDepth == 0 {
-		return fmt.Errorf("send depth 0: %w", transport.ErrInvalidConfig)
+		return fmt.Errorf("send depth 0: %w", ctx.ErrInvalidArgument)
 	}
 	type limit struct {
 		name  string
@@ -125,7 +124,7 @@ func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ boo
 		{"max inline", caps.MaxInline, a.MaxInline, hasSQ && !sizedSQ},
 	} {
 		if l.check && l.max != 0 && l.v > l.max {
-			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, transport.ErrInvalidConfig)
+			return fmt.Errorf("%s %d above the device's %d: %w", l.name, l.v, l.max, ctx.ErrInvalidArgument)
 		}
 	}
 	if sizedSQ {
@@ -143,7 +142,7 @@ func Knob(v int, def, max uint8) (uint8, error) {
 	case v < 0:
 		return 0, nil
 	case v > int(max):
-		return 0, fmt.Errorf("%d above %d: %w", v, max, transport.ErrInvalidConfig)
+		return 0, fmt.Errorf("%d above %d: %w", v, max, ctx.ErrInvalidArgument)
 	}
 	return uint8(v), nil
 }
@@ -177,11 +176,9 @@ type Field = fieldcheck.Field
 
 // CheckFields refuses the first field outside its range, before anything is
 // created, with an error that names the field, the value and the range and
-// wraps transport.ErrInvalidConfig: a value wider than its field would otherwise be
+// wraps ctx.ErrInvalidArgument: a value wider than its field would otherwise be
 // masked by the provider or the device, silently.
-func CheckFields(fields ...Field) error {
-	return fieldcheck.Check(transport.ErrInvalidConfig, fields...)
-}
+func CheckFields(fields ...Field) error { return fieldcheck.Check(ctx.ErrInvalidArgument, fields...) }
 
 // PortField is a configuration's port number (0 means 1) against the
 // device's ports.

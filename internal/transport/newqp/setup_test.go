@@ -8,7 +8,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
-	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // connectXAttr is what a ConnectX reports: max_qp_wr 32768, max_sge 30,
@@ -58,12 +57,12 @@ func TestCheckCapsPerType(t *testing.T) {
 			require.NoError(t, err, c.name)
 			continue
 		}
-		require.ErrorIs(t, err, transport.ErrInvalidConfig, c.name)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), c.want, c.name)
 	}
 	// A provider that cannot tell its WQE size keeps the device-wide
 	// checks.
 	a = ctx.DeviceAttr{MaxQPWR: 1 << 15, MaxSGE: 30, MaxInline: 460}
 	require.NoError(t, newqp.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1 << 15, MaxInline: 460}, false))
-	require.ErrorIs(t, newqp.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1<<15 + 1}, false), transport.ErrInvalidConfig)
+	require.ErrorIs(t, newqp.CheckCaps(a, ctx.QPTypeDCI, ctx.QueuePairCaps{SendDepth: 1<<15 + 1}, false), ctx.ErrInvalidArgument)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
@@ -52,7 +54,7 @@ func newEnv(t testing.TB, opts sim.Options, log *Log) *Env {
 		if log == nil {
 			e.Ctx[i], err = e.Fabric.Open(name)
 		} else {
-			e.Ctx[i], err = ctx.OpenWith(ctx.ProviderSoftware, recordingProvider{e.Fabric, log}, name)
+			e.Ctx[i], err = provider.Open(ctx.ProviderSoftware, recordingProvider{e.Fabric, log}, name)
 		}
 		require.NoError(t, err)
 		e.PD[i], err = e.Ctx[i].AllocProtectionDomain()
@@ -119,7 +121,7 @@ func (e *Env) Drain(ps ...Poller) []transport.Completion {
 	for _, p := range ps {
 		for p.Poll(64, func(c *transport.Completion) { out = append(out, *c) }) > 0 {
 		}
-		if err := p.Err(); err != nil && !errors.Is(err, transport.ErrUnknownQPN) {
+		if err := p.Err(); err != nil && !errors.Is(err, monocq.ErrUnknownQPN) {
 			require.NoError(e.T, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -86,7 +87,7 @@ type recordingProvider struct {
 
 func (p recordingProvider) Devices() ([]ctx.DeviceInfo, error) { return p.f.Devices() }
 
-func (p recordingProvider) OpenDevice(name string) (ctx.ProviderDevice, error) {
+func (p recordingProvider) OpenDevice(name string) (provider.Device, error) {
 	d, err := p.f.OpenDevice(name)
 	if err != nil {
 		return nil, err
@@ -95,12 +96,12 @@ func (p recordingProvider) OpenDevice(name string) (ctx.ProviderDevice, error) {
 }
 
 type recordingDevice struct {
-	ctx.ProviderDevice
+	provider.Device
 	log *Log
 }
 
-func (d recordingDevice) AllocProtectionDomain() (ctx.ProviderProtectionDomain, error) {
-	pd, err := d.ProviderDevice.AllocProtectionDomain()
+func (d recordingDevice) AllocProtectionDomain() (provider.ProtectionDomain, error) {
+	pd, err := d.Device.AllocProtectionDomain()
 	if err != nil {
 		return nil, err
 	}
@@ -108,20 +109,20 @@ func (d recordingDevice) AllocProtectionDomain() (ctx.ProviderProtectionDomain, 
 }
 
 type recordingPD struct {
-	ctx.ProviderProtectionDomain
+	provider.ProtectionDomain
 	log *Log
 }
 
-func (pd recordingPD) CreateQueuePair(cfg ctx.ProviderQueuePairConfig) (ctx.ProviderQueuePair, error) {
-	qp, err := pd.ProviderProtectionDomain.CreateQueuePair(cfg)
+func (pd recordingPD) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {
+	qp, err := pd.ProtectionDomain.CreateQueuePair(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return recordingQP{qp, pd.log}, nil
 }
 
-func (pd recordingPD) CreateAddressHandle(attr ctx.AddressAttr) (ctx.ProviderAddressHandle, error) {
-	ah, err := pd.ProviderProtectionDomain.CreateAddressHandle(attr)
+func (pd recordingPD) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {
+	ah, err := pd.ProtectionDomain.CreateAddressHandle(attr)
 	if err != nil {
 		return nil, err
 	}
@@ -130,12 +131,12 @@ func (pd recordingPD) CreateAddressHandle(attr ctx.AddressAttr) (ctx.ProviderAdd
 }
 
 type recordingQP struct {
-	ctx.ProviderQueuePair
+	provider.QueuePair
 	log *Log
 }
 
 func (q recordingQP) Modify(a ctx.QPAttr) error {
-	if err := q.ProviderQueuePair.Modify(a); err != nil {
+	if err := q.QueuePair.Modify(a); err != nil {
 		return err
 	}
 	q.log.add(q.Descriptor().QPN, a)

@@ -1,0 +1,196 @@
+//go:build cgo && linux
+
+package verbs
+
+/*
+#include "mlx5kit_verbs.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"golang.org/x/sys/unix"
+)
+
+// asyncEventType maps enum ibv_event_type to ctx.AsyncEventType; a value
+// newer than this package (one ctx has no type for) maps to 0 and keeps its
+// verbs name in Detail.
+func asyncEventType(t uint32) ctx.AsyncEventType {
+	switch t {
+	case C.IBV_EVENT_CQ_ERR:
+		return ctx.EventCQError
+	case C.IBV_EVENT_QP_FATAL:
+		return ctx.EventQPFatal
+	case C.IBV_EVENT_QP_REQ_ERR:
+		return ctx.EventQPRequestError
+	case C.IBV_EVENT_QP_ACCESS_ERR:
+		return ctx.EventQPAccessError
+	case C.IBV_EVENT_QP_LAST_WQE_REACHED:
+		return ctx.EventQPLastWQEReached
+	case C.IBV_EVENT_SRQ_LIMIT_REACHED:
+		return ctx.EventSRQLimitReached
+	case C.IBV_EVENT_PORT_ACTIVE:
+		return ctx.EventPortActive
+	case C.IBV_EVENT_PORT_ERR:
+		return ctx.EventPortError
+	case C.IBV_EVENT_DEVICE_FATAL:
+		return ctx.EventDeviceFatal
+	case C.IBV_EVENT_COMM_EST:
+		return ctx.EventCommEstablished
+	case C.IBV_EVENT_SQ_DRAINED:
+		return ctx.EventSQDrained
+	case C.IBV_EVENT_PATH_MIG:
+		return ctx.EventPathMigrated
+	case C.IBV_EVENT_PATH_MIG_ERR:
+		return ctx.EventPathMigrationError
+	case C.IBV_EVENT_SRQ_ERR:
+		return ctx.EventSRQError
+	case C.IBV_EVENT_LID_CHANGE:
+		return ctx.EventLIDChange
+	case C.IBV_EVENT_PKEY_CHANGE:
+		return ctx.EventPKeyChange
+	case C.IBV_EVENT_SM_CHANGE:
+		return ctx.EventSMChange
+	case C.IBV_EVENT_CLIENT_REREGISTER:
+		return ctx.EventClientReregister
+	case C.IBV_EVENT_GID_CHANGE:
+		return ctx.EventGIDChange
+	case C.IBV_EVENT_WQ_FATAL:
+		return ctx.EventWQFatal
+	}
+	return 0
+}
+
+// ReadAsyncEvent returns the next asynchronous event without blocking
+// (ibv_get_async_event on the non-blocking async descriptor) and
+// acknowledges it (ibv_ack_async_event); ok is false when none is pending.
+// The QPN, CQN or SRQN is resolved before the acknowledgement, while
+// rdma-core still guarantees the object exists. Every event of enum
+// ibv_event_type has its ctx type; a value newer than this package comes
+// with Type 0 and its verbs name in Detail.
+func (d *Device) ReadAsyncEvent() (ev ctx.AsyncEvent, ok bool, err error) {
+	const verb = "ibv_get_async_event"
+	if err := d.use(verb); err != nil {
+		return ctx.AsyncEvent{}, false, err
+	}
+	defer d.mu.Unlock()
+	var e C.struct_ibv_async_event
+	ret, errno := C.ibv_get_async_event(d.c, &e)
+	if ret != 0 {
+		if errors.Is(errno, syscall.EAGAIN) {
+			return ctx.AsyncEvent{}, false, nil
+		}
+		return ctx.AsyncEvent{}, false, ptrError(verb, fmt.Sprintf("%q", d.name), errno)
+	}
+	var el C.struct_mk_async_element
+	C.mk_async_element(&e, &el)
+	typ := uint32(e.event_type)
+	ev = ctx.AsyncEvent{Type: asyncEventType(typ), QPN: uint32(el.qpn), Port: uint8(el.port)}
+	if el.cq != nil {
+		if cq, found := d.cqs[el.cq]; found {
+			ev.CQN = cq.desc.CQN
+		}
+	}
+	if el.srq != nil {
+		if s, found := d.srqs[el.srq]; found {
+			ev.SRQN = s.desc.SRQN
+		}
+	}
+	if ev.Type == 0 {
+		ev.Detail = C.GoString(C.ibv_event_type_str(e.event_type))
+	}
+	C.ibv_ack_async_event(&e)
+	return ev, true, nil
+}
+
+// AsyncWatcher delivers a device's asynchronous events to a function from
+// its own goroutine until Stop.
+type AsyncWatcher struct {
+	d      *Device
+	stopFD int
+	done   chan struct{}
+	once   sync.Once
+	err    error
+}
+
+// WatchAsyncEvents starts a goroutine that waits on the async event
+// descriptor and calls fn for every event (port active / down, QP fatal, CQ
+// error, …), in order, until Stop or Close of the device. fn runs on the
+// watcher's goroutine and should not block for long. Use either a watcher
+// or ReadAsyncEvent (ctx.Context.ReadAsyncEvent), not both: each event is
+// delivered once.
+func (d *Device) WatchAsyncEvents(fn func(ctx.AsyncEvent)) (*AsyncWatcher, error) {
+	const verb = "eventfd"
+	if fn == nil {
+		return nil, &VerbError{Verb: "WatchAsyncEvents", Detail: "nil function", Sentinel: ctx.ErrInvalidArgument}
+	}
+	if err := d.use(verb); err != nil {
+		return nil, err
+	}
+	defer d.mu.Unlock()
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		var en syscall.Errno
+		errors.As(err, &en)
+		return nil, errnoError(verb, "async watcher stop descriptor", en)
+	}
+	w := &AsyncWatcher{d: d, stopFD: efd, done: make(chan struct{})}
+	d.watchers[w] = struct{}{}
+	go w.run(int(d.c.async_fd), fn)
+	return w, nil
+}
+
+func (w *AsyncWatcher) run(asyncFD int, fn func(ctx.AsyncEvent)) {
+	defer close(w.done)
+	fds := []unix.PollFd{
+		{Fd: int32(asyncFD), Events: unix.POLLIN},
+		{Fd: int32(w.stopFD), Events: unix.POLLIN},
+	}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			var en syscall.Errno
+			errors.As(err, &en)
+			w.err = errnoError("poll", "async event descriptor", en)
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		for {
+			ev, ok, err := w.d.ReadAsyncEvent()
+			if err != nil {
+				w.err = err
+				return
+			}
+			if !ok {
+				break
+			}
+			fn(ev)
+		}
+	}
+}
+
+// Stop ends the watcher's goroutine and waits for it; fn is not called
+// after Stop returns. It is idempotent and returns the error that ended the
+// goroutine early, if any.
+func (w *AsyncWatcher) Stop() error {
+	w.once.Do(func() {
+		var one = [8]byte{1}
+		_, _ = unix.Write(w.stopFD, one[:])
+		<-w.done
+		_ = unix.Close(w.stopFD)
+		w.d.mu.Lock()
+		delete(w.d.watchers, w)
+		w.d.mu.Unlock()
+	})
+	return w.err
+}

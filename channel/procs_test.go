@@ -1,0 +1,225 @@
+package channel_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// The two-process tests re-execute the test binary to run TestChannelChild
+// in a role; the processes join one shared fabric of the software HCA.
+const (
+	envChannelRole = "MLX5KIT_CHANNEL_TEST_ROLE"
+	envChannelAddr = "MLX5KIT_CHANNEL_TEST_ADDR"
+	envChannelKey  = "MLX5KIT_CHANNEL_TEST_KEY"
+	envChannelRank = "MLX5KIT_CHANNEL_TEST_RANK"
+)
+
+// TestChannelChild plays the server or the client of the TCP example in a
+// process of its own; it does nothing unless a parent test started it.
+func TestChannelChild(t *testing.T) {
+	role := os.Getenv(envChannelRole)
+	if role == "" {
+		t.Skip("the child of the two-process channel tests")
+	}
+	key, err := hex.DecodeString(os.Getenv(envChannelKey))
+	require.NoError(t, err)
+	sec := endpoint.Security{Key: key}
+	switch role {
+	case "server":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		fmt.Printf("ADDR %s\n", ln.Addr())
+		fmt.Printf("RESULT %s\n", server(ln, sec))
+	case "client":
+		fmt.Printf("RESULT %s\n", client(os.Getenv(envChannelAddr), sec))
+	case "mesh":
+		rank, err := strconv.Atoi(os.Getenv(envChannelRank))
+		require.NoError(t, err)
+		meshRank(rank, sec)
+	}
+}
+
+// meshRanks is the number of processes of TestMeshThreeProcesses.
+const meshRanks = 3
+
+// meshRank joins a mesh of meshRanks processes as rank (rank 0 listens and
+// prints its address), writes a message into every other rank's memory,
+// reads it back and prints the result; then it stays in the mesh until
+// the parent closes stdin (every rank is done with every other).
+func meshRank(rank int, sec endpoint.Security) {
+	res := meshWork(rank, sec, func() { _, _ = io.Copy(io.Discard, os.Stdin) })
+	if res != "" {
+		fmt.Printf("RESULT %s\n", res)
+	}
+}
+
+// meshWork does meshRank's work; it prints the result "ok" itself and
+// calls stay before it closes the mesh, or returns what went wrong.
+func meshWork(rank int, sec endpoint.Security, stay func()) string {
+	dev, pd, buf, mr, err := setup("sim0")
+	if err != nil {
+		return err.Error()
+	}
+	defer buf.Close()
+	defer dev.Close()
+	p, err := channel.New().PD(pd).Peers(meshRanks).With(channel.Options{Timeout: 10 * time.Second}).Build()
+	if err != nil {
+		return err.Error()
+	}
+	if err := p.Share(mr); err != nil {
+		return err.Error()
+	}
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opts := endpoint.MeshOptions{Security: sec}
+	var mc *channel.MultiChannel
+	if rank == 0 {
+		l, err := endpoint.ListenMesh(c, "127.0.0.1:0", meshRanks, opts)
+		if err != nil {
+			return err.Error()
+		}
+		fmt.Printf("ADDR %s\n", l.Addr())
+		mc, err = p.AcceptMesh(c, l)
+		if err != nil {
+			return err.Error()
+		}
+	} else {
+		mc, err = p.DialMesh(c, os.Getenv(envChannelAddr), rank, opts)
+		if err != nil {
+			return err.Error()
+		}
+	}
+	defer mc.Close()
+	for j := range meshRanks {
+		if j == rank {
+			continue
+		}
+		region, err := mc.RemoteRegion(j, 0)
+		if err != nil {
+			return err.Error()
+		}
+		msg := fmt.Sprintf("rank %d was here", rank)
+		copy(mr.Bytes()[j*64:], msg)
+		at := uint64(8192 + rank*64)
+		if err := mc.Write(channel.WriteRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, j*64, len(msg))}, Remote: channel.At(region, at)}); err != nil {
+			return err.Error()
+		}
+		if err := mc.Read(channel.ReadRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, 16384+j*64, len(msg))}, Remote: channel.At(region, at)}); err != nil {
+			return err.Error()
+		}
+		if got := string(mr.Bytes()[16384+j*64 : 16384+j*64+len(msg)]); got != msg {
+			return fmt.Sprintf("read %q back from rank %d", got, j)
+		}
+	}
+	fmt.Printf("RESULT ok\n")
+	stay()
+	return ""
+}
+
+func channelChild(t *testing.T, env ...string) (io.WriteCloser, *bufio.Scanner) {
+	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestChannelChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = in.Close()
+		_ = cmd.Wait()
+		if stderr.Len() > 0 {
+			t.Logf("child stderr: %s", stderr.String())
+		}
+	})
+	return in, bufio.NewScanner(out)
+}
+
+// find reads lines until one starts with prefix and returns the rest.
+func find(t *testing.T, sc *bufio.Scanner, prefix string) string {
+	for sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			return s
+		}
+	}
+	t.Fatalf("no %q line from the child", prefix)
+	return ""
+}
+
+// TestHandshakeConnTwoProcesses runs the TCP example's server and client in
+// two processes: HandshakeConn swaps the endpoints, then a SEND, an RDMA
+// WRITE and a SEND with immediate cross between the processes.
+func TestHandshakeConnTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	common := childEnv(t, "handshake")
+	_, sout := channelChild(t, append(common, envChannelRole+"=server")...)
+	addr := find(t, sout, "ADDR ")
+	_, cout := channelChild(t, append(common, envChannelRole+"=client", envChannelAddr+"="+addr)...)
+	require.Equal(t, `got "PONG" back`, find(t, cout, "RESULT "))
+	require.Equal(t, `got "ping", wrote the reply`, find(t, sout, "RESULT "))
+}
+
+// childEnv returns the environment of the children of one test: a fabric
+// of their own (removed at the end) and a key.
+func childEnv(t *testing.T, test string) []string {
+	name := "channel-" + test + "-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() {
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
+	key := hex.EncodeToString(bytes.Repeat([]byte{0x5a}, 32))
+	return []string{sim.EnvFabric + "=" + name, envChannelKey + "=" + key}
+}
+
+// TestMeshThreeProcesses: AcceptMesh and DialMesh with three processes on
+// the software HCA; every rank writes into every other's memory and reads
+// it back.
+func TestMeshThreeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three processes")
+	}
+	common := childEnv(t, "mesh")
+	in0, out0 := channelChild(t, append(common, envChannelRole+"=mesh", envChannelRank+"=0")...)
+	addr := find(t, out0, "ADDR ")
+	ins := []io.WriteCloser{in0}
+	outs := []*bufio.Scanner{out0}
+	for r := 1; r < meshRanks; r++ {
+		in, out := channelChild(t, append(common, envChannelRole+"=mesh", envChannelRank+"="+strconv.Itoa(r), envChannelAddr+"="+addr)...)
+		ins, outs = append(ins, in), append(outs, out)
+	}
+	results := make([]string, len(outs))
+	for r, out := range outs {
+		results[r] = find(t, out, "RESULT ")
+	}
+	for r := range outs {
+		require.Equal(t, "ok", results[r], "rank %d (all: %q)", r, results)
+	}
+	for _, in := range ins {
+		require.NoError(t, in.Close())
+	}
+}

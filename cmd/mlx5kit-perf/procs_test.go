@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// envToolArgs carries the arguments of TestToolChild, the test binary
+// re-executed as a separate process running the command.
+const envToolArgs = "MLX5KIT_PERF_TEST_ARGS"
+
+// TestToolChild runs the command with the arguments of envToolArgs (one
+// per line); it does nothing unless a parent test started it.
+func TestToolChild(t *testing.T) {
+	args := os.Getenv(envToolArgs)
+	if args == "" {
+		t.Skip("the child of TestServerClientTwoProcesses")
+	}
+	os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+}
+
+// toolProcess starts the command in a process of its own.
+func toolProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestToolChild$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), envToolArgs+"="+strings.Join(args, "\n")), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	return cmd, &out
+}
+
+// TestServerClientTwoProcesses runs every mode with the server and the
+// client in two processes on the software HCA, joined in one shared fabric.
+func TestServerClientTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes per mode")
+	}
+	fabric := sim.EnvFabric + "=perf-test-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() {
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-perf-test-" + strconv.Itoa(os.Getpid()) + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
+	for _, m := range modeNames {
+		t.Run(m, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			addr := ln.Addr().String()
+			require.NoError(t, ln.Close())
+			server, sout := toolProcess(t, []string{fabric}, m, "-provider", "sim", "-server", addr)
+			var out string
+			for try := 0; ; try++ {
+				client, cout := toolProcess(t, []string{fabric}, m, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")
+				if client.Wait() == nil {
+					out = cout.String()
+					break
+				}
+				require.Less(t, try, 50, "client: %s", cout.String())
+				time.Sleep(50 * time.Millisecond)
+			}
+			require.NoError(t, server.Wait(), "server: %s", sout.String())
+			require.Contains(t, sout.String(), "serving "+m)
+			if strings.HasSuffix(m, "_lat") {
+				require.Equal(t, 200, latencyRows(t, out)[0].iters, out)
+			} else {
+				require.Equal(t, 200, bandwidthRows(t, out)[0].iters, out)
+			}
+		})
+	}
+}

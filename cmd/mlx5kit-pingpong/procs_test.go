@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// envToolArgs carries the arguments of TestToolChild, the test binary
+// re-executed as a separate process running the command.
+const envToolArgs = "MLX5KIT_PINGPONG_TEST_ARGS"
+
+// TestToolChild runs the command with the arguments of envToolArgs (one
+// per line); it does nothing unless a parent test started it.
+func TestToolChild(t *testing.T) {
+	args := os.Getenv(envToolArgs)
+	if args == "" {
+		t.Skip("the child of TestServerClientTwoProcesses")
+	}
+	os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+}
+
+// toolProcess starts the command in a process of its own.
+func toolProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestToolChild$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), envToolArgs+"="+strings.Join(args, "\n")), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	return cmd, &out
+}
+
+// TestServerClientTwoProcesses runs -server and -client in two processes on
+// the software HCA: they join the default shared fabric and measure across
+// it.
+func TestServerClientTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	noFabric := sim.EnvFabric + "=" // the tools' own default applies
+	server, sout := toolProcess(t, []string{noFabric}, "-provider", "sim", "-server", addr)
+	var out string
+	for try := 0; ; try++ {
+		client, cout := toolProcess(t, []string{noFabric}, "-provider", "sim", "-client", addr, "-iters", "2000", "-size", "8")
+		if client.Wait() == nil {
+			out = cout.String()
+			break
+		}
+		require.Less(t, try, 50, "client: %s", cout.String())
+		require.Contains(t, cout.String(), "connect", "client: %s", cout.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, server.Wait(), "server: %s", sout.String())
+	require.Equal(t, 2000, parseTable(t, out).iters, out)
+	require.Contains(t, out, "client of "+addr)
+	require.Contains(t, sout.String(), "listening on "+addr)
+	t.Logf("client:\n%s", out)
+}

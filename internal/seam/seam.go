@@ -1,0 +1,64 @@
+// Package seam is the untyped meeting point of ctx and the provider seam
+// (internal/provider). It imports neither: ctx imports it to read the
+// registered providers and installs its hooks here from its init;
+// internal/provider, which imports ctx for the types its interfaces
+// mention, registers providers and reaches ctx's objects through it. The
+// values crossing it are internal/provider's adapters, which ctx sees
+// through interfaces of its own.
+package seam
+
+import (
+	"sort"
+	"sync"
+)
+
+var (
+	mu        sync.RWMutex
+	providers = map[string]any{}
+)
+
+// Register makes the provider adapter p available under name. It panics
+// if name is empty, p is nil or the name is already taken.
+func Register(name string, p any) {
+	mu.Lock()
+	defer mu.Unlock()
+	if name == "" || p == nil {
+		panic("provider: Register: empty name or nil provider")
+	}
+	if _, dup := providers[name]; dup {
+		panic("provider: Register called twice for provider " + name)
+	}
+	providers[name] = p
+}
+
+// Lookup returns the provider adapter registered under name.
+func Lookup(name string) (any, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	p, ok := providers[name]
+	return p, ok
+}
+
+// Names returns the registered provider names, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(providers))
+	for n := range providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Hooks ctx installs from its init (before any provider package's init,
+// since those import ctx).
+var (
+	// Open opens device of the provider adapter p under name and returns
+	// the *ctx.Context.
+	Open func(name string, p any, device string) (any, error)
+	// Handle returns the provider handle behind a ctx object (*Context,
+	// *ProtectionDomain, *CompletionQueue, *SharedReceiveQueue,
+	// *QueuePair, *MemoryRegion, *AddressHandle), or nil.
+	Handle func(obj any) any
+)

@@ -1,0 +1,256 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// Benchmarks of a fabric shared by two processes (docs/benchmarks.md):
+//
+//	go test -run '^$' -bench 'SharedRoundTrip|CacheLineBounce' -benchtime 20000x ./sim
+//
+// BenchmarkSharedRoundTrip: an RC write-with-immediate round trip between
+// this process and a child that answers each one. BenchmarkCacheLineBounce:
+// two processes bouncing one cache line through shared memory, the floor
+// of any exchange between them. Both report the median (p50-ns) and the
+// 99th percentile (p99-ns) of the round trip.
+
+// reportRoundTrips sorts the samples and reports their percentiles.
+func reportRoundTrips(b *testing.B, rt []time.Duration) {
+	slices.Sort(rt)
+	if len(rt) == 0 {
+		return
+	}
+	b.ReportMetric(float64(rt[len(rt)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(rt[len(rt)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(0, "ns/op")
+}
+
+// echoChild answers every write with immediate on q with one carrying the
+// same immediate, written to the parent's buffer.
+func echoChild(q *testQP, p peerInfo, stop chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		for _, c := range q.scq.drain() {
+			if c.op != prm.CQEReq {
+				fmt.Fprintf(os.Stderr, "echo: send completion %+v\n", c)
+			}
+		}
+		c, ok := q.rcq.poll()
+		if !ok {
+			runtime.Gosched() // the engine of this process must run
+			continue
+		}
+		q.postRecv()
+		q.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, c.imm, raddrSeg(p.Addr, p.RKey), inlineSeg([]byte{byte(c.imm)}))
+	}
+}
+
+func BenchmarkSharedRoundTrip(b *testing.B) {
+	name := testFabricName(b)
+	ch := startChild(b, "echo", name)
+	e := newEnv(b, Options{Mode: Engine, Fabric: name})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	connectTo(b, a, ch.info, 14, 7)
+	ch.send(b, peerInfo{QPN: a.qp.QPN(), LID: lidOf(b, e.c), Addr: e.addr(0), RKey: e.mr.RKey()})
+	for i := 0; i < 32; i++ {
+		a.postRecv()
+	}
+	rt := make([]time.Duration, 0, b.N)
+	round := func(i int) time.Duration {
+		t0 := time.Now()
+		a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(i), raddrSeg(ch.info.Addr, ch.info.RKey), inlineSeg([]byte{byte(i)}))
+		end := t0.Add(10 * time.Second)
+		for {
+			c, ok := a.rcq.poll()
+			if ok {
+				if c.op != prm.CQERespWrImm || c.imm != uint32(i) {
+					b.Fatalf("round %d: %+v", i, c)
+				}
+				break
+			}
+			runtime.Gosched()
+			if time.Now().After(end) {
+				b.Fatalf("round %d: no answer within 10s; send CQEs %+v; stats %+v", i, a.scq.drain(), e.f.Stats())
+			}
+		}
+		d := time.Since(t0)
+		a.postRecv()
+		for _, c := range a.scq.drain() {
+			if c.op != prm.CQEReq {
+				b.Fatalf("round %d: send completion %+v", i, c)
+			}
+		}
+		return d
+	}
+	for i := 0; i < 1000; i++ { // warm-up
+		round(i)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rt = append(rt, round(1000+i))
+	}
+	b.StopTimer()
+	reportRoundTrips(b, rt)
+}
+
+// bounceChild bounces the cache line of the file envChildFabric names: it
+// answers every odd value with the next even one, until the value is
+// all ones.
+func bounceChild(t *testing.T) {
+	fd, err := unix.Open(os.Getenv(envChildFabric), unix.O_RDWR, 0)
+	require.NoError(t, err)
+	mem, err := unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	line := (*uint64)(unsafe.Pointer(&mem[0]))
+	b, _ := json.Marshal(peerInfo{})
+	os.Stdout.WriteString(childMark + string(b) + "\n")
+	for {
+		v := atomic.LoadUint64(line)
+		if v == ^uint64(0) {
+			return
+		}
+		if v&1 == 1 {
+			atomic.StoreUint64(line, v+1)
+		}
+	}
+}
+
+func BenchmarkCacheLineBounce(b *testing.B) {
+	path := filepath.Join(shmDir, "mlx5kit-bench-bounce-"+strconv.Itoa(os.Getpid()))
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC, 0o600)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = os.Remove(path) })
+	require.NoError(b, unix.Ftruncate(fd, 4096))
+	mem, err := unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(b, err)
+	_ = unix.Close(fd)
+	line := (*uint64)(unsafe.Pointer(&mem[0]))
+	ch := startChild(b, "bounce", path)
+	_ = ch
+	b.Cleanup(func() { atomic.StoreUint64(line, ^uint64(0)) })
+	round := func(i int) time.Duration {
+		t0 := time.Now()
+		atomic.StoreUint64(line, uint64(2*i+1))
+		for atomic.LoadUint64(line) != uint64(2*i+2) {
+		}
+		return time.Since(t0)
+	}
+	for i := 0; i < 1000; i++ {
+		round(i)
+	}
+	rt := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rt = append(rt, round(1000+i))
+	}
+	b.StopTimer()
+	reportRoundTrips(b, rt)
+}
+
+// BenchmarkLocalRoundTrip is BenchmarkSharedRoundTrip with both ends in
+// one process on a private Fabric (the echo in a goroutine).
+func BenchmarkLocalRoundTrip(b *testing.B) {
+	e := newEnv(b, Options{Mode: Engine})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	e.connectRC(a, q, 7, 1)
+	for i := 0; i < 32; i++ {
+		a.postRecv()
+		q.postRecv()
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		echoChild(q, peerInfo{Addr: e.addr(0), RKey: e.mr.RKey()}, stop)
+	}()
+	defer func() { close(stop); <-done }()
+	rt := make([]time.Duration, 0, b.N)
+	round := func(i int) time.Duration {
+		t0 := time.Now()
+		a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(i), raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{byte(i)}))
+		for {
+			if c, ok := a.rcq.poll(); ok {
+				if c.imm != uint32(i) {
+					b.Fatalf("round %d: %+v", i, c)
+				}
+				break
+			}
+			runtime.Gosched()
+		}
+		d := time.Since(t0)
+		a.postRecv()
+		a.scq.drain()
+		return d
+	}
+	for i := 0; i < 1000; i++ {
+		round(i)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rt = append(rt, round(1000+i))
+	}
+	b.StopTimer()
+	reportRoundTrips(b, rt)
+}
+
+// BenchmarkSharedWriteBandwidth streams 64 KiB RDMA WRITEs to a child
+// process, 16 outstanding.
+func BenchmarkSharedWriteBandwidth(b *testing.B) {
+	const size, window = 64 << 10, 16
+	name := testFabricName(b)
+	ch := startChild(b, "rc", name)
+	e := newEnv(b, Options{Mode: Engine, Fabric: name})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 64})
+	connectTo(b, a, ch.info, 14, 7)
+	ch.send(b, peerInfo{QPN: a.qp.QPN(), LID: lidOf(b, e.c)})
+	b.SetBytes(size)
+	out := 0
+	post := func(i int) {
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+uint64(i%8)*size, ch.info.RKey), dataSeg(size, e.mr.LKey(), e.addr(0)))
+		out++
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; {
+		for out < window && i < b.N {
+			post(i)
+			i++
+		}
+		for _, c := range a.scq.drain() {
+			if c.op != prm.CQEReq {
+				b.Fatalf("write: %+v", c)
+			}
+			out--
+		}
+		runtime.Gosched()
+	}
+	for out > 0 {
+		for _, c := range a.scq.drain() {
+			if c.op != prm.CQEReq {
+				b.Fatalf("write: %+v", c)
+			}
+			out--
+		}
+		runtime.Gosched()
+	}
+}

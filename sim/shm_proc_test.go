@@ -1,0 +1,350 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// The tests of this file run a second process: the test binary itself,
+// re-executed to run TestSharedChild with the role and the fabric in the
+// environment. Parent and child exchange their QP's address as JSON lines
+// on the child's stdin and stdout (lines of the child start with
+// childMark).
+
+const (
+	envChildRole   = "MLX5KIT_SIM_TEST_CHILD"
+	envChildFabric = "MLX5KIT_SIM_TEST_FABRIC"
+	childMark      = "SIMCHILD "
+	childSeed      = 42
+	childMemSize   = 1 << 20
+)
+
+// peerInfo is what one side tells the other.
+type peerInfo struct {
+	QPN  uint32
+	LID  uint16
+	Addr uint64
+	RKey uint32
+}
+
+// childEvent is a line the child writes for every receive completion.
+type childEvent struct {
+	Op      uint8
+	Imm     uint32
+	ByteCnt uint32
+	Data    []byte
+}
+
+// connectTo brings q to RTS towards the QP p describes.
+func connectTo(t testing.TB, q *testQP, p peerInfo, timeout, retry uint8) {
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: p.QPN, PathMTU: ctx.MTU4096,
+		Path: ctx.AddressAttr{DLID: p.LID}, MinRNRTimer: 1, MaxDestRdAtomic: 16, RQPSN: 100}))
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: timeout, RetryCount: retry, RNRRetry: 7, MaxRdAtomic: 16, SQPSN: 100}))
+}
+
+// TestSharedChild is the child's side; it does nothing unless a parent test
+// started it.
+func TestSharedChild(t *testing.T) {
+	role := os.Getenv(envChildRole)
+	if role == "" {
+		t.Skip("the child of the two-process tests")
+	}
+	if role == "bounce" {
+		bounceChild(t)
+		return
+	}
+	e := newEnv(t, Options{Mode: Engine, Fabric: os.Getenv(envChildFabric)})
+	fill(e.buf.Bytes(), childSeed)
+	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	for i := 0; i < 32; i++ {
+		q.postRecv(dataSeg(4096, e.mr.LKey(), e.addr(i*4096)))
+	}
+	out := func(v any) {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		fmt.Printf("%s%s\n", childMark, b)
+	}
+	out(peerInfo{QPN: q.qp.QPN(), LID: lidOf(t, e.c), Addr: e.addr(0), RKey: e.mr.RKey()})
+	in := bufio.NewScanner(os.Stdin)
+	require.True(t, in.Scan())
+	var p peerInfo
+	require.NoError(t, json.Unmarshal(in.Bytes(), &p))
+	connectTo(t, q, p, 14, 7)
+	// Report every receive completion until the parent closes stdin.
+	stdinClosed := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stdinClosed)
+	}()
+	if role == "echo" {
+		echoChild(q, p, stdinClosed)
+		return
+	}
+	n := 0
+	for {
+		select {
+		case <-stdinClosed:
+			return
+		default:
+		}
+		c, ok := q.rcq.poll()
+		if !ok {
+			time.Sleep(50 * time.Microsecond)
+			continue
+		}
+		ev := childEvent{Op: uint8(c.op), Imm: c.imm, ByteCnt: c.byteCnt}
+		if c.op == prm.CQERespSend || c.op == prm.CQERespSendImm {
+			ev.Data = append([]byte(nil), e.mem(int(c.counter%32)*4096, int(min(c.byteCnt, 4096)))...)
+		}
+		out(ev)
+		q.postRecv(dataSeg(4096, e.mr.LKey(), e.addr(int(c.counter%32)*4096)))
+		n++
+	}
+}
+
+// child is a running child process.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	info   peerInfo
+	cancel context.CancelFunc
+}
+
+func startChild(t testing.TB, role, fabric string) *child {
+	if testing.Short() {
+		t.Skip("starts a second process")
+	}
+	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestSharedChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envChildRole+"="+role, envChildFabric+"="+fabric)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1024), cancel: cancel}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if s, ok := strings.CutPrefix(sc.Text(), childMark); ok {
+				c.lines <- s
+			} else {
+				t.Logf("child: %s", sc.Text())
+			}
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+		cancel()
+		if s := stderr.String(); s != "" {
+			t.Logf("child stderr: %s", s)
+		}
+	})
+	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &c.info))
+	return c
+}
+
+func (c *child) line(t testing.TB) string {
+	t.Helper()
+	select {
+	case s, ok := <-c.lines:
+		require.True(t, ok, "the child ended")
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no line from the child within 10s")
+		return ""
+	}
+}
+
+func (c *child) event(t *testing.T) childEvent {
+	t.Helper()
+	var ev childEvent
+	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &ev))
+	return ev
+}
+
+func (c *child) send(t testing.TB, v any) {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(c.stdin, "%s\n", b)
+	require.NoError(t, err)
+}
+
+func TestSharedTwoProcessesRC(t *testing.T) {
+	name := testFabricName(t)
+	ch := startChild(t, "rc", name)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectTo(t, a, ch.info, 14, 7)
+	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
+	const wait = 10 * time.Second
+	remote := make([]byte, childMemSize)
+	fill(remote, childSeed) // what the child's memory holds
+
+	ok := func() cqe {
+		t.Helper()
+		c := waitCQE(t, a.scq, wait)
+		require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+		return c
+	}
+	// SEND and SEND with immediate.
+	msg := []byte("across two processes")
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg(msg))
+	ok()
+	ev := ch.event(t)
+	require.Equal(t, uint8(prm.CQERespSend), ev.Op)
+	require.Equal(t, msg, ev.Data)
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0xabcdef, inlineSeg([]byte("imm")))
+	ok()
+	ev = ch.event(t)
+	require.Equal(t, uint8(prm.CQERespSendImm), ev.Op)
+	require.Equal(t, uint32(0xabcdef), ev.Imm)
+
+	// READ what the child filled.
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+200000, ch.info.RKey), dataSeg(5000, e.mr.LKey(), e.addr(0)))
+	ok()
+	require.Equal(t, remote[200000:205000], e.mem(0, 5000))
+
+	// WRITE, then READ it back (RC is in order).
+	fill(e.mem(10000, 3000), 5)
+	a.post(prm.OpRdmaWrite, 0, 0, 0, raddrSeg(ch.info.Addr+300000, ch.info.RKey), dataSeg(3000, e.mr.LKey(), e.addr(10000)))
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+299000, ch.info.RKey), dataSeg(5000, e.mr.LKey(), e.addr(20000)))
+	ok()
+	require.Equal(t, remote[299000:300000], e.mem(20000, 1000))
+	require.Equal(t, e.mem(10000, 3000), e.mem(21000, 3000))
+	require.Equal(t, remote[303000:304000], e.mem(24000, 1000))
+
+	// WRITE with immediate.
+	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 9, raddrSeg(ch.info.Addr+400000, ch.info.RKey), inlineSeg([]byte("wimm")))
+	ok()
+	ev = ch.event(t)
+	require.Equal(t, uint8(prm.CQERespWrImm), ev.Op)
+	require.Equal(t, uint32(9), ev.Imm)
+	require.Equal(t, uint32(4), ev.ByteCnt)
+
+	// Atomics on what the child holds.
+	old := binary.BigEndian.Uint64(remote[500000:])
+	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), atomicSeg(3, 0), dataSeg(8, e.mr.LKey(), e.addr(30000)))
+	ok()
+	require.Equal(t, old, binary.BigEndian.Uint64(e.mem(30000, 8)))
+	a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), atomicSeg(1234, old+3), dataSeg(8, e.mr.LKey(), e.addr(30008)))
+	ok()
+	require.Equal(t, old+3, binary.BigEndian.Uint64(e.mem(30008, 8)))
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), dataSeg(8, e.mr.LKey(), e.addr(30016)))
+	ok()
+	require.Equal(t, uint64(1234), binary.BigEndian.Uint64(e.mem(30016, 8)))
+
+	// In order and exactly once: 100 SENDs numbered by immediate (the
+	// child's 32 receives are reposted as they complete: RNR NAKs and
+	// retries are expected, duplicates and gaps are not).
+	for i := 0; i < 100; i++ {
+		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), inlineSeg([]byte{byte(i)}))
+		if i%8 == 7 {
+			for j := 0; j < 8; j++ {
+				ok()
+			}
+		}
+	}
+	for i := 0; i < 4; i++ {
+		ok()
+	}
+	for i := 0; i < 100; i++ {
+		ev := ch.event(t)
+		require.Equal(t, uint32(i), ev.Imm)
+		require.Equal(t, []byte{byte(i)}, ev.Data)
+	}
+	require.Empty(t, a.scq.drain())
+}
+
+func TestSharedTwoProcessesPeerKilled(t *testing.T) {
+	name := testFabricName(t)
+	ch := startChild(t, "rc", name)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 256, cqDepth: 1024})
+	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
+	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
+
+	// The survivor's buffer: READ targets in [0, 64 KiB), a sentinel in
+	// the rest that nothing may touch.
+	const target = 64 << 10
+	buf := e.buf.Bytes()
+	for i := target; i < len(buf); i++ {
+		buf[i] = 0xa5
+	}
+	posted, completed := 0, 0
+	post := func() {
+		if posted%2 == 0 {
+			a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
+		} else {
+			a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+target, ch.info.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
+		}
+		posted++
+	}
+	for i := 0; i < 64; i++ {
+		post()
+	}
+	var errs []cqe
+	killed := false
+	end := time.Now().Add(20 * time.Second)
+	for completed < posted && time.Now().Before(end) {
+		c, ok := a.scq.poll()
+		if !ok {
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		completed++
+		if c.op == prm.CQEReqErr {
+			errs = append(errs, c)
+		} else if !killed {
+			if completed == 20 {
+				// Mid-transfer: 44 WQEs outstanding.
+				require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+				killed = true
+			} else if completed > 20 {
+				t.Fatalf("completed %d before the kill", completed)
+			}
+			post()
+		}
+	}
+	require.True(t, killed)
+	require.Equal(t, posted, completed, "every WQE completes exactly once")
+	require.NotEmpty(t, errs)
+	// Every success precedes the first error; the first error is
+	// RETRY_EXC_ERR, every later one a flush.
+	require.Equal(t, prm.SyndromeTransportRetryExc, errs[0].synd, "%+v", errs[0])
+	for _, c := range errs[1:] {
+		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)
+	}
+	time.Sleep(20 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "nothing completes twice")
+	for i := target; i < len(buf); i++ {
+		if buf[i] != 0xa5 {
+			t.Fatalf("byte %d outside the READ target written: %#x", i, buf[i])
+		}
+	}
+	st, err := e.f.QPState(a.qp.QPN())
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st)
+}

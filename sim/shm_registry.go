@@ -1,0 +1,316 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// This file is the registry of a shared fabric: a small shared-memory file
+// that hands each joining process a slot, and with it a part of the fabric's
+// LID, GID and QPN space (see docs/hardware.md, "A fabric shared by
+// processes").
+
+// EnvFabric is the environment variable that names the shared fabric the
+// default Fabric joins: processes that name the same fabric reach each
+// other's QPs. It is read when the default Fabric opens its first device.
+const EnvFabric = "MLX5KIT_SIM_FABRIC"
+
+// Errors of a shared fabric.
+var (
+	// ErrFabricVersion is returned when a fabric's registry was written by
+	// a build that speaks another protocol version or another layout.
+	ErrFabricVersion = errors.New("sim: shared fabric protocol version mismatch")
+	// ErrFabricFull is returned when every slot of a shared fabric is held
+	// by a live process.
+	ErrFabricFull = errors.New("sim: shared fabric is full")
+)
+
+const (
+	// shmVersion is the protocol version of the registry, the rings and the
+	// messages. A process refuses a fabric of another version.
+	shmVersion = 1
+	// shmMagic opens the registry file.
+	shmMagic = 0x4d4c58354b534631 // "MLX5KSF1"
+	// shmMaxSlots is the number of processes a fabric holds at once.
+	shmMaxSlots = 64
+	// shmMaxDevices is the number of HCAs a process of a shared fabric
+	// may have: the LID and GID space of a slot.
+	shmMaxDevices = 64
+	// shmSlotQPNs is the size of the QPN range of a slot.
+	shmSlotQPNs = 1 << 16
+
+	regHeaderSize = 64
+	regSlotSize   = 64
+	regSize       = regHeaderSize + shmMaxSlots*regSlotSize
+
+	// Registry header fields.
+	regMagic    = 0
+	regVersion  = 8
+	regSlots    = 12
+	regLink     = 16
+	regRingSize = 20
+	regNextGen  = 24
+	// Slot fields.
+	slotPID   = 0
+	slotStart = 8
+	slotGen   = 16
+)
+
+// shmDir is where the fabric's files live (a tmpfs); tests may point it
+// elsewhere.
+var shmDir = "/dev/shm"
+
+// validFabricName accepts the names a fabric may have: they become part of
+// file names.
+func validFabricName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return name[0] != '.'
+}
+
+func registryPath(name string) string {
+	return filepath.Join(shmDir, "mlx5kit-"+name+"-registry")
+}
+
+func ringPath(name string, slot int) string {
+	return filepath.Join(shmDir, "mlx5kit-"+name+"-"+strconv.Itoa(slot))
+}
+
+// slotQPNRange is the range of QPNs the process in slot s hands out.
+func slotQPNRange(s int) (first, limit uint32) {
+	base := uint32(s+1) * shmSlotQPNs
+	return base + firstQPN, base + shmSlotQPNs
+}
+
+// qpnSlot returns the slot whose range holds qpn, or -1.
+func qpnSlot(qpn uint32) int {
+	s := int(qpn/shmSlotQPNs) - 1
+	if s < 0 || s >= shmMaxSlots {
+		return -1
+	}
+	return s
+}
+
+// procStart returns the start time of a process (field 22 of
+// /proc/<pid>/stat, in clock ticks since boot): with the pid it names one
+// process, whatever pids are reused later.
+func procStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	fields := bytes.Fields(b[i+1:])
+	// After the command: state is field 3; start time is field 22.
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+	}
+	return strconv.ParseUint(string(fields[19]), 10, 64)
+}
+
+// alive reports whether the process pid started at start still runs.
+func alive(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := unix.Kill(pid, 0); err != nil && err != unix.EPERM {
+		return false
+	}
+	s, err := procStart(pid)
+	return err == nil && s == start
+}
+
+// registry is a process's view of the registry file.
+type registry struct {
+	fd  int
+	mem []byte
+}
+
+func (r *registry) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
+func (r *registry) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+func slotOff(s int) int                 { return regHeaderSize + s*regSlotSize }
+
+// gen returns the generation of the process in slot s, 0 when the slot is
+// free.
+func (r *registry) gen(s int) uint64 { return atomic.LoadUint64(r.u64(slotOff(s) + slotGen)) }
+
+// pid returns the pid recorded in slot s.
+func (r *registry) pid(s int) int { return int(atomic.LoadUint32(r.u32(slotOff(s) + slotPID))) }
+
+// slotAlive reports whether the process in slot s, of generation gen, runs.
+func (r *registry) slotAlive(s int, gen uint64) bool {
+	if r.gen(s) != gen {
+		return false
+	}
+	return alive(r.pid(s), atomic.LoadUint64(r.u64(slotOff(s)+slotStart)))
+}
+
+// openRegistry opens (creating it if needed) and locks the registry of a
+// fabric, checking its version and link layer. The caller unlocks.
+func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
+	p := registryPath(name)
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	fail := func(err error) (*registry, error) {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return fail(fmt.Errorf("lock %s: %w", p, err))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail(fmt.Errorf("stat %s: %w", p, err))
+	}
+	fresh := st.Size == 0
+	if fresh {
+		if err := unix.Ftruncate(fd, regSize); err != nil {
+			return fail(fmt.Errorf("size %s: %w", p, err))
+		}
+	} else if st.Size != regSize {
+		return fail(fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w (remove the file when no process uses the fabric)", p, st.Size, shmVersion, regSize, ErrFabricVersion))
+	}
+	mem, err := unix.Mmap(fd, 0, regSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("map %s: %w", p, err))
+	}
+	r := &registry{fd: fd, mem: mem}
+	if *r.u64(regMagic) == shmMagic && r.mismatch() != "" && r.liveSlot() < 0 {
+		// A registry of another version or layout that no live process
+		// uses any more: left behind, it does not block this run.
+		for s := 0; s < shmMaxSlots; s++ {
+			_ = os.Remove(ringPath(name, s))
+		}
+		fresh = true
+	}
+	if fresh || *r.u64(regMagic) == 0 {
+		// New, or left half-made by a process that died while creating
+		// it under the lock.
+		clear(mem)
+		*r.u32(regVersion) = shmVersion
+		*r.u32(regSlots) = shmMaxSlots
+		*r.u32(regLink) = uint32(link)
+		*r.u32(regRingSize) = ringDataSize
+		atomic.StoreUint64(r.u64(regMagic), shmMagic)
+	}
+	switch {
+	case *r.u64(regMagic) != shmMagic:
+		r.close()
+		return nil, fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)
+	case r.mismatch() != "":
+		why, users := r.mismatch(), "a process still uses it"
+		if s := r.liveSlot(); s >= 0 {
+			users = fmt.Sprintf("process %d still uses it", r.pid(s))
+		}
+		r.close()
+		return nil, fmt.Errorf("%s %s, and %s: %w", p, why, users, ErrFabricVersion)
+	case ctx.LinkLayer(*r.u32(regLink)) != link:
+		l := ctx.LinkLayer(*r.u32(regLink))
+		r.close()
+		return nil, fmt.Errorf("fabric %q has link layer %v, this process asks for %v: %w", name, l, link, ctx.ErrInvalidArgument)
+	}
+	return r, nil
+}
+
+// mismatch says how the registry differs from what this build speaks, or
+// "" when it does not. The header fields it reads and the slot records
+// keep their offsets in every version.
+func (r *registry) mismatch() string {
+	switch {
+	case *r.u32(regVersion) != shmVersion:
+		return fmt.Sprintf("speaks protocol version %d, this build %d", *r.u32(regVersion), shmVersion)
+	case *r.u32(regSlots) != shmMaxSlots:
+		return fmt.Sprintf("has %d slots, this build %d (protocol version %d)", *r.u32(regSlots), shmMaxSlots, shmVersion)
+	case *r.u32(regRingSize) != ringDataSize:
+		return fmt.Sprintf("has rings of %d bytes, this build %d (protocol version %d)", *r.u32(regRingSize), ringDataSize, shmVersion)
+	}
+	return ""
+}
+
+// liveSlot returns a slot held by a live process, or -1.
+func (r *registry) liveSlot() int {
+	for s := 0; s < shmMaxSlots; s++ {
+		if g := r.gen(s); g != 0 && r.slotAlive(s, g) {
+			return s
+		}
+	}
+	return -1
+}
+
+func (r *registry) unlock() { _ = unix.Flock(r.fd, unix.LOCK_UN) }
+func (r *registry) lock()   { _ = unix.Flock(r.fd, unix.LOCK_EX) }
+
+func (r *registry) close() {
+	if r.mem != nil {
+		_ = unix.Munmap(r.mem)
+		r.mem = nil
+	}
+	_ = unix.Close(r.fd)
+}
+
+// claim takes a slot for this process (registry locked): slots of processes
+// that are gone are reclaimed first, their ring files removed. It returns
+// the slot and its generation.
+func (r *registry) claim(name string) (int, uint64, error) {
+	free := -1
+	for s := 0; s < shmMaxSlots; s++ {
+		off := slotOff(s)
+		if g := r.gen(s); g != 0 && !alive(r.pid(s), *r.u64(off + slotStart)) {
+			_ = os.Remove(ringPath(name, s))
+			atomic.StoreUint64(r.u64(off+slotGen), 0)
+		}
+		if free < 0 && r.gen(s) == 0 {
+			free = s
+		}
+	}
+	if free < 0 {
+		return 0, 0, fmt.Errorf("%d live processes: %w", shmMaxSlots, ErrFabricFull)
+	}
+	pid := os.Getpid()
+	start, err := procStart(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	gen := atomic.AddUint64(r.u64(regNextGen), 1)
+	off := slotOff(free)
+	atomic.StoreUint32(r.u32(off+slotPID), uint32(pid))
+	atomic.StoreUint64(r.u64(off+slotStart), start)
+	return free, gen, nil
+}
+
+// publish makes a claimed slot visible (its ring file exists by now).
+func (r *registry) publish(s int, gen uint64) {
+	atomic.StoreUint64(r.u64(slotOff(s)+slotGen), gen)
+}
+
+// release frees slot s if it still holds generation gen.
+func (r *registry) release(s int, gen uint64) {
+	r.lock()
+	defer r.unlock()
+	if r.gen(s) == gen {
+		atomic.StoreUint64(r.u64(slotOff(s)+slotGen), 0)
+	}
+}

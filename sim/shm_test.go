@@ -1,0 +1,413 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+var testFabricSeq atomic.Int64
+
+// testFabricName returns a fabric name no other test (or test process)
+// uses, and removes the fabric's files at the end of the test.
+func testFabricName(t testing.TB) string {
+	name := fmt.Sprintf("test-%d-%d", os.Getpid(), testFabricSeq.Add(1))
+	t.Cleanup(func() { removeFabricFiles(name) })
+	return name
+}
+
+func removeFabricFiles(name string) {
+	files, _ := filepath.Glob(filepath.Join(shmDir, "mlx5kit-"+name+"-*"))
+	for _, f := range files {
+		_ = os.Remove(f)
+	}
+}
+
+// sharedPair builds two Fabrics in this process that join one shared
+// fabric, as two processes would: a on the first, b on the second.
+func sharedPair(t *testing.T) (e1, e2 *env) {
+	name := testFabricName(t)
+	e1 = newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 = newEnv(t, Options{Mode: Engine, Fabric: name})
+	return e1, e2
+}
+
+func TestSharedFabricNumbering(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	n1, s1 := e1.f.SharedFabric()
+	n2, s2 := e2.f.SharedFabric()
+	require.Equal(t, n1, n2)
+	require.NotEqual(t, s1, s2)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	require.Equal(t, s1, qpnSlot(a.qp.QPN()))
+	require.Equal(t, s2, qpnSlot(b.qp.QPN()))
+	lids := map[uint16]bool{}
+	for _, c := range []*ctx.Context{e1.c, e1.c2, e2.c, e2.c2} {
+		lid := lidOf(t, c)
+		require.False(t, lids[lid], "LID %d twice", lid)
+		lids[lid] = true
+	}
+	g1, err := e1.c.QueryGIDs(1)
+	require.NoError(t, err)
+	g2, err := e2.c.QueryGIDs(1)
+	require.NoError(t, err)
+	require.NotEqual(t, g1[0].GID, g2[0].GID)
+}
+
+func TestSharedRCOperations(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	const wait = 5 * time.Second
+
+	payload := make([]byte, 5000)
+	fill(payload, 3)
+	copy(e1.mem(0, len(payload)), payload)
+	b.postRecv(dataSeg(8192, e2.mr.LKey(), e2.addr(0)))
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(10000)))
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(10100)))
+
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dataSeg(uint32(len(payload)), e1.mr.LKey(), e1.addr(0)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	r := waitCQE(t, b.rcq, wait)
+	require.Equal(t, prm.CQERespSend, r.op)
+	require.Equal(t, uint32(len(payload)), r.byteCnt)
+	require.Equal(t, a.qp.QPN(), r.srcQPN)
+	require.Equal(t, lidOf(t, e1.c), r.slid)
+	require.Equal(t, payload, e2.mem(0, len(payload)))
+
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x11223344, inlineSeg([]byte("imm")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	r = waitCQE(t, b.rcq, wait)
+	require.Equal(t, prm.CQERespSendImm, r.op)
+	require.Equal(t, uint32(0x11223344), r.imm)
+	require.Equal(t, []byte("imm"), e2.mem(10000, 3))
+
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(20000), e2.mr.RKey()), dataSeg(1000, e1.mr.LKey(), e1.addr(0)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	require.Equal(t, payload[:1000], e2.mem(20000, 1000))
+	require.Zero(t, e2.mem(21000, 1)[0])
+
+	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 77, raddrSeg(e2.addr(30000), e2.mr.RKey()), inlineSeg([]byte("hello")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	r = waitCQE(t, b.rcq, wait)
+	require.Equal(t, prm.CQERespWrImm, r.op)
+	require.Equal(t, uint32(77), r.imm)
+	require.Equal(t, []byte("hello"), e2.mem(30000, 5))
+
+	fill(e2.mem(40000, 3000), 9)
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(40000), e2.mr.RKey()), dataSeg(3000, e1.mr.LKey(), e1.addr(50000)))
+	c := waitCQE(t, a.scq, wait)
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, prm.OpRdmaRead, c.sendOp)
+	require.Equal(t, e2.mem(40000, 3000), e1.mem(50000, 3000))
+
+	binary.BigEndian.PutUint64(e2.mem(60000, 8), 100)
+	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(60000), e2.mr.RKey()), atomicSeg(5, 0), dataSeg(8, e1.mr.LKey(), e1.addr(60000)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	require.Equal(t, uint64(100), binary.BigEndian.Uint64(e1.mem(60000, 8)))
+	require.Equal(t, uint64(105), binary.BigEndian.Uint64(e2.mem(60000, 8)))
+	a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(60000), e2.mr.RKey()), atomicSeg(7, 105), dataSeg(8, e1.mr.LKey(), e1.addr(60008)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	require.Equal(t, uint64(105), binary.BigEndian.Uint64(e1.mem(60008, 8)))
+	require.Equal(t, uint64(7), binary.BigEndian.Uint64(e2.mem(60000, 8)))
+
+	// In order, each exactly once: a burst of writes with immediate.
+	for i := 0; i < 10; i++ {
+		b.postRecv()
+	}
+	for i := 0; i < 10; i++ {
+		a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(i), raddrSeg(e2.addr(70000+i), e2.mr.RKey()), inlineSeg([]byte{byte(i + 1)}))
+	}
+	for i := 0; i < 10; i++ {
+		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+		r := waitCQE(t, b.rcq, wait)
+		require.Equal(t, uint32(i), r.imm)
+	}
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain())
+	require.Empty(t, b.rcq.drain())
+	for i := 0; i < 10; i++ {
+		require.Equal(t, byte(i+1), e2.mem(70000+i, 1)[0])
+	}
+}
+
+func TestSharedRemoteAccessError(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	e1.allowViolations, e2.allowViolations = true, true
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(1<<20-4), e2.mr.RKey()), inlineSeg([]byte("past the end")))
+	c := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReqErr, c.op)
+	require.Equal(t, prm.SyndromeRemoteAccess, c.synd)
+	require.Zero(t, e2.buf.Bytes()[1<<20-4], "nothing written")
+	st, err := e2.f.QPState(b.qp.QPN())
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st)
+}
+
+func TestSharedRNR(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("late")))
+	time.Sleep(20 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "waits for a receive")
+	require.NotZero(t, e1.f.Stats().RNRNaks)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	require.Equal(t, prm.CQERespSend, waitCQE(t, b.rcq, 5*time.Second).op)
+	require.Equal(t, []byte("late"), e2.mem(0, 4))
+
+	// rnr_retry 0: the first RNR NAK fails the WQE.
+	c := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	d := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(c, d, 0, 1)
+	c.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("x")))
+	x := waitCQE(t, c.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReqErr, x.op)
+	require.Equal(t, prm.SyndromeRNRRetryExc, x.synd)
+}
+
+// connectFast is connectRC with a short ACK timeout (timeout 12: about
+// 17 ms) and retry count 3, so that a retry test ends in a tenth of a
+// second, while a live peer slowed down (by the race detector) still
+// answers in time.
+func connectFast(t *testing.T, a, b *testQP) {
+	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 12, RetryCount: 3, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+}
+
+func TestSharedPeerGone(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("one")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+
+	// The peer leaves the fabric (its engine stops, its slot is free).
+	require.NoError(t, e2.f.Close())
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("two")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("three")))
+	x := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReqErr, x.op)
+	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd)
+	y := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.SyndromeWRFlush, y.synd)
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
+	require.GreaterOrEqual(t, e1.f.Stats().Retries, uint64(3))
+}
+
+func TestSharedFabricsApart(t *testing.T) {
+	// Two fabric names: a QP of one never reaches the other, although
+	// both hand out the same QPNs and LIDs.
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: testFabricName(t)})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: testFabricName(t)})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	other := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	require.Equal(t, a.qp.QPN(), other.qp.QPN(), "each fabric's first slot")
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC}) // a QPN that is nobody's in a's fabric
+	connectFast(t, a, b)
+	b.postRecv()
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("lost")))
+	x := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd)
+	require.Empty(t, b.rcq.drain())
+}
+
+func TestSharedFabricVersionMismatch(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	_ = e1
+	r, err := openRegistry(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	*r.u32(regVersion) = shmVersion + 1
+	r.unlock()
+	r.close()
+	f := New(Options{Mode: Engine, Fabric: name})
+	defer f.Close()
+	_, err = f.Open("sim0")
+	require.Error(t, err)
+	require.True(t, errors.Is(err, ErrFabricVersion), "%v", err)
+	require.Contains(t, err.Error(), "protocol version")
+	require.Contains(t, err.Error(), name)
+	require.Contains(t, err.Error(), fmt.Sprintf("process %d still uses it", os.Getpid()))
+
+	// Once no live process uses it, a registry of another version is
+	// left behind: the next process starts the fabric afresh.
+	require.NoError(t, e1.c.Close())
+	require.NoError(t, e1.c2.Close())
+	require.NoError(t, e1.f.Close())
+	fresh := New(Options{Mode: Engine, Fabric: name})
+	defer fresh.Close()
+	c, err := fresh.Open("sim0")
+	require.NoError(t, err)
+	defer c.Close()
+	r, err = openRegistry(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	require.Equal(t, uint32(shmVersion), *r.u32(regVersion))
+	r.unlock()
+	r.close()
+
+	// A link layer other than the fabric's is refused as well.
+	name2 := testFabricName(t)
+	e3 := newEnv(t, Options{Mode: Engine, Fabric: name2})
+	_ = e3
+	g := New(Options{Mode: Engine, Fabric: name2, LinkLayer: ctx.LinkLayerEthernet})
+	defer g.Close()
+	_, err = g.Open("sim0")
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	// Manual mode cannot share.
+	h := New(Options{Fabric: name2})
+	_, err = h.Open("sim0")
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	// Nor can a name that is not a plain file name.
+	k := New(Options{Mode: Engine, Fabric: "../x"})
+	_, err = k.Open("sim0")
+	require.Error(t, err)
+}
+
+func TestSharedFabricReclaimsDeadSlots(t *testing.T) {
+	name := testFabricName(t)
+	// A slot held by a process that is gone: this process's pid with a
+	// start time it never had (a reused pid), and a ring file left behind.
+	r, err := openRegistry(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	slot, gen, err := r.claim(name)
+	require.NoError(t, err)
+	require.Equal(t, 0, slot)
+	*r.u64(slotOff(slot) + slotStart) += 12345
+	stale := ringPath(name, slot)
+	require.NoError(t, os.WriteFile(stale, []byte("left by a crash"), 0o600))
+	r.publish(slot, gen)
+	r.unlock()
+	r.close()
+
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	_, got := e.f.SharedFabric()
+	require.Equal(t, 0, got, "the dead process's slot is taken again")
+	fi, err := os.Stat(stale)
+	require.NoError(t, err)
+	require.Equal(t, int64(ringFileSize), fi.Size(), "a fresh ring file replaced the stale one")
+}
+
+func TestSharedResponderExecutesOnce(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
+	_, s1 := e1.f.SharedFabric()
+	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: 0,
+		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c)}
+	e2.f.mu.Lock()
+	e2.f.wireServe(s1, &h, nil)
+	e2.f.wireServe(s1, &h, nil) // a repeat: answered, not executed
+	e2.f.mu.Unlock()
+	require.Equal(t, uint64(11), binary.BigEndian.Uint64(e2.mem(0, 8)))
+	h.PSN = 1
+	e2.f.mu.Lock()
+	e2.f.wireServe(s1, &h, nil)
+	e2.f.mu.Unlock()
+	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)))
+}
+
+func TestSharedIdleCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for a second")
+	}
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("wake")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	time.Sleep(50 * time.Millisecond) // past the engines' spinning
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		require.NoError(t, unix.Getrusage(unix.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0, t0 := cpu(), time.Now()
+	time.Sleep(time.Second)
+	used, wall := cpu()-c0, time.Since(t0)
+	share := float64(used) / float64(wall)
+	t.Logf("two idle engines: %v of CPU in %v (%.2f%% of a core)", used, wall, 100*share)
+	// Both engines of this process are counted: a few percent each.
+	require.Less(t, share, 0.10)
+	// Still awake: a message after the idle second is answered.
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("again")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+}
+
+// TestSharedLargeMessages: WRITEs, SENDs and READs of up to the largest
+// payload a message carries cross a ring many times; at the largest size
+// the record and the pad in front of it fill the ring.
+func TestSharedLargeMessages(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	const size = 24 << 20
+	bufs := make([]*ctx.Buffer, 2)
+	mrs := make([]*ctx.MemoryRegion, 2)
+	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
+		var err error
+		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bufs[i].Close() })
+		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
+		require.NoError(t, err)
+	}
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	src, dst := bufs[0].Bytes(), bufs[1].Bytes()
+	fill(src, 11)
+	la, ra := uint64(mrs[0].Addr()), uint64(mrs[1].Addr())
+	for i, n := range []int{wireMaxPayload, 9 << 20, wireMaxPayload, 8 << 20, 5 << 20, wireMaxPayload} {
+		off := i * 4096
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ra+uint64(off), mrs[1].RKey()), dataSeg(uint32(n), mrs[0].LKey(), la+uint64(off)))
+		c := waitCQE(t, a.scq, 10*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "write %d of %d bytes: %+v", i, n, c)
+		require.True(t, bytes.Equal(src[off:off+n], dst[off:off+n]), "write %d of %d bytes", i, n)
+	}
+	fill(dst[:8<<20], 12)
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ra, mrs[1].RKey()), dataSeg(8<<20, mrs[0].LKey(), la+(16<<20)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 10*time.Second).op)
+	require.True(t, bytes.Equal(dst[:8<<20], src[16<<20:24<<20]))
+	b.postRecv(dataSeg(8<<20, mrs[1].LKey(), ra))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dataSeg(8<<20, mrs[0].LKey(), la))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 10*time.Second).op)
+	r := waitCQE(t, b.rcq, 10*time.Second)
+	require.Equal(t, uint32(8<<20), r.byteCnt)
+	require.True(t, bytes.Equal(src[:8<<20], dst[:8<<20]))
+	// One byte more than a message carries: a local length error.
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ra, mrs[1].RKey()), dataSeg(uint32(wireMaxPayload+1), mrs[0].LKey(), la))
+	c := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.SyndromeLocalLength, c.synd)
+}

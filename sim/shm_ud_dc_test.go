@@ -1,0 +1,219 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+func TestSharedUD(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
+	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	for i := 0; i < 4; i++ {
+		b.postRecv(dataSeg(40+100, e2.mr.LKey(), e2.addr(i*256)))
+	}
+	lid := lidOf(t, e2.c)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("datagram")))
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x55, udAV(0x9999, b.qp.QPN(), lid), inlineSeg([]byte("bad qkey")))
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x66, udAV(0x2222, b.qp.QPN(), lid+1), inlineSeg([]byte("bad lid")))
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate|prm.FlagSolicited, 0x77, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("second")))
+	for i := 0; i < 4; i++ {
+		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op, "UD sends complete whatever happens")
+	}
+	c := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, uint32(40+8), c.byteCnt)
+	require.Equal(t, a.qp.QPN(), c.srcQPN)
+	require.Equal(t, lidOf(t, e1.c), c.slid)
+	require.False(t, c.grh)
+	require.Equal(t, []byte("datagram"), e2.mem(40, 8))
+	c = waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSendImm, c.op)
+	require.Equal(t, uint32(0x77), c.imm)
+	require.True(t, c.solicited)
+	require.Equal(t, []byte("second"), e2.mem(256+40, 6))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain(), "a wrong qkey or LID is dropped silently")
+	require.Equal(t, uint64(2), e2.f.Stats().UDDropped)
+
+	// With a GRH: the receive buffer holds the sender's GID and the hop
+	// limit of the address handle.
+	gids, err := e2.c.QueryGIDs(1)
+	require.NoError(t, err)
+	ah, err := e1.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, HopLimit: 64, TrafficClass: 3})
+	require.NoError(t, err)
+	av := ah.AV()
+	be.PutUint32(av[prm.AVKey:], 0x2222)
+	be.PutUint32(av[prm.AVDQPDCT:], b.qp.QPN()|prm.ExtendedUDAV)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av[:], inlineSeg([]byte("routed")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	c = waitCQE(t, b.rcq, 5*time.Second)
+	require.True(t, c.grh)
+	require.Equal(t, uint32(46), c.byteCnt)
+	grh := e2.mem(512, 40)
+	require.Equal(t, byte(64), grh[7])
+	require.Equal(t, gids[0].GID[:], grh[24:40])
+	mine, err := e1.c.QueryGIDs(1)
+	require.NoError(t, err)
+	require.Equal(t, mine[0].GID[:], grh[8:24])
+	require.Equal(t, []byte("routed"), e2.mem(512+40, 6))
+
+	// The sender's fault injector drops what it sends to another process.
+	e1.f.InjectUDFaults(UDFaults{Drop: 1})
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(1024)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("dropped")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain())
+	require.Equal(t, uint64(1), e1.f.Stats().UDDropped)
+}
+
+func TestSharedDCAndSRQ(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	t1 := e2.dct(e2.pd, srq, 0xfeed)
+	d := e1.dci(e1.pd)
+	for i := 0; i < 4; i++ {
+		srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(i*64)))
+	}
+	lid := lidOf(t, e2.c)
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), inlineSeg([]byte("to t1")))
+	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), raddrSeg(e2.addr(4096), e2.mr.RKey()), inlineSeg([]byte("written")))
+	be.PutUint64(e2.mem(8192, 8), 10)
+	d.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), raddrSeg(e2.addr(8192), e2.mr.RKey()), atomicSeg(3, 0), dataSeg(8, e1.mr.LKey(), e1.addr(0)))
+	for i := 0; i < 3; i++ {
+		require.Equal(t, prm.CQEReq, waitCQE(t, d.scq, 5*time.Second).op)
+	}
+	r := waitCQE(t, t1.rcq, 5*time.Second)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.Equal(t, srq.srq.SRQN(), r.srqn)
+	require.Equal(t, []byte("to t1"), e2.mem(int(r.counter)*64, 5))
+	require.Equal(t, []byte("written"), e2.mem(4096, 7))
+	require.Equal(t, uint64(10), be.Uint64(e1.mem(0, 8)))
+	require.Equal(t, uint64(13), be.Uint64(e2.mem(8192, 8)))
+
+	// A wrong DC key: REMOTE_ACCESS_ERR, the DCT stays, with an event.
+	d2 := e1.dci(e1.pd)
+	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, t1.qp.QPN(), lid), inlineSeg([]byte("x")))
+	c := waitCQE(t, d2.scq, 5*time.Second)
+	require.Equal(t, prm.SyndromeRemoteAccess, c.synd)
+	st, err := t1.qp.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTR, st)
+	ev, ok, err := e2.c.ReadAsyncEvent()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ctx.EventQPAccessError, ev.Type)
+
+	// RC into an SRQ across processes.
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	e1.connectRC(a, b, 7, 1)
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 5, inlineSeg([]byte("via srq")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	r = waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, srq.srq.SRQN(), r.srqn)
+	require.Equal(t, uint32(5), r.imm)
+	require.Equal(t, []byte("via srq"), e2.mem(int(r.counter)*64, 7))
+}
+
+// TestSharedUDReceivePostedWhileAsleep: a receive posted while the
+// receiver's engine sleeps is there for a datagram that wakes it (the
+// engine reads doorbell records before it takes messages).
+func TestSharedUDReceivePostedWhileAsleep(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.udQP(e1.pd, 1, qpOpts{})
+	b := e2.udQP(e2.pd, 1, qpOpts{})
+	lid := lidOf(t, e2.c)
+	for i := 0; i < 20; i++ {
+		time.Sleep(3 * time.Millisecond) // both engines back to sleeping
+		b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
+		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b.qp.QPN(), lid), inlineSeg([]byte("x")))
+		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+		c := waitCQE(t, b.rcq, time.Second)
+		require.Equal(t, uint32(i), c.imm)
+	}
+	require.Zero(t, e2.f.Stats().UDDropped)
+}
+
+// TestSharedDCTExecutesOnce: a DCT answers a DCI's repeated request (same
+// stream epoch and PSN) without executing it again, and executes the same
+// PSN of a new stream (the DCI reset, or a new DCI with its number).
+func TestSharedDCTExecutesOnce(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	dct := e2.dct(e2.pd, srq, 0xfeed)
+	d := e1.dci(e1.pd)
+	be.PutUint64(e2.mem(0, 8), 10)
+	_, s1 := e1.f.SharedFabric()
+	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: dct.qp.QPN(), SrcQPN: d.qp.QPN(), PSN: 7, Epoch: 1,
+		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c), DCKey: 0xfeed}
+	serve := func() {
+		e2.f.mu.Lock()
+		defer e2.f.mu.Unlock()
+		e2.f.wireServe(s1, &h, nil)
+	}
+	serve()
+	serve() // a retry: answered, not executed
+	require.Equal(t, uint64(11), be.Uint64(e2.mem(0, 8)))
+	h.PSN = 8
+	serve()
+	require.Equal(t, uint64(12), be.Uint64(e2.mem(0, 8)))
+	h.Epoch, h.PSN = 2, 8 // a new stream that happens to reuse the PSN
+	serve()
+	require.Equal(t, uint64(13), be.Uint64(e2.mem(0, 8)))
+}
+
+// TestSharedUDFaults: the sender's fault injector drops, duplicates and
+// reorders datagrams to another process; every datagram not dropped
+// arrives, the duplicated twice, some out of order.
+func TestSharedUDFaults(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name, Seed: 42})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.udQP(e1.pd, 1, qpOpts{sendDepth: 64})
+	b := e2.udQP(e2.pd, 1, qpOpts{recvDepth: 512, cqDepth: 1024})
+	const n = 208
+	for i := 0; i < 2*n; i++ {
+		b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(i*64)))
+	}
+	e1.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1})
+	lid := lidOf(t, e2.c)
+	// Batches of 16 behind one doorbell: the engine is busy through a
+	// batch, so a held datagram leaves after the next one, not when idle.
+	for i := 0; i < n; i += 16 {
+		for j := i; j < i+16; j++ {
+			a.write(a.build(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(j), udAV(1, b.qp.QPN(), lid), inlineSeg([]byte{byte(j)})))
+		}
+		a.ring()
+		for j := 0; j < 16; j++ {
+			require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+		}
+	}
+	st := e1.f.Stats()
+	require.Greater(t, st.UDDropped, uint64(0))
+	require.Greater(t, st.UDDuplicated, uint64(0))
+	require.Greater(t, st.UDReordered, uint64(0))
+	want := n - int(st.UDDropped) + int(st.UDDuplicated)
+	var got []cqe
+	for len(got) < want {
+		got = append(got, waitCQE(t, b.rcq, 5*time.Second))
+	}
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain())
+	seen := map[uint32]int{}
+	inversions := 0
+	for i, c := range got {
+		seen[c.imm]++
+		if i > 0 && c.imm < got[i-1].imm {
+			inversions++
+		}
+	}
+	require.Greater(t, inversions, 0)
+	require.Equal(t, n-int(st.UDDropped), len(seen))
+}

@@ -1,0 +1,134 @@
+package sim
+
+import (
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// UD between processes of a shared fabric: the sender builds the packet
+// (the GRH its receive buffer will find included) and drops it in the
+// destination's ring; the destination checks type, state, path and qkey
+// and delivers it, or drops it silently. Nothing answers.
+
+// wireUD is the kind of a UD datagram message.
+const wireUD = 3
+
+// wireSendUD sends UD packet p to QP dst of the process in slot, with the
+// faults of InjectUDFaults: a reordered datagram is held back and sent
+// after the next one to the same QP (or when the engine is otherwise
+// idle). The sender completes whatever happens to the packet.
+func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPacket, slot int) outcome {
+	if a.grh {
+		p.grh = buildGRH(q.dev.h, *a, p.src.l3, udPayLen(len(p.payload), w.op == prm.OpSendImm))
+	}
+	if f.faults.dropNext > 0 {
+		f.faults.dropNext--
+		f.stats.UDDropped++
+		return done(w.total)
+	}
+	var h wireHdr
+	h.Kind, h.Op = wireUD, uint8(w.op)
+	h.FM = uint8(boolBit(p.solicited, uint32(prm.FlagSolicited)))
+	h.DstQPN, h.SrcQPN, h.Imm, h.RKey = a.dqpn, q.qpn, p.imm, qkey
+	h.DLID, h.DGID, h.SL, h.GRH, h.L3 = a.dlid, a.dgid, p.src.sl, uint8(boolBit(a.grh, 1)), p.src.l3
+	h.SrcLID = q.dev.h.lid
+	h.Total = uint32(len(p.payload))
+	copies := 1
+	if fl := f.faults.UDFaults; (fl.Drop > 0 || fl.Duplicate > 0 || fl.Reorder > 0) && (fl.QPN == 0 || fl.QPN == a.dqpn) {
+		r := f.rng.Float64()
+		switch {
+		case r < fl.Drop:
+			f.stats.UDDropped++
+			return done(w.total)
+		case r < fl.Drop+fl.Duplicate:
+			copies = 2
+			f.stats.UDDuplicated++
+		case r < fl.Drop+fl.Duplicate+fl.Reorder:
+			body := append(append([]byte(nil), p.grh...), p.payload...)
+			f.wireHeld = append(f.wireHeld, wireHeldUD{slot: slot, h: h, body: body})
+			f.stats.UDReordered++
+			return done(w.total)
+		}
+	}
+	for i := 0; i < copies; i++ {
+		f.wireUDOut(slot, &h, p.grh, p.payload)
+	}
+	// Datagrams held back for this QP now leave after the one that passed.
+	out := f.wireHeld[:0]
+	var release []wireHeldUD
+	for _, x := range f.wireHeld {
+		if x.slot == slot && x.h.DstQPN == a.dqpn {
+			release = append(release, x)
+		} else {
+			out = append(out, x)
+		}
+	}
+	clear(f.wireHeld[len(out):])
+	f.wireHeld = out
+	for i := range release {
+		f.wireUDOut(release[i].slot, &release[i].h, nil, release[i].body)
+	}
+	return done(w.total)
+}
+
+// wireHeldUD is a datagram to another process held back by the fault
+// injector.
+type wireHeldUD struct {
+	slot int
+	h    wireHdr
+	body []byte // GRH and payload
+}
+
+// wireUDOut places one datagram (header h, then a and b) in the ring of
+// the process in slot.
+func (f *Fabric) wireUDOut(slot int, h *wireHdr, a, b []byte) {
+	sent := f.shm.send(slot, len(a)+len(b), func(x *wireHdr, buf []byte) {
+		*x = *h
+		n := copy(buf, a)
+		copy(buf[n:], b)
+	})
+	if !sent {
+		f.stats.UDDropped++
+	}
+}
+
+// releaseWireHeldLocked sends every held-back datagram; it reports whether
+// there was one.
+func (f *Fabric) releaseWireHeldLocked() bool {
+	if len(f.wireHeld) == 0 {
+		return false
+	}
+	held := f.wireHeld
+	f.wireHeld = nil
+	for i := range held {
+		f.wireUDOut(held[i].slot, &held[i].h, nil, held[i].body)
+	}
+	return true
+}
+
+// wireDeliverUD delivers a datagram from another process.
+func (f *Fabric) wireDeliverUD(h *wireHdr, body []byte) {
+	t := f.qps[h.DstQPN]
+	grh := h.GRH != 0
+	g := 0
+	if grh {
+		g = prm.GRHSize
+	}
+	if t == nil || t.typ != ctx.QPTypeUD || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
+		!reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) || t.attr.QKey != h.RKey ||
+		len(body) < g+int(h.Total) {
+		f.stats.UDDropped++
+		return
+	}
+	p := udPacket{
+		src:       srcInfo{qpn: h.SrcQPN, lid: h.SrcLID, sl: h.SL, grh: grh, l3: h.L3},
+		op:        prm.Opcode(h.Op),
+		imm:       h.Imm,
+		solicited: h.FM&prm.FlagSolicited != 0,
+		payload:   body[g : g+int(h.Total)],
+	}
+	if grh {
+		p.grh = body[:g]
+	}
+	f.deliverUD(t, &p)
+}
