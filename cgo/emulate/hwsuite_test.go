@@ -25,7 +25,7 @@ import (
 // binaries link the emulated kernel (an emulate_link_test.go, or the root
 // package for the commands).
 var hardwareSuitePackages = []string{
-	"github.com/mlx5kit/mlx5kit/cgo",
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs",
 	"github.com/mlx5kit/mlx5kit/internal/scenario",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-devinfo",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-perf",
@@ -40,12 +40,12 @@ var hardwareSuitePackages = []string{
 // with the package's last path element; link names the link layer the
 // entry is for ("" both).
 var notYetOnTheEmulatedDevice = map[string]struct{ link, why string }{
-	"cgo/TestHardwareObjects":                         {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
+	"verbs/TestHardwareObjects":                         {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
 	"scenario/TestHardwareScenarios/SRQ":              {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
 	"scenario/TestHardwareScenarios":                  {"", "fails with its SRQ subtest"},
 	"scenario/TestHardwareScenarios/DC":               {"", "DC: the emulated kernel creates no DCI or DCT yet, so the device reports no DC"},
-	"cgo/TestHardwareKernelAgreesWithTransitionTable": {"", "needs DC (DCI and DCT through the emulated kernel)"},
-	"cgo/TestHardwareDeviceQueries":                   {"ethernet", "RoCE GIDs have no network device on the model (ifindex 0)"},
+	"verbs/TestHardwareKernelAgreesWithTransitionTable": {"", "needs DC (DCI and DCT through the emulated kernel)"},
+	"verbs/TestHardwareDeviceQueries":                   {"ethernet", "RoCE GIDs have no network device on the model (ifindex 0)"},
 }
 
 // goEvent is one line of `go test -json`.
@@ -106,7 +106,7 @@ func TestHardwareSuitesOnEmulatedDevice(t *testing.T) {
 				}
 			}
 			require.NotEmpty(t, passed, "no hardware test ran: %s\n%s", stderr.String(), out)
-			for _, want := range []string{"cgo/TestHardwareRDMAWriteLoopback", "scenario/TestHardwareScenarios/RCWrite",
+			for _, want := range []string{"verbs/TestHardwareRDMAWriteLoopback", "scenario/TestHardwareScenarios/RCWrite",
 				"scenario/TestHardwareScenarios/UD", "mlx5kit-pingpong/TestHardwarePingPong"} {
 				require.True(t, passed[want], "%s passes on the emulated device:\n%s", want, output[want])
 			}

@@ -1,4 +1,4 @@
-package cgo_test
+package verbs_test
 
 // The emulated uverbs kernel is linked into the test binary, off unless
 // MLX5KIT_EMULATE=1: with it (and MLX5KIT_PROVIDER=mlx5) the hardware
