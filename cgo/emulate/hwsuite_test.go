@@ -41,9 +41,9 @@ var hardwareSuitePackages = []string{
 // entry is for ("" both).
 var notYetOnTheEmulatedDevice = map[string]struct{ link, why string }{
 	"verbs/TestHardwareObjects":                         {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
-	"scenario/TestHardwareScenarios/SRQ":              {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
-	"scenario/TestHardwareScenarios":                  {"", "fails with its SRQ subtest"},
-	"scenario/TestHardwareScenarios/DC":               {"", "DC: the emulated kernel creates no DCI or DCT yet, so the device reports no DC"},
+	"scenario/TestHardwareScenarios/SRQ":                {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
+	"scenario/TestHardwareScenarios":                    {"", "fails with its SRQ subtest"},
+	"scenario/TestHardwareScenarios/DC":                 {"", "DC: the emulated kernel creates no DCI or DCT yet, so the device reports no DC"},
 	"verbs/TestHardwareKernelAgreesWithTransitionTable": {"", "needs DC (DCI and DCT through the emulated kernel)"},
 	"verbs/TestHardwareDeviceQueries":                   {"ethernet", "RoCE GIDs have no network device on the model (ifindex 0)"},
 }
