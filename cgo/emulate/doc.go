@@ -17,9 +17,17 @@
 // concerns /dev/infiniband/uverbsN and its descriptors to the emulated
 // kernel: the ioctl methods and write commands of the uverbs core and
 // mlx5_ib that discovery and queries need, those that create and destroy
-// protection domains, memory regions, completion channels and completion
-// queues (over the ring and doorbell record libmlx5 allocated), and the
-// mmap of UAR pages.
+// protection domains, memory regions, completion channels, completion
+// queues, shared receive queues and queue pairs (RC, UD, DCI and DCT, over
+// the rings and doorbell records libmlx5 allocated) with their
+// transitions, and address handles, and the mmap of UAR pages. The model
+// executes the WQEs libmlx5 writes, writes the CQEs it reads, and writes
+// completion events to completion channels when libmlx5 arms a CQ. Not
+// built: async events (the async event descriptor is never written to,
+// so no SRQ limit or last-WQE-reached event), the ioctl method QP_CREATE
+// and EX_CREATE_QP (libibverbs falls back to CREATE_QP), RESIZE_CQ,
+// REREG_MR, memory windows, dma-buf and device-memory MRs, XRC, DCI
+// streams and DEVX.
 // Everything else, and everything while it is off, goes to the C library
 // unchanged. The Go runtime's own system calls never pass through the C
 // library and are not affected.

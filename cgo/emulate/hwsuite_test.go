@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -34,18 +35,51 @@ var hardwareSuitePackages = []string{
 
 // notYetOnTheEmulatedDevice are the hardware tests that may fail or skip
 // on the emulated device, each with why; any other failure or skip fails
-// TestHardwareSuitesOnEmulatedDevice. They run all the same: an entry
-// whose test passes is reported, so that the list shrinks as the
-// emulated kernel grows. A key is "package/Test" or "package/Test/sub"
-// with the package's last path element; link names the link layer the
-// entry is for ("" both).
-var notYetOnTheEmulatedDevice = map[string]struct{ link, why string }{
-	"verbs/TestHardwareObjects":                         {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
-	"scenario/TestHardwareScenarios/SRQ":                {"", "SRQs: the emulated kernel has no CREATE_SRQ yet"},
-	"scenario/TestHardwareScenarios":                    {"", "fails with its SRQ subtest"},
-	"scenario/TestHardwareScenarios/DC":                 {"", "DC: the emulated kernel creates no DCI or DCT yet, so the device reports no DC"},
-	"verbs/TestHardwareKernelAgreesWithTransitionTable": {"", "needs DC (DCI and DCT through the emulated kernel)"},
-	"verbs/TestHardwareDeviceQueries":                   {"ethernet", "RoCE GIDs have no network device on the model (ifindex 0)"},
+// TestHardwareSuitesOnEmulatedDevice. They run all the same, and an entry
+// whose test passes, or does not run, fails it too, so that the list
+// holds only what is still out of reach. A key is "package/Test" or
+// "package/Test/sub" with the package's last path element; link names the
+// link layer the entry is for ("" both). Every hardware test passes on the
+// emulated device now: the list is empty.
+var notYetOnTheEmulatedDevice = map[string]struct{ link, why string }{}
+
+// hardwareRunProblem is a test the hardware run fails on, and why.
+type hardwareRunProblem struct{ key, why string }
+
+// checkHardwareRun compares the outcome of a hardware run on the given
+// link layer with the list of known failures: it returns the known
+// failures and skips (with why they are known), and the problems: a
+// failure or skip not on the list, an entry whose test passed (the list
+// is stale) and an entry whose test did not run (it names no test).
+func checkHardwareRun(list map[string]struct{ link, why string }, link string,
+	passed, failed, skipped map[string]bool) (known []string, problems []hardwareRunProblem) {
+	applies := func(key string) (string, bool) {
+		entry, ok := list[key]
+		return entry.why, ok && (entry.link == "" || entry.link == link)
+	}
+	for _, set := range []map[string]bool{failed, skipped} {
+		for key := range set {
+			if why, ok := applies(key); ok {
+				known = append(known, key+" ("+why+")")
+				continue
+			}
+			problems = append(problems, hardwareRunProblem{key, key + " failed or skipped on the emulated device (" + link + ")"})
+		}
+	}
+	for key := range list {
+		if _, ok := applies(key); !ok {
+			continue
+		}
+		switch {
+		case passed[key]:
+			problems = append(problems, hardwareRunProblem{key, key + " passes on the emulated device (" + link + "): remove it from notYetOnTheEmulatedDevice"})
+		case !failed[key] && !skipped[key]:
+			problems = append(problems, hardwareRunProblem{key, key + " did not run on the emulated device (" + link + "): notYetOnTheEmulatedDevice names no test"})
+		}
+	}
+	sort.Strings(known)
+	sort.Slice(problems, func(i, j int) bool { return problems[i].key < problems[j].key })
+	return known, problems
 }
 
 // goEvent is one line of `go test -json`.
@@ -110,22 +144,51 @@ func TestHardwareSuitesOnEmulatedDevice(t *testing.T) {
 				"scenario/TestHardwareScenarios/UD", "mlx5kit-pingpong/TestHardwarePingPong"} {
 				require.True(t, passed[want], "%s passes on the emulated device:\n%s", want, output[want])
 			}
-			for _, set := range []map[string]bool{failed, skipped} {
-				for key := range set {
-					entry, known := notYetOnTheEmulatedDevice[key]
-					if known && (entry.link == "" || entry.link == link) {
-						t.Logf("not yet on the emulated device: %s (%s)", key, entry.why)
-						continue
-					}
-					t.Errorf("%s failed or skipped on the emulated device:\n%s", key, output[key])
-				}
+			known, problems := checkHardwareRun(notYetOnTheEmulatedDevice, link, passed, failed, skipped)
+			for _, k := range known {
+				t.Logf("not yet on the emulated device: %s", k)
 			}
-			for key, entry := range notYetOnTheEmulatedDevice {
-				if passed[key] && (entry.link == "" || entry.link == link) {
-					t.Logf("%s passes now on the emulated device: remove it from notYetOnTheEmulatedDevice", key)
-				}
+			for _, p := range problems {
+				t.Errorf("%s:\n%s", p.why, output[p.key])
 			}
 			t.Logf("%d hardware tests passed on the emulated device (%s)", len(passed), link)
 		})
 	}
+}
+
+// TestCheckHardwareRun checks the rule TestHardwareSuitesOnEmulatedDevice
+// applies: an unlisted failure or skip, a listed test that passes and a
+// listed test that did not run are each a problem; a listed failure on
+// its link layer is known, and an entry for the other link layer is
+// neither.
+func TestCheckHardwareRun(t *testing.T) {
+	list := map[string]struct{ link, why string }{
+		"verbs/TestFails":     {"", "out of reach"},
+		"verbs/TestPassesNow": {"", "was out of reach"},
+		"verbs/TestRenamed":   {"", "names no test any more"},
+		"verbs/TestRoCEOnly":  {"ethernet", "RoCE only"},
+	}
+	passed := map[string]bool{"verbs/TestPassesNow": true, "verbs/TestFine": true, "verbs/TestRoCEOnly": true}
+	failed := map[string]bool{"verbs/TestFails": true, "verbs/TestNew": true}
+	skipped := map[string]bool{"scenario/TestSkips": true}
+	known, problems := checkHardwareRun(list, "infiniband", passed, failed, skipped)
+	require.Equal(t, []string{"verbs/TestFails (out of reach)"}, known)
+	var keys []string
+	for _, p := range problems {
+		keys = append(keys, p.key)
+	}
+	require.Equal(t, []string{"scenario/TestSkips", "verbs/TestNew", "verbs/TestPassesNow", "verbs/TestRenamed"}, keys)
+	require.Contains(t, problems[2].why, "remove it from notYetOnTheEmulatedDevice")
+	require.Contains(t, problems[3].why, "names no test")
+
+	_, problems = checkHardwareRun(list, "ethernet", passed, failed, skipped)
+	keys = keys[:0]
+	for _, p := range problems {
+		keys = append(keys, p.key)
+	}
+	require.Contains(t, keys, "verbs/TestRoCEOnly", "an entry for RoCE whose test passes on RoCE")
+
+	known, problems = checkHardwareRun(map[string]struct{ link, why string }{}, "infiniband", passed, map[string]bool{}, map[string]bool{})
+	require.Empty(t, known)
+	require.Empty(t, problems, "every test passes and the list is empty")
 }

@@ -3,6 +3,7 @@
 package emulate_test
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -115,6 +116,16 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 
 				wg, err := want.QueryGIDs(p)
 				require.NoError(t, err)
+				if wp.LinkLayer == ctx.LinkLayerEthernet {
+					// The emulated kernel puts RoCE GIDs on the
+					// loopback device, as a ConnectX's are on its
+					// network device.
+					lo, err := net.InterfaceByName(emulate.RoCENetdev)
+					require.NoError(t, err)
+					for i := range wg {
+						wg[i].NetdevIfindex = uint32(lo.Index)
+					}
+				}
 				gg, err := d.QueryGIDs(p)
 				require.NoError(t, err)
 				require.Equal(t, wg, gg, "GID table of port %d", p)

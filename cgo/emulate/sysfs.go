@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,10 +45,33 @@ type Device struct {
 	// Index is N of the uverbs device node /dev/infiniband/uverbsN.
 	Index int
 	// Attr, Ports (index 0 is port 1) and GIDs (per port) are the model's
-	// answers to Query, QueryPort and QueryGIDs.
+	// answers to Query, QueryPort and QueryGIDs, except that the GIDs of
+	// an Ethernet port carry the interface index of Netdev.
 	Attr  ctx.DeviceAttr
 	Ports []ctx.PortAttr
 	GIDs  [][]ctx.GIDEntry
+	// Netdev is the network device the GIDs of the Ethernet ports are
+	// on, "" when there is none (see RoCENetdev).
+	Netdev string
+}
+
+// RoCENetdev is the network device the emulated kernel puts the GIDs of
+// an Ethernet port on. A ConnectX's RoCE GIDs are each on a network device
+// (the kernel's GID cache takes none without one; libibverbs reads its
+// name from gid_attrs/ndevs and its index from QUERY_GID_TABLE). The
+// model's ports have no device of their own, so the emulated kernel names
+// the loopback device, which every network namespace has, and answers its
+// interface index.
+const RoCENetdev = "lo"
+
+// roceNetdev returns RoCENetdev's interface index, 0 if the machine has
+// no such device (the GIDs are then on none).
+func roceNetdev() (string, uint32) {
+	ifc, err := net.InterfaceByName(RoCENetdev)
+	if err != nil || ifc.Index <= 0 {
+		return "", 0
+	}
+	return RoCENetdev, uint32(ifc.Index)
 }
 
 // Name is the device's name ("sim0").
@@ -92,6 +116,16 @@ func describe(f *sim.Fabric, name string) (d Device, err error) {
 		gids, err := pd.QueryGIDs(p)
 		if err != nil {
 			return d, fmt.Errorf("emulate: query the GIDs of %q port %d: %w", name, p, err)
+		}
+		if pa.LinkLayer == ctx.LinkLayerEthernet {
+			var ifindex uint32
+			if d.Netdev, ifindex = roceNetdev(); ifindex != 0 {
+				for i := range gids {
+					if gids[i].GID != ([16]byte{}) {
+						gids[i].NetdevIfindex = ifindex
+					}
+				}
+			}
 		}
 		d.Ports = append(d.Ports, pa)
 		d.GIDs = append(d.GIDs, gids)
@@ -271,6 +305,9 @@ func sysfsFiles(devs []Device, cdev DevNumber) map[string]string {
 						typ = "RoCE v2"
 					}
 					put(port+"gid_attrs/types/"+strconv.Itoa(k), typ)
+					if e.NetdevIfindex != 0 {
+						put(port+"gid_attrs/ndevs/"+strconv.Itoa(k), d.Netdev)
+					}
 				}
 			}
 		}
@@ -284,7 +321,8 @@ func sysfsFiles(devs []Device, cdev DevNumber) map[string]string {
 // (ibdev, abi_version and dev, the character device number cdev that the
 // device node's descriptors report), and class/infiniband/<name> with the
 // node attributes, the PCI identity (device/modalias) and every port's
-// state, LID, link layer, P_Keys, GIDs and, on Ethernet, GID types.
+// state, LID, link layer, P_Keys, GIDs and, on Ethernet, GID types and
+// network devices.
 func WriteSysfs(dir string, devs []Device, cdev DevNumber) error {
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("emulate: write the sysfs tree into %s: the directory is not empty: %w", dir, fs.ErrExist)

@@ -1,6 +1,7 @@
 package emulate
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,10 +70,19 @@ func TestWriteSysfsDescribesTheModel(t *testing.T) {
 					require.Len(t, gid, 39, "eight groups of four hex digits")
 					require.Equal(t, gidString(e.GID), gid)
 					typ, ok := files[port+"gid_attrs/types/"+itoaDec(e.Index)]
+					ndev, hasNdev := files[port+"gid_attrs/ndevs/"+itoaDec(e.Index)]
 					if ll == ctx.LinkLayerInfiniBand {
 						require.False(t, ok, "InfiniBand has no GID types to tell")
+						require.False(t, hasNdev, "nor network devices")
+						require.Zero(t, e.NetdevIfindex)
 						continue
 					}
+					// A RoCE GID is on a network device: the loopback
+					// device, which every machine has.
+					lo, err := net.InterfaceByName(RoCENetdev)
+					require.NoError(t, err)
+					require.Equal(t, RoCENetdev+"\n", ndev, "gid_attrs/ndevs names the GID's network device")
+					require.Equal(t, uint32(lo.Index), e.NetdevIfindex, "QUERY_GID_TABLE answers its interface index")
 					want := "IB/RoCE v1\n"
 					if e.Type == ctx.GIDTypeRoCEv2 {
 						want = "RoCE v2\n"

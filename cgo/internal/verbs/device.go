@@ -61,6 +61,9 @@ type Device struct {
 
 	probeOnce sync.Once
 	probed    probeResult
+	// dcInitRdAtomic is probeResult.dcInitRdAtomic once the probe has
+	// run, read under mu by the checks of a modify (modifyLimits).
+	dcInitRdAtomic uint32
 
 	// mem defers the release of what the data plane writes (extalloc.go).
 	mem deviceMemory
@@ -334,7 +337,8 @@ func (d *Device) queryDeviceEx() (C.struct_ibv_device_attr_ex, error) {
 
 // Query returns the device attributes: ibv_query_device_ex, the mlx5dv
 // attributes (DC's own read/atomic depths among them, with rdma-core 47
-// and later), and what only creating objects can tell (DC support, the
+// and later; before it, DC's initiator depth is probed with a throw-away
+// DCI), and what only creating objects can tell (DC support, the
 // largest send WQE and with it the send-queue limits of each QP type, the
 // BlueFlame size, 128-byte CQEs), probed once with throw-away objects the
 // first time Query or CreateQueuePair needs them.
@@ -394,6 +398,9 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		attr.SendLimitsDCI = ctx.SendQueueLimits{}
 	}
 	attr.MaxDCInitRdAtomic, attr.MaxDCRdAtomic = dcRdAtomic(d.dv)
+	if attr.MaxDCInitRdAtomic == 0 {
+		attr.MaxDCInitRdAtomic = p.dcInitRdAtomic
+	}
 	return attr, nil
 }
 

@@ -8,8 +8,12 @@ package verbs
 import "C"
 
 import (
+	"errors"
+	"syscall"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -23,6 +27,11 @@ type probeResult struct {
 	// (at most sqsize.MaxWQESize), from the largest RC WQE it granted: the
 	// size every QP type's limits follow from.
 	maxSendWQESize uint32
+	// dcInitRdAtomic is the deepest max_rd_atomic the kernel accepts for
+	// a DCI at RTS, probed where mlx5dv_query_device does not report
+	// max_dc_init_rd_atom (rdma-core before 47); 0 where it does, where
+	// there is no DC, or where the probe could not tell.
+	dcInitRdAtomic uint32
 	err            error // why the probe could not run, if it could not
 }
 
@@ -35,7 +44,9 @@ const probeInlineLimit = 1024
 // one of 128-byte CQEs, RC QPs with the kit's send operations (to find the
 // largest inline payload by bisection, and from it the largest send WQE:
 // rdma-core derives both from max_sq_desc_sz, which no query reports) and
-// a DCI. Everything is destroyed before it returns.
+// a DCI, which it moves to RTS to learn DC's read/atomic depth where
+// rdma-core does not report it (see probeDCInitRdAtomic). Everything is
+// destroyed before it returns.
 func (d *Device) probe() probeResult {
 	d.probeOnce.Do(func() { d.probed = d.runProbe() })
 	return d.probed
@@ -126,7 +137,73 @@ func (d *Device) runProbe() (r probeResult) {
 	})
 	if err == nil {
 		r.dc = true
+		if !d.dv.Has(DVMaskMaxDCRdAtomic) {
+			r.dcInitRdAtomic = d.probeDCInitRdAtomic(dci)
+			d.dcInitRdAtomic = r.dcInitRdAtomic
+		}
 		C.ibv_destroy_qp(dci)
 	}
 	return r
+}
+
+// probeDCInitRdAtomic returns the deepest max_rd_atomic the kernel accepts
+// for a DCI, or 0 where it cannot tell. rdma-core before 47 does not
+// report max_dc_init_rd_atom (1 << log_max_ra_res_dc), the depth mlx5_ib's
+// validate_rd_atomic bounds a DCI's max_rd_atomic by (kernels before the
+// December 2022 fix bound it by RC's max_qp_init_rd_atom), so a depth
+// taken from RC's is refused with EINVAL at RTS wherever DC's is lower.
+// The probe brings the throw-away DCI to RTR on port 1 and asks for RTS
+// with RC's depth (rounded down to a power of two, as both limits are),
+// halving it on each EINVAL down to 1: the first depth accepted is DC's.
+// Any other error, or a refusal of 1, stops it with 0. The caller holds
+// d.mu.
+func (d *Device) probeDCInitRdAtomic(dci *C.struct_ibv_qp) uint32 {
+	a, err := d.queryDeviceEx()
+	if err != nil || a.orig_attr.max_qp_init_rd_atom <= 0 {
+		return 0
+	}
+	port, err := d.queryPort(1)
+	if err != nil {
+		return 0
+	}
+	modify := func(from, to ctx.QPState, attr *C.struct_ibv_qp_attr) error {
+		mask, err := qpstate.Derive(ctx.QPTypeDCI, from, to)
+		if err != nil {
+			return err
+		}
+		attr.qp_state = uint32(to)
+		ret, errno := C.ibv_modify_qp(dci, attr, C.int(mask))
+		switch {
+		case ret > 0:
+			return syscall.Errno(ret)
+		case ret < 0 && errno != nil:
+			return errno
+		case ret < 0:
+			return syscall.EIO
+		}
+		return nil
+	}
+	var init, rtr C.struct_ibv_qp_attr
+	init.port_num = 1
+	rtr.path_mtu = port.active_mtu
+	if modify(ctx.QPStateReset, ctx.QPStateInit, &init) != nil || modify(ctx.QPStateInit, ctx.QPStateRTR, &rtr) != nil {
+		return 0
+	}
+	depth := uint32(1)
+	for depth*2 <= min(uint32(a.orig_attr.max_qp_init_rd_atom), 128) {
+		depth *= 2
+	}
+	for ; depth >= 1; depth /= 2 {
+		var rts C.struct_ibv_qp_attr
+		rts.timeout, rts.retry_cnt, rts.rnr_retry = 14, 7, 7
+		rts.max_rd_atomic = C.uint8_t(depth)
+		err := modify(ctx.QPStateRTR, ctx.QPStateRTS, &rts)
+		if err == nil {
+			return depth
+		}
+		if !errors.Is(err, syscall.EINVAL) {
+			return 0
+		}
+	}
+	return 0
 }

@@ -549,6 +549,9 @@ func (d *Device) modifyLimits(mask int, avPort uint8) (qpstate.Limits, error) {
 		MaxQPRdAtomic:     uint32(o.max_qp_rd_atom),
 	}
 	l.MaxDCInitRdAtomic, _ = dcRdAtomic(d.dv)
+	if l.MaxDCInitRdAtomic == 0 {
+		l.MaxDCInitRdAtomic = d.dcInitRdAtomic // probed, when rdma-core does not report it
+	}
 	if m&qpstate.AV != 0 && avPort >= 1 && avPort <= l.Ports {
 		p, err := d.queryPort(avPort)
 		if err != nil {
