@@ -50,7 +50,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	var ce *monocq.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, prm.SyndromeRemoteAccess, ce.Syndrome)
-	require.Equal(t, monocq.StatusRemoteAccess, ce.Status)
+	require.Equal(t, "REM_ACCESS_ERR", ce.Status.String())
 	require.Equal(t, prm.OpRdmaWrite, ce.Opcode)
 	require.True(t, ce.HasWRID)
 	require.Contains(t, err.Error(), "REMOTE_ACCESS_ERR")

@@ -100,19 +100,3 @@ func TestTableLookupAllocatesNothing(t *testing.T) {
 	}))
 	require.Equal(t, uint32(101*(14950+150)), sum)
 }
-
-func TestEntries(t *testing.T) {
-	for _, n := range []uint32{0, 3, 1 << 17} {
-		_, err := NewEntries[uint64](n)
-		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "n=%d", n)
-	}
-	e, err := NewEntries[uint64](8)
-	require.NoError(t, err)
-	require.Equal(t, 8, e.Len())
-	for i := uint16(0); i < 8; i++ {
-		*e.At(i) = uint64(i) * 10
-	}
-	require.Equal(t, uint64(30), *e.At(3))
-	require.Equal(t, uint64(30), *e.At(11), "the WQE counter is masked to the queue size")
-	require.Equal(t, uint64(70), *e.At(0xffff))
-}
