@@ -94,75 +94,26 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Builder is the first step of building a channel: it needs a protection
-// domain. Each step is its own type offering only what may come next, so
-// a channel built without a PD or without peers does not compile:
-//
-//	channel.New().PD(pd).Peer().Build()      // a Channel to one peer
-//	channel.New().PD(pd).Peers(16).Build()   // a MultiChannel to 16 peers
-type Builder struct{ opts Options }
-
-// New starts a builder.
-func New() Builder { return Builder{} }
-
-// With sets the options.
-func (b Builder) With(o Options) Builder { b.opts = o; return b }
-
-// PD sets the protection domain every queue and memory region of the
-// channel shares.
-func (b Builder) PD(pd *ctx.ProtectionDomain) PDBuilder { return PDBuilder{opts: b.opts, pd: pd} }
-
-// PDBuilder is a builder with a protection domain: it needs its peers.
-type PDBuilder struct {
-	opts Options
-	pd   *ctx.ProtectionDomain
-}
-
-// With sets the options.
-func (b PDBuilder) With(o Options) PDBuilder { b.opts = o; return b }
-
-// Peer makes a Channel: one queue pair to one peer.
-func (b PDBuilder) Peer() PeerBuilder { return PeerBuilder(b) }
-
-// Peers makes a MultiChannel to n peers.
-func (b PDBuilder) Peers(n int) PeersBuilder { return PeersBuilder{opts: b.opts, pd: b.pd, n: n} }
-
-// PeerBuilder builds a Channel.
-type PeerBuilder struct {
-	opts Options
-	pd   *ctx.ProtectionDomain
-}
-
-// With sets the options.
-func (b PeerBuilder) With(o Options) PeerBuilder { b.opts = o; return b }
-
-// Build creates the queue pair and its completion queue. Exchange
-// Endpoint with the peer and call Handshake.
-func (b PeerBuilder) Build() (*Prepared, error) {
-	m, err := build(b.pd, 1, b.opts)
+// New creates a Channel's queue pair and its completion queue in pd, the
+// protection domain every queue and memory region of the channel shares.
+// Zero fields of opts take the defaults. Exchange Endpoint with the peer and
+// call Handshake.
+func New(pd *ctx.ProtectionDomain, opts Options) (*Prepared, error) {
+	m, err := build(pd, 1, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Prepared{m: m}, nil
 }
 
-// PeersBuilder builds a MultiChannel.
-type PeersBuilder struct {
-	opts Options
-	pd   *ctx.ProtectionDomain
-	n    int
+// NewMulti creates a MultiChannel to peers peers (at most
+// endpoint.MaxPeers): a queue pair per peer (RC), or the initiator and a
+// target per peer (DC), all on one completion queue in pd. Zero fields of
+// opts take the defaults. Exchange Endpoints with the peers and call
+// Handshake.
+func NewMulti(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, error) {
+	return build(pd, peers, opts)
 }
-
-// With sets the options.
-func (b PeersBuilder) With(o Options) PeersBuilder { b.opts = o; return b }
-
-// Build creates a queue pair per peer (RC), or the initiator and a target
-// per peer (DC), all on one completion queue. Exchange Endpoints with the
-// peers and call Handshake.
-func (b PeersBuilder) Build() (*PreparedMulti, error) { return build(b.pd, b.n, b.opts) }
-
-// MaxPeers is the most peers one channel has (the limit of endpoint.Mesh).
-const MaxPeers = endpoint.MaxPeers
 
 // PreparedMulti is a MultiChannel whose queues exist but are not connected
 // yet: send Endpoints()[j] to peer j, collect the endpoint each peer made
@@ -179,8 +130,8 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	switch {
 	case pd == nil:
 		return nil, fmt.Errorf("%s: nil protection domain: %w", op, ctx.ErrInvalidArgument)
-	case peers < 1 || peers > MaxPeers:
-		return nil, fmt.Errorf("%s: %d peers (want 1..%d): %w", op, peers, MaxPeers, ctx.ErrInvalidArgument)
+	case peers < 1 || peers > endpoint.MaxPeers:
+		return nil, fmt.Errorf("%s: %d peers (want 1..%d): %w", op, peers, endpoint.MaxPeers, ctx.ErrInvalidArgument)
 	case opts.Transport != TransportRC && opts.Transport != TransportDC:
 		return nil, fmt.Errorf("%s: transport %v: %w", op, opts.Transport, ctx.ErrInvalidArgument)
 	}

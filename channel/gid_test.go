@@ -34,9 +34,9 @@ func TestRoCEChannelGID(t *testing.T) {
 				a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 				opts := channel.Options{Transport: tr, GID: c.sel, Timeout: 10 * time.Second}
 
-				pa, err := channel.New().PD(a.pd).Peer().With(opts).Build()
+				pa, err := channel.New(a.pd, opts)
 				require.NoError(t, err)
-				pb, err := channel.New().PD(b.pd).Peer().With(opts).Build()
+				pb, err := channel.New(b.pd, opts)
 				require.NoError(t, err)
 				require.NoError(t, pb.Share(b.mr))
 				for i, x := range []struct {
@@ -85,7 +85,7 @@ func TestChannelGIDRefused(t *testing.T) {
 	t.Cleanup(func() { _ = f.Close() })
 	a := newHost(t, f, 0, 1<<16)
 	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
-		_, err := channel.New().PD(a.pd).Peer().With(channel.Options{Transport: tr, GID: ctx.GIDIndex(9)}).Build()
+		_, err := channel.New(a.pd, channel.Options{Transport: tr, GID: ctx.GIDIndex(9)})
 		require.ErrorIs(t, err, ctx.ErrNotFound, "%v", tr)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", tr)
 		require.Contains(t, err.Error(), "index 9", "%v", tr)

@@ -21,7 +21,7 @@ func TestMemoryPerPeer(t *testing.T) {
 	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
 		per[tr] = map[int]channel.Memory{}
 		for _, n := range sizes {
-			p, err := channel.New().PD(h.pd).Peers(n).With(channel.Options{Transport: tr, SendDepth: 64, RecvDepth: 64}).Build()
+			p, err := channel.NewMulti(h.pd, n, channel.Options{Transport: tr, SendDepth: 64, RecvDepth: 64})
 			require.NoError(t, err)
 			m := p.Memory()
 			require.Equal(t, n, m.Peers)
