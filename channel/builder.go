@@ -11,33 +11,17 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
-	"github.com/mlx5kit/mlx5kit/internal/names"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
-// Transport is what carries a channel's work requests.
-type Transport uint8
-
-// Transports.
-const (
-	// TransportRC gives every peer its own reliable connected queue pair.
-	TransportRC Transport = iota + 1
-	// TransportDC sends to every peer from one DC initiator; each peer
-	// reaches a DC target of its own here (with its own SRQ for the
-	// receives posted for it).
-	TransportDC
-)
-
-var transportNames = [...]string{TransportRC: "RC", TransportDC: "DC"}
-
-// String returns "RC" or "DC".
-func (t Transport) String() string { return names.Of(t, transportNames[:], "Transport") }
-
 // Options tune a channel. Zero fields take the defaults.
 type Options struct {
-	// Transport is TransportRC (default) or TransportDC.
-	Transport Transport
+	// Transport is endpoint.TransportRC (the default: every peer gets its
+	// own reliable connected queue pair) or endpoint.TransportDC (every
+	// peer is sent to from one DC initiator and reaches a DC target of its
+	// own here, with its own SRQ for the receives posted for it).
+	Transport endpoint.Transport
 	// SendDepth is the number of sends, writes and reads that may be
 	// outstanding to each peer (RC), or in all (DC: the DC initiator's
 	// depth). Default 64.
@@ -77,7 +61,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Transport == 0 {
-		o.Transport = TransportRC
+		o.Transport = endpoint.TransportRC
 	}
 	if o.SendDepth == 0 {
 		o.SendDepth = 64
@@ -132,7 +116,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		return nil, fmt.Errorf("%s: nil protection domain: %w", op, ctx.ErrInvalidArgument)
 	case peers < 1 || peers > endpoint.MaxPeers:
 		return nil, fmt.Errorf("%s: %d peers (want 1..%d): %w", op, peers, endpoint.MaxPeers, ctx.ErrInvalidArgument)
-	case opts.Transport != TransportRC && opts.Transport != TransportDC:
+	case opts.Transport != endpoint.TransportRC && opts.Transport != endpoint.TransportDC:
 		return nil, fmt.Errorf("%s: transport %v: %w", op, opts.Transport, ctx.ErrInvalidArgument)
 	}
 	c := &core{transport: opts.Transport, timeout: opts.Timeout, ctx: pd.Context(), pd: pd,
@@ -145,7 +129,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	}()
 	cqDepth := opts.CQDepth
 	if cqDepth == 0 {
-		if opts.Transport == TransportRC {
+		if opts.Transport == endpoint.TransportRC {
 			cqDepth = uint32(peers) * (opts.SendDepth + opts.RecvDepth)
 		} else {
 			cqDepth = opts.SendDepth + uint32(peers)*opts.RecvDepth
@@ -160,7 +144,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	var outstanding uint64
-	if opts.Transport == TransportRC {
+	if opts.Transport == endpoint.TransportRC {
 		for i := range c.links {
 			qp, err := rc.New(pd, c.cq, rc.Config{
 				SendDepth: opts.SendDepth, RecvDepth: opts.RecvDepth,
@@ -252,7 +236,7 @@ func (p *PreparedMulti) Endpoints() []endpoint.Endpoint {
 	out := make([]endpoint.Endpoint, len(c.links))
 	for j := range c.links {
 		var e endpoint.Endpoint
-		if c.transport == TransportDC {
+		if c.transport == endpoint.TransportDC {
 			e = c.links[j].dct.Endpoint()
 			e.QPN = c.dci.QPN()
 		} else {
@@ -292,7 +276,7 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		return nil, fmt.Errorf("%s: %d endpoints for %d peers: %w", op, len(remote), len(c.links), ErrHandshake)
 	}
 	want := endpoint.TransportRC
-	if c.transport == TransportDC {
+	if c.transport == endpoint.TransportDC {
 		want = endpoint.TransportDC
 	}
 	for j, e := range remote {
@@ -312,7 +296,7 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 	p.used = true
 	for j, e := range remote {
 		var err error
-		if c.transport == TransportDC {
+		if c.transport == endpoint.TransportDC {
 			c.links[j].remote, err = c.dci.NewRemote(e)
 		} else {
 			err = c.links[j].qp.Connect(e)

@@ -97,7 +97,7 @@
 //
 // # RC and DC
 //
-// With Options.Transport = TransportDC the same interface runs over one DC
+// With Options.Transport = endpoint.TransportDC the same interface runs over one DC
 // initiator that reaches a DC target per peer; see docs/guide.md for the
 // memory per peer of each.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -18,7 +19,7 @@ import (
 // 0; an explicit index overrides it. Either way the channel and both
 // endpoints say which GID is used, and a write and a send cross.
 func TestRoCEChannelGID(t *testing.T) {
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		for _, c := range []struct {
 			name string
 			sel  ctx.GIDSelector
@@ -84,7 +85,7 @@ func TestChannelGIDRefused(t *testing.T) {
 	f := sim.New(sim.Options{LinkLayer: ctx.LinkLayerEthernet})
 	t.Cleanup(func() { _ = f.Close() })
 	a := newHost(t, f, 0, 1<<16)
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		_, err := channel.New(a.pd, channel.Options{Transport: tr, GID: ctx.GIDIndex(9)})
 		require.ErrorIs(t, err, ctx.ErrNotFound, "%v", tr)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", tr)

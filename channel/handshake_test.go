@@ -24,6 +24,9 @@ func TestNewRefusesBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	_, err = channel.NewMulti(h.pd, 2, channel.Options{Transport: 9})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = channel.New(h.pd, channel.Options{Transport: endpoint.TransportUD})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a channel runs over RC or DC, not UD")
+	require.ErrorContains(t, err, "transport UD")
 }
 
 // TestHandshakeFedGarbage feeds a prepared channel endpoints that are wrong
@@ -96,7 +99,7 @@ func TestHandshakeFedGarbage(t *testing.T) {
 func TestHandshakeDCRefusesMissingDCT(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
-	opts := channel.Options{Transport: channel.TransportDC}
+	opts := channel.Options{Transport: endpoint.TransportDC}
 	pa, err := channel.New(a.pd, opts)
 	require.NoError(t, err)
 	defer pa.Close()

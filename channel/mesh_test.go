@@ -17,7 +17,7 @@ import (
 // exchange: every rank sends a distinct message to every rank (itself
 // included, over its loopback queue pair) and gathers one from each.
 func TestMeshAllToAll(t *testing.T) {
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		t.Run(tr.String(), func(t *testing.T) {
 			const ranks = 4
 			f := newFabric(t, ranks)

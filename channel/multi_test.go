@@ -190,4 +190,4 @@ func test16Peers(t *testing.T, opts channel.Options) {
 }
 
 func Test16PeersRC(t *testing.T) { test16Peers(t, channel.Options{}) }
-func Test16PeersDC(t *testing.T) { test16Peers(t, channel.Options{Transport: channel.TransportDC}) }
+func Test16PeersDC(t *testing.T) { test16Peers(t, channel.Options{Transport: endpoint.TransportDC}) }

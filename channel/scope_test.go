@@ -64,7 +64,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 
 func TestScopeFailedWorkRC(t *testing.T) { testScopeReportsFailedWork(t, channel.Options{}) }
 func TestScopeFailedWorkDC(t *testing.T) {
-	testScopeReportsFailedWork(t, channel.Options{Transport: channel.TransportDC})
+	testScopeReportsFailedWork(t, channel.Options{Transport: endpoint.TransportDC})
 }
 
 func TestScopeJoinsEveryError(t *testing.T) {
@@ -249,7 +249,7 @@ func TestUseAfterClose(t *testing.T) {
 // Every kind of request on a closed channel fails with ErrClosed (and
 // ctx.ErrClosed, what its closed queues say), naming the request and peer.
 func TestClosedChannelRefusesRequests(t *testing.T) {
-	for _, opts := range []channel.Options{{}, {Transport: channel.TransportDC}} {
+	for _, opts := range []channel.Options{{}, {Transport: endpoint.TransportDC}} {
 		f := newFabric(t, 2)
 		a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 		ca, _ := pair(t, a, b, opts)
