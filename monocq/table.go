@@ -45,9 +45,9 @@ func (t *Table[T]) Lookup(qpn uint32) *T {
 	return p.entries[qpn&tablePageMask]
 }
 
-// Get is Lookup that reports an unknown QPN with an error that names it and
+// get is Lookup that reports an unknown QPN with an error that names it and
 // wraps ErrUnknownQPN. The error path allocates; the found path does not.
-func (t *Table[T]) Get(qpn uint32) (*T, error) {
+func (t *Table[T]) get(qpn uint32) (*T, error) {
 	if v := t.Lookup(qpn); v != nil && qpn <= prm.CQEQPNMask {
 		return v, nil
 	}
@@ -80,7 +80,7 @@ func (t *Table[T]) Register(qpn uint32, v *T) error {
 // Unregister removes qpn and returns the queue it mapped to, or an error
 // wrapping ErrUnknownQPN.
 func (t *Table[T]) Unregister(qpn uint32) (*T, error) {
-	v, err := t.Get(qpn)
+	v, err := t.get(qpn)
 	if err != nil {
 		return nil, fmt.Errorf("monocq: unregister: %w", err)
 	}

@@ -50,7 +50,7 @@ func TestTableAgainstMap(t *testing.T) {
 	}
 	for qpn, q := range ref {
 		require.Same(t, q, tab.Lookup(qpn))
-		got, err := tab.Get(qpn)
+		got, err := tab.get(qpn)
 		require.NoError(t, err)
 		require.Same(t, q, got)
 	}
@@ -75,10 +75,10 @@ func TestTableRefusesBadInput(t *testing.T) {
 	require.ErrorIs(t, tab.Register(5, &testQueue{}), ErrDuplicateQPN)
 	require.Same(t, q, tab.Lookup(5), "a refused Register changes nothing")
 
-	_, err := tab.Get(6)
+	_, err := tab.get(6)
 	require.ErrorIs(t, err, ErrUnknownQPN)
 	require.Contains(t, err.Error(), "QPN 0x6")
-	_, err = tab.Get(5 | 1<<24)
+	_, err = tab.get(5 | 1<<24)
 	require.ErrorIs(t, err, ErrUnknownQPN, "a QPN wider than 24 bits is never found")
 }
 
@@ -94,7 +94,7 @@ func TestTableLookupAllocatesNothing(t *testing.T) {
 				sum += q.qpn
 			}
 		}
-		if q, err := tab.Get(150); err == nil {
+		if q, err := tab.get(150); err == nil {
 			sum += q.qpn
 		}
 	}))

@@ -25,7 +25,7 @@ import (
 // monocq.Table reports too), transport.ErrUnmatched, transport.ErrUnexpected.
 func TestCompletionSentinelsAcrossLayers(t *testing.T) {
 	var tab monocq.Table[int]
-	_, lookup := tab.Get(0x105)
+	_, lookup := tab.Unregister(0x105)
 	for _, c := range []struct {
 		status transport.Status
 		want   error
