@@ -74,7 +74,7 @@ func TestCompressedSessionExpands(t *testing.T) {
 					cq.Poll(64, func(c *CQE) {
 						require.Less(t, got, len(want))
 						requireDecodes(t, want[got], c)
-						require.Equal(t, r.owner(start+uint32(got)), c.Owner(), "owner bit of the expanded CQE")
+						require.Equal(t, r.owner(start+uint32(got)), c.owner(), "owner bit of the expanded CQE")
 						got++
 					})
 					require.Equal(t, len(want), got, "n=%d requester=%v start=%d", n, requester, start)

@@ -165,7 +165,7 @@ func TestOwnershipManyLaps(t *testing.T) {
 				case 0:
 					cq.Poll(1+rng.IntN(int(cnt)), func(c *CQE) {
 						require.NotEmpty(t, queue)
-						require.Equal(t, r.owner(taken), c.Owner())
+						require.Equal(t, r.owner(taken), c.owner())
 						requireDecodes(t, queue[0], c)
 						queue = queue[1:]
 						taken++
