@@ -22,8 +22,8 @@ func Example() {
 	pd := must(c.AllocProtectionDomain())
 	mr := must(pd.RegisterBuffer(buf, ctx.AccessLocalWrite))
 
-	pa := must(channel.New().PD(pd).Peer().Build())
-	pb := must(channel.New().PD(pd).Peer().Build())
+	pa := must(channel.New(pd, channel.Options{}))
+	pb := must(channel.New(pd, channel.Options{}))
 	a := must(pa.Handshake(pb.Endpoint())) // endpoints normally cross the network
 	defer a.Close()
 	b := must(pb.Handshake(pa.Endpoint()))

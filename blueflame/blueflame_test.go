@@ -28,12 +28,12 @@ func mapPage(t testing.TB, n int) []byte {
 }
 
 // withMode runs f with each available mode selected and restores the mode.
-func withMode(t *testing.T, f func(t *testing.T, m Mode)) {
-	saved := CurrentMode()
-	t.Cleanup(func() { require.NoError(t, SetMode(saved)) })
-	for _, m := range AvailableModes() {
+func withMode(t *testing.T, f func(t *testing.T, m copyMode)) {
+	saved := currentMode()
+	t.Cleanup(func() { require.NoError(t, setMode(saved)) })
+	for _, m := range availableModesCopy() {
 		t.Run(m.String(), func(t *testing.T) {
-			require.NoError(t, SetMode(m))
+			require.NoError(t, setMode(m))
 			f(t, m)
 		})
 	}
@@ -91,7 +91,7 @@ func (f *fixture) expectChunks(slot, chunks uint32) []byte {
 func untouched(n int) []byte { return bytes.Repeat([]byte{0xa5}, n) }
 
 func TestPostCopiesWholeWQEAndToggles(t *testing.T) {
-	withMode(t, func(t *testing.T, m Mode) {
+	withMode(t, func(t *testing.T, m copyMode) {
 		f := newFixture(t, 7)
 
 		// 3 chunks from slot 6 wrap to slot 0 after slot 7.
@@ -118,7 +118,7 @@ func TestPostCopiesWholeWQEAndToggles(t *testing.T) {
 }
 
 func TestPostTooLargeFallsBackToDoorbell(t *testing.T) {
-	withMode(t, func(t *testing.T, m Mode) {
+	withMode(t, func(t *testing.T, m copyMode) {
 		f := newFixture(t, 9)
 		f.post(2, 77, bfSize+16)
 		require.Equal(t, uint32(77), binary.BigEndian.Uint32(f.dbrec[4:]))
@@ -135,7 +135,7 @@ func TestPostTooLargeFallsBackToDoorbell(t *testing.T) {
 }
 
 func TestDoorbellOnlyRegister(t *testing.T) {
-	withMode(t, func(t *testing.T, m Mode) {
+	withMode(t, func(t *testing.T, m copyMode) {
 		f := newFixture(t, 3)
 		reg, err := NewRegister(unsafe.Pointer(&f.page[0]), 0)
 		require.NoError(t, err)
@@ -157,12 +157,12 @@ func TestDoorbellOnlyRegister(t *testing.T) {
 // TestModesAgree runs the same random sequence of posts and doorbells in
 // every mode and requires identical register pages and doorbell records.
 func TestModesAgree(t *testing.T) {
-	saved := CurrentMode()
-	t.Cleanup(func() { require.NoError(t, SetMode(saved)) })
+	saved := currentMode()
+	t.Cleanup(func() { require.NoError(t, setMode(saved)) })
 	var first []byte
-	var firstMode Mode
-	for _, m := range AvailableModes() {
-		require.NoError(t, SetMode(m))
+	var firstMode copyMode
+	for _, m := range availableModesCopy() {
+		require.NoError(t, setMode(m))
 		f := newFixture(t, 42)
 		r := rand.New(rand.NewPCG(5, 6))
 		snapshot := []byte{}
@@ -202,31 +202,31 @@ func TestNewRegisterRejects(t *testing.T) {
 }
 
 func TestModes(t *testing.T) {
-	avail := AvailableModes()
+	avail := availableModesCopy()
 	require.NotEmpty(t, avail)
-	require.Contains(t, avail, ModeGeneric)
-	require.Equal(t, ModeGeneric, avail[len(avail)-1], "generic is the last resort")
-	if os.Getenv(EnvMode) == "" {
-		require.Equal(t, avail[0], CurrentMode())
+	require.Contains(t, avail, modeGeneric)
+	require.Equal(t, modeGeneric, avail[len(avail)-1], "generic is the last resort")
+	if os.Getenv(envMode) == "" {
+		require.Equal(t, avail[0], currentMode())
 	}
-	for _, m := range []Mode{ModeGeneric, ModeStore8, ModeAVX512, ModeSTP, ModeNEON} {
-		got, err := ParseMode(m.String())
+	for _, m := range []copyMode{modeGeneric, modeStore8, modeAVX512, modeSTP, modeNEON} {
+		got, err := parseMode(m.String())
 		require.NoError(t, err)
 		require.Equal(t, m, got)
 	}
-	_, err := ParseMode("sse")
-	require.ErrorIs(t, err, ErrUnknownMode)
-	require.ErrorIs(t, SetMode(0), ErrUnknownMode)
-	require.ErrorIs(t, SetMode(99), ErrUnknownMode)
-	require.Equal(t, "Mode(99)", Mode(99).String())
-	for _, m := range []Mode{ModeStore8, ModeAVX512, ModeSTP, ModeNEON} {
+	_, err := parseMode("sse")
+	require.ErrorIs(t, err, errUnknownMode)
+	require.ErrorIs(t, setMode(0), errUnknownMode)
+	require.ErrorIs(t, setMode(99), errUnknownMode)
+	require.Equal(t, "Mode(99)", copyMode(99).String())
+	for _, m := range []copyMode{modeStore8, modeAVX512, modeSTP, modeNEON} {
 		if !contains(avail, m) {
-			require.ErrorIs(t, SetMode(m), ErrModeUnavailable, m.String())
+			require.ErrorIs(t, setMode(m), errModeUnavailable, m.String())
 		}
 	}
 }
 
-func contains(ms []Mode, m Mode) bool {
+func contains(ms []copyMode, m copyMode) bool {
 	for _, x := range ms {
 		if x == m {
 			return true
@@ -240,21 +240,21 @@ func contains(ms []Mode, m Mode) bool {
 func TestModeFromEnv(t *testing.T) {
 	def, err := modeFromEnv("")
 	require.NoError(t, err)
-	require.Equal(t, AvailableModes()[0], def, "unset selects the default")
-	for _, m := range AvailableModes() {
+	require.Equal(t, availableModesCopy()[0], def, "unset selects the default")
+	for _, m := range availableModesCopy() {
 		got, err := modeFromEnv(m.String())
 		require.NoError(t, err, "mode %s", m)
 		require.Equal(t, m, got)
 	}
-	for m := ModeGeneric; m <= ModeNEON; m++ {
-		if slices.Contains(AvailableModes(), m) {
+	for m := modeGeneric; m <= modeNEON; m++ {
+		if slices.Contains(availableModesCopy(), m) {
 			continue
 		}
 		_, err := modeFromEnv(m.String())
-		require.ErrorIs(t, err, ErrModeUnavailable, "mode %s", m)
+		require.ErrorIs(t, err, errModeUnavailable, "mode %s", m)
 	}
 	_, err = modeFromEnv("bogus")
-	require.ErrorIs(t, err, ErrUnknownMode)
+	require.ErrorIs(t, err, errUnknownMode)
 	require.Contains(t, err.Error(), "bogus")
 }
 
@@ -281,19 +281,19 @@ func reexec(t *testing.T, args ...string) *exec.Cmd {
 // and checks the mode it reports, and that a bad name stops the program.
 func TestEnvForcesMode(t *testing.T) {
 	if name := os.Getenv("BLUEFLAME_TEST_REPORT"); name != "" {
-		if CurrentMode().String() != name {
+		if currentMode().String() != name {
 			os.Exit(3)
 		}
 		os.Exit(0)
 	}
-	for _, m := range AvailableModes() {
+	for _, m := range availableModesCopy() {
 		cmd := reexec(t, "-test.run=^TestEnvForcesMode$")
-		cmd.Env = append(os.Environ(), EnvMode+"="+m.String(), "BLUEFLAME_TEST_REPORT="+m.String())
+		cmd.Env = append(os.Environ(), envMode+"="+m.String(), "BLUEFLAME_TEST_REPORT="+m.String())
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "mode %s: %s", m, out)
 	}
 	cmd := reexec(t, "-test.run=^TestEnvForcesMode$")
-	cmd.Env = append(os.Environ(), EnvMode+"=bogus", "BLUEFLAME_TEST_REPORT=x")
+	cmd.Env = append(os.Environ(), envMode+"=bogus", "BLUEFLAME_TEST_REPORT=x")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	require.True(t, errors.As(err, &exit), "bad mode name must fail: %v", err)
@@ -310,7 +310,7 @@ func TestBarriersRun(t *testing.T) {
 }
 
 func TestPostAllocatesNothing(t *testing.T) {
-	withMode(t, func(t *testing.T, m Mode) {
+	withMode(t, func(t *testing.T, m copyMode) {
 		f := newFixture(t, 1)
 		allocs := testing.AllocsPerRun(100, func() {
 			f.post(7, 1, 2*ChunkSize)
@@ -321,12 +321,12 @@ func TestPostAllocatesNothing(t *testing.T) {
 }
 
 func BenchmarkPost(b *testing.B) {
-	saved := CurrentMode()
-	defer func() { _ = SetMode(saved) }()
-	for _, m := range AvailableModes() {
+	saved := currentMode()
+	defer func() { _ = setMode(saved) }()
+	for _, m := range availableModesCopy() {
 		for _, chunks := range []int{1, 2, 4} {
 			b.Run(m.String()+"/"+string(rune('0'+chunks))+"x64", func(b *testing.B) {
-				if err := SetMode(m); err != nil {
+				if err := setMode(m); err != nil {
 					b.Fatal(err)
 				}
 				ring := mapPage(b, pageSize)
@@ -345,11 +345,11 @@ func BenchmarkPost(b *testing.B) {
 }
 
 func BenchmarkDoorbell(b *testing.B) {
-	saved := CurrentMode()
-	defer func() { _ = SetMode(saved) }()
-	for _, m := range AvailableModes() {
+	saved := currentMode()
+	defer func() { _ = setMode(saved) }()
+	for _, m := range availableModesCopy() {
 		b.Run(m.String(), func(b *testing.B) {
-			if err := SetMode(m); err != nil {
+			if err := setMode(m); err != nil {
 				b.Fatal(err)
 			}
 			ring := mapPage(b, pageSize)
@@ -383,7 +383,7 @@ func BenchmarkBarrier(b *testing.B) {
 // random sequence on two fixtures leaves identical doorbell records,
 // register pages and buffer offsets after every step, in every mode.
 func TestSendDoorbellMatchesRegister(t *testing.T) {
-	withMode(t, func(t *testing.T, m Mode) {
+	withMode(t, func(t *testing.T, m copyMode) {
 		a, b := newFixture(t, 9), newFixture(t, 9)
 		base := unsafe.Pointer(&b.ring[0])
 		d, err := NewSendDoorbell(b.reg, unsafe.Pointer(&b.dbrec[0]), base, unsafe.Add(base, len(b.ring)))
@@ -433,3 +433,7 @@ func TestNewSendDoorbellRefusesBadQueues(t *testing.T) {
 		require.ErrorContains(t, err, "blueflame: new send doorbell", c.name)
 	}
 }
+
+// availableModesCopy returns a copy of the modes this machine can run, the
+// default first.
+func availableModesCopy() []copyMode { return slices.Clone(availableModes) }

@@ -97,9 +97,9 @@
 // The mode is read before anything is written, the default mode of an
 // AVX-512 machine first.
 TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
-	CMPB	·activeMode(SB), $const_ModeAVX512
+	CMPB	·activeMode(SB), $const_modeAVX512
 	JEQ	avx512post
-	CMPB	·activeMode(SB), $const_ModeStore8
+	CMPB	·activeMode(SB), $const_modeStore8
 	JNE	generic
 	PROLOGUE
 	ONE_CHUNK_OR(store8chunks)

@@ -41,11 +41,11 @@
 // The mode is read before anything is written; R15 keeps it.
 TEXT ·post(SB), NOSPLIT|NOFRAME, $0-32
 	MOVBU	·activeMode(SB), R15
-	CMP	$const_ModeGeneric, R15
+	CMP	$const_modeGeneric, R15
 	BEQ	generic
 	PROLOGUE
 	CBZ	R4, doorbell
-	CMP	$const_ModeNEON, R15
+	CMP	$const_modeNEON, R15
 	BEQ	neon
 stp:
 	LDP	0(R3), (R7, R8)

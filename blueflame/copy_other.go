@@ -4,7 +4,7 @@ package blueflame
 
 import "unsafe"
 
-var availableModes = []Mode{ModeGeneric}
+var availableModes = []copyMode{modeGeneric}
 
 // post is postGeneric: the only mode here.
 func post(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int) {

@@ -40,8 +40,8 @@
 // The environment variable MLX5KIT_BLUEFLAME forces a mode by name (for tests
 // and measurements); a name that is unknown or not available on the machine
 // makes the program panic at start rather than silently test something else.
-// CurrentMode, AvailableModes and SetMode read and change the mode at run
-// time.
+// It is the only way to choose a mode; the package's tests switch modes at
+// run time.
 //
 // # Concurrency
 //

@@ -144,7 +144,7 @@ func bigEndianWord(v uint32) uint32 {
 // postGeneric is the portable post: the same steps as the assembly versions,
 // with the barrier functions between ordinary Go stores.
 //
-//lint:ignore U1000 the assembly of post jumps here in ModeGeneric.
+//lint:ignore U1000 the assembly of post jumps here in modeGeneric.
 func postGeneric(d *SendDoorbell, pi uint32, src unsafe.Pointer, n int) {
 	dst := unsafe.Add(d.reg, d.offset)
 	d.offset ^= d.size

@@ -98,13 +98,8 @@ func (p *Pool) Count() int { return p.count }
 // Free returns the number of buffers not in use.
 func (p *Pool) Free() int { return len(p.free) }
 
-// LKey returns the local key of the pool's memory region.
-func (p *Pool) LKey() uint32 { return p.lkey }
-
-// RKey returns the remote key of the pool's memory region.
-func (p *Pool) RKey() uint32 { return p.mr.RKey() }
-
-// MemoryRegion returns the region that covers every buffer.
+// MemoryRegion returns the region that covers every buffer (its LKey and
+// RKey are the pool's keys).
 func (p *Pool) MemoryRegion() *ctx.MemoryRegion { return p.mr }
 
 // Pop takes a free buffer and returns its index; ok is false when every
@@ -168,15 +163,8 @@ func (p *Pool) SGE(i, n int) (addr uint64, length, lkey uint32) {
 	return p.Addr(i), uint32(n), p.lkey
 }
 
-// CopyTo copies b into buffer i and returns the number of bytes copied (at
-// most the buffer size).
-func (p *Pool) CopyTo(i int, b []byte) int { return copy(p.Buffer(i), b) }
-
-// WRID returns the work request id PostReceives gives buffer i's receive.
-func (p *Pool) WRID(i int) uint64 { return uint64(i) }
-
-// Index returns the buffer index of a work request id from PostReceives (or
-// of any id made with WRID).
+// Index returns the buffer index of a work request id from PostReceives
+// (whose work request id is the buffer index).
 func (p *Pool) Index(wrid uint64) (int, error) {
 	if wrid >= uint64(p.count) {
 		return -1, fmt.Errorf("bufpool: work request id %d: %w", wrid, ErrBadIndex)

@@ -37,9 +37,9 @@ func Example() {
 	self, _ := qp.NewRemote(qp.Endpoint())
 	defer self.Close()
 	i, _ := pool.Pop()
-	n := pool.CopyTo(i, []byte("hello, pool"))
+	n := copy(pool.Buffer(i), []byte("hello, pool"))
 	addr, length, lkey := pool.SGE(i, n)
-	s, _ := qp.Post(pool.WRID(i), wqebuilder.Signaled, self)
+	s, _ := qp.Post(uint64(i), wqebuilder.Signaled, self)
 	_ = s.Send().SGE(addr, length, lkey).FinishBlueFlame()
 	_ = fabric.RunUntilIdle()
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 // The allocation counts include the software HCA's engine goroutine, which
@@ -91,11 +92,11 @@ func testBlockingAllocs(t *testing.T, opts channel.Options) {
 
 func TestRawPathDoesNotAllocateRC(t *testing.T) { testRawAllocs(t, channel.Options{}) }
 func TestRawPathDoesNotAllocateDC(t *testing.T) {
-	testRawAllocs(t, channel.Options{Transport: channel.TransportDC})
+	testRawAllocs(t, channel.Options{Transport: endpoint.TransportDC})
 }
 func TestScopeDoesNotAllocateRC(t *testing.T) { testScopeAllocs(t, channel.Options{}) }
 func TestScopeDoesNotAllocateDC(t *testing.T) {
-	testScopeAllocs(t, channel.Options{Transport: channel.TransportDC})
+	testScopeAllocs(t, channel.Options{Transport: endpoint.TransportDC})
 }
 func TestBlockingDoesNotAllocate(t *testing.T) { testBlockingAllocs(t, channel.Options{}) }
 

@@ -8,11 +8,12 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
 func TestAtomicsRC(t *testing.T) { testAtomics(t, channel.Options{}) }
-func TestAtomicsDC(t *testing.T) { testAtomics(t, channel.Options{Transport: channel.TransportDC}) }
+func TestAtomicsDC(t *testing.T) { testAtomics(t, channel.Options{Transport: endpoint.TransportDC}) }
 
 // testAtomics runs compare-and-swap and fetch-and-add at all three levels
 // against a counter in the peer's memory, and checks the old values, the

@@ -11,33 +11,17 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
-	"github.com/mlx5kit/mlx5kit/internal/names"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
-// Transport is what carries a channel's work requests.
-type Transport uint8
-
-// Transports.
-const (
-	// TransportRC gives every peer its own reliable connected queue pair.
-	TransportRC Transport = iota + 1
-	// TransportDC sends to every peer from one DC initiator; each peer
-	// reaches a DC target of its own here (with its own SRQ for the
-	// receives posted for it).
-	TransportDC
-)
-
-var transportNames = [...]string{TransportRC: "RC", TransportDC: "DC"}
-
-// String returns "RC" or "DC".
-func (t Transport) String() string { return names.Of(t, transportNames[:], "Transport") }
-
 // Options tune a channel. Zero fields take the defaults.
 type Options struct {
-	// Transport is TransportRC (default) or TransportDC.
-	Transport Transport
+	// Transport is endpoint.TransportRC (the default: every peer gets its
+	// own reliable connected queue pair) or endpoint.TransportDC (every
+	// peer is sent to from one DC initiator and reaches a DC target of its
+	// own here, with its own SRQ for the receives posted for it).
+	Transport endpoint.Transport
 	// SendDepth is the number of sends, writes and reads that may be
 	// outstanding to each peer (RC), or in all (DC: the DC initiator's
 	// depth). Default 64.
@@ -77,7 +61,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Transport == 0 {
-		o.Transport = TransportRC
+		o.Transport = endpoint.TransportRC
 	}
 	if o.SendDepth == 0 {
 		o.SendDepth = 64
@@ -94,75 +78,26 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Builder is the first step of building a channel: it needs a protection
-// domain. Each step is its own type offering only what may come next, so
-// a channel built without a PD or without peers does not compile:
-//
-//	channel.New().PD(pd).Peer().Build()      // a Channel to one peer
-//	channel.New().PD(pd).Peers(16).Build()   // a MultiChannel to 16 peers
-type Builder struct{ opts Options }
-
-// New starts a builder.
-func New() Builder { return Builder{} }
-
-// With sets the options.
-func (b Builder) With(o Options) Builder { b.opts = o; return b }
-
-// PD sets the protection domain every queue and memory region of the
-// channel shares.
-func (b Builder) PD(pd *ctx.ProtectionDomain) PDBuilder { return PDBuilder{opts: b.opts, pd: pd} }
-
-// PDBuilder is a builder with a protection domain: it needs its peers.
-type PDBuilder struct {
-	opts Options
-	pd   *ctx.ProtectionDomain
-}
-
-// With sets the options.
-func (b PDBuilder) With(o Options) PDBuilder { b.opts = o; return b }
-
-// Peer makes a Channel: one queue pair to one peer.
-func (b PDBuilder) Peer() PeerBuilder { return PeerBuilder(b) }
-
-// Peers makes a MultiChannel to n peers.
-func (b PDBuilder) Peers(n int) PeersBuilder { return PeersBuilder{opts: b.opts, pd: b.pd, n: n} }
-
-// PeerBuilder builds a Channel.
-type PeerBuilder struct {
-	opts Options
-	pd   *ctx.ProtectionDomain
-}
-
-// With sets the options.
-func (b PeerBuilder) With(o Options) PeerBuilder { b.opts = o; return b }
-
-// Build creates the queue pair and its completion queue. Exchange
-// Endpoint with the peer and call Handshake.
-func (b PeerBuilder) Build() (*Prepared, error) {
-	m, err := build(b.pd, 1, b.opts)
+// New creates a Channel's queue pair and its completion queue in pd, the
+// protection domain every queue and memory region of the channel shares.
+// Zero fields of opts take the defaults. Exchange Endpoint with the peer and
+// call Handshake.
+func New(pd *ctx.ProtectionDomain, opts Options) (*Prepared, error) {
+	m, err := build(pd, 1, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Prepared{m: m}, nil
 }
 
-// PeersBuilder builds a MultiChannel.
-type PeersBuilder struct {
-	opts Options
-	pd   *ctx.ProtectionDomain
-	n    int
+// NewMulti creates a MultiChannel to peers peers (at most
+// endpoint.MaxPeers): a queue pair per peer (RC), or the initiator and a
+// target per peer (DC), all on one completion queue in pd. Zero fields of
+// opts take the defaults. Exchange Endpoints with the peers and call
+// Handshake.
+func NewMulti(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, error) {
+	return build(pd, peers, opts)
 }
-
-// With sets the options.
-func (b PeersBuilder) With(o Options) PeersBuilder { b.opts = o; return b }
-
-// Build creates a queue pair per peer (RC), or the initiator and a target
-// per peer (DC), all on one completion queue. Exchange Endpoints with the
-// peers and call Handshake.
-func (b PeersBuilder) Build() (*PreparedMulti, error) { return build(b.pd, b.n, b.opts) }
-
-// MaxPeers is the most peers one channel has (the limit of endpoint.Mesh).
-const MaxPeers = endpoint.MaxPeers
 
 // PreparedMulti is a MultiChannel whose queues exist but are not connected
 // yet: send Endpoints()[j] to peer j, collect the endpoint each peer made
@@ -179,9 +114,9 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	switch {
 	case pd == nil:
 		return nil, fmt.Errorf("%s: nil protection domain: %w", op, ctx.ErrInvalidArgument)
-	case peers < 1 || peers > MaxPeers:
-		return nil, fmt.Errorf("%s: %d peers (want 1..%d): %w", op, peers, MaxPeers, ctx.ErrInvalidArgument)
-	case opts.Transport != TransportRC && opts.Transport != TransportDC:
+	case peers < 1 || peers > endpoint.MaxPeers:
+		return nil, fmt.Errorf("%s: %d peers (want 1..%d): %w", op, peers, endpoint.MaxPeers, ctx.ErrInvalidArgument)
+	case opts.Transport != endpoint.TransportRC && opts.Transport != endpoint.TransportDC:
 		return nil, fmt.Errorf("%s: transport %v: %w", op, opts.Transport, ctx.ErrInvalidArgument)
 	}
 	c := &core{transport: opts.Transport, timeout: opts.Timeout, ctx: pd.Context(), pd: pd,
@@ -194,7 +129,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	}()
 	cqDepth := opts.CQDepth
 	if cqDepth == 0 {
-		if opts.Transport == TransportRC {
+		if opts.Transport == endpoint.TransportRC {
 			cqDepth = uint32(peers) * (opts.SendDepth + opts.RecvDepth)
 		} else {
 			cqDepth = opts.SendDepth + uint32(peers)*opts.RecvDepth
@@ -209,7 +144,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	var outstanding uint64
-	if opts.Transport == TransportRC {
+	if opts.Transport == endpoint.TransportRC {
 		for i := range c.links {
 			qp, err := rc.New(pd, c.cq, rc.Config{
 				SendDepth: opts.SendDepth, RecvDepth: opts.RecvDepth,
@@ -301,7 +236,7 @@ func (p *PreparedMulti) Endpoints() []endpoint.Endpoint {
 	out := make([]endpoint.Endpoint, len(c.links))
 	for j := range c.links {
 		var e endpoint.Endpoint
-		if c.transport == TransportDC {
+		if c.transport == endpoint.TransportDC {
 			e = c.links[j].dct.Endpoint()
 			e.QPN = c.dci.QPN()
 		} else {
@@ -341,7 +276,7 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		return nil, fmt.Errorf("%s: %d endpoints for %d peers: %w", op, len(remote), len(c.links), ErrHandshake)
 	}
 	want := endpoint.TransportRC
-	if c.transport == TransportDC {
+	if c.transport == endpoint.TransportDC {
 		want = endpoint.TransportDC
 	}
 	for j, e := range remote {
@@ -361,7 +296,7 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 	p.used = true
 	for j, e := range remote {
 		var err error
-		if c.transport == TransportDC {
+		if c.transport == endpoint.TransportDC {
 			c.links[j].remote, err = c.dci.NewRemote(e)
 		} else {
 			err = c.links[j].qp.Connect(e)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -94,10 +95,10 @@ func TestReceiveContextDeadlineEvents(t *testing.T) {
 	testReceiveEnds(t, channel.Options{Events: true}, true)
 }
 func TestReceiveContextCancelDC(t *testing.T) {
-	testReceiveEnds(t, channel.Options{Transport: channel.TransportDC}, false)
+	testReceiveEnds(t, channel.Options{Transport: endpoint.TransportDC}, false)
 }
 func TestReceiveContextDeadlineDC(t *testing.T) {
-	testReceiveEnds(t, channel.Options{Transport: channel.TransportDC}, true)
+	testReceiveEnds(t, channel.Options{Transport: endpoint.TransportDC}, true)
 }
 
 // A READ queued behind a SEND that the peer leaves waiting (no receive

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 func testChannelBasics(t *testing.T, opts channel.Options) {
@@ -63,7 +64,7 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 
 func TestChannelRC(t *testing.T) { testChannelBasics(t, channel.Options{}) }
 func TestChannelDC(t *testing.T) {
-	testChannelBasics(t, channel.Options{Transport: channel.TransportDC})
+	testChannelBasics(t, channel.Options{Transport: endpoint.TransportDC})
 }
 func TestChannelEvents(t *testing.T) {
 	testChannelBasics(t, channel.Options{Events: true})

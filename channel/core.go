@@ -62,7 +62,7 @@ type slot struct {
 // posting with a work request id that names a completion record, polling
 // the one CQ every queue of the channel completes on, and waiting.
 type core struct {
-	transport Transport
+	transport endpoint.Transport
 	links     []link
 	dci       *dc.DCI
 	poller    *transport.Poller
@@ -162,7 +162,7 @@ func (c *core) slotOf(wrid uint64) *slot {
 
 // begin starts a send WQE to peer with the next work request id.
 func (c *core) begin(l *link) (wqebuilder.OpStage, error) {
-	if c.transport == TransportDC {
+	if c.transport == endpoint.TransportDC {
 		return c.dci.Post(c.nextWRID(), wqebuilder.Signaled, l.remote)
 	}
 	return l.qp.Post(c.nextWRID(), wqebuilder.Signaled)
@@ -326,7 +326,7 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 		return 0, c.badPeer(r.Peer, OpRecv)
 	}
 	var st transport.RecvStage
-	if c.transport == TransportDC {
+	if c.transport == endpoint.TransportDC {
 		st = l.srq.BeginRecv(c.nextWRID())
 	} else {
 		st = l.qp.BeginRecv(c.nextWRID())
@@ -731,7 +731,7 @@ func (c *core) fail() error {
 // unflushable counts the outstanding work requests an error state does not
 // flush: the receives of a DC channel (in its shared receive queues).
 func (c *core) unflushable() int {
-	if c.transport != TransportDC {
+	if c.transport != endpoint.TransportDC {
 		return 0
 	}
 	n := 0

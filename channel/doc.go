@@ -10,10 +10,11 @@
 //
 // # Building
 //
-// A builder enforces its required steps with types: a protection domain,
-// then the peers, then Build.
+// New makes a Channel to one peer, NewMulti a MultiChannel to several; both
+// take the protection domain and the Options (zero fields take the
+// defaults).
 //
-//	p, err := channel.New().PD(pd).Peers(16).With(opts).Build()
+//	p, err := channel.NewMulti(pd, 16, opts)
 //	p.Share(mr)                          // peers may write to and read from mr
 //	mine := p.Endpoints()                // mine[j] goes to peer j (package endpoint)
 //	mc, err := p.Handshake(theirs)       // theirs[j] came from peer j
@@ -96,7 +97,7 @@
 //
 // # RC and DC
 //
-// With Options.Transport = TransportDC the same interface runs over one DC
+// With Options.Transport = endpoint.TransportDC the same interface runs over one DC
 // initiator that reaches a DC target per peer; see docs/guide.md for the
 // memory per peer of each.
 //

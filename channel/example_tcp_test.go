@@ -75,7 +75,7 @@ func server(ln net.Listener, sec endpoint.Security) string {
 	}
 	defer conn.Close()
 
-	prepared, err := channel.New().PD(pd).Peer().With(channel.Options{Timeout: 10 * time.Second}).Build()
+	prepared, err := channel.New(pd, channel.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}
@@ -121,7 +121,7 @@ func client(address string, sec endpoint.Security) string {
 	}
 	defer conn.Close()
 
-	prepared, err := channel.New().PD(pd).Peer().With(channel.Options{Timeout: 10 * time.Second}).Build()
+	prepared, err := channel.New(pd, channel.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}

@@ -40,8 +40,8 @@ func ExampleChannel() {
 	defer a.close()
 	defer b.close()
 
-	pa, _ := channel.New().PD(a.pd).Peer().Build()
-	pb, _ := channel.New().PD(b.pd).Peer().Build()
+	pa, _ := channel.New(a.pd, channel.Options{})
+	pb, _ := channel.New(b.pd, channel.Options{})
 	_ = pb.Share(b.mr) // a may write to and read from b's buffer
 	ca, err := pa.Handshake(pb.Endpoint())
 	if err != nil {
@@ -80,7 +80,7 @@ func ExampleMultiChannel() {
 	root := openSide(fabric, "sim0")
 	defer root.close()
 
-	p, _ := channel.New().PD(root.pd).Peers(peers).Build()
+	p, _ := channel.NewMulti(root.pd, peers, channel.Options{})
 	mine := p.Endpoints()
 	leaves := make([]*channel.Channel, peers)
 	leafSides := make([]*side, peers)
@@ -88,7 +88,7 @@ func ExampleMultiChannel() {
 	for j := range leaves {
 		leafSides[j] = openSide(fabric, fmt.Sprintf("sim%d", j+1))
 		defer leafSides[j].close()
-		lp, _ := channel.New().PD(leafSides[j].pd).Peer().Build()
+		lp, _ := channel.New(leafSides[j].pd, channel.Options{})
 		theirs[j] = lp.Endpoint()
 		leaves[j], _ = lp.Handshake(mine[j])
 		defer leaves[j].Close()
@@ -137,8 +137,8 @@ func ExampleMultiChannel_Scope() {
 	a, b := openSide(fabric, "sim0"), openSide(fabric, "sim1")
 	defer a.close()
 	defer b.close()
-	pa, _ := channel.New().PD(a.pd).Peer().Build()
-	pb, _ := channel.New().PD(b.pd).Peer().Build()
+	pa, _ := channel.New(a.pd, channel.Options{})
+	pb, _ := channel.New(b.pd, channel.Options{})
 	_ = pb.Share(b.mr)
 	ca, _ := pa.Handshake(pb.Endpoint())
 	defer ca.Close()
@@ -179,8 +179,8 @@ func ExampleChannel_ReceiveContext() {
 	a, b := openSide(fabric, "sim0"), openSide(fabric, "sim1")
 	defer a.close()
 	defer b.close()
-	pa, _ := channel.New().PD(a.pd).Peer().Build()
-	pb, _ := channel.New().PD(b.pd).Peer().Build()
+	pa, _ := channel.New(a.pd, channel.Options{})
+	pb, _ := channel.New(b.pd, channel.Options{})
 	ca, _ := pa.Handshake(pb.Endpoint())
 	defer ca.Close()
 	cb, _ := pb.Handshake(pa.Endpoint())
@@ -212,7 +212,7 @@ func ExampleMesh() {
 	for i := range sides {
 		sides[i] = openSide(fabric, fmt.Sprintf("sim%d", i))
 		defer sides[i].close()
-		prepared[i], _ = channel.New().PD(sides[i].pd).Peers(ranks).Build()
+		prepared[i], _ = channel.NewMulti(sides[i].pd, ranks, channel.Options{})
 		_ = prepared[i].Share(sides[i].mr)
 	}
 	mcs, err := channel.Mesh(context.Background(), "127.0.0.1:0", prepared)

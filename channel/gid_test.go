@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -18,7 +19,7 @@ import (
 // 0; an explicit index overrides it. Either way the channel and both
 // endpoints say which GID is used, and a write and a send cross.
 func TestRoCEChannelGID(t *testing.T) {
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		for _, c := range []struct {
 			name string
 			sel  ctx.GIDSelector
@@ -34,9 +35,9 @@ func TestRoCEChannelGID(t *testing.T) {
 				a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 				opts := channel.Options{Transport: tr, GID: c.sel, Timeout: 10 * time.Second}
 
-				pa, err := channel.New().PD(a.pd).Peer().With(opts).Build()
+				pa, err := channel.New(a.pd, opts)
 				require.NoError(t, err)
-				pb, err := channel.New().PD(b.pd).Peer().With(opts).Build()
+				pb, err := channel.New(b.pd, opts)
 				require.NoError(t, err)
 				require.NoError(t, pb.Share(b.mr))
 				for i, x := range []struct {
@@ -84,8 +85,8 @@ func TestChannelGIDRefused(t *testing.T) {
 	f := sim.New(sim.Options{LinkLayer: ctx.LinkLayerEthernet})
 	t.Cleanup(func() { _ = f.Close() })
 	a := newHost(t, f, 0, 1<<16)
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
-		_, err := channel.New().PD(a.pd).Peer().With(channel.Options{Transport: tr, GID: ctx.GIDIndex(9)}).Build()
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		_, err := channel.New(a.pd, channel.Options{Transport: tr, GID: ctx.GIDIndex(9)})
 		require.ErrorIs(t, err, ctx.ErrNotFound, "%v", tr)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", tr)
 		require.Contains(t, err.Error(), "index 9", "%v", tr)

@@ -13,17 +13,20 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
-func TestBuilderRefusesBadInput(t *testing.T) {
+func TestNewRefusesBadInput(t *testing.T) {
 	f := newFabric(t, 1)
 	h := newHost(t, f, 0, 4096)
-	_, err := channel.New().PD(nil).Peer().Build()
+	_, err := channel.New(nil, channel.Options{})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	_, err = channel.New().PD(h.pd).Peers(0).Build()
+	_, err = channel.NewMulti(h.pd, 0, channel.Options{})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	_, err = channel.New().PD(h.pd).Peers(channel.MaxPeers + 1).Build()
+	_, err = channel.NewMulti(h.pd, endpoint.MaxPeers+1, channel.Options{})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	_, err = channel.New().PD(h.pd).Peers(2).With(channel.Options{Transport: 9}).Build()
+	_, err = channel.NewMulti(h.pd, 2, channel.Options{Transport: 9})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = channel.New(h.pd, channel.Options{Transport: endpoint.TransportUD})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a channel runs over RC or DC, not UD")
+	require.ErrorContains(t, err, "transport UD")
 }
 
 // TestHandshakeFedGarbage feeds a prepared channel endpoints that are wrong
@@ -32,9 +35,9 @@ func TestBuilderRefusesBadInput(t *testing.T) {
 func TestHandshakeFedGarbage(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	pa, err := channel.New().PD(a.pd).Peers(2).With(channel.Options{Timeout: 10 * time.Second}).Build()
+	pa, err := channel.NewMulti(a.pd, 2, channel.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
-	pb, err := channel.New().PD(b.pd).Peers(2).With(channel.Options{Timeout: 10 * time.Second}).Build()
+	pb, err := channel.NewMulti(b.pd, 2, channel.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	ea, eb := pa.Endpoints(), pb.Endpoints()
 	good := []endpoint.Endpoint{wire(t, eb[0]), wire(t, eb[1])}
@@ -96,11 +99,11 @@ func TestHandshakeFedGarbage(t *testing.T) {
 func TestHandshakeDCRefusesMissingDCT(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
-	opts := channel.Options{Transport: channel.TransportDC}
-	pa, err := channel.New().PD(a.pd).Peer().With(opts).Build()
+	opts := channel.Options{Transport: endpoint.TransportDC}
+	pa, err := channel.New(a.pd, opts)
 	require.NoError(t, err)
 	defer pa.Close()
-	pb, err := channel.New().PD(b.pd).Peer().With(opts).Build()
+	pb, err := channel.New(b.pd, opts)
 	require.NoError(t, err)
 	defer pb.Close()
 	e := pb.Endpoint()
@@ -121,7 +124,7 @@ var testSec = endpoint.Security{Key: []byte("channel-test-key-0123456789")}
 func TestHandshakeConnHostilePeer(t *testing.T) {
 	f := newFabric(t, 2)
 	a := newHost(t, f, 0, 4096)
-	p, err := channel.New().PD(a.pd).Peer().Build()
+	p, err := channel.New(a.pd, channel.Options{})
 	require.NoError(t, err)
 	defer p.Close()
 
@@ -155,9 +158,9 @@ func TestHandshakeConnHostilePeer(t *testing.T) {
 func TestHandshakeConnConnects(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
-	pa, err := channel.New().PD(a.pd).Peer().With(channel.Options{Timeout: 10 * time.Second}).Build()
+	pa, err := channel.New(a.pd, channel.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
-	pb, err := channel.New().PD(b.pd).Peer().With(channel.Options{Timeout: 10 * time.Second}).Build()
+	pb, err := channel.New(b.pd, channel.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, pb.Share(b.mr))
 	ca, cb := net.Pipe()

@@ -70,9 +70,9 @@ func wire(t testing.TB, e endpoint.Endpoint) endpoint.Endpoint {
 // buffer.
 func pair(t testing.TB, a, b *host, opts channel.Options) (*channel.Channel, *channel.Channel) {
 	t.Helper()
-	pa, err := channel.New().PD(a.pd).Peer().With(opts).Build()
+	pa, err := channel.New(a.pd, opts)
 	require.NoError(t, err)
-	pb, err := channel.New().With(opts).PD(b.pd).Peer().Build()
+	pb, err := channel.New(b.pd, opts)
 	require.NoError(t, err)
 	require.NoError(t, pa.Share(a.mr))
 	require.NoError(t, pb.Share(b.mr))

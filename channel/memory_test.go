@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 // TestMemoryPerPeer measures the memory of RC and DC channels at several
@@ -17,11 +18,11 @@ func TestMemoryPerPeer(t *testing.T) {
 	if testing.Short() {
 		sizes = []int{1, 16}
 	}
-	per := map[channel.Transport]map[int]channel.Memory{}
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	per := map[endpoint.Transport]map[int]channel.Memory{}
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		per[tr] = map[int]channel.Memory{}
 		for _, n := range sizes {
-			p, err := channel.New().PD(h.pd).Peers(n).With(channel.Options{Transport: tr, SendDepth: 64, RecvDepth: 64}).Build()
+			p, err := channel.NewMulti(h.pd, n, channel.Options{Transport: tr, SendDepth: 64, RecvDepth: 64})
 			require.NoError(t, err)
 			m := p.Memory()
 			require.Equal(t, n, m.Peers)
@@ -32,7 +33,7 @@ func TestMemoryPerPeer(t *testing.T) {
 		}
 	}
 	for _, n := range sizes {
-		rc, dc := per[channel.TransportRC][n], per[channel.TransportDC][n]
+		rc, dc := per[endpoint.TransportRC][n], per[endpoint.TransportDC][n]
 		require.NotZero(t, rc.SendRings)
 		require.NotZero(t, dc.SendRings)
 		if n >= 16 {
@@ -42,6 +43,6 @@ func TestMemoryPerPeer(t *testing.T) {
 	}
 	// RC grows linearly in its send rings; DC's stays one ring.
 	big := sizes[len(sizes)-1]
-	require.Equal(t, per[channel.TransportRC][1].SendRings*uint64(big), per[channel.TransportRC][big].SendRings)
-	require.Equal(t, per[channel.TransportDC][1].SendRings, per[channel.TransportDC][big].SendRings)
+	require.Equal(t, per[endpoint.TransportRC][1].SendRings*uint64(big), per[endpoint.TransportRC][big].SendRings)
+	require.Equal(t, per[endpoint.TransportDC][1].SendRings, per[endpoint.TransportDC][big].SendRings)
 }

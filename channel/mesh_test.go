@@ -17,7 +17,7 @@ import (
 // exchange: every rank sends a distinct message to every rank (itself
 // included, over its loopback queue pair) and gathers one from each.
 func TestMeshAllToAll(t *testing.T) {
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		t.Run(tr.String(), func(t *testing.T) {
 			const ranks = 4
 			f := newFabric(t, ranks)
@@ -25,8 +25,7 @@ func TestMeshAllToAll(t *testing.T) {
 			prepared := make([]*channel.PreparedMulti, ranks)
 			for i := range hosts {
 				hosts[i] = newHost(t, f, i, 1<<16)
-				p, err := channel.New().PD(hosts[i].pd).Peers(ranks).
-					With(channel.Options{Transport: tr, Timeout: 10 * time.Second}).Build()
+				p, err := channel.NewMulti(hosts[i].pd, ranks, channel.Options{Transport: tr, Timeout: 10 * time.Second})
 				require.NoError(t, err)
 				prepared[i] = p
 			}
@@ -75,7 +74,7 @@ func TestMeshAllToAll(t *testing.T) {
 func TestMeshRefusesMismatchedRanks(t *testing.T) {
 	f := newFabric(t, 2)
 	h := newHost(t, f, 0, 4096)
-	p, err := channel.New().PD(h.pd).Peers(3).Build()
+	p, err := channel.NewMulti(h.pd, 3, channel.Options{})
 	require.NoError(t, err)
 	defer p.Close()
 	_, err = channel.Mesh(context.Background(), "127.0.0.1:0", []*channel.PreparedMulti{p})
@@ -92,7 +91,7 @@ func TestAcceptDialMesh(t *testing.T) {
 	prepared := make([]*channel.PreparedMulti, ranks)
 	for i := range hosts {
 		hosts[i] = newHost(t, f, i, 1<<16)
-		p, err := channel.New().PD(hosts[i].pd).Peers(ranks).With(channel.Options{Timeout: 10 * time.Second}).Build()
+		p, err := channel.NewMulti(hosts[i].pd, ranks, channel.Options{Timeout: 10 * time.Second})
 		require.NoError(t, err)
 		require.NoError(t, p.Share(hosts[i].mr))
 		prepared[i] = p
@@ -119,7 +118,7 @@ func TestAcceptDialMesh(t *testing.T) {
 		}()
 	}
 	start(0)
-	stranger, err := channel.New().PD(hosts[1].pd).Peers(ranks).Build()
+	stranger, err := channel.NewMulti(hosts[1].pd, ranks, channel.Options{})
 	require.NoError(t, err)
 	defer stranger.Close()
 	_, err = stranger.DialMesh(c, addr, 1, endpoint.MeshOptions{Security: endpoint.Security{Key: []byte("another key, 16 bytes or more")}})

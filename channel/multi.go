@@ -31,7 +31,7 @@ type MultiChannel struct {
 func (m *MultiChannel) Peers() int { return len(m.c.links) }
 
 // Transport returns the channel's transport.
-func (m *MultiChannel) Transport() Transport { return m.c.transport }
+func (m *MultiChannel) Transport() endpoint.Transport { return m.c.transport }
 
 // ProtectionDomain returns the PD every queue of the channel belongs to;
 // register the memory the requests use in it.

@@ -32,7 +32,7 @@ func newStar(t *testing.T, opts channel.Options) *star {
 	f := newFabric(t, peers+1)
 	s := &star{rh: newHost(t, f, 0, 1<<20)}
 	opts.Timeout = 20 * time.Second
-	pr, err := channel.New().PD(s.rh.pd).With(opts).Peers(peers).Build()
+	pr, err := channel.NewMulti(s.rh.pd, peers, opts)
 	require.NoError(t, err)
 	require.Equal(t, peers, pr.Peers())
 	require.NoError(t, pr.Share(s.rh.mr))
@@ -41,7 +41,7 @@ func newStar(t *testing.T, opts channel.Options) *star {
 	remote := make([]endpoint.Endpoint, peers)
 	for j := 0; j < peers; j++ {
 		h := newHost(t, f, j+1, leafSize)
-		p, err := channel.New().PD(h.pd).Peer().With(opts).Build()
+		p, err := channel.New(h.pd, opts)
 		require.NoError(t, err)
 		require.NoError(t, p.Share(h.mr))
 		remote[j] = wire(t, p.Endpoint())
@@ -190,4 +190,4 @@ func test16Peers(t *testing.T, opts channel.Options) {
 }
 
 func Test16PeersRC(t *testing.T) { test16Peers(t, channel.Options{}) }
-func Test16PeersDC(t *testing.T) { test16Peers(t, channel.Options{Transport: channel.TransportDC}) }
+func Test16PeersDC(t *testing.T) { test16Peers(t, channel.Options{Transport: endpoint.TransportDC}) }

@@ -50,7 +50,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	var ce *monocq.CompletionError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, prm.SyndromeRemoteAccess, ce.Syndrome)
-	require.Equal(t, monocq.StatusRemoteAccess, ce.Status)
+	require.Equal(t, "REM_ACCESS_ERR", ce.Status.String())
 	require.Equal(t, prm.OpRdmaWrite, ce.Opcode)
 	require.True(t, ce.HasWRID)
 	require.Contains(t, err.Error(), "REMOTE_ACCESS_ERR")
@@ -64,7 +64,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 
 func TestScopeFailedWorkRC(t *testing.T) { testScopeReportsFailedWork(t, channel.Options{}) }
 func TestScopeFailedWorkDC(t *testing.T) {
-	testScopeReportsFailedWork(t, channel.Options{Transport: channel.TransportDC})
+	testScopeReportsFailedWork(t, channel.Options{Transport: endpoint.TransportDC})
 }
 
 func TestScopeJoinsEveryError(t *testing.T) {
@@ -183,11 +183,11 @@ func TestLongOutstandingSurvivesTraffic(t *testing.T) {
 	f := newFabric(t, 3)
 	a, b, c := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16), newHost(t, f, 2, 1<<16)
 	opts := channel.Options{SendDepth: 16, RecvDepth: 4, Timeout: 10 * time.Second}
-	pa, err := channel.New().PD(a.pd).Peers(2).With(opts).Build()
+	pa, err := channel.NewMulti(a.pd, 2, opts)
 	require.NoError(t, err)
-	pb, err := channel.New().PD(b.pd).Peer().With(opts).Build()
+	pb, err := channel.New(b.pd, opts)
 	require.NoError(t, err)
-	pc, err := channel.New().PD(c.pd).Peer().With(opts).Build()
+	pc, err := channel.New(c.pd, opts)
 	require.NoError(t, err)
 	require.NoError(t, pc.Share(c.mr))
 	ea := pa.Endpoints()
@@ -249,7 +249,7 @@ func TestUseAfterClose(t *testing.T) {
 // Every kind of request on a closed channel fails with ErrClosed (and
 // ctx.ErrClosed, what its closed queues say), naming the request and peer.
 func TestClosedChannelRefusesRequests(t *testing.T) {
-	for _, opts := range []channel.Options{{}, {Transport: channel.TransportDC}} {
+	for _, opts := range []channel.Options{{}, {Transport: endpoint.TransportDC}} {
 		f := newFabric(t, 2)
 		a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 		ca, _ := pair(t, a, b, opts)

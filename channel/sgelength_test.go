@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -16,7 +17,7 @@ import (
 // inside a region that large, and a hand-made one is refused by every post
 // with ErrSGETooLong, on RC and DC, before anything reaches the device.
 func TestSGETooLongRefused(t *testing.T) {
-	for _, tr := range []channel.Transport{channel.TransportRC, channel.TransportDC} {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		t.Run(tr.String(), func(t *testing.T) {
 			f := newFabric(t, 2)
 			// The memory is mapped, not touched: 2 GiB and a page.

@@ -80,9 +80,6 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 // completions) only, instead of any completion.
 func (n *Notifier) SolicitedOnly(on bool) { n.solicited = on }
 
-// Poller returns the poller the Notifier waits for.
-func (n *Notifier) Poller() *monocq.CQ { return n.poll }
-
 // Events returns the number of completion events consumed so far.
 func (n *Notifier) Events() uint64 { return n.events }
 

@@ -205,7 +205,7 @@ func (s *session) writeSealed(dir, typ byte, payload []byte) error {
 // payload without the tag.
 func (s *session) openSealed(dir byte, header, payload []byte) ([]byte, error) {
 	if len(payload) < macSize {
-		return nil, malformed("sealed frame", meshHeaderSize, ErrTruncated, fmt.Sprintf("%d bytes, the tag alone is %d", len(payload), macSize))
+		return nil, malformed("sealed frame", meshHeaderSize, errTruncated, fmt.Sprintf("%d bytes, the tag alone is %d", len(payload), macSize))
 	}
 	body, tag := payload[:len(payload)-macSize], payload[len(payload)-macSize:]
 	h := hmac.New(sha256.New, s.sealKey[:])
@@ -244,7 +244,7 @@ func dialAuth(conn net.Conn, sec Security, purpose byte, rank, peers uint32) (*s
 		return nil, rejected(nil)
 	}
 	if len(f.payload) != challengeSize {
-		return nil, malformed("challenge", meshHeaderSize, ErrLength, fmt.Sprintf("%d bytes, want %d", len(f.payload), challengeSize))
+		return nil, malformed("challenge", meshHeaderSize, errLength, fmt.Sprintf("%d bytes, want %d", len(f.payload), challengeSize))
 	}
 	copy(s.nonceListen[:], f.payload)
 	if s.nonceListen == s.nonceDialer {
@@ -274,7 +274,7 @@ func acceptAuth(conn net.Conn, sec Security, purpose byte) (*session, error) {
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
 	if len(f.payload) != helloSize {
-		return nil, malformed("hello", meshHeaderSize, ErrLength, fmt.Sprintf("%d bytes, want %d", len(f.payload), helloSize))
+		return nil, malformed("hello", meshHeaderSize, errLength, fmt.Sprintf("%d bytes, want %d", len(f.payload), helloSize))
 	}
 	copy(s.nonceDialer[:], f.payload)
 	s.rank = binary.BigEndian.Uint32(f.payload[nonceSize:])
@@ -355,7 +355,7 @@ func readFrame(r io.Reader, want byte, limit, abortLimit int) (frame, error) {
 	var f frame
 	if _, err := io.ReadFull(r, f.header[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			return f, fmt.Errorf("%w: %w", malformed("mesh header", 0, ErrTruncated, "stream ended inside the header"), err)
+			return f, fmt.Errorf("%w: %w", malformed("mesh header", 0, errTruncated, "stream ended inside the header"), err)
 		}
 		return f, err
 	}
@@ -363,34 +363,34 @@ func readFrame(r io.Reader, want byte, limit, abortLimit int) (frame, error) {
 	be := binary.BigEndian
 	if m := be.Uint32(h[0:]); m != meshMagic {
 		detail := fmt.Sprintf("%#08x, want %#08x", m, meshMagic)
-		if m == Magic {
+		if m == encodingMagic {
 			detail = "a bare endpoint: the peer speaks the unauthenticated exchange of version 1 of this package"
-			return f, malformed("mesh magic", 0, ErrVersion, detail)
+			return f, malformed("mesh magic", 0, errVersion, detail)
 		}
-		return f, malformed("mesh magic", 0, ErrBadMagic, detail)
+		return f, malformed("mesh magic", 0, errBadMagic, detail)
 	}
 	if v := be.Uint16(h[4:]); v != meshVersion {
-		return f, malformed("mesh version", 4, ErrVersion, fmt.Sprintf("the peer speaks version %d, this package %d", v, meshVersion))
+		return f, malformed("mesh version", 4, errVersion, fmt.Sprintf("the peer speaks version %d, this package %d", v, meshVersion))
 	}
 	f.typ = h[6]
 	if h[7] != 0 {
-		return f, malformed("mesh reserved", 7, ErrReserved, fmt.Sprintf("%#x", h[7]))
+		return f, malformed("mesh reserved", 7, errReserved, fmt.Sprintf("%#x", h[7]))
 	}
 	switch {
 	case f.typ == want:
 	case f.typ == meshAbort && abortLimit >= 0:
 		limit = abortLimit
 	default:
-		return f, malformed("mesh frame type", 6, ErrRange, fmt.Sprintf("%s where a %s was expected", frameName(f.typ), frameName(want)))
+		return f, malformed("mesh frame type", 6, errRange, fmt.Sprintf("%s where a %s was expected", frameName(f.typ), frameName(want)))
 	}
 	n := be.Uint32(h[8:])
 	if uint64(n) > uint64(limit) {
-		return f, malformed("mesh length", 8, ErrLength, fmt.Sprintf("%s of %d bytes, at most %d", frameName(f.typ), n, limit))
+		return f, malformed("mesh length", 8, errLength, fmt.Sprintf("%s of %d bytes, at most %d", frameName(f.typ), n, limit))
 	}
 	f.payload = make([]byte, n)
 	if _, err := io.ReadFull(r, f.payload); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return f, fmt.Errorf("%w: %w", malformed("mesh payload", meshHeaderSize, ErrTruncated,
+			return f, fmt.Errorf("%w: %w", malformed("mesh payload", meshHeaderSize, errTruncated,
 				fmt.Sprintf("stream ended inside a %d-byte payload", n)), io.ErrUnexpectedEOF)
 		}
 		return f, err

@@ -47,19 +47,17 @@
 //
 // A peer's bytes are untrusted. [Endpoint.UnmarshalBinary] checks every
 // field and reports the first violation as an [*Error] that matches
-// [ErrMalformed] and a specific sentinel ([ErrBadMagic], [ErrVersion],
-// [ErrTruncated], [ErrTrailingBytes], [ErrLength], [ErrRange],
-// [ErrUnknownTransport], [ErrTooManyRegions], [ErrRegionOverflow],
-// [ErrAccess], [ErrReserved], [ErrNotApplicable]) with errors.Is. The same
-// checks run on a local endpoint before it is encoded; those errors match
-// [ctx.ErrInvalidArgument] instead of [ErrMalformed]. A failed decode leaves the
-// receiver unchanged.
+// [ErrMalformed] with errors.Is and names the field, its byte offset and
+// what is wrong with it (too many regions also match [ErrTooManyRegions]).
+// The same checks run on a local endpoint before it is encoded; those errors
+// match [ctx.ErrInvalidArgument] instead of [ErrMalformed]. A failed decode
+// leaves the receiver unchanged.
 //
 // # Exchange
 //
 // [Exchange] swaps one endpoint with the peer at the other end of a
 // connection, one end on the [DialSide], the other on the [AcceptSide],
-// under deadlines taken from the context (or [DefaultTimeout] when it has
+// under deadlines taken from the context (or 30 seconds when it has
 // none), so a silent or hostile peer costs at most the timeout.
 // [ListenMesh], [DialMesh] and [Mesh] connect N peers: rank 0 listens,
 // ranks 1..N-1 dial it (with bounded retries while it comes up), and every

@@ -9,11 +9,11 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
-// Magic is the first four bytes of an encoded endpoint: "MXEP".
-const Magic uint32 = 0x4d584550
+// encodingMagic is the first four bytes of an encoded endpoint: "MXEP".
+const encodingMagic uint32 = 0x4d584550
 
-// Version is the encoding version this package writes and reads.
-const Version uint16 = 1
+// encodingVersion is the encoding version this package writes and reads.
+const encodingVersion uint16 = 1
 
 // Sizes of the encoding.
 const (
@@ -21,9 +21,9 @@ const (
 	bodyFixedSize = 48
 	regionSize    = 24
 
-	// MaxEncodedSize is the length of the largest valid encoding: a header,
+	// maxEncodedSize is the length of the largest valid encoding: a header,
 	// the fixed body and MaxRegions regions.
-	MaxEncodedSize = headerSize + bodyFixedSize + MaxRegions*regionSize
+	maxEncodedSize = headerSize + bodyFixedSize + MaxRegions*regionSize
 )
 
 // Absolute byte offsets of the fields in an encoding.
@@ -77,8 +77,8 @@ func (e Endpoint) AppendBinary(b []byte) ([]byte, error) {
 		return b, err
 	}
 	be := binary.BigEndian
-	b = be.AppendUint32(b, Magic)
-	b = be.AppendUint16(b, Version)
+	b = be.AppendUint32(b, encodingMagic)
+	b = be.AppendUint16(b, encodingVersion)
 	b = be.AppendUint16(b, uint16(bodyFixedSize+len(e.Regions)*regionSize))
 	b = append(b, byte(e.Transport), byte(e.MTU), e.GIDIndex, byte(len(e.Regions)))
 	b = be.AppendUint16(b, e.LID)
@@ -108,7 +108,7 @@ func (e *Endpoint) UnmarshalBinary(data []byte) error {
 		return err
 	}
 	if n != len(data) {
-		return malformed("length", n, ErrTrailingBytes,
+		return malformed("length", n, errTrailingBytes,
 			fmt.Sprintf("%d bytes after the %d-byte endpoint", len(data)-n, n))
 	}
 	*e = d
@@ -124,20 +124,20 @@ func malformed(field string, offset int, err error, detail string) *Error {
 func checkHeader(h []byte) (int, *Error) {
 	be := binary.BigEndian
 	if len(h) < headerSize {
-		return 0, malformed("header", len(h), ErrTruncated,
+		return 0, malformed("header", len(h), errTruncated,
 			fmt.Sprintf("%d bytes, the header alone is %d", len(h), headerSize))
 	}
-	if m := be.Uint32(h[offMagic:]); m != Magic {
-		return 0, malformed("magic", offMagic, ErrBadMagic, fmt.Sprintf("%#08x, want %#08x", m, Magic))
+	if m := be.Uint32(h[offMagic:]); m != encodingMagic {
+		return 0, malformed("magic", offMagic, errBadMagic, fmt.Sprintf("%#08x, want %#08x", m, encodingMagic))
 	}
-	if v := be.Uint16(h[offVersion:]); v != Version {
-		return 0, malformed("version", offVersion, ErrVersion, fmt.Sprintf("%d, this package reads %d", v, Version))
+	if v := be.Uint16(h[offVersion:]); v != encodingVersion {
+		return 0, malformed("version", offVersion, errVersion, fmt.Sprintf("%d, this package reads %d", v, encodingVersion))
 	}
 	n := int(be.Uint16(h[offLength:]))
-	if n < bodyFixedSize || n > MaxEncodedSize-headerSize || (n-bodyFixedSize)%regionSize != 0 {
-		return 0, malformed("length", offLength, ErrLength,
+	if n < bodyFixedSize || n > maxEncodedSize-headerSize || (n-bodyFixedSize)%regionSize != 0 {
+		return 0, malformed("length", offLength, errLength,
 			fmt.Sprintf("body of %d bytes is not %d + a multiple of %d up to %d",
-				n, bodyFixedSize, regionSize, MaxEncodedSize-headerSize))
+				n, bodyFixedSize, regionSize, maxEncodedSize-headerSize))
 	}
 	return n, nil
 }
@@ -152,7 +152,7 @@ func decode(data []byte) (Endpoint, int, error) {
 	}
 	total := headerSize + bodyLen
 	if len(data) < total {
-		return Endpoint{}, 0, malformed("body", len(data), ErrTruncated,
+		return Endpoint{}, 0, malformed("body", len(data), errTruncated,
 			fmt.Sprintf("%d of %d bytes", len(data), total))
 	}
 	count := int(data[offRegionCount])
@@ -161,11 +161,11 @@ func decode(data []byte) (Endpoint, int, error) {
 			fmt.Sprintf("%d regions, at most %d", count, MaxRegions))
 	}
 	if want := bodyFixedSize + count*regionSize; bodyLen != want {
-		return Endpoint{}, 0, malformed("length", offLength, ErrLength,
+		return Endpoint{}, 0, malformed("length", offLength, errLength,
 			fmt.Sprintf("body of %d bytes, %d regions need %d", bodyLen, count, want))
 	}
 	if r := be.Uint16(data[offReserved:]); r != 0 {
-		return Endpoint{}, 0, malformed("reserved", offReserved, ErrReserved, fmt.Sprintf("%#x", r))
+		return Endpoint{}, 0, malformed("reserved", offReserved, errReserved, fmt.Sprintf("%#x", r))
 	}
 	e := Endpoint{
 		Transport:   Transport(data[offTransport]),
@@ -198,8 +198,8 @@ func decode(data []byte) (Endpoint, int, error) {
 	return e, total, nil
 }
 
-// Write writes e's encoding to w in one call.
-func Write(w io.Writer, e Endpoint) error {
+// writeEndpoint writes e's encoding to w in one call.
+func writeEndpoint(w io.Writer, e Endpoint) error {
 	b, err := e.MarshalBinary()
 	if err != nil {
 		return err
@@ -210,16 +210,16 @@ func Write(w io.Writer, e Endpoint) error {
 	return nil
 }
 
-// Read reads one encoded endpoint from r: the header first, which it checks
+// readEndpoint reads one encoded endpoint from r: the header first, which it checks
 // before reading on, so a hostile length never makes it read more than
-// MaxEncodedSize bytes. A stream that ends inside the endpoint is an error
-// matching [ErrTruncated] and io.ErrUnexpectedEOF; one that ends before it
+// maxEncodedSize bytes. A stream that ends inside the endpoint is an error
+// matching errTruncated and io.ErrUnexpectedEOF; one that ends before it
 // starts returns io.EOF.
-func Read(r io.Reader) (Endpoint, error) {
-	var buf [MaxEncodedSize]byte
+func readEndpoint(r io.Reader) (Endpoint, error) {
+	var buf [maxEncodedSize]byte
 	if _, err := io.ReadFull(r, buf[:headerSize]); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			return Endpoint{}, fmt.Errorf("%w: %w", malformed("header", 0, ErrTruncated, "stream ended inside the header"), err)
+			return Endpoint{}, fmt.Errorf("%w: %w", malformed("header", 0, errTruncated, "stream ended inside the header"), err)
 		}
 		return Endpoint{}, fmt.Errorf("endpoint: read header: %w", err)
 	}
@@ -229,7 +229,7 @@ func Read(r io.Reader) (Endpoint, error) {
 	}
 	if _, err := io.ReadFull(r, buf[headerSize:headerSize+bodyLen]); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return Endpoint{}, fmt.Errorf("%w: %w", malformed("body", headerSize, ErrTruncated, "stream ended inside the body"), io.ErrUnexpectedEOF)
+			return Endpoint{}, fmt.Errorf("%w: %w", malformed("body", headerSize, errTruncated, "stream ended inside the body"), io.ErrUnexpectedEOF)
 		}
 		return Endpoint{}, fmt.Errorf("endpoint: read body: %w", err)
 	}

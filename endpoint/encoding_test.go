@@ -35,7 +35,7 @@ func sampleUD() Endpoint {
 
 func sampleDC() Endpoint {
 	e := Endpoint{Transport: TransportDC, QPN: 0x77, LID: 9, PSN: MaxPSN, MTU: ctx.MTU256,
-		DCTNumber: MaxQPN, DCAccessKey: 0x0123456789abcdef}
+		DCTNumber: maxQPN, DCAccessKey: 0x0123456789abcdef}
 	for i := range MaxRegions {
 		e.Regions = append(e.Regions, RemoteRegion{Address: uint64(i) << 32, Length: uint64(i + 1), RemoteKey: uint32(i), Access: AccessKnown})
 	}
@@ -82,9 +82,9 @@ func TestRoundTrip(t *testing.T) {
 
 			// The stream form reads the same value and stops at its end.
 			var buf bytes.Buffer
-			require.NoError(t, Write(&buf, e))
+			require.NoError(t, writeEndpoint(&buf, e))
 			buf.WriteString("next")
-			got2, err := Read(&buf)
+			got2, err := readEndpoint(&buf)
 			require.NoError(t, err)
 			require.Equal(t, e, got2)
 			require.Equal(t, "next", buf.String())
@@ -95,8 +95,8 @@ func TestRoundTrip(t *testing.T) {
 func TestMaxEncodedSize(t *testing.T) {
 	b, err := sampleDC().MarshalBinary()
 	require.NoError(t, err)
-	require.Len(t, b, MaxEncodedSize)
-	require.Equal(t, 8+48+64*24, MaxEncodedSize)
+	require.Len(t, b, maxEncodedSize)
+	require.Equal(t, 8+48+64*24, maxEncodedSize)
 }
 
 // mutate returns a valid encoding of e changed by f.
@@ -117,31 +117,31 @@ func TestUnmarshalErrors(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"empty", nil, ErrTruncated, "header"},
-		{"short header", []byte{0x4d, 0x58, 0x45}, ErrTruncated, "header"},
-		{"bad magic", mutate(t, rc, func(b []byte) []byte { b[0] = 'X'; return b }), ErrBadMagic, "magic"},
-		{"version 0", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[4:], 0); return b }), ErrVersion, "version"},
-		{"version 2", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[4:], 2); return b }), ErrVersion, "version"},
-		{"length below fixed body", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[6:], 47); return b }), ErrLength, "length"},
-		{"length not a region multiple", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[6:], 48+23); return b }), ErrLength, "length"},
-		{"length beyond max", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[6:], 0xffff); return b }), ErrLength, "length"},
-		{"length disagrees with count", mutate(t, rc, func(b []byte) []byte { b[offRegionCount] = 0; return b }), ErrLength, "length"},
-		{"truncated body", mutate(t, rc, func(b []byte) []byte { return b[:len(b)-1] }), ErrTruncated, "body"},
-		{"header only", mutate(t, rc, func(b []byte) []byte { return b[:headerSize] }), ErrTruncated, "body"},
-		{"trailing byte", mutate(t, rc, func(b []byte) []byte { return append(b, 0) }), ErrTrailingBytes, "length"},
-		{"trailing endpoint", mutate(t, rc, func(b []byte) []byte { return append(b, b...) }), ErrTrailingBytes, "length"},
-		{"transport 0", mutate(t, rc, func(b []byte) []byte { b[offTransport] = 0; return b }), ErrUnknownTransport, "transport"},
-		{"transport 4", mutate(t, rc, func(b []byte) []byte { b[offTransport] = 4; return b }), ErrUnknownTransport, "transport"},
-		{"mtu 0", mutate(t, rc, func(b []byte) []byte { b[offMTU] = 0; return b }), ErrRange, "mtu"},
-		{"mtu 6", mutate(t, rc, func(b []byte) []byte { b[offMTU] = 6; return b }), ErrRange, "mtu"},
-		{"qpn over 24 bits", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offQPN:], 1<<24); return b }), ErrRange, "qpn"},
-		{"psn over 24 bits", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offPSN:], 0xffffffff); return b }), ErrRange, "psn"},
-		{"dct over 24 bits", mutate(t, dc, func(b []byte) []byte { be.PutUint32(b[offDCTNumber:], 1<<24); return b }), ErrRange, "dct number"},
-		{"reserved", mutate(t, rc, func(b []byte) []byte { b[offReserved+1] = 1; return b }), ErrReserved, "reserved"},
-		{"qkey on RC", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offQKey:], 1); return b }), ErrNotApplicable, "qkey"},
-		{"qkey on DC", mutate(t, dc, func(b []byte) []byte { be.PutUint32(b[offQKey:], 1); return b }), ErrNotApplicable, "qkey"},
-		{"dct on RC", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offDCTNumber:], 1); return b }), ErrNotApplicable, "dct number"},
-		{"dc key on UD", mutate(t, sampleUD(), func(b []byte) []byte { b[offDCAccessKey+7] = 1; return b }), ErrNotApplicable, "dc access key"},
+		{"empty", nil, errTruncated, "header"},
+		{"short header", []byte{0x4d, 0x58, 0x45}, errTruncated, "header"},
+		{"bad magic", mutate(t, rc, func(b []byte) []byte { b[0] = 'X'; return b }), errBadMagic, "magic"},
+		{"version 0", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[4:], 0); return b }), errVersion, "version"},
+		{"version 2", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[4:], 2); return b }), errVersion, "version"},
+		{"length below fixed body", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[6:], 47); return b }), errLength, "length"},
+		{"length not a region multiple", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[6:], 48+23); return b }), errLength, "length"},
+		{"length beyond max", mutate(t, rc, func(b []byte) []byte { be.PutUint16(b[6:], 0xffff); return b }), errLength, "length"},
+		{"length disagrees with count", mutate(t, rc, func(b []byte) []byte { b[offRegionCount] = 0; return b }), errLength, "length"},
+		{"truncated body", mutate(t, rc, func(b []byte) []byte { return b[:len(b)-1] }), errTruncated, "body"},
+		{"header only", mutate(t, rc, func(b []byte) []byte { return b[:headerSize] }), errTruncated, "body"},
+		{"trailing byte", mutate(t, rc, func(b []byte) []byte { return append(b, 0) }), errTrailingBytes, "length"},
+		{"trailing endpoint", mutate(t, rc, func(b []byte) []byte { return append(b, b...) }), errTrailingBytes, "length"},
+		{"transport 0", mutate(t, rc, func(b []byte) []byte { b[offTransport] = 0; return b }), errUnknownTransport, "transport"},
+		{"transport 4", mutate(t, rc, func(b []byte) []byte { b[offTransport] = 4; return b }), errUnknownTransport, "transport"},
+		{"mtu 0", mutate(t, rc, func(b []byte) []byte { b[offMTU] = 0; return b }), errRange, "mtu"},
+		{"mtu 6", mutate(t, rc, func(b []byte) []byte { b[offMTU] = 6; return b }), errRange, "mtu"},
+		{"qpn over 24 bits", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offQPN:], 1<<24); return b }), errRange, "qpn"},
+		{"psn over 24 bits", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offPSN:], 0xffffffff); return b }), errRange, "psn"},
+		{"dct over 24 bits", mutate(t, dc, func(b []byte) []byte { be.PutUint32(b[offDCTNumber:], 1<<24); return b }), errRange, "dct number"},
+		{"reserved", mutate(t, rc, func(b []byte) []byte { b[offReserved+1] = 1; return b }), errReserved, "reserved"},
+		{"qkey on RC", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offQKey:], 1); return b }), errNotApplicable, "qkey"},
+		{"qkey on DC", mutate(t, dc, func(b []byte) []byte { be.PutUint32(b[offQKey:], 1); return b }), errNotApplicable, "qkey"},
+		{"dct on RC", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[offDCTNumber:], 1); return b }), errNotApplicable, "dct number"},
+		{"dc key on UD", mutate(t, sampleUD(), func(b []byte) []byte { b[offDCAccessKey+7] = 1; return b }), errNotApplicable, "dc access key"},
 		{"too many regions", func() []byte {
 			b := mutate(t, dc, func(b []byte) []byte { b[offRegionCount] = MaxRegions + 1; return b })
 			return b
@@ -150,9 +150,9 @@ func TestUnmarshalErrors(t *testing.T) {
 			be.PutUint64(b[region0:], math.MaxUint64-10)
 			be.PutUint64(b[region0+8:], 11)
 			return b
-		}), ErrRegionOverflow, "region 0"},
-		{"unknown access bit", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[region0+20:], 1<<4); return b }), ErrAccess, "region 0 access"},
-		{"high access bit", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[region0+20:], 1<<31); return b }), ErrAccess, "region 0 access"},
+		}), errRegionOverflow, "region 0"},
+		{"unknown access bit", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[region0+20:], 1<<4); return b }), errAccess, "region 0 access"},
+		{"high access bit", mutate(t, rc, func(b []byte) []byte { be.PutUint32(b[region0+20:], 1<<31); return b }), errAccess, "region 0 access"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,11 +172,11 @@ func TestUnmarshalErrors(t *testing.T) {
 
 			// The stream reader rejects it as well (EOF before any byte is
 			// io.EOF); trailing bytes are the next frame to a stream.
-			_, rerr := Read(bytes.NewReader(c.data))
+			_, rerr := readEndpoint(bytes.NewReader(c.data))
 			switch {
 			case len(c.data) == 0:
 				require.ErrorIs(t, rerr, io.EOF)
-			case c.err == ErrTrailingBytes:
+			case c.err == errTrailingBytes:
 				require.NoError(t, rerr)
 			default:
 				require.ErrorIs(t, rerr, c.err)
@@ -201,15 +201,15 @@ func TestValidateAndMarshalErrors(t *testing.T) {
 		edit func(e *Endpoint)
 		err  error
 	}{
-		{"zero value", func(e *Endpoint) { *e = Endpoint{} }, ErrUnknownTransport},
-		{"mtu", func(e *Endpoint) { e.MTU = 9 }, ErrRange},
-		{"qpn", func(e *Endpoint) { e.QPN = MaxQPN + 1 }, ErrRange},
-		{"psn", func(e *Endpoint) { e.PSN = MaxPSN + 1 }, ErrRange},
-		{"qkey on RC", func(e *Endpoint) { e.QKey = 5 }, ErrNotApplicable},
-		{"dc key on RC", func(e *Endpoint) { e.DCAccessKey = 5 }, ErrNotApplicable},
+		{"zero value", func(e *Endpoint) { *e = Endpoint{} }, errUnknownTransport},
+		{"mtu", func(e *Endpoint) { e.MTU = 9 }, errRange},
+		{"qpn", func(e *Endpoint) { e.QPN = maxQPN + 1 }, errRange},
+		{"psn", func(e *Endpoint) { e.PSN = MaxPSN + 1 }, errRange},
+		{"qkey on RC", func(e *Endpoint) { e.QKey = 5 }, errNotApplicable},
+		{"dc key on RC", func(e *Endpoint) { e.DCAccessKey = 5 }, errNotApplicable},
 		{"regions", func(e *Endpoint) { e.Regions = make([]RemoteRegion, MaxRegions+1) }, ErrTooManyRegions},
-		{"overflow", func(e *Endpoint) { e.Regions[0] = RemoteRegion{Address: math.MaxUint64, Length: 1} }, ErrRegionOverflow},
-		{"access", func(e *Endpoint) { e.Regions[0].Access = 1 << 7 }, ErrAccess},
+		{"overflow", func(e *Endpoint) { e.Regions[0] = RemoteRegion{Address: math.MaxUint64, Length: 1} }, errRegionOverflow},
+		{"access", func(e *Endpoint) { e.Regions[0].Access = 1 << 7 }, errAccess},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -227,12 +227,12 @@ func TestValidateAndMarshalErrors(t *testing.T) {
 			out, aerr := e.AppendBinary(prefix)
 			require.ErrorIs(t, aerr, c.err)
 			require.Equal(t, []byte{1, 2}, out)
-			require.Error(t, Write(io.Discard, e))
+			require.Error(t, writeEndpoint(io.Discard, e))
 		})
 	}
 	// Boundaries that are valid.
 	e := sampleRC()
-	e.QPN, e.PSN = MaxQPN, MaxPSN
+	e.QPN, e.PSN = maxQPN, MaxPSN
 	e.Regions = []RemoteRegion{{Address: math.MaxUint64, Length: 0}, {Address: 1, Length: math.MaxUint64 - 1}}
 	require.NoError(t, e.Validate())
 }
@@ -241,8 +241,8 @@ func TestReadTruncatedStream(t *testing.T) {
 	b, err := sampleRC().MarshalBinary()
 	require.NoError(t, err)
 	for _, n := range []int{1, headerSize - 1, headerSize, len(b) - 1} {
-		_, err := Read(bytes.NewReader(b[:n]))
-		require.ErrorIs(t, err, ErrTruncated, "cut at %d", n)
+		_, err := readEndpoint(bytes.NewReader(b[:n]))
+		require.ErrorIs(t, err, errTruncated, "cut at %d", n)
 		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut at %d", n)
 		require.ErrorIs(t, err, ErrMalformed, "cut at %d", n)
 	}
@@ -250,14 +250,14 @@ func TestReadTruncatedStream(t *testing.T) {
 	// consumes the 8 header bytes and nothing more.
 	h := mutate(t, sampleRC(), func(b []byte) []byte { binary.BigEndian.PutUint16(b[6:], 0xfff8); return b })
 	r := bytes.NewReader(h)
-	_, err = Read(r)
-	require.ErrorIs(t, err, ErrLength)
+	_, err = readEndpoint(r)
+	require.ErrorIs(t, err, errLength)
 	require.Equal(t, len(h)-headerSize, r.Len())
 }
 
 func TestReadPassesReaderErrors(t *testing.T) {
 	boom := errors.New("boom")
-	_, err := Read(io.MultiReader(bytes.NewReader([]byte{0x4d}), errReader{boom}))
+	_, err := readEndpoint(io.MultiReader(bytes.NewReader([]byte{0x4d}), errReader{boom}))
 	require.ErrorIs(t, err, boom)
 	require.NotErrorIs(t, err, ErrMalformed)
 }
@@ -268,7 +268,7 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 func BenchmarkAppendBinary(b *testing.B) {
 	e := sampleRC()
-	buf := make([]byte, 0, MaxEncodedSize)
+	buf := make([]byte, 0, maxEncodedSize)
 	b.ReportAllocs()
 	for b.Loop() {
 		var err error

@@ -36,7 +36,7 @@ func (t Transport) Valid() bool { return t >= TransportRC && t <= TransportDC }
 // AccessKnown is every access bit an endpoint may carry for a region
 // (local write, which verbs requires alongside remote write and atomics,
 // remote write, read and atomic, zero-based); any other bit is an error
-// (ErrAccess). The flags a memory region was registered with can be copied
+// (errAccess). The flags a memory region was registered with can be copied
 // in after masking with it.
 const AccessKnown = ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic | ctx.AccessZeroBased
 
@@ -76,8 +76,8 @@ func (r RemoteRegion) String() string {
 
 // Limits of an endpoint's fields.
 const (
-	// MaxQPN is the largest QPN (and DCT number): they are 24-bit values.
-	MaxQPN = 1<<24 - 1
+	// maxQPN is the largest QPN (and DCT number): they are 24-bit values.
+	maxQPN = 1<<24 - 1
 	// MaxPSN is the largest packet sequence number: PSNs are 24-bit values.
 	MaxPSN = 1<<24 - 1
 	// MaxRegions is the most remote regions one endpoint may carry.
@@ -128,35 +128,35 @@ func (e Endpoint) Validate() error {
 // UnmarshalBinary; the caller sets Op.
 func (e Endpoint) check() *Error {
 	if !e.Transport.Valid() {
-		return &Error{Field: "transport", Offset: offTransport, Err: ErrUnknownTransport,
+		return &Error{Field: "transport", Offset: offTransport, Err: errUnknownTransport,
 			Detail: fmt.Sprintf("%d is not RC (1), UD (2) or DC (3)", uint8(e.Transport))}
 	}
 	if !e.MTU.Valid() {
-		return &Error{Field: "mtu", Offset: offMTU, Err: ErrRange,
+		return &Error{Field: "mtu", Offset: offMTU, Err: errRange,
 			Detail: fmt.Sprintf("%d is not an IBV_MTU value (1..5)", uint8(e.MTU))}
 	}
-	if e.QPN > MaxQPN {
-		return &Error{Field: "qpn", Offset: offQPN, Err: ErrRange,
+	if e.QPN > maxQPN {
+		return &Error{Field: "qpn", Offset: offQPN, Err: errRange,
 			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.QPN)}
 	}
 	if e.PSN > MaxPSN {
-		return &Error{Field: "psn", Offset: offPSN, Err: ErrRange,
+		return &Error{Field: "psn", Offset: offPSN, Err: errRange,
 			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.PSN)}
 	}
-	if e.DCTNumber > MaxQPN {
-		return &Error{Field: "dct number", Offset: offDCTNumber, Err: ErrRange,
+	if e.DCTNumber > maxQPN {
+		return &Error{Field: "dct number", Offset: offDCTNumber, Err: errRange,
 			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.DCTNumber)}
 	}
 	if e.Transport != TransportUD && e.QKey != 0 {
-		return &Error{Field: "qkey", Offset: offQKey, Err: ErrNotApplicable,
+		return &Error{Field: "qkey", Offset: offQKey, Err: errNotApplicable,
 			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.QKey, e.Transport)}
 	}
 	if e.Transport != TransportDC && e.DCTNumber != 0 {
-		return &Error{Field: "dct number", Offset: offDCTNumber, Err: ErrNotApplicable,
+		return &Error{Field: "dct number", Offset: offDCTNumber, Err: errNotApplicable,
 			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.DCTNumber, e.Transport)}
 	}
 	if e.Transport != TransportDC && e.DCAccessKey != 0 {
-		return &Error{Field: "dc access key", Offset: offDCAccessKey, Err: ErrNotApplicable,
+		return &Error{Field: "dc access key", Offset: offDCAccessKey, Err: errNotApplicable,
 			Detail: fmt.Sprintf("%#x set on an endpoint of transport %v", e.DCAccessKey, e.Transport)}
 	}
 	if len(e.Regions) > MaxRegions {
@@ -166,11 +166,11 @@ func (e Endpoint) check() *Error {
 	for i, r := range e.Regions {
 		at := headerSize + bodyFixedSize + i*regionSize
 		if r.Length > math.MaxUint64-r.Address {
-			return &Error{Field: fmt.Sprintf("region %d", i), Offset: at + regionOffLength, Err: ErrRegionOverflow,
+			return &Error{Field: fmt.Sprintf("region %d", i), Offset: at + regionOffLength, Err: errRegionOverflow,
 				Detail: fmt.Sprintf("address %#x + length %#x wraps past 2^64", r.Address, r.Length)}
 		}
 		if r.Access&^AccessKnown != 0 {
-			return &Error{Field: fmt.Sprintf("region %d access", i), Offset: at + regionOffAccess, Err: ErrAccess,
+			return &Error{Field: fmt.Sprintf("region %d access", i), Offset: at + regionOffAccess, Err: errAccess,
 				Detail: fmt.Sprintf("unknown bits %#x", uint32(r.Access&^AccessKnown))}
 		}
 	}

@@ -74,7 +74,7 @@ func TestEndpointString(t *testing.T) {
 func TestNotApplicableText(t *testing.T) {
 	e := Endpoint{Transport: TransportRC, QPN: 1, LID: 1, MTU: ctx.MTU1024, QKey: 7}
 	err := e.Validate()
-	require.ErrorIs(t, err, ErrNotApplicable)
+	require.ErrorIs(t, err, errNotApplicable)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Contains(t, err.Error(), "0x7 set on an endpoint of transport RC")
 	require.NotContains(t, err.Error(), "a RC")

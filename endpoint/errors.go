@@ -12,35 +12,37 @@ import (
 // checks before it is encoded matches ctx.ErrInvalidArgument instead.
 var ErrMalformed = errors.New("malformed endpoint encoding")
 
-// Specific sentinels; an [*Error] matches exactly one of them.
+// The specific reasons an [*Error] wraps. Only ErrTooManyRegions is
+// exported: a caller can act on it (send fewer regions); the others are
+// told apart by Error.Field and Error.Detail.
 var (
-	// ErrBadMagic: the first four bytes are not the endpoint magic.
-	ErrBadMagic = errors.New("bad magic")
-	// ErrVersion: the version is not one this package decodes.
-	ErrVersion = errors.New("unsupported version")
-	// ErrTruncated: the input ends before the length the header announces.
-	ErrTruncated = errors.New("truncated")
-	// ErrTrailingBytes: bytes follow the end of the encoded endpoint.
-	ErrTrailingBytes = errors.New("trailing bytes")
-	// ErrLength: the body length disagrees with the region count, or
+	// errBadMagic: the first four bytes are not the endpoint magic.
+	errBadMagic = errors.New("bad magic")
+	// errVersion: the version is not one this package decodes.
+	errVersion = errors.New("unsupported version")
+	// errTruncated: the input ends before the length the header announces.
+	errTruncated = errors.New("truncated")
+	// errTrailingBytes: bytes follow the end of the encoded endpoint.
+	errTrailingBytes = errors.New("trailing bytes")
+	// errLength: the body length disagrees with the region count, or
 	// exceeds the largest valid body.
-	ErrLength = errors.New("bad length")
-	// ErrRange: a field is out of range (QPN, PSN or DCT number over 24
+	errLength = errors.New("bad length")
+	// errRange: a field is out of range (QPN, PSN or DCT number over 24
 	// bits, MTU outside 1..5).
-	ErrRange = errors.New("value out of range")
-	// ErrUnknownTransport: the transport is not RC, UD or DC.
-	ErrUnknownTransport = errors.New("unknown transport")
+	errRange = errors.New("value out of range")
+	// errUnknownTransport: the transport is not RC, UD or DC.
+	errUnknownTransport = errors.New("unknown transport")
 	// ErrTooManyRegions: more than MaxRegions remote regions.
 	ErrTooManyRegions = errors.New("too many regions")
-	// ErrRegionOverflow: a region's address plus length wraps past 2^64.
-	ErrRegionOverflow = errors.New("region overflows the address space")
-	// ErrAccess: a region's access flags carry bits outside AccessKnown.
-	ErrAccess = errors.New("unknown access flags")
-	// ErrReserved: a reserved field is not zero.
-	ErrReserved = errors.New("reserved field not zero")
-	// ErrNotApplicable: a field the transport does not use is not zero
+	// errRegionOverflow: a region's address plus length wraps past 2^64.
+	errRegionOverflow = errors.New("region overflows the address space")
+	// errAccess: a region's access flags carry bits outside AccessKnown.
+	errAccess = errors.New("unknown access flags")
+	// errReserved: a reserved field is not zero.
+	errReserved = errors.New("reserved field not zero")
+	// errNotApplicable: a field the transport does not use is not zero
 	// (qkey on RC or DC, DCT number or DC access key on RC or UD).
-	ErrNotApplicable = errors.New("field not applicable to transport")
+	errNotApplicable = errors.New("field not applicable to transport")
 )
 
 // The operations an [*Error] names.
@@ -51,7 +53,7 @@ const (
 )
 
 // Error reports which field of an endpoint, or which byte of its encoding,
-// is wrong. It matches its specific sentinel (Err) with errors.Is, and also
+// is wrong. It matches its reason (Err) with errors.Is, and also
 // [ErrMalformed] when Op is "unmarshal" or [ctx.ErrInvalidArgument] otherwise.
 type Error struct {
 	// Op is "validate", "marshal" or "unmarshal".
@@ -63,7 +65,7 @@ type Error struct {
 	// Detail says what is wrong with the value, e.g. "0x1000000 exceeds 24
 	// bits".
 	Detail string
-	// Err is one of the specific sentinels (ErrRange, ErrTruncated, …).
+	// Err is the reason: ErrTooManyRegions or an unexported sentinel.
 	Err error
 }
 

@@ -51,10 +51,11 @@ func ExampleEndpoint_UnmarshalBinary_malformed() {
 	var e endpoint.Endpoint
 	err := e.UnmarshalBinary(b)
 	fmt.Println(err)
-	fmt.Println(errors.Is(err, endpoint.ErrMalformed), errors.Is(err, endpoint.ErrRange))
+	var bad *endpoint.Error
+	fmt.Println(errors.Is(err, endpoint.ErrMalformed), errors.As(err, &bad), bad.Field, bad.Offset)
 	// Output:
 	// endpoint: unmarshal: qpn at byte 16: value out of range: 0x1000005 exceeds 24 bits
-	// true true
+	// true true qpn 16
 }
 
 // Two peers swap endpoints over a TCP connection. Each first proves to the

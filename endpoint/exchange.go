@@ -10,17 +10,17 @@ import (
 	"time"
 )
 
-// DefaultTimeout bounds an exchange whose context has no deadline, so a
+// defaultTimeout bounds an exchange whose context has no deadline, so a
 // peer that never answers cannot hang the caller.
-const DefaultTimeout = 30 * time.Second
+const defaultTimeout = 30 * time.Second
 
-// withDeadline returns ctx, or ctx bounded by DefaultTimeout when it has no
+// withDeadline returns ctx, or ctx bounded by defaultTimeout when it has no
 // deadline.
 func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, DefaultTimeout)
+	return context.WithTimeout(ctx, defaultTimeout)
 }
 
 // longAgo is a deadline in the past: setting it wakes every blocked read and
@@ -124,7 +124,7 @@ func ioError(ctx context.Context, op string, err error) error {
 // ends of conn are on this host. To hide the endpoints from whoever can
 // read the network, pass a *tls.Conn.
 //
-// The whole exchange is bounded by ctx's deadline, or by DefaultTimeout
+// The whole exchange is bounded by ctx's deadline, or by 30 seconds
 // when ctx has none; cancelling ctx ends it at once. A timeout matches
 // context.DeadlineExceeded. The peer's bytes are untrusted: every message
 // has a size limit checked before it is read, and every field of the
@@ -139,7 +139,7 @@ func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec
 		op = "exchange with " + a.String()
 	}
 	if side != DialSide && side != AcceptSide {
-		return Endpoint{}, fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide)", op, side, ErrRange)
+		return Endpoint{}, fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide)", op, side, errRange)
 	}
 	if err := sec.check(); err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
@@ -183,7 +183,7 @@ func exchangeDial(conn net.Conn, sec Security, frame []byte) (Endpoint, error) {
 	if err := s.writeSealed(toListener, meshOffer, frame); err != nil {
 		return Endpoint{}, fmt.Errorf("send: %w", err)
 	}
-	f, err := readFrame(conn, meshTable, MaxEncodedSize+macSize, maxAbortReason+macSize)
+	f, err := readFrame(conn, meshTable, maxEncodedSize+macSize, maxAbortReason+macSize)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("receive: %w", err)
 	}
@@ -221,9 +221,9 @@ func exchangeAcceptSteps(conn net.Conn, sec Security, frame []byte) (Endpoint, e
 		return Endpoint{}, fmt.Errorf("authenticate: %w", err)
 	}
 	if s.rank != 1 || s.peers != 2 {
-		return Endpoint{}, fmt.Errorf("the peer claims rank %d of %d, an exchange is rank 1 of 2: %w", s.rank, s.peers, ErrRange)
+		return Endpoint{}, fmt.Errorf("the peer claims rank %d of %d, an exchange is rank 1 of 2: %w", s.rank, s.peers, errRange)
 	}
-	f, err := readFrame(conn, meshOffer, MaxEncodedSize+macSize, -1)
+	f, err := readFrame(conn, meshOffer, maxEncodedSize+macSize, -1)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("receive: %w", err)
 	}

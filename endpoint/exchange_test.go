@@ -93,9 +93,9 @@ func TestExchangeRejectsInvalidLocal(t *testing.T) {
 	bad.QPN = 1 << 24
 	_, err := Exchange(context.Background(), a, DialSide, bad, testSec)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	_, err = Exchange(context.Background(), a, Side(0), sampleRC(), testSec)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	require.Contains(t, err.Error(), "side 0")
 }
 
@@ -122,7 +122,7 @@ func authenticated(f func(c net.Conn, s *session)) func(net.Conn) {
 		if err != nil {
 			return
 		}
-		if _, err := readFrame(c, meshOffer, MaxEncodedSize+macSize, -1); err != nil {
+		if _, err := readFrame(c, meshOffer, maxEncodedSize+macSize, -1); err != nil {
 			return
 		}
 		f(c, s)
@@ -146,22 +146,22 @@ func TestExchangeGarbage(t *testing.T) {
 				buf[i] = byte(r.Uint32())
 			}
 			_, _ = c.Write(buf)
-		}, []error{ErrMalformed, ErrBadMagic}, true},
+		}, []error{ErrMalformed, errBadMagic}, true},
 		{"a version 1 peer (a bare endpoint)", func(c net.Conn) {
 			_, _ = c.Write(valid)
-		}, []error{ErrMalformed, ErrVersion}, true},
+		}, []error{ErrMalformed, errVersion}, true},
 		{"truncated challenge then close", func(c net.Conn) {
 			readHello(c)
 			_, _ = c.Write(meshFrame(meshChallenge, make([]byte, challengeSize))[:30])
 			_ = c.Close()
-		}, []error{ErrMalformed, ErrTruncated, io.ErrUnexpectedEOF}, true},
+		}, []error{ErrMalformed, errTruncated, io.ErrUnexpectedEOF}, true},
 		{"close before a byte", func(c net.Conn) { readHello(c); _ = c.Close() }, []error{io.EOF}, true},
 		{"huge length", func(c net.Conn) {
 			readHello(c)
 			h := meshFrame(meshChallenge, nil)
 			binary.BigEndian.PutUint32(h[8:], 0xfffffff0)
 			_, _ = c.Write(h)
-		}, []error{ErrMalformed, ErrLength}, true},
+		}, []error{ErrMalformed, errLength}, true},
 		{"wrong proof", func(c net.Conn) {
 			readHello(c)
 			_, _ = c.Write(meshFrame(meshChallenge, make([]byte, challengeSize)))
@@ -170,7 +170,7 @@ func TestExchangeGarbage(t *testing.T) {
 			b := append([]byte(nil), valid...)
 			binary.BigEndian.PutUint32(b[offPSN:], 1<<30)
 			_ = s.writeSealed(toDialer, meshTable, b)
-		}), []error{ErrMalformed, ErrRange}, true},
+		}), []error{ErrMalformed, errRange}, true},
 		{"endpoint without its tag", authenticated(func(c net.Conn, s *session) {
 			_, _ = c.Write(meshFrame(meshTable, valid))
 		}), []error{ErrAuth}, true},
@@ -244,7 +244,7 @@ func TestWithDeadlineDefault(t *testing.T) {
 	defer cancel()
 	d, ok := ctx.Deadline()
 	require.True(t, ok)
-	require.WithinDuration(t, time.Now().Add(DefaultTimeout), d, 5*time.Second)
+	require.WithinDuration(t, time.Now().Add(defaultTimeout), d, 5*time.Second)
 
 	parent, pcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer pcancel()

@@ -53,7 +53,7 @@ func FuzzUnmarshal(f *testing.F) {
 		if !bytes.Equal(again, data) {
 			t.Fatalf("not canonical:\n in  %x\n out %x", data, again)
 		}
-		s, err := Read(bytes.NewReader(data))
+		s, err := readEndpoint(bytes.NewReader(data))
 		if err != nil || !s.Equal(e) {
 			t.Fatalf("stream read differs: %v %v", s, err)
 		}

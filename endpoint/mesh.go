@@ -18,11 +18,11 @@ import (
 // encodings per connection.
 const MaxPeers = 1024
 
-// DefaultHelloTimeout bounds the authentication and hello of each
+// defaultHelloTimeout bounds the authentication and hello of each
 // connection to a mesh listener when MeshOptions.HelloTimeout is zero: a
 // connection that has not proved itself and sent its endpoints by then is
 // closed, however long the mesh waits.
-const DefaultHelloTimeout = 10 * time.Second
+const defaultHelloTimeout = 10 * time.Second
 
 // ErrRejected matches the error a dialer gets when the listening peer (rank
 // 0 of a mesh, the accept side of an exchange) turns it away or gives up.
@@ -101,14 +101,14 @@ func decodeList(b []byte, count int) ([]Endpoint, error) {
 		list[i], b = e, b[n:]
 	}
 	if len(b) != 0 {
-		return nil, malformed("mesh payload", 0, ErrTrailingBytes, fmt.Sprintf("%d bytes after %d endpoints", len(b), count))
+		return nil, malformed("mesh payload", 0, errTrailingBytes, fmt.Sprintf("%d bytes after %d endpoints", len(b), count))
 	}
 	return list, nil
 }
 
 // maxListPayload is the largest payload carrying peers-1 endpoints and
 // prefix bytes.
-func maxListPayload(peers, prefix int) int { return prefix + (peers-1)*MaxEncodedSize }
+func maxListPayload(peers, prefix int) int { return prefix + (peers-1)*maxEncodedSize }
 
 // encodeOthers encodes local[j] for every j != skip, in rank order.
 func encodeOthers(b []byte, local []Endpoint, skip int) ([]byte, error) {
@@ -126,7 +126,7 @@ func encodeOthers(b []byte, local []Endpoint, skip int) ([]byte, error) {
 
 func checkPeers(peers int) error {
 	if peers < 1 || peers > MaxPeers {
-		return fmt.Errorf("%d peers: %w (want 1..%d)", peers, ErrRange, MaxPeers)
+		return fmt.Errorf("%d peers: %w (want 1..%d)", peers, errRange, MaxPeers)
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ type MeshOptions struct {
 	// hello: at the listener from the accept to the last byte of the
 	// dialer's endpoints, at a dialer from the connect to the last byte of
 	// its own (the wait for the table is bounded by the context alone).
-	// Zero means DefaultHelloTimeout.
+	// Zero means 10 seconds.
 	HelloTimeout time.Duration
 }
 
@@ -164,14 +164,14 @@ func (o MeshOptions) check() error {
 		return err
 	}
 	if o.HelloTimeout < 0 {
-		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more)", o.HelloTimeout, ErrRange)
+		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more)", o.HelloTimeout, errRange)
 	}
 	return nil
 }
 
 func (o MeshOptions) helloTimeout() time.Duration {
 	if o.HelloTimeout == 0 {
-		return DefaultHelloTimeout
+		return defaultHelloTimeout
 	}
 	return o.HelloTimeout
 }
@@ -285,7 +285,7 @@ func temporary(err error) bool {
 // timeout) gets the same generic refusal and is closed, and the wait goes
 // on. A temporary accept error (out of file descriptors) is retried with a
 // back-off from 5 ms to 1 s. The wait is bounded by ctx's deadline or
-// DefaultTimeout; when it ends early every rank that joined is told why.
+// 30 seconds; when it ends early every rank that joined is told why.
 // Exchange closes the listener and every connection before it returns; a
 // second call returns [ErrListenerUsed].
 func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoint, error) {
@@ -492,10 +492,10 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
 		return reject(ioError(ctx, "authenticate", err))
 	}
 	if s.peers != uint32(l.peers) {
-		return reject(fmt.Errorf("rank %d claims a mesh of %d peers, this one has %d: %w", s.rank, s.peers, l.peers, ErrRange))
+		return reject(fmt.Errorf("rank %d claims a mesh of %d peers, this one has %d: %w", s.rank, s.peers, l.peers, errRange))
 	}
 	if s.rank < 1 || s.rank >= s.peers {
-		return reject(fmt.Errorf("rank %d: %w (dialers are 1..%d)", s.rank, ErrRange, s.peers-1))
+		return reject(fmt.Errorf("rank %d: %w (dialers are 1..%d)", s.rank, errRange, s.peers-1))
 	}
 	rank := int(s.rank)
 	f, err := readFrame(conn, meshOffer, maxListPayload(l.peers, macSize), -1)
@@ -526,12 +526,12 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
 // local[j] is the endpoint this peer made for rank j (local[rank], its own,
 // is returned unchanged and never sent). It returns remote, where remote[j]
 // is the endpoint rank j made for this peer. Everything, retries included,
-// is bounded by ctx's deadline or DefaultTimeout.
+// is bounded by ctx's deadline or 30 seconds.
 //
 // The listener must prove that it holds the key before this end proves it
 // or sends an endpoint; a listener that cannot is an error matching
 // [ErrAuth], one that speaks another protocol version an error matching
-// [ErrVersion], and a refusal matches [ErrRejected].
+// [errVersion], and a refusal matches [ErrRejected].
 func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, opts MeshOptions) ([]Endpoint, error) {
 	name := fmt.Sprintf("dial mesh %s as rank %d", address, rank)
 	op := "endpoint: " + name
@@ -540,7 +540,7 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if rank < 1 || rank >= peers {
-		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d)", op, rank, ErrRange, peers-1)
+		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d)", op, rank, errRange, peers-1)
 	}
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -333,31 +333,31 @@ func TestDialMeshHostileListener(t *testing.T) {
 		close bool
 		is    []error
 	}{
-		{"random bytes", false, raw([]byte("\x8a\x01\xff\x00garbage garbage garbage")), false, []error{ErrMalformed, ErrBadMagic}},
+		{"random bytes", false, raw([]byte("\x8a\x01\xff\x00garbage garbage garbage")), false, []error{ErrMalformed, errBadMagic}},
 		{"version 1 listener", false, raw(func() []byte {
 			b := meshFrame(meshAbort, []byte("mesh version: 2, this package speaks 1"))
 			binary.BigEndian.PutUint16(b[4:], 1)
 			return b
-		}()), false, []error{ErrMalformed, ErrVersion}},
+		}()), false, []error{ErrMalformed, errVersion}},
 		{"challenge with a wrong proof", false, raw(meshFrame(meshChallenge, make([]byte, challengeSize))), false, []error{ErrAuth}},
 		{"challenge too long", false, raw(func() []byte {
 			b := meshFrame(meshChallenge, nil)
 			binary.BigEndian.PutUint32(b[8:], 1<<31)
 			return b
-		}()), false, []error{ErrMalformed, ErrLength}},
-		{"abort with a reason before authenticating", false, raw(meshFrame(meshAbort, []byte("rank 1 is taken"))), false, []error{ErrMalformed, ErrLength}},
+		}()), false, []error{ErrMalformed, errLength}},
+		{"abort with a reason before authenticating", false, raw(meshFrame(meshAbort, []byte("rank 1 is taken"))), false, []error{ErrMalformed, errLength}},
 		{"generic refusal", true, raw(meshFrame(meshAbort, nil)), false, []error{ErrRejected}},
 		{"huge table length", true, func(s *session) []byte {
 			b := meshFrame(meshTable, nil)
 			binary.BigEndian.PutUint32(b[8:], 1<<31)
 			return b
-		}, false, []error{ErrMalformed, ErrLength}},
+		}, false, []error{ErrMalformed, errLength}},
 		{"huge abort length", true, raw(func() []byte {
 			b := meshFrame(meshAbort, nil)
 			binary.BigEndian.PutUint32(b[8:], maxAbortReason+macSize+1)
 			return b
-		}()), false, []error{ErrMalformed, ErrLength}},
-		{"unknown frame type", true, raw(func() []byte { b := meshFrame(meshTable, nil); b[6] = 9; return b }()), false, []error{ErrMalformed, ErrRange}},
+		}()), false, []error{ErrMalformed, errLength}},
+		{"unknown frame type", true, raw(func() []byte { b := meshFrame(meshTable, nil); b[6] = 9; return b }()), false, []error{ErrMalformed, errRange}},
 		{"hello instead of table", true, raw(meshFrame(meshHello, nil)), false, []error{ErrMalformed}},
 		{"table without a tag", true, raw(meshFrame(meshTable, good)), false, []error{ErrAuth}},
 		{"table with a wrong tag", true, func(s *session) []byte {
@@ -366,13 +366,13 @@ func TestDialMeshHostileListener(t *testing.T) {
 			return b
 		}, false, []error{ErrAuth}},
 		{"table one endpoint short", true, sealed(meshTable, good[:sampleRC().EncodedSize()]), false, []error{ErrMalformed}},
-		{"table with trailing bytes", true, sealed(meshTable, append(append([]byte(nil), good...), 0)), false, []error{ErrMalformed, ErrTrailingBytes}},
+		{"table with trailing bytes", true, sealed(meshTable, append(append([]byte(nil), good...), 0)), false, []error{ErrMalformed, errTrailingBytes}},
 		{"table endpoint invalid", true, func(s *session) []byte {
 			p := append([]byte(nil), good...)
 			p[offTransport] = 7
 			return sealed(meshTable, p)(s)
-		}, false, []error{ErrMalformed, ErrUnknownTransport}},
-		{"truncated then close", true, func(s *session) []byte { return sealed(meshTable, good)(s)[:40] }, true, []error{ErrMalformed, ErrTruncated}},
+		}, false, []error{ErrMalformed, errUnknownTransport}},
+		{"truncated then close", true, func(s *session) []byte { return sealed(meshTable, good)(s)[:40] }, true, []error{ErrMalformed, errTruncated}},
 		{"close at once", false, raw([]byte{}), true, []error{io.EOF}},
 		{"never answers", false, nil, false, []error{context.DeadlineExceeded}},
 		{"never answers after the proofs", true, nil, false, []error{context.DeadlineExceeded}},
@@ -448,11 +448,11 @@ func TestMeshArgumentErrors(t *testing.T) {
 	local := meshLocal(3)
 
 	_, err := DialMesh(ctx, "127.0.0.1:1", 0, local[0], testOpts)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	_, err = DialMesh(ctx, "127.0.0.1:1", 3, local[0], testOpts)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	_, err = DialMesh(ctx, "127.0.0.1:1", 1, make([]Endpoint, MaxPeers+1), testOpts)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	bad := append([]Endpoint(nil), local[1]...)
 	bad[2].PSN = 1 << 24
 	_, err = DialMesh(ctx, "127.0.0.1:1", 1, bad, testOpts)
@@ -460,9 +460,9 @@ func TestMeshArgumentErrors(t *testing.T) {
 	require.Contains(t, err.Error(), "endpoint for rank 2")
 
 	_, err = ListenMesh(ctx, "127.0.0.1:0", 0, testOpts)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	_, err = ListenMesh(ctx, "127.0.0.1:0", MaxPeers+1, testOpts)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 
 	l, err := ListenMesh(ctx, "127.0.0.1:0", 3, testOpts)
 	require.NoError(t, err)
@@ -474,7 +474,7 @@ func TestMeshArgumentErrors(t *testing.T) {
 	bad = append([]Endpoint(nil), local[0]...)
 	bad[1].Transport = 0
 	_, err = l.Exchange(ctx, bad)
-	require.ErrorIs(t, err, ErrUnknownTransport)
+	require.ErrorIs(t, err, errUnknownTransport)
 
 	_, err = Mesh(ctx, "127.0.0.1:0", [][]Endpoint{local[0], local[1][:1], local[2]})
 	require.ErrorIs(t, err, errInvalid)
@@ -485,7 +485,7 @@ func TestMeshChecksEveryEndpointFirst(t *testing.T) {
 	local := meshLocal(3)
 	local[2][0].MTU = 0
 	_, err := Mesh(context.Background(), "127.0.0.1:0", local)
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 	require.ErrorIs(t, err, errInvalid)
 	require.Contains(t, err.Error(), "rank 2's endpoint for rank 0")
 }

@@ -413,7 +413,7 @@ func TestMeshHugeHelloNotAllocated(t *testing.T) {
 	addr := l.Addr().String()
 	wait := startListener(t, ctx, l, row)
 
-	huge := uint32(8 + (MaxPeers-1)*MaxEncodedSize)
+	huge := uint32(8 + (MaxPeers-1)*maxEncodedSize)
 	const conns = 64
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -706,7 +706,7 @@ func TestExchangeImpostorGetsNothing(t *testing.T) {
 	}{
 		{"old exchange: a bare endpoint", func(c net.Conn, _ io.Reader) {
 			_, _ = c.Write(bare)
-		}, false, ErrVersion},
+		}, false, errVersion},
 		{"a guessed proof", func(c net.Conn, r io.Reader) {
 			_, _ = c.Write(v2Hello(1, 2))
 			if _, _, err := readRawFrame(r); err == nil {
@@ -810,7 +810,7 @@ func TestDialMeshVersionMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err = DialMesh(ctx, ln.Addr().String(), 1, meshLocal(2)[1], testOpts)
-	require.ErrorIs(t, err, ErrVersion)
+	require.ErrorIs(t, err, errVersion)
 	require.Contains(t, err.Error(), "the peer speaks version 1, this package 2")
 	require.NoError(t, ctx.Err())
 }
@@ -839,7 +839,7 @@ func TestSecurityPolicy(t *testing.T) {
 	_, err = ListenMesh(ctx, ":0", 3, insecure)
 	require.ErrorIs(t, err, ErrKeyRequired, "no key on every interface")
 	_, err = ListenMesh(ctx, "127.0.0.1:0", 3, MeshOptions{Security: testSec, HelloTimeout: -1})
-	require.ErrorIs(t, err, ErrRange)
+	require.ErrorIs(t, err, errRange)
 
 	// Without a key on loopback, when asked for.
 	l, err := ListenMesh(ctx, "127.0.0.1:0", 3, insecure)

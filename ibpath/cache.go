@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/ud"
 )
 
@@ -27,7 +26,6 @@ type AddressCache struct {
 
 type cacheEntry struct {
 	ah *ctx.AddressHandle
-	av [prm.AVSize]byte
 	// remotes are the ud.Remotes made on ah, by remote QPN and qkey.
 	remotes map[remoteKey]*ud.Remote
 }
@@ -58,7 +56,7 @@ func (c *AddressCache) get(p Path) (*cacheEntry, error) {
 		return nil, fmt.Errorf("ibpath: address cache: %w", err)
 	}
 	c.misses++
-	e := &cacheEntry{ah: ah, av: ah.AV()}
+	e := &cacheEntry{ah: ah}
 	c.entries[key] = e
 	return e, nil
 }
@@ -71,18 +69,6 @@ func (c *AddressCache) AddressHandle(p Path) (*ctx.AddressHandle, error) {
 		return nil, err
 	}
 	return e.ah, nil
-}
-
-// AV returns the address vector for p's destination, ready for a UD or DC
-// send WQE (wqebuilder's CtrlStage.UD and CtrlStage.DC take it). The
-// pointer stays valid and unchanged until the entry is evicted or the cache
-// closed.
-func (c *AddressCache) AV(p Path) (*[prm.AVSize]byte, error) {
-	e, err := c.get(p)
-	if err != nil {
-		return nil, err
-	}
-	return &e.av, nil
 }
 
 // Remote returns the ud.Remote that sends from q to p's destination (its

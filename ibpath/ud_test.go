@@ -50,9 +50,10 @@ func (s *udSide) endpoint() endpoint.Endpoint {
 }
 
 func (s *udSide) send(t *testing.T, to ibpath.Path, wrid uint64, off, n int) {
-	av, err := s.ahs.AV(to)
+	ah, err := s.ahs.AddressHandle(to)
 	require.NoError(t, err)
-	require.NoError(t, s.q.sq.Begin(wrid, wqebuilder.Signaled).UD(av, to.DQPN, to.QKey).Send().
+	av := ah.AV()
+	require.NoError(t, s.q.sq.Begin(wrid, wqebuilder.Signaled).UD(&av, to.DQPN, to.QKey).Send().
 		SGE(s.n.addr(off), uint32(n), s.n.mr.LKey()).Finish())
 	s.q.sq.RingDoorbell()
 }
@@ -214,26 +215,23 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 	require.NoError(t, err)
 	to.QKey = testQKey
 
-	av1, err := a.ahs.AV(to)
+	ah, err := a.ahs.AddressHandle(to)
 	require.NoError(t, err)
 	other := to
 	other.DQPN, other.DQPSN = 0x999, 0x5 // same destination port, another QP
-	av2, err := a.ahs.AV(other)
+	ah2, err := a.ahs.AddressHandle(other)
 	require.NoError(t, err)
-	require.Same(t, av1, av2, "the address vector is keyed by the address, not the QP")
+	require.Same(t, ah, ah2, "the address handle is keyed by the address, not the QP")
 	hits, misses := a.ahs.Stats()
 	require.Equal(t, uint64(1), hits)
 	require.Equal(t, uint64(1), misses)
 	require.Equal(t, 1, a.ahs.Len())
 	// The cached vector routes to the peer's LID.
-	require.Equal(t, b.p.SLID, binary.BigEndian.Uint16(av1[prm.AVRLID:]))
-
-	ah, err := a.ahs.AddressHandle(to)
-	require.NoError(t, err)
-	require.Equal(t, *av1, ah.AV())
+	av := ah.AV()
+	require.Equal(t, b.p.SLID, binary.BigEndian.Uint16(av[prm.AVRLID:]))
 
 	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := a.ahs.AV(to); err != nil {
+		if _, err := a.ahs.AddressHandle(to); err != nil {
 			panic(err)
 		}
 	})
@@ -241,9 +239,9 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 
 	sl := to
 	sl.SL = 3
-	av3, err := a.ahs.AV(sl)
+	ah3, err := a.ahs.AddressHandle(sl)
 	require.NoError(t, err)
-	require.NotSame(t, av1, av3)
+	require.NotSame(t, ah, ah3)
 	require.Equal(t, 2, a.ahs.Len())
 
 	require.NoError(t, a.ahs.Evict(to))
@@ -254,7 +252,7 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 	bad := to
 	bad.FlowLabel = 1 << 21
 	bad.Global = true
-	_, err = a.ahs.AV(bad)
+	_, err = a.ahs.AddressHandle(bad)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Equal(t, 1, a.ahs.Len(), "a refused path caches nothing")
 }

@@ -74,11 +74,11 @@ func TestCompressedSessionExpands(t *testing.T) {
 					cq.Poll(64, func(c *CQE) {
 						require.Less(t, got, len(want))
 						requireDecodes(t, want[got], c)
-						require.Equal(t, r.owner(start+uint32(got)), c.Owner(), "owner bit of the expanded CQE")
+						require.Equal(t, r.owner(start+uint32(got)), c.owner(), "owner bit of the expanded CQE")
 						got++
 					})
 					require.Equal(t, len(want), got, "n=%d requester=%v start=%d", n, requester, start)
-					require.Equal(t, Stats{CompressedSessions: 1, MiniCQEs: uint64(n)}, cq.Stats())
+					require.Equal(t, cqStats{CompressedSessions: 1, MiniCQEs: uint64(n)}, cq.stats())
 					if len(want) < 64 {
 						require.NoError(t, cq.Err())
 					}
@@ -107,7 +107,7 @@ func TestCompressedSessionAcrossBatches(t *testing.T) {
 	}
 	// wqe_counter counts up from the title's and wraps at 16 bits.
 	require.Equal(t, []uint16{0xfffd, 0xfffe, 0xffff, 0, 1, 2, 3, 4, 5, 6, 7, 8}, got)
-	require.Equal(t, Stats{CompressedSessions: 1, MiniCQEs: 12}, cq.Stats())
+	require.Equal(t, cqStats{CompressedSessions: 1, MiniCQEs: 12}, cq.stats())
 }
 
 // TestCompressedSessionLeavesNoStaleCQE fills the ring with bytes that would
@@ -183,7 +183,7 @@ func TestCorruptCompressedSession(t *testing.T) {
 			require.Contains(t, cq.Err().Error(), "slot 1 ")
 			require.Equal(t, written, r.buf, "a refused session is left as it was")
 			require.NotEqual(t, before, written)
-			require.Zero(t, cq.Stats().CompressedSessions)
+			require.Zero(t, cq.stats().CompressedSessions)
 		})
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
-// MaxCQECnt is the largest ring New accepts: the consumer index the device
+// maxCQECnt is the largest ring New accepts: the consumer index the device
 // sees is 24 bits wide, and the owner bit must flip inside that range.
-const MaxCQECnt = 1 << 23
+const maxCQECnt = 1 << 23
 
 // Config is the completion ring as the provider created it (the fields of
 // struct mlx5dv_cq). Transports fill it from ctx.CQDescriptor.
@@ -21,7 +21,7 @@ type Config struct {
 	// Buf is the first byte of the ring: CQECnt slots of CQESize bytes.
 	// It must be 64-byte aligned and never Go heap memory.
 	Buf unsafe.Pointer
-	// CQECnt is the number of slots, a power of two from 2 to MaxCQECnt.
+	// CQECnt is the number of slots, a power of two from 2 to maxCQECnt.
 	CQECnt uint32
 	// CQESize is 64 or 128. In a 128-byte slot the CQE64 is the second
 	// half.
@@ -97,8 +97,8 @@ func New(cfg Config) (*CQ, error) {
 		return bad("nil ring")
 	case uintptr(cfg.Buf)%prm.CQE64Size != 0:
 		return bad("ring %p not 64-byte aligned", cfg.Buf)
-	case cfg.CQECnt < 2 || cfg.CQECnt > MaxCQECnt || cfg.CQECnt&(cfg.CQECnt-1) != 0:
-		return bad("CQECnt %d not a power of two from 2 to %d", cfg.CQECnt, MaxCQECnt)
+	case cfg.CQECnt < 2 || cfg.CQECnt > maxCQECnt || cfg.CQECnt&(cfg.CQECnt-1) != 0:
+		return bad("CQECnt %d not a power of two from 2 to %d", cfg.CQECnt, maxCQECnt)
 	case cfg.CQESize != prm.CQE64Size && cfg.CQESize != prm.CQE128Size:
 		return bad("CQESize %d is neither 64 nor 128", cfg.CQESize)
 	case cfg.DBRec == nil:
@@ -421,13 +421,13 @@ func (cq *CQ) CQECnt() uint32 { return cq.mask + 1 }
 // CQESize returns the size of a slot, 64 or 128.
 func (cq *CQ) CQESize() uint32 { return 1 << cq.shift }
 
-// Stats counts the compressed sessions expanded and the CQEs they held.
-type Stats struct {
+// cqStats counts the compressed sessions expanded and the CQEs they held.
+type cqStats struct {
 	CompressedSessions uint64
 	MiniCQEs           uint64
 }
 
-// Stats returns the compression counters.
-func (cq *CQ) Stats() Stats {
-	return Stats{CompressedSessions: cq.sessions, MiniCQEs: cq.miniCQEs}
+// stats returns the compression counters.
+func (cq *CQ) stats() cqStats {
+	return cqStats{CompressedSessions: cq.sessions, MiniCQEs: cq.miniCQEs}
 }

@@ -27,7 +27,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"count 0":          func(c *Config) { c.CQECnt = 0 },
 		"count 1":          func(c *Config) { c.CQECnt = 1 },
 		"count 12":         func(c *Config) { c.CQECnt = 12 },
-		"count too large":  func(c *Config) { c.CQECnt = MaxCQECnt << 1 },
+		"count too large":  func(c *Config) { c.CQECnt = maxCQECnt << 1 },
 		"size 32":          func(c *Config) { c.CQESize = 32 },
 		"size 256":         func(c *Config) { c.CQESize = 256 },
 		"nil dbrec":        func(c *Config) { c.DBRec = nil },
@@ -165,7 +165,7 @@ func TestOwnershipManyLaps(t *testing.T) {
 				case 0:
 					cq.Poll(1+rng.IntN(int(cnt)), func(c *CQE) {
 						require.NotEmpty(t, queue)
-						require.Equal(t, r.owner(taken), c.Owner())
+						require.Equal(t, r.owner(taken), c.owner())
 						requireDecodes(t, queue[0], c)
 						queue = queue[1:]
 						taken++
@@ -307,7 +307,7 @@ func TestDecodeKinds(t *testing.T) {
 		err := got[2].Err()
 		var ce *CompletionError
 		require.ErrorAs(t, err, &ce)
-		require.Equal(t, CompletionError{Status: StatusRemoteAccess, CQEOpcode: prm.CQEReqErr, Syndrome: prm.SyndromeRemoteAccess,
+		require.Equal(t, CompletionError{Status: statusRemoteAccess, CQEOpcode: prm.CQEReqErr, Syndrome: prm.SyndromeRemoteAccess,
 			VendorSyndrome: 0x88, QPN: 0x42, WQECounter: 3, Opcode: prm.OpRdmaRead}, *ce)
 		require.ErrorIs(t, err, ErrRemoteAccess)
 		require.ErrorIs(t, err, ErrCompletion)

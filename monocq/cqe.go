@@ -27,8 +27,8 @@ func (c *CQE) IsError() bool {
 // Scatter64 (a CQ never hands out a compressed one).
 func (c *CQE) Format() uint8 { return prm.OpOwnFormat(c[prm.CQEOpOwn]) }
 
-// Owner returns the owner bit.
-func (c *CQE) Owner() uint8 { return c[prm.CQEOpOwn] & prm.CQEOwnerMask }
+// owner returns the owner bit.
+func (c *CQE) owner() uint8 { return c[prm.CQEOpOwn] & prm.CQEOwnerMask }
 
 // Solicited reports the solicited-event bit of a responder CQE.
 func (c *CQE) Solicited() bool { return c[prm.CQEOpOwn]&prm.CQESolicitedMask != 0 }

@@ -64,6 +64,5 @@
 // # Many queue pairs on one CQ
 //
 // Table maps a QPN to the caller's queue with two array loads and no hashing
-// or allocation on the lookup; Entries maps a WQE counter to the caller's
-// per-WQE record.
+// or allocation on the lookup.
 package monocq

@@ -39,7 +39,7 @@ var (
 // reports a failed completion with this type.
 type CompletionError struct {
 	// Status is the verbs work completion status derived from Syndrome
-	// (StatusSuccess for a CQE that is not an error CQE).
+	// (statusSuccess for a CQE that is not an error CQE).
 	Status Status
 	// Syndrome and VendorSyndrome are the mlx5 error syndromes of an error
 	// CQE.

@@ -128,14 +128,12 @@ func ExampleTable() {
 			q.completed++
 			return
 		}
-		_, err := queues.Get(c.QPN())
-		fmt.Println(err)
+		fmt.Printf("QPN %#x: %v\n", c.QPN(), monocq.ErrUnknownQPN)
 	})
-	a, _ := queues.Get(0x12)
-	b, _ := queues.Get(0x13)
+	a, b := queues.Lookup(0x12), queues.Lookup(0x13)
 	fmt.Println(a.name, a.completed, b.name, b.completed)
 	// Output:
-	// monocq: lookup QPN 0x99: unknown QPN
+	// QPN 0x99: unknown QPN
 	// a 2 b 1
 }
 

@@ -75,7 +75,7 @@ func FuzzCQEDecode(f *testing.F) {
 			requireInRing(t, r, c.Bytes())
 			op := want[63]
 			require.Equal(t, prm.CQEOpcode(op>>4), c.Opcode())
-			require.Equal(t, op&1, c.Owner())
+			require.Equal(t, op&1, c.owner())
 			require.Equal(t, op&2 != 0, c.Solicited())
 			require.Equal(t, (op>>2)&3, c.Format())
 			require.Equal(t, be.Uint32(want[56:])&0xffffff, c.QPN())
@@ -143,7 +143,7 @@ func FuzzRing(f *testing.F) {
 				requireInRing(t, r, c.Bytes())
 				require.Equal(t, unsafe.Pointer(&r.cqe64(i)[0]), unsafe.Pointer(c))
 				require.NotEqual(t, prm.CQEInvalid, c.Opcode())
-				require.Equal(t, uint8(i/r.cnt)&1, c.Owner())
+				require.Equal(t, uint8(i/r.cnt)&1, c.owner())
 				require.NotEqual(t, uint8(prm.CQEFormatCompressed), c.Format())
 				requireInRing(t, r, c.ScatterData())
 				_ = c.Err()

@@ -55,7 +55,6 @@ func TestInlining(t *testing.T) {
 		`inlining call to monocq\.\(\*CQE\)\.QPN`,
 		`inlining call to monocq\.\(\*CQE\)\.ByteCount`,
 		`inlining call to monocq\.\(\*Table\[.*\]\)\.Lookup`,
-		`inlining call to monocq\.\(\*Entries\[.*\]\)\.At`,
 		// Poll with a function literal: Poll, its closure, the literal
 		`inlining call to monocq\.\(\*CQ\)\.Poll\n`,
 		`inlining call to PollLiteral\.\(\*CQ\)\.Poll\.func\d+\n`,

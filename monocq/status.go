@@ -16,39 +16,39 @@ type Status uint8
 // Work completion statuses. The mlx5 syndromes map onto them as rdma-core's
 // mlx5 provider maps them (see StatusOf).
 const (
-	StatusSuccess              Status = 0
-	StatusLocalLength          Status = 1  // IBV_WC_LOC_LEN_ERR
-	StatusLocalQPOperation     Status = 2  // IBV_WC_LOC_QP_OP_ERR
-	StatusLocalProtection      Status = 4  // IBV_WC_LOC_PROT_ERR
-	StatusFlushed              Status = 5  // IBV_WC_WR_FLUSH_ERR
-	StatusMemoryWindowBind     Status = 6  // IBV_WC_MW_BIND_ERR
-	StatusBadResponse          Status = 7  // IBV_WC_BAD_RESP_ERR
-	StatusLocalAccess          Status = 8  // IBV_WC_LOC_ACCESS_ERR
-	StatusRemoteInvalidRequest Status = 9  // IBV_WC_REM_INV_REQ_ERR
-	StatusRemoteAccess         Status = 10 // IBV_WC_REM_ACCESS_ERR
-	StatusRemoteOperation      Status = 11 // IBV_WC_REM_OP_ERR
-	StatusRetryExceeded        Status = 12 // IBV_WC_RETRY_EXC_ERR
-	StatusRNRRetryExceeded     Status = 13 // IBV_WC_RNR_RETRY_EXC_ERR
-	StatusRemoteAborted        Status = 16 // IBV_WC_REM_ABORT_ERR
-	StatusGeneral              Status = 21 // IBV_WC_GENERAL_ERR
+	statusSuccess              Status = 0
+	statusLocalLength          Status = 1  // IBV_WC_LOC_LEN_ERR
+	statusLocalQPOperation     Status = 2  // IBV_WC_LOC_QP_OP_ERR
+	statusLocalProtection      Status = 4  // IBV_WC_LOC_PROT_ERR
+	statusFlushed              Status = 5  // IBV_WC_WR_FLUSH_ERR
+	statusMemoryWindowBind     Status = 6  // IBV_WC_MW_BIND_ERR
+	statusBadResponse          Status = 7  // IBV_WC_BAD_RESP_ERR
+	statusLocalAccess          Status = 8  // IBV_WC_LOC_ACCESS_ERR
+	statusRemoteInvalidRequest Status = 9  // IBV_WC_REM_INV_REQ_ERR
+	statusRemoteAccess         Status = 10 // IBV_WC_REM_ACCESS_ERR
+	statusRemoteOperation      Status = 11 // IBV_WC_REM_OP_ERR
+	statusRetryExceeded        Status = 12 // IBV_WC_RETRY_EXC_ERR
+	statusRNRRetryExceeded     Status = 13 // IBV_WC_RNR_RETRY_EXC_ERR
+	statusRemoteAborted        Status = 16 // IBV_WC_REM_ABORT_ERR
+	statusGeneral              Status = 21 // IBV_WC_GENERAL_ERR
 )
 
 var statusNames = map[Status]string{
-	StatusSuccess:              "SUCCESS",
-	StatusLocalLength:          "LOC_LEN_ERR",
-	StatusLocalQPOperation:     "LOC_QP_OP_ERR",
-	StatusLocalProtection:      "LOC_PROT_ERR",
-	StatusFlushed:              "WR_FLUSH_ERR",
-	StatusMemoryWindowBind:     "MW_BIND_ERR",
-	StatusBadResponse:          "BAD_RESP_ERR",
-	StatusLocalAccess:          "LOC_ACCESS_ERR",
-	StatusRemoteInvalidRequest: "REM_INV_REQ_ERR",
-	StatusRemoteAccess:         "REM_ACCESS_ERR",
-	StatusRemoteOperation:      "REM_OP_ERR",
-	StatusRetryExceeded:        "RETRY_EXC_ERR",
-	StatusRNRRetryExceeded:     "RNR_RETRY_EXC_ERR",
-	StatusRemoteAborted:        "REM_ABORT_ERR",
-	StatusGeneral:              "GENERAL_ERR",
+	statusSuccess:              "SUCCESS",
+	statusLocalLength:          "LOC_LEN_ERR",
+	statusLocalQPOperation:     "LOC_QP_OP_ERR",
+	statusLocalProtection:      "LOC_PROT_ERR",
+	statusFlushed:              "WR_FLUSH_ERR",
+	statusMemoryWindowBind:     "MW_BIND_ERR",
+	statusBadResponse:          "BAD_RESP_ERR",
+	statusLocalAccess:          "LOC_ACCESS_ERR",
+	statusRemoteInvalidRequest: "REM_INV_REQ_ERR",
+	statusRemoteAccess:         "REM_ACCESS_ERR",
+	statusRemoteOperation:      "REM_OP_ERR",
+	statusRetryExceeded:        "RETRY_EXC_ERR",
+	statusRNRRetryExceeded:     "RNR_RETRY_EXC_ERR",
+	statusRemoteAborted:        "REM_ABORT_ERR",
+	statusGeneral:              "GENERAL_ERR",
 }
 
 // String returns the verbs name without the IBV_WC_ prefix, e.g.
@@ -62,37 +62,37 @@ func (s Status) String() string {
 
 // StatusOf maps an mlx5 syndrome to the work completion status, as
 // rdma-core's mlx5 provider does; a syndrome the PRM does not define is
-// StatusGeneral.
+// statusGeneral.
 func StatusOf(s prm.Syndrome) Status {
 	switch s {
 	case prm.SyndromeLocalLength:
-		return StatusLocalLength
+		return statusLocalLength
 	case prm.SyndromeLocalQPOp:
-		return StatusLocalQPOperation
+		return statusLocalQPOperation
 	case prm.SyndromeLocalProt:
-		return StatusLocalProtection
+		return statusLocalProtection
 	case prm.SyndromeWRFlush:
-		return StatusFlushed
+		return statusFlushed
 	case prm.SyndromeMWBind:
-		return StatusMemoryWindowBind
+		return statusMemoryWindowBind
 	case prm.SyndromeBadResp:
-		return StatusBadResponse
+		return statusBadResponse
 	case prm.SyndromeLocalAccess:
-		return StatusLocalAccess
+		return statusLocalAccess
 	case prm.SyndromeRemoteInvalReq:
-		return StatusRemoteInvalidRequest
+		return statusRemoteInvalidRequest
 	case prm.SyndromeRemoteAccess:
-		return StatusRemoteAccess
+		return statusRemoteAccess
 	case prm.SyndromeRemoteOp:
-		return StatusRemoteOperation
+		return statusRemoteOperation
 	case prm.SyndromeTransportRetryExc:
-		return StatusRetryExceeded
+		return statusRetryExceeded
 	case prm.SyndromeRNRRetryExc:
-		return StatusRNRRetryExceeded
+		return statusRNRRetryExceeded
 	case prm.SyndromeRemoteAborted:
-		return StatusRemoteAborted
+		return statusRemoteAborted
 	}
-	return StatusGeneral
+	return statusGeneral
 }
 
 // Sentinel errors, one per failed status. A *CompletionError of an error
@@ -115,36 +115,36 @@ var (
 )
 
 // Sentinel returns the sentinel error of a failed status (nil for
-// StatusSuccess).
+// statusSuccess).
 func (s Status) Sentinel() error {
 	switch s {
-	case StatusSuccess:
+	case statusSuccess:
 		return nil
-	case StatusLocalLength:
+	case statusLocalLength:
 		return ErrLocalLength
-	case StatusLocalQPOperation:
+	case statusLocalQPOperation:
 		return ErrLocalQPOperation
-	case StatusLocalProtection:
+	case statusLocalProtection:
 		return ErrLocalProtection
-	case StatusFlushed:
+	case statusFlushed:
 		return ErrFlushed
-	case StatusMemoryWindowBind:
+	case statusMemoryWindowBind:
 		return ErrMemoryWindowBind
-	case StatusBadResponse:
+	case statusBadResponse:
 		return ErrBadResponse
-	case StatusLocalAccess:
+	case statusLocalAccess:
 		return ErrLocalAccess
-	case StatusRemoteInvalidRequest:
+	case statusRemoteInvalidRequest:
 		return ErrRemoteInvalidRequest
-	case StatusRemoteAccess:
+	case statusRemoteAccess:
 		return ErrRemoteAccess
-	case StatusRemoteOperation:
+	case statusRemoteOperation:
 		return ErrRemoteOperation
-	case StatusRetryExceeded:
+	case statusRetryExceeded:
 		return ErrRetryExceeded
-	case StatusRNRRetryExceeded:
+	case statusRNRRetryExceeded:
 		return ErrRNRRetryExceeded
-	case StatusRemoteAborted:
+	case statusRemoteAborted:
 		return ErrRemoteAborted
 	}
 	return ErrGeneral

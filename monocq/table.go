@@ -45,9 +45,9 @@ func (t *Table[T]) Lookup(qpn uint32) *T {
 	return p.entries[qpn&tablePageMask]
 }
 
-// Get is Lookup that reports an unknown QPN with an error that names it and
+// get is Lookup that reports an unknown QPN with an error that names it and
 // wraps ErrUnknownQPN. The error path allocates; the found path does not.
-func (t *Table[T]) Get(qpn uint32) (*T, error) {
+func (t *Table[T]) get(qpn uint32) (*T, error) {
 	if v := t.Lookup(qpn); v != nil && qpn <= prm.CQEQPNMask {
 		return v, nil
 	}
@@ -80,7 +80,7 @@ func (t *Table[T]) Register(qpn uint32, v *T) error {
 // Unregister removes qpn and returns the queue it mapped to, or an error
 // wrapping ErrUnknownQPN.
 func (t *Table[T]) Unregister(qpn uint32) (*T, error) {
-	v, err := t.Get(qpn)
+	v, err := t.get(qpn)
 	if err != nil {
 		return nil, fmt.Errorf("monocq: unregister: %w", err)
 	}
@@ -97,28 +97,3 @@ func (t *Table[T]) Unregister(qpn uint32) (*T, error) {
 
 // Len returns the number of registered QPNs.
 func (t *Table[T]) Len() int { return t.count }
-
-// Entries holds one caller record per WQE slot of a queue, indexed by the
-// wqe_counter of its CQEs (masked to the queue size), so a completion finds
-// the work request it retires without a search. It lives on the Go heap: the
-// device never sees it.
-type Entries[T any] struct {
-	s    []T
-	mask uint32
-}
-
-// NewEntries returns records for a queue of n WQE slots (a power of two,
-// at most 65536: wqe_counter is 16 bits).
-func NewEntries[T any](n uint32) (*Entries[T], error) {
-	if n == 0 || n > 1<<16 || n&(n-1) != 0 {
-		return nil, fmt.Errorf("monocq: new entries: %d slots is not a power of two from 1 to 65536: %w", n, ctx.ErrInvalidArgument)
-	}
-	return &Entries[T]{s: make([]T, n), mask: n - 1}, nil
-}
-
-// At returns the record for a WQE counter (or a producer index); it is
-// inlined and never out of range.
-func (e *Entries[T]) At(wqeCounter uint16) *T { return &e.s[uint32(wqeCounter)&e.mask] }
-
-// Len returns the number of slots.
-func (e *Entries[T]) Len() int { return len(e.s) }

@@ -50,7 +50,7 @@ func TestTableAgainstMap(t *testing.T) {
 	}
 	for qpn, q := range ref {
 		require.Same(t, q, tab.Lookup(qpn))
-		got, err := tab.Get(qpn)
+		got, err := tab.get(qpn)
 		require.NoError(t, err)
 		require.Same(t, q, got)
 	}
@@ -75,10 +75,10 @@ func TestTableRefusesBadInput(t *testing.T) {
 	require.ErrorIs(t, tab.Register(5, &testQueue{}), ErrDuplicateQPN)
 	require.Same(t, q, tab.Lookup(5), "a refused Register changes nothing")
 
-	_, err := tab.Get(6)
+	_, err := tab.get(6)
 	require.ErrorIs(t, err, ErrUnknownQPN)
 	require.Contains(t, err.Error(), "QPN 0x6")
-	_, err = tab.Get(5 | 1<<24)
+	_, err = tab.get(5 | 1<<24)
 	require.ErrorIs(t, err, ErrUnknownQPN, "a QPN wider than 24 bits is never found")
 }
 
@@ -94,25 +94,9 @@ func TestTableLookupAllocatesNothing(t *testing.T) {
 				sum += q.qpn
 			}
 		}
-		if q, err := tab.Get(150); err == nil {
+		if q, err := tab.get(150); err == nil {
 			sum += q.qpn
 		}
 	}))
 	require.Equal(t, uint32(101*(14950+150)), sum)
-}
-
-func TestEntries(t *testing.T) {
-	for _, n := range []uint32{0, 3, 1 << 17} {
-		_, err := NewEntries[uint64](n)
-		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "n=%d", n)
-	}
-	e, err := NewEntries[uint64](8)
-	require.NoError(t, err)
-	require.Equal(t, 8, e.Len())
-	for i := uint16(0); i < 8; i++ {
-		*e.At(i) = uint64(i) * 10
-	}
-	require.Equal(t, uint64(30), *e.At(3))
-	require.Equal(t, uint64(30), *e.At(11), "the WQE counter is masked to the queue size")
-	require.Equal(t, uint64(70), *e.At(0xffff))
 }

@@ -2,22 +2,17 @@ package wqebuilder
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
-// ErrBadAddress is the error of Address.Validate: a field holds more bits
-// than its place in the address vector.
-var ErrBadAddress = errors.New("address field wider than the address vector's")
-
 // Validate refuses an address whose fields do not fit the address vector
 // AV writes: SL above 15 (above 7 on RoCE, where it is the 3-bit priority),
 // StaticRate above 15 (the 4-bit mlx5 rate code), SrcPathBits above 127,
 // FlowLabel above 2^20-1. The error names the field, its value and the
-// range, and wraps ErrBadAddress.
+// range, and wraps ctx.ErrInvalidArgument.
 func (a Address) Validate() error {
 	maxSL := uint32(prm.AVSLMask)
 	if a.RoCE {
@@ -33,7 +28,7 @@ func (a Address) Validate() error {
 		{"FlowLabel", a.FlowLabel, prm.AVFlowLblMask},
 	} {
 		if f.v > f.max {
-			return fmt.Errorf("wqebuilder: address %s %d out of range 0..%d: %w", f.name, f.v, f.max, ErrBadAddress)
+			return fmt.Errorf("wqebuilder: address %s %d out of range 0..%d: %w", f.name, f.v, f.max, ctx.ErrInvalidArgument)
 		}
 	}
 	return nil

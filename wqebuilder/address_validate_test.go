@@ -6,13 +6,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // TestAddressValidate checks every field of Address against the width of
 // its place in the address vector: the largest value that fits passes, one
 // more is refused with an error naming the field and wrapping
-// ErrBadAddress, and an address that passes encodes without losing bits.
+// ctx.ErrInvalidArgument, and an address that passes encodes without losing bits.
 func TestAddressValidate(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -28,7 +29,7 @@ func TestAddressValidate(t *testing.T) {
 		require.NoError(t, c.ok.Validate(), c.name)
 		err := c.bad.Validate()
 		require.Error(t, err, c.name)
-		require.True(t, errors.Is(err, wqebuilder.ErrBadAddress), "%s: %v", c.name, err)
+		require.True(t, errors.Is(err, ctx.ErrInvalidArgument), "%s: %v", c.name, err)
 		require.Contains(t, err.Error(), c.name)
 		// The largest value that fits survives the encoding: a refused
 		// address is one AV would have truncated.

@@ -307,7 +307,7 @@ func New(cfg Config) (*SendQueue, error) {
 		return bad("max inline %d above %d", cfg.MaxInline, prm.MaxDS*prm.SegmentSize)
 	}
 	if cfg.MaxWQEBBs == 0 {
-		cfg.MaxWQEBBs = DefaultMaxWQEBBs(cfg.MaxSGE, cfg.MaxInline)
+		cfg.MaxWQEBBs = defaultMaxWQEBBs(cfg.MaxSGE, cfg.MaxInline)
 		if cfg.MaxWQEBBs > cfg.WQECnt {
 			return bad("ring of %d WQEBBs smaller than the largest WQE (%d WQEBBs)", cfg.WQECnt, cfg.MaxWQEBBs)
 		}
@@ -357,10 +357,10 @@ func New(cfg Config) (*SendQueue, error) {
 	return q, nil
 }
 
-// DefaultMaxWQEBBs is the MaxWQEBBs that New picks when the Config leaves it
+// defaultMaxWQEBBs is the MaxWQEBBs that New picks when the Config leaves it
 // 0: the WQEBBs of the largest WQE any transport can build within maxSGE data
 // segments or maxInline bytes of inline data.
-func DefaultMaxWQEBBs(maxSGE, maxInline uint32) uint32 {
+func defaultMaxWQEBBs(maxSGE, maxInline uint32) uint32 {
 	// ctrl + address vector + remote address, then the payload.
 	overhead := uint32(1 + prm.AVSegments + 1)
 	payload := max(maxSGE, uint32(prm.InlineDS(int(maxInline))), 3) // masked CS64 + data: 3
