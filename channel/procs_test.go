@@ -80,7 +80,7 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 	}
 	defer buf.Close()
 	defer dev.Close()
-	p, err := channel.New().PD(pd).Peers(meshRanks).With(channel.Options{Timeout: 10 * time.Second}).Build()
+	p, err := channel.NewMulti(pd, meshRanks, channel.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}
