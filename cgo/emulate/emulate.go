@@ -82,6 +82,9 @@ func enable() error {
 	if err != nil {
 		return err
 	}
+	if err := nameDevices(devs, os.Getenv(EnvNames)); err != nil {
+		return err
+	}
 	cdev, err := charDevNumber(backingDevice)
 	if err != nil {
 		return err

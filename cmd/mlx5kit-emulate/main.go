@@ -3,24 +3,27 @@
 // (LD_PRELOAD of the library built from ./cgo/emulate/preload),
 // MLX5KIT_EMULATE=1, the shared fabric to join and the link layer of the
 // emulated ports, so that libibverbs and libmlx5 as packaged see mlx5
-// devices (sim0, sim1) and processes started on one fabric reach each
+// devices (mlx5_0, mlx5_1) and processes started on one fabric reach each
 // other's QPs.
 //
 // Usage:
 //
-//	mlx5kit-emulate [-fabric name] [-link infiniband|ethernet] [-abi write] [-lib path] -- PROGRAM [ARGS...]
+//	mlx5kit-emulate [-fabric name] [-link infiniband|ethernet] [-names mlx5|sim] [-abi write] [-lib path] -- PROGRAM [ARGS...]
 //
 //	-fabric  the shared fabric (default $MLX5KIT_SIM_FABRIC, else "default")
 //	-link    the link layer of the emulated ports (default
 //	         $MLX5KIT_EMULATE_LINK, else infiniband; ethernet is RoCE)
+//	-names   the device names libibverbs sees: mlx5 (mlx5_0, mlx5_1, as on
+//	         a ConnectX host) or sim (the model's sim0, sim1); default
+//	         $MLX5KIT_EMULATE_NAMES, else mlx5
 //	-abi     "write" answers every ioctl with ENOTTY (the write ABI only)
 //	-lib     the preload library to use (default $MLX5KIT_EMULATE_LIB)
 //	-print-lib  print the library's path and exit
 //
 // For example, a perftest server and its client in two shells:
 //
-//	mlx5kit-emulate -- ib_write_lat -d sim0 -F
-//	mlx5kit-emulate -- ib_write_lat -d sim0 -F localhost
+//	mlx5kit-emulate -- ib_write_lat -d mlx5_0 -F
+//	mlx5kit-emulate -- ib_write_lat -d mlx5_0 -F localhost
 //
 // The preload library is found in this order: -lib; $MLX5KIT_EMULATE_LIB;
 // libmlx5kit-emulate.so next to this executable (put there with go build
@@ -56,6 +59,7 @@ const (
 	envEmulate = "MLX5KIT_EMULATE"
 	envLink    = "MLX5KIT_EMULATE_LINK"
 	envABI     = "MLX5KIT_EMULATE_ABI"
+	envNames   = "MLX5KIT_EMULATE_NAMES"
 	envFabric  = "MLX5KIT_SIM_FABRIC"
 	envLib     = "MLX5KIT_EMULATE_LIB"
 	envPreload = "LD_PRELOAD"
@@ -79,9 +83,9 @@ type execFunc func(path string, argv, env []string) error
 
 // config is what the flags decide.
 type config struct {
-	fabric, link, abi, lib string
-	printLib               bool
-	argv                   []string
+	fabric, link, names, abi, lib string
+	printLib                      bool
+	argv                          []string
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -94,6 +98,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.fabric, "fabric", envOr(envFabric, defaultFabric), "the shared fabric the program's software HCA joins")
 	fs.StringVar(&c.link, "link", envOr(envLink, "infiniband"), "link layer of the emulated ports: infiniband or ethernet (RoCE)")
+	fs.StringVar(&c.names, "names", envOr(envNames, "mlx5"), "device names: mlx5 (mlx5_0, mlx5_1) or sim (the model's sim0, sim1)")
 	fs.StringVar(&c.abi, "abi", os.Getenv(envABI), `"write": the emulated kernel answers every ioctl with ENOTTY`)
 	fs.StringVar(&c.lib, "lib", os.Getenv(envLib), "the preload library (default: next to this executable, else built into the user cache)")
 	fs.BoolVar(&c.printLib, "print-lib", false, "print the preload library's path and exit")
@@ -104,6 +109,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	case "infiniband", "ib", "ethernet", "eth", "roce":
 	default:
 		return c, fmt.Errorf("-link %q: want infiniband or ethernet", c.link)
+	}
+	switch c.names {
+	case "mlx5", "sim":
+	default:
+		return c, fmt.Errorf("-names %q: want mlx5 or sim", c.names)
 	}
 	switch c.abi {
 	case "", "ioctl", "write":
@@ -171,7 +181,7 @@ func environment(env []string, c config, lib string) []string {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case envEmulate, envFabric, envLink, envABI:
+		case envEmulate, envFabric, envLink, envNames, envABI:
 			continue
 		case envPreload:
 			if v != "" && !containsField(v, lib) {
@@ -183,7 +193,7 @@ func environment(env []string, c config, lib string) []string {
 		}
 		out = append(out, kv)
 	}
-	return append(out, envEmulate+"=1", envFabric+"="+c.fabric, envLink+"="+c.link, envABI+"="+abi, envPreload+"="+preload)
+	return append(out, envEmulate+"=1", envFabric+"="+c.fabric, envLink+"="+c.link, envNames+"="+c.names, envABI+"="+abi, envPreload+"="+preload)
 }
 
 func containsField(list, s string) bool {

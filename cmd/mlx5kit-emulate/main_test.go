@@ -18,8 +18,8 @@ import (
 func TestEnvironmentSetsTheEmulation(t *testing.T) {
 	env := environment([]string{
 		"HOME=/home/x", envEmulate + "=0", envFabric + "=old", envLink + "=ethernet",
-		envABI + "=write", envPreload + "=/opt/other.so",
-	}, config{fabric: "f1", link: "infiniband", abi: "ioctl"}, "/lib/emu.so")
+		envABI + "=write", envNames + "=sim", envPreload + "=/opt/other.so",
+	}, config{fabric: "f1", link: "infiniband", names: "mlx5", abi: "ioctl"}, "/lib/emu.so")
 	got := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -29,7 +29,7 @@ func TestEnvironmentSetsTheEmulation(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{
 		"HOME": "/home/x", envEmulate: "1", envFabric: "f1", envLink: "infiniband",
-		envABI: "", envPreload: "/lib/emu.so /opt/other.so",
+		envNames: "mlx5", envABI: "", envPreload: "/lib/emu.so /opt/other.so",
 	}, got)
 
 	env = environment([]string{envPreload + "=/lib/emu.so"}, config{fabric: "f", link: "ethernet", abi: "write"}, "/lib/emu.so")
@@ -78,6 +78,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 	}{
 		{[]string{"-lib", lib, "-link", "fddi", "--", "true"}, 2, `-link "fddi"`},
 		{[]string{"-lib", lib, "-abi", "mmap", "--", "true"}, 2, `-abi "mmap"`},
+		{[]string{"-lib", lib, "-names", "cx7", "--", "true"}, 2, `-names "cx7"`},
 		{[]string{"-lib", lib, "-fabric", "", "--", "true"}, 2, "-fabric"},
 		{[]string{"-lib", lib}, 2, "no program to run"},
 		{[]string{"-lib", lib, "--", "no-such-program-mlx5kit"}, 1, `program "no-such-program-mlx5kit"`},

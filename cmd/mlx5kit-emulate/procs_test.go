@@ -106,9 +106,9 @@ func listening(port int) bool {
 }
 
 // runPair runs a server and its client, each as mlx5kit-emulate -fabric
-// <private> -link link -- prog args..., the client with localhost added,
+// <private> -names names -link link -- prog args..., the client with localhost added,
 // both bounded by limit, and returns their outputs.
-func runPair(t *testing.T, link, prog string, args []string, portFlag string, limit time.Duration) (server, client string) {
+func runPair(t *testing.T, names, link, prog string, args []string, portFlag string, limit time.Duration) (server, client string) {
 	t.Helper()
 	path, err := exec.LookPath(prog)
 	if err != nil {
@@ -119,7 +119,7 @@ func runPair(t *testing.T, link, prog string, args []string, portFlag string, li
 	fabric := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	argv := append([]string{"-fabric", fabric, "-link", link, "--", path}, args...)
+	argv := append([]string{"-fabric", fabric, "-names", names, "-link", link, "--", path}, args...)
 	argv = append(argv, portFlag, strconv.Itoa(port))
 	command := func(extra ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, exe, append(append([]string{}, argv...), extra...)...)
@@ -166,16 +166,16 @@ func TestRdmaCorePingPongTwoProcesses(t *testing.T) {
 		t.Skip("builds the preload library and runs two processes per case")
 	}
 	for _, c := range []struct {
-		prog, link string
-		args       []string
+		prog, names, link string
+		args              []string
 	}{
-		{"ibv_rc_pingpong", "infiniband", []string{"-d", "sim0", "-n", "200"}},
-		{"ibv_rc_pingpong", "ethernet", []string{"-d", "sim0", "-g", "1", "-n", "200"}},
-		{"ibv_ud_pingpong", "infiniband", []string{"-d", "sim0", "-n", "200"}},
-		{"ibv_srq_pingpong", "infiniband", []string{"-d", "sim0", "-n", "200"}},
+		{"ibv_rc_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		{"ibv_rc_pingpong", "sim", "ethernet", []string{"-d", "sim0", "-g", "1", "-n", "200"}},
+		{"ibv_ud_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		{"ibv_srq_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
 	} {
-		t.Run(c.prog+"/"+c.link, func(t *testing.T) {
-			srv, cli := runPair(t, c.link, c.prog, c.args, "-p", time.Minute)
+		t.Run(c.prog+"/"+c.names+"/"+c.link, func(t *testing.T) {
+			srv, cli := runPair(t, c.names, c.link, c.prog, c.args, "-p", time.Minute)
 			for name, out := range map[string]string{"server": srv, "client": cli} {
 				require.Contains(t, out, "200 iters in", "%s:\n%s", name, out)
 				require.Contains(t, out, "remote address:", "%s:\n%s", name, out)
@@ -203,7 +203,8 @@ func TestPerftestTwoProcesses(t *testing.T) {
 		{"ib_write_bw", "infiniband", "BW average[MB/sec]"},
 	} {
 		t.Run(c.prog+"/"+c.link, func(t *testing.T) {
-			_, cli := runPair(t, c.link, c.prog, []string{"-d", "sim0", "-F", "-n", "200"}, "-p", time.Minute)
+			_, cli := runPair(t, "mlx5", c.link, c.prog, []string{"-d", "mlx5_0", "-F", "-n", "200"}, "-p", time.Minute)
+			require.Contains(t, cli, "Device         : mlx5_0", "client:\n%s", cli)
 			require.Contains(t, cli, c.header, "client:\n%s", cli)
 			require.Regexp(t, `(?m)^\s*\d+\s+200\s+\d`, cli, "a result row for 200 iterations:\n%s", cli)
 		})
