@@ -2,7 +2,8 @@
 # Installs what building and testing mlx5kit needs on Debian/Ubuntu and is a
 # no-op when everything is present: the rdma-core headers and libraries
 # (libibverbs-dev) for the cgo provider and its layout tests, the providers
-# (ibverbs-providers: libmlx5) and ibv_devinfo (ibverbs-utils), which the
+# (ibverbs-providers: libmlx5), ibv_devinfo and the ibv_*_pingpong programs
+# (ibverbs-utils) and perftest's ib_* programs (perftest), which the
 # emulated kernel's tests run unmodified, and the Go modules. Run as root or
 # with sudo available.
 set -euo pipefail
@@ -13,6 +14,7 @@ command -v gcc >/dev/null 2>&1 || need_pkgs+=(gcc)
 compgen -G '/usr/lib*/libmlx5.so.1' >/dev/null || compgen -G '/usr/lib/*/libmlx5.so.1' >/dev/null ||
 	need_pkgs+=(ibverbs-providers)
 command -v ibv_devinfo >/dev/null 2>&1 || need_pkgs+=(ibverbs-utils)
+command -v ib_write_lat >/dev/null 2>&1 || need_pkgs+=(perftest)
 for extra in "$@"; do
 	dpkg -s "$extra" >/dev/null 2>&1 || need_pkgs+=("$extra")
 done

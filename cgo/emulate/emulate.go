@@ -51,7 +51,9 @@ func init() {
 
 // Enable switches the emulation on for this process: it builds the
 // software HCA (a Fabric in engine mode, strict, with the link layer
-// MLX5KIT_EMULATE_LINK names), writes its sysfs tree, points SYSFS_PATH at
+// MLX5KIT_EMULATE_LINK names, joined to the shared fabric MLX5KIT_SIM_FABRIC
+// names when it is set, so that the QPs of processes naming one fabric reach
+// each other), writes its sysfs tree, points SYSFS_PATH at
 // it and lets the interposed C library calls reach the emulated kernel. It
 // must run before libibverbs lists devices for the first time (libibverbs
 // reads SYSFS_PATH once); MLX5KIT_EMULATE=1 calls it while the process
@@ -75,9 +77,12 @@ func enable() error {
 	if err != nil {
 		return err
 	}
-	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll})
+	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll, Fabric: os.Getenv(sim.EnvFabric)})
 	devs, err := DescribeFabric(f)
 	if err != nil {
+		return err
+	}
+	if err := nameDevices(devs, os.Getenv(EnvNames)); err != nil {
 		return err
 	}
 	cdev, err := charDevNumber(backingDevice)

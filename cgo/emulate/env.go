@@ -14,4 +14,13 @@ const (
 	EnvABI = "MLX5KIT_EMULATE_ABI"
 	// ABIWrite is the value of EnvABI that turns the ioctl methods off.
 	ABIWrite = "write"
+	// EnvNames chooses the names libibverbs sees: unset, empty or
+	// NamesModel for the model's (sim0, sim1), NamesMLX5 for a ConnectX
+	// host's (mlx5_0, mlx5_1), so that scripts written for a NIC run
+	// unchanged. The model keeps its own names.
+	EnvNames = "MLX5KIT_EMULATE_NAMES"
+	// NamesModel is the value of EnvNames for the model's device names.
+	NamesModel = "sim"
+	// NamesMLX5 is the value of EnvNames for mlx5_<uverbs index>.
+	NamesMLX5 = "mlx5"
 )

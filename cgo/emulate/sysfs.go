@@ -53,6 +53,9 @@ type Device struct {
 	// Netdev is the network device the GIDs of the Ethernet ports are
 	// on, "" when there is none (see RoCENetdev).
 	Netdev string
+	// Alias, when set, is the name libibverbs sees instead of the model's
+	// (class/infiniband/<Alias>, the uverbs node's ibdev).
+	Alias string
 }
 
 // RoCENetdev is the network device the emulated kernel puts the GIDs of
@@ -74,11 +77,35 @@ func roceNetdev() (string, uint32) {
 	return RoCENetdev, uint32(ifc.Index)
 }
 
-// Name is the device's name ("sim0").
+// Name is the device's name in the model ("sim0").
 func (d *Device) Name() string { return d.Attr.Name }
+
+// IBName is the device's name in the sysfs tree and so in libibverbs: the
+// Alias when set, else the model's name.
+func (d *Device) IBName() string {
+	if d.Alias != "" {
+		return d.Alias
+	}
+	return d.Attr.Name
+}
 
 // UverbsName is the name of the device's uverbs node ("uverbs0").
 func (d *Device) UverbsName() string { return "uverbs" + strconv.Itoa(d.Index) }
+
+// nameDevices sets the names libibverbs sees, as EnvNames (the value v)
+// chooses.
+func nameDevices(devs []Device, v string) error {
+	switch v {
+	case "", NamesModel:
+		return nil
+	case NamesMLX5:
+		for i := range devs {
+			devs[i].Alias = "mlx5_" + strconv.Itoa(devs[i].Index)
+		}
+		return nil
+	}
+	return fmt.Errorf("emulate: %s=%q: want %s or %s: %w", EnvNames, v, NamesModel, NamesMLX5, ctx.ErrInvalidArgument)
+}
 
 // DescribeFabric queries every device of f through its provider door and
 // returns them in order, the first as uverbs0.
@@ -257,11 +284,11 @@ func sysfsFiles(devs []Device, cdev DevNumber) map[string]string {
 	for i := range devs {
 		d := &devs[i]
 		uv := "class/infiniband_verbs/" + d.UverbsName() + "/"
-		put(uv+"ibdev", d.Name())
+		put(uv+"ibdev", d.IBName())
 		put(uv+"abi_version", strconv.Itoa(mlx5ABIVersion))
 		put(uv+"dev", cdev.String())
 
-		ib := "class/infiniband/" + d.Name() + "/"
+		ib := "class/infiniband/" + d.IBName() + "/"
 		put(ib+"node_type", "1: CA")
 		put(ib+"node_guid", guidString(d.Attr.NodeGUID))
 		put(ib+"sys_image_guid", guidString(d.Attr.NodeGUID))

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestEnvironmentSetsTheEmulation checks the variables the program gets:
+// the emulation on, the fabric and link layer of the flags, the library
+// in front of an LD_PRELOAD the caller set, and stale values replaced.
+func TestEnvironmentSetsTheEmulation(t *testing.T) {
+	env := environment([]string{
+		"HOME=/home/x", envEmulate + "=0", envFabric + "=old", envLink + "=ethernet",
+		envABI + "=write", envNames + "=sim", envPreload + "=/opt/other.so",
+	}, config{fabric: "f1", link: "infiniband", names: "mlx5", abi: "ioctl"}, "/lib/emu.so")
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		_, dup := got[k]
+		require.False(t, dup, "%s set twice in %q", k, env)
+		got[k] = v
+	}
+	require.Equal(t, map[string]string{
+		"HOME": "/home/x", envEmulate: "1", envFabric: "f1", envLink: "infiniband",
+		envNames: "mlx5", envABI: "", envPreload: "/lib/emu.so /opt/other.so",
+	}, got)
+
+	env = environment([]string{envPreload + "=/lib/emu.so"}, config{fabric: "f", link: "ethernet", abi: "write"}, "/lib/emu.so")
+	require.Contains(t, env, envPreload+"=/lib/emu.so")
+	require.Contains(t, env, envABI+"=write")
+	require.Contains(t, env, envLink+"=ethernet")
+}
+
+// TestRunExecsTheProgram checks that the launcher replaces itself with
+// the program found on PATH, with its arguments and the environment.
+func TestRunExecsTheProgram(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), libName)
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	t.Setenv(envFabric, "from-env")
+	var gotPath string
+	var gotArgv, gotEnv []string
+	exec := func(path string, argv, env []string) error {
+		gotPath, gotArgv, gotEnv = path, argv, env
+		return nil
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-lib", lib, "--", "sh", "-c", "true"}, &stdout, &stderr, exec)
+	require.Equal(t, 0, code, stderr.String())
+	require.True(t, filepath.IsAbs(gotPath), gotPath)
+	require.Equal(t, "sh", filepath.Base(gotPath))
+	require.Equal(t, []string{"sh", "-c", "true"}, gotArgv)
+	require.Contains(t, gotEnv, envFabric+"=from-env")
+	require.Contains(t, gotEnv, envEmulate+"=1")
+	require.Contains(t, gotEnv, envPreload+"="+lib)
+
+	// An exec that fails is reported with status 1.
+	code = run([]string{"-lib", lib, "--", "sh"}, &stdout, &stderr, func(string, []string, []string) error { return errors.New("refused") })
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr.String(), "refused")
+}
+
+// TestRunRejectsBadInput checks the exit status and message of bad flags,
+// a missing program and a missing library, and that nothing is started.
+func TestRunRejectsBadInput(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), libName)
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"-lib", lib, "-link", "fddi", "--", "true"}, 2, `-link "fddi"`},
+		{[]string{"-lib", lib, "-abi", "mmap", "--", "true"}, 2, `-abi "mmap"`},
+		{[]string{"-lib", lib, "-names", "cx7", "--", "true"}, 2, `-names "cx7"`},
+		{[]string{"-lib", lib, "-fabric", "", "--", "true"}, 2, "-fabric"},
+		{[]string{"-lib", lib}, 2, "no program to run"},
+		{[]string{"-lib", lib, "--", "no-such-program-mlx5kit"}, 1, `program "no-such-program-mlx5kit"`},
+		{[]string{"-lib", lib + ".missing", "--", "true"}, 1, "preload library"},
+	} {
+		var stdout, stderr bytes.Buffer
+		started := false
+		code := run(c.args, &stdout, &stderr, func(string, []string, []string) error { started = true; return nil })
+		require.Equal(t, c.code, code, "%q: %s", c.args, stderr.String())
+		require.Contains(t, stderr.String(), c.msg, "%q", c.args)
+		require.False(t, started, "%q started the program", c.args)
+	}
+}
+
+// TestModuleRoot checks that the checkout is found from a directory below
+// its go.mod, and that a directory outside any checkout of the module
+// gets errNoLibrary.
+func TestModuleRoot(t *testing.T) {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	root, err := moduleRoot(wd)
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(root, "cgo", "emulate", "preload", "main.go"))
+
+	other := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(other, "go.mod"), []byte("module example.com/other\n"), 0o644))
+	_, err = moduleRoot(filepath.Join(other))
+	require.ErrorIs(t, err, errNoLibrary)
+}
+
+// TestBuildCachedReusesAFreshLibrary checks that a cached library newer
+// than every source file is used as it is, without a build.
+func TestBuildCachedReusesAFreshLibrary(t *testing.T) {
+	root, cache := t.TempDir(), t.TempDir()
+	src := filepath.Join(root, "x.go")
+	require.NoError(t, os.WriteFile(src, []byte("package x\n"), 0o644))
+	old := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(src, old, old))
+	// A first call with no library builds, which fails here: root is no
+	// module, so go build reports the error.
+	_, err := buildCached(root, cache, &bytes.Buffer{})
+	require.Error(t, err)
+	matches, err := filepath.Glob(filepath.Join(cache, "mlx5kit", "emulate", "*"))
+	require.NoError(t, err)
+	require.Len(t, matches, 1)
+	lib := filepath.Join(matches[0], libName)
+	require.NoError(t, os.WriteFile(lib, []byte("cached"), 0o644))
+	got, err := buildCached(root, cache, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, lib, got)
+
+	// A source file newer than the library makes it stale: a build runs
+	// (and fails, as above) instead of the stale file being returned.
+	future := time.Now().Add(time.Hour)
+	require.NoError(t, os.Chtimes(src, future, future))
+	_, err = buildCached(root, cache, &bytes.Buffer{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "go build")
+}

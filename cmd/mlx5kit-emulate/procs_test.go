@@ -1,0 +1,212 @@
+//go:build cgo && linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"go/build"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The launcher is built once per test binary, and the preload library
+// with it through the launcher's own build into a private cache.
+var launcher struct {
+	once      sync.Once
+	path, lib string
+	cache     string
+	err       error
+}
+
+func buildLauncher(t *testing.T) (path, cache string) {
+	t.Helper()
+	launcher.once.Do(func() {
+		dir, err := os.MkdirTemp("", "mlx5kit-emulate-test-")
+		if err != nil {
+			launcher.err = err
+			return
+		}
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
+		}
+		launcher.path = filepath.Join(dir, "mlx5kit-emulate")
+		if out, err := exec.Command(goTool, "build", "-o", launcher.path, ".").CombinedOutput(); err != nil {
+			launcher.err = fmt.Errorf("go build: %w: %s", err, out)
+			return
+		}
+		launcher.cache = filepath.Join(dir, "cache")
+		// The launcher builds the library from the checkout holding the
+		// working directory into $XDG_CACHE_HOME.
+		cmd := exec.Command(launcher.path, "-print-lib")
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+launcher.cache, envLib+"=")
+		out, err := cmd.Output()
+		if err != nil {
+			launcher.err = fmt.Errorf("mlx5kit-emulate -print-lib: %w", err)
+			return
+		}
+		launcher.lib = strings.TrimSpace(string(out))
+	})
+	require.NoError(t, launcher.err)
+	require.FileExists(t, launcher.lib)
+	require.True(t, strings.HasPrefix(launcher.lib, launcher.cache), "library %s outside the cache %s", launcher.lib, launcher.cache)
+	return launcher.path, launcher.cache
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if launcher.path != "" {
+		_ = os.RemoveAll(filepath.Dir(launcher.path))
+	}
+	os.Exit(code)
+}
+
+// freePort returns a TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+// listening reports whether a socket listens on the TCP port (IPv4 or
+// IPv6), read from /proc/net/tcp{,6} so as not to use up the one
+// connection the server accepts.
+func listening(port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		file, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(file)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+				_ = file.Close()
+				return true
+			}
+		}
+		_ = file.Close()
+	}
+	return false
+}
+
+// runPair runs a server and its client, each as mlx5kit-emulate -fabric
+// <private> -names names -link link -- prog args..., the client with localhost added,
+// both bounded by limit, and returns their outputs.
+func runPair(t *testing.T, names, link, prog string, args []string, portFlag string, limit time.Duration) (server, client string) {
+	t.Helper()
+	path, err := exec.LookPath(prog)
+	if err != nil {
+		t.Skipf("%s is not installed (Debian package %s; scripts/deps.sh installs it)", prog, debianPackage(prog))
+	}
+	exe, cache := buildLauncher(t)
+	port := freePort(t)
+	fabric := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	argv := append([]string{"-fabric", fabric, "-names", names, "-link", link, "--", path}, args...)
+	argv = append(argv, portFlag, strconv.Itoa(port))
+	command := func(extra ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, exe, append(append([]string{}, argv...), extra...)...)
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, envLib+"=")
+		cmd.WaitDelay = time.Second
+		return cmd
+	}
+	var srvOut strings.Builder
+	srv := command()
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	require.NoError(t, srv.Start())
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Wait() }()
+	for !listening(port) {
+		select {
+		case err := <-srvDone:
+			t.Fatalf("%s server exited before listening: %v\n%s", prog, err, srvOut.String())
+		case <-ctx.Done():
+			t.Fatalf("%s server not listening on %d within %v\n%s", prog, port, limit, srvOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cliOut, cliErr := command("localhost").CombinedOutput()
+	srvErr := <-srvDone
+	require.NoError(t, ctx.Err(), "%s pair ran past %v\nserver:\n%s\nclient:\n%s", prog, limit, srvOut.String(), cliOut)
+	require.NoError(t, cliErr, "%s client\n%s\nserver:\n%s", prog, cliOut, srvOut.String())
+	require.NoError(t, srvErr, "%s server\n%s\nclient:\n%s", prog, srvOut.String(), cliOut)
+	return srvOut.String(), string(cliOut)
+}
+
+func debianPackage(prog string) string {
+	if strings.HasPrefix(prog, "ibv_") {
+		return "ibverbs-utils"
+	}
+	return "perftest"
+}
+
+// TestRdmaCorePingPongTwoProcesses runs Debian's ibverbs-utils pingpong
+// programs, server and client in two processes, through the launcher on
+// one software fabric: the two emulated kernels join it and their QPs
+// reach each other.
+func TestRdmaCorePingPongTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preload library and runs two processes per case")
+	}
+	for _, c := range []struct {
+		prog, names, link string
+		args              []string
+	}{
+		{"ibv_rc_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		{"ibv_rc_pingpong", "sim", "ethernet", []string{"-d", "sim0", "-g", "1", "-n", "200"}},
+		{"ibv_ud_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		{"ibv_srq_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+	} {
+		t.Run(c.prog+"/"+c.names+"/"+c.link, func(t *testing.T) {
+			srv, cli := runPair(t, c.names, c.link, c.prog, c.args, "-p", time.Minute)
+			for name, out := range map[string]string{"server": srv, "client": cli} {
+				require.Contains(t, out, "200 iters in", "%s:\n%s", name, out)
+				require.Contains(t, out, "remote address:", "%s:\n%s", name, out)
+			}
+		})
+	}
+}
+
+// TestPerftestTwoProcesses runs Debian's perftest programs, server and
+// client in two processes, through the launcher: the TCP exchange of the
+// QP numbers, LIDs or GIDs, keys and addresses, then the RC traffic on the
+// software fabric.
+func TestPerftestTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preload library and runs two processes per case")
+	}
+	for _, c := range []struct {
+		prog, link, header string
+	}{
+		{"ib_write_lat", "infiniband", "t_typical[usec]"},
+		{"ib_write_lat", "ethernet", "t_typical[usec]"},
+		{"ib_read_lat", "infiniband", "t_typical[usec]"},
+		{"ib_send_lat", "infiniband", "t_typical[usec]"},
+		{"ib_atomic_lat", "infiniband", "t_typical[usec]"},
+		{"ib_write_bw", "infiniband", "BW average[MB/sec]"},
+	} {
+		t.Run(c.prog+"/"+c.link, func(t *testing.T) {
+			_, cli := runPair(t, "mlx5", c.link, c.prog, []string{"-d", "mlx5_0", "-F", "-n", "200"}, "-p", time.Minute)
+			require.Contains(t, cli, "Device         : mlx5_0", "client:\n%s", cli)
+			require.Contains(t, cli, c.header, "client:\n%s", cli)
+			require.Regexp(t, `(?m)^\s*\d+\s+200\s+\d`, cli, "a result row for 200 iterations:\n%s", cli)
+		})
+	}
+}
