@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -129,10 +130,19 @@ func procStart(pid int) (uint64, error) {
 	return strconv.ParseUint(string(fields[19]), 10, 64)
 }
 
+// selfStart is this process's start time, read once: every comparison
+// with it then agrees, also where /proc is emulated (qemu-user computes
+// the field anew on each read).
+var selfStart = sync.OnceValues(func() (uint64, error) { return procStart(os.Getpid()) })
+
 // alive reports whether the process pid started at start still runs.
 func alive(pid int, start uint64) bool {
 	if pid <= 0 {
 		return false
+	}
+	if pid == os.Getpid() {
+		s, err := selfStart()
+		return err == nil && s == start
 	}
 	if err := unix.Kill(pid, 0); err != nil && err != unix.EPERM {
 		return false
@@ -290,7 +300,7 @@ func (r *registry) claim(name string) (int, uint64, error) {
 		return 0, 0, fmt.Errorf("%d live processes: %w", shmMaxSlots, ErrFabricFull)
 	}
 	pid := os.Getpid()
-	start, err := procStart(pid)
+	start, err := selfStart()
 	if err != nil {
 		return 0, 0, err
 	}

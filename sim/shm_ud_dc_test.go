@@ -87,7 +87,8 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	be.PutUint64(e2.mem(8192, 8), 10)
 	d.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), raddrSeg(e2.addr(8192), e2.mr.RKey()), atomicSeg(3, 0), dataSeg(8, e1.mr.LKey(), e1.addr(0)))
 	for i := 0; i < 3; i++ {
-		require.Equal(t, prm.CQEReq, waitCQE(t, d.scq, 5*time.Second).op)
+		c := waitCQE(t, d.scq, 5*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "WQE %d: syndrome %v", c.counter, c.synd)
 	}
 	r := waitCQE(t, t1.rcq, 5*time.Second)
 	require.Equal(t, d.qp.QPN(), r.srcQPN)
