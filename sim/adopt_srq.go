@@ -6,32 +6,16 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
-// AdoptedSRQConfig describes a shared receive queue whose ring and
-// doorbell record the caller owns, as libmlx5 allocates them and tells the
-// kernel where they are (struct mlx5_ib_create_srq).
-type AdoptedSRQConfig struct {
-	// Ring is the first WQE: Count (a power of two) WQEs of Stride bytes
-	// (a power of two from 32, a next segment and at most the model's SGE
-	// limit of data segments), stride-aligned. The caller links the free
-	// WQEs (next_wqe_index) from WQE 0, as libmlx5 does; the model follows
-	// those links from WQE 0 as it consumes WQEs.
-	Ring   unsafe.Pointer
-	Count  uint32
-	Stride uint32
-	// DBRec is the doorbell record (the 16-bit WQE counter), 4-byte
-	// aligned.
-	DBRec unsafe.Pointer
-}
-
-// AdoptSharedReceiveQueue creates a shared receive queue of p (a protection
+// adoptSharedReceiveQueue creates a shared receive queue of p (a protection
 // domain of the model) over the caller's ring and doorbell record: the
 // responder takes receive WQEs from that ring, following the WQE counter
 // of the doorbell record, and writes the SRQ number into the CQEs of the
 // receives it completes. The memory must stay mapped until the queue is
 // closed; the model neither initialises nor frees it.
-func AdoptSharedReceiveQueue(p provider.ProtectionDomain, cfg AdoptedSRQConfig) (provider.SRQ, error) {
+func adoptSharedReceiveQueue(p provider.ProtectionDomain, cfg simadopt.SRQConfig) (provider.SRQ, error) {
 	const op = "sim: adopt SRQ"
 	bad := func(format string, args ...any) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
@@ -69,10 +53,10 @@ func AdoptSharedReceiveQueue(p provider.ProtectionDomain, cfg AdoptedSRQConfig) 
 	return x, nil
 }
 
-// SharedReceiveQueueNumber returns the SRQ number of a shared receive
+// sharedReceiveQueueNumber returns the SRQ number of a shared receive
 // queue of the model (what mlx5_ib returns to libmlx5 as srqn); ok is false
 // for a queue of another provider.
-func SharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
+func sharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
 	x, ok := s.(*srq)
 	if !ok {
 		return 0, false
@@ -80,10 +64,10 @@ func SharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
 	return x.srqn, true
 }
 
-// adoptDCT creates the DCT of an AdoptQueuePair call: no rings of the
+// adoptDCT creates the DCT of an adoptQueuePair call: no rings of the
 // caller's (a DCT receives through its SRQ and sends nothing), so the
 // doorbell record the model clears on the way to RESET is one of its own.
-func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op string) (provider.QueuePair, error) {
+func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg simadopt.QPConfig, op string) (provider.QueuePair, error) {
 	bad := func(format string, args ...any) error {
 		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}

@@ -68,7 +68,7 @@ type cq struct {
 	eventsRead atomic.Uint64
 	lastCIRaw  uint32
 	// An adopted CQ's arms are read from its doorbell record and its
-	// events go to onEvent (see AdoptedCQConfig.Event).
+	// events go to onEvent (see simadopt.CQConfig.Event).
 	recordArm  bool
 	lastRecArm uint32
 	onEvent    func()
