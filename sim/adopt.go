@@ -36,25 +36,25 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 	const op = "sim: adopt CQ"
 	d, ok := dev.(*device)
 	if !ok {
-		return nil, ctx.Errorf(op, "not a device of the software HCA: %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "not a device of the software HCA: %w", ctx.ErrInvalidArgument)
 	}
 	switch {
 	case cfg.Ring == nil || cfg.DBRec == nil:
-		return nil, ctx.Errorf(op, "nil ring or doorbell record: %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "nil ring or doorbell record: %w", ctx.ErrInvalidArgument)
 	case cfg.Count < 2 || cfg.Count > maxCQE+1 || cfg.Count&(cfg.Count-1) != 0:
-		return nil, ctx.Errorf(op, "%d CQEs (a power of two from 2 to %d): %w", cfg.Count, maxCQE+1, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "%d CQEs (a power of two from 2 to %d): %w", cfg.Count, maxCQE+1, ctx.ErrInvalidArgument)
 	case cfg.CQESize != prm.CQE64Size && cfg.CQESize != prm.CQE128Size:
-		return nil, ctx.Errorf(op, "CQE size %d: %w", cfg.CQESize, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "CQE size %d: %w", cfg.CQESize, ctx.ErrInvalidArgument)
 	case uintptr(cfg.Ring)%uintptr(cfg.CQESize) != 0 || uintptr(cfg.DBRec)%8 != 0:
-		return nil, ctx.Errorf(op, "ring %p or doorbell record %p misaligned: %w", cfg.Ring, cfg.DBRec, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "ring %p or doorbell record %p misaligned: %w", cfg.Ring, cfg.DBRec, ctx.ErrInvalidArgument)
 	case cfg.CompVector >= compVectors:
-		return nil, ctx.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
 	}
 	c := &cq{f: d.f, dev: d, cnt: cfg.Count, size: cfg.CQESize, evfd: -1, ring: cfg.Ring, db: cfg.DBRec,
 		recordArm: true, lastRecArm: armRecordUnarmed, onEvent: cfg.Event}
 	uar, err := region(pageSize)
 	if err != nil {
-		return nil, ctx.Errorf(op, "UAR: %w", err)
+		return nil, provider.Errorf(op, "UAR: %w", err)
 	}
 	c.bufs[2] = uar
 	c.uar = uar.Pointer()
@@ -62,7 +62,7 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 	defer d.f.mu.Unlock()
 	if d.closed {
 		freeAll(uar)
-		return nil, ctx.Errorf(op, "%w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
 	cqn, _, ok := d.f.cqns.take()
 	if !ok {
@@ -126,7 +126,7 @@ func (f *Fabric) CompletionQueue(cqn uint32) (CompletionQueueInfo, bool) {
 func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provider.QueuePair, error) {
 	op := "sim: adopt " + cfg.Type.String() + " QP"
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	pr, ok := p.(*pd)
 	if !ok {
@@ -181,7 +181,7 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	}
 	_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
 	if err != nil {
-		return nil, ctx.Errorf(op, "%w", err)
+		return nil, provider.Errorf(op, "%w", err)
 	}
 	// mlx5_ib does not size a user QP's WQEs: set_user_buf_size takes the
 	// library's ring as it comes, and libmlx5 sizes it for the send
@@ -199,7 +199,7 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
 	if pr.closed || sendCQ.closed || recvCQ.closed || (sr != nil && sr.closed) {
-		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
 	qpn, _, ok := pr.f.qpns.take()
 	if !ok {
@@ -208,7 +208,7 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	q.qpn = qpn
 	if err := pr.dev.attachBlueFlameLocked(q); err != nil {
 		pr.f.qpns.give(qpn)
-		return nil, ctx.Errorf(op, "BlueFlame page: %w", err)
+		return nil, provider.Errorf(op, "BlueFlame page: %w", err)
 	}
 	pr.f.addQP(q)
 	q.mem = keepMemory(q.bufs[:])

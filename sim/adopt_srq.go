@@ -18,7 +18,7 @@ import (
 func adoptSharedReceiveQueue(p provider.ProtectionDomain, cfg simadopt.SRQConfig) (provider.SRQ, error) {
 	const op = "sim: adopt SRQ"
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	pr, ok := p.(*pd)
 	if !ok {
@@ -41,7 +41,7 @@ func adoptSharedReceiveQueue(p provider.ProtectionDomain, cfg simadopt.SRQConfig
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
 	if pr.closed {
-		return nil, ctx.Errorf(op, "PD: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD: %w", ctx.ErrClosed)
 	}
 	srqn, _, ok := pr.f.srqns.take()
 	if !ok {
@@ -69,7 +69,7 @@ func sharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
 // doorbell record the model clears on the way to RESET is one of its own.
 func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg simadopt.QPConfig, op string) (provider.QueuePair, error) {
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case recvCQ == nil:
@@ -86,14 +86,14 @@ func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg simadopt.QPConfig, op str
 		dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE, state: ctx.QPStateReset}
 	var err error
 	if q.bufs[2], err = region(pageSize); err != nil {
-		return nil, ctx.Errorf(op, "doorbell record: %w", err)
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
 	}
 	q.db = q.bufs[2].Pointer()
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
 	if pr.closed || sendCQ.closed || recvCQ.closed || sr.closed {
 		freeAll(q.bufs[:]...)
-		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
 	qpn, _, ok := pr.f.qpns.take()
 	if !ok {
