@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"unsafe"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
@@ -76,44 +74,26 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 	return c, nil
 }
 
-// MemoryRegionInfo is what the model knows of a registered memory region.
-type MemoryRegionInfo struct {
-	Key    uint32
-	Addr   uint64
-	Length uint64
-	Access ctx.Access
-	PDN    uint32
-}
-
-// MemoryRegion returns the live memory region with the given key.
-func (f *Fabric) MemoryRegion(key uint32) (MemoryRegionInfo, bool) {
+// lookupMR returns the live memory region with the given key.
+func (f *Fabric) lookupMR(key uint32) (simadopt.MRInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.mrs[key]
 	if !ok || m.closed {
-		return MemoryRegionInfo{}, false
+		return simadopt.MRInfo{}, false
 	}
-	return MemoryRegionInfo{Key: m.key, Addr: m.addr, Length: m.length, Access: m.access, PDN: m.pd.pdn}, true
+	return simadopt.MRInfo{Key: m.key, Addr: m.addr, Length: m.length, Access: m.access, PDN: m.pd.pdn}, true
 }
 
-// CompletionQueueInfo is what the model knows of a completion queue.
-type CompletionQueueInfo struct {
-	CQN     uint32
-	Ring    unsafe.Pointer
-	Count   uint32
-	CQESize uint32
-	DBRec   unsafe.Pointer
-}
-
-// CompletionQueue returns the live completion queue with the given number.
-func (f *Fabric) CompletionQueue(cqn uint32) (CompletionQueueInfo, bool) {
+// lookupCQ returns the live completion queue with the given number.
+func (f *Fabric) lookupCQ(cqn uint32) (simadopt.CQInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.cqs[cqn]
 	if !ok || c.closed {
-		return CompletionQueueInfo{}, false
+		return simadopt.CQInfo{}, false
 	}
-	return CompletionQueueInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
+	return simadopt.CQInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
 }
 
 // adoptQueuePair creates a queue pair of pd (a protection domain of the

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"unsafe"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
@@ -106,24 +104,14 @@ func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg simadopt.QPConfig, op str
 	return q, nil
 }
 
-// SharedReceiveQueueInfo is what the model knows of a shared receive queue.
-type SharedReceiveQueueInfo struct {
-	SRQN   uint32
-	Ring   unsafe.Pointer
-	Count  uint32
-	Stride uint32
-	DBRec  unsafe.Pointer
-	PDN    uint32
-}
-
-// SharedReceiveQueue returns the live shared receive queue with the given
+// lookupSRQ returns the live shared receive queue with the given
 // number.
-func (f *Fabric) SharedReceiveQueue(srqn uint32) (SharedReceiveQueueInfo, bool) {
+func (f *Fabric) lookupSRQ(srqn uint32) (simadopt.SRQInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.srqs[srqn]
 	if !ok || s.closed {
-		return SharedReceiveQueueInfo{}, false
+		return simadopt.SRQInfo{}, false
 	}
-	return SharedReceiveQueueInfo{SRQN: s.srqn, Ring: s.ring, Count: s.cnt, Stride: s.stride, DBRec: s.db, PDN: s.pd.pdn}, true
+	return simadopt.SRQInfo{SRQN: s.srqn, Ring: s.ring, Count: s.cnt, Stride: s.stride, DBRec: s.db, PDN: s.pd.pdn}, true
 }

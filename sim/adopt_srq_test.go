@@ -73,9 +73,9 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	srqn, ok := sharedReceiveQueueNumber(srqB)
 	require.True(t, ok)
 	require.Equal(t, srqB.Descriptor().SRQN, srqn)
-	info, ok := f.SharedReceiveQueue(srqn)
+	info, ok := f.lookupSRQ(srqn)
 	require.True(t, ok)
-	require.Equal(t, SharedReceiveQueueInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
+	require.Equal(t, simadopt.SRQInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
 		PDN: func() uint32 { n, _ := protectionDomainNumber(pdB); return n }()}, info)
 	ts := &testSRQ{d: ctx.SRQDescriptor{Buf: ring.Pointer(), DBRec: srqDB.Pointer(), Stride: srqStride, WQECnt: srqCnt},
 		head: 0, tail: srqCnt - 1}
@@ -190,7 +190,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.Equal(t, prm.CQEReq, x.op)
 	require.Empty(t, f.Violations())
 	require.NoError(t, srqB.Close())
-	_, ok = f.SharedReceiveQueue(srqn)
+	_, ok = f.lookupSRQ(srqn)
 	require.False(t, ok, "a closed SRQ is gone")
 }
 

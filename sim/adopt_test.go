@@ -53,7 +53,7 @@ func TestAdoptCompletionQueue(t *testing.T) {
 	d := c.Descriptor()
 	require.Equal(t, ring.Pointer(), d.Buf)
 	require.Equal(t, db.Pointer(), d.DBRec)
-	info, ok := f.CompletionQueue(d.CQN)
+	info, ok := f.lookupCQ(d.CQN)
 	require.True(t, ok)
 	require.Equal(t, uint32(8), info.Count)
 	require.Equal(t, ring.Pointer(), info.Ring)
@@ -65,7 +65,7 @@ func TestAdoptCompletionQueue(t *testing.T) {
 	require.Equal(t, uint8(0), rb[prm.CQEOpOwn]&prm.CQEOwnerMask, "owner bit of lap 0")
 
 	require.NoError(t, c.Close())
-	_, ok = f.CompletionQueue(d.CQN)
+	_, ok = f.lookupCQ(d.CQN)
 	require.False(t, ok, "closed CQ is gone")
 }
 

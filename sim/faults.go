@@ -48,8 +48,8 @@ func (f *Fabric) InjectUDFaults(u UDFaults) {
 	f.faults.UDFaults = u
 }
 
-// DropNextUD drops the next n UD packets, whatever their destination.
-func (f *Fabric) DropNextUD(n int) {
+// dropNextUD drops the next n UD packets, whatever their destination.
+func (f *Fabric) dropNextUD(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults.dropNext = n

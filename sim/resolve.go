@@ -52,4 +52,25 @@ func init() {
 		}
 		return f.neighbourMAC(gid)
 	}
+	simadopt.LookupMR = func(p provider.Provider, key uint32) (simadopt.MRInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return simadopt.MRInfo{}, false
+		}
+		return f.lookupMR(key)
+	}
+	simadopt.LookupCQ = func(p provider.Provider, cqn uint32) (simadopt.CQInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return simadopt.CQInfo{}, false
+		}
+		return f.lookupCQ(cqn)
+	}
+	simadopt.LookupSRQ = func(p provider.Provider, srqn uint32) (simadopt.SRQInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return simadopt.SRQInfo{}, false
+		}
+		return f.lookupSRQ(srqn)
+	}
 }

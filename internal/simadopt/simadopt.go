@@ -43,6 +43,15 @@ var (
 	// when no Ethernet port of the fabric has the GID, or f is not a
 	// fabric of the model.
 	NeighbourMAC func(f provider.Provider, gid ctx.GID) (mac [6]byte, ok bool)
+	// LookupMR returns the live memory region of the fabric f (a
+	// *sim.Fabric) with the given key; ok is false when there is none.
+	LookupMR func(f provider.Provider, key uint32) (info MRInfo, ok bool)
+	// LookupCQ returns the live completion queue of the fabric f with the
+	// given number.
+	LookupCQ func(f provider.Provider, cqn uint32) (info CQInfo, ok bool)
+	// LookupSRQ returns the live shared receive queue of the fabric f with
+	// the given number.
+	LookupSRQ func(f provider.Provider, srqn uint32) (info SRQInfo, ok bool)
 )
 
 // CQConfig describes a completion queue whose ring and doorbell
@@ -116,4 +125,32 @@ type SRQConfig struct {
 	// DBRec is the doorbell record (the 16-bit WQE counter), 4-byte
 	// aligned.
 	DBRec unsafe.Pointer
+}
+
+// MRInfo is what the model knows of a registered memory region.
+type MRInfo struct {
+	Key    uint32
+	Addr   uint64
+	Length uint64
+	Access ctx.Access
+	PDN    uint32
+}
+
+// CQInfo is what the model knows of a completion queue.
+type CQInfo struct {
+	CQN     uint32
+	Ring    unsafe.Pointer
+	Count   uint32
+	CQESize uint32
+	DBRec   unsafe.Pointer
+}
+
+// SRQInfo is what the model knows of a shared receive queue.
+type SRQInfo struct {
+	SRQN   uint32
+	Ring   unsafe.Pointer
+	Count  uint32
+	Stride uint32
+	DBRec  unsafe.Pointer
+	PDN    uint32
 }
