@@ -23,7 +23,7 @@
 // # Environment
 //
 // MLX5KIT_REQUIRE_DEVICE=1 turns the skip of hardware tests (package
-// cgo/devicetest) into a failure. rdma-core's own variables apply to the
+// internal/devicetest) into a failure. rdma-core's own variables apply to the
 // objects it creates (MLX5_DEBUG_MASK and MLX5_DEBUG_FILE log its
 // decisions).
 package cgo

@@ -380,7 +380,7 @@ func TestStrings(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(`{"M":"yes"}`), &back))
 	require.Equal(t, ctx.SupportYes, back.M)
 	require.ErrorIs(t, json.Unmarshal([]byte(`{"M":"maybe"}`), &back), ctx.ErrInvalidArgument)
-	err = ctx.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
+	err = provider.Errorf("create QP", "depth: %w", ctx.ErrInvalidArgument)
 	require.Equal(t, "ctx: create QP: depth: invalid argument", err.Error())
 }
 

@@ -3,8 +3,8 @@ package ctx
 import (
 	"fmt"
 	"os"
-	"syscall"
 
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,15 +73,15 @@ func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
 	page := uint64(os.Getpagesize())
 	switch {
 	case fd < 0:
-		return ErrnoError(dmabufVerb, fmt.Sprintf("fd %d", fd), unix.EBADF, ErrInvalidArgument)
+		return kerrno.New(dmabufVerb, fmt.Sprintf("fd %d", fd), unix.EBADF, ErrInvalidArgument)
 	case length == 0:
-		return ErrnoError(dmabufVerb, "length 0", unix.EINVAL, ErrInvalidArgument)
+		return kerrno.New(dmabufVerb, "length 0", unix.EINVAL, ErrInvalidArgument)
 	case offset+length < offset:
-		return ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x + length %#x overflows", offset, length), unix.EINVAL, ErrInvalidArgument)
+		return kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x + length %#x overflows", offset, length), unix.EINVAL, ErrInvalidArgument)
 	case iova+length < iova:
-		return ErrnoError(dmabufVerb, fmt.Sprintf("iova %#x + length %#x overflows", iova, length), unix.EINVAL, ErrInvalidArgument)
+		return kerrno.New(dmabufVerb, fmt.Sprintf("iova %#x + length %#x overflows", iova, length), unix.EINVAL, ErrInvalidArgument)
 	case offset%page != iova%page:
-		return ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x and iova %#x lie at different offsets in a %d-byte page", offset, iova, page), unix.EINVAL, ErrInvalidArgument)
+		return kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x and iova %#x lie at different offsets in a %d-byte page", offset, iova, page), unix.EINVAL, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -92,42 +92,11 @@ func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
 func checkAccess(verb string, access Access) error {
 	switch {
 	case access&AccessOnDemand != 0:
-		return ErrnoError(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)
+		return kerrno.New(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)
 	case access&^accessAll != 0:
-		return ErrnoError(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
+		return kerrno.New(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
 	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
-		return ErrnoError(verb, "access "+access.String()+": remote write or atomic needs LocalWrite", unix.EINVAL, ErrInvalidArgument)
+		return kerrno.New(verb, "access "+access.String()+": remote write or atomic needs LocalWrite", unix.EINVAL, ErrInvalidArgument)
 	}
 	return nil
 }
-
-// ErrnoCause is the cause of an error that the kernel would report with an
-// error number: errors.Is matches both Errno and Sentinel. Providers use
-// it where they stand in for the kernel.
-type ErrnoCause struct {
-	// What names the call or argument, e.g. "ibv_reg_dmabuf_mr fd -1".
-	What string
-	// Errno is the error number, e.g. syscall.EBADF.
-	Errno syscall.Errno
-	// Sentinel is the ctx sentinel the error maps to.
-	Sentinel error
-}
-
-// ErrnoError builds an *ErrnoCause from the verb, what the call was for,
-// the error number and the sentinel.
-func ErrnoError(verb, detail string, errno syscall.Errno, sentinel error) error {
-	what := verb
-	if detail != "" {
-		what += " " + detail
-	}
-	return &ErrnoCause{What: what, Errno: errno, Sentinel: sentinel}
-}
-
-// Error formats as "<what>: <ERRNO> (<message>)", e.g.
-// "ibv_reg_dmabuf_mr length 0: EINVAL (invalid argument)".
-func (e *ErrnoCause) Error() string {
-	return e.What + ": " + unix.ErrnoName(e.Errno) + " (" + e.Errno.Error() + ")"
-}
-
-// Unwrap returns the errno and the sentinel.
-func (e *ErrnoCause) Unwrap() []error { return []error{e.Errno, e.Sentinel} }

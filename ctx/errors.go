@@ -69,7 +69,7 @@ func (e *OpError) Error() string {
 func (e *OpError) Unwrap() error { return e.Err }
 
 // Errno returns the error number of the cause (a syscall.Errno anywhere in
-// its chain, as the hardware provider and ErrnoError wrap it), or 0 when
+// its chain, as the hardware provider and the software HCA wrap it), or 0 when
 // the failure had none.
 func (e *OpError) Errno() syscall.Errno {
 	var errno syscall.Errno
@@ -79,10 +79,9 @@ func (e *OpError) Errno() syscall.Errno {
 	return 0
 }
 
-// Errorf builds an *OpError for op whose cause is fmt.Errorf(format, args...);
-// use %w in format to wrap a sentinel. Providers use it so that every error
-// has the same shape.
-func Errorf(op, format string, args ...any) error {
+// errorf builds an *OpError for op whose cause is fmt.Errorf(format, args...);
+// use %w in format to wrap a sentinel.
+func errorf(op, format string, args ...any) error {
 	return &OpError{Op: op, Err: fmt.Errorf(format, args...)}
 }
 

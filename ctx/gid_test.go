@@ -150,7 +150,7 @@ type gidDevice struct {
 func (d gidDevice) QueryPort(p uint8) (ctx.PortAttr, error) {
 	*d.ports = append(*d.ports, p)
 	if p != 1 {
-		return ctx.PortAttr{}, ctx.Errorf("fake: query port", "port %d: %w", p, ctx.ErrInvalidArgument)
+		return ctx.PortAttr{}, provider.Errorf("fake: query port", "port %d: %w", p, ctx.ErrInvalidArgument)
 	}
 	return d.pa, nil
 }

@@ -151,7 +151,7 @@ func MTUFromBytes(n int) (MTU, error) {
 			return m, nil
 		}
 	}
-	return 0, Errorf("MTU from bytes", "%d bytes: %w (want 256, 512, 1024, 2048 or 4096)", n, ErrInvalidArgument)
+	return 0, errorf("MTU from bytes", "%d bytes: %w (want 256, 512, 1024, 2048 or 4096)", n, ErrInvalidArgument)
 }
 
 // String returns the size, e.g. "4096".

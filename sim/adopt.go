@@ -1,11 +1,10 @@
 package sim
 
 import (
-	"unsafe"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -14,10 +13,10 @@ import (
 // device does: libmlx5 allocates a CQ's ring and doorbell record itself
 // and tells the kernel where they are.
 
-// ProtectionDomainNumber returns the PD number of a protection domain of
+// protectionDomainNumber returns the PD number of a protection domain of
 // the model (what mlx5_ib returns to libmlx5 as pdn); ok is false for a
 // protection domain of another provider.
-func ProtectionDomainNumber(p provider.ProtectionDomain) (pdn uint32, ok bool) {
+func protectionDomainNumber(p provider.ProtectionDomain) (pdn uint32, ok bool) {
 	x, ok := p.(*pd)
 	if !ok {
 		return 0, false
@@ -25,56 +24,35 @@ func ProtectionDomainNumber(p provider.ProtectionDomain) (pdn uint32, ok bool) {
 	return x.pdn, true
 }
 
-// AdoptedCQConfig describes a completion queue whose ring and doorbell
-// record the caller owns.
-type AdoptedCQConfig struct {
-	// Ring is the first CQE; Count (a power of two) entries of CQESize
-	// (64 or 128) bytes follow. The caller initialises the entries
-	// (invalid opcode, owner bit set), as libmlx5 does.
-	Ring    unsafe.Pointer
-	Count   uint32
-	CQESize uint32
-	// DBRec is the doorbell record (consumer index, arm), 8-byte aligned.
-	DBRec unsafe.Pointer
-	// CompVector must be below DeviceAttr.CompVectors.
-	CompVector uint32
-	// Event, when not nil, is called each time the armed CQ raises a
-	// completion event (from the engine, with the model's lock held: it
-	// must not call back into the model). The arm is read from the
-	// doorbell record's arm word, which the library writes before it
-	// rings the UAR (see takeRecordArm).
-	Event func()
-}
-
-// AdoptCompletionQueue creates a completion queue of dev (a device of the
+// adoptCompletionQueue creates a completion queue of dev (a device of the
 // model) over the caller's ring and doorbell record: the model writes its
 // CQEs there. The memory must stay mapped until the queue is closed; the
 // model does not free it. The arm is read from the doorbell record (the
 // UAR page the library rings is its own); Descriptor().UAR is a page of
 // the model's that nothing watches.
-func AdoptCompletionQueue(dev provider.Device, cfg AdoptedCQConfig) (provider.CompletionQueue, error) {
+func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.CompletionQueue, error) {
 	const op = "sim: adopt CQ"
 	d, ok := dev.(*device)
 	if !ok {
-		return nil, ctx.Errorf(op, "not a device of the software HCA: %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "not a device of the software HCA: %w", ctx.ErrInvalidArgument)
 	}
 	switch {
 	case cfg.Ring == nil || cfg.DBRec == nil:
-		return nil, ctx.Errorf(op, "nil ring or doorbell record: %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "nil ring or doorbell record: %w", ctx.ErrInvalidArgument)
 	case cfg.Count < 2 || cfg.Count > maxCQE+1 || cfg.Count&(cfg.Count-1) != 0:
-		return nil, ctx.Errorf(op, "%d CQEs (a power of two from 2 to %d): %w", cfg.Count, maxCQE+1, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "%d CQEs (a power of two from 2 to %d): %w", cfg.Count, maxCQE+1, ctx.ErrInvalidArgument)
 	case cfg.CQESize != prm.CQE64Size && cfg.CQESize != prm.CQE128Size:
-		return nil, ctx.Errorf(op, "CQE size %d: %w", cfg.CQESize, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "CQE size %d: %w", cfg.CQESize, ctx.ErrInvalidArgument)
 	case uintptr(cfg.Ring)%uintptr(cfg.CQESize) != 0 || uintptr(cfg.DBRec)%8 != 0:
-		return nil, ctx.Errorf(op, "ring %p or doorbell record %p misaligned: %w", cfg.Ring, cfg.DBRec, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "ring %p or doorbell record %p misaligned: %w", cfg.Ring, cfg.DBRec, ctx.ErrInvalidArgument)
 	case cfg.CompVector >= compVectors:
-		return nil, ctx.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
 	}
 	c := &cq{f: d.f, dev: d, cnt: cfg.Count, size: cfg.CQESize, evfd: -1, ring: cfg.Ring, db: cfg.DBRec,
 		recordArm: true, lastRecArm: armRecordUnarmed, onEvent: cfg.Event}
 	uar, err := region(pageSize)
 	if err != nil {
-		return nil, ctx.Errorf(op, "UAR: %w", err)
+		return nil, provider.Errorf(op, "UAR: %w", err)
 	}
 	c.bufs[2] = uar
 	c.uar = uar.Pointer()
@@ -82,7 +60,7 @@ func AdoptCompletionQueue(dev provider.Device, cfg AdoptedCQConfig) (provider.Co
 	defer d.f.mu.Unlock()
 	if d.closed {
 		freeAll(uar)
-		return nil, ctx.Errorf(op, "%w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
 	cqn, _, ok := d.f.cqns.take()
 	if !ok {
@@ -96,92 +74,39 @@ func AdoptCompletionQueue(dev provider.Device, cfg AdoptedCQConfig) (provider.Co
 	return c, nil
 }
 
-// MemoryRegionInfo is what the model knows of a registered memory region.
-type MemoryRegionInfo struct {
-	Key    uint32
-	Addr   uint64
-	Length uint64
-	Access ctx.Access
-	PDN    uint32
-}
-
-// MemoryRegion returns the live memory region with the given key.
-func (f *Fabric) MemoryRegion(key uint32) (MemoryRegionInfo, bool) {
+// lookupMR returns the live memory region with the given key.
+func (f *Fabric) lookupMR(key uint32) (simadopt.MRInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.mrs[key]
 	if !ok || m.closed {
-		return MemoryRegionInfo{}, false
+		return simadopt.MRInfo{}, false
 	}
-	return MemoryRegionInfo{Key: m.key, Addr: m.addr, Length: m.length, Access: m.access, PDN: m.pd.pdn}, true
+	return simadopt.MRInfo{Key: m.key, Addr: m.addr, Length: m.length, Access: m.access, PDN: m.pd.pdn}, true
 }
 
-// CompletionQueueInfo is what the model knows of a completion queue.
-type CompletionQueueInfo struct {
-	CQN     uint32
-	Ring    unsafe.Pointer
-	Count   uint32
-	CQESize uint32
-	DBRec   unsafe.Pointer
-}
-
-// CompletionQueue returns the live completion queue with the given number.
-func (f *Fabric) CompletionQueue(cqn uint32) (CompletionQueueInfo, bool) {
+// lookupCQ returns the live completion queue with the given number.
+func (f *Fabric) lookupCQ(cqn uint32) (simadopt.CQInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.cqs[cqn]
 	if !ok || c.closed {
-		return CompletionQueueInfo{}, false
+		return simadopt.CQInfo{}, false
 	}
-	return CompletionQueueInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
+	return simadopt.CQInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
 }
 
-// AdoptedQPConfig describes a queue pair whose rings and doorbell record
-// the caller owns, as libmlx5 allocates them and tells the kernel where
-// they are (struct mlx5_ib_create_qp).
-type AdoptedQPConfig struct {
-	// Type is ctx.QPTypeRC, ctx.QPTypeUD, ctx.QPTypeDCI (a send ring only)
-	// or ctx.QPTypeDCT (no rings: it receives through SRQ, and needs no
-	// doorbell record).
-	Type           ctx.QPType
-	SendCQ, RecvCQ provider.CompletionQueue
-	// SRQ, when not nil, replaces the receive ring (RQCount must be 0);
-	// a DCT requires one.
-	SRQ provider.SRQ
-	// DCKey is a DCT's access key, which a DCI's WQE must carry.
-	DCKey uint64
-	// Caps are the capabilities the QP was asked for; the largest WQE,
-	// inline size and SGE count the model accepts follow from them as
-	// the kernel's sizing does (package internal/sqsize).
-	Caps ctx.QueuePairCaps
-	// SQ is the send ring: SQCount (a power of two) WQEBBs of 64 bytes,
-	// 64-byte aligned.
-	SQ      unsafe.Pointer
-	SQCount uint32
-	// RQ is the receive ring: RQCount (a power of two, 0 for none)
-	// entries of RQStride bytes (a power of two, at least one data
-	// segment, at most the model's SGE limit of them), stride-aligned.
-	RQ       unsafe.Pointer
-	RQCount  uint32
-	RQStride uint32
-	// DBRec is the doorbell record (receive, send counters), 8-byte
-	// aligned.
-	DBRec unsafe.Pointer
-	// ScatterToCQE lets the responder write small SENDs into the CQE.
-	ScatterToCQE bool
-}
-
-// AdoptQueuePair creates a queue pair of pd (a protection domain of the
+// adoptQueuePair creates a queue pair of pd (a protection domain of the
 // model) over the caller's rings and doorbell record: the
 // engine reads the WQEs the caller writes there and follows the counters
 // of the doorbell record, as it does for a queue pair of its own. The
 // memory must stay mapped until the queue pair is closed; the model does
 // not free it. BlueFlame writes go to a register of the model's own
 // (Descriptor().BlueFlame); the doorbell record is what the engine reads.
-func AdoptQueuePair(p provider.ProtectionDomain, cfg AdoptedQPConfig) (provider.QueuePair, error) {
+func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provider.QueuePair, error) {
 	op := "sim: adopt " + cfg.Type.String() + " QP"
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	pr, ok := p.(*pd)
 	if !ok {
@@ -236,7 +161,7 @@ func AdoptQueuePair(p provider.ProtectionDomain, cfg AdoptedQPConfig) (provider.
 	}
 	_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
 	if err != nil {
-		return nil, ctx.Errorf(op, "%w", err)
+		return nil, provider.Errorf(op, "%w", err)
 	}
 	// mlx5_ib does not size a user QP's WQEs: set_user_buf_size takes the
 	// library's ring as it comes, and libmlx5 sizes it for the send
@@ -254,7 +179,7 @@ func AdoptQueuePair(p provider.ProtectionDomain, cfg AdoptedQPConfig) (provider.
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
 	if pr.closed || sendCQ.closed || recvCQ.closed || (sr != nil && sr.closed) {
-		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
 	qpn, _, ok := pr.f.qpns.take()
 	if !ok {
@@ -263,17 +188,17 @@ func AdoptQueuePair(p provider.ProtectionDomain, cfg AdoptedQPConfig) (provider.
 	q.qpn = qpn
 	if err := pr.dev.attachBlueFlameLocked(q); err != nil {
 		pr.f.qpns.give(qpn)
-		return nil, ctx.Errorf(op, "BlueFlame page: %w", err)
+		return nil, provider.Errorf(op, "BlueFlame page: %w", err)
 	}
 	pr.f.addQP(q)
 	q.mem = keepMemory(q.bufs[:])
 	return q, nil
 }
 
-// QueuePairAttributes returns the state of a queue pair of the model and
+// queuePairAttributes returns the state of a queue pair of the model and
 // the attributes its transitions applied (what a kernel answers to
 // QUERY_QP); ok is false for a queue pair of another provider.
-func QueuePairAttributes(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
+func queuePairAttributes(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
 	q, ok := p.(*qp)
 	if !ok {
 		return 0, ctx.QPAttr{}, false

@@ -1,40 +1,22 @@
 package sim
 
 import (
-	"unsafe"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
-// AdoptedSRQConfig describes a shared receive queue whose ring and
-// doorbell record the caller owns, as libmlx5 allocates them and tells the
-// kernel where they are (struct mlx5_ib_create_srq).
-type AdoptedSRQConfig struct {
-	// Ring is the first WQE: Count (a power of two) WQEs of Stride bytes
-	// (a power of two from 32, a next segment and at most the model's SGE
-	// limit of data segments), stride-aligned. The caller links the free
-	// WQEs (next_wqe_index) from WQE 0, as libmlx5 does; the model follows
-	// those links from WQE 0 as it consumes WQEs.
-	Ring   unsafe.Pointer
-	Count  uint32
-	Stride uint32
-	// DBRec is the doorbell record (the 16-bit WQE counter), 4-byte
-	// aligned.
-	DBRec unsafe.Pointer
-}
-
-// AdoptSharedReceiveQueue creates a shared receive queue of p (a protection
+// adoptSharedReceiveQueue creates a shared receive queue of p (a protection
 // domain of the model) over the caller's ring and doorbell record: the
 // responder takes receive WQEs from that ring, following the WQE counter
 // of the doorbell record, and writes the SRQ number into the CQEs of the
 // receives it completes. The memory must stay mapped until the queue is
 // closed; the model neither initialises nor frees it.
-func AdoptSharedReceiveQueue(p provider.ProtectionDomain, cfg AdoptedSRQConfig) (provider.SRQ, error) {
+func adoptSharedReceiveQueue(p provider.ProtectionDomain, cfg simadopt.SRQConfig) (provider.SRQ, error) {
 	const op = "sim: adopt SRQ"
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	pr, ok := p.(*pd)
 	if !ok {
@@ -57,7 +39,7 @@ func AdoptSharedReceiveQueue(p provider.ProtectionDomain, cfg AdoptedSRQConfig) 
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
 	if pr.closed {
-		return nil, ctx.Errorf(op, "PD: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD: %w", ctx.ErrClosed)
 	}
 	srqn, _, ok := pr.f.srqns.take()
 	if !ok {
@@ -69,10 +51,10 @@ func AdoptSharedReceiveQueue(p provider.ProtectionDomain, cfg AdoptedSRQConfig) 
 	return x, nil
 }
 
-// SharedReceiveQueueNumber returns the SRQ number of a shared receive
+// sharedReceiveQueueNumber returns the SRQ number of a shared receive
 // queue of the model (what mlx5_ib returns to libmlx5 as srqn); ok is false
 // for a queue of another provider.
-func SharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
+func sharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
 	x, ok := s.(*srq)
 	if !ok {
 		return 0, false
@@ -80,12 +62,12 @@ func SharedReceiveQueueNumber(s provider.SRQ) (srqn uint32, ok bool) {
 	return x.srqn, true
 }
 
-// adoptDCT creates the DCT of an AdoptQueuePair call: no rings of the
+// adoptDCT creates the DCT of an adoptQueuePair call: no rings of the
 // caller's (a DCT receives through its SRQ and sends nothing), so the
 // doorbell record the model clears on the way to RESET is one of its own.
-func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op string) (provider.QueuePair, error) {
+func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg simadopt.QPConfig, op string) (provider.QueuePair, error) {
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	switch {
 	case recvCQ == nil:
@@ -102,14 +84,14 @@ func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op strin
 		dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE, state: ctx.QPStateReset}
 	var err error
 	if q.bufs[2], err = region(pageSize); err != nil {
-		return nil, ctx.Errorf(op, "doorbell record: %w", err)
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
 	}
 	q.db = q.bufs[2].Pointer()
 	pr.f.mu.Lock()
 	defer pr.f.mu.Unlock()
 	if pr.closed || sendCQ.closed || recvCQ.closed || sr.closed {
 		freeAll(q.bufs[:]...)
-		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
 	qpn, _, ok := pr.f.qpns.take()
 	if !ok {
@@ -122,24 +104,14 @@ func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg AdoptedQPConfig, op strin
 	return q, nil
 }
 
-// SharedReceiveQueueInfo is what the model knows of a shared receive queue.
-type SharedReceiveQueueInfo struct {
-	SRQN   uint32
-	Ring   unsafe.Pointer
-	Count  uint32
-	Stride uint32
-	DBRec  unsafe.Pointer
-	PDN    uint32
-}
-
-// SharedReceiveQueue returns the live shared receive queue with the given
+// lookupSRQ returns the live shared receive queue with the given
 // number.
-func (f *Fabric) SharedReceiveQueue(srqn uint32) (SharedReceiveQueueInfo, bool) {
+func (f *Fabric) lookupSRQ(srqn uint32) (simadopt.SRQInfo, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.srqs[srqn]
 	if !ok || s.closed {
-		return SharedReceiveQueueInfo{}, false
+		return simadopt.SRQInfo{}, false
 	}
-	return SharedReceiveQueueInfo{SRQN: s.srqn, Ring: s.ring, Count: s.cnt, Stride: s.stride, DBRec: s.db, PDN: s.pd.pdn}, true
+	return simadopt.SRQInfo{SRQN: s.srqn, Ring: s.ring, Count: s.cnt, Stride: s.stride, DBRec: s.db, PDN: s.pd.pdn}, true
 }

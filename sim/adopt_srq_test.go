@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // TestAdoptSharedReceiveQueueAndDC creates an SRQ over a ring and doorbell
@@ -50,32 +51,32 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	for i := 0; i < srqCnt; i++ {
 		prm.Store16(unsafe.Add(ring.Pointer(), i*srqStride+prm.SRQNextWQEIndex), uint16((i+1)%srqCnt))
 	}
-	scfg := AdoptedSRQConfig{Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer()}
-	for name, mut := range map[string]func(c *AdoptedSRQConfig){
-		"count":             func(c *AdoptedSRQConfig) { c.Count = 6 },
-		"count above limit": func(c *AdoptedSRQConfig) { c.Count = maxRecvWR * 2 },
-		"stride":            func(c *AdoptedSRQConfig) { c.Stride = 48 },
-		"stride too small":  func(c *AdoptedSRQConfig) { c.Stride = 16 },
-		"stride too large":  func(c *AdoptedSRQConfig) { c.Stride = 1024 },
-		"misaligned ring":   func(c *AdoptedSRQConfig) { c.Ring = unsafe.Add(ring.Pointer(), 16) },
-		"misaligned record": func(c *AdoptedSRQConfig) { c.DBRec = unsafe.Add(srqDB.Pointer(), 2) },
-		"nil record":        func(c *AdoptedSRQConfig) { c.DBRec = nil },
+	scfg := simadopt.SRQConfig{Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer()}
+	for name, mut := range map[string]func(c *simadopt.SRQConfig){
+		"count":             func(c *simadopt.SRQConfig) { c.Count = 6 },
+		"count above limit": func(c *simadopt.SRQConfig) { c.Count = maxRecvWR * 2 },
+		"stride":            func(c *simadopt.SRQConfig) { c.Stride = 48 },
+		"stride too small":  func(c *simadopt.SRQConfig) { c.Stride = 16 },
+		"stride too large":  func(c *simadopt.SRQConfig) { c.Stride = 1024 },
+		"misaligned ring":   func(c *simadopt.SRQConfig) { c.Ring = unsafe.Add(ring.Pointer(), 16) },
+		"misaligned record": func(c *simadopt.SRQConfig) { c.DBRec = unsafe.Add(srqDB.Pointer(), 2) },
+		"nil record":        func(c *simadopt.SRQConfig) { c.DBRec = nil },
 	} {
 		c := scfg
 		mut(&c)
-		_, err := AdoptSharedReceiveQueue(pdB, c)
+		_, err := adoptSharedReceiveQueue(pdB, c)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 	}
-	srqB, err := AdoptSharedReceiveQueue(pdB, scfg)
+	srqB, err := adoptSharedReceiveQueue(pdB, scfg)
 	require.NoError(t, err)
 	defer srqB.Close()
-	srqn, ok := SharedReceiveQueueNumber(srqB)
+	srqn, ok := sharedReceiveQueueNumber(srqB)
 	require.True(t, ok)
 	require.Equal(t, srqB.Descriptor().SRQN, srqn)
-	info, ok := f.SharedReceiveQueue(srqn)
+	info, ok := f.lookupSRQ(srqn)
 	require.True(t, ok)
-	require.Equal(t, SharedReceiveQueueInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
-		PDN: func() uint32 { n, _ := ProtectionDomainNumber(pdB); return n }()}, info)
+	require.Equal(t, simadopt.SRQInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
+		PDN: func() uint32 { n, _ := protectionDomainNumber(pdB); return n }()}, info)
 	ts := &testSRQ{d: ctx.SRQDescriptor{Buf: ring.Pointer(), DBRec: srqDB.Pointer(), Stride: srqStride, WQECnt: srqCnt},
 		head: 0, tail: srqCnt - 1}
 
@@ -94,14 +95,14 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	// An RC QP on B receiving through the SRQ, a model QP on A sending.
 	cqB, tcqB := newCQ(devB)
 	sqB, dbB := alloc(16*prm.WQEBBSize), alloc(64)
-	rcfg := AdoptedQPConfig{Type: ctx.QPTypeRC, SendCQ: cqB, RecvCQ: cqB, SRQ: srqB,
+	rcfg := simadopt.QPConfig{Type: ctx.QPTypeRC, SendCQ: cqB, RecvCQ: cqB, SRQ: srqB,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1},
 		SQ:   sqB.Pointer(), SQCount: 16, DBRec: dbB.Pointer()}
 	bad := rcfg
 	bad.RQ, bad.RQCount, bad.RQStride = ring.Pointer(), 8, 32
-	_, err = AdoptQueuePair(pdB, bad)
+	_, err = adoptQueuePair(pdB, bad)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a receive ring and an SRQ")
-	qb, err := AdoptQueuePair(pdB, rcfg)
+	qb, err := adoptQueuePair(pdB, rcfg)
 	require.NoError(t, err)
 	defer qb.Close()
 	cqA, tcqA := newCQ(devA)
@@ -139,20 +140,20 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.True(t, ok, "the sender's CQE")
 
 	// A DCT on B through the same SRQ, a DCI on A over the caller's ring.
-	dcfg := AdoptedQPConfig{Type: ctx.QPTypeDCT, SendCQ: cqB, RecvCQ: cqB, SRQ: srqB, DCKey: 0xdc}
-	for name, mut := range map[string]func(c *AdoptedQPConfig){
-		"DCT without SRQ":  func(c *AdoptedQPConfig) { c.SRQ = nil },
-		"DCT with a ring":  func(c *AdoptedQPConfig) { c.SQ, c.SQCount = sqB.Pointer(), 16 },
-		"DCI with an SRQ":  func(c *AdoptedQPConfig) { *c = rcfg; c.Type = ctx.QPTypeDCI },
-		"DCI with RQ":      func(c *AdoptedQPConfig) { *c = bad; c.SRQ, c.Type = nil, ctx.QPTypeDCI },
-		"DCT without a CQ": func(c *AdoptedQPConfig) { c.SendCQ, c.RecvCQ = nil, nil },
+	dcfg := simadopt.QPConfig{Type: ctx.QPTypeDCT, SendCQ: cqB, RecvCQ: cqB, SRQ: srqB, DCKey: 0xdc}
+	for name, mut := range map[string]func(c *simadopt.QPConfig){
+		"DCT without SRQ":  func(c *simadopt.QPConfig) { c.SRQ = nil },
+		"DCT with a ring":  func(c *simadopt.QPConfig) { c.SQ, c.SQCount = sqB.Pointer(), 16 },
+		"DCI with an SRQ":  func(c *simadopt.QPConfig) { *c = rcfg; c.Type = ctx.QPTypeDCI },
+		"DCI with RQ":      func(c *simadopt.QPConfig) { *c = bad; c.SRQ, c.Type = nil, ctx.QPTypeDCI },
+		"DCT without a CQ": func(c *simadopt.QPConfig) { c.SendCQ, c.RecvCQ = nil, nil },
 	} {
 		c := dcfg
 		mut(&c)
-		_, err := AdoptQueuePair(pdB, c)
+		_, err := adoptQueuePair(pdB, c)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 	}
-	dct, err := AdoptQueuePair(pdB, dcfg)
+	dct, err := adoptQueuePair(pdB, dcfg)
 	require.NoError(t, err)
 	defer dct.Close()
 	require.Nil(t, dct.Descriptor().SQ.Buf, "a DCT has no send ring")
@@ -160,7 +161,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU1024, MinRNRTimer: 1, Path: ctx.AddressAttr{Port: 1}}))
 
 	sqA, dbA := alloc(16*prm.WQEBBSize), alloc(64)
-	dci, err := AdoptQueuePair(pdA, AdoptedQPConfig{Type: ctx.QPTypeDCI, SendCQ: cqA, RecvCQ: cqA,
+	dci, err := adoptQueuePair(pdA, simadopt.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cqA, RecvCQ: cqA,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, MaxSendSGE: 1, MaxInline: 32},
 		SQ:   sqA.Pointer(), SQCount: 16, DBRec: dbA.Pointer()})
 	require.NoError(t, err)
@@ -189,7 +190,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.Equal(t, prm.CQEReq, x.op)
 	require.Empty(t, f.Violations())
 	require.NoError(t, srqB.Close())
-	_, ok = f.SharedReceiveQueue(srqn)
+	_, ok = f.lookupSRQ(srqn)
 	require.False(t, ok, "a closed SRQ is gone")
 }
 
@@ -215,7 +216,7 @@ func TestAdoptQueuePairRingSmallerThanKernelSizing(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeDCI} {
-		q, err := AdoptQueuePair(p, AdoptedQPConfig{Type: typ, SendCQ: c, RecvCQ: c,
+		q, err := adoptQueuePair(p, simadopt.QPConfig{Type: typ, SendCQ: c, RecvCQ: c,
 			Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: 12},
 			SQ:   sq.Pointer(), SQCount: 1, DBRec: db.Pointer()})
 		require.NoError(t, err, "%v", typ)

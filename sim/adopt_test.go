@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // TestAdoptCompletionQueue creates a CQ over a ring and doorbell record the
@@ -32,27 +33,27 @@ func TestAdoptCompletionQueue(t *testing.T) {
 		rb[i*prm.CQE64Size+prm.CQEOpOwn] = prm.CQEInvalidOpOwn | prm.CQEOwnerMask
 	}
 
-	cfg := AdoptedCQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size, DBRec: db.Pointer()}
-	for name, bad := range map[string]func(c *AdoptedCQConfig){
-		"count not a power of two": func(c *AdoptedCQConfig) { c.Count = 6 },
-		"count above the limit":    func(c *AdoptedCQConfig) { c.Count = maxCQE * 2 },
-		"CQE size":                 func(c *AdoptedCQConfig) { c.CQESize = 32 },
-		"misaligned record":        func(c *AdoptedCQConfig) { c.DBRec = unsafe.Add(db.Pointer(), 4) },
-		"nil ring":                 func(c *AdoptedCQConfig) { c.Ring = nil },
-		"completion vector":        func(c *AdoptedCQConfig) { c.CompVector = compVectors },
+	cfg := simadopt.CQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size, DBRec: db.Pointer()}
+	for name, bad := range map[string]func(c *simadopt.CQConfig){
+		"count not a power of two": func(c *simadopt.CQConfig) { c.Count = 6 },
+		"count above the limit":    func(c *simadopt.CQConfig) { c.Count = maxCQE * 2 },
+		"CQE size":                 func(c *simadopt.CQConfig) { c.CQESize = 32 },
+		"misaligned record":        func(c *simadopt.CQConfig) { c.DBRec = unsafe.Add(db.Pointer(), 4) },
+		"nil ring":                 func(c *simadopt.CQConfig) { c.Ring = nil },
+		"completion vector":        func(c *simadopt.CQConfig) { c.CompVector = compVectors },
 	} {
 		c := cfg
 		bad(&c)
-		_, err := AdoptCompletionQueue(dev, c)
+		_, err := adoptCompletionQueue(dev, c)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 	}
 
-	c, err := AdoptCompletionQueue(dev, cfg)
+	c, err := adoptCompletionQueue(dev, cfg)
 	require.NoError(t, err)
 	d := c.Descriptor()
 	require.Equal(t, ring.Pointer(), d.Buf)
 	require.Equal(t, db.Pointer(), d.DBRec)
-	info, ok := f.CompletionQueue(d.CQN)
+	info, ok := f.lookupCQ(d.CQN)
 	require.True(t, ok)
 	require.Equal(t, uint32(8), info.Count)
 	require.Equal(t, ring.Pointer(), info.Ring)
@@ -64,7 +65,7 @@ func TestAdoptCompletionQueue(t *testing.T) {
 	require.Equal(t, uint8(0), rb[prm.CQEOpOwn]&prm.CQEOwnerMask, "owner bit of lap 0")
 
 	require.NoError(t, c.Close())
-	_, ok = f.CompletionQueue(d.CQN)
+	_, ok = f.lookupCQ(d.CQN)
 	require.False(t, ok, "closed CQ is gone")
 }
 
@@ -104,29 +105,29 @@ func TestAdoptQueuePair(t *testing.T) {
 	db := alloc(64)
 	sqBuf := unsafe.Add(ring.Pointer(), rqCnt*rqStride)
 	cqA := newCQ(devA)
-	cfg := AdoptedQPConfig{Type: ctx.QPTypeRC, SendCQ: cqA, RecvCQ: cqA,
+	cfg := simadopt.QPConfig{Type: ctx.QPTypeRC, SendCQ: cqA, RecvCQ: cqA,
 		Caps: ctx.QueuePairCaps{SendDepth: sqCnt, RecvDepth: rqCnt, MaxSendSGE: 1, MaxRecvSGE: 2, MaxInline: 64},
 		SQ:   sqBuf, SQCount: sqCnt, RQ: ring.Pointer(), RQCount: rqCnt, RQStride: rqStride, DBRec: db.Pointer()}
-	for name, mut := range map[string]func(c *AdoptedQPConfig){
-		"DCI type":                func(c *AdoptedQPConfig) { c.Type = ctx.QPTypeDCI },
-		"send count":              func(c *AdoptedQPConfig) { c.SQCount = 12 },
-		"send count above limit":  func(c *AdoptedQPConfig) { c.SQCount = maxSendWQEBB * 2 },
-		"misaligned send ring":    func(c *AdoptedQPConfig) { c.SQ = unsafe.Add(sqBuf, 16) },
-		"misaligned record":       func(c *AdoptedQPConfig) { c.DBRec = unsafe.Add(db.Pointer(), 4) },
-		"receive stride":          func(c *AdoptedQPConfig) { c.RQStride = 24 },
-		"receive count":           func(c *AdoptedQPConfig) { c.RQCount = 6 },
-		"nil receive ring":        func(c *AdoptedQPConfig) { c.RQ = nil },
-		"receive SGEs":            func(c *AdoptedQPConfig) { c.Caps.MaxRecvSGE = maxSGE + 1 },
-		"inline beyond the sizes": func(c *AdoptedQPConfig) { c.Caps.MaxInline = 1 << 20 },
-		"nil doorbell record":     func(c *AdoptedQPConfig) { c.DBRec = nil },
+	for name, mut := range map[string]func(c *simadopt.QPConfig){
+		"DCI type":                func(c *simadopt.QPConfig) { c.Type = ctx.QPTypeDCI },
+		"send count":              func(c *simadopt.QPConfig) { c.SQCount = 12 },
+		"send count above limit":  func(c *simadopt.QPConfig) { c.SQCount = maxSendWQEBB * 2 },
+		"misaligned send ring":    func(c *simadopt.QPConfig) { c.SQ = unsafe.Add(sqBuf, 16) },
+		"misaligned record":       func(c *simadopt.QPConfig) { c.DBRec = unsafe.Add(db.Pointer(), 4) },
+		"receive stride":          func(c *simadopt.QPConfig) { c.RQStride = 24 },
+		"receive count":           func(c *simadopt.QPConfig) { c.RQCount = 6 },
+		"nil receive ring":        func(c *simadopt.QPConfig) { c.RQ = nil },
+		"receive SGEs":            func(c *simadopt.QPConfig) { c.Caps.MaxRecvSGE = maxSGE + 1 },
+		"inline beyond the sizes": func(c *simadopt.QPConfig) { c.Caps.MaxInline = 1 << 20 },
+		"nil doorbell record":     func(c *simadopt.QPConfig) { c.DBRec = nil },
 	} {
 		c := cfg
 		mut(&c)
-		_, err := AdoptQueuePair(pdA, c)
+		_, err := adoptQueuePair(pdA, c)
 		require.Error(t, err, name)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 	}
-	qa, err := AdoptQueuePair(pdA, cfg)
+	qa, err := adoptQueuePair(pdA, cfg)
 	require.NoError(t, err)
 	defer qa.Close()
 	scqA := &testCQ{d: cqA.Descriptor()}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // TestAdoptedCQArmsFromRecord arms an adopted CQ by writing its doorbell
@@ -33,7 +34,7 @@ func TestAdoptedCQArmsFromRecord(t *testing.T) {
 		rb[i*prm.CQE64Size+prm.CQEOpOwn] = prm.CQEInvalidOpOwn | prm.CQEOwnerMask
 	}
 	var events atomic.Int32
-	c, err := AdoptCompletionQueue(dev, AdoptedCQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size,
+	c, err := adoptCompletionQueue(dev, simadopt.CQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size,
 		DBRec: db.Pointer(), Event: func() { events.Add(1) }})
 	require.NoError(t, err)
 	defer c.Close()
@@ -66,7 +67,7 @@ func TestAdoptedCQArmsFromRecord(t *testing.T) {
 	require.Equal(t, int32(2), events.Load(), "a solicited arm ignores an unsolicited CQE")
 
 	// All zeros is an arm too once the record held something else.
-	f2, err := AdoptCompletionQueue(dev, AdoptedCQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size,
+	f2, err := adoptCompletionQueue(dev, simadopt.CQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size,
 		DBRec: unsafe.Add(db.Pointer(), 8), Event: func() { events.Add(10) }})
 	require.NoError(t, err)
 	defer f2.Close()

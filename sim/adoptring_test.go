@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // TestAdoptQueuePairSmallRing adopts the ring libmlx5 sizes for one send
@@ -31,7 +32,7 @@ func TestAdoptQueuePairSmallRing(t *testing.T) {
 	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
 	require.NoError(t, err)
 	defer db.Close()
-	q, err := AdoptQueuePair(p, AdoptedQPConfig{Type: ctx.QPTypeRC, SendCQ: c, RecvCQ: c,
+	q, err := adoptQueuePair(p, simadopt.QPConfig{Type: ctx.QPTypeRC, SendCQ: c, RecvCQ: c,
 		Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: 12},
 		SQ:   ring.Pointer(), SQCount: 1, DBRec: db.Pointer()})
 	require.NoError(t, err, "one WQEBB for one work request, as libmlx5 sizes it")

@@ -46,7 +46,7 @@ func TestDataSegment2GiBWritesNothing(t *testing.T) {
 
 	// A zero byte count is 2 GiB to the device: more than a message may
 	// carry, a local length error.
-	e.f.ClearViolations()
+	e.f.clearViolations()
 	i := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(0, e.mr.LKey(), e.addr(0)))
 	e.run()
 	require.Empty(t, e.f.Violations(), "a zero count with an lkey and address is a 2 GiB segment, not a stray one")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // scanCQ reads the CQ's consumer index and arm doorbell and writes the
@@ -203,10 +204,10 @@ func (f *Fabric) CQError(cqn uint32) error {
 	defer f.mu.Unlock()
 	c := f.cqs[cqn]
 	if c == nil {
-		return ctx.Errorf("sim: CQ state", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+		return provider.Errorf("sim: CQ state", "CQN %#x: %w", cqn, ctx.ErrNotFound)
 	}
 	if c.errored {
-		return ctx.Errorf("sim: CQ state", "CQN %#x in error: %s", cqn, c.errDetail)
+		return provider.Errorf("sim: CQ state", "CQN %#x in error: %s", cqn, c.errDetail)
 	}
 	return nil
 }
@@ -220,10 +221,10 @@ func (f *Fabric) InjectCQE(cqn uint32, img [prm.CQE64Size]byte) error {
 	defer f.mu.Unlock()
 	c := f.cqs[cqn]
 	if c == nil {
-		return ctx.Errorf("sim: inject CQE", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+		return provider.Errorf("sim: inject CQE", "CQN %#x: %w", cqn, ctx.ErrNotFound)
 	}
 	if !f.writeCQE(c, &img, nil, nil) {
-		return ctx.Errorf("sim: inject CQE", "CQN %#x: %w", cqn, ctx.ErrBusy)
+		return provider.Errorf("sim: inject CQE", "CQN %#x: %w", cqn, ctx.ErrBusy)
 	}
 	return nil
 }

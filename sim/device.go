@@ -191,7 +191,7 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 
 func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
 	if port != 1 {
-		return ctx.PortAttr{}, ctx.Errorf("sim: query port", "port %d: %w", port, ctx.ErrInvalidArgument)
+		return ctx.PortAttr{}, provider.Errorf("sim: query port", "port %d: %w", port, ctx.ErrInvalidArgument)
 	}
 	return ctx.PortAttr{
 		Port:         1,
@@ -210,7 +210,7 @@ func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
 
 func (d *device) QueryGIDs(port uint8) ([]ctx.GIDEntry, error) {
 	if port != 1 {
-		return nil, ctx.Errorf("sim: query GIDs", "port %d: %w", port, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf("sim: query GIDs", "port %d: %w", port, ctx.ErrInvalidArgument)
 	}
 	return append([]ctx.GIDEntry(nil), d.h.gids...), nil
 }
@@ -280,16 +280,16 @@ type pd struct {
 func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	const op = "sim: register MR"
 	if addr == nil || length == 0 {
-		return nil, ctx.Errorf(op, "empty region: %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "empty region: %w", ctx.ErrInvalidArgument)
 	}
 	a := uint64(uintptr(addr))
 	if a+length < a {
-		return nil, ctx.Errorf(op, "region wraps the address space: %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "region wraps the address space: %w", ctx.ErrInvalidArgument)
 	}
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	if p.closed {
-		return nil, ctx.Errorf(op, "%w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
 	key, ok := p.f.allocKeyLocked()
 	if !ok {
@@ -303,13 +303,13 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {
 	const op = "sim: create AH"
 	if attr.Port != 1 {
-		return nil, ctx.Errorf(op, "port %d: %w", attr.Port, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "port %d: %w", attr.Port, ctx.ErrInvalidArgument)
 	}
 	if p.dev.h.link == ctx.LinkLayerEthernet && !attr.GlobalRoute {
-		return nil, ctx.Errorf(op, "RoCE needs a GRH (GlobalRoute): %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "RoCE needs a GRH (GlobalRoute): %w", ctx.ErrInvalidArgument)
 	}
 	if attr.GlobalRoute && int(attr.SGIDIndex) >= len(p.dev.h.gids) {
-		return nil, ctx.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, ctx.ErrInvalidArgument)
 	}
 	av := encodeAV(p.dev.h, attr)
 	return &ah{av: av}, nil

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
@@ -32,23 +33,23 @@ const dmabufVerb = "ibv_reg_dmabuf_mr"
 func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	const op = "sim: register dma-buf MR"
 	if length == 0 || offset+length < offset || iova+length < iova {
-		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x length %#x iova %#x", offset, length, iova), unix.EINVAL, ctx.ErrInvalidArgument)}
+		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x length %#x iova %#x", offset, length, iova), unix.EINVAL, ctx.ErrInvalidArgument)}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &ctx.OpError{Op: op, Err: errnoOf(fmt.Sprintf("fd %d", fd), err)}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("fd %d is not a dma-buf (the software HCA maps a regular file such as a memfd)", fd), unix.EINVAL, ctx.ErrInvalidArgument)}
+		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("fd %d is not a dma-buf (the software HCA maps a regular file such as a memfd)", fd), unix.EINVAL, ctx.ErrInvalidArgument)}
 	}
 	if size := uint64(st.Size); size < offset+length {
-		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("offset %#x + length %#x beyond the %d-byte buffer of fd %d", offset, length, size, fd), unix.EINVAL, ctx.ErrInvalidArgument)}
+		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x + length %#x beyond the %d-byte buffer of fd %d", offset, length, size, fd), unix.EINVAL, ctx.ErrInvalidArgument)}
 	}
 	page := uint64(os.Getpagesize())
 	start := offset &^ (page - 1)
 	end := (offset + length + page - 1) &^ (page - 1)
 	if end-start > uint64(maxInt) {
-		return nil, &ctx.OpError{Op: op, Err: ctx.ErrnoError(dmabufVerb, fmt.Sprintf("length %#x", length), unix.EINVAL, ctx.ErrInvalidArgument)}
+		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("length %#x", length), unix.EINVAL, ctx.ErrInvalidArgument)}
 	}
 	prot := unix.PROT_READ
 	if access&(ctx.AccessLocalWrite|ctx.AccessRemoteWrite|ctx.AccessRemoteAtomic) != 0 {
@@ -65,7 +66,7 @@ func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Acce
 		return nil, err
 	}
 	if p.closed {
-		return fail(ctx.Errorf(op, "%w", ctx.ErrClosed))
+		return fail(provider.Errorf(op, "%w", ctx.ErrClosed))
 	}
 	key, ok := p.f.allocKeyLocked()
 	if !ok {
@@ -87,7 +88,7 @@ func (m *mr) unmapLocked() error {
 	err := unix.Munmap(m.mapping)
 	m.mapping, m.base = nil, nil
 	if err != nil {
-		return ctx.Errorf("sim: deregister dma-buf MR", "munmap: %w", err)
+		return provider.Errorf("sim: deregister dma-buf MR", "munmap: %w", err)
 	}
 	return nil
 }
@@ -106,5 +107,5 @@ func errnoOf(what string, err error) error {
 	if errno == unix.ENOMEM {
 		sentinel = ctx.ErrNoMemory
 	}
-	return ctx.ErrnoError(dmabufVerb, what, errno, sentinel)
+	return kerrno.New(dmabufVerb, what, errno, sentinel)
 }

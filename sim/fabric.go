@@ -291,7 +291,7 @@ func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
 	err := f.joinLocked()
 	f.mu.Unlock()
 	if err != nil {
-		return nil, ctx.Errorf("sim: list devices", "%w", err)
+		return nil, provider.Errorf("sim: list devices", "%w", err)
 	}
 	out := make([]ctx.DeviceInfo, len(f.hcas))
 	for i, h := range f.hcas {
@@ -307,7 +307,7 @@ func (f *Fabric) OpenDevice(name string) (provider.Device, error) {
 	err := f.joinLocked()
 	f.mu.Unlock()
 	if err != nil {
-		return nil, ctx.Errorf(op, "%w", err)
+		return nil, provider.Errorf(op, "%w", err)
 	}
 	var h *hca
 	if name == "" {
@@ -320,11 +320,11 @@ func (f *Fabric) OpenDevice(name string) (provider.Device, error) {
 		}
 	}
 	if h == nil {
-		return nil, ctx.Errorf(op, "%q: %w", name, ctx.ErrNotFound)
+		return nil, provider.Errorf(op, "%q: %w", name, ctx.ErrNotFound)
 	}
 	d, err := newDevice(f, h)
 	if err != nil {
-		return nil, ctx.Errorf(op, "%w", err)
+		return nil, provider.Errorf(op, "%w", err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

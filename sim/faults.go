@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // UDFaults sets the probabilities with which the model mistreats UD
@@ -47,8 +48,8 @@ func (f *Fabric) InjectUDFaults(u UDFaults) {
 	f.faults.UDFaults = u
 }
 
-// DropNextUD drops the next n UD packets, whatever their destination.
-func (f *Fabric) DropNextUD(n int) {
+// dropNextUD drops the next n UD packets, whatever their destination.
+func (f *Fabric) dropNextUD(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults.dropNext = n
@@ -61,7 +62,7 @@ func (f *Fabric) FailQP(qpn uint32) error {
 	defer f.mu.Unlock()
 	q := f.qps[qpn]
 	if q == nil {
-		return ctx.Errorf("sim: fail QP", "QPN %#x: %w", qpn, ctx.ErrNotFound)
+		return provider.Errorf("sim: fail QP", "QPN %#x: %w", qpn, ctx.ErrNotFound)
 	}
 	f.qpFatal(q, "injected fault")
 	return nil
@@ -75,7 +76,7 @@ func (f *Fabric) DelayCompletions(cqn uint32, d time.Duration) error {
 	defer f.mu.Unlock()
 	c := f.cqs[cqn]
 	if c == nil {
-		return ctx.Errorf("sim: delay completions", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+		return provider.Errorf("sim: delay completions", "CQN %#x: %w", cqn, ctx.ErrNotFound)
 	}
 	c.delay = int64(d)
 	return nil
@@ -87,7 +88,7 @@ func (f *Fabric) QPState(qpn uint32) (ctx.QPState, error) {
 	defer f.mu.Unlock()
 	q := f.qps[qpn]
 	if q == nil {
-		return 0, ctx.Errorf("sim: QP state", "QPN %#x: %w", qpn, ctx.ErrNotFound)
+		return 0, provider.Errorf("sim: QP state", "QPN %#x: %w", qpn, ctx.ErrNotFound)
 	}
 	return q.state, nil
 }

@@ -4,6 +4,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // The model's object numbers. QPNs (DCT numbers included: a DCT is named by
@@ -84,7 +85,7 @@ func (s *numberSpace) give(n uint32) {
 // command beyond its limits with "limits exceeded" (status 0x8), which the
 // kernel returns as ENOMEM.
 func exhausted(op, what string, s *numberSpace) error {
-	return ctx.Errorf(op, "all %d %s are live: %w (%w)", s.next-s.first, what, ctx.ErrNoMemory, unix.ENOMEM)
+	return provider.Errorf(op, "all %d %s are live: %w (%w)", s.next-s.first, what, ctx.ErrNoMemory, unix.ENOMEM)
 }
 
 // allocKeyLocked returns an unused memory key (f.mu held): a fresh index

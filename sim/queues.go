@@ -68,7 +68,7 @@ type cq struct {
 	eventsRead atomic.Uint64
 	lastCIRaw  uint32
 	// An adopted CQ's arms are read from its doorbell record and its
-	// events go to onEvent (see AdoptedCQConfig.Event).
+	// events go to onEvent (see simadopt.CQConfig.Event).
 	recordArm  bool
 	lastRecArm uint32
 	onEvent    func()
@@ -87,28 +87,28 @@ type pendingCQE struct {
 func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.CompletionQueue, error) {
 	const op = "sim: create CQ"
 	if cfg.Depth == 0 || cfg.Depth > maxCQE {
-		return nil, ctx.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
 	}
 	size := cfg.CQESize
 	if size == 0 {
 		size = prm.CQE64Size
 	}
 	if size != prm.CQE64Size && size != prm.CQE128Size {
-		return nil, ctx.Errorf(op, "CQE size %d: %w", size, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "CQE size %d: %w", size, ctx.ErrInvalidArgument)
 	}
 	// The model writes every CQE in full: it refuses compression (its
 	// DeviceAttr reports none) rather than accept it and never compress, so
 	// that code relying on mini-CQE sessions learns it is not tested here.
 	if cfg.Compression != ctx.CQECompressionNone {
-		return nil, ctx.Errorf(op, "CQE compression (%v mini-CQE format): the software HCA writes full CQEs only: %w", cfg.Compression, ctx.ErrNotSupported)
+		return nil, provider.Errorf(op, "CQE compression (%v mini-CQE format): the software HCA writes full CQEs only: %w", cfg.Compression, ctx.ErrNotSupported)
 	}
 	// Padding is what the model does anyway: a 128-byte CQE's 64 bytes of
 	// content sit in its second half and the whole line is written.
 	if cfg.CQEPadding && size != prm.CQE128Size {
-		return nil, ctx.Errorf(op, "CQE padding needs 128-byte CQEs, not %d: %w", size, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "CQE padding needs 128-byte CQEs, not %d: %w", size, ctx.ErrInvalidArgument)
 	}
 	if cfg.CompVector >= compVectors {
-		return nil, ctx.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
 	}
 	// As rdma-core: one more entry than asked for, rounded up to a power of
 	// two.
@@ -116,15 +116,15 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.
 	c := &cq{f: d.f, dev: d, cnt: cnt, size: size, evfd: -1}
 	var err error
 	if c.bufs[0], err = region(int(cnt * size)); err != nil {
-		return nil, ctx.Errorf(op, "ring: %w", err)
+		return nil, provider.Errorf(op, "ring: %w", err)
 	}
 	if c.bufs[1], err = region(pageSize); err != nil {
 		freeAll(c.bufs[:]...)
-		return nil, ctx.Errorf(op, "doorbell record: %w", err)
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
 	}
 	if c.bufs[2], err = region(pageSize); err != nil {
 		freeAll(c.bufs[:]...)
-		return nil, ctx.Errorf(op, "UAR: %w", err)
+		return nil, provider.Errorf(op, "UAR: %w", err)
 	}
 	if cfg.EventChannel {
 		// A semaphore: each ReadEvent consumes one event, as
@@ -132,7 +132,7 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.
 		fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC|unix.EFD_SEMAPHORE)
 		if err != nil {
 			freeAll(c.bufs[:]...)
-			return nil, ctx.Errorf(op, "completion channel: %w", err)
+			return nil, provider.Errorf(op, "completion channel: %w", err)
 		}
 		c.evfd = fd
 	}
@@ -169,7 +169,7 @@ func (c *cq) EventFD() int { return c.evfd }
 
 func (c *cq) ReadEvent() (bool, error) {
 	if c.evfd < 0 {
-		return false, ctx.Errorf("sim: read CQ event", "CQ has no completion channel: %w", ctx.ErrInvalidArgument)
+		return false, provider.Errorf("sim: read CQ event", "CQ has no completion channel: %w", ctx.ErrInvalidArgument)
 	}
 	var b [8]byte
 	_, err := unix.Read(c.evfd, b[:])
@@ -177,7 +177,7 @@ func (c *cq) ReadEvent() (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, ctx.Errorf("sim: read CQ event", "%w", err)
+		return false, provider.Errorf("sim: read CQ event", "%w", err)
 	}
 	c.eventsRead.Add(1)
 	return true, nil
@@ -223,10 +223,10 @@ type srq struct {
 func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	const op = "sim: create SRQ"
 	if cfg.Depth == 0 || cfg.Depth >= maxRecvWR {
-		return nil, ctx.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
 	}
 	if cfg.MaxSGE > maxSGE {
-		return nil, ctx.Errorf(op, "max SGE %d: %w", cfg.MaxSGE, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "max SGE %d: %w", cfg.MaxSGE, ctx.ErrInvalidArgument)
 	}
 	sge := max(cfg.MaxSGE, 1)
 	stride := roundPow2(max(32, prm.SRQNextSize+sge*prm.DataSize))
@@ -234,11 +234,11 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	s := &srq{f: p.f, pd: p, cnt: cnt, stride: stride, maxSGE: (stride - prm.SRQNextSize) / prm.DataSize}
 	var err error
 	if s.bufs[0], err = region(int(cnt * stride)); err != nil {
-		return nil, ctx.Errorf(op, "ring: %w", err)
+		return nil, provider.Errorf(op, "ring: %w", err)
 	}
 	if s.bufs[1], err = region(pageSize); err != nil {
 		freeAll(s.bufs[:]...)
-		return nil, ctx.Errorf(op, "doorbell record: %w", err)
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
 	}
 	s.ring = s.bufs[0].Pointer()
 	s.db = s.bufs[1].Pointer()
@@ -250,7 +250,7 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	defer p.f.mu.Unlock()
 	if p.closed {
 		freeAll(s.bufs[:]...)
-		return nil, ctx.Errorf(op, "PD: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD: %w", ctx.ErrClosed)
 	}
 	srqn, _, ok := p.f.srqns.take()
 	if !ok {
@@ -336,7 +336,7 @@ func (q *qp) sqPending() uint16 { return q.sqPI - q.sqCI }
 func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {
 	op := "sim: create " + cfg.Type.String() + " QP"
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	sendCQ, ok1 := cfg.SendCQ.(*cq)
 	recvCQ, ok2 := cfg.RecvCQ.(*cq)
@@ -369,7 +369,7 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 		// where the type's limits are exceeded.
 		_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
 		if err != nil {
-			return nil, ctx.Errorf(op, "%w", err)
+			return nil, provider.Errorf(op, "%w", err)
 		}
 		q.sqCnt = g.WQECnt
 		q.maxWQEBBs = g.WQEBBs()
@@ -389,7 +389,7 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 	var err error
 	fail := func(what string, e error) (provider.QueuePair, error) {
 		freeAll(q.bufs[:]...)
-		return nil, ctx.Errorf(op, "%s: %w", what, e)
+		return nil, provider.Errorf(op, "%s: %w", what, e)
 	}
 	if q.sqCnt > 0 {
 		if q.bufs[0], err = region(int(q.sqCnt * prm.WQEBBSize)); err != nil {
@@ -411,7 +411,7 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 	defer p.f.mu.Unlock()
 	if p.closed || sendCQ.closed || recvCQ.closed || (sr != nil && sr.closed) {
 		freeAll(q.bufs[:]...)
-		return nil, ctx.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
+		return nil, provider.Errorf(op, "PD, CQ or SRQ: %w", ctx.ErrClosed)
 	}
 	qpn, _, ok := p.f.qpns.take()
 	if !ok {
@@ -423,7 +423,7 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 		if err := p.dev.attachBlueFlameLocked(q); err != nil {
 			p.f.qpns.give(qpn)
 			freeAll(q.bufs[:]...)
-			return nil, ctx.Errorf(op, "BlueFlame page: %w", err)
+			return nil, provider.Errorf(op, "BlueFlame page: %w", err)
 		}
 	}
 	p.f.addQP(q)
@@ -475,18 +475,18 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	q.f.mu.Lock()
 	defer q.f.mu.Unlock()
 	if q.closed {
-		return ctx.Errorf(op, "%w", ctx.ErrClosed)
+		return provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
 	bad := func(format string, args ...any) error {
-		return ctx.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	from := q.state
 	mask, err := qpstate.Derive(q.typ, from, a.State)
 	if err != nil {
-		return ctx.Errorf(op, "%w", err)
+		return provider.Errorf(op, "%w", err)
 	}
 	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
-		return ctx.Errorf(op, "%w", err)
+		return provider.Errorf(op, "%w", err)
 	}
 	switch a.State {
 	case ctx.QPStateReset:
@@ -548,7 +548,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		}
 	default:
 		// The table has no legal transition to SQD or SQE.
-		return ctx.Errorf(op, "%w", ctx.ErrNotSupported)
+		return provider.Errorf(op, "%w", ctx.ErrNotSupported)
 	}
 	q.wireTransition(from, a.State)
 	q.state = a.State

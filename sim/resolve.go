@@ -1,13 +1,17 @@
 package sim
 
-import "github.com/mlx5kit/mlx5kit/ctx"
+import (
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
+)
 
-// NeighbourMAC returns the MAC address of the Ethernet port of the model
+// neighbourMAC returns the MAC address of the Ethernet port of the model
 // whose GID table holds gid: what the kernel's neighbour resolution
 // (ib_resolve_eth_dmac) finds for a unicast GID on a RoCE fabric of
 // these devices. ok is false when no Ethernet port of the fabric has the
 // GID.
-func (f *Fabric) NeighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
+func (f *Fabric) neighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, h := range f.hcas {
@@ -30,4 +34,43 @@ func (f *Fabric) PortMAC(device string) (mac [6]byte, ok bool) {
 		}
 	}
 	return mac, false
+}
+
+// The functions the kernel-side model (package cgo/emulate) reaches through
+// internal/simadopt.
+func init() {
+	simadopt.CompletionQueue = adoptCompletionQueue
+	simadopt.QueuePair = adoptQueuePair
+	simadopt.SharedReceiveQueue = adoptSharedReceiveQueue
+	simadopt.ProtectionDomainNumber = protectionDomainNumber
+	simadopt.QueuePairAttributes = queuePairAttributes
+	simadopt.SharedReceiveQueueNumber = sharedReceiveQueueNumber
+	simadopt.NeighbourMAC = func(p provider.Provider, gid ctx.GID) ([6]byte, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return [6]byte{}, false
+		}
+		return f.neighbourMAC(gid)
+	}
+	simadopt.LookupMR = func(p provider.Provider, key uint32) (simadopt.MRInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return simadopt.MRInfo{}, false
+		}
+		return f.lookupMR(key)
+	}
+	simadopt.LookupCQ = func(p provider.Provider, cqn uint32) (simadopt.CQInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return simadopt.CQInfo{}, false
+		}
+		return f.lookupCQ(cqn)
+	}
+	simadopt.LookupSRQ = func(p provider.Provider, srqn uint32) (simadopt.SRQInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return simadopt.SRQInfo{}, false
+		}
+		return f.lookupSRQ(srqn)
+	}
 }

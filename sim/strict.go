@@ -123,9 +123,9 @@ func (f *Fabric) Violations() []Violation {
 	return append([]Violation(nil), f.violations...)
 }
 
-// ClearViolations forgets the recorded violations (and the fatal state of
+// clearViolations forgets the recorded violations (and the fatal state of
 // StrictFatal).
-func (f *Fabric) ClearViolations() {
+func (f *Fabric) clearViolations() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.violations = nil

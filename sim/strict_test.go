@@ -46,7 +46,7 @@ func TestStrictDSMismatch(t *testing.T) {
 	a.ring()
 	e.run()
 	require.Equal(t, []ViolationKind{ViolationDS}, violationKinds(e.f))
-	e.f.ClearViolations()
+	e.f.clearViolations()
 	// The zero segment reads as 2 GiB, more than a message may carry.
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalLength, a.pi-1)
 
@@ -94,12 +94,12 @@ func TestStrictDoorbellBackwardsAndPastRing(t *testing.T) {
 	prm.Store32(unsafe.Add(a.d.DBRec, 4), 1)
 	e.run()
 	require.Equal(t, []ViolationKind{ViolationDoorbellBackwards}, violationKinds(e.f))
-	e.f.ClearViolations()
+	e.f.clearViolations()
 	prm.Store32(unsafe.Add(a.d.DBRec, 4), uint32(a.pi)+a.d.SQ.WQECnt+1)
 	e.run()
 	require.Equal(t, []ViolationKind{ViolationDoorbellPastRing}, violationKinds(e.f))
 	require.Empty(t, a.scq.drain())
-	e.f.ClearViolations()
+	e.f.clearViolations()
 	// The receive doorbell record as well.
 	prm.Store32(a.d.DBRec, a.d.RQ.WQECnt+1)
 	e.run()
@@ -116,7 +116,7 @@ func TestStrictWQEIndexQPNAndOpcode(t *testing.T) {
 	e.run()
 	require.Equal(t, []ViolationKind{ViolationWQEIndex}, violationKinds(e.f))
 	require.Equal(t, prm.CQEReq, a.scq.one(t).op, "not fatal unless StrictFatal")
-	e.f.ClearViolations()
+	e.f.clearViolations()
 
 	w = ctrlSeg(prm.OpNop, 0, a.pi, a.qp.QPN()+1, 1, prm.FlagCQUpdate, 0)
 	a.write(append(w, make([]byte, 48)...))
@@ -124,7 +124,7 @@ func TestStrictWQEIndexQPNAndOpcode(t *testing.T) {
 	e.run()
 	require.Equal(t, []ViolationKind{ViolationQPN}, violationKinds(e.f))
 	a.scq.drain()
-	e.f.ClearViolations()
+	e.f.clearViolations()
 
 	i := a.post(prm.OpTSO, 0, prm.FlagCQUpdate, 0)
 	e.run()
@@ -144,7 +144,7 @@ func TestStrictFatal(t *testing.T) {
 	require.ErrorIs(t, e.f.RunUntilIdle(), ErrViolation)
 	require.Len(t, seen, 1)
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, 0)
-	e.f.ClearViolations()
+	e.f.clearViolations()
 	require.NoError(t, e.f.RunUntilIdle())
 }
 
@@ -368,7 +368,7 @@ func TestStrictSRQDoorbellPastRing(t *testing.T) {
 	require.Equal(t, ViolationDoorbellPastRing, v[0].Kind)
 	require.Equal(t, srq.srq.SRQN(), v[0].SRQN)
 	require.Zero(t, v[0].QPN)
-	e.f.ClearViolations()
+	e.f.clearViolations()
 
 	// Two receives consumed (and freed) make room for two more, not three.
 	for i := 0; i < 2; i++ {
@@ -392,7 +392,7 @@ func TestStrictSRQDoorbellPastRing(t *testing.T) {
 	require.Len(t, v, 1)
 	require.Equal(t, ViolationDoorbellPastRing, v[0].Kind)
 	require.Equal(t, srq.srq.SRQN(), v[0].SRQN)
-	e.f.ClearViolations()
+	e.f.clearViolations()
 
 	// The rejected counter was not taken: the three receives posted are
 	// the three there are, and a fourth SEND finds none.

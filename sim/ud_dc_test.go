@@ -169,7 +169,7 @@ func TestDropNextUD(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(i*64)))
 	}
-	e.f.DropNextUD(2)
+	e.f.dropNextUD(2)
 	for i := 0; i < 3; i++ {
 		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b.qp.QPN(), 2), inlineSeg([]byte{1}))
 	}

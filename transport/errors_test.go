@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -136,7 +137,7 @@ func TestControlPlaneErrorIsOpError(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, syscall.EINVAL, oe.Errno(), "%v", err)
 
-	errno := &ctx.OpError{Op: "register MR", Err: ctx.ErrnoError("ibv_reg_mr", "", syscall.EFAULT, ctx.ErrInvalidArgument)}
+	errno := &ctx.OpError{Op: "register MR", Err: kerrno.New("ibv_reg_mr", "", syscall.EFAULT, ctx.ErrInvalidArgument)}
 	require.Equal(t, syscall.EFAULT, errno.Errno())
 	require.True(t, errors.Is(errno, syscall.EFAULT))
 	require.Equal(t, "ctx: register MR: ibv_reg_mr: EFAULT (bad address)", errno.Error())

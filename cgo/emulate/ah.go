@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // Address handles. libmlx5 builds a UD address vector itself and asks the
@@ -76,7 +77,7 @@ func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
 		mac = [6]byte{0x01, 0x00, 0x5e, g[13] & 0x7f, g[14], g[15]}
 		return mac, 0
 	}
-	if m, ok := k.fabric.NeighbourMAC(g); ok {
+	if m, ok := simadopt.NeighbourMAC(k.fabric, g); ok {
 		return m, 0
 	}
 	if g[0] == 0xfe && g[1]&0xc0 == 0x80 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -47,7 +48,7 @@ func TestContextRCOnSharedReceiveQueue(t *testing.T) {
 	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 15})
 	require.NoError(t, err, "ibv_create_srq through the Context")
 	srqn := srq.SRQN()
-	info, ok := f.SharedReceiveQueue(srqn)
+	info, ok := simadopt.LookupSRQ(f, srqn)
 	require.True(t, ok, "the model has SRQN %#x", srqn)
 	require.NotNil(t, info.Ring)
 
@@ -107,7 +108,7 @@ func TestContextRCOnSharedReceiveQueue(t *testing.T) {
 
 	require.NoError(t, c.Close())
 	closed = true
-	_, ok = f.SharedReceiveQueue(srqn)
+	_, ok = simadopt.LookupSRQ(f, srqn)
 	require.False(t, ok, "closing the Context destroys the SRQ on the model")
 	deadline := time.Now().Add(10 * time.Second)
 	for emulate.MappingCount() != maps && time.Now().Before(deadline) {

@@ -11,15 +11,14 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"golang.org/x/sys/unix"
-
-	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // Completion channels and completion queues. A completion channel is an
 // event descriptor (a pipe) like the async event file; a completion queue
 // is created on the model over the ring and doorbell record libmlx5
-// allocated (sim.AdoptCompletionQueue), so that the CQEs the model writes
+// allocated (simadopt.CompletionQueue), so that the CQEs the model writes
 // are the ones libmlx5 polls.
 
 // cqLimit is the most entries a CQ may have: the largest power of two
@@ -149,7 +148,7 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 	if r.channel >= 0 {
 		events = &cqEvents{file: k.events[r.channel], cookie: r.userHandle}
 	}
-	cfg := sim.AdoptedCQConfig{
+	cfg := simadopt.CQConfig{
 		// The library's memory, not Go's: it reaches the model as
 		// pointers without uintptr conversions vet would flag.
 		Ring:       *(*unsafe.Pointer)(unsafe.Pointer(&ring)),
@@ -161,7 +160,7 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 	if events != nil {
 		cfg.Event = events.post
 	}
-	q, err := sim.AdoptCompletionQueue(f.uctx.dev, cfg)
+	q, err := simadopt.CompletionQueue(f.uctx.dev, cfg)
 	if err != nil {
 		return 0, 0, 0, errnoOfModel(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -86,7 +87,7 @@ func TestKernelCompletionQueues(t *testing.T) {
 	h, cqe, cqn, en := createCQCmd(k, a, fd, 63, 1, int32(ch), mlx5CQReq(ringAddr, dbAddr, 64), 8)
 	require.Zero(t, en)
 	require.Equal(t, uint32(63), cqe, "64 entries, less one")
-	info, ok := k.fabric.CompletionQueue(cqn)
+	info, ok := simadopt.LookupCQ(k.fabric, cqn)
 	require.True(t, ok, "the model has CQN %#x", cqn)
 	require.Equal(t, unsafe.Pointer(&ring[0]), info.Ring)
 	require.Equal(t, unsafe.Pointer(&db[0]), info.DBRec)
@@ -156,7 +157,7 @@ func TestKernelCompletionQueues(t *testing.T) {
 	require.Zero(t, en)
 	require.Zero(t, comp, "no completion event reported")
 	require.Zero(t, async, "no async event reported")
-	_, ok = k.fabric.CompletionQueue(cqn)
+	_, ok = simadopt.LookupCQ(k.fabric, cqn)
 	require.False(t, ok, "DESTROY_CQ removes it from the model")
 	_, _, en = destroyCQCmd(k, a, fd, h)
 	require.Equal(t, unix.ENOENT, en, "destroyed twice")
@@ -165,7 +166,7 @@ func TestKernelCompletionQueues(t *testing.T) {
 	_, _, cqn, en = createCQCmd(k, a, fd, 63, 0, int32(ch), good(), 8)
 	require.Zero(t, en)
 	require.Zero(t, k.close(fd))
-	_, ok = k.fabric.CompletionQueue(cqn)
+	_, ok = simadopt.LookupCQ(k.fabric, cqn)
 	require.False(t, ok, "close destroys the CQs")
 }
 

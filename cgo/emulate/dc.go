@@ -16,7 +16,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
-	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // Dynamically connected QPs. libmlx5 creates a DCI or a DCT (mlx5dv_create_qp
@@ -86,7 +86,7 @@ func checkDCAttr(t ctx.QPType, srq *uobject, c ctx.QueuePairCaps) syscall.Errno 
 // vendor response of zeros.
 func (k *kernel) createDCT(f *ufile, r qpRequest, p, scq, rcq, srq *uobject, ucmd *C.struct_mlx5_ib_create_qp) (qpReply, syscall.Errno) {
 	key := binary.NativeEndian.Uint64(bytesOf(ucmd)[unsafe.Offsetof(ucmd.bfreg_index)+4:])
-	q, err := sim.AdoptQueuePair(p.pd, sim.AdoptedQPConfig{
+	q, err := simadopt.QueuePair(p.pd, simadopt.QPConfig{
 		Type: ctx.QPTypeDCT, SendCQ: scq.cq, RecvCQ: rcq.cq, SRQ: srq.srq.srq, DCKey: key,
 		ScatterToCQE: uint32(ucmd.flags)&C.MLX5_QP_FLAG_SCATTER_CQE != 0,
 	})

@@ -10,7 +10,7 @@
 // with MLX5KIT_EMULATE=1.
 //
 // Switched on, the package generates a sysfs tree for the model's devices
-// (WriteSysfs; libibverbs reads it through SYSFS_PATH once RDMA netlink is
+// (libibverbs reads it through SYSFS_PATH once RDMA netlink is
 // found missing), and the C library functions it defines (open, openat,
 // stat, ioctl, write, mmap, munmap, close, socket, and their 64-bit-offset
 // twins), which the dynamic linker prefers to the C library's, hand what
@@ -38,7 +38,6 @@
 // for an address that cannot be read or written. docs/hardware.md says
 // what works and what is not built yet.
 //
-// With CGO_ENABLED=0, or for another OS, the package builds with
-// Available false and Enable returning ErrUnavailable; WriteSysfs works in
-// every build.
+// With CGO_ENABLED=0, or for another OS, the package builds with Enable
+// returning ErrUnavailable and Enabled false.
 package emulate

@@ -24,9 +24,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
-// Available reports whether this build has the emulation (cgo on Linux).
-const Available = true
-
 // backingDevice is the character device every uverbs descriptor is a
 // descriptor of: libibverbs compares its number with sysfs dev.
 const backingDevice = "/dev/null"
@@ -78,7 +75,7 @@ func enable() error {
 		return err
 	}
 	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll, Fabric: os.Getenv(sim.EnvFabric)})
-	devs, err := DescribeFabric(f)
+	devs, err := describeFabric(f)
 	if err != nil {
 		return err
 	}
@@ -142,15 +139,15 @@ func linkLayerFromEnv(v string) (ctx.LinkLayer, error) {
 }
 
 // charDevNumber returns the number of a character device.
-func charDevNumber(path string) (DevNumber, error) {
+func charDevNumber(path string) (devNumber, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return DevNumber{}, fmt.Errorf("emulate: stat %s: %w", path, err)
+		return devNumber{}, fmt.Errorf("emulate: stat %s: %w", path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		return DevNumber{}, fmt.Errorf("emulate: %s is not a character device: %w", path, ctx.ErrNotSupported)
+		return devNumber{}, fmt.Errorf("emulate: %s is not a character device: %w", path, ctx.ErrNotSupported)
 	}
-	return DevNumber{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
+	return devNumber{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
 }
 
 // sysfsBases are the directories generated trees are kept in, in order of

@@ -48,9 +48,9 @@ type hooks struct {
 type kernel struct {
 	mu      sync.Mutex
 	fabric  *sim.Fabric
-	devs    []Device
+	devs    []sysfsDevice
 	backing string    // the character device behind every uverbs descriptor
-	cdev    DevNumber // its number, which sysfs dev reports
+	cdev    devNumber // its number, which sysfs dev reports
 	// noIoctl answers every ioctl with ENOTTY, as a kernel without the
 	// ioctl framework: libibverbs then uses write() and sysfs alone.
 	noIoctl  bool
@@ -68,7 +68,7 @@ type kernel struct {
 // ufile is an open uverbs device node.
 type ufile struct {
 	fd   int
-	dev  *Device
+	dev  *sysfsDevice
 	uctx *ucontext // nil until GET_CONTEXT
 }
 
@@ -111,7 +111,7 @@ type mapping struct {
 	index  int // UAR page index within the context
 }
 
-func newKernel(f *sim.Fabric, devs []Device, backing string, cdev DevNumber) *kernel {
+func newKernel(f *sim.Fabric, devs []sysfsDevice, backing string, cdev devNumber) *kernel {
 	return &kernel{
 		fabric: f, devs: devs, backing: backing, cdev: cdev,
 		pageSize: unix.Getpagesize(),
@@ -135,7 +135,7 @@ func (k *kernel) addMappings(delta int) {
 }
 
 // device returns the device a node path names (/dev/infiniband/uverbsN).
-func (k *kernel) device(path string) (*Device, syscall.Errno) {
+func (k *kernel) device(path string) (*sysfsDevice, syscall.Errno) {
 	name, ok := strings.CutPrefix(path, devPrefix)
 	if !ok {
 		return nil, unix.ENOENT

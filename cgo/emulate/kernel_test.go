@@ -106,7 +106,7 @@ func attrData(attrs []byte, i int) uint64  { return ne.Uint64(attrs[i*attrSize+a
 func testKernel(t testing.TB, ll ctx.LinkLayer) *kernel {
 	t.Helper()
 	f := sim.New(sim.Options{LinkLayer: ll})
-	devs, err := DescribeFabric(f)
+	devs, err := describeFabric(f)
 	require.NoError(t, err)
 	cdev, err := charDevNumber(backingDevice)
 	require.NoError(t, err)
@@ -180,7 +180,7 @@ func TestKernelOpensOnlyItsNodes(t *testing.T) {
 	var st unix.Stat_t
 	require.NoError(t, unix.Fstat(fd, &st))
 	require.Equal(t, uint32(unix.S_IFCHR), st.Mode&unix.S_IFMT)
-	require.Equal(t, k.cdev, DevNumber{unix.Major(st.Rdev), unix.Minor(st.Rdev)}, "fstat agrees with sysfs dev")
+	require.Equal(t, k.cdev, devNumber{unix.Major(st.Rdev), unix.Minor(st.Rdev)}, "fstat agrees with sysfs dev")
 	require.Zero(t, k.close(fd))
 	require.Equal(t, unix.EBADF, k.close(fd), "closed twice")
 }

@@ -130,7 +130,7 @@ func writeUcontextResp(resp C.struct_mlx5_ib_alloc_ucontext_resp, addr uintptr, 
 }
 
 // queryDeviceResp is the core answer to QUERY_DEVICE.
-func queryDeviceResp(d *Device) C.struct_ib_uverbs_query_device_resp {
+func queryDeviceResp(d *sysfsDevice) C.struct_ib_uverbs_query_device_resp {
 	a := &d.Attr
 	var r C.struct_ib_uverbs_query_device_resp
 	major, minor, sub := firmwareVersion(a.FirmwareVersion)
@@ -171,7 +171,7 @@ func queryDeviceResp(d *Device) C.struct_ib_uverbs_query_device_resp {
 // queryDeviceExResp is the core answer to the extended QUERY_DEVICE: no
 // on-demand paging, timestamps, RSS, tag matching, CQ moderation or
 // device memory.
-func queryDeviceExResp(d *Device) C.struct_ib_uverbs_ex_query_device_resp {
+func queryDeviceExResp(d *sysfsDevice) C.struct_ib_uverbs_ex_query_device_resp {
 	var r C.struct_ib_uverbs_ex_query_device_resp
 	r.base = queryDeviceResp(d)
 	r.device_cap_flags_ex = C.__u64(deviceCapFlags)
@@ -181,7 +181,7 @@ func queryDeviceExResp(d *Device) C.struct_ib_uverbs_ex_query_device_resp {
 // mlx5QueryDeviceResp is mlx5_ib's vendor answer to the extended
 // QUERY_DEVICE: whole CQEs (no compression), 128-byte CQE padding as the
 // model reports it, nothing else.
-func mlx5QueryDeviceResp(d *Device) C.struct_mlx5_ib_query_device_resp {
+func mlx5QueryDeviceResp(d *sysfsDevice) C.struct_mlx5_ib_query_device_resp {
 	var r C.struct_mlx5_ib_query_device_resp
 	if d.Attr.CQEPadding {
 		r.flags |= C.MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_PAD
@@ -192,7 +192,7 @@ func mlx5QueryDeviceResp(d *Device) C.struct_mlx5_ib_query_device_resp {
 // writeMLX5QueryDeviceResp writes the vendor answer into a buffer of n
 // bytes at addr: every field that fits, response_length saying how many
 // bytes that is (a buffer too short for the header is EINVAL).
-func writeMLX5QueryDeviceResp(d *Device, addr uintptr, n int) syscall.Errno {
+func writeMLX5QueryDeviceResp(d *sysfsDevice, addr uintptr, n int) syscall.Errno {
 	if n == 0 {
 		return 0
 	}
@@ -211,7 +211,7 @@ func writeMLX5QueryDeviceResp(d *Device, addr uintptr, n int) syscall.Errno {
 }
 
 // queryPortResp is the answer to QUERY_PORT for a port of the device.
-func queryPortResp(d *Device, port uint8) (C.struct_ib_uverbs_query_port_resp, syscall.Errno) {
+func queryPortResp(d *sysfsDevice, port uint8) (C.struct_ib_uverbs_query_port_resp, syscall.Errno) {
 	var r C.struct_ib_uverbs_query_port_resp
 	if port < 1 || int(port) > len(d.Ports) {
 		return r, unix.EINVAL

@@ -16,7 +16,7 @@ import (
 func TestNameDevicesMLX5(t *testing.T) {
 	f := sim.New(sim.Options{})
 	defer f.Close()
-	devs, err := DescribeFabric(f)
+	devs, err := describeFabric(f)
 	require.NoError(t, err)
 	require.Len(t, devs, 2)
 
@@ -34,7 +34,7 @@ func TestNameDevicesMLX5(t *testing.T) {
 
 	require.NoError(t, nameDevices(devs, NamesMLX5))
 	dir := t.TempDir()
-	require.NoError(t, WriteSysfs(dir, devs, DevNumber{Major: 1, Minor: 3}))
+	require.NoError(t, writeSysfs(dir, devs, devNumber{Major: 1, Minor: 3}))
 	files := readTree(t, dir)
 	for i, d := range devs {
 		want := []string{"mlx5_0", "mlx5_1"}[i]

@@ -17,7 +17,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
-	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // The verbs objects of a context: protection domains, memory regions and
@@ -154,7 +154,7 @@ func (k *kernel) allocPD(f *ufile) (handle, pdn uint32, en syscall.Errno) {
 	if err != nil {
 		return 0, 0, errnoOfModel(err)
 	}
-	pdn, ok := sim.ProtectionDomainNumber(pd)
+	pdn, ok := simadopt.ProtectionDomainNumber(pd)
 	if !ok {
 		_ = pd.Close()
 		return 0, 0, unix.ENODEV

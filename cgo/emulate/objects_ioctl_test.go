@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -76,7 +77,7 @@ func TestKernelObjectIoctls(t *testing.T) {
 	en, h, cqe, cqn := ioctlCreateCQ(k, a, fd, 100, vendor, handleAttr(attrCreateCQChannel, uint64(ch)))
 	require.Zero(t, en)
 	require.Equal(t, uint32(127), cqe)
-	info, ok := k.fabric.CompletionQueue(cqn)
+	info, ok := simadopt.LookupCQ(k.fabric, cqn)
 	require.True(t, ok)
 	require.Equal(t, uint32(128), info.Count)
 	require.Contains(t, k.files[fd].uctx.objects, uint32(h), "the handle written back names the CQ")
@@ -107,7 +108,7 @@ func TestKernelObjectIoctls(t *testing.T) {
 	require.Zero(t, k.ioctl(fd, rdmaVerbsIoctl, hdr))
 	require.Zero(t, ne.Uint64(resp), "no events reported")
 	require.NotZero(t, attrFlags(back, 1)&attrFlagValidOut)
-	_, ok = k.fabric.CompletionQueue(cqn)
+	_, ok = simadopt.LookupCQ(k.fabric, cqn)
 	require.False(t, ok)
 	hdr, _ = a.ioctlCmd(objectCQ, methodCQDestroy, handleAttr(attrDestroyCQHandle, h), out(attrDestroyCQResp, respAddr, destroyCQRespSize))
 	require.Equal(t, unix.ENOENT, k.ioctl(fd, rdmaVerbsIoctl, hdr), "destroy of an unknown handle")

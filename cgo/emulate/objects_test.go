@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // objectKernel is a test kernel with a context on node 0.
@@ -107,7 +108,7 @@ func TestKernelMemoryRegions(t *testing.T) {
 	start := uint64(addr)
 	h, lkey, rkey, en := regMRCmd(k, a, fd, pd, start, 8192, start, accessLocalWrite|accessRemoteWrite|accessRemoteRead)
 	require.Zero(t, en)
-	info, ok := k.fabric.MemoryRegion(lkey)
+	info, ok := simadopt.LookupMR(k.fabric, lkey)
 	require.True(t, ok, "the model has the region under its lkey")
 	require.Equal(t, rkey, info.Key)
 	require.Equal(t, start, info.Addr)
@@ -144,14 +145,14 @@ func TestKernelMemoryRegions(t *testing.T) {
 	require.Equal(t, unix.ENOENT, handleCmd(k, a, fd, cmdDeregMR, 0xbeef))
 	require.Equal(t, unix.EINVAL, handleCmd(k, a, fd, cmdDeregMR, pd), "a PD handle is not an MR")
 	require.Zero(t, handleCmd(k, a, fd, cmdDeregMR, h))
-	_, ok = k.fabric.MemoryRegion(lkey)
+	_, ok = simadopt.LookupMR(k.fabric, lkey)
 	require.False(t, ok, "DEREG_MR removes the region from the model")
 
 	// Closing the node releases what is left.
 	_, lkey, _, en = regMRCmd(k, a, fd, pd, start, 64, start, 0)
 	require.Zero(t, en)
 	require.Zero(t, k.close(fd))
-	_, ok = k.fabric.MemoryRegion(lkey)
+	_, ok = simadopt.LookupMR(k.fabric, lkey)
 	require.False(t, ok, "close releases the regions")
 }
 

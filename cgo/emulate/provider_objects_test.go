@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // TestCgoProviderObjects allocates protection domains and registers memory
@@ -39,7 +40,7 @@ func TestCgoProviderObjects(t *testing.T) {
 	access := ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic
 	mr, err := pd.RegisterMemory(buf.Pointer(), 1<<16, access)
 	require.NoError(t, err, "ibv_reg_mr")
-	info, ok := f.MemoryRegion(mr.LKey())
+	info, ok := simadopt.LookupMR(f, mr.LKey())
 	require.True(t, ok, "the model has the region under the lkey rdma-core got")
 	require.Equal(t, mr.RKey(), info.Key)
 	require.Equal(t, uint64(uintptr(buf.Pointer())), info.Addr)
@@ -48,7 +49,7 @@ func TestCgoProviderObjects(t *testing.T) {
 
 	mr2, err := pd2.RegisterMemory(buf.Pointer(), 4096, ctx.AccessLocalWrite)
 	require.NoError(t, err)
-	info2, ok := f.MemoryRegion(mr2.LKey())
+	info2, ok := simadopt.LookupMR(f, mr2.LKey())
 	require.True(t, ok)
 	require.NotEqual(t, info.PDN, info2.PDN, "each PD has its own number")
 	require.NotEqual(t, mr.LKey(), mr2.LKey())
@@ -63,7 +64,7 @@ func TestCgoProviderObjects(t *testing.T) {
 	if os.Getenv(emulate.EnvABI) != emulate.ABIWrite {
 		require.Equal(t, destroys+1, emulate.CallCount("ioctl MR_DESTROY"), "the ioctl method libibverbs tries first")
 	}
-	_, ok = f.MemoryRegion(info.Key)
+	_, ok = simadopt.LookupMR(f, info.Key)
 	require.False(t, ok, "deregistered on the model")
 	require.NoError(t, mr2.Close())
 	require.NoError(t, pd.Close(), "ibv_dealloc_pd")
@@ -101,7 +102,7 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 			require.Equal(t, writes, emulate.CallCount("write CREATE_CQ"))
 		}
 		desc := cq.Descriptor()
-		info, ok := f.CompletionQueue(desc.CQN)
+		info, ok := simadopt.LookupCQ(f, desc.CQN)
 		require.True(t, ok, "the model has CQN %#x", desc.CQN)
 		require.Equal(t, desc.Buf, info.Ring, "the model adopted libmlx5's ring")
 		require.Equal(t, desc.DBRec, info.DBRec, "and its doorbell record")
@@ -121,7 +122,7 @@ func TestCgoProviderCompletionQueues(t *testing.T) {
 		destroys := emulate.CallCount("ioctl CQ_DESTROY") + emulate.CallCount("write DESTROY_CQ")
 		require.NoError(t, cq.Close(), "ibv_destroy_cq")
 		require.Equal(t, destroys+1, emulate.CallCount("ioctl CQ_DESTROY")+emulate.CallCount("write DESTROY_CQ"))
-		_, ok = f.CompletionQueue(desc.CQN)
+		_, ok = simadopt.LookupCQ(f, desc.CQN)
 		require.False(t, ok, "destroyed on the model")
 	}
 }
@@ -156,7 +157,7 @@ func TestContextObjects(t *testing.T) {
 	defer buf.Close()
 	mr, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite|ctx.AccessRemoteRead)
 	require.NoError(t, err)
-	info, ok := f.MemoryRegion(mr.LKey())
+	info, ok := simadopt.LookupMR(f, mr.LKey())
 	require.True(t, ok, "the model has the region under its lkey")
 	require.Equal(t, uint64(mr.Addr()), info.Addr)
 	require.Equal(t, mr.Len(), info.Length)
@@ -164,16 +165,16 @@ func TestContextObjects(t *testing.T) {
 
 	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 31})
 	require.NoError(t, err)
-	cqInfo, ok := f.CompletionQueue(cq.CQN())
+	cqInfo, ok := simadopt.LookupCQ(f, cq.CQN())
 	require.True(t, ok, "the model has CQN %#x", cq.CQN())
 	require.Equal(t, cq.Descriptor().Buf, cqInfo.Ring)
 	require.Equal(t, uint32(32), cqInfo.Count)
 
 	cqn, key := cq.CQN(), mr.LKey()
 	require.NoError(t, c.Close())
-	_, ok = f.CompletionQueue(cqn)
+	_, ok = simadopt.LookupCQ(f, cqn)
 	require.False(t, ok, "closing the Context destroys the CQ on the model")
-	_, ok = f.MemoryRegion(key)
+	_, ok = simadopt.LookupMR(f, key)
 	require.False(t, ok, "and deregisters the memory")
 	deadline := time.Now().Add(10 * time.Second)
 	for emulate.MappingCount() != maps && time.Now().Before(deadline) {

@@ -16,12 +16,12 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
-	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // Queue pairs. A user QP is created on the model over the rings and
-// doorbell record libmlx5 allocated (sim.AdoptQueuePair): struct
+// doorbell record libmlx5 allocated (simadopt.QueuePair): struct
 // mlx5_ib_create_qp names one buffer holding the receive ring
 // (rq_wqe_count entries of 1 << rq_wqe_shift bytes) followed by the send
 // ring (sq_wqe_count WQEBBs), and the doorbell record. The checks are the
@@ -193,7 +193,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 		return qpReply{}, en
 	}
 	sq := buf + rqBytes
-	cfg := sim.AdoptedQPConfig{
+	cfg := simadopt.QPConfig{
 		Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Caps: c,
 		// The library's memory, not Go's: it reaches the model as
 		// pointers without uintptr conversions vet would flag.
@@ -208,7 +208,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	if sref != nil {
 		cfg.SRQ = sref.srq.srq
 	}
-	q, err := sim.AdoptQueuePair(p.pd, cfg)
+	q, err := simadopt.QueuePair(p.pd, cfg)
 	if err != nil {
 		return qpReply{}, errnoOfModel(err)
 	}
@@ -431,7 +431,7 @@ func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	if en != 0 {
 		return en
 	}
-	st, a, ok := sim.QueuePairAttributes(o.qp)
+	st, a, ok := simadopt.QueuePairAttributes(o.qp)
 	if !ok {
 		return unix.ENODEV
 	}

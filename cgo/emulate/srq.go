@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/internal/provider"
-	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // Shared receive queues. A user SRQ is created on the model over the ring
-// and doorbell record libmlx5 allocated (sim.AdoptSharedReceiveQueue):
+// and doorbell record libmlx5 allocated (simadopt.SharedReceiveQueue):
 // struct mlx5_ib_create_srq names the ring (whose free list libmlx5 has
 // linked) and the doorbell record. The checks are the uverbs core's
 // (__uverbs_create_xsrq, ib_uverbs_modify_srq, ib_uverbs_query_srq,
@@ -105,7 +105,7 @@ func (k *kernel) createSRQ(f *ufile, r srqRequest) (handle, srqn, maxWR uint32, 
 		// The model's aligned accesses (libmlx5 page-aligns the ring).
 		return 0, 0, 0, unix.EINVAL
 	}
-	s, err := sim.AdoptSharedReceiveQueue(p.pd, sim.AdoptedSRQConfig{
+	s, err := simadopt.SharedReceiveQueue(p.pd, simadopt.SRQConfig{
 		// The library's memory, not Go's: it reaches the model as
 		// pointers without uintptr conversions vet would flag.
 		Ring: *(*unsafe.Pointer)(unsafe.Pointer(&buf)), Count: count, Stride: stride,
@@ -114,7 +114,7 @@ func (k *kernel) createSRQ(f *ufile, r srqRequest) (handle, srqn, maxWR uint32, 
 	if err != nil {
 		return 0, 0, 0, errnoOfModel(err)
 	}
-	srqn, _ = sim.SharedReceiveQueueNumber(s)
+	srqn, _ = simadopt.SharedReceiveQueueNumber(s)
 	p.users++
 	h := uc.addObject(&uobject{kind: objSRQ, owner: r.pd, srq: &srqObject{srq: s, max: count, maxSGE: r.maxSGE}})
 	return h, srqn, count - 1, 0

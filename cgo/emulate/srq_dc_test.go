@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // srqMemory is an SRQ ring (its free list linked 0→1→…) and a doorbell
@@ -218,7 +219,7 @@ func TestKernelSharedReceiveQueues(t *testing.T) {
 	require.Equal(t, unsafe.Pointer(&db[0]), d.DBRec)
 	require.Equal(t, uint32(16), d.WQECnt)
 	require.Equal(t, uint32(32), d.Stride)
-	info, ok := k.fabric.SharedReceiveQueue(srqn)
+	info, ok := simadopt.LookupSRQ(k.fabric, srqn)
 	require.True(t, ok, "the model has the SRQ under the srqn answered")
 	require.Equal(t, unsafe.Pointer(&ring[0]), info.Ring)
 	require.Equal(t, unix.EBUSY, handleCmd(k, a, fd, cmdDeallocPD, pd), "the PD is in use by the SRQ")
@@ -277,7 +278,7 @@ func TestKernelSharedReceiveQueues(t *testing.T) {
 	require.Zero(t, en)
 	s2 := k.files[fd].uctx.objects[h2].srq.srq
 	require.Zero(t, k.close(fd))
-	_, ok = k.fabric.SharedReceiveQueue(s2.Descriptor().SRQN)
+	_, ok = simadopt.LookupSRQ(k.fabric, s2.Descriptor().SRQN)
 	require.False(t, ok, "closing the node destroyed the SRQ on the model")
 }
 

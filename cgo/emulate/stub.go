@@ -10,10 +10,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
-// Available reports whether this build has the emulation (cgo on Linux).
-// This one does not.
-const Available = false
-
 // ErrUnavailable is what Enable returns in a build without cgo or for an
 // OS other than Linux.
 var ErrUnavailable = fmt.Errorf("emulate: the emulated uverbs kernel needs cgo and Linux; this binary was built with CGO_ENABLED=0 or for %s/%s: %w",

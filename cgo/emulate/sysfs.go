@@ -31,17 +31,17 @@ const (
 	boardID = "MLX5KIT_SIM"
 )
 
-// DevNumber is a character device number, major:minor.
-type DevNumber struct{ Major, Minor uint32 }
+// devNumber is a character device number, major:minor.
+type devNumber struct{ Major, Minor uint32 }
 
 // String returns "major:minor", as sysfs writes a dev attribute.
-func (n DevNumber) String() string { return fmt.Sprintf("%d:%d", n.Major, n.Minor) }
+func (n devNumber) String() string { return fmt.Sprintf("%d:%d", n.Major, n.Minor) }
 
 // Device is what the emulated kernel knows of one device of the software
 // HCA: its place among the uverbs devices and what the model reports
 // through its provider door (package sim), read once so that both doors
 // give the same values.
-type Device struct {
+type sysfsDevice struct {
 	// Index is N of the uverbs device node /dev/infiniband/uverbsN.
 	Index int
 	// Attr, Ports (index 0 is port 1) and GIDs (per port) are the model's
@@ -78,11 +78,11 @@ func roceNetdev() (string, uint32) {
 }
 
 // Name is the device's name in the model ("sim0").
-func (d *Device) Name() string { return d.Attr.Name }
+func (d *sysfsDevice) Name() string { return d.Attr.Name }
 
 // IBName is the device's name in the sysfs tree and so in libibverbs: the
 // Alias when set, else the model's name.
-func (d *Device) IBName() string {
+func (d *sysfsDevice) IBName() string {
 	if d.Alias != "" {
 		return d.Alias
 	}
@@ -90,11 +90,11 @@ func (d *Device) IBName() string {
 }
 
 // UverbsName is the name of the device's uverbs node ("uverbs0").
-func (d *Device) UverbsName() string { return "uverbs" + strconv.Itoa(d.Index) }
+func (d *sysfsDevice) UverbsName() string { return "uverbs" + strconv.Itoa(d.Index) }
 
 // nameDevices sets the names libibverbs sees, as EnvNames (the value v)
 // chooses.
-func nameDevices(devs []Device, v string) error {
+func nameDevices(devs []sysfsDevice, v string) error {
 	switch v {
 	case "", NamesModel:
 		return nil
@@ -107,14 +107,14 @@ func nameDevices(devs []Device, v string) error {
 	return fmt.Errorf("emulate: %s=%q: want %s or %s: %w", EnvNames, v, NamesModel, NamesMLX5, ctx.ErrInvalidArgument)
 }
 
-// DescribeFabric queries every device of f through its provider door and
+// describeFabric queries every device of f through its provider door and
 // returns them in order, the first as uverbs0.
-func DescribeFabric(f *sim.Fabric) ([]Device, error) {
+func describeFabric(f *sim.Fabric) ([]sysfsDevice, error) {
 	infos, err := f.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("emulate: list the software HCA's devices: %w", err)
 	}
-	out := make([]Device, 0, len(infos))
+	out := make([]sysfsDevice, 0, len(infos))
 	for i, info := range infos {
 		d, err := describe(f, info.Name)
 		if err != nil {
@@ -126,7 +126,7 @@ func DescribeFabric(f *sim.Fabric) ([]Device, error) {
 	return out, nil
 }
 
-func describe(f *sim.Fabric, name string) (d Device, err error) {
+func describe(f *sim.Fabric, name string) (d sysfsDevice, err error) {
 	pd, err := f.OpenDevice(name)
 	if err != nil {
 		return d, fmt.Errorf("emulate: open %q: %w", name, err)
@@ -162,7 +162,7 @@ func describe(f *sim.Fabric, name string) (d Device, err error) {
 
 // gidAt returns the entry at index i of a port's table, ok false for an
 // empty slot.
-func (d *Device) gidAt(port uint8, i int) (ctx.GIDEntry, bool) {
+func (d *sysfsDevice) gidAt(port uint8, i int) (ctx.GIDEntry, bool) {
 	if port < 1 || int(port) > len(d.GIDs) {
 		return ctx.GIDEntry{}, false
 	}
@@ -277,7 +277,7 @@ func rateString(speed uint32, width uint8) string {
 }
 
 // sysfsFiles returns every file of the tree, by path relative to its root.
-func sysfsFiles(devs []Device, cdev DevNumber) map[string]string {
+func sysfsFiles(devs []sysfsDevice, cdev devNumber) map[string]string {
 	files := map[string]string{}
 	put := func(path, value string) { files[path] = value + "\n" }
 	put("class/infiniband_verbs/abi_version", strconv.Itoa(uverbsABIVersion))
@@ -342,7 +342,7 @@ func sysfsFiles(devs []Device, cdev DevNumber) map[string]string {
 	return files
 }
 
-// WriteSysfs writes the sysfs tree libibverbs reads a ConnectX's devices
+// writeSysfs writes the sysfs tree libibverbs reads a ConnectX's devices
 // from (with SYSFS_PATH naming dir) for devs into dir, which must be empty
 // or absent: class/infiniband_verbs with one uverbsN entry per device
 // (ibdev, abi_version and dev, the character device number cdev that the
@@ -350,7 +350,7 @@ func sysfsFiles(devs []Device, cdev DevNumber) map[string]string {
 // node attributes, the PCI identity (device/modalias) and every port's
 // state, LID, link layer, P_Keys, GIDs and, on Ethernet, GID types and
 // network devices.
-func WriteSysfs(dir string, devs []Device, cdev DevNumber) error {
+func writeSysfs(dir string, devs []sysfsDevice, cdev devNumber) error {
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("emulate: write the sysfs tree into %s: the directory is not empty: %w", dir, fs.ErrExist)
 	}
@@ -374,7 +374,7 @@ func WriteSysfs(dir string, devs []Device, cdev DevNumber) error {
 
 // treeDigest names a tree by its content, so that processes describing the
 // same devices share one.
-func treeDigest(devs []Device, cdev DevNumber) string {
+func treeDigest(devs []sysfsDevice, cdev devNumber) string {
 	files := sysfsFiles(devs, cdev)
 	paths := make([]string, 0, len(files))
 	for p := range files {
@@ -392,7 +392,7 @@ func treeDigest(devs []Device, cdev DevNumber) string {
 // writing it the first time: base/sysfs-<digest of the content>. The tree
 // is written beside it and renamed into place, so that processes starting
 // together never see half of it.
-func sharedSysfs(base string, devs []Device, cdev DevNumber) (string, error) {
+func sharedSysfs(base string, devs []sysfsDevice, cdev devNumber) (string, error) {
 	dir := filepath.Join(base, "sysfs-"+treeDigest(devs, cdev))
 	if _, err := os.Stat(filepath.Join(dir, "class", "infiniband_verbs", "abi_version")); err == nil {
 		return dir, nil
@@ -404,7 +404,7 @@ func sharedSysfs(base string, devs []Device, cdev DevNumber) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("emulate: %w", err)
 	}
-	if err := WriteSysfs(tmp, devs, cdev); err != nil {
+	if err := writeSysfs(tmp, devs, cdev); err != nil {
 		_ = os.RemoveAll(tmp)
 		return "", err
 	}

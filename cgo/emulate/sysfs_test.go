@@ -36,11 +36,11 @@ func TestWriteSysfsDescribesTheModel(t *testing.T) {
 		t.Run(ll.String(), func(t *testing.T) {
 			f := sim.New(sim.Options{LinkLayer: ll})
 			defer f.Close()
-			devs, err := DescribeFabric(f)
+			devs, err := describeFabric(f)
 			require.NoError(t, err)
 			require.Len(t, devs, 2)
 			dir := t.TempDir()
-			require.NoError(t, WriteSysfs(dir, devs, DevNumber{Major: 1, Minor: 3}))
+			require.NoError(t, writeSysfs(dir, devs, devNumber{Major: 1, Minor: 3}))
 			files := readTree(t, dir)
 
 			require.Equal(t, "6\n", files["class/infiniband_verbs/abi_version"])
@@ -90,7 +90,7 @@ func TestWriteSysfsDescribesTheModel(t *testing.T) {
 					require.Equal(t, want, typ)
 				}
 			}
-			require.Error(t, WriteSysfs(dir, devs, DevNumber{Major: 1, Minor: 3}), "a directory that is not empty")
+			require.Error(t, writeSysfs(dir, devs, devNumber{Major: 1, Minor: 3}), "a directory that is not empty")
 		})
 	}
 }
@@ -117,10 +117,10 @@ func TestGUIDAndGIDStrings(t *testing.T) {
 func TestSharedSysfsIsWrittenOnce(t *testing.T) {
 	f := sim.New(sim.Options{})
 	defer f.Close()
-	devs, err := DescribeFabric(f)
+	devs, err := describeFabric(f)
 	require.NoError(t, err)
 	base := t.TempDir()
-	cdev := DevNumber{Major: 1, Minor: 3}
+	cdev := devNumber{Major: 1, Minor: 3}
 	dir, err := sharedSysfs(base, devs, cdev)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(base, "sysfs-"+treeDigest(devs, cdev)), dir)
@@ -131,7 +131,7 @@ func TestSharedSysfsIsWrittenOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no half-written trees left beside it")
 
-	other, err := sharedSysfs(base, devs, DevNumber{Major: 1, Minor: 5})
+	other, err := sharedSysfs(base, devs, devNumber{Major: 1, Minor: 5})
 	require.NoError(t, err)
 	require.NotEqual(t, dir, other, "another device number is another tree")
 }

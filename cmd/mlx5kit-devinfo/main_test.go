@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/cgo"
-	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/devicetest"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/stretchr/testify/require"
 )

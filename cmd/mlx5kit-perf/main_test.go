@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/devicetest"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 

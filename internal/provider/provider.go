@@ -13,6 +13,7 @@
 package provider
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -305,4 +306,11 @@ func nonNil[H any](h H, err error) (any, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// Errorf builds a *ctx.OpError for op whose cause is fmt.Errorf(format,
+// args...); use %w in format to wrap a sentinel. Providers use it so that
+// every error has the same shape.
+func Errorf(op, format string, args ...any) error {
+	return &ctx.OpError{Op: op, Err: fmt.Errorf(format, args...)}
 }

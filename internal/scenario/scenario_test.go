@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/devicetest"
 	"github.com/mlx5kit/mlx5kit/internal/scenario"
 	"github.com/mlx5kit/mlx5kit/sim"
 )

@@ -47,7 +47,7 @@
 // # Environment
 //
 // MLX5KIT_REQUIRE_DEVICE=1 turns the skip of hardware tests (package
-// cgo/devicetest) into a failure. rdma-core's own variables apply to the
+// internal/devicetest) into a failure. rdma-core's own variables apply to the
 // objects it creates (MLX5_DEBUG_MASK and MLX5_DEBUG_FILE log its
 // decisions). Scatter-to-CQE is chosen per QP here (QPConfig.ScatterToCQE);
 // with it off, MLX5_SCATTER_TO_CQE cannot turn it back on.

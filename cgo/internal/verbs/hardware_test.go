@@ -13,9 +13,9 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/blueflame"
-	"github.com/mlx5kit/mlx5kit/cgo/devicetest"
 	. "github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/devicetest"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
