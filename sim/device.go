@@ -157,7 +157,7 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 		NodeGUID:          d.h.guid,
 		VendorID:          0x02c9,
 		VendorPartID:      0x1017,
-		PhysPortCount:     1,
+		PhysPortCount:     d.f.opts.Ports,
 		MaxQP:             1 << 16,
 		MaxQPWR:           maxSendWQEBB,
 		MaxSGE:            maxSGE,
@@ -189,12 +189,16 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 	}, nil
 }
 
+// validPort reports whether port is one of the device's ports
+// (Options.Ports).
+func (d *device) validPort(port uint8) bool { return port >= 1 && port <= d.f.opts.Ports }
+
 func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
-	if port != 1 {
-		return ctx.PortAttr{}, provider.Errorf("sim: query port", "port %d: %w", port, ctx.ErrInvalidArgument)
+	if !d.validPort(port) {
+		return ctx.PortAttr{}, provider.Errorf("sim: query port", "port %d of %d: %w", port, d.f.opts.Ports, ctx.ErrInvalidArgument)
 	}
 	return ctx.PortAttr{
-		Port:         1,
+		Port:         port,
 		State:        ctx.PortStateActive,
 		MaxMTU:       portMTU,
 		ActiveMTU:    portMTU,
@@ -209,10 +213,14 @@ func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
 }
 
 func (d *device) QueryGIDs(port uint8) ([]ctx.GIDEntry, error) {
-	if port != 1 {
-		return nil, provider.Errorf("sim: query GIDs", "port %d: %w", port, ctx.ErrInvalidArgument)
+	if !d.validPort(port) {
+		return nil, provider.Errorf("sim: query GIDs", "port %d of %d: %w", port, d.f.opts.Ports, ctx.ErrInvalidArgument)
 	}
-	return append([]ctx.GIDEntry(nil), d.h.gids...), nil
+	gids := append([]ctx.GIDEntry(nil), d.h.gids...)
+	for i := range gids {
+		gids[i].Port = port
+	}
+	return gids, nil
 }
 
 func (d *device) AsyncEventFD() int { return d.evfd }
@@ -302,8 +310,8 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 
 func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {
 	const op = "sim: create AH"
-	if attr.Port != 1 {
-		return nil, provider.Errorf(op, "port %d: %w", attr.Port, ctx.ErrInvalidArgument)
+	if !p.dev.validPort(attr.Port) {
+		return nil, provider.Errorf(op, "port %d of %d: %w", attr.Port, p.dev.f.opts.Ports, ctx.ErrInvalidArgument)
 	}
 	if p.dev.h.link == ctx.LinkLayerEthernet && !attr.GlobalRoute {
 		return nil, provider.Errorf(op, "RoCE needs a GRH (GlobalRoute): %w", ctx.ErrInvalidArgument)

@@ -74,6 +74,12 @@ type Options struct {
 	// that joined the same name. It needs Engine mode. Empty: the Fabric
 	// is private to this process.
 	Fabric string
+	// Ports is the number of ports of each HCA (0 means 1). Every port
+	// after the first mirrors port 1: the same state, LID, GID table and
+	// link layer, its packets reaching the same HCA. It lets a QP or an
+	// address handle be put on a port other than 1, to check the port
+	// arithmetic of QP transitions and address vectors.
+	Ports uint8
 }
 
 // Errors of the model's own API.
@@ -179,6 +185,9 @@ func New(opts Options) *Fabric {
 	}
 	if opts.Seed == 0 {
 		opts.Seed = 1
+	}
+	if opts.Ports == 0 {
+		opts.Ports = 1
 	}
 	f := &Fabric{
 		opts:    opts,

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/emulate/internal/plainverbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -70,7 +71,9 @@ func closeCrossSide(t *testing.T, s *crossSide) {
 func (s *crossSide) addr(off int) uint64 { return uint64(s.mr.Addr()) + uint64(off) }
 
 // pollC waits for one completion of the libibverbs side.
-func pollC(t *testing.T, p *plainverbs.Side) plainverbs.Completion {
+func pollC(t *testing.T, p interface {
+	Poll() (plainverbs.Completion, bool, error)
+}) plainverbs.Completion {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		c, ok, err := p.Poll()
@@ -231,6 +234,102 @@ func TestCrossCheckKitAndLibmlx5(t *testing.T) {
 	})
 }
 
+// pollKit polls the kit's CQ until n completions arrived or ten seconds
+// passed.
+func pollKit(poller *transport.Poller, n int) []transport.Completion {
+	var got []transport.Completion
+	for deadline := time.Now().Add(10 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		poller.Poll(4, func(c *transport.Completion) { got = append(got, *c) })
+	}
+	return got
+}
+
+// TestCrossCheckDC is the cross-check on DC: a DCI of the kit (package
+// dc: wqebuilder's DC segment, the address vector of the kit's address
+// handle, polled with transport.Poller) sends SENDs with immediate to a
+// DCT that libmlx5 created (mlx5dv_create_qp) and that receives through
+// an SRQ posted with ibv_post_srq_recv and polled with ibv_poll_cq; and a
+// DCI that libmlx5 created and posts with ibv_wr_send_imm and
+// mlx5dv_wr_set_dc_addr through an address handle of ibv_create_ah sends
+// to a DCT of the kit on a kit SRQ. The bytes, opcodes, byte counts,
+// immediates, DCT numbers and source QPNs are checked on both sides.
+func TestCrossCheckDC(t *testing.T) {
+	const (
+		n       = 300
+		cKey    = 0xc0ffee11
+		kitKey  = 0x5eed0dc7
+		dstOff  = 8192
+		kitRecv = 4096
+	)
+	k := openCrossSide(t)
+	p, err := plainverbs.OpenDC("sim1", 1<<16, cKey)
+	require.NoError(t, err)
+	defer p.Close()
+	require.NotZero(t, p.DCTNumber(), "libmlx5 learnt the DCT number at RTR")
+	poller, err := transport.NewPoller(k.cq)
+	require.NoError(t, err)
+	dci, err := dc.NewDCI(k.pd, k.cq, dc.DCIConfig{SendDepth: 16, MaxSendSGE: 1, Port: 1})
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(&dci.Queue))
+	srq, err := transport.NewSharedReceiveQueue(k.pd, transport.SRQConfig{Depth: 16})
+	require.NoError(t, err)
+	dct, err := dc.NewDCT(k.pd, k.cq, dc.DCTConfig{SRQ: srq, Key: kitKey, Port: 1})
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(&dct.Queue))
+	remote, err := dci.NewRemote(endpoint.Endpoint{Transport: endpoint.TransportDC, QPN: p.DCTNumber(), DCTNumber: p.DCTNumber(),
+		DCAccessKey: cKey, LID: p.LID(), GID: p.GID(), MTU: ctx.MTU1024})
+	require.NoError(t, err)
+	kitDCT := dct.Endpoint()
+	require.NoError(t, p.Address(kitDCT.LID, kitDCT.GID))
+
+	for round := range 3 {
+		// kit DCI → libmlx5 DCT.
+		want := pattern(n, byte(0x20+round))
+		copy(k.buf.Bytes(), want)
+		require.NoError(t, p.PostSRQRecv(dstOff, n, uint64(300+round)))
+		s, err := dci.Post(uint64(400+round), wqebuilder.Signaled, remote)
+		require.NoError(t, err)
+		require.NoError(t, s.SendImm(0x7170+uint32(round)).SGE(k.addr(0), n, k.mr.LKey()).FinishBlueFlame())
+		sends := pollKit(poller, 1)
+		require.Len(t, sends, 1)
+		require.NoError(t, sends[0].Err())
+		require.Equal(t, prm.CQEReq, sends[0].Opcode)
+		require.Equal(t, prm.OpSendImm, sends[0].SendOpcode)
+		require.Equal(t, uint64(400+round), sends[0].WRID)
+		require.Equal(t, dci.QPN(), sends[0].QPN)
+		recv := pollC(t, p)
+		require.Equal(t, plainverbs.Completion{WRID: uint64(300 + round), Opcode: plainverbs.OpcodeRecv, ByteLen: n,
+			Immediate: 0x7170 + uint32(round), HasImm: true, QPN: p.DCTNumber(), SourceQPN: dci.QPN()}, recv,
+			"ibv_poll_cq: libmlx5 parsed the model's receive CQE of its DCT's SRQ")
+		require.Equal(t, want, p.Buf()[dstOff:dstOff+n], "the bytes the kit's DC WQE gathered")
+
+		// libmlx5 DCI → kit DCT.
+		want = pattern(n, byte(0x60+round))
+		copy(p.Buf(), want)
+		require.NoError(t, srq.PostRecv(uint64(100+round), k.addr(kitRecv), n, k.mr.LKey()))
+		require.NoError(t, p.SendImm(0, n, uint64(200+round), 0x8180+uint32(round), dct.Number(), kitKey))
+		sent := pollC(t, p)
+		require.Equal(t, plainverbs.Completion{WRID: uint64(200 + round), Opcode: plainverbs.OpcodeSend, HasImm: true, QPN: p.DCIQPN()},
+			sent, "ibv_poll_cq: the send completion of the DC WQE libmlx5 wrote")
+		got := pollKit(poller, 1)
+		require.Len(t, got, 1)
+		require.NoError(t, got[0].Err())
+		require.Equal(t, prm.CQERespSendImm, got[0].Opcode)
+		require.Equal(t, uint64(100+round), got[0].WRID)
+		require.Equal(t, uint32(n), got[0].ByteCount)
+		require.Equal(t, 0x8180+uint32(round), got[0].Immediate)
+		require.Equal(t, dct.Number(), got[0].QPN, "the DCT number")
+		require.Equal(t, p.DCIQPN(), got[0].SourceQPN, "libmlx5's DCI")
+		require.Equal(t, want, k.buf.Bytes()[kitRecv:kitRecv+n], "the bytes libmlx5's DC WQE gathered")
+	}
+	require.NoError(t, remote.Close())
+	require.NoError(t, dci.Close())
+	require.NoError(t, dct.Close())
+	require.NoError(t, srq.Close())
+	p.Close()
+	closeCrossSide(t, k)
+}
+
 // TestCrossCheckEnvironments runs the cross-check again in fresh
 // processes with RoCE ports and with the write-command ABI.
 func TestCrossCheckEnvironments(t *testing.T) {
@@ -242,12 +341,13 @@ func TestCrossCheckEnvironments(t *testing.T) {
 		{"write-abi-ethernet", "ethernet", emulate.ABIWrite},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestCrossCheckKitAndLibmlx5$|^TestChildIsEmulated$", "-test.count", "1", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestCrossCheckKitAndLibmlx5$|^TestCrossCheckDC$|^TestChildIsEmulated$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), envChild+"=1", emulate.EnvEmulate+"=1", emulate.EnvLink+"="+c.link, emulate.EnvABI+"="+c.abi)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			require.Contains(t, string(out), "--- PASS: TestCrossCheckKitAndLibmlx5/RC")
 			require.Contains(t, string(out), "--- PASS: TestCrossCheckKitAndLibmlx5/UD")
+			require.Contains(t, string(out), "--- PASS: TestCrossCheckDC")
 			require.Contains(t, string(out), "--- PASS: TestChildIsEmulated")
 		})
 	}

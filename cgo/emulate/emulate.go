@@ -74,7 +74,11 @@ func enable() error {
 	if err != nil {
 		return err
 	}
-	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll, Fabric: os.Getenv(sim.EnvFabric)})
+	ports, err := portsFromEnv(os.Getenv(EnvPorts))
+	if err != nil {
+		return err
+	}
+	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll, Fabric: os.Getenv(sim.EnvFabric), Ports: ports})
 	devs, err := describeFabric(f)
 	if err != nil {
 		return err
@@ -136,6 +140,18 @@ func linkLayerFromEnv(v string) (ctx.LinkLayer, error) {
 		return ctx.LinkLayerEthernet, nil
 	}
 	return 0, fmt.Errorf("emulate: %s=%q: want infiniband or ethernet: %w", EnvLink, v, ctx.ErrInvalidArgument)
+}
+
+// portsFromEnv parses EnvPorts: empty for one port, else 1 to 255.
+func portsFromEnv(v string) (uint8, error) {
+	if v == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 255 {
+		return 0, fmt.Errorf("emulate: %s=%q: want a port count of 1 to 255: %w", EnvPorts, v, ctx.ErrInvalidArgument)
+	}
+	return uint8(n), nil
 }
 
 // charDevNumber returns the number of a character device.

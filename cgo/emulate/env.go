@@ -19,6 +19,10 @@ const (
 	// host's (mlx5_0, mlx5_1), so that scripts written for a NIC run
 	// unchanged. The model keeps its own names.
 	EnvNames = "MLX5KIT_EMULATE_NAMES"
+	// EnvPorts is the number of ports of each emulated device, 1 (the
+	// default) to 255; ports after the first mirror port 1 (see
+	// sim.Options.Ports).
+	EnvPorts = "MLX5KIT_EMULATE_PORTS"
 	// NamesModel is the value of EnvNames for the model's device names.
 	NamesModel = "sim"
 	// NamesMLX5 is the value of EnvNames for mlx5_<uverbs index>.

@@ -3,6 +3,8 @@
 package emulate_test
 
 import (
+	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 
@@ -84,6 +86,120 @@ func TestProviderFixesOnEmulatedDevice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateReset, st, "a refused modify changes nothing")
 	require.NoError(t, q.Close())
+	require.NoError(t, cq.Close())
+	require.NoError(t, pd.Close())
+}
+
+// TestProviderPortDefaultOnTwoPorts checks the provider's port default on
+// devices of two ports (MLX5KIT_EMULATE_PORTS=2, run in fresh processes on
+// InfiniBand, RoCE and the write-only ABI): a QP brought to INIT on port 2
+// and then moved without a port keeps port 2, so the address vector of its
+// RTR, whose port is left 0, is on port 2, as the kernel requires when the
+// modify does not name the port (modify_qp refuses an AV port other than
+// the QP's with EINVAL). A provider that took port 1 for every modify
+// without one put that address vector on port 1 and was refused. An RTR
+// naming port 1 for a QP on port 2 is refused, which shows the port is
+// checked.
+func TestProviderPortDefaultOnTwoPorts(t *testing.T) {
+	if os.Getenv(emulate.EnvPorts) != "2" {
+		if os.Getenv(envChild) != "" {
+			t.Skip("a child run of one-port devices")
+		}
+		for _, c := range []struct{ name, link, abi string }{
+			{"infiniband", "infiniband", ""},
+			{"ethernet", "ethernet", ""},
+			{"write-abi-ethernet", "ethernet", emulate.ABIWrite},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				cmd := exec.Command(os.Args[0], "-test.run", "^TestProviderPortDefaultOnTwoPorts$|^TestChildIsEmulated$", "-test.count", "1", "-test.v")
+				cmd.Env = append(os.Environ(), envChild+"=1", emulate.EnvEmulate+"=1", emulate.EnvPorts+"=2",
+					emulate.EnvLink+"="+c.link, emulate.EnvABI+"="+c.abi)
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				require.Contains(t, string(out), "--- PASS: TestProviderPortDefaultOnTwoPorts")
+				require.Contains(t, string(out), "--- PASS: TestChildIsEmulated")
+			})
+		}
+		return
+	}
+
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	attr, err := d.Query()
+	require.NoError(t, err)
+	require.Equal(t, uint8(2), attr.PhysPortCount, "phys_port_cnt of the emulated device")
+	pa, err := d.QueryPort(2)
+	require.NoError(t, err)
+	require.Equal(t, uint8(2), pa.Port)
+	require.Equal(t, ctx.PortStateActive, pa.State)
+	_, err = d.QueryPort(3)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "port 3 of a two-port device")
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+
+	// The path to the device itself, its port left 0 (on RoCE the GID of
+	// port 2's table).
+	path := ctx.AddressAttr{DLID: pa.LID}
+	if pa.LinkLayer == ctx.LinkLayerEthernet {
+		g, err := d.QueryGID(2, 0)
+		require.NoError(t, err)
+		path = ctx.AddressAttr{GlobalRoute: true, DGID: g.GID, HopLimit: 64}
+	}
+	newRC := func() *verbs.QueuePair {
+		q, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 2, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}),
+			"RESET→INIT on port 2")
+		return q
+	}
+	rtr := func(q *verbs.QueuePair, p ctx.AddressAttr) error {
+		return q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: q.Descriptor().QPN, PathMTU: ctx.MTU1024,
+			Path: p, MinRNRTimer: 12, MaxDestRdAtomic: 1})
+	}
+
+	q := newRC()
+	require.NoError(t, rtr(q, path), "INIT→RTR of a QP on port 2, the path's port left 0")
+	require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}), "RTR→RTS")
+	st, err := q.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTS, st)
+	require.NoError(t, q.Close())
+
+	// INIT→INIT without a port keeps the QP on port 2.
+	q = newRC()
+	require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: ctx.AccessLocalWrite}), "INIT→INIT, the port left 0")
+	on2 := path
+	on2.Port = 2
+	require.NoError(t, rtr(q, on2), "INIT→RTR with the path on port 2 after INIT→INIT")
+	require.NoError(t, q.Close())
+
+	// The check itself: an address vector on port 1 for a QP on port 2.
+	q = newRC()
+	on1 := path
+	on1.Port = 1
+	err = rtr(q, on1)
+	require.ErrorIs(t, err, syscall.EINVAL, "the AV's port is not the QP's")
+	st, err = q.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateInit, st, "a refused modify changes nothing")
+	require.NoError(t, q.Close())
+
+	// A DCT on port 2: its RTR's path, port left 0, is on port 2.
+	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 16, MaxSGE: 1})
+	require.NoError(t, err)
+	dct, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeDCT, RecvCQ: cq, SRQ: srq, DCKey: 0x22})
+	require.NoError(t, err)
+	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 2, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}))
+	require.NoError(t, dct.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU1024, Path: path, MinRNRTimer: 12}),
+		"a DCT on port 2 to RTR, the path's port left 0")
+	require.NotZero(t, dct.Descriptor().QPN, "the DCT number")
+	require.NoError(t, dct.Close())
+	require.NoError(t, srq.Close())
 	require.NoError(t, cq.Close())
 	require.NoError(t, pd.Close())
 }
