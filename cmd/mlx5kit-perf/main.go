@@ -103,6 +103,13 @@
 //	--server addr    listen on addr (e.g. :18515) for one client
 //	--client h:p     connect to a server
 //	--key-file f     the pre-shared key of the two ends (default: $MLX5KIT_KEY)
+//	--perftest-peer  write_lat or send_lat against perftest's ib_write_lat or
+//	                 ib_send_lat (server or client): perftest's TCP exchange
+//	                 and its loops (plain RDMA_WRITEs whose last byte is
+//	                 polled; SENDs), no warm-up; the
+//	                 exchange has no authentication, so it also needs
+//	                 --accept-unauthenticated and refuses --key-file and
+//	                 $MLX5KIT_KEY; both ends need the same -s, -a and -n
 //
 // perftest's other flags are refused with a line naming them (-e, -b, -m,
 // -T, -R, -z, -g, -M, -N, -C, -H, -U, -O, ...), as are -c UD|DC and -q
@@ -259,6 +266,10 @@ type config struct {
 	outJSON     bool   // --out_json
 	jsonFile    string // --out_json_file
 	atomicType  string // -A
+
+	// perftestPeer speaks perftest's exchange and data loop
+	// (--perftest-peer), which acceptUnauthenticated must allow.
+	perftestPeer, acceptUnauthenticated bool
 }
 
 // sizes returns the message sizes to run.
@@ -315,6 +326,12 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
+	if cfg.perftestPeer {
+		return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
+			func(ln net.Listener) error { return perftestServe(cfg, ln, stdout) },
+			func() error { return perftestDial(cfg, stdout) },
+			func() error { return errors.New("--perftest-peer needs a peer") })
+	}
 	return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
 		func(ln net.Listener) error { return serve(cfg, ln, stdout) },
 		func() error { return dial(cfg, stdout) },
@@ -332,6 +349,8 @@ perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
   --output=bandwidth|message_rate|latency --out_json --out_json_file=F
 mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
   --server ADDR --client HOST:PORT --key-file F
+  --perftest-peer --accept-unauthenticated  (write_lat, send_lat against ib_write_lat, ib_send_lat:
+      its exchange, which has no authentication, and its loop; no --key-file)
 refused with a message: -e -b -m -T -R -z -g -M -N -C -H -U -O -c UD|DC|UC|XRC|SRD, -q >1
 See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
@@ -408,6 +427,10 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	case cfg.program && cfg.server == "" && cfg.client == "":
 		// perftest's rule: without a server to connect to, wait for a client.
 		cfg.server = ":" + strconv.Itoa(cfg.tcpPort)
+	}
+	if cfg.perftestPeer {
+		// perftest's exchange: no key (perftestCheck refused one).
+		return cfg, -1
 	}
 	var msg string
 	if cfg.security, msg = cfg.peerFlags().Security(); msg != "" {
@@ -508,6 +531,8 @@ func (c *config) options(help *bool) []perftool.Option {
 		{Long: []string{"server"}, Value: true, Set: text(&c.server)},
 		{Long: []string{"client"}, Value: true, Set: text(&c.client)},
 		{Long: []string{"key-file"}, Value: true, Set: text(&c.keyFile)},
+		{Long: []string{"perftest-peer"}, Set: on(&c.perftestPeer)},
+		{Long: []string{"accept-unauthenticated"}, Set: on(&c.acceptUnauthenticated)},
 
 		// perftest's, refused.
 		{Short: 'e', Long: []string{"events"}, Refuse: "(sleep on completion events) is not supported: mlx5kit-perf busy-polls"},
@@ -614,6 +639,9 @@ func (c config) check() string {
 		return fmt.Sprintf("--output=latency: %s measures bandwidth (want bandwidth or message_rate)", c.mode)
 	case (c.output == outputBandwidth || c.output == outputMessageRate) && c.mode.latency():
 		return fmt.Sprintf("--output=%s: %s measures latency (want latency)", c.output, c.mode)
+	}
+	if msg := c.perftestCheck(); msg != "" {
+		return msg
 	}
 	return c.peerFlags().Check()
 }

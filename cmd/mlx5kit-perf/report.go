@@ -175,7 +175,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "mlx5kit-perf %s: %s\n", cfg.mode, cfg.mode.describe())
+	fmt.Fprintf(&b, "mlx5kit-perf %s: %s\n", cfg.mode, cfg.describeMode())
 	perftool.WriteSetting(&b, in.device, in.ends, in.counter)
 	if !cfg.mode.latency() {
 		fmt.Fprintf(&b, "rates:   BW average over first doorbell to last completion, BW peak the best over up to %d batches of %d\n", peakWindow, cfg.batch())

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// TestPerftestRecordFormat checks the queue pair record against perftest's
+// KEY_PRINT_FMT and KEY_PRINT_FMT_GID: fixed widths, lower-case hex, the
+// sizes perftest reads (59 and 108 bytes with the NUL), and a round trip.
+func TestPerftestRecordFormat(t *testing.T) {
+	d := perftestDest{LID: 0x41, OutReads: 16, QPN: 0x20100, PSN: 0xa2cf67, RKey: 0x24a, VAddr: 0x7f0a6c51e000}
+	for i := range d.GID {
+		d.GID[i] = byte(0xf0 + i)
+	}
+	plain := d.encode(false)
+	require.Len(t, plain, perftestKeySize)
+	require.Equal(t, "0041:0010:020100:a2cf67:0000024a:00007f0a6c51e000:00000000\x00", string(plain))
+	withGID := d.encode(true)
+	require.Len(t, withGID, perftestKeySizeGID)
+	require.Equal(t, "0041:0010:020100:a2cf67:0000024a:00007f0a6c51e000:"+
+		"f0:f1:f2:f3:f4:f5:f6:f7:f8:f9:fa:fb:fc:fd:fe:ff:00000000:\x00", string(withGID))
+
+	got, err := decodePerftestDest(plain, false)
+	require.NoError(t, err)
+	want := d
+	want.GID = ctx.GID{}
+	require.Equal(t, want, got)
+	got, err = decodePerftestDest(withGID, true)
+	require.NoError(t, err)
+	require.Equal(t, d, got)
+
+	for _, bad := range []string{
+		"0041:0010:020100:a2cf67:0000024a:00007f0a6c51e000\x00",           // a field short
+		"0041:0010:02010g:a2cf67:0000024a:00007f0a6c51e000:00000000\x00",  // not hex
+		"0041:0010:1020100:a2cf67:0000024a:00007f0a6c51e000:00000000\x00", // QPN above 24 bits
+	} {
+		_, err := decodePerftestDest([]byte(bad), false)
+		require.ErrorIs(t, err, errPerftestPeer, "%q", bad)
+	}
+	_, err = decodePerftestDest(plain, true)
+	require.ErrorIs(t, err, errPerftestPeer, "a record without the GID read as one with it")
+}
+
+// TestPerftestPeerFlags checks what --perftest-peer refuses: running
+// without accepting that the exchange is unauthenticated, a key, a mode
+// other than write_lat and send_lat, no peer, timed runs, and -a with another top size.
+func TestPerftestPeerFlags(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	peer := []string{"--perftest-peer", "--accept-unauthenticated"}
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	requireRejected(t,
+		[]string{"write_lat", "--perftest-peer", "localhost"},
+		append([]string{"write_lat", "--key-file", keyFile, "localhost"}, peer...),
+		append([]string{"read_lat", "localhost"}, peer...),
+		append([]string{"write_bw", "localhost"}, peer...),
+		append([]string{"write_lat"}, peer...),
+		append([]string{"write_lat", "-D", "2", "localhost"}, peer...),
+		append([]string{"write_lat", "-a", "--max-size", "65536", "localhost"}, peer...),
+	)
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"write_lat", "--perftest-peer", "localhost"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "--accept-unauthenticated")
+
+	cfg, code := parseFlags(append([]string{"send_lat", "-n", "50", "localhost"}, peer...), &errOut)
+	require.Equal(t, -1, code, errOut.String())
+	require.True(t, cfg.perftestPeer)
+	cfg, code = parseFlags(append([]string{"write_lat", "-n", "50", "localhost"}, peer...), &errOut)
+	require.Equal(t, -1, code, errOut.String())
+	require.True(t, cfg.perftestPeer)
+	require.Equal(t, "localhost:18515", cfg.client)
+	// ib_write_lat's rule: no server given, wait for one on -p, on every
+	// address, which perftest's exchange allows without a key.
+	cfg, code = parseCommandLine("ib_write_lat", peer, &out, &errOut)
+	require.Equal(t, -1, code, errOut.String())
+	require.Equal(t, ":18515", cfg.server)
+
+	t.Setenv(perftool.EnvKey, "0123456789abcdef0123456789abcdef")
+	requireRejected(t, append([]string{"write_lat", "localhost"}, peer...))
+}
+
+// TestPerftestPeerTwoProcesses runs --perftest-peer at both ends, server
+// and client in two processes on one software fabric: perftest's exchange
+// and loops of write_lat and send_lat against themselves, every size of
+// -a up to 8 MiB.
+func TestPerftestPeerTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes per mode")
+	}
+	t.Setenv(perftool.EnvKey, "")
+	removeFabrics(t, "perftest-peer-")
+	for _, m := range []string{"write_lat", "send_lat"} {
+		t.Run(m, func(t *testing.T) {
+			fabric := sim.EnvFabric + "=perftest-peer-" + strconv.Itoa(os.Getpid()) + "-" + m
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			addr := ln.Addr().String()
+			require.NoError(t, ln.Close())
+			server, sout := toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
+				"-n", "20", "-a", "--server", addr)
+			var out string
+			for try := 0; ; try++ {
+				client, cout := toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
+					"-n", "20", "-a", "--client", addr)
+				if client.Wait() == nil {
+					out = cout.String()
+					break
+				}
+				if try >= 50 {
+					_ = server.Process.Kill()
+					_ = server.Wait() // sout is the server's no more
+					t.Fatalf("client: %s\nserver: %s", cout.String(), sout.String())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			require.NoError(t, server.Wait(), "server: %s", sout.String())
+			for name, o := range map[string]string{"server": sout.String(), "client": out} {
+				rows := latencyRows(t, o)
+				require.Len(t, rows, 23, "%s: sizes 2 to 8 MiB:\n%s", name, o)
+				for i, r := range rows {
+					require.Equal(t, 2<<i, r.size, "%s:\n%s", name, o)
+					require.Equal(t, 20, r.iters, "%s:\n%s", name, o)
+				}
+				require.Contains(t, o, "speaking perftest's exchange", name)
+			}
+		})
+	}
+}
+
+// TestPerftestInterop runs mlx5kit-perf against Debian's ib_write_lat and
+// ib_send_lat on one software fabric, both ways: perftest as the server
+// (through mlx5kit-emulate) and the kit as the client, then the kit as
+// the server and perftest as the client. Each pair has a minute.
+func TestPerftestInterop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds mlx5kit-emulate and its preload library and runs two processes per case")
+	}
+	for _, p := range []string{"ib_write_lat", "ib_send_lat"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (Debian package perftest; scripts/deps.sh installs it)", p)
+		}
+	}
+	t.Setenv(perftool.EnvKey, "")
+	removeFabrics(t, "perftest-interop-")
+	dir := t.TempDir()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	launcher := filepath.Join(dir, "mlx5kit-emulate")
+	out, err := exec.Command(goTool, "build", "-o", launcher, "../mlx5kit-emulate").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	env := append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(dir, "cache"), "MLX5KIT_EMULATE_LIB=")
+	cmd := exec.Command(launcher, "-print-lib")
+	cmd.Env = env
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "mlx5kit-emulate -print-lib: %s", out)
+
+	for _, c := range []struct {
+		prog      string
+		kitServer bool
+	}{{"ib_write_lat", false}, {"ib_write_lat", true}, {"ib_send_lat", false}, {"ib_send_lat", true}} {
+		prog, kitServer := c.prog, c.kitServer
+		t.Run(prog+"/"+map[bool]string{false: "perftest-server", true: "kit-server"}[kitServer], func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			require.NoError(t, ln.Close())
+			fabric := fmt.Sprintf("perftest-interop-%d-%s", os.Getpid(), port)
+			mode := strings.TrimPrefix(prog, "ib_")
+			cx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			perftest := func(extra ...string) *exec.Cmd {
+				c := exec.CommandContext(cx, launcher, append([]string{"-fabric", fabric, "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port}, extra...)...)
+				c.Env, c.WaitDelay = env, time.Second
+				return c
+			}
+			kit := func(extra ...string) *exec.Cmd {
+				args := []string{"-test.run=^TestToolChild$", "-test.count=1"}
+				c := exec.CommandContext(cx, os.Args[0], args...)
+				toolArgs := append([]string{mode, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated", "-n", "200", "-s", "64"}, extra...)
+				c.Env = append(os.Environ(), sim.EnvFabric+"="+fabric, envToolArgs+"="+strings.Join(toolArgs, "\n"))
+				c.WaitDelay = time.Second
+				return c
+			}
+			var srv, cli *exec.Cmd
+			if kitServer {
+				srv, cli = kit("--server", "127.0.0.1:"+port), perftest("127.0.0.1")
+			} else {
+				srv, cli = perftest(), kit("-p", port, "127.0.0.1")
+			}
+			var srvOut bytes.Buffer
+			srv.Stdout, srv.Stderr = &srvOut, &srvOut
+			require.NoError(t, srv.Start())
+			var cliOut []byte
+			for try := 0; ; try++ {
+				c := cli
+				cliOut, err = c.CombinedOutput()
+				if err == nil || cx.Err() != nil || !strings.Contains(string(cliOut), "onnect") {
+					break
+				}
+				// The server was not listening yet: try again.
+				time.Sleep(100 * time.Millisecond)
+				if kitServer {
+					cli = perftest("127.0.0.1")
+				} else {
+					cli = kit("-p", port, "127.0.0.1")
+				}
+				require.Less(t, try, 100, "client:\n%s", cliOut)
+			}
+			require.NoError(t, err, "client:\n%s\nserver:\n%s", cliOut, srvOut.String())
+			require.NoError(t, srv.Wait(), "server:\n%s\nclient:\n%s", srvOut.String(), cliOut)
+			for name, o := range map[string]string{"server": srvOut.String(), "client": string(cliOut)} {
+				rows := latencyRows(t, o)
+				require.Len(t, rows, 1, "%s:\n%s", name, o)
+				require.Equal(t, 64, rows[0].size, "%s:\n%s", name, o)
+				require.Equal(t, 200, rows[0].iters, "%s:\n%s", name, o)
+			}
+		})
+	}
+}
+
+// removeFabrics removes, when the test ends, the shared-memory files of the
+// fabrics this process named prefix<pid>-...
+func removeFabrics(t *testing.T, prefix string) {
+	t.Cleanup(func() {
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + prefix + strconv.Itoa(os.Getpid()) + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
+}
