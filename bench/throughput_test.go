@@ -59,7 +59,7 @@ func streamWrites(qp *rc.QP, p *transport.Poller, e *pingEnv, size, n int, inlin
 			outstanding += k
 		}
 		if p.Poll(4, func(c *transport.Completion) {
-			if c.Status != transport.StatusOK {
+			if c.Match != transport.MatchOK {
 				ok = false
 			}
 			// The wrid of a batch's signaled WQE is the batch size.

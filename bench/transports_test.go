@@ -48,7 +48,7 @@ func wait(p *transport.Poller, send bool, st *rtStats) bool {
 	for !got {
 		t0 := cycles.Start()
 		n := p.Poll(4, func(c *transport.Completion) {
-			if c.Status != transport.StatusOK {
+			if c.Match != transport.MatchOK {
 				ok = false
 			}
 			if c.IsSend() == send {

@@ -81,7 +81,7 @@ func BenchmarkManualTransportWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		n := pa.Poll(16, func(c *transport.Completion) {
-			if c.WRID != wrid || c.Status != transport.StatusOK {
+			if c.WRID != wrid || c.Match != transport.MatchOK {
 				b.Fatal("unexpected completion")
 			}
 		})

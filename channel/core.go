@@ -352,7 +352,7 @@ func (c *core) poll() int {
 // complete files one completion in its record.
 func (c *core) complete(wc *transport.Completion) {
 	s := &c.slots[wc.WRID&c.mask]
-	if (wc.Status != transport.StatusOK && wc.Status != transport.StatusError) || s.wrid != wc.WRID || s.state != slotPosted {
+	if (wc.Match != transport.MatchOK && wc.Match != transport.MatchError) || s.wrid != wc.WRID || s.state != slotPosted {
 		c.strayCompletion(wc)
 		return
 	}
@@ -389,7 +389,7 @@ func (c *core) strayCompletion(wc *transport.Completion) {
 	if c.stray != nil {
 		return
 	}
-	if wc.Status == transport.StatusOK || wc.Status == transport.StatusError {
+	if wc.Match == transport.MatchOK || wc.Match == transport.MatchError {
 		// Matched by the queue pair, but not posted by the channel (work
 		// posted on the QP directly).
 		c.stray = fmt.Errorf("channel: completion %v on QP %#x (wr_id %d) matches no work request of the channel: %w",

@@ -1,5 +1,7 @@
 package ctx
 
+import "fmt"
+
 // addOnClose arranges for f to run when n closes, or runs it now when n is
 // closed already; either way with t.mu held.
 func (n *node) addOnClose(f func()) {
@@ -22,16 +24,15 @@ func (n *node) runOnClose() {
 	}
 }
 
-// OnClose arranges for f to run when the QP closes, directly or with a
-// parent (a CQ, its SRQ, its PD, the Context), on the goroutine that
-// closes it: after Closed starts to report true and before the provider
-// destroys the QP. A QP closed already runs f at once. f runs with the
-// Context's lock held and must not call into this Context; it is meant to
-// stop the data plane built on the QP, from whichever goroutine closes it
-// (the transports close their send queue, wqebuilder.SendQueue.Close, with
-// it).
-func (qp *QueuePair) OnClose(f func()) { qp.addOnClose(f) }
-
-// OnClose arranges for f to run when the SRQ closes, directly or with a
-// parent, as QueuePair.OnClose.
-func (s *SharedReceiveQueue) OnClose(f func()) { s.addOnClose(f) }
+// onCloseOf registers f as a close hook of a *QueuePair or a
+// *SharedReceiveQueue (seam.OnClose).
+func onCloseOf(obj any, f func()) {
+	switch x := obj.(type) {
+	case *QueuePair:
+		x.addOnClose(f)
+	case *SharedReceiveQueue:
+		x.addOnClose(f)
+	default:
+		panic(fmt.Sprintf("ctx: close hook for %T", obj))
+	}
+}

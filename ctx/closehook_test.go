@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 )
 
 // TestOnClose runs the close hooks of QPs and SRQs once, when the object
@@ -21,10 +23,10 @@ func TestOnClose(t *testing.T) {
 		}
 	}
 	f.log = append(f.log, "start")
-	w.qp1.OnClose(hook("qp1"))
-	w.qp1.OnClose(func() { require.True(t, w.qp1.Closed()); ran = append(ran, "qp1 again") })
-	w.qp2.OnClose(hook("qp2"))
-	w.srq.OnClose(hook("srq"))
+	seam.OnClose(w.qp1, hook("qp1"))
+	seam.OnClose(w.qp1, func() { require.True(t, w.qp1.Closed()); ran = append(ran, "qp1 again") })
+	seam.OnClose(w.qp2, hook("qp2"))
+	seam.OnClose(w.srq, hook("srq"))
 
 	require.NoError(t, w.qp1.Close())
 	require.Equal(t, []string{"qp1 before start", "qp1 again"}, ran)
@@ -36,6 +38,12 @@ func TestOnClose(t *testing.T) {
 	require.Equal(t, []string{"qp2 before close QP6", "srq before close QP7"}, ran[2:])
 
 	// Closed already: the hook runs at once.
-	w.qp2.OnClose(func() { ran = append(ran, "late") })
+	seam.OnClose(w.qp2, func() { ran = append(ran, "late") })
 	require.Equal(t, "late", ran[len(ran)-1])
+}
+
+// TestOnCloseOtherType refuses a close hook for an object that has none.
+func TestOnCloseOtherType(t *testing.T) {
+	_, c := openFake(t)
+	require.Panics(t, func() { seam.OnClose(c, func() {}) })
 }

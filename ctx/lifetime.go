@@ -38,7 +38,7 @@ type node struct {
 	children map[*node]struct{}
 	release  func() error // provider close; called with t.mu held
 	// onClose runs when the object closes, before release (see
-	// QueuePair.OnClose); guarded by t.mu.
+	// seam.OnClose); guarded by t.mu.
 	onClose []func()
 }
 

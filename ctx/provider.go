@@ -91,6 +91,7 @@ func init() {
 		return openWith(name, sp, device)
 	}
 	seam.Handle = handleOf
+	seam.OnClose = onCloseOf
 }
 
 // handleOf returns the provider handle behind a ctx object, or nil.

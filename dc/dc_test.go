@@ -64,7 +64,7 @@ func TestPostStream(t *testing.T) {
 	got := e.Drain(f.sp)
 	require.Len(t, got, 6)
 	for i := range 6 {
-		require.Equal(t, transport.StatusOK, got[i].Status)
+		require.Equal(t, transport.MatchOK, got[i].Match)
 		require.Equal(t, uint64(i), got[i].WRID)
 		require.Equal(t, byte(i+1), e.Mem(1, 8*i, 1)[0])
 	}

@@ -29,7 +29,7 @@ func byWRID(t *testing.T, cs []transport.Completion) map[uint64]transport.Comple
 
 func requireSyndrome(t *testing.T, c transport.Completion, s prm.Syndrome) {
 	t.Helper()
-	require.Equal(t, transport.StatusError, c.Status, "%+v", c)
+	require.Equal(t, transport.MatchError, c.Match, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	require.ErrorIs(t, c.Err(), monocq.ErrCompletion)
 	require.ErrorIs(t, c.Err(), monocq.StatusOf(s).Sentinel())
@@ -61,7 +61,7 @@ func failThenFlush(t *testing.T, f *fixture, want prm.Syndrome, bad func(s wqebu
 	}
 	f.dci.RingDoorbell()
 	got := byWRID(t, e.Drain(f.sp))
-	require.Equal(t, transport.StatusOK, got[1].Status)
+	require.Equal(t, transport.MatchOK, got[1].Match)
 	requireSyndrome(t, got[2], want)
 	for w := uint64(3); w < 8; w++ {
 		requireSyndrome(t, got[w], prm.SyndromeWRFlush)
@@ -87,9 +87,9 @@ func targetsStillServe(t *testing.T, f *fixture) {
 		s, err := dci.Post(uint64(i), wqebuilder.Signaled, r)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("still here")).FinishBlueFlame())
-		require.Equal(t, transport.StatusOK, e.One(f.sp).Status)
+		require.Equal(t, transport.MatchOK, e.One(f.sp).Match)
 		c := e.One(f.rp)
-		require.Equal(t, transport.StatusOK, c.Status)
+		require.Equal(t, transport.MatchOK, c.Match)
 		require.Equal(t, dct.Number(), c.QPN)
 		require.NoError(t, r.Close())
 	}
@@ -260,7 +260,7 @@ func TestDCAllocatesNothing(t *testing.T) {
 	for _, p := range []*transport.Poller{f.sp, f.rp} {
 		allocs = testing.AllocsPerRun(runs, func() {
 			n += p.Poll(1, func(c *transport.Completion) {
-				if c.Status != transport.StatusOK {
+				if c.Match != transport.MatchOK {
 					panic(c.Err())
 				}
 			})

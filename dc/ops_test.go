@@ -87,7 +87,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 				if !ok {
 					// Give the slot back with a NOP.
 					require.NoError(t, s.Nop().FinishBlueFlame())
-					require.Equal(t, transport.StatusOK, e.One(f.sp).Status)
+					require.Equal(t, transport.MatchOK, e.One(f.sp).Match)
 					continue
 				}
 				var pieces []transporttest.Piece
@@ -102,7 +102,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 				}
 				require.NoError(t, finish(), what)
 				c := e.One(f.sp)
-				require.Equal(t, transport.StatusOK, c.Status, "%s: %v", what, c.Err())
+				require.Equal(t, transport.MatchOK, c.Match, "%s: %v", what, c.Err())
 				require.Equal(t, wrid, c.WRID)
 				require.Equal(t, op, c.SendOpcode)
 				if op == prm.OpRdmaWrite {
@@ -111,7 +111,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 					continue
 				}
 				rcv := e.One(f.rp)
-				require.Equal(t, transport.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
+				require.Equal(t, transport.MatchOK, rcv.Match, "%s: %v", what, rcv.Err())
 				require.Equal(t, wrid+5000, rcv.WRID, what)
 				require.Equal(t, dct.Number(), rcv.QPN, what)
 				require.Same(t, &dct.Queue, rcv.Queue)
@@ -162,7 +162,7 @@ func TestReadAndAtomicsToManyTargets(t *testing.T) {
 		}
 		require.NoError(t, sc.FinishBlueFlame())
 		c := e.One(f.sp)
-		require.Equal(t, transport.StatusOK, c.Status, "read %d: %v", n, c.Err())
+		require.Equal(t, transport.MatchOK, c.Match, "read %d: %v", n, c.Err())
 		require.Equal(t, uint32(n), c.ByteCount)
 		e.ExpectPieces(0, pieces, 0, data, fmt.Sprintf("read %d bytes", n))
 	}
@@ -200,7 +200,7 @@ func TestReadAndAtomicsToManyTargets(t *testing.T) {
 		}
 		require.NoError(t, as.Result(e.Addr(0, 64), e.LKey(0)).FinishBlueFlame())
 		c := e.One(f.sp)
-		require.Equal(t, transport.StatusOK, c.Status, "%+v: %v", a, c.Err())
+		require.Equal(t, transport.MatchOK, c.Match, "%+v: %v", a, c.Err())
 		require.Equal(t, want, e.Load(1, target, a.Size), "%+v", a)
 		require.Equal(t, wantOld, e.Load(0, 64, a.Size), "%+v", a)
 	}

@@ -51,7 +51,7 @@ func TestPostAndPollAllocateNothing(t *testing.T) {
 	for _, p := range x.p {
 		allocs = testing.AllocsPerRun(runs, func() {
 			polled += p.Poll(2, func(c *transport.Completion) {
-				if c.Status == transport.StatusOK {
+				if c.Match == transport.MatchOK {
 					sum += c.WRID
 				}
 			})

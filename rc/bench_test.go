@@ -111,7 +111,7 @@ func BenchmarkPoll(b *testing.B) {
 		b.StartTimer()
 		for n := 1; n > 0 && done < b.N; done += n {
 			n = p.Poll(16, func(c *transport.Completion) {
-				if c.Status == transport.StatusOK {
+				if c.Match == transport.MatchOK {
 					sum += c.WRID
 				}
 			})
@@ -148,7 +148,7 @@ func BenchmarkPollHandWritten(b *testing.B) {
 					if !q.CompleteSend(c, &wc) {
 						q.Complete(c, &wc)
 					}
-					if wc.Status == transport.StatusOK {
+					if wc.Match == transport.MatchOK {
 						sum += wc.WRID
 					}
 				}

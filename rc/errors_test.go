@@ -32,7 +32,7 @@ func byWRID(t *testing.T, cs []transport.Completion) map[uint64]transport.Comple
 
 func requireSyndrome(t *testing.T, c transport.Completion, op prm.CQEOpcode, s prm.Syndrome) {
 	t.Helper()
-	require.Equal(t, transport.StatusError, c.Status, "%+v", c)
+	require.Equal(t, transport.MatchError, c.Match, "%+v", c)
 	require.Equal(t, op, c.Opcode, "%+v", c)
 	require.Equal(t, s, c.Syndrome, "syndrome %v", c.Syndrome)
 	err := c.Err()
@@ -93,7 +93,7 @@ func errorThenFlush(t *testing.T, x *pair, want prm.Syndrome, recvs int, bad fun
 	}
 	x.qp[0].RingDoorbell()
 	got := byWRID(t, e.Drain(x.p[0]))
-	require.Equal(t, transport.StatusOK, got[2].Status, "before the error: %+v", got[2])
+	require.Equal(t, transport.MatchOK, got[2].Match, "before the error: %+v", got[2])
 	require.NotContains(t, got, uint64(1))
 	require.NotContains(t, got, uint64(3), "retired by the failed WQE's completion, unsignaled")
 	requireSyndrome(t, got[4], prm.CQEReqErr, want)
@@ -254,7 +254,7 @@ func TestRNRRetryExceededDirect(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, x.qp[1].PostRecv(1, x.e.Addr(1, 0), 64, x.e.LKey(1)))
-	require.Equal(t, transport.StatusOK, x.e.One(x.p[0]).Status)
+	require.Equal(t, transport.MatchOK, x.e.One(x.p[0]).Match)
 	require.Equal(t, "hello", string(x.e.Mem(1, 0, 5)))
 }
 
@@ -508,7 +508,7 @@ func TestResetAndReconnect(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.RdmaWrite(e.Addr(1, 0), e.RKey(1)).Inline([]byte(fmt.Sprintf("round %d/%02d", round, k))).FinishBlueFlame())
 			c := e.One(x.p[0])
-			require.Equal(t, transport.StatusOK, c.Status, "%v", c.Err())
+			require.Equal(t, transport.MatchOK, c.Match, "%v", c.Err())
 			require.Equal(t, uint64(k), c.WRID)
 			// One WQEBB each, from index 0 after every reset (the round
 			// before went up to 20).
@@ -518,7 +518,7 @@ func TestResetAndReconnect(t *testing.T) {
 		s, err := x.qp[0].Post(99, wqebuilder.Signaled)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("hi")).FinishBlueFlame())
-		require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
+		require.Equal(t, transport.MatchOK, e.One(x.p[0]).Match)
 		c := e.One(x.p[1])
 		require.Equal(t, uint64(7), c.WRID)
 		require.Equal(t, "hi", string(e.Mem(1, 128, 2)))

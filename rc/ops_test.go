@@ -55,11 +55,11 @@ func TestSendOpcodes(t *testing.T) {
 				pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+1000000, 0, n, int(x.qp[1].MaxRecvSGE()), r)
 				require.NoError(t, finish(), what)
 				c := e.One(x.p[0])
-				require.Equal(t, transport.StatusOK, c.Status, "%s: %v", what, c.Err())
+				require.Equal(t, transport.MatchOK, c.Match, "%s: %v", what, c.Err())
 				require.Equal(t, wrid, c.WRID, what)
 				require.Equal(t, op, c.SendOpcode, what)
 				rcv := e.One(x.p[1])
-				require.Equal(t, transport.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
+				require.Equal(t, transport.MatchOK, rcv.Match, "%s: %v", what, rcv.Err())
 				require.Equal(t, wrid+1000000, rcv.WRID, what)
 				require.Equal(t, uint32(n), rcv.ByteCount, what)
 				switch op {
@@ -119,7 +119,7 @@ func TestWriteAndRead(t *testing.T) {
 				}
 				require.NoError(t, finish(), what)
 				c := e.One(x.p[0])
-				require.Equal(t, transport.StatusOK, c.Status, "%s: %v", what, c.Err())
+				require.Equal(t, transport.MatchOK, c.Match, "%s: %v", what, c.Err())
 				require.Equal(t, wrid, c.WRID)
 				if imm {
 					rcv := e.One(x.p[1])
@@ -145,7 +145,7 @@ func TestWriteAndRead(t *testing.T) {
 				}
 				require.NoError(t, sc.FinishBlueFlame())
 				c = e.One(x.p[0])
-				require.Equal(t, transport.StatusOK, c.Status, "read %s: %v", what, c.Err())
+				require.Equal(t, transport.MatchOK, c.Match, "read %s: %v", what, c.Err())
 				require.Equal(t, prm.OpRdmaRead, c.SendOpcode)
 				require.Equal(t, uint32(n), c.ByteCount, what)
 				e.ExpectPieces(0, pieces, 0, data, "read back "+what)
@@ -215,7 +215,7 @@ func TestAtomics(t *testing.T) {
 		}
 		require.NoError(t, as.Result(e.Addr(0, result), e.LKey(0)).FinishBlueFlame())
 		c := e.One(x.p[0])
-		require.Equal(t, transport.StatusOK, c.Status, "%s: %v", k.name, c.Err())
+		require.Equal(t, transport.MatchOK, c.Match, "%s: %v", k.name, c.Err())
 		require.Equal(t, uint64(i), c.WRID)
 		require.Equal(t, want, e.Load(1, target, k.size), "%s new value (old %#x)", k.name, old)
 		require.Equal(t, wantResult, e.Load(0, result, k.size), "%s result", k.name)

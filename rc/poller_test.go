@@ -35,7 +35,7 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	// A CQE for a QPN nobody added.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, 0xabcdef, 0, 0)))
 	c := e.One(p)
-	require.Equal(t, transport.StatusUnknownQPN, c.Status)
+	require.Equal(t, transport.MatchUnknownQPN, c.Match)
 	require.Nil(t, c.Queue)
 	require.Equal(t, uint32(0xabcdef), c.QPN)
 	require.ErrorIs(t, c.Err(), monocq.ErrUnknownQPN)
@@ -45,7 +45,7 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	// A send completion naming no outstanding WQE changes nothing.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, qp.QPN(), 77, 0)))
 	c = e.One(p)
-	require.Equal(t, transport.StatusUnmatched, c.Status)
+	require.Equal(t, transport.MatchUnmatched, c.Match)
 	require.Same(t, &qp.Queue, c.Queue)
 	require.ErrorIs(t, c.Err(), transport.ErrUnmatched)
 	require.Equal(t, uint64(1), qp.Unmatched())
@@ -53,12 +53,12 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 
 	// A receive completion on a QP with nothing posted.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQERespSend, qp.QPN(), 0, 0)))
-	require.Equal(t, transport.StatusUnmatched, e.One(p).Status)
+	require.Equal(t, transport.MatchUnmatched, e.One(p).Match)
 
 	// An opcode a QP never gets.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEResizeCQ, qp.QPN(), 0, 0)))
 	c = e.One(p)
-	require.Equal(t, transport.StatusUnexpected, c.Status)
+	require.Equal(t, transport.MatchUnexpected, c.Match)
 	require.Error(t, c.Err())
 
 	// An error CQE with a syndrome the PRM does not define, for a WQE in
@@ -69,7 +69,7 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	counter := uint16(qp.SendQueue().ProducerIndex() - 1)
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReqErr, qp.QPN(), counter, 0x77)))
 	c = pollOne(t, p)
-	require.Equal(t, transport.StatusError, c.Status)
+	require.Equal(t, transport.MatchError, c.Match)
 	require.Equal(t, uint64(42), c.WRID)
 	require.ErrorIs(t, c.Err(), monocq.ErrUnknownSyndrome)
 	require.Contains(t, c.Err().Error(), "0x77")
@@ -111,7 +111,7 @@ func TestCQOverrunIsReported(t *testing.T) {
 	e.Run()
 	n := 0
 	for p.Poll(64, func(c *transport.Completion) {
-		require.Equal(t, transport.StatusOK, c.Status)
+		require.Equal(t, transport.MatchOK, c.Match)
 		require.Equal(t, uint64(n), c.WRID)
 		n++
 	}) > 0 {
@@ -268,7 +268,7 @@ func TestClosedQueueDrainsUnderLoad(t *testing.T) {
 		e.Run()
 		before := p.CQ().ConsumerIndex()
 		require.Equal(t, 2, p.Poll(2, func(c *transport.Completion) {
-			require.Equal(t, transport.StatusOK, c.Status)
+			require.Equal(t, transport.MatchOK, c.Match)
 			if c.QPN == qp[0].QPN() {
 				closed = append(closed, c.WRID)
 			}

@@ -159,7 +159,7 @@ func benchRecvPoll(b *testing.B, g *recvRig) {
 		b.StartTimer()
 		for n := 1; n > 0 && done < b.N; done += n {
 			n = g.rp.Poll(16, func(c *transport.Completion) {
-				if c.Status == transport.StatusOK {
+				if c.Match == transport.MatchOK {
 					sum += c.WRID
 				}
 			})

@@ -67,7 +67,7 @@ func TestSharedReceiveQueue(t *testing.T) {
 		}
 		e.Run()
 		for _, p := range sp {
-			for p.Poll(8, func(c *transport.Completion) { require.Equal(t, transport.StatusOK, c.Status, "%v", c.Err()) }) > 0 {
+			for p.Poll(8, func(c *transport.Completion) { require.Equal(t, transport.MatchOK, c.Match, "%v", c.Err()) }) > 0 {
 			}
 		}
 		// Poll the receivers in random order: the SRQ slots return out of
@@ -82,7 +82,7 @@ func TestSharedReceiveQueue(t *testing.T) {
 			require.NotEmpty(t, got[i], "round %d", round)
 			c := got[i][0]
 			got[i] = got[i][1:]
-			require.Equal(t, transport.StatusOK, c.Status, "%v", c.Err())
+			require.Equal(t, transport.MatchOK, c.Match, "%v", c.Err())
 			require.Equal(t, receivers[i].QPN(), c.QPN)
 			require.Equal(t, uint32(len(msg)), c.ByteCount)
 			slot := slotOf[c.WRID]
@@ -128,9 +128,9 @@ func TestScatterToCQE(t *testing.T) {
 				s, err := qp[0].Post(1, wqebuilder.Signaled)
 				require.NoError(t, err)
 				require.NoError(t, s.SendImm(uint32(n)).Inline(data).FinishBlueFlame())
-				require.Equal(t, transport.StatusOK, e.One(p[0]).Status)
+				require.Equal(t, transport.MatchOK, e.One(p[0]).Match)
 				c := e.One(p[1])
-				require.Equal(t, transport.StatusOK, c.Status)
+				require.Equal(t, transport.MatchOK, c.Match)
 				require.Equal(t, uint64(n), c.WRID)
 				require.Equal(t, prm.CQERespSendImm, c.Opcode)
 				require.Equal(t, uint32(n), c.ByteCount)
@@ -171,9 +171,9 @@ func TestResetKeepsSharedReceiveQueue(t *testing.T) {
 		s, err := a.Post(uint64(round), wqebuilder.Signaled)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("through the SRQ")).FinishBlueFlame())
-		require.Equal(t, transport.StatusOK, e.One(sp).Status, "round %d", round)
+		require.Equal(t, transport.MatchOK, e.One(sp).Match, "round %d", round)
 		c := e.One(rp)
-		require.Equal(t, transport.StatusOK, c.Status, "round %d: %v", round, c.Err())
+		require.Equal(t, transport.MatchOK, c.Match, "round %d: %v", round, c.Err())
 		require.Equal(t, wrid, c.WRID, "round %d", round)
 		require.Equal(t, "through the SRQ", string(e.Mem(1, 64*round, 15)))
 		require.Zero(t, srq.Outstanding(), "round %d", round)

@@ -63,7 +63,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.NoError(t, x.f.InjectCQE(cqn, cqe(prm.CQEReq, 0xabcdef, 0, 0)))
 		got := poll(poller)
 		require.Len(t, got, 1)
-		require.Equal(t, transport.StatusUnknownQPN, got[0].Status)
+		require.Equal(t, transport.MatchUnknownQPN, got[0].Match)
 		require.Nil(t, got[0].Queue)
 		require.ErrorIs(t, got[0].Err(), monocq.ErrUnknownQPN)
 		require.ErrorIs(t, poller.Err(), monocq.ErrUnknownQPN)
@@ -82,7 +82,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		got := poll(poller)
 		require.Len(t, got, 2)
 		for _, c := range got {
-			require.Equal(t, transport.StatusUnmatched, c.Status)
+			require.Equal(t, transport.MatchUnmatched, c.Match)
 			require.Zero(t, c.WRID)
 			require.ErrorIs(t, c.Err(), transport.ErrUnmatched)
 		}
@@ -99,7 +99,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.NoError(t, x.f.InjectCQE(cqn, cqe(prm.CQEReq, q.QPN(), uint16(second), 0)))
 		got = poll(poller)
 		require.Len(t, got, 1)
-		require.Equal(t, transport.StatusUnmatched, got[0].Status)
+		require.Equal(t, transport.MatchUnmatched, got[0].Match)
 	})
 
 	t.Run("unexpected opcode", func(t *testing.T) {
@@ -109,8 +109,8 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.NoError(t, x.f.InjectCQE(cqn, cqe(prm.CQEResizeCQ, q.QPN(), 0, 0)))
 		got := poll(poller)
 		require.Len(t, got, 2)
-		require.Equal(t, transport.StatusUnexpected, got[0].Status)
-		require.Equal(t, transport.StatusUnexpected, got[1].Status)
+		require.Equal(t, transport.MatchUnexpected, got[0].Match)
+		require.Equal(t, transport.MatchUnexpected, got[1].Match)
 		require.Error(t, got[1].Err())
 		require.Equal(t, transport.StateReady, q.State())
 	})
@@ -121,7 +121,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		got := poll(poller)
 		require.Len(t, got, 1)
 		c := got[0]
-		require.Equal(t, transport.StatusError, c.Status)
+		require.Equal(t, transport.MatchError, c.Match)
 		require.Equal(t, uint64(3), c.WRID, "it names a WQE in flight: that WQE is retired, with the error")
 		err := c.Err()
 		require.ErrorIs(t, err, monocq.ErrUnknownSyndrome)

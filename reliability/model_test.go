@@ -124,16 +124,16 @@ func (m *sqModel) complete(c *transport.Completion) {
 			break
 		}
 	}
-	if c.Status != transport.StatusOK && c.Status != transport.StatusError {
-		m.fail("completion %v for wrid %d (%v)", c.Status, c.WRID, c.Err())
+	if c.Match != transport.MatchOK && c.Match != transport.MatchError {
+		m.fail("completion %v for wrid %d (%v)", c.Match, c.WRID, c.Err())
 	}
 	if i < 0 {
 		m.fail("completion (%v, %v) for wrid %d, which is not outstanding: duplicated", c.Opcode, c.Syndrome, c.WRID)
 	}
 	w := &m.out[i]
-	flush := c.Status == transport.StatusError && c.Syndrome == prm.SyndromeWRFlush
+	flush := c.Match == transport.MatchError && c.Syndrome == prm.SyndromeWRFlush
 	switch {
-	case c.Status == transport.StatusOK:
+	case c.Match == transport.MatchOK:
 		if m.errored {
 			m.fail("wrid %d completed successfully after the queue pair failed", c.WRID)
 		}
@@ -203,13 +203,13 @@ func (m *rqModel) findRecv(c *transport.Completion) int {
 
 // complete checks one receive completion, and the bytes it delivered.
 func (m *rqModel) complete(c *transport.Completion) {
-	if c.Status != transport.StatusOK && c.Status != transport.StatusError {
-		m.fail("receive completion %v for wrid %d (%v)", c.Status, c.WRID, c.Err())
+	if c.Match != transport.MatchOK && c.Match != transport.MatchError {
+		m.fail("receive completion %v for wrid %d (%v)", c.Match, c.WRID, c.Err())
 	}
 	i := m.findRecv(c)
 	r := m.out[i]
 	m.out = append(m.out[:i], m.out[i+1:]...)
-	if c.Status == transport.StatusError {
+	if c.Match == transport.MatchError {
 		switch {
 		case c.Syndrome == prm.SyndromeWRFlush:
 			if !m.errored && !m.mayFlush {

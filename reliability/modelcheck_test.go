@@ -42,11 +42,11 @@ func (r *recordTB) caught(f func()) (msg string) {
 }
 
 func ok(wrid uint64) *transport.Completion {
-	return &transport.Completion{WRID: wrid, Status: transport.StatusOK, Opcode: prm.CQEReq}
+	return &transport.Completion{WRID: wrid, Match: transport.MatchOK, Opcode: prm.CQEReq}
 }
 
 func bad(wrid uint64, s prm.Syndrome) *transport.Completion {
-	return &transport.Completion{WRID: wrid, Status: transport.StatusError, Opcode: prm.CQEReqErr, Syndrome: s}
+	return &transport.Completion{WRID: wrid, Match: transport.MatchError, Opcode: prm.CQEReqErr, Syndrome: s}
 }
 
 // TestModelCatchesMistakes feeds the reference model the completions of a
@@ -113,7 +113,7 @@ func TestModelCatchesMistakes(t *testing.T) {
 		}, "unsignaled"},
 		{"unmatched", func() {
 			m := sq(sig(1))
-			m.complete(&transport.Completion{WRID: 0, Status: transport.StatusUnmatched, Opcode: prm.CQEReq})
+			m.complete(&transport.Completion{WRID: 0, Match: transport.MatchUnmatched, Opcode: prm.CQEReq})
 		}, "UNMATCHED"},
 	} {
 		got := tb.caught(c.run)
@@ -132,7 +132,7 @@ func TestModelCatchesMistakes(t *testing.T) {
 	s.bySeq[77] = msg
 	genMessage(reg.mem[0:100], 77)
 	recv := func(wrid uint64) *transport.Completion {
-		return &transport.Completion{WRID: wrid, Status: transport.StatusOK, Opcode: prm.CQERespSend, ByteCount: 100}
+		return &transport.Completion{WRID: wrid, Match: transport.MatchOK, Opcode: prm.CQERespSend, ByteCount: 100}
 	}
 	rq.out = []recvWR{{wrid: 1, slot: 0, size: 1024}, {wrid: 2, slot: 1024, size: 1024}}
 	require.Contains(t, tb.caught(func() { rq.complete(recv(2)) }), "posted first")

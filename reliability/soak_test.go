@@ -371,7 +371,7 @@ func (s *soak) pollAll() {
 					}
 					m.complete(c)
 				default:
-					s.t.Fatalf("completion %v with status %v for QPN %#x, which no lane owns: %v", c.Opcode, c.Status, c.QPN, c.Err())
+					s.t.Fatalf("completion %v with status %v for QPN %#x, which no lane owns: %v", c.Opcode, c.Match, c.QPN, c.Err())
 				}
 			})
 		}

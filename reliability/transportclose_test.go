@@ -50,11 +50,11 @@ func newRecvBuffers(t *testing.T, pd *ctx.ProtectionDomain, n, size int) *ctx.Me
 }
 
 // statusCheck returns an error for a completion of a queue pair that must
-// complete well: anything but StatusOK (StatusUnknownQPN above all, the
+// complete well: anything but MatchOK (MatchUnknownQPN above all, the
 // status of a CQE whose queue left the Poller too early).
 func statusCheck(what string, c *transport.Completion) error {
-	if c.Status != transport.StatusOK {
-		return fmt.Errorf("%s: completion of QPN %#x, WRID %d: status %v, error %v", what, c.QPN, c.WRID, c.Status, c.Err())
+	if c.Match != transport.MatchOK {
+		return fmt.Errorf("%s: completion of QPN %#x, WRID %d: status %v, error %v", what, c.QPN, c.WRID, c.Match, c.Err())
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ func requireClosed(post, finish, want error) error {
 	return nil
 }
 
-// waitFor polls p until the completion of wrid, which must be StatusOK.
+// waitFor polls p until the completion of wrid, which must be MatchOK.
 func waitFor(t *testing.T, p *transport.Poller, wrid uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -431,7 +431,7 @@ var transportCloseRigs = []struct {
 // on it and on a queue pair beside it and polls their Pollers: the owner's
 // posts on the closed object end in ErrClosed; every completion polled,
 // those of the closed queue pair that were still in the CQ too, is
-// matched to its queue pair (no StatusUnknownQPN, no Poller error); the
+// matched to its queue pair (no MatchUnknownQPN, no Poller error); the
 // Pollers drop the closed queue pair on the owner's goroutine and still
 // route the others; nothing faults. Under -race it also checks that Close
 // and the owner's loop share no unsynchronized Go memory.
@@ -526,7 +526,7 @@ func runCloseRig(t *testing.T, r *closeRig, i int) {
 // TestCompletionsOfAClosedQueuePair closes both QPs of an RC pair, from
 // another goroutine, while the CQEs of their sends and receives are still
 // in the CQs: the owner's Pollers hand every one of them over as the
-// device wrote it (StatusOK, the work request's id, the byte count), then
+// device wrote it (MatchOK, the work request's id, the byte count), then
 // drop the QPs, and the Pollers report no problem.
 func TestCompletionsOfAClosedQueuePair(t *testing.T) {
 	const n = 12
@@ -549,7 +549,7 @@ func TestCompletionsOfAClosedQueuePair(t *testing.T) {
 		}
 		require.Len(t, got, n, "side %d", side)
 		for i, c := range got {
-			require.Equal(t, transport.StatusOK, c.Status, "side %d, completion %d", side, i)
+			require.Equal(t, transport.MatchOK, c.Match, "side %d, completion %d", side, i)
 			require.NoError(t, c.Err())
 			require.Equal(t, p.qp[side].QPN(), c.QPN)
 			if side == 0 {

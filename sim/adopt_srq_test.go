@@ -22,7 +22,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	f := New(Options{Strict: true})
 	defer f.Close()
 	open := func(name string) (provider.Device, provider.ProtectionDomain) {
-		d, err := f.OpenDevice(name)
+		d, err := f.openDevice(name)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = d.Close() })
 		p, err := d.AllocProtectionDomain()
@@ -202,7 +202,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 func TestAdoptQueuePairRingSmallerThanKernelSizing(t *testing.T) {
 	f := New(Options{Strict: true})
 	defer f.Close()
-	d, err := f.OpenDevice("")
+	d, err := f.openDevice("")
 	require.NoError(t, err)
 	defer d.Close()
 	p, err := d.AllocProtectionDomain()

@@ -18,7 +18,7 @@ import (
 func TestAdoptCompletionQueue(t *testing.T) {
 	f := New(Options{})
 	defer f.Close()
-	dev, err := f.OpenDevice("")
+	dev, err := f.openDevice("")
 	require.NoError(t, err)
 	defer dev.Close()
 
@@ -78,7 +78,7 @@ func TestAdoptQueuePair(t *testing.T) {
 	f := New(Options{Strict: true})
 	defer f.Close()
 	open := func(name string) (provider.Device, provider.ProtectionDomain) {
-		d, err := f.OpenDevice(name)
+		d, err := f.openDevice(name)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = d.Close() })
 		p, err := d.AllocProtectionDomain()

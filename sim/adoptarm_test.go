@@ -20,7 +20,7 @@ import (
 func TestAdoptedCQArmsFromRecord(t *testing.T) {
 	f := New(Options{})
 	defer f.Close()
-	dev, err := f.OpenDevice("")
+	dev, err := f.openDevice("")
 	require.NoError(t, err)
 	defer dev.Close()
 	ring, err := ctx.AllocBuffer(8*prm.CQE64Size, ctx.BufferOptions{})

@@ -17,7 +17,7 @@ import (
 func TestAdoptQueuePairSmallRing(t *testing.T) {
 	f := New(Options{Strict: true})
 	defer f.Close()
-	d, err := f.OpenDevice("sim0")
+	d, err := f.openDevice("sim0")
 	require.NoError(t, err)
 	defer d.Close()
 	p, err := d.AllocProtectionDomain()

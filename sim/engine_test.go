@@ -144,7 +144,7 @@ func TestQueryDevice(t *testing.T) {
 	require.Equal(t, ctx.PortStateActive, pa.State)
 	_, err = e.c.QueryPort(2)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	devs, err := e.f.Devices()
+	devs, err := e.f.devices()
 	require.NoError(t, err)
 	require.Len(t, devs, 2)
 }

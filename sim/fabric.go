@@ -233,7 +233,22 @@ func defaultOptions(strict string) Options {
 	return o
 }
 
-func init() { provider.Register(ctx.ProviderSoftware, defaultFabric) }
+// fabricProvider is a Fabric as internal/provider sees it: the provider
+// registered as "sim", the one Fabric.Open opens, and the one
+// simadopt.Provider hands to the model of the kernel side.
+type fabricProvider struct{ f *Fabric }
+
+// Devices lists the HCAs.
+func (p fabricProvider) Devices() ([]ctx.DeviceInfo, error) { return p.f.devices() }
+
+// OpenDevice opens an HCA by name; "" opens the first.
+func (p fabricProvider) OpenDevice(name string) (provider.Device, error) {
+	return p.f.openDevice(name)
+}
+
+var _ provider.Provider = fabricProvider{}
+
+func init() { provider.Register(ctx.ProviderSoftware, fabricProvider{defaultFabric}) }
 
 // Default returns the Fabric registered as provider "sim": Engine mode,
 // Strict (see EnvStrict).
@@ -253,7 +268,7 @@ func FromContext(c *ctx.Context) *Fabric {
 
 // Open opens a device of this Fabric as a ctx.Context ("" is "sim0").
 func (f *Fabric) Open(device string) (*ctx.Context, error) {
-	return provider.Open(ctx.ProviderSoftware, f, device)
+	return provider.Open(ctx.ProviderSoftware, fabricProvider{f}, device)
 }
 
 // Options returns the options the Fabric was created with (defaults filled).
@@ -294,8 +309,8 @@ func (f *Fabric) Close() error {
 	return nil
 }
 
-// Devices lists the HCAs (ctx.Provider).
-func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
+// devices lists the HCAs.
+func (f *Fabric) devices() ([]ctx.DeviceInfo, error) {
 	f.mu.Lock()
 	err := f.joinLocked()
 	f.mu.Unlock()
@@ -309,8 +324,8 @@ func (f *Fabric) Devices() ([]ctx.DeviceInfo, error) {
 	return out, nil
 }
 
-// OpenDevice opens an HCA by name; "" opens the first (ctx.Provider).
-func (f *Fabric) OpenDevice(name string) (provider.Device, error) {
+// openDevice opens an HCA by name; "" opens the first.
+func (f *Fabric) openDevice(name string) (provider.Device, error) {
 	const op = "sim: open device"
 	f.mu.Lock()
 	err := f.joinLocked()

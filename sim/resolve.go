@@ -45,28 +45,35 @@ func init() {
 	simadopt.ProtectionDomainNumber = protectionDomainNumber
 	simadopt.QueuePairAttributes = queuePairAttributes
 	simadopt.SharedReceiveQueueNumber = sharedReceiveQueueNumber
-	simadopt.NeighbourMAC = func(p provider.Provider, gid ctx.GID) ([6]byte, bool) {
+	simadopt.Provider = func(fabric any) provider.Provider {
+		f, ok := fabric.(*Fabric)
+		if !ok {
+			return nil
+		}
+		return fabricProvider{f}
+	}
+	simadopt.NeighbourMAC = func(p any, gid ctx.GID) ([6]byte, bool) {
 		f, ok := p.(*Fabric)
 		if !ok {
 			return [6]byte{}, false
 		}
 		return f.neighbourMAC(gid)
 	}
-	simadopt.LookupMR = func(p provider.Provider, key uint32) (simadopt.MRInfo, bool) {
+	simadopt.LookupMR = func(p any, key uint32) (simadopt.MRInfo, bool) {
 		f, ok := p.(*Fabric)
 		if !ok {
 			return simadopt.MRInfo{}, false
 		}
 		return f.lookupMR(key)
 	}
-	simadopt.LookupCQ = func(p provider.Provider, cqn uint32) (simadopt.CQInfo, bool) {
+	simadopt.LookupCQ = func(p any, cqn uint32) (simadopt.CQInfo, bool) {
 		f, ok := p.(*Fabric)
 		if !ok {
 			return simadopt.CQInfo{}, false
 		}
 		return f.lookupCQ(cqn)
 	}
-	simadopt.LookupSRQ = func(p provider.Provider, srqn uint32) (simadopt.SRQInfo, bool) {
+	simadopt.LookupSRQ = func(p any, srqn uint32) (simadopt.SRQInfo, bool) {
 		f, ok := p.(*Fabric)
 		if !ok {
 			return simadopt.SRQInfo{}, false

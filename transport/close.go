@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -21,7 +22,7 @@ import (
 // piece of the queue's bookkeeping that the closing goroutine reads, so
 // it has a lock of its own, which only Add, Remove and the close take.
 //
-// Setup registers one closer per QP (ctx.QueuePair.OnClose) and points it
+// Setup registers one closer per QP (internal/seam.OnClose) and points it
 // at the rings of each setup: a Reset builds new ones.
 type closer struct {
 	qp *ctx.QueuePair
@@ -74,7 +75,7 @@ func closeWithQP(q *Queue) {
 	if c == nil || c.qp != q.qp {
 		c = &closer{qp: q.qp}
 		q.closer = c
-		q.qp.OnClose(c.close)
+		seam.OnClose(q.qp, c.close)
 	}
 	c.sq.Store(q.sq)
 	var rq *recvRing

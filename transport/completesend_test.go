@@ -60,7 +60,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	x, y := newCompleteSendRig(t), newCompleteSendRig(t)
 	sentinel := transport.Completion{WRID: 0xdead, QPN: 7, Opcode: prm.CQERespSendImm, Immediate: 9,
 		SourceQPN: 3, SLID: 4, SL: 5, GRH: true, Solicited: true, Syndrome: 1, VendorSyndrome: 2,
-		Status: transport.StatusUnmatched, WQECounter: 77}
+		Match: transport.MatchUnmatched, WQECounter: 77}
 	for _, rig := range []*completeSendRig{x, y} {
 		// An unsignaled write, then a signaled write with immediate:
 		// one CQE that retires both.
@@ -84,7 +84,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	got.Queue, want.Queue = nil, nil
 	require.Equal(t, want, got)
 	require.Equal(t, uint64(11), got.WRID)
-	require.Equal(t, transport.StatusOK, got.Status)
+	require.Equal(t, transport.MatchOK, got.Match)
 	require.Equal(t, y.a.SendQueue().ConsumerIndex(), x.a.SendQueue().ConsumerIndex())
 	require.Zero(t, x.a.SendQueue().Outstanding())
 	x.ca.Release()
@@ -95,7 +95,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	require.False(t, x.a.Queue.CompleteSend(cx, &got))
 	require.Equal(t, sentinel, got)
 	x.a.Queue.Complete(cx, &got)
-	require.Equal(t, transport.StatusUnmatched, got.Status)
+	require.Equal(t, transport.MatchUnmatched, got.Match)
 
 	// The send completion is not CompleteRecv's either.
 	got = sentinel
@@ -114,7 +114,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	require.Same(t, &x.b.Queue, got.Queue)
 	got.Queue, want.Queue = nil, nil
 	require.Equal(t, want, got)
-	require.Equal(t, transport.StatusOK, got.Status)
+	require.Equal(t, transport.MatchOK, got.Match)
 	require.Equal(t, uint64(20), got.WRID)
 	require.Equal(t, uint32(42), got.Immediate)
 	require.Equal(t, y.b.Queue.RecvOutstanding(), x.b.Queue.RecvOutstanding())
@@ -124,7 +124,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	require.False(t, x.b.Queue.CompleteRecv(cr, &got))
 	require.Equal(t, sentinel, got)
 	x.b.Queue.Complete(cr, &got)
-	require.Equal(t, transport.StatusUnmatched, got.Status)
+	require.Equal(t, transport.MatchUnmatched, got.Match)
 	x.cb.Release()
 	y.cb.Release()
 
@@ -141,7 +141,7 @@ func TestCompleteSendMatchesComplete(t *testing.T) {
 	require.Equal(t, transport.StateReady, x.a.Queue.State())
 	require.Equal(t, uint32(1), x.a.SendQueue().Outstanding())
 	x.a.Queue.Complete(ce, &got)
-	require.Equal(t, transport.StatusError, got.Status)
+	require.Equal(t, transport.MatchError, got.Match)
 	require.Equal(t, transport.StateError, x.a.Queue.State())
 	x.ca.Release()
 }
@@ -187,7 +187,7 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 		}
 		return next
 	}
-	sentinel := transport.Completion{WRID: 0xdead, Status: transport.StatusUnmatched, WQECounter: 77}
+	sentinel := transport.Completion{WRID: 0xdead, Match: transport.MatchUnmatched, WQECounter: 77}
 	for round := range 3 { // round the free list: the slots come back after its tail
 		for _, r := range []*rig{x, y} {
 			for i := range 3 {
@@ -208,7 +208,7 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 			require.Same(t, &x.b.Queue, got.Queue)
 			got.Queue, want.Queue = nil, nil
 			require.Equal(t, want, got)
-			require.Equal(t, transport.StatusOK, got.Status)
+			require.Equal(t, transport.MatchOK, got.Match)
 			require.Equal(t, uint64(100*round+i), got.WRID)
 			require.Equal(t, uint32(round<<8|i), got.Immediate)
 			require.Equal(t, srqRing(y), srqRing(x), "the free list")
@@ -236,7 +236,7 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 	require.False(t, x.b.Queue.CompleteRecv(c, &got))
 	require.Equal(t, sentinel, got)
 	x.b.Queue.Complete(c, &got)
-	require.Equal(t, transport.StatusUnmatched, got.Status)
+	require.Equal(t, transport.MatchUnmatched, got.Match)
 	require.Equal(t, uint32(1), x.srq.Outstanding(), "nothing retired")
 }
 
@@ -273,7 +273,7 @@ func TestCompleteRecvTakesEveryReceive(t *testing.T) {
 		got.Queue, want.Queue = nil, nil
 		require.Equal(t, want, got, "%v", o.op)
 		require.Equal(t, o.op, got.Opcode)
-		require.Equal(t, transport.StatusOK, got.Status)
+		require.Equal(t, transport.MatchOK, got.Match)
 		require.Equal(t, uint64(20+i), got.WRID)
 		require.Equal(t, o.imm, got.Immediate, "%v", o.op)
 		require.Zero(t, x.b.Queue.RecvOutstanding())

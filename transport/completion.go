@@ -46,49 +46,49 @@ type Completion struct {
 	// Syndrome and VendorSyndrome are set for an error completion.
 	Syndrome       prm.Syndrome
 	VendorSyndrome uint8
-	// Status is StatusOK for a successful completion; compare it (a field
+	// Match is MatchOK for a successful completion; compare it (a field
 	// load, inlined anywhere) rather than calling a method on the hot path.
-	Status Status
+	Match Match
 	// WQECounter is the wqe_counter of the CQE: the first WQEBB of a send
 	// WQE, or the index of a receive WQE.
 	WQECounter uint16
 }
 
-// Status says how a completion was matched to a work request.
-type Status uint8
+// Match says how a completion was matched to a work request.
+type Match uint8
 
-// Statuses.
+// The ways a completion is matched.
 const (
-	// StatusOK: a successful completion that retired a work request.
-	StatusOK Status = iota
-	// StatusError: an error completion (REQ_ERR or RESP_ERR) that retired
+	// MatchOK: a successful completion that retired a work request.
+	MatchOK Match = iota
+	// MatchError: an error completion (REQ_ERR or RESP_ERR) that retired
 	// a work request; Syndrome says why (WR_FLUSH_ERR for the work requests
 	// flushed after a queue pair went to error).
-	StatusError
-	// StatusUnknownQPN: no queue of the poller has the CQE's QPN; only the
+	MatchError
+	// MatchUnknownQPN: no queue of the poller has the CQE's QPN; only the
 	// fields read from the CQE are set.
-	StatusUnknownQPN
-	// StatusUnmatched: the CQE names no outstanding WQE of its queue (a
+	MatchUnknownQPN
+	// MatchUnmatched: the CQE names no outstanding WQE of its queue (a
 	// duplicate or corrupt CQE); WRID is 0 and nothing was retired.
-	StatusUnmatched
-	// StatusUnexpected: a CQE opcode the queue cannot have (a send
+	MatchUnmatched
+	// MatchUnexpected: a CQE opcode the queue cannot have (a send
 	// completion on a DCT, a resize or signature CQE).
-	StatusUnexpected
+	MatchUnexpected
 )
 
-var statusNames = [...]string{"OK", "ERROR", "UNKNOWN_QPN", "UNMATCHED", "UNEXPECTED"}
+var matchNames = [...]string{"OK", "ERROR", "UNKNOWN_QPN", "UNMATCHED", "UNEXPECTED"}
 
-// String returns the status name.
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
+// String returns the name of the match.
+func (s Match) String() string {
+	if int(s) < len(matchNames) {
+		return matchNames[s]
 	}
-	return fmt.Sprintf("Status(%d)", uint8(s))
+	return fmt.Sprintf("Match(%d)", uint8(s))
 }
 
 // IsError reports whether the completion is an error completion (REQ_ERR
-// or RESP_ERR) or could not be matched: Status != StatusOK.
-func (c *Completion) IsError() bool { return c.Status != StatusOK }
+// or RESP_ERR) or could not be matched: Match != MatchOK.
+func (c *Completion) IsError() bool { return c.Match != MatchOK }
 
 // IsSend reports whether the completion is for a send WQE (REQ or REQ_ERR).
 func (c *Completion) IsSend() bool { return c.Opcode == prm.CQEReq || c.Opcode == prm.CQEReqErr }
@@ -110,7 +110,7 @@ func (c *Completion) Err() error {
 	return c.completionError()
 }
 
-// completionError builds the error of a completion that is not StatusOK.
+// completionError builds the error of a completion that is not MatchOK.
 func (c *Completion) completionError() *monocq.CompletionError {
 	e := &monocq.CompletionError{
 		Syndrome:       c.Syndrome,
@@ -125,12 +125,12 @@ func (c *Completion) completionError() *monocq.CompletionError {
 	if e.Requester() {
 		e.Opcode = c.SendOpcode
 	}
-	switch c.Status {
-	case StatusError:
+	switch c.Match {
+	case MatchError:
 		e.WRID, e.HasWRID = c.WRID, true
-	case StatusUnknownQPN:
+	case MatchUnknownQPN:
 		e.Err = monocq.ErrUnknownQPN
-	case StatusUnmatched:
+	case MatchUnmatched:
 		e.Err = ErrUnmatched
 	default:
 		e.Err = ErrUnexpected
@@ -147,7 +147,7 @@ func (c *Completion) decode(q *Queue, cqe *monocq.CQE) {
 	case prm.CQEReq:
 		c.setSend(cqe)
 	case prm.CQEReqErr, prm.CQERespErr:
-		c.Status = StatusError
+		c.Match = MatchError
 		c.SendOpcode = cqe.SendOpcode()
 		c.Syndrome = cqe.Syndrome()
 		c.VendorSyndrome = cqe.VendorSyndrome()
@@ -163,7 +163,7 @@ func (c *Completion) set(q *Queue, qpn uint32, op prm.CQEOpcode, counter uint16)
 	c.WRID, c.Queue, c.QPN, c.Opcode, c.WQECounter = 0, q, qpn, op, counter
 	c.SendOpcode, c.ByteCount, c.Immediate, c.SourceQPN, c.SLID, c.SL = 0, 0, 0, 0, 0, 0
 	c.GRH, c.Solicited = false, false
-	c.Syndrome, c.VendorSyndrome, c.Status = 0, 0, StatusOK
+	c.Syndrome, c.VendorSyndrome, c.Match = 0, 0, MatchOK
 }
 
 // setSend reads the fields of a successful send completion.

@@ -10,7 +10,7 @@
 //
 //	p, _ := transport.NewPoller(cq)
 //	_ = p.Add(qp) // an *rc.QP, *ud.QP, *dc.DCI or *dc.DCT
-//	p.Poll(64, func(c *transport.Completion) { /* c.Status, c.WRID, … */ })
+//	p.Poll(64, func(c *transport.Completion) { /* c.Match, c.WRID, … */ })
 //
 // Poll and the function literal given to it compile into the caller's
 // loop (docs/transports.md).

@@ -51,7 +51,7 @@ func pingPong(t *testing.T, rounds int, a, b *peer) {
 			var bad error
 			n := p.poll(func(c *transport.Completion) {
 				switch {
-				case c.Status != transport.StatusOK:
+				case c.Match != transport.MatchOK:
 					bad = c.Err()
 				case !c.IsSend():
 					recvd = append(recvd, c.WRID)

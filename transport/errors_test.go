@@ -28,14 +28,14 @@ func TestCompletionSentinelsAcrossLayers(t *testing.T) {
 	var tab monocq.Table[int]
 	_, lookup := tab.Unregister(0x105)
 	for _, c := range []struct {
-		status transport.Status
+		status transport.Match
 		want   error
 	}{
-		{transport.StatusUnknownQPN, monocq.ErrUnknownQPN},
-		{transport.StatusUnmatched, transport.ErrUnmatched},
-		{transport.StatusUnexpected, transport.ErrUnexpected},
+		{transport.MatchUnknownQPN, monocq.ErrUnknownQPN},
+		{transport.MatchUnmatched, transport.ErrUnmatched},
+		{transport.MatchUnexpected, transport.ErrUnexpected},
 	} {
-		wc := transport.Completion{Status: c.status, QPN: 0x105, Opcode: prm.CQEReq, WQECounter: 3}
+		wc := transport.Completion{Match: c.status, QPN: 0x105, Opcode: prm.CQEReq, WQECounter: 3}
 		err := wc.Err()
 		require.ErrorIs(t, err, c.want, "%v", c.status)
 		require.NotErrorIs(t, err, monocq.ErrCompletion, "a successful CQE that was not matched")
@@ -58,7 +58,7 @@ func TestCompletionErrorIsOneType(t *testing.T) {
 	cqe[prm.CQEOpOwn] = uint8(prm.CQEReqErr) << prm.CQEOpcodeShift
 	fromMonocq := cqe.Err()
 
-	wc := transport.Completion{Status: transport.StatusError, QPN: 0x105, Opcode: prm.CQEReqErr,
+	wc := transport.Completion{Match: transport.MatchError, QPN: 0x105, Opcode: prm.CQEReqErr,
 		SendOpcode: prm.OpRdmaWrite, Syndrome: prm.SyndromeRemoteAccess, VendorSyndrome: 0x88, WQECounter: 3, WRID: 7}
 	fromTransport := fmt.Errorf("channel: %w", wc.Err())
 

@@ -87,7 +87,7 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // literal passed to it compile into the caller's loop: no interface, no
 // indirect call, no allocation, and an empty ring costs no call. A closed
 // CQ polls nothing (Err says so). A CQE whose QPN no queue pair was added
-// for is handed over with Status StatusUnknownQPN. fn may post (and post
+// for is handed over with Match MatchUnknownQPN. fn may post (and post
 // receives) but must not call Poll on the same Poller.
 func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	// A closure called once (see monocq.CQ.Poll): the inliner prices it
@@ -276,10 +276,10 @@ func (p *Poller) reapRing() *monocq.CQ {
 }
 
 // unknown decodes a CQE whose QPN no queue was added for into the
-// poller's Completion, with Status StatusUnknownQPN, and records it.
+// poller's Completion, with Match MatchUnknownQPN, and records it.
 func (p *Poller) unknown(c *monocq.CQE) {
 	p.wc.decode(nil, c)
-	p.wc.Status = StatusUnknownQPN
+	p.wc.Match = MatchUnknownQPN
 	p.unknownQPN++
 	if p.err == nil {
 		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), monocq.ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)

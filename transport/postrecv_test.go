@@ -87,7 +87,7 @@ func TestPostRecvMatchesStaged(t *testing.T) {
 	}{{ex, px}, {ey, py}} {
 		pe.e.Run()
 		pe.p.Poll(8, func(c *transport.Completion) {
-			require.Equal(t, transport.StatusOK, c.Status)
+			require.Equal(t, transport.MatchOK, c.Match)
 			got[k] = append(got[k], c.WRID)
 		})
 	}

@@ -477,12 +477,12 @@ func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
 	switch wc.Opcode {
 	case prm.CQEReq, prm.CQEReqErr:
 		if q.sq == nil {
-			wc.Status = StatusUnexpected
+			wc.Match = MatchUnexpected
 			return
 		}
 		wrid, ok := q.sq.Complete(wc.WQECounter)
 		if !ok {
-			wc.Status = StatusUnmatched
+			wc.Match = MatchUnmatched
 			q.unmatched++
 			return
 		}
@@ -490,12 +490,12 @@ func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
 	case prm.CQERespSend, prm.CQERespSendImm, prm.CQERespSendInv, prm.CQERespWrImm, prm.CQERespErr:
 		r := q.recv
 		if r == nil {
-			wc.Status = StatusUnexpected
+			wc.Match = MatchUnexpected
 			return
 		}
 		wrid, ok := r.take(wc.WQECounter)
 		if !ok {
-			wc.Status = StatusUnmatched
+			wc.Match = MatchUnmatched
 			q.unmatched++
 			return
 		}
@@ -504,7 +504,7 @@ func (q *Queue) Complete(c *monocq.CQE, wc *Completion) {
 			r.scatterTo(uint32(wc.WQECounter), c.ScatterData())
 		}
 	default:
-		wc.Status = StatusUnexpected
+		wc.Match = MatchUnexpected
 		return
 	}
 	if (wc.Opcode == prm.CQEReqErr || wc.Opcode == prm.CQERespErr) && q.typ != ctx.QPTypeDCT && q.state < StateError {

@@ -79,7 +79,7 @@ func TestSharedBlueFlameRegister(t *testing.T) {
 			}
 			e.Run()
 			c := e.One(polls[0])
-			require.Equal(t, transport.StatusOK, c.Status, "pair %d", k)
+			require.Equal(t, transport.MatchOK, c.Match, "pair %d", k)
 			e.Expect(1, off, src, fmt.Sprintf("pair %d, inline %v", k, inline))
 		}
 	}

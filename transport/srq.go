@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -67,7 +68,7 @@ func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedRece
 	ring.refusal = q.recvRefusal
 	// A stage begun before the SRQ closed (from any goroutine) fails at
 	// Finish; the ring it writes stays mapped (ring.memory).
-	s.OnClose(func() { ring.closed.Store(1) })
+	seam.OnClose(s, func() { ring.closed.Store(1) })
 	return q, nil
 }
 

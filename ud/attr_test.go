@@ -102,7 +102,7 @@ func TestRemoteAddresses(t *testing.T) {
 			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
 			e.One(ps[0])
 			in := e.One(ps[1])
-			require.Equal(t, transport.StatusOK, in.Status)
+			require.Equal(t, transport.MatchOK, in.Match)
 			require.Equal(t, grh, in.GRH)
 			require.Equal(t, from.LID, in.SLID)
 			_, err = qps[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))

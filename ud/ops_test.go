@@ -72,16 +72,16 @@ func TestSendEverySize(t *testing.T) {
 							// Use the slot for an empty datagram nobody
 							// receives.
 							require.NoError(t, s.Send().FinishBlueFlame())
-							require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
+							require.Equal(t, transport.MatchOK, e.One(x.p[0]).Match)
 							continue
 						}
 						pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+9000, ud.GRHSize, n, int(x.qp[1].MaxRecvSGE()), r)
 						require.NoError(t, finish(), what)
 						c := e.One(x.p[0])
-						require.Equal(t, transport.StatusOK, c.Status, "%s: %v", what, c.Err())
+						require.Equal(t, transport.MatchOK, c.Match, "%s: %v", what, c.Err())
 						require.Equal(t, wrid, c.WRID)
 						rcv := e.One(x.p[1])
-						require.Equal(t, transport.StatusOK, rcv.Status, "%s: %v", what, rcv.Err())
+						require.Equal(t, transport.MatchOK, rcv.Match, "%s: %v", what, rcv.Err())
 						require.Equal(t, wrid+9000, rcv.WRID)
 						require.Equal(t, uint32(ud.GRHSize+n), rcv.ByteCount, what)
 						require.Equal(t, x.qp[0].QPN(), rcv.SourceQPN)
@@ -133,7 +133,7 @@ func TestReplyPath(t *testing.T) {
 			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
 			e.One(x.p[0])
 			in := e.One(x.p[1])
-			require.Equal(t, transport.StatusOK, in.Status)
+			require.Equal(t, transport.MatchOK, in.Match)
 			require.Equal(t, c.noLID || c.link == ctx.LinkLayerEthernet, in.GRH)
 			if !in.GRH {
 				require.Equal(t, x.qp[0].Endpoint().LID, in.SLID)
@@ -161,7 +161,7 @@ func TestReplyPath(t *testing.T) {
 			require.NoError(t, s.SendImm(99).Inline([]byte("answer")).FinishBlueFlame())
 			e.One(x.p[1])
 			got := e.One(x.p[0])
-			require.Equal(t, transport.StatusOK, got.Status)
+			require.Equal(t, transport.MatchOK, got.Match)
 			require.Equal(t, uint32(99), got.Immediate)
 			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
 			require.NoError(t, back.Close())
@@ -205,7 +205,7 @@ func TestManyDestinations(t *testing.T) {
 	got := e.Drain(rp)
 	require.Len(t, got, 5)
 	for _, c := range got {
-		require.Equal(t, transport.StatusOK, c.Status)
+		require.Equal(t, transport.MatchOK, c.Match)
 		require.Equal(t, qps[c.Immediate].QPN(), c.QPN)
 		require.Equal(t, fmt.Sprintf("to %d", c.Immediate), string(e.Mem(1, 1024*int(c.WRID)+ud.GRHSize, 4)))
 	}
@@ -228,7 +228,7 @@ func TestDatagramLossAndErrors(t *testing.T) {
 		s, err := x.qp[0].Post(1, wqebuilder.Signaled, r)
 		require.NoError(t, err)
 		require.NoError(t, s.Send().Inline([]byte("lost")).FinishBlueFlame())
-		require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
+		require.Equal(t, transport.MatchOK, e.One(x.p[0]).Match)
 	}
 	require.Empty(t, e.Drain(x.p[1]))
 	require.Equal(t, uint64(2), e.Fabric.Stats().UDDropped)
@@ -241,7 +241,7 @@ func TestDatagramLossAndErrors(t *testing.T) {
 	s, err := x.qp[0].Post(2, wqebuilder.Signaled, good)
 	require.NoError(t, err)
 	require.NoError(t, s.Send().Inline([]byte("four")).FinishBlueFlame())
-	require.Equal(t, transport.StatusOK, e.One(x.p[0]).Status)
+	require.Equal(t, transport.MatchOK, e.One(x.p[0]).Match)
 	rcv := e.Drain(x.p[1])
 	require.Len(t, rcv, 2)
 	require.Equal(t, prm.SyndromeLocalLength, rcv[0].Syndrome)
@@ -345,7 +345,7 @@ func TestUDAllocatesNothing(t *testing.T) {
 	for _, p := range x.p {
 		allocs = testing.AllocsPerRun(runs, func() {
 			n += p.Poll(1, func(c *transport.Completion) {
-				if c.Status != transport.StatusOK {
+				if c.Match != transport.MatchOK {
 					panic(c.Err())
 				}
 			})
@@ -407,7 +407,7 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			require.NoError(t, s.Send().Inline([]byte("question")).FinishBlueFlame())
 			e.One(x.p[0])
 			in := e.One(x.p[1])
-			require.Equal(t, transport.StatusOK, in.Status)
+			require.Equal(t, transport.MatchOK, in.Match)
 			require.True(t, in.GRH)
 
 			grh := make([]byte, ud.GRHSize)
@@ -436,9 +436,9 @@ func TestReplyRoCEv2Forms(t *testing.T) {
 			s, err = x.qp[1].Post(2, wqebuilder.Signaled, back)
 			require.NoError(t, err)
 			require.NoError(t, s.SendImm(99).Inline([]byte("answer")).FinishBlueFlame())
-			require.Equal(t, transport.StatusOK, e.One(x.p[1]).Status)
+			require.Equal(t, transport.MatchOK, e.One(x.p[1]).Match)
 			got := e.One(x.p[0])
-			require.Equal(t, transport.StatusOK, got.Status)
+			require.Equal(t, transport.MatchOK, got.Match)
 			require.Equal(t, uint32(99), got.Immediate)
 			require.Equal(t, "answer", string(e.Mem(0, 4096+ud.GRHSize, 6)))
 			// The reply's own header names the sender as destination: the

@@ -31,9 +31,9 @@ func TestRemoteVia(t *testing.T) {
 	s, err := x.qp[0].Post(7, wqebuilder.Signaled, r)
 	require.NoError(t, err)
 	require.NoError(t, s.Send().Inline([]byte("via")).FinishBlueFlame())
-	require.Equal(t, transport.StatusOK, x.e.One(x.p[0]).Status)
+	require.Equal(t, transport.MatchOK, x.e.One(x.p[0]).Match)
 	got := x.e.One(x.p[1])
-	require.Equal(t, transport.StatusOK, got.Status)
+	require.Equal(t, transport.MatchOK, got.Match)
 	require.Equal(t, x.qp[0].QPN(), got.SourceQPN)
 	require.Equal(t, "via", string(x.e.Mem(1, ud.GRHSize, 3)))
 

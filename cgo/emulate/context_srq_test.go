@@ -92,7 +92,7 @@ func TestContextRCOnSharedReceiveQueue(t *testing.T) {
 		}
 		require.Len(t, got, 2, "message %d: a send and a receive completion", m)
 		for _, g := range got {
-			require.Equal(t, transport.StatusOK, g.Status, "%v", g.Err())
+			require.Equal(t, transport.MatchOK, g.Match, "%v", g.Err())
 			if g.QPN == senders[i].QPN() {
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // modifyCommands is how many modify commands the emulated kernel has
@@ -33,7 +34,7 @@ func TestCgoProviderProbesDCReadAtomicDepth(t *testing.T) {
 	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
-	model, err := f.OpenDevice(d.Name())
+	model, err := simadopt.Provider(f).OpenDevice(d.Name())
 	require.NoError(t, err)
 	defer model.Close()
 	want, err := model.Query()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // preloadLibrary builds the preload form of the emulation
@@ -40,7 +41,7 @@ func TestIbvDevinfoUnderPreload(t *testing.T) {
 	}
 	lib := preloadLibrary(t, t.TempDir())
 	f := emulate.Fabric()
-	infos, err := f.Devices()
+	infos, err := simadopt.Provider(f).Devices()
 	require.NoError(t, err)
 
 	for _, c := range []struct{ name, link, abi, layer string }{

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // What mlx5_ib and the uverbs core answer, from the model's attributes.
@@ -85,7 +86,7 @@ func (k *kernel) allocUcontext(f *ufile, in []byte) (*ucontext, C.struct_mlx5_ib
 	if total > maxBfregs {
 		return nil, resp, unix.ENOMEM
 	}
-	dev, err := k.fabric.OpenDevice(f.dev.Name())
+	dev, err := simadopt.Provider(k.fabric).OpenDevice(f.dev.Name())
 	if err != nil {
 		return nil, resp, unix.ENODEV
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // TestCgoProviderSeesTheModel lists and opens the emulated devices through
@@ -24,7 +25,7 @@ import (
 func TestCgoProviderSeesTheModel(t *testing.T) {
 	f := emulate.Fabric()
 	require.NotNil(t, f, "the emulation is on")
-	infos, err := f.Devices()
+	infos, err := simadopt.Provider(f).Devices()
 	require.NoError(t, err)
 	require.NotEmpty(t, infos)
 
@@ -41,7 +42,7 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 
 	for _, info := range infos {
 		t.Run(info.Name, func(t *testing.T) {
-			want, err := f.OpenDevice(info.Name)
+			want, err := simadopt.Provider(f).OpenDevice(info.Name)
 			require.NoError(t, err)
 			defer want.Close()
 			wa, err := want.Query()

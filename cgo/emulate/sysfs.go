@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -110,7 +111,7 @@ func nameDevices(devs []sysfsDevice, v string) error {
 // describeFabric queries every device of f through its provider door and
 // returns them in order, the first as uverbs0.
 func describeFabric(f *sim.Fabric) ([]sysfsDevice, error) {
-	infos, err := f.Devices()
+	infos, err := simadopt.Provider(f).Devices()
 	if err != nil {
 		return nil, fmt.Errorf("emulate: list the software HCA's devices: %w", err)
 	}
@@ -127,7 +128,7 @@ func describeFabric(f *sim.Fabric) ([]sysfsDevice, error) {
 }
 
 func describe(f *sim.Fabric, name string) (d sysfsDevice, err error) {
-	pd, err := f.OpenDevice(name)
+	pd, err := simadopt.Provider(f).OpenDevice(name)
 	if err != nil {
 		return d, fmt.Errorf("emulate: open %q: %w", name, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -32,7 +33,7 @@ func TestUDPingPongUnderPreload(t *testing.T) {
 	out, err := exec.Command(cc, "-o", prog, "testdata/ud_pingpong.c", "-libverbs", "-lmlx5").CombinedOutput()
 	require.NoError(t, err, "cc: %s", out)
 	lib := preloadLibrary(t, dir)
-	devs, err := emulate.Fabric().Devices()
+	devs, err := simadopt.Provider(emulate.Fabric()).Devices()
 	require.NoError(t, err)
 
 	for _, abi := range []string{"", emulate.ABIWrite} {

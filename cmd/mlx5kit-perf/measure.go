@@ -145,7 +145,7 @@ func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
 			outstanding += k
 		}
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
-			if c.Status != transport.StatusOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
+			if c.Match != transport.MatchOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
 				x.Bad, x.Failed = *c, true
 				return
 			}

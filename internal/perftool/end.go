@@ -227,7 +227,7 @@ func (x *End) Await(op Op, size int, seq uint32) error {
 	for spins := 1; !got; spins++ {
 		n := x.Poller.Poll(4, func(c *transport.Completion) {
 			switch {
-			case c.Status != transport.StatusOK:
+			case c.Match != transport.MatchOK:
 				x.Bad, x.Failed = *c, true
 			case c.Opcode == prm.CQEReq:
 				x.SendsOut--
@@ -263,7 +263,7 @@ func (x *End) Drain() error {
 	var since time.Time
 	for spins := 1; x.SendsOut > 0; spins++ {
 		n := x.Poller.Poll(4, func(c *transport.Completion) {
-			if c.Status == transport.StatusOK && c.Opcode == prm.CQEReq {
+			if c.Match == transport.MatchOK && c.Opcode == prm.CQEReq {
 				x.SendsOut--
 				return
 			}

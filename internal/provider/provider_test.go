@@ -13,12 +13,14 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // TestCtxExportsNoSeam checks that package ctx declares none of the
 // provider seam in its exported API: no Provider* interface, no Register or
-// OpenWith, no Handle or Device accessor returning a provider handle.
+// OpenWith, no Handle or Device accessor returning a provider handle, no
+// OnClose hook registration (internal/seam.OnClose).
 func TestCtxExportsNoSeam(t *testing.T) {
 	const dir = "../../ctx"
 	entries, err := os.ReadDir(dir)
@@ -42,7 +44,7 @@ func TestCtxExportsNoSeam(t *testing.T) {
 				if d.Recv == nil && (name == "Register" || name == "OpenWith") {
 					found = append(found, "func "+name)
 				}
-				if d.Recv != nil && (name == "Handle" || name == "Device") {
+				if d.Recv != nil && (name == "Handle" || name == "Device" || name == "OnClose") {
 					found = append(found, "method "+name)
 				}
 			case *ast.GenDecl:
@@ -66,7 +68,9 @@ func TestCtxExportsNoSeam(t *testing.T) {
 // ctx's objects were created from.
 func TestSeamRoundTrip(t *testing.T) {
 	f := sim.New(sim.Options{})
-	c, err := provider.Open("private", f, "")
+	_, isProvider := any(f).(provider.Provider)
+	require.False(t, isProvider, "a sim.Fabric exports the provider methods")
+	c, err := provider.Open("private", simadopt.Provider(f), "")
 	require.NoError(t, err)
 	defer c.Close()
 	require.Equal(t, "private", c.Provider())

@@ -321,8 +321,8 @@ func describe(cs []transport.Completion) string {
 		if k > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "{wrid %d %v qpn %#x status %v", c.WRID, c.Opcode, c.QPN, c.Status)
-		if c.Status == transport.StatusError {
+		fmt.Fprintf(&b, "{wrid %d %v qpn %#x status %v", c.WRID, c.Opcode, c.QPN, c.Match)
+		if c.Match == transport.MatchError {
 			fmt.Fprintf(&b, " %v", c.Syndrome)
 		}
 		fmt.Fprintf(&b, " bytes %d imm %#x}", c.ByteCount, c.Immediate)

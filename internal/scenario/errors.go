@@ -15,7 +15,7 @@ import (
 // and matched to its work request.
 func requireError(c transport.Completion, wrid uint64, opcode prm.CQEOpcode, syndrome prm.Syndrome) error {
 	return firstErr(
-		check("error completion status", c.Status, transport.StatusError),
+		check("error completion status", c.Match, transport.MatchError),
 		check("error completion opcode", c.Opcode, opcode),
 		check("error completion wrid", c.WRID, wrid),
 		check("error completion syndrome", c.Syndrome, syndrome),
@@ -135,7 +135,7 @@ func ErrorFlush(c *ctx.Context, o Options) error {
 				return err
 			}
 			switch {
-			case c.Status == transport.StatusOK && flushed == 0:
+			case c.Match == transport.MatchOK && flushed == 0:
 			case c.IsFlush():
 				flushed++
 			default:

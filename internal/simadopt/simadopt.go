@@ -37,21 +37,25 @@ var (
 	// SharedReceiveQueueNumber returns the SRQ number of a shared receive
 	// queue of the model; ok is false for a queue of another provider.
 	SharedReceiveQueueNumber func(s provider.SRQ) (srqn uint32, ok bool)
+	// Provider returns the provider of the fabric f (a *sim.Fabric): its
+	// device list and the devices the model of the kernel side opens; nil
+	// when f is not a fabric of the model. A Fabric exports neither.
+	Provider func(f any) provider.Provider
 	// NeighbourMAC returns the MAC address of the Ethernet port of the
 	// fabric f (a *sim.Fabric) whose GID table holds gid: what the
 	// kernel's neighbour resolution finds for a unicast GID. ok is false
 	// when no Ethernet port of the fabric has the GID, or f is not a
 	// fabric of the model.
-	NeighbourMAC func(f provider.Provider, gid ctx.GID) (mac [6]byte, ok bool)
+	NeighbourMAC func(f any, gid ctx.GID) (mac [6]byte, ok bool)
 	// LookupMR returns the live memory region of the fabric f (a
 	// *sim.Fabric) with the given key; ok is false when there is none.
-	LookupMR func(f provider.Provider, key uint32) (info MRInfo, ok bool)
+	LookupMR func(f any, key uint32) (info MRInfo, ok bool)
 	// LookupCQ returns the live completion queue of the fabric f with the
 	// given number.
-	LookupCQ func(f provider.Provider, cqn uint32) (info CQInfo, ok bool)
+	LookupCQ func(f any, cqn uint32) (info CQInfo, ok bool)
 	// LookupSRQ returns the live shared receive queue of the fabric f with
 	// the given number.
-	LookupSRQ func(f provider.Provider, srqn uint32) (info SRQInfo, ok bool)
+	LookupSRQ func(f any, srqn uint32) (info SRQInfo, ok bool)
 )
 
 // CQConfig describes a completion queue whose ring and doorbell

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -85,10 +86,12 @@ type recordingProvider struct {
 	log *Log
 }
 
-func (p recordingProvider) Devices() ([]ctx.DeviceInfo, error) { return p.f.Devices() }
+func (p recordingProvider) Devices() ([]ctx.DeviceInfo, error) {
+	return simadopt.Provider(p.f).Devices()
+}
 
 func (p recordingProvider) OpenDevice(name string) (provider.Device, error) {
-	d, err := p.f.OpenDevice(name)
+	d, err := simadopt.Provider(p.f).OpenDevice(name)
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func PostSRQStaged(srq *transport.SharedReceiveQueue, addr uint64, n, lkey uint3
 // PollRC polls with a function literal.
 func PollRC(p *transport.Poller) int {
 	return p.Poll(64, func(c *transport.Completion) {
-		if c.Status == transport.StatusOK {
+		if c.Match == transport.MatchOK {
 			sink += c.WRID + uint64(c.ByteCount)
 		}
 	})
@@ -81,7 +81,7 @@ func PollDC(p *transport.Poller) int {
 // PollUD polls with a function literal.
 func PollUD(p *transport.Poller) int {
 	return p.Poll(64, func(c *transport.Completion) {
-		if c.Status == transport.StatusOK {
+		if c.Match == transport.MatchOK {
 			sink += c.WRID + uint64(c.SourceQPN)
 		}
 	})
