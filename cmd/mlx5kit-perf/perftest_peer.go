@@ -434,7 +434,7 @@ func (x *end) awaitSend(size int, seq uint32) error {
 	for spins := 1; !got; spins++ {
 		n := x.Poller.Poll(4, func(c *transport.Completion) {
 			switch {
-			case c.Status != transport.StatusOK:
+			case c.Match != transport.MatchOK:
 				x.Bad, x.Failed = *c, true
 			case c.Opcode == prm.CQEReq:
 				x.SendsOut--
