@@ -322,7 +322,10 @@ func TestMeshRefusalIsGeneric(t *testing.T) {
 	}{{a, sa}, {b, sb}} {
 		_, _ = io.Copy(io.Discard, x.c)
 		got := x.c.bytes()[12+64:]
-		if bytes.Equal(got, refusal) {
+		// The claimant that loses gets the refusal, or, when the mesh
+		// completed while its claim was pending, its connection closed
+		// with nothing more: either way no table.
+		if len(got) == 0 || bytes.Equal(got, refusal) {
 			continue
 		}
 		tables++
