@@ -64,6 +64,10 @@ func TestExternalDMABuf(t *testing.T) {
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(iova+64, dm.RKey()), dataSeg(1000, e.mr.LKey(), e.addr(0)))
 	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(iova+64, dm.RKey()), dataSeg(1000, e.mr.LKey(), e.addr(16384)))
 	e.run()
-	require.Len(t, a.scq.drain(), 2)
+	done := a.scq.drain()
+	require.Len(t, done, 2)
+	for _, c := range done {
+		require.Equal(t, prm.CQEReq, c.op)
+	}
 	require.Equal(t, e.mem(0, 1000), e.mem(16384, 1000))
 }
