@@ -19,8 +19,9 @@ var _ provider.DMABufProtectionDomain = (*pd)(nil)
 // dmabufVerb is the verb the model's dma-buf errors name.
 const dmabufVerb = "ibv_reg_dmabuf_mr"
 
-// RegisterDMABuf registers a dma-buf region. The model takes any mappable
-// regular file as the dma-buf (a memfd stands in for GPU memory): it maps
+// RegisterDMABuf registers a dma-buf region. The model takes a dma-buf
+// whose exporter lets the CPU map it (udmabuf) or any mappable regular
+// file (a memfd stands in for GPU memory): it maps
 // the pages that hold [offset, offset+length) of fd MAP_SHARED, read-write
 // when the access allows any write and read-only otherwise, and serves
 // RDMA to and from that mapping at iova. Writes land in the file's pages,
@@ -30,6 +31,11 @@ const dmabufVerb = "ibv_reg_dmabuf_mr"
 // Unlike a pinned GPU buffer, a file shrunk below offset+length while the
 // region is registered makes the model fault when it touches the lost
 // pages; keep the file's size while it is registered.
+//
+// A dma-buf whose exporter refuses CPU mappings (GPU memory from CUDA or
+// ROCm) is refused with EOPNOTSUPP and ctx.ErrNotSupported: the model
+// reaches memory only through the CPU, where a ConnectX reaches it by
+// peer-to-peer DMA.
 func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Access) (provider.MemoryRegion, error) {
 	const op = "sim: register dma-buf MR"
 	if length == 0 || offset+length < offset || iova+length < iova {
@@ -39,8 +45,9 @@ func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Acce
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &ctx.OpError{Op: op, Err: errnoOf(fmt.Sprintf("fd %d", fd), err)}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("fd %d is not a dma-buf (the software HCA maps a regular file such as a memfd)", fd), unix.EINVAL, ctx.ErrInvalidArgument)}
+	exported := isDMABuf(fd)
+	if !exported && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("fd %d is neither a dma-buf nor a regular file such as a memfd", fd), unix.EINVAL, ctx.ErrInvalidArgument)}
 	}
 	if size := uint64(st.Size); size < offset+length {
 		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x + length %#x beyond the %d-byte buffer of fd %d", offset, length, size, fd), unix.EINVAL, ctx.ErrInvalidArgument)}
@@ -56,6 +63,11 @@ func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Acce
 		prot |= unix.PROT_WRITE
 	}
 	mapping, err := unix.Mmap(fd, int64(start), int(end-start), prot, unix.MAP_SHARED)
+	if err != nil && exported {
+		// The exporter keeps its memory from the CPU (GPU memory from
+		// CUDA or ROCm does): only a NIC's peer-to-peer DMA reaches it.
+		return nil, &ctx.OpError{Op: op, Err: kerrno.New(dmabufVerb, fmt.Sprintf("the exporter of dma-buf fd %d does not let the CPU map it (mmap: %v), and the software HCA reaches memory only through the CPU; a NIC with GPUDirect RDMA registers such memory", fd, err), unix.EOPNOTSUPP, ctx.ErrNotSupported)}
+	}
 	if err != nil {
 		return nil, &ctx.OpError{Op: op, Err: errnoOf(fmt.Sprintf("mmap of fd %d at %#x for %d bytes", fd, start, end-start), err)}
 	}
@@ -108,4 +120,15 @@ func errnoOf(what string, err error) error {
 		sentinel = ctx.ErrNoMemory
 	}
 	return kerrno.New(dmabufVerb, what, errno, sentinel)
+}
+
+// dmabufMagic is the file-system magic of dma-buf files (DMA_BUF_MAGIC in
+// linux/magic.h).
+const dmabufMagic = 0x444d4142
+
+// isDMABuf reports whether fd is a dma-buf exported by a kernel driver
+// (a GPU's memory, udmabuf) rather than a plain file.
+func isDMABuf(fd int) bool {
+	var fs unix.Statfs_t
+	return unix.Fstatfs(fd, &fs) == nil && fs.Type == dmabufMagic
 }
