@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -21,26 +21,15 @@ import (
 // re-executed as a separate process running the command.
 const envToolArgs = "MLX5KIT_PERF_TEST_ARGS"
 
-// TestToolChild runs the command with the arguments of envToolArgs (one
-// per line); it does nothing unless a parent test started it.
+// TestToolChild runs the command in the child process a test started
+// with toolProcess.
 func TestToolChild(t *testing.T) {
-	args := os.Getenv(envToolArgs)
-	if args == "" {
-		t.Skip("the child of TestServerClientTwoProcesses")
-	}
-	os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+	toolproc.Child(t, envToolArgs, func(args []string) int { return run(args, os.Stdout, os.Stderr) })
 }
 
 // toolProcess starts the command in a process of its own.
 func toolProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
-	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestToolChild$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), envToolArgs+"="+strings.Join(args, "\n")), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	return cmd, &out
+	return toolproc.Start(t, envToolArgs, env, args...)
 }
 
 // TestServerClientTwoProcesses runs every mode with the server and the
