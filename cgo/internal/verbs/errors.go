@@ -95,7 +95,9 @@ func errnoSentinel(errno syscall.Errno) error {
 	switch errno {
 	case syscall.EINVAL, syscall.ERANGE:
 		return ctx.ErrInvalidArgument
-	case syscall.EOPNOTSUPP, syscall.ENOSYS, syscall.EPROTONOSUPPORT:
+	case syscall.EOPNOTSUPP, syscall.ENOSYS, syscall.EPROTONOSUPPORT, syscall.ENOTTY:
+		// ENOTTY: a kernel without the uverbs ioctl interface, to which
+		// libibverbs passes an ioctl-only verb (ibv_reg_dmabuf_mr).
 		return ctx.ErrNotSupported
 	case syscall.ENOMEM, syscall.ENOSPC:
 		return ctx.ErrNoMemory

@@ -69,6 +69,7 @@ func TestErrnoSentinels(t *testing.T) {
 		syscall.EINVAL:     ctx.ErrInvalidArgument,
 		syscall.EOPNOTSUPP: ctx.ErrNotSupported,
 		syscall.ENOSYS:     ctx.ErrNotSupported,
+		syscall.ENOTTY:     ctx.ErrNotSupported,
 		syscall.ENOMEM:     ctx.ErrNoMemory,
 		syscall.EBUSY:      ctx.ErrBusy,
 		syscall.ENODEV:     ctx.ErrNoDevice,
