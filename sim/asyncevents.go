@@ -77,4 +77,5 @@ func subscribeAsyncEvents(dev provider.Device, fn func(ctx.AsyncEvent)) bool {
 	d.subscriber = fn
 	return true
 }
+
 var _ provider.SRQLimiter = (*srq)(nil)
