@@ -57,6 +57,8 @@ type uobject struct {
 	// events what the CQ wrote there.
 	channel int
 	events  *cqEvents
+	// async is a QP's, CQ's or SRQ's async event source.
+	async *asyncSource
 	users   int // objects that name this one (MRs of a PD)
 }
 

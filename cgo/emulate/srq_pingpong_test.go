@@ -43,7 +43,7 @@ func TestSRQPingPongUnderPreload(t *testing.T) {
 			// rounded: the kernel answers 127.
 			require.Contains(t, s, "srq max_wr 127 max_sge 1 limit 0\n", "ibv_query_srq: the kernel's max_wr, the WQE count less one")
 			require.Contains(t, s, "modify limit 0: 0\n")
-			require.Contains(t, s, "modify limit 4: Operation not supported\n", "the model has no SRQ limit event")
+			require.Contains(t, s, "modify limit 4: Success\n", "the model arms the SRQ limit; its event, unread, does not hold up ibv_destroy_srq")
 			require.Contains(t, s, "modify max_wr: Invalid argument\n", "mlx5_ib does not resize SRQs")
 			require.Contains(t, s, "rounds 50 qps 4 sends 400 recvs 400 wrong 0 mismatches 0\n")
 			require.Contains(t, s, "done\n")
