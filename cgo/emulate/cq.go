@@ -57,8 +57,8 @@ func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
 type cqRequest struct {
 	cqe        uint64
 	compVector uint64
-	channel    int    // -1 for none
-	userHandle uint64 // what a completion or async event names (libibverbs' CQ)
+	channel    int        // -1 for none
+	userHandle uint64     // what a completion or async event names (libibverbs' CQ)
 	asyncFile  *eventFile // the async descriptor CQ_CREATE named, nil for the default
 	flags      uint32
 	vendor     []byte // struct mlx5_ib_create_cq

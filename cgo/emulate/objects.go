@@ -57,9 +57,9 @@ type uobject struct {
 	// events what the CQ wrote there.
 	channel int
 	events  *cqEvents
+	users   int // objects that name this one (MRs of a PD)
 	// async is a QP's, CQ's or SRQ's async event source.
 	async *asyncSource
-	users   int // objects that name this one (MRs of a PD)
 }
 
 // addObject gives o the next handle of the context.
