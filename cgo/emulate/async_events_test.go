@@ -3,9 +3,6 @@
 package emulate_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -25,23 +22,12 @@ import (
 // events returns (libibverbs waits for as many acknowledgements as the
 // destroy response reports).
 func TestAsyncEventsUnderPreload(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "async_events")
-	out, err := exec.Command(cc, "-o", prog, "testdata/async_events.c", "-libverbs").CombinedOutput()
-	require.NoError(t, err, "cc: %s", out)
-	lib := preloadLibrary(t, dir)
+	prog, lib := cProgram(t, "async_events")
 
 	for _, abi := range []string{"", emulate.ABIWrite} {
 		for _, link := range []string{"infiniband", "ethernet"} {
 			t.Run("abi="+abi+",link="+link, func(t *testing.T) {
-				cmd := exec.Command(prog)
-				cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1", emulate.EnvABI+"="+abi, emulate.EnvLink+"="+link)
-				out, err := cmd.CombinedOutput()
-				require.NoError(t, err, "%s", out)
+				out := runPreloaded(t, prog, lib, abi, link)
 				require.Equal(t, "async fd readable: 0\n"+
 					"srq limit armed: 3\n"+
 					"one below four: readable 0\n"+
@@ -52,7 +38,7 @@ func TestAsyncEventsUnderPreload(t *testing.T) {
 					"event local work queue catastrophic error: qp a\n"+
 					"event last WQE reached: qp b\n"+
 					"after destroying qc: readable 0\n"+
-					"done\n", string(out))
+					"done\n", out)
 			})
 		}
 	}
