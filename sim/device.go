@@ -117,6 +117,9 @@ type device struct {
 	evfd   int
 	events []ctx.AsyncEvent
 	closed bool
+	// subscriber, when set, receives the device's async events in place
+	// of events (simadopt.SubscribeAsyncEvents).
+	subscriber func(ctx.AsyncEvent)
 
 	// dedicatedBF counts the QPs holding a BlueFlame register of their own
 	// (Options.BlueFlameRegisters bounds it); sharedBF is the UAR page of
@@ -243,6 +246,10 @@ func (d *device) ReadAsyncEvent() (ctx.AsyncEvent, bool, error) {
 // postEvent queues an async event (f.mu held).
 func (d *device) postEvent(ev ctx.AsyncEvent) {
 	if d.closed {
+		return
+	}
+	if d.subscriber != nil {
+		d.subscriber(ev)
 		return
 	}
 	d.events = append(d.events, ev)

@@ -121,6 +121,7 @@ func (f *Fabric) qpErrorLocked(q *qp, why string) {
 	q.state = ctx.QPStateError
 	q.blockedUntil = 0
 	q.wire.active = false
+	q.lastWQEReached()
 }
 
 // qpFatal moves a QP to error and raises a QP fatal async event.
@@ -128,8 +129,10 @@ func (f *Fabric) qpFatal(q *qp, why string) {
 	if q.state == ctx.QPStateError {
 		return
 	}
-	f.qpErrorLocked(q, why)
+	// The fatal event first, then (for a QP with an SRQ) the last WQE
+	// reached that the move to error raises.
 	q.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPFatal, QPN: q.qpn, Detail: why})
+	f.qpErrorLocked(q, why)
 }
 
 // ---- addressing ----

@@ -217,7 +217,9 @@ type srq struct {
 	consumed uint16
 	hwHead   uint16
 	lastRaw  uint32
-	closed   bool
+	// limit is the armed SRQ limit, 0 when disarmed (ArmLimit).
+	limit  uint32
+	closed bool
 }
 
 func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {

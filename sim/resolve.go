@@ -45,6 +45,7 @@ func init() {
 	simadopt.ProtectionDomainNumber = protectionDomainNumber
 	simadopt.QueuePairAttributes = queuePairAttributes
 	simadopt.SharedReceiveQueueNumber = sharedReceiveQueueNumber
+	simadopt.SubscribeAsyncEvents = subscribeAsyncEvents
 	simadopt.Provider = func(fabric any) provider.Provider {
 		f, ok := fabric.(*Fabric)
 		if !ok {

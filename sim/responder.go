@@ -95,6 +95,7 @@ func (f *Fabric) consumeRecv(t *qp, r *recvWQE) {
 	if r.srq != nil {
 		r.srq.consumed++
 		r.srq.hwHead = r.next
+		r.srq.checkLimit()
 		return
 	}
 	t.rqCI++

@@ -57,8 +57,9 @@ func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
 type cqRequest struct {
 	cqe        uint64
 	compVector uint64
-	channel    int    // -1 for none
-	userHandle uint64 // what a completion event names (libibverbs' CQ)
+	channel    int        // -1 for none
+	userHandle uint64     // what a completion or async event names (libibverbs' CQ)
+	asyncFile  *eventFile // the async descriptor CQ_CREATE named, nil for the default
 	flags      uint32
 	vendor     []byte // struct mlx5_ib_create_cq
 }
@@ -164,22 +165,25 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 	if err != nil {
 		return 0, 0, 0, errnoOfModel(err)
 	}
-	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel, events: events})
-	return h, uint32(entries - 1), q.Descriptor().CQN, 0
+	cqn = q.Descriptor().CQN
+	src := f.uctx.async.add(asyncKey{asyncCQ, cqn}, r.userHandle, r.asyncFile)
+	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel, events: events, async: src})
+	return h, uint32(entries - 1), cqn, 0
 }
 
-// destroyCQ destroys a CQ and returns the completion events reported for
-// it: those written to its channel less those still unread there, which
-// are taken out (ib_uverbs_release_ucq), so that libibverbs waits for
-// the acknowledgement of exactly the events it read.
-func (k *kernel) destroyCQ(f *ufile, h uint64) (uint32, syscall.Errno) {
+// destroyCQ destroys a CQ and returns the completion and async events
+// reported for it: those written to its channel and async descriptor less
+// those still unread there, which are taken out (ib_uverbs_release_ucq),
+// so that libibverbs waits for the acknowledgement of exactly the events
+// it read.
+func (k *kernel) destroyCQ(f *ufile, h uint64) (comp, async uint32, en syscall.Errno) {
 	o, en := f.uctx.destroyable(h, objCQ)
 	if en != 0 {
-		return 0, en
+		return 0, 0, en
 	}
 	o.close()
 	delete(f.uctx.objects, uint32(h))
-	return o.events.reported(), 0
+	return o.events.reported(), f.uctx.async.release(o.async), 0
 }
 
 // writeCQNumber writes mlx5_ib's answer to CREATE_CQ: the CQN (the 4
@@ -209,7 +213,7 @@ func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
 		en = writeCQNumber(c.udataOut, c.udataLen, cqn)
 	}
 	if en != 0 {
-		_, _ = k.destroyCQ(f, uint64(h))
+		_, _, _ = k.destroyCQ(f, uint64(h))
 	}
 	return en
 }
@@ -222,13 +226,12 @@ func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
 	if req.reserved != 0 {
 		return unix.EINVAL
 	}
-	// No async event is ever reported.
 	var resp C.struct_ib_uverbs_destroy_cq_resp
-	n, en := k.destroyCQ(f, uint64(req.cq_handle))
+	comp, async, en := k.destroyCQ(f, uint64(req.cq_handle))
 	if en != 0 {
 		return en
 	}
-	resp.comp_events_reported = C.__u32(n)
+	resp.comp_events_reported, resp.async_events_reported = C.__u32(comp), C.__u32(async)
 	return c.response(bytesOf(&resp))
 }
 
@@ -248,10 +251,12 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 		r.channel = int(a.data)
 	}
 	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_EVENT_FD); a != nil {
-		// The async event descriptor of the context.
-		if e, ok := k.events[int(a.data)]; !ok || e.comp || a.data > maxFD {
+		// An async event descriptor, which the CQ's async events go to.
+		e, ok := k.events[int(a.data)]
+		if !ok || e.comp || a.data > maxFD {
 			return unix.EBADF
 		}
+		r.asyncFile = e
 	}
 	in, outAddr, outLen, en := b.udata()
 	if en != 0 {
@@ -267,7 +272,7 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 		en = writeCQNumber(outAddr, outLen, cqn)
 	}
 	if en != 0 {
-		_, _ = k.destroyCQ(f, uint64(h))
+		_, _, _ = k.destroyCQ(f, uint64(h))
 		return en
 	}
 	if a := b.get(C.UVERBS_ATTR_UHW_OUT); a != nil {
@@ -278,11 +283,11 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 }
 
 func (k *kernel) ioctlDestroyCQ(f *ufile, b *bundle) syscall.Errno {
-	n, en := k.destroyCQ(f, b.get(C.UVERBS_ATTR_DESTROY_CQ_HANDLE).data)
+	comp, async, en := k.destroyCQ(f, b.get(C.UVERBS_ATTR_DESTROY_CQ_HANDLE).data)
 	if en != 0 {
 		return en
 	}
 	var resp C.struct_ib_uverbs_destroy_cq_resp
-	resp.comp_events_reported = C.__u32(n)
+	resp.comp_events_reported, resp.async_events_reported = C.__u32(comp), C.__u32(async)
 	return b.copyTo(C.UVERBS_ATTR_DESTROY_CQ_RESP, bytesOf(&resp))
 }

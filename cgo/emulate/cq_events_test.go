@@ -3,9 +3,6 @@
 package emulate_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,23 +18,12 @@ import (
 // solicited arm, an async event descriptor with nothing to read, and a
 // CQ destroyed with an event unread is destroyed at once.
 func TestCQEventsUnderPreload(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "cq_events")
-	out, err := exec.Command(cc, "-o", prog, "testdata/cq_events.c", "-libverbs").CombinedOutput()
-	require.NoError(t, err, "cc: %s", out)
-	lib := preloadLibrary(t, dir)
+	prog, lib := cProgram(t, "cq_events")
 
 	for _, abi := range []string{"", emulate.ABIWrite} {
 		for _, link := range []string{"infiniband", "ethernet"} {
 			t.Run("abi="+abi+",link="+link, func(t *testing.T) {
-				cmd := exec.Command(prog)
-				cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1", emulate.EnvABI+"="+abi, emulate.EnvLink+"="+link)
-				out, err := cmd.CombinedOutput()
-				require.NoError(t, err, "%s", out)
+				out := runPreloaded(t, prog, lib, abi, link)
 				require.Equal(t, "async fd readable: 0\n"+
 					"unarmed event: 0\n"+
 					"events 20\n"+
@@ -45,7 +31,7 @@ func TestCQEventsUnderPreload(t *testing.T) {
 					"solicited arm, solicited send: 1\n"+
 					"async fd readable: 0\n"+
 					"channel readable after destroy: 0\n"+
-					"done\n", string(out))
+					"done\n", out)
 			})
 		}
 	}

@@ -39,7 +39,7 @@ func mlx5CQReq(ring, db uintptr, size uint32) []byte {
 func createCQCmd(k *kernel, a *arena, fd int, cqe, vector uint32, channel int32, vendor []byte, vendorOut int) (h, gotCQE, cqn uint32, en syscall.Errno) {
 	resp, respAddr := a.alloc(createCQRespSize + 8)
 	core := respCore(respAddr, make([]byte, 24)...)
-	ne.PutUint64(core[8:], 0x1234) // user_handle
+	ne.PutUint64(core[8:], cqUserHandle)
 	ne.PutUint32(core[16:], cqe)
 	ne.PutUint32(core[20:], vector)
 	ne.PutUint32(core[24:], uint32(channel))

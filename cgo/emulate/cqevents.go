@@ -26,20 +26,27 @@ type cqEvents struct {
 }
 
 // post writes one completion event into the channel; it runs on the
-// model's engine. A channel already closed, or full (the write end does
-// not block), loses the event, as a kernel drops events for a closed
-// file.
+// model's engine.
 func (e *cqEvents) post() {
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], e.cookie)
-	e.file.writeMu.Lock()
-	defer e.file.writeMu.Unlock()
-	if e.file.writeFD < 0 {
-		return
-	}
-	if n, err := unix.Write(e.file.writeFD, b[:]); err == nil && n == len(b) {
+	if e.file.writeRecord(b[:]) {
 		e.written.Add(1)
 	}
+}
+
+// writeRecord writes one whole event record into the descriptor and
+// reports whether it did. A descriptor already closed, or full (the write
+// end does not block), loses the event, as a kernel drops events for a
+// closed file.
+func (f *eventFile) writeRecord(rec []byte) bool {
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	if f.writeFD < 0 {
+		return false
+	}
+	n, err := unix.Write(f.writeFD, rec)
+	return err == nil && n == len(rec)
 }
 
 // reported takes the CQ's unread events out of its channel and returns
@@ -50,15 +57,17 @@ func (e *cqEvents) reported() uint32 {
 	if e == nil {
 		return 0
 	}
-	return e.written.Load() - e.file.remove(e.cookie)
+	return e.written.Load() - e.file.removeRecords(8, func(rec []byte) bool {
+		return binary.NativeEndian.Uint64(rec) == e.cookie
+	})
 }
 
-// remove takes the events naming cookie out of the channel, keeping the
-// others in order, and returns how many it took. It reads through a
-// second, non-blocking descriptor of the pipe (/proc/self/fd), so that
-// the caller's descriptor keeps its flags and an empty pipe does not
-// block.
-func (f *eventFile) remove(cookie uint64) uint32 {
+// removeRecords takes the records of size bytes that match out of the
+// descriptor, keeping the others in order, and returns how many it took.
+// It reads through a second, non-blocking descriptor of the pipe
+// (/proc/self/fd), so that the caller's descriptor keeps its flags and an
+// empty pipe does not block.
+func (f *eventFile) removeRecords(size int, match func(rec []byte) bool) uint32 {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	if f.writeFD < 0 {
@@ -77,13 +86,14 @@ func (f *eventFile) remove(cookie uint64) uint32 {
 		if err != nil || n <= 0 {
 			break
 		}
-		// Events are written whole (8 bytes, below PIPE_BUF) and read
-		// in multiples of 8 here, so records do not straddle reads.
-		for i := 0; i+8 <= n; i += 8 {
-			if binary.NativeEndian.Uint64(buf[i:]) == cookie {
+		// Records are written whole (below PIPE_BUF) and read in
+		// multiples of their size (a power of two dividing the buffer)
+		// here, so they do not straddle reads.
+		for i := 0; i+size <= n; i += size {
+			if match(buf[i : i+size]) {
 				removed++
 			} else {
-				keep = append(keep, buf[i:i+8]...)
+				keep = append(keep, buf[i:i+size]...)
 			}
 		}
 	}

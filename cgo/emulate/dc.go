@@ -97,8 +97,9 @@ func (k *kernel) createDCT(f *ufile, r qpRequest, p, scq, rcq, srq *uobject, ucm
 	scq.users++
 	rcq.users++
 	srq.users++
+	src := f.uctx.async.add(asyncKey{asyncQP, q.Descriptor().QPN}, r.userHandle, nil)
 	h := f.uctx.addObject(&uobject{kind: objQP, qp: q, qpType: ctx.QPTypeDCT, owner: r.pd,
-		sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: srq})
+		sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: srq, async: src})
 	return qpReply{handle: h}, 0
 }
 

@@ -3,9 +3,6 @@
 package emulate_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,23 +19,12 @@ import (
 // learnt at RTR addresses the WQEs libmlx5 wrote, the model executes them,
 // and libmlx5 reads the CQEs the model writes.
 func TestDCUnderPreload(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "dc_pingpong")
-	out, err := exec.Command(cc, "-o", prog, "testdata/dc_pingpong.c", "-libverbs", "-lmlx5").CombinedOutput()
-	require.NoError(t, err, "cc: %s", out)
-	lib := preloadLibrary(t, dir)
+	prog, lib := cProgram(t, "dc_pingpong", "-lmlx5")
 
 	for _, abi := range []string{"", emulate.ABIWrite} {
 		t.Run("abi="+abi, func(t *testing.T) {
-			cmd := exec.Command(prog)
-			cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1", emulate.EnvABI+"="+abi, emulate.EnvLink+"=infiniband")
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "%s", out)
-			s := string(out)
+			out := runPreloaded(t, prog, lib, abi, "infiniband")
+			s := out
 			require.Contains(t, s, "dct number known: 1\n", "the DCT number of the RTR response")
 			require.Contains(t, s, "DCT to RTS: Invalid argument\n", "a DCT stops at RTR (mlx5_ib_modify_dct)")
 			require.Contains(t, s, "messages 100 sends 100 recvs 100 wrong 0 mismatches 0\n")

@@ -21,11 +21,14 @@
 // queues, shared receive queues and queue pairs (RC, UD, DCI and DCT, over
 // the rings and doorbell records libmlx5 allocated) with their
 // transitions, and address handles, and the mmap of UAR pages. The model
-// executes the WQEs libmlx5 writes, writes the CQEs it reads, and writes
-// completion events to completion channels when libmlx5 arms a CQ. Not
-// built: async events (the async event descriptor is never written to,
-// so no SRQ limit or last-WQE-reached event), the ioctl method QP_CREATE
-// and EX_CREATE_QP (libibverbs falls back to CREATE_QP), RESIZE_CQ,
+// executes the WQEs libmlx5 writes, writes the CQEs it reads, writes
+// completion events to completion channels when libmlx5 arms a CQ, and
+// writes the model's async events (CQ error, QP fatal and access errors,
+// SRQ limit armed through MODIFY_SRQ, last WQE reached, port events) to
+// the async event descriptor, naming the user handle of the QP, CQ or SRQ,
+// with the destroy responses reporting the events read. Not built: the
+// ioctl method QP_CREATE and EX_CREATE_QP (libibverbs falls back to
+// CREATE_QP), RESIZE_CQ,
 // REREG_MR, memory windows, dma-buf and device-memory MRs, XRC, DCI
 // streams and DEVX.
 // Everything else, and everything while it is off, goes to the C library

@@ -556,5 +556,6 @@ func (k *kernel) ioctlAsyncEventAlloc(f *ufile, b *bundle) syscall.Errno {
 		return en
 	}
 	b.get(C.UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE).newFD = e.fd
+	f.uctx.async.addFile(e)
 	return 0
 }

@@ -86,6 +86,9 @@ type ucontext struct {
 	// objects are the context's verbs objects by handle.
 	objects    map[uint32]*uobject
 	nextHandle uint32
+	// async routes the model's async events to the context's async
+	// event descriptors.
+	async asyncEvents
 }
 
 // eventFile is an event descriptor: the read end of a pipe the model

@@ -97,6 +97,7 @@ func (k *kernel) allocUcontext(f *ufile, in []byte) (*ucontext, C.struct_mlx5_ib
 		dynPages:    maxDynBfregs / bfregsPerUAR,
 		dynBusy:     map[int]bool{},
 	}
+	simadopt.SubscribeAsyncEvents(dev, uc.async.post)
 	a := &f.dev.Attr
 	resp.qp_tab_size = C.__u32(a.MaxQP)
 	resp.bf_reg_size = C.__u32(2 * a.BlueFlameSize)

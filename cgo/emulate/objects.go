@@ -58,6 +58,8 @@ type uobject struct {
 	channel int
 	events  *cqEvents
 	users   int // objects that name this one (MRs of a PD)
+	// async is a QP's, CQ's or SRQ's async event source.
+	async *asyncSource
 }
 
 // addObject gives o the next handle of the context.

@@ -35,6 +35,7 @@ type qpRequest struct {
 	isSRQ              bool
 	srq                uint32
 	caps               ctx.QueuePairCaps
+	userHandle         uint64 // what an async event names (libibverbs' QP)
 	vendor             []byte // struct mlx5_ib_create_qp
 }
 
@@ -222,14 +223,18 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	if rqCnt > 0 {
 		out.RecvDepth, out.MaxRecvSGE = rqCnt, stride/16
 	}
-	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref})
-	return qpReply{handle: h, qpn: q.Descriptor().QPN, caps: out, bfreg: bfreg}, 0
+	qpn := q.Descriptor().QPN
+	src := uc.async.add(asyncKey{asyncQP, qpn}, r.userHandle, nil)
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src})
+	return qpReply{handle: h, qpn: qpn, caps: out, bfreg: bfreg}, 0
 }
 
-func (k *kernel) destroyQP(f *ufile, h uint64) syscall.Errno {
+// destroyQP destroys a QP and returns the async events reported for it
+// (see asyncEvents.release).
+func (k *kernel) destroyQP(f *ufile, h uint64) (uint32, syscall.Errno) {
 	o, en := f.uctx.destroyable(h, objQP)
 	if en != 0 {
-		return en
+		return 0, en
 	}
 	o.close()
 	delete(f.uctx.objects, uint32(h))
@@ -241,7 +246,7 @@ func (k *kernel) destroyQP(f *ufile, h uint64) syscall.Errno {
 	if o.srqRef != nil {
 		o.srqRef.users--
 	}
-	return 0
+	return f.uctx.async.release(o.async), 0
 }
 
 func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
@@ -255,6 +260,7 @@ func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 	r, en := k.createQP(f, qpRequest{
 		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
 		typ: uint8(req.qp_type), isSRQ: req.is_srq != 0, srq: uint32(req.srq_handle),
+		userHandle: uint64(req.user_handle),
 		caps: ctx.QueuePairCaps{SendDepth: uint32(req.max_send_wr), RecvDepth: uint32(req.max_recv_wr),
 			MaxSendSGE: uint32(req.max_send_sge), MaxRecvSGE: uint32(req.max_recv_sge), MaxInline: uint32(req.max_inline_data)},
 		vendor: c.udataIn,
@@ -273,7 +279,7 @@ func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 		en = copyOut(c.udataOut, bytesOf(&vendor)[:min(c.udataLen, int(unsafe.Sizeof(vendor)))])
 	}
 	if en != 0 {
-		_ = k.destroyQP(f, uint64(r.handle))
+		_, _ = k.destroyQP(f, uint64(r.handle))
 	}
 	return en
 }
@@ -286,11 +292,11 @@ func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
 	if req.reserved != 0 {
 		return unix.EINVAL
 	}
-	if en := k.destroyQP(f, uint64(req.qp_handle)); en != 0 {
+	n, en := k.destroyQP(f, uint64(req.qp_handle))
+	if en != 0 {
 		return en
 	}
-	// No async event was ever reported for it.
-	var resp C.struct_ib_uverbs_destroy_qp_resp
+	resp := C.struct_ib_uverbs_destroy_qp_resp{events_reported: C.__u32(n)}
 	return c.response(bytesOf(&resp))
 }
 

@@ -36,15 +36,16 @@ const objSRQ objKind = 64
 type srqObject struct {
 	srq provider.SRQ
 	// max is the WQE count (a power of two), maxSGE the scatter entries
-	// the library asked for, limit the armed limit (always 0: the model
-	// has no limit event).
-	max, maxSGE, limit uint32
+	// the library asked for. The armed limit is the model's
+	// (provider.SRQLimiter).
+	max, maxSGE uint32
 }
 
 // srqRequest is what CREATE_SRQ asks for.
 type srqRequest struct {
 	pd            uint32
 	maxWR, maxSGE uint32
+	userHandle    uint64 // what an async event names (libibverbs' SRQ)
 	vendor        []byte // struct mlx5_ib_create_srq
 }
 
@@ -116,21 +117,24 @@ func (k *kernel) createSRQ(f *ufile, r srqRequest) (handle, srqn, maxWR uint32, 
 	}
 	srqn, _ = simadopt.SharedReceiveQueueNumber(s)
 	p.users++
-	h := uc.addObject(&uobject{kind: objSRQ, owner: r.pd, srq: &srqObject{srq: s, max: count, maxSGE: r.maxSGE}})
+	src := uc.async.add(asyncKey{asyncSRQ, srqn}, r.userHandle, nil)
+	h := uc.addObject(&uobject{kind: objSRQ, owner: r.pd, srq: &srqObject{srq: s, max: count, maxSGE: r.maxSGE}, async: src})
 	return h, srqn, count - 1, 0
 }
 
-func (k *kernel) destroySRQ(f *ufile, h uint64) syscall.Errno {
+// destroySRQ destroys an SRQ and returns the async events reported for
+// it (see asyncEvents.release).
+func (k *kernel) destroySRQ(f *ufile, h uint64) (uint32, syscall.Errno) {
 	o, en := f.uctx.destroyable(h, objSRQ)
 	if en != 0 {
-		return en
+		return 0, en
 	}
 	o.close()
 	delete(f.uctx.objects, uint32(h))
 	if p, ok := f.uctx.objects[o.owner]; ok {
 		p.users--
 	}
-	return 0
+	return f.uctx.async.release(o.async), 0
 }
 
 func (k *kernel) writeCreateSRQ(f *ufile, c *writeCall) syscall.Errno {
@@ -139,7 +143,8 @@ func (k *kernel) writeCreateSRQ(f *ufile, c *writeCall) syscall.Errno {
 		return en
 	}
 	h, srqn, maxWR, en := k.createSRQ(f, srqRequest{
-		pd: uint32(req.pd_handle), maxWR: uint32(req.max_wr), maxSGE: uint32(req.max_sge), vendor: c.udataIn,
+		pd: uint32(req.pd_handle), maxWR: uint32(req.max_wr), maxSGE: uint32(req.max_sge),
+		userHandle: uint64(req.user_handle), vendor: c.udataIn,
 	})
 	if en != 0 {
 		return en
@@ -152,15 +157,16 @@ func (k *kernel) writeCreateSRQ(f *ufile, c *writeCall) syscall.Errno {
 		en = copyOut(c.udataOut, bytesOf(&vendor)[:min(c.udataLen, int(unsafe.Sizeof(vendor)))])
 	}
 	if en != 0 {
-		_ = k.destroySRQ(f, uint64(h))
+		_, _ = k.destroySRQ(f, uint64(h))
 	}
 	return en
 }
 
 // writeModifySRQ is mlx5_ib_modify_srq: resizing (IB_SRQ_MAX_WR) is
-// EINVAL, a limit at or above the WQE count EINVAL; arming a limit the
-// model cannot report (no SRQ limit event) is EOPNOTSUPP, disarming (0)
-// is accepted. Other mask bits are ignored, as the kernel ignores them.
+// EINVAL, a limit at or above the WQE count EINVAL; a limit arms the
+// model's SRQ limit (mlx5_cmd_arm_srq), which raises SRQ_LIMIT_REACHED
+// once and disarms, 0 disarms. Other mask bits are ignored, as the kernel
+// ignores them.
 func (k *kernel) writeModifySRQ(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_modify_srq
 	if en := c.request(bytesOf(&req)); en != 0 {
@@ -179,16 +185,20 @@ func (k *kernel) writeModifySRQ(f *ufile, c *writeCall) syscall.Errno {
 		if limit >= o.srq.max {
 			return unix.EINVAL
 		}
-		if limit != 0 {
+		l, ok := o.srq.srq.(provider.SRQLimiter)
+		if !ok {
 			return unix.EOPNOTSUPP
 		}
-		o.srq.limit = 0
+		if err := l.ArmLimit(limit); err != nil {
+			return errnoOfModel(err)
+		}
 	}
 	return 0
 }
 
 // writeQuerySRQ is mlx5_ib_query_srq: max_wr is the WQE count less one,
-// max_sge what the library asked for, srq_limit the armed limit.
+// max_sge what the library asked for, srq_limit the armed limit (0 once
+// the limit event was raised, as the firmware's SRQ context reads).
 func (k *kernel) writeQuerySRQ(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_query_srq
 	if en := c.request(bytesOf(&req)); en != 0 {
@@ -198,7 +208,15 @@ func (k *kernel) writeQuerySRQ(f *ufile, c *writeCall) syscall.Errno {
 	if en != 0 {
 		return en
 	}
-	resp := C.struct_ib_uverbs_query_srq_resp{max_wr: C.__u32(o.srq.max - 1), max_sge: C.__u32(o.srq.maxSGE), srq_limit: C.__u32(o.srq.limit)}
+	var limit uint32
+	if l, ok := o.srq.srq.(provider.SRQLimiter); ok {
+		n, err := l.Limit()
+		if err != nil {
+			return errnoOfModel(err)
+		}
+		limit = n
+	}
+	resp := C.struct_ib_uverbs_query_srq_resp{max_wr: C.__u32(o.srq.max - 1), max_sge: C.__u32(o.srq.maxSGE), srq_limit: C.__u32(limit)}
 	return c.response(bytesOf(&resp))
 }
 
@@ -207,11 +225,11 @@ func (k *kernel) writeDestroySRQ(f *ufile, c *writeCall) syscall.Errno {
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
 	}
-	if en := k.destroySRQ(f, uint64(req.srq_handle)); en != 0 {
+	n, en := k.destroySRQ(f, uint64(req.srq_handle))
+	if en != 0 {
 		return en
 	}
-	// No async event was ever reported for it.
-	var resp C.struct_ib_uverbs_destroy_srq_resp
+	resp := C.struct_ib_uverbs_destroy_srq_resp{events_reported: C.__u32(n)}
 	return c.response(bytesOf(&resp))
 }
 

@@ -4,9 +4,6 @@ package emulate_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,26 +21,15 @@ import (
 // layers: on RoCE the address vector carries the MAC the kernel resolved
 // (the model's port MAC), and CREATE_AH refuses an address no port has.
 func TestUDPingPongUnderPreload(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "ud_pingpong")
-	out, err := exec.Command(cc, "-o", prog, "testdata/ud_pingpong.c", "-libverbs", "-lmlx5").CombinedOutput()
-	require.NoError(t, err, "cc: %s", out)
-	lib := preloadLibrary(t, dir)
+	prog, lib := cProgram(t, "ud_pingpong", "-lmlx5")
 	devs, err := simadopt.Provider(emulate.Fabric()).Devices()
 	require.NoError(t, err)
 
 	for _, abi := range []string{"", emulate.ABIWrite} {
 		for _, link := range []string{"infiniband", "ethernet"} {
 			t.Run("abi="+abi+",link="+link, func(t *testing.T) {
-				cmd := exec.Command(prog)
-				cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1", emulate.EnvABI+"="+abi, emulate.EnvLink+"="+link)
-				out, err := cmd.CombinedOutput()
-				require.NoError(t, err, "%s", out)
-				s := string(out)
+				out := runPreloaded(t, prog, lib, abi, link)
+				s := out
 				require.Contains(t, s, "link "+link+"\n")
 				require.Contains(t, s, "rounds 100 sends 200 recvs 200 bytes 59200 mismatches 0 wrong sources 0\n")
 				require.Contains(t, s, "done\n")

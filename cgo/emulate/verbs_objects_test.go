@@ -3,9 +3,6 @@
 package emulate_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -20,23 +17,12 @@ import (
 // ibv_create_cq, mlx5dv_init_obj and their destroy verbs directly, and
 // runs it with the emulation preloaded, over both ABIs.
 func TestVerbsObjectsUnderPreload(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "verbs_objects")
-	out, err := exec.Command(cc, "-o", prog, "testdata/verbs_objects.c", "-libverbs", "-lmlx5").CombinedOutput()
-	require.NoError(t, err, "cc: %s", out)
-	lib := preloadLibrary(t, dir)
+	prog, lib := cProgram(t, "verbs_objects", "-lmlx5")
 
 	for _, abi := range []string{"", emulate.ABIWrite} {
 		t.Run("abi="+abi, func(t *testing.T) {
-			cmd := exec.Command(prog)
-			cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1", emulate.EnvABI+"="+abi)
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "%s", out)
-			s := string(out)
+			out := runPreloaded(t, prog, lib, abi, "")
+			s := out
 			require.Regexp(t, `pd handle \d+\n`, s)
 			m := regexp.MustCompile(`mr lkey (0x[0-9a-f]+) rkey (0x[0-9a-f]+) length 65536\n`).FindStringSubmatch(s)
 			require.NotNil(t, m, "%s", s)

@@ -282,6 +282,7 @@ func (k *kernel) writeGetContext(f *ufile, c *writeCall) syscall.Errno {
 		_ = uc.dev.Close()
 		return en
 	}
+	uc.async.addFile(ev)
 	f.uctx = uc
 	return 0
 }

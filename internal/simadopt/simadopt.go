@@ -37,6 +37,12 @@ var (
 	// SharedReceiveQueueNumber returns the SRQ number of a shared receive
 	// queue of the model; ok is false for a queue of another provider.
 	SharedReceiveQueueNumber func(s provider.SRQ) (srqn uint32, ok bool)
+	// SubscribeAsyncEvents makes fn receive every async event of dev (a
+	// device of the model) in place of the device's own queue, which then
+	// stays empty; nil restores the queue. fn runs with the model's lock
+	// held and must not call back into the model. ok is false for a device
+	// of another provider.
+	SubscribeAsyncEvents func(dev provider.Device, fn func(ctx.AsyncEvent)) (ok bool)
 	// Provider returns the provider of the fabric f (a *sim.Fabric): its
 	// device list and the devices the model of the kernel side opens; nil
 	// when f is not a fabric of the model. A Fabric exports neither.

@@ -9,15 +9,11 @@
  * test checks; it exits non-zero at the first verb that does not behave
  * as on a ConnectX.
  */
-#include <errno.h>
 #include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "verbs_common.h"
+
 #define ROUNDS 20
 #define SIZE 64
 
@@ -32,41 +28,6 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_
 	if (!qp)
 		FAIL("ibv_create_qp: %s", strerror(errno));
 	return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	int ret;
-
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-		FAIL("modify INIT: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = pa->lid;
-	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
-		FAIL("modify RTR: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-		FAIL("modify RTS: %s", strerror(ret));
 }
 
 static struct ibv_mr *mr;
@@ -120,7 +81,7 @@ static int readable(int fd, int ms)
 
 int main(void)
 {
-	struct ibv_device **list;
+	struct test_device d;
 	struct ibv_context *ctx;
 	struct ibv_comp_channel *ch;
 	struct ibv_pd *pd;
@@ -129,16 +90,12 @@ int main(void)
 	struct ibv_port_attr pa;
 	union ibv_gid gid;
 	void *cq_ctx;
-	int n, i, events = 0;
+	int i, events = 0;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n == 0)
-		FAIL("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		FAIL("ibv_open_device: %s", strerror(errno));
-	if (ibv_query_port(ctx, 1, &pa) || ibv_query_gid(ctx, 1, 0, &gid))
-		FAIL("query port or GID");
+	open_test_device(&d);
+	ctx = d.ctx;
+	pa = d.pa;
+	gid = d.gid;
 	printf("async fd readable: %d\n", readable(ctx->async_fd, 0));
 	ch = ibv_create_comp_channel(ctx);
 	pd = ibv_alloc_pd(ctx);
@@ -151,8 +108,8 @@ int main(void)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
 	a = make_qp(pd, plain, plain);
 	b = make_qp(pd, plain, evcq);
-	connect_qp(a, b->qp_num, &pa, &gid);
-	connect_qp(b, a->qp_num, &pa, &gid);
+	connect_rc(a, b->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
+	connect_rc(b, a->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 
 	/* Not armed: the completion arrives, no event. */
 	post_recv(b);
@@ -213,8 +170,7 @@ int main(void)
 	printf("channel readable after destroy: %d\n", readable(ch->fd, 0));
 	if (ibv_dereg_mr(mr) || ibv_destroy_cq(plain) || ibv_dealloc_pd(pd) || ibv_destroy_comp_channel(ch))
 		FAIL("destroy: %s", strerror(errno));
-	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	close_test_device(&d);
 	printf("done\n");
 	return 0;
 }

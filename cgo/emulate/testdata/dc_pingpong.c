@@ -8,15 +8,11 @@
  * ConnectX. InfiniBand ports only: on RoCE, libmlx5 asks the kernel for
  * the address handle's MAC (CREATE_AH).
  */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <infiniband/verbs.h>
 #include <infiniband/mlx5dv.h>
 
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "verbs_common.h"
+
 #define MSGS 100
 #define SIZE 200
 #define KEY 0x0123456789abcdefULL

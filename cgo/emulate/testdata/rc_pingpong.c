@@ -5,14 +5,10 @@
  * line it prints is a value the test checks; it exits non-zero at the
  * first verb that does not behave as on a ConnectX.
  */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "verbs_common.h"
+
 #define ROUNDS 100
 #define SIZE 512
 
@@ -27,41 +23,6 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 	if (!qp)
 		FAIL("ibv_create_qp: %s", strerror(errno));
 	return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	int ret;
-
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-		FAIL("modify INIT: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = pa->lid;
-	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
-		FAIL("modify RTR: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-		FAIL("modify RTS: %s", strerror(ret));
 }
 
 static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
@@ -115,7 +76,7 @@ static void wait(struct ibv_cq *cq, int n, int *sends, int *recvs, uint32_t *byt
 
 int main(void)
 {
-	struct ibv_device **list;
+	struct test_device d;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -125,17 +86,13 @@ int main(void)
 	union ibv_gid gid;
 	static char buf[4 * SIZE];
 	char *sa = buf, *ra = buf + SIZE, *sb = buf + 2 * SIZE, *rb = buf + 3 * SIZE;
-	int n, i, sends = 0, recvs = 0, mismatches = 0;
+	int i, sends = 0, recvs = 0, mismatches = 0;
 	uint32_t bytes = 0;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n == 0)
-		FAIL("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		FAIL("ibv_open_device: %s", strerror(errno));
-	if (ibv_query_port(ctx, 1, &pa) || ibv_query_gid(ctx, 1, 0, &gid))
-		FAIL("query port or GID");
+	open_test_device(&d);
+	ctx = d.ctx;
+	pa = d.pa;
+	gid = d.gid;
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	if (!pd || !cq)
@@ -145,8 +102,8 @@ int main(void)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
 	a = make_qp(pd, cq);
 	b = make_qp(pd, cq);
-	connect_qp(a, b->qp_num, &pa, &gid);
-	connect_qp(b, a->qp_num, &pa, &gid);
+	connect_rc(a, b->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
+	connect_rc(b, a->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 
 	/* a pings b, b pongs back what it got, ROUNDS times. */
 	for (i = 0; i < ROUNDS; i++) {
@@ -165,8 +122,7 @@ int main(void)
 
 	if (ibv_destroy_qp(a) || ibv_destroy_qp(b) || ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd))
 		FAIL("destroy: %s", strerror(errno));
-	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	close_test_device(&d);
 	printf("done\n");
 	return 0;
 }

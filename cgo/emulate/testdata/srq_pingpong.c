@@ -7,14 +7,10 @@
  * checks; it exits non-zero at the first verb that does not behave as on a
  * ConnectX.
  */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "verbs_common.h"
+
 #define ROUNDS 50
 #define NUM_QP 4
 #define SIZE 256
@@ -33,41 +29,6 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_s
 	if (a.cap.max_recv_wr != 0)
 		FAIL("max_recv_wr %u on an SRQ", a.cap.max_recv_wr);
 	return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	int ret;
-
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-		FAIL("modify INIT: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = pa->lid;
-	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
-		FAIL("modify RTR: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-		FAIL("modify RTS: %s", strerror(ret));
 }
 
 static void post_srq_recv(struct ibv_srq *srq, struct ibv_mr *mr, char *buf, uint64_t id)
@@ -139,7 +100,7 @@ static void wait(struct ibv_cq *cq, int n, struct ibv_qp **qps, char *rx, int *s
 
 int main(void)
 {
-	struct ibv_device **list;
+	struct test_device d;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -150,16 +111,12 @@ int main(void)
 	struct ibv_srq_attr sa;
 	union ibv_gid gid;
 	static char buf[4 * NUM_QP * SIZE];
-	int n, i, j, s, sends = 0, recvs = 0, wrong = 0, mismatches = 0, ret;
+	int i, j, s, sends = 0, recvs = 0, wrong = 0, mismatches = 0, ret;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n == 0)
-		FAIL("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		FAIL("ibv_open_device: %s", strerror(errno));
-	if (ibv_query_port(ctx, 1, &pa) || ibv_query_gid(ctx, 1, 0, &gid))
-		FAIL("query port or GID");
+	open_test_device(&d);
+	ctx = d.ctx;
+	pa = d.pa;
+	gid = d.gid;
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 4 * NUM_QP + 8, NULL, NULL, 0);
 	if (!pd || !cq)
@@ -186,8 +143,8 @@ int main(void)
 	sa.max_wr = 2 * SRQ_WR;
 	printf("modify max_wr: %s\n", strerror(ibv_modify_srq(srq[0], &sa, IBV_SRQ_MAX_WR)));
 	for (i = 0; i < NUM_QP; i++) {
-		connect_qp(qp[0][i], qp[1][i]->qp_num, &pa, &gid);
-		connect_qp(qp[1][i], qp[0][i]->qp_num, &pa, &gid);
+		connect_rc(qp[0][i], qp[1][i]->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
+		connect_rc(qp[1][i], qp[0][i]->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 	}
 
 	/*
@@ -235,8 +192,7 @@ int main(void)
 	}
 	if (ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd))
 		FAIL("destroy: %s", strerror(errno));
-	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	close_test_device(&d);
 	printf("done\n");
 	return 0;
 }

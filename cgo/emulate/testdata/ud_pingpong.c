@@ -7,15 +7,11 @@
  * checks; it exits non-zero at the first verb that does not behave as on a
  * ConnectX.
  */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <infiniband/verbs.h>
 #include <infiniband/mlx5dv.h>
 
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "verbs_common.h"
+
 #define ROUNDS 100
 #define SIZE 256
 #define GRH 40
@@ -119,7 +115,7 @@ static struct ibv_ah *make_ah(struct ibv_pd *pd, struct ibv_port_attr *pa, union
 
 int main(void)
 {
-	struct ibv_device **list;
+	struct test_device d;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -131,21 +127,17 @@ int main(void)
 	union ibv_gid gid, unknown;
 	static char buf[4 * (GRH + SIZE)];
 	char *sa = buf, *ra = buf + (GRH + SIZE), *sb = buf + 2 * (GRH + SIZE), *rb = buf + 3 * (GRH + SIZE);
-	int n, i, sends = 0, recvs = 0, mismatches = 0;
+	int i, sends = 0, recvs = 0, mismatches = 0;
 	uint32_t bytes = 0;
 	int wrong = 0;
 	struct mlx5dv_ah dvah;
 	struct mlx5dv_obj obj;
 	uint8_t *rmac;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n == 0)
-		FAIL("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		FAIL("ibv_open_device: %s", strerror(errno));
-	if (ibv_query_port(ctx, 1, &pa) || ibv_query_gid(ctx, 1, 0, &gid))
-		FAIL("query port or GID");
+	open_test_device(&d);
+	ctx = d.ctx;
+	pa = d.pa;
+	gid = d.gid;
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	if (!pd || !cq)
@@ -208,8 +200,7 @@ int main(void)
 		FAIL("ibv_destroy_ah: %s", strerror(errno));
 	if (ibv_destroy_qp(a) || ibv_destroy_qp(b) || ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd))
 		FAIL("destroy: %s", strerror(errno));
-	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	close_test_device(&d);
 	printf("done\n");
 	return 0;
 }

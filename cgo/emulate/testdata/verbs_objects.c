@@ -4,15 +4,11 @@
  * value the test checks; it exits non-zero at the first verb that does
  * not behave as on a ConnectX.
  */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <infiniband/verbs.h>
 #include <infiniband/mlx5dv.h>
 
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "verbs_common.h"
+
 
 int main(void)
 {

@@ -29,6 +29,7 @@ var (
 	_ provider.CompletionQueue  = (*CompletionQueue)(nil)
 	_ provider.QueuePair        = (*QueuePair)(nil)
 	_ provider.SRQ              = (*SharedReceiveQueue)(nil)
+	_ provider.SRQLimiter       = (*SharedReceiveQueue)(nil)
 	_ provider.AddressHandle    = (*AddressHandle)(nil)
 )
 

@@ -1,0 +1,84 @@
+/*
+ * What the test programs of this directory share: failing loudly, opening
+ * the first device with its port 1 attributes and GID 0, and connecting an
+ * RC QP to a peer of the same port (RESET to RTS with the attributes
+ * ibv_rc_pingpong sends). Each program includes it once.
+ */
+#ifndef MLX5KIT_EMULATE_TESTDATA_VERBS_COMMON_H
+#define MLX5KIT_EMULATE_TESTDATA_VERBS_COMMON_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+
+/* The first device, open, with port 1's attributes and GID 0. */
+struct test_device {
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	struct ibv_port_attr pa;
+	union ibv_gid gid;
+};
+
+static inline void open_test_device(struct test_device *d)
+{
+	int n;
+
+	d->list = ibv_get_device_list(&n);
+	if (!d->list || n == 0)
+		FAIL("no device");
+	d->ctx = ibv_open_device(d->list[0]);
+	if (!d->ctx)
+		FAIL("ibv_open_device: %s", strerror(errno));
+	if (ibv_query_port(d->ctx, 1, &d->pa) || ibv_query_gid(d->ctx, 1, 0, &d->gid))
+		FAIL("query port or GID");
+}
+
+static inline void close_test_device(struct test_device *d)
+{
+	if (ibv_close_device(d->ctx))
+		FAIL("ibv_close_device: %s", strerror(errno));
+	ibv_free_device_list(d->list);
+}
+
+/* connect_rc moves an RC QP from RESET to RTS, talking to peer on the same
+ * port (through GID 0 on an Ethernet port), with the given access flags. */
+static inline void connect_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid,
+			      int access)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
+	int ret;
+
+	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+		FAIL("modify INIT: %s", strerror(ret));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.dlid = pa->lid;
+	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = *gid;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
+		FAIL("modify RTR: %s", strerror(ret));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+		FAIL("modify RTS: %s", strerror(ret));
+}
+
+#endif

@@ -1,0 +1,138 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
+)
+
+// readEvents drains a context's async events.
+func readEvents(t *testing.T, c *ctx.Context) []ctx.AsyncEvent {
+	t.Helper()
+	var out []ctx.AsyncEvent
+	for {
+		ev, ok, err := c.ReadAsyncEvent()
+		require.NoError(t, err)
+		if !ok {
+			return out
+		}
+		out = append(out, ev)
+	}
+}
+
+// TestSRQLimitEvent: an armed SRQ limit raises SRQ_LIMIT_REACHED once, when
+// the posted WQEs left drop below it, and reads back 0 afterwards; no
+// event while it holds, none once disarmed, none after it fired until
+// armed again. Limits at or above the WQE count are refused.
+func TestSRQLimitEvent(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1) // 8 WQEs
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	e.connectRC(a, b, 7, 1)
+
+	err := srq.srq.ArmLimit(8)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	n, err := srq.srq.Limit()
+	require.NoError(t, err)
+	require.Zero(t, n, "a refused limit changes nothing")
+
+	for k := range 4 {
+		srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(k*64)))
+	}
+	require.NoError(t, srq.srq.ArmLimit(3))
+	n, err = srq.srq.Limit()
+	require.NoError(t, err)
+	require.Equal(t, uint32(3), n)
+
+	send := func() {
+		a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte{1}))
+		e.run()
+		require.Len(t, b.rcq.drain(), 1)
+		require.Len(t, a.scq.drain(), 1)
+	}
+	send() // 3 left: not below the limit
+	require.Empty(t, readEvents(t, e.c2))
+	send() // 2 left
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventSRQLimitReached, SRQN: srq.srq.SRQN()}}, readEvents(t, e.c2))
+	require.Empty(t, readEvents(t, e.c), "the event is the SRQ's device's")
+	n, err = srq.srq.Limit()
+	require.NoError(t, err)
+	require.Zero(t, n, "the limit disarms as it fires")
+	send() // 1 left, disarmed
+	require.Empty(t, readEvents(t, e.c2))
+
+	// Armed again, then disarmed with 0: no event.
+	require.NoError(t, srq.srq.ArmLimit(2))
+	require.NoError(t, srq.srq.ArmLimit(0))
+	srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(4*64)))
+	send()
+	require.Empty(t, readEvents(t, e.c2))
+
+	require.NoError(t, srq.srq.Close())
+	require.ErrorIs(t, srq.srq.ArmLimit(1), ctx.ErrClosed)
+}
+
+// TestLastWQEReachedEvent: a QP attached to an SRQ that enters the error
+// state, by a modify or by a fatal error, raises QP_LAST_WQE_REACHED
+// naming it (after the QP_FATAL of a fatal error); a QP with its own
+// receive ring raises none.
+func TestLastWQEReachedEvent(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	b2 := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	plain := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(a, b, 7, 1)
+	for _, q := range []*testQP{b2, plain} {
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	}
+
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.NoError(t, plain.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	e.run()
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventQPLastWQEReached, QPN: b.qp.QPN()}}, readEvents(t, e.c2))
+	// Already in error: no second event.
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Empty(t, readEvents(t, e.c2))
+
+	e.f.mu.Lock()
+	q := e.f.qps[b2.qp.QPN()]
+	e.f.qpFatal(q, "test")
+	e.f.mu.Unlock()
+	got := readEvents(t, e.c2)
+	require.Len(t, got, 2)
+	require.Equal(t, ctx.EventQPFatal, got[0].Type)
+	require.Equal(t, ctx.AsyncEvent{Type: ctx.EventQPLastWQEReached, QPN: b2.qp.QPN()}, got[1])
+}
+
+// TestSubscribeAsyncEvents: a subscribed device's events go to the
+// subscriber and not to its queue; unsubscribing restores the queue.
+func TestSubscribeAsyncEvents(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	b2 := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	for _, q := range []*testQP{b, b2} {
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	}
+	dev := provider.DeviceOf(e.c2)
+	var got []ctx.AsyncEvent
+	require.True(t, simadopt.SubscribeAsyncEvents(dev, func(ev ctx.AsyncEvent) { got = append(got, ev) }))
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventQPLastWQEReached, QPN: b.qp.QPN()}}, got)
+	require.Empty(t, readEvents(t, e.c2))
+
+	require.True(t, simadopt.SubscribeAsyncEvents(dev, nil))
+	require.NoError(t, b2.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Len(t, got, 1)
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventQPLastWQEReached, QPN: b2.qp.QPN()}}, readEvents(t, e.c2))
+
+	require.False(t, simadopt.SubscribeAsyncEvents(nil, nil), "not a device of the model")
+}
