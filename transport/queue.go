@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/names"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
@@ -33,12 +35,7 @@ const (
 var stateNames = [...]string{"INIT", "READY", "ERROR", "CLOSED"}
 
 // String returns the state's name.
-func (s State) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("State(%d)", uint32(s))
-}
+func (s State) String() string { return names.Of(s, stateNames[:], "State") }
 
 // Queue is the data-plane side of one queue pair shared by every
 // transport: its send queue (a wqebuilder.SendQueue), its receive queue or
