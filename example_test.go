@@ -1,6 +1,7 @@
 package mlx5kit_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit"
@@ -32,8 +33,9 @@ func Example() {
 	const inbox = 2048 // where b receives, in the same buffer
 	recv := must(b.PostReceive(channel.RecvRequest{Local: []channel.SGE{channel.Slice(mr, inbox, 64)}}))
 	n := copy(buf.Bytes(), "hello")
-	check(a.Send(channel.SendRequest{Local: []channel.SGE{channel.Slice(mr, 0, n)}}))
-	check(recv.Wait()) // the receive's completion, or its error
+	bg := context.Background() // one with a deadline bounds the waits
+	check(a.Send(bg, channel.SendRequest{Local: []channel.SGE{channel.Slice(mr, 0, n)}}))
+	check(recv.Wait(bg)) // the receive's completion, or its error
 	got, _ := recv.Result()
 	fmt.Printf("%q\n", buf.Bytes()[inbox:inbox+int(got.ByteCount)])
 	// Output: "hello"

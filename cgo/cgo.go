@@ -16,28 +16,34 @@ var ErrUnavailable = verbs.ErrUnavailable
 // mlx5dv_is_supported rejects.
 var ErrNotMLX5 = verbs.ErrNotMLX5
 
-// VerbError is the error of a failed rdma-core call: the verb, what it was
-// called on, and the errno. errors.Is matches the errno and the ctx
-// sentinel it maps to; errors.As finds it in any error ctx returns from the
-// hardware provider.
-type VerbError = verbs.VerbError
-
 // DeviceListing describes one RDMA device as ListDevices finds it (mlx5 or
 // not).
-type DeviceListing = verbs.DeviceListing
-
-// DVAttr is what mlx5dv_query_device reports about an mlx5 device.
-type DVAttr = verbs.DVAttr
-
-// ExtendedAttr is the part of ibv_query_device_ex beyond ctx.DeviceAttr.
-type ExtendedAttr = verbs.ExtendedAttr
-
-// GIDTableEntry is one entry of a port's GID table (ibv_query_gid_table).
-type GIDTableEntry = verbs.GIDTableEntry
+type DeviceListing struct {
+	// Name is the kernel device name, e.g. "mlx5_0".
+	Name string
+	// NodeGUID is the node GUID in host byte order.
+	NodeGUID uint64
+	// NodeType is ibv_node_type_str of the device ("InfiniBand channel
+	// adapter", "iWARP RNIC", …).
+	NodeType string
+	// MLX5 reports that the mlx5 provider drives the device
+	// (mlx5dv_is_supported); only such devices can be opened.
+	MLX5 bool
+}
 
 // ListDevices lists every RDMA device of the host, mlx5 or not (an empty
 // list when there is no RDMA subsystem).
-func ListDevices() ([]DeviceListing, error) { return verbs.ListDevices() }
+func ListDevices() ([]DeviceListing, error) {
+	found, err := verbs.ListDevices()
+	if found == nil {
+		return nil, err
+	}
+	list := make([]DeviceListing, len(found))
+	for i, d := range found {
+		list[i] = DeviceListing(d) // the same fields: the conversion fails to build otherwise
+	}
+	return list, err
+}
 
 // NoDeviceReason returns why there is no mlx5 device ("" when there is
 // one): no RDMA subsystem, no device, only devices of other vendors, or a

@@ -7,10 +7,10 @@
 // Importing the package registers the hardware provider with ctx as
 // "mlx5", so ctx.Open uses the first mlx5 device when there is one; every
 // object is then created through ctx. Besides that, the package lists the
-// host's RDMA devices (ListDevices, NoDeviceReason), names the types
-// mlx5kit-devinfo prints (DVAttr, ExtendedAttr, GIDTableEntry) and the
-// error of a failed rdma-core call (VerbError: the verb and the errno;
-// errors.Is matches the errno and the ctx sentinel it maps to).
+// host's RDMA devices (ListDevices, NoDeviceReason). A failed rdma-core
+// call is a *ctx.OpError like every control-plane error: its message names
+// the verb, OpError.Errno returns the errno, and errors.Is matches the
+// errno and the ctx sentinel it maps to.
 //
 // # Without cgo
 //

@@ -61,7 +61,7 @@ func TestFacadeAPI(t *testing.T) {
 	}
 	sort.Strings(names)
 	require.Equal(t, []string{
-		"DVAttr", "DeviceListing", "Enabled", "ErrNotMLX5", "ErrUnavailable",
-		"ExtendedAttr", "GIDTableEntry", "ListDevices", "NoDeviceReason", "VerbError",
+		"DeviceListing", "Enabled", "ErrNotMLX5", "ErrUnavailable",
+		"ListDevices", "NoDeviceReason",
 	}, names)
 }

@@ -56,7 +56,7 @@ func testScopeAllocs(t *testing.T, opts channel.Options) {
 		reqs[i] = channel.WriteRequest{Local: a.sge(i*64, 64), Remote: remote}
 	}
 	run := func() {
-		err := ca.Scope(func(s *channel.Scope) error {
+		err := ca.Scope(context.Background(), func(s *channel.Scope) error {
 			p, err := s.PostRead(channel.ReadRequest{Local: a.sge(4096, 64), Remote: remote})
 			if err != nil {
 				return err
@@ -64,7 +64,7 @@ func testScopeAllocs(t *testing.T, opts channel.Options) {
 			if err := s.PostScatterWrite(reqs); err != nil {
 				return err
 			}
-			return p.Wait()
+			return p.Wait(context.Background())
 		})
 		if err != nil {
 			panic(err)
@@ -76,13 +76,13 @@ func testScopeAllocs(t *testing.T, opts channel.Options) {
 
 func testBlockingAllocs(t *testing.T, opts channel.Options) {
 	a, ca, remote := allocPair(t, opts)
-	m := ca.Multi()
+	m := ca.MultiChannel
 	reqs := []channel.WriteRequest{{Local: a.sge(0, 64), Remote: remote}, {Local: a.sge(64, 64), Remote: remote}}
 	run := func() {
-		if err := m.ScatterWrite(reqs); err != nil {
+		if err := m.ScatterWrite(context.Background(), reqs); err != nil {
 			panic(err)
 		}
-		if err := ca.Write(reqs[0]); err != nil {
+		if err := ca.Write(context.Background(), reqs[0]); err != nil {
 			panic(err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestBlockingDoesNotAllocate(t *testing.T) { testBlockingAllocs(t, channel.O
 // channel without blocking.
 func TestContextCallsDoNotAllocate(t *testing.T) {
 	a, ca, remote := allocPair(t, channel.Options{})
-	m := ca.Multi()
+	m := ca.MultiChannel
 	c, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	reqs := []channel.WriteRequest{{Local: a.sge(0, 64), Remote: remote}, {Local: a.sge(64, 64), Remote: remote}}
@@ -114,16 +114,16 @@ func TestContextCallsDoNotAllocate(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return p.WaitContext(c)
+		return p.Wait(c)
 	}
 	run := func() {
-		if err := m.ScatterWriteContext(c, reqs); err != nil {
+		if err := m.ScatterWrite(c, reqs); err != nil {
 			panic(err)
 		}
-		if err := ca.ReadContext(c, read); err != nil {
+		if err := ca.Read(c, read); err != nil {
 			panic(err)
 		}
-		if err := ca.ScopeContext(c, scope); err != nil {
+		if err := ca.Scope(c, scope); err != nil {
 			panic(err)
 		}
 	}

@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
 
@@ -33,19 +34,19 @@ func testAtomics(t *testing.T, opts channel.Options) {
 
 	// Blocking: a compare that matches swaps, one that does not leaves the
 	// value; both return the old value.
-	require.NoError(t, ca.CompareSwap(channel.CompareSwapRequest{Remote: at, Compare: 100, Swap: 200, Result: res(0)}))
+	require.NoError(t, ca.CompareSwap(context.Background(), channel.CompareSwapRequest{Remote: at, Compare: 100, Swap: 200, Result: res(0)}))
 	require.Equal(t, uint64(100), old(0))
 	require.Equal(t, uint64(200), counter())
-	require.NoError(t, ca.CompareSwap(channel.CompareSwapRequest{Remote: at, Compare: 100, Swap: 300, Result: res(0)}))
+	require.NoError(t, ca.CompareSwap(context.Background(), channel.CompareSwapRequest{Remote: at, Compare: 100, Swap: 300, Result: res(0)}))
 	require.Equal(t, uint64(200), old(0), "no match: the old value comes back")
 	require.Equal(t, uint64(200), counter(), "no match: nothing swapped")
-	require.NoError(t, ca.FetchAdd(channel.FetchAddRequest{Remote: at, Add: 5, Result: res(0)}))
+	require.NoError(t, ca.FetchAdd(context.Background(), channel.FetchAddRequest{Remote: at, Add: 5, Result: res(0)}))
 	require.Equal(t, uint64(200), old(0))
 	require.Equal(t, uint64(205), counter())
 
 	// Scoped: eight fetch-and-adds in flight; their old values are the
 	// eight distinct steps.
-	err = ca.Scope(func(s *channel.Scope) error {
+	err = ca.Scope(context.Background(), func(s *channel.Scope) error {
 		for i := range 8 {
 			if _, err := s.PostFetchAdd(channel.FetchAddRequest{Remote: at, Add: 1, Result: res(i)}); err != nil {
 				return err
@@ -55,7 +56,7 @@ func testAtomics(t *testing.T, opts channel.Options) {
 		if err != nil {
 			return err
 		}
-		require.NoError(t, p.Wait())
+		require.NoError(t, p.Wait(context.Background()))
 		r, ok := p.Result()
 		require.True(t, ok)
 		require.Equal(t, channel.OpCompareSwap, r.Op)
@@ -76,7 +77,7 @@ func testAtomics(t *testing.T, opts channel.Options) {
 	// Raw: post, poll to completion.
 	p, err := ca.PostFetchAdd(channel.FetchAddRequest{Remote: at, Add: 1 << 40, Result: res(0)})
 	require.NoError(t, err)
-	require.NoError(t, p.Wait())
+	require.NoError(t, p.Wait(context.Background()))
 	r, ok := p.Result()
 	require.True(t, ok)
 	require.Equal(t, channel.OpFetchAdd, r.Op)
@@ -84,19 +85,19 @@ func testAtomics(t *testing.T, opts channel.Options) {
 	require.Equal(t, uint64(1000+1<<40), counter())
 	p, err = ca.PostCompareSwap(channel.CompareSwapRequest{Remote: at, Compare: 1000 + 1<<40, Swap: 7, Result: res(1)})
 	require.NoError(t, err)
-	require.NoError(t, p.Wait())
+	require.NoError(t, p.Wait(context.Background()))
 	require.Equal(t, uint64(7), counter())
 
 	// The blocking and raw levels allocate nothing.
 	allocs := testing.AllocsPerRun(50, func() {
-		if err := ca.FetchAdd(channel.FetchAddRequest{Remote: at, Add: 1, Result: res(0)}); err != nil {
+		if err := ca.FetchAdd(context.Background(), channel.FetchAddRequest{Remote: at, Add: 1, Result: res(0)}); err != nil {
 			panic(err)
 		}
 		p, err := ca.PostCompareSwap(channel.CompareSwapRequest{Remote: at, Compare: 0, Swap: 0, Result: res(1)})
 		if err != nil {
 			panic(err)
 		}
-		if err := p.Wait(); err != nil {
+		if err := p.Wait(context.Background()); err != nil {
 			panic(err)
 		}
 	})
@@ -105,7 +106,7 @@ func testAtomics(t *testing.T, opts channel.Options) {
 	// A wrong rkey fails at the peer: the error names the op and matches
 	// the completion sentinel.
 	bad := channel.Remote{Addr: at.Addr, RKey: at.RKey ^ 0x5a00}
-	err = ca.FetchAdd(channel.FetchAddRequest{Remote: bad, Add: 1, Result: res(0)})
+	err = ca.FetchAdd(context.Background(), channel.FetchAddRequest{Remote: bad, Add: 1, Result: res(0)})
 	require.ErrorIs(t, err, monocq.ErrRemoteAccess)
 	var pe *channel.PeerError
 	require.ErrorAs(t, err, &pe)
@@ -126,11 +127,11 @@ func TestAtomicMisuse(t *testing.T) {
 	at := channel.At(region, 0)
 	_, err = ca.PostCompareSwap(channel.CompareSwapRequest{Remote: at, Result: channel.Slice(a.mr, 0, 4)})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	err = ca.FetchAdd(channel.FetchAddRequest{Remote: at, Result: channel.Slice(a.mr, 0, 16)})
+	err = ca.FetchAdd(context.Background(), channel.FetchAddRequest{Remote: at, Result: channel.Slice(a.mr, 0, 16)})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	err = ca.Multi().CompareSwap(channel.CompareSwapRequest{Peer: 1, Remote: at, Result: channel.Slice(a.mr, 0, 8)})
+	err = ca.MultiChannel.CompareSwap(context.Background(), channel.CompareSwapRequest{Peer: 1, Remote: at, Result: channel.Slice(a.mr, 0, 8)})
 	require.ErrorIs(t, err, channel.ErrPeer)
-	_, err = ca.Multi().PostFetchAdd(channel.FetchAddRequest{Peer: -1, Remote: at, Result: channel.Slice(a.mr, 0, 8)})
+	_, err = ca.MultiChannel.PostFetchAdd(channel.FetchAddRequest{Peer: -1, Remote: at, Result: channel.Slice(a.mr, 0, 8)})
 	require.ErrorIs(t, err, channel.ErrPeer)
 	require.Zero(t, ca.Outstanding(), "nothing was posted")
 	require.NoError(t, ca.Err())

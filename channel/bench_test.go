@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -106,7 +107,7 @@ func BenchmarkEngineBlockingWrite(b *testing.B) {
 	req := channel.WriteRequest{Local: a.sge(0, 64), Remote: remote}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := ca.Write(req); err != nil {
+		if err := ca.Write(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -122,7 +123,7 @@ func BenchmarkEngineScope16Writes(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := ca.Scope(func(s *channel.Scope) error { return s.PostScatterWrite(reqs) }); err != nil {
+		if err := ca.Scope(context.Background(), func(s *channel.Scope) error { return s.PostScatterWrite(reqs) }); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -50,7 +50,7 @@ func sendLate(t *testing.T, cb *channel.Channel, b *host) {
 	copy(b.bytes()[:64], bytes.Repeat([]byte{0x11}, 64))
 	c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err := cb.SendContext(c, channel.SendRequest{Local: b.sge(0, 64)})
+	err := cb.Send(c, channel.SendRequest{Local: b.sge(0, 64)})
 	require.Error(t, err, "a send to a failed queue pair must not complete")
 }
 
@@ -70,7 +70,7 @@ func testReceiveEnds(t *testing.T, opts channel.Options, deadline bool) {
 	}
 	defer cancel()
 	start := time.Now()
-	_, err := ca.ReceiveContext(c, channel.RecvRequest{Local: a.sge(0, 64)})
+	_, err := ca.Receive(c, channel.RecvRequest{Local: a.sge(0, 64)})
 	requireEnded(t, err, cause, "receive")
 	require.Less(t, time.Since(start), 30*time.Millisecond+prompt)
 	require.Zero(t, ca.Outstanding(), "the receive was flushed (or its queue destroyed) before the call returned")
@@ -81,7 +81,7 @@ func testReceiveEnds(t *testing.T, opts channel.Options, deadline bool) {
 	time.Sleep(10 * time.Millisecond)
 	intact(t, buf, "receive buffer after a cancelled receive")
 
-	err = ca.Send(channel.SendRequest{Local: a.sge(128, 8)})
+	err = ca.Send(context.Background(), channel.SendRequest{Local: a.sge(128, 8)})
 	require.Error(t, err)
 	require.True(t, errors.Is(err, channel.ErrFailed) || errors.Is(err, ctx.ErrClosed), "%v", err)
 }
@@ -118,12 +118,12 @@ func TestReadContextDeadlineNoLateWrite(t *testing.T) {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = ca.ReadContext(c, channel.ReadRequest{Local: a.sge(1024, 64), Remote: channel.At(region, 4096)})
+	err = ca.Read(c, channel.ReadRequest{Local: a.sge(1024, 64), Remote: channel.At(region, 4096)})
 	requireEnded(t, err, context.DeadlineExceeded, "read")
 	require.Less(t, time.Since(start), 30*time.Millisecond+prompt)
 	require.True(t, send.Done(), "the SEND ahead of the READ was flushed too")
 	requireFlushed(t, send)
-	require.ErrorIs(t, send.WaitContext(context.Background()), monocq.ErrFlushed)
+	require.ErrorIs(t, send.Wait(context.Background()), monocq.ErrFlushed)
 
 	buf := a.bytes()[1024 : 1024+64]
 	fill(buf)
@@ -153,25 +153,25 @@ func TestBlockingCallsToAVanishedPeer(t *testing.T) {
 		call func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error
 	}{
 		{"read", func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error {
-			return ca.ReadContext(c, channel.ReadRequest{Local: a.sge(0, 64), Remote: remote})
+			return ca.Read(c, channel.ReadRequest{Local: a.sge(0, 64), Remote: remote})
 		}},
 		{"write", func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error {
-			return ca.WriteContext(c, channel.WriteRequest{Local: a.sge(0, 64), Remote: remote})
+			return ca.Write(c, channel.WriteRequest{Local: a.sge(0, 64), Remote: remote})
 		}},
 		{"send", func(c context.Context, ca *channel.Channel, a *host, _ channel.Remote) error {
-			return ca.SendContext(c, channel.SendRequest{Local: a.sge(0, 64)})
+			return ca.Send(c, channel.SendRequest{Local: a.sge(0, 64)})
 		}},
 		{"compare-and-swap", func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error {
-			return ca.CompareSwapContext(c, channel.CompareSwapRequest{Remote: remote, Swap: 1, Result: channel.Slice(a.mr, 0, 8)})
+			return ca.CompareSwap(c, channel.CompareSwapRequest{Remote: remote, Swap: 1, Result: channel.Slice(a.mr, 0, 8)})
 		}},
 		{"fetch-and-add", func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error {
-			return ca.FetchAddContext(c, channel.FetchAddRequest{Remote: remote, Add: 1, Result: channel.Slice(a.mr, 0, 8)})
+			return ca.FetchAdd(c, channel.FetchAddRequest{Remote: remote, Add: 1, Result: channel.Slice(a.mr, 0, 8)})
 		}},
 		{"gather read", func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error {
-			return ca.Multi().GatherReadContext(c, []channel.ReadRequest{{Local: a.sge(0, 64), Remote: remote}})
+			return ca.MultiChannel.GatherRead(c, []channel.ReadRequest{{Local: a.sge(0, 64), Remote: remote}})
 		}},
 		{"scope", func(c context.Context, ca *channel.Channel, a *host, remote channel.Remote) error {
-			return ca.ScopeContext(c, func(s *channel.Scope) error {
+			return ca.Scope(c, func(s *channel.Scope) error {
 				_, err := s.PostRead(channel.ReadRequest{Local: a.sge(0, 64), Remote: remote})
 				return err
 			})
@@ -207,22 +207,22 @@ func TestContextEndedBeforeTheCall(t *testing.T) {
 	remote := channel.At(region, 0)
 	c, cancel := context.WithCancel(context.Background())
 	cancel()
-	res, err := ca.ReceiveContext(c, channel.RecvRequest{Local: a.sge(0, 64)})
+	res, err := ca.Receive(c, channel.RecvRequest{Local: a.sge(0, 64)})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, err, res.Err)
 	for op, err := range map[string]error{
 		"receive":          err,
-		"send":             ca.SendContext(c, channel.SendRequest{Local: a.sge(0, 8)}),
-		"write":            ca.WriteContext(c, channel.WriteRequest{Local: a.sge(0, 8), Remote: remote}),
-		"read":             ca.ReadContext(c, channel.ReadRequest{Local: a.sge(0, 8), Remote: remote}),
-		"compare-and-swap": ca.CompareSwapContext(c, channel.CompareSwapRequest{Remote: remote, Result: channel.Slice(a.mr, 0, 8)}),
-		"fetch-and-add":    ca.FetchAddContext(c, channel.FetchAddRequest{Remote: remote, Result: channel.Slice(a.mr, 0, 8)}),
-		"scatter send":     ca.Multi().ScatterSendContext(c, []channel.SendRequest{{Local: a.sge(0, 8)}}),
-		"scatter write":    ca.Multi().ScatterWriteContext(c, []channel.WriteRequest{{Local: a.sge(0, 8), Remote: remote}}),
-		"gather receive":   ca.Multi().GatherReceiveContext(c, []channel.RecvRequest{{Local: a.sge(0, 8)}}, nil),
-		"gather read":      ca.Multi().GatherReadContext(c, []channel.ReadRequest{{Local: a.sge(0, 8), Remote: remote}}),
-		"multicast send":   ca.Multi().MulticastSendContext(c, []int{0}, channel.SendRequest{Local: a.sge(0, 8)}),
-		"scope": ca.ScopeContext(c, func(*channel.Scope) error {
+		"send":             ca.Send(c, channel.SendRequest{Local: a.sge(0, 8)}),
+		"write":            ca.Write(c, channel.WriteRequest{Local: a.sge(0, 8), Remote: remote}),
+		"read":             ca.Read(c, channel.ReadRequest{Local: a.sge(0, 8), Remote: remote}),
+		"compare-and-swap": ca.CompareSwap(c, channel.CompareSwapRequest{Remote: remote, Result: channel.Slice(a.mr, 0, 8)}),
+		"fetch-and-add":    ca.FetchAdd(c, channel.FetchAddRequest{Remote: remote, Result: channel.Slice(a.mr, 0, 8)}),
+		"scatter send":     ca.MultiChannel.ScatterSend(c, []channel.SendRequest{{Local: a.sge(0, 8)}}),
+		"scatter write":    ca.MultiChannel.ScatterWrite(c, []channel.WriteRequest{{Local: a.sge(0, 8), Remote: remote}}),
+		"gather receive":   ca.MultiChannel.GatherReceive(c, []channel.RecvRequest{{Local: a.sge(0, 8)}}, nil),
+		"gather read":      ca.MultiChannel.GatherRead(c, []channel.ReadRequest{{Local: a.sge(0, 8), Remote: remote}}),
+		"multicast send":   ca.MultiChannel.MulticastSend(c, []int{0}, channel.SendRequest{Local: a.sge(0, 8)}),
+		"scope": ca.Scope(c, func(*channel.Scope) error {
 			t.Error("fn ran under an ended context")
 			return nil
 		}),
@@ -237,12 +237,12 @@ func TestContextEndedBeforeTheCall(t *testing.T) {
 	copy(b.bytes()[:5], "later")
 	p, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
 	require.NoError(t, err)
-	require.NoError(t, cb.Send(channel.SendRequest{Local: b.sge(0, 5)}))
-	require.NoError(t, p.Wait())
+	require.NoError(t, cb.Send(context.Background(), channel.SendRequest{Local: b.sge(0, 5)}))
+	require.NoError(t, p.Wait(context.Background()))
 	require.Equal(t, "later", string(a.bytes()[:5]))
 }
 
-// Pending.WaitContext gives up without touching the request: it stays
+// Pending.Wait gives up without touching the request: it stays
 // outstanding and completes later; Fail then flushes whatever is left.
 func TestPendingWaitContext(t *testing.T) {
 	f := newFabric(t, 2)
@@ -253,7 +253,7 @@ func TestPendingWaitContext(t *testing.T) {
 	require.NoError(t, err)
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	err = p.WaitContext(c)
+	err = p.Wait(c)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, channel.ErrFailed)
 	require.Contains(t, err.Error(), "wait for work request")
@@ -261,8 +261,8 @@ func TestPendingWaitContext(t *testing.T) {
 	require.Equal(t, 1, ca.Outstanding())
 
 	copy(b.bytes()[:64], bytes.Repeat([]byte{0x33}, 64))
-	require.NoError(t, cb.Send(channel.SendRequest{Local: b.sge(0, 64)}))
-	require.NoError(t, p.Wait(), "the receive is still live after WaitContext gave up")
+	require.NoError(t, cb.Send(context.Background(), channel.SendRequest{Local: b.sge(0, 64)}))
+	require.NoError(t, p.Wait(context.Background()), "the receive is still live after Wait gave up")
 	require.Equal(t, bytes.Repeat([]byte{0x33}, 64), a.bytes()[:64])
 
 	// Gave up again, then Fail: the buffer is the caller's once it returns.
@@ -270,7 +270,7 @@ func TestPendingWaitContext(t *testing.T) {
 	require.NoError(t, err)
 	c2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	require.ErrorIs(t, p.WaitContext(c2), context.Canceled)
+	require.ErrorIs(t, p.Wait(c2), context.Canceled)
 	require.NoError(t, ca.Fail())
 	require.NoError(t, ca.Fail(), "Fail again: nothing left to flush")
 	require.True(t, p.Done())
@@ -298,7 +298,7 @@ func TestScopeContextFullQueue(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var posted error
-	err := ca.ScopeContext(c, func(s *channel.Scope) error {
+	err := ca.Scope(c, func(s *channel.Scope) error {
 		posted = s.PostGatherReceive(reqs)
 		return posted
 	})

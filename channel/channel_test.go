@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -21,8 +22,8 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 	pend, err := cb.PostReceive(channel.RecvRequest{Local: b.sge(4096, 64)})
 	require.NoError(t, err)
 	require.False(t, pend.Done())
-	require.NoError(t, ca.Send(channel.SendRequest{Local: a.sge(0, 14)}))
-	require.NoError(t, pend.Wait())
+	require.NoError(t, ca.Send(context.Background(), channel.SendRequest{Local: a.sge(0, 14)}))
+	require.NoError(t, pend.Wait(context.Background()))
 	res, ok := pend.Result()
 	require.True(t, ok)
 	require.Equal(t, uint32(14), res.ByteCount)
@@ -34,11 +35,11 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 	// while the sender posts.
 	done := make(chan channel.Result, 1)
 	go func() {
-		r, _ := cb.Receive(channel.RecvRequest{Local: b.sge(8192, 64)})
+		r, _ := cb.Receive(context.Background(), channel.RecvRequest{Local: b.sge(8192, 64)})
 		done <- r
 	}()
 	copy(a.bytes()[100:], "imm")
-	require.NoError(t, ca.Send(channel.SendRequest{Local: a.sge(100, 3), Imm: 0xc0ffee, WithImm: true}))
+	require.NoError(t, ca.Send(context.Background(), channel.SendRequest{Local: a.sge(100, 3), Imm: 0xc0ffee, WithImm: true}))
 	r := <-done
 	require.NoError(t, r.Err)
 	require.True(t, r.WithImm)
@@ -50,10 +51,10 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(b.mr.Addr()), region.Address)
 	copy(a.bytes()[200:], "written remotely")
-	require.NoError(t, ca.Write(channel.WriteRequest{Local: a.sge(200, 16), Remote: channel.At(region, 12000)}))
+	require.NoError(t, ca.Write(context.Background(), channel.WriteRequest{Local: a.sge(200, 16), Remote: channel.At(region, 12000)}))
 	require.Equal(t, "written remotely", string(b.bytes()[12000:12016]))
 	copy(b.bytes()[13000:], "read me back")
-	require.NoError(t, ca.Read(channel.ReadRequest{Local: a.sge(300, 12), Remote: channel.At(region, 13000)}))
+	require.NoError(t, ca.Read(context.Background(), channel.ReadRequest{Local: a.sge(300, 12), Remote: channel.At(region, 13000)}))
 	require.Equal(t, "read me back", string(a.bytes()[300:312]))
 
 	require.Zero(t, ca.Outstanding())
@@ -77,24 +78,24 @@ func TestEventsSleepUntilTheMessage(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, cb := pair(t, a, b, channel.Options{Events: true, Timeout: 10 * time.Second})
-	require.NotNil(t, cb.Multi().Notifier())
+	require.NotNil(t, cb.MultiChannel.Notifier())
 	sent := make(chan error, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		copy(a.bytes(), "late")
-		sent <- ca.Send(channel.SendRequest{Local: a.sge(0, 4)})
+		sent <- ca.Send(context.Background(), channel.SendRequest{Local: a.sge(0, 4)})
 	}()
-	res, err := cb.Receive(channel.RecvRequest{Local: b.sge(0, 64)})
+	res, err := cb.Receive(context.Background(), channel.RecvRequest{Local: b.sge(0, 64)})
 	require.NoError(t, <-sent)
 	require.NoError(t, err)
 	require.Equal(t, uint32(4), res.ByteCount)
 	require.Equal(t, "late", string(b.bytes()[:4]))
-	require.NotZero(t, cb.Multi().Notifier().Sleeps(), "the receiver slept on the completion channel")
+	require.NotZero(t, cb.MultiChannel.Notifier().Sleeps(), "the receiver slept on the completion channel")
 
 	// The timeout still holds while sleeping.
 	_, cb2 := pair(t, a, b, channel.Options{Events: true, Timeout: 30 * time.Millisecond})
 	start := time.Now()
-	_, err = cb2.Receive(channel.RecvRequest{Local: b.sge(0, 64)})
+	_, err = cb2.Receive(context.Background(), channel.RecvRequest{Local: b.sge(0, 64)})
 	require.ErrorIs(t, err, channel.ErrTimeout)
 	require.Less(t, time.Since(start), 5*time.Second)
 }

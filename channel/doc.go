@@ -43,24 +43,19 @@
 // and never wait: Poll drives completions, Pending.Poll, Done and Wait look
 // at one request.
 //
-// Each blocking call, Scope and Pending.Wait has a Context variant (see
-// Contexts below).
+// Each blocking call, Scope and Pending.Wait takes a context.Context first
+// (see Contexts below).
 //
 // Scopes and raw posts allocate nothing on their hot path (the tests assert
 // it); a failed request allocates its error.
 //
 // # Contexts
 //
-// Every blocking call, Scope and Pending.Wait has a variant that takes a
-// context.Context first: SendContext, ReceiveContext, WriteContext,
-// ReadContext, CompareSwapContext, FetchAddContext, ScatterSendContext,
-// ScatterWriteContext, GatherReceiveContext, GatherReadContext,
-// MulticastSendContext, ScopeContext and Pending.WaitContext. The call
-// without the suffix is that variant with context.Background(), a
-// one-line wrapper. The package keeps both, as database/sql and net do
-// (QueryContext, DialContext), rather than adding a context parameter to
-// the existing calls: the short form stays for the many callers that never
-// cancel, and one implementation serves both.
+// Every blocking call (Send, Receive, Write, Read, CompareSwap, FetchAdd,
+// ScatterSend, ScatterWrite, GatherReceive, GatherRead, MulticastSend),
+// Scope and Pending.Wait takes a context.Context as its first argument, as
+// Go APIs written after the context package do: one method per operation.
+// A caller that never cancels passes context.Background().
 //
 // The context bounds the whole call: the waits for room in a full queue
 // and for the completions. A context that has ended before the call makes
@@ -87,7 +82,7 @@
 // connection must be rebuilt (Close, a new channel, a new handshake; the
 // peer sees its queue pair's requests fail).
 //
-// Pending.WaitContext is the exception: it leaves the request outstanding
+// Pending.Wait is the exception: it leaves the request outstanding
 // and the channel working. The caller keeps the Pending, and must not
 // reuse the request's buffers until Done reports true (wait again) or
 // until Fail returned.

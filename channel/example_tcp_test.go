@@ -87,7 +87,7 @@ func server(ln net.Listener, sec endpoint.Security) string {
 	}
 	defer ch.Close()
 
-	res, err := ch.Receive(channel.RecvRequest{Local: []channel.SGE{channel.Slice(mr, 0, 256)}})
+	res, err := ch.Receive(context.Background(), channel.RecvRequest{Local: []channel.SGE{channel.Slice(mr, 0, 256)}})
 	if err != nil {
 		return err.Error()
 	}
@@ -99,10 +99,10 @@ func server(ln net.Listener, sec endpoint.Security) string {
 		return err.Error()
 	}
 	copy(mr.Bytes()[1024:], "PONG")
-	if err := ch.Write(channel.WriteRequest{Local: []channel.SGE{channel.Slice(mr, 1024, 4)}, Remote: channel.At(region, 512)}); err != nil {
+	if err := ch.Write(context.Background(), channel.WriteRequest{Local: []channel.SGE{channel.Slice(mr, 1024, 4)}, Remote: channel.At(region, 512)}); err != nil {
 		return err.Error()
 	}
-	if err := ch.Send(channel.SendRequest{Imm: 4, WithImm: true}); err != nil {
+	if err := ch.Send(context.Background(), channel.SendRequest{Imm: 4, WithImm: true}); err != nil {
 		return err.Error()
 	}
 	return fmt.Sprintf("got %q, wrote the reply", msg)
@@ -143,10 +143,10 @@ func client(address string, sec endpoint.Security) string {
 		return err.Error()
 	}
 	copy(mr.Bytes(), "ping")
-	if err := ch.Send(channel.SendRequest{Local: []channel.SGE{channel.Slice(mr, 0, 4)}}); err != nil {
+	if err := ch.Send(context.Background(), channel.SendRequest{Local: []channel.SGE{channel.Slice(mr, 0, 4)}}); err != nil {
 		return err.Error()
 	}
-	if err := notice.Wait(); err != nil {
+	if err := notice.Wait(context.Background()); err != nil {
 		return err.Error()
 	}
 	res, _ := notice.Result()

@@ -55,16 +55,16 @@ func ExampleChannel() {
 	// A two-sided message: b posts a receive, a sends.
 	recv, _ := cb.PostReceive(channel.RecvRequest{Local: []channel.SGE{channel.Slice(b.mr, 0, 64)}})
 	copy(a.mr.Bytes(), "hello")
-	_ = ca.Send(channel.SendRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 5)}})
-	_ = recv.Wait()
+	_ = ca.Send(context.Background(), channel.SendRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 5)}})
+	_ = recv.Wait(context.Background())
 	res, _ := recv.Result()
 	fmt.Printf("b received %d bytes: %s\n", res.ByteCount, b.mr.Bytes()[:res.ByteCount])
 
 	// One-sided: a writes into b's shared region, then reads it back.
 	region, _ := ca.RemoteRegion(0)
 	copy(a.mr.Bytes()[100:], "one-sided")
-	_ = ca.Write(channel.WriteRequest{Local: []channel.SGE{channel.Slice(a.mr, 100, 9)}, Remote: channel.At(region, 1000)})
-	_ = ca.Read(channel.ReadRequest{Local: []channel.SGE{channel.Slice(a.mr, 200, 9)}, Remote: channel.At(region, 1000)})
+	_ = ca.Write(context.Background(), channel.WriteRequest{Local: []channel.SGE{channel.Slice(a.mr, 100, 9)}, Remote: channel.At(region, 1000)})
+	_ = ca.Read(context.Background(), channel.ReadRequest{Local: []channel.SGE{channel.Slice(a.mr, 200, 9)}, Remote: channel.At(region, 1000)})
 	fmt.Printf("b holds %q, a read back %q\n", b.mr.Bytes()[1000:1009], a.mr.Bytes()[200:209])
 	// Output:
 	// b received 5 bytes: hello
@@ -111,13 +111,13 @@ func ExampleMultiChannel() {
 		n := copy(root.mr.Bytes()[j*32:], fmt.Sprintf("for peer %d only", j))
 		sends[j] = channel.SendRequest{Peer: j, Local: []channel.SGE{channel.Slice(root.mr, j*32, n)}}
 	}
-	_ = mc.ScatterSend(sends)
+	_ = mc.ScatterSend(context.Background(), sends)
 	n := copy(root.mr.Bytes()[1024:], "to everyone")
-	_ = mc.MulticastSend([]int{0, 1, 2}, channel.SendRequest{Local: []channel.SGE{channel.Slice(root.mr, 1024, n)}})
+	_ = mc.MulticastSend(context.Background(), []int{0, 1, 2}, channel.SendRequest{Local: []channel.SGE{channel.Slice(root.mr, 1024, n)}})
 
 	for j := range leaves {
-		_ = first[j].Wait()
-		_ = second[j].Wait()
+		_ = first[j].Wait(context.Background())
+		_ = second[j].Wait(context.Background())
 		r1, _ := first[j].Result()
 		r2, _ := second[j].Result()
 		b := leafSides[j].mr.Bytes()
@@ -149,7 +149,7 @@ func ExampleMultiChannel_Scope() {
 	good := channel.At(region, 0)
 	bad := good
 	bad.RKey++ // not a key b handed out
-	err := ca.Multi().Scope(func(s *channel.Scope) error {
+	err := ca.MultiChannel.Scope(context.Background(), func(s *channel.Scope) error {
 		local := []channel.SGE{channel.Slice(a.mr, 0, 8)}
 		if _, err := s.PostWrite(channel.WriteRequest{Local: local, Remote: good}); err != nil {
 			return err
@@ -173,7 +173,7 @@ func ExampleMultiChannel_Scope() {
 // and the channel flushes the receive before the call returns, so the
 // buffer is the caller's again; the channel itself has failed and refuses
 // new work.
-func ExampleChannel_ReceiveContext() {
+func ExampleMultiChannel_Receive() {
 	fabric := sim.New(sim.Options{Mode: sim.Engine})
 	defer fabric.Close()
 	a, b := openSide(fabric, "sim0"), openSide(fabric, "sim1")
@@ -188,11 +188,11 @@ func ExampleChannel_ReceiveContext() {
 
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err := ca.ReceiveContext(c, channel.RecvRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 64)}})
+	_, err := ca.Receive(c, channel.RecvRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 64)}})
 	fmt.Println("deadline exceeded:", errors.Is(err, context.DeadlineExceeded))
 	fmt.Println("channel failed:", errors.Is(err, channel.ErrFailed))
 	fmt.Println("still outstanding:", ca.Outstanding())
-	err = ca.Send(channel.SendRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 8)}})
+	err = ca.Send(context.Background(), channel.SendRequest{Local: []channel.SGE{channel.Slice(a.mr, 0, 8)}})
 	fmt.Println("send refused:", errors.Is(err, channel.ErrFailed))
 	// Output:
 	// deadline exceeded: true
@@ -227,7 +227,7 @@ func ExampleMesh() {
 		region, _ := mcs[0].RemoteRegion(j, 0)
 		writes[j] = channel.WriteRequest{Peer: j, Local: []channel.SGE{channel.Slice(sides[0].mr, 0, 1)}, Remote: channel.At(region, 100)}
 	}
-	fmt.Println(mcs[0].ScatterWrite(writes))
+	fmt.Println(mcs[0].ScatterWrite(context.Background(), writes))
 	for i := range sides {
 		fmt.Println("rank", i, "byte 100:", sides[i].mr.Bytes()[100])
 		_ = mcs[i].Close()

@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -61,18 +62,18 @@ func TestRoCEChannelGID(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = ca.Close(); _ = cb.Close() })
 				require.Equal(t, pa.GID(), ca.GID())
-				require.Equal(t, pa.GID(), ca.Multi().GID())
+				require.Equal(t, pa.GID(), ca.MultiChannel.GID())
 				require.Equal(t, c.want, cb.Remote().GIDIndex)
 
 				region, err := ca.RemoteRegion(0)
 				require.NoError(t, err)
 				copy(a.bytes()[200:], "over RoCE v2")
-				require.NoError(t, ca.Write(channel.WriteRequest{Local: a.sge(200, 12), Remote: channel.At(region, 12000)}))
+				require.NoError(t, ca.Write(context.Background(), channel.WriteRequest{Local: a.sge(200, 12), Remote: channel.At(region, 12000)}))
 				require.Equal(t, "over RoCE v2", string(b.bytes()[12000:12012]))
 				pend, err := cb.PostReceive(channel.RecvRequest{Local: b.sge(4096, 64)})
 				require.NoError(t, err)
-				require.NoError(t, ca.Send(channel.SendRequest{Local: a.sge(200, 12)}))
-				require.NoError(t, pend.Wait())
+				require.NoError(t, ca.Send(context.Background(), channel.SendRequest{Local: a.sge(200, 12)}))
+				require.NoError(t, pend.Wait(context.Background()))
 				require.Equal(t, "over RoCE v2", string(b.bytes()[4096:4108]))
 			})
 		}

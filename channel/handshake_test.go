@@ -88,10 +88,10 @@ func TestHandshakeFedGarbage(t *testing.T) {
 	copy(a.bytes(), "after garbage")
 	done := make(chan error, 1)
 	go func() {
-		_, err := mb.Receive(channel.RecvRequest{Peer: 1, Local: b.sge(0, 64)})
+		_, err := mb.Receive(context.Background(), channel.RecvRequest{Peer: 1, Local: b.sge(0, 64)})
 		done <- err
 	}()
-	require.NoError(t, ma.Send(channel.SendRequest{Peer: 1, Local: a.sge(0, 13)}))
+	require.NoError(t, ma.Send(context.Background(), channel.SendRequest{Peer: 1, Local: a.sge(0, 13)}))
 	require.NoError(t, <-done)
 	require.Equal(t, "after garbage", string(b.bytes()[:13]))
 }
@@ -181,7 +181,7 @@ func TestHandshakeConnConnects(t *testing.T) {
 	region, err := chA.RemoteRegion(0)
 	require.NoError(t, err)
 	copy(a.bytes(), "over tcp")
-	require.NoError(t, chA.Write(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 64)}))
+	require.NoError(t, chA.Write(context.Background(), channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 64)}))
 	require.Equal(t, "over tcp", string(b.bytes()[64:72]))
 	_, err = chA.RemoteRegion(1)
 	require.ErrorIs(t, err, ctx.ErrNotFound)

@@ -51,7 +51,7 @@ func TestMeshAllToAll(t *testing.T) {
 						copy(h.bytes()[j*64:], msg(r, j))
 						sends[j] = channel.SendRequest{Peer: j, Local: h.sge(j*64, len(msg(r, j)))}
 					}
-					errs[r] = m.Scope(func(s *channel.Scope) error {
+					errs[r] = m.Scope(context.Background(), func(s *channel.Scope) error {
 						if err := s.PostGatherReceive(recvs); err != nil {
 							return err
 						}
@@ -137,7 +137,7 @@ func TestAcceptDialMesh(t *testing.T) {
 			require.NoError(t, err)
 			msg := fmt.Sprintf("rank %d was here", r)
 			copy(hosts[r].bytes()[j*64:], msg)
-			require.NoError(t, mcs[r].Write(channel.WriteRequest{Peer: j, Local: hosts[r].sge(j*64, len(msg)), Remote: channel.At(region, uint64(8192+r*64))}))
+			require.NoError(t, mcs[r].Write(context.Background(), channel.WriteRequest{Peer: j, Local: hosts[r].sge(j*64, len(msg)), Remote: channel.At(region, uint64(8192+r*64))}))
 			require.Equal(t, msg, string(hosts[j].bytes()[8192+r*64:8192+r*64+len(msg)]))
 		}
 	}

@@ -107,7 +107,7 @@ func (m *MultiChannel) Close() error { return m.c.close() }
 // device writes no buffer of any work request posted before. The channel
 // then refuses new work with ErrFailed: close it and build a new one. It is
 // what a blocking call or scope does when its context ends; call it after
-// a Pending.WaitContext gave up, before reusing that request's buffers.
+// a Pending.Wait gave up, before reusing that request's buffers.
 func (m *MultiChannel) Fail() error { return m.c.fail() }
 
 // ---- raw level ----
@@ -144,17 +144,13 @@ func (p Pending) Poll() (bool, error) {
 	return s.state == slotDone, nil
 }
 
-// Wait polls until the request has completed and returns its error: it is
-// WaitContext with context.Background().
-func (p Pending) Wait() error { return p.WaitContext(context.Background()) }
-
-// WaitContext polls until the request has completed and returns its error.
+// Wait polls until the request has completed and returns its error.
 // When c ends first it returns an error wrapping c.Err() (errors.Is with
 // context.Canceled or context.DeadlineExceeded) and the request stays
 // outstanding: the device owns its buffers until it completes, so do not
 // reuse them before Done reports true, or call MultiChannel.Fail, which
 // flushes every outstanding request of the channel.
-func (p Pending) WaitContext(c context.Context) error {
+func (p Pending) Wait(c context.Context) error {
 	s, err := p.c.wait(c, p.wrid)
 	if err != nil {
 		if c.Err() != nil && errors.Is(err, c.Err()) {
@@ -244,18 +240,13 @@ func (m *MultiChannel) PostFetchAdd(r FetchAddRequest) (Pending, error) {
 
 // ---- blocking level ----
 //
-// Each blocking call has a Context variant; the call without it is that
-// variant with context.Background(). See the package documentation for
-// what an ended context does.
+// Each blocking call takes a context.Context first (context.Background()
+// when nothing cancels it). See the package documentation for what an
+// ended context does.
 
-// CompareSwap is CompareSwapContext with context.Background().
-func (m *MultiChannel) CompareSwap(r CompareSwapRequest) error {
-	return m.CompareSwapContext(context.Background(), r)
-}
-
-// CompareSwapContext runs an atomic compare-and-swap at the peer and waits
+// CompareSwap runs an atomic compare-and-swap at the peer and waits
 // until the old value is in r.Result, or until c ends.
-func (m *MultiChannel) CompareSwapContext(c context.Context, r CompareSwapRequest) error {
+func (m *MultiChannel) CompareSwap(c context.Context, r CompareSwapRequest) error {
 	if err := ended(c, "compare-and-swap"); err != nil {
 		return err
 	}
@@ -264,14 +255,9 @@ func (m *MultiChannel) CompareSwapContext(c context.Context, r CompareSwapReques
 	return m.c.finishBatch(c, err)
 }
 
-// FetchAdd is FetchAddContext with context.Background().
-func (m *MultiChannel) FetchAdd(r FetchAddRequest) error {
-	return m.FetchAddContext(context.Background(), r)
-}
-
-// FetchAddContext runs an atomic fetch-and-add at the peer and waits until
+// FetchAdd runs an atomic fetch-and-add at the peer and waits until
 // the old value is in r.Result, or until c ends.
-func (m *MultiChannel) FetchAddContext(c context.Context, r FetchAddRequest) error {
+func (m *MultiChannel) FetchAdd(c context.Context, r FetchAddRequest) error {
 	if err := ended(c, "fetch-and-add"); err != nil {
 		return err
 	}
@@ -280,11 +266,8 @@ func (m *MultiChannel) FetchAddContext(c context.Context, r FetchAddRequest) err
 	return m.c.finishBatch(c, err)
 }
 
-// Send is SendContext with context.Background().
-func (m *MultiChannel) Send(r SendRequest) error { return m.SendContext(context.Background(), r) }
-
-// SendContext sends and waits for the completion, or until c ends.
-func (m *MultiChannel) SendContext(c context.Context, r SendRequest) error {
+// Send sends and waits for the completion, or until c ends.
+func (m *MultiChannel) Send(c context.Context, r SendRequest) error {
 	if err := ended(c, "send"); err != nil {
 		return err
 	}
@@ -293,14 +276,9 @@ func (m *MultiChannel) SendContext(c context.Context, r SendRequest) error {
 	return m.c.finishBatch(c, err)
 }
 
-// Receive is ReceiveContext with context.Background().
-func (m *MultiChannel) Receive(r RecvRequest) (Result, error) {
-	return m.ReceiveContext(context.Background(), r)
-}
-
-// ReceiveContext posts a receive and waits until a message arrived in it,
+// Receive posts a receive and waits until a message arrived in it,
 // or until c ends.
-func (m *MultiChannel) ReceiveContext(c context.Context, r RecvRequest) (Result, error) {
+func (m *MultiChannel) Receive(c context.Context, r RecvRequest) (Result, error) {
 	if err := ended(c, "receive"); err != nil {
 		return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
 	}
@@ -313,11 +291,8 @@ func (m *MultiChannel) ReceiveContext(c context.Context, r RecvRequest) (Result,
 	return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
 }
 
-// Write is WriteContext with context.Background().
-func (m *MultiChannel) Write(r WriteRequest) error { return m.WriteContext(context.Background(), r) }
-
-// WriteContext writes and waits for the completion, or until c ends.
-func (m *MultiChannel) WriteContext(c context.Context, r WriteRequest) error {
+// Write writes and waits for the completion, or until c ends.
+func (m *MultiChannel) Write(c context.Context, r WriteRequest) error {
 	if err := ended(c, "write"); err != nil {
 		return err
 	}
@@ -326,12 +301,9 @@ func (m *MultiChannel) WriteContext(c context.Context, r WriteRequest) error {
 	return m.c.finishBatch(c, err)
 }
 
-// Read is ReadContext with context.Background().
-func (m *MultiChannel) Read(r ReadRequest) error { return m.ReadContext(context.Background(), r) }
-
-// ReadContext reads and waits until the data is in the local buffers, or
+// Read reads and waits until the data is in the local buffers, or
 // until c ends.
-func (m *MultiChannel) ReadContext(c context.Context, r ReadRequest) error {
+func (m *MultiChannel) Read(c context.Context, r ReadRequest) error {
 	if err := ended(c, "read"); err != nil {
 		return err
 	}
@@ -340,16 +312,11 @@ func (m *MultiChannel) ReadContext(c context.Context, r ReadRequest) error {
 	return m.c.finishBatch(c, err)
 }
 
-// ScatterSend is ScatterSendContext with context.Background().
-func (m *MultiChannel) ScatterSend(reqs []SendRequest) error {
-	return m.ScatterSendContext(context.Background(), reqs)
-}
-
-// ScatterSendContext sends reqs[i] to reqs[i].Peer for every i and waits
+// ScatterSend sends reqs[i] to reqs[i].Peer for every i and waits
 // for all of them (or until c ends). A refused post stops the posting;
 // whatever was posted is still waited for. The errors of every failed
 // request are joined.
-func (m *MultiChannel) ScatterSendContext(c context.Context, reqs []SendRequest) error {
+func (m *MultiChannel) ScatterSend(c context.Context, reqs []SendRequest) error {
 	if err := ended(c, "scatter send"); err != nil {
 		return err
 	}
@@ -364,14 +331,9 @@ func (m *MultiChannel) ScatterSendContext(c context.Context, reqs []SendRequest)
 	return m.c.finishBatch(c, err)
 }
 
-// ScatterWrite is ScatterWriteContext with context.Background().
-func (m *MultiChannel) ScatterWrite(reqs []WriteRequest) error {
-	return m.ScatterWriteContext(context.Background(), reqs)
-}
-
-// ScatterWriteContext writes every request to its peer and waits for all
+// ScatterWrite writes every request to its peer and waits for all
 // (or until c ends).
-func (m *MultiChannel) ScatterWriteContext(c context.Context, reqs []WriteRequest) error {
+func (m *MultiChannel) ScatterWrite(c context.Context, reqs []WriteRequest) error {
 	if err := ended(c, "scatter write"); err != nil {
 		return err
 	}
@@ -386,16 +348,11 @@ func (m *MultiChannel) ScatterWriteContext(c context.Context, reqs []WriteReques
 	return m.c.finishBatch(c, err)
 }
 
-// GatherReceive is GatherReceiveContext with context.Background().
-func (m *MultiChannel) GatherReceive(reqs []RecvRequest, results []Result) error {
-	return m.GatherReceiveContext(context.Background(), reqs, results)
-}
-
-// GatherReceiveContext posts every receive and waits until each has
+// GatherReceive posts every receive and waits until each has
 // received a message (or until c ends). When results is not nil (it must
 // then be at least as long as reqs) results[i] receives the outcome of
 // reqs[i].
-func (m *MultiChannel) GatherReceiveContext(c context.Context, reqs []RecvRequest, results []Result) error {
+func (m *MultiChannel) GatherReceive(c context.Context, reqs []RecvRequest, results []Result) error {
 	if results != nil && len(results) < len(reqs) {
 		return fmt.Errorf("channel: gather receive: %d results for %d requests: %w", len(results), len(reqs), ctx.ErrInvalidArgument)
 	}
@@ -413,14 +370,9 @@ func (m *MultiChannel) GatherReceiveContext(c context.Context, reqs []RecvReques
 	return m.c.finishBatch(c, err)
 }
 
-// GatherRead is GatherReadContext with context.Background().
-func (m *MultiChannel) GatherRead(reqs []ReadRequest) error {
-	return m.GatherReadContext(context.Background(), reqs)
-}
-
-// GatherReadContext reads from every peer named in reqs and waits for all
+// GatherRead reads from every peer named in reqs and waits for all
 // (or until c ends).
-func (m *MultiChannel) GatherReadContext(c context.Context, reqs []ReadRequest) error {
+func (m *MultiChannel) GatherRead(c context.Context, reqs []ReadRequest) error {
 	if err := ended(c, "gather read"); err != nil {
 		return err
 	}
@@ -435,15 +387,10 @@ func (m *MultiChannel) GatherReadContext(c context.Context, reqs []ReadRequest) 
 	return m.c.finishBatch(c, err)
 }
 
-// MulticastSend is MulticastSendContext with context.Background().
-func (m *MultiChannel) MulticastSend(peers []int, r SendRequest) error {
-	return m.MulticastSendContext(context.Background(), peers, r)
-}
-
-// MulticastSendContext sends the same message (r's buffers and immediate
+// MulticastSend sends the same message (r's buffers and immediate
 // data; r.Peer is ignored) to every peer in peers and waits for all (or
 // until c ends).
-func (m *MultiChannel) MulticastSendContext(c context.Context, peers []int, r SendRequest) error {
+func (m *MultiChannel) MulticastSend(c context.Context, peers []int, r SendRequest) error {
 	if err := ended(c, "multicast send"); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package channel_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -100,9 +101,9 @@ func test16Peers(t *testing.T, opts channel.Options) {
 		copy(rb[j*msgSize:], pattern(1, j))
 		sends[j] = channel.SendRequest{Peer: j, Local: s.rh.sge(j*msgSize, msgSize)}
 	}
-	require.NoError(t, s.root.ScatterSend(sends))
+	require.NoError(t, s.root.ScatterSend(context.Background(), sends))
 	for j, leaf := range s.leaves {
-		require.NoError(t, pend[j].Wait())
+		require.NoError(t, pend[j].Wait(context.Background()))
 		r, ok := pend[j].Result()
 		require.True(t, ok)
 		require.Equal(t, uint32(msgSize), r.ByteCount)
@@ -118,10 +119,10 @@ func test16Peers(t *testing.T, opts channel.Options) {
 	}
 	results := make([]channel.Result, peers)
 	gathered := make(chan error, 1)
-	go func() { gathered <- s.root.GatherReceive(recvs, results) }()
+	go func() { gathered <- s.root.GatherReceive(context.Background(), recvs, results) }()
 	s.leaves16(t, func(j int, c *channel.Channel, h *host) error {
 		copy(h.bytes()[1024:], pattern(2, j))
-		return c.Send(channel.SendRequest{Local: h.sge(1024, msgSize)})
+		return c.Send(context.Background(), channel.SendRequest{Local: h.sge(1024, msgSize)})
 	})
 	require.NoError(t, <-gathered)
 	for j := range results {
@@ -147,9 +148,9 @@ func test16Peers(t *testing.T, opts channel.Options) {
 			even = append(even, j)
 		}
 	}
-	require.NoError(t, s.root.MulticastSend(odd, channel.SendRequest{Local: s.rh.sge(128<<10, msgSize), Imm: 7, WithImm: true}))
+	require.NoError(t, s.root.MulticastSend(context.Background(), odd, channel.SendRequest{Local: s.rh.sge(128<<10, msgSize), Imm: 7, WithImm: true}))
 	for _, j := range odd {
-		require.NoError(t, pend[j].Wait())
+		require.NoError(t, pend[j].Wait(context.Background()))
 		r, _ := pend[j].Result()
 		require.True(t, r.WithImm)
 		require.Equal(t, uint32(7), r.Imm)
@@ -162,9 +163,9 @@ func test16Peers(t *testing.T, opts channel.Options) {
 		require.False(t, done, "peer %d was not in the multicast", j)
 		require.False(t, bytes.Equal(mc, s.lh[j].bytes()[2048:2048+msgSize]))
 	}
-	require.NoError(t, s.root.MulticastSend(even, channel.SendRequest{Local: s.rh.sge(128<<10, msgSize)}))
+	require.NoError(t, s.root.MulticastSend(context.Background(), even, channel.SendRequest{Local: s.rh.sge(128<<10, msgSize)}))
 	for _, j := range even {
-		require.NoError(t, pend[j].Wait())
+		require.NoError(t, pend[j].Wait(context.Background()))
 		require.Equal(t, mc, s.lh[j].bytes()[2048:2048+msgSize], "peer %d", j)
 	}
 
@@ -179,8 +180,8 @@ func test16Peers(t *testing.T, opts channel.Options) {
 		copy(s.lh[j].bytes()[16384:], pattern(5, j))
 		reads[j] = channel.ReadRequest{Peer: j, Local: s.rh.sge(512<<10+j*msgSize, msgSize), Remote: channel.At(region, 16384)}
 	}
-	require.NoError(t, s.root.ScatterWrite(writes))
-	require.NoError(t, s.root.GatherRead(reads))
+	require.NoError(t, s.root.ScatterWrite(context.Background(), writes))
+	require.NoError(t, s.root.GatherRead(context.Background(), reads))
 	for j := range writes {
 		require.Equal(t, pattern(4, j), s.lh[j].bytes()[8192:8192+msgSize], "write to peer %d", j)
 		require.Equal(t, pattern(5, j), rb[512<<10+j*msgSize:512<<10+(j+1)*msgSize], "read from peer %d", j)

@@ -119,10 +119,10 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 		msg := fmt.Sprintf("rank %d was here", rank)
 		copy(mr.Bytes()[j*64:], msg)
 		at := uint64(8192 + rank*64)
-		if err := mc.Write(channel.WriteRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, j*64, len(msg))}, Remote: channel.At(region, at)}); err != nil {
+		if err := mc.Write(context.Background(), channel.WriteRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, j*64, len(msg))}, Remote: channel.At(region, at)}); err != nil {
 			return err.Error()
 		}
-		if err := mc.Read(channel.ReadRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, 16384+j*64, len(msg))}, Remote: channel.At(region, at)}); err != nil {
+		if err := mc.Read(context.Background(), channel.ReadRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, 16384+j*64, len(msg))}, Remote: channel.At(region, at)}); err != nil {
 			return err.Error()
 		}
 		if got := string(mr.Bytes()[16384+j*64 : 16384+j*64+len(msg)]); got != msg {

@@ -25,12 +25,7 @@ type Scope struct {
 	active      bool
 }
 
-// Scope is ScopeContext with context.Background().
-func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
-	return m.ScopeContext(context.Background(), fn)
-}
-
-// ScopeContext runs fn with a scope and, when fn returns, polls until every
+// Scope runs fn with a scope and, when fn returns, polls until every
 // work request posted through the scope has completed. It returns the
 // errors of fn, of every failed request and of the wait, joined (nil when
 // there are none). With Options.Timeout set, a wait that outlasts it
@@ -38,10 +33,10 @@ func (m *MultiChannel) Scope(fn func(s *Scope) error) error {
 // the scope's work completed (while it waits for room to post, or for the
 // completions after fn), the channel fails as a blocking call's does (see
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
-// of the scope's requests is written after ScopeContext returns. A context
+// of the scope's requests is written after Scope returns. A context
 // that has ended before the call returns its error without running fn. The scope
-// itself is reused: ScopeContext allocates nothing unless work fails.
-func (m *MultiChannel) ScopeContext(c context.Context, fn func(s *Scope) error) error {
+// itself is reused: Scope allocates nothing unless work fails.
+func (m *MultiChannel) Scope(c context.Context, fn func(s *Scope) error) error {
 	return m.c.runScope(c, fn)
 }
 

@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	copy(a.bytes(), "good data")
 
 	var good channel.Pending
-	err = ca.Scope(func(s *channel.Scope) error {
+	err = ca.Scope(context.Background(), func(s *channel.Scope) error {
 		var err error
 		good, err = s.PostWrite(channel.WriteRequest{Local: a.sge(0, 9), Remote: channel.At(region, 100)})
 		if err != nil {
@@ -37,7 +38,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 		return err
 	})
 	require.Error(t, err)
-	require.NoError(t, good.Wait(), "the write before the bad one succeeded")
+	require.NoError(t, good.Wait(context.Background()), "the write before the bad one succeeded")
 	require.Equal(t, "good data", string(b.bytes()[100:109]))
 	require.NotEqual(t, "good data", string(b.bytes()[200:209]))
 
@@ -58,7 +59,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	require.Zero(t, ca.Outstanding(), "the scope polled everything")
 
 	// The queue pair is in error now: later work is refused at once.
-	err = ca.Write(channel.WriteRequest{Local: a.sge(0, 9), Remote: channel.At(region, 300)})
+	err = ca.Write(context.Background(), channel.WriteRequest{Local: a.sge(0, 9), Remote: channel.At(region, 300)})
 	require.Error(t, err)
 }
 
@@ -76,7 +77,7 @@ func TestScopeJoinsEveryError(t *testing.T) {
 	mine := errors.New("the function's own error")
 	bad := channel.At(region, 0)
 	bad.RKey++
-	err = ca.Scope(func(s *channel.Scope) error {
+	err = ca.Scope(context.Background(), func(s *channel.Scope) error {
 		for i := 0; i < 4; i++ {
 			if _, err := s.PostWrite(channel.WriteRequest{Local: a.sge(0, 8), Remote: bad}); err != nil {
 				return err
@@ -97,16 +98,16 @@ func TestScopeMisuse(t *testing.T) {
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
 	var kept *channel.Scope
-	err := ca.Scope(func(s *channel.Scope) error {
+	err := ca.Scope(context.Background(), func(s *channel.Scope) error {
 		kept = s
-		return ca.Scope(func(*channel.Scope) error { return nil })
+		return ca.Scope(context.Background(), func(*channel.Scope) error { return nil })
 	})
 	require.ErrorIs(t, err, channel.ErrNestedScope)
 	_, err = kept.PostSend(channel.SendRequest{Local: a.sge(0, 1)})
 	require.ErrorIs(t, err, ctx.ErrClosed, "a scope is not usable after it returned")
 	require.Zero(t, ca.Outstanding())
 
-	err = ca.Scope(func(s *channel.Scope) error {
+	err = ca.Scope(context.Background(), func(s *channel.Scope) error {
 		_, err := s.PostSend(channel.SendRequest{Peer: 3, Local: a.sge(0, 1)})
 		return err
 	})
@@ -125,7 +126,7 @@ func TestScopeMoreThanTheQueueHolds(t *testing.T) {
 	for i := 0; i < n; i++ {
 		a.bytes()[i] = byte(i*7 + 1)
 	}
-	err = ca.Scope(func(s *channel.Scope) error {
+	err = ca.Scope(context.Background(), func(s *channel.Scope) error {
 		for i := 0; i < n; i++ {
 			if _, err := s.PostWrite(channel.WriteRequest{Local: a.sge(i, 1), Remote: channel.At(region, uint64(i))}); err != nil {
 				return err
@@ -160,7 +161,7 @@ func TestRawPostReportsFullQueue(t *testing.T) {
 	require.ErrorAs(t, full, &pe)
 	require.NotEmpty(t, pend)
 	for _, p := range pend {
-		require.NoError(t, p.Wait())
+		require.NoError(t, p.Wait(context.Background()))
 	}
 	require.Zero(t, ca.Outstanding())
 }
@@ -170,7 +171,7 @@ func TestTimeout(t *testing.T) {
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	_, cb := pair(t, a, b, channel.Options{Timeout: 50 * time.Millisecond})
 	start := time.Now()
-	_, err := cb.Receive(channel.RecvRequest{Local: b.sge(0, 8)})
+	_, err := cb.Receive(context.Background(), channel.RecvRequest{Local: b.sge(0, 8)})
 	require.ErrorIs(t, err, channel.ErrTimeout)
 	require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
 	require.Equal(t, 1, cb.Outstanding(), "the receive is still posted")
@@ -205,9 +206,9 @@ func TestLongOutstandingSurvivesTraffic(t *testing.T) {
 	require.NoError(t, err)
 	first, err := ma.PostWrite(channel.WriteRequest{Peer: 1, Local: a.sge(100, 8), Remote: remoteOf(t, ma, 1)})
 	require.NoError(t, err)
-	require.NoError(t, first.Wait())
+	require.NoError(t, first.Wait(context.Background()))
 	for i := 0; i < 5000; i++ {
-		require.NoError(t, ma.Write(channel.WriteRequest{Peer: 1, Local: a.sge(100, 8), Remote: remoteOf(t, ma, 1)}))
+		require.NoError(t, ma.Write(context.Background(), channel.WriteRequest{Peer: 1, Local: a.sge(100, 8), Remote: remoteOf(t, ma, 1)}))
 	}
 	_, err = first.Poll()
 	require.ErrorIs(t, err, channel.ErrStale, "a record completed 5000 requests ago was reused")
@@ -216,8 +217,8 @@ func TestLongOutstandingSurvivesTraffic(t *testing.T) {
 	require.False(t, waiting.Done())
 
 	copy(b.bytes(), "still here")
-	require.NoError(t, cb.Send(channel.SendRequest{Local: b.sge(0, 10)}))
-	require.NoError(t, waiting.Wait())
+	require.NoError(t, cb.Send(context.Background(), channel.SendRequest{Local: b.sge(0, 10)}))
+	require.NoError(t, waiting.Wait(context.Background()))
 	res, ok := waiting.Result()
 	require.True(t, ok)
 	require.Equal(t, uint32(10), res.ByteCount)
@@ -238,12 +239,12 @@ func TestUseAfterClose(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ca.Close())
 	require.NoError(t, ca.Close(), "Close is idempotent")
-	err = ca.Write(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+	err = ca.Write(context.Background(), channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
 	require.Error(t, err)
 	_, err = ca.PostSend(channel.SendRequest{Local: a.sge(0, 8)})
 	require.Error(t, err)
 	require.Zero(t, ca.Poll())
-	require.NoError(t, ca.Scope(func(*channel.Scope) error { return nil }))
+	require.NoError(t, ca.Scope(context.Background(), func(*channel.Scope) error { return nil }))
 }
 
 // Every kind of request on a closed channel fails with ErrClosed (and
@@ -258,13 +259,13 @@ func TestClosedChannelRefusesRequests(t *testing.T) {
 		require.NoError(t, ca.Close())
 		_, rawErr := ca.PostWrite(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
 		_, recvErr := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 8)})
-		scopeErr := ca.Scope(func(s *channel.Scope) error {
+		scopeErr := ca.Scope(context.Background(), func(s *channel.Scope) error {
 			_, err := s.PostSend(channel.SendRequest{Local: a.sge(0, 1)})
 			return err
 		})
 		for _, err := range []error{
-			ca.Send(channel.SendRequest{Local: a.sge(0, 1)}), rawErr, recvErr, scopeErr,
-			ca.Read(channel.ReadRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)}),
+			ca.Send(context.Background(), channel.SendRequest{Local: a.sge(0, 1)}), rawErr, recvErr, scopeErr,
+			ca.Read(context.Background(), channel.ReadRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)}),
 		} {
 			require.ErrorIs(t, err, ctx.ErrClosed, "%v", opts.Transport)
 			require.ErrorIs(t, err, ctx.ErrClosed)
@@ -272,6 +273,6 @@ func TestClosedChannelRefusesRequests(t *testing.T) {
 			require.ErrorAs(t, err, &pe)
 			require.Zero(t, pe.Peer)
 		}
-		require.EqualError(t, ca.Send(channel.SendRequest{Local: a.sge(0, 1)}), "channel: send to peer 0: channel closed")
+		require.EqualError(t, ca.Send(context.Background(), channel.SendRequest{Local: a.sge(0, 1)}), "channel: send to peer 0: channel closed")
 	}
 }

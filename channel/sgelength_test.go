@@ -1,6 +1,7 @@
 package channel_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -38,9 +39,9 @@ func TestSGETooLongRefused(t *testing.T) {
 					op  channel.Op
 					run func() error
 				}{
-					{channel.OpSend, func() error { return ca.Send(channel.SendRequest{Local: bad}) }},
+					{channel.OpSend, func() error { return ca.Send(context.Background(), channel.SendRequest{Local: bad}) }},
 					{channel.OpWrite, func() error {
-						return ca.Write(channel.WriteRequest{Local: bad, Remote: channel.At(region, 100)})
+						return ca.Write(context.Background(), channel.WriteRequest{Local: bad, Remote: channel.At(region, 100)})
 					}},
 					{channel.OpRead, func() error {
 						_, err := ca.PostRead(channel.ReadRequest{Local: bad, Remote: channel.At(region, 100)})
@@ -64,7 +65,7 @@ func TestSGETooLongRefused(t *testing.T) {
 			require.NoError(t, cb.Err())
 			// The channel still works.
 			copy(a.bytes(), "after")
-			require.NoError(t, ca.Write(channel.WriteRequest{Local: a.sge(0, 5), Remote: channel.At(region, 200)}))
+			require.NoError(t, ca.Write(context.Background(), channel.WriteRequest{Local: a.sge(0, 5), Remote: channel.At(region, 200)}))
 			require.Equal(t, "after", string(b.bytes()[200:205]))
 		})
 	}

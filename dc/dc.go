@@ -5,6 +5,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -116,14 +117,14 @@ type Remote struct {
 func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if err := remote.Validate(); err != nil {
-		return nil, transport.Errorf(name, op, "remote endpoint: %w", err)
+		return nil, qpcore.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportDC {
-		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
+		return nil, qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	ah, err := d.pd.CreateAddressHandle(d.port.PathTo(remote, d.sl))
 	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
+		return nil, qpcore.Errorf(name, op, "%w", err)
 	}
 	return &Remote{av: ah.AV(), dctn: remote.DCTNumber, key: remote.DCAccessKey, ah: ah, ep: remote}, nil
 }
@@ -151,7 +152,7 @@ func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder
 	// A closure called once, as rc's Post.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = transport.Begin(&d.Queue, wrid, flags)
+		c, err = newqp.Begin(&d.Queue, wrid, flags)
 		return c.DC(&r.av, r.dctn, r.key)
 	}()
 	return s, err
@@ -164,7 +165,7 @@ func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamI
 	// A closure called once, as rc's Post.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = transport.Begin(&d.Queue, wrid, flags)
+		c, err = newqp.Begin(&d.Queue, wrid, flags)
 		return c.DCStream(&r.av, r.dctn, r.key, streamID)
 	}()
 	return s, err

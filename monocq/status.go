@@ -2,7 +2,8 @@ package monocq
 
 import (
 	"errors"
-	"strconv"
+
+	"github.com/mlx5kit/mlx5kit/internal/names"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
@@ -33,7 +34,7 @@ const (
 	statusGeneral              Status = 21 // IBV_WC_GENERAL_ERR
 )
 
-var statusNames = map[Status]string{
+var statusNames = [...]string{
 	statusSuccess:              "SUCCESS",
 	statusLocalLength:          "LOC_LEN_ERR",
 	statusLocalQPOperation:     "LOC_QP_OP_ERR",
@@ -53,12 +54,7 @@ var statusNames = map[Status]string{
 
 // String returns the verbs name without the IBV_WC_ prefix, e.g.
 // "REM_ACCESS_ERR", or "Status(n)".
-func (s Status) String() string {
-	if n, ok := statusNames[s]; ok {
-		return n
-	}
-	return "Status(" + strconv.Itoa(int(s)) + ")"
-}
+func (s Status) String() string { return names.Of(s, statusNames[:], "Status") }
 
 // StatusOf maps an mlx5 syndrome to the work completion status, as
 // rdma-core's mlx5 provider does; a syndrome the PRM does not define is

@@ -109,7 +109,7 @@ func TestInlining(t *testing.T) {
 	// the state check, Begin, the address, the operation, the data and
 	// Finish are all inline.
 	for _, f := range []string{"main.PostWrite", "main.PostDC", "main.PostUD"} {
-		only(f, "transport.Refuse", "wqebuilder.(*SendQueue).failure")
+		only(f, "internal/transport/newqp.Refuse", "wqebuilder.(*SendQueue).failure")
 	}
 	// A receive post, one buffer with PostRecv or two through the stages on
 	// the QP's own receive queue or an SRQ, calls the store barrier before
@@ -146,7 +146,7 @@ func TestInliningWithoutTransport(t *testing.T) {
 		require.Regexp(t, regexp.MustCompile(want), m)
 	}
 	calls := callsOf(buildProgram(t, dir, "-S"))
-	onlyCalls(t, calls, "main.PostWrite", "transport.Refuse", "wqebuilder.(*SendQueue).failure")
+	onlyCalls(t, calls, "main.PostWrite", "internal/transport/newqp.Refuse", "wqebuilder.(*SendQueue).failure")
 	onlyCalls(t, calls, "main.PostRecv", "blueflame.StoreBarrier", "transport.RecvStage.error")
 	onlyCalls(t, calls, "main.PostRecvStaged", "blueflame.StoreBarrier", "transport.RecvStage.error")
 }

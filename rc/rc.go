@@ -4,6 +4,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -150,16 +151,16 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
-	// A closure called once (see transport.Ready): the whole post compiles
-	// into the caller. It spells out transport.Begin's two halves: a
+	// A closure called once (see newqp.Ready): the whole post compiles
+	// into the caller. It spells out newqp.Begin's two halves: a
 	// closure around the inlined Begin would be small enough for the
 	// inliner to price Post with it, over the budget.
 	s = func() wqebuilder.OpStage {
-		if transport.Ready(&q.Queue) {
-			return transport.SendRing(&q.Queue).Begin(wrid, flags).OpStage
+		if newqp.Ready(&q.Queue) {
+			return newqp.SendRing(&q.Queue).Begin(wrid, flags).OpStage
 		}
 		var c wqebuilder.CtrlStage
-		c, err = transport.Refuse(&q.Queue, wrid, flags)
+		c, err = newqp.Refuse(&q.Queue, wrid, flags)
 		return c.OpStage
 	}()
 	return s, err
@@ -184,18 +185,18 @@ func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 func (q *QP) Connect(remote endpoint.Endpoint) error {
 	const op = "connect"
 	if err := remote.Validate(); err != nil {
-		return transport.Errorf(name, op, "remote endpoint: %w", err)
+		return qpcore.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportRC {
-		return transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
+		return qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	if q.qp.Closed() {
-		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
+		newqp.SetState(&q.Queue, transport.StateClosed)
+		return qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
 	st, err := q.qp.State()
 	if err != nil {
-		return transport.Errorf(name, op, "%w", err)
+		return qpcore.Errorf(name, op, "%w", err)
 	}
 	switch st {
 	case ctx.QPStateInit:
@@ -206,23 +207,23 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		a.PathMTU = q.port.PathMTU(remote)
 		a.RQPSN = remote.PSN
 		if err := q.qp.Modify(a); err != nil {
-			return transport.Errorf(name, op, "QP %#x to %v: %w", q.QPN(), remote, err)
+			return qpcore.Errorf(name, op, "QP %#x to %v: %w", q.QPN(), remote, err)
 		}
 		fallthrough
 	case ctx.QPStateRTR:
 		a := q.attr
 		a.State = ctx.QPStateRTS
 		if err := q.qp.Modify(a); err != nil {
-			return transport.Errorf(name, op, "QP %#x to %v: %w", q.QPN(), remote, err)
+			return qpcore.Errorf(name, op, "QP %#x to %v: %w", q.QPN(), remote, err)
 		}
 	case ctx.QPStateError:
-		transport.SetState(&q.Queue, transport.StateError)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrQPError)
+		newqp.SetState(&q.Queue, transport.StateError)
+		return qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), transport.ErrQPError)
 	default:
-		return transport.Errorf(name, op, "QP %#x is %v, not INIT: %w", q.QPN(), st, transport.ErrTransport)
+		return qpcore.Errorf(name, op, "QP %#x is %v, not INIT: %w", q.QPN(), st, transport.ErrTransport)
 	}
 	q.remote = remote
-	transport.SetState(&q.Queue, transport.StateReady)
+	newqp.SetState(&q.Queue, transport.StateReady)
 	return nil
 }
 
@@ -240,23 +241,23 @@ func (q *QP) Remote() endpoint.Endpoint { return q.remote }
 func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp.Closed() {
-		transport.SetState(&q.Queue, transport.StateClosed)
-		return transport.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
+		newqp.SetState(&q.Queue, transport.StateClosed)
+		return qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}); err != nil {
-		return transport.Errorf(name, op, "%w", err)
+		return qpcore.Errorf(name, op, "%w", err)
 	}
 	cfg := q.qp.Config()
 	var srq *transport.SharedReceiveQueue
 	if cfg.SRQ != nil {
 		srq = q.Queue.SRQ()
 	}
-	if err := transport.Setup(&q.Queue, name, q.qp, srq); err != nil {
-		return transport.Errorf(name, op, "%w", err)
+	if err := newqp.Setup(&q.Queue, name, q.qp, srq); err != nil {
+		return qpcore.Errorf(name, op, "%w", err)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: q.port.Number, Access: q.access}); err != nil {
-		transport.SetState(&q.Queue, transport.StateError)
-		return transport.Errorf(name, op, "%w", err)
+		newqp.SetState(&q.Queue, transport.StateError)
+		return qpcore.Errorf(name, op, "%w", err)
 	}
 	q.remote = endpoint.Endpoint{}
 	return nil

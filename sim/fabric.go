@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/internal/names"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
@@ -26,13 +28,10 @@ const (
 	Engine
 )
 
-// String returns "manual" or "engine".
-func (m Mode) String() string {
-	if m == Engine {
-		return "engine"
-	}
-	return "manual"
-}
+var modeNames = [...]string{Manual: "manual", Engine: "engine"}
+
+// String returns "manual" or "engine" (or "Mode(n)" for another value).
+func (m Mode) String() string { return names.Of(m, modeNames[:], "Mode") }
 
 // Options configure a Fabric.
 type Options struct {

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"strconv"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/internal/names"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
@@ -60,12 +61,7 @@ var violationNames = [...]string{"", "ds", "doorbell-endian", "doorbell-backward
 	"wqe-index", "qpn", "opcode", "wqe-beyond-producer", "cq-doorbell", "receive", "blueflame"}
 
 // String returns a short name of the kind.
-func (k ViolationKind) String() string {
-	if k != 0 && int(k) < len(violationNames) {
-		return violationNames[k]
-	}
-	return "ViolationKind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k ViolationKind) String() string { return names.Of(k, violationNames[:], "ViolationKind") }
 
 // Violation is one recorded format violation.
 type Violation struct {

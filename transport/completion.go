@@ -1,7 +1,7 @@
 package transport
 
 import (
-	"fmt"
+	"github.com/mlx5kit/mlx5kit/internal/names"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -79,12 +79,7 @@ const (
 var matchNames = [...]string{"OK", "ERROR", "UNKNOWN_QPN", "UNMATCHED", "UNEXPECTED"}
 
 // String returns the name of the match.
-func (s Match) String() string {
-	if int(s) < len(matchNames) {
-		return matchNames[s]
-	}
-	return fmt.Sprintf("Match(%d)", uint8(s))
-}
+func (s Match) String() string { return names.Of(s, matchNames[:], "Match") }
 
 // IsError reports whether the completion is an error completion (REQ_ERR
 // or RESP_ERR) or could not be matched: Match != MatchOK.

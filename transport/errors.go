@@ -1,11 +1,6 @@
 package transport
 
-import (
-	"errors"
-	"fmt"
-
-	"github.com/mlx5kit/mlx5kit/ctx"
-)
+import "errors"
 
 // Sentinel errors of the transports rc, dc and ud. The transports also
 // return the sentinels of the layers below: ctx.ErrClosed (a closed queue
@@ -39,10 +34,3 @@ var (
 	// wrong transport).
 	ErrTransport = errors.New("not valid for this transport")
 )
-
-// Errorf builds the control-plane error of a transport: a *ctx.OpError
-// that reads "<transport>: <op>: <detail>" and whose cause (given with %w in
-// format) errors.Is finds.
-func Errorf(transport, op, format string, args ...any) error {
-	return &ctx.OpError{Package: transport, Op: op, Err: fmt.Errorf(format, args...)}
-}

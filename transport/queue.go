@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/names"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -32,12 +35,7 @@ const (
 var stateNames = [...]string{"INIT", "READY", "ERROR", "CLOSED"}
 
 // String returns the state's name.
-func (s State) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("State(%d)", uint32(s))
-}
+func (s State) String() string { return names.Of(s, stateNames[:], "State") }
 
 // Queue is the data-plane side of one queue pair shared by every
 // transport: its send queue (a wqebuilder.SendQueue), its receive queue or
@@ -59,7 +57,8 @@ func (s State) String() string {
 // closed flag, the rings', the Pollers') and leaves the Queue's own
 // fields alone; State derives StateClosed from the QP's flag.
 type Queue struct {
-	// Hot fields first.
+	// Hot fields first. The first four are laid out as qpcore.Send, which
+	// is how package newqp reads them (see the checks below).
 	sq    *wqebuilder.SendQueue // nil for a DCT
 	state State
 	qpn   uint32
@@ -84,11 +83,39 @@ type Queue struct {
 	closer *closer
 }
 
-// Setup builds q over a created queue pair: the send queue from its
+// A *Queue is a *qpcore.Send: its first fields have the types (assigned
+// below) and the offsets of qpcore.Send's, and the state values are
+// qpcore's. The compiler refuses an index other than 0 into a one-element
+// array, so a field moved or a value changed on either side fails the
+// build.
+var (
+	_ = func(q *Queue, s *qpcore.Send) { s.SQ, s.State, s.QPN, s.QP = q.sq, qpcore.State(q.state), q.qpn, q.qp }
+	_ = [1]struct{}{}[unsafe.Offsetof(Queue{}.sq)-unsafe.Offsetof(qpcore.Send{}.SQ)]
+	_ = [1]struct{}{}[unsafe.Offsetof(Queue{}.state)-unsafe.Offsetof(qpcore.Send{}.State)]
+	_ = [1]struct{}{}[unsafe.Offsetof(Queue{}.qpn)-unsafe.Offsetof(qpcore.Send{}.QPN)]
+	_ = [1]struct{}{}[unsafe.Offsetof(Queue{}.qp)-unsafe.Offsetof(qpcore.Send{}.QP)]
+	_ = [1]struct{}{}[unsafe.Sizeof(State(0))-unsafe.Sizeof(qpcore.State(0))]
+	_ = [1]struct{}{}[StateInit-State(qpcore.StateInit)]
+	_ = [1]struct{}{}[StateReady-State(qpcore.StateReady)]
+	_ = [1]struct{}{}[StateError-State(qpcore.StateError)]
+	_ = [1]struct{}{}[StateClosed-State(qpcore.StateClosed)]
+)
+
+func init() {
+	qpcore.Setup = func(q any, transport string, qp *ctx.QueuePair, srq any) error {
+		s, _ := srq.(*SharedReceiveQueue)
+		return setup(q.(*Queue), transport, qp, s)
+	}
+	qpcore.Refusal = func(q any, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+		return q.(*Queue).refuse(wrid, flags)
+	}
+}
+
+// setup builds q over a created queue pair: the send queue from its
 // descriptor (with the largest WQE the transport can build within the
 // granted limits), its own receive queue, or the SRQ it is attached to.
-// The transport packages call it from their constructors.
-func Setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
+// The transport packages call it from their constructors (newqp.Setup).
+func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
 	d := qp.Descriptor()
 	// Setup also rebuilds a queue after its QP went through RESET: the
 	// pollers it was added to keep it.
@@ -197,34 +224,11 @@ func newDeadQueue(qpn uint32, transport string, refusal func() error) (*wqebuild
 	return sq, nil
 }
 
-// Ready reports whether q may post a send WQE: connected, not in error,
-// not closed. A transport's Post begins the WQE on q's send queue when it
-// is, and calls Refuse when it is not, inside a closure called once: the
-// inliner prices the closure as a call when it sizes Post and then inlines
-// it at its one call site, so that a whole post compiles into the caller
-// and only the refusal is a call (TestInlining in package rc checks it).
-func Ready(q *Queue) bool { return q.state == StateReady && !q.qp.Closed() }
-
-// Begin is a send post's first step as dc's and ud's Post take it: the WQE
-// begun on q's send queue when q is Ready, else Refuse's stage and error.
-// It inlines, and its body, a closure called once, with it.
-func Begin(q *Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStage, err error) {
-	s = func() wqebuilder.CtrlStage {
-		if Ready(q) {
-			return q.sq.Begin(wrid, flags)
-		}
-		var dead wqebuilder.CtrlStage
-		dead, err = Refuse(q, wrid, flags)
-		return dead
-	}()
-	return s, err
-}
-
-// Refuse is the post of a queue that is not Ready: a *wqebuilder.PostError wrapping
-// ErrNotConnected, ErrQPError or ctx.ErrClosed, and a stage of a private full
-// queue, which writes nothing that matters and whose Finish fails with the
-// same error.
-func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+// refuse is the post of a queue that is not ready (newqp.Refuse): a
+// *wqebuilder.PostError wrapping ErrNotConnected, ErrQPError or
+// ctx.ErrClosed, and a stage of a private full queue, which writes nothing
+// that matters and whose Finish fails with the same error.
+func (q *Queue) refuse(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
 	if q.qp.Closed() {
 		q.state = StateClosed
 	}
@@ -237,10 +241,6 @@ func Refuse(q *Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage
 	}
 	return q.dead.Begin(wrid, flags), err
 }
-
-// SetState moves q's data-plane state (the transports call it after a
-// state change of the QP).
-func SetState(q *Queue, s State) { q.state = s }
 
 // Handle returns the control-plane queue pair.
 func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
@@ -255,10 +255,10 @@ func (q *Queue) Limits() Limits { return limitsOf(q.qp) }
 // a DCT with ErrTransport and changes nothing; Close it instead.
 func (q *Queue) Fail() error {
 	if q.typ == ctx.QPTypeDCT {
-		return Errorf(q.transport, "move DCT to error", "a DCT has no error state (close it instead): %w", ErrTransport)
+		return qpcore.Errorf(q.transport, "move DCT to error", "a DCT has no error state (close it instead): %w", ErrTransport)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}); err != nil {
-		return Errorf(q.transport, "move"+q.kind()+" to error", "%w", err)
+		return qpcore.Errorf(q.transport, "move"+q.kind()+" to error", "%w", err)
 	}
 	q.state = StateError
 	return nil
@@ -288,7 +288,7 @@ func (q *Queue) kind() string {
 // Close is idempotent.
 func (q *Queue) Close() error {
 	if err := q.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
-		return Errorf(q.transport, "close"+q.kind(), "%w", err)
+		return qpcore.Errorf(q.transport, "close"+q.kind(), "%w", err)
 	}
 	return nil
 }
@@ -326,10 +326,6 @@ func (q *Queue) SendQueue() *wqebuilder.SendQueue {
 	}
 	return q.sq
 }
-
-// SendRing is SendQueue without the test for a closed QP, for a post that
-// tested Ready already.
-func SendRing(q *Queue) *wqebuilder.SendQueue { return q.sq }
 
 // RingDoorbell publishes the send WQEs finished (with Finish) since the
 // last doorbell: one doorbell for a batch. It does nothing on a closed QP.

@@ -3,6 +3,7 @@ package transport
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -30,33 +31,33 @@ type SRQConfig struct {
 func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
 	const op, transport = "new SRQ", "transport"
 	if pd == nil {
-		return nil, Errorf(transport, op, "nil protection domain: %w", ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(transport, op, "nil protection domain: %w", ctx.ErrInvalidArgument)
 	}
 	if cfg.Depth == 0 {
-		return nil, Errorf(transport, op, "depth 0: %w", ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(transport, op, "depth 0: %w", ctx.ErrInvalidArgument)
 	}
 	if cfg.MaxSGE == 0 {
 		cfg.MaxSGE = 1
 	}
 	attr, err := pd.Context().Query()
 	if err != nil {
-		return nil, Errorf(transport, op, "%w", err)
+		return nil, qpcore.Errorf(transport, op, "%w", err)
 	}
 	if attr.MaxSRQWR != 0 && cfg.Depth > attr.MaxSRQWR {
-		return nil, Errorf(transport, op, "depth %d above the device's %d: %w", cfg.Depth, attr.MaxSRQWR, ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(transport, op, "depth %d above the device's %d: %w", cfg.Depth, attr.MaxSRQWR, ctx.ErrInvalidArgument)
 	}
 	if attr.MaxSRQSGE != 0 && cfg.MaxSGE > attr.MaxSRQSGE {
-		return nil, Errorf(transport, op, "max SGE %d above the device's %d: %w", cfg.MaxSGE, attr.MaxSRQSGE, ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(transport, op, "max SGE %d above the device's %d: %w", cfg.MaxSGE, attr.MaxSRQSGE, ctx.ErrInvalidArgument)
 	}
 	s, err := pd.CreateSRQ(ctx.SRQConfig{Depth: cfg.Depth, MaxSGE: cfg.MaxSGE})
 	if err != nil {
-		return nil, Errorf(transport, op, "%w", err)
+		return nil, qpcore.Errorf(transport, op, "%w", err)
 	}
 	d := s.Descriptor()
 	ring, err := newRecvRing(d.Buf, d.DBRec, d.WQECnt, d.Stride, d.MaxRecvSGE, true, d.Head, d.Tail)
 	if err != nil {
 		_ = s.Close()
-		return nil, Errorf(transport, op, "descriptor: %w", err)
+		return nil, qpcore.Errorf(transport, op, "descriptor: %w", err)
 	}
 	ring.errFull = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: ErrReceiveQueueFull}
 	ring.errSGE = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.SRQN, SRQ: true, Err: wqebuilder.ErrTooManySGE}

@@ -5,6 +5,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -119,10 +120,10 @@ type Remote struct {
 func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if err := remote.Validate(); err != nil {
-		return nil, transport.Errorf(name, op, "remote endpoint: %w", err)
+		return nil, qpcore.Errorf(name, op, "remote endpoint: %w", err)
 	}
 	if remote.Transport != endpoint.TransportUD {
-		return nil, transport.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
+		return nil, qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
 	return q.remote(op, q.port.PathTo(remote, q.sl), remote.QPN, remote.QKey)
 }
@@ -130,7 +131,7 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote, error) {
 	ah, err := q.pd.CreateAddressHandle(attr)
 	if err != nil {
-		return nil, transport.Errorf(name, op, "%w", err)
+		return nil, qpcore.Errorf(name, op, "%w", err)
 	}
 	return &Remote{av: ah.AV(), qpn: qpn, qkey: qkey, ah: ah}, nil
 }
@@ -144,11 +145,11 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 	const op = "remote via address handle"
 	switch {
 	case ah == nil:
-		return nil, transport.Errorf(name, op, "nil address handle: %w", ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(name, op, "nil address handle: %w", ctx.ErrInvalidArgument)
 	case ah.Closed():
-		return nil, transport.Errorf(name, op, "address handle: %w", ctx.ErrClosed)
+		return nil, qpcore.Errorf(name, op, "address handle: %w", ctx.ErrClosed)
 	case qpn > prm.AVDQPNMask:
-		return nil, transport.Errorf(name, op, "remote QPN %#x out of range (0..%#x): %w", qpn, prm.AVDQPNMask, ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(name, op, "remote QPN %#x out of range (0..%#x): %w", qpn, prm.AVDQPNMask, ctx.ErrInvalidArgument)
 	}
 	return &Remote{av: ah.AV(), qpn: qpn, qkey: qkey, ah: ah, borrowed: true}, nil
 }
@@ -168,16 +169,16 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
-		return nil, transport.Errorf(name, op, "not a successful receive completion: %w", ctx.ErrInvalidArgument)
+		return nil, qpcore.Errorf(name, op, "not a successful receive completion: %w", ctx.ErrInvalidArgument)
 	}
 	attr := ctx.AddressAttr{Port: q.port.Number, DLID: c.SLID, SL: c.SL}
 	if c.GRH || q.port.Link == ctx.LinkLayerEthernet {
 		if len(grh) < GRHSize {
-			return nil, transport.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ctx.ErrInvalidArgument)
+			return nil, qpcore.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ctx.ErrInvalidArgument)
 		}
 		g, err := transport.ParseGRH(grh)
 		if err != nil {
-			return nil, transport.Errorf(name, op, "%w", err)
+			return nil, qpcore.Errorf(name, op, "%w", err)
 		}
 		attr.GlobalRoute = true
 		attr.FlowLabel = g.FlowLabel
@@ -214,7 +215,7 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.
 	// A closure called once, as rc's Post.
 	s = func() wqebuilder.DatagramStage {
 		var c wqebuilder.CtrlStage
-		c, err = transport.Begin(&q.Queue, wrid, flags)
+		c, err = newqp.Begin(&q.Queue, wrid, flags)
 		return c.UD(&r.av, r.qpn, r.qkey)
 	}()
 	return s, err

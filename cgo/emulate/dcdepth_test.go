@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
@@ -45,7 +47,7 @@ func TestCgoProviderProbesDCReadAtomicDepth(t *testing.T) {
 	attr, err := d.Query()
 	require.NoError(t, err)
 	require.True(t, attr.DC)
-	require.False(t, d.DVAttr().Has(verbs.DVMaskMaxDCRdAtomic), "rdma-core reports no DC depths: the probe is what tells")
+	require.False(t, d.DVAttr().Has(devattr.DVMaskMaxDCRdAtomic), "rdma-core reports no DC depths: the probe is what tells")
 	require.Equal(t, want.MaxQPInitRdAtomic, attr.MaxQPInitRdAtomic)
 	require.Equal(t, want.MaxDCInitRdAtomic, attr.MaxDCInitRdAtomic, "the probed DC initiator depth")
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
@@ -105,7 +107,7 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 
 			dv := d.DVAttr()
 			require.False(t, dv.CQEVersion1(), "the model writes version 0 CQEs")
-			require.Equal(t, wa.CQEPadding, dv.Flags&verbs.DVFlagCQE128Padding != 0)
+			require.Equal(t, wa.CQEPadding, dv.Flags&devattr.DVFlagCQE128Padding != 0)
 			require.Zero(t, dv.CQECompressionMaxNum)
 
 			for p := uint8(1); p <= wa.PhysPortCount; p++ {

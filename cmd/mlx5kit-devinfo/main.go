@@ -30,6 +30,7 @@ import (
 	"github.com/mlx5kit/mlx5kit"
 	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
@@ -38,9 +39,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // hardwareExtras is what the hardware provider's device handle offers
 // beyond provider.Device (the hardware provider's device).
 type hardwareExtras interface {
-	DVAttr() cgo.DVAttr
-	QueryExtended() (cgo.ExtendedAttr, error)
-	QueryGIDTable() ([]cgo.GIDTableEntry, error)
+	DVAttr() devattr.DVAttr
+	QueryExtended() (devattr.ExtendedAttr, error)
+	QueryGIDTable() ([]devattr.GIDTableEntry, error)
 }
 
 // Port is one port's description.
@@ -64,12 +65,12 @@ type GID struct {
 
 // Description is everything printed about one device.
 type Description struct {
-	Provider string            `json:"provider"`
-	Kind     string            `json:"kind"`
-	Attr     ctx.DeviceAttr    `json:"attr"`
-	Ports    []Port            `json:"ports"`
-	DV       *cgo.DVAttr       `json:"mlx5dv,omitempty"`
-	Extended *cgo.ExtendedAttr `json:"extended,omitempty"`
+	Provider string                `json:"provider"`
+	Kind     string                `json:"kind"`
+	Attr     ctx.DeviceAttr        `json:"attr"`
+	Ports    []Port                `json:"ports"`
+	DV       *devattr.DVAttr       `json:"mlx5dv,omitempty"`
+	Extended *devattr.ExtendedAttr `json:"extended,omitempty"`
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -169,7 +170,7 @@ func describeContext(c *ctx.Context, verbose bool) (Description, error) {
 		return d, err
 	}
 	hw, _ := provider.DeviceOf(c).(hardwareExtras)
-	var table []cgo.GIDTableEntry
+	var table []devattr.GIDTableEntry
 	if hw != nil {
 		if table, err = hw.QueryGIDTable(); err != nil {
 			return d, err

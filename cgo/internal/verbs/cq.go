@@ -14,6 +14,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"golang.org/x/sys/unix"
 )
@@ -146,11 +148,11 @@ func checkCQConfig(cfg *CQConfig, dv DVAttr) error {
 		if dv.CQECompressionMaxNum == 0 || dv.CQECompressionFormats&format == 0 {
 			return &VerbError{Verb: verb, Detail: fmt.Sprintf("%s: CQE compression with the %v mini-CQE format", detail, cfg.Compression), Sentinel: ctx.ErrNotSupported}
 		}
-		if cfg.CQESize == 128 && dv.Flags&DVFlagCQE128Compression == 0 {
+		if cfg.CQESize == 128 && dv.Flags&devattr.DVFlagCQE128Compression == 0 {
 			return &VerbError{Verb: verb, Detail: detail + ": CQE compression with 128-byte CQEs", Sentinel: ctx.ErrNotSupported}
 		}
 	}
-	if cfg.CQEPadding && dv.Flags&DVFlagCQE128Padding == 0 {
+	if cfg.CQEPadding && dv.Flags&devattr.DVFlagCQE128Padding == 0 {
 		return &VerbError{Verb: verb, Detail: detail + ": 128-byte CQE padding", Sentinel: ctx.ErrNotSupported}
 	}
 	return nil
@@ -161,9 +163,9 @@ func checkCQConfig(cfg *CQConfig, dv DVAttr) error {
 func compressionFormat(c ctx.CQECompression) (format uint32, ok bool) {
 	switch c {
 	case ctx.CQECompressionHash:
-		return CQECompressionFormatHash, true
+		return devattr.CQECompressionFormatHash, true
 	case ctx.CQECompressionChecksum:
-		return CQECompressionFormatChecksum, true
+		return devattr.CQECompressionFormatChecksum, true
 	}
 	return 0, false
 }

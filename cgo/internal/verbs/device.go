@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 	"golang.org/x/sys/unix"
@@ -312,7 +314,7 @@ func (d *Device) queryDV() (DVAttr, error) {
 		CryptoLogMaxNumDEKs:          uint8(a.crypto_caps.log_max_num_deks),
 		CryptoFlags:                  uint32(a.crypto_caps.flags),
 	}
-	if dv.Has(DVMaskMaxDCRdAtomic) {
+	if dv.Has(devattr.DVMaskMaxDCRdAtomic) {
 		dv.MaxDCRequesterRdAtomic, dv.MaxDCResponderRdAtomic = uint64(dcReq), uint64(dcResp)
 	}
 	return dv, nil
@@ -384,9 +386,9 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		CQE128:         p.cqe128,
 		CQECompression: d.dv.CQECompression(),
 		// The checksum format, like the hash one, needs sessions at all.
-		CQECompressionChecksum: d.dv.CQECompressionMaxNum > 0 && d.dv.CQECompressionFormats&CQECompressionFormatChecksum != 0,
+		CQECompressionChecksum: d.dv.CQECompressionMaxNum > 0 && d.dv.CQECompressionFormats&devattr.CQECompressionFormatChecksum != 0,
 		MaxCQECompression:      d.dv.CQECompressionMaxNum,
-		CQEPadding:             d.dv.Flags&DVFlagCQE128Padding != 0,
+		CQEPadding:             d.dv.Flags&devattr.DVFlagCQE128Padding != 0,
 		CompVectors:            uint32(d.c.num_comp_vectors),
 		BlueFlameSize:          p.blueFlameSize,
 		MaxSendWQESize:         p.maxSendWQESize,
@@ -413,7 +415,7 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 // max_qp_init_rd_atom; 1 << log_max_ra_req_dc (max_dc_rd_atom) is the
 // other depth, as max_qp_rd_atom is for RC.
 func dcRdAtomic(dv DVAttr) (initiator, responder uint32) {
-	if !dv.Has(DVMaskMaxDCRdAtomic) {
+	if !dv.Has(devattr.DVMaskMaxDCRdAtomic) {
 		return 0, 0
 	}
 	return uint32(min(dv.MaxDCResponderRdAtomic, math.MaxUint32)), uint32(min(dv.MaxDCRequesterRdAtomic, math.MaxUint32))

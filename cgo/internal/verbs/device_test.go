@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/stretchr/testify/require"
@@ -309,9 +311,9 @@ func TestBigEndianHelpers(t *testing.T) {
 func TestCheckCQConfig(t *testing.T) {
 	cfg := func(c ctx.CompletionQueueConfig) *CQConfig { return &CQConfig{CompletionQueueConfig: c} }
 	none := DVAttr{}
-	hash := DVAttr{CQECompressionMaxNum: 64, CQECompressionFormats: CQECompressionFormatHash}
-	both := DVAttr{CQECompressionMaxNum: 64, CQECompressionFormats: CQECompressionFormatHash | CQECompressionFormatChecksum,
-		Flags: DVFlagCQE128Compression | DVFlagCQE128Padding}
+	hash := DVAttr{CQECompressionMaxNum: 64, CQECompressionFormats: devattr.CQECompressionFormatHash}
+	both := DVAttr{CQECompressionMaxNum: 64, CQECompressionFormats: devattr.CQECompressionFormatHash | devattr.CQECompressionFormatChecksum,
+		Flags: devattr.DVFlagCQE128Compression | devattr.DVFlagCQE128Padding}
 
 	c := cfg(ctx.CompletionQueueConfig{Depth: 8})
 	require.NoError(t, checkCQConfig(c, none))
@@ -327,7 +329,7 @@ func TestCheckCQConfig(t *testing.T) {
 		{"hash", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionHash}, hash, nil},
 		{"checksum on a hash-only device", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionChecksum}, hash, ctx.ErrNotSupported},
 		{"checksum", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionChecksum}, both, nil},
-		{"formats but no sessions", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionHash}, DVAttr{CQECompressionFormats: CQECompressionFormatHash}, ctx.ErrNotSupported},
+		{"formats but no sessions", ctx.CompletionQueueConfig{Depth: 8, Compression: ctx.CQECompressionHash}, DVAttr{CQECompressionFormats: devattr.CQECompressionFormatHash}, ctx.ErrNotSupported},
 		{"compressed 128-byte CQEs without the flag", ctx.CompletionQueueConfig{Depth: 8, CQESize: 128, Compression: ctx.CQECompressionHash}, hash, ctx.ErrNotSupported},
 		{"compressed 128-byte CQEs", ctx.CompletionQueueConfig{Depth: 8, CQESize: 128, Compression: ctx.CQECompressionHash}, both, nil},
 		{"unknown format", ctx.CompletionQueueConfig{Depth: 8, Compression: 9}, both, ctx.ErrInvalidArgument},

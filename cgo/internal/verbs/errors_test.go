@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
 )
@@ -86,12 +88,12 @@ func TestDVAttrHelpers(t *testing.T) {
 	require.False(t, a.CQECompression())
 	a.CQECompressionMaxNum = 64
 	require.False(t, a.CQECompression(), "the hash format is needed")
-	a.CQECompressionFormats = CQECompressionFormatChecksum | CQECompressionFormatHash
+	a.CQECompressionFormats = devattr.CQECompressionFormatChecksum | devattr.CQECompressionFormatHash
 	require.True(t, a.CQECompression())
-	a.CompMask = DVMaskCQECompression | DVMaskDCIStreams
-	require.True(t, a.Has(DVMaskCQECompression))
-	require.True(t, a.Has(DVMaskCQECompression|DVMaskDCIStreams))
-	require.False(t, a.Has(DVMaskCQECompression|DVMaskStridingRQ))
-	a.Flags = DVFlagCQEVersion1
+	a.CompMask = devattr.DVMaskCQECompression | devattr.DVMaskDCIStreams
+	require.True(t, a.Has(devattr.DVMaskCQECompression))
+	require.True(t, a.Has(devattr.DVMaskCQECompression|devattr.DVMaskDCIStreams))
+	require.False(t, a.Has(devattr.DVMaskCQECompression|devattr.DVMaskStridingRQ))
+	a.Flags = devattr.DVFlagCQEVersion1
 	require.True(t, a.CQEVersion1())
 }

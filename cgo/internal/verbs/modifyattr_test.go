@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -103,7 +105,7 @@ func TestPrecheckModifyLimitsError(t *testing.T) {
 // log_max_ra_res_dc), the one validate_rd_atomic bounds a DCI's
 // max_rd_atomic by; none without the capability bit.
 func TestDCRdAtomicFollowsKernel(t *testing.T) {
-	dv := DVAttr{CompMask: DVMaskMaxDCRdAtomic, MaxDCRequesterRdAtomic: 32, MaxDCResponderRdAtomic: 8}
+	dv := DVAttr{CompMask: devattr.DVMaskMaxDCRdAtomic, MaxDCRequesterRdAtomic: 32, MaxDCResponderRdAtomic: 8}
 	init, resp := dcRdAtomic(dv)
 	require.Equal(t, uint32(8), init, "max_dc_init_rd_atom bounds a DCI")
 	require.Equal(t, uint32(32), resp)

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/mlx5kit/mlx5kit/internal/devattr"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
@@ -137,7 +139,7 @@ func (d *Device) runProbe() (r probeResult) {
 	})
 	if err == nil {
 		r.dc = true
-		if !d.dv.Has(DVMaskMaxDCRdAtomic) {
+		if !d.dv.Has(devattr.DVMaskMaxDCRdAtomic) {
 			r.dcInitRdAtomic = d.probeDCInitRdAtomic(dci)
 			d.dcInitRdAtomic = r.dcInitRdAtomic
 		}

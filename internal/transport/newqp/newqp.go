@@ -8,6 +8,7 @@ package newqp
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
@@ -64,10 +65,10 @@ const allAccess = ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemot
 func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 	var r Created
 	fail := func(err error) (Created, error) {
-		return Created{}, transport.Errorf(s.Transport, s.Op, "%w", err)
+		return Created{}, qpcore.Errorf(s.Transport, s.Op, "%w", err)
 	}
 	bad := func(format string, args ...any) (Created, error) {
-		return Created{}, transport.Errorf(s.Transport, s.Op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return Created{}, qpcore.Errorf(s.Transport, s.Op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	dct := s.Type == ctx.QPTypeDCT
 	hasRQ := s.Caps.RecvDepth > 0
@@ -85,7 +86,7 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 	case s.SRQ != nil && hasRQ:
 		return bad("receive depth %d with an SRQ (the SRQ receives)", s.Caps.RecvDepth)
 	case s.SRQ != nil && s.SRQ.Closed():
-		return Created{}, transport.Errorf(s.Transport, s.Op, "SRQ: %w", ctx.ErrClosed)
+		return Created{}, qpcore.Errorf(s.Transport, s.Op, "SRQ: %w", ctx.ErrClosed)
 	case s.PSN > endpoint.MaxPSN:
 		return bad("PSN %#x wider than 24 bits", s.PSN)
 	case s.RemoteAccess&^(allAccess|ctx.AccessLocalWrite) != 0:
@@ -102,7 +103,7 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 		return fail(err)
 	}
 	if (s.Type == ctx.QPTypeDCI || dct) && !dev.DC {
-		return Created{}, transport.Errorf(s.Transport, s.Op, "device %s: %w", dev.Name, ctx.ErrNotSupported)
+		return Created{}, qpcore.Errorf(s.Transport, s.Op, "device %s: %w", dev.Name, ctx.ErrNotSupported)
 	}
 	if !dct {
 		if err := CheckCaps(dev, s.Type, s.Caps, hasRQ); err != nil {
@@ -157,15 +158,15 @@ func BringUp(q *transport.Queue, s Spec, qp *ctx.QueuePair, ready bool, states .
 	for _, a := range states {
 		if err := qp.Modify(a); err != nil {
 			_ = qp.Close()
-			return transport.Errorf(s.Transport, s.Op, "%w", err)
+			return qpcore.Errorf(s.Transport, s.Op, "%w", err)
 		}
 	}
-	if err := transport.Setup(q, s.Transport, qp, s.SRQ); err != nil {
+	if err := Setup(q, s.Transport, qp, s.SRQ); err != nil {
 		_ = qp.Close()
-		return transport.Errorf(s.Transport, s.Op, "%w", err)
+		return qpcore.Errorf(s.Transport, s.Op, "%w", err)
 	}
 	if ready {
-		transport.SetState(q, transport.StateReady)
+		SetState(q, transport.StateReady)
 	}
 	return nil
 }

@@ -1,0 +1,66 @@
+package newqp
+
+import (
+	"unsafe"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
+	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// Send returns the send-side fields of q: a transport.Queue starts with
+// the fields of a qpcore.Send, at the same offsets (package transport fails
+// to build otherwise), so the pointer to q is the pointer to them. It
+// compiles to nothing.
+func Send(q *transport.Queue) *qpcore.Send { return (*qpcore.Send)(unsafe.Pointer(q)) }
+
+// Ready reports whether q may post a send WQE: connected, not in error,
+// not closed. A transport's Post begins the WQE on q's send queue when it
+// is, and calls Refuse when it is not, inside a closure called once: the
+// inliner prices the closure as a call when it sizes Post and then inlines
+// it at its one call site, so that a whole post compiles into the caller
+// and only the refusal is a call (TestInlining in package rc checks it).
+func Ready(q *transport.Queue) bool { return qpcore.Ready(Send(q)) }
+
+// SendRing is q's send queue without the test for a closed QP, for a post
+// that tested Ready already.
+func SendRing(q *transport.Queue) *wqebuilder.SendQueue { return Send(q).SQ }
+
+// Begin is a send post's first step as dc's and ud's Post take it: the WQE
+// begun on q's send queue when q is Ready, else Refuse's stage and error.
+// It inlines, and its body, a closure called once, with it.
+func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStage, err error) {
+	s = func() wqebuilder.CtrlStage {
+		if Ready(q) {
+			return Send(q).SQ.Begin(wrid, flags)
+		}
+		var dead wqebuilder.CtrlStage
+		dead, err = Refuse(q, wrid, flags)
+		return dead
+	}()
+	return s, err
+}
+
+// Refuse is the post of a queue that is not Ready: a *wqebuilder.PostError
+// wrapping transport.ErrNotConnected, transport.ErrQPError or
+// ctx.ErrClosed, and a stage of a private full queue, which writes nothing
+// that matters and whose Finish fails with the same error. It is the one
+// call of a post, on its cold path.
+//
+//go:noinline
+func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+	return qpcore.Refusal(q, wrid, flags)
+}
+
+// SetState moves q's data-plane state (the transports call it after a
+// state change of the QP).
+func SetState(q *transport.Queue, s transport.State) { Send(q).State = qpcore.State(s) }
+
+// Setup builds q over a created queue pair: the send queue from its
+// descriptor (with the largest WQE the transport can build within the
+// granted limits), its own receive queue, or srq when it is attached to
+// one. The transports call it from their constructors and rc's Reset.
+func Setup(q *transport.Queue, transportName string, qp *ctx.QueuePair, srq *transport.SharedReceiveQueue) error {
+	return qpcore.Setup(q, transportName, qp, srq)
+}
