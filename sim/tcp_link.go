@@ -107,14 +107,14 @@ type tcpLink struct {
 	ln     net.Listener
 	wake   chan struct{}
 
-	mu       sync.Mutex
-	peers    map[int]*tcpPeer
-	inbox    []tcpMsg
-	next     int // the next slot to hand a connecting Fabric
-	closed   bool
-	refused  int
-	lastErr  error
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	peers   map[int]*tcpPeer
+	inbox   []tcpMsg
+	next    int // the next slot to hand a connecting Fabric
+	closed  bool
+	refused int
+	lastErr error
+	wg      sync.WaitGroup
 }
 
 // tcpPeer is the other end of one connection.
