@@ -115,10 +115,11 @@ func TestLinkRCBothWays(t *testing.T) {
 		for j := 0; j < 4; j++ {
 			b.postRecv()
 		}
+		naks := e1.f.Stats().RNRNaks
 		for j := i; j < i+8; j++ {
 			a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(j), raddrSeg(e2.addr(70000+j), e2.mr.RKey()), inlineSeg([]byte{byte(j + 1)}))
 		}
-		time.Sleep(2 * time.Millisecond)
+		require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks > naks }, 5*time.Second, 100*time.Microsecond)
 		for j := 0; j < 4; j++ {
 			b.postRecv()
 		}
@@ -128,7 +129,6 @@ func TestLinkRCBothWays(t *testing.T) {
 			require.Equal(t, uint32(j), r.imm)
 		}
 	}
-	require.NotZero(t, e1.f.Stats().RNRNaks)
 	time.Sleep(10 * time.Millisecond)
 	require.Empty(t, a.scq.drain())
 	require.Empty(t, b.rcq.drain())
