@@ -113,19 +113,84 @@ func (c *SealedConn) tag(dir byte, seq uint64, header, body []byte) []byte {
 	return h.Sum(nil)
 }
 
+// SealedOverhead is what sealing adds to a payload: the frame's header
+// (SealedHeaderSize bytes) and its tag.
+const (
+	SealedHeaderSize = meshHeaderSize
+	SealedOverhead   = meshHeaderSize + macSize
+)
+
+// Seal appends payload to dst as the next sealed frame, for a caller that
+// writes the connection itself: the frames must reach the connection in
+// the order Seal made them, and not mixed with WriteFrame's.
+func (c *SealedConn) Seal(dst, payload []byte) ([]byte, error) {
+	if len(payload) > MaxSealedFrame {
+		return dst, fmt.Errorf("endpoint: sealed frame of %d bytes, at most %d: %w", len(payload), MaxSealedFrame, errLength)
+	}
+	start := len(dst)
+	dst = binary.BigEndian.AppendUint32(dst, meshMagic)
+	dst = binary.BigEndian.AppendUint16(dst, meshVersion)
+	dst = append(dst, meshLink, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(payload)+macSize))
+	dst = append(dst, payload...)
+	dst = append(dst, c.tag(c.out, c.sent, dst[start:start+meshHeaderSize], payload)...)
+	c.sent++
+	return dst, nil
+}
+
 // WriteFrame sends payload as one sealed frame (at most MaxSealedFrame
 // bytes). Frames written by several goroutines do not interleave.
 func (c *SealedConn) WriteFrame(payload []byte) error {
-	if len(payload) > MaxSealedFrame {
-		return fmt.Errorf("endpoint: sealed frame of %d bytes, at most %d: %w", len(payload), MaxSealedFrame, errLength)
-	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	frame := meshFrameSized(meshLink, payload, macSize)
-	frame = append(frame, c.tag(c.out, c.sent, frame[:meshHeaderSize], payload)...)
-	c.sent++
-	_, err := c.s.conn.Write(frame)
+	frame, err := c.Seal(make([]byte, 0, SealedOverhead+len(payload)), payload)
+	if err != nil {
+		return err
+	}
+	_, err = c.s.conn.Write(frame)
 	return err
+}
+
+// FrameSize returns the size of the whole frame (header, payload and tag)
+// whose header is h, for a caller that reads the connection itself. A
+// header that is not a sealed frame's, or announces a payload longer than
+// limit (at most MaxSealedFrame), is refused (ErrMalformed).
+func FrameSize(h []byte, limit int) (int, error) {
+	limit = min(limit, MaxSealedFrame)
+	if len(h) < meshHeaderSize {
+		return 0, malformed("sealed frame header", len(h), errTruncated, fmt.Sprintf("%d bytes, want %d", len(h), meshHeaderSize))
+	}
+	be := binary.BigEndian
+	switch {
+	case be.Uint32(h) != meshMagic:
+		return 0, malformed("mesh magic", 0, errBadMagic, fmt.Sprintf("%#08x, want %#08x", be.Uint32(h), meshMagic))
+	case be.Uint16(h[4:]) != meshVersion:
+		return 0, malformed("mesh version", 4, errVersion, fmt.Sprintf("the peer speaks version %d, this package %d", be.Uint16(h[4:]), meshVersion))
+	case h[6] != meshLink:
+		return 0, malformed("mesh frame type", 6, errRange, fmt.Sprintf("%s where a link frame was expected", frameName(h[6])))
+	case h[7] != 0:
+		return 0, malformed("mesh reserved", 7, errReserved, fmt.Sprintf("%#x", h[7]))
+	}
+	n := be.Uint32(h[8:])
+	if uint64(n) > uint64(limit+macSize) || n < macSize {
+		return 0, malformed("mesh length", 8, errLength, fmt.Sprintf("link frame of %d bytes, at least %d and at most %d", n, macSize, limit+macSize))
+	}
+	return meshHeaderSize + int(n), nil
+}
+
+// Open checks the next frame received, read in full (FrameSize bytes),
+// and returns its payload (a part of frame). A frame whose tag does not
+// match makes the error match ErrAuth.
+func (c *SealedConn) Open(frame []byte) ([]byte, error) {
+	if len(frame) < SealedOverhead {
+		return nil, malformed("sealed frame", meshHeaderSize, errTruncated, fmt.Sprintf("%d bytes, header and tag alone are %d", len(frame), SealedOverhead))
+	}
+	body, tag := frame[meshHeaderSize:len(frame)-macSize], frame[len(frame)-macSize:]
+	if !hmac.Equal(c.tag(c.in, c.received, frame[:meshHeaderSize], body), tag) {
+		return nil, fmt.Errorf("endpoint: frame %d of the link: its tag does not match (altered, replayed or not from this session): %w", c.received, ErrAuth)
+	}
+	c.received++
+	return body, nil
 }
 
 // ReadFrame reads the next frame, checks its tag and returns its payload
@@ -138,15 +203,7 @@ func (c *SealedConn) ReadFrame(limit int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(f.payload) < macSize {
-		return nil, malformed("sealed frame", meshHeaderSize, errTruncated, fmt.Sprintf("%d bytes, the tag alone is %d", len(f.payload), macSize))
-	}
-	body, tag := f.payload[:len(f.payload)-macSize], f.payload[len(f.payload)-macSize:]
-	if !hmac.Equal(c.tag(c.in, c.received, f.header[:], body), tag) {
-		return nil, fmt.Errorf("endpoint: frame %d of the link: its tag does not match (altered, replayed or not from this session): %w", c.received, ErrAuth)
-	}
-	c.received++
-	return body, nil
+	return c.Open(append(f.header[:], f.payload...))
 }
 
 // Close closes the connection.

@@ -109,3 +109,33 @@ func (r *tapConn) Write(b []byte) (int, error) {
 	r.buf.Write(b)
 	return r.Conn.Write(b)
 }
+
+func TestSealedConnSealOpen(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	d, a, derr, aerr, _ := sealedPair(t, key, key)
+	require.NoError(t, derr)
+	require.NoError(t, aerr)
+	var stream []byte
+	stream, err := d.Seal(stream, []byte("first"))
+	require.NoError(t, err)
+	stream, err = d.Seal(stream, []byte("second"))
+	require.NoError(t, err)
+	n, err := FrameSize(stream[:SealedHeaderSize], 64)
+	require.NoError(t, err)
+	require.Equal(t, SealedOverhead+5, n)
+	b, err := a.Open(stream[:n])
+	require.NoError(t, err)
+	require.Equal(t, []byte("first"), b)
+	// Out of order: the second frame opened twice fails the second time.
+	m, err := FrameSize(stream[n:n+SealedHeaderSize], 64)
+	require.NoError(t, err)
+	b, err = a.Open(stream[n : n+m])
+	require.NoError(t, err)
+	require.Equal(t, []byte("second"), b)
+	_, err = a.Open(stream[n : n+m])
+	require.ErrorIs(t, err, ErrAuth)
+	_, err = FrameSize(stream[:SealedHeaderSize], 4)
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = FrameSize([]byte("not a frame!"), 64)
+	require.ErrorIs(t, err, ErrMalformed)
+}

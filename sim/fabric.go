@@ -154,10 +154,8 @@ type Fabric struct {
 	fabricEnv bool
 	wireEpoch uint32       // the last epoch given to a requester (wire.go)
 	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
-	// The TCP link (tcp_link.go), made instead of a shared fabric;
-	// tcpWake wakes the engine when a message arrives.
-	tcp     *tcpLink
-	tcpWake chan struct{}
+	// The TCP link (tcp_link.go), made instead of a shared fabric.
+	tcp *tcpLink
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -553,13 +551,15 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 				idleSince = time.Now()
 			}
 			f.shm.in.sleep(shmSleep(sleep, idleSince))
+		} else if f.tcp != nil {
+			// Bytes from a peer end the sleep.
+			f.tcp.sleep(f, sleep)
 		} else {
 			t.Reset(sleep)
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-			case <-f.tcpWake: // nil without a TCP link
 			}
 		}
 		if sleep < f.opts.IdleSleep {

@@ -8,9 +8,10 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -105,32 +106,33 @@ type tcpLink struct {
 	sec    endpoint.Security
 	layer  ctx.LinkLayer
 	ln     net.Listener
-	wake   chan struct{}
 
 	mu      sync.Mutex
 	peers   map[int]*tcpPeer
-	inbox   []tcpMsg
 	next    int // the next slot to hand a connecting Fabric
 	closed  bool
 	refused int
 	lastErr error
 	wg      sync.WaitGroup
+
+	// The engine's (f.mu held): the peers of this round, the poll set of
+	// its sleep, the message being built (tx) and an aligned copy of the
+	// one being handled (rx, which an answer built in tx may read).
+	round  []*tcpPeer
+	fds    []unix.PollFd
+	tx, rx []byte
 }
 
-// tcpPeer is the other end of one connection.
+// tcpPeer is the other end of one connection. Once linked, only the
+// engine (f.mu held) reads and writes it: it polls the socket in every
+// round as it polls a shared fabric's rings, without a thread to wake.
 type tcpPeer struct {
-	slot   int
-	conn   *endpoint.SealedConn
-	out    chan []byte
-	queued atomic.Int64
-	done   chan struct{}
-	once   sync.Once
-}
-
-// tcpMsg is a message received, waiting for the engine.
-type tcpMsg struct {
-	from int
-	rec  []byte
+	slot int
+	fc   *fdConn
+	conn *endpoint.SealedConn
+	in   []byte // bytes received that do not make a whole frame yet
+	out  []byte // sealed frames not yet taken by the socket
+	dead bool
 }
 
 // linkConfig returns the link the Fabric is to make and its key: the
@@ -180,7 +182,6 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	}
 	f.opts.Fabric = ""
 	f.tcp = l
-	f.tcpWake = l.wake
 	for i := range f.hcas {
 		h := newHCA((l.slot-tcpSlotBase)*tcpMaxDevices+i, f.opts.LinkLayer)
 		h.index, h.name = i, fmt.Sprintf("sim%d", i)
@@ -192,7 +193,7 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 }
 
 func newTCPLink(slot int, addr string, sec endpoint.Security, layer ctx.LinkLayer) *tcpLink {
-	return &tcpLink{slot: slot, addr: addr, sec: sec, layer: layer, wake: make(chan struct{}, 1), peers: map[int]*tcpPeer{}}
+	return &tcpLink{slot: slot, addr: addr, sec: sec, layer: layer, peers: map[int]*tcpPeer{}}
 }
 
 // listenLink listens on addr; connecting Fabrics are greeted in the
@@ -245,14 +246,22 @@ func hello(layer ctx.LinkLayer) []byte {
 
 // greet authenticates a connecting Fabric, checks its hello and gives it
 // a slot. A peer that fails is refused and the reason kept (Link).
-func (l *tcpLink) greet(conn net.Conn) {
+func (l *tcpLink) greet(c net.Conn) {
 	defer l.wg.Done()
+	from := c.RemoteAddr()
+	conn, err := newFDConn(c)
 	refuse := func(err error) {
-		_ = conn.Close()
+		if conn != nil {
+			conn.release()
+		}
 		l.mu.Lock()
 		l.refused++
-		l.lastErr = fmt.Errorf("link from %v: %w", conn.RemoteAddr(), err)
+		l.lastErr = fmt.Errorf("link from %v: %w", from, err)
 		l.mu.Unlock()
+	}
+	if err != nil {
+		refuse(err)
+		return
 	}
 	sc, err := endpoint.AcceptSealed(conn, l.sec, tcpHandshakeWait)
 	if err != nil {
@@ -293,8 +302,8 @@ func (l *tcpLink) greet(conn net.Conn) {
 		if slot < 0 {
 			status = tcpNoSlot
 		} else {
-			p = newTCPPeer(slot, sc)
-			l.peers[slot] = p
+			p = &tcpPeer{slot: slot, fc: conn, conn: sc, dead: true}
+			l.peers[slot] = p // reserved; dead until linked
 		}
 		l.mu.Unlock()
 	}
@@ -303,9 +312,14 @@ func (l *tcpLink) greet(conn net.Conn) {
 	binary.BigEndian.PutUint32(reply[4:], uint32(l.slot))
 	binary.BigEndian.PutUint32(reply[8:], uint32(slot))
 	err = sc.WriteFrame(reply)
+	if err == nil && status == tcpOK {
+		err = conn.ready()
+	}
 	if status != tcpOK || err != nil {
 		if p != nil {
-			l.drop(p)
+			l.mu.Lock()
+			delete(l.peers, slot)
+			l.mu.Unlock()
 		}
 		if err == nil {
 			err = refusal(status, b)
@@ -313,8 +327,14 @@ func (l *tcpLink) greet(conn net.Conn) {
 		refuse(err)
 		return
 	}
-	_ = conn.SetDeadline(time.Time{})
-	l.start(p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		delete(l.peers, slot)
+		conn.release()
+		return
+	}
+	p.dead = false
 }
 
 // refusal is the error of a refused hello.
@@ -341,10 +361,10 @@ func refusal(status byte, hello []byte) error {
 func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink, error) {
 	end := time.Now().Add(tcpDialWait)
 	backoff := 10 * time.Millisecond
-	var conn net.Conn
+	var c net.Conn
 	for {
 		var err error
-		conn, err = net.DialTimeout("tcp", addr, time.Until(end))
+		c, err = net.DialTimeout("tcp", addr, time.Until(end))
 		if err == nil {
 			break
 		}
@@ -354,6 +374,16 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 250*time.Millisecond)
 	}
+	conn, err := newFDConn(c)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			conn.release()
+		}
+	}()
 	sc, err := endpoint.DialSealed(conn, sec, tcpHandshakeWait)
 	if err != nil {
 		return nil, err
@@ -376,114 +406,68 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 		_ = sc.Close()
 		return nil, fmt.Errorf("the listener says: %w", refusal(b[0], hello(layer)))
 	}
-	_ = conn.SetDeadline(time.Time{})
+	if err := conn.ready(); err != nil {
+		return nil, err
+	}
 	peerSlot, slot := int(binary.BigEndian.Uint32(b[4:])), int(binary.BigEndian.Uint32(b[8:]))
 	if peerSlot != tcpSlotBase || slot <= tcpSlotBase || slot >= tcpSlotBase+tcpSlots {
 		_ = sc.Close()
 		return nil, fmt.Errorf("the listener hands out slot %d from slot %d: %w", slot, peerSlot, ErrFabricVersion)
 	}
 	l := newTCPLink(slot, addr, sec, layer)
-	p := newTCPPeer(peerSlot, sc)
-	l.peers[peerSlot] = p
-	l.start(p)
+	l.peers[peerSlot] = &tcpPeer{slot: peerSlot, fc: conn, conn: sc}
+	ok = true
 	return l, nil
 }
 
-func newTCPPeer(slot int, sc *endpoint.SealedConn) *tcpPeer {
-	return &tcpPeer{slot: slot, conn: sc, out: make(chan []byte, tcpOutDepth), done: make(chan struct{})}
-}
-
-// start runs the reader and the writer of p.
-func (l *tcpLink) start(p *tcpPeer) {
-	l.wg.Add(2)
-	go l.reader(p)
-	go l.writer(p)
-}
-
-// reader queues every message of p for the engine and wakes it.
-func (l *tcpLink) reader(p *tcpPeer) {
-	defer l.wg.Done()
-	defer l.drop(p)
-	for {
-		b, err := p.conn.ReadFrame(wireHdrSize + wireMaxPayload)
-		if err != nil {
-			return
-		}
-		if len(b) < wireHdrSize {
-			return // not a message of this protocol: the link ends
-		}
-		h := (*wireHdr)(unsafe.Pointer(&b[0]))
-		if int(h.Len) != len(b) || (h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD) {
-			return
-		}
-		l.mu.Lock()
-		l.inbox = append(l.inbox, tcpMsg{from: p.slot, rec: b})
-		l.mu.Unlock()
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// writer sends what the engine queued for p.
-func (l *tcpLink) writer(p *tcpPeer) {
-	defer l.wg.Done()
-	for {
-		select {
-		case b := <-p.out:
-			err := p.conn.WriteFrame(b)
-			p.queued.Add(-int64(len(b)))
-			if err != nil {
-				l.drop(p)
-				return
-			}
-		case <-p.done:
-			return
-		}
-	}
-}
-
-// drop ends the connection to p: its QPs' requests find no peer from now
-// on and end in RETRY_EXC_ERR.
+// drop ends the connection to p (f.mu held, or the engine stopped): its
+// QPs' requests find no peer from now on and end in RETRY_EXC_ERR.
 func (l *tcpLink) drop(p *tcpPeer) {
-	p.once.Do(func() {
-		close(p.done)
-		_ = p.conn.Close()
-		l.mu.Lock()
-		if l.peers[p.slot] == p {
-			delete(l.peers, p.slot)
-		}
+	l.mu.Lock()
+	if p.dead {
 		l.mu.Unlock()
-	})
+		return
+	}
+	p.dead = true
+	if l.peers[p.slot] == p {
+		delete(l.peers, p.slot)
+	}
+	l.mu.Unlock()
+	p.fc.release()
+	p.in, p.out = nil, nil
 }
 
-// close ends every connection and stops listening.
+// close ends every connection and stops listening (the engine stopped).
 func (l *tcpLink) close() {
 	l.mu.Lock()
 	l.closed = true
+	l.mu.Unlock()
+	if l.ln != nil {
+		_ = l.ln.Close()
+	}
+	l.wg.Wait()
+	l.mu.Lock()
 	peers := make([]*tcpPeer, 0, len(l.peers))
 	for _, p := range l.peers {
 		peers = append(peers, p)
 	}
 	l.mu.Unlock()
-	if l.ln != nil {
-		_ = l.ln.Close()
-	}
 	for _, p := range peers {
 		l.drop(p)
 	}
-	l.wg.Wait()
-	// A connection greeted while closing.
+}
+
+// live returns the linked peers (f.mu held), in a slice reused each round.
+func (l *tcpLink) live() []*tcpPeer {
+	l.round = l.round[:0]
 	l.mu.Lock()
-	peers = peers[:0]
 	for _, p := range l.peers {
-		peers = append(peers, p)
+		if !p.dead {
+			l.round = append(l.round, p)
+		}
 	}
 	l.mu.Unlock()
-	for _, p := range peers {
-		l.drop(p)
-	}
+	return l.round
 }
 
 // remoteSlot returns the slot of the other end that owns qpn, or -1 when
@@ -500,46 +484,152 @@ func (l *tcpLink) remoteSlot(qpn uint32) int {
 func (l *tcpLink) peerAlive(slot int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.peers[slot] != nil
+	p := l.peers[slot]
+	return p != nil && !p.dead
 }
 
-// send queues one message for the Fabric in slot (see shmFabric.send); it
-// reports false when that Fabric is not connected or too much is queued
-// for it already.
+// send seals one message for the Fabric in slot and writes it, as far as
+// the socket takes it (f.mu held; see shmFabric.send). It reports false
+// when that Fabric is not linked or too much waits for it already.
 func (l *tcpLink) send(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
 	l.mu.Lock()
 	p := l.peers[slot]
+	if p != nil && p.dead {
+		p = nil
+	}
 	l.mu.Unlock()
 	n := wireHdrSize + payloadLen
-	if p == nil || p.queued.Load()+int64(n) > tcpOutLimit {
+	if p == nil || len(p.out)+n > tcpOutLimit {
 		return false
 	}
-	b := make([]byte, n)
-	h := (*wireHdr)(unsafe.Pointer(&b[0]))
-	fill(h, b[wireHdrSize:])
+	if cap(l.tx) < n {
+		l.tx = make([]byte, n)
+	}
+	rec := l.tx[:n]
+	h := (*wireHdr)(unsafe.Pointer(&rec[0]))
+	*h = wireHdr{}
+	fill(h, rec[wireHdrSize:])
 	h.Len = uint32(n)
-	p.queued.Add(int64(n))
-	select {
-	case p.out <- b:
-		return true
-	default:
-		p.queued.Add(-int64(n))
+	out, err := p.conn.Seal(p.out, rec)
+	if err != nil {
 		return false
+	}
+	p.out = out
+	l.flush(p)
+	return true
+}
+
+// flush writes what waits for p, as far as the socket takes it now.
+func (l *tcpLink) flush(p *tcpPeer) {
+	for len(p.out) > 0 && !p.dead {
+		n, err := unix.SendmsgN(p.fc.fd, p.out, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return
+		case err != nil:
+			l.drop(p)
+			return
+		}
+		rest := copy(p.out, p.out[n:])
+		p.out = p.out[:rest]
 	}
 }
 
-// drain hands every message received to f (f.mu held); it reports whether
-// there was any.
+// tcpReadChunk is the least room a receive offers the socket.
+const tcpReadChunk = 256 << 10
+
+// drain writes what waits and hands every whole message received to f
+// (f.mu held); it reports whether there was any.
 func (l *tcpLink) drain(f *Fabric, now int64) bool {
-	l.mu.Lock()
-	in := l.inbox
-	l.inbox = nil
-	l.mu.Unlock()
-	for _, m := range in {
-		h := (*wireHdr)(unsafe.Pointer(&m.rec[0]))
-		f.wireIn(m.from, h, m.rec[wireHdrSize:], now)
+	got := false
+	for _, p := range l.live() {
+		l.flush(p)
+		for !p.dead {
+			if cap(p.in)-len(p.in) < tcpReadChunk {
+				p.in = append(make([]byte, 0, 2*cap(p.in)+tcpReadChunk), p.in...)
+			}
+			n, _, err := unix.Recvfrom(p.fc.fd, p.in[len(p.in):cap(p.in)], unix.MSG_DONTWAIT)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				break
+			}
+			if err != nil || n == 0 { // reset, or closed by the peer
+				l.drop(p)
+				break
+			}
+			p.in = p.in[:len(p.in)+n]
+			if l.frames(f, p, now) {
+				got = true
+			}
+		}
 	}
-	return len(in) > 0
+	return got
+}
+
+// frames handles every whole frame at the start of p.in and keeps the
+// rest; a frame that is not of the link protocol or not sealed by the
+// peer ends the link.
+func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
+	in := p.in
+	got := false
+	for len(in) >= endpoint.SealedHeaderSize && !p.dead {
+		size, err := endpoint.FrameSize(in[:endpoint.SealedHeaderSize], wireHdrSize+wireMaxPayload)
+		if err != nil {
+			l.drop(p)
+			return got
+		}
+		if len(in) < size {
+			break
+		}
+		body, err := p.conn.Open(in[:size])
+		in = in[size:]
+		if err != nil || len(body) < wireHdrSize {
+			l.drop(p)
+			return got
+		}
+		// The header is read in place: copy the message to an aligned
+		// buffer.
+		if cap(l.rx) < len(body) {
+			l.rx = make([]byte, len(body))
+		}
+		rec := l.rx[:len(body)]
+		copy(rec, body)
+		h := (*wireHdr)(unsafe.Pointer(&rec[0]))
+		if int(h.Len) != len(rec) || (h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD) {
+			l.drop(p)
+			return got
+		}
+		got = true
+		f.wireIn(p.slot, h, rec[wireHdrSize:], now)
+	}
+	if !p.dead {
+		p.in = p.in[:copy(p.in, in)]
+	}
+	return got
+}
+
+// sleep waits up to d for bytes from a peer (the engine is idle).
+func (l *tcpLink) sleep(f *Fabric, d time.Duration) {
+	f.mu.Lock()
+	l.fds = l.fds[:0]
+	for _, p := range l.live() {
+		ev := int16(unix.POLLIN)
+		if len(p.out) > 0 {
+			ev |= unix.POLLOUT
+		}
+		l.fds = append(l.fds, unix.PollFd{Fd: int32(p.fc.fd), Events: ev})
+	}
+	f.mu.Unlock()
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	if len(l.fds) == 0 {
+		_, _ = unix.Ppoll(nil, &ts, nil)
+		return
+	}
+	_, _ = unix.Ppoll(l.fds, &ts, nil)
 }
 
 // wireOut sends one message to the process in slot over the shared fabric
@@ -590,5 +680,11 @@ func (f *Fabric) Link() (LinkStatus, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LinkStatus{Address: l.addr, Listening: l.listen, Slot: l.slot, Peers: len(l.peers), Refused: l.refused, LastRefusal: l.lastErr}, true
+	st := LinkStatus{Address: l.addr, Listening: l.listen, Slot: l.slot, Refused: l.refused, LastRefusal: l.lastErr}
+	for _, p := range l.peers {
+		if !p.dead {
+			st.Peers++
+		}
+	}
+	return st, true
 }
