@@ -402,9 +402,14 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 		_ = sc.Close()
 		return nil, fmt.Errorf("the listener's answer has %d bytes, want %d: %w", len(b), tcpReplySize, ErrFabricVersion)
 	}
-	if b[0] != tcpOK {
+	switch b[0] {
+	case tcpOK:
+	case tcpBadVer:
 		_ = sc.Close()
-		return nil, fmt.Errorf("the listener says: %w", refusal(b[0], hello(layer)))
+		return nil, fmt.Errorf("the listener speaks another link protocol version than this end's %d: %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
+	default:
+		_ = sc.Close()
+		return nil, fmt.Errorf("the listener says: %w", refusal(b[0], nil))
 	}
 	if err := conn.ready(); err != nil {
 		return nil, err

@@ -21,17 +21,19 @@ func freeAddr(t *testing.T) string {
 
 // TestServerClientOverTCPLink runs -server and -client in two processes
 // whose software HCAs are linked over TCP (sim.EnvLink), as on two hosts
-// without RDMA NICs.
+// without RDMA NICs: each names a shared fabric of its own, which the link
+// replaces, so that only the link can join them.
 func TestServerClientOverTCPLink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two processes")
 	}
 	addr, link := freeAddr(t), freeAddr(t)
 	key := sim.EnvLinkKey + "=pingpong-link-key-0123456789"
-	server, sout := toolProcess(t, []string{sim.EnvLink + "=listen:" + link, key}, "-provider", "sim", "-server", addr)
+	hostA, hostB := sim.EnvFabric+"=link-test-a", sim.EnvFabric+"=link-test-b"
+	server, sout := toolProcess(t, []string{hostA, sim.EnvLink + "=listen:" + link, key}, "-provider", "sim", "-server", addr)
 	var out string
 	for try := 0; ; try++ {
-		client, cout := toolProcess(t, []string{sim.EnvLink + "=" + link, key}, "-provider", "sim", "-client", addr, "-iters", "2000", "-size", "8")
+		client, cout := toolProcess(t, []string{hostB, sim.EnvLink + "=" + link, key}, "-provider", "sim", "-client", addr, "-iters", "2000", "-size", "8")
 		if client.Wait() == nil {
 			out = cout.String()
 			break
