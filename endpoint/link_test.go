@@ -10,9 +10,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// pair is what sealedPair returns: both ends and their errors, and the
+// dialing end's connection.
+type pair struct {
+	d, a               *SealedConn
+	dialErr, acceptErr error
+	raw                net.Conn
+}
+
 // sealedPair authenticates the two ends of a loopback TCP connection with
 // the keys given and returns both results.
-func sealedPair(t *testing.T, dialKey, acceptKey []byte) (d, a *SealedConn, dialErr, acceptErr error, raw net.Conn) {
+func sealedPair(t *testing.T, dialKey, acceptKey []byte) pair {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -31,22 +39,23 @@ func sealedPair(t *testing.T, dialKey, acceptKey []byte) (d, a *SealedConn, dial
 		c, err := AcceptSealed(conn, Security{Key: acceptKey}, 5*time.Second)
 		ch <- res{c, err}
 	}()
-	raw, err = net.Dial("tcp", l.Addr().String())
+	raw, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = raw.Close() })
-	d, dialErr = DialSealed(raw, Security{Key: dialKey}, 5*time.Second)
+	d, dialErr := DialSealed(raw, Security{Key: dialKey}, 5*time.Second)
 	r := <-ch
 	if r.c != nil {
 		t.Cleanup(func() { _ = r.c.Close() })
 	}
-	return d, r.c, dialErr, r.err, raw
+	return pair{d: d, a: r.c, dialErr: dialErr, acceptErr: r.err, raw: raw}
 }
 
 func TestSealedConnFramesBothWays(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	d, a, derr, aerr, _ := sealedPair(t, key, key)
-	require.NoError(t, derr)
-	require.NoError(t, aerr)
+	p := sealedPair(t, key, key)
+	d, a := p.d, p.a
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
 	go func() {
 		_ = d.WriteFrame([]byte("one"))
 		_ = d.WriteFrame(bytes.Repeat([]byte{7}, 100000))
@@ -69,23 +78,24 @@ func TestSealedConnFramesBothWays(t *testing.T) {
 }
 
 func TestSealedConnWrongKeyRefused(t *testing.T) {
-	d, a, derr, aerr, _ := sealedPair(t, []byte("0123456789abcdef-wrong"), []byte("0123456789abcdef-right"))
-	require.Nil(t, d)
-	require.Nil(t, a)
-	require.Error(t, derr)
-	require.True(t, errors.Is(derr, ErrRejected) || errors.Is(derr, ErrAuth), "%v", derr)
-	require.ErrorIs(t, aerr, ErrAuth)
+	p := sealedPair(t, []byte("0123456789abcdef-wrong"), []byte("0123456789abcdef-right"))
+	require.Nil(t, p.d)
+	require.Nil(t, p.a)
+	require.Error(t, p.dialErr)
+	require.True(t, errors.Is(p.dialErr, ErrRejected) || errors.Is(p.dialErr, ErrAuth), "%v", p.dialErr)
+	require.ErrorIs(t, p.acceptErr, ErrAuth)
 
 	// No key at all on a link is refused before anything is sent.
-	_, _, derr, _, _ = sealedPair(t, nil, []byte("0123456789abcdef-right"))
-	require.ErrorIs(t, derr, ErrKeyRequired)
+	p = sealedPair(t, nil, []byte("0123456789abcdef-right"))
+	require.ErrorIs(t, p.dialErr, ErrKeyRequired)
 }
 
 func TestSealedConnReplayRefused(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	d, a, derr, aerr, raw := sealedPair(t, key, key)
-	require.NoError(t, derr)
-	require.NoError(t, aerr)
+	p := sealedPair(t, key, key)
+	d, a, raw := p.d, p.a, p.raw
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
 	// Capture the bytes of one sealed frame by writing it through a
 	// recording connection, then send them twice.
 	rec := &tapConn{Conn: raw}
@@ -112,9 +122,10 @@ func (r *tapConn) Write(b []byte) (int, error) {
 
 func TestSealedConnSealOpen(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	d, a, derr, aerr, _ := sealedPair(t, key, key)
-	require.NoError(t, derr)
-	require.NoError(t, aerr)
+	p := sealedPair(t, key, key)
+	d, a := p.d, p.a
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
 	var stream []byte
 	stream, err := d.Seal(stream, []byte("first"))
 	require.NoError(t, err)
