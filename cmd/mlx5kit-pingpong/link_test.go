@@ -33,7 +33,7 @@ func TestServerClientOverTCPLink(t *testing.T) {
 	server, sout := toolProcess(t, []string{hostA, sim.EnvLink + "=listen:" + link, key}, "-provider", "sim", "-server", addr)
 	var out string
 	for try := 0; ; try++ {
-		client, cout := toolProcess(t, []string{hostB, sim.EnvLink + "=" + link, key}, "-provider", "sim", "-client", addr, "-iters", "2000", "-size", "8")
+		client, cout := toolProcess(t, []string{hostB, sim.EnvLink + "=" + link, key}, "-provider", "sim", "-client", addr, "-iters", "500", "-size", "8")
 		if client.Wait() == nil {
 			out = cout.String()
 			break
@@ -43,6 +43,6 @@ func TestServerClientOverTCPLink(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.NoError(t, server.Wait(), "server: %s", sout.String())
-	require.Equal(t, 2000, parseTable(t, out).iters, out)
+	require.Equal(t, 500, parseTable(t, out).iters, out)
 	t.Logf("client:\n%s", out)
 }
