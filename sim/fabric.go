@@ -79,6 +79,16 @@ type Options struct {
 	// address handle be put on a port other than 1, to check the port
 	// arithmetic of QP transitions and address vectors.
 	Ports uint8
+	// Link links the Fabric over TCP to Fabrics of other processes,
+	// usually on other hosts (see EnvLink, tcp_link.go): "listen:HOST:PORT"
+	// listens for them, "HOST:PORT" connects to a listening one. It is
+	// made when the first device opens, needs Engine mode and LinkKey,
+	// and excludes Fabric. A test tool, not a transport for production.
+	Link string
+	// LinkKey is the pre-shared key both ends of a TCP link prove they
+	// hold before anything else is sent (at least endpoint.MinKeySize
+	// bytes); empty: the bytes of EnvLinkKey.
+	LinkKey []byte
 }
 
 // Errors of the model's own API.
@@ -143,6 +153,8 @@ type Fabric struct {
 	fabricEnv bool
 	wireEpoch uint32       // the last epoch given to a requester (wire.go)
 	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
+	// The TCP link (tcp_link.go), made instead of a shared fabric.
+	tcp *tcpLink
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -300,6 +312,12 @@ func (f *Fabric) Close() error {
 		<-done
 	}
 	f.mu.Lock()
+	tcp := f.tcp
+	defer func() {
+		if tcp != nil {
+			tcp.close()
+		}
+	}()
 	defer f.mu.Unlock()
 	if f.shm != nil {
 		f.shm.leave()
@@ -469,6 +487,9 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	if f.shm != nil && f.shm.drain(f, now) {
 		progressed = true
 	}
+	if f.tcp != nil && f.tcp.drain(f, now) {
+		progressed = true
+	}
 	for _, q := range f.qpList {
 		if f.runQP(q, now) {
 			progressed = true
@@ -529,6 +550,9 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 				idleSince = time.Now()
 			}
 			f.shm.in.sleep(shmSleep(sleep, idleSince))
+		} else if f.tcp != nil {
+			// Bytes from a peer end the sleep.
+			f.tcp.sleep(f, sleep)
 		} else {
 			t.Reset(sleep)
 			select {

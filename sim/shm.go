@@ -165,6 +165,9 @@ func (f *Fabric) joinLocked() error {
 		return f.shmErr
 	}
 	f.shmJoined = true
+	if addr, key := f.linkConfig(); addr != "" {
+		return f.joinLinkLocked(addr, key)
+	}
 	name := f.opts.Fabric
 	if name == "" && f.fabricEnv {
 		name = os.Getenv(EnvFabric)
@@ -203,6 +206,9 @@ func (f *Fabric) joinLocked() error {
 // remoteSlot returns the slot of the process of a shared fabric that owns
 // qpn, or -1 when the Fabric is not shared or qpn is its own.
 func (f *Fabric) remoteSlot(qpn uint32) int {
+	if f.tcp != nil {
+		return f.tcp.remoteSlot(qpn)
+	}
 	if f.shm == nil {
 		return -1
 	}
@@ -233,6 +239,10 @@ func (f *Fabric) Reaches(qpn uint32) bool {
 	defer f.mu.Unlock()
 	if q := f.qps[qpn]; q != nil {
 		return true
+	}
+	if f.tcp != nil {
+		s := f.tcp.remoteSlot(qpn)
+		return s >= 0 && f.tcp.peerAlive(s)
 	}
 	if f.shm == nil {
 		return false

@@ -133,7 +133,7 @@ func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint3
 	case ws.rnrResend:
 		ws.rnrResend = false
 		ws.deadline = now + timeout
-	case ws.unsent && (timeout == 0 || now < ws.deadline) && f.shm.peerAlive(slot):
+	case ws.unsent && (timeout == 0 || now < ws.deadline) && f.wirePeerAlive(slot):
 		// Still within the try: place the request now.
 	default:
 		// The try ended without an answer: a transport retry.
@@ -146,7 +146,7 @@ func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint3
 		ws.deadline = now + timeout
 	}
 	send := len(payload)
-	sent := f.shm.send(slot, send, func(h *wireHdr, b []byte) {
+	sent := f.wireOut(slot, send, func(h *wireHdr, b []byte) {
 		h.Kind, h.Op, h.FM = wireRequest, uint8(w.op), w.fm
 		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = dst, q.qpn, ws.psn, w.imm, ws.epoch
 		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
@@ -164,7 +164,7 @@ func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint3
 		}
 		copy(b, payload)
 	})
-	ws.unsent = !sent && f.shm.peerAlive(slot)
+	ws.unsent = !sent && f.wirePeerAlive(slot)
 	switch {
 	case ws.unsent:
 		q.blockedUntil = min(now+wireShortRetry, ws.deadline)
@@ -262,7 +262,7 @@ func (f *Fabric) wireResult(q *qp, w *sendWQE, payload []byte) outcome {
 
 // wireReply answers request h of the process in slot from.
 func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8, data []byte) {
-	f.shm.send(from, len(data), func(r *wireHdr, b []byte) {
+	f.wireOut(from, len(data), func(r *wireHdr, b []byte) {
 		r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, h.Op, status, synd, rnr
 		r.DstQPN, r.SrcQPN, r.PSN = h.SrcQPN, t.qpn, h.PSN
 		r.Total = uint32(len(data))

@@ -82,7 +82,7 @@ type wireHeldUD struct {
 // wireUDOut places one datagram (header h, then a and b) in the ring of
 // the process in slot.
 func (f *Fabric) wireUDOut(slot int, h *wireHdr, a, b []byte) {
-	sent := f.shm.send(slot, len(a)+len(b), func(x *wireHdr, buf []byte) {
+	sent := f.wireOut(slot, len(a)+len(b), func(x *wireHdr, buf []byte) {
 		*x = *h
 		n := copy(buf, a)
 		copy(buf[n:], b)

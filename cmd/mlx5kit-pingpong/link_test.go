@@ -1,0 +1,48 @@
+package main
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestServerClientOverTCPLink runs -server and -client in two processes
+// whose software HCAs are linked over TCP (sim.EnvLink), as on two hosts
+// without RDMA NICs: each names a shared fabric of its own, which the link
+// replaces, so that only the link can join them.
+func TestServerClientOverTCPLink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	addr, link := freeAddr(t), freeAddr(t)
+	key := sim.EnvLinkKey + "=pingpong-link-key-0123456789"
+	hostA, hostB := sim.EnvFabric+"=link-test-a", sim.EnvFabric+"=link-test-b"
+	server, sout := toolProcess(t, []string{hostA, sim.EnvLink + "=listen:" + link, key}, "-provider", "sim", "-server", addr)
+	var out string
+	for try := 0; ; try++ {
+		client, cout := toolProcess(t, []string{hostB, sim.EnvLink + "=" + link, key}, "-provider", "sim", "-client", addr, "-iters", "500", "-size", "8")
+		if client.Wait() == nil {
+			out = cout.String()
+			break
+		}
+		require.Less(t, try, 50, "client: %s", cout.String())
+		require.Contains(t, cout.String(), "connect", "client: %s", cout.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, server.Wait(), "server: %s", sout.String())
+	require.Equal(t, 500, parseTable(t, out).iters, out)
+	t.Logf("client:\n%s", out)
+}

@@ -1,0 +1,152 @@
+package endpoint
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pair is what sealedPair returns: both ends and their errors, and the
+// dialing end's connection.
+type pair struct {
+	d, a               *SealedConn
+	dialErr, acceptErr error
+	raw                net.Conn
+}
+
+// sealedPair authenticates the two ends of a loopback TCP connection with
+// the keys given and returns both results.
+func sealedPair(t *testing.T, dialKey, acceptKey []byte) pair {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	type res struct {
+		c   *SealedConn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := AcceptSealed(conn, Security{Key: acceptKey}, 5*time.Second)
+		ch <- res{c, err}
+	}()
+	raw, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close() })
+	d, dialErr := DialSealed(raw, Security{Key: dialKey}, 5*time.Second)
+	r := <-ch
+	if r.c != nil {
+		t.Cleanup(func() { _ = r.c.Close() })
+	}
+	return pair{d: d, a: r.c, dialErr: dialErr, acceptErr: r.err, raw: raw}
+}
+
+func TestSealedConnFramesBothWays(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	p := sealedPair(t, key, key)
+	d, a := p.d, p.a
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
+	go func() {
+		_ = d.WriteFrame([]byte("one"))
+		_ = d.WriteFrame(bytes.Repeat([]byte{7}, 100000))
+	}()
+	b, err := a.ReadFrame(1 << 20)
+	require.NoError(t, err)
+	require.Equal(t, []byte("one"), b)
+	b, err = a.ReadFrame(1 << 20)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{7}, 100000), b)
+	go func() { _ = a.WriteFrame([]byte("back")) }()
+	b, err = d.ReadFrame(16)
+	require.NoError(t, err)
+	require.Equal(t, []byte("back"), b)
+
+	// A frame over the reader's limit is refused before it is read.
+	go func() { _ = d.WriteFrame(make([]byte, 100)) }()
+	_, err = a.ReadFrame(50)
+	require.ErrorIs(t, err, ErrMalformed)
+}
+
+func TestSealedConnWrongKeyRefused(t *testing.T) {
+	p := sealedPair(t, []byte("0123456789abcdef-wrong"), []byte("0123456789abcdef-right"))
+	require.Nil(t, p.d)
+	require.Nil(t, p.a)
+	require.Error(t, p.dialErr)
+	require.True(t, errors.Is(p.dialErr, ErrRejected) || errors.Is(p.dialErr, ErrAuth), "%v", p.dialErr)
+	require.ErrorIs(t, p.acceptErr, ErrAuth)
+
+	// No key at all on a link is refused before anything is sent.
+	p = sealedPair(t, nil, []byte("0123456789abcdef-right"))
+	require.ErrorIs(t, p.dialErr, ErrKeyRequired)
+}
+
+func TestSealedConnReplayRefused(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	p := sealedPair(t, key, key)
+	d, a, raw := p.d, p.a, p.raw
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
+	// Capture the bytes of one sealed frame by writing it through a
+	// recording connection, then send them twice.
+	rec := &tapConn{Conn: raw}
+	d.s.conn = rec
+	require.NoError(t, d.WriteFrame([]byte("pay 1")))
+	_, err := raw.Write(rec.buf.Bytes())
+	require.NoError(t, err)
+	b, err := a.ReadFrame(64)
+	require.NoError(t, err)
+	require.Equal(t, []byte("pay 1"), b)
+	_, err = a.ReadFrame(64)
+	require.ErrorIs(t, err, ErrAuth)
+}
+
+type tapConn struct {
+	net.Conn
+	buf bytes.Buffer
+}
+
+func (r *tapConn) Write(b []byte) (int, error) {
+	r.buf.Write(b)
+	return r.Conn.Write(b)
+}
+
+func TestSealedConnSealOpen(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	p := sealedPair(t, key, key)
+	d, a := p.d, p.a
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
+	var stream []byte
+	stream, err := d.Seal(stream, []byte("first"))
+	require.NoError(t, err)
+	stream, err = d.Seal(stream, []byte("second"))
+	require.NoError(t, err)
+	n, err := FrameSize(stream[:SealedHeaderSize], 64)
+	require.NoError(t, err)
+	require.Equal(t, SealedOverhead+5, n)
+	b, err := a.Open(stream[:n])
+	require.NoError(t, err)
+	require.Equal(t, []byte("first"), b)
+	// Out of order: the second frame opened twice fails the second time.
+	m, err := FrameSize(stream[n:n+SealedHeaderSize], 64)
+	require.NoError(t, err)
+	b, err = a.Open(stream[n : n+m])
+	require.NoError(t, err)
+	require.Equal(t, []byte("second"), b)
+	_, err = a.Open(stream[n : n+m])
+	require.ErrorIs(t, err, ErrAuth)
+	_, err = FrameSize(stream[:SealedHeaderSize], 4)
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = FrameSize([]byte("not a frame!"), 64)
+	require.ErrorIs(t, err, ErrMalformed)
+}

@@ -1,0 +1,695 @@
+package sim
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+)
+
+// This file links the software HCAs of two processes, usually on two hosts,
+// over TCP: the messages of the wire layer (wire.go, wire_ud.go) that a
+// shared fabric carries in shared-memory rings travel here as frames over
+// one TCP connection per pair of linked Fabrics. One Fabric listens; every
+// Fabric that connects to it is given a slot of its own at link time, and
+// with it a LID and QPN range no other end of the link uses. The two ends
+// authenticate as channel's mesh does (endpoint.SealedConn: a pre-shared
+// key proved by HMAC challenge-response before anything else is sent, every
+// frame after it sealed). It is a test tool that lets a cluster without
+// RDMA NICs run a program across hosts, not a transport for production:
+// one request in flight per QP, every frame copied and sealed.
+
+// EnvLink is the environment variable that links the default Fabric over
+// TCP (see Options.Link): "listen:HOST:PORT" listens, "HOST:PORT" connects
+// to a listening Fabric. It is read when the default Fabric opens its first
+// device; when it is set, EnvFabric is not.
+const EnvLink = "MLX5KIT_SIM_LINK"
+
+// EnvLinkKey is the environment variable holding the pre-shared key of a
+// TCP link (its bytes, at least endpoint.MinKeySize) when Options.LinkKey
+// is empty.
+const EnvLinkKey = "MLX5KIT_SIM_LINK_KEY"
+
+// ErrLinkRefused is returned when the listening end of a TCP link refuses
+// a connecting Fabric after authentication: it speaks another link
+// protocol version, has another link layer, or has no slot left.
+var ErrLinkRefused = errors.New("sim: TCP link refused")
+
+const (
+	// tcpVersion is the protocol version of the link: the frames carry the
+	// wire header in this build's layout, so both ends must agree on it.
+	tcpVersion = 1
+	// The slots of a link: the listener takes tcpSlotBase, each connecting
+	// Fabric one of the next. Their QPN ranges lie above those of a shared
+	// fabric's slots.
+	tcpSlotBase   = 128
+	tcpSlots      = 64
+	tcpSlotQPNs   = 1 << 16
+	tcpMaxDevices = 64
+	// tcpOutLimit bounds the bytes queued towards one peer: beyond it a
+	// message is not placed, as in a full ring (the requester tries again).
+	tcpOutLimit = 64 << 20
+	tcpOutDepth = 4096
+	// How long a connecting Fabric tries to reach the listener, and how
+	// long the handshake may take.
+	tcpDialWait      = 10 * time.Second
+	tcpHandshakeWait = 10 * time.Second
+
+	tcpHelloSize = 16
+	tcpReplySize = 12
+
+	// Reply statuses.
+	tcpOK        = 0
+	tcpBadVer    = 1
+	tcpBadLayer  = 2
+	tcpNoSlot    = 3
+	tcpBadHeader = 4
+)
+
+// tcpQPNRange is the range of QPNs the Fabric in link slot s hands out.
+func tcpQPNRange(s int) (first, limit uint32) {
+	base := uint32(s+1) * tcpSlotQPNs
+	return base + firstQPN, base + tcpSlotQPNs
+}
+
+// tcpQPNSlot returns the link slot whose range holds qpn, or -1.
+func tcpQPNSlot(qpn uint32) int {
+	s := int(qpn/tcpSlotQPNs) - 1
+	if s < tcpSlotBase || s >= tcpSlotBase+tcpSlots {
+		return -1
+	}
+	return s
+}
+
+// littleEndian reports whether this machine stores integers little end
+// first (the wire header travels in native order).
+func littleEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}
+
+// tcpLink is a Fabric's end of a TCP link.
+type tcpLink struct {
+	slot   int
+	addr   string // the address listened on or connected to
+	listen bool
+	sec    endpoint.Security
+	layer  ctx.LinkLayer
+	ln     net.Listener
+
+	mu      sync.Mutex
+	peers   map[int]*tcpPeer
+	next    int // the next slot to hand a connecting Fabric
+	closed  bool
+	refused int
+	lastErr error
+	wg      sync.WaitGroup
+
+	// The engine's (f.mu held): the peers of this round, the poll set of
+	// its sleep, the message being built (tx) and an aligned copy of the
+	// one being handled (rx, which an answer built in tx may read).
+	round  []*tcpPeer
+	fds    []unix.PollFd
+	tx, rx []byte
+}
+
+// tcpPeer is the other end of one connection. Once linked, only the
+// engine (f.mu held) reads and writes it: it polls the socket in every
+// round as it polls a shared fabric's rings, without a thread to wake.
+type tcpPeer struct {
+	slot int
+	fc   *fdConn
+	conn *endpoint.SealedConn
+	in   []byte // bytes received that do not make a whole frame yet
+	out  []byte // sealed frames not yet taken by the socket
+	dead bool
+}
+
+// linkConfig returns the link the Fabric is to make and its key: the
+// options, else (for the default Fabric) the environment.
+func (f *Fabric) linkConfig() (addr string, key []byte) {
+	addr, key = f.opts.Link, f.opts.LinkKey
+	if addr == "" && f.fabricEnv {
+		addr = os.Getenv(EnvLink)
+	}
+	if len(key) == 0 {
+		key = []byte(os.Getenv(EnvLinkKey))
+	}
+	return addr, key
+}
+
+// joinLinkLocked makes the TCP link the options name (f.mu held, before
+// any device is open): it listens or connects, then renumbers the HCAs and
+// the QPN space into the slot the link gave this Fabric.
+func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
+	fail := func(err error) error {
+		f.shmErr = fmt.Errorf("link fabric over TCP (%s): %w", addr, err)
+		return f.shmErr
+	}
+	switch {
+	case f.opts.Mode != Engine:
+		return fail(fmt.Errorf("a TCP link needs Engine mode: %w", ctx.ErrInvalidArgument))
+	case f.opts.Fabric != "" && !f.fabricEnv:
+		return fail(fmt.Errorf("Options.Fabric %q and Options.Link both set: a Fabric joins a shared fabric or a TCP link, not both: %w", f.opts.Fabric, ctx.ErrInvalidArgument))
+	case len(f.hcas) > tcpMaxDevices:
+		return fail(fmt.Errorf("%d devices, at most %d on a TCP link: %w", len(f.hcas), tcpMaxDevices, ctx.ErrInvalidArgument))
+	case len(key) < endpoint.MinKeySize:
+		return fail(fmt.Errorf("a TCP link needs a key of at least %d bytes (Options.LinkKey or $%s), got %d: %w",
+			endpoint.MinKeySize, EnvLinkKey, len(key), endpoint.ErrBadKey))
+	case f.closed:
+		return fail(ctx.ErrClosed)
+	}
+	sec := endpoint.Security{Key: append([]byte(nil), key...)}
+	var l *tcpLink
+	var err error
+	if a, ok := strings.CutPrefix(addr, "listen:"); ok {
+		l, err = listenLink(a, sec, f.opts.LinkLayer)
+	} else {
+		l, err = dialLink(addr, sec, f.opts.LinkLayer)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	f.opts.Fabric = ""
+	f.tcp = l
+	for i := range f.hcas {
+		h := newHCA((l.slot-tcpSlotBase)*tcpMaxDevices+i, f.opts.LinkLayer)
+		h.index, h.name = i, fmt.Sprintf("sim%d", i)
+		f.hcas[i] = h
+	}
+	first, limit := tcpQPNRange(l.slot)
+	f.qpns = newNumberSpace(first, limit)
+	return nil
+}
+
+func newTCPLink(slot int, addr string, sec endpoint.Security, layer ctx.LinkLayer) *tcpLink {
+	return &tcpLink{slot: slot, addr: addr, sec: sec, layer: layer, peers: map[int]*tcpPeer{}}
+}
+
+// listenLink listens on addr; connecting Fabrics are greeted in the
+// background.
+func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	l := newTCPLink(tcpSlotBase, ln.Addr().String(), sec, layer)
+	l.listen, l.ln, l.next = true, ln, tcpSlotBase+1
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+func (l *tcpLink) acceptLoop() {
+	defer l.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			l.mu.Lock()
+			closed := l.closed
+			l.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		l.wg.Add(1)
+		go l.greet(conn)
+	}
+}
+
+// hello is what a connecting Fabric tells the listener after
+// authenticating: the link version, the wire header's size and byte order,
+// and its link layer.
+func hello(layer ctx.LinkLayer) []byte {
+	b := make([]byte, tcpHelloSize)
+	binary.BigEndian.PutUint16(b[0:], tcpVersion)
+	binary.BigEndian.PutUint16(b[2:], uint16(wireHdrSize))
+	b[4] = byte(boolBit(littleEndian(), 1))
+	binary.BigEndian.PutUint32(b[8:], uint32(layer))
+	return b
+}
+
+// greet authenticates a connecting Fabric, checks its hello and gives it
+// a slot. A peer that fails is refused and the reason kept (Link).
+func (l *tcpLink) greet(c net.Conn) {
+	defer l.wg.Done()
+	from := c.RemoteAddr()
+	conn, err := newFDConn(c)
+	refuse := func(err error) {
+		if conn != nil {
+			conn.release()
+		}
+		l.mu.Lock()
+		l.refused++
+		l.lastErr = fmt.Errorf("link from %v: %w", from, err)
+		l.mu.Unlock()
+	}
+	if err != nil {
+		refuse(err)
+		return
+	}
+	sc, err := endpoint.AcceptSealed(conn, l.sec, tcpHandshakeWait)
+	if err != nil {
+		refuse(err)
+		return
+	}
+	_ = conn.SetDeadline(time.Now().Add(tcpHandshakeWait))
+	b, err := sc.ReadFrame(tcpHelloSize)
+	if err != nil {
+		refuse(fmt.Errorf("read hello: %w", err))
+		return
+	}
+	status := byte(tcpOK)
+	want := hello(l.layer)
+	switch {
+	case len(b) != tcpHelloSize || binary.BigEndian.Uint16(b) != tcpVersion:
+		status = tcpBadVer
+	case binary.BigEndian.Uint16(b[2:]) != uint16(wireHdrSize) || b[4] != want[4]:
+		status = tcpBadHeader
+	case binary.BigEndian.Uint32(b[8:]) != uint32(l.layer):
+		status = tcpBadLayer
+	}
+	slot := -1
+	var p *tcpPeer
+	if status == tcpOK {
+		l.mu.Lock()
+		for i := 0; i < tcpSlots-1 && !l.closed; i++ {
+			s := l.next
+			l.next++
+			if l.next >= tcpSlotBase+tcpSlots {
+				l.next = tcpSlotBase + 1
+			}
+			if l.peers[s] == nil {
+				slot = s
+				break
+			}
+		}
+		if slot < 0 {
+			status = tcpNoSlot
+		} else {
+			p = &tcpPeer{slot: slot, fc: conn, conn: sc, dead: true}
+			l.peers[slot] = p // reserved; dead until linked
+		}
+		l.mu.Unlock()
+	}
+	reply := make([]byte, tcpReplySize)
+	reply[0] = status
+	binary.BigEndian.PutUint32(reply[4:], uint32(l.slot))
+	binary.BigEndian.PutUint32(reply[8:], uint32(slot))
+	err = sc.WriteFrame(reply)
+	if err == nil && status == tcpOK {
+		err = conn.ready()
+	}
+	if status != tcpOK || err != nil {
+		if p != nil {
+			l.mu.Lock()
+			delete(l.peers, slot)
+			l.mu.Unlock()
+		}
+		if err == nil {
+			err = refusal(status, b)
+		}
+		refuse(err)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		delete(l.peers, slot)
+		conn.release()
+		return
+	}
+	p.dead = false
+}
+
+// refusal is the error of a refused hello.
+func refusal(status byte, hello []byte) error {
+	switch status {
+	case tcpBadVer:
+		v := 0
+		if len(hello) >= 2 {
+			v = int(binary.BigEndian.Uint16(hello))
+		}
+		return fmt.Errorf("the connecting end speaks link protocol version %d, this end %d: %w: %w", v, tcpVersion, ErrLinkRefused, ErrFabricVersion)
+	case tcpBadHeader:
+		return fmt.Errorf("the two ends lay out the wire header differently (size or byte order; link protocol version %d): %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
+	case tcpBadLayer:
+		return fmt.Errorf("the two ends have different link layers: %w: %w", ErrLinkRefused, ctx.ErrInvalidArgument)
+	case tcpNoSlot:
+		return fmt.Errorf("the listening Fabric has %d links already: %w", tcpSlots-1, ErrLinkRefused)
+	}
+	return fmt.Errorf("status %d: %w", status, ErrLinkRefused)
+}
+
+// dialLink connects to the Fabric listening at addr, retrying until it
+// answers or tcpDialWait passes, and authenticates.
+func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink, error) {
+	end := time.Now().Add(tcpDialWait)
+	backoff := 10 * time.Millisecond
+	var c net.Conn
+	for {
+		var err error
+		c, err = net.DialTimeout("tcp", addr, time.Until(end))
+		if err == nil {
+			break
+		}
+		if time.Now().Add(backoff).After(end) {
+			return nil, fmt.Errorf("connect (tried for %v): %w", tcpDialWait, err)
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 250*time.Millisecond)
+	}
+	conn, err := newFDConn(c)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			conn.release()
+		}
+	}()
+	sc, err := endpoint.DialSealed(conn, sec, tcpHandshakeWait)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(tcpHandshakeWait))
+	if err := sc.WriteFrame(hello(layer)); err != nil {
+		_ = sc.Close()
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	b, err := sc.ReadFrame(tcpReplySize)
+	if err != nil {
+		_ = sc.Close()
+		return nil, fmt.Errorf("read the listener's answer: %w", err)
+	}
+	if len(b) != tcpReplySize {
+		_ = sc.Close()
+		return nil, fmt.Errorf("the listener's answer has %d bytes, want %d: %w", len(b), tcpReplySize, ErrFabricVersion)
+	}
+	switch b[0] {
+	case tcpOK:
+	case tcpBadVer:
+		_ = sc.Close()
+		return nil, fmt.Errorf("the listener speaks another link protocol version than this end's %d: %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
+	default:
+		_ = sc.Close()
+		return nil, fmt.Errorf("the listener says: %w", refusal(b[0], nil))
+	}
+	if err := conn.ready(); err != nil {
+		return nil, err
+	}
+	peerSlot, slot := int(binary.BigEndian.Uint32(b[4:])), int(binary.BigEndian.Uint32(b[8:]))
+	if peerSlot != tcpSlotBase || slot <= tcpSlotBase || slot >= tcpSlotBase+tcpSlots {
+		_ = sc.Close()
+		return nil, fmt.Errorf("the listener hands out slot %d from slot %d: %w", slot, peerSlot, ErrFabricVersion)
+	}
+	l := newTCPLink(slot, addr, sec, layer)
+	l.peers[peerSlot] = &tcpPeer{slot: peerSlot, fc: conn, conn: sc}
+	ok = true
+	return l, nil
+}
+
+// drop ends the connection to p (f.mu held, or the engine stopped): its
+// QPs' requests find no peer from now on and end in RETRY_EXC_ERR.
+func (l *tcpLink) drop(p *tcpPeer) {
+	l.mu.Lock()
+	if p.dead {
+		l.mu.Unlock()
+		return
+	}
+	p.dead = true
+	if l.peers[p.slot] == p {
+		delete(l.peers, p.slot)
+	}
+	l.mu.Unlock()
+	p.fc.release()
+	p.in, p.out = nil, nil
+}
+
+// close ends every connection and stops listening (the engine stopped).
+func (l *tcpLink) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	if l.ln != nil {
+		_ = l.ln.Close()
+	}
+	l.wg.Wait()
+	l.mu.Lock()
+	peers := make([]*tcpPeer, 0, len(l.peers))
+	for _, p := range l.peers {
+		peers = append(peers, p)
+	}
+	l.mu.Unlock()
+	for _, p := range peers {
+		l.drop(p)
+	}
+}
+
+// live returns the linked peers (f.mu held), in a slice reused each round.
+func (l *tcpLink) live() []*tcpPeer {
+	l.round = l.round[:0]
+	l.mu.Lock()
+	for _, p := range l.peers {
+		if !p.dead {
+			l.round = append(l.round, p)
+		}
+	}
+	l.mu.Unlock()
+	return l.round
+}
+
+// remoteSlot returns the slot of the other end that owns qpn, or -1 when
+// qpn is this Fabric's or in no slot of the link.
+func (l *tcpLink) remoteSlot(qpn uint32) int {
+	s := tcpQPNSlot(qpn)
+	if s == l.slot {
+		return -1
+	}
+	return s
+}
+
+// peerAlive reports whether the Fabric in slot is connected.
+func (l *tcpLink) peerAlive(slot int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.peers[slot]
+	return p != nil && !p.dead
+}
+
+// send seals one message for the Fabric in slot and writes it, as far as
+// the socket takes it (f.mu held; see shmFabric.send). It reports false
+// when that Fabric is not linked or too much waits for it already.
+func (l *tcpLink) send(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
+	l.mu.Lock()
+	p := l.peers[slot]
+	if p != nil && p.dead {
+		p = nil
+	}
+	l.mu.Unlock()
+	n := wireHdrSize + payloadLen
+	if p == nil || len(p.out)+n > tcpOutLimit {
+		return false
+	}
+	if cap(l.tx) < n {
+		l.tx = make([]byte, n)
+	}
+	rec := l.tx[:n]
+	h := (*wireHdr)(unsafe.Pointer(&rec[0]))
+	*h = wireHdr{}
+	fill(h, rec[wireHdrSize:])
+	h.Len = uint32(n)
+	out, err := p.conn.Seal(p.out, rec)
+	if err != nil {
+		return false
+	}
+	p.out = out
+	l.flush(p)
+	return true
+}
+
+// flush writes what waits for p, as far as the socket takes it now.
+func (l *tcpLink) flush(p *tcpPeer) {
+	for len(p.out) > 0 && !p.dead {
+		n, err := unix.SendmsgN(p.fc.fd, p.out, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return
+		case err != nil:
+			l.drop(p)
+			return
+		}
+		rest := copy(p.out, p.out[n:])
+		p.out = p.out[:rest]
+	}
+}
+
+// tcpReadChunk is the least room a receive offers the socket.
+const tcpReadChunk = 256 << 10
+
+// drain writes what waits and hands every whole message received to f
+// (f.mu held); it reports whether there was any.
+func (l *tcpLink) drain(f *Fabric, now int64) bool {
+	got := false
+	for _, p := range l.live() {
+		l.flush(p)
+		for !p.dead {
+			if cap(p.in)-len(p.in) < tcpReadChunk {
+				p.in = append(make([]byte, 0, 2*cap(p.in)+tcpReadChunk), p.in...)
+			}
+			n, _, err := unix.Recvfrom(p.fc.fd, p.in[len(p.in):cap(p.in)], unix.MSG_DONTWAIT)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				break
+			}
+			if err != nil || n == 0 { // reset, or closed by the peer
+				l.drop(p)
+				break
+			}
+			p.in = p.in[:len(p.in)+n]
+			if l.frames(f, p, now) {
+				got = true
+			}
+		}
+	}
+	return got
+}
+
+// frames handles every whole frame at the start of p.in and keeps the
+// rest; a frame that is not of the link protocol or not sealed by the
+// peer ends the link.
+func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
+	in := p.in
+	got := false
+	for len(in) >= endpoint.SealedHeaderSize && !p.dead {
+		size, err := endpoint.FrameSize(in[:endpoint.SealedHeaderSize], wireHdrSize+wireMaxPayload)
+		if err != nil {
+			l.drop(p)
+			return got
+		}
+		if len(in) < size {
+			break
+		}
+		body, err := p.conn.Open(in[:size])
+		in = in[size:]
+		if err != nil || len(body) < wireHdrSize {
+			l.drop(p)
+			return got
+		}
+		// The header is read in place: copy the message to an aligned
+		// buffer.
+		if cap(l.rx) < len(body) {
+			l.rx = make([]byte, len(body))
+		}
+		rec := l.rx[:len(body)]
+		copy(rec, body)
+		h := (*wireHdr)(unsafe.Pointer(&rec[0]))
+		if int(h.Len) != len(rec) || (h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD) {
+			l.drop(p)
+			return got
+		}
+		got = true
+		f.wireIn(p.slot, h, rec[wireHdrSize:], now)
+	}
+	if !p.dead {
+		p.in = p.in[:copy(p.in, in)]
+	}
+	return got
+}
+
+// sleep waits up to d for bytes from a peer (the engine is idle).
+func (l *tcpLink) sleep(f *Fabric, d time.Duration) {
+	f.mu.Lock()
+	l.fds = l.fds[:0]
+	for _, p := range l.live() {
+		ev := int16(unix.POLLIN)
+		if len(p.out) > 0 {
+			ev |= unix.POLLOUT
+		}
+		l.fds = append(l.fds, unix.PollFd{Fd: int32(p.fc.fd), Events: ev})
+	}
+	f.mu.Unlock()
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	if len(l.fds) == 0 {
+		_, _ = unix.Ppoll(nil, &ts, nil)
+		return
+	}
+	_, _ = unix.Ppoll(l.fds, &ts, nil)
+}
+
+// wireOut sends one message to the process in slot over the shared fabric
+// or the TCP link the Fabric joined (see shmFabric.send).
+func (f *Fabric) wireOut(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
+	if f.tcp != nil {
+		return f.tcp.send(slot, payloadLen, fill)
+	}
+	return f.shm.send(slot, payloadLen, fill)
+}
+
+// wirePeerAlive reports whether the process in slot still runs (shared
+// fabric) or is still connected (TCP link).
+func (f *Fabric) wirePeerAlive(slot int) bool {
+	if f.tcp != nil {
+		return f.tcp.peerAlive(slot)
+	}
+	return f.shm.peerAlive(slot)
+}
+
+// LinkStatus describes a Fabric's end of a TCP link (see Options.Link).
+type LinkStatus struct {
+	// Address is the address listened on (the port chosen when the
+	// option named port 0) or connected to.
+	Address string
+	// Listening is true on the listening end.
+	Listening bool
+	// Slot is this end's slot: its QPNs are those of the 64 Ki range
+	// numbered Slot+1.
+	Slot int
+	// Peers is the number of ends connected now.
+	Peers int
+	// Refused counts the connections the listening end refused (failed
+	// authentication, another protocol version or link layer);
+	// LastRefusal is the reason of the last.
+	Refused     int
+	LastRefusal error
+}
+
+// Link returns the state of the Fabric's TCP link, and false when it has
+// made none (the link is made when the first device opens).
+func (f *Fabric) Link() (LinkStatus, bool) {
+	f.mu.Lock()
+	l := f.tcp
+	f.mu.Unlock()
+	if l == nil {
+		return LinkStatus{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := LinkStatus{Address: l.addr, Listening: l.listen, Slot: l.slot, Refused: l.refused, LastRefusal: l.lastErr}
+	for _, p := range l.peers {
+		if !p.dead {
+			st.Peers++
+		}
+	}
+	return st, true
+}

@@ -1,0 +1,287 @@
+package sim
+
+import (
+	"encoding/binary"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+var testLinkKey = []byte("link-test-key-0123456789abcdef")
+
+// linkedPair builds two Fabrics in this process linked over TCP on
+// 127.0.0.1, as two hosts would be: e1 listens, e2 connects.
+func linkedPair(t *testing.T) (e1, e2 *env) {
+	skipOnEmulatedCPU(t)
+	e1 = newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, ok := e1.f.Link()
+	require.True(t, ok)
+	e2 = newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	return e1, e2
+}
+
+func TestLinkNumbering(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	s1, ok := e1.f.Link()
+	require.True(t, ok)
+	s2, ok := e2.f.Link()
+	require.True(t, ok)
+	require.True(t, s1.Listening)
+	require.False(t, s2.Listening)
+	require.NotEqual(t, s1.Slot, s2.Slot)
+	require.Equal(t, 1, s2.Peers)
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 1 }, 5*time.Second, time.Millisecond)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	require.Equal(t, s1.Slot, tcpQPNSlot(a.qp.QPN()))
+	require.Equal(t, s2.Slot, tcpQPNSlot(b.qp.QPN()))
+	require.Equal(t, -1, qpnSlot(a.qp.QPN()), "apart from a shared fabric's QPNs")
+	require.True(t, e1.f.Reaches(b.qp.QPN()))
+	require.True(t, e2.f.Reaches(a.qp.QPN()))
+	require.False(t, e2.f.Reaches(0x100))
+	lids := map[uint16]bool{}
+	for _, c := range []*ctx.Context{e1.c, e1.c2, e2.c, e2.c2} {
+		lid := lidOf(t, c)
+		require.False(t, lids[lid], "LID %d twice", lid)
+		lids[lid] = true
+	}
+	g1, err := e1.c.QueryGIDs(1)
+	require.NoError(t, err)
+	g2, err := e2.c.QueryGIDs(1)
+	require.NoError(t, err)
+	require.NotEqual(t, g1[0].GID, g2[0].GID)
+}
+
+// rcOps runs SEND, WRITE, WRITE with immediate, READ and atomics from a
+// (on ea) to b (on eb), checking both memories.
+func rcOps(t *testing.T, ea, eb *env, a, b *testQP, seed int64) {
+	t.Helper()
+	const wait = 5 * time.Second
+	payload := make([]byte, 5000)
+	fill(payload, seed)
+	copy(ea.mem(0, len(payload)), payload)
+	b.postRecv(dataSeg(8192, eb.mr.LKey(), eb.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dataSeg(uint32(len(payload)), ea.mr.LKey(), ea.addr(0)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	r := waitCQE(t, b.rcq, wait)
+	require.Equal(t, prm.CQERespSend, r.op)
+	require.Equal(t, uint32(len(payload)), r.byteCnt)
+	require.Equal(t, a.qp.QPN(), r.srcQPN)
+	require.Equal(t, lidOf(t, ea.c), r.slid)
+	require.Equal(t, payload, eb.mem(0, len(payload)))
+
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(eb.addr(20000), eb.mr.RKey()), dataSeg(1000, ea.mr.LKey(), ea.addr(0)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	require.Equal(t, payload[:1000], eb.mem(20000, 1000))
+
+	b.postRecv()
+	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 77, raddrSeg(eb.addr(30000), eb.mr.RKey()), inlineSeg([]byte("hello")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	r = waitCQE(t, b.rcq, wait)
+	require.Equal(t, prm.CQERespWrImm, r.op)
+	require.Equal(t, uint32(77), r.imm)
+	require.Equal(t, []byte("hello"), eb.mem(30000, 5))
+
+	fill(eb.mem(40000, 3000), seed+1)
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(eb.addr(40000), eb.mr.RKey()), dataSeg(3000, ea.mr.LKey(), ea.addr(50000)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	require.Equal(t, eb.mem(40000, 3000), ea.mem(50000, 3000))
+
+	binary.BigEndian.PutUint64(eb.mem(60000, 8), 100)
+	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(eb.addr(60000), eb.mr.RKey()), atomicSeg(5, 0), dataSeg(8, ea.mr.LKey(), ea.addr(60000)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
+	require.Equal(t, uint64(100), binary.BigEndian.Uint64(ea.mem(60000, 8)))
+	require.Equal(t, uint64(105), binary.BigEndian.Uint64(eb.mem(60000, 8)))
+}
+
+func TestLinkRCBothWays(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	rcOps(t, e1, e2, a, b, 3)
+	rcOps(t, e2, e1, b, a, 7)
+
+	// In order, each exactly once: bursts of writes with immediate, half
+	// of whose receives are posted late (RNR NAKs and retries).
+	const n = 48
+	for i := 0; i < n; i += 8 {
+		for j := 0; j < 4; j++ {
+			b.postRecv()
+		}
+		naks := e1.f.Stats().RNRNaks
+		for j := i; j < i+8; j++ {
+			a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(j), raddrSeg(e2.addr(70000+j), e2.mr.RKey()), inlineSeg([]byte{byte(j + 1)}))
+		}
+		require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks > naks }, 5*time.Second, 100*time.Microsecond)
+		for j := 0; j < 4; j++ {
+			b.postRecv()
+		}
+		for j := i; j < i+8; j++ {
+			require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+			r := waitCQE(t, b.rcq, 5*time.Second)
+			require.Equal(t, uint32(j), r.imm)
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain())
+	require.Empty(t, b.rcq.drain())
+	for i := 0; i < n; i++ {
+		require.Equal(t, byte(i+1), e2.mem(70000+i, 1)[0])
+	}
+}
+
+func TestLinkUDAndDC(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
+	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(256)))
+	lid := lidOf(t, e2.c)
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x55, udAV(0x9999, b.qp.QPN(), lid), inlineSeg([]byte("bad qkey")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("datagram")))
+	for i := 0; i < 2; i++ {
+		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	}
+	c := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, uint32(40+8), c.byteCnt)
+	require.Equal(t, a.qp.QPN(), c.srcQPN)
+	require.Equal(t, lidOf(t, e1.c), c.slid)
+	require.Equal(t, []byte("datagram"), e2.mem(40, 8))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain(), "a wrong qkey is dropped")
+	require.Equal(t, uint64(1), e2.f.Stats().UDDropped)
+
+	// DC: a DCI of e2 to a DCT of e1.
+	srq := e1.newSRQ(e1.pd, 16, 1)
+	dct := e1.dct(e1.pd, srq, 0xfeed)
+	d := e2.dci(e2.pd)
+	srq.post(dataSeg(64, e1.mr.LKey(), e1.addr(0)))
+	lid1 := lidOf(t, e1.c)
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), inlineSeg([]byte("to dct")))
+	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), raddrSeg(e1.addr(4096), e1.mr.RKey()), inlineSeg([]byte("written")))
+	d.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), raddrSeg(e1.addr(4096), e1.mr.RKey()), dataSeg(7, e2.mr.LKey(), e2.addr(9000)))
+	for i := 0; i < 3; i++ {
+		c := waitCQE(t, d.scq, 5*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "WQE %d: syndrome %v", c.counter, c.synd)
+	}
+	r := waitCQE(t, dct.rcq, 5*time.Second)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.Equal(t, []byte("to dct"), e1.mem(int(r.counter)*64, 6))
+	require.Equal(t, []byte("written"), e1.mem(4096, 7))
+	require.Equal(t, []byte("written"), e2.mem(9000, 7))
+
+	d2 := e2.dci(e2.pd)
+	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, dct.qp.QPN(), lid1), inlineSeg([]byte("x")))
+	require.Equal(t, prm.SyndromeRemoteAccess, waitCQE(t, d2.scq, 5*time.Second).synd)
+}
+
+func TestLinkPeerClosed(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("one")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+
+	require.NoError(t, e2.f.Close())
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("two")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("three")))
+	x := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReqErr, x.op)
+	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd)
+	y := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.SyndromeWRFlush, y.synd)
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
+	require.False(t, e1.f.Reaches(b.qp.QPN()))
+	st, _ := e1.f.Link()
+	require.Zero(t, st.Peers)
+}
+
+func TestLinkWrongKeyRefused(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e1 := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, _ := e1.f.Link()
+	bad := New(Options{Mode: Engine, Link: st.Address, LinkKey: []byte("not-the-key-0123456789abcdef")})
+	defer bad.Close()
+	_, err := bad.Open("sim0")
+	require.ErrorIs(t, err, endpoint.ErrAuth, "the listener proves the key first: the connecting end finds it wrong")
+	require.Contains(t, err.Error(), "link fabric over TCP")
+	_, ok := bad.Link()
+	require.False(t, ok, "no link made")
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Refused == 1 }, 5*time.Second, time.Millisecond)
+	st, _ = e1.f.Link()
+	require.ErrorIs(t, st.LastRefusal, endpoint.ErrAuth)
+	require.Zero(t, st.Peers, "the refused end got nothing")
+
+	// The listener is unchanged: the right key links.
+	good := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	s2, ok := good.f.Link()
+	require.True(t, ok)
+	require.Equal(t, tcpSlotBase+1, s2.Slot, "the refused end was given no slot")
+}
+
+func TestLinkOptionErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+		want error
+	}{
+		{"no key", Options{Mode: Engine, Link: "listen:127.0.0.1:0"}, endpoint.ErrBadKey},
+		{"manual", Options{Mode: Manual, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey}, ctx.ErrInvalidArgument},
+		{"both", Options{Mode: Engine, Fabric: "x", Link: "listen:127.0.0.1:0", LinkKey: testLinkKey}, ctx.ErrInvalidArgument},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(EnvLinkKey, "")
+			f := New(c.opts)
+			defer f.Close()
+			_, err := f.Open("sim0")
+			require.ErrorIs(t, err, c.want)
+			_, ok := f.Link()
+			require.False(t, ok)
+		})
+	}
+}
+
+func TestLinkVersionRefused(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e1 := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, _ := e1.f.Link()
+	for _, c := range []struct {
+		name   string
+		edit   func(h []byte)
+		status byte
+	}{
+		{"version", func(h []byte) { binary.BigEndian.PutUint16(h, tcpVersion+1) }, tcpBadVer},
+		{"header", func(h []byte) { binary.BigEndian.PutUint16(h[2:], uint16(wireHdrSize+8)) }, tcpBadHeader},
+		{"link layer", func(h []byte) { binary.BigEndian.PutUint32(h[8:], uint32(ctx.LinkLayerEthernet)) }, tcpBadLayer},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", st.Address)
+			require.NoError(t, err)
+			sc, err := endpoint.DialSealed(conn, endpoint.Security{Key: testLinkKey}, 5*time.Second)
+			require.NoError(t, err)
+			defer sc.Close()
+			h := hello(ctx.LinkLayerInfiniBand)
+			c.edit(h)
+			require.NoError(t, sc.WriteFrame(h))
+			b, err := sc.ReadFrame(tcpReplySize)
+			require.NoError(t, err)
+			require.Equal(t, c.status, b[0])
+			require.ErrorIs(t, refusal(b[0], h), ErrLinkRefused)
+		})
+	}
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Refused == 3 }, 5*time.Second, time.Millisecond)
+	s, _ := e1.f.Link()
+	require.ErrorIs(t, s.LastRefusal, ErrLinkRefused)
+	require.Zero(t, s.Peers)
+}
