@@ -182,3 +182,23 @@ func (h *hca) portStateOf(port uint8) ctx.PortState {
 	}
 	return ctx.PortStateActive
 }
+
+// FailCQ moves a CQ to error as an overrun does: CQ_ERR is raised on its
+// device, no CQE is written to it any more, and a QP whose completion
+// finds it in error moves to error with QP_FATAL. Failing a CQ in error
+// does nothing.
+func (f *Fabric) FailCQ(cqn uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.cqs[cqn]
+	if c == nil {
+		return provider.Errorf("sim: fail CQ", "CQN %#x: %w", cqn, ctx.ErrNotFound)
+	}
+	if c.errored {
+		return nil
+	}
+	c.errored = true
+	c.errDetail = "injected fault"
+	c.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventCQError, CQN: c.cqn, Detail: c.errDetail})
+	return nil
+}
