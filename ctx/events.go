@@ -54,6 +54,11 @@ type EventRouter struct {
 	stop chan struct{}
 	done chan struct{}
 
+	// reading serializes reading and routing (the goroutine and Flush),
+	// which keeps the events in order.
+	reading sync.Mutex
+	subs2   []*EventSubscription // scratch of route, under reading
+
 	mu       sync.Mutex
 	subs     []*EventSubscription
 	unrouted uint64 // events no subscriber selected
@@ -100,8 +105,9 @@ func (c *Context) EventRouter() (*EventRouter, error) {
 }
 
 // Subscribe registers fn for the events filter selects. fn runs on the
-// router's goroutine, one event at a time, and must return promptly; it
-// may call Cancel of any subscription but must not wait for the router.
+// router's goroutine (or in a caller of Flush), one event at a time, and
+// must return promptly; it may call Cancel of any subscription but must
+// not wait for the router or call Flush.
 func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*EventSubscription, error) {
 	if fn == nil {
 		return nil, &OpError{Op: "subscribe to events", Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
@@ -143,18 +149,58 @@ func (r *EventRouter) Err() error {
 // Done is closed when the router has stopped (its Context closed).
 func (r *EventRouter) Done() <-chan struct{} { return r.done }
 
+// Flush reads and routes, on the caller's goroutine, every event the
+// device holds now, so that an event raised before a completion the
+// caller has seen (a flush after QP_FATAL) has reached its subscribers
+// when Flush returns. It returns the error of reading, if any.
+func (r *EventRouter) Flush() error {
+	for {
+		ok, err := r.step()
+		if err != nil || !ok {
+			return err
+		}
+	}
+}
+
+// step reads one event and routes it; ok is false when none was pending.
+func (r *EventRouter) step() (ok bool, err error) {
+	r.reading.Lock()
+	defer r.reading.Unlock()
+	ev, ok, err := r.c.ReadAsyncEvent()
+	if err != nil || !ok {
+		return false, err
+	}
+	r.mu.Lock()
+	subs := append(r.subs2[:0], r.subs...)
+	r.mu.Unlock()
+	routed := false
+	for _, s := range subs {
+		if s.filter.Match(ev) && s.live() {
+			s.fn(ev)
+			routed = true
+		}
+	}
+	clear(subs)
+	r.subs2 = subs[:0]
+	if !routed {
+		r.mu.Lock()
+		r.unrouted++
+		r.mu.Unlock()
+	}
+	return true, nil
+}
+
 // run reads and routes events until the Context closes.
 func (r *EventRouter) run() {
 	defer close(r.done)
 	fd := r.c.AsyncEventFD()
-	var subs []*EventSubscription
 	for {
 		select {
 		case <-r.stop:
 			return
 		default:
 		}
-		ev, ok, err := r.c.ReadAsyncEvent()
+		ok, err := r.step()
 		if err != nil {
 			if errors.Is(err, ErrClosed) {
 				return
@@ -169,22 +215,6 @@ func (r *EventRouter) run() {
 		}
 		if !ok {
 			r.sleep(fd)
-			continue
-		}
-		r.mu.Lock()
-		subs = append(subs[:0], r.subs...)
-		r.mu.Unlock()
-		routed := false
-		for _, s := range subs {
-			if s.filter.Match(ev) && s.live() {
-				s.fn(ev)
-				routed = true
-			}
-		}
-		if !routed {
-			r.mu.Lock()
-			r.unrouted++
-			r.mu.Unlock()
 		}
 	}
 }
