@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -211,4 +212,24 @@ func TestChannelWithoutOnEventReadsNoEvent(t *testing.T) {
 	require.Equal(t, ctx.EventPortError, ev.Type)
 	require.NoError(t, ca.Err())
 	exchange(t, a, b, ca, cb, "no watch")
+}
+
+// TestChannelDCEvents: a DC channel watches its initiator and targets: a
+// QP_FATAL on the DC initiator fails a blocking write naming the event,
+// and the reestablished channel works.
+func TestChannelDCEvents(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	var evA events
+	opts := channel.Options{Transport: endpoint.TransportDC, OnEvent: evA.on}
+	ca, cb := pairWith(t, a, b, opts, channel.Options{Transport: endpoint.TransportDC})
+	exchange(t, a, b, ca, cb, "DC before")
+	require.NoError(t, f.FailQP(ca.Multi().DCI().QPN()))
+	region, err := ca.RemoteRegion(0)
+	require.NoError(t, err)
+	err = ca.Write(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+	requireEventFailure(t, err, ctx.EventQPFatal)
+	require.Equal(t, ctx.EventQPFatal, evA.wait(t, 1)[0])
+	na, nb := reestablish(t, ca, cb)
+	exchange(t, a, b, na, nb, "DC after")
 }
