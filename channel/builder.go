@@ -57,6 +57,23 @@ type Options struct {
 	Timeout time.Duration
 	// RetryCount, RNRRetry, Timeout codes and the RNR timer of the queue
 	// pairs are those of package rc's defaults.
+
+	// OnEvent, when set, makes the connected channel watch its context's
+	// asynchronous events (through ctx.Context.EventRouter, which then
+	// consumes every event of the context): OnEvent is called, on the
+	// router's goroutine, with each event about the channel's queue pairs,
+	// SRQs or completion queue, its port, or the device. It must return
+	// promptly and must not call the channel, which is used by one
+	// goroutine at a time. An event that leaves the channel unable to
+	// complete its work (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, CQ_ERR,
+	// SRQ_ERR, PORT_ERR, DEVICE_FATAL, WQ_FATAL) also fails the channel at
+	// its next wait (blocking call, scope, Pending.Wait): the outstanding
+	// work is flushed as Fail does and the wait returns an error that
+	// names the event (*EventError, wrapping ErrAsyncEvent) and wraps
+	// ErrFailed. Err reports the event from then on. Reestablish builds
+	// the channel again on the same memory regions. Nil: the channel reads
+	// no event.
+	OnEvent func(ctx.AsyncEvent)
 }
 
 func (o Options) withDefaults() Options {
@@ -120,7 +137,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		return nil, fmt.Errorf("%s: transport %v: %w", op, opts.Transport, ctx.ErrInvalidArgument)
 	}
 	c := &core{transport: opts.Transport, timeout: opts.Timeout, ctx: pd.Context(), pd: pd,
-		links: make([]link, peers)}
+		links: make([]link, peers), opts: opts}
 	ok := false
 	defer func() {
 		if !ok {
@@ -307,6 +324,11 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		}
 		c.links[j].ep = e
 	}
+	c.regions = p.regions
+	if err := c.watchEvents(); err != nil {
+		_ = c.close()
+		return nil, fmt.Errorf("%s: watch async events: %w", op, err)
+	}
 	return &MultiChannel{c: c}, nil
 }
 
@@ -319,6 +341,9 @@ func (c *core) close() error {
 		return nil
 	}
 	c.closed = true
+	if c.watch != nil {
+		c.watch.sub.Cancel()
+	}
 	var errs []error
 	add := func(err error) {
 		if err != nil && !errors.Is(err, ctx.ErrClosed) {

@@ -91,6 +91,13 @@ type core struct {
 	cq     *ctx.CompletionQueue
 	srqs   []*transport.SharedReceiveQueue
 	closed bool
+
+	// opts (defaults filled) and regions, the regions shared in the
+	// handshake, build the channel again (Reestablish); watch is its
+	// subscription to async events (Options.OnEvent; nil without).
+	opts    Options
+	regions []endpoint.RemoteRegion
+	watch   *eventWatch
 }
 
 // peerLink returns the link of peer or nil.
@@ -452,8 +459,15 @@ func newWaiter(c *core, cx context.Context) waiter {
 // looks at the context.
 const checkBusy = 64
 
-// ended returns the context's error once it is done (nil before).
+// ended returns the context's error once it is done (nil before), or the
+// error of an async event that ends the channel (Options.OnEvent).
 func (w *waiter) ended() error {
+	if w.c.watch != nil {
+		if err := w.c.eventErr(); err != nil {
+			w.cancelled = true
+			return err
+		}
+	}
 	if w.done == nil {
 		return nil
 	}
@@ -558,7 +572,7 @@ func (c *core) wait(cx context.Context, wrid uint64) (*slot, error) {
 		}
 		if c.poll() > 0 {
 			if err := w.progress(); err != nil {
-				return nil, err
+				return nil, c.failOnEvent("wait", err)
 			}
 			continue
 		}
@@ -566,7 +580,7 @@ func (c *core) wait(cx context.Context, wrid uint64) (*slot, error) {
 			return nil, closedError{}
 		}
 		if err := w.idlePoll(); err != nil {
-			return nil, err
+			return nil, c.failOnEvent("wait", err)
 		}
 	}
 }
@@ -645,6 +659,14 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 		werr = c.cancel(b.op, werr)
 		clear(b.errs[kept:]) // the flushes the cancellation caused
 		b.errs = b.errs[:kept]
+	} else if len(b.errs) > 0 && !c.failed {
+		// Work failed: an event that ends the channel may be why.
+		if eerr := c.heldEventErr(); eerr != nil {
+			kept := len(b.errs)
+			werr = c.cancel(b.op, eerr)
+			clear(b.errs[kept:])
+			b.errs = b.errs[:kept]
+		}
 	}
 	b.id, b.results = 0, nil
 	if perr == nil && werr == nil && len(b.errs) == 0 {

@@ -87,9 +87,15 @@ func (m *MultiChannel) Poller() *transport.Poller { return m.c.poller }
 func (m *MultiChannel) Outstanding() int { return m.c.pending }
 
 // Err returns the first problem met while polling that belongs to no work
-// request: a completion the channel did not post, or the CQ's own error
-// (overrun).
+// request: the async event that ended the channel (Options.OnEvent), a
+// completion the channel did not post, or the CQ's own error (overrun).
 func (m *MultiChannel) Err() error {
+	if err := m.c.eventErr(); err != nil {
+		if m.c.failed {
+			return fmt.Errorf("channel: %w (%w)", err, ErrFailed)
+		}
+		return fmt.Errorf("channel: %w", err)
+	}
 	if err := m.c.poller.Err(); err != nil {
 		return err
 	}
@@ -159,7 +165,14 @@ func (p Pending) Wait(c context.Context) error {
 		return err
 	}
 	if s.state == slotFailed {
-		return s.err()
+		err := s.err()
+		if !p.c.failed {
+			// An event that ends the channel may be why.
+			if eerr := p.c.heldEventErr(); eerr != nil {
+				return errors.Join(err, p.c.cancel("wait", eerr))
+			}
+		}
+		return err
 	}
 	return nil
 }

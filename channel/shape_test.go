@@ -11,7 +11,8 @@ import (
 
 // TestOneMethodPerOperation checks the shape of the API: a Channel is its
 // MultiChannel (embedded, not a second set of forwarding methods) with only
-// the peer-less Remote, RemoteRegion and QP of its own, and the blocking
+// the peer-less Remote, RemoteRegion and QP of its own, plus Reestablish
+// and ReestablishConn, which rebuild it as a Channel, and the blocking
 // calls take a context.Context first instead of having …Context twins.
 func TestOneMethodPerOperation(t *testing.T) {
 	ch := reflect.TypeFor[channel.Channel]()
@@ -19,7 +20,7 @@ func TestOneMethodPerOperation(t *testing.T) {
 		t.Fatalf("Channel does not embed *MultiChannel alone: %v", ch)
 	}
 	multi := reflect.TypeFor[*channel.MultiChannel]()
-	own := map[string]bool{"Remote": true, "RemoteRegion": true, "QP": true}
+	own := map[string]bool{"Remote": true, "RemoteRegion": true, "QP": true, "Reestablish": true, "ReestablishConn": true}
 	chp := reflect.TypeFor[*channel.Channel]()
 	for i := range chp.NumMethod() {
 		m := chp.Method(i)

@@ -50,6 +50,12 @@ type hca struct {
 	link  ctx.LinkLayer
 	gids  []ctx.GIDEntry
 	mac   [6]byte
+
+	// down[p] is true while port p is down, fatal while the HCA has
+	// failed; open lists its open devices (events.go).
+	down  []bool
+	fatal bool
+	open  []*device
 }
 
 func newHCA(i int, link ctx.LinkLayer) *hca {
@@ -121,6 +127,9 @@ type device struct {
 	// of events (simadopt.SubscribeAsyncEvents).
 	subscriber func(ctx.AsyncEvent)
 
+	// failed: the HCA failed while the device was open (events.go).
+	failed bool
+
 	// dedicatedBF counts the QPs holding a BlueFlame register of their own
 	// (Options.BlueFlameRegisters bounds it); sharedBF is the UAR page of
 	// the doorbell-only register every other QP with a send queue shares,
@@ -154,6 +163,14 @@ func (d *device) Kind() ctx.Kind { return ctx.KindSoftware }
 func (d *device) Fabric() *Fabric { return d.f }
 
 func (d *device) Query() (ctx.DeviceAttr, error) {
+	if d.dead() {
+		return ctx.DeviceAttr{}, errDeviceFatal("sim: query device")
+	}
+	return d.attr(), nil
+}
+
+// attr returns the device attributes; it takes no lock.
+func (d *device) attr() ctx.DeviceAttr {
 	return ctx.DeviceAttr{
 		Name:              d.h.name,
 		FirmwareVersion:   "sim",
@@ -189,7 +206,7 @@ func (d *device) Query() (ctx.DeviceAttr, error) {
 		SendLimitsDCI:     sqsize.LimitsOf(ctx.QPTypeDCI, sendQueueDevice),
 		MaxDCRdAtomic:     maxDCRespRdAtomic,
 		MaxDCInitRdAtomic: maxDCInitRdAtomic,
-	}, nil
+	}
 }
 
 // validPort reports whether port is one of the device's ports
@@ -200,9 +217,19 @@ func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
 	if !d.validPort(port) {
 		return ctx.PortAttr{}, provider.Errorf("sim: query port", "port %d of %d: %w", port, d.f.opts.Ports, ctx.ErrInvalidArgument)
 	}
+	d.f.mu.Lock()
+	defer d.f.mu.Unlock()
+	if d.deadLocked() {
+		return ctx.PortAttr{}, errDeviceFatal("sim: query port")
+	}
+	return d.portAttrLocked(port), nil
+}
+
+// portAttrLocked returns the attributes of a valid port (f.mu held).
+func (d *device) portAttrLocked(port uint8) ctx.PortAttr {
 	return ctx.PortAttr{
 		Port:         port,
-		State:        ctx.PortStateActive,
+		State:        d.h.portStateOf(port),
 		MaxMTU:       portMTU,
 		ActiveMTU:    portMTU,
 		LID:          d.h.lid,
@@ -212,7 +239,7 @@ func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
 		LinkLayer:    d.h.link,
 		ActiveSpeed:  32,
 		ActiveWidth:  2,
-	}, nil
+	}
 }
 
 func (d *device) QueryGIDs(port uint8) ([]ctx.GIDEntry, error) {
@@ -261,6 +288,9 @@ func (d *device) postEvent(ev ctx.AsyncEvent) {
 func (d *device) AllocProtectionDomain() (provider.ProtectionDomain, error) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
+	if d.deadLocked() {
+		return nil, errDeviceFatal("sim: alloc PD")
+	}
 	p := &pd{f: d.f, dev: d, pdn: d.f.nextPDN}
 	d.f.nextPDN++
 	return p, nil
@@ -273,6 +303,7 @@ func (d *device) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.h.closedDevice(d)
 	_ = unix.Close(d.evfd)
 	d.releaseSharedBFLocked()
 	stop, done := d.f.deviceClosedLocked()
@@ -306,6 +337,9 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	if p.closed {
 		return nil, provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
+	if p.dev.deadLocked() {
+		return nil, errDeviceFatal(op)
+	}
 	key, ok := p.f.allocKeyLocked()
 	if !ok {
 		return nil, exhausted(op, "memory key indices", &p.f.keys)
@@ -317,6 +351,9 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 
 func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {
 	const op = "sim: create AH"
+	if p.dev.dead() {
+		return nil, errDeviceFatal(op)
+	}
 	if !p.dev.validPort(attr.Port) {
 		return nil, provider.Errorf(op, "port %d of %d: %w", attr.Port, p.dev.f.opts.Ports, ctx.ErrInvalidArgument)
 	}

@@ -153,7 +153,7 @@ func (f *Fabric) rcPeer(q *qp) *qp {
 	if t == nil || t.typ != ctx.QPTypeRC || t.attr.RemoteQPN != q.qpn {
 		return nil
 	}
-	if t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS {
+	if t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS || qpOffline(q) || qpOffline(t) {
 		return nil
 	}
 	p := q.attr.Path
@@ -232,7 +232,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	} else {
 		a := decodeAV(q.dev.h.link, &w.av)
 		if c := f.qps[a.dqpn]; c != nil && c.typ == ctx.QPTypeDCT && c.state == ctx.QPStateRTR &&
-			reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, c.dev.h) {
+			reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, c.dev.h) && !qpOffline(q) && !qpOffline(c) {
 			t = c
 		}
 		if slot := f.remoteSlot(a.dqpn); slot >= 0 {

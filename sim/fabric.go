@@ -369,6 +369,7 @@ func (f *Fabric) openDevice(name string) (provider.Device, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	h.opened(d)
 	f.openDevices++
 	if f.opts.Mode == Engine && f.stop == nil && !f.closed {
 		f.stop = make(chan struct{})

@@ -122,7 +122,7 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 		return f.wireSendUD(q, w, &a, qkey, &pkt, slot)
 	}
 	if t == nil || t.typ != ctx.QPTypeUD || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
-		!reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, t.dev.h) || t.attr.QKey != qkey {
+		!reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, t.dev.h) || t.attr.QKey != qkey || qpOffline(q) || qpOffline(t) {
 		f.stats.UDDropped++
 		return done(w.total)
 	}

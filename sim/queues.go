@@ -86,6 +86,9 @@ type pendingCQE struct {
 
 func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.CompletionQueue, error) {
 	const op = "sim: create CQ"
+	if d.dead() {
+		return nil, errDeviceFatal(op)
+	}
 	if cfg.Depth == 0 || cfg.Depth > maxCQE {
 		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
 	}
@@ -224,6 +227,9 @@ type srq struct {
 
 func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	const op = "sim: create SRQ"
+	if p.dev.dead() {
+		return nil, errDeviceFatal(op)
+	}
 	if cfg.Depth == 0 || cfg.Depth >= maxRecvWR {
 		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
 	}
@@ -337,6 +343,9 @@ func (q *qp) sqPending() uint16 { return q.sqPI - q.sqCI }
 
 func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {
 	op := "sim: create " + cfg.Type.String() + " QP"
+	if p.dev.dead() {
+		return nil, errDeviceFatal(op)
+	}
 	bad := func(format string, args ...any) error {
 		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
@@ -479,6 +488,9 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	if q.closed {
 		return provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
+	if q.dev.deadLocked() && a.State != ctx.QPStateReset && a.State != ctx.QPStateError {
+		return errDeviceFatal(op)
+	}
 	bad := func(format string, args ...any) error {
 		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
@@ -558,10 +570,10 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 }
 
 // qpLimits are the limits the kernel would check a modify against on the
-// model's device: those it reports in Query and QueryPort.
+// model's device: those it reports in Query and QueryPort (f.mu held).
 func (d *device) qpLimits() qpstate.Limits {
-	dev, _ := d.Query()
-	port, _ := d.QueryPort(1)
+	dev := d.attr()
+	port := d.portAttrLocked(1)
 	return qpstate.LimitsOf(dev, port)
 }
 

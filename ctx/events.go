@@ -1,0 +1,245 @@
+package ctx
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// EventFilter says which asynchronous events an EventRouter subscriber
+// receives: the events of the QPs, CQs and SRQs it names (by number), of
+// the ports it names, and, with Device, DEVICE_FATAL and WQ_FATAL, the
+// events that name no object. All receives every event.
+type EventFilter struct {
+	QPNs   []uint32
+	CQNs   []uint32
+	SRQNs  []uint32
+	Ports  []uint8
+	Device bool
+	All    bool
+}
+
+// Match reports whether the filter selects ev.
+func (f *EventFilter) Match(ev AsyncEvent) bool {
+	if f.All {
+		return true
+	}
+	switch ev.Type {
+	case EventCQError:
+		return slices.Contains(f.CQNs, ev.CQN)
+	case EventSRQLimitReached, EventSRQError:
+		return slices.Contains(f.SRQNs, ev.SRQN)
+	case EventPortActive, EventPortError, EventLIDChange, EventPKeyChange, EventSMChange,
+		EventClientReregister, EventGIDChange:
+		return slices.Contains(f.Ports, ev.Port)
+	case EventDeviceFatal, EventWQFatal:
+		return f.Device
+	default:
+		return slices.Contains(f.QPNs, ev.QPN)
+	}
+}
+
+// EventRouter reads a Context's asynchronous events on a goroutine of its
+// own and hands each to the subscribers whose filter selects it, in the
+// order the device raised them. A Context has one router, started by the
+// first call to Context.EventRouter and stopped when the Context closes;
+// from then on the router consumes every event, so ReadAsyncEvent finds
+// none: subscribe with EventFilter.All to see them all.
+type EventRouter struct {
+	c    *Context
+	stop chan struct{}
+	done chan struct{}
+
+	// reading serializes reading and routing (the goroutine and Flush),
+	// which keeps the events in order.
+	reading sync.Mutex
+	subs2   []*EventSubscription // scratch of route, under reading
+
+	mu       sync.Mutex
+	subs     []*EventSubscription
+	unrouted uint64 // events no subscriber selected
+	err      error  // the first error reading an event
+}
+
+// EventSubscription is one subscriber of an EventRouter.
+type EventSubscription struct {
+	r      *EventRouter
+	filter EventFilter
+	fn     func(AsyncEvent)
+}
+
+// routers holds the router of each Context that started one.
+var routers sync.Map // *Context → *EventRouter
+
+// eventIdle bounds how long the router sleeps between looks at a provider
+// without an event descriptor, and between looks at its stop signal.
+const eventIdle = 20 * time.Millisecond
+
+// EventRouter returns the Context's event router, starting it on the
+// first call. It fails with ErrClosed on a closed Context.
+func (c *Context) EventRouter() (*EventRouter, error) {
+	if r, ok := routers.Load(c); ok {
+		return r.(*EventRouter), nil
+	}
+	r := &EventRouter{c: c, stop: make(chan struct{}), done: make(chan struct{})}
+	if old, loaded := routers.LoadOrStore(c, r); loaded {
+		return old.(*EventRouter), nil
+	}
+	c.addOnClose(func() {
+		routers.Delete(c)
+		close(r.stop)
+	})
+	select {
+	case <-r.stop:
+		// addOnClose ran the hook at once: the Context was closed.
+		close(r.done)
+		return nil, &OpError{Op: "event router", Err: ErrClosed}
+	default:
+	}
+	go r.run()
+	return r, nil
+}
+
+// Subscribe registers fn for the events filter selects. fn runs on the
+// router's goroutine (or in a caller of Flush), one event at a time, and
+// must return promptly; it may call Cancel of any subscription but must
+// not wait for the router or call Flush.
+func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*EventSubscription, error) {
+	if fn == nil {
+		return nil, &OpError{Op: "subscribe to events", Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
+	}
+	s := &EventSubscription{r: r, filter: filter, fn: fn}
+	r.mu.Lock()
+	r.subs = append(r.subs, s)
+	r.mu.Unlock()
+	return s, nil
+}
+
+// Cancel stops the subscription: fn is not called for events read after
+// Cancel returns. Idempotent.
+func (s *EventSubscription) Cancel() {
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.Index(r.subs, s); i >= 0 {
+		r.subs = slices.Delete(r.subs, i, i+1)
+	}
+}
+
+// Unrouted returns how many events no subscriber selected (they were
+// dropped).
+func (r *EventRouter) Unrouted() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unrouted
+}
+
+// Err returns the first error the router met reading events (nil when
+// none): the router keeps trying.
+func (r *EventRouter) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Done is closed when the router has stopped (its Context closed).
+func (r *EventRouter) Done() <-chan struct{} { return r.done }
+
+// Flush reads and routes, on the caller's goroutine, every event the
+// device holds now, so that an event raised before a completion the
+// caller has seen (a flush after QP_FATAL) has reached its subscribers
+// when Flush returns. It returns the error of reading, if any.
+func (r *EventRouter) Flush() error {
+	for {
+		ok, err := r.step()
+		if err != nil || !ok {
+			return err
+		}
+	}
+}
+
+// step reads one event and routes it; ok is false when none was pending.
+func (r *EventRouter) step() (ok bool, err error) {
+	r.reading.Lock()
+	defer r.reading.Unlock()
+	ev, ok, err := r.c.ReadAsyncEvent()
+	if err != nil || !ok {
+		return false, err
+	}
+	r.mu.Lock()
+	subs := append(r.subs2[:0], r.subs...)
+	r.mu.Unlock()
+	routed := false
+	for _, s := range subs {
+		if s.filter.Match(ev) && s.live() {
+			s.fn(ev)
+			routed = true
+		}
+	}
+	clear(subs)
+	r.subs2 = subs[:0]
+	if !routed {
+		r.mu.Lock()
+		r.unrouted++
+		r.mu.Unlock()
+	}
+	return true, nil
+}
+
+// run reads and routes events until the Context closes.
+func (r *EventRouter) run() {
+	defer close(r.done)
+	fd := r.c.AsyncEventFD()
+	for {
+		select {
+		case <-r.stop:
+			return
+		default:
+		}
+		ok, err := r.step()
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			r.mu.Lock()
+			if r.err == nil {
+				r.err = err
+			}
+			r.mu.Unlock()
+			r.sleep(-1)
+			continue
+		}
+		if !ok {
+			r.sleep(fd)
+		}
+	}
+}
+
+// live reports whether the subscription has not been cancelled.
+func (s *EventSubscription) live() bool {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	return slices.Contains(s.r.subs, s)
+}
+
+// sleep waits for the event descriptor fd to become readable (fd < 0: for
+// eventIdle), or for the stop signal, at most eventIdle.
+func (r *EventRouter) sleep(fd int) {
+	if fd >= 0 {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, int(eventIdle/time.Millisecond))
+		if err == nil && (n == 0 || pfd[0].Revents&unix.POLLNVAL == 0) || errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+	t := time.NewTimer(eventIdle)
+	defer t.Stop()
+	select {
+	case <-r.stop:
+	case <-t.C:
+	}
+}

@@ -1,0 +1,38 @@
+package transport
+
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// WatchEvents calls fn with every asynchronous event about the queue pair
+// (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, QP_LAST_WQE_REACHED, COMM_EST,
+// SQ_DRAINED, PATH_MIG, PATH_MIG_ERR), through its context's event router
+// (ctx.Context.EventRouter, which from then on consumes every event of the
+// context), until the subscription is cancelled or the context closes. fn
+// runs on the router's goroutine and must not post or poll: the queue is
+// used by one goroutine at a time. A DCT's number is its QPN once it has
+// reached RTR: watch it after that.
+func (q *Queue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {
+	return watch(q.qp.ProtectionDomain().Context(), ctx.EventFilter{QPNs: []uint32{q.qpn}}, fn)
+}
+
+// WatchEvents calls fn with every asynchronous event about the shared
+// receive queue (SRQ_LIMIT_REACHED, SRQ_ERR), as Queue.WatchEvents does for
+// a queue pair.
+func (s *SharedReceiveQueue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {
+	return watch(s.srq.ProtectionDomain().Context(), ctx.EventFilter{SRQNs: []uint32{s.SRQN()}}, fn)
+}
+
+// watch subscribes fn to the events of c that f selects.
+func watch(c *ctx.Context, f ctx.EventFilter, fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {
+	if fn == nil {
+		return nil, &ctx.OpError{Package: "transport", Op: "watch events", Err: fmt.Errorf("nil function: %w", ctx.ErrInvalidArgument)}
+	}
+	r, err := c.EventRouter()
+	if err != nil {
+		return nil, err
+	}
+	return r.Subscribe(f, fn)
+}

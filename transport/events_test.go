@@ -1,0 +1,61 @@
+package transport_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
+)
+
+// TestQueueWatchEvents: a queue pair's watcher gets the events of that QP
+// only; a cancelled watcher gets nothing more.
+func TestQueueWatchEvents(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+	require.NoError(t, err)
+	a, err := rc.New(pd, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
+	require.NoError(t, err)
+	b, err := rc.New(pd, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
+	require.NoError(t, err)
+	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 8})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var gotA, gotB []ctx.AsyncEvent
+	subA, err := a.WatchEvents(func(ev ctx.AsyncEvent) { mu.Lock(); gotA = append(gotA, ev); mu.Unlock() })
+	require.NoError(t, err)
+	_, err = b.WatchEvents(func(ev ctx.AsyncEvent) { mu.Lock(); gotB = append(gotB, ev); mu.Unlock() })
+	require.NoError(t, err)
+	_, err = a.WatchEvents(nil)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = srq.WatchEvents(func(ctx.AsyncEvent) {})
+	require.NoError(t, err)
+
+	require.NoError(t, f.FailQP(a.QPN()))
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(gotA) == 1 }, 5*time.Second, time.Millisecond)
+	mu.Lock()
+	require.Equal(t, ctx.EventQPFatal, gotA[0].Type)
+	require.Equal(t, a.QPN(), gotA[0].QPN)
+	require.Empty(t, gotB)
+	mu.Unlock()
+
+	subA.Cancel()
+	require.NoError(t, f.FailQP(b.QPN()))
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(gotB) == 1 }, 5*time.Second, time.Millisecond)
+	mu.Lock()
+	require.Len(t, gotA, 1)
+	require.Equal(t, b.QPN(), gotB[0].QPN)
+	mu.Unlock()
+}
