@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
 // A sealed connection carries the frames of a long-lived link (the
@@ -23,12 +25,12 @@ const (
 	meshLink    byte = 7
 )
 
-// MaxSealedFrame is the largest payload ReadFrame accepts.
-const MaxSealedFrame = 64 << 20
+// maxSealedFrame is the largest payload ReadFrame accepts.
+const maxSealedFrame = 64 << 20
 
-// SealedConn is an authenticated connection whose frames are sealed (see
-// DialSealed). Reads and writes may run in two goroutines at once.
-type SealedConn struct {
+// sealedConn is an authenticated connection whose frames are sealed (see
+// dialSealed). Reads and writes may run in two goroutines at once.
+type sealedConn struct {
 	s        *session
 	out, in  byte // directions of the frames sent and received
 	writeMu  sync.Mutex
@@ -36,14 +38,14 @@ type SealedConn struct {
 	received uint64
 }
 
-// DialSealed authenticates conn as its dialing end with sec, as a mesh
+// dialSealed authenticates conn as its dialing end with sec, as a mesh
 // member does (see Security): the listener proves that it holds the key
 // first, then this end. It sends nothing but the proofs until both are
 // made. A listener that refuses (another key, or none) makes the error
 // match ErrRejected; a listener that does not prove the key makes it match
 // ErrAuth. The handshake is bounded by timeout (0: 10 seconds); conn's
 // deadline is cleared on success; after an error conn is closed.
-func DialSealed(conn net.Conn, sec Security, timeout time.Duration) (*SealedConn, error) {
+func dialSealed(conn net.Conn, sec Security, timeout time.Duration) (*sealedConn, error) {
 	if err := sealedCheck(conn, sec); err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -55,15 +57,15 @@ func DialSealed(conn net.Conn, sec Security, timeout time.Duration) (*SealedConn
 		return nil, fmt.Errorf("endpoint: link to %v: authenticate: %w", conn.RemoteAddr(), err)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &SealedConn{s: s, out: toListener, in: toDialer}, nil
+	return &sealedConn{s: s, out: toListener, in: toDialer}, nil
 }
 
-// AcceptSealed authenticates conn as its accepting end with sec. A peer
+// acceptSealed authenticates conn as its accepting end with sec. A peer
 // that does not prove that it holds the key learns nothing: it gets the
 // generic refusal, conn is closed, and the error matches ErrAuth. The
 // handshake is bounded by timeout (0: 10 seconds); conn's deadline is
 // cleared on success.
-func AcceptSealed(conn net.Conn, sec Security, timeout time.Duration) (*SealedConn, error) {
+func acceptSealed(conn net.Conn, sec Security, timeout time.Duration) (*sealedConn, error) {
 	if err := sealedCheck(conn, sec); err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -79,7 +81,7 @@ func AcceptSealed(conn net.Conn, sec Security, timeout time.Duration) (*SealedCo
 		return nil, fmt.Errorf("endpoint: link from %v: the peer claims rank %d of %d, a link claims none: %w", conn.RemoteAddr(), s.rank, s.peers, ErrAuth)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &SealedConn{s: s, out: toDialer, in: toListener}, nil
+	return &sealedConn{s: s, out: toDialer, in: toListener}, nil
 }
 
 func handshakeTimeout(d time.Duration) time.Duration {
@@ -102,7 +104,7 @@ func sealedCheck(conn net.Conn, sec Security) error {
 }
 
 // tag returns the tag of the frame numbered seq in direction dir.
-func (c *SealedConn) tag(dir byte, seq uint64, header, body []byte) []byte {
+func (c *sealedConn) tag(dir byte, seq uint64, header, body []byte) []byte {
 	h := hmac.New(sha256.New, c.s.sealKey[:])
 	var b [9]byte
 	b[0] = dir
@@ -113,19 +115,19 @@ func (c *SealedConn) tag(dir byte, seq uint64, header, body []byte) []byte {
 	return h.Sum(nil)
 }
 
-// SealedOverhead is what sealing adds to a payload: the frame's header
-// (SealedHeaderSize bytes) and its tag.
+// sealedOverhead is what sealing adds to a payload: the frame's header
+// (sealedHeaderSize bytes) and its tag.
 const (
-	SealedHeaderSize = meshHeaderSize
-	SealedOverhead   = meshHeaderSize + macSize
+	sealedHeaderSize = meshHeaderSize
+	sealedOverhead   = meshHeaderSize + macSize
 )
 
 // Seal appends payload to dst as the next sealed frame, for a caller that
 // writes the connection itself: the frames must reach the connection in
 // the order Seal made them, and not mixed with WriteFrame's.
-func (c *SealedConn) Seal(dst, payload []byte) ([]byte, error) {
-	if len(payload) > MaxSealedFrame {
-		return dst, fmt.Errorf("endpoint: sealed frame of %d bytes, at most %d: %w", len(payload), MaxSealedFrame, errLength)
+func (c *sealedConn) Seal(dst, payload []byte) ([]byte, error) {
+	if len(payload) > maxSealedFrame {
+		return dst, fmt.Errorf("endpoint: sealed frame of %d bytes, at most %d: %w", len(payload), maxSealedFrame, errLength)
 	}
 	start := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, meshMagic)
@@ -138,12 +140,12 @@ func (c *SealedConn) Seal(dst, payload []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// WriteFrame sends payload as one sealed frame (at most MaxSealedFrame
+// WriteFrame sends payload as one sealed frame (at most maxSealedFrame
 // bytes). Frames written by several goroutines do not interleave.
-func (c *SealedConn) WriteFrame(payload []byte) error {
+func (c *sealedConn) WriteFrame(payload []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	frame, err := c.Seal(make([]byte, 0, SealedOverhead+len(payload)), payload)
+	frame, err := c.Seal(make([]byte, 0, sealedOverhead+len(payload)), payload)
 	if err != nil {
 		return err
 	}
@@ -151,12 +153,12 @@ func (c *SealedConn) WriteFrame(payload []byte) error {
 	return err
 }
 
-// FrameSize returns the size of the whole frame (header, payload and tag)
+// sealedFrameSize returns the size of the whole frame (header, payload and tag)
 // whose header is h, for a caller that reads the connection itself. A
 // header that is not a sealed frame's, or announces a payload longer than
-// limit (at most MaxSealedFrame), is refused (ErrMalformed).
-func FrameSize(h []byte, limit int) (int, error) {
-	limit = min(limit, MaxSealedFrame)
+// limit (at most maxSealedFrame), is refused (ErrMalformed).
+func sealedFrameSize(h []byte, limit int) (int, error) {
+	limit = min(limit, maxSealedFrame)
 	if len(h) < meshHeaderSize {
 		return 0, malformed("sealed frame header", len(h), errTruncated, fmt.Sprintf("%d bytes, want %d", len(h), meshHeaderSize))
 	}
@@ -178,12 +180,12 @@ func FrameSize(h []byte, limit int) (int, error) {
 	return meshHeaderSize + int(n), nil
 }
 
-// Open checks the next frame received, read in full (FrameSize bytes),
+// Open checks the next frame received, read in full (sealedFrameSize bytes),
 // and returns its payload (a part of frame). A frame whose tag does not
 // match makes the error match ErrAuth.
-func (c *SealedConn) Open(frame []byte) ([]byte, error) {
-	if len(frame) < SealedOverhead {
-		return nil, malformed("sealed frame", meshHeaderSize, errTruncated, fmt.Sprintf("%d bytes, header and tag alone are %d", len(frame), SealedOverhead))
+func (c *sealedConn) Open(frame []byte) ([]byte, error) {
+	if len(frame) < sealedOverhead {
+		return nil, malformed("sealed frame", meshHeaderSize, errTruncated, fmt.Sprintf("%d bytes, header and tag alone are %d", len(frame), sealedOverhead))
 	}
 	body, tag := frame[meshHeaderSize:len(frame)-macSize], frame[len(frame)-macSize:]
 	if !hmac.Equal(c.tag(c.in, c.received, frame[:meshHeaderSize], body), tag) {
@@ -194,11 +196,11 @@ func (c *SealedConn) Open(frame []byte) ([]byte, error) {
 }
 
 // ReadFrame reads the next frame, checks its tag and returns its payload
-// (a new slice). A frame longer than limit (at most MaxSealedFrame) is
+// (a new slice). A frame longer than limit (at most maxSealedFrame) is
 // refused before it is read; a frame whose tag does not match makes the
 // error match ErrAuth. Only one goroutine may read at a time.
-func (c *SealedConn) ReadFrame(limit int) ([]byte, error) {
-	limit = min(limit, MaxSealedFrame)
+func (c *sealedConn) ReadFrame(limit int) ([]byte, error) {
+	limit = min(limit, maxSealedFrame)
 	f, err := readFrame(c.s.conn, meshLink, limit+macSize, -1)
 	if err != nil {
 		return nil, err
@@ -207,4 +209,26 @@ func (c *SealedConn) ReadFrame(limit int) ([]byte, error) {
 }
 
 // Close closes the connection.
-func (c *SealedConn) Close() error { return c.s.conn.Close() }
+func (c *sealedConn) Close() error { return c.s.conn.Close() }
+
+// The sealed header is the mesh frame's header.
+var _ [sealed.HeaderSize - sealedHeaderSize]struct{}
+var _ [sealedHeaderSize - sealed.HeaderSize]struct{}
+
+func init() {
+	sealed.Dial = func(conn net.Conn, key []byte, timeout time.Duration) (sealed.Conn, error) {
+		c, err := dialSealed(conn, Security{Key: key}, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	sealed.Accept = func(conn net.Conn, key []byte, timeout time.Duration) (sealed.Conn, error) {
+		c, err := acceptSealed(conn, Security{Key: key}, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	sealed.FrameSize = sealedFrameSize
+}

@@ -13,7 +13,7 @@ import (
 // pair is what sealedPair returns: both ends and their errors, and the
 // dialing end's connection.
 type pair struct {
-	d, a               *SealedConn
+	d, a               *sealedConn
 	dialErr, acceptErr error
 	raw                net.Conn
 }
@@ -26,7 +26,7 @@ func sealedPair(t *testing.T, dialKey, acceptKey []byte) pair {
 	require.NoError(t, err)
 	defer l.Close()
 	type res struct {
-		c   *SealedConn
+		c   *sealedConn
 		err error
 	}
 	ch := make(chan res, 1)
@@ -36,13 +36,13 @@ func sealedPair(t *testing.T, dialKey, acceptKey []byte) pair {
 			ch <- res{nil, err}
 			return
 		}
-		c, err := AcceptSealed(conn, Security{Key: acceptKey}, 5*time.Second)
+		c, err := acceptSealed(conn, Security{Key: acceptKey}, 5*time.Second)
 		ch <- res{c, err}
 	}()
 	raw, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = raw.Close() })
-	d, dialErr := DialSealed(raw, Security{Key: dialKey}, 5*time.Second)
+	d, dialErr := dialSealed(raw, Security{Key: dialKey}, 5*time.Second)
 	r := <-ch
 	if r.c != nil {
 		t.Cleanup(func() { _ = r.c.Close() })
@@ -131,22 +131,22 @@ func TestSealedConnSealOpen(t *testing.T) {
 	require.NoError(t, err)
 	stream, err = d.Seal(stream, []byte("second"))
 	require.NoError(t, err)
-	n, err := FrameSize(stream[:SealedHeaderSize], 64)
+	n, err := sealedFrameSize(stream[:sealedHeaderSize], 64)
 	require.NoError(t, err)
-	require.Equal(t, SealedOverhead+5, n)
+	require.Equal(t, sealedOverhead+5, n)
 	b, err := a.Open(stream[:n])
 	require.NoError(t, err)
 	require.Equal(t, []byte("first"), b)
 	// Out of order: the second frame opened twice fails the second time.
-	m, err := FrameSize(stream[n:n+SealedHeaderSize], 64)
+	m, err := sealedFrameSize(stream[n:n+sealedHeaderSize], 64)
 	require.NoError(t, err)
 	b, err = a.Open(stream[n : n+m])
 	require.NoError(t, err)
 	require.Equal(t, []byte("second"), b)
 	_, err = a.Open(stream[n : n+m])
 	require.ErrorIs(t, err, ErrAuth)
-	_, err = FrameSize(stream[:SealedHeaderSize], 4)
+	_, err = sealedFrameSize(stream[:sealedHeaderSize], 4)
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = FrameSize([]byte("not a frame!"), 64)
+	_, err = sealedFrameSize([]byte("not a frame!"), 64)
 	require.ErrorIs(t, err, ErrMalformed)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
 // This file links the software HCAs of two processes, usually on two hosts,
@@ -23,7 +24,7 @@ import (
 // one TCP connection per pair of linked Fabrics. One Fabric listens; every
 // Fabric that connects to it is given a slot of its own at link time, and
 // with it a LID and QPN range no other end of the link uses. The two ends
-// authenticate as channel's mesh does (endpoint.SealedConn: a pre-shared
+// authenticate as channel's mesh does (internal/sealed, served by endpoint: a pre-shared
 // key proved by HMAC challenge-response before anything else is sent, every
 // frame after it sealed). It is a test tool that lets a cluster without
 // RDMA NICs run a program across hosts, not a transport for production:
@@ -129,7 +130,7 @@ type tcpLink struct {
 type tcpPeer struct {
 	slot int
 	fc   *fdConn
-	conn *endpoint.SealedConn
+	conn sealed.Conn
 	in   []byte // bytes received that do not make a whole frame yet
 	out  []byte // sealed frames not yet taken by the socket
 	dead bool
@@ -263,7 +264,7 @@ func (l *tcpLink) greet(c net.Conn) {
 		refuse(err)
 		return
 	}
-	sc, err := endpoint.AcceptSealed(conn, l.sec, tcpHandshakeWait)
+	sc, err := sealed.Accept(conn, l.sec.Key, tcpHandshakeWait)
 	if err != nil {
 		refuse(err)
 		return
@@ -384,7 +385,7 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 			conn.release()
 		}
 	}()
-	sc, err := endpoint.DialSealed(conn, sec, tcpHandshakeWait)
+	sc, err := sealed.Dial(conn, sec.Key, tcpHandshakeWait)
 	if err != nil {
 		return nil, err
 	}
@@ -581,8 +582,8 @@ func (l *tcpLink) drain(f *Fabric, now int64) bool {
 func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
 	in := p.in
 	got := false
-	for len(in) >= endpoint.SealedHeaderSize && !p.dead {
-		size, err := endpoint.FrameSize(in[:endpoint.SealedHeaderSize], wireHdrSize+wireMaxPayload)
+	for len(in) >= sealed.HeaderSize && !p.dead {
+		size, err := sealed.FrameSize(in[:sealed.HeaderSize], wireHdrSize+wireMaxPayload)
 		if err != nil {
 			l.drop(p)
 			return got

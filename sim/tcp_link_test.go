@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
 var testLinkKey = []byte("link-test-key-0123456789abcdef")
@@ -268,7 +269,7 @@ func TestLinkVersionRefused(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", st.Address)
 			require.NoError(t, err)
-			sc, err := endpoint.DialSealed(conn, endpoint.Security{Key: testLinkKey}, 5*time.Second)
+			sc, err := sealed.Dial(conn, testLinkKey, 5*time.Second)
 			require.NoError(t, err)
 			defer sc.Close()
 			h := hello(ctx.LinkLayerInfiniBand)
