@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -205,4 +206,79 @@ func TestSharedTwoProcessesBigPeerKilled(t *testing.T) {
 	st, err := e.f.QPState(a.qp.QPN())
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateError, st)
+}
+
+// ringRecords counts the requests of the process in slot from waiting in
+// ring file rf, and how many of them are READs.
+func ringRecords(rf *ringFile, from int) (reqs, reads int) {
+	tail, head := *rf.tail(from), *rf.head(from)
+	data := rf.data(from)
+	for head != tail {
+		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+		if h.Kind == wireRequest {
+			reqs++
+			if prm.Opcode(h.Op) == prm.OpRdmaRead {
+				reads++
+			}
+		}
+		head += uint64(h.Len)
+	}
+	return reqs, reads
+}
+
+// TestSharedSeveralInFlight: an RC requester sends the WQEs of its send
+// queue without waiting for each answer, READs no more than its
+// max_rd_atomic at once; the answers complete them in order, once.
+func TestSharedSeveralInFlight(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 64, cqDepth: 128})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	for _, x := range []struct {
+		q, peer *testQP
+		rd      uint8
+	}{{a, b, 4}, {b, a, 16}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: x.rd}))
+	}
+	fill(e1.mem(0, 64<<10), 9)
+	fill(e2.mem(512<<10, 64<<10), 10)
+	_, slot1 := e1.f.SharedFabric()
+	// The responder's engine held: what the requester sends waits in the
+	// responder's ring.
+	e2.f.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			e2.f.mu.Unlock()
+		}
+	}()
+	const writes, reads = 16, 8
+	for i := 0; i < writes; i++ {
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(i*4096), e2.mr.RKey()), dataSeg(4096, e1.mr.LKey(), e1.addr(i*4096)))
+	}
+	for i := 0; i < reads; i++ {
+		a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(512<<10+i*4096), e2.mr.RKey()), dataSeg(4096, e1.mr.LKey(), e1.addr(256<<10+i*4096)))
+	}
+	var reqs, rds int
+	require.Eventually(t, func() bool {
+		reqs, rds = ringRecords(e2.f.shm.in, slot1)
+		return reqs >= writes+4
+	}, 5*time.Second, time.Millisecond, "the requests never reached the ring")
+	time.Sleep(20 * time.Millisecond)
+	reqs, rds = ringRecords(e2.f.shm.in, slot1)
+	require.Equal(t, writes+4, reqs, "every WRITE and max_rd_atomic READs in flight")
+	require.Equal(t, 4, rds)
+	require.Empty(t, a.scq.drain(), "nothing completes before its answer")
+	e2.f.mu.Unlock()
+	locked = false
+	for i := 0; i < writes+reads; i++ {
+		c := waitCQE(t, a.scq, 10*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+		require.Equal(t, uint16(i), c.counter, "in order")
+	}
+	require.Empty(t, a.scq.drain())
+	require.Equal(t, e1.mem(0, 64<<10), e2.mem(0, 64<<10))
+	require.Equal(t, e2.mem(512<<10, 32<<10), e1.mem(256<<10, 32<<10))
 }
