@@ -282,3 +282,38 @@ func TestSharedSeveralInFlight(t *testing.T) {
 	require.Equal(t, e1.mem(0, 64<<10), e2.mem(0, 64<<10))
 	require.Equal(t, e2.mem(512<<10, 32<<10), e1.mem(256<<10, 32<<10))
 }
+
+// TestSharedFullRingTimesOut: a peer that lives but takes nothing from its
+// ring: the segments that fit time out, and those sent again find the ring
+// still full; the WQE completes with RETRY_EXC_ERR after the retries, as
+// over a network, instead of waiting for ever.
+func TestSharedFullRingTimesOut(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	const size = 48 << 20 // more than a ring holds
+	buf, err := ctx.AllocBuffer(size, ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e1.pd.RegisterBuffer(buf, allAccess)
+	require.NoError(t, err)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 2, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+	e2.f.mu.Lock() // the peer's engine takes nothing
+	locked := true
+	defer func() {
+		if locked {
+			e2.f.mu.Unlock()
+		}
+	}()
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), dataSeg(size, mr.LKey(), uint64(mr.Addr())))
+	c := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReqErr, c.op, "%+v", c)
+	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd, "%+v", c)
+	e2.f.mu.Unlock()
+	locked = false
+}

@@ -101,6 +101,7 @@ type wireQP struct {
 	rdN           int    // READ and atomic segments in flight
 	rdBytes       uint64 // READ bytes in flight
 	holdUntil     int64  // no segment leaves before (RNR wait, full ring)
+	fullUntil     int64  // with nothing in flight, the try of a full ring ends
 	// RC responder: the message a SEND is assembled in, and the original
 	// values of the last atomics executed, by PSN.
 	asm     []byte
@@ -536,6 +537,22 @@ func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
 			}
 		}
 	}
+	if ringFull && ws.segN == 0 {
+		// Nothing in flight to time out, and the peer takes nothing:
+		// each ACK timeout of this counts as a try.
+		switch {
+		case ws.fullUntil == 0:
+			ws.fullUntil = now + timeout
+		case timeout != 0 && now >= ws.fullUntil:
+			if q.retryCount > int(q.attr.RetryCount) {
+				f.wireFail(q, prm.SyndromeTransportRetryExc)
+				return true
+			}
+			q.retryCount++
+			f.stats.Retries++
+			ws.fullUntil = now + timeout
+		}
+	}
 	switch {
 	case ringFull:
 		ws.holdUntil = now + wireShortRetry
@@ -627,6 +644,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 	}
 	// Sent, or lost with the peer: either way it is in flight until
 	// answered or timed out.
+	ws.fullUntil = 0
 	if ws.segN == 0 {
 		ws.deadline = now + timeout
 	}
