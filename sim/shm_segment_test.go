@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -316,4 +317,71 @@ func TestSharedFullRingTimesOut(t *testing.T) {
 	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd, "%+v", c)
 	e2.f.mu.Unlock()
 	locked = false
+}
+
+// TestSharedResponderRepeatsInWindow: an RC responder with several
+// requests in flight executes each PSN once, in order: a repeat of one
+// several PSNs back is answered (an atomic with its first original value)
+// without being executed, one from the future is ignored, and the
+// segments of a WRITE land at their offsets.
+func TestSharedResponderRepeatsInWindow(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
+	_, s1 := e1.f.SharedFabric()
+	_, s2 := e2.f.SharedFabric()
+	atomicFA := func(psn uint32) wireHdr {
+		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
+			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c)}
+	}
+	write := func(psn, off uint32) wireHdr {
+		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
+			RAddr: e2.addr(64), RKey: e2.mr.RKey(), Total: 8, Off: off, Seg: 4, DLID: lidOf(t, e2.c)}
+	}
+	// The requester's engine held: the answers stay in its ring.
+	e1.f.mu.Lock()
+	defer e1.f.mu.Unlock()
+	e2.f.mu.Lock()
+	for _, r := range []struct {
+		h   wireHdr
+		pay string
+	}{
+		{atomicFA(0), ""},
+		{atomicFA(1), ""},
+		{write(2, 0), "abcd"},
+		{atomicFA(0), ""},     // a repeat
+		{write(5, 4), "ZZZZ"}, // from the future
+		{write(3, 4), "efgh"},
+		{write(2, 0), "XXXX"}, // a repeat
+	} {
+		e2.f.wireServe(s1, &r.h, []byte(r.pay))
+	}
+	e2.f.mu.Unlock()
+	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)), "each atomic executed once")
+	require.Equal(t, "abcdefgh", string(e2.mem(64, 8)))
+
+	// The answers, in order.
+	rf := e1.f.shm.in
+	tail, head := *rf.tail(s2), *rf.head(s2)
+	data := rf.data(s2)
+	type answer struct {
+		psn uint32
+		old uint64
+	}
+	var got []answer
+	for head != tail {
+		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+		if h.Kind == wireResponse {
+			require.Equal(t, uint8(wireAck), h.Status)
+			var old uint64
+			if prm.Opcode(h.Op).IsAtomic() {
+				old = binary.BigEndian.Uint64(data[head&(ringDataSize-1)+uint64(wireHdrSize):])
+			}
+			got = append(got, answer{h.PSN, old})
+		}
+		head += uint64(h.Len)
+	}
+	require.Equal(t, []answer{{0, 10}, {1, 11}, {2, 0}, {0, 10}, {3, 0}, {2, 0}}, got)
 }
