@@ -385,3 +385,39 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 	}
 	require.Equal(t, []answer{{0, 10}, {1, 11}, {2, 0}, {0, 10}, {3, 0}, {2, 0}}, got)
 }
+
+// TestSharedRNRMidMessage: a 2.5 MiB WRITE with immediate meets no
+// receive at its last segment: after the RNR timer the requester sends
+// that segment again, not the message from its start (the first MiB,
+// changed in the local buffer meanwhile, is not sent twice).
+func TestSharedRNRMidMessage(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	const size = 5 << 19
+	bufs := make([]*ctx.Buffer, 2)
+	mrs := make([]*ctx.MemoryRegion, 2)
+	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
+		var err error
+		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bufs[i].Close() })
+		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
+		require.NoError(t, err)
+	}
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	// RNR timer code 0: 655 ms.
+	e1.connectRC(a, b, 7, 0)
+	src, dst := bufs[0].Bytes(), bufs[1].Bytes()
+	fill(src, 21)
+	want := bytes.Clone(src)
+	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 5, raddrSeg(uint64(mrs[1].Addr()), mrs[1].RKey()), dataSeg(size, mrs[0].LKey(), uint64(mrs[0].Addr())))
+	require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks > 0 }, 5*time.Second, time.Millisecond)
+	fill(src[:1<<20], 22) // what a resend from the start would carry
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	c := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	r := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespWrImm, r.op)
+	require.Equal(t, uint32(size), r.byteCnt)
+	require.True(t, bytes.Equal(want, dst), "the message as first sent, each segment once")
+}

@@ -499,8 +499,11 @@ func (f *Fabric) wireAccessError(srcQPN uint32, t *qp) {
 // reports whether anything happened.
 func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
 	ws := &q.wire
-	if ws.segN == 0 {
-		ws.sendIdx, ws.sendOff = q.sqCI, 0
+	if ws.segN == 0 && ws.sendOff == 0 {
+		// Nothing in flight and no message begun: the next WQE to send
+		// is the oldest not completed. (After goBack or a full ring a
+		// message may be begun: it goes on from its segment.)
+		ws.sendIdx = q.sqCI
 	}
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
