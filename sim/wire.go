@@ -178,8 +178,9 @@ func (q *qp) wireTransition(from, to ctx.QPState) {
 	}
 }
 
-// wireSend sends the request of WQE w of q to the QP dst in another
-// process (slot). av is the address vector of a DCI, nil for RC.
+// wireSend sends the request of WQE w of DCI q (one whole message, one in
+// flight) to the DCT dst in another process (slot); av is the WQE's
+// address vector. An RC QP sends through wireRun instead.
 func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint32, av *avInfo, now int64) outcome {
 	if len(payload) > wireMaxPayload || (w.op == prm.OpRdmaRead && w.total > uint64(wireMaxPayload)) {
 		return fail(prm.SyndromeLocalLength)
