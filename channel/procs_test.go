@@ -30,6 +30,8 @@ const (
 	envChannelAddr = "MLX5KIT_CHANNEL_TEST_ADDR"
 	envChannelKey  = "MLX5KIT_CHANNEL_TEST_KEY"
 	envChannelRank = "MLX5KIT_CHANNEL_TEST_RANK"
+	// envChannelRanks is the number of processes of a mesh test.
+	envChannelRanks = "MLX5KIT_CHANNEL_TEST_RANKS"
 )
 
 // TestChannelChild plays the server or the client of the TCP example in a
@@ -57,12 +59,18 @@ func TestChannelChild(t *testing.T) {
 	}
 }
 
-// meshRanks is the number of processes of TestMeshThreeProcesses.
-const meshRanks = 3
+// meshRanks is the number of processes of the mesh a child joins.
+func meshRanks() int {
+	n, err := strconv.Atoi(os.Getenv(envChannelRanks))
+	if err != nil {
+		return 3
+	}
+	return n
+}
 
-// meshRank joins a mesh of meshRanks processes as rank (rank 0 listens and
-// prints its address), writes a message into every other rank's memory,
-// reads it back and prints the result; then it stays in the mesh until
+// meshRank joins a mesh of meshRanks() processes as rank (rank 0 listens and
+// prints its address), writes a message and 4 KiB into every other rank's
+// memory, reads them back and prints the result; then it stays in the mesh until
 // the parent closes stdin (every rank is done with every other).
 func meshRank(rank int, sec endpoint.Security) {
 	res := meshWork(rank, sec, func() { _, _ = io.Copy(io.Discard, os.Stdin) })
@@ -80,6 +88,7 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 	}
 	defer buf.Close()
 	defer dev.Close()
+	meshRanks := meshRanks()
 	p, err := channel.NewMulti(pd, meshRanks, channel.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
@@ -127,6 +136,24 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 		}
 		if got := string(mr.Bytes()[16384+j*64 : 16384+j*64+len(msg)]); got != msg {
 			return fmt.Sprintf("read %q back from rank %d", got, j)
+		}
+		// Then 4 KiB in four writes, read back whole.
+		src := mr.Bytes()[20480 : 20480+4096]
+		for i := range src {
+			src[i] = byte(i*7 + rank*31 + j)
+		}
+		base := uint64(32768 + rank*4096)
+		for k := 0; k < 4; k++ {
+			if err := mc.Write(context.Background(), channel.WriteRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, 20480+k*1024, 1024)}, Remote: channel.At(region, base+uint64(k*1024))}); err != nil {
+				return err.Error()
+			}
+		}
+		back := 49152 + j*4096
+		if err := mc.Read(context.Background(), channel.ReadRequest{Peer: j, Local: []channel.SGE{channel.Slice(mr, back, 4096)}, Remote: channel.At(region, base)}); err != nil {
+			return err.Error()
+		}
+		if !bytes.Equal(mr.Bytes()[back:back+4096], src) {
+			return fmt.Sprintf("4 KiB read back from rank %d differ", j)
 		}
 	}
 	fmt.Printf("RESULT ok\n")
@@ -203,12 +230,26 @@ func TestMeshThreeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three processes")
 	}
-	common := childEnv(t, "mesh")
+	meshProcesses(t, "mesh", 3)
+}
+
+// TestMeshFourProcesses: the same with four processes, each reaching
+// three others through the shared fabric.
+func TestMeshFourProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four processes")
+	}
+	meshProcesses(t, "mesh4", 4)
+}
+
+// meshProcesses runs a mesh of n processes on the fabric of test.
+func meshProcesses(t *testing.T, test string, n int) {
+	common := append(childEnv(t, test), envChannelRanks+"="+strconv.Itoa(n))
 	in0, out0 := channelChild(t, append(common, envChannelRole+"=mesh", envChannelRank+"=0")...)
 	addr := find(t, out0, "ADDR ")
 	ins := []io.WriteCloser{in0}
 	outs := []*bufio.Scanner{out0}
-	for r := 1; r < meshRanks; r++ {
+	for r := 1; r < n; r++ {
 		in, out := channelChild(t, append(common, envChannelRole+"=mesh", envChannelRank+"="+strconv.Itoa(r), envChannelAddr+"="+addr)...)
 		ins, outs = append(ins, in), append(outs, out)
 	}

@@ -48,7 +48,17 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 	if q.state == ctx.QPStateError {
 		return f.flush(q)
 	}
-	if q.sqCnt == 0 || q.state != ctx.QPStateRTS || q.sqPending() == 0 || q.blockedUntil > now {
+	if q.sqCnt == 0 || q.state != ctx.QPStateRTS || q.sqPending() == 0 {
+		return false
+	}
+	if q.typ == ctx.QPTypeRC && (f.shm != nil || f.tcp != nil) {
+		// A peer in another process (shared fabric or TCP link):
+		// segments, several in flight.
+		if slot := f.remoteSlot(q.attr.RemoteQPN); slot >= 0 {
+			return f.wireRun(q, slot, now)
+		}
+	}
+	if q.blockedUntil > now {
 		return false
 	}
 	f.stats.WQEs++

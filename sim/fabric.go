@@ -510,7 +510,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 	const spins = 200
 	idle := 0
 	sleep := time.Microsecond
-	var idleSince time.Time
+	var idleSince, busySince time.Time
 	// One timer serves every back-off sleep, so that an idle engine does
 	// not allocate (a timer per sleep was three allocations each). Since
 	// Go 1.23 Reset on a stopped or fired timer leaves no stale tick in C.
@@ -532,12 +532,21 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		if progressed {
 			idle = 0
 			sleep = time.Microsecond
+			if f.shm != nil {
+				busySince = time.Now()
+			}
 			continue
 		}
 		if idle <= spins {
 			idle++
 		}
-		if idle < spins {
+		if idle < spins || (f.shm != nil && idle == spins && time.Since(busySince) < shmSpin) {
+			// The busy path: an answer from another process usually
+			// follows within microseconds; a futex sleep and wake-up
+			// would cost more than the wait.
+			if idle == spins {
+				idle--
+			}
 			runtime.Gosched()
 			continue
 		}

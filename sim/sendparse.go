@@ -150,8 +150,15 @@ func opAllowed(t ctx.QPType, op prm.Opcode) bool {
 // parseSend decodes the WQE at the QP's consumer index. A non-zero syndrome
 // is the local error the WQE completes with.
 func (f *Fabric) parseSend(q *qp, w *sendWQE) prm.Syndrome {
+	return f.parseSendAt(q, w, q.sqCI)
+}
+
+// parseSendAt decodes the WQE at index at of the send queue, at or after
+// the consumer index (a requester with several requests in flight reads
+// ahead of it).
+func (f *Fabric) parseSendAt(q *qp, w *sendWQE, at uint16) prm.Syndrome {
 	*w = sendWQE{sg: w.sg[:0], bbs: 1}
-	w.ring = ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(q.sqCI) & (q.sqCnt - 1)) * prm.WQEBBSize}
+	w.ring = ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(at) & (q.sqCnt - 1)) * prm.WQEBBSize}
 	ctrl := w.ring.seg(0)
 	w0 := prm.Load32(ctrl)
 	w1 := prm.Load32(unsafe.Add(ctrl, prm.CtrlQPNDS))
@@ -162,14 +169,14 @@ func (f *Fabric) parseSend(q *qp, w *sendWQE) prm.Syndrome {
 	w.ds = int(w1 & prm.CtrlDSMask)
 	w.fm = *(*uint8)(unsafe.Add(ctrl, prm.CtrlFmCeSe))
 	w.imm = prm.Load32(unsafe.Add(ctrl, prm.CtrlImm))
-	v := Violation{QPN: q.qpn, WQEIndex: q.sqCI}
+	v := Violation{QPN: q.qpn, WQEIndex: at}
 	fatal := false
 	bad := func(k ViolationKind, format string, args ...any) bool {
 		v.Kind, v.Detail = k, fmt.Sprintf(format, args...)
 		return f.violate(v)
 	}
-	if w.idx != q.sqCI {
-		fatal = bad(ViolationWQEIndex, "control segment says WQE index %d, the producer index is %d", w.idx, q.sqCI) || fatal
+	if w.idx != at {
+		fatal = bad(ViolationWQEIndex, "control segment says WQE index %d, the producer index is %d", w.idx, at) || fatal
 	}
 	if w.qpn != q.qpn {
 		fatal = bad(ViolationQPN, "control segment names QPN %#x", w.qpn) || fatal
@@ -179,7 +186,7 @@ func (f *Fabric) parseSend(q *qp, w *sendWQE) prm.Syndrome {
 		return prm.SyndromeLocalQPOp
 	}
 	w.bbs = uint16(prm.WQEBBs(w.ds))
-	if pend := q.sqPending(); w.bbs > pend {
+	if pend := q.sqPI - at; w.bbs > pend {
 		bad(ViolationWQEBeyondProducer, "ds %d spans %d WQEBBs; the doorbell record announced %d", w.ds, w.bbs, pend)
 		w.bbs = pend
 		return prm.SyndromeLocalQPOp

@@ -105,12 +105,14 @@ func BenchmarkSharedRoundTrip(b *testing.B) {
 	for i := 0; i < 1000; i++ { // warm-up
 		round(i)
 	}
+	sleeps := e.f.Stats().EngineSleeps
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rt = append(rt, round(1000+i))
 	}
 	b.StopTimer()
 	reportRoundTrips(b, rt)
+	b.ReportMetric(float64(e.f.Stats().EngineSleeps-sleeps)/float64(b.N), "sleeps/op")
 }
 
 // bounceChild bounces the cache line of the file envChildFabric names: it

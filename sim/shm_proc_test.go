@@ -70,6 +70,10 @@ func TestSharedChild(t *testing.T) {
 		bounceChild(t)
 		return
 	}
+	if role == "big" {
+		bigChild(t)
+		return
+	}
 	e := newEnv(t, Options{Mode: Engine, Fabric: os.Getenv(envChildFabric)})
 	fill(e.buf.Bytes(), childSeed)
 	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})

@@ -195,6 +195,14 @@ const (
 	shmDeepSleep = 4 * time.Millisecond
 )
 
+// shmSpin is how long the engine of a shared fabric keeps polling after it
+// last had work, before it sleeps: a round trip to another process takes a
+// few microseconds when both engines poll, while the shortest futex sleep
+// lasts the kernel's timer slack (50 µs) and more (about 100 µs measured on
+// a busy 2-vCPU machine), and a futex wake-up costs the peer several
+// microseconds more. The spin follows work only: an idle engine sleeps.
+const shmSpin = 100 * time.Microsecond
+
 func shmSleep(d time.Duration, idleSince time.Time) time.Duration {
 	if d < shmDeepSleep && time.Since(idleSince) > shmDeepAfter {
 		return shmDeepSleep

@@ -12,9 +12,21 @@ import (
 // requester whose peer QP lives in another process sends the request (with
 // the payload it read from its own memory) through the peer's inbound ring;
 // the peer's engine executes it against its own memory and answers through
-// the requester's ring. RC keeps one request in flight per QP, numbered by
-// PSN from the QP's SQ PSN; the responder executes each PSN once and
-// answers a repeated one from what it remembers.
+// the requester's ring.
+//
+// RC cuts every message into segments of at most wireSegMax bytes, each a
+// request with its own PSN (as a NIC's packets): a READ asks for its
+// message a segment at a time. Up to wireWindow segments are in flight per
+// QP, of as many WQEs as the send queue holds, READ and atomic segments no
+// more than the QP's max_rd_atomic. The responder executes each PSN once,
+// in order; it answers a repeated one again without executing it (READ
+// data read anew, an atomic's original value from what it remembers) and
+// ignores one ahead of the PSN it expects. The requester takes the answers
+// in order; a timeout or an RNR NAK sends again from the oldest segment not
+// answered (go-back-N). DC keeps one request (a whole message) in flight.
+//
+// A message's record in a ring: a wireHdr, then the payload, padded to
+// wireAlign.
 
 // wireHdr is the header of every message, read and written in place in a
 // ring (native byte order: both ends run on one machine).
@@ -53,6 +65,11 @@ type wireHdr struct {
 	_      uint16
 	Epoch  uint32 // the requester QP's connection epoch (DC streams)
 	DCKey  uint64
+
+	// Off and Seg place an RC segment in its message: the message's
+	// bytes [Off, Off+Seg) of Total (a request of SEND or WRITE carries
+	// them; a READ request asks for them and its response carries them).
+	Off, Seg uint32
 }
 
 const wireHdrSize = int(unsafe.Sizeof(wireHdr{}))
@@ -74,7 +91,23 @@ const wireShortRetry = 20_000 // ns
 
 // wireQP is the cross-process state of a QP.
 type wireQP struct {
-	// Requester.
+	// RC requester: the segments in flight, oldest first (a ring of
+	// segN from segHead), and where the next segment starts: the WQE at
+	// sendIdx, byte sendOff of its message.
+	segs          [wireWindow]wireSeg
+	segHead, segN int
+	sendIdx       uint16
+	sendOff       uint64
+	rdN           int    // READ and atomic segments in flight
+	rdBytes       uint64 // READ bytes in flight
+	holdUntil     int64  // no segment leaves before (RNR wait, full ring)
+	fullUntil     int64  // with nothing in flight, the try of a full ring ends
+	// RC responder: the message a SEND is assembled in, and the original
+	// values of the last atomics executed, by PSN.
+	asm     []byte
+	atomics [maxRdAtomic]wireAtomic
+	atomicN int
+	// DCI requester.
 	active    bool   // a request is in flight for the WQE at idx
 	unsent    bool   // ... but could not be placed in the ring yet
 	rnrResend bool   // ... and is to be sent again after an RNR NAK
@@ -82,11 +115,9 @@ type wireQP struct {
 	psn       uint32 // its PSN
 	next      uint32 // the next PSN to send
 	deadline  int64  // when the current try counts as lost
-	// Responder (RC).
-	expect    uint32 // the next PSN to execute
-	last      uint32 // the PSN executed last
-	lastValid bool
-	lastOld   uint64 // the original value returned by that PSN's atomic
+	// Responder.
+	expect  uint32 // RC: the next PSN to execute
+	lastOld uint64 // DCT: the original value a repeated atomic returns
 	// epoch numbers the requester's stream from its last RTR→RTS, unique
 	// within the Fabric: a DCT tells a DCI that was reset (or a new QP
 	// with the same number) from a retry.
@@ -94,6 +125,38 @@ type wireQP struct {
 	// DCT: the last request executed for each DCI, by its QPN.
 	streams map[uint32]*dcStream
 }
+
+// wireSeg is an RC segment in flight.
+type wireSeg struct {
+	idx  uint16 // sq index of its WQE
+	psn  uint32
+	off  uint64 // its bytes of the message: [off, off+n)
+	n    uint64
+	last bool // the message's last segment
+	rd   bool // a READ or atomic
+}
+
+// wireAtomic is the original value an atomic of PSN psn returned.
+type wireAtomic struct {
+	psn   uint32
+	old   uint64
+	valid bool
+}
+
+// Limits of the RC transport between processes.
+const (
+	// wireSegMax is the largest segment of an RC message.
+	wireSegMax = 1 << 20
+	// wireWindow is the most segments in flight per RC QP.
+	wireWindow = 64
+	// wireReadBytes bounds the READ bytes in flight per QP, so that the
+	// responses fit in the requester's ring beside other traffic.
+	wireReadBytes = ringDataSize / 4
+	// wireDupWindow is how far behind the expected PSN a request counts
+	// as a repeat (answered again) rather than as one from the future
+	// (ignored).
+	wireDupWindow = 1 << 22
+)
 
 // dcStream is what a DCT remembers of a DCI's last request.
 type dcStream struct {
@@ -107,7 +170,7 @@ func (q *qp) wireTransition(from, to ctx.QPState) {
 	case to == ctx.QPStateReset:
 		q.wire = wireQP{}
 	case to == ctx.QPStateRTR && from == ctx.QPStateInit:
-		q.wire.expect, q.wire.lastValid = q.attr.RQPSN, false
+		q.wire.expect = q.attr.RQPSN
 	case to == ctx.QPStateRTS && from == ctx.QPStateRTR:
 		q.wire.next = q.attr.SQPSN
 		q.f.wireEpoch++
@@ -115,8 +178,9 @@ func (q *qp) wireTransition(from, to ctx.QPState) {
 	}
 }
 
-// wireSend sends the request of WQE w of q to the QP dst in another
-// process (slot). av is the address vector of a DCI, nil for RC.
+// wireSend sends the request of WQE w of DCI q (one whole message, one in
+// flight) to the DCT dst in another process (slot); av is the WQE's
+// address vector. An RC QP sends through wireRun instead.
 func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint32, av *avInfo, now int64) outcome {
 	if len(payload) > wireMaxPayload || (w.op == prm.OpRdmaRead && w.total > uint64(wireMaxPayload)) {
 		return fail(prm.SyndromeLocalLength)
@@ -194,6 +258,10 @@ func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte, now int64) {
 // wireAnswer completes the WQE in flight that a response answers.
 func (f *Fabric) wireAnswer(h *wireHdr, payload []byte, now int64) {
 	q := f.qps[h.DstQPN]
+	if q != nil && q.typ == ctx.QPTypeRC {
+		f.wireAnswerRC(q, h, payload, now)
+		return
+	}
 	if q == nil || q.closed || q.state != ctx.QPStateRTS || !q.wire.active || q.wire.psn != h.PSN ||
 		q.wire.idx != q.sqCI || q.sqPending() == 0 {
 		return // late, repeated or for a QP that moved on
@@ -265,13 +333,13 @@ func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8,
 	f.wireOut(from, len(data), func(r *wireHdr, b []byte) {
 		r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, h.Op, status, synd, rnr
 		r.DstQPN, r.SrcQPN, r.PSN = h.SrcQPN, t.qpn, h.PSN
-		r.Total = uint32(len(data))
+		r.Total, r.Off, r.Seg = uint32(len(data)), h.Off, h.Seg
 		copy(b, data)
 	})
 }
 
-// wireServe executes a request against this process's memory and answers.
-// A request for a QP that is absent, not connected to the sender or not
+// wireServe executes a request against this process's memory and answers
+// (RC in wireServeRC, DC here). A request for a QP that is absent, not connected to the sender or not
 // ready gets no answer: the requester retries and gives up, as over a
 // network.
 func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
@@ -290,12 +358,8 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			!reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {
 			return
 		}
-		if h.PSN != t.wire.expect {
-			if t.wire.lastValid && h.PSN == t.wire.last {
-				f.wireRepeat(from, h, t)
-			}
-			return
-		}
+		f.wireServeRC(from, h, payload, t)
+		return
 	case ctx.QPTypeDCT:
 		if t.state != ctx.QPStateRTR || !reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {
 			return
@@ -387,27 +451,20 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 		atomicOp(&w, m.bytes(w.raddr, size), old[:size])
 		data = old[:size]
 	}
-	switch t.typ {
-	case ctx.QPTypeRC:
-		t.wire.expect = (t.wire.expect + 1) & ctx.MaxPSN
-		t.wire.last, t.wire.lastValid = h.PSN, true
-		t.wire.lastOld = beUint64(old[:])
-	case ctx.QPTypeDCT:
-		st := t.wire.streams[h.SrcQPN]
-		if st == nil {
-			if t.wire.streams == nil {
-				t.wire.streams = map[uint32]*dcStream{}
-			}
-			st = &dcStream{}
-			t.wire.streams[h.SrcQPN] = st
+	st := t.wire.streams[h.SrcQPN]
+	if st == nil {
+		if t.wire.streams == nil {
+			t.wire.streams = map[uint32]*dcStream{}
 		}
-		st.epoch, st.psn, st.old = h.Epoch, h.PSN, beUint64(old[:])
+		st = &dcStream{}
+		t.wire.streams[h.SrcQPN] = st
 	}
+	st.epoch, st.psn, st.old = h.Epoch, h.PSN, beUint64(old[:])
 	f.wireReply(from, h, t, wireAck, 0, 0, data)
 }
 
-// wireRepeat answers a request executed before (its answer was lost or
-// late) without executing it again: READ data is read anew, an atomic
+// wireRepeat answers a DC request executed before (its answer was lost
+// or late) without executing it again: READ data is read anew, an atomic
 // returns the original value it returned the first time.
 func (f *Fabric) wireRepeat(from int, h *wireHdr, t *qp) {
 	op := prm.Opcode(h.Op)
@@ -434,4 +491,493 @@ func (f *Fabric) wireAccessError(srcQPN uint32, t *qp) {
 	if t.typ == ctx.QPTypeRC {
 		f.qpErrorLocked(t, "remote access violation")
 	}
+}
+
+// ---- RC: segments, several in flight ----
+
+// wireRun gives an RC QP whose peer is in the process in slot its turn:
+// it ends a try that timed out and sends what the window allows. It
+// reports whether anything happened.
+func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
+	ws := &q.wire
+	if ws.segN == 0 && ws.sendOff == 0 {
+		// Nothing in flight and no message begun: the next WQE to send
+		// is the oldest not completed. (After goBack or a full ring a
+		// message may be begun: it goes on from its segment.)
+		ws.sendIdx = q.sqCI
+	}
+	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
+	progressed := false
+	if ws.segN > 0 && timeout != 0 && now >= ws.deadline {
+		// The oldest segment was not answered in time: a transport retry.
+		if q.retryCount > int(q.attr.RetryCount) {
+			f.wireFail(q, prm.SyndromeTransportRetryExc)
+			return true
+		}
+		q.retryCount++
+		f.stats.Retries++
+		ws.goBack()
+		progressed = true
+	}
+	ringFull := false
+	if now >= ws.holdUntil {
+		ws.holdUntil = 0
+		var w sendWQE
+		for ws.segN < wireWindow && ws.sendIdx != q.sqPI {
+			w.sg = f.sgScratch[:0]
+			sent, stop := f.wireSendSeg(q, &w, slot, now, timeout)
+			f.sgScratch = w.sg[:0]
+			if sent {
+				progressed = true
+			}
+			if stop == wireStopFailed {
+				return true
+			}
+			if stop == wireStopRing {
+				ringFull = true
+			}
+			if stop != wireGo {
+				break
+			}
+		}
+	}
+	if ringFull && ws.segN == 0 {
+		// Nothing in flight to time out, and the peer takes nothing:
+		// each ACK timeout of this counts as a try.
+		switch {
+		case ws.fullUntil == 0:
+			ws.fullUntil = now + timeout
+		case timeout != 0 && now >= ws.fullUntil:
+			if q.retryCount > int(q.attr.RetryCount) {
+				f.wireFail(q, prm.SyndromeTransportRetryExc)
+				return true
+			}
+			q.retryCount++
+			f.stats.Retries++
+			ws.fullUntil = now + timeout
+		}
+	}
+	switch {
+	case ringFull:
+		ws.holdUntil = now + wireShortRetry
+		q.blockedUntil = ws.holdUntil
+	case ws.holdUntil > now:
+		q.blockedUntil = ws.holdUntil
+	case ws.segN > 0 && timeout != 0:
+		q.blockedUntil = ws.deadline
+	default:
+		q.blockedUntil = 0
+	}
+	if ws.segN > 0 && timeout != 0 && ws.deadline < q.blockedUntil {
+		q.blockedUntil = ws.deadline
+	}
+	return progressed
+}
+
+// What stopped wireSendSeg from going on with the next segment.
+const (
+	wireGo         = iota // nothing: send the next
+	wireStopWait          // wait for the segments in flight to be answered
+	wireStopRing          // the peer's ring is full
+	wireStopFailed        // the WQE at the consumer index failed locally
+)
+
+// wireSendSeg sends the next segment of the WQE at ws.sendIdx (parsed
+// into w). It reports whether it sent one, and what stops the next.
+func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (bool, int) {
+	ws := &q.wire
+	atHead := ws.segN == 0 && ws.sendIdx == q.sqCI
+	s := f.parseSendAt(q, w, ws.sendIdx)
+	if s == 0 && w.op == prm.OpNop {
+		// Completes here, in order: after every WQE before it.
+		if !atHead {
+			return false, wireStopWait
+		}
+		f.finishSend(q, w, done(0))
+		ws.sendIdx = q.sqCI
+		return true, wireGo
+	}
+	if s == 0 {
+		s = f.wireLocalCheck(q, w)
+	}
+	if s != 0 {
+		if !atHead {
+			return false, wireStopWait
+		}
+		f.wireFailParsed(q, w, s)
+		return true, wireStopFailed
+	}
+	rd := w.op == prm.OpRdmaRead || w.op.IsAtomic()
+	if ws.sendOff == 0 && ws.segN > 0 && w.fm&prm.FlagFenceMask != 0 {
+		return false, wireStopWait
+	}
+	off := ws.sendOff
+	n := min(w.total-off, wireSegMax)
+	if w.op.IsAtomic() {
+		off, n = 0, w.total
+	}
+	if rd {
+		limit := max(int(q.attr.MaxRdAtomic), 1)
+		if ws.rdN >= limit || (ws.rdN > 0 && w.op == prm.OpRdmaRead && ws.rdBytes+n > wireReadBytes) {
+			return false, wireStopWait
+		}
+	}
+	psn := ws.next
+	last := off+n >= w.total
+	pay := 0
+	if !rd {
+		pay = int(n)
+	}
+	sent := f.wireOut(slot, pay, func(h *wireHdr, b []byte) {
+		h.Kind, h.Op, h.FM = wireRequest, uint8(w.op), w.fm
+		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = q.attr.RemoteQPN, q.qpn, psn, w.imm, ws.epoch
+		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
+		h.Off, h.Seg = uint32(off), uint32(n)
+		h.ASize, h.Swap, h.Compare, h.SwapMask, h.CmpMask = uint8(w.asize), w.swap, w.compare, w.swapMask, w.cmpMask
+		h.SrcLID = q.dev.h.lid
+		p := q.attr.Path
+		h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
+		h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
+		h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+		if pay > 0 {
+			f.gatherAt(w, off, b[:pay])
+		}
+	})
+	if !sent && f.wirePeerAlive(slot) {
+		return false, wireStopRing
+	}
+	// Sent, or lost with the peer: either way it is in flight until
+	// answered or timed out.
+	ws.fullUntil = 0
+	if ws.segN == 0 {
+		ws.deadline = now + timeout
+	}
+	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd}
+	ws.segN++
+	ws.next = (psn + 1) & ctx.MaxPSN
+	if rd {
+		ws.rdN++
+		if w.op == prm.OpRdmaRead {
+			ws.rdBytes += n
+		}
+	}
+	if last {
+		ws.sendIdx += w.bbs
+		ws.sendOff = 0
+	} else {
+		ws.sendOff = off + n
+	}
+	return true, wireGo
+}
+
+// goBack forgets the segments in flight so that they are sent again, from
+// the oldest, with the same PSNs.
+func (ws *wireQP) goBack() {
+	if ws.segN == 0 {
+		return
+	}
+	e := ws.segs[ws.segHead]
+	ws.sendIdx, ws.sendOff, ws.next = e.idx, e.off, e.psn
+	ws.segHead, ws.segN, ws.rdN, ws.rdBytes = 0, 0, 0, 0
+}
+
+// wireLocalCheck checks the local buffers of a WQE before a segment of it
+// leaves: the SGEs it reads, or those a READ or atomic writes.
+func (f *Fabric) wireLocalCheck(q *qp, w *sendWQE) prm.Syndrome {
+	switch w.op {
+	case prm.OpRdmaRead:
+		return f.checkLocalWrite(q, w)
+	}
+	if w.op.IsAtomic() {
+		return f.checkLocalWrite(q, w)
+	}
+	for _, e := range w.sg {
+		if e.inline {
+			continue
+		}
+		m := f.mrs[e.lkey]
+		if m == nil || m.pd != q.pd || !m.contains(e.addr, e.n) {
+			return prm.SyndromeLocalProt
+		}
+	}
+	return 0
+}
+
+// gatherAt copies the message bytes [off, off+len(dst)) of w (inline data
+// and local SGEs, checked by wireLocalCheck) to dst.
+func (f *Fabric) gatherAt(w *sendWQE, off uint64, dst []byte) {
+	for _, e := range w.sg {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= e.n {
+			off -= e.n
+			continue
+		}
+		n := min(e.n-off, uint64(len(dst)))
+		if e.inline {
+			w.ring.copyOut(dst[:n], e.off+uint32(off))
+		} else {
+			copy(dst[:n], f.mrs[e.lkey].bytes(e.addr+off, n))
+		}
+		dst = dst[n:]
+		off = 0
+	}
+}
+
+// scatterAt copies data to the message bytes [off, off+len(data)) of w's
+// local SGEs (a READ's, checked by checkLocalWrite).
+func (f *Fabric) scatterAt(w *sendWQE, off uint64, data []byte) {
+	for _, e := range w.sg {
+		if len(data) == 0 {
+			return
+		}
+		if off >= e.n {
+			off -= e.n
+			continue
+		}
+		n := min(e.n-off, uint64(len(data)))
+		copy(f.mrs[e.lkey].bytes(e.addr+off, n), data[:n])
+		data = data[n:]
+		off = 0
+	}
+}
+
+// wireFail completes the WQE at the consumer index of an RC QP with
+// syndrome s; the QP goes to error and the rest flush.
+func (f *Fabric) wireFail(q *qp, s prm.Syndrome) {
+	var w sendWQE
+	w.sg = f.sgScratch[:0]
+	_ = f.parseSend(q, &w)
+	f.wireFailParsed(q, &w, s)
+	f.sgScratch = w.sg[:0]
+}
+
+func (f *Fabric) wireFailParsed(q *qp, w *sendWQE, s prm.Syndrome) {
+	q.wire.segHead, q.wire.segN, q.wire.rdN, q.wire.rdBytes = 0, 0, 0, 0
+	q.wire.holdUntil = 0
+	f.finishSend(q, w, fail(s))
+}
+
+// wireAnswerRC takes the answer to the oldest segment in flight of RC QP
+// q; any other answer is late or repeated and ignored.
+func (f *Fabric) wireAnswerRC(q *qp, h *wireHdr, payload []byte, now int64) {
+	ws := &q.wire
+	if q.closed || q.state != ctx.QPStateRTS || ws.segN == 0 {
+		return
+	}
+	e := ws.segs[ws.segHead]
+	if e.psn != h.PSN || e.idx != q.sqCI || q.sqPending() == 0 {
+		return
+	}
+	var w sendWQE
+	w.sg = f.sgScratch[:0]
+	defer func() { f.sgScratch = w.sg[:0] }()
+	if s := f.parseSend(q, &w); s != 0 {
+		f.wireFailParsed(q, &w, s)
+		return
+	}
+	switch h.Status {
+	case wireAck:
+	case wireRNR:
+		if q.attr.RNRRetry != 7 && q.rnrCount >= int(q.attr.RNRRetry) {
+			f.wireFailParsed(q, &w, prm.SyndromeRNRRetryExc)
+			return
+		}
+		q.rnrCount++
+		f.stats.RNRNaks++
+		ws.holdUntil = now + int64(ctx.RNRTimerDuration(h.RNR))
+		q.blockedUntil = ws.holdUntil
+		ws.goBack()
+		return
+	default:
+		f.wireFailParsed(q, &w, prm.Syndrome(h.Synd))
+		return
+	}
+	var o outcome
+	switch {
+	case w.op == prm.OpRdmaRead:
+		if uint64(len(payload)) < e.n || uint64(h.Seg) != e.n {
+			f.wireFailParsed(q, &w, prm.SyndromeRemoteOp)
+			return
+		}
+		if s := f.checkLocalWrite(q, &w); s != 0 {
+			f.wireFailParsed(q, &w, s)
+			return
+		}
+		f.scatterAt(&w, e.off, payload[:e.n])
+		o = done(w.total)
+	case w.op.IsAtomic():
+		o = f.wireResult(q, &w, payload)
+		if o.res == resultFail {
+			f.wireFailParsed(q, &w, o.synd)
+			return
+		}
+	default:
+		o = done(w.total)
+	}
+	ws.segHead = (ws.segHead + 1) % wireWindow
+	ws.segN--
+	if e.rd {
+		ws.rdN--
+		if w.op == prm.OpRdmaRead {
+			ws.rdBytes -= e.n
+		}
+	}
+	q.retryCount = 0
+	ws.deadline = now + int64(ctx.AckTimeoutDuration(q.attr.Timeout))
+	if ws.holdUntil == 0 {
+		q.blockedUntil = 0
+	}
+	if e.last {
+		f.finishSend(q, &w, o)
+		if ws.holdUntil != 0 {
+			q.blockedUntil = ws.holdUntil
+		}
+	}
+}
+
+// wireServeRC executes an RC segment (the RC QP t checked it comes from
+// its peer) and answers.
+func (f *Fabric) wireServeRC(from int, h *wireHdr, payload []byte, t *qp) {
+	if d := (t.wire.expect - h.PSN) & ctx.MaxPSN; d != 0 {
+		if d <= wireDupWindow {
+			f.wireRepeatRC(from, h, t)
+		}
+		return
+	}
+	op := prm.Opcode(h.Op)
+	w := sendWQE{op: op, fm: h.FM, imm: h.Imm, raddr: h.RAddr, rkey: h.RKey, total: uint64(h.Total),
+		asize: int(h.ASize), swap: h.Swap, compare: h.Compare, swapMask: h.SwapMask, cmpMask: h.CmpMask}
+	off, n := uint64(h.Off), uint64(h.Seg)
+	if off+n > w.total || n > wireSegMax {
+		return // no requester of this version sends it
+	}
+	last := off+n == w.total
+	src := srcInfo{qpn: h.SrcQPN, lid: h.SrcLID, sl: h.SL, grh: h.GRH != 0, l3: h.L3}
+	nak := func(s prm.Syndrome) { f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil) }
+	rnr := func() { f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil) }
+	var data []byte
+	var old [8]byte
+	switch op {
+	case prm.OpSend, prm.OpSendImm, prm.OpSendInval, prm.OpRdmaWrite, prm.OpRdmaWriteImm:
+		if uint64(len(payload)) < n {
+			return
+		}
+	}
+	switch op {
+	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
+		rw, ok := f.peekRecv(t)
+		if !ok {
+			rnr()
+			return
+		}
+		msg := payload[:n]
+		if !(off == 0 && last) {
+			// A message of several segments is assembled, then
+			// delivered whole with its last.
+			if off == 0 || uint64(len(t.wire.asm)) != w.total {
+				t.wire.asm = make([]byte, w.total)
+			}
+			copy(t.wire.asm[off:], payload[:n])
+			msg = t.wire.asm
+		}
+		if last {
+			t.wire.asm = nil
+			if s := f.deliverSend(nil, t, &w, msg, &rw, src); s != 0 {
+				nak(s)
+				return
+			}
+		}
+	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
+		var m *mr
+		if w.total > 0 {
+			// The whole message's range, at every segment: nothing is
+			// written unless all of it lies in the region.
+			if m = f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteWrite); m == nil {
+				f.wireAccessError(h.SrcQPN, t)
+				nak(prm.SyndromeRemoteAccess)
+				return
+			}
+		}
+		var rw recvWQE
+		imm := op == prm.OpRdmaWriteImm && last
+		if imm {
+			var ok bool
+			if rw, ok = f.peekRecv(t); !ok {
+				rnr()
+				return
+			}
+		}
+		if m != nil && n > 0 {
+			copy(m.bytes(w.raddr+off, n), payload[:n])
+		}
+		if imm {
+			f.consumeRecv(t, &rw)
+			img := respCQE(t, &rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			f.emitCQE(t.recvCQ, &img, nil, t)
+		}
+	case prm.OpRdmaRead:
+		if w.total > 0 {
+			m := f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteRead)
+			if m == nil {
+				f.wireAccessError(h.SrcQPN, t)
+				nak(prm.SyndromeRemoteAccess)
+				return
+			}
+			data = m.bytes(w.raddr+off, n)
+		}
+	default: // atomics
+		size := uint64(w.asize)
+		if size != 4 && size != 8 {
+			nak(prm.SyndromeRemoteInvalReq)
+			return
+		}
+		m := f.remoteMR(t, w.rkey, w.raddr, size, ctx.AccessRemoteAtomic)
+		if m == nil {
+			f.wireAccessError(h.SrcQPN, t)
+			nak(prm.SyndromeRemoteAccess)
+			return
+		}
+		if w.raddr%size != 0 {
+			nak(prm.SyndromeRemoteInvalReq)
+			return
+		}
+		atomicOp(&w, m.bytes(w.raddr, size), old[:size])
+		data = old[:size]
+		t.wire.atomics[t.wire.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: beUint64(old[:]), valid: true}
+		t.wire.atomicN++
+	}
+	t.wire.expect = (t.wire.expect + 1) & ctx.MaxPSN
+	f.wireReply(from, h, t, wireAck, 0, 0, data)
+}
+
+// wireRepeatRC answers an RC segment executed before (its answer was lost
+// or is late) without executing it again: READ data is read anew, an
+// atomic returns the original value it returned the first time.
+func (f *Fabric) wireRepeatRC(from int, h *wireHdr, t *qp) {
+	op := prm.Opcode(h.Op)
+	var data []byte
+	switch {
+	case op == prm.OpRdmaRead && h.Seg > 0:
+		m := f.remoteMR(t, h.RKey, h.RAddr, uint64(h.Total), ctx.AccessRemoteRead)
+		if m == nil || uint64(h.Off)+uint64(h.Seg) > uint64(h.Total) {
+			return
+		}
+		data = m.bytes(h.RAddr+uint64(h.Off), uint64(h.Seg))
+	case op.IsAtomic():
+		var old [8]byte
+		found := false
+		for _, a := range t.wire.atomics {
+			if a.valid && a.psn == h.PSN {
+				putBE64(old[:], a.old)
+				found = true
+			}
+		}
+		if !found || (h.ASize != 4 && h.ASize != 8) {
+			return // forgotten: the requester times out
+		}
+		data = old[:h.ASize]
+	}
+	f.wireReply(from, h, t, wireAck, 0, 0, data)
 }

@@ -1,0 +1,431 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// Messages larger than a ring record between two processes: the child of
+// role "big" registers a region of bigSize bytes between two sentinels of
+// bigGuard bytes, posts one receive over the whole region, and answers
+// every line of the parent with a bigReport.
+
+const (
+	bigSize  = 64 << 20
+	bigGuard = 1 << 20
+	bigSeed  = 77
+)
+
+// fillBig fills b with a pseudo-random pattern of period 4093 bytes (a
+// prime: a segment misplaced by a multiple of a MiB shows), by copies, so
+// that it is quick under the race detector too.
+func fillBig(b []byte, seed int64) {
+	n := min(len(b), 4093)
+	fill(b[:n], seed)
+	for n < len(b) {
+		n += copy(b[n:], b[:n])
+	}
+}
+
+// setBytes sets every byte of b to v.
+func setBytes(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for n := 1; n < len(b); {
+		n += copy(b[n:], b[:n])
+	}
+}
+
+// allBytes reports whether every byte of b is v.
+func allBytes(b []byte, v byte) bool { return bytes.Count(b, []byte{v}) == len(b) }
+
+// bigReport is what the child says of its region when asked.
+type bigReport struct {
+	Sum        [32]byte // SHA-256 of the region
+	SentinelOK bool     // both sentinels untouched
+	Recv       []uint32 // byte counts of the receives completed so far
+}
+
+func bigChild(t *testing.T) {
+	e := newEnv(t, Options{Mode: Engine, Fabric: os.Getenv(envChildFabric)})
+	buf, err := ctx.AllocBuffer(bigSize+2*bigGuard, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	defer buf.Close()
+	mem := buf.Bytes()
+	setBytes(mem, 0x5a)
+	region := mem[bigGuard : bigGuard+bigSize]
+	fillBig(region, bigSeed)
+	mr, err := e.pd.RegisterMemory(region, allAccess)
+	require.NoError(t, err)
+	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 4})
+	q.postRecv(dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
+	out := func(v any) {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		fmt.Printf("%s%s\n", childMark, b)
+	}
+	out(peerInfo{QPN: q.qp.QPN(), LID: lidOf(t, e.c), Addr: uint64(mr.Addr()), RKey: mr.RKey()})
+	in := bufio.NewScanner(os.Stdin)
+	require.True(t, in.Scan())
+	var p peerInfo
+	require.NoError(t, json.Unmarshal(in.Bytes(), &p))
+	connectTo(t, q, p, 14, 7)
+	var recv []uint32
+	for in.Scan() {
+		for _, c := range q.rcq.drain() {
+			recv = append(recv, c.byteCnt)
+		}
+		ok := allBytes(mem[:bigGuard], 0x5a) && allBytes(mem[bigGuard+bigSize:], 0x5a)
+		out(bigReport{Sum: sha256.Sum256(region), SentinelOK: ok, Recv: recv})
+	}
+}
+
+// bigLocal is a local region of bigSize bytes before a sentinel.
+func bigLocal(t *testing.T, e *env) (*ctx.MemoryRegion, []byte, []byte) {
+	buf, err := ctx.AllocBuffer(bigSize+bigGuard, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mem := buf.Bytes()
+	setBytes(mem, 0xa5)
+	mr, err := e.pd.RegisterMemory(mem[:bigSize], allAccess)
+	require.NoError(t, err)
+	return mr, mem[:bigSize], mem[bigSize:]
+}
+
+// TestSharedTwoProcessesBigMessages: a 20 MiB SEND, a 64 MiB WRITE and a
+// 64 MiB READ between two processes, each more than a ring record
+// carries, arrive whole and once, and nothing outside the regions is
+// written.
+func TestSharedTwoProcessesBigMessages(t *testing.T) {
+	name := testFabricName(t)
+	ch := startChild(t, "big", name)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	mr, local, sentinel := bigLocal(t, e)
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectTo(t, a, ch.info, 14, 7)
+	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
+	report := func() bigReport {
+		t.Helper()
+		ch.send(t, "report")
+		var r bigReport
+		require.NoError(t, json.Unmarshal([]byte(ch.line(t)), &r))
+		return r
+	}
+	const wait = 60 * time.Second
+	la := uint64(mr.Addr())
+
+	// SEND 20 MiB into the child's one receive.
+	fillBig(local, 1)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dataSeg(20<<20, mr.LKey(), la))
+	c := waitCQE(t, a.scq, wait)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	remote := make([]byte, bigSize)
+	fillBig(remote, bigSeed)
+	copy(remote, local[:20<<20])
+	var r bigReport
+	require.Eventually(t, func() bool { r = report(); return len(r.Recv) > 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []uint32{20 << 20}, r.Recv, "one receive completion of the whole message")
+	require.Equal(t, sha256.Sum256(remote), r.Sum)
+	require.True(t, r.SentinelOK)
+
+	// WRITE 64 MiB.
+	fillBig(local, 2)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), la))
+	c = waitCQE(t, a.scq, wait)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, uint32(bigSize), c.byteCnt)
+	r = report()
+	require.Equal(t, sha256.Sum256(local), r.Sum, "the child's region holds the 64 MiB written")
+	require.True(t, r.SentinelOK)
+	want := bytes.Clone(local)
+
+	// READ 64 MiB back (two SGEs, split at an odd offset).
+	fillBig(local, 3)
+	const split = 40<<20 + 12345
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey),
+		dataSeg(split, mr.LKey(), la), dataSeg(bigSize-split, mr.LKey(), la+split))
+	c = waitCQE(t, a.scq, wait)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, uint32(bigSize), c.byteCnt)
+	require.True(t, bytes.Equal(want, local), "the 64 MiB read back")
+	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
+	require.Empty(t, a.scq.drain(), "each WQE completes once")
+	r = report()
+	require.Equal(t, []uint32{20 << 20}, r.Recv)
+	require.True(t, r.SentinelOK)
+}
+
+// TestSharedTwoProcessesBigPeerKilled: the peer killed while 64 MiB WRITEs
+// and READs are in flight: the first WQE not done completes with
+// RETRY_EXC_ERR, the rest flush, each once, and nothing outside the local
+// region is written.
+func TestSharedTwoProcessesBigPeerKilled(t *testing.T) {
+	name := testFabricName(t)
+	ch := startChild(t, "big", name)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	mr, _, sentinel := bigLocal(t, e)
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
+	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
+	const n = 8
+	for i := 0; i < n; i++ {
+		op := prm.OpRdmaWrite
+		if i%2 == 1 {
+			op = prm.OpRdmaRead
+		}
+		a.post(op, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
+	}
+	var cqes []cqe
+	first := waitCQE(t, a.scq, 60*time.Second)
+	cqes = append(cqes, first)
+	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+	for len(cqes) < n {
+		cqes = append(cqes, waitCQE(t, a.scq, 30*time.Second))
+	}
+	time.Sleep(50 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "nothing completes twice")
+	i := 0
+	for i < n && cqes[i].op == prm.CQEReq {
+		i++
+	}
+	require.Less(t, i, n, "the kill came after every WQE completed")
+	require.Equal(t, prm.SyndromeTransportRetryExc, cqes[i].synd, "%+v", cqes[i])
+	for _, c := range cqes[i+1:] {
+		require.Equal(t, prm.CQEReqErr, c.op)
+		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)
+	}
+	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
+	st, err := e.f.QPState(a.qp.QPN())
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st)
+}
+
+// ringRecords counts the requests of the process in slot from waiting in
+// ring file rf, and how many of them are READs.
+func ringRecords(rf *ringFile, from int) (reqs, reads int) {
+	tail, head := *rf.tail(from), *rf.head(from)
+	data := rf.data(from)
+	for head != tail {
+		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+		if h.Kind == wireRequest {
+			reqs++
+			if prm.Opcode(h.Op) == prm.OpRdmaRead {
+				reads++
+			}
+		}
+		head += uint64(h.Len)
+	}
+	return reqs, reads
+}
+
+// TestSharedSeveralInFlight: an RC requester sends the WQEs of its send
+// queue without waiting for each answer, READs no more than its
+// max_rd_atomic at once; the answers complete them in order, once.
+func TestSharedSeveralInFlight(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 64, cqDepth: 128})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	for _, x := range []struct {
+		q, peer *testQP
+		rd      uint8
+	}{{a, b, 4}, {b, a, 16}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: x.rd}))
+	}
+	fill(e1.mem(0, 64<<10), 9)
+	fill(e2.mem(512<<10, 64<<10), 10)
+	_, slot1 := e1.f.SharedFabric()
+	// The responder's engine held: what the requester sends waits in the
+	// responder's ring.
+	e2.f.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			e2.f.mu.Unlock()
+		}
+	}()
+	const writes, reads = 16, 8
+	for i := 0; i < writes; i++ {
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(i*4096), e2.mr.RKey()), dataSeg(4096, e1.mr.LKey(), e1.addr(i*4096)))
+	}
+	for i := 0; i < reads; i++ {
+		a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(512<<10+i*4096), e2.mr.RKey()), dataSeg(4096, e1.mr.LKey(), e1.addr(256<<10+i*4096)))
+	}
+	var reqs, rds int
+	require.Eventually(t, func() bool {
+		reqs, rds = ringRecords(e2.f.shm.in, slot1)
+		return reqs >= writes+4
+	}, 5*time.Second, time.Millisecond, "the requests never reached the ring")
+	time.Sleep(20 * time.Millisecond)
+	reqs, rds = ringRecords(e2.f.shm.in, slot1)
+	require.Equal(t, writes+4, reqs, "every WRITE and max_rd_atomic READs in flight")
+	require.Equal(t, 4, rds)
+	require.Empty(t, a.scq.drain(), "nothing completes before its answer")
+	e2.f.mu.Unlock()
+	locked = false
+	for i := 0; i < writes+reads; i++ {
+		c := waitCQE(t, a.scq, 10*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+		require.Equal(t, uint16(i), c.counter, "in order")
+	}
+	require.Empty(t, a.scq.drain())
+	require.Equal(t, e1.mem(0, 64<<10), e2.mem(0, 64<<10))
+	require.Equal(t, e2.mem(512<<10, 32<<10), e1.mem(256<<10, 32<<10))
+}
+
+// TestSharedFullRingTimesOut: a peer that lives but takes nothing from its
+// ring: the segments that fit time out, and those sent again find the ring
+// still full; the WQE completes with RETRY_EXC_ERR after the retries, as
+// over a network, instead of waiting for ever.
+func TestSharedFullRingTimesOut(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	const size = 48 << 20 // more than a ring holds
+	buf, err := ctx.AllocBuffer(size, ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e1.pd.RegisterBuffer(buf, allAccess)
+	require.NoError(t, err)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 2, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+	e2.f.mu.Lock() // the peer's engine takes nothing
+	locked := true
+	defer func() {
+		if locked {
+			e2.f.mu.Unlock()
+		}
+	}()
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), dataSeg(size, mr.LKey(), uint64(mr.Addr())))
+	c := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReqErr, c.op, "%+v", c)
+	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd, "%+v", c)
+	e2.f.mu.Unlock()
+	locked = false
+}
+
+// TestSharedResponderRepeatsInWindow: an RC responder with several
+// requests in flight executes each PSN once, in order: a repeat of one
+// several PSNs back is answered (an atomic with its first original value)
+// without being executed, one from the future is ignored, and the
+// segments of a WRITE land at their offsets.
+func TestSharedResponderRepeatsInWindow(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
+	_, s1 := e1.f.SharedFabric()
+	_, s2 := e2.f.SharedFabric()
+	dlid := lidOf(t, e2.c) // before the fabrics' locks are held
+	atomicFA := func(psn uint32) wireHdr {
+		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
+			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, Swap: 1, DLID: dlid}
+	}
+	write := func(psn, off uint32) wireHdr {
+		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
+			RAddr: e2.addr(64), RKey: e2.mr.RKey(), Total: 8, Off: off, Seg: 4, DLID: dlid}
+	}
+	// The requester's engine held: the answers stay in its ring.
+	e1.f.mu.Lock()
+	defer e1.f.mu.Unlock()
+	e2.f.mu.Lock()
+	for _, r := range []struct {
+		h   wireHdr
+		pay string
+	}{
+		{atomicFA(0), ""},
+		{atomicFA(1), ""},
+		{write(2, 0), "abcd"},
+		{atomicFA(0), ""},     // a repeat
+		{write(5, 4), "ZZZZ"}, // from the future
+		{write(3, 4), "efgh"},
+		{write(2, 0), "XXXX"}, // a repeat
+	} {
+		e2.f.wireServe(s1, &r.h, []byte(r.pay))
+	}
+	e2.f.mu.Unlock()
+	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)), "each atomic executed once")
+	require.Equal(t, "abcdefgh", string(e2.mem(64, 8)))
+
+	// The answers, in order.
+	rf := e1.f.shm.in
+	tail, head := *rf.tail(s2), *rf.head(s2)
+	data := rf.data(s2)
+	type answer struct {
+		psn uint32
+		old uint64
+	}
+	var got []answer
+	for head != tail {
+		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+		if h.Kind == wireResponse {
+			require.Equal(t, uint8(wireAck), h.Status)
+			var old uint64
+			if prm.Opcode(h.Op).IsAtomic() {
+				old = binary.BigEndian.Uint64(data[head&(ringDataSize-1)+uint64(wireHdrSize):])
+			}
+			got = append(got, answer{h.PSN, old})
+		}
+		head += uint64(h.Len)
+	}
+	require.Equal(t, []answer{{0, 10}, {1, 11}, {2, 0}, {0, 10}, {3, 0}, {2, 0}}, got)
+}
+
+// TestSharedRNRMidMessage: a 2.5 MiB WRITE with immediate meets no
+// receive at its last segment: after the RNR timer the requester sends
+// that segment again, not the message from its start (the first MiB,
+// changed in the local buffer meanwhile, is not sent twice).
+func TestSharedRNRMidMessage(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	const size = 5 << 19
+	bufs := make([]*ctx.Buffer, 2)
+	mrs := make([]*ctx.MemoryRegion, 2)
+	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
+		var err error
+		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bufs[i].Close() })
+		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
+		require.NoError(t, err)
+	}
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	// RNR timer code 0: 655 ms.
+	e1.connectRC(a, b, 7, 0)
+	src, dst := bufs[0].Bytes(), bufs[1].Bytes()
+	fill(src, 21)
+	want := bytes.Clone(src)
+	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 5, raddrSeg(uint64(mrs[1].Addr()), mrs[1].RKey()), dataSeg(size, mrs[0].LKey(), uint64(mrs[0].Addr())))
+	require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks > 0 }, 5*time.Second, time.Millisecond)
+	fill(src[:1<<20], 22) // what a resend from the start would carry
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	c := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	r := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespWrImm, r.op)
+	require.Equal(t, uint32(size), r.byteCnt)
+	require.True(t, bytes.Equal(want, dst), "the message as first sent, each segment once")
+}
