@@ -41,13 +41,19 @@ type Poller struct {
 	cq    *monocq.CQ
 	owner *ctx.CompletionQueue
 	table *monocq.Table[Queue]
-	// reapFlag is 1 when a queue added here was closed (set by its
-	// closer, on the closing goroutine) or a closed queue is still
-	// draining (set by reap): ring, which loads it once per poll, then
-	// returns nil so that Poll calls reapRing.
+	// reapFlag has reapBit set when a queue added here was closed (set by
+	// its closer, on the closing goroutine) or a closed queue is still
+	// draining (set by reap), and slowBit while the Poller counts or
+	// reads timestamps: ring, which loads it once per poll, then returns
+	// nil so that Poll calls pollSlow.
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
+
+	// counts is set by EnableCounters; stamps when the CQ writes
+	// timestamps (both only read in pollSlow).
+	counts *CQCounters
+	stamps bool
 
 	unknownQPN uint64
 	polled     uint64
@@ -79,8 +85,18 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poller: new: %w", err)
 	}
-	return &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue])}, nil
+	p := &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
+	if p.stamps {
+		p.reapFlag.Store(slowBit)
+	}
+	return p, nil
 }
+
+// The bits of Poller.reapFlag.
+const (
+	reapBit = 1 << iota
+	slowBit
+)
 
 // Poll hands up to max completions to fn, each as a *Completion valid
 // during the call, and returns how many it handed over. Poll and a function
@@ -96,10 +112,9 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	return func() int {
 		cq := p.ring()
 		if cq == nil {
-			// The CQ was closed, or a queue pair added here.
-			if cq = p.reapRing(); cq == nil {
-				return 0
-			}
+			// The CQ was closed, a queue pair added here was, or
+			// the Poller counts or reads timestamps.
+			return p.pollSlow(max, fn)
 		}
 		wc := &p.wc
 		n := 0
@@ -143,10 +158,13 @@ func (p *Poller) Add(qp QueuePair) error {
 	}
 	p.queues = append(p.queues, q)
 	q.closer.addPoller(p)
+	if q.counts != nil {
+		p.reapFlag.Or(slowBit)
+	}
 	// A close that ran before the poller was on the closer's list
 	// did not flag it: look again.
 	if q.qp.Closed() {
-		p.reapFlag.Store(1)
+		p.reapFlag.Or(reapBit)
 	}
 	return nil
 }
@@ -210,7 +228,7 @@ func (p *Poller) drop(q *Queue) {
 // dropped when the ring is found empty or the consumer index went that
 // far.
 func (p *Poller) reap() {
-	p.reapFlag.Store(0)
+	p.reapFlag.And(^uint32(reapBit))
 	for i := 0; i < len(p.queues); {
 		q := p.queues[i]
 		if !q.qp.Closed() {
@@ -237,7 +255,7 @@ func (p *Poller) reap() {
 		p.draining = append(p.draining[:i], p.draining[i+1:]...)
 	}
 	if len(p.draining) > 0 {
-		p.reapFlag.Store(1)
+		p.reapFlag.Or(reapBit)
 	}
 }
 
@@ -264,15 +282,63 @@ func (p *Poller) ring() *monocq.CQ {
 	return p.cq
 }
 
-// reapRing is ring's slow path: it returns nil when the completion queue
-// has been closed (its ring is gone), and otherwise drops the closed queues
-// that have no CQE left in the ring (see reap) and returns the ring.
-func (p *Poller) reapRing() *monocq.CQ {
+// pollSlow is Poll when ring said no: it polls nothing when the completion
+// queue has been closed (its ring is gone), drops the closed queues that
+// have no CQE left in the ring (see reap), and polls with fn called
+// indirectly, counting (EnableCounters) and reading timestamps when asked.
+func (p *Poller) pollSlow(max int, fn func(*Completion)) int {
 	if p.owner.Closed() {
-		return nil
+		return 0
 	}
-	p.reap()
-	return p.cq
+	flags := p.reapFlag.Load()
+	if flags&reapBit != 0 {
+		p.reap()
+	}
+	slow := flags&slowBit != 0
+	wc := &p.wc
+	n := 0
+	for c := range p.cq.All(max) {
+		q := p.table.Lookup(c.QPN())
+		if q != nil {
+			if !q.CompleteSend(c, wc) && !q.CompleteRecv(c, wc) {
+				q.Complete(c, wc)
+			}
+		} else {
+			p.unknown(c)
+		}
+		if slow {
+			p.count(q, c, wc)
+		}
+		fn(wc)
+		n++
+	}
+	if p.counts != nil {
+		p.counts.Polls++
+		if n == 0 {
+			p.counts.EmptyPolls++
+		}
+	}
+	p.polled += uint64(n)
+	return n
+}
+
+// count reads the timestamp of a completion and counts it, as asked.
+func (p *Poller) count(q *Queue, c *monocq.CQE, wc *Completion) {
+	if p.stamps {
+		wc.Timestamp = c.Timestamp()
+	}
+	if q != nil && q.counts != nil {
+		q.counts.count(wc)
+	}
+	if k := p.counts; k != nil {
+		k.Completions++
+		switch wc.Match {
+		case MatchError:
+			k.Errors.add(wc.Syndrome)
+		case MatchUnknownQPN:
+			k.UnknownQPN++
+		}
+	}
 }
 
 // unknown decodes a CQE whose QPN no queue was added for into the

@@ -110,6 +110,11 @@ type SendQueue struct {
 	// pointer: storing it costs no GC write barrier.
 	open uintptr
 
+	// counting is 1 once EnableCounters ran: finish and RingDoorbell then
+	// count into counters (a load and a not-taken branch otherwise).
+	counting uint32
+	counters *SendCounters
+
 	recordMem  []record
 	scratchMem []uint64
 	cfg        Config
@@ -431,6 +436,9 @@ func (q *SendQueue) RingDoorbell() {
 	}
 	q.db.Ring(uint32(q.pi), unsafe.Pointer(&q.lastDB))
 	q.rung = q.pi
+	if q.counting != 0 {
+		q.counters.Doorbells++
+	}
 }
 
 // Flags are the per-WQE flags of Begin: bits of the control segment's

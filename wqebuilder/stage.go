@@ -550,6 +550,9 @@ func (w wqe) finish(post bool) error {
 			q.rung = pi
 			q.db.Post(uint32(pi), w.ctrl, w.blueFlameBytes(alone))
 		}
+		if q.counting != 0 {
+			q.count(post, w.blueFlameBytes(alone))
+		}
 		return nil
 	}()
 }

@@ -148,18 +148,22 @@ func TestStageMethodsInline(t *testing.T) {
 func TestFinishBlueFlameInlinesAtCallSite(t *testing.T) {
 	requireInlinesAtCallSite(t, "FinishBlueFlame", []string{
 		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
-	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", failureFunc, "runtime.morestack_noctxt"})
+	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", countFunc, failureFunc, "runtime.morestack_noctxt"})
 }
 
 // failureFunc is the one call of a Finish that is not inlined: the error
 // of a refused WQE.
 const failureFunc = "github.com/mlx5kit/mlx5kit/wqebuilder.(*SendQueue).failure"
 
+// countFunc is the call of a Finish on a queue whose counters were enabled
+// (SendQueue.EnableCounters), behind one branch on a flag.
+const countFunc = "github.com/mlx5kit/mlx5kit/wqebuilder.(*SendQueue).count"
+
 // TestFinishInlinesAtCallSite: a WQE finished with Finish (as batches are)
 // compiles into the posting function with no call but the error of a
-// refused WQE.
+// refused WQE and the counting of a queue that counts.
 func TestFinishInlinesAtCallSite(t *testing.T) {
-	requireInlinesAtCallSite(t, "Finish", nil, []string{failureFunc, "runtime.morestack_noctxt"})
+	requireInlinesAtCallSite(t, "Finish", nil, []string{countFunc, failureFunc, "runtime.morestack_noctxt"})
 }
 
 // requireInlinesAtCallSite builds Begin → RdmaWriteImm → SGE → finisher in
