@@ -57,6 +57,12 @@ type Options struct {
 	Timeout time.Duration
 	// RetryCount, RNRRetry, Timeout codes and the RNR timer of the queue
 	// pairs are those of package rc's defaults.
+
+	// Counters makes every queue pair of the channel and its Poller count
+	// (transport.Queue.EnableCounters, transport.Poller.EnableCounters):
+	// MultiChannel.Counters and PeerCounters read them. Off, the channel's
+	// posts and polls pay nothing for it.
+	Counters bool
 }
 
 func (o Options) withDefaults() Options {
@@ -196,6 +202,9 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		}
 	}
 	c.initSlots(outstanding)
+	if opts.Counters {
+		c.enableCounters()
+	}
 	if opts.Events {
 		if c.notifier, err = completion.NewNotifier(c.cq, c.poller.CQ()); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)

@@ -207,3 +207,25 @@ func (p *Poller) Counters() CQCounters {
 // Timestamps reports whether the Poller fills Completion.Timestamp: its
 // CQ was created with ctx.CompletionQueueConfig.Timestamps.
 func (p *Poller) Timestamps() bool { return p.stamps }
+
+// Add adds the counts of o to e.
+func (e *ErrorCounts) Add(o ErrorCounts) {
+	e.Total += o.Total
+	for i := range e.bySyndrome {
+		e.bySyndrome[i] += o.bySyndrome[i]
+	}
+}
+
+// Add adds the counts of o to c (for totals over several queue pairs);
+// RetriesCounted stays true only if both counted.
+func (c *QueueCounters) Add(o QueueCounters) {
+	c.Posts += o.Posts
+	c.BlueFlameCopies += o.BlueFlameCopies
+	c.Doorbells += o.Doorbells
+	c.SendCompletions += o.SendCompletions
+	c.RecvCompletions += o.RecvCompletions
+	c.Errors.Add(o.Errors)
+	c.RNRRetries += o.RNRRetries
+	c.TransportRetries += o.TransportRetries
+	c.RetriesCounted = c.RetriesCounted && o.RetriesCounted
+}
