@@ -186,6 +186,16 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	if attr.State > QPStateError {
 		return &OpError{Op: op, Err: fmt.Errorf("state %v: %w", attr.State, ErrInvalidArgument)}
 	}
+	// Logged after the unlock (deferred first), so that the handler may
+	// call the Context.
+	var moved bool
+	var from QPState
+	var qpn uint32
+	defer func() {
+		if moved {
+			qp.pd.ctx.logTransition(qp.cfg.Type, qpn, from, attr.State)
+		}
+	}()
 	if err := qp.lock(op); err != nil {
 		return err
 	}
@@ -213,11 +223,13 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	case QPStateReset:
 		qp.port = 0
 	}
+	from = qp.state
 	qp.state = attr.State
 	if attr.State == QPStateRTR && qp.cfg.Type == QPTypeRC {
 		qp.remote = attr.RemoteQPN
 	}
 	qp.desc = qp.pd.ctx.descriptor(qp.h.Descriptor())
+	qpn, moved = qp.desc.QPN, true
 	return nil
 }
 
