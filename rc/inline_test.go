@@ -111,7 +111,7 @@ func TestInlining(t *testing.T) {
 	// the state check, Begin, the address, the operation, the data and
 	// Finish are all inline.
 	for _, f := range []string{"main.PostWrite", "main.PostDC", "main.PostUD"} {
-		only(f, "transport.Refuse", "wqebuilder.(*SendQueue).failure", "wqebuilder.(*SendQueue).count")
+		only(f, "transport.Refuse", "wqebuilder.wqe.finishFlagged")
 	}
 	// A receive post, one buffer with PostRecv or two through the stages on
 	// the QP's own receive queue or an SRQ, calls the store barrier before
@@ -148,7 +148,7 @@ func TestInliningWithoutTransport(t *testing.T) {
 		require.Regexp(t, regexp.MustCompile(want), m)
 	}
 	calls := callsOf(buildProgram(t, dir, "-S"))
-	onlyCalls(t, calls, "main.PostWrite", "transport.Refuse", "wqebuilder.(*SendQueue).failure", "wqebuilder.(*SendQueue).count")
+	onlyCalls(t, calls, "main.PostWrite", "transport.Refuse", "wqebuilder.wqe.finishFlagged")
 	onlyCalls(t, calls, "main.PostRecv", "blueflame.StoreBarrier", "transport.RecvStage.error")
 	onlyCalls(t, calls, "main.PostRecvStaged", "blueflame.StoreBarrier", "transport.RecvStage.error")
 }

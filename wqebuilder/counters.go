@@ -1,5 +1,7 @@
 package wqebuilder
 
+import "unsafe"
+
 // SendCounters counts what a SendQueue posted since EnableCounters.
 type SendCounters struct {
 	// Posts is the number of WQEs finished (Finish and FinishBlueFlame).
@@ -15,14 +17,15 @@ type SendCounters struct {
 }
 
 // EnableCounters makes the queue count its posts and doorbells from now
-// on. Counting costs a few instructions per post; a queue that never
-// enables it pays one predictable branch. Like posting, it is the owner's
-// call.
+// on. It sets a bit in the word the post already checks for a closed
+// queue, so a queue that never counts pays nothing; a counting queue's
+// Finish and RingDoorbell take a path that is a call away (a few
+// nanoseconds). Like posting, it is the owner's call.
 func (q *SendQueue) EnableCounters() {
 	if q.counters == nil {
 		q.counters = new(SendCounters)
 	}
-	q.counting = 1
+	q.closed.Or(countingBit)
 }
 
 // Counters returns what the queue counted; all zero when counting was
@@ -35,20 +38,46 @@ func (q *SendQueue) Counters() SendCounters {
 	return *q.counters
 }
 
-// count records one finished WQE; post says it was FinishBlueFlame, n the
-// bytes it asked to copy to the register (0: the 8-byte doorbell). The
-// register's own size rule decides whether a copy happened.
+// finishFlagged is finish for a WQE that refused turned down: it returns
+// the failure of one that must not be finished, and otherwise (the queue
+// only counts) finishes it as finish does and counts it.
 //
 //go:noinline
-func (q *SendQueue) count(post bool, n int) {
+func (w wqe) finishFlagged(post bool) error {
+	q := w.q
+	if w.st&stErrMask != 0 || uintptr(w.ctrl) != q.open || q.closed.Load()&closedBit != 0 || q.counters == nil {
+		return w.failure()
+	}
+	alone := q.rung == q.pi
+	pi := w.commit()
+	q.open = 0
 	c := q.counters
 	c.Posts++
 	if !post {
-		return
+		return nil
 	}
+	q.rung = pi
+	n := w.blueFlameBytes(alone)
+	q.db.Post(uint32(pi), w.ctrl, n)
 	if n > 0 && uint32(n) <= q.db.Size() {
 		c.BlueFlameCopies++
 	} else {
 		c.Doorbells++
+	}
+	return nil
+}
+
+// ringFlagged is RingDoorbell for a queue whose closed word is set: a
+// closed queue rings nothing, a counting one rings and counts.
+//
+//go:noinline
+func (q *SendQueue) ringFlagged() {
+	if q.closed.Load()&closedBit != 0 {
+		return
+	}
+	q.db.Ring(uint32(q.pi), unsafe.Pointer(&q.lastDB))
+	q.rung = q.pi
+	if q.counters != nil {
+		q.counters.Doorbells++
 	}
 }
