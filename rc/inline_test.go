@@ -99,11 +99,11 @@ func TestInlining(t *testing.T) {
 	}
 	// A poll calls Ready for a batch, Complete for a CQE that is not a
 	// successful send or plain receive, unknown for an unknown QPN and
-	// pollSlow after a close or on a Poller that counts or reads
-	// timestamps (cold paths).
+	// reapRing after a close or on a Poller that counts or reads
+	// timestamps, and then count and countPoll (cold paths).
 	for _, f := range []string{"main.PollRC", "main.PollDC", "main.PollUD"} {
 		only(f, "", "monocq.(*CQ).Ready", "transport.(*Queue).Complete", "transport.(*Poller).unknown",
-			"transport.(*Poller).pollSlow")
+			"transport.(*Poller).reapRing", "transport.(*Poller).count", "transport.(*Poller).countPoll")
 	}
 	// A post calls nothing but the refusal of a QP that is not ready, the
 	// error of a refused WQE and the counting of a queue that counts (cold

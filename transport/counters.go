@@ -108,10 +108,11 @@ func (q *queueCounts) addSend(c wqebuilder.SendCounters) {
 
 // EnableCounters makes the queue pair count from now on: its posts and
 // doorbells (in its send queue), and its completions and errors in every
-// Poller it is or will be added to, which then polls through a counting
-// loop that calls the caller's function indirectly. A queue pair that
-// never enables counting costs nothing: the post pays one not-taken
-// branch, the poll none. Counting outlives a Reset. It is the owner's call.
+// Poller it is or will be added to, which then calls Poller.count for each
+// completion (a call off the inlined path). A queue pair that never
+// enables counting costs nothing: the post checks the word it checks
+// anyway for a closed queue, the poll the flag word it loads anyway.
+// Counting outlives a Reset. It is the owner's call.
 func (q *Queue) EnableCounters() {
 	if q.counts == nil {
 		q.counts = new(queueCounts)
@@ -186,8 +187,8 @@ func (c CQCounters) String() string {
 }
 
 // EnableCounters makes the Poller count its polls, completions and errors
-// (CQCounters) from now on, through the counting loop (see
-// Queue.EnableCounters). It is the owner's call.
+// (CQCounters) from now on (see Queue.EnableCounters). It is the owner's
+// call.
 func (p *Poller) EnableCounters() {
 	if p.counts == nil {
 		p.counts = new(CQCounters)

@@ -45,13 +45,13 @@ type Poller struct {
 	// its closer, on the closing goroutine) or a closed queue is still
 	// draining (set by reap), and slowBit while the Poller counts or
 	// reads timestamps: ring, which loads it once per poll, then returns
-	// nil so that Poll calls pollSlow.
+	// nil so that Poll calls reapRing.
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
 
 	// counts is set by EnableCounters; stamps when the CQ writes
-	// timestamps (both only read in pollSlow).
+	// timestamps (both read only when reapRing said slow).
 	counts *CQCounters
 	stamps bool
 
@@ -110,24 +110,33 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	// as a call when it sizes Poll and inlines it at its one call site,
 	// with the caller's function literal.
 	return func() int {
-		cq := p.ring()
+		cq, slow := p.ring(), false
 		if cq == nil {
 			// The CQ was closed, a queue pair added here was, or
 			// the Poller counts or reads timestamps.
-			return p.pollSlow(max, fn)
+			if cq, slow = p.reapRing(); cq == nil {
+				return 0
+			}
 		}
 		wc := &p.wc
 		n := 0
 		for c := range cq.All(max) {
-			if q := p.table.Lookup(c.QPN()); q != nil {
+			q := p.table.Lookup(c.QPN())
+			if q != nil {
 				if !q.CompleteSend(c, wc) && !q.CompleteRecv(c, wc) {
 					q.Complete(c, wc)
 				}
 			} else {
 				p.unknown(c)
 			}
+			if slow {
+				p.count(q, c, wc)
+			}
 			fn(wc)
 			n++
+		}
+		if slow {
+			p.countPoll(n)
 		}
 		p.polled += uint64(n)
 		return n
@@ -282,44 +291,30 @@ func (p *Poller) ring() *monocq.CQ {
 	return p.cq
 }
 
-// pollSlow is Poll when ring said no: it polls nothing when the completion
-// queue has been closed (its ring is gone), drops the closed queues that
-// have no CQE left in the ring (see reap), and polls with fn called
-// indirectly, counting (EnableCounters) and reading timestamps when asked.
-func (p *Poller) pollSlow(max int, fn func(*Completion)) int {
+// reapRing is ring's slow path: it returns nil when the completion queue
+// has been closed (its ring is gone), and otherwise drops the closed queues
+// that have no CQE left in the ring (see reap) and returns the ring, with
+// slow true when the Poller counts or reads timestamps (Poll then calls
+// count for each completion and countPoll once).
+func (p *Poller) reapRing() (cq *monocq.CQ, slow bool) {
 	if p.owner.Closed() {
-		return 0
+		return nil, false
 	}
 	flags := p.reapFlag.Load()
 	if flags&reapBit != 0 {
 		p.reap()
 	}
-	slow := flags&slowBit != 0
-	wc := &p.wc
-	n := 0
-	for c := range p.cq.All(max) {
-		q := p.table.Lookup(c.QPN())
-		if q != nil {
-			if !q.CompleteSend(c, wc) && !q.CompleteRecv(c, wc) {
-				q.Complete(c, wc)
-			}
-		} else {
-			p.unknown(c)
-		}
-		if slow {
-			p.count(q, c, wc)
-		}
-		fn(wc)
-		n++
-	}
+	return p.cq, flags&slowBit != 0
+}
+
+// countPoll counts one Poll that handed over n completions.
+func (p *Poller) countPoll(n int) {
 	if p.counts != nil {
 		p.counts.Polls++
 		if n == 0 {
 			p.counts.EmptyPolls++
 		}
 	}
-	p.polled += uint64(n)
-	return n
 }
 
 // count reads the timestamp of a completion and counts it, as asked.
