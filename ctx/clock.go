@@ -41,7 +41,13 @@ func (i *ClockInfo) ToNanoseconds(raw uint64) uint64 {
 		return i.Nanoseconds + (ahead*uint64(i.Mult)+i.Frac)>>i.Shift
 	}
 	behind := (i.LastCycles - raw) & i.Mask
-	return i.Nanoseconds - (behind*uint64(i.Mult)-i.Frac)>>i.Shift
+	back := behind * uint64(i.Mult)
+	if back < i.Frac {
+		// Less than the pending fraction back (a cycle shorter than the
+		// fraction): still after Nanoseconds.
+		return i.Nanoseconds + (i.Frac-back)>>i.Shift
+	}
+	return i.Nanoseconds - (back-i.Frac)>>i.Shift
 }
 
 // check reports a snapshot that cannot convert anything.

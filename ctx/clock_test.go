@@ -66,6 +66,14 @@ func TestClockInfoConversion(t *testing.T) {
 	// Bits above the mask are ignored, as the device never sets them.
 	require.Equal(t, wrap.ToNanoseconds(5), wrap.ToNanoseconds(5|1<<50))
 
+	// A cycle shorter than the pending fraction (2 GHz, 0.75 ns pending):
+	// one cycle back is still after Nanoseconds.
+	fast := ctx.ClockInfo{Nanoseconds: now, LastCycles: 1 << 30, Frac: 3 << (shift - 2), Mult: 1 << (shift - 1), Shift: shift, Mask: 1<<48 - 1}
+	for _, raw := range []uint64{fast.LastCycles - 1, fast.LastCycles - 2, fast.LastCycles - 3, fast.LastCycles + 1} {
+		requireWithinOneNanosecond(t, fast, raw)
+	}
+	require.Equal(t, now, fast.ToNanoseconds(fast.LastCycles-1))
+
 	// Monotonic over a sweep of a million cycles either side.
 	prev := info.ToNanoseconds(info.LastCycles - 1_000_000)
 	for raw := info.LastCycles - 1_000_000 + 997; raw < info.LastCycles+1_000_000; raw += 997 {
