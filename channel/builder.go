@@ -74,6 +74,12 @@ type Options struct {
 	// the channel again on the same memory regions. Nil: the channel reads
 	// no event.
 	OnEvent func(ctx.AsyncEvent)
+
+	// Counters makes every queue pair of the channel and its Poller count
+	// (transport.Queue.EnableCounters, transport.Poller.EnableCounters):
+	// MultiChannel.Counters and PeerCounters read them. Off, the channel's
+	// posts and polls pay nothing for it.
+	Counters bool
 }
 
 func (o Options) withDefaults() Options {
@@ -213,6 +219,9 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		}
 	}
 	c.initSlots(outstanding)
+	if opts.Counters {
+		c.enableCounters()
+	}
 	if opts.Events {
 		if c.notifier, err = completion.NewNotifier(c.cq, c.poller.CQ()); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)

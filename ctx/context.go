@@ -2,7 +2,9 @@ package ctx
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
+	"sync/atomic"
 )
 
 // EnvProvider is the environment variable that names the provider Open
@@ -27,6 +29,12 @@ type Options struct {
 	// trades a little latency for fewer write-combining stores (some
 	// virtual machines and CPUs handle those badly).
 	DisableBlueFlame bool
+	// Logger, when not nil, receives the Context's control-plane events:
+	// the GID entry ChooseGID picked (Info), every QP state transition
+	// (Debug) and every async event ReadAsyncEvent returns (Error for the
+	// fatal and error events, Info for the others). Nil is silent. The data
+	// plane never logs.
+	Logger *slog.Logger
 }
 
 // Context is an open device: the root of every other control-plane object.
@@ -42,6 +50,8 @@ type Context struct {
 	name     string
 	// noBlueFlame is Options.DisableBlueFlame.
 	noBlueFlame bool
+	// logger is Options.Logger (see SetLogger).
+	logger atomic.Pointer[slog.Logger]
 }
 
 // chooseSoftware is the part of Open's error that says how to run on the
@@ -80,6 +90,7 @@ func Open(opts Options) (*Context, error) {
 		return nil, err
 	}
 	c.noBlueFlame = opts.DisableBlueFlame
+	c.logger.Store(opts.Logger)
 	return c, nil
 }
 
@@ -174,6 +185,11 @@ func (c *Context) QueryGIDs(port uint8) ([]GIDEntry, error) {
 // is false when none is pending.
 func (c *Context) ReadAsyncEvent() (ev AsyncEvent, ok bool, err error) {
 	const op = "read async event"
+	defer func() {
+		if ok { // after the unlock: the handler may call the Context
+			c.logEvent(ev)
+		}
+	}()
 	if err := c.lock(op); err != nil {
 		return AsyncEvent{}, false, err
 	}

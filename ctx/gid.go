@@ -57,6 +57,7 @@ func (c *Context) ChooseGID(port uint8, sel GIDSelector) (GIDEntry, error) {
 	if err != nil {
 		return GIDEntry{}, &OpError{Op: "choose GID", Err: fmt.Errorf("%s port %d: %w", c.DeviceName(), port, err)}
 	}
+	c.logGID(port, sel, e)
 	return e, nil
 }
 

@@ -144,6 +144,30 @@ func (qp *QueuePair) State() (QPState, error) {
 	return s, nil
 }
 
+// retryHandle is implemented by a provider's QP that counts its retries.
+type retryHandle interface {
+	Retries() (rnr, transport uint64)
+}
+
+// Retries returns the number of times the QP's requests were sent again
+// after an RNR NAK (rnr) and after the local ACK timeout (transport), with
+// counted true, when the provider counts them: the software HCA does; the
+// hardware provider does not read the NIC's counters (rdma statistic,
+// hw_counters), and a closed QP has none. It does not allocate.
+func (qp *QueuePair) Retries() (rnr, transport uint64, counted bool) {
+	qp.t.mu.Lock()
+	defer qp.t.mu.Unlock()
+	if qp.closed.Load() {
+		return 0, 0, false
+	}
+	r, ok := qp.h.(retryHandle)
+	if !ok {
+		return 0, 0, false
+	}
+	rnr, transport = r.Retries()
+	return rnr, transport, true
+}
+
 // RemoteQPN returns the remote QPN given at RTR (RC only).
 func (qp *QueuePair) RemoteQPN() uint32 {
 	qp.t.mu.Lock()
@@ -162,6 +186,16 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	if attr.State > QPStateError {
 		return &OpError{Op: op, Err: fmt.Errorf("state %v: %w", attr.State, ErrInvalidArgument)}
 	}
+	// Logged after the unlock (deferred first), so that the handler may
+	// call the Context.
+	var moved bool
+	var from QPState
+	var qpn uint32
+	defer func() {
+		if moved {
+			qp.pd.ctx.logTransition(qp.cfg.Type, qpn, from, attr.State)
+		}
+	}()
 	if err := qp.lock(op); err != nil {
 		return err
 	}
@@ -189,11 +223,13 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	case QPStateReset:
 		qp.port = 0
 	}
+	from = qp.state
 	qp.state = attr.State
 	if attr.State == QPStateRTR && qp.cfg.Type == QPTypeRC {
 		qp.remote = attr.RemoteQPN
 	}
 	qp.desc = qp.pd.ctx.descriptor(qp.h.Descriptor())
+	qpn, moved = qp.desc.QPN, true
 	return nil
 }
 

@@ -517,6 +517,12 @@ type CompletionQueueConfig struct {
 	// CompVector is the completion vector (interrupt) the CQ's events are
 	// signalled on; it must be below DeviceAttr.CompVectors.
 	CompVector uint32
+	// Timestamps asks the device to write its clock, in raw cycles, in
+	// every CQE (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP); Context.Clock
+	// converts them. Without it the CQE's timestamp field holds nothing
+	// meaningful. A provider that cannot stamp completions refuses the CQ
+	// with ErrNotSupported.
+	Timestamps bool
 }
 
 // CQECompression selects the mini-CQE format of a compressed completion

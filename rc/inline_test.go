@@ -99,17 +99,19 @@ func TestInlining(t *testing.T) {
 	}
 	// A poll calls Ready for a batch, Complete for a CQE that is not a
 	// successful send or plain receive, unknown for an unknown QPN and
-	// reapRing after a close (cold paths).
+	// reapRing after a close or on a Poller that counts or reads
+	// timestamps, and then count and countPoll (cold paths).
 	for _, f := range []string{"main.PollRC", "main.PollDC", "main.PollUD"} {
 		only(f, "", "monocq.(*CQ).Ready", "transport.(*Queue).Complete", "transport.(*Poller).unknown",
-			"transport.(*Poller).reapRing")
+			"transport.(*Poller).reapRing", "transport.(*Poller).count", "transport.(*Poller).countPoll")
 	}
-	// A post calls nothing but the refusal of a QP that is not ready and the
-	// error of a refused WQE (cold paths) and the runtime's stack growth:
+	// A post calls nothing but the refusal of a QP that is not ready, the
+	// error of a refused WQE and the counting of a queue that counts (cold
+	// paths) and the runtime's stack growth:
 	// the state check, Begin, the address, the operation, the data and
 	// Finish are all inline.
 	for _, f := range []string{"main.PostWrite", "main.PostDC", "main.PostUD"} {
-		only(f, "internal/transport/newqp.Refuse", "wqebuilder.(*SendQueue).failure")
+		only(f, "internal/transport/newqp.Refuse", "wqebuilder.wqe.finishFlagged")
 	}
 	// A receive post, one buffer with PostRecv or two through the stages on
 	// the QP's own receive queue or an SRQ, calls the store barrier before
@@ -146,7 +148,7 @@ func TestInliningWithoutTransport(t *testing.T) {
 		require.Regexp(t, regexp.MustCompile(want), m)
 	}
 	calls := callsOf(buildProgram(t, dir, "-S"))
-	onlyCalls(t, calls, "main.PostWrite", "internal/transport/newqp.Refuse", "wqebuilder.(*SendQueue).failure")
+	onlyCalls(t, calls, "main.PostWrite", "internal/transport/newqp.Refuse", "wqebuilder.wqe.finishFlagged")
 	onlyCalls(t, calls, "main.PostRecv", "blueflame.StoreBarrier", "transport.RecvStage.error")
 	onlyCalls(t, calls, "main.PostRecvStaged", "blueflame.StoreBarrier", "transport.RecvStage.error")
 }

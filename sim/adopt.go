@@ -49,7 +49,7 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
 	}
 	c := &cq{f: d.f, dev: d, cnt: cfg.Count, size: cfg.CQESize, evfd: -1, ring: cfg.Ring, db: cfg.DBRec,
-		recordArm: true, lastRecArm: armRecordUnarmed, onEvent: cfg.Event}
+		recordArm: true, lastRecArm: armRecordUnarmed, onEvent: cfg.Event, timestamps: cfg.Timestamps}
 	uar, err := region(pageSize)
 	if err != nil {
 		return nil, provider.Errorf(op, "UAR: %w", err)

@@ -172,6 +172,9 @@ func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp
 	cqe := unsafe.Add(slot, c.size-prm.CQE64Size)
 	dst := unsafe.Slice((*byte)(cqe), prm.CQE64Size)
 	copy(dst[:prm.CQEWQECounter], img[:prm.CQEWQECounter])
+	if c.timestamps {
+		f.stamp(dst)
+	}
 	if scatter != nil {
 		if c.size == prm.CQE128Size {
 			copy(unsafe.Slice((*byte)(slot), prm.CQE64Size), scatter)

@@ -403,6 +403,7 @@ func (f *Fabric) rnr(q, t *qp, now int64) outcome {
 		return fail(prm.SyndromeRNRRetryExc)
 	}
 	q.rnrCount++
+	q.rnrRetries++
 	f.stats.RNRNaks++
 	q.blockedUntil = now + int64(ctx.RNRTimerDuration(t.attr.MinRNRTimer))
 	return waiting()
@@ -415,6 +416,7 @@ func (f *Fabric) retry(q *qp, now int64) outcome {
 		return fail(prm.SyndromeTransportRetryExc)
 	}
 	q.retryCount++
+	q.transportRetries++
 	f.stats.Retries++
 	if d := ctx.AckTimeoutDuration(q.attr.Timeout); d == 0 {
 		q.blockedUntil = never

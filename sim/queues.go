@@ -55,6 +55,9 @@ type cq struct {
 	pi     uint32 // CQEs written, free-running
 	evfd   int
 	closed bool
+	// timestamps: write the device clock in every CQE
+	// (ctx.CompletionQueueConfig.Timestamps).
+	timestamps bool
 
 	errored   bool
 	errDetail string
@@ -116,7 +119,7 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.
 	// As rdma-core: one more entry than asked for, rounded up to a power of
 	// two.
 	cnt := roundPow2(cfg.Depth + 1)
-	c := &cq{f: d.f, dev: d, cnt: cnt, size: size, evfd: -1}
+	c := &cq{f: d.f, dev: d, cnt: cnt, size: size, evfd: -1, timestamps: cfg.Timestamps}
 	var err error
 	if c.bufs[0], err = region(int(cnt * size)); err != nil {
 		return nil, provider.Errorf(op, "ring: %w", err)
@@ -334,7 +337,11 @@ type qp struct {
 	blockedUntil int64
 	rnrCount     int
 	retryCount   int
-	closed       bool
+	// rnrRetries and transportRetries count every resend scheduled after
+	// an RNR NAK and after an ACK timeout, over the QP's life.
+	rnrRetries       uint64
+	transportRetries uint64
+	closed           bool
 
 	wire wireQP // the state of requests to and from other processes
 }

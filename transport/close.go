@@ -45,7 +45,7 @@ func (c *closer) close() {
 	}
 	c.mu.Lock()
 	for _, d := range c.pollers {
-		d.reapFlag.Store(1)
+		d.reapFlag.Or(reapBit)
 	}
 	c.mu.Unlock()
 }

@@ -52,6 +52,11 @@ type Completion struct {
 	// WQECounter is the wqe_counter of the CQE: the first WQEBB of a send
 	// WQE, or the index of a receive WQE.
 	WQECounter uint16
+	// Timestamp is the CQE's raw completion timestamp, in device cycles
+	// (ctx.Clock converts it), when the CQ was created with
+	// ctx.CompletionQueueConfig.Timestamps; otherwise it stays 0 and the
+	// poll never reads it.
+	Timestamp uint64
 }
 
 // Match says how a completion was matched to a work request.

@@ -41,13 +41,19 @@ type Poller struct {
 	cq    *monocq.CQ
 	owner *ctx.CompletionQueue
 	table *monocq.Table[Queue]
-	// reapFlag is 1 when a queue added here was closed (set by its
-	// closer, on the closing goroutine) or a closed queue is still
-	// draining (set by reap): ring, which loads it once per poll, then
-	// returns nil so that Poll calls reapRing.
+	// reapFlag has reapBit set when a queue added here was closed (set by
+	// its closer, on the closing goroutine) or a closed queue is still
+	// draining (set by reap), and slowBit while the Poller counts or
+	// reads timestamps: ring, which loads it once per poll, then returns
+	// nil so that Poll calls reapRing.
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
+
+	// counts is set by EnableCounters; stamps when the CQ writes
+	// timestamps (both read only when reapRing said slow).
+	counts *CQCounters
+	stamps bool
 
 	unknownQPN uint64
 	polled     uint64
@@ -79,8 +85,18 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poller: new: %w", err)
 	}
-	return &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue])}, nil
+	p := &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
+	if p.stamps {
+		p.reapFlag.Store(slowBit)
+	}
+	return p, nil
 }
+
+// The bits of Poller.reapFlag.
+const (
+	reapBit = 1 << iota
+	slowBit
+)
 
 // Poll hands up to max completions to fn, each as a *Completion valid
 // during the call, and returns how many it handed over. Poll and a function
@@ -94,25 +110,33 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	// as a call when it sizes Poll and inlines it at its one call site,
 	// with the caller's function literal.
 	return func() int {
-		cq := p.ring()
+		cq, slow := p.ring(), false
 		if cq == nil {
-			// The CQ was closed, or a queue pair added here.
-			if cq = p.reapRing(); cq == nil {
+			// The CQ was closed, a queue pair added here was, or
+			// the Poller counts or reads timestamps.
+			if cq, slow = p.reapRing(); cq == nil {
 				return 0
 			}
 		}
 		wc := &p.wc
 		n := 0
 		for c := range cq.All(max) {
-			if q := p.table.Lookup(c.QPN()); q != nil {
+			q := p.table.Lookup(c.QPN())
+			if q != nil {
 				if !q.CompleteSend(c, wc) && !q.CompleteRecv(c, wc) {
 					q.Complete(c, wc)
 				}
 			} else {
 				p.unknown(c)
 			}
+			if slow {
+				p.count(q, c, wc)
+			}
 			fn(wc)
 			n++
+		}
+		if slow {
+			p.countPoll(n)
 		}
 		p.polled += uint64(n)
 		return n
@@ -143,10 +167,13 @@ func (p *Poller) Add(qp QueuePair) error {
 	}
 	p.queues = append(p.queues, q)
 	q.closer.addPoller(p)
+	if q.counts != nil {
+		p.reapFlag.Or(slowBit)
+	}
 	// A close that ran before the poller was on the closer's list
 	// did not flag it: look again.
 	if q.qp.Closed() {
-		p.reapFlag.Store(1)
+		p.reapFlag.Or(reapBit)
 	}
 	return nil
 }
@@ -210,7 +237,7 @@ func (p *Poller) drop(q *Queue) {
 // dropped when the ring is found empty or the consumer index went that
 // far.
 func (p *Poller) reap() {
-	p.reapFlag.Store(0)
+	p.reapFlag.And(^uint32(reapBit))
 	for i := 0; i < len(p.queues); {
 		q := p.queues[i]
 		if !q.qp.Closed() {
@@ -237,7 +264,7 @@ func (p *Poller) reap() {
 		p.draining = append(p.draining[:i], p.draining[i+1:]...)
 	}
 	if len(p.draining) > 0 {
-		p.reapFlag.Store(1)
+		p.reapFlag.Or(reapBit)
 	}
 }
 
@@ -266,13 +293,47 @@ func (p *Poller) ring() *monocq.CQ {
 
 // reapRing is ring's slow path: it returns nil when the completion queue
 // has been closed (its ring is gone), and otherwise drops the closed queues
-// that have no CQE left in the ring (see reap) and returns the ring.
-func (p *Poller) reapRing() *monocq.CQ {
+// that have no CQE left in the ring (see reap) and returns the ring, with
+// slow true when the Poller counts or reads timestamps (Poll then calls
+// count for each completion and countPoll once).
+func (p *Poller) reapRing() (cq *monocq.CQ, slow bool) {
 	if p.owner.Closed() {
-		return nil
+		return nil, false
 	}
-	p.reap()
-	return p.cq
+	flags := p.reapFlag.Load()
+	if flags&reapBit != 0 {
+		p.reap()
+	}
+	return p.cq, flags&slowBit != 0
+}
+
+// countPoll counts one Poll that handed over n completions.
+func (p *Poller) countPoll(n int) {
+	if p.counts != nil {
+		p.counts.Polls++
+		if n == 0 {
+			p.counts.EmptyPolls++
+		}
+	}
+}
+
+// count reads the timestamp of a completion and counts it, as asked.
+func (p *Poller) count(q *Queue, c *monocq.CQE, wc *Completion) {
+	if p.stamps {
+		wc.Timestamp = c.Timestamp()
+	}
+	if q != nil && q.counts != nil {
+		q.counts.count(wc)
+	}
+	if k := p.counts; k != nil {
+		k.Completions++
+		switch wc.Match {
+		case MatchError:
+			k.Errors.add(wc.Syndrome)
+		case MatchUnknownQPN:
+			k.UnknownQPN++
+		}
+	}
 }
 
 // unknown decodes a CQE whose QPN no queue was added for into the

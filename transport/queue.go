@@ -77,6 +77,8 @@ type Queue struct {
 	errNoRQ error
 
 	unmatched uint64
+	// counts is set by EnableCounters; Setup keeps it across a Reset.
+	counts *queueCounts
 	// closer closes the send queue and receive ring when the QP closes
 	// and flags the Pollers the queue was added to; Setup keeps it
 	// (and with it that list) across a Reset.
@@ -118,9 +120,12 @@ func init() {
 func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
 	d := qp.Descriptor()
 	// Setup also rebuilds a queue after its QP went through RESET: the
-	// pollers it was added to keep it.
+	// pollers it was added to keep it, and its counters go on.
+	if q.counts != nil && q.sq != nil {
+		q.counts.addSend(q.sq.Counters())
+	}
 	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
-		closer: q.closer}
+		closer: q.closer, counts: q.counts}
 	for s := State(0); s <= StateClosed; s++ {
 		var why error
 		switch s {
@@ -161,6 +166,9 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			return err
 		}
 		q.sq = sq
+		if q.counts != nil {
+			sq.EnableCounters()
+		}
 		if q.dead, err = newDeadQueue(d.QPN, transport, func() error { return q.refusal }); err != nil {
 			return err
 		}

@@ -89,7 +89,7 @@ type SendQueue struct {
 	ci      uint64         // consumer index: WQEBBs retired by completions
 	limit   uint64         // Begin needs pi - ci <= limit (WQECnt - MaxWQEBBs)
 	mask    uint32         // WQECnt - 1
-	closed  atomic.Uint32  // 1 once Close ran, from any goroutine (see refused)
+	closed  atomic.Uint32  // closedBit once Close ran, from any goroutine; countingBit (see refused)
 	qpn8    uint64         // QPN << 8, ready for qpn_ds
 	rung    uint64         // producer index the doorbell record holds
 	records unsafe.Pointer // [WQECnt]record
@@ -109,6 +109,11 @@ type SendQueue struct {
 	// ring, until a Finish commits it; 0 otherwise. A number, not a
 	// pointer: storing it costs no GC write barrier.
 	open uintptr
+
+	// counters is set by EnableCounters, which also sets countingBit in
+	// closed: finish and RingDoorbell then take their flagged paths, which
+	// count.
+	counters *SendCounters
 
 	recordMem  []record
 	scratchMem []uint64
@@ -230,7 +235,7 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 	set := st >> stErrShift
 	why := whyStale
 	switch {
-	case q.closed.Load() != 0:
+	case q.closed.Load()&closedBit != 0:
 		why = whyClosed
 	case ctrl == q.scratch:
 		if q.cfg.Refusal != nil {
@@ -277,10 +282,17 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 // A post racing with a Close on another goroutine either ends in that
 // error or goes through to a QP that is being destroyed; it never writes
 // to freed memory.
-func (q *SendQueue) Close() { q.closed.Store(1) }
+func (q *SendQueue) Close() { q.closed.Or(closedBit) }
 
 // Closed reports whether Close has run.
-func (q *SendQueue) Closed() bool { return q.closed.Load() != 0 }
+func (q *SendQueue) Closed() bool { return q.closed.Load()&closedBit != 0 }
+
+// The bits of SendQueue.closed. The post's one check of the word (refused)
+// sends a WQE of a closed or a counting queue off the inlined path.
+const (
+	closedBit = 1 << iota
+	countingBit
+)
 
 // New validates cfg and returns a send queue over its ring. The ring, the
 // doorbell record and the register are not written until the first post.
@@ -426,7 +438,11 @@ func (q *SendQueue) Complete(wqeCounter uint16) (wrid uint64, ok bool) {
 // the last of them to the register (rdma-core's doorbell for a batch). It
 // does nothing when no WQE is pending, or after Close.
 func (q *SendQueue) RingDoorbell() {
-	if q.rung == q.pi || q.closed.Load() != 0 {
+	if q.rung == q.pi {
+		return
+	}
+	if q.closed.Load() != 0 {
+		q.ringFlagged()
 		return
 	}
 	q.db.Ring(uint32(q.pi), unsafe.Pointer(&q.lastDB))

@@ -472,8 +472,9 @@ func copyInline(q *SendQueue, dst unsafe.Pointer, room uintptr, b []byte) {
 // the ring: it was begun on a full queue (its control segment is in the
 // scratch area), or it is stale (the stage, or a copy of it, was finished
 // already, or another stage begun at the same index finished first), or
-// the queue was closed. failure says which. The closed flag shares its
-// cache line with the indexes commit reads next.
+// the queue was closed, or it counts (countingBit: finishFlagged then
+// finishes it). failure says which. The closed word shares its cache line
+// with the indexes commit reads next.
 func (w wqe) refused() bool {
 	return w.st&stErrMask != 0 || uintptr(w.ctrl) != w.q.open || w.q.closed.Load() != 0
 }
@@ -538,7 +539,7 @@ const ctrlWordMask = 0xffffffff_000000ff
 func (w wqe) finish(post bool) error {
 	return func() error {
 		if w.refused() {
-			return w.failure()
+			return w.finishFlagged(post)
 		}
 		q := w.q
 		// !q.Pending(), read before commit moves pi; written out, since the

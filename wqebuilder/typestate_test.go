@@ -148,18 +148,18 @@ func TestStageMethodsInline(t *testing.T) {
 func TestFinishBlueFlameInlinesAtCallSite(t *testing.T) {
 	requireInlinesAtCallSite(t, "FinishBlueFlame", []string{
 		`inlining call to blueflame\.\(\*SendDoorbell\)\.Post\n`,
-	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", failureFunc, "runtime.morestack_noctxt"})
+	}, []string{"github.com/mlx5kit/mlx5kit/blueflame.post", flaggedFunc, "runtime.morestack_noctxt"})
 }
 
-// failureFunc is the one call of a Finish that is not inlined: the error
-// of a refused WQE.
-const failureFunc = "github.com/mlx5kit/mlx5kit/wqebuilder.(*SendQueue).failure"
+// flaggedFunc is the one call of a Finish that is not inlined: the error
+// of a refused WQE, or the finish of a counting queue's.
+const flaggedFunc = "github.com/mlx5kit/mlx5kit/wqebuilder.wqe.finishFlagged"
 
 // TestFinishInlinesAtCallSite: a WQE finished with Finish (as batches are)
-// compiles into the posting function with no call but the error of a
-// refused WQE.
+// compiles into the posting function with no call but the one for a WQE
+// refused or counted.
 func TestFinishInlinesAtCallSite(t *testing.T) {
-	requireInlinesAtCallSite(t, "Finish", nil, []string{failureFunc, "runtime.morestack_noctxt"})
+	requireInlinesAtCallSite(t, "Finish", nil, []string{flaggedFunc, "runtime.morestack_noctxt"})
 }
 
 // requireInlinesAtCallSite builds Begin → RdmaWriteImm → SGE → finisher in
@@ -191,7 +191,6 @@ func Post(q *wqebuilder.SendQueue, wrid uint64) error {
 		`inlining call to wqebuilder\.DataStage\.` + finisher + `\n`,
 		`inlining call to Post\.DataStage\.` + finisher + `\.wqe\.finish\.func\d+\n`,
 		`inlining call to wqebuilder\.wqe\.refused\n`,
-		`inlining call to wqebuilder\.wqe\.failure\n`,
 		`inlining call to wqebuilder\.wqe\.commit\n`,
 	}, extra...) {
 		require.Regexp(t, regexp.MustCompile(want), m)

@@ -180,6 +180,7 @@ const (
 	attrDestroyCQHandle = C.UVERBS_ATTR_DESTROY_CQ_HANDLE
 	attrDestroyCQResp   = C.UVERBS_ATTR_DESTROY_CQ_RESP
 	cqFlagTimestamp     = C.IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION
+	cqFlagIgnoreOverrun = C.IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN
 )
 
 // The queue pair commands and structures, for the tests.

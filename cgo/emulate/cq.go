@@ -77,9 +77,9 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 			return 0, 0, 0, unix.EBADF
 		}
 	}
-	if r.flags != 0 {
-		// Completion timestamps and overrun ignoring: the model has
-		// neither.
+	if r.flags&^cqFlagTimestamp != 0 {
+		// Overrun ignoring the model has not; completion timestamps it
+		// writes from its clock, as mlx5_ib lets the device do.
 		return 0, 0, 0, unix.EOPNOTSUPP
 	}
 	limit := cqLimit(f.dev.Attr.MaxCQE)
@@ -157,6 +157,7 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 		CQESize:    size,
 		DBRec:      *(*unsafe.Pointer)(unsafe.Pointer(&db)),
 		CompVector: uint32(r.compVector),
+		Timestamps: r.flags&cqFlagTimestamp != 0,
 	}
 	if events != nil {
 		cfg.Event = events.post

@@ -92,7 +92,7 @@ func TestKernelObjectIoctls(t *testing.T) {
 		"channel not one":     {63, []testAttr{handleAttr(attrCreateCQChannel, uint64(fd))}, unix.EBADF},
 		"negative channel":    {63, []testAttr{handleAttr(attrCreateCQChannel, 1<<63)}, unix.EBADF},
 		"event fd not async":  {63, []testAttr{handleAttr(attrCreateCQEventFD, uint64(ch))}, unix.EBADF},
-		"timestamp flag":      {63, []testAttr{{id: attrCreateCQFlags, length: 4, data: cqFlagTimestamp}}, unix.EOPNOTSUPP},
+		"ignore overrun flag": {63, []testAttr{{id: attrCreateCQFlags, length: 4, data: cqFlagIgnoreOverrun}}, unix.EOPNOTSUPP},
 		"unknown flag":        {63, []testAttr{{id: attrCreateCQFlags, length: 4, data: 1 << 9}}, unix.EINVAL},
 	} {
 		en, _, _, _ := ioctlCreateCQ(k, a, fd, c.cqe, vendor, c.extra...)

@@ -58,6 +58,15 @@ type Device interface {
 	Close() error
 }
 
+// ClockDevice is implemented by a provider's device that exposes its
+// free-running clock, the one CQE timestamps count in (mlx5dv_get_clock_info
+// on hardware). ctx.Context.Clock fails with ctx.ErrNotSupported on a
+// device that does not implement it.
+type ClockDevice interface {
+	// ClockInfo returns a fresh snapshot of the device clock.
+	ClockInfo() (ctx.ClockInfo, error)
+}
+
 // ProtectionDomain is a protection domain (struct ibv_pd).
 type ProtectionDomain interface {
 	// RegisterMemory registers length bytes at addr (mmap'd memory, never
@@ -257,6 +266,16 @@ func (s deviceSeam) AllocProtectionDomain() (any, error) {
 // CreateCompletionQueue creates a completion queue.
 func (s deviceSeam) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (any, error) {
 	return nonNil(s.Device.CreateCompletionQueue(cfg))
+}
+
+// ClockInfo returns the device's clock snapshot when the device implements
+// ClockDevice, else an error wrapping ctx.ErrNotSupported.
+func (s deviceSeam) ClockInfo() (ctx.ClockInfo, error) {
+	d, ok := s.Device.(ClockDevice)
+	if !ok {
+		return ctx.ClockInfo{}, Errorf("clock info", "device %s: %w", s.Device.Name(), ctx.ErrNotSupported)
+	}
+	return d.ClockInfo()
 }
 
 // RegisterMemory registers memory.

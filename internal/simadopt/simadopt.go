@@ -83,6 +83,9 @@ type CQConfig struct {
 	// doorbell record's arm word, which the library writes before it
 	// rings the UAR (see the model's takeRecordArm).
 	Event func()
+	// Timestamps makes the model write its clock in every CQE (the
+	// kernel's IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION).
+	Timestamps bool
 }
 
 // QPConfig describes a queue pair whose rings and doorbell record

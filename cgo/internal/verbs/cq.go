@@ -88,6 +88,11 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 		dv.comp_mask |= C.MLX5DV_CQ_INIT_ATTR_MASK_FLAGS
 		dv.flags |= C.MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD
 	}
+	if cfg.Timestamps {
+		// The device's free-running clock in every CQE (the kernel's
+		// IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION); ClockInfo converts.
+		attr.wc_flags |= C.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+	}
 	if cq.ext, err = d.cqDomain(); err != nil {
 		cq.destroy()
 		return nil, err

@@ -73,6 +73,9 @@ func (d *Device) AsyncEventFD() int { return -1 }
 // Query returns ErrUnavailable.
 func (d *Device) Query() (ctx.DeviceAttr, error) { return ctx.DeviceAttr{}, ErrUnavailable }
 
+// ClockInfo returns ErrUnavailable.
+func (d *Device) ClockInfo() (ctx.ClockInfo, error) { return ctx.ClockInfo{}, ErrUnavailable }
+
 // QueryDV returns ErrUnavailable.
 func (d *Device) QueryDV() (DVAttr, error) { return DVAttr{}, ErrUnavailable }
 

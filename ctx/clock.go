@@ -1,0 +1,152 @@
+package ctx
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// ClockInfo is a snapshot of a device's free-running clock, the fields of
+// struct mlx5dv_clock_info: at device cycle LastCycles the clock read
+// Nanoseconds plus Frac/2^Shift nanoseconds, and one cycle lasts
+// Mult/2^Shift nanoseconds. Cycles wrap at Mask. The hardware provider
+// reads it from the clock page the kernel keeps up to date
+// (mlx5dv_get_clock_info); the software HCA makes it from its own clock.
+type ClockInfo struct {
+	// Nanoseconds is the clock's reading, in nanoseconds since the Unix
+	// epoch, at LastCycles (its fraction is in Frac).
+	Nanoseconds uint64
+	// LastCycles is the device cycle count the snapshot was taken at.
+	LastCycles uint64
+	// Frac is the fractional nanoseconds at LastCycles, scaled by 2^Shift.
+	Frac uint64
+	// Mult and Shift give the length of one cycle: Mult/2^Shift ns.
+	Mult  uint32
+	Shift uint32
+	// Mask is the largest cycle count: the counter wraps to 0 after it.
+	Mask uint64
+}
+
+// ToNanoseconds converts a raw device timestamp (a CQE's timestamp field, in
+// device cycles) to nanoseconds since the Unix epoch, the arithmetic of
+// mlx5dv_ts_to_ns: the cycles between raw and LastCycles, taken modulo the
+// counter's width, are scaled by Mult/2^Shift and added to (or, for a raw
+// value that precedes the snapshot by less than half the counter's range,
+// subtracted from) Nanoseconds. The result is exact while the scaled
+// distance fits 64 bits: for a raw value further than 2^64/Mult cycles from
+// LastCycles, take a fresh snapshot (Clock.Refresh).
+func (i *ClockInfo) ToNanoseconds(raw uint64) uint64 {
+	ahead := (raw - i.LastCycles) & i.Mask
+	if ahead <= i.Mask/2 {
+		return i.Nanoseconds + (ahead*uint64(i.Mult)+i.Frac)>>i.Shift
+	}
+	behind := (i.LastCycles - raw) & i.Mask
+	back := behind * uint64(i.Mult)
+	if back < i.Frac {
+		// Less than the pending fraction back (a cycle shorter than the
+		// fraction): still after Nanoseconds.
+		return i.Nanoseconds + (i.Frac-back)>>i.Shift
+	}
+	return i.Nanoseconds - (back-i.Frac)>>i.Shift
+}
+
+// check reports a snapshot that cannot convert anything.
+func (i *ClockInfo) check() error {
+	switch {
+	case i.Mult == 0:
+		return fmt.Errorf("clock info: cycle length 0 (mult 0): %w", ErrInvalidArgument)
+	case i.Shift >= 64:
+		return fmt.Errorf("clock info: shift %d not below 64: %w", i.Shift, ErrInvalidArgument)
+	case i.Mask == 0:
+		return fmt.Errorf("clock info: counter mask 0: %w", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Clock converts the raw completion timestamps of a Context's device to
+// nanoseconds and time.Time. It holds a ClockInfo snapshot that the
+// conversions read without a lock or an allocation; Refresh takes a new
+// one. The hardware clock is steered (NTP / PTP adjust the kernel's Mult)
+// and its conversion is exact only near the snapshot: refresh once in a
+// while, at least once per half counter period (Mask/2 cycles) and before
+// converting timestamps far from the last refresh. A Clock may be used from
+// several goroutines.
+type Clock struct {
+	c    *Context
+	info atomic.Pointer[ClockInfo]
+}
+
+// clockHandle is the optional provider method behind Context.Clock.
+type clockHandle interface {
+	ClockInfo() (ClockInfo, error)
+}
+
+// Clock returns the device's clock, with a fresh snapshot. It fails with
+// ErrNotSupported when the provider or the device does not expose its
+// clock (on hardware: mlx5dv_get_clock_info failed, as on a kernel without
+// the clock info page).
+func (c *Context) Clock() (*Clock, error) {
+	k := &Clock{c: c}
+	if err := k.Refresh(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// NewClock returns a Clock over a fixed snapshot, not tied to a device: for
+// converting recorded timestamps and for tests. Refresh on it fails.
+func NewClock(info ClockInfo) (*Clock, error) {
+	if err := info.check(); err != nil {
+		return nil, &OpError{Op: "new clock", Err: err}
+	}
+	k := &Clock{}
+	k.info.Store(&info)
+	return k, nil
+}
+
+// Refresh reads a new snapshot of the device clock.
+func (k *Clock) Refresh() error {
+	const op = "read clock info"
+	if k.c == nil {
+		return &OpError{Op: op, Err: fmt.Errorf("clock made by NewClock has no device: %w", ErrNotSupported)}
+	}
+	if err := k.c.lock(op); err != nil {
+		return err
+	}
+	ch, ok := k.c.dev.(clockHandle)
+	var info ClockInfo
+	var err error
+	if ok {
+		info, err = ch.ClockInfo()
+	} else {
+		err = fmt.Errorf("provider %s: %w", k.c.provider, ErrNotSupported)
+	}
+	k.c.tree.mu.Unlock()
+	if err != nil {
+		return opErr(op, err)
+	}
+	if err := info.check(); err != nil {
+		return &OpError{Op: op, Err: err}
+	}
+	k.info.Store(&info)
+	return nil
+}
+
+// Info returns the snapshot the conversions use now.
+func (k *Clock) Info() ClockInfo { return *k.info.Load() }
+
+// ToNanoseconds converts a raw completion timestamp to nanoseconds since
+// the Unix epoch (see ClockInfo.ToNanoseconds). It neither locks nor
+// allocates.
+func (k *Clock) ToNanoseconds(raw uint64) uint64 { return k.info.Load().ToNanoseconds(raw) }
+
+// ToTime converts a raw completion timestamp to a time.Time.
+func (k *Clock) ToTime(raw uint64) time.Time { return time.Unix(0, int64(k.ToNanoseconds(raw))) }
+
+// Resolution returns the length of one device cycle, rounded up to the
+// nanosecond: converted timestamps step by it.
+func (k *Clock) Resolution() time.Duration {
+	i := k.info.Load()
+	ns := (uint64(i.Mult) + 1<<i.Shift - 1) >> i.Shift
+	return time.Duration(ns)
+}
