@@ -433,23 +433,11 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			data = m.bytes(w.raddr, w.total)
 		}
 	default: // atomics
-		size := uint64(w.asize)
-		if size != 4 && size != 8 {
-			nak(prm.SyndromeRemoteInvalReq)
+		var synd prm.Syndrome
+		if data, synd = f.wireExecAtomic(t, h.SrcQPN, &w, &old); synd != 0 {
+			nak(synd)
 			return
 		}
-		m := f.remoteMR(t, w.rkey, w.raddr, size, ctx.AccessRemoteAtomic)
-		if m == nil {
-			f.wireAccessError(h.SrcQPN, t)
-			nak(prm.SyndromeRemoteAccess)
-			return
-		}
-		if w.raddr%size != 0 {
-			nak(prm.SyndromeRemoteInvalReq)
-			return
-		}
-		atomicOp(&w, m.bytes(w.raddr, size), old[:size])
-		data = old[:size]
 	}
 	st := t.wire.streams[h.SrcQPN]
 	if st == nil {
@@ -928,23 +916,11 @@ func (f *Fabric) wireServeRC(from int, h *wireHdr, payload []byte, t *qp) {
 			data = m.bytes(w.raddr+off, n)
 		}
 	default: // atomics
-		size := uint64(w.asize)
-		if size != 4 && size != 8 {
-			nak(prm.SyndromeRemoteInvalReq)
+		var synd prm.Syndrome
+		if data, synd = f.wireExecAtomic(t, h.SrcQPN, &w, &old); synd != 0 {
+			nak(synd)
 			return
 		}
-		m := f.remoteMR(t, w.rkey, w.raddr, size, ctx.AccessRemoteAtomic)
-		if m == nil {
-			f.wireAccessError(h.SrcQPN, t)
-			nak(prm.SyndromeRemoteAccess)
-			return
-		}
-		if w.raddr%size != 0 {
-			nak(prm.SyndromeRemoteInvalReq)
-			return
-		}
-		atomicOp(&w, m.bytes(w.raddr, size), old[:size])
-		data = old[:size]
 		t.wire.atomics[t.wire.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: beUint64(old[:]), valid: true}
 		t.wire.atomicN++
 	}
@@ -980,4 +956,24 @@ func (f *Fabric) wireRepeatRC(from int, h *wireHdr, t *qp) {
 		data = old[:h.ASize]
 	}
 	f.wireReply(from, h, t, wireAck, 0, 0, data)
+}
+
+// wireExecAtomic executes the atomic w on t's memory for the requester QP
+// srcQPN, the value found going to old; it returns the bytes of the answer,
+// or the syndrome of the NAK (an access error also raises t's event).
+func (f *Fabric) wireExecAtomic(t *qp, srcQPN uint32, w *sendWQE, old *[8]byte) ([]byte, prm.Syndrome) {
+	size := uint64(w.asize)
+	if size != 4 && size != 8 {
+		return nil, prm.SyndromeRemoteInvalReq
+	}
+	m := f.remoteMR(t, w.rkey, w.raddr, size, ctx.AccessRemoteAtomic)
+	if m == nil {
+		f.wireAccessError(srcQPN, t)
+		return nil, prm.SyndromeRemoteAccess
+	}
+	if w.raddr%size != 0 {
+		return nil, prm.SyndromeRemoteInvalReq
+	}
+	atomicOp(w, m.bytes(w.raddr, size), old[:size])
+	return old[:size], 0
 }
