@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,26 +17,12 @@ import (
 // its one line, with the fields and methods in a package the reader cannot
 // import.
 func internalAliases(patterns []string) ([]string, error) {
-	args := append([]string{"list", "-json=ImportPath,Dir,Name,GoFiles,CgoFiles"}, patterns...)
-	cmd := exec.Command("go", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	pkgs, err := publicPackages(patterns)
 	if err != nil {
-		return nil, fmt.Errorf("go list: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(out))
 	var found []string
-	for {
-		var p listed
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("go list output: %w", err)
-		}
-		if !public(p.ImportPath) || p.Name == "main" {
-			continue
-		}
+	for _, p := range pkgs {
 		fset := token.NewFileSet()
 		for _, name := range append(p.GoFiles, p.CgoFiles...) {
 			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)

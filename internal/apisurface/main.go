@@ -69,8 +69,9 @@ func main() {
 	printTable(os.Stdout, counts)
 }
 
-// measure lists the packages and counts each public one.
-func measure(patterns []string) ([]Count, error) {
+// publicPackages lists the packages matched by patterns that are part of
+// the public API (not internal, cmd or a main package).
+func publicPackages(patterns []string) ([]listed, error) {
 	args := append([]string{"list", "-json=ImportPath,Dir,Name,GoFiles,CgoFiles"}, patterns...)
 	cmd := exec.Command("go", args...)
 	var stderr bytes.Buffer
@@ -80,17 +81,28 @@ func measure(patterns []string) ([]Count, error) {
 		return nil, fmt.Errorf("go list: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	dec := json.NewDecoder(bytes.NewReader(out))
-	var counts []Count
+	var pkgs []listed
 	for {
 		var p listed
 		if err := dec.Decode(&p); err == io.EOF {
-			break
+			return pkgs, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("go list output: %w", err)
 		}
-		if !public(p.ImportPath) || p.Name == "main" {
-			continue
+		if public(p.ImportPath) && p.Name != "main" {
+			pkgs = append(pkgs, p)
 		}
+	}
+}
+
+// measure lists the packages and counts each public one.
+func measure(patterns []string) ([]Count, error) {
+	pkgs, err := publicPackages(patterns)
+	if err != nil {
+		return nil, err
+	}
+	var counts []Count
+	for _, p := range pkgs {
 		files := make([]string, 0, len(p.GoFiles)+len(p.CgoFiles))
 		for _, f := range append(p.GoFiles, p.CgoFiles...) {
 			files = append(files, filepath.Join(p.Dir, f))
