@@ -24,6 +24,10 @@ func linkedPair(t *testing.T) (e1, e2 *env) {
 	st, ok := e1.f.Link()
 	require.True(t, ok)
 	e2 = newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	// The connecting end returns once it is authenticated; the listening
+	// end admits it a moment later. A datagram sent before then is lost,
+	// as to any QP the Fabric does not reach.
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 1 }, 10*time.Second, time.Millisecond)
 	return e1, e2
 }
 
@@ -164,6 +168,9 @@ func TestLinkUDAndDC(t *testing.T) {
 	srq := e1.newSRQ(e1.pd, 16, 1)
 	dct := e1.dct(e1.pd, srq, 0xfeed)
 	d := e2.dci(e2.pd)
+	// A patient initiator: under a loaded machine (-race) a link round
+	// trip can outlast the helper's 12 ms of retries.
+	require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 18, RetryCount: 7}))
 	srq.post(dataSeg(64, e1.mr.LKey(), e1.addr(0)))
 	lid1 := lidOf(t, e1.c)
 	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), inlineSeg([]byte("to dct")))
