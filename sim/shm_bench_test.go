@@ -105,14 +105,21 @@ func BenchmarkSharedRoundTrip(b *testing.B) {
 	for i := 0; i < 1000; i++ { // warm-up
 		round(i)
 	}
-	sleeps := e.f.Stats().EngineSleeps
+	before := e.f.Stats()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rt = append(rt, round(1000+i))
 	}
 	b.StopTimer()
 	reportRoundTrips(b, rt)
-	b.ReportMetric(float64(e.f.Stats().EngineSleeps-sleeps)/float64(b.N), "sleeps/op")
+	reportEngine(b, before, e.f.Stats())
+}
+
+// reportEngine reports the engine's back-off sleeps and rounds per round
+// trip between two snapshots of its counters.
+func reportEngine(b *testing.B, before, after Stats) {
+	b.ReportMetric(float64(after.EngineSleeps-before.EngineSleeps)/float64(b.N), "sleeps/op")
+	b.ReportMetric(float64(after.StepsExecuted-before.StepsExecuted)/float64(b.N), "rounds/op")
 }
 
 // bounceChild bounces the cache line of the file envChildFabric names: it
@@ -208,12 +215,14 @@ func BenchmarkLocalRoundTrip(b *testing.B) {
 	for i := 0; i < 1000; i++ {
 		round(i)
 	}
+	before := e.f.Stats()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rt = append(rt, round(1000+i))
 	}
 	b.StopTimer()
 	reportRoundTrips(b, rt)
+	reportEngine(b, before, e.f.Stats())
 }
 
 // BenchmarkSharedWriteBandwidth streams 64 KiB RDMA WRITEs to a child
