@@ -576,7 +576,11 @@ func TestDuration(t *testing.T) {
 	// per second). The bounds leave room for a loaded machine, where the
 	// scheduler's gaps between round trips are not in avg; a report that
 	// mixed up one-way and round-trip times would be off by a factor of 2.
-	require.InDelta(t, 1.0, n*2*avg/1e6, 0.3)
+	// On a loaded machine the last round trip can end well after the
+	// second (seen: 1.5 s of round trips in a 1-second run).
+	busy := n * 2 * avg / 1e6
+	require.Greater(t, busy, 0.6)
+	require.Less(t, busy, 1.75)
 	require.InDelta(t, n, tps, n*0.2)
 	require.LessOrEqual(t, atof(t, r[4]), atof(t, r[5]), "99% <= 99.9%")
 	line := rowLines(out, cResultFmtLatDur+resultFmtLatDurExt, 1)[0]
