@@ -391,7 +391,7 @@ func (k *kernel) callCount(name string) int {
 	return k.calls[name]
 }
 
-// mappingCount returns the number of UAR pages mapped.
+// mappingCount returns the number of UAR and clock info pages mapped.
 func (k *kernel) mappingCount() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
