@@ -37,8 +37,8 @@ const clockRefreshPeriod = 10 * time.Millisecond
 // mlx5dv_get_clock_info copies it. The page lives in a memory file the
 // kernel maps writable for itself, made at the first context mapping and
 // released with the last one; while a context has it mapped, a goroutine
-// rewrites it every refresh period with the kernel's sign
-// protocol: the sign word is made odd (MLX5_IB_CLOCK_INFO_KERNEL_UPDATING)
+// rewrites it every refresh period with the kernel's sign protocol: the
+// sign word is made odd (MLX5_IB_CLOCK_INFO_KERNEL_UPDATING)
 // while the fields change, then set to two more than before, so a reader
 // that saw the same even sign before and after its copy has a consistent
 // snapshot.
@@ -110,15 +110,17 @@ func clockOverflowNanoseconds(info ctx.ClockInfo) uint64 {
 	return cycles * uint64(info.Mult) >> info.Shift
 }
 
-// update copies a fresh snapshot of the model's clock into the page.
+// update copies a fresh snapshot of the model's clock into the page. The
+// snapshot is taken under writeMu, so that the page never goes back to an
+// earlier one.
 func (p *clockPage) update() {
-	info, ok := simadopt.ClockInfo(p.fabric)
-	if !ok {
-		return
-	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	if p.released {
+		return
+	}
+	info, ok := simadopt.ClockInfo(p.fabric)
+	if !ok {
 		return
 	}
 	sign := (*uint32)(unsafe.Pointer(&p.info.sign))
