@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // The model's device clock: a free-running counter of ClockKHz kHz that
@@ -54,4 +55,18 @@ func (d *device) ClockInfo() (ctx.ClockInfo, error) {
 // stamp writes the device clock into a CQE (f.mu held).
 func (f *Fabric) stamp(cqe []byte) {
 	binary.BigEndian.PutUint64(cqe[prm.CQETimestamp:], cycles(f.now()))
+}
+
+// The clock the kernel-side model (package cgo/emulate) copies into the
+// clock info page it maps for libmlx5.
+func init() {
+	simadopt.ClockInfo = func(p any) (ctx.ClockInfo, bool) {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return ctx.ClockInfo{}, false
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.clockInfoLocked(), true
+	}
 }

@@ -19,8 +19,18 @@ static void mk_write_loop(int fd, long n, int direct)
 			(void)!write(fd, &c, 1);
 	}
 }
+
+static struct mlx5_ib_clock_info *mk_clock_info_at(uintptr_t addr)
+{
+	return (struct mlx5_ib_clock_info *)addr;
+}
 */
 import "C"
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // The ABI numbers and layouts from the installed headers, as Go constants
 // for the tests (which cannot use cgo) to build commands with.
@@ -93,6 +103,8 @@ const (
 	mmapNC      = C.MLX5_IB_MMAP_NC_PAGE
 	mmapAllocWC = C.MLX5_IB_MMAP_ALLOC_WC
 	mmapClock   = C.MLX5_IB_MMAP_CORE_CLOCK
+	// mmapClockInfoCmd is MLX5_IB_MMAP_CLOCK_INFO.
+	mmapClockInfoCmd = C.MLX5_IB_MMAP_CLOCK_INFO
 )
 
 // mlx5QueryDevRespLen is the response_length of a whole
@@ -117,8 +129,24 @@ func ucontextRespField(b []byte) map[string]uint64 {
 		"cqe_version": uint64(r.cqe_version), "cmds_supp_uhw": uint64(r.cmds_supp_uhw),
 		"eth_min_inline": uint64(r.eth_min_inline), "log_uar_size": uint64(r.log_uar_size),
 		"num_uars_per_page": uint64(r.num_uars_per_page), "num_dyn_bfregs": uint64(r.num_dyn_bfregs),
-		"dump_fill_mkey": uint64(r.dump_fill_mkey),
+		"dump_fill_mkey": uint64(r.dump_fill_mkey), "clock_info_versions": uint64(r.clock_info_versions),
 	}
+}
+
+// clockPageFields returns the fields of the struct mlx5_ib_clock_info at
+// addr (a mapping of the clock info page), for the tests; the sign word is
+// read atomically before and after the others, as libmlx5 reads it.
+func clockPageFields(addr uintptr) (fields map[string]uint64, signBefore, signAfter uint32) {
+	ci := C.mk_clock_info_at(C.uintptr_t(addr))
+	sign := (*uint32)(unsafe.Pointer(&ci.sign))
+	signBefore = atomic.LoadUint32(sign)
+	fields = map[string]uint64{
+		"nsec": atomic.LoadUint64((*uint64)(unsafe.Pointer(&ci.nsec))), "cycles": atomic.LoadUint64((*uint64)(unsafe.Pointer(&ci.cycles))),
+		"frac": atomic.LoadUint64((*uint64)(unsafe.Pointer(&ci.frac))), "mult": uint64(atomic.LoadUint32((*uint32)(unsafe.Pointer(&ci.mult)))),
+		"shift": uint64(ci.shift), "mask": uint64(ci.mask), "overflow_period": uint64(ci.overflow_period),
+	}
+	signAfter = atomic.LoadUint32(sign)
+	return fields, signBefore, signAfter
 }
 
 // writeLoop writes one byte to fd n times through the interposed write

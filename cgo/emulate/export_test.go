@@ -11,8 +11,8 @@ func CallCount(name string) int {
 	return 0
 }
 
-// MappingCount returns the number of UAR pages mapped in the process's
-// emulated kernel.
+// MappingCount returns the number of UAR and clock info pages mapped in
+// the process's emulated kernel.
 func MappingCount() int {
 	if k := active(); k != nil {
 		return k.mappingCount()

@@ -60,6 +60,8 @@ type kernel struct {
 	files  map[int]*ufile
 	events map[int]*eventFile
 	maps   map[uintptr]*mapping
+	// clock is the clock info page while a context maps it.
+	clock *clockPage
 	// calls counts the commands answered, by method or command name
 	// ("ioctl GET_CONTEXT", "write QUERY_DEVICE", "mmap UAR").
 	calls map[string]int
@@ -214,8 +216,7 @@ func (k *kernel) close(fd int) syscall.Errno {
 		}
 		for a, m := range k.maps {
 			if m.file == f {
-				delete(k.maps, a)
-				k.addMappings(-1)
+				k.forgetMapping(a, m)
 			}
 		}
 	} else if e, ok := k.events[fd]; ok {
@@ -318,9 +319,11 @@ func (k *kernel) mmap(addr, length uintptr, prot, flags, fd int, off int64) (uin
 		uc.dynBusy[ext] = true
 	case C.MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES:
 		return 0, unix.ENOSYS
+	case C.MLX5_IB_MMAP_CLOCK_INFO:
+		return k.mmapClockInfo(f, addr, length, prot, flags, int(pgoff&0xff))
 	default:
-		// The core clock, clock info and device memory pages are not
-		// modelled; no response advertised them.
+		// The core clock and device memory pages are not modelled; no
+		// response advertised them.
 		return 0, unix.EINVAL
 	}
 	mflags := flags&^(unix.MAP_TYPE|unix.MAP_ANONYMOUS) | unix.MAP_SHARED | unix.MAP_ANONYMOUS
@@ -337,14 +340,46 @@ func (k *kernel) mmap(addr, length uintptr, prot, flags, fd int, off int64) (uin
 	return got, 0
 }
 
+// mmapClockInfo maps the clock info page for a context (k.mu held),
+// making the page when no context maps it yet.
+func (k *kernel) mmapClockInfo(f *ufile, addr, length uintptr, prot, flags, index int) (uintptr, syscall.Errno) {
+	if k.clock == nil {
+		p, en := newClockPage(k.fabric, k.pageSize)
+		if en != 0 {
+			return 0, en
+		}
+		k.clock = p
+	}
+	got, en := k.clock.mapInto(addr, length, prot, flags, index)
+	if en != 0 {
+		if k.clock.users == 0 {
+			k.clock.release()
+			k.clock = nil
+		}
+		return 0, en
+	}
+	k.maps[got] = &mapping{file: f, addr: got, length: length, cmd: C.MLX5_IB_MMAP_CLOCK_INFO, index: index}
+	k.addMappings(1)
+	k.calls["mmap clock info"]++
+	return got, 0
+}
+
+// forgetMapping drops the mapping at a (k.mu held).
+func (k *kernel) forgetMapping(a uintptr, m *mapping) {
+	delete(k.maps, a)
+	k.addMappings(-1)
+	if m.cmd == C.MLX5_IB_MMAP_CLOCK_INFO && k.clock.unmapped() {
+		k.clock = nil
+	}
+}
+
 // munmap forgets the mappings inside [addr, addr+length).
 func (k *kernel) munmap(addr, length uintptr) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for a := range k.maps {
+	for a, m := range k.maps {
 		if a >= addr && a-addr < length {
-			delete(k.maps, a)
-			k.addMappings(-1)
+			k.forgetMapping(a, m)
 		}
 	}
 }
@@ -356,7 +391,7 @@ func (k *kernel) callCount(name string) int {
 	return k.calls[name]
 }
 
-// mappingCount returns the number of UAR pages mapped.
+// mappingCount returns the number of UAR and clock info pages mapped.
 func (k *kernel) mappingCount() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -228,6 +228,7 @@ func TestKernelGetContext(t *testing.T) {
 	require.Equal(t, uint64(0), r["cqe_version"])
 	require.Equal(t, uint64(3), r["cmds_supp_uhw"], "QUERY_DEVICE and CREATE_AH carry driver data")
 	require.Equal(t, uint64(0), r["comp_mask"], "no core clock, dump-fill key, ECE, real-time timestamps")
+	require.Equal(t, uint64(1), r["clock_info_versions"], "the clock info page, version 1")
 	require.Equal(t, uint64(ucontextRespSize), r["response_length"])
 	require.Equal(t, uint64(1), r["num_uars_per_page"])
 	require.Equal(t, uint64(1024), r["num_dyn_bfregs"])

@@ -54,7 +54,8 @@ const deviceCapFlags = C.IB_UVERBS_DEVICE_RC_RNR_NAK_GEN | C.IB_UVERBS_DEVICE_SY
 // opens the device on the model and returns the context with the
 // response. The response declares no dynamic UAR allocation (the ucontext
 // gets the static UAR pages it asked for, which libmlx5 maps at once), no
-// DEVX, no core clock page and no dump-and-fill key.
+// DEVX, no core clock page and no dump-and-fill key; it offers the clock
+// info page (clock_info_versions, see clockPage).
 func (k *kernel) allocUcontext(f *ufile, in []byte) (*ucontext, C.struct_mlx5_ib_alloc_ucontext_resp, syscall.Errno) {
 	var resp C.struct_mlx5_ib_alloc_ucontext_resp
 	if f.uctx != nil {
@@ -119,6 +120,7 @@ func (k *kernel) allocUcontext(f *ufile, in []byte) (*ucontext, C.struct_mlx5_ib
 	resp.log_uar_size = C.__u32(log2(uint64(k.pageSize)))
 	resp.num_uars_per_page = 1
 	resp.num_dyn_bfregs = maxDynBfregs
+	resp.clock_info_versions = clockInfoVersions
 	return uc, resp, 0
 }
 

@@ -50,18 +50,19 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 			wa, err := want.Query()
 			require.NoError(t, err)
 
-			maps := emulate.MappingCount()
+			maps, clockMaps := emulate.MappingCount(), emulate.CallCount("mmap clock info")
 			ioctls, writes := emulate.CallCount("ioctl GET_CONTEXT"), emulate.CallCount("write GET_CONTEXT")
 			d, err := verbs.Open(info.Name)
 			require.NoError(t, err)
 			defer func() {
 				require.NoError(t, d.Close())
-				require.Equal(t, maps, emulate.MappingCount(), "ibv_close_device unmaps the UAR pages")
+				require.Equal(t, maps, emulate.MappingCount(), "ibv_close_device unmaps the UAR and clock info pages")
 			}()
 			require.Equal(t, info.NodeGUID, d.NodeGUID())
 			// libmlx5 asks for 16 bfregs, two to a UAR page, and maps the
-			// pages while it opens the device.
-			require.Equal(t, maps+8, emulate.MappingCount(), "UAR pages mapped by ibv_open_device")
+			// pages and the clock info page while it opens the device.
+			require.Equal(t, maps+8+1, emulate.MappingCount(), "UAR and clock info pages mapped by ibv_open_device")
+			require.Equal(t, clockMaps+1, emulate.CallCount("mmap clock info"))
 			if os.Getenv(emulate.EnvABI) == emulate.ABIWrite {
 				require.Equal(t, writes+1, emulate.CallCount("write GET_CONTEXT"))
 				require.Equal(t, ioctls, emulate.CallCount("ioctl GET_CONTEXT"))

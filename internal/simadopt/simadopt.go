@@ -167,3 +167,9 @@ type SRQInfo struct {
 	DBRec  unsafe.Pointer
 	PDN    uint32
 }
+
+// ClockInfo returns a snapshot of the device clock of the fabric f (a
+// *sim.Fabric), the clock the model stamps CQEs from: what the kernel
+// writes into its clock info page. ok is false when f is not a fabric of
+// the model. Package sim fills it from its init.
+var ClockInfo func(f any) (info ctx.ClockInfo, ok bool)

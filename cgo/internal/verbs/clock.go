@@ -18,9 +18,9 @@ import (
 // count in, from the clock info page the kernel maps into the process and
 // updates (mlx5dv_get_clock_info: a lock-free read that retries while the
 // kernel's update flag is set in the page's sign word, or the sign changed
-// under the read). A kernel or device without the page (the emulated
-// device has none) gives EINVAL, reported as ctx.ErrNotSupported; EBUSY
-// means the kernel was updating the page for the whole read.
+// under the read). A kernel or device without the page gives EINVAL,
+// reported as ctx.ErrNotSupported; EBUSY means the kernel was updating the
+// page for the whole read.
 func (d *Device) ClockInfo() (ctx.ClockInfo, error) {
 	const verb = "mlx5dv_get_clock_info"
 	if err := d.use(verb); err != nil {
