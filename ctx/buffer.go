@@ -218,9 +218,6 @@ func (b *Buffer) Len() int { return len(b.data) }
 // HugePages reports whether the buffer is backed by explicit huge pages.
 func (b *Buffer) HugePages() bool { return b.huge }
 
-// PageSize returns the size of the pages backing the buffer.
-func (b *Buffer) PageSize() int { return b.pageSize }
-
 // Closed reports whether Close has run (the memory stays mapped while
 // regions registered on it are open).
 func (b *Buffer) Closed() bool {
