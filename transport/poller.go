@@ -354,4 +354,3 @@ func (p *Poller) Err() error {
 	}
 	return p.err
 }
-
