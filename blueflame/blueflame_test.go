@@ -73,7 +73,7 @@ func newFixture(t *testing.T, seed uint64) *fixture {
 
 func (f *fixture) post(slot uint32, pi uint32, n int) {
 	base := unsafe.Pointer(&f.ring[0])
-	f.reg.Post(unsafe.Pointer(&f.dbrec[0]), pi, unsafe.Add(base, slot*ChunkSize), n,
+	f.reg.postOnce(unsafe.Pointer(&f.dbrec[0]), pi, unsafe.Add(base, slot*ChunkSize), n,
 		base, unsafe.Add(base, len(f.ring)))
 }
 
@@ -148,7 +148,7 @@ func TestDoorbellOnlyRegister(t *testing.T) {
 			require.Equal(t, uint32(0), f.reg.Offset())
 		}
 		base := unsafe.Pointer(&f.ring[0])
-		f.reg.Doorbell(unsafe.Pointer(&f.dbrec[0]), 9, unsafe.Add(base, 5*ChunkSize))
+		f.reg.ringOnce(unsafe.Pointer(&f.dbrec[0]), 9, unsafe.Add(base, 5*ChunkSize))
 		require.Equal(t, uint32(9), binary.BigEndian.Uint32(f.dbrec[4:]))
 		require.Equal(t, f.ring[5*ChunkSize:5*ChunkSize+8], f.page[:8])
 	})
@@ -170,7 +170,7 @@ func TestModesAgree(t *testing.T) {
 			slot := r.Uint32N(ringBBs)
 			pi := r.Uint32()
 			if r.IntN(4) == 0 {
-				f.reg.Doorbell(unsafe.Pointer(&f.dbrec[0]), pi, unsafe.Pointer(&f.ring[slot*ChunkSize]))
+				f.reg.ringOnce(unsafe.Pointer(&f.dbrec[0]), pi, unsafe.Pointer(&f.ring[slot*ChunkSize]))
 			} else {
 				f.post(slot, pi, 1+r.IntN(bfSize+64))
 			}
@@ -198,7 +198,7 @@ func TestNewRegisterRejects(t *testing.T) {
 	r, err := NewRegister(unsafe.Pointer(&page[0]), 512)
 	require.NoError(t, err)
 	require.Equal(t, uint32(512), r.Size())
-	require.Equal(t, unsafe.Pointer(&page[0]), r.Address())
+	require.Equal(t, unsafe.Pointer(&page[0]), r.reg)
 }
 
 func TestModes(t *testing.T) {
@@ -314,7 +314,7 @@ func TestPostAllocatesNothing(t *testing.T) {
 		f := newFixture(t, 1)
 		allocs := testing.AllocsPerRun(100, func() {
 			f.post(7, 1, 2*ChunkSize)
-			f.reg.Doorbell(unsafe.Pointer(&f.dbrec[0]), 2, unsafe.Pointer(&f.ring[0]))
+			f.reg.ringOnce(unsafe.Pointer(&f.dbrec[0]), 2, unsafe.Pointer(&f.ring[0]))
 		})
 		require.Zero(t, allocs)
 	})
@@ -337,7 +337,7 @@ func BenchmarkPost(b *testing.B) {
 				end := unsafe.Add(base, pageSize)
 				db := unsafe.Pointer(&dbrec[0])
 				for i := 0; b.Loop(); i++ {
-					reg.Post(db, uint32(i), base, chunks*ChunkSize, base, end)
+					reg.postOnce(db, uint32(i), base, chunks*ChunkSize, base, end)
 				}
 			})
 		}
@@ -359,7 +359,7 @@ func BenchmarkDoorbell(b *testing.B) {
 			db := unsafe.Pointer(&dbrec[0])
 			base := unsafe.Pointer(&ring[0])
 			for i := 0; b.Loop(); i++ {
-				reg.Doorbell(db, uint32(i), base)
+				reg.ringOnce(db, uint32(i), base)
 			}
 		})
 	}
@@ -393,7 +393,7 @@ func TestSendDoorbellMatchesRegister(t *testing.T) {
 			slot, pi := r.Uint32N(ringBBs), r.Uint32()
 			wqe := unsafe.Add(base, slot*ChunkSize)
 			if r.IntN(4) == 0 {
-				a.reg.Doorbell(unsafe.Pointer(&a.dbrec[0]), pi, unsafe.Pointer(&a.ring[slot*ChunkSize]))
+				a.reg.ringOnce(unsafe.Pointer(&a.dbrec[0]), pi, unsafe.Pointer(&a.ring[slot*ChunkSize]))
 				d.Ring(pi, wqe)
 			} else {
 				n := r.IntN(bfSize + 64)

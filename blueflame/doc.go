@@ -21,8 +21,8 @@
 // Steps 2 to 6 run inside one assembly function per post on amd64 and arm64,
 // so a post costs one call. A SendDoorbell binds a Register to its queue's
 // doorbell record and ring once, so that the call passes four words (the
-// queue, the producer index, the WQE, its size); Register.Post and
-// Register.Doorbell take the record and the ring on every call instead. The register is never written with memmove or
+// queue, the producer index, the WQE, its size). The register is never
+// written with memmove or
 // string instructions, which do not keep the ascending order that the device
 // needs to assemble the WQE.
 //

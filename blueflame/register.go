@@ -53,28 +53,6 @@ func (r *Register) Size() uint32 { return r.size }
 // Offset returns the offset of the buffer the next post writes (0 or Size).
 func (r *Register) Offset() uint32 { return r.offset }
 
-// Address returns the register's base address.
-func (r *Register) Address() unsafe.Pointer { return r.reg }
-
-// Post publishes a single WQE as SendDoorbell.Post does, for the send queue
-// whose doorbell record is dbrec and whose ring is [ringBase, ringEnd). A
-// queue that posts often binds them once with NewSendDoorbell instead: its
-// posts pass four words to the assembly rather than seven.
-func (r *Register) Post(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer, n int, ringBase, ringEnd unsafe.Pointer) {
-	d := SendDoorbell{Register: *r, dbrec: dbrec, ringBase: ringBase, ringEnd: ringEnd}
-	post(&d, pi, wqe, n)
-	r.offset = d.offset
-}
-
-// Doorbell publishes one or more WQEs without BlueFlame as
-// SendDoorbell.Ring does, for the send queue whose doorbell record is
-// dbrec.
-func (r *Register) Doorbell(dbrec unsafe.Pointer, pi uint32, wqe unsafe.Pointer) {
-	d := SendDoorbell{Register: *r, dbrec: dbrec}
-	post(&d, pi, wqe, 0)
-	r.offset = d.offset
-}
-
 // SendDoorbell is everything a post to one send queue touches besides its
 // WQEs: the queue's Register, its doorbell record and the bounds of its
 // ring (a WQE that runs past the end continues at the start). Bound once,

@@ -99,7 +99,7 @@ func (c *core) watchEvents() error {
 			f.QPNs = append(f.QPNs, l.qp.QPN())
 		}
 		if l.dct != nil {
-			f.QPNs = append(f.QPNs, l.dct.Number())
+			f.QPNs = append(f.QPNs, l.dct.QPN())
 		}
 	}
 	for _, s := range c.srqs {

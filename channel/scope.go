@@ -107,9 +107,6 @@ func (s *Scope) drain() error {
 // completed.
 func (s *Scope) Outstanding() int { return s.outstanding }
 
-// Poll processes the completions that have arrived (one batch).
-func (s *Scope) Poll() int { return s.c.poll() }
-
 func (s *Scope) check() error {
 	if !s.active {
 		return fmt.Errorf("channel: scope used after it returned: %w", ctx.ErrClosed)

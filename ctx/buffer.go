@@ -37,12 +37,11 @@ type BufferOptions struct {
 // Context it is registered with, as deferred calls may, never leaves a
 // region over unmapped memory.
 type Buffer struct {
-	mu       sync.Mutex
-	mapping  []byte // the whole mapping, guards included
-	data     []byte
-	huge     bool
-	closed   bool // closed by its owner
-	pageSize int
+	mu      sync.Mutex
+	mapping []byte // the whole mapping, guards included
+	data    []byte
+	huge    bool
+	closed  bool // closed by its owner
 	// regions counts the open memory regions that lie in data; guarded by
 	// liveBuffers.mu. The mapping goes when closed and regions is 0.
 	regions int
@@ -139,7 +138,7 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 			guard = page
 		}
 		if b, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
-			return (&Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true, pageSize: HugePageSize}).track(), nil
+			return (&Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true}).track(), nil
 		}
 	}
 	n := roundUp(size, page)
@@ -155,7 +154,7 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 	if opts.HugePages {
 		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	}
-	return (&Buffer{mapping: b, data: data, pageSize: page}).track(), nil
+	return (&Buffer{mapping: b, data: data}).track(), nil
 }
 
 // mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides.
@@ -217,9 +216,6 @@ func (b *Buffer) Len() int { return len(b.data) }
 
 // HugePages reports whether the buffer is backed by explicit huge pages.
 func (b *Buffer) HugePages() bool { return b.huge }
-
-// PageSize returns the size of the pages backing the buffer.
-func (b *Buffer) PageSize() int { return b.pageSize }
 
 // Closed reports whether Close has run (the memory stays mapped while
 // regions registered on it are open).

@@ -23,8 +23,8 @@ type EventFilter struct {
 	All    bool
 }
 
-// Match reports whether the filter selects ev.
-func (f *EventFilter) Match(ev AsyncEvent) bool {
+// match reports whether the filter selects ev.
+func (f *EventFilter) match(ev AsyncEvent) bool {
 	if f.All {
 		return true
 	}
@@ -175,7 +175,7 @@ func (r *EventRouter) step() (ok bool, err error) {
 	r.mu.Unlock()
 	routed := false
 	for _, s := range subs {
-		if s.filter.Match(ev) && s.live() {
+		if s.filter.match(ev) && s.live() {
 			s.fn(ev)
 			routed = true
 		}

@@ -255,14 +255,17 @@ type AddressHandle struct {
 }
 
 // CreateAddressHandle resolves attr into an address vector. An address
-// that AddressAttr.Validate refuses, or with an SL above MaxRoCESL on an
-// Ethernet port, fails before the provider is called.
+// with a field wider than its verbs and PRM field (SL above MaxSL,
+// SrcPathBits above MaxSrcPathBits, StaticRate above MaxStaticRate,
+// FlowLabel above MaxFlowLabel), or with an SL above MaxRoCESL on an
+// Ethernet port, fails with ErrInvalidArgument before the provider is
+// called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
 	if attr.Port == 0 {
 		attr.Port = 1
 	}
-	if err := attr.Validate(); err != nil {
+	if err := attr.validate(""); err != nil {
 		return nil, &OpError{Op: op, Err: err}
 	}
 	if err := checkRoCESL(pd.ctx.QueryPort, attr.Port, attr.SL, "SL"); err != nil {

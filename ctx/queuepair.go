@@ -176,8 +176,13 @@ func (qp *QueuePair) RemoteQPN() uint32 {
 }
 
 // Modify moves the QP to attr.State; see QPAttr for the attributes each
-// transition uses. Attributes that QPAttr.Validate refuses, or a Path.SL
-// above MaxRoCESL on an Ethernet port, fail before the provider is called.
+// transition uses. Attributes that do not fit the verbs and PRM fields
+// they go into, whatever the transition uses (a State beyond QPStateError,
+// unknown Access bits, RemoteQPN, RQPSN or SQPSN wider than 24 bits,
+// MinRNRTimer or Timeout above MaxTimerCode, RetryCount or RNRRetry above
+// MaxRetry, a Path that CreateAddressHandle would refuse), or a Path.SL
+// above MaxRoCESL on an Ethernet port, fail with ErrInvalidArgument before
+// the provider is called.
 // On error the QP is unchanged. A move to RESET zeroes the
 // doorbell record: whatever posts on the QP must restart its producer
 // indices at 0 (see "Resetting a queue pair" in the package documentation).
@@ -208,7 +213,7 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	if attr.Path.Port == 0 {
 		attr.Path.Port = attr.Port
 	}
-	if err := attr.Validate(); err != nil {
+	if err := attr.validate(); err != nil {
 		return &OpError{Op: op, Err: err}
 	}
 	if err := checkRoCESL(qp.pd.ctx.dev.QueryPort, attr.Path.Port, attr.Path.SL, "Path.SL"); err != nil {

@@ -7,8 +7,7 @@ import (
 )
 
 // Widths of the verbs and PRM fields that attributes go into. A value
-// outside them is refused with ErrInvalidArgument where it enters (Validate,
-// Modify, CreateAddressHandle, CreateCompletionQueue), never masked.
+// outside them is refused with ErrInvalidArgument where it enters (Modify, CreateAddressHandle, CreateCompletionQueue), never masked.
 const (
 	// MaxSL is the largest service level: 4 bits (ibv_ah_attr.sl, the
 	// stat_rate_sl byte of the address vector, dci_cfi_prio_sl of the QP
@@ -55,14 +54,13 @@ func mkField(name string, v, min, max uint64) field {
 // the value and the range; it wraps ErrInvalidArgument.
 func checkFields(fields ...field) error { return fieldcheck.Check(ErrInvalidArgument, fields...) }
 
-// Validate refuses an address whose fields do not fit the fields of
+// validate refuses an address whose fields do not fit the fields of
 // ibv_ah_attr and the address vector they go into: SL above MaxSL,
 // SrcPathBits above MaxSrcPathBits, StaticRate above MaxStaticRate,
-// FlowLabel above MaxFlowLabel. (DLID, TrafficClass and HopLimit use their
-// whole width; the port and the GID index are checked against the device
-// by the provider.) The error wraps ErrInvalidArgument.
-func (a AddressAttr) Validate() error { return a.validate("") }
-
+// FlowLabel above MaxFlowLabel, each named after prefix. (DLID,
+// TrafficClass and HopLimit use their whole width; the port and the GID
+// index are checked against the device by the provider.) The error wraps
+// ErrInvalidArgument. CreateAddressHandle and QueuePair.Modify run it.
 func (a AddressAttr) validate(prefix string) error {
 	return checkFields(
 		mkField(prefix+"SL", uint64(a.SL), 0, MaxSL),
@@ -72,16 +70,16 @@ func (a AddressAttr) validate(prefix string) error {
 	)
 }
 
-// Validate refuses attributes whose fields do not fit the verbs and PRM
+// validate refuses attributes whose fields do not fit the verbs and PRM
 // fields they go into, whatever the transition uses: a State beyond
 // QPStateError, unknown Access bits, RemoteQPN, RQPSN or SQPSN wider than
 // 24 bits, MinRNRTimer or Timeout above MaxTimerCode, RetryCount or RNRRetry
-// above MaxRetry, and a Path that AddressAttr.Validate refuses. (PKeyIndex,
+// above MaxRetry, and a Path that AddressAttr.validate refuses. (PKeyIndex,
 // QKey, MaxRdAtomic and MaxDestRdAtomic use their whole width; the provider
 // checks them against the device. PathMTU is checked per QP type with the
 // transition, as mlx5_ib checks it, with EINVAL.) The error wraps
-// ErrInvalidArgument.
-func (a QPAttr) Validate() error {
+// ErrInvalidArgument. QueuePair.Modify runs it.
+func (a QPAttr) validate() error {
 	if a.Access&^accessAll != 0 {
 		return fmt.Errorf("access %v has unknown bits: %w", a.Access, ErrInvalidArgument)
 	}

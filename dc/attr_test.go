@@ -77,7 +77,7 @@ func TestDCAttributes(t *testing.T) {
 			} {
 				dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), c.cfg)
 				require.NoError(t, err, c.name)
-				n := dct.Number()
+				n := dct.QPN()
 				require.Equal(t, []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR}, log.States(n), c.name)
 				init, _ := log.Last(n, ctx.QPStateInit)
 				require.Equal(t, c.access, init.Access, c.name)

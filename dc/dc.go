@@ -109,7 +109,6 @@ type Remote struct {
 	dctn uint32
 	key  uint64
 	ah   *ctx.AddressHandle
-	ep   endpoint.Endpoint
 }
 
 // NewRemote resolves a DC endpoint (a DCT's Endpoint) into a Remote for
@@ -126,7 +125,7 @@ func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	if err != nil {
 		return nil, qpcore.Errorf(name, op, "%w", err)
 	}
-	return &Remote{av: ah.AV(), dctn: remote.DCTNumber, key: remote.DCAccessKey, ah: ah, ep: remote}, nil
+	return &Remote{av: ah.AV(), dctn: remote.DCTNumber, key: remote.DCAccessKey, ah: ah}, nil
 }
 
 // DCTNumber returns the number of the remote DCT.
@@ -134,9 +133,6 @@ func (r *Remote) DCTNumber() uint32 { return r.dctn }
 
 // Key returns the DC access key the remote DCT checks.
 func (r *Remote) Key() uint64 { return r.key }
-
-// Endpoint returns the endpoint the Remote was made from.
-func (r *Remote) Endpoint() endpoint.Endpoint { return r.ep }
 
 // Close destroys the address handle. It is idempotent.
 func (r *Remote) Close() error { return r.ah.Close() }
@@ -208,7 +204,6 @@ type DCT struct {
 	qp   *ctx.QueuePair
 	port newqp.Port
 	key  uint64
-	srq  *transport.SharedReceiveQueue
 }
 
 // NewDCT creates a DC target in pd with receive completions on cq and
@@ -230,7 +225,7 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 	if port.Link == ctx.LinkLayerEthernet {
 		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, uint8(port.GID.Index), 64
 	}
-	t := &DCT{qp: c.QP, port: port, key: cfg.Key, srq: cfg.SRQ}
+	t := &DCT{qp: c.QP, port: port, key: cfg.Key}
 	if err := newqp.BringUp(&t.Queue, spec, c.QP, true,
 		ctx.QPAttr{State: ctx.QPStateInit, Port: port.Number, Access: c.Access},
 		ctx.QPAttr{State: ctx.QPStateRTR, Port: port.Number, PathMTU: port.MTU, MinRNRTimer: rnr, Path: path}); err != nil {
@@ -238,12 +233,6 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 	}
 	return t, nil
 }
-
-// Number returns the DCT number (its QPN).
-func (t *DCT) Number() uint32 { return t.QPN() }
-
-// SRQ returns the shared receive queue the DCT receives through.
-func (t *DCT) SRQ() *transport.SharedReceiveQueue { return t.srq }
 
 // Endpoint returns what an initiator needs to reach the DCT: DCT number,
 // DC access key, LID, GID and GID index, MTU. Add the regions initiators may

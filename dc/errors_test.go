@@ -90,7 +90,7 @@ func targetsStillServe(t *testing.T, f *fixture) {
 		require.Equal(t, transport.MatchOK, e.One(f.sp).Match)
 		c := e.One(f.rp)
 		require.Equal(t, transport.MatchOK, c.Match)
-		require.Equal(t, dct.Number(), c.QPN)
+		require.Equal(t, dct.QPN(), c.QPN)
 		require.NoError(t, r.Close())
 	}
 }
@@ -200,7 +200,7 @@ func TestDCMisuse(t *testing.T) {
 	require.NoError(t, err)
 	ep := dct.Endpoint()
 	require.Equal(t, endpoint.TransportDC, ep.Transport)
-	require.Equal(t, dct.Number(), ep.DCTNumber)
+	require.Equal(t, dct.QPN(), ep.DCTNumber)
 	require.Equal(t, uint64(5), ep.DCAccessKey)
 	require.NoError(t, ep.Validate())
 	rcEP := ep
@@ -211,7 +211,7 @@ func TestDCMisuse(t *testing.T) {
 	require.Error(t, err)
 	r, err := dci.NewRemote(ep)
 	require.NoError(t, err)
-	require.Equal(t, dct.Number(), r.DCTNumber())
+	require.Equal(t, dct.QPN(), r.DCTNumber())
 	require.Equal(t, uint64(5), r.Key())
 
 	// A DCT receives only through its SRQ.
@@ -287,7 +287,7 @@ func TestDCTOutlivesReceiveError(t *testing.T) {
 	require.Equal(t, prm.CQERespErr, c.Opcode)
 	requireSyndrome(t, c, prm.SyndromeLocalLength)
 	require.Equal(t, uint64(1), c.WRID)
-	require.Equal(t, f.dcts[0].Number(), c.QPN)
+	require.Equal(t, f.dcts[0].QPN(), c.QPN)
 	require.Equal(t, transport.StateReady, f.dcts[0].State(), "a DCT outlives a bad request")
 	require.Zero(t, f.srq.Outstanding())
 	targetsStillServe(t, f)

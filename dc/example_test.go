@@ -67,7 +67,7 @@ func Example_oneInitiatorManyTargets() {
 		if err := p.Add(dct); err != nil {
 			log.Fatal(err)
 		}
-		name[dct.Number()] = n
+		name[dct.QPN()] = n
 		// dct.Endpoint() is what would cross the network.
 		r, err := dci.NewRemote(dct.Endpoint())
 		if err != nil {

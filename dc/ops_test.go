@@ -113,7 +113,7 @@ func TestEveryOpcodeToManyTargets(t *testing.T) {
 				rcv := e.One(f.rp)
 				require.Equal(t, transport.MatchOK, rcv.Match, "%s: %v", what, rcv.Err())
 				require.Equal(t, wrid+5000, rcv.WRID, what)
-				require.Equal(t, dct.Number(), rcv.QPN, what)
+				require.Equal(t, dct.QPN(), rcv.QPN, what)
 				require.Same(t, &dct.Queue, rcv.Queue)
 				require.Equal(t, f.dci.QPN(), rcv.SourceQPN, what)
 				require.Equal(t, uint32(n), rcv.ByteCount, what)

@@ -35,11 +35,6 @@ type QueueSource interface {
 	Counters() transport.QueueCounters
 }
 
-// PollerSource is what counts for one completion queue: *transport.Poller.
-type PollerSource interface {
-	Counters() transport.CQCounters
-}
-
 // ChannelSource is what counts for one channel: *channel.Channel and
 // *channel.MultiChannel.
 type ChannelSource interface {
@@ -116,7 +111,7 @@ func (p *Publisher) AddQueue(name string, q QueueSource) error {
 }
 
 // AddPoller publishes the counters of a Poller under name (see AddQueue).
-func (p *Publisher) AddPoller(name string, s PollerSource) error {
+func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 	if s == nil {
 		return fmt.Errorf("expvarpub: %s: add poller %q: nil source", p.name, name)
 	}

@@ -418,9 +418,6 @@ func (cq *CQ) CQN() uint32 { return cq.cqn }
 // CQECnt returns the number of slots in the ring.
 func (cq *CQ) CQECnt() uint32 { return cq.mask + 1 }
 
-// CQESize returns the size of a slot, 64 or 128.
-func (cq *CQ) CQESize() uint32 { return 1 << cq.shift }
-
 // cqStats counts the compressed sessions expanded and the CQEs they held.
 type cqStats struct {
 	CompressedSessions uint64

@@ -81,15 +81,15 @@ func (c *CQE) RoCEL3Type() uint8 {
 	return uint8(c.be32(prm.CQEFlagsRQPN)>>prm.CQERoCEL3Shift) & prm.CQERoCEL3Mask
 }
 
-// GRH returns the 2-bit GRH field of a receive: prm.CQEGRHNone,
+// grh returns the 2-bit GRH field of a receive: prm.CQEGRHNone,
 // prm.CQEGRHInData (in the first 40 bytes of the buffer) or prm.CQEGRHInCQE.
-func (c *CQE) GRH() uint8 {
+func (c *CQE) grh() uint8 {
 	return uint8(c.be32(prm.CQEFlagsRQPN)>>prm.CQEGRHShift) & prm.CQEGRHMask
 }
 
 // HasGRH reports whether the received packet carried a GRH (rdma-core's
 // IBV_WC_GRH).
-func (c *CQE) HasGRH() bool { return c.GRH() != prm.CQEGRHNone }
+func (c *CQE) HasGRH() bool { return c.grh() != prm.CQEGRHNone }
 
 // SLID returns the source LID of a receive (IB).
 func (c *CQE) SLID() uint16 { return c.be16(prm.CQESLID) }
@@ -158,9 +158,6 @@ func (c *CQE) ScatterData() []byte {
 	}
 	return nil
 }
-
-// Bytes returns the 64 bytes of the CQE64, aliasing the ring.
-func (c *CQE) Bytes() []byte { return c[:] }
 
 // String decodes the CQE field by field (prm.DumpCQE), for test failures and
 // debugging.

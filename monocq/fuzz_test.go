@@ -72,7 +72,7 @@ func FuzzCQEDecode(f *testing.F) {
 			if unsafe.Pointer(c) != unsafe.Pointer(&want[0]) {
 				return // a CQE expanded from a session that started in slot 0
 			}
-			requireInRing(t, r, c.Bytes())
+			requireInRing(t, r, c[:])
 			op := want[63]
 			require.Equal(t, prm.CQEOpcode(op>>4), c.Opcode())
 			require.Equal(t, op&1, c.owner())
@@ -87,7 +87,7 @@ func FuzzCQEDecode(f *testing.F) {
 			require.Equal(t, be.Uint32(want[24:])&0xffffff, c.SourceQP())
 			require.Equal(t, want[24]&0xf, c.SL())
 			require.Equal(t, want[24]&3, c.RoCEL3Type())
-			require.Equal(t, (want[24]>>4)&3, c.GRH())
+			require.Equal(t, (want[24]>>4)&3, c.grh())
 			require.Equal(t, be.Uint16(want[22:]), c.SLID())
 			require.Equal(t, want[17]&0x7f, c.PathBits())
 			require.Equal(t, be.Uint32(want[32:])&0xffffff, c.SRQN())
@@ -140,7 +140,7 @@ func FuzzRing(f *testing.F) {
 			i := before
 			n := cq.Poll(int(max), func(c *CQE) {
 				defer func() { i++ }()
-				requireInRing(t, r, c.Bytes())
+				requireInRing(t, r, c[:])
 				require.Equal(t, unsafe.Pointer(&r.cqe64(i)[0]), unsafe.Pointer(c))
 				require.NotEqual(t, prm.CQEInvalid, c.Opcode())
 				require.Equal(t, uint8(i/r.cnt)&1, c.owner())
@@ -213,7 +213,7 @@ func FuzzCompressedSession(f *testing.F) {
 				copy(want[12:16], m[0:4])
 			}
 			want[63] = op | uint8((uint32(start)+i)/r.cnt)&1
-			require.Equal(t, want[:], c.Bytes(), "CQE %d of %d", i, n)
+			require.Equal(t, want[:], c[:], "CQE %d of %d", i, n)
 			got++
 		})
 		require.Equal(t, n, got)

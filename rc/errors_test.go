@@ -348,7 +348,7 @@ func TestMisuse(t *testing.T) {
 	qp.RingDoorbell()
 	// Receives may be posted before Connect, within their limits.
 	st := qp.BeginRecv(4)
-	for k := range qp.MaxRecvSGE() + 1 {
+	for k := range qp.Limits().MaxRecvSGE + 1 {
 		st = st.SGE(e.Addr(0, 64*int(k)), 8, e.LKey(0))
 	}
 	require.ErrorIs(t, st.FinishDoorbell(), wqebuilder.ErrTooManySGE)

@@ -52,7 +52,7 @@ func TestSendOpcodes(t *testing.T) {
 					wrid--
 					continue
 				}
-				pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+1000000, 0, n, int(x.qp[1].MaxRecvSGE()), r)
+				pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+1000000, 0, n, int(x.qp[1].Limits().MaxRecvSGE), r)
 				require.NoError(t, finish(), what)
 				c := e.One(x.p[0])
 				require.Equal(t, transport.MatchOK, c.Match, "%s: %v", what, c.Err())

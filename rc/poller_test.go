@@ -31,6 +31,7 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	x := newPair(t, rc.Config{SendDepth: 16, RecvDepth: 4, MaxInline: 32})
 	e, p, qp := x.e, x.p[0], x.qp[0]
 	cqn := x.cq[0].CQN()
+	p.EnableCounters()
 
 	// A CQE for a QPN nobody added.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, 0xabcdef, 0, 0)))
@@ -40,7 +41,7 @@ func TestPollerReportsWhatItCannotMatch(t *testing.T) {
 	require.Equal(t, uint32(0xabcdef), c.QPN)
 	require.ErrorIs(t, c.Err(), monocq.ErrUnknownQPN)
 	require.ErrorIs(t, p.Err(), monocq.ErrUnknownQPN)
-	require.Equal(t, uint64(1), p.Stats().UnknownQPN)
+	require.Equal(t, uint64(1), p.Counters().UnknownQPN)
 
 	// A send completion naming no outstanding WQE changes nothing.
 	require.NoError(t, e.Fabric.InjectCQE(cqn, cqeImage(prm.CQEReq, qp.QPN(), 77, 0)))
@@ -233,6 +234,7 @@ func TestRemoveLeavesAnotherQueueOfTheSameQPN(t *testing.T) {
 func TestClosedQueueDrainsUnderLoad(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e, 0, 15)
+	p.EnableCounters()
 	cnt := p.CQ().CQECnt()
 	var qp [2]*rc.QP
 	for k := range 2 {
@@ -281,6 +283,6 @@ func TestClosedQueueDrainsUnderLoad(t *testing.T) {
 	require.Equal(t, []uint64{0, 1, 2, 3}, closed)
 	require.Equal(t, 1, p.Len())
 	require.NoError(t, p.Err())
-	require.Zero(t, p.Stats().UnknownQPN)
-	require.Equal(t, uint64(got), p.Stats().Completions)
+	require.Zero(t, p.Counters().UnknownQPN)
+	require.Equal(t, uint64(got), p.Counters().Completions)
 }

@@ -68,7 +68,7 @@ func TestCompletionAnomalies(t *testing.T) {
 		require.ErrorIs(t, got[0].Err(), monocq.ErrUnknownQPN)
 		require.ErrorIs(t, poller.Err(), monocq.ErrUnknownQPN)
 		require.Contains(t, poller.Err().Error(), "0xabcdef")
-		require.Equal(t, uint64(1), poller.Stats().UnknownQPN)
+		require.Equal(t, uint64(1), poller.Counters().UnknownQPN)
 	})
 
 	t.Run("counter inside a WQE, duplicate CQE", func(t *testing.T) {
@@ -147,6 +147,7 @@ func TestCQOverrun(t *testing.T) {
 	require.NoError(t, err)
 	poller, err := transport.NewPoller(small)
 	require.NoError(t, err)
+	poller.EnableCounters()
 	q, err := rc.New(x.pd[0], small, rc.Config{SendDepth: 64})
 	require.NoError(t, err)
 	require.NoError(t, poller.Add(q))

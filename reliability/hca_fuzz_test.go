@@ -99,11 +99,11 @@ func newHCAWorld(t testing.TB, kind int) *hcaWorld {
 		dci, err := dc.NewDCI(pd[0], cq[0], dc.DCIConfig{SendDepth: fuzzSQDepth, MaxSendSGE: 2, MaxInline: 64,
 			RNRRetry: 1, RetryCount: 1, Timeout: 1})
 		require.NoError(t, err)
-		w.req, w.dct = dci.Handle().Descriptor(), dct.Number()
+		w.req, w.dct = dci.Handle().Descriptor(), dct.QPN()
 		sd := srq.Handle().Descriptor()
 		w.respRing = unsafe.Slice((*byte)(sd.Buf), sd.WQECnt*sd.Stride)
 		w.respDB = sd.DBRec
-		w.respQPN = dct.Number()
+		w.respQPN = dct.QPN()
 		return w
 	}
 	d := resp.Descriptor()

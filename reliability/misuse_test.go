@@ -262,7 +262,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		// Receive side: too many scatter entries.
 		rq := p.qp[1]
 		rs := rq.BeginRecv(1)
-		for i := uint32(0); i <= rq.MaxRecvSGE(); i++ {
+		for i := uint32(0); i <= rq.Limits().MaxRecvSGE; i++ {
 			rs = rs.SGE(p.r[1].addr(0), 1, p.r[1].lkey())
 		}
 		require.ErrorIs(t, rs.FinishDoorbell(), wqebuilder.ErrTooManySGE)

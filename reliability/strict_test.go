@@ -32,6 +32,7 @@ func newRCPair(t testing.TB, x *fabric, cfg rc.Config) *rcPair {
 		require.NoError(t, err)
 		p.p[i], err = transport.NewPoller(p.cq[i])
 		require.NoError(t, err)
+		p.p[i].EnableCounters()
 		p.qp[i], err = rc.New(x.pd[i], p.cq[i], cfg)
 		require.NoError(t, err)
 		require.NoError(t, p.p[i].Add(p.qp[i]))

@@ -72,6 +72,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 		require.NoError(t, err)
 		p[i], err = transport.NewPoller(cq[i])
 		require.NoError(t, err)
+		p[i].EnableCounters()
 	}
 	cfg := rc.Config{SendDepth: 16, RecvDepth: 16, MaxInline: 32}
 	var a, b [2]*rc.QP
@@ -135,7 +136,7 @@ func newRCCloseRig(t *testing.T) *closeRig {
 		check: func(t *testing.T) {
 			for i := range 2 {
 				require.NoError(t, p[i].Err())
-				require.Zero(t, p[i].Stats().UnknownQPN)
+				require.Zero(t, p[i].Counters().UnknownQPN)
 			}
 			require.Equal(t, transport.StateClosed, a[0].State())
 			require.Nil(t, p[0].Lookup(a[0].QPN()), "the closed QP is still routed")
@@ -182,6 +183,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 	require.NoError(t, err)
 	p, err := transport.NewPoller(cq)
 	require.NoError(t, err)
+	p.EnableCounters()
 	const depth, size = 8, 128
 	var u [2]*ud.QP
 	for k := range 2 {
@@ -256,7 +258,7 @@ func newUDCloseRig(t *testing.T) *closeRig {
 		gone:  func() bool { return p.Lookup(u[0].QPN()) == nil },
 		check: func(t *testing.T) {
 			require.NoError(t, p.Err())
-			require.Zero(t, p.Stats().UnknownQPN)
+			require.Zero(t, p.Counters().UnknownQPN)
 			require.Equal(t, transport.StateClosed, u[0].State())
 			require.Nil(t, p.Lookup(u[0].QPN()), "the closed QP is still routed")
 			require.Equal(t, 1, p.Len())
@@ -286,8 +288,10 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 	require.NoError(t, err)
 	sp, err := transport.NewPoller(scq)
 	require.NoError(t, err)
+	sp.EnableCounters()
 	rp, err := transport.NewPoller(rcq)
 	require.NoError(t, err)
+	rp.EnableCounters()
 	const depth, size = 16, 64
 	var dci [2]*dc.DCI
 	var dct [2]*dc.DCT
@@ -403,7 +407,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 	rig.check = func(t *testing.T) {
 		for _, p := range []*transport.Poller{sp, rp} {
 			require.NoError(t, p.Err())
-			require.Zero(t, p.Stats().UnknownQPN)
+			require.Zero(t, p.Counters().UnknownQPN)
 		}
 		require.Equal(t, transport.StateClosed, closedQP.State())
 		require.Nil(t, closedPoller.Lookup(closedQP.QPN()), "the closed queue pair is still routed")
@@ -563,7 +567,7 @@ func TestCompletionsOfAClosedQueuePair(t *testing.T) {
 			}
 		}
 		require.NoError(t, p.p[side].Err())
-		require.Zero(t, p.p[side].Stats().UnknownQPN)
+		require.Zero(t, p.p[side].Counters().UnknownQPN)
 		require.Nil(t, p.p[side].Lookup(p.qp[side].QPN()), "side %d: the closed QP is still routed", side)
 		require.Zero(t, p.p[side].Len())
 	}

@@ -282,9 +282,6 @@ func (f *Fabric) Open(device string) (*ctx.Context, error) {
 	return provider.Open(ctx.ProviderSoftware, fabricProvider{f}, device)
 }
 
-// Options returns the options the Fabric was created with (defaults filled).
-func (f *Fabric) Options() Options { return f.opts }
-
 // Stats returns a copy of the counters.
 func (f *Fabric) Stats() Stats {
 	f.mu.Lock()

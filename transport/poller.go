@@ -55,9 +55,6 @@ type Poller struct {
 	counts *CQCounters
 	stamps bool
 
-	unknownQPN uint64
-	polled     uint64
-
 	// queues are the open queues added, and draining the closed ones
 	// still in the table; both are the owner's.
 	queues   []*Queue
@@ -138,7 +135,6 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 		if slow {
 			p.countPoll(n)
 		}
-		p.polled += uint64(n)
 		return n
 	}()
 }
@@ -341,7 +337,6 @@ func (p *Poller) count(q *Queue, c *monocq.CQE, wc *Completion) {
 func (p *Poller) unknown(c *monocq.CQE) {
 	p.wc.decode(nil, c)
 	p.wc.Match = MatchUnknownQPN
-	p.unknownQPN++
 	if p.err == nil {
 		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), monocq.ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
 	}
@@ -358,17 +353,4 @@ func (p *Poller) Err() error {
 		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ctx.ErrClosed)
 	}
 	return p.err
-}
-
-// PollerStats counts what a Poller saw.
-type PollerStats struct {
-	// Completions is the number of CQEs dispatched.
-	Completions uint64
-	// UnknownQPN is the number of CQEs for a QPN no queue was added for.
-	UnknownQPN uint64
-}
-
-// Stats returns the poller's counters.
-func (p *Poller) Stats() PollerStats {
-	return PollerStats{Completions: p.polled, UnknownQPN: p.unknownQPN}
 }

@@ -50,7 +50,7 @@ func TestPollerAddTakesEveryQueuePair(t *testing.T) {
 	for _, q := range queues {
 		require.Same(t, q, p.Lookup(q.QPN()))
 	}
-	require.Same(t, &dct.Queue, p.Lookup(dct.Number()))
+	require.Same(t, &dct.Queue, p.Lookup(dct.QPN()))
 
 	for _, bad := range []transport.QueuePair{nil, (*rc.QP)(nil), (*ud.QP)(nil), (*dc.DCI)(nil), (*dc.DCT)(nil), (*transport.Queue)(nil)} {
 		require.ErrorIs(t, p.Add(bad), ctx.ErrInvalidArgument, "%T", bad)

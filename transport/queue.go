@@ -254,8 +254,14 @@ func (q *Queue) refuse(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStag
 func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
 
 // Limits returns what the provider granted the queue pair: the send and
-// receive ring sizes, the largest WQE, max SGE and max inline.
-func (q *Queue) Limits() Limits { return limitsOf(q.qp) }
+// receive ring sizes, the largest WQE, max SGE and max inline. MaxRecvSGE
+// is the scatter entries a receive WQE of the QP's own receive queue may
+// carry (0 without one).
+func (q *Queue) Limits() Limits {
+	l := limitsOf(q.qp)
+	l.MaxRecvSGE = q.rq.maxSGE
+	return l
+}
 
 // Fail moves the queue pair to the error state: every outstanding work
 // request completes with WR_FLUSH_ERR, and no more may be posted. A DCT has
@@ -303,9 +309,6 @@ func (q *Queue) Close() error {
 
 // QPN returns the queue pair number (for a DCT: the DCT number).
 func (q *Queue) QPN() uint32 { return q.qpn }
-
-// Type returns the QP type.
-func (q *Queue) Type() ctx.QPType { return q.typ }
 
 // State returns the data plane's view of the QP: StateClosed once it (or a
 // parent) has been closed, on any goroutine (State reads the QP's atomic
@@ -405,10 +408,6 @@ func (q *Queue) RingRecvDoorbell() {
 // RecvOutstanding returns the receive WQEs posted on the QP's own receive
 // queue and not yet completed.
 func (q *Queue) RecvOutstanding() uint32 { return q.rq.posted }
-
-// MaxRecvSGE returns the scatter entries a receive WQE may carry (0 without
-// a receive queue of its own).
-func (q *Queue) MaxRecvSGE() uint32 { return q.rq.maxSGE }
 
 // Unmatched returns the number of completions that named no outstanding
 // work request.

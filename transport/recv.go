@@ -9,7 +9,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/blueflame"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // recvRing is the producer side of a receive ring: a QP's own receive
@@ -108,7 +107,7 @@ func newRecvRing(buf, dbrec unsafe.Pointer, cnt, stride, maxSGE uint32, srq bool
 
 // The error bits, kept in RecvStage.st from bit recvErrShift, of a stage
 // whose SGE refused an entry: recvErrSGE for too many, or a stale (or
-// refused) stage; recvErrLength for one above MaxSGELength.
+// refused) stage; recvErrLength for one above wqebuilder.MaxSGELength.
 const (
 	recvErrSGE    = 1
 	recvErrLength = 2
@@ -122,10 +121,6 @@ const (
 	recvErrShift  = 32
 	recvRefuseAll = 0xffffffff
 )
-
-// MaxSGELength is the longest scatter entry, in bytes, as for a send
-// (wqebuilder.MaxSGELength): the byte count of a data segment is 31 bits.
-const MaxSGELength = wqebuilder.MaxSGELength
 
 // RecvStage is a receive WQE being built: SGE adds scatter entries and
 // Finish posts it. Like the send stages it is a small value that the

@@ -75,7 +75,7 @@ func TestSendEverySize(t *testing.T) {
 							require.Equal(t, transport.MatchOK, e.One(x.p[0]).Match)
 							continue
 						}
-						pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+9000, ud.GRHSize, n, int(x.qp[1].MaxRecvSGE()), r)
+						pieces := e.ScatterRecv(1, x.qp[1].BeginRecv, wrid+9000, ud.GRHSize, n, int(x.qp[1].Limits().MaxRecvSGE), r)
 						require.NoError(t, finish(), what)
 						c := e.One(x.p[0])
 						require.Equal(t, transport.MatchOK, c.Match, "%s: %v", what, c.Err())

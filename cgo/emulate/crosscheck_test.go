@@ -307,7 +307,7 @@ func TestCrossCheckDC(t *testing.T) {
 		want = pattern(n, byte(0x60+round))
 		copy(p.Buf(), want)
 		require.NoError(t, srq.PostRecv(uint64(100+round), k.addr(kitRecv), n, k.mr.LKey()))
-		require.NoError(t, p.SendImm(0, n, uint64(200+round), 0x8180+uint32(round), dct.Number(), kitKey))
+		require.NoError(t, p.SendImm(0, n, uint64(200+round), 0x8180+uint32(round), dct.QPN(), kitKey))
 		sent := pollC(t, p)
 		require.Equal(t, plainverbs.Completion{WRID: uint64(200 + round), Opcode: plainverbs.OpcodeSend, HasImm: true, QPN: p.DCIQPN()},
 			sent, "ibv_poll_cq: the send completion of the DC WQE libmlx5 wrote")
@@ -318,7 +318,7 @@ func TestCrossCheckDC(t *testing.T) {
 		require.Equal(t, uint64(100+round), got[0].WRID)
 		require.Equal(t, uint32(n), got[0].ByteCount)
 		require.Equal(t, 0x8180+uint32(round), got[0].Immediate)
-		require.Equal(t, dct.Number(), got[0].QPN, "the DCT number")
+		require.Equal(t, dct.QPN(), got[0].QPN, "the DCT number")
 		require.Equal(t, p.DCIQPN(), got[0].SourceQPN, "libmlx5's DCI")
 		require.Equal(t, want, k.buf.Bytes()[kitRecv:kitRecv+n], "the bytes libmlx5's DC WQE gathered")
 	}

@@ -73,7 +73,7 @@ func TestKitTransitionsAreLegal(t *testing.T) {
 	require.NoError(t, err)
 	dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 5})
 	require.NoError(t, err)
-	n := dct.Number()
+	n := dct.QPN()
 	require.NoError(t, dct.Close(), "a DCT is destroyed from RTR")
 	requireLegalWalk(t, log, ctx.QPTypeDCT, n, []ctx.QPState{I, RTR})
 	require.NoError(t, srq.Close())

@@ -366,7 +366,7 @@ func RCSendRecv(c *ctx.Context, o Options) error {
 			return err
 		}
 		maxSend := int(a.Limits().MaxSendSGE)
-		maxRecv := int(b.MaxRecvSGE())
+		maxRecv := int(b.Limits().MaxRecvSGE)
 		type msg struct {
 			n      int
 			inline bool

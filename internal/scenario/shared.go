@@ -143,7 +143,7 @@ func DC(c *ctx.Context, o Options) error {
 			if int(dci.Limits().MaxInline) < len(payload) {
 				payload = payload[:dci.Limits().MaxInline]
 			}
-			sentTo[dcts[i].Number()] = payload
+			sentTo[dcts[i].QPN()] = payload
 			s, err := dci.Post(uint64(i+1), wqebuilder.Signaled, remotes[i])
 			if err != nil {
 				return err
@@ -163,7 +163,7 @@ func DC(c *ctx.Context, o Options) error {
 			if err := firstErr(
 				requireSend(sent[0], uint64(i+1), prm.OpSend),
 				check("DC receive opcode", r.Opcode, prm.CQERespSend),
-				check("DC receive QPN (the DCT number)", r.QPN, dcts[i].Number()),
+				check("DC receive QPN (the DCT number)", r.QPN, dcts[i].QPN()),
 				check("DC receive wrid", r.WRID, uint64(300+i)),
 				check("DC receive byte count", r.ByteCount, uint32(len(payload))),
 				e.expect(1, recvBase+i*1024, payload, fmt.Sprintf("SEND to DCT %d", i)),
