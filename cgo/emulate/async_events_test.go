@@ -99,3 +99,44 @@ func TestContextAsyncEventsThroughRdmaCore(t *testing.T) {
 	}
 	require.Equal(t, maps, emulate.MappingCount())
 }
+
+// TestContextPortEventsThroughRdmaCore: a port flap the model raises
+// (sim.Fabric.SetPortState) reaches a Context of the hardware provider
+// through the emulated kernel's async descriptor and libibverbs'
+// ibv_get_async_event, as PORT_ERR and then PORT_ACTIVE naming the port,
+// and QueryPort follows the state.
+func TestContextPortEventsThroughRdmaCore(t *testing.T) {
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware})
+	require.NoError(t, err)
+	defer c.Close()
+	f := emulate.Fabric()
+	require.NotNil(t, f)
+	next := func() ctx.AsyncEvent {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			ev, ok, err := c.ReadAsyncEvent()
+			require.NoError(t, err)
+			if ok {
+				return ev
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatal("no async event")
+		return ctx.AsyncEvent{}
+	}
+	require.NoError(t, f.SetPortState(c.DeviceName(), 1, false))
+	ev := next()
+	require.Equal(t, ctx.EventPortError, ev.Type, "%v", ev)
+	require.Equal(t, uint8(1), ev.Port)
+	pa, err := c.QueryPort(1)
+	require.NoError(t, err)
+	require.Equal(t, ctx.PortStateDown, pa.State)
+	require.NoError(t, f.SetPortState(c.DeviceName(), 1, true))
+	ev = next()
+	require.Equal(t, ctx.EventPortActive, ev.Type, "%v", ev)
+	require.Equal(t, uint8(1), ev.Port)
+	pa, err = c.QueryPort(1)
+	require.NoError(t, err)
+	require.Equal(t, ctx.PortStateActive, pa.State)
+}

@@ -466,7 +466,7 @@ func (k *kernel) ioctlQueryPort(f *ufile, b *bundle) syscall.Errno {
 	if en != 0 {
 		return en
 	}
-	resp, en := queryPortResp(f.dev, uint8(port))
+	resp, en := liveQueryPortResp(f, uint8(port))
 	if en != 0 {
 		return en
 	}

@@ -280,3 +280,18 @@ func log2(v uint64) int {
 	}
 	return n
 }
+
+// liveQueryPortResp is queryPortResp with the port's state read from the
+// model now (a port the model took down, sim.Fabric.SetPortState), as the
+// kernel reads it from the device on each QUERY_PORT.
+func liveQueryPortResp(f *ufile, port uint8) (C.struct_ib_uverbs_query_port_resp, syscall.Errno) {
+	r, en := queryPortResp(f.dev, port)
+	if en != 0 || f.uctx == nil || f.uctx.dev == nil {
+		return r, en
+	}
+	if pa, err := f.uctx.dev.QueryPort(port); err == nil {
+		r.state = C.__u8(pa.State)
+		r.phys_state = C.__u8(physState(pa.State))
+	}
+	return r, 0
+}

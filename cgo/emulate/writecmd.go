@@ -297,7 +297,7 @@ func (k *kernel) writeQueryPort(f *ufile, c *writeCall) syscall.Errno {
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
 	}
-	resp, en := queryPortResp(f.dev, uint8(req.port_num))
+	resp, en := liveQueryPortResp(f, uint8(req.port_num))
 	if en != 0 {
 		return en
 	}
