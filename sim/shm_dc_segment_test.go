@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -287,4 +288,122 @@ func TestSharedTwoProcessesDCPeerKilled(t *testing.T) {
 	st, err := e.f.QPState(d.qp.QPN())
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateError, st)
+}
+
+// dcRequests lists the requests of the process in slot from waiting in
+// ring file rf: their destination QPNs and flags.
+func dcRequests(rf *ringFile, from int) (dst []uint32, flags []uint16) {
+	tail, head := *rf.tail(from), *rf.head(from)
+	data := rf.data(from)
+	for head != tail {
+		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+		if h.Kind == wireRequest {
+			dst = append(dst, h.DstQPN)
+			flags = append(flags, h.Flags)
+		}
+		head += uint64(h.Len)
+	}
+	return dst, flags
+}
+
+// TestSharedDCSeveralInFlight: a DCI sends the WQEs to one DCT in another
+// process without waiting for each answer; a WQE to another DCT waits
+// until they are answered (one connection at a time), and each change of
+// DCT starts a new stream; the answers complete every WQE in order, once.
+func TestSharedDCSeveralInFlight(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	ta := e2.dct(e2.pd, srq, 0xfeed)
+	tb := e2.dct(e2.pd, srq, 0xbeef)
+	d := e1.dciTo(e1.pd, 64, 20, 7)
+	lid := lidOf(t, e2.c)
+	avA, avB := dcAV(0xfeed, ta.qp.QPN(), lid), dcAV(0xbeef, tb.qp.QPN(), lid)
+	fill(e1.mem(0, 64<<10), 9)
+	fill(e2.mem(512<<10, 64<<10), 10)
+	_, slot1 := e1.f.SharedFabric()
+	// The responder's engine held: what the requester sends waits in the
+	// responder's ring.
+	e2.f.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			e2.f.mu.Unlock()
+		}
+	}()
+	const writes, reads = 8, 4
+	var idx []uint16
+	for i := 0; i < writes; i++ {
+		a := avA
+		if i >= writes/2 {
+			a = avB
+		}
+		idx = append(idx, d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, a, raddrSeg(e2.addr(i*4096), e2.mr.RKey()), dataSeg(4096, e1.mr.LKey(), e1.addr(i*4096))))
+	}
+	for i := 0; i < reads; i++ {
+		idx = append(idx, d.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, avA, raddrSeg(e2.addr(512<<10+i*4096), e2.mr.RKey()), dataSeg(4096, e1.mr.LKey(), e1.addr(256<<10+i*4096))))
+	}
+	var dst []uint32
+	var flags []uint16
+	require.Eventually(t, func() bool {
+		dst, _ = dcRequests(e2.f.shm.in, slot1)
+		return len(dst) >= writes/2
+	}, 5*time.Second, time.Millisecond, "the requests never reached the ring")
+	time.Sleep(20 * time.Millisecond)
+	dst, flags = dcRequests(e2.f.shm.in, slot1)
+	require.Equal(t, []uint32{ta.qp.QPN(), ta.qp.QPN(), ta.qp.QPN(), ta.qp.QPN()}, dst, "the WRITEs to the first DCT in flight, none to the second")
+	require.Equal(t, []uint16{wireFirst, 0, 0, 0}, flags, "one stream")
+	require.Empty(t, d.scq.drain(), "nothing completes before its answer")
+	e2.f.mu.Unlock()
+	locked = false
+	for i := 0; i < writes+reads; i++ {
+		c := waitCQE(t, d.scq, 10*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+		require.Equal(t, idx[i], c.counter, "in order")
+	}
+	require.Empty(t, d.scq.drain())
+	require.Equal(t, e1.mem(0, writes*4096), e2.mem(0, writes*4096))
+	require.Equal(t, e2.mem(512<<10, reads*4096), e1.mem(256<<10, reads*4096))
+	require.Zero(t, e1.f.Stats().Retries, "no request was lost")
+}
+
+// TestSharedDCRNRMidMessage: a 20 MiB WRITE with immediate from a DCI
+// meets no receive in the DCT's SRQ at its last segment: after the RNR
+// timer the DCI sends that segment again, not the message from its start
+// (the first MiB, changed in the local buffer meanwhile, is not sent
+// twice).
+func TestSharedDCRNRMidMessage(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	const size = 20 << 20
+	bufs := make([]*ctx.Buffer, 2)
+	mrs := make([]*ctx.MemoryRegion, 2)
+	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
+		var err error
+		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bufs[i].Close() })
+		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
+		require.NoError(t, err)
+	}
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	dct := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeDCT, srq: srq, dcKey: 0xfeed})
+	require.NoError(t, dct.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	// RNR timer code 0: 655 ms.
+	require.NoError(t, dct.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU4096, MinRNRTimer: 0}))
+	d := e1.dciTo(e1.pd, 16, 20, 7)
+	src, dst := bufs[0].Bytes(), bufs[1].Bytes()
+	fill(src, 21)
+	want := bytes.Clone(src)
+	d.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 5, dcAV(0xfeed, dct.qp.QPN(), lidOf(t, e2.c)),
+		raddrSeg(uint64(mrs[1].Addr()), mrs[1].RKey()), dataSeg(size, mrs[0].LKey(), uint64(mrs[0].Addr())))
+	require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks > 0 }, 5*time.Second, time.Millisecond)
+	fill(src[:1<<20], 22) // what a resend from the start would carry
+	srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	c := waitCQE(t, d.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	r := waitCQE(t, dct.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespWrImm, r.op)
+	require.Equal(t, uint32(size), r.byteCnt)
+	require.Equal(t, uint32(5), r.imm)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.True(t, bytes.Equal(want, dst), "the message as first sent, each segment once")
 }
