@@ -127,51 +127,13 @@ func bigLocalOf(t *testing.T, e *env, size int) (*ctx.MemoryRegion, []byte, []by
 func TestSharedTwoProcessesDCBigMessages(t *testing.T) {
 	ch, e := dcBigPeer(t, bigSize)
 	mr, local, sentinel := bigLocal(t, e)
-	d := e.dciTo(e.pd, 16, 14, 7)
+	d := e.dciTo(e.pd, 16, 16, 7)
 	av := dcAV(dcBigKey, ch.info.QPN, ch.info.LID)
-	const wait = 60 * time.Second
-	la := uint64(mr.Addr())
-
-	// SEND 20 MiB into the one receive of the child's SRQ.
-	fillBig(local, 1)
-	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, dataSeg(20<<20, mr.LKey(), la))
-	c := waitCQE(t, d.scq, wait)
-	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
-	require.Equal(t, uint32(20<<20), c.byteCnt)
-	remote := make([]byte, bigSize)
-	fillBig(remote, bigSeed)
-	copy(remote, local[:20<<20])
-	var r dcBigReport
-	require.Eventually(t, func() bool { r = ch.dcReport(t); return len(r.Recv) > 0 }, 10*time.Second, 10*time.Millisecond)
-	require.Equal(t, []uint32{20 << 20}, r.Recv, "one receive completion of the whole message")
-	require.Equal(t, sha256.Sum256(remote), r.Sum)
-	require.True(t, r.SentinelOK)
-
-	// WRITE 64 MiB.
-	fillBig(local, 2)
-	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, av, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), la))
-	c = waitCQE(t, d.scq, wait)
-	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
-	require.Equal(t, uint32(bigSize), c.byteCnt)
-	r = ch.dcReport(t)
-	require.Equal(t, sha256.Sum256(local), r.Sum, "the child's region holds the 64 MiB written")
-	require.True(t, r.SentinelOK)
-	want := bytes.Clone(local)
-
-	// READ 64 MiB back (two SGEs, split at an odd offset).
-	fillBig(local, 3)
-	const split = 40<<20 + 12345
-	d.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, av, raddrSeg(ch.info.Addr, ch.info.RKey),
-		dataSeg(split, mr.LKey(), la), dataSeg(bigSize-split, mr.LKey(), la+split))
-	c = waitCQE(t, d.scq, wait)
-	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
-	require.Equal(t, uint32(bigSize), c.byteCnt)
-	require.True(t, bytes.Equal(want, local), "the 64 MiB read back")
-	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
-	require.Empty(t, d.scq.drain(), "each WQE completes once")
-	r = ch.dcReport(t)
-	require.Equal(t, []uint32{20 << 20}, r.Recv)
-	require.True(t, r.SentinelOK)
+	post := func(op prm.Opcode, segs ...[]byte) {
+		d.post(op, 0, prm.FlagCQUpdate, 0, append([][]byte{av}, segs...)...)
+	}
+	bigMessages(t, d.scq, post, ch.info, mr, local, sentinel, func() bigReport { return ch.dcReport(t).bigReport })
+	r := ch.dcReport(t)
 	require.Empty(t, r.Events)
 	require.Equal(t, ctx.QPStateRTR.String(), r.State)
 }
@@ -187,7 +149,7 @@ func TestSharedTwoProcessesDCMaxMessage(t *testing.T) {
 	const size = maxMessageSize
 	ch, e := dcBigPeer(t, size)
 	mr, local, sentinel := bigLocalOf(t, e, size)
-	d := e.dciTo(e.pd, 16, 14, 7)
+	d := e.dciTo(e.pd, 16, 16, 7)
 	av := dcAV(dcBigKey, ch.info.QPN, ch.info.LID)
 	fillBig(local, 5)
 	want := sha256.Sum256(local)
@@ -216,7 +178,7 @@ func TestSharedTwoProcessesDCWrongKey(t *testing.T) {
 	ch, e := dcBigPeer(t, bigSize)
 	mr, local, _ := bigLocal(t, e)
 	before := ch.dcReport(t)
-	d := e.dciTo(e.pd, 16, 14, 7)
+	d := e.dciTo(e.pd, 16, 16, 7)
 	bad := dcAV(dcBigKey+1, ch.info.QPN, ch.info.LID)
 	fillBig(local, 4)
 	const n = 4
@@ -242,7 +204,7 @@ func TestSharedTwoProcessesDCWrongKey(t *testing.T) {
 	require.Equal(t, []string{ctx.EventQPAccessError.String()}, r.Events, "one event for the message")
 
 	// The right key: written.
-	d2 := e.dciTo(e.pd, 16, 14, 7)
+	d2 := e.dciTo(e.pd, 16, 16, 7)
 	d2.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(dcBigKey, ch.info.QPN, ch.info.LID), raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
 	c = waitCQE(t, d2.scq, 30*time.Second)
 	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
@@ -258,36 +220,10 @@ func TestSharedTwoProcessesDCPeerKilled(t *testing.T) {
 	mr, _, sentinel := bigLocal(t, e)
 	d := e.dciTo(e.pd, 32, 12, 3) // ACK timeout ~17 ms, 3 retries
 	av := dcAV(dcBigKey, ch.info.QPN, ch.info.LID)
-	const n = 8
-	for i := 0; i < n; i++ {
-		op := prm.OpRdmaWrite
-		if i%2 == 1 {
-			op = prm.OpRdmaRead
-		}
-		d.post(op, 0, prm.FlagCQUpdate, 0, av, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
+	post := func(op prm.Opcode, segs ...[]byte) {
+		d.post(op, 0, prm.FlagCQUpdate, 0, append([][]byte{av}, segs...)...)
 	}
-	cqes := []cqe{waitCQE(t, d.scq, 60*time.Second)}
-	require.Equal(t, prm.CQEReq, cqes[0].op, "%+v", cqes[0])
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
-	for len(cqes) < n {
-		cqes = append(cqes, waitCQE(t, d.scq, 30*time.Second))
-	}
-	time.Sleep(50 * time.Millisecond)
-	require.Empty(t, d.scq.drain(), "nothing completes twice")
-	i := 0
-	for i < n && cqes[i].op == prm.CQEReq {
-		i++
-	}
-	require.Less(t, i, n, "the kill came after every WQE completed")
-	require.Equal(t, prm.SyndromeTransportRetryExc, cqes[i].synd, "%+v", cqes[i])
-	for _, c := range cqes[i+1:] {
-		require.Equal(t, prm.CQEReqErr, c.op)
-		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)
-	}
-	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
-	st, err := e.f.QPState(d.qp.QPN())
-	require.NoError(t, err)
-	require.Equal(t, ctx.QPStateError, st)
+	bigPeerKilled(t, ch, e, d, post, mr, sentinel)
 }
 
 // dcRequests lists the requests of the process in slot from waiting in
@@ -374,16 +310,7 @@ func TestSharedDCSeveralInFlight(t *testing.T) {
 func TestSharedDCRNRMidMessage(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	const size = 20 << 20
-	bufs := make([]*ctx.Buffer, 2)
-	mrs := make([]*ctx.MemoryRegion, 2)
-	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
-		var err error
-		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = bufs[i].Close() })
-		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
-		require.NoError(t, err)
-	}
+	bufs, mrs := registeredBuffers(t, size, e1.pd, e2.pd)
 	srq := e2.newSRQ(e2.pd, 16, 1)
 	dct := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeDCT, srq: srq, dcKey: 0xfeed})
 	require.NoError(t, dct.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
@@ -406,4 +333,110 @@ func TestSharedDCRNRMidMessage(t *testing.T) {
 	require.Equal(t, uint32(5), r.imm)
 	require.Equal(t, d.qp.QPN(), r.srcQPN)
 	require.True(t, bytes.Equal(want, dst), "the message as first sent, each segment once")
+}
+
+// registeredBuffers allocates a buffer of size bytes for each of pds and
+// registers it there.
+func registeredBuffers(t *testing.T, size int, pds ...*ctx.ProtectionDomain) ([]*ctx.Buffer, []*ctx.MemoryRegion) {
+	bufs := make([]*ctx.Buffer, len(pds))
+	mrs := make([]*ctx.MemoryRegion, len(pds))
+	for i, pd := range pds {
+		var err error
+		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bufs[i].Close() })
+		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
+		require.NoError(t, err)
+	}
+	return bufs, mrs
+}
+
+// bigMessages sends a 20 MiB SEND, a 64 MiB WRITE and a 64 MiB READ with
+// post (an RC QP's or a DCI's, completing on scq) to the region of a
+// "big" or "dcbig" child of bigSize bytes (one receive posted over it),
+// from local (registered as mr, before sentinel), and checks with report
+// that each arrives whole and once and nothing outside the regions is
+// written.
+func bigMessages(t *testing.T, scq *testCQ, post func(prm.Opcode, ...[]byte), info peerInfo, mr *ctx.MemoryRegion, local, sentinel []byte, report func() bigReport) {
+	t.Helper()
+	const wait = 60 * time.Second
+	la := uint64(mr.Addr())
+
+	// SEND 20 MiB into the child's one receive.
+	fillBig(local, 1)
+	post(prm.OpSend, dataSeg(20<<20, mr.LKey(), la))
+	c := waitCQE(t, scq, wait)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, uint32(20<<20), c.byteCnt)
+	remote := make([]byte, bigSize)
+	fillBig(remote, bigSeed)
+	copy(remote, local[:20<<20])
+	var r bigReport
+	require.Eventually(t, func() bool { r = report(); return len(r.Recv) > 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []uint32{20 << 20}, r.Recv, "one receive completion of the whole message")
+	require.Equal(t, sha256.Sum256(remote), r.Sum)
+	require.True(t, r.SentinelOK)
+
+	// WRITE 64 MiB.
+	fillBig(local, 2)
+	post(prm.OpRdmaWrite, raddrSeg(info.Addr, info.RKey), dataSeg(bigSize, mr.LKey(), la))
+	c = waitCQE(t, scq, wait)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, uint32(bigSize), c.byteCnt)
+	r = report()
+	require.Equal(t, sha256.Sum256(local), r.Sum, "the child's region holds the 64 MiB written")
+	require.True(t, r.SentinelOK)
+	want := bytes.Clone(local)
+
+	// READ 64 MiB back (two SGEs, split at an odd offset).
+	fillBig(local, 3)
+	const split = 40<<20 + 12345
+	post(prm.OpRdmaRead, raddrSeg(info.Addr, info.RKey), dataSeg(split, mr.LKey(), la), dataSeg(bigSize-split, mr.LKey(), la+split))
+	c = waitCQE(t, scq, wait)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, uint32(bigSize), c.byteCnt)
+	require.True(t, bytes.Equal(want, local), "the 64 MiB read back")
+	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
+	require.Empty(t, scq.drain(), "each WQE completes once")
+	r = report()
+	require.Equal(t, []uint32{20 << 20}, r.Recv)
+	require.True(t, r.SentinelOK)
+}
+
+// bigPeerKilled posts eight 64 MiB WRITEs and READs with post (q's), to
+// the region of a "big" or "dcbig" child, and kills the child once the
+// first has completed: the first WQE not done completes with
+// RETRY_EXC_ERR, the rest flush, each once, nothing outside the local
+// region (mr, before sentinel) is written, and q ends in error.
+func bigPeerKilled(t *testing.T, ch *child, e *env, q *testQP, post func(prm.Opcode, ...[]byte), mr *ctx.MemoryRegion, sentinel []byte) {
+	t.Helper()
+	const n = 8
+	for i := 0; i < n; i++ {
+		op := prm.OpRdmaWrite
+		if i%2 == 1 {
+			op = prm.OpRdmaRead
+		}
+		post(op, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
+	}
+	cqes := []cqe{waitCQE(t, q.scq, 60*time.Second)}
+	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+	for len(cqes) < n {
+		cqes = append(cqes, waitCQE(t, q.scq, 30*time.Second))
+	}
+	time.Sleep(50 * time.Millisecond)
+	require.Empty(t, q.scq.drain(), "nothing completes twice")
+	i := 0
+	for i < n && cqes[i].op == prm.CQEReq {
+		i++
+	}
+	require.Less(t, i, n, "the kill came after every WQE completed")
+	require.Equal(t, prm.SyndromeTransportRetryExc, cqes[i].synd, "%+v", cqes[i])
+	for _, c := range cqes[i+1:] {
+		require.Equal(t, prm.CQEReqErr, c.op)
+		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)
+	}
+	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
+	st, err := e.f.QPState(q.qp.QPN())
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st)
 }
