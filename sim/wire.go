@@ -144,7 +144,7 @@ type wireResp struct {
 	atomicN int
 }
 
-// wireSeg is an RC segment in flight.
+// wireSeg is a segment in flight (RC or DCI).
 type wireSeg struct {
 	idx  uint16 // sq index of its WQE
 	psn  uint32
@@ -209,36 +209,19 @@ func (f *Fabric) wireAnswer(h *wireHdr, payload []byte, now int64) {
 	}
 }
 
-// wireResult places what an ACK carries (READ data, an atomic's original
-// value) in the requester's memory.
-func (f *Fabric) wireResult(q *qp, w *sendWQE, payload []byte) outcome {
-	switch {
-	case w.op == prm.OpRdmaRead:
-		if uint64(len(payload)) < w.total {
-			return fail(prm.SyndromeRemoteOp)
-		}
-		if s := f.checkLocalWrite(q, w); s != 0 {
-			return fail(s)
-		}
-		src := payload[:w.total]
-		for _, e := range w.sg {
-			n := copy(f.mrs[e.lkey].bytes(e.addr, e.n), src)
-			src = src[n:]
-		}
-		return done(w.total)
-	case w.op.IsAtomic():
-		size := uint64(w.asize)
-		if uint64(len(payload)) < size {
-			return fail(prm.SyndromeRemoteOp)
-		}
-		if s := f.checkLocalWrite(q, w); s != 0 {
-			return fail(s)
-		}
-		e := w.sg[0]
-		copy(f.mrs[e.lkey].bytes(e.addr, size), payload[:size])
-		return done(size)
+// wireAtomicResult places the original value an atomic's ACK carries in
+// the requester's memory (a READ's data goes through scatterAt).
+func (f *Fabric) wireAtomicResult(q *qp, w *sendWQE, payload []byte) outcome {
+	size := uint64(w.asize)
+	if uint64(len(payload)) < size {
+		return fail(prm.SyndromeRemoteOp)
 	}
-	return done(w.total)
+	if s := f.checkLocalWrite(q, w); s != 0 {
+		return fail(s)
+	}
+	e := w.sg[0]
+	copy(f.mrs[e.lkey].bytes(e.addr, size), payload[:size])
+	return done(size)
 }
 
 // wireReply answers request h of the process in slot from.
@@ -690,7 +673,7 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte, now int64) {
 		f.scatterAt(&w, e.off, payload[:e.n])
 		o = done(w.total)
 	case w.op.IsAtomic():
-		o = f.wireResult(q, &w, payload)
+		o = f.wireAtomicResult(q, &w, payload)
 		if o.res == resultFail {
 			f.wireFailParsed(q, &w, o.synd)
 			return
