@@ -51,10 +51,10 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 	if q.sqCnt == 0 || q.state != ctx.QPStateRTS || q.sqPending() == 0 {
 		return false
 	}
-	if q.typ == ctx.QPTypeRC && (f.shm != nil || f.tcp != nil) {
+	if (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) && (f.shm != nil || f.tcp != nil) {
 		// A peer in another process (shared fabric or TCP link):
 		// segments, several in flight.
-		if slot := f.remoteSlot(q.attr.RemoteQPN); slot >= 0 {
+		if slot := f.wireSlot(q); slot >= 0 {
 			return f.wireRun(q, slot, now)
 		}
 	}
@@ -130,7 +130,6 @@ func (f *Fabric) qpErrorLocked(q *qp, why string) {
 	}
 	q.state = ctx.QPStateError
 	q.blockedUntil = 0
-	q.wire.active = false
 	q.lastWQEReached()
 }
 
@@ -234,9 +233,6 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	var src srcInfo
 	if q.typ == ctx.QPTypeRC {
 		t = f.rcPeer(q)
-		if slot := f.remoteSlot(q.attr.RemoteQPN); t == nil && slot >= 0 {
-			return f.wireSend(q, w, payload, slot, q.attr.RemoteQPN, nil, now)
-		}
 		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: q.attr.Path.SL, grh: q.attr.Path.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet,
 			l3: q.dev.h.roceL3(q.attr.Path.SGIDIndex)}
 	} else {
@@ -244,9 +240,6 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		if c := f.qps[a.dqpn]; c != nil && c.typ == ctx.QPTypeDCT && c.state == ctx.QPStateRTR &&
 			reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, c.dev.h) && !qpOffline(q) && !qpOffline(c) {
 			t = c
-		}
-		if slot := f.remoteSlot(a.dqpn); slot >= 0 {
-			return f.wireSend(q, w, payload, slot, a.dqpn, &a, now)
 		}
 		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh, l3: q.dev.h.roceL3(a.sgidIdx)}
 		if t != nil && beUint64(w.av[prm.AVKey:]) != t.dcKey {

@@ -74,6 +74,10 @@ func TestSharedChild(t *testing.T) {
 		bigChild(t)
 		return
 	}
+	if strings.HasPrefix(role, "dcbig:") {
+		dcBigChild(t, role)
+		return
+	}
 	e := newEnv(t, Options{Mode: Engine, Fabric: os.Getenv(envChildFabric)})
 	fill(e.buf.Bytes(), childSeed)
 	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})

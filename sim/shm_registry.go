@@ -39,7 +39,7 @@ var (
 const (
 	// shmVersion is the protocol version of the registry, the rings and the
 	// messages. A process refuses a fabric of another version.
-	shmVersion = 2
+	shmVersion = 3
 	// shmMagic opens the registry file.
 	shmMagic = 0x4d4c58354b534631 // "MLX5KSF1"
 	// shmMaxSlots is the number of processes a fabric holds at once.

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -98,14 +97,7 @@ func bigChild(t *testing.T) {
 
 // bigLocal is a local region of bigSize bytes before a sentinel.
 func bigLocal(t *testing.T, e *env) (*ctx.MemoryRegion, []byte, []byte) {
-	buf, err := ctx.AllocBuffer(bigSize+bigGuard, ctx.BufferOptions{Guard: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = buf.Close() })
-	mem := buf.Bytes()
-	setBytes(mem, 0xa5)
-	mr, err := e.pd.RegisterMemory(mem[:bigSize], allAccess)
-	require.NoError(t, err)
-	return mr, mem[:bigSize], mem[bigSize:]
+	return bigLocalOf(t, e, bigSize)
 }
 
 // TestSharedTwoProcessesBigMessages: a 20 MiB SEND, a 64 MiB WRITE and a
@@ -120,55 +112,14 @@ func TestSharedTwoProcessesBigMessages(t *testing.T) {
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
 	connectTo(t, a, ch.info, 14, 7)
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
-	report := func() bigReport {
+	post := func(op prm.Opcode, segs ...[]byte) { a.post(op, 0, prm.FlagCQUpdate, 0, segs...) }
+	bigMessages(t, a.scq, post, ch.info, mr, local, sentinel, func() bigReport {
 		t.Helper()
 		ch.send(t, "report")
 		var r bigReport
 		require.NoError(t, json.Unmarshal([]byte(ch.line(t)), &r))
 		return r
-	}
-	const wait = 60 * time.Second
-	la := uint64(mr.Addr())
-
-	// SEND 20 MiB into the child's one receive.
-	fillBig(local, 1)
-	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dataSeg(20<<20, mr.LKey(), la))
-	c := waitCQE(t, a.scq, wait)
-	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
-	remote := make([]byte, bigSize)
-	fillBig(remote, bigSeed)
-	copy(remote, local[:20<<20])
-	var r bigReport
-	require.Eventually(t, func() bool { r = report(); return len(r.Recv) > 0 }, 10*time.Second, 10*time.Millisecond)
-	require.Equal(t, []uint32{20 << 20}, r.Recv, "one receive completion of the whole message")
-	require.Equal(t, sha256.Sum256(remote), r.Sum)
-	require.True(t, r.SentinelOK)
-
-	// WRITE 64 MiB.
-	fillBig(local, 2)
-	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), la))
-	c = waitCQE(t, a.scq, wait)
-	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
-	require.Equal(t, uint32(bigSize), c.byteCnt)
-	r = report()
-	require.Equal(t, sha256.Sum256(local), r.Sum, "the child's region holds the 64 MiB written")
-	require.True(t, r.SentinelOK)
-	want := bytes.Clone(local)
-
-	// READ 64 MiB back (two SGEs, split at an odd offset).
-	fillBig(local, 3)
-	const split = 40<<20 + 12345
-	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey),
-		dataSeg(split, mr.LKey(), la), dataSeg(bigSize-split, mr.LKey(), la+split))
-	c = waitCQE(t, a.scq, wait)
-	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
-	require.Equal(t, uint32(bigSize), c.byteCnt)
-	require.True(t, bytes.Equal(want, local), "the 64 MiB read back")
-	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
-	require.Empty(t, a.scq.drain(), "each WQE completes once")
-	r = report()
-	require.Equal(t, []uint32{20 << 20}, r.Recv)
-	require.True(t, r.SentinelOK)
+	})
 }
 
 // TestSharedTwoProcessesBigPeerKilled: the peer killed while 64 MiB WRITEs
@@ -183,37 +134,8 @@ func TestSharedTwoProcessesBigPeerKilled(t *testing.T) {
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
 	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
-	const n = 8
-	for i := 0; i < n; i++ {
-		op := prm.OpRdmaWrite
-		if i%2 == 1 {
-			op = prm.OpRdmaRead
-		}
-		a.post(op, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
-	}
-	var cqes []cqe
-	first := waitCQE(t, a.scq, 60*time.Second)
-	cqes = append(cqes, first)
-	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
-	for len(cqes) < n {
-		cqes = append(cqes, waitCQE(t, a.scq, 30*time.Second))
-	}
-	time.Sleep(50 * time.Millisecond)
-	require.Empty(t, a.scq.drain(), "nothing completes twice")
-	i := 0
-	for i < n && cqes[i].op == prm.CQEReq {
-		i++
-	}
-	require.Less(t, i, n, "the kill came after every WQE completed")
-	require.Equal(t, prm.SyndromeTransportRetryExc, cqes[i].synd, "%+v", cqes[i])
-	for _, c := range cqes[i+1:] {
-		require.Equal(t, prm.CQEReqErr, c.op)
-		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)
-	}
-	require.True(t, allBytes(sentinel, 0xa5), "bytes after the local region written")
-	st, err := e.f.QPState(a.qp.QPN())
-	require.NoError(t, err)
-	require.Equal(t, ctx.QPStateError, st)
+	post := func(op prm.Opcode, segs ...[]byte) { a.post(op, 0, prm.FlagCQUpdate, 0, segs...) }
+	bigPeerKilled(t, ch, e, a, post, mr, sentinel)
 }
 
 // ringRecords counts the requests of the process in slot from waiting in
@@ -401,16 +323,7 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 func TestSharedRNRMidMessage(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	const size = 5 << 19
-	bufs := make([]*ctx.Buffer, 2)
-	mrs := make([]*ctx.MemoryRegion, 2)
-	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
-		var err error
-		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = bufs[i].Close() })
-		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
-		require.NoError(t, err)
-	}
+	bufs, mrs := registeredBuffers(t, size, e1.pd, e2.pd)
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	// RNR timer code 0: 655 ms.

@@ -403,16 +403,7 @@ func TestSharedIdleCPU(t *testing.T) {
 func TestSharedLargeMessages(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	const size = 24 << 20
-	bufs := make([]*ctx.Buffer, 2)
-	mrs := make([]*ctx.MemoryRegion, 2)
-	for i, pd := range []*ctx.ProtectionDomain{e1.pd, e2.pd} {
-		var err error
-		bufs[i], err = ctx.AllocBuffer(size, ctx.BufferOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = bufs[i].Close() })
-		mrs[i], err = pd.RegisterBuffer(bufs[i], allAccess)
-		require.NoError(t, err)
-	}
+	bufs, mrs := registeredBuffers(t, size, e1.pd, e2.pd)
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 7, 1)

@@ -143,8 +143,10 @@ func TestSharedUDReceivePostedWhileAsleep(t *testing.T) {
 }
 
 // TestSharedDCTExecutesOnce: a DCT answers a DCI's repeated request (same
-// stream epoch and PSN) without executing it again, and executes the same
-// PSN of a new stream (the DCI reset, or a new DCI with its number).
+// stream epoch and PSN) without executing it again, executes the same PSN
+// of a new stream (the DCI reset or sending to another DCT, or a new DCI
+// with its number), and ignores a request of a stream whose first segment
+// it did not see.
 func TestSharedDCTExecutesOnce(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	srq := e2.newSRQ(e2.pd, 16, 1)
@@ -152,8 +154,8 @@ func TestSharedDCTExecutesOnce(t *testing.T) {
 	d := e1.dci(e1.pd)
 	be.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
-	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: dct.qp.QPN(), SrcQPN: d.qp.QPN(), PSN: 7, Epoch: 1,
-		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c), DCKey: 0xfeed}
+	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: dct.qp.QPN(), SrcQPN: d.qp.QPN(), PSN: 7, Epoch: 1, Flags: wireFirst,
+		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c), DCKey: 0xfeed}
 	serve := func() {
 		e2.f.mu.Lock()
 		defer e2.f.mu.Unlock()
@@ -162,10 +164,13 @@ func TestSharedDCTExecutesOnce(t *testing.T) {
 	serve()
 	serve() // a retry: answered, not executed
 	require.Equal(t, uint64(11), be.Uint64(e2.mem(0, 8)))
-	h.PSN = 8
+	h.PSN, h.Flags = 8, 0
 	serve()
 	require.Equal(t, uint64(12), be.Uint64(e2.mem(0, 8)))
-	h.Epoch, h.PSN = 2, 8 // a new stream that happens to reuse the PSN
+	h.Epoch, h.PSN, h.Flags = 2, 8, wireFirst // a new stream that happens to reuse the PSN
+	serve()
+	require.Equal(t, uint64(13), be.Uint64(e2.mem(0, 8)))
+	h.Epoch, h.PSN, h.Flags = 3, 20, 0 // a stream begun elsewhere
 	serve()
 	require.Equal(t, uint64(13), be.Uint64(e2.mem(0, 8)))
 }

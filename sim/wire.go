@@ -23,7 +23,16 @@ import (
 // data read anew, an atomic's original value from what it remembers) and
 // ignores one ahead of the PSN it expects. The requester takes the answers
 // in order; a timeout or an RNR NAK sends again from the oldest segment not
-// answered (go-back-N). DC keeps one request (a whole message) in flight.
+// answered (go-back-N).
+//
+// A DCI to a DCT in another process takes the same path: its messages are
+// cut into segments, sent with the same window and answered by the same
+// responder. The segments in flight of a DCI all go to one destination (the
+// address vector of their WQEs); a WQE to another waits until every answer
+// has come, as a DCI holds one connection at a time. Each connection is a
+// stream of its own (a new epoch); its first segment carries wireFirst, and
+// the DCT keeps for every DCI the responder state an RC QP keeps for its
+// peer, checking the DC key on every segment.
 //
 // A message's record in a ring: a wireHdr, then the payload, padded to
 // wireAlign.
@@ -62,7 +71,7 @@ type wireHdr struct {
 	Swap, Compare, SwapMask, CmpMask uint64
 
 	SrcLID uint16
-	_      uint16
+	Flags  uint16 // wireFirst
 	Epoch  uint32 // the requester QP's connection epoch (DC streams)
 	DCKey  uint64
 
@@ -85,15 +94,19 @@ const (
 	wireNAK = 2
 )
 
+// wireFirst flags the first segment of a DCI's stream (a new epoch): the
+// DCT starts the stream's responder state at its PSN.
+const wireFirst = 1
+
 // wireShortRetry is how long a requester waits before trying again to place
 // a request in a full ring (the try still ends at the ACK timeout).
 const wireShortRetry = 20_000 // ns
 
 // wireQP is the cross-process state of a QP.
 type wireQP struct {
-	// RC requester: the segments in flight, oldest first (a ring of
-	// segN from segHead), and where the next segment starts: the WQE at
-	// sendIdx, byte sendOff of its message.
+	// Requester (RC, DCI): the segments in flight, oldest first (a ring
+	// of segN from segHead), and where the next segment starts: the WQE
+	// at sendIdx, byte sendOff of its message.
 	segs          [wireWindow]wireSeg
 	segHead, segN int
 	sendIdx       uint16
@@ -102,31 +115,36 @@ type wireQP struct {
 	rdBytes       uint64 // READ bytes in flight
 	holdUntil     int64  // no segment leaves before (RNR wait, full ring)
 	fullUntil     int64  // with nothing in flight, the try of a full ring ends
-	// RC responder: the message a SEND is assembled in, and the original
-	// values of the last atomics executed, by PSN.
+	next          uint32 // the next PSN to send
+	deadline      int64  // when the oldest segment in flight counts as lost
+	// epoch numbers the requester's stream (RC: from its last RTR→RTS;
+	// DCI: from its last change of destination), unique within the
+	// Fabric: a DCT tells a new stream from a retry.
+	epoch uint32
+	// DCI: the destination of the stream (the address vector of its
+	// WQEs and the slot of the DCT's process), and the stream's first PSN.
+	dcAV   [prm.AVSize]byte
+	dcSlot int
+	dcOpen bool
+	first  uint32
+	// RC responder; a DCT keeps one for each DCI, by its QPN, in streams.
+	resp    wireResp
+	streams map[uint32]*wireResp
+}
+
+// wireResp is the responder's state of one requester's stream: the next
+// PSN to execute, the message a SEND is assembled in, and the original
+// values of the last atomics executed, by PSN.
+type wireResp struct {
+	gen     uint64 // DCT: the generation of the DCI's process
+	epoch   uint32 // DCT: the DCI's stream
+	expect  uint32
 	asm     []byte
 	atomics [maxRdAtomic]wireAtomic
 	atomicN int
-	// DCI requester.
-	active    bool   // a request is in flight for the WQE at idx
-	unsent    bool   // ... but could not be placed in the ring yet
-	rnrResend bool   // ... and is to be sent again after an RNR NAK
-	idx       uint16 // sq consumer index of the WQE in flight
-	psn       uint32 // its PSN
-	next      uint32 // the next PSN to send
-	deadline  int64  // when the current try counts as lost
-	// Responder.
-	expect  uint32 // RC: the next PSN to execute
-	lastOld uint64 // DCT: the original value a repeated atomic returns
-	// epoch numbers the requester's stream from its last RTR→RTS, unique
-	// within the Fabric: a DCT tells a DCI that was reset (or a new QP
-	// with the same number) from a retry.
-	epoch uint32
-	// DCT: the last request executed for each DCI, by its QPN.
-	streams map[uint32]*dcStream
 }
 
-// wireSeg is an RC segment in flight.
+// wireSeg is a segment in flight (RC or DCI).
 type wireSeg struct {
 	idx  uint16 // sq index of its WQE
 	psn  uint32
@@ -143,11 +161,11 @@ type wireAtomic struct {
 	valid bool
 }
 
-// Limits of the RC transport between processes.
+// Limits of the RC and DC transport between processes.
 const (
-	// wireSegMax is the largest segment of an RC message.
+	// wireSegMax is the largest segment of a message.
 	wireSegMax = 1 << 20
-	// wireWindow is the most segments in flight per RC QP.
+	// wireWindow is the most segments in flight per RC QP or DCI.
 	wireWindow = 64
 	// wireReadBytes bounds the READ bytes in flight per QP, so that the
 	// responses fit in the requester's ring beside other traffic.
@@ -158,89 +176,18 @@ const (
 	wireDupWindow = 1 << 22
 )
 
-// dcStream is what a DCT remembers of a DCI's last request.
-type dcStream struct {
-	epoch, psn uint32
-	old        uint64
-}
-
 // wireTransition updates the PSNs when a QP changes state.
 func (q *qp) wireTransition(from, to ctx.QPState) {
 	switch {
 	case to == ctx.QPStateReset:
 		q.wire = wireQP{}
 	case to == ctx.QPStateRTR && from == ctx.QPStateInit:
-		q.wire.expect = q.attr.RQPSN
+		q.wire.resp.expect = q.attr.RQPSN
 	case to == ctx.QPStateRTS && from == ctx.QPStateRTR:
 		q.wire.next = q.attr.SQPSN
 		q.f.wireEpoch++
 		q.wire.epoch = q.f.wireEpoch
 	}
-}
-
-// wireSend sends the request of WQE w of DCI q (one whole message, one in
-// flight) to the DCT dst in another process (slot); av is the WQE's
-// address vector. An RC QP sends through wireRun instead.
-func (f *Fabric) wireSend(q *qp, w *sendWQE, payload []byte, slot int, dst uint32, av *avInfo, now int64) outcome {
-	if len(payload) > wireMaxPayload || (w.op == prm.OpRdmaRead && w.total > uint64(wireMaxPayload)) {
-		return fail(prm.SyndromeLocalLength)
-	}
-	ws := &q.wire
-	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
-	switch {
-	case !ws.active || ws.idx != q.sqCI:
-		ws.active, ws.idx, ws.psn = true, q.sqCI, ws.next
-		ws.next = (ws.next + 1) & ctx.MaxPSN
-		ws.rnrResend, ws.unsent = false, false
-		q.retryCount = 0
-		ws.deadline = now + timeout
-	case ws.rnrResend:
-		ws.rnrResend = false
-		ws.deadline = now + timeout
-	case ws.unsent && (timeout == 0 || now < ws.deadline) && f.wirePeerAlive(slot):
-		// Still within the try: place the request now.
-	default:
-		// The try ended without an answer: a transport retry.
-		if q.retryCount > int(q.attr.RetryCount) {
-			ws.active = false
-			return fail(prm.SyndromeTransportRetryExc)
-		}
-		q.retryCount++
-		f.stats.Retries++
-		ws.deadline = now + timeout
-	}
-	send := len(payload)
-	sent := f.wireOut(slot, send, func(h *wireHdr, b []byte) {
-		h.Kind, h.Op, h.FM = wireRequest, uint8(w.op), w.fm
-		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = dst, q.qpn, ws.psn, w.imm, ws.epoch
-		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
-		h.ASize, h.Swap, h.Compare, h.SwapMask, h.CmpMask = uint8(w.asize), w.swap, w.compare, w.swapMask, w.cmpMask
-		h.SrcLID = q.dev.h.lid
-		if av == nil {
-			p := q.attr.Path
-			h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
-			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
-			h.L3 = q.dev.h.roceL3(p.SGIDIndex)
-		} else {
-			h.DLID, h.DGID, h.SL, h.GRH = av.dlid, av.dgid, av.sl, uint8(boolBit(av.grh, 1))
-			h.L3 = q.dev.h.roceL3(av.sgidIdx)
-			h.DCKey = beUint64(w.av[prm.AVKey:])
-		}
-		copy(b, payload)
-	})
-	ws.unsent = !sent && f.wirePeerAlive(slot)
-	switch {
-	case ws.unsent:
-		q.blockedUntil = min(now+wireShortRetry, ws.deadline)
-		if timeout == 0 {
-			q.blockedUntil = now + wireShortRetry
-		}
-	case timeout == 0:
-		q.blockedUntil = never
-	default:
-		q.blockedUntil = ws.deadline
-	}
-	return waiting()
 }
 
 // wireIn handles one message from the process in slot from.
@@ -255,77 +202,26 @@ func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte, now int64) {
 	}
 }
 
-// wireAnswer completes the WQE in flight that a response answers.
+// wireAnswer takes the answer to a segment of an RC QP or a DCI.
 func (f *Fabric) wireAnswer(h *wireHdr, payload []byte, now int64) {
-	q := f.qps[h.DstQPN]
-	if q != nil && q.typ == ctx.QPTypeRC {
-		f.wireAnswerRC(q, h, payload, now)
-		return
-	}
-	if q == nil || q.closed || q.state != ctx.QPStateRTS || !q.wire.active || q.wire.psn != h.PSN ||
-		q.wire.idx != q.sqCI || q.sqPending() == 0 {
-		return // late, repeated or for a QP that moved on
-	}
-	var w sendWQE
-	w.sg = f.sgScratch[:0]
-	var o outcome
-	if s := f.parseSend(q, &w); s != 0 {
-		o = fail(s)
-	} else {
-		switch h.Status {
-		case wireAck:
-			o = f.wireResult(q, &w, payload)
-		case wireRNR:
-			if q.attr.RNRRetry != 7 && q.rnrCount >= int(q.attr.RNRRetry) {
-				o = fail(prm.SyndromeRNRRetryExc)
-			} else {
-				q.rnrCount++
-				f.stats.RNRNaks++
-				q.blockedUntil = now + int64(ctx.RNRTimerDuration(h.RNR))
-				q.wire.rnrResend = true
-				o = waiting()
-			}
-		default:
-			o = fail(prm.Syndrome(h.Synd))
-		}
-	}
-	f.sgScratch = w.sg[:0]
-	if o.res != resultWait {
-		q.wire.active = false
-		f.finishSend(q, &w, o)
+	if q := f.qps[h.DstQPN]; q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
+		f.wireAnswerSeg(q, h, payload, now)
 	}
 }
 
-// wireResult places what an ACK carries (READ data, an atomic's original
-// value) in the requester's memory.
-func (f *Fabric) wireResult(q *qp, w *sendWQE, payload []byte) outcome {
-	switch {
-	case w.op == prm.OpRdmaRead:
-		if uint64(len(payload)) < w.total {
-			return fail(prm.SyndromeRemoteOp)
-		}
-		if s := f.checkLocalWrite(q, w); s != 0 {
-			return fail(s)
-		}
-		src := payload[:w.total]
-		for _, e := range w.sg {
-			n := copy(f.mrs[e.lkey].bytes(e.addr, e.n), src)
-			src = src[n:]
-		}
-		return done(w.total)
-	case w.op.IsAtomic():
-		size := uint64(w.asize)
-		if uint64(len(payload)) < size {
-			return fail(prm.SyndromeRemoteOp)
-		}
-		if s := f.checkLocalWrite(q, w); s != 0 {
-			return fail(s)
-		}
-		e := w.sg[0]
-		copy(f.mrs[e.lkey].bytes(e.addr, size), payload[:size])
-		return done(size)
+// wireAtomicResult places the original value an atomic's ACK carries in
+// the requester's memory (a READ's data goes through scatterAt).
+func (f *Fabric) wireAtomicResult(q *qp, w *sendWQE, payload []byte) outcome {
+	size := uint64(w.asize)
+	if uint64(len(payload)) < size {
+		return fail(prm.SyndromeRemoteOp)
 	}
-	return done(w.total)
+	if s := f.checkLocalWrite(q, w); s != 0 {
+		return fail(s)
+	}
+	e := w.sg[0]
+	copy(f.mrs[e.lkey].bytes(e.addr, size), payload[:size])
+	return done(size)
 }
 
 // wireReply answers request h of the process in slot from.
@@ -338,8 +234,9 @@ func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8,
 	})
 }
 
-// wireServe executes a request against this process's memory and answers
-// (RC in wireServeRC, DC here). A request for a QP that is absent, not connected to the sender or not
+// wireServe executes a request (a segment of a message) against this
+// process's memory and answers, for an RC QP or a DCT (wireServeSeg). A
+// request for a QP that is absent, not connected to the sender or not
 // ready gets no answer: the requester retries and gives up, as over a
 // network.
 func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
@@ -352,124 +249,58 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 	if !opAllowed(ctx.QPTypeRC, op) || op == prm.OpNop {
 		return
 	}
+	var rs *wireResp
 	switch t.typ {
 	case ctx.QPTypeRC:
 		if t.attr.RemoteQPN != h.SrcQPN || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
 			!reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {
 			return
 		}
-		f.wireServeRC(from, h, payload, t)
-		return
+		rs = &t.wire.resp
 	case ctx.QPTypeDCT:
 		if t.state != ctx.QPStateRTR || !reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {
 			return
 		}
 		if h.DCKey != t.dcKey {
-			t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("DC access key violation from DCI %#x", h.SrcQPN)})
+			// Every segment is refused; the event is raised once a
+			// message, at its first.
+			if h.Off == 0 {
+				t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("DC access key violation from DCI %#x", h.SrcQPN)})
+			}
 			f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 			return
 		}
-		if st := t.wire.streams[h.SrcQPN]; st != nil && st.epoch == h.Epoch && st.psn == h.PSN {
-			t.wire.lastOld = st.old
-			f.wireRepeat(from, h, t)
+		if rs = t.wire.dcStream(h); rs == nil {
 			return
 		}
 	default:
 		return
 	}
-	w := sendWQE{op: op, fm: h.FM, imm: h.Imm, raddr: h.RAddr, rkey: h.RKey, total: uint64(h.Total),
-		asize: int(h.ASize), swap: h.Swap, compare: h.Compare, swapMask: h.SwapMask, cmpMask: h.CmpMask}
-	if uint64(len(payload)) < w.total && (op != prm.OpRdmaRead && !op.IsAtomic()) {
-		return
-	}
-	src := srcInfo{qpn: h.SrcQPN, lid: h.SrcLID, sl: h.SL, grh: grh, l3: h.L3}
-	nak := func(s prm.Syndrome) { f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil) }
-	var data []byte
-	var old [8]byte
-	switch op {
-	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
-		rw, ok := f.peekRecv(t)
-		if !ok {
-			f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
-			return
-		}
-		if s := f.deliverSend(nil, t, &w, payload[:w.total], &rw, src); s != 0 {
-			nak(s)
-			return
-		}
-	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
-		var m *mr
-		if w.total > 0 {
-			if m = f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteWrite); m == nil {
-				f.wireAccessError(h.SrcQPN, t)
-				nak(prm.SyndromeRemoteAccess)
-				return
-			}
-		}
-		var rw recvWQE
-		if op == prm.OpRdmaWriteImm {
-			var ok bool
-			if rw, ok = f.peekRecv(t); !ok {
-				f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
-				return
-			}
-		}
-		if m != nil {
-			copy(m.bytes(w.raddr, w.total), payload[:w.total])
-		}
-		if op == prm.OpRdmaWriteImm {
-			f.consumeRecv(t, &rw)
-			img := respCQE(t, &rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
-			f.emitCQE(t.recvCQ, &img, nil, t)
-		}
-	case prm.OpRdmaRead:
-		if w.total > 0 {
-			m := f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteRead)
-			if m == nil {
-				f.wireAccessError(h.SrcQPN, t)
-				nak(prm.SyndromeRemoteAccess)
-				return
-			}
-			data = m.bytes(w.raddr, w.total)
-		}
-	default: // atomics
-		var synd prm.Syndrome
-		if data, synd = f.wireExecAtomic(t, h.SrcQPN, &w, &old); synd != 0 {
-			nak(synd)
-			return
-		}
-	}
-	st := t.wire.streams[h.SrcQPN]
-	if st == nil {
-		if t.wire.streams == nil {
-			t.wire.streams = map[uint32]*dcStream{}
-		}
-		st = &dcStream{}
-		t.wire.streams[h.SrcQPN] = st
-	}
-	st.epoch, st.psn, st.old = h.Epoch, h.PSN, beUint64(old[:])
-	f.wireReply(from, h, t, wireAck, 0, 0, data)
+	f.wireServeSeg(from, h, payload, t, rs)
 }
 
-// wireRepeat answers a DC request executed before (its answer was lost
-// or late) without executing it again: READ data is read anew, an atomic
-// returns the original value it returned the first time.
-func (f *Fabric) wireRepeat(from int, h *wireHdr, t *qp) {
-	op := prm.Opcode(h.Op)
-	var data []byte
-	switch {
-	case op == prm.OpRdmaRead && h.Total > 0:
-		m := f.remoteMR(t, h.RKey, h.RAddr, uint64(h.Total), ctx.AccessRemoteRead)
-		if m == nil {
-			return
-		}
-		data = m.bytes(h.RAddr, uint64(h.Total))
-	case op.IsAtomic():
-		var old [8]byte
-		putBE64(old[:], t.wire.lastOld)
-		data = old[:h.ASize]
+// dcStream returns the responder state of the DCI stream request h
+// belongs to: a request of a new stream (another epoch, or another
+// process in the DCI's slot) starts it when it is the stream's first
+// segment, and is ignored otherwise (nil: its stream began before this
+// DCT saw it, and the requester times out).
+func (ws *wireQP) dcStream(h *wireHdr) *wireResp {
+	st := ws.streams[h.SrcQPN]
+	if st != nil && st.gen == h.SrcGen && st.epoch == h.Epoch {
+		return st
 	}
-	f.wireReply(from, h, t, wireAck, 0, 0, data)
+	if h.Flags&wireFirst == 0 {
+		return nil
+	}
+	if st == nil {
+		if ws.streams == nil {
+			ws.streams = map[uint32]*wireResp{}
+		}
+		st = &wireResp{}
+		ws.streams[h.SrcQPN] = st
+	}
+	*st = wireResp{gen: h.SrcGen, epoch: h.Epoch, expect: h.PSN}
+	return st
 }
 
 // wireAccessError is the responder's side of a remote access violation
@@ -481,9 +312,32 @@ func (f *Fabric) wireAccessError(srcQPN uint32, t *qp) {
 	}
 }
 
-// ---- RC: segments, several in flight ----
+// ---- RC and DC: segments, several in flight ----
 
-// wireRun gives an RC QP whose peer is in the process in slot its turn:
+// wireSlot returns the slot of the process that RC QP or DCI q sends its
+// next segment to, or -1 when that is this process (a DCI's WQE to a DCT
+// of this process, or whose address vector cannot be read: the WQE
+// executes here).
+func (f *Fabric) wireSlot(q *qp) int {
+	if q.typ == ctx.QPTypeRC {
+		return f.remoteSlot(q.attr.RemoteQPN)
+	}
+	ws := &q.wire
+	if ws.segN > 0 || ws.sendOff != 0 {
+		return ws.dcSlot
+	}
+	// Nothing in flight: the WQE at the consumer index says.
+	r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(q.sqCI) & (q.sqCnt - 1)) * prm.WQEBBSize}
+	ds := int(prm.Load32(unsafe.Add(r.seg(0), prm.CtrlQPNDS)) & prm.CtrlDSMask)
+	if ds < 1+prm.AVSegments {
+		return -1
+	}
+	var b [4]byte
+	r.copyOut(b[:], uint32(prm.SegmentSize+prm.AVDQPDCT))
+	return f.remoteSlot(beUint32(b[:]) & prm.CtrlQPNMask)
+}
+
+// wireRun gives an RC QP or a DCI whose peer is in the process in slot its turn:
 // it ends a try that timed out and sends what the window allows. It
 // reports whether anything happened.
 func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
@@ -599,6 +453,16 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 	if ws.sendOff == 0 && ws.segN > 0 && w.fm&prm.FlagFenceMask != 0 {
 		return false, wireStopWait
 	}
+	dci := q.typ == ctx.QPTypeDCI
+	if dci && (!ws.dcOpen || ws.dcAV != w.av) {
+		// Another destination: once nothing is in flight, a new stream.
+		if ws.segN > 0 || ws.sendOff != 0 {
+			return false, wireStopWait
+		}
+		f.wireEpoch++
+		ws.dcAV, ws.dcSlot, ws.dcOpen = w.av, slot, true
+		ws.epoch, ws.first = f.wireEpoch, ws.next
+	}
 	off := ws.sendOff
 	n := min(w.total-off, wireSegMax)
 	if w.op.IsAtomic() {
@@ -616,6 +480,10 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 	if !rd {
 		pay = int(n)
 	}
+	var av avInfo
+	if dci {
+		av = decodeAV(q.dev.h.link, &w.av)
+	}
 	sent := f.wireOut(slot, pay, func(h *wireHdr, b []byte) {
 		h.Kind, h.Op, h.FM = wireRequest, uint8(w.op), w.fm
 		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = q.attr.RemoteQPN, q.qpn, psn, w.imm, ws.epoch
@@ -623,10 +491,19 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 		h.Off, h.Seg = uint32(off), uint32(n)
 		h.ASize, h.Swap, h.Compare, h.SwapMask, h.CmpMask = uint8(w.asize), w.swap, w.compare, w.swapMask, w.cmpMask
 		h.SrcLID = q.dev.h.lid
-		p := q.attr.Path
-		h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
-		h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
-		h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+		if dci {
+			h.DstQPN, h.DCKey = av.dqpn, beUint64(w.av[prm.AVKey:])
+			h.DLID, h.DGID, h.SL, h.GRH = av.dlid, av.dgid, av.sl, uint8(boolBit(av.grh, 1))
+			h.L3 = q.dev.h.roceL3(av.sgidIdx)
+			if psn == ws.first {
+				h.Flags = wireFirst
+			}
+		} else {
+			p := q.attr.Path
+			h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
+			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
+			h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+		}
 		if pay > 0 {
 			f.gatherAt(w, off, b[:pay])
 		}
@@ -731,7 +608,7 @@ func (f *Fabric) scatterAt(w *sendWQE, off uint64, data []byte) {
 	}
 }
 
-// wireFail completes the WQE at the consumer index of an RC QP with
+// wireFail completes the WQE at the consumer index of an RC QP or a DCI with
 // syndrome s; the QP goes to error and the rest flush.
 func (f *Fabric) wireFail(q *qp, s prm.Syndrome) {
 	var w sendWQE
@@ -747,9 +624,9 @@ func (f *Fabric) wireFailParsed(q *qp, w *sendWQE, s prm.Syndrome) {
 	f.finishSend(q, w, fail(s))
 }
 
-// wireAnswerRC takes the answer to the oldest segment in flight of RC QP
-// q; any other answer is late or repeated and ignored.
-func (f *Fabric) wireAnswerRC(q *qp, h *wireHdr, payload []byte, now int64) {
+// wireAnswerSeg takes the answer to the oldest segment in flight of RC QP
+// or DCI q; any other answer is late or repeated and ignored.
+func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte, now int64) {
 	ws := &q.wire
 	if q.closed || q.state != ctx.QPStateRTS || ws.segN == 0 {
 		return
@@ -796,7 +673,7 @@ func (f *Fabric) wireAnswerRC(q *qp, h *wireHdr, payload []byte, now int64) {
 		f.scatterAt(&w, e.off, payload[:e.n])
 		o = done(w.total)
 	case w.op.IsAtomic():
-		o = f.wireResult(q, &w, payload)
+		o = f.wireAtomicResult(q, &w, payload)
 		if o.res == resultFail {
 			f.wireFailParsed(q, &w, o.synd)
 			return
@@ -825,12 +702,13 @@ func (f *Fabric) wireAnswerRC(q *qp, h *wireHdr, payload []byte, now int64) {
 	}
 }
 
-// wireServeRC executes an RC segment (the RC QP t checked it comes from
-// its peer) and answers.
-func (f *Fabric) wireServeRC(from int, h *wireHdr, payload []byte, t *qp) {
-	if d := (t.wire.expect - h.PSN) & ctx.MaxPSN; d != 0 {
+// wireServeSeg executes a segment for the RC QP or DCT t (checked by
+// wireServe: from t's peer, or of a DCI stream with the DCT's key), in
+// the requester's stream rs, and answers.
+func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *wireResp) {
+	if d := (rs.expect - h.PSN) & ctx.MaxPSN; d != 0 {
 		if d <= wireDupWindow {
-			f.wireRepeatRC(from, h, t)
+			f.wireRepeatSeg(from, h, t, rs)
 		}
 		return
 	}
@@ -864,14 +742,14 @@ func (f *Fabric) wireServeRC(from int, h *wireHdr, payload []byte, t *qp) {
 		if !(off == 0 && last) {
 			// A message of several segments is assembled, then
 			// delivered whole with its last.
-			if off == 0 || uint64(len(t.wire.asm)) != w.total {
-				t.wire.asm = make([]byte, w.total)
+			if off == 0 || uint64(len(rs.asm)) != w.total {
+				rs.asm = make([]byte, w.total)
 			}
-			copy(t.wire.asm[off:], payload[:n])
-			msg = t.wire.asm
+			copy(rs.asm[off:], payload[:n])
+			msg = rs.asm
 		}
 		if last {
-			t.wire.asm = nil
+			rs.asm = nil
 			if s := f.deliverSend(nil, t, &w, msg, &rw, src); s != 0 {
 				nak(s)
 				return
@@ -921,17 +799,18 @@ func (f *Fabric) wireServeRC(from int, h *wireHdr, payload []byte, t *qp) {
 			nak(synd)
 			return
 		}
-		t.wire.atomics[t.wire.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: beUint64(old[:]), valid: true}
-		t.wire.atomicN++
+		rs.atomics[rs.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: beUint64(old[:]), valid: true}
+		rs.atomicN++
 	}
-	t.wire.expect = (t.wire.expect + 1) & ctx.MaxPSN
+	rs.expect = (rs.expect + 1) & ctx.MaxPSN
 	f.wireReply(from, h, t, wireAck, 0, 0, data)
 }
 
-// wireRepeatRC answers an RC segment executed before (its answer was lost
-// or is late) without executing it again: READ data is read anew, an
-// atomic returns the original value it returned the first time.
-func (f *Fabric) wireRepeatRC(from int, h *wireHdr, t *qp) {
+// wireRepeatSeg answers a segment of stream rs executed before (its
+// answer was lost or is late) without executing it again: READ data is
+// read anew, an atomic returns the original value it returned the first
+// time.
+func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 	op := prm.Opcode(h.Op)
 	var data []byte
 	switch {
@@ -944,7 +823,7 @@ func (f *Fabric) wireRepeatRC(from int, h *wireHdr, t *qp) {
 	case op.IsAtomic():
 		var old [8]byte
 		found := false
-		for _, a := range t.wire.atomics {
+		for _, a := range rs.atomics {
 			if a.valid && a.psn == h.PSN {
 				putBE64(old[:], a.old)
 				found = true
