@@ -29,6 +29,10 @@ type end struct {
 	// atomics counts the atomics a bandwidth test posted since reset (the
 	// compare value of the next CMP_AND_SWAP).
 	atomics uint64
+	// lanes are the queue pairs of -c UD|DC and -q (nil: the End's RC
+	// queue pair alone); peerSRQN is the peer's SRQ number (DC).
+	lanes    *lanes
+	peerSRQN uint32
 }
 
 // endConfig is each end's setup: buffers for messages of up to
@@ -37,10 +41,10 @@ type end struct {
 func (c config) endConfig() perftool.EndConfig {
 	size, inline := c.bufferSize(), c.inline
 	return perftool.EndConfig{
-		Size:        size,
+		Size:        size + c.grh(),
 		SendDepth:   c.sendDepth(),
 		RecvDepth:   c.rxDepth,
-		CQDepth:     max(cqDepth, c.rxDepth+c.sendDepth()),
+		CQDepth:     max(cqDepth, (c.qps()+1)*(c.rxDepth+c.sendDepth())),
 		Access:      ctx.AccessRemoteRead | ctx.AccessRemoteAtomic,
 		Inline:      func(device int) int { return max(min(inline, device, size), 0) },
 		RecvSGE:     true,
@@ -114,6 +118,9 @@ func (x *end) postLatency(m mode, size int, seq uint32) error {
 	if op == perftool.OpFetchAdd && x.compareSwap {
 		op = perftool.OpCompareSwap
 	}
+	if x.lanes != nil {
+		return x.postLane(op, size, seq, size <= x.MaxInline)
+	}
 	return x.Post(op, size, seq, size <= x.MaxInline)
 }
 
@@ -122,6 +129,9 @@ func (x *end) postLatency(m mode, size int, seq uint32) error {
 // the receive area and posts a receive in place of the one it used. It
 // allocates nothing unless it fails.
 func (x *end) await(m mode, size int, seq uint32) error {
+	if x.lanes != nil {
+		return x.awaitLane(m.op(), size, seq)
+	}
 	return x.Await(m.op(), size, seq)
 }
 
@@ -148,6 +158,11 @@ func (x *end) verify(size int, stamped bool, seq uint32) error {
 func (x *end) reset() {
 	clear(x.recv)
 	x.atomics = 0
+	if x.lanes != nil {
+		for _, l := range x.lanes.all {
+			l.atomics = 0
+		}
+	}
 }
 
 // verifyCounter checks that the first 8 bytes of b, big-endian (as

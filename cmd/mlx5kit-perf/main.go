@@ -1,4 +1,4 @@
-// Command mlx5kit-perf measures RC latency and bandwidth the way perftest's
+// Command mlx5kit-perf measures RC, UD and DC latency and bandwidth the way perftest's
 // ib_write_lat, ib_write_bw, ib_send_lat, ib_read_lat, ib_read_bw,
 // ib_atomic_lat and ib_atomic_bw do, takes their command line and prints
 // their report, on an mlx5 NIC or on the software HCA.
@@ -81,8 +81,8 @@
 //	-p, --port n             TCP port of the exchange (default 18515)
 //	-D, --duration s         run for s seconds instead of -n iterations
 //	    --run_infinitely     a line every -D seconds (default 5), until interrupted
-//	-q, --qp 1               one queue pair (only 1)
-//	-c, --connection RC      RC (only RC)
+//	-q, --qp n               bandwidth tests: n queue pairs per end (default 1, at most 256)
+//	-c, --connection t       RC (default), UD (send_lat) or DC
 //	-l, --post_list n        WQEs per doorbell
 //	-Q, --cq-mod n           WQEs per signaled completion (the same batch as -l)
 //	-o, --outs n             reads and atomics outstanding (default 16)
@@ -111,9 +111,26 @@
 //	                 --accept-unauthenticated and refuses --key-file and
 //	                 $MLX5KIT_KEY; both ends need the same -s, -a and -n
 //
+// # Connections and queue pairs
+//
+// -c UD runs send_lat over UD queue pairs (perftest allows UD with SEND
+// only): each send names the peer's address handle, QPN and perftest's
+// qkey, every receive holds the 40 bytes of GRH space before the payload,
+// and a message is at most the path MTU (-a stops there, a larger -s is
+// refused). -c DC runs every mode from a DC initiator to the peer's DC
+// target (perftest's DC access key), whose receives come from an SRQ; the
+// address lines end in the SRQ number as perftest's do. With -q n a
+// bandwidth test opens n queue pairs per end (n DCIs and n DCTs for DC),
+// posts its batches to them round-robin, -t in flight on each, and counts
+// -n messages per queue pair (#iterations is n times -n, as perftest's);
+// latency tests refuse -q above 1, as perftest does. The ends swap one
+// endpoint per queue pair (QPN and qkey for UD, DCT number and DC key for
+// DC, LID or GID), each exchange authenticated.
+//
 // perftest's other flags are refused with a line naming them (-e, -b, -m,
-// -T, -R, -z, -g, -M, -N, -C, -H, -U, -O, ...), as are -c UD|DC and -q
-// above 1; docs/guide.md lists them.
+// -T, -R, -z, -g, -M, -N, -C, -H, -U, -O, ...), as are -c UC|XRC|SRD|
+// raw_eth, -c UD outside SEND, and -q above 1 in latency tests;
+// docs/guide.md lists them.
 package main
 
 import (
@@ -267,6 +284,11 @@ type config struct {
 	jsonFile    string // --out_json_file
 	atomicType  string // -A
 
+	// -c, -q and whether -I was given (else -c picks perftest's default).
+	conn          connection
+	numQueuePairs int
+	inlineSet     bool
+
 	// perftestPeer speaks perftest's exchange and data loop
 	// (--perftest-peer), which acceptUnauthenticated must allow.
 	perftestPeer, acceptUnauthenticated bool
@@ -288,6 +310,9 @@ func (c config) sizes() []int {
 func (c config) bufferSize() int {
 	if c.all {
 		return c.maxSize
+	}
+	if c.mode.atomic() {
+		return atomicSize * c.qps() // a counter per queue pair
 	}
 	return c.size
 }
@@ -344,14 +369,15 @@ const usage = `usage: mlx5kit-perf MODE [flags] [SERVER]
 MODE: write_lat write_bw send_lat read_lat read_bw atomic_lat atomic_bw (or ib_write_lat ...)
 perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
   -n/--iters -I/--inline_size -t/--tx-depth -F/--CPU-freq -p/--port
-  -D/--duration --run_infinitely -q/--qp 1 -c/--connection RC -l/--post_list
+  -D/--duration --run_infinitely -q/--qp N -c/--connection RC|UD|DC -l/--post_list
   -Q/--cq-mod -S/--sl -u/--qp-timeout -r/--rx-depth -o/--outs -A/--atomic_type --report_gbits
   --output=bandwidth|message_rate|latency --out_json --out_json_file=F
 mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
   --server ADDR --client HOST:PORT --key-file F
   --perftest-peer --accept-unauthenticated  (write_lat, send_lat against ib_write_lat, ib_send_lat:
       its exchange, which has no authentication, and its loop; no --key-file)
-refused with a message: -e -b -m -T -R -z -g -M -N -C -H -U -O -c UD|DC|UC|XRC|SRD, -q >1
+refused with a message: -e -b -m -T -R -z -g -M -N -C -H -U -O -c UC|XRC|SRD, -c UD outside
+  SEND, -q >1 in latency tests
 See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
 // parseFlags parses args as mlx5kit-perf's: the mode first, then the
@@ -416,6 +442,7 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	default:
 		return bad("unexpected arguments %q: at most one, the server", pos)
 	}
+	cfg.defaultInline()
 	if msg := cfg.check(); msg != "" {
 		return bad("%s", msg)
 	}
@@ -471,7 +498,10 @@ func (c *config) options(help *bool) []perftool.Option {
 		{Short: 's', Long: []string{"size"}, Value: true, Set: integer(&c.size)},
 		{Short: 'a', Long: []string{"all"}, Set: on(&c.all)},
 		{Short: 'n', Long: []string{"iters"}, Value: true, Set: integer(&c.iters)},
-		{Short: 'I', Long: []string{"inline_size", "inline"}, Value: true, Set: integer(&c.inline)},
+		{Short: 'I', Long: []string{"inline_size", "inline"}, Value: true, Set: func(f, v string) error {
+			c.inlineSet = true
+			return integer(&c.inline)(f, v)
+		}},
 		{Short: 't', Long: []string{"tx-depth", "qd"}, Value: true, Set: integer(&c.qd)},
 		// perftest's -F only silences its check of the CPU frequency; the
 		// cycle counter's frequency is measured here (cycles.Frequency).
@@ -480,20 +510,27 @@ func (c *config) options(help *bool) []perftool.Option {
 		{Short: 'D', Long: []string{"duration"}, Value: true, Set: integer(&c.duration)},
 		{Long: []string{"run_infinitely"}, Set: on(&c.infinite)},
 		{Long: []string{"report_gbits"}, Set: on(&c.reportGbits)},
-		{Short: 'q', Long: []string{"qp"}, Value: true, Set: func(_, v string) error {
-			if v != "1" {
-				return fmt.Errorf("%q: mlx5kit-perf runs one queue pair per test (%w 1)", v, errWant)
+		{Short: 'q', Long: []string{"qp"}, Value: true, Set: func(f, v string) error {
+			if err := integer(&c.numQueuePairs)(f, v); err != nil {
+				return err
+			}
+			if c.numQueuePairs < 1 || c.numQueuePairs > maxQueuePairs {
+				return fmt.Errorf("%d: %w 1 to %d queue pairs", c.numQueuePairs, errWant, maxQueuePairs)
 			}
 			return nil
 		}},
 		{Short: 'c', Long: []string{"connection"}, Value: true, Set: func(_, v string) error {
 			switch v {
 			case "RC":
-				return nil
-			case "UD", "DC":
-				return fmt.Errorf("%s is not supported: mlx5kit-perf measures RC (the kit's %s transport has no mode here)", v, v)
+				c.conn = connRC
+			case "UD":
+				c.conn = connUD
+			case "DC":
+				c.conn = connDC
+			default:
+				return fmt.Errorf("%q is not supported: mlx5kit-perf measures RC, UD or DC", v)
 			}
-			return fmt.Errorf("%q is not supported: mlx5kit-perf measures RC", v)
+			return nil
 		}},
 		{Short: 'l', Long: []string{"post_list"}, Value: true, Set: integer(&c.postList)},
 		{Short: 'Q', Long: []string{"cq-mod"}, Value: true, Set: integer(&c.cqMod)},
@@ -641,6 +678,9 @@ func (c config) check() string {
 		return fmt.Sprintf("--output=%s: %s measures latency (want latency)", c.output, c.mode)
 	}
 	if msg := c.perftestCheck(); msg != "" {
+		return msg
+	}
+	if msg := c.laneCheck(); msg != "" {
 		return msg
 	}
 	return c.peerFlags().Check()

@@ -106,6 +106,9 @@ func newStamps(n, batch int) stamps {
 // work request id is the batch's index. st (room for n messages in such
 // batches) gets the batches' times. It allocates nothing.
 func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
+	if x.lanes != nil {
+		return x.laneStream(m, size, n, qd, batch, st)
+	}
 	inline := m == writeBW && size <= x.MaxInline
 	posted, outstanding, done := 0, 0, 0
 	var since time.Time

@@ -249,7 +249,7 @@ func (c config) describeMode() string {
 	case c.perftestPeer:
 		return "RC RDMA_WRITE ping-pong against perftest, signaled, BlueFlame, polling the buffer's last byte"
 	}
-	return c.mode.describe()
+	return c.describeLanes(c.mode.describe())
 }
 
 // perftestEnd makes this end's queue pair and record.

@@ -85,6 +85,8 @@ type address struct {
 	showRemote bool // RDMA_WRITE and RDMA_READ print the buffer
 	showReads  bool // RDMA_READ prints the reads outstanding
 	side       string
+	srqn       uint32 // DC: the SRQ behind the end's DCT
+	showSRQN   bool
 }
 
 // addressOf describes ep, the endpoint of an end on side ("local" or
@@ -125,6 +127,9 @@ func (a address) String() string {
 	if a.showRemote {
 		fmt.Fprintf(&b, " RKey %s VAddr %s", cHex(8, uint64(a.rkey)), cHex(16, a.vaddr))
 	}
+	if a.showSRQN {
+		fmt.Fprintf(&b, " SRQn %s", cHex(8, uint64(a.srqn)))
+	}
 	b.WriteByte('\n')
 	if a.hasGID {
 		b.WriteString(" GID: ")
@@ -151,7 +156,10 @@ type info struct {
 	inline        int
 	outReads      int
 	local, remote address
-	server        bool // the passive end: no table follows
+	// locals and remotes replace local and remote with a line per queue
+	// pair (-c UD|DC, -q).
+	locals, remotes []address
+	server          bool // the passive end: no table follows
 }
 
 // linkName is perftest's link_layer_str.
@@ -183,8 +191,8 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	b.WriteString(resultLine)
 	fmt.Fprintf(&b, "                    %s\n", cfg.title(" "))
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", in.deviceName)
-	fmt.Fprintf(&b, " Number of qps   : 1\t\tTransport type : IB\n")
-	fmt.Fprintf(&b, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", cfg.qps())
+	fmt.Fprintf(&b, " Connection type : %v\t\tUsing SRQ      : %s\n", cfg.conn, cfg.srqOnOff())
 	switch {
 	case in.server: // perftest prints the TX depth on the client only
 	case cfg.mode.latency():
@@ -215,8 +223,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	b.WriteString(" rdma_cm QPs\t : OFF\n")
 	b.WriteString(" Data ex. method : Ethernet\n")
 	b.WriteString(resultLine)
-	b.WriteString(in.local.String())
-	b.WriteString(in.remote.String())
+	writeAddresses(&b, in)
 	b.WriteString(resultLine)
 	switch {
 	case in.server:
@@ -354,8 +361,8 @@ func writeJSON(cfg config, results map[string]any) error {
 	}
 	doc := map[string]any{
 		"test_info": map[string]any{
-			"test": cfg.title("_"), "Dual_port": "OFF", "Device": cfg.device, "Number_of_qps": 1,
-			"Transport_type": "IB", "Connection_type": "RC", "Using_SRQ": "OFF",
+			"test": cfg.title("_"), "Dual_port": "OFF", "Device": cfg.device, "Number_of_qps": cfg.qps(),
+			"Transport_type": "IB", "Connection_type": cfg.conn.String(), "Using_SRQ": cfg.srqOnOff(),
 		},
 		"results": results,
 	}

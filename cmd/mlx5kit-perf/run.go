@@ -51,17 +51,18 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 		return n, writeLatencyRow(w, cfg, size, &l, counter)
 	}
 	batch := cfg.batch()
-	st := newStamps(max(cfg.warmup, cfg.iters), batch)
+	iters := cfg.streamIters() // -n per queue pair
+	st := newStamps(max(cfg.warmup, iters), batch)
 	if cfg.warmup > 0 {
 		if err := x.stream(m, size, cfg.warmup, cfg.qd, batch, st); err != nil {
 			return 0, err
 		}
 	}
 	if !cfg.timed() {
-		if err := x.stream(m, size, cfg.iters, cfg.qd, batch, st); err != nil {
+		if err := x.stream(m, size, iters, cfg.qd, batch, st); err != nil {
 			return 0, err
 		}
-		return cfg.iters, writeBandwidthRow(w, cfg, size, rates(st, cfg.iters, size, batch, counter))
+		return iters, writeBandwidthRow(w, cfg, size, rates(st, iters, size, batch, counter))
 	}
 	// For a time: streams of -n messages until it has passed; the average
 	// runs from the first doorbell of the first stream to the last
@@ -70,17 +71,17 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 	var first uint64
 	limit := uint64(counter.Ticks(cfg.interval()))
 	for k := 0; ; k++ {
-		if err := x.stream(m, size, cfg.iters, cfg.qd, batch, st); err != nil {
+		if err := x.stream(m, size, iters, cfg.qd, batch, st); err != nil {
 			return 0, err
 		}
-		r := rates(st, cfg.iters, size, batch, counter)
+		r := rates(st, iters, size, batch, counter)
 		if k == 0 {
 			first = st.posted[0]
 		}
 		bw.n += r.n
 		bw.bytes += r.bytes
 		bw.peakBytesSec = max(bw.peakBytesSec, r.peakBytesSec)
-		last := st.completed[(cfg.iters+batch-1)/batch-1]
+		last := st.completed[(iters+batch-1)/batch-1]
 		if last-first >= limit || cfg.stop() {
 			bw.seconds = counter.Nanoseconds(float64(last-first)) / 1e9
 			break
@@ -160,6 +161,9 @@ func verifyPassive(cfg config, y *end, size int) error {
 		if cfg.timed() {
 			return nil // this end does not know how many ran
 		}
+		if cfg.mode == atomicBW {
+			return y.verifyCounters(cfg.qps(), uint64(cfg.warmup+cfg.streamIters()))
+		}
 		return y.verifyCounter(y.recv, uint64(cfg.warmup+cfg.iters), "the counter the atomics incremented")
 	}
 	return nil
@@ -168,14 +172,17 @@ func verifyPassive(cfg config, y *end, size int) error {
 // local runs both ends in this process on one device, one goroutine
 // playing both in turn.
 func local(cfg config, stdout io.Writer) error {
-	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, "client", "server")
+	s, made, err := openEnds(cfg, "client", "server")
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	a, b := made[0], made[1]
 	a.compareSwap = cfg.atomicType == cmpAndSwap
-	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
+	if err := connectEnds(a, b); err != nil {
+		return err
+	}
+	if cfg, err = checkPathSize(cfg, a); err != nil {
 		return err
 	}
 	counter := cycles.Frequency()
@@ -183,7 +190,7 @@ func local(cfg config, stdout io.Writer) error {
 	if !cfg.mode.pingPong() {
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
-	in, err := describe(cfg, s, a, b.endpoint(), ends, counter)
+	in, err := describe(cfg, s.Setup, a, b.endpoint(), ends, counter)
 	if err != nil {
 		return err
 	}
@@ -198,6 +205,9 @@ func local(cfg config, stdout io.Writer) error {
 	}, func(size, n int) error {
 		ran := cfg
 		ran.iters = n
+		if !cfg.mode.latency() {
+			ran.iters = n / cfg.qps() // n counts the messages of every queue pair
+		}
 		return firstErr(verifyActive(ran, a, size), verifyPassive(ran, b, size))
 	})
 }
@@ -219,12 +229,18 @@ func describe(cfg config, s *perftool.Setup, x *end, peer endpoint.Endpoint, end
 	if outReads == 0 {
 		outReads = 16 // rc.Config's default
 	}
-	return info{
+	in := info{
 		device: s.What, deviceName: s.Context.DeviceName(), ends: ends, counter: counter,
 		link: port.LinkLayer, mtu: ep.MTU.Bytes(), gidIndex: gidIndex, inline: x.MaxInline, outReads: outReads,
 		local:  addressOf("local", cfg.mode, ep, outReads, gid),
 		remote: addressOf("remote", cfg.mode, peer, outReads, gid),
-	}, nil
+	}
+	if x.lanes != nil {
+		in.local, in.remote = address{}, address{}
+		in.locals, in.remotes = laneAddresses(cfg, x, outReads, gid)
+		in.mtu = x.lanes.all[0].local.MTU.Bytes()
+	}
+	return in, nil
 }
 
 // params is what the client tells the server before the exchange.
@@ -235,6 +251,7 @@ type params struct {
 	Iters, Warmup, QD, Inline uint32
 	Duration                  uint32 // -D, seconds
 	Batch                     uint32 // -Q or -l
+	Conn, QueuePairs          uint32 // -c, -q
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -243,6 +260,7 @@ func (p params) config(base config) config {
 	base.mode, base.size, base.maxSize, base.all = mode(p.Mode), int(p.Size), int(p.MaxSize), p.All != 0
 	base.iters, base.warmup, base.qd, base.inline = int(p.Iters), int(p.Warmup), int(p.QD), int(p.Inline)
 	base.duration, base.cqMod, base.postList = int(p.Duration), int(p.Batch), 0
+	base.conn, base.numQueuePairs = connection(p.Conn), int(p.QueuePairs)
 	return base
 }
 
@@ -261,7 +279,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	if msg := cfg.check(); msg != "" {
 		return fmt.Errorf("the client sent bad parameters: %s", msg)
 	}
-	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, "server")
+	s, made, err := openEnds(cfg, "server")
 	if err != nil {
 		return err
 	}
@@ -270,8 +288,11 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	if err := handshake(cfg, conn, endpoint.AcceptSide, s.Context, y); err != nil {
 		return err
 	}
+	if cfg, err = checkPathSize(cfg, y); err != nil {
+		return err
+	}
 	ends := fmt.Sprintf("server of %v: %d+%d iterations per size, sizes %v", conn.RemoteAddr(), cfg.warmup, cfg.iters, cfg.sizes())
-	in, err := describe(cfg, s, y, y.peer, ends, cycles.Frequency())
+	in, err := describe(cfg, s.Setup, y, y.peer, ends, cycles.Frequency())
 	if err != nil {
 		return err
 	}
@@ -312,13 +333,13 @@ func dial(cfg config, stdout io.Writer) error {
 	}
 	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
 		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline),
-		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch())}
+		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch()), Conn: uint32(cfg.conn), QueuePairs: uint32(cfg.qps())}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, "client")
+	s, made, err := openEnds(cfg, "client")
 	if err != nil {
 		return err
 	}
@@ -328,9 +349,12 @@ func dial(cfg config, stdout io.Writer) error {
 	if err := handshake(cfg, conn, endpoint.DialSide, s.Context, x); err != nil {
 		return err
 	}
+	if cfg, err = checkPathSize(cfg, x); err != nil {
+		return err
+	}
 	counter := cycles.Frequency()
 	ends := "client of " + conn.RemoteAddr().String() + ", not pinned"
-	in, err := describe(cfg, s, x, x.peer, ends, counter)
+	in, err := describe(cfg, s.Setup, x, x.peer, ends, counter)
 	if err != nil {
 		return err
 	}
@@ -364,6 +388,9 @@ func dial(cfg config, stdout io.Writer) error {
 // handshake swaps endpoints over conn (this end on side of it), connects
 // the queue pair and waits until the peer's is connected too.
 func handshake(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context, x *end) error {
+	if x.lanes != nil {
+		return handshakeAll(cfg, conn, side, c, x)
+	}
 	return perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
 }
 
