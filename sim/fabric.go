@@ -174,6 +174,11 @@ type Stats struct {
 	DelayedCQEs   uint64 // CQEs held back by DelayCompletions
 	EngineSleeps  uint64 // engine back-off sleeps
 	StepsExecuted uint64 // rounds run
+	// RepeatsServed counts the requests from another process that the
+	// responder had executed before and answered again without
+	// executing (RC and DC): a requester's retry after a lost or late
+	// answer.
+	RepeatsServed uint64
 }
 
 // New creates a Fabric. In Engine mode its goroutine starts with the first

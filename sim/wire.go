@@ -455,6 +455,7 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 // or late) without executing it again: READ data is read anew, an atomic
 // returns the original value it returned the first time.
 func (f *Fabric) wireRepeat(from int, h *wireHdr, t *qp) {
+	f.stats.RepeatsServed++
 	op := prm.Opcode(h.Op)
 	var data []byte
 	switch {
@@ -932,6 +933,7 @@ func (f *Fabric) wireServeRC(from int, h *wireHdr, payload []byte, t *qp) {
 // or is late) without executing it again: READ data is read anew, an
 // atomic returns the original value it returned the first time.
 func (f *Fabric) wireRepeatRC(from int, h *wireHdr, t *qp) {
+	f.stats.RepeatsServed++
 	op := prm.Opcode(h.Op)
 	var data []byte
 	switch {
