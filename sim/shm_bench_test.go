@@ -236,10 +236,10 @@ func BenchmarkCacheLineBounce(b *testing.B) {
 // after a round-trip benchmark (rt, sorted) and reports its median
 // (bounce-p50-ns) and the round trip's p50 and p99 as multiples of it
 // (p50/bounce, p99/bounce; the target of docs/benchmarks.md is a p50
-// within 4 bounces).
+// within 4 bounces). Under -short it reports nothing (no second process).
 func reportBounce(b *testing.B, rt []time.Duration) {
-	if len(rt) == 0 {
-		return
+	if len(rt) == 0 || testing.Short() {
+		return // -short: no second process
 	}
 	br := bounce(b, 20000)
 	slices.Sort(br)
