@@ -174,6 +174,11 @@ type Stats struct {
 	DelayedCQEs   uint64 // CQEs held back by DelayCompletions
 	EngineSleeps  uint64 // engine back-off sleeps
 	StepsExecuted uint64 // rounds run
+	// RepeatsServed counts the requests from another process that the
+	// responder had executed before and answered again without
+	// executing (RC and DC): a requester's retry after a lost or late
+	// answer.
+	RepeatsServed uint64
 }
 
 // New creates a Fabric. In Engine mode its goroutine starts with the first
@@ -499,13 +504,53 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	return progressed, deadline
 }
 
+// envSpin names the environment variable that chooses whether an engine
+// runs bursts of empty rounds (engineSpins): "0" never, "1" always, unset
+// (or anything else) when processors are to spare. It is read once, when
+// the first engine starts.
+const envSpin = "MLX5KIT_SIM_SPIN"
+
+// engineBurst is how many empty rounds a spinning engine runs back to back
+// before it yields its processor (each round is 100 to 200 ns of work: the
+// burst lasts a few microseconds).
+const engineBurst = 16
+
+// spinSetting is envSpin's value, read once.
+var spinSetting = sync.OnceValue(func() string { return os.Getenv(envSpin) })
+
+// engineSpins reports whether an engine starting now runs bursts of empty
+// rounds before it yields. By default only with processors to spare
+// (GOMAXPROCS and the machine's CPUs at least 4), where the goroutines that
+// wait for its answer (pollers) run on other processors at the same time:
+// with fewer, a burst keeps a poller from its processor and lengthens
+// every round trip (docs/benchmarks.md, "Where the engine's round trip
+// goes"). envSpin overrides the choice.
+func engineSpins() bool {
+	return spinChoice(spinSetting(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+}
+
+// spinChoice is engineSpins for envSpin's value setting, procs processors
+// (GOMAXPROCS) and cpus CPUs.
+func spinChoice(setting string, procs, cpus int) bool {
+	switch setting {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	return procs >= 4 && cpus >= 4
+}
+
 // engine polls like a device: it runs rounds while there is work, spins a
 // little when there is none, then sleeps with a doubling back-off up to
-// IdleSleep.
+// IdleSleep. While it spins it yields its processor after every empty
+// round, or after a burst of engineBurst of them when processors are to
+// spare (engineSpins).
 func (f *Fabric) engine(stop, done chan struct{}) {
 	defer close(done)
 	const spins = 200
 	idle := 0
+	spin, burst := engineSpins(), 0
 	sleep := time.Microsecond
 	var idleSince, busySince time.Time
 	// One timer serves every back-off sleep, so that an idle engine does
@@ -527,13 +572,21 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		}
 		f.mu.Unlock()
 		if progressed {
-			idle = 0
+			idle, burst = 0, 0
 			sleep = time.Microsecond
 			if f.shm != nil {
 				busySince = time.Now()
 			}
 			continue
 		}
+		if spin && idle < spins && burst < engineBurst-1 {
+			// Within a burst: the next round at once. The rounds
+			// before a sleep are counted by yields (idle), as
+			// without bursts.
+			burst++
+			continue
+		}
+		burst = 0
 		if idle <= spins {
 			idle++
 		}

@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -41,6 +42,9 @@ type peerInfo struct {
 	LID  uint16
 	Addr uint64
 	RKey uint32
+	// Timeout is the ACK timeout (the exponent) the child's QP uses
+	// towards the parent; 0 means 14 (67 ms).
+	Timeout uint8 `json:",omitempty"`
 }
 
 // childEvent is a line the child writes for every receive completion.
@@ -94,7 +98,7 @@ func TestSharedChild(t *testing.T) {
 	require.True(t, in.Scan())
 	var p peerInfo
 	require.NoError(t, json.Unmarshal(in.Bytes(), &p))
-	connectTo(t, q, p, 14, 7)
+	connectTo(t, q, p, cmp.Or(p.Timeout, 14), 7)
 	// Report every receive completion until the parent closes stdin.
 	stdinClosed := make(chan struct{})
 	go func() {
@@ -102,7 +106,12 @@ func TestSharedChild(t *testing.T) {
 		close(stdinClosed)
 	}()
 	if role == "echo" {
+		// Connected: the parent's first request finds the QP ready
+		// (one sent before would be dropped and wait for a retry).
+		out(peerInfo{QPN: q.qp.QPN()})
 		echoChild(q, p, stdinClosed)
+		// The last line: the child's counters, for the parent to check.
+		out(e.f.Stats())
 		return
 	}
 	n := 0
@@ -140,7 +149,15 @@ func startChild(t testing.TB, role, fabric string) *child {
 	if testing.Short() {
 		t.Skip("starts a second process")
 	}
-	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A child that outlives its parent's test is killed. A benchmark on
+	// a loaded machine may take minutes: a child killed in the middle
+	// would look to the parent like a peer that stopped answering
+	// (eight ACK timeouts, then RETRY_EXC_ERR).
+	lifetime := 30 * time.Second
+	if _, ok := t.(*testing.B); ok {
+		lifetime = 10 * time.Minute
+	}
+	cx, cancel := context.WithTimeout(context.Background(), lifetime)
 	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestSharedChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envChildRole+"="+role, envChildFabric+"="+fabric)
 	stdin, err := cmd.StdinPipe()
@@ -172,6 +189,16 @@ func startChild(t testing.TB, role, fabric string) *child {
 	})
 	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &c.info))
 	return c
+}
+
+// stats ends the input of an echo child and returns the counters of its
+// Fabric, its last line.
+func (c *child) stats(t testing.TB) Stats {
+	t.Helper()
+	require.NoError(t, c.stdin.Close())
+	var s Stats
+	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &s))
+	return s
 }
 
 func (c *child) line(t testing.TB) string {

@@ -811,6 +811,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 // read anew, an atomic returns the original value it returned the first
 // time.
 func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
+	f.stats.RepeatsServed++
 	op := prm.Opcode(h.Op)
 	var data []byte
 	switch {
