@@ -293,3 +293,154 @@ func TestLinkVersionRefused(t *testing.T) {
 	require.ErrorIs(t, s.LastRefusal, ErrLinkRefused)
 	require.Zero(t, s.Peers)
 }
+
+// linkedStar builds three Fabrics in this process on one TCP link, as
+// three hosts would be: hub listens, a and b connect to it.
+func linkedStar(t *testing.T) (hub, a, b *env) {
+	skipOnEmulatedCPU(t)
+	hub = newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, ok := hub.f.Link()
+	require.True(t, ok)
+	a = newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	b = newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	for _, e := range []*env{hub, a, b} {
+		require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 3 }, 10*time.Second, time.Millisecond)
+	}
+	return hub, a, b
+}
+
+func TestLinkHubForwardsRC(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	s0, _ := hub.f.Link()
+	s1, _ := e1.f.Link()
+	s2, _ := e2.f.Link()
+	require.Equal(t, 2, s0.Peers)
+	require.Equal(t, 1, s1.Peers, "a connecting end's one connection: the listener")
+	require.Len(t, map[int]bool{s0.Slot: true, s1.Slot: true, s2.Slot: true}, 3)
+
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	require.True(t, e1.f.Reaches(b.qp.QPN()))
+	require.True(t, e2.f.Reaches(a.qp.QPN()))
+	e1.connectRC(a, b, 7, 1)
+	rcOps(t, e1, e2, a, b, 3)
+	rcOps(t, e2, e1, b, a, 7)
+	s0, _ = hub.f.Link()
+	require.NotZero(t, s0.Forwarded)
+	require.Zero(t, s0.NotForwarded)
+
+	// The hub's own QPs still reach both, through the same connections.
+	h := hub.newQP(hub.pd, qpOpts{typ: ctx.QPTypeRC})
+	c := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	hub.connectRC(h, c, 7, 1)
+	rcOps(t, hub, e2, h, c, 11)
+	rcOps(t, e2, hub, c, h, 13)
+
+	// In order, each exactly once, between the two connecting ends: 64
+	// writes with immediate in bursts, half of the receives posted late.
+	const n = 64
+	for i := 0; i < n; i += 8 {
+		for j := 0; j < 4; j++ {
+			b.postRecv()
+		}
+		for j := i; j < i+8; j++ {
+			a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(j), raddrSeg(e2.addr(70000+j), e2.mr.RKey()), inlineSeg([]byte{byte(j + 1)}))
+		}
+		time.Sleep(time.Millisecond)
+		for j := 0; j < 4; j++ {
+			b.postRecv()
+		}
+		for j := i; j < i+8; j++ {
+			require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+			r := waitCQE(t, b.rcq, 5*time.Second)
+			require.Equal(t, uint32(j), r.imm)
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain())
+	require.Empty(t, b.rcq.drain())
+	for i := 0; i < n; i++ {
+		require.Equal(t, byte(i+1), e2.mem(70000+i, 1)[0])
+	}
+}
+
+func TestLinkHubForwardsUDAndDC(t *testing.T) {
+	_, e1, e2 := linkedStar(t)
+	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
+	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(256)))
+	lid := lidOf(t, e2.c)
+	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x55, udAV(0x9999, b.qp.QPN(), lid), inlineSeg([]byte("bad qkey")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("datagram")))
+	for i := 0; i < 2; i++ {
+		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	}
+	c := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, uint32(40+8), c.byteCnt)
+	require.Equal(t, a.qp.QPN(), c.srcQPN)
+	require.Equal(t, lidOf(t, e1.c), c.slid)
+	require.Equal(t, []byte("datagram"), e2.mem(40, 8))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain(), "a wrong qkey is dropped")
+	require.Equal(t, uint64(1), e2.f.Stats().UDDropped)
+
+	// DC: a DCI of e1 to a DCT of e2, READ and an atomic included.
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	dct := e2.dct(e2.pd, srq, 0xfeed)
+	d := e1.dci(e1.pd)
+	require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 18, RetryCount: 7}))
+	srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	binary.BigEndian.PutUint64(e2.mem(8192, 8), 40)
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid), inlineSeg([]byte("to dct")))
+	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid), raddrSeg(e2.addr(4096), e2.mr.RKey()), inlineSeg([]byte("written")))
+	d.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid), raddrSeg(e2.addr(4096), e2.mr.RKey()), dataSeg(7, e1.mr.LKey(), e1.addr(9000)))
+	d.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid), raddrSeg(e2.addr(8192), e2.mr.RKey()), atomicSeg(2, 0), dataSeg(8, e1.mr.LKey(), e1.addr(9100)))
+	for i := 0; i < 4; i++ {
+		c := waitCQE(t, d.scq, 5*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "WQE %d: syndrome %v", c.counter, c.synd)
+	}
+	r := waitCQE(t, dct.rcq, 5*time.Second)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.Equal(t, []byte("to dct"), e2.mem(int(r.counter)*64, 6))
+	require.Equal(t, []byte("written"), e2.mem(4096, 7))
+	require.Equal(t, []byte("written"), e1.mem(9000, 7))
+	require.Equal(t, uint64(40), binary.BigEndian.Uint64(e1.mem(9100, 8)))
+	require.Equal(t, uint64(42), binary.BigEndian.Uint64(e2.mem(8192, 8)))
+}
+
+func TestLinkHubPeerLeaves(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("one")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+
+	require.NoError(t, e2.f.Close())
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("two")))
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), dataSeg(64, e1.mr.LKey(), e1.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("three")))
+	x := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReqErr, x.op)
+	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd)
+	for i := 0; i < 2; i++ {
+		y := waitCQE(t, a.scq, 5*time.Second)
+		require.Equal(t, prm.SyndromeWRFlush, y.synd)
+	}
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Members == 2 }, 5*time.Second, time.Millisecond)
+	require.False(t, e1.f.Reaches(b.qp.QPN()))
+	s0, _ := hub.f.Link()
+	require.Equal(t, 1, s0.Peers)
+	require.Equal(t, 2, s0.Members)
+
+	// The survivor and the hub still talk.
+	h := hub.newQP(hub.pd, qpOpts{typ: ctx.QPTypeRC})
+	c := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	hub.connectRC(h, c, 7, 1)
+	rcOps(t, e1, hub, c, h, 5)
+}
