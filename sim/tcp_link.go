@@ -19,21 +19,21 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
-// This file links the software HCAs of two processes, usually on two hosts,
-// over TCP: the messages of the wire layer (wire.go, wire_ud.go) that a
+// This file links the software HCAs of processes, usually on several
+// hosts, over TCP: the messages of the wire layer (wire.go, wire_ud.go) that a
 // shared fabric carries in shared-memory rings travel here as frames. One
 // Fabric listens; every Fabric that connects to it is given a slot of its
 // own at link time, and with it a LID and QPN range no other end of the
 // link uses. The listener is the hub of a star: each connecting Fabric has
 // one connection, to it, and sends every message there; the listener
-// handles those for its own QPs and forwards the others, unchanged, to the
-// Fabric whose slot holds the destination QPN. It also tells every
+// handles those for its own QPs and forwards the others, sealed anew, to
+// the Fabric whose slot holds the destination QPN. It also tells every
 // connected Fabric which slots are linked (tcpMembers), whenever that
 // changes, so that a QP whose peer left stops sending and ends in
-// RETRY_EXC_ERR as over a shared fabric. Each connection
-// authenticate as channel's mesh does (internal/sealed, served by endpoint: a pre-shared
-// key proved by HMAC challenge-response before anything else is sent, every
-// frame after it sealed). It is a test tool that lets a cluster without
+// RETRY_EXC_ERR as over a shared fabric. The two ends of each connection
+// authenticate as channel's mesh does (internal/sealed, served by
+// endpoint: a pre-shared key proved by HMAC challenge-response before
+// anything else is sent, every frame after it sealed). It is a test tool that lets a cluster without
 // RDMA NICs run a program across hosts, not a transport for production:
 // one request in flight per QP, every frame copied and sealed.
 
@@ -189,7 +189,7 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	case f.opts.Mode != Engine:
 		return fail(fmt.Errorf("a TCP link needs Engine mode: %w", ctx.ErrInvalidArgument))
 	case f.opts.Fabric != "" && !f.fabricEnv:
-		return fail(fmt.Errorf("Options.Fabric %q and Options.Link both set: a Fabric joins a shared fabric or a TCP link, not both: %w", f.opts.Fabric, ctx.ErrInvalidArgument))
+		return fail(fmt.Errorf("Options.Fabric %q and Options.Link both set: a Fabric joins a shared fabric or a TCP link, not both (a shared fabric numbers its QPNs and LIDs per host, and no Fabric forwards between the two): %w", f.opts.Fabric, ctx.ErrInvalidArgument))
 	case len(f.hcas) > tcpMaxDevices:
 		return fail(fmt.Errorf("%d devices, at most %d on a TCP link: %w", len(f.hcas), tcpMaxDevices, ctx.ErrInvalidArgument))
 	case len(key) < endpoint.MinKeySize:
