@@ -119,7 +119,10 @@ func rcBothWays(t *testing.T, ea, eb *env, seed int64) (a, b *testQP) {
 	b = eb.newQP(eb.pd, qpOpts{typ: ctx.QPTypeRC})
 	require.True(t, ea.f.Reaches(b.qp.QPN()))
 	require.True(t, eb.f.Reaches(a.qp.QPN()))
-	ea.connectRC(a, b, 7, 1)
+	// ACK timeout ~0.5 s: three engines in one process (-race, a loaded
+	// machine) can stall a round trip past env.connectRC's 67 ms.
+	connectTo(t, a, peerInfo{QPN: b.qp.QPN(), LID: lidOf(t, eb.c)}, 17, 7)
+	connectTo(t, b, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, ea.c)}, 17, 7)
 	rcOps(t, ea, eb, a, b, seed)
 	rcOps(t, eb, ea, b, a, seed+4)
 	return a, b
