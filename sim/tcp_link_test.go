@@ -406,3 +406,60 @@ func TestLinkHubPeerLeaves(t *testing.T) {
 	// The survivor and the hub still talk.
 	rcBothWays(t, e1, hub, 5)
 }
+
+func TestLinkHubDropsForeignSource(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(256)))
+	s1, _ := e1.f.Link()
+	s2, _ := e2.f.Link()
+	s0, _ := hub.f.Link()
+	// A datagram e1 sends in the name of a QP of another slot (the hub's),
+	// then one from a QPN of its own slot.
+	dlid, slid := lidOf(t, e2.c), lidOf(t, e1.c)
+	datagram := func(src uint32, text string) {
+		e1.f.mu.Lock()
+		defer e1.f.mu.Unlock()
+		require.True(t, e1.f.wireOut(s2.Slot, len(text), func(h *wireHdr, p []byte) {
+			h.Kind, h.Op = wireUD, uint8(prm.OpSend)
+			h.DstQPN, h.SrcQPN, h.RKey, h.Total = b.qp.QPN(), src, 0x2222, uint32(len(text))
+			h.DLID, h.SrcLID = dlid, slid
+			copy(p, text)
+		}))
+	}
+	first, _ := tcpQPNRange(s0.Slot)
+	datagram(first, "spoofed")
+	require.Eventually(t, func() bool { s, _ := hub.f.Link(); return s.NotForwarded == 1 }, 5*time.Second, time.Millisecond)
+	own, _ := tcpQPNRange(s1.Slot)
+	datagram(own+0x42, "genuine")
+	c := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, own+0x42, c.srcQPN)
+	require.Equal(t, []byte("genuine"), e2.mem(prm.GRHSize, 7))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain(), "the spoofed datagram never arrives")
+	s, _ := hub.f.Link()
+	require.Equal(t, uint64(1), s.NotForwarded)
+	require.Equal(t, uint64(1), s.Forwarded)
+}
+
+func TestLinkHubClosed(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	require.NoError(t, hub.f.Close())
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Members == 0 && s.Peers == 0 }, 5*time.Second, time.Millisecond)
+	require.False(t, e1.f.Reaches(b.qp.QPN()), "the link ended with its listener")
+	require.False(t, e2.f.Reaches(a.qp.QPN()))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("after")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("after")))
+	x := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd, "%+v", x)
+	require.Equal(t, prm.SyndromeWRFlush, waitCQE(t, a.scq, 5*time.Second).synd)
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
+}
