@@ -85,7 +85,7 @@ const (
 	tcpMembersSize = 8
 	// tcpAnnounceWait bounds how long Reaches waits for the listener to
 	// announce a slot it has just linked.
-	tcpAnnounceWait = 200 * time.Millisecond
+	tcpAnnounceWait = time.Second
 
 	// Reply statuses.
 	tcpOK        = 0
@@ -139,6 +139,11 @@ type tcpLink struct {
 	// others are not told yet.
 	members  uint64
 	announce bool
+	// seen is, on a connecting end, every slot the listener ever
+	// announced: Reaches waits for the announcement of a slot not seen
+	// yet, not for one that left (the listener hands out slots in turn,
+	// so one is seldom reused soon).
+	seen uint64
 	// The listener's counts of the messages it forwarded between
 	// connected Fabrics and of those it could not (no such slot linked,
 	// too much waiting for it).
@@ -481,6 +486,7 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 	l := newTCPLink(slot, addr, sec, layer)
 	l.peers[peerSlot] = &tcpPeer{slot: peerSlot, fc: conn, conn: sc}
 	l.members = binary.BigEndian.Uint64(b[12:]) | slotBit(peerSlot) | slotBit(slot)
+	l.seen = l.members
 	ok = true
 	return l, nil
 }
@@ -548,8 +554,8 @@ func (l *tcpLink) remoteSlot(qpn uint32) int {
 }
 
 // reaches reports whether the QPN is in the slot of another linked
-// Fabric (f.mu not held). A connecting end that has not heard of the slot
-// yet waits a moment for the listener's announcement: the slot may have
+// Fabric (f.mu not held). A connecting end that has never heard of the
+// slot waits a moment for the listener's announcement: the slot may have
 // been linked an instant ago, its QPN told by a faster way.
 func (l *tcpLink) reaches(qpn uint32) bool {
 	s := l.remoteSlot(qpn)
@@ -562,7 +568,7 @@ func (l *tcpLink) reaches(qpn uint32) bool {
 			return true
 		}
 		l.mu.Lock()
-		wait := !l.listen && len(l.peers) > 0
+		wait := !l.listen && len(l.peers) > 0 && l.seen&slotBit(s) == 0
 		l.mu.Unlock()
 		if !wait || time.Now().After(end) {
 			return false
@@ -779,6 +785,7 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
 			m := *(*uint64)(unsafe.Pointer(&rec[wireHdrSize]))
 			l.mu.Lock()
 			l.members = m | slotBit(l.slot) | slotBit(p.slot)
+			l.seen |= l.members
 			l.mu.Unlock()
 		case h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD:
 			l.drop(p)

@@ -452,7 +452,9 @@ func TestLinkHubClosed(t *testing.T) {
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
 	require.NoError(t, hub.f.Close())
-	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Members == 0 && s.Peers == 0 }, 5*time.Second, time.Millisecond)
+	for _, e := range []*env{e1, e2} {
+		require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 0 && s.Peers == 0 }, 5*time.Second, time.Millisecond)
+	}
 	require.False(t, e1.f.Reaches(b.qp.QPN()), "the link ended with its listener")
 	require.False(t, e2.f.Reaches(a.qp.QPN()))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("after")))
