@@ -81,9 +81,10 @@ type Options struct {
 	Ports uint8
 	// Link links the Fabric over TCP to Fabrics of other processes,
 	// usually on other hosts (see EnvLink, tcp_link.go): "listen:HOST:PORT"
-	// listens for them, "HOST:PORT" connects to a listening one. It is
-	// made when the first device opens, needs Engine mode and LinkKey,
-	// and excludes Fabric. A test tool, not a transport for production.
+	// listens for them, "HOST:PORT" connects to a listening one, which
+	// forwards between all the Fabrics connected to it. It is made when
+	// the first device opens, needs Engine mode and LinkKey, and excludes
+	// Fabric. A test tool, not a transport for production.
 	Link string
 	// LinkKey is the pre-shared key both ends of a TCP link prove they
 	// hold before anything else is sent (at least endpoint.MinKeySize

@@ -236,14 +236,17 @@ const DefaultFabricName = "default"
 // such a QP.
 func (f *Fabric) Reaches(qpn uint32) bool {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if q := f.qps[qpn]; q != nil {
+		f.mu.Unlock()
 		return true
 	}
-	if f.tcp != nil {
-		s := f.tcp.remoteSlot(qpn)
-		return s >= 0 && f.tcp.peerAlive(s)
+	if l := f.tcp; l != nil {
+		// Not under f.mu: the engine may have to take the listener's
+		// announcement of a Fabric just linked.
+		f.mu.Unlock()
+		return l.reaches(qpn)
 	}
+	defer f.mu.Unlock()
 	if f.shm == nil {
 		return false
 	}

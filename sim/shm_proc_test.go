@@ -145,7 +145,20 @@ type child struct {
 	cancel context.CancelFunc
 }
 
+// startChild starts a child of the shared fabric tests in role on fabric
+// and reads its first line (its QP) into info.
 func startChild(t testing.TB, role, fabric string) *child {
+	c := spawnChild(t, "TestSharedChild", 30*time.Second, envChildRole+"="+role, envChildFabric+"="+fabric)
+	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &c.info))
+	return c
+}
+
+// spawnChild re-executes the test binary to run the test named run, with
+// env added to the environment and at most limit to live. The child's
+// lines that start with childMark arrive on lines, the others are
+// logged; on cleanup its stdin is closed and it is waited for.
+func spawnChild(t testing.TB, run string, limit time.Duration, env ...string) *child {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a second process")
 	}
@@ -153,13 +166,12 @@ func startChild(t testing.TB, role, fabric string) *child {
 	// a loaded machine may take minutes: a child killed in the middle
 	// would look to the parent like a peer that stopped answering
 	// (eight ACK timeouts, then RETRY_EXC_ERR).
-	lifetime := 30 * time.Second
 	if _, ok := t.(*testing.B); ok {
-		lifetime = 10 * time.Minute
+		limit = max(limit, 10*time.Minute)
 	}
-	cx, cancel := context.WithTimeout(context.Background(), lifetime)
-	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestSharedChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envChildRole+"="+role, envChildFabric+"="+fabric)
+	cx, cancel := context.WithTimeout(context.Background(), limit)
+	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^"+run+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -187,7 +199,6 @@ func startChild(t testing.TB, role, fabric string) *child {
 			t.Logf("child stderr: %s", s)
 		}
 	})
-	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &c.info))
 	return c
 }
 
@@ -321,6 +332,17 @@ func TestSharedTwoProcessesPeerKilled(t *testing.T) {
 	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 
+	streamUntilKilled(t, e, a, ch.info, ch.cmd.Process)
+}
+
+// streamUntilKilled keeps 64 WRITEs and READs of 64 KiB from a (on e) to
+// the QP peer describes in flight, kills proc (the peer's process, or the
+// one it reaches the survivor through) once 20 have completed, and checks
+// the survivor's side: every WQE completes exactly once, every success
+// before the first error, that error RETRY_EXC_ERR and every later one a
+// flush, nothing written outside the READ target, the QP in error.
+func streamUntilKilled(t *testing.T, e *env, a *testQP, peer peerInfo, proc *os.Process) {
+	t.Helper()
 	// The survivor's buffer: READ targets in [0, 64 KiB), a sentinel in
 	// the rest that nothing may touch.
 	const target = 64 << 10
@@ -331,9 +353,9 @@ func TestSharedTwoProcessesPeerKilled(t *testing.T) {
 	posted, completed := 0, 0
 	post := func() {
 		if posted%2 == 0 {
-			a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
+			a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(peer.Addr, peer.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
 		} else {
-			a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+target, ch.info.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
+			a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(peer.Addr+target, peer.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
 		}
 		posted++
 	}
@@ -355,7 +377,7 @@ func TestSharedTwoProcessesPeerKilled(t *testing.T) {
 		} else if !killed {
 			if completed == 20 {
 				// Mid-transfer: 44 WQEs outstanding.
-				require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+				require.NoError(t, proc.Signal(syscall.SIGKILL))
 				killed = true
 			} else if completed > 20 {
 				t.Fatalf("completed %d before the kill", completed)
@@ -363,11 +385,9 @@ func TestSharedTwoProcessesPeerKilled(t *testing.T) {
 			post()
 		}
 	}
-	require.True(t, killed)
+	require.True(t, killed, "completed %d of %d before the kill; first errors %+v", completed, posted, errs[:min(len(errs), 3)])
 	require.Equal(t, posted, completed, "every WQE completes exactly once")
 	require.NotEmpty(t, errs)
-	// Every success precedes the first error; the first error is
-	// RETRY_EXC_ERR, every later one a flush.
 	require.Equal(t, prm.SyndromeTransportRetryExc, errs[0].synd, "%+v", errs[0])
 	for _, c := range errs[1:] {
 		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)

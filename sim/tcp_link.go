@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"os"
 	"strings"
@@ -18,15 +19,21 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
-// This file links the software HCAs of two processes, usually on two hosts,
-// over TCP: the messages of the wire layer (wire.go, wire_ud.go) that a
-// shared fabric carries in shared-memory rings travel here as frames over
-// one TCP connection per pair of linked Fabrics. One Fabric listens; every
-// Fabric that connects to it is given a slot of its own at link time, and
-// with it a LID and QPN range no other end of the link uses. The two ends
-// authenticate as channel's mesh does (internal/sealed, served by endpoint: a pre-shared
-// key proved by HMAC challenge-response before anything else is sent, every
-// frame after it sealed). It is a test tool that lets a cluster without
+// This file links the software HCAs of processes, usually on several
+// hosts, over TCP: the messages of the wire layer (wire.go, wire_ud.go) that a
+// shared fabric carries in shared-memory rings travel here as frames. One
+// Fabric listens; every Fabric that connects to it is given a slot of its
+// own at link time, and with it a LID and QPN range no other end of the
+// link uses. The listener is the hub of a star: each connecting Fabric has
+// one connection, to it, and sends every message there; the listener
+// handles those for its own QPs and forwards the others, sealed anew, to
+// the Fabric whose slot holds the destination QPN. It also tells every
+// connected Fabric which slots are linked (tcpMembers), whenever that
+// changes, so that a QP whose peer left stops sending and ends in
+// RETRY_EXC_ERR as over a shared fabric. The two ends of each connection
+// authenticate as channel's mesh does (internal/sealed, served by
+// endpoint: a pre-shared key proved by HMAC challenge-response before
+// anything else is sent, every frame after it sealed). It is a test tool that lets a cluster without
 // RDMA NICs run a program across hosts, not a transport for production:
 // one request in flight per QP, every frame copied and sealed.
 
@@ -49,7 +56,9 @@ var ErrLinkRefused = errors.New("sim: TCP link refused")
 const (
 	// tcpVersion is the protocol version of the link: the frames carry the
 	// wire header in this build's layout, so both ends must agree on it.
-	tcpVersion = 1
+	// Version 2: the listener forwards between connected Fabrics and
+	// announces the linked slots.
+	tcpVersion = 2
 	// The slots of a link: the listener takes tcpSlotBase, each connecting
 	// Fabric one of the next. Their QPN ranges lie above those of a shared
 	// fabric's slots.
@@ -67,7 +76,16 @@ const (
 	tcpHandshakeWait = 10 * time.Second
 
 	tcpHelloSize = 16
-	tcpReplySize = 12
+	tcpReplySize = 20
+
+	// tcpMembers is the kind of the link's own message, from the listener
+	// to a connected Fabric: its payload is the bit set of the linked
+	// slots (bit i is slot tcpSlotBase+i), 8 bytes in native order.
+	tcpMembers     = 0x80
+	tcpMembersSize = 8
+	// tcpAnnounceWait bounds how long Reaches waits for the listener to
+	// announce a slot it has just linked.
+	tcpAnnounceWait = time.Second
 
 	// Reply statuses.
 	tcpOK        = 0
@@ -115,6 +133,21 @@ type tcpLink struct {
 	refused int
 	lastErr error
 	wg      sync.WaitGroup
+	// members is, on a connecting end, the linked slots as the listener
+	// last announced them (bit i: slot tcpSlotBase+i); announce is, on
+	// the listener, set when a Fabric was linked or dropped and the
+	// others are not told yet.
+	members  uint64
+	announce bool
+	// seen is, on a connecting end, every slot the listener ever
+	// announced: Reaches waits for the announcement of a slot not seen
+	// yet, not for one that left (the listener hands out slots in turn,
+	// so one is seldom reused soon).
+	seen uint64
+	// The listener's counts of the messages it forwarded between
+	// connected Fabrics and of those it could not (no such slot linked,
+	// too much waiting for it).
+	forwarded, unforwarded uint64
 
 	// The engine's (f.mu held): the peers of this round, the poll set of
 	// its sleep, the message being built (tx) and an aligned copy of the
@@ -161,7 +194,7 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	case f.opts.Mode != Engine:
 		return fail(fmt.Errorf("a TCP link needs Engine mode: %w", ctx.ErrInvalidArgument))
 	case f.opts.Fabric != "" && !f.fabricEnv:
-		return fail(fmt.Errorf("Options.Fabric %q and Options.Link both set: a Fabric joins a shared fabric or a TCP link, not both: %w", f.opts.Fabric, ctx.ErrInvalidArgument))
+		return fail(fmt.Errorf("Options.Fabric %q and Options.Link both set: a Fabric joins a shared fabric or a TCP link, not both (a shared fabric numbers its QPNs and LIDs per host, and no Fabric forwards between the two): %w", f.opts.Fabric, ctx.ErrInvalidArgument))
 	case len(f.hcas) > tcpMaxDevices:
 		return fail(fmt.Errorf("%d devices, at most %d on a TCP link: %w", len(f.hcas), tcpMaxDevices, ctx.ErrInvalidArgument))
 	case len(key) < endpoint.MinKeySize:
@@ -312,6 +345,9 @@ func (l *tcpLink) greet(c net.Conn) {
 	reply[0] = status
 	binary.BigEndian.PutUint32(reply[4:], uint32(l.slot))
 	binary.BigEndian.PutUint32(reply[8:], uint32(slot))
+	l.mu.Lock()
+	binary.BigEndian.PutUint64(reply[12:], l.membersLocked()|slotBit(slot))
+	l.mu.Unlock()
 	err = sc.WriteFrame(reply)
 	if err == nil && status == tcpOK {
 		err = conn.ready()
@@ -336,6 +372,32 @@ func (l *tcpLink) greet(c net.Conn) {
 		return
 	}
 	p.dead = false
+	l.announce = true
+}
+
+// slotBit is the bit of slot s in a set of linked slots (none for a slot
+// outside the link's).
+func slotBit(s int) uint64 {
+	if s < tcpSlotBase || s >= tcpSlotBase+tcpSlots {
+		return 0
+	}
+	return 1 << (s - tcpSlotBase)
+}
+
+// membersLocked returns the linked slots as this end knows them (l.mu
+// held): on the listener itself and the Fabrics connected now, on a
+// connecting end what the listener announced.
+func (l *tcpLink) membersLocked() uint64 {
+	if !l.listen {
+		return l.members
+	}
+	m := slotBit(l.slot)
+	for s, p := range l.peers {
+		if !p.dead {
+			m |= slotBit(s)
+		}
+	}
+	return m
 }
 
 // refusal is the error of a refused hello.
@@ -399,15 +461,16 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 		_ = sc.Close()
 		return nil, fmt.Errorf("read the listener's answer: %w", err)
 	}
+	if len(b) > 0 && b[0] == tcpBadVer {
+		_ = sc.Close()
+		return nil, fmt.Errorf("the listener speaks another link protocol version than this end's %d: %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
+	}
 	if len(b) != tcpReplySize {
 		_ = sc.Close()
 		return nil, fmt.Errorf("the listener's answer has %d bytes, want %d: %w", len(b), tcpReplySize, ErrFabricVersion)
 	}
 	switch b[0] {
 	case tcpOK:
-	case tcpBadVer:
-		_ = sc.Close()
-		return nil, fmt.Errorf("the listener speaks another link protocol version than this end's %d: %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
 	default:
 		_ = sc.Close()
 		return nil, fmt.Errorf("the listener says: %w", refusal(b[0], nil))
@@ -422,6 +485,8 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 	}
 	l := newTCPLink(slot, addr, sec, layer)
 	l.peers[peerSlot] = &tcpPeer{slot: peerSlot, fc: conn, conn: sc}
+	l.members = binary.BigEndian.Uint64(b[12:]) | slotBit(peerSlot) | slotBit(slot)
+	l.seen = l.members
 	ok = true
 	return l, nil
 }
@@ -438,6 +503,8 @@ func (l *tcpLink) drop(p *tcpPeer) {
 	if l.peers[p.slot] == p {
 		delete(l.peers, p.slot)
 	}
+	l.announce = l.listen
+	l.members = 0
 	l.mu.Unlock()
 	p.fc.release()
 	p.in, p.out = nil, nil
@@ -486,12 +553,62 @@ func (l *tcpLink) remoteSlot(qpn uint32) int {
 	return s
 }
 
-// peerAlive reports whether the Fabric in slot is connected.
+// reaches reports whether the QPN is in the slot of another linked
+// Fabric (f.mu not held). A connecting end that has never heard of the
+// slot waits a moment for the listener's announcement: the slot may have
+// been linked an instant ago, its QPN told by a faster way.
+func (l *tcpLink) reaches(qpn uint32) bool {
+	s := l.remoteSlot(qpn)
+	if s < 0 {
+		return false
+	}
+	end := time.Now().Add(tcpAnnounceWait)
+	for {
+		if l.peerAlive(s) {
+			return true
+		}
+		l.mu.Lock()
+		wait := !l.listen && len(l.peers) > 0 && l.seen&slotBit(s) == 0
+		l.mu.Unlock()
+		if !wait || time.Now().After(end) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// peerAlive reports whether the Fabric in slot is linked: connected to
+// the listener, and for a connecting end, the listener as well.
 func (l *tcpLink) peerAlive(slot int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.routeLocked(slot) != nil
+}
+
+// routeLocked returns the connection a message for the Fabric in slot
+// leaves by (l.mu held), or nil when that Fabric is not linked: on the
+// listener the Fabric's own, on a connecting end the one to the listener,
+// which forwards it.
+func (l *tcpLink) routeLocked(slot int) *tcpPeer {
+	if slot == l.slot {
+		return nil
+	}
+	if !l.listen {
+		if l.members&slotBit(slot) == 0 {
+			return nil
+		}
+		for _, p := range l.peers {
+			if !p.dead {
+				return p
+			}
+		}
+		return nil
+	}
 	p := l.peers[slot]
-	return p != nil && !p.dead
+	if p == nil || p.dead {
+		return nil
+	}
+	return p
 }
 
 // send seals one message for the Fabric in slot and writes it, as far as
@@ -499,10 +616,7 @@ func (l *tcpLink) peerAlive(slot int) bool {
 // when that Fabric is not linked or too much waits for it already.
 func (l *tcpLink) send(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
 	l.mu.Lock()
-	p := l.peers[slot]
-	if p != nil && p.dead {
-		p = nil
-	}
+	p := l.routeLocked(slot)
 	l.mu.Unlock()
 	n := wireHdrSize + payloadLen
 	if p == nil || len(p.out)+n > tcpOutLimit {
@@ -516,6 +630,12 @@ func (l *tcpLink) send(slot int, payloadLen int, fill func(h *wireHdr, payload [
 	*h = wireHdr{}
 	fill(h, rec[wireHdrSize:])
 	h.Len = uint32(n)
+	return l.put(p, rec)
+}
+
+// put seals the message rec for p and writes it, as far as the socket
+// takes it now (f.mu held).
+func (l *tcpLink) put(p *tcpPeer, rec []byte) bool {
 	out, err := p.conn.Seal(p.out, rec)
 	if err != nil {
 		return false
@@ -523,6 +643,52 @@ func (l *tcpLink) send(slot int, payloadLen int, fill func(h *wireHdr, payload [
 	p.out = out
 	l.flush(p)
 	return true
+}
+
+// forward passes a message from one connected Fabric to the one in slot
+// (the listener, f.mu held). A message for a slot not linked now, or
+// beyond what may wait for it, is lost as a packet would be: an RC or DC
+// requester sends it again and in the end gives up, a datagram is gone.
+func (l *tcpLink) forward(slot int, rec []byte) {
+	l.mu.Lock()
+	p := l.routeLocked(slot)
+	l.mu.Unlock()
+	l.counted(p != nil && len(p.out)+len(rec) <= tcpOutLimit && l.put(p, rec))
+}
+
+// counted counts a message the listener forwarded, or could not.
+func (l *tcpLink) counted(ok bool) {
+	l.mu.Lock()
+	if ok {
+		l.forwarded++
+	} else {
+		l.unforwarded++
+	}
+	l.mu.Unlock()
+}
+
+// announceLocked tells every connected Fabric which slots are linked now,
+// when that changed since it last did (the listener, f.mu held).
+func (l *tcpLink) announceLocked() {
+	l.mu.Lock()
+	if !l.announce {
+		l.mu.Unlock()
+		return
+	}
+	l.announce = false
+	m := l.membersLocked()
+	l.mu.Unlock()
+	n := wireHdrSize + tcpMembersSize
+	if cap(l.tx) < n {
+		l.tx = make([]byte, n)
+	}
+	rec := l.tx[:n]
+	h := (*wireHdr)(unsafe.Pointer(&rec[0]))
+	*h = wireHdr{Len: uint32(n), Kind: tcpMembers}
+	*(*uint64)(unsafe.Pointer(&rec[wireHdrSize])) = m
+	for _, p := range l.live() {
+		l.put(p, rec)
+	}
 }
 
 // flush writes what waits for p, as far as the socket takes it now.
@@ -550,6 +716,10 @@ const tcpReadChunk = 256 << 10
 // (f.mu held); it reports whether there was any.
 func (l *tcpLink) drain(f *Fabric, now int64) bool {
 	got := false
+	if l.listen {
+		l.announceLocked()
+		defer l.announceLocked() // a peer dropped in this round
+	}
 	for _, p := range l.live() {
 		l.flush(p)
 		for !p.dead {
@@ -605,12 +775,43 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
 		rec := l.rx[:len(body)]
 		copy(rec, body)
 		h := (*wireHdr)(unsafe.Pointer(&rec[0]))
-		if int(h.Len) != len(rec) || (h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD) {
+		if int(h.Len) != len(rec) {
 			l.drop(p)
 			return got
 		}
 		got = true
-		f.wireIn(p.slot, h, rec[wireHdrSize:], now)
+		switch {
+		case h.Kind == tcpMembers && !l.listen && len(rec) == wireHdrSize+tcpMembersSize:
+			m := *(*uint64)(unsafe.Pointer(&rec[wireHdrSize]))
+			l.mu.Lock()
+			l.members = m | slotBit(l.slot) | slotBit(p.slot)
+			l.seen |= l.members
+			l.mu.Unlock()
+		case h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD:
+			l.drop(p)
+			return got
+		case l.listen:
+			// A connected Fabric speaks for its own QPs only; a
+			// message for another's goes on to it.
+			if tcpQPNSlot(h.SrcQPN) != p.slot {
+				l.counted(false)
+				continue
+			}
+			if dst := tcpQPNSlot(h.DstQPN); dst != l.slot {
+				l.forward(dst, rec)
+				continue
+			}
+			f.wireIn(p.slot, h, rec[wireHdrSize:], now)
+		default:
+			// From the listener: its own message, or one it forwards
+			// from the Fabric in the source QPN's slot; an answer goes
+			// back by the same way.
+			from := tcpQPNSlot(h.SrcQPN)
+			if from < 0 || from == l.slot || tcpQPNSlot(h.DstQPN) != l.slot {
+				continue
+			}
+			f.wireIn(from, h, rec[wireHdrSize:], now)
+		}
 	}
 	if !p.dead {
 		p.in = p.in[:copy(p.in, in)]
@@ -666,8 +867,18 @@ type LinkStatus struct {
 	// Slot is this end's slot: its QPNs are those of the 64 Ki range
 	// numbered Slot+1.
 	Slot int
-	// Peers is the number of ends connected now.
+	// Peers is the number of ends connected now (on a connecting end, 1:
+	// the listener).
 	Peers int
+	// Members is the number of Fabrics linked now, this one included: on
+	// the listener those connected to it, on a connecting end those the
+	// listener last announced. Every member reaches every other.
+	Members int
+	// Forwarded and NotForwarded count, on the listener, the messages it
+	// passed on from one connected Fabric to another, and those it could
+	// not (the destination's slot not linked, too much waiting for it, or
+	// a source QPN not of the sender's slot).
+	Forwarded, NotForwarded uint64
 	// Refused counts the connections the listening end refused (failed
 	// authentication, another protocol version or link layer);
 	// LastRefusal is the reason of the last.
@@ -686,7 +897,8 @@ func (f *Fabric) Link() (LinkStatus, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := LinkStatus{Address: l.addr, Listening: l.listen, Slot: l.slot, Refused: l.refused, LastRefusal: l.lastErr}
+	st := LinkStatus{Address: l.addr, Listening: l.listen, Slot: l.slot, Refused: l.refused, LastRefusal: l.lastErr,
+		Members: bits.OnesCount64(l.membersLocked()), Forwarded: l.forwarded, NotForwarded: l.unforwarded}
 	for _, p := range l.peers {
 		if !p.dead {
 			st.Peers++

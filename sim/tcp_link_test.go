@@ -107,24 +107,42 @@ func rcOps(t *testing.T, ea, eb *env, a, b *testQP, seed int64) {
 
 func TestLinkRCBothWays(t *testing.T) {
 	e1, e2 := linkedPair(t)
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	e1.connectRC(a, b, 7, 1)
-	rcOps(t, e1, e2, a, b, 3)
-	rcOps(t, e2, e1, b, a, 7)
+	a, b := rcBothWays(t, e1, e2, 3)
+	writeImmBursts(t, e1, e2, a, b)
+}
 
-	// In order, each exactly once: bursts of writes with immediate, half
-	// of whose receives are posted late (RNR NAKs and retries).
+// rcBothWays connects an RC QP a on ea to one b on eb and runs rcOps
+// from a to b, then from b to a.
+func rcBothWays(t *testing.T, ea, eb *env, seed int64) (a, b *testQP) {
+	t.Helper()
+	a = ea.newQP(ea.pd, qpOpts{typ: ctx.QPTypeRC})
+	b = eb.newQP(eb.pd, qpOpts{typ: ctx.QPTypeRC})
+	require.True(t, ea.f.Reaches(b.qp.QPN()))
+	require.True(t, eb.f.Reaches(a.qp.QPN()))
+	// ACK timeout ~0.5 s: three engines in one process (-race, a loaded
+	// machine) can stall a round trip past env.connectRC's 67 ms.
+	connectTo(t, a, peerInfo{QPN: b.qp.QPN(), LID: lidOf(t, eb.c)}, 17, 7)
+	connectTo(t, b, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, ea.c)}, 17, 7)
+	rcOps(t, ea, eb, a, b, seed)
+	rcOps(t, eb, ea, b, a, seed+4)
+	return a, b
+}
+
+// writeImmBursts checks that RC delivers in order, each exactly once:
+// bursts of writes with immediate from a (on ea) to b (on eb), half of
+// whose receives are posted late (RNR NAKs and retries).
+func writeImmBursts(t *testing.T, ea, eb *env, a, b *testQP) {
+	t.Helper()
 	const n = 48
 	for i := 0; i < n; i += 8 {
 		for j := 0; j < 4; j++ {
 			b.postRecv()
 		}
-		naks := e1.f.Stats().RNRNaks
+		naks := ea.f.Stats().RNRNaks
 		for j := i; j < i+8; j++ {
-			a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(j), raddrSeg(e2.addr(70000+j), e2.mr.RKey()), inlineSeg([]byte{byte(j + 1)}))
+			a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(j), raddrSeg(eb.addr(70000+j), eb.mr.RKey()), inlineSeg([]byte{byte(j + 1)}))
 		}
-		require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks > naks }, 5*time.Second, 100*time.Microsecond)
+		require.Eventually(t, func() bool { return ea.f.Stats().RNRNaks > naks }, 5*time.Second, 100*time.Microsecond)
 		for j := 0; j < 4; j++ {
 			b.postRecv()
 		}
@@ -138,17 +156,26 @@ func TestLinkRCBothWays(t *testing.T) {
 	require.Empty(t, a.scq.drain())
 	require.Empty(t, b.rcq.drain())
 	for i := 0; i < n; i++ {
-		require.Equal(t, byte(i+1), e2.mem(70000+i, 1)[0])
+		require.Equal(t, byte(i+1), eb.mem(70000+i, 1)[0])
 	}
 }
 
 func TestLinkUDAndDC(t *testing.T) {
 	e1, e2 := linkedPair(t)
-	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
-	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
-	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
-	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(256)))
-	lid := lidOf(t, e2.c)
+	linkUD(t, e1, e2)
+	linkDC(t, e2, e1)
+}
+
+// linkUD sends datagrams from a UD QP on ea to one on eb, one with a
+// wrong qkey, and checks what eb receives and drops.
+func linkUD(t *testing.T, ea, eb *env) {
+	t.Helper()
+	a := ea.udQP(ea.pd, 0x1111, qpOpts{})
+	b := eb.udQP(eb.pd, 0x2222, qpOpts{})
+	b.postRecv(dataSeg(140, eb.mr.LKey(), eb.addr(0)))
+	b.postRecv(dataSeg(140, eb.mr.LKey(), eb.addr(256)))
+	lid := lidOf(t, eb.c)
+	dropped := eb.f.Stats().UDDropped
 	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x55, udAV(0x9999, b.qp.QPN(), lid), inlineSeg([]byte("bad qkey")))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("datagram")))
 	for i := 0; i < 2; i++ {
@@ -158,43 +185,69 @@ func TestLinkUDAndDC(t *testing.T) {
 	require.Equal(t, prm.CQERespSend, c.op)
 	require.Equal(t, uint32(40+8), c.byteCnt)
 	require.Equal(t, a.qp.QPN(), c.srcQPN)
-	require.Equal(t, lidOf(t, e1.c), c.slid)
-	require.Equal(t, []byte("datagram"), e2.mem(40, 8))
+	require.Equal(t, lidOf(t, ea.c), c.slid)
+	require.Equal(t, []byte("datagram"), eb.mem(40, 8))
 	time.Sleep(10 * time.Millisecond)
 	require.Empty(t, b.rcq.drain(), "a wrong qkey is dropped")
-	require.Equal(t, uint64(1), e2.f.Stats().UDDropped)
+	require.Equal(t, dropped+1, eb.f.Stats().UDDropped)
+}
 
-	// DC: a DCI of e2 to a DCT of e1.
-	srq := e1.newSRQ(e1.pd, 16, 1)
-	dct := e1.dct(e1.pd, srq, 0xfeed)
-	d := e2.dci(e2.pd)
-	// A patient initiator: under a loaded machine (-race) a link round
-	// trip can outlast the helper's 12 ms of retries.
-	require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 18, RetryCount: 7}))
-	srq.post(dataSeg(64, e1.mr.LKey(), e1.addr(0)))
-	lid1 := lidOf(t, e1.c)
-	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), inlineSeg([]byte("to dct")))
-	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), raddrSeg(e1.addr(4096), e1.mr.RKey()), inlineSeg([]byte("written")))
-	d.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, dct.qp.QPN(), lid1), raddrSeg(e1.addr(4096), e1.mr.RKey()), dataSeg(7, e2.mr.LKey(), e2.addr(9000)))
-	for i := 0; i < 3; i++ {
+// linkDC runs SEND, WRITE, READ and an atomic from a DCI on ei to a DCT
+// on et, and a DCI with the wrong key.
+func linkDC(t *testing.T, ei, et *env) {
+	t.Helper()
+	srq := et.newSRQ(et.pd, 16, 1)
+	dct := et.dct(et.pd, srq, 0xfeed)
+	// Patient initiators: under a loaded machine (-race) a link round
+	// trip can outlast the 12 ms of retries of env.dci's.
+	dci := func() *testQP {
+		d := ei.newQP(ei.pd, qpOpts{typ: ctx.QPTypeDCI, sendDepth: 32})
+		require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
+		require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU4096}))
+		require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 18, RetryCount: 7, RNRRetry: 2}))
+		return d
+	}
+	d := dci()
+	srq.post(dataSeg(64, et.mr.LKey(), et.addr(0)))
+	lid := lidOf(t, et.c)
+	binary.BigEndian.PutUint64(et.mem(8192, 8), 40)
+	av := dcAV(0xfeed, dct.qp.QPN(), lid)
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to dct")))
+	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, av, raddrSeg(et.addr(4096), et.mr.RKey()), inlineSeg([]byte("written")))
+	d.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, av, raddrSeg(et.addr(4096), et.mr.RKey()), dataSeg(7, ei.mr.LKey(), ei.addr(9000)))
+	d.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, av, raddrSeg(et.addr(8192), et.mr.RKey()), atomicSeg(2, 0), dataSeg(8, ei.mr.LKey(), ei.addr(9100)))
+	for i := 0; i < 4; i++ {
 		c := waitCQE(t, d.scq, 5*time.Second)
 		require.Equal(t, prm.CQEReq, c.op, "WQE %d: syndrome %v", c.counter, c.synd)
 	}
 	r := waitCQE(t, dct.rcq, 5*time.Second)
 	require.Equal(t, d.qp.QPN(), r.srcQPN)
-	require.Equal(t, []byte("to dct"), e1.mem(int(r.counter)*64, 6))
-	require.Equal(t, []byte("written"), e1.mem(4096, 7))
-	require.Equal(t, []byte("written"), e2.mem(9000, 7))
+	require.Equal(t, []byte("to dct"), et.mem(int(r.counter)*64, 6))
+	require.Equal(t, []byte("written"), et.mem(4096, 7))
+	require.Equal(t, []byte("written"), ei.mem(9000, 7))
+	require.Equal(t, uint64(40), binary.BigEndian.Uint64(ei.mem(9100, 8)))
+	require.Equal(t, uint64(42), binary.BigEndian.Uint64(et.mem(8192, 8)))
 
-	d2 := e2.dci(e2.pd)
-	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, dct.qp.QPN(), lid1), inlineSeg([]byte("x")))
+	d2 := dci()
+	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, dct.qp.QPN(), lid), inlineSeg([]byte("x")))
 	require.Equal(t, prm.SyndromeRemoteAccess, waitCQE(t, d2.scq, 5*time.Second).synd)
 }
 
 func TestLinkPeerClosed(t *testing.T) {
 	e1, e2 := linkedPair(t)
+	b := peerGone(t, e1, e2)
+	require.False(t, e1.f.Reaches(b.qp.QPN()))
+	st, _ := e1.f.Link()
+	require.Zero(t, st.Peers)
+}
+
+// peerGone connects an RC QP a on e1 to one on e2, SENDs once, closes e2's
+// Fabric and checks that a's next requests end once each: RETRY_EXC_ERR,
+// then flushes. It returns the closed end's QP.
+func peerGone(t *testing.T, e1, e2 *env) (b *testQP) {
+	t.Helper()
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	b = e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	connectFast(t, a, b)
 	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("one")))
@@ -202,17 +255,19 @@ func TestLinkPeerClosed(t *testing.T) {
 
 	require.NoError(t, e2.f.Close())
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("two")))
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), dataSeg(64, e1.mr.LKey(), e1.addr(0)))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("three")))
 	x := waitCQE(t, a.scq, 5*time.Second)
 	require.Equal(t, prm.CQEReqErr, x.op)
 	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd)
-	y := waitCQE(t, a.scq, 5*time.Second)
-	require.Equal(t, prm.SyndromeWRFlush, y.synd)
+	for i := 0; i < 2; i++ {
+		y := waitCQE(t, a.scq, 5*time.Second)
+		require.Equal(t, prm.SyndromeWRFlush, y.synd)
+	}
 	time.Sleep(10 * time.Millisecond)
 	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
-	require.False(t, e1.f.Reaches(b.qp.QPN()))
-	st, _ := e1.f.Link()
-	require.Zero(t, st.Peers)
+	require.GreaterOrEqual(t, e1.f.Stats().Retries, uint64(3))
+	return b
 }
 
 func TestLinkWrongKeyRefused(t *testing.T) {
@@ -292,4 +347,121 @@ func TestLinkVersionRefused(t *testing.T) {
 	s, _ := e1.f.Link()
 	require.ErrorIs(t, s.LastRefusal, ErrLinkRefused)
 	require.Zero(t, s.Peers)
+}
+
+// linkedStar builds three Fabrics in this process on one TCP link, as
+// three hosts would be: hub listens, a and b connect to it.
+func linkedStar(t *testing.T) (hub, a, b *env) {
+	skipOnEmulatedCPU(t)
+	hub = newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, ok := hub.f.Link()
+	require.True(t, ok)
+	a = newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	b = newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	for _, e := range []*env{hub, a, b} {
+		require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 3 }, 10*time.Second, time.Millisecond)
+	}
+	return hub, a, b
+}
+
+func TestLinkHubForwardsRC(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	s0, _ := hub.f.Link()
+	s1, _ := e1.f.Link()
+	s2, _ := e2.f.Link()
+	require.Equal(t, 2, s0.Peers)
+	require.Equal(t, 1, s1.Peers, "a connecting end's one connection: the listener")
+	require.Len(t, map[int]bool{s0.Slot: true, s1.Slot: true, s2.Slot: true}, 3)
+
+	a, b := rcBothWays(t, e1, e2, 3)
+	s0, _ = hub.f.Link()
+	require.NotZero(t, s0.Forwarded)
+	require.Zero(t, s0.NotForwarded)
+
+	// The hub's own QPs still reach both, through the same connections.
+	rcBothWays(t, hub, e2, 11)
+
+	// In order, each exactly once, between the two connecting ends.
+	writeImmBursts(t, e1, e2, a, b)
+}
+
+func TestLinkHubForwardsUDAndDC(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	linkUD(t, e1, e2)
+	linkDC(t, e1, e2)
+	linkDC(t, e2, e1)
+	s, _ := hub.f.Link()
+	require.NotZero(t, s.Forwarded)
+}
+
+func TestLinkHubPeerLeaves(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	b := peerGone(t, e1, e2)
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Members == 2 }, 5*time.Second, time.Millisecond)
+	require.False(t, e1.f.Reaches(b.qp.QPN()))
+	s0, _ := hub.f.Link()
+	require.Equal(t, 1, s0.Peers)
+	require.Equal(t, 2, s0.Members)
+
+	// The survivor and the hub still talk.
+	rcBothWays(t, e1, hub, 5)
+}
+
+func TestLinkHubDropsForeignSource(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
+	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(256)))
+	s1, _ := e1.f.Link()
+	s2, _ := e2.f.Link()
+	s0, _ := hub.f.Link()
+	// A datagram e1 sends in the name of a QP of another slot (the hub's),
+	// then one from a QPN of its own slot.
+	dlid, slid := lidOf(t, e2.c), lidOf(t, e1.c)
+	datagram := func(src uint32, text string) {
+		e1.f.mu.Lock()
+		defer e1.f.mu.Unlock()
+		require.True(t, e1.f.wireOut(s2.Slot, len(text), func(h *wireHdr, p []byte) {
+			h.Kind, h.Op = wireUD, uint8(prm.OpSend)
+			h.DstQPN, h.SrcQPN, h.RKey, h.Total = b.qp.QPN(), src, 0x2222, uint32(len(text))
+			h.DLID, h.SrcLID = dlid, slid
+			copy(p, text)
+		}))
+	}
+	first, _ := tcpQPNRange(s0.Slot)
+	datagram(first, "spoofed")
+	require.Eventually(t, func() bool { s, _ := hub.f.Link(); return s.NotForwarded == 1 }, 5*time.Second, time.Millisecond)
+	own, _ := tcpQPNRange(s1.Slot)
+	datagram(own+0x42, "genuine")
+	c := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, own+0x42, c.srcQPN)
+	require.Equal(t, []byte("genuine"), e2.mem(prm.GRHSize, 7))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, b.rcq.drain(), "the spoofed datagram never arrives")
+	s, _ := hub.f.Link()
+	require.Equal(t, uint64(1), s.NotForwarded)
+	require.Equal(t, uint64(1), s.Forwarded)
+}
+
+func TestLinkHubClosed(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	require.NoError(t, hub.f.Close())
+	for _, e := range []*env{e1, e2} {
+		require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 0 && s.Peers == 0 }, 5*time.Second, time.Millisecond)
+	}
+	require.False(t, e1.f.Reaches(b.qp.QPN()), "the link ended with its listener")
+	require.False(t, e2.f.Reaches(a.qp.QPN()))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("after")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("after")))
+	x := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.SyndromeTransportRetryExc, x.synd, "%+v", x)
+	require.Equal(t, prm.SyndromeWRFlush, waitCQE(t, a.scq, 5*time.Second).synd)
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
 }

@@ -2,15 +2,11 @@ package sim
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,22 +17,27 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
-// The tests of this file link two processes over TCP on 127.0.0.1: the
-// test binary re-executed to run TestLinkChild, which listens, and the
-// test itself, which connects, as two hosts would. They talk as the
+// The tests of this file link processes over TCP on 127.0.0.1: the test
+// binary re-executed to run TestLinkChild, which listens or connects, and
+// the test itself, which connects, as hosts would. They talk as the
 // shared fabric's two-process tests do (shm_proc_test.go): JSON lines on
 // the child's stdin and stdout.
 
 const (
-	envLinkChildRole = "MLX5KIT_SIM_TEST_LINK_CHILD"
+	envLinkChildRole = "MLX5KIT_SIM_TEST_LINK_CHILD" // "listen", or the address to connect to
 	envLinkChildKey  = "MLX5KIT_SIM_TEST_LINK_KEY"
+
+	// The child's UD QP: its qkey, and where its receives land.
+	linkChildQKey  = 0x3333
+	linkChildUDBuf = 900000
 )
 
-// linkChildInfo is the child's first line: its QP and the address its
-// Fabric listens on.
+// linkChildInfo is the child's first line: its RC QP, its UD QP and the
+// address its Fabric listens on or connected to.
 type linkChildInfo struct {
 	peerInfo
-	Link string
+	UDQPN uint32
+	Link  string
 }
 
 // linkCommand is a line the parent sends after its QP's address.
@@ -55,19 +56,30 @@ type linkStatusLine struct {
 	Refused     int
 	LastRefusal string
 	Peers       int
+	Members     int
+	Forwarded   uint64
 }
 
 // TestLinkChild is the child's side; it does nothing unless a parent test
 // started it.
 func TestLinkChild(t *testing.T) {
-	if os.Getenv(envLinkChildRole) == "" {
-		t.Skip("the child of the two-process link tests")
+	role := os.Getenv(envLinkChildRole)
+	if role == "" {
+		t.Skip("the child of the multi-process link tests")
 	}
-	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: []byte(os.Getenv(envLinkChildKey))})
+	link := role
+	if role == "listen" {
+		link = "listen:127.0.0.1:0"
+	}
+	e := newEnv(t, Options{Mode: Engine, Link: link, LinkKey: []byte(os.Getenv(envLinkChildKey))})
 	fill(e.buf.Bytes(), childSeed)
 	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
 	for i := 0; i < 32; i++ {
 		q.postRecv(dataSeg(4096, e.mr.LKey(), e.addr(i*4096)))
+	}
+	u := e.udQP(e.pd, linkChildQKey, qpOpts{})
+	for i := 0; i < 8; i++ {
+		u.postRecv(dataSeg(256, e.mr.LKey(), e.addr(linkChildUDBuf+i*256)))
 	}
 	out := func(v any) {
 		b, err := json.Marshal(v)
@@ -76,7 +88,7 @@ func TestLinkChild(t *testing.T) {
 	}
 	st, ok := e.f.Link()
 	require.True(t, ok)
-	out(linkChildInfo{peerInfo: peerInfo{QPN: q.qp.QPN(), LID: lidOf(t, e.c), Addr: e.addr(0), RKey: e.mr.RKey()}, Link: st.Address})
+	out(linkChildInfo{peerInfo: peerInfo{QPN: q.qp.QPN(), LID: lidOf(t, e.c), Addr: e.addr(0), RKey: e.mr.RKey()}, UDQPN: u.qp.QPN(), Link: st.Address})
 	cmds := make(chan string)
 	go func() {
 		in := bufio.NewScanner(os.Stdin)
@@ -104,7 +116,7 @@ func TestLinkChild(t *testing.T) {
 			switch c.Cmd {
 			case "status":
 				s, _ := e.f.Link()
-				l := linkStatusLine{Refused: s.Refused, Peers: s.Peers}
+				l := linkStatusLine{Refused: s.Refused, Peers: s.Peers, Members: s.Members, Forwarded: s.Forwarded}
 				if s.LastRefusal != nil {
 					l.LastRefusal = s.LastRefusal.Error()
 				}
@@ -123,6 +135,13 @@ func TestLinkChild(t *testing.T) {
 				out(r)
 			}
 		default:
+			if c, ok := u.rcq.poll(); ok {
+				// A datagram: its payload follows the GRH space.
+				at := linkChildUDBuf + int(c.counter%8)*256
+				out(childEvent{Op: uint8(c.op), Imm: c.imm, ByteCnt: c.byteCnt, Data: append([]byte(nil), e.mem(at+40, int(min(c.byteCnt, 256))-40)...)})
+				u.postRecv(dataSeg(256, e.mr.LKey(), e.addr(at)))
+				continue
+			}
 			c, ok := q.rcq.poll()
 			if !ok {
 				time.Sleep(50 * time.Microsecond)
@@ -138,43 +157,16 @@ func TestLinkChild(t *testing.T) {
 	}
 }
 
-// startLinkChild starts a child that listens with key; its first line
-// (its QP and listening address) is read.
-func startLinkChild(t *testing.T, key string) (*child, linkChildInfo) {
-	if testing.Short() {
-		t.Skip("starts a second process")
-	}
+// startLinkChild starts a child that listens with key, or connects with
+// it to the Fabric listening at addr; its first line (its QPs and link
+// address) is read.
+func startLinkChild(t *testing.T, key, addr string) (*child, linkChildInfo) {
 	skipOnEmulatedCPU(t)
-	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestLinkChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envLinkChildRole+"=listen", envLinkChildKey+"="+key)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1024), cancel: cancel}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if s, ok := strings.CutPrefix(sc.Text(), childMark); ok {
-				c.lines <- s
-			} else {
-				t.Logf("child: %s", sc.Text())
-			}
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-		cancel()
-		if s := stderr.String(); s != "" {
-			t.Logf("child stderr: %s", s)
-		}
-	})
+	role := "listen"
+	if addr != "" {
+		role = addr
+	}
+	c := spawnChild(t, "TestLinkChild", 60*time.Second, envLinkChildRole+"="+role, envLinkChildKey+"="+key)
 	var info linkChildInfo
 	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &info))
 	c.info = info.peerInfo
@@ -183,7 +175,7 @@ func startLinkChild(t *testing.T, key string) (*child, linkChildInfo) {
 
 func TestLinkTwoProcessesRC(t *testing.T) {
 	key := string(testLinkKey)
-	ch, info := startLinkChild(t, key)
+	ch, info := startLinkChild(t, key, "")
 	e := newEnv(t, Options{Mode: Engine, Link: info.Link, LinkKey: testLinkKey})
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
 	connectTo(t, a, ch.info, 14, 7)
@@ -230,16 +222,7 @@ func TestLinkTwoProcessesRC(t *testing.T) {
 	require.Equal(t, old+3, binary.BigEndian.Uint64(e.mem(30008, 8)))
 
 	// The child's requests: WRITE, READ and SEND towards the parent.
-	fill(e.mem(200000, 5000), 11)
-	ch.send(t, linkCommand{Cmd: "ops"})
-	var r linkOpsResult
-	require.NoError(t, json.Unmarshal([]byte(ch.line(t)), &r))
-	require.Equal(t, []uint8{uint8(prm.CQEReq), uint8(prm.CQEReq), uint8(prm.CQEReq)}, r.Status)
-	require.Equal(t, e.mem(200000, 5000), r.Read)
-	require.Equal(t, remote[600000:603000], e.mem(100000, 3000))
-	c := waitCQE(t, a.rcq, wait)
-	require.Equal(t, prm.CQERespSend, c.op)
-	require.Equal(t, []byte("from the child"), e.mem(800000, int(c.byteCnt)))
+	childOps(t, ch, e, a)
 
 	// In order and exactly once: 100 SENDs numbered by immediate (the
 	// child reposts its 32 receives as they complete: RNR NAKs and
@@ -264,7 +247,7 @@ func TestLinkTwoProcessesRC(t *testing.T) {
 }
 
 func TestLinkTwoProcessesWrongKey(t *testing.T) {
-	ch, info := startLinkChild(t, string(testLinkKey))
+	ch, info := startLinkChild(t, string(testLinkKey), "")
 	bad := New(Options{Mode: Engine, Link: info.Link, LinkKey: []byte("not-the-key-0123456789abcdef")})
 	defer bad.Close()
 	_, err := bad.Open("sim0")
@@ -292,67 +275,126 @@ func TestLinkTwoProcessesWrongKey(t *testing.T) {
 }
 
 func TestLinkTwoProcessesPeerKilled(t *testing.T) {
-	ch, info := startLinkChild(t, string(testLinkKey))
+	ch, info := startLinkChild(t, string(testLinkKey), "")
 	e := newEnv(t, Options{Mode: Engine, Link: info.Link, LinkKey: testLinkKey})
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 256, cqDepth: 1024})
 	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 
-	// READ targets in [0, 64 KiB), a sentinel in the rest that nothing
-	// may touch.
-	const target = 64 << 10
-	buf := e.buf.Bytes()
-	for i := target; i < len(buf); i++ {
-		buf[i] = 0xa5
-	}
-	posted, completed := 0, 0
-	post := func() {
-		if posted%2 == 0 {
-			a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
-		} else {
-			a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+target, ch.info.RKey), dataSeg(target, e.mr.LKey(), e.addr(0)))
-		}
-		posted++
-	}
-	for i := 0; i < 64; i++ {
-		post()
-	}
-	var errs []cqe
-	killed := false
-	end := time.Now().Add(20 * time.Second)
-	for completed < posted && time.Now().Before(end) {
-		c, ok := a.scq.poll()
-		if !ok {
-			time.Sleep(20 * time.Microsecond)
-			continue
-		}
-		completed++
-		if c.op == prm.CQEReqErr {
-			errs = append(errs, c)
-		} else if !killed {
-			if completed == 20 {
-				require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
-				killed = true
-			}
-			post()
-		}
-	}
-	require.True(t, killed)
-	require.Equal(t, posted, completed, "every WQE completes exactly once")
-	require.NotEmpty(t, errs)
-	require.Equal(t, prm.SyndromeTransportRetryExc, errs[0].synd, "%+v", errs[0])
-	for _, c := range errs[1:] {
-		require.Equal(t, prm.SyndromeWRFlush, c.synd, "%+v", c)
-	}
-	time.Sleep(20 * time.Millisecond)
-	require.Empty(t, a.scq.drain(), "nothing completes twice")
-	for i := target; i < len(buf); i++ {
-		if buf[i] != 0xa5 {
-			t.Fatalf("byte %d outside the READ target written: %#x", i, buf[i])
-		}
-	}
-	st, err := e.f.QPState(a.qp.QPN())
-	require.NoError(t, err)
-	require.Equal(t, ctx.QPStateError, st)
+	streamUntilKilled(t, e, a, ch.info, ch.cmd.Process)
 	require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Peers == 0 }, 5*time.Second, time.Millisecond)
+}
+
+// linkedThree starts a child that listens (the hub) and one that connects
+// to it, then links this process to the hub too: three hosts on one link.
+// It returns the connecting child, this process's environment with an RC
+// QP connected to the child's, and the hub.
+func linkedThree(t *testing.T, timeout, retry uint8) (hub, b *child, binfo linkChildInfo, e *env, a *testQP) {
+	hub, hinfo := startLinkChild(t, string(testLinkKey), "")
+	b, binfo = startLinkChild(t, string(testLinkKey), hinfo.Link)
+	e = newEnv(t, Options{Mode: Engine, Link: hinfo.Link, LinkKey: testLinkKey})
+	require.True(t, e.f.Reaches(binfo.QPN), "the other connecting process, through the hub")
+	a = e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 256, cqDepth: 1024})
+	connectTo(t, a, b.info, timeout, retry)
+	a.postRecv(dataSeg(4096, e.mr.LKey(), e.addr(800000)))
+	b.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c), Addr: e.addr(0), RKey: e.mr.RKey()})
+	return hub, b, binfo, e, a
+}
+
+// linkStatus asks a link child for its link's state.
+func linkStatus(t *testing.T, c *child) linkStatusLine {
+	c.send(t, linkCommand{Cmd: "status"})
+	var st linkStatusLine
+	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &st))
+	return st
+}
+
+func TestLinkThreeProcesses(t *testing.T) {
+	hub, b, binfo, e, a := linkedThree(t, 14, 7)
+	const wait = 10 * time.Second
+	remote := make([]byte, childMemSize)
+	fill(remote, childSeed) // what the other client's memory holds
+	ok := func() {
+		t.Helper()
+		c := waitCQE(t, a.scq, wait)
+		require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	}
+
+	// RC from this process to the other client: WRITE with immediate,
+	// READ, atomic.
+	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 21, raddrSeg(b.info.Addr+400000, b.info.RKey), inlineSeg([]byte("via the hub")))
+	ok()
+	ev := b.event(t)
+	require.Equal(t, uint8(prm.CQERespWrImm), ev.Op)
+	require.Equal(t, uint32(21), ev.Imm)
+	require.Equal(t, uint32(11), ev.ByteCnt)
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(b.info.Addr+200000, b.info.RKey), dataSeg(70000, e.mr.LKey(), e.addr(0)))
+	ok()
+	require.Equal(t, remote[200000:270000], e.mem(0, 70000))
+	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(b.info.Addr+400000, b.info.RKey), dataSeg(11, e.mr.LKey(), e.addr(100000)))
+	ok()
+	require.Equal(t, []byte("via the hub"), e.mem(100000, 11))
+	old := binary.BigEndian.Uint64(remote[500000:])
+	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(b.info.Addr+500000, b.info.RKey), atomicSeg(3, 0), dataSeg(8, e.mr.LKey(), e.addr(110000)))
+	ok()
+	require.Equal(t, old, binary.BigEndian.Uint64(e.mem(110000, 8)))
+
+	// UD from this process to the other client.
+	u := e.udQP(e.pd, 0x1111, qpOpts{})
+	u.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x77, udAV(linkChildQKey, binfo.UDQPN, b.info.LID), inlineSeg([]byte("datagram via the hub")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, u.scq, wait).op)
+	ev = b.event(t)
+	require.Equal(t, uint8(prm.CQERespSendImm), ev.Op)
+	require.Equal(t, uint32(0x77), ev.Imm)
+	require.Equal(t, []byte("datagram via the hub"), ev.Data)
+
+	// The other client's requests to this process: WRITE, READ, SEND.
+	childOps(t, b, e, a)
+
+	// Every message went through the hub's process: of each of the 7 RC
+	// operations at least a request and its response, and the datagram.
+	st := linkStatus(t, hub)
+	require.Equal(t, 2, st.Peers)
+	require.Equal(t, 3, st.Members)
+	require.GreaterOrEqual(t, st.Forwarded, uint64(2*7+1))
+	s, _ := e.f.Link()
+	require.Equal(t, 3, s.Members)
+	require.Equal(t, 1, s.Peers)
+}
+
+func TestLinkThreeProcessesPeerKilled(t *testing.T) {
+	hub, b, binfo, e, a := linkedThree(t, 14, 3) // ACK timeout ~67 ms, 3 retries
+	streamUntilKilled(t, e, a, b.info, b.cmd.Process)
+	require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 2 }, 5*time.Second, time.Millisecond)
+	require.False(t, e.f.Reaches(binfo.QPN))
+	st := linkStatus(t, hub)
+	require.Equal(t, 1, st.Peers)
+	require.Equal(t, 2, st.Members)
+
+	// The survivor and the hub still talk.
+	h := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	hubInfo := hub.info
+	connectTo(t, h, hubInfo, 14, 7)
+	hub.send(t, peerInfo{QPN: h.qp.QPN(), LID: lidOf(t, e.c), Addr: e.addr(0), RKey: e.mr.RKey()})
+	h.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("still here")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, h.scq, 10*time.Second).op)
+	require.Equal(t, []byte("still here"), hub.event(t).Data)
+}
+
+// childOps has the link child ch run its requests ("ops") to the QP a on
+// e, which has a receive posted at 800000, and checks both memories.
+func childOps(t *testing.T, ch *child, e *env, a *testQP) {
+	t.Helper()
+	remote := make([]byte, childMemSize)
+	fill(remote, childSeed) // what the child's memory holds
+	fill(e.mem(200000, 5000), 11)
+	ch.send(t, linkCommand{Cmd: "ops"})
+	var r linkOpsResult
+	require.NoError(t, json.Unmarshal([]byte(ch.line(t)), &r))
+	require.Equal(t, []uint8{uint8(prm.CQEReq), uint8(prm.CQEReq), uint8(prm.CQEReq)}, r.Status)
+	require.Equal(t, e.mem(200000, 5000), r.Read)
+	require.Equal(t, remote[600000:603000], e.mem(100000, 3000))
+	c := waitCQE(t, a.rcq, 10*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, []byte("from the child"), e.mem(800000, int(c.byteCnt)))
 }
