@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -203,14 +204,14 @@ func TestChannelDeviceFatal(t *testing.T) {
 }
 
 // TestChannelWithoutOnEventReadsNoEvent: a channel without OnEvent leaves
-// the context's events to ReadAsyncEvent and keeps working.
+// the context's events unread and keeps working.
 func TestChannelWithoutOnEventReadsNoEvent(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, cb := pair(t, a, b, channel.Options{})
 	require.NoError(t, f.SetPortState("sim0", 1, false))
 	require.NoError(t, f.SetPortState("sim0", 1, true))
-	ev, ok, err := a.dev.ReadAsyncEvent()
+	ev, ok, err := provider.ReadAsyncEvent(a.dev)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ctx.EventPortError, ev.Type)

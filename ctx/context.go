@@ -31,7 +31,7 @@ type Options struct {
 	DisableBlueFlame bool
 	// Logger, when not nil, receives the Context's control-plane events:
 	// the GID entry ChooseGID picked (Info), every QP state transition
-	// (Debug) and every async event ReadAsyncEvent returns (Error for the
+	// (Debug) and every async event its EventRouter reads (Error for the
 	// fatal and error events, Info for the others). Nil is silent. The data
 	// plane never logs.
 	Logger *slog.Logger
@@ -181,9 +181,9 @@ func (c *Context) QueryGIDs(port uint8) ([]GIDEntry, error) {
 	return g, opErr(op, err)
 }
 
-// ReadAsyncEvent returns the next asynchronous event without blocking; ok
-// is false when none is pending.
-func (c *Context) ReadAsyncEvent() (ev AsyncEvent, ok bool, err error) {
+// readAsyncEvent returns the next asynchronous event without blocking; ok
+// is false when none is pending. The EventRouter reads with it.
+func (c *Context) readAsyncEvent() (ev AsyncEvent, ok bool, err error) {
 	const op = "read async event"
 	defer func() {
 		if ok { // after the unlock: the handler may call the Context
@@ -198,9 +198,9 @@ func (c *Context) ReadAsyncEvent() (ev AsyncEvent, ok bool, err error) {
 	return ev, ok, opErr(op, err)
 }
 
-// AsyncEventFD returns a descriptor that becomes readable when an async
+// asyncEventFD returns a descriptor that becomes readable when an async
 // event is pending, or -1.
-func (c *Context) AsyncEventFD() int { return c.dev.AsyncEventFD() }
+func (c *Context) asyncEventFD() int { return c.dev.AsyncEventFD() }
 
 // AllocProtectionDomain allocates a protection domain.
 func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {

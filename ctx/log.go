@@ -45,7 +45,7 @@ func (c *Context) logTransition(t QPType, qpn uint32, from, to QPState) {
 		slog.String("from", from.String()), slog.String("to", to.String()))
 }
 
-// logEvent reports an async event read by ReadAsyncEvent: Error for the
+// logEvent reports an async event read by readAsyncEvent: Error for the
 // fatal ones and the errors, Info for the others.
 func (c *Context) logEvent(ev AsyncEvent) {
 	l := c.Logger()

@@ -92,6 +92,7 @@ func init() {
 	}
 	seam.Handle = handleOf
 	seam.OnClose = onCloseOf
+	seam.ReadAsyncEvent = func(c any) (any, bool, error) { return c.(*Context).readAsyncEvent() }
 }
 
 // handleOf returns the provider handle behind a ctx object, or nil.

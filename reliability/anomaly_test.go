@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -167,7 +168,7 @@ func TestCQOverrun(t *testing.T) {
 	require.Equal(t, uint64(1), x.f.Stats().CQOverruns)
 	var events []ctx.AsyncEventType
 	for {
-		ev, ok, err := x.c[0].ReadAsyncEvent()
+		ev, ok, err := provider.ReadAsyncEvent(x.c[0])
 		require.NoError(t, err)
 		if !ok {
 			break

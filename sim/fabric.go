@@ -49,9 +49,6 @@ type Options struct {
 	// LOCAL_QP_OP_ERR, and RunUntilIdle returns ErrViolation. It implies
 	// Strict.
 	StrictFatal bool
-	// OnViolation, when set, is called (with the model's lock held: it must
-	// not call back into the Fabric) for every violation recorded.
-	OnViolation func(Violation)
 	// IdleSleep caps the engine's back-off sleep when there is no work
 	// (default 500µs). Lower values cut the latency after an idle period at
 	// the cost of more wake-ups.

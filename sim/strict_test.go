@@ -135,14 +135,12 @@ func TestStrictWQEIndexQPNAndOpcode(t *testing.T) {
 func TestStrictFatal(t *testing.T) {
 	e := newEnv(t, Options{StrictFatal: true})
 	e.allowViolations = true
-	var seen []Violation
-	e.f.opts.OnViolation = func(v Violation) { seen = append(seen, v) }
 	a, _ := e.rcPair(qpOpts{})
 	w := ctrlSeg(prm.OpNop, 0, a.pi+1, a.qp.QPN(), 1, prm.FlagCQUpdate, 0)
 	a.write(append(w, make([]byte, 48)...))
 	a.ring()
 	require.ErrorIs(t, e.f.RunUntilIdle(), ErrViolation)
-	require.Len(t, seen, 1)
+	require.Len(t, e.f.Violations(), 1)
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, 0)
 	e.f.clearViolations()
 	require.NoError(t, e.f.RunUntilIdle())

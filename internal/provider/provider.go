@@ -236,6 +236,16 @@ func SRQOf(s *ctx.SharedReceiveQueue) SRQ {
 	return h
 }
 
+// ReadAsyncEvent returns the next asynchronous event of c without
+// blocking (ok is false when none is pending), as c's EventRouter reads
+// it: logged, under c's lock. Where no router runs, tests read the events
+// one at a time with it.
+func ReadAsyncEvent(c *ctx.Context) (ev ctx.AsyncEvent, ok bool, err error) {
+	e, ok, err := seam.ReadAsyncEvent(c)
+	ev, _ = e.(ctx.AsyncEvent)
+	return ev, ok, err
+}
+
 // providerSeam, deviceSeam and pdSeam adapt the typed interfaces to the
 // ones ctx declares for itself, which return the next handle as any.
 type (

@@ -70,4 +70,8 @@ var (
 	// transport stops the data plane built on the object with it. OnClose
 	// panics for any other type.
 	OnClose func(obj any, f func())
+	// ReadAsyncEvent reads the next asynchronous event of c, a
+	// *ctx.Context, without blocking, the way its EventRouter does: ev is
+	// a ctx.AsyncEvent, ok is false when none is pending.
+	ReadAsyncEvent func(c any) (ev any, ok bool, err error)
 )
