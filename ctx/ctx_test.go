@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
@@ -95,9 +96,9 @@ func (fakeMR) RKey() uint32 { return 2 }
 
 type fakeCQ struct{ closer }
 
-func (fakeCQ) Descriptor() ctx.CQDescriptor { return ctx.CQDescriptor{CQN: 9} }
-func (fakeCQ) EventFD() int                 { return -1 }
-func (fakeCQ) ReadEvent() (bool, error)     { return false, nil }
+func (fakeCQ) Descriptor() descriptor.CQ { return descriptor.CQ{CQN: 9} }
+func (fakeCQ) EventFD() int              { return -1 }
+func (fakeCQ) ReadEvent() (bool, error)  { return false, nil }
 
 type fakeQP struct {
 	closer
@@ -107,14 +108,14 @@ type fakeQP struct {
 }
 
 // Descriptor numbers a DCT only once it reached RTR, as mlx5 does.
-func (q *fakeQP) Descriptor() ctx.QPDescriptor {
+func (q *fakeQP) Descriptor() descriptor.QP {
 	switch {
 	case !q.dct:
-		return ctx.QPDescriptor{QPN: 0x42}
+		return descriptor.QP{QPN: 0x42}
 	case q.state >= ctx.QPStateRTR && q.state != ctx.QPStateError:
-		return ctx.QPDescriptor{QPN: 0x43}
+		return descriptor.QP{QPN: 0x43}
 	}
-	return ctx.QPDescriptor{}
+	return descriptor.QP{}
 }
 func (q *fakeQP) Modify(a ctx.QPAttr) error {
 	if a.State == ctx.QPStateRTS && q.state != ctx.QPStateRTR {
@@ -127,7 +128,7 @@ func (q *fakeQP) State() (ctx.QPState, error) { return q.state, nil }
 
 type fakeSRQ struct{ closer }
 
-func (fakeSRQ) Descriptor() ctx.SRQDescriptor { return ctx.SRQDescriptor{SRQN: 3} }
+func (fakeSRQ) Descriptor() descriptor.SRQ { return descriptor.SRQ{SRQN: 3} }
 
 type fakeAH struct{ closer }
 
@@ -396,7 +397,7 @@ func TestModifyRefreshesDescriptor(t *testing.T) {
 	require.Zero(t, w.qp2.QPN())
 	require.NoError(t, w.qp2.Modify(ctx.QPAttr{State: ctx.QPStateRTR}))
 	require.Equal(t, uint32(0x43), w.qp2.QPN())
-	require.Equal(t, uint32(0x43), w.qp2.Descriptor().QPN)
+	require.Equal(t, uint32(0x43), provider.QPDescriptor(w.qp2).QPN)
 	require.Equal(t, uint32(0x42), w.qp1.QPN())
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -139,17 +140,14 @@ func (mr *MemoryRegion) Close() error {
 }
 
 // CompletionQueue is a completion queue. Its ring is read by a poller
-// (package monocq) built from Descriptor.
+// (transport.NewPoller, transport.NewCQ).
 type CompletionQueue struct {
 	node
 	ctx  *Context
 	h    cqHandle
-	desc CQDescriptor
+	desc descriptor.CQ
 	cfg  CompletionQueueConfig
 }
-
-// Descriptor returns the ring, doorbell record and UAR page of the CQ.
-func (cq *CompletionQueue) Descriptor() CQDescriptor { return cq.desc }
 
 // CQN returns the completion queue number.
 func (cq *CompletionQueue) CQN() uint32 { return cq.desc.CQN }
@@ -198,7 +196,7 @@ type SharedReceiveQueue struct {
 	node
 	pd   *ProtectionDomain
 	h    srqHandle
-	desc SRQDescriptor
+	desc descriptor.SRQ
 	cfg  SRQConfig
 }
 
@@ -224,9 +222,6 @@ func (pd *ProtectionDomain) CreateSRQ(cfg SRQConfig) (*SharedReceiveQueue, error
 	s.node.init(pd.t, rankSRQ, h.Close, &pd.node)
 	return s, nil
 }
-
-// Descriptor returns the SRQ ring and doorbell record.
-func (s *SharedReceiveQueue) Descriptor() SRQDescriptor { return s.desc }
 
 // SRQN returns the SRQ number.
 func (s *SharedReceiveQueue) SRQN() uint32 { return s.desc.SRQN }

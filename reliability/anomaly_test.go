@@ -156,7 +156,7 @@ func TestCQOverrun(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Connect(peer.Endpoint()))
 	require.NoError(t, peer.Connect(q.Endpoint()))
-	n := int(small.Descriptor().CQECnt) + 3
+	n := int(provider.CQDescriptor(small).CQECnt) + 3
 	for i := range n {
 		st, err := q.Post(uint64(i), wqebuilder.Signaled)
 		require.NoError(t, err)
@@ -182,7 +182,7 @@ func TestCQOverrun(t *testing.T) {
 	require.Equal(t, ctx.QPStateError, st)
 
 	got := poll(poller)
-	require.Len(t, got, int(small.Descriptor().CQECnt), "the ring holds what it held, nothing overwritten")
+	require.Len(t, got, int(provider.CQDescriptor(small).CQECnt), "the ring holds what it held, nothing overwritten")
 	for i, c := range got {
 		require.Equal(t, uint64(i), c.WRID)
 		require.NoError(t, c.Err())

@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -22,7 +23,7 @@ func TestArmSequenceThroughNotifier(t *testing.T) {
 	e := newEnv(t, Options{})
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	n, err := completion.NewNotifier(cq, poll)
@@ -30,7 +31,7 @@ func TestArmSequenceThroughNotifier(t *testing.T) {
 	defer n.Close()
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 
@@ -72,12 +73,12 @@ func TestStaleArmSequence(t *testing.T) {
 	e.allowViolations = true
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 
@@ -114,10 +115,10 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 	e := newEnv(t, Options{})
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 func violationKinds(f *Fabric) []ViolationKind {
@@ -159,7 +160,7 @@ func TestStrictOff(t *testing.T) {
 	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 4}})
 	require.NoError(t, err)
 	require.NoError(t, qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
-	d := qp.Descriptor()
+	d := provider.QPDescriptor(qp)
 	*(*uint32)(unsafe.Add(d.DBRec, 4)) = bits.ReverseBytes32(0x01000000)
 	require.NoError(t, f.RunUntilIdle())
 	require.Empty(t, f.Violations(), "violations are recorded only in strict mode")
@@ -171,10 +172,10 @@ func TestCQArmAndEvent(t *testing.T) {
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, cq.EventFD(), 0)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: a.rcq.cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 

@@ -14,6 +14,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -24,7 +25,7 @@ import (
 // whose next_wqe_index links the free list, then data segments ended by an
 // invalid lkey) and rings its doorbell record with the WQE counter; it
 // returns the new head.
-func postSRQ(d ctx.SRQDescriptor, head uint16, counter uint16, addr uint64, n, lkey uint32) uint16 {
+func postSRQ(d descriptor.SRQ, head uint16, counter uint16, addr uint64, n, lkey uint32) uint16 {
 	w := unsafe.Add(d.Buf, uintptr(head)*uintptr(d.Stride))
 	next := prm.Load16(unsafe.Add(w, prm.SRQNextWQEIndex))
 	seg := unsafe.Add(w, prm.SRQNextSize)

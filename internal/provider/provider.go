@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 )
@@ -111,7 +112,7 @@ type MemoryRegion interface {
 // CompletionQueue is a completion queue (struct ibv_cq plus mlx5dv_cq).
 type CompletionQueue interface {
 	// Descriptor returns the ring as the data plane will read it.
-	Descriptor() ctx.CQDescriptor
+	Descriptor() descriptor.CQ
 	// EventFD is the completion channel's descriptor (non-blocking), or -1
 	// when the CQ was created without EventChannel.
 	EventFD() int
@@ -150,7 +151,7 @@ type QueuePair interface {
 	// Descriptor returns the rings, doorbell record and BlueFlame register.
 	// For a DCT the QPN is the DCT number, valid once the DCT reached RTR;
 	// ctx calls Descriptor again after every Modify.
-	Descriptor() ctx.QPDescriptor
+	Descriptor() descriptor.QP
 	// Modify moves the QP to attr.State (see ctx.QPAttr for what is used).
 	Modify(attr ctx.QPAttr) error
 	// State returns the QP's current state as the provider knows it (a
@@ -163,7 +164,7 @@ type QueuePair interface {
 // SRQ is a shared receive queue (struct ibv_srq plus mlx5dv_srq).
 type SRQ interface {
 	// Descriptor returns the ring as the data plane will write it.
-	Descriptor() ctx.SRQDescriptor
+	Descriptor() descriptor.SRQ
 	// Close destroys the SRQ.
 	Close() error
 }
@@ -234,6 +235,27 @@ func QueuePairOf(qp *ctx.QueuePair) QueuePair {
 func SRQOf(s *ctx.SharedReceiveQueue) SRQ {
 	h, _ := seam.Handle(s).(SRQ)
 	return h
+}
+
+// QPDescriptor returns the rings, doorbell record and BlueFlame register
+// of qp (re-read after every Modify: a DCT's number is known at RTR); the
+// transports build their send and receive rings from it.
+func QPDescriptor(qp *ctx.QueuePair) descriptor.QP {
+	d, _ := seam.Descriptor(qp).(descriptor.QP)
+	return d
+}
+
+// CQDescriptor returns the ring, doorbell record and UAR page of cq, which
+// a poller (monocq) reads.
+func CQDescriptor(cq *ctx.CompletionQueue) descriptor.CQ {
+	d, _ := seam.Descriptor(cq).(descriptor.CQ)
+	return d
+}
+
+// SRQDescriptor returns the ring and doorbell record of s.
+func SRQDescriptor(s *ctx.SharedReceiveQueue) descriptor.SRQ {
+	d, _ := seam.Descriptor(s).(descriptor.SRQ)
+	return d
 }
 
 // ReadAsyncEvent returns the next asynchronous event of c without

@@ -74,4 +74,8 @@ var (
 	// *ctx.Context, without blocking, the way its EventRouter does: ev is
 	// a ctx.AsyncEvent, ok is false when none is pending.
 	ReadAsyncEvent func(c any) (ev any, ok bool, err error)
+	// Descriptor returns the descriptor (internal/descriptor) a
+	// *ctx.CompletionQueue, *ctx.QueuePair or *ctx.SharedReceiveQueue
+	// keeps of its queue's memory, as the provider reported it.
+	Descriptor func(obj any) any
 )
