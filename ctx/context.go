@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+
+	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 )
 
 // EnvProvider is the environment variable that names the provider Open
@@ -222,8 +224,8 @@ func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
 // CreateCompletionQueue creates a completion queue.
 func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQueue, error) {
 	const op = "create CQ"
-	if cfg.Depth == 0 || cfg.Depth > MaxCQDepth {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("CQ depth %d out of range 1..%d: %w", cfg.Depth, MaxCQDepth, ErrInvalidArgument)}
+	if cfg.Depth == 0 || cfg.Depth > fieldcheck.MaxCQDepth {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("CQ depth %d out of range 1..%d: %w", cfg.Depth, fieldcheck.MaxCQDepth, ErrInvalidArgument)}
 	}
 	if cfg.CQESize == 0 {
 		cfg.CQESize = 64

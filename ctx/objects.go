@@ -250,11 +250,10 @@ type AddressHandle struct {
 }
 
 // CreateAddressHandle resolves attr into an address vector. An address
-// with a field wider than its verbs and PRM field (SL above MaxSL,
-// SrcPathBits above MaxSrcPathBits, StaticRate above MaxStaticRate,
-// FlowLabel above MaxFlowLabel), or with an SL above MaxRoCESL on an
-// Ethernet port, fails with ErrInvalidArgument before the provider is
-// called.
+// with a field wider than its verbs and PRM field (SL above 15,
+// SrcPathBits above 127, StaticRate above 24, FlowLabel above 2^20-1), or
+// with an SL above 7 on an Ethernet port, fails with ErrInvalidArgument
+// before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
 	if attr.Port == 0 {

@@ -184,10 +184,10 @@ func (qp *QueuePair) RemoteQPN() uint32 {
 // transition uses. Attributes that do not fit the verbs and PRM fields
 // they go into, whatever the transition uses (a State beyond QPStateError,
 // unknown Access bits, RemoteQPN, RQPSN or SQPSN wider than 24 bits,
-// MinRNRTimer or Timeout above MaxTimerCode, RetryCount or RNRRetry above
-// MaxRetry, a Path that CreateAddressHandle would refuse), or a Path.SL
-// above MaxRoCESL on an Ethernet port, fail with ErrInvalidArgument before
-// the provider is called.
+// MinRNRTimer or Timeout above 31, RetryCount or RNRRetry above 7, a Path
+// that CreateAddressHandle would refuse), or a Path.SL above 7 on an
+// Ethernet port, fail with ErrInvalidArgument before the provider is
+// called.
 // On error the QP is unchanged. A move to RESET zeroes the
 // doorbell record: whatever posts on the QP must restart its producer
 // indices at 0 (see "Resetting a queue pair" in the package documentation).

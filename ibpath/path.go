@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 )
 
 // Path is everything needed to connect a queue pair to a remote one, or to
@@ -220,8 +221,8 @@ func (p Path) Validate() error {
 		{"min RNR timer", uint64(p.MinRNRTimer), maxTimer},
 		{"timeout", uint64(p.Timeout), maxTimer},
 		{"SL", uint64(p.SL), maxSL},
-		{"source path bits", uint64(p.SrcPathBits), ctx.MaxSrcPathBits},
-		{"rate", uint64(p.Rate), ctx.MaxStaticRate},
+		{"source path bits", uint64(p.SrcPathBits), fieldcheck.MaxSrcPathBits},
+		{"rate", uint64(p.Rate), fieldcheck.MaxStaticRate},
 		{"flow label", uint64(p.FlowLabel), maxFlow},
 	} {
 		if err := check(c.name, c.v, c.max); err != nil {
