@@ -48,8 +48,8 @@ type closer struct {
 
 func (c closer) Close() error { return c.f.record("close " + c.name) }
 
-func (f *fake) Devices() ([]ctx.DeviceInfo, error) {
-	return []ctx.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
+func (f *fake) Devices() ([]provider.DeviceInfo, error) {
+	return []provider.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
 }
 func (f *fake) OpenDevice(name string) (provider.Device, error) {
 	if name != "" && name != "fake0" {
@@ -236,9 +236,9 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrClosed)
 	_, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1})
 	require.ErrorIs(t, err, ctx.ErrClosed)
-	_, err = w.cq2.ReadEvent()
+	_, err = provider.ReadCQEvent(w.cq2)
 	require.ErrorIs(t, err, ctx.ErrClosed)
-	require.Equal(t, -1, w.cq2.EventFD())
+	require.Equal(t, -1, provider.CQEventFD(w.cq2))
 }
 
 func TestCloseKeepsGoingOnProviderError(t *testing.T) {

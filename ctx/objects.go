@@ -158,20 +158,20 @@ func (cq *CompletionQueue) Config() CompletionQueueConfig { return cq.cfg }
 // Context returns the Context the CQ belongs to.
 func (cq *CompletionQueue) Context() *Context { return cq.ctx }
 
-// EventFD returns the completion channel descriptor, -1 without one.
-func (cq *CompletionQueue) EventFD() int {
+// eventFD returns the completion channel descriptor, -1 without one.
+func (cq *CompletionQueue) eventFD() int {
 	if cq.isClosed() {
 		return -1
 	}
 	return cq.h.EventFD()
 }
 
-// ReadEvent consumes and acknowledges one completion event without
+// readEvent consumes and acknowledges one completion event without
 // blocking; ok is false when none is pending. For every event it returns,
 // the poller of the ring must advance its arm sequence number
 // (monocq.CQ.AcknowledgeEvent) before it arms again; completion.Notifier
 // does both (see the package documentation).
-func (cq *CompletionQueue) ReadEvent() (ok bool, err error) {
+func (cq *CompletionQueue) readEvent() (ok bool, err error) {
 	const op = "read CQ event"
 	if err := cq.lock(op); err != nil {
 		return false, err

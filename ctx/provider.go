@@ -95,6 +95,8 @@ func init() {
 	seam.OnClose = onCloseOf
 	seam.ReadAsyncEvent = func(c any) (any, bool, error) { return c.(*Context).readAsyncEvent() }
 	seam.Descriptor = descriptorOf
+	seam.CQEventFD = func(cq any) int { return cq.(*CompletionQueue).eventFD() }
+	seam.ReadCQEvent = func(cq any) (bool, error) { return cq.(*CompletionQueue).readEvent() }
 }
 
 // handleOf returns the provider handle behind a ctx object, or nil.

@@ -247,7 +247,7 @@ func defaultOptions(strict string) Options {
 type fabricProvider struct{ f *Fabric }
 
 // Devices lists the HCAs.
-func (p fabricProvider) Devices() ([]ctx.DeviceInfo, error) { return p.f.devices() }
+func (p fabricProvider) Devices() ([]provider.DeviceInfo, error) { return p.f.devices() }
 
 // OpenDevice opens an HCA by name; "" opens the first.
 func (p fabricProvider) OpenDevice(name string) (provider.Device, error) {
@@ -321,16 +321,16 @@ func (f *Fabric) Close() error {
 }
 
 // devices lists the HCAs.
-func (f *Fabric) devices() ([]ctx.DeviceInfo, error) {
+func (f *Fabric) devices() ([]provider.DeviceInfo, error) {
 	f.mu.Lock()
 	err := f.joinLocked()
 	f.mu.Unlock()
 	if err != nil {
 		return nil, provider.Errorf("sim: list devices", "%w", err)
 	}
-	out := make([]ctx.DeviceInfo, len(f.hcas))
+	out := make([]provider.DeviceInfo, len(f.hcas))
 	for i, h := range f.hcas {
-		out[i] = ctx.DeviceInfo{Name: h.name, NodeGUID: h.guid, Kind: ctx.KindSoftware}
+		out[i] = provider.DeviceInfo{Name: h.name, NodeGUID: h.guid, Kind: ctx.KindSoftware}
 	}
 	return out, nil
 }

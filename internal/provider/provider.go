@@ -27,9 +27,19 @@ import (
 type Provider interface {
 	// Devices lists the devices the provider can open now. An empty list
 	// with a nil error means the provider works but has no device.
-	Devices() ([]ctx.DeviceInfo, error)
+	Devices() ([]DeviceInfo, error)
 	// OpenDevice opens the named device; "" opens the first one.
 	OpenDevice(name string) (Device, error)
+}
+
+// DeviceInfo names a device a provider can open.
+type DeviceInfo struct {
+	// Name is the device name (e.g. "mlx5_0", "sim0").
+	Name string
+	// NodeGUID is the node GUID (host byte order).
+	NodeGUID uint64
+	// Kind says whether it is hardware or the software HCA.
+	Kind ctx.Kind
 }
 
 // Device is an open device (struct ibv_context plus its mlx5dv context).
@@ -257,6 +267,18 @@ func SRQDescriptor(s *ctx.SharedReceiveQueue) descriptor.SRQ {
 	d, _ := seam.Descriptor(s).(descriptor.SRQ)
 	return d
 }
+
+// CQEventFD returns the completion channel descriptor of cq, -1 when it
+// was created without EventChannel or is closed. completion.Notifier
+// sleeps on it.
+func CQEventFD(cq *ctx.CompletionQueue) int { return seam.CQEventFD(cq) }
+
+// ReadCQEvent consumes and acknowledges one completion event of cq without
+// blocking, under the Context's lock; ok is false when none is pending. For
+// every event it returns, the poller of the ring must advance its arm
+// sequence number (monocq.CQ.AcknowledgeEvent) before it arms again, as
+// completion.Notifier does.
+func ReadCQEvent(cq *ctx.CompletionQueue) (ok bool, err error) { return seam.ReadCQEvent(cq) }
 
 // ReadAsyncEvent returns the next asynchronous event of c without
 // blocking (ok is false when none is pending), as c's EventRouter reads

@@ -78,4 +78,10 @@ var (
 	// *ctx.CompletionQueue, *ctx.QueuePair or *ctx.SharedReceiveQueue
 	// keeps of its queue's memory, as the provider reported it.
 	Descriptor func(obj any) any
+	// CQEventFD returns the completion channel descriptor of cq, a
+	// *ctx.CompletionQueue (-1 without one or once closed); ReadCQEvent
+	// consumes and acknowledges one of its completion events without
+	// blocking (ok is false when none is pending).
+	CQEventFD   func(cq any) int
+	ReadCQEvent func(cq any) (ok bool, err error)
 )

@@ -32,7 +32,7 @@ type Provider struct{}
 var _ provider.Provider = Provider{}
 
 // Devices returns ErrUnavailable.
-func (Provider) Devices() ([]ctx.DeviceInfo, error) { return nil, ErrUnavailable }
+func (Provider) Devices() ([]provider.DeviceInfo, error) { return nil, ErrUnavailable }
 
 // OpenDevice returns ErrUnavailable.
 func (Provider) OpenDevice(name string) (provider.Device, error) { return nil, ErrUnavailable }
