@@ -38,8 +38,8 @@ func (m Memory) Total() uint64 {
 	return m.SendRings + m.RecvRings + m.CompletionQueue + m.DoorbellRecords + m.AddressVectors + m.Bookkeeping
 }
 
-// PerPeer returns Total divided by the number of peers.
-func (m Memory) PerPeer() uint64 {
+// perPeer returns Total divided by the number of peers.
+func (m Memory) perPeer() uint64 {
 	if m.Peers == 0 {
 		return 0
 	}
@@ -49,7 +49,7 @@ func (m Memory) PerPeer() uint64 {
 // String formats the parts on one line.
 func (m Memory) String() string {
 	return fmt.Sprintf("%d peers: send rings %d, receive rings %d, CQ %d, doorbell records %d, address vectors %d, bookkeeping %d; total %d (%d per peer)",
-		m.Peers, m.SendRings, m.RecvRings, m.CompletionQueue, m.DoorbellRecords, m.AddressVectors, m.Bookkeeping, m.Total(), m.PerPeer())
+		m.Peers, m.SendRings, m.RecvRings, m.CompletionQueue, m.DoorbellRecords, m.AddressVectors, m.Bookkeeping, m.Total(), m.perPeer())
 }
 
 // Memory returns what the prepared channel's queues take.

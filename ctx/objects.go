@@ -243,10 +243,9 @@ func (s *SharedReceiveQueue) Close() error {
 // vector a UD or DC send WQE carries.
 type AddressHandle struct {
 	node
-	pd   *ProtectionDomain
-	h    ahHandle
-	av   [prm.AVSize]byte
-	attr AddressAttr
+	pd *ProtectionDomain
+	h  ahHandle
+	av [prm.AVSize]byte
 }
 
 // CreateAddressHandle resolves attr into an address vector. An address
@@ -274,7 +273,7 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandl
 		return nil, opErr(op, err)
 	}
 	h := x.(ahHandle)
-	ah := &AddressHandle{pd: pd, h: h, av: h.AV(), attr: attr}
+	ah := &AddressHandle{pd: pd, h: h, av: h.AV()}
 	ah.node.init(pd.t, rankAddressHandle, h.Close, &pd.node)
 	return ah, nil
 }
@@ -282,9 +281,6 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandl
 // AV returns the address vector bytes (struct mlx5_wqe_av) with the key and
 // remote QPN fields left zero for the WQE builder.
 func (ah *AddressHandle) AV() [prm.AVSize]byte { return ah.av }
-
-// Attr returns the attributes the handle was created from.
-func (ah *AddressHandle) Attr() AddressAttr { return ah.attr }
 
 // Closed reports whether the handle has been closed.
 func (ah *AddressHandle) Closed() bool { return ah.isClosed() }

@@ -56,7 +56,7 @@ func TestGoldenEncoding(t *testing.T) {
 	b, err := sampleRC().MarshalBinary()
 	require.NoError(t, err)
 	require.Equal(t, want, hex.EncodeToString(b))
-	require.Len(t, b, sampleRC().EncodedSize())
+	require.Len(t, b, sampleRC().encodedSize())
 }
 
 func TestRoundTrip(t *testing.T) {
