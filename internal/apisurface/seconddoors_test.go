@@ -105,6 +105,23 @@ func TestNoSecondDoors(t *testing.T) {
 		"channel.Channel.RemoteRegion":      "channel.MultiChannel.RemoteRegion",
 		"channel.MultiChannel.Counting":     "transport.Queue.Counting",
 		"channel.MultiChannel.PeerCounters": "transport.Queue.Counters",
+		"ibpath.Path.InitAttr":              "ibpath.ModifyToInit",
+		"ibpath.Path.RTRAttr":               "ibpath.ModifyToRTR",
+		"ibpath.Path.RTSAttr":               "ibpath.ModifyToRTS",
+		"ibpath.Path.AddressAttr":           "ibpath.AddressCache.AddressHandle",
+		"ctx.Context.ReadAsyncEvent":        "ctx.EventRouter.Subscribe",
+		"ctx.Context.AsyncEventFD":          "ctx.Context.EventRouter",
+		"expvarpub.QueueSource":             "expvarpub.Publisher.AddQueue",
+		"expvarpub.ChannelSource":           "expvarpub.Publisher.AddChannel",
+		"ctx.CompletionQueue.Descriptor":    "transport.NewCQ",
+		"endpoint.MaxPSN":                   "ctx.MaxPSN",
+		"wqebuilder.Address":                "ctx.AddressHandle.AV",
+		"ctx.CompletionQueue.EventFD":       "completion.NewNotifier",
+		"ctx.CompletionQueue.ReadEvent":     "completion.Notifier.Wait",
+		"ctx.Context.Logger":                "ctx.Context.SetLogger",
+		"ctx.AddressHandle.Attr":            "ctx.ProtectionDomain.CreateAddressHandle",
+		"endpoint.Endpoint.EncodedSize":     "endpoint.Endpoint.MarshalBinary",
+		"channel.Memory.PerPeer":            "channel.Memory.Total",
 	}
 	for name, door := range gone {
 		if names[m+name] {
