@@ -20,7 +20,7 @@ func allocPair(t *testing.T, opts channel.Options) (*host, *channel.Channel, cha
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	opts.Timeout = 10 * time.Second
 	ca, _ := pair(t, a, b, opts)
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	return a, ca, channel.At(region, 0)
 }

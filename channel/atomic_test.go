@@ -23,7 +23,7 @@ func testAtomics(t *testing.T, opts channel.Options) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, opts)
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	const counterOff, resultOff = 4096, 64
 	counter := func() uint64 { return binary.BigEndian.Uint64(b.bytes()[counterOff:]) }
@@ -122,7 +122,7 @@ func TestAtomicMisuse(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, channel.Options{})
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	at := channel.At(region, 0)
 	_, err = ca.PostCompareSwap(channel.CompareSwapRequest{Remote: at, Result: channel.Slice(a.mr, 0, 4)})

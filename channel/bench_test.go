@@ -31,7 +31,7 @@ func manualHosts(b *testing.B) (*sim.Fabric, *host, *host) {
 func BenchmarkManualChannelRawWrite(b *testing.B) {
 	f, a, h := manualHosts(b)
 	ca, _ := pair(b, a, h, channel.Options{})
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(b, err)
 	req := channel.WriteRequest{Local: a.sge(0, 64), Remote: channel.At(region, 0)}
 	b.ReportAllocs()
@@ -97,7 +97,7 @@ func engineChannel(b *testing.B, opts channel.Options) (*host, *channel.Channel,
 	a, h := newHost(b, f, 0, 1<<16), newHost(b, f, 1, 1<<16)
 	opts.Timeout = 30 * time.Second
 	ca, _ := pair(b, a, h, opts)
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(b, err)
 	return a, ca, channel.At(region, 0)
 }

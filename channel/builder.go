@@ -77,7 +77,7 @@ type Options struct {
 
 	// Counters makes every queue pair of the channel and its Poller count
 	// (transport.Queue.EnableCounters, transport.Poller.EnableCounters):
-	// MultiChannel.Counters and PeerCounters read them. Off, the channel's
+	// MultiChannel.Counters sums them. Off, the channel's
 	// posts and polls pay nothing for it.
 	Counters bool
 }

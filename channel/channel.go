@@ -7,7 +7,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
-	"github.com/mlx5kit/mlx5kit/rc"
 )
 
 // Prepared is a Channel whose queue pair exists but is not connected: send
@@ -58,21 +57,10 @@ func (p *Prepared) Close() error { return p.m.Close() }
 // Channel is one connected queue pair to one peer with its completion
 // queue, in a protection domain the caller owns: a MultiChannel of one
 // peer, whose methods it has (the blocking calls, Scope, the raw posts,
-// Poll, Fail, Close, …; see MultiChannel). Its requests' Peer field must be
-// 0 (the only peer), and Remote, RemoteRegion and QP need no peer number.
+// Poll, Fail, Close, …; see MultiChannel). Its requests' Peer field and the
+// peer argument of Remote, RemoteRegion and QP are 0 (the only peer).
 //
 // A Channel is used by one goroutine at a time.
 type Channel struct {
 	*MultiChannel
 }
-
-// Remote returns the endpoint the peer sent in the handshake.
-func (ch *Channel) Remote() endpoint.Endpoint { return ch.MultiChannel.Remote(0) }
-
-// RemoteRegion returns region i of those the peer shared.
-func (ch *Channel) RemoteRegion(i int) (endpoint.RemoteRegion, error) {
-	return ch.MultiChannel.RemoteRegion(0, i)
-}
-
-// QP returns the queue pair (nil for a DC channel).
-func (ch *Channel) QP() *rc.QP { return ch.MultiChannel.QP(0) }

@@ -47,7 +47,7 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 	require.Equal(t, "imm", string(b.bytes()[8192:8195]))
 
 	// RDMA WRITE and READ through the region the peer shared.
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	require.Equal(t, uint64(b.mr.Addr()), region.Address)
 	copy(a.bytes()[200:], "written remotely")

@@ -1,8 +1,6 @@
 package channel
 
 import (
-	"fmt"
-
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
@@ -31,9 +29,6 @@ func (c *core) enableCounters() {
 	}
 }
 
-// Counting reports whether the channel was built with Options.Counters.
-func (m *MultiChannel) Counting() bool { return m.counting() }
-
 // counting reports whether the first queue pair counts (all do or none).
 func (m *MultiChannel) counting() bool {
 	if m.c.dci != nil {
@@ -58,16 +53,6 @@ func (m *MultiChannel) Counters() Counters {
 		out.Queues.RetriesCounted = false
 	}
 	return out
-}
-
-// PeerCounters returns the counters of the queue pair that reaches peer
-// (RC), or of the target the peer sends to (DC: sends to every peer leave
-// from the one initiator, which Counters includes).
-func (m *MultiChannel) PeerCounters(peer int) (transport.QueueCounters, error) {
-	if uint(peer) >= uint(len(m.c.links)) {
-		return transport.QueueCounters{}, fmt.Errorf("channel: counters of peer %d: %w (the channel has %d)", peer, ErrPeer, len(m.c.links))
-	}
-	return m.peerCounters(peer), nil
 }
 
 func (m *MultiChannel) peerCounters(peer int) transport.QueueCounters {

@@ -15,8 +15,8 @@ func TestChannelCounters(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, cb := pair(t, a, b, channel.Options{Counters: true})
-	require.True(t, ca.Counting())
-	region, err := ca.RemoteRegion(0)
+	require.True(t, ca.QP(0).Counting())
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 
 	for range 3 {
@@ -38,11 +38,7 @@ func TestChannelCounters(t *testing.T) {
 	require.Equal(t, uint64(1), c.Queues.Errors.Syndrome(prm.SyndromeRemoteAccess))
 	require.Equal(t, uint64(1), c.CQ.Errors.Syndrome(prm.SyndromeRemoteAccess))
 	require.True(t, c.Queues.RetriesCounted)
-	peer, err := ca.PeerCounters(0)
-	require.NoError(t, err)
-	require.Equal(t, c.Queues, peer, "one peer: its queue pair is the sum")
-	_, err = ca.PeerCounters(1)
-	require.ErrorIs(t, err, channel.ErrPeer)
+	require.Equal(t, c.Queues, ca.QP(0).Counters(), "one peer: its queue pair is the sum")
 
 	r := cb.Counters()
 	require.Equal(t, uint64(1), r.Queues.RecvCompletions)
@@ -50,7 +46,7 @@ func TestChannelCounters(t *testing.T) {
 
 	// Without the option nothing counts.
 	cc, _ := pair(t, newHost(t, f, 0, 1<<12), newHost(t, f, 1, 1<<12), channel.Options{})
-	require.False(t, cc.Counting())
+	require.False(t, cc.QP(0).Counting())
 	require.Equal(t, channel.Counters{}, cc.Counters())
 	require.Equal(t, transport.QueueCounters{}, cc.Counters().Queues)
 }

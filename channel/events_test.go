@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -64,7 +65,7 @@ func requireEventFailure(t *testing.T, err error, typ ctx.AsyncEventType) {
 // pair, and that the regions the peers shared carry the MRs' keys.
 func exchange(t *testing.T, a, b *host, ca, cb *channel.Channel, msg string) {
 	t.Helper()
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	require.Equal(t, b.mr.RKey(), region.RemoteKey, "the peer's region is its MR, same key")
 	copy(a.bytes()[0:], msg)
@@ -136,7 +137,7 @@ func TestChannelPortFlap(t *testing.T) {
 	require.ErrorIs(t, err, channel.ErrFailed, "a failed channel takes no work")
 
 	// The side whose port stayed up: its requests go unanswered.
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	err = ca.Write(bg, channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
 	require.ErrorIs(t, err, monocq.ErrRetryExceeded)
@@ -148,7 +149,7 @@ func TestChannelPortFlap(t *testing.T) {
 	na, nb := reestablish(t, ca, cb)
 	require.Equal(t, keyA, a.mr.RKey())
 	require.Equal(t, keyB, b.mr.RKey())
-	require.NotEqual(t, ca.QP().QPN(), na.QP().QPN(), "new queue pairs")
+	require.NotEqual(t, ca.QP(0).QPN(), na.QP(0).QPN(), "new queue pairs")
 	exchange(t, a, b, na, nb, "after the flap")
 	require.NoError(t, na.Err())
 	require.NoError(t, nb.Err())
@@ -163,7 +164,7 @@ func TestChannelQPFatal(t *testing.T) {
 	ca, cb := pairWith(t, a, b, channel.Options{OnEvent: evA.on}, channel.Options{})
 	pending, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
 	require.NoError(t, err)
-	require.NoError(t, f.FailQP(ca.QP().QPN()))
+	require.NoError(t, f.FailQP(ca.QP(0).QPN()))
 	requireEventFailure(t, pending.Wait(bg), ctx.EventQPFatal)
 	require.Equal(t, []ctx.AsyncEventType{ctx.EventQPFatal}, evA.wait(t, 1))
 	na, nb := reestablish(t, ca, cb)
@@ -203,14 +204,14 @@ func TestChannelDeviceFatal(t *testing.T) {
 }
 
 // TestChannelWithoutOnEventReadsNoEvent: a channel without OnEvent leaves
-// the context's events to ReadAsyncEvent and keeps working.
+// the context's events unread and keeps working.
 func TestChannelWithoutOnEventReadsNoEvent(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, cb := pair(t, a, b, channel.Options{})
 	require.NoError(t, f.SetPortState("sim0", 1, false))
 	require.NoError(t, f.SetPortState("sim0", 1, true))
-	ev, ok, err := a.dev.ReadAsyncEvent()
+	ev, ok, err := provider.ReadAsyncEvent(a.dev)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ctx.EventPortError, ev.Type)
@@ -229,7 +230,7 @@ func TestChannelDCEvents(t *testing.T) {
 	ca, cb := pairWith(t, a, b, opts, channel.Options{Transport: endpoint.TransportDC})
 	exchange(t, a, b, ca, cb, "DC before")
 	require.NoError(t, f.FailQP(ca.DCI().QPN()))
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	err = ca.Write(bg, channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
 	requireEventFailure(t, err, ctx.EventQPFatal)

@@ -105,7 +105,7 @@ func flapHandshake(c context.Context, s *flapSide, conn net.Conn, which endpoint
 
 // flapWrite writes msg from a's buffer into b's, through the region b shared.
 func flapWrite(a *flapSide, msg string) error {
-	region, err := a.ch.RemoteRegion(0)
+	region, err := a.ch.RemoteRegion(0, 0)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func portFlap() error {
 	if err := flapWrite(a, "again"); err != nil {
 		return err
 	}
-	region, err := a.ch.RemoteRegion(0)
+	region, err := a.ch.RemoteRegion(0, 0)
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func server(ln net.Listener, sec endpoint.Security) string {
 	msg := string(mr.Bytes()[:res.ByteCount])
 	// Answer with an RDMA WRITE into the region the client shared, then a
 	// SEND with immediate data to tell it the reply is there.
-	region, err := ch.RemoteRegion(0)
+	region, err := ch.RemoteRegion(0, 0)
 	if err != nil {
 		return err.Error()
 	}

@@ -61,7 +61,7 @@ func ExampleChannel() {
 	fmt.Printf("b received %d bytes: %s\n", res.ByteCount, b.mr.Bytes()[:res.ByteCount])
 
 	// One-sided: a writes into b's shared region, then reads it back.
-	region, _ := ca.RemoteRegion(0)
+	region, _ := ca.RemoteRegion(0, 0)
 	copy(a.mr.Bytes()[100:], "one-sided")
 	_ = ca.Write(context.Background(), channel.WriteRequest{Local: []channel.SGE{channel.Slice(a.mr, 100, 9)}, Remote: channel.At(region, 1000)})
 	_ = ca.Read(context.Background(), channel.ReadRequest{Local: []channel.SGE{channel.Slice(a.mr, 200, 9)}, Remote: channel.At(region, 1000)})
@@ -144,7 +144,7 @@ func ExampleMultiChannel_Scope() {
 	defer ca.Close()
 	cb, _ := pb.Handshake(pa.Endpoint())
 	defer cb.Close()
-	region, _ := ca.RemoteRegion(0)
+	region, _ := ca.RemoteRegion(0, 0)
 
 	good := channel.At(region, 0)
 	bad := good

@@ -63,9 +63,9 @@ func TestRoCEChannelGID(t *testing.T) {
 				t.Cleanup(func() { _ = ca.Close(); _ = cb.Close() })
 				require.Equal(t, pa.GID(), ca.GID())
 				require.Equal(t, pa.GID(), ca.MultiChannel.GID())
-				require.Equal(t, c.want, cb.Remote().GIDIndex)
+				require.Equal(t, c.want, cb.Remote(0).GIDIndex)
 
-				region, err := ca.RemoteRegion(0)
+				region, err := ca.RemoteRegion(0, 0)
 				require.NoError(t, err)
 				copy(a.bytes()[200:], "over RoCE v2")
 				require.NoError(t, ca.Write(context.Background(), channel.WriteRequest{Local: a.sge(200, 12), Remote: channel.At(region, 12000)}))
@@ -104,5 +104,5 @@ func TestInfiniBandChannelGID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, gids[0], ca.GID())
 	require.Equal(t, ctx.GIDTypeIB, ca.GID().Type)
-	require.NotZero(t, ca.Remote().LID)
+	require.NotZero(t, ca.Remote(0).LID)
 }

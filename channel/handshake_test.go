@@ -178,11 +178,11 @@ func TestHandshakeConnConnects(t *testing.T) {
 	require.NoError(t, <-errB)
 	defer chA.Close()
 	defer chB.Close()
-	region, err := chA.RemoteRegion(0)
+	region, err := chA.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	copy(a.bytes(), "over tcp")
 	require.NoError(t, chA.Write(context.Background(), channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 64)}))
 	require.Equal(t, "over tcp", string(b.bytes()[64:72]))
-	_, err = chA.RemoteRegion(1)
+	_, err = chA.RemoteRegion(0, 1)
 	require.ErrorIs(t, err, ctx.ErrNotFound)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // Memory is the host memory a channel's queues take, in bytes, as the
@@ -37,8 +38,8 @@ func (m Memory) Total() uint64 {
 	return m.SendRings + m.RecvRings + m.CompletionQueue + m.DoorbellRecords + m.AddressVectors + m.Bookkeeping
 }
 
-// PerPeer returns Total divided by the number of peers.
-func (m Memory) PerPeer() uint64 {
+// perPeer returns Total divided by the number of peers.
+func (m Memory) perPeer() uint64 {
 	if m.Peers == 0 {
 		return 0
 	}
@@ -48,7 +49,7 @@ func (m Memory) PerPeer() uint64 {
 // String formats the parts on one line.
 func (m Memory) String() string {
 	return fmt.Sprintf("%d peers: send rings %d, receive rings %d, CQ %d, doorbell records %d, address vectors %d, bookkeeping %d; total %d (%d per peer)",
-		m.Peers, m.SendRings, m.RecvRings, m.CompletionQueue, m.DoorbellRecords, m.AddressVectors, m.Bookkeeping, m.Total(), m.PerPeer())
+		m.Peers, m.SendRings, m.RecvRings, m.CompletionQueue, m.DoorbellRecords, m.AddressVectors, m.Bookkeeping, m.Total(), m.perPeer())
 }
 
 // Memory returns what the prepared channel's queues take.
@@ -61,7 +62,7 @@ func (c *core) memory() Memory {
 	const wrid = 8 // bytes of work request id kept per WQE slot
 	m := Memory{Peers: len(c.links)}
 	qp := func(q *ctx.QueuePair) {
-		d := q.Descriptor()
+		d := provider.QPDescriptor(q)
 		m.SendRings += uint64(d.SQ.WQECnt) * uint64(d.SQ.Stride)
 		m.RecvRings += uint64(d.RQ.WQECnt) * uint64(d.RQ.Stride)
 		m.DoorbellRecords += prm.DoorbellRecordSize
@@ -79,7 +80,7 @@ func (c *core) memory() Memory {
 			qp(l.dct.Handle())
 		}
 		if l.srq != nil {
-			d := l.srq.Handle().Descriptor()
+			d := provider.SRQDescriptor(l.srq.Handle())
 			m.RecvRings += uint64(d.WQECnt) * uint64(d.Stride)
 			m.DoorbellRecords += prm.DoorbellRecordSize
 			m.Bookkeeping += uint64(d.WQECnt) * (wrid + 1)
@@ -88,7 +89,7 @@ func (c *core) memory() Memory {
 			m.AddressVectors += prm.AVSize
 		}
 	}
-	d := c.cq.Descriptor()
+	d := provider.CQDescriptor(c.cq)
 	m.CompletionQueue = uint64(d.CQECnt) * uint64(d.CQESize)
 	m.DoorbellRecords += prm.DoorbellRecordSize
 	m.Bookkeeping += uint64(len(c.slots)) * uint64(unsafe.Sizeof(slot{}))

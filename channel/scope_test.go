@@ -20,7 +20,7 @@ func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	opts.Timeout = 10 * time.Second
 	ca, _ := pair(t, a, b, opts)
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	copy(a.bytes(), "good data")
 
@@ -72,7 +72,7 @@ func TestScopeJoinsEveryError(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	mine := errors.New("the function's own error")
 	bad := channel.At(region, 0)
@@ -120,7 +120,7 @@ func TestScopeMoreThanTheQueueHolds(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, channel.Options{SendDepth: 8, Timeout: 10 * time.Second})
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	const n = 500
 	for i := 0; i < n; i++ {
@@ -144,7 +144,7 @@ func TestRawPostReportsFullQueue(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, channel.Options{SendDepth: 4, Timeout: 10 * time.Second})
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	var pend []channel.Pending
 	var full error
@@ -235,7 +235,7 @@ func TestUseAfterClose(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	ca, _ := pair(t, a, b, channel.Options{Timeout: time.Second})
-	region, err := ca.RemoteRegion(0)
+	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	require.NoError(t, ca.Close())
 	require.NoError(t, ca.Close(), "Close is idempotent")
@@ -254,7 +254,7 @@ func TestClosedChannelRefusesRequests(t *testing.T) {
 		f := newFabric(t, 2)
 		a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 		ca, _ := pair(t, a, b, opts)
-		region, err := ca.RemoteRegion(0)
+		region, err := ca.RemoteRegion(0, 0)
 		require.NoError(t, err)
 		require.NoError(t, ca.Close())
 		_, rawErr := ca.PostWrite(channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})

@@ -30,7 +30,7 @@ func TestSGETooLongRefused(t *testing.T) {
 			g := channel.Slice(a.mr, 1, wqebuilder.MaxSGELength)
 			require.Equal(t, uint32(wqebuilder.MaxSGELength), g.Length)
 
-			region, err := ca.RemoteRegion(0)
+			region, err := ca.RemoteRegion(0, 0)
 			require.NoError(t, err)
 			copy(b.bytes()[100:], "untouched")
 			for _, n := range []uint32{1 << 31, 0xffffffff} {

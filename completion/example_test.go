@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // A Notifier sleeps until the device raises a completion event instead of
@@ -18,8 +19,7 @@ func ExampleNotifier() {
 	dev, _ := fabric.Open("")
 	defer dev.Close()
 	cq, _ := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, EventChannel: true})
-	d := cq.Descriptor()
-	poll, _ := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
+	poll, _ := transport.NewCQ(cq)
 
 	n, err := completion.NewNotifier(cq, poll)
 	if err != nil {

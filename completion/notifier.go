@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -50,7 +51,7 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 	if cq.CQN() != poll.CQN() {
 		return nil, fmt.Errorf("%s: CQ 0x%x, poller of CQ 0x%x: %w", op, cq.CQN(), poll.CQN(), ErrMismatch)
 	}
-	fd := cq.EventFD()
+	fd := provider.CQEventFD(cq)
 	if fd < 0 {
 		if cq.Closed() {
 			return nil, fmt.Errorf("%s: CQ 0x%x: %w", op, cq.CQN(), ctx.ErrClosed)
@@ -168,7 +169,7 @@ func (n *Notifier) waitEvent(c context.Context) error {
 	var rerr error
 	n.sleeps++
 	err := n.raw.Read(func(uintptr) bool {
-		got, rerr = n.cq.ReadEvent()
+		got, rerr = provider.ReadCQEvent(n.cq)
 		return got || rerr != nil
 	})
 	if stop != nil && !stop() {

@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -34,7 +35,7 @@ func newEventCQ(t *testing.T, depth uint32, events bool) eventCQ {
 	t.Cleanup(func() { _ = c.Close(); _ = f.Close() })
 	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: depth, EventChannel: events})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	p, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	return eventCQ{fabric: f, cq: cq, poll: p}

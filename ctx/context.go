@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+
+	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 )
 
 // EnvProvider is the environment variable that names the provider Open
@@ -31,7 +33,7 @@ type Options struct {
 	DisableBlueFlame bool
 	// Logger, when not nil, receives the Context's control-plane events:
 	// the GID entry ChooseGID picked (Info), every QP state transition
-	// (Debug) and every async event ReadAsyncEvent returns (Error for the
+	// (Debug) and every async event its EventRouter reads (Error for the
 	// fatal and error events, Info for the others). Nil is silent. The data
 	// plane never logs.
 	Logger *slog.Logger
@@ -181,9 +183,9 @@ func (c *Context) QueryGIDs(port uint8) ([]GIDEntry, error) {
 	return g, opErr(op, err)
 }
 
-// ReadAsyncEvent returns the next asynchronous event without blocking; ok
-// is false when none is pending.
-func (c *Context) ReadAsyncEvent() (ev AsyncEvent, ok bool, err error) {
+// readAsyncEvent returns the next asynchronous event without blocking; ok
+// is false when none is pending. The EventRouter reads with it.
+func (c *Context) readAsyncEvent() (ev AsyncEvent, ok bool, err error) {
 	const op = "read async event"
 	defer func() {
 		if ok { // after the unlock: the handler may call the Context
@@ -198,9 +200,9 @@ func (c *Context) ReadAsyncEvent() (ev AsyncEvent, ok bool, err error) {
 	return ev, ok, opErr(op, err)
 }
 
-// AsyncEventFD returns a descriptor that becomes readable when an async
+// asyncEventFD returns a descriptor that becomes readable when an async
 // event is pending, or -1.
-func (c *Context) AsyncEventFD() int { return c.dev.AsyncEventFD() }
+func (c *Context) asyncEventFD() int { return c.dev.AsyncEventFD() }
 
 // AllocProtectionDomain allocates a protection domain.
 func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
@@ -222,8 +224,8 @@ func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
 // CreateCompletionQueue creates a completion queue.
 func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQueue, error) {
 	const op = "create CQ"
-	if cfg.Depth == 0 || cfg.Depth > MaxCQDepth {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("CQ depth %d out of range 1..%d: %w", cfg.Depth, MaxCQDepth, ErrInvalidArgument)}
+	if cfg.Depth == 0 || cfg.Depth > fieldcheck.MaxCQDepth {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("CQ depth %d out of range 1..%d: %w", cfg.Depth, fieldcheck.MaxCQDepth, ErrInvalidArgument)}
 	}
 	if cfg.CQESize == 0 {
 		cfg.CQESize = 64

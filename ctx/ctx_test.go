@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
@@ -47,8 +48,8 @@ type closer struct {
 
 func (c closer) Close() error { return c.f.record("close " + c.name) }
 
-func (f *fake) Devices() ([]ctx.DeviceInfo, error) {
-	return []ctx.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
+func (f *fake) Devices() ([]provider.DeviceInfo, error) {
+	return []provider.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
 }
 func (f *fake) OpenDevice(name string) (provider.Device, error) {
 	if name != "" && name != "fake0" {
@@ -95,9 +96,9 @@ func (fakeMR) RKey() uint32 { return 2 }
 
 type fakeCQ struct{ closer }
 
-func (fakeCQ) Descriptor() ctx.CQDescriptor { return ctx.CQDescriptor{CQN: 9} }
-func (fakeCQ) EventFD() int                 { return -1 }
-func (fakeCQ) ReadEvent() (bool, error)     { return false, nil }
+func (fakeCQ) Descriptor() descriptor.CQ { return descriptor.CQ{CQN: 9} }
+func (fakeCQ) EventFD() int              { return -1 }
+func (fakeCQ) ReadEvent() (bool, error)  { return false, nil }
 
 type fakeQP struct {
 	closer
@@ -107,14 +108,14 @@ type fakeQP struct {
 }
 
 // Descriptor numbers a DCT only once it reached RTR, as mlx5 does.
-func (q *fakeQP) Descriptor() ctx.QPDescriptor {
+func (q *fakeQP) Descriptor() descriptor.QP {
 	switch {
 	case !q.dct:
-		return ctx.QPDescriptor{QPN: 0x42}
+		return descriptor.QP{QPN: 0x42}
 	case q.state >= ctx.QPStateRTR && q.state != ctx.QPStateError:
-		return ctx.QPDescriptor{QPN: 0x43}
+		return descriptor.QP{QPN: 0x43}
 	}
-	return ctx.QPDescriptor{}
+	return descriptor.QP{}
 }
 func (q *fakeQP) Modify(a ctx.QPAttr) error {
 	if a.State == ctx.QPStateRTS && q.state != ctx.QPStateRTR {
@@ -127,7 +128,7 @@ func (q *fakeQP) State() (ctx.QPState, error) { return q.state, nil }
 
 type fakeSRQ struct{ closer }
 
-func (fakeSRQ) Descriptor() ctx.SRQDescriptor { return ctx.SRQDescriptor{SRQN: 3} }
+func (fakeSRQ) Descriptor() descriptor.SRQ { return descriptor.SRQ{SRQN: 3} }
 
 type fakeAH struct{ closer }
 
@@ -235,9 +236,9 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrClosed)
 	_, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1})
 	require.ErrorIs(t, err, ctx.ErrClosed)
-	_, err = w.cq2.ReadEvent()
+	_, err = provider.ReadCQEvent(w.cq2)
 	require.ErrorIs(t, err, ctx.ErrClosed)
-	require.Equal(t, -1, w.cq2.EventFD())
+	require.Equal(t, -1, provider.CQEventFD(w.cq2))
 }
 
 func TestCloseKeepsGoingOnProviderError(t *testing.T) {
@@ -396,7 +397,7 @@ func TestModifyRefreshesDescriptor(t *testing.T) {
 	require.Zero(t, w.qp2.QPN())
 	require.NoError(t, w.qp2.Modify(ctx.QPAttr{State: ctx.QPStateRTR}))
 	require.Equal(t, uint32(0x43), w.qp2.QPN())
-	require.Equal(t, uint32(0x43), w.qp2.Descriptor().QPN)
+	require.Equal(t, uint32(0x43), provider.QPDescriptor(w.qp2).QPN)
 	require.Equal(t, uint32(0x42), w.qp1.QPN())
 }
 

@@ -47,8 +47,8 @@ func (f *EventFilter) match(ev AsyncEvent) bool {
 // own and hands each to the subscribers whose filter selects it, in the
 // order the device raised them. A Context has one router, started by the
 // first call to Context.EventRouter and stopped when the Context closes;
-// from then on the router consumes every event, so ReadAsyncEvent finds
-// none: subscribe with EventFilter.All to see them all.
+// from then on the router consumes every event: subscribe with
+// EventFilter.All to see them all.
 type EventRouter struct {
 	c    *Context
 	stop chan struct{}
@@ -166,7 +166,7 @@ func (r *EventRouter) Flush() error {
 func (r *EventRouter) step() (ok bool, err error) {
 	r.reading.Lock()
 	defer r.reading.Unlock()
-	ev, ok, err := r.c.ReadAsyncEvent()
+	ev, ok, err := r.c.readAsyncEvent()
 	if err != nil || !ok {
 		return false, err
 	}
@@ -193,7 +193,7 @@ func (r *EventRouter) step() (ok bool, err error) {
 // run reads and routes events until the Context closes.
 func (r *EventRouter) run() {
 	defer close(r.done)
-	fd := r.c.AsyncEventFD()
+	fd := r.c.asyncEventFD()
 	for {
 		select {
 		case <-r.stop:

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -83,7 +84,7 @@ func TestEventRouterRoutes(t *testing.T) {
 	require.Equal(t, []ctx.AsyncEventType{ctx.EventCQError}, onCQ.types())
 	require.Equal(t, []ctx.AsyncEventType{ctx.EventPortError, ctx.EventPortActive}, onPort.types())
 	require.Equal(t, []ctx.AsyncEventType{ctx.EventDeviceFatal}, onDevice.types())
-	_, ok, err := c.ReadAsyncEvent()
+	_, ok, err := provider.ReadAsyncEvent(c)
 	require.NoError(t, err)
 	require.False(t, ok, "the router consumed every event")
 

@@ -42,8 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	d := qp.Descriptor()
-	fmt.Println("send ring WQEBBs:", d.SQ.WQECnt, "max inline:", d.MaxInline, "CQEs:", cq.Descriptor().CQECnt)
+	fmt.Println("QP type:", qp.Type(), "CQ depth:", cq.Config().Depth)
 	fmt.Println("MR length:", mr.Len())
 
 	// Closing the PD destroys the QP and deregisters the MR first.
@@ -55,7 +54,7 @@ func Example() {
 	fmt.Println(err)
 	// Output:
 	// device: sim0 software
-	// send ring WQEBBs: 128 max inline: 76 CQEs: 128
+	// QP type: RC CQ depth: 64
 	// MR length: 65536
 	// QP closed: true MR closed: true
 	// ctx: create SRQ: object is closed

@@ -159,8 +159,8 @@ func (d gidDevice) QueryGIDs(uint8) ([]ctx.GIDEntry, error) { return d.gids, nil
 
 type gidProvider struct{ dev gidDevice }
 
-func (p gidProvider) Devices() ([]ctx.DeviceInfo, error) {
-	return []ctx.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
+func (p gidProvider) Devices() ([]provider.DeviceInfo, error) {
+	return []provider.DeviceInfo{{Name: "fake0", Kind: ctx.KindSoftware}}, nil
 }
 func (p gidProvider) OpenDevice(string) (provider.Device, error) { return p.dev, nil }
 

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 )
 
-// Logger returns the logger the Context reports its control-plane events
-// to (Options.Logger, or SetLogger's), nil when it is silent.
-func (c *Context) Logger() *slog.Logger { return c.logger.Load() }
+// currentLogger returns the logger the Context reports its control-plane
+// events to (Options.Logger, or SetLogger's), nil when it is silent.
+func (c *Context) currentLogger() *slog.Logger { return c.logger.Load() }
 
 // SetLogger replaces the Context's logger (nil: silent), for a Context
 // opened without Options (a provider's own Open, as sim.Fabric.Open). It may
@@ -24,7 +24,7 @@ const (
 
 // logGID reports the GID entry ChooseGID selected (Info).
 func (c *Context) logGID(port uint8, sel GIDSelector, e GIDEntry) {
-	l := c.Logger()
+	l := c.currentLogger()
 	if l == nil {
 		return
 	}
@@ -36,7 +36,7 @@ func (c *Context) logGID(port uint8, sel GIDSelector, e GIDEntry) {
 // logTransition reports a queue pair's move from one state to another
 // (Debug: a channel moves each of its QPs through three).
 func (c *Context) logTransition(t QPType, qpn uint32, from, to QPState) {
-	l := c.Logger()
+	l := c.currentLogger()
 	if l == nil {
 		return
 	}
@@ -45,10 +45,10 @@ func (c *Context) logTransition(t QPType, qpn uint32, from, to QPState) {
 		slog.String("from", from.String()), slog.String("to", to.String()))
 }
 
-// logEvent reports an async event read by ReadAsyncEvent: Error for the
+// logEvent reports an async event read by readAsyncEvent: Error for the
 // fatal ones and the errors, Info for the others.
 func (c *Context) logEvent(ev AsyncEvent) {
-	l := c.Logger()
+	l := c.currentLogger()
 	if l == nil {
 		return
 	}

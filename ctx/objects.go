@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -139,17 +140,14 @@ func (mr *MemoryRegion) Close() error {
 }
 
 // CompletionQueue is a completion queue. Its ring is read by a poller
-// (package monocq) built from Descriptor.
+// (transport.NewPoller, transport.NewCQ).
 type CompletionQueue struct {
 	node
 	ctx  *Context
 	h    cqHandle
-	desc CQDescriptor
+	desc descriptor.CQ
 	cfg  CompletionQueueConfig
 }
-
-// Descriptor returns the ring, doorbell record and UAR page of the CQ.
-func (cq *CompletionQueue) Descriptor() CQDescriptor { return cq.desc }
 
 // CQN returns the completion queue number.
 func (cq *CompletionQueue) CQN() uint32 { return cq.desc.CQN }
@@ -160,20 +158,20 @@ func (cq *CompletionQueue) Config() CompletionQueueConfig { return cq.cfg }
 // Context returns the Context the CQ belongs to.
 func (cq *CompletionQueue) Context() *Context { return cq.ctx }
 
-// EventFD returns the completion channel descriptor, -1 without one.
-func (cq *CompletionQueue) EventFD() int {
+// eventFD returns the completion channel descriptor, -1 without one.
+func (cq *CompletionQueue) eventFD() int {
 	if cq.isClosed() {
 		return -1
 	}
 	return cq.h.EventFD()
 }
 
-// ReadEvent consumes and acknowledges one completion event without
+// readEvent consumes and acknowledges one completion event without
 // blocking; ok is false when none is pending. For every event it returns,
 // the poller of the ring must advance its arm sequence number
 // (monocq.CQ.AcknowledgeEvent) before it arms again; completion.Notifier
 // does both (see the package documentation).
-func (cq *CompletionQueue) ReadEvent() (ok bool, err error) {
+func (cq *CompletionQueue) readEvent() (ok bool, err error) {
 	const op = "read CQ event"
 	if err := cq.lock(op); err != nil {
 		return false, err
@@ -198,7 +196,7 @@ type SharedReceiveQueue struct {
 	node
 	pd   *ProtectionDomain
 	h    srqHandle
-	desc SRQDescriptor
+	desc descriptor.SRQ
 	cfg  SRQConfig
 }
 
@@ -225,9 +223,6 @@ func (pd *ProtectionDomain) CreateSRQ(cfg SRQConfig) (*SharedReceiveQueue, error
 	return s, nil
 }
 
-// Descriptor returns the SRQ ring and doorbell record.
-func (s *SharedReceiveQueue) Descriptor() SRQDescriptor { return s.desc }
-
 // SRQN returns the SRQ number.
 func (s *SharedReceiveQueue) SRQN() uint32 { return s.desc.SRQN }
 
@@ -248,18 +243,16 @@ func (s *SharedReceiveQueue) Close() error {
 // vector a UD or DC send WQE carries.
 type AddressHandle struct {
 	node
-	pd   *ProtectionDomain
-	h    ahHandle
-	av   [prm.AVSize]byte
-	attr AddressAttr
+	pd *ProtectionDomain
+	h  ahHandle
+	av [prm.AVSize]byte
 }
 
 // CreateAddressHandle resolves attr into an address vector. An address
-// with a field wider than its verbs and PRM field (SL above MaxSL,
-// SrcPathBits above MaxSrcPathBits, StaticRate above MaxStaticRate,
-// FlowLabel above MaxFlowLabel), or with an SL above MaxRoCESL on an
-// Ethernet port, fails with ErrInvalidArgument before the provider is
-// called.
+// with a field wider than its verbs and PRM field (SL above 15,
+// SrcPathBits above 127, StaticRate above 24, FlowLabel above 2^20-1), or
+// with an SL above 7 on an Ethernet port, fails with ErrInvalidArgument
+// before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
 	if attr.Port == 0 {
@@ -280,7 +273,7 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandl
 		return nil, opErr(op, err)
 	}
 	h := x.(ahHandle)
-	ah := &AddressHandle{pd: pd, h: h, av: h.AV(), attr: attr}
+	ah := &AddressHandle{pd: pd, h: h, av: h.AV()}
 	ah.node.init(pd.t, rankAddressHandle, h.Close, &pd.node)
 	return ah, nil
 }
@@ -288,9 +281,6 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandl
 // AV returns the address vector bytes (struct mlx5_wqe_av) with the key and
 // remote QPN fields left zero for the WQE builder.
 func (ah *AddressHandle) AV() [prm.AVSize]byte { return ah.av }
-
-// Attr returns the attributes the handle was created from.
-func (ah *AddressHandle) Attr() AddressAttr { return ah.attr }
 
 // Closed reports whether the handle has been closed.
 func (ah *AddressHandle) Closed() bool { return ah.isClosed() }

@@ -52,10 +52,10 @@ func TestDisableBlueFlame(t *testing.T) {
 		require.NoError(t, err)
 		qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4}})
 		require.NoError(t, err)
-		require.Equal(t, x.zero, qp.Descriptor().BlueFlameSize == 0)
-		require.NotNil(t, qp.Descriptor().BlueFlame, "the doorbell is still there")
+		require.Equal(t, x.zero, provider.QPDescriptor(qp).BlueFlameSize == 0)
+		require.NotNil(t, provider.QPDescriptor(qp).BlueFlame, "the doorbell is still there")
 		require.NoError(t, qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1}))
-		require.Equal(t, x.zero, qp.Descriptor().BlueFlameSize == 0, "after Modify")
+		require.Equal(t, x.zero, provider.QPDescriptor(qp).BlueFlameSize == 0, "after Modify")
 	}
 	require.NotNil(t, sim.FromContext(c), "the software HCA")
 }

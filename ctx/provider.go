@@ -4,6 +4,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 )
@@ -64,19 +65,19 @@ type (
 		Close() error
 	}
 	cqHandle interface {
-		Descriptor() CQDescriptor
+		Descriptor() descriptor.CQ
 		EventFD() int
 		ReadEvent() (ok bool, err error)
 		Close() error
 	}
 	qpHandle interface {
-		Descriptor() QPDescriptor
+		Descriptor() descriptor.QP
 		Modify(attr QPAttr) error
 		State() (QPState, error)
 		Close() error
 	}
 	srqHandle interface {
-		Descriptor() SRQDescriptor
+		Descriptor() descriptor.SRQ
 		Close() error
 	}
 	ahHandle interface {
@@ -92,6 +93,10 @@ func init() {
 	}
 	seam.Handle = handleOf
 	seam.OnClose = onCloseOf
+	seam.ReadAsyncEvent = func(c any) (any, bool, error) { return c.(*Context).readAsyncEvent() }
+	seam.Descriptor = descriptorOf
+	seam.CQEventFD = func(cq any) int { return cq.(*CompletionQueue).eventFD() }
+	seam.ReadCQEvent = func(cq any) (bool, error) { return cq.(*CompletionQueue).readEvent() }
 }
 
 // handleOf returns the provider handle behind a ctx object, or nil.
@@ -111,6 +116,20 @@ func handleOf(obj any) any {
 		return x.h
 	case *AddressHandle:
 		return x.h
+	}
+	return nil
+}
+
+// descriptorOf returns the descriptor a ctx object keeps of its queue's
+// memory: a descriptor.CQ, descriptor.QP or descriptor.SRQ.
+func descriptorOf(obj any) any {
+	switch x := obj.(type) {
+	case *CompletionQueue:
+		return x.desc
+	case *SharedReceiveQueue:
+		return x.desc
+	case *QueuePair:
+		return x.descriptor()
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package ctx
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
+)
 
 // QueuePairConfig configures a queue pair.
 type QueuePairConfig struct {
@@ -23,13 +27,13 @@ type QueuePairConfig struct {
 
 // QueuePair is a queue pair created from a protection domain. The
 // transports (packages rc, dc, ud) wrap it and build their send-ring writer
-// and pollers from Descriptor.
+// and receive ring on its memory.
 type QueuePair struct {
 	node
 	pd     *ProtectionDomain
 	h      qpHandle
 	cfg    QueuePairConfig
-	desc   QPDescriptor
+	desc   descriptor.QP
 	state  QPState
 	remote uint32
 	// port is the port given at INIT (0 before): a later Modify without
@@ -99,13 +103,14 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QueuePairConfig) (*QueuePair, er
 		return nil, opErr(op, err)
 	}
 	h := qh.(qpHandle)
-	qp := &QueuePair{pd: pd, h: h, cfg: cfg, desc: pd.ctx.descriptor(h.Descriptor()), state: QPStateReset}
+	qp := &QueuePair{pd: pd, h: h, cfg: cfg, desc: pd.ctx.withOptions(h.Descriptor()), state: QPStateReset}
 	qp.node.init(pd.t, rankQueuePair, h.Close, parents...)
 	return qp, nil
 }
 
-// Descriptor returns the QP's rings, doorbell record and BlueFlame register.
-func (qp *QueuePair) Descriptor() QPDescriptor {
+// descriptor returns the QP's rings, doorbell record and BlueFlame
+// register.
+func (qp *QueuePair) descriptor() descriptor.QP {
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()
 	return qp.desc
@@ -179,10 +184,10 @@ func (qp *QueuePair) RemoteQPN() uint32 {
 // transition uses. Attributes that do not fit the verbs and PRM fields
 // they go into, whatever the transition uses (a State beyond QPStateError,
 // unknown Access bits, RemoteQPN, RQPSN or SQPSN wider than 24 bits,
-// MinRNRTimer or Timeout above MaxTimerCode, RetryCount or RNRRetry above
-// MaxRetry, a Path that CreateAddressHandle would refuse), or a Path.SL
-// above MaxRoCESL on an Ethernet port, fail with ErrInvalidArgument before
-// the provider is called.
+// MinRNRTimer or Timeout above 31, RetryCount or RNRRetry above 7, a Path
+// that CreateAddressHandle would refuse), or a Path.SL above 7 on an
+// Ethernet port, fail with ErrInvalidArgument before the provider is
+// called.
 // On error the QP is unchanged. A move to RESET zeroes the
 // doorbell record: whatever posts on the QP must restart its producer
 // indices at 0 (see "Resetting a queue pair" in the package documentation).
@@ -233,7 +238,7 @@ func (qp *QueuePair) Modify(attr QPAttr) error {
 	if attr.State == QPStateRTR && qp.cfg.Type == QPTypeRC {
 		qp.remote = attr.RemoteQPN
 	}
-	qp.desc = qp.pd.ctx.descriptor(qp.h.Descriptor())
+	qp.desc = qp.pd.ctx.withOptions(qp.h.Descriptor())
 	qpn, moved = qp.desc.QPN, true
 	return nil
 }
@@ -251,9 +256,9 @@ func (qp *QueuePair) Close() error {
 	return opErr("destroy QP", qp.closeLocked())
 }
 
-// descriptor applies the Context's options to a provider's QP descriptor:
-// with DisableBlueFlame the register is doorbell only.
-func (c *Context) descriptor(d QPDescriptor) QPDescriptor {
+// withOptions applies the Context's options to a provider's QP
+// descriptor: with DisableBlueFlame the register is doorbell only.
+func (c *Context) withOptions(d descriptor.QP) descriptor.QP {
 	if c.noBlueFlame {
 		d.BlueFlameSize = 0
 	}

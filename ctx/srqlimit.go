@@ -11,7 +11,7 @@ type srqLimitHandle interface {
 
 // ArmLimit arms the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): once
 // the receive WQEs posted to the SRQ and not yet consumed drop below
-// limit, the device raises one EventSRQLimitReached (Context.ReadAsyncEvent)
+// limit, the device raises one EventSRQLimitReached (see EventRouter)
 // and disarms itself, as a ConnectX does; the application posts more
 // receives and arms again. 0 disarms. A limit at or above the SRQ's WQE
 // count is ErrInvalidArgument; a provider without the limit

@@ -273,16 +273,6 @@ func (s *Support) UnmarshalText(b []byte) error {
 // Known reports whether the answer is yes or no.
 func (s Support) Known() bool { return s == SupportNo || s == SupportYes }
 
-// DeviceInfo names a device a provider can open.
-type DeviceInfo struct {
-	// Name is the device name (e.g. "mlx5_0", "sim0").
-	Name string
-	// NodeGUID is the node GUID (host byte order).
-	NodeGUID uint64
-	// Kind says whether it is hardware or the software HCA.
-	Kind Kind
-}
-
 // DeviceAttr holds the attributes of a device (ibv_query_device_ex plus
 // mlx5dv_query_device).
 type DeviceAttr struct {

@@ -57,8 +57,8 @@ var (
 	_ encoding.BinaryUnmarshaler = (*Endpoint)(nil)
 )
 
-// EncodedSize returns the length of e's encoding.
-func (e Endpoint) EncodedSize() int { return headerSize + bodyFixedSize + len(e.Regions)*regionSize }
+// encodedSize returns the length of e's encoding.
+func (e Endpoint) encodedSize() int { return headerSize + bodyFixedSize + len(e.Regions)*regionSize }
 
 // MarshalBinary encodes e after checking every field; an invalid endpoint is
 // an [*Error] matching [ctx.ErrInvalidArgument].
@@ -67,7 +67,7 @@ func (e Endpoint) MarshalBinary() ([]byte, error) {
 		err.Op = opMarshal
 		return nil, err
 	}
-	return e.AppendBinary(make([]byte, 0, e.EncodedSize()))
+	return e.AppendBinary(make([]byte, 0, e.encodedSize()))
 }
 
 // AppendBinary appends e's encoding to b. On error b is returned unchanged.

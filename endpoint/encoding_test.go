@@ -34,7 +34,7 @@ func sampleUD() Endpoint {
 }
 
 func sampleDC() Endpoint {
-	e := Endpoint{Transport: TransportDC, QPN: 0x77, LID: 9, PSN: MaxPSN, MTU: ctx.MTU256,
+	e := Endpoint{Transport: TransportDC, QPN: 0x77, LID: 9, PSN: ctx.MaxPSN, MTU: ctx.MTU256,
 		DCTNumber: maxQPN, DCAccessKey: 0x0123456789abcdef}
 	for i := range MaxRegions {
 		e.Regions = append(e.Regions, RemoteRegion{Address: uint64(i) << 32, Length: uint64(i + 1), RemoteKey: uint32(i), Access: AccessKnown})
@@ -56,7 +56,7 @@ func TestGoldenEncoding(t *testing.T) {
 	b, err := sampleRC().MarshalBinary()
 	require.NoError(t, err)
 	require.Equal(t, want, hex.EncodeToString(b))
-	require.Len(t, b, sampleRC().EncodedSize())
+	require.Len(t, b, sampleRC().encodedSize())
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -204,7 +204,7 @@ func TestValidateAndMarshalErrors(t *testing.T) {
 		{"zero value", func(e *Endpoint) { *e = Endpoint{} }, errUnknownTransport},
 		{"mtu", func(e *Endpoint) { e.MTU = 9 }, errRange},
 		{"qpn", func(e *Endpoint) { e.QPN = maxQPN + 1 }, errRange},
-		{"psn", func(e *Endpoint) { e.PSN = MaxPSN + 1 }, errRange},
+		{"psn", func(e *Endpoint) { e.PSN = ctx.MaxPSN + 1 }, errRange},
 		{"qkey on RC", func(e *Endpoint) { e.QKey = 5 }, errNotApplicable},
 		{"dc key on RC", func(e *Endpoint) { e.DCAccessKey = 5 }, errNotApplicable},
 		{"regions", func(e *Endpoint) { e.Regions = make([]RemoteRegion, MaxRegions+1) }, ErrTooManyRegions},
@@ -232,7 +232,7 @@ func TestValidateAndMarshalErrors(t *testing.T) {
 	}
 	// Boundaries that are valid.
 	e := sampleRC()
-	e.QPN, e.PSN = maxQPN, MaxPSN
+	e.QPN, e.PSN = maxQPN, ctx.MaxPSN
 	e.Regions = []RemoteRegion{{Address: math.MaxUint64, Length: 0}, {Address: 1, Length: math.MaxUint64 - 1}}
 	require.NoError(t, e.Validate())
 }

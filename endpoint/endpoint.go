@@ -78,8 +78,6 @@ func (r RemoteRegion) String() string {
 const (
 	// maxQPN is the largest QPN (and DCT number): they are 24-bit values.
 	maxQPN = 1<<24 - 1
-	// MaxPSN is the largest packet sequence number: PSNs are 24-bit values.
-	MaxPSN = 1<<24 - 1
 	// MaxRegions is the most remote regions one endpoint may carry.
 	MaxRegions = 64
 )
@@ -139,7 +137,7 @@ func (e Endpoint) check() *Error {
 		return &Error{Field: "qpn", Offset: offQPN, Err: errRange,
 			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.QPN)}
 	}
-	if e.PSN > MaxPSN {
+	if e.PSN > ctx.MaxPSN {
 		return &Error{Field: "psn", Offset: offPSN, Err: errRange,
 			Detail: fmt.Sprintf("%#x exceeds 24 bits", e.PSN)}
 	}

@@ -86,8 +86,8 @@ func FuzzRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("valid endpoint does not encode: %v", err)
 		}
-		if len(b) != e.EncodedSize() {
-			t.Fatalf("encoded %d bytes, EncodedSize says %d", len(b), e.EncodedSize())
+		if len(b) != e.encodedSize() {
+			t.Fatalf("encoded %d bytes, encodedSize says %d", len(b), e.encodedSize())
 		}
 		var got Endpoint
 		if err := got.UnmarshalBinary(b); err != nil {

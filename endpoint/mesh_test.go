@@ -365,7 +365,7 @@ func TestDialMeshHostileListener(t *testing.T) {
 			b[len(b)-1] ^= 1
 			return b
 		}, false, []error{ErrAuth}},
-		{"table one endpoint short", true, sealed(meshTable, good[:sampleRC().EncodedSize()]), false, []error{ErrMalformed}},
+		{"table one endpoint short", true, sealed(meshTable, good[:sampleRC().encodedSize()]), false, []error{ErrMalformed}},
 		{"table with trailing bytes", true, sealed(meshTable, append(append([]byte(nil), good...), 0)), false, []error{ErrMalformed, errTrailingBytes}},
 		{"table endpoint invalid", true, func(s *session) []byte {
 			p := append([]byte(nil), good...)

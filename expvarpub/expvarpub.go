@@ -29,15 +29,15 @@ import (
 // (New) or by another source of the Publisher (Add…).
 var ErrExists = errors.New("name already published")
 
-// QueueSource is what counts for one queue pair: *rc.QP, *ud.QP, *dc.DCI,
+// queueSource is what counts for one queue pair: *rc.QP, *ud.QP, *dc.DCI,
 // *dc.DCT and *transport.Queue.
-type QueueSource interface {
+type queueSource interface {
 	Counters() transport.QueueCounters
 }
 
-// ChannelSource is what counts for one channel: *channel.Channel and
+// channelSource is what counts for one channel: *channel.Channel and
 // *channel.MultiChannel.
-type ChannelSource interface {
+type channelSource interface {
 	Counters() channel.Counters
 }
 
@@ -99,10 +99,11 @@ func (p *Publisher) add(e *entry) error {
 	return nil
 }
 
-// AddQueue publishes the counters of a queue pair under name, as of the
-// last Refresh (and of now: it takes a first snapshot). Enable its
-// counting first (EnableCounters), or it shows zeros.
-func (p *Publisher) AddQueue(name string, q QueueSource) error {
+// AddQueue publishes the counters of a queue pair (*rc.QP, *ud.QP,
+// *dc.DCI, *dc.DCT or *transport.Queue) under name, as of the last Refresh
+// (and of now: it takes a first snapshot). Enable its counting first
+// (EnableCounters), or it shows zeros.
+func (p *Publisher) AddQueue(name string, q queueSource) error {
 	if q == nil {
 		return fmt.Errorf("expvarpub: %s: add queue %q: nil source", p.name, name)
 	}
@@ -119,9 +120,10 @@ func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 	return p.add(&entry{name: name, refresh: func() { snap = s.Counters() }, value: func() any { return snap }})
 }
 
-// AddChannel publishes the counters of a channel under name (see
-// AddQueue; build it with channel.Options.Counters).
-func (p *Publisher) AddChannel(name string, ch ChannelSource) error {
+// AddChannel publishes the counters of a channel (*channel.Channel or
+// *channel.MultiChannel) under name (see AddQueue; build it with
+// channel.Options.Counters).
+func (p *Publisher) AddChannel(name string, ch channelSource) error {
 	if ch == nil {
 		return fmt.Errorf("expvarpub: %s: add channel %q: nil source", p.name, name)
 	}

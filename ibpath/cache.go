@@ -43,7 +43,7 @@ func NewAddressCache(pd *ctx.ProtectionDomain) *AddressCache {
 }
 
 func (c *AddressCache) get(p Path) (*cacheEntry, error) {
-	key := p.AddressAttr()
+	key := p.addressAttr()
 	if e := c.entries[key]; e != nil {
 		c.hits++
 		return e, nil
@@ -114,7 +114,7 @@ func (c *AddressCache) Stats() (hits, misses uint64) { return c.hits, c.misses }
 // Evict destroys the handle of p's destination, if cached. An address
 // vector or ud.Remote obtained for it must no longer be used.
 func (c *AddressCache) Evict(p Path) error {
-	key := p.AddressAttr()
+	key := p.addressAttr()
 	e := c.entries[key]
 	if e == nil {
 		return nil

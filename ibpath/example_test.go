@@ -37,8 +37,7 @@ func ExampleModifyToConnected() {
 		fmt.Println(err)
 		return
 	}
-	rtr := p.RTRAttr()
-	fmt.Printf("RTR: remote QPN 0x%x, RQ PSN 0x%x, DLID %d, MTU %v\n", rtr.RemoteQPN, rtr.RQPSN, rtr.Path.DLID, rtr.PathMTU)
+	fmt.Printf("RTR: remote QPN 0x%x, RQ PSN 0x%x, DLID %d, MTU %v\n", p.DQPN, p.DQPSN, p.DLID, p.MTU)
 
 	if err := ibpath.ModifyToConnected(qp, p, ctx.AccessLocalWrite|ctx.AccessRemoteWrite); err != nil {
 		fmt.Println(err)

@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -42,7 +44,7 @@ func newNode(t *testing.T, f *sim.Fabric, name string) *node {
 	require.NoError(t, err)
 	cq, err := dev.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	buf, err := ctx.AllocBuffer(1<<16, ctx.BufferOptions{})
@@ -59,7 +61,7 @@ func (n *node) addr(off int) uint64 { return uint64(n.mr.Addr()) + uint64(off) }
 type testQP struct {
 	qp     *ctx.QueuePair
 	sq     *wqebuilder.SendQueue
-	desc   ctx.QPDescriptor
+	desc   descriptor.QP
 	rqHead uint32
 }
 
@@ -68,7 +70,7 @@ func (n *node) newQP(t *testing.T, typ ctx.QPType) *testQP {
 	qp, err := n.pd.CreateQueuePair(ctx.QueuePairConfig{Type: typ, SendCQ: n.cq, RecvCQ: n.cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 16, RecvDepth: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	d := qp.Descriptor()
+	d := provider.QPDescriptor(qp)
 	sq, err := wqebuilder.New(wqebuilder.Config{Buf: d.SQ.Buf, WQECnt: d.SQ.WQECnt, QPN: d.QPN, DBRec: d.DBRec,
 		BlueFlame: d.BlueFlame, BlueFlameSize: d.BlueFlameSize, MaxInline: d.MaxInline, MaxSGE: d.MaxSendSGE})
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/fieldcheck"
 )
 
 // Path is everything needed to connect a queue pair to a remote one, or to
@@ -220,8 +221,8 @@ func (p Path) Validate() error {
 		{"min RNR timer", uint64(p.MinRNRTimer), maxTimer},
 		{"timeout", uint64(p.Timeout), maxTimer},
 		{"SL", uint64(p.SL), maxSL},
-		{"source path bits", uint64(p.SrcPathBits), ctx.MaxSrcPathBits},
-		{"rate", uint64(p.Rate), ctx.MaxStaticRate},
+		{"source path bits", uint64(p.SrcPathBits), fieldcheck.MaxSrcPathBits},
+		{"rate", uint64(p.Rate), fieldcheck.MaxStaticRate},
 		{"flow label", uint64(p.FlowLabel), maxFlow},
 	} {
 		if err := check(c.name, c.v, c.max); err != nil {
@@ -234,9 +235,9 @@ func (p Path) Validate() error {
 	return nil
 }
 
-// AddressAttr returns the address half of the path, what an address handle
+// addressAttr returns the address half of the path, what an address handle
 // or the RTR transition needs to reach the remote port.
-func (p Path) AddressAttr() ctx.AddressAttr {
+func (p Path) addressAttr() ctx.AddressAttr {
 	a := ctx.AddressAttr{
 		Port:        p.port(),
 		DLID:        p.DLID,
@@ -262,20 +263,20 @@ func (p Path) port() uint8 {
 	return p.Port
 }
 
-// InitAttr returns the RESET→INIT attributes: port, pkey index, the access
+// initAttr returns the RESET→INIT attributes: port, pkey index, the access
 // remote peers get (RC, DCT) and the qkey (UD).
-func (p Path) InitAttr(access ctx.Access) ctx.QPAttr {
+func (p Path) initAttr(access ctx.Access) ctx.QPAttr {
 	return ctx.QPAttr{State: ctx.QPStateInit, Port: p.port(), PKeyIndex: p.PKeyIndex, Access: access, QKey: p.QKey}
 }
 
-// RTRAttr returns the INIT→RTR attributes: the remote QPN and its first
+// rtrAttr returns the INIT→RTR attributes: the remote QPN and its first
 // PSN, the address, the MTU, the responder resources and the RNR timer.
-func (p Path) RTRAttr() ctx.QPAttr {
+func (p Path) rtrAttr() ctx.QPAttr {
 	return ctx.QPAttr{
 		State:           ctx.QPStateRTR,
 		Port:            p.port(),
 		RemoteQPN:       p.DQPN,
-		Path:            p.AddressAttr(),
+		Path:            p.addressAttr(),
 		PathMTU:         p.MTU,
 		RQPSN:           p.DQPSN,
 		MaxDestRdAtomic: p.MaxDestRdAtomic,
@@ -283,9 +284,9 @@ func (p Path) RTRAttr() ctx.QPAttr {
 	}
 }
 
-// RTSAttr returns the RTR→RTS attributes: the first send PSN, the ACK
+// rtsAttr returns the RTR→RTS attributes: the first send PSN, the ACK
 // timeout, the retry counts and the outstanding reads and atomics.
-func (p Path) RTSAttr() ctx.QPAttr {
+func (p Path) rtsAttr() ctx.QPAttr {
 	return ctx.QPAttr{
 		State:       ctx.QPStateRTS,
 		Port:        p.port(),
@@ -304,7 +305,7 @@ func ModifyToInit(qp *ctx.QueuePair, p Path, access ctx.Access) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return qp.Modify(p.InitAttr(access))
+	return qp.Modify(p.initAttr(access))
 }
 
 // ModifyToRTR moves qp from INIT to RTR towards p's remote end. The path
@@ -320,7 +321,7 @@ func ModifyToRTR(qp *ctx.QueuePair, p Path) error {
 	if qp.Type() == ctx.QPTypeRC && p.DQPN == 0 {
 		return fmt.Errorf("ibpath: modify RC QP 0x%x to RTR: no remote QPN: %w", qp.QPN(), ctx.ErrInvalidArgument)
 	}
-	return qp.Modify(p.RTRAttr())
+	return qp.Modify(p.rtrAttr())
 }
 
 // ModifyToRTS moves qp from RTR to RTS with p's send PSN, timeout and
@@ -329,7 +330,7 @@ func ModifyToRTS(qp *ctx.QueuePair, p Path) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return qp.Modify(p.RTSAttr())
+	return qp.Modify(p.rtsAttr())
 }
 
 // ModifyToConnected runs ModifyToInit, ModifyToRTR and ModifyToRTS in turn

@@ -55,30 +55,6 @@ func fullPath() ibpath.Path {
 	}
 }
 
-func TestAttributes(t *testing.T) {
-	p := fullPath()
-	ini := p.InitAttr(ctx.AccessRemoteRead)
-	require.Equal(t, ctx.QPAttr{State: ctx.QPStateInit, Port: 2, PKeyIndex: 3, Access: ctx.AccessRemoteRead, QKey: 0x11112222}, ini)
-
-	av := ctx.AddressAttr{Port: 2, DLID: 9, SL: 3, SrcPathBits: 1, StaticRate: 2, GlobalRoute: true,
-		DGID: ctx.GID{0xfe, 0x80, 15: 2}, SGIDIndex: 1, FlowLabel: 0x12345, TrafficClass: 0x20, HopLimit: 9}
-	require.Equal(t, av, p.AddressAttr())
-
-	rtr := p.RTRAttr()
-	require.Equal(t, ctx.QPAttr{State: ctx.QPStateRTR, Port: 2, RemoteQPN: 0x456, Path: av, PathMTU: ctx.MTU2048,
-		RQPSN: 0xabc, MaxDestRdAtomic: 8, MinRNRTimer: 17}, rtr)
-
-	rts := p.RTSAttr()
-	require.Equal(t, ctx.QPAttr{State: ctx.QPStateRTS, Port: 2, SQPSN: 0x789, Timeout: 19, RetryCount: 5,
-		RNRRetry: 6, MaxRdAtomic: 4}, rts)
-
-	// Without a GRH the GRH fields stay out of the address.
-	p.Global = false
-	require.Equal(t, ctx.AddressAttr{Port: 2, DLID: 9, SL: 3, SrcPathBits: 1, StaticRate: 2}, p.AddressAttr())
-	p.Port = 0
-	require.Equal(t, uint8(1), p.AddressAttr().Port, "port 0 means 1")
-}
-
 func TestReverse(t *testing.T) {
 	p := fullPath()
 	r := p.Reverse()

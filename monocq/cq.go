@@ -16,7 +16,8 @@ import (
 const maxCQECnt = 1 << 23
 
 // Config is the completion ring as the provider created it (the fields of
-// struct mlx5dv_cq). Transports fill it from ctx.CQDescriptor.
+// struct mlx5dv_cq). Transports fill it from what the provider reported of
+// the CQ (transport.NewCQ builds one from a ctx.CompletionQueue).
 type Config struct {
 	// Buf is the first byte of the ring: CQECnt slots of CQESize bytes.
 	// It must be 64-byte aligned and never Go heap memory.
@@ -35,7 +36,7 @@ type Config struct {
 	// CQN is the completion queue number (24 bits).
 	CQN uint32
 	// Memory is the owner of the ring, the doorbell record and the UAR
-	// (ctx.CQDescriptor.Memory): the poller keeps it reachable, so that
+	// (what the provider reported): the poller keeps it reachable, so that
 	// polling a CQ that was closed, even by another goroutine (Context.Close
 	// to stop a poll loop), reads memory that is still mapped. Leave it nil
 	// only for memory that outlives the poller anyway.

@@ -5,8 +5,8 @@
 // the read barrier, decoding of requester, responder and error CQEs and of
 // scatter-to-CQE data, expansion of compressed (mini-CQE) sessions, the
 // consumer-index doorbell record, and arming the CQ for an event. It knows
-// the ring only through Config, plain data that a transport copies from its
-// ctx.CQDescriptor; it never imports ctx, a provider or cgo.
+// the ring only through Config, plain data that a transport copies from what
+// the provider reported of the CQ; it never imports ctx, a provider or cgo.
 //
 // # Polling
 //

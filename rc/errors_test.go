@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -494,7 +495,7 @@ func TestResetAndReconnect(t *testing.T) {
 			require.Equal(t, transport.StateInit, x.qp[i].State())
 			// RESET zeroed the doorbell record: both producer indices
 			// start again at 0, and so must the queue's builder.
-			db := x.qp[i].Handle().Descriptor().DBRec
+			db := provider.QPDescriptor(x.qp[i].Handle()).DBRec
 			require.Zero(t, prm.Load32(db), "receive doorbell record after RESET")
 			require.Zero(t, prm.Load32(unsafe.Add(db, prm.DoorbellRecordSendB)), "send doorbell record after RESET")
 			_, err := x.qp[i].Post(1, 0)

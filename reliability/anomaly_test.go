@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -155,7 +156,7 @@ func TestCQOverrun(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Connect(peer.Endpoint()))
 	require.NoError(t, peer.Connect(q.Endpoint()))
-	n := int(small.Descriptor().CQECnt) + 3
+	n := int(provider.CQDescriptor(small).CQECnt) + 3
 	for i := range n {
 		st, err := q.Post(uint64(i), wqebuilder.Signaled)
 		require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestCQOverrun(t *testing.T) {
 	require.Equal(t, uint64(1), x.f.Stats().CQOverruns)
 	var events []ctx.AsyncEventType
 	for {
-		ev, ok, err := x.c[0].ReadAsyncEvent()
+		ev, ok, err := provider.ReadAsyncEvent(x.c[0])
 		require.NoError(t, err)
 		if !ok {
 			break
@@ -181,7 +182,7 @@ func TestCQOverrun(t *testing.T) {
 	require.Equal(t, ctx.QPStateError, st)
 
 	got := poll(poller)
-	require.Len(t, got, int(small.Descriptor().CQECnt), "the ring holds what it held, nothing overwritten")
+	require.Len(t, got, int(provider.CQDescriptor(small).CQECnt), "the ring holds what it held, nothing overwritten")
 	for i, c := range got {
 		require.Equal(t, uint64(i), c.WRID)
 		require.NoError(t, c.Err())

@@ -13,7 +13,9 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -42,7 +44,7 @@ func requireNoFault(t *testing.T, what string, f func()) {
 }
 
 // sendDoorbell reads the send counter of a QP's doorbell record.
-func sendDoorbell(d ctx.QPDescriptor) uint32 {
+func sendDoorbell(d descriptor.QP) uint32 {
 	return prm.Load32(unsafe.Add(d.DBRec, prm.DoorbellRecordSendB))
 }
 
@@ -65,7 +67,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			x := newFabric(t, sim.Options{})
 			p := newRCPair(t, x, rc.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 32})
 			q := p.qp[0]
-			d := q.Handle().Descriptor()
+			d := provider.QPDescriptor(q.Handle())
 			db := sendDoorbell(d)
 			st, err := q.Post(1, wqebuilder.Signaled)
 			require.NoError(t, err)
@@ -92,7 +94,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			require.NoError(t, err)
 			remote, err := u.NewRemote(u.Endpoint())
 			require.NoError(t, err)
-			d := u.Handle().Descriptor()
+			d := provider.QPDescriptor(u.Handle())
 			db := sendDoorbell(d)
 			st, err := u.Post(1, wqebuilder.Signaled, remote)
 			require.NoError(t, err)
@@ -118,7 +120,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			require.NoError(t, err)
 			remote, err := dci.NewRemote(dct.Endpoint())
 			require.NoError(t, err)
-			d := dci.Handle().Descriptor()
+			d := provider.QPDescriptor(dci.Handle())
 			db := sendDoorbell(d)
 			st, err := dci.Post(1, wqebuilder.Signaled, remote)
 			require.NoError(t, err)
@@ -176,7 +178,7 @@ func TestSendQueueAfterClose(t *testing.T) {
 	u, err := ud.New(x.pd[0], cq, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
 	require.NoError(t, err)
 	before := u.SendQueue()
-	d := u.Handle().Descriptor()
+	d := provider.QPDescriptor(u.Handle())
 	db := sendDoorbell(d)
 	require.NoError(t, u.Close())
 	var av [prm.AVSize]byte

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -123,7 +124,7 @@ func controlPlaneRound(c *ctx.Context, f *sim.Fabric, busy uint32) error {
 		}
 	}
 	_ = f.Stats()
-	if _, _, err := c.ReadAsyncEvent(); err != nil {
+	if _, _, err := provider.ReadAsyncEvent(c); err != nil {
 		return err
 	}
 	return q.Close()

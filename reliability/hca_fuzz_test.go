@@ -10,7 +10,9 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -39,7 +41,7 @@ type hcaWorld struct {
 	f        *sim.Fabric
 	c        [2]*ctx.Context
 	mr       [2]*ctx.MemoryRegion
-	req      ctx.QPDescriptor
+	req      descriptor.QP
 	respRing []byte // the responder's RQ or SRQ ring
 	respDB   unsafe.Pointer
 	dct      uint32 // DCT number (DC)
@@ -84,13 +86,13 @@ func newHCAWorld(t testing.TB, kind int) *hcaWorld {
 		require.NoError(t, err)
 		require.NoError(t, a.Connect(b.Endpoint()))
 		require.NoError(t, b.Connect(a.Endpoint()))
-		w.req, resp = a.Handle().Descriptor(), b.Handle()
+		w.req, resp = provider.QPDescriptor(a.Handle()), b.Handle()
 	case 1:
 		a, err := ud.New(pd[0], cq[0], ud.Config{SendDepth: fuzzSQDepth, MaxSendSGE: 2, MaxInline: 64, QKey: 9})
 		require.NoError(t, err)
 		b, err := ud.New(pd[1], cq[1], ud.Config{SendDepth: 1, RecvDepth: 4, MaxRecvSGE: 2, QKey: 9})
 		require.NoError(t, err)
-		w.req, resp, w.qkey = a.Handle().Descriptor(), b.Handle(), 9
+		w.req, resp, w.qkey = provider.QPDescriptor(a.Handle()), b.Handle(), 9
 	default:
 		srq, err := transport.NewSharedReceiveQueue(pd[1], transport.SRQConfig{Depth: 4, MaxSGE: 2})
 		require.NoError(t, err)
@@ -99,14 +101,14 @@ func newHCAWorld(t testing.TB, kind int) *hcaWorld {
 		dci, err := dc.NewDCI(pd[0], cq[0], dc.DCIConfig{SendDepth: fuzzSQDepth, MaxSendSGE: 2, MaxInline: 64,
 			RNRRetry: 1, RetryCount: 1, Timeout: 1})
 		require.NoError(t, err)
-		w.req, w.dct = dci.Handle().Descriptor(), dct.QPN()
-		sd := srq.Handle().Descriptor()
+		w.req, w.dct = provider.QPDescriptor(dci.Handle()), dct.QPN()
+		sd := provider.SRQDescriptor(srq.Handle())
 		w.respRing = unsafe.Slice((*byte)(sd.Buf), sd.WQECnt*sd.Stride)
 		w.respDB = sd.DBRec
 		w.respQPN = dct.QPN()
 		return w
 	}
-	d := resp.Descriptor()
+	d := provider.QPDescriptor(resp)
 	w.respRing = unsafe.Slice((*byte)(d.RQ.Buf), d.RQ.WQECnt*d.RQ.Stride)
 	w.respDB = d.DBRec
 	w.respQPN = d.QPN

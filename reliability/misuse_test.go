@@ -13,7 +13,9 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -70,7 +72,7 @@ func TestRingsHaveGuardPages(t *testing.T) {
 	p := newRCPair(t, x, rc.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 32})
 	srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 5})
 	require.NoError(t, err)
-	d := p.qp[0].Handle().Descriptor()
+	d := provider.QPDescriptor(p.qp[0].Handle())
 	type area struct {
 		what  string
 		p     unsafe.Pointer
@@ -78,8 +80,8 @@ func TestRingsHaveGuardPages(t *testing.T) {
 		pages []byte
 		tail  []byte
 	}
-	cd := p.cq[0].Descriptor()
-	sd := srq.Handle().Descriptor()
+	cd := provider.CQDescriptor(p.cq[0])
+	sd := provider.SRQDescriptor(srq.Handle())
 	areas := []*area{
 		{what: "send ring", p: d.SQ.Buf, n: int(d.SQ.WQECnt) * prm.WQEBBSize},
 		{what: "receive ring", p: d.RQ.Buf, n: int(d.RQ.WQECnt * d.RQ.Stride)},
@@ -117,7 +119,7 @@ type sendSide struct {
 	snaps [][]byte
 }
 
-func snapSend(d ctx.QPDescriptor) *sendSide {
+func snapSend(d descriptor.QP) *sendSide {
 	s := &sendSide{pages: [][]byte{
 		pageOf(d.SQ.Buf, int(d.SQ.WQECnt)*prm.WQEBBSize),
 		pageOf(d.DBRec, 8),
@@ -183,7 +185,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		qp, err := rc.New(x.pd[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
 		require.NoError(t, err)
-		snap := snapSend(qp.Handle().Descriptor())
+		snap := snapSend(provider.QPDescriptor(qp.Handle()))
 		st, err := qp.Post(1, wqebuilder.Signaled)
 		requireRefused(t, st, err, transport.ErrNotConnected, qp.QPN())
 		require.Contains(t, err.Error(), "rc: post send on QP")
@@ -200,7 +202,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		n := 0
 		for ; ; n++ {
 			require.Less(t, n, 1000)
-			before := snapSend(q.Handle().Descriptor())
+			before := snapSend(provider.QPDescriptor(q.Handle()))
 			pi := q.SendQueue().ProducerIndex()
 			st, err := q.Post(uint64(n), 0)
 			require.NoError(t, err)
@@ -228,7 +230,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		p := newRCPair(t, x, rc.Config{SendDepth: 8, MaxInline: 16})
 		q := p.qp[0]
 		lim := q.Limits().MaxInline
-		before := snapSend(q.Handle().Descriptor())
+		before := snapSend(provider.QPDescriptor(q.Handle()))
 		st, err := q.Post(1, wqebuilder.Signaled)
 		require.NoError(t, err)
 		window := int(transportMaxWQEBBs(q)) * prm.WQEBBSize
@@ -247,7 +249,7 @@ func TestMisuseIsRefused(t *testing.T) {
 	t.Run("too many SGEs", func(t *testing.T) {
 		p := newRCPair(t, x, rc.Config{SendDepth: 8, RecvDepth: 8, MaxSendSGE: 2, MaxRecvSGE: 2})
 		q := p.qp[0]
-		before := snapSend(q.Handle().Descriptor())
+		before := snapSend(provider.QPDescriptor(q.Handle()))
 		st, err := q.Post(1, wqebuilder.Signaled)
 		require.NoError(t, err)
 		ds := st.RdmaWrite(p.r[1].addr(0), p.r[1].rkey())
@@ -322,7 +324,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		p := newRCPair(t, x, rc.Config{SendDepth: 8, RecvDepth: 8})
 		q := p.qp[0]
 		require.NoError(t, q.Fail())
-		snap := snapSend(q.Handle().Descriptor())
+		snap := snapSend(provider.QPDescriptor(q.Handle()))
 		st, err := q.Post(1, wqebuilder.Signaled)
 		requireRefused(t, st, err, transport.ErrQPError, q.QPN())
 		require.ErrorIs(t, q.PostRecv(1, p.r[0].addr(0), 8, p.r[0].lkey()), transport.ErrQPError)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
@@ -77,7 +78,7 @@ func TestAdoptSharedReceiveQueueAndDC(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, simadopt.SRQInfo{SRQN: srqn, Ring: ring.Pointer(), Count: srqCnt, Stride: srqStride, DBRec: srqDB.Pointer(),
 		PDN: func() uint32 { n, _ := protectionDomainNumber(pdB); return n }()}, info)
-	ts := &testSRQ{d: ctx.SRQDescriptor{Buf: ring.Pointer(), DBRec: srqDB.Pointer(), Stride: srqStride, WQECnt: srqCnt},
+	ts := &testSRQ{d: descriptor.SRQ{Buf: ring.Pointer(), DBRec: srqDB.Pointer(), Stride: srqStride, WQECnt: srqCnt},
 		head: 0, tail: srqCnt - 1}
 
 	dst := alloc(4096)

@@ -16,7 +16,7 @@ func readEvents(t *testing.T, c *ctx.Context) []ctx.AsyncEvent {
 	t.Helper()
 	var out []ctx.AsyncEvent
 	for {
-		ev, ok, err := c.ReadAsyncEvent()
+		ev, ok, err := provider.ReadAsyncEvent(c)
 		require.NoError(t, err)
 		if !ok {
 			return out

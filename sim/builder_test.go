@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -19,7 +20,7 @@ import (
 
 func sendQueue(t testing.TB, q *testQP) *wqebuilder.SendQueue {
 	t.Helper()
-	d := q.qp.Descriptor()
+	d := provider.QPDescriptor(q.qp)
 	sq, err := wqebuilder.New(wqebuilder.Config{Buf: d.SQ.Buf, WQECnt: d.SQ.WQECnt, QPN: d.QPN, DBRec: d.DBRec,
 		BlueFlame: d.BlueFlame, BlueFlameSize: d.BlueFlameSize, MaxInline: d.MaxInline, MaxSGE: d.MaxSendSGE})
 	require.NoError(t, err)
@@ -28,7 +29,7 @@ func sendQueue(t testing.TB, q *testQP) *wqebuilder.SendQueue {
 
 func poller(t testing.TB, c *testCQ) *monocq.CQ {
 	t.Helper()
-	d := c.cq.Descriptor()
+	d := provider.CQDescriptor(c.cq)
 	cq, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	return cq

@@ -65,9 +65,9 @@
 // is not the QP's, an opcode the transport does not allow, a zero-length
 // receive entry, and (in Manual mode) BlueFlame buffer bytes that differ from
 // the WQE in the ring. Violations and CheckViolations return them;
-// Options.OnViolation sees each one as it happens; StrictFatal rejects the
-// offending WQE with LOCAL_QP_OP_ERR. The default Fabric is strict unless
-// MLX5KIT_SIM_STRICT=0 ("fatal" makes it StrictFatal).
+// StrictFatal rejects the offending WQE with LOCAL_QP_OP_ERR. The default
+// Fabric is strict unless MLX5KIT_SIM_STRICT=0 ("fatal" makes it
+// StrictFatal).
 //
 // # Running
 //

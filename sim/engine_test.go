@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // waitCQE polls until one CQE arrives or the deadline passes.
@@ -176,13 +177,13 @@ func TestCQOptions(t *testing.T) {
 
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16, CQESize: 128, CQEPadding: true, CompVector: a.CompVectors - 1})
 	require.NoError(t, err)
-	require.Equal(t, uint32(128), cq.Descriptor().CQESize)
+	require.Equal(t, uint32(128), provider.CQDescriptor(cq).CQESize)
 	require.True(t, cq.Config().CQEPadding)
 	require.Equal(t, a.CompVectors-1, cq.Config().CompVector)
 	// The padded CQ completes like any other.
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: cq.Descriptor()}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: provider.CQDescriptor(cq)}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)

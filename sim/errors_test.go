@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // requireErr checks one error CQE.
@@ -85,7 +86,7 @@ func TestRemoteAccess(t *testing.T) {
 			require.Equal(t, ctx.QPStateError, qpState(t, a))
 			require.Equal(t, ctx.QPStateError, qpState(t, b), "an RC responder moves to error on an access violation")
 			require.Equal(t, before, e.mem2(8192, 4096))
-			ev, ok, err := e.c2.ReadAsyncEvent()
+			ev, ok, err := provider.ReadAsyncEvent(e.c2)
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, ctx.EventQPAccessError, ev.Type)
@@ -272,7 +273,7 @@ func TestFlushExactlyOnce(t *testing.T) {
 	e.run()
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeWRFlush, j)
 	require.Empty(t, a.scq.drain())
-	ev, ok, err := e.c.ReadAsyncEvent()
+	ev, ok, err := provider.ReadAsyncEvent(e.c)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ctx.EventQPFatal, ev.Type)
@@ -312,7 +313,7 @@ func TestCQOverrun(t *testing.T) {
 	require.Equal(t, ctx.QPStateError, qpState(t, a))
 	var types []ctx.AsyncEventType
 	for {
-		ev, ok, err := e.c.ReadAsyncEvent()
+		ev, ok, err := provider.ReadAsyncEvent(e.c)
 		require.NoError(t, err)
 		if !ok {
 			break

@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -22,7 +23,7 @@ func TestArmSequenceThroughNotifier(t *testing.T) {
 	e := newEnv(t, Options{})
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	n, err := completion.NewNotifier(cq, poll)
@@ -30,7 +31,7 @@ func TestArmSequenceThroughNotifier(t *testing.T) {
 	defer n.Close()
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 
@@ -72,12 +73,12 @@ func TestStaleArmSequence(t *testing.T) {
 	e.allowViolations = true
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
 	require.NoError(t, err)
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 
@@ -85,10 +86,10 @@ func TestStaleArmSequence(t *testing.T) {
 	e.run()
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 	e.run()
-	ok, err := cq.ReadEvent()
+	ok, err := provider.ReadCQEvent(cq)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = cq.ReadEvent()
+	ok, err = provider.ReadCQEvent(cq)
 	require.NoError(t, err)
 	require.False(t, ok, "one event, consumed once")
 	require.Equal(t, 1, poll.Poll(8, func(*monocq.CQE) {}))
@@ -114,10 +115,10 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 	e := newEnv(t, Options{})
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 
@@ -130,7 +131,7 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 	e.run()
 	require.Equal(t, prm.CQEReq, q.scq.one(t).op)
-	ok, err := cq.ReadEvent()
+	ok, err := provider.ReadCQEvent(cq)
 	require.NoError(t, err)
 	require.False(t, ok, "an unsolicited success does not fire a solicited-only arm")
 	require.True(t, armed(e, cq.CQN()))
@@ -139,7 +140,7 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 	i := q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(8, 0x4242, e.addr(0)))
 	e.run()
 	requireErr(t, q.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalProt, i)
-	ok, err = cq.ReadEvent()
+	ok, err = provider.ReadCQEvent(cq)
 	require.NoError(t, err)
 	require.True(t, ok, "an error completion fires a solicited-only arm")
 	require.False(t, armed(e, cq.CQN()))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -60,12 +61,12 @@ func Example() {
 
 	// The receiver posts one receive WQE (a write with immediate consumes
 	// one): a single terminator segment, since no bytes land in it.
-	rd := b.qp.Descriptor()
+	rd := provider.QPDescriptor(b.qp)
 	prm.PutDataEnd(rd.RQ.Buf)
 	prm.Store32(rd.DBRec, 1)
 
 	// The sender builds and posts the WQE.
-	d := a.qp.Descriptor()
+	d := provider.QPDescriptor(a.qp)
 	sq := must(wqebuilder.New(wqebuilder.Config{Buf: d.SQ.Buf, WQECnt: d.SQ.WQECnt, QPN: d.QPN, DBRec: d.DBRec,
 		BlueFlame: d.BlueFlame, BlueFlameSize: d.BlueFlameSize, MaxInline: d.MaxInline, MaxSGE: d.MaxSendSGE}))
 	err := sq.Begin(42, wqebuilder.Signaled).
@@ -79,7 +80,7 @@ func Example() {
 	must(0, f.RunUntilIdle())
 
 	poll := func(s *side) {
-		cd := s.cq.Descriptor()
+		cd := provider.CQDescriptor(s.cq)
 		cq := must(monocq.New(monocq.Config{Buf: cd.Buf, CQECnt: cd.CQECnt, CQESize: cd.CQESize, DBRec: cd.DBRec, UAR: cd.UAR, CQN: cd.CQN}))
 		cq.Poll(8, func(c *monocq.CQE) {
 			fmt.Printf("%v wqe_counter=%d bytes=%d imm=%#x\n", c.Opcode(), c.WQECounter(), c.ByteCount(), c.Immediate())
@@ -112,7 +113,7 @@ func ExampleFabric_Violations() {
 	cq := must(c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4}))
 	qp := must(pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 4}}))
 	must(0, qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
-	d := qp.Descriptor()
+	d := provider.QPDescriptor(qp)
 	*(*uint32)(unsafe.Add(d.DBRec, 4)) = 1 // should be prm.Store32
 	must(0, f.RunUntilIdle())
 	for _, v := range f.Violations() {

@@ -49,9 +49,6 @@ type Options struct {
 	// LOCAL_QP_OP_ERR, and RunUntilIdle returns ErrViolation. It implies
 	// Strict.
 	StrictFatal bool
-	// OnViolation, when set, is called (with the model's lock held: it must
-	// not call back into the Fabric) for every violation recorded.
-	OnViolation func(Violation)
 	// IdleSleep caps the engine's back-off sleep when there is no work
 	// (default 500µs). Lower values cut the latency after an idle period at
 	// the cost of more wake-ups.
@@ -256,7 +253,7 @@ func defaultOptions(strict string) Options {
 type fabricProvider struct{ f *Fabric }
 
 // Devices lists the HCAs.
-func (p fabricProvider) Devices() ([]ctx.DeviceInfo, error) { return p.f.devices() }
+func (p fabricProvider) Devices() ([]provider.DeviceInfo, error) { return p.f.devices() }
 
 // OpenDevice opens an HCA by name; "" opens the first.
 func (p fabricProvider) OpenDevice(name string) (provider.Device, error) {
@@ -330,16 +327,16 @@ func (f *Fabric) Close() error {
 }
 
 // devices lists the HCAs.
-func (f *Fabric) devices() ([]ctx.DeviceInfo, error) {
+func (f *Fabric) devices() ([]provider.DeviceInfo, error) {
 	f.mu.Lock()
 	err := f.joinLocked()
 	f.mu.Unlock()
 	if err != nil {
 		return nil, provider.Errorf("sim: list devices", "%w", err)
 	}
-	out := make([]ctx.DeviceInfo, len(f.hcas))
+	out := make([]provider.DeviceInfo, len(f.hcas))
 	for i, h := range f.hcas {
-		out[i] = ctx.DeviceInfo{Name: h.name, NodeGUID: h.guid, Kind: ctx.KindSoftware}
+		out[i] = provider.DeviceInfo{Name: h.name, NodeGUID: h.guid, Kind: ctx.KindSoftware}
 	}
 	return out, nil
 }

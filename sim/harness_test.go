@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // The tests drive the model with their own tiny WQE/CQE encoder written
@@ -83,7 +85,7 @@ func (e *env) mem2(off, n int) []byte { return e.buf2.Bytes()[off : off+n] }
 
 type testCQ struct {
 	cq *ctx.CompletionQueue
-	d  ctx.CQDescriptor
+	d  descriptor.CQ
 	ci uint32
 }
 
@@ -109,7 +111,7 @@ func (e *env) newCQ(c *ctx.Context, depth uint32, size uint32) *testCQ {
 	e.t.Helper()
 	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: depth, CQESize: size})
 	require.NoError(e.t, err)
-	return &testCQ{cq: cq, d: cq.Descriptor()}
+	return &testCQ{cq: cq, d: provider.CQDescriptor(cq)}
 }
 
 func (c *testCQ) poll() (cqe, bool) {
@@ -174,7 +176,7 @@ func (c *testCQ) one(t testing.TB) cqe {
 type testQP struct {
 	e      *env
 	qp     *ctx.QueuePair
-	d      ctx.QPDescriptor
+	d      descriptor.QP
 	scq    *testCQ
 	rcq    *testCQ
 	pi     uint16
@@ -225,7 +227,7 @@ func (e *env) newQP(pd *ctx.ProtectionDomain, o qpOpts) *testQP {
 	}
 	qp, err := pd.CreateQueuePair(cfg)
 	require.NoError(e.t, err)
-	return &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: scq, rcq: rcq}
+	return &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: scq, rcq: rcq}
 }
 
 func lidOf(t testing.TB, c *ctx.Context) uint16 {
@@ -379,7 +381,7 @@ func (q *testQP) postRecv(sges ...[]byte) uint16 {
 
 type testSRQ struct {
 	srq        *ctx.SharedReceiveQueue
-	d          ctx.SRQDescriptor
+	d          descriptor.SRQ
 	head, tail uint16
 	counter    uint16
 }
@@ -388,7 +390,7 @@ func (e *env) newSRQ(pd *ctx.ProtectionDomain, depth, sge uint32) *testSRQ {
 	e.t.Helper()
 	s, err := pd.CreateSRQ(ctx.SRQConfig{Depth: depth, MaxSGE: sge})
 	require.NoError(e.t, err)
-	d := s.Descriptor()
+	d := provider.SRQDescriptor(s)
 	return &testSRQ{srq: s, d: d, head: uint16(d.Head), tail: uint16(d.Tail)}
 }
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
@@ -167,8 +168,8 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.
 	return c, nil
 }
 
-func (c *cq) Descriptor() ctx.CQDescriptor {
-	return ctx.CQDescriptor{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn, Memory: c.mem}
+func (c *cq) Descriptor() descriptor.CQ {
+	return descriptor.CQ{Buf: c.ring, CQECnt: c.cnt, CQESize: c.size, DBRec: c.db, UAR: c.uar, CQN: c.cqn, Memory: c.mem}
 }
 
 func (c *cq) EventFD() int { return c.evfd }
@@ -274,8 +275,8 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	return s, nil
 }
 
-func (s *srq) Descriptor() ctx.SRQDescriptor {
-	return ctx.SRQDescriptor{Buf: s.ring, DBRec: s.db, Stride: s.stride, WQECnt: s.cnt,
+func (s *srq) Descriptor() descriptor.SRQ {
+	return descriptor.SRQ{Buf: s.ring, DBRec: s.db, Stride: s.stride, WQECnt: s.cnt,
 		Head: 0, Tail: s.cnt - 1, SRQN: s.srqn, MaxRecvSGE: s.maxSGE, Memory: s.mem}
 }
 
@@ -449,12 +450,12 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 	return q, nil
 }
 
-func (q *qp) Descriptor() ctx.QPDescriptor {
-	d := ctx.QPDescriptor{
+func (q *qp) Descriptor() descriptor.QP {
+	d := descriptor.QP{
 		QPN:        q.qpn,
 		DBRec:      q.db,
-		SQ:         ctx.RingDescriptor{Buf: q.sq, WQECnt: q.sqCnt, Stride: prm.WQEBBSize},
-		RQ:         ctx.RingDescriptor{Buf: q.rq, WQECnt: q.rqCnt, Stride: q.rqStride},
+		SQ:         descriptor.Ring{Buf: q.sq, WQECnt: q.sqCnt, Stride: prm.WQEBBSize},
+		RQ:         descriptor.Ring{Buf: q.rq, WQECnt: q.rqCnt, Stride: q.rqStride},
 		BlueFlame:  q.bf,
 		MaxInline:  q.maxInline,
 		MaxSendSGE: q.maxSendSGE,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 func TestSharedUD(t *testing.T) {
@@ -106,7 +107,7 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	st, err := t1.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTR, st)
-	ev, ok, err := e2.c.ReadAsyncEvent()
+	ev, ok, err := provider.ReadAsyncEvent(e2.c)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ctx.EventQPAccessError, ev.Type)

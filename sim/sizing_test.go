@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -54,7 +55,7 @@ func TestSendQueueLimitsPerType(t *testing.T) {
 			require.NoError(t, err, "%v %s at the limit", typ, c.name)
 			_, g, err := sqsize.Plan(typ, c.caps, sendQueueDevice)
 			require.NoError(t, err)
-			d := qp.Descriptor()
+			d := provider.QPDescriptor(qp)
 			require.Equal(t, g.WQECnt, d.SQ.WQECnt, "%v %s", typ, c.name)
 			require.Equal(t, g.MaxInline, d.MaxInline, "%v %s", typ, c.name)
 			require.Equal(t, g.MaxSGE, d.MaxSendSGE, "%v %s", typ, c.name)

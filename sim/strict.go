@@ -98,9 +98,6 @@ func (f *Fabric) violate(v Violation) bool {
 		f.violations = append(f.violations, v)
 	}
 	f.stats.Violations++
-	if f.opts.OnViolation != nil {
-		f.opts.OnViolation(v)
-	}
 	if f.opts.StrictFatal {
 		f.fatal = true
 		return true

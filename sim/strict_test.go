@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 func violationKinds(f *Fabric) []ViolationKind {
@@ -135,14 +136,12 @@ func TestStrictWQEIndexQPNAndOpcode(t *testing.T) {
 func TestStrictFatal(t *testing.T) {
 	e := newEnv(t, Options{StrictFatal: true})
 	e.allowViolations = true
-	var seen []Violation
-	e.f.opts.OnViolation = func(v Violation) { seen = append(seen, v) }
 	a, _ := e.rcPair(qpOpts{})
 	w := ctrlSeg(prm.OpNop, 0, a.pi+1, a.qp.QPN(), 1, prm.FlagCQUpdate, 0)
 	a.write(append(w, make([]byte, 48)...))
 	a.ring()
 	require.ErrorIs(t, e.f.RunUntilIdle(), ErrViolation)
-	require.Len(t, seen, 1)
+	require.Len(t, e.f.Violations(), 1)
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalQPOp, 0)
 	e.f.clearViolations()
 	require.NoError(t, e.f.RunUntilIdle())
@@ -161,7 +160,7 @@ func TestStrictOff(t *testing.T) {
 	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 4}})
 	require.NoError(t, err)
 	require.NoError(t, qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
-	d := qp.Descriptor()
+	d := provider.QPDescriptor(qp)
 	*(*uint32)(unsafe.Add(d.DBRec, 4)) = bits.ReverseBytes32(0x01000000)
 	require.NoError(t, f.RunUntilIdle())
 	require.Empty(t, f.Violations(), "violations are recorded only in strict mode")
@@ -172,11 +171,11 @@ func TestCQArmAndEvent(t *testing.T) {
 	a, _ := e.rcPair(qpOpts{})
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, cq.EventFD(), 0)
-	d := cq.Descriptor()
+	require.GreaterOrEqual(t, provider.CQEventFD(cq), 0)
+	d := provider.CQDescriptor(cq)
 	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, RecvCQ: a.rcq.cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
 	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: qp.Descriptor(), scq: &testCQ{cq: cq, d: d}}
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
 
@@ -189,38 +188,38 @@ func TestCQArmAndEvent(t *testing.T) {
 		prm.Store32(unsafe.Add(d.DBRec, 4), word)
 		prm.Store64(unsafe.Add(d.UAR, prm.CQDoorbellOffset), uint64(word)<<32|uint64(d.CQN))
 	}
-	ok, err := cq.ReadEvent()
+	ok, err := provider.ReadCQEvent(cq)
 	require.NoError(t, err)
 	require.False(t, ok)
 	// Not armed: no event.
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 	e.run()
 	q.scq.drain()
-	ok, _ = cq.ReadEvent()
+	ok, _ = provider.ReadCQEvent(cq)
 	require.False(t, ok)
 	// Armed: one event for the next completion.
 	arm(0, false)
 	e.run()
-	ok, _ = cq.ReadEvent()
+	ok, _ = provider.ReadCQEvent(cq)
 	require.False(t, ok)
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 	e.run()
-	ok, _ = cq.ReadEvent()
+	ok, _ = provider.ReadCQEvent(cq)
 	require.True(t, ok)
-	ok, _ = cq.ReadEvent()
+	ok, _ = provider.ReadCQEvent(cq)
 	require.False(t, ok, "one event per arm")
 	// Arming with completions pending fires at once.
 	arm(1, false)
 	e.run()
-	ok, _ = cq.ReadEvent()
+	ok, _ = provider.ReadCQEvent(cq)
 	require.True(t, ok)
 	q.scq.drain()
 	// Solicited-only: an unsolicited completion does not fire.
 	arm(2, true)
 	q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 	e.run()
-	ok, _ = cq.ReadEvent()
+	ok, _ = provider.ReadCQEvent(cq)
 	require.False(t, ok)
 	require.Empty(t, e.f.Violations())
 }

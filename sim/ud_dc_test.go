@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 func (e *env) udQP(pd *ctx.ProtectionDomain, qkey uint32, o qpOpts) *testQP {
@@ -242,7 +243,7 @@ func TestDCWrongKeyAndUnknownTarget(t *testing.T) {
 	st, err := t1.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTR, st, "a DCT does not go to error")
-	ev, ok, err := e.c2.ReadAsyncEvent()
+	ev, ok, err := provider.ReadAsyncEvent(e.c2)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, ctx.EventQPAccessError, ev.Type)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -179,7 +180,7 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 	// The free list: each slot's next_wqe_index (the rigs' data segments
 	// hold addresses of their own).
 	srqRing := func(r *rig) []uint16 {
-		d := r.srq.Handle().Descriptor()
+		d := provider.SRQDescriptor(r.srq.Handle())
 		ring := unsafe.Slice((*byte)(d.Buf), int(d.WQECnt*d.Stride))
 		var next []uint16
 		for i := range int(d.WQECnt) {

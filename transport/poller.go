@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -17,7 +18,7 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	if cq.Closed() {
 		return nil, fmt.Errorf("completion queue: %w", ctx.ErrClosed)
 	}
-	d := cq.Descriptor()
+	d := provider.CQDescriptor(cq)
 	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -14,7 +15,7 @@ import (
 
 // rqBytes returns the receive ring and its doorbell record word of q.
 func rqBytes(q *transport.Queue) ([]byte, []byte) {
-	d := q.Handle().Descriptor()
+	d := provider.QPDescriptor(q.Handle())
 	ring := unsafe.Slice((*byte)(d.RQ.Buf), int(d.RQ.WQECnt*d.RQ.Stride))
 	return ring, unsafe.Slice((*byte)(d.DBRec), 4)
 }
@@ -118,7 +119,7 @@ func TestSRQPostRecvMatchesStaged(t *testing.T) {
 	ex, sx := srq()
 	_, sy := srq()
 	bytes := func(s *transport.SharedReceiveQueue) ([]byte, []byte) {
-		d := s.Handle().Descriptor()
+		d := provider.SRQDescriptor(s.Handle())
 		return unsafe.Slice((*byte)(d.Buf), int(d.WQECnt*d.Stride)), unsafe.Slice((*byte)(d.DBRec), 4)
 	}
 	refused := 0

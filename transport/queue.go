@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -118,7 +119,7 @@ func init() {
 // granted limits), its own receive queue, or the SRQ it is attached to.
 // The transport packages call it from their constructors (newqp.Setup).
 func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
-	d := qp.Descriptor()
+	d := provider.QPDescriptor(qp)
 	// Setup also rebuilds a queue after its QP went through RESET: the
 	// pollers it was added to keep it, and its counters go on.
 	if q.counts != nil && q.sq != nil {
@@ -532,7 +533,7 @@ type Limits struct {
 
 // limitsOf returns the limits of qp.
 func limitsOf(qp *ctx.QueuePair) Limits {
-	d := qp.Descriptor()
+	d := provider.QPDescriptor(qp)
 	l := Limits{SendWQEBBs: d.SQ.WQECnt, RecvWQEs: d.RQ.WQECnt,
 		MaxSendSGE: d.MaxSendSGE, MaxRecvSGE: d.MaxRecvSGE, MaxInline: d.MaxInline}
 	if d.SQ.WQECnt > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -44,7 +45,7 @@ func TestSharedBlueFlameRegister(t *testing.T) {
 		require.NoError(t, pairs[k][0].Connect(pairs[k][1].Endpoint()))
 		require.NoError(t, pairs[k][1].Connect(pairs[k][0].Endpoint()))
 	}
-	dedicated, shared := pairs[0][0].Handle().Descriptor(), pairs[1][0].Handle().Descriptor()
+	dedicated, shared := provider.QPDescriptor(pairs[0][0].Handle()), provider.QPDescriptor(pairs[1][0].Handle())
 	require.NotZero(t, dedicated.BlueFlameSize, "the first QP has a register of its own")
 	require.Zero(t, shared.BlueFlameSize, "the second shares one, doorbell only")
 	require.NotNil(t, shared.BlueFlame)
@@ -52,12 +53,12 @@ func TestSharedBlueFlameRegister(t *testing.T) {
 	// A DCI and a UD QP on device 0 share the same register.
 	dci, err := dc.NewDCI(e.PD[0], cq[0], dc.DCIConfig{SendDepth: 8, MaxInline: 64})
 	require.NoError(t, err)
-	require.Zero(t, dci.Handle().Descriptor().BlueFlameSize)
-	require.Equal(t, shared.BlueFlame, dci.Handle().Descriptor().BlueFlame)
+	require.Zero(t, provider.QPDescriptor(dci.Handle()).BlueFlameSize)
+	require.Equal(t, shared.BlueFlame, provider.QPDescriptor(dci.Handle()).BlueFlame)
 	udq, err := ud.New(e.PD[0], cq[0], ud.Config{SendDepth: 8, RecvDepth: 8, QKey: 7, MaxInline: 64})
 	require.NoError(t, err)
-	require.Zero(t, udq.Handle().Descriptor().BlueFlameSize)
-	require.Equal(t, shared.BlueFlame, udq.Handle().Descriptor().BlueFlame)
+	require.Zero(t, provider.QPDescriptor(udq.Handle()).BlueFlameSize)
+	require.Equal(t, shared.BlueFlame, provider.QPDescriptor(udq.Handle()).BlueFlame)
 	require.NoError(t, dci.Close())
 	require.NoError(t, udq.Close())
 
@@ -88,8 +89,8 @@ func TestSharedBlueFlameRegister(t *testing.T) {
 	require.NoError(t, pairs[0][0].Close())
 	again, err := rc.New(e.PD[0], cq[0], rc.Config{SendDepth: 8, RecvDepth: 8})
 	require.NoError(t, err)
-	require.NotZero(t, again.Handle().Descriptor().BlueFlameSize)
-	require.NotEqual(t, shared.BlueFlame, again.Handle().Descriptor().BlueFlame)
+	require.NotZero(t, provider.QPDescriptor(again.Handle()).BlueFlameSize)
+	require.NotEqual(t, shared.BlueFlame, provider.QPDescriptor(again.Handle()).BlueFlame)
 	require.NoError(t, again.Close())
 }
 
@@ -113,7 +114,7 @@ func TestSharedRegisterConcurrentPosts(t *testing.T) {
 			cq := e.CQ(i, 64)
 			qp, err := rc.New(e.PD[i], cq, rc.Config{SendDepth: 32, RecvDepth: 8, MaxInline: 32})
 			require.NoError(t, err)
-			require.Zero(t, qp.Handle().Descriptor().BlueFlameSize)
+			require.Zero(t, provider.QPDescriptor(qp.Handle()).BlueFlameSize)
 			p, err := transport.NewPoller(cq)
 			require.NoError(t, err)
 			require.NoError(t, p.Add(qp))

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -53,7 +54,7 @@ func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedRece
 	if err != nil {
 		return nil, qpcore.Errorf(transport, op, "%w", err)
 	}
-	d := s.Descriptor()
+	d := provider.SRQDescriptor(s)
 	ring, err := newRecvRing(d.Buf, d.DBRec, d.WQECnt, d.Stride, d.MaxRecvSGE, true, d.Head, d.Tail)
 	if err != nil {
 		_ = s.Close()

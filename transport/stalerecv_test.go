@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -36,7 +37,7 @@ func sharedRQ(t *testing.T, e *transporttest.Env) recvTarget {
 	s, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 8, MaxSGE: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	d := s.Handle().Descriptor()
+	d := provider.SRQDescriptor(s.Handle())
 	ring := unsafe.Slice((*byte)(d.Buf), int(d.WQECnt*d.Stride))
 	return recvTarget{s.BeginRecv, s.PostRecv, s.Outstanding, ring, unsafe.Slice((*byte)(d.DBRec), 4)}
 }

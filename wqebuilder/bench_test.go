@@ -7,11 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 var (
-	benchAV     = wqebuilder.Address{DLID: 7, SL: 1}.AV()
+	benchAV     = addrvec.Address{DLID: 7, SL: 1}.AV()
 	benchInline = make([]byte, 32)
 	benchSmall  = make([]byte, 8)
 )

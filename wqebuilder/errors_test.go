@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -165,7 +166,7 @@ func TestWQETooLarge(t *testing.T) {
 	o.maxWQEBBs = 2 // 8 segments
 	f := newFixture(t, o)
 	q := f.q
-	av := wqebuilder.Address{DLID: 5}.AV()
+	av := addrvec.Address{DLID: 5}.AV()
 
 	// RC write: ctrl + raddr + 6 SGEs = 8 segments fit, a 7th does not.
 	d := q.Begin(1, 0).RdmaWrite(1, 2)

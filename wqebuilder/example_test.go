@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -91,13 +92,14 @@ func ExampleSendQueue_RingDoorbell() {
 	// completed wrid 7 in flight: 0
 }
 
-// A DC atomic: the address vector comes from an address handle (here built
-// from an Address), then the DCT number and DC key per WQE.
+// A DC atomic: the address vector comes from an address handle
+// (ctx.AddressHandle.AV; here encoded the same way without a device), then
+// the DCT number and DC key per WQE.
 func ExampleCtrlStage_DC() {
 	q, mem, unmap := exampleQueue()
 	defer unmap()
 
-	av := wqebuilder.Address{DLID: 0x12, SL: 3}.AV()
+	av := addrvec.Address{DLID: 0x12, SL: 3}.AV()
 	err := q.Begin(1, wqebuilder.Signaled).
 		DC(&av, 0x4567, 0xdcdcdcdc).
 		AtomicFA(0x1000, 0x22, 1).

@@ -13,7 +13,8 @@ import (
 
 // Config describes a send queue as the provider handed it out (the sq, dbrec
 // and bf members of struct mlx5dv_qp) plus the limits the QP was created
-// with. It is plain data: transports fill it from a ctx.QPDescriptor.
+// with. It is plain data: transports fill it from what the provider
+// reported of the QP.
 type Config struct {
 	// Buf is the first WQEBB of the send ring; WQECnt WQEBBs of 64 bytes
 	// follow. It is never Go heap memory.
@@ -51,7 +52,7 @@ type Config struct {
 	// post, and Refusal says why (not connected, in error, closed).
 	Refusal func() error
 	// Memory is the owner of the ring, the doorbell record and the
-	// register (ctx.QPDescriptor.Memory): the queue keeps it reachable,
+	// register (what the provider reported): the queue keeps it reachable,
 	// and with it every stage, since a stage holds its queue. A stage
 	// begun before the QP was destroyed and written after it then writes
 	// to memory the device no longer reads, never to memory the provider

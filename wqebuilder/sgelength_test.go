@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -23,7 +24,7 @@ var overlong = []uint32{1 << 31, 1<<31 + 1, 1<<31 + 4096, 0xffffffff}
 func TestSGETooLongIsRefused(t *testing.T) {
 	f := newFixture(t, defaultOpts())
 	q := f.q
-	av := wqebuilder.Address{DLID: 5}.AV()
+	av := addrvec.Address{DLID: 5}.AV()
 	type stage interface{ FinishBlueFlame() error }
 	cases := []struct {
 		name string

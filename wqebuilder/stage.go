@@ -101,9 +101,9 @@ type FinishStage struct{ w wqe }
 // starts the next WQEBB, which may be the ring's first.
 
 // DC addresses a DC WQE: av is the path part of the address vector (bytes
-// 12..48 are used, as an address handle holds them; see Address.AV), dctn
-// the remote DCT number and dcKey its DC access key, as
-// mlx5dv_wr_set_dc_addr.
+// 12..48 are used, as an address handle holds them; see
+// ctx.AddressHandle.AV), dctn the remote DCT number and dcKey its DC access
+// key, as mlx5dv_wr_set_dc_addr.
 func (s CtrlStage) DC(av *[prm.AVSize]byte, dctn uint32, dcKey uint64) OpStage {
 	return OpStage{s.w.av(av, bits.ReverseBytes64(dcKey), dctn)}
 }

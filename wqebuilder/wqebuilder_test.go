@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -309,7 +310,7 @@ func TestBlueFlameOff(t *testing.T) {
 
 func TestAddressAV(t *testing.T) {
 	dgid := [16]byte{0xfe, 0x80, 14: 0xab, 15: 0xcd}
-	ib := wqebuilder.Address{SL: 5, StaticRate: 3, DLID: 0x1234, SrcPathBits: 0x81, Global: true, DGID: dgid,
+	ib := addrvec.Address{SL: 5, StaticRate: 3, DLID: 0x1234, SrcPathBits: 0x81, Global: true, DGID: dgid,
 		SGIDIndex: 2, FlowLabel: 0x12345678, TrafficClass: 9, HopLimit: 64}.AV()
 	want := make([]byte, 48)
 	want[12], want[13], want[14], want[15] = 0x35, 0x01, 0x12, 0x34
@@ -318,12 +319,12 @@ func TestAddressAV(t *testing.T) {
 	copy(want[32:], dgid[:])
 	require.Equal(t, want, ib[:])
 
-	lid := wqebuilder.Address{SL: 0x1f, DLID: 7}.AV() // no GRH, SL masked to 4 bits
+	lid := addrvec.Address{SL: 0x1f, DLID: 7}.AV() // no GRH, SL masked to 4 bits
 	want = make([]byte, 48)
 	want[12], want[15] = 0x0f, 7
 	require.Equal(t, want, lid[:])
 
-	roce := wqebuilder.Address{SL: 6, StaticRate: 2, Global: true, DGID: dgid, SGIDIndex: 3, FlowLabel: 0x1,
+	roce := addrvec.Address{SL: 6, StaticRate: 2, Global: true, DGID: dgid, SGIDIndex: 3, FlowLabel: 0x1,
 		TrafficClass: 0x68, HopLimit: 255, RoCE: true, RMAC: [6]byte{1, 2, 3, 4, 5, 6}, UDPSourcePort: 0xc001,
 		DLID: 0xffff, SrcPathBits: 0x7f}.AV()
 	want = make([]byte, 48)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // TestAsyncEventsUnderPreload compiles testdata/async_events.c and runs it
@@ -49,7 +50,7 @@ func TestAsyncEventsUnderPreload(t *testing.T) {
 // libmlx5 on the emulated device): the SRQ limit arms and reads back
 // through ibv_modify_srq / ibv_query_srq (ctx.SharedReceiveQueue.ArmLimit,
 // Limit), a QP on the SRQ moved to error raises QP_LAST_WQE_REACHED, read
-// with ctx.Context.ReadAsyncEvent (ibv_get_async_event, acknowledged), and
+// with provider.ReadAsyncEvent (ibv_get_async_event, acknowledged), and
 // closing the Context then destroys the QP without waiting.
 func TestContextAsyncEventsThroughRdmaCore(t *testing.T) {
 	maps := emulate.MappingCount()
@@ -77,13 +78,13 @@ func TestContextAsyncEventsThroughRdmaCore(t *testing.T) {
 		Caps: ctx.QueuePairCaps{SendDepth: 8, MaxSendSGE: 1}})
 	require.NoError(t, err)
 	require.NoError(t, qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessLocalWrite}))
-	ev, ok, err := c.ReadAsyncEvent()
+	ev, ok, err := provider.ReadAsyncEvent(c)
 	require.NoError(t, err)
 	require.False(t, ok, "no event yet: %v", ev)
 	require.NoError(t, qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
 	deadline := time.Now().Add(5 * time.Second)
 	for !ok && time.Now().Before(deadline) {
-		ev, ok, err = c.ReadAsyncEvent()
+		ev, ok, err = provider.ReadAsyncEvent(c)
 		require.NoError(t, err)
 		time.Sleep(time.Millisecond)
 	}
@@ -115,7 +116,7 @@ func TestContextPortEventsThroughRdmaCore(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			ev, ok, err := c.ReadAsyncEvent()
+			ev, ok, err := provider.ReadAsyncEvent(c)
 			require.NoError(t, err)
 			if ok {
 				return ev

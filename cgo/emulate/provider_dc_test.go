@@ -14,6 +14,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -24,7 +26,7 @@ import (
 // whose next_wqe_index links the free list, then data segments ended by an
 // invalid lkey) and rings its doorbell record with the WQE counter; it
 // returns the new head.
-func postSRQ(d ctx.SRQDescriptor, head uint16, counter uint16, addr uint64, n, lkey uint32) uint16 {
+func postSRQ(d descriptor.SRQ, head uint16, counter uint16, addr uint64, n, lkey uint32) uint16 {
 	w := unsafe.Add(d.Buf, uintptr(head)*uintptr(d.Stride))
 	next := prm.Load16(unsafe.Add(w, prm.SRQNextWQEIndex))
 	seg := unsafe.Add(w, prm.SRQNextSize)
@@ -75,12 +77,12 @@ func TestCgoProviderSharedReceiveQueueAndDC(t *testing.T) {
 	require.GreaterOrEqual(t, sd.WQECnt, uint32(17))
 
 	path := ctx.AddressAttr{Port: 1, DLID: pa.LID}
-	addr := wqebuilder.Address{DLID: pa.LID}
+	addr := addrvec.Address{DLID: pa.LID}
 	if pa.LinkLayer == ctx.LinkLayerEthernet {
 		g, err := d.QueryGID(1, 0)
 		require.NoError(t, err)
 		path = ctx.AddressAttr{Port: 1, GlobalRoute: true, DGID: g.GID, HopLimit: 64}
-		addr = wqebuilder.Address{RoCE: true, Global: true, DGID: g.GID, HopLimit: 64}
+		addr = addrvec.Address{RoCE: true, Global: true, DGID: g.GID, HopLimit: 64}
 	}
 
 	// An RC pair: the receiver on the SRQ.

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
@@ -167,7 +168,7 @@ func TestContextObjects(t *testing.T) {
 	require.NoError(t, err)
 	cqInfo, ok := simadopt.LookupCQ(f, cq.CQN())
 	require.True(t, ok, "the model has CQN %#x", cq.CQN())
-	require.Equal(t, cq.Descriptor().Buf, cqInfo.Ring)
+	require.Equal(t, provider.CQDescriptor(cq).Buf, cqInfo.Ring)
 	require.Equal(t, uint32(32), cqInfo.Count)
 
 	cqn, key := cq.CQN(), mr.LKey()

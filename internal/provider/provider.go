@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 )
@@ -26,9 +27,19 @@ import (
 type Provider interface {
 	// Devices lists the devices the provider can open now. An empty list
 	// with a nil error means the provider works but has no device.
-	Devices() ([]ctx.DeviceInfo, error)
+	Devices() ([]DeviceInfo, error)
 	// OpenDevice opens the named device; "" opens the first one.
 	OpenDevice(name string) (Device, error)
+}
+
+// DeviceInfo names a device a provider can open.
+type DeviceInfo struct {
+	// Name is the device name (e.g. "mlx5_0", "sim0").
+	Name string
+	// NodeGUID is the node GUID (host byte order).
+	NodeGUID uint64
+	// Kind says whether it is hardware or the software HCA.
+	Kind ctx.Kind
 }
 
 // Device is an open device (struct ibv_context plus its mlx5dv context).
@@ -111,7 +122,7 @@ type MemoryRegion interface {
 // CompletionQueue is a completion queue (struct ibv_cq plus mlx5dv_cq).
 type CompletionQueue interface {
 	// Descriptor returns the ring as the data plane will read it.
-	Descriptor() ctx.CQDescriptor
+	Descriptor() descriptor.CQ
 	// EventFD is the completion channel's descriptor (non-blocking), or -1
 	// when the CQ was created without EventChannel.
 	EventFD() int
@@ -150,7 +161,7 @@ type QueuePair interface {
 	// Descriptor returns the rings, doorbell record and BlueFlame register.
 	// For a DCT the QPN is the DCT number, valid once the DCT reached RTR;
 	// ctx calls Descriptor again after every Modify.
-	Descriptor() ctx.QPDescriptor
+	Descriptor() descriptor.QP
 	// Modify moves the QP to attr.State (see ctx.QPAttr for what is used).
 	Modify(attr ctx.QPAttr) error
 	// State returns the QP's current state as the provider knows it (a
@@ -163,7 +174,7 @@ type QueuePair interface {
 // SRQ is a shared receive queue (struct ibv_srq plus mlx5dv_srq).
 type SRQ interface {
 	// Descriptor returns the ring as the data plane will write it.
-	Descriptor() ctx.SRQDescriptor
+	Descriptor() descriptor.SRQ
 	// Close destroys the SRQ.
 	Close() error
 }
@@ -234,6 +245,49 @@ func QueuePairOf(qp *ctx.QueuePair) QueuePair {
 func SRQOf(s *ctx.SharedReceiveQueue) SRQ {
 	h, _ := seam.Handle(s).(SRQ)
 	return h
+}
+
+// QPDescriptor returns the rings, doorbell record and BlueFlame register
+// of qp (re-read after every Modify: a DCT's number is known at RTR); the
+// transports build their send and receive rings from it.
+func QPDescriptor(qp *ctx.QueuePair) descriptor.QP {
+	d, _ := seam.Descriptor(qp).(descriptor.QP)
+	return d
+}
+
+// CQDescriptor returns the ring, doorbell record and UAR page of cq, which
+// a poller (monocq) reads.
+func CQDescriptor(cq *ctx.CompletionQueue) descriptor.CQ {
+	d, _ := seam.Descriptor(cq).(descriptor.CQ)
+	return d
+}
+
+// SRQDescriptor returns the ring and doorbell record of s.
+func SRQDescriptor(s *ctx.SharedReceiveQueue) descriptor.SRQ {
+	d, _ := seam.Descriptor(s).(descriptor.SRQ)
+	return d
+}
+
+// CQEventFD returns the completion channel descriptor of cq, -1 when it
+// was created without EventChannel or is closed. completion.Notifier
+// sleeps on it.
+func CQEventFD(cq *ctx.CompletionQueue) int { return seam.CQEventFD(cq) }
+
+// ReadCQEvent consumes and acknowledges one completion event of cq without
+// blocking, under the Context's lock; ok is false when none is pending. For
+// every event it returns, the poller of the ring must advance its arm
+// sequence number (monocq.CQ.AcknowledgeEvent) before it arms again, as
+// completion.Notifier does.
+func ReadCQEvent(cq *ctx.CompletionQueue) (ok bool, err error) { return seam.ReadCQEvent(cq) }
+
+// ReadAsyncEvent returns the next asynchronous event of c without
+// blocking (ok is false when none is pending), as c's EventRouter reads
+// it: logged, under c's lock. Where no router runs, tests read the events
+// one at a time with it.
+func ReadAsyncEvent(c *ctx.Context) (ev ctx.AsyncEvent, ok bool, err error) {
+	e, ok, err := seam.ReadAsyncEvent(c)
+	ev, _ = e.(ctx.AsyncEvent)
+	return ev, ok, err
 }
 
 // providerSeam, deviceSeam and pdSeam adapt the typed interfaces to the

@@ -85,10 +85,10 @@ func TestSeamRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	ch := provider.CompletionQueueOf(cq)
 	require.NotNil(t, ch)
-	require.Equal(t, cq.Descriptor(), ch.Descriptor())
+	require.Equal(t, provider.CQDescriptor(cq), ch.Descriptor())
 	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 16, MaxSGE: 1})
 	require.NoError(t, err)
-	require.Equal(t, srq.Descriptor(), provider.SRQOf(srq).Descriptor())
+	require.Equal(t, provider.SRQDescriptor(srq), provider.SRQOf(srq).Descriptor())
 	qp, err := pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: 8, RecvDepth: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)

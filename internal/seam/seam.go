@@ -70,4 +70,18 @@ var (
 	// transport stops the data plane built on the object with it. OnClose
 	// panics for any other type.
 	OnClose func(obj any, f func())
+	// ReadAsyncEvent reads the next asynchronous event of c, a
+	// *ctx.Context, without blocking, the way its EventRouter does: ev is
+	// a ctx.AsyncEvent, ok is false when none is pending.
+	ReadAsyncEvent func(c any) (ev any, ok bool, err error)
+	// Descriptor returns the descriptor (internal/descriptor) a
+	// *ctx.CompletionQueue, *ctx.QueuePair or *ctx.SharedReceiveQueue
+	// keeps of its queue's memory, as the provider reported it.
+	Descriptor func(obj any) any
+	// CQEventFD returns the completion channel descriptor of cq, a
+	// *ctx.CompletionQueue (-1 without one or once closed); ReadCQEvent
+	// consumes and acknowledges one of its completion events without
+	// blocking (ok is false when none is pending).
+	CQEventFD   func(cq any) int
+	ReadCQEvent func(cq any) (ok bool, err error)
 )

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/devattr"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -33,7 +34,7 @@ type CompletionQueue struct {
 	cqx     *C.struct_ibv_cq_ex
 	cq      *C.struct_ibv_cq
 	channel *C.struct_ibv_comp_channel
-	desc    ctx.CQDescriptor
+	desc    descriptor.CQ
 	events  uint64
 	closed  bool
 	// ext is the parent domain the CQ is created through: its ring and
@@ -113,7 +114,7 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 		cq.destroy()
 		return nil, err
 	}
-	cq.desc = ctx.CQDescriptor{
+	cq.desc = descriptor.CQ{
 		Buf:     out.buf,
 		CQECnt:  uint32(out.cqe_cnt),
 		CQESize: uint32(out.cqe_size),
@@ -204,7 +205,7 @@ func (cq *CompletionQueue) destroy() error {
 }
 
 // Descriptor returns the ring, doorbell record, UAR page and CQN.
-func (cq *CompletionQueue) Descriptor() ctx.CQDescriptor { return cq.desc }
+func (cq *CompletionQueue) Descriptor() descriptor.CQ { return cq.desc }
 
 // EventFD is the completion channel's descriptor (non-blocking), or -1
 // without a channel.

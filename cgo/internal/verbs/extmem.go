@@ -132,7 +132,7 @@ func (a *extArena) release() error {
 	return errors.Join(errs...)
 }
 
-// queueMemory is the Memory of a hardware descriptor (ctx.QPDescriptor,
+// queueMemory is the Memory of a hardware descriptor (descriptor.QP,
 // CQDescriptor, SRQDescriptor): while the data plane can reach it, its
 // arena stays mapped and whatever its after functions release stays
 // allocated (a QP's thread domain, the device's hold on its UAR pages).

@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/blueflame"
 	. "github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/devicetest"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
@@ -317,7 +318,7 @@ func TestHardwareObjects(t *testing.T) {
 // postWQE writes a WQE's first 8 bytes to the doorbell (BlueFlame register
 // at offset, without copying the WQE), as rdma-core does for a post that
 // does not use BlueFlame.
-func postWQE(qd ctx.QPDescriptor, pi uint32, wqe unsafe.Pointer, bfOffset uint32) {
+func postWQE(qd descriptor.QP, pi uint32, wqe unsafe.Pointer, bfOffset uint32) {
 	blueflame.StoreBarrier()
 	prm.Store32(unsafe.Add(qd.DBRec, prm.DoorbellRecordSendB), pi&0xffff)
 	blueflame.WCStart()
@@ -326,7 +327,7 @@ func postWQE(qd ctx.QPDescriptor, pi uint32, wqe unsafe.Pointer, bfOffset uint32
 }
 
 // pollCQE waits for the CQE at consumer index ci and returns it.
-func pollCQE(t *testing.T, cd ctx.CQDescriptor, ci uint32) unsafe.Pointer {
+func pollCQE(t *testing.T, cd descriptor.CQ, ci uint32) unsafe.Pointer {
 	t.Helper()
 	cqe := unsafe.Add(cd.Buf, uintptr((ci&(cd.CQECnt-1))*cd.CQESize+cd.CQESize-prm.CQE64Size))
 	owner := uint8(ci/cd.CQECnt) & 1

@@ -35,15 +35,15 @@ var (
 
 // Devices lists the mlx5 devices (an empty list when there are none or no
 // RDMA subsystem at all).
-func (Provider) Devices() ([]ctx.DeviceInfo, error) {
+func (Provider) Devices() ([]provider.DeviceInfo, error) {
 	all, err := ListDevices()
 	if err != nil {
 		return nil, err
 	}
-	var out []ctx.DeviceInfo
+	var out []provider.DeviceInfo
 	for _, d := range all {
 		if d.MLX5 {
-			out = append(out, ctx.DeviceInfo{Name: d.Name, NodeGUID: d.NodeGUID, Kind: ctx.KindHardware})
+			out = append(out, provider.DeviceInfo{Name: d.Name, NodeGUID: d.NodeGUID, Kind: ctx.KindHardware})
 		}
 	}
 	return out, nil

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
@@ -25,7 +26,7 @@ type QueuePair struct {
 	qp    *C.struct_ibv_qp
 	dom   dedicatedDomain
 	typ   ctx.QPType
-	desc  ctx.QPDescriptor
+	desc  descriptor.QP
 	state ctx.QPState
 	// port is the port given at INIT (0 before): Modify applies it when
 	// a later transition names none.
@@ -312,12 +313,12 @@ func (qp *QueuePair) DedicatedBlueFlame() bool {
 }
 
 // qpDescriptor converts mlx5dv_qp plus the granted capabilities.
-func qpDescriptor(qpn uint32, out *C.struct_mlx5dv_qp, caps C.struct_ibv_qp_cap) ctx.QPDescriptor {
-	return ctx.QPDescriptor{
+func qpDescriptor(qpn uint32, out *C.struct_mlx5dv_qp, caps C.struct_ibv_qp_cap) descriptor.QP {
+	return descriptor.QP{
 		QPN:           qpn,
 		DBRec:         unsafe.Pointer(out.dbrec),
-		SQ:            ctx.RingDescriptor{Buf: out.sq.buf, WQECnt: uint32(out.sq.wqe_cnt), Stride: uint32(out.sq.stride)},
-		RQ:            ctx.RingDescriptor{Buf: out.rq.buf, WQECnt: uint32(out.rq.wqe_cnt), Stride: uint32(out.rq.stride)},
+		SQ:            descriptor.Ring{Buf: out.sq.buf, WQECnt: uint32(out.sq.wqe_cnt), Stride: uint32(out.sq.stride)},
+		RQ:            descriptor.Ring{Buf: out.rq.buf, WQECnt: uint32(out.rq.wqe_cnt), Stride: uint32(out.rq.stride)},
 		BlueFlame:     out.bf.reg,
 		BlueFlameSize: uint32(out.bf.size),
 		MaxInline:     uint32(caps.max_inline_data),
@@ -332,7 +333,7 @@ func (qp *QueuePair) Type() ctx.QPType { return qp.typ }
 // Descriptor returns the rings, doorbell record and BlueFlame register.
 // For a DCT the QPN is the DCT number, which rdma-core learns when the DCT
 // reaches RTR (0 before).
-func (qp *QueuePair) Descriptor() ctx.QPDescriptor {
+func (qp *QueuePair) Descriptor() descriptor.QP {
 	qp.pd.d.mu.Lock()
 	defer qp.pd.d.mu.Unlock()
 	return qp.desc

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 )
 
 // SharedReceiveQueue is a struct ibv_srq handed to the data plane with
@@ -20,7 +21,7 @@ import (
 type SharedReceiveQueue struct {
 	pd     *ProtectionDomain
 	srq    *C.struct_ibv_srq
-	desc   ctx.SRQDescriptor
+	desc   descriptor.SRQ
 	closed bool
 	// ext is the parent domain the SRQ is created through: its ring and
 	// doorbell record come from ext.arena (extalloc.go).
@@ -77,7 +78,7 @@ func (pd *ProtectionDomain) CreateSRQ(cfg ctx.SRQConfig) (*SharedReceiveQueue, e
 	if head != 0 || bits.OnesCount32(n) != 1 {
 		return fail(&VerbError{Verb: "mlx5dv_init_obj", Detail: fmt.Sprintf("SRQ: free list head %d tail %d is not a ring from 0", head, tail), Sentinel: ctx.ErrNotSupported})
 	}
-	s := &SharedReceiveQueue{pd: pd, srq: srq, desc: ctx.SRQDescriptor{
+	s := &SharedReceiveQueue{pd: pd, srq: srq, desc: descriptor.SRQ{
 		Buf:        out.buf,
 		DBRec:      unsafe.Pointer(out.dbrec),
 		Stride:     uint32(out.stride),
@@ -93,7 +94,7 @@ func (pd *ProtectionDomain) CreateSRQ(cfg ctx.SRQConfig) (*SharedReceiveQueue, e
 }
 
 // Descriptor returns the SRQ ring and doorbell record.
-func (s *SharedReceiveQueue) Descriptor() ctx.SRQDescriptor { return s.desc }
+func (s *SharedReceiveQueue) Descriptor() descriptor.SRQ { return s.desc }
 
 // Close destroys the SRQ (ibv_destroy_srq). Every QP attached to it must be
 // destroyed first. It is idempotent.

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
@@ -31,7 +32,7 @@ type Provider struct{}
 var _ provider.Provider = Provider{}
 
 // Devices returns ErrUnavailable.
-func (Provider) Devices() ([]ctx.DeviceInfo, error) { return nil, ErrUnavailable }
+func (Provider) Devices() ([]provider.DeviceInfo, error) { return nil, ErrUnavailable }
 
 // OpenDevice returns ErrUnavailable.
 func (Provider) OpenDevice(name string) (provider.Device, error) { return nil, ErrUnavailable }
@@ -172,7 +173,7 @@ func (mr *MemoryRegion) Close() error { return nil }
 type CompletionQueue struct{}
 
 // Descriptor returns the zero descriptor.
-func (cq *CompletionQueue) Descriptor() ctx.CQDescriptor { return ctx.CQDescriptor{} }
+func (cq *CompletionQueue) Descriptor() descriptor.CQ { return descriptor.CQ{} }
 
 // EventFD returns -1.
 func (cq *CompletionQueue) EventFD() int { return -1 }
@@ -198,7 +199,7 @@ type QueuePair struct{}
 func (qp *QueuePair) Type() ctx.QPType { return 0 }
 
 // Descriptor returns the zero descriptor.
-func (qp *QueuePair) Descriptor() ctx.QPDescriptor { return ctx.QPDescriptor{} }
+func (qp *QueuePair) Descriptor() descriptor.QP { return descriptor.QP{} }
 
 // DedicatedBlueFlame returns false.
 func (qp *QueuePair) DedicatedBlueFlame() bool { return false }
@@ -217,7 +218,7 @@ func (qp *QueuePair) Close() error { return nil }
 type SharedReceiveQueue struct{}
 
 // Descriptor returns the zero descriptor.
-func (s *SharedReceiveQueue) Descriptor() ctx.SRQDescriptor { return ctx.SRQDescriptor{} }
+func (s *SharedReceiveQueue) Descriptor() descriptor.SRQ { return descriptor.SRQ{} }
 
 // Close returns nil.
 func (s *SharedReceiveQueue) Close() error { return nil }

@@ -7,7 +7,6 @@ package newqp
 
 import (
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
@@ -87,7 +86,7 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 		return bad("receive depth %d with an SRQ (the SRQ receives)", s.Caps.RecvDepth)
 	case s.SRQ != nil && s.SRQ.Closed():
 		return Created{}, qpcore.Errorf(s.Transport, s.Op, "SRQ: %w", ctx.ErrClosed)
-	case s.PSN > endpoint.MaxPSN:
+	case s.PSN > ctx.MaxPSN:
 		return bad("PSN %#x wider than 24 bits", s.PSN)
 	case s.RemoteAccess&^(allAccess|ctx.AccessLocalWrite) != 0:
 		return bad("remote access %v", s.RemoteAccess)

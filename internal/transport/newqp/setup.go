@@ -94,7 +94,7 @@ func (p Port) PathMTU(remote endpoint.Endpoint) ctx.MTU {
 func RandomPSN() uint32 {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint32(b[:]) & endpoint.MaxPSN
+	return binary.LittleEndian.Uint32(b[:]) & ctx.MaxPSN
 }
 
 // CheckCaps refuses a configuration of a queue pair of type t beyond what
@@ -198,9 +198,9 @@ func PortField(dev ctx.DeviceAttr, port uint8) Field {
 // it is the priority of the VLAN tag and rdma-core and the kernel keep
 // sl & 7.
 func SLField(p Port, sl uint8) Field {
-	max := uint64(ctx.MaxSL)
+	max := uint64(fieldcheck.MaxSL)
 	if p.Link == ctx.LinkLayerEthernet {
-		max = ctx.MaxRoCESL
+		max = fieldcheck.MaxRoCESL
 	}
 	return Field{Name: "SL", Value: uint64(sl), Max: max}
 }

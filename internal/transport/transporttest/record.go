@@ -86,7 +86,7 @@ type recordingProvider struct {
 	log *Log
 }
 
-func (p recordingProvider) Devices() ([]ctx.DeviceInfo, error) {
+func (p recordingProvider) Devices() ([]provider.DeviceInfo, error) {
 	return simadopt.Provider(p.f).Devices()
 }
 

@@ -1,4 +1,8 @@
-package wqebuilder
+// Package addrvec encodes an address vector (struct mlx5_wqe_av) from the
+// fields of a path, as rdma-core's mlx5_create_ah does, without a device:
+// tests and the model build the vectors a UD or DC WQE carries with it.
+// Programs take theirs from an address handle (ctx.AddressHandle.AV).
+package addrvec
 
 import (
 	"encoding/binary"
@@ -28,7 +32,7 @@ func (a Address) Validate() error {
 		{"FlowLabel", a.FlowLabel, prm.AVFlowLblMask},
 	} {
 		if f.v > f.max {
-			return fmt.Errorf("wqebuilder: address %s %d out of range 0..%d: %w", f.name, f.v, f.max, ctx.ErrInvalidArgument)
+			return fmt.Errorf("addrvec: address %s %d out of range 0..%d: %w", f.name, f.v, f.max, ctx.ErrInvalidArgument)
 		}
 	}
 	return nil
@@ -36,7 +40,8 @@ func (a Address) Validate() error {
 
 // Address is a path to a remote port, the input of an address vector (what
 // an address handle resolves). Build it once per destination, encode it with
-// AV, and hand the result to CtrlStage.DC or CtrlStage.UD for every WQE.
+// AV, and hand the result to wqebuilder.CtrlStage.DC or CtrlStage.UD for
+// every WQE.
 type Address struct {
 	// SL is the service level (InfiniBand, 4 bits) or priority (RoCE, 3
 	// bits).

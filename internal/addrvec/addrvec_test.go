@@ -1,4 +1,4 @@
-package wqebuilder_test
+package addrvec_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/wqebuilder"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 )
 
 // TestAddressValidate checks every field of Address against the width of
@@ -17,14 +17,14 @@ import (
 func TestAddressValidate(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		ok, bad wqebuilder.Address
+		ok, bad addrvec.Address
 	}{
-		{"SL", wqebuilder.Address{SL: 15}, wqebuilder.Address{SL: 16}},
-		{"SL", wqebuilder.Address{RoCE: true, SL: 7}, wqebuilder.Address{RoCE: true, SL: 8}},
-		{"SL", wqebuilder.Address{SL: 15}, wqebuilder.Address{SL: 200}},
-		{"StaticRate", wqebuilder.Address{StaticRate: 15}, wqebuilder.Address{StaticRate: 16}},
-		{"SrcPathBits", wqebuilder.Address{SrcPathBits: 127}, wqebuilder.Address{SrcPathBits: 128}},
-		{"FlowLabel", wqebuilder.Address{Global: true, FlowLabel: 1<<20 - 1}, wqebuilder.Address{Global: true, FlowLabel: 1 << 20}},
+		{"SL", addrvec.Address{SL: 15}, addrvec.Address{SL: 16}},
+		{"SL", addrvec.Address{RoCE: true, SL: 7}, addrvec.Address{RoCE: true, SL: 8}},
+		{"SL", addrvec.Address{SL: 15}, addrvec.Address{SL: 200}},
+		{"StaticRate", addrvec.Address{StaticRate: 15}, addrvec.Address{StaticRate: 16}},
+		{"SrcPathBits", addrvec.Address{SrcPathBits: 127}, addrvec.Address{SrcPathBits: 128}},
+		{"FlowLabel", addrvec.Address{Global: true, FlowLabel: 1<<20 - 1}, addrvec.Address{Global: true, FlowLabel: 1 << 20}},
 	} {
 		require.NoError(t, c.ok.Validate(), c.name)
 		err := c.bad.Validate()
@@ -33,6 +33,6 @@ func TestAddressValidate(t *testing.T) {
 		require.Contains(t, err.Error(), c.name)
 		// The largest value that fits survives the encoding: a refused
 		// address is one AV would have truncated.
-		require.NotEqual(t, c.ok.AV(), wqebuilder.Address{RoCE: c.ok.RoCE, Global: c.ok.Global}.AV(), c.name)
+		require.NotEqual(t, c.ok.AV(), addrvec.Address{RoCE: c.ok.RoCE, Global: c.ok.Global}.AV(), c.name)
 	}
 }

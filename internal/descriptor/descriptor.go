@@ -1,10 +1,16 @@
-package ctx
+// Package descriptor holds what the providers report of a queue's memory:
+// the rings, doorbell records and registers of a QP, CQ or SRQ as
+// mlx5dv_init_obj fills them in. Both providers fill these in; ctx keeps
+// them with its objects (internal/provider's QPDescriptor, CQDescriptor and
+// SRQDescriptor read them back), and the data plane (transport, channel)
+// builds its send queues, receive rings and pollers from them.
+package descriptor
 
 import "unsafe"
 
-// RingDescriptor describes one work queue ring as mlx5dv_init_obj reports it
+// Ring describes one work queue ring as mlx5dv_init_obj reports it
 // (the sq or rq member of struct mlx5dv_qp).
-type RingDescriptor struct {
+type Ring struct {
 	// Buf is the first byte of the ring. It is never Go heap memory.
 	Buf unsafe.Pointer
 	// WQECnt is the number of entries, a power of two (0 when the queue has
@@ -14,17 +20,17 @@ type RingDescriptor struct {
 	Stride uint32
 }
 
-// QPDescriptor is the Go twin of struct mlx5dv_qp plus the numbers the data
+// QP is the Go twin of struct mlx5dv_qp plus the numbers the data
 // plane needs from the QP's creation. Both providers fill it in; the data
 // plane reads only it.
-type QPDescriptor struct {
+type QP struct {
 	// QPN is the queue pair number (for a DCT: the DCT number).
 	QPN uint32
 	// DBRec points at the two big-endian doorbell-record words: [0] the
 	// receive queue head, [1] the send queue producer index.
 	DBRec unsafe.Pointer
 	// SQ and RQ are the send and receive rings.
-	SQ, RQ RingDescriptor
+	SQ, RQ Ring
 	// BlueFlame is the BlueFlame register (two buffers of BlueFlameSize
 	// bytes used alternately); BlueFlameSize is 0 when the QP has none and
 	// only the 8-byte doorbell may be used.
@@ -45,8 +51,8 @@ type QPDescriptor struct {
 	Memory any
 }
 
-// CQDescriptor is the Go twin of struct mlx5dv_cq.
-type CQDescriptor struct {
+// CQ is the Go twin of struct mlx5dv_cq.
+type CQ struct {
 	// Buf is the first CQE; CQECnt (a power of two) entries of CQESize (64 or
 	// 128) bytes follow.
 	Buf     unsafe.Pointer
@@ -59,12 +65,12 @@ type CQDescriptor struct {
 	// CQN is the completion queue number.
 	CQN uint32
 	// Memory owns the ring, the doorbell record and the UAR page, as
-	// QPDescriptor.Memory (monocq.Config.Memory keeps it).
+	// QP.Memory (monocq.Config.Memory keeps it).
 	Memory any
 }
 
-// SRQDescriptor is the Go twin of struct mlx5dv_srq.
-type SRQDescriptor struct {
+// SRQ is the Go twin of struct mlx5dv_srq.
+type SRQ struct {
 	Buf    unsafe.Pointer
 	DBRec  unsafe.Pointer
 	Stride uint32
@@ -75,6 +81,6 @@ type SRQDescriptor struct {
 	SRQN       uint32
 	MaxRecvSGE uint32
 	// Memory owns the ring and the doorbell record, as
-	// QPDescriptor.Memory.
+	// QP.Memory.
 	Memory any
 }
