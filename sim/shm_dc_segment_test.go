@@ -18,6 +18,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // DC messages larger than a ring record between two processes: the child
@@ -64,7 +65,7 @@ func dcBigChild(t *testing.T, role string) {
 			r.Recv = append(r.Recv, c.byteCnt)
 		}
 		for {
-			ev, ok, err := e.c.ReadAsyncEvent()
+			ev, ok, err := provider.ReadAsyncEvent(e.c)
 			require.NoError(t, err)
 			if !ok {
 				break
