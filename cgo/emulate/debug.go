@@ -16,11 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// EnvDebug set to "1" makes the emulated kernel write a line to standard
+// envDebug set to "1" makes the emulated kernel write a line to standard
 // error for each command it refuses, naming the command and the errno.
-const EnvDebug = "MLX5KIT_EMULATE_DEBUG"
+const envDebug = "MLX5KIT_EMULATE_DEBUG"
 
-var debugOn = os.Getenv(EnvDebug) == "1"
+var debugOn = os.Getenv(envDebug) == "1"
 
 // commandName names the ioctl method or write command at arg, for the
 // debug log.

@@ -41,6 +41,19 @@
 // for an address that cannot be read or written. docs/hardware.md says
 // what works and what is not built yet.
 //
+// The environment, read when the emulation starts:
+//
+//	MLX5KIT_EMULATE=1              switches it on (EnvEmulate)
+//	MLX5KIT_EMULATE_LINK=ethernet  RoCE ports (their GIDs on "lo"); the
+//	                               default is infiniband
+//	MLX5KIT_EMULATE_NAMES=mlx5     devices named mlx5_0, mlx5_1, as on a
+//	                               ConnectX host; sim (or unset) keeps the
+//	                               model's sim0, sim1
+//	MLX5KIT_EMULATE_PORTS=n        ports per device, 1 to 255
+//	MLX5KIT_EMULATE_ABI=write      every ioctl answered ENOTTY, as a kernel
+//	                               without the ioctl framework
+//	MLX5KIT_EMULATE_DEBUG=1        each refused command logged to stderr
+//
 // With CGO_ENABLED=0, or for another OS, the package builds with Enable
 // returning ErrUnavailable and Enabled false.
 package emulate

@@ -70,11 +70,11 @@ func enable() error {
 	if err := checkUserMemory(); err != nil {
 		return fmt.Errorf("emulate: the model reads the caller's memory with process_vm_readv, which this process may not use: %w", err)
 	}
-	ll, err := linkLayerFromEnv(os.Getenv(EnvLink))
+	ll, err := linkLayerFromEnv(os.Getenv(envLink))
 	if err != nil {
 		return err
 	}
-	ports, err := portsFromEnv(os.Getenv(EnvPorts))
+	ports, err := portsFromEnv(os.Getenv(envPorts))
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func enable() error {
 	if err != nil {
 		return err
 	}
-	if err := nameDevices(devs, os.Getenv(EnvNames)); err != nil {
+	if err := nameDevices(devs, os.Getenv(envNames)); err != nil {
 		return err
 	}
 	cdev, err := charDevNumber(backingDevice)
@@ -103,7 +103,7 @@ func enable() error {
 		return fmt.Errorf("emulate: set SYSFS_PATH: %w", err)
 	}
 	k := newKernel(f, devs, backingDevice, cdev)
-	k.noIoctl = os.Getenv(EnvABI) == ABIWrite
+	k.noIoctl = os.Getenv(envABI) == abiWrite
 	k.hooks = hooks{
 		markFD:   func(fd, kind int) { C.mk_emu_mark_fd(C.int(fd), C.int(kind)) },
 		mappings: func(delta int) { C.mk_emu_add_mappings(C.long(delta)) },
@@ -139,17 +139,17 @@ func linkLayerFromEnv(v string) (ctx.LinkLayer, error) {
 	case "eth", "ethernet", "Ethernet", "roce", "RoCE":
 		return ctx.LinkLayerEthernet, nil
 	}
-	return 0, fmt.Errorf("emulate: %s=%q: want infiniband or ethernet: %w", EnvLink, v, ctx.ErrInvalidArgument)
+	return 0, fmt.Errorf("emulate: %s=%q: want infiniband or ethernet: %w", envLink, v, ctx.ErrInvalidArgument)
 }
 
-// portsFromEnv parses EnvPorts: empty for one port, else 1 to 255.
+// portsFromEnv parses envPorts: empty for one port, else 1 to 255.
 func portsFromEnv(v string) (uint8, error) {
 	if v == "" {
 		return 1, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > 255 {
-		return 0, fmt.Errorf("emulate: %s=%q: want a port count of 1 to 255: %w", EnvPorts, v, ctx.ErrInvalidArgument)
+		return 0, fmt.Errorf("emulate: %s=%q: want a port count of 1 to 255: %w", envPorts, v, ctx.ErrInvalidArgument)
 	}
 	return uint8(n), nil
 }

@@ -19,3 +19,12 @@ func MappingCount() int {
 	}
 	return 0
 }
+
+// The environment's names and values, for the external tests.
+const (
+	EnvLink    = envLink
+	EnvABI     = envABI
+	ABIWrite   = abiWrite
+	EnvPorts   = envPorts
+	RoCENetdev = netdevRoCE
+)

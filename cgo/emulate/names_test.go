@@ -9,7 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
-// TestNameDevicesMLX5 checks that EnvNames=mlx5 names the devices of the
+// TestNameDevicesMLX5 checks that envNames=mlx5 names the devices of the
 // sysfs tree mlx5_<uverbs index> while the model keeps its own names, that
 // the model's names stay the default, and that another value is refused
 // and names nothing.
@@ -21,18 +21,18 @@ func TestNameDevicesMLX5(t *testing.T) {
 	require.Len(t, devs, 2)
 
 	require.NoError(t, nameDevices(devs, ""))
-	require.NoError(t, nameDevices(devs, NamesModel))
+	require.NoError(t, nameDevices(devs, namesModel))
 	for _, d := range devs {
 		require.Equal(t, d.Name(), d.IBName())
 	}
 	err = nameDevices(devs, "cx7")
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
-	require.Contains(t, err.Error(), EnvNames)
+	require.Contains(t, err.Error(), envNames)
 	for _, d := range devs {
 		require.Empty(t, d.Alias)
 	}
 
-	require.NoError(t, nameDevices(devs, NamesMLX5))
+	require.NoError(t, nameDevices(devs, namesMLX5))
 	dir := t.TempDir()
 	require.NoError(t, writeSysfs(dir, devs, devNumber{Major: 1, Minor: 3}))
 	files := readTree(t, dir)

@@ -21,6 +21,6 @@ func TestPortsFromEnv(t *testing.T) {
 	for _, v := range []string{"0", "256", "-1", "two", " 2"} {
 		_, err := portsFromEnv(v)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%q", v)
-		require.ErrorContains(t, err, EnvPorts, "%q", v)
+		require.ErrorContains(t, err, envPorts, "%q", v)
 	}
 }

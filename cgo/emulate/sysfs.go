@@ -52,30 +52,30 @@ type sysfsDevice struct {
 	Ports []ctx.PortAttr
 	GIDs  [][]ctx.GIDEntry
 	// Netdev is the network device the GIDs of the Ethernet ports are
-	// on, "" when there is none (see RoCENetdev).
+	// on, "" when there is none (see netdevRoCE).
 	Netdev string
 	// Alias, when set, is the name libibverbs sees instead of the model's
 	// (class/infiniband/<Alias>, the uverbs node's ibdev).
 	Alias string
 }
 
-// RoCENetdev is the network device the emulated kernel puts the GIDs of
+// netdevRoCE is the network device the emulated kernel puts the GIDs of
 // an Ethernet port on. A ConnectX's RoCE GIDs are each on a network device
 // (the kernel's GID cache takes none without one; libibverbs reads its
 // name from gid_attrs/ndevs and its index from QUERY_GID_TABLE). The
 // model's ports have no device of their own, so the emulated kernel names
 // the loopback device, which every network namespace has, and answers its
 // interface index.
-const RoCENetdev = "lo"
+const netdevRoCE = "lo"
 
-// roceNetdev returns RoCENetdev's interface index, 0 if the machine has
+// roceNetdev returns netdevRoCE's interface index, 0 if the machine has
 // no such device (the GIDs are then on none).
 func roceNetdev() (string, uint32) {
-	ifc, err := net.InterfaceByName(RoCENetdev)
+	ifc, err := net.InterfaceByName(netdevRoCE)
 	if err != nil || ifc.Index <= 0 {
 		return "", 0
 	}
-	return RoCENetdev, uint32(ifc.Index)
+	return netdevRoCE, uint32(ifc.Index)
 }
 
 // Name is the device's name in the model ("sim0").
@@ -93,19 +93,19 @@ func (d *sysfsDevice) IBName() string {
 // UverbsName is the name of the device's uverbs node ("uverbs0").
 func (d *sysfsDevice) UverbsName() string { return "uverbs" + strconv.Itoa(d.Index) }
 
-// nameDevices sets the names libibverbs sees, as EnvNames (the value v)
+// nameDevices sets the names libibverbs sees, as envNames (the value v)
 // chooses.
 func nameDevices(devs []sysfsDevice, v string) error {
 	switch v {
-	case "", NamesModel:
+	case "", namesModel:
 		return nil
-	case NamesMLX5:
+	case namesMLX5:
 		for i := range devs {
 			devs[i].Alias = "mlx5_" + strconv.Itoa(devs[i].Index)
 		}
 		return nil
 	}
-	return fmt.Errorf("emulate: %s=%q: want %s or %s: %w", EnvNames, v, NamesModel, NamesMLX5, ctx.ErrInvalidArgument)
+	return fmt.Errorf("emulate: %s=%q: want %s or %s: %w", envNames, v, namesModel, namesMLX5, ctx.ErrInvalidArgument)
 }
 
 // describeFabric queries every device of f through its provider door and

@@ -79,9 +79,9 @@ func TestWriteSysfsDescribesTheModel(t *testing.T) {
 					}
 					// A RoCE GID is on a network device: the loopback
 					// device, which every machine has.
-					lo, err := net.InterfaceByName(RoCENetdev)
+					lo, err := net.InterfaceByName(netdevRoCE)
 					require.NoError(t, err)
-					require.Equal(t, RoCENetdev+"\n", ndev, "gid_attrs/ndevs names the GID's network device")
+					require.Equal(t, netdevRoCE+"\n", ndev, "gid_attrs/ndevs names the GID's network device")
 					require.Equal(t, uint32(lo.Index), e.NetdevIfindex, "QUERY_GID_TABLE answers its interface index")
 					want := "IB/RoCE v1\n"
 					if e.Type == ctx.GIDTypeRoCEv2 {
