@@ -50,6 +50,9 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 		}
 		return n, writeLatencyRow(w, cfg, size, &l, counter)
 	}
+	if cfg.duplex() {
+		return duplexLocal(w, cfg, size, x, y, counter)
+	}
 	batch := cfg.batch()
 	st := newStamps(max(cfg.warmup, cfg.iters), batch)
 	if cfg.warmup > 0 {
@@ -137,6 +140,9 @@ func runSizes(w io.Writer, cfg config, x, y *end, counter cycles.Info, before fu
 // verifyActive checks what the measuring end received after a size; the
 // passive end checks with verifyPassive.
 func verifyActive(cfg config, x *end, size int) error {
+	if cfg.duplex() {
+		return verifyDuplex(cfg, x, size, true)
+	}
 	switch cfg.mode {
 	case writeLat, sendLat:
 		return x.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
@@ -151,6 +157,9 @@ func verifyActive(cfg config, x *end, size int) error {
 }
 
 func verifyPassive(cfg config, y *end, size int) error {
+	if cfg.duplex() {
+		return verifyDuplex(cfg, y, size, false)
+	}
 	switch cfg.mode {
 	case writeLat, sendLat:
 		return y.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
@@ -175,12 +184,19 @@ func local(cfg config, stdout io.Writer) error {
 	defer s.Close()
 	a, b := made[0], made[1]
 	a.compareSwap = cfg.atomicType == cmpAndSwap
+	b.compareSwap = a.compareSwap
+	if err := limitMTU(cfg, s, a, b); err != nil {
+		return err
+	}
 	if err := firstErr(a.connect(b.endpoint()), b.connect(a.endpoint())); err != nil {
 		return err
 	}
 	counter := cycles.Frequency()
 	ends := "both in this process, one goroutine playing both in turn, not pinned"
-	if !cfg.mode.pingPong() {
+	switch {
+	case cfg.duplex():
+		ends = "both in this process, a goroutine posting and polling on each, not pinned"
+	case !cfg.mode.pingPong():
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
 	in, err := describe(cfg, s, a, b.endpoint(), ends, counter)
@@ -220,6 +236,7 @@ func describe(cfg config, s *perftool.Setup, x *end, peer endpoint.Endpoint, end
 		outReads = 16 // rc.Config's default
 	}
 	return info{
+		notes:  pathNotes(cfg, port.LinkLayer, peer),
 		device: s.What, deviceName: s.Context.DeviceName(), ends: ends, counter: counter,
 		link: port.LinkLayer, mtu: ep.MTU.Bytes(), gidIndex: gidIndex, inline: x.MaxInline, outReads: outReads,
 		local:  addressOf("local", cfg.mode, ep, outReads, gid),
@@ -235,6 +252,7 @@ type params struct {
 	Iters, Warmup, QD, Inline uint32
 	Duration                  uint32 // -D, seconds
 	Batch                     uint32 // -Q or -l
+	Bidirectional             uint32 // -b: 1
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -243,6 +261,11 @@ func (p params) config(base config) config {
 	base.mode, base.size, base.maxSize, base.all = mode(p.Mode), int(p.Size), int(p.MaxSize), p.All != 0
 	base.iters, base.warmup, base.qd, base.inline = int(p.Iters), int(p.Warmup), int(p.QD), int(p.Inline)
 	base.duration, base.cqMod, base.postList = int(p.Duration), int(p.Batch), 0
+	base.bidir = p.Bidirectional != 0
+	if base.mode == sendBW && base.rxDepth == recvDepth {
+		// The server was not told the mode: its -r default is send_bw's.
+		base.rxDepth = sendRecvDepth
+	}
 	return base
 }
 
@@ -267,6 +290,10 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	}
 	defer s.Close()
 	y := made[0]
+	y.compareSwap = cfg.atomicType == cmpAndSwap
+	if err := limitMTU(cfg, s, y); err != nil {
+		return err
+	}
 	if err := handshake(cfg, conn, endpoint.AcceptSide, s.Context, y); err != nil {
 		return err
 	}
@@ -276,14 +303,21 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	in.server = true
+	fmt.Fprintf(stdout, "serving %s for %v\n", cfg.mode, conn.RemoteAddr())
 	if err := writeInfo(stdout, cfg, in); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "serving %s for %v\n", cfg.mode, conn.RemoteAddr())
+	counter := in.counter
 	for _, size := range cfg.sizes() {
 		y.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
+		}
+		if cfg.duplex() {
+			if err := duplexRemote(stdout, cfg, conn, size, y, false, counter); err != nil {
+				return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+			}
+			continue
 		}
 		var runErr error
 		if cfg.mode.pingPong() {
@@ -300,6 +334,11 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
 		}
 	}
+	if cfg.serverReports() {
+		if err := writeFooter(stdout, cfg); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(stdout, "done")
 	return nil
 }
@@ -313,6 +352,9 @@ func dial(cfg config, stdout io.Writer) error {
 	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
 		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline),
 		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch())}
+	if cfg.bidir {
+		p.Bidirectional = 1
+	}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
@@ -325,6 +367,9 @@ func dial(cfg config, stdout io.Writer) error {
 	defer s.Close()
 	x := made[0]
 	x.compareSwap = cfg.atomicType == cmpAndSwap
+	if err := limitMTU(cfg, s, x); err != nil {
+		return err
+	}
 	if err := handshake(cfg, conn, endpoint.DialSide, s.Context, x); err != nil {
 		return err
 	}
@@ -342,6 +387,12 @@ func dial(cfg config, stdout io.Writer) error {
 		x.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
+		}
+		if cfg.duplex() {
+			if err := duplexRemote(stdout, cfg, conn, size, x, true, counter); err != nil {
+				return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+			}
+			continue
 		}
 		n, runErr := sizeRun(stdout, cfg, size, x, nil, counter)
 		if runErr == nil {
