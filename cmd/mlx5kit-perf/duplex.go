@@ -38,6 +38,15 @@ func (c config) streamCheck() string {
 	return ""
 }
 
+// capRecvDepth caps send_bw's receive queue at -n, as perftest does:
+// more receives than messages serve nothing.
+func (c config) capRecvDepth() config {
+	if c.mode == sendBW && c.rxDepth > c.iters {
+		c.rxDepth = c.iters
+	}
+	return c
+}
+
 // recvTimes are the times a phase of a duplex test took its receives.
 type recvTimes struct {
 	start, last uint64 // the phase's start, the last receive's completion

@@ -444,6 +444,7 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	if msg := cfg.check(); msg != "" {
 		return bad("%s", msg)
 	}
+	cfg = cfg.capRecvDepth()
 	switch {
 	case cfg.host != "" && (cfg.server != "" || cfg.client != ""):
 		return bad("the server %q and -server or -client exclude each other", cfg.host)

@@ -187,10 +187,6 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	if !cfg.mode.latency() {
 		fmt.Fprintf(&b, "rates:   BW average over first doorbell to last completion, BW peak the best over up to %d batches of %d\n", peakWindow, cfg.batch())
 	}
-	if in.server && cfg.mode == sendBW && !cfg.bidir {
-		// perftest's send_bw server times its receives only.
-		b.WriteString(" WARNING: BW peak won't be measured in this run.\n")
-	}
 	b.WriteString(resultLine)
 	fmt.Fprintf(&b, "                    %s\n", cfg.title(" "))
 	if cfg.events {

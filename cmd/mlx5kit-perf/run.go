@@ -266,7 +266,7 @@ func (p params) config(base config) config {
 		// The server was not told the mode: its -r default is send_bw's.
 		base.rxDepth = sendRecvDepth
 	}
-	return base
+	return base.capRecvDepth()
 }
 
 // serve runs the passive end for one client that connects to ln.

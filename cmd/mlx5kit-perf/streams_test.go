@@ -163,8 +163,7 @@ func TestStreamsServerClient(t *testing.T) {
 	so, co := serveAndDial(t, []string{"write_lat", "-provider", "sim"},
 		[]string{"send_bw", "-provider", "sim", "-a", "--max-size", "1024", "-n", "300", "--warmup", "10"})
 	require.Len(t, requireBandwidthTable(t, co, 10), 10)
-	require.Contains(t, so, " WARNING: BW peak won't be measured in this run.\n")
-	require.Contains(t, so, fmt.Sprintf(" RX depth        : %d\n", sendRecvDepth), "perftest's default for send_bw")
+	require.Contains(t, so, " RX depth        : 300\n", "perftest's default for send_bw, 512, capped at -n")
 	require.NotContains(t, so, "TX depth")
 	rows := perftestTable(t, so, cResultFmt)
 	require.Len(t, rows, 10, so)
