@@ -288,3 +288,33 @@ func TestTrafficClass(t *testing.T) {
 
 // endpointWithLID is a peer's endpoint with only its LID set.
 func endpointWithLID(lid uint16) endpoint.Endpoint { return endpoint.Endpoint{LID: lid} }
+
+// TestStreamBothAllocatesNothing: the duplex loop, sending and taking
+// SENDs with their receives reposted, allocates nothing per stream.
+func TestStreamBothAllocatesNothing(t *testing.T) {
+	for _, m := range []mode{sendBW, writeBW, readBW, atomicBW} {
+		size := 512
+		if m.atomic() {
+			size = atomicSize
+		}
+		cfg := testConfig(t, m.String(), "-s", fmt.Sprint(size), "-b")
+		a, b := newPair(t, cfg)
+		st := newStamps(64, cfg.batch())
+		var rx recvTimes
+		recvN := 0
+		if m == sendBW {
+			recvN = 64
+		}
+		round := func() {
+			if err := a.streamBoth(m, size, 64, 0, cfg.qd, cfg.batch(), st, &rx); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.streamBoth(m, size, 0, recvN, cfg.qd, cfg.batch(), st, &rx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		round()
+		require.Zero(t, testing.AllocsPerRun(20, round), "%v", m)
+		require.Zero(t, b.early)
+	}
+}
