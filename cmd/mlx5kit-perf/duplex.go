@@ -38,11 +38,12 @@ func (c config) streamCheck() string {
 	return ""
 }
 
-// capRecvDepth caps send_bw's receive queue at -n, as perftest does:
-// more receives than messages serve nothing.
+// capRecvDepth caps send_bw's receive queue at the messages of a size,
+// the warm-up's and -n (perftest, without a warm-up, caps it at -n): more
+// receives than messages serve nothing.
 func (c config) capRecvDepth() config {
-	if c.mode == sendBW && c.rxDepth > c.iters {
-		c.rxDepth = c.iters
+	if c.mode == sendBW && c.rxDepth > c.warmup+c.iters {
+		c.rxDepth = c.warmup + c.iters
 	}
 	return c
 }
@@ -57,9 +58,10 @@ type recvTimes struct {
 // takes recvN SENDs of size bytes from the peer, reposting a receive for
 // each, until both are done. The atomics of -b fetch into the source
 // area: the receive area holds the counter the peer's atomics change. st
-// gets the batches' times, rx the receives'. It allocates nothing (with
-// -e, the waits do).
-func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *recvTimes) error {
+// gets the batches' times, rx the receives'. service, when set, is called
+// after each poll (the peer's receives, in this goroutine). It allocates
+// nothing (with -e, the waits do).
+func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *recvTimes, service func() error) error {
 	inline := (m == writeBW || m == sendBW) && size <= x.MaxInline
 	posted, outstanding, done := 0, 0, 0
 	// SENDs of the next phase that an earlier poll took count here.
@@ -144,6 +146,11 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 		if x.Failed {
 			return x.CompletionError(uint32(done + received))
 		}
+		if service != nil {
+			if err := service(); err != nil {
+				return err
+			}
+		}
 		if got == 0 {
 			if err := x.Idle(spins, &since, uint32(done+received)); err != nil {
 				return err
@@ -172,7 +179,7 @@ func (x *end) duplexRun(cfg config, size int, sends, recvs bool, st stamps, rx *
 		if recvs {
 			recvN = n
 		}
-		if err := x.streamBoth(cfg.mode, size, sendN, recvN, cfg.qd, cfg.batch(), st, rx); err != nil {
+		if err := x.streamBoth(cfg.mode, size, sendN, recvN, cfg.qd, cfg.batch(), st, rx, nil); err != nil {
 			return err
 		}
 	}
@@ -208,12 +215,74 @@ func sumRates(a, b bandwidth) bandwidth {
 		peakBytesSec: a.peakBytesSec + b.peakBytesSec, msgs: float64(a.n) + float64(b.n)*f}
 }
 
+// takeSends polls the end's CQ once, without waiting, for SENDs of size
+// bytes: each counts against *want while it is positive (then in early)
+// and gets its receive reposted. It allocates nothing unless it fails.
+func (x *end) takeSends(size int, want *int, rx *recvTimes) error {
+	reposted := 0
+	var err error
+	x.Poller.Poll(pollBatch, func(c *transport.Completion) {
+		if c.Match != transport.MatchOK || c.Opcode != prm.CQERespSend || c.ByteCount != uint32(size) {
+			x.Bad, x.Failed = *c, true
+			return
+		}
+		if *want > 0 {
+			*want--
+			rx.last = cycles.Now()
+		} else {
+			x.early++
+		}
+		if e := x.QP.BeginRecv(0).SGE(x.RecvAddr, uint32(len(x.Recv)), x.LKey).Finish(); e != nil && err == nil {
+			err = fmt.Errorf("%s: repost receive: %w", x.Name, e)
+		}
+		reposted++
+	})
+	if reposted > 0 {
+		x.QP.RingRecvDoorbell()
+	}
+	if err != nil {
+		return err
+	}
+	if x.Failed {
+		return x.CompletionError(0)
+	}
+	return nil
+}
+
+// sendLocal runs send_bw one way with both ends in this goroutine, as
+// the other modes run: a's stream takes b's receives in turn after each
+// poll, and b takes what is left after it.
+func sendLocal(cfg config, size int, a, b *end, st stamps, ra, rb *recvTimes) error {
+	for _, n := range []int{cfg.warmup, cfg.iters} {
+		if n == 0 {
+			continue
+		}
+		want := n - min(b.early, n)
+		b.early -= n - want
+		rb.start = cycles.Now()
+		if err := a.streamBoth(sendBW, size, n, 0, cfg.qd, cfg.batch(), st, ra, func() error { return b.takeSends(size, &want, rb) }); err != nil {
+			return err
+		}
+		if err := b.streamBoth(sendBW, size, 0, want, cfg.qd, cfg.batch(), st, rb, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // duplexLocal runs a duplex test of one size with both ends in this
-// process, a goroutine each, and prints its line.
+// process and prints its line: send_bw one way in this goroutine, -b and
+// -e (whose waits sleep on one end's CQ) in a goroutine per end.
 func duplexLocal(w io.Writer, cfg config, size int, a, b *end, counter cycles.Info) (int, error) {
 	n := max(cfg.warmup, cfg.iters)
 	sa, sb := newStamps(n, cfg.batch()), newStamps(n, cfg.batch())
 	var ra, rb recvTimes
+	if !cfg.bidir && !cfg.events {
+		if err := sendLocal(cfg, size, a, b, sa, &ra, &rb); err != nil {
+			return 0, err
+		}
+		return cfg.iters, writeBandwidthRow(w, cfg, size, endRates(cfg, size, true, sa, ra, counter))
+	}
 	var abort atomic.Bool
 	a.Abort, b.Abort = &abort, &abort
 	defer func() { a.Abort, b.Abort = nil, nil }()

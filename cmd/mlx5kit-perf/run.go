@@ -194,8 +194,10 @@ func local(cfg config, stdout io.Writer) error {
 	counter := cycles.Frequency()
 	ends := "both in this process, one goroutine playing both in turn, not pinned"
 	switch {
-	case cfg.duplex():
+	case cfg.bidir || cfg.mode == sendBW && cfg.events:
 		ends = "both in this process, a goroutine posting and polling on each, not pinned"
+	case cfg.mode == sendBW:
+		ends = "both in this process, one goroutine posting and polling on the client and taking the server's receives in turn, not pinned"
 	case !cfg.mode.pingPong():
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
