@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -54,62 +55,54 @@ type recvTimes struct {
 }
 
 // streamBoth posts n operations of mode m (SENDs in send_bw) of size
-// bytes as stream does, at most qd outstanding in batches of batch, and
-// takes recvN SENDs of size bytes from the peer, reposting a receive for
-// each, until both are done. The atomics of -b fetch into the source
-// area: the receive area holds the counter the peer's atomics change. st
-// gets the batches' times, rx the receives'. service, when set, is called
-// after each poll (the peer's receives, in this goroutine). It allocates
+// bytes as stream does, over the end's lanes (-c UD|DC, -q: batch b on
+// lane b mod their number, at most qd outstanding on each) or its one RC
+// queue pair, in batches of batch, and takes recvN SENDs of size bytes
+// from the peer, reposting a receive for each on the queue that took it,
+// until both are done. The atomics of -b fetch into the source area: the
+// receive area holds the counters the peer's atomics change. st gets the
+// batches' times, rx the receives'. service, when set, is called after
+// each poll (the peer's receives, in this goroutine). It allocates
 // nothing (with -e, the waits do).
 func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *recvTimes, service func() error) error {
-	inline := (m == writeBW || m == sendBW) && size <= x.MaxInline
-	posted, outstanding, done := 0, 0, 0
+	ls := x.streamLanes()
+	op := streamOp(m, x.compareSwap)
+	inline := (op == opWrite || op == perftool.OpSend) && size <= x.MaxInline
+	for _, l := range ls {
+		l.outstanding = 0
+	}
+	posted, done := 0, 0
 	// SENDs of the next phase that an earlier poll took count here.
 	received := min(x.early, recvN)
 	x.early -= received
 	var since time.Time
-	var recvErr error
 	rx.start = cycles.Now()
 	for spins := 1; done < n || received < recvN; spins++ {
-		for outstanding+batch <= qd && posted < n {
-			k := min(batch, n-posted)
+		for posted < n {
 			b := posted / batch
+			l := ls[b%len(ls)]
+			k := min(batch, n-posted)
+			if l.outstanding+k > qd {
+				break
+			}
 			for j := 0; j < k; j++ {
 				flags := wqebuilder.Flags(0)
 				if j == k-1 {
 					flags = wqebuilder.Signaled
 				}
-				s, err := x.QP.Post(uint64(b), flags)
-				if err != nil {
-					return err
-				}
-				switch {
-				case m == atomicBW && x.compareSwap:
-					i := x.atomics + uint64(posted+j)
-					err = s.AtomicCS(x.PeerRecv, x.RKey, i, i+1).Result(x.SrcAddr, x.LKey).Finish()
-				case m == atomicBW:
-					err = s.AtomicFA(x.PeerRecv, x.RKey, 1).Result(x.SrcAddr, x.LKey).Finish()
-				case m == readBW:
-					err = s.RdmaRead(x.PeerSrc, x.RKey).SGE(x.RecvAddr, uint32(size), x.LKey).Finish()
-				case m == sendBW && inline:
-					err = s.Send().Inline(x.Src[:size]).Finish()
-				case m == sendBW:
-					err = s.Send().SGE(x.SrcAddr, uint32(size), x.LKey).Finish()
-				case inline:
-					err = s.RdmaWrite(x.PeerRecv, x.RKey).Inline(x.Src[:size]).Finish()
-				default:
-					err = s.RdmaWrite(x.PeerRecv, x.RKey).SGE(x.SrcAddr, uint32(size), x.LKey).Finish()
-				}
-				if err != nil {
+				seq := uint32(l.atomics) + uint32(j)
+				if err := x.post(l, op, uint64(b), flags, size, seq, inline, false, x.SrcAddr); err != nil {
 					return err
 				}
 			}
-			x.QP.RingDoorbell()
+			if m.atomic() {
+				l.atomics += uint64(k)
+			}
+			l.send.RingDoorbell()
 			st.posted[b] = cycles.Now()
 			posted += k
-			outstanding += k
+			l.outstanding += k
 		}
-		reposted := 0
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			switch {
 			case c.Match != transport.MatchOK:
@@ -118,9 +111,11 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 				b := int(c.WRID)
 				st.completed[b] = cycles.Now()
 				k := min(batch, n-b*batch)
-				outstanding -= k
+				l := ls[b%len(ls)]
+				l.outstanding -= k
+				l.completed += k
 				done += k
-			case c.Opcode == prm.CQERespSend && c.ByteCount == uint32(size):
+			case c.Opcode == prm.CQERespSend && c.ByteCount == uint32(size+x.grh()):
 				// The peer's next phase may have begun: one polled with
 				// the last of this one counts in the next.
 				if received < recvN {
@@ -129,19 +124,13 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 				} else {
 					x.early++
 				}
-				if err := x.QP.BeginRecv(0).SGE(x.RecvAddr, uint32(len(x.Recv)), x.LKey).Finish(); err != nil && recvErr == nil {
-					recvErr = fmt.Errorf("%s: repost receive: %w", x.Name, err)
-				}
-				reposted++
+				x.takeRecv(c.Queue)
 			default:
 				x.Bad, x.Failed = *c, true
 			}
 		})
-		if reposted > 0 {
-			x.QP.RingRecvDoorbell()
-		}
-		if recvErr != nil {
-			return recvErr
+		if err := x.ringRecv(); err != nil {
+			return err
 		}
 		if x.Failed {
 			return x.CompletionError(uint32(done + received))
@@ -157,18 +146,83 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 			}
 		}
 	}
-	if m == atomicBW {
-		x.atomics += uint64(n)
-	}
 	return nil
+}
+
+// streamOp is what a bandwidth stream of mode m posts.
+func streamOp(m mode, compareSwap bool) perftool.Op {
+	switch {
+	case m == readBW:
+		return perftool.OpRead
+	case m.atomic() && compareSwap:
+		return perftool.OpCompareSwap
+	case m.atomic():
+		return perftool.OpFetchAdd
+	case m.verb() == "Send":
+		return perftool.OpSend
+	}
+	return opWrite
+}
+
+// streamLanes are the queue pairs a stream posts to: the end's lanes, or
+// a lane of its one RC queue pair (made once, pointed at the peer's areas
+// each time).
+func (x *end) streamLanes() []*lane {
+	if x.lanes != nil {
+		return x.lanes.all
+	}
+	if x.solo == nil {
+		x.solo = []*lane{{rc: x.QP, send: &x.QP.Queue}}
+	}
+	l := x.solo[0]
+	l.peerRecv, l.peerSrc, l.rkey = x.PeerRecv, x.PeerSrc, x.RKey
+	return x.solo
+}
+
+// grh is the space in front of every receive of the end: UD's GRH.
+func (x *end) grh() int {
+	if x.lanes == nil {
+		return 0
+	}
+	return x.lanes.grh
+}
+
+// takeRecv posts a receive in place of the one q consumed: on the end's
+// own RC queue pair without its doorbell (ringRecv rings it once for a
+// poll's worth), elsewhere with it (repost). The first error is kept for
+// ringRecv. It allocates nothing.
+func (x *end) takeRecv(q *transport.Queue) {
+	var err error
+	if q == &x.QP.Queue {
+		err = q.BeginRecv(0).SGE(x.RecvAddr, uint32(len(x.End.Recv)), x.LKey).Finish()
+		x.recvPending++
+	} else {
+		err = x.repost(q)
+	}
+	if err != nil && x.recvErr == nil {
+		x.recvErr = fmt.Errorf("%s: repost receive: %w", x.Name, err)
+	}
+}
+
+// ringRecv rings the doorbell of the receives takeRecv posted on the
+// end's own queue pair and returns the first error of a repost.
+func (x *end) ringRecv() error {
+	if x.recvPending > 0 {
+		x.QP.RingRecvDoorbell()
+		x.recvPending = 0
+	}
+	err := x.recvErr
+	x.recvErr = nil
+	return err
 }
 
 // duplexRun runs the end's side of a duplex test of one size: the
 // warm-up, then -n measured, each posting n when sends is set and taking
 // the peer's n SENDs when recvs is set. It returns what the measured
-// phase's sends and receives took.
+// phase's sends and receives took. With -q the measured phase is -n per
+// queue pair.
 func (x *end) duplexRun(cfg config, size int, sends, recvs bool, st stamps, rx *recvTimes) error {
-	for _, n := range []int{cfg.warmup, cfg.iters} {
+	for _, n := range []int{cfg.warmup, cfg.streamIters()} {
 		if n == 0 {
 			continue
 		}
@@ -199,10 +253,11 @@ func (c config) roles(client bool) (sends, recvs bool) {
 // sends, or (a send_bw server) of its receives, from the phase's start to
 // the last, with no peak (perftest measures none there).
 func endRates(cfg config, size int, sends bool, st stamps, rx recvTimes, counter cycles.Info) bandwidth {
+	n := cfg.streamIters()
 	if sends {
-		return rates(st, cfg.iters, size, cfg.batch(), counter)
+		return rates(st, n, size, cfg.batch(), counter)
 	}
-	return bandwidth{n: cfg.iters, bytes: float64(cfg.iters) * float64(size),
+	return bandwidth{n: n, bytes: float64(n) * float64(size),
 		seconds: counter.Nanoseconds(float64(rx.last-rx.start)) / 1e9}
 }
 
@@ -215,45 +270,42 @@ func sumRates(a, b bandwidth) bandwidth {
 		peakBytesSec: a.peakBytesSec + b.peakBytesSec, msgs: float64(a.n) + float64(b.n)*f}
 }
 
-// takeSends polls the end's CQ once, without waiting, for SENDs of size
-// bytes: each counts against *want while it is positive (then in early)
-// and gets its receive reposted. It allocates nothing unless it fails.
+// takeSends polls the end's CQ, without waiting, until it is empty, for
+// SENDs of size bytes: each counts against *want while it is positive
+// (then in early) and gets its receive reposted. It allocates nothing
+// unless it fails.
 func (x *end) takeSends(size int, want *int, rx *recvTimes) error {
-	reposted := 0
-	var err error
-	x.Poller.Poll(pollBatch, func(c *transport.Completion) {
-		if c.Match != transport.MatchOK || c.Opcode != prm.CQERespSend || c.ByteCount != uint32(size) {
-			x.Bad, x.Failed = *c, true
-			return
+	for {
+		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
+			if c.Match != transport.MatchOK || c.Opcode != prm.CQERespSend || c.ByteCount != uint32(size+x.grh()) {
+				x.Bad, x.Failed = *c, true
+				return
+			}
+			if *want > 0 {
+				*want--
+				rx.last = cycles.Now()
+			} else {
+				x.early++
+			}
+			x.takeRecv(c.Queue)
+		})
+		if err := x.ringRecv(); err != nil {
+			return err
 		}
-		if *want > 0 {
-			*want--
-			rx.last = cycles.Now()
-		} else {
-			x.early++
+		if x.Failed {
+			return x.CompletionError(0)
 		}
-		if e := x.QP.BeginRecv(0).SGE(x.RecvAddr, uint32(len(x.Recv)), x.LKey).Finish(); e != nil && err == nil {
-			err = fmt.Errorf("%s: repost receive: %w", x.Name, e)
+		if got < pollBatch {
+			return nil
 		}
-		reposted++
-	})
-	if reposted > 0 {
-		x.QP.RingRecvDoorbell()
 	}
-	if err != nil {
-		return err
-	}
-	if x.Failed {
-		return x.CompletionError(0)
-	}
-	return nil
 }
 
 // sendLocal runs send_bw one way with both ends in this goroutine, as
 // the other modes run: a's stream takes b's receives in turn after each
 // poll, and b takes what is left after it.
 func sendLocal(cfg config, size int, a, b *end, st stamps, ra, rb *recvTimes) error {
-	for _, n := range []int{cfg.warmup, cfg.iters} {
+	for _, n := range []int{cfg.warmup, cfg.streamIters()} {
 		if n == 0 {
 			continue
 		}
@@ -274,14 +326,14 @@ func sendLocal(cfg config, size int, a, b *end, st stamps, ra, rb *recvTimes) er
 // process and prints its line: send_bw one way in this goroutine, -b and
 // -e (whose waits sleep on one end's CQ) in a goroutine per end.
 func duplexLocal(w io.Writer, cfg config, size int, a, b *end, counter cycles.Info) (int, error) {
-	n := max(cfg.warmup, cfg.iters)
+	n := max(cfg.warmup, cfg.streamIters())
 	sa, sb := newStamps(n, cfg.batch()), newStamps(n, cfg.batch())
 	var ra, rb recvTimes
 	if !cfg.bidir && !cfg.events {
 		if err := sendLocal(cfg, size, a, b, sa, &ra, &rb); err != nil {
 			return 0, err
 		}
-		return cfg.iters, writeBandwidthRow(w, cfg, size, endRates(cfg, size, true, sa, ra, counter))
+		return cfg.streamIters(), writeBandwidthRow(w, cfg, size, endRates(cfg, size, true, sa, ra, counter))
 	}
 	var abort atomic.Bool
 	a.Abort, b.Abort = &abort, &abort
@@ -307,7 +359,7 @@ func duplexLocal(w io.Writer, cfg config, size int, a, b *end, counter cycles.In
 	if cfg.bidir {
 		bw = sumRates(bw, endRates(cfg, size, true, sb, rb, counter))
 	}
-	return cfg.iters, writeBandwidthRow(w, cfg, size, bw)
+	return cfg.streamIters(), writeBandwidthRow(w, cfg, size, bw)
 }
 
 // wireRates is a bandwidth as the ends of -b swap it.
@@ -337,7 +389,7 @@ func swapRates(cfg config, conn net.Conn, mine bandwidth) (bandwidth, error) {
 // run their loops, say they are done, swap their rates with -b, print
 // their line and check what they received.
 func duplexRemote(w io.Writer, cfg config, conn net.Conn, size int, x *end, client bool, counter cycles.Info) error {
-	n := max(cfg.warmup, cfg.iters)
+	n := max(cfg.warmup, cfg.streamIters())
 	st := newStamps(n, cfg.batch())
 	var rx recvTimes
 	sends, recvs := cfg.roles(client)
@@ -362,8 +414,8 @@ func duplexRemote(w io.Writer, cfg config, conn net.Conn, size int, x *end, clie
 }
 
 // verifyDuplex checks what an end of a duplex test holds after a size:
-// the last message written or sent into it, what it read, or the counter
-// the peer's atomics incremented.
+// the last message written or sent into it, what it read, or the counters
+// the peer's atomics incremented (one per queue pair).
 func verifyDuplex(cfg config, x *end, size int, client bool) error {
 	sends := client || cfg.bidir
 	peerSends := !client || cfg.bidir
@@ -373,7 +425,7 @@ func verifyDuplex(cfg config, x *end, size int, client bool) error {
 	case (cfg.mode == writeBW || cfg.mode == sendBW) && peerSends:
 		return x.verify(size, false, 0)
 	case cfg.mode == atomicBW && peerSends:
-		return x.verifyCounter(x.recv, uint64(cfg.warmup+cfg.iters), "the counter the atomics incremented")
+		return x.verifyCounters(cfg.qps(), uint64(cfg.warmup+cfg.streamIters()))
 	}
 	return nil
 }

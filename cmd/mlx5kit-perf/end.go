@@ -45,6 +45,15 @@ type end struct {
 	// mtu, when set (-m), caps the MTU this end announces and the path
 	// MTU it connects with.
 	mtu ctx.MTU
+
+	// solo is the lane of the end's one RC queue pair that a duplex
+	// stream posts to when the end has no lanes.
+	solo []*lane
+	// recvPending counts the receives posted on the end's own queue pair
+	// whose doorbell is not rung yet; recvErr is the first error of a
+	// repost in a poll.
+	recvPending int
+	recvErr     error
 }
 
 // endConfig is each end's setup: buffers for messages of up to
@@ -183,6 +192,9 @@ func (x *end) reset() {
 		for _, l := range x.lanes.all {
 			l.atomics = 0
 		}
+	}
+	for _, l := range x.solo {
+		l.atomics = 0
 	}
 
 	x.early = 0

@@ -305,10 +305,12 @@ type config struct {
 	events      bool   // -e: sleep on completion events
 	bidir       bool   // -b: both ends stream
 
-	// -c, -q and whether -I was given (else -c picks perftest's default).
+	// -c, -q and whether -I was given (else -c picks perftest's default)
+	// and -s (else UD's size is lowered to the path MTU).
 	conn          connection
 	numQueuePairs int
 	inlineSet     bool
+	sizeSet       bool
 
 	// perftestPeer speaks perftest's exchange and data loop
 	// (--perftest-peer), which acceptUnauthenticated must allow.
@@ -521,7 +523,10 @@ func (c *config) options(help *bool) []perftool.Option {
 		{Short: 'd', Long: []string{"ib-dev", "device"}, Value: true, Set: text(&c.device)},
 		{Short: 'i', Long: []string{"ib-port"}, Value: true, Set: integer(&c.port)},
 		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: integer(&c.gidIndex)},
-		{Short: 's', Long: []string{"size"}, Value: true, Set: integer(&c.size)},
+		{Short: 's', Long: []string{"size"}, Value: true, Set: func(f, v string) error {
+			c.sizeSet = true
+			return integer(&c.size)(f, v)
+		}},
 		{Short: 'a', Long: []string{"all"}, Set: on(&c.all)},
 		{Short: 'n', Long: []string{"iters"}, Value: true, Set: integer(&c.iters)},
 		{Short: 'I', Long: []string{"inline_size", "inline"}, Value: true, Set: func(f, v string) error {

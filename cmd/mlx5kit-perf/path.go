@@ -39,7 +39,8 @@ func mtuFor(bytes int, active ctx.MTU, port int, device string) (ctx.MTU, error)
 }
 
 // limitMTU gives the ends on s the MTU of -m, refused when it is above
-// the port's active MTU.
+// the port's active MTU: each end's queue pair announces it, and so does
+// every lane's (-c UD|DC, -q), which openEnds creates with it.
 func limitMTU(cfg config, s *perftool.Setup, ends ...*end) error {
 	if cfg.mtu == 0 {
 		return nil
@@ -56,6 +57,14 @@ func limitMTU(cfg config, s *perftool.Setup, ends ...*end) error {
 		x.mtu = m
 	}
 	return nil
+}
+
+// capMTU returns m, lowered to -m when that is smaller.
+func (x *end) capMTU(m ctx.MTU) ctx.MTU {
+	if x.mtu.Valid() && x.mtu < m {
+		return x.mtu
+	}
+	return m
 }
 
 // pathNotes are mlx5kit-perf's notes on the path to peer from a port of

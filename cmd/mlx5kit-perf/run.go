@@ -189,9 +189,6 @@ func local(cfg config, stdout io.Writer) error {
 	a, b := made[0], made[1]
 	a.compareSwap = cfg.atomicType == cmpAndSwap
 	b.compareSwap = a.compareSwap
-	if err := limitMTU(cfg, s.Setup, a, b); err != nil {
-		return err
-	}
 	if err := connectEnds(a, b); err != nil {
 		return err
 	}
@@ -272,6 +269,7 @@ type params struct {
 	Batch                     uint32 // -Q or -l
 	Conn, QueuePairs          uint32 // -c, -q
 	Bidirectional             uint32 // -b: 1
+	SizeSet                   uint32 // -s given: 1
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -282,6 +280,7 @@ func (p params) config(base config) config {
 	base.duration, base.cqMod, base.postList = int(p.Duration), int(p.Batch), 0
 	base.conn, base.numQueuePairs = connection(p.Conn), int(p.QueuePairs)
 	base.bidir = p.Bidirectional != 0
+	base.sizeSet = p.SizeSet != 0
 	if base.mode == sendBW && base.rxDepth == recvDepth {
 		// The server was not told the mode: its -r default is send_bw's.
 		base.rxDepth = sendRecvDepth
@@ -311,9 +310,6 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	defer s.Close()
 	y := made[0]
 	y.compareSwap = cfg.atomicType == cmpAndSwap
-	if err := limitMTU(cfg, s.Setup, y); err != nil {
-		return err
-	}
 	if err := handshake(cfg, conn, endpoint.AcceptSide, s.Context, y); err != nil {
 		return err
 	}
@@ -378,6 +374,9 @@ func dial(cfg config, stdout io.Writer) error {
 	if cfg.bidir {
 		p.Bidirectional = 1
 	}
+	if cfg.sizeSet {
+		p.SizeSet = 1
+	}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
@@ -390,9 +389,6 @@ func dial(cfg config, stdout io.Writer) error {
 	defer s.Close()
 	x := made[0]
 	x.compareSwap = cfg.atomicType == cmpAndSwap
-	if err := limitMTU(cfg, s.Setup, x); err != nil {
-		return err
-	}
 	if err := handshake(cfg, conn, endpoint.DialSide, s.Context, x); err != nil {
 		return err
 	}
