@@ -94,7 +94,7 @@
 //	-D, --duration s         run for s seconds instead of -n iterations
 //	    --run_infinitely     a line every -D seconds (default 5), until interrupted
 //	-q, --qp n               bandwidth tests: n queue pairs per end (default 1, at most 256)
-//	-c, --connection t       RC (default), UD (send_lat) or DC
+//	-c, --connection t       RC (default), UD (send_lat, send_bw) or DC
 //	-l, --post_list n        WQEs per doorbell
 //	-Q, --cq-mod n           WQEs per signaled completion (the same batch as -l)
 //	-o, --outs n             reads and atomics outstanding (default 16)
@@ -129,17 +129,22 @@
 //
 // # Connections and queue pairs
 //
-// -c UD runs send_lat over UD queue pairs (perftest allows UD with SEND
-// only): each send names the peer's address handle, QPN and perftest's
-// qkey, every receive holds the 40 bytes of GRH space before the payload,
-// and a message is at most the path MTU (-a stops there, a larger -s is
-// refused). -c DC runs every mode from a DC initiator to the peer's DC
+// -c UD runs send_lat and send_bw over UD queue pairs (perftest allows UD
+// with SEND only): each send names the peer's address handle, QPN and
+// perftest's qkey, every receive holds the 40 bytes of GRH space before
+// the payload, and a message is at most the path MTU (-a stops there, a
+// larger -s is refused, send_bw's default size is lowered to it). -c DC runs every mode from a DC initiator to the peer's DC
 // target (perftest's DC access key), whose receives come from an SRQ; the
 // address lines end in the SRQ number as perftest's do. With -q n a
 // bandwidth test opens n queue pairs per end (n DCIs and n DCTs for DC),
 // posts its batches to them round-robin, -t in flight on each, and counts
 // -n messages per queue pair (#iterations is n times -n, as perftest's);
-// latency tests refuse -q above 1, as perftest does. The ends swap one
+// latency tests refuse -q above 1, as perftest does. send_bw's receiving
+// end reposts on the queue pair (or DC's SRQ) that took each SEND. -b,
+// -e, -m and -T apply to every queue pair: both ends stream on all of
+// them, their waits sleep on the CQ they share, their paths have the MTU
+// and traffic class (DC's initiators and targets, UD's and DC's address
+// vectors included). The ends swap one
 // endpoint per queue pair (QPN and qkey for UD, DCT number and DC key for
 // DC, LID or GID), each exchange authenticated.
 //
@@ -395,7 +400,8 @@ perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
   -D/--duration --run_infinitely -q/--qp N -c/--connection RC|UD|DC -l/--post_list
   -Q/--cq-mod -S/--sl -u/--qp-timeout -r/--rx-depth -o/--outs -A/--atomic_type --report_gbits
   --output=bandwidth|message_rate|latency --out_json --out_json_file=F
-  -b/--bidirectional -e/--events -m/--mtu -T/--tclass
+  -b/--bidirectional -e/--events -m/--mtu -T/--tclass (with -q, -c UD|DC: on every queue pair)
+  -c UD: send_lat and send_bw
 mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
   --server ADDR --client HOST:PORT --key-file F
   --perftest-peer --accept-unauthenticated  (write_lat, send_lat against ib_write_lat, ib_send_lat:
