@@ -468,7 +468,7 @@ func checkPathSize(cfg config, x *end) (config, error) {
 		return cfg, nil
 	}
 	if cfg.size > mtu && !cfg.sizeSet {
-		cfg.size = mtu
+		cfg.size, cfg.sizeLowered = mtu, true
 		return cfg, nil
 	}
 	if cfg.size > mtu {

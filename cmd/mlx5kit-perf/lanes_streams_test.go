@@ -34,6 +34,11 @@ func TestSendBWOverLanes(t *testing.T) {
 			out := runOK(t, append([]string{"ib_send_bw", "--provider", "sim", "-F", "-n", "300", "--warmup", "20"}, tc.args...)...)
 			require.Contains(t, out, cResultLine+"                    Send BW Test\n")
 			rows := requireBandwidthTable(t, out, 1)
+			if tc.size == 4096 {
+				require.Contains(t, out, "note:    -s: a UD datagram carries at most the path MTU: the size is 4096 bytes (perftest: Max msg size in UD is MTU 4096, Changing to this MTU)\n")
+			} else {
+				require.NotContains(t, out, "Max msg size")
+			}
 			require.Equal(t, tc.size, rows[0].size)
 			require.Equal(t, tc.iters, rows[0].iters)
 		})

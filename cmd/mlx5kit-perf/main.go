@@ -316,6 +316,8 @@ type config struct {
 	numQueuePairs int
 	inlineSet     bool
 	sizeSet       bool
+	// sizeLowered: UD lowered the default size to the path MTU.
+	sizeLowered bool
 
 	// perftestPeer speaks perftest's exchange and data loop
 	// (--perftest-peer), which acceptUnauthenticated must allow.

@@ -251,6 +251,9 @@ func describe(cfg config, s *perftool.Setup, x *end, peer endpoint.Endpoint, end
 		local:  addressOf("local", cfg.mode, ep, outReads, gid),
 		remote: addressOf("remote", cfg.mode, peer, outReads, gid),
 	}
+	if cfg.sizeLowered {
+		in.notes = append(in.notes, fmt.Sprintf("-s: a UD datagram carries at most the path MTU: the size is %d bytes (perftest: Max msg size in UD is MTU %d, Changing to this MTU)", cfg.size, cfg.size))
+	}
 	if x.lanes != nil {
 		in.local, in.remote = address{}, address{}
 		in.locals, in.remotes = laneAddresses(cfg, x, outReads, gid)
