@@ -279,3 +279,39 @@ func TestTrafficClassOverLanes(t *testing.T) {
 		}
 	}
 }
+
+// TestLaneStreamBothAllocatesNothing: the duplex loop over UD, DC and
+// several RC queue pairs, sending and taking SENDs with their receives
+// reposted on the queue (or SRQ) that took them, allocates nothing.
+func TestLaneStreamBothAllocatesNothing(t *testing.T) {
+	for _, conn := range []string{"RC", "UD", "DC"} {
+		for _, m := range []mode{sendBW, writeBW, atomicBW} {
+			if conn == "UD" && m != sendBW {
+				continue
+			}
+			size := 512
+			if m.atomic() {
+				size = atomicSize
+			}
+			cfg := testConfig(t, m.String(), "-c", conn, "-q", "2", "-s", fmt.Sprint(size), "-b")
+			a, b := newLanePair(t, cfg)
+			st := newStamps(64, cfg.batch())
+			var rx recvTimes
+			recvN := 0
+			if m == sendBW {
+				recvN = 64
+			}
+			round := func() {
+				if err := a.streamBoth(m, size, 64, 0, cfg.qd, cfg.batch(), st, &rx, nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.streamBoth(m, size, 0, recvN, cfg.qd, cfg.batch(), st, &rx, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			round()
+			require.Zero(t, testing.AllocsPerRun(20, round), "%s %v", conn, m)
+			require.Zero(t, b.early)
+		}
+	}
+}
