@@ -57,9 +57,8 @@ const (
 )
 
 // lanesReady are the modes that run over lanes (-c UD|DC, -q): both ends
-// post, poll and repost receives through the lane functions. A mode whose
-// passive end receives (a SEND stream) joins once it reposts with
-// end.repost and counts the GRH space of UD (lanes.grh).
+// post, poll and repost receives through the lane functions (send_bw's
+// and -b's duplex loop, streamBoth, included). Every mode does.
 var lanesReady = [numModes]bool{writeLat: true, writeBW: true, sendLat: true, sendBW: true, readLat: true, readBW: true, atomicLat: true, atomicBW: true}
 
 // maxQueuePairs is the most queue pairs -q takes.
