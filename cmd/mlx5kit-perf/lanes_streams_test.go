@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -114,6 +115,34 @@ func TestBidirectionalOverLanes(t *testing.T) {
 				rows := perftestTable(t, out, cResultFmt) // send_bw's server prints no peak
 				require.Len(t, rows, 1, out)
 				require.Equal(t, "400", rows[0][1])
+			}
+		})
+	}
+}
+
+// TestLaneFlagsServerClient runs -e, -m and -T over DC and UD queue pairs
+// with a server and a client, each end taking them from its own command
+// line as perftest's do: both report the MTU and the events, and move
+// every queue pair's share.
+func TestLaneFlagsServerClient(t *testing.T) {
+	for _, args := range [][]string{
+		{"send_bw", "-c", "DC", "-q", "2", "-s", "3000"},
+		{"send_bw", "-c", "UD", "-q", "2"},
+		{"write_bw", "-b", "-q", "3", "-s", "3000"},
+	} {
+		t.Run(fmt.Sprint(args), func(t *testing.T) {
+			flags := []string{"-provider", "sim", "-e", "-m", "1024", "-T", "8"}
+			so, co := serveAndDial(t, append([]string{"write_lat"}, flags...),
+				append(append(args, flags...), "-n", "100", "--warmup", "10"))
+			for _, out := range []string{so, co} {
+				require.Contains(t, out, fmt.Sprintf(goFormat(cMTU), 1024))
+				require.Contains(t, out, "Test with events. Using sim0_comp0\n")
+				rows := perftestTable(t, out, cResultFmt)
+				require.Len(t, rows, 1, out)
+				require.Equal(t, strconv.Itoa(100*atoi(t, args[indexOf(args, "-q")+1])), rows[0][1], out)
+			}
+			if args[2] == "UD" {
+				require.Contains(t, co, "the size is 1024 bytes", "UD's datagram is at most -m")
 			}
 		})
 	}
