@@ -93,6 +93,8 @@ func (c config) laneCheck() string {
 		return fmt.Sprintf("-q %d: Multiple QPs only available on bw tests (as in perftest): %s measures latency", c.numQueuePairs, c.mode)
 	case c.conn == connUD && c.mode.verb() != "Send":
 		return fmt.Sprintf("-c UD: UD connection only possible in SEND verb (as in perftest): %s posts %s", c.mode, c.mode.verb())
+	case c.conn == connUD && c.mode == sendBW && c.rxDepth < c.qd && c.rxDepth < c.warmup+c.iters:
+		return fmt.Sprintf("-c UD with -r %d below -t %d: a datagram that finds no receive posted is lost (UD has no RNR retry), so send_bw needs -r of at least -t", c.rxDepth, c.qd)
 	case c.lanesNeeded() && !lanesReady[c.mode]:
 		return fmt.Sprintf("-c %v -q %d: %s does not run over several queue pairs or UD/DC yet", c.conn, c.qps(), c.mode)
 	case c.perftestPeer && c.lanesNeeded():

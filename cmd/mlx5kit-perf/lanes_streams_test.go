@@ -51,6 +51,14 @@ func TestSendBWOverLanes(t *testing.T) {
 	var o, e bytes.Buffer
 	require.Equal(t, 1, run([]string{"send_bw", "--provider", "sim", "-c", "UD", "-s", "8192"}, &o, &e))
 	require.Contains(t, e.String(), "-s 8192: a UD datagram carries at most the path MTU, 4096 bytes")
+	// Fewer receives than sends in flight lose datagrams over UD.
+	o.Reset()
+	e.Reset()
+	require.Equal(t, 2, run([]string{"send_bw", "--provider", "sim", "-c", "UD", "-r", "16", "-t", "64"}, &o, &e))
+	require.Equal(t, "mlx5kit-perf: -c UD with -r 16 below -t 64: a datagram that finds no receive posted is lost (UD has no RNR retry), so send_bw needs -r of at least -t\n", e.String())
+	require.Empty(t, o.String())
+	runOK(t, "send_bw", "--provider", "sim", "-c", "UD", "-r", "16", "-t", "16", "-n", "300", "--warmup", "10")
+	runOK(t, "send_bw", "--provider", "sim", "-c", "UD", "-n", "20", "--warmup", "0", "-t", "64") // -r capped at the 20 messages
 
 	// Each queue pair takes its round-robin share, and the data arrives
 	// after UD's GRH space.

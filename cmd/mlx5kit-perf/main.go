@@ -150,7 +150,8 @@
 //
 // perftest's other flags are refused with a line naming them (-R, -z, -g,
 // -M, -N, -C, -H, -U, -O, ...), as are -c UC|XRC|SRD|
-// raw_eth, -c UD outside SEND, and -q above 1 in latency tests;
+// raw_eth, -c UD outside SEND, -q above 1 in latency tests, and -c UD
+// send_bw with -r below -t (a datagram that finds no receive is lost);
 // docs/guide.md lists them.
 package main
 
@@ -409,7 +410,7 @@ mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
   --perftest-peer --accept-unauthenticated  (write_lat, send_lat against ib_write_lat, ib_send_lat:
       its exchange, which has no authentication, and its loop; no --key-file)
 refused with a message: -R -z -g -M -N -C -H -U -O -c UC|XRC|SRD, -c UD outside
-  SEND, -q >1 in latency tests
+  SEND, -q >1 in latency tests, -c UD send_bw with -r below -t
 See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
 // parseFlags parses args as mlx5kit-perf's: the mode first, then the
