@@ -31,6 +31,13 @@ type DCIConfig struct {
 	Port uint8
 	GID  ctx.GIDSelector
 	SL   uint8
+	// TrafficClass is the traffic class of the GRH of the paths to
+	// targets (on RoCE the IP header's DSCP and ECN bits); a path by LID
+	// has no GRH and carries none.
+	TrafficClass uint8
+	// MTU is the path MTU of the DCI's sends: 0 picks the port's active
+	// MTU, a larger one is lowered to it.
+	MTU ctx.MTU
 
 	// MaxRdAtomic is the number of RDMA reads and atomics outstanding
 	// (default 16, at most what the device allows a DC requester:
@@ -59,12 +66,17 @@ type DCI struct {
 	pd   *ctx.ProtectionDomain
 	port newqp.Port
 	sl   uint8
+	// tclass is DCIConfig.TrafficClass.
+	tclass uint8
 }
 
 // NewDCI creates a DC initiator in pd with completions on cq and brings it
 // to RTS: it may post as soon as it has a Remote.
 func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*DCI, error) {
 	var rts ctx.QPAttr
+	if cfg.MTU != 0 && !cfg.MTU.Valid() {
+		return nil, qpcore.Errorf(name, "new DCI", "path MTU %d: %w", cfg.MTU, ctx.ErrInvalidArgument)
+	}
 	spec := newqp.Spec{Transport: name, Op: "new DCI", Type: ctx.QPTypeDCI, CQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: cfg.SendDepth, MaxSendSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline},
 		Port: cfg.Port, GID: cfg.GID, SL: cfg.SL,
@@ -90,10 +102,10 @@ func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*
 		return nil, err
 	}
 	rts.State = ctx.QPStateRTS
-	d := &DCI{qp: c.QP, pd: pd, port: c.Port, sl: cfg.SL}
+	d := &DCI{qp: c.QP, pd: pd, port: c.Port, sl: cfg.SL, tclass: cfg.TrafficClass}
 	if err := newqp.BringUp(&d.Queue, spec, c.QP, true,
 		ctx.QPAttr{State: ctx.QPStateInit, Port: c.Port.Number},
-		ctx.QPAttr{State: ctx.QPStateRTR, Port: c.Port.Number, PathMTU: c.Port.MTU},
+		ctx.QPAttr{State: ctx.QPStateRTR, Port: c.Port.Number, PathMTU: pathMTU(cfg.MTU, c.Port.MTU)},
 		rts); err != nil {
 		return nil, err
 	}
@@ -121,7 +133,11 @@ func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	if remote.Transport != endpoint.TransportDC {
 		return nil, qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
-	ah, err := d.pd.CreateAddressHandle(d.port.PathTo(remote, d.sl))
+	path := d.port.PathTo(remote, d.sl)
+	if path.GlobalRoute {
+		path.TrafficClass = d.tclass
+	}
+	ah, err := d.pd.CreateAddressHandle(path)
 	if err != nil {
 		return nil, qpcore.Errorf(name, op, "%w", err)
 	}
@@ -188,6 +204,11 @@ type DCTConfig struct {
 	// unset, one is chosen as for rc.Config.GID).
 	Port uint8
 	GID  ctx.GIDSelector
+	// TrafficClass is the traffic class of the GRH of the DCT's responses
+	// on RoCE; MTU its path MTU (0: the port's active MTU, a larger one is
+	// lowered to it).
+	TrafficClass uint8
+	MTU          ctx.MTU
 }
 
 // DCT is a DC target: it receives from any DCI that presents its number
@@ -210,6 +231,9 @@ type DCT struct {
 // brings it to RTR, where it receives; its DCT number is then known.
 func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*DCT, error) {
 	var rnr uint8
+	if cfg.MTU != 0 && !cfg.MTU.Valid() {
+		return nil, qpcore.Errorf(name, "new DCT", "path MTU %d: %w", cfg.MTU, ctx.ErrInvalidArgument)
+	}
 	spec := newqp.Spec{Transport: name, Op: "new DCT", Type: ctx.QPTypeDCT, CQ: cq, SRQ: cfg.SRQ,
 		Port: cfg.Port, GID: cfg.GID, RemoteAccess: cfg.RemoteAccess, DCKey: cfg.Key,
 		Check: func(ctx.DeviceAttr) error {
@@ -224,11 +248,12 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 	path := ctx.AddressAttr{Port: port.Number}
 	if port.Link == ctx.LinkLayerEthernet {
 		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, uint8(port.GID.Index), 64
+		path.TrafficClass = cfg.TrafficClass
 	}
 	t := &DCT{qp: c.QP, port: port, key: cfg.Key}
 	if err := newqp.BringUp(&t.Queue, spec, c.QP, true,
 		ctx.QPAttr{State: ctx.QPStateInit, Port: port.Number, Access: c.Access},
-		ctx.QPAttr{State: ctx.QPStateRTR, Port: port.Number, PathMTU: port.MTU, MinRNRTimer: rnr, Path: path}); err != nil {
+		ctx.QPAttr{State: ctx.QPStateRTR, Port: port.Number, PathMTU: pathMTU(cfg.MTU, port.MTU), MinRNRTimer: rnr, Path: path}); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -247,3 +272,12 @@ func (t *DCT) Endpoint() endpoint.Endpoint {
 // GID returns the local GID table entry of the DCT (its Endpoint's GID):
 // the one DCTConfig.GID selected.
 func (t *DCT) GID() ctx.GIDEntry { return t.port.GID }
+
+// pathMTU is the configured MTU m, or the port's active one when m is 0
+// or larger.
+func pathMTU(m, active ctx.MTU) ctx.MTU {
+	if m == 0 || m > active {
+		return active
+	}
+	return m
+}

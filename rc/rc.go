@@ -42,6 +42,11 @@ type Config struct {
 	// SL is the service level of the path: 0..15 on InfiniBand, 0..7 on
 	// RoCE (the VLAN priority); New refuses a wider value.
 	SL uint8
+	// TrafficClass is the traffic class of the GRH (on RoCE the IP
+	// header's DSCP and ECN bits, the TOS) when the path has one: on RoCE,
+	// or towards a remote without a LID. A path by LID has no GRH to
+	// carry it.
+	TrafficClass uint8
 	// PSN is the first packet sequence number this QP sends (24 bits); 0
 	// picks a random one. Endpoint reports it.
 	PSN uint32
@@ -87,6 +92,7 @@ type QP struct {
 	remote endpoint.Endpoint
 	attr   ctx.QPAttr // RTR and RTS attributes from the configuration
 	access ctx.Access // what the peer may do through the QP
+	tclass uint8      // Config.TrafficClass
 }
 
 // New creates an RC queue pair in pd with its completions on cq (its
@@ -109,7 +115,7 @@ func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, er
 	if err != nil {
 		return nil, err
 	}
-	q := &QP{qp: c.QP, port: c.Port, attr: attr, access: c.Access}
+	q := &QP{qp: c.QP, port: c.Port, attr: attr, access: c.Access, tclass: cfg.TrafficClass}
 	if err := newqp.BringUp(&q.Queue, spec, c.QP, false,
 		ctx.QPAttr{State: ctx.QPStateInit, Port: c.Port.Number, Access: c.Access}); err != nil {
 		return nil, err
@@ -204,6 +210,9 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		a.State = ctx.QPStateRTR
 		a.RemoteQPN = remote.QPN
 		a.Path = q.port.PathTo(remote, q.attr.Path.SL)
+		if a.Path.GlobalRoute {
+			a.Path.TrafficClass = q.tclass
+		}
 		a.PathMTU = q.port.PathMTU(remote)
 		a.RQPSN = remote.PSN
 		if err := q.qp.Modify(a); err != nil {

@@ -45,6 +45,10 @@ type Config struct {
 	GID  ctx.GIDSelector
 	SL   uint8
 	PSN  uint32
+	// TrafficClass is the traffic class of the GRH of the paths NewRemote
+	// makes (on RoCE the IP header's DSCP and ECN bits); a path by LID has
+	// no GRH and carries none.
+	TrafficClass uint8
 }
 
 // QP is an unreliable-datagram queue pair: each send names its
@@ -65,6 +69,8 @@ type QP struct {
 	qkey uint32
 	psn  uint32
 	sl   uint8
+	// tclass is Config.TrafficClass.
+	tclass uint8
 }
 
 // New creates a UD queue pair in pd with its completions on cq (its
@@ -83,7 +89,7 @@ func New(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg Config) (*QP, er
 	if psn == 0 {
 		psn = newqp.RandomPSN()
 	}
-	q := &QP{qp: c.QP, pd: pd, port: c.Port, qkey: cfg.QKey, psn: psn, sl: cfg.SL}
+	q := &QP{qp: c.QP, pd: pd, port: c.Port, qkey: cfg.QKey, psn: psn, sl: cfg.SL, tclass: cfg.TrafficClass}
 	if err := newqp.BringUp(&q.Queue, spec, c.QP, true,
 		ctx.QPAttr{State: ctx.QPStateInit, Port: c.Port.Number, QKey: cfg.QKey},
 		ctx.QPAttr{State: ctx.QPStateRTR},
@@ -125,7 +131,11 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	if remote.Transport != endpoint.TransportUD {
 		return nil, qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
-	return q.remote(op, q.port.PathTo(remote, q.sl), remote.QPN, remote.QKey)
+	path := q.port.PathTo(remote, q.sl)
+	if path.GlobalRoute {
+		path.TrafficClass = q.tclass
+	}
+	return q.remote(op, path, remote.QPN, remote.QKey)
 }
 
 func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote, error) {

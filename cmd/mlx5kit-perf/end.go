@@ -16,6 +16,11 @@ const (
 	cqDepth   = 1024
 )
 
+// sendRecvDepth is send_bw's receive queue size unless -r says otherwise,
+// perftest's (DEF_RX_SEND): a SEND that finds no receive posted waits for
+// the RNR timer, which a stream must rarely meet.
+const sendRecvDepth = 512
+
 // end is one side of a test: a perftool.End whose receive area is where
 // the peer writes, sends or reads into and whose source area is the
 // payload this end sends or the peer reads.
@@ -33,6 +38,22 @@ type end struct {
 	// queue pair alone); peerSRQN is the peer's SRQ number (DC).
 	lanes    *lanes
 	peerSRQN uint32
+
+	// early counts the SENDs a duplex test's phase took that belong to
+	// the next phase.
+	early int
+	// mtu, when set (-m), caps the MTU this end announces and the path
+	// MTU it connects with.
+	mtu ctx.MTU
+
+	// solo is the lane of the end's one RC queue pair that a duplex
+	// stream posts to when the end has no lanes.
+	solo []*lane
+	// recvPending counts the receives posted on the end's own queue pair
+	// whose doorbell is not rung yet; recvErr is the first error of a
+	// repost in a poll.
+	recvPending int
+	recvErr     error
 }
 
 // endConfig is each end's setup: buffers for messages of up to
@@ -54,6 +75,9 @@ func (c config) endConfig() perftool.EndConfig {
 		SL:          uint8(c.sl),
 		QPTimeout:   c.qpTimeout,
 		MaxRdAtomic: c.outReads,
+
+		TrafficClass: uint8(c.tclass),
+		Events:       c.events,
 	}
 }
 
@@ -73,6 +97,9 @@ func newEndOn(name string, c *ctx.Context, cfg config) (*end, error) {
 // peer writes and sends into, and the area it reads from.
 func (x *end) endpoint() endpoint.Endpoint {
 	ep := x.QP.Endpoint()
+	if x.mtu.Valid() && x.mtu < ep.MTU {
+		ep.MTU = x.mtu
+	}
 	n := uint64(max(len(x.recv), 1))
 	ep.Regions = []endpoint.RemoteRegion{
 		{Address: x.RecvAddr, Length: n, RemoteKey: x.MR.RKey(), Access: ctx.AccessRemoteWrite | ctx.AccessLocalWrite | ctx.AccessRemoteAtomic},
@@ -92,6 +119,9 @@ func (x *end) connect(peer endpoint.Endpoint) error {
 		return fmt.Errorf("%s: the peer's areas %v and %v do not take %d-byte writes and reads", x.Name, w, r, len(x.recv))
 	}
 	x.PeerRecv, x.PeerSrc, x.RKey = w.Address, r.Address, w.RemoteKey
+	if x.mtu.Valid() && x.mtu < peer.MTU {
+		peer.MTU = x.mtu
+	}
 	x.peer = peer
 	return x.QP.Connect(peer)
 }
@@ -163,6 +193,11 @@ func (x *end) reset() {
 			l.atomics = 0
 		}
 	}
+	for _, l := range x.solo {
+		l.atomics = 0
+	}
+
+	x.early = 0
 }
 
 // verifyCounter checks that the first 8 bytes of b, big-endian (as

@@ -57,10 +57,9 @@ const (
 )
 
 // lanesReady are the modes that run over lanes (-c UD|DC, -q): both ends
-// post, poll and repost receives through the lane functions. A mode whose
-// passive end receives (a SEND stream) joins once it reposts with
-// end.repost and counts the GRH space of UD (lanes.grh).
-var lanesReady = [numModes]bool{writeLat: true, writeBW: true, sendLat: true, readLat: true, readBW: true, atomicLat: true, atomicBW: true}
+// post, poll and repost receives through the lane functions (send_bw's
+// and -b's duplex loop, streamBoth, included). Every mode does.
+var lanesReady = [numModes]bool{writeLat: true, writeBW: true, sendLat: true, sendBW: true, readLat: true, readBW: true, atomicLat: true, atomicBW: true}
 
 // maxQueuePairs is the most queue pairs -q takes.
 const maxQueuePairs = 256
@@ -94,6 +93,8 @@ func (c config) laneCheck() string {
 		return fmt.Sprintf("-q %d: Multiple QPs only available on bw tests (as in perftest): %s measures latency", c.numQueuePairs, c.mode)
 	case c.conn == connUD && c.mode.verb() != "Send":
 		return fmt.Sprintf("-c UD: UD connection only possible in SEND verb (as in perftest): %s posts %s", c.mode, c.mode.verb())
+	case c.conn == connUD && c.mode == sendBW && c.rxDepth < c.qd && c.rxDepth < c.warmup+c.iters:
+		return fmt.Sprintf("-c UD with -r %d below -t %d: a datagram that finds no receive posted is lost (UD has no RNR retry), so send_bw needs -r of at least -t", c.rxDepth, c.qd)
 	case c.lanesNeeded() && !lanesReady[c.mode]:
 		return fmt.Sprintf("-c %v -q %d: %s does not run over several queue pairs or UD/DC yet", c.conn, c.qps(), c.mode)
 	case c.perftestPeer && c.lanesNeeded():
@@ -149,14 +150,19 @@ type lanes struct {
 	grh  int                           // bytes in front of every receive
 }
 
-// openEnds opens the device and makes one end per name, each with its
-// lanes when cfg needs them; the setup's Close closes the lanes first.
+// openEnds opens the device and makes one end per name, with the MTU of
+// -m, each with its lanes when cfg needs them; the setup's Close closes
+// the lanes first.
 func openEnds(cfg config, names ...string) (*setup, []*end, error) {
 	s, made, err := perftool.OpenEnds(cfg.provider, cfg.device, cfg.endConfig(), wrap, names...)
 	if err != nil {
 		return nil, nil, err
 	}
 	st := &setup{Setup: s, ends: made}
+	if err := limitMTU(cfg, s, made...); err != nil {
+		_ = st.Close()
+		return nil, nil, err
+	}
 	if !cfg.lanesNeeded() {
 		return st, made, nil
 	}
@@ -186,12 +192,15 @@ func (s *setup) Close() error {
 }
 
 // addLanes creates the end's cfg.qps() queue pairs of type cfg.conn on
-// the end's protection domain and CQ, with every receive posted.
+// the end's protection domain and CQ, with every receive posted, the
+// traffic class of -T on their paths and the end's MTU (-m) on what they
+// announce and, for DC, on the DCIs and DCTs.
 func (x *end) addLanes(cfg config, c *ctx.Context) error {
 	gid, err := perftool.GIDSelector(cfg.gidIndex)
 	if err != nil {
 		return err
 	}
+	tclass := uint8(cfg.tclass) // -T, on every lane's paths
 	ls := &lanes{conn: cfg.conn, grh: cfg.grh()}
 	x.lanes = ls
 	recvLen := uint32(len(x.End.Recv))
@@ -213,15 +222,15 @@ func (x *end) addLanes(cfg config, c *ctx.Context) error {
 			l.rc = x.QP // the end's own
 		case cfg.conn == connRC:
 			l.rc, err = rc.New(x.PD, x.CQ, rc.Config{SendDepth: uint32(cfg.sendDepth()), RecvDepth: uint32(cfg.rxDepth), Port: uint8(cfg.port), GID: gid,
-				MaxInline: uint32(x.MaxInline), SL: uint8(cfg.sl), Timeout: cfg.qpTimeout, MaxRdAtomic: cfg.outReads})
+				MaxInline: uint32(x.MaxInline), SL: uint8(cfg.sl), Timeout: cfg.qpTimeout, MaxRdAtomic: cfg.outReads, TrafficClass: tclass})
 		case cfg.conn == connUD:
 			l.ud, err = ud.New(x.PD, x.CQ, ud.Config{SendDepth: uint32(cfg.sendDepth()), RecvDepth: uint32(cfg.rxDepth), MaxInline: uint32(x.MaxInline),
-				QKey: perftestQKey, Port: uint8(cfg.port), GID: gid, SL: uint8(cfg.sl)})
+				QKey: perftestQKey, Port: uint8(cfg.port), GID: gid, SL: uint8(cfg.sl), TrafficClass: tclass})
 		default:
 			l.dci, err = dc.NewDCI(x.PD, x.CQ, dc.DCIConfig{SendDepth: uint32(cfg.sendDepth()), MaxInline: uint32(x.MaxInline), Port: uint8(cfg.port), GID: gid,
-				SL: uint8(cfg.sl), MaxRdAtomic: cfg.outReads, Timeout: cfg.qpTimeout})
+				SL: uint8(cfg.sl), MaxRdAtomic: cfg.outReads, Timeout: cfg.qpTimeout, TrafficClass: tclass, MTU: x.mtu})
 			if err == nil {
-				l.dct, err = dc.NewDCT(x.PD, x.CQ, dc.DCTConfig{SRQ: ls.srq, Key: perftestDCKey, Port: uint8(cfg.port), GID: gid})
+				l.dct, err = dc.NewDCT(x.PD, x.CQ, dc.DCTConfig{SRQ: ls.srq, Key: perftestDCKey, Port: uint8(cfg.port), GID: gid, TrafficClass: tclass, MTU: x.mtu})
 			}
 		}
 		if err != nil {
@@ -251,9 +260,11 @@ func (l *lane) setUp(x *end, recvLen uint32) error {
 		if err := x.Poller.Add(l.dct); err != nil {
 			return err
 		}
+		l.local.MTU = x.capMTU(l.local.MTU)
 		l.send = &l.dci.Queue
 		return x.Poller.Add(l.dci)
 	}
+	l.local.MTU = x.capMTU(l.local.MTU)
 	l.send = q
 	if l.rc == x.QP {
 		return nil // added, its receives posted by perftool.NewEnd
@@ -351,6 +362,7 @@ func (x *end) connectAll(peers []endpoint.Endpoint) error {
 // connectLane points lane l at the peer's endpoint p.
 func (x *end) connectLane(l *lane, p endpoint.Endpoint) error {
 	var err error
+	p.MTU = x.capMTU(p.MTU) // -m: the path MTU is the smaller
 	l.peer = p
 	if x.lanes.conn == connUD {
 		if p.Transport != endpoint.TransportUD {
@@ -443,8 +455,9 @@ func (x *end) srqn() uint32 {
 
 // checkPathSize fits the sizes of a UD test to the path: a datagram
 // carries at most the path MTU (the smaller of the two ends'), so -a stops
-// there, as perftest's does, and a larger -s is refused. Both ends compute
-// it from the same two endpoints.
+// there, as perftest's does, a larger -s is refused and the default size
+// of a bandwidth mode (65536) is lowered to it, as perftest lowers it. Both
+// ends compute it from the same two endpoints.
 func checkPathSize(cfg config, x *end) (config, error) {
 	if cfg.conn != connUD || x.lanes == nil {
 		return cfg, nil
@@ -453,6 +466,10 @@ func checkPathSize(cfg config, x *end) (config, error) {
 	mtu := min(l.local.MTU.Bytes(), l.peer.MTU.Bytes())
 	if cfg.all {
 		cfg.maxSize = min(cfg.maxSize, mtu)
+		return cfg, nil
+	}
+	if cfg.size > mtu && !cfg.sizeSet {
+		cfg.size, cfg.sizeLowered = mtu, true
 		return cfg, nil
 	}
 	if cfg.size > mtu {
@@ -472,9 +489,10 @@ func (l *lane) stage(wrid uint64, flags wqebuilder.Flags) (wqebuilder.OpStage, e
 // post posts one WQE of op on the lane: a SEND or RDMA_WRITE(_IMM) of
 // size bytes of the source area (inline when inline is set), an RDMA_READ
 // of the peer's source area into the receive area, or an atomic on the
-// peer's counter; through BlueFlame when bf is set, else left for the
+// peer's counter (its result at results plus the lane's offset, in the
+// receive or source area); through BlueFlame when bf is set, else left for the
 // lane's doorbell. It allocates nothing.
-func (x *end) post(l *lane, op perftool.Op, wrid uint64, flags wqebuilder.Flags, size int, seq uint32, inline, bf bool) error {
+func (x *end) post(l *lane, op perftool.Op, wrid uint64, flags wqebuilder.Flags, size int, seq uint32, inline, bf bool, results uint64) error {
 	var d wqebuilder.DataStage
 	if l.ud != nil {
 		s, err := l.ud.Post(wrid, flags, l.udTo)
@@ -497,9 +515,9 @@ func (x *end) post(l *lane, op perftool.Op, wrid uint64, flags wqebuilder.Flags,
 		case perftool.OpFetchAdd, perftool.OpCompareSwap:
 			var a wqebuilder.FinishStage
 			if op == perftool.OpCompareSwap {
-				a = s.AtomicCS(l.peerRecv+l.word, l.rkey, uint64(seq), uint64(seq)+1).Result(x.RecvAddr+l.word, x.LKey)
+				a = s.AtomicCS(l.peerRecv+l.word, l.rkey, uint64(seq), uint64(seq)+1).Result(results+l.word, x.LKey)
 			} else {
-				a = s.AtomicFA(l.peerRecv+l.word, l.rkey, 1).Result(x.RecvAddr+l.word, x.LKey)
+				a = s.AtomicFA(l.peerRecv+l.word, l.rkey, 1).Result(results+l.word, x.LKey)
 			}
 			if bf {
 				return a.FinishBlueFlame()
@@ -536,7 +554,7 @@ func (x *end) postLane(op perftool.Op, size int, seq uint32, inline bool) error 
 	if size >= 4 && op < perftool.OpRead {
 		binary.BigEndian.PutUint32(x.Src, seq)
 	}
-	if err := x.post(x.lanes.all[0], op, uint64(seq), wqebuilder.Signaled, size, seq, inline, true); err != nil {
+	if err := x.post(x.lanes.all[0], op, uint64(seq), wqebuilder.Signaled, size, seq, inline, true, x.RecvAddr); err != nil {
 		return err
 	}
 	x.SendsOut++
@@ -598,17 +616,7 @@ func (x *end) repost(q *transport.Queue) error {
 // nothing.
 func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 	ls := x.lanes.all
-	op := opWrite
-	switch {
-	case m == readBW:
-		op = perftool.OpRead
-	case m.atomic() && x.compareSwap:
-		op = perftool.OpCompareSwap
-	case m.atomic():
-		op = perftool.OpFetchAdd
-	case m.verb() == "Send":
-		op = perftool.OpSend
-	}
+	op := streamOp(m, x.compareSwap)
 	inline := (op == opWrite || op == perftool.OpSend) && size <= x.MaxInline
 	for _, l := range ls {
 		l.outstanding = 0
@@ -629,7 +637,7 @@ func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 					flags = wqebuilder.Signaled
 				}
 				seq := uint32(l.atomics) + uint32(j)
-				if err := x.post(l, op, uint64(b), flags, size, seq, inline, false); err != nil {
+				if err := x.post(l, op, uint64(b), flags, size, seq, inline, false, x.RecvAddr); err != nil {
 					return err
 				}
 			}

@@ -1,6 +1,6 @@
 // Command mlx5kit-perf measures RC, UD and DC latency and bandwidth the way perftest's
-// ib_write_lat, ib_write_bw, ib_send_lat, ib_read_lat, ib_read_bw,
-// ib_atomic_lat and ib_atomic_bw do, takes their command line and prints
+// ib_write_lat, ib_write_bw, ib_send_lat, ib_send_bw, ib_read_lat,
+// ib_read_bw, ib_atomic_lat and ib_atomic_bw do, takes their command line and prints
 // their report, on an mlx5 NIC or on the software HCA.
 //
 // Usage:
@@ -11,8 +11,9 @@
 //	ib_write_lat [flags]                            a link named after perftest's program:
 //	ib_write_lat [flags] SERVER                     perftest's roles (no SERVER: wait on -p)
 //
-// MODE is write_lat, write_bw, send_lat, read_lat, read_bw, atomic_lat or
-// atomic_bw, or perftest's program name for it (ib_write_lat).
+// MODE is write_lat, write_bw, send_lat, send_bw, read_lat, read_bw,
+// atomic_lat or atomic_bw, or perftest's program name for it
+// (ib_write_lat).
 //
 // # Modes
 //
@@ -25,6 +26,17 @@
 //     default, or CMP_AND_SWAP) on a counter in the peer's memory.
 //   - write_bw, read_bw, atomic_bw: a stream of RDMA_WRITEs, RDMA_READs or
 //     atomics, -t in flight.
+//   - send_bw: a stream of SENDs, -t in flight, into receives the peer
+//     reposts as each completes (-r of them posted, default 512); the
+//     receiving end reports its receive rate without a peak, as perftest's.
+//
+// With -b (bandwidth modes) both ends stream at once, each in its own
+// loop (both in this process: a goroutine each), and each reports the
+// sum of the two directions' rates, as perftest does. With -e the waits
+// sleep on the CQ's completion channel (package completion) after an
+// empty poll instead of spinning. -m sets the path MTU (refused above the
+// port's active MTU, where perftest lowers it) and -T the traffic class of
+// the path's GRH (RoCE; a path by LID has none, and the report says so).
 //
 // Latency tests post one signaled WQE at a time through BlueFlame, inline
 // when the payload fits in -I bytes, and busy-poll the completion queue.
@@ -82,13 +94,17 @@
 //	-D, --duration s         run for s seconds instead of -n iterations
 //	    --run_infinitely     a line every -D seconds (default 5), until interrupted
 //	-q, --qp n               bandwidth tests: n queue pairs per end (default 1, at most 256)
-//	-c, --connection t       RC (default), UD (send_lat) or DC
+//	-c, --connection t       RC (default), UD (send_lat, send_bw) or DC
 //	-l, --post_list n        WQEs per doorbell
 //	-Q, --cq-mod n           WQEs per signaled completion (the same batch as -l)
 //	-o, --outs n             reads and atomics outstanding (default 16)
 //	-S, --sl n               service level
 //	-u, --qp-timeout n       local ACK timeout code
-//	-r, --rx-depth n         receive queue size (default 128)
+//	-r, --rx-depth n         receive queue size (default 128, 512 for send_bw)
+//	-b, --bidirectional      bandwidth modes: both ends stream, the rates summed
+//	-e, --events             wait for completions by CQ events, not busy polling
+//	-m, --mtu n              path MTU: 256, 512, 1024, 2048 or 4096, at most the port's active one
+//	-T, --tclass, --tos n    traffic class of the GRH (0 to 255)
 //	-A, --atomic_type t      FETCH_AND_ADD or CMP_AND_SWAP
 //	    --report_gbits       bandwidth in Gb/s
 //	    --output=k           print only bandwidth, message_rate or latency
@@ -113,23 +129,29 @@
 //
 // # Connections and queue pairs
 //
-// -c UD runs send_lat over UD queue pairs (perftest allows UD with SEND
-// only): each send names the peer's address handle, QPN and perftest's
-// qkey, every receive holds the 40 bytes of GRH space before the payload,
-// and a message is at most the path MTU (-a stops there, a larger -s is
-// refused). -c DC runs every mode from a DC initiator to the peer's DC
+// -c UD runs send_lat and send_bw over UD queue pairs (perftest allows UD
+// with SEND only): each send names the peer's address handle, QPN and
+// perftest's qkey, every receive holds the 40 bytes of GRH space before
+// the payload, and a message is at most the path MTU (-a stops there, a
+// larger -s is refused, send_bw's default size is lowered to it). -c DC runs every mode from a DC initiator to the peer's DC
 // target (perftest's DC access key), whose receives come from an SRQ; the
 // address lines end in the SRQ number as perftest's do. With -q n a
 // bandwidth test opens n queue pairs per end (n DCIs and n DCTs for DC),
 // posts its batches to them round-robin, -t in flight on each, and counts
 // -n messages per queue pair (#iterations is n times -n, as perftest's);
-// latency tests refuse -q above 1, as perftest does. The ends swap one
+// latency tests refuse -q above 1, as perftest does. send_bw's receiving
+// end reposts on the queue pair (or DC's SRQ) that took each SEND. -b,
+// -e, -m and -T apply to every queue pair: both ends stream on all of
+// them, their waits sleep on the CQ they share, their paths have the MTU
+// and traffic class (DC's initiators and targets, UD's and DC's address
+// vectors included). The ends swap one
 // endpoint per queue pair (QPN and qkey for UD, DCT number and DC key for
 // DC, LID or GID), each exchange authenticated.
 //
-// perftest's other flags are refused with a line naming them (-e, -b, -m,
-// -T, -R, -z, -g, -M, -N, -C, -H, -U, -O, ...), as are -c UC|XRC|SRD|
-// raw_eth, -c UD outside SEND, and -q above 1 in latency tests;
+// perftest's other flags are refused with a line naming them (-R, -z, -g,
+// -M, -N, -C, -H, -U, -O, ...), as are -c UC|XRC|SRD|
+// raw_eth, -c UD outside SEND, -q above 1 in latency tests, and -c UD
+// send_bw with -r below -t (a datagram that finds no receive is lost);
 // docs/guide.md lists them.
 package main
 
@@ -170,10 +192,11 @@ const (
 	readBW
 	atomicLat
 	atomicBW
+	sendBW
 	numModes
 )
 
-var modeNames = [numModes]string{"write_lat", "write_bw", "send_lat", "read_lat", "read_bw", "atomic_lat", "atomic_bw"}
+var modeNames = [numModes]string{"write_lat", "write_bw", "send_lat", "read_lat", "read_bw", "atomic_lat", "atomic_bw", "send_bw"}
 
 // atomicSize is the size of an atomic, the only size of the atomic modes.
 const atomicSize = 8
@@ -185,9 +208,7 @@ const (
 )
 
 // refusedPrograms are perftest programs without a mode here, and why.
-var refusedPrograms = map[string]string{
-	"ib_send_bw": "a SEND stream needs receives reposted as fast as they are used; mlx5kit-perf has send_lat only",
-}
+var refusedPrograms = map[string]string{}
 
 func (m mode) String() string {
 	if m < numModes {
@@ -224,6 +245,8 @@ func (m mode) describe() string {
 		return "RC atomic, one at a time, signaled, BlueFlame, busy polling"
 	case atomicBW:
 		return "RC atomic stream, all on the same 8 bytes"
+	case sendBW:
+		return "RC SEND stream into receives reposted as they complete"
 	}
 	return "RC RDMA_READ stream"
 }
@@ -283,11 +306,19 @@ type config struct {
 	outJSON     bool   // --out_json
 	jsonFile    string // --out_json_file
 	atomicType  string // -A
+	mtu         int    // -m, bytes; 0: the port's active MTU
+	tclass      int    // -T, --tclass: the GRH's traffic class
+	events      bool   // -e: sleep on completion events
+	bidir       bool   // -b: both ends stream
 
-	// -c, -q and whether -I was given (else -c picks perftest's default).
+	// -c, -q and whether -I was given (else -c picks perftest's default)
+	// and -s (else UD's size is lowered to the path MTU).
 	conn          connection
 	numQueuePairs int
 	inlineSet     bool
+	sizeSet       bool
+	// sizeLowered: UD lowered the default size to the path MTU.
+	sizeLowered bool
 
 	// perftestPeer speaks perftest's exchange and data loop
 	// (--perftest-peer), which acceptUnauthenticated must allow.
@@ -364,20 +395,22 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 }
 
 const usage = `usage: mlx5kit-perf MODE [flags] [SERVER]
-       ib_write_lat|ib_write_bw|ib_send_lat|ib_read_lat|ib_read_bw|ib_atomic_lat|ib_atomic_bw [flags] [SERVER]
+       ib_write_lat|ib_write_bw|ib_send_lat|ib_send_bw|ib_read_lat|ib_read_bw|ib_atomic_lat|ib_atomic_bw [flags] [SERVER]
            (a link to mlx5kit-perf under perftest's name)
-MODE: write_lat write_bw send_lat read_lat read_bw atomic_lat atomic_bw (or ib_write_lat ...)
+MODE: write_lat write_bw send_lat send_bw read_lat read_bw atomic_lat atomic_bw (or ib_write_lat ...)
 perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
   -n/--iters -I/--inline_size -t/--tx-depth -F/--CPU-freq -p/--port
   -D/--duration --run_infinitely -q/--qp N -c/--connection RC|UD|DC -l/--post_list
   -Q/--cq-mod -S/--sl -u/--qp-timeout -r/--rx-depth -o/--outs -A/--atomic_type --report_gbits
   --output=bandwidth|message_rate|latency --out_json --out_json_file=F
+  -b/--bidirectional -e/--events -m/--mtu -T/--tclass (with -q, -c UD|DC: on every queue pair)
+  -c UD: send_lat and send_bw
 mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
   --server ADDR --client HOST:PORT --key-file F
   --perftest-peer --accept-unauthenticated  (write_lat, send_lat against ib_write_lat, ib_send_lat:
       its exchange, which has no authentication, and its loop; no --key-file)
-refused with a message: -e -b -m -T -R -z -g -M -N -C -H -U -O -c UC|XRC|SRD, -c UD outside
-  SEND, -q >1 in latency tests
+refused with a message: -R -z -g -M -N -C -H -U -O -c UC|XRC|SRD, -c UD outside
+  SEND, -q >1 in latency tests, -c UD send_bw with -r below -t
 See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
 // parseFlags parses args as mlx5kit-perf's: the mode first, then the
@@ -426,6 +459,9 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	cfg.maxSize, cfg.warmup, cfg.qd, cfg.inline = maxSize, 100, 64, 220
 	cfg.gidIndex, cfg.port, cfg.timeout = -1, 1, 10*time.Second
 	cfg.tcpPort, cfg.rxDepth, cfg.jsonFile = defaultTCPPort, recvDepth, defaultJSONFile
+	if cfg.mode == sendBW {
+		cfg.rxDepth = sendRecvDepth
+	}
 	help := false
 	pos, err := perftool.ParseArgs(args, cfg.options(&help))
 	if help {
@@ -446,6 +482,7 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	if msg := cfg.check(); msg != "" {
 		return bad("%s", msg)
 	}
+	cfg = cfg.capRecvDepth()
 	switch {
 	case cfg.host != "" && (cfg.server != "" || cfg.client != ""):
 		return bad("the server %q and -server or -client exclude each other", cfg.host)
@@ -495,7 +532,10 @@ func (c *config) options(help *bool) []perftool.Option {
 		{Short: 'd', Long: []string{"ib-dev", "device"}, Value: true, Set: text(&c.device)},
 		{Short: 'i', Long: []string{"ib-port"}, Value: true, Set: integer(&c.port)},
 		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: integer(&c.gidIndex)},
-		{Short: 's', Long: []string{"size"}, Value: true, Set: integer(&c.size)},
+		{Short: 's', Long: []string{"size"}, Value: true, Set: func(f, v string) error {
+			c.sizeSet = true
+			return integer(&c.size)(f, v)
+		}},
 		{Short: 'a', Long: []string{"all"}, Set: on(&c.all)},
 		{Short: 'n', Long: []string{"iters"}, Value: true, Set: integer(&c.iters)},
 		{Short: 'I', Long: []string{"inline_size", "inline"}, Value: true, Set: func(f, v string) error {
@@ -571,11 +611,12 @@ func (c *config) options(help *bool) []perftool.Option {
 		{Long: []string{"perftest-peer"}, Set: on(&c.perftestPeer)},
 		{Long: []string{"accept-unauthenticated"}, Set: on(&c.acceptUnauthenticated)},
 
+		{Short: 'e', Long: []string{"events"}, Set: on(&c.events)},
+		{Short: 'b', Long: []string{"bidirectional"}, Set: on(&c.bidir)},
+		{Short: 'm', Long: []string{"mtu"}, Value: true, Set: integer(&c.mtu)},
+		{Short: 'T', Long: []string{"tos", "tclass"}, Value: true, Set: integer(&c.tclass)},
+
 		// perftest's, refused.
-		{Short: 'e', Long: []string{"events"}, Refuse: "(sleep on completion events) is not supported: mlx5kit-perf busy-polls"},
-		{Short: 'b', Long: []string{"bidirectional"}, Refuse: "(bidirectional) is not supported"},
-		{Short: 'm', Long: []string{"mtu"}, Value: true, Refuse: "(MTU) is not supported: the path MTU is the smaller active MTU of the two ports"},
-		{Short: 'T', Long: []string{"tos", "tclass"}, Value: true, Refuse: "(traffic class) is not supported"},
 		{Short: 'R', Long: []string{"rdma_cm"}, Refuse: "(rdma_cm) is not supported: the ends swap endpoints over TCP"},
 		{Short: 'z', Long: []string{"com_rdma_cm", "comm_rdma_cm"}, Refuse: "(rdma_cm exchange) is not supported: the ends swap endpoints over TCP"},
 		{Short: 'g', Long: []string{"mcg"}, Refuse: "(multicast) is not supported"},
@@ -681,6 +722,12 @@ func (c config) check() string {
 		return msg
 	}
 	if msg := c.laneCheck(); msg != "" {
+		return msg
+	}
+	if msg := c.pathCheck(); msg != "" {
+		return msg
+	}
+	if msg := c.streamCheck(); msg != "" {
 		return msg
 	}
 	return c.peerFlags().Check()

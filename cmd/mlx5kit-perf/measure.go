@@ -179,6 +179,9 @@ type bandwidth struct {
 	bytes        float64
 	seconds      float64 // first doorbell to last completion
 	peakBytesSec float64
+	// msgs is the messages of the rate when it is not n (both directions
+	// of -b, counted over seconds).
+	msgs float64
 }
 
 // rates turns the stamps of a stream of n messages of size bytes, posted

@@ -258,6 +258,10 @@ func perftestEnd(cfg config) (*perftool.Setup, *end, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := limitMTU(cfg, s, made[0]); err != nil {
+		_ = s.Close()
+		return nil, nil, err
+	}
 	return s, made[0], nil
 }
 

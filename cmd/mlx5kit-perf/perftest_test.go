@@ -187,7 +187,7 @@ func TestPerftestOutputEndToEnd(t *testing.T) {
 				require.NoError(t, err)
 				require.Contains(t, out, cResultLine+"                    "+map[mode]string{writeLat: "RDMA_Write Latency Test", sendLat: "Send Latency Test",
 					readLat: "RDMA_Read Latency Test", writeBW: "RDMA_Write BW Test", readBW: "RDMA_Read BW Test",
-					atomicLat: "Atomic FETCH_AND_ADD Latency Test", atomicBW: "Atomic FETCH_AND_ADD BW Test"}[md]+"\n")
+					atomicLat: "Atomic FETCH_AND_ADD Latency Test", atomicBW: "Atomic FETCH_AND_ADD BW Test", sendBW: "Send BW Test"}[md]+"\n")
 				require.Contains(t, out, fmt.Sprintf(cDualPort, "OFF", "sim0"))
 				require.Contains(t, out, fmt.Sprintf(cNumberOfQueuePairs, 1, "IB"))
 				require.Contains(t, out, fmt.Sprintf(cConnection, "RC", "OFF"))
@@ -374,7 +374,7 @@ func TestPerftestFlagForms(t *testing.T) {
 func TestProgramName(t *testing.T) {
 	t.Setenv("MLX5KIT_KEY", "0123456789abcdef0123456789abcdef")
 	for prog, m := range map[string]mode{"ib_write_lat": writeLat, "ib_write_bw": writeBW, "ib_send_lat": sendLat, "ib_read_lat": readLat, "ib_read_bw": readBW,
-		"ib_atomic_lat": atomicLat, "ib_atomic_bw": atomicBW} {
+		"ib_atomic_lat": atomicLat, "ib_atomic_bw": atomicBW, "ib_send_bw": sendBW} {
 		all := "-a"
 		if m.atomic() {
 			all = "-F"
@@ -394,7 +394,7 @@ func TestProgramName(t *testing.T) {
 	cfg := testConfig(t, "ib_read_bw")
 	require.Equal(t, readBW, cfg.mode)
 	require.Empty(t, cfg.server+cfg.client)
-	for _, prog := range []string{"ib_send_bw"} {
+	for prog := range refusedPrograms {
 		var out, errOut bytes.Buffer
 		require.Equal(t, 2, runAs(prog, nil, &out, &errOut))
 		require.Equal(t, "mlx5kit-perf: "+prog+" is not supported: "+refusedPrograms[prog]+"\n", errOut.String())
@@ -460,14 +460,13 @@ func TestRefusedFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-e"}, "-e (sleep on completion events) is not supported"},
-		{[]string{"--events"}, "--events (sleep on completion events) is not supported"},
-		{[]string{"-b"}, "-b (bidirectional) is not supported"},
-		{[]string{"--bidirectional"}, "--bidirectional (bidirectional) is not supported"},
-		{[]string{"-m", "1024"}, "-m (MTU) is not supported"},
-		{[]string{"--mtu=1024"}, "--mtu (MTU) is not supported"},
-		{[]string{"-T", "3"}, "-T (traffic class) is not supported"},
-		{[]string{"--tclass=3"}, "--tclass (traffic class) is not supported"},
+		{[]string{"-e", "-D", "1"}, "-e: -D and --run_infinitely do not work with events"},
+		{[]string{"-b"}, "-b: bidirectional is only available in the bandwidth modes"},
+		{[]string{"--bidirectional"}, "-b: bidirectional is only available in the bandwidth modes"},
+		{[]string{"-m", "1000"}, "-m 1000: want 256, 512, 1024, 2048 or 4096"},
+		{[]string{"--mtu=8192"}, "-m 8192: want 256, 512, 1024, 2048 or 4096"},
+		{[]string{"-T", "256"}, "-T 256: want 0 to 255"},
+		{[]string{"--tclass=-1"}, "-T -1: want 0 to 255"},
 		{[]string{"-R"}, "-R (rdma_cm) is not supported"},
 		{[]string{"-z"}, "-z (rdma_cm exchange) is not supported"},
 		{[]string{"-g"}, "-g (multicast) is not supported"},

@@ -45,7 +45,7 @@ const (
 // verb is perftest's name of what the mode posts (testsStr).
 func (m mode) verb() string {
 	switch m {
-	case sendLat:
+	case sendLat, sendBW:
 		return "Send"
 	case readLat, readBW:
 		return "RDMA_Read"
@@ -64,6 +64,9 @@ func (c config) title(sep string) string {
 	if c.mode.latency() {
 		w = append(w, "Latency")
 	} else {
+		if c.bidir {
+			w = append(w, "Bidirectional")
+		}
 		if c.postList > 1 {
 			w = append(w, "Post", "List")
 		}
@@ -94,7 +97,7 @@ type address struct {
 // where reads come from.
 func addressOf(side string, m mode, ep endpoint.Endpoint, outReads int, gid bool) address {
 	a := address{side: side, lid: ep.LID, qpn: ep.QPN, psn: ep.PSN, gid: ep.GID, hasGID: gid, outReads: outReads}
-	a.showRemote = m != sendLat && !m.atomic()
+	a.showRemote = m != sendLat && m != sendBW && !m.atomic()
 	a.showReads = m == readLat || m == readBW
 	r := 0
 	if a.showReads {
@@ -146,7 +149,8 @@ func (a address) String() string {
 
 // info is what the report says before its table.
 type info struct {
-	device        string // as perftool.Open describes it
+	notes         []string // mlx5kit-perf's notes on the flags
+	device        string   // as perftool.Open describes it
 	deviceName    string
 	ends          string
 	counter       cycles.Info
@@ -185,16 +189,24 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "mlx5kit-perf %s: %s\n", cfg.mode, cfg.describeMode())
 	perftool.WriteSetting(&b, in.device, in.ends, in.counter)
+	for _, n := range in.notes {
+		fmt.Fprintf(&b, "note:    %s\n", n)
+	}
 	if !cfg.mode.latency() {
 		fmt.Fprintf(&b, "rates:   BW average over first doorbell to last completion, BW peak the best over up to %d batches of %d\n", peakWindow, cfg.batch())
 	}
 	b.WriteString(resultLine)
 	fmt.Fprintf(&b, "                    %s\n", cfg.title(" "))
+	if cfg.events {
+		// perftest names the completion vector its channel uses; this
+		// end's channel is the CQ's own, vector 0.
+		fmt.Fprintf(&b, " Test with events. Using %s_comp%d\n", in.deviceName, 0)
+	}
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", in.deviceName)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", cfg.qps())
 	fmt.Fprintf(&b, " Connection type : %v\t\tUsing SRQ      : %s\n", cfg.conn, cfg.srqOnOff())
 	switch {
-	case in.server: // perftest prints the TX depth on the client only
+	case in.server && !cfg.bidir: // perftest prints the TX depth on the client only, or both ways
 	case cfg.mode.latency():
 		fmt.Fprintf(&b, " TX depth        : 1\n")
 	default:
@@ -203,7 +215,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	if cfg.postList > 1 {
 		fmt.Fprintf(&b, " Post List       : %d\n", cfg.postList)
 	}
-	if cfg.mode == sendLat {
+	if cfg.mode == sendLat || cfg.mode == sendBW && (in.server || cfg.bidir) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", cfg.rxDepth)
 	}
 	if !cfg.mode.latency() {
@@ -226,7 +238,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	writeAddresses(&b, in)
 	b.WriteString(resultLine)
 	switch {
-	case in.server:
+	case in.server && !cfg.serverReports():
 	case cfg.mode.latency() && cfg.timed():
 		b.WriteString(resultFmtLatDur + resultFmtLatDurExt + "\n")
 	case cfg.mode.latency():
@@ -322,7 +334,11 @@ func writeBandwidthRow(w io.Writer, cfg config, size int, bw bandwidth) error {
 	}
 	avg := bw.bytes / bw.seconds / unit
 	peak := bw.peakBytesSec / unit
-	rate := float64(bw.n) / bw.seconds / 1e6
+	msgs := float64(bw.n)
+	if bw.msgs > 0 {
+		msgs = bw.msgs
+	}
+	rate := msgs / bw.seconds / 1e6
 	var err error
 	switch {
 	case cfg.output == outputBandwidth:

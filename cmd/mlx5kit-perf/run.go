@@ -50,6 +50,9 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 		}
 		return n, writeLatencyRow(w, cfg, size, &l, counter)
 	}
+	if cfg.duplex() {
+		return duplexLocal(w, cfg, size, x, y, counter)
+	}
 	batch := cfg.batch()
 	iters := cfg.streamIters() // -n per queue pair
 	st := newStamps(max(cfg.warmup, iters), batch)
@@ -138,6 +141,9 @@ func runSizes(w io.Writer, cfg config, x, y *end, counter cycles.Info, before fu
 // verifyActive checks what the measuring end received after a size; the
 // passive end checks with verifyPassive.
 func verifyActive(cfg config, x *end, size int) error {
+	if cfg.duplex() {
+		return verifyDuplex(cfg, x, size, true)
+	}
 	switch cfg.mode {
 	case writeLat, sendLat:
 		return x.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
@@ -152,6 +158,9 @@ func verifyActive(cfg config, x *end, size int) error {
 }
 
 func verifyPassive(cfg config, y *end, size int) error {
+	if cfg.duplex() {
+		return verifyDuplex(cfg, y, size, false)
+	}
 	switch cfg.mode {
 	case writeLat, sendLat:
 		return y.verify(size, true, uint32(cfg.warmup+cfg.iters-1))
@@ -179,6 +188,7 @@ func local(cfg config, stdout io.Writer) error {
 	defer s.Close()
 	a, b := made[0], made[1]
 	a.compareSwap = cfg.atomicType == cmpAndSwap
+	b.compareSwap = a.compareSwap
 	if err := connectEnds(a, b); err != nil {
 		return err
 	}
@@ -187,7 +197,12 @@ func local(cfg config, stdout io.Writer) error {
 	}
 	counter := cycles.Frequency()
 	ends := "both in this process, one goroutine playing both in turn, not pinned"
-	if !cfg.mode.pingPong() {
+	switch {
+	case cfg.bidir || cfg.mode == sendBW && cfg.events:
+		ends = "both in this process, a goroutine posting and polling on each, not pinned"
+	case cfg.mode == sendBW:
+		ends = "both in this process, one goroutine posting and polling on the client and taking the server's receives in turn, not pinned"
+	case !cfg.mode.pingPong():
 		ends = "both in this process, one goroutine posting and polling on the client, the server passive, not pinned"
 	}
 	in, err := describe(cfg, s.Setup, a, b.endpoint(), ends, counter)
@@ -230,10 +245,14 @@ func describe(cfg config, s *perftool.Setup, x *end, peer endpoint.Endpoint, end
 		outReads = 16 // rc.Config's default
 	}
 	in := info{
+		notes:  pathNotes(cfg, port.LinkLayer, peer),
 		device: s.What, deviceName: s.Context.DeviceName(), ends: ends, counter: counter,
 		link: port.LinkLayer, mtu: ep.MTU.Bytes(), gidIndex: gidIndex, inline: x.MaxInline, outReads: outReads,
 		local:  addressOf("local", cfg.mode, ep, outReads, gid),
 		remote: addressOf("remote", cfg.mode, peer, outReads, gid),
+	}
+	if cfg.sizeLowered {
+		in.notes = append(in.notes, fmt.Sprintf("-s: a UD datagram carries at most the path MTU: the size is %d bytes (perftest: Max msg size in UD is MTU %d, Changing to this MTU)", cfg.size, cfg.size))
 	}
 	if x.lanes != nil {
 		in.local, in.remote = address{}, address{}
@@ -252,6 +271,8 @@ type params struct {
 	Duration                  uint32 // -D, seconds
 	Batch                     uint32 // -Q or -l
 	Conn, QueuePairs          uint32 // -c, -q
+	Bidirectional             uint32 // -b: 1
+	SizeSet                   uint32 // -s given: 1
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -261,7 +282,13 @@ func (p params) config(base config) config {
 	base.iters, base.warmup, base.qd, base.inline = int(p.Iters), int(p.Warmup), int(p.QD), int(p.Inline)
 	base.duration, base.cqMod, base.postList = int(p.Duration), int(p.Batch), 0
 	base.conn, base.numQueuePairs = connection(p.Conn), int(p.QueuePairs)
-	return base
+	base.bidir = p.Bidirectional != 0
+	base.sizeSet = p.SizeSet != 0
+	if base.mode == sendBW && base.rxDepth == recvDepth {
+		// The server was not told the mode: its -r default is send_bw's.
+		base.rxDepth = sendRecvDepth
+	}
+	return base.capRecvDepth()
 }
 
 // serve runs the passive end for one client that connects to ln.
@@ -285,6 +312,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	}
 	defer s.Close()
 	y := made[0]
+	y.compareSwap = cfg.atomicType == cmpAndSwap
 	if err := handshake(cfg, conn, endpoint.AcceptSide, s.Context, y); err != nil {
 		return err
 	}
@@ -297,14 +325,21 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	in.server = true
+	fmt.Fprintf(stdout, "serving %s for %v\n", cfg.mode, conn.RemoteAddr())
 	if err := writeInfo(stdout, cfg, in); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "serving %s for %v\n", cfg.mode, conn.RemoteAddr())
+	counter := in.counter
 	for _, size := range cfg.sizes() {
 		y.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
+		}
+		if cfg.duplex() {
+			if err := duplexRemote(stdout, cfg, conn, size, y, false, counter); err != nil {
+				return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+			}
+			continue
 		}
 		var runErr error
 		if cfg.mode.pingPong() {
@@ -321,6 +356,11 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
 		}
 	}
+	if cfg.serverReports() {
+		if err := writeFooter(stdout, cfg); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(stdout, "done")
 	return nil
 }
@@ -334,6 +374,12 @@ func dial(cfg config, stdout io.Writer) error {
 	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
 		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline),
 		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch()), Conn: uint32(cfg.conn), QueuePairs: uint32(cfg.qps())}
+	if cfg.bidir {
+		p.Bidirectional = 1
+	}
+	if cfg.sizeSet {
+		p.SizeSet = 1
+	}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
@@ -366,6 +412,12 @@ func dial(cfg config, stdout io.Writer) error {
 		x.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
+		}
+		if cfg.duplex() {
+			if err := duplexRemote(stdout, cfg, conn, size, x, true, counter); err != nil {
+				return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)
+			}
+			continue
 		}
 		n, runErr := sizeRun(stdout, cfg, size, x, nil, counter)
 		if runErr == nil {

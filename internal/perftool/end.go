@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -49,6 +50,11 @@ type EndConfig struct {
 	// pair's defaults), as rc.Config.
 	SL                     uint8
 	QPTimeout, MaxRdAtomic int
+	// TrafficClass is the GRH's traffic class of the path (rc.Config).
+	TrafficClass uint8
+	// Events makes the waits sleep on the CQ's completion events
+	// (completion.Notifier) instead of busy-polling.
+	Events bool
 }
 
 // End is one side of a measurement: an RC queue pair with its own CQ (send
@@ -80,6 +86,10 @@ type End struct {
 	SendsOut int  // signaled sends not yet completed
 	Timeout  time.Duration
 	Abort    *atomic.Bool // when set, the waits give up with ErrAborted
+
+	// Notifier, with EndConfig.Events, is what a wait sleeps on after an
+	// empty poll.
+	Notifier *completion.Notifier
 
 	// Filled by a failed wait, outside the hot path.
 	Bad    transport.Completion
@@ -130,12 +140,12 @@ func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x 
 	for i := range x.Src {
 		x.Src[i] = PayloadByte(i)
 	}
-	if x.CQ, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: uint32(cfg.CQDepth)}); err != nil {
+	if x.CQ, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: uint32(cfg.CQDepth), EventChannel: cfg.Events}); err != nil {
 		return x, err
 	}
 	x.MaxInline = cfg.Inline(int(dev.MaxInline))
 	qcfg := rc.Config{SendDepth: uint32(cfg.SendDepth), RecvDepth: uint32(cfg.RecvDepth), Port: cfg.Port, GID: gid, MaxInline: uint32(x.MaxInline),
-		SL: cfg.SL, Timeout: cfg.QPTimeout, MaxRdAtomic: cfg.MaxRdAtomic}
+		SL: cfg.SL, Timeout: cfg.QPTimeout, MaxRdAtomic: cfg.MaxRdAtomic, TrafficClass: cfg.TrafficClass}
 	if x.QP, err = rc.New(x.PD, x.CQ, qcfg); err != nil {
 		return x, err
 	}
@@ -144,6 +154,11 @@ func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x 
 	}
 	if err = x.Poller.Add(x.QP); err != nil {
 		return x, err
+	}
+	if cfg.Events {
+		if x.Notifier, err = completion.NewNotifier(x.CQ, x.Poller.CQ()); err != nil {
+			return x, err
+		}
 	}
 	for range cfg.RecvDepth {
 		r := x.QP.BeginRecv(0)
@@ -281,12 +296,16 @@ func (x *End) Drain() error {
 	return nil
 }
 
-// Idle is what a wait does after its spins-th poll found nothing: it
-// gives the processor away on the software HCA (whose engine must run) and
-// every SlowCheck empty polls checks the poller's own errors, the abort
-// flag and the timeout, counted from the first check (*since). seq is the
-// message waited for, for the error.
+// Idle is what a wait does after its spins-th poll found nothing: with a
+// Notifier it sleeps until the CQ has a completion (or the end's timeout
+// passes, an error); else it gives the processor away on the software HCA
+// (whose engine must run) and every SlowCheck empty polls checks the
+// poller's own errors, the abort flag and the timeout, counted from the
+// first check (*since). seq is the message waited for, for the error.
 func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
+	if x.Notifier != nil {
+		return x.sleep(seq)
+	}
 	if x.Yield {
 		runtime.Gosched()
 	}
@@ -310,6 +329,22 @@ func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 	return nil
 }
 
+// sleep waits on the Notifier for a completion, for at most the end's
+// timeout; the abort flag is looked at before it sleeps. Unlike the busy
+// loop it allocates (the wait's context and its error paths).
+func (x *End) sleep(seq uint32) error {
+	if err := x.Poller.Err(); err != nil {
+		return fmt.Errorf("%s: %w", x.Name, err)
+	}
+	if x.Abort != nil && x.Abort.Load() {
+		return ErrAborted
+	}
+	if err := x.Notifier.WaitTimeout(x.Timeout); err != nil {
+		return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding): %w", x.Name, seq, x.Timeout, x.SendsOut, err)
+	}
+	return nil
+}
+
 // CompletionError describes the completion that failed a wait for message
 // seq (Bad) and clears Failed.
 func (x *End) CompletionError(seq uint32) error {
@@ -324,6 +359,9 @@ func (x *End) CompletionError(seq uint32) error {
 // Close destroys everything the end created.
 func (x *End) Close() error {
 	var errs []error
+	if x.Notifier != nil {
+		errs = append(errs, x.Notifier.Close())
+	}
 	if x.QP != nil {
 		errs = append(errs, x.QP.Close())
 	}
