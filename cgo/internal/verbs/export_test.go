@@ -20,8 +20,3 @@ func WatcherDone(w *AsyncWatcher) <-chan struct{} { return w.done }
 // ModifyStateUnchecked moves qp to s with ibv_modify_qp and the mask
 // IBV_QP_STATE, without the transition table.
 func ModifyStateUnchecked(qp *QueuePair, s ctx.QPState) error { return qp.modifyStateUnchecked(s) }
-
-// OpenContexts returns the device contexts not yet closed by
-// ibv_close_device: a closed Device stays open while the memory of one of
-// its queues is reachable (see closeGate).
-func OpenContexts() int64 { return openContexts.Load() }
