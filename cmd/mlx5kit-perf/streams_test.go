@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -392,4 +393,39 @@ func TestStreamsDuration(t *testing.T) {
 	so, co := serveAndDial(t, []string{"write_lat", "-provider", "sim"},
 		[]string{"atomic_bw", "-b", "-provider", "sim", "-D", "1", "-n", fmt.Sprint(n), "--warmup", "10"})
 	require.Equal(t, row(t, co, 2, true), row(t, so, 2, true))
+}
+
+// TestRemoteRounds: the client marks each round and the end on the TCP
+// connection; the server follows the marks, and a byte that is no mark (a
+// failed client's sync status) ends its run with ErrPeerFailed.
+func TestRemoteRounds(t *testing.T) {
+	cfg := testConfig(t, "send_bw", "-D", "1")
+	counter := cycles.Frequency()
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	client, server := remoteRounds(cfg, c, true, counter), remoteRounds(cfg, s, false, counter)
+	// The client's first round always follows; once the interval has
+	// passed since the first round began, none does.
+	var fresh, old timedRates
+	old.rounds, old.first = 1, cycles.Now()-2*uint64(counter.Ticks(cfg.interval()))
+	for _, tc := range []struct {
+		t    *timedRates
+		more bool
+	}{{&fresh, true}, {&old, false}} {
+		got, errs := make(chan bool, 1), make(chan error, 1)
+		go func() {
+			ok, err := server(nil)
+			got <- ok
+			errs <- err
+		}()
+		ok, err := client(tc.t)
+		require.NoError(t, err)
+		require.Equal(t, tc.more, ok)
+		require.NoError(t, <-errs)
+		require.Equal(t, tc.more, <-got, "the server follows the client")
+	}
+	go func() { _ = perftool.Sync(c, cfg.timeout, fmt.Errorf("failed")) }()
+	_, err := server(nil)
+	require.ErrorIs(t, err, perftool.ErrPeerFailed)
 }
