@@ -33,8 +33,6 @@ func (c config) streamCheck() string {
 		return "-e: -D and --run_infinitely do not work with events (as in perftest)"
 	case c.events && c.perftestPeer && c.mode == writeLat:
 		return "-e with --perftest-peer: perftest's write_lat polls the buffer's last byte, there is no completion to wait for (perftest: events are not available on WRITE)"
-	case c.duplex() && c.timed():
-		return fmt.Sprintf("-D and --run_infinitely: %s runs -n iterations (the receiving end needs the count)", c.title(" "))
 	}
 	return ""
 }
@@ -306,20 +304,129 @@ func (x *end) takeSends(size int, want *int, rx *recvTimes) error {
 // poll, and b takes what is left after it.
 func sendLocal(cfg config, size int, a, b *end, st stamps, ra, rb *recvTimes) error {
 	for _, n := range []int{cfg.warmup, cfg.streamIters()} {
-		if n == 0 {
-			continue
-		}
-		want := n - min(b.early, n)
-		b.early -= n - want
-		rb.start = cycles.Now()
-		if err := a.streamBoth(sendBW, size, n, 0, cfg.qd, cfg.batch(), st, ra, func() error { return b.takeSends(size, &want, rb) }); err != nil {
-			return err
-		}
-		if err := b.streamBoth(sendBW, size, 0, want, cfg.qd, cfg.batch(), st, rb, nil); err != nil {
+		if err := sendPhase(cfg, size, n, a, b, st, ra, rb); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// sendPhase is one phase of sendLocal: a sends n messages, b takes them.
+func sendPhase(cfg config, size, n int, a, b *end, st stamps, ra, rb *recvTimes) error {
+	if n == 0 {
+		return nil
+	}
+	want := n - min(b.early, n)
+	b.early -= n - want
+	rb.start = cycles.Now()
+	if err := a.streamBoth(sendBW, size, n, 0, cfg.qd, cfg.batch(), st, ra, func() error { return b.takeSends(size, &want, rb) }); err != nil {
+		return err
+	}
+	return b.streamBoth(sendBW, size, 0, want, cfg.qd, cfg.batch(), st, rb, nil)
+}
+
+// timedRates adds up the rounds of a duplex test run for a time (-D,
+// --run_infinitely): each round is a phase of -n messages each way; the
+// counts and bytes add, the peak is the best of any round's, and the time
+// runs from the first round's start to the last round's end.
+type timedRates struct {
+	bw     bandwidth
+	first  uint64 // the first round's start, in counter ticks
+	rounds int
+}
+
+// add counts a round that sent (sends) or took (else) -n messages, whose
+// times are in st or rx.
+func (t *timedRates) add(cfg config, size int, sends bool, st stamps, rx recvTimes, counter cycles.Info) {
+	r := endRates(cfg, size, sends, st, rx, counter)
+	start, last := rx.start, rx.last
+	if sends {
+		nb := (cfg.streamIters() + cfg.batch() - 1) / cfg.batch()
+		start, last = st.posted[0], st.completed[nb-1]
+	}
+	if t.rounds == 0 {
+		t.first = start
+	}
+	t.rounds++
+	t.bw.n += r.n
+	t.bw.bytes += r.bytes
+	t.bw.peakBytesSec = max(t.bw.peakBytesSec, r.peakBytesSec)
+	t.bw.seconds = counter.Nanoseconds(float64(max(last, t.first)-t.first)) / 1e9
+}
+
+// more reports whether the end that decides runs another round: always a
+// first one, then until the interval has passed since the first began.
+func (t *timedRates) more(cfg config, counter cycles.Info) bool {
+	return t.rounds == 0 || cycles.Now()-t.first < uint64(counter.Ticks(cfg.interval())) && !cfg.stop()
+}
+
+// duplexRounds runs the end's side of a duplex test of one size for a
+// time: the warm-up, then rounds of -n messages each way (as duplexRun's
+// measured phase) for as long as next says, which the deciding end
+// answers with more and tells the peer, and the other end learns from it.
+// Both ends run the same rounds, so each receiving end knows its count.
+func (x *end) duplexRounds(cfg config, size int, sends, recvs bool, st stamps, rx *recvTimes, counter cycles.Info, next func(t *timedRates) (bool, error)) (timedRates, error) {
+	var t timedRates
+	count := func(send bool, n int) int {
+		if send {
+			return n
+		}
+		return 0
+	}
+	if cfg.warmup > 0 {
+		if err := x.streamBoth(cfg.mode, size, count(sends, cfg.warmup), count(recvs, cfg.warmup), cfg.qd, cfg.batch(), st, rx, nil); err != nil {
+			return t, err
+		}
+	}
+	n := cfg.streamIters()
+	for {
+		ok, err := next(&t)
+		if err != nil || !ok {
+			return t, err
+		}
+		if err := x.streamBoth(cfg.mode, size, count(sends, n), count(recvs, n), cfg.qd, cfg.batch(), st, rx, nil); err != nil {
+			return t, err
+		}
+		t.add(cfg, size, sends, st, *rx, counter)
+	}
+}
+
+// Round marks of a duplex test run for a time between two processes: the
+// client writes one on the TCP connection before each round (roundNext)
+// and one when it runs no more (roundEnd). Neither is a sync status.
+const (
+	roundNext = 'R'
+	roundEnd  = 'E'
+)
+
+// remoteRounds is duplexRounds' next over conn: the client decides and
+// writes a round mark, the server reads it.
+func remoteRounds(cfg config, conn net.Conn, client bool, counter cycles.Info) func(t *timedRates) (bool, error) {
+	var b [1]byte
+	return func(t *timedRates) (bool, error) {
+		_ = conn.SetDeadline(time.Now().Add(cfg.syncTimeout()))
+		if client {
+			ok := t.more(cfg, counter)
+			b[0] = roundEnd
+			if ok {
+				b[0] = roundNext
+			}
+			if _, err := conn.Write(b[:]); err != nil {
+				return false, fmt.Errorf("tell the peer whether a round follows: %w", err)
+			}
+			return ok, nil
+		}
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			return false, fmt.Errorf("read whether a round follows: %w", err)
+		}
+		switch b[0] {
+		case roundNext:
+			return true, nil
+		case roundEnd:
+			return false, nil
+		}
+		return false, fmt.Errorf("read whether a round follows: the peer sent %#x: %w", b[0], perftool.ErrPeerFailed)
+	}
 }
 
 // duplexLocal runs a duplex test of one size with both ends in this
@@ -329,31 +436,77 @@ func duplexLocal(w io.Writer, cfg config, size int, a, b *end, counter cycles.In
 	n := max(cfg.warmup, cfg.streamIters())
 	sa, sb := newStamps(n, cfg.batch()), newStamps(n, cfg.batch())
 	var ra, rb recvTimes
-	if !cfg.bidir && !cfg.events {
+	if !cfg.bidir && !cfg.events && !cfg.timed() {
 		if err := sendLocal(cfg, size, a, b, sa, &ra, &rb); err != nil {
 			return 0, err
 		}
 		return cfg.streamIters(), writeBandwidthRow(w, cfg, size, endRates(cfg, size, true, sa, ra, counter))
 	}
+	if !cfg.bidir && !cfg.events {
+		// send_bw one way for a time: rounds of -n until it has passed.
+		if err := sendPhase(cfg, size, cfg.warmup, a, b, sa, &ra, &rb); err != nil {
+			return 0, err
+		}
+		var t timedRates
+		for t.more(cfg, counter) {
+			if err := sendPhase(cfg, size, cfg.streamIters(), a, b, sa, &ra, &rb); err != nil {
+				return 0, err
+			}
+			t.add(cfg, size, true, sa, ra, counter)
+		}
+		return t.bw.n, writeBandwidthRow(w, cfg, size, t.bw)
+	}
 	var abort atomic.Bool
 	a.Abort, b.Abort = &abort, &abort
 	defer func() { a.Abort, b.Abort = nil, nil }()
+	// For a time, a decides whether a round follows and tells b.
+	rounds := make(chan struct{}, 1)
+	var ta, tb timedRates
 	errB := make(chan error, 1)
 	go func() {
 		sends, recvs := cfg.roles(false)
-		err := b.duplexRun(cfg, size, sends, recvs, sb, &rb)
+		var err error
+		if cfg.timed() {
+			tb, err = b.duplexRounds(cfg, size, sends, recvs, sb, &rb, counter, func(*timedRates) (bool, error) {
+				_, ok := <-rounds
+				return ok, nil
+			})
+			for range rounds { // a runs on until it closes rounds
+			}
+		} else {
+			err = b.duplexRun(cfg, size, sends, recvs, sb, &rb)
+		}
 		if err != nil {
 			abort.Store(true)
 		}
 		errB <- err
 	}()
 	sends, recvs := cfg.roles(true)
-	err := a.duplexRun(cfg, size, sends, recvs, sa, &ra)
+	var err error
+	if cfg.timed() {
+		ta, err = a.duplexRounds(cfg, size, sends, recvs, sa, &ra, counter, func(t *timedRates) (bool, error) {
+			ok := t.more(cfg, counter) && !abort.Load()
+			if ok {
+				rounds <- struct{}{}
+			}
+			return ok, nil
+		})
+	} else {
+		err = a.duplexRun(cfg, size, sends, recvs, sa, &ra)
+	}
+	close(rounds)
 	if err != nil {
 		abort.Store(true)
 	}
 	if err := firstErr(err, <-errB); err != nil {
 		return 0, err
+	}
+	if cfg.timed() {
+		bw := ta.bw
+		if cfg.bidir {
+			bw = sumRates(bw, tb.bw)
+		}
+		return ta.bw.n, writeBandwidthRow(w, cfg, size, bw)
 	}
 	bw := endRates(cfg, size, true, sa, ra, counter)
 	if cfg.bidir {
@@ -393,12 +546,24 @@ func duplexRemote(w io.Writer, cfg config, conn net.Conn, size int, x *end, clie
 	st := newStamps(n, cfg.batch())
 	var rx recvTimes
 	sends, recvs := cfg.roles(client)
-	runErr := x.duplexRun(cfg, size, sends, recvs, st, &rx)
+	var runErr error
+	var timed timedRates
+	if cfg.timed() {
+		timed, runErr = x.duplexRounds(cfg, size, sends, recvs, st, &rx, counter, remoteRounds(cfg, conn, client, counter))
+	} else {
+		runErr = x.duplexRun(cfg, size, sends, recvs, st, &rx)
+	}
 	// Only once both loops are done is the data complete.
 	if err := firstErr(runErr, sync(cfg, conn, runErr)); err != nil {
 		return err
 	}
 	bw := endRates(cfg, size, sends, st, rx, counter)
+	ran := cfg
+	if cfg.timed() {
+		// Both ends ran the same rounds of -n.
+		bw = timed.bw
+		ran.iters *= timed.rounds
+	}
 	if cfg.bidir {
 		peer, err := swapRates(cfg, conn, bw)
 		if err != nil {
@@ -409,7 +574,7 @@ func duplexRemote(w io.Writer, cfg config, conn net.Conn, size int, x *end, clie
 	if err := writeBandwidthRow(w, cfg, size, bw); err != nil {
 		return err
 	}
-	vErr := verifyDuplex(cfg, x, size, client)
+	vErr := verifyDuplex(ran, x, size, client)
 	return firstErr(vErr, sync(cfg, conn, vErr))
 }
 

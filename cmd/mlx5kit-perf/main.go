@@ -91,7 +91,7 @@
 //	-t, --tx-depth n         bandwidth tests: WQEs in flight (default 64)
 //	-F, --CPU-freq           accepted; the counter's frequency is measured
 //	-p, --port n             TCP port of the exchange (default 18515)
-//	-D, --duration s         run for s seconds instead of -n iterations
+//	-D, --duration s         run for s seconds instead of -n iterations (send_bw, -b: rounds of -n)
 //	    --run_infinitely     a line every -D seconds (default 5), until interrupted
 //	-q, --qp n               bandwidth tests: n queue pairs per end (default 1, at most 256)
 //	-c, --connection t       RC (default), UD (send_lat, send_bw) or DC

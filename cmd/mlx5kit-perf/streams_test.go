@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -45,8 +46,6 @@ func TestStreamFlagForms(t *testing.T) {
 	}{
 		{[]string{"read_lat", "-b"}, "-b: bidirectional is only available in the bandwidth modes (write_bw, read_bw, send_bw, atomic_bw), not read_lat"},
 		{[]string{"write_bw", "-e", "-D", "2"}, "-e: -D and --run_infinitely do not work with events"},
-		{[]string{"send_bw", "-D", "2"}, "-D and --run_infinitely: Send BW Test runs -n iterations"},
-		{[]string{"write_bw", "-b", "-D", "2"}, "-D and --run_infinitely: RDMA_Write Bidirectional BW Test runs -n iterations"},
 		{[]string{"write_lat", "-e", "--perftest-peer", "--accept-unauthenticated", "host"}, "-e with --perftest-peer: perftest's write_lat polls the buffer's last byte"},
 		{[]string{"write_lat", "-m", "4000"}, "-m 4000: want 256, 512, 1024, 2048 or 4096"},
 		{[]string{"write_lat", "-T", "300"}, "-T 300: want 0 to 255"},
@@ -318,4 +317,115 @@ func TestStreamBothAllocatesNothing(t *testing.T) {
 		require.Zero(t, testing.AllocsPerRun(20, round), "%v", m)
 		require.Zero(t, b.early)
 	}
+}
+
+// TestStreamsDuration runs send_bw and -b for a time (-D 1), in one
+// process and between a server and a client: rounds of -n each way until
+// the second has passed, the count whole rounds, the same on both ends,
+// the average rate over about the second (both directions with -b), and
+// the data and the counters of the atomics checked after it.
+func TestStreamsDuration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for seconds")
+	}
+	const n = 500
+	// row checks the one line of out and returns its count; dirs is 2
+	// with -b, whose rate adds both directions.
+	row := func(t *testing.T, out string, dirs float64, peak bool) float64 {
+		t.Helper()
+		rows := perftestTable(t, out, cResultFmt)
+		require.Len(t, rows, 1, out)
+		msgs, rate := atof(t, rows[0][1]), atof(t, rows[0][4])
+		require.Greater(t, msgs, float64(n), out)
+		require.Zero(t, int(msgs)%n, "whole rounds of -n: %s", out)
+		require.Greater(t, rate, 0.0, out)
+		// The rounds fill about the second: at least all of it on the
+		// deciding end, less than 1.75 s on a loaded machine; with -b the
+		// peer's rounds start a little later.
+		secs := msgs * dirs / (rate * 1e6)
+		low := 0.99
+		if dirs > 1 {
+			low = 0.7
+		}
+		require.Greater(t, secs, low, out)
+		require.Less(t, secs, 1.75, out)
+		if peak {
+			require.GreaterOrEqual(t, atof(t, rows[0][2]), atof(t, rows[0][3])*0.999, out)
+		} else {
+			require.Equal(t, "0.00", rows[0][2], "no peak on the receiving end")
+		}
+		return msgs
+	}
+	for _, tc := range []struct {
+		args []string
+		dirs float64
+	}{
+		{[]string{"send_bw"}, 1},
+		{[]string{"write_bw", "-b"}, 2},
+	} {
+		args := append(append([]string{}, tc.args...), "--provider", "sim", "-D", "1", "-s", "4096", "-n", fmt.Sprint(n), "--warmup", "10")
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out := runOK(t, args...)
+			row(t, out, tc.dirs, true)
+		})
+		t.Run(strings.Join(tc.args, " ")+" server/client", func(t *testing.T) {
+			so, co := serveAndDial(t, []string{"write_lat", "-provider", "sim"}, args)
+			msgs := row(t, co, tc.dirs, true)
+			require.Equal(t, msgs, row(t, so, tc.dirs, tc.dirs > 1), "both ends ran the same rounds")
+			require.Contains(t, so, "done")
+		})
+	}
+	// --run_infinitely: a line a second, each of whole rounds.
+	for _, args := range [][]string{{"send_bw"}, {"write_bw", "-b"}} {
+		cfg := testConfig(t, append(args, "--provider", "sim", "--run_infinitely", "-D", "1", "-s", "64", "-n", fmt.Sprint(n))...)
+		cfg.reports = 2
+		var out bytes.Buffer
+		require.NoError(t, local(cfg, &out), "%q", args)
+		rows := perftestTable(t, out.String(), cResultFmt)
+		require.Len(t, rows, 2, out.String())
+		for _, r := range rows {
+			require.Equal(t, "64", r[0])
+			require.Zero(t, int(atof(t, r[1]))%n, "whole rounds: %s", out.String())
+		}
+	}
+	// The server checks the counters the client's atomics incremented:
+	// one per message of every round.
+	so, co := serveAndDial(t, []string{"write_lat", "-provider", "sim"},
+		[]string{"atomic_bw", "-b", "-provider", "sim", "-D", "1", "-n", fmt.Sprint(n), "--warmup", "10"})
+	require.Equal(t, row(t, co, 2, true), row(t, so, 2, true))
+}
+
+// TestRemoteRounds: the client marks each round and the end on the TCP
+// connection; the server follows the marks, and a byte that is no mark (a
+// failed client's sync status) ends its run with ErrPeerFailed.
+func TestRemoteRounds(t *testing.T) {
+	cfg := testConfig(t, "send_bw", "-D", "1")
+	counter := cycles.Frequency()
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	client, server := remoteRounds(cfg, c, true, counter), remoteRounds(cfg, s, false, counter)
+	// The client's first round always follows; once the interval has
+	// passed since the first round began, none does.
+	var fresh, old timedRates
+	old.rounds, old.first = 1, cycles.Now()-2*uint64(counter.Ticks(cfg.interval()))
+	for _, tc := range []struct {
+		t    *timedRates
+		more bool
+	}{{&fresh, true}, {&old, false}} {
+		got, errs := make(chan bool, 1), make(chan error, 1)
+		go func() {
+			ok, err := server(nil)
+			got <- ok
+			errs <- err
+		}()
+		ok, err := client(tc.t)
+		require.NoError(t, err)
+		require.Equal(t, tc.more, ok)
+		require.NoError(t, <-errs)
+		require.Equal(t, tc.more, <-got, "the server follows the client")
+	}
+	go func() { _ = perftool.Sync(c, cfg.timeout, fmt.Errorf("failed")) }()
+	_, err := server(nil)
+	require.ErrorIs(t, err, perftool.ErrPeerFailed)
 }
