@@ -731,12 +731,6 @@ func (c config) check() string {
 	return c.peerFlags().Check()
 }
 
-// twoProcesses reports whether the ends run in two processes (a server,
-// or a client of one).
-func (c config) twoProcesses() bool {
-	return c.server != "" || c.client != "" || c.host != "" || c.program
-}
-
 // peerFlags points at the fields of the flags every measuring command
 // takes.
 func (c *config) peerFlags() perftool.Flags {
