@@ -391,9 +391,11 @@ func (x *end) duplexRounds(cfg config, size int, sends, recvs bool, st stamps, r
 	}
 }
 
-// Round marks of a duplex test run for a time between two processes: the
-// client writes one on the TCP connection before each round (roundNext)
-// and one when it runs no more (roundEnd). Neither is a sync status.
+// Round marks of a test run for a time between two processes: the client
+// writes one on the TCP connection before each round of -n (a duplex
+// test's, or a ping-pong's) and, with --run_infinitely, before each line
+// (roundNext), and one when it runs no more (roundEnd). Neither is a sync
+// status.
 const (
 	roundNext = 'R'
 	roundEnd  = 'E'
@@ -402,31 +404,44 @@ const (
 // remoteRounds is duplexRounds' next over conn: the client decides and
 // writes a round mark, the server reads it.
 func remoteRounds(cfg config, conn net.Conn, client bool, counter cycles.Info) func(t *timedRates) (bool, error) {
-	var b [1]byte
 	return func(t *timedRates) (bool, error) {
-		_ = conn.SetDeadline(time.Now().Add(cfg.syncTimeout()))
 		if client {
 			ok := t.more(cfg, counter)
-			b[0] = roundEnd
-			if ok {
-				b[0] = roundNext
-			}
-			if _, err := conn.Write(b[:]); err != nil {
-				return false, fmt.Errorf("tell the peer whether a round follows: %w", err)
-			}
-			return ok, nil
+			return ok, writeRoundMark(cfg, conn, ok)
 		}
-		if _, err := io.ReadFull(conn, b[:]); err != nil {
-			return false, fmt.Errorf("read whether a round follows: %w", err)
-		}
-		switch b[0] {
-		case roundNext:
-			return true, nil
-		case roundEnd:
-			return false, nil
-		}
-		return false, fmt.Errorf("read whether a round follows: the peer sent %#x: %w", b[0], perftool.ErrPeerFailed)
+		return readRoundMark(cfg, conn)
 	}
+}
+
+// writeRoundMark tells the peer on conn whether another round (or, with
+// --run_infinitely, another line) follows.
+func writeRoundMark(cfg config, conn net.Conn, more bool) error {
+	_ = conn.SetDeadline(time.Now().Add(cfg.syncTimeout()))
+	b := [1]byte{roundEnd}
+	if more {
+		b[0] = roundNext
+	}
+	if _, err := conn.Write(b[:]); err != nil {
+		return fmt.Errorf("tell the peer whether a round follows: %w", err)
+	}
+	return nil
+}
+
+// readRoundMark reads the peer's round mark from conn: whether another
+// round follows. Any byte but a round mark is perftool.ErrPeerFailed.
+func readRoundMark(cfg config, conn net.Conn) (bool, error) {
+	_ = conn.SetDeadline(time.Now().Add(cfg.syncTimeout()))
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return false, fmt.Errorf("read whether a round follows: %w", err)
+	}
+	switch b[0] {
+	case roundNext:
+		return true, nil
+	case roundEnd:
+		return false, nil
+	}
+	return false, fmt.Errorf("read whether a round follows: the peer sent %#x: %w", b[0], perftool.ErrPeerFailed)
 }
 
 // duplexLocal runs a duplex test of one size with both ends in this

@@ -54,6 +54,11 @@ type end struct {
 	// repost in a poll.
 	recvPending int
 	recvErr     error
+
+	// peerRounds, set on a client whose ping-pong peer is another
+	// process, tells the peer before each round of -n of a test run for a
+	// time whether one follows (measureRounds' next).
+	peerRounds func(more bool) error
 }
 
 // endConfig is each end's setup: buffers for messages of up to

@@ -91,8 +91,10 @@
 //	-t, --tx-depth n         bandwidth tests: WQEs in flight (default 64)
 //	-F, --CPU-freq           accepted; the counter's frequency is measured
 //	-p, --port n             TCP port of the exchange (default 18515)
-//	-D, --duration s         run for s seconds instead of -n iterations (send_bw, -b: rounds of -n)
-//	    --run_infinitely     a line every -D seconds (default 5), until interrupted
+//	-D, --duration s         run for s seconds instead of -n iterations (send_bw, -b, and
+//	                         write_lat/send_lat between two processes: rounds of -n)
+//	    --run_infinitely     a line every -D seconds (default 5), until interrupted (also
+//	                         between a server and a client)
 //	-q, --qp n               bandwidth tests: n queue pairs per end (default 1, at most 256)
 //	-c, --connection t       RC (default), UD (send_lat, send_bw) or DC
 //	-l, --post_list n        WQEs per doorbell
@@ -695,10 +697,6 @@ func (c config) check() string {
 		return "--run_infinitely and -a exclude each other"
 	case c.duration > 0 && c.all:
 		return "-D and -a exclude each other (as in perftest)"
-	case c.timed() && c.mode.pingPong() && c.twoProcesses():
-		return fmt.Sprintf("-D and --run_infinitely: %s runs for a time with both ends in this process only (the answering end needs the count)", c.mode)
-	case c.infinite && c.twoProcesses():
-		return "--run_infinitely: with both ends in this process only"
 	case c.cqMod < 0 || c.cqMod > 4096:
 		return fmt.Sprintf("-Q %d: want 1 to 4096", c.cqMod)
 	case c.postList < 0 || c.postList > 4096:
@@ -731,12 +729,6 @@ func (c config) check() string {
 		return msg
 	}
 	return c.peerFlags().Check()
-}
-
-// twoProcesses reports whether the ends run in two processes (a server,
-// or a client of one).
-func (c config) twoProcesses() bool {
-	return c.server != "" || c.client != "" || c.host != "" || c.program
 }
 
 // peerFlags points at the fields of the flags every measuring command

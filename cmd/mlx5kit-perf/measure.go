@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
@@ -76,8 +77,18 @@ func clientStep(m mode, x *end, size int) func(seq uint32) error {
 // answer is the answering end of a ping-pong: it waits for each of n
 // messages and sends it back, then waits for its sends to complete.
 func answer(m mode, x *end, size, n int) error {
+	if err := answerFrom(m, x, size, 0, n); err != nil {
+		return err
+	}
+	return x.drain()
+}
+
+// answerFrom answers n messages whose sequence numbers begin at first. It
+// leaves its last sends outstanding: a drain would take the next
+// message's receive for an error.
+func answerFrom(m mode, x *end, size int, first uint32, n int) error {
 	for i := 0; i < n; i++ {
-		seq := uint32(i)
+		seq := first + uint32(i)
 		if err := x.await(m, size, seq); err != nil {
 			return err
 		}
@@ -85,7 +96,69 @@ func answer(m mode, x *end, size, n int) error {
 			return err
 		}
 	}
-	return x.drain()
+	return nil
+}
+
+// measureRounds runs a ping-pong latency test for a time against a peer
+// in another process: warmup iterations of step, then rounds of iters,
+// each after next(true), until ticks counter ticks have passed since the
+// first measured one (or stop says so), then next(false). It records each
+// measured iteration and returns how many it measured and the ticks from
+// the first one's start to the last one's end. The peer answers whole
+// rounds, so it knows each round's count.
+func measureRounds(l *latency, warmup, iters int, ticks uint64, stop func() bool, next func(more bool) error, step func(seq uint32) error) (n int, total uint64, err error) {
+	seq := uint32(0)
+	for ; int(seq) < warmup; seq++ {
+		if err := step(seq); err != nil {
+			return 0, 0, err
+		}
+	}
+	begin := cycles.Now()
+	last := begin
+	for {
+		more := n == 0 || last-begin < ticks && !stop()
+		if err := next(more); err != nil {
+			return n, 0, err
+		}
+		if !more {
+			return n, last - begin, nil
+		}
+		for i := 0; i < iters; i++ {
+			t0 := cycles.Start()
+			if err := step(seq); err != nil {
+				return n, 0, err
+			}
+			t1 := cycles.Stop()
+			seq++
+			n++
+			l.Record(t1 - t0)
+			last = t1
+		}
+	}
+}
+
+// answerRounds is the answering end of measureRounds: the warm-up, then a
+// round of iters for each round mark the client sends on conn until it
+// says no more, and waits for its sends to complete. It returns the
+// number of rounds answered.
+func answerRounds(cfg config, conn net.Conn, x *end, size int) (int, error) {
+	if err := answerFrom(cfg.mode, x, size, 0, cfg.warmup); err != nil {
+		return 0, err
+	}
+	seq := uint32(cfg.warmup)
+	for rounds := 0; ; rounds++ {
+		more, err := readRoundMark(cfg, conn)
+		if err != nil {
+			return rounds, err
+		}
+		if !more {
+			return rounds, x.drain()
+		}
+		if err := answerFrom(cfg.mode, x, size, seq, cfg.iters); err != nil {
+			return rounds, err
+		}
+		seq += uint32(cfg.iters)
+	}
 }
 
 // stamps are the times of a bandwidth test's batches: posted[b] when the

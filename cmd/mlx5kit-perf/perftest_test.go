@@ -487,7 +487,6 @@ func TestRefusedFlags(t *testing.T) {
 		{[]string{"-Y"}, "unknown flag -Y"},
 		{[]string{"-n", "2"}, "-iters 2: a latency test needs at least 3"},
 		{[]string{"-D", "1", "-a"}, "-D and -a exclude each other"},
-		{[]string{"-D", "1", "host"}, "write_lat runs for a time with both ends in this process only"},
 		{[]string{"--run_infinitely", "-a"}, "--run_infinitely and -a exclude each other"},
 		{[]string{"-Q", "4", "-l", "8"}, "-Q 4 and -l 8"},
 		{[]string{"-p", "0", "host"}, "-p 0: want 1 to 65535"},
@@ -509,9 +508,6 @@ func TestRefusedFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 2, run([]string{"write_bw", "--output=latency"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "--output=latency: write_bw measures bandwidth")
-	errOut.Reset()
-	require.Equal(t, 2, run([]string{"write_bw", "--run_infinitely", "host"}, &out, &errOut))
-	require.Contains(t, errOut.String(), "--run_infinitely: with both ends in this process only")
 	errOut.Reset()
 	require.Equal(t, 0, run([]string{"write_bw", "-h"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "usage: mlx5kit-perf")

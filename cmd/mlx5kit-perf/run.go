@@ -28,9 +28,12 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 		var l latency
 		var total uint64
 		var err error
-		if cfg.timed() {
+		switch {
+		case cfg.timed() && x.peerRounds != nil:
+			n, total, err = measureRounds(&l, cfg.warmup, cfg.iters, uint64(counter.Ticks(cfg.interval())), cfg.stop, x.peerRounds, step)
+		case cfg.timed():
 			n, total, err = l.MeasureFor(cfg.warmup, uint64(counter.Ticks(cfg.interval())), cfg.stop, step)
-		} else {
+		default:
 			l.Reserve(cfg.iters)
 			err = measureLatency(cfg.warmup, cfg.iters, &l, step)
 		}
@@ -273,6 +276,7 @@ type params struct {
 	Conn, QueuePairs          uint32 // -c, -q
 	Bidirectional             uint32 // -b: 1
 	SizeSet                   uint32 // -s given: 1
+	Infinite                  uint32 // --run_infinitely: 1
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -284,6 +288,7 @@ func (p params) config(base config) config {
 	base.conn, base.numQueuePairs = connection(p.Conn), int(p.QueuePairs)
 	base.bidir = p.Bidirectional != 0
 	base.sizeSet = p.SizeSet != 0
+	base.infinite = p.Infinite != 0
 	if base.mode == sendBW && base.rxDepth == recvDepth {
 		// The server was not told the mode: its -r default is send_bw's.
 		base.rxDepth = sendRecvDepth
@@ -330,7 +335,19 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	counter := in.counter
-	for _, size := range cfg.sizes() {
+	sizes := cfg.sizes()
+	for k := 0; k < len(sizes) || cfg.infinite; k++ {
+		size := sizes[min(k, len(sizes)-1)]
+		if cfg.infinite {
+			// The client says whether another line follows.
+			more, err := readRoundMark(cfg, conn)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+		}
 		y.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
@@ -342,14 +359,21 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 			continue
 		}
 		var runErr error
-		if cfg.mode.pingPong() {
+		ran := cfg
+		switch {
+		case cfg.mode.pingPong() && cfg.timed():
+			// Rounds of -n until the client says the time is up.
+			var rounds int
+			rounds, runErr = answerRounds(cfg, conn, y, size)
+			ran.iters = rounds * cfg.iters
+		case cfg.mode.pingPong():
 			runErr = answer(cfg.mode, y, size, cfg.warmup+cfg.iters)
 		}
 		// The client's last operation has completed once it says so: only
 		// then is the data complete.
 		err := firstErr(sync(cfg, conn, runErr), runErr)
 		if err == nil {
-			vErr := verifyPassive(cfg, y, size)
+			vErr := verifyPassive(ran, y, size)
 			err = firstErr(sync(cfg, conn, vErr), vErr)
 		}
 		if err != nil {
@@ -380,6 +404,9 @@ func dial(cfg config, stdout io.Writer) error {
 	if cfg.sizeSet {
 		p.SizeSet = 1
 	}
+	if cfg.infinite {
+		p.Infinite = 1
+	}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
 	if err != nil {
 		return err
@@ -408,7 +435,23 @@ func dial(cfg config, stdout io.Writer) error {
 	if err := writeInfo(stdout, cfg, in); err != nil {
 		return err
 	}
-	for _, size := range cfg.sizes() {
+	if cfg.mode.pingPong() && cfg.timed() {
+		// The server answers rounds of -n until told the time is up.
+		x.peerRounds = func(more bool) error { return writeRoundMark(cfg, conn, more) }
+	}
+	sizes := cfg.sizes()
+	for k := 0; k < len(sizes) || cfg.infinite; k++ {
+		size := sizes[min(k, len(sizes)-1)]
+		if cfg.infinite {
+			// Tell the server whether another line follows.
+			more := cfg.reports == 0 || k < cfg.reports
+			if err := writeRoundMark(cfg, conn, more); err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+		}
 		x.reset()
 		if err := sync(cfg, conn, nil); err != nil {
 			return err
