@@ -12,7 +12,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/transport"
-	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // duplex reports whether both ends of the bandwidth test run a loop at
@@ -76,30 +75,9 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 	var since time.Time
 	rx.start = cycles.Now()
 	for spins := 1; done < n || received < recvN; spins++ {
-		for posted < n {
-			b := posted / batch
-			l := ls[b%len(ls)]
-			k := min(batch, n-posted)
-			if l.outstanding+k > qd {
-				break
-			}
-			for j := 0; j < k; j++ {
-				flags := wqebuilder.Flags(0)
-				if j == k-1 {
-					flags = wqebuilder.Signaled
-				}
-				seq := uint32(l.atomics) + uint32(j)
-				if err := x.post(l, op, uint64(b), flags, size, seq, inline, false, x.SrcAddr); err != nil {
-					return err
-				}
-			}
-			if m.atomic() {
-				l.atomics += uint64(k)
-			}
-			l.send.RingDoorbell()
-			st.posted[b] = cycles.Now()
-			posted += k
-			l.outstanding += k
+		var err error
+		if posted, err = x.postBatches(ls, m, op, size, n, qd, batch, posted, inline, x.SrcAddr, st); err != nil {
+			return err
 		}
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			switch {

@@ -624,30 +624,9 @@ func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 	posted, done := 0, 0
 	var since time.Time
 	for spins := 1; done < n; spins++ {
-		for posted < n {
-			b := posted / batch
-			l := ls[b%len(ls)]
-			k := min(batch, n-posted)
-			if l.outstanding+k > qd {
-				break
-			}
-			for j := 0; j < k; j++ {
-				flags := wqebuilder.Flags(0)
-				if j == k-1 {
-					flags = wqebuilder.Signaled
-				}
-				seq := uint32(l.atomics) + uint32(j)
-				if err := x.post(l, op, uint64(b), flags, size, seq, inline, false, x.RecvAddr); err != nil {
-					return err
-				}
-			}
-			if m.atomic() {
-				l.atomics += uint64(k)
-			}
-			l.send.RingDoorbell()
-			st.posted[b] = cycles.Now()
-			posted += k
-			l.outstanding += k
+		var err error
+		if posted, err = x.postBatches(ls, m, op, size, n, qd, batch, posted, inline, x.RecvAddr, st); err != nil {
+			return err
 		}
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			if c.Match != transport.MatchOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
@@ -761,4 +740,39 @@ func writeAddresses(b *strings.Builder, in info) {
 	for _, a := range in.remotes {
 		b.WriteString(a.String())
 	}
+}
+
+// postBatches posts, from message posted of n on, the batches that fit:
+// batch b (of batch messages, its last WQE signaled, work request id b)
+// on lane b mod len(ls) while that lane stays at most qd outstanding, one
+// doorbell per batch, its time in st.posted[b]. results is the local
+// address READs and atomics return into. It returns the messages posted
+// so far and allocates nothing.
+func (x *end) postBatches(ls []*lane, m mode, op perftool.Op, size, n, qd, batch, posted int, inline bool, results uint64, st stamps) (int, error) {
+	for posted < n {
+		b := posted / batch
+		l := ls[b%len(ls)]
+		k := min(batch, n-posted)
+		if l.outstanding+k > qd {
+			break
+		}
+		for j := 0; j < k; j++ {
+			flags := wqebuilder.Flags(0)
+			if j == k-1 {
+				flags = wqebuilder.Signaled
+			}
+			seq := uint32(l.atomics) + uint32(j)
+			if err := x.post(l, op, uint64(b), flags, size, seq, inline, false, results); err != nil {
+				return posted, err
+			}
+		}
+		if m.atomic() {
+			l.atomics += uint64(k)
+		}
+		l.send.RingDoorbell()
+		st.posted[b] = cycles.Now()
+		posted += k
+		l.outstanding += k
+	}
+	return posted, nil
 }
