@@ -539,8 +539,19 @@ func (w *waiter) idlePoll() error {
 		}
 		return nil
 	}
-	runtime.Gosched()
+	c.pause()
 	return nil
+}
+
+// pause gives the processor away after an empty poll: on the software HCA
+// the polling goroutine runs a round of the model itself (Context.Idle);
+// elsewhere it yields.
+func (c *core) pause() {
+	if c.ctx.Kind() == ctx.KindSoftware {
+		c.ctx.Idle()
+		return
+	}
+	runtime.Gosched()
 }
 
 // progress is called after a poll found completions; it returns the
@@ -731,7 +742,7 @@ func (c *core) fail() error {
 		if time.Now().After(deadline) {
 			break
 		}
-		runtime.Gosched()
+		c.pause()
 	}
 	if c.pending > 0 {
 		errs = append(errs, c.close())

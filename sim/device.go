@@ -159,6 +159,12 @@ func (d *device) Name() string { return d.h.name }
 // Kind returns ctx.KindSoftware.
 func (d *device) Kind() ctx.Kind { return ctx.KindSoftware }
 
+// Idle runs one round of the Fabric on the calling goroutine (Fabric.idle):
+// provider.IdleDevice, reached through ctx.Context.Idle.
+func (d *device) Idle() { d.f.idle() }
+
+var _ provider.IdleDevice = (*device)(nil)
+
 // Fabric returns the Fabric the device belongs to.
 func (d *device) Fabric() *Fabric { return d.f }
 

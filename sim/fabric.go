@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
@@ -153,6 +154,12 @@ type Fabric struct {
 	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
 	// The TCP link (tcp_link.go), made instead of a shared fabric.
 	tcp *tcpLink
+
+	// roundAt is the model's time of the last round (stepLocked);
+	// drivenAt is that of the last round a polling loop ran (Idle), which
+	// the engine reads without the lock to stay out of its way.
+	roundAt  int64
+	drivenAt atomic.Int64
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -464,6 +471,7 @@ func (f *Fabric) RunUntilIdle() error {
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	now := f.now()
+	f.roundAt = now
 	progressed := false
 	var deadline int64
 	note := func(t int64) {
@@ -500,6 +508,41 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		}
 	}
 	return progressed, deadline
+}
+
+// driveHold is how long the engine leaves the rounds to polling loops after
+// the last round one of them ran (idle): it sleeps that long at a time,
+// and takes the rounds back within about that once the loops stop.
+const driveHold = 200 * time.Microsecond
+
+// idle is ctx.Context.Idle on a device of f: one round of the model on the
+// calling goroutine, as the engine runs it, when no other goroutine is
+// running one (and the engine is running: Engine mode, not closed); else
+// it yields the processor. A polling loop that calls it after every empty
+// poll carries its own requests to the wire and its peers' answers to its
+// CQ, without waiting for the engine goroutine to be scheduled.
+func (f *Fabric) idle() {
+	if f.opts.Mode != Engine || !f.mu.TryLock() {
+		runtime.Gosched()
+		return
+	}
+	if f.stop == nil {
+		f.mu.Unlock()
+		runtime.Gosched()
+		return
+	}
+	if progressed, _ := f.stepLocked(); !progressed {
+		f.releaseHeldLocked()
+	}
+	f.drivenAt.Store(f.roundAt)
+	f.mu.Unlock()
+}
+
+// driven reports whether a polling loop ran a round (idle) within the last
+// driveHold.
+func (f *Fabric) driven() bool {
+	d := f.drivenAt.Load()
+	return d != 0 && f.now()-d < int64(driveHold)
 }
 
 // envSpin names the environment variable that chooses whether an engine
@@ -562,6 +605,20 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		case <-stop:
 			return
 		default:
+		}
+		if f.driven() {
+			// A polling loop runs the rounds (idle): a round here
+			// would only contend for the lock. Look again after
+			// driveHold, on a timer that no peer's message ends,
+			// so that peers do not pay for a futex wake-up.
+			t.Reset(driveHold)
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			idle, burst, sleep = 0, 0, time.Microsecond
+			continue
 		}
 		f.mu.Lock()
 		progressed, _ := f.stepLocked()

@@ -48,12 +48,27 @@ func reportRoundTrips(b *testing.B, rt []time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// envBenchPoll chooses what the poll loops of these benchmarks do after an
+// empty poll (pollPause): "yield" leaves the model to its engine
+// goroutine; anything else (the default) calls ctx.Context.Idle, as the
+// kit's own polling loops do. Child processes inherit it.
+const envBenchPoll = "MLX5KIT_SIM_BENCH_POLL"
+
+// benchYield is envBenchPoll=yield, read once.
+var benchYield = os.Getenv(envBenchPoll) == "yield"
+
 // pollPause is what the poll loops of these benchmarks do after an empty
-// poll: yield the processor, after every poll, or after every 64th when the
-// engine spins (engineSpins: processors to spare, where a yield only moves
-// the goroutine between threads). n counts the empty polls.
-func pollPause(spin bool, n *int) {
+// poll on c: Context.Idle (one round of the model here), or with
+// envBenchPoll=yield yield the processor to the engine, after every poll,
+// or after every 64th when the engine spins (engineSpins: processors to
+// spare, where a yield only moves the goroutine between threads). n counts
+// the empty polls.
+func pollPause(c *ctx.Context, spin bool, n *int) {
 	*n++
+	if !benchYield {
+		c.Idle()
+		return
+	}
 	if !spin || *n%64 == 0 {
 		runtime.Gosched()
 	}
@@ -76,7 +91,7 @@ func echoChild(q *testQP, p peerInfo, stop chan struct{}) {
 		}
 		c, ok := q.rcq.poll()
 		if !ok {
-			pollPause(spin, &empty) // the engine of this process must run
+			pollPause(q.e.c, spin, &empty) // the model of this process must run
 			continue
 		}
 		q.postRecv()
@@ -125,7 +140,7 @@ func (p *echoPair) round(t testing.TB, i int) time.Duration {
 			}
 			break
 		}
-		pollPause(spin, &empty)
+		pollPause(p.e.c, spin, &empty)
 		if empty%64 == 0 && time.Now().After(end) {
 			t.Fatalf("round %d: no answer within 10s; send CQEs %+v; stats %+v", i, a.scq.drain(), p.e.f.Stats())
 		}
@@ -281,7 +296,7 @@ func BenchmarkLocalRoundTrip(b *testing.B) {
 				}
 				break
 			}
-			pollPause(spin, &empty)
+			pollPause(e.c, spin, &empty)
 		}
 		d := time.Since(t0)
 		a.postRecv()

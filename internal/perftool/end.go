@@ -82,8 +82,12 @@ type End struct {
 	PeerRecv, PeerSrc uint64 // the peer's areas
 	RKey              uint32 // their remote key
 
-	Yield    bool // give the processor away after an empty poll (software HCA)
-	SendsOut int  // signaled sends not yet completed
+	// Pause is what a wait does after an empty poll: nil on a NIC (the
+	// next poll at once), Context.Idle on the software HCA (the polling
+	// goroutine runs a round of the model), runtime.Gosched on the
+	// emulated device (its model runs on the engine goroutine).
+	Pause    func()
+	SendsOut int // signaled sends not yet completed
 	Timeout  time.Duration
 	Abort    *atomic.Bool // when set, the waits give up with ErrAborted
 
@@ -112,7 +116,7 @@ func NewEnd(name string, c *ctx.Context, cfg EndConfig) (*End, error) {
 }
 
 func newEnd(name string, c *ctx.Context, cfg EndConfig, gid ctx.GIDSelector) (x *End, err error) {
-	x = &End{Name: name, Timeout: cfg.Timeout, Yield: OnModel(c), RecvSGE: cfg.RecvSGE}
+	x = &End{Name: name, Timeout: cfg.Timeout, Pause: pauseFor(c), RecvSGE: cfg.RecvSGE}
 	defer func() {
 		if err != nil {
 			_ = x.Close()
@@ -296,18 +300,30 @@ func (x *End) Drain() error {
 	return nil
 }
 
+// pauseFor is End.Pause for an end on c.
+func pauseFor(c *ctx.Context) func() {
+	switch {
+	case c.Kind() == ctx.KindSoftware:
+		return c.Idle
+	case OnModel(c):
+		return runtime.Gosched
+	}
+	return nil
+}
+
 // Idle is what a wait does after its spins-th poll found nothing: with a
 // Notifier it sleeps until the CQ has a completion (or the end's timeout
-// passes, an error); else it gives the processor away on the software HCA
-// (whose engine must run) and every SlowCheck empty polls checks the
+// passes, an error); else it pauses (End.Pause: on the software HCA it
+// runs a round of the model, on the emulated device it yields to the
+// model's engine) and every SlowCheck empty polls checks the
 // poller's own errors, the abort flag and the timeout, counted from the
 // first check (*since). seq is the message waited for, for the error.
 func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 	if x.Notifier != nil {
 		return x.sleep(seq)
 	}
-	if x.Yield {
-		runtime.Gosched()
+	if x.Pause != nil {
+		x.Pause()
 	}
 	if spins%SlowCheck != 0 {
 		return nil

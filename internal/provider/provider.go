@@ -78,6 +78,16 @@ type ClockDevice interface {
 	ClockInfo() (ctx.ClockInfo, error)
 }
 
+// IdleDevice is implemented by a provider's device whose queues are executed
+// by software that a polling loop can run itself: ctx.Context.Idle calls
+// Idle (the software HCA runs one round of its model). Hardware does not
+// implement it.
+type IdleDevice interface {
+	// Idle runs what the device would run while the caller waits; it
+	// must not block.
+	Idle()
+}
+
 // ProtectionDomain is a protection domain (struct ibv_pd).
 type ProtectionDomain interface {
 	// RegisterMemory registers length bytes at addr (mmap'd memory, never
@@ -330,6 +340,15 @@ func (s deviceSeam) ClockInfo() (ctx.ClockInfo, error) {
 		return ctx.ClockInfo{}, Errorf("clock info", "device %s: %w", s.Device.Name(), ctx.ErrNotSupported)
 	}
 	return d.ClockInfo()
+}
+
+// IdleFunc returns the device's Idle when it implements IdleDevice, else
+// nil.
+func (s deviceSeam) IdleFunc() func() {
+	if d, ok := s.Device.(IdleDevice); ok {
+		return d.Idle
+	}
+	return nil
 }
 
 // RegisterMemory registers memory.
