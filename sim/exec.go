@@ -257,7 +257,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		if !ok {
 			return f.rnr(q, t, now)
 		}
-		if s := f.deliverSend(q, t, w, payload, &rw, src); s != 0 {
+		if s := f.deliverSend(q, t, w, payload, rw, src); s != 0 {
 			return fail(s)
 		}
 		return done(w.total)
@@ -269,7 +269,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 				return fail(prm.SyndromeRemoteAccess)
 			}
 		}
-		var rw recvWQE
+		var rw *recvWQE
 		if w.op == prm.OpRdmaWriteImm {
 			var ok bool
 			if rw, ok = f.peekRecv(t); !ok {
@@ -280,8 +280,8 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 			copy(m.bytes(w.raddr, w.total), payload)
 		}
 		if w.op == prm.OpRdmaWriteImm {
-			f.consumeRecv(t, &rw)
-			img := respCQE(t, &rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			f.consumeRecv(t, rw)
+			img := respCQE(t, rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
 		}
 		return done(w.total)

@@ -141,8 +141,9 @@ type Fabric struct {
 	done        chan struct{}
 	closed      bool
 
-	scratch   []byte
-	sgScratch []gatherEntry
+	scratch     []byte
+	sgScratch   []gatherEntry
+	recvScratch recvWQE // peekRecv's result
 
 	// The shared fabric (shm.go): joined on the first open; fabricEnv
 	// makes the join read the name from EnvFabric (the default Fabric).
@@ -472,6 +473,9 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	now := f.now()
 	f.roundAt = now
+	if f.shm != nil {
+		f.shm.hold = true
+	}
 	progressed := false
 	var deadline int64
 	note := func(t int64) {
@@ -507,7 +511,19 @@ func (f *Fabric) stepLocked() (bool, int64) {
 			note(q.blockedUntil)
 		}
 	}
+	if f.shm != nil {
+		f.endRoundShm()
+	}
 	return progressed, deadline
+}
+
+// endRoundShm publishes the records the round wrote for other processes
+// (shmFabric.publish): one tail store and one wake-up per peer for all of
+// them, at the end of the round, so that an answer and the ACK before it
+// reach their peer together.
+func (f *Fabric) endRoundShm() {
+	f.shm.hold = false
+	f.shm.publish()
 }
 
 // driveHold is how long the engine leaves the rounds to polling loops after

@@ -251,9 +251,9 @@ func (f *Fabric) deliverUD(t *qp, p *udPacket) {
 		f.stats.UDDropped++
 		return
 	}
-	f.consumeRecv(t, &r)
-	if s := f.scatterRecv(&r, p.grh, prm.GRHSize, p.payload); s != 0 {
-		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(&r))
+	f.consumeRecv(t, r)
+	if s := f.scatterRecv(r, p.grh, prm.GRHSize, p.payload); s != 0 {
+		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(r))
 		f.qpErrorLocked(t, "receive error")
 		f.emitCQE(t.recvCQ, &img, nil, t)
 		return
@@ -262,7 +262,7 @@ func (f *Fabric) deliverUD(t *qp, p *udPacket) {
 	if p.op == prm.OpSendImm {
 		op = prm.CQERespSendImm
 	}
-	img := respCQE(t, &r, op, uint32(prm.GRHSize+len(p.payload)), p.imm, p.src, p.solicited, prm.CQEFormatNone)
+	img := respCQE(t, r, op, uint32(prm.GRHSize+len(p.payload)), p.imm, p.src, p.solicited, prm.CQEFormatNone)
 	f.emitCQE(t.recvCQ, &img, nil, t)
 }
 

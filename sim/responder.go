@@ -65,27 +65,29 @@ func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (bad string) {
 	return bad
 }
 
-// peekRecv returns the next receive WQE of t without consuming it.
-func (f *Fabric) peekRecv(t *qp) (recvWQE, bool) {
-	var r recvWQE
+// peekRecv returns the next receive WQE of t without consuming it. The WQE
+// is the Fabric's one scratch copy (recvScratch), valid until the next
+// peekRecv: a round handles one receive at a time.
+func (f *Fabric) peekRecv(t *qp) (*recvWQE, bool) {
+	r := &f.recvScratch
 	if s := t.srq; s != nil {
 		if s.closed || s.counter == s.consumed {
-			return r, false
+			return nil, false
 		}
 		idx := s.hwHead & uint16(s.cnt-1)
 		base := unsafe.Add(s.ring, uint32(idx)*s.stride)
 		r.idx, r.srq, r.pd = idx, s, s.pd
 		r.next = prm.Load16(unsafe.Add(base, prm.SRQNextWQEIndex)) & uint16(s.cnt-1)
-		if bad := parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), &r); bad != "" {
+		if bad := parseRecv(unsafe.Add(base, prm.SRQNextSize), int(s.maxSGE), r); bad != "" {
 			f.violate(Violation{Kind: ViolationReceive, SRQN: s.srqn, Detail: fmt.Sprintf("SRQ WQE %d: %s", idx, bad)})
 		}
 		return r, true
 	}
 	if t.rqCnt == 0 || t.rqHead == t.rqCI {
-		return r, false
+		return nil, false
 	}
-	r.idx, r.pd = t.rqCI, t.pd
-	if bad := parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), &r); bad != "" {
+	r.idx, r.srq, r.pd, r.next = t.rqCI, nil, t.pd, 0
+	if bad := parseRecv(unsafe.Add(t.rq, (uint32(t.rqCI)&(t.rqCnt-1))*t.rqStride), int(t.rqMaxSGE), r); bad != "" {
 		f.violate(Violation{Kind: ViolationReceive, QPN: t.qpn, WQEIndex: t.rqCI, Detail: "receive WQE: " + bad})
 	}
 	return r, true

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/bits"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -23,6 +24,10 @@ type shmFabric struct {
 	// the rings, and rounds counts drains since then (drain).
 	seen   uint32
 	rounds uint32
+	// hold makes send leave its records unpublished (ringFile.held)
+	// until publish; held marks the peers' slots with such records.
+	hold bool
+	held uint64
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -51,6 +56,7 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 
 // leave gives the slot back and removes the ring file.
 func (s *shmFabric) leave() {
+	s.publish()
 	s.reg.release(s.slot, s.gen)
 	_ = os.Remove(ringPath(s.name, s.slot))
 	s.in.close()
@@ -115,8 +121,28 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	fill(h, rec[wireHdrSize:n])
 	h.Len = uint32(len(rec))
 	h.SrcGen, h.DstGen = s.gen, p.gen
-	p.commit(s.slot, tail)
+	if s.hold {
+		p.held = tail
+		s.held |= 1 << slot
+		return true
+	}
+	p.commit(s.slot, tail) // publishes any held records too
+	p.held = 0
 	return true
+}
+
+// publish makes the records held back by send visible to their peers: one
+// tail store and one wake-up per peer, however many records. Records to a
+// peer whose slot changed hands since are dropped with its old file.
+func (s *shmFabric) publish() {
+	for s.held != 0 {
+		slot := bits.TrailingZeros64(s.held)
+		s.held &^= 1 << slot
+		if p := s.peers[slot]; p != nil && p.held != 0 {
+			p.commit(s.slot, p.held)
+			p.held = 0
+		}
+	}
 }
 
 // peerAlive reports whether the process in slot still runs.

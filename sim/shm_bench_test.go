@@ -75,20 +75,32 @@ func pollPause(c *ctx.Context, spin bool, n *int) {
 }
 
 // echoChild answers every write with immediate on q with one carrying the
-// same immediate, written to the parent's buffer.
+// same immediate, written to the parent's buffer. Once stop is closed it
+// waits (up to 5 s) for the completions of its answers still in flight,
+// whose ACKs can reach it after the parent saw the last answer, so that
+// its counters are final when it returns.
 func echoChild(q *testQP, p peerInfo, stop chan struct{}) {
 	spin, empty := engineSpins(), 0
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	out := 0 // answers posted and not completed
+	completed := func() {
 		for _, c := range q.scq.drain() {
+			out--
 			if c.op != prm.CQEReq {
 				fmt.Fprintf(os.Stderr, "echo: send completion %+v\n", c)
 			}
 		}
+	}
+	for {
+		select {
+		case <-stop:
+			for end := time.Now().Add(5 * time.Second); out > 0 && time.Now().Before(end); {
+				completed()
+				pollPause(q.e.c, spin, &empty)
+			}
+			return
+		default:
+		}
+		completed()
 		c, ok := q.rcq.poll()
 		if !ok {
 			pollPause(q.e.c, spin, &empty) // the model of this process must run
@@ -96,6 +108,7 @@ func echoChild(q *testQP, p peerInfo, stop chan struct{}) {
 		}
 		q.postRecv()
 		q.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, c.imm, raddrSeg(p.Addr, p.RKey), inlineSeg([]byte{byte(c.imm)}))
+		out++
 	}
 }
 

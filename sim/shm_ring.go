@@ -23,6 +23,9 @@ const (
 	// whatever the position of its tail (the pad in front of it is
 	// shorter than the record).
 	wireMaxPayload = ringDataSize/2 - wireHdrSize
+	// ringRecycle is the position past which a producer that finds its
+	// ring empty pads to the end and writes at the front again (reserve).
+	ringRecycle = 64 << 10
 	// wireAlign aligns every record (its header is read in place).
 	wireAlign = 64
 
@@ -39,6 +42,9 @@ const (
 type ringFile struct {
 	gen uint64
 	mem []byte
+	// held is the tail after records this process wrote into the peer's
+	// ring and has not published yet (holding), 0 when none.
+	held uint64
 }
 
 func (f *ringFile) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&f.mem[off])) }
@@ -110,16 +116,26 @@ func (f *ringFile) close() {
 }
 
 // reserve finds room for a record of n bytes (header included) in the ring
-// this process (slot from) writes in f. It returns the record, the tail to
-// publish with commit, and false when the ring is full.
+// this process (slot from) writes in f, after any records held back
+// (ringFile.held). It returns the record, the tail to publish with commit,
+// and false when the ring is full.
 func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	need := uint64((n + wireAlign - 1) &^ (wireAlign - 1))
-	tail := atomic.LoadUint64(f.tail(from))
+	tail := f.held
+	if tail == 0 {
+		tail = atomic.LoadUint64(f.tail(from))
+	}
 	head := atomic.LoadUint64(f.head(from))
 	data := f.data(from)
 	pos := tail & (ringDataSize - 1)
 	var pad uint64
-	if pos+need > ringDataSize {
+	switch {
+	case pos+need > ringDataSize:
+		pad = ringDataSize - pos
+	case head == tail && pos >= ringRecycle && need <= pos:
+		// The consumer has read everything: start again at the front,
+		// whose lines both processes still have in cache, rather than
+		// walk on into lines neither has touched since the last lap.
 		pad = ringDataSize - pos
 	}
 	if ringDataSize-(tail-head) < pad+need {

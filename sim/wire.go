@@ -750,7 +750,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		}
 		if last {
 			rs.asm = nil
-			if s := f.deliverSend(nil, t, &w, msg, &rw, src); s != 0 {
+			if s := f.deliverSend(nil, t, &w, msg, rw, src); s != 0 {
 				nak(s)
 				return
 			}
@@ -766,7 +766,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				return
 			}
 		}
-		var rw recvWQE
+		var rw *recvWQE
 		imm := op == prm.OpRdmaWriteImm && last
 		if imm {
 			var ok bool
@@ -779,8 +779,8 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			copy(m.bytes(w.raddr+off, n), payload[:n])
 		}
 		if imm {
-			f.consumeRecv(t, &rw)
-			img := respCQE(t, &rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			f.consumeRecv(t, rw)
+			img := respCQE(t, rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
 		}
 	case prm.OpRdmaRead:
