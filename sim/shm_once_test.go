@@ -52,11 +52,11 @@ func TestSharedRepeatsCounted(t *testing.T) {
 	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: 0,
-		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c)}
+		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, DLID: lidOf(t, e2.c)}
 	serve := func() {
 		e2.f.mu.Lock()
 		defer e2.f.mu.Unlock()
-		e2.f.wireServe(s1, &h, nil)
+		e2.f.wireServe(s1, &h, atomicOperands(1))
 	}
 	before := e2.f.Stats().RepeatsServed
 	serve()

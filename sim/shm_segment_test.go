@@ -264,7 +264,7 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 	dlid := lidOf(t, e2.c) // before the fabrics' locks are held
 	atomicFA := func(psn uint32) wireHdr {
 		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
-			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, Swap: 1, DLID: dlid}
+			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: dlid}
 	}
 	write := func(psn, off uint32) wireHdr {
 		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
@@ -278,11 +278,11 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 		h   wireHdr
 		pay string
 	}{
-		{atomicFA(0), ""},
-		{atomicFA(1), ""},
+		{atomicFA(0), string(atomicOperands(1))},
+		{atomicFA(1), string(atomicOperands(1))},
 		{write(2, 0), "abcd"},
-		{atomicFA(0), ""},     // a repeat
-		{write(5, 4), "ZZZZ"}, // from the future
+		{atomicFA(0), string(atomicOperands(1))}, // a repeat
+		{write(5, 4), "ZZZZ"},                    // from the future
 		{write(3, 4), "efgh"},
 		{write(2, 0), "XXXX"}, // a repeat
 	} {

@@ -322,15 +322,15 @@ func TestSharedResponderExecutesOnce(t *testing.T) {
 	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: 0,
-		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c)}
+		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, DLID: lidOf(t, e2.c)}
 	e2.f.mu.Lock()
-	e2.f.wireServe(s1, &h, nil)
-	e2.f.wireServe(s1, &h, nil) // a repeat: answered, not executed
+	e2.f.wireServe(s1, &h, atomicOperands(1))
+	e2.f.wireServe(s1, &h, atomicOperands(1)) // a repeat: answered, not executed
 	e2.f.mu.Unlock()
 	require.Equal(t, uint64(11), binary.BigEndian.Uint64(e2.mem(0, 8)))
 	h.PSN = 1
 	e2.f.mu.Lock()
-	e2.f.wireServe(s1, &h, nil)
+	e2.f.wireServe(s1, &h, atomicOperands(1))
 	e2.f.mu.Unlock()
 	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)))
 }
@@ -422,4 +422,12 @@ func TestSharedLargeMessages(t *testing.T) {
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(ra, mrs[1].RKey()), dataSeg(0, mrs[0].LKey(), la))
 	c = waitCQE(t, a.scq, 10*time.Second)
 	require.Equal(t, prm.SyndromeLocalLength, c.synd)
+}
+
+// atomicOperands is the payload of an atomic request that adds (or swaps
+// in) swap, as a requester writes it (putAtomic).
+func atomicOperands(swap uint64) []byte {
+	b := make([]byte, wireAtomicSize)
+	putAtomic(b, &sendWQE{swap: swap})
+	return b
 }

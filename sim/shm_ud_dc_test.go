@@ -156,11 +156,11 @@ func TestSharedDCTExecutesOnce(t *testing.T) {
 	be.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: dct.qp.QPN(), SrcQPN: d.qp.QPN(), PSN: 7, Epoch: 1, Flags: wireFirst,
-		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, Swap: 1, DLID: lidOf(t, e2.c), DCKey: 0xfeed}
+		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: lidOf(t, e2.c), DCKey: 0xfeed}
 	serve := func() {
 		e2.f.mu.Lock()
 		defer e2.f.mu.Unlock()
-		e2.f.wireServe(s1, &h, nil)
+		e2.f.wireServe(s1, &h, atomicOperands(1))
 	}
 	serve()
 	serve() // a retry: answered, not executed

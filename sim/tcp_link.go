@@ -57,8 +57,9 @@ const (
 	// tcpVersion is the protocol version of the link: the frames carry the
 	// wire header in this build's layout, so both ends must agree on it.
 	// Version 2: the listener forwards between connected Fabrics and
-	// announces the linked slots.
-	tcpVersion = 2
+	// announces the linked slots. Version 3: an atomic request carries
+	// its operands as payload (wireAtomicSize).
+	tcpVersion = 3
 	// The slots of a link: the listener takes tcpSlotBase, each connecting
 	// Fabric one of the next. Their QPN ranges lie above those of a shared
 	// fabric's slots.

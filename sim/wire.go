@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -68,8 +69,6 @@ type wireHdr struct {
 
 	DGID [16]byte
 
-	Swap, Compare, SwapMask, CmpMask uint64
-
 	SrcLID uint16
 	Flags  uint16 // wireFirst
 	Epoch  uint32 // the requester QP's connection epoch (DC streams)
@@ -82,6 +81,33 @@ type wireHdr struct {
 }
 
 const wireHdrSize = int(unsafe.Sizeof(wireHdr{}))
+
+// An atomic request carries its operands as its payload, not in the
+// header: four words, swap (or add), compare, and their masks
+// (little-endian). The header stays short enough that a small request or
+// an answer fits two cache lines.
+const wireAtomicSize = 32
+
+// putAtomic writes w's atomic operands into b (wireAtomicSize bytes).
+func putAtomic(b []byte, w *sendWQE) {
+	binary.LittleEndian.PutUint64(b[0:], w.swap)
+	binary.LittleEndian.PutUint64(b[8:], w.compare)
+	binary.LittleEndian.PutUint64(b[16:], w.swapMask)
+	binary.LittleEndian.PutUint64(b[24:], w.cmpMask)
+}
+
+// getAtomic reads the operands putAtomic wrote into w; false when b is
+// too short.
+func getAtomic(b []byte, w *sendWQE) bool {
+	if len(b) < wireAtomicSize {
+		return false
+	}
+	w.swap = binary.LittleEndian.Uint64(b[0:])
+	w.compare = binary.LittleEndian.Uint64(b[8:])
+	w.swapMask = binary.LittleEndian.Uint64(b[16:])
+	w.cmpMask = binary.LittleEndian.Uint64(b[24:])
+	return true
+}
 
 // Message kinds and response statuses.
 const (
@@ -477,7 +503,10 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 	psn := ws.next
 	last := off+n >= w.total
 	pay := 0
-	if !rd {
+	switch {
+	case w.op.IsAtomic():
+		pay = wireAtomicSize
+	case !rd:
 		pay = int(n)
 	}
 	var av avInfo
@@ -489,7 +518,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = q.attr.RemoteQPN, q.qpn, psn, w.imm, ws.epoch
 		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
 		h.Off, h.Seg = uint32(off), uint32(n)
-		h.ASize, h.Swap, h.Compare, h.SwapMask, h.CmpMask = uint8(w.asize), w.swap, w.compare, w.swapMask, w.cmpMask
+		h.ASize = uint8(w.asize)
 		h.SrcLID = q.dev.h.lid
 		if dci {
 			h.DstQPN, h.DCKey = av.dqpn, beUint64(w.av[prm.AVKey:])
@@ -504,7 +533,10 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
 			h.L3 = q.dev.h.roceL3(p.SGIDIndex)
 		}
-		if pay > 0 {
+		switch {
+		case w.op.IsAtomic():
+			putAtomic(b, w)
+		case pay > 0:
 			f.gatherAt(w, off, b[:pay])
 		}
 	})
@@ -714,9 +746,9 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	}
 	op := prm.Opcode(h.Op)
 	w := sendWQE{op: op, fm: h.FM, imm: h.Imm, raddr: h.RAddr, rkey: h.RKey, total: uint64(h.Total),
-		asize: int(h.ASize), swap: h.Swap, compare: h.Compare, swapMask: h.SwapMask, cmpMask: h.CmpMask}
+		asize: int(h.ASize)}
 	off, n := uint64(h.Off), uint64(h.Seg)
-	if off+n > w.total || n > wireSegMax {
+	if off+n > w.total || n > wireSegMax || (op.IsAtomic() && !getAtomic(payload, &w)) {
 		return // no requester of this version sends it
 	}
 	last := off+n == w.total
