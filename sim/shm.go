@@ -121,7 +121,7 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	fill(h, rec[wireHdrSize:n])
 	h.Len = uint32(len(rec))
 	h.SrcGen, h.DstGen = s.gen, p.gen
-	if s.hold {
+	if s.hold && n < shmHoldBytes {
 		p.held = tail
 		s.held |= 1 << slot
 		return true
@@ -130,6 +130,12 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	p.held = 0
 	return true
 }
+
+// shmHoldBytes bounds what a round holds back: a record this long (a
+// segment of data) is published at once, with those held before it, and
+// so are the held answers after an inbound record this long, so that a
+// stream's ACKs do not wait for a long round to end.
+const shmHoldBytes = 4096
 
 // publish makes the records held back by send visible to their peers: one
 // tail store and one wake-up per peer, however many records. Records to a
@@ -189,6 +195,9 @@ func (s *shmFabric) drain(f *Fabric, now int64) bool {
 			if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
 				rec := data[pos : pos+n]
 				f.wireIn(from, h, rec[wireHdrSize:], now)
+				if n >= shmHoldBytes && s.held != 0 {
+					s.publish()
+				}
 			}
 			head += n
 			atomic.StoreUint64(hp, head)

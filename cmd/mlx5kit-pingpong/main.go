@@ -266,17 +266,18 @@ func serveLoop(cfg config, x *end) error {
 // choosePins returns the CPU each of n measuring goroutines is pinned to
 // (-1: not pinned) and, when they are not pinned, why. On hardware they get
 // the first CPUs of MLX5KIT_CPUS (or of the allowed set). On the software
-// HCA they are not pinned: a busy-polling loop there yields its processor
-// after each empty poll so that the model's engine goroutine runs, and a
-// goroutine locked to its thread pays a thread hand-off for every yield
-// (measured: a median of tens of microseconds instead of about one).
+// HCA they are not pinned: a busy-polling loop there runs a round of the
+// model after each empty poll (ctx.Context.Idle) and yields its processor
+// when another goroutine is running one, and a goroutine locked to its
+// thread pays a thread hand-off for every yield (measured: a median of
+// tens of microseconds instead of about one).
 func choosePins(c *ctx.Context, n int) ([]int, string) {
 	pins := []int{-1, -1}
 	if perftool.Emulated(c) {
 		return pins, "on an emulated device the loop yields to the model's engine after each empty poll"
 	}
 	if perftool.OnModel(c) {
-		return pins, "on the software HCA the loop yields to the model's engine after each empty poll"
+		return pins, "on the software HCA the loop runs a round of the model after each empty poll"
 	}
 	cpus, err := affinity.CPUs()
 	switch {
