@@ -24,6 +24,9 @@ type shmFabric struct {
 	// the rings, and rounds counts drains since then (drain).
 	seen   uint32
 	rounds uint32
+	// active marks the slots whose rings have had records (drain reads
+	// them first).
+	active uint64
 	// hold makes send leave its records unpublished (ringFile.held)
 	// until publish; held marks the peers' slots with such records.
 	hold bool
@@ -162,49 +165,76 @@ func (s *shmFabric) peerAlive(slot int) bool {
 func (s *shmFabric) drain(f *Fabric, now int64) bool {
 	// Every producer bumps the wake word after it publishes a record
 	// (ringFile.commit), so an unchanged word means no ring has a record
-	// the last scan did not see: one load instead of two per ring. A scan
-	// every shmRescan rounds whatever the word says covers a producer
-	// that died between its tail and its bump.
+	// the last scan did not see: one load instead of two per ring. When
+	// it moved, the rings of the processes that sent before (active) are
+	// read first, and all 64 only when none of them had anything: a new
+	// sender's first records wait at most for the next full scan, which
+	// comes every shmRescan rounds whatever the word says (that also
+	// covers a producer that died between its tail and its bump).
 	seq := atomic.LoadUint32(s.in.u32(ringFileWake))
 	if seq == s.seen && s.rounds < shmRescan {
 		s.rounds++
 		return false
 	}
+	full := s.rounds >= shmRescan
 	s.seen, s.rounds = seq, 0
 	got := false
+	if !full {
+		for m := s.active; m != 0; m &= m - 1 {
+			if s.drainRing(f, bits.TrailingZeros64(m), now) {
+				got = true
+			}
+		}
+		if got {
+			return true
+		}
+	}
 	for from := 0; from < shmMaxSlots; from++ {
-		tp, hp := s.in.tail(from), s.in.head(from)
-		tail := atomic.LoadUint64(tp)
-		head := atomic.LoadUint64(hp)
-		if head == tail {
-			continue
+		if s.drainRing(f, from, now) {
+			got = true
 		}
-		got = true
-		data := s.in.data(from)
-		srcGen := s.reg.gen(from)
-		for head != tail {
-			pos := head & (ringDataSize - 1)
-			h := (*wireHdr)(unsafe.Pointer(&data[pos]))
-			n := uint64(h.Len)
-			if n < wireAlign || n%wireAlign != 0 || n > tail-head || pos+n > ringDataSize {
-				// A record no producer of this version writes: drop
-				// what is in the ring rather than read past it.
-				head = tail
-				break
-			}
-			if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
-				rec := data[pos : pos+n]
-				f.wireIn(from, h, rec[wireHdrSize:], now)
-				if n >= shmHoldBytes && s.held != 0 {
-					s.publish()
-				}
-			}
-			head += n
-			atomic.StoreUint64(hp, head)
-		}
-		atomic.StoreUint64(hp, head)
 	}
 	return got
+}
+
+// drainRing hands the messages in the ring slot from writes to f and marks
+// from active; it reports whether there was any.
+func (s *shmFabric) drainRing(f *Fabric, from int, now int64) bool {
+	tp, hp := s.in.tail(from), s.in.head(from)
+	tail := atomic.LoadUint64(tp)
+	head := atomic.LoadUint64(hp)
+	if head == tail {
+		return false
+	}
+	s.active |= 1 << from
+	data := s.in.data(from)
+	srcGen := s.reg.gen(from)
+	for head != tail {
+		pos := head & (ringDataSize - 1)
+		h := (*wireHdr)(unsafe.Pointer(&data[pos]))
+		n := uint64(h.Len)
+		if n < wireAlign || n%wireAlign != 0 || n > tail-head || pos+n > ringDataSize {
+			// A record no producer of this version writes: drop what
+			// is in the ring rather than read past it.
+			head = tail
+			break
+		}
+		if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
+			rec := data[pos : pos+n]
+			f.wireIn(from, h, rec[wireHdrSize:], now)
+			if n >= shmHoldBytes && s.held != 0 {
+				s.publish()
+			}
+		}
+		head += n
+		if n >= shmHoldBytes {
+			// Room for the producer as soon as a large record is
+			// done; small ones give theirs back together.
+			atomic.StoreUint64(hp, head)
+		}
+	}
+	atomic.StoreUint64(hp, head)
+	return true
 }
 
 // shmRescan is how many rounds drain trusts the wake word before it scans
