@@ -43,8 +43,10 @@ type ringFile struct {
 	gen uint64
 	mem []byte
 	// held is the tail after records this process wrote into the peer's
-	// ring and has not published yet (holding), 0 when none.
-	held uint64
+	// ring and has not published yet (holding), 0 when none; headSeen is
+	// the consumer's head as reserve last read it.
+	held     uint64
+	headSeen uint64
 }
 
 func (f *ringFile) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&f.mem[off])) }
@@ -125,9 +127,17 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	if tail == 0 {
 		tail = atomic.LoadUint64(f.tail(from))
 	}
-	head := atomic.LoadUint64(f.head(from))
 	data := f.data(from)
 	pos := tail & (ringDataSize - 1)
+	// The consumer's head, as last read: it only moves on, so the room
+	// it leaves is never overstated. It is read again (a transfer from
+	// the consumer's cache) only when that room looks too small, or past
+	// ringRecycle, where the producer asks whether the ring is empty.
+	head := f.headSeen
+	if pos >= ringRecycle || pos+need > ringDataSize || ringDataSize-(tail-head) < need {
+		head = atomic.LoadUint64(f.head(from))
+		f.headSeen = head
+	}
 	var pad uint64
 	switch {
 	case pos+need > ringDataSize:
