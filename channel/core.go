@@ -545,13 +545,14 @@ func (w *waiter) idlePoll() error {
 
 // pause gives the processor away after an empty poll: on the software HCA
 // the polling goroutine runs a round of the model itself (Context.Idle);
-// elsewhere it yields.
+// on the emulated device it runs one and yields; on a NIC it yields.
 func (c *core) pause() {
-	if c.ctx.Kind() == ctx.KindSoftware {
-		c.ctx.Idle()
-		return
+	c.ctx.Idle()
+	if c.ctx.Kind() != ctx.KindSoftware {
+		// On a NIC Idle returns at once; on the emulated device it ran
+		// a round unless the model's lock was busy.
+		runtime.Gosched()
 	}
-	runtime.Gosched()
 }
 
 // progress is called after a poll found completions; it returns the

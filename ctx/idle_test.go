@@ -31,7 +31,7 @@ type idleDev struct {
 	calls *atomic.Int64
 }
 
-func (d idleDev) Idle() { d.calls.Add(1) }
+func (d idleDev) IdleFunc() func() { return func() { d.calls.Add(1) } }
 
 var _ provider.IdleDevice = idleDev{}
 

@@ -159,9 +159,9 @@ func (d *device) Name() string { return d.h.name }
 // Kind returns ctx.KindSoftware.
 func (d *device) Kind() ctx.Kind { return ctx.KindSoftware }
 
-// Idle runs one round of the Fabric on the calling goroutine (Fabric.idle):
+// IdleFunc returns the Fabric's idle (one round on the calling goroutine):
 // provider.IdleDevice, reached through ctx.Context.Idle.
-func (d *device) Idle() { d.f.idle() }
+func (d *device) IdleFunc() func() { return d.f.idle }
 
 var _ provider.IdleDevice = (*device)(nil)
 

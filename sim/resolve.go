@@ -60,6 +60,13 @@ func init() {
 		}
 		return f.neighbourMAC(gid)
 	}
+	simadopt.Idle = func(p any) func() {
+		f, ok := p.(*Fabric)
+		if !ok {
+			return nil
+		}
+		return f.idle
+	}
 	simadopt.LookupMR = func(p any, key uint32) (simadopt.MRInfo, bool) {
 		f, ok := p.(*Fabric)
 		if !ok {

@@ -20,7 +20,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -109,6 +111,9 @@ func enable() error {
 		mappings: func(delta int) { C.mk_emu_add_mappings(C.long(delta)) },
 	}
 	global.k, global.sysfs, global.fabric = k, dir, f
+	// A polling loop of this process on an emulated device runs the
+	// model's rounds itself (ctx.Context.Idle).
+	verbs.SetIdle(simadopt.Idle(f))
 	C.mk_emu_set_on(1)
 	return nil
 }

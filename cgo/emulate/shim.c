@@ -232,6 +232,65 @@ ssize_t write(int fd, const void *buf, size_t count)
 	return REAL(write)(fd, buf, count);
 }
 
+/*
+ * The start addresses of the mappings emu_mmap made, so that munmap calls
+ * into Go only for a range that holds one. munmap is also called where Go
+ * code must not run: by the C library on a thread the Go runtime is
+ * starting, from the runtime's system stack (a call into Go there aborts
+ * the process: "exitsyscall: syscall frame is no longer valid"). Past
+ * MK_EMU_MAX_MAPS live mappings every munmap asks Go, as all did before.
+ */
+#define MK_EMU_MAX_MAPS 4096
+static uintptr_t emu_maps[MK_EMU_MAX_MAPS];
+static int emu_maps_end;      /* entries [0, end) may be in use */
+static int emu_maps_overflow; /* a mapping found no free entry */
+static char emu_maps_lock;
+
+static void emu_maps_acquire(void)
+{
+	while (__atomic_test_and_set(&emu_maps_lock, __ATOMIC_ACQUIRE))
+		;
+}
+
+static void emu_maps_release(void) { __atomic_clear(&emu_maps_lock, __ATOMIC_RELEASE); }
+
+static void emu_maps_add(uintptr_t a)
+{
+	int i;
+
+	emu_maps_acquire();
+	for (i = 0; i < emu_maps_end && emu_maps[i] != 0; i++)
+		;
+	if (i < MK_EMU_MAX_MAPS) {
+		emu_maps[i] = a;
+		if (i == emu_maps_end)
+			emu_maps_end++;
+	} else {
+		emu_maps_overflow = 1;
+	}
+	emu_maps_release();
+}
+
+/* emu_maps_take forgets the mappings that start in [addr, addr+len) and
+ * reports whether there was one (or whether the table overflowed). */
+static int emu_maps_take(uintptr_t addr, size_t len)
+{
+	int i, hit;
+
+	emu_maps_acquire();
+	hit = emu_maps_overflow;
+	for (i = 0; i < emu_maps_end; i++) {
+		if (emu_maps[i] != 0 && emu_maps[i] >= addr && emu_maps[i] - addr < len) {
+			emu_maps[i] = 0;
+			hit = 1;
+		}
+	}
+	while (emu_maps_end > 0 && emu_maps[emu_maps_end - 1] == 0)
+		emu_maps_end--;
+	emu_maps_release();
+	return hit;
+}
+
 static void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)
 {
 	uintptr_t out = 0;
@@ -241,6 +300,7 @@ static void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, int64
 		errno = (int)-ret;
 		return MAP_FAILED;
 	}
+	emu_maps_add(out);
 	return (void *)out;
 }
 
@@ -262,7 +322,8 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 
 int munmap(void *addr, size_t len)
 {
-	if (emu_on() && __atomic_load_n(&mk_emu_mappings, __ATOMIC_ACQUIRE) > 0)
+	if (emu_on() && __atomic_load_n(&mk_emu_mappings, __ATOMIC_ACQUIRE) > 0 &&
+	    emu_maps_take((uintptr_t)addr, len))
 		mk_emu_go_munmap((uintptr_t)addr, len);
 	RESOLVE(munmap);
 	return REAL(munmap)(addr, len);

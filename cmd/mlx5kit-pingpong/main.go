@@ -274,7 +274,7 @@ func serveLoop(cfg config, x *end) error {
 func choosePins(c *ctx.Context, n int) ([]int, string) {
 	pins := []int{-1, -1}
 	if perftool.Emulated(c) {
-		return pins, "on an emulated device the loop yields to the model's engine after each empty poll"
+		return pins, "on an emulated device the loop runs a round of the model after each empty poll"
 	}
 	if perftool.OnModel(c) {
 		return pins, "on the software HCA the loop runs a round of the model after each empty poll"

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -83,9 +82,8 @@ type End struct {
 	RKey              uint32 // their remote key
 
 	// Pause is what a wait does after an empty poll: nil on a NIC (the
-	// next poll at once), Context.Idle on the software HCA (the polling
-	// goroutine runs a round of the model), runtime.Gosched on the
-	// emulated device (its model runs on the engine goroutine).
+	// next poll at once), Context.Idle on the software HCA and on the
+	// emulated device (the polling goroutine runs a round of the model).
 	Pause    func()
 	SendsOut int // signaled sends not yet completed
 	Timeout  time.Duration
@@ -300,22 +298,20 @@ func (x *End) Drain() error {
 	return nil
 }
 
-// pauseFor is End.Pause for an end on c.
+// pauseFor is End.Pause for an end on c: the model's round on the software
+// HCA and on the emulated device (Context.Idle runs it there), nothing on
+// a NIC.
 func pauseFor(c *ctx.Context) func() {
-	switch {
-	case c.Kind() == ctx.KindSoftware:
+	if OnModel(c) {
 		return c.Idle
-	case OnModel(c):
-		return runtime.Gosched
 	}
 	return nil
 }
 
 // Idle is what a wait does after its spins-th poll found nothing: with a
 // Notifier it sleeps until the CQ has a completion (or the end's timeout
-// passes, an error); else it pauses (End.Pause: on the software HCA it
-// runs a round of the model, on the emulated device it yields to the
-// model's engine) and every SlowCheck empty polls checks the
+// passes, an error); else it pauses (End.Pause: on the software HCA and
+// the emulated device it runs a round of the model) and every SlowCheck empty polls checks the
 // poller's own errors, the abort flag and the timeout, counted from the
 // first check (*since). seq is the message waited for, for the error.
 func (x *End) Idle(spins int, since *time.Time, seq uint32) error {

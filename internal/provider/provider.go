@@ -78,14 +78,15 @@ type ClockDevice interface {
 	ClockInfo() (ctx.ClockInfo, error)
 }
 
-// IdleDevice is implemented by a provider's device whose queues are executed
-// by software that a polling loop can run itself: ctx.Context.Idle calls
-// Idle (the software HCA runs one round of its model). Hardware does not
-// implement it.
+// IdleDevice is implemented by a provider's device whose queues may be
+// executed by software that a polling loop can run itself (the software
+// HCA, or the model behind the emulated kernel): ctx.Context.Idle calls
+// the function IdleFunc returns when the Context opens, nil when there is
+// none (a NIC).
 type IdleDevice interface {
-	// Idle runs what the device would run while the caller waits; it
-	// must not block.
-	Idle()
+	// IdleFunc returns what to run while the caller waits, which must
+	// not block; nil when nothing.
+	IdleFunc() func()
 }
 
 // ProtectionDomain is a protection domain (struct ibv_pd).
@@ -346,7 +347,7 @@ func (s deviceSeam) ClockInfo() (ctx.ClockInfo, error) {
 // nil.
 func (s deviceSeam) IdleFunc() func() {
 	if d, ok := s.Device.(IdleDevice); ok {
-		return d.Idle
+		return d.IdleFunc()
 	}
 	return nil
 }

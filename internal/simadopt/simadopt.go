@@ -53,6 +53,10 @@ var (
 	// when no Ethernet port of the fabric has the GID, or f is not a
 	// fabric of the model.
 	NeighbourMAC func(f any, gid ctx.GID) (mac [6]byte, ok bool)
+	// Idle returns the function that runs one round of the fabric f (a
+	// *sim.Fabric) on the calling goroutine, as ctx.Context.Idle does on
+	// a device of the model; nil when f is not a fabric of the model.
+	Idle func(f any) func()
 	// LookupMR returns the live memory region of the fabric f (a
 	// *sim.Fabric) with the given key; ok is false when there is none.
 	LookupMR func(f any, key uint32) (info MRInfo, ok bool)

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -257,6 +258,30 @@ func (d *Device) NodeGUID() uint64 { return d.guid }
 
 // Kind reports ctx.KindHardware.
 func (d *Device) Kind() ctx.Kind { return ctx.KindHardware }
+
+// emulatedIdle is the round of the model behind the emulated kernel
+// (SetIdle), nil while there is none.
+var emulatedIdle atomic.Pointer[func()]
+
+// SetIdle makes fn what ctx.Context.Idle runs on a device opened after the
+// call: cgo/emulate sets the round of its model when the emulation goes on
+// (every device libibverbs lists is then one of the model's); nil clears it.
+func SetIdle(fn func()) {
+	if fn == nil {
+		emulatedIdle.Store(nil)
+		return
+	}
+	emulatedIdle.Store(&fn)
+}
+
+// IdleFunc returns what ctx.Context.Idle runs (provider.IdleDevice): the
+// emulated kernel's model's round, or nil on a NIC.
+func (d *Device) IdleFunc() func() {
+	if fn := emulatedIdle.Load(); fn != nil {
+		return *fn
+	}
+	return nil
+}
 
 // DVAttr returns the mlx5dv_query_device attributes read at Open.
 func (d *Device) DVAttr() DVAttr { return d.dv }

@@ -232,3 +232,9 @@ func (ah *AddressHandle) AV() [prm.AVSize]byte { return [prm.AVSize]byte{} }
 
 // Close returns nil.
 func (ah *AddressHandle) Close() error { return nil }
+
+// SetIdle does nothing: without cgo there is no emulated kernel.
+func SetIdle(fn func()) {}
+
+// IdleFunc returns nil.
+func (d *Device) IdleFunc() func() { return nil }

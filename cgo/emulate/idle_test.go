@@ -1,0 +1,35 @@
+package emulate_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// TestIdleRunsTheEmulatedModel: on a device of the hardware provider over
+// the emulated kernel, Context.Idle runs rounds of the model behind it,
+// as it does on the software HCA; a loop that calls it drives the model
+// (the engine leaves it the rounds). That the round allocates nothing is
+// sim's TestIdleDoesNotAllocate: testing.AllocsPerRun changes GOMAXPROCS,
+// which stops the world under the emulated kernel's syscall hooks.
+func TestIdleRunsTheEmulatedModel(t *testing.T) {
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, ctx.KindHardware, c.Kind())
+	f := emulate.Fabric()
+	require.NotNil(t, f)
+	c.Idle() // the engine steps aside from here on
+	const n = 2000
+	before := f.Stats().StepsExecuted
+	for i := 0; i < n; i++ {
+		c.Idle()
+	}
+	rounds := f.Stats().StepsExecuted - before
+	// Each call runs a round unless the engine holds the model's lock
+	// (then it yields); the engine sleeps while a loop drives the rounds.
+	require.GreaterOrEqual(t, rounds, uint64(n/2), "rounds run by %d calls of Idle", n)
+}
