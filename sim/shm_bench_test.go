@@ -81,9 +81,14 @@ func pollPause(c *ctx.Context, spin bool, n *int) {
 // its counters are final when it returns.
 func echoChild(q *testQP, p peerInfo, stop chan struct{}) {
 	spin, empty := engineSpins(), 0
-	out := 0 // answers posted and not completed
+	out := 0                            // answers posted and not completed
+	w := writeImmWQE(q, p.Addr, p.RKey) // posted without allocating
 	completed := func() {
-		for _, c := range q.scq.drain() {
+		for {
+			c, ok := q.scq.poll()
+			if !ok {
+				return
+			}
 			out--
 			if c.op != prm.CQEReq {
 				fmt.Fprintf(os.Stderr, "echo: send completion %+v\n", c)
@@ -106,8 +111,8 @@ func echoChild(q *testQP, p peerInfo, stop chan struct{}) {
 			pollPause(q.e.c, spin, &empty) // the model of this process must run
 			continue
 		}
-		q.postRecv()
-		q.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, c.imm, raddrSeg(p.Addr, p.RKey), inlineSeg([]byte{byte(c.imm)}))
+		q.postRecvNone()
+		q.postWQE(w, c.imm)
 		out++
 	}
 }
@@ -118,6 +123,7 @@ type echoPair struct {
 	e  *env
 	a  *testQP
 	ch *child
+	w  []byte // the write with immediate, posted without allocating
 }
 
 // startEcho starts an echo child on a fresh shared fabric and connects to
@@ -134,16 +140,16 @@ func startEcho(t testing.TB, timeout uint8) *echoPair {
 	for i := 0; i < 32; i++ {
 		a.postRecv()
 	}
-	return &echoPair{e: e, a: a, ch: ch}
+	return &echoPair{e: e, a: a, ch: ch, w: writeImmWQE(a, ch.info.Addr, ch.info.RKey)}
 }
 
 // round runs round trip i: a write with immediate i to the child, and the
 // child's answer. It returns the time from the post to the answer.
 func (p *echoPair) round(t testing.TB, i int) time.Duration {
-	a, ch := p.a, p.ch
+	a := p.a
 	spin, empty := engineSpins(), 0
 	t0 := time.Now()
-	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(i), raddrSeg(ch.info.Addr, ch.info.RKey), inlineSeg([]byte{byte(i)}))
+	a.postWQE(p.w, uint32(i))
 	end := t0.Add(10 * time.Second)
 	for {
 		c, ok := a.rcq.poll()
@@ -159,8 +165,12 @@ func (p *echoPair) round(t testing.TB, i int) time.Duration {
 		}
 	}
 	d := time.Since(t0)
-	a.postRecv()
-	for _, c := range a.scq.drain() {
+	a.postRecvNone()
+	for {
+		c, ok := a.scq.poll()
+		if !ok {
+			break
+		}
 		if c.op != prm.CQEReq {
 			t.Fatalf("round %d: send completion %+v", i, c)
 		}
@@ -298,10 +308,11 @@ func BenchmarkLocalRoundTrip(b *testing.B) {
 	defer stopEcho()
 	rt := make([]time.Duration, 0, b.N)
 	spin := engineSpins()
+	w := writeImmWQE(a, e.addr2(0), e.mr2.RKey())
 	round := func(i int) time.Duration {
 		empty := 0
 		t0 := time.Now()
-		a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, uint32(i), raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{byte(i)}))
+		a.postWQE(w, uint32(i))
 		for {
 			if c, ok := a.rcq.poll(); ok {
 				if c.imm != uint32(i) {
@@ -312,8 +323,9 @@ func BenchmarkLocalRoundTrip(b *testing.B) {
 			pollPause(e.c, spin, &empty)
 		}
 		d := time.Since(t0)
-		a.postRecv()
-		a.scq.drain()
+		a.postRecvNone()
+		for _, ok := a.scq.poll(); ok; _, ok = a.scq.poll() {
+		}
 		return d
 	}
 	for i := 0; i < 1000; i++ {
