@@ -159,9 +159,8 @@ type Fabric struct {
 	// roundAt is the model's time of the last round (stepLocked);
 	// drivenAt is that of the last round a polling loop ran (Idle), which
 	// the engine reads without the lock to stay out of its way.
-	roundAt    int64
-	clockReuse int // rounds left that take roundAt (roundClock)
-	drivenAt   atomic.Int64
+	roundAt  int64
+	drivenAt atomic.Int64
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -472,7 +471,7 @@ func (f *Fabric) RunUntilIdle() error {
 // earliest future deadline (0 if none).
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
-	now := f.roundClock()
+	now := f.now()
 	f.roundAt = now
 	if f.shm != nil {
 		f.shm.hold = true
@@ -515,34 +514,7 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	if f.shm != nil {
 		f.endRoundShm()
 	}
-	if progressed {
-		f.clockReuse = 0
-	}
 	return progressed, deadline
-}
-
-// clockReuseRounds is how many rounds in a row after an empty one take its
-// time instead of reading the clock (roundClock).
-const clockReuseRounds = 3
-
-// roundClock is the model's time for a round's timers and deadlines. A
-// clock read costs tens of nanoseconds (about 40 on a virtual machine), a
-// third of an empty round; so after an empty round the next
-// clockReuseRounds rounds take the time of the one before them, a few
-// hundred nanoseconds stale at most, far below any timer the model keeps
-// (the shortest, an RNR delay, is 10 µs). A round that did work makes the
-// next one read the clock. Timestamps a program sees (CQEs, the clock
-// page) read the clock themselves.
-func (f *Fabric) roundClock() int64 {
-	if f.opts.Mode == Manual {
-		return f.vnow
-	}
-	if f.clockReuse > 0 {
-		f.clockReuse--
-		return f.roundAt
-	}
-	f.clockReuse = clockReuseRounds
-	return f.now()
 }
 
 // endRoundShm publishes the records the round wrote for other processes

@@ -172,12 +172,15 @@ func (s *shmFabric) drain(f *Fabric, now int64) bool {
 	// comes every shmRescan rounds whatever the word says (that also
 	// covers a producer that died between its tail and its bump).
 	seq := atomic.LoadUint32(s.in.u32(ringFileWake))
+	// rounds counts every drain since the last full scan, also those that
+	// found the word moved: an active sender moves it every round and
+	// must not keep a new sender's ring unread.
+	s.rounds++
 	if seq == s.seen && s.rounds < shmRescan {
-		s.rounds++
 		return false
 	}
 	full := s.rounds >= shmRescan
-	s.seen, s.rounds = seq, 0
+	s.seen = seq
 	got := false
 	if !full {
 		for m := s.active; m != 0; m &= m - 1 {
@@ -189,6 +192,7 @@ func (s *shmFabric) drain(f *Fabric, now int64) bool {
 			return true
 		}
 	}
+	s.rounds = 0
 	for from := 0; from < shmMaxSlots; from++ {
 		if s.drainRing(f, from, now) {
 			got = true

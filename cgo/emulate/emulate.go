@@ -107,8 +107,14 @@ func enable() error {
 	k := newKernel(f, devs, backingDevice, cdev)
 	k.noIoctl = os.Getenv(envABI) == abiWrite
 	k.hooks = hooks{
-		markFD:   func(fd, kind int) { C.mk_emu_mark_fd(C.int(fd), C.int(kind)) },
-		mappings: func(delta int) { C.mk_emu_add_mappings(C.long(delta)) },
+		markFD: func(fd, kind int) { C.mk_emu_mark_fd(C.int(fd), C.int(kind)) },
+		mapped: func(addr uintptr, add bool) {
+			if add {
+				C.mk_emu_map_add(C.uintptr_t(addr))
+			} else {
+				C.mk_emu_map_del(C.uintptr_t(addr))
+			}
+		},
 	}
 	global.k, global.sysfs, global.fabric = k, dir, f
 	// A polling loop of this process on an emulated device runs the

@@ -36,8 +36,9 @@ const (
 // hooks tell the interposer about descriptors and mappings; a kernel made
 // for a test has none.
 type hooks struct {
-	markFD   func(fd, kind int)
-	mappings func(delta int)
+	markFD func(fd, kind int)
+	// mapped reports a mapping made (add) or forgotten, by its start.
+	mapped func(addr uintptr, add bool)
 }
 
 // kernel is the kernel side of the uverbs ABI for the devices of one
@@ -133,9 +134,9 @@ func (k *kernel) markFD(fd, kind int) {
 	}
 }
 
-func (k *kernel) addMappings(delta int) {
-	if k.hooks.mappings != nil {
-		k.hooks.mappings(delta)
+func (k *kernel) mapped(addr uintptr, add bool) {
+	if k.hooks.mapped != nil {
+		k.hooks.mapped(addr, add)
 	}
 }
 
@@ -335,7 +336,7 @@ func (k *kernel) mmap(addr, length uintptr, prot, flags, fd int, off int64) (uin
 		return 0, e
 	}
 	k.maps[got] = &mapping{file: f, addr: got, length: length, cmd: cmd, index: index}
-	k.addMappings(1)
+	k.mapped(got, true)
 	k.calls["mmap UAR"]++
 	return got, 0
 }
@@ -359,7 +360,7 @@ func (k *kernel) mmapClockInfo(f *ufile, addr, length uintptr, prot, flags, inde
 		return 0, en
 	}
 	k.maps[got] = &mapping{file: f, addr: got, length: length, cmd: C.MLX5_IB_MMAP_CLOCK_INFO, index: index}
-	k.addMappings(1)
+	k.mapped(got, true)
 	k.calls["mmap clock info"]++
 	return got, 0
 }
@@ -367,7 +368,7 @@ func (k *kernel) mmapClockInfo(f *ufile, addr, length uintptr, prot, flags, inde
 // forgetMapping drops the mapping at a (k.mu held).
 func (k *kernel) forgetMapping(a uintptr, m *mapping) {
 	delete(k.maps, a)
-	k.addMappings(-1)
+	k.mapped(a, false)
 	if m.cmd == C.MLX5_IB_MMAP_CLOCK_INFO && k.clock.unmapped() {
 		k.clock = nil
 	}

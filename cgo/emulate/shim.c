@@ -29,7 +29,6 @@
 
 static int mk_emu_on;
 static unsigned char mk_emu_fds[MK_EMU_MAX_FDS];
-static long mk_emu_mappings;
 
 void mk_emu_set_on(int on) { __atomic_store_n(&mk_emu_on, on, __ATOMIC_RELEASE); }
 int mk_emu_is_on(void) { return __atomic_load_n(&mk_emu_on, __ATOMIC_ACQUIRE); }
@@ -47,7 +46,6 @@ int mk_emu_fd_kind(int fd)
 	return __atomic_load_n(&mk_emu_fds[fd], __ATOMIC_ACQUIRE);
 }
 
-void mk_emu_add_mappings(long delta) { __atomic_add_fetch(&mk_emu_mappings, delta, __ATOMIC_RELEASE); }
 
 static inline int emu_on(void) { return __builtin_expect(__atomic_load_n(&mk_emu_on, __ATOMIC_RELAXED), 0); }
 
@@ -233,12 +231,14 @@ ssize_t write(int fd, const void *buf, size_t count)
 }
 
 /*
- * The start addresses of the mappings emu_mmap made, so that munmap calls
- * into Go only for a range that holds one. munmap is also called where Go
- * code must not run: by the C library on a thread the Go runtime is
- * starting, from the runtime's system stack (a call into Go there aborts
- * the process: "exitsyscall: syscall frame is no longer valid"). Past
- * MK_EMU_MAX_MAPS live mappings every munmap asks Go, as all did before.
+ * The start addresses of the emulated mappings the Go side knows (it
+ * reports each one it makes and each one it forgets: mk_emu_map_add,
+ * mk_emu_map_del), so that munmap calls into Go only for a range that
+ * holds one. munmap is also called where Go code must not run: by the C
+ * library on a thread the Go runtime is starting, from the runtime's
+ * system stack (a call into Go there aborts the process: "exitsyscall:
+ * syscall frame is no longer valid"). Past MK_EMU_MAX_MAPS live mappings
+ * every munmap asks Go, as all did before.
  */
 #define MK_EMU_MAX_MAPS 4096
 static uintptr_t emu_maps[MK_EMU_MAX_MAPS];
@@ -254,7 +254,7 @@ static void emu_maps_acquire(void)
 
 static void emu_maps_release(void) { __atomic_clear(&emu_maps_lock, __ATOMIC_RELEASE); }
 
-static void emu_maps_add(uintptr_t a)
+void mk_emu_map_add(uintptr_t a)
 {
 	int i;
 
@@ -264,29 +264,40 @@ static void emu_maps_add(uintptr_t a)
 	if (i < MK_EMU_MAX_MAPS) {
 		emu_maps[i] = a;
 		if (i == emu_maps_end)
-			emu_maps_end++;
+			__atomic_store_n(&emu_maps_end, i + 1, __ATOMIC_RELEASE);
 	} else {
-		emu_maps_overflow = 1;
+		__atomic_store_n(&emu_maps_overflow, 1, __ATOMIC_RELEASE);
 	}
 	emu_maps_release();
 }
 
-/* emu_maps_take forgets the mappings that start in [addr, addr+len) and
- * reports whether there was one (or whether the table overflowed). */
-static int emu_maps_take(uintptr_t addr, size_t len)
+void mk_emu_map_del(uintptr_t a)
+{
+	int i;
+
+	emu_maps_acquire();
+	for (i = 0; i < emu_maps_end; i++) {
+		if (emu_maps[i] == a)
+			emu_maps[i] = 0;
+	}
+	while (emu_maps_end > 0 && emu_maps[emu_maps_end - 1] == 0)
+		__atomic_store_n(&emu_maps_end, emu_maps_end - 1, __ATOMIC_RELEASE);
+	emu_maps_release();
+}
+
+/* emu_maps_hit reports whether a mapping the Go side knows starts in
+ * [addr, addr+len), or whether the table overflowed. */
+static int emu_maps_hit(uintptr_t addr, size_t len)
 {
 	int i, hit;
 
+	if (__atomic_load_n(&emu_maps_end, __ATOMIC_ACQUIRE) == 0 &&
+	    !__atomic_load_n(&emu_maps_overflow, __ATOMIC_ACQUIRE))
+		return 0;
 	emu_maps_acquire();
 	hit = emu_maps_overflow;
-	for (i = 0; i < emu_maps_end; i++) {
-		if (emu_maps[i] != 0 && emu_maps[i] >= addr && emu_maps[i] - addr < len) {
-			emu_maps[i] = 0;
-			hit = 1;
-		}
-	}
-	while (emu_maps_end > 0 && emu_maps[emu_maps_end - 1] == 0)
-		emu_maps_end--;
+	for (i = 0; i < emu_maps_end && !hit; i++)
+		hit = emu_maps[i] != 0 && emu_maps[i] >= addr && emu_maps[i] - addr < len;
 	emu_maps_release();
 	return hit;
 }
@@ -300,7 +311,6 @@ static void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, int64
 		errno = (int)-ret;
 		return MAP_FAILED;
 	}
-	emu_maps_add(out);
 	return (void *)out;
 }
 
@@ -322,8 +332,7 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 
 int munmap(void *addr, size_t len)
 {
-	if (emu_on() && __atomic_load_n(&mk_emu_mappings, __ATOMIC_ACQUIRE) > 0 &&
-	    emu_maps_take((uintptr_t)addr, len))
+	if (emu_on() && emu_maps_hit((uintptr_t)addr, len))
 		mk_emu_go_munmap((uintptr_t)addr, len);
 	RESOLVE(munmap);
 	return REAL(munmap)(addr, len);
