@@ -100,6 +100,17 @@ func openHardware(device string) (*pingEnv, error) {
 	return e, e.setup()
 }
 
+// newStats returns fresh round-trip statistics whose waits, on the
+// software HCA, run the model's rounds themselves (Context.Idle), as the
+// kit's own polling loops do; on a NIC they spin and yield.
+func (e *pingEnv) newStats() *rtStats {
+	st := newRTStats()
+	if e.fabric != nil {
+		st.step = e.s[0].c.Idle // both devices are on one Fabric
+	}
+	return st
+}
+
 // simIdleSleep keeps the engine's back-off short, so a ping that follows
 // a pause in the benchmark (timer stopped) does not wait for a long sleep.
 const simIdleSleep = 20 * time.Microsecond

@@ -37,8 +37,10 @@ type rtStats struct {
 	pollCycles uint64
 	overhead   uint64 // one Now-to-Now interval, subtracted from each span
 	spins      uint64 // empty polls, to yield on a shared CPU
-	// step, when set, runs a manual-mode model in place of a device
-	// whenever a poll finds nothing (tests only).
+	// step, when set, is what a poll that finds nothing does in place
+	// of yielding: a round of a manual-mode model (tests), or
+	// Context.Idle on the software HCA (the polling goroutine runs a
+	// round of the model's engine mode).
 	step func()
 }
 

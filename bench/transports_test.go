@@ -336,14 +336,14 @@ func BenchmarkPingpong(b *testing.B) {
 				if skip != "" {
 					b.Skip(skip)
 				}
-				st := newRTStats()
+				st := e.newStats()
 				pin(b)
 				// Warm up outside the measurement: the first round
 				// trips fault pages in and wake the engine.
 				for i := uint64(0); i < 100; i++ {
 					require.True(b, rt(i, st), "warm-up round trip %d", i)
 				}
-				st = newRTStats()
+				st = e.newStats()
 				sleeps := e.engineSleeps()
 				b.ReportAllocs()
 				b.ResetTimer()

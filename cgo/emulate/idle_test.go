@@ -14,9 +14,10 @@ import (
 // as it does on the software HCA, and allocates nothing; a loop that
 // calls it drives the model (the engine leaves it the rounds).
 func TestIdleRunsTheEmulatedModel(t *testing.T) {
+	maps := emulate.MappingCount()
 	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware})
 	require.NoError(t, err)
-	defer c.Close()
+	defer closeContextAndCollect(t, c, maps)
 	require.Equal(t, ctx.KindHardware, c.Kind())
 	f := emulate.Fabric()
 	require.NotNil(t, f)
