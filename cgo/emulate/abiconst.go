@@ -3,9 +3,16 @@
 package emulate
 
 /*
+#include <stdint.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
+#include "shim.h"
 #include "uverbs_abi.h"
+
+// mk_test_munmap calls munmap as C code of the process does: through the
+// interposer.
+static int mk_test_munmap(uintptr_t addr, size_t n) { return munmap((void *)addr, n); }
 
 static void mk_write_loop(int fd, long n, int direct)
 {
@@ -147,6 +154,23 @@ func clockPageFields(addr uintptr) (fields map[string]uint64, signBefore, signAf
 	}
 	signAfter = atomic.LoadUint32(sign)
 	return fields, signBefore, signAfter
+}
+
+// interposerMapped tells the interposer of a mapping made (add) or
+// forgotten: the process's kernel's mapped hook (emulate.go), which a
+// test kernel can take too.
+func interposerMapped(addr uintptr, add bool) {
+	if add {
+		C.mk_emu_map_add(C.uintptr_t(addr))
+	} else {
+		C.mk_emu_map_del(C.uintptr_t(addr))
+	}
+}
+
+// interposedMunmap unmaps [addr, addr+n) through the interposer, as C
+// code of the process does; it returns munmap's result.
+func interposedMunmap(addr, n uintptr) int {
+	return int(C.mk_test_munmap(C.uintptr_t(addr), C.size_t(n)))
 }
 
 // writeLoop writes one byte to fd n times through the interposed write

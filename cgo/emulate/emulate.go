@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -108,13 +109,7 @@ func enable() error {
 	k.noIoctl = os.Getenv(envABI) == abiWrite
 	k.hooks = hooks{
 		markFD: func(fd, kind int) { C.mk_emu_mark_fd(C.int(fd), C.int(kind)) },
-		mapped: func(addr uintptr, add bool) {
-			if add {
-				C.mk_emu_map_add(C.uintptr_t(addr))
-			} else {
-				C.mk_emu_map_del(C.uintptr_t(addr))
-			}
-		},
+		mapped: interposerMapped,
 	}
 	global.k, global.sysfs, global.fabric = k, dir, f
 	// A polling loop of this process on an emulated device runs the
@@ -278,8 +273,12 @@ func mk_emu_go_mmap(addr C.uintptr_t, length C.size_t, prot, flags, fd C.int, of
 	return 0
 }
 
+// goMunmaps counts the interposer's calls of mk_emu_go_munmap (tests).
+var goMunmaps atomic.Int64
+
 //export mk_emu_go_munmap
 func mk_emu_go_munmap(addr C.uintptr_t, length C.size_t) {
+	goMunmaps.Add(1)
 	if k := active(); k != nil {
 		k.munmap(uintptr(addr), uintptr(length))
 	}
