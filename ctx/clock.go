@@ -76,6 +76,12 @@ type Clock struct {
 	info atomic.Pointer[ClockInfo]
 }
 
+// idleHandle is the optional provider method behind Context.Idle: what to
+// run while a poll finds nothing (nil on a NIC).
+type idleHandle interface {
+	IdleFunc() func()
+}
+
 // clockHandle is the optional provider method behind Context.Clock.
 type clockHandle interface {
 	ClockInfo() (ClockInfo, error)

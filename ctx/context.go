@@ -112,7 +112,7 @@ func openWith(name string, p seamProvider, device string) (*Context, error) {
 	}
 	dev := h.(deviceHandle)
 	c := &Context{provider: name, dev: dev, kind: dev.Kind(), name: dev.Name()}
-	if d, ok := dev.(interface{ IdleFunc() func() }); ok {
+	if d, ok := dev.(idleHandle); ok {
 		c.idle = d.IdleFunc()
 	}
 	c.node.init(&c.tree, rankContext, dev.Close)

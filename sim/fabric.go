@@ -512,18 +512,13 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		}
 	}
 	if f.shm != nil {
-		f.endRoundShm()
+		// The records this round wrote for other processes go now:
+		// one tail store and one wake-up per peer for all of them,
+		// so that an answer and the ACK before it arrive together.
+		f.shm.hold = false
+		f.shm.publish()
 	}
 	return progressed, deadline
-}
-
-// endRoundShm publishes the records the round wrote for other processes
-// (shmFabric.publish): one tail store and one wake-up per peer for all of
-// them, at the end of the round, so that an answer and the ACK before it
-// reach their peer together.
-func (f *Fabric) endRoundShm() {
-	f.shm.hold = false
-	f.shm.publish()
 }
 
 // driveHold is how long the engine leaves the rounds to polling loops after

@@ -183,6 +183,19 @@ func TestIdleDoesNotAllocate(t *testing.T) {
 	require.Equal(t, uint32(1101), i)
 }
 
+// idleRunsNothing calls Idle on both Contexts of e a thousand times and
+// checks that no round ran and no WQE was executed since before.
+func idleRunsNothing(t *testing.T, e *env, before Stats, when string) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		e.c.Idle()
+		e.c2.Idle()
+	}
+	s := e.f.Stats()
+	require.Equal(t, before.StepsExecuted, s.StepsExecuted, "rounds run by Idle %s", when)
+	require.Equal(t, before.WQEs, s.WQEs, "WQEs executed by Idle %s", when)
+}
+
 // TestIdleManualRunsNoRound: in Manual mode Idle runs no round; a posted
 // WQE waits for Step.
 func TestIdleManualRunsNoRound(t *testing.T) {
@@ -192,13 +205,7 @@ func TestIdleManualRunsNoRound(t *testing.T) {
 	e.run()
 	before := e.f.Stats()
 	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 9, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{0x33}))
-	for i := 0; i < 1000; i++ {
-		e.c.Idle()
-		e.c2.Idle()
-	}
-	s := e.f.Stats()
-	require.Equal(t, before.StepsExecuted, s.StepsExecuted, "rounds run by Idle")
-	require.Equal(t, before.WQEs, s.WQEs)
+	idleRunsNothing(t, e, before, "in Manual mode")
 	_, ok := b.rcq.poll()
 	require.False(t, ok)
 	require.Zero(t, e.mem2(0, 1)[0])
@@ -218,13 +225,7 @@ func TestIdleAfterFabricClose(t *testing.T) {
 	require.NoError(t, e.f.Close())
 	before := e.f.Stats()
 	a.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 5, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{1}))
-	for i := 0; i < 1000; i++ {
-		e.c.Idle()
-		e.c2.Idle()
-	}
-	s := e.f.Stats()
-	require.Equal(t, before.StepsExecuted, s.StepsExecuted, "rounds run by Idle after Close")
-	require.Equal(t, before.WQEs, s.WQEs)
+	idleRunsNothing(t, e, before, "after Fabric.Close")
 	_, ok := b.rcq.poll()
 	require.False(t, ok)
 	_, ok = a.scq.poll()
@@ -238,18 +239,13 @@ func TestIdleAfterContextClose(t *testing.T) {
 	e, _, _ := idlePair(t)
 	require.NoError(t, e.c.Close())
 	require.NoError(t, e.c2.Close())
-	before := e.f.Stats()
-	for i := 0; i < 1000; i++ {
-		e.c.Idle()
-		e.c2.Idle()
-	}
-	require.Equal(t, before.StepsExecuted, e.f.Stats().StepsExecuted, "rounds run by Idle after Close")
+	idleRunsNothing(t, e, e.f.Stats(), "after every Context closed")
 
 	c, err := e.f.Open("sim0")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	holdEngine(t, e.f)
-	before = e.f.Stats()
+	before := e.f.Stats()
 	for i := 0; i < 100; i++ {
 		c.Idle()
 	}

@@ -20,8 +20,8 @@ type shmFabric struct {
 	reg   *registry
 	in    *ringFile
 	peers [shmMaxSlots]*ringFile
-	// seen is the inbound file's wake word as of the last full scan of
-	// the rings, and rounds counts drains since then (drain).
+	// seen is the inbound file's wake word as drain last looked at the
+	// rings; rounds counts drains since the last scan of all 64.
 	seen   uint32
 	rounds uint32
 	// active marks the slots whose rings have had records (drain reads
