@@ -17,14 +17,8 @@ import (
 // bit in a's senders word, so a's next drain reads it although b's ring
 // has a record every round.
 func TestDrainNewSenderWhileActiveStreams(t *testing.T) {
-	name := testFabricName(t)
-	join := func() *shmFabric {
-		s, err := joinShared(name, ctx.LinkLayerInfiniBand)
-		require.NoError(t, err)
-		t.Cleanup(s.leave)
-		return s
-	}
-	a, b, c := join(), join(), join()
+	m := joinMembers(t, 3)
+	a, b, c := m[0], m[1], m[2]
 	pad := func(h *wireHdr, _ []byte) {} // Kind wirePad: drain skips it
 	require.True(t, b.send(a.slot, 0, pad))
 	require.True(t, a.drain(nil, 0)) // b is a sender now
@@ -39,14 +33,9 @@ func TestDrainNewSenderWhileActiveStreams(t *testing.T) {
 // published is not read, however far the tail says the ring goes; one
 // with the mark of an earlier lap is not read either.
 func TestDrainReadsOnlyMarkedRecords(t *testing.T) {
-	name := testFabricName(t)
-	a, err := joinShared(name, ctx.LinkLayerInfiniBand)
-	require.NoError(t, err)
-	t.Cleanup(a.leave)
-	b, err := joinShared(name, ctx.LinkLayerInfiniBand)
-	require.NoError(t, err)
-	t.Cleanup(b.leave)
-	pad := func(h *wireHdr, _ []byte) {}
+	m := joinMembers(t, 2)
+	a, b := m[0], m[1]
+	pad := func(h *wireHdr, _ []byte) {} // Kind wirePad: drain skips it
 	require.True(t, b.send(a.slot, 0, pad))
 	head := atomic.LoadUint64(a.in.head(b.slot))
 	mark := a.in.mark(b.slot, head)
@@ -61,6 +50,19 @@ func TestDrainReadsOnlyMarkedRecords(t *testing.T) {
 	atomic.StoreUint64(mark, published)
 	require.True(t, a.drain(nil, 0))
 	require.Equal(t, atomic.LoadUint64(a.in.tail(b.slot)), atomic.LoadUint64(a.in.head(b.slot)))
+}
+
+// joinMembers joins n members to a fresh shared fabric, in this process.
+func joinMembers(t *testing.T, n int) []*shmFabric {
+	name := testFabricName(t)
+	m := make([]*shmFabric, n)
+	for i := range m {
+		s, err := joinShared(name, ctx.LinkLayerInfiniBand)
+		require.NoError(t, err)
+		t.Cleanup(s.leave)
+		m[i] = s
+	}
+	return m
 }
 
 // walkRing calls fn for each record of the process in slot from waiting
@@ -80,14 +82,9 @@ func walkRing(rf *ringFile, from int, fn func(h *wireHdr, payload []byte)) {
 // when a peer publishes a record, long before its sleep would end; one
 // that has a record waiting does not sleep at all.
 func TestSleepWakesOnRecord(t *testing.T) {
-	name := testFabricName(t)
-	a, err := joinShared(name, ctx.LinkLayerInfiniBand)
-	require.NoError(t, err)
-	t.Cleanup(a.leave)
-	b, err := joinShared(name, ctx.LinkLayerInfiniBand)
-	require.NoError(t, err)
-	t.Cleanup(b.leave)
-	pad := func(h *wireHdr, _ []byte) {}
+	m := joinMembers(t, 2)
+	a, b := m[0], m[1]
+	pad := func(h *wireHdr, _ []byte) {} // Kind wirePad: drain skips it
 
 	done := make(chan time.Duration, 1)
 	go func() {
