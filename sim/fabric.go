@@ -473,9 +473,6 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	now := f.now()
 	f.roundAt = now
-	if f.shm != nil {
-		f.shm.hold = true
-	}
 	progressed := false
 	var deadline int64
 	note := func(t int64) {
@@ -510,13 +507,6 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		if q.blockedUntil > now && q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}
-	}
-	if f.shm != nil {
-		// The records this round wrote for other processes go now:
-		// one tail store and one wake-up per peer for all of them,
-		// so that an answer and the ACK before it arrive together.
-		f.shm.hold = false
-		f.shm.publish()
 	}
 	return progressed, deadline
 }

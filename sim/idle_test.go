@@ -17,7 +17,7 @@ import (
 
 // idlePair is two connected RC QPs on an Engine-mode Fabric, a on sim0
 // and b on sim1, with receives posted on both.
-func idlePair(t *testing.T) (*env, *testQP, *testQP) {
+func idlePair(t testing.TB) (*env, *testQP, *testQP) {
 	t.Helper()
 	e := newEnv(t, Options{Mode: Engine})
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
@@ -34,7 +34,7 @@ func idlePair(t *testing.T) (*env, *testQP, *testQP) {
 // the far future makes driven() true, so that the engine only sleeps on
 // its driveHold timer. It returns once no round has run for a while, so
 // that a round the engine began before the store is over.
-func holdEngine(t *testing.T, f *Fabric) {
+func holdEngine(t testing.TB, f *Fabric) {
 	t.Helper()
 	f.drivenAt.Store(math.MaxInt64 / 2)
 	deadline := time.Now().Add(5 * time.Second)
@@ -399,8 +399,8 @@ func TestIdleConcurrentPingPong(t *testing.T) {
 
 // TestSharedIdleOnlyRoundTrips: with an echo child on a shared fabric and
 // this process's engine held off, a loop that only polls and calls Idle
-// sees every answer the child commits, once and in order (the wake word
-// fast path of drain misses none).
+// sees every answer the child commits, once and in order (drain, which
+// polls the marks of the rings with a sender, misses none).
 func TestSharedIdleOnlyRoundTrips(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	n := 2000

@@ -20,17 +20,6 @@ type shmFabric struct {
 	reg   *registry
 	in    *ringFile
 	peers [shmMaxSlots]*ringFile
-	// seen is the inbound file's wake word as drain last looked at the
-	// rings; rounds counts drains since the last scan of all 64.
-	seen   uint32
-	rounds uint32
-	// active marks the slots whose rings have had records (drain reads
-	// them first).
-	active uint64
-	// hold makes send leave its records unpublished (ringFile.held)
-	// until publish; held marks the peers' slots with such records.
-	hold bool
-	held uint64
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -59,7 +48,6 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 
 // leave gives the slot back and removes the ring file.
 func (s *shmFabric) leave() {
-	s.publish()
 	s.reg.release(s.slot, s.gen)
 	_ = os.Remove(ringPath(s.name, s.slot))
 	s.in.close()
@@ -107,51 +95,27 @@ func (s *shmFabric) peer(slot int) *ringFile {
 
 // send writes one message to the process in slot: fill sets the header
 // (Kind, addressing and operation fields) and copies the payload into the
-// record's tail. It reports false when the peer is absent or its ring is
-// full (the message is lost, as a packet would be).
+// record's tail. The record is published before send returns. It reports
+// false when the peer is absent or its ring is full (the message is lost,
+// as a packet would be).
 func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
 	p := s.peer(slot)
 	if p == nil {
 		return false
 	}
-	n := wireHdrSize + payloadLen
-	rec, tail, ok := p.reserve(s.slot, n)
+	p.announce(s.slot)
+	n := ringRecHdr + payloadLen
+	rec, at, ok := p.reserve(s.slot, n)
 	if !ok {
 		return false
 	}
-	h := (*wireHdr)(unsafe.Pointer(&rec[0]))
+	h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
 	*h = wireHdr{}
-	fill(h, rec[wireHdrSize:n])
+	fill(h, rec[ringRecHdr:n])
 	h.Len = uint32(len(rec))
 	h.SrcGen, h.DstGen = s.gen, p.gen
-	if s.hold && n < shmHoldBytes {
-		p.held = tail
-		s.held |= 1 << slot
-		return true
-	}
-	p.commit(s.slot, tail) // publishes any held records too
-	p.held = 0
+	p.commit(s.slot, at, len(rec))
 	return true
-}
-
-// shmHoldBytes bounds what a round holds back: a record this long (a
-// segment of data) is published at once, with those held before it, and
-// so are the held answers after an inbound record this long, so that a
-// stream's ACKs do not wait for a long round to end.
-const shmHoldBytes = 4096
-
-// publish makes the records held back by send visible to their peers: one
-// tail store and one wake-up per peer, however many records. Records to a
-// peer whose slot changed hands since are dropped with its old file.
-func (s *shmFabric) publish() {
-	for s.held != 0 {
-		slot := bits.TrailingZeros64(s.held)
-		s.held &^= 1 << slot
-		if p := s.peers[slot]; p != nil && p.held != 0 {
-			p.commit(s.slot, p.held)
-			p.held = 0
-		}
-	}
 }
 
 // peerAlive reports whether the process in slot still runs.
@@ -161,89 +125,60 @@ func (s *shmFabric) peerAlive(slot int) bool {
 }
 
 // drain hands every message now in the inbound rings to f; it reports
-// whether there was any.
+// whether there was any. It reads the rings of the slots that announced
+// themselves in the senders word, each at its head's mark.
 func (s *shmFabric) drain(f *Fabric, now int64) bool {
-	// Every producer bumps the wake word after it publishes a record
-	// (ringFile.commit), so an unchanged word means no ring has a record
-	// the last scan did not see: one load instead of two per ring. When
-	// it moved, the rings of the processes that sent before (active) are
-	// read first, and all 64 only when none of them had anything: a new
-	// sender's first records wait at most for the next full scan, which
-	// comes every shmRescan rounds whatever the word says (that also
-	// covers a producer that died between its tail and its bump).
-	seq := atomic.LoadUint32(s.in.u32(ringFileWake))
-	// rounds counts every drain since the last full scan, also those that
-	// found the word moved: an active sender moves it every round and
-	// must not keep a new sender's ring unread.
-	s.rounds++
-	if seq == s.seen && s.rounds < shmRescan {
-		return false
-	}
-	full := s.rounds >= shmRescan
-	s.seen = seq
 	got := false
-	if !full {
-		for m := s.active; m != 0; m &= m - 1 {
-			if s.drainRing(f, bits.TrailingZeros64(m), now) {
-				got = true
-			}
-		}
-		if got {
-			return true
-		}
-	}
-	s.rounds = 0
-	for from := 0; from < shmMaxSlots; from++ {
-		if s.drainRing(f, from, now) {
+	for m := atomic.LoadUint64(s.in.u64(ringFileSenders)); m != 0; m &= m - 1 {
+		if s.drainRing(f, bits.TrailingZeros64(m), now) {
 			got = true
 		}
 	}
 	return got
 }
 
-// drainRing hands the messages in the ring slot from writes to f and marks
-// from active; it reports whether there was any.
+// drainRing hands the published messages in the ring slot from writes to
+// f; it reports whether there was any.
 func (s *shmFabric) drainRing(f *Fabric, from int, now int64) bool {
-	tp, hp := s.in.tail(from), s.in.head(from)
-	tail := atomic.LoadUint64(tp)
+	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
-	if head == tail {
+	if atomic.LoadUint64(s.in.mark(from, head)) != head+1 {
 		return false
 	}
-	s.active |= 1 << from
 	data := s.in.data(from)
 	srcGen := s.reg.gen(from)
-	for head != tail {
+	for {
 		pos := head & (ringDataSize - 1)
-		h := (*wireHdr)(unsafe.Pointer(&data[pos]))
+		if atomic.LoadUint64(s.in.mark(from, head)) != head+1 {
+			break
+		}
+		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		n := uint64(h.Len)
-		if n < wireAlign || n%wireAlign != 0 || n > tail-head || pos+n > ringDataSize {
+		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize {
 			// A record no producer of this version writes: drop what
 			// is in the ring rather than read past it.
-			head = tail
+			head = atomic.LoadUint64(s.in.tail(from))
 			break
 		}
 		if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
-			rec := data[pos : pos+n]
-			f.wireIn(from, h, rec[wireHdrSize:], now)
-			if n >= shmHoldBytes && s.held != 0 {
-				s.publish()
-			}
+			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n], now)
 		}
 		head += n
-		if n >= shmHoldBytes {
+		if n >= ringGiveBack {
 			// Room for the producer as soon as a large record is
 			// done; small ones give theirs back together.
-			atomic.StoreUint64(hp, head)
+			storeRelease64(hp, head)
 		}
 	}
-	atomic.StoreUint64(hp, head)
+	// A release store: a fence here would wait for the answers this
+	// round wrote into the peers' rings to leave the store buffer.
+	storeRelease64(hp, head)
 	return true
 }
 
-// shmRescan is how many rounds drain trusts the wake word before it scans
-// every ring regardless.
-const shmRescan = 1024
+// ringGiveBack is the size of a record after which drainRing moves its
+// head at once rather than after the last record it finds.
+const ringGiveBack = 4096
 
 // joinLocked joins the shared fabric the options name, once (f.mu held).
 // The HCAs are renumbered into the slot's LIDs and GIDs and the QPN space

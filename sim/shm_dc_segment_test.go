@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -230,16 +229,12 @@ func TestSharedTwoProcessesDCPeerKilled(t *testing.T) {
 // dcRequests lists the requests of the process in slot from waiting in
 // ring file rf: their destination QPNs and flags.
 func dcRequests(rf *ringFile, from int) (dst []uint32, flags []uint16) {
-	tail, head := *rf.tail(from), *rf.head(from)
-	data := rf.data(from)
-	for head != tail {
-		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+	walkRing(rf, from, func(h *wireHdr, _ []byte) {
 		if h.Kind == wireRequest {
 			dst = append(dst, h.DstQPN)
 			flags = append(flags, h.Flags)
 		}
-		head += uint64(h.Len)
-	}
+	})
 	return dst, flags
 }
 

@@ -38,10 +38,11 @@ var (
 
 const (
 	// shmVersion is the protocol version of the registry, the rings and the
-	// messages. A process refuses a fabric of another version. Version 4:
-	// an atomic request carries its operands as payload (wireAtomicSize),
-	// and the header fits with a small payload in two cache lines.
-	shmVersion = 4
+	// messages. A process refuses a fabric of another version. Version 5:
+	// a record opens with its mark (shm_ring.go), published without a
+	// fence, and the senders word replaces the wake word's bump per
+	// record.
+	shmVersion = 5
 	// shmMagic opens the registry file.
 	shmMagic = 0x4d4c58354b534631 // "MLX5KSF1"
 	// shmMaxSlots is the number of processes a fabric holds at once.

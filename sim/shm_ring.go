@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -11,7 +12,18 @@ import (
 
 // This file holds the inbound rings of a process of a shared fabric: one
 // file per process, with one single-producer single-consumer ring per
-// sending slot, and a futex word that wakes the owner's engine.
+// sending slot, and a futex word that wakes the owner's engine when it
+// sleeps.
+//
+// A record is a mark, a wireHdr and a payload. The producer writes the
+// header and the payload first and the mark last, with a release store:
+// the mark is the record's position in the ring's unbounded byte count
+// plus one, so a record of an earlier lap, or a zero page, never carries
+// the mark the consumer expects at its head. The consumer polls the mark
+// at its head and nothing else: a record costs it the transfer of the
+// lines the record occupies, with no tail or wake word read before them,
+// and the producer publishes without a fence (docs/hardware.md, "One
+// transfer per message").
 
 const (
 	// ringDataSize is the size of one ring (a power of two). The file
@@ -28,10 +40,15 @@ const (
 	ringRecycle = 64 << 10
 	// wireAlign aligns every record (its header is read in place).
 	wireAlign = 64
+	// ringMarkSize is the mark in front of a record's header.
+	ringMarkSize = 8
+	// ringRecHdr is where a record's payload starts.
+	ringRecHdr = ringMarkSize + wireHdrSize
 
 	ringFileGen      = 0   // u64: the owner's generation
-	ringFileWake     = 64  // u32: futex word, bumped by every producer
+	ringFileWake     = 64  // u32: futex word, bumped by a producer when the owner sleeps
 	ringFileSleeping = 128 // u32: 1 while the owner's engine sleeps
+	ringFileSenders  = 192 // u64: a bit per slot that has written in its ring
 	ringCtrlOff      = 4096
 	ringCtrlSize     = 128 // tail (producer) and head (consumer), a cache line each
 	ringDataOff      = ringCtrlOff + shmMaxSlots*ringCtrlSize
@@ -42,17 +59,19 @@ const (
 type ringFile struct {
 	gen uint64
 	mem []byte
-	// held is the tail after records this process wrote into the peer's
-	// ring and has not published yet (holding), 0 when none; headSeen is
-	// the consumer's head as reserve last read it.
-	held     uint64
-	headSeen uint64
+	// headSeen is the consumer's head as reserve last read it; announced
+	// is set once this process's bit is in the file's senders word.
+	headSeen  uint64
+	announced bool
 }
 
 func (f *ringFile) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&f.mem[off])) }
 func (f *ringFile) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&f.mem[off])) }
 func (f *ringFile) tail(s int) *uint64  { return f.u64(ringCtrlOff + s*ringCtrlSize) }
 func (f *ringFile) head(s int) *uint64  { return f.u64(ringCtrlOff + s*ringCtrlSize + 64) }
+func (f *ringFile) mark(s int, pos uint64) *uint64 {
+	return f.u64(ringDataOff + s*ringDataSize + int(pos&(ringDataSize-1)))
+}
 func (f *ringFile) data(s int) []byte {
 	off := ringDataOff + s*ringDataSize
 	return f.mem[off : off+ringDataSize : off+ringDataSize]
@@ -117,16 +136,13 @@ func (f *ringFile) close() {
 	}
 }
 
-// reserve finds room for a record of n bytes (header included) in the ring
-// this process (slot from) writes in f, after any records held back
-// (ringFile.held). It returns the record, the tail to publish with commit,
-// and false when the ring is full.
+// reserve finds room for a record of n bytes (mark and header included)
+// in the ring this process (slot from) writes in f. It returns the record
+// and its position, and false when the ring is full. A pad in front of it
+// is published at once.
 func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	need := uint64((n + wireAlign - 1) &^ (wireAlign - 1))
-	tail := f.held
-	if tail == 0 {
-		tail = atomic.LoadUint64(f.tail(from))
-	}
+	tail := atomic.LoadUint64(f.tail(from))
 	data := f.data(from)
 	pos := tail & (ringDataSize - 1)
 	// The consumer's head, as last read: it only moves on, so the room
@@ -152,39 +168,77 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 		return nil, 0, false
 	}
 	if pad != 0 {
-		h := (*wireHdr)(unsafe.Pointer(&data[pos]))
+		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		h.Len, h.Kind = uint32(pad), wirePad
+		storeRelease64(f.mark(from, tail), tail+1)
+		tail += pad
+		storeRelease64(f.tail(from), tail)
 		pos = 0
 	}
-	return data[pos : pos+need], tail + pad + need, true
+	return data[pos : pos+need], tail, true
 }
 
-// commit publishes a reserved record and wakes the owner if it sleeps.
-func (f *ringFile) commit(from int, tail uint64) {
-	atomic.StoreUint64(f.tail(from), tail)
-	atomic.AddUint32(f.u32(ringFileWake), 1)
+// commit publishes the record reserve placed at position at: its mark,
+// then the tail. The stores are release stores, without a fence; the
+// owner is woken if it sleeps (see sleep for the race this leaves).
+func (f *ringFile) commit(from int, at uint64, n int) {
+	storeRelease64(f.mark(from, at), at+1)
+	storeRelease64(f.tail(from), at+uint64(n))
 	if atomic.LoadUint32(f.u32(ringFileSleeping)) != 0 {
+		atomic.AddUint32(f.u32(ringFileWake), 1)
 		futexWake(f.u32(ringFileWake))
 	}
 }
 
-// pending reports whether any inbound ring holds a record.
+// announce sets slot from's bit in the senders word, once per mapping: the
+// consumer polls the rings of the slots whose bit is set.
+func (f *ringFile) announce(from int) {
+	if f.announced {
+		return
+	}
+	w := f.u64(ringFileSenders)
+	if atomic.LoadUint64(w)&(1<<from) == 0 {
+		atomic.OrUint64(w, 1<<from)
+	}
+	f.announced = true
+}
+
+// ready reports whether the record at the head of ring s is published.
+func (f *ringFile) ready(s int) bool {
+	head := atomic.LoadUint64(f.head(s))
+	return atomic.LoadUint64(f.mark(s, head)) == head+1
+}
+
+// pending reports whether any inbound ring holds a published record.
 func (f *ringFile) pending() bool {
-	for s := 0; s < shmMaxSlots; s++ {
-		if atomic.LoadUint64(f.tail(s)) != atomic.LoadUint64(f.head(s)) {
+	for m := atomic.LoadUint64(f.u64(ringFileSenders)); m != 0; m &= m - 1 {
+		if f.ready(bits.TrailingZeros64(m)) {
 			return true
 		}
 	}
 	return false
 }
 
+// sleepGuard is how long sleep keeps looking at the rings after it has
+// said it sleeps, before it waits on the futex. A producer publishes with
+// release stores and reads the sleeping word without a fence, so it can
+// read the word before its mark is visible: the mark becomes visible once
+// its store buffer drains, well within sleepGuard; a producer that read
+// the word as 0 then finds it read here. Without the guard that race costs
+// one sleep of at most d.
+const sleepGuard = 2 * time.Microsecond
+
 // sleep waits up to d for a producer to commit a record.
 func (f *ringFile) sleep(d time.Duration) {
 	w := f.u32(ringFileWake)
 	seq := atomic.LoadUint32(w)
-	atomic.StoreUint32(f.u32(ringFileSleeping), 1)
-	if !f.pending() {
-		futexWait(w, seq, d)
+	atomic.StoreUint32(f.u32(ringFileSleeping), 1) // a full fence on amd64 and arm64
+	t0 := time.Now()
+	for !f.pending() {
+		if time.Since(t0) >= sleepGuard {
+			futexWait(w, seq, d)
+			break
+		}
 	}
 	atomic.StoreUint32(f.u32(ringFileSleeping), 0)
 }

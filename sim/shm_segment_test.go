@@ -10,7 +10,6 @@ import (
 	"os"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -141,18 +140,14 @@ func TestSharedTwoProcessesBigPeerKilled(t *testing.T) {
 // ringRecords counts the requests of the process in slot from waiting in
 // ring file rf, and how many of them are READs.
 func ringRecords(rf *ringFile, from int) (reqs, reads int) {
-	tail, head := *rf.tail(from), *rf.head(from)
-	data := rf.data(from)
-	for head != tail {
-		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+	walkRing(rf, from, func(h *wireHdr, _ []byte) {
 		if h.Kind == wireRequest {
 			reqs++
 			if prm.Opcode(h.Op) == prm.OpRdmaRead {
 				reads++
 			}
 		}
-		head += uint64(h.Len)
-	}
+	})
 	return reqs, reads
 }
 
@@ -294,25 +289,21 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 
 	// The answers, in order.
 	rf := e1.f.shm.in
-	tail, head := *rf.tail(s2), *rf.head(s2)
-	data := rf.data(s2)
 	type answer struct {
 		psn uint32
 		old uint64
 	}
 	var got []answer
-	for head != tail {
-		h := (*wireHdr)(unsafe.Pointer(&data[head&(ringDataSize-1)]))
+	walkRing(rf, s2, func(h *wireHdr, payload []byte) {
 		if h.Kind == wireResponse {
 			require.Equal(t, uint8(wireAck), h.Status)
 			var old uint64
 			if prm.Opcode(h.Op).IsAtomic() {
-				old = binary.BigEndian.Uint64(data[head&(ringDataSize-1)+uint64(wireHdrSize):])
+				old = binary.BigEndian.Uint64(payload)
 			}
 			got = append(got, answer{h.PSN, old})
 		}
-		head += uint64(h.Len)
-	}
+	})
 	require.Equal(t, []answer{{0, 10}, {1, 11}, {2, 0}, {0, 10}, {3, 0}, {2, 0}}, got)
 }
 

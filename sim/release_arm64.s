@@ -1,0 +1,9 @@
+#include "textflag.h"
+
+// func storeRelease64(p *uint64, v uint64)
+// stlr: a store-release.
+TEXT ·storeRelease64(SB), NOSPLIT, $0-16
+	MOVD	p+0(FP), R0
+	MOVD	v+8(FP), R1
+	STLR	R1, (R0)
+	RET

@@ -1,0 +1,9 @@
+//go:build !amd64 && !arm64
+
+package sim
+
+import "sync/atomic"
+
+// storeRelease64 stores v at p with release order (a sequentially
+// consistent store where no release store is written in assembly).
+func storeRelease64(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
