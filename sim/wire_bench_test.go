@@ -1,0 +1,98 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// BenchmarkWireMessage measures the model's work for one RC
+// RDMA_WRITE_WITH_IMM to a QP of another Fabric on a shared fabric, on
+// one goroutine: the requester's round that sends it, the responder's
+// round that executes it (wireIn) and answers, and the requester's round
+// that takes the ACK (wireIn) and writes the send CQE; then both CQEs are
+// polled. Both engines are held off, so the rounds run here, one after
+// the other, and no cache line moves between processors: what is left is
+// the model's CPU cost per message and per round.
+func BenchmarkWireMessage(b *testing.B) {
+	name := testFabricName(b)
+	e1 := newEnv(b, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(b, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	e1.connectRC(a, q, 7, 1)
+	for i := 0; i < 32; i++ {
+		q.postRecv()
+	}
+	holdEngineTB(b, e1.f)
+	holdEngineTB(b, e2.f)
+	round := func(f *Fabric) {
+		f.mu.Lock()
+		f.stepLocked()
+		f.mu.Unlock()
+	}
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	message := func(i int) {
+		a.postWQE(w, uint32(i))
+		round(e1.f)
+		round(e2.f)
+		c, ok := q.rcq.poll()
+		if !ok || c.op != prm.CQERespWrImm || c.imm != uint32(i) {
+			b.Fatalf("message %d: receive CQE %+v %v", i, c, ok)
+		}
+		q.postRecvNone()
+		round(e1.f)
+		if c, ok := a.scq.poll(); !ok || c.op != prm.CQEReq {
+			b.Fatalf("message %d: send CQE %+v %v", i, c, ok)
+		}
+	}
+	for i := 0; i < 1000; i++ {
+		message(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		message(1000 + i)
+	}
+}
+
+// holdEngineTB keeps f's engine goroutine out of the rounds (as
+// holdEngine): it returns once no round has run for a while.
+func holdEngineTB(t testing.TB, f *Fabric) {
+	t.Helper()
+	f.drivenAt.Store(math.MaxInt64 / 2)
+	deadline := time.Now().Add(5 * time.Second)
+	prev := f.Stats().StepsExecuted
+	for {
+		time.Sleep(5 * time.Millisecond)
+		cur := f.Stats().StepsExecuted
+		if cur == prev {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine still runs rounds (%d)", cur)
+		}
+		prev = cur
+	}
+}
+
+// BenchmarkEmptyRound measures a round of the model with nothing to do, as
+// a polling loop runs it (Context.Idle) between messages: an RC QP on a
+// shared fabric, its two CQs, the engine held off.
+func BenchmarkEmptyRound(b *testing.B) {
+	name := testFabricName(b)
+	e1 := newEnv(b, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(b, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	e1.connectRC(a, q, 7, 1)
+	holdEngineTB(b, e1.f)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e1.f.idle()
+	}
+}
