@@ -156,11 +156,18 @@ type Fabric struct {
 	// The TCP link (tcp_link.go), made instead of a shared fabric.
 	tcp *tcpLink
 
-	// roundAt is the model's time of the last round (stepLocked);
-	// drivenAt is that of the last round a polling loop ran (Idle), which
-	// the engine reads without the lock to stay out of its way.
-	roundAt  int64
-	drivenAt atomic.Int64
+	// roundAt is the model's time of the round (stepLocked) once
+	// roundTimed: a round reads the clock when something in it needs the
+	// time (roundNow), and an empty round does not. drivenAt is the time
+	// of the last round a polling loop ran (Idle) that read it, and
+	// idleRounds counts the rounds polling loops ran; the engine reads
+	// both without the lock to stay out of their way (driven), idleSeen
+	// being the count it saw last.
+	roundAt    int64
+	roundTimed bool
+	drivenAt   atomic.Int64
+	idleRounds atomic.Uint64
+	idleSeen   uint64
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -471,20 +478,22 @@ func (f *Fabric) RunUntilIdle() error {
 // earliest future deadline (0 if none).
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
-	now := f.now()
-	f.roundAt = now
+	f.roundTimed = false
 	if f.shm != nil {
 		f.shm.hold = true
 	}
 	progressed := false
 	var deadline int64
 	note := func(t int64) {
-		if t > now && (deadline == 0 || t < deadline) {
+		if t <= 0 {
+			return // no timer (the clock is never negative)
+		}
+		if t > f.roundNow() && (deadline == 0 || t < deadline) {
 			deadline = t
 		}
 	}
 	for _, c := range f.cqList {
-		if f.scanCQ(c, now) {
+		if f.scanCQ(c) {
 			progressed = true
 		}
 		note(c.nextDue())
@@ -497,17 +506,17 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	}
 	// Messages of other processes, once the doorbells are read: a
 	// receive posted before a message arrived is there for it.
-	if f.shm != nil && f.shm.drain(f, now) {
+	if f.shm != nil && f.shm.drain(f, f.roundNow()) {
 		progressed = true
 	}
-	if f.tcp != nil && f.tcp.drain(f, now) {
+	if f.tcp != nil && f.tcp.drain(f, f.roundNow()) {
 		progressed = true
 	}
 	for _, q := range f.qpList {
-		if f.runQP(q, now) {
+		if q.wantsTurn() && f.runQP(q, f.roundNow()) {
 			progressed = true
 		}
-		if q.blockedUntil > now && q.sqPending() > 0 {
+		if q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}
 	}
@@ -519,6 +528,17 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		f.shm.publish()
 	}
 	return progressed, deadline
+}
+
+// roundNow returns the time of the round stepLocked runs, reading the
+// clock the first time a round asks (in Engine mode a read costs about as
+// much as the rest of an empty round).
+func (f *Fabric) roundNow() int64 {
+	if !f.roundTimed {
+		f.roundAt = f.now()
+		f.roundTimed = true
+	}
+	return f.roundAt
 }
 
 // driveHold is how long the engine leaves the rounds to polling loops after
@@ -545,13 +565,22 @@ func (f *Fabric) idle() {
 	if progressed, _ := f.stepLocked(); !progressed {
 		f.releaseHeldLocked()
 	}
-	f.drivenAt.Store(f.roundAt)
+	// One writer at a time (f.mu): a plain store of the next count.
+	f.idleRounds.Store(f.idleRounds.Load() + 1)
+	if f.roundTimed {
+		f.drivenAt.Store(f.roundAt)
+	}
 	f.mu.Unlock()
 }
 
-// driven reports whether a polling loop ran a round (idle) within the last
-// driveHold.
+// driven reports whether a polling loop ran a round (idle) since the
+// engine last asked, or within the last driveHold by the time of its last
+// round that read the clock. Called by the engine goroutine only.
 func (f *Fabric) driven() bool {
+	if n := f.idleRounds.Load(); n != f.idleSeen {
+		f.idleSeen = n
+		return true
+	}
 	d := f.drivenAt.Load()
 	return d != 0 && f.now()-d < int64(driveHold)
 }
