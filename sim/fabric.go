@@ -535,10 +535,18 @@ func (f *Fabric) stepLocked() (bool, int64) {
 // much as the rest of an empty round).
 func (f *Fabric) roundNow() int64 {
 	if !f.roundTimed {
-		f.roundAt = f.now()
-		f.roundTimed = true
+		f.readRoundClock()
 	}
 	return f.roundAt
+}
+
+// readRoundClock sets the round's time; not inlined, so that roundNow is
+// small enough to be.
+//
+//go:noinline
+func (f *Fabric) readRoundClock() {
+	f.roundAt = f.now()
+	f.roundTimed = true
 }
 
 // driveHold is how long the engine leaves the rounds to polling loops after
