@@ -161,13 +161,11 @@ type Fabric struct {
 	// time (roundNow), and an empty round does not. drivenAt is the time
 	// of the last round a polling loop ran (Idle) that read it, and
 	// idleRounds counts the rounds polling loops ran; the engine reads
-	// both without the lock to stay out of their way (driven), idleSeen
-	// being the count it saw last.
+	// both without the lock to stay out of their way (driven).
 	roundAt    int64
 	roundTimed bool
 	drivenAt   atomic.Int64
 	idleRounds atomic.Uint64
-	idleSeen   uint64
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -582,11 +580,12 @@ func (f *Fabric) idle() {
 }
 
 // driven reports whether a polling loop ran a round (idle) since the
-// engine last asked, or within the last driveHold by the time of its last
-// round that read the clock. Called by the engine goroutine only.
-func (f *Fabric) driven() bool {
-	if n := f.idleRounds.Load(); n != f.idleSeen {
-		f.idleSeen = n
+// engine last asked (seen is the engine's own copy of idleRounds, from
+// then), or within the last driveHold by the time of its last round that
+// read the clock.
+func (f *Fabric) driven(seen *uint64) bool {
+	if n := f.idleRounds.Load(); n != *seen {
+		*seen = n
 		return true
 	}
 	d := f.drivenAt.Load()
@@ -642,6 +641,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 	spin, burst := engineSpins(), 0
 	sleep := time.Microsecond
 	var idleSince, busySince time.Time
+	idleSeen := f.idleRounds.Load() // the polling loops' rounds (driven)
 	// One timer serves every back-off sleep, so that an idle engine does
 	// not allocate (a timer per sleep was three allocations each). Since
 	// Go 1.23 Reset on a stopped or fired timer leaves no stale tick in C.
@@ -654,7 +654,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			return
 		default:
 		}
-		if f.driven() {
+		if f.driven(&idleSeen) {
 			// A polling loop runs the rounds (idle): a round here
 			// would only contend for the lock. Look again after
 			// driveHold, on a timer that no peer's message ends,

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
@@ -114,4 +116,26 @@ func emptyRounds(b *testing.B, f *Fabric) {
 	// About 1: now and then the engine takes the lock for a round of
 	// its own, and an idle call that finds it taken yields instead.
 	b.ReportMetric(float64(f.Stats().StepsExecuted-steps)/float64(b.N), "rounds/op")
+}
+
+// TestEngineStaysOutWhileIdleRuns: while a polling loop runs the rounds
+// (Context.Idle), rounds that find nothing to do and read no clock, the
+// engine goroutine runs (almost) none of its own: it sees the loop's
+// count of rounds move.
+func TestEngineStaysOutWhileIdleRuns(t *testing.T) {
+	e := newEnv(t, Options{Mode: Engine})
+	e.rcPair(qpOpts{})
+	for range 1000 { // the loop takes over
+		e.c.Idle()
+	}
+	steps, idles := e.f.Stats().StepsExecuted, e.f.idleRounds.Load()
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+		for range 100 {
+			e.c.Idle()
+		}
+	}
+	loop := e.f.idleRounds.Load() - idles
+	engine := e.f.Stats().StepsExecuted - steps - loop
+	require.Greater(t, loop, uint64(1000), "the polling loop ran rounds")
+	require.LessOrEqual(t, engine, uint64(20), "the engine ran %d rounds beside the loop's %d", engine, loop)
 }
