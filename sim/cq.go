@@ -14,8 +14,9 @@ import (
 )
 
 // scanCQ reads the CQ's consumer index and arm doorbell and writes the
-// delayed CQEs that fell due. It reports whether a CQE was written.
-func (f *Fabric) scanCQ(c *cq, now int64) bool {
+// delayed CQEs that fell due by the round's time (read only when there are
+// any). It reports whether a CQE was written.
+func (f *Fabric) scanCQ(c *cq) bool {
 	raw := atomic.LoadUint32((*uint32)(c.db))
 	if raw != c.lastCIRaw {
 		c.lastCIRaw = raw
@@ -30,7 +31,7 @@ func (f *Fabric) scanCQ(c *cq, now int64) bool {
 	}
 	f.takeArm(c)
 	progressed := false
-	for len(c.pending) > 0 && c.pending[0].due <= now {
+	for len(c.pending) > 0 && c.pending[0].due <= f.roundNow() {
 		p := c.pending[0]
 		c.pending[0] = pendingCQE{}
 		c.pending = c.pending[1:]

@@ -48,7 +48,7 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 	if q.state == ctx.QPStateError {
 		return f.flush(q)
 	}
-	if q.sqCnt == 0 || q.state != ctx.QPStateRTS || q.sqPending() == 0 {
+	if !q.wantsTurn() {
 		return false
 	}
 	if (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) && (f.shm != nil || f.tcp != nil) {
@@ -75,6 +75,12 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 		f.finishSend(q, &w, o)
 	}
 	return true
+}
+
+// wantsTurn reports whether runQP has anything to do for q: a QP in error
+// flushes, an RTS QP executes the WQEs posted to its send queue.
+func (q *qp) wantsTurn() bool {
+	return q.state == ctx.QPStateError || q.sqCnt != 0 && q.state == ctx.QPStateRTS && q.sqPending() != 0
 }
 
 // finishSend completes the WQE at the consumer index with outcome o (not
@@ -218,8 +224,23 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	// Local checks come first: the device reads (or prepares to write) the
 	// local buffers before the first packet leaves.
 	var payload []byte
+	// direct: an RDMA_WRITE of one gather entry (an SGE or inline data)
+	// copies it straight to the responder's memory, after the same
+	// checks; with several entries the message is gathered first, so
+	// that what lands is what the entries held before any of it is
+	// written (they may overlap the destination).
+	direct := false
 	switch w.op {
-	case prm.OpSend, prm.OpSendImm, prm.OpSendInval, prm.OpRdmaWrite, prm.OpRdmaWriteImm:
+	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
+		if len(w.sg) == 1 {
+			if s := f.checkLocalRead(q, w); s != 0 {
+				return fail(s)
+			}
+			direct = true
+			break
+		}
+		fallthrough
+	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
 		var s prm.Syndrome
 		if payload, s = f.gather(q, w); s != 0 {
 			return fail(s)
@@ -277,7 +298,11 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 			}
 		}
 		if m != nil {
-			copy(m.bytes(w.raddr, w.total), payload)
+			if dst := m.bytes(w.raddr, w.total); direct {
+				f.gatherAt(w, 0, dst)
+			} else {
+				copy(dst, payload)
+			}
 		}
 		if w.op == prm.OpRdmaWriteImm {
 			f.consumeRecv(t, rw)

@@ -156,11 +156,16 @@ type Fabric struct {
 	// The TCP link (tcp_link.go), made instead of a shared fabric.
 	tcp *tcpLink
 
-	// roundAt is the model's time of the last round (stepLocked);
-	// drivenAt is that of the last round a polling loop ran (Idle), which
-	// the engine reads without the lock to stay out of its way.
-	roundAt  int64
-	drivenAt atomic.Int64
+	// roundAt is the model's time of the round (stepLocked) once
+	// roundTimed: a round reads the clock when something in it needs the
+	// time (roundNow), and an empty round does not. drivenAt is the time
+	// of the last round a polling loop ran (Idle) that read it, and
+	// idleRounds counts the rounds polling loops ran; the engine reads
+	// both without the lock to stay out of their way (driven).
+	roundAt    int64
+	roundTimed bool
+	drivenAt   atomic.Int64
+	idleRounds atomic.Uint64
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -471,17 +476,19 @@ func (f *Fabric) RunUntilIdle() error {
 // earliest future deadline (0 if none).
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
-	now := f.now()
-	f.roundAt = now
+	f.roundTimed = false
 	progressed := false
 	var deadline int64
 	note := func(t int64) {
-		if t > now && (deadline == 0 || t < deadline) {
+		if t <= 0 {
+			return // no timer (the clock is never negative)
+		}
+		if t > f.roundNow() && (deadline == 0 || t < deadline) {
 			deadline = t
 		}
 	}
 	for _, c := range f.cqList {
-		if f.scanCQ(c, now) {
+		if f.scanCQ(c) {
 			progressed = true
 		}
 		note(c.nextDue())
@@ -494,21 +501,40 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	}
 	// Messages of other processes, once the doorbells are read: a
 	// receive posted before a message arrived is there for it.
-	if f.shm != nil && f.shm.drain(f, now) {
+	if f.shm != nil && f.shm.drain(f) {
 		progressed = true
 	}
-	if f.tcp != nil && f.tcp.drain(f, now) {
+	if f.tcp != nil && f.tcp.drain(f, f.roundNow()) {
 		progressed = true
 	}
 	for _, q := range f.qpList {
-		if f.runQP(q, now) {
+		if q.wantsTurn() && f.runQP(q, f.roundNow()) {
 			progressed = true
 		}
-		if q.blockedUntil > now && q.sqPending() > 0 {
+		if q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}
 	}
 	return progressed, deadline
+}
+
+// roundNow returns the time of the round stepLocked runs, reading the
+// clock the first time a round asks (in Engine mode a read costs about as
+// much as the rest of an empty round).
+func (f *Fabric) roundNow() int64 {
+	if !f.roundTimed {
+		f.readRoundClock()
+	}
+	return f.roundAt
+}
+
+// readRoundClock sets the round's time; not inlined, so that roundNow is
+// small enough to be.
+//
+//go:noinline
+func (f *Fabric) readRoundClock() {
+	f.roundAt = f.now()
+	f.roundTimed = true
 }
 
 // driveHold is how long the engine leaves the rounds to polling loops after
@@ -535,13 +561,23 @@ func (f *Fabric) idle() {
 	if progressed, _ := f.stepLocked(); !progressed {
 		f.releaseHeldLocked()
 	}
-	f.drivenAt.Store(f.roundAt)
+	// One writer at a time (f.mu): a plain store of the next count.
+	f.idleRounds.Store(f.idleRounds.Load() + 1)
+	if f.roundTimed {
+		f.drivenAt.Store(f.roundAt)
+	}
 	f.mu.Unlock()
 }
 
-// driven reports whether a polling loop ran a round (idle) within the last
-// driveHold.
-func (f *Fabric) driven() bool {
+// driven reports whether a polling loop ran a round (idle) since the
+// engine last asked (seen is the engine's own copy of idleRounds, from
+// then), or within the last driveHold by the time of its last round that
+// read the clock.
+func (f *Fabric) driven(seen *uint64) bool {
+	if n := f.idleRounds.Load(); n != *seen {
+		*seen = n
+		return true
+	}
 	d := f.drivenAt.Load()
 	return d != 0 && f.now()-d < int64(driveHold)
 }
@@ -595,6 +631,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 	spin, burst := engineSpins(), 0
 	sleep := time.Microsecond
 	var idleSince, busySince time.Time
+	idleSeen := f.idleRounds.Load() // the polling loops' rounds (driven)
 	// One timer serves every back-off sleep, so that an idle engine does
 	// not allocate (a timer per sleep was three allocations each). Since
 	// Go 1.23 Reset on a stopped or fired timer leaves no stale tick in C.
@@ -607,7 +644,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			return
 		default:
 		}
-		if f.driven() {
+		if f.driven(&idleSeen) {
 			// A polling loop runs the rounds (idle): a round here
 			// would only contend for the lock. Look again after
 			// driveHold, on a timer that no peer's message ends,

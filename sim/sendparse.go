@@ -342,14 +342,8 @@ func (f *Fabric) parseSendAt(q *qp, w *sendWQE, at uint16) prm.Syndrome {
 func (f *Fabric) gather(q *qp, w *sendWQE) ([]byte, prm.Syndrome) {
 	// Check every SGE before allocating: a WQE may claim any length, but
 	// only bytes inside registered regions are ever read.
-	for _, e := range w.sg {
-		if e.inline {
-			continue
-		}
-		m := f.mrs[e.lkey]
-		if m == nil || m.pd != q.pd || !m.contains(e.addr, e.n) {
-			return nil, prm.SyndromeLocalProt
-		}
+	if s := f.checkLocalRead(q, w); s != 0 {
+		return nil, s
 	}
 	if uint64(cap(f.scratch)) < w.total {
 		f.scratch = make([]byte, 0, w.total)
@@ -370,6 +364,21 @@ func (f *Fabric) gather(q *qp, w *sendWQE) ([]byte, prm.Syndrome) {
 		f.scratch = buf[:0]
 	}
 	return buf, 0
+}
+
+// checkLocalRead checks the SGEs a SEND or RDMA_WRITE reads: each in a
+// region of the QP's PD.
+func (f *Fabric) checkLocalRead(q *qp, w *sendWQE) prm.Syndrome {
+	for _, e := range w.sg {
+		if e.inline {
+			continue
+		}
+		m := f.mrs[e.lkey]
+		if m == nil || m.pd != q.pd || !m.contains(e.addr, e.n) {
+			return prm.SyndromeLocalProt
+		}
+	}
+	return 0
 }
 
 // checkLocalWrite checks the SGEs an RDMA_READ or atomic writes into.

@@ -127,10 +127,10 @@ func (s *shmFabric) peerAlive(slot int) bool {
 // drain hands every message now in the inbound rings to f; it reports
 // whether there was any. It reads the rings of the slots that announced
 // themselves in the senders word, each at its head's mark.
-func (s *shmFabric) drain(f *Fabric, now int64) bool {
+func (s *shmFabric) drain(f *Fabric) bool {
 	got := false
 	for m := atomic.LoadUint64(s.in.u64(ringFileSenders)); m != 0; m &= m - 1 {
-		if s.drainRing(f, bits.TrailingZeros64(m), now) {
+		if s.drainRing(f, bits.TrailingZeros64(m)) {
 			got = true
 		}
 	}
@@ -138,8 +138,9 @@ func (s *shmFabric) drain(f *Fabric, now int64) bool {
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f; it reports whether there was any.
-func (s *shmFabric) drainRing(f *Fabric, from int, now int64) bool {
+// f, at the round's time (read once a message needs it); it reports
+// whether there was any.
+func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
 	if atomic.LoadUint64(s.in.mark(from, head)) != head+1 {
@@ -161,7 +162,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int, now int64) bool {
 			break
 		}
 		if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
-			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n], now)
+			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n], f.roundNow())
 		}
 		head += n
 		if n >= ringGiveBack {

@@ -21,10 +21,10 @@ func TestDrainNewSenderWhileActiveStreams(t *testing.T) {
 	a, b, c := m[0], m[1], m[2]
 	pad := func(h *wireHdr, _ []byte) {} // Kind wirePad: drain skips it
 	require.True(t, b.send(a.slot, 0, pad))
-	require.True(t, a.drain(nil, 0)) // b is a sender now
+	require.True(t, a.drain(nil)) // b is a sender now
 	require.True(t, c.send(a.slot, 0, pad))
 	require.True(t, b.send(a.slot, 0, pad))
-	require.True(t, a.drain(nil, 0))
+	require.True(t, a.drain(nil))
 	require.False(t, a.in.ready(c.slot), "c's record unread after a drain")
 	require.Equal(t, atomic.LoadUint64(a.in.tail(c.slot)), atomic.LoadUint64(a.in.head(c.slot)))
 }
@@ -43,12 +43,12 @@ func TestDrainReadsOnlyMarkedRecords(t *testing.T) {
 	require.Equal(t, head+1, published)
 
 	atomic.StoreUint64(mark, 0) // not yet published
-	require.False(t, a.drain(nil, 0))
+	require.False(t, a.drain(nil))
 	require.Equal(t, head, atomic.LoadUint64(a.in.head(b.slot)))
 	atomic.StoreUint64(mark, published+ringDataSize) // the next lap's
-	require.False(t, a.drain(nil, 0))
+	require.False(t, a.drain(nil))
 	atomic.StoreUint64(mark, published)
-	require.True(t, a.drain(nil, 0))
+	require.True(t, a.drain(nil))
 	require.Equal(t, atomic.LoadUint64(a.in.tail(b.slot)), atomic.LoadUint64(a.in.head(b.slot)))
 }
 

@@ -407,3 +407,28 @@ func TestStrictSRQDoorbellPastRing(t *testing.T) {
 	requireErr(t, got[3], prm.CQEReqErr, prm.SyndromeRNRRetryExc, last)
 	require.Empty(t, e.f.Violations())
 }
+
+// TestStrictBlueFlameDoesNotAllocate: in Manual strict mode every round
+// compares the BlueFlame buffers with the ring; a post with a BlueFlame
+// copy (and one with a doorbell-only write) is checked without allocating.
+func TestStrictBlueFlameDoesNotAllocate(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{sendDepth: 64})
+	bf := unsafe.Slice((*byte)(a.d.BlueFlame), 2*a.d.BlueFlameSize)
+	w := a.build(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte("blue")))
+	half := 0
+	post := func(copyLen int) {
+		w[1], w[2] = byte(a.pi>>8), byte(a.pi)
+		a.write(w)
+		a.ring()
+		copy(bf[half*int(a.d.BlueFlameSize):], w[:copyLen])
+		half ^= 1
+		_, err := e.f.Step()
+		require.NoError(t, err)
+		_, ok := a.scq.poll()
+		require.True(t, ok)
+	}
+	require.Zero(t, testing.AllocsPerRun(200, func() { post(len(w)) }), "BlueFlame copies")
+	require.Zero(t, testing.AllocsPerRun(200, func() { post(8) }), "doorbell-only writes")
+	require.Empty(t, e.f.Violations())
+}

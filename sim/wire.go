@@ -588,16 +588,7 @@ func (f *Fabric) wireLocalCheck(q *qp, w *sendWQE) prm.Syndrome {
 	if w.op.IsAtomic() {
 		return f.checkLocalWrite(q, w)
 	}
-	for _, e := range w.sg {
-		if e.inline {
-			continue
-		}
-		m := f.mrs[e.lkey]
-		if m == nil || m.pd != q.pd || !m.contains(e.addr, e.n) {
-			return prm.SyndromeLocalProt
-		}
-	}
-	return 0
+	return f.checkLocalRead(q, w)
 }
 
 // gatherAt copies the message bytes [off, off+len(dst)) of w (inline data

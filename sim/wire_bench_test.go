@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// BenchmarkWireMessage measures the model's work for one RC
+// RDMA_WRITE_WITH_IMM to a QP of another Fabric on a shared fabric, on
+// one goroutine: the requester's round that sends it, the responder's
+// round that executes it (wireIn) and answers, and the requester's round
+// that takes the ACK (wireIn) and writes the send CQE; then both CQEs are
+// polled. Both engines are held off, so the rounds run here, one after
+// the other, and no cache line moves between processors: what is left is
+// the model's CPU cost per message and per round.
+func BenchmarkWireMessage(b *testing.B) {
+	name := testFabricName(b)
+	e1 := newEnv(b, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(b, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	e1.connectRC(a, q, 7, 1)
+	for i := 0; i < 32; i++ {
+		q.postRecv()
+	}
+	holdEngine(b, e1.f)
+	holdEngine(b, e2.f)
+	round := func(f *Fabric) {
+		f.mu.Lock()
+		f.stepLocked()
+		f.mu.Unlock()
+	}
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	message := func(i int) {
+		a.postWQE(w, uint32(i))
+		round(e1.f)
+		round(e2.f)
+		c, ok := q.rcq.poll()
+		if !ok || c.op != prm.CQERespWrImm || c.imm != uint32(i) {
+			b.Fatalf("message %d: receive CQE %+v %v", i, c, ok)
+		}
+		q.postRecvNone()
+		round(e1.f)
+		if c, ok := a.scq.poll(); !ok || c.op != prm.CQEReq {
+			b.Fatalf("message %d: send CQE %+v %v", i, c, ok)
+		}
+	}
+	for i := 0; i < 1000; i++ {
+		message(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		message(1000 + i)
+	}
+}
+
+// BenchmarkEmptyRound measures a round of the model with nothing to do, as
+// a polling loop runs it (Context.Idle) between messages, the engine held
+// off: two connected RC QPs and their four CQs on a private Fabric, and an
+// RC QP with its two CQs on a shared fabric (whose round also looks at its
+// inbound rings).
+func BenchmarkEmptyRound(b *testing.B) {
+	b.Run("private", func(b *testing.B) {
+		e := newEnv(b, Options{Mode: Engine})
+		e.rcPair(qpOpts{recvDepth: 64})
+		emptyRounds(b, e.f)
+	})
+	b.Run("shared", func(b *testing.B) {
+		name := testFabricName(b)
+		e1 := newEnv(b, Options{Mode: Engine, Fabric: name})
+		e2 := newEnv(b, Options{Mode: Engine, Fabric: name})
+		a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+		q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+		e1.connectRC(a, q, 7, 1)
+		emptyRounds(b, e1.f)
+	})
+}
+
+// emptyRounds calls f's idle b.N times, its engine held off.
+func emptyRounds(b *testing.B, f *Fabric) {
+	holdEngine(b, f)
+	steps := f.Stats().StepsExecuted
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f.idle()
+	}
+	b.StopTimer()
+	// About 1: now and then the engine takes the lock for a round of
+	// its own, and an idle call that finds it taken yields instead.
+	b.ReportMetric(float64(f.Stats().StepsExecuted-steps)/float64(b.N), "rounds/op")
+}
+
+// TestEngineStaysOutWhileIdleRuns: while a polling loop runs the rounds
+// (Context.Idle), rounds that find nothing to do and read no clock, the
+// engine goroutine runs (almost) none of its own: it sees the loop's
+// count of rounds move.
+func TestEngineStaysOutWhileIdleRuns(t *testing.T) {
+	e := newEnv(t, Options{Mode: Engine})
+	e.rcPair(qpOpts{})
+	for range 1000 { // the loop takes over
+		e.c.Idle()
+	}
+	steps, idles := e.f.Stats().StepsExecuted, e.f.idleRounds.Load()
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+		for range 100 {
+			e.c.Idle()
+		}
+	}
+	loop := e.f.idleRounds.Load() - idles
+	engine := e.f.Stats().StepsExecuted - steps - loop
+	require.Greater(t, loop, uint64(1000), "the polling loop ran rounds")
+	require.LessOrEqual(t, engine, uint64(20), "the engine ran %d rounds beside the loop's %d", engine, loop)
+}
