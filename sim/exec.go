@@ -44,7 +44,7 @@ func boolBit(b bool, bit uint32) uint32 {
 
 // runQP gives the QP its turn: a QP in error flushes, an RTS QP executes
 // one WQE. It reports whether anything happened.
-func (f *Fabric) runQP(q *qp, now int64) bool {
+func (f *Fabric) runQP(q *qp) bool {
 	if q.state == ctx.QPStateError {
 		return f.flush(q)
 	}
@@ -55,9 +55,10 @@ func (f *Fabric) runQP(q *qp, now int64) bool {
 		// A peer in another process (shared fabric or TCP link):
 		// segments, several in flight.
 		if slot := f.wireSlot(q); slot >= 0 {
-			return f.wireRun(q, slot, now)
+			return f.wireRun(q, slot)
 		}
 	}
+	now := f.roundNow()
 	if q.blockedUntil > now {
 		return false
 	}

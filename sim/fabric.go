@@ -504,11 +504,11 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	if f.shm != nil && f.shm.drain(f) {
 		progressed = true
 	}
-	if f.tcp != nil && f.tcp.drain(f, f.roundNow()) {
+	if f.tcp != nil && f.tcp.drain(f) {
 		progressed = true
 	}
 	for _, q := range f.qpList {
-		if q.wantsTurn() && f.runQP(q, f.roundNow()) {
+		if q.wantsTurn() && f.runQP(q) {
 			progressed = true
 		}
 		if q.sqPending() > 0 {

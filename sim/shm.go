@@ -138,8 +138,7 @@ func (s *shmFabric) drain(f *Fabric) bool {
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f, at the round's time (read once a message needs it); it reports
-// whether there was any.
+// f; it reports whether there was any.
 func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
@@ -162,7 +161,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 			break
 		}
 		if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
-			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n], f.roundNow())
+			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
 		}
 		head += n
 		if n >= ringGiveBack {

@@ -715,7 +715,7 @@ const tcpReadChunk = 256 << 10
 
 // drain writes what waits and hands every whole message received to f
 // (f.mu held); it reports whether there was any.
-func (l *tcpLink) drain(f *Fabric, now int64) bool {
+func (l *tcpLink) drain(f *Fabric) bool {
 	got := false
 	if l.listen {
 		l.announceLocked()
@@ -739,7 +739,7 @@ func (l *tcpLink) drain(f *Fabric, now int64) bool {
 				break
 			}
 			p.in = p.in[:len(p.in)+n]
-			if l.frames(f, p, now) {
+			if l.frames(f, p) {
 				got = true
 			}
 		}
@@ -750,7 +750,7 @@ func (l *tcpLink) drain(f *Fabric, now int64) bool {
 // frames handles every whole frame at the start of p.in and keeps the
 // rest; a frame that is not of the link protocol or not sealed by the
 // peer ends the link.
-func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
+func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 	in := p.in
 	got := false
 	for len(in) >= sealed.HeaderSize && !p.dead {
@@ -802,7 +802,7 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
 				l.forward(dst, rec)
 				continue
 			}
-			f.wireIn(p.slot, h, rec[wireHdrSize:], now)
+			f.wireIn(p.slot, h, rec[wireHdrSize:])
 		default:
 			// From the listener: its own message, or one it forwards
 			// from the Fabric in the source QPN's slot; an answer goes
@@ -811,7 +811,7 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer, now int64) bool {
 			if from < 0 || from == l.slot || tcpQPNSlot(h.DstQPN) != l.slot {
 				continue
 			}
-			f.wireIn(from, h, rec[wireHdrSize:], now)
+			f.wireIn(from, h, rec[wireHdrSize:])
 		}
 	}
 	if !p.dead {

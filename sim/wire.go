@@ -216,22 +216,24 @@ func (q *qp) wireTransition(from, to ctx.QPState) {
 	}
 }
 
-// wireIn handles one message from the process in slot from.
-func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte, now int64) {
+// wireIn handles one message from the process in slot from. Only an
+// answer needs the round's time (roundNow): a request is served without
+// a clock read.
+func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte) {
 	switch h.Kind {
 	case wireRequest:
 		f.wireServe(from, h, payload)
 	case wireResponse:
-		f.wireAnswer(h, payload, now)
+		f.wireAnswer(h, payload)
 	case wireUD:
 		f.wireDeliverUD(h, payload)
 	}
 }
 
 // wireAnswer takes the answer to a segment of an RC QP or a DCI.
-func (f *Fabric) wireAnswer(h *wireHdr, payload []byte, now int64) {
+func (f *Fabric) wireAnswer(h *wireHdr, payload []byte) {
 	if q := f.qps[h.DstQPN]; q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
-		f.wireAnswerSeg(q, h, payload, now)
+		f.wireAnswerSeg(q, h, payload, f.roundNow())
 	}
 }
 
@@ -365,8 +367,10 @@ func (f *Fabric) wireSlot(q *qp) int {
 
 // wireRun gives an RC QP or a DCI whose peer is in the process in slot its turn:
 // it ends a try that timed out and sends what the window allows. It
-// reports whether anything happened.
-func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
+// reports whether anything happened. It reads the round's clock
+// (roundNow) only where a timer is compared or set: a first segment
+// leaves before the clock is read for its deadline.
+func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
 	if ws.segN == 0 && ws.sendOff == 0 {
 		// Nothing in flight and no message begun: the next WQE to send
@@ -376,7 +380,7 @@ func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
 	}
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
-	if ws.segN > 0 && timeout != 0 && now >= ws.deadline {
+	if ws.segN > 0 && timeout != 0 && f.roundNow() >= ws.deadline {
 		// The oldest segment was not answered in time: a transport retry.
 		if q.retryCount > int(q.attr.RetryCount) {
 			f.wireFail(q, prm.SyndromeTransportRetryExc)
@@ -388,12 +392,12 @@ func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
 		progressed = true
 	}
 	ringFull := false
-	if now >= ws.holdUntil {
+	if ws.holdUntil == 0 || f.roundNow() >= ws.holdUntil {
 		ws.holdUntil = 0
 		var w sendWQE
 		for ws.segN < wireWindow && ws.sendIdx != q.sqPI {
 			w.sg = f.sgScratch[:0]
-			sent, stop := f.wireSendSeg(q, &w, slot, now, timeout)
+			sent, stop := f.wireSendSeg(q, &w, slot, timeout)
 			f.sgScratch = w.sg[:0]
 			if sent {
 				progressed = true
@@ -412,6 +416,7 @@ func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
 	if ringFull && ws.segN == 0 {
 		// Nothing in flight to time out, and the peer takes nothing:
 		// each ACK timeout of this counts as a try.
+		now := f.roundNow()
 		switch {
 		case ws.fullUntil == 0:
 			ws.fullUntil = now + timeout
@@ -427,9 +432,9 @@ func (f *Fabric) wireRun(q *qp, slot int, now int64) bool {
 	}
 	switch {
 	case ringFull:
-		ws.holdUntil = now + wireShortRetry
+		ws.holdUntil = f.roundNow() + wireShortRetry
 		q.blockedUntil = ws.holdUntil
-	case ws.holdUntil > now:
+	case ws.holdUntil != 0 && ws.holdUntil > f.roundNow():
 		q.blockedUntil = ws.holdUntil
 	case ws.segN > 0 && timeout != 0:
 		q.blockedUntil = ws.deadline
@@ -452,7 +457,7 @@ const (
 
 // wireSendSeg sends the next segment of the WQE at ws.sendIdx (parsed
 // into w). It reports whether it sent one, and what stops the next.
-func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (bool, int) {
+func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, int) {
 	ws := &q.wire
 	atHead := ws.segN == 0 && ws.sendIdx == q.sqCI
 	s := f.parseSendAt(q, w, ws.sendIdx)
@@ -547,7 +552,9 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, now, timeout int64) (b
 	// answered or timed out.
 	ws.fullUntil = 0
 	if ws.segN == 0 {
-		ws.deadline = now + timeout
+		// The round's clock, read here if not before: after the
+		// segment is out.
+		ws.deadline = f.roundNow() + timeout
 	}
 	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd}
 	ws.segN++
