@@ -561,7 +561,8 @@ func (f *Fabric) idle() {
 	if progressed, _ := f.stepLocked(); !progressed {
 		f.releaseHeldLocked()
 	}
-	// One writer at a time (f.mu): a plain store of the next count.
+	// One writer at a time (f.mu): a load and a store of the next
+	// count, not an atomic add.
 	f.idleRounds.Store(f.idleRounds.Load() + 1)
 	if f.roundTimed {
 		f.drivenAt.Store(f.roundAt)
