@@ -20,6 +20,8 @@ type shmFabric struct {
 	reg   *registry
 	in    *ringFile
 	peers [shmMaxSlots]*ringFile
+	// hdr is where send builds a record's header.
+	hdr wireHdr
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -109,11 +111,16 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	if !ok {
 		return false
 	}
-	h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+	// The header is built in s.hdr and copied into the ring whole: a
+	// few wide stores into lines the consumer holds, instead of one per
+	// field (and the zeroing before them), each waiting in the store
+	// buffer for its line.
+	h := &s.hdr
 	*h = wireHdr{}
 	fill(h, rec[ringRecHdr:n])
 	h.Len = uint32(len(rec))
 	h.SrcGen, h.DstGen = s.gen, p.gen
+	*(*wireHdr)(unsafe.Pointer(&rec[ringMarkSize])) = *h
 	p.commit(s.slot, at, len(rec))
 	return true
 }
