@@ -8,3 +8,10 @@ TEXT ·storeRelease64(SB), NOSPLIT, $0-16
 	MOVQ	v+8(FP), BX
 	MOVQ	BX, (AX)
 	RET
+
+// func prefetch(p unsafe.Pointer)
+// PREFETCHT0: asks for the line at p without waiting for it.
+TEXT ·prefetch(SB), NOSPLIT, $0-8
+	MOVQ	p+0(FP), AX
+	PREFETCHT0	(AX)
+	RET

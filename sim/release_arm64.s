@@ -7,3 +7,10 @@ TEXT ·storeRelease64(SB), NOSPLIT, $0-16
 	MOVD	v+8(FP), R1
 	STLR	R1, (R0)
 	RET
+
+// func prefetch(p unsafe.Pointer)
+// PRFM PLDL1KEEP: asks for the line at p without waiting for it.
+TEXT ·prefetch(SB), NOSPLIT, $0-8
+	MOVD	p+0(FP), R0
+	PRFM	(R0), PLDL1KEEP
+	RET

@@ -2,8 +2,14 @@
 
 package sim
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // storeRelease64 stores v at p with release order (a sequentially
 // consistent store where no release store is written in assembly).
 func storeRelease64(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
+
+// prefetch does nothing where no prefetch is written in assembly.
+func prefetch(unsafe.Pointer) {}

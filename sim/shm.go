@@ -20,6 +20,8 @@ type shmFabric struct {
 	reg   *registry
 	in    *ringFile
 	peers [shmMaxSlots]*ringFile
+	// hdr is where send builds a record's header.
+	hdr wireHdr
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -89,6 +91,7 @@ func (s *shmFabric) peer(slot int) *ringFile {
 	if err != nil {
 		return nil
 	}
+	p.resume(s.slot)
 	s.peers[slot] = p
 	return p
 }
@@ -109,11 +112,22 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	if !ok {
 		return false
 	}
-	h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+	// The header is built in s.hdr and copied into the ring whole: a
+	// few wide stores into lines the consumer holds, instead of one per
+	// field (and the zeroing before them), each waiting in the store
+	// buffer for its line. Its part in the record's second line goes
+	// first, after the payload, and the first line (the mark's) last:
+	// the consumer, which asks for the second line as it polls the
+	// first (drainRing), then finds the second line whole.
+	h := &s.hdr
 	*h = wireHdr{}
 	fill(h, rec[ringRecHdr:n])
 	h.Len = uint32(len(rec))
 	h.SrcGen, h.DstGen = s.gen, p.gen
+	hb := unsafe.Slice((*byte)(unsafe.Pointer(h)), wireHdrSize)
+	const first = wireAlign - ringMarkSize // header bytes in the first line
+	copy(rec[wireAlign:ringRecHdr], hb[first:])
+	copy(rec[ringMarkSize:wireAlign], hb[:first])
 	p.commit(s.slot, at, len(rec))
 	return true
 }
@@ -142,19 +156,19 @@ func (s *shmFabric) drain(f *Fabric) bool {
 func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
-	if atomic.LoadUint64(s.in.mark(from, head)) != head+1 {
+	if !s.in.markAt(from, head) {
 		return false
 	}
 	data := s.in.data(from)
 	srcGen := s.reg.gen(from)
 	for {
 		pos := head & (ringDataSize - 1)
-		if atomic.LoadUint64(s.in.mark(from, head)) != head+1 {
+		if !s.in.markAt(from, head) {
 			break
 		}
 		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		n := uint64(h.Len)
-		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize {
+		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize || h.Kind != wirePad && n < uint64(ringRecHdr) {
 			// A record no producer of this version writes: drop what
 			// is in the ring rather than read past it.
 			head = atomic.LoadUint64(s.in.tail(from))

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,62 @@ func TestDrainReadsOnlyMarkedRecords(t *testing.T) {
 	atomic.StoreUint64(mark, published)
 	require.True(t, a.drain(nil))
 	require.Equal(t, atomic.LoadUint64(a.in.tail(b.slot)), atomic.LoadUint64(a.in.head(b.slot)))
+}
+
+// TestRingStalePayloadIsNoMark: a record of an earlier lap whose payload
+// holds, where a later lap's record ends, the very mark the consumer will
+// expect there: after the ring is recycled, the consumer must stop at
+// the end of the records written, not take that payload for a record.
+func TestRingStalePayloadIsNoMark(t *testing.T) {
+	m := joinMembers(t, 2)
+	a, b := m[0], m[1]
+	pad := func(h *wireHdr, _ []byte) {}
+	// Lap 1: a 256-byte record; ring position 128 is its payload's
+	// offset 16, where it writes lap 2's mark for 128 and a pad's Len.
+	require.True(t, b.send(a.slot, 256-ringRecHdr, func(h *wireHdr, p []byte) {
+		binary.LittleEndian.PutUint64(p[128-ringRecHdr:], ringDataSize+128+1)
+		binary.LittleEndian.PutUint32(p[128-ringRecHdr+ringMarkSize:], 128)
+	}))
+	require.True(t, a.drain(nil))
+	for atomic.LoadUint64(a.in.tail(b.slot))&(ringDataSize-1) < ringRecycle {
+		require.True(t, b.send(a.slot, 0, pad))
+		require.True(t, a.drain(nil))
+	}
+	require.True(t, b.send(a.slot, 0, pad)) // recycles: lap 2 from position 0
+	require.True(t, a.drain(nil))
+	tail, head := atomic.LoadUint64(a.in.tail(b.slot)), atomic.LoadUint64(a.in.head(b.slot))
+	require.Equal(t, tail, head, "the consumer's head %#x is past the tail %#x", head, tail)
+}
+
+// TestRingNewOwnerAfterProducerDiedMidPublish: a producer dies between
+// its record's mark and its tail store, and the consumer reads the
+// record; the next owner of the producer's slot must write where the
+// consumer looks, so that every record it sends arrives.
+func TestRingNewOwnerAfterProducerDiedMidPublish(t *testing.T) {
+	a := joinMembers(t, 1)[0]
+	b, err := joinShared(a.name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	p := b.peer(a.slot)
+	p.announce(b.slot)
+	rec, at, ok := p.reserve(b.slot, ringRecHdr)
+	require.True(t, ok)
+	(*wireHdr)(unsafe.Pointer(&rec[ringMarkSize])).Len = uint32(len(rec))
+	storeRelease64(p.mark(b.slot, at), at+1) // dies here: no tail store
+	require.True(t, a.drain(nil))
+	b.leave()
+
+	c, err := joinShared(a.name, ctx.LinkLayerInfiniBand) // b's slot
+	require.NoError(t, err)
+	t.Cleanup(c.leave)
+	require.Equal(t, b.slot, c.slot)
+	got := 0
+	for i := 0; i < 20; i++ {
+		require.True(t, c.send(a.slot, 96, func(h *wireHdr, _ []byte) {}))
+		if a.drain(nil) {
+			got++
+		}
+	}
+	require.Equal(t, 20, got, "records of the slot's new owner read")
 }
 
 // joinMembers joins n members to a fresh shared fabric, in this process.

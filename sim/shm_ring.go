@@ -30,11 +30,12 @@ const (
 	// is sparse: a ring occupies memory as far as it has been used.
 	ringDataSize = 32 << 20
 	// wireMaxPayload is the largest payload of one message (16 MiB less
-	// a header, so perftest's largest size, 8 MiB, fits). A record never
-	// wraps; one of at most half a ring always fits in an empty ring,
-	// whatever the position of its tail (the pad in front of it is
-	// shorter than the record).
-	wireMaxPayload = ringDataSize/2 - wireHdrSize
+	// a record's mark and header and a line, so perftest's largest size,
+	// 8 MiB, fits). A record never wraps; one of at most half a ring,
+	// with the line kept free after it (reserve), always fits in an
+	// empty ring, whatever the position of its tail (the pad in front of
+	// it is shorter than the record).
+	wireMaxPayload = ringDataSize/2 - ringRecHdr - wireAlign
 	// ringRecycle is the position past which a producer that finds its
 	// ring empty pads to the end and writes at the front again (reserve).
 	ringRecycle = 64 << 10
@@ -140,6 +141,12 @@ func (f *ringFile) close() {
 // in the ring this process (slot from) writes in f. It returns the record
 // and its position, and false when the ring is full. A pad in front of it
 // is published at once.
+//
+// The line after the record stays free (read by the consumer), and its
+// mark is cleared here, before the record's is published (commit): a
+// consumer past the record then finds 0 there, or the next record's
+// mark, never a word of an earlier lap's payload that happens to equal
+// the mark it expects.
 func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	need := uint64((n + wireAlign - 1) &^ (wireAlign - 1))
 	tail := atomic.LoadUint64(f.tail(from))
@@ -150,7 +157,7 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	// the consumer's cache) only when that room looks too small, or past
 	// ringRecycle, where the producer asks whether the ring is empty.
 	head := f.headSeen
-	if pos >= ringRecycle || pos+need > ringDataSize || ringDataSize-(tail-head) < need {
+	if pos >= ringRecycle || pos+need > ringDataSize || ringDataSize-(tail-head) < need+wireAlign {
 		head = atomic.LoadUint64(f.head(from))
 		f.headSeen = head
 	}
@@ -158,24 +165,46 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	switch {
 	case pos+need > ringDataSize:
 		pad = ringDataSize - pos
-	case head == tail && pos >= ringRecycle && need <= pos:
+	case head == tail && pos >= ringRecycle && need+wireAlign <= pos:
 		// The consumer has read everything: start again at the front,
 		// whose lines both processes still have in cache, rather than
 		// walk on into lines neither has touched since the last lap.
 		pad = ringDataSize - pos
 	}
-	if ringDataSize-(tail-head) < pad+need {
+	if ringDataSize-(tail-head) < pad+need+wireAlign {
 		return nil, 0, false
 	}
 	if pad != 0 {
 		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		h.Len, h.Kind = uint32(pad), wirePad
+		*f.mark(from, tail+pad) = 0
 		storeRelease64(f.mark(from, tail), tail+1)
 		tail += pad
 		storeRelease64(f.tail(from), tail)
 		pos = 0
 	}
+	*f.mark(from, tail+need) = 0
 	return data[pos : pos+need], tail, true
+}
+
+// resume readies a mapping of f for the producer in slot from, which may
+// take over the ring from an earlier owner of the slot: records that
+// owner published past the tail it stored (it died between its mark and
+// its tail) are counted in, so that the new owner writes where the
+// consumer looks, and the consumer's head is read.
+func (f *ringFile) resume(from int) {
+	tail := atomic.LoadUint64(f.tail(from))
+	// At most a pad and a record lie past a stored tail.
+	for i := 0; i < 2 && atomic.LoadUint64(f.mark(from, tail)) == tail+1; i++ {
+		pos := tail & (ringDataSize - 1)
+		n := uint64((*wireHdr)(unsafe.Pointer(&f.data(from)[pos+ringMarkSize])).Len)
+		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize {
+			break
+		}
+		tail += n
+	}
+	storeRelease64(f.tail(from), tail)
+	f.headSeen = atomic.LoadUint64(f.head(from))
 }
 
 // commit publishes the record reserve placed at position at: its mark,
@@ -201,6 +230,19 @@ func (f *ringFile) announce(from int) {
 		atomic.OrUint64(w, 1<<from)
 	}
 	f.announced = true
+}
+
+// markAt reports whether the record at position pos of ring s is
+// published. It asks for the record's second line first, without waiting
+// for it: when the record has come, that line's transfer from the
+// producer's cache overlaps the first's, instead of following it once
+// the header is read.
+func (f *ringFile) markAt(s int, pos uint64) bool {
+	m := f.mark(s, pos)
+	if pos&(ringDataSize-1) < ringDataSize-wireAlign {
+		prefetch(unsafe.Add(unsafe.Pointer(m), wireAlign))
+	}
+	return atomic.LoadUint64(m) == pos+1
 }
 
 // ready reports whether the record at the head of ring s is published.
