@@ -18,12 +18,7 @@ import (
 // the other, and no cache line moves between processors: what is left is
 // the model's CPU cost per message and per round.
 func BenchmarkWireMessage(b *testing.B) {
-	name := testFabricName(b)
-	e1 := newEnv(b, Options{Mode: Engine, Fabric: name})
-	e2 := newEnv(b, Options{Mode: Engine, Fabric: name})
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-	e1.connectRC(a, q, 7, 1)
+	e1, e2, a, q := sharedRCPair(b)
 	for i := 0; i < 32; i++ {
 		q.postRecv()
 	}
@@ -71,14 +66,21 @@ func BenchmarkEmptyRound(b *testing.B) {
 		emptyRounds(b, e.f)
 	})
 	b.Run("shared", func(b *testing.B) {
-		name := testFabricName(b)
-		e1 := newEnv(b, Options{Mode: Engine, Fabric: name})
-		e2 := newEnv(b, Options{Mode: Engine, Fabric: name})
-		a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-		q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-		e1.connectRC(a, q, 7, 1)
+		e1, _, _, _ := sharedRCPair(b)
 		emptyRounds(b, e1.f)
 	})
+}
+
+// sharedRCPair makes two Fabrics of a fresh shared fabric in this process
+// and connects an RC QP of each to the other's.
+func sharedRCPair(b *testing.B) (e1, e2 *env, a, q *testQP) {
+	name := testFabricName(b)
+	e1 = newEnv(b, Options{Mode: Engine, Fabric: name})
+	e2 = newEnv(b, Options{Mode: Engine, Fabric: name})
+	a = e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q = e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	e1.connectRC(a, q, 7, 1)
+	return e1, e2, a, q
 }
 
 // emptyRounds calls f's idle b.N times, its engine held off.
