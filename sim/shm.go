@@ -118,7 +118,7 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	// buffer for its line. Its part in the record's second line goes
 	// first, after the payload, and the first line (the mark's) last:
 	// the consumer, which asks for the second line as it polls the
-	// first (drainRing), then finds the second line whole.
+	// first (markAt), then finds the second line whole.
 	h := &s.hdr
 	*h = wireHdr{}
 	fill(h, rec[ringRecHdr:n])

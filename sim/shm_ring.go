@@ -18,12 +18,14 @@ import (
 // A record is a mark, a wireHdr and a payload. The producer writes the
 // header and the payload first and the mark last, with a release store:
 // the mark is the record's position in the ring's unbounded byte count
-// plus one, so a record of an earlier lap, or a zero page, never carries
-// the mark the consumer expects at its head. The consumer polls the mark
-// at its head and nothing else: a record costs it the transfer of the
-// lines the record occupies, with no tail or wake word read before them,
-// and the producer publishes without a fence (docs/hardware.md, "One
-// transfer per message").
+// plus one. A zero page or a record of an earlier lap never carries the
+// mark the consumer expects at its head, and the producer clears the
+// mark after each record before publishing it (reserve), so neither does
+// an earlier lap's payload. The consumer polls the mark at its head and
+// nothing else: a record costs it the transfer of the lines the record
+// occupies, with no tail or wake word read before them, and the producer
+// publishes without a fence (docs/hardware.md, "Polling loops run the
+// model; the wire in two cache lines").
 
 const (
 	// ringDataSize is the size of one ring (a power of two). The file
