@@ -48,7 +48,7 @@ func (f *Fabric) runQP(q *qp) bool {
 	if q.state == ctx.QPStateError {
 		return f.flush(q)
 	}
-	if !q.wantsTurn() {
+	if q.sqCnt == 0 || q.state != ctx.QPStateRTS || q.sqPending() == 0 {
 		return false
 	}
 	if (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) && (f.shm != nil || f.tcp != nil) {
@@ -76,12 +76,6 @@ func (f *Fabric) runQP(q *qp) bool {
 		f.finishSend(q, &w, o)
 	}
 	return true
-}
-
-// wantsTurn reports whether runQP has anything to do for q: a QP in error
-// flushes, an RTS QP executes the WQEs posted to its send queue.
-func (q *qp) wantsTurn() bool {
-	return q.state == ctx.QPStateError || q.sqCnt != 0 && q.state == ctx.QPStateRTS && q.sqPending() != 0
 }
 
 // finishSend completes the WQE at the consumer index with outcome o (not

@@ -508,7 +508,7 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		progressed = true
 	}
 	for _, q := range f.qpList {
-		if q.wantsTurn() && f.runQP(q) {
+		if f.runQP(q) {
 			progressed = true
 		}
 		if q.sqPending() > 0 {

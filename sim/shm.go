@@ -156,16 +156,10 @@ func (s *shmFabric) drain(f *Fabric) bool {
 func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
-	if !s.in.markAt(from, head) {
-		return false
-	}
+	start := head
 	data := s.in.data(from)
-	srcGen := s.reg.gen(from)
-	for {
+	for s.in.markAt(from, head) {
 		pos := head & (ringDataSize - 1)
-		if !s.in.markAt(from, head) {
-			break
-		}
 		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		n := uint64(h.Len)
 		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize || h.Kind != wirePad && n < uint64(ringRecHdr) {
@@ -174,7 +168,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 			head = atomic.LoadUint64(s.in.tail(from))
 			break
 		}
-		if h.Kind != wirePad && h.SrcGen == srcGen && h.DstGen == s.gen {
+		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
 		}
 		head += n
@@ -183,6 +177,9 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 			// done; small ones give theirs back together.
 			storeRelease64(hp, head)
 		}
+	}
+	if head == start {
+		return false
 	}
 	// A release store: a fence here would wait for the answers this
 	// round wrote into the peers' rings to leave the store buffer.

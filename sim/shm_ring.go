@@ -248,10 +248,7 @@ func (f *ringFile) markAt(s int, pos uint64) bool {
 }
 
 // ready reports whether the record at the head of ring s is published.
-func (f *ringFile) ready(s int) bool {
-	head := atomic.LoadUint64(f.head(s))
-	return atomic.LoadUint64(f.mark(s, head)) == head+1
-}
+func (f *ringFile) ready(s int) bool { return f.markAt(s, atomic.LoadUint64(f.head(s))) }
 
 // pending reports whether any inbound ring holds a published record.
 func (f *ringFile) pending() bool {

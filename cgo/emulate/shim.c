@@ -46,7 +46,6 @@ int mk_emu_fd_kind(int fd)
 	return __atomic_load_n(&mk_emu_fds[fd], __ATOMIC_ACQUIRE);
 }
 
-
 static inline int emu_on(void) { return __builtin_expect(__atomic_load_n(&mk_emu_on, __ATOMIC_RELAXED), 0); }
 
 static inline int emu_fd(int fd)

@@ -28,7 +28,6 @@ void mk_emu_set_on(int on);
 int mk_emu_is_on(void);
 void mk_emu_mark_fd(int fd, int kind);
 int mk_emu_fd_kind(int fd);
-#include <stdint.h>
 void mk_emu_map_add(uintptr_t addr);
 void mk_emu_map_del(uintptr_t addr);
 

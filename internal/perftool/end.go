@@ -311,9 +311,9 @@ func pauseFor(c *ctx.Context) func() {
 // Idle is what a wait does after its spins-th poll found nothing: with a
 // Notifier it sleeps until the CQ has a completion (or the end's timeout
 // passes, an error); else it pauses (End.Pause: on the software HCA and
-// the emulated device it runs a round of the model) and every SlowCheck empty polls checks the
-// poller's own errors, the abort flag and the timeout, counted from the
-// first check (*since). seq is the message waited for, for the error.
+// the emulated device it runs a round of the model) and every SlowCheck
+// empty polls checks the poller's own errors, the abort flag and the
+// timeout, counted from the first check (*since). seq is the message waited for, for the error.
 func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 	if x.Notifier != nil {
 		return x.sleep(seq)
