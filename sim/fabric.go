@@ -151,8 +151,9 @@ type Fabric struct {
 	shmJoined bool
 	shmErr    error
 	fabricEnv bool
-	wireEpoch uint32       // the last epoch given to a requester (wire.go)
-	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
+	wireEpoch uint32        // the last epoch given to a requester (wire.go)
+	wireHeld  []wireHeldUD  // datagrams to other processes held back (wire_ud.go)
+	wireAcks  []wireHeldAck // plain ACKs held until the next round's sends (wire.go)
 	// The TCP link (tcp_link.go), made instead of a shared fabric.
 	tcp *tcpLink
 
@@ -332,6 +333,7 @@ func (f *Fabric) Close() error {
 		}
 	}()
 	defer f.mu.Unlock()
+	f.wireFlushAcks()
 	if f.shm != nil {
 		f.shm.leave()
 		f.shm = nil
@@ -474,6 +476,16 @@ func (f *Fabric) RunUntilIdle() error {
 
 // stepLocked runs one round and returns whether anything happened and the
 // earliest future deadline (0 if none).
+//
+// A round reads the doorbells, then lets each QP send, then takes the
+// messages of other processes, then looks at the CQs. Sending first
+// matters between processes: a WQE posted after a completion was polled
+// leaves at the next round's start, before that round spends its time on
+// the ACKs and other messages that came in meanwhile; the plain ACKs this
+// process owes (held by wireServeSeg) leave right after. On a shared
+// fabric the inbound messages are taken up to the first that writes a CQE
+// (shmFabric.drain): the round then ends, so that a polling loop sees that completion at
+// once, and the next round takes the rest.
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
@@ -487,17 +499,20 @@ func (f *Fabric) stepLocked() (bool, int64) {
 			deadline = t
 		}
 	}
-	for _, c := range f.cqList {
-		if f.scanCQ(c) {
-			progressed = true
-		}
-		note(c.nextDue())
-	}
 	for _, s := range f.srqList {
 		f.scanSRQ(s)
 	}
 	for _, q := range f.qpList {
 		f.scanQP(q)
+	}
+	for _, q := range f.qpList {
+		if f.runQP(q) {
+			progressed = true
+		}
+	}
+	if len(f.wireAcks) > 0 {
+		f.wireFlushAcks()
+		progressed = true
 	}
 	// Messages of other processes, once the doorbells are read: a
 	// receive posted before a message arrived is there for it.
@@ -507,10 +522,16 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	if f.tcp != nil && f.tcp.drain(f) {
 		progressed = true
 	}
-	for _, q := range f.qpList {
-		if f.runQP(q) {
+	if len(f.wireAcks) > 0 {
+		progressed = true // held for the next round, which must come
+	}
+	for _, c := range f.cqList {
+		if f.scanCQ(c) {
 			progressed = true
 		}
+		note(c.nextDue())
+	}
+	for _, q := range f.qpList {
 		if q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}

@@ -22,6 +22,10 @@ type shmFabric struct {
 	peers [shmMaxSlots]*ringFile
 	// hdr is where send builds a record's header.
 	hdr wireHdr
+	// first is the slot whose ring drain reads first: the one after
+	// the ring where the last drain stopped at a completion, so that
+	// every sender's messages are taken in turn.
+	first int
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -138,22 +142,29 @@ func (s *shmFabric) peerAlive(slot int) bool {
 	return gen != 0 && s.reg.slotAlive(slot, gen)
 }
 
-// drain hands every message now in the inbound rings to f; it reports
-// whether there was any. It reads the rings of the slots that announced
-// themselves in the senders word, each at its head's mark.
+// drain hands the messages now in the inbound rings to f, up to the first
+// that writes a CQE; it reports whether there was any. It reads the rings
+// of the slots that announced themselves in the senders word, each at its
+// head's mark, from the slot after the ring where it last stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
 	got := false
-	for m := atomic.LoadUint64(s.in.u64(ringFileSenders)); m != 0; m &= m - 1 {
-		if s.drainRing(f, bits.TrailingZeros64(m)) {
-			got = true
+	m := bits.RotateLeft64(atomic.LoadUint64(s.in.u64(ringFileSenders)), -s.first)
+	for ; m != 0; m &= m - 1 {
+		slot := (bits.TrailingZeros64(m) + s.first) % shmMaxSlots
+		read, stopped := s.drainRing(f, slot)
+		got = got || read
+		if stopped {
+			s.first = (slot + 1) % shmMaxSlots
+			break
 		}
 	}
 	return got
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f; it reports whether there was any.
-func (s *shmFabric) drainRing(f *Fabric, from int) bool {
+// f, up to the first that writes a CQE; it reports whether there was any,
+// and whether it stopped at such a message.
+func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
 	start := head
@@ -169,7 +180,13 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 			break
 		}
 		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
+			cqes := f.stats.CQEs
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
+			if f.stats.CQEs != cqes {
+				head += n
+				stopped = true
+				break
+			}
 		}
 		head += n
 		if n >= ringGiveBack {
@@ -179,12 +196,12 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 		}
 	}
 	if head == start {
-		return false
+		return false, stopped
 	}
 	// A release store: a fence here would wait for the answers this
 	// round wrote into the peers' rings to leave the store buffer.
 	storeRelease64(hp, head)
-	return true
+	return true, stopped
 }
 
 // ringGiveBack is the size of a record after which drainRing moves its
