@@ -474,18 +474,18 @@ func (f *Fabric) RunUntilIdle() error {
 	return fmt.Errorf("%w (%d rounds, virtual time %v)", ErrNotIdle, f.opts.MaxRounds, time.Duration(f.vnow))
 }
 
-// stepLocked runs one round and returns whether anything happened and the
-// earliest future deadline (0 if none).
+// stepLocked runs one round and returns whether anything happened and,
+// when nothing did, the earliest future deadline (0 if none).
 //
-// A round reads the doorbells, then lets each QP send, then takes the
-// messages of other processes, then looks at the CQs. Sending first
-// matters between processes: a WQE posted after a completion was polled
-// leaves at the next round's start, before that round spends its time on
-// the ACKs and other messages that came in meanwhile; the plain ACKs this
-// process owes (held by wireServeSeg) leave right after. On a shared
-// fabric the inbound messages are taken up to the first that writes a CQE
-// (shmFabric.drain): the round then ends, so that a polling loop sees that completion at
-// once, and the next round takes the rest.
+// A round looks at the CQs and reads the doorbells, then lets each QP
+// send, then takes the messages of other processes. Sending first matters
+// between processes: a WQE posted after a completion was polled leaves at
+// the next round's start, before that round spends its time on the ACKs
+// and other messages that came in meanwhile; the plain ACKs this process
+// owes (held by wireServeSeg) leave right after. On a shared fabric the
+// inbound messages are taken up to the first that writes a CQE
+// (shmFabric.drain): the round then ends, so that a polling loop sees
+// that completion at once, and the next round takes the rest.
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
@@ -498,6 +498,12 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		if t > f.roundNow() && (deadline == 0 || t < deadline) {
 			deadline = t
 		}
+	}
+	for _, c := range f.cqList {
+		if f.scanCQ(c) {
+			progressed = true
+		}
+		note(c.nextDue())
 	}
 	for _, s := range f.srqList {
 		f.scanSRQ(s)
@@ -525,18 +531,17 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	if len(f.wireAcks) > 0 {
 		progressed = true // held for the next round, which must come
 	}
-	for _, c := range f.cqList {
-		if f.scanCQ(c) {
-			progressed = true
-		}
-		note(c.nextDue())
+	if progressed {
+		// The caller runs the next round at once: no deadline is
+		// needed, nor the clock read behind one.
+		return true, 0
 	}
 	for _, q := range f.qpList {
 		if q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}
 	}
-	return progressed, deadline
+	return false, deadline
 }
 
 // roundNow returns the time of the round stepLocked runs, reading the
