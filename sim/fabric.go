@@ -483,9 +483,9 @@ func (f *Fabric) RunUntilIdle() error {
 // the next round's start, before that round spends its time on the ACKs
 // and other messages that came in meanwhile; the plain ACKs this process
 // owes (held by wireServeSeg) leave right after. On a shared fabric the
-// inbound messages are taken up to the first that writes a CQE
-// (shmFabric.drain): the round then ends, so that a polling loop sees
-// that completion at once, and the next round takes the rest.
+// inbound messages are taken up to the first request or datagram that
+// writes a CQE (shmFabric.drain): the round then ends, so that a polling
+// loop sees that completion at once, and the next round takes the rest.
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	f.roundTimed = false

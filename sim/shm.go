@@ -143,7 +143,10 @@ func (s *shmFabric) peerAlive(slot int) bool {
 }
 
 // drain hands the messages now in the inbound rings to f, up to the first
-// that writes a CQE; it reports whether there was any. It reads the rings
+// request or datagram that writes a CQE (a receive completion: what a
+// polling loop waits for in a round trip; the answers to this process's
+// requests, ACKs above all, are all taken, so that a stream of them does
+// not cost a round each); it reports whether there was any. It reads the rings
 // of the slots that announced themselves in the senders word, each at its
 // head's mark, from the slot after the ring where it last stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
@@ -162,8 +165,8 @@ func (s *shmFabric) drain(f *Fabric) bool {
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f, up to the first that writes a CQE; it reports whether there was any,
-// and whether it stopped at such a message.
+// f, up to the first request or datagram that writes a CQE (see drain); it
+// reports whether there was any, and whether it stopped at such a message.
 func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
@@ -182,7 +185,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
 			cqes := f.stats.CQEs
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
-			if f.stats.CQEs != cqes {
+			if h.Kind != wireResponse && f.stats.CQEs != cqes {
 				head += n
 				stopped = true
 				break
