@@ -184,3 +184,27 @@ func TestDrainTakesSendersInTurn(t *testing.T) {
 		require.NotSame(t, order[i-1], order[i], "round %d took the same sender again", i)
 	}
 }
+
+// TestDrainTakesAllAnswers: the answers to this process's requests are
+// all taken in one round, whatever they complete: three ACKs, three send
+// CQEs.
+func TestDrainTakesAllAnswers(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	for i := 0; i < 3; i++ {
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	}
+	stepRound(e1.f)
+	stepRound(e2.f) // executes the three writes, holds their ACKs
+	stepRound(e2.f) // sends them
+	_, s2 := e2.f.SharedFabric()
+	kinds, _ := inbound(e1.f, s2)
+	require.Equal(t, []uint8{wireResponse, wireResponse, wireResponse}, kinds)
+	stepRound(e1.f)
+	for i := 0; i < 3; i++ {
+		c, ok := a.scq.poll()
+		require.True(t, ok, "send CQE %d after one round", i)
+		require.Equal(t, prm.CQEReq, c.op)
+	}
+}
