@@ -154,6 +154,14 @@ type Fabric struct {
 	wireEpoch uint32        // the last epoch given to a requester (wire.go)
 	wireHeld  []wireHeldUD  // datagrams to other processes held back (wire_ud.go)
 	wireAcks  []wireHeldAck // plain ACKs held until the next round's sends (wire.go)
+	// wireSendOnly is set while a round's first pass over the QPs
+	// sends: a QP whose ACK timer ran out is left for a second pass,
+	// after the inbound messages are taken (stepLocked), and wireLate
+	// says there is one. wireUnjudged counts the rounds in a row whose
+	// drain stopped at a completion and so judged none.
+	wireSendOnly bool
+	wireLate     bool
+	wireUnjudged int
 	// The TCP link (tcp_link.go), made instead of a shared fabric.
 	tcp *tcpLink
 
@@ -474,6 +482,12 @@ func (f *Fabric) RunUntilIdle() error {
 	return fmt.Errorf("%w (%d rounds, virtual time %v)", ErrNotIdle, f.opts.MaxRounds, time.Duration(f.vnow))
 }
 
+// wireJudgeRounds bounds the rounds in a row that judge no ACK timer
+// because their drain stopped at a completion (stepLocked): a stream of
+// completions from one process does not keep a QP to another, dead one
+// from timing out.
+const wireJudgeRounds = 64
+
 // stepLocked runs one round and returns whether anything happened and,
 // when nothing did, the earliest future deadline (0 if none).
 //
@@ -486,6 +500,8 @@ func (f *Fabric) RunUntilIdle() error {
 // inbound messages are taken up to the first request or datagram that
 // writes a CQE (shmFabric.drain): the round then ends, so that a polling
 // loop sees that completion at once, and the next round takes the rest.
+// A QP whose ACK timer ran out is left alone by the first pass over the
+// QPs and judged in a second, after the inbound answers are taken.
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
@@ -511,11 +527,13 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	for _, q := range f.qpList {
 		f.scanQP(q)
 	}
+	f.wireSendOnly, f.wireLate = true, false
 	for _, q := range f.qpList {
 		if f.runQP(q) {
 			progressed = true
 		}
 	}
+	f.wireSendOnly = false
 	if len(f.wireAcks) > 0 {
 		f.wireFlushAcks()
 		progressed = true
@@ -527,6 +545,23 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	}
 	if f.tcp != nil && f.tcp.drain(f) {
 		progressed = true
+	}
+	if f.wireLate {
+		// The QPs whose ACK timer ran out, judged once the answers
+		// that arrived in time are taken (a NIC takes an ACK as it
+		// arrives). A drain that stopped at a completion leaves
+		// answers unread: the judgement waits for a round that reads
+		// them all, or wireJudgeRounds rounds.
+		if f.shm == nil || !f.shm.stopped || f.wireUnjudged >= wireJudgeRounds {
+			f.wireUnjudged = 0
+			for _, q := range f.qpList {
+				if q.wire.segN > 0 && f.runQP(q) {
+					progressed = true
+				}
+			}
+		} else {
+			f.wireUnjudged++
+		}
 	}
 	if len(f.wireAcks) > 0 {
 		progressed = true // held for the next round, which must come

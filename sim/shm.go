@@ -24,8 +24,10 @@ type shmFabric struct {
 	hdr wireHdr
 	// first is the slot whose ring drain reads first: the one after
 	// the ring where the last drain stopped at a completion, so that
-	// every sender's messages are taken in turn.
-	first int
+	// every sender's messages are taken in turn; stopped says whether
+	// the last drain stopped there (messages may be left unread).
+	first   int
+	stopped bool
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -151,12 +153,14 @@ func (s *shmFabric) peerAlive(slot int) bool {
 // head's mark, from the slot after the ring where it last stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
 	got := false
+	s.stopped = false
 	m := bits.RotateLeft64(atomic.LoadUint64(s.in.u64(ringFileSenders)), -s.first)
 	for ; m != 0; m &= m - 1 {
 		slot := (bits.TrailingZeros64(m) + s.first) % shmMaxSlots
 		read, stopped := s.drainRing(f, slot)
 		got = got || read
 		if stopped {
+			s.stopped = true
 			s.first = (slot + 1) % shmMaxSlots
 			break
 		}

@@ -386,6 +386,12 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
 	if ws.segN > 0 && timeout != 0 && f.roundNow() >= ws.deadline {
+		if f.wireSendOnly {
+			// Judged after this round's inbound answers are taken
+			// (stepLocked): the ACK may be among them.
+			f.wireLate = true
+			return false
+		}
 		// The oldest segment was not answered in time: a transport retry.
 		if q.retryCount > int(q.attr.RetryCount) {
 			f.wireFail(q, prm.SyndromeTransportRetryExc)

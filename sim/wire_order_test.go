@@ -2,6 +2,7 @@ package sim
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -207,4 +208,94 @@ func TestDrainTakesAllAnswers(t *testing.T) {
 		require.True(t, ok, "send CQE %d after one round", i)
 		require.Equal(t, prm.CQEReq, c.op)
 	}
+}
+
+// connectRCRetry connects a (in e1) and b (in e2) with the given retry count.
+func connectRCRetry(t *testing.T, e1, e2 *env, a, b *testQP, retry uint8) {
+	for _, x := range []struct {
+		q, peer *testQP
+	}{{a, b}, {b, a}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: retry, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+}
+
+// TestAckInRingBeforeDeadlineIsTaken: the ACK reached the requester's ring
+// well before the ACK timeout; the requester's next round comes after the
+// deadline (its process was descheduled). It must take the ACK, not retry.
+func TestAckInRingBeforeDeadlineIsTaken(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)                    // the request leaves
+	stepRound(e2.f)                    // executed; ACK held
+	stepRound(e2.f)                    // ACK sent: it is in e1's ring now
+	time.Sleep(100 * time.Millisecond) // past the ACK timeout (Timeout 14: 67 ms)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, uint64(0), e1.f.Stats().Retries, "a retry although the ACK was in the ring before the deadline")
+}
+
+// TestAckInRingBeforeLastDeadlineIsTaken: RetryCount 0; after one real
+// timeout and its retry, the ACK arrives before the second deadline but
+// the requester's round comes after it: the WQE completes, not with
+// RETRY_EXC, since its ACK was in the ring in time.
+func TestAckInRingBeforeLastDeadlineIsTaken(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectRCRetry(t, e1, e2, a, q, 0)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f) // a real timeout: the retry (retryCount 1)
+	require.Equal(t, uint64(1), e1.f.Stats().Retries)
+	stepRound(e2.f) // executes PSN 0 (ACK held), then the repeat: both ACKs out
+	stepRound(e2.f)
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQEReq, c.op, "syndrome %#x: the ACK was in the ring before the deadline", c.synd)
+}
+
+// TestAckBehindStoppedDrainIsTaken: the peer's WRITE_IMM (a receive CQE
+// here) and then the ACK of a2's WRITE are in the ring before a2's
+// deadline: the round that stops at the WRITE_IMM judges no timer, and
+// the next takes the ACK before it judges a2's.
+func TestAckBehindStoppedDrainIsTaken(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a1 := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	a2 := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	q1 := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	q2 := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a1, q1, 7, 1)
+	e1.connectRC(a2, q2, 7, 1)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a1.postRecv()
+	a2.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(8), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)
+	q1.postWQE(writeImmWQE(q1, e1.addr(0), e1.mr.RKey()), 1)
+	stepRound(e2.f) // q1's WRITE_IMM out, then a2's WRITE served (ACK held)
+	stepRound(e2.f) // the ACK out, behind the WRITE_IMM
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	_, ok := a2.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, uint64(0), e1.f.Stats().Retries, "a retry although the ACK was in the ring before the deadline")
 }
