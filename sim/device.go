@@ -309,6 +309,7 @@ func (d *device) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.f.wireFlushAcks()
 	d.h.closedDevice(d)
 	_ = unix.Close(d.evfd)
 	d.releaseSharedBFLocked()

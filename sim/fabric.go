@@ -151,8 +151,17 @@ type Fabric struct {
 	shmJoined bool
 	shmErr    error
 	fabricEnv bool
-	wireEpoch uint32       // the last epoch given to a requester (wire.go)
-	wireHeld  []wireHeldUD // datagrams to other processes held back (wire_ud.go)
+	wireEpoch uint32        // the last epoch given to a requester (wire.go)
+	wireHeld  []wireHeldUD  // datagrams to other processes held back (wire_ud.go)
+	wireAcks  []wireHeldAck // plain ACKs held until the next round's sends (wire.go)
+	// wireSendOnly is set while a round's first pass over the QPs
+	// sends: a QP whose ACK timer ran out is left for a second pass,
+	// after the inbound messages are taken (stepLocked), and wireLate
+	// says there is one. wireUnjudged counts the rounds in a row whose
+	// drain stopped at a completion and so judged none.
+	wireSendOnly bool
+	wireLate     bool
+	wireUnjudged int
 	// The TCP link (tcp_link.go), made instead of a shared fabric.
 	tcp *tcpLink
 
@@ -332,6 +341,7 @@ func (f *Fabric) Close() error {
 		}
 	}()
 	defer f.mu.Unlock()
+	f.wireFlushAcks()
 	if f.shm != nil {
 		f.shm.leave()
 		f.shm = nil
@@ -472,8 +482,26 @@ func (f *Fabric) RunUntilIdle() error {
 	return fmt.Errorf("%w (%d rounds, virtual time %v)", ErrNotIdle, f.opts.MaxRounds, time.Duration(f.vnow))
 }
 
-// stepLocked runs one round and returns whether anything happened and the
-// earliest future deadline (0 if none).
+// wireJudgeRounds bounds the rounds in a row that judge no ACK timer
+// because their drain stopped at a completion (stepLocked): a stream of
+// completions from one process does not keep a QP to another, dead one
+// from timing out.
+const wireJudgeRounds = 64
+
+// stepLocked runs one round and returns whether anything happened and,
+// when nothing did, the earliest future deadline (0 if none).
+//
+// A round looks at the CQs and reads the doorbells, then lets each QP
+// send, then takes the messages of other processes. Sending first matters
+// between processes: a WQE posted after a completion was polled leaves at
+// the next round's start, before that round spends its time on the ACKs
+// and other messages that came in meanwhile; the plain ACKs this process
+// owes (held by wireServeSeg) leave right after. On a shared fabric the
+// inbound messages are taken up to the first request or datagram that
+// writes a CQE (shmFabric.drain): the round then ends, so that a polling
+// loop sees that completion at once, and the next round takes the rest.
+// A QP whose ACK timer ran out is left alone by the first pass over the
+// QPs and judged in a second, after the inbound answers are taken.
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
@@ -499,6 +527,17 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	for _, q := range f.qpList {
 		f.scanQP(q)
 	}
+	f.wireSendOnly, f.wireLate = true, false
+	for _, q := range f.qpList {
+		if f.runQP(q) {
+			progressed = true
+		}
+	}
+	f.wireSendOnly = false
+	if len(f.wireAcks) > 0 {
+		f.wireFlushAcks()
+		progressed = true
+	}
 	// Messages of other processes, once the doorbells are read: a
 	// receive posted before a message arrived is there for it.
 	if f.shm != nil && f.shm.drain(f) {
@@ -507,15 +546,37 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	if f.tcp != nil && f.tcp.drain(f) {
 		progressed = true
 	}
-	for _, q := range f.qpList {
-		if f.runQP(q) {
-			progressed = true
+	if f.wireLate {
+		// The QPs whose ACK timer ran out, judged once the answers
+		// that arrived in time are taken (a NIC takes an ACK as it
+		// arrives). A drain that stopped at a completion leaves
+		// answers unread: the judgement waits for a round that reads
+		// them all, or wireJudgeRounds rounds.
+		if f.shm == nil || !f.shm.stopped || f.wireUnjudged >= wireJudgeRounds {
+			f.wireUnjudged = 0
+			for _, q := range f.qpList {
+				if q.wire.segN > 0 && f.runQP(q) {
+					progressed = true
+				}
+			}
+		} else {
+			f.wireUnjudged++
 		}
+	}
+	if len(f.wireAcks) > 0 {
+		progressed = true // held for the next round, which must come
+	}
+	if progressed {
+		// The caller runs the next round at once: no deadline is
+		// needed, nor the clock read behind one.
+		return true, 0
+	}
+	for _, q := range f.qpList {
 		if q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}
 	}
-	return progressed, deadline
+	return false, deadline
 }
 
 // roundNow returns the time of the round stepLocked runs, reading the

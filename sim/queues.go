@@ -572,6 +572,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		// The table has no legal transition to SQD or SQE.
 		return provider.Errorf(op, "%w", ctx.ErrNotSupported)
 	}
+	q.f.wireFlushAcks()
 	q.wireTransition(from, a.State)
 	q.state = a.State
 	return nil
@@ -604,6 +605,7 @@ func (q *qp) Close() error {
 	if q.closed {
 		return nil
 	}
+	q.f.wireFlushAcks() // those of requests it executed: a NIC has sent them
 	q.closed = true
 	q.f.removeQP(q)
 	q.dev.detachBlueFlameLocked(q)

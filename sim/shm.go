@@ -22,6 +22,12 @@ type shmFabric struct {
 	peers [shmMaxSlots]*ringFile
 	// hdr is where send builds a record's header.
 	hdr wireHdr
+	// first is the slot whose ring drain reads first: the one after
+	// the ring where the last drain stopped at a completion, so that
+	// every sender's messages are taken in turn; stopped says whether
+	// the last drain stopped there (messages may be left unread).
+	first   int
+	stopped bool
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -138,22 +144,34 @@ func (s *shmFabric) peerAlive(slot int) bool {
 	return gen != 0 && s.reg.slotAlive(slot, gen)
 }
 
-// drain hands every message now in the inbound rings to f; it reports
-// whether there was any. It reads the rings of the slots that announced
-// themselves in the senders word, each at its head's mark.
+// drain hands the messages now in the inbound rings to f, up to the first
+// request or datagram that writes a CQE (a receive completion: what a
+// polling loop waits for in a round trip; the answers to this process's
+// requests, ACKs above all, are all taken, so that a stream of them does
+// not cost a round each); it reports whether there was any. It reads the rings
+// of the slots that announced themselves in the senders word, each at its
+// head's mark, from the slot after the ring where it last stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
 	got := false
-	for m := atomic.LoadUint64(s.in.u64(ringFileSenders)); m != 0; m &= m - 1 {
-		if s.drainRing(f, bits.TrailingZeros64(m)) {
-			got = true
+	s.stopped = false
+	m := bits.RotateLeft64(atomic.LoadUint64(s.in.u64(ringFileSenders)), -s.first)
+	for ; m != 0; m &= m - 1 {
+		slot := (bits.TrailingZeros64(m) + s.first) % shmMaxSlots
+		read, stopped := s.drainRing(f, slot)
+		got = got || read
+		if stopped {
+			s.stopped = true
+			s.first = (slot + 1) % shmMaxSlots
+			break
 		}
 	}
 	return got
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f; it reports whether there was any.
-func (s *shmFabric) drainRing(f *Fabric, from int) bool {
+// f, up to the first request or datagram that writes a CQE (see drain); it
+// reports whether there was any, and whether it stopped at such a message.
+func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
 	start := head
@@ -169,7 +187,13 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 			break
 		}
 		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
+			cqes := f.stats.CQEs
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
+			if h.Kind != wireResponse && f.stats.CQEs != cqes {
+				head += n
+				stopped = true
+				break
+			}
 		}
 		head += n
 		if n >= ringGiveBack {
@@ -179,12 +203,12 @@ func (s *shmFabric) drainRing(f *Fabric, from int) bool {
 		}
 	}
 	if head == start {
-		return false
+		return false, stopped
 	}
 	// A release store: a fence here would wait for the answers this
 	// round wrote into the peers' rings to leave the store buffer.
 	storeRelease64(hp, head)
-	return true
+	return true, stopped
 }
 
 // ringGiveBack is the size of a record after which drainRing moves its

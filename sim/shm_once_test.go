@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,6 +27,12 @@ func TestSharedRoundTripsExactlyOnce(t *testing.T) {
 	for i := 0; i < n; i++ {
 		p.round(t, i)
 	}
+	// The child holds its ACK of the last request until its next round,
+	// which can come after its answer reached this process.
+	require.Eventually(t, func() bool {
+		p.e.c.Idle()
+		return p.e.f.Stats().CQEs-before.CQEs >= 2*n
+	}, 5*time.Second, 10*time.Microsecond, "this process's last send completion")
 	mine := p.e.f.Stats()
 	// The child's last send completes when this process's ACK reaches
 	// it, which can be after this process saw the child's last write:

@@ -257,13 +257,14 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 	_, s1 := e1.f.SharedFabric()
 	_, s2 := e2.f.SharedFabric()
 	dlid := lidOf(t, e2.c) // before the fabrics' locks are held
+	gen := e1.f.shm.gen    // the requester's, as drainRing checks it
 	atomicFA := func(psn uint32) wireHdr {
 		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
-			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: dlid}
+			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: dlid, SrcGen: gen}
 	}
 	write := func(psn, off uint32) wireHdr {
 		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: psn,
-			RAddr: e2.addr(64), RKey: e2.mr.RKey(), Total: 8, Off: off, Seg: 4, DLID: dlid}
+			RAddr: e2.addr(64), RKey: e2.mr.RKey(), Total: 8, Off: off, Seg: 4, DLID: dlid, SrcGen: gen}
 	}
 	// The requester's engine held: the answers stay in its ring.
 	e1.f.mu.Lock()

@@ -254,6 +254,11 @@ func (f *Fabric) wireAtomicResult(q *qp, w *sendWQE, payload []byte) outcome {
 
 // wireReply answers request h of the process in slot from.
 func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8, data []byte) {
+	if len(f.wireAcks) > 0 {
+		// The ACKs held go first: a requester takes the answers to its
+		// segments in their order, and would drop this one otherwise.
+		f.wireFlushAcks()
+	}
 	f.wireOut(from, len(data), func(r *wireHdr, b []byte) {
 		r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, h.Op, status, synd, rnr
 		r.DstQPN, r.SrcQPN, r.PSN = h.SrcQPN, t.qpn, h.PSN
@@ -381,6 +386,12 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
 	if ws.segN > 0 && timeout != 0 && f.roundNow() >= ws.deadline {
+		if f.wireSendOnly {
+			// Judged after this round's inbound answers are taken
+			// (stepLocked): the ACK may be among them.
+			f.wireLate = true
+			return false
+		}
 		// The oldest segment was not answered in time: a transport retry.
 		if q.retryCount > int(q.attr.RetryCount) {
 			f.wireFail(q, prm.SyndromeTransportRetryExc)
@@ -833,7 +844,54 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		rs.atomicN++
 	}
 	rs.expect = (rs.expect + 1) & ctx.MaxPSN
+	if data == nil && len(f.wireAcks) < wireMaxHeldAcks {
+		// A plain ACK is held until this process's next round has sent
+		// what it posts meanwhile (stepLocked): the answer a polling
+		// loop posts to this request then leaves first, and this
+		// round's end does not wait for the ACK's cache lines.
+		f.wireAcks = append(f.wireAcks, wireHeldAck{slot: from, gen: h.SrcGen, op: h.Op, dst: h.SrcQPN, src: t.qpn, psn: h.PSN, off: h.Off, seg: h.Seg})
+		return
+	}
 	f.wireReply(from, h, t, wireAck, 0, 0, data)
+}
+
+// wireMaxHeldAcks bounds the plain ACKs held for the next round: past it
+// they go at once.
+const wireMaxHeldAcks = 64
+
+// wireHeldAck is a plain ACK (no data) held for the next round: slot and
+// gen are the requester's process (on a shared fabric, its generation),
+// op, dst (the requester's QPN), psn, off and seg echo its request, src is
+// the responder's QPN.
+type wireHeldAck struct {
+	slot          int
+	gen           uint64
+	op            uint8
+	dst, src, psn uint32
+	off, seg      uint32
+}
+
+// wireFlushAcks sends the plain ACKs held (wireServeSeg), in the order of
+// their requests. Besides each round, a QP's modify and close and a
+// device's or the Fabric's close send them: the requests they answer were
+// executed, and a NIC would have answered them already.
+func (f *Fabric) wireFlushAcks() {
+	if len(f.wireAcks) == 0 {
+		return
+	}
+	acks := f.wireAcks
+	f.wireAcks = acks[:0]
+	for i := range acks {
+		a := &acks[i]
+		if f.shm != nil && f.shm.reg.gen(a.slot) != a.gen {
+			continue // the requester's process is gone: so is its ACK
+		}
+		f.wireOut(a.slot, 0, func(r *wireHdr, _ []byte) {
+			r.Kind, r.Op, r.Status = wireResponse, a.op, wireAck
+			r.DstQPN, r.SrcQPN, r.PSN = a.dst, a.src, a.psn
+			r.Off, r.Seg = a.off, a.seg
+		})
+	}
 }
 
 // wireRepeatSeg answers a segment of stream rs executed before (its

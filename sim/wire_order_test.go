@@ -1,0 +1,301 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// The order of a round between processes (stepLocked): sends first, then
+// the plain ACKs held from the last round, then the inbound messages up
+// to the first that writes a CQE.
+
+// stepRound runs one round of f (its engine held off) on this goroutine.
+func stepRound(f *Fabric) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stepLocked()
+}
+
+// inbound returns the kinds and PSNs of the records from the process in
+// slot waiting in f's ring.
+func inbound(f *Fabric, slot int) (kinds []uint8, psns []uint32) {
+	walkRing(f.shm.in, slot, func(h *wireHdr, _ []byte) {
+		if h.Kind != wirePad {
+			kinds = append(kinds, h.Kind)
+			psns = append(psns, h.PSN)
+		}
+	})
+	return kinds, psns
+}
+
+// TestHeldAckFollowsAnswer: the responder's round that executes a write
+// with immediate holds its ACK; the answer its polling loop posts then
+// leaves in the next round ahead of that ACK, and the requester takes the
+// answer (a receive CQE) in one round, the ACK (its send CQE) in the next.
+func TestHeldAckFollowsAnswer(t *testing.T) {
+	e1, e2, a, q := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	_, s1 := e1.f.SharedFabric()
+	_, s2 := e2.f.SharedFabric()
+	q.postRecv()
+	a.postRecv()
+
+	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 1)
+	stepRound(e1.f)
+	kinds, _ := inbound(e2.f, s1)
+	require.Equal(t, []uint8{wireRequest}, kinds, "the request is out after the requester's round")
+
+	stepRound(e2.f)
+	c, ok := q.rcq.poll()
+	require.True(t, ok, "the responder's round wrote the receive CQE")
+	require.Equal(t, prm.CQERespWrImm, c.op)
+	kinds, _ = inbound(e1.f, s2)
+	require.Empty(t, kinds, "the ACK is held until the responder's next round")
+
+	q.postWQE(writeImmWQE(q, e1.addr(0), e1.mr.RKey()), 2) // the answer
+	stepRound(e2.f)
+	kinds, psns := inbound(e1.f, s2)
+	require.Equal(t, []uint8{wireRequest, wireResponse}, kinds, "the answer leaves ahead of the held ACK")
+	require.Equal(t, uint32(0), psns[1], "the ACK of the requester's PSN 0")
+
+	stepRound(e1.f)
+	c, ok = a.rcq.poll()
+	require.True(t, ok, "the answer's receive CQE")
+	require.Equal(t, uint32(2), c.imm)
+	_, ok = a.scq.poll()
+	require.False(t, ok, "the round ended at the answer's CQE, before the ACK")
+	stepRound(e1.f)
+	c, ok = a.scq.poll()
+	require.True(t, ok, "the ACK's send CQE, one round later")
+	require.Equal(t, prm.CQEReq, c.op)
+}
+
+// TestHeldAcksGoBeforeAnotherAnswer: an answer that is not a plain ACK
+// (here an RNR NAK) sends the ACKs held before it, so that the requester
+// gets the answers to its segments in order: the WRITE completes, and the
+// SEND that met no receive is sent again after the RNR timer.
+func TestHeldAcksGoBeforeAnotherAnswer(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	_, s1 := e1.f.SharedFabric()
+	_, s2 := e2.f.SharedFabric()
+
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("s")))
+	stepRound(e1.f)
+	kinds, _ := inbound(e2.f, s1)
+	require.Equal(t, []uint8{wireRequest, wireRequest}, kinds)
+
+	stepRound(e2.f) // no receive posted: the SEND meets an RNR NAK
+	var status []uint8
+	var psns []uint32
+	walkRing(e1.f.shm.in, s2, func(h *wireHdr, _ []byte) {
+		if h.Kind == wireResponse {
+			status = append(status, h.Status)
+			psns = append(psns, h.PSN)
+		}
+	})
+	require.Equal(t, []uint8{wireAck, wireRNR}, status, "the held ACK goes ahead of the NAK")
+	require.Equal(t, []uint32{0, 1}, psns)
+
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok, "the WRITE completes")
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, uint64(1), e1.f.Stats().RNRNaks, "the SEND waits for its RNR timer")
+	_, ok = a.scq.poll()
+	require.False(t, ok)
+}
+
+// TestDrainStopsAtCompletion: a round takes inbound messages up to the
+// first that writes a CQE, so that a polling loop sees it at once; each
+// following round takes the next.
+func TestDrainStopsAtCompletion(t *testing.T) {
+	e1, e2, a, q := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	for i := 0; i < 3; i++ {
+		q.postRecv()
+	}
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	for i := uint32(0); i < 3; i++ {
+		a.postWQE(w, i)
+	}
+	stepRound(e1.f)
+	_, s1 := e1.f.SharedFabric()
+	kinds, _ := inbound(e2.f, s1)
+	require.Len(t, kinds, 3, "the three requests are out")
+	for i := uint32(0); i < 3; i++ {
+		stepRound(e2.f)
+		c, ok := q.rcq.poll()
+		require.True(t, ok, "round %d", i)
+		require.Equal(t, i, c.imm)
+		_, ok = q.rcq.poll()
+		require.False(t, ok, "round %d took one completing message", i)
+	}
+}
+
+// TestDrainTakesSendersInTurn: when messages that complete wait in the
+// rings of two senders, successive rounds take them from each in turn,
+// not all from the first.
+func TestDrainTakesSendersInTurn(t *testing.T) {
+	name := testFabricName(t)
+	join := func() *env { return newEnv(t, Options{Mode: Engine, Fabric: name}) }
+	e1, e2, e3 := join(), join(), join()
+	a1 := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	a2 := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	q1 := e3.newQP(e3.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 8})
+	q2 := e3.newQP(e3.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 8})
+	e1.connectRC(a1, q1, 7, 1)
+	e2.connectRC(a2, q2, 7, 1)
+	for _, e := range []*env{e1, e2, e3} {
+		holdEngine(t, e.f)
+	}
+	for i := 0; i < 3; i++ {
+		q1.postRecv()
+		q2.postRecv()
+	}
+	w1 := writeImmWQE(a1, e3.addr(0), e3.mr.RKey())
+	w2 := writeImmWQE(a2, e3.addr(0), e3.mr.RKey())
+	for i := uint32(0); i < 3; i++ {
+		a1.postWQE(w1, i)
+		a2.postWQE(w2, i)
+	}
+	stepRound(e1.f)
+	stepRound(e2.f)
+	var order []*testQP
+	for i := 0; i < 6; i++ {
+		stepRound(e3.f)
+		for _, q := range []*testQP{q1, q2} {
+			if _, ok := q.rcq.poll(); ok {
+				order = append(order, q)
+			}
+		}
+		require.Len(t, order, i+1, "round %d", i)
+	}
+	for i := 1; i < len(order); i++ {
+		require.NotSame(t, order[i-1], order[i], "round %d took the same sender again", i)
+	}
+}
+
+// TestDrainTakesAllAnswers: the answers to this process's requests are
+// all taken in one round, whatever they complete: three ACKs, three send
+// CQEs.
+func TestDrainTakesAllAnswers(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	for i := 0; i < 3; i++ {
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	}
+	stepRound(e1.f)
+	stepRound(e2.f) // executes the three writes, holds their ACKs
+	stepRound(e2.f) // sends them
+	_, s2 := e2.f.SharedFabric()
+	kinds, _ := inbound(e1.f, s2)
+	require.Equal(t, []uint8{wireResponse, wireResponse, wireResponse}, kinds)
+	stepRound(e1.f)
+	for i := 0; i < 3; i++ {
+		c, ok := a.scq.poll()
+		require.True(t, ok, "send CQE %d after one round", i)
+		require.Equal(t, prm.CQEReq, c.op)
+	}
+}
+
+// connectRCRetry connects a (in e1) and b (in e2) with the given retry count.
+func connectRCRetry(t *testing.T, e1, e2 *env, a, b *testQP, retry uint8) {
+	for _, x := range []struct {
+		q, peer *testQP
+	}{{a, b}, {b, a}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: retry, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+}
+
+// TestAckInRingBeforeDeadlineIsTaken: the ACK reached the requester's ring
+// well before the ACK timeout; the requester's next round comes after the
+// deadline (its process was descheduled). It must take the ACK, not retry.
+func TestAckInRingBeforeDeadlineIsTaken(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)                    // the request leaves
+	stepRound(e2.f)                    // executed; ACK held
+	stepRound(e2.f)                    // ACK sent: it is in e1's ring now
+	time.Sleep(100 * time.Millisecond) // past the ACK timeout (Timeout 14: 67 ms)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, uint64(0), e1.f.Stats().Retries, "a retry although the ACK was in the ring before the deadline")
+}
+
+// TestAckInRingBeforeLastDeadlineIsTaken: RetryCount 0; after one real
+// timeout and its retry, the ACK arrives before the second deadline but
+// the requester's round comes after it: the WQE completes, not with
+// RETRY_EXC, since its ACK was in the ring in time.
+func TestAckInRingBeforeLastDeadlineIsTaken(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectRCRetry(t, e1, e2, a, q, 0)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f) // a real timeout: the retry (retryCount 1)
+	require.Equal(t, uint64(1), e1.f.Stats().Retries)
+	stepRound(e2.f) // executes PSN 0 (ACK held), then the repeat: both ACKs out
+	stepRound(e2.f)
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQEReq, c.op, "syndrome %#x: the ACK was in the ring before the deadline", c.synd)
+}
+
+// TestAckBehindStoppedDrainIsTaken: the peer's WRITE_IMM (a receive CQE
+// here) and then the ACK of a2's WRITE are in the ring before a2's
+// deadline: the round that stops at the WRITE_IMM judges no timer, and
+// the next takes the ACK before it judges a2's.
+func TestAckBehindStoppedDrainIsTaken(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a1 := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	a2 := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	q1 := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	q2 := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a1, q1, 7, 1)
+	e1.connectRC(a2, q2, 7, 1)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a1.postRecv()
+	a2.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(8), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)
+	q1.postWQE(writeImmWQE(q1, e1.addr(0), e1.mr.RKey()), 1)
+	stepRound(e2.f) // q1's WRITE_IMM out, then a2's WRITE served (ACK held)
+	stepRound(e2.f) // the ACK out, behind the WRITE_IMM
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	_, ok := a2.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, uint64(0), e1.f.Stats().Retries, "a retry although the ACK was in the ring before the deadline")
+}
