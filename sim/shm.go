@@ -144,11 +144,13 @@ func (s *shmFabric) peerAlive(slot int) bool {
 	return gen != 0 && s.reg.slotAlive(slot, gen)
 }
 
-// drain hands the messages now in the inbound rings to f, up to the first
-// request or datagram that writes a CQE (a receive completion: what a
-// polling loop waits for in a round trip; the answers to this process's
-// requests, ACKs above all, are all taken, so that a stream of them does
-// not cost a round each); it reports whether there was any. It reads the rings
+// drain hands the messages now in the inbound rings to f; it reports
+// whether there was any. After a request or datagram that writes a CQE (a
+// receive completion: what a polling loop waits for in a round trip) it
+// stops in front of an answer (an ACK, READ data, an atomic's result),
+// which the next round takes: the loop sees its completion first. A run
+// of requests, or of answers, is taken whole, so that a stream of SENDs
+// or of ACKs does not cost a round each. It reads the rings
 // of the slots that announced themselves in the senders word, each at its
 // head's mark, from the slot after the ring where it last stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
@@ -169,8 +171,9 @@ func (s *shmFabric) drain(f *Fabric) bool {
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f, up to the first request or datagram that writes a CQE (see drain); it
-// reports whether there was any, and whether it stopped at such a message.
+// f, stopping in front of an answer that follows a request or datagram
+// that wrote a CQE (see drain); it reports whether there was any, and
+// whether it stopped.
 func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
@@ -189,7 +192,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
 			cqes := f.stats.CQEs
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
-			if h.Kind != wireResponse && f.stats.CQEs != cqes {
+			if h.Kind != wireResponse && f.stats.CQEs != cqes && s.answerAt(from, head+n) {
 				head += n
 				stopped = true
 				break
@@ -209,6 +212,17 @@ func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 	// round wrote into the peers' rings to leave the store buffer.
 	storeRelease64(hp, head)
 	return true, stopped
+}
+
+// answerAt reports whether the record at pos in the ring of slot from is
+// published and an answer (wireResponse): drainRing stops in front of it
+// after a request that wrote a CQE.
+func (s *shmFabric) answerAt(from int, pos uint64) bool {
+	if !s.in.markAt(from, pos) {
+		return false
+	}
+	h := (*wireHdr)(unsafe.Pointer(&s.in.data(from)[pos&(ringDataSize-1)+ringMarkSize]))
+	return h.Kind == wireResponse
 }
 
 // ringGiveBack is the size of a record after which drainRing moves its
