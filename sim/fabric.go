@@ -154,6 +154,8 @@ type Fabric struct {
 	wireEpoch uint32        // the last epoch given to a requester (wire.go)
 	wireHeld  []wireHeldUD  // datagrams to other processes held back (wire_ud.go)
 	wireAcks  []wireHeldAck // plain ACKs held until the next round's sends (wire.go)
+	// wireAcksBlocked: the last flush of wireAcks met a full ring.
+	wireAcksBlocked bool
 	// wireSendOnly is set while a round's first pass over the QPs
 	// sends: a QP whose ACK timer ran out is left for a second pass,
 	// after the inbound messages are taken (stepLocked), and wireLate
@@ -496,10 +498,10 @@ const wireJudgeRounds = 64
 // between processes: a WQE posted after a completion was polled leaves at
 // the next round's start, before that round spends its time on the ACKs
 // and other messages that came in meanwhile; the plain ACKs this process
-// owes (held by wireServeSeg) leave right after. On a shared fabric the
-// inbound messages are taken up to the first request or datagram that
-// writes a CQE (shmFabric.drain): the round then ends, so that a polling
-// loop sees that completion at once, and the next round takes the rest.
+// owes (held by wireServeSeg) leave right after. On a shared fabric a
+// round that took a request writing a CQE stops in front of an answer
+// (shmFabric.drain), so that a polling loop sees that completion at once;
+// the next round takes the rest.
 // A QP whose ACK timer ran out is left alone by the first pass over the
 // QPs and judged in a second, after the inbound answers are taken.
 func (f *Fabric) stepLocked() (bool, int64) {
@@ -527,6 +529,11 @@ func (f *Fabric) stepLocked() (bool, int64) {
 	for _, q := range f.qpList {
 		f.scanQP(q)
 	}
+	if f.wireAcksBlocked {
+		// ACKs a full ring kept: before the sends, which would fill
+		// the ring again.
+		f.wireFlushAcks()
+	}
 	f.wireSendOnly, f.wireLate = true, false
 	for _, q := range f.qpList {
 		if f.runQP(q) {
@@ -534,9 +541,10 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		}
 	}
 	f.wireSendOnly = false
-	if len(f.wireAcks) > 0 {
-		f.wireFlushAcks()
-		progressed = true
+	if held := len(f.wireAcks); held > 0 {
+		if f.wireFlushAcks(); len(f.wireAcks) < held {
+			progressed = true
+		}
 	}
 	// Messages of other processes, once the doorbells are read: a
 	// receive posted before a message arrived is there for it.
@@ -563,8 +571,10 @@ func (f *Fabric) stepLocked() (bool, int64) {
 			f.wireUnjudged++
 		}
 	}
-	if len(f.wireAcks) > 0 {
-		progressed = true // held for the next round, which must come
+	if len(f.wireAcks) > 0 && !f.wireAcksBlocked {
+		// Held for the next round, which must come (ACKs a full ring
+		// blocks wait for the engine's next round like any other work).
+		progressed = true
 	}
 	if progressed {
 		// The caller runs the next round at once: no deadline is

@@ -144,20 +144,32 @@ func (s *shmFabric) peerAlive(slot int) bool {
 	return gen != 0 && s.reg.slotAlive(slot, gen)
 }
 
-// drain hands the messages now in the inbound rings to f, up to the first
-// request or datagram that writes a CQE (a receive completion: what a
-// polling loop waits for in a round trip; the answers to this process's
-// requests, ACKs above all, are all taken, so that a stream of them does
-// not cost a round each); it reports whether there was any. It reads the rings
-// of the slots that announced themselves in the senders word, each at its
-// head's mark, from the slot after the ring where it last stopped.
+// drain hands the messages now in the inbound rings to f; it reports
+// whether there was any. It stops after a request or datagram that writes
+// a CQE (a receive completion: what a polling loop waits for in a round
+// trip), without looking at what follows (a look at the next record's
+// line would pull it from the producer while it writes there): the loop
+// sees its completion first, and the next round takes the rest. The ring
+// it stopped in is then read last, and whole: a completing request at its
+// head is one of a run (a stream of SENDs), which does not cost a round
+// each. Answers (ACKs, READ data, atomic results) never stop it. It reads
+// the rings of the slots that announced themselves in the senders word,
+// each at its head's mark, from the slot after the ring where it last
+// stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
 	got := false
+	// The ring the last drain stopped in, if it did: a completing
+	// request at its head now is one of a run (a stream of SENDs),
+	// which this drain takes whole.
+	run := -1
+	if s.stopped {
+		run = (s.first + shmMaxSlots - 1) % shmMaxSlots
+	}
 	s.stopped = false
 	m := bits.RotateLeft64(atomic.LoadUint64(s.in.u64(ringFileSenders)), -s.first)
 	for ; m != 0; m &= m - 1 {
 		slot := (bits.TrailingZeros64(m) + s.first) % shmMaxSlots
-		read, stopped := s.drainRing(f, slot)
+		read, stopped := s.drainRing(f, slot, slot == run)
 		got = got || read
 		if stopped {
 			s.stopped = true
@@ -169,9 +181,10 @@ func (s *shmFabric) drain(f *Fabric) bool {
 }
 
 // drainRing hands the published messages in the ring slot from writes to
-// f, up to the first request or datagram that writes a CQE (see drain); it
-// reports whether there was any, and whether it stopped at such a message.
-func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
+// f, stopping after a request or datagram that wrote a CQE unless run (the
+// last drain stopped in this ring: see drain); it reports whether there
+// was any, and whether it stopped.
+func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool) {
 	hp := s.in.head(from)
 	head := atomic.LoadUint64(hp)
 	start := head
@@ -189,7 +202,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int) (read, stopped bool) {
 		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
 			cqes := f.stats.CQEs
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
-			if h.Kind != wireResponse && f.stats.CQEs != cqes {
+			if h.Kind != wireResponse && f.stats.CQEs != cqes && !run {
 				head += n
 				stopped = true
 				break

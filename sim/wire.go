@@ -257,7 +257,11 @@ func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8,
 	if len(f.wireAcks) > 0 {
 		// The ACKs held go first: a requester takes the answers to its
 		// segments in their order, and would drop this one otherwise.
-		f.wireFlushAcks()
+		// If a full ring keeps some, this answer is lost behind them,
+		// as a packet would be: the requester's retry brings it again.
+		if f.wireFlushAcks(); len(f.wireAcks) > 0 {
+			return
+		}
 	}
 	f.wireOut(from, len(data), func(r *wireHdr, b []byte) {
 		r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, h.Op, status, synd, rnr
@@ -874,24 +878,32 @@ type wireHeldAck struct {
 // wireFlushAcks sends the plain ACKs held (wireServeSeg), in the order of
 // their requests. Besides each round, a QP's modify and close and a
 // device's or the Fabric's close send them: the requests they answer were
-// executed, and a NIC would have answered them already.
+// executed, and a NIC would have answered them already. An ACK whose
+// requester's ring is full stays held, with those after it, and
+// wireAcksBlocked is set: the next round sends them before anything else.
 func (f *Fabric) wireFlushAcks() {
+	f.wireAcksBlocked = false
 	if len(f.wireAcks) == 0 {
 		return
 	}
 	acks := f.wireAcks
-	f.wireAcks = acks[:0]
-	for i := range acks {
-		a := &acks[i]
+	done := 0 // sent, or dropped with their requester
+	for ; done < len(acks); done++ {
+		a := &acks[done]
 		if f.shm != nil && f.shm.reg.gen(a.slot) != a.gen {
 			continue // the requester's process is gone: so is its ACK
 		}
-		f.wireOut(a.slot, 0, func(r *wireHdr, _ []byte) {
+		sent := f.wireOut(a.slot, 0, func(r *wireHdr, _ []byte) {
 			r.Kind, r.Op, r.Status = wireResponse, a.op, wireAck
 			r.DstQPN, r.SrcQPN, r.PSN = a.dst, a.src, a.psn
 			r.Off, r.Seg = a.off, a.seg
 		})
+		if !sent && f.wirePeerAlive(a.slot) {
+			f.wireAcksBlocked = true
+			break
+		}
 	}
+	f.wireAcks = append(acks[:0], acks[done:]...)
 }
 
 // wireRepeatSeg answers a segment of stream rs executed before (its

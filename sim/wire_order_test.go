@@ -115,37 +115,74 @@ func TestHeldAcksGoBeforeAnotherAnswer(t *testing.T) {
 	require.False(t, ok)
 }
 
-// TestDrainStopsAtCompletion: a round takes inbound messages up to the
-// first that writes a CQE, so that a polling loop sees it at once; each
-// following round takes the next.
+// answerBehindRequest leaves in the ring of e2 from e1 a write with
+// immediate (imm) from a to q followed by an answer: the ACK of a signaled
+// RDMA WRITE q made to e1 before, which e1 held until the round that sent
+// the write with immediate.
+func answerBehindRequest(t *testing.T, e1, e2 *env, a, q *testQP, imm uint32) {
+	t.Helper()
+	q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(64), e1.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e2.f) // q's WRITE out
+	stepRound(e1.f) // executed, its ACK held
+	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), imm)
+	stepRound(e1.f) // the write with immediate, then the ACK
+}
+
+// TestDrainStopsAtCompletion: a round stops after a request that writes
+// a CQE, so that a polling loop sees its completion at once; the next
+// round takes what follows (here an answer).
 func TestDrainStopsAtCompletion(t *testing.T) {
 	e1, e2, a, q := sharedRCPair(t)
 	holdEngine(t, e1.f)
 	holdEngine(t, e2.f)
-	for i := 0; i < 3; i++ {
+	q.postRecv()
+	answerBehindRequest(t, e1, e2, a, q, 7)
+	_, s1 := e1.f.SharedFabric()
+	kinds, _ := inbound(e2.f, s1)
+	require.Equal(t, []uint8{wireRequest, wireResponse}, kinds)
+
+	stepRound(e2.f)
+	c, ok := q.rcq.poll()
+	require.True(t, ok, "the write with immediate's CQE")
+	require.Equal(t, uint32(7), c.imm)
+	_, ok = q.scq.poll()
+	require.False(t, ok, "the ACK behind it is left for the next round")
+	stepRound(e2.f)
+	c, ok = q.scq.poll()
+	require.True(t, ok, "the next round takes the ACK")
+	require.Equal(t, prm.CQEReq, c.op)
+}
+
+// TestDrainTakesRequestRuns: a run of requests that write CQEs costs one
+// round more than one request: the round after one that stopped in a ring
+// takes the rest of that ring whole.
+func TestDrainTakesRequestRuns(t *testing.T) {
+	e1, e2, a, q := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	for i := 0; i < 4; i++ {
 		q.postRecv()
 	}
 	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
-	for i := uint32(0); i < 3; i++ {
+	for i := uint32(0); i < 4; i++ {
 		a.postWQE(w, i)
 	}
 	stepRound(e1.f)
-	_, s1 := e1.f.SharedFabric()
-	kinds, _ := inbound(e2.f, s1)
-	require.Len(t, kinds, 3, "the three requests are out")
-	for i := uint32(0); i < 3; i++ {
+	for round, want := range []int{1, 3} {
 		stepRound(e2.f)
-		c, ok := q.rcq.poll()
-		require.True(t, ok, "round %d", i)
-		require.Equal(t, i, c.imm)
-		_, ok = q.rcq.poll()
-		require.False(t, ok, "round %d took one completing message", i)
+		got := 0
+		for _, ok := q.rcq.poll(); ok; _, ok = q.rcq.poll() {
+			got++
+		}
+		require.Equal(t, want, got, "round %d", round)
 	}
 }
 
-// TestDrainTakesSendersInTurn: when messages that complete wait in the
-// rings of two senders, successive rounds take them from each in turn,
-// not all from the first.
+// TestDrainTakesSendersInTurn: when each of two senders' rings holds a
+// completing request followed by an answer and another request, the round
+// after one that stopped in the first ring starts with the second: it
+// takes one completion from the other sender, not the first's next one
+// on its way.
 func TestDrainTakesSendersInTurn(t *testing.T) {
 	name := testFabricName(t)
 	join := func() *env { return newEnv(t, Options{Mode: Engine, Fabric: name}) }
@@ -163,27 +200,31 @@ func TestDrainTakesSendersInTurn(t *testing.T) {
 		q1.postRecv()
 		q2.postRecv()
 	}
-	w1 := writeImmWQE(a1, e3.addr(0), e3.mr.RKey())
-	w2 := writeImmWQE(a2, e3.addr(0), e3.mr.RKey())
-	for i := uint32(0); i < 3; i++ {
-		a1.postWQE(w1, i)
-		a2.postWQE(w2, i)
+	q1.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(64), e1.mr.RKey()), inlineSeg([]byte("w")))
+	q2.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(64), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e3.f) // both WRITEs out
+	for _, x := range []struct {
+		e *env
+		a *testQP
+	}{{e1, a1}, {e2, a2}} {
+		stepRound(x.e.f) // the WRITE executed, its ACK held
+		w := writeImmWQE(x.a, e3.addr(0), e3.mr.RKey())
+		x.a.postWQE(w, 1)
+		stepRound(x.e.f) // a write with immediate, then the ACK
+		x.a.postWQE(w, 2)
+		stepRound(x.e.f) // another write with immediate
 	}
-	stepRound(e1.f)
-	stepRound(e2.f)
 	var order []*testQP
-	for i := 0; i < 6; i++ {
+	for i := 0; i < 2; i++ {
 		stepRound(e3.f)
 		for _, q := range []*testQP{q1, q2} {
-			if _, ok := q.rcq.poll(); ok {
+			for _, ok := q.rcq.poll(); ok; _, ok = q.rcq.poll() {
 				order = append(order, q)
 			}
 		}
-		require.Len(t, order, i+1, "round %d", i)
+		require.Len(t, order, i+1, "round %d took one completion", i)
 	}
-	for i := 1; i < len(order); i++ {
-		require.NotSame(t, order[i-1], order[i], "round %d took the same sender again", i)
-	}
+	require.NotSame(t, order[0], order[1], "the second round took the same sender again")
 }
 
 // TestDrainTakesAllAnswers: the answers to this process's requests are
@@ -298,4 +339,36 @@ func TestAckBehindStoppedDrainIsTaken(t *testing.T) {
 	_, ok := a2.scq.poll()
 	require.True(t, ok)
 	require.Equal(t, uint64(0), e1.f.Stats().Retries, "a retry although the ACK was in the ring before the deadline")
+}
+
+// TestHeldAckWaitsForRoom: an ACK held while the requester's ring is full
+// is not lost: it stays held, the round after the ring has room sends it
+// before anything else, and the requester completes without a retry.
+func TestHeldAckWaitsForRoom(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	_, s1 := e1.f.SharedFabric()
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f) // the request out
+	e2.f.mu.Lock()
+	pad := func(h *wireHdr, _ []byte) {} // Kind wirePad: drain skips it
+	for e2.f.shm.send(s1, wireMaxPayload, pad) {
+	}
+	e2.f.mu.Unlock()
+	stepRound(e2.f) // executed, its ACK held
+	stepRound(e2.f) // the ring is full: the ACK stays held
+	e2.f.mu.Lock()
+	held, blocked := len(e2.f.wireAcks), e2.f.wireAcksBlocked
+	e2.f.mu.Unlock()
+	require.Equal(t, 1, held, "the ACK is kept")
+	require.True(t, blocked)
+
+	stepRound(e1.f) // takes the pads: room again
+	stepRound(e2.f) // the held ACK first
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok, "the WRITE completes")
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Zero(t, e1.f.Stats().Retries)
 }
