@@ -848,11 +848,15 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		rs.atomicN++
 	}
 	rs.expect = (rs.expect + 1) & ctx.MaxPSN
-	if data == nil && len(f.wireAcks) < wireMaxHeldAcks {
-		// A plain ACK is held until this process's next round has sent
-		// what it posts meanwhile (stepLocked): the answer a polling
-		// loop posts to this request then leaves first, and this
-		// round's end does not wait for the ACK's cache lines.
+	completes := last && (op == prm.OpSend || op == prm.OpSendImm || op == prm.OpSendInval || op == prm.OpRdmaWriteImm)
+	if completes && len(f.wireAcks) < wireMaxHeldAcks {
+		// The ACK of a request that wrote a receive CQE is held until
+		// this process's next round has sent what it posts meanwhile
+		// (stepLocked): the answer a polling loop posts to this
+		// request then leaves first, and this round's end does not
+		// wait for the ACK's cache lines. Other ACKs (a plain WRITE, a
+		// SEND's first segments) go at once: nothing here answers
+		// them, and a requester's window waits for them.
 		f.wireAcks = append(f.wireAcks, wireHeldAck{slot: from, gen: h.SrcGen, op: h.Op, dst: h.SrcQPN, src: t.qpn, psn: h.PSN, off: h.Off, seg: h.Seg})
 		return
 	}

@@ -14,10 +14,11 @@ import (
 // one goroutine: the requester's round that sends it, the responder's
 // round that executes it (wireIn) and answers, and the requester's round
 // that takes the ACK (wireIn) and writes the send CQE; then both CQEs are
-// polled. The responder holds its ACK until its next round
-// (wireServeSeg), which sends it. Both engines are held off, so the rounds run here, one after
-// the other, and no cache line moves between processors: what is left is
-// the model's CPU cost per message and per round.
+// polled. The responder holds the ACK of a write with immediate until its
+// next round (wireServeSeg), which sends it. Both engines are held off,
+// so the rounds run here, one after the other, and no cache line moves
+// between processors: what is left is the model's CPU cost per message
+// and per round.
 func BenchmarkWireMessage(b *testing.B) {
 	e1, e2, a, q := sharedRCPair(b)
 	for i := 0; i < 32; i++ {

@@ -78,22 +78,28 @@ func TestHeldAckFollowsAnswer(t *testing.T) {
 
 // TestHeldAcksGoBeforeAnotherAnswer: an answer that is not a plain ACK
 // (here an RNR NAK) sends the ACKs held before it, so that the requester
-// gets the answers to its segments in order: the WRITE completes, and the
-// SEND that met no receive is sent again after the RNR timer.
+// gets the answers to its segments in order: the writes with immediate
+// complete, and the SEND that met no receive is sent again after the RNR
+// timer.
 func TestHeldAcksGoBeforeAnotherAnswer(t *testing.T) {
-	e1, e2, a, _ := sharedRCPair(t)
+	e1, e2, a, q := sharedRCPair(t)
 	holdEngine(t, e1.f)
 	holdEngine(t, e2.f)
 	_, s1 := e1.f.SharedFabric()
 	_, s2 := e2.f.SharedFabric()
 
-	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	q.postRecv() // for the writes with immediate, none for the SEND
+	q.postRecv()
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	a.postWQE(w, 1)
+	a.postWQE(w, 2)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("s")))
 	stepRound(e1.f)
 	kinds, _ := inbound(e2.f, s1)
-	require.Equal(t, []uint8{wireRequest, wireRequest}, kinds)
+	require.Equal(t, []uint8{wireRequest, wireRequest, wireRequest}, kinds)
 
-	stepRound(e2.f) // no receive posted: the SEND meets an RNR NAK
+	stepRound(e2.f) // the first write with immediate: its ACK held
+	stepRound(e2.f) // that ACK; the second (ACK held), the SEND's RNR NAK
 	var status []uint8
 	var psns []uint32
 	walkRing(e1.f.shm.in, s2, func(h *wireHdr, _ []byte) {
@@ -102,28 +108,30 @@ func TestHeldAcksGoBeforeAnotherAnswer(t *testing.T) {
 			psns = append(psns, h.PSN)
 		}
 	})
-	require.Equal(t, []uint8{wireAck, wireRNR}, status, "the held ACK goes ahead of the NAK")
-	require.Equal(t, []uint32{0, 1}, psns)
+	require.Equal(t, []uint8{wireAck, wireAck, wireRNR}, status, "the held ACK goes ahead of the NAK")
+	require.Equal(t, []uint32{0, 1, 2}, psns)
 
 	stepRound(e1.f)
-	stepRound(e1.f)
-	c, ok := a.scq.poll()
-	require.True(t, ok, "the WRITE completes")
-	require.Equal(t, prm.CQEReq, c.op)
+	for i := 0; i < 2; i++ {
+		c, ok := a.scq.poll()
+		require.True(t, ok, "write with immediate %d completes", i)
+		require.Equal(t, prm.CQEReq, c.op)
+	}
 	require.Equal(t, uint64(1), e1.f.Stats().RNRNaks, "the SEND waits for its RNR timer")
-	_, ok = a.scq.poll()
+	_, ok := a.scq.poll()
 	require.False(t, ok)
 }
 
 // answerBehindRequest leaves in the ring of e2 from e1 a write with
-// immediate (imm) from a to q followed by an answer: the ACK of a signaled
-// RDMA WRITE q made to e1 before, which e1 held until the round that sent
-// the write with immediate.
+// immediate (imm) from a to q followed by an answer: the ACK of a write
+// with immediate q made to a before, which e1 held until the round that
+// sent a's.
 func answerBehindRequest(t *testing.T, e1, e2 *env, a, q *testQP, imm uint32) {
 	t.Helper()
-	q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(64), e1.mr.RKey()), inlineSeg([]byte("w")))
-	stepRound(e2.f) // q's WRITE out
-	stepRound(e1.f) // executed, its ACK held
+	a.postRecv()
+	q.postWQE(writeImmWQE(q, e1.addr(64), e1.mr.RKey()), 100+imm)
+	stepRound(e2.f) // q's write with immediate out
+	stepRound(e1.f) // executed (a's receive CQE), its ACK held
 	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), imm)
 	stepRound(e1.f) // the write with immediate, then the ACK
 }
@@ -200,14 +208,16 @@ func TestDrainTakesSendersInTurn(t *testing.T) {
 		q1.postRecv()
 		q2.postRecv()
 	}
-	q1.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(64), e1.mr.RKey()), inlineSeg([]byte("w")))
-	q2.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(64), e2.mr.RKey()), inlineSeg([]byte("w")))
-	stepRound(e3.f) // both WRITEs out
+	a1.postRecv()
+	a2.postRecv()
+	q1.postWQE(writeImmWQE(q1, e1.addr(64), e1.mr.RKey()), 100)
+	q2.postWQE(writeImmWQE(q2, e2.addr(64), e2.mr.RKey()), 100)
+	stepRound(e3.f) // both writes with immediate out
 	for _, x := range []struct {
 		e *env
 		a *testQP
 	}{{e1, a1}, {e2, a2}} {
-		stepRound(x.e.f) // the WRITE executed, its ACK held
+		stepRound(x.e.f) // executed (a receive CQE), its ACK held
 		w := writeImmWQE(x.a, e3.addr(0), e3.mr.RKey())
 		x.a.postWQE(w, 1)
 		stepRound(x.e.f) // a write with immediate, then the ACK
@@ -345,18 +355,19 @@ func TestAckBehindStoppedDrainIsTaken(t *testing.T) {
 // is not lost: it stays held, the round after the ring has room sends it
 // before anything else, and the requester completes without a retry.
 func TestHeldAckWaitsForRoom(t *testing.T) {
-	e1, e2, a, _ := sharedRCPair(t)
+	e1, e2, a, q := sharedRCPair(t)
 	holdEngine(t, e1.f)
 	holdEngine(t, e2.f)
 	_, s1 := e1.f.SharedFabric()
-	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	q.postRecv()
+	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 1)
 	stepRound(e1.f) // the request out
 	e2.f.mu.Lock()
 	pad := func(h *wireHdr, _ []byte) {} // Kind wirePad: drain skips it
 	for e2.f.shm.send(s1, wireMaxPayload, pad) {
 	}
 	e2.f.mu.Unlock()
-	stepRound(e2.f) // executed, its ACK held
+	stepRound(e2.f) // executed (a receive CQE), its ACK held
 	stepRound(e2.f) // the ring is full: the ACK stays held
 	e2.f.mu.Lock()
 	held, blocked := len(e2.f.wireAcks), e2.f.wireAcksBlocked
@@ -368,7 +379,22 @@ func TestHeldAckWaitsForRoom(t *testing.T) {
 	stepRound(e2.f) // the held ACK first
 	stepRound(e1.f)
 	c, ok := a.scq.poll()
-	require.True(t, ok, "the WRITE completes")
+	require.True(t, ok, "the write with immediate completes")
 	require.Equal(t, prm.CQEReq, c.op)
 	require.Zero(t, e1.f.Stats().Retries)
+}
+
+// TestPlainAckGoesAtOnce: the ACK of a request that writes no CQE at the
+// responder (an RDMA WRITE) is not held: nothing there answers it, and
+// the requester's window waits for it.
+func TestPlainAckGoesAtOnce(t *testing.T) {
+	e1, e2, a, _ := sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	_, s2 := e2.f.SharedFabric()
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e1.f)
+	stepRound(e2.f)
+	kinds, _ := inbound(e1.f, s2)
+	require.Equal(t, []uint8{wireResponse}, kinds, "the ACK left in the round that executed the WRITE")
 }
