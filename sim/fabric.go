@@ -153,7 +153,7 @@ type Fabric struct {
 	fabricEnv bool
 	wireEpoch uint32        // the last epoch given to a requester (wire.go)
 	wireHeld  []wireHeldUD  // datagrams to other processes held back (wire_ud.go)
-	wireAcks  []wireHeldAck // plain ACKs held until the next round's sends (wire.go)
+	wireAcks  []wireHeldAck // ACKs held until the next round's sends (wire.go)
 	// wireAcksBlocked: the last flush of wireAcks met a full ring.
 	wireAcksBlocked bool
 	// wireSendOnly is set while a round's first pass over the QPs
@@ -497,13 +497,13 @@ const wireJudgeRounds = 64
 // send, then takes the messages of other processes. Sending first matters
 // between processes: a WQE posted after a completion was polled leaves at
 // the next round's start, before that round spends its time on the ACKs
-// and other messages that came in meanwhile; the plain ACKs this process
-// owes (held by wireServeSeg) leave right after. On a shared fabric a
-// round that took a request writing a CQE stops in front of an answer
+// and other messages that came in meanwhile; the ACKs of completing
+// requests this process holds (wireServeSeg) leave right after. On a
+// shared fabric a round ends after an inbound request that writes a CQE
 // (shmFabric.drain), so that a polling loop sees that completion at once;
-// the next round takes the rest.
-// A QP whose ACK timer ran out is left alone by the first pass over the
-// QPs and judged in a second, after the inbound answers are taken.
+// the next round takes the rest. A QP whose ACK timer ran out is left
+// alone by the first pass over the QPs and judged in a second, after the
+// inbound answers are taken.
 func (f *Fabric) stepLocked() (bool, int64) {
 	f.stats.StepsExecuted++
 	f.roundTimed = false

@@ -863,11 +863,11 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	f.wireReply(from, h, t, wireAck, 0, 0, data)
 }
 
-// wireMaxHeldAcks bounds the plain ACKs held for the next round: past it
-// they go at once.
+// wireMaxHeldAcks bounds the ACKs held for the next round: past it they go
+// at once.
 const wireMaxHeldAcks = 64
 
-// wireHeldAck is a plain ACK (no data) held for the next round: slot and
+// wireHeldAck is an ACK (no data) held for the next round: slot and
 // gen are the requester's process (on a shared fabric, its generation),
 // op, dst (the requester's QPN), psn, off and seg echo its request, src is
 // the responder's QPN.
@@ -879,7 +879,7 @@ type wireHeldAck struct {
 	off, seg      uint32
 }
 
-// wireFlushAcks sends the plain ACKs held (wireServeSeg), in the order of
+// wireFlushAcks sends the ACKs held (wireServeSeg), in the order of
 // their requests. Besides each round, a QP's modify and close and a
 // device's or the Fabric's close send them: the requests they answer were
 // executed, and a NIC would have answered them already. An ACK whose
