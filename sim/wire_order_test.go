@@ -21,6 +21,28 @@ func stepRound(f *Fabric) {
 	f.stepLocked()
 }
 
+// heldRCPair is sharedRCPair with both Fabrics' engines held off: the
+// rounds run only where a test steps them (stepRound).
+func heldRCPair(t *testing.T) (e1, e2 *env, a, q *testQP) {
+	e1, e2, a, q = sharedRCPair(t)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	return e1, e2, a, q
+}
+
+// sendCQENextRound asserts that q has no send CQE yet (why says what
+// holds it back) and a successful one after the next round of f, q's
+// Fabric: the ACK left for that round.
+func sendCQENextRound(t *testing.T, f *Fabric, q *testQP, why string) {
+	t.Helper()
+	_, ok := q.scq.poll()
+	require.False(t, ok, why)
+	stepRound(f)
+	c, ok := q.scq.poll()
+	require.True(t, ok, "the send CQE, one round later")
+	require.Equal(t, prm.CQEReq, c.op)
+}
+
 // inbound returns the kinds and PSNs of the records from the process in
 // slot waiting in f's ring.
 func inbound(f *Fabric, slot int) (kinds []uint8, psns []uint32) {
@@ -38,9 +60,7 @@ func inbound(f *Fabric, slot int) (kinds []uint8, psns []uint32) {
 // leaves in the next round ahead of that ACK, and the requester takes the
 // answer (a receive CQE) in one round, the ACK (its send CQE) in the next.
 func TestHeldAckFollowsAnswer(t *testing.T) {
-	e1, e2, a, q := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, q := heldRCPair(t)
 	_, s1 := e1.f.SharedFabric()
 	_, s2 := e2.f.SharedFabric()
 	q.postRecv()
@@ -68,12 +88,7 @@ func TestHeldAckFollowsAnswer(t *testing.T) {
 	c, ok = a.rcq.poll()
 	require.True(t, ok, "the answer's receive CQE")
 	require.Equal(t, uint32(2), c.imm)
-	_, ok = a.scq.poll()
-	require.False(t, ok, "the round ended at the answer's CQE, before the ACK")
-	stepRound(e1.f)
-	c, ok = a.scq.poll()
-	require.True(t, ok, "the ACK's send CQE, one round later")
-	require.Equal(t, prm.CQEReq, c.op)
+	sendCQENextRound(t, e1.f, a, "the round ended at the answer's CQE, before the ACK")
 }
 
 // TestHeldAcksGoBeforeAnotherAnswer: an answer that is not a plain ACK
@@ -82,9 +97,7 @@ func TestHeldAckFollowsAnswer(t *testing.T) {
 // complete, and the SEND that met no receive is sent again after the RNR
 // timer.
 func TestHeldAcksGoBeforeAnotherAnswer(t *testing.T) {
-	e1, e2, a, q := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, q := heldRCPair(t)
 	_, s1 := e1.f.SharedFabric()
 	_, s2 := e2.f.SharedFabric()
 
@@ -140,9 +153,7 @@ func answerBehindRequest(t *testing.T, e1, e2 *env, a, q *testQP, imm uint32) {
 // a CQE, so that a polling loop sees its completion at once; the next
 // round takes what follows (here an answer).
 func TestDrainStopsAtCompletion(t *testing.T) {
-	e1, e2, a, q := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, q := heldRCPair(t)
 	q.postRecv()
 	answerBehindRequest(t, e1, e2, a, q, 7)
 	_, s1 := e1.f.SharedFabric()
@@ -153,21 +164,14 @@ func TestDrainStopsAtCompletion(t *testing.T) {
 	c, ok := q.rcq.poll()
 	require.True(t, ok, "the write with immediate's CQE")
 	require.Equal(t, uint32(7), c.imm)
-	_, ok = q.scq.poll()
-	require.False(t, ok, "the ACK behind it is left for the next round")
-	stepRound(e2.f)
-	c, ok = q.scq.poll()
-	require.True(t, ok, "the next round takes the ACK")
-	require.Equal(t, prm.CQEReq, c.op)
+	sendCQENextRound(t, e2.f, q, "the ACK behind it is left for the next round")
 }
 
 // TestDrainTakesRequestRuns: a run of requests that write CQEs costs one
 // round more than one request: the round after one that stopped in a ring
 // takes the rest of that ring whole.
 func TestDrainTakesRequestRuns(t *testing.T) {
-	e1, e2, a, q := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, q := heldRCPair(t)
 	for i := 0; i < 4; i++ {
 		q.postRecv()
 	}
@@ -241,9 +245,7 @@ func TestDrainTakesSendersInTurn(t *testing.T) {
 // all taken in one round, whatever they complete: three ACKs, three send
 // CQEs.
 func TestDrainTakesAllAnswers(t *testing.T) {
-	e1, e2, a, _ := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, _ := heldRCPair(t)
 	for i := 0; i < 3; i++ {
 		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
 	}
@@ -277,9 +279,7 @@ func connectRCRetry(t *testing.T, e1, e2 *env, a, b *testQP, retry uint8) {
 // well before the ACK timeout; the requester's next round comes after the
 // deadline (its process was descheduled). It must take the ACK, not retry.
 func TestAckInRingBeforeDeadlineIsTaken(t *testing.T) {
-	e1, e2, a, _ := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, _ := heldRCPair(t)
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
 	stepRound(e1.f)                    // the request leaves
 	stepRound(e2.f)                    // executed; ACK held
@@ -355,9 +355,7 @@ func TestAckBehindStoppedDrainIsTaken(t *testing.T) {
 // is not lost: it stays held, the round after the ring has room sends it
 // before anything else, and the requester completes without a retry.
 func TestHeldAckWaitsForRoom(t *testing.T) {
-	e1, e2, a, q := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, q := heldRCPair(t)
 	_, s1 := e1.f.SharedFabric()
 	q.postRecv()
 	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 1)
@@ -388,9 +386,7 @@ func TestHeldAckWaitsForRoom(t *testing.T) {
 // responder (an RDMA WRITE) is not held: nothing there answers it, and
 // the requester's window waits for it.
 func TestPlainAckGoesAtOnce(t *testing.T) {
-	e1, e2, a, _ := sharedRCPair(t)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, _ := heldRCPair(t)
 	_, s2 := e2.f.SharedFabric()
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
 	stepRound(e1.f)
