@@ -214,7 +214,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		return done(0)
 	}
 	if q.typ == ctx.QPTypeUD {
-		return f.sendUD(q, w)
+		return f.sendUD(q, w, now)
 	}
 	// Local checks come first: the device reads (or prepares to write) the
 	// local buffers before the first packet leaves.

@@ -95,8 +95,9 @@ func (f *Fabric) QPState(qpn uint32) (ctx.QPState, error) {
 
 // sendUD executes a UD SEND: it resolves the destination from the address
 // vector, applies faults and delivers. The sender completes successfully
-// whatever happens to the packet, as on the wire.
-func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
+// whatever happens to the packet, as on the wire (to another process, once
+// its ring takes it: wireSendUD). now is the round's time.
+func (f *Fabric) sendUD(q *qp, w *sendWQE, now int64) outcome {
 	payload, s := f.gather(q, w)
 	if s != 0 {
 		return fail(s)
@@ -119,7 +120,7 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE) outcome {
 	}
 	t := f.qps[a.dqpn]
 	if slot := f.remoteSlot(a.dqpn); t == nil && slot >= 0 {
-		return f.wireSendUD(q, w, &a, qkey, &pkt, slot)
+		return f.wireSendUD(q, w, &a, qkey, &pkt, slot, now)
 	}
 	if t == nil || t.typ != ctx.QPTypeUD || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
 		!reaches(q.dev.h.link, a.grh, a.dlid, a.dgid, t.dev.h) || t.attr.QKey != qkey || qpOffline(q) || qpOffline(t) {

@@ -224,3 +224,68 @@ func TestSharedUDFaults(t *testing.T) {
 	require.Greater(t, inversions, 0)
 	require.Equal(t, n-int(st.UDDropped), len(seen))
 }
+
+// fillRing fills the ring from f's process to the process in slot with
+// pads (which the consumer skips), until it takes no more.
+func fillRing(f *Fabric, slot int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pad := func(*wireHdr, []byte) {} // Kind wirePad
+	for f.shm.send(slot, wireMaxPayload, pad) {
+	}
+}
+
+// TestSharedUDWaitsForRoom: a datagram to a process whose ring is full is
+// not lost: the SEND waits at the head of its queue, uncompleted, and
+// leaves once the consumer has made room, as a link's credits hold an
+// InfiniBand sender back. (perftest's UD ib_send_bw waits forever for a
+// datagram lost that way.) Only a datagram to a process that is gone is
+// dropped.
+func TestSharedUDWaitsForRoom(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
+	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	b.postRecv(dataSeg(40+100, e2.mr.LKey(), e2.addr(0)))
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	_, s2 := e2.f.SharedFabric()
+	fillRing(e1.f, s2)
+
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lidOf(t, e2.c)), inlineSeg([]byte("held back")))
+	for i := 0; i < 3; i++ {
+		stepRound(e1.f)
+		time.Sleep(2 * wireShortRetry * time.Nanosecond)
+	}
+	_, ok := a.scq.poll()
+	require.False(t, ok, "the SEND waits for room")
+	require.Zero(t, e1.f.Stats().UDDropped)
+
+	stepRound(e2.f) // takes the pads
+	require.Eventually(t, func() bool {
+		stepRound(e1.f)
+		_, ok := a.scq.poll()
+		return ok
+	}, 5*time.Second, time.Millisecond, "the SEND leaves once there is room")
+	stepRound(e2.f)
+	c, ok := b.rcq.poll()
+	require.True(t, ok, "the datagram arrives")
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, []byte("held back"), e2.mem(40, 9))
+	require.Zero(t, e1.f.Stats().UDDropped)
+	require.Zero(t, e2.f.Stats().UDDropped)
+
+	// A SEND waiting for room when the process leaves: dropped, and
+	// completed.
+	fillRing(e1.f, s2)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lidOf(t, e2.c)), inlineSeg([]byte("lost")))
+	stepRound(e1.f)
+	_, ok = a.scq.poll()
+	require.False(t, ok, "the SEND waits for room")
+	require.NoError(t, e2.f.Close())
+	require.Eventually(t, func() bool {
+		stepRound(e1.f)
+		_, ok := a.scq.poll()
+		return ok
+	}, 5*time.Second, time.Millisecond, "a datagram to a process that is gone completes")
+	require.Equal(t, uint64(1), e1.f.Stats().UDDropped)
+}

@@ -8,7 +8,10 @@ import (
 // UD between processes of a shared fabric: the sender builds the packet
 // (the GRH its receive buffer will find included) and drops it in the
 // destination's ring; the destination checks type, state, path and qkey
-// and delivers it, or drops it silently. Nothing answers.
+// and delivers it, or drops it silently. Nothing answers. A full ring
+// holds the sender back, as the credits of an InfiniBand link do: the
+// SEND waits at the head of its queue and is tried again (wireShortRetry)
+// rather than lost; only a datagram to a process that is gone is.
 
 // wireUD is the kind of a UD datagram message.
 const wireUD = 3
@@ -16,8 +19,10 @@ const wireUD = 3
 // wireSendUD sends UD packet p to QP dst of the process in slot, with the
 // faults of InjectUDFaults: a reordered datagram is held back and sent
 // after the next one to the same QP (or when the engine is otherwise
-// idle). The sender completes whatever happens to the packet.
-func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPacket, slot int) outcome {
+// idle). The sender completes whatever happens to the packet once it has
+// left; while the destination's ring is full it waits (now is the
+// round's time), and the faults are drawn again when it is tried again.
+func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPacket, slot int, now int64) outcome {
 	if a.grh {
 		p.grh = buildGRH(q.dev.h, *a, p.src.l3, udPayLen(len(p.payload), w.op == prm.OpSendImm))
 	}
@@ -50,8 +55,17 @@ func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPack
 			return done(w.total)
 		}
 	}
-	for i := 0; i < copies; i++ {
-		f.wireUDOut(slot, &h, p.grh, p.payload)
+	if !f.wireUDOut(slot, &h, p.grh, p.payload) {
+		if f.wirePeerAlive(slot) {
+			// Not sent, and not lost: the ring is full.
+			q.blockedUntil = now + wireShortRetry
+			return waiting()
+		}
+		f.stats.UDDropped++ // a process that is gone
+		return done(w.total)
+	}
+	if copies == 2 && !f.wireUDOut(slot, &h, p.grh, p.payload) {
+		f.stats.UDDropped++ // the injected copy, past a full ring
 	}
 	// Datagrams held back for this QP now leave after the one that passed.
 	out := f.wireHeld[:0]
@@ -65,9 +79,7 @@ func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPack
 	}
 	clear(f.wireHeld[len(out):])
 	f.wireHeld = out
-	for i := range release {
-		f.wireUDOut(release[i].slot, &release[i].h, nil, release[i].body)
-	}
+	f.wireSendHeld(release)
 	return done(w.total)
 }
 
@@ -80,30 +92,42 @@ type wireHeldUD struct {
 }
 
 // wireUDOut places one datagram (header h, then a and b) in the ring of
-// the process in slot.
-func (f *Fabric) wireUDOut(slot int, h *wireHdr, a, b []byte) {
-	sent := f.wireOut(slot, len(a)+len(b), func(x *wireHdr, buf []byte) {
+// the process in slot; it reports false when the process is gone or its
+// ring is full.
+func (f *Fabric) wireUDOut(slot int, h *wireHdr, a, b []byte) bool {
+	return f.wireOut(slot, len(a)+len(b), func(x *wireHdr, buf []byte) {
 		*x = *h
 		n := copy(buf, a)
 		copy(buf[n:], b)
 	})
-	if !sent {
-		f.stats.UDDropped++
+}
+
+// wireSendHeld sends datagrams the fault injector held back. One that
+// finds its destination's ring full is held again, for a later round;
+// one to a process that is gone is dropped.
+func (f *Fabric) wireSendHeld(held []wireHeldUD) {
+	for i := range held {
+		x := &held[i]
+		switch {
+		case f.wireUDOut(x.slot, &x.h, nil, x.body):
+		case f.wirePeerAlive(x.slot):
+			f.wireHeld = append(f.wireHeld, *x)
+		default:
+			f.stats.UDDropped++
+		}
 	}
 }
 
 // releaseWireHeldLocked sends every held-back datagram; it reports whether
-// there was one.
+// one left.
 func (f *Fabric) releaseWireHeldLocked() bool {
 	if len(f.wireHeld) == 0 {
 		return false
 	}
 	held := f.wireHeld
 	f.wireHeld = nil
-	for i := range held {
-		f.wireUDOut(held[i].slot, &held[i].h, nil, held[i].body)
-	}
-	return true
+	f.wireSendHeld(held)
+	return len(f.wireHeld) < len(held)
 }
 
 // wireDeliverUD delivers a datagram from another process.
