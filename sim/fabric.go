@@ -15,6 +15,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/names"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	tsc "github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
@@ -177,6 +178,13 @@ type Fabric struct {
 	roundTimed bool
 	drivenAt   atomic.Int64
 	idleRounds atomic.Uint64
+	// The time-stamp counter when roundAt was read, and how many of its
+	// ticks make half timerSlack (0 until measured): timerNow and
+	// deadlineAfter answer from roundAt within them. calAt and calTicks are the clock and the
+	// counter at the start of the measurement (clockRead).
+	roundTicks, slackTicks uint64
+	calAt                  int64
+	calTicks               uint64
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -449,7 +457,7 @@ func (f *Fabric) Step() (bool, error) {
 	if f.opts.Mode != Manual {
 		return false, ErrWrongMode
 	}
-	progressed, _ := f.stepLocked()
+	progressed := f.stepLocked()
 	if f.fatal {
 		return progressed, ErrViolation
 	}
@@ -465,14 +473,13 @@ func (f *Fabric) RunUntilIdle() error {
 		return ErrWrongMode
 	}
 	for i := 0; i < f.opts.MaxRounds; i++ {
-		progressed, deadline := f.stepLocked()
-		if progressed {
+		if f.stepLocked() {
 			continue
 		}
 		if f.releaseHeldLocked() {
 			continue
 		}
-		if deadline > f.vnow {
+		if deadline := f.deadlineLocked(); deadline > f.vnow {
 			f.vnow = deadline
 			continue
 		}
@@ -490,8 +497,8 @@ func (f *Fabric) RunUntilIdle() error {
 // from timing out.
 const wireJudgeRounds = 64
 
-// stepLocked runs one round and returns whether anything happened and,
-// when nothing did, the earliest future deadline (0 if none).
+// stepLocked runs one round and returns whether anything happened (when
+// nothing did, deadlineLocked says until when nothing will).
 //
 // A round looks at the CQs and reads the doorbells, then lets each QP
 // send, then takes the messages of other processes. Sending first matters
@@ -504,24 +511,14 @@ const wireJudgeRounds = 64
 // the next round takes the rest. A QP whose ACK timer ran out is left
 // alone by the first pass over the QPs and judged in a second, after the
 // inbound answers are taken.
-func (f *Fabric) stepLocked() (bool, int64) {
+func (f *Fabric) stepLocked() bool {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
 	progressed := false
-	var deadline int64
-	note := func(t int64) {
-		if t <= 0 {
-			return // no timer (the clock is never negative)
-		}
-		if t > f.roundNow() && (deadline == 0 || t < deadline) {
-			deadline = t
-		}
-	}
 	for _, c := range f.cqList {
 		if f.scanCQ(c) {
 			progressed = true
 		}
-		note(c.nextDue())
 	}
 	for _, s := range f.srqList {
 		f.scanSRQ(s)
@@ -576,17 +573,32 @@ func (f *Fabric) stepLocked() (bool, int64) {
 		// blocks wait for the engine's next round like any other work).
 		progressed = true
 	}
-	if progressed {
-		// The caller runs the next round at once: no deadline is
-		// needed, nor the clock read behind one.
-		return true, 0
+	return progressed
+}
+
+// deadlineLocked returns the earliest future deadline of a timer (0 if
+// none): a CQE held back, or a QP's wait (ACK timeout, RNR, retry). Only
+// RunUntilIdle asks, after a round where nothing happened: a round does
+// not read the clock for it.
+func (f *Fabric) deadlineLocked() int64 {
+	var deadline int64
+	note := func(t int64) {
+		if t <= 0 {
+			return // no timer (the clock is never negative)
+		}
+		if t > f.roundNow() && (deadline == 0 || t < deadline) {
+			deadline = t
+		}
+	}
+	for _, c := range f.cqList {
+		note(c.nextDue())
 	}
 	for _, q := range f.qpList {
 		if q.sqPending() > 0 {
 			note(q.blockedUntil)
 		}
 	}
-	return false, deadline
+	return deadline
 }
 
 // roundNow returns the time of the round stepLocked runs, reading the
@@ -606,6 +618,62 @@ func (f *Fabric) roundNow() int64 {
 func (f *Fabric) readRoundClock() {
 	f.roundAt = f.now()
 	f.roundTimed = true
+	if f.opts.Mode == Engine {
+		f.clockRead(tsc.Now())
+	}
+}
+
+// timerSlack bounds how late a timer runs out for not reading the clock: a
+// QP with a request in flight compares its ACK timer in every round, and
+// sets one for every message, and a clock read (about 40 ns in a virtual
+// machine) would be a large part of a round. The time last read stands in
+// for the clock while the time-stamp counter says it is less than half
+// timerSlack old (slackTicks); the other half is the margin for the
+// counter's rate, which is measured.
+const timerSlack = 4 * time.Microsecond
+
+// timerNow returns a time to compare a deadline with: the round's time if
+// the round read the clock, else the time last read if it is less than
+// half timerSlack old, else a fresh read. It is never later than the
+// clock, so a deadline is never seen passed early, only up to half
+// timerSlack late. In Manual mode it is roundNow.
+func (f *Fabric) timerNow() int64 {
+	if !f.roundTimed && f.slackTicks != 0 && tsc.Now()-f.roundTicks < f.slackTicks {
+		return f.roundAt
+	}
+	return f.roundNow()
+}
+
+// deadlineAfter returns when a timer of d started now runs out: d after
+// the round's time if the round read the clock, else d and timerSlack
+// after the time last read if it is less than half timerSlack old, else d
+// after a fresh read. The timer never runs out early, and at most
+// timerSlack late. In Manual mode it is d after roundNow.
+func (f *Fabric) deadlineAfter(d int64) int64 {
+	if !f.roundTimed && f.slackTicks != 0 && tsc.Now()-f.roundTicks < f.slackTicks {
+		return f.roundAt + int64(timerSlack) + d
+	}
+	return f.roundNow() + d
+}
+
+// clockRead notes the time-stamp counter (ticks) of the clock read now in
+// roundAt, and measures the counter's rate against the clock over
+// calWindow at a time: slackTicks is the ticks of half timerSlack, 0
+// (timerNow and deadlineAfter read the clock) until a measurement, and
+// whenever the counter did not advance with the clock.
+func (f *Fabric) clockRead(ticks uint64) {
+	const calWindow = int64(10 * time.Millisecond)
+	f.roundTicks = ticks
+	switch d := f.roundAt - f.calAt; {
+	case f.calAt == 0:
+		f.calAt, f.calTicks = f.roundAt, ticks
+	case d >= calWindow:
+		f.slackTicks = 0
+		if ticks > f.calTicks {
+			f.slackTicks = (ticks - f.calTicks) * uint64(timerSlack/2) / uint64(d)
+		}
+		f.calAt, f.calTicks = f.roundAt, ticks
+	}
 }
 
 // driveHold is how long the engine leaves the rounds to polling loops after
@@ -629,7 +697,7 @@ func (f *Fabric) idle() {
 		runtime.Gosched()
 		return
 	}
-	if progressed, _ := f.stepLocked(); !progressed {
+	if !f.stepLocked() {
 		f.releaseHeldLocked()
 	}
 	// One writer at a time (f.mu): a load and a store of the next
@@ -731,7 +799,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			continue
 		}
 		f.mu.Lock()
-		progressed, _ := f.stepLocked()
+		progressed := f.stepLocked()
 		if !progressed {
 			progressed = f.releaseHeldLocked()
 		}

@@ -216,9 +216,9 @@ func (q *qp) wireTransition(from, to ctx.QPState) {
 	}
 }
 
-// wireIn handles one message from the process in slot from. Only an
-// answer needs the round's time (roundNow): a request is served without
-// a clock read.
+// wireIn handles one message from the process in slot from. A request is
+// served without the time; an answer that sets a timer takes it from
+// deadlineAfter.
 func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte) {
 	switch h.Kind {
 	case wireRequest:
@@ -233,7 +233,7 @@ func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte) {
 // wireAnswer takes the answer to a segment of an RC QP or a DCI.
 func (f *Fabric) wireAnswer(h *wireHdr, payload []byte) {
 	if q := f.qps[h.DstQPN]; q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
-		f.wireAnswerSeg(q, h, payload, f.roundNow())
+		f.wireAnswerSeg(q, h, payload)
 	}
 }
 
@@ -376,9 +376,9 @@ func (f *Fabric) wireSlot(q *qp) int {
 
 // wireRun gives an RC QP or a DCI whose peer is in the process in slot its turn:
 // it ends a try that timed out and sends what the window allows. It
-// reports whether anything happened. It reads the round's clock
-// (roundNow) only where a timer is compared or set: a first segment
-// leaves before the clock is read for its deadline.
+// reports whether anything happened. It compares timers with timerNow and
+// sets them with deadlineAfter, which read the clock at most every
+// timerSlack (a first segment leaves before either is asked).
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
 	if ws.segN == 0 && ws.sendOff == 0 {
@@ -389,7 +389,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	}
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
-	if ws.segN > 0 && timeout != 0 && f.roundNow() >= ws.deadline {
+	if ws.segN > 0 && timeout != 0 && f.timerNow() >= ws.deadline {
 		if f.wireSendOnly {
 			// Judged after this round's inbound answers are taken
 			// (stepLocked): the ACK may be among them.
@@ -407,7 +407,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 		progressed = true
 	}
 	ringFull := false
-	if ws.holdUntil == 0 || f.roundNow() >= ws.holdUntil {
+	if ws.holdUntil == 0 || f.timerNow() >= ws.holdUntil {
 		ws.holdUntil = 0
 		var w sendWQE
 		for ws.segN < wireWindow && ws.sendIdx != q.sqPI {
@@ -447,9 +447,9 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	}
 	switch {
 	case ringFull:
-		ws.holdUntil = f.roundNow() + wireShortRetry
+		ws.holdUntil = f.deadlineAfter(wireShortRetry)
 		q.blockedUntil = ws.holdUntil
-	case ws.holdUntil != 0 && ws.holdUntil > f.roundNow():
+	case ws.holdUntil != 0 && ws.holdUntil > f.timerNow():
 		q.blockedUntil = ws.holdUntil
 	case ws.segN > 0 && timeout != 0:
 		q.blockedUntil = ws.deadline
@@ -569,7 +569,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	if ws.segN == 0 {
 		// The round's clock, read here if not before: after the
 		// segment is out.
-		ws.deadline = f.roundNow() + timeout
+		ws.deadline = f.deadlineAfter(timeout)
 	}
 	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd}
 	ws.segN++
@@ -671,7 +671,7 @@ func (f *Fabric) wireFailParsed(q *qp, w *sendWQE, s prm.Syndrome) {
 
 // wireAnswerSeg takes the answer to the oldest segment in flight of RC QP
 // or DCI q; any other answer is late or repeated and ignored.
-func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte, now int64) {
+func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 	ws := &q.wire
 	if q.closed || q.state != ctx.QPStateRTS || ws.segN == 0 {
 		return
@@ -696,7 +696,7 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte, now int64) {
 		}
 		q.rnrCount++
 		f.stats.RNRNaks++
-		ws.holdUntil = now + int64(ctx.RNRTimerDuration(h.RNR))
+		ws.holdUntil = f.deadlineAfter(int64(ctx.RNRTimerDuration(h.RNR)))
 		q.blockedUntil = ws.holdUntil
 		ws.goBack()
 		return
@@ -735,7 +735,10 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte, now int64) {
 		}
 	}
 	q.retryCount = 0
-	ws.deadline = now + int64(ctx.AckTimeoutDuration(q.attr.Timeout))
+	if ws.segN > 0 {
+		// The oldest segment still in flight: its timer starts now.
+		ws.deadline = f.deadlineAfter(int64(ctx.AckTimeoutDuration(q.attr.Timeout)))
+	}
 	if ws.holdUntil == 0 {
 		q.blockedUntil = 0
 	}

@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// calibrated reads the round clock of f (Engine mode, f.mu held) until the
+// time-stamp counter's rate is measured (clockRead), and fails after 5 s.
+func calibrated(t *testing.T, f *Fabric) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); f.slackTicks == 0; {
+		require.True(t, time.Now().Before(end), "the counter's rate is never measured")
+		f.roundTimed = false
+		f.readRoundClock()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestTimerSlackBounds: a deadline set without a clock read (deadlineAfter)
+// is never earlier than the clock says and at most timerSlack later, and
+// the time a timer is compared with (timerNow) is never later than the
+// clock and at most half timerSlack older. A pause longer than timerSlack
+// makes both read the clock again.
+func TestTimerSlackBounds(t *testing.T) {
+	e := newEnv(t, Options{Mode: Engine})
+	f := e.f
+	holdEngine(t, f)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	calibrated(t, f)
+	const d = int64(time.Millisecond)
+	slack := int64(timerSlack)
+	cached := 0
+	// Plain comparisons: an assertion call takes longer than the slack.
+	for i := 0; i < 20000; i++ {
+		f.roundTimed = false // a new round, which has not read the clock
+		before := f.now()
+		x := f.deadlineAfter(d)
+		n := f.timerNow()
+		after := f.now()
+		switch {
+		case x < before+d:
+			t.Fatalf("a deadline set early: %d, the clock %d before", x-d, before)
+		case n > after:
+			t.Fatalf("a time later than the clock: %d, the clock %d after", n, after)
+		// A read within half the slack, the counter's rate measured to a
+		// few percent: a microsecond of margin.
+		case x > after+d+slack+int64(time.Microsecond):
+			t.Fatalf("a deadline more than timerSlack late: %d, the clock %d after", x-d, after)
+		case n < before-slack/2-int64(time.Microsecond):
+			t.Fatalf("a time more than half timerSlack old: %d, the clock %d before", n, before)
+		}
+		if !f.roundTimed {
+			cached++
+		}
+	}
+	require.Greater(t, cached, 10000, "most rounds within the slack read no clock (slackTicks %d)", f.slackTicks)
+
+	f.roundTimed = false
+	before := f.now()
+	time.Sleep(10 * timerSlack)
+	require.GreaterOrEqual(t, f.timerNow(), before+10*slack, "after a pause the clock is read again")
+	f.roundTimed = false
+	before = f.now()
+	time.Sleep(10 * timerSlack)
+	require.GreaterOrEqual(t, f.deadlineAfter(d), before+10*slack+d, "after a pause the clock is read again")
+}
+
+// TestSharedRNRDelayAfterQuietPeriod is TestRNRDelayAfterQuietPeriod
+// between processes: the requester's RNR wait (deadlineAfter) after its
+// polling loop paused must last one RNR delay from the post.
+func TestSharedRNRDelayAfterQuietPeriod(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 1, 22) // rnr_retry 1, timer code 22 = 20.48 ms; b has no receive
+	holdEngine(t, e1.f)
+	for i := 0; i < 100; i++ { // empty rounds, run by this loop
+		e1.c.Idle()
+		e1.f.drivenAt.Store(math.MaxInt64 / 2)
+	}
+	time.Sleep(100 * time.Millisecond) // the loop did something else
+	posted := time.Now()
+	i := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("nobody listens")))
+	for end := time.Now().Add(10 * time.Second); ; {
+		if c, ok := a.scq.poll(); ok {
+			took := time.Since(posted)
+			requireErr(t, c, prm.CQEReqErr, prm.SyndromeRNRRetryExc, i)
+			require.GreaterOrEqual(t, took, 20480*time.Microsecond,
+				"RNR retries exceeded %v after the post, before one RNR delay", took)
+			return
+		}
+		require.True(t, time.Now().Before(end), "no completion")
+		e1.c.Idle()
+		e1.f.drivenAt.Store(math.MaxInt64 / 2)
+	}
+}
