@@ -22,6 +22,15 @@ func TestRNRDelayAfterQuietPeriod(t *testing.T) {
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(a, b, 1, 22) // rnr_retry 1, timer code 22 = 20.48 ms
+	rnrDelayAfterQuietPeriod(t, e, a)
+}
+
+// rnrDelayAfterQuietPeriod runs the rounds of e (its engine held off) on
+// this goroutine, pauses, posts a SEND on a (whose peer has no receive,
+// rnr_retry 1, RNR timer code 22) and asserts that its RNR_RETRY_EXC
+// completion comes one RNR delay after the post or later.
+func rnrDelayAfterQuietPeriod(t *testing.T, e *env, a *testQP) {
+	t.Helper()
 	holdEngine(t, e.f)
 	for i := 0; i < 100; i++ { // empty rounds, run by this loop
 		e.c.Idle()

@@ -1,14 +1,12 @@
 package sim
 
 import (
-	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
 // calibrated reads the round clock of f (Engine mode, f.mu held) until the
@@ -81,24 +79,5 @@ func TestSharedRNRDelayAfterQuietPeriod(t *testing.T) {
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 1, 22) // rnr_retry 1, timer code 22 = 20.48 ms; b has no receive
-	holdEngine(t, e1.f)
-	for i := 0; i < 100; i++ { // empty rounds, run by this loop
-		e1.c.Idle()
-		e1.f.drivenAt.Store(math.MaxInt64 / 2)
-	}
-	time.Sleep(100 * time.Millisecond) // the loop did something else
-	posted := time.Now()
-	i := a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("nobody listens")))
-	for end := time.Now().Add(10 * time.Second); ; {
-		if c, ok := a.scq.poll(); ok {
-			took := time.Since(posted)
-			requireErr(t, c, prm.CQEReqErr, prm.SyndromeRNRRetryExc, i)
-			require.GreaterOrEqual(t, took, 20480*time.Microsecond,
-				"RNR retries exceeded %v after the post, before one RNR delay", took)
-			return
-		}
-		require.True(t, time.Now().Before(end), "no completion")
-		e1.c.Idle()
-		e1.f.drivenAt.Store(math.MaxInt64 / 2)
-	}
+	rnrDelayAfterQuietPeriod(t, e1, a)
 }
