@@ -25,11 +25,15 @@ type outcome struct {
 	res     result
 	synd    prm.Syndrome
 	byteCnt uint32
+	// still: a wait that changed nothing (a UD SEND waiting for room),
+	// which is no progress of the round.
+	still bool
 }
 
 func done(n uint64) outcome       { return outcome{res: resultDone, byteCnt: uint32(n)} }
 func fail(s prm.Syndrome) outcome { return outcome{res: resultFail, synd: s} }
 func waiting() outcome            { return outcome{res: resultWait} }
+func stillWaiting() outcome       { return outcome{res: resultWait, still: true} }
 func (o outcome) String() string  { return fmt.Sprintf("%d/%v", o.res, o.synd) }
 func beUint32(b []byte) uint32    { return binary.BigEndian.Uint32(b) }
 func beUint64(b []byte) uint64    { return binary.BigEndian.Uint64(b) }
@@ -62,7 +66,6 @@ func (f *Fabric) runQP(q *qp) bool {
 	if q.blockedUntil > now {
 		return false
 	}
-	f.stats.WQEs++
 	var w sendWQE
 	w.sg = f.sgScratch[:0]
 	var o outcome
@@ -72,6 +75,10 @@ func (f *Fabric) runQP(q *qp) bool {
 		o = f.perform(q, &w, now)
 	}
 	f.sgScratch = w.sg[:0]
+	if o.still {
+		return false
+	}
+	f.stats.WQEs++
 	if o.res != resultWait {
 		f.finishSend(q, &w, o)
 	}
@@ -85,12 +92,12 @@ func (f *Fabric) finishSend(q *qp, w *sendWQE, o outcome) {
 	case resultFail:
 		img := errCQE(prm.CQEReqErr, q.qpn, w.op, q.sqCI, o.synd, 0, 0)
 		q.sqCI += w.bbs
-		q.rnrCount, q.retryCount, q.blockedUntil = 0, 0, 0
+		q.rnrCount, q.retryCount, q.blockedUntil, q.udWaitSince = 0, 0, 0, 0
 		f.qpErrorLocked(q, "error completion")
 		f.emitCQE(q.sendCQ, &img, nil, q)
 	default:
 		q.sqCI += w.bbs
-		q.rnrCount, q.retryCount, q.blockedUntil = 0, 0, 0
+		q.rnrCount, q.retryCount, q.blockedUntil, q.udWaitSince = 0, 0, 0, 0
 		if w.fm&prm.FlagCQUpdate != 0 {
 			img := reqCQE(q, w, o.byteCnt)
 			f.emitCQE(q.sendCQ, &img, nil, q)
@@ -130,7 +137,7 @@ func (f *Fabric) qpErrorLocked(q *qp, why string) {
 		return
 	}
 	q.state = ctx.QPStateError
-	q.blockedUntil = 0
+	q.blockedUntil, q.udWaitSince = 0, 0
 	q.lastWQEReached()
 }
 

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,6 +186,9 @@ type Fabric struct {
 	roundTicks, slackTicks uint64
 	calAt                  int64
 	calTicks               uint64
+	// useTicks: Engine mode on a machine whose counter can be trusted
+	// (ticksTrusted); otherwise every timer reads the clock.
+	useTicks bool
 }
 
 // Stats counts what the model did, for tests and soak runs.
@@ -249,6 +253,7 @@ func New(opts Options) *Fabric {
 		start:   time.Now(),
 		rng:     rand.New(rand.NewSource(opts.Seed)),
 	}
+	f.useTicks = opts.Mode == Engine && ticksTrusted()
 	for i := 0; i < opts.Devices; i++ {
 		f.hcas = append(f.hcas, newHCA(i, opts.LinkLayer))
 	}
@@ -616,12 +621,33 @@ func (f *Fabric) roundNow() int64 {
 //
 //go:noinline
 func (f *Fabric) readRoundClock() {
-	f.roundAt = f.now()
-	f.roundTimed = true
-	if f.opts.Mode == Engine {
-		f.clockRead(tsc.Now())
+	if !f.useTicks {
+		f.roundAt = f.now()
+		f.roundTimed = true
+		return
 	}
+	t0 := tsc.Now()
+	f.roundAt = f.now()
+	t1 := tsc.Now()
+	f.roundTimed = true
+	f.clockRead(t0, t1)
 }
+
+// ticksTrusted reports whether the time-stamp counter may stand in for the
+// clock's age (timerNow, deadlineAfter): it ticks at a constant rate and,
+// on amd64, the kernel keeps time with it (clocksource tsc), which it does
+// only where the counters of all processors agree. The arm64 generic timer
+// is one counter for all; elsewhere the counter is the monotonic clock.
+var ticksTrusted = sync.OnceValue(func() bool {
+	if !tsc.Invariant() {
+		return false
+	}
+	if runtime.GOARCH != "amd64" {
+		return true
+	}
+	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	return err == nil && strings.TrimSpace(string(b)) == "tsc"
+})
 
 // timerSlack bounds how late a timer runs out for not reading the clock: a
 // QP with a request in flight compares its ACK timer in every round, and
@@ -656,23 +682,28 @@ func (f *Fabric) deadlineAfter(d int64) int64 {
 	return f.roundNow() + d
 }
 
-// clockRead notes the time-stamp counter (ticks) of the clock read now in
-// roundAt, and measures the counter's rate against the clock over
-// calWindow at a time: slackTicks is the ticks of half timerSlack, 0
-// (timerNow and deadlineAfter read the clock) until a measurement, and
-// whenever the counter did not advance with the clock.
-func (f *Fabric) clockRead(ticks uint64) {
+// clockRead notes the time-stamp counter read before (t0) and after (t1)
+// the clock read now in roundAt, and measures the counter's rate against
+// the clock over calWindow at a time. The age of roundAt is counted from
+// t0, so that a pause between the two reads makes it look older, never
+// younger; the rate is measured from the counter after the clock read
+// at a window's start to the counter before the one at its end, so that
+// pauses there make it lower (fewer ticks stand for half timerSlack),
+// never higher. slackTicks is the ticks of half timerSlack: 0 (timerNow and
+// deadlineAfter read the clock) until a measurement, and whenever the
+// counter did not advance with the clock.
+func (f *Fabric) clockRead(t0, t1 uint64) {
 	const calWindow = int64(10 * time.Millisecond)
-	f.roundTicks = ticks
+	f.roundTicks = t0
 	switch d := f.roundAt - f.calAt; {
 	case f.calAt == 0:
-		f.calAt, f.calTicks = f.roundAt, ticks
+		f.calAt, f.calTicks = f.roundAt, t1
 	case d >= calWindow:
 		f.slackTicks = 0
-		if ticks > f.calTicks {
-			f.slackTicks = (ticks - f.calTicks) * uint64(timerSlack/2) / uint64(d)
+		if t0 > f.calTicks {
+			f.slackTicks = (t0 - f.calTicks) * uint64(timerSlack/2) / uint64(d)
 		}
-		f.calAt, f.calTicks = f.roundAt, ticks
+		f.calAt, f.calTicks = f.roundAt, t1
 	}
 }
 

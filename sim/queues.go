@@ -336,8 +336,11 @@ type qp struct {
 	sharedBF bool
 
 	blockedUntil int64
-	rnrCount     int
-	retryCount   int
+	// udWaitSince is when the UD SEND at the consumer index first found
+	// its destination's ring full (0: it has not; wireSendUD).
+	udWaitSince int64
+	rnrCount    int
+	retryCount  int
 	// rnrRetries and transportRetries count every resend scheduled after
 	// an RNR NAK and after an ACK timeout, over the QP's life.
 	rnrRetries       uint64
@@ -593,7 +596,7 @@ func (q *qp) reset() {
 	q.attr = ctx.QPAttr{}
 	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
 	q.lastSQRaw, q.lastRQRaw = 0, 0
-	q.blockedUntil, q.rnrCount, q.retryCount = 0, 0, 0
+	q.blockedUntil, q.rnrCount, q.retryCount, q.udWaitSince = 0, 0, 0, 0
 	q.wire = wireQP{}
 	prm.Store32(q.db, 0)
 	prm.Store32(unsafe.Add(q.db, prm.DoorbellRecordSendB), 0)

@@ -138,6 +138,13 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	return true
 }
 
+// room reports whether a message with a payload of payloadLen bytes to the
+// process in slot has room in its ring now: send then takes it.
+func (s *shmFabric) room(slot int, payloadLen int) bool {
+	p := s.peer(slot)
+	return p != nil && p.fits(s.slot, ringRecHdr+payloadLen)
+}
+
 // peerAlive reports whether the process in slot still runs.
 func (s *shmFabric) peerAlive(slot int) bool {
 	gen := s.reg.gen(slot)

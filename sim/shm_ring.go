@@ -150,32 +150,11 @@ func (f *ringFile) close() {
 // mark, never a word of an earlier lap's payload that happens to equal
 // the mark it expects.
 func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
-	need := uint64((n + wireAlign - 1) &^ (wireAlign - 1))
-	tail := atomic.LoadUint64(f.tail(from))
-	data := f.data(from)
-	pos := tail & (ringDataSize - 1)
-	// The consumer's head, as last read: it only moves on, so the room
-	// it leaves is never overstated. It is read again (a transfer from
-	// the consumer's cache) only when that room looks too small, or past
-	// ringRecycle, where the producer asks whether the ring is empty.
-	head := f.headSeen
-	if pos >= ringRecycle || pos+need > ringDataSize || ringDataSize-(tail-head) < need+wireAlign {
-		head = atomic.LoadUint64(f.head(from))
-		f.headSeen = head
-	}
-	var pad uint64
-	switch {
-	case pos+need > ringDataSize:
-		pad = ringDataSize - pos
-	case head == tail && pos >= ringRecycle && need+wireAlign <= pos:
-		// The consumer has read everything: start again at the front,
-		// whose lines both processes still have in cache, rather than
-		// walk on into lines neither has touched since the last lap.
-		pad = ringDataSize - pos
-	}
-	if ringDataSize-(tail-head) < pad+need+wireAlign {
+	tail, pos, need, pad, ok := f.plan(from, n)
+	if !ok {
 		return nil, 0, false
 	}
+	data := f.data(from)
 	if pad != 0 {
 		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		h.Len, h.Kind = uint32(pad), wirePad
@@ -187,6 +166,44 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 	}
 	*f.mark(from, tail+need) = 0
 	return data[pos : pos+need], tail, true
+}
+
+// plan works out where reserve places a record of n bytes in the ring
+// slot from writes: the tail, the record's position and size, and the pad
+// in front of it; ok is false when the ring has no room. It writes
+// nothing in the ring. A record it found room for still has it when
+// reserve places it: only this process writes there, and the consumer
+// only makes room.
+func (f *ringFile) plan(from, n int) (tail, pos, need, pad uint64, ok bool) {
+	need = uint64((n + wireAlign - 1) &^ (wireAlign - 1))
+	tail = atomic.LoadUint64(f.tail(from))
+	pos = tail & (ringDataSize - 1)
+	// The consumer's head, as last read: it only moves on, so the room
+	// it leaves is never overstated. It is read again (a transfer from
+	// the consumer's cache) only when that room looks too small, or past
+	// ringRecycle, where the producer asks whether the ring is empty.
+	head := f.headSeen
+	if pos >= ringRecycle || pos+need > ringDataSize || ringDataSize-(tail-head) < need+wireAlign {
+		head = atomic.LoadUint64(f.head(from))
+		f.headSeen = head
+	}
+	switch {
+	case pos+need > ringDataSize:
+		pad = ringDataSize - pos
+	case head == tail && pos >= ringRecycle && need+wireAlign <= pos:
+		// The consumer has read everything: start again at the front,
+		// whose lines both processes still have in cache, rather than
+		// walk on into lines neither has touched since the last lap.
+		pad = ringDataSize - pos
+	}
+	return tail, pos, need, pad, ringDataSize-(tail-head) >= pad+need+wireAlign
+}
+
+// fits reports whether a record of n bytes (mark and header included)
+// has room in the ring slot from writes (plan).
+func (f *ringFile) fits(from, n int) bool {
+	_, _, _, _, ok := f.plan(from, n)
+	return ok
 }
 
 // resume readies a mapping of f for the producer in slot from, which may

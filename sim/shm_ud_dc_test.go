@@ -11,13 +11,21 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
-func TestSharedUD(t *testing.T) {
-	e1, e2 := sharedPair(t)
-	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
-	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
-	for i := 0; i < 4; i++ {
+// sharedUDPair returns two Fabrics of one shared fabric, a UD QP of each
+// (qkeys 0x1111 and 0x2222), and recvs receives of 140 bytes posted on
+// the second, 256 bytes apart from its region's start.
+func sharedUDPair(t *testing.T, recvs int) (e1, e2 *env, a, b *testQP) {
+	e1, e2 = sharedPair(t)
+	a = e1.udQP(e1.pd, 0x1111, qpOpts{})
+	b = e2.udQP(e2.pd, 0x2222, qpOpts{})
+	for i := 0; i < recvs; i++ {
 		b.postRecv(dataSeg(40+100, e2.mr.LKey(), e2.addr(i*256)))
 	}
+	return e1, e2, a, b
+}
+
+func TestSharedUD(t *testing.T) {
+	e1, e2, a, b := sharedUDPair(t, 4)
 	lid := lidOf(t, e2.c)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("datagram")))
 	a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 0x55, udAV(0x9999, b.qp.QPN(), lid), inlineSeg([]byte("bad qkey")))
@@ -226,13 +234,29 @@ func TestSharedUDFaults(t *testing.T) {
 }
 
 // fillRing fills the ring from f's process to the process in slot with
-// pads (which the consumer skips), until it takes no more.
+// pads (which the consumer skips), until it takes not even an empty one.
 func fillRing(f *Fabric, slot int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pad := func(*wireHdr, []byte) {} // Kind wirePad
-	for f.shm.send(slot, wireMaxPayload, pad) {
+	for n := wireMaxPayload; n > 0; n /= 2 {
+		for f.shm.send(slot, n, pad) {
+		}
 	}
+	for f.shm.send(slot, 0, pad) {
+	}
+}
+
+// fullUDPair is sharedUDPair with both engines held off (the rounds run
+// where the test steps them) and the ring from the first Fabric's process
+// to the second's (slot s2) full.
+func fullUDPair(t *testing.T, recvs int) (e1, e2 *env, a, b *testQP, s2 int) {
+	e1, e2, a, b = sharedUDPair(t, recvs)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	_, s2 = e2.f.SharedFabric()
+	fillRing(e1.f, s2)
+	return e1, e2, a, b, s2
 }
 
 // TestSharedUDWaitsForRoom: a datagram to a process whose ring is full is
@@ -242,14 +266,7 @@ func fillRing(f *Fabric, slot int) {
 // datagram lost that way.) Only a datagram to a process that is gone is
 // dropped.
 func TestSharedUDWaitsForRoom(t *testing.T) {
-	e1, e2 := sharedPair(t)
-	a := e1.udQP(e1.pd, 0x1111, qpOpts{})
-	b := e2.udQP(e2.pd, 0x2222, qpOpts{})
-	b.postRecv(dataSeg(40+100, e2.mr.LKey(), e2.addr(0)))
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
-	_, s2 := e2.f.SharedFabric()
-	fillRing(e1.f, s2)
+	e1, e2, a, b, s2 := fullUDPair(t, 1)
 
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lidOf(t, e2.c)), inlineSeg([]byte("held back")))
 	for i := 0; i < 3; i++ {
@@ -288,4 +305,64 @@ func TestSharedUDWaitsForRoom(t *testing.T) {
 		return ok
 	}, 5*time.Second, time.Millisecond, "a datagram to a process that is gone completes")
 	require.Equal(t, uint64(1), e1.f.Stats().UDDropped)
+}
+
+// TestSharedUDWaitIsStill: a UD SEND waiting for room is no progress of
+// the round (the engine backs off and sleeps rather than spin on it) and
+// counts as no WQE executed; the fault injector is drawn once, when the
+// datagram leaves (a duplicate is counted, and sent, once); and a SEND
+// that waited udWaitLimit is dropped and completed, as a switch drops a
+// packet past its head-of-queue lifetime.
+func TestSharedUDWaitIsStill(t *testing.T) {
+	e1, e2, a, b, s2 := fullUDPair(t, 4)
+	e1.f.InjectUDFaults(UDFaults{Duplicate: 1})
+	av := udAV(0x2222, b.qp.QPN(), lidOf(t, e2.c))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("twice")))
+	wqes := e1.f.Stats().WQEs
+	for i := 0; i < 5; i++ {
+		e1.f.mu.Lock()
+		progressed := e1.f.stepLocked()
+		e1.f.mu.Unlock()
+		require.False(t, progressed, "a SEND waiting for room is no progress")
+		time.Sleep(2 * wireShortRetry * time.Nanosecond)
+	}
+	st := e1.f.Stats()
+	require.Equal(t, wqes, st.WQEs, "no WQE executed while it waits")
+	require.Zero(t, st.UDDuplicated, "the faults are drawn when the datagram leaves")
+
+	stepRound(e2.f) // room
+	require.Eventually(t, func() bool {
+		stepRound(e1.f)
+		_, ok := a.scq.poll()
+		return ok
+	}, 5*time.Second, time.Millisecond)
+	require.Equal(t, uint64(1), e1.f.Stats().UDDuplicated)
+	stepRound(e2.f) // the first (a round ends at a completion)
+	stepRound(e2.f)
+	require.Len(t, b.rcq.drain(), 2, "the datagram and its one copy")
+
+	// The wait's bound: a SEND that has waited udWaitLimit is dropped.
+	e1.f.InjectUDFaults(UDFaults{})
+	fillRing(e1.f, s2)
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("too late")))
+	stepRound(e1.f)
+	_, ok := a.scq.poll()
+	require.False(t, ok, "the SEND waits for room")
+	e1.f.mu.Lock()
+	var q *qp
+	for _, x := range e1.f.qpList {
+		if x.qpn == a.qp.QPN() {
+			q = x
+		}
+	}
+	require.NotZero(t, q.udWaitSince, "the wait is noted")
+	q.udWaitSince -= int64(udWaitLimit) // as if it had waited that long
+	q.blockedUntil = 0
+	e1.f.mu.Unlock()
+	dropped := e1.f.Stats().UDDropped
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok, "dropped after udWaitLimit, and completed")
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, dropped+1, e1.f.Stats().UDDropped)
 }

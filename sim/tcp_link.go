@@ -612,6 +612,15 @@ func (l *tcpLink) routeLocked(slot int) *tcpPeer {
 	return p
 }
 
+// room reports whether a message with a payload of payloadLen bytes to
+// slot fits in the buffer toward its peer (send's test).
+func (l *tcpLink) room(slot int, payloadLen int) bool {
+	l.mu.Lock()
+	p := l.routeLocked(slot)
+	l.mu.Unlock()
+	return p != nil && len(p.out)+wireHdrSize+payloadLen <= tcpOutLimit
+}
+
 // send seals one message for the Fabric in slot and writes it, as far as
 // the socket takes it (f.mu held; see shmFabric.send). It reports false
 // when that Fabric is not linked or too much waits for it already.
@@ -847,6 +856,16 @@ func (f *Fabric) wireOut(slot int, payloadLen int, fill func(h *wireHdr, payload
 		return f.tcp.send(slot, payloadLen, fill)
 	}
 	return f.shm.send(slot, payloadLen, fill)
+}
+
+// wireRoom reports whether a message with a payload of payloadLen bytes to
+// the process in slot can leave now (wireOut then sends it): its shared
+// ring has room, or the link's buffer toward it does.
+func (f *Fabric) wireRoom(slot int, payloadLen int) bool {
+	if f.tcp != nil {
+		return f.tcp.room(slot, payloadLen)
+	}
+	return f.shm.room(slot, payloadLen)
 }
 
 // wirePeerAlive reports whether the process in slot still runs (shared

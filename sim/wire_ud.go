@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"time"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
@@ -11,7 +13,18 @@ import (
 // and delivers it, or drops it silently. Nothing answers. A full ring
 // holds the sender back, as the credits of an InfiniBand link do: the
 // SEND waits at the head of its queue and is tried again (wireShortRetry)
-// rather than lost; only a datagram to a process that is gone is.
+// rather than lost, for up to udWaitLimit, after which it is dropped as a
+// switch drops a packet past its head-of-queue lifetime; a datagram to a
+// process that is gone is dropped at once.
+
+// udWaitLimit is how long a UD SEND waits for room in its destination's
+// ring before it is dropped: about the head-of-queue lifetime InfiniBand
+// subnet managers give switch ports (4.096 us x 2^18), far longer than a
+// live consumer takes to drain (its engine sleeps at most 4 ms at a time,
+// and a message wakes it), so that only a consumer that stopped (a
+// process stopped by a signal, or one that closed its devices and kept
+// its Fabric) costs a sender the wait.
+const udWaitLimit = time.Second
 
 // wireUD is the kind of a UD datagram message.
 const wireUD = 3
@@ -20,11 +33,28 @@ const wireUD = 3
 // faults of InjectUDFaults: a reordered datagram is held back and sent
 // after the next one to the same QP (or when the engine is otherwise
 // idle). The sender completes whatever happens to the packet once it has
-// left; while the destination's ring is full it waits (now is the
-// round's time), and the faults are drawn again when it is tried again.
+// left. While the destination's ring is full the SEND waits (now is the
+// round's time), up to udWaitLimit, changing nothing: the faults are
+// drawn once, when the datagram leaves.
 func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPacket, slot int, now int64) outcome {
 	if a.grh {
 		p.grh = buildGRH(q.dev.h, *a, p.src.l3, udPayLen(len(p.payload), w.op == prm.OpSendImm))
+	}
+	n := len(p.grh) + len(p.payload)
+	if !f.wireRoom(slot, n) {
+		if f.wirePeerAlive(slot) {
+			switch {
+			case q.udWaitSince == 0:
+				q.udWaitSince = now
+			case now-q.udWaitSince >= int64(udWaitLimit):
+				f.stats.UDDropped++ // waited too long
+				return done(w.total)
+			}
+			q.blockedUntil = now + wireShortRetry
+			return stillWaiting()
+		}
+		f.stats.UDDropped++ // a process that is gone
+		return done(w.total)
 	}
 	if f.faults.dropNext > 0 {
 		f.faults.dropNext--
@@ -47,7 +77,6 @@ func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPack
 			return done(w.total)
 		case r < fl.Drop+fl.Duplicate:
 			copies = 2
-			f.stats.UDDuplicated++
 		case r < fl.Drop+fl.Duplicate+fl.Reorder:
 			body := append(append([]byte(nil), p.grh...), p.payload...)
 			f.wireHeld = append(f.wireHeld, wireHeldUD{slot: slot, h: h, body: body})
@@ -56,16 +85,12 @@ func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPack
 		}
 	}
 	if !f.wireUDOut(slot, &h, p.grh, p.payload) {
-		if f.wirePeerAlive(slot) {
-			// Not sent, and not lost: the ring is full.
-			q.blockedUntil = now + wireShortRetry
-			return waiting()
-		}
-		f.stats.UDDropped++ // a process that is gone
+		f.stats.UDDropped++ // not after wireRoom, short of a failure to seal
 		return done(w.total)
 	}
-	if copies == 2 && !f.wireUDOut(slot, &h, p.grh, p.payload) {
-		f.stats.UDDropped++ // the injected copy, past a full ring
+	if copies == 2 && f.wireRoom(slot, n) && f.wireUDOut(slot, &h, p.grh, p.payload) {
+		// The injected copy, where the ring has room for it.
+		f.stats.UDDuplicated++
 	}
 	// Datagrams held back for this QP now leave after the one that passed.
 	out := f.wireHeld[:0]

@@ -54,6 +54,11 @@ var (
 	info     Info
 )
 
+// Invariant reports whether the counter ticks at a constant rate in every
+// power state (on amd64 the CPU's invariant-TSC flag; the arm64 generic
+// timer and the monotonic clock always do), without measuring anything.
+func Invariant() bool { return invariantTSC() }
+
 // Frequency returns the counter description. The first call may take about
 // 30 ms to measure the frequency; later calls return the same value.
 func Frequency() Info {
