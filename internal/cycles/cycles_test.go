@@ -73,3 +73,9 @@ func BenchmarkStartStop(b *testing.B) {
 	}
 	_ = s
 }
+
+// TestInvariantIsFrequencys: Invariant answers what Frequency reports,
+// without its measurement.
+func TestInvariantIsFrequencys(t *testing.T) {
+	require.Equal(t, Frequency().Invariant, Invariant())
+}
