@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,13 +180,15 @@ type Fabric struct {
 	idleRounds atomic.Uint64
 	// The time-stamp counter when roundAt was read, and how many of its
 	// ticks make half timerSlack (0 until measured): timerNow and
-	// deadlineAfter answer from roundAt within them. calAt and calTicks are the clock and the
-	// counter at the start of the measurement (clockRead).
+	// deadlineAfter answer from roundAt within them (timeYoung). calAt
+	// and calTicks are the clock and the counter at the start of the
+	// measurement (clockRead).
 	roundTicks, slackTicks uint64
 	calAt                  int64
 	calTicks               uint64
-	// useTicks: Engine mode on a machine whose counter can be trusted
-	// (ticksTrusted); otherwise every timer reads the clock.
+	// useTicks: Engine mode on a machine whose counter readings on
+	// different processors compare (cycles.Synchronized); otherwise every
+	// timer reads the clock.
 	useTicks bool
 }
 
@@ -253,7 +254,7 @@ func New(opts Options) *Fabric {
 		start:   time.Now(),
 		rng:     rand.New(rand.NewSource(opts.Seed)),
 	}
-	f.useTicks = opts.Mode == Engine && ticksTrusted()
+	f.useTicks = opts.Mode == Engine && tsc.Synchronized()
 	for i := 0; i < opts.Devices; i++ {
 		f.hcas = append(f.hcas, newHCA(i, opts.LinkLayer))
 	}
@@ -633,22 +634,6 @@ func (f *Fabric) readRoundClock() {
 	f.clockRead(t0, t1)
 }
 
-// ticksTrusted reports whether the time-stamp counter may stand in for the
-// clock's age (timerNow, deadlineAfter): it ticks at a constant rate and,
-// on amd64, the kernel keeps time with it (clocksource tsc), which it does
-// only where the counters of all processors agree. The arm64 generic timer
-// is one counter for all; elsewhere the counter is the monotonic clock.
-var ticksTrusted = sync.OnceValue(func() bool {
-	if !tsc.Invariant() {
-		return false
-	}
-	if runtime.GOARCH != "amd64" {
-		return true
-	}
-	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-	return err == nil && strings.TrimSpace(string(b)) == "tsc"
-})
-
 // timerSlack bounds how late a timer runs out for not reading the clock: a
 // QP with a request in flight compares its ACK timer in every round, and
 // sets one for every message, and a clock read (about 40 ns in a virtual
@@ -664,7 +649,7 @@ const timerSlack = 4 * time.Microsecond
 // clock, so a deadline is never seen passed early, only up to half
 // timerSlack late. In Manual mode it is roundNow.
 func (f *Fabric) timerNow() int64 {
-	if !f.roundTimed && f.slackTicks != 0 && tsc.Now()-f.roundTicks < f.slackTicks {
+	if f.timeYoung() {
 		return f.roundAt
 	}
 	return f.roundNow()
@@ -676,10 +661,17 @@ func (f *Fabric) timerNow() int64 {
 // after a fresh read. The timer never runs out early, and at most
 // timerSlack late. In Manual mode it is d after roundNow.
 func (f *Fabric) deadlineAfter(d int64) int64 {
-	if !f.roundTimed && f.slackTicks != 0 && tsc.Now()-f.roundTicks < f.slackTicks {
+	if f.timeYoung() {
 		return f.roundAt + int64(timerSlack) + d
 	}
 	return f.roundNow() + d
+}
+
+// timeYoung reports whether roundAt, read before this round, may stand in
+// for the clock: the counter says it is less than half timerSlack old
+// (never before the counter's rate is measured, nor in Manual mode).
+func (f *Fabric) timeYoung() bool {
+	return !f.roundTimed && f.slackTicks != 0 && tsc.Now()-f.roundTicks < f.slackTicks
 }
 
 // clockRead notes the time-stamp counter read before (t0) and after (t1)

@@ -773,6 +773,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	rnr := func() { f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil) }
 	var data []byte
 	var old [8]byte
+	completes := false // a receive CQE written: its ACK is held
 	switch op {
 	case prm.OpSend, prm.OpSendImm, prm.OpSendInval, prm.OpRdmaWrite, prm.OpRdmaWriteImm:
 		if uint64(len(payload)) < n {
@@ -802,6 +803,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				nak(s)
 				return
 			}
+			completes = true
 		}
 	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
 		var m *mr
@@ -830,6 +832,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			f.consumeRecv(t, rw)
 			img := respCQE(t, rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
+			completes = true
 		}
 	case prm.OpRdmaRead:
 		if w.total > 0 {
@@ -851,7 +854,6 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		rs.atomicN++
 	}
 	rs.expect = (rs.expect + 1) & ctx.MaxPSN
-	completes := last && (op == prm.OpSend || op == prm.OpSendImm || op == prm.OpSendInval || op == prm.OpRdmaWriteImm)
 	if completes && len(f.wireAcks) < wireMaxHeldAcks {
 		// The ACK of a request that wrote a receive CQE is held until
 		// this process's next round has sent what it posts meanwhile

@@ -1,6 +1,11 @@
 package cycles
 
-import "github.com/klauspost/cpuid/v2"
+import (
+	"os"
+	"strings"
+
+	"github.com/klauspost/cpuid/v2"
+)
 
 // hasRDTSCP is read by Stop: RDTSCP when the CPU has it, LFENCE; RDTSC;
 // LFENCE otherwise.
@@ -31,6 +36,14 @@ func Stop() uint64
 func cpuidLeaf(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 
 const counterName = "rdtsc"
+
+// oneCounter reports whether the kernel keeps time with the TSC (Linux's
+// current clocksource is "tsc"), which it does only where the TSCs of all
+// processors agree.
+func oneCounter() bool {
+	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	return err == nil && strings.TrimSpace(string(b)) == "tsc"
+}
 
 // invariantTSC reports CPUID.80000007H:EDX[8], the invariant TSC bit.
 func invariantTSC() bool {

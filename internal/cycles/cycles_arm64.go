@@ -28,6 +28,9 @@ const counterName = "cntvct_el0"
 // in CNTFRQ_EL0 in every power state.
 func invariantTSC() bool { return true }
 
+// oneCounter is true: the generic timer is one counter for all processors.
+func oneCounter() bool { return true }
+
 func reportedHz() (hz float64, source string) {
 	if f := counterFrequency(); f != 0 {
 		return float64(f), "cntfrq_el0"

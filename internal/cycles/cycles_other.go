@@ -22,6 +22,9 @@ const counterName = "monotonic-ns"
 // invariantTSC is true: the monotonic clock has a constant rate.
 func invariantTSC() bool { return true }
 
+// oneCounter is true: the monotonic clock is one for all processors.
+func oneCounter() bool { return true }
+
 func reportedHz() (hz float64, source string) { return 1e9, "monotonic clock" }
 
 const calibrate = false

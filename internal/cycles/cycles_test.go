@@ -2,6 +2,9 @@ package cycles
 
 import (
 	"math"
+	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,8 +77,17 @@ func BenchmarkStartStop(b *testing.B) {
 	_ = s
 }
 
-// TestInvariantIsFrequencys: Invariant answers what Frequency reports,
-// without its measurement.
-func TestInvariantIsFrequencys(t *testing.T) {
-	require.Equal(t, Frequency().Invariant, Invariant())
+// TestSynchronizedNeedsInvariant: a counter whose processors' readings can
+// be compared ticks at a constant rate (what Frequency reports), and where
+// the kernel keeps time with another clocksource the TSC is not trusted.
+func TestSynchronizedNeedsInvariant(t *testing.T) {
+	if Synchronized() {
+		require.True(t, Frequency().Invariant)
+	}
+	if runtime.GOARCH == "amd64" {
+		b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+		if err != nil || strings.TrimSpace(string(b)) != "tsc" {
+			require.False(t, Synchronized(), "clocksource %q", b)
+		}
+	}
 }

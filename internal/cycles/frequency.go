@@ -54,10 +54,16 @@ var (
 	info     Info
 )
 
-// Invariant reports whether the counter ticks at a constant rate in every
-// power state (on amd64 the CPU's invariant-TSC flag; the arm64 generic
-// timer and the monotonic clock always do), without measuring anything.
-func Invariant() bool { return invariantTSC() }
+// Synchronized reports, without measuring anything, whether readings of
+// the counter on different processors can be compared: it ticks at a
+// constant rate in every power state and all processors' counters agree.
+// On amd64 that is the invariant-TSC flag and a kernel that keeps time
+// with the TSC (Linux clocksource "tsc", which the kernel gives up where
+// the processors' counters disagree); the arm64 generic timer and the
+// monotonic clock are one counter for all.
+func Synchronized() bool { return synchronized() }
+
+var synchronized = sync.OnceValue(func() bool { return invariantTSC() && oneCounter() })
 
 // Frequency returns the counter description. The first call may take about
 // 30 ms to measure the frequency; later calls return the same value.
