@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
 
@@ -724,12 +725,22 @@ func (f *Fabric) idle() {
 		f.releaseHeldLocked()
 	}
 	// One writer at a time (f.mu): a load and a store of the next
-	// count, not an atomic add.
-	f.idleRounds.Store(f.idleRounds.Load() + 1)
+	// count, not an atomic add; stores with release order, not
+	// sync/atomic's, whose fence (XCHG on amd64) would wait for every
+	// store of the round to reach the cache.
+	publishUint64(&f.idleRounds, f.idleRounds.Load()+1)
 	if f.roundTimed {
-		f.drivenAt.Store(f.roundAt)
+		publishUint64((*atomic.Uint64)(unsafe.Pointer(&f.drivenAt)), uint64(f.roundAt))
 	}
 	f.mu.Unlock()
+}
+
+// publishUint64 stores v in w with release order (storeRelease64), for a
+// word with one writer at a time that others read with w.Load. An
+// atomic.Uint64 or atomic.Int64 is its one word: the fields before it
+// have no size (checked by TestPublishUint64).
+func publishUint64(w *atomic.Uint64, v uint64) {
+	storeRelease64((*uint64)(unsafe.Pointer(w)), v)
 }
 
 // driven reports whether a polling loop ran a round (idle) since the

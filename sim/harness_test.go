@@ -326,9 +326,10 @@ func (q *testQP) write(w []byte) uint16 {
 	ringBytes := int(q.d.SQ.WQECnt) * prm.WQEBBSize
 	ring := unsafe.Slice((*byte)(q.d.SQ.Buf), ringBytes)
 	start := int(uint32(q.pi)&(q.d.SQ.WQECnt-1)) * prm.WQEBBSize
-	for i := 0; i < len(w); i += 16 {
-		copy(ring[(start+i)%ringBytes:], w[i:i+16])
-	}
+	// Up to the ring's end, then from its start (a WQE wraps in whole
+	// 16-byte segments: the ring is a multiple of them).
+	n := copy(ring[start:], w)
+	copy(ring, w[n:])
 	idx := q.pi
 	q.pi += uint16((len(w) + 63) / 64)
 	return idx
