@@ -120,6 +120,11 @@ type Fabric struct {
 	srqs    map[uint32]*srq
 	srqList []*srq // in creation order
 	mrs     map[uint32]*mr
+	// The QP and the MR last looked up by number on the message path
+	// (qpByNum, mrByKey): a map lookup saved for each message of a
+	// stream. Cleared when that QP or MR is removed.
+	lastQP *qp
+	lastMR *mr
 
 	// The number spaces: QPNs (DCT numbers included), CQNs, SRQNs and
 	// memory key indices; see numbers.go.
@@ -906,9 +911,37 @@ func (f *Fabric) addQP(q *qp) {
 	f.qpList[i] = q
 }
 
+// qpByNum returns the QP numbered n (nil if none), looking in the map
+// only when it is not the one found last.
+func (f *Fabric) qpByNum(n uint32) *qp {
+	if q := f.lastQP; q != nil && q.qpn == n {
+		return q
+	}
+	q := f.qps[n]
+	if q != nil {
+		f.lastQP = q
+	}
+	return q
+}
+
+// mrByKey returns the MR whose key is k (nil if none), as qpByNum.
+func (f *Fabric) mrByKey(k uint32) *mr {
+	if m := f.lastMR; m != nil && m.key == k {
+		return m
+	}
+	m := f.mrs[k]
+	if m != nil {
+		f.lastMR = m
+	}
+	return m
+}
+
 // removeQP takes q out of the execution order and frees its QPN.
 func (f *Fabric) removeQP(q *qp) {
 	delete(f.qps, q.qpn)
+	if f.lastQP == q {
+		f.lastQP = nil
+	}
 	f.qpns.give(q.qpn)
 	for i, x := range f.qpList {
 		if x == q {

@@ -240,7 +240,7 @@ func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte) {
 
 // wireAnswer takes the answer to a segment of an RC QP or a DCI.
 func (f *Fabric) wireAnswer(h *wireHdr, payload []byte) {
-	if q := f.qps[h.DstQPN]; q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
+	if q := f.qpByNum(h.DstQPN); q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
 		f.wireAnswerSeg(q, h, payload)
 	}
 }
@@ -285,7 +285,7 @@ func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8,
 // ready gets no answer: the requester retries and gives up, as over a
 // network.
 func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
-	t := f.qps[h.DstQPN]
+	t := f.qpByNum(h.DstQPN)
 	if t == nil || t.closed {
 		return
 	}
