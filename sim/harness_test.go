@@ -333,9 +333,9 @@ func dcAV(key uint64, dctn uint32, dlid uint16) []byte {
 	return b
 }
 
-// write copies a WQE into the ring at the producer index, wrapping each
-// 16-byte piece at the ring end, and advances the producer index (no
-// doorbell).
+// write copies a WQE (no larger than the ring) into the ring at the
+// producer index, wrapping at the ring end, and advances the producer
+// index (no doorbell).
 func (q *testQP) write(w []byte) uint16 {
 	ringBytes := int(q.d.SQ.WQECnt) * prm.WQEBBSize
 	ring := unsafe.Slice((*byte)(q.d.SQ.Buf), ringBytes)
