@@ -15,21 +15,33 @@ import (
 
 // scanCQ reads the CQ's consumer index and arm doorbell and writes the
 // delayed CQEs that fell due by the round's time (read only when there are
-// any). It reports whether a CQE was written.
+// any). It reports whether a CQE was written. It is small enough to be
+// inlined into the round: what it finds to do is done out of line.
 func (f *Fabric) scanCQ(c *cq) bool {
-	raw := atomic.LoadUint32((*uint32)(c.db))
-	if raw != c.lastCIRaw {
-		c.lastCIRaw = raw
-		v := bits.ReverseBytes32(raw)
-		if v > prm.CQConsumerIndexMask {
-			f.violate(Violation{Kind: ViolationDoorbellEndian, CQN: c.cqn,
-				Detail: fmt.Sprintf("consumer index record %#08x has bits above 24 set (little-endian store?)", v)})
-		} else if ahead := (v - c.pi) & prm.CQConsumerIndexMask; ahead != 0 && ahead < 1<<23 {
-			f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
-				Detail: fmt.Sprintf("consumer index %d is ahead of the %d CQEs written", v, c.pi&prm.CQConsumerIndexMask)})
-		}
+	if atomic.LoadUint32((*uint32)(c.db)) != c.lastCIRaw {
+		f.checkConsumer(c)
 	}
 	f.takeArm(c)
+	return len(c.pending) > 0 && f.releaseDue(c)
+}
+
+// checkConsumer checks a consumer index record that changed since the
+// last look.
+func (f *Fabric) checkConsumer(c *cq) {
+	raw := atomic.LoadUint32((*uint32)(c.db))
+	c.lastCIRaw = raw
+	v := bits.ReverseBytes32(raw)
+	if v > prm.CQConsumerIndexMask {
+		f.violate(Violation{Kind: ViolationDoorbellEndian, CQN: c.cqn,
+			Detail: fmt.Sprintf("consumer index record %#08x has bits above 24 set (little-endian store?)", v)})
+	} else if ahead := (v - c.pi) & prm.CQConsumerIndexMask; ahead != 0 && ahead < 1<<23 {
+		f.violate(Violation{Kind: ViolationCQDoorbell, CQN: c.cqn,
+			Detail: fmt.Sprintf("consumer index %d is ahead of the %d CQEs written", v, c.pi&prm.CQConsumerIndexMask)})
+	}
+}
+
+// releaseDue writes the delayed CQEs that fell due by the round's time.
+func (f *Fabric) releaseDue(c *cq) bool {
 	progressed := false
 	for len(c.pending) > 0 && c.pending[0].due <= f.roundNow() {
 		p := c.pending[0]
@@ -44,8 +56,16 @@ func (f *Fabric) scanCQ(c *cq) bool {
 // takeArm processes an arm doorbell written to the CQ's UAR since the last
 // look. A device sees that MMIO write as it lands, so the model takes it
 // before every CQE it writes as well as on each scan: a CQE written right
-// after an arm raises its event.
+// after an arm raises its event. The look is inlined; an arm is taken
+// out of line.
 func (f *Fabric) takeArm(c *cq) {
+	if c.recordArm || atomic.LoadUint64((*uint64)(unsafe.Add(c.uar, prm.CQDoorbellOffset))) != 0 {
+		f.takeArmWritten(c)
+	}
+}
+
+// takeArmWritten takes the arm that takeArm saw written.
+func (f *Fabric) takeArmWritten(c *cq) {
 	if c.recordArm {
 		f.takeRecordArm(c)
 		return
@@ -172,7 +192,9 @@ func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp
 	slot := unsafe.Add(c.ring, (c.pi&(c.cnt-1))*c.size)
 	cqe := unsafe.Add(slot, c.size-prm.CQE64Size)
 	dst := unsafe.Slice((*byte)(cqe), prm.CQE64Size)
-	copy(dst[:prm.CQEWQECounter], img[:prm.CQEWQECounter])
+	// Everything before the word with the owner bit, in one copy of
+	// a fixed size (a few vector moves, no call).
+	*(*[prm.CQEWQECounter]byte)(cqe) = *(*[prm.CQEWQECounter]byte)(img[:])
 	if c.timestamps {
 		f.stamp(dst)
 	}
@@ -184,8 +206,13 @@ func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp
 		}
 	}
 	tail := *(*[4]byte)(img[prm.CQEWQECounter:])
-	tail[3] = tail[3]&^prm.CQEOwnerMask | byte(c.pi/c.cnt)&prm.CQEOwnerMask
-	atomic.StoreUint32((*uint32)(unsafe.Add(cqe, prm.CQEWQECounter)), *(*uint32)(unsafe.Pointer(&tail)))
+	// The owner bit is the lap's parity: bit log2(cnt) of pi (cnt is a
+	// power of two).
+	tail[3] = tail[3]&^prm.CQEOwnerMask | byte(boolBit(c.pi&c.cnt != 0, prm.CQEOwnerMask))
+	// The word with the owner bit last, with release order: a poller
+	// that sees the bit sees the rest (no full fence, as a NIC's DMA
+	// write has none for the CPU to wait on).
+	storeRelease32((*uint32)(unsafe.Add(cqe, prm.CQEWQECounter)), *(*uint32)(unsafe.Pointer(&tail)))
 	c.pi++
 	f.stats.CQEs++
 	op := prm.OpOwnOpcode(tail[3])

@@ -435,6 +435,9 @@ func (m *mr) Close() error {
 	}
 	m.closed = true
 	delete(m.f.mrs, m.key)
+	if m.f.lastMR == m {
+		m.f.lastMR = nil
+	}
 	m.f.freeKeyLocked(m.key)
 	return m.unmapLocked()
 }

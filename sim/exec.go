@@ -166,7 +166,7 @@ func reaches(link ctx.LinkLayer, grh bool, dlid uint16, dgid ctx.GID, to *hca) b
 // rcPeer returns the connected peer of an RC QP, or nil when packets to it
 // would be lost (no such QP, not connected back, not ready, wrong path).
 func (f *Fabric) rcPeer(q *qp) *qp {
-	t := f.qps[q.attr.RemoteQPN]
+	t := f.qpByNum(q.attr.RemoteQPN)
 	if t == nil || t.typ != ctx.QPTypeRC || t.attr.RemoteQPN != q.qpn {
 		return nil
 	}
@@ -400,7 +400,7 @@ func fieldAdd(a, b, boundary uint64, width int) uint64 {
 // remoteMR finds the region an rkey names on the responder, checking the
 // PD, the region's and the QP's access flags and the bounds.
 func (f *Fabric) remoteMR(t *qp, rkey uint32, addr, n uint64, need ctx.Access) *mr {
-	m := f.mrs[rkey]
+	m := f.mrByKey(rkey)
 	if m == nil || m.pd != t.pd || m.access&need == 0 || t.attr.Access&need == 0 || !m.contains(addr, n) {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
 
@@ -119,6 +120,11 @@ type Fabric struct {
 	srqs    map[uint32]*srq
 	srqList []*srq // in creation order
 	mrs     map[uint32]*mr
+	// The QP and the MR last looked up by number on the message path
+	// (qpByNum, mrByKey): a map lookup saved for each message of a
+	// stream. Cleared when that QP or MR is removed.
+	lastQP *qp
+	lastMR *mr
 
 	// The number spaces: QPNs (DCT numbers included), CQNs, SRQNs and
 	// memory key indices; see numbers.go.
@@ -724,12 +730,22 @@ func (f *Fabric) idle() {
 		f.releaseHeldLocked()
 	}
 	// One writer at a time (f.mu): a load and a store of the next
-	// count, not an atomic add.
-	f.idleRounds.Store(f.idleRounds.Load() + 1)
+	// count, not an atomic add; stores with release order, not
+	// sync/atomic's, whose fence (XCHG on amd64) would wait for every
+	// store of the round to reach the cache.
+	publishUint64(&f.idleRounds, f.idleRounds.Load()+1)
 	if f.roundTimed {
-		f.drivenAt.Store(f.roundAt)
+		publishUint64((*atomic.Uint64)(unsafe.Pointer(&f.drivenAt)), uint64(f.roundAt))
 	}
 	f.mu.Unlock()
+}
+
+// publishUint64 stores v in w with release order (storeRelease64), for a
+// word with one writer at a time that others read with w.Load. An
+// atomic.Uint64 or atomic.Int64 is its one word: the fields before it
+// have no size (checked by TestPublishUint64).
+func publishUint64(w *atomic.Uint64, v uint64) {
+	storeRelease64((*uint64)(unsafe.Pointer(w)), v)
 }
 
 // driven reports whether a polling loop ran a round (idle) since the
@@ -895,9 +911,37 @@ func (f *Fabric) addQP(q *qp) {
 	f.qpList[i] = q
 }
 
+// qpByNum returns the QP numbered n (nil if none), looking in the map
+// only when it is not the one found last.
+func (f *Fabric) qpByNum(n uint32) *qp {
+	if q := f.lastQP; q != nil && q.qpn == n {
+		return q
+	}
+	q := f.qps[n]
+	if q != nil {
+		f.lastQP = q
+	}
+	return q
+}
+
+// mrByKey returns the MR whose key is k (nil if none), as qpByNum.
+func (f *Fabric) mrByKey(k uint32) *mr {
+	if m := f.lastMR; m != nil && m.key == k {
+		return m
+	}
+	m := f.mrs[k]
+	if m != nil {
+		f.lastMR = m
+	}
+	return m
+}
+
 // removeQP takes q out of the execution order and frees its QPN.
 func (f *Fabric) removeQP(q *qp) {
 	delete(f.qps, q.qpn)
+	if f.lastQP == q {
+		f.lastQP = nil
+	}
 	f.qpns.give(q.qpn)
 	for i, x := range f.qpList {
 		if x == q {

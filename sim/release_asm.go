@@ -11,6 +11,11 @@ import "unsafe"
 //go:noescape
 func storeRelease64(p *uint64, v uint64)
 
+// storeRelease32 is storeRelease64 for a 32-bit word.
+//
+//go:noescape
+func storeRelease32(p *uint32, v uint32)
+
 // prefetch asks for the cache line at p without waiting for it.
 //
 //go:noescape

@@ -44,6 +44,14 @@ func (f *Fabric) checkProducer(base Violation, what string, v uint32, last, cons
 	return n, true
 }
 
+// producerFits reports whether checkProducer accepts v without a
+// violation. It is inlined where a doorbell record is read, so that the
+// common case builds no Violation and makes no call.
+func producerFits(v uint32, last, consumed uint16, cnt uint32) bool {
+	n := uint16(v)
+	return v <= 0xffff && (n == last || last-n >= 0x8000 && uint32(n-consumed) <= cnt)
+}
+
 // scanQP reads the QP's doorbell records.
 func (f *Fabric) scanQP(q *qp) {
 	if q.state == ctx.QPStateReset {
@@ -54,7 +62,9 @@ func (f *Fabric) scanQP(q *qp) {
 		raw := atomic.LoadUint32((*uint32)(unsafe.Add(q.db, prm.DoorbellRecordSendB)))
 		if raw != q.lastSQRaw {
 			q.lastSQRaw = raw
-			if pi, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.sqCI}, "send", bits.ReverseBytes32(raw), q.sqPI, q.sqCI, q.sqCnt); ok {
+			if v := bits.ReverseBytes32(raw); producerFits(v, q.sqPI, q.sqCI, q.sqCnt) {
+				q.sqPI = uint16(v)
+			} else if pi, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.sqCI}, "send", v, q.sqPI, q.sqCI, q.sqCnt); ok {
 				q.sqPI = pi
 			}
 		}
@@ -63,7 +73,9 @@ func (f *Fabric) scanQP(q *qp) {
 		raw := atomic.LoadUint32((*uint32)(q.db))
 		if raw != q.lastRQRaw {
 			q.lastRQRaw = raw
-			if h, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.rqCI}, "receive", bits.ReverseBytes32(raw), q.rqHead, q.rqCI, q.rqCnt); ok {
+			if v := bits.ReverseBytes32(raw); producerFits(v, q.rqHead, q.rqCI, q.rqCnt) {
+				q.rqHead = uint16(v)
+			} else if h, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.rqCI}, "receive", v, q.rqHead, q.rqCI, q.rqCnt); ok {
 				q.rqHead = h
 			}
 		}

@@ -166,3 +166,19 @@ func TestSleepWakesOnRecord(t *testing.T) {
 	a.in.sleep(time.Minute)
 	require.Less(t, time.Since(t0), 30*time.Second)
 }
+
+// TestHeldAcksAfterLeaving: ACKs still held when the Fabric has left its
+// shared fabric (a full ring kept them through Close) are dropped by the
+// next flush, a QP's close for one, instead of being sent on a wire that
+// is gone.
+func TestHeldAcksAfterLeaving(t *testing.T) {
+	e := newEnv(t, Options{Mode: Manual})
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	require.Nil(t, e.f.shm)
+	require.Nil(t, e.f.tcp)
+	e.f.wireAcks = append(e.f.wireAcks, wireHeldAck{slot: 1, gen: 7, op: 0x09, dst: 0x40, src: 0x41, psn: 3})
+	require.NotPanics(t, e.f.wireFlushAcks)
+	require.Empty(t, e.f.wireAcks)
+	require.False(t, e.f.wireAcksBlocked)
+}

@@ -158,10 +158,13 @@ func alive(pid int, start uint64) bool {
 type registry struct {
 	fd  int
 	mem []byte
+	// base is &mem[0]: u32 and u64 add offsets to it without a bounds
+	// check, as every offset they are given lies inside the file.
+	base unsafe.Pointer
 }
 
-func (r *registry) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
-func (r *registry) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+func (r *registry) u32(off int) *uint32 { return (*uint32)(unsafe.Add(r.base, off)) }
+func (r *registry) u64(off int) *uint64 { return (*uint64)(unsafe.Add(r.base, off)) }
 func slotOff(s int) int                 { return regHeaderSize + s*regSlotSize }
 
 // gen returns the generation of the process in slot s, 0 when the slot is
@@ -210,7 +213,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	if err != nil {
 		return fail(fmt.Errorf("map %s: %w", p, err))
 	}
-	r := &registry{fd: fd, mem: mem}
+	r := &registry{fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
 	if *r.u64(regMagic) == shmMagic && r.mismatch() != "" && r.liveSlot() < 0 {
 		// A registry of another version or layout that no live process
 		// uses any more: left behind, it does not block this run.
@@ -279,7 +282,7 @@ func (r *registry) lock()   { _ = unix.Flock(r.fd, unix.LOCK_EX) }
 func (r *registry) close() {
 	if r.mem != nil {
 		_ = unix.Munmap(r.mem)
-		r.mem = nil
+		r.mem, r.base = nil, nil
 	}
 	_ = unix.Close(r.fd)
 }

@@ -62,22 +62,25 @@ const (
 type ringFile struct {
 	gen uint64
 	mem []byte
+	// base is &mem[0]: the accessors below add offsets to it without a
+	// bounds check, as every offset they form lies inside the file (a
+	// slot is below shmMaxSlots, a position is masked to its ring).
+	base unsafe.Pointer
 	// headSeen is the consumer's head as reserve last read it; announced
 	// is set once this process's bit is in the file's senders word.
 	headSeen  uint64
 	announced bool
 }
 
-func (f *ringFile) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&f.mem[off])) }
-func (f *ringFile) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&f.mem[off])) }
+func (f *ringFile) u32(off int) *uint32 { return (*uint32)(unsafe.Add(f.base, off)) }
+func (f *ringFile) u64(off int) *uint64 { return (*uint64)(unsafe.Add(f.base, off)) }
 func (f *ringFile) tail(s int) *uint64  { return f.u64(ringCtrlOff + s*ringCtrlSize) }
 func (f *ringFile) head(s int) *uint64  { return f.u64(ringCtrlOff + s*ringCtrlSize + 64) }
 func (f *ringFile) mark(s int, pos uint64) *uint64 {
 	return f.u64(ringDataOff + s*ringDataSize + int(pos&(ringDataSize-1)))
 }
 func (f *ringFile) data(s int) []byte {
-	off := ringDataOff + s*ringDataSize
-	return f.mem[off : off+ringDataSize : off+ringDataSize]
+	return unsafe.Slice((*byte)(unsafe.Add(f.base, ringDataOff+s*ringDataSize)), ringDataSize)
 }
 
 // createRingFile makes a fresh ring file for slot s (a file left by an
@@ -99,7 +102,7 @@ func createRingFile(name string, s int, gen uint64) (*ringFile, error) {
 		_ = unix.Unlink(p)
 		return nil, fmt.Errorf("map %s: %w", p, err)
 	}
-	rf := &ringFile{gen: gen, mem: mem}
+	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0])}
 	atomic.StoreUint64(rf.u64(ringFileGen), gen)
 	return rf, nil
 }
@@ -124,7 +127,7 @@ func openRingFile(name string, s int, gen uint64) (*ringFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	rf := &ringFile{gen: gen, mem: mem}
+	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0])}
 	if atomic.LoadUint64(rf.u64(ringFileGen)) != gen {
 		rf.close()
 		return nil, fmt.Errorf("%s belongs to another generation", p)
@@ -135,7 +138,7 @@ func openRingFile(name string, s int, gen uint64) (*ringFile, error) {
 func (f *ringFile) close() {
 	if f.mem != nil {
 		_ = unix.Munmap(f.mem)
-		f.mem = nil
+		f.mem, f.base = nil, nil
 	}
 }
 

@@ -178,6 +178,14 @@ type wireSeg struct {
 	n    uint64
 	last bool // the message's last segment
 	rd   bool // a READ or atomic
+	// What the completion of a WQE that is neither (a SEND or a WRITE)
+	// takes from it, as parsed when the segment left: the answer needs
+	// no second parse (wireAnswerSeg), as a NIC reads a WQE once.
+	op    prm.Opcode
+	fm    uint8
+	wqe   uint16 // the WQE index its control segment carries
+	bbs   uint16
+	total uint64
 }
 
 // wireAtomic is the original value an atomic of PSN psn returned.
@@ -232,7 +240,7 @@ func (f *Fabric) wireIn(from int, h *wireHdr, payload []byte) {
 
 // wireAnswer takes the answer to a segment of an RC QP or a DCI.
 func (f *Fabric) wireAnswer(h *wireHdr, payload []byte) {
-	if q := f.qps[h.DstQPN]; q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
+	if q := f.qpByNum(h.DstQPN); q != nil && (q.typ == ctx.QPTypeRC || q.typ == ctx.QPTypeDCI) {
 		f.wireAnswerSeg(q, h, payload)
 	}
 }
@@ -277,7 +285,7 @@ func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8,
 // ready gets no answer: the requester retries and gives up, as over a
 // network.
 func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
-	t := f.qps[h.DstQPN]
+	t := f.qpByNum(h.DstQPN)
 	if t == nil || t.closed {
 		return
 	}
@@ -571,7 +579,8 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		// segment is out.
 		ws.deadline = f.deadlineAfter(timeout)
 	}
-	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd}
+	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd,
+		op: w.op, fm: w.fm, wqe: w.idx, bbs: w.bbs, total: w.total}
 	ws.segN++
 	ws.next = (psn + 1) & ctx.MaxPSN
 	if rd {
@@ -681,11 +690,17 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 		return
 	}
 	var w sendWQE
-	w.sg = f.sgScratch[:0]
-	defer func() { f.sgScratch = w.sg[:0] }()
-	if s := f.parseSend(q, &w); s != 0 {
-		f.wireFailParsed(q, &w, s)
-		return
+	if e.rd {
+		// A READ's data and an atomic's result go to its local
+		// SGEs: those are read again.
+		w.sg = f.sgScratch[:0]
+		defer func() { f.sgScratch = w.sg[:0] }()
+		if s := f.parseSend(q, &w); s != 0 {
+			f.wireFailParsed(q, &w, s)
+			return
+		}
+	} else {
+		w.op, w.fm, w.idx, w.bbs, w.total = e.op, e.fm, e.wqe, e.bbs, e.total
 	}
 	switch h.Status {
 	case wireAck:
@@ -893,6 +908,12 @@ type wireHeldAck struct {
 func (f *Fabric) wireFlushAcks() {
 	f.wireAcksBlocked = false
 	if len(f.wireAcks) == 0 {
+		return
+	}
+	if f.shm == nil && f.tcp == nil {
+		// The Fabric has left its shared fabric (Close) with ACKs a
+		// full ring kept: there is no wire left to answer on.
+		f.wireAcks = f.wireAcks[:0]
 		return
 	}
 	acks := f.wireAcks

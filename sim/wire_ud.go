@@ -157,7 +157,7 @@ func (f *Fabric) releaseWireHeldLocked() bool {
 
 // wireDeliverUD delivers a datagram from another process.
 func (f *Fabric) wireDeliverUD(h *wireHdr, body []byte) {
-	t := f.qps[h.DstQPN]
+	t := f.qpByNum(h.DstQPN)
 	grh := h.GRH != 0
 	g := 0
 	if grh {

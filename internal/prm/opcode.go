@@ -62,8 +62,11 @@ func (o Opcode) String() string {
 
 // IsAtomic reports whether the opcode is one of the four atomics.
 func (o Opcode) IsAtomic() bool {
-	return o == OpAtomicCS || o == OpAtomicFA || o == OpAtomicMaskedCS || o == OpAtomicMaskedFA
+	return o < 64 && atomicOpcodes&(1<<o) != 0
 }
+
+// atomicOpcodes has bit o set for each atomic opcode o.
+const atomicOpcodes = 1<<OpAtomicCS | 1<<OpAtomicFA | 1<<OpAtomicMaskedCS | 1<<OpAtomicMaskedFA
 
 // IsMaskedAtomic reports whether the opcode is a masked (extended) atomic,
 // whose operand size is in the opmod (see MaskedAtomicSize).
