@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
 
@@ -364,6 +363,9 @@ func (f *Fabric) Close() error {
 	}()
 	defer f.mu.Unlock()
 	f.wireFlushAcks()
+	// ACKs a full ring still keeps go with the wire, as a NIC's unsent
+	// ACKs do when it is reset: a QP closed later has none to flush.
+	f.wireAcks, f.wireAcksBlocked = nil, false
 	if f.shm != nil {
 		f.shm.leave()
 		f.shm = nil
@@ -730,22 +732,12 @@ func (f *Fabric) idle() {
 		f.releaseHeldLocked()
 	}
 	// One writer at a time (f.mu): a load and a store of the next
-	// count, not an atomic add; stores with release order, not
-	// sync/atomic's, whose fence (XCHG on amd64) would wait for every
-	// store of the round to reach the cache.
-	publishUint64(&f.idleRounds, f.idleRounds.Load()+1)
+	// count, not an atomic add.
+	f.idleRounds.Store(f.idleRounds.Load() + 1)
 	if f.roundTimed {
-		publishUint64((*atomic.Uint64)(unsafe.Pointer(&f.drivenAt)), uint64(f.roundAt))
+		f.drivenAt.Store(f.roundAt)
 	}
 	f.mu.Unlock()
-}
-
-// publishUint64 stores v in w with release order (storeRelease64), for a
-// word with one writer at a time that others read with w.Load. An
-// atomic.Uint64 or atomic.Int64 is its one word: the fields before it
-// have no size (checked by TestPublishUint64).
-func publishUint64(w *atomic.Uint64, v uint64) {
-	storeRelease64((*uint64)(unsafe.Pointer(w)), v)
 }
 
 // driven reports whether a polling loop ran a round (idle) since the

@@ -5,7 +5,6 @@ import (
 	"math"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -449,24 +448,4 @@ func TestSharedIdleOnlyRoundTrips(t *testing.T) {
 	require.Zero(t, after.ErrorCQEs-before.ErrorCQEs)
 	require.Zero(t, after.Retries-before.Retries, "ACK timeouts")
 	require.Zero(t, after.RepeatsServed-before.RepeatsServed, "the child's requests seen twice")
-}
-
-// TestPublishUint64: a value publishUint64 stores is the one Load reads,
-// for the atomic.Uint64 and atomic.Int64 words it is used on, and it
-// touches nothing beside the word.
-func TestPublishUint64(t *testing.T) {
-	var w struct {
-		before uint64
-		u      atomic.Uint64
-		i      atomic.Int64
-		after  uint64
-	}
-	publishUint64(&w.u, 0x0123456789abcdef)
-	publishUint64((*atomic.Uint64)(unsafe.Pointer(&w.i)), uint64(1)<<63|42)
-	require.Equal(t, uint64(0x0123456789abcdef), w.u.Load())
-	require.Equal(t, int64(-1<<63|42), w.i.Load())
-	require.Zero(t, w.before)
-	require.Zero(t, w.after)
-	require.Equal(t, uintptr(8), unsafe.Sizeof(w.u))
-	require.Equal(t, uintptr(8), unsafe.Sizeof(w.i))
 }

@@ -167,18 +167,19 @@ func TestSleepWakesOnRecord(t *testing.T) {
 	require.Less(t, time.Since(t0), 30*time.Second)
 }
 
-// TestHeldAcksAfterLeaving: ACKs still held when the Fabric has left its
-// shared fabric (a full ring kept them through Close) are dropped by the
-// next flush, a QP's close for one, instead of being sent on a wire that
-// is gone.
-func TestHeldAcksAfterLeaving(t *testing.T) {
-	e := newEnv(t, Options{Mode: Manual})
-	e.f.mu.Lock()
-	defer e.f.mu.Unlock()
-	require.Nil(t, e.f.shm)
-	require.Nil(t, e.f.tcp)
-	e.f.wireAcks = append(e.f.wireAcks, wireHeldAck{slot: 1, gen: 7, op: 0x09, dst: 0x40, src: 0x41, psn: 3})
-	require.NotPanics(t, e.f.wireFlushAcks)
-	require.Empty(t, e.f.wireAcks)
-	require.False(t, e.f.wireAcksBlocked)
+// TestHeldAcksGoWithTheWire: ACKs a full ring still keeps when a Fabric
+// closes go with its wire: a QP closed after its Fabric finds none to
+// send through the shared fabric it has left.
+func TestHeldAcksGoWithTheWire(t *testing.T) {
+	e1, e2, a, _, s2 := fullUDPair(t, 0)
+	e1.f.mu.Lock()
+	e1.f.wireAcks = append(e1.f.wireAcks, wireHeldAck{slot: s2, gen: e2.f.shm.gen, op: 0x09, dst: 0x40, src: a.qp.QPN(), psn: 3})
+	e1.f.mu.Unlock()
+	require.NoError(t, e1.f.Close())
+	e1.f.mu.Lock()
+	require.Nil(t, e1.f.shm)
+	require.Empty(t, e1.f.wireAcks, "held past Close")
+	require.False(t, e1.f.wireAcksBlocked)
+	e1.f.mu.Unlock()
+	require.NotPanics(t, func() { _ = a.qp.Close() })
 }

@@ -910,12 +910,6 @@ func (f *Fabric) wireFlushAcks() {
 	if len(f.wireAcks) == 0 {
 		return
 	}
-	if f.shm == nil && f.tcp == nil {
-		// The Fabric has left its shared fabric (Close) with ACKs a
-		// full ring kept: there is no wire left to answer on.
-		f.wireAcks = f.wireAcks[:0]
-		return
-	}
 	acks := f.wireAcks
 	done := 0 // sent, or dropped with their requester
 	for ; done < len(acks); done++ {
