@@ -39,7 +39,10 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer r.unlock()
+	// On failure the registry is closed, which drops the lock with the
+	// descriptor; it is never unlocked after close (the descriptor's number
+	// may by then name another file). A slot claimed but not published
+	// stays free.
 	slot, gen, err := r.claim(name)
 	if err != nil {
 		r.close()
@@ -51,6 +54,7 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 		return nil, err
 	}
 	r.publish(slot, gen)
+	r.unlock()
 	return &shmFabric{name: name, slot: slot, gen: gen, reg: r, in: in}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -312,6 +313,40 @@ func TestSharedFabricReclaimsDeadSlots(t *testing.T) {
 	fi, err := os.Stat(stale)
 	require.NoError(t, err)
 	require.Equal(t, int64(ringFileSize), fi.Size(), "a fresh ring file replaced the stale one")
+}
+
+func TestSharedJoinFailureLeavesSlotFree(t *testing.T) {
+	// The ring file of the slot cannot be made (a directory with a file
+	// in it holds its name): the join fails naming the file, leaves the
+	// registry unlocked and the slot free for the next process.
+	name := testFabricName(t)
+	blocker := ringPath(name, 0)
+	require.NoError(t, os.Mkdir(blocker, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(blocker, "x"), nil, 0o600))
+	t.Cleanup(func() { _ = os.RemoveAll(blocker) })
+	_, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), blocker)
+	opened := make(chan *registry, 1)
+	go func() {
+		r, err := openRegistry(name, ctx.LinkLayerInfiniBand)
+		assert.NoError(t, err)
+		opened <- r
+	}()
+	var r *registry
+	select {
+	case r = <-opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the failed join left the registry locked")
+	}
+	require.NotNil(t, r)
+	require.Zero(t, r.gen(0), "the slot was never published")
+	r.unlock()
+	r.close()
+	require.NoError(t, os.RemoveAll(blocker))
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	_, got := e.f.SharedFabric()
+	require.Equal(t, 0, got, "the slot the failed join claimed is taken")
 }
 
 func TestSharedResponderExecutesOnce(t *testing.T) {
