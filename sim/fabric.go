@@ -163,9 +163,9 @@ type Fabric struct {
 	// wireAcksBlocked: the last flush of wireAcks met a full ring.
 	wireAcksBlocked bool
 	// wireSendOnly is set while a round's first pass over the QPs
-	// sends: a QP whose ACK timer ran out is left for a second pass,
-	// after the inbound messages are taken (stepLocked), and wireLate
-	// says there is one. wireUnjudged counts the rounds in a row whose
+	// sends: a QP whose ACK timer ran out (looked at after its sends) is
+	// left for a second pass, after the inbound messages are taken
+	// (stepLocked), and wireLate says there is one. wireUnjudged counts the rounds in a row whose
 	// drain stopped at a completion and so judged none.
 	wireSendOnly bool
 	wireLate     bool
@@ -522,9 +522,9 @@ const wireJudgeRounds = 64
 // requests this process holds (wireServeSeg) leave right after. On a
 // shared fabric a round ends after an inbound request that writes a CQE
 // (shmFabric.drain), so that a polling loop sees that completion at once;
-// the next round takes the rest. A QP whose ACK timer ran out is left
-// alone by the first pass over the QPs and judged in a second, after the
-// inbound answers are taken.
+// the next round takes the rest. A QP whose ACK timer ran out sends in
+// the first pass over the QPs what its window allows, and is judged in a
+// second, after the inbound answers are taken.
 func (f *Fabric) stepLocked() bool {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
