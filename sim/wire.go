@@ -561,7 +561,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 				h.Flags = wireFirst
 			}
 		} else {
-			p := q.attr.Path
+			p := &q.attr.Path
 			h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
 			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
 			h.L3 = q.dev.h.roceL3(p.SGIDIndex)
