@@ -163,9 +163,9 @@ type Fabric struct {
 	// wireAcksBlocked: the last flush of wireAcks met a full ring.
 	wireAcksBlocked bool
 	// wireSendOnly is set while a round's first pass over the QPs
-	// sends: a QP whose ACK timer ran out is left for a second pass,
-	// after the inbound messages are taken (stepLocked), and wireLate
-	// says there is one. wireUnjudged counts the rounds in a row whose
+	// sends: a QP whose ACK timer ran out (looked at after its sends) is
+	// left for a second pass, after the inbound messages are taken
+	// (stepLocked), and wireLate says there is one. wireUnjudged counts the rounds in a row whose
 	// drain stopped at a completion and so judged none.
 	wireSendOnly bool
 	wireLate     bool
@@ -182,7 +182,7 @@ type Fabric struct {
 	roundAt    int64
 	roundTimed bool
 	drivenAt   atomic.Int64
-	idleRounds atomic.Uint64
+	idleRounds releaseCount
 	// The time-stamp counter when roundAt was read, and how many of its
 	// ticks make half timerSlack (0 until measured): timerNow and
 	// deadlineAfter answer from roundAt within them (timeYoung). calAt
@@ -522,9 +522,9 @@ const wireJudgeRounds = 64
 // requests this process holds (wireServeSeg) leave right after. On a
 // shared fabric a round ends after an inbound request that writes a CQE
 // (shmFabric.drain), so that a polling loop sees that completion at once;
-// the next round takes the rest. A QP whose ACK timer ran out is left
-// alone by the first pass over the QPs and judged in a second, after the
-// inbound answers are taken.
+// the next round takes the rest. A QP whose ACK timer ran out sends in
+// the first pass over the QPs what its window allows, and is judged in a
+// second, after the inbound answers are taken.
 func (f *Fabric) stepLocked() bool {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
@@ -731,14 +731,27 @@ func (f *Fabric) idle() {
 	if !f.stepLocked() {
 		f.releaseHeldLocked()
 	}
-	// One writer at a time (f.mu): a load and a store of the next
-	// count, not an atomic add.
-	f.idleRounds.Store(f.idleRounds.Load() + 1)
+	f.idleRounds.advance()
 	if f.roundTimed {
 		f.drivenAt.Store(f.roundAt)
 	}
 	f.mu.Unlock()
 }
+
+// releaseCount is a count that one goroutine at a time advances (the
+// holder of Fabric.mu) and others read with Load. It is advanced with a
+// release store, not sync/atomic's store, whose XCHG is a full fence: the
+// unlock that ends a polling loop's round is one already, and the second
+// cost about 30 ns of a 500 ns round trip between processes
+// (docs/benchmarks.md, "Fewer waits in the round trip").
+type releaseCount struct{ v uint64 }
+
+// Load returns the count.
+func (c *releaseCount) Load() uint64 { return atomic.LoadUint64(&c.v) }
+
+// advance adds one to the count (one writer at a time: a load and a
+// release store of the next count, not an atomic add).
+func (c *releaseCount) advance() { storeRelease64(&c.v, c.v+1) }
 
 // driven reports whether a polling loop ran a round (idle) since the
 // engine last asked (seen is the engine's own copy of idleRounds, from

@@ -386,7 +386,7 @@ func (f *Fabric) wireSlot(q *qp) int {
 // it ends a try that timed out and sends what the window allows. It
 // reports whether anything happened. It compares timers with timerNow and
 // sets them with deadlineAfter, which read the clock at most every
-// timerSlack (a first segment leaves before either is asked).
+// timerSlack (a segment leaves before either is asked).
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
 	if ws.segN == 0 && ws.sendOff == 0 {
@@ -397,13 +397,13 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	}
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
-	if ws.segN > 0 && timeout != 0 && f.timerNow() >= ws.deadline {
-		if f.wireSendOnly {
-			// Judged after this round's inbound answers are taken
-			// (stepLocked): the ACK may be among them.
-			f.wireLate = true
-			return false
-		}
+	// The ACK timer of the oldest segment in flight, if one runs: the
+	// round's first pass (wireSendOnly) sends first and looks at the
+	// timer after, so that a new request leaves without waiting for a
+	// clock read; a segment it sends while the timer has run out is sent
+	// again by the go-back-N that follows, as a NIC's would be.
+	judge := ws.segN > 0 && timeout != 0
+	if judge && !f.wireSendOnly && f.timerNow() >= ws.deadline {
 		// The oldest segment was not answered in time: a transport retry.
 		if q.retryCount > int(q.attr.RetryCount) {
 			f.wireFail(q, prm.SyndromeTransportRetryExc)
@@ -435,6 +435,11 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 				break
 			}
 		}
+	}
+	if judge && f.wireSendOnly && f.timerNow() >= ws.deadline {
+		// Judged after this round's inbound answers are taken
+		// (stepLocked): the ACK may be among them.
+		f.wireLate = true
 	}
 	if ringFull && ws.segN == 0 {
 		// Nothing in flight to time out, and the peer takes nothing:
@@ -556,7 +561,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 				h.Flags = wireFirst
 			}
 		} else {
-			p := q.attr.Path
+			p := &q.attr.Path
 			h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
 			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
 			h.L3 = q.dev.h.roceL3(p.SGIDIndex)

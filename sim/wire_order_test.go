@@ -394,3 +394,58 @@ func TestPlainAckGoesAtOnce(t *testing.T) {
 	kinds, _ := inbound(e1.f, s2)
 	require.Equal(t, []uint8{wireResponse}, kinds, "the ACK left in the round that executed the WRITE")
 }
+
+// TestWireSendsBeforeJudgingTimer: a round's first pass sends a new
+// request before it looks at the ACK timer of the one in flight, which has
+// run out; the go-back-N that follows in the same round sends both again.
+// The responder executes each once and answers the repeats without
+// executing them; the requester completes each once, in order.
+func TestWireSendsBeforeJudgingTimer(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	for _, x := range []struct{ q, peer *testQP }{{a, q}, {q, a}} {
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		// Timeout 12: 16.8 ms, long enough for every round below.
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 12, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+	for i := 0; i < 8; i++ {
+		q.postRecv()
+	}
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	round := func(f *Fabric) {
+		f.mu.Lock()
+		f.stepLocked()
+		f.mu.Unlock()
+	}
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	before1, before2 := e1.f.Stats(), e2.f.Stats()
+	a.postWQE(w, 1)
+	round(e1.f) // request 1 leaves and is not answered
+	time.Sleep(40 * time.Millisecond)
+	a.postWQE(w, 2)
+	round(e1.f)
+	require.Equal(t, uint64(1), e1.f.Stats().Retries-before1.Retries, "request 1's timer ran out")
+	for i := 0; i < 8; i++ {
+		round(e2.f)
+		round(e1.f)
+	}
+	var imms []uint32
+	for _, c := range q.rcq.drain() {
+		require.Equal(t, prm.CQERespWrImm, c.op)
+		imms = append(imms, c.imm)
+	}
+	require.Equal(t, []uint32{1, 2}, imms, "each request executed once, in order")
+	require.Equal(t, uint64(2), e2.f.Stats().RepeatsServed-before2.RepeatsServed,
+		"request 2 left before the go-back-N sent both again")
+	sends := a.scq.drain()
+	require.Len(t, sends, 2)
+	for _, c := range sends {
+		require.Equal(t, prm.CQEReq, c.op)
+	}
+}
