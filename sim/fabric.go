@@ -742,7 +742,7 @@ func (f *Fabric) idle() {
 // holder of Fabric.mu) and others read with Load. It is advanced with a
 // release store, not sync/atomic's store, whose XCHG is a full fence: the
 // unlock that ends a polling loop's round is one already, and the second
-// cost about 30 ns of a 500 ns round trip between processes
+// cost 25 to 40 ns of a 500 ns round trip between processes
 // (docs/benchmarks.md, "Fewer waits in the round trip").
 type releaseCount struct{ v uint64 }
 

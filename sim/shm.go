@@ -39,17 +39,18 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	// On failure the registry is closed, which drops the lock with the
-	// descriptor; it is never unlocked after close (the descriptor's number
-	// may by then name another file). A slot claimed but not published
-	// stays free.
+	// On failure the registry is unlocked, then closed (never unlocked
+	// after close: the descriptor's number may by then name another
+	// file). A slot claimed but not published stays free.
 	slot, gen, err := r.claim(name)
 	if err != nil {
+		r.unlock()
 		r.close()
 		return nil, err
 	}
 	in, err := createRingFile(name, slot, gen)
 	if err != nil {
+		r.unlock()
 		r.close()
 		return nil, err
 	}
@@ -158,7 +159,6 @@ var (
 	_ [13 - hdrWords]struct{}
 	_ [hdrFirstLineWords - 7]struct{}
 	_ [7 - hdrFirstLineWords]struct{}
-	_ [-(wireHdrSize % 8)]struct{}
 )
 
 // room reports whether a message with a payload of payloadLen bytes to the

@@ -318,7 +318,8 @@ func TestSharedFabricReclaimsDeadSlots(t *testing.T) {
 func TestSharedJoinFailureLeavesSlotFree(t *testing.T) {
 	// The ring file of the slot cannot be made (a directory with a file
 	// in it holds its name): the join fails naming the file, leaves the
-	// registry unlocked and the slot free for the next process.
+	// registry unlocked and the slot free for the next process. (What it
+	// no longer does, unlock a descriptor it has closed, no test sees.)
 	name := testFabricName(t)
 	blocker := ringPath(name, 0)
 	require.NoError(t, os.Mkdir(blocker, 0o700))

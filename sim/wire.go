@@ -401,9 +401,18 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	// round's first pass (wireSendOnly) sends first and looks at the
 	// timer after, so that a new request leaves without waiting for a
 	// clock read; a segment it sends while the timer has run out is sent
-	// again by the go-back-N that follows, as a NIC's would be.
+	// again by the go-back-N that follows (unless its ACK came in time),
+	// as a NIC's would be.
 	judge := ws.segN > 0 && timeout != 0
-	if judge && !f.wireSendOnly && f.timerNow() >= ws.deadline {
+	// On its last try (the next timeout fails the QP) a QP looks at the
+	// timer before it sends: a WQE posted after that timer ran out is
+	// flushed, and must not reach the responder.
+	first := judge && (!f.wireSendOnly || q.retryCount > int(q.attr.RetryCount))
+	if first && f.timerNow() >= ws.deadline {
+		if f.wireSendOnly {
+			f.wireLate = true
+			return false
+		}
 		// The oldest segment was not answered in time: a transport retry.
 		if q.retryCount > int(q.attr.RetryCount) {
 			f.wireFail(q, prm.SyndromeTransportRetryExc)
@@ -436,7 +445,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			}
 		}
 	}
-	if judge && f.wireSendOnly && f.timerNow() >= ws.deadline {
+	if judge && !first && f.wireSendOnly && f.timerNow() >= ws.deadline {
 		// Judged after this round's inbound answers are taken
 		// (stepLocked): the ACK may be among them.
 		f.wireLate = true

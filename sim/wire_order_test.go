@@ -406,35 +406,25 @@ func TestWireSendsBeforeJudgingTimer(t *testing.T) {
 	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
 	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-	for _, x := range []struct{ q, peer *testQP }{{a, q}, {q, a}} {
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
-			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
-		// Timeout 12: 16.8 ms, long enough for every round below.
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 12, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
-	}
+	connectRCRetry(t, e1, e2, a, q, 7) // Timeout 14: 67 ms
 	for i := 0; i < 8; i++ {
 		q.postRecv()
 	}
 	holdEngine(t, e1.f)
 	holdEngine(t, e2.f)
-	round := func(f *Fabric) {
-		f.mu.Lock()
-		f.stepLocked()
-		f.mu.Unlock()
-	}
 	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
 	before1, before2 := e1.f.Stats(), e2.f.Stats()
 	a.postWQE(w, 1)
-	round(e1.f) // request 1 leaves and is not answered
-	time.Sleep(40 * time.Millisecond)
+	stepRound(e1.f) // request 1 leaves and is not answered
+	time.Sleep(100 * time.Millisecond)
 	a.postWQE(w, 2)
-	round(e1.f)
+	stepRound(e1.f)
 	require.Equal(t, uint64(1), e1.f.Stats().Retries-before1.Retries, "request 1's timer ran out")
 	for i := 0; i < 8; i++ {
-		round(e2.f)
-		round(e1.f)
+		stepRound(e2.f)
+		stepRound(e1.f)
 	}
+	require.Equal(t, uint64(1), e1.f.Stats().Retries-before1.Retries, "one retry (the rounds took under 67 ms)")
 	var imms []uint32
 	for _, c := range q.rcq.drain() {
 		require.Equal(t, prm.CQERespWrImm, c.op)
@@ -448,4 +438,40 @@ func TestWireSendsBeforeJudgingTimer(t *testing.T) {
 	for _, c := range sends {
 		require.Equal(t, prm.CQEReq, c.op)
 	}
+}
+
+// TestWireJudgesLastTryBeforeSending: on a QP's last try (RetryCount 0,
+// one retry done) a WQE posted after that try's timer ran out never
+// leaves: the round judges the timer before it sends, fails the oldest
+// WQE with RETRY_EXC_ERR and flushes the new one, which the responder
+// never sees.
+func TestWireJudgesLastTryBeforeSending(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectRCRetry(t, e1, e2, a, q, 0) // Timeout 14: 67 ms
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
+	stepRound(e1.f)
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f) // the retry
+	require.Equal(t, uint64(1), e1.f.Stats().Retries)
+	time.Sleep(100 * time.Millisecond) // the retry's timer runs out
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(8), e2.mr.RKey()), inlineSeg([]byte("2")))
+	stepRound(e1.f) // RETRY_EXC_ERR for the first, the second flushed
+	c, ok := a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd)
+	stepRound(e1.f) // the flush
+	c, ok = a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.SyndromeWRFlush, c.synd)
+	for i := 0; i < 4; i++ {
+		stepRound(e2.f)
+	}
+	require.Equal(t, []byte("1"), e2.mem(0, 1), "the first WQE left before its timers ran out")
+	require.Equal(t, []byte{0}, e2.mem(8, 1), "the flushed WQE was executed by the responder")
 }
