@@ -165,6 +165,57 @@ func (f *Fabric) parseSend(q *qp, w *sendWQE) prm.Syndrome {
 	return f.parseSendAt(q, w, q.sqCI)
 }
 
+// parseSendSmall decodes the WQE at index at of the send queue of an RC QP
+// when it has the shape of most small messages: a SEND, SEND_IMM,
+// RDMA_WRITE or RDMA_WRITE_IMM whose data is one inline segment and
+// nothing else, its fields as parseSendAt checks them. It then reports
+// true, with w as parseSendAt would leave it (TestParseSendSmallAgrees).
+// For any other WQE it reports false and parseSendAt decodes it, and says
+// what is wrong with it; a WQE it takes has nothing wrong.
+func (f *Fabric) parseSendSmall(q *qp, w *sendWQE, at uint16) bool {
+	if q.typ != ctx.QPTypeRC {
+		return false
+	}
+	r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(at) & (q.sqCnt - 1)) * prm.WQEBBSize}
+	ctrl := r.seg(0)
+	w0 := prm.Load32(ctrl)
+	w1 := prm.Load32(unsafe.Add(ctrl, prm.CtrlQPNDS))
+	op := prm.Opcode(w0 & prm.CtrlOpcodeMask)
+	cur := 1 // the data segment's index
+	switch op {
+	case prm.OpSend, prm.OpSendImm:
+	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
+		cur = 2 // after the remote address segment
+	default:
+		return false
+	}
+	ds := int(w1 & prm.CtrlDSMask)
+	if uint16(w0>>prm.CtrlWQEIndexShift) != at || uint8(w0>>prm.CtrlOpmodShift) != 0 ||
+		w1>>prm.CtrlQPNShift != q.qpn || cur >= ds {
+		return false
+	}
+	bbs := uint16(prm.WQEBBs(ds))
+	if bbs > q.sqPI-at || uint32(bbs) > q.maxWQEBBs {
+		return false
+	}
+	hdr := prm.Load32(r.seg(cur))
+	n := hdr &^ prm.InlineSeg
+	if hdr&prm.InlineSeg == 0 || n == 0 || cur+prm.InlineDS(int(n)) != ds {
+		return false
+	}
+	*w = sendWQE{idx: at, op: op, qpn: q.qpn, ds: ds, bbs: bbs, ring: r,
+		fm:    *(*uint8)(unsafe.Add(ctrl, prm.CtrlFmCeSe)),
+		imm:   prm.Load32(unsafe.Add(ctrl, prm.CtrlImm)),
+		sg:    append(w.sg[:0], gatherEntry{inline: true, off: uint32(cur*prm.SegmentSize + prm.InlineHeaderSize), n: uint64(n)}),
+		total: uint64(n)}
+	if cur == 2 {
+		p := r.seg(1)
+		w.raddr = prm.Load64(unsafe.Add(p, prm.RaddrAddr))
+		w.rkey = prm.Load32(unsafe.Add(p, prm.RaddrRkey))
+	}
+	return true
+}
+
 // parseSendAt decodes the WQE at index at of the send queue, at or after
 // the consumer index (a requester with several requests in flight reads
 // ahead of it).

@@ -497,7 +497,10 @@ const (
 func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, int) {
 	ws := &q.wire
 	atHead := ws.segN == 0 && ws.sendIdx == q.sqCI
-	s := f.parseSendAt(q, w, ws.sendIdx)
+	var s prm.Syndrome
+	if !f.parseSendSmall(q, w, ws.sendIdx) {
+		s = f.parseSendAt(q, w, ws.sendIdx)
+	}
 	if s == 0 && w.op == prm.OpNop {
 		// Completes here, in order: after every WQE before it.
 		if !atHead {
@@ -639,6 +642,11 @@ func (f *Fabric) wireLocalCheck(q *qp, w *sendWQE) prm.Syndrome {
 // gatherAt copies the message bytes [off, off+len(dst)) of w (inline data
 // and local SGEs, checked by wireLocalCheck) to dst.
 func (f *Fabric) gatherAt(w *sendWQE, off uint64, dst []byte) {
+	if len(w.sg) == 1 && w.sg[0].inline {
+		// One inline segment (parseSendSmall's WQEs): one copy.
+		w.ring.copyOut(dst, w.sg[0].off+uint32(off))
+		return
+	}
 	for _, e := range w.sg {
 		if len(dst) == 0 {
 			return
