@@ -445,7 +445,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			}
 		}
 	}
-	if judge && !first && f.wireSendOnly && f.timerNow() >= ws.deadline {
+	if judge && !first && f.wireSendOnly && f.lookAtTimers() && f.timerNow() >= ws.deadline {
 		// Judged after this round's inbound answers are taken
 		// (stepLocked): the ACK may be among them.
 		f.wireLate = true

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -474,4 +475,53 @@ func TestWireJudgesLastTryBeforeSending(t *testing.T) {
 	}
 	require.Equal(t, []byte("1"), e2.mem(0, 1), "the first WQE left before its timers ran out")
 	require.Equal(t, []byte{0}, e2.mem(8, 1), "the flushed WQE was executed by the responder")
+}
+
+// TestTimersLookedAtInQuietRounds: in a run of a polling loop's rounds in
+// which nothing happens, the first pass looks at the ACK timers in every
+// fourth only (lookAtTimers): a timer that has run out is taken up in the
+// fourth round of the run, not before, and a round in which something
+// happened (the retry) starts the count again. A round of the engine's
+// (stepRound here) looks in any case.
+func TestTimersLookedAtInQuietRounds(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectRCRetry(t, e1, e2, a, q, 7) // Timeout 14: 67 ms
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	retries := func() uint64 { return e1.f.Stats().Retries }
+	loopRound := func() { // a polling loop's round
+		before := e1.f.Stats().StepsExecuted
+		e1.f.idle()
+		require.Equal(t, before+1, e1.f.Stats().StepsExecuted, "idle ran no round")
+		// A round that read the clock tells the engine when the loop
+		// last ran: hold it off again.
+		e1.f.drivenAt.Store(math.MaxInt64 / 2)
+	}
+	quiet := func(n uint32) {
+		e1.f.mu.Lock()
+		e1.f.quietRounds = n // within a run of rounds with nothing to do
+		e1.f.mu.Unlock()
+	}
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
+	loopRound() // the request leaves: a round in which something happened
+	require.Zero(t, e1.f.quietRounds)
+	time.Sleep(100 * time.Millisecond) // its timer runs out
+	quiet(1)
+	for i := 1; i <= 3; i++ {
+		loopRound()
+		require.Zero(t, retries(), "quiet round %d of the run looked at the timer", i)
+	}
+	loopRound()
+	require.Equal(t, uint64(1), retries(), "the fourth quiet round looks at the timer")
+	require.Zero(t, e1.f.quietRounds, "the retry is something that happened")
+
+	// The engine's round looks whatever the count.
+	time.Sleep(200 * time.Millisecond) // the retry's timer runs out
+	quiet(1)
+	stepRound(e1.f)
+	require.Equal(t, uint64(2), retries(), "the engine's round looks at the timer")
 }
