@@ -110,7 +110,7 @@ func (f *Fabric) finishSend(q *qp, w *sendWQE, o outcome) {
 func (f *Fabric) flush(q *qp) bool {
 	progressed := false
 	for q.sqCnt > 0 && q.sqPending() > 0 {
-		r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(q.sqCI) & (q.sqCnt - 1)) * prm.WQEBBSize}
+		r := q.sqWQE(q.sqCI)
 		ctrl := r.seg(0)
 		op := prm.Opcode(prm.Load32(ctrl) & prm.CtrlOpcodeMask)
 		ds := int(prm.Load32(unsafe.Add(ctrl, prm.CtrlQPNDS)) & prm.CtrlDSMask)

@@ -165,8 +165,9 @@ type Fabric struct {
 	// wireSendOnly is set while a round's first pass over the QPs
 	// sends: a QP whose ACK timer ran out (looked at after its sends) is
 	// left for a second pass, after the inbound messages are taken
-	// (stepLocked), and wireLate says there is one. wireUnjudged counts the rounds in a row whose
-	// drain stopped at a completion and so judged none.
+	// (stepLocked), and wireLate says there is one. wireUnjudged counts
+	// the rounds in a row whose drain stopped at a completion and so
+	// judged none.
 	wireSendOnly bool
 	wireLate     bool
 	wireUnjudged int

@@ -103,6 +103,11 @@ type ringView struct {
 	start uint32
 }
 
+// sqWQE returns the view of the WQE at index at of q's send queue.
+func (q *qp) sqWQE(at uint16) ringView {
+	return ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(at) & (q.sqCnt - 1)) * prm.WQEBBSize}
+}
+
 func (r ringView) seg(i int) unsafe.Pointer {
 	return unsafe.Add(r.base, (r.start+uint32(i)*prm.SegmentSize)&r.mask)
 }
@@ -176,7 +181,7 @@ func (f *Fabric) parseSendSmall(q *qp, w *sendWQE, at uint16) bool {
 	if q.typ != ctx.QPTypeRC {
 		return false
 	}
-	r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(at) & (q.sqCnt - 1)) * prm.WQEBBSize}
+	r := q.sqWQE(at)
 	ctrl := r.seg(0)
 	w0 := prm.Load32(ctrl)
 	w1 := prm.Load32(unsafe.Add(ctrl, prm.CtrlQPNDS))
@@ -221,7 +226,7 @@ func (f *Fabric) parseSendSmall(q *qp, w *sendWQE, at uint16) bool {
 // ahead of it).
 func (f *Fabric) parseSendAt(q *qp, w *sendWQE, at uint16) prm.Syndrome {
 	*w = sendWQE{sg: w.sg[:0], bbs: 1}
-	w.ring = ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(at) & (q.sqCnt - 1)) * prm.WQEBBSize}
+	w.ring = q.sqWQE(at)
 	ctrl := w.ring.seg(0)
 	w0 := prm.Load32(ctrl)
 	w1 := prm.Load32(unsafe.Add(ctrl, prm.CtrlQPNDS))

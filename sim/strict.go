@@ -191,7 +191,7 @@ func (f *Fabric) compareBlueFlame(q *qp) {
 		long := !bytes.Equal(now[8:], old[8:])
 		copy(old, now)
 		idx := uint16(prm.Load32(unsafe.Pointer(&now[0])) >> prm.CtrlWQEIndexShift)
-		r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(idx) & (q.sqCnt - 1)) * prm.WQEBBSize}
+		r := q.sqWQE(idx)
 		n := 8
 		if long {
 			ds := int(prm.Load32(unsafe.Pointer(&now[prm.CtrlQPNDS])) & prm.CtrlDSMask)

@@ -372,7 +372,7 @@ func (f *Fabric) wireSlot(q *qp) int {
 		return ws.dcSlot
 	}
 	// Nothing in flight: the WQE at the consumer index says.
-	r := ringView{base: q.sq, mask: q.sqCnt*prm.WQEBBSize - 1, start: (uint32(q.sqCI) & (q.sqCnt - 1)) * prm.WQEBBSize}
+	r := q.sqWQE(q.sqCI)
 	ds := int(prm.Load32(unsafe.Add(r.seg(0), prm.CtrlQPNDS)) & prm.CtrlDSMask)
 	if ds < 1+prm.AVSegments {
 		return -1

@@ -31,6 +31,20 @@ func heldRCPair(t *testing.T) (e1, e2 *env, a, q *testQP) {
 	return e1, e2, a, q
 }
 
+// heldRCPairRetry is heldRCPair with the QPs' retry count retry (the ACK
+// timeout is 14, 67 ms, in both).
+func heldRCPairRetry(t *testing.T, retry uint8) (e1, e2 *env, a, q *testQP) {
+	name := testFabricName(t)
+	e1 = newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 = newEnv(t, Options{Mode: Engine, Fabric: name})
+	a = e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q = e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	connectRCRetry(t, e1, e2, a, q, retry)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	return e1, e2, a, q
+}
+
 // sendCQENextRound asserts that q has no send CQE yet (why says what
 // holds it back) and a successful one after the next round of f, q's
 // Fabric: the ACK left for that round.
@@ -299,14 +313,7 @@ func TestAckInRingBeforeDeadlineIsTaken(t *testing.T) {
 // the requester's round comes after it: the WQE completes, not with
 // RETRY_EXC, since its ACK was in the ring in time.
 func TestAckInRingBeforeLastDeadlineIsTaken(t *testing.T) {
-	name := testFabricName(t)
-	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectRCRetry(t, e1, e2, a, q, 0)
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, _ := heldRCPairRetry(t, 0)
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
 	stepRound(e1.f)
 	time.Sleep(100 * time.Millisecond)
@@ -402,17 +409,10 @@ func TestPlainAckGoesAtOnce(t *testing.T) {
 // The responder executes each once and answers the repeats without
 // executing them; the requester completes each once, in order.
 func TestWireSendsBeforeJudgingTimer(t *testing.T) {
-	name := testFabricName(t)
-	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
-	connectRCRetry(t, e1, e2, a, q, 7) // Timeout 14: 67 ms
+	e1, e2, a, q := heldRCPairRetry(t, 7) // Timeout 14: 67 ms
 	for i := 0; i < 8; i++ {
 		q.postRecv()
 	}
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
 	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
 	before1, before2 := e1.f.Stats(), e2.f.Stats()
 	a.postWQE(w, 1)
@@ -447,14 +447,7 @@ func TestWireSendsBeforeJudgingTimer(t *testing.T) {
 // WQE with RETRY_EXC_ERR and flushes the new one, which the responder
 // never sees.
 func TestWireJudgesLastTryBeforeSending(t *testing.T) {
-	name := testFabricName(t)
-	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectRCRetry(t, e1, e2, a, q, 0) // Timeout 14: 67 ms
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, _ := heldRCPairRetry(t, 0) // Timeout 14: 67 ms
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	stepRound(e1.f)
 	time.Sleep(100 * time.Millisecond)
@@ -484,14 +477,7 @@ func TestWireJudgesLastTryBeforeSending(t *testing.T) {
 // happened (the retry) starts the count again. A round of the engine's
 // (stepRound here) looks in any case.
 func TestTimersLookedAtInQuietRounds(t *testing.T) {
-	name := testFabricName(t)
-	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectRCRetry(t, e1, e2, a, q, 7) // Timeout 14: 67 ms
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
+	e1, e2, a, _ := heldRCPairRetry(t, 7) // Timeout 14: 67 ms
 	retries := func() uint64 { return e1.f.Stats().Retries }
 	loopRound := func() { // a polling loop's round
 		before := e1.f.Stats().StepsExecuted
