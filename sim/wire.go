@@ -798,16 +798,14 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		return
 	}
 	op := prm.Opcode(h.Op)
-	w := sendWQE{op: op, fm: h.FM, imm: h.Imm, raddr: h.RAddr, rkey: h.RKey, total: uint64(h.Total),
-		asize: int(h.ASize)}
-	off, n := uint64(h.Off), uint64(h.Seg)
-	if off+n > w.total || n > wireSegMax || (op.IsAtomic() && !getAtomic(payload, &w)) {
+	// The request's fields are read from h; a sendWQE is built only
+	// where a helper takes one (a SEND's delivery, an atomic).
+	total, off, n := uint64(h.Total), uint64(h.Off), uint64(h.Seg)
+	if off+n > total || n > wireSegMax || (op.IsAtomic() && len(payload) < wireAtomicSize) {
 		return // no requester of this version sends it
 	}
-	last := off+n == w.total
+	last := off+n == total
 	src := srcInfo{qpn: h.SrcQPN, lid: h.SrcLID, sl: h.SL, grh: h.GRH != 0, l3: h.L3}
-	nak := func(s prm.Syndrome) { f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil) }
-	rnr := func() { f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil) }
 	var data []byte
 	var old [8]byte
 	completes := false // a receive CQE written: its ACK is held
@@ -821,35 +819,36 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
 		rw, ok := f.peekRecv(t)
 		if !ok {
-			rnr()
+			f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
 			return
 		}
 		msg := payload[:n]
 		if !(off == 0 && last) {
 			// A message of several segments is assembled, then
 			// delivered whole with its last.
-			if off == 0 || uint64(len(rs.asm)) != w.total {
-				rs.asm = make([]byte, w.total)
+			if off == 0 || uint64(len(rs.asm)) != total {
+				rs.asm = make([]byte, total)
 			}
 			copy(rs.asm[off:], payload[:n])
 			msg = rs.asm
 		}
 		if last {
 			rs.asm = nil
+			w := sendWQE{op: op, fm: h.FM, imm: h.Imm, total: total}
 			if s := f.deliverSend(nil, t, &w, msg, rw, src); s != 0 {
-				nak(s)
+				f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil)
 				return
 			}
 			completes = true
 		}
 	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
 		var m *mr
-		if w.total > 0 {
+		if total > 0 {
 			// The whole message's range, at every segment: nothing is
 			// written unless all of it lies in the region.
-			if m = f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteWrite); m == nil {
+			if m = f.remoteMR(t, h.RKey, h.RAddr, total, ctx.AccessRemoteWrite); m == nil {
 				f.wireAccessError(h.SrcQPN, t)
-				nak(prm.SyndromeRemoteAccess)
+				f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 				return
 			}
 		}
@@ -858,33 +857,37 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		if imm {
 			var ok bool
 			if rw, ok = f.peekRecv(t); !ok {
-				rnr()
+				f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
 				return
 			}
 		}
 		if m != nil && n > 0 {
-			copy(m.bytes(w.raddr+off, n), payload[:n])
+			copy(m.bytes(h.RAddr+off, n), payload[:n])
 		}
 		if imm {
 			f.consumeRecv(t, rw)
-			img := respCQE(t, rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			img := respCQE(t, rw, prm.CQERespWrImm, uint32(total), h.Imm, src, h.FM&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
 			completes = true
 		}
 	case prm.OpRdmaRead:
-		if w.total > 0 {
-			m := f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteRead)
+		if total > 0 {
+			m := f.remoteMR(t, h.RKey, h.RAddr, total, ctx.AccessRemoteRead)
 			if m == nil {
 				f.wireAccessError(h.SrcQPN, t)
-				nak(prm.SyndromeRemoteAccess)
+				f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 				return
 			}
-			data = m.bytes(w.raddr+off, n)
+			data = m.bytes(h.RAddr+off, n)
 		}
 	default: // atomics
+		w := sendWQE{op: op, fm: h.FM, imm: h.Imm, raddr: h.RAddr, rkey: h.RKey, total: total, asize: int(h.ASize)}
+		if !getAtomic(payload, &w) {
+			return // checked above
+		}
 		var synd prm.Syndrome
 		if data, synd = f.wireExecAtomic(t, h.SrcQPN, &w, &old); synd != 0 {
-			nak(synd)
+			f.wireReply(from, h, t, wireNAK, uint8(synd), 0, nil)
 			return
 		}
 		rs.atomics[rs.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: beUint64(old[:]), valid: true}
