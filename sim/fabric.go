@@ -522,7 +522,10 @@ const wireJudgeRounds = 64
 // nothing did, deadlineLocked says until when nothing will).
 //
 // A round looks at the CQs and reads the doorbells, then lets each QP
-// send, then takes the messages of other processes. Sending first matters
+// send, then takes the messages of other processes. The CQs come first:
+// a delayed CQE that falls due and overruns its CQ moves its QP to error,
+// which must flush what that QP would send in this round
+// (TestDueOverrunFlushesBeforeSend). Sending first matters
 // between processes: a WQE posted after a completion was polled leaves at
 // the next round's start, before that round spends its time on the ACKs
 // and other messages that came in meanwhile; the ACKs of completing
