@@ -521,11 +521,11 @@ const wireJudgeRounds = 64
 // stepLocked runs one round and returns whether anything happened (when
 // nothing did, deadlineLocked says until when nothing will).
 //
-// A round reads the doorbells, lets each QP send, looks at the CQs (their
-// consumer index and arm doorbell, and the delayed CQEs that fell due),
-// then takes the messages of other processes. A CQE the sends write reads
-// the consumer index and takes an arm as it is written (writeCQE), so the
-// look at the CQs need not come before them. Sending first matters
+// A round looks at the CQs and reads the doorbells, then lets each QP
+// send, then takes the messages of other processes. The CQs come first:
+// a delayed CQE that falls due and overruns its CQ moves its QP to error,
+// which must flush what that QP would send in this round
+// (TestDueOverrunFlushesBeforeSend). Sending first matters
 // between processes: a WQE posted after a completion was polled leaves at
 // the next round's start, before that round spends its time on the ACKs
 // and other messages that came in meanwhile; the ACKs of completing
@@ -539,6 +539,11 @@ func (f *Fabric) stepLocked() bool {
 	f.stats.StepsExecuted++
 	f.roundTimed = false
 	progressed := false
+	for _, c := range f.cqList {
+		if f.scanCQ(c) {
+			progressed = true
+		}
+	}
 	for _, s := range f.srqList {
 		f.scanSRQ(s)
 	}
@@ -557,11 +562,6 @@ func (f *Fabric) stepLocked() bool {
 		}
 	}
 	f.wireSendOnly = false
-	for _, c := range f.cqList {
-		if f.scanCQ(c) {
-			progressed = true
-		}
-	}
 	if held := len(f.wireAcks); held > 0 {
 		if f.wireFlushAcks(); len(f.wireAcks) < held {
 			progressed = true
