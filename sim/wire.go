@@ -801,7 +801,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	// The request's fields are read from h; a sendWQE is built only
 	// where a helper takes one (a SEND's delivery, an atomic).
 	total, off, n := uint64(h.Total), uint64(h.Off), uint64(h.Seg)
-	if off+n > total || n > wireSegMax || (op.IsAtomic() && len(payload) < wireAtomicSize) {
+	if off+n > total || n > wireSegMax {
 		return // no requester of this version sends it
 	}
 	last := off+n == total
@@ -883,7 +883,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	default: // atomics
 		w := sendWQE{op: op, fm: h.FM, imm: h.Imm, raddr: h.RAddr, rkey: h.RKey, total: total, asize: int(h.ASize)}
 		if !getAtomic(payload, &w) {
-			return // checked above
+			return // no requester of this version sends it (nothing done yet)
 		}
 		var synd prm.Syndrome
 		if data, synd = f.wireExecAtomic(t, h.SrcQPN, &w, &old); synd != 0 {
