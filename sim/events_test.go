@@ -49,12 +49,17 @@ func TestArmSequenceThroughNotifier(t *testing.T) {
 		q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
 		e.run()
 		require.NoError(t, <-done, "round %d", round)
-		require.Equal(t, uint64(round+1), n.Events(), "one event per round")
+		// One event per round, read by this Wait, or by the next one
+		// when the NOP's CQE landed between the arm and the Wait's poll
+		// after it (which then returns at once, its event unread).
+		require.GreaterOrEqual(t, n.Events(), uint64(round), "round %d: an event was lost", round)
+		require.LessOrEqual(t, n.Events(), uint64(round+1), "round %d: more events than rounds", round)
 		got := poll.Poll(8, func(c *monocq.CQE) {
 			require.Equal(t, prm.CQEReq, c.Opcode())
 		})
 		require.Equal(t, 1, got, "round %d", round)
 	}
+	require.GreaterOrEqual(t, n.Events(), uint64(rounds-1))
 	require.Empty(t, e.f.Violations())
 }
 
