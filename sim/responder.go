@@ -70,7 +70,15 @@ func parseRecv(base unsafe.Pointer, max int, r *recvWQE) (bad string) {
 // peekRecv: a round handles one receive at a time.
 func (f *Fabric) peekRecv(t *qp) (*recvWQE, bool) {
 	r := &f.recvScratch
+	// A queue that looked empty when the round read its doorbell record
+	// is read again, as a device reads the record when a message finds
+	// no WQE: a receive posted before the send that meets it (the round
+	// may have read the receiver's record before it, the sender's
+	// after) is there for it.
 	if s := t.srq; s != nil {
+		if !s.closed && s.counter == s.consumed {
+			f.scanSRQ(s)
+		}
 		if s.closed || s.counter == s.consumed {
 			return nil, false
 		}
@@ -82,6 +90,9 @@ func (f *Fabric) peekRecv(t *qp) (*recvWQE, bool) {
 			f.violate(Violation{Kind: ViolationReceive, SRQN: s.srqn, Detail: fmt.Sprintf("SRQ WQE %d: %s", idx, bad)})
 		}
 		return r, true
+	}
+	if t.rqHead == t.rqCI {
+		f.scanRQ(t)
 	}
 	if t.rqCnt == 0 || t.rqHead == t.rqCI {
 		return nil, false

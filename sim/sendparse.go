@@ -69,15 +69,21 @@ func (f *Fabric) scanQP(q *qp) {
 			}
 		}
 	}
-	if q.rqCnt > 0 {
-		raw := atomic.LoadUint32((*uint32)(q.db))
-		if raw != q.lastRQRaw {
-			q.lastRQRaw = raw
-			if v := bits.ReverseBytes32(raw); producerFits(v, q.rqHead, q.rqCI, q.rqCnt) {
-				q.rqHead = uint16(v)
-			} else if h, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.rqCI}, "receive", v, q.rqHead, q.rqCI, q.rqCnt); ok {
-				q.rqHead = h
-			}
+	f.scanRQ(q)
+}
+
+// scanRQ reads the QP's receive doorbell record (its 16-bit WQE counter).
+func (f *Fabric) scanRQ(q *qp) {
+	if q.rqCnt == 0 {
+		return
+	}
+	raw := atomic.LoadUint32((*uint32)(q.db))
+	if raw != q.lastRQRaw {
+		q.lastRQRaw = raw
+		if v := bits.ReverseBytes32(raw); producerFits(v, q.rqHead, q.rqCI, q.rqCnt) {
+			q.rqHead = uint16(v)
+		} else if h, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.rqCI}, "receive", v, q.rqHead, q.rqCI, q.rqCnt); ok {
+			q.rqHead = h
 		}
 	}
 }
