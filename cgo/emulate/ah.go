@@ -42,16 +42,16 @@ const objAH objKind = 32
 
 func init() {
 	writeCmds[C.IB_USER_VERBS_CMD_CREATE_AH] = &writeCmd{
-		name: "CREATE_AH", reqSize: C.sizeof_struct_ib_uverbs_create_ah,
+		name: "CREATE_AH", reqSize: C.sizeof_struct_ib_uverbs_create_ah, udata: true,
 		respSize: C.sizeof_struct_ib_uverbs_create_ah_resp, context: true,
 		run: (*kernel).writeCreateAH,
 	}
 	writeCmds[C.IB_USER_VERBS_CMD_DESTROY_AH] = &writeCmd{
-		name: "DESTROY_AH", reqSize: C.sizeof_struct_ib_uverbs_destroy_ah, context: true,
+		name: "DESTROY_AH", reqSize: C.sizeof_struct_ib_uverbs_destroy_ah,
 		run: (*kernel).writeDestroyAH,
 	}
 	ioctlMethods[methodKey{C.UVERBS_OBJECT_AH, C.UVERBS_METHOD_AH_DESTROY}] = &method{
-		name: "AH_DESTROY", context: true,
+		name:  "AH_DESTROY",
 		attrs: []attrSpec{{id: C.UVERBS_ATTR_DESTROY_AH_HANDLE, kind: attrIDRIn, mandatory: true}},
 		run: func(k *kernel, f *ufile, b *bundle) syscall.Errno {
 			return k.destroyAH(f, b.get(C.UVERBS_ATTR_DESTROY_AH_HANDLE).data)

@@ -32,17 +32,17 @@ func cqLimit(maxCQE uint32) uint64 {
 }
 
 // createCompChannel creates a completion channel descriptor.
-func (k *kernel) createCompChannel() (int, syscall.Errno) {
+func (k *kernel) createCompChannel(f *ufile) (int, syscall.Errno) {
 	e, en := k.newEventFile()
 	if en != 0 {
 		return -1, en
 	}
-	e.comp = true
+	e.comp, e.owner = true, f
 	return e.fd, 0
 }
 
 func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
-	fd, en := k.createCompChannel()
+	fd, en := k.createCompChannel(f)
 	if en != 0 {
 		return en
 	}
@@ -73,7 +73,7 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 		return 0, 0, 0, unix.EINVAL
 	}
 	if r.channel >= 0 {
-		if e, ok := k.events[r.channel]; !ok || !e.comp {
+		if e, ok := k.events[r.channel]; !ok || !e.comp || e.owner != f {
 			return 0, 0, 0, unix.EBADF
 		}
 	}
@@ -254,7 +254,7 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_EVENT_FD); a != nil {
 		// An async event descriptor, which the CQ's async events go to.
 		e, ok := k.events[int(a.data)]
-		if !ok || e.comp || a.data > maxFD {
+		if !ok || e.comp || e.owner != f || a.data > maxFD {
 			return unix.EBADF
 		}
 		r.asyncFile = e

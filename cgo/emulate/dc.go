@@ -222,7 +222,9 @@ func checkLegacyModify(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.Errn
 
 func init() {
 	writeExCmds[C.IB_USER_VERBS_EX_CMD_MODIFY_QP] = &writeCmd{
-		name: "EX_MODIFY_QP", reqSize: C.sizeof_struct_ib_uverbs_ex_modify_qp, context: true,
+		// req_size is offsetofend(struct ib_uverbs_ex_modify_qp, base).
+		name: "EX_MODIFY_QP", reqSize: C.sizeof_struct_ib_uverbs_modify_qp,
+		respSize: C.sizeof_struct_ib_uverbs_ex_modify_qp_resp, context: true,
 		run: (*kernel).writeExModifyQP,
 	}
 }

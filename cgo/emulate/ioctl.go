@@ -122,14 +122,14 @@ var ioctlMethods = map[methodKey]*method{
 		run: (*kernel).ioctlAsyncEventAlloc,
 	},
 	{C.UVERBS_OBJECT_PD, C.UVERBS_METHOD_PD_DESTROY}: {
-		name: "PD_DESTROY", context: true,
+		name:  "PD_DESTROY",
 		attrs: []attrSpec{{id: C.UVERBS_ATTR_DESTROY_PD_HANDLE, kind: attrIDRIn, mandatory: true}},
 		run: func(k *kernel, f *ufile, b *bundle) syscall.Errno {
 			return k.destroyPD(f, b.get(C.UVERBS_ATTR_DESTROY_PD_HANDLE).data)
 		},
 	},
 	{C.UVERBS_OBJECT_MR, C.UVERBS_METHOD_MR_DESTROY}: {
-		name: "MR_DESTROY", context: true,
+		name:  "MR_DESTROY",
 		attrs: []attrSpec{{id: C.UVERBS_ATTR_DESTROY_MR_HANDLE, kind: attrIDRIn, mandatory: true}},
 		run: func(k *kernel, f *ufile, b *bundle) syscall.Errno {
 			return k.destroyMR(f, b.get(C.UVERBS_ATTR_DESTROY_MR_HANDLE).data)
@@ -150,7 +150,7 @@ var ioctlMethods = map[methodKey]*method{
 		run: (*kernel).ioctlCreateCQ,
 	},
 	{C.UVERBS_OBJECT_CQ, C.UVERBS_METHOD_CQ_DESTROY}: {
-		name: "CQ_DESTROY", context: true,
+		name: "CQ_DESTROY",
 		attrs: []attrSpec{
 			{id: C.UVERBS_ATTR_DESTROY_CQ_HANDLE, kind: attrIDRIn, mandatory: true},
 			ptrOut(C.UVERBS_ATTR_DESTROY_CQ_RESP, C.sizeof_struct_ib_uverbs_destroy_cq_resp, C.sizeof_struct_ib_uverbs_destroy_cq_resp, true),
@@ -555,6 +555,7 @@ func (k *kernel) ioctlAsyncEventAlloc(f *ufile, b *bundle) syscall.Errno {
 	if en != 0 {
 		return en
 	}
+	e.owner = f
 	b.get(C.UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE).newFD = e.fd
 	f.uctx.async.addFile(e)
 	return 0

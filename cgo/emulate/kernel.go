@@ -105,6 +105,9 @@ type eventFile struct {
 	// comp marks a completion channel (CREATE_COMP_CHANNEL), which CQs
 	// may name.
 	comp bool
+	// owner is the uverbs file that created it: only its commands may
+	// name it (lookup_get_fd_uobject, EBADF otherwise).
+	owner *ufile
 }
 
 // mapping is a UAR page the library mapped: anonymous shared memory the

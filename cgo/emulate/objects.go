@@ -89,6 +89,10 @@ func (uc *ucontext) destroyable(h uint64, kind objKind) (*uobject, syscall.Errno
 	if int64(h) < 0 {
 		return nil, unix.EINVAL
 	}
+	if uc == nil {
+		// No context yet: the file's handle table is empty.
+		return nil, unix.ENOENT
+	}
 	o, ok := uc.objects[uint32(h)]
 	if h > 0xffffffff {
 		ok = false

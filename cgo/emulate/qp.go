@@ -401,6 +401,9 @@ func (k *kernel) writeModifyQP(f *ufile, c *writeCall) syscall.Errno {
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
 	}
+	if uint32(req.attr_mask)&^attrStandardBits != 0 {
+		return unix.EOPNOTSUPP
+	}
 	if en := checkLegacyModify(f, &req); en != 0 {
 		return en
 	}

@@ -185,7 +185,7 @@ func TestKernelQueuePairs(t *testing.T) {
 		"PD handle":               {toInit(pd), unix.EINVAL},
 		"current state is not it": {modifyQP{h: h0, mask: mState | mCur | mPKey | mPort | mAccess, state: 1, cur: 2, port: 1}, unix.EINVAL},
 		"state past ERR":          {modifyQP{h: h0, mask: mState, state: 9}, unix.EINVAL},
-		"unknown mask bit":        {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess | 1<<30, state: 1, port: 1}, unix.EINVAL},
+		"unknown mask bit":        {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess | 1<<30, state: 1, port: 1}, unix.EOPNOTSUPP},
 		"port 2 of a 1-port HCA":  {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess, state: 1, port: 2}, unix.EINVAL},
 		"unknown access bit":      {modifyQP{h: h0, mask: mState | mPKey | mPort | mAccess, state: 1, port: 1, access: 1 << 20}, unix.EINVAL},
 	} {

@@ -236,12 +236,12 @@ func (k *kernel) writeDestroySRQ(f *ufile, c *writeCall) syscall.Errno {
 func init() {
 	for cmd, w := range map[uint32]*writeCmd{
 		C.IB_USER_VERBS_CMD_CREATE_SRQ: {
-			name: "CREATE_SRQ", reqSize: C.sizeof_struct_ib_uverbs_create_srq,
+			name: "CREATE_SRQ", reqSize: C.sizeof_struct_ib_uverbs_create_srq, udata: true,
 			respSize: C.sizeof_struct_ib_uverbs_create_srq_resp, context: true,
 			run: (*kernel).writeCreateSRQ,
 		},
 		C.IB_USER_VERBS_CMD_MODIFY_SRQ: {
-			name: "MODIFY_SRQ", reqSize: C.sizeof_struct_ib_uverbs_modify_srq, context: true,
+			name: "MODIFY_SRQ", reqSize: C.sizeof_struct_ib_uverbs_modify_srq, udata: true, context: true,
 			run: (*kernel).writeModifySRQ,
 		},
 		C.IB_USER_VERBS_CMD_QUERY_SRQ: {
@@ -251,8 +251,8 @@ func init() {
 		},
 		C.IB_USER_VERBS_CMD_DESTROY_SRQ: {
 			name: "DESTROY_SRQ", reqSize: C.sizeof_struct_ib_uverbs_destroy_srq,
-			respSize: C.sizeof_struct_ib_uverbs_destroy_srq_resp, context: true,
-			run: (*kernel).writeDestroySRQ,
+			respSize: C.sizeof_struct_ib_uverbs_destroy_srq_resp,
+			run:      (*kernel).writeDestroySRQ,
 		},
 	} {
 		writeCmds[cmd] = w

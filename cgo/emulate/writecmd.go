@@ -28,8 +28,12 @@ type writeCmd struct {
 	name     string
 	reqSize  int // the core request (after the header)
 	respSize int // the core response (legacy commands)
-	context  bool
-	run      func(k *kernel, f *ufile, c *writeCall) syscall.Errno
+	// udata marks a legacy command with driver data after the core
+	// request (UAPI_DEF_WRITE_UDATA_*); without it the whole input is
+	// the core request, which uverbs_request checks.
+	udata   bool
+	context bool
+	run     func(k *kernel, f *ufile, c *writeCall) syscall.Errno
 }
 
 // writeCall is a decoded write command: the core request, where the core
@@ -45,7 +49,7 @@ type writeCall struct {
 
 var writeCmds = map[uint32]*writeCmd{
 	C.IB_USER_VERBS_CMD_GET_CONTEXT: {
-		name: "GET_CONTEXT", reqSize: C.sizeof_struct_ib_uverbs_get_context,
+		name: "GET_CONTEXT", reqSize: C.sizeof_struct_ib_uverbs_get_context, udata: true,
 		respSize: C.sizeof_struct_ib_uverbs_get_context_resp,
 		run:      (*kernel).writeGetContext,
 	},
@@ -60,21 +64,21 @@ var writeCmds = map[uint32]*writeCmd{
 		run: (*kernel).writeQueryPort,
 	},
 	C.IB_USER_VERBS_CMD_ALLOC_PD: {
-		name: "ALLOC_PD", reqSize: C.sizeof_struct_ib_uverbs_alloc_pd,
+		name: "ALLOC_PD", reqSize: C.sizeof_struct_ib_uverbs_alloc_pd, udata: true,
 		respSize: C.sizeof_struct_ib_uverbs_alloc_pd_resp, context: true,
 		run: (*kernel).writeAllocPD,
 	},
 	C.IB_USER_VERBS_CMD_DEALLOC_PD: {
-		name: "DEALLOC_PD", reqSize: C.sizeof_struct_ib_uverbs_dealloc_pd, context: true,
+		name: "DEALLOC_PD", reqSize: C.sizeof_struct_ib_uverbs_dealloc_pd,
 		run: (*kernel).writeDeallocPD,
 	},
 	C.IB_USER_VERBS_CMD_REG_MR: {
-		name: "REG_MR", reqSize: C.sizeof_struct_ib_uverbs_reg_mr,
+		name: "REG_MR", reqSize: C.sizeof_struct_ib_uverbs_reg_mr, udata: true,
 		respSize: C.sizeof_struct_ib_uverbs_reg_mr_resp, context: true,
 		run: (*kernel).writeRegMR,
 	},
 	C.IB_USER_VERBS_CMD_DEREG_MR: {
-		name: "DEREG_MR", reqSize: C.sizeof_struct_ib_uverbs_dereg_mr, context: true,
+		name: "DEREG_MR", reqSize: C.sizeof_struct_ib_uverbs_dereg_mr,
 		run: (*kernel).writeDeregMR,
 	},
 	C.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: {
@@ -83,17 +87,17 @@ var writeCmds = map[uint32]*writeCmd{
 		run: (*kernel).writeCreateCompChannel,
 	},
 	C.IB_USER_VERBS_CMD_CREATE_CQ: {
-		name: "CREATE_CQ", reqSize: C.sizeof_struct_ib_uverbs_create_cq,
+		name: "CREATE_CQ", reqSize: C.sizeof_struct_ib_uverbs_create_cq, udata: true,
 		respSize: C.sizeof_struct_ib_uverbs_create_cq_resp, context: true,
 		run: (*kernel).writeCreateCQ,
 	},
 	C.IB_USER_VERBS_CMD_DESTROY_CQ: {
 		name: "DESTROY_CQ", reqSize: C.sizeof_struct_ib_uverbs_destroy_cq,
-		respSize: C.sizeof_struct_ib_uverbs_destroy_cq_resp, context: true,
-		run: (*kernel).writeDestroyCQ,
+		respSize: C.sizeof_struct_ib_uverbs_destroy_cq_resp,
+		run:      (*kernel).writeDestroyCQ,
 	},
 	C.IB_USER_VERBS_CMD_CREATE_QP: {
-		name: "CREATE_QP", reqSize: C.sizeof_struct_ib_uverbs_create_qp,
+		name: "CREATE_QP", reqSize: C.sizeof_struct_ib_uverbs_create_qp, udata: true,
 		respSize: C.sizeof_struct_ib_uverbs_create_qp_resp, context: true,
 		run: (*kernel).writeCreateQP,
 	},
@@ -108,15 +112,17 @@ var writeCmds = map[uint32]*writeCmd{
 	},
 	C.IB_USER_VERBS_CMD_DESTROY_QP: {
 		name: "DESTROY_QP", reqSize: C.sizeof_struct_ib_uverbs_destroy_qp,
-		respSize: C.sizeof_struct_ib_uverbs_destroy_qp_resp, context: true,
-		run: (*kernel).writeDestroyQP,
+		respSize: C.sizeof_struct_ib_uverbs_destroy_qp_resp,
+		run:      (*kernel).writeDestroyQP,
 	},
 }
 
 var writeExCmds = map[uint32]*writeCmd{
 	C.IB_USER_VERBS_EX_CMD_QUERY_DEVICE: {
 		name: "EX_QUERY_DEVICE", reqSize: C.sizeof_struct_ib_uverbs_ex_query_device, context: true,
-		run: (*kernel).writeExQueryDevice,
+		// offsetofend(struct ib_uverbs_ex_query_device_resp, response_length)
+		respSize: C.sizeof_struct_ib_uverbs_query_device_resp + 8,
+		run:      (*kernel).writeExQueryDevice,
 	},
 }
 
@@ -192,7 +198,10 @@ func decodeWrite(hdr *C.struct_ib_uverbs_cmd_hdr, cmd *writeCmd, buf uintptr, co
 	if en := copyIn(in, buf+C.mk_cmd_hdr_size); en != 0 {
 		return nil, en
 	}
-	c := &writeCall{req: in[:cmd.reqSize], respLen: cmd.respSize, udataIn: in[cmd.reqSize:]}
+	c := &writeCall{req: in, respLen: cmd.respSize}
+	if cmd.udata {
+		c.req, c.udataIn = in[:cmd.reqSize], in[cmd.reqSize:]
+	}
 	if cmd.respSize > 0 {
 		c.respAddr = uintptr(binary.NativeEndian.Uint64(in))
 		c.udataOut = c.respAddr + uintptr(cmd.respSize)
@@ -216,6 +225,9 @@ func decodeWriteEx(hdr *C.struct_ib_uverbs_cmd_hdr, cmd *writeCmd, buf uintptr, 
 	if coreIn+driverIn != count-C.mk_cmd_hdr_size-C.mk_ex_cmd_hdr_size {
 		return nil, unix.EINVAL
 	}
+	if coreIn < cmd.reqSize {
+		return nil, unix.ENOSPC
+	}
 	if ex.cmd_hdr_reserved != 0 {
 		return nil, unix.EINVAL
 	}
@@ -224,6 +236,9 @@ func decodeWriteEx(hdr *C.struct_ib_uverbs_cmd_hdr, cmd *writeCmd, buf uintptr, 
 	if ex.response != 0 {
 		if coreOut == 0 && driverOut == 0 {
 			return nil, unix.EINVAL
+		}
+		if coreOut < cmd.respSize {
+			return nil, unix.ENOSPC
 		}
 	} else if coreOut != 0 || driverOut != 0 {
 		return nil, unix.EINVAL
@@ -282,6 +297,7 @@ func (k *kernel) writeGetContext(f *ufile, c *writeCall) syscall.Errno {
 		_ = uc.dev.Close()
 		return en
 	}
+	ev.owner = f
 	uc.async.addFile(ev)
 	f.uctx = uc
 	return 0

@@ -1,0 +1,100 @@
+//go:build cgo && linux
+
+package emulate
+
+import (
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// D1: a legacy write command without driver data (UAPI_DEF_WRITE_I/_IO)
+// hands the whole input to uverbs_request, which refuses non-zero bytes
+// beyond the kernel's struct with EOPNOTSUPP (uverbs_cmd.c uverbs_request).
+func TestWriteCommandTrailingBytesWithoutDriverData(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, _, en := allocPDCmd(k, a, fd)
+	require.Zero(t, en)
+
+	core := make([]byte, 8) // pd_handle, then 4 bytes the kernel does not know
+	ne.PutUint32(core, pd)
+	core[4] = 1
+	buf, n := a.writeCmd(cmdDeallocPD, core, 0)
+	_, en = k.write(fd, buf, n)
+	require.Equal(t, unix.EOPNOTSUPP, en, "DEALLOC_PD with non-zero trailing bytes")
+	require.Contains(t, k.files[fd].uctx.objects, pd, "and the PD is not destroyed")
+
+	core[4] = 0
+	buf, n = a.writeCmd(cmdDeallocPD, core, 0)
+	_, en = k.write(fd, buf, n)
+	require.Zero(t, en, "trailing zeros are accepted")
+}
+
+// D2: ib_uverbs_modify_qp refuses mask bits beyond
+// IB_QP_ATTR_STANDARD_BITS with EOPNOTSUPP, before it looks the QP up.
+func TestModifyQPMaskBeyondStandardBits(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	require.Equal(t, unix.EOPNOTSUPP, modifyQPCmd(k, a, fd, modifyQP{h: 0xbeef, mask: 1 | 1<<21, state: 1}),
+		"IB_QP_ATTR_STANDARD_BITS exceeded")
+	require.Equal(t, unix.EOPNOTSUPP, modifyQPCmd(k, a, fd, modifyQP{h: 0xbeef, mask: 1 | 1<<25, state: 1}),
+		"IB_QP_RATE_LIMIT is only for EX_MODIFY_QP")
+}
+
+// D3: a completion channel or async event descriptor is an fd uobject of
+// the uverbs file that created it; lookup_get_fd_uobject (rdma_core.c)
+// answers EBADF when uobject->ufile is another file.
+func TestCQNamesEventFileOfAnotherContext(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	other := openNode(t, k, 0)
+	en, _, _ := getContext(k, a, other, ucontextReq(4, 0, 0))
+	require.Zero(t, en)
+
+	ch, en := createCompChannelCmd(k, a, fd)
+	require.Zero(t, en)
+	ring, db := cqMemory(t, 64, 64)
+	_, _, _, en = createCQCmd(k, a, other, 63, 0, int32(ch), mlx5CQReq(addrOf(ring), addrOf(db), 64), 8)
+	require.Equal(t, unix.EBADF, en, "write CREATE_CQ with the other context's completion channel")
+
+	en, _, _, _ = ioctlCreateCQ(k, a, other, 63, mlx5CQReq(addrOf(ring), addrOf(db), 64),
+		testAttr{id: attrCreateCQChannel, flags: attrFlagMandatory, data: uint64(ch)})
+	require.Equal(t, unix.EBADF, en, "CQ_CREATE with the other context's completion channel")
+
+	evfd := allocAsyncFD(t, k, a, fd)
+	en, _, _, _ = ioctlCreateCQ(k, a, other, 63, mlx5CQReq(addrOf(ring), addrOf(db), 64),
+		testAttr{id: attrCreateCQEventFD, flags: attrFlagMandatory, data: uint64(evfd)})
+	require.Equal(t, unix.EBADF, en, "CQ_CREATE with the other context's async event descriptor")
+	require.Empty(t, k.files[other].uctx.objects, "no CQ made")
+}
+
+// D4: verify_hdr (uverbs_main.c) answers ENOSPC for an extended command
+// whose core input is shorter than req_size or whose core output is
+// shorter than resp_size (offsetofend(..., response_length)).
+func TestExtendedCommandShortCore(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	_, exAddr := a.alloc(queryDevExRespSize)
+	exQuery := func(core []byte, outWords int) syscall.Errno {
+		buf, n, _ := a.writeExCmd(exCmdQueryDevice, core, nil, exAddr, outWords, 0)
+		_, en := k.write(fd, buf, n)
+		return en
+	}
+	require.Equal(t, unix.ENOSPC, exQuery(nil, queryDevExRespSize/8), "no core request (req_size 8)")
+	require.Equal(t, unix.ENOSPC, exQuery(make([]byte, 8), 1), "8 bytes of core response (resp_size 184)")
+	require.Zero(t, exQuery(make([]byte, 8), queryDevExRespSize/8))
+}
+
+// D5: the write and ioctl destroys look the handle up in the file's
+// (empty) handle table without needing a context: ENOENT
+// (rdma_core.c lookup_get_idr_uobject; ib_uverbs_write does not check
+// for a context).
+func TestDestroyBeforeContext(t *testing.T) {
+	k := testKernel(t, ctx.LinkLayerInfiniBand)
+	a := newArena(t)
+	fd := openNode(t, k, 0)
+	require.Equal(t, unix.ENOENT, handleCmd(k, a, fd, cmdDeallocPD, 0), "DEALLOC_PD")
+	hdr, _ := a.ioctlCmd(objectPD, methodPDDestroy, handleAttr(attrDestroyPDHandle, 0))
+	require.Equal(t, unix.ENOENT, k.ioctl(fd, rdmaVerbsIoctl, hdr), "PD_DESTROY")
+}
