@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -18,12 +19,16 @@ import (
 // scheduler then checks the poller only every few milliseconds, and a
 // message would wait that long for its reader. A reader blocked in read(2)
 // holds a thread of its own and is runnable as soon as the bytes arrive.
-// Deadlines are the socket's receive and send timeouts.
+// Deadlines are points in time, as net.Conn's: before each read or write
+// the socket's receive or send timeout is set to the time left until them,
+// so a peer that trickles bytes cannot make a loop of reads outlast one.
 type fdConn struct {
 	fd            int
 	local, remote net.Addr
 	once          sync.Once
 	released      sync.Once
+	// The read and write deadlines, in Unix nanoseconds (0: none).
+	rdl, wdl atomic.Int64
 }
 
 // newFDConn takes over c (a *net.TCPConn): its socket moves to a blocking
@@ -60,6 +65,9 @@ func (c *fdConn) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	for {
+		if err := c.arm(unix.SO_RCVTIMEO, &c.rdl); err != nil {
+			return 0, err
+		}
 		n, err := unix.Read(c.fd, b)
 		switch {
 		case err == unix.EINTR:
@@ -78,6 +86,9 @@ func (c *fdConn) Read(b []byte) (int, error) {
 func (c *fdConn) Write(b []byte) (int, error) {
 	done := 0
 	for done < len(b) {
+		if err := c.arm(unix.SO_SNDTIMEO, &c.wdl); err != nil {
+			return done, err
+		}
 		n, err := unix.SendmsgN(c.fd, b[done:], nil, nil, unix.MSG_NOSIGNAL)
 		switch {
 		case err == unix.EINTR:
@@ -118,15 +129,40 @@ func (c *fdConn) RemoteAddr() net.Addr { return c.remote }
 func (c *fdConn) SetDeadline(t time.Time) error {
 	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
 }
-func (c *fdConn) SetReadDeadline(t time.Time) error  { return c.timeout(unix.SO_RCVTIMEO, t) }
-func (c *fdConn) SetWriteDeadline(t time.Time) error { return c.timeout(unix.SO_SNDTIMEO, t) }
+func (c *fdConn) SetReadDeadline(t time.Time) error  { return c.deadline(unix.SO_RCVTIMEO, &c.rdl, t) }
+func (c *fdConn) SetWriteDeadline(t time.Time) error { return c.deadline(unix.SO_SNDTIMEO, &c.wdl, t) }
+
+// deadline records t as the deadline of the reads or writes (none for the
+// zero time) and sets the socket's timeout to the time left until it.
+func (c *fdConn) deadline(opt int, dl *atomic.Int64, t time.Time) error {
+	var ns int64
+	if !t.IsZero() {
+		ns = max(t.UnixNano(), 1)
+	}
+	dl.Store(ns)
+	return c.timeout(opt, ns)
+}
+
+// arm sets the socket's receive or send timeout to the time left until
+// the deadline dl before a read or write, and reports
+// os.ErrDeadlineExceeded once it has passed.
+func (c *fdConn) arm(opt int, dl *atomic.Int64) error {
+	ns := dl.Load()
+	if ns == 0 {
+		return nil
+	}
+	if time.Until(time.Unix(0, ns)) <= 0 {
+		return os.ErrDeadlineExceeded
+	}
+	return c.timeout(opt, ns)
+}
 
 // timeout sets the socket's receive or send timeout to the time left
-// until t (none for the zero time).
-func (c *fdConn) timeout(opt int, t time.Time) error {
+// until the deadline ns, in Unix nanoseconds (none for 0).
+func (c *fdConn) timeout(opt int, ns int64) error {
 	var tv unix.Timeval
-	if !t.IsZero() {
-		tv = unix.NsecToTimeval(max(time.Until(t), time.Microsecond).Nanoseconds())
+	if ns != 0 {
+		tv = unix.NsecToTimeval(max(time.Until(time.Unix(0, ns)), time.Microsecond).Nanoseconds())
 	}
 	return unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, opt, &tv)
 }

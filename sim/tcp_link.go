@@ -134,6 +134,10 @@ type tcpLink struct {
 	refused int
 	lastErr error
 	wg      sync.WaitGroup
+	// greeting holds, on the listener, the connections being greeted:
+	// close shuts them down, so that none holds it for the handshake's
+	// whole time.
+	greeting map[*fdConn]struct{}
 	// members is, on a connecting end, the linked slots as the listener
 	// last announced them (bit i: slot tcpSlotBase+i); announce is, on
 	// the listener, set when a Fabric was linked or dropped and the
@@ -298,6 +302,22 @@ func (l *tcpLink) greet(c net.Conn) {
 		refuse(err)
 		return
 	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		conn.release()
+		return
+	}
+	if l.greeting == nil {
+		l.greeting = map[*fdConn]struct{}{}
+	}
+	l.greeting[conn] = struct{}{}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.greeting, conn)
+		l.mu.Unlock()
+	}()
 	sc, err := sealed.Accept(conn, l.sec.Key, tcpHandshakeWait)
 	if err != nil {
 		refuse(err)
@@ -515,6 +535,9 @@ func (l *tcpLink) drop(p *tcpPeer) {
 func (l *tcpLink) close() {
 	l.mu.Lock()
 	l.closed = true
+	for c := range l.greeting {
+		_ = c.Close() // ends its handshake; greet releases it
+	}
 	l.mu.Unlock()
 	if l.ln != nil {
 		_ = l.ln.Close()
