@@ -615,6 +615,18 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	return true, wireGo
 }
 
+// answerer returns the QPN an answer to q's segments comes from: an RC
+// QP's remote QP, a DCI's DCT of the stream in flight. An answer from any
+// other QP is dropped, as a NIC drops a response that does not belong to
+// the connection: a process on the fabric that knows a PSN in flight
+// cannot complete another's requests.
+func (ws *wireQP) answerer(q *qp) uint32 {
+	if q.typ == ctx.QPTypeRC {
+		return q.attr.RemoteQPN
+	}
+	return beUint32(ws.dcAV[prm.AVDQPDCT:]) & prm.CtrlQPNMask
+}
+
 // goBack forgets the segments in flight so that they are sent again, from
 // the oldest, with the same PSNs.
 func (ws *wireQP) goBack() {
@@ -708,7 +720,7 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 		return
 	}
 	e := ws.segs[ws.segHead]
-	if e.psn != h.PSN || e.idx != q.sqCI || q.sqPending() == 0 {
+	if e.psn != h.PSN || e.idx != q.sqCI || q.sqPending() == 0 || h.SrcQPN != ws.answerer(q) {
 		return
 	}
 	var w sendWQE

@@ -1,0 +1,60 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// TestAnswerFromAnotherQPDropped: an answer to an RC QP's request that
+// comes from a QP other than its remote QP is dropped, even with the PSN
+// in flight, as a NIC drops a response outside its connection: another
+// QP of the fabric (here of the responder's own process) cannot fail, or
+// complete, the request. The request's own answer then completes it.
+func TestAnswerFromAnotherQPDropped(t *testing.T) {
+	e1, e2, a, q := sharedRCPair(t)
+	other := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	q.postRecv()
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	round := func(f *Fabric) {
+		f.mu.Lock()
+		f.stepLocked()
+		f.mu.Unlock()
+	}
+	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 5)
+	round(e1.f) // the request leaves
+
+	e1.f.mu.Lock()
+	aq := e1.f.qpByNum(a.qp.QPN())
+	inFlight := aq.wire.segN
+	seg := aq.wire.segs[aq.wire.segHead]
+	if inFlight != 1 {
+		e1.f.mu.Unlock()
+		t.Fatalf("%d segments in flight, not 1", inFlight)
+	}
+	from := e1.f.remoteSlot(q.qp.QPN())
+	for _, status := range []uint8{wireNAK, wireAck} {
+		forged := wireHdr{Kind: wireResponse, Op: uint8(prm.OpRdmaWriteImm), Status: status,
+			Synd: uint8(prm.SyndromeRemoteAccess), DstQPN: a.qp.QPN(), SrcQPN: other.qp.QPN(), PSN: seg.psn}
+		e1.f.wireIn(from, &forged, nil)
+	}
+	inFlight = aq.wire.segN
+	e1.f.mu.Unlock()
+	require.Equal(t, 1, inFlight, "the segment is still in flight after the forged answers")
+	_, ok := a.scq.poll()
+	require.False(t, ok, "a forged answer completed the request")
+
+	round(e2.f) // executes; the ACK is held for its next round
+	c, ok := q.rcq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQERespWrImm, c.op)
+	round(e2.f) // sends the ACK
+	round(e1.f)
+	c, ok = a.scq.poll()
+	require.True(t, ok, "the request's own ACK completes it")
+	require.Equal(t, prm.CQEReq, c.op)
+}
