@@ -20,8 +20,9 @@ type shmFabric struct {
 	reg   *registry
 	in    *ringFile
 	peers [shmMaxSlots]*ringFile
-	// hdr is where send builds a record's header.
-	hdr wireHdr
+	// hdr is where send builds a record's header; hdrIn is where
+	// drainRing copies the header of a record it takes.
+	hdr, hdrIn wireHdr
 	// first is the slot whose ring drain reads first: the one after
 	// the ring where the last drain stopped at a completion, so that
 	// every sender's messages are taken in turn; stopped says whether
@@ -216,20 +217,37 @@ func (s *shmFabric) drain(f *Fabric) bool {
 // was any, and whether it stopped.
 func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool) {
 	hp := s.in.head(from)
-	head := atomic.LoadUint64(hp)
+	// Positions are kept aligned: a peer can write the head and the
+	// tail (they lie in shared memory), and a record's header is read
+	// at its position.
+	head := atomic.LoadUint64(hp) &^ (wireAlign - 1)
 	start := head
 	data := s.in.data(from)
 	for s.in.markAt(from, head) {
 		pos := head & (ringDataSize - 1)
-		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
-		n := uint64(h.Len)
-		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize || h.Kind != wirePad && n < uint64(ringRecHdr) {
+		rh := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
+		n, kind := uint64(rh.Len), rh.Kind
+		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize || kind != wirePad && n < uint64(ringRecHdr) {
 			// A record no producer of this version writes: drop what
-			// is in the ring rather than read past it.
-			head = atomic.LoadUint64(s.in.tail(from))
+			// is in the ring rather than read past it, and at least
+			// the record's first line, so that it is not found again.
+			t := atomic.LoadUint64(s.in.tail(from)) &^ (wireAlign - 1)
+			if t-head-1 >= ringDataSize {
+				t = head + wireAlign
+			}
+			head = t
 			break
 		}
-		if h.Kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
+		// The header is copied out of the ring before anything is
+		// checked against it: the sender can still write there, and a
+		// field read twice could pass a check and then name another
+		// address, length or kind.
+		h := &s.hdrIn
+		if kind != wirePad {
+			*h = *rh
+			h.Len, h.Kind = uint32(n), kind
+		}
+		if kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
 			cqes := f.stats.CQEs
 			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
 			if h.Kind != wireResponse && f.stats.CQEs != cqes && !run {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -206,6 +207,19 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		if err := unix.Ftruncate(fd, regSize); err != nil {
 			return fail(fmt.Errorf("size %s: %w", p, err))
 		}
+	} else if st.Size != regSize && staleRegistry(fd, st.Size) {
+		// A registry of another layout (another slot count) that no
+		// live process uses: left behind, it does not block this run.
+		if err := unix.Ftruncate(fd, 0); err != nil {
+			return fail(fmt.Errorf("size %s: %w", p, err))
+		}
+		if err := unix.Ftruncate(fd, regSize); err != nil {
+			return fail(fmt.Errorf("size %s: %w", p, err))
+		}
+		for s := 0; s < shmMaxSlots; s++ {
+			_ = os.Remove(ringPath(name, s))
+		}
+		fresh = true
 	} else if st.Size != regSize {
 		return fail(fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w (remove the file when no process uses the fabric)", p, st.Size, shmVersion, regSize, ErrFabricVersion))
 	}
@@ -214,9 +228,10 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		return fail(fmt.Errorf("map %s: %w", p, err))
 	}
 	r := &registry{fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
-	if *r.u64(regMagic) == shmMagic && r.mismatch() != "" && r.liveSlot() < 0 {
-		// A registry of another version or layout that no live process
-		// uses any more: left behind, it does not block this run.
+	if *r.u64(regMagic) == shmMagic && (r.mismatch() != "" || ctx.LinkLayer(*r.u32(regLink)) != link) && r.liveSlot() < 0 {
+		// A registry of another version, layout or link layer that no
+		// live process uses any more: left behind, it does not block
+		// this run.
 		for s := 0; s < shmMaxSlots; s++ {
 			_ = os.Remove(ringPath(name, s))
 		}
@@ -249,6 +264,32 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		return nil, fmt.Errorf("fabric %q has link layer %v, this process asks for %v: %w", name, l, link, ctx.ErrInvalidArgument)
 	}
 	return r, nil
+}
+
+// staleRegistry reports whether the registry file fd, of size bytes (not
+// this build's), is one of another layout that no live process uses: its
+// header and slot records keep their offsets in every version.
+func staleRegistry(fd int, size int64) bool {
+	if size < regHeaderSize || size > 1<<20 {
+		return false
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	defer unix.Munmap(mem)
+	le := binary.NativeEndian
+	if le.Uint64(mem[regMagic:]) != shmMagic {
+		return false
+	}
+	n := min(int64(le.Uint32(mem[regSlots:])), (size-regHeaderSize)/regSlotSize)
+	for s := 0; s < int(n); s++ {
+		off := slotOff(s)
+		if le.Uint64(mem[off+slotGen:]) != 0 && alive(int(le.Uint32(mem[off+slotPID:])), le.Uint64(mem[off+slotStart:])) {
+			return false
+		}
+	}
+	return true
 }
 
 // mismatch says how the registry differs from what this build speaks, or

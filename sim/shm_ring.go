@@ -179,7 +179,9 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 // only makes room.
 func (f *ringFile) plan(from, n int) (tail, pos, need, pad uint64, ok bool) {
 	need = uint64((n + wireAlign - 1) &^ (wireAlign - 1))
-	tail = atomic.LoadUint64(f.tail(from))
+	// The tail lies in the consumer's file, which the consumer can
+	// write: aligned here, every record, pad and mark stays in the ring.
+	tail = atomic.LoadUint64(f.tail(from)) &^ (wireAlign - 1)
 	pos = tail & (ringDataSize - 1)
 	// The consumer's head, as last read: it only moves on, so the room
 	// it leaves is never overstated. It is read again (a transfer from
@@ -215,7 +217,7 @@ func (f *ringFile) fits(from, n int) bool {
 // its tail) are counted in, so that the new owner writes where the
 // consumer looks, and the consumer's head is read.
 func (f *ringFile) resume(from int) {
-	tail := atomic.LoadUint64(f.tail(from))
+	tail := atomic.LoadUint64(f.tail(from)) &^ (wireAlign - 1)
 	// At most a pad and a record lie past a stored tail.
 	for i := 0; i < 2 && atomic.LoadUint64(f.mark(from, tail)) == tail+1; i++ {
 		pos := tail & (ringDataSize - 1)
@@ -268,7 +270,9 @@ func (f *ringFile) markAt(s int, pos uint64) bool {
 }
 
 // ready reports whether the record at the head of ring s is published.
-func (f *ringFile) ready(s int) bool { return f.markAt(s, atomic.LoadUint64(f.head(s))) }
+func (f *ringFile) ready(s int) bool {
+	return f.markAt(s, atomic.LoadUint64(f.head(s))&^(wireAlign-1))
+}
 
 // pending reports whether any inbound ring holds a published record.
 func (f *ringFile) pending() bool {

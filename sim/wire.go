@@ -750,7 +750,14 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 		ws.goBack()
 		return
 	default:
-		f.wireFailParsed(q, &w, prm.Syndrome(h.Synd))
+		// A NAK carries one of the syndromes a responder sends
+		// (wireReply's callers); anything else is a bad response, not
+		// a status of this side (a local error, a flush).
+		s := prm.Syndrome(h.Synd)
+		if h.Status != wireNAK || s != prm.SyndromeRemoteInvalReq && s != prm.SyndromeRemoteAccess && s != prm.SyndromeRemoteOp {
+			s = prm.SyndromeBadResp
+		}
+		f.wireFailParsed(q, &w, s)
 		return
 	}
 	var o outcome

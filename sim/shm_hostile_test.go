@@ -1,0 +1,309 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// hostilePair joins two raw members of one shared fabric: a victim and a
+// hostile peer that writes what it likes in the files it maps.
+func hostilePair(t *testing.T) (victim, hostile *shmFabric) {
+	t.Helper()
+	name := testFabricName(t)
+	victim, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	t.Cleanup(victim.leave)
+	hostile, err = joinShared(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	t.Cleanup(hostile.leave)
+	return victim, hostile
+}
+
+func noPanic(t *testing.T, what string, fn func()) {
+	t.Helper()
+	var r any
+	func() {
+		defer func() { r = recover() }()
+		fn()
+	}()
+	require.Nil(t, r, "%s: the victim panicked: %v", what, r)
+}
+
+// TestSharedHostileUnalignedTailConsumer: a hostile producer stores an
+// unaligned tail in its ring of the victim's file and publishes a malformed
+// record, then a mark at the head the victim moved to: the victim's
+// consumer keeps its positions aligned and never reads past the ring.
+func TestSharedHostileUnalignedTailConsumer(t *testing.T) {
+	victim, hostile := hostilePair(t)
+	p := hostile.peer(victim.slot) // the victim's inbound file, as the hostile maps it
+	require.NotNil(t, p)
+	hs := hostile.slot
+	p.announce(hs)
+	data := p.data(hs)
+	(*wireHdr)(unsafe.Pointer(&data[ringMarkSize])).Len = 8 // no producer writes this
+	atomic.StoreUint64(p.tail(hs), ringDataSize-4)
+	atomic.StoreUint64(p.mark(hs, 0), 1)
+	f := New(Options{})
+	defer f.Close()
+	noPanic(t, "malformed record", func() { victim.drain(f) })
+	head := atomic.LoadUint64(victim.in.head(hs))
+	atomic.StoreUint64(p.mark(hs, head), head+1) // a mark where the victim looks
+	noPanic(t, "record at an unaligned head", func() { victim.drain(f) })
+}
+
+// TestSharedHostileUnalignedTailProducer: a hostile consumer stores an
+// unaligned tail (and head) for the ring the victim writes in the
+// hostile's file: the victim's producer aligns it, and writes neither past
+// the ring's end nor into the next ring.
+func TestSharedHostileUnalignedTailProducer(t *testing.T) {
+	for _, pos := range []uint64{ringDataSize - 4, ringDataSize - 9} {
+		t.Run(fmt.Sprint(ringDataSize-pos), func(t *testing.T) {
+			victim, hostile := hostilePair(t)
+			vs, in := victim.slot, hostile.in
+			atomic.StoreUint64(in.tail(vs), pos)
+			atomic.StoreUint64(in.head(vs), pos)
+			next := in.data(vs + 1)[:16] // the ring after the victim's
+			for i := range next {
+				next[i] = 0xff
+			}
+			noPanic(t, "send", func() {
+				victim.send(hostile.slot, 0, func(h *wireHdr, _ []byte) { h.Kind = wireResponse })
+			})
+			require.Equal(t, bytes.Repeat([]byte{0xff}, 16), next, "the victim wrote outside its ring")
+		})
+	}
+}
+
+// TestSharedHostileHeaderChangedWhileServed: a hostile requester flips a
+// WRITE's remote address in its published record, between one inside the
+// rkey's region and one outside, while the victim serves it: the victim
+// checks and writes with one copy of the header, and nothing outside the
+// region changes.
+func TestSharedHostileHeaderChangedWhileServed(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two CPUs")
+	}
+	name := testFabricName(t)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e.allowViolations = true
+	srq := e.newSRQ(e.pd, 16, 1)
+	const key = 0xfeed
+	dct := e.dct(e.pd, srq, key)
+	buf, err := ctx.AllocBuffer(8192, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mem := buf.Bytes()
+	mr, err := e.pd.RegisterMemory(mem[:4096], allAccess)
+	require.NoError(t, err)
+	good, bad := uint64(mr.Addr()), uint64(mr.Addr())+4096 // bad: outside the region
+
+	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	t.Cleanup(hostile.leave)
+	_, vs := e.f.SharedFabric()
+	p := hostile.peer(vs)
+	require.NotNil(t, p)
+	hs := hostile.slot
+	p.announce(hs)
+	src, _ := slotQPNRange(hs)
+	lid := lidOf(t, e.c)
+
+	var target atomic.Pointer[uint64]
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-stopped }() // before the hostile unmaps the ring
+	go func() {
+		defer close(stopped)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for i := 0; i < 1000; i++ {
+				if a := target.Load(); a != nil {
+					atomic.StoreUint64(a, bad)
+					atomic.StoreUint64(a, good)
+				}
+			}
+		}
+	}()
+	outside := func() bool { return !bytes.Equal(mem[4096:], make([]byte, 4096)) }
+	// Without the copy the victim wrote outside within 0.6 s of this,
+	// six times out of six.
+	hunt := 3 * time.Second
+	if testing.Short() {
+		hunt = time.Second
+	}
+	deadline := time.Now().Add(hunt)
+	for i := 0; time.Now().Before(deadline) && !outside(); i++ {
+		rec, at, ok := p.reserve(hs, ringRecHdr+64)
+		require.True(t, ok)
+		h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+		*h = wireHdr{Len: uint32(len(rec)), Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), SrcGen: hostile.gen, DstGen: p.gen,
+			DstQPN: dct.qp.QPN(), SrcQPN: src, Epoch: uint32(i + 1), Flags: wireFirst, DCKey: key,
+			RAddr: good, RKey: mr.RKey(), Total: 64, Seg: 64, DLID: lid}
+		for j := range rec[ringRecHdr:] {
+			rec[ringRecHdr+j] = 0xab
+		}
+		target.Store(&h.RAddr)
+		p.commit(hs, at, len(rec))
+		taken := time.Now().Add(10 * time.Second)
+		for atomic.LoadUint64(p.head(hs)) < at+uint64(len(rec)) {
+			require.True(t, time.Now().Before(taken), "the victim took no record")
+			time.Sleep(10 * time.Microsecond)
+		}
+		target.Store(nil)
+	}
+	require.False(t, outside(), "the victim wrote outside the rkey's region")
+}
+
+// TestSharedStaleFabricOtherLinkLayer: a fabric left on InfiniBand by a
+// process that crashed (its slot still held, by a pid that is gone) does
+// not refuse the next run on Ethernet: no live process uses it.
+func TestSharedStaleFabricOtherLinkLayer(t *testing.T) {
+	name := testFabricName(t)
+	r, err := openRegistry(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	slot, gen, err := r.claim(name)
+	require.NoError(t, err)
+	*r.u64(slotOff(slot) + slotStart) += 12345 // a process that is gone
+	r.publish(slot, gen)
+	r.unlock()
+	r.close()
+
+	f := New(Options{Mode: Engine, Fabric: name, LinkLayer: ctx.LinkLayerEthernet})
+	defer f.Close()
+	c, err := f.Open("sim0")
+	require.NoError(t, err, "a fabric no live process uses blocks the next run")
+	defer c.Close()
+}
+
+// hostileMalformed publishes, at the head of the hostile's ring in the
+// victim's file, a record of a length no producer writes, leaving its own
+// tail where it was (at the record).
+func hostileMalformed(t *testing.T, p *ringFile, hs int) {
+	head := atomic.LoadUint64(p.head(hs))
+	pos := head & (ringDataSize - 1)
+	p.announce(hs)
+	(*wireHdr)(unsafe.Pointer(&p.data(hs)[pos+ringMarkSize])).Len = 8
+	atomic.StoreUint64(p.tail(hs), head)
+	atomic.StoreUint64(p.mark(hs, head), head+1)
+}
+
+// TestSharedHostileMalformedRecordStays: a malformed record whose
+// producer's tail has not moved past it is stepped over, not found again
+// by every drain (which would keep the engine from sleeping).
+func TestSharedHostileMalformedRecordStays(t *testing.T) {
+	victim, hostile := hostilePair(t)
+	p := hostile.peer(victim.slot)
+	require.NotNil(t, p)
+	hostileMalformed(t, p, hostile.slot)
+	f := New(Options{})
+	defer f.Close()
+	victim.drain(f)
+	require.False(t, victim.in.pending(), "the malformed record is still pending after the drain")
+}
+
+// TestSharedHostileMalformedRecordSpins: an engine with that record at a
+// ring's head sleeps when idle rather than spin a core.
+func TestSharedHostileMalformedRecordSpins(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	name := testFabricName(t)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	t.Cleanup(hostile.leave)
+	_, vs := e.f.SharedFabric()
+	p := hostile.peer(vs)
+	require.NotNil(t, p)
+	hostileMalformed(t, p, hostile.slot)
+	time.Sleep(200 * time.Millisecond) // past the engine's spin after work
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		require.NoError(t, unix.Getrusage(unix.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0, t0 := cpu(), time.Now()
+	time.Sleep(500 * time.Millisecond)
+	share := float64(cpu()-c0) / float64(time.Since(t0))
+	t.Logf("an idle engine with a malformed record at a ring's head: %.1f%% of a core", 100*share)
+	require.Less(t, share, 0.25, "the engine spins")
+}
+
+// TestSharedHostileNAKSyndrome: the peer an RC QP sends to answers its
+// request with a NAK carrying a syndrome no responder sends (a local one,
+// WR_FLUSH_ERR, 0): the WQE completes with a remote syndrome or a bad
+// response, never with a status of the requester's own side.
+func TestSharedHostileNAKSyndrome(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	for _, synd := range []prm.Syndrome{prm.SyndromeWRFlush, prm.SyndromeLocalProt, 0} {
+		t.Run(synd.String(), func(t *testing.T) {
+			name := testFabricName(t)
+			e := newEnv(t, Options{Mode: Engine, Fabric: name})
+			hostile, err := joinShared(name, ctx.LinkLayerInfiniBand)
+			require.NoError(t, err)
+			t.Cleanup(hostile.leave)
+			_, vs := e.f.SharedFabric()
+			hq, _ := slotQPNRange(hostile.slot)
+			a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+			require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+			require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: hq, PathMTU: ctx.MTU4096, Path: ctx.AddressAttr{DLID: 1}}))
+			require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
+			a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(0x1000, 1), inlineSeg([]byte("data")))
+			in := hostile.in
+			deadline := time.Now().Add(5 * time.Second)
+			for atomic.LoadUint64(in.mark(vs, 0)) != 1 {
+				require.True(t, time.Now().Before(deadline), "no request came")
+				time.Sleep(time.Millisecond)
+			}
+			req := *(*wireHdr)(unsafe.Pointer(&in.data(vs)[ringMarkSize]))
+			require.True(t, hostile.send(vs, 0, func(h *wireHdr, _ []byte) {
+				h.Kind, h.Op, h.Status, h.Synd = wireResponse, req.Op, wireNAK, uint8(synd)
+				h.DstQPN, h.SrcQPN, h.PSN = req.SrcQPN, hq, req.PSN
+			}))
+			x := waitCQE(t, a.scq, 5*time.Second)
+			require.Contains(t, []prm.Syndrome{prm.SyndromeRemoteInvalReq, prm.SyndromeRemoteAccess, prm.SyndromeRemoteOp, prm.SyndromeBadResp}, x.synd,
+				"a NAK completed the WQE with %v", x.synd)
+		})
+	}
+}
+
+// TestSharedStaleRegistryOtherLayout: a registry left by a build of
+// another layout (32 slots, so another size) that no process uses any more
+// is started afresh: its header and slot records keep their offsets in
+// every version, and say that no process uses it.
+func TestSharedStaleRegistryOtherLayout(t *testing.T) {
+	name := testFabricName(t)
+	const slots = 32
+	b := make([]byte, regHeaderSize+slots*regSlotSize)
+	binary.NativeEndian.PutUint64(b[regMagic:], shmMagic)
+	binary.NativeEndian.PutUint32(b[regVersion:], shmVersion-1)
+	binary.NativeEndian.PutUint32(b[regSlots:], slots)
+	binary.NativeEndian.PutUint32(b[regRingSize:], ringDataSize)
+	// Slot 0 held by a process that is gone.
+	binary.NativeEndian.PutUint32(b[slotOff(0)+slotPID:], uint32(os.Getpid()))
+	binary.NativeEndian.PutUint64(b[slotOff(0)+slotStart:], 12345)
+	binary.NativeEndian.PutUint64(b[slotOff(0)+slotGen:], 7)
+	require.NoError(t, os.WriteFile(registryPath(name), b, 0o600))
+	f := New(Options{Mode: Engine, Fabric: name})
+	defer f.Close()
+	c, err := f.Open("sim0")
+	require.NoError(t, err, "a registry no live process uses blocks the next run")
+	defer c.Close()
+}
