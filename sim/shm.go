@@ -62,8 +62,7 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 
 // leave gives the slot back and removes the ring file.
 func (s *shmFabric) leave() {
-	s.reg.release(s.slot, s.gen)
-	_ = os.Remove(ringPath(s.name, s.slot))
+	s.reg.release(s.slot, s.gen, ringPath(s.name, s.slot))
 	s.in.close()
 	for i, p := range s.peers {
 		if p != nil {
@@ -261,6 +260,13 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			// Room for the producer as soon as a large record is
 			// done; small ones give theirs back together.
 			storeRelease64(hp, head)
+			if head-start >= ringDataSize {
+				// A ring's worth in one call: the rest waits for the
+				// next round, so that a producer that keeps up with
+				// the room given back cannot hold this one here (and
+				// the Fabric's lock) for ever.
+				break
+			}
 		}
 	}
 	if head == start {

@@ -307,3 +307,73 @@ func TestSharedStaleRegistryOtherLayout(t *testing.T) {
 	require.NoError(t, err, "a registry no live process uses blocks the next run")
 	defer c.Close()
 }
+
+// TestSharedLeaveKeepsNextOwnersRing: a process that leaves removes its
+// ring file only while its slot is still its own: the file of a process
+// that claimed the slot since (here, as if between the slot's release and
+// the removal) stays, and its peers can still reach it.
+func TestSharedLeaveKeepsNextOwnersRing(t *testing.T) {
+	name := testFabricName(t)
+	a, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	// a's slot is freed as release would free it, and claimed again.
+	atomic.StoreUint64(a.reg.u64(slotOff(a.slot)+slotGen), 0)
+	b, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	require.NoError(t, err)
+	t.Cleanup(b.leave)
+	require.Equal(t, a.slot, b.slot, "the next process takes the free slot")
+	a.leave()
+	_, err = os.Stat(ringPath(name, b.slot))
+	require.NoError(t, err, "the slot's new owner lost its ring file")
+}
+
+// TestSharedDrainBounded: a producer that publishes a large record (here,
+// pads) at every position as soon as the consumer gives it back cannot
+// keep a drain going for ever: a drain takes at most a ring's worth, and
+// the rest waits for the next round.
+func TestSharedDrainBounded(t *testing.T) {
+	victim, hostile := hostilePair(t)
+	p := hostile.peer(victim.slot)
+	require.NotNil(t, p)
+	hs := hostile.slot
+	p.announce(hs)
+	const rec = ringGiveBack
+	data := p.data(hs)
+	for pos := 0; pos < ringDataSize; pos += rec {
+		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
+		h.Len, h.Kind = rec, wirePad
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		next := uint64(0)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for head := atomic.LoadUint64(p.head(hs)); next < head+ringDataSize/2; next += rec {
+				atomic.StoreUint64(p.mark(hs, next), next+1)
+			}
+		}
+	}()
+	for atomic.LoadUint64(p.mark(hs, ringDataSize/2-rec)) != ringDataSize/2-rec+1 {
+		runtime.Gosched() // half a ring published before the drain starts
+	}
+	f := New(Options{})
+	defer f.Close()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		victim.drain(f)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a drain did not return")
+	}
+	close(stop)
+	<-stopped
+	require.LessOrEqual(t, atomic.LoadUint64(victim.in.head(hs)), uint64(ringDataSize), "a drain took more than a ring's worth")
+}

@@ -363,11 +363,16 @@ func (r *registry) publish(s int, gen uint64) {
 	atomic.StoreUint64(r.u64(slotOff(s)+slotGen), gen)
 }
 
-// release frees slot s if it still holds generation gen.
-func (r *registry) release(s int, gen uint64) {
+// release frees slot s if it still holds generation gen, and removes its
+// ring file (ring).
+func (r *registry) release(s int, gen uint64, ring string) {
 	r.lock()
 	defer r.unlock()
 	if r.gen(s) == gen {
+		// The ring file goes first, under the lock: once the slot is
+		// free, the next process to claim it creates its own file at
+		// this path.
+		_ = os.Remove(ring)
 		atomic.StoreUint64(r.u64(slotOff(s)+slotGen), 0)
 	}
 }
