@@ -222,21 +222,28 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 		return 0
 	}
 	if s := f.scatterRecv(r, nil, 0, payload); s != 0 {
-		f.consumeRecv(t, r)
-		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(r))
-		if t.typ == ctx.QPTypeRC {
-			f.qpErrorLocked(t, "receive error")
-		}
-		f.emitCQE(t.recvCQ, &img, nil, t)
-		if s == prm.SyndromeLocalLength {
-			return prm.SyndromeRemoteInvalReq
-		}
-		return prm.SyndromeRemoteOp
+		return f.recvFailed(t, r, s)
 	}
 	f.consumeRecv(t, r)
 	img := respCQE(t, r, op, uint32(len(payload)), imm, src, solicited, prm.CQEFormatNone)
 	f.emitCQE(t.recvCQ, &img, nil, t)
 	return 0
+}
+
+// recvFailed completes receive r of t with error s (a message longer than
+// it, LOCAL_LENGTH, or an SGE it may not write, LOCAL_PROT), moves an RC
+// QP to the error state, and returns the syndrome of the requester's NAK.
+func (f *Fabric) recvFailed(t *qp, r *recvWQE, s prm.Syndrome) prm.Syndrome {
+	f.consumeRecv(t, r)
+	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(r))
+	if t.typ == ctx.QPTypeRC {
+		f.qpErrorLocked(t, "receive error")
+	}
+	f.emitCQE(t.recvCQ, &img, nil, t)
+	if s == prm.SyndromeLocalLength {
+		return prm.SyndromeRemoteInvalReq
+	}
+	return prm.SyndromeRemoteOp
 }
 
 func srqnOf(r *recvWQE) uint32 {

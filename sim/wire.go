@@ -844,7 +844,14 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		msg := payload[:n]
 		if !(off == 0 && last) {
 			// A message of several segments is assembled, then
-			// delivered whole with its last.
+			// delivered whole with its last. One longer than the
+			// receive it lands in fails at its first segment, before
+			// anything is set aside for it (as a NIC's would fail at
+			// the segment that overflows).
+			if total > rw.capacity() {
+				f.wireReply(from, h, t, wireNAK, uint8(f.recvFailed(t, rw, prm.SyndromeLocalLength)), 0, nil)
+				return
+			}
 			if off == 0 || uint64(len(rs.asm)) != total {
 				rs.asm = make([]byte, total)
 			}
