@@ -30,6 +30,9 @@ var (
 	ErrBadIndex = errors.New("no such buffer")
 	// ErrNotInUse: a buffer pushed back that was not popped.
 	ErrNotInUse = errors.New("buffer not in use")
+
+	// errClosed: the pool was closed; its memory is unmapped.
+	errClosed = fmt.Errorf("bufpool: pool closed: %w", ctx.ErrClosed)
 )
 
 // Pool is a set of equal registered buffers.
@@ -118,6 +121,9 @@ func (p *Pool) Pop() (i int, ok bool) {
 // Push gives buffer i back. Pushing an index that is out of range or not in
 // use is an error and changes nothing.
 func (p *Pool) Push(i int) error {
+	if p.closed {
+		return errClosed
+	}
 	if uint(i) >= uint(p.count) {
 		return ErrBadIndex
 	}
@@ -194,6 +200,9 @@ type Receiver interface {
 // receive queue full or refused), pushes that buffer back and returns the
 // number posted with the error.
 func PostReceives[R Receiver](p *Pool, r R, n int) (int, error) {
+	if p.closed {
+		return 0, fmt.Errorf("bufpool: post receives: %w", errClosed)
+	}
 	posted := 0
 	var err error
 	for posted < n {
@@ -221,6 +230,9 @@ func PostReceives[R Receiver](p *Pool, r R, n int) (int, error) {
 // data was consumed) and rings the receive doorbell. On failure the buffer
 // stays in use and the error is returned.
 func Repost[R Receiver](p *Pool, r R, i int) error {
+	if p.closed {
+		return fmt.Errorf("bufpool: repost buffer %d: %w", i, errClosed)
+	}
 	if !p.InUse(i) {
 		return fmt.Errorf("bufpool: repost buffer %d: %w", i, ErrNotInUse)
 	}

@@ -158,8 +158,12 @@ func (c *core) nextWRID() uint64 {
 	return c.seq<<(c.shift&63) | uint64(c.free[c.freeHead&c.mask])
 }
 
-// slotOf returns the record of wrid, or nil when it has been reused.
+// slotOf returns the record of wrid, or nil when it has been reused or
+// names no request (0: the Pending of a refused post).
 func (c *core) slotOf(wrid uint64) *slot {
+	if c == nil || wrid == 0 {
+		return nil
+	}
 	s := &c.slots[wrid&c.mask]
 	if s.wrid != wrid {
 		return nil
@@ -493,6 +497,11 @@ const (
 // idlePoll is called after a poll found nothing; it returns ErrTimeout
 // once no completion has arrived for the channel's timeout.
 func (w *waiter) idlePoll() error {
+	if w.c.closed {
+		// Closed under the wait (as by a scope's function): the CQ
+		// will never deliver what is outstanding.
+		return closedError{}
+	}
 	if err := w.ended(); err != nil {
 		return err
 	}

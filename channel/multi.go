@@ -54,7 +54,7 @@ func (m *MultiChannel) Remote(peer int) endpoint.Endpoint {
 func (m *MultiChannel) RemoteRegion(peer, i int) (endpoint.RemoteRegion, error) {
 	l := m.c.peerLink(peer)
 	if l == nil {
-		return endpoint.RemoteRegion{}, m.c.badPeer(peer, 0)
+		return endpoint.RemoteRegion{}, fmt.Errorf("channel: remote region %d of peer %d: %w (the channel has %d)", i, peer, ErrPeer, len(m.c.links))
 	}
 	if i < 0 || i >= len(l.ep.Regions) {
 		return endpoint.RemoteRegion{}, fmt.Errorf("channel: peer %d shared %d regions, not %d: %w", peer, len(l.ep.Regions), i+1, ctx.ErrNotFound)
@@ -137,6 +137,9 @@ func (p Pending) Done() bool {
 // Poll polls the channel once (unless the request has completed already)
 // and reports whether the request has completed, with its error.
 func (p Pending) Poll() (bool, error) {
+	if p.c == nil || p.wrid == 0 {
+		return false, errNoRequest
+	}
 	if !p.Done() {
 		p.c.poll()
 	}
@@ -157,6 +160,9 @@ func (p Pending) Poll() (bool, error) {
 // reuse them before Done reports true, or call MultiChannel.Fail, which
 // flushes every outstanding request of the channel.
 func (p Pending) Wait(c context.Context) error {
+	if p.c == nil || p.wrid == 0 {
+		return errNoRequest
+	}
 	s, err := p.c.wait(c, p.wrid)
 	if err != nil {
 		if c.Err() != nil && errors.Is(err, c.Err()) {
@@ -186,6 +192,10 @@ func (p Pending) Result() (r Result, ok bool) {
 	}
 	return s.result(), true
 }
+
+// errNoRequest is what the Pending of a refused post (returned with the
+// post's error) reports: it names no work request.
+var errNoRequest = fmt.Errorf("channel: the Pending of a refused post names no work request: %w", ctx.ErrInvalidArgument)
 
 // WRID returns the work request id the request was posted with.
 func (p Pending) WRID() uint64 { return p.wrid }

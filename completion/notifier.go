@@ -218,6 +218,10 @@ type Poller[C any] interface {
 func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C, error] {
 	return func(yield func(C, error) bool) {
 		var zero C
+		if n == nil || p == nil {
+			yield(zero, fmt.Errorf("completion: completions: nil notifier or poller: %w", ctx.ErrInvalidArgument))
+			return
+		}
 		if err := n.pairedWith(p); err != nil {
 			yield(zero, err)
 			return

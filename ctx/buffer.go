@@ -3,6 +3,7 @@ package ctx
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -127,8 +128,11 @@ func (b *Buffer) unmapLocked() error {
 // AllocBuffer maps size bytes (rounded up to whole pages) of zeroed memory.
 func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 	const op = "alloc buffer"
-	if size <= 0 {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("size %d: %w", size, ErrInvalidArgument)}
+	// The largest size whose rounding up to huge pages, and guard pages
+	// around it, still fit an int.
+	const maxSize = math.MaxInt/2 - HugePageSize
+	if size <= 0 || size > maxSize {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("size %d out of range 1..%d: %w", size, maxSize, ErrInvalidArgument)}
 	}
 	page := os.Getpagesize()
 	if opts.HugePages {

@@ -161,10 +161,13 @@ func (r *Remote) Close() error { return r.ah.Close() }
 // ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // It allocates nothing and takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post.
+	// A closure called once, as rc's Post. A nil r is refused.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags)
+		c, err = newqp.Begin(&d.Queue, wrid, flags, r != nil)
+		if r == nil {
+			return c.OpStage // the refusal's private full queue
+		}
 		return c.DC(&r.av, r.dctn, r.key)
 	}()
 	return s, err
@@ -174,10 +177,13 @@ func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder
 // (mlx5dv_wr_set_dc_addr_stream): WQEs of different streams of one DCI may
 // be executed concurrently by the device.
 func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamID uint16) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post.
+	// A closure called once, as rc's Post. A nil r is refused.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags)
+		c, err = newqp.Begin(&d.Queue, wrid, flags, r != nil)
+		if r == nil {
+			return c.OpStage // the refusal's private full queue
+		}
 		return c.DCStream(&r.av, r.dctn, r.key, streamID)
 	}()
 	return s, err

@@ -38,7 +38,10 @@ type tablePage[T any] struct {
 // Lookup returns the queue registered for qpn, or nil. It is inlined and
 // allocates nothing.
 func (t *Table[T]) Lookup(qpn uint32) *T {
-	p := t.pages[(qpn>>tablePageShift)&(tablePages-1)]
+	if qpn > prm.CQEQPNMask {
+		return nil // no QPN: it would alias qpn & 0xffffff
+	}
+	p := t.pages[qpn>>tablePageShift]
 	if p == nil {
 		return nil
 	}

@@ -166,7 +166,7 @@ func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, er
 			return newqp.SendRing(&q.Queue).Begin(wrid, flags).OpStage
 		}
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Refuse(&q.Queue, wrid, flags)
+		c, err = newqp.Refuse(&q.Queue, wrid, flags, true)
 		return c.OpStage
 	}()
 	return s, err

@@ -112,6 +112,11 @@ func init() {
 	qpcore.Refusal = func(q any, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
 		return q.(*Queue).refuse(wrid, flags)
 	}
+	qpcore.RefuseWith = func(q any, wrid uint64, flags wqebuilder.Flags, err error) wqebuilder.CtrlStage {
+		x := q.(*Queue)
+		x.refusal = err
+		return x.dead.Begin(wrid, flags)
+	}
 }
 
 // setup builds q over a created queue pair: the send queue from its

@@ -222,14 +222,21 @@ func (r *Remote) Close() error {
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
-	// A closure called once, as rc's Post.
+	// A closure called once, as rc's Post. A nil r is refused.
 	s = func() wqebuilder.DatagramStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&q.Queue, wrid, flags)
+		c, err = newqp.Begin(&q.Queue, wrid, flags, r != nil)
+		if r == nil {
+			return c.UD(&noRemote.av, 0, 0) // the refusal's private full queue
+		}
 		return c.UD(&r.av, r.qpn, r.qkey)
 	}()
 	return s, err
 }
+
+// noRemote is the address of a refused post to a nil Remote, which its
+// stage writes only to a private full queue.
+var noRemote Remote
 
 // GID returns the local GID table entry the QP sends from (on RoCE, and
 // on InfiniBand with a GRH): the one Config.GID selected.

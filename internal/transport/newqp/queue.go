@@ -1,6 +1,7 @@
 package newqp
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -30,13 +31,14 @@ func SendRing(q *transport.Queue) *wqebuilder.SendQueue { return Send(q).SQ }
 // Begin is a send post's first step as dc's and ud's Post take it: the WQE
 // begun on q's send queue when q is Ready, else Refuse's stage and error.
 // It inlines, and its body, a closure called once, with it.
-func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilder.CtrlStage, err error) {
+// addressed is false for a post to a nil remote, which is refused.
+func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, addressed bool) (s wqebuilder.CtrlStage, err error) {
 	s = func() wqebuilder.CtrlStage {
-		if Ready(q) {
+		if addressed && Ready(q) {
 			return Send(q).SQ.Begin(wrid, flags)
 		}
 		var dead wqebuilder.CtrlStage
-		dead, err = Refuse(q, wrid, flags)
+		dead, err = Refuse(q, wrid, flags, addressed)
 		return dead
 	}()
 	return s, err
@@ -48,8 +50,17 @@ func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags) (s wqebuilde
 // that matters and whose Finish fails with the same error. It is the one
 // call of a post, on its cold path.
 //
+// A post to a nil remote (addressed false: dc's and ud's Post) is refused
+// with a *wqebuilder.PostError wrapping ctx.ErrInvalidArgument.
+//
 //go:noinline
-func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, addressed bool) (wqebuilder.CtrlStage, error) {
+	if !addressed {
+		s := Send(q)
+		err := &wqebuilder.PostError{Transport: s.SQ.Config().Transport, Op: "post send", QPN: s.QPN,
+			Err: fmt.Errorf("nil remote: %w", ctx.ErrInvalidArgument)}
+		return qpcore.RefuseWith(q, wrid, flags, err), err
+	}
 	return qpcore.Refusal(q, wrid, flags)
 }
 

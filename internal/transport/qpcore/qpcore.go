@@ -65,3 +65,8 @@ var Setup func(q any, transport string, qp *ctx.QueuePair, srq any) error
 // *transport.Queue q when it is not Ready; package transport sets it from
 // its init.
 var Refusal func(q any, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error)
+
+// RefuseWith returns a stage of the *transport.Queue q's private full
+// queue whose Finish fails with err, for a send post refused for its
+// arguments; package transport sets it from its init.
+var RefuseWith func(q any, wrid uint64, flags wqebuilder.Flags, err error) wqebuilder.CtrlStage

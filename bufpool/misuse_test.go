@@ -1,0 +1,51 @@
+package bufpool_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/mlx5kit/mlx5kit/bufpool"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// A closed pool hands out no buffer: a buffer pushed back after Close is
+// refused, Pop finds none, and PostReceives posts no receive over the
+// unmapped, deregistered memory.
+func TestClosedPoolHandsOutNothing(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	pd := newPD(t, f, "")
+	cq, err := pd.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := rc.New(pd, cq, rc.Config{SendDepth: 1, RecvDepth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := bufpool.New(pd, 2, 64, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, ok := p.Pop()
+	if !ok {
+		t.Fatal("pop")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Push(i); err == nil {
+		t.Error("Push after Close accepted")
+	}
+	if n, err := bufpool.PostReceives(p, &qp.Queue, 1); n != 0 || !errors.Is(err, ctx.ErrClosed) {
+		t.Errorf("PostReceives after Close: %d posted, %v; want 0, ctx.ErrClosed", n, err)
+	}
+	if got := qp.RecvOutstanding(); got != 0 {
+		t.Errorf("%d receives posted from a closed pool", got)
+	}
+	if j, ok := p.Pop(); ok {
+		t.Errorf("Pop after Close handed out buffer %d (at %#x, unmapped)", j, p.Addr(j))
+	}
+}

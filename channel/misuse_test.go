@@ -1,0 +1,141 @@
+package channel_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/sim"
+)
+
+// misusePair connects two channels on a private software HCA.
+func misusePair(t *testing.T) (a, b *channel.Channel, mr *ctx.MemoryRegion) {
+	t.Helper()
+	f := sim.New(sim.Options{Mode: sim.Engine})
+	t.Cleanup(func() { _ = f.Close() })
+	c, err := f.Open("sim0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	pd, err := c.AllocProtectionDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = buf.Close() })
+	if mr, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	pa, err := channel.New(pd, channel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := channel.New(pd, channel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err = pa.Handshake(pb.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = pb.Handshake(pa.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, mr
+}
+
+// returnsWithin fails the test when fn has not returned after d.
+func returnsWithin(t *testing.T, d time.Duration, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("did not return within %v", d)
+	}
+}
+
+// A scope whose function closes the channel with a receive outstanding
+// returns (with an error wrapping ctx.ErrClosed) instead of polling the
+// closed CQ forever.
+func TestScopeReturnsAfterCloseInside(t *testing.T) {
+	_, b, mr := misusePair(t)
+	var err error
+	returnsWithin(t, 5*time.Second, func() {
+		err = b.Scope(context.Background(), func(s *channel.Scope) error {
+			if _, err := s.PostReceive(channel.RecvRequest{Local: []channel.SGE{channel.Slice(mr, 0, 64)}}); err != nil {
+				return err
+			}
+			return b.Close()
+		})
+	})
+	if !errors.Is(err, ctx.ErrClosed) {
+		t.Fatalf("scope after close: %v, want ctx.ErrClosed", err)
+	}
+}
+
+// The Pending that a refused raw post returns with its error does not
+// crash when asked about its request.
+func TestPendingOfRefusedPost(t *testing.T) {
+	a, _, _ := misusePair(t)
+	p, err := a.PostSend(channel.SendRequest{Peer: 7}) // no such peer
+	if !errors.Is(err, channel.ErrPeer) {
+		t.Fatalf("post to peer 7: %v", err)
+	}
+	returnsWithin(t, 5*time.Second, func() {
+		if p.Done() {
+			t.Error("Done of a refused post")
+		}
+		if _, ok := p.Result(); ok {
+			t.Error("Result of a refused post")
+		}
+		if done, err := p.Poll(); done || err == nil {
+			t.Errorf("Poll of a refused post: %v, %v", done, err)
+		}
+		if err := p.Wait(context.Background()); err == nil {
+			t.Error("Wait of a refused post: nil error")
+		}
+	})
+}
+
+// Likewise the Pending a scope's refused post returns: its Wait must not
+// wait for ever on a request that was never posted.
+func TestPendingOfRefusedScopePost(t *testing.T) {
+	a, _, _ := misusePair(t)
+	returnsWithin(t, 5*time.Second, func() {
+		_ = a.Scope(context.Background(), func(s *channel.Scope) error {
+			p, err := s.PostSend(channel.SendRequest{Peer: 7})
+			if err == nil {
+				t.Error("post to peer 7 accepted")
+			}
+			if err := p.Wait(context.Background()); err == nil {
+				t.Error("Wait of a refused post: nil error")
+			}
+			if done, err := p.Poll(); done || err == nil {
+				t.Errorf("Poll of a refused post: %v, %v", done, err)
+			}
+			return nil
+		})
+	})
+}
+
+// RemoteRegion of a peer the channel does not have names the call, not a
+// placeholder operation ("Op(0) to peer 5").
+func TestRemoteRegionBadPeerError(t *testing.T) {
+	a, _, _ := misusePair(t)
+	_, err := a.RemoteRegion(5, 0)
+	if !errors.Is(err, channel.ErrPeer) {
+		t.Fatalf("RemoteRegion(5, 0): %v, want channel.ErrPeer", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "Op(") || !strings.Contains(msg, "remote region") {
+		t.Errorf("RemoteRegion(5, 0): %q names no call", msg)
+	}
+}

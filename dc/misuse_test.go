@@ -1,0 +1,54 @@
+package dc_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// A post to a nil Remote is refused with an error, at Post and at Finish;
+// it does not crash and rings nothing.
+func TestPostNilRemote(t *testing.T) {
+	f := sim.New(sim.Options{})
+	t.Cleanup(func() { _ = f.Close() })
+	c, err := f.Open("sim0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	pd, err := c.AllocProtectionDomain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dc.NewDCI(pd, cq, dc.DCIConfig{SendDepth: 4, MaxInline: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, post := range []func() (wqebuilder.OpStage, error){
+		func() (wqebuilder.OpStage, error) { return d.Post(1, wqebuilder.Signaled, nil) },
+		func() (wqebuilder.OpStage, error) { return d.PostStream(1, wqebuilder.Signaled, nil, 3) },
+	} {
+		st, err := post()
+		if !errors.Is(err, ctx.ErrInvalidArgument) {
+			t.Errorf("post to a nil remote: %v, want ctx.ErrInvalidArgument", err)
+		}
+		if err := st.Send().Inline([]byte("x")).Finish(); !errors.Is(err, ctx.ErrInvalidArgument) {
+			t.Errorf("finish of a post to a nil remote: %v", err)
+		}
+		if pi := d.SendQueue().ProducerIndex(); pi != 0 {
+			t.Errorf("producer index %d after a refused post", pi)
+		}
+	}
+	// A second one is refused too.
+	if _, err := d.Post(2, 0, nil); err == nil {
+		t.Fatal("second nil post accepted")
+	}
+}
