@@ -124,3 +124,33 @@ func TestLinkCloseNotHeldBySilentPeer(t *testing.T) {
 	require.NoError(t, e1.f.Close())
 	require.Less(t, time.Since(start), 2*time.Second, "Close waited for a silent peer's handshake")
 }
+
+// TestLinkGreetsABoundedNumber: a flood of connections that say nothing
+// is greeted tcpMaxGreeting at a time (the rest wait in the listen
+// backlog), and a Fabric that connects once they are gone links.
+func TestLinkGreetsABoundedNumber(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e1 := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, _ := e1.f.Link()
+	var silent []net.Conn
+	for i := 0; i < 2*tcpMaxGreeting; i++ {
+		c, err := net.Dial("tcp", st.Address)
+		require.NoError(t, err)
+		silent = append(silent, c)
+	}
+	greeting := func() int {
+		e1.f.tcp.mu.Lock()
+		defer e1.f.tcp.mu.Unlock()
+		return len(e1.f.tcp.greeting)
+	}
+	require.Eventually(t, func() bool { return greeting() == tcpMaxGreeting }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, tcpMaxGreeting, greeting(), "connections greeted at once")
+	for _, c := range silent {
+		_ = c.Close()
+	}
+	e2 := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 1 }, 10*time.Second, time.Millisecond)
+	_, ok := e2.f.Link()
+	require.True(t, ok)
+}

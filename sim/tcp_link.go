@@ -138,6 +138,11 @@ type tcpLink struct {
 	// close shuts them down, so that none holds it for the handshake's
 	// whole time.
 	greeting map[*fdConn]struct{}
+	// greetSlots holds a token for each connection being greeted (at
+	// most tcpMaxGreeting); stop is closed by close, which ends the
+	// accept loop's wait for one.
+	greetSlots chan struct{}
+	stop       chan struct{}
 	// members is, on a connecting end, the linked slots as the listener
 	// last announced them (bit i: slot tcpSlotBase+i); announce is, on
 	// the listener, set when a Fabric was linked or dropped and the
@@ -244,17 +249,31 @@ func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLi
 	}
 	l := newTCPLink(tcpSlotBase, ln.Addr().String(), sec, layer)
 	l.listen, l.ln, l.next = true, ln, tcpSlotBase+1
+	l.greetSlots, l.stop = make(chan struct{}, tcpMaxGreeting), make(chan struct{})
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
 }
 
+// tcpMaxGreeting bounds the connections a listener greets at once: past
+// it, the next is accepted once a handshake in flight ends (each ends
+// within tcpHandshakeWait), so that a flood of connections that say
+// nothing neither takes a goroutine and a descriptor each nor locks out
+// the Fabrics that connect after it for longer than that.
+const tcpMaxGreeting = 32
+
 func (l *tcpLink) acceptLoop() {
 	defer l.wg.Done()
 	backoff := 5 * time.Millisecond
 	for {
+		select {
+		case l.greetSlots <- struct{}{}:
+		case <-l.stop:
+			return
+		}
 		conn, err := l.ln.Accept()
 		if err != nil {
+			<-l.greetSlots
 			l.mu.Lock()
 			closed := l.closed
 			l.mu.Unlock()
@@ -267,7 +286,10 @@ func (l *tcpLink) acceptLoop() {
 		}
 		backoff = 5 * time.Millisecond
 		l.wg.Add(1)
-		go l.greet(conn)
+		go func() {
+			defer func() { <-l.greetSlots }()
+			l.greet(conn)
+		}()
 	}
 }
 
@@ -534,6 +556,9 @@ func (l *tcpLink) drop(p *tcpPeer) {
 // close ends every connection and stops listening (the engine stopped).
 func (l *tcpLink) close() {
 	l.mu.Lock()
+	if l.stop != nil && !l.closed {
+		close(l.stop)
+	}
 	l.closed = true
 	for c := range l.greeting {
 		_ = c.Close() // ends its handshake; greet releases it
