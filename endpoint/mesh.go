@@ -70,6 +70,12 @@ const (
 	dialBackoffMax   = 250 * time.Millisecond
 )
 
+// meshMaxGreeting bounds the connections a mesh listener greets at once
+// (each within its hello timeout): a flood of connections that say
+// nothing waits in the listen backlog rather than take a goroutine and a
+// descriptor each.
+const meshMaxGreeting = 32
+
 // Accept retry pacing after a temporary error (out of file descriptors),
 // as net/http's Server.Serve paces it.
 const (
@@ -322,13 +328,22 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	// it has run.
 	defer func() { stopClose(); _ = l.listener.Close() }()
 
+	// A token for each connection being greeted: past meshMaxGreeting the
+	// next is accepted when a greeting ends.
+	greeting := make(chan struct{}, meshMaxGreeting)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var delay time.Duration
 		for {
+			select {
+			case greeting <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			conn, err := l.listener.Accept()
 			if err != nil {
+				<-greeting
 				if ctx.Err() != nil {
 					return
 				}
@@ -354,6 +369,7 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 			go func() {
 				defer wg.Done()
 				m := l.greet(ctx, conn)
+				<-greeting
 				select {
 				case arrivals <- m:
 				case <-ctx.Done():

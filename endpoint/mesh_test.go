@@ -543,3 +543,43 @@ func TestMeshListenerAcceptFails(t *testing.T) {
 	require.ErrorIs(t, err, errBrokenAccept)
 	require.NoError(t, ctx.Err(), "fails at once, not at the deadline")
 }
+
+// TestMeshGreetsABoundedNumber: a flood of connections that say nothing is
+// greeted meshMaxGreeting at a time, and the ranks that dial once it is
+// gone join.
+func TestMeshGreetsABoundedNumber(t *testing.T) {
+	noLeak(t)
+	const n = 2
+	local := meshLocal(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n, testOpts)
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	before := runtime.NumGoroutine()
+	var remote0 []Endpoint
+	var err0 error
+	done := make(chan struct{})
+	go func() { defer close(done); remote0, err0 = l.Exchange(ctx, local[0]) }()
+	var silent []net.Conn
+	for i := 0; i < 3*meshMaxGreeting; i++ {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		silent = append(silent, c)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// The exchange, its accept loop and one goroutine per greeting (and
+	// a watcher each at most).
+	require.LessOrEqual(t, runtime.NumGoroutine()-before, 2+2*meshMaxGreeting, "goroutines for %d silent connections", len(silent))
+	for _, c := range silent {
+		_ = c.Close()
+	}
+	remote, errs, wg := runDialers(ctx, addr, local)
+	wg.Wait()
+	<-done
+	remote[0], errs[0] = remote0, err0
+	for i, err := range errs {
+		require.NoError(t, err, "rank %d", i)
+	}
+	checkTranspose(t, local, remote)
+}
