@@ -98,3 +98,19 @@ func TestDestroyBeforeContext(t *testing.T) {
 	hdr, _ := a.ioctlCmd(objectPD, methodPDDestroy, handleAttr(attrDestroyPDHandle, 0))
 	require.Equal(t, unix.ENOENT, k.ioctl(fd, rdmaVerbsIoctl, hdr), "PD_DESTROY")
 }
+
+// TestWriteResponseTailZeroed: a write command without driver data owns
+// the whole response buffer its header names; what its response does not
+// fill is zeroed, as uverbs_response does, not left as it was.
+func TestWriteResponseTailZeroed(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	const extra = 16
+	resp, respAddr := a.alloc(queryPortRespSize + extra)
+	for i := range resp {
+		resp[i] = 0xff
+	}
+	buf, n := a.writeCmd(cmdQueryPort, respCore(respAddr, 1, 0, 0, 0, 0, 0, 0, 0), (queryPortRespSize+extra)/4)
+	_, en := k.write(fd, buf, n)
+	require.Zero(t, en)
+	require.Equal(t, make([]byte, extra), resp[queryPortRespSize:], "the response buffer past the response")
+}

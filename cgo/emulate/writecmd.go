@@ -201,6 +201,11 @@ func decodeWrite(hdr *C.struct_ib_uverbs_cmd_hdr, cmd *writeCmd, buf uintptr, co
 	c := &writeCall{req: in, respLen: cmd.respSize}
 	if cmd.udata {
 		c.req, c.udataIn = in[:cmd.reqSize], in[cmd.reqSize:]
+	} else if cmd.respSize > 0 {
+		// No driver data: the whole response buffer is the core
+		// response's, and what the response does not fill is zeroed
+		// (uverbs_response).
+		c.respLen = outLen
 	}
 	if cmd.respSize > 0 {
 		c.respAddr = uintptr(binary.NativeEndian.Uint64(in))
