@@ -12,8 +12,10 @@
 // Switched on, the package generates a sysfs tree for the model's devices
 // (libibverbs reads it through SYSFS_PATH once RDMA netlink is
 // found missing), and the C library functions it defines (open, openat,
-// stat, ioctl, write, mmap, munmap, close, socket, and their 64-bit-offset
-// twins), which the dynamic linker prefers to the C library's, hand what
+// stat, ioctl, write, mmap, munmap, close, socket, their 64-bit-offset
+// twins and the fortified __open_2 and __openat_2; dup2, dup3,
+// close_range and closefrom, which close an emulated descriptor as close
+// does), which the dynamic linker prefers to the C library's, hand what
 // concerns /dev/infiniband/uverbsN and its descriptors to the emulated
 // kernel: the ioctl methods and write commands of the uverbs core and
 // mlx5_ib that discovery and queries need, those that create and destroy

@@ -295,3 +295,14 @@ func mk_emu_go_close(fd C.int) C.long {
 	}
 	return 0
 }
+
+// mk_emu_go_forget drops what the kernel holds for a descriptor whose
+// number the program has made another file's (dup2, dup3), without
+// closing it.
+//
+//export mk_emu_go_forget
+func mk_emu_go_forget(fd C.int) {
+	if k := active(); k != nil {
+		_ = k.release(int(fd), false)
+	}
+}

@@ -197,6 +197,9 @@ func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 		return -1, unix.EMFILE
 	}
 	k.mu.Lock()
+	// The number is new to the C library: an event file the emulation
+	// still holds under it was closed behind its back (a forked child).
+	delete(k.events, fd)
 	k.files[fd] = &ufile{fd: fd, dev: dev}
 	k.mu.Unlock()
 	k.markFD(fd, fdUverbs)
@@ -206,7 +209,12 @@ func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 // close closes a uverbs or event descriptor. Closing a uverbs descriptor
 // destroys its context and closes the device on the model; event
 // descriptors it created stay open until closed themselves.
-func (k *kernel) close(fd int) syscall.Errno {
+func (k *kernel) close(fd int) syscall.Errno { return k.release(fd, true) }
+
+// release forgets a uverbs or event descriptor as close does; it closes
+// the descriptor itself only when closeFD is set (dup2 and dup3 have
+// already made the number another file's).
+func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 	k.mu.Lock()
 	var dev provider.Device
 	var uc *ucontext
@@ -244,6 +252,9 @@ func (k *kernel) close(fd int) syscall.Errno {
 	if writeFD >= 0 {
 		_ = unix.Close(writeFD)
 	}
+	if !closeFD {
+		return 0
+	}
 	return errnoOf(unix.Close(fd))
 }
 
@@ -267,6 +278,7 @@ func (k *kernel) newEventFile() (*eventFile, syscall.Errno) {
 		return nil, errnoOf(err)
 	}
 	e := &eventFile{fd: p[0], writeFD: p[1]}
+	delete(k.files, e.fd) // as in open: a stale entry for the number
 	k.events[e.fd] = e
 	k.markFD(e.fd, fdEvent)
 	return e, 0

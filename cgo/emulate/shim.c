@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <linux/netlink.h>
 
@@ -54,10 +56,19 @@ static inline int emu_fd(int fd)
 	       __atomic_load_n(&mk_emu_fds[fd], __ATOMIC_ACQUIRE) != MK_EMU_FD_NONE;
 }
 
+/* The name is the program's and may not be readable: it is read as the
+ * kernel reads it, so that a bad address gets the C library's EFAULT
+ * rather than a fault here. A name shorter than the prefix never matches. */
 static inline int emu_path(const char *path)
 {
-	return emu_on() && path != NULL &&
-	       strncmp(path, MK_EMU_DEV_PREFIX, sizeof(MK_EMU_DEV_PREFIX) - 1) == 0;
+	char head[sizeof(MK_EMU_DEV_PREFIX) - 1];
+	struct iovec local = { head, sizeof(head) }, remote = { (void *)path, sizeof(head) };
+
+	if (!emu_on() || path == NULL)
+		return 0;
+	if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof(head))
+		return 0;
+	return memcmp(head, MK_EMU_DEV_PREFIX, sizeof(head)) == 0;
 }
 
 /* The next definitions, resolved on first use. */
@@ -76,6 +87,16 @@ DECLARE_REAL(void *, mmap64, (void *, size_t, int, int, int, off64_t));
 DECLARE_REAL(int, munmap, (void *, size_t));
 DECLARE_REAL(int, close, (int));
 DECLARE_REAL(int, socket, (int, int, int));
+DECLARE_REAL(int, __open_2, (const char *, int));
+DECLARE_REAL(int, __open64_2, (const char *, int));
+DECLARE_REAL(int, __openat_2, (int, const char *, int));
+DECLARE_REAL(int, __openat64_2, (int, const char *, int));
+DECLARE_REAL(int, dup2, (int, int));
+DECLARE_REAL(int, dup3, (int, int, int));
+#if __GLIBC_PREREQ(2, 34)
+DECLARE_REAL(int, close_range, (unsigned int, unsigned int, int));
+DECLARE_REAL(void, closefrom, (int));
+#endif
 
 #define RESOLVE(name)                                                          \
 	do {                                                                   \
@@ -83,8 +104,31 @@ DECLARE_REAL(int, socket, (int, int, int));
 			*(void **)&real_##name = dlsym(RTLD_NEXT, #name);      \
 	} while (0)
 
+static char emu_maps_lock;
+static int emu_maps_end, emu_maps_overflow;
+
+/*
+ * A forked child has none of the Go runtime's threads: a call into Go that
+ * waits for one (closing a context stops the model's engine) never
+ * returns. The child closes the descriptors it inherits (and unmaps the
+ * mappings) without calling into Go: they are its plain descriptors of the
+ * backing device and pipes, and the parent's context stays the parent's.
+ */
+static void mk_emu_atfork_child(void)
+{
+	int fd;
+
+	for (fd = 0; fd < MK_EMU_MAX_FDS; fd++)
+		if (mk_emu_fds[fd] != MK_EMU_FD_NONE)
+			mk_emu_fds[fd] |= MK_EMU_FD_INHERITED;
+	emu_maps_end = 0;
+	emu_maps_overflow = 0;
+	emu_maps_lock = 0;
+}
+
 __attribute__((constructor)) static void mk_emu_resolve(void)
 {
+	pthread_atfork(NULL, NULL, mk_emu_atfork_child);
 	RESOLVE(open);
 	RESOLVE(open64);
 	RESOLVE(openat);
@@ -175,6 +219,40 @@ int openat64(int dirfd, const char *path, int flags, ...)
 	return REAL(openat64)(dirfd, path, flags, mode);
 }
 
+/* The -D_FORTIFY_SOURCE entry points a program calls for an open whose
+ * flags the compiler does not know (never with O_CREAT or O_TMPFILE). */
+int __open_2(const char *path, int flags)
+{
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(__open_2);
+	return REAL(__open_2)(path, flags);
+}
+
+int __open64_2(const char *path, int flags)
+{
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(__open64_2);
+	return REAL(__open64_2)(path, flags);
+}
+
+int __openat_2(int dirfd, const char *path, int flags)
+{
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(__openat_2);
+	return REAL(__openat_2)(dirfd, path, flags);
+}
+
+int __openat64_2(int dirfd, const char *path, int flags)
+{
+	if (emu_path(path))
+		return (int)set_errno(mk_emu_go_open((char *)path, flags));
+	RESOLVE(__openat64_2);
+	return REAL(__openat64_2)(dirfd, path, flags);
+}
+
 /* A device node that the emulation answers for is described as the
  * character device that backs its descriptors. */
 int stat(const char *path, struct stat *st)
@@ -241,9 +319,8 @@ ssize_t write(int fd, const void *buf, size_t count)
  */
 #define MK_EMU_MAX_MAPS 4096
 static uintptr_t emu_maps[MK_EMU_MAX_MAPS];
-static int emu_maps_end;      /* entries [0, end) may be in use */
-static int emu_maps_overflow; /* a mapping found no free entry */
-static char emu_maps_lock;
+/* emu_maps_end: entries [0, end) may be in use; emu_maps_overflow: a
+ * mapping found no free entry (both declared above, with the lock). */
 
 static void emu_maps_acquire(void)
 {
@@ -337,15 +414,90 @@ int munmap(void *addr, size_t len)
 	return REAL(munmap)(addr, len);
 }
 
+static inline int emu_inherited(int fd) { return mk_emu_fd_kind(fd) & MK_EMU_FD_INHERITED; }
+
 int close(int fd)
 {
 	if (emu_fd(fd)) {
+		int inherited = emu_inherited(fd);
+
 		mk_emu_mark_fd(fd, MK_EMU_FD_NONE);
-		return (int)set_errno(mk_emu_go_close(fd));
+		if (!inherited)
+			return (int)set_errno(mk_emu_go_close(fd));
 	}
 	RESOLVE(close);
 	return REAL(close)(fd);
 }
+
+/* dup2 and dup3 onto an emulated descriptor close its file: the number is
+ * then the other file's, which the emulation forgets, as close would. */
+static void emu_dup_done(int ret, int oldfd, int newfd)
+{
+	if (ret >= 0 && oldfd != newfd && emu_fd(newfd)) {
+		int inherited = emu_inherited(newfd);
+
+		mk_emu_mark_fd(newfd, MK_EMU_FD_NONE);
+		if (!inherited)
+			mk_emu_go_forget(newfd);
+	}
+}
+
+int dup2(int oldfd, int newfd)
+{
+	int ret;
+
+	RESOLVE(dup2);
+	ret = REAL(dup2)(oldfd, newfd);
+	emu_dup_done(ret, oldfd, newfd);
+	return ret;
+}
+
+int dup3(int oldfd, int newfd, int flags)
+{
+	int ret;
+
+	RESOLVE(dup3);
+	ret = REAL(dup3)(oldfd, newfd, flags);
+	emu_dup_done(ret, oldfd, newfd);
+	return ret;
+}
+
+#if __GLIBC_PREREQ(2, 34)
+/* close_range and closefrom close emulated descriptors as close does (the
+ * C library's own close is not the interposed one). */
+static void emu_close_range(unsigned int first, unsigned int last)
+{
+	unsigned int fd;
+	int saved = errno;
+
+	for (fd = first; fd < MK_EMU_MAX_FDS && fd <= last; fd++) {
+		if (emu_fd((int)fd)) {
+			int inherited = emu_inherited((int)fd);
+
+			mk_emu_mark_fd((int)fd, MK_EMU_FD_NONE);
+			if (!inherited)
+				(void)mk_emu_go_close((int)fd);
+		}
+	}
+	errno = saved;
+}
+
+int close_range(unsigned int first, unsigned int last, int flags)
+{
+	if (emu_on() && !(flags & CLOSE_RANGE_CLOEXEC))
+		emu_close_range(first, last);
+	RESOLVE(close_range);
+	return REAL(close_range)(first, last, flags);
+}
+
+void closefrom(int lowfd)
+{
+	if (emu_on())
+		emu_close_range(lowfd < 0 ? 0 : (unsigned int)lowfd, ~0U);
+	RESOLVE(closefrom);
+	REAL(closefrom)(lowfd);
+}
+#endif
 
 /* With the emulation on, the RDMA netlink family is absent, as on a kernel
  * without the RDMA subsystem: libibverbs then reads the generated sysfs. */

@@ -19,6 +19,9 @@ enum {
 	MK_EMU_FD_NONE = 0,
 	MK_EMU_FD_UVERBS = 1, /* an open /dev/infiniband/uverbsN */
 	MK_EMU_FD_EVENT = 2,  /* an event file (async events) */
+	/* or'ed in a forked child: a descriptor of the parent's, which the
+	 * child closes without calling into Go */
+	MK_EMU_FD_INHERITED = 0x80,
 };
 
 /* The directory prefix of the device nodes the emulation answers for. */

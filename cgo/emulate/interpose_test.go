@@ -1,0 +1,220 @@
+//go:build cgo && linux
+
+package emulate_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+)
+
+// interposeProgram compiles src (with extra cc flags) and returns it with
+// the preload library.
+func interposeProgram(t *testing.T, src string, cflags ...string) (prog, lib string) {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.c"), []byte(src), 0o644))
+	prog = filepath.Join(dir, "p")
+	args := append(append([]string{}, cflags...), "-o", prog, filepath.Join(dir, "p.c"), "-libverbs")
+	out, err := exec.Command(cc, args...).CombinedOutput()
+	require.NoError(t, err, "cc: %s", out)
+	return prog, preloadLibrary(t, dir)
+}
+
+// runInterposed runs prog with the emulation preloaded, bounded by 30 s,
+// and returns its output and error.
+func runInterposed(t *testing.T, prog, lib string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, emulate.EnvEmulate+"=1")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, ctx.Err(), "ran past 30 s (hung):\n%s", out)
+	return string(out), err
+}
+
+const interposeCommon = `
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <infiniband/verbs.h>
+
+#define FAIL(...) do { printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
+
+static struct ibv_context *open_first(void)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	struct ibv_context *c;
+
+	if (!l || n == 0)
+		FAIL("no device");
+	c = ibv_open_device(l[0]);
+	if (!c)
+		FAIL("ibv_open_device: %s", strerror(errno));
+	return c;
+}
+`
+
+// TestForkedChildClosesEmulatedDescriptor: a child forked by a program
+// holding an open device closes its copy of the device descriptor (as a
+// daemon or a pre-exec child does) and exits; the parent goes on using the
+// device. On a kernel the child's close drops its reference at once.
+func TestForkedChildClosesEmulatedDescriptor(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	int st;
+	pid_t p;
+
+	fflush(stdout);
+	p = fork();
+	if (p == 0) {
+		alarm(10); /* the child must not hang */
+		_exit(close(c->cmd_fd) == 0 && close(c->async_fd) == 0 ? 0 : 3);
+	}
+	if (waitpid(p, &st, 0) != p)
+		FAIL("waitpid: %s", strerror(errno));
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		FAIL("child: status %#x", st);
+	if (!ibv_alloc_pd(c))
+		FAIL("parent: ibv_alloc_pd after the child's close: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
+// TestDup2OntoEmulatedDescriptor: dup2 onto the device's descriptor number
+// closes the device file and makes the number a descriptor of the other
+// file; writes to it must reach that file, not the emulated kernel.
+func TestDup2OntoEmulatedDescriptor(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	int p[2], fd = c->cmd_fd;
+	char b[8] = {0};
+	ssize_t n;
+
+	if (pipe(p))
+		FAIL("pipe");
+	if (dup2(p[1], fd) != fd)
+		FAIL("dup2: %s", strerror(errno));
+	n = write(fd, "hello", 5);
+	if (n != 5)
+		FAIL("write to the pipe through %d: %zd (%s)", fd, n, strerror(errno));
+	if (read(p[0], b, 5) != 5 || strcmp(b, "hello"))
+		FAIL("read back %s", b);
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
+// TestClosefromForgetsEmulatedDescriptors: closefrom (close_range) closes
+// the device's descriptors; a file opened afterwards that gets one of
+// their numbers must be an ordinary file.
+func TestClosefromForgetsEmulatedDescriptors(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+int main(int argc, char **argv)
+{
+	struct ibv_context *c = open_first();
+	int fd = c->cmd_fd, nf;
+	ssize_t n;
+
+	closefrom(3);
+	do
+		nf = open(argv[1], O_RDWR | O_CREAT | O_TRUNC, 0644);
+	while (nf >= 0 && nf < fd);
+	if (nf != fd)
+		FAIL("open: got %d, want %d (%s)", nf, fd, strerror(errno));
+	n = write(nf, "hello", 5);
+	if (n != 5)
+		FAIL("write to a file on reused descriptor %d: %zd (%s)", nf, n, strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib, filepath.Join(t.TempDir(), "f"))
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
+// TestOpenStatBadPathIsEFAULT: open, openat and stat of an address that
+// cannot be read fail with EFAULT, as the system calls do; the interposer
+// must not read the name itself and crash.
+func TestOpenStatBadPathIsEFAULT(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <sys/stat.h>
+int main(void)
+{
+	const char *bad = (const char *)16;
+	struct stat st;
+	int r;
+
+	(void)open_first();
+	errno = 0;
+	r = open(bad, O_RDONLY);
+	printf("open %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = openat(AT_FDCWD, bad, O_RDONLY);
+	printf("openat %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = stat(bad, &st);
+	printf("stat %d %s\n", r, strerror(errno));
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "open -1 Bad address\nopenat -1 Bad address\nstat -1 Bad address\n", out)
+}
+
+// TestFortifiedOpenReachesEmulation: a program built with
+// -D_FORTIFY_SOURCE (the distributions' default) that opens a device node
+// with flags not known at compile time calls __open_2 or __openat_2, not
+// open; the node must still be the emulated one.
+func TestFortifiedOpenReachesEmulation(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+int main(void)
+{
+	volatile int flags = O_RDWR | O_CLOEXEC;
+	int fd = open("/dev/infiniband/uverbs0", flags);
+	int fd2 = openat(AT_FDCWD, "/dev/infiniband/uverbs0", flags);
+
+	printf("open %s\n", fd >= 0 ? "ok" : strerror(errno));
+	printf("openat %s\n", fd2 >= 0 ? "ok" : strerror(errno));
+	return 0;
+}
+`, "-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=2")
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "open ok\nopenat ok\n", out)
+}
