@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync/atomic"
 	"time"
@@ -524,8 +525,10 @@ func swapRates(cfg config, conn net.Conn, mine bandwidth) (bandwidth, error) {
 	if err := binary.Read(conn, binary.BigEndian, &w); err != nil {
 		return bandwidth{}, fmt.Errorf("read the peer's rates: %w", err)
 	}
-	if w.Seconds <= 0 || w.N == 0 {
-		return bandwidth{}, fmt.Errorf("the peer's rates %+v: no time or no messages", w)
+	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+	if !(w.Seconds > 0) || !finite(w.Seconds) || !(w.Bytes >= 0) || !finite(w.Bytes) || !(w.Peak >= 0) || !finite(w.Peak) ||
+		w.N == 0 || w.N > math.MaxInt64 {
+		return bandwidth{}, fmt.Errorf("the peer's rates %+v: want a positive, finite time, bytes and peak and a message count", w)
 	}
 	return bandwidth{n: int(w.N), bytes: w.Bytes, seconds: w.Seconds, peakBytesSec: w.Peak}, nil
 }

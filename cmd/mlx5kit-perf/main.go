@@ -680,6 +680,8 @@ func (c config) check() string {
 		return fmt.Sprintf("-s %d: %s moves %d bytes, and -a has no other size", c.size, c.mode, atomicSize)
 	case c.iters < 1 || c.iters > 1<<30:
 		return fmt.Sprintf("-iters %d: want 1 to %d", c.iters, 1<<30)
+	case c.streamIters() > 1<<30:
+		return fmt.Sprintf("-iters %d with -q %d: %d messages per size, want at most %d", c.iters, c.qps(), c.streamIters(), 1<<30)
 	case c.mode.latency() && c.iters < perftool.DroppedTail+1:
 		return fmt.Sprintf("-iters %d: a latency test needs at least %d (perftest's rules leave the %d largest samples out)",
 			c.iters, perftool.DroppedTail+1, perftool.DroppedTail)

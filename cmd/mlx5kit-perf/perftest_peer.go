@@ -130,7 +130,11 @@ func decodePerftestDest(b []byte, gid bool) (perftestDest, error) {
 	} else {
 		d.SRQN = uint32(v[6])
 	}
-	if v[0] > 0xffff || d.QPN > 0xffffff || d.PSN > 0xffffff || v[4] > 0xffffffff {
+	bad := v[0] > 0xffff || v[2] > 0xffffff || v[3] > 0xffffff || v[4] > 0xffffffff || v[want-1] > 0xffffffff
+	for _, g := range v[6 : want-1] {
+		bad = bad || g > 0xff
+	}
+	if bad {
 		return d, fmt.Errorf("%w: the peer's record %q has a field out of range", errPerftestPeer, b)
 	}
 	return d, nil
@@ -303,10 +307,16 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 			return err
 		}
 	}
+	if peer.QPN == ep.QPN && peer.LID == ep.LID && (!gid || peer.GID == ep.GID) {
+		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x", errPerftestPeer, peer.QPN)
+	}
 	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: peer.QPN, LID: peer.LID, PSN: peer.PSN, MTU: mtu,
 		Regions: []endpoint.RemoteRegion{{Address: peer.VAddr, Length: uint64(len(x.recv)), RemoteKey: peer.RKey, Access: ctx.AccessRemoteWrite}}}
 	if gid {
 		remote.GID, remote.GIDIndex = peer.GID, ep.GIDIndex
+	}
+	if err := perftool.SameModel(s.Context, ep.QPN, remote); err != nil {
+		return fmt.Errorf("%w: %w", errPerftestPeer, err)
 	}
 	x.PeerRecv, x.RKey, x.peer = peer.VAddr, peer.RKey, remote
 	if err := x.QP.Connect(remote); err != nil {
@@ -505,7 +515,7 @@ func lastByte(b []byte, size int) byte {
 func perftestServe(cfg config, ln net.Listener, stdout io.Writer) error {
 	defer ln.Close()
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
-		_ = d.SetDeadline(time.Now().Add(10 * cfg.timeout))
+		_ = d.SetDeadline(time.Now().Add(perftool.AcceptWait(cfg.timeout)))
 	}
 	conn, err := ln.Accept()
 	if err != nil {

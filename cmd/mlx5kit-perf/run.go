@@ -304,7 +304,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if p.Magic != paramsMagic {
+	if p.Magic != paramsMagic || p.Conn > uint32(connDC) {
 		return fmt.Errorf("the client sent bad parameters %+v", p)
 	}
 	cfg = p.config(cfg)

@@ -131,9 +131,9 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 	case cfg.size < 0 || cfg.size > maxSize:
 		return bad("-size %d: want 0 to %d", cfg.size, maxSize)
 	case cfg.iters < 1 || cfg.iters > 1<<31:
-		return bad("-iters %d: want at least 1", cfg.iters)
+		return bad("-iters %d: want 1 to %d", cfg.iters, 1<<31)
 	case cfg.warmup < 0 || cfg.warmup > 1<<31:
-		return bad("-warmup %d: want 0 or more", cfg.warmup)
+		return bad("-warmup %d: want 0 to %d", cfg.warmup, 1<<31)
 	case cfg.threads < 0 || cfg.threads > 2:
 		return bad("-threads %d: want 0, 1 or 2", cfg.threads)
 	}

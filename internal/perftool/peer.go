@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -54,7 +55,7 @@ func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.L
 func Accept(ln net.Listener, timeout time.Duration, params any) (net.Conn, error) {
 	defer ln.Close()
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
-		_ = d.SetDeadline(time.Now().Add(10 * timeout))
+		_ = d.SetDeadline(time.Now().Add(AcceptWait(timeout)))
 	}
 	conn, err := ln.Accept()
 	if err != nil {
@@ -66,6 +67,15 @@ func Accept(ln net.Listener, timeout time.Duration, params any) (net.Conn, error
 		return nil, fmt.Errorf("read the client's parameters: %w", err)
 	}
 	return conn, nil
+}
+
+// AcceptWait is how long a server waits for its client: ten timeouts, or
+// the longest duration when that overflows.
+func AcceptWait(timeout time.Duration) time.Duration {
+	if timeout > math.MaxInt64/10 {
+		return math.MaxInt64
+	}
+	return 10 * timeout
 }
 
 // Dial connects to the server at addr and sends it params (a struct of
@@ -151,6 +161,11 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 			err = fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, EnvKey)
 		}
 		return fmt.Errorf("exchange endpoints: %w", err)
+	}
+	if peer.QPN == local.QPN && peer.LID == local.LID && peer.GID == local.GID {
+		// A loop to itself would measure this end alone (on a NIC too,
+		// where SameModel accepts every peer).
+		return fmt.Errorf("exchange endpoints: the peer named this end's own queue pair %#x", peer.QPN)
 	}
 	if err := SameModel(c, qpn, peer); err != nil {
 		return err

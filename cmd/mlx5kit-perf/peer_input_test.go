@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
+)
+
+// TestPerftestGIDByteOutOfRange: a GID field of perftest's record
+// above 0xff is refused, not truncated to its low byte.
+func TestPerftestGIDByteOutOfRange(t *testing.T) {
+	// perftest's KEY_PRINT_FMT_GID, 108 bytes with the NUL, whose first
+	// GID field is 0x1fe (the SRQN a digit shorter to keep the size).
+	bad := "0000:0010:000100:000001:0000024a:00007f0a6c51e000:" +
+		"1fe:01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:0f:0000000:\x00"
+	require.Len(t, bad, perftestKeySizeGID)
+	got, err := decodePerftestDest([]byte(bad), true)
+	require.ErrorIs(t, err, errPerftestPeer, "a GID byte of 0x1fe was read as %#x", got.GID[0])
+}
+
+// TestPerftestQPNWiderThan32Bits: a QPN or PSN wider than 32 bits
+// is refused, not cut to 32 bits, whose low 24 then pass the range check
+// (the record NUL-padded to perftest's 59 bytes).
+func TestPerftestQPNWiderThan32Bits(t *testing.T) {
+	for _, rec := range []string{
+		"0000:0010:100000100:000001:0000024a:7f0a6c51e000:00000000",
+		"0000:0010:000100:100000001:0000024a:7f0a6c51e000:00000000",
+	} {
+		b := make([]byte, perftestKeySize)
+		copy(b, rec)
+		got, err := decodePerftestDest(b, false)
+		require.ErrorIs(t, err, errPerftestPeer, "%q read as QPN %#x PSN %#x", rec, got.QPN, got.PSN)
+	}
+}
+
+// TestSwapRatesNotANumber: the peer's rates of -b are refused
+// unless they are finite and positive; a NaN time is not a rate.
+func TestSwapRatesNotANumber(t *testing.T) {
+	cfg := testConfig(t, "write_bw", "-b", "--timeout", "5s")
+	for _, w := range []wireRates{
+		{N: 100, Bytes: 6400, Seconds: math.NaN(), Peak: 1},
+		{N: 100, Bytes: math.Inf(1), Seconds: 1, Peak: 1},
+		{N: 100, Bytes: -6400, Seconds: 1, Peak: 1},
+		{N: 100, Bytes: 6400, Seconds: 1, Peak: math.NaN()},
+		{N: 1 << 63, Bytes: 6400, Seconds: 1, Peak: 1},
+	} {
+		a, b := net.Pipe()
+		go func() {
+			var mine wireRates
+			_ = binary.Read(b, binary.BigEndian, &mine)
+			_ = binary.Write(b, binary.BigEndian, w)
+		}()
+		got, err := swapRates(cfg, a, bandwidth{n: 100, bytes: 6400, seconds: 1e-3, peakBytesSec: 1e7})
+		a.Close()
+		b.Close()
+		require.Error(t, err, "the peer's rates %+v accepted as %+v", w, got)
+	}
+}
+
+// TestServerRefusesUnknownConnection: a client's connection type
+// other than RC, UD or DC is refused as a bad parameter, not built as DC.
+func TestServerRefusesUnknownConnection(t *testing.T) {
+	for _, conn := range []uint32{3, 256} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "2s")
+		errc := make(chan error, 1)
+		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		p := params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4, Conn: conn, QueuePairs: 1}
+		require.NoError(t, binary.Write(c, binary.BigEndian, p))
+		select {
+		case err := <-errc:
+			require.ErrorContains(t, err, "bad parameters", "connection %d", conn)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the server did not answer")
+		}
+		c.Close()
+	}
+}
+
+// TestQueuePairsTimesIters: -q multiplies -n (per queue pair), so
+// a combination whose messages per size pass the bound of -n is refused
+// on the command line and from a client, instead of the end dying with
+// "fatal error: runtime: out of memory" when it makes room for their
+// timestamps (2 x 2 TiB with -n 2^30 -q 256 -l 1).
+func TestQueuePairsTimesIters(t *testing.T) {
+	t.Setenv("MLX5KIT_KEY", "")
+	requireRejected(t, []string{"write_bw", "--provider", "sim", "-n", "1073741824", "-q", "256", "-l", "1"})
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "2s")
+	errc := make(chan error, 1)
+	go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	p := params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 1 << 30, QD: 64, Batch: 1, QueuePairs: 256, Bidirectional: 1}
+	require.NoError(t, binary.Write(c, binary.BigEndian, p))
+	select {
+	case err := <-errc:
+		require.ErrorContains(t, err, "bad parameters")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not answer")
+	}
+}
+
+// TestPerftestPeerEchoesOwnRecord: a perftest client that sends
+// back the server's own queue pair record (QPN, LID, address, rkey) is
+// refused; before, the server connected its queue pair to itself, ran
+// write_lat against its own buffer and printed the latency as perftest's.
+func TestPerftestPeerEchoesOwnRecord(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	cfg := testConfig(t, "write_lat", "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "-n", "50", "--server", "127.0.0.1:0", "--timeout", "2s")
+	// A fake perftest client: it writes first at every step.
+	go func() {
+		defer b.Close()
+		step := func(mine []byte, n int) []byte {
+			theirs := make([]byte, n)
+			if _, err := b.Write(mine); err == nil {
+				_, _ = io.ReadFull(b, theirs)
+			}
+			return theirs
+		}
+		v := make([]byte, 16)
+		copy(v, "6.06")
+		step(v, 16)
+		step([]byte{0, 0, 0x10, 0}, 4)
+		step([]byte{0, 0, 0, 64}, 4)
+		step([]byte{'5', 0}, 2)
+		dummy := perftestDest{LID: 1, QPN: 0x123, PSN: 1, RKey: 1, VAddr: 0x1000}.encode(false)
+		ours := step(dummy, perftestKeySize)
+		for range 3 {
+			step(ours, perftestKeySize) // the server's own record, sent back
+		}
+	}()
+	errc := make(chan error, 1)
+	var out bytes.Buffer
+	go func() { errc <- perftestRun(cfg, a, true, &out) }()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, errPerftestPeer, "the tool measured a loop to itself and reported it:\n%s", out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("perftestRun did not return")
+	}
+}
+
+// TestLanePeerNamesOwnQueuePair: with -q, a peer whose endpoint for
+// one queue pair is another of this end's own queue pairs is refused, as
+// perftool.SameModel refuses one naming the same queue pair; before, the
+// end connected lane 1 to its own lane 0 and measured itself.
+func TestLanePeerNamesOwnQueuePair(t *testing.T) {
+	cfg := testConfig(t, "write_bw", "-provider", "sim", "-q", "2", "--timeout", "2s")
+	s, made, err := openEnds(cfg, "client", "fake")
+	require.NoError(t, err)
+	defer s.Close()
+	x, fake := made[0], made[1]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		sec := endpoint.Security{InsecureLoopback: true}
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// Queue pair 0: a real one of the fake's; queue pair 1: the
+		// client's own queue pair 0, as it announced it.
+		theirs, err := endpoint.Exchange(cx, conn, endpoint.AcceptSide, fake.endpoints()[0], sec)
+		if err != nil {
+			return
+		}
+		if _, err := endpoint.Exchange(cx, conn, endpoint.AcceptSide, theirs, sec); err != nil {
+			return
+		}
+		_ = perftool.Sync(conn, 5*time.Second, nil)
+		_, _ = conn.Write(make([]byte, 4)) // the SRQ number
+		_, _ = io.ReadFull(conn, make([]byte, 4))
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	cfg.security = endpoint.Security{InsecureLoopback: true}
+	err = handshakeAll(cfg, conn, endpoint.DialSide, s.Context, x)
+	require.Error(t, err, "queue pair 1 was connected to the end's own queue pair 0")
+}
