@@ -245,6 +245,14 @@ func (k *kernel) ioctlCreateCQ(f *ufile, b *bundle) syscall.Errno {
 		return en
 	}
 	r.flags = flags
+	// A descriptor attribute is an int: a value that is not one is
+	// EINVAL (lookup_get_fd_uobject), one that names no such descriptor
+	// EBADF.
+	for _, id := range []uint16{C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, C.UVERBS_ATTR_CREATE_CQ_EVENT_FD} {
+		if a := b.get(id); a != nil && int64(a.data) != int64(int32(a.data)) {
+			return unix.EINVAL
+		}
+	}
 	if a := b.get(C.UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL); a != nil {
 		if int64(a.data) < 0 || a.data > maxFD {
 			return unix.EBADF

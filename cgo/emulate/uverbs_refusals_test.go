@@ -114,3 +114,23 @@ func TestWriteResponseTailZeroed(t *testing.T) {
 	require.Zero(t, en)
 	require.Equal(t, make([]byte, extra), resp[queryPortRespSize:], "the response buffer past the response")
 }
+
+// TestCQDescriptorAttributeNotAnInt: CQ_CREATE's descriptor attributes
+// (completion channel, async event descriptor) hold an int: a value that
+// is not one is EINVAL, one that names no descriptor EBADF, as
+// lookup_get_fd_uobject answers.
+func TestCQDescriptorAttributeNotAnInt(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	ch, en := createCompChannelCmd(k, a, fd)
+	require.Zero(t, en)
+	ring, db := cqMemory(t, 64, 64)
+	for _, id := range []uint16{attrCreateCQChannel, attrCreateCQEventFD} {
+		en, _, _, _ = ioctlCreateCQ(k, a, fd, 63, mlx5CQReq(addrOf(ring), addrOf(db), 64),
+			testAttr{id: id, flags: attrFlagMandatory, data: 1<<32 | uint64(ch)})
+		require.Equal(t, unix.EINVAL, en, "attribute %d: a descriptor wider than an int", id)
+		en, _, _, _ = ioctlCreateCQ(k, a, fd, 63, mlx5CQReq(addrOf(ring), addrOf(db), 64),
+			testAttr{id: id, flags: attrFlagMandatory, data: 1<<31 - 1})
+		require.Equal(t, unix.EBADF, en, "attribute %d: no such descriptor", id)
+	}
+	require.Len(t, k.files[fd].uctx.objects, 0, "no CQ made")
+}
