@@ -231,10 +231,13 @@ func newDeadQueue(qpn uint32, transport string, refusal func() error) (*wqebuild
 	if err != nil {
 		return nil, err
 	}
-	// One NOP that is never rung or completed keeps it full.
+	// One NOP that is never rung keeps it full; closed, it refuses every
+	// WQE with refusal's error even if a caller's Complete retires the
+	// NOP (SendQueue hands this queue out once the QP is closed).
 	if err := sq.Begin(0, 0).Nop().Finish(); err != nil {
 		return nil, err
 	}
+	sq.Close()
 	return sq, nil
 }
 

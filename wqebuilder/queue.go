@@ -236,12 +236,13 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 	set := st >> stErrShift
 	why := whyStale
 	switch {
+	case q.cfg.Refusal != nil && (ctrl == q.scratch || q.closed.Load()&closedBit != 0):
+		// A refusing queue refuses every WQE with its owner's reason,
+		// also one begun after a Complete emptied it (see Refusal).
+		return q.cfg.Refusal()
 	case q.closed.Load()&closedBit != 0:
 		why = whyClosed
 	case ctrl == q.scratch:
-		if q.cfg.Refusal != nil {
-			return q.cfg.Refusal()
-		}
 		why = whyFull
 	case set&errInline != 0:
 		why = whyInline
