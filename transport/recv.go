@@ -131,9 +131,13 @@ const (
 // when the queue was full or refused).
 //
 // One receive WQE is built at a time per queue: a BeginRecv (or PostRecv)
-// before the last stage was finished takes the same free slot, and the
-// older stage's Finish is then refused with wqebuilder.ErrStaleStage, as is a second
-// Finish of the same stage.
+// before the last stage was finished takes the same free slot. Once the
+// newer stage is finished, the older stage's Finish is refused with
+// wqebuilder.ErrStaleStage, as is a second Finish of the same stage; but
+// an older stage finished first posts the slot as the newer one has
+// written it, under the older stage's wrid (the two are told apart only
+// by their slot, which keeps BeginRecv within the inlining budget).
+// Finish or drop a stage before beginning the next.
 type RecvStage struct {
 	r     *recvRing
 	first unsafe.Pointer // the first data segment: the ring's open stage while this is it; refusedStage for a refused post
