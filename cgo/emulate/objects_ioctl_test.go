@@ -90,7 +90,8 @@ func TestKernelObjectIoctls(t *testing.T) {
 	}{
 		"cqe above the limit": {uint32(cqLimit(k.devs[0].Attr.MaxCQE)), nil, unix.EINVAL},
 		"channel not one":     {63, []testAttr{handleAttr(attrCreateCQChannel, uint64(fd))}, unix.EBADF},
-		"negative channel":    {63, []testAttr{handleAttr(attrCreateCQChannel, 1<<63)}, unix.EBADF},
+		"channel not an int":  {63, []testAttr{handleAttr(attrCreateCQChannel, 1<<63)}, unix.EINVAL},
+		"negative channel":    {63, []testAttr{handleAttr(attrCreateCQChannel, ^uint64(0))}, unix.EBADF},
 		"event fd not async":  {63, []testAttr{handleAttr(attrCreateCQEventFD, uint64(ch))}, unix.EBADF},
 		"ignore overrun flag": {63, []testAttr{{id: attrCreateCQFlags, length: 4, data: cqFlagIgnoreOverrun}}, unix.EOPNOTSUPP},
 		"unknown flag":        {63, []testAttr{{id: attrCreateCQFlags, length: 4, data: 1 << 9}}, unix.EINVAL},
