@@ -266,6 +266,9 @@ func (cq *CompletionQueue) ReadEvent() (ok bool, err error) {
 func (cq *CompletionQueue) WaitEvent(timeout time.Duration) (ok bool, err error) {
 	fd := cq.EventFD()
 	if fd < 0 {
+		if _, err := cq.ReadEvent(); err != nil {
+			return false, err // closed: ErrClosed
+		}
 		return false, &VerbError{Verb: "poll", Detail: fmt.Sprintf("CQN %#x: no completion channel", cq.desc.CQN), Sentinel: ctx.ErrInvalidArgument}
 	}
 	deadline := time.Now().Add(timeout)

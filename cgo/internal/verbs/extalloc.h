@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 
 /* In Go, extalloc_export.go. */
@@ -25,9 +26,17 @@ static inline void *mk_ext_alloc_cb(struct ibv_pd *pd, void *pd_context,
 				    size_t size, size_t alignment,
 				    uint64_t resource_type)
 {
+	void *p;
+
 	(void)pd;
-	/* NULL makes the creation fail with ENOMEM. */
-	return mkExtAlloc((uintptr_t)pd_context, size, alignment, resource_type);
+	p = mkExtAlloc((uintptr_t)pd_context, size, alignment, resource_type);
+	/*
+	 * rdma-core fails the creation on NULL with the errno left here
+	 * (mlx5_alloc_buf_custom, mlx5_alloc_dbrec set none).
+	 */
+	if (!p)
+		errno = ENOMEM;
+	return p;
 }
 
 static inline void mk_ext_free_cb(struct ibv_pd *pd, void *pd_context,

@@ -12,7 +12,19 @@ package verbs
 */
 import "C"
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// failAlloc makes every allocation of the parent domains fail while set
+// (FailAllocations).
+var failAlloc atomic.Bool
+
+// FailAllocations makes every ring and doorbell-record allocation of the
+// parent domains fail while on is set, as an exhausted address space
+// would: for tests of a creation that runs out of memory.
+func FailAllocations(on bool) { failAlloc.Store(on) }
 
 // mkExtAlloc is the parent domain's alloc: size bytes aligned to alignment
 // from the arena numbered arena, or NULL.
@@ -20,7 +32,7 @@ import "unsafe"
 //export mkExtAlloc
 func mkExtAlloc(arena C.uintptr_t, size C.size_t, alignment C.size_t, resourceType C.uint64_t) unsafe.Pointer {
 	a := arenaNamed(uintptr(arena))
-	if a == nil {
+	if a == nil || failAlloc.Load() {
 		return nil
 	}
 	p, err := a.alloc(uintptr(size), uintptr(alignment), uint64(resourceType))

@@ -7,12 +7,18 @@ package verbs
 */
 import "C"
 
-import "fmt"
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
 
 // ArmLimit arms the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): the
 // device raises IBV_EVENT_SRQ_LIMIT_REACHED once when the posted receive
-// WQEs drop below limit, and disarms. 0 disarms. The kernel refuses a limit
-// at or above the SRQ's WQE count (EINVAL).
+// WQEs drop below limit, and disarms. 0 disarms. A limit at or above the
+// ring's WQE count is refused here (EINVAL): rdma-core tells the kernel the
+// size of the ring and of its wait queue, so the kernel takes up to twice it.
 func (s *SharedReceiveQueue) ArmLimit(limit uint32) error {
 	const verb = "ibv_modify_srq"
 	if err := s.pd.d.use(verb); err != nil {
@@ -21,6 +27,10 @@ func (s *SharedReceiveQueue) ArmLimit(limit uint32) error {
 	defer s.pd.d.mu.Unlock()
 	if s.closed {
 		return errClosed(verb)
+	}
+	if limit >= s.desc.WQECnt {
+		return &VerbError{Verb: verb, Detail: fmt.Sprintf("SRQN %#x limit %d: not below the %d WQEs of the ring", s.desc.SRQN, limit, s.desc.WQECnt),
+			Errno: syscall.EINVAL, Sentinel: ctx.ErrInvalidArgument}
 	}
 	attr := C.struct_ibv_srq_attr{srq_limit: C.uint32_t(limit)}
 	ret, errno := C.ibv_modify_srq(s.srq, &attr, C.IBV_SRQ_LIMIT)

@@ -40,6 +40,9 @@ func (Provider) OpenDevice(name string) (provider.Device, error) { return nil, E
 // ListDevices returns ErrUnavailable.
 func ListDevices() ([]DeviceListing, error) { return nil, ErrUnavailable }
 
+// FailAllocations does nothing: nothing is allocated.
+func FailAllocations(on bool) {}
+
 // NoDeviceReason returns why there is no mlx5 device: this build has no
 // hardware provider.
 func NoDeviceReason() string { return ErrUnavailable.Error() }

@@ -1,0 +1,88 @@
+//go:build cgo && linux
+
+package emulate_test
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// TestHardwareProviderSRQLimitBoundIsTheRing: the hardware provider
+// refuses an SRQ limit at or above the ring's WQE count, as ctx documents
+// and the software HCA does: libmlx5 tells the kernel the ring and its
+// wait queue together, so the kernel alone takes up to twice it.
+func TestHardwareProviderSRQLimitBoundIsTheRing(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 7, MaxSGE: 1})
+	require.NoError(t, err)
+	n := srq.Descriptor().WQECnt
+	require.Equal(t, uint32(8), n)
+	require.NoError(t, srq.ArmLimit(n-1))
+	require.NoError(t, srq.ArmLimit(0))
+	for _, l := range []uint32{n, 2*n - 1} {
+		err := srq.ArmLimit(l)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "limit %d on a ring of %d WQEs", l, n)
+		require.ErrorIs(t, err, syscall.EINVAL)
+		require.Contains(t, err.Error(), "ibv_modify_srq")
+		got, err := srq.Limit()
+		require.NoError(t, err)
+		require.Zero(t, got, "a refused limit changes nothing")
+	}
+
+	// The same through ctx, whose contract it is.
+}
+
+// TestHardwareProviderWaitEventOnClosedCQ: WaitEvent on a closed CQ is
+// ErrClosed, as ReadEvent is; on a CQ without a completion channel it is
+// ErrInvalidArgument.
+func TestHardwareProviderWaitEventOnClosedCQ(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 8, EventChannel: true}})
+	require.NoError(t, err)
+	require.NoError(t, cq.Close())
+	_, err = cq.ReadEvent()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = cq.WaitEvent(time.Millisecond)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.NotErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	// A CQ without a channel stays ErrInvalidArgument.
+	cq2, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 8}})
+	require.NoError(t, err)
+	_, err = cq2.WaitEvent(time.Millisecond)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+// TestHardwareProviderRingAllocationFailureIsENOMEM: a ring the provider's
+// allocator cannot map fails the creation with ENOMEM (ctx.ErrNoMemory),
+// named by the verb, not with an errno made up for a NULL without one.
+func TestHardwareProviderRingAllocationFailureIsENOMEM(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	_, err = d.Query() // the capability probe, before allocations fail
+	require.NoError(t, err)
+	verbs.FailAllocations(true)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	verbs.FailAllocations(false)
+	require.Nil(t, cq)
+	require.ErrorContains(t, err, "mlx5dv_create_cq")
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	require.ErrorIs(t, err, ctx.ErrNoMemory)
+}
