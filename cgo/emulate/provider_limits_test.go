@@ -86,3 +86,35 @@ func TestHardwareProviderRingAllocationFailureIsENOMEM(t *testing.T) {
 	require.ErrorIs(t, err, syscall.ENOMEM)
 	require.ErrorIs(t, err, ctx.ErrNoMemory)
 }
+
+// TestHardwareProviderProbeFailureNotKept: a capability probe that fails
+// for want of memory fails Query with ctx.ErrNoMemory, and the next Query
+// probes again: the failure is not kept as capabilities the device lacks
+// (no DC, no 128-byte CQEs, no inline data).
+func TestHardwareProviderProbeFailureNotKept(t *testing.T) {
+	maps := emulate.MappingCount()
+	ref, err := verbs.Open("")
+	require.NoError(t, err)
+	want, err := ref.Query()
+	require.NoError(t, err)
+	closeAndCollect(t, ref, maps)
+	require.True(t, want.DC)
+	require.NotZero(t, want.MaxInline)
+
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	verbs.FailAllocations(true)
+	_, err = d.Query()
+	verbs.FailAllocations(false)
+	require.ErrorIs(t, err, ctx.ErrNoMemory)
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	got, err := d.Query()
+	require.NoError(t, err)
+	require.Equal(t, want.DC, got.DC, "the failed probe was kept")
+	require.Equal(t, want.CQE128, got.CQE128)
+	require.Equal(t, want.MaxInline, got.MaxInline)
+	require.Equal(t, want.MaxSendWQESize, got.MaxSendWQESize)
+	require.Equal(t, want.SendLimitsRC, got.SendLimitsRC)
+	require.Equal(t, want.BlueFlameSize, got.BlueFlameSize)
+}

@@ -62,7 +62,10 @@ type Device struct {
 
 	watchers map[*AsyncWatcher]struct{}
 
-	probeOnce sync.Once
+	// probeMu serializes the probe; probed is kept once it succeeded
+	// (probeDone), and a failed probe runs again on the next call.
+	probeMu   sync.Mutex
+	probeDone bool
 	probed    probeResult
 	// dcInitRdAtomic is probeResult.dcInitRdAtomic once the probe has
 	// run, read under mu by the checks of a modify (modifyLimits).
@@ -379,6 +382,9 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		return ctx.DeviceAttr{}, err
 	}
 	p := d.probe()
+	if p.err != nil {
+		return ctx.DeviceAttr{}, p.err
+	}
 	o := &a.orig_attr
 	sq := d.sendQueueDevice()
 	attr := ctx.DeviceAttr{

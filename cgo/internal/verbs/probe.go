@@ -50,7 +50,12 @@ const probeInlineLimit = 1024
 // rdma-core does not report it (see probeDCInitRdAtomic). Everything is
 // destroyed before it returns.
 func (d *Device) probe() probeResult {
-	d.probeOnce.Do(func() { d.probed = d.runProbe() })
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	if !d.probeDone {
+		d.probed = d.runProbe()
+		d.probeDone = d.probed.err == nil
+	}
 	return d.probed
 }
 
@@ -67,30 +72,36 @@ func (d *Device) runProbe() (r probeResult) {
 	}
 	defer C.ibv_dealloc_pd(pd)
 
-	newCQ := func(size uint16) *C.struct_ibv_cq {
+	newCQ := func(size uint16) (*C.struct_ibv_cq, error) {
 		var attr C.struct_ibv_cq_init_attr_ex
 		attr.cqe = 1
 		var dv C.struct_mlx5dv_cq_init_attr
 		dv.comp_mask = C.MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE
 		dv.cqe_size = C.uint16_t(size)
-		cqx := C.mlx5dv_create_cq(d.c, &attr, &dv)
+		cqx, errno := C.mlx5dv_create_cq(d.c, &attr, &dv)
 		if cqx == nil {
-			return nil
+			return nil, ptrError("mlx5dv_create_cq", "probe", errno)
 		}
-		return C.mk_cq_ex_to_cq(cqx)
+		return C.mk_cq_ex_to_cq(cqx), nil
 	}
-	cq := newCQ(64)
+	cq, err := newCQ(64)
 	if cq == nil {
-		r.err = &VerbError{Verb: "mlx5dv_create_cq", Detail: "probe"}
+		r.err = err
 		return r
 	}
 	defer C.ibv_destroy_cq(cq)
-	if cq128 := newCQ(128); cq128 != nil {
+	cq128, err := newCQ(128)
+	switch {
+	case cq128 != nil:
 		r.cqe128 = true
 		C.ibv_destroy_cq(cq128)
+	case transient(err):
+		r.err = err
+		return r
 	}
 
 	rcOps := sqsize.KitOps(ctx.QPTypeRC, d.atomics)
+	var rcErr error
 	rc := func(inline uint32) (ok bool, granted uint32, bf uint32) {
 		createPD := pd
 		if dom, err := newDedicatedDomain(d.c, pd); err == nil {
@@ -102,6 +113,7 @@ func (d *Device) runProbe() (r probeResult) {
 			caps: ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: inline},
 		})
 		if err != nil {
+			rcErr = err
 			return false, 0, 0
 		}
 		var out C.struct_mlx5dv_qp
@@ -113,7 +125,7 @@ func (d *Device) runProbe() (r probeResult) {
 	}
 	ok, granted, bf := rc(0)
 	if !ok {
-		r.err = &VerbError{Verb: "mlx5dv_create_qp", Detail: "probe RC QP"}
+		r.err = rcErr
 		return r
 	}
 	r.blueFlameSize = bf
@@ -124,6 +136,9 @@ func (d *Device) runProbe() (r probeResult) {
 		mid := (lo + hi + 1) / 2
 		if ok, g, _ := rc(mid * 16); ok {
 			lo, granted = mid, g
+		} else if transient(rcErr) {
+			r.err = rcErr
+			return r
 		} else {
 			hi = mid - 1
 		}
@@ -144,9 +159,17 @@ func (d *Device) runProbe() (r probeResult) {
 			d.dcInitRdAtomic = r.dcInitRdAtomic
 		}
 		C.ibv_destroy_qp(dci)
+	} else if transient(err) {
+		r.err = err
 	}
 	return r
 }
+
+// transient reports whether a probe's creation failed for want of memory
+// (ENOMEM, ENOSPC): that says nothing about what the device takes, which is
+// what the probe measures, so it fails the probe (retried on the next call)
+// instead of being recorded as a capability the device lacks.
+func transient(err error) bool { return errors.Is(err, ctx.ErrNoMemory) }
 
 // probeDCInitRdAtomic returns the deepest max_rd_atomic the kernel accepts
 // for a DCI, or 0 where it cannot tell. rdma-core before 47 does not
