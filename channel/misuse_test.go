@@ -9,46 +9,16 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/sim"
 )
 
-// misusePair connects two channels on a private software HCA.
+// misusePair connects two channels on the software HCA; mr is b's
+// registered buffer.
 func misusePair(t *testing.T) (a, b *channel.Channel, mr *ctx.MemoryRegion) {
 	t.Helper()
-	f := sim.New(sim.Options{Mode: sim.Engine})
-	t.Cleanup(func() { _ = f.Close() })
-	c, err := f.Open("sim0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	pd, err := c.AllocProtectionDomain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = buf.Close() })
-	if mr, err = pd.RegisterBuffer(buf, ctx.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
-	pa, err := channel.New(pd, channel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := channel.New(pd, channel.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, err = pa.Handshake(pb.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if b, err = pb.Handshake(pa.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	return a, b, mr
+	f := newFabric(t, 2)
+	ha, hb := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
+	a, b = pair(t, ha, hb, channel.Options{})
+	return a, b, hb.mr
 }
 
 // returnsWithin fails the test when fn has not returned after d.

@@ -193,10 +193,14 @@ type avInfo struct {
 	sl       uint8
 }
 
+// avDQPN returns the destination QPN (UD) or DCT number (DC) of an
+// address vector.
+func avDQPN(av *[prm.AVSize]byte) uint32 { return beUint32(av[prm.AVDQPDCT:]) & prm.CtrlQPNMask }
+
 func decodeAV(link ctx.LinkLayer, av *[prm.AVSize]byte) avInfo {
 	fl := beUint32(av[prm.AVGRHGIDFL:])
 	a := avInfo{
-		dqpn:     beUint32(av[prm.AVDQPDCT:]) & prm.CtrlQPNMask,
+		dqpn:     avDQPN(av),
 		grh:      link == ctx.LinkLayerEthernet || fl&prm.AVGRHBit != 0,
 		dlid:     binary.BigEndian.Uint16(av[prm.AVRLID:]),
 		sgidIdx:  uint8(fl >> prm.AVSGIDShift),

@@ -241,18 +241,18 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 		// checked against it: the sender can still write there, and a
 		// field read twice could pass a check and then name another
 		// address, length or kind.
-		h := &s.hdrIn
 		if kind != wirePad {
+			h := &s.hdrIn
 			*h = *rh
 			h.Len, h.Kind = uint32(n), kind
-		}
-		if kind != wirePad && h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
-			cqes := f.stats.CQEs
-			f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
-			if h.Kind != wireResponse && f.stats.CQEs != cqes && !run {
-				head += n
-				stopped = true
-				break
+			if h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
+				cqes := f.stats.CQEs
+				f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
+				if kind != wireResponse && f.stats.CQEs != cqes && !run {
+					head += n
+					stopped = true
+					break
+				}
 			}
 		}
 		head += n

@@ -216,9 +216,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		if err := unix.Ftruncate(fd, regSize); err != nil {
 			return fail(fmt.Errorf("size %s: %w", p, err))
 		}
-		for s := 0; s < shmMaxSlots; s++ {
-			_ = os.Remove(ringPath(name, s))
-		}
+		removeRings(name)
 		fresh = true
 	} else if st.Size != regSize {
 		return fail(fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w (remove the file when no process uses the fabric)", p, st.Size, shmVersion, regSize, ErrFabricVersion))
@@ -232,9 +230,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		// A registry of another version, layout or link layer that no
 		// live process uses any more: left behind, it does not block
 		// this run.
-		for s := 0; s < shmMaxSlots; s++ {
-			_ = os.Remove(ringPath(name, s))
-		}
+		removeRings(name)
 		fresh = true
 	}
 	if fresh || *r.u64(regMagic) == 0 {
@@ -266,6 +262,14 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	return r, nil
 }
 
+// removeRings removes the ring files of every slot of the fabric name,
+// when its registry is started afresh.
+func removeRings(name string) {
+	for s := 0; s < shmMaxSlots; s++ {
+		_ = os.Remove(ringPath(name, s))
+	}
+}
+
 // staleRegistry reports whether the registry file fd, of size bytes (not
 // this build's), is one of another layout that no live process uses: its
 // header and slot records keep their offsets in every version.
@@ -278,14 +282,14 @@ func staleRegistry(fd int, size int64) bool {
 		return false
 	}
 	defer unix.Munmap(mem)
-	le := binary.NativeEndian
-	if le.Uint64(mem[regMagic:]) != shmMagic {
+	ne := binary.NativeEndian
+	if ne.Uint64(mem[regMagic:]) != shmMagic {
 		return false
 	}
-	n := min(int64(le.Uint32(mem[regSlots:])), (size-regHeaderSize)/regSlotSize)
+	n := min(int64(ne.Uint32(mem[regSlots:])), (size-regHeaderSize)/regSlotSize)
 	for s := 0; s < int(n); s++ {
 		off := slotOff(s)
-		if le.Uint64(mem[off+slotGen:]) != 0 && alive(int(le.Uint32(mem[off+slotPID:])), le.Uint64(mem[off+slotStart:])) {
+		if ne.Uint64(mem[off+slotGen:]) != 0 && alive(int(ne.Uint32(mem[off+slotPID:])), ne.Uint64(mem[off+slotStart:])) {
 			return false
 		}
 	}

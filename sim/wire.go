@@ -624,7 +624,7 @@ func (ws *wireQP) answerer(q *qp) uint32 {
 	if q.typ == ctx.QPTypeRC {
 		return q.attr.RemoteQPN
 	}
-	return beUint32(ws.dcAV[prm.AVDQPDCT:]) & prm.CtrlQPNMask
+	return avDQPN(&ws.dcAV)
 }
 
 // goBack forgets the segments in flight so that they are sent again, from

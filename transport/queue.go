@@ -113,9 +113,7 @@ func init() {
 		return q.(*Queue).refuse(wrid, flags)
 	}
 	qpcore.RefuseWith = func(q any, wrid uint64, flags wqebuilder.Flags, err error) wqebuilder.CtrlStage {
-		x := q.(*Queue)
-		x.refusal = err
-		return x.dead.Begin(wrid, flags)
+		return q.(*Queue).refuseWith(wrid, flags, err)
 	}
 }
 
@@ -250,13 +248,19 @@ func (q *Queue) refuse(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStag
 		q.state = StateClosed
 	}
 	err := q.errSend[q.state]
+	return q.refuseWith(wrid, flags, err), err
+}
+
+// refuseWith returns a stage of the private full queue whose Finish
+// returns err.
+func (q *Queue) refuseWith(wrid uint64, flags wqebuilder.Flags, err error) wqebuilder.CtrlStage {
 	q.refusal = err
 	if q.dead == nil {
 		// A queue without a send queue never reaches here from a
 		// transport's Post.
 		panic("transport: post send on a queue pair without a send queue")
 	}
-	return q.dead.Begin(wrid, flags), err
+	return q.dead.Begin(wrid, flags)
 }
 
 // Handle returns the control-plane queue pair.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -13,21 +14,8 @@ import (
 // A send to a nil Remote is refused with an error, at Post and at Finish;
 // it does not crash and rings nothing.
 func TestPostNilRemote(t *testing.T) {
-	f := sim.New(sim.Options{})
-	t.Cleanup(func() { _ = f.Close() })
-	c, err := f.Open("sim0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	pd, err := c.AllocProtectionDomain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := transporttest.New(t, sim.Options{})
+	pd, cq := e.PD[0], e.CQ(0, 8)
 	q, err := ud.New(pd, cq, ud.Config{SendDepth: 4, MaxInline: 16, QKey: 0x11})
 	if err != nil {
 		t.Fatal(err)

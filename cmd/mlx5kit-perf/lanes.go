@@ -417,7 +417,7 @@ func handshakeAll(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context,
 			return fmt.Errorf("exchange the endpoint of queue pair %d: %w", i, err)
 		}
 		for k, own := range local {
-			if p.QPN == own.QPN && p.LID == own.LID && p.GID == own.GID {
+			if perftool.OwnQueuePair(own, p) {
 				return fmt.Errorf("exchange the endpoint of queue pair %d: the peer named this end's own queue pair %d (%#x)", i, k, p.QPN)
 			}
 		}

@@ -307,13 +307,13 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 			return err
 		}
 	}
-	if peer.QPN == ep.QPN && peer.LID == ep.LID && (!gid || peer.GID == ep.GID) {
-		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x", errPerftestPeer, peer.QPN)
-	}
 	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: peer.QPN, LID: peer.LID, PSN: peer.PSN, MTU: mtu,
 		Regions: []endpoint.RemoteRegion{{Address: peer.VAddr, Length: uint64(len(x.recv)), RemoteKey: peer.RKey, Access: ctx.AccessRemoteWrite}}}
 	if gid {
 		remote.GID, remote.GIDIndex = peer.GID, ep.GIDIndex
+	}
+	if perftool.OwnQueuePair(ep, remote) {
+		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x", errPerftestPeer, peer.QPN)
 	}
 	if err := perftool.SameModel(s.Context, ep.QPN, remote); err != nil {
 		return fmt.Errorf("%w: %w", errPerftestPeer, err)

@@ -162,7 +162,7 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 		}
 		return fmt.Errorf("exchange endpoints: %w", err)
 	}
-	if peer.QPN == local.QPN && peer.LID == local.LID && peer.GID == local.GID {
+	if OwnQueuePair(local, peer) {
 		// A loop to itself would measure this end alone (on a NIC too,
 		// where SameModel accepts every peer).
 		return fmt.Errorf("exchange endpoints: the peer named this end's own queue pair %#x", peer.QPN)
@@ -174,6 +174,14 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 		return err
 	}
 	return Sync(conn, timeout, nil)
+}
+
+// OwnQueuePair reports whether peer names local's queue pair: the same QPN
+// and LID, and the same GID where peer gives one (a record without a GID
+// names a port by its LID). A tool connected to it would measure a loop to
+// itself.
+func OwnQueuePair(local, peer endpoint.Endpoint) bool {
+	return peer.QPN == local.QPN && peer.LID == local.LID && (peer.GID == ctx.GID{} || peer.GID == local.GID)
 }
 
 // SameModel refuses a peer the software HCA cannot reach: a queue pair
