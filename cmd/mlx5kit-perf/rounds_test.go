@@ -47,17 +47,18 @@ func TestPingPongDurationServerClient(t *testing.T) {
 			require.Len(t, rows, 1, co)
 			r := rows[0]
 			require.Equal(t, "8", r[0])
-			iters, avg := atof(t, r[1]), atof(t, r[2])
-			require.Greater(t, iters, float64(n), co)
+			iters, avg, tps := atof(t, r[1]), atof(t, r[2]), atof(t, r[3])
+			require.GreaterOrEqual(t, iters, float64(n), co)
 			require.Zero(t, int(iters)%n, "whole rounds of -n: %s", co)
-			// The measured rounds span at least the second: no round
-			// starts before it is up (avg is half a round trip, printed
-			// to two decimals). They cannot span more than the whole run
-			// took; how far the last round goes past the second depends
-			// on the load of the machine, so it is not bounded here.
-			busy := iters * 2 * avg / 1e6
-			require.GreaterOrEqual(t, busy, 0.98, co)
-			require.LessOrEqual(t, busy, wall*1.01, co)
+			// The measured rounds span iters/tps seconds: at least the
+			// second, as rounds start until it is up, and no more than
+			// the whole run took (how far the last round goes past the
+			// second depends on the load of the machine). avg is half a
+			// round trip of that span, to two decimals (tps too).
+			span := iters / tps
+			require.GreaterOrEqual(t, span, 0.99, co)
+			require.LessOrEqual(t, span, wall, co)
+			require.InDelta(t, span*1e6/2/iters, avg, 0.0051+avg*1e-4, co)
 			require.Contains(t, so, "done")
 		})
 	}
