@@ -6,7 +6,8 @@
 // scatter-to-CQE data, expansion of compressed (mini-CQE) sessions, the
 // consumer-index doorbell record, and arming the CQ for an event. It knows
 // the ring only through Config, plain data that a transport copies from what
-// the provider reported of the CQ; it never imports ctx, a provider or cgo.
+// the provider reported of the CQ; it never imports a provider or cgo, and
+// from ctx it takes only the sentinel ErrInvalidArgument.
 //
 // # Polling
 //

@@ -16,7 +16,9 @@
 // and v2 (0, 1), IPv4-mapped v1 and v2 (2, 3), global IPv6 v1 and v2 (4,
 // 5); an InfiniBand port has the port GID at index 0.
 // The package registers a default Fabric as provider "sim", running its own
-// engine goroutine, so ctx.Open falls back to it when no hardware is found.
+// engine goroutine; ctx.Open opens it only when it is chosen
+// (Options.Provider "sim" or MLX5KIT_PROVIDER=sim), never as a fallback
+// when no hardware is found.
 // Tests build a private Fabric with New and drive it with Step and
 // RunUntilIdle for deterministic results.
 //
