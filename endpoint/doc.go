@@ -5,8 +5,9 @@
 // Of this module it imports only ctx (the types of its fields, such as
 // ctx.MTU, ctx.GID and ctx.Access, and the sentinel errors) and internal
 // helpers, never a provider, so the transports, the tools and the tests can
-// all use it without pulling in a provider. It owns the wire format of an endpoint and the out-of-band
-// exchange; it does not create queues, register memory or touch a device.
+// all use it without pulling in a provider. It owns the wire format of an
+// endpoint and the out-of-band exchange; it does not create queues,
+// register memory or touch a device.
 //
 // # Endpoints
 //
