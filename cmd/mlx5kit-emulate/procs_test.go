@@ -176,6 +176,9 @@ func TestRdmaCorePingPongTwoProcesses(t *testing.T) {
 		{"ibv_srq_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
 		// CQE timestamps: the device reports its clock's mask.
 		{"ibv_rc_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-t", "-n", "200"}},
+		// UD on RoCE from the IPv4 GID: CREATE_AH resolves the peer
+		// process's GID to its port's MAC.
+		{"ibv_ud_pingpong", "mlx5", "ethernet", []string{"-d", "mlx5_0", "-g", "3", "-c", "-n", "200"}},
 	} {
 		t.Run(c.prog+"/"+c.names+"/"+c.link+strings.Join(c.args[2:len(c.args)-2], ""), func(t *testing.T) {
 			srv, cli := runPair(t, c.names, c.link, c.prog, c.args, "-p", time.Minute)
