@@ -9,17 +9,68 @@ import (
 // neighbourMAC returns the MAC address of the Ethernet port of the model
 // whose GID table holds gid: what the kernel's neighbour resolution
 // (ib_resolve_eth_dmac) finds for a unicast GID on a RoCE fabric of
-// these devices. ok is false when no Ethernet port of the fabric has the
-// GID.
+// these devices. The fabric is this Fabric's devices and, when it joined
+// a shared fabric or a TCP link, those of the other live processes on
+// it, which answer for their GIDs as hosts of one subnet answer ARP and
+// neighbour solicitations. ok is false when no Ethernet port of the
+// fabric has the GID.
 func (f *Fabric) neighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, h := range f.hcas {
 		if h.link == ctx.LinkLayerEthernet && h.hasGID(gid) {
+			f.mu.Unlock()
 			return h.mac, true
 		}
 	}
-	return mac, false
+	if f.opts.LinkLayer != ctx.LinkLayerEthernet {
+		f.mu.Unlock()
+		return mac, false
+	}
+	i, ok := hcaIndexOfGID(gid)
+	if !ok {
+		f.mu.Unlock()
+		return mac, false
+	}
+	// Another process numbers its HCAs by its slot as joinLocked and
+	// joinLinkLocked number this one's: the GID names the HCA, and so
+	// the slot, which must be another's and alive.
+	alive := false
+	if sh := f.shm; sh != nil {
+		s := i / shmMaxDevices
+		alive = s != sh.slot && s < shmMaxSlots && sh.peerAlive(s)
+	}
+	l := f.tcp
+	f.mu.Unlock()
+	if l != nil {
+		// Not under f.mu, as in Reaches.
+		s := tcpSlotBase + i/tcpMaxDevices
+		alive = s != l.slot && s < tcpSlotBase+tcpSlots && l.peerAlive(s)
+	}
+	if !alive {
+		return mac, false
+	}
+	h := newHCA(i, ctx.LinkLayerEthernet)
+	if !h.hasGID(gid) {
+		return mac, false
+	}
+	return h.mac, true
+}
+
+// hcaIndexOfGID returns the index newHCA numbers an Ethernet HCA by, read
+// from one of the GIDs it gives that HCA: the link-local GID (the node
+// GUID's low bits), the IPv4-mapped one (10.77.i>>8.i+1) or the IPv6 one
+// (2001:db8:77::i>>8:i+1). The caller checks the GID against the HCA's
+// table: ok only says the GID has one of those forms.
+func hcaIndexOfGID(g ctx.GID) (i int, ok bool) {
+	switch {
+	case g[0] == 0xfe && g[1] == 0x80:
+		return int(g[14]&0x0f)<<8 | int(g[15]), true
+	case [12]byte(g[:12]) == [12]byte{10: 0xff, 11: 0xff} && g[12] == 10 && g[13] == 77:
+		return int(g[14])<<8 | int(g[15]-1), true
+	case [6]byte(g[:6]) == [6]byte{0x20, 0x01, 0x0d, 0xb8, 0x00, 0x77}:
+		return int(g[14])<<8 | int(g[15]-1), true
+	}
+	return 0, false
 }
 
 // PortMAC returns the MAC address of the Ethernet port of a device of the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
+	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // What mlx5_ib and the uverbs core answer, from the model's attributes.
@@ -172,13 +173,19 @@ func queryDeviceResp(d *sysfsDevice) C.struct_ib_uverbs_query_device_resp {
 	return r
 }
 
-// queryDeviceExResp is the core answer to the extended QUERY_DEVICE: no
-// on-demand paging, timestamps, RSS, tag matching, CQ moderation or
-// device memory.
+// queryDeviceExResp is the core answer to the extended QUERY_DEVICE:
+// completion timestamps (the model stamps the CQEs of a CQ created with
+// IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION from its clock, so the device
+// reports that clock as mlx5_ib reports a ConnectX's: hca_core_clock its
+// frequency in kHz, timestamp_mask the counter's width, here the model's
+// 48 bits where mlx5_ib says 63); no on-demand paging, RSS, tag matching,
+// CQ moderation or device memory.
 func queryDeviceExResp(d *sysfsDevice) C.struct_ib_uverbs_ex_query_device_resp {
 	var r C.struct_ib_uverbs_ex_query_device_resp
 	r.base = queryDeviceResp(d)
 	r.device_cap_flags_ex = C.__u64(deviceCapFlags)
+	r.timestamp_mask = C.__u64(sim.ClockMask)
+	r.hca_core_clock = C.__u64(sim.ClockKHz)
 	return r
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,12 +174,20 @@ func TestRdmaCorePingPongTwoProcesses(t *testing.T) {
 		{"ibv_rc_pingpong", "sim", "ethernet", []string{"-d", "sim0", "-g", "1", "-n", "200"}},
 		{"ibv_ud_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
 		{"ibv_srq_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		// CQE timestamps: the device reports its clock's mask.
+		{"ibv_rc_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-t", "-n", "200"}},
+		// UD on RoCE from the IPv4 GID: CREATE_AH resolves the peer
+		// process's GID to its port's MAC.
+		{"ibv_ud_pingpong", "mlx5", "ethernet", []string{"-d", "mlx5_0", "-g", "3", "-c", "-n", "200"}},
 	} {
-		t.Run(c.prog+"/"+c.names+"/"+c.link, func(t *testing.T) {
+		t.Run(c.prog+"/"+c.names+"/"+c.link+strings.Join(c.args[2:len(c.args)-2], ""), func(t *testing.T) {
 			srv, cli := runPair(t, c.names, c.link, c.prog, c.args, "-p", time.Minute)
 			for name, out := range map[string]string{"server": srv, "client": cli} {
 				require.Contains(t, out, "200 iters in", "%s:\n%s", name, out)
 				require.Contains(t, out, "remote address:", "%s:\n%s", name, out)
+				if slices.Contains(c.args, "-t") {
+					require.Contains(t, out, "Average receive completion clock cycles = ", "%s:\n%s", name, out)
+				}
 			}
 		})
 	}
