@@ -260,23 +260,52 @@ func (f *Fabric) wireAtomicResult(q *qp, w *sendWQE, payload []byte) outcome {
 	return done(size)
 }
 
-// wireReply answers request h of the process in slot from.
+// wireReply answers request h of the process in slot from. An answer that
+// finds the requester's ring full is held (wireHoldReply) and goes with
+// the ACKs held, in order, in a later round: a requester with several
+// READs in flight has asked for all their responses, and a ring that has
+// just gone back to its front (ringRecycle) holds fewer bytes until its
+// consumer passes the pad, though the consumer is about to take them.
 func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8, data []byte) {
 	if len(f.wireAcks) > 0 {
-		// The ACKs held go first: a requester takes the answers to its
-		// segments in their order, and would drop this one otherwise.
-		// If a full ring keeps some, this answer is lost behind them,
-		// as a packet would be: the requester's retry brings it again.
+		// The answers held go first: a requester takes the answers to
+		// its segments in their order, and would drop this one
+		// otherwise. If a full ring keeps some, this one waits behind
+		// them.
 		if f.wireFlushAcks(); len(f.wireAcks) > 0 {
+			f.wireHoldReply(from, h, t, status, synd, rnr, data)
 			return
 		}
 	}
-	f.wireOut(from, len(data), func(r *wireHdr, b []byte) {
+	sent := f.wireOut(from, len(data), func(r *wireHdr, b []byte) {
 		r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, h.Op, status, synd, rnr
 		r.DstQPN, r.SrcQPN, r.PSN = h.SrcQPN, t.qpn, h.PSN
 		r.Total, r.Off, r.Seg = uint32(len(data)), h.Off, h.Seg
 		copy(b, data)
 	})
+	if !sent && f.wirePeerAlive(from) {
+		f.wireHoldReply(from, h, t, status, synd, rnr, data)
+		f.wireAcksBlocked = true
+	}
+}
+
+// wireHoldReply holds the answer to request h for wireFlushAcks: a READ's
+// data is read again when it goes (as wireRepeatSeg reads it), an atomic's
+// original value is kept. Past wireMaxHeldAnswers the answer is lost, as a
+// packet would be: the requester's retry brings the request again.
+func (f *Fabric) wireHoldReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8, data []byte) {
+	if len(f.wireAcks) >= wireMaxHeldAnswers || len(data) > len(wireHeldAck{}.old) && prm.Opcode(h.Op) != prm.OpRdmaRead {
+		return
+	}
+	a := wireHeldAck{slot: from, gen: h.SrcGen, op: h.Op, status: status, synd: synd, rnr: rnr,
+		dst: h.SrcQPN, src: t.qpn, psn: h.PSN, off: h.Off, seg: h.Seg}
+	if prm.Opcode(h.Op) == prm.OpRdmaRead {
+		a.rkey, a.raddr, a.total = h.RKey, h.RAddr, h.Total
+		a.readN = uint32(len(data))
+	} else {
+		a.oldN = uint8(copy(a.old[:], data))
+	}
+	f.wireAcks = append(f.wireAcks, a)
 }
 
 // wireServe executes a request (a segment of a message) against this
@@ -938,24 +967,42 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 // at once.
 const wireMaxHeldAcks = 64
 
-// wireHeldAck is an ACK (no data) held for the next round: slot and
-// gen are the requester's process (on a shared fabric, its generation),
-// op, dst (the requester's QPN), psn, off and seg echo its request, src is
-// the responder's QPN.
+// wireMaxHeldAnswers bounds the answers held in all, those a full ring
+// kept included (wireHoldReply). The requesters' windows bound them
+// (wireWindow segments a QP), and each repeat of a request a requester
+// retried adds one.
+const wireMaxHeldAnswers = 4096
+
+// wireHeldAck is an answer held for a later round: an ACK of a request
+// that wrote a receive CQE (wireServeSeg), or any answer a full ring kept
+// (wireHoldReply). slot and gen are the requester's process (on a shared
+// fabric, its generation), op, dst (the requester's QPN), psn, off and
+// seg echo its request, src is the responder's QPN; status, synd and rnr
+// are the answer's. A READ's data is read again when the answer goes:
+// readN bytes at raddr+off of the request's region (rkey, raddr, total);
+// an atomic's original value is old[:oldN].
 type wireHeldAck struct {
-	slot          int
-	gen           uint64
-	op            uint8
-	dst, src, psn uint32
-	off, seg      uint32
+	slot              int
+	gen               uint64
+	op                uint8
+	status, synd, rnr uint8
+	oldN              uint8
+	dst, src, psn     uint32
+	off, seg          uint32
+	rkey, total       uint32
+	readN             uint32
+	raddr             uint64
+	old               [8]byte
 }
 
-// wireFlushAcks sends the ACKs held (wireServeSeg), in the order of
-// their requests. Besides each round, a QP's modify and close and a
-// device's or the Fabric's close send them: the requests they answer were
-// executed, and a NIC would have answered them already. An ACK whose
-// requester's ring is full stays held, with those after it, and
-// wireAcksBlocked is set: the next round sends them before anything else.
+// wireFlushAcks sends the answers held (wireServeSeg, wireHoldReply), in
+// the order of their requests. Besides each round, a QP's modify and
+// close and a device's or the Fabric's close send them: the requests they
+// answer were executed, and a NIC would have answered them already. An
+// answer whose requester's ring is full stays held, with those after it,
+// and wireAcksBlocked is set: the next round sends them before anything
+// else. A READ's answer whose responder or region is gone meanwhile is
+// dropped: the requester times out.
 func (f *Fabric) wireFlushAcks() {
 	f.wireAcksBlocked = false
 	if len(f.wireAcks) == 0 {
@@ -968,10 +1015,23 @@ func (f *Fabric) wireFlushAcks() {
 		if f.shm != nil && f.shm.reg.gen(a.slot) != a.gen {
 			continue // the requester's process is gone: so is its ACK
 		}
-		sent := f.wireOut(a.slot, 0, func(r *wireHdr, _ []byte) {
-			r.Kind, r.Op, r.Status = wireResponse, a.op, wireAck
+		data := a.old[:a.oldN]
+		if a.readN > 0 {
+			t := f.qpByNum(a.src)
+			if t == nil || t.closed {
+				continue
+			}
+			m := f.remoteMR(t, a.rkey, a.raddr, uint64(a.total), ctx.AccessRemoteRead)
+			if m == nil || uint64(a.off)+uint64(a.readN) > uint64(a.total) {
+				continue
+			}
+			data = m.bytes(a.raddr+uint64(a.off), uint64(a.readN))
+		}
+		sent := f.wireOut(a.slot, len(data), func(r *wireHdr, b []byte) {
+			r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, a.op, a.status, a.synd, a.rnr
 			r.DstQPN, r.SrcQPN, r.PSN = a.dst, a.src, a.psn
-			r.Off, r.Seg = a.off, a.seg
+			r.Total, r.Off, r.Seg = uint32(len(data)), a.off, a.seg
+			copy(b, data)
 		})
 		if !sent && f.wirePeerAlive(a.slot) {
 			f.wireAcksBlocked = true

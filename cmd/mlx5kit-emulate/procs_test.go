@@ -219,3 +219,30 @@ func TestPerftestTwoProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestPerftestUDOnRoCETwoProcesses runs perftest's UD tests on RoCE ports,
+// server and client in two processes. perftest chooses an IPv4 GID (index
+// 3) and creates an address handle to the other end's: the emulated
+// kernel's CREATE_AH resolves it to the MAC of the other process's port,
+// as a host's neighbour table does for the hosts of its subnet. It used
+// to know only its own process's ports and refused with ETIMEDOUT
+// ("Failed to create AH").
+func TestPerftestUDOnRoCETwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preload library and runs two processes per case")
+	}
+	for _, c := range []struct {
+		prog, header string
+	}{
+		{"ib_send_lat", "t_typical[usec]"},
+		{"ib_send_bw", "BW average[MB/sec]"},
+	} {
+		t.Run(c.prog, func(t *testing.T) {
+			_, cli := runPair(t, "mlx5", "ethernet", c.prog, []string{"-d", "mlx5_0", "-F", "-n", "200", "-c", "UD"}, "-p", time.Minute)
+			require.Contains(t, cli, "Connection type : UD", "client:\n%s", cli)
+			require.Contains(t, cli, "Link type       : Ethernet", "client:\n%s", cli)
+			require.Contains(t, cli, c.header, "client:\n%s", cli)
+			require.Regexp(t, `(?m)^\s*\d+\s+200\s+\d`, cli, "a result row for 200 iterations:\n%s", cli)
+		})
+	}
+}
