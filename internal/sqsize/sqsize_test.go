@@ -12,9 +12,10 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
-// connectX is a ConnectX-4 to -7 as rdma-core sees it: 512-byte send
-// WQEs, rings of up to 32768 basic blocks (log_max_qp_sz 15, also
-// max_qp_wr), max_sge 30, atomics.
+// connectX is a device as rdma-core sees it with a ConnectX's rings of up
+// to 32768 basic blocks (log_max_qp_sz 15, also max_qp_wr), max_sge 30
+// and atomics, and the model's 512-byte send WQEs (a ConnectX's firmware
+// may report 1 KiB; see docs/hardware.md).
 var connectX = sqsize.Device{MaxSQDescSize: 512, MaxSendWQEBB: 1 << 15, MaxSGE: 30, Atomics: true}
 
 var sendTypes = []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeUD, ctx.QPTypeDCI}

@@ -38,8 +38,8 @@ type probeResult struct {
 }
 
 // probeInlineLimit bounds the search for the largest inline payload: no
-// mlx5 device has send WQEs beyond 1 KiB (max_sq_desc_sz is 512 on
-// ConnectX-4 to -7).
+// mlx5 send WQE is longer than 1 KiB (16 basic blocks), so no inline
+// payload is either.
 const probeInlineLimit = 1024
 
 // probe creates throw-away objects once per device: a PD, a CQ of 64- and
