@@ -337,6 +337,19 @@ func pathOf(d *C.struct_ib_uverbs_qp_dest) ctx.AddressAttr {
 	return p
 }
 
+// dciTableMask is the mask the transition table checks: a DCI moving
+// from INIT to RTR may carry an address vector, which the kernels since
+// modify_dci_qp_is_ok took IB_QP_AV as optional there accept (perftest's
+// DC tests send one) and the table, keeping what every kernel accepts,
+// refuses. The model's DCI keeps no path: the address vector is taken and
+// not applied, as other optional attributes the model does not keep.
+func dciTableMask(t ctx.QPType, from, to ctx.QPState, mask qpstate.Mask) qpstate.Mask {
+	if t == ctx.QPTypeDCI && from == ctx.QPStateInit && to == ctx.QPStateRTR {
+		return mask &^ qpstate.AV
+	}
+	return mask
+}
+
 // modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp for an
 // RC or UD QP: the states and the mask are checked against the kernel's
 // transition table (package internal/qpstate), a current state given
@@ -370,7 +383,7 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 		}
 		to = ctx.QPState(req.qp_state)
 	}
-	if err := qpstate.Check(o.qpType, from, to, mask); err != nil {
+	if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
 		return unix.EINVAL
 	}
 	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {

@@ -220,6 +220,24 @@ func TestPerftestTwoProcesses(t *testing.T) {
 	}
 }
 
+// TestPerftestDCTwoProcesses runs perftest's DC bandwidth tests of WRITE
+// and SEND, server and client in two processes: perftest moves its DCI to
+// RTR with an address vector, which the kernels whose
+// modify_dci_qp_is_ok takes IB_QP_AV accept.
+func TestPerftestDCTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preload library and runs two processes per case")
+	}
+	for _, prog := range []string{"ib_write_bw", "ib_send_bw"} {
+		t.Run(prog, func(t *testing.T) {
+			_, cli := runPair(t, "mlx5", "infiniband", prog, []string{"-d", "mlx5_0", "-F", "-n", "200", "-c", "DC"}, "-p", time.Minute)
+			require.Contains(t, cli, "Connection type : DC", "client:\n%s", cli)
+			require.Contains(t, cli, "BW average[MB/sec]", "client:\n%s", cli)
+			require.Regexp(t, `(?m)^\s*\d+\s+200\s+\d`, cli, "a result row for 200 iterations:\n%s", cli)
+		})
+	}
+}
+
 // TestPerftestUDOnRoCETwoProcesses runs perftest's UD tests on RoCE ports,
 // server and client in two processes. perftest chooses an IPv4 GID (index
 // 3) and creates an address handle to the other end's: the emulated
