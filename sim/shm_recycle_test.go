@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -94,4 +95,88 @@ func TestSharedReadBurstAfterRingRecycle(t *testing.T) {
 	retries := e1.f.stats.Retries
 	e1.f.mu.Unlock()
 	require.Zero(t, retries, "transport retries")
+}
+
+// TestSharedHeldAnswerBlocksOnlyItsRequester: an answer a full ring keeps
+// (its requester's process not draining) holds back the later answers to
+// that process only. Another process's requests to the same responder are
+// answered at once: the responder's ring to it has room, and the order
+// that matters is per requester (one ring each). Until the held answers
+// were kept per requester, a READ answer held for a stalled process made
+// the responder hold every later answer to every process, whose requests
+// then timed out and were retried until their QPs failed.
+func TestSharedHeldAnswerBlocksOnlyItsRequester(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	name := testFabricName(t)
+	ex := newEnv(t, Options{Mode: Engine, Fabric: name}) // the stalled requester
+	er := newEnv(t, Options{Mode: Engine, Fabric: name}) // the responder
+	ey := newEnv(t, Options{Mode: Engine, Fabric: name}) // another requester
+
+	const timeout = 20 // 4.096 µs << 20: 4.3 s
+	connect := func(a, b *testQP, ea, eb *env) {
+		for _, x := range []struct {
+			q, peer *testQP
+			peerEnv *env
+		}{{a, b, eb}, {b, a, ea}} {
+			require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+			require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
+				Path: ctx.AddressAttr{DLID: lidOf(t, x.peerEnv.c)}, MaxDestRdAtomic: 16}))
+			require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: timeout, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
+		}
+	}
+	x, rx := ex.newQP(ex.pd, qpOpts{typ: ctx.QPTypeRC}), er.newQP(er.pd, qpOpts{typ: ctx.QPTypeRC})
+	y, ry := ey.newQP(ey.pd, qpOpts{typ: ctx.QPTypeRC}), er.newQP(er.pd, qpOpts{typ: ctx.QPTypeRC})
+	connect(x, rx, ex, er)
+	connect(y, ry, ey, er)
+
+	// X stops draining, and the responder's ring to X is filled.
+	holdEngine(t, ex.f)
+	er.f.mu.Lock()
+	p := er.f.shm.peer(ex.f.shm.slot)
+	require.NotNil(t, p)
+	p.announce(er.f.shm.slot)
+	for n := 1 << 20; n >= wireAlign; {
+		rec, at, ok := p.reserve(er.f.shm.slot, n)
+		if !ok {
+			n /= 2
+			continue
+		}
+		h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+		*h = wireHdr{Kind: wirePad, Len: uint32(len(rec))}
+		p.commit(er.f.shm.slot, at, len(rec))
+	}
+	er.f.mu.Unlock()
+
+	// X's READ reaches the responder, whose answer the full ring keeps.
+	const size = 4096
+	fill(er.mem(0, size), 7)
+	x.write(x.build(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(er.addr(0), er.mr.RKey()), dataSeg(size, ex.mr.LKey(), ex.addr(0))))
+	x.ring()
+	ex.f.mu.Lock()
+	q := ex.f.qpByNum(x.qp.QPN())
+	ex.f.scanQP(q)
+	ex.f.runQP(q)
+	require.Equal(t, 1, q.wire.segN, "the READ left")
+	ex.f.mu.Unlock()
+	held := func() int {
+		er.f.mu.Lock()
+		defer er.f.mu.Unlock()
+		return len(er.f.wireAcks)
+	}
+	end := time.Now().Add(5 * time.Second)
+	for held() == 0 && time.Now().Before(end) {
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, 1, held(), "the READ's answer is held")
+
+	// Y's WRITE to the same responder is answered at once.
+	fill(ey.mem(0, 64), 9)
+	y.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(er.addr(size), er.mr.RKey()), dataSeg(64, ey.mr.LKey(), ey.addr(0)))
+	require.Equal(t, prm.CQEReq, waitCQE(t, y.scq, 2*time.Second).op, "Y's WRITE")
+	require.Equal(t, ey.mem(0, 64), er.mem(size, 64))
+
+	// X drains again: its READ's answer arrives.
+	ex.f.drivenAt.Store(0)
+	require.Equal(t, prm.CQEReq, waitCQE(t, x.scq, 10*time.Second).op, "X's READ")
+	require.Equal(t, er.mem(0, size), ex.mem(0, size))
 }

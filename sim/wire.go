@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -270,9 +271,10 @@ func (f *Fabric) wireReply(from int, h *wireHdr, t *qp, status, synd, rnr uint8,
 	if len(f.wireAcks) > 0 {
 		// The answers held go first: a requester takes the answers to
 		// its segments in their order, and would drop this one
-		// otherwise. If a full ring keeps some, this one waits behind
-		// them.
-		if f.wireFlushAcks(); len(f.wireAcks) > 0 {
+		// otherwise. If a full ring keeps some to this requester, this
+		// one waits behind them; one that keeps answers to another
+		// process does not hold it (its own ring has room).
+		if f.wireFlushAcks(); f.wireHeldFor(from) {
 			f.wireHoldReply(from, h, t, status, synd, rnr, data)
 			return
 		}
@@ -999,8 +1001,9 @@ type wireHeldAck struct {
 // the order of their requests. Besides each round, a QP's modify and
 // close and a device's or the Fabric's close send them: the requests they
 // answer were executed, and a NIC would have answered them already. An
-// answer whose requester's ring is full stays held, with those after it,
-// and wireAcksBlocked is set: the next round sends them before anything
+// answer whose requester's ring is full stays held, with the later
+// answers to that requester (the answers to other processes go), and
+// wireAcksBlocked is set: the next round sends them before anything
 // else. A READ's answer whose responder or region is gone meanwhile is
 // dropped: the requester times out.
 func (f *Fabric) wireFlushAcks() {
@@ -1009,9 +1012,18 @@ func (f *Fabric) wireFlushAcks() {
 		return
 	}
 	acks := f.wireAcks
-	done := 0 // sent, or dropped with their requester
-	for ; done < len(acks); done++ {
-		a := &acks[done]
+	// The slots whose ring kept an answer: their later answers stay,
+	// in order, behind it; the answers to other processes go.
+	var full [4]int
+	blocked := full[:0]
+	kept := 0
+	for i := range acks {
+		a := &acks[i]
+		if slices.Contains(blocked, a.slot) {
+			acks[kept] = *a
+			kept++
+			continue
+		}
 		if f.shm != nil && f.shm.reg.gen(a.slot) != a.gen {
 			continue // the requester's process is gone: so is its ACK
 		}
@@ -1034,11 +1046,23 @@ func (f *Fabric) wireFlushAcks() {
 			copy(b, data)
 		})
 		if !sent && f.wirePeerAlive(a.slot) {
-			f.wireAcksBlocked = true
-			break
+			blocked = append(blocked, a.slot)
+			acks[kept] = *a
+			kept++
 		}
 	}
-	f.wireAcks = append(acks[:0], acks[done:]...)
+	f.wireAcks = acks[:kept]
+	f.wireAcksBlocked = kept > 0
+}
+
+// wireHeldFor reports whether an answer to the process in slot is held.
+func (f *Fabric) wireHeldFor(slot int) bool {
+	for i := range f.wireAcks {
+		if f.wireAcks[i].slot == slot {
+			return true
+		}
+	}
+	return false
 }
 
 // wireRepeatSeg answers a segment of stream rs executed before (its

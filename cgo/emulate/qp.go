@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
@@ -350,6 +351,31 @@ func dciTableMask(t ctx.QPType, from, to ctx.QPState, mask qpstate.Mask) qpstate
 	return mask
 }
 
+// dciPathErrno checks the address vector a DCI's move to RTR carries
+// (dciTableMask) as the kernel checks any QP's (qpstate.CheckAttr: the
+// port valid and the QP's, a GRH on a RoCE port, the SGID index in the
+// table): the model's DCI keeps no path, so its Modify, which checks the
+// attributes of the mask it derives, never sees it. Other QP types: 0.
+func dciPathErrno(f *ufile, q provider.QueuePair, t ctx.QPType, from, to ctx.QPState, a *ctx.QPAttr) syscall.Errno {
+	if t != ctx.QPTypeDCI || f.dev == nil {
+		return 0
+	}
+	_, cur, ok := simadopt.QueuePairAttributes(q)
+	if !ok {
+		return unix.ENODEV
+	}
+	var port ctx.PortAttr
+	if p := int(cur.Port); p >= 1 && p <= len(f.dev.Ports) {
+		port = f.dev.Ports[p-1]
+	} else if len(f.dev.Ports) > 0 {
+		port = f.dev.Ports[0]
+	}
+	if qpstate.CheckAttr(t, from, to, qpstate.State|qpstate.AV, a, cur.Port, qpstate.LimitsOf(f.dev.Attr, port)) != nil {
+		return unix.EINVAL
+	}
+	return 0
+}
+
 // modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp for an
 // RC or UD QP: the states and the mask are checked against the kernel's
 // transition table (package internal/qpstate), a current state given
@@ -402,6 +428,9 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	}
 	if mask&qpstate.AV != 0 {
 		a.Path = pathOf(&req.dest)
+		if en := dciPathErrno(f, o.qp, o.qpType, from, to, &a); en != 0 {
+			return en
+		}
 	}
 	if err := o.qp.Modify(a); err != nil {
 		return errnoOfModel(err)

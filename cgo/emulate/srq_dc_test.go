@@ -502,3 +502,38 @@ func TestKernelRandomSRQAndDCCommands(t *testing.T) {
 	}
 	require.Zero(t, k.close(fd))
 }
+
+// TestKernelDCIAddressVector: a DCI's move to RTR may carry an address
+// vector (dciTableMask), which the kernel checks as it checks any QP's:
+// uverbs' modify_qp refuses a port the device has not (rdma_is_port_valid)
+// or another than the QP's, with EINVAL; a valid one is taken.
+func TestKernelDCIAddressVector(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, _, en := allocPDCmd(k, a, fd)
+	require.Zero(t, en)
+	ringCQ, cqdb := cqMemory(t, 64, 64)
+	cq, _, _, en := createCQCmd(k, a, fd, 63, 0, -1, mlx5CQReq(addrOf(ringCQ), addrOf(cqdb), 64), 8)
+	require.Zero(t, en)
+	sbuf, sdb := qpMemory(t, 0, 16)
+	dci := mlx5QPReq(addrOf(sbuf), addrOf(sdb), 16, 0, 0, mlx5QPFlagDCI, 0)
+	ch, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, qptDriver, qpCaps{sendWR: 8, sendSGE: 1, inline: 32}, dci)
+	require.Zero(t, en)
+	const (
+		mState, mPKey, mPort, mAV, mMTU = 1 << 0, 1 << 4, 1 << 5, 1 << 7, 1 << 8
+	)
+	state := func() ctx.QPState {
+		s, err := k.files[fd].uctx.objects[ch].qp.State()
+		require.NoError(t, err)
+		return s
+	}
+	require.Zero(t, modifyQPCmd(k, a, fd, modifyQP{h: ch, mask: mState | mPKey | mPort, state: 1, port: 1}))
+	for _, port := range []uint8{0, 2, 9} {
+		require.Equal(t, unix.EINVAL, modifyQPCmd(k, a, fd, modifyQP{h: ch, mask: mState | mMTU | mAV, state: 2, mtu: 3, pathPort: port, dlid: 1}),
+			"an address vector on port %d", port)
+		require.Equal(t, ctx.QPStateInit, state(), "a refused modify changes nothing")
+	}
+	require.Zero(t, modifyQPCmd(k, a, fd, modifyQP{h: ch, mask: mState | mMTU | mAV, state: 2, mtu: 3, pathPort: 1, dlid: 1}))
+	require.Equal(t, ctx.QPStateRTR, state())
+	require.Zero(t, destroyQPCmd(k, a, fd, ch))
+	require.Zero(t, k.close(fd))
+}
