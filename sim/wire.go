@@ -1019,7 +1019,7 @@ func (f *Fabric) wireFlushAcks() {
 	kept := 0
 	for i := range acks {
 		a := &acks[i]
-		if slices.Contains(blocked, a.slot) {
+		if len(blocked) > 0 && slices.Contains(blocked, a.slot) {
 			acks[kept] = *a
 			kept++
 			continue
