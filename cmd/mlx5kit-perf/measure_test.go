@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,4 +24,44 @@ func TestPeakNotBelowAverage(t *testing.T) {
 	avg := bw.bytes / bw.seconds
 	require.InDelta(t, float64(n*size)/10990e-9, avg, 1)
 	require.GreaterOrEqual(t, bw.peakBytesSec, avg)
+}
+
+// TestMeasureRounds: the rounds of a timed ping-pong against a peer in
+// another process (measureRounds) stop once the time is up: a round
+// starts only while less than the time has passed since the first
+// measured iteration, each after next(true), and next(false) ends them.
+// Steps of at least 1 ms in rounds of 4 and 20 ms of time leave room for
+// 5 rounds at most (a loaded machine makes the steps longer, so fewer).
+func TestMeasureRounds(t *testing.T) {
+	counter := cycles.Frequency()
+	const iters = 4
+	var l latency
+	var marks []bool
+	steps := 0
+	next := func(more bool) error { marks = append(marks, more); return nil }
+	tooMany := func() bool { return len(marks) > 50 } // a loop that ignored the time ends here
+	n, total, err := measureRounds(&l, 3, iters, uint64(counter.Ticks(20*time.Millisecond)), tooMany, next, func(uint32) error {
+		steps++
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, steps-3, n, "the warmup is not measured")
+	require.Equal(t, uint64(n), l.H.Count())
+	require.Zero(t, n%iters, "whole rounds")
+	rounds := n / iters
+	require.GreaterOrEqual(t, rounds, 1)
+	require.LessOrEqual(t, rounds, 5, "rounds went on after the time was up")
+	require.Len(t, marks, rounds+1)
+	for i, m := range marks {
+		require.Equal(t, i < rounds, m, "mark %d", i)
+	}
+	require.GreaterOrEqual(t, counter.Nanoseconds(float64(total)), 20e6)
+
+	// stop ends the rounds after the first, which always runs.
+	marks = nil
+	n, _, err = measureRounds(&latency{}, 0, iters, 1<<62, func() bool { return true }, next, func(uint32) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, iters, n)
+	require.Equal(t, []bool{true, false}, marks)
 }
