@@ -118,6 +118,15 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 	exe, cache := buildLauncher(t)
 	port := freePort(t)
 	fabric := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
+	t.Cleanup(func() {
+		// The programs exit without closing their Fabrics: their ring
+		// files and the registry stay for a next run, which on a
+		// private fabric never comes.
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + fabric + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	argv := append([]string{"-fabric", fabric, "-names", names, "-link", link, "--", path}, args...)
