@@ -269,53 +269,73 @@ func perftestEnd(cfg config) (*perftool.Setup, *end, error) {
 	return s, made[0], nil
 }
 
-// perftestRun runs write_lat against perftest: the exchange on conn, then
-// every size, this end the server (writing first) or the client.
-func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error {
-	cfg.warmup = 0
+// perftestLink is an end whose queue pair perftest's exchange connected
+// to the peer's.
+type perftestLink struct {
+	s      *perftool.Setup
+	x      *end
+	p      perftestConn
+	mine   perftestDest // this end's record, swapped again before each send_lat size
+	gid    bool         // the records carry GIDs
+	remote endpoint.Endpoint
+}
+
+// perftestConnect makes this end's queue pair and runs perftest's exchange
+// on conn up to the two records swapped after connecting, this end the
+// server or the client. The path MTU is the smaller of the two ends' (the
+// end's mtu, so that its endpoint and report say it).
+func perftestConnect(cfg config, conn net.Conn, server bool) (*perftestLink, error) {
 	s, x, err := perftestEnd(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer s.Close()
-	port, err := s.Context.QueryPort(uint8(cfg.port))
+	k := &perftestLink{s: s, x: x, p: perftestConn{conn: conn, client: !server, timeout: cfg.timeout}}
+	if err := k.connect(cfg); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *perftestLink) connect(cfg config) error {
+	x, p := k.x, k.p
+	port, err := k.s.Context.QueryPort(uint8(cfg.port))
 	if err != nil {
 		return err
 	}
-	p := perftestConn{conn: conn, client: !server, timeout: cfg.timeout}
 	ep := x.endpoint()
 	mtu, err := p.preamble(ep.MTU)
 	if err != nil {
 		return err
 	}
-	gid := cfg.gidIndex >= 0 || port.LinkLayer == ctx.LinkLayerEthernet
+	x.mtu = mtu
+	k.gid = cfg.gidIndex >= 0 || port.LinkLayer == ctx.LinkLayerEthernet
 	outReads := cfg.outReads
 	if outReads == 0 {
 		outReads = 16
 	}
-	mine := perftestDest{LID: ep.LID, OutReads: uint32(outReads), QPN: ep.QPN, PSN: ep.PSN, RKey: x.MR.RKey(), VAddr: x.RecvAddr, GID: ep.GID}
+	k.mine = perftestDest{LID: ep.LID, OutReads: uint32(outReads), QPN: ep.QPN, PSN: ep.PSN, RKey: x.MR.RKey(), VAddr: x.RecvAddr, GID: ep.GID}
 	// ib_write_lat swaps the records twice before it connects, ib_send_lat
 	// once; both twice after.
-	send := cfg.mode == sendLat
 	before := 2
-	if send {
+	if cfg.mode == sendLat {
 		before = 1
 	}
 	var peer perftestDest
 	for range before {
-		if peer, err = p.record(mine, gid); err != nil {
+		if peer, err = p.record(k.mine, k.gid); err != nil {
 			return err
 		}
 	}
 	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: peer.QPN, LID: peer.LID, PSN: peer.PSN, MTU: mtu,
 		Regions: []endpoint.RemoteRegion{{Address: peer.VAddr, Length: uint64(len(x.recv)), RemoteKey: peer.RKey, Access: ctx.AccessRemoteWrite}}}
-	if gid {
+	if k.gid {
 		remote.GID, remote.GIDIndex = peer.GID, ep.GIDIndex
 	}
 	if perftool.OwnQueuePair(ep, remote) {
 		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x", errPerftestPeer, peer.QPN)
 	}
-	if err := perftool.SameModel(s.Context, ep.QPN, remote); err != nil {
+	if err := perftool.SameModel(k.s.Context, ep.QPN, remote); err != nil {
 		return fmt.Errorf("%w: %w", errPerftestPeer, err)
 	}
 	x.PeerRecv, x.RKey, x.peer = peer.VAddr, peer.RKey, remote
@@ -323,10 +343,24 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		return fmt.Errorf("connect to perftest's QP %#x: %w", peer.QPN, err)
 	}
 	for range 2 {
-		if _, err := p.record(mine, gid); err != nil {
+		if _, err := p.record(k.mine, k.gid); err != nil {
 			return err
 		}
 	}
+	k.remote = remote
+	return nil
+}
+
+// perftestRun runs write_lat against perftest: the exchange on conn, then
+// every size, this end the server (writing first) or the client.
+func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error {
+	cfg.warmup = 0
+	k, err := perftestConnect(cfg, conn, server)
+	if err != nil {
+		return err
+	}
+	defer k.s.Close()
+	x, send := k.x, cfg.mode == sendLat
 	counter := cycles.Frequency()
 	role := "client of "
 	if server {
@@ -337,7 +371,7 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		loop = "perftest's send_lat loop (SEND, the client first)"
 	}
 	ends := role + conn.RemoteAddr().String() + " speaking perftest's exchange (unauthenticated), " + loop + ", not pinned"
-	in, err := describe(cfg, s, x, remote, ends, counter)
+	in, err := describe(cfg, k.s, x, k.remote, ends, counter)
 	if err != nil {
 		return err
 	}
@@ -346,18 +380,18 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		return err
 	}
 	sizes := cfg.sizes()
-	for k, size := range sizes {
+	for i, size := range sizes {
 		var l latency
 		l.Reserve(cfg.iters)
 		if send {
 			// send_lat swaps the records once more before each size, once
 			// the receives for it are posted.
-			if _, err := p.record(mine, gid); err != nil {
+			if _, err := k.p.record(k.mine, k.gid); err != nil {
 				return err
 			}
 			err = x.perftestSendLat(size, cfg.iters, server, &l)
 		} else {
-			err = x.perftestWriteLat(size, cfg.iters, server, k == len(sizes)-1, &l)
+			err = x.perftestWriteLat(size, cfg.iters, server, i == len(sizes)-1, &l)
 		}
 		if err != nil {
 			return fmt.Errorf("%s against perftest, %d bytes: %w", cfg.mode, size, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -249,4 +250,50 @@ func removeFabrics(t *testing.T, prefix string) {
 			_ = os.Remove(f)
 		}
 	})
+}
+
+// perftestPair runs perftestRun at both ends in this process, over a pipe:
+// a server with serverArgs and a client with clientArgs (each after the
+// mode and the flags every --perftest-peer end takes), and returns their
+// reports.
+func perftestPair(t *testing.T, mode string, serverArgs, clientArgs []string) (server, client string) {
+	t.Helper()
+	peer := []string{mode, "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "10s"}
+	scfg := testConfig(t, append(append(slices.Clone(peer), serverArgs...), "--server", "127.0.0.1:0")...)
+	ccfg := testConfig(t, append(append(slices.Clone(peer), clientArgs...), "127.0.0.1")...)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	var sout, cout bytes.Buffer
+	errc := make(chan error, 2)
+	go func() { errc <- perftestRun(scfg, a, true, &sout) }()
+	go func() { errc <- perftestRun(ccfg, b, false, &cout) }()
+	for range 2 {
+		select {
+		case err := <-errc:
+			require.NoError(t, err, "server:\n%s\nclient:\n%s", sout.String(), cout.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("perftestRun did not return\nserver:\n%s\nclient:\n%s", sout.String(), cout.String())
+		}
+	}
+	return sout.String(), cout.String()
+}
+
+// TestPerftestPeerReportsPathMTU: the ends take the smaller of the two
+// MTUs perftest's exchange swaps, and both reports say it; before, the end
+// with the larger -m printed its own (Mtu : 4096[B] on a 1024-byte path),
+// where perftest prints the one it connects with.
+func TestPerftestPeerReportsPathMTU(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	for _, m := range []string{"write_lat", "send_lat"} {
+		t.Run(m, func(t *testing.T) {
+			sout, cout := perftestPair(t, m, []string{"-n", "20", "-s", "4096"}, []string{"-n", "20", "-s", "4096", "-m", "1024"})
+			for name, o := range map[string]string{"server": sout, "client": cout} {
+				require.Contains(t, o, " Mtu             : 1024[B]\n", "%s:\n%s", name, o)
+				rows := latencyRows(t, o)
+				require.Len(t, rows, 1, "%s:\n%s", name, o)
+				require.Equal(t, 20, rows[0].iters, "%s:\n%s", name, o)
+			}
+		})
+	}
 }
