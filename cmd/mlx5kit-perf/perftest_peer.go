@@ -239,6 +239,9 @@ func (c config) perftestCheck() string {
 		return "--perftest-peer needs a peer: a SERVER to connect to, or --server to wait for ib_write_lat's client"
 	case c.all && c.maxSize != maxSize:
 		return fmt.Sprintf("--perftest-peer with -a: perftest's -a runs every size from 2 to %d, so --max-size must stay %d", maxSize, maxSize)
+	case c.iters < perftool.DroppedTail+2:
+		return fmt.Sprintf("--perftest-peer -n %d: perftest times the %d gaps between an end's posts and leaves the %d largest out: want at least %d (perftest's own minimum is 5)",
+			c.iters, c.iters-1, perftool.DroppedTail, perftool.DroppedTail+2)
 	case c.timed():
 		return "--perftest-peer: -D and --run_infinitely are not supported (perftest's duration mode stops on a timer the ends do not share)"
 	}
@@ -404,15 +407,18 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 }
 
 // perftestWriteLat runs n round trips of size-byte writes as
-// run_iter_lat_write does, recording each in l: the server writes message
-// 1 first; then each end waits for the peer's message k (the last byte of
-// its buffer turns to k mod 256) and writes its message k+1 and waits for
-// the write's completion, until both have written n. After the last size
-// (last set) it checks that nothing was written past the message: before,
-// the peer may have begun the next size, as the ends do not wait for each
-// other between sizes. It allocates nothing unless it fails.
+// run_iter_lat_write does, timing them as perftest does: l records the time
+// from each of this end's posts to its next (n-1 samples, see
+// latency.Posted), so a sample is a whole round trip wherever it starts.
+// The server writes message 1 first; then each end waits for the peer's
+// message k (the last byte of its buffer turns to k mod 256) and writes its
+// message k+1 and waits for the write's completion, until both have written
+// n. After the last size (last set) it checks that nothing was written past
+// the message: before, the peer may have begun the next size, as the ends
+// do not wait for each other between sizes. It allocates nothing unless it
+// fails.
 func (x *end) perftestWriteLat(size, n int, server, last bool, l *latency) error {
-	step := func(i uint32) error {
+	for i := range uint32(n) {
 		// Iteration i writes message i+1; the client waits first for the
 		// server's message i+1, the server for the client's message i.
 		switch {
@@ -425,13 +431,13 @@ func (x *end) perftestWriteLat(size, n int, server, last bool, l *latency) error
 				return err
 			}
 		}
+		l.Posted()
 		if err := x.postWrite(size, i+1); err != nil {
 			return err
 		}
-		return x.drain()
-	}
-	if err := l.Measure(0, n, step); err != nil {
-		return err
+		if err := x.drain(); err != nil {
+			return err
+		}
 	}
 	if server {
 		if err := x.awaitLastByte(size, uint32(n)); err != nil {
@@ -445,27 +451,26 @@ func (x *end) perftestWriteLat(size, n int, server, last bool, l *latency) error
 }
 
 // perftestSendLat runs n round trips of size-byte SENDs as
-// run_iter_lat_send does, recording each in l: the client sends first,
-// the server answers each message it receives. Send completions are
-// retired by the waits for receives, and the last by a drain. It allocates
-// nothing unless it fails.
+// run_iter_lat_send does, timed from post to post as perftestWriteLat's:
+// the client sends first, the server answers each message it receives.
+// Send completions are retired by the waits for receives, and the last by
+// a drain. It allocates nothing unless it fails.
 func (x *end) perftestSendLat(size, n int, server bool, l *latency) error {
-	step := func(i uint32) error {
+	for i := range uint32(n) {
 		if server {
 			if err := x.awaitSend(size, i); err != nil {
 				return err
 			}
 		}
+		l.Posted()
 		if err := x.Post(perftool.OpSend, size, i, size <= x.MaxInline); err != nil {
 			return err
 		}
-		if server {
-			return nil
+		if !server {
+			if err := x.awaitSend(size, i); err != nil {
+				return err
+			}
 		}
-		return x.awaitSend(size, i)
-	}
-	if err := l.Measure(0, n, step); err != nil {
-		return err
 	}
 	// Only now: the peer's next message may arrive while a send is
 	// outstanding, and a drain takes nothing but send completions.

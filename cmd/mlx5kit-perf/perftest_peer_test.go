@@ -60,7 +60,8 @@ func TestPerftestRecordFormat(t *testing.T) {
 
 // TestPerftestPeerFlags checks what --perftest-peer refuses: running
 // without accepting that the exchange is unauthenticated, a key, a mode
-// other than write_lat and send_lat, no peer, timed runs, and -a with another top size.
+// other than write_lat and send_lat, no peer, timed runs, -a with another
+// top size, and -n below 4 (n-1 samples, the 2 largest left out).
 func TestPerftestPeerFlags(t *testing.T) {
 	t.Setenv(perftool.EnvKey, "")
 	peer := []string{"--perftest-peer", "--accept-unauthenticated"}
@@ -74,6 +75,7 @@ func TestPerftestPeerFlags(t *testing.T) {
 		append([]string{"write_lat"}, peer...),
 		append([]string{"write_lat", "-D", "2", "localhost"}, peer...),
 		append([]string{"write_lat", "-a", "--max-size", "65536", "localhost"}, peer...),
+		append([]string{"send_lat", "-n", "3", "localhost"}, peer...),
 	)
 	var out, errOut bytes.Buffer
 	require.Equal(t, 2, run([]string{"write_lat", "--perftest-peer", "localhost"}, &out, &errOut))
@@ -294,6 +296,65 @@ func TestPerftestPeerReportsPathMTU(t *testing.T) {
 				require.Len(t, rows, 1, "%s:\n%s", name, o)
 				require.Equal(t, 20, rows[0].iters, "%s:\n%s", name, o)
 			}
+		})
+	}
+}
+
+// TestPerftestPeerTimesFromPostToPost: against perftest, a sample is the
+// time from one of the end's posts to its next, as perftest's tposted
+// deltas, so each is a whole round trip. The peer here (the kit's end,
+// driven by hand) waits 2 ms before each answer, so no half round trip is
+// shorter than 1 ms. Before, each iteration was timed from its wait to its
+// completion: the server's first write_lat sample was one write and its
+// ACK, and its first send_lat sample the wait for a message that had
+// already come, a few microseconds printed as t_min.
+func TestPerftestPeerTimesFromPostToPost(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	const n, size, pause = 10, 64, 2 * time.Millisecond
+	for _, m := range []string{"write_lat", "send_lat"} {
+		t.Run(m, func(t *testing.T) {
+			args := []string{m, "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "10s", "-n", strconv.Itoa(n), "-s", strconv.Itoa(size)}
+			scfg := testConfig(t, append(slices.Clone(args), "--server", "127.0.0.1:0")...)
+			ccfg := testConfig(t, append(slices.Clone(args), "127.0.0.1")...)
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			var out bytes.Buffer
+			errc := make(chan error, 1)
+			go func() { errc <- perftestRun(scfg, a, true, &out) }()
+			k, err := perftestConnect(ccfg, b, false)
+			require.NoError(t, err)
+			defer k.s.Close()
+			x := k.x
+			if m == "write_lat" {
+				for i := range uint32(n) {
+					require.NoError(t, x.awaitLastByte(size, i+1))
+					time.Sleep(pause)
+					require.NoError(t, x.postWrite(size, i+1))
+					require.NoError(t, x.drain())
+				}
+			} else {
+				_, err := k.p.record(k.mine, k.gid)
+				require.NoError(t, err)
+				for i := range uint32(n) {
+					if i > 0 {
+						time.Sleep(pause)
+					}
+					require.NoError(t, x.Post(perftool.OpSend, size, i, true))
+					require.NoError(t, x.awaitSend(size, i))
+				}
+				require.NoError(t, x.drain())
+			}
+			select {
+			case err := <-errc:
+				require.NoError(t, err, out.String())
+			case <-time.After(30 * time.Second):
+				t.Fatalf("perftestRun did not return:\n%s", out.String())
+			}
+			rows := latencyRows(t, out.String())
+			require.Len(t, rows, 1, out.String())
+			require.Equal(t, n, rows[0].iters, out.String())
+			require.GreaterOrEqual(t, rows[0].tMin, float64(pause.Microseconds())/2, "a sample shorter than the peer's pause:\n%s", out.String())
 		})
 	}
 }
