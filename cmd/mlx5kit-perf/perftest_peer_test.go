@@ -175,12 +175,20 @@ func TestPerftestInterop(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "mlx5kit-emulate -print-lib: %s", out)
 
+	// On RoCE (-link ethernet) the kit's end runs under the launcher too,
+	// with --provider mlx5: the software HCA of a process of its own is
+	// InfiniBand and cannot join an Ethernet fabric.
 	for _, c := range []struct {
-		prog      string
-		kitServer bool
-	}{{"ib_write_lat", false}, {"ib_write_lat", true}, {"ib_send_lat", false}, {"ib_send_lat", true}} {
-		prog, kitServer := c.prog, c.kitServer
-		t.Run(prog+"/"+map[bool]string{false: "perftest-server", true: "kit-server"}[kitServer], func(t *testing.T) {
+		prog            string
+		kitServer, roce bool
+	}{{"ib_write_lat", false, false}, {"ib_write_lat", true, false}, {"ib_send_lat", false, false}, {"ib_send_lat", true, false},
+		{"ib_write_lat", false, true}, {"ib_send_lat", true, true}} {
+		prog, kitServer, roce := c.prog, c.kitServer, c.roce
+		name := prog + "/" + map[bool]string{false: "perftest-server", true: "kit-server"}[kitServer]
+		if roce {
+			name += "/roce"
+		}
+		t.Run(name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
@@ -189,16 +197,26 @@ func TestPerftestInterop(t *testing.T) {
 			mode := strings.TrimPrefix(prog, "ib_")
 			cx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			launch := []string{"-fabric", fabric}
+			if roce {
+				launch = append(launch, "-link", "ethernet")
+			}
 			perftest := func(extra ...string) *exec.Cmd {
-				c := exec.CommandContext(cx, launcher, append([]string{"-fabric", fabric, "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port}, extra...)...)
+				c := exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port), extra...)...)
 				c.Env, c.WaitDelay = env, time.Second
 				return c
 			}
 			kit := func(extra ...string) *exec.Cmd {
 				args := []string{"-test.run=^TestToolChild$", "-test.count=1"}
-				c := exec.CommandContext(cx, os.Args[0], args...)
 				toolArgs := append([]string{mode, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated", "-n", "200", "-s", "64"}, extra...)
-				c.Env = append(os.Environ(), sim.EnvFabric+"="+fabric, envToolArgs+"="+strings.Join(toolArgs, "\n"))
+				c := exec.CommandContext(cx, os.Args[0], args...)
+				c.Env = append(os.Environ(), sim.EnvFabric+"="+fabric)
+				if roce {
+					c = exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", os.Args[0]), args...)...)
+					c.Env = env
+					toolArgs = append([]string{mode, "--provider", "mlx5", "-d", "mlx5_1", "-x", "3"}, toolArgs[3:]...)
+				}
+				c.Env = append(c.Env, envToolArgs+"="+strings.Join(toolArgs, "\n"))
 				c.WaitDelay = time.Second
 				return c
 			}
@@ -238,6 +256,9 @@ func TestPerftestInterop(t *testing.T) {
 				require.Len(t, rows, 1, "%s:\n%s", name, o)
 				require.Equal(t, 64, rows[0].size, "%s:\n%s", name, o)
 				require.Equal(t, 200, rows[0].iters, "%s:\n%s", name, o)
+				if roce {
+					require.Contains(t, o, "Link type       : Ethernet", "%s:\n%s", name, o)
+				}
 			}
 		})
 	}
