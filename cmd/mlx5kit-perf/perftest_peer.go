@@ -239,6 +239,9 @@ func (c config) perftestCheck() string {
 		return "--perftest-peer needs a peer: a SERVER to connect to, or --server to wait for ib_write_lat's client"
 	case c.all && c.maxSize != maxSize:
 		return fmt.Sprintf("--perftest-peer with -a: perftest's -a runs every size from 2 to %d, so --max-size must stay %d", maxSize, maxSize)
+	case c.iters < perftool.DroppedTail+2:
+		return fmt.Sprintf("--perftest-peer -n %d: perftest times the %d gaps between an end's posts and leaves the %d largest out: want at least %d (perftest's own minimum is 5)",
+			c.iters, c.iters-1, perftool.DroppedTail, perftool.DroppedTail+2)
 	case c.timed():
 		return "--perftest-peer: -D and --run_infinitely are not supported (perftest's duration mode stops on a timer the ends do not share)"
 	}
@@ -269,53 +272,73 @@ func perftestEnd(cfg config) (*perftool.Setup, *end, error) {
 	return s, made[0], nil
 }
 
-// perftestRun runs write_lat against perftest: the exchange on conn, then
-// every size, this end the server (writing first) or the client.
-func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error {
-	cfg.warmup = 0
+// perftestLink is an end whose queue pair perftest's exchange connected
+// to the peer's.
+type perftestLink struct {
+	s      *perftool.Setup
+	x      *end
+	p      perftestConn
+	mine   perftestDest // this end's record, swapped again before each send_lat size
+	gid    bool         // the records carry GIDs
+	remote endpoint.Endpoint
+}
+
+// perftestConnect makes this end's queue pair and runs perftest's exchange
+// on conn up to the two records swapped after connecting, this end the
+// server or the client. The path MTU is the smaller of the two ends' (the
+// end's mtu, so that its endpoint and report say it).
+func perftestConnect(cfg config, conn net.Conn, server bool) (*perftestLink, error) {
 	s, x, err := perftestEnd(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer s.Close()
-	port, err := s.Context.QueryPort(uint8(cfg.port))
+	k := &perftestLink{s: s, x: x, p: perftestConn{conn: conn, client: !server, timeout: cfg.timeout}}
+	if err := k.connect(cfg); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *perftestLink) connect(cfg config) error {
+	x, p := k.x, k.p
+	port, err := k.s.Context.QueryPort(uint8(cfg.port))
 	if err != nil {
 		return err
 	}
-	p := perftestConn{conn: conn, client: !server, timeout: cfg.timeout}
 	ep := x.endpoint()
 	mtu, err := p.preamble(ep.MTU)
 	if err != nil {
 		return err
 	}
-	gid := cfg.gidIndex >= 0 || port.LinkLayer == ctx.LinkLayerEthernet
+	x.mtu = mtu
+	k.gid = cfg.gidIndex >= 0 || port.LinkLayer == ctx.LinkLayerEthernet
 	outReads := cfg.outReads
 	if outReads == 0 {
 		outReads = 16
 	}
-	mine := perftestDest{LID: ep.LID, OutReads: uint32(outReads), QPN: ep.QPN, PSN: ep.PSN, RKey: x.MR.RKey(), VAddr: x.RecvAddr, GID: ep.GID}
+	k.mine = perftestDest{LID: ep.LID, OutReads: uint32(outReads), QPN: ep.QPN, PSN: ep.PSN, RKey: x.MR.RKey(), VAddr: x.RecvAddr, GID: ep.GID}
 	// ib_write_lat swaps the records twice before it connects, ib_send_lat
 	// once; both twice after.
-	send := cfg.mode == sendLat
 	before := 2
-	if send {
+	if cfg.mode == sendLat {
 		before = 1
 	}
 	var peer perftestDest
 	for range before {
-		if peer, err = p.record(mine, gid); err != nil {
+		if peer, err = p.record(k.mine, k.gid); err != nil {
 			return err
 		}
 	}
 	remote := endpoint.Endpoint{Transport: endpoint.TransportRC, QPN: peer.QPN, LID: peer.LID, PSN: peer.PSN, MTU: mtu,
 		Regions: []endpoint.RemoteRegion{{Address: peer.VAddr, Length: uint64(len(x.recv)), RemoteKey: peer.RKey, Access: ctx.AccessRemoteWrite}}}
-	if gid {
+	if k.gid {
 		remote.GID, remote.GIDIndex = peer.GID, ep.GIDIndex
 	}
 	if perftool.OwnQueuePair(ep, remote) {
 		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x", errPerftestPeer, peer.QPN)
 	}
-	if err := perftool.SameModel(s.Context, ep.QPN, remote); err != nil {
+	if err := perftool.SameModel(k.s.Context, ep.QPN, remote); err != nil {
 		return fmt.Errorf("%w: %w", errPerftestPeer, err)
 	}
 	x.PeerRecv, x.RKey, x.peer = peer.VAddr, peer.RKey, remote
@@ -323,10 +346,24 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		return fmt.Errorf("connect to perftest's QP %#x: %w", peer.QPN, err)
 	}
 	for range 2 {
-		if _, err := p.record(mine, gid); err != nil {
+		if _, err := p.record(k.mine, k.gid); err != nil {
 			return err
 		}
 	}
+	k.remote = remote
+	return nil
+}
+
+// perftestRun runs write_lat against perftest: the exchange on conn, then
+// every size, this end the server (writing first) or the client.
+func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error {
+	cfg.warmup = 0
+	k, err := perftestConnect(cfg, conn, server)
+	if err != nil {
+		return err
+	}
+	defer k.s.Close()
+	x, send := k.x, cfg.mode == sendLat
 	counter := cycles.Frequency()
 	role := "client of "
 	if server {
@@ -337,7 +374,7 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		loop = "perftest's send_lat loop (SEND, the client first)"
 	}
 	ends := role + conn.RemoteAddr().String() + " speaking perftest's exchange (unauthenticated), " + loop + ", not pinned"
-	in, err := describe(cfg, s, x, remote, ends, counter)
+	in, err := describe(cfg, k.s, x, k.remote, ends, counter)
 	if err != nil {
 		return err
 	}
@@ -346,18 +383,18 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		return err
 	}
 	sizes := cfg.sizes()
-	for k, size := range sizes {
+	for i, size := range sizes {
 		var l latency
 		l.Reserve(cfg.iters)
 		if send {
 			// send_lat swaps the records once more before each size, once
 			// the receives for it are posted.
-			if _, err := p.record(mine, gid); err != nil {
+			if _, err := k.p.record(k.mine, k.gid); err != nil {
 				return err
 			}
 			err = x.perftestSendLat(size, cfg.iters, server, &l)
 		} else {
-			err = x.perftestWriteLat(size, cfg.iters, server, k == len(sizes)-1, &l)
+			err = x.perftestWriteLat(size, cfg.iters, server, i == len(sizes)-1, &l)
 		}
 		if err != nil {
 			return fmt.Errorf("%s against perftest, %d bytes: %w", cfg.mode, size, err)
@@ -370,15 +407,18 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 }
 
 // perftestWriteLat runs n round trips of size-byte writes as
-// run_iter_lat_write does, recording each in l: the server writes message
-// 1 first; then each end waits for the peer's message k (the last byte of
-// its buffer turns to k mod 256) and writes its message k+1 and waits for
-// the write's completion, until both have written n. After the last size
-// (last set) it checks that nothing was written past the message: before,
-// the peer may have begun the next size, as the ends do not wait for each
-// other between sizes. It allocates nothing unless it fails.
+// run_iter_lat_write does, timing them as perftest does: l records the time
+// from each of this end's posts to its next (n-1 samples, see
+// latency.Posted), so a sample is a whole round trip wherever it starts.
+// The server writes message 1 first; then each end waits for the peer's
+// message k (the last byte of its buffer turns to k mod 256) and writes its
+// message k+1 and waits for the write's completion, until both have written
+// n. After the last size (last set) it checks that nothing was written past
+// the message: before, the peer may have begun the next size, as the ends
+// do not wait for each other between sizes. It allocates nothing unless it
+// fails.
 func (x *end) perftestWriteLat(size, n int, server, last bool, l *latency) error {
-	step := func(i uint32) error {
+	for i := range uint32(n) {
 		// Iteration i writes message i+1; the client waits first for the
 		// server's message i+1, the server for the client's message i.
 		switch {
@@ -391,13 +431,13 @@ func (x *end) perftestWriteLat(size, n int, server, last bool, l *latency) error
 				return err
 			}
 		}
+		l.Posted()
 		if err := x.postWrite(size, i+1); err != nil {
 			return err
 		}
-		return x.drain()
-	}
-	if err := l.Measure(0, n, step); err != nil {
-		return err
+		if err := x.drain(); err != nil {
+			return err
+		}
 	}
 	if server {
 		if err := x.awaitLastByte(size, uint32(n)); err != nil {
@@ -411,27 +451,26 @@ func (x *end) perftestWriteLat(size, n int, server, last bool, l *latency) error
 }
 
 // perftestSendLat runs n round trips of size-byte SENDs as
-// run_iter_lat_send does, recording each in l: the client sends first,
-// the server answers each message it receives. Send completions are
-// retired by the waits for receives, and the last by a drain. It allocates
-// nothing unless it fails.
+// run_iter_lat_send does, timed from post to post as perftestWriteLat's:
+// the client sends first, the server answers each message it receives.
+// Send completions are retired by the waits for receives, and the last by
+// a drain. It allocates nothing unless it fails.
 func (x *end) perftestSendLat(size, n int, server bool, l *latency) error {
-	step := func(i uint32) error {
+	for i := range uint32(n) {
 		if server {
 			if err := x.awaitSend(size, i); err != nil {
 				return err
 			}
 		}
+		l.Posted()
 		if err := x.Post(perftool.OpSend, size, i, size <= x.MaxInline); err != nil {
 			return err
 		}
-		if server {
-			return nil
+		if !server {
+			if err := x.awaitSend(size, i); err != nil {
+				return err
+			}
 		}
-		return x.awaitSend(size, i)
-	}
-	if err := l.Measure(0, n, step); err != nil {
-		return err
 	}
 	// Only now: the peer's next message may arrive while a send is
 	// outstanding, and a drain takes nothing but send completions.

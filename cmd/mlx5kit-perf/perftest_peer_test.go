@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,7 +60,8 @@ func TestPerftestRecordFormat(t *testing.T) {
 
 // TestPerftestPeerFlags checks what --perftest-peer refuses: running
 // without accepting that the exchange is unauthenticated, a key, a mode
-// other than write_lat and send_lat, no peer, timed runs, and -a with another top size.
+// other than write_lat and send_lat, no peer, timed runs, -a with another
+// top size, and -n below 4 (n-1 samples, the 2 largest left out).
 func TestPerftestPeerFlags(t *testing.T) {
 	t.Setenv(perftool.EnvKey, "")
 	peer := []string{"--perftest-peer", "--accept-unauthenticated"}
@@ -73,6 +75,7 @@ func TestPerftestPeerFlags(t *testing.T) {
 		append([]string{"write_lat"}, peer...),
 		append([]string{"write_lat", "-D", "2", "localhost"}, peer...),
 		append([]string{"write_lat", "-a", "--max-size", "65536", "localhost"}, peer...),
+		append([]string{"send_lat", "-n", "3", "localhost"}, peer...),
 	)
 	var out, errOut bytes.Buffer
 	require.Equal(t, 2, run([]string{"write_lat", "--perftest-peer", "localhost"}, &out, &errOut))
@@ -172,12 +175,20 @@ func TestPerftestInterop(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "mlx5kit-emulate -print-lib: %s", out)
 
+	// On RoCE (-link ethernet) the kit's end runs under the launcher too,
+	// with --provider mlx5: the software HCA of a process of its own is
+	// InfiniBand and cannot join an Ethernet fabric.
 	for _, c := range []struct {
-		prog      string
-		kitServer bool
-	}{{"ib_write_lat", false}, {"ib_write_lat", true}, {"ib_send_lat", false}, {"ib_send_lat", true}} {
-		prog, kitServer := c.prog, c.kitServer
-		t.Run(prog+"/"+map[bool]string{false: "perftest-server", true: "kit-server"}[kitServer], func(t *testing.T) {
+		prog            string
+		kitServer, roce bool
+	}{{"ib_write_lat", false, false}, {"ib_write_lat", true, false}, {"ib_send_lat", false, false}, {"ib_send_lat", true, false},
+		{"ib_write_lat", false, true}, {"ib_send_lat", true, true}} {
+		prog, kitServer, roce := c.prog, c.kitServer, c.roce
+		name := prog + "/" + map[bool]string{false: "perftest-server", true: "kit-server"}[kitServer]
+		if roce {
+			name += "/roce"
+		}
+		t.Run(name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
@@ -186,16 +197,26 @@ func TestPerftestInterop(t *testing.T) {
 			mode := strings.TrimPrefix(prog, "ib_")
 			cx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			launch := []string{"-fabric", fabric}
+			if roce {
+				launch = append(launch, "-link", "ethernet")
+			}
 			perftest := func(extra ...string) *exec.Cmd {
-				c := exec.CommandContext(cx, launcher, append([]string{"-fabric", fabric, "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port}, extra...)...)
+				c := exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port), extra...)...)
 				c.Env, c.WaitDelay = env, time.Second
 				return c
 			}
 			kit := func(extra ...string) *exec.Cmd {
 				args := []string{"-test.run=^TestToolChild$", "-test.count=1"}
-				c := exec.CommandContext(cx, os.Args[0], args...)
 				toolArgs := append([]string{mode, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated", "-n", "200", "-s", "64"}, extra...)
-				c.Env = append(os.Environ(), sim.EnvFabric+"="+fabric, envToolArgs+"="+strings.Join(toolArgs, "\n"))
+				c := exec.CommandContext(cx, os.Args[0], args...)
+				c.Env = append(os.Environ(), sim.EnvFabric+"="+fabric)
+				if roce {
+					c = exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", os.Args[0]), args...)...)
+					c.Env = env
+					toolArgs = append([]string{mode, "--provider", "mlx5", "-d", "mlx5_1", "-x", "3"}, toolArgs[3:]...)
+				}
+				c.Env = append(c.Env, envToolArgs+"="+strings.Join(toolArgs, "\n"))
 				c.WaitDelay = time.Second
 				return c
 			}
@@ -235,6 +256,9 @@ func TestPerftestInterop(t *testing.T) {
 				require.Len(t, rows, 1, "%s:\n%s", name, o)
 				require.Equal(t, 64, rows[0].size, "%s:\n%s", name, o)
 				require.Equal(t, 200, rows[0].iters, "%s:\n%s", name, o)
+				if roce {
+					require.Contains(t, o, "Link type       : Ethernet", "%s:\n%s", name, o)
+				}
 			}
 		})
 	}
@@ -249,4 +273,109 @@ func removeFabrics(t *testing.T, prefix string) {
 			_ = os.Remove(f)
 		}
 	})
+}
+
+// perftestPair runs perftestRun at both ends in this process, over a pipe:
+// a server with serverArgs and a client with clientArgs (each after the
+// mode and the flags every --perftest-peer end takes), and returns their
+// reports.
+func perftestPair(t *testing.T, mode string, serverArgs, clientArgs []string) (server, client string) {
+	t.Helper()
+	peer := []string{mode, "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "10s"}
+	scfg := testConfig(t, append(append(slices.Clone(peer), serverArgs...), "--server", "127.0.0.1:0")...)
+	ccfg := testConfig(t, append(append(slices.Clone(peer), clientArgs...), "127.0.0.1")...)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	var sout, cout bytes.Buffer
+	errc := make(chan error, 2)
+	go func() { errc <- perftestRun(scfg, a, true, &sout) }()
+	go func() { errc <- perftestRun(ccfg, b, false, &cout) }()
+	for range 2 {
+		select {
+		case err := <-errc:
+			require.NoError(t, err, "server:\n%s\nclient:\n%s", sout.String(), cout.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("perftestRun did not return\nserver:\n%s\nclient:\n%s", sout.String(), cout.String())
+		}
+	}
+	return sout.String(), cout.String()
+}
+
+// TestPerftestPeerReportsPathMTU: the ends take the smaller of the two
+// MTUs perftest's exchange swaps, and both reports say it; before, the end
+// with the larger -m printed its own (Mtu : 4096[B] on a 1024-byte path),
+// where perftest prints the one it connects with.
+func TestPerftestPeerReportsPathMTU(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	for _, m := range []string{"write_lat", "send_lat"} {
+		t.Run(m, func(t *testing.T) {
+			sout, cout := perftestPair(t, m, []string{"-n", "20", "-s", "4096"}, []string{"-n", "20", "-s", "4096", "-m", "1024"})
+			for name, o := range map[string]string{"server": sout, "client": cout} {
+				require.Contains(t, o, " Mtu             : 1024[B]\n", "%s:\n%s", name, o)
+				rows := latencyRows(t, o)
+				require.Len(t, rows, 1, "%s:\n%s", name, o)
+				require.Equal(t, 20, rows[0].iters, "%s:\n%s", name, o)
+			}
+		})
+	}
+}
+
+// TestPerftestPeerTimesFromPostToPost: against perftest, a sample is the
+// time from one of the end's posts to its next, as perftest's tposted
+// deltas, so each is a whole round trip. The peer here (the kit's end,
+// driven by hand) waits 2 ms before each answer, so no half round trip is
+// shorter than 1 ms. Before, each iteration was timed from its wait to its
+// completion: the server's first write_lat sample was one write and its
+// ACK, and its first send_lat sample the wait for a message that had
+// already come, a few microseconds printed as t_min.
+func TestPerftestPeerTimesFromPostToPost(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	const n, size, pause = 10, 64, 2 * time.Millisecond
+	for _, m := range []string{"write_lat", "send_lat"} {
+		t.Run(m, func(t *testing.T) {
+			args := []string{m, "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "10s", "-n", strconv.Itoa(n), "-s", strconv.Itoa(size)}
+			scfg := testConfig(t, append(slices.Clone(args), "--server", "127.0.0.1:0")...)
+			ccfg := testConfig(t, append(slices.Clone(args), "127.0.0.1")...)
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			var out bytes.Buffer
+			errc := make(chan error, 1)
+			go func() { errc <- perftestRun(scfg, a, true, &out) }()
+			k, err := perftestConnect(ccfg, b, false)
+			require.NoError(t, err)
+			defer k.s.Close()
+			x := k.x
+			if m == "write_lat" {
+				for i := range uint32(n) {
+					require.NoError(t, x.awaitLastByte(size, i+1))
+					time.Sleep(pause)
+					require.NoError(t, x.postWrite(size, i+1))
+					require.NoError(t, x.drain())
+				}
+			} else {
+				_, err := k.p.record(k.mine, k.gid)
+				require.NoError(t, err)
+				for i := range uint32(n) {
+					if i > 0 {
+						time.Sleep(pause)
+					}
+					require.NoError(t, x.Post(perftool.OpSend, size, i, true))
+					require.NoError(t, x.awaitSend(size, i))
+				}
+				require.NoError(t, x.drain())
+			}
+			select {
+			case err := <-errc:
+				require.NoError(t, err, out.String())
+			case <-time.After(30 * time.Second):
+				t.Fatalf("perftestRun did not return:\n%s", out.String())
+			}
+			rows := latencyRows(t, out.String())
+			require.Len(t, rows, 1, out.String())
+			require.Equal(t, n, rows[0].iters, out.String())
+			require.GreaterOrEqual(t, rows[0].tMin, float64(pause.Microseconds())/2, "a sample shorter than the peer's pause:\n%s", out.String())
+		})
+	}
 }

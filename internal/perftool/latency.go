@@ -16,6 +16,11 @@ type Latency struct {
 	sum, sumSq float64
 	// samples keeps each measurement while it has room (Reserve).
 	samples []uint64
+	// unsampled counts iterations that ran without a sample of their own:
+	// the first Posted one, which has no earlier post to be timed from.
+	unsampled uint64
+	posted    bool
+	lastPost  uint64
 }
 
 // Reserve makes room for n measurements, so that Record keeps each of the
@@ -25,6 +30,23 @@ func (l *Latency) Reserve(n int) {
 		l.samples = make([]uint64, 0, n)
 	}
 	l.samples = l.samples[:0]
+	l.unsampled, l.posted = 0, false
+}
+
+// Posted times a loop as perftest's latency loops are timed
+// (print_report_lat): called where an iteration posts its message (perftest
+// reads the counter into tposted there), it records the time since the
+// previous call. n iterations make n-1 samples, each the time from one post
+// to the next; the first iteration counts in PerftestSummary's Count
+// (perftest's #iterations) with no sample of its own.
+func (l *Latency) Posted() {
+	t := cycles.Start()
+	if l.posted {
+		l.Record(t - l.lastPost)
+	} else {
+		l.unsampled++
+	}
+	l.posted, l.lastPost = true, t
 }
 
 // Record adds one measurement.
@@ -101,7 +123,8 @@ const DroppedTail = 2
 // left out of the median (t_typical: the middle one, or the mean of the two
 // middle ones), the mean and the standard deviation; t_min is the smallest
 // sample and t_max the first one left out; the 99th and 99.9th percentiles
-// are the samples at ceil(0.99 m) and ceil(0.999 m) of the m kept. Each
+// are the samples at ceil(0.99 m) and ceil(0.999 m) of the m kept; Count
+// is the samples and the iterations Posted left without one. Each
 // value is divided by div (2 for half a round trip) and given in
 // microseconds. It sorts the kept samples in place and needs at least
 // DroppedTail+1 of them.
@@ -129,7 +152,7 @@ func (l *Latency) PerftestSummary(counter cycles.Info, div float64) (Summary, er
 	}
 	at := func(p float64) float64 { return us(float64(s[min(int(math.Ceil(float64(m)*p)), len(s)-1)])) }
 	return Summary{
-		Count:         uint64(len(s)),
+		Count:         uint64(len(s)) + l.unsampled,
 		Min:           us(float64(s[0])),
 		Max:           us(float64(s[m])),
 		Typical:       us(median),

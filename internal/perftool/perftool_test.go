@@ -304,3 +304,20 @@ func TestMeasureFor(t *testing.T) {
 	_, _, err = (&Latency{}).MeasureFor(0, 1<<62, nil, func(uint32) error { return boom })
 	require.ErrorIs(t, err, boom)
 }
+
+// TestPosted: Posted times from post to post, as perftest's tposted
+// deltas: n posts make n-1 samples, and Count says n, perftest's
+// #iterations; Reserve starts over.
+func TestPosted(t *testing.T) {
+	var l Latency
+	for range 2 {
+		l.Reserve(8)
+		for range 6 {
+			l.Posted()
+		}
+		require.Len(t, l.samples, 5)
+		s, err := l.PerftestSummary(cycles.Info{Hz: 1e9}, 2)
+		require.NoError(t, err)
+		require.Equal(t, uint64(6), s.Count)
+	}
+}
