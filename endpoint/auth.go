@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
+	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 )
 
 // MinKeySize is the shortest pre-shared key accepted: 16 bytes. The key
@@ -366,6 +367,9 @@ func readFrame(r io.Reader, want byte, limit, abortLimit int) (frame, error) {
 		if m == encodingMagic {
 			detail = "a bare endpoint: the peer speaks the unauthenticated exchange of version 1 of this package"
 			return f, malformed("mesh magic", 0, errVersion, detail)
+		}
+		if v, ok := perftestwire.Version(h[:4]); ok {
+			detail = fmt.Sprintf("%q: the peer speaks perftest's exchange (its first bytes are perftest's version string), not this package's", v)
 		}
 		return f, malformed("mesh magic", 0, errBadMagic, detail)
 	}

@@ -282,3 +282,20 @@ func BenchmarkExchangeLoopback(b *testing.B) {
 		}
 	}
 }
+
+// TestExchangePerftestPeer: a peer that speaks perftest's TCP exchange
+// begins with its version string ("6.06", NUL-padded): the exchange fails
+// at once on the magic, with an error that says what the peer speaks.
+func TestExchangePerftestPeer(t *testing.T) {
+	conn := hostile(t, func(c net.Conn) {
+		_, _ = c.Write(append([]byte("6.06"), make([]byte, 60)...))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := Exchange(ctx, conn, DialSide, sampleUD(), testSec)
+	require.ErrorIs(t, err, ErrMalformed)
+	require.ErrorIs(t, err, errBadMagic)
+	require.ErrorContains(t, err, `"6.06": the peer speaks perftest's exchange`)
+	require.NoError(t, ctx.Err(), "failed on the deadline, not the bytes")
+
+}

@@ -379,3 +379,20 @@ func TestPerftestPeerTimesFromPostToPost(t *testing.T) {
 		})
 	}
 }
+
+// TestServePerftestClient: a server without --perftest-peer that perftest's
+// client (its version string first) reaches says what the client speaks
+// and which flag speaks it, at once.
+func TestServePerftestClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write(append([]byte("6.06"), make([]byte, 12)...))
+	require.NoError(t, err)
+	var out bytes.Buffer
+	err = serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &out)
+	require.ErrorIs(t, err, perftool.ErrPerftestClient)
+	require.ErrorContains(t, err, "--perftest-peer speaks it")
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -300,6 +301,9 @@ func (p params) config(base config) config {
 func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	var p params
 	conn, err := perftool.Accept(ln, cfg.timeout, &p)
+	if errors.Is(err, perftool.ErrPerftestClient) {
+		return fmt.Errorf("%w: --perftest-peer speaks it, for write_lat and send_lat", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -62,12 +63,28 @@ func Accept(ln net.Listener, timeout time.Duration, params any) (net.Conn, error
 		return nil, fmt.Errorf("accept: %w", err)
 	}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if err := binary.Read(conn, binary.BigEndian, params); err != nil {
+	// The first four bytes apart: a client that speaks perftest's
+	// exchange sends its version string and waits for the server's,
+	// short of the parameters.
+	var first [4]byte
+	_, err = io.ReadFull(conn, first[:])
+	if err == nil {
+		if v, ok := perftestwire.Version(first[:]); ok {
+			conn.Close()
+			return nil, fmt.Errorf("read the client's parameters: %w (it sent version %q)", ErrPerftestClient, v)
+		}
+		err = binary.Read(io.MultiReader(bytes.NewReader(first[:]), conn), binary.BigEndian, params)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("read the client's parameters: %w", err)
 	}
 	return conn, nil
 }
+
+// ErrPerftestClient is Accept's error for a client that speaks perftest's
+// own TCP exchange, which begins with perftest's version string.
+var ErrPerftestClient = errors.New("the client speaks perftest's exchange, not this tool's")
 
 // AcceptWait is how long a server waits for its client: ten timeouts, or
 // the longest duration when that overflows.

@@ -42,6 +42,25 @@ func TestAcceptDialSync(t *testing.T) {
 	require.Equal(t, params{Magic: 7, Size: 300}, got)
 }
 
+// TestAcceptPerftestClient: a client that speaks perftest's exchange
+// sends its version string and waits for the server's; Accept says so at
+// once rather than wait out the timeout for parameters that never come.
+func TestAcceptPerftestClient(t *testing.T) {
+	type params struct{ Magic, Size uint32 }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write(append([]byte("6.06"), make([]byte, 12)...))
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = Accept(ln, time.Minute, &params{})
+	require.ErrorIs(t, err, ErrPerftestClient)
+	require.ErrorContains(t, err, `(it sent version "6.06")`)
+	require.Less(t, time.Since(start), 30*time.Second, "Accept waited for parameters that never come")
+}
+
 func TestFlags(t *testing.T) {
 	var device, provider, server, client, keyFile string
 	var gid, port int
