@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +158,7 @@ type Fabric struct {
 	shmJoined bool
 	shmErr    error
 	fabricEnv bool
+	envErr    error         // the default Fabric's: a value of EnvLinkLayer it does not know
 	wireEpoch uint32        // the last epoch given to a requester (wire.go)
 	wireHeld  []wireHeldUD  // datagrams to other processes held back (wire_ud.go)
 	wireAcks  []wireHeldAck // ACKs held until the next round's sends (wire.go)
@@ -278,15 +280,28 @@ func New(opts Options) *Fabric {
 // StrictFatal; anything else (or unset) leaves Strict on.
 const EnvStrict = "MLX5KIT_SIM_STRICT"
 
+// EnvLinkLayer is the environment variable read once at start-up for the
+// link layer of the default Fabric's ports: "ethernet" (RoCE; also "eth"
+// and "roce") or "infiniband" (also "ib"; the default when unset).
+// Processes that share a fabric (EnvFabric) must agree on it. Any other
+// value makes the default Fabric refuse to list or open devices with an
+// error that names the variable.
+const EnvLinkLayer = "MLX5KIT_SIM_LINK_LAYER"
+
 var defaultFabric = newDefault()
 
 func newDefault() *Fabric {
-	f := New(defaultOptions(os.Getenv(EnvStrict)))
+	o, err := defaultOptions(os.Getenv(EnvStrict), os.Getenv(EnvLinkLayer))
+	f := New(o)
 	f.fabricEnv = true
+	f.envErr = err
 	return f
 }
 
-func defaultOptions(strict string) Options {
+// defaultOptions are the default Fabric's options from the values of
+// EnvStrict and EnvLinkLayer; a link layer it does not know is an error
+// (the options then have InfiniBand ports).
+func defaultOptions(strict, link string) (Options, error) {
 	o := Options{Mode: Engine, Strict: true}
 	switch strict {
 	case "0":
@@ -294,7 +309,17 @@ func defaultOptions(strict string) Options {
 	case "fatal":
 		o.StrictFatal = true
 	}
-	return o
+	var err error
+	switch strings.ToLower(link) {
+	case "", "ib", "infiniband":
+		o.LinkLayer = ctx.LinkLayerInfiniBand
+	case "eth", "ethernet", "roce":
+		o.LinkLayer = ctx.LinkLayerEthernet
+	default:
+		o.LinkLayer = ctx.LinkLayerInfiniBand
+		err = fmt.Errorf("%s=%q: want infiniband or ethernet: %w", EnvLinkLayer, link, ctx.ErrInvalidArgument)
+	}
+	return o, err
 }
 
 // fabricProvider is a Fabric as internal/provider sees it: the provider

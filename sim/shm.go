@@ -290,6 +290,10 @@ func (f *Fabric) joinLocked() error {
 		return f.shmErr
 	}
 	f.shmJoined = true
+	if f.envErr != nil {
+		f.shmErr = f.envErr
+		return f.shmErr
+	}
 	if addr, key := f.linkConfig(); addr != "" {
 		return f.joinLinkLocked(addr, key)
 	}

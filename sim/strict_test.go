@@ -294,10 +294,41 @@ func TestCheckViolations(t *testing.T) {
 }
 
 func TestDefaultOptions(t *testing.T) {
-	require.True(t, defaultOptions("").Strict)
-	require.False(t, defaultOptions("0").Strict)
-	require.True(t, defaultOptions("fatal").StrictFatal)
-	require.Equal(t, Engine, defaultOptions("").Mode)
+	o := func(strict, link string) Options {
+		t.Helper()
+		o, err := defaultOptions(strict, link)
+		require.NoError(t, err)
+		return o
+	}
+	require.True(t, o("", "").Strict)
+	require.False(t, o("0", "").Strict)
+	require.True(t, o("fatal", "").StrictFatal)
+	require.Equal(t, Engine, o("", "").Mode)
+	for _, v := range []string{"", "ib", "infiniband", "InfiniBand"} {
+		require.Equal(t, ctx.LinkLayerInfiniBand, o("", v).LinkLayer, "%q", v)
+	}
+	for _, v := range []string{"eth", "ethernet", "Ethernet", "roce", "RoCE"} {
+		require.Equal(t, ctx.LinkLayerEthernet, o("", v).LinkLayer, "%q", v)
+	}
+	_, err := defaultOptions("", "iwarp")
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, `MLX5KIT_SIM_LINK_LAYER="iwarp"`)
+}
+
+// TestDefaultFabricLinkLayerRefused: a Fabric made as the default one is
+// from a link layer it does not know refuses to list or open devices, and
+// says why.
+func TestDefaultFabricLinkLayerRefused(t *testing.T) {
+	o, err := defaultOptions("", "iwarp")
+	require.Error(t, err)
+	f := New(o)
+	defer f.Close()
+	f.envErr = err
+	_, err = f.devices()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, EnvLinkLayer)
+	_, err = f.openDevice("")
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }
 
 func TestStrictBlueFlame(t *testing.T) {

@@ -176,17 +176,22 @@ func TestPerftestInterop(t *testing.T) {
 	require.NoError(t, err, "mlx5kit-emulate -print-lib: %s", out)
 
 	// On RoCE (-link ethernet) the kit's end runs under the launcher too,
-	// with --provider mlx5: the software HCA of a process of its own is
-	// InfiniBand and cannot join an Ethernet fabric.
+	// with --provider mlx5, or on the software HCA of its own process
+	// with MLX5KIT_SIM_LINK_LAYER=ethernet (viaSim), which gives it
+	// Ethernet ports.
 	for _, c := range []struct {
-		prog            string
-		kitServer, roce bool
-	}{{"ib_write_lat", false, false}, {"ib_write_lat", true, false}, {"ib_send_lat", false, false}, {"ib_send_lat", true, false},
-		{"ib_write_lat", false, true}, {"ib_send_lat", true, true}} {
-		prog, kitServer, roce := c.prog, c.kitServer, c.roce
+		prog                    string
+		kitServer, roce, viaSim bool
+	}{{"ib_write_lat", false, false, false}, {"ib_write_lat", true, false, false}, {"ib_send_lat", false, false, false}, {"ib_send_lat", true, false, false},
+		{"ib_write_lat", false, true, false}, {"ib_send_lat", true, true, false},
+		{"ib_write_lat", true, true, true}, {"ib_send_lat", false, true, true}} {
+		prog, kitServer, roce, viaSim := c.prog, c.kitServer, c.roce, c.viaSim
 		name := prog + "/" + map[bool]string{false: "perftest-server", true: "kit-server"}[kitServer]
 		if roce {
 			name += "/roce"
+		}
+		if viaSim {
+			name += "/sim"
 		}
 		t.Run(name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -211,7 +216,11 @@ func TestPerftestInterop(t *testing.T) {
 				toolArgs := append([]string{mode, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated", "-n", "200", "-s", "64"}, extra...)
 				c := exec.CommandContext(cx, os.Args[0], args...)
 				c.Env = append(os.Environ(), sim.EnvFabric+"="+fabric)
-				if roce {
+				switch {
+				case viaSim:
+					c.Env = append(c.Env, sim.EnvLinkLayer+"=ethernet")
+					toolArgs = append(toolArgs, "-x", "3")
+				case roce:
 					c = exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", os.Args[0]), args...)...)
 					c.Env = env
 					toolArgs = append([]string{mode, "--provider", "mlx5", "-d", "mlx5_1", "-x", "3"}, toolArgs[3:]...)
