@@ -259,3 +259,30 @@ func with(c ctx.QueuePairCaps, f func(*ctx.QueuePairCaps)) ctx.QueuePairCaps {
 }
 
 func align(n, a int) int { return (n + a - 1) / a * a }
+
+// TestLimitsWithinDS: on a device with 1 KiB send WQEs (what a ConnectX's
+// firmware reports) rdma-core's sizing would allow inline sizes a WQE
+// cannot express (the ds count has 6 bits: 63 segments of 16 bytes). The
+// limits stop where a WQE of the kit still fits the ds count: RC 972, UD
+// 940, DCI 924 bytes inline, and one byte more does not fit.
+func TestLimitsWithinDS(t *testing.T) {
+	big := sqsize.Device{MaxSQDescSize: 1024, MaxSendWQEBB: 1 << 15, Atomics: true}
+	// Segments before the payload of the kit's largest WQE: control,
+	// address vector, remote address.
+	head := map[ctx.QPType]int{ctx.QPTypeRC: 2, ctx.QPTypeUD: 1 + prm.AVSegments, ctx.QPTypeDCI: 2 + prm.AVSegments}
+	want := map[ctx.QPType]uint32{ctx.QPTypeRC: 972, ctx.QPTypeUD: 940, ctx.QPTypeDCI: 924}
+	for _, atomics := range []bool{true, false} {
+		big.Atomics = atomics
+		for _, typ := range sendTypes {
+			lim := sqsize.LimitsOf(typ, big)
+			require.Equal(t, want[typ], lim.MaxInline, "%v atomics %v", typ, atomics)
+			require.Equal(t, want[typ], sqsize.KitMaxInline(typ))
+			require.LessOrEqual(t, head[typ]+prm.InlineDS(int(lim.MaxInline)), prm.MaxDS, "%v: the limit's WQE", typ)
+			require.Greater(t, head[typ]+prm.InlineDS(int(lim.MaxInline)+1), prm.MaxDS, "%v: a byte more", typ)
+			require.LessOrEqual(t, head[typ]+int(lim.MaxSGE), prm.MaxDS, "%v: SGEs", typ)
+			require.NoError(t, sqsize.Check(typ, ctx.QueuePairCaps{SendDepth: 16, MaxInline: lim.MaxInline}, big))
+			err := sqsize.Check(typ, ctx.QueuePairCaps{SendDepth: 16, MaxInline: lim.MaxInline + 1}, big)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", typ)
+		}
+	}
+}
