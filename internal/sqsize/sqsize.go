@@ -387,8 +387,8 @@ func LimitsOf(t ctx.QPType, d Device) ctx.SendQueueLimits {
 // LimitError is the refusal of a send-queue configuration beyond a limit of
 // its QP type or of rdma-core's sizing. It wraps ctx.ErrInvalidArgument.
 type LimitError struct {
-	// Msg names the limit and the values, e.g. "max inline 420 above the
-	// DCI limit of 412 bytes".
+	// Msg names the limit and the values, e.g. "max inline 930 above the
+	// DCI limit of 924 bytes".
 	Msg string
 }
 
