@@ -16,7 +16,7 @@ import (
 
 // Limits of the model, reported by Query.
 const (
-	maxSQDescSize  = 512 // largest send WQE in bytes (8 WQEBBs)
+	maxSQDescSize  = 1024 // largest send WQE in bytes (16 WQEBBs), as a ConnectX reports
 	maxSendWQEBB   = 1 << 15
 	maxRecvWR      = 1 << 15
 	maxSGE         = 16

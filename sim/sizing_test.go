@@ -28,9 +28,10 @@ func TestSendQueueLimitsPerType(t *testing.T) {
 	for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeUD, ctx.QPTypeDCI} {
 		lim := a.SendLimits(typ)
 		ov := sqsize.Overhead(typ, sqsize.KitOps(typ, true))
-		// The largest WQE, less the type's overhead and the inline header.
-		require.Equal(t, uint32(maxSQDescSize-ov-prm.InlineHeaderSize), lim.MaxInline, "%v", typ)
-		require.Equal(t, min(uint32((maxSQDescSize-ov)/prm.DataSize), maxSGE), lim.MaxSGE, "%v", typ)
+		// The largest WQE, less the type's overhead and the inline header,
+		// within what the ds count lets a WQE of the kit carry.
+		require.Equal(t, min(uint32(maxSQDescSize-ov-prm.InlineHeaderSize), sqsize.KitMaxInline(typ)), lim.MaxInline, "%v", typ)
+		require.Equal(t, min(uint32((maxSQDescSize-ov)/prm.DataSize), maxSGE, sqsize.KitMaxSGE(typ)), lim.MaxSGE, "%v", typ)
 		require.Equal(t, sqsize.LimitsOf(typ, sendQueueDevice), lim, "%v", typ)
 		create := func(caps ctx.QueuePairCaps) (*ctx.QueuePair, error) {
 			cfg := ctx.QueuePairConfig{Type: typ, SendCQ: cq.cq, Caps: caps}

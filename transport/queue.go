@@ -156,8 +156,8 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			DBRec:         d.DBRec,
 			BlueFlame:     d.BlueFlame,
 			BlueFlameSize: d.BlueFlameSize,
-			MaxInline:     d.MaxInline,
-			MaxSGE:        d.MaxSendSGE,
+			MaxInline:     min(d.MaxInline, sqsize.KitMaxInline(q.typ)),
+			MaxSGE:        min(d.MaxSendSGE, sqsize.KitMaxSGE(q.typ)),
 			MaxWQEBBs:     maxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
 			Transport:     transport,
 			Memory:        d.Memory,
@@ -543,13 +543,17 @@ type Limits struct {
 	MaxSendSGE, MaxRecvSGE, MaxInline uint32
 }
 
-// limitsOf returns the limits of qp.
+// limitsOf returns the limits of qp: the granted ones, within what a WQE
+// of the kit can express (rdma-core grants the inline bytes of a 1 KiB
+// slot, which can be more than the ds count allows: sqsize.KitMaxInline).
 func limitsOf(qp *ctx.QueuePair) Limits {
 	d := provider.QPDescriptor(qp)
 	l := Limits{SendWQEBBs: d.SQ.WQECnt, RecvWQEs: d.RQ.WQECnt,
 		MaxSendSGE: d.MaxSendSGE, MaxRecvSGE: d.MaxRecvSGE, MaxInline: d.MaxInline}
 	if d.SQ.WQECnt > 0 {
 		l.MaxWQEBBs = maxWQEBBs(qp.Type(), d.MaxSendSGE, d.MaxInline)
+		l.MaxSendSGE = min(l.MaxSendSGE, sqsize.KitMaxSGE(qp.Type()))
+		l.MaxInline = min(l.MaxInline, sqsize.KitMaxInline(qp.Type()))
 	}
 	return l
 }

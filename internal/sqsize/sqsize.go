@@ -145,6 +145,34 @@ func KitWQEBBs(t ctx.QPType, maxSGE, maxInline uint32) uint32 {
 	return max(uint32(prm.WQEBBs(int(ds))), 2)
 }
 
+// KitMaxPayload is the most bytes of data segments, or of inline segment
+// header and data, that a WQE of the kit on a queue pair of type t carries:
+// the 6-bit ds count allows prm.MaxDS segments of 16 bytes, less the
+// control segment, the address vector (UD, DCI) and the remote address
+// (RC, DCI). A 1 KiB send WQE (max_sq_desc_sz 1024) is larger than that:
+// rdma-core grants inline sizes up to the descriptor, which a WQE cannot
+// express (UD: 956 bytes granted, 940 expressible).
+func KitMaxPayload(t ctx.QPType) uint32 {
+	segs := prm.MaxDS - 1
+	switch t {
+	case ctx.QPTypeUD:
+		segs -= prm.AVSegments
+	case ctx.QPTypeDCI:
+		segs -= prm.AVSegments + 1
+	default:
+		segs--
+	}
+	return uint32(segs * prm.SegmentSize)
+}
+
+// KitMaxSGE is the most data segments of a WQE of the kit on a queue pair
+// of type t (KitMaxPayload).
+func KitMaxSGE(t ctx.QPType) uint32 { return KitMaxPayload(t) / prm.DataSize }
+
+// KitMaxInline is the most inline bytes of a WQE of the kit on a queue pair
+// of type t (KitMaxPayload, less the inline segment's header).
+func KitMaxInline(t ctx.QPType) uint32 { return KitMaxPayload(t) - prm.InlineHeaderSize }
+
 // Device holds what a send queue is sized against.
 type Device struct {
 	// MaxSQDescSize is rdma-core's max_sq_desc_sz: the largest send WQE in
@@ -335,7 +363,8 @@ func Check(t ctx.QPType, caps ctx.QueuePairCaps, d Device) error {
 
 // LimitsOf returns the send-queue limits of type t on d: the deepest queue
 // (with one SGE and no inline data: larger WQEs lower it), the most SGEs and
-// the most inline bytes one WQE of the kit may carry. It returns zero limits
+// the most inline bytes one WQE of the kit may carry (within both the
+// WQE size and the ds count: KitMaxSGE, KitMaxInline). It returns zero limits
 // for a type without a send queue or a Device without a WQE size.
 func LimitsOf(t ctx.QPType, d Device) ctx.SendQueueLimits {
 	ov := Overhead(t, KitOps(t, d.Atomics))
@@ -343,7 +372,7 @@ func LimitsOf(t ctx.QPType, d Device) ctx.SendQueueLimits {
 	if ov == 0 || maxWQE < ov+prm.DataSize || maxWQE < int(KitWQEBBs(t, 1, 0))*prm.WQEBBSize {
 		return ctx.SendQueueLimits{}
 	}
-	sge := uint32((maxWQE - ov) / prm.DataSize)
+	sge := min(uint32((maxWQE-ov)/prm.DataSize), KitMaxSGE(t))
 	if d.MaxSGE != 0 {
 		sge = min(sge, d.MaxSGE)
 	}
@@ -351,15 +380,15 @@ func LimitsOf(t ctx.QPType, d Device) ctx.SendQueueLimits {
 	return ctx.SendQueueLimits{
 		MaxDepth:  depthLimit(smallest, d),
 		MaxSGE:    sge,
-		MaxInline: uint32(maxWQE - ov - prm.InlineHeaderSize),
+		MaxInline: min(uint32(maxWQE-ov-prm.InlineHeaderSize), KitMaxInline(t)),
 	}
 }
 
 // LimitError is the refusal of a send-queue configuration beyond a limit of
 // its QP type or of rdma-core's sizing. It wraps ctx.ErrInvalidArgument.
 type LimitError struct {
-	// Msg names the limit and the values, e.g. "max inline 420 above the
-	// DCI limit of 412 bytes".
+	// Msg names the limit and the values, e.g. "max inline 930 above the
+	// DCI limit of 924 bytes".
 	Msg string
 }
 

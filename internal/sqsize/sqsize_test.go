@@ -12,11 +12,11 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
-// connectX is a device as rdma-core sees it with a ConnectX's rings of up
-// to 32768 basic blocks (log_max_qp_sz 15, also max_qp_wr), max_sge 30
-// and atomics, and the model's 512-byte send WQEs (a ConnectX's firmware
-// may report 1 KiB; see docs/hardware.md).
-var connectX = sqsize.Device{MaxSQDescSize: 512, MaxSendWQEBB: 1 << 15, MaxSGE: 30, Atomics: true}
+// wqe512 is a device as rdma-core sees it with a ConnectX's rings of up to
+// 32768 basic blocks (log_max_qp_sz 15, also max_qp_wr), max_sge 30 and
+// atomics, and 512-byte send WQEs (half a ConnectX's: the sizes below fit
+// within the ds count, which TestLimitsWithinDS checks at 1 KiB).
+var wqe512 = sqsize.Device{MaxSQDescSize: 512, MaxSendWQEBB: 1 << 15, MaxSGE: 30, Atomics: true}
 
 var sendTypes = []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeUD, ctx.QPTypeDCI}
 
@@ -79,7 +79,7 @@ func capsTable() []ctx.QueuePairCaps {
 // configuration Check refuses is really beyond a limit.
 func TestKitAndRDMACoreAgree(t *testing.T) {
 	devices := map[string]sqsize.Device{
-		"ConnectX":               connectX,
+		"ConnectX":               wqe512,
 		"no atomics":             {MaxSQDescSize: 512, MaxSendWQEBB: 1 << 15, MaxSGE: 30},
 		"1 KiB WQEs, 16 SGEs":    {MaxSQDescSize: 1024, MaxSendWQEBB: 1 << 14, MaxSGE: 16, Atomics: true},
 		"unaligned descriptor":   {MaxSQDescSize: 500, MaxSendWQEBB: 1 << 15, MaxSGE: 30, Atomics: true},
@@ -147,11 +147,11 @@ func TestLimitsConnectX(t *testing.T) {
 		// builder's least headroom).
 		smallest := max(align(ov+16, 64), 2*64)
 		want := ctx.SendQueueLimits{
-			MaxDepth:  uint32(int(connectX.MaxSendWQEBB) * 64 / smallest),
-			MaxSGE:    min(uint32((512-ov)/16), connectX.MaxSGE),
+			MaxDepth:  uint32(int(wqe512.MaxSendWQEBB) * 64 / smallest),
+			MaxSGE:    min(uint32((512-ov)/16), wqe512.MaxSGE),
 			MaxInline: uint32(512 - ov - 4),
 		}
-		lim := sqsize.LimitsOf(typ, connectX)
+		lim := sqsize.LimitsOf(typ, wqe512)
 		require.Equal(t, want, lim, typ)
 		t.Logf("%v: overhead %d bytes, limits %+v", typ, ov, lim)
 
@@ -168,20 +168,20 @@ func TestLimitsConnectX(t *testing.T) {
 			{"inline", with(one, func(c *ctx.QueuePairCaps) { c.MaxInline = lim.MaxInline }), with(one, func(c *ctx.QueuePairCaps) { c.MaxInline = lim.MaxInline + 1 }),
 				fmt.Sprintf("max inline %d above the %v limit of %d", lim.MaxInline+1, typ, lim.MaxInline)},
 		} {
-			require.NoError(t, sqsize.Check(typ, c.ok, connectX), "%v %s at the limit", typ, c.name)
-			err := sqsize.Check(typ, c.no, connectX)
+			require.NoError(t, sqsize.Check(typ, c.ok, wqe512), "%v %s at the limit", typ, c.name)
+			err := sqsize.Check(typ, c.no, wqe512)
 			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v %s past the limit", typ, c.name)
 			require.Contains(t, err.Error(), c.limit)
 		}
 		// A larger WQE lowers the depth limit, and the message says so.
 		big := ctx.QueuePairCaps{SendDepth: lim.MaxDepth, MaxSendSGE: 1, MaxInline: 200}
-		err := sqsize.Check(typ, big, connectX)
+		err := sqsize.Check(typ, big, wqe512)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 		require.Contains(t, err.Error(), "max inline 200")
 	}
 	// The limits differ by type: an inline size RC allows, UD and DCI may
 	// not.
-	rc, ud, dci := sqsize.LimitsOf(ctx.QPTypeRC, connectX), sqsize.LimitsOf(ctx.QPTypeUD, connectX), sqsize.LimitsOf(ctx.QPTypeDCI, connectX)
+	rc, ud, dci := sqsize.LimitsOf(ctx.QPTypeRC, wqe512), sqsize.LimitsOf(ctx.QPTypeUD, wqe512), sqsize.LimitsOf(ctx.QPTypeDCI, wqe512)
 	require.Greater(t, rc.MaxInline, ud.MaxInline)
 	require.Greater(t, ud.MaxInline, dci.MaxInline)
 	require.Greater(t, rc.MaxSGE, dci.MaxSGE)
@@ -193,25 +193,25 @@ func TestLimitsConnectX(t *testing.T) {
 // kit's ops give 128-byte slots and max_qp_wr/2.
 func TestDefaultOpsQuarterDepth(t *testing.T) {
 	for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeDCI} {
-		caps := ctx.QueuePairCaps{SendDepth: connectX.MaxSendWQEBB/4 + 1, MaxSendSGE: 1}
-		_, err := sqsize.Compute(typ, sqsize.DefaultOps(typ), caps, connectX)
+		caps := ctx.QueuePairCaps{SendDepth: wqe512.MaxSendWQEBB/4 + 1, MaxSendSGE: 1}
+		_, err := sqsize.Compute(typ, sqsize.DefaultOps(typ), caps, wqe512)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, typ)
-		g, err := sqsize.Compute(typ, sqsize.DefaultOps(typ), ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1}, connectX)
+		g, err := sqsize.Compute(typ, sqsize.DefaultOps(typ), ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1}, wqe512)
 		require.NoError(t, err)
 		require.Equal(t, uint32(256), g.WQESize, typ)
 
 		ops := sqsize.KitOps(typ, true)
-		g, err = sqsize.Compute(typ, ops, sqsize.Request(typ, ops, caps, connectX), connectX)
+		g, err = sqsize.Compute(typ, ops, sqsize.Request(typ, ops, caps, wqe512), wqe512)
 		require.NoError(t, err, typ)
 		require.Equal(t, uint32(128), g.WQESize, typ)
-		require.NoError(t, sqsize.Check(typ, ctx.QueuePairCaps{SendDepth: connectX.MaxSendWQEBB / 2, MaxSendSGE: 1}, connectX))
+		require.NoError(t, sqsize.Check(typ, ctx.QueuePairCaps{SendDepth: wqe512.MaxSendWQEBB / 2, MaxSendSGE: 1}, wqe512))
 	}
 	// The SGEs that fit a 512-byte WQE without the flags: 20 on RC, 17 on
 	// a DCI, below the 30 the device reports.
 	for typ, want := range map[ctx.QPType]uint32{ctx.QPTypeRC: 20, ctx.QPTypeDCI: 17} {
-		_, err := sqsize.Compute(typ, sqsize.DefaultOps(typ), ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: want}, connectX)
+		_, err := sqsize.Compute(typ, sqsize.DefaultOps(typ), ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: want}, wqe512)
 		require.NoError(t, err)
-		_, err = sqsize.Compute(typ, sqsize.DefaultOps(typ), ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: want + 1}, connectX)
+		_, err = sqsize.Compute(typ, sqsize.DefaultOps(typ), ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: want + 1}, wqe512)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	}
 }
@@ -238,7 +238,7 @@ func TestComputeMatchesRDMACore(t *testing.T) {
 		{caps: ctx.QueuePairCaps{SendDepth: 1 << 15, MaxSendSGE: 1}, size: 64, cnt: 1 << 15, inl: 12, post: 1 << 15},
 		{caps: ctx.QueuePairCaps{SendDepth: 1<<15 + 1, MaxSendSGE: 1}, refusedBecauseOf: "send depth 32769 above the RC limit of 32768 for 64-byte"},
 	} {
-		g, err := sqsize.Compute(ctx.QPTypeRC, ops, c.caps, connectX)
+		g, err := sqsize.Compute(ctx.QPTypeRC, ops, c.caps, wqe512)
 		if c.refusedBecauseOf != "" {
 			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%+v", c.caps)
 			require.Contains(t, err.Error(), c.refusedBecauseOf)
@@ -248,7 +248,7 @@ func TestComputeMatchesRDMACore(t *testing.T) {
 		require.Equal(t, sqsize.Geometry{Overhead: 48, WQESize: c.size, WQECnt: c.cnt, MaxPost: c.post, MaxInline: c.inl, MaxSGE: c.caps.MaxSendSGE}, g, "%+v", c.caps)
 	}
 	// No send queue: nothing to size.
-	g, err := sqsize.Compute(ctx.QPTypeRC, ops, ctx.QueuePairCaps{}, connectX)
+	g, err := sqsize.Compute(ctx.QPTypeRC, ops, ctx.QueuePairCaps{}, wqe512)
 	require.NoError(t, err)
 	require.Zero(t, g)
 }
@@ -259,3 +259,30 @@ func with(c ctx.QueuePairCaps, f func(*ctx.QueuePairCaps)) ctx.QueuePairCaps {
 }
 
 func align(n, a int) int { return (n + a - 1) / a * a }
+
+// TestLimitsWithinDS: on a device with 1 KiB send WQEs (what a ConnectX's
+// firmware reports) rdma-core's sizing would allow inline sizes a WQE
+// cannot express (the ds count has 6 bits: 63 segments of 16 bytes). The
+// limits stop where a WQE of the kit still fits the ds count: RC 972, UD
+// 940, DCI 924 bytes inline, and one byte more does not fit.
+func TestLimitsWithinDS(t *testing.T) {
+	big := sqsize.Device{MaxSQDescSize: 1024, MaxSendWQEBB: 1 << 15, Atomics: true}
+	// Segments before the payload of the kit's largest WQE: control,
+	// address vector, remote address.
+	head := map[ctx.QPType]int{ctx.QPTypeRC: 2, ctx.QPTypeUD: 1 + prm.AVSegments, ctx.QPTypeDCI: 2 + prm.AVSegments}
+	want := map[ctx.QPType]uint32{ctx.QPTypeRC: 972, ctx.QPTypeUD: 940, ctx.QPTypeDCI: 924}
+	for _, atomics := range []bool{true, false} {
+		big.Atomics = atomics
+		for _, typ := range sendTypes {
+			lim := sqsize.LimitsOf(typ, big)
+			require.Equal(t, want[typ], lim.MaxInline, "%v atomics %v", typ, atomics)
+			require.Equal(t, want[typ], sqsize.KitMaxInline(typ))
+			require.LessOrEqual(t, head[typ]+prm.InlineDS(int(lim.MaxInline)), prm.MaxDS, "%v: the limit's WQE", typ)
+			require.Greater(t, head[typ]+prm.InlineDS(int(lim.MaxInline)+1), prm.MaxDS, "%v: a byte more", typ)
+			require.LessOrEqual(t, head[typ]+int(lim.MaxSGE), prm.MaxDS, "%v: SGEs", typ)
+			require.NoError(t, sqsize.Check(typ, ctx.QueuePairCaps{SendDepth: 16, MaxInline: lim.MaxInline}, big))
+			err := sqsize.Check(typ, ctx.QueuePairCaps{SendDepth: 16, MaxInline: lim.MaxInline + 1}, big)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", typ)
+		}
+	}
+}

@@ -10,10 +10,10 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 )
 
-// connectXAttr is what a ConnectX reports: max_qp_wr 32768, max_sge 30,
-// atomics, 512-byte send WQEs (probed), and the per-type limits that
-// follow.
-func connectXAttr() ctx.DeviceAttr {
+// wqe512Attr is a ConnectX's max_qp_wr 32768, max_sge 30 and atomics with
+// 512-byte send WQEs (half a ConnectX-4's, so that each type's WQE holds
+// fewer SGEs than max_sge), and the per-type limits that follow.
+func wqe512Attr() ctx.DeviceAttr {
 	a := ctx.DeviceAttr{MaxQPWR: 1 << 15, MaxSGE: 30, AtomicHCA: true, MaxSendWQESize: 512}
 	d := sqsize.DeviceOf(a)
 	a.SendLimitsRC = sqsize.LimitsOf(ctx.QPTypeRC, d)
@@ -29,7 +29,7 @@ func connectXAttr() ctx.DeviceAttr {
 // WQE has room for fewer SGEs and inline bytes than an RC one. Each
 // refusal names the type's limit; nothing else is checked against it.
 func TestCheckCapsPerType(t *testing.T) {
-	a := connectXAttr()
+	a := wqe512Attr()
 	for _, c := range []struct {
 		name  string
 		typ   ctx.QPType
