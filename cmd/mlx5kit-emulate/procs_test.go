@@ -212,17 +212,24 @@ func TestPerftestTwoProcesses(t *testing.T) {
 	}
 	for _, c := range []struct {
 		prog, link, header string
+		extra              []string
 	}{
-		{"ib_write_lat", "infiniband", "t_typical[usec]"},
-		{"ib_write_lat", "ethernet", "t_typical[usec]"},
-		{"ib_read_lat", "infiniband", "t_typical[usec]"},
-		{"ib_send_lat", "infiniband", "t_typical[usec]"},
-		{"ib_atomic_lat", "infiniband", "t_typical[usec]"},
-		{"ib_write_bw", "infiniband", "BW average[MB/sec]"},
+		{"ib_write_lat", "infiniband", "t_typical[usec]", nil},
+		// 900 bytes inline: a 1 KiB send WQE (max_sq_desc_sz 1024), as
+		// on a ConnectX.
+		{"ib_write_lat", "infiniband", "t_typical[usec]", []string{"-I", "900", "-s", "900"}},
+		{"ib_write_lat", "ethernet", "t_typical[usec]", nil},
+		{"ib_read_lat", "infiniband", "t_typical[usec]", nil},
+		{"ib_send_lat", "infiniband", "t_typical[usec]", nil},
+		{"ib_atomic_lat", "infiniband", "t_typical[usec]", nil},
+		{"ib_write_bw", "infiniband", "BW average[MB/sec]", nil},
 	} {
-		t.Run(c.prog+"/"+c.link, func(t *testing.T) {
-			_, cli := runPair(t, "mlx5", c.link, c.prog, []string{"-d", "mlx5_0", "-F", "-n", "200"}, "-p", time.Minute)
+		t.Run(c.prog+"/"+c.link+strings.Join(c.extra, ""), func(t *testing.T) {
+			_, cli := runPair(t, "mlx5", c.link, c.prog, append([]string{"-d", "mlx5_0", "-F", "-n", "200"}, c.extra...), "-p", time.Minute)
 			require.Contains(t, cli, "Device         : mlx5_0", "client:\n%s", cli)
+			if len(c.extra) > 0 {
+				require.Contains(t, cli, "Max inline data : 900[B]", "client:\n%s", cli)
+			}
 			require.Contains(t, cli, c.header, "client:\n%s", cli)
 			require.Regexp(t, `(?m)^\s*\d+\s+200\s+\d`, cli, "a result row for 200 iterations:\n%s", cli)
 		})
