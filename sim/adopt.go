@@ -159,7 +159,9 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	if caps.SendDepth == 0 {
 		caps.SendDepth = 1
 	}
-	_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
+	// An inline size libmlx5 granted beyond what a WQE expresses is taken
+	// at the limit (sqsize.Granted).
+	_, g, err := sqsize.Plan(cfg.Type, sqsize.Granted(cfg.Type, caps, sendQueueDevice), sendQueueDevice)
 	if err != nil {
 		return nil, provider.Errorf(op, "%w", err)
 	}

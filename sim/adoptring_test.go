@@ -39,3 +39,46 @@ func TestAdoptQueuePairSmallRing(t *testing.T) {
 	require.Equal(t, uint32(1), q.(*qp).maxWQEBBs, "no WQE larger than the ring")
 	require.NoError(t, q.Close())
 }
+
+// TestAdoptQueuePairInlineBeyondDS adopts queue pairs whose inline size is
+// what libmlx5 grants for a 1 KiB slot, beyond what the ds count lets a WQE
+// carry (UD: 956 bytes, 940 expressible; RC with SENDs only: 1004, 972):
+// mlx5_ib checks no inline size, and the model takes them at its limit.
+// Inline sizes no slot holds are still refused.
+func TestAdoptQueuePairInlineBeyondDS(t *testing.T) {
+	f := New(Options{Strict: true})
+	defer f.Close()
+	d, err := f.openDevice("sim0")
+	require.NoError(t, err)
+	defer d.Close()
+	p, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	defer c.Close()
+	const cnt = 16
+	ring, err := ctx.AllocBuffer(cnt*prm.WQEBBSize, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer ring.Close()
+	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer db.Close()
+	adopt := func(typ ctx.QPType, inline uint32) (*qp, error) {
+		q, err := adoptQueuePair(p, simadopt.QPConfig{Type: typ, SendCQ: c, RecvCQ: c,
+			Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: inline},
+			SQ:   ring.Pointer(), SQCount: cnt, DBRec: db.Pointer()})
+		if err != nil {
+			return nil, err
+		}
+		return q.(*qp), nil
+	}
+	for typ, granted := range map[ctx.QPType]uint32{ctx.QPTypeUD: 956, ctx.QPTypeRC: 1004, ctx.QPTypeDCI: 956} {
+		q, err := adopt(typ, granted)
+		require.NoError(t, err, "%v with %d bytes inline, as libmlx5 grants", typ, granted)
+		require.Equal(t, uint32(cnt), q.maxWQEBBs, "%v", typ)
+		require.NoError(t, q.Close())
+		_, err = adopt(typ, granted+16)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v with %d bytes inline", typ, granted+16)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
 // TestHardwareProviderSRQLimitBoundIsTheRing: the hardware provider
@@ -117,4 +118,33 @@ func TestHardwareProviderProbeFailureNotKept(t *testing.T) {
 	require.Equal(t, want.MaxSendWQESize, got.MaxSendWQESize)
 	require.Equal(t, want.SendLimitsRC, got.SendLimitsRC)
 	require.Equal(t, want.BlueFlameSize, got.BlueFlameSize)
+}
+
+// TestHardwareProviderSendLimitsUnderEmulation: every send-queue limit the
+// hardware provider reports can be created under the emulated kernel. For
+// inline sizes that need a 1 KiB slot libmlx5 grants what fills the slot
+// (UD: 956 bytes, more than the 940 a WQE of the kit expresses) and tells
+// the kernel so; mlx5_ib takes the library's ring as it comes and checks no
+// inline size, so neither may the emulated kernel.
+func TestHardwareProviderSendLimitsUnderEmulation(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	a, err := d.Query()
+	require.NoError(t, err)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+	for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeUD} {
+		lim := sqsize.LimitsOf(typ, sqsize.DeviceOf(a))
+		require.NotZero(t, lim.MaxInline, typ)
+		for _, inline := range []uint32{900, lim.MaxInline} {
+			qp, err := pd.CreateQueuePair(verbs.QPConfig{Type: typ, SendCQ: cq, RecvCQ: cq,
+				Caps: ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: inline}})
+			require.NoError(t, err, "%v with %d bytes inline (limit %d)", typ, inline, lim.MaxInline)
+			require.NoError(t, qp.Close())
+		}
+	}
 }

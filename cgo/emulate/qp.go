@@ -100,7 +100,9 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 		return qpReply{}, unix.EINVAL
 	}
 	if !dct && c.SendDepth > 0 {
-		if err := sqsize.Check(typ, c, sqsize.DeviceOf(attr)); err != nil {
+		// libmlx5 tells the kernel the inline size it granted, which can
+		// be more than a WQE expresses (sqsize.Granted); mlx5_ib takes it.
+		if err := sqsize.Check(typ, sqsize.Granted(typ, c, sqsize.DeviceOf(attr)), sqsize.DeviceOf(attr)); err != nil {
 			return qpReply{}, unix.EINVAL
 		}
 	}

@@ -384,6 +384,28 @@ func LimitsOf(t ctx.QPType, d Device) ctx.SendQueueLimits {
 	}
 }
 
+// Granted returns caps that libmlx5 granted a QP of type t on d (and told
+// the kernel) as the kit's limits take them: libmlx5 grants the inline
+// bytes that fill a slot, up to max_sq_desc_sz less its overhead, which on
+// a device with 1 KiB send WQEs is more than a WQE can express within the
+// ds count (UD: 956 bytes, 940 expressible; RC without atomics: 988, not
+// 972). Such an inline size, one no larger than a WQE of max_sq_desc_sz
+// holds after the type's smallest overhead, is lowered to LimitsOf's; any
+// other caps are returned as they are. mlx5_ib checks no inline size of a
+// user QP: a kernel's model (the emulated kernel, the software HCA's
+// adoption of a library's rings) checks Granted's caps, not the request's.
+func Granted(t ctx.QPType, caps ctx.QueuePairCaps, d Device) ctx.QueuePairCaps {
+	ov := Overhead(t, OpSend)
+	lim := LimitsOf(t, d)
+	if ov == 0 || lim.MaxInline == 0 || caps.MaxInline <= lim.MaxInline {
+		return caps
+	}
+	if int64(caps.MaxInline) <= int64(d.maxWQE())-int64(ov)-prm.InlineHeaderSize {
+		caps.MaxInline = lim.MaxInline
+	}
+	return caps
+}
+
 // LimitError is the refusal of a send-queue configuration beyond a limit of
 // its QP type or of rdma-core's sizing. It wraps ctx.ErrInvalidArgument.
 type LimitError struct {

@@ -286,3 +286,21 @@ func TestLimitsWithinDS(t *testing.T) {
 		}
 	}
 }
+
+// TestGranted: what libmlx5 grants for a 1 KiB slot beyond the ds count is
+// taken at the limit; sizes no slot holds, and those within the limit,
+// are left alone.
+func TestGranted(t *testing.T) {
+	d := sqsize.Device{MaxSQDescSize: 1024, MaxSendWQEBB: 1 << 15, MaxSGE: 16, Atomics: true}
+	for typ, granted := range map[ctx.QPType]uint32{ctx.QPTypeRC: 1004, ctx.QPTypeUD: 956, ctx.QPTypeDCI: 956} {
+		lim := sqsize.LimitsOf(typ, d)
+		for _, inline := range []uint32{lim.MaxInline - 1, lim.MaxInline, lim.MaxInline + 1, granted} {
+			c := sqsize.Granted(typ, ctx.QueuePairCaps{SendDepth: 4, MaxSendSGE: 1, MaxInline: inline}, d)
+			require.Equal(t, min(inline, lim.MaxInline), c.MaxInline, "%v %d", typ, inline)
+			require.NoError(t, sqsize.Check(typ, c, d), "%v %d", typ, inline)
+		}
+		c := sqsize.Granted(typ, ctx.QueuePairCaps{SendDepth: 4, MaxSendSGE: 1, MaxInline: granted + 1}, d)
+		require.Equal(t, granted+1, c.MaxInline, "%v", typ)
+		require.Error(t, sqsize.Check(typ, c, d))
+	}
+}
