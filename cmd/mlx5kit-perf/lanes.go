@@ -201,6 +201,16 @@ func (x *end) addLanes(cfg config, c *ctx.Context) error {
 		return err
 	}
 	tclass := uint8(cfg.tclass) // -T, on every lane's paths
+	if t := map[connection]ctx.QPType{connUD: ctx.QPTypeUD, connDC: ctx.QPTypeDCI}[cfg.conn]; t != 0 {
+		// The end's inline size is RC's (-I, up to the device's RC
+		// limit); a UD or DCI WQE has less room: as perftest, take the
+		// type's limit.
+		a, err := c.Query()
+		if err != nil {
+			return err
+		}
+		x.MaxInline = min(x.MaxInline, int(a.SendLimits(t).MaxInline))
+	}
 	ls := &lanes{conn: cfg.conn, grh: cfg.grh()}
 	x.lanes = ls
 	recvLen := uint32(len(x.End.Recv))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -355,5 +356,29 @@ func TestLanesTwoProcesses(t *testing.T) {
 				require.Equal(t, 400, bandwidthRows(t, out)[0].iters, out)
 			}
 		})
+	}
+}
+
+// TestLaneInlineLimitPerType: -I above what a UD or DCI WQE holds (the
+// device's RC limit is larger) takes the type's limit, as perftest does,
+// instead of failing the lane's creation.
+func TestLaneInlineLimitPerType(t *testing.T) {
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
+	require.NoError(t, err)
+	a, err := c.Query()
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	for _, tc := range []struct {
+		args []string
+		typ  ctx.QPType
+	}{
+		{[]string{"send_lat", "-c", "UD"}, ctx.QPTypeUD},
+		{[]string{"write_bw", "-c", "DC"}, ctx.QPTypeDCI},
+	} {
+		lim := a.SendLimits(tc.typ).MaxInline
+		require.Less(t, lim, a.MaxInline, "%v holds less inline than RC", tc.typ)
+		over := fmt.Sprint(lim + 10)
+		out := runOK(t, append(tc.args, "--provider", "sim", "-I", over, "-s", over, "-n", "100")...)
+		require.Contains(t, out, fmt.Sprintf("Max inline data : %d[B]", lim), out)
 	}
 }
