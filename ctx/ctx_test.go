@@ -450,3 +450,21 @@ func TestOpenWithoutChoiceDoesNotFallBack(t *testing.T) {
 	require.Equal(t, ctx.KindSoftware, c.Kind())
 	require.NoError(t, c.Close())
 }
+
+// TestLinkLayerUnmarshalText: the names the tools and environment
+// variables take, in any case; anything else is refused and changes
+// nothing.
+func TestLinkLayerUnmarshalText(t *testing.T) {
+	for text, want := range map[string]ctx.LinkLayer{"infiniband": ctx.LinkLayerInfiniBand, "IB": ctx.LinkLayerInfiniBand, "InfiniBand": ctx.LinkLayerInfiniBand,
+		"ethernet": ctx.LinkLayerEthernet, "Ethernet": ctx.LinkLayerEthernet, "eth": ctx.LinkLayerEthernet, "RoCE": ctx.LinkLayerEthernet} {
+		var l ctx.LinkLayer
+		require.NoError(t, l.UnmarshalText([]byte(text)), text)
+		require.Equal(t, want, l, text)
+	}
+	l := ctx.LinkLayerEthernet
+	for _, text := range []string{"", "iwarp", "ether net"} {
+		err := l.UnmarshalText([]byte(text))
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%q", text)
+		require.Equal(t, ctx.LinkLayerEthernet, l, "%q changed it", text)
+	}
+}

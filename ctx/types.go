@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
 )
@@ -175,6 +176,23 @@ var linkLayerNames = [...]string{LinkLayerInfiniBand: "InfiniBand", LinkLayerEth
 
 // String returns "InfiniBand" or "Ethernet".
 func (l LinkLayer) String() string { return names.Of(l, linkLayerNames[:], "LinkLayer") }
+
+// UnmarshalText sets l from a link layer's name as the tools and
+// environment variables take it, in any case: "infiniband" or "ib", and
+// "ethernet", "eth" or "roce". Any other text is an error wrapping
+// ErrInvalidArgument (the caller names the text and where it came from, as
+// flag.TextVar does), and l is left as it was.
+func (l *LinkLayer) UnmarshalText(text []byte) error {
+	switch strings.ToLower(string(text)) {
+	case "infiniband", "ib":
+		*l = LinkLayerInfiniBand
+	case "ethernet", "eth", "roce":
+		*l = LinkLayerEthernet
+	default:
+		return fmt.Errorf("want infiniband or ethernet: %w", ErrInvalidArgument)
+	}
+	return nil
+}
 
 // PortState is the logical state of a port (enum ibv_port_state).
 type PortState uint8

@@ -15,28 +15,10 @@ import (
 // largest WQE for those capabilities: mlx5_ib takes it, and so does the
 // model, bounding the WQEs by the ring.
 func TestAdoptQueuePairSmallRing(t *testing.T) {
-	f := New(Options{Strict: true})
-	defer f.Close()
-	d, err := f.openDevice("sim0")
-	require.NoError(t, err)
-	defer d.Close()
-	p, err := d.AllocProtectionDomain()
-	require.NoError(t, err)
-	defer p.Close()
-	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
-	require.NoError(t, err)
-	defer c.Close()
-	ring, err := ctx.AllocBuffer(prm.WQEBBSize, ctx.BufferOptions{})
-	require.NoError(t, err)
-	defer ring.Close()
-	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
-	require.NoError(t, err)
-	defer db.Close()
-	q, err := adoptQueuePair(p, simadopt.QPConfig{Type: ctx.QPTypeRC, SendCQ: c, RecvCQ: c,
-		Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: 12},
-		SQ:   ring.Pointer(), SQCount: 1, DBRec: db.Pointer()})
+	adopt := adoptFixture(t, 1)
+	q, err := adopt(ctx.QPTypeRC, ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: 12})
 	require.NoError(t, err, "one WQEBB for one work request, as libmlx5 sizes it")
-	require.Equal(t, uint32(1), q.(*qp).maxWQEBBs, "no WQE larger than the ring")
+	require.Equal(t, uint32(1), q.maxWQEBBs, "no WQE larger than the ring")
 	require.NoError(t, q.Close())
 }
 
@@ -46,32 +28,10 @@ func TestAdoptQueuePairSmallRing(t *testing.T) {
 // mlx5_ib checks no inline size, and the model takes them at its limit.
 // Inline sizes no slot holds are still refused.
 func TestAdoptQueuePairInlineBeyondDS(t *testing.T) {
-	f := New(Options{Strict: true})
-	defer f.Close()
-	d, err := f.openDevice("sim0")
-	require.NoError(t, err)
-	defer d.Close()
-	p, err := d.AllocProtectionDomain()
-	require.NoError(t, err)
-	defer p.Close()
-	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
-	require.NoError(t, err)
-	defer c.Close()
 	const cnt = 16
-	ring, err := ctx.AllocBuffer(cnt*prm.WQEBBSize, ctx.BufferOptions{})
-	require.NoError(t, err)
-	defer ring.Close()
-	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
-	require.NoError(t, err)
-	defer db.Close()
+	fixture := adoptFixture(t, cnt)
 	adopt := func(typ ctx.QPType, inline uint32) (*qp, error) {
-		q, err := adoptQueuePair(p, simadopt.QPConfig{Type: typ, SendCQ: c, RecvCQ: c,
-			Caps: ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: inline},
-			SQ:   ring.Pointer(), SQCount: cnt, DBRec: db.Pointer()})
-		if err != nil {
-			return nil, err
-		}
-		return q.(*qp), nil
+		return fixture(typ, ctx.QueuePairCaps{SendDepth: 1, MaxSendSGE: 1, MaxInline: inline})
 	}
 	for typ, granted := range map[ctx.QPType]uint32{ctx.QPTypeUD: 956, ctx.QPTypeRC: 1004, ctx.QPTypeDCI: 956} {
 		q, err := adopt(typ, granted)
@@ -80,5 +40,38 @@ func TestAdoptQueuePairInlineBeyondDS(t *testing.T) {
 		require.NoError(t, q.Close())
 		_, err = adopt(typ, granted+16)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v with %d bytes inline", typ, granted+16)
+	}
+}
+
+// adoptFixture opens a device of a private Fabric with a protection domain
+// and a CQ, and a send ring of sqWQEBBs basic blocks with a doorbell
+// record, all closed at the end of the test; it returns a function that
+// adopts a QP of type typ and caps over them.
+func adoptFixture(t *testing.T, sqWQEBBs uint32) func(typ ctx.QPType, caps ctx.QueuePairCaps) (*qp, error) {
+	t.Helper()
+	f := New(Options{Strict: true})
+	t.Cleanup(func() { f.Close() })
+	d, err := f.openDevice("sim0")
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	p, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ring, err := ctx.AllocBuffer(int(sqWQEBBs)*prm.WQEBBSize, ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { ring.Close() })
+	db, err := ctx.AllocBuffer(64, ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return func(typ ctx.QPType, caps ctx.QueuePairCaps) (*qp, error) {
+		q, err := adoptQueuePair(p, simadopt.QPConfig{Type: typ, SendCQ: c, RecvCQ: c, Caps: caps,
+			SQ: ring.Pointer(), SQCount: sqWQEBBs, DBRec: db.Pointer()})
+		if err != nil {
+			return nil, err
+		}
+		return q.(*qp), nil
 	}
 }

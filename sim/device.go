@@ -58,9 +58,44 @@ type hca struct {
 	open  []*device
 }
 
+// The numbers of HCA i: its node GUID is hcaGUIDBase | i (i < 4096), its
+// RoCE port's IPv4 GID ::ffff:10.77.x.y and IPv6 GID 2001:db8:77::x:y,
+// with x the high byte of i and y the low byte of i+1 (hcaIndexOfGID
+// reads i back).
+const hcaGUIDBase = 0x0002c90300a0b000
+
+var (
+	gidV4Prefix = [14]byte{10: 0xff, 11: 0xff, 12: 10, 13: 77}
+	gidV6Prefix = [14]byte{0x20, 0x01, 0x0d, 0xb8, 0x00, 0x77} // 2001:db8::/32, the documentation prefix
+)
+
+// hcaGID is the GID of prefix and HCA i.
+func hcaGID(prefix [14]byte, i int) ctx.GID {
+	var g ctx.GID
+	copy(g[:], prefix[:])
+	g[14], g[15] = byte(i>>8), byte(i+1)
+	return g
+}
+
+// hcaIndexOfGID returns the index of the HCA that newHCA gives gid as its
+// link-local (from the node GUID), IPv4-mapped or IPv6 GID. The caller
+// checks the GID against that HCA's table: ok only says gid has one of
+// those forms.
+func hcaIndexOfGID(g ctx.GID) (i int, ok bool) {
+	switch prefix := [14]byte(g[:14]); {
+	case g[0] == 0xfe && g[1] == 0x80:
+		if guid := binary.BigEndian.Uint64(g[8:]); guid&^0xfff == hcaGUIDBase {
+			return int(guid & 0xfff), true
+		}
+	case prefix == gidV4Prefix, prefix == gidV6Prefix:
+		return int(g[14])<<8 | int(g[15]-1), true
+	}
+	return 0, false
+}
+
 func newHCA(i int, link ctx.LinkLayer) *hca {
 	h := &hca{index: i, name: fmt.Sprintf("sim%d", i), link: link}
-	h.guid = 0x0002c90300a0b000 | uint64(i)
+	h.guid = hcaGUIDBase | uint64(i)
 	h.mac = [6]byte{0x02, 0x00, 0x5e, 0x00, byte(i >> 8), byte(i)}
 	var ll ctx.GID
 	ll[0], ll[1] = 0xfe, 0x80
@@ -75,11 +110,7 @@ func newHCA(i int, link ctx.LinkLayer) *hca {
 		// first. Index 0 is thus RoCE v1 link-local, which a routed
 		// network does not carry: a GID must be chosen (ctx.ChooseGID
 		// picks index 3).
-		var v4, v6 ctx.GID
-		v4[10], v4[11] = 0xff, 0xff
-		v4[12], v4[13], v4[14], v4[15] = 10, 77, byte(i>>8), byte(i+1)
-		v6[0], v6[1], v6[2], v6[3] = 0x20, 0x01, 0x0d, 0xb8 // 2001:db8::/32, the documentation prefix
-		v6[4], v6[5], v6[14], v6[15] = 0x00, 0x77, byte(i>>8), byte(i+1)
+		v4, v6 := hcaGID(gidV4Prefix, i), hcaGID(gidV6Prefix, i)
 		h.gids = []ctx.GIDEntry{
 			{Index: 0, GID: ll, Type: ctx.GIDTypeRoCEv1, Port: 1},
 			{Index: 1, GID: ll, Type: ctx.GIDTypeRoCEv2, Port: 1},

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -309,17 +308,14 @@ func defaultOptions(strict, link string) (Options, error) {
 	case "fatal":
 		o.StrictFatal = true
 	}
-	var err error
-	switch strings.ToLower(link) {
-	case "", "ib", "infiniband":
-		o.LinkLayer = ctx.LinkLayerInfiniBand
-	case "eth", "ethernet", "roce":
-		o.LinkLayer = ctx.LinkLayerEthernet
-	default:
-		o.LinkLayer = ctx.LinkLayerInfiniBand
-		err = fmt.Errorf("%s=%q: want infiniband or ethernet: %w", EnvLinkLayer, link, ctx.ErrInvalidArgument)
+	o.LinkLayer = ctx.LinkLayerInfiniBand
+	if link == "" {
+		return o, nil
 	}
-	return o, err
+	if err := o.LinkLayer.UnmarshalText([]byte(link)); err != nil {
+		return o, fmt.Errorf("%s=%q: %w", EnvLinkLayer, link, err)
+	}
+	return o, nil
 }
 
 // fabricProvider is a Fabric as internal/provider sees it: the provider

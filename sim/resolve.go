@@ -56,23 +56,6 @@ func (f *Fabric) neighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
 	return h.mac, true
 }
 
-// hcaIndexOfGID returns the index newHCA numbers an Ethernet HCA by, read
-// from one of the GIDs it gives that HCA: the link-local GID (the node
-// GUID's low bits), the IPv4-mapped one (10.77.i>>8.i+1) or the IPv6 one
-// (2001:db8:77::i>>8:i+1). The caller checks the GID against the HCA's
-// table: ok only says the GID has one of those forms.
-func hcaIndexOfGID(g ctx.GID) (i int, ok bool) {
-	switch {
-	case g[0] == 0xfe && g[1] == 0x80:
-		return int(g[14]&0x0f)<<8 | int(g[15]), true
-	case [12]byte(g[:12]) == [12]byte{10: 0xff, 11: 0xff} && g[12] == 10 && g[13] == 77:
-		return int(g[14])<<8 | int(g[15]-1), true
-	case [6]byte(g[:6]) == [6]byte{0x20, 0x01, 0x0d, 0xb8, 0x00, 0x77}:
-		return int(g[14])<<8 | int(g[15]-1), true
-	}
-	return 0, false
-}
-
 // PortMAC returns the MAC address of the Ethernet port of a device of the
 // model (by name); ok is false for an unknown device or an InfiniBand
 // port.

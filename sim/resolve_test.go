@@ -88,3 +88,17 @@ func TestNeighbourMACOfAnotherProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestHCAIndexOfGID: every GID newHCA gives an HCA reads back as that
+// HCA's index, across the byte boundaries of the encoding.
+func TestHCAIndexOfGID(t *testing.T) {
+	for _, i := range []int{0, 1, 254, 255, 256, 511, 4095} {
+		for _, e := range newHCA(i, ctx.LinkLayerEthernet).gids {
+			got, ok := hcaIndexOfGID(e.GID)
+			require.True(t, ok, "HCA %d GID %d", i, e.Index)
+			require.Equal(t, i, got, "HCA %d GID %d", i, e.Index)
+		}
+	}
+	_, ok := hcaIndexOfGID(ctx.GID{0xfe, 0x80, 15: 1}) // a GUID of another vendor
+	require.False(t, ok)
+}

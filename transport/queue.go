@@ -149,6 +149,7 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	}
 	q.errNoRQ = &wqebuilder.PostError{Transport: transport, Op: "post receive", QPN: d.QPN, Err: ErrNoReceiveQueue}
 	if d.SQ.WQECnt > 0 {
+		l := limitsOf(qp)
 		cfg := wqebuilder.Config{
 			Buf:           d.SQ.Buf,
 			WQECnt:        d.SQ.WQECnt,
@@ -156,9 +157,9 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 			DBRec:         d.DBRec,
 			BlueFlame:     d.BlueFlame,
 			BlueFlameSize: d.BlueFlameSize,
-			MaxInline:     min(d.MaxInline, sqsize.KitMaxInline(q.typ)),
-			MaxSGE:        min(d.MaxSendSGE, sqsize.KitMaxSGE(q.typ)),
-			MaxWQEBBs:     maxWQEBBs(q.typ, d.MaxSendSGE, d.MaxInline),
+			MaxInline:     l.MaxInline,
+			MaxSGE:        l.MaxSendSGE,
+			MaxWQEBBs:     l.MaxWQEBBs,
 			Transport:     transport,
 			Memory:        d.Memory,
 		}

@@ -139,13 +139,14 @@ func SysfsPath() string {
 }
 
 func linkLayerFromEnv(v string) (ctx.LinkLayer, error) {
-	switch v {
-	case "", "ib", "infiniband", "InfiniBand":
-		return ctx.LinkLayerInfiniBand, nil
-	case "eth", "ethernet", "Ethernet", "roce", "RoCE":
-		return ctx.LinkLayerEthernet, nil
+	ll := ctx.LinkLayerInfiniBand
+	if v == "" {
+		return ll, nil
 	}
-	return 0, fmt.Errorf("emulate: %s=%q: want infiniband or ethernet: %w", envLink, v, ctx.ErrInvalidArgument)
+	if err := ll.UnmarshalText([]byte(v)); err != nil {
+		return 0, fmt.Errorf("emulate: %s=%q: %w", envLink, v, err)
+	}
+	return ll, nil
 }
 
 // portsFromEnv parses envPorts: empty for one port, else 1 to 255.

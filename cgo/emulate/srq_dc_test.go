@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
@@ -519,7 +520,8 @@ func TestKernelDCIAddressVector(t *testing.T) {
 	ch, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, qptDriver, qpCaps{sendWR: 8, sendSGE: 1, inline: 32}, dci)
 	require.Zero(t, en)
 	const (
-		mState, mPKey, mPort, mAV, mMTU = 1 << 0, 1 << 4, 1 << 5, 1 << 7, 1 << 8
+		mState, mPKey, mPort = uint32(qpstate.State), uint32(qpstate.PKeyIndex), uint32(qpstate.Port)
+		mAV, mMTU            = uint32(qpstate.AV), uint32(qpstate.PathMTU)
 	)
 	state := func() ctx.QPState {
 		s, err := k.files[fd].uctx.objects[ch].qp.State()

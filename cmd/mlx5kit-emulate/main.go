@@ -52,6 +52,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // The environment the launcher reads and sets.
@@ -105,10 +107,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	switch c.link {
-	case "infiniband", "ib", "ethernet", "eth", "roce":
-	default:
-		return c, fmt.Errorf("-link %q: want infiniband or ethernet", c.link)
+	var ll ctx.LinkLayer
+	if err := ll.UnmarshalText([]byte(c.link)); err != nil {
+		return c, fmt.Errorf("-link %q: %w", c.link, err)
 	}
 	switch c.names {
 	case "mlx5", "sim":
