@@ -451,20 +451,23 @@ func TestOpenWithoutChoiceDoesNotFallBack(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
-// TestLinkLayerUnmarshalText: the names the tools and environment
-// variables take, in any case; anything else is refused and changes
-// nothing.
-func TestLinkLayerUnmarshalText(t *testing.T) {
+// TestParseLinkLayer: the names the tools and environment variables take,
+// in any case; anything else is refused. LinkLayer still encodes and
+// decodes in JSON as a number.
+func TestParseLinkLayer(t *testing.T) {
 	for text, want := range map[string]ctx.LinkLayer{"infiniband": ctx.LinkLayerInfiniBand, "IB": ctx.LinkLayerInfiniBand, "InfiniBand": ctx.LinkLayerInfiniBand,
 		"ethernet": ctx.LinkLayerEthernet, "Ethernet": ctx.LinkLayerEthernet, "eth": ctx.LinkLayerEthernet, "RoCE": ctx.LinkLayerEthernet} {
-		var l ctx.LinkLayer
-		require.NoError(t, l.UnmarshalText([]byte(text)), text)
+		l, err := ctx.ParseLinkLayer(text)
+		require.NoError(t, err, text)
 		require.Equal(t, want, l, text)
 	}
-	l := ctx.LinkLayerEthernet
 	for _, text := range []string{"", "iwarp", "ether net"} {
-		err := l.UnmarshalText([]byte(text))
+		_, err := ctx.ParseLinkLayer(text)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%q", text)
-		require.Equal(t, ctx.LinkLayerEthernet, l, "%q changed it", text)
 	}
+	b, err := json.Marshal(ctx.PortAttr{LinkLayer: ctx.LinkLayerEthernet})
+	require.NoError(t, err)
+	var back ctx.PortAttr
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, ctx.LinkLayerEthernet, back.LinkLayer)
 }

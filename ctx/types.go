@@ -177,21 +177,20 @@ var linkLayerNames = [...]string{LinkLayerInfiniBand: "InfiniBand", LinkLayerEth
 // String returns "InfiniBand" or "Ethernet".
 func (l LinkLayer) String() string { return names.Of(l, linkLayerNames[:], "LinkLayer") }
 
-// UnmarshalText sets l from a link layer's name as the tools and
+// ParseLinkLayer returns the link layer a name stands for as the tools and
 // environment variables take it, in any case: "infiniband" or "ib", and
 // "ethernet", "eth" or "roce". Any other text is an error wrapping
-// ErrInvalidArgument (the caller names the text and where it came from, as
-// flag.TextVar does), and l is left as it was.
-func (l *LinkLayer) UnmarshalText(text []byte) error {
-	switch strings.ToLower(string(text)) {
+// ErrInvalidArgument (the caller names the text and where it came from).
+// It is a function, not an UnmarshalText method, so that LinkLayer keeps
+// its JSON encoding as a number.
+func ParseLinkLayer(name string) (LinkLayer, error) {
+	switch strings.ToLower(name) {
 	case "infiniband", "ib":
-		*l = LinkLayerInfiniBand
+		return LinkLayerInfiniBand, nil
 	case "ethernet", "eth", "roce":
-		*l = LinkLayerEthernet
-	default:
-		return fmt.Errorf("want infiniband or ethernet: %w", ErrInvalidArgument)
+		return LinkLayerEthernet, nil
 	}
-	return nil
+	return 0, fmt.Errorf("want infiniband or ethernet: %w", ErrInvalidArgument)
 }
 
 // PortState is the logical state of a port (enum ibv_port_state).

@@ -312,9 +312,11 @@ func defaultOptions(strict, link string) (Options, error) {
 	if link == "" {
 		return o, nil
 	}
-	if err := o.LinkLayer.UnmarshalText([]byte(link)); err != nil {
+	ll, err := ctx.ParseLinkLayer(link)
+	if err != nil {
 		return o, fmt.Errorf("%s=%q: %w", EnvLinkLayer, link, err)
 	}
+	o.LinkLayer = ll
 	return o, nil
 }
 

@@ -139,11 +139,11 @@ func SysfsPath() string {
 }
 
 func linkLayerFromEnv(v string) (ctx.LinkLayer, error) {
-	ll := ctx.LinkLayerInfiniBand
 	if v == "" {
-		return ll, nil
+		return ctx.LinkLayerInfiniBand, nil
 	}
-	if err := ll.UnmarshalText([]byte(v)); err != nil {
+	ll, err := ctx.ParseLinkLayer(v)
+	if err != nil {
 		return 0, fmt.Errorf("emulate: %s=%q: %w", envLink, v, err)
 	}
 	return ll, nil

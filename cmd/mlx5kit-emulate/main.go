@@ -107,8 +107,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	var ll ctx.LinkLayer
-	if err := ll.UnmarshalText([]byte(c.link)); err != nil {
+	if _, err := ctx.ParseLinkLayer(c.link); err != nil {
 		return c, fmt.Errorf("-link %q: %w", c.link, err)
 	}
 	switch c.names {
