@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // The launcher is built once per test binary, and the preload library
@@ -137,7 +139,7 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 		cmd.WaitDelay = time.Second
 		return cmd
 	}
-	var srvOut strings.Builder
+	var srvOut toolproc.Buffer
 	srv := command()
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	require.NoError(t, srv.Start())

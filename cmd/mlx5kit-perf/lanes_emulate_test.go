@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // emulateLauncher builds mlx5kit-emulate into a temporary directory and
@@ -112,7 +113,7 @@ func TestLanesEmulatedDevice(t *testing.T) {
 			return c
 		}
 		srv := run()
-		var srvOut strings.Builder
+		var srvOut toolproc.Buffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
 		require.NoError(t, srv.Start())
 		for try := 0; ; try++ {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestLaneStreamsEmulatedDevice runs send_bw over UD, and -b over two
@@ -82,7 +84,7 @@ func TestLaneStreamsEmulatedDevice(t *testing.T) {
 			return c
 		}
 		srv := run()
-		var srvOut strings.Builder
+		var srvOut toolproc.Buffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
 		require.NoError(t, srv.Start())
 		for try := 0; ; try++ {

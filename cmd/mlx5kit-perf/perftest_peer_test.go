@@ -18,6 +18,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -235,7 +236,7 @@ func TestPerftestInterop(t *testing.T) {
 			} else {
 				srv, cli = perftest(), kit("-p", port, "127.0.0.1")
 			}
-			var srvOut bytes.Buffer
+			var srvOut toolproc.Buffer
 			srv.Stdout, srv.Stderr = &srvOut, &srvOut
 			require.NoError(t, srv.Start())
 			var cliOut []byte
@@ -296,7 +297,7 @@ func perftestPair(t *testing.T, mode string, serverArgs, clientArgs []string) (s
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	var sout, cout bytes.Buffer
+	var sout, cout toolproc.Buffer
 	errc := make(chan error, 2)
 	go func() { errc <- perftestRun(scfg, a, true, &sout) }()
 	go func() { errc <- perftestRun(ccfg, b, false, &cout) }()

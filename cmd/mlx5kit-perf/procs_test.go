@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
@@ -28,7 +27,7 @@ func TestToolChild(t *testing.T) {
 }
 
 // toolProcess starts the command in a process of its own.
-func toolProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func toolProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *toolproc.Buffer) {
 	return toolproc.Start(t, envToolArgs, env, args...)
 }
 

@@ -9,9 +9,34 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
+
+// Buffer collects output that one goroutine writes while another may
+// read it: a test prints a running peer's output when it fails, and the
+// race detector holds a bytes.Buffer read beside its writer a race even
+// when the read is only a message's argument. The zero value is empty and
+// ready.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what has been written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 // childTest is the name of the test function that runs the command in
 // the child process.
@@ -32,14 +57,15 @@ func Child(t *testing.T, env string, run func(args []string) int) {
 // Start starts the command in a process of its own with args, passing
 // them in the environment variable env, and the extra environment vars.
 // The process is killed after a minute or when the test ends; its output
-// and errors are collected in the returned buffer once it has exited.
-func Start(t testing.TB, env string, vars []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+// and errors are collected in the returned buffer, which may be read while
+// the process runs.
+func Start(t testing.TB, env string, vars []string, args ...string) (*exec.Cmd, *Buffer) {
 	t.Helper()
 	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^"+childTest+"$", "-test.count=1")
 	cmd.Env = append(append(os.Environ(), env+"="+strings.Join(args, "\n")), vars...)
-	var out bytes.Buffer
+	var out Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s as a child process: %v", os.Args[0], err)
