@@ -33,18 +33,19 @@ func (f *Fabric) neighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
 	}
 	// Another process numbers its HCAs by its slot as joinLocked and
 	// joinLinkLocked number this one's: the GID names the HCA, and so
-	// the slot, which must be another's and alive.
+	// the slot, which must be another's and alive, and the HCA, which
+	// that process must have.
 	alive := false
 	if sh := f.shm; sh != nil {
 		s := i / shmMaxDevices
-		alive = s != sh.slot && s < shmMaxSlots && sh.peerAlive(s)
+		alive = s != sh.slot && s < shmMaxSlots && i%shmMaxDevices < sh.peerDevices(s)
 	}
 	l := f.tcp
 	f.mu.Unlock()
 	if l != nil {
 		// Not under f.mu, as in Reaches.
 		s := tcpSlotBase + i/tcpMaxDevices
-		alive = s != l.slot && s < tcpSlotBase+tcpSlots && l.peerAlive(s)
+		alive = s != l.slot && s < tcpSlotBase+tcpSlots && i%tcpMaxDevices < l.peerDevices(s)
 	}
 	if !alive {
 		return mac, false

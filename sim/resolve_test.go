@@ -16,8 +16,9 @@ import (
 // whose MAC the GID spells. It is what CREATE_AH of the emulated kernel
 // asks for a UD address handle to a peer process (ibv_ud_pingpong -g 3);
 // it used to look at this Fabric's own devices only and fail with
-// ETIMEDOUT. A GID of a slot nobody holds, or of this process's own slot
-// but no device of it, stays unresolved.
+// ETIMEDOUT. A GID of a slot nobody holds, of this process's own slot
+// but no device of it, or of a live peer's slot beyond its devices, stays
+// unresolved.
 func TestNeighbourMACOfAnotherProcess(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -76,6 +77,16 @@ func TestNeighbourMACOfAnotherProcess(t *testing.T) {
 			third[15] += 2
 			_, ok := e1.f.neighbourMAC(third)
 			require.False(t, ok, "GID %s", third)
+			// Nor a third device of e2's slot: the GID names a live
+			// process, which has two HCAs (each of its GID forms).
+			peer, err := e2.c2.QueryGIDs(1)
+			require.NoError(t, err)
+			for _, e := range peer {
+				g := e.GID
+				g[15]++
+				_, ok := e1.f.neighbourMAC(g)
+				require.False(t, ok, "GID %s, after the peer's last HCA's %s", g, e.GID)
+			}
 
 			// Once the peer is gone, its GIDs no longer resolve.
 			gids, err := e2.c.QueryGIDs(1)
@@ -101,4 +112,34 @@ func TestHCAIndexOfGID(t *testing.T) {
 	}
 	_, ok := hcaIndexOfGID(ctx.GID{0xfe, 0x80, 15: 1}) // a GUID of another vendor
 	require.False(t, ok)
+}
+
+// TestNeighbourMACAcrossLinkedFabrics: on a TCP link, a connecting Fabric
+// learns from the listener's announcement the HCAs of a Fabric that
+// connected after it, and resolves their GIDs, but not a GID past that
+// Fabric's last HCA.
+func TestNeighbourMACAcrossLinkedFabrics(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	hub := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey, LinkLayer: ctx.LinkLayerEthernet})
+	st, ok := hub.f.Link()
+	require.True(t, ok)
+	a := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey, LinkLayer: ctx.LinkLayerEthernet})
+	b := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey, LinkLayer: ctx.LinkLayerEthernet})
+	gids, err := b.c2.QueryGIDs(1)
+	require.NoError(t, err)
+	want, ok := b.f.PortMAC("sim1")
+	require.True(t, ok)
+	require.Eventually(t, func() bool {
+		got, ok := a.f.neighbourMAC(gids[3].GID)
+		return ok && got == want
+	}, 10*time.Second, time.Millisecond, "a resolves the GID of b's second HCA")
+	for _, e := range gids {
+		got, ok := a.f.neighbourMAC(e.GID)
+		require.True(t, ok, "GID %s", e.GID)
+		require.Equal(t, want, got, "GID %s", e.GID)
+		g := e.GID
+		g[15]++
+		_, ok = a.f.neighbourMAC(g)
+		require.False(t, ok, "GID %s, after b's last HCA's", g)
+	}
 }

@@ -32,7 +32,7 @@ type shmFabric struct {
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
-func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
+func joinShared(name string, link ctx.LinkLayer, devices int) (*shmFabric, error) {
 	if !validFabricName(name) {
 		return nil, fmt.Errorf("fabric name %q: want 1 to 64 of [A-Za-z0-9._-], not starting with a dot", name)
 	}
@@ -43,7 +43,7 @@ func joinShared(name string, link ctx.LinkLayer) (*shmFabric, error) {
 	// On failure the registry is unlocked, then closed (never unlocked
 	// after close: the descriptor's number may by then name another
 	// file). A slot claimed but not published stays free.
-	slot, gen, err := r.claim(name)
+	slot, gen, err := r.claim(name, devices)
 	if err != nil {
 		r.unlock()
 		r.close()
@@ -172,6 +172,20 @@ func (s *shmFabric) room(slot int, payloadLen int) bool {
 func (s *shmFabric) peerAlive(slot int) bool {
 	gen := s.reg.gen(slot)
 	return gen != 0 && s.reg.slotAlive(slot, gen)
+}
+
+// peerDevices returns the number of HCAs of the process in slot, 0 when
+// the slot is free or its process is gone.
+func (s *shmFabric) peerDevices(slot int) int {
+	gen := s.reg.gen(slot)
+	if gen == 0 {
+		return 0
+	}
+	n := s.reg.devices(slot)
+	if !s.reg.slotAlive(slot, gen) {
+		return 0
+	}
+	return n
 }
 
 // drain hands the messages now in the inbound rings to f; it reports
@@ -317,7 +331,7 @@ func (f *Fabric) joinLocked() error {
 	case f.closed:
 		return fail(ctx.ErrClosed)
 	}
-	sh, err := joinShared(name, f.opts.LinkLayer)
+	sh, err := joinShared(name, f.opts.LinkLayer, len(f.hcas))
 	if err != nil {
 		return fail(err)
 	}

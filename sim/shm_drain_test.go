@@ -84,7 +84,7 @@ func TestRingStalePayloadIsNoMark(t *testing.T) {
 // consumer looks, so that every record it sends arrives.
 func TestRingNewOwnerAfterProducerDiedMidPublish(t *testing.T) {
 	a := joinMembers(t, 1)[0]
-	b, err := joinShared(a.name, ctx.LinkLayerInfiniBand)
+	b, err := joinShared(a.name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	p := b.peer(a.slot)
 	p.announce(b.slot)
@@ -95,7 +95,7 @@ func TestRingNewOwnerAfterProducerDiedMidPublish(t *testing.T) {
 	require.True(t, a.drain(nil))
 	b.leave()
 
-	c, err := joinShared(a.name, ctx.LinkLayerInfiniBand) // b's slot
+	c, err := joinShared(a.name, ctx.LinkLayerInfiniBand, 0) // b's slot
 	require.NoError(t, err)
 	t.Cleanup(c.leave)
 	require.Equal(t, b.slot, c.slot)
@@ -114,7 +114,7 @@ func joinMembers(t *testing.T, n int) []*shmFabric {
 	name := testFabricName(t)
 	m := make([]*shmFabric, n)
 	for i := range m {
-		s, err := joinShared(name, ctx.LinkLayerInfiniBand)
+		s, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 		require.NoError(t, err)
 		t.Cleanup(s.leave)
 		m[i] = s

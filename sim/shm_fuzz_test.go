@@ -77,7 +77,7 @@ func newInboundWorld(t *testing.T) *inboundWorld {
 	w.psnReq = ws.segs[ws.segHead].psn
 	e2.f.mu.Unlock()
 
-	w.hostile, err = joinShared(e2.f.shm.name, ctx.LinkLayerInfiniBand)
+	w.hostile, err = joinShared(e2.f.shm.name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	t.Cleanup(w.hostile.leave)
 	w.ring = w.hostile.peer(e2.f.shm.slot)

@@ -23,10 +23,10 @@ import (
 func hostilePair(t *testing.T) (victim, hostile *shmFabric) {
 	t.Helper()
 	name := testFabricName(t)
-	victim, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	victim, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	t.Cleanup(victim.leave)
-	hostile, err = joinShared(name, ctx.LinkLayerInfiniBand)
+	hostile, err = joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	t.Cleanup(hostile.leave)
 	return victim, hostile
@@ -111,7 +111,7 @@ func TestSharedHostileHeaderChangedWhileServed(t *testing.T) {
 	require.NoError(t, err)
 	good, bad := uint64(mr.Addr()), uint64(mr.Addr())+4096 // bad: outside the region
 
-	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	t.Cleanup(hostile.leave)
 	_, vs := e.f.SharedFabric()
@@ -180,7 +180,7 @@ func TestSharedStaleFabricOtherLinkLayer(t *testing.T) {
 	name := testFabricName(t)
 	r, err := openRegistry(name, ctx.LinkLayerInfiniBand)
 	require.NoError(t, err)
-	slot, gen, err := r.claim(name)
+	slot, gen, err := r.claim(name, 0)
 	require.NoError(t, err)
 	*r.u64(slotOff(slot) + slotStart) += 12345 // a process that is gone
 	r.publish(slot, gen)
@@ -226,7 +226,7 @@ func TestSharedHostileMalformedRecordSpins(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	name := testFabricName(t)
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
-	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	t.Cleanup(hostile.leave)
 	_, vs := e.f.SharedFabric()
@@ -256,7 +256,7 @@ func TestSharedHostileNAKSyndrome(t *testing.T) {
 		t.Run(synd.String(), func(t *testing.T) {
 			name := testFabricName(t)
 			e := newEnv(t, Options{Mode: Engine, Fabric: name})
-			hostile, err := joinShared(name, ctx.LinkLayerInfiniBand)
+			hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 			require.NoError(t, err)
 			t.Cleanup(hostile.leave)
 			_, vs := e.f.SharedFabric()
@@ -314,11 +314,11 @@ func TestSharedStaleRegistryOtherLayout(t *testing.T) {
 // the removal) stays, and its peers can still reach it.
 func TestSharedLeaveKeepsNextOwnersRing(t *testing.T) {
 	name := testFabricName(t)
-	a, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	a, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	// a's slot is freed as release would free it, and claimed again.
 	atomic.StoreUint64(a.reg.u64(slotOff(a.slot)+slotGen), 0)
-	b, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	b, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
 	t.Cleanup(b.leave)
 	require.Equal(t, a.slot, b.slot, "the next process takes the free slot")

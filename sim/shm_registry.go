@@ -42,8 +42,9 @@ const (
 	// messages. A process refuses a fabric of another version. Version 5:
 	// a record opens with its mark (shm_ring.go), published without a
 	// fence, and the senders word replaces the wake word's bump per
-	// record.
-	shmVersion = 5
+	// record. Version 6: a slot records its process's number of HCAs
+	// (slotDevices).
+	shmVersion = 6
 	// shmMagic opens the registry file.
 	shmMagic = 0x4d4c58354b534631 // "MLX5KSF1"
 	// shmMaxSlots is the number of processes a fabric holds at once.
@@ -66,9 +67,10 @@ const (
 	regRingSize = 20
 	regNextGen  = 24
 	// Slot fields.
-	slotPID   = 0
-	slotStart = 8
-	slotGen   = 16
+	slotPID     = 0
+	slotStart   = 8
+	slotGen     = 16
+	slotDevices = 24
 )
 
 // shmDir is where the fabric's files live (a tmpfs); tests may point it
@@ -174,6 +176,11 @@ func (r *registry) gen(s int) uint64 { return atomic.LoadUint64(r.u64(slotOff(s)
 
 // pid returns the pid recorded in slot s.
 func (r *registry) pid(s int) int { return int(atomic.LoadUint32(r.u32(slotOff(s) + slotPID))) }
+
+// devices returns the number of HCAs the process in slot s recorded.
+func (r *registry) devices(s int) int {
+	return int(atomic.LoadUint32(r.u32(slotOff(s) + slotDevices)))
+}
 
 // slotAlive reports whether the process in slot s, of generation gen, runs.
 func (r *registry) slotAlive(s int, gen uint64) bool {
@@ -335,7 +342,7 @@ func (r *registry) close() {
 // claim takes a slot for this process (registry locked): slots of processes
 // that are gone are reclaimed first, their ring files removed. It returns
 // the slot and its generation.
-func (r *registry) claim(name string) (int, uint64, error) {
+func (r *registry) claim(name string, devices int) (int, uint64, error) {
 	free := -1
 	for s := 0; s < shmMaxSlots; s++ {
 		off := slotOff(s)
@@ -359,6 +366,7 @@ func (r *registry) claim(name string) (int, uint64, error) {
 	off := slotOff(free)
 	atomic.StoreUint32(r.u32(off+slotPID), uint32(pid))
 	atomic.StoreUint64(r.u64(off+slotStart), start)
+	atomic.StoreUint32(r.u32(off+slotDevices), uint32(devices))
 	return free, gen, nil
 }
 

@@ -297,7 +297,7 @@ func TestSharedFabricReclaimsDeadSlots(t *testing.T) {
 	// start time it never had (a reused pid), and a ring file left behind.
 	r, err := openRegistry(name, ctx.LinkLayerInfiniBand)
 	require.NoError(t, err)
-	slot, gen, err := r.claim(name)
+	slot, gen, err := r.claim(name, 0)
 	require.NoError(t, err)
 	require.Equal(t, 0, slot)
 	*r.u64(slotOff(slot) + slotStart) += 12345
@@ -325,7 +325,7 @@ func TestSharedJoinFailureLeavesSlotFree(t *testing.T) {
 	require.NoError(t, os.Mkdir(blocker, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(blocker, "x"), nil, 0o600))
 	t.Cleanup(func() { _ = os.RemoveAll(blocker) })
-	_, err := joinShared(name, ctx.LinkLayerInfiniBand)
+	_, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), blocker)
 	opened := make(chan *registry, 1)

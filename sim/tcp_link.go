@@ -58,8 +58,10 @@ const (
 	// wire header in this build's layout, so both ends must agree on it.
 	// Version 2: the listener forwards between connected Fabrics and
 	// announces the linked slots. Version 3: an atomic request carries
-	// its operands as payload (wireAtomicSize).
-	tcpVersion = 3
+	// its operands as payload (wireAtomicSize). Version 4: the hello,
+	// the listener's answer and its announcements carry each slot's
+	// number of HCAs (tcpDevicesSize).
+	tcpVersion = 4
 	// The slots of a link: the listener takes tcpSlotBase, each connecting
 	// Fabric one of the next. Their QPN ranges lie above those of a shared
 	// fabric's slots.
@@ -77,23 +79,29 @@ const (
 	tcpHandshakeWait = 10 * time.Second
 
 	tcpHelloSize = 16
-	tcpReplySize = 20
+	tcpReplySize = 20 + tcpDevicesSize
 
 	// tcpMembers is the kind of the link's own message, from the listener
 	// to a connected Fabric: its payload is the bit set of the linked
-	// slots (bit i is slot tcpSlotBase+i), 8 bytes in native order.
+	// slots (bit i is slot tcpSlotBase+i), 8 bytes in native order, then
+	// the slots' numbers of HCAs (tcpDevicesSize).
 	tcpMembers     = 0x80
-	tcpMembersSize = 8
+	tcpMembersSize = 8 + tcpDevicesSize
+	// tcpDevicesSize is the size of the numbers of HCAs of the link's
+	// slots, one byte each (byte i: slot tcpSlotBase+i), which the
+	// neighbour resolution of a GID checks (neighbourMAC).
+	tcpDevicesSize = tcpSlots
 	// tcpAnnounceWait bounds how long Reaches waits for the listener to
 	// announce a slot it has just linked.
 	tcpAnnounceWait = time.Second
 
 	// Reply statuses.
-	tcpOK        = 0
-	tcpBadVer    = 1
-	tcpBadLayer  = 2
-	tcpNoSlot    = 3
-	tcpBadHeader = 4
+	tcpOK         = 0
+	tcpBadVer     = 1
+	tcpBadLayer   = 2
+	tcpNoSlot     = 3
+	tcpBadHeader  = 4
+	tcpBadDevices = 5
 )
 
 // tcpQPNRange is the range of QPNs the Fabric in link slot s hands out.
@@ -149,6 +157,11 @@ type tcpLink struct {
 	// others are not told yet.
 	members  uint64
 	announce bool
+	// devices holds the number of HCAs of each slot (index: slot less
+	// tcpSlotBase): this Fabric's own, on the listener each linked
+	// Fabric's from its hello, on a connecting end what the listener
+	// last told.
+	devices [tcpSlots]uint8
 	// seen is, on a connecting end, every slot the listener ever
 	// announced: Reaches waits for the announcement of a slot not seen
 	// yet, not for one that left (the listener hands out slots in turn,
@@ -217,9 +230,9 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	var l *tcpLink
 	var err error
 	if a, ok := strings.CutPrefix(addr, "listen:"); ok {
-		l, err = listenLink(a, sec, f.opts.LinkLayer)
+		l, err = listenLink(a, sec, f.opts.LinkLayer, len(f.hcas))
 	} else {
-		l, err = dialLink(addr, sec, f.opts.LinkLayer)
+		l, err = dialLink(addr, sec, f.opts.LinkLayer, len(f.hcas))
 	}
 	if err != nil {
 		return fail(err)
@@ -242,13 +255,14 @@ func newTCPLink(slot int, addr string, sec endpoint.Security, layer ctx.LinkLaye
 
 // listenLink listens on addr; connecting Fabrics are greeted in the
 // background.
-func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink, error) {
+func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (*tcpLink, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	l := newTCPLink(tcpSlotBase, ln.Addr().String(), sec, layer)
 	l.listen, l.ln, l.next = true, ln, tcpSlotBase+1
+	l.devices[0] = uint8(devices)
 	l.greetSlots, l.stop = make(chan struct{}, tcpMaxGreeting), make(chan struct{})
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -295,13 +309,14 @@ func (l *tcpLink) acceptLoop() {
 
 // hello is what a connecting Fabric tells the listener after
 // authenticating: the link version, the wire header's size and byte order,
-// and its link layer.
-func hello(layer ctx.LinkLayer) []byte {
+// its link layer and its number of HCAs.
+func hello(layer ctx.LinkLayer, devices int) []byte {
 	b := make([]byte, tcpHelloSize)
 	binary.BigEndian.PutUint16(b[0:], tcpVersion)
 	binary.BigEndian.PutUint16(b[2:], uint16(wireHdrSize))
 	b[4] = byte(boolBit(littleEndian(), 1))
 	binary.BigEndian.PutUint32(b[8:], uint32(layer))
+	binary.BigEndian.PutUint32(b[12:], uint32(devices))
 	return b
 }
 
@@ -352,7 +367,7 @@ func (l *tcpLink) greet(c net.Conn) {
 		return
 	}
 	status := byte(tcpOK)
-	want := hello(l.layer)
+	want := hello(l.layer, 0)
 	switch {
 	case len(b) != tcpHelloSize || binary.BigEndian.Uint16(b) != tcpVersion:
 		status = tcpBadVer
@@ -360,6 +375,8 @@ func (l *tcpLink) greet(c net.Conn) {
 		status = tcpBadHeader
 	case binary.BigEndian.Uint32(b[8:]) != uint32(l.layer):
 		status = tcpBadLayer
+	case binary.BigEndian.Uint32(b[12:]) > tcpMaxDevices:
+		status = tcpBadDevices
 	}
 	slot := -1
 	var p *tcpPeer
@@ -381,6 +398,7 @@ func (l *tcpLink) greet(c net.Conn) {
 		} else {
 			p = &tcpPeer{slot: slot, fc: conn, conn: sc, dead: true}
 			l.peers[slot] = p // reserved; dead until linked
+			l.devices[slot-tcpSlotBase] = uint8(binary.BigEndian.Uint32(b[12:]))
 		}
 		l.mu.Unlock()
 	}
@@ -390,6 +408,7 @@ func (l *tcpLink) greet(c net.Conn) {
 	binary.BigEndian.PutUint32(reply[8:], uint32(slot))
 	l.mu.Lock()
 	binary.BigEndian.PutUint64(reply[12:], l.membersLocked()|slotBit(slot))
+	copy(reply[20:], l.devices[:])
 	l.mu.Unlock()
 	err = sc.WriteFrame(reply)
 	if err == nil && status == tcpOK {
@@ -458,13 +477,19 @@ func refusal(status byte, hello []byte) error {
 		return fmt.Errorf("the two ends have different link layers: %w: %w", ErrLinkRefused, ctx.ErrInvalidArgument)
 	case tcpNoSlot:
 		return fmt.Errorf("the listening Fabric has %d links already: %w", tcpSlots-1, ErrLinkRefused)
+	case tcpBadDevices:
+		v := uint32(0)
+		if len(hello) >= tcpHelloSize {
+			v = binary.BigEndian.Uint32(hello[12:])
+		}
+		return fmt.Errorf("the connecting end has %d devices, at most %d on a TCP link: %w: %w", v, tcpMaxDevices, ErrLinkRefused, ctx.ErrInvalidArgument)
 	}
 	return fmt.Errorf("status %d: %w", status, ErrLinkRefused)
 }
 
 // dialLink connects to the Fabric listening at addr, retrying until it
 // answers or tcpDialWait passes, and authenticates.
-func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink, error) {
+func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (*tcpLink, error) {
 	end := time.Now().Add(tcpDialWait)
 	backoff := 10 * time.Millisecond
 	var c net.Conn
@@ -495,7 +520,7 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Now().Add(tcpHandshakeWait))
-	if err := sc.WriteFrame(hello(layer)); err != nil {
+	if err := sc.WriteFrame(hello(layer, devices)); err != nil {
 		_ = sc.Close()
 		return nil, fmt.Errorf("send hello: %w", err)
 	}
@@ -530,6 +555,8 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink
 	l.peers[peerSlot] = &tcpPeer{slot: peerSlot, fc: conn, conn: sc}
 	l.members = binary.BigEndian.Uint64(b[12:]) | slotBit(peerSlot) | slotBit(slot)
 	l.seen = l.members
+	copy(l.devices[:], b[20:])
+	l.devices[slot-tcpSlotBase] = uint8(devices)
 	ok = true
 	return l, nil
 }
@@ -632,6 +659,17 @@ func (l *tcpLink) peerAlive(slot int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.routeLocked(slot) != nil
+}
+
+// peerDevices returns the number of HCAs of the Fabric in slot, 0 when
+// it is not linked.
+func (l *tcpLink) peerDevices(slot int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.routeLocked(slot) == nil {
+		return 0
+	}
+	return int(l.devices[slot-tcpSlotBase])
 }
 
 // routeLocked returns the connection a message for the Fabric in slot
@@ -744,6 +782,9 @@ func (l *tcpLink) announceLocked() {
 	h := (*wireHdr)(unsafe.Pointer(&rec[0]))
 	*h = wireHdr{Len: uint32(n), Kind: tcpMembers}
 	*(*uint64)(unsafe.Pointer(&rec[wireHdrSize])) = m
+	l.mu.Lock()
+	copy(rec[wireHdrSize+8:], l.devices[:])
+	l.mu.Unlock()
 	for _, p := range l.live() {
 		l.put(p, rec)
 	}
@@ -844,6 +885,9 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 			l.mu.Lock()
 			l.members = m | slotBit(l.slot) | slotBit(p.slot)
 			l.seen |= l.members
+			own := l.devices[l.slot-tcpSlotBase]
+			copy(l.devices[:], rec[wireHdrSize+8:])
+			l.devices[l.slot-tcpSlotBase] = own
 			l.mu.Unlock()
 		case h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD:
 			l.drop(p)

@@ -327,6 +327,7 @@ func TestLinkVersionRefused(t *testing.T) {
 		{"version", func(h []byte) { binary.BigEndian.PutUint16(h, tcpVersion+1) }, tcpBadVer},
 		{"header", func(h []byte) { binary.BigEndian.PutUint16(h[2:], uint16(wireHdrSize+8)) }, tcpBadHeader},
 		{"link layer", func(h []byte) { binary.BigEndian.PutUint32(h[8:], uint32(ctx.LinkLayerEthernet)) }, tcpBadLayer},
+		{"devices", func(h []byte) { binary.BigEndian.PutUint32(h[12:], tcpMaxDevices+1) }, tcpBadDevices},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", st.Address)
@@ -334,7 +335,7 @@ func TestLinkVersionRefused(t *testing.T) {
 			sc, err := sealed.Dial(conn, testLinkKey, 5*time.Second)
 			require.NoError(t, err)
 			defer sc.Close()
-			h := hello(ctx.LinkLayerInfiniBand)
+			h := hello(ctx.LinkLayerInfiniBand, 2)
 			c.edit(h)
 			require.NoError(t, sc.WriteFrame(h))
 			b, err := sc.ReadFrame(tcpReplySize)
@@ -343,7 +344,7 @@ func TestLinkVersionRefused(t *testing.T) {
 			require.ErrorIs(t, refusal(b[0], h), ErrLinkRefused)
 		})
 	}
-	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Refused == 3 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Refused == 4 }, 5*time.Second, time.Millisecond)
 	s, _ := e1.f.Link()
 	require.ErrorIs(t, s.LastRefusal, ErrLinkRefused)
 	require.Zero(t, s.Peers)
