@@ -70,6 +70,24 @@ type DCI struct {
 	tclass uint8
 }
 
+// dciSettings checks cfg's RTS settings against dev and fills rts with
+// them or their defaults. A DCI's reads and atomics are bounded by DC's
+// own requester depth; RC's is the best guess where the provider cannot
+// tell it.
+func dciSettings(dev ctx.DeviceAttr, cfg DCIConfig, rts *ctx.QPAttr) error {
+	rd := dev.MaxDCInitRdAtomic
+	if rd == 0 {
+		rd = dev.MaxQPInitRdAtomic
+	}
+	maxRd := uint8(min(max(rd, 1), 255))
+	return newqp.Settings(
+		newqp.Setting{Name: "max RDMA reads/atomics", Value: cfg.MaxRdAtomic, Default: min(16, maxRd), Max: maxRd, Dst: &rts.MaxRdAtomic},
+		newqp.Setting{Name: "timeout", Value: cfg.Timeout, Default: 14, Max: 31, Dst: &rts.Timeout},
+		newqp.Setting{Name: "retry count", Value: cfg.RetryCount, Default: 7, Max: 7, Dst: &rts.RetryCount},
+		newqp.Setting{Name: "RNR retry", Value: cfg.RNRRetry, Default: 7, Max: 7, Dst: &rts.RNRRetry},
+	)
+}
+
 // NewDCI creates a DC initiator in pd with completions on cq and brings it
 // to RTS: it may post as soon as it has a Remote.
 func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*DCI, error) {
@@ -80,22 +98,7 @@ func NewDCI(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCIConfig) (*
 	spec := newqp.Spec{Transport: name, Op: "new DCI", Type: ctx.QPTypeDCI, CQ: cq,
 		Caps: ctx.QueuePairCaps{SendDepth: cfg.SendDepth, MaxSendSGE: cfg.MaxSendSGE, MaxInline: cfg.MaxInline},
 		Port: cfg.Port, GID: cfg.GID, SL: cfg.SL,
-		Check: func(dev ctx.DeviceAttr) error {
-			// A DCI's reads and atomics are bounded by DC's own
-			// requester depth; RC's is the best guess where the
-			// provider cannot tell it.
-			rd := dev.MaxDCInitRdAtomic
-			if rd == 0 {
-				rd = dev.MaxQPInitRdAtomic
-			}
-			maxRd := uint8(min(max(rd, 1), 255))
-			return newqp.Settings(
-				newqp.Setting{Name: "max RDMA reads/atomics", Value: cfg.MaxRdAtomic, Default: min(16, maxRd), Max: maxRd, Dst: &rts.MaxRdAtomic},
-				newqp.Setting{Name: "timeout", Value: cfg.Timeout, Default: 14, Max: 31, Dst: &rts.Timeout},
-				newqp.Setting{Name: "retry count", Value: cfg.RetryCount, Default: 7, Max: 7, Dst: &rts.RetryCount},
-				newqp.Setting{Name: "RNR retry", Value: cfg.RNRRetry, Default: 7, Max: 7, Dst: &rts.RNRRetry},
-			)
-		},
+		Check: func(dev ctx.DeviceAttr) error { return dciSettings(dev, cfg, &rts) },
 	}
 	c, err := newqp.Create(pd, spec)
 	if err != nil {

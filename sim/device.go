@@ -29,11 +29,12 @@ const (
 	// compVectors is the number of completion vectors reported. The model
 	// has no interrupts: a CQ's vector is checked and changes nothing.
 	compVectors = 4
-	// maxRdAtomic is the RC read/atomic depth (both ends); DC has its own,
-	// lower ones, so that a test can tell which a transport applied.
+	// maxRdAtomic is the RC read/atomic depth (both ends); DC has its own
+	// (log_max_ra_req_dc, log_max_ra_res_dc), 16 on a ConnectX-5 and -6
+	// as on RC (firmware of some ConnectX-7 raised DC's to 64).
 	maxRdAtomic       = 16
-	maxDCInitRdAtomic = 8
-	maxDCRespRdAtomic = 4
+	maxDCInitRdAtomic = 16
+	maxDCRespRdAtomic = 16
 )
 
 // sendQueueDevice is what the model sizes send queues against, as

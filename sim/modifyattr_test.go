@@ -54,9 +54,8 @@ func TestModifyRefusesAttributesLikeKernel(t *testing.T) {
 		{ctx.QPTypeRC, 0, ctx.QPStateRTR, "MaxDestRdAtomic", maxRdAtomic + 1, maxRdAtomic, func(a *ctx.QPAttr, v uint64) { a.MaxDestRdAtomic = uint8(v) }},
 		{ctx.QPTypeRC, 0, ctx.QPStateRTR, "MaxDestRdAtomic", 255, maxRdAtomic, func(a *ctx.QPAttr, v uint64) { a.MaxDestRdAtomic = uint8(v) }},
 		{ctx.QPTypeRC, 0, ctx.QPStateRTS, "MaxRdAtomic", maxRdAtomic + 1, maxRdAtomic, func(a *ctx.QPAttr, v uint64) { a.MaxRdAtomic = uint8(v) }},
-		// Above DC's requester depth, within RC's: the DC limit applies.
+		// Above DC's requester depth: the DC limit applies.
 		{ctx.QPTypeDCI, 0, ctx.QPStateRTS, "MaxRdAtomic", maxDCInitRdAtomic + 1, maxDCInitRdAtomic, func(a *ctx.QPAttr, v uint64) { a.MaxRdAtomic = uint8(v) }},
-		{ctx.QPTypeDCI, 0, ctx.QPStateRTS, "MaxRdAtomic", maxRdAtomic, maxDCInitRdAtomic, func(a *ctx.QPAttr, v uint64) { a.MaxRdAtomic = uint8(v) }},
 		{ctx.QPTypeRC, 0, ctx.QPStateRTR, "PathMTU", uint64(ctx.MTU4096) + 1, uint64(ctx.MTU4096), func(a *ctx.QPAttr, v uint64) { a.PathMTU = ctx.MTU(v) }},
 		{ctx.QPTypeRC, 0, ctx.QPStateRTR, "PathMTU", 0, uint64(ctx.MTU4096), func(a *ctx.QPAttr, v uint64) { a.PathMTU = ctx.MTU(v) }},
 		{ctx.QPTypeDCI, 0, ctx.QPStateRTR, "PathMTU", 7, uint64(ctx.MTU4096), func(a *ctx.QPAttr, v uint64) { a.PathMTU = ctx.MTU(v) }},

@@ -25,7 +25,7 @@ func modifyCommands() int {
 // TestCgoProviderProbesDCReadAtomicDepth opens the emulated device through
 // the cgo provider, where rdma-core (before 47) does not report DC's
 // read/atomic depths, and checks that Query reports the model's DC
-// initiator depth, below RC's, learnt by the provider's probe; that a DCI
+// initiator depth, learnt by the provider's probe; that a DCI
 // brought to RTS with that depth is accepted by the kernel; and that one
 // deeper is refused before any modify command is sent, with EINVAL and an
 // error that names the limit.
@@ -42,7 +42,6 @@ func TestCgoProviderProbesDCReadAtomicDepth(t *testing.T) {
 	want, err := model.Query()
 	require.NoError(t, err)
 	require.NotZero(t, want.MaxDCInitRdAtomic)
-	require.Less(t, want.MaxDCInitRdAtomic, want.MaxQPInitRdAtomic, "the model's DC depth differs from RC's")
 
 	attr, err := d.Query()
 	require.NoError(t, err)

@@ -246,7 +246,7 @@ func TestPerftestDCTwoProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the preload library and runs two processes per case")
 	}
-	for _, prog := range []string{"ib_write_bw", "ib_send_bw"} {
+	for _, prog := range []string{"ib_write_bw", "ib_send_bw", "ib_read_bw", "ib_atomic_bw"} {
 		t.Run(prog, func(t *testing.T) {
 			_, cli := runPair(t, "mlx5", "infiniband", prog, []string{"-d", "mlx5_0", "-F", "-n", "200", "-c", "DC"}, "-p", time.Minute)
 			require.Contains(t, cli, "Connection type : DC", "client:\n%s", cli)
