@@ -350,7 +350,7 @@ func TestPerftestPeerTimesFromPostToPost(t *testing.T) {
 			a, b := net.Pipe()
 			defer a.Close()
 			defer b.Close()
-			var out bytes.Buffer
+			var out toolproc.Buffer // read on a timeout, while the server may still write
 			errc := make(chan error, 1)
 			go func() { errc <- perftestRun(scfg, a, true, &out) }()
 			k, err := perftestConnect(ccfg, b, false)

@@ -53,11 +53,13 @@ func TestPingPongDurationServerClient(t *testing.T) {
 			// The measured rounds span iters/tps seconds: at least the
 			// second, as rounds start until it is up, and no more than
 			// the whole run took (how far the last round goes past the
-			// second depends on the load of the machine). avg is half a
-			// round trip of that span, to two decimals (tps too).
+			// second depends on the load of the machine), within 1% for
+			// the calibration of the cycle counter that times the span
+			// (TestDuration). avg is half a round trip of that span, to
+			// two decimals (tps too).
 			span := iters / tps
 			require.GreaterOrEqual(t, span, 0.99, co)
-			require.LessOrEqual(t, span, wall, co)
+			require.LessOrEqual(t, span, wall*1.01, co)
 			require.InDelta(t, span*1e6/2/iters, avg, 0.0051+avg*1e-4, co)
 			require.Contains(t, so, "done")
 		})
