@@ -259,7 +259,12 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			h := &s.hdrIn
 			*h = *rh
 			h.Len, h.Kind = uint32(n), kind
-			if h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen {
+			// A process speaks for its own QPs only: a record whose
+			// source QPN is another slot's is dropped, as the TCP
+			// link's listener drops one (a request or answer in
+			// another process's name, or a DC stream per QPN of the
+			// whole space).
+			if h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen && qpnSlot(h.SrcQPN) == from {
 				cqes := f.stats.CQEs
 				f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
 				if kind != wireResponse && f.stats.CQEs != cqes && !run {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 	"unsafe"
@@ -21,7 +22,6 @@ type inboundWorld struct {
 	victim     *env
 	rc, dct    *testQP
 	ud         *testQP
-	peer       *testQP // the RC QP's remote QP, on the other Fabric
 	hostile    *shmFabric
 	ring       *ringFile // the victim's inbound file, as the hostile maps it
 	buf        *ctx.Buffer
@@ -31,15 +31,26 @@ type inboundWorld struct {
 	psnReq     uint32 // the PSN of the victim's first request in flight
 	dcKey      uint64
 	qkey       uint32
-	hostileQPN uint32 // a QPN of the hostile's range
+	hostileQPN uint32 // the RC QP's remote QP, the first of the hostile's range
 }
 
 func newInboundWorld(t *testing.T) *inboundWorld {
-	e1, e2, a, q := sharedRCPair(t)
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: testFabricName(t)})
 	e2.allowViolations = true
-	e1.allowViolations = true
-	w := &inboundWorld{victim: e2, rc: q, peer: a, dcKey: 0xfeed, qkey: 0x1111, lid: lidOf(t, e2.c)}
+	w := &inboundWorld{victim: e2, dcKey: 0xfeed, qkey: 0x1111, lid: lidOf(t, e2.c)}
+	// The hostile is the RC QP's peer: a process speaks for its own
+	// QPs only (a record in another slot's QPN is dropped unread).
 	var err error
+	w.hostile, err = joinShared(e2.f.shm.name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	t.Cleanup(w.hostile.leave)
+	w.hostileQPN, _ = slotQPNRange(w.hostile.slot)
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	w.rc = q
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: w.hostileQPN, PathMTU: ctx.MTU4096,
+		Path: ctx.AddressAttr{DLID: uint16(w.hostile.slot*shmMaxDevices + 1)}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
 	w.buf, err = ctx.AllocBuffer(3*4096, ctx.BufferOptions{Guard: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.buf.Close() })
@@ -59,17 +70,16 @@ func newInboundWorld(t *testing.T) *inboundWorld {
 		srq.post(dataSeg(256, w.mr.LKey(), base+1024+uint64(i)*256))
 		w.ud.postRecv(dataSeg(256, w.mr.LKey(), base+2048+uint64(i)*256))
 	}
-	holdEngine(t, e1.f)
 	holdEngine(t, e2.f)
 
 	e2.f.mu.Lock()
 	w.psnRC = e2.f.qpByNum(q.qp.QPN()).wire.resp.expect
 	e2.f.mu.Unlock()
 	// A READ into the last quarter of the page and a WRITE from it, in
-	// flight to the peer (whose Fabric never runs): the hostile's answers
-	// may name them.
-	q.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(0), e1.mr.RKey()), dataSeg(64, w.mr.LKey(), base+3072))
-	q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(64), e1.mr.RKey()), dataSeg(64, w.mr.LKey(), base+3072+64))
+	// flight to the hostile (which never serves them): its answers may
+	// name them.
+	q.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(0x10000, 0x1234), dataSeg(64, w.mr.LKey(), base+3072))
+	q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(0x10040, 0x1234), dataSeg(64, w.mr.LKey(), base+3072+64))
 	w.round()
 	e2.f.mu.Lock()
 	ws := &e2.f.qpByNum(q.qp.QPN()).wire
@@ -77,13 +87,9 @@ func newInboundWorld(t *testing.T) *inboundWorld {
 	w.psnReq = ws.segs[ws.segHead].psn
 	e2.f.mu.Unlock()
 
-	w.hostile, err = joinShared(e2.f.shm.name, ctx.LinkLayerInfiniBand, 0)
-	require.NoError(t, err)
-	t.Cleanup(w.hostile.leave)
 	w.ring = w.hostile.peer(e2.f.shm.slot)
 	require.NotNil(t, w.ring)
 	w.ring.announce(w.hostile.slot)
-	w.hostileQPN, _ = slotQPNRange(w.hostile.slot)
 	return w
 }
 
@@ -145,7 +151,7 @@ func (w *inboundWorld) record(r *fuzzReader) (wireHdr, int) {
 	h.Op, h.Status, h.FM = r.u8(), r.u8()%4, r.u8()
 	dsts := []uint32{w.rc.qp.QPN(), w.dct.qp.QPN(), w.ud.qp.QPN(), r.u32()}
 	h.DstQPN = dsts[bit(2)]
-	srcs := []uint32{w.peer.qp.QPN(), w.hostileQPN, r.u32() & ctx.MaxPSN, r.u32()}
+	srcs := []uint32{w.hostileQPN, w.hostileQPN + 1, r.u32() & ctx.MaxPSN, r.u32()}
 	h.SrcQPN = srcs[bit(2)]
 	delta := uint32(int32(int8(r.u8())))
 	switch bit(2) {
@@ -266,8 +272,8 @@ func FuzzSharedInbound(f *testing.F) {
 
 // TestSharedInboundWorld: the records FuzzSharedInbound builds from
 // expected fields reach execution: a SEND from the RC QP's peer lands in
-// its receive, and a WRITE with the DC key through the DCT lands in the
-// region.
+// its receive, a WRITE with the DC key through the DCT lands in the
+// region, and an ACK of the victim's WRITE in flight completes it.
 func TestSharedInboundWorld(t *testing.T) {
 	w := newInboundWorld(t)
 	zero := &fuzzReader{b: make([]byte, 8)} // every field as expected
@@ -288,5 +294,14 @@ func TestSharedInboundWorld(t *testing.T) {
 	require.True(t, w.publish(h, 8, &fuzzReader{b: []byte("dc write")}, false))
 	w.round()
 	require.Equal(t, "dc write", string(page[512:520]))
+
+	h, _ = w.record(&fuzzReader{b: binary.LittleEndian.AppendUint64(nil, 1|1<<6)}) // an answer to the victim's READ
+	h.Op, h.Status, h.Total, h.Seg, h.Off, h.Flags = uint8(prm.OpRdmaRead), wireAck, 64, 64, 0, 0
+	require.True(t, w.publish(h, 64, &fuzzReader{b: bytes.Repeat([]byte{0x5a}, 64)}, false))
+	w.round()
+	c, ok = w.rc.scq.poll()
+	require.True(t, ok, "no send CQE for the READ its answer completes")
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, bytes.Repeat([]byte{0x5a}, 64), page[3072:3136])
 	require.True(t, w.canariesIntact())
 }

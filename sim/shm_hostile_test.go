@@ -377,3 +377,63 @@ func TestSharedDrainBounded(t *testing.T) {
 	<-stopped
 	require.LessOrEqual(t, atomic.LoadUint64(victim.in.head(hs)), uint64(ringDataSize), "a drain took more than a ring's worth")
 }
+
+// TestSharedHostileSpeaksForAnotherSlot: a member of the fabric that
+// writes a request in the name of a QPN of another slot (here the
+// victim's own range, and a third slot's) gets nothing: the victim drops
+// it, as the TCP link's listener drops such a message; the same request
+// in the member's own QPN is served. Before, the victim served it, so a
+// process could write through another's RC connection or DC stream, and
+// a DCT kept a stream for every QPN of the space.
+func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	name := testFabricName(t)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	srq := e.newSRQ(e.pd, 16, 1)
+	const key = 0xfeed
+	dct := e.dct(e.pd, srq, key)
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mem := buf.Bytes()
+	mr, err := e.pd.RegisterMemory(mem, allAccess)
+	require.NoError(t, err)
+
+	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	t.Cleanup(hostile.leave)
+	_, vs := e.f.SharedFabric()
+	p := hostile.peer(vs)
+	require.NotNil(t, p)
+	hs := hostile.slot
+	p.announce(hs)
+	lid := lidOf(t, e.c)
+	write := func(src uint32, epoch uint32, fill byte) {
+		t.Helper()
+		rec, at, ok := p.reserve(hs, ringRecHdr+64)
+		require.True(t, ok)
+		h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+		*h = wireHdr{Len: uint32(len(rec)), Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), SrcGen: hostile.gen, DstGen: p.gen,
+			DstQPN: dct.qp.QPN(), SrcQPN: src, Epoch: epoch, Flags: wireFirst, DCKey: key,
+			RAddr: uint64(mr.Addr()), RKey: mr.RKey(), Total: 64, Seg: 64, DLID: lid}
+		for j := range rec[ringRecHdr:] {
+			rec[ringRecHdr+j] = fill
+		}
+		p.commit(hs, at, len(rec))
+		taken := time.Now().Add(10 * time.Second)
+		for atomic.LoadUint64(p.head(hs)) < at+uint64(len(rec)) {
+			require.True(t, time.Now().Before(taken), "the victim took no record")
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	victimQPN, _ := slotQPNRange(vs)
+	third, _ := slotQPNRange((max(vs, hs) + 1) % shmMaxSlots)
+	for i, src := range []uint32{victimQPN, third} {
+		write(src, uint32(i+1), 0xab) // served, if at all, before the victim moves its head past it
+		require.Equal(t, make([]byte, 64), mem[:64], "a request in the name of QPN %#x of another slot was served", src)
+	}
+	own, _ := slotQPNRange(hs)
+	write(own, 3, 0xcd)
+	require.Eventually(t, func() bool { return bytes.Equal(mem[:64], bytes.Repeat([]byte{0xcd}, 64)) }, 10*time.Second, time.Millisecond,
+		"the same request in the member's own QPN is served")
+}
