@@ -2,6 +2,7 @@ package sim
 
 import (
 	"runtime"
+	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
@@ -18,6 +19,29 @@ type queueMemory struct {
 	bufs []*ctx.Buffer
 }
 
+// madeSinceCollect counts the queueMemory values made since the model
+// last asked for a collection. Only a collection unmaps a closed queue's
+// mappings, and the Go heap does not count them: a program that makes
+// and closes queues in a loop, with a heap large enough or growing slowly
+// enough that no collection comes, would map up to vm.max_map_count
+// (65,530 by default; mmap then fails with ENOMEM), some nine mappings a
+// queue with their guard pages. So every collectStep queues made, the
+// next region asks for one first: a few hundred microseconds on a small
+// heap, against the system calls and pages each queue costs.
+var madeSinceCollect atomic.Int64
+
+const collectStep = 1024
+
+// collectIfMany runs a collection once collectStep queueMemory values
+// were made since the last, so that the cleanups of the unreachable ones
+// unmap them.
+func collectIfMany() {
+	if madeSinceCollect.Load() >= collectStep {
+		madeSinceCollect.Store(0)
+		runtime.GC()
+	}
+}
+
 // keepMemory makes the owner of the non-nil buffers of bufs: they are
 // unmapped when it becomes unreachable.
 func keepMemory(bufs []*ctx.Buffer) *queueMemory {
@@ -28,6 +52,7 @@ func keepMemory(bufs []*ctx.Buffer) *queueMemory {
 		}
 	}
 	m := &queueMemory{bufs: live}
+	madeSinceCollect.Add(1)
 	runtime.AddCleanup(m, func(bufs []*ctx.Buffer) { freeAll(bufs...) }, live)
 	return m
 }

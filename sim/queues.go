@@ -17,8 +17,11 @@ import (
 )
 
 // region is a piece of mmap'd memory the model owns (a ring, a doorbell
-// page, a UAR page), surrounded by guard pages.
+// page, a UAR page), surrounded by guard pages. Before it maps one, it has
+// the mappings of closed queues collected when many may wait for it
+// (collectIfMany).
 func region(size int) (*ctx.Buffer, error) {
+	collectIfMany()
 	return ctx.AllocBuffer(size, ctx.BufferOptions{Guard: true})
 }
 
