@@ -640,6 +640,13 @@ func (w *lfWorld) registerMR(a lfArgs) {
 		return
 	}
 	mr, err := p.pd.RegisterMemory(ar.mem[lfSlotStart(s):lfSlotStart(s)+lfSlotSize], access)
+	if access&(ctx.AccessRemoteWrite|ctx.AccessRemoteAtomic) != 0 && access&ctx.AccessLocalWrite == 0 {
+		// The access is checked before the PD.
+		if !errors.Is(err, ctx.ErrInvalidArgument) {
+			w.failf("register MR with access %v: %v, want ctx.ErrInvalidArgument", access, err)
+		}
+		return
+	}
 	w.checkErr("register MR", err, w.pdClosed(pi))
 	if err != nil {
 		return
