@@ -377,6 +377,54 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	}
 }
 
+// Discard removes from the ring the CQEs the device has handed over for
+// which drop reports true, as rdma-core's mlx5_cq_clean does for a queue
+// pair that goes to RESET or is destroyed: the CQEs kept move up over the
+// slots of those removed, in their order, and the consumer index moves past
+// as many slots as were removed (released to the device at once), so that
+// the next poll hands over exactly the CQEs kept. It returns how many it
+// removed. A compressed session in the ring is expanded first, as a poll
+// would.
+//
+// Discard is for the control plane: it scans every ready slot. Call it on
+// the owner's goroutine between polls; during a batch (inside Poll's
+// function or an All loop, or after Next without Release) it removes
+// nothing and returns 0. drop must not poll.
+func (cq *CQ) Discard(drop func(*CQE) bool) int {
+	if cq.state>>stateTaken != 0 {
+		return 0
+	}
+	n := uint32(cq.Ready(int(cq.mask + 1)))
+	size := uintptr(1) << (cq.shift & 63)
+	pad := size - prm.CQE64Size // a 128-byte entry's first half
+	entry := func(c *CQE) []byte {
+		return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(c), -int(pad))), size)
+	}
+	removed := uint32(0)
+	for pos := cq.ci + n; pos != cq.ci; {
+		pos--
+		c := cq.slot(pos)
+		if drop(c) {
+			removed++
+			continue
+		}
+		if removed == 0 {
+			continue
+		}
+		// The slot it moves to is software's too (it was ready): it keeps
+		// the owner bit of its own lap.
+		dst := cq.slot(pos + removed)
+		own := dst[prm.CQEOpOwn] & prm.CQEOwnerMask
+		copy(entry(dst), entry(c))
+		dst[prm.CQEOpOwn] = dst[prm.CQEOpOwn]&^prm.CQEOwnerMask | own
+	}
+	if removed > 0 {
+		cq.take(removed)
+		cq.Release()
+	}
+	return int(removed)
+}
+
 // Arm asks the device for an event on the next completion (any, or only a
 // solicited one) after the current consumer index. It releases the CQEs
 // taken so far, writes the arm word sn<<28 | cmd | ci (sn the arm sequence

@@ -601,6 +601,15 @@ func (q *qp) reset() {
 	q.lastSQRaw, q.lastRQRaw = 0, 0
 	q.blockedUntil, q.rnrCount, q.retryCount, q.udWaitSince = 0, 0, 0, 0
 	q.wire = wireQP{}
+	// A QP in RESET gets no more CQEs and takes no more messages: drop
+	// the CQEs a delaying CQ still holds for it and the messages held
+	// for it, as Close does.
+	q.f.dropHeldFor(q)
+	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
+		if c != nil {
+			c.dropPendingFor(q)
+		}
+	}
 	prm.Store32(q.db, 0)
 	prm.Store32(unsafe.Add(q.db, prm.DoorbellRecordSendB), 0)
 }

@@ -88,3 +88,15 @@ func closeWithQP(q *Queue) {
 		c.close()
 	}
 }
+
+// discard removes the CQEs of q that are still in the rings of the Pollers
+// q was added to (see Poller.discard). Reset calls it, through setup, once
+// the queue pair is in RESET: the device writes no more CQEs for it.
+func (c *closer) discard(q *Queue) {
+	c.mu.Lock()
+	pollers := append([]*Poller(nil), c.pollers...)
+	c.mu.Unlock()
+	for _, p := range pollers {
+		p.discard(q)
+	}
+}

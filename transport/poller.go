@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
@@ -263,6 +264,34 @@ func (p *Poller) reap() {
 	if len(p.draining) > 0 {
 		p.reapFlag.Or(reapBit)
 	}
+}
+
+// discard removes the CQEs of q from the ring after q's queue pair went
+// through RESET, as rdma-core's mlx5_modify_qp cleans them out of the QP's
+// CQs: RESET restarts the rings at index 0, so a CQE left behind would name
+// a WQE index that the work requests posted after the reset reuse, and
+// retire them (or fill a receive's completion) before the device ran them.
+// A receive CQE of a queue pair on an SRQ gives its SRQ slot back, with no
+// completion, as RESET discards every outstanding work request. It runs on
+// the owner's goroutine, from Reset, never during a Poll (monocq.CQ.Discard
+// does nothing then).
+func (p *Poller) discard(q *Queue) {
+	if p.owner.Closed() {
+		return
+	}
+	qpn, srq := q.qpn, q.srq
+	p.cq.Discard(func(c *monocq.CQE) bool {
+		if c.QPN() != qpn {
+			return false
+		}
+		switch c.Opcode() {
+		case prm.CQERespSend, prm.CQERespSendImm, prm.CQERespSendInv, prm.CQERespWrImm, prm.CQERespErr:
+			if srq != nil {
+				_, _ = srq.ring.takeSRQ(c.WQECounter())
+			}
+		}
+		return true
+	})
 }
 
 // Lookup returns the queue added for qpn, or nil; a closed queue pair

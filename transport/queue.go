@@ -124,7 +124,12 @@ func init() {
 func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueue) error {
 	d := provider.QPDescriptor(qp)
 	// Setup also rebuilds a queue after its QP went through RESET: the
-	// pollers it was added to keep it, and its counters go on.
+	// pollers it was added to keep it, and its counters go on. The CQEs
+	// the QP left in their rings go first: they name WQE indexes of the
+	// rings that now restart at 0.
+	if c := q.closer; c != nil && c.qp == qp && q.qp == qp {
+		c.discard(q)
+	}
 	if q.counts != nil && q.sq != nil {
 		q.counts.addSend(q.sq.Counters())
 	}

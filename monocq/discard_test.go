@@ -1,0 +1,77 @@
+package monocq
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// TestDiscard removes the CQEs of one QPN from a ring that wraps, with 64-
+// and 128-byte CQEs (a scatter-64 payload in the first half moves with its
+// CQE): the others come out of the next polls in their order, the consumer
+// index record counts the removed slots as consumed, and the device can
+// then fill the whole window again without an overrun.
+func TestDiscard(t *testing.T) {
+	for _, size := range []uint32{64, 128} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			r := newRing(t, 8, size)
+			cq := r.newCQ(t)
+			// Go most of a lap round first, so that the CQEs wrap.
+			for i := range 5 {
+				r.put(cqeFields{opcode: prm.CQEReq, qpn: 1, wqeCounter: uint16(i)})
+			}
+			require.Equal(t, 5, cq.Poll(8, func(*CQE) {}))
+			var want []uint16
+			for i := range 7 {
+				qpn := uint32(2 + i%2) // 2, 3, 2, 3, ...
+				f := cqeFields{opcode: prm.CQERespSend, qpn: qpn, wqeCounter: uint16(100 + i)}
+				if size == 128 && qpn == 3 {
+					r.putScatter(f, []byte(fmt.Sprintf("payload %d", i)))
+				} else {
+					r.put(f)
+				}
+				if qpn == 3 {
+					want = append(want, uint16(100+i))
+				}
+			}
+			require.Equal(t, 4, cq.Discard(func(c *CQE) bool { return c.QPN() == 2 }))
+			require.Equal(t, uint32(5+4), r.consumerIndexRecord())
+			var got []uint16
+			cq.Poll(1, func(c *CQE) { got = append(got, c.WQECounter()) })
+			cq.Poll(8, func(c *CQE) {
+				require.Equal(t, uint32(3), c.QPN())
+				if size == 128 {
+					require.Equal(t, fmt.Sprintf("payload %d", c.WQECounter()-100), string(c.ScatterData()))
+				}
+				got = append(got, c.WQECounter())
+			})
+			require.Equal(t, want, got)
+			require.Zero(t, cq.Discard(func(*CQE) bool { return true }), "an empty ring")
+			// The window is whole again: 7 more CQEs fit, none is lost
+			// and no overrun is seen.
+			for i := range 7 {
+				r.put(cqeFields{opcode: prm.CQEReq, qpn: 4, wqeCounter: uint16(i)})
+			}
+			require.Equal(t, 7, cq.Poll(16, func(*CQE) {}))
+			require.NoError(t, cq.Err())
+		})
+	}
+}
+
+// TestDiscardDuringBatch: inside a poll's function Discard removes nothing.
+func TestDiscardDuringBatch(t *testing.T) {
+	r := newRing(t, 8, 64)
+	cq := r.newCQ(t)
+	for i := range 3 {
+		r.put(cqeFields{opcode: prm.CQEReq, qpn: 1, wqeCounter: uint16(i)})
+	}
+	n := 0
+	for range cq.All(8) {
+		require.Zero(t, cq.Discard(func(*CQE) bool { return true }))
+		n++
+	}
+	require.Equal(t, 3, n)
+}
