@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,7 +56,7 @@ const (
 	lfMRs      = 6
 	lfCQs      = 4
 	lfSRQs     = 2
-	lfQPs      = 6
+	lfQPCount  = 6
 	lfArenas   = 2
 	// Each arena is one guarded page: lfSlots slots of lfSlotSize bytes,
 	// with lfGap canary bytes before, between and after them. Memory
@@ -130,15 +129,14 @@ type lfPD struct {
 }
 
 type lfMR struct {
-	mr           *ctx.MemoryRegion
-	pd           int
-	arena, slot  int
-	access       ctx.Access
-	closed       bool
-	addr         uint64
-	lkey, rkey   uint32
-	length       uint32
-	hasLocalWrit bool
+	mr          *ctx.MemoryRegion
+	pd          int
+	arena, slot int
+	access      ctx.Access
+	closed      bool
+	addr        uint64
+	lkey, rkey  uint32
+	length      uint32
 }
 
 type lfCQ struct {
@@ -190,14 +188,11 @@ type lfWorld struct {
 	mrs    [lfMRs]*lfMR
 	cqs    [lfCQs]*lfCQ
 	srqs   [lfSRQs]*lfSRQ
-	qps    [lfQPs]*lfQP
+	qps    [lfQPCount]*lfQP
 	arenas [lfArenas]*lfArena
 	wrid   uint64
 	step   int
 	op     string
-	// bad is set by a check that failed on another goroutine.
-	mu  sync.Mutex
-	bad []string
 }
 
 // lfTrace logs every op (MLX5KIT_LIFECYCLE_TRACE=1), to read a failing
@@ -463,13 +458,13 @@ func (w *lfWorld) run(op int, a lfArgs) {
 	case lfNewRC, lfNewUD:
 		w.newQP(op == lfNewUD, a)
 	case lfCloseQP:
-		i := a.b(0) % lfQPs
+		i := a.b(0) % lfQPCount
 		if q := w.qps[i]; q != nil {
 			w.checkErr("close QP", q.q.Close(), false)
 			q.closed = true
 		}
 	case lfCloseHandle:
-		i := a.b(0) % lfQPs
+		i := a.b(0) % lfQPCount
 		if q := w.qps[i]; q != nil {
 			w.checkErr("close QP handle", q.q.Handle().Close(), false)
 			q.closed = true
@@ -489,7 +484,7 @@ func (w *lfWorld) run(op int, a lfArgs) {
 	case lfResetQP:
 		w.resetQP(a)
 	case lfFailQP:
-		i := a.b(0) % lfQPs
+		i := a.b(0) % lfQPCount
 		if q := w.qps[i]; q != nil {
 			w.checkErr("fail QP", q.q.Fail(), w.qpClosed(i))
 		}
@@ -711,7 +706,7 @@ func (w *lfWorld) createSRQ(a lfArgs) {
 }
 
 func (w *lfWorld) newQP(isUD bool, a lfArgs) {
-	i, pi := a.b(0)%lfQPs, a.b(1)%lfPDs
+	i, pi := a.b(0)%lfQPCount, a.b(1)%lfPDs
 	ci, rci := a.b(2)%lfCQs, (a.b(2)/lfCQs)%lfCQs
 	cfgb := a.b(3)
 	srqi := -1
@@ -781,7 +776,7 @@ func (q *lfQP) pair() transport.QueuePair {
 }
 
 func (w *lfWorld) connect(a lfArgs) {
-	i, j := a.b(0)%lfQPs, a.b(1)%lfQPs
+	i, j := a.b(0)%lfQPCount, a.b(1)%lfQPCount
 	q, r := w.qps[i], w.qps[j]
 	if q == nil || r == nil {
 		return
@@ -864,7 +859,7 @@ func (w *lfWorld) remote(sel, off int) (addr uint64, rkey uint32) {
 }
 
 func (w *lfWorld) postSend(a lfArgs) {
-	i := a.b(0) % lfQPs
+	i := a.b(0) % lfQPCount
 	q := w.qps[i]
 	if q == nil {
 		return
@@ -935,7 +930,7 @@ func (w *lfWorld) postSend(a lfArgs) {
 var lfPayload = []byte("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghijklmnopqrstuvwxyz!")
 
 func (w *lfWorld) postRecv(a lfArgs) {
-	i := a.b(0) % lfQPs
+	i := a.b(0) % lfQPCount
 	q := w.qps[i]
 	if q == nil {
 		return
@@ -1056,7 +1051,7 @@ func (w *lfWorld) poll(ci, n int) {
 }
 
 func (w *lfWorld) resetQP(a lfArgs) {
-	i := a.b(0) % lfQPs
+	i := a.b(0) % lfQPCount
 	q := w.qps[i]
 	if q == nil || q.rc == nil {
 		return
@@ -1072,7 +1067,7 @@ func (w *lfWorld) resetQP(a lfArgs) {
 }
 
 func (w *lfWorld) pollerAddRemove(a lfArgs) {
-	i, ci := a.b(0)%lfQPs, a.b(1)%lfCQs
+	i, ci := a.b(0)%lfQPCount, a.b(1)%lfCQs
 	q, c := w.qps[i], w.cqs[ci]
 	if q == nil || c == nil {
 		return
@@ -1090,7 +1085,7 @@ func (w *lfWorld) pollerAddRemove(a lfArgs) {
 // another goroutine — posting sends and receives and polling — while this
 // one closes the queue pair, its CQ, its PD or its Context.
 func (w *lfWorld) closeWhilePolling(a lfArgs) {
-	i := a.b(0) % lfQPs
+	i := a.b(0) % lfQPCount
 	q := w.qps[i]
 	if q == nil {
 		return
