@@ -193,6 +193,13 @@ func spawnChild(t testing.TB, run string, limit time.Duration, env ...string) *c
 	}()
 	t.Cleanup(func() {
 		_ = stdin.Close()
+		// Read the child's output to its end before Wait, which closes
+		// the pipe (os/exec: Wait only after the reads are done): the
+		// reader's last lines are logged while the test still runs, not
+		// after it ended (a panic), and a reader blocked on a full lines
+		// lets the child finish.
+		for range c.lines {
+		}
 		_ = cmd.Wait()
 		cancel()
 		if s := stderr.String(); s != "" {
