@@ -218,7 +218,7 @@ func TestSharedTwoProcessesDCWrongKey(t *testing.T) {
 func TestSharedTwoProcessesDCPeerKilled(t *testing.T) {
 	ch, e := dcBigPeer(t, bigSize)
 	mr, _, sentinel := bigLocal(t, e)
-	d := e.dciTo(e.pd, 32, 12, 3) // ACK timeout ~17 ms, 3 retries
+	d := e.dciTo(e.pd, 32, killedPeerTimeout, killedPeerRetry)
 	av := dcAV(dcBigKey, ch.info.QPN, ch.info.LID)
 	post := func(op prm.Opcode, segs ...[]byte) {
 		d.post(op, 0, prm.FlagCQUpdate, 0, append([][]byte{av}, segs...)...)

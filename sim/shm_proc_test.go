@@ -193,6 +193,13 @@ func spawnChild(t testing.TB, run string, limit time.Duration, env ...string) *c
 	}()
 	t.Cleanup(func() {
 		_ = stdin.Close()
+		// Read the child's output to its end before Wait, which closes
+		// the pipe (os/exec: Wait only after the reads are done): the
+		// reader's last lines are logged while the test still runs, not
+		// after it ended (a panic), and a reader blocked on a full lines
+		// lets the child finish.
+		for range c.lines {
+		}
 		_ = cmd.Wait()
 		cancel()
 		if s := stderr.String(); s != "" {
@@ -329,11 +336,20 @@ func TestSharedTwoProcessesPeerKilled(t *testing.T) {
 	ch := startChild(t, "rc", name)
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 256, cqDepth: 1024})
-	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
+	connectTo(t, a, ch.info, killedPeerTimeout, killedPeerRetry)
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 
 	streamUntilKilled(t, e, a, ch.info, ch.cmd.Process)
 }
+
+// The ACK timeout (268 ms) and retry count of the requester in the tests
+// that kill its peer: the peer's process is a live one until the kill,
+// and a loaded machine may leave it unscheduled for hundreds of
+// milliseconds; its requests must outlast that ((7+1) x 268 ms, about
+// 2 s), or the retries run out before the kill and the test sees a
+// healthy peer's silence as the death it waits for. After the kill the
+// RETRY_EXC_ERR comes those 2 s later.
+const killedPeerTimeout, killedPeerRetry = 16, 7
 
 // streamUntilKilled keeps 64 WRITEs and READs of 64 KiB from a (on e) to
 // the QP peer describes in flight, kills proc (the peer's process, or the

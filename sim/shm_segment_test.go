@@ -131,7 +131,7 @@ func TestSharedTwoProcessesBigPeerKilled(t *testing.T) {
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
 	mr, _, sentinel := bigLocal(t, e)
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
+	connectTo(t, a, ch.info, killedPeerTimeout, killedPeerRetry)
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 	post := func(op prm.Opcode, segs ...[]byte) { a.post(op, 0, prm.FlagCQUpdate, 0, segs...) }
 	bigPeerKilled(t, ch, e, a, post, mr, sentinel)

@@ -278,7 +278,7 @@ func TestLinkTwoProcessesPeerKilled(t *testing.T) {
 	ch, info := startLinkChild(t, string(testLinkKey), "")
 	e := newEnv(t, Options{Mode: Engine, Link: info.Link, LinkKey: testLinkKey})
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 256, cqDepth: 1024})
-	connectTo(t, a, ch.info, 12, 3) // ACK timeout ~17 ms, 3 retries
+	connectTo(t, a, ch.info, killedPeerTimeout, killedPeerRetry)
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 
 	streamUntilKilled(t, e, a, ch.info, ch.cmd.Process)
@@ -363,7 +363,7 @@ func TestLinkThreeProcesses(t *testing.T) {
 }
 
 func TestLinkThreeProcessesPeerKilled(t *testing.T) {
-	hub, b, binfo, e, a := linkedThree(t, 14, 3) // ACK timeout ~67 ms, 3 retries
+	hub, b, binfo, e, a := linkedThree(t, killedPeerTimeout, killedPeerRetry)
 	streamUntilKilled(t, e, a, b.info, b.cmd.Process)
 	require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 2 }, 5*time.Second, time.Millisecond)
 	require.False(t, e.f.Reaches(binfo.QPN))
