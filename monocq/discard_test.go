@@ -75,3 +75,31 @@ func TestDiscardDuringBatch(t *testing.T) {
 	}
 	require.Equal(t, 3, n)
 }
+
+// TestDiscardInsideOneCQEPoll: Poll(1, fn) hands one CQE over without
+// taking it into a batch (its state stays 0 while fn runs) and writes the
+// doorbell record after fn. Discard inside fn is inside a poll too: it
+// removes nothing, and the record Poll leaves holds the consumer index.
+func TestDiscardInsideOneCQEPoll(t *testing.T) {
+	r := newRing(t, 8, 64)
+	cq := r.newCQ(t)
+	// Past the slots never written, where Poll's one-CQE path runs.
+	for i := range 6 {
+		r.put(cqeFields{opcode: prm.CQEReq, qpn: 3, wqeCounter: uint16(i)})
+	}
+	require.Equal(t, 6, cq.Poll(8, func(*CQE) {}))
+	for i := range 4 {
+		r.put(cqeFields{opcode: prm.CQEReq, qpn: uint32(1 + i%2), wqeCounter: uint16(i)})
+	}
+	inside := -1
+	require.Equal(t, 1, cq.Poll(1, func(*CQE) {
+		inside = cq.Discard(func(c *CQE) bool { return c.QPN() == 2 })
+	}))
+	require.Equal(t, cq.ConsumerIndex(), r.consumerIndexRecord(), "the record holds the consumer index")
+	require.Zero(t, inside, "Discard inside a poll's function")
+	require.Equal(t, 1, cq.Discard(func(c *CQE) bool { return c.QPN() == 2 && c.WQECounter() == 1 }))
+	require.Equal(t, cq.ConsumerIndex(), r.consumerIndexRecord())
+	var got []uint16
+	cq.Poll(8, func(c *CQE) { got = append(got, c.WQECounter()) })
+	require.Equal(t, []uint16{2, 3}, got)
+}
