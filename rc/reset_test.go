@@ -78,3 +78,58 @@ func p1CQ(t *testing.T, e *transporttest.Env) *ctx.CompletionQueue {
 	t.Helper()
 	return e.CQ(1, 64)
 }
+
+// TestResetInsidePoll resets a queue pair from the function of a Poll
+// that is handing over its completions. The batch holds CQEs of the queue
+// pair that Poll goes on to hand over and the ring cannot be compacted
+// under it: had Reset gone ahead, those CQEs, of work requests the reset
+// discarded, came out after it against the rebuilt rings (unmatched, or
+// retiring a work request posted after the reset). Reset refuses with
+// ctx.ErrBusy and changes nothing; after the Poll it goes ahead.
+func TestResetInsidePoll(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e, 0, 16)
+	_, p1 := newPoller(e, 1, 64)
+	a, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 8})
+	require.NoError(t, err)
+	b, err := rc.New(e.PD[1], p1CQ(t, e), rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(a))
+	require.NoError(t, p1.Add(b))
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	nops(t, a, 0, 3)
+	e.Run()
+
+	var got []uint64
+	p.Poll(16, func(c *transport.Completion) {
+		got = append(got, c.WRID)
+		require.Equal(t, transport.MatchOK, c.Match, "WRID %d: %v", c.WRID, c.Err())
+		if c.WRID == 0 {
+			require.ErrorIs(t, a.Reset(), ctx.ErrBusy)
+			require.Equal(t, transport.StateReady, a.State())
+		}
+	})
+	require.Equal(t, []uint64{0, 1, 2}, got)
+	require.Zero(t, a.Unmatched())
+	require.NoError(t, p.Err())
+
+	// Between polls it goes ahead, with CQEs in the ring.
+	nops(t, a, 3, 2)
+	e.Run()
+	require.NoError(t, a.Reset())
+	require.NoError(t, b.Reset())
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	nops(t, a, 10, 1)
+	e.Run()
+	got = got[:0]
+	for p.Poll(16, func(c *transport.Completion) {
+		got = append(got, c.WRID)
+		require.Equal(t, transport.MatchOK, c.Match, "WRID %d: %v", c.WRID, c.Err())
+	}) > 0 {
+	}
+	require.Equal(t, []uint64{10}, got)
+	require.Zero(t, a.Unmatched())
+	require.NoError(t, p.Err())
+}
