@@ -387,11 +387,12 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 // would.
 //
 // Discard is for the control plane: it scans every ready slot. Call it on
-// the owner's goroutine between polls; during a batch (inside Poll's
-// function or an All loop, or after Next without Release) it removes
-// nothing and returns 0. drop must not poll.
+// the owner's goroutine between polls; during a batch (InBatch: inside
+// Poll's function, its one-CQE path's included, or an All loop, or after
+// Next without Release) it removes nothing and returns 0. drop must not
+// poll.
 func (cq *CQ) Discard(drop func(*CQE) bool) int {
-	if cq.state>>stateTaken != 0 {
+	if cq.InBatch() {
 		return 0
 	}
 	n := uint32(cq.Ready(int(cq.mask + 1)))
@@ -423,6 +424,17 @@ func (cq *CQ) Discard(drop func(*CQE) bool) int {
 		cq.Release()
 	}
 	return int(removed)
+}
+
+// InBatch reports whether the CQ is inside a poll: CQEs are taken and not
+// yet released (inside Poll's function or an All loop, or after Next
+// without Release). Poll's one-CQE path takes none while its function
+// runs; it writes the doorbell record after the function, which until then
+// holds the consumer index before the CQE, and InBatch reads it for that
+// case. Discard does nothing inside a poll.
+func (cq *CQ) InBatch() bool {
+	return cq.state>>stateTaken != 0 ||
+		prm.Load32(unsafe.Add(cq.dbrec, prm.CQDoorbellRecordCI*4)) != cq.ci&prm.CQConsumerIndexMask
 }
 
 // Arm asks the device for an event on the next completion (any, or only a

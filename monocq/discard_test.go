@@ -2,6 +2,7 @@ package monocq
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -74,4 +75,73 @@ func TestDiscardDuringBatch(t *testing.T) {
 		n++
 	}
 	require.Equal(t, 3, n)
+}
+
+// TestDiscardInsideOneCQEPoll: Poll(1, fn) hands one CQE over without
+// taking it into a batch (its state stays 0 while fn runs) and writes the
+// doorbell record after fn. Discard inside fn is inside a poll too: it
+// removes nothing, and the record Poll leaves holds the consumer index.
+func TestDiscardInsideOneCQEPoll(t *testing.T) {
+	r := newRing(t, 8, 64)
+	cq := r.newCQ(t)
+	// Past the slots never written, where Poll's one-CQE path runs.
+	for i := range 6 {
+		r.put(cqeFields{opcode: prm.CQEReq, qpn: 3, wqeCounter: uint16(i)})
+	}
+	require.Equal(t, 6, cq.Poll(8, func(*CQE) {}))
+	for i := range 4 {
+		r.put(cqeFields{opcode: prm.CQEReq, qpn: uint32(1 + i%2), wqeCounter: uint16(i)})
+	}
+	inside := -1
+	require.Equal(t, 1, cq.Poll(1, func(*CQE) {
+		inside = cq.Discard(func(c *CQE) bool { return c.QPN() == 2 })
+	}))
+	require.Equal(t, cq.ConsumerIndex(), r.consumerIndexRecord(), "the record holds the consumer index")
+	require.Zero(t, inside, "Discard inside a poll's function")
+	require.Equal(t, 1, cq.Discard(func(c *CQE) bool { return c.QPN() == 2 && c.WQECounter() == 1 }))
+	require.Equal(t, cq.ConsumerIndex(), r.consumerIndexRecord())
+	var got []uint16
+	cq.Poll(8, func(c *CQE) { got = append(got, c.WQECounter()) })
+	require.Equal(t, []uint16{2, 3}, got)
+}
+
+// TestDiscardCompressedSession: a compressed session in the ready part of
+// the ring is expanded before Discard looks at its CQEs (they move as
+// ordinary ones), on a ring that wraps, and no byte of it looks valid on
+// the next lap.
+func TestDiscardCompressedSession(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, size := range []uint32{64, 128} {
+		for _, start := range []uint32{0, 20, 29} {
+			r := newRing(t, 32, size)
+			cq := r.newCQ(t)
+			r.pi = start
+			cq.startAt(start)
+			r.put(cqeFields{opcode: prm.CQEReq, qpn: 2, wqeCounter: 1})
+			title := cqeFields{opcode: prm.CQERespSend, qpn: 3, wqeCounter: 10}
+			minis := randomMinis(rng, 11, false)
+			want := expandWant(title, minis)
+			r.putSession(title, minis)
+			r.put(cqeFields{opcode: prm.CQEReq, qpn: 2, wqeCounter: 2})
+			f := cqeFields{opcode: prm.CQEReq, qpn: 3, wqeCounter: 99}
+			r.put(f)
+			want = append(want, f)
+			require.Equal(t, 2, cq.Discard(func(c *CQE) bool { return c.QPN() == 2 }))
+			require.Equal(t, start+2, r.consumerIndexRecord())
+			got := 0
+			for cq.Poll(4, func(c *CQE) {
+				requireDecodes(t, want[got], c)
+				require.Equal(t, r.owner(start+2+uint32(got)), c.owner())
+				got++
+			}) > 0 {
+			}
+			require.Equal(t, len(want), got)
+			for i := range 20 {
+				r.put(cqeFields{opcode: prm.CQEReq, qpn: 4, wqeCounter: uint16(i)})
+			}
+			require.Equal(t, 20, cq.Poll(64, func(*CQE) {}))
+			require.Zero(t, cq.Poll(64, func(*CQE) {}))
+			require.NoError(t, cq.Err())
+		}
+	}
 }

@@ -217,5 +217,5 @@ func (r *ring) putSession(title cqeFields, minis []mini) {
 }
 
 // startAt moves a fresh poller to consumer index i, as if i CQEs had been
-// polled and released.
-func (cq *CQ) startAt(i uint32) { cq.ci, cq.state = i, 0 }
+// polled and released (the doorbell record holds i).
+func (cq *CQ) startAt(i uint32) { cq.ci, cq.state = i, 0; cq.Release() }

@@ -250,12 +250,18 @@ func (q *QP) Remote() endpoint.Endpoint { return q.remote }
 // CQEs still in those Pollers' rings are removed (monocq.CQ.Discard), as
 // rdma-core cleans a QP's CQs on its way to RESET, so that none completes a
 // work request posted after the reset. Call it on the goroutine that posts
-// on the QP and polls those Pollers.
+// on the QP and polls those Pollers, between polls: inside the function a
+// Poll of one of them hands completions to, whose batch may still hold the
+// QP's CQEs, Reset changes nothing and returns an error wrapping
+// ctx.ErrBusy.
 func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp.Closed() {
 		newqp.SetState(&q.Queue, transport.StateClosed)
 		return qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
+	}
+	if err := newqp.Polling(&q.Queue); err != nil {
+		return qpcore.Errorf(name, op, "%w", err)
 	}
 	if err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}); err != nil {
 		return qpcore.Errorf(name, op, "%w", err)

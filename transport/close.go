@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -87,6 +88,27 @@ func closeWithQP(q *Queue) {
 	if q.qp.Closed() {
 		c.close()
 	}
+}
+
+// polling returns an error wrapping ctx.ErrBusy when one of the Pollers q
+// was added to is inside its Poll (in the function Poll hands completions
+// to): its batch holds CQEs of q that Poll goes on to hand over, and its
+// ring cannot be compacted (monocq.CQ.Discard does nothing then), so a
+// Reset there would leave CQEs that name WQE indexes the rebuilt rings
+// reuse. Reset asks before it moves the queue pair.
+func (q *Queue) polling() error {
+	c := q.closer
+	if c == nil || c.qp != q.qp {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pollers {
+		if !p.owner.Closed() && p.cq.InBatch() {
+			return fmt.Errorf("QP %#x: the Poller of CQ %#x is inside its Poll: %w", q.qpn, p.cq.CQN(), ctx.ErrBusy)
+		}
+	}
+	return nil
 }
 
 // discard removes the CQEs of q that are still in the rings of the Pollers

@@ -280,7 +280,7 @@ func (p *Poller) discard(q *Queue) {
 		return
 	}
 	qpn, srq := q.qpn, q.srq
-	p.cq.Discard(func(c *monocq.CQE) bool {
+	removed := p.cq.Discard(func(c *monocq.CQE) bool {
 		if c.QPN() != qpn {
 			return false
 		}
@@ -292,6 +292,13 @@ func (p *Poller) discard(q *Queue) {
 		}
 		return true
 	})
+	// The CQEs kept moved up the ring by up to removed slots, and the
+	// consumer index by removed: a closed queue still draining has its
+	// CQEs as far from the index it was found closed at, plus removed
+	// (see reap).
+	for i := range p.draining {
+		p.draining[i].at += uint32(removed)
+	}
 }
 
 // Lookup returns the queue added for qpn, or nil; a closed queue pair

@@ -109,6 +109,7 @@ func init() {
 		s, _ := srq.(*SharedReceiveQueue)
 		return setup(q.(*Queue), transport, qp, s)
 	}
+	qpcore.Polling = func(q any) error { return q.(*Queue).polling() }
 	qpcore.Refusal = func(q any, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
 		return q.(*Queue).refuse(wrid, flags)
 	}

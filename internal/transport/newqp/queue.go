@@ -68,6 +68,11 @@ func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, addressed b
 // state change of the QP).
 func SetState(q *transport.Queue, s transport.State) { Send(q).State = qpcore.State(s) }
 
+// Polling returns an error wrapping ctx.ErrBusy when a Poller q was added
+// to is inside its Poll: rc's Reset, which takes q's CQEs out of those
+// Pollers' rings, cannot run there.
+func Polling(q *transport.Queue) error { return qpcore.Polling(q) }
+
 // Setup builds q over a created queue pair: the send queue from its
 // descriptor (with the largest WQE the transport can build within the
 // granted limits), its own receive queue, or srq when it is attached to

@@ -61,6 +61,12 @@ func Errorf(transport, op, format string, args ...any) error {
 // this package is below transport; newqp.Setup is the typed door.
 var Setup func(q any, transport string, qp *ctx.QueuePair, srq any) error
 
+// Polling returns an error wrapping ctx.ErrBusy when a Poller the
+// *transport.Queue q was added to is inside its Poll, where the CQEs of q
+// cannot be taken out of its ring; package transport sets it from its
+// init.
+var Polling func(q any) error
+
 // Refusal returns the stage and error of a send post on the
 // *transport.Queue q when it is not Ready; package transport sets it from
 // its init.

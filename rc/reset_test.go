@@ -1,0 +1,135 @@
+package rc_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// nops posts n signaled NOPs on q, WRIDs from wrid on, and rings once.
+func nops(t *testing.T, q *rc.QP, wrid uint64, n int) {
+	t.Helper()
+	for i := range n {
+		s, err := q.Post(wrid+uint64(i), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.Nop().Finish())
+	}
+	q.RingDoorbell()
+}
+
+// TestResetKeepsClosedQueueDraining: a Reset's Discard moves the CQEs it
+// keeps up the ring and the consumer index past the removed ones. A queue
+// pair closed earlier, whose CQEs the Poller still drains, must stay in
+// the table until its last CQE is polled, however far the consumer index
+// jumped: its CQE comes out as its own completion, not one of an unknown
+// QPN.
+func TestResetKeepsClosedQueueDraining(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e, 0, 8)
+	_, p1 := newPoller(e, 1, 64)
+	cnt := int(p.CQ().CQECnt())
+	var qp, peer [2]*rc.QP
+	for i := range 2 {
+		var err error
+		qp[i], err = rc.New(e.PD[0], cq, rc.Config{SendDepth: uint32(cnt)})
+		require.NoError(t, err)
+		peer[i], err = rc.New(e.PD[1], p1CQ(t, e), rc.Config{SendDepth: 4})
+		require.NoError(t, err)
+		require.NoError(t, p.Add(qp[i]))
+		require.NoError(t, p1.Add(peer[i]))
+		require.NoError(t, qp[i].Connect(peer[i].Endpoint()))
+		require.NoError(t, peer[i].Connect(qp[i].Endpoint()))
+	}
+	a, b := qp[0], qp[1]
+	// Ring: half a lap of b's CQEs, then a's.
+	nops(t, b, 0, cnt/2)
+	e.Run()
+	nops(t, a, 100, 1)
+	e.Run()
+	require.NoError(t, a.Close())
+	require.Zero(t, p.Poll(0, func(*transport.Completion) {}), "the Poller sees a closed")
+	require.Equal(t, cnt/2, p.Poll(cnt/2, func(c *transport.Completion) {
+		require.Equal(t, b.QPN(), c.QPN)
+	}))
+	// b's CQEs after a's fill the ring but for one slot.
+	nops(t, b, 200, cnt-2)
+	e.Run()
+	require.NoError(t, b.Reset())
+
+	var got []transport.Completion
+	for p.Poll(16, func(c *transport.Completion) { got = append(got, *c) }) > 0 {
+	}
+	require.Len(t, got, 1, "%+v", got)
+	require.Equal(t, transport.MatchOK, got[0].Match, "%v", got[0].Err())
+	require.Equal(t, uint64(100), got[0].WRID)
+	require.Equal(t, a.QPN(), got[0].QPN)
+	require.NoError(t, p.Err())
+	require.Zero(t, p.Len()-1, "a is dropped once drained")
+}
+
+func p1CQ(t *testing.T, e *transporttest.Env) *ctx.CompletionQueue {
+	t.Helper()
+	return e.CQ(1, 64)
+}
+
+// TestResetInsidePoll resets a queue pair from the function of a Poll
+// that is handing over its completions. The batch holds CQEs of the queue
+// pair that Poll goes on to hand over and the ring cannot be compacted
+// under it: had Reset gone ahead, those CQEs, of work requests the reset
+// discarded, came out after it against the rebuilt rings (unmatched, or
+// retiring a work request posted after the reset). Reset refuses with
+// ctx.ErrBusy and changes nothing; after the Poll it goes ahead.
+func TestResetInsidePoll(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq, p := newPoller(e, 0, 16)
+	_, p1 := newPoller(e, 1, 64)
+	a, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 8})
+	require.NoError(t, err)
+	b, err := rc.New(e.PD[1], p1CQ(t, e), rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(a))
+	require.NoError(t, p1.Add(b))
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	nops(t, a, 0, 3)
+	e.Run()
+
+	var got []uint64
+	p.Poll(16, func(c *transport.Completion) {
+		got = append(got, c.WRID)
+		require.Equal(t, transport.MatchOK, c.Match, "WRID %d: %v", c.WRID, c.Err())
+		if c.WRID == 0 {
+			require.ErrorIs(t, a.Reset(), ctx.ErrBusy)
+			require.Equal(t, transport.StateReady, a.State())
+		}
+	})
+	require.Equal(t, []uint64{0, 1, 2}, got)
+	require.Zero(t, a.Unmatched())
+	require.NoError(t, p.Err())
+
+	// Between polls it goes ahead, with CQEs in the ring.
+	nops(t, a, 3, 2)
+	e.Run()
+	require.NoError(t, a.Reset())
+	require.NoError(t, b.Reset())
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	nops(t, a, 10, 1)
+	e.Run()
+	got = got[:0]
+	for p.Poll(16, func(c *transport.Completion) {
+		got = append(got, c.WRID)
+		require.Equal(t, transport.MatchOK, c.Match, "WRID %d: %v", c.WRID, c.Err())
+	}) > 0 {
+	}
+	require.Equal(t, []uint64{10}, got)
+	require.Zero(t, a.Unmatched())
+	require.NoError(t, p.Err())
+}
