@@ -72,12 +72,14 @@ type DCI struct {
 
 // dciSettings checks cfg's RTS settings against dev and fills rts with
 // them or their defaults. A DCI's reads and atomics are bounded by DC's
-// own requester depth; RC's is the best guess where the provider cannot
-// tell it.
+// own requester depth, which kernels with the DC check of
+// validate_rd_atomic apply, and by RC's, which earlier kernels apply: the
+// lower of the two, as qpstate.CheckAttr bounds the modify (RC's alone
+// where the provider cannot tell DC's).
 func dciSettings(dev ctx.DeviceAttr, cfg DCIConfig, rts *ctx.QPAttr) error {
-	rd := dev.MaxDCInitRdAtomic
-	if rd == 0 {
-		rd = dev.MaxQPInitRdAtomic
+	rd := dev.MaxQPInitRdAtomic
+	if dc := dev.MaxDCInitRdAtomic; dc != 0 && (rd == 0 || dc < rd) {
+		rd = dc
 	}
 	maxRd := uint8(min(max(rd, 1), 255))
 	return newqp.Settings(

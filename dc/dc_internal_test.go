@@ -8,10 +8,10 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
-// TestDCISettingsDCDepth: a DCI's reads and atomics are bounded by DC's
-// requester depth where the device reports one apart from RC's (above or
-// below it), and by RC's where it reports none; the default is 16 within
-// the bound.
+// TestDCISettingsDCDepth: a DCI's reads and atomics are bounded by the
+// lower of DC's requester depth and RC's (kernels apply one or the other,
+// as qpstate.CheckAttr does), and by RC's where the device reports no DC
+// depth; the default is 16 within the bound.
 func TestDCISettingsDCDepth(t *testing.T) {
 	for _, c := range []struct {
 		name      string
@@ -19,7 +19,7 @@ func TestDCISettingsDCDepth(t *testing.T) {
 		max, dflt uint8
 	}{
 		{"DC below RC", ctx.DeviceAttr{MaxQPInitRdAtomic: 16, MaxDCInitRdAtomic: 8}, 8, 8},
-		{"DC above RC", ctx.DeviceAttr{MaxQPInitRdAtomic: 16, MaxDCInitRdAtomic: 64}, 64, 16},
+		{"DC above RC", ctx.DeviceAttr{MaxQPInitRdAtomic: 16, MaxDCInitRdAtomic: 64}, 16, 16},
 		{"DC unknown", ctx.DeviceAttr{MaxQPInitRdAtomic: 32}, 32, 16},
 	} {
 		t.Run(c.name, func(t *testing.T) {
