@@ -32,6 +32,20 @@ func hostilePair(t *testing.T) (victim, hostile *shmFabric) {
 	return victim, hostile
 }
 
+// joinHostile joins a raw member to e's shared fabric and returns it and
+// e's inbound file as the member maps it, its ring there announced.
+func joinHostile(t *testing.T, e *env) (*shmFabric, *ringFile) {
+	t.Helper()
+	name, vs := e.f.SharedFabric()
+	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	t.Cleanup(hostile.leave)
+	p := hostile.peer(vs)
+	require.NotNil(t, p)
+	p.announce(hostile.slot)
+	return hostile, p
+}
+
 func noPanic(t *testing.T, what string, fn func()) {
 	t.Helper()
 	var r any
@@ -111,14 +125,8 @@ func TestSharedHostileHeaderChangedWhileServed(t *testing.T) {
 	require.NoError(t, err)
 	good, bad := uint64(mr.Addr()), uint64(mr.Addr())+4096 // bad: outside the region
 
-	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
-	require.NoError(t, err)
-	t.Cleanup(hostile.leave)
-	_, vs := e.f.SharedFabric()
-	p := hostile.peer(vs)
-	require.NotNil(t, p)
+	hostile, p := joinHostile(t, e)
 	hs := hostile.slot
-	p.announce(hs)
 	src, _ := slotQPNRange(hs)
 	lid := lidOf(t, e.c)
 
@@ -399,14 +407,8 @@ func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
 	mr, err := e.pd.RegisterMemory(mem, allAccess)
 	require.NoError(t, err)
 
-	hostile, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
-	require.NoError(t, err)
-	t.Cleanup(hostile.leave)
-	_, vs := e.f.SharedFabric()
-	p := hostile.peer(vs)
-	require.NotNil(t, p)
+	hostile, p := joinHostile(t, e)
 	hs := hostile.slot
-	p.announce(hs)
 	lid := lidOf(t, e.c)
 	write := func(src uint32, epoch uint32, fill byte) {
 		t.Helper()
@@ -426,6 +428,7 @@ func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
 			time.Sleep(10 * time.Microsecond)
 		}
 	}
+	_, vs := e.f.SharedFabric()
 	victimQPN, _ := slotQPNRange(vs)
 	third, _ := slotQPNRange((max(vs, hs) + 1) % shmMaxSlots)
 	for i, src := range []uint32{victimQPN, third} {
