@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"testing"
 
@@ -49,4 +50,32 @@ func TestQueueChurnKeepsMappingsBounded(t *testing.T) {
 	most = max(most, mappings(t)-base)
 	t.Logf("at most %d mappings more than at the start", most)
 	require.Less(t, most, 15000, "mappings held by closed queues")
+}
+
+// TestOpenQueuesCollectNothing: a program that makes many queues and keeps
+// them open never has the model ask for a collection (only closed queues
+// wait for one), so a large heap does not pay a full collection for each
+// thousand queues it makes.
+func TestOpenQueuesCollectNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 3,000 queues")
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware})
+	require.NoError(t, err)
+	defer c.Close()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cqs := make([]*ctx.CompletionQueue, 0, 3000)
+	for i := range 3000 {
+		cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+		require.NoError(t, err, "queue %d", i)
+		cqs = append(cqs, cq)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	require.Equal(t, before.NumForcedGC, after.NumForcedGC, "collections asked for while every queue is open")
+	for _, cq := range cqs {
+		require.NoError(t, cq.Close())
+	}
 }

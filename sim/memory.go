@@ -19,26 +19,33 @@ type queueMemory struct {
 	bufs []*ctx.Buffer
 }
 
-// madeSinceCollect counts the queueMemory values made since the model
-// last asked for a collection. Only a collection unmaps a closed queue's
-// mappings, and the Go heap does not count them: a program that makes
-// and closes queues in a loop, with a heap large enough or growing slowly
-// enough that no collection comes, would map up to vm.max_map_count
-// (65,530 by default; mmap then fails with ENOMEM), some nine mappings a
-// queue with their guard pages. So every collectStep queues made, the
-// next region asks for one first: a few hundred microseconds on a small
-// heap, against the system calls and pages each queue costs.
-var madeSinceCollect atomic.Int64
+// closedSinceCollect counts the queues closed since the model last asked
+// for a collection. Only a collection unmaps a closed queue's mappings
+// (once nothing reaches its queueMemory), and the Go heap does not count
+// them: a program that makes and closes queues in a loop, with a heap
+// large enough or growing slowly enough that no collection comes, would
+// map up to vm.max_map_count (65,530 by default; mmap then fails with
+// ENOMEM), some nine mappings a queue with their guard pages. So once
+// collectStep queues were closed, the next region asks for one first. A
+// program that keeps its queues open never pays for it.
+var closedSinceCollect atomic.Int64
 
 const collectStep = 1024
 
-// collectIfMany runs a collection once collectStep queueMemory values
-// were made since the last, so that the cleanups of the unreachable ones
-// unmap them.
+// collectIfMany runs a collection once collectStep queues were closed
+// since the last, so that the cleanups of the unreachable ones unmap
+// their mappings.
 func collectIfMany() {
-	if madeSinceCollect.Load() >= collectStep {
-		madeSinceCollect.Store(0)
+	if closedSinceCollect.Load() >= collectStep {
+		closedSinceCollect.Store(0)
 		runtime.GC()
+	}
+}
+
+// closed counts m's queue as closed: its mappings wait for a collection.
+func (m *queueMemory) closed() {
+	if m != nil {
+		closedSinceCollect.Add(1)
 	}
 }
 
@@ -52,7 +59,6 @@ func keepMemory(bufs []*ctx.Buffer) *queueMemory {
 		}
 	}
 	m := &queueMemory{bufs: live}
-	madeSinceCollect.Add(1)
 	runtime.AddCleanup(m, func(bufs []*ctx.Buffer) { freeAll(bufs...) }, live)
 	return m
 }

@@ -201,6 +201,7 @@ func (c *cq) Close() error {
 	}
 	c.closed = true
 	c.f.removeCQ(c)
+	c.mem.closed()
 	if c.evfd >= 0 {
 		_ = unix.Close(c.evfd)
 	}
@@ -291,6 +292,7 @@ func (s *srq) Close() error {
 	}
 	s.closed = true
 	s.f.removeSRQ(s)
+	s.mem.closed()
 	// The ring and doorbell record stay mapped while a receive ring can
 	// reach them (see queueMemory).
 	return nil
@@ -623,6 +625,7 @@ func (q *qp) Close() error {
 	q.f.wireFlushAcks() // those of requests it executed: a NIC has sent them
 	q.closed = true
 	q.f.removeQP(q)
+	q.mem.closed()
 	q.dev.detachBlueFlameLocked(q)
 	q.f.dropHeldFor(q)
 	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
