@@ -772,7 +772,7 @@ func (l *tcpLink) announceLocked() {
 		return
 	}
 	l.announce = false
-	m := l.membersLocked()
+	m, devices := l.membersLocked(), l.devices // one snapshot of both
 	l.mu.Unlock()
 	n := wireHdrSize + tcpMembersSize
 	if cap(l.tx) < n {
@@ -782,9 +782,7 @@ func (l *tcpLink) announceLocked() {
 	h := (*wireHdr)(unsafe.Pointer(&rec[0]))
 	*h = wireHdr{Len: uint32(n), Kind: tcpMembers}
 	*(*uint64)(unsafe.Pointer(&rec[wireHdrSize])) = m
-	l.mu.Lock()
-	copy(rec[wireHdrSize+8:], l.devices[:])
-	l.mu.Unlock()
+	copy(rec[wireHdrSize+8:], devices[:])
 	for _, p := range l.live() {
 		l.put(p, rec)
 	}
