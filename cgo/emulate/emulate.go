@@ -115,6 +115,7 @@ func enable() error {
 	// A polling loop of this process on an emulated device runs the
 	// model's rounds itself (ctx.Context.Idle).
 	verbs.SetIdle(simadopt.Idle(f))
+	protectRuntimeFDs()
 	C.mk_emu_set_on(1)
 	return nil
 }

@@ -462,6 +462,31 @@ int dup3(int oldfd, int newfd, int flags)
 	return ret;
 }
 
+/* The Go runtime's own descriptors in this process (its poller's epoll
+ * and eventfd, the cgroup files it reads): closefrom and close_range leave
+ * them open, or the runtime that runs the emulation stops the process
+ * ("netpoll failed") at its next wait. Set once, before main, by
+ * mk_emu_protect_fd. */
+#define MK_EMU_MAX_PROTECTED 8
+static int protected_fds[MK_EMU_MAX_PROTECTED];
+static int protected_n;
+
+void mk_emu_protect_fd(int fd)
+{
+	int i, j;
+
+	if (fd < 0 || protected_n == MK_EMU_MAX_PROTECTED)
+		return;
+	for (i = 0; i < protected_n && protected_fds[i] < fd; i++)
+		;
+	if (i < protected_n && protected_fds[i] == fd)
+		return;
+	for (j = protected_n; j > i; j--)
+		protected_fds[j] = protected_fds[j - 1];
+	protected_fds[i] = fd;
+	protected_n++;
+}
+
 #if __GLIBC_PREREQ(2, 34)
 /* close_range and closefrom close emulated descriptors as close does (the
  * C library's own close is not the interposed one). */
@@ -482,20 +507,50 @@ static void emu_close_range(unsigned int first, unsigned int last)
 	errno = saved;
 }
 
+/* close_range_kept closes [first, last] but the protected descriptors, in
+ * the pieces between them; it returns the first failure's -1 (errno set). */
+static int close_range_kept(unsigned int first, unsigned int last, int flags)
+{
+	int i, ret = 0, saved = 0;
+
+	RESOLVE(close_range);
+	for (i = 0; i < protected_n && first <= last; i++) {
+		unsigned int p = (unsigned int)protected_fds[i];
+
+		if (p < first || p > last)
+			continue;
+		if (p > first && REAL(close_range)(first, p - 1, flags) < 0 && ret == 0) {
+			ret = -1;
+			saved = errno;
+		}
+		if (p == last)
+			return ret < 0 ? (errno = saved, -1) : 0;
+		first = p + 1;
+	}
+	if (first <= last && REAL(close_range)(first, last, flags) < 0 && ret == 0) {
+		ret = -1;
+		saved = errno;
+	}
+	return ret < 0 ? (errno = saved, -1) : 0;
+}
+
 int close_range(unsigned int first, unsigned int last, int flags)
 {
 	if (emu_on() && !(flags & CLOSE_RANGE_CLOEXEC))
 		emu_close_range(first, last);
-	RESOLVE(close_range);
-	return REAL(close_range)(first, last, flags);
+	return close_range_kept(first, last, flags);
 }
 
 void closefrom(int lowfd)
 {
 	if (emu_on())
 		emu_close_range(lowfd < 0 ? 0 : (unsigned int)lowfd, ~0U);
-	RESOLVE(closefrom);
-	REAL(closefrom)(lowfd);
+	if (protected_n == 0) {
+		RESOLVE(closefrom);
+		REAL(closefrom)(lowfd);
+		return;
+	}
+	(void)close_range_kept(lowfd < 0 ? 0 : (unsigned int)lowfd, ~0U, 0);
 }
 #endif
 
