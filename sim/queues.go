@@ -603,15 +603,9 @@ func (q *qp) reset() {
 	q.lastSQRaw, q.lastRQRaw = 0, 0
 	q.blockedUntil, q.rnrCount, q.retryCount, q.udWaitSince = 0, 0, 0, 0
 	q.wire = wireQP{}
-	// A QP in RESET gets no more CQEs and takes no more messages: drop
-	// the CQEs a delaying CQ still holds for it and the messages held
-	// for it, as Close does.
-	q.f.dropHeldFor(q)
-	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
-		if c != nil {
-			c.dropPendingFor(q)
-		}
-	}
+	// A QP in RESET gets no more CQEs and takes no more messages, as a
+	// closed one.
+	q.dropHeld()
 	prm.Store32(q.db, 0)
 	prm.Store32(unsafe.Add(q.db, prm.DoorbellRecordSendB), 0)
 }
@@ -627,14 +621,22 @@ func (q *qp) Close() error {
 	q.f.removeQP(q)
 	q.mem.closed()
 	q.dev.detachBlueFlameLocked(q)
-	q.f.dropHeldFor(q)
-	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
-		c.dropPendingFor(q)
-	}
+	q.dropHeld()
 	// The rings, doorbell record and BlueFlame page stay mapped while a
 	// send queue, a stage or a receive ring can reach them (see
 	// queueMemory).
 	return nil
+}
+
+// dropHeld drops the messages held for q and the CQEs its delaying CQs
+// still hold for it (f.mu held): q takes and completes nothing more.
+func (q *qp) dropHeld() {
+	q.f.dropHeldFor(q)
+	for _, c := range []*cq{q.sendCQ, q.recvCQ} {
+		if c != nil {
+			c.dropPendingFor(q)
+		}
+	}
 }
 
 func (q *qp) String() string { return fmt.Sprintf("%v QP %#x", q.typ, q.qpn) }

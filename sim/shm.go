@@ -263,9 +263,8 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			// source QPN is another slot's is dropped, as the TCP
 			// link's listener drops one (a request or answer in
 			// another process's name, or a DC stream per QPN of the
-			// whole space).
-			// (h.SrcQPN in from's range: qpnSlot(h.SrcQPN) == from, in
-			// fewer instructions.)
+			// whole space). The range test is qpnSlot(h.SrcQPN) ==
+			// from in fewer instructions.
 			if h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen && h.SrcQPN/shmSlotQPNs == uint32(from)+1 {
 				cqes := f.stats.CQEs
 				f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
