@@ -227,6 +227,12 @@ type Stats struct {
 	// executing (RC and DC): a requester's retry after a lost or late
 	// answer.
 	RepeatsServed uint64
+	// RingNoSpace counts the messages to another process of a shared
+	// fabric that could not be sent because the file system of its
+	// rings (/dev/shm) had no room for the ring's pages (ENOSPC): each
+	// is lost as a packet would be, and the QPs that sent them end in
+	// RETRY_EXC_ERR if it lasts (docs/guide.md, section 14).
+	RingNoSpace uint64
 }
 
 // New creates a Fabric. In Engine mode its goroutine starts with the first
@@ -362,7 +368,11 @@ func (f *Fabric) Open(device string) (*ctx.Context, error) {
 func (f *Fabric) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.stats
+	s := f.stats
+	if f.shm != nil {
+		s.RingNoSpace = f.shm.noSpace
+	}
+	return s
 }
 
 // Close stops the engine (if any). Devices stay usable in Manual fashion

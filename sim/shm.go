@@ -29,6 +29,9 @@ type shmFabric struct {
 	// the last drain stopped there (messages may be left unread).
 	first   int
 	stopped bool
+	// noSpace counts the messages send could not place because the
+	// file system could not allocate the ring's pages (Stats.RingNoSpace).
+	noSpace uint64
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -102,7 +105,13 @@ func (s *shmFabric) peer(slot int) *ringFile {
 	if err != nil {
 		return nil
 	}
-	p.resume(s.slot)
+	if err := p.resume(s.slot); err != nil {
+		// No room in the file system for the ring's lines: absent
+		// until there is.
+		p.close()
+		s.noSpace++
+		return nil
+	}
 	s.peers[slot] = p
 	return p
 }
@@ -119,8 +128,11 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	}
 	p.announce(s.slot)
 	n := ringRecHdr + payloadLen
-	rec, at, ok := p.reserve(s.slot, n)
-	if !ok {
+	rec, at, err := p.reserve(s.slot, n)
+	if err != nil {
+		if err != errRingFull {
+			s.noSpace++
+		}
 		return false
 	}
 	// The header is built in s.hdr and copied into the ring whole: a

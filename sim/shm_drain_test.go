@@ -88,8 +88,8 @@ func TestRingNewOwnerAfterProducerDiedMidPublish(t *testing.T) {
 	require.NoError(t, err)
 	p := b.peer(a.slot)
 	p.announce(b.slot)
-	rec, at, ok := p.reserve(b.slot, ringRecHdr)
-	require.True(t, ok)
+	rec, at, err := p.reserve(b.slot, ringRecHdr)
+	require.NoError(t, err)
 	(*wireHdr)(unsafe.Pointer(&rec[ringMarkSize])).Len = uint32(len(rec))
 	storeRelease64(p.mark(b.slot, at), at+1) // dies here: no tail store
 	require.True(t, a.drain(nil))

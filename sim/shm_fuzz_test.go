@@ -211,8 +211,8 @@ func (w *inboundWorld) record(r *fuzzReader) (wireHdr, int) {
 // record in the victim's file; with malformed, the length field is what
 // the input says. It reports false when the ring has no room.
 func (w *inboundWorld) publish(h wireHdr, n int, r *fuzzReader, malformed bool) bool {
-	rec, at, ok := w.ring.reserve(w.hostile.slot, ringRecHdr+n)
-	if !ok {
+	rec, at, err := w.ring.reserve(w.hostile.slot, ringRecHdr+n)
+	if err != nil {
 		return false
 	}
 	h.Len = uint32(len(rec))

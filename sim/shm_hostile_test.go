@@ -160,8 +160,8 @@ func TestSharedHostileHeaderChangedWhileServed(t *testing.T) {
 	}
 	deadline := time.Now().Add(hunt)
 	for i := 0; time.Now().Before(deadline) && !outside(); i++ {
-		rec, at, ok := p.reserve(hs, ringRecHdr+64)
-		require.True(t, ok)
+		rec, at, err := p.reserve(hs, ringRecHdr+64)
+		require.NoError(t, err)
 		h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
 		*h = wireHdr{Len: uint32(len(rec)), Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), SrcGen: hostile.gen, DstGen: p.gen,
 			DstQPN: dct.qp.QPN(), SrcQPN: src, Epoch: uint32(i + 1), Flags: wireFirst, DCKey: key,
@@ -412,8 +412,8 @@ func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
 	lid := lidOf(t, e.c)
 	write := func(src uint32, epoch uint32, fill byte) {
 		t.Helper()
-		rec, at, ok := p.reserve(hs, ringRecHdr+64)
-		require.True(t, ok)
+		rec, at, err := p.reserve(hs, ringRecHdr+64)
+		require.NoError(t, err)
 		h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
 		*h = wireHdr{Len: uint32(len(rec)), Kind: wireRequest, Op: uint8(prm.OpRdmaWrite), SrcGen: hostile.gen, DstGen: p.gen,
 			DstQPN: dct.qp.QPN(), SrcQPN: src, Epoch: epoch, Flags: wireFirst, DCKey: key,

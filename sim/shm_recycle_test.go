@@ -136,8 +136,8 @@ func TestSharedHeldAnswerBlocksOnlyItsRequester(t *testing.T) {
 	require.NotNil(t, p)
 	p.announce(er.f.shm.slot)
 	for n := 1 << 20; n >= wireAlign; {
-		rec, at, ok := p.reserve(er.f.shm.slot, n)
-		if !ok {
+		rec, at, err := p.reserve(er.f.shm.slot, n)
+		if err != nil {
 			n /= 2
 			continue
 		}

@@ -228,6 +228,11 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	} else if st.Size != regSize {
 		return fail(fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w (remove the file when no process uses the fabric)", p, st.Size, shmVersion, regSize, ErrFabricVersion))
 	}
+	// Its pages allocated before any is stored in: a full file system
+	// is then this error, not a SIGBUS at the first store.
+	if err := allocateFile(fd, 0, regSize); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+		return fail(fmt.Errorf("allocate %s: %w", p, err))
+	}
 	mem, err := unix.Mmap(fd, 0, regSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fail(fmt.Errorf("map %s: %w", p, err))

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync/atomic"
@@ -62,6 +63,12 @@ const (
 type ringFile struct {
 	gen uint64
 	mem []byte
+	// fd is the open file of a peer's ring file (-1 for the process's
+	// own), through which reserve has the file system allocate the
+	// pages of the ring before it writes there; allocated is how many
+	// bytes from the ring's front are known to be allocated.
+	fd        int
+	allocated uint64
 	// base is &mem[0]: the accessors below add offsets to it without a
 	// bounds check, as every offset they form lies inside the file (a
 	// slot is below shmMaxSlots, a position is masked to its ring).
@@ -97,12 +104,20 @@ func createRingFile(name string, s int, gen uint64) (*ringFile, error) {
 		_ = unix.Unlink(p)
 		return nil, fmt.Errorf("size %s: %w", p, err)
 	}
+	// The words in front of the rings (generation, wake and senders
+	// words, heads and tails) are stored by this process and every
+	// producer: their pages are allocated now, while a full file system
+	// can still be an error rather than a SIGBUS at the first store.
+	if err := allocateFile(fd, 0, ringDataOff); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+		_ = unix.Unlink(p)
+		return nil, fmt.Errorf("allocate %s: %w", p, err)
+	}
 	mem, err := unix.Mmap(fd, 0, ringFileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		_ = unix.Unlink(p)
 		return nil, fmt.Errorf("map %s: %w", p, err)
 	}
-	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0])}
+	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0]), fd: -1}
 	atomic.StoreUint64(rf.u64(ringFileGen), gen)
 	return rf, nil
 }
@@ -115,19 +130,21 @@ func openRingFile(name string, s int, gen uint64) (*ringFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
 		return nil, err
 	}
 	if st.Size != ringFileSize {
+		_ = unix.Close(fd)
 		return nil, fmt.Errorf("%s is %d bytes, expected %d: %w", p, st.Size, ringFileSize, ErrFabricVersion)
 	}
 	mem, err := unix.Mmap(fd, 0, ringFileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
+		_ = unix.Close(fd)
 		return nil, err
 	}
-	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0])}
+	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0]), fd: fd}
 	if atomic.LoadUint64(rf.u64(ringFileGen)) != gen {
 		rf.close()
 		return nil, fmt.Errorf("%s belongs to another generation", p)
@@ -140,22 +157,40 @@ func (f *ringFile) close() {
 		_ = unix.Munmap(f.mem)
 		f.mem, f.base = nil, nil
 	}
+	if f.fd >= 0 {
+		_ = unix.Close(f.fd)
+		f.fd = -1
+	}
 }
 
 // reserve finds room for a record of n bytes (mark and header included)
 // in the ring this process (slot from) writes in f. It returns the record
-// and its position, and false when the ring is full. A pad in front of it
-// is published at once.
+// and its position; errRingFull when the ring is full, or the file
+// system's error when it cannot allocate the ring's pages (allocate). A
+// pad in front of the record is published at once.
 //
 // The line after the record stays free (read by the consumer), and its
 // mark is cleared here, before the record's is published (commit): a
 // consumer past the record then finds 0 there, or the next record's
 // mark, never a word of an earlier lap's payload that happens to equal
 // the mark it expects.
-func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
+func (f *ringFile) reserve(from, n int) ([]byte, uint64, error) {
 	tail, pos, need, pad, ok := f.plan(from, n)
 	if !ok {
-		return nil, 0, false
+		return nil, 0, errRingFull
+	}
+	// Every line this writes: the record and the line after it (the
+	// front's first line when the record ends the ring), at the front
+	// after a pad; the pad's first line, which the record before it
+	// cleared, lies inside what that record allocated.
+	end := min(pos+need+wireAlign, ringDataSize)
+	if pad != 0 {
+		end = need + wireAlign
+	}
+	if end > f.allocated {
+		if err := f.allocate(from, end); err != nil {
+			return nil, 0, err
+		}
 	}
 	data := f.data(from)
 	if pad != 0 {
@@ -168,7 +203,61 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, bool) {
 		pos = 0
 	}
 	*f.mark(from, tail+need) = 0
-	return data[pos : pos+need], tail, true
+	return data[pos : pos+need], tail, nil
+}
+
+// errRingFull is reserve's answer when the consumer has not made room.
+var errRingFull = errors.New("ring full")
+
+// ringAllocStep is the step in which allocate has the file system
+// allocate a ring's pages ahead of the producer.
+const ringAllocStep = 64 << 10
+
+// allocate has the file system allocate the first end bytes of ring from,
+// through the file: a store into a page of a shared mapping that a full
+// tmpfs cannot give (a container's /dev/shm is 64 MiB by default, a ring
+// 32 MiB) kills the storing process with SIGBUS, where fallocate answers
+// ENOSPC, which reserve returns. It allocates up to ringAllocStep ahead,
+// or to the page end lies in when that much has no room. Pages a
+// producer of the slot before this one allocated are taken as they are.
+// A file system without fallocate leaves the stores unguarded.
+func (f *ringFile) allocate(from int, end uint64) error {
+	end = min(end, ringDataSize)
+	if end <= f.allocated {
+		return nil
+	}
+	if f.fd < 0 {
+		f.allocated = ringDataSize
+		return nil
+	}
+	off := int64(ringDataOff+from*ringDataSize) + int64(f.allocated)
+	to := min((end+ringAllocStep-1)&^(ringAllocStep-1), ringDataSize)
+	err := allocateFile(f.fd, off, int64(to-f.allocated))
+	if errors.Is(err, unix.ENOSPC) {
+		to = min((end+pageSize-1)&^(pageSize-1), ringDataSize)
+		err = allocateFile(f.fd, off, int64(to-f.allocated))
+	}
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP):
+		f.allocated = ringDataSize
+	case err != nil:
+		return err
+	default:
+		f.allocated = to
+	}
+	return nil
+}
+
+// allocateFile has the file system allocate n bytes of file fd at off
+// (fallocate), again when a signal interrupts it (the Go runtime's
+// preemption signals can).
+func allocateFile(fd int, off, n int64) error {
+	for {
+		err := unix.Fallocate(fd, 0, off, n)
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // plan works out where reserve places a record of n bytes in the ring
@@ -215,10 +304,16 @@ func (f *ringFile) fits(from, n int) bool {
 // take over the ring from an earlier owner of the slot: records that
 // owner published past the tail it stored (it died between its mark and
 // its tail) are counted in, so that the new owner writes where the
-// consumer looks, and the consumer's head is read.
-func (f *ringFile) resume(from int) {
+// consumer looks, and the consumer's head is read. It fails when the
+// file system cannot allocate the lines it reads (allocate): a read of
+// a page a full tmpfs cannot give is a SIGBUS too.
+func (f *ringFile) resume(from int) error {
 	tail := atomic.LoadUint64(f.tail(from)) &^ (wireAlign - 1)
-	// At most a pad and a record lie past a stored tail.
+	if err := f.allocate(from, tail&(ringDataSize-1)+wireAlign); err != nil {
+		return err
+	}
+	// At most a pad and a record lie past a stored tail, in lines the
+	// earlier owner wrote.
 	for i := 0; i < 2 && atomic.LoadUint64(f.mark(from, tail)) == tail+1; i++ {
 		pos := tail & (ringDataSize - 1)
 		n := uint64((*wireHdr)(unsafe.Pointer(&f.data(from)[pos+ringMarkSize])).Len)
@@ -226,9 +321,13 @@ func (f *ringFile) resume(from int) {
 			break
 		}
 		tail += n
+		if err := f.allocate(from, tail&(ringDataSize-1)+wireAlign); err != nil {
+			return err
+		}
 	}
 	storeRelease64(f.tail(from), tail)
 	f.headSeen = atomic.LoadUint64(f.head(from))
+	return nil
 }
 
 // commit publishes the record reserve placed at position at: its mark,
