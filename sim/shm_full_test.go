@@ -98,15 +98,7 @@ func TestSmallShmStream(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, sendDepth: 64})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	for _, x := range []struct {
-		q, peer *testQP
-		peerEnv *env
-	}{{a, b, e2}, {b, a, e1}} {
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
-			Path: ctx.AddressAttr{DLID: lidOf(t, x.peerEnv.c)}, MaxDestRdAtomic: 16}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 16, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
-	}
+	connectRCRetry(t, e1, e2, a, b, 7)
 	const size, n = 256 << 10, 32
 	for i := 0; i < n/8; i++ {
 		fill(e1.mem(i*size%(1<<20), size), int64(i+1))
