@@ -39,13 +39,7 @@ func TestSharedFullFileSystem(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
 			cmd.Env = append(os.Environ(), envSmallShm+"=1")
-			cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-			if os.Getuid() != 0 {
-				// A user namespace of its own, in which it may mount.
-				cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER
-				cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-				cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
-			}
+			cmd.SysProcAttr = namespaced(0)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
@@ -68,6 +62,19 @@ func TestSharedFullFileSystem(t *testing.T) {
 			require.Contains(t, out.String(), "--- PASS: "+name, "the child:\n%s", out.String())
 		})
 	}
+}
+
+// namespaced is the attributes of a child process with a mount namespace
+// of its own, private (where it may mount), and the namespaces clone
+// names; a user namespace of its own too where this process is not root.
+func namespaced(clone uintptr) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Cloneflags: clone}
+	if os.Getuid() != 0 {
+		a.Cloneflags |= syscall.CLONE_NEWUSER
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+	}
+	return a
 }
 
 // smallShm mounts a tmpfs of smallShmSize bytes, private to this child's

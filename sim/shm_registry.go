@@ -159,8 +159,9 @@ func alive(pid int, start uint64) bool {
 
 // registry is a process's view of the registry file.
 type registry struct {
-	fd  int
-	mem []byte
+	name string // the fabric's
+	fd   int
+	mem  []byte
 	// base is &mem[0]: u32 and u64 add offsets to it without a bounds
 	// check, as every offset they are given lies inside the file.
 	base unsafe.Pointer
@@ -182,12 +183,21 @@ func (r *registry) devices(s int) int {
 	return int(atomic.LoadUint32(r.u32(slotOff(s) + slotDevices)))
 }
 
-// slotAlive reports whether the process in slot s, of generation gen, runs.
+// slotAlive reports whether the process in slot s, of generation gen, runs:
+// it holds its ring file's lock (ringHeld), or, for a process of a build
+// that takes no such lock, or a kernel without the locks, its pid names a
+// process of its start time.
 func (r *registry) slotAlive(s int, gen uint64) bool {
 	if r.gen(s) != gen {
 		return false
 	}
-	return alive(r.pid(s), atomic.LoadUint64(r.u64(slotOff(s)+slotStart)))
+	return slotProcessAlive(r.name, s, r.pid(s), atomic.LoadUint64(r.u64(slotOff(s)+slotStart)))
+}
+
+// slotProcessAlive reports whether the process of slot s of fabric name,
+// recorded with pid and start, runs (slotAlive).
+func slotProcessAlive(name string, s, pid int, start uint64) bool {
+	return ringHeld(ringPath(name, s)) || alive(pid, start)
 }
 
 // openRegistry opens (creating it if needed) and locks the registry of a
@@ -214,7 +224,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		if err := unix.Ftruncate(fd, regSize); err != nil {
 			return fail(fmt.Errorf("size %s: %w", p, err))
 		}
-	} else if st.Size != regSize && staleRegistry(fd, st.Size) {
+	} else if st.Size != regSize && staleRegistry(name, fd, st.Size) {
 		// A registry of another layout (another slot count) that no
 		// live process uses: left behind, it does not block this run.
 		if err := unix.Ftruncate(fd, 0); err != nil {
@@ -237,7 +247,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	if err != nil {
 		return fail(fmt.Errorf("map %s: %w", p, err))
 	}
-	r := &registry{fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
+	r := &registry{name: name, fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
 	if *r.u64(regMagic) == shmMagic && (r.mismatch() != "" || ctx.LinkLayer(*r.u32(regLink)) != link) && r.liveSlot() < 0 {
 		// A registry of another version, layout or link layer that no
 		// live process uses any more: left behind, it does not block
@@ -285,7 +295,7 @@ func removeRings(name string) {
 // staleRegistry reports whether the registry file fd, of size bytes (not
 // this build's), is one of another layout that no live process uses: its
 // header and slot records keep their offsets in every version.
-func staleRegistry(fd int, size int64) bool {
+func staleRegistry(name string, fd int, size int64) bool {
 	if size < regHeaderSize || size > 1<<20 {
 		return false
 	}
@@ -301,7 +311,7 @@ func staleRegistry(fd int, size int64) bool {
 	n := min(int64(ne.Uint32(mem[regSlots:])), (size-regHeaderSize)/regSlotSize)
 	for s := 0; s < int(n); s++ {
 		off := slotOff(s)
-		if ne.Uint64(mem[off+slotGen:]) != 0 && alive(int(ne.Uint32(mem[off+slotPID:])), ne.Uint64(mem[off+slotStart:])) {
+		if ne.Uint64(mem[off+slotGen:]) != 0 && slotProcessAlive(name, s, int(ne.Uint32(mem[off+slotPID:])), ne.Uint64(mem[off+slotStart:])) {
 			return false
 		}
 	}
@@ -351,7 +361,7 @@ func (r *registry) claim(name string, devices int) (int, uint64, error) {
 	free := -1
 	for s := 0; s < shmMaxSlots; s++ {
 		off := slotOff(s)
-		if g := r.gen(s); g != 0 && !alive(r.pid(s), *r.u64(off + slotStart)) {
+		if g := r.gen(s); g != 0 && !r.slotAlive(s, g) {
 			_ = os.Remove(ringPath(name, s))
 			atomic.StoreUint64(r.u64(off+slotGen), 0)
 		}

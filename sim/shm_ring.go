@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -63,10 +64,11 @@ const (
 type ringFile struct {
 	gen uint64
 	mem []byte
-	// fd is the open file of a peer's ring file (-1 for the process's
-	// own), through which reserve has the file system allocate the
-	// pages of the ring before it writes there; allocated is how many
-	// bytes from the ring's front are known to be allocated.
+	// fd is the open file: for a peer's ring file, through which
+	// reserve has the file system allocate the pages of the ring before
+	// it writes there (allocated is how many bytes from the ring's front
+	// are known to be allocated); for the process's own, the holder of
+	// its liveness lock (ringHeld).
 	fd        int
 	allocated uint64
 	// base is &mem[0]: the accessors below add offsets to it without a
@@ -99,27 +101,53 @@ func createRingFile(name string, s int, gen uint64) (*ringFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", p, err)
 	}
-	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, ringFileSize); err != nil {
+	fail := func(format string, err error) (*ringFile, error) {
 		_ = unix.Unlink(p)
-		return nil, fmt.Errorf("size %s: %w", p, err)
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf(format, p, err)
+	}
+	// The descriptor stays open, holding the file's liveness lock until
+	// the process leaves or dies (ringHeld). A kernel without
+	// open-file-description locks (before 3.15) refuses it; the other
+	// processes then judge this one by its pid.
+	_ = unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Len: 1})
+	if err := unix.Ftruncate(fd, ringFileSize); err != nil {
+		return fail("size %s: %w", err)
 	}
 	// The words in front of the rings (generation, wake and senders
 	// words, heads and tails) are stored by this process and every
 	// producer: their pages are allocated now, while a full file system
 	// can still be an error rather than a SIGBUS at the first store.
 	if err := allocateFile(fd, 0, ringDataOff); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
-		_ = unix.Unlink(p)
-		return nil, fmt.Errorf("allocate %s: %w", p, err)
+		return fail("allocate %s: %w", err)
 	}
 	mem, err := unix.Mmap(fd, 0, ringFileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		_ = unix.Unlink(p)
-		return nil, fmt.Errorf("map %s: %w", p, err)
+		return fail("map %s: %w", err)
 	}
-	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0]), fd: -1}
+	rf := &ringFile{gen: gen, mem: mem, base: unsafe.Pointer(&mem[0]), fd: fd}
 	atomic.StoreUint64(rf.u64(ringFileGen), gen)
 	return rf, nil
+}
+
+// ringHeld reports whether a process holds the liveness lock of the ring
+// file at path, as its owner does from its creation until it leaves the
+// fabric or dies (the kernel drops the lock with the process's last
+// descriptor of the file). Unlike a pid, the lock means the same in every
+// pid namespace: processes in two containers that share /dev/shm but not
+// their pids see each other alive. It reports false when the file is
+// absent, or the kernel has no open-file-description locks.
+func ringHeld(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Len: 1}
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &lk); err != nil {
+		return false
+	}
+	return lk.Type != unix.F_UNLCK
 }
 
 // openRingFile maps the ring file of the process in slot s, which must be
