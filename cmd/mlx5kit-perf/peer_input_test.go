@@ -200,3 +200,30 @@ func TestLanePeerNamesOwnQueuePair(t *testing.T) {
 	err = handshakeAll(cfg, conn, endpoint.DialSide, s.Context, x)
 	require.Error(t, err, "queue pair 1 was connected to the end's own queue pair 0")
 }
+
+// TestPerftestRecordFieldOutOfRange: a field of perftest's record
+// holding more than perftest writes into it is refused, the error naming
+// the field; before, an OUT_READS of 0x10000 (or one wider than 32 bits)
+// was cut to 32 bits and accepted, and the other fields' refusals said
+// only "a field out of range" (found by FuzzPerftestRecord).
+func TestPerftestRecordFieldOutOfRange(t *testing.T) {
+	for _, c := range []struct {
+		rec   string
+		gid   bool
+		field string
+	}{
+		{"0000:10000:000100:000001:0000024a:7f0a6c51e000:00000000", false, "OUT_READS"},
+		{"0000:10000000010:000100:000001:0000024a:7f0a6c51e000:00000000", false, "OUT_READS"},
+		{"10000:0010:000100:000001:0000024a:7f0a6c51e000:00000000", false, "LID"},
+		{"0000:0010:1000100:000001:0000024a:7f0a6c51e000:00000000", false, "QPN"},
+		{"0000:0010:000100:000001:10000024a:7f0a6c51e000:00000000", false, "RKEY"},
+		{"0000:0010:000100:000001:0000024a:7f0a6c51e000:100000000", false, "SRQN"},
+		{"0000:0010:000100:000001:0000024a:7f0a6c51e000:00:01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:1ff:00000000:", true, "GID byte 15"},
+	} {
+		b := make([]byte, perftestKeySizeGID)
+		copy(b, c.rec)
+		got, err := decodePerftestDest(b, c.gid)
+		require.ErrorIs(t, err, errPerftestPeer, "%q read as %+v", c.rec, got)
+		require.ErrorContains(t, err, "("+c.field+")", "%q", c.rec)
+	}
+}
