@@ -7,12 +7,15 @@ import (
 	"io"
 	"math"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
@@ -225,5 +228,32 @@ func TestPerftestRecordFieldOutOfRange(t *testing.T) {
 		got, err := decodePerftestDest(b, c.gid)
 		require.ErrorIs(t, err, errPerftestPeer, "%q read as %+v", c.rec, got)
 		require.ErrorContains(t, err, "("+c.field+")", "%q", c.rec)
+	}
+}
+
+// TestPerftestVersionNotANumber: a peer's version that is not digits, a
+// dot and digits is refused, naming it; before, strconv.ParseFloat took
+// "NaN" (which compares below nothing), "Inf", "1e3" and "0x1p9" as
+// versions of perftest 5.70 or later and the exchange went on.
+func TestPerftestVersionNotANumber(t *testing.T) {
+	for _, v := range []string{"NaN", "Inf", "1e3", "0x1p9", "+6.06"} {
+		a, b := net.Pipe()
+		go func() {
+			defer b.Close()
+			// A fake perftest client: it writes first at every step.
+			for _, mine := range [][]byte{append([]byte(v), make([]byte, perftestVersionSize-len(v))...), {0, 0, 0x10, 0}, {0, 0, 0, 64}, {'3', 0}} {
+				if _, err := b.Write(mine); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(b, make([]byte, len(mine))); err != nil {
+					return
+				}
+			}
+		}()
+		mtu, err := perftestConn{conn: a, timeout: 5 * time.Second}.preamble(ctx.MTU4096)
+		a.Close()
+		require.ErrorIs(t, err, errPerftestPeer, "version %q accepted (path MTU %v)", v, mtu)
+		require.ErrorIs(t, err, perftestwire.ErrVersion, "%q", v)
+		require.ErrorContains(t, err, strconv.Quote(v))
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -32,7 +33,8 @@ import (
 // the client first and read by the server first:
 //
 //  1. the version, a NUL-padded string of 16 bytes; a peer older than 5.70
-//     is refused, as perftest refuses one;
+//     is refused, as perftest refuses one, and so is a version that is not
+//     digits, a dot and digits (perftestwire.ParseVersion);
 //  2. the cycle buffer and the cache line sizes, 4 bytes each, big-endian
 //     (read and ignored here: they shape perftest's own buffer);
 //  3. the MTU, the ibv_mtu code as a decimal digit and a NUL; both ends
@@ -202,11 +204,11 @@ func (p perftestConn) preamble(mtu ctx.MTU) (ctx.MTU, error) {
 	if err := p.swap("version", mine[:], theirs[:]); err != nil {
 		return 0, err
 	}
-	version := string(theirs[:])
-	if i := strings.IndexByte(version, 0); i >= 0 {
-		version = version[:i]
+	version, v, err := perftestwire.ParseVersion(theirs[:])
+	if err != nil {
+		return 0, fmt.Errorf("%w: the peer's version: %w", errPerftestPeer, err)
 	}
-	if v, err := strconv.ParseFloat(version, 64); err != nil || v < perftestMinVersion {
+	if v < perftestMinVersion {
 		return 0, fmt.Errorf("%w: the peer's version %q: want perftest %.2f or later", errPerftestPeer, version, perftestMinVersion)
 	}
 	var word, peerWord [4]byte
