@@ -257,3 +257,36 @@ func TestPerftestVersionNotANumber(t *testing.T) {
 		require.ErrorContains(t, err, strconv.Quote(v))
 	}
 }
+
+// TestServerNamesBadParameter: a client's magic number or connection
+// type the server refuses is named in an error matching
+// perftool.ErrBadParams; before, the server printed the whole struct,
+// its magic in decimal ({Magic:1297633358 ...}: mlx5kit-pingpong's
+// "MXPN"), which said neither what was wrong nor whose client it was.
+func TestServerNamesBadParameter(t *testing.T) {
+	for _, c := range []struct {
+		p    params
+		want string
+	}{
+		{params{Magic: 0x4d58504e, Mode: uint32(writeLat), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, `magic "MXPN" (0x4d58504e), want "MXPF"`},
+		{params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4, Conn: 3}, "-c 3: want RC (0), UD (1) or DC (2)"},
+		{params{Magic: paramsMagic, Mode: uint32(numModes), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, "unknown mode"},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
+		errc := make(chan error, 1)
+		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		require.NoError(t, binary.Write(conn, binary.BigEndian, c.p))
+		select {
+		case err := <-errc:
+			require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
+			require.ErrorContains(t, err, c.want)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the server did not answer")
+		}
+		conn.Close()
+	}
+}

@@ -308,12 +308,15 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if p.Magic != paramsMagic || p.Conn > uint32(connDC) {
-		return fmt.Errorf("the client sent bad parameters %+v", p)
+	if err := perftool.CheckMagic(p.Magic, paramsMagic); err != nil {
+		return err
+	}
+	if p.Conn > uint32(connDC) {
+		return fmt.Errorf("%w: -c %d: want RC (%d), UD (%d) or DC (%d)", perftool.ErrBadParams, p.Conn, connRC, connUD, connDC)
 	}
 	cfg = p.config(cfg)
 	if msg := cfg.check(); msg != "" {
-		return fmt.Errorf("the client sent bad parameters: %s", msg)
+		return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
 	}
 	s, made, err := openEnds(cfg, "server")
 	if err != nil {
