@@ -290,3 +290,24 @@ func TestServerNamesBadParameter(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// TestSyncTimeoutLongTimeout: a timed test's waits for the peer (-D
+// seconds past --timeout) with a --timeout near the longest duration,
+// which the flags accept, wait instead of overflowing into a deadline in
+// the past; before, a server started with --timeout 2562047h failed its
+// first wait at once when its client asked for -D 3600 (a round mark read
+// as an i/o timeout).
+func TestSyncTimeoutLongTimeout(t *testing.T) {
+	cfg := testConfig(t, "write_lat", "--timeout", "2562047h", "-D", "3600")
+	require.Positive(t, cfg.syncTimeout())
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		defer b.Close()
+		time.Sleep(50 * time.Millisecond)
+		_, _ = b.Write([]byte{roundNext})
+	}()
+	more, err := readRoundMark(cfg, a)
+	require.NoError(t, err)
+	require.True(t, more)
+}

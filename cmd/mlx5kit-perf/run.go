@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"time"
 
@@ -107,10 +108,11 @@ func (c config) interval() time.Duration {
 }
 
 // syncTimeout bounds a wait for the peer, whose measurement may run for
-// -D seconds.
+// -D seconds: the timeout and the interval, or the longest duration when
+// their sum overflows.
 func (c config) syncTimeout() time.Duration {
 	if c.timed() {
-		return c.timeout + c.interval()
+		return min(c.timeout, math.MaxInt64-c.interval()) + c.interval()
 	}
 	return c.timeout
 }
