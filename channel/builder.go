@@ -288,8 +288,8 @@ func (c *core) gid() ctx.GIDEntry {
 }
 
 // Handshake connects the channel: remote[j] is the endpoint peer j made
-// for this side. Every endpoint is checked (count, transport, ranges)
-// before anything is connected, so garbage changes nothing and the
+// for this side. Every endpoint is checked (count, transport, ranges, an
+// address: a LID or a GID) before anything is connected, so garbage changes nothing and the
 // prepared channel may try again; a failure while connecting (the device
 // refused) closes it.
 func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, error) {
@@ -314,6 +314,9 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		}
 		if want == endpoint.TransportRC && e.QPN == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent QPN 0: %w", op, j, ErrHandshake)
+		}
+		if e.LID == 0 && e.GID.IsZero() {
+			return nil, fmt.Errorf("%s: peer %d sent neither a LID nor a GID: %w", op, j, ErrHandshake)
 		}
 		if want == endpoint.TransportDC && e.DCTNumber == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent no DCT number: %w", op, j, ErrHandshake)
