@@ -187,11 +187,12 @@ func TestHandshakeConnConnects(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrNotFound)
 }
 
-// TestHandshakeRefusesNoAddress: an endpoint with neither a LID nor a GID
-// is refused with ErrHandshake before anything is connected, and the
-// prepared channel then connects to the real peer; before, the handshake
-// connected the queue pair (RC) or made the address handle (DC) towards
-// the zero GID, and the first send failed with RETRY_EXC_ERR.
+// TestHandshakeRefusesNoAddress: an endpoint with neither a LID nor a GID,
+// or with a multicast LID, is refused with ErrHandshake before anything is
+// connected, and the prepared channel then connects to the real peer;
+// before, the handshake connected the queue pair (RC) or made the address
+// handle (DC) towards the zero GID or the multicast LID, and the first
+// send failed with RETRY_EXC_ERR.
 func TestHandshakeRefusesNoAddress(t *testing.T) {
 	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		t.Run(tr.String(), func(t *testing.T) {
@@ -201,13 +202,16 @@ func TestHandshakeRefusesNoAddress(t *testing.T) {
 			require.NoError(t, err)
 			pb, err := channel.NewMulti(b.pd, 1, channel.Options{Transport: tr, Timeout: 10 * time.Second})
 			require.NoError(t, err)
-			bad := pb.Endpoints()[0]
-			bad.LID, bad.GID = 0, ctx.GID{}
-			m, err := pa.Handshake([]endpoint.Endpoint{bad})
-			if m != nil {
-				m.Close()
+			noAddress, multicast := pb.Endpoints()[0], pb.Endpoints()[0]
+			noAddress.LID, noAddress.GID = 0, ctx.GID{}
+			multicast.LID = 0xc001
+			for _, bad := range []endpoint.Endpoint{noAddress, multicast} {
+				m, err := pa.Handshake([]endpoint.Endpoint{bad})
+				if m != nil {
+					m.Close()
+				}
+				require.ErrorIs(t, err, channel.ErrHandshake, "%v", bad)
 			}
-			require.ErrorIs(t, err, channel.ErrHandshake)
 			ma, err := pa.Handshake(pb.Endpoints())
 			require.NoError(t, err, "the refusal spoilt the prepared channel")
 			defer ma.Close()

@@ -43,9 +43,9 @@ func TestPostNilRemote(t *testing.T) {
 }
 
 // TestNewRemoteRefusesNoAddress: a DCT endpoint with neither a LID nor a
-// GID (InfiniBand), or without a GID (RoCE), is refused with
-// ctx.ErrInvalidArgument; before, NewRemote made an address handle for
-// the zero GID and the DCI's sends went nowhere.
+// GID, or with a multicast LID (InfiniBand), or without a GID (RoCE), is
+// refused with ctx.ErrInvalidArgument; before, NewRemote made an address
+// handle for it and the DCI's sends went nowhere.
 func TestNewRemoteRefusesNoAddress(t *testing.T) {
 	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
 		e := transporttest.New(t, sim.Options{LinkLayer: link})
@@ -59,6 +59,12 @@ func TestNewRemoteRefusesNoAddress(t *testing.T) {
 		}
 		if r, err := d.NewRemote(remote); !errors.Is(err, ctx.ErrInvalidArgument) {
 			t.Errorf("%v: NewRemote(%v) = %v, %v; want ctx.ErrInvalidArgument", link, remote, r, err)
+		}
+		if link == ctx.LinkLayerInfiniBand {
+			remote.LID = 0xc000
+			if r, err := d.NewRemote(remote); !errors.Is(err, ctx.ErrInvalidArgument) {
+				t.Errorf("NewRemote(%v) = %v, %v; want ctx.ErrInvalidArgument", remote, r, err)
+			}
 		}
 	}
 }

@@ -118,10 +118,11 @@ func TestConnectAttributes(t *testing.T) {
 
 // TestConnectRefusesNoAddress: a remote endpoint that gives no address the
 // port can use (neither a LID nor a GID on InfiniBand, no GID on RoCE: a
-// peer's endpoint says what it likes) is refused before anything changes,
-// and the QP then connects to the real peer; before, Connect moved the QP
-// to RTS towards the zero GID, and its first send failed half a second
-// later with RETRY_EXC_ERR.
+// peer's endpoint says what it likes), or a multicast or the permissive
+// LID on InfiniBand, is refused before anything changes, and the QP then
+// connects to the real peer; before, Connect moved the QP to RTS towards
+// the zero GID or the multicast LID, and its first send failed half a
+// second later with RETRY_EXC_ERR.
 func TestConnectRefusesNoAddress(t *testing.T) {
 	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
 		t.Run(link.String(), func(t *testing.T) {
@@ -137,6 +138,14 @@ func TestConnectRefusesNoAddress(t *testing.T) {
 			}
 			require.ErrorIs(t, a.Connect(bad), ctx.ErrInvalidArgument)
 			require.Equal(t, transport.StateInit, a.State(), "the refused Connect changed the QP")
+			if link == ctx.LinkLayerInfiniBand {
+				for _, lid := range []uint16{0xc000, 0xfffe, 0xffff} {
+					mc := b.Endpoint()
+					mc.LID = lid
+					require.ErrorIs(t, a.Connect(mc), ctx.ErrInvalidArgument, "LID %#x", lid)
+				}
+				require.Equal(t, transport.StateInit, a.State())
+			}
 			require.NoError(t, a.Connect(b.Endpoint()))
 			require.NoError(t, b.Connect(a.Endpoint()))
 		})

@@ -51,5 +51,15 @@ func TestNewRemoteRefusesNoAddress(t *testing.T) {
 		if r, err := q.NewRemote(remote); !errors.Is(err, ctx.ErrInvalidArgument) {
 			t.Errorf("%v: NewRemote(%v) = %v, %v; want ctx.ErrInvalidArgument", link, remote, r, err)
 		}
+		if link == ctx.LinkLayerInfiniBand {
+			// A multicast group is reached by UD alone, and by its LID.
+			remote.LID, remote.QPN = 0xc001, 0xffffff
+			r, err := q.NewRemote(remote)
+			if err != nil {
+				t.Errorf("NewRemote(%v): %v", remote, err)
+			} else {
+				_ = r.Close()
+			}
+		}
 	}
 }
