@@ -287,9 +287,13 @@ func (c *core) gid() ctx.GIDEntry {
 	return c.links[0].qp.GID()
 }
 
+// firstMulticastLID is the first LID that names no port (0xC000 to 0xFFFE
+// are multicast LIDs, 0xFFFF the permissive one).
+const firstMulticastLID = 0xc000
+
 // Handshake connects the channel: remote[j] is the endpoint peer j made
-// for this side. Every endpoint is checked (count, transport, ranges)
-// before anything is connected, so garbage changes nothing and the
+// for this side. Every endpoint is checked (count, transport, ranges, an
+// address: a port's LID or a GID) before anything is connected, so garbage changes nothing and the
 // prepared channel may try again; a failure while connecting (the device
 // refused) closes it.
 func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, error) {
@@ -314,6 +318,12 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		}
 		if want == endpoint.TransportRC && e.QPN == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent QPN 0: %w", op, j, ErrHandshake)
+		}
+		if e.LID == 0 && e.GID.IsZero() {
+			return nil, fmt.Errorf("%s: peer %d sent neither a LID nor a GID: %w", op, j, ErrHandshake)
+		}
+		if e.LID >= firstMulticastLID {
+			return nil, fmt.Errorf("%s: peer %d sent LID %#x, a multicast LID or the permissive one, which names no port: %w", op, j, e.LID, ErrHandshake)
 		}
 		if want == endpoint.TransportDC && e.DCTNumber == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent no DCT number: %w", op, j, ErrHandshake)

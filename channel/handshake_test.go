@@ -186,3 +186,38 @@ func TestHandshakeConnConnects(t *testing.T) {
 	_, err = chA.RemoteRegion(0, 1)
 	require.ErrorIs(t, err, ctx.ErrNotFound)
 }
+
+// TestHandshakeRefusesNoAddress: an endpoint with neither a LID nor a GID,
+// or with a multicast LID, is refused with ErrHandshake before anything is
+// connected, and the prepared channel then connects to the real peer;
+// before, the handshake connected the queue pair (RC) or made the address
+// handle (DC) towards the zero GID or the multicast LID, and the first
+// send failed with RETRY_EXC_ERR.
+func TestHandshakeRefusesNoAddress(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String(), func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			pa, err := channel.NewMulti(a.pd, 1, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			require.NoError(t, err)
+			pb, err := channel.NewMulti(b.pd, 1, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			require.NoError(t, err)
+			noAddress, multicast := pb.Endpoints()[0], pb.Endpoints()[0]
+			noAddress.LID, noAddress.GID = 0, ctx.GID{}
+			multicast.LID = 0xc001
+			for _, bad := range []endpoint.Endpoint{noAddress, multicast} {
+				m, err := pa.Handshake([]endpoint.Endpoint{bad})
+				if m != nil {
+					m.Close()
+				}
+				require.ErrorIs(t, err, channel.ErrHandshake, "%v", bad)
+			}
+			ma, err := pa.Handshake(pb.Endpoints())
+			require.NoError(t, err, "the refusal spoilt the prepared channel")
+			defer ma.Close()
+			mb, err := pb.Handshake(pa.Endpoints())
+			require.NoError(t, err)
+			defer mb.Close()
+		})
+	}
+}

@@ -41,17 +41,18 @@ func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int, op
 // authenticate with a key made for the call (see endpoint.Mesh). It is
 // meant for tests and tools. On error every prepared channel is closed.
 func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*MultiChannel, error) {
-	local := make([][]endpoint.Endpoint, len(prepared))
-	for i, p := range prepared {
-		if p.Peers() != len(prepared) {
-			return nil, fmt.Errorf("channel: mesh: rank %d has %d peers, the mesh %d ranks: %w", i, p.Peers(), len(prepared), ErrHandshake)
-		}
-		local[i] = p.Endpoints()
-	}
 	closeAll := func() {
 		for _, p := range prepared {
 			_ = p.Close()
 		}
+	}
+	local := make([][]endpoint.Endpoint, len(prepared))
+	for i, p := range prepared {
+		if p.Peers() != len(prepared) {
+			closeAll()
+			return nil, fmt.Errorf("channel: mesh: rank %d has %d peers, the mesh %d ranks: %w", i, p.Peers(), len(prepared), ErrHandshake)
+		}
+		local[i] = p.Endpoints()
 	}
 	remote, err := endpoint.Mesh(c, address, local)
 	if err != nil {

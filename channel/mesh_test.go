@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
@@ -141,4 +142,26 @@ func TestAcceptDialMesh(t *testing.T) {
 			require.Equal(t, msg, string(hosts[j].bytes()[8192+r*64:8192+r*64+len(msg)]))
 		}
 	}
+}
+
+// TestMeshClosesOnMismatchedRanks: Mesh closes every prepared channel on
+// error, as documented, also when a rank's peer count does not match the
+// mesh; before, that refusal returned with the queue pairs still open (a
+// caller that trusted the documentation leaked them), and the prepared
+// channel could still be connected.
+func TestMeshClosesOnMismatchedRanks(t *testing.T) {
+	f := newFabric(t, 2)
+	h := newHost(t, f, 0, 4096)
+	p, err := channel.NewMulti(h.pd, 2, channel.Options{})
+	require.NoError(t, err)
+	_, err = channel.Mesh(context.Background(), "127.0.0.1:0", []*channel.PreparedMulti{p})
+	require.ErrorIs(t, err, channel.ErrHandshake)
+	// Both endpoints name p's own queue pairs: a live prepared channel
+	// connects to itself, a closed one cannot.
+	eps := p.Endpoints()
+	m, err := p.Handshake([]endpoint.Endpoint{eps[0], eps[1]})
+	if err == nil {
+		m.Close()
+	}
+	require.ErrorIs(t, err, ctx.ErrClosed, "the prepared channel was left open")
 }

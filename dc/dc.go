@@ -129,7 +129,9 @@ type Remote struct {
 }
 
 // NewRemote resolves a DC endpoint (a DCT's Endpoint) into a Remote for
-// this DCI's posts.
+// this DCI's posts. An endpoint without an address the port can use (no
+// GID on RoCE, neither a LID nor a GID on InfiniBand) is refused, the
+// error wrapping ctx.ErrInvalidArgument.
 func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if err := remote.Validate(); err != nil {
@@ -138,7 +140,10 @@ func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	if remote.Transport != endpoint.TransportDC {
 		return nil, qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
-	path := d.port.PathTo(remote, d.sl)
+	path, err := d.port.PathTo(remote, d.sl)
+	if err != nil {
+		return nil, qpcore.Errorf(name, op, "%w", err)
+	}
 	if path.GlobalRoute {
 		path.TrafficClass = d.tclass
 	}

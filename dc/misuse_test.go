@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -38,5 +39,32 @@ func TestPostNilRemote(t *testing.T) {
 	// A second one is refused too.
 	if _, err := d.Post(2, 0, nil); err == nil {
 		t.Fatal("second nil post accepted")
+	}
+}
+
+// TestNewRemoteRefusesNoAddress: a DCT endpoint with neither a LID nor a
+// GID, or with a multicast LID (InfiniBand), or without a GID (RoCE), is
+// refused with ctx.ErrInvalidArgument; before, NewRemote made an address
+// handle for it and the DCI's sends went nowhere.
+func TestNewRemoteRefusesNoAddress(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		e := transporttest.New(t, sim.Options{LinkLayer: link})
+		d, err := dc.NewDCI(e.PD[0], e.CQ(0, 8), dc.DCIConfig{SendDepth: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote := endpoint.Endpoint{Transport: endpoint.TransportDC, DCTNumber: 0x123, DCAccessKey: 7, MTU: ctx.MTU1024}
+		if link == ctx.LinkLayerEthernet {
+			remote.LID = 5
+		}
+		if r, err := d.NewRemote(remote); !errors.Is(err, ctx.ErrInvalidArgument) {
+			t.Errorf("%v: NewRemote(%v) = %v, %v; want ctx.ErrInvalidArgument", link, remote, r, err)
+		}
+		if link == ctx.LinkLayerInfiniBand {
+			remote.LID = 0xc000
+			if r, err := d.NewRemote(remote); !errors.Is(err, ctx.ErrInvalidArgument) {
+				t.Errorf("NewRemote(%v) = %v, %v; want ctx.ErrInvalidArgument", remote, r, err)
+			}
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // TestConnectAttributes checks what New and Connect ask of the device, as
@@ -111,6 +112,42 @@ func TestConnectAttributes(t *testing.T) {
 				require.Equal(t, c.rnrRetry, rts.RNRRetry, c.name)
 				require.Equal(t, c.rd, rts.MaxRdAtomic, "%s: initiator RDMA read depth", c.name)
 			}
+		})
+	}
+}
+
+// TestConnectRefusesNoAddress: a remote endpoint that gives no address the
+// port can use (neither a LID nor a GID on InfiniBand, no GID on RoCE: a
+// peer's endpoint says what it likes), or a multicast or the permissive
+// LID on InfiniBand, is refused before anything changes, and the QP then
+// connects to the real peer; before, Connect moved the QP to RTS towards
+// the zero GID or the multicast LID, and its first send failed half a
+// second later with RETRY_EXC_ERR.
+func TestConnectRefusesNoAddress(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		t.Run(link.String(), func(t *testing.T) {
+			e := transporttest.New(t, sim.Options{LinkLayer: link})
+			a, err := rc.New(e.PD[0], e.CQ(0, 16), rc.Config{SendDepth: 4})
+			require.NoError(t, err)
+			b, err := rc.New(e.PD[1], e.CQ(1, 16), rc.Config{SendDepth: 4})
+			require.NoError(t, err)
+			bad := b.Endpoint()
+			bad.GID = ctx.GID{}
+			if link == ctx.LinkLayerInfiniBand {
+				bad.LID = 0
+			}
+			require.ErrorIs(t, a.Connect(bad), ctx.ErrInvalidArgument)
+			require.Equal(t, transport.StateInit, a.State(), "the refused Connect changed the QP")
+			if link == ctx.LinkLayerInfiniBand {
+				for _, lid := range []uint16{0xc000, 0xfffe, 0xffff} {
+					mc := b.Endpoint()
+					mc.LID = lid
+					require.ErrorIs(t, a.Connect(mc), ctx.ErrInvalidArgument, "LID %#x", lid)
+				}
+				require.Equal(t, transport.StateInit, a.State())
+			}
+			require.NoError(t, a.Connect(b.Endpoint()))
+			require.NoError(t, b.Connect(a.Endpoint()))
 		})
 	}
 }

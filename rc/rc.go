@@ -186,8 +186,10 @@ func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 
 // Connect connects the QP to the remote RC endpoint: INIT→RTR (remote QPN,
 // path by LID or GID, the smaller MTU, the remote's PSN) and RTR→RTS. A
-// failed Connect leaves the QP where it stopped (INIT or RTR) and may be
-// called again.
+// remote without an address the port can use (no GID on RoCE, neither a
+// LID nor a GID on InfiniBand) is refused before anything changes, the
+// error wrapping ctx.ErrInvalidArgument. A failed Connect leaves the QP
+// where it stopped (INIT or RTR) and may be called again.
 func (q *QP) Connect(remote endpoint.Endpoint) error {
 	const op = "connect"
 	if err := remote.Validate(); err != nil {
@@ -195,6 +197,10 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 	}
 	if remote.Transport != endpoint.TransportRC {
 		return qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
+	}
+	path, err := q.port.PathTo(remote, q.attr.Path.SL)
+	if err != nil {
+		return qpcore.Errorf(name, op, "%w", err)
 	}
 	if q.qp.Closed() {
 		newqp.SetState(&q.Queue, transport.StateClosed)
@@ -209,7 +215,7 @@ func (q *QP) Connect(remote endpoint.Endpoint) error {
 		a := q.attr
 		a.State = ctx.QPStateRTR
 		a.RemoteQPN = remote.QPN
-		a.Path = q.port.PathTo(remote, q.attr.Path.SL)
+		a.Path = path
 		if a.Path.GlobalRoute {
 			a.Path.TrafficClass = q.tclass
 		}

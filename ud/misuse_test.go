@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/ud"
@@ -29,5 +30,36 @@ func TestPostNilRemote(t *testing.T) {
 	}
 	if pi := q.SendQueue().ProducerIndex(); pi != 0 {
 		t.Errorf("producer index %d after a refused post", pi)
+	}
+}
+
+// TestNewRemoteRefusesNoAddress: a UD endpoint with neither a LID nor a
+// GID (InfiniBand), or without a GID (RoCE), is refused with
+// ctx.ErrInvalidArgument; before, NewRemote made an address handle for
+// the zero GID and the datagrams went nowhere.
+func TestNewRemoteRefusesNoAddress(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		e := transporttest.New(t, sim.Options{LinkLayer: link})
+		q, err := ud.New(e.PD[0], e.CQ(0, 8), ud.Config{SendDepth: 4, QKey: 0x11})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote := endpoint.Endpoint{Transport: endpoint.TransportUD, QPN: 0x123, QKey: 0x11, MTU: ctx.MTU1024}
+		if link == ctx.LinkLayerEthernet {
+			remote.LID = 5
+		}
+		if r, err := q.NewRemote(remote); !errors.Is(err, ctx.ErrInvalidArgument) {
+			t.Errorf("%v: NewRemote(%v) = %v, %v; want ctx.ErrInvalidArgument", link, remote, r, err)
+		}
+		if link == ctx.LinkLayerInfiniBand {
+			// A multicast group is reached by UD alone, and by its LID.
+			remote.LID, remote.QPN = 0xc001, 0xffffff
+			r, err := q.NewRemote(remote)
+			if err != nil {
+				t.Errorf("NewRemote(%v): %v", remote, err)
+			} else {
+				_ = r.Close()
+			}
+		}
 	}
 }

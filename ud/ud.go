@@ -122,7 +122,10 @@ type Remote struct {
 	borrowed bool
 }
 
-// NewRemote resolves a UD endpoint (a peer's Endpoint) into a Remote.
+// NewRemote resolves a UD endpoint (a peer's Endpoint) into a Remote. An
+// endpoint without an address the port can use (no GID on RoCE, neither a
+// LID nor a GID on InfiniBand) is refused, the error wrapping
+// ctx.ErrInvalidArgument.
 func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if err := remote.Validate(); err != nil {
@@ -131,7 +134,10 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	if remote.Transport != endpoint.TransportUD {
 		return nil, qpcore.Errorf(name, op, "remote endpoint is %v: %w", remote.Transport, transport.ErrTransport)
 	}
-	path := q.port.PathTo(remote, q.sl)
+	path, err := q.port.PathTo(remote, q.sl)
+	if err != nil {
+		return nil, qpcore.Errorf(name, op, "%w", err)
+	}
 	if path.GlobalRoute {
 		path.TrafficClass = q.tclass
 	}

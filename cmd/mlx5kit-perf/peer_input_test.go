@@ -7,12 +7,15 @@ import (
 	"io"
 	"math"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
@@ -199,4 +202,112 @@ func TestLanePeerNamesOwnQueuePair(t *testing.T) {
 	cfg.security = endpoint.Security{InsecureLoopback: true}
 	err = handshakeAll(cfg, conn, endpoint.DialSide, s.Context, x)
 	require.Error(t, err, "queue pair 1 was connected to the end's own queue pair 0")
+}
+
+// TestPerftestRecordFieldOutOfRange: a field of perftest's record
+// holding more than perftest writes into it is refused, the error naming
+// the field; before, an OUT_READS of 0x10000 (or one wider than 32 bits)
+// was cut to 32 bits and accepted, and the other fields' refusals said
+// only "a field out of range" (found by FuzzPerftestRecord).
+func TestPerftestRecordFieldOutOfRange(t *testing.T) {
+	for _, c := range []struct {
+		rec   string
+		gid   bool
+		field string
+	}{
+		{"0000:10000:000100:000001:0000024a:7f0a6c51e000:00000000", false, "OUT_READS"},
+		{"0000:10000000010:000100:000001:0000024a:7f0a6c51e000:00000000", false, "OUT_READS"},
+		{"10000:0010:000100:000001:0000024a:7f0a6c51e000:00000000", false, "LID"},
+		{"0000:0010:1000100:000001:0000024a:7f0a6c51e000:00000000", false, "QPN"},
+		{"0000:0010:000100:000001:10000024a:7f0a6c51e000:00000000", false, "RKEY"},
+		{"0000:0010:000100:000001:0000024a:7f0a6c51e000:100000000", false, "SRQN"},
+		{"0000:0010:000100:000001:0000024a:7f0a6c51e000:00:01:02:03:04:05:06:07:08:09:0a:0b:0c:0d:0e:1ff:00000000:", true, "GID byte 15"},
+	} {
+		b := make([]byte, perftestKeySizeGID)
+		copy(b, c.rec)
+		got, err := decodePerftestDest(b, c.gid)
+		require.ErrorIs(t, err, errPerftestPeer, "%q read as %+v", c.rec, got)
+		require.ErrorContains(t, err, "("+c.field+")", "%q", c.rec)
+	}
+}
+
+// TestPerftestVersionNotANumber: a peer's version that is not digits, a
+// dot and digits is refused, naming it; before, strconv.ParseFloat took
+// "NaN" (which compares below nothing), "Inf", "1e3" and "0x1p9" as
+// versions of perftest 5.70 or later and the exchange went on.
+func TestPerftestVersionNotANumber(t *testing.T) {
+	for _, v := range []string{"NaN", "Inf", "1e3", "0x1p9", "+6.06"} {
+		a, b := net.Pipe()
+		go func() {
+			defer b.Close()
+			// A fake perftest client: it writes first at every step.
+			for _, mine := range [][]byte{append([]byte(v), make([]byte, perftestVersionSize-len(v))...), {0, 0, 0x10, 0}, {0, 0, 0, 64}, {'3', 0}} {
+				if _, err := b.Write(mine); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(b, make([]byte, len(mine))); err != nil {
+					return
+				}
+			}
+		}()
+		mtu, err := perftestConn{conn: a, timeout: 5 * time.Second}.preamble(ctx.MTU4096)
+		a.Close()
+		require.ErrorIs(t, err, errPerftestPeer, "version %q accepted (path MTU %v)", v, mtu)
+		require.ErrorIs(t, err, perftestwire.ErrVersion, "%q", v)
+		require.ErrorContains(t, err, strconv.Quote(v))
+	}
+}
+
+// TestServerNamesBadParameter: a client's magic number or connection
+// type the server refuses is named in an error matching
+// perftool.ErrBadParams; before, the server printed the whole struct,
+// its magic in decimal ({Magic:1297633358 ...}: mlx5kit-pingpong's
+// "MXPN"), which said neither what was wrong nor whose client it was.
+func TestServerNamesBadParameter(t *testing.T) {
+	for _, c := range []struct {
+		p    params
+		want string
+	}{
+		{params{Magic: 0x4d58504e, Mode: uint32(writeLat), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, `magic "MXPN" (0x4d58504e), want "MXPF"`},
+		{params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4, Conn: 3}, "-c 3: want RC (0), UD (1) or DC (2)"},
+		{params{Magic: paramsMagic, Mode: uint32(numModes), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, "unknown mode"},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
+		errc := make(chan error, 1)
+		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		require.NoError(t, binary.Write(conn, binary.BigEndian, c.p))
+		select {
+		case err := <-errc:
+			require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
+			require.ErrorContains(t, err, c.want)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the server did not answer")
+		}
+		conn.Close()
+	}
+}
+
+// TestSyncTimeoutLongTimeout: a timed test's waits for the peer (-D
+// seconds past --timeout) with a --timeout near the longest duration,
+// which the flags accept, wait instead of overflowing into a deadline in
+// the past; before, a server started with --timeout 2562047h failed its
+// first wait at once when its client asked for -D 3600 (a round mark read
+// as an i/o timeout).
+func TestSyncTimeoutLongTimeout(t *testing.T) {
+	cfg := testConfig(t, "write_lat", "--timeout", "2562047h", "-D", "3600")
+	require.Positive(t, cfg.syncTimeout())
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		defer b.Close()
+		time.Sleep(50 * time.Millisecond)
+		_, _ = b.Write([]byte{roundNext})
+	}()
+	more, err := readRoundMark(cfg, a)
+	require.NoError(t, err)
+	require.True(t, more)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -31,7 +33,8 @@ import (
 // the client first and read by the server first:
 //
 //  1. the version, a NUL-padded string of 16 bytes; a peer older than 5.70
-//     is refused, as perftest refuses one;
+//     is refused, as perftest refuses one, and so is a version that is not
+//     digits, a dot and digits (perftestwire.ParseVersion);
 //  2. the cycle buffer and the cache line sizes, 4 bytes each, big-endian
 //     (read and ignored here: they shape perftest's own buffer);
 //  3. the MTU, the ibv_mtu code as a decimal digit and a NUL; both ends
@@ -99,7 +102,10 @@ func (d perftestDest) encode(gid bool) []byte {
 }
 
 // decodePerftestDest parses a record in perftest's format (with the GID
-// when gid is set).
+// when gid is set). A field that is not hex, or holds more than the field
+// can (a LID or OUT_READS above 16 bits, a QPN or PSN above 24, an RKEY or
+// SRQN above 32, a GID byte above 8), is refused, the error naming it,
+// before anything is narrowed.
 func decodePerftestDest(b []byte, gid bool) (perftestDest, error) {
 	var d perftestDest
 	if i := bytes.IndexByte(b, 0); i >= 0 {
@@ -117,7 +123,10 @@ func decodePerftestDest(b []byte, gid bool) (perftestDest, error) {
 	for i, f := range fields {
 		n, err := strconv.ParseUint(f, 16, 64)
 		if err != nil {
-			return d, fmt.Errorf("%w: the peer's record %q: field %d: %w", errPerftestPeer, b, i, err)
+			return d, fmt.Errorf("%w: the peer's record %q: field %d (%s): %w", errPerftestPeer, b, i, perftestFieldName(i, want), err)
+		}
+		if limit := perftestFieldMax(i, want); n > limit {
+			return d, fmt.Errorf("%w: the peer's record %q: field %d (%s) is %#x, at most %#x", errPerftestPeer, b, i, perftestFieldName(i, want), n, limit)
 		}
 		v[i] = n
 	}
@@ -126,18 +135,33 @@ func decodePerftestDest(b []byte, gid bool) (perftestDest, error) {
 		for i := range d.GID {
 			d.GID[i] = byte(v[6+i])
 		}
-		d.SRQN = uint32(v[22])
-	} else {
-		d.SRQN = uint32(v[6])
 	}
-	bad := v[0] > 0xffff || v[2] > 0xffffff || v[3] > 0xffffff || v[4] > 0xffffffff || v[want-1] > 0xffffffff
-	for _, g := range v[6 : want-1] {
-		bad = bad || g > 0xff
-	}
-	if bad {
-		return d, fmt.Errorf("%w: the peer's record %q has a field out of range", errPerftestPeer, b)
-	}
+	d.SRQN = uint32(v[want-1])
 	return d, nil
+}
+
+// perftestFieldName names field i of a record of want fields as perftest's
+// struct pingpong_dest does.
+func perftestFieldName(i, want int) string {
+	switch {
+	case i < 6:
+		return [...]string{"LID", "OUT_READS", "QPN", "PSN", "RKEY", "VADDR"}[i]
+	case i == want-1:
+		return "SRQN"
+	}
+	return fmt.Sprintf("GID byte %d", i-6)
+}
+
+// perftestFieldMax is the largest value field i of a record of want fields
+// may hold.
+func perftestFieldMax(i, want int) uint64 {
+	switch {
+	case i < 6:
+		return [...]uint64{0xffff, 0xffff, 0xffffff, 0xffffff, 0xffffffff, math.MaxUint64}[i]
+	case i == want-1:
+		return 0xffffffff
+	}
+	return 0xff
 }
 
 // perftestConn is one end of perftest's exchange.
@@ -180,11 +204,11 @@ func (p perftestConn) preamble(mtu ctx.MTU) (ctx.MTU, error) {
 	if err := p.swap("version", mine[:], theirs[:]); err != nil {
 		return 0, err
 	}
-	version := string(theirs[:])
-	if i := strings.IndexByte(version, 0); i >= 0 {
-		version = version[:i]
+	version, v, err := perftestwire.ParseVersion(theirs[:])
+	if err != nil {
+		return 0, fmt.Errorf("%w: the peer's version: %w", errPerftestPeer, err)
 	}
-	if v, err := strconv.ParseFloat(version, 64); err != nil || v < perftestMinVersion {
+	if v < perftestMinVersion {
 		return 0, fmt.Errorf("%w: the peer's version %q: want perftest %.2f or later", errPerftestPeer, version, perftestMinVersion)
 	}
 	var word, peerWord [4]byte

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"time"
 
@@ -107,10 +108,11 @@ func (c config) interval() time.Duration {
 }
 
 // syncTimeout bounds a wait for the peer, whose measurement may run for
-// -D seconds.
+// -D seconds: the timeout and the interval, or the longest duration when
+// their sum overflows.
 func (c config) syncTimeout() time.Duration {
 	if c.timed() {
-		return c.timeout + c.interval()
+		return min(c.timeout, math.MaxInt64-c.interval()) + c.interval()
 	}
 	return c.timeout
 }
@@ -308,12 +310,15 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if p.Magic != paramsMagic || p.Conn > uint32(connDC) {
-		return fmt.Errorf("the client sent bad parameters %+v", p)
+	if err := perftool.CheckMagic(p.Magic, paramsMagic); err != nil {
+		return err
+	}
+	if p.Conn > uint32(connDC) {
+		return fmt.Errorf("%w: -c %d: want RC (%d), UD (%d) or DC (%d)", perftool.ErrBadParams, p.Conn, connRC, connUD, connDC)
 	}
 	cfg = p.config(cfg)
 	if msg := cfg.check(); msg != "" {
-		return fmt.Errorf("the client sent bad parameters: %s", msg)
+		return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
 	}
 	s, made, err := openEnds(cfg, "server")
 	if err != nil {

@@ -315,6 +315,23 @@ type params struct {
 
 const paramsMagic = 0x4d58504e // "MXPN"
 
+// check refuses parameters the client's flags could not have given, with
+// an error matching perftool.ErrBadParams that names the field.
+func (p params) check() error {
+	if err := perftool.CheckMagic(p.Magic, paramsMagic); err != nil {
+		return err
+	}
+	switch {
+	case p.Size > maxSize:
+		return fmt.Errorf("%w: -size %d: want 0 to %d", perftool.ErrBadParams, p.Size, maxSize)
+	case p.Iters < 1 || p.Iters > 1<<31:
+		return fmt.Errorf("%w: -iters %d: want 1 to %d", perftool.ErrBadParams, p.Iters, 1<<31)
+	case p.Warmup > 1<<31:
+		return fmt.Errorf("%w: -warmup %d: want 0 to %d", perftool.ErrBadParams, p.Warmup, 1<<31)
+	}
+	return nil
+}
+
 // serve runs the answering end for one client that connects to ln.
 func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 	var p params
@@ -323,8 +340,8 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if p.Magic != paramsMagic || p.Size > maxSize || p.Iters < 1 || p.Iters > 1<<31 || p.Warmup > 1<<31 {
-		return fmt.Errorf("the client sent bad parameters %+v", p)
+	if err := p.check(); err != nil {
+		return err
 	}
 	cfg.size, cfg.iters, cfg.warmup = int(p.Size), int(p.Iters), int(p.Warmup)
 	s, made, err := openEnds(cfg, "server")

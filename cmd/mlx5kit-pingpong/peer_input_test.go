@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
 // TestUpperBoundsNamed: -iters and -warmup above their bound are
@@ -15,5 +20,40 @@ func TestUpperBoundsNamed(t *testing.T) {
 		var out, errOut bytes.Buffer
 		require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
 		require.Contains(t, errOut.String(), "2147483648", "%q", args)
+	}
+}
+
+// TestServerNamesBadParameter: a client's parameters the server refuses
+// are named, field and bound, in an error matching perftool.ErrBadParams;
+// before, the server printed the whole struct with its magic number in
+// decimal ({Magic:1297633350 Size:64 ...}: mlx5kit-perf's "MXPF"), which
+// said neither what was wrong nor that the client was the other tool's.
+func TestServerNamesBadParameter(t *testing.T) {
+	for _, c := range []struct {
+		p    params
+		want string
+	}{
+		{params{Magic: 0x4d585046, Size: 64, Iters: 10}, `magic "MXPF"`},
+		{params{Magic: paramsMagic, Size: maxSize + 1, Iters: 10}, "-size 8388609: want 0 to 8388608"},
+		{params{Magic: paramsMagic, Size: 64}, "-iters 0: want 1 to"},
+		{params{Magic: paramsMagic, Size: 64, Iters: 10, Warmup: 1<<31 + 1}, "-warmup 2147483649"},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		cfg, code := parseFlags([]string{"-provider", "sim", "-timeout", "5s"}, &bytes.Buffer{})
+		require.Equal(t, -1, code)
+		errc := make(chan error, 1)
+		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		require.NoError(t, binary.Write(conn, binary.BigEndian, c.p))
+		select {
+		case err := <-errc:
+			require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
+			require.ErrorContains(t, err, c.want)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the server did not answer")
+		}
+		conn.Close()
 	}
 }

@@ -1,9 +1,15 @@
 // Package perftestwire recognizes perftest's own TCP exchange, so that a
 // tool or an endpoint exchange that meets it can say so instead of failing
-// on a bad magic number or a timeout.
+// on a bad magic number or a timeout, and reads the version that exchange
+// begins with.
 package perftestwire
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Version reports whether b, the first four bytes a peer sent, are the
 // start of a version string as perftest's exchange begins with one ("6.06",
@@ -17,4 +23,42 @@ func Version(b []byte) (string, bool) {
 		return "", false
 	}
 	return strings.TrimRight(string(b[:4]), "\x00"), true
+}
+
+// ErrVersion is what ParseVersion's error matches.
+var ErrVersion = errors.New("not a perftest version")
+
+// ParseVersion reads the version field of perftest's exchange (its
+// MAX_VERSION bytes: the version string, NUL-padded) and returns the
+// string, up to the first NUL, and its value: the string must be digits,
+// a dot and digits ("6.06", "5.70"). Anything else, "NaN", "Inf", a sign,
+// an exponent or a hexadecimal float included, which strconv.ParseFloat
+// would take, is an error matching ErrVersion that quotes the string.
+func ParseVersion(b []byte) (string, float64, error) {
+	s := string(b)
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	whole, frac, dot := strings.Cut(s, ".")
+	if !dot || !digits(whole) || !digits(frac) {
+		return s, 0, fmt.Errorf("%q: %w (want digits, a dot and digits, as \"6.06\")", s, ErrVersion)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return s, 0, fmt.Errorf("%q: %w: %w", s, ErrVersion, err)
+	}
+	return s, v, nil
+}
+
+// digits reports whether s is one or more decimal digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -82,6 +82,23 @@ func Accept(ln net.Listener, timeout time.Duration, params any) (net.Conn, error
 	return conn, nil
 }
 
+// ErrBadParams is what a server's error matches when it refuses the
+// parameters its client sent.
+var ErrBadParams = errors.New("the client sent bad parameters")
+
+// CheckMagic refuses a client's parameters whose magic number, their first
+// field, is not want: the error matches ErrBadParams and names both as the
+// four letters they spell, so that a client of the other tool (mlx5kit-perf's
+// "MXPF" at mlx5kit-pingpong's server, which wants "MXPN", or the other way
+// round) or of no tool says so.
+func CheckMagic(magic, want uint32) error {
+	if magic == want {
+		return nil
+	}
+	spell := func(m uint32) string { return string(binary.BigEndian.AppendUint32(nil, m)) }
+	return fmt.Errorf("%w: magic %q (%#08x), want %q: the client is not this tool's", ErrBadParams, spell(magic), magic, spell(want))
+}
+
 // ErrPerftestClient is Accept's error for a client that speaks perftest's
 // own TCP exchange, which begins with perftest's version string.
 var ErrPerftestClient = errors.New("the client speaks perftest's exchange, not this tool's")

@@ -67,19 +67,40 @@ func (p Port) Endpoint(t endpoint.Transport, qpn, psn uint32) endpoint.Endpoint 
 
 // PathTo returns the address of remote as seen from p: by LID on
 // InfiniBand when the remote has one, by GID (with a GRH from the local GID
-// index) on RoCE or when the remote has no LID.
-func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) ctx.AddressAttr {
+// index) on RoCE or when the remote has no LID. A remote with no address
+// the port can use (no GID on RoCE, neither a LID nor a GID on
+// InfiniBand: a peer's endpoint may say anything) is refused with an
+// error wrapping ctx.ErrInvalidArgument, rather than connected to the zero
+// GID, and so is an RC or DC remote addressed by a multicast or the
+// permissive LID on InfiniBand.
+func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) (ctx.AddressAttr, error) {
 	a := ctx.AddressAttr{Port: p.Number, SL: sl}
 	if p.Link == ctx.LinkLayerEthernet || remote.LID == 0 {
+		if remote.GID.IsZero() {
+			why := "neither a LID nor a GID"
+			if p.Link == ctx.LinkLayerEthernet {
+				why = "no GID, which addresses a port on RoCE"
+			}
+			return ctx.AddressAttr{}, fmt.Errorf("remote endpoint %v has %s: %w", remote, why, ctx.ErrInvalidArgument)
+		}
 		a.GlobalRoute = true
 		a.DGID = remote.GID
 		a.SGIDIndex = uint8(p.GID.Index)
 		a.HopLimit = 64
 	} else {
+		if remote.LID >= FirstMulticastLID && remote.Transport != endpoint.TransportUD {
+			return ctx.AddressAttr{}, fmt.Errorf("remote endpoint %v: LID %#x is a multicast LID or the permissive one, which no %v queue pair is reached by: %w",
+				remote, remote.LID, remote.Transport, ctx.ErrInvalidArgument)
+		}
 		a.DLID = remote.LID
 	}
-	return a
+	return a, nil
 }
+
+// FirstMulticastLID is the first LID that names no port: 0xC000 to 0xFFFE
+// are multicast LIDs and 0xFFFF is the permissive LID. Only UD reaches a
+// multicast group.
+const FirstMulticastLID = 0xc000
 
 // PathMTU returns the smaller of the local port's and the remote's MTU.
 func (p Port) PathMTU(remote endpoint.Endpoint) ctx.MTU {
