@@ -11,6 +11,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
@@ -287,10 +288,6 @@ func (c *core) gid() ctx.GIDEntry {
 	return c.links[0].qp.GID()
 }
 
-// firstMulticastLID is the first LID that names no port (0xC000 to 0xFFFE
-// are multicast LIDs, 0xFFFF the permissive one).
-const firstMulticastLID = 0xc000
-
 // Handshake connects the channel: remote[j] is the endpoint peer j made
 // for this side. Every endpoint is checked (count, transport, ranges, an
 // address: a port's LID or a GID) before anything is connected, so garbage changes nothing and the
@@ -322,7 +319,7 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		if e.LID == 0 && e.GID.IsZero() {
 			return nil, fmt.Errorf("%s: peer %d sent neither a LID nor a GID: %w", op, j, ErrHandshake)
 		}
-		if e.LID >= firstMulticastLID {
+		if e.LID >= newqp.FirstMulticastLID {
 			return nil, fmt.Errorf("%s: peer %d sent LID %#x, a multicast LID or the permissive one, which names no port: %w", op, j, e.LID, ErrHandshake)
 		}
 		if want == endpoint.TransportDC && e.DCTNumber == 0 {
