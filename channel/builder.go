@@ -325,6 +325,12 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		if want == endpoint.TransportDC && e.DCTNumber == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent no DCT number: %w", op, j, ErrHandshake)
 		}
+		if k := p.own(e); k >= 0 && k != j {
+			// (Peer j naming this side's own endpoint for j is a mesh
+			// rank's loop to itself.)
+			return nil, fmt.Errorf("%s: peer %d sent this side's own endpoint for peer %d (QPN %#x, DCT %#x, LID %d): %w",
+				op, j, k, e.QPN, e.DCTNumber, e.LID, ErrHandshake)
+		}
 	}
 	p.used = true
 	for j, e := range remote {
@@ -346,6 +352,24 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		return nil, fmt.Errorf("%s: watch async events: %w", op, err)
 	}
 	return &MultiChannel{c: c}, nil
+}
+
+// own returns the peer whose endpoint of this side e names (its queue
+// pair, or its DCT, at the same LID and GID where e gives one), -1 when
+// none does. Two peers named alike would share one queue; a Channel's
+// one peer naming this side's own endpoint would make it a loop to
+// itself, which a mesh's rank has on purpose, a Channel never.
+func (p *PreparedMulti) own(e endpoint.Endpoint) int {
+	for k, l := range p.Endpoints() {
+		same := e.QPN == l.QPN
+		if p.c.transport == endpoint.TransportDC {
+			same = e.DCTNumber == l.DCTNumber
+		}
+		if same && e.LID == l.LID && (e.GID.IsZero() || e.GID == l.GID) {
+			return k
+		}
+	}
+	return -1
 }
 
 // Close releases the queues of a channel that was never connected.

@@ -221,3 +221,47 @@ func TestHandshakeRefusesNoAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestHandshakeRefusesOwnEndpoint: a Channel's peer that sends this
+// side's own endpoint (one that echoes it, or a process numbered alike on
+// a software fabric of its own, which does not share /dev/shm) is refused
+// with ErrHandshake, where the queue pair was connected to itself and the
+// side's sends came back to it; so is a MultiChannel's peer that names
+// this side's endpoint for another peer. A mesh rank's peer naming its own
+// endpoint for that rank is its loop to itself, as before (TestMeshAllToAll).
+// The refusals leave the prepared channels usable.
+func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String(), func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			pa, err := channel.New(a.pd, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			require.NoError(t, err)
+			pb, err := channel.New(b.pd, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			require.NoError(t, err)
+			ch, err := pa.Handshake(pa.Endpoint())
+			if ch != nil {
+				ch.Close()
+			}
+			require.ErrorIs(t, err, channel.ErrHandshake)
+			ca, err := pa.Handshake(pb.Endpoint())
+			require.NoError(t, err, "the refusal spoilt the prepared channel")
+			defer ca.Close()
+			cb, err := pb.Handshake(pa.Endpoint())
+			require.NoError(t, err)
+			defer cb.Close()
+
+			ma, err := channel.NewMulti(a.pd, 2, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			require.NoError(t, err)
+			defer ma.Close()
+			mb, err := channel.NewMulti(b.pd, 2, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			require.NoError(t, err)
+			defer mb.Close()
+			m, err := ma.Handshake([]endpoint.Endpoint{ma.Endpoints()[1], mb.Endpoints()[0]})
+			if m != nil {
+				m.Close()
+			}
+			require.ErrorIs(t, err, channel.ErrHandshake, "peer 0 named this side's endpoint for peer 1")
+		})
+	}
+}
