@@ -809,8 +809,16 @@ func (l *tcpLink) flush(p *tcpPeer) {
 // tcpReadChunk is the least room a receive offers the socket.
 const tcpReadChunk = 256 << 10
 
+// tcpDrainBytes bounds what a drain reads from one peer: past it the rest
+// waits in the socket for the next round, so that a peer that keeps
+// sending cannot hold the engine (and the Fabric's lock, and with it
+// Close) for as long as it sends, nor keep the other peers' messages
+// waiting (as a shared fabric's drain takes at most a ring's worth).
+const tcpDrainBytes = 4 * tcpReadChunk
+
 // drain writes what waits and hands every whole message received to f
-// (f.mu held); it reports whether there was any.
+// (f.mu held), reading at most about tcpDrainBytes from each peer; it
+// reports whether there was any.
 func (l *tcpLink) drain(f *Fabric) bool {
 	got := false
 	if l.listen {
@@ -819,7 +827,7 @@ func (l *tcpLink) drain(f *Fabric) bool {
 	}
 	for _, p := range l.live() {
 		l.flush(p)
-		for !p.dead {
+		for read := 0; !p.dead && read < tcpDrainBytes; {
 			if cap(p.in)-len(p.in) < tcpReadChunk {
 				p.in = append(make([]byte, 0, 2*cap(p.in)+tcpReadChunk), p.in...)
 			}
@@ -834,6 +842,7 @@ func (l *tcpLink) drain(f *Fabric) bool {
 				l.drop(p)
 				break
 			}
+			read += n
 			p.in = p.in[:len(p.in)+n]
 			if l.frames(f, p) {
 				got = true

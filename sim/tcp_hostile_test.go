@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/sealed"
+)
+
+// linkPeer is a raw connecting end of a TCP link: it proves the key and
+// says hello as a connecting Fabric does, takes the slot the listener
+// hands it, then writes whatever frames it likes.
+type linkPeer struct {
+	conn net.Conn
+	sc   sealed.Conn
+	slot int
+	qpn  uint32 // the first QPN of its slot's range
+	mu   sync.Mutex
+}
+
+// dialLinkPeer links a raw peer to the listening Fabric of e and waits
+// until the listener counts it.
+func dialLinkPeer(t testing.TB, e *env) *linkPeer {
+	t.Helper()
+	st, ok := e.f.Link()
+	require.True(t, ok)
+	require.True(t, st.Listening)
+	conn, err := net.Dial("tcp", st.Address)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	sc, err := sealed.Dial(conn, testLinkKey, 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, sc.WriteFrame(hello(e.f.opts.LinkLayer, 1)))
+	b, err := sc.ReadFrame(tcpReplySize)
+	require.NoError(t, err)
+	require.Equal(t, byte(tcpOK), b[0])
+	p := &linkPeer{conn: conn, sc: sc, slot: int(binary.BigEndian.Uint32(b[8:]))}
+	p.qpn, _ = tcpQPNRange(p.slot)
+	require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Peers == st.Peers+1 }, 10*time.Second, time.Millisecond)
+	return p
+}
+
+// linkMessage returns a link message: h, with its length set, then
+// payload.
+func linkMessage(h wireHdr, payload []byte) []byte {
+	b := make([]byte, wireHdrSize+len(payload))
+	h.Len = uint32(len(b))
+	*(*wireHdr)(unsafe.Pointer(&b[0])) = h
+	copy(b[wireHdrSize:], payload)
+	return b
+}
+
+// send seals the messages and writes them in one write.
+func (p *linkPeer) send(msgs ...[]byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []byte
+	for _, m := range msgs {
+		var err error
+		if out, err = p.sc.Seal(out, m); err != nil {
+			return err
+		}
+	}
+	_, err := p.conn.Write(out)
+	return err
+}
+
+// receive reads the next message the listener sends, past its
+// announcements of the linked slots.
+func (p *linkPeer) receive() (wireHdr, []byte, error) {
+	for {
+		b, err := p.sc.ReadFrame(wireHdrSize + wireMaxPayload)
+		if err != nil {
+			return wireHdr{}, nil, err
+		}
+		if len(b) < wireHdrSize {
+			return wireHdr{}, nil, io.ErrUnexpectedEOF
+		}
+		var h wireHdr
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&h)), wireHdrSize), b)
+		if h.Kind != tcpMembers {
+			return h, b[wireHdrSize:], nil
+		}
+	}
+}
+
+// TestLinkDrainBounded: a linked peer that keeps sending (here, repeats
+// of a READ the victim's DCT executed, each answered with 4 KiB read
+// anew, so that the victim has more to do per message than the peer)
+// cannot hold the victim's engine, and with it the Fabric's lock and
+// Close, for as long as it sends: a drain takes a bounded number of bytes
+// from each peer, and the rest waits for the next round. Before, a drain
+// read a peer until its socket was empty.
+func TestLinkDrainBounded(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	srq := e.newSRQ(e.pd, 16, 1)
+	const key = 0xfeed
+	dct := e.dct(e.pd, srq, key)
+	p := dialLinkPeer(t, e)
+	read := func(psn uint32) []byte {
+		return linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
+			PSN: psn, Epoch: 1, Flags: wireFirst, DCKey: key, RAddr: e.addr(0), RKey: e.mr.RKey(),
+			Total: 4096, Seg: 4096, DLID: lidOf(t, e.c)}, nil)
+	}
+	require.NoError(t, p.send(read(100))) // executed; PSN 100 is a repeat from now on
+
+	var answered sync.WaitGroup
+	var got atomic.Int64
+	answered.Add(1)
+	go func() { // the answers are read and dropped, so that none waits
+		defer answered.Done()
+		b := make([]byte, 256<<10)
+		for {
+			n, err := p.conn.Read(b)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		batch := make([][]byte, 256)
+		for i := range batch {
+			batch[i] = read(100)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if p.send(batch...) != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		_ = p.conn.Close()
+		<-stopped
+		answered.Wait()
+	}()
+	for got.Load() < 16<<20 { // the victim serves the repeats (Stats would wait for its lock)
+		time.Sleep(time.Millisecond)
+	}
+
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(closed)
+		_ = e.f.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close still waits for the engine after %v: a peer that keeps sending holds it", time.Since(start))
+	}
+}
