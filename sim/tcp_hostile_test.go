@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
@@ -168,4 +169,48 @@ func TestLinkDrainBounded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Close still waits for the engine after %v: a peer that keeps sending holds it", time.Since(start))
 	}
+}
+
+// TestLinkRepeatLongerThanASegment: a linked peer that asks again for a
+// READ segment the victim's DCT executed, longer than any segment
+// (wireSegMax) and than a link message may be, gets no answer. Before,
+// the victim answered it whole; on a connecting end the answer went to
+// the listener, which refuses a frame that long and dropped the victim's
+// link: one member could cut off another.
+func TestLinkRepeatLongerThanASegment(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	hub := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, _ := hub.f.Link()
+	victim := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	p := dialLinkPeer(t, hub)
+	require.Eventually(t, func() bool { s, _ := victim.f.Link(); return s.Members == 3 }, 10*time.Second, time.Millisecond)
+
+	const size = uint32(wireMaxPayload + 1<<20)
+	buf, err := ctx.AllocBuffer(int(size), ctx.BufferOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := victim.pd.RegisterMemory(buf.Bytes(), allAccess)
+	require.NoError(t, err)
+	srq := victim.newSRQ(victim.pd, 16, 1)
+	const key = 0xfeed
+	dct := victim.dct(victim.pd, srq, key)
+	read := func(n uint32) []byte {
+		return linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
+			PSN: 100, Epoch: 1, Flags: wireFirst, DCKey: key, RAddr: uint64(mr.Addr()), RKey: mr.RKey(),
+			Total: n, Seg: n, DLID: lidOf(t, victim.c)}, nil)
+	}
+	// Executed once, then asked for again: at the length of a whole
+	// region, then at its own.
+	require.NoError(t, p.send(read(8), read(size), read(8)))
+	require.NoError(t, p.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for i := 0; i < 2; i++ {
+		h, _, err := p.receive()
+		s, _ := victim.f.Link()
+		require.NoError(t, err, "answer %d (the victim's link: %+v)", i, s)
+		require.Equal(t, uint8(wireResponse), h.Kind)
+		require.Equal(t, uint32(8), h.Seg, "answer %d", i)
+	}
+	s, _ := victim.f.Link()
+	require.Equal(t, 1, s.Peers, "the victim is still linked")
+	require.Equal(t, 3, s.Members)
 }

@@ -1075,6 +1075,14 @@ func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 	var data []byte
 	switch {
 	case op == prm.OpRdmaRead && h.Seg > 0:
+		if h.Seg > wireSegMax {
+			// No requester of this version asks for it (wireServeSeg
+			// refuses it the first time), and no peer would take the
+			// answer: a TCP link's listener drops a link that sends a
+			// message that long, and a shared fabric's ring never has
+			// room for it.
+			return
+		}
 		m := f.remoteMR(t, h.RKey, h.RAddr, uint64(h.Total), ctx.AccessRemoteRead)
 		if m == nil || uint64(h.Off)+uint64(h.Seg) > uint64(h.Total) {
 			return
