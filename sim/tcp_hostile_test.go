@@ -214,3 +214,63 @@ func TestLinkRepeatLongerThanASegment(t *testing.T) {
 	require.Equal(t, 1, s.Peers, "the victim is still linked")
 	require.Equal(t, 3, s.Members)
 }
+
+// TestLinkAnnouncementsBounded: what waits for a peer that reads nothing
+// stays within tcpOutLimit however often the set of linked slots changes
+// (here, the messages another peer has the listener forward to it fill
+// its buffer, then ends link and leave): the listener's announcement waits
+// for room, and the peer, once it reads, gets the set as it is then.
+// Before, each change appended an announcement past the limit, so that
+// a peer that stopped reading and another that linked and left over and
+// over grew the listener's memory without bound.
+func TestLinkAnnouncementsBounded(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	stalled := dialLinkPeer(t, e)
+	a := dialLinkPeer(t, e)
+	toStalled := func(n int) []byte {
+		return linkMessage(wireHdr{Kind: wireUD, Op: uint8(prm.OpSend), DstQPN: stalled.qpn, SrcQPN: a.qpn}, make([]byte, n))
+	}
+	waiting := func() int {
+		e.f.mu.Lock()
+		defer e.f.mu.Unlock()
+		return len(e.f.tcp.peers[stalled.slot].out)
+	}
+	big := toStalled(1 << 20)
+	for i := 0; i < tcpOutLimit>>20; i++ {
+		require.NoError(t, a.send(big))
+	}
+	small := toStalled(0)
+	batch := [][]byte{small, small, small, small, small, small, small, small}
+	for {
+		s, _ := e.f.Link()
+		if s.NotForwarded > 0 {
+			break // the buffer toward the stalled peer is full
+		}
+		require.NoError(t, a.send(batch...))
+		time.Sleep(time.Millisecond)
+	}
+	full := waiting()
+
+	for i := 0; i < 5; i++ { // ends that link and leave
+		x := dialLinkPeer(t, e)
+		_ = x.conn.Close()
+		require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Peers == 2 }, 10*time.Second, time.Millisecond)
+	}
+	c := dialLinkPeer(t, e)
+	time.Sleep(50 * time.Millisecond) // rounds in which the announcement finds no room
+	// One frame's sealing (header and tag) may pass the limit, as for
+	// any message placed just below it.
+	require.LessOrEqual(t, waiting(), tcpOutLimit+sealed.HeaderSize+32, "bytes waiting for a peer that reads nothing (%d when full)", full)
+
+	require.NoError(t, stalled.conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	for {
+		b, err := stalled.sc.ReadFrame(wireHdrSize + wireMaxPayload)
+		require.NoError(t, err, "the stalled peer, reading again, never learns of slot %d", c.slot)
+		var h wireHdr
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&h)), wireHdrSize), b)
+		if h.Kind == tcpMembers && binary.NativeEndian.Uint64(b[wireHdrSize:])&slotBit(c.slot) != 0 {
+			break
+		}
+	}
+}

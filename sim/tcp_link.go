@@ -178,6 +178,10 @@ type tcpLink struct {
 	round  []*tcpPeer
 	fds    []unix.PollFd
 	tx, rx []byte
+	// behind is, on the listener, set while a peer has not been told
+	// the linked slots since they changed (its buffer had no room:
+	// announceLocked).
+	behind bool
 }
 
 // tcpPeer is the other end of one connection. Once linked, only the
@@ -190,6 +194,9 @@ type tcpPeer struct {
 	in   []byte // bytes received that do not make a whole frame yet
 	out  []byte // sealed frames not yet taken by the socket
 	dead bool
+	// behind: the listener has not told this peer the linked slots
+	// since they changed (announceLocked).
+	behind bool
 }
 
 // linkConfig returns the link the Fabric is to make and its key: the
@@ -764,13 +771,17 @@ func (l *tcpLink) counted(ok bool) {
 }
 
 // announceLocked tells every connected Fabric which slots are linked now,
-// when that changed since it last did (the listener, f.mu held).
+// when that changed since it last did (the listener, f.mu held). A peer
+// whose buffer has no room for it (tcpOutLimit) is told once there is,
+// the slots as they are then: the announcements of a peer that takes
+// nothing do not pile up however often the set changes.
 func (l *tcpLink) announceLocked() {
 	l.mu.Lock()
-	if !l.announce {
+	if !l.announce && !l.behind {
 		l.mu.Unlock()
 		return
 	}
+	changed := l.announce
 	l.announce = false
 	m, devices := l.membersLocked(), l.devices // one snapshot of both
 	l.mu.Unlock()
@@ -783,8 +794,17 @@ func (l *tcpLink) announceLocked() {
 	*h = wireHdr{Len: uint32(n), Kind: tcpMembers}
 	*(*uint64)(unsafe.Pointer(&rec[wireHdrSize])) = m
 	copy(rec[wireHdrSize+8:], devices[:])
+	l.behind = false
 	for _, p := range l.live() {
-		l.put(p, rec)
+		p.behind = p.behind || changed
+		switch {
+		case !p.behind:
+		case len(p.out)+n > tcpOutLimit:
+			l.behind = true
+		default:
+			l.put(p, rec)
+			p.behind = false
+		}
 	}
 }
 
