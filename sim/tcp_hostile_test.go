@@ -274,3 +274,46 @@ func TestLinkAnnouncementsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkAssemblyNotSetAsideForAByte: a linked peer holding a DCT's key
+// that begins a long SEND on many streams, a byte each, makes the DCT set
+// nothing aside: a segment before a message's last is wireSegMax bytes
+// from any requester of this version, so a shorter one is ignored. Before,
+// each such first segment set aside the whole message's length (here 1
+// MiB a byte, 64 MiB for 64 bytes; up to a 1 GiB receive's length on each
+// of the peer's 64 Ki QPNs).
+func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	srq := e.newSRQ(e.pd, 16, 1)
+	const key = 0xfeed
+	dct := e.dct(e.pd, srq, key)
+	srq.post(dataSeg(1<<20, e.mr.LKey(), e.addr(0)))
+	p := dialLinkPeer(t, e)
+	const streams = 64
+	msgs := make([][]byte, 0, streams+1)
+	for i := uint32(0); i < streams; i++ {
+		msgs = append(msgs, linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpSend), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn + i,
+			Epoch: 1, Flags: wireFirst, DCKey: key, Total: 1 << 20, Seg: 1, DLID: lidOf(t, e.c)}, []byte{1}))
+	}
+	// Then a READ, whose answer says that the victim has handled all of
+	// them.
+	msgs = append(msgs, linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn + streams,
+		Epoch: 1, Flags: wireFirst, DCKey: key, RAddr: e.addr(0), RKey: e.mr.RKey(), Total: 8, Seg: 8, DLID: lidOf(t, e.c)}, nil))
+	require.NoError(t, p.send(msgs...))
+	require.NoError(t, p.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for {
+		h, _, err := p.receive()
+		require.NoError(t, err)
+		if h.Op == uint8(prm.OpRdmaRead) {
+			break
+		}
+	}
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	aside := 0
+	for _, rs := range e.f.qpByNum(dct.qp.QPN()).wire.streams {
+		aside += cap(rs.asm)
+	}
+	require.LessOrEqual(t, aside, 2*streams, "bytes set aside for %d bytes of SENDs begun", streams)
+}

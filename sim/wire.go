@@ -883,8 +883,19 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				f.wireReply(from, h, t, wireNAK, uint8(f.recvFailed(t, rw, prm.SyndromeLocalLength)), 0, nil)
 				return
 			}
-			if off == 0 || uint64(len(rs.asm)) != total {
+			// Its buffer is set aside at its first segment, which is
+			// wireSegMax bytes (wireSendSeg cuts every segment but
+			// the last to that length): a shorter one before the
+			// last, or a later segment of no message begun, is not
+			// from a requester of this version and is ignored, so
+			// that a byte cannot set aside a message's length.
+			switch {
+			case !last && n != wireSegMax:
+				return
+			case off == 0:
 				rs.asm = make([]byte, total)
+			case uint64(len(rs.asm)) != total:
+				return
 			}
 			copy(rs.asm[off:], payload[:n])
 			msg = rs.asm
