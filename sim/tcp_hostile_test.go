@@ -29,7 +29,7 @@ type linkPeer struct {
 }
 
 // dialLinkPeer links a raw peer to the listening Fabric of e and waits
-// until the listener counts it.
+// until the listener has linked its slot.
 func dialLinkPeer(t testing.TB, e *env) *linkPeer {
 	t.Helper()
 	st, ok := e.f.Link()
@@ -46,7 +46,13 @@ func dialLinkPeer(t testing.TB, e *env) *linkPeer {
 	require.Equal(t, byte(tcpOK), b[0])
 	p := &linkPeer{conn: conn, sc: sc, slot: int(binary.BigEndian.Uint32(b[8:]))}
 	p.qpn, _ = tcpQPNRange(p.slot)
-	require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Peers == st.Peers+1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		l := e.f.tcp
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		q := l.peers[p.slot]
+		return q != nil && !q.dead
+	}, 10*time.Second, time.Millisecond)
 	return p
 }
 
@@ -95,7 +101,7 @@ func (p *linkPeer) receive() (wireHdr, []byte, error) {
 }
 
 // TestLinkDrainBounded: a linked peer that keeps sending (here, repeats
-// of a READ the victim's DCT executed, each answered with 4 KiB read
+// of a READ the victim's DCT executed, each answered with 2 KiB read
 // anew, so that the victim has more to do per message than the peer)
 // cannot hold the victim's engine, and with it the Fabric's lock and
 // Close, for as long as it sends: a drain takes a bounded number of bytes
@@ -111,7 +117,7 @@ func TestLinkDrainBounded(t *testing.T) {
 	read := func(psn uint32) []byte {
 		return linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
 			PSN: psn, Epoch: 1, Flags: wireFirst, DCKey: key, RAddr: e.addr(0), RKey: e.mr.RKey(),
-			Total: 4096, Seg: 4096, DLID: lidOf(t, e.c)}, nil)
+			Total: 2048, Seg: 2048, DLID: lidOf(t, e.c)}, nil)
 	}
 	require.NoError(t, p.send(read(100))) // executed; PSN 100 is a repeat from now on
 
@@ -236,19 +242,21 @@ func TestLinkAnnouncementsBounded(t *testing.T) {
 		defer e.f.mu.Unlock()
 		return len(e.f.tcp.peers[stalled.slot].out)
 	}
-	big := toStalled(1 << 20)
-	for i := 0; i < tcpOutLimit>>20; i++ {
-		require.NoError(t, a.send(big))
-	}
-	small := toStalled(0)
-	batch := [][]byte{small, small, small, small, small, small, small, small}
-	for {
-		s, _ := e.f.Link()
-		if s.NotForwarded > 0 {
-			break // the buffer toward the stalled peer is full
+	// Messages of 1 MiB, then 64 KiB, then bare headers, each size until
+	// the victim refuses one: the buffer is then full to a header.
+	refused := uint64(0)
+	for _, size := range []int{1 << 20, 64 << 10, 0} {
+		m := toStalled(size)
+		batch := [][]byte{m, m, m, m, m, m, m, m}
+		for {
+			s, _ := e.f.Link()
+			if s.NotForwarded > refused {
+				refused = s.NotForwarded
+				break
+			}
+			require.NoError(t, a.send(batch...))
+			time.Sleep(time.Millisecond)
 		}
-		require.NoError(t, a.send(batch...))
-		time.Sleep(time.Millisecond)
 	}
 	full := waiting()
 

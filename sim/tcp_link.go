@@ -834,11 +834,11 @@ const tcpReadChunk = 256 << 10
 // sending cannot hold the engine (and the Fabric's lock, and with it
 // Close) for as long as it sends, nor keep the other peers' messages
 // waiting (as a shared fabric's drain takes at most a ring's worth).
-const tcpDrainBytes = 4 * tcpReadChunk
+const tcpDrainBytes = tcpReadChunk
 
 // drain writes what waits and hands every whole message received to f
-// (f.mu held), reading at most about tcpDrainBytes from each peer; it
-// reports whether there was any.
+// (f.mu held), reading at most tcpDrainBytes from each peer; it reports
+// whether there was any.
 func (l *tcpLink) drain(f *Fabric) bool {
 	got := false
 	if l.listen {
@@ -851,7 +851,8 @@ func (l *tcpLink) drain(f *Fabric) bool {
 			if cap(p.in)-len(p.in) < tcpReadChunk {
 				p.in = append(make([]byte, 0, 2*cap(p.in)+tcpReadChunk), p.in...)
 			}
-			n, _, err := unix.Recvfrom(p.fc.fd, p.in[len(p.in):cap(p.in)], unix.MSG_DONTWAIT)
+			end := min(cap(p.in), len(p.in)+tcpDrainBytes-read)
+			n, _, err := unix.Recvfrom(p.fc.fd, p.in[len(p.in):end], unix.MSG_DONTWAIT)
 			if err == unix.EINTR {
 				continue
 			}
