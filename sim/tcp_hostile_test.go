@@ -325,3 +325,74 @@ func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
 	}
 	require.LessOrEqual(t, aside, 2*streams, "bytes set aside for %d bytes of SENDs begun", streams)
 }
+
+// TestLinkMisusedConnections: a linked peer that announces a frame longer
+// than any message, one that sends half a frame and stalls, one that sends
+// half a frame and hangs up, and a connection that hangs up in the middle
+// of the authentication: the listener ends the first and the third link,
+// keeps the stalled one without waiting for it, refuses the last, and
+// still serves a well-behaved peer and closes at once.
+func TestLinkMisusedConnections(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	linked := func(p *linkPeer) bool {
+		l := e.f.tcp
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		q := l.peers[p.slot]
+		return q != nil && !q.dead
+	}
+	frame := func(p *linkPeer) []byte {
+		b, err := p.sc.Seal(nil, linkMessage(wireHdr{Kind: wireUD, DstQPN: 0x100, SrcQPN: p.qpn}, nil))
+		require.NoError(t, err)
+		return b
+	}
+
+	huge := dialLinkPeer(t, e)
+	b := frame(huge)
+	binary.BigEndian.PutUint32(b[8:], 1<<30)
+	_, err := huge.conn.Write(b[:sealed.HeaderSize])
+	require.NoError(t, err)
+
+	stalled := dialLinkPeer(t, e)
+	b = frame(stalled)
+	_, err = stalled.conn.Write(b[:len(b)/2])
+	require.NoError(t, err)
+
+	gone := dialLinkPeer(t, e)
+	b = frame(gone)
+	_, err = gone.conn.Write(b[:len(b)/2])
+	require.NoError(t, err)
+	require.NoError(t, gone.conn.Close())
+
+	st, _ := e.f.Link()
+	half, err := net.Dial("tcp", st.Address)
+	require.NoError(t, err)
+	_, err = half.Write([]byte{0x4d, 0x58, 0x4d, 0x53, 0, 2, 1, 0}) // half a mesh hello header
+	require.NoError(t, err)
+	require.NoError(t, half.Close())
+
+	require.Eventually(t, func() bool { return !linked(huge) && !linked(gone) }, 10*time.Second, time.Millisecond,
+		"the links that sent a frame too long or hung up mid-frame are ended")
+	require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Refused == st.Refused+1 }, 10*time.Second, time.Millisecond,
+		"the connection that hung up mid-authentication is refused")
+	require.True(t, linked(stalled), "a peer stalled mid-frame stays linked")
+
+	// A well-behaved peer is served: a READ of the victim's DCT.
+	srq := e.newSRQ(e.pd, 16, 1)
+	const key = 0xfeed
+	dct := e.dct(e.pd, srq, key)
+	copy(e.mem(0, 8), "answered")
+	good := dialLinkPeer(t, e)
+	require.NoError(t, good.send(linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: good.qpn,
+		Epoch: 1, Flags: wireFirst, DCKey: key, RAddr: e.addr(0), RKey: e.mr.RKey(), Total: 8, Seg: 8, DLID: lidOf(t, e.c)}, nil)))
+	require.NoError(t, good.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	h, payload, err := good.receive()
+	require.NoError(t, err)
+	require.Equal(t, uint8(wireAck), h.Status)
+	require.Equal(t, []byte("answered"), payload)
+
+	start := time.Now()
+	require.NoError(t, e.f.Close())
+	require.Less(t, time.Since(start), 2*time.Second, "Close waited for a stalled peer")
+}
