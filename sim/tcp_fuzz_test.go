@@ -3,7 +3,9 @@ package sim
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -15,11 +17,13 @@ import (
 
 // linkInboundWorld is inboundWorld over a TCP link: the victim's Fabric
 // listens, and the hostile is a raw connecting end (linkPeer) that seals
-// and writes what it likes. The victim's RC QP is connected to the first
-// QPN of the hostile's slot.
+// and writes what it likes; or (newLinkHubWorld) the victim connects, and
+// the hostile is a raw listener. The victim's RC QP is connected to the
+// first QPN of the hostile's slot.
 type linkInboundWorld struct {
 	*inboundWorld
 	peer *linkPeer
+	hub  bool // the hostile is the listener
 }
 
 func newLinkInboundWorld(t *testing.T) *linkInboundWorld {
@@ -31,6 +35,54 @@ func newLinkInboundWorld(t *testing.T) *linkInboundWorld {
 	w.hostileQPN = p.qpn
 	w.build(t, uint16((p.slot-tcpSlotBase)*tcpMaxDevices+1))
 	return &linkInboundWorld{inboundWorld: w, peer: p}
+}
+
+// newLinkHubWorld is a linkInboundWorld whose victim connects to the
+// hostile: a raw listener that authenticates, hands it slot
+// tcpSlotBase+1 and then writes what it likes, in its own name or in any
+// other slot's, as a listener forwards.
+func newLinkHubWorld(t *testing.T) *linkInboundWorld {
+	skipOnEmulatedCPU(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	type accepted struct {
+		p   *linkPeer
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			ch <- accepted{err: err}
+			return
+		}
+		p := &linkPeer{conn: conn, slot: tcpSlotBase}
+		if p.sc, err = sealed.Accept(conn, testLinkKey, 5*time.Second); err == nil {
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err = p.sc.ReadFrame(tcpHelloSize); err == nil {
+				reply := make([]byte, tcpReplySize)
+				binary.BigEndian.PutUint32(reply[4:], tcpSlotBase)
+				binary.BigEndian.PutUint32(reply[8:], tcpSlotBase+1)
+				binary.BigEndian.PutUint64(reply[12:], slotBit(tcpSlotBase)|slotBit(tcpSlotBase+1))
+				reply[20] = 1 // the hostile's HCAs
+				err = p.sc.WriteFrame(reply)
+			}
+			_ = conn.SetDeadline(time.Time{})
+		}
+		ch <- accepted{p: p, err: err}
+	}()
+	e2 := newEnv(t, Options{Mode: Engine, Link: ln.Addr().String(), LinkKey: testLinkKey})
+	e2.allowViolations = true
+	a := <-ch
+	if a.p != nil {
+		t.Cleanup(func() { _ = a.p.conn.Close() })
+	}
+	require.NoError(t, a.err)
+	a.p.qpn, _ = tcpQPNRange(tcpSlotBase)
+	w := &inboundWorld{victim: e2, dcKey: 0xfeed, qkey: 0x1111, lid: lidOf(t, e2.c), hostileQPN: a.p.qpn}
+	w.build(t, 1) // the LID of the hostile's first HCA
+	return &linkInboundWorld{inboundWorld: w, peer: a.p, hub: true}
 }
 
 // linked returns the victim's end of the hostile's connection, nil once
@@ -60,36 +112,45 @@ func (w *linkInboundWorld) pending() bool {
 }
 
 // FuzzLinkInbound: a linked peer of a TCP link sends arbitrary messages,
-// sealed, to the listening victim, with the fields that pass the checks
+// sealed, to the victim (the listener, or an end connected to the hostile
+// listener, as the first byte says), with the fields that pass the checks
 // (QPNs, PSNs, keys, the region's address) mixed in as FuzzSharedInbound
 // mixes them, some with a length that is not the message's, a byte of the
 // sealed frame altered, or the frame written in two parts with rounds
 // between. The victim must not panic, must not write a byte outside its
 // registered page, must end the link at the first frame that is not
-// sealed by the peer or not a message of the link (and only then), and
-// otherwise must have read everything.
+// sealed by the peer or not a message of the link (the listener's
+// announcement of the linked slots is one on a connecting end), and only
+// then, and otherwise must have read everything.
 func FuzzLinkInbound(f *testing.F) {
-	seed := func(flags byte, sel uint64, rest ...byte) []byte {
-		b := binary.LittleEndian.AppendUint64([]byte{flags}, sel)
+	seed := func(hub, flags byte, sel uint64, rest ...byte) []byte {
+		b := binary.LittleEndian.AppendUint64([]byte{hub, flags}, sel)
 		return append(b, rest...)
 	}
-	// A SEND to the RC QP, a WRITE near its region, a response to the
-	// victim's READ, a DCT request with the key, a UD datagram; a message
-	// with another length, an altered frame, a frame in two parts, the
-	// listener's own kind of message.
-	f.Add(seed(0, 0, byte(prm.OpSend), 0, 0))
-	f.Add(seed(0, 0, byte(prm.OpRdmaWrite), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x0f, 0x40, 0))
-	f.Add(seed(0, 1|1<<6, byte(prm.OpRdmaRead), wireAck, 0))
-	f.Add(seed(0, 1<<2, byte(prm.OpRdmaWrite), 0, 0))
-	f.Add(seed(0, 2|2<<2, byte(prm.OpSend), 0, 0))
-	f.Add(seed(0x80, 0, byte(prm.OpSend), 0, 0))
-	f.Add(seed(0x40, 0, byte(prm.OpSend), 0, 0))
-	f.Add(seed(0x21, 0, byte(prm.OpRdmaWrite), 0, 0))
-	f.Add(seed(0, 3, tcpMembers, byte(prm.OpSend), 0, 0))
-	f.Add(seed(0xff, 0xffffffffffffffff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	for hub := byte(0); hub < 2; hub++ {
+		// A SEND to the RC QP, a WRITE near its region, a response to
+		// the victim's READ, a DCT request with the key, a UD datagram;
+		// a message with another length, an altered frame, a frame in
+		// two parts, the listener's own kind of message.
+		f.Add(seed(hub, 0, 0, byte(prm.OpSend), 0, 0))
+		f.Add(seed(hub, 0, 0, byte(prm.OpRdmaWrite), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x0f, 0x40, 0))
+		f.Add(seed(hub, 0, 1|1<<6, byte(prm.OpRdmaRead), wireAck, 0))
+		f.Add(seed(hub, 0, 1<<2, byte(prm.OpRdmaWrite), 0, 0))
+		f.Add(seed(hub, 0, 2|2<<2, byte(prm.OpSend), 0, 0))
+		f.Add(seed(hub, 0x80, 0, byte(prm.OpSend), 0, 0))
+		f.Add(seed(hub, 0x40, 0, byte(prm.OpSend), 0, 0))
+		f.Add(seed(hub, 0x21, 0, byte(prm.OpRdmaWrite), 0, 0))
+		f.Add(seed(hub, 0, 3, tcpMembers, byte(prm.OpSend), 0, 0))
+		f.Add(seed(hub, 0xff, 0xffffffffffffffff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		w := newLinkInboundWorld(t)
 		r := &fuzzReader{b: in}
+		var w *linkInboundWorld
+		if r.u8()&1 == 0 {
+			w = newLinkInboundWorld(t)
+		} else {
+			w = newLinkHubWorld(t)
+		}
 		// bad: a frame the victim must end the link at; unsure: one
 		// whose length field was altered, which the victim may wait
 		// on for ever (a peer stalled mid-frame).
@@ -106,7 +167,8 @@ func FuzzLinkInbound(f *testing.F) {
 			for j := range rec[wireHdrSize:] {
 				rec[wireHdrSize+j] = r.u8()
 			}
-			if int(h.Len) != len(rec) || h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD {
+			members := w.hub && h.Kind == tcpMembers && len(rec) == wireHdrSize+tcpMembersSize
+			if int(h.Len) != len(rec) || h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD && !members {
 				bad = true
 			}
 			frame, err := w.peer.sc.Seal(nil, rec)
@@ -152,10 +214,14 @@ func FuzzLinkInbound(f *testing.F) {
 }
 
 // TestLinkInboundWorld: the messages FuzzLinkInbound builds from expected
-// fields reach execution over the link, as TestSharedInboundWorld's do
-// over a shared fabric.
+// fields reach execution over the link, from a connecting end and from
+// the listener, as TestSharedInboundWorld's do over a shared fabric.
 func TestLinkInboundWorld(t *testing.T) {
-	w := newLinkInboundWorld(t)
+	t.Run("listening victim", func(t *testing.T) { linkInboundWorldReached(t, newLinkInboundWorld(t)) })
+	t.Run("connecting victim", func(t *testing.T) { linkInboundWorldReached(t, newLinkHubWorld(t)) })
+}
+
+func linkInboundWorldReached(t *testing.T, w *linkInboundWorld) {
 	send := func(h wireHdr, payload []byte) {
 		t.Helper()
 		require.NoError(t, w.peer.send(linkMessage(h, payload)))
