@@ -45,12 +45,26 @@ func newInboundWorld(t *testing.T) *inboundWorld {
 	require.NoError(t, err)
 	t.Cleanup(w.hostile.leave)
 	w.hostileQPN, _ = slotQPNRange(w.hostile.slot)
+	w.build(t, uint16(w.hostile.slot*shmMaxDevices+1))
+	w.ring = w.hostile.peer(e2.f.shm.slot)
+	require.NotNil(t, w.ring)
+	w.ring.announce(w.hostile.slot)
+	return w
+}
+
+// build gives the victim its QPs, the RC QP connected to w.hostileQPN at
+// LID dlid, and its registered page between canaries; it holds the
+// victim's engine (the test runs its rounds) and sends the RC QP's READ
+// and WRITE.
+func (w *inboundWorld) build(t *testing.T, dlid uint16) {
+	e2 := w.victim
 	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
 	w.rc = q
 	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
 	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: w.hostileQPN, PathMTU: ctx.MTU4096,
-		Path: ctx.AddressAttr{DLID: uint16(w.hostile.slot*shmMaxDevices + 1)}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+		Path: ctx.AddressAttr{DLID: dlid}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
 	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
+	var err error
 	w.buf, err = ctx.AllocBuffer(3*4096, ctx.BufferOptions{Guard: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.buf.Close() })
@@ -86,11 +100,6 @@ func newInboundWorld(t *testing.T) *inboundWorld {
 	require.Equal(t, 2, ws.segN, "the victim's requests are in flight")
 	w.psnReq = ws.segs[ws.segHead].psn
 	e2.f.mu.Unlock()
-
-	w.ring = w.hostile.peer(e2.f.shm.slot)
-	require.NotNil(t, w.ring)
-	w.ring.announce(w.hostile.slot)
-	return w
 }
 
 // round runs one round of the victim's model.

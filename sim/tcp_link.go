@@ -178,6 +178,10 @@ type tcpLink struct {
 	round  []*tcpPeer
 	fds    []unix.PollFd
 	tx, rx []byte
+	// behind is, on the listener, set while a peer has not been told
+	// the linked slots since they changed (its buffer had no room:
+	// announceLocked).
+	behind bool
 }
 
 // tcpPeer is the other end of one connection. Once linked, only the
@@ -190,6 +194,9 @@ type tcpPeer struct {
 	in   []byte // bytes received that do not make a whole frame yet
 	out  []byte // sealed frames not yet taken by the socket
 	dead bool
+	// behind: the listener has not told this peer the linked slots
+	// since they changed (announceLocked).
+	behind bool
 }
 
 // linkConfig returns the link the Fabric is to make and its key: the
@@ -764,13 +771,17 @@ func (l *tcpLink) counted(ok bool) {
 }
 
 // announceLocked tells every connected Fabric which slots are linked now,
-// when that changed since it last did (the listener, f.mu held).
+// when that changed since it last did (the listener, f.mu held). A peer
+// whose buffer has no room for it (tcpOutLimit) is told once there is,
+// the slots as they are then: the announcements of a peer that takes
+// nothing do not pile up however often the set changes.
 func (l *tcpLink) announceLocked() {
 	l.mu.Lock()
-	if !l.announce {
+	if !l.announce && !l.behind {
 		l.mu.Unlock()
 		return
 	}
+	changed := l.announce
 	l.announce = false
 	m, devices := l.membersLocked(), l.devices // one snapshot of both
 	l.mu.Unlock()
@@ -783,8 +794,17 @@ func (l *tcpLink) announceLocked() {
 	*h = wireHdr{Len: uint32(n), Kind: tcpMembers}
 	*(*uint64)(unsafe.Pointer(&rec[wireHdrSize])) = m
 	copy(rec[wireHdrSize+8:], devices[:])
+	l.behind = false
 	for _, p := range l.live() {
-		l.put(p, rec)
+		p.behind = p.behind || changed
+		switch {
+		case !p.behind:
+		case len(p.out)+n > tcpOutLimit:
+			l.behind = true
+		default:
+			l.put(p, rec)
+			p.behind = false
+		}
 	}
 }
 
@@ -809,8 +829,16 @@ func (l *tcpLink) flush(p *tcpPeer) {
 // tcpReadChunk is the least room a receive offers the socket.
 const tcpReadChunk = 256 << 10
 
+// tcpDrainBytes bounds what a drain reads from one peer: past it the rest
+// waits in the socket for the next round, so that a peer that keeps
+// sending cannot hold the engine (and the Fabric's lock, and with it
+// Close) for as long as it sends, nor keep the other peers' messages
+// waiting (as a shared fabric's drain takes at most a ring's worth).
+const tcpDrainBytes = tcpReadChunk
+
 // drain writes what waits and hands every whole message received to f
-// (f.mu held); it reports whether there was any.
+// (f.mu held), reading at most tcpDrainBytes from each peer; it reports
+// whether there was any.
 func (l *tcpLink) drain(f *Fabric) bool {
 	got := false
 	if l.listen {
@@ -819,11 +847,12 @@ func (l *tcpLink) drain(f *Fabric) bool {
 	}
 	for _, p := range l.live() {
 		l.flush(p)
-		for !p.dead {
+		for read := 0; !p.dead && read < tcpDrainBytes; {
 			if cap(p.in)-len(p.in) < tcpReadChunk {
 				p.in = append(make([]byte, 0, 2*cap(p.in)+tcpReadChunk), p.in...)
 			}
-			n, _, err := unix.Recvfrom(p.fc.fd, p.in[len(p.in):cap(p.in)], unix.MSG_DONTWAIT)
+			end := min(cap(p.in), len(p.in)+tcpDrainBytes-read)
+			n, _, err := unix.Recvfrom(p.fc.fd, p.in[len(p.in):end], unix.MSG_DONTWAIT)
 			if err == unix.EINTR {
 				continue
 			}
@@ -834,6 +863,7 @@ func (l *tcpLink) drain(f *Fabric) bool {
 				l.drop(p)
 				break
 			}
+			read += n
 			p.in = p.in[:len(p.in)+n]
 			if l.frames(f, p) {
 				got = true

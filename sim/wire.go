@@ -883,8 +883,19 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				f.wireReply(from, h, t, wireNAK, uint8(f.recvFailed(t, rw, prm.SyndromeLocalLength)), 0, nil)
 				return
 			}
-			if off == 0 || uint64(len(rs.asm)) != total {
+			// Its buffer is set aside at its first segment, which is
+			// wireSegMax bytes (wireSendSeg cuts every segment but
+			// the last to that length): a shorter one before the
+			// last, or a later segment of no message begun, is not
+			// from a requester of this version and is ignored, so
+			// that a byte cannot set aside a message's length.
+			switch {
+			case !last && n != wireSegMax:
+				return
+			case off == 0:
 				rs.asm = make([]byte, total)
+			case uint64(len(rs.asm)) != total:
+				return
 			}
 			copy(rs.asm[off:], payload[:n])
 			msg = rs.asm
@@ -1075,6 +1086,14 @@ func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 	var data []byte
 	switch {
 	case op == prm.OpRdmaRead && h.Seg > 0:
+		if h.Seg > wireSegMax {
+			// No requester of this version asks for it (wireServeSeg
+			// refuses it the first time), and no peer would take the
+			// answer: a TCP link's listener drops a link that sends a
+			// message that long, and a shared fabric's ring never has
+			// room for it.
+			return
+		}
 		m := f.remoteMR(t, h.RKey, h.RAddr, uint64(h.Total), ctx.AccessRemoteRead)
 		if m == nil || uint64(h.Off)+uint64(h.Seg) > uint64(h.Total) {
 			return
