@@ -428,7 +428,7 @@ func handshakeAll(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context,
 		}
 		for k, own := range local {
 			if perftool.OwnQueuePair(own, p) {
-				return fmt.Errorf("exchange the endpoint of queue pair %d: the peer named this end's own queue pair %d (%#x)", i, k, p.QPN)
+				return fmt.Errorf("exchange the endpoint of queue pair %d: the peer named this end's own queue pair %d (%#x)%s", i, k, p.QPN, perftool.OwnQueuePairHint(c))
 			}
 		}
 		if err := perftool.SameModel(c, ep.QPN, p); err != nil {

@@ -360,7 +360,7 @@ func (k *perftestLink) connect(cfg config) error {
 		remote.GID, remote.GIDIndex = peer.GID, ep.GIDIndex
 	}
 	if perftool.OwnQueuePair(ep, remote) {
-		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x", errPerftestPeer, peer.QPN)
+		return fmt.Errorf("%w: the peer's record names this end's own queue pair %#x%s", errPerftestPeer, peer.QPN, perftool.OwnQueuePairHint(k.s.Context))
 	}
 	if err := perftool.SameModel(k.s.Context, ep.QPN, remote); err != nil {
 		return fmt.Errorf("%w: %w", errPerftestPeer, err)

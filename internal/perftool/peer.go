@@ -199,7 +199,7 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 	if OwnQueuePair(local, peer) {
 		// A loop to itself would measure this end alone (on a NIC too,
 		// where SameModel accepts every peer).
-		return fmt.Errorf("exchange endpoints: the peer named this end's own queue pair %#x", peer.QPN)
+		return fmt.Errorf("exchange endpoints: the peer named this end's own queue pair %#x%s", peer.QPN, OwnQueuePairHint(c))
 	}
 	if err := SameModel(c, qpn, peer); err != nil {
 		return err
@@ -208,6 +208,23 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 		return err
 	}
 	return Sync(conn, timeout, nil)
+}
+
+// OwnQueuePairHint says, on a shared software fabric, how a peer can name
+// this end's own queue pair (OwnQueuePair): a process that does not share
+// this one's /dev/shm starts a fabric of the same name alone, and numbers
+// its queue pairs as this one does. It is "" on a NIC or a model of one
+// process.
+func OwnQueuePairHint(c *ctx.Context) string {
+	f := sim.FromContext(c)
+	if f == nil {
+		return ""
+	}
+	name, _ := f.SharedFabric()
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (on the software fabric %q: does the peer share this process's /dev/shm? One in another container or mount namespace starts the fabric alone and numbers its queue pairs alike)", name)
 }
 
 // OwnQueuePair reports whether peer names local's queue pair: the same QPN

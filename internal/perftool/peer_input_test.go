@@ -2,7 +2,9 @@ package perftool
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // TestAcceptLongTimeout: a long -timeout (here 300000h, which
@@ -61,4 +64,29 @@ func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
 		func(endpoint.Endpoint) error { connected = true; return nil })
 	require.ErrorContains(t, err, "own queue pair")
 	require.False(t, connected)
+}
+
+// TestOwnQueuePairHint: on a shared software fabric, the refusal of a peer
+// that names this end's own queue pair says how that comes about (a
+// process that does not share /dev/shm numbers its queue pairs alike);
+// on a model of one process, or with no context, it adds nothing.
+func TestOwnQueuePairHint(t *testing.T) {
+	name := fmt.Sprintf("perftool-hint-%d", os.Getpid())
+	t.Cleanup(func() { _ = os.Remove("/dev/shm/mlx5kit-" + name + "-registry") })
+	shared := sim.New(sim.Options{Mode: sim.Engine, Fabric: name})
+	defer shared.Close()
+	c, err := shared.Open("sim0")
+	require.NoError(t, err)
+	defer c.Close()
+	hint := OwnQueuePairHint(c)
+	require.Contains(t, hint, "/dev/shm")
+	require.Contains(t, hint, name)
+
+	private := sim.New(sim.Options{Mode: sim.Engine})
+	defer private.Close()
+	p, err := private.Open("sim0")
+	require.NoError(t, err)
+	defer p.Close()
+	require.Empty(t, OwnQueuePairHint(p))
+	require.Empty(t, OwnQueuePairHint(nil))
 }
