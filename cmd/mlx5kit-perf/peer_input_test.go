@@ -17,6 +17,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestPerftestGIDByteOutOfRange: a GID field of perftest's record
@@ -272,22 +273,10 @@ func TestServerNamesBadParameter(t *testing.T) {
 		{params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4, Conn: 3}, "-c 3: want RC (0), UD (1) or DC (2)"},
 		{params{Magic: paramsMagic, Mode: uint32(numModes), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, "unknown mode"},
 	} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
 		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
-		errc := make(chan error, 1)
-		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		require.NoError(t, err)
-		require.NoError(t, binary.Write(conn, binary.BigEndian, c.p))
-		select {
-		case err := <-errc:
-			require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
-			require.ErrorContains(t, err, c.want)
-		case <-time.After(20 * time.Second):
-			t.Fatal("the server did not answer")
-		}
-		conn.Close()
+		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}) }, c.p)
+		require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
+		require.ErrorContains(t, err, c.want)
 	}
 }
 

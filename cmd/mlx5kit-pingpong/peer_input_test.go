@@ -2,14 +2,13 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestUpperBoundsNamed: -iters and -warmup above their bound are
@@ -38,22 +37,10 @@ func TestServerNamesBadParameter(t *testing.T) {
 		{params{Magic: paramsMagic, Size: 64}, "-iters 0: want 1 to"},
 		{params{Magic: paramsMagic, Size: 64, Iters: 10, Warmup: 1<<31 + 1}, "-warmup 2147483649"},
 	} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
 		cfg, code := parseFlags([]string{"-provider", "sim", "-timeout", "5s"}, &bytes.Buffer{})
 		require.Equal(t, -1, code)
-		errc := make(chan error, 1)
-		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		require.NoError(t, err)
-		require.NoError(t, binary.Write(conn, binary.BigEndian, c.p))
-		select {
-		case err := <-errc:
-			require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
-			require.ErrorContains(t, err, c.want)
-		case <-time.After(20 * time.Second):
-			t.Fatal("the server did not answer")
-		}
-		conn.Close()
+		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}) }, c.p)
+		require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
+		require.ErrorContains(t, err, c.want)
 	}
 }

@@ -6,6 +6,8 @@ package toolproc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -71,4 +73,33 @@ func Start(t testing.TB, env string, vars []string, args ...string) (*exec.Cmd, 
 		t.Fatalf("start %s as a child process: %v", os.Args[0], err)
 	}
 	return cmd, &out
+}
+
+// ServeParams runs serve on a fresh loopback listener, connects to it,
+// writes params in big-endian binary as a tool's client writes its
+// parameters, and returns what serve returns, failing t if it has not
+// returned within 20 s.
+func ServeParams(t testing.TB, serve func(net.Listener) error, params any) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ln) }()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := binary.Write(conn, binary.BigEndian, params); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not answer")
+		return nil
+	}
 }
