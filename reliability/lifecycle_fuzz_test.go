@@ -189,6 +189,10 @@ type lfWorld struct {
 	cqs    [lfCQs]*lfCQ
 	srqs   [lfSRQs]*lfSRQ
 	qps    [lfQPCount]*lfQP
+	// dcis and dcts are the DC pools (FuzzDCLifecycle; empty in
+	// FuzzLifecycle).
+	dcis   [lfDCIs]*lfDCI
+	dcts   [lfDCTs]*lfDCT
 	arenas [lfArenas]*lfArena
 	wrid   uint64
 	step   int
@@ -302,6 +306,7 @@ func (w *lfWorld) checkClosed() {
 			w.failf("QP %d: closed but State() = %v", i, q.q.State())
 		}
 	}
+	w.checkClosedDC()
 }
 
 // checkMemory checks the canary gaps of every arena and that no slot that
@@ -359,6 +364,13 @@ type lfArgs []byte
 func (a lfArgs) b(i int) int { return int(a[i]) }
 
 func runLifecycle(t *testing.T, data []byte) {
+	runProgram(t, data, lfOpNames[:], (*lfWorld).run)
+}
+
+// runProgram sets up a world from the mode byte of data and runs the rest
+// of data as a program of ops, each named by names and run by run, checking
+// the world after each.
+func runProgram(t *testing.T, data []byte, names []string, run func(w *lfWorld, op int, a lfArgs)) {
 	if len(data) == 0 {
 		return
 	}
@@ -390,12 +402,12 @@ func runLifecycle(t *testing.T, data []byte) {
 		var args [lfOpSize]byte
 		copy(args[:], data)
 		data = data[min(len(data), lfOpSize):]
-		op := int(args[0]) % lfNumOps
-		w.step, w.op = n, lfOpNames[op]
+		op := int(args[0]) % len(names)
+		w.step, w.op = n, names[op]
 		if lfTrace {
 			t.Logf("op %d: %s %v", n, w.op, args[1:])
 		}
-		w.run(op, lfArgs(args[1:]))
+		run(w, op, lfArgs(args[1:]))
 		w.checkClosed()
 		w.checkMemory()
 	}
@@ -548,6 +560,7 @@ func (w *lfWorld) forgetContext(i int) {
 					w.qps[qi] = nil
 				}
 			}
+			w.forgetDC(func(pd, _, _ int) bool { return pd == pi })
 			w.pds[pi] = nil
 		}
 	}
@@ -558,6 +571,7 @@ func (w *lfWorld) forgetContext(i int) {
 					w.qps[qi] = nil
 				}
 			}
+			w.forgetDC(func(_, cq, _ int) bool { return cq == ci })
 			w.cqs[ci] = nil
 		}
 	}
@@ -601,6 +615,7 @@ func (w *lfWorld) dropPD(pi int) {
 			w.qps[qi] = nil
 		}
 	}
+	w.forgetDC(func(pd, _, _ int) bool { return pd == pi })
 	w.pds[pi] = nil
 }
 
@@ -676,6 +691,7 @@ func (w *lfWorld) createCQ(a lfArgs) {
 				w.qps[qi] = nil
 			}
 		}
+		w.forgetDC(func(_, cq, _ int) bool { return cq == i })
 	}
 	w.cqs[i] = &lfCQ{cq: cq, p: p, ctx: ci}
 }
@@ -701,6 +717,7 @@ func (w *lfWorld) createSRQ(a lfArgs) {
 				w.qps[qi] = nil
 			}
 		}
+		w.forgetDC(func(_, _, srq int) bool { return srq == i })
 	}
 	w.srqs[i] = &lfSRQ{s: s, pd: pi, recvs: map[uint64]bool{}}
 }
@@ -990,6 +1007,9 @@ func (w *lfWorld) complete(c *transport.Completion) string {
 		}
 	}
 	if q == nil {
+		if msg, ok := w.completeDC(c); ok {
+			return msg
+		}
 		return "" // a queue pair of a slot reused since
 	}
 	var set map[uint64]bool
