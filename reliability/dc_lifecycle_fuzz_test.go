@@ -80,6 +80,7 @@ const (
 	dcModify
 	dcCloseWhileStreaming
 	dcPollerAddRemove
+	dcBeginSRQRecv
 	dcNumOps
 )
 
@@ -87,7 +88,7 @@ var dcOpNames = [dcNumOps]string{
 	"OpenContext", "CloseContext", "AllocPD", "ClosePD", "RegisterMR", "CloseMR",
 	"CreateCQ", "CloseCQ", "CreateSRQ", "CloseSRQ", "PostSRQRecv", "Poll", "Run", "CloseBuffer",
 	"NewDCI", "NewDCT", "CloseDCI", "CloseDCT", "NewRemote", "CloseRemote", "Post", "Fail",
-	"Modify", "CloseWhileStreaming", "PollerAddRemove",
+	"Modify", "CloseWhileStreaming", "PollerAddRemove", "BeginSRQRecv",
 }
 
 // dcShared maps the DC opcodes below dcNewDCI to FuzzLifecycle's.
@@ -271,6 +272,8 @@ func (w *lfWorld) runDC(op int, a lfArgs) {
 		w.closeWhileStreaming(a)
 	case dcPollerAddRemove:
 		w.dcPollerAddRemove(a)
+	case dcBeginSRQRecv:
+		w.beginSRQRecv(a)
 	}
 }
 
@@ -442,7 +445,7 @@ func (w *lfWorld) postDC(a lfArgs) {
 		return
 	}
 	ri := a.b(1) % lfRemotes
-	kind := (a.b(1) / lfRemotes) % 11
+	kind := (a.b(1) / lfRemotes) % 13
 	laddr, llen, lkey := w.sge(a.b(2), a.b(4))
 	raddr, rkey := w.remote(a.b(3), a.b(4))
 	w.wrid++
@@ -489,6 +492,10 @@ func (w *lfWorld) postDC(a lfArgs) {
 		fin = st.Nop().FinishBlueFlame()
 	case 10:
 		fin = st.SendInv(rkey).SGE(laddr, llen, lkey).FinishBlueFlame()
+	case 11:
+		fin = st.MaskedFA64(raddr&^7, rkey, 3, 1<<32).Result(laddr, lkey).FinishBlueFlame()
+	case 12:
+		fin = st.MaskedCS32(raddr&^3, rkey, 0, uint32(wrid), 0xffff, 0xffffffff).Result(laddr, lkey).FinishBlueFlame()
 	}
 	if r == nil {
 		if post == nil || fin == nil {
@@ -515,6 +522,40 @@ func (w *lfWorld) postDC(a lfArgs) {
 	d.sends[wrid] = true
 	if kind != 9 && !w.dcTargetLive(r) {
 		d.mustFail[wrid] = r.DCTNumber()
+	}
+}
+
+// beginSRQRecv posts a receive of one to three entries to an SRQ through
+// its receive stage (the last one maybe empty), finished with or without
+// the doorbell, or finished twice.
+func (w *lfWorld) beginSRQRecv(a lfArgs) {
+	i := a.b(0) % lfSRQs
+	s := w.srqs[i]
+	if s == nil {
+		return
+	}
+	w.wrid++
+	st := s.s.BeginRecv(w.wrid)
+	for k := range 1 + a.b(3)%3 {
+		addr, length, lkey := w.sge(a.b(1+k%2)+k, a.b(2)+k*7)
+		st = st.SGE(addr, length, lkey)
+	}
+	var err error
+	if a.b(3)/3%2 == 0 {
+		err = st.Finish()
+		s.s.RingRecvDoorbell()
+	} else {
+		err = st.FinishDoorbell()
+	}
+	w.checkErr("SRQ receive stage", err, w.srqClosed(i))
+	if err != nil {
+		return
+	}
+	s.recvs[w.wrid] = true
+	if a.b(3)/6%2 == 1 {
+		if err := st.Finish(); !errors.Is(err, wqebuilder.ErrStaleStage) {
+			w.failf("SRQ receive stage finished twice: %v, want wqebuilder.ErrStaleStage", err)
+		}
 	}
 }
 
@@ -752,7 +793,8 @@ func (w *lfWorld) liveSlot(t *lfDCT) bool {
 
 // lfDCWorld is a DC world for the seeds: contexts 0 and 1 on sim0 and
 // sim1, PDs 0 and 1, MRs 0 (arena 0 slot 0, PD 0) and 1 (arena 1 slot 0,
-// PD 1) with every access, CQs 0 and 1, SRQ 0 in PD 1; DCI 0 in PD 0 on
+// PD 1) with every access, CQs 0 and 1, SRQ 0 in PD 1 (3 scatter
+// entries); DCI 0 in PD 0 on
 // CQ 0; DCTs 0 (key 0x1234) and 1 (key 0x5678) in PD 1 on CQ 1 and SRQ 0;
 // DCI 0's Remote 0 reaches DCT 0, Remote 1 DCT 1, Remote 2 DCT 0 with a
 // wrong key.
@@ -762,7 +804,7 @@ func lfDCWorld() [][]byte {
 		lfOp(dcAllocPD, 0, 0), lfOp(dcAllocPD, 1, 1),
 		lfOp(dcRegisterMR, 0, 0, 0, 0), lfOp(dcRegisterMR, 1, 1, 1, 0),
 		lfOp(dcCreateCQ, 0, 0, 16), lfOp(dcCreateCQ, 1, 1, 16),
-		lfOp(dcCreateSRQ, 0, 1, 8),
+		lfOp(dcCreateSRQ, 0, 1, 8, 3),
 		lfOp(dcNewDCI, 0, 0, 0, 7), lfOp(dcNewDCT, 0, 1, 1, 0, 0), lfOp(dcNewDCT, 1, 1, 1, 0, 1),
 		lfOp(dcNewRemote, 0, 0, 0, 0), lfOp(dcNewRemote, 0, 1, 1, 0), lfOp(dcNewRemote, 0, 2, 0, 2),
 	}
@@ -781,7 +823,7 @@ func dcLifecycleSeeds() [][]byte {
 		return lfProgram(mode, append(append([][]byte{}, world...), ops...)...)
 	}
 	var every [][]byte
-	for k := range byte(11) {
+	for k := range byte(13) {
 		every = append(every, dcPostOp(byte(k%2), k, k))
 	}
 	return [][]byte{
@@ -789,6 +831,9 @@ func dcLifecycleSeeds() [][]byte {
 		with(0, append(append([][]byte{lfOp(dcPostSRQRecv, 0, 1, 0), lfOp(dcPostSRQRecv, 0, 1, 0),
 			lfOp(dcPostSRQRecv, 0, 1, 0), lfOp(dcPostSRQRecv, 0, 1, 0)}, every...),
 			lfOp(dcRun), lfOp(dcPoll, 0, 16), lfOp(dcPoll, 1, 16))...),
+		// Receives of several entries, finished in each way, and twice.
+		with(0, lfOp(dcBeginSRQRecv, 0, 1, 1, 2), lfOp(dcBeginSRQRecv, 0, 8, 1, 7), lfOp(dcBeginSRQRecv, 0, 1, 0, 9),
+			dcPostOp(0, 0, 1), dcPostOp(1, 1, 0), dcPostOp(0, 3, 0), lfOp(dcRun), lfOp(dcPoll, 0, 8), lfOp(dcPoll, 1, 8)),
 		// The wrong key: the DCI fails, the DCT carries on.
 		with(0, lfOp(dcPostSRQRecv, 0, 1, 0), dcPostOp(2, 0, 0), dcPostOp(0, 2, 0), lfOp(dcRun),
 			lfOp(dcPoll, 0, 8), lfOp(dcNewDCI, 1, 0, 0, 7), lfOp(dcNewRemote, 1, 0, 0, 0),
