@@ -25,8 +25,9 @@ import (
 // queue pairs — and runs it on the software HCA: create and close in any
 // order (parents before children, twice, use after close), connect,
 // post sends, writes, reads, atomics and receives with keys, addresses and
-// lengths in and out of range, poll, reset, fail, and close while another
-// goroutine posts and polls. After every call it checks that nothing
+// lengths in and out of range, poll, reset, fail, modify through the
+// control-plane handle, and close while another goroutine posts and
+// polls. After every call it checks that nothing
 // panicked or hung, that a refused call's error wraps a documented
 // sentinel (ctx.ErrClosed when the model says the object or a parent is
 // closed), that every object reports closed exactly when it or one of its
@@ -94,6 +95,7 @@ const (
 	lfCloseBuffer
 	lfPollerAddRemove
 	lfCloseHandle
+	lfModifyQP
 	lfNumOps
 )
 
@@ -101,7 +103,7 @@ var lfOpNames = [lfNumOps]string{
 	"OpenContext", "CloseContext", "AllocPD", "ClosePD", "RegisterMR", "CloseMR",
 	"CreateCQ", "CloseCQ", "CreateSRQ", "CloseSRQ", "NewRC", "NewUD", "CloseQP",
 	"Connect", "PostSend", "PostRecv", "PostSRQRecv", "Poll", "Run", "ResetQP",
-	"FailQP", "CloseWhilePolling", "CloseBuffer", "PollerAddRemove", "CloseHandle",
+	"FailQP", "CloseWhilePolling", "CloseBuffer", "PollerAddRemove", "CloseHandle", "ModifyQP",
 }
 
 // lfSentinels are the errors the public API documents; every error a call
@@ -514,7 +516,24 @@ func (w *lfWorld) run(op int, a lfArgs) {
 		}
 	case lfPollerAddRemove:
 		w.pollerAddRemove(a)
+	case lfModifyQP:
+		w.modifyQP(a)
 	}
+}
+
+// modifyQP moves a queue pair through its control-plane handle to a state
+// other than RESET (after which the rings must be rebuilt: rc.QP.Reset
+// does that): RTS→RTS, to ERR (the outstanding work requests flush as
+// after Fail), or a transition the kernel's table refuses.
+func (w *lfWorld) modifyQP(a lfArgs) {
+	i := a.b(0) % lfQPCount
+	q := w.qps[i]
+	if q == nil {
+		return
+	}
+	states := []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS, ctx.QPStateSQD, ctx.QPStateError}
+	err := q.q.Handle().Modify(ctx.QPAttr{State: states[a.b(1)%len(states)]})
+	w.checkErr("modify QP handle", err, w.qpClosed(i))
 }
 
 func (w *lfWorld) openContext(a lfArgs) {
