@@ -571,7 +571,7 @@ func (w *lfWorld) forgetContext(i int) {
 			}
 			for si, s := range w.srqs {
 				if s != nil && s.pd == pi {
-					w.srqs[si] = nil
+					w.dropSRQ(si)
 				}
 			}
 			for qi, q := range w.qps {
@@ -626,7 +626,7 @@ func (w *lfWorld) dropPD(pi int) {
 	}
 	for si, s := range w.srqs {
 		if s != nil && s.pd == pi {
-			w.srqs[si] = nil
+			w.dropSRQ(si)
 		}
 	}
 	for qi, q := range w.qps {
@@ -636,6 +636,21 @@ func (w *lfWorld) dropPD(pi int) {
 	}
 	w.forgetDC(func(pd, _, _ int) bool { return pd == pi })
 	w.pds[pi] = nil
+}
+
+// dropSRQ forgets a closed SRQ's slot and the (closed) queue pairs that
+// receive from it, whatever their PD: a new SRQ in the slot is not theirs.
+func (w *lfWorld) dropSRQ(si int) {
+	if w.srqs[si] == nil {
+		return
+	}
+	for qi, q := range w.qps {
+		if q != nil && q.srq == si {
+			w.qps[qi] = nil
+		}
+	}
+	w.forgetDC(func(_, _, srq int) bool { return srq == si })
+	w.srqs[si] = nil
 }
 
 var lfAccesses = []ctx.Access{
@@ -730,14 +745,7 @@ func (w *lfWorld) createSRQ(a lfArgs) {
 	if err != nil {
 		return
 	}
-	if old := w.srqs[i]; old != nil {
-		for qi, q := range w.qps {
-			if q != nil && q.srq == i {
-				w.qps[qi] = nil
-			}
-		}
-		w.forgetDC(func(_, _, srq int) bool { return srq == i })
-	}
+	w.dropSRQ(i)
 	w.srqs[i] = &lfSRQ{s: s, pd: pi, recvs: map[uint64]bool{}}
 }
 
