@@ -81,6 +81,7 @@ const (
 	dcCloseWhileStreaming
 	dcPollerAddRemove
 	dcBeginSRQRecv
+	dcQueueRecv
 	dcNumOps
 )
 
@@ -89,6 +90,7 @@ var dcOpNames = [dcNumOps]string{
 	"CreateCQ", "CloseCQ", "CreateSRQ", "CloseSRQ", "PostSRQRecv", "Poll", "Run", "CloseBuffer",
 	"NewDCI", "NewDCT", "CloseDCI", "CloseDCT", "NewRemote", "CloseRemote", "Post", "Fail",
 	"Modify", "CloseWhileStreaming", "PollerAddRemove", "BeginSRQRecv",
+	"QueueRecv",
 }
 
 // dcShared maps the DC opcodes below dcNewDCI to FuzzLifecycle's.
@@ -156,6 +158,9 @@ func (w *lfWorld) checkClosedDC() {
 		}
 		if w.dctClosed(i) && t.t.State() != transport.StateClosed {
 			w.failf("DCT %d: closed but State() = %v", i, t.t.State())
+		}
+		if s := w.srqs[t.srq]; s != nil && t.t.SRQ() != s.s {
+			w.failf("DCT %d: SRQ() is not the SRQ it was created with", i)
 		}
 	}
 }
@@ -274,6 +279,8 @@ func (w *lfWorld) runDC(op int, a lfArgs) {
 		w.dcPollerAddRemove(a)
 	case dcBeginSRQRecv:
 		w.beginSRQRecv(a)
+	case dcQueueRecv:
+		w.queueRecv(a)
 	}
 }
 
@@ -556,6 +563,38 @@ func (w *lfWorld) beginSRQRecv(a lfArgs) {
 		if err := st.Finish(); !errors.Is(err, wqebuilder.ErrStaleStage) {
 			w.failf("SRQ receive stage finished twice: %v, want wqebuilder.ErrStaleStage", err)
 		}
+	}
+}
+
+// queueRecv posts a receive to the own receive queue of a DCI or a DCT,
+// which neither has: refused (ctx.ErrClosed once closed), with the
+// doorbell a no-op.
+func (w *lfWorld) queueRecv(a lfArgs) {
+	var q *transport.Queue
+	var closed bool
+	if a.b(0)%2 == 0 {
+		i := a.b(1) % lfDCIs
+		if w.dcis[i] == nil {
+			return
+		}
+		q, closed = &w.dcis[i].d.Queue, w.dciClosed(i)
+	} else {
+		i := a.b(1) % lfDCTs
+		if w.dcts[i] == nil {
+			return
+		}
+		q, closed = &w.dcts[i].t.Queue, w.dctClosed(i)
+	}
+	addr, length, lkey := w.sge(a.b(2), a.b(3))
+	w.wrid++
+	err := q.PostRecv(w.wrid, addr, length, lkey)
+	if err == nil {
+		w.failf("receive posted to a DC queue's own receive queue")
+	}
+	w.checkErr("DC queue receive", err, closed)
+	q.RingRecvDoorbell()
+	if n := q.RecvOutstanding(); n != 0 {
+		w.failf("DC queue: %d receives outstanding on its own receive queue", n)
 	}
 }
 
