@@ -310,7 +310,10 @@ func (w *lfWorld) newDCI(a lfArgs) {
 		SendDepth:  uint32(1 + cfgb%8),
 		MaxSendSGE: uint32(1 + (cfgb>>3)%2),
 		MaxInline:  uint32((cfgb>>4)%4) * 32,
-		Timeout:    1,
+		// A short ACK timeout fails requests to a closed target at
+		// once; a longer one lets a target on the other member of a
+		// shared fabric answer.
+		Timeout:    []int{1, 10, 14}[a.b(4)%3],
 		RetryCount: -1,
 		RNRRetry:   (cfgb >> 6) % 3,
 	}
@@ -861,6 +864,11 @@ func dcLifecycleSeeds() [][]byte {
 	with := func(mode byte, ops ...[]byte) []byte {
 		return lfProgram(mode, append(append([][]byte{}, world...), ops...)...)
 	}
+	// The world with context 1 on the second member of a shared fabric
+	// and a DCI whose ACK timeout lets it answer.
+	shmWorld := append([][]byte{}, world...)
+	shmWorld[1] = lfOp(dcOpenContext, 1, 1, 0, 1)
+	shmWorld[9] = lfOp(dcNewDCI, 0, 0, 0, 7, 1)
 	var every [][]byte
 	for k := range byte(13) {
 		every = append(every, dcPostOp(byte(k%2), k, k))
@@ -893,6 +901,11 @@ func dcLifecycleSeeds() [][]byte {
 		with(0, lfOp(dcCloseWhileStreaming, 0, 4, 1, 0), lfOp(dcCloseWhileStreaming, 0, 6, 0, 1)),
 		with(1, lfOp(dcCloseWhileStreaming, 0, 7, 0, 0, 1), lfOp(dcCloseWhileStreaming, 0, 8, 1, 0)),
 		with(0, lfOp(dcCloseWhileStreaming, 0, 3, 0, 0), lfOp(dcCloseWhileStreaming, 0, 5, 1, 0)),
+		// Across the two members of a shared fabric: a long ACK timeout,
+		// then a target closed while the DCI streams to it.
+		lfProgram(5, append(append([][]byte{}, shmWorld...), lfOp(dcPostSRQRecv, 0, 1, 0), dcPostOp(0, 0, 0),
+			dcPostOp(0, 2, 1), dcPostOp(2, 0, 0), lfOp(dcPoll, 0, 8), lfOp(dcPoll, 1, 8),
+			lfOp(dcCloseWhileStreaming, 0, 1, 1, 0), lfOp(dcPoll, 0, 8))...),
 		// Bad endpoints, no SRQ, across Contexts, poller add and remove.
 		with(2, lfOp(dcNewRemote, 0, 0, 3, 0), lfOp(dcNewRemote, 0, 0, 4), lfOp(dcNewRemote, 0, 0, 5),
 			lfOp(dcNewDCT, 2, 1, 1, 2, 0), lfOp(dcNewDCT, 2, 0, 1, 0, 0), lfOp(dcNewDCI, 1, 0, 1, 0),

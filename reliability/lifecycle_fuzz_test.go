@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,9 +39,12 @@ import (
 //
 // The first byte of the input picks the world: a private manual-mode
 // Fabric (deterministic: the test runs the model), a private engine-mode
-// one (the model runs on its own goroutine), and whether Context slots
-// open the registered provider "sim" (ctx.Open) instead. Then each op
-// takes lfOpSize bytes: an opcode and its arguments.
+// one (the model runs on its own goroutine), or two engine-mode Fabrics
+// joined to one shared fabric as two processes would (Context slots open
+// either: the queue pairs of one reach those of the other through the
+// shared memory rings), and whether Context slots open the registered
+// provider "sim" (ctx.Open) instead. Then each op takes lfOpSize bytes:
+// an opcode and its arguments.
 func FuzzLifecycle(f *testing.F) {
 	for _, seed := range lifecycleSeeds() {
 		f.Add(seed)
@@ -185,6 +190,10 @@ type lfWorld struct {
 	f      *sim.Fabric
 	manual bool
 	shared bool // Context slots open the registered provider "sim"
+	// f2 is a second engine-mode Fabric that joined f's shared fabric
+	// (as another process would), or nil; fabric names it.
+	f2     *sim.Fabric
+	fabric string
 	ctxs   [lfContexts]*lfContext
 	pds    [lfPDs]*lfPD
 	mrs    [lfMRs]*lfMR
@@ -200,6 +209,9 @@ type lfWorld struct {
 	step   int
 	op     string
 }
+
+// lfFabricSeq numbers the shared fabrics of the worlds of this process.
+var lfFabricSeq atomic.Uint64
 
 // lfTrace logs every op (MLX5KIT_LIFECYCLE_TRACE=1), to read a failing
 // input.
@@ -378,10 +390,15 @@ func runProgram(t *testing.T, data []byte, names []string, run func(w *lfWorld, 
 	}
 	mode := data[0]
 	data = data[1:]
-	w := &lfWorld{t: t, manual: mode&1 == 0, shared: mode&2 != 0}
+	w := &lfWorld{t: t, manual: mode&5 == 0, shared: mode&2 != 0}
 	opts := sim.Options{Strict: true, MaxRounds: 3000}
 	if !w.manual {
 		opts.Mode = sim.Engine
+	}
+	if mode&4 != 0 {
+		w.fabric = fmt.Sprintf("lifecycle-%d-%d", os.Getpid(), lfFabricSeq.Add(1))
+		opts.Fabric = w.fabric
+		w.f2 = sim.New(opts)
 	}
 	w.f = sim.New(opts)
 	t.Cleanup(w.cleanup)
@@ -546,6 +563,8 @@ func (w *lfWorld) openContext(a lfArgs) {
 	dev := []string{"sim0", "sim1"}[a.b(1)%2]
 	if w.shared && a.b(2)%2 == 1 {
 		c, err = ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware, Device: dev})
+	} else if w.f2 != nil && a.b(3)%2 == 1 {
+		c, err = w.f2.Open(dev)
 	} else {
 		c, err = w.f.Open(dev)
 	}
@@ -783,7 +802,7 @@ func (w *lfWorld) newQP(isUD bool, a lfArgs) {
 		}
 	} else {
 		q.rc, err = rc.New(p.pd, c.cq, rc.Config{SendDepth: sendDepth, RecvDepth: recvDepth, MaxInline: inline,
-			SRQ: srq, RecvCQ: rcq.cq, Timeout: 1, RetryCount: -1, RNRRetry: (cfgb >> 5) % 3, MinRNRTimer: 1})
+			SRQ: srq, RecvCQ: rcq.cq, Timeout: 1 + cfgb>>7*13, RetryCount: -1, RNRRetry: (cfgb >> 5) % 3, MinRNRTimer: 1})
 		if err == nil {
 			q.q = &q.rc.Queue
 		}
@@ -1257,6 +1276,15 @@ func (w *lfWorld) cleanup() {
 	if err := w.f.Close(); err != nil {
 		w.t.Errorf("cleanup: close fabric: %v", err)
 	}
+	if w.f2 != nil {
+		if err := w.f2.Close(); err != nil {
+			w.t.Errorf("cleanup: close the second fabric: %v", err)
+		}
+		files, _ := filepath.Glob(filepath.Join("/dev/shm", "mlx5kit-"+w.fabric+"-*"))
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	}
 	if v := w.f.Violations(); len(v) > 0 && w.manual {
 		w.t.Errorf("strict-mode violations: %v", v)
 	}
@@ -1322,6 +1350,16 @@ func lifecycleSeeds() [][]byte {
 			lfOp(lfPostRecv, 1, 0, 0), lfOp(lfPostSRQRecv, 0, 0, 0), lfOp(lfPostSend, 0, 0, 0, 0, 1),
 			lfOp(lfPoll, 0, 4), lfOp(lfCloseBuffer, 0), lfOp(lfPostSend, 0, 0, 0, 0, 1),
 			lfOp(lfCloseSRQ, 0), lfOp(lfPoll, 0, 4), lfOp(lfCloseMR, 0), lfOp(lfRegisterMR, 1, 0, 0, 0, 0)),
+		// The pair across the two members of a shared fabric (an ACK
+		// timeout long enough for the other engine to answer).
+		lfProgram(5, lfOp(lfOpenContext, 0, 0), lfOp(lfOpenContext, 1, 1, 0, 1),
+			lfOp(lfAllocPD, 0, 0), lfOp(lfAllocPD, 1, 1),
+			lfOp(lfRegisterMR, 0, 0, 0, 0, 1), lfOp(lfRegisterMR, 1, 1, 1, 0, 1),
+			lfOp(lfCreateCQ, 0, 0, 16), lfOp(lfCreateCQ, 1, 1, 16),
+			lfOp(lfNewRC, 0, 0, 0, 2|1<<7, 7), lfOp(lfNewRC, 1, 1, 1|1<<2, 2|1<<7, 7),
+			lfOp(lfConnect, 0, 1), lfOp(lfConnect, 1, 0),
+			lfOp(lfPostRecv, 1, 1, 0), lfOp(lfPostSend, 0, 0, 0, 0, 5), lfOp(lfPostSend, 0, 4, 7, 8, 2),
+			lfOp(lfPoll, 0, 8), lfOp(lfPoll, 1, 8), lfOp(lfCloseWhilePolling, 0, 0, 0), lfOp(lfPoll, 1, 8)),
 		// A tiny CQ overrun, then Poller add and remove.
 		lfProgram(0, lfOp(lfOpenContext, 0, 0), lfOp(lfAllocPD, 0, 0), lfOp(lfCreateCQ, 0, 0, 1),
 			lfOp(lfRegisterMR, 0, 0, 0, 0, 1), lfOp(lfNewRC, 0, 0, 0, 2, 7), lfOp(lfNewRC, 1, 0, 0, 2, 7),
