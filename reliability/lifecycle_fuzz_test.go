@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +27,9 @@ import (
 // queue pairs — and runs it on the software HCA: create and close in any
 // order (parents before children, twice, use after close), connect,
 // post sends, writes, reads, atomics and receives with keys, addresses and
-// lengths in and out of range, poll, reset, fail, and close while another
-// goroutine posts and polls. After every call it checks that nothing
+// lengths in and out of range, poll, reset, fail, modify through the
+// control-plane handle, and close while another goroutine posts and
+// polls. After every call it checks that nothing
 // panicked or hung, that a refused call's error wraps a documented
 // sentinel (ctx.ErrClosed when the model says the object or a parent is
 // closed), that every object reports closed exactly when it or one of its
@@ -36,9 +39,12 @@ import (
 //
 // The first byte of the input picks the world: a private manual-mode
 // Fabric (deterministic: the test runs the model), a private engine-mode
-// one (the model runs on its own goroutine), and whether Context slots
-// open the registered provider "sim" (ctx.Open) instead. Then each op
-// takes lfOpSize bytes: an opcode and its arguments.
+// one (the model runs on its own goroutine), or two engine-mode Fabrics
+// joined to one shared fabric as two processes would (Context slots open
+// either: the queue pairs of one reach those of the other through the
+// shared memory rings), and whether Context slots open the registered
+// provider "sim" (ctx.Open) instead. Then each op takes lfOpSize bytes:
+// an opcode and its arguments.
 func FuzzLifecycle(f *testing.F) {
 	for _, seed := range lifecycleSeeds() {
 		f.Add(seed)
@@ -94,6 +100,7 @@ const (
 	lfCloseBuffer
 	lfPollerAddRemove
 	lfCloseHandle
+	lfModifyQP
 	lfNumOps
 )
 
@@ -101,7 +108,7 @@ var lfOpNames = [lfNumOps]string{
 	"OpenContext", "CloseContext", "AllocPD", "ClosePD", "RegisterMR", "CloseMR",
 	"CreateCQ", "CloseCQ", "CreateSRQ", "CloseSRQ", "NewRC", "NewUD", "CloseQP",
 	"Connect", "PostSend", "PostRecv", "PostSRQRecv", "Poll", "Run", "ResetQP",
-	"FailQP", "CloseWhilePolling", "CloseBuffer", "PollerAddRemove", "CloseHandle",
+	"FailQP", "CloseWhilePolling", "CloseBuffer", "PollerAddRemove", "CloseHandle", "ModifyQP",
 }
 
 // lfSentinels are the errors the public API documents; every error a call
@@ -183,17 +190,28 @@ type lfWorld struct {
 	f      *sim.Fabric
 	manual bool
 	shared bool // Context slots open the registered provider "sim"
+	// f2 is a second engine-mode Fabric that joined f's shared fabric
+	// (as another process would), or nil; fabric names it.
+	f2     *sim.Fabric
+	fabric string
 	ctxs   [lfContexts]*lfContext
 	pds    [lfPDs]*lfPD
 	mrs    [lfMRs]*lfMR
 	cqs    [lfCQs]*lfCQ
 	srqs   [lfSRQs]*lfSRQ
 	qps    [lfQPCount]*lfQP
+	// dcis and dcts are the DC pools (FuzzDCLifecycle; empty in
+	// FuzzLifecycle).
+	dcis   [lfDCIs]*lfDCI
+	dcts   [lfDCTs]*lfDCT
 	arenas [lfArenas]*lfArena
 	wrid   uint64
 	step   int
 	op     string
 }
+
+// lfFabricSeq numbers the shared fabrics of the worlds of this process.
+var lfFabricSeq atomic.Uint64
 
 // lfTrace logs every op (MLX5KIT_LIFECYCLE_TRACE=1), to read a failing
 // input.
@@ -302,6 +320,7 @@ func (w *lfWorld) checkClosed() {
 			w.failf("QP %d: closed but State() = %v", i, q.q.State())
 		}
 	}
+	w.checkClosedDC()
 }
 
 // checkMemory checks the canary gaps of every arena and that no slot that
@@ -359,15 +378,27 @@ type lfArgs []byte
 func (a lfArgs) b(i int) int { return int(a[i]) }
 
 func runLifecycle(t *testing.T, data []byte) {
+	runProgram(t, data, lfOpNames[:], (*lfWorld).run)
+}
+
+// runProgram sets up a world from the mode byte of data and runs the rest
+// of data as a program of ops, each named by names and run by run, checking
+// the world after each.
+func runProgram(t *testing.T, data []byte, names []string, run func(w *lfWorld, op int, a lfArgs)) {
 	if len(data) == 0 {
 		return
 	}
 	mode := data[0]
 	data = data[1:]
-	w := &lfWorld{t: t, manual: mode&1 == 0, shared: mode&2 != 0}
+	w := &lfWorld{t: t, manual: mode&5 == 0, shared: mode&2 != 0}
 	opts := sim.Options{Strict: true, MaxRounds: 3000}
 	if !w.manual {
 		opts.Mode = sim.Engine
+	}
+	if mode&4 != 0 {
+		w.fabric = fmt.Sprintf("lifecycle-%d-%d", os.Getpid(), lfFabricSeq.Add(1))
+		opts.Fabric = w.fabric
+		w.f2 = sim.New(opts)
 	}
 	w.f = sim.New(opts)
 	t.Cleanup(w.cleanup)
@@ -390,12 +421,12 @@ func runLifecycle(t *testing.T, data []byte) {
 		var args [lfOpSize]byte
 		copy(args[:], data)
 		data = data[min(len(data), lfOpSize):]
-		op := int(args[0]) % lfNumOps
-		w.step, w.op = n, lfOpNames[op]
+		op := int(args[0]) % len(names)
+		w.step, w.op = n, names[op]
 		if lfTrace {
 			t.Logf("op %d: %s %v", n, w.op, args[1:])
 		}
-		w.run(op, lfArgs(args[1:]))
+		run(w, op, lfArgs(args[1:]))
 		w.checkClosed()
 		w.checkMemory()
 	}
@@ -502,7 +533,24 @@ func (w *lfWorld) run(op int, a lfArgs) {
 		}
 	case lfPollerAddRemove:
 		w.pollerAddRemove(a)
+	case lfModifyQP:
+		w.modifyQP(a)
 	}
+}
+
+// modifyQP moves a queue pair through its control-plane handle to a state
+// other than RESET (after which the rings must be rebuilt: rc.QP.Reset
+// does that): RTS→RTS, to ERR (the outstanding work requests flush as
+// after Fail), or a transition the kernel's table refuses.
+func (w *lfWorld) modifyQP(a lfArgs) {
+	i := a.b(0) % lfQPCount
+	q := w.qps[i]
+	if q == nil {
+		return
+	}
+	states := []ctx.QPState{ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS, ctx.QPStateSQD, ctx.QPStateError}
+	err := q.q.Handle().Modify(ctx.QPAttr{State: states[a.b(1)%len(states)]})
+	w.checkErr("modify QP handle", err, w.qpClosed(i))
 }
 
 func (w *lfWorld) openContext(a lfArgs) {
@@ -515,6 +563,8 @@ func (w *lfWorld) openContext(a lfArgs) {
 	dev := []string{"sim0", "sim1"}[a.b(1)%2]
 	if w.shared && a.b(2)%2 == 1 {
 		c, err = ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware, Device: dev})
+	} else if w.f2 != nil && a.b(3)%2 == 1 {
+		c, err = w.f2.Open(dev)
 	} else {
 		c, err = w.f.Open(dev)
 	}
@@ -540,7 +590,7 @@ func (w *lfWorld) forgetContext(i int) {
 			}
 			for si, s := range w.srqs {
 				if s != nil && s.pd == pi {
-					w.srqs[si] = nil
+					w.dropSRQ(si)
 				}
 			}
 			for qi, q := range w.qps {
@@ -548,6 +598,7 @@ func (w *lfWorld) forgetContext(i int) {
 					w.qps[qi] = nil
 				}
 			}
+			w.forgetDC(func(pd, _, _ int) bool { return pd == pi })
 			w.pds[pi] = nil
 		}
 	}
@@ -558,6 +609,7 @@ func (w *lfWorld) forgetContext(i int) {
 					w.qps[qi] = nil
 				}
 			}
+			w.forgetDC(func(_, cq, _ int) bool { return cq == ci })
 			w.cqs[ci] = nil
 		}
 	}
@@ -593,7 +645,7 @@ func (w *lfWorld) dropPD(pi int) {
 	}
 	for si, s := range w.srqs {
 		if s != nil && s.pd == pi {
-			w.srqs[si] = nil
+			w.dropSRQ(si)
 		}
 	}
 	for qi, q := range w.qps {
@@ -601,7 +653,23 @@ func (w *lfWorld) dropPD(pi int) {
 			w.qps[qi] = nil
 		}
 	}
+	w.forgetDC(func(pd, _, _ int) bool { return pd == pi })
 	w.pds[pi] = nil
+}
+
+// dropSRQ forgets a closed SRQ's slot and the (closed) queue pairs that
+// receive from it, whatever their PD: a new SRQ in the slot is not theirs.
+func (w *lfWorld) dropSRQ(si int) {
+	if w.srqs[si] == nil {
+		return
+	}
+	for qi, q := range w.qps {
+		if q != nil && q.srq == si {
+			w.qps[qi] = nil
+		}
+	}
+	w.forgetDC(func(_, _, srq int) bool { return srq == si })
+	w.srqs[si] = nil
 }
 
 var lfAccesses = []ctx.Access{
@@ -676,6 +744,7 @@ func (w *lfWorld) createCQ(a lfArgs) {
 				w.qps[qi] = nil
 			}
 		}
+		w.forgetDC(func(_, cq, _ int) bool { return cq == i })
 	}
 	w.cqs[i] = &lfCQ{cq: cq, p: p, ctx: ci}
 }
@@ -690,18 +759,12 @@ func (w *lfWorld) createSRQ(a lfArgs) {
 		return
 	}
 	depth := uint32(a.b(2) % 10)
-	s, err := transport.NewSharedReceiveQueue(p.pd, transport.SRQConfig{Depth: depth})
+	s, err := transport.NewSharedReceiveQueue(p.pd, transport.SRQConfig{Depth: depth, MaxSGE: uint32(a.b(3) % 4)})
 	w.checkErr("new SRQ", err, w.pdClosed(pi) && depth != 0)
 	if err != nil {
 		return
 	}
-	if old := w.srqs[i]; old != nil {
-		for qi, q := range w.qps {
-			if q != nil && q.srq == i {
-				w.qps[qi] = nil
-			}
-		}
-	}
+	w.dropSRQ(i)
 	w.srqs[i] = &lfSRQ{s: s, pd: pi, recvs: map[uint64]bool{}}
 }
 
@@ -739,7 +802,7 @@ func (w *lfWorld) newQP(isUD bool, a lfArgs) {
 		}
 	} else {
 		q.rc, err = rc.New(p.pd, c.cq, rc.Config{SendDepth: sendDepth, RecvDepth: recvDepth, MaxInline: inline,
-			SRQ: srq, RecvCQ: rcq.cq, Timeout: 1, RetryCount: -1, RNRRetry: (cfgb >> 5) % 3, MinRNRTimer: 1})
+			SRQ: srq, RecvCQ: rcq.cq, Timeout: 1 + cfgb>>7*13, RetryCount: -1, RNRRetry: (cfgb >> 5) % 3, MinRNRTimer: 1})
 		if err == nil {
 			q.q = &q.rc.Queue
 		}
@@ -990,6 +1053,9 @@ func (w *lfWorld) complete(c *transport.Completion) string {
 		}
 	}
 	if q == nil {
+		if msg, ok := w.completeDC(c); ok {
+			return msg
+		}
 		return "" // a queue pair of a slot reused since
 	}
 	var set map[uint64]bool
@@ -1210,6 +1276,15 @@ func (w *lfWorld) cleanup() {
 	if err := w.f.Close(); err != nil {
 		w.t.Errorf("cleanup: close fabric: %v", err)
 	}
+	if w.f2 != nil {
+		if err := w.f2.Close(); err != nil {
+			w.t.Errorf("cleanup: close the second fabric: %v", err)
+		}
+		files, _ := filepath.Glob(filepath.Join("/dev/shm", "mlx5kit-"+w.fabric+"-*"))
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	}
 	if v := w.f.Violations(); len(v) > 0 && w.manual {
 		w.t.Errorf("strict-mode violations: %v", v)
 	}
@@ -1275,6 +1350,16 @@ func lifecycleSeeds() [][]byte {
 			lfOp(lfPostRecv, 1, 0, 0), lfOp(lfPostSRQRecv, 0, 0, 0), lfOp(lfPostSend, 0, 0, 0, 0, 1),
 			lfOp(lfPoll, 0, 4), lfOp(lfCloseBuffer, 0), lfOp(lfPostSend, 0, 0, 0, 0, 1),
 			lfOp(lfCloseSRQ, 0), lfOp(lfPoll, 0, 4), lfOp(lfCloseMR, 0), lfOp(lfRegisterMR, 1, 0, 0, 0, 0)),
+		// The pair across the two members of a shared fabric (an ACK
+		// timeout long enough for the other engine to answer).
+		lfProgram(5, lfOp(lfOpenContext, 0, 0), lfOp(lfOpenContext, 1, 1, 0, 1),
+			lfOp(lfAllocPD, 0, 0), lfOp(lfAllocPD, 1, 1),
+			lfOp(lfRegisterMR, 0, 0, 0, 0, 1), lfOp(lfRegisterMR, 1, 1, 1, 0, 1),
+			lfOp(lfCreateCQ, 0, 0, 16), lfOp(lfCreateCQ, 1, 1, 16),
+			lfOp(lfNewRC, 0, 0, 0, 2|1<<7, 7), lfOp(lfNewRC, 1, 1, 1|1<<2, 2|1<<7, 7),
+			lfOp(lfConnect, 0, 1), lfOp(lfConnect, 1, 0),
+			lfOp(lfPostRecv, 1, 1, 0), lfOp(lfPostSend, 0, 0, 0, 0, 5), lfOp(lfPostSend, 0, 4, 7, 8, 2),
+			lfOp(lfPoll, 0, 8), lfOp(lfPoll, 1, 8), lfOp(lfCloseWhilePolling, 0, 0, 0), lfOp(lfPoll, 1, 8)),
 		// A tiny CQ overrun, then Poller add and remove.
 		lfProgram(0, lfOp(lfOpenContext, 0, 0), lfOp(lfAllocPD, 0, 0), lfOp(lfCreateCQ, 0, 0, 1),
 			lfOp(lfRegisterMR, 0, 0, 0, 0, 1), lfOp(lfNewRC, 0, 0, 0, 2, 7), lfOp(lfNewRC, 1, 0, 0, 2, 7),
