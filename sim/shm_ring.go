@@ -211,12 +211,8 @@ func (f *ringFile) reserve(from, n int) ([]byte, uint64, error) {
 	// front's first line when the record ends the ring), at the front
 	// after a pad; the pad's first line, which the record before it
 	// cleared, lies inside what that record allocated.
-	end := min(pos+need+wireAlign, ringDataSize)
-	if pad != 0 {
-		end = need + wireAlign
-	}
-	if end > f.allocated {
-		if err := f.allocate(from, end); err != nil {
+	if pos+need >= f.allocated || pad != 0 {
+		if err := f.allocateFor(from, pos, need, pad); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -240,6 +236,16 @@ var errRingFull = errors.New("ring full")
 // ringAllocStep is the step in which allocate has the file system
 // allocate a ring's pages ahead of the producer.
 const ringAllocStep = 64 << 10
+
+// allocateFor allocates what reserve writes for a record of need bytes
+// at pos, or at the front after a pad (allocate).
+func (f *ringFile) allocateFor(from int, pos, need, pad uint64) error {
+	end := pos + need + wireAlign
+	if pad != 0 {
+		end = need + wireAlign
+	}
+	return f.allocate(from, end)
+}
 
 // allocate has the file system allocate the first end bytes of ring from,
 // through the file: a store into a page of a shared mapping that a full
