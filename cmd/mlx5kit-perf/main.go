@@ -173,9 +173,7 @@ import (
 )
 
 func main() {
-	code := runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
-	perftool.LeaveSoftwareFabric()
-	os.Exit(code)
+	os.Exit(runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // maxSize is the largest message, perftest's limit for -a.

@@ -73,11 +73,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
-func main() {
-	code := run(os.Args[1:], os.Stdout, os.Stderr)
-	perftool.LeaveSoftwareFabric()
-	os.Exit(code)
-}
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // maxSize is the largest message: ib_write_lat's limit.
 const maxSize = 8 << 20
