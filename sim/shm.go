@@ -277,7 +277,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			// another process's name, or a DC stream per QPN of the
 			// whole space). The range test is qpnSlot(h.SrcQPN) ==
 			// from in fewer instructions.
-			if h.SrcGen == s.reg.gen(from) && h.DstGen == s.gen && h.SrcQPN/shmSlotQPNs == uint32(from)+1 {
+			if h.SrcGen == s.producerGen(from) && h.DstGen == s.gen && h.SrcQPN/shmSlotQPNs == uint32(from)+1 {
 				cqes := f.stats.CQEs
 				f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
 				if kind != wireResponse && f.stats.CQEs != cqes && !run {
@@ -308,6 +308,19 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 	// round wrote into the peers' rings to leave the store buffer.
 	storeRelease64(hp, head)
 	return true, stopped
+}
+
+// producerGen returns the generation whose records the ring slot from
+// writes in carries: its owner's, or, once the slot is free, its last
+// owner's (registry.lastGen). A process that closes its Fabric flushes
+// the ACKs it holds into its peers' rings and then frees its slot: they
+// were sent while it lived, and are taken as a NIC takes packets already
+// on the wire. A new owner's generation replaces it.
+func (s *shmFabric) producerGen(from int) uint64 {
+	if g := s.reg.gen(from); g != 0 {
+		return g
+	}
+	return s.reg.lastGen(from)
 }
 
 // ringGiveBack is the size of a record after which drainRing moves its

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
 // TestDrainNewSenderWhileActiveStreams: process a reads the records of b,
@@ -182,4 +183,29 @@ func TestHeldAcksGoWithTheWire(t *testing.T) {
 	require.False(t, e1.f.wireAcksBlocked)
 	e1.f.mu.Unlock()
 	require.NotPanics(t, func() { _ = a.qp.Close() })
+}
+
+// TestSharedCloseFlushesAcksThePeerTakes: a process that closes its
+// Fabric right after its last receive flushes the ACK it holds into the
+// requester's ring and frees its slot; the requester still takes that
+// ACK, and its WRITE completes. Before, it dropped every record of a slot
+// no longer held (a generation of no live owner), and the WRITE ended in
+// RETRY_EXC_ERR once its retries found the peer gone (perftest's server
+// against a kit client that closed as it exited: "Failed status 12").
+func TestSharedCloseFlushesAcksThePeerTakes(t *testing.T) {
+	e1, e2, a, q := heldRCPair(t)
+	q.postRecv()
+	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 7)
+	stepRound(e1.f)
+	stepRound(e2.f)
+	c, ok := q.rcq.poll()
+	require.True(t, ok, "the WRITE reached the responder")
+	require.Equal(t, prm.CQERespWrImm, c.op)
+	require.NoError(t, e2.f.Close())
+	_, slot2 := e2.f.SharedFabric()
+	require.Equal(t, -1, slot2, "the responder left")
+	stepRound(e1.f)
+	c, ok = a.scq.poll()
+	require.True(t, ok, "the ACK the responder flushed as it left was dropped")
+	require.Equal(t, prm.CQEReq, c.op)
 }

@@ -71,6 +71,7 @@ const (
 	slotStart   = 8
 	slotGen     = 16
 	slotDevices = 24
+	slotLastGen = 32 // the generation of the slot's last owner, once it is free
 )
 
 // shmDir is where the fabric's files live (a tmpfs); tests may point it
@@ -174,6 +175,19 @@ func slotOff(s int) int                 { return regHeaderSize + s*regSlotSize }
 // gen returns the generation of the process in slot s, 0 when the slot is
 // free.
 func (r *registry) gen(s int) uint64 { return atomic.LoadUint64(r.u64(slotOff(s) + slotGen)) }
+
+// lastGen returns the generation of the last process that held slot s
+// and left it (or was found gone), 0 if none did.
+func (r *registry) lastGen(s int) uint64 {
+	return atomic.LoadUint64(r.u64(slotOff(s) + slotLastGen))
+}
+
+// free frees slot s, held by generation gen, recording gen as the
+// slot's last (registry locked).
+func (r *registry) free(s int, gen uint64) {
+	atomic.StoreUint64(r.u64(slotOff(s)+slotLastGen), gen)
+	atomic.StoreUint64(r.u64(slotOff(s)+slotGen), 0)
+}
 
 // pid returns the pid recorded in slot s.
 func (r *registry) pid(s int) int { return int(atomic.LoadUint32(r.u32(slotOff(s) + slotPID))) }
@@ -360,10 +374,9 @@ func (r *registry) close() {
 func (r *registry) claim(name string, devices int) (int, uint64, error) {
 	free := -1
 	for s := 0; s < shmMaxSlots; s++ {
-		off := slotOff(s)
 		if g := r.gen(s); g != 0 && !r.slotAlive(s, g) {
 			_ = os.Remove(ringPath(name, s))
-			atomic.StoreUint64(r.u64(off+slotGen), 0)
+			r.free(s, g)
 		}
 		if free < 0 && r.gen(s) == 0 {
 			free = s
@@ -400,6 +413,6 @@ func (r *registry) release(s int, gen uint64, ring string) {
 		// free, the next process to claim it creates its own file at
 		// this path.
 		_ = os.Remove(ring)
-		atomic.StoreUint64(r.u64(slotOff(s)+slotGen), 0)
+		r.free(s, gen)
 	}
 }
