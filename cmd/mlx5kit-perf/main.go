@@ -173,7 +173,9 @@ import (
 )
 
 func main() {
-	os.Exit(runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
+	code := runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
+	perftool.LeaveSoftwareFabric()
+	os.Exit(code)
 }
 
 // maxSize is the largest message, perftest's limit for -a.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
@@ -23,7 +24,11 @@ const envToolArgs = "MLX5KIT_PERF_TEST_ARGS"
 // TestToolChild runs the command in the child process a test started
 // with toolProcess.
 func TestToolChild(t *testing.T) {
-	toolproc.Child(t, envToolArgs, func(args []string) int { return run(args, os.Stdout, os.Stderr) })
+	toolproc.Child(t, envToolArgs, func(args []string) int {
+		code := run(args, os.Stdout, os.Stderr)
+		perftool.LeaveSoftwareFabric() // as main does
+		return code
+	})
 }
 
 // toolProcess starts the command in a process of its own.

@@ -73,7 +73,11 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	perftool.LeaveSoftwareFabric()
+	os.Exit(code)
+}
 
 // maxSize is the largest message: ib_write_lat's limit.
 const maxSize = 8 << 20

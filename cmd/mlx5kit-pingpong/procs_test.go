@@ -1,14 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
@@ -20,7 +23,11 @@ const envToolArgs = "MLX5KIT_PINGPONG_TEST_ARGS"
 // TestToolChild runs the command in the child process a test started
 // with toolProcess.
 func TestToolChild(t *testing.T) {
-	toolproc.Child(t, envToolArgs, func(args []string) int { return run(args, os.Stdout, os.Stderr) })
+	toolproc.Child(t, envToolArgs, func(args []string) int {
+		code := run(args, os.Stdout, os.Stderr)
+		perftool.LeaveSoftwareFabric() // as main does
+		return code
+	})
 }
 
 // toolProcess starts the command in a process of its own.
@@ -57,4 +64,41 @@ func TestServerClientTwoProcesses(t *testing.T) {
 	require.Contains(t, out, "client of "+addr)
 	require.Contains(t, sout.String(), "listening on "+addr)
 	t.Logf("client:\n%s", out)
+}
+
+// TestServerClientLeaveTheFabric: -server and -client, each in a process
+// of its own on a shared fabric, give their slots back as they exit, with
+// their ring files: /dev/shm keeps only the fabric's registry, where the
+// rings (up to 32 MiB each) stayed until the next process joined.
+func TestServerClientLeaveTheFabric(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	name := fmt.Sprintf("pingpong-leave-%d", os.Getpid())
+	files := func() []string {
+		m, err := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
+		require.NoError(t, err)
+		return m
+	}
+	t.Cleanup(func() {
+		for _, f := range files() {
+			_ = os.Remove(f)
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	env := []string{sim.EnvFabric + "=" + name}
+	server, sout := toolProcess(t, env, "-provider", "sim", "-server", addr)
+	for try := 0; ; try++ {
+		client, cout := toolProcess(t, env, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")
+		if client.Wait() == nil {
+			break
+		}
+		require.Less(t, try, 50, "client: %s", cout.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, server.Wait(), "server: %s", sout.String())
+	require.Equal(t, []string{"/dev/shm/mlx5kit-" + name + "-registry"}, files())
 }

@@ -265,6 +265,18 @@ func ShareSoftwareFabric() {
 	}
 }
 
+// LeaveSoftwareFabric gives back this process's slot of the shared
+// software fabric, when it joined one, and with it its ring file in
+// /dev/shm (a ring up to 32 MiB per sender): the tools call it as they
+// exit, so that the rings do not stay until the next process joins the
+// fabric. The software HCA is closed for good: it belongs at the end of
+// main, not of a run a test may repeat.
+func LeaveSoftwareFabric() {
+	if name, _ := sim.Default().SharedFabric(); name != "" {
+		_ = sim.Default().Close()
+	}
+}
+
 // Status bytes of Sync.
 const (
 	statusOK     = 1
