@@ -260,10 +260,6 @@ func (f *ringFile) allocate(from int, end uint64) error {
 	if end <= f.allocated {
 		return nil
 	}
-	if f.fd < 0 {
-		f.allocated = ringDataSize
-		return nil
-	}
 	off := int64(ringDataOff+from*ringDataSize) + int64(f.allocated)
 	to := min((end+ringAllocStep-1)&^(ringAllocStep-1), ringDataSize)
 	err := allocateFile(f.fd, off, int64(to-f.allocated))
