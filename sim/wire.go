@@ -420,13 +420,22 @@ func (f *Fabric) wireSlot(q *qp) int {
 // timerSlack (a segment leaves before either is asked).
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
+	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	if ws.segN == 0 && ws.sendOff == 0 {
 		// Nothing in flight and no message begun: the next WQE to send
 		// is the oldest not completed. (After goBack or a full ring a
 		// message may be begun: it goes on from its segment.)
 		ws.sendIdx = q.sqCI
+		if ws.holdUntil == 0 && f.shm != nil && f.wireSendSmall(q, slot, timeout) {
+			// Its timer is the QP's only wait (the general path's end,
+			// for one segment sent and nothing held).
+			q.blockedUntil = 0
+			if timeout != 0 {
+				q.blockedUntil = ws.deadline
+			}
+			return true
+		}
 	}
-	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
 	// The ACK timer of the oldest segment in flight, if one runs: the
 	// round's first pass (wireSendOnly) sends first and looks at the
@@ -595,8 +604,8 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
 		h.Off, h.Seg = uint32(off), uint32(n)
 		h.ASize = uint8(w.asize)
-		h.SrcLID = q.dev.h.lid
 		if dci {
+			h.SrcLID = q.dev.h.lid
 			h.DstQPN, h.DCKey = av.dqpn, beUint64(w.av[prm.AVKey:])
 			h.DLID, h.DGID, h.SL, h.GRH = av.dlid, av.dgid, av.sl, uint8(boolBit(av.grh, 1))
 			h.L3 = q.dev.h.roceL3(av.sgidIdx)
@@ -604,10 +613,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 				h.Flags = wireFirst
 			}
 		} else {
-			p := &q.attr.Path
-			h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
-			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
-			h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+			q.wirePathHdr(h)
 		}
 		switch {
 		case w.op.IsAtomic():
@@ -644,6 +650,55 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		ws.sendOff = off + n
 	}
 	return true, wireGo
+}
+
+// wirePathHdr sets the addressing fields of a request of RC QP q: its
+// port's LID and the path of its remote QP.
+func (q *qp) wirePathHdr(h *wireHdr) {
+	p := &q.attr.Path
+	h.SrcLID = q.dev.h.lid
+	h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
+	h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
+	h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+}
+
+// wireSendSmall sends the message of RC QP q, as wireSendSeg would, when
+// it is a small one in a shared ring: the only WQE posted, with nothing
+// in flight and nothing held (wireRun checks that), of the shape
+// decodeSmall takes (one inline segment). It writes the record straight
+// from the WQE, without the general path's parse and checks, none of
+// which such a WQE can fail. It reports false when the WQE is not of
+// that shape or its record has no place now (a full ring, a peer gone):
+// the general path then sends it, or says why not, with the same
+// outcome (TestWireSendSmallAgrees).
+func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) bool {
+	ws := &q.wire
+	at := q.sqCI
+	var m smallWQE
+	if !q.decodeSmall(at, &m) || q.sqPI-at != m.bbs {
+		return false
+	}
+	s := f.shm
+	p, rec, pos, ok := s.open(slot, int(m.n))
+	if !ok {
+		return false
+	}
+	psn := ws.next
+	h := &s.hdr
+	*h = wireHdr{Kind: wireRequest, Op: uint8(m.op), FM: m.fm,
+		DstQPN: q.attr.RemoteQPN, SrcQPN: q.qpn, PSN: psn, Imm: m.imm, Epoch: ws.epoch,
+		RAddr: m.raddr, RKey: m.rkey, Total: m.n, Seg: m.n}
+	q.wirePathHdr(h)
+	m.ring.copyOut(rec[ringRecHdr:ringRecHdr+int(m.n)], m.dataOff)
+	s.publish(p, rec, pos)
+	ws.fullUntil = 0
+	ws.deadline = f.deadlineAfter(timeout)
+	ws.segs[ws.segHead] = wireSeg{idx: at, psn: psn, n: uint64(m.n), last: true,
+		op: m.op, fm: m.fm, wqe: at, bbs: m.bbs, total: uint64(m.n)}
+	ws.segN = 1
+	ws.next = (psn + 1) & ctx.MaxPSN
+	ws.sendIdx, ws.sendOff = at+m.bbs, 0
+	return true
 }
 
 // answerer returns the QPN an answer to q's segments comes from: an RC
