@@ -426,15 +426,6 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 		// is the oldest not completed. (After goBack or a full ring a
 		// message may be begun: it goes on from its segment.)
 		ws.sendIdx = q.sqCI
-		if ws.holdUntil == 0 && f.shm != nil && f.wireSendSmall(q, slot, timeout) {
-			// Its timer is the QP's only wait (the general path's end,
-			// for one segment sent and nothing held).
-			q.blockedUntil = 0
-			if timeout != 0 {
-				q.blockedUntil = ws.deadline
-			}
-			return true
-		}
 	}
 	progressed := false
 	// The ACK timer of the oldest segment in flight, if one runs: the
@@ -466,11 +457,15 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ringFull := false
 	if ws.holdUntil == 0 || f.timerNow() >= ws.holdUntil {
 		ws.holdUntil = 0
-		var w sendWQE
+		small := f.shm != nil && q.typ == ctx.QPTypeRC
 		for ws.segN < wireWindow && ws.sendIdx != q.sqPI {
-			w.sg = f.sgScratch[:0]
-			sent, stop := f.wireSendSeg(q, &w, slot, timeout)
-			f.sgScratch = w.sg[:0]
+			sent, stop := false, wireNotSmall
+			if small && ws.sendOff == 0 {
+				sent, stop = f.wireSendSmall(q, slot, timeout)
+			}
+			if stop == wireNotSmall {
+				sent, stop = f.wireSendNext(q, slot, timeout)
+			}
 			if sent {
 				progressed = true
 			}
@@ -530,7 +525,17 @@ const (
 	wireStopWait          // wait for the segments in flight to be answered
 	wireStopRing          // the peer's ring is full
 	wireStopFailed        // the WQE at the consumer index failed locally
+	wireNotSmall          // wireSendSmall: not a small message (wireSendSeg sends it)
 )
+
+// wireSendNext sends the next segment of RC QP or DCI q with wireSendSeg.
+func (f *Fabric) wireSendNext(q *qp, slot int, timeout int64) (bool, int) {
+	var w sendWQE
+	w.sg = f.sgScratch[:0]
+	sent, stop := f.wireSendSeg(q, &w, slot, timeout)
+	f.sgScratch = w.sg[:0]
+	return sent, stop
+}
 
 // wireSendSeg sends the next segment of the WQE at ws.sendIdx (parsed
 // into w). It reports whether it sent one, and what stops the next.
@@ -662,43 +667,44 @@ func (q *qp) wirePathHdr(h *wireHdr) {
 	h.L3 = q.dev.h.roceL3(p.SGIDIndex)
 }
 
-// wireSendSmall sends the message of RC QP q, as wireSendSeg would, when
-// it is a small one in a shared ring: the only WQE posted, with nothing
-// in flight and nothing held (wireRun checks that), of the shape
-// decodeSmall takes (one inline segment). It writes the record straight
-// from the WQE, without the general path's parse and checks, none of
-// which such a WQE can fail. It reports false when the WQE is not of
-// that shape or its record has no place now (a full ring, a peer gone):
-// the general path then sends it, or says why not, with the same
-// outcome (TestWireSendSmallAgrees).
-func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) bool {
+// wireSendSmall sends the WQE at ws.sendIdx of RC QP q on a shared fabric,
+// none of it sent yet, as wireSendSeg would, when it is a small message:
+// of the shape decodeSmall takes (one inline segment), and not fenced
+// behind segments in flight. It writes the record straight from the WQE,
+// without the general path's parse and checks, none of which such a WQE
+// can fail (TestWireSendSmallAgrees). For any other WQE it writes nothing
+// and returns wireNotSmall: wireSendSeg sends it.
+func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 	ws := &q.wire
-	at := q.sqCI
+	at := ws.sendIdx
 	var m smallWQE
-	if !q.decodeSmall(at, &m) || q.sqPI-at != m.bbs {
-		return false
-	}
-	s := f.shm
-	p, rec, pos, ok := s.open(slot, int(m.n))
-	if !ok {
-		return false
+	if !q.decodeSmall(at, &m) || ws.segN > 0 && m.fm&prm.FlagFenceMask != 0 {
+		return false, wireNotSmall
 	}
 	psn := ws.next
-	h := &s.hdr
-	*h = wireHdr{Kind: wireRequest, Op: uint8(m.op), FM: m.fm,
-		DstQPN: q.attr.RemoteQPN, SrcQPN: q.qpn, PSN: psn, Imm: m.imm, Epoch: ws.epoch,
-		RAddr: m.raddr, RKey: m.rkey, Total: m.n, Seg: m.n}
-	q.wirePathHdr(h)
-	m.ring.copyOut(rec[ringRecHdr:ringRecHdr+int(m.n)], m.dataOff)
-	s.publish(p, rec, pos)
+	s := f.shm
+	if p, rec, pos, ok := s.open(slot, int(m.n)); ok {
+		h := &s.hdr
+		*h = wireHdr{Kind: wireRequest, Op: uint8(m.op), FM: m.fm,
+			DstQPN: q.attr.RemoteQPN, SrcQPN: q.qpn, PSN: psn, Imm: m.imm, Epoch: ws.epoch,
+			RAddr: m.raddr, RKey: m.rkey, Total: m.n, Seg: m.n}
+		q.wirePathHdr(h)
+		m.ring.copyOut(rec[ringRecHdr:ringRecHdr+int(m.n)], m.dataOff)
+		s.publish(p, rec, pos)
+	} else if f.wirePeerAlive(slot) {
+		return false, wireStopRing
+	}
+	// Sent, or lost with the peer: in flight until answered or timed out.
 	ws.fullUntil = 0
-	ws.deadline = f.deadlineAfter(timeout)
-	ws.segs[ws.segHead] = wireSeg{idx: at, psn: psn, n: uint64(m.n), last: true,
+	if ws.segN == 0 {
+		ws.deadline = f.deadlineAfter(timeout)
+	}
+	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: at, psn: psn, n: uint64(m.n), last: true,
 		op: m.op, fm: m.fm, wqe: at, bbs: m.bbs, total: uint64(m.n)}
-	ws.segN = 1
+	ws.segN++
 	ws.next = (psn + 1) & ctx.MaxPSN
-	ws.sendIdx, ws.sendOff = at+m.bbs, 0
-	return true
+	ws.sendIdx += m.bbs
+	return true, wireGo
 }
 
 // answerer returns the QPN an answer to q's segments comes from: an RC
