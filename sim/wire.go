@@ -995,7 +995,8 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		}
 		if imm {
 			f.consumeRecv(t, rw)
-			img := respCQE(t, rw, prm.CQERespWrImm, uint32(total), h.Imm, src, h.FM&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			var img [prm.CQE64Size]byte
+			respCQE(&img, t, rw, prm.CQERespWrImm, uint32(total), h.Imm, src, h.FM&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
 			completes = true
 		}
