@@ -312,7 +312,8 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		}
 		if w.op == prm.OpRdmaWriteImm {
 			f.consumeRecv(t, rw)
-			img := respCQE(t, rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			var img [prm.CQE64Size]byte
+			respCQE(&img, t, rw, prm.CQERespWrImm, uint32(w.total), w.imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
 		}
 		return done(w.total)

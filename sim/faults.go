@@ -263,7 +263,8 @@ func (f *Fabric) deliverUD(t *qp, p *udPacket) {
 	if p.op == prm.OpSendImm {
 		op = prm.CQERespSendImm
 	}
-	img := respCQE(t, r, op, uint32(prm.GRHSize+len(p.payload)), p.imm, p.src, p.solicited, prm.CQEFormatNone)
+	var img [prm.CQE64Size]byte
+	respCQE(&img, t, r, op, uint32(prm.GRHSize+len(p.payload)), p.imm, p.src, p.solicited, prm.CQEFormatNone)
 	f.emitCQE(t.recvCQ, &img, nil, t)
 }
 

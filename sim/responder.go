@@ -169,13 +169,12 @@ type srcInfo struct {
 	l3 uint8
 }
 
-// respCQE builds a responder completion. On an Ethernet port bits 25..24
-// of flags_rqpn carry the network header type where InfiniBand has SL (the
-// SL of a RoCE packet travels in its VLAN tag, which the model does not
-// have).
-func respCQE(t *qp, r *recvWQE, op prm.CQEOpcode, byteCnt, imm uint32, src srcInfo, solicited bool, format uint8) [prm.CQE64Size]byte {
-	var b [prm.CQE64Size]byte
-	p := unsafe.Pointer(&b)
+// respCQE builds a responder completion in b, which must be zero. On an
+// Ethernet port bits 25..24 of flags_rqpn carry the network header type
+// where InfiniBand has SL (the SL of a RoCE packet travels in its VLAN
+// tag, which the model does not have).
+func respCQE(b *[prm.CQE64Size]byte, t *qp, r *recvWQE, op prm.CQEOpcode, byteCnt, imm uint32, src srcInfo, solicited bool, format uint8) {
+	p := unsafe.Pointer(b)
 	prm.Store16(unsafe.Add(p, prm.CQESLID), src.lid)
 	fr := boolBit(src.grh, 1<<prm.CQEGRHShift) | src.qpn&prm.CQEQPNMask
 	if t.dev.h.link == ctx.LinkLayerEthernet {
@@ -192,7 +191,6 @@ func respCQE(t *qp, r *recvWQE, op prm.CQEOpcode, byteCnt, imm uint32, src srcIn
 	prm.Store32(unsafe.Add(p, prm.CQESopDropQPN), t.qpn)
 	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), r.idx)
 	b[prm.CQEOpOwn] = prm.OpOwn(op, format, solicited, 0)
-	return b
 }
 
 // deliverSend places a SEND payload in the receive WQE r of t and writes
@@ -217,7 +215,8 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 	}
 	if t.scatterToCQE && len(payload) <= limit && len(payload) > 0 {
 		f.consumeRecv(t, r)
-		img := respCQE(t, r, op, uint32(len(payload)), imm, src, solicited, format)
+		var img [prm.CQE64Size]byte
+		respCQE(&img, t, r, op, uint32(len(payload)), imm, src, solicited, format)
 		f.emitCQE(t.recvCQ, &img, payload, t)
 		return 0
 	}
@@ -225,7 +224,8 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 		return f.recvFailed(t, r, s)
 	}
 	f.consumeRecv(t, r)
-	img := respCQE(t, r, op, uint32(len(payload)), imm, src, solicited, prm.CQEFormatNone)
+	var img [prm.CQE64Size]byte
+	respCQE(&img, t, r, op, uint32(len(payload)), imm, src, solicited, prm.CQEFormatNone)
 	f.emitCQE(t.recvCQ, &img, nil, t)
 	return 0
 }

@@ -179,11 +179,43 @@ func (f *Fabric) parseSend(q *qp, w *sendWQE) prm.Syndrome {
 // parseSendSmall decodes the WQE at index at of the send queue of an RC QP
 // when it has the shape of most small messages: a SEND, SEND_IMM,
 // RDMA_WRITE or RDMA_WRITE_IMM whose data is one inline segment and
-// nothing else, its fields as parseSendAt checks them. It then reports
-// true, with w as parseSendAt would leave it (TestParseSendSmallAgrees).
-// For any other WQE it reports false and parseSendAt decodes it, and says
-// what is wrong with it; a WQE it takes has nothing wrong.
+// nothing else, its fields as parseSendAt checks them (decodeSmall). It
+// then reports true, with w as parseSendAt would leave it
+// (TestParseSendSmallAgrees). For any other WQE it reports false and
+// parseSendAt decodes it, and says what is wrong with it; a WQE it takes
+// has nothing wrong.
 func (f *Fabric) parseSendSmall(q *qp, w *sendWQE, at uint16) bool {
+	var m smallWQE
+	if !q.decodeSmall(at, &m) {
+		return false
+	}
+	*w = sendWQE{idx: at, op: m.op, qpn: q.qpn, ds: m.ds, bbs: m.bbs, ring: m.ring, fm: m.fm, imm: m.imm,
+		raddr: m.raddr, rkey: m.rkey,
+		sg:    append(w.sg[:0], gatherEntry{inline: true, off: m.dataOff, n: uint64(m.n)}),
+		total: uint64(m.n)}
+	return true
+}
+
+// smallWQE is a WQE decodeSmall takes: its opcode, flags, immediate and
+// remote address, and where its inline data lies in the ring.
+type smallWQE struct {
+	op      prm.Opcode
+	fm      uint8
+	bbs     uint16
+	ds      int
+	imm     uint32
+	raddr   uint64 // RDMA_WRITE and RDMA_WRITE_IMM
+	rkey    uint32
+	n       uint32 // bytes of inline data, at least 1
+	dataOff uint32 // the data's offset in the WQE
+	ring    ringView
+}
+
+// decodeSmall decodes into m the WQE at index at of the send queue of an
+// RC QP when parseSendSmall takes it (the shape of most small messages);
+// it reports false for any other WQE, and for a WQE whose basic blocks are
+// not all posted.
+func (q *qp) decodeSmall(at uint16, m *smallWQE) bool {
 	if q.typ != ctx.QPTypeRC {
 		return false
 	}
@@ -214,15 +246,14 @@ func (f *Fabric) parseSendSmall(q *qp, w *sendWQE, at uint16) bool {
 	if hdr&prm.InlineSeg == 0 || n == 0 || cur+prm.InlineDS(int(n)) != ds {
 		return false
 	}
-	*w = sendWQE{idx: at, op: op, qpn: q.qpn, ds: ds, bbs: bbs, ring: r,
-		fm:    *(*uint8)(unsafe.Add(ctrl, prm.CtrlFmCeSe)),
-		imm:   prm.Load32(unsafe.Add(ctrl, prm.CtrlImm)),
-		sg:    append(w.sg[:0], gatherEntry{inline: true, off: uint32(cur*prm.SegmentSize + prm.InlineHeaderSize), n: uint64(n)}),
-		total: uint64(n)}
+	*m = smallWQE{op: op, bbs: bbs, ds: ds, ring: r, n: n,
+		fm:      *(*uint8)(unsafe.Add(ctrl, prm.CtrlFmCeSe)),
+		imm:     prm.Load32(unsafe.Add(ctrl, prm.CtrlImm)),
+		dataOff: uint32(cur*prm.SegmentSize + prm.InlineHeaderSize)}
 	if cur == 2 {
 		p := r.seg(1)
-		w.raddr = prm.Load64(unsafe.Add(p, prm.RaddrAddr))
-		w.rkey = prm.Load32(unsafe.Add(p, prm.RaddrRkey))
+		m.raddr = prm.Load64(unsafe.Add(p, prm.RaddrAddr))
+		m.rkey = prm.Load32(unsafe.Add(p, prm.RaddrRkey))
 	}
 	return true
 }

@@ -122,19 +122,41 @@ func (s *shmFabric) peer(slot int) *ringFile {
 // false when the peer is absent or its ring is full (the message is lost,
 // as a packet would be).
 func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
-	p := s.peer(slot)
-	if p == nil {
+	p, rec, at, ok := s.open(slot, payloadLen)
+	if !ok {
 		return false
 	}
+	h := &s.hdr
+	*h = wireHdr{}
+	fill(h, rec[ringRecHdr:ringRecHdr+payloadLen])
+	s.publish(p, rec, at)
+	return true
+}
+
+// open places a record for a message with a payload of payloadLen bytes in
+// the ring of the process in slot, as send does, for a caller that then
+// sets s.hdr, copies the payload into the record after ringRecHdr and
+// calls publish. The record is the whole of its place in the ring, padded
+// to wireAlign. ok is false when the peer is absent or its ring has no
+// room (nothing is written).
+func (s *shmFabric) open(slot int, payloadLen int) (p *ringFile, rec []byte, at uint64, ok bool) {
+	if p = s.peer(slot); p == nil {
+		return nil, nil, 0, false
+	}
 	p.announce(s.slot)
-	n := ringRecHdr + payloadLen
-	rec, at, err := p.reserve(s.slot, n)
+	rec, at, err := p.reserve(s.slot, ringRecHdr+payloadLen)
 	if err != nil {
 		if err != errRingFull {
 			s.noSpace++
 		}
-		return false
+		return nil, nil, 0, false
 	}
+	return p, rec, at, true
+}
+
+// publish completes the record open placed at position at of p's ring with
+// the header in s.hdr and publishes it.
+func (s *shmFabric) publish(p *ringFile, rec []byte, at uint64) {
 	// The header is built in s.hdr and copied into the ring whole: a
 	// few wide stores into lines the consumer holds, instead of one per
 	// field (and the zeroing before them), each waiting in the store
@@ -143,8 +165,6 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	// the consumer, which asks for the second line as it polls the
 	// first (markAt), then finds the second line whole.
 	h := &s.hdr
-	*h = wireHdr{}
-	fill(h, rec[ringRecHdr:n])
 	h.Len = uint32(len(rec))
 	h.SrcGen, h.DstGen = s.gen, p.gen
 	// Word by word, unrolled (the header and its place in the ring are
@@ -156,7 +176,6 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	dst[7], dst[8], dst[9], dst[10], dst[11], dst[12] = src[7], src[8], src[9], src[10], src[11], src[12]
 	dst[0], dst[1], dst[2], dst[3], dst[4], dst[5], dst[6] = src[0], src[1], src[2], src[3], src[4], src[5], src[6]
 	p.commit(s.slot, at, len(rec))
-	return true
 }
 
 // The header in words, and its words in a record's first line (after the

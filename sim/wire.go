@@ -420,13 +420,13 @@ func (f *Fabric) wireSlot(q *qp) int {
 // timerSlack (a segment leaves before either is asked).
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
+	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	if ws.segN == 0 && ws.sendOff == 0 {
 		// Nothing in flight and no message begun: the next WQE to send
 		// is the oldest not completed. (After goBack or a full ring a
 		// message may be begun: it goes on from its segment.)
 		ws.sendIdx = q.sqCI
 	}
-	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
 	progressed := false
 	// The ACK timer of the oldest segment in flight, if one runs: the
 	// round's first pass (wireSendOnly) sends first and looks at the
@@ -457,11 +457,15 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ringFull := false
 	if ws.holdUntil == 0 || f.timerNow() >= ws.holdUntil {
 		ws.holdUntil = 0
-		var w sendWQE
+		small := f.shm != nil && q.typ == ctx.QPTypeRC
 		for ws.segN < wireWindow && ws.sendIdx != q.sqPI {
-			w.sg = f.sgScratch[:0]
-			sent, stop := f.wireSendSeg(q, &w, slot, timeout)
-			f.sgScratch = w.sg[:0]
+			sent, stop := false, wireNotSmall
+			if small && ws.sendOff == 0 {
+				sent, stop = f.wireSendSmall(q, slot, timeout)
+			}
+			if stop == wireNotSmall {
+				sent, stop = f.wireSendNext(q, slot, timeout)
+			}
 			if sent {
 				progressed = true
 			}
@@ -521,7 +525,17 @@ const (
 	wireStopWait          // wait for the segments in flight to be answered
 	wireStopRing          // the peer's ring is full
 	wireStopFailed        // the WQE at the consumer index failed locally
+	wireNotSmall          // wireSendSmall: not a small message (wireSendSeg sends it)
 )
+
+// wireSendNext sends the next segment of RC QP or DCI q with wireSendSeg.
+func (f *Fabric) wireSendNext(q *qp, slot int, timeout int64) (bool, int) {
+	var w sendWQE
+	w.sg = f.sgScratch[:0]
+	sent, stop := f.wireSendSeg(q, &w, slot, timeout)
+	f.sgScratch = w.sg[:0]
+	return sent, stop
+}
 
 // wireSendSeg sends the next segment of the WQE at ws.sendIdx (parsed
 // into w). It reports whether it sent one, and what stops the next.
@@ -595,8 +609,8 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		h.RAddr, h.RKey, h.Total = w.raddr, w.rkey, uint32(w.total)
 		h.Off, h.Seg = uint32(off), uint32(n)
 		h.ASize = uint8(w.asize)
-		h.SrcLID = q.dev.h.lid
 		if dci {
+			h.SrcLID = q.dev.h.lid
 			h.DstQPN, h.DCKey = av.dqpn, beUint64(w.av[prm.AVKey:])
 			h.DLID, h.DGID, h.SL, h.GRH = av.dlid, av.dgid, av.sl, uint8(boolBit(av.grh, 1))
 			h.L3 = q.dev.h.roceL3(av.sgidIdx)
@@ -604,10 +618,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 				h.Flags = wireFirst
 			}
 		} else {
-			p := &q.attr.Path
-			h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
-			h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
-			h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+			q.wirePathHdr(h)
 		}
 		switch {
 		case w.op.IsAtomic():
@@ -643,6 +654,56 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	} else {
 		ws.sendOff = off + n
 	}
+	return true, wireGo
+}
+
+// wirePathHdr sets the addressing fields of a request of RC QP q: its
+// port's LID and the path of its remote QP.
+func (q *qp) wirePathHdr(h *wireHdr) {
+	p := &q.attr.Path
+	h.SrcLID = q.dev.h.lid
+	h.DLID, h.DGID, h.SL = p.DLID, p.DGID, p.SL
+	h.GRH = uint8(boolBit(p.GlobalRoute || q.dev.h.link == ctx.LinkLayerEthernet, 1))
+	h.L3 = q.dev.h.roceL3(p.SGIDIndex)
+}
+
+// wireSendSmall sends the WQE at ws.sendIdx of RC QP q on a shared fabric,
+// none of it sent yet, as wireSendSeg would, when it is a small message:
+// of the shape decodeSmall takes (one inline segment), and not fenced
+// behind segments in flight. It writes the record straight from the WQE,
+// without the general path's parse and checks, none of which such a WQE
+// can fail (TestWireSendSmallAgrees). For any other WQE it writes nothing
+// and returns wireNotSmall: wireSendSeg sends it.
+func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
+	ws := &q.wire
+	at := ws.sendIdx
+	var m smallWQE
+	if !q.decodeSmall(at, &m) || ws.segN > 0 && m.fm&prm.FlagFenceMask != 0 {
+		return false, wireNotSmall
+	}
+	psn := ws.next
+	s := f.shm
+	if p, rec, pos, ok := s.open(slot, int(m.n)); ok {
+		h := &s.hdr
+		*h = wireHdr{Kind: wireRequest, Op: uint8(m.op), FM: m.fm,
+			DstQPN: q.attr.RemoteQPN, SrcQPN: q.qpn, PSN: psn, Imm: m.imm, Epoch: ws.epoch,
+			RAddr: m.raddr, RKey: m.rkey, Total: m.n, Seg: m.n}
+		q.wirePathHdr(h)
+		m.ring.copyOut(rec[ringRecHdr:ringRecHdr+int(m.n)], m.dataOff)
+		s.publish(p, rec, pos)
+	} else if f.wirePeerAlive(slot) {
+		return false, wireStopRing
+	}
+	// Sent, or lost with the peer: in flight until answered or timed out.
+	ws.fullUntil = 0
+	if ws.segN == 0 {
+		ws.deadline = f.deadlineAfter(timeout)
+	}
+	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: at, psn: psn, n: uint64(m.n), last: true,
+		op: m.op, fm: m.fm, wqe: at, bbs: m.bbs, total: uint64(m.n)}
+	ws.segN++
+	ws.next = (psn + 1) & ctx.MaxPSN
+	ws.sendIdx += m.bbs
 	return true, wireGo
 }
 
@@ -934,7 +995,8 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		}
 		if imm {
 			f.consumeRecv(t, rw)
-			img := respCQE(t, rw, prm.CQERespWrImm, uint32(total), h.Imm, src, h.FM&prm.FlagSolicited != 0, prm.CQEFormatNone)
+			var img [prm.CQE64Size]byte
+			respCQE(&img, t, rw, prm.CQERespWrImm, uint32(total), h.Imm, src, h.FM&prm.FlagSolicited != 0, prm.CQEFormatNone)
 			f.emitCQE(t.recvCQ, &img, nil, t)
 			completes = true
 		}
