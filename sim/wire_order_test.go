@@ -280,13 +280,19 @@ func TestDrainTakesAllAnswers(t *testing.T) {
 
 // connectRCRetry connects a (in e1) and b (in e2) with the given retry count.
 func connectRCRetry(t *testing.T, e1, e2 *env, a, b *testQP, retry uint8) {
+	connectRCTimed(t, a, b, retry, 14)
+}
+
+// connectRCTimed connects RC QPs a and b with the retry count retry and
+// the ACK timeout code timeout (4.096 µs × 2^timeout).
+func connectRCTimed(t *testing.T, a, b *testQP, retry, timeout uint8) {
 	for _, x := range []struct {
 		q, peer *testQP
 	}{{a, b}, {b, a}} {
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
 			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: retry, RNRRetry: 7, MaxRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: timeout, RetryCount: retry, RNRRetry: 7, MaxRdAtomic: 16}))
 	}
 }
 
@@ -361,9 +367,18 @@ func TestAckBehindStoppedDrainIsTaken(t *testing.T) {
 
 // TestHeldAckWaitsForRoom: an ACK held while the requester's ring is full
 // is not lost: it stays held, the round after the ring has room sends it
-// before anything else, and the requester completes without a retry.
+// before anything else, and the requester completes without a retry. The
+// ACK timeout is 17 s: filling a ring (32 MiB of pads) on a loaded machine
+// can take longer than the usual 67 ms.
 func TestHeldAckWaitsForRoom(t *testing.T) {
-	e1, e2, a, q := heldRCPair(t)
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	q := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC, recvDepth: 64})
+	connectRCTimed(t, a, q, 7, 22)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
 	_, s1 := e1.f.SharedFabric()
 	q.postRecv()
 	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 1)
