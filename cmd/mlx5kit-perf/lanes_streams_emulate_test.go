@@ -87,15 +87,13 @@ func TestLaneStreamsEmulatedDevice(t *testing.T) {
 		var srvOut toolproc.Buffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
 		require.NoError(t, srv.Start())
-		for try := 0; ; try++ {
+		server := toolproc.Watch(srv, &srvOut)
+		out := server.RetryClient(t, 100, 100*time.Millisecond, toolproc.Refused, func() (string, error) {
 			out, err := run("127.0.0.1").CombinedOutput()
-			if err == nil {
-				require.NoError(t, srv.Wait(), "server:\n%s", srvOut.String())
-				return string(out)
-			}
-			require.Less(t, try, 100, "%q client:\n%s\nserver:\n%s", args, out, srvOut.String())
-			time.Sleep(100 * time.Millisecond)
-		}
+			return string(out), err
+		})
+		require.NoError(t, server.Wait(), "%q server:\n%s", args, srvOut.String())
+		return out
 	}
 	block := regexp.MustCompile(`(?m)^ (Number of qps|Connection type|Mtu|Link type) .*$|^ +\S.* BW Test$`)
 	for _, c := range cases {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -275,22 +276,18 @@ func TestLanesServerClient(t *testing.T) {
 			require.NoError(t, err)
 			_, port, _ := net.SplitHostPort(ln.Addr().String())
 			require.NoError(t, ln.Close())
-			var serverOut, serverErr bytes.Buffer
-			done := make(chan int, 1)
-			go func() {
-				done <- runAs(tc.prog, append([]string{"--provider=sim", "-p", port}, tc.args...), &serverOut, &serverErr)
-			}()
-			var out string
-			for try := 0; ; try++ {
+			var serverOut, serverErr toolproc.Buffer
+			server := toolproc.Go(func() error {
+				return toolproc.ExitStatus(runAs(tc.prog, append([]string{"--provider=sim", "-p", port}, tc.args...), &serverOut, &serverErr))
+			}, &serverOut, &serverErr)
+			out := server.RetryClient(t, 50, 20*time.Millisecond, toolproc.Refused, func() (string, error) {
 				var o, e bytes.Buffer
-				if runAs(tc.prog, append([]string{"--provider=sim", "-p", port, "-n", "100", "-F", "127.0.0.1"}, tc.args...), &o, &e) == 0 {
-					out = o.String()
-					break
+				if err := toolproc.ExitStatus(runAs(tc.prog, append([]string{"--provider=sim", "-p", port, "-n", "100", "-F", "127.0.0.1"}, tc.args...), &o, &e)); err != nil {
+					return o.String() + e.String(), err
 				}
-				require.Less(t, try, 50, "client: %s", e.String())
-				time.Sleep(20 * time.Millisecond)
-			}
-			require.Equal(t, 0, <-done, serverErr.String())
+				return o.String(), nil
+			})
+			require.NoError(t, server.Wait(), serverErr.String())
 			so := serverOut.String()
 			for _, s := range []string{out, so} {
 				require.Len(t, addressLines(t, s, "local"), tc.qps)
@@ -337,18 +334,13 @@ func TestLanesTwoProcesses(t *testing.T) {
 			require.NoError(t, err)
 			addr := ln.Addr().String()
 			require.NoError(t, ln.Close())
-			server, sout := toolProcess(t, []string{fabric}, append(args, "-provider", "sim", "-server", addr)...)
-			var out string
-			for try := 0; ; try++ {
+			server := toolproc.Watch(toolProcess(t, []string{fabric}, append(args, "-provider", "sim", "-server", addr)...))
+			out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 				client, cout := toolProcess(t, []string{fabric}, append(args, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")...)
-				if client.Wait() == nil {
-					out = cout.String()
-					break
-				}
-				require.Less(t, try, 50, "client: %s", cout.String())
-				time.Sleep(50 * time.Millisecond)
-			}
-			require.NoError(t, server.Wait(), "server: %s", sout.String())
+				err := client.Wait()
+				return cout.String(), err
+			})
+			require.NoError(t, server.Wait(), "server: %s", server.Output())
 			require.Contains(t, out, fmt.Sprintf(cConnection, args[2], map[bool]string{true: "ON", false: "OFF"}[args[2] == "DC"]))
 			if strings.HasSuffix(args[0], "_lat") {
 				require.Equal(t, 200, latencyRows(t, out)[0].iters, out)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
 	"github.com/mlx5kit/mlx5kit/internal/devicetest"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -332,20 +333,18 @@ func TestServerClientFlags(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	var serverOut, serverErr bytes.Buffer
-	done := make(chan int, 1)
-	go func() { done <- run([]string{"read_lat", "-provider", "sim", "-server", addr}, &serverOut, &serverErr) }()
-	var out string
-	for try := 0; ; try++ {
+	var serverOut, serverErr toolproc.Buffer
+	server := toolproc.Go(func() error {
+		return toolproc.ExitStatus(run([]string{"read_lat", "-provider", "sim", "-server", addr}, &serverOut, &serverErr))
+	}, &serverOut, &serverErr)
+	out := server.RetryClient(t, 50, 20*time.Millisecond, toolproc.Refused, func() (string, error) {
 		var o, e bytes.Buffer
-		if run([]string{"send_lat", "-provider", "sim", "-client", addr, "-iters", "100", "-size", "8"}, &o, &e) == 0 {
-			out = o.String()
-			break
+		if err := toolproc.ExitStatus(run([]string{"send_lat", "-provider", "sim", "-client", addr, "-iters", "100", "-size", "8"}, &o, &e)); err != nil {
+			return o.String() + e.String(), err
 		}
-		require.Less(t, try, 50, "client: %s", e.String())
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.Equal(t, 0, <-done, serverErr.String())
+		return o.String(), nil
+	})
+	require.NoError(t, server.Wait(), serverErr.String())
 	require.Equal(t, 100, latencyRows(t, out)[0].iters)
 	require.Contains(t, serverOut.String(), "listening on "+addr)
 	require.Contains(t, serverOut.String(), "serving send_lat")

@@ -116,25 +116,16 @@ func TestPerftestPeerTwoProcesses(t *testing.T) {
 			require.NoError(t, err)
 			addr := ln.Addr().String()
 			require.NoError(t, ln.Close())
-			server, sout := toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
-				"-n", "20", "-a", "--server", addr)
-			var out string
-			for try := 0; ; try++ {
+			server := toolproc.Watch(toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
+				"-n", "20", "-a", "--server", addr))
+			out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 				client, cout := toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
 					"-n", "20", "-a", "--client", addr)
-				if client.Wait() == nil {
-					out = cout.String()
-					break
-				}
-				if try >= 50 {
-					_ = server.Process.Kill()
-					_ = server.Wait() // sout is the server's no more
-					t.Fatalf("client: %s\nserver: %s", cout.String(), sout.String())
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			require.NoError(t, server.Wait(), "server: %s", sout.String())
-			for name, o := range map[string]string{"server": sout.String(), "client": out} {
+				err := client.Wait()
+				return cout.String(), err
+			})
+			require.NoError(t, server.Wait(), "server: %s", server.Output())
+			for name, o := range map[string]string{"server": server.Output(), "client": out} {
 				rows := latencyRows(t, o)
 				require.Len(t, rows, 23, "%s: sizes 2 to 8 MiB:\n%s", name, o)
 				for i, r := range rows {
@@ -230,34 +221,24 @@ func TestPerftestInterop(t *testing.T) {
 				c.WaitDelay = time.Second
 				return c
 			}
-			var srv, cli *exec.Cmd
+			srv, cli := perftest(), func() *exec.Cmd { return kit("-p", port, "127.0.0.1") }
 			if kitServer {
-				srv, cli = kit("--server", "127.0.0.1:"+port), perftest("127.0.0.1")
-			} else {
-				srv, cli = perftest(), kit("-p", port, "127.0.0.1")
+				srv, cli = kit("--server", "127.0.0.1:"+port), func() *exec.Cmd { return perftest("127.0.0.1") }
 			}
 			var srvOut toolproc.Buffer
 			srv.Stdout, srv.Stderr = &srvOut, &srvOut
 			require.NoError(t, srv.Start())
-			var cliOut []byte
-			for try := 0; ; try++ {
-				c := cli
-				cliOut, err = c.CombinedOutput()
-				if err == nil || cx.Err() != nil || !strings.Contains(string(cliOut), "onnect") {
-					break
-				}
-				// The server was not listening yet: try again.
-				time.Sleep(100 * time.Millisecond)
-				if kitServer {
-					cli = perftest("127.0.0.1")
-				} else {
-					cli = kit("-p", port, "127.0.0.1")
-				}
-				require.Less(t, try, 100, "client:\n%s", cliOut)
-			}
-			require.NoError(t, err, "client:\n%s\nserver:\n%s", cliOut, srvOut.String())
-			require.NoError(t, srv.Wait(), "server:\n%s\nclient:\n%s", srvOut.String(), cliOut)
-			for name, o := range map[string]string{"server": srvOut.String(), "client": string(cliOut)} {
+			server := toolproc.Watch(srv, &srvOut)
+			// A client is tried again only while the server is not
+			// listening yet; once the server has exited, or a client
+			// failed otherwise, the test fails with both outputs.
+			notListening := func(out string) bool { return cx.Err() == nil && toolproc.Refused(out) }
+			cliOut := server.RetryClient(t, 100, 100*time.Millisecond, notListening, func() (string, error) {
+				out, err := cli().CombinedOutput()
+				return string(out), err
+			})
+			require.NoError(t, server.Wait(), "server:\n%s\nclient:\n%s", srvOut.String(), cliOut)
+			for name, o := range map[string]string{"server": srvOut.String(), "client": cliOut} {
 				parse := latencyRows
 				if (name == "server") != kitServer {
 					parse = perftestLatencyRows

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // perftest's own format strings, copied from its sources (linux-rdma/perftest),
@@ -416,20 +417,18 @@ func TestProgramNameServerClient(t *testing.T) {
 			require.NoError(t, err)
 			_, port, _ := net.SplitHostPort(ln.Addr().String())
 			require.NoError(t, ln.Close())
-			var serverOut, serverErr bytes.Buffer
-			done := make(chan int, 1)
-			go func() { done <- runAs(prog, []string{"--provider=sim", "-p", port}, &serverOut, &serverErr) }()
-			var out string
-			for try := 0; ; try++ {
+			var serverOut, serverErr toolproc.Buffer
+			server := toolproc.Go(func() error {
+				return toolproc.ExitStatus(runAs(prog, []string{"--provider=sim", "-p", port}, &serverOut, &serverErr))
+			}, &serverOut, &serverErr)
+			out := server.RetryClient(t, 50, 20*time.Millisecond, toolproc.Refused, func() (string, error) {
 				var o, e bytes.Buffer
-				if runAs(prog, []string{"--provider=sim", "-p", port, "-n", "100", "-s", "64", "-F", "127.0.0.1"}, &o, &e) == 0 {
-					out = o.String()
-					break
+				if err := toolproc.ExitStatus(runAs(prog, []string{"--provider=sim", "-p", port, "-n", "100", "-s", "64", "-F", "127.0.0.1"}, &o, &e)); err != nil {
+					return o.String() + e.String(), err
 				}
-				require.Less(t, try, 50, "client: %s", e.String())
-				time.Sleep(20 * time.Millisecond)
-			}
-			require.Equal(t, 0, <-done, serverErr.String())
+				return o.String(), nil
+			})
+			require.NoError(t, server.Wait(), serverErr.String())
 			header := cResultFmtLat
 			if prog == "ib_write_bw" {
 				header = cResultFmt

@@ -55,19 +55,14 @@ func TestServerClientTwoProcesses(t *testing.T) {
 			require.NoError(t, err)
 			addr := ln.Addr().String()
 			require.NoError(t, ln.Close())
-			server, sout := toolProcess(t, []string{fabric}, m, "-provider", "sim", "-server", addr)
-			var out string
-			for try := 0; ; try++ {
+			server := toolproc.Watch(toolProcess(t, []string{fabric}, m, "-provider", "sim", "-server", addr))
+			out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 				client, cout := toolProcess(t, []string{fabric}, m, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")
-				if client.Wait() == nil {
-					out = cout.String()
-					break
-				}
-				require.Less(t, try, 50, "client: %s", cout.String())
-				time.Sleep(50 * time.Millisecond)
-			}
-			require.NoError(t, server.Wait(), "server: %s", sout.String())
-			require.Contains(t, sout.String(), "serving "+m)
+				err := client.Wait()
+				return cout.String(), err
+			})
+			require.NoError(t, server.Wait(), "server: %s", server.Output())
+			require.Contains(t, server.Output(), "serving "+m)
 			if strings.HasSuffix(m, "_lat") {
 				require.Equal(t, 200, latencyRows(t, out)[0].iters, out)
 			} else {

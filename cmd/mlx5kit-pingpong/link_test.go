@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -30,19 +31,13 @@ func TestServerClientOverTCPLink(t *testing.T) {
 	addr, link := freeAddr(t), freeAddr(t)
 	key := sim.EnvLinkKey + "=pingpong-link-key-0123456789"
 	hostA, hostB := sim.EnvFabric+"=link-test-a", sim.EnvFabric+"=link-test-b"
-	server, sout := toolProcess(t, []string{hostA, sim.EnvLink + "=listen:" + link, key}, "-provider", "sim", "-server", addr)
-	var out string
-	for try := 0; ; try++ {
+	server := toolproc.Watch(toolProcess(t, []string{hostA, sim.EnvLink + "=listen:" + link, key}, "-provider", "sim", "-server", addr))
+	out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 		client, cout := toolProcess(t, []string{hostB, sim.EnvLink + "=" + link, key}, "-provider", "sim", "-client", addr, "-iters", "500", "-size", "8")
-		if client.Wait() == nil {
-			out = cout.String()
-			break
-		}
-		require.Less(t, try, 50, "client: %s", cout.String())
-		require.Contains(t, cout.String(), "connect", "client: %s", cout.String())
-		time.Sleep(50 * time.Millisecond)
-	}
-	require.NoError(t, server.Wait(), "server: %s", sout.String())
+		err := client.Wait()
+		return cout.String(), err
+	})
+	require.NoError(t, server.Wait(), "server: %s", server.Output())
 	require.Equal(t, 500, parseTable(t, out).iters, out)
 	t.Logf("client:\n%s", out)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/devicetest"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -138,20 +139,18 @@ func TestServerClientFlags(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	var serverOut, serverErr bytes.Buffer
-	done := make(chan int, 1)
-	go func() { done <- run([]string{"-provider", "sim", "-server", addr}, &serverOut, &serverErr) }()
-	var out string
-	for try := 0; ; try++ {
+	var serverOut, serverErr toolproc.Buffer
+	server := toolproc.Go(func() error {
+		return toolproc.ExitStatus(run([]string{"-provider", "sim", "-server", addr}, &serverOut, &serverErr))
+	}, &serverOut, &serverErr)
+	out := server.RetryClient(t, 50, 20*time.Millisecond, toolproc.Refused, func() (string, error) {
 		var o, e bytes.Buffer
-		if run([]string{"-provider", "sim", "-client", addr, "-iters", "300", "-size", "8"}, &o, &e) == 0 {
-			out = o.String()
-			break
+		if err := toolproc.ExitStatus(run([]string{"-provider", "sim", "-client", addr, "-iters", "300", "-size", "8"}, &o, &e)); err != nil {
+			return o.String() + e.String(), err
 		}
-		require.Less(t, try, 50, "client: %s", e.String())
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.Equal(t, 0, <-done, serverErr.String())
+		return o.String(), nil
+	})
+	require.NoError(t, server.Wait(), serverErr.String())
 	require.Equal(t, 300, parseTable(t, out).iters)
 	require.Contains(t, serverOut.String(), "listening on "+addr)
 }

@@ -47,22 +47,16 @@ func TestServerClientTwoProcesses(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	noFabric := sim.EnvFabric + "=" // the tools' own default applies
-	server, sout := toolProcess(t, []string{noFabric}, "-provider", "sim", "-server", addr)
-	var out string
-	for try := 0; ; try++ {
+	server := toolproc.Watch(toolProcess(t, []string{noFabric}, "-provider", "sim", "-server", addr))
+	out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 		client, cout := toolProcess(t, []string{noFabric}, "-provider", "sim", "-client", addr, "-iters", "2000", "-size", "8")
-		if client.Wait() == nil {
-			out = cout.String()
-			break
-		}
-		require.Less(t, try, 50, "client: %s", cout.String())
-		require.Contains(t, cout.String(), "connect", "client: %s", cout.String())
-		time.Sleep(50 * time.Millisecond)
-	}
-	require.NoError(t, server.Wait(), "server: %s", sout.String())
+		err := client.Wait()
+		return cout.String(), err
+	})
+	require.NoError(t, server.Wait(), "server: %s", server.Output())
 	require.Equal(t, 2000, parseTable(t, out).iters, out)
 	require.Contains(t, out, "client of "+addr)
-	require.Contains(t, sout.String(), "listening on "+addr)
+	require.Contains(t, server.Output(), "listening on "+addr)
 	t.Logf("client:\n%s", out)
 }
 
@@ -90,15 +84,12 @@ func TestServerClientLeaveTheFabric(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	env := []string{sim.EnvFabric + "=" + name}
-	server, sout := toolProcess(t, env, "-provider", "sim", "-server", addr)
-	for try := 0; ; try++ {
+	server := toolproc.Watch(toolProcess(t, env, "-provider", "sim", "-server", addr))
+	server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 		client, cout := toolProcess(t, env, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")
-		if client.Wait() == nil {
-			break
-		}
-		require.Less(t, try, 50, "client: %s", cout.String())
-		time.Sleep(50 * time.Millisecond)
-	}
-	require.NoError(t, server.Wait(), "server: %s", sout.String())
+		err := client.Wait()
+		return cout.String(), err
+	})
+	require.NoError(t, server.Wait(), "server: %s", server.Output())
 	require.Equal(t, []string{"/dev/shm/mlx5kit-" + name + "-registry"}, files())
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -102,4 +103,132 @@ func ServeParams(t testing.TB, serve func(net.Listener) error, params any) error
 		t.Fatal("the server did not answer")
 		return nil
 	}
+}
+
+// Server is a server a test runs beside the clients it starts, in a
+// process of its own (Watch) or in a goroutine (Go), watched in the
+// background so that the test sees when it has exited: a client retried
+// while the server is not listening yet has no use once the server is
+// gone.
+type Server struct {
+	out  []fmt.Stringer
+	done chan struct{}
+	err  error
+}
+
+// Watch watches cmd, started, as a server whose output out collects; its
+// Wait replaces cmd.Wait, which only it may call.
+func Watch(cmd *exec.Cmd, out ...fmt.Stringer) *Server {
+	return Go(cmd.Wait, out...)
+}
+
+// Go runs serve in a goroutine as a server whose output out collects; the
+// server has exited when serve returns.
+func Go(serve func() error, out ...fmt.Stringer) *Server {
+	s := &Server{out: out, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.err = serve()
+	}()
+	return s
+}
+
+// Exited reports whether the server has exited.
+func (s *Server) Exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait waits for the server to exit and returns its error (for a
+// process, what cmd.Wait returned).
+func (s *Server) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// Output returns what the server has written so far.
+func (s *Server) Output() string {
+	var b strings.Builder
+	for _, o := range s.out {
+		b.WriteString(o.String())
+	}
+	return b.String()
+}
+
+// Report describes the server for a failure's message: its exit status
+// and output once it has exited, else its output so far.
+func (s *Server) Report() string {
+	if s.Exited() {
+		status := "exit status 0"
+		if s.err != nil {
+			status = s.err.Error()
+		}
+		return fmt.Sprintf("server exited (%s):\n%s", status, s.Output())
+	}
+	return "server still running; its output so far:\n" + s.Output()
+}
+
+// RetryClient runs clients of the server, one at a time, until one
+// succeeds, and returns that one's output. try runs one client and
+// returns its output and error. A client that failed is run again after
+// pause while the server runs, again holds for its output (the server is
+// not listening yet; nil: any failure) and fewer than tries clients have
+// run. Otherwise t fails with the last client's output, the first's when
+// it differs, and the server's Report: a server that exited before a
+// client reached it (it failed before it listened, or with an earlier
+// client) ends the retries at once, with its exit status.
+func (s *Server) RetryClient(t testing.TB, tries int, pause time.Duration, again func(out string) bool, try func() (string, error)) string {
+	t.Helper()
+	var first string
+	for n := 1; ; n++ {
+		out, err := try()
+		if err == nil {
+			return out
+		}
+		if n == 1 {
+			first = out
+		}
+		var why string
+		switch {
+		case s.Exited():
+			why = "the server exited"
+		case again != nil && !again(out):
+			why = "the client failed"
+		case n >= tries:
+			why = "no client reached the server"
+		}
+		if why != "" {
+			msg := fmt.Sprintf("%s; client %d of at most %d: %v:\n%s", why, n, tries, err, out)
+			if n > 1 && out != first {
+				msg += "\nthe first client:\n" + first
+			}
+			t.Fatalf("%s\n%s", msg, s.Report())
+			return ""
+		}
+		time.Sleep(pause)
+	}
+}
+
+// ExitStatus is the error of a command's main function that returned
+// code, as Go returns one for a process: nil for 0, else "exit status
+// code".
+func ExitStatus(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return fmt.Errorf("exit status %d", code)
+}
+
+// Refused reports whether a client's output says that it could not
+// connect, as when nothing listens on the port yet: the kit's tools print
+// their dial's error ("connection refused"), Debian's perftest "Couldn't
+// connect to HOST:PORT". perftest's other messages that speak of a
+// connection ("Unable to set up socket connection", "Unable to Connect
+// the HCA's through the link") come after it connected, and do not match.
+func Refused(out string) bool {
+	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect to ")
 }
