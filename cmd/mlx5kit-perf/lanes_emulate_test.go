@@ -102,6 +102,9 @@ func TestLanesEmulatedDevice(t *testing.T) {
 	}
 	perftest := func(args ...string) string {
 		t.Helper()
+		// Both ends are Debian's perftest, which takes -p PORT and does
+		// not say which port it bound: a port free a moment ago, which
+		// another process may take before the server listens on it.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)

@@ -272,14 +272,14 @@ func TestLanesServerClient(t *testing.T) {
 		{"ib_atomic_bw", []string{"-c", "DC", "-q", "2"}, 2},
 	} {
 		t.Run(tc.prog+" "+strings.Join(tc.args, " "), func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			_, port, _ := net.SplitHostPort(ln.Addr().String())
-			require.NoError(t, ln.Close())
+			// The server on a port it chooses, which it prints; the
+			// client as perftest's, with -p.
 			var serverOut, serverErr toolproc.Buffer
 			server := toolproc.Go(func() error {
-				return toolproc.ExitStatus(runAs(tc.prog, append([]string{"--provider=sim", "-p", port}, tc.args...), &serverOut, &serverErr))
+				return toolproc.ExitStatus(runAs(tc.prog, append([]string{"--provider=sim", "--server", "127.0.0.1:0"}, tc.args...), &serverOut, &serverErr))
 			}, &serverOut, &serverErr)
+			_, port, err := net.SplitHostPort(server.ListenAddress(t, listenWait))
+			require.NoError(t, err)
 			out := server.RetryClient(t, 50, 20*time.Millisecond, toolproc.Refused, func() (string, error) {
 				var o, e bytes.Buffer
 				if err := toolproc.ExitStatus(runAs(tc.prog, append([]string{"--provider=sim", "-p", port, "-n", "100", "-F", "127.0.0.1"}, tc.args...), &o, &e)); err != nil {
@@ -330,11 +330,8 @@ func TestLanesTwoProcesses(t *testing.T) {
 	})
 	for _, args := range [][]string{{"send_lat", "-c", "UD"}, {"send_lat", "-c", "DC"}, {"read_bw", "-c", "DC", "-q", "2"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			addr := ln.Addr().String()
-			require.NoError(t, ln.Close())
-			server := toolproc.Watch(toolProcess(t, []string{fabric}, append(args, "-provider", "sim", "-server", addr)...))
+			server := toolproc.Watch(toolProcess(t, []string{fabric}, append(args, "-provider", "sim", "-server", "127.0.0.1:0")...))
+			addr := server.ListenAddress(t, listenWait)
 			out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 				client, cout := toolProcess(t, []string{fabric}, append(args, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")...)
 				err := client.Wait()

@@ -112,12 +112,9 @@ func TestPerftestPeerTwoProcesses(t *testing.T) {
 	for _, m := range []string{"write_lat", "send_lat"} {
 		t.Run(m, func(t *testing.T) {
 			fabric := sim.EnvFabric + "=perftest-peer-" + strconv.Itoa(os.Getpid()) + "-" + m
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			addr := ln.Addr().String()
-			require.NoError(t, ln.Close())
 			server := toolproc.Watch(toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
-				"-n", "20", "-a", "--server", addr))
+				"-n", "20", "-a", "--server", "127.0.0.1:0"))
+			addr := server.ListenAddress(t, listenWait)
 			out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 				client, cout := toolProcess(t, []string{fabric}, m, "--provider", "sim", "--perftest-peer", "--accept-unauthenticated",
 					"-n", "20", "-a", "--client", addr)
@@ -171,7 +168,7 @@ func TestPerftestInterop(t *testing.T) {
 	// with --provider mlx5, or on the software HCA of its own process
 	// with MLX5KIT_SIM_LINK_LAYER=ethernet (viaSim), which gives it
 	// Ethernet ports.
-	for _, c := range []struct {
+	for i, c := range []struct {
 		prog                    string
 		kitServer, roce, viaSim bool
 	}{{"ib_write_lat", false, false, false}, {"ib_write_lat", true, false, false}, {"ib_send_lat", false, false, false}, {"ib_send_lat", true, false, false},
@@ -186,11 +183,20 @@ func TestPerftestInterop(t *testing.T) {
 			name += "/sim"
 		}
 		t.Run(name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-			require.NoError(t, ln.Close())
-			fabric := fmt.Sprintf("perftest-interop-%d-%s", os.Getpid(), port)
+			fabric := fmt.Sprintf("perftest-interop-%d-%d", os.Getpid(), i)
+			// The port of the exchange, which perftest takes with -p
+			// at both ends: the kit's server listens on port 0 and
+			// prints the port it got (below); Debian's perftest does
+			// not say which port it bound, so for it a port free a
+			// moment ago, which another process may take before it
+			// listens.
+			var port string
+			if !kitServer {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				port = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+				require.NoError(t, ln.Close())
+			}
 			mode := strings.TrimPrefix(prog, "ib_")
 			cx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -223,12 +229,18 @@ func TestPerftestInterop(t *testing.T) {
 			}
 			srv, cli := perftest(), func() *exec.Cmd { return kit("-p", port, "127.0.0.1") }
 			if kitServer {
-				srv, cli = kit("--server", "127.0.0.1:"+port), func() *exec.Cmd { return perftest("127.0.0.1") }
+				srv, cli = kit("--server", "127.0.0.1:0"), func() *exec.Cmd { return perftest("127.0.0.1") }
 			}
 			var srvOut toolproc.Buffer
 			srv.Stdout, srv.Stderr = &srvOut, &srvOut
 			require.NoError(t, srv.Start())
 			server := toolproc.Watch(srv, &srvOut)
+			if kitServer {
+				// cli reads port when it runs, after this.
+				var err error
+				_, port, err = net.SplitHostPort(server.ListenAddress(t, listenWait))
+				require.NoError(t, err)
+			}
 			// A client is tried again only while the server is not
 			// listening yet; once the server has exited, or a client
 			// failed otherwise, the test fails with both outputs.

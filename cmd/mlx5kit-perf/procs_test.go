@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +35,12 @@ func toolProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *toolpr
 	return toolproc.Start(t, envToolArgs, env, args...)
 }
 
+// listenWait is how long a test waits for its server, started on port 0,
+// to say the address it listens on (toolproc's ListenAddress): a server
+// listens before it opens a device, a process of its own soon after it
+// starts.
+const listenWait = 30 * time.Second
+
 // TestServerClientTwoProcesses runs every mode with the server and the
 // client in two processes on the software HCA, joined in one shared fabric.
 func TestServerClientTwoProcesses(t *testing.T) {
@@ -51,11 +56,8 @@ func TestServerClientTwoProcesses(t *testing.T) {
 	})
 	for _, m := range modeNames {
 		t.Run(m, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			addr := ln.Addr().String()
-			require.NoError(t, ln.Close())
-			server := toolproc.Watch(toolProcess(t, []string{fabric}, m, "-provider", "sim", "-server", addr))
+			server := toolproc.Watch(toolProcess(t, []string{fabric}, m, "-provider", "sim", "-server", "127.0.0.1:0"))
+			addr := server.ListenAddress(t, listenWait)
 			out := server.RetryClient(t, 50, 50*time.Millisecond, toolproc.Refused, func() (string, error) {
 				client, cout := toolProcess(t, []string{fabric}, m, "-provider", "sim", "-client", addr, "-iters", "200", "-size", "8")
 				err := client.Wait()

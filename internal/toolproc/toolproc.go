@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -170,6 +171,50 @@ func (s *Server) Report() string {
 		return fmt.Sprintf("server exited (%s):\n%s", status, s.Output())
 	}
 	return "server still running; its output so far:\n" + s.Output()
+}
+
+// listening matches the line the kit's tools print once their server
+// listens (internal/perftool's Run), a whole line: a line still being
+// written has no newline yet.
+var listening = regexp.MustCompile(`(?m)^listening on (\S+)\r?\n`)
+
+// ListenAddress waits until the server's output has the line "listening
+// on HOST:PORT" that the kit's tools print once their server listens, and
+// returns HOST:PORT: a server started on port 0 (127.0.0.1:0) tells its
+// clients the port it got, where a port found free beforehand may be taken
+// by another process before the server listens on it. t fails at once, with
+// the server's Report, when the server exits before printing the line or
+// timeout passes without it.
+func (s *Server) ListenAddress(t testing.TB, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		// Exited before Output: once the server has exited, all its
+		// output is there, so a line it wrote just before it exited
+		// is still found.
+		exited := s.Exited()
+		if m := listening.FindStringSubmatch(s.Output()); m != nil {
+			if _, _, err := net.SplitHostPort(m[1]); err != nil {
+				t.Fatalf("the server's listening line names no HOST:PORT: %v\n%s", err, s.Report())
+				return ""
+			}
+			return m[1]
+		}
+		if exited {
+			t.Fatalf("the server exited before it listened\n%s", s.Report())
+			return ""
+		}
+		select {
+		case <-s.done:
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("the server did not listen within %v\n%s", timeout, s.Report())
+			return ""
+		}
+	}
 }
 
 // RetryClient runs clients of the server, one at a time, until one

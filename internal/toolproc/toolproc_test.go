@@ -3,6 +3,7 @@ package toolproc
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -14,8 +15,28 @@ import (
 
 const envArgs = "MLX5KIT_TOOLPROC_TEST_ARGS"
 
+// TestToolChild prints its arguments and exits with their number; with
+// the one argument -listen it is a server as the kit's tools are: it
+// listens on a port of loopback's the system chooses, says which, and
+// exits 0 once one client has connected.
 func TestToolChild(t *testing.T) {
 	Child(t, envArgs, func(args []string) int {
+		if len(args) == 1 && args[0] == "-listen" {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				fmt.Println(err)
+				return 1
+			}
+			defer ln.Close()
+			fmt.Printf("listening on %v\n", ln.Addr())
+			conn, err := ln.Accept()
+			if err != nil {
+				fmt.Println(err)
+				return 1
+			}
+			conn.Close()
+			return 0
+		}
 		fmt.Printf("args %q env %s\n", args, os.Getenv("EXTRA"))
 		return len(args)
 	})
@@ -151,4 +172,101 @@ func TestWatch(t *testing.T) {
 	require.Error(t, s.Wait())
 	require.Equal(t, 2, cmd.ProcessState.ExitCode())
 	require.True(t, strings.HasPrefix(s.Report(), "server exited (exit status 2):\nargs [\"-a\" \"b c\"]"), s.Report())
+}
+
+// listenAddress runs s.ListenAddress with timeout in a goroutine of its
+// own and returns the address, or the message it failed with.
+func listenAddress(t *testing.T, s *Server, timeout time.Duration) (addr, fatal string) {
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		addr = s.ListenAddress(f, timeout)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("ListenAddress did not return")
+	}
+	return addr, f.msg
+}
+
+// TestListenAddress: the address of the server's listening line once the
+// line is whole, wherever it is in the output; a server that exits
+// without the line, or does not print it in time, fails the test at once
+// with its report.
+func TestListenAddress(t *testing.T) {
+	var out Buffer
+	fmt.Fprint(&out, "mlx5kit-perf: setting up\nlistening on 127.0.0.1:4321\nserving\n")
+	exit := make(chan struct{})
+	defer close(exit)
+	s := Go(func() error { <-exit; return nil }, &out)
+	addr, fatal := listenAddress(t, s, 10*time.Second)
+	require.Empty(t, fatal)
+	require.Equal(t, "127.0.0.1:4321", addr)
+
+	// The line comes later, in two writes: the first half is no address.
+	var late Buffer
+	wrote := make(chan struct{})
+	s = Go(func() error {
+		fmt.Fprint(&late, "listening on 127.0.0.1:43")
+		time.Sleep(50 * time.Millisecond)
+		fmt.Fprint(&late, "21\n")
+		close(wrote)
+		<-exit
+		return nil
+	}, &late)
+	addr, fatal = listenAddress(t, s, 10*time.Second)
+	require.Empty(t, fatal)
+	require.Equal(t, "127.0.0.1:4321", addr)
+	<-wrote
+
+	// A server that could not listen exits without the line.
+	var failed Buffer
+	s = Go(func() error {
+		fmt.Fprintln(&failed, "mlx5kit-perf: listen tcp 127.0.0.1:1234: bind: address already in use")
+		return errors.New("exit status 1")
+	}, &failed)
+	addr, fatal = listenAddress(t, s, 10*time.Second)
+	require.Empty(t, addr)
+	for _, want := range []string{"the server exited before it listened", "server exited (exit status 1)", "address already in use"} {
+		require.Contains(t, fatal, want)
+	}
+
+	// One that prints something else and keeps running fails at the
+	// timeout, with its output so far.
+	var quiet Buffer
+	fmt.Fprint(&quiet, "not listening on anything yet")
+	s = Go(func() error { <-exit; return nil }, &quiet)
+	start := time.Now()
+	addr, fatal = listenAddress(t, s, 100*time.Millisecond)
+	require.Empty(t, addr)
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	require.Contains(t, fatal, "the server did not listen within 100ms")
+	require.Contains(t, fatal, "server still running; its output so far:\nnot listening on anything yet")
+
+	var bad Buffer
+	fmt.Fprint(&bad, "listening on somewhere\n")
+	s = Go(func() error { <-exit; return nil }, &bad)
+	addr, fatal = listenAddress(t, s, 10*time.Second)
+	require.Empty(t, addr)
+	require.Contains(t, fatal, "the server's listening line names no HOST:PORT")
+}
+
+// TestListenAddressProcess: a server in a process of its own, started on
+// port 0, is reached at the address ListenAddress returns.
+func TestListenAddressProcess(t *testing.T) {
+	if os.Getenv("MLX5KIT_EMULATED") != "" {
+		t.Skip("a test binary for another CPU cannot re-execute itself under qemu-user")
+	}
+	s := Watch(Start(t, envArgs, nil, "-listen"))
+	addr := s.ListenAddress(t, 30*time.Second)
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1", host)
+	require.NotEqual(t, "0", port)
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	require.NoError(t, s.Wait(), s.Report())
 }
