@@ -277,3 +277,30 @@ func ExitStatus(code int) error {
 func Refused(out string) bool {
 	return strings.Contains(out, "connection refused") || strings.Contains(out, "Couldn't connect to ")
 }
+
+// perftestUncalibrated begins the message Debian's perftest prints when it
+// could not measure the CPU's clock rate.
+const perftestUncalibrated = "Correlation coefficient r^2: "
+
+// PerftestReport returns out, the output of one of Debian's perftest
+// programs, without the lines of the message perftest prints when it could
+// not measure the CPU's clock rate, and whether it printed one. perftest
+// fits the time-stamp counter against gettimeofday over a few
+// milliseconds; a process preempted meanwhile (a loaded machine) gets a fit
+// with r² below 0.9, and perftest then divides its cycle counts by a rate
+// of 0: the times in its latency table read inf (or nan), and its
+// bandwidths 0. The message goes to stderr: in output combined with
+// stdout it can fall inside the table.
+func PerftestReport(out string) (report string, uncalibrated bool) {
+	if !strings.Contains(out, perftestUncalibrated) {
+		return out, false
+	}
+	lines := strings.SplitAfter(out, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if !strings.Contains(l, perftestUncalibrated) {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, ""), true
+}

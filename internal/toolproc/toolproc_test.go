@@ -270,3 +270,17 @@ func TestListenAddressProcess(t *testing.T) {
 	require.NoError(t, conn.Close())
 	require.NoError(t, s.Wait(), s.Report())
 }
+
+// TestPerftestReport: the calibration message is taken out of perftest's
+// output wherever it falls, and said; output without it is unchanged.
+func TestPerftestReport(t *testing.T) {
+	table := " #bytes #iterations    t_min[usec]\n 64      200          1.00\n"
+	out, uncalibrated := PerftestReport(table)
+	require.False(t, uncalibrated)
+	require.Equal(t, table, out)
+
+	with := " #bytes #iterations    t_min[usec]\nCorrelation coefficient r^2: 0.42 < 0.9\n 64      200          inf\n"
+	out, uncalibrated = PerftestReport(with)
+	require.True(t, uncalibrated)
+	require.Equal(t, " #bytes #iterations    t_min[usec]\n 64      200          inf\n", out)
+}
