@@ -160,6 +160,9 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		}
 	}
 	var err error
+	if c.port, err = newqp.QueryPort(c.ctx, opts.Port, opts.GID); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	c.cq, err = c.ctx.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: cqDepth, EventChannel: opts.Events})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -290,9 +293,9 @@ func (c *core) gid() ctx.GIDEntry {
 
 // Handshake connects the channel: remote[j] is the endpoint peer j made
 // for this side. Every endpoint is checked (count, transport, ranges, an
-// address: a port's LID or a GID) before anything is connected, so garbage changes nothing and the
-// prepared channel may try again; a failure while connecting (the device
-// refused) closes it.
+// address this side's port can use) before anything is connected, so
+// garbage changes nothing and the prepared channel may try again; a
+// failure while connecting (the device refused) closes it.
 func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, error) {
 	const op = "channel: handshake"
 	if p.used {
@@ -316,11 +319,10 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		if want == endpoint.TransportRC && e.QPN == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent QPN 0: %w", op, j, ErrHandshake)
 		}
-		if e.LID == 0 && e.GID.IsZero() {
-			return nil, fmt.Errorf("%s: peer %d sent neither a LID nor a GID: %w", op, j, ErrHandshake)
-		}
-		if e.LID >= newqp.FirstMulticastLID {
-			return nil, fmt.Errorf("%s: peer %d sent LID %#x, a multicast LID or the permissive one, which names no port: %w", op, j, e.LID, ErrHandshake)
+		if _, err := c.port.PathTo(e, 0); err != nil {
+			// The address the queues connect by, as they will work it
+			// out (rc.QP.Connect, dc.DCI.NewRemote).
+			return nil, fmt.Errorf("%s: peer %d: %w: %w", op, j, ErrHandshake, err)
 		}
 		if want == endpoint.TransportDC && e.DCTNumber == 0 {
 			return nil, fmt.Errorf("%s: peer %d sent no DCT number: %w", op, j, ErrHandshake)

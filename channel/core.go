@@ -13,6 +13,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -98,6 +99,9 @@ type core struct {
 	opts    Options
 	regions []endpoint.RemoteRegion
 	watch   *eventWatch
+	// port is the local port the queues send from: Handshake asks it
+	// whether each peer's endpoint has an address it can use.
+	port newqp.Port
 }
 
 // peerLink returns the link of peer or nil.

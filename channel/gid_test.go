@@ -106,3 +106,35 @@ func TestInfiniBandChannelGID(t *testing.T) {
 	require.Equal(t, ctx.GIDTypeIB, ca.GID().Type)
 	require.NotZero(t, ca.Remote(0).LID)
 }
+
+// TestRoCEHandshakeRefusesEndpointWithoutGID: on RoCE a port is addressed
+// by its GID; an endpoint that gives a LID and no GID is refused with
+// ErrHandshake before anything is connected, as on InfiniBand one with
+// neither, and the prepared channel then connects to the real peer.
+func TestRoCEHandshakeRefusesEndpointWithoutGID(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String(), func(t *testing.T) {
+			f := sim.New(sim.Options{Mode: sim.Engine, LinkLayer: ctx.LinkLayerEthernet, IdleSleep: 20 * time.Microsecond})
+			t.Cleanup(func() { _ = f.Close() })
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			opts := channel.Options{Transport: tr, Timeout: 10 * time.Second}
+			pa, err := channel.New(a.pd, opts)
+			require.NoError(t, err)
+			pb, err := channel.New(b.pd, opts)
+			require.NoError(t, err)
+			bad := pb.Endpoint()
+			bad.LID, bad.GID = 1, ctx.GID{}
+			ch, err := pa.Handshake(bad)
+			if ch != nil {
+				ch.Close()
+			}
+			require.ErrorIs(t, err, channel.ErrHandshake)
+			ca, err := pa.Handshake(pb.Endpoint())
+			require.NoError(t, err, "the refusal spoilt the prepared channel")
+			defer ca.Close()
+			cb, err := pb.Handshake(pa.Endpoint())
+			require.NoError(t, err)
+			defer cb.Close()
+		})
+	}
+}
