@@ -123,6 +123,16 @@ func TestWireSendSmallAgrees(t *testing.T) {
 		sge := op == prm.OpRdmaRead || rng.IntN(8) == 0
 		fm := uint8(rng.IntN(256))
 		inFlight := rng.IntN(2) * rng.IntN(4)
+		// The path: any SL, and now and then a GRH or a GID, with
+		// which a request never goes in one line.
+		path := q.attr.Path
+		q.attr.Path.SL = uint8(rng.IntN(16))
+		switch rng.IntN(16) {
+		case 0:
+			q.attr.Path.GlobalRoute = true
+		case 1:
+			q.attr.Path.DGID[15] = 1
+		}
 		before := post(op, fm, data, sge, inFlight)
 		if rng.IntN(4) == 0 {
 			// A WQE behind it, not sent with it.
@@ -132,6 +142,7 @@ func TestWireSendSmallAgrees(t *testing.T) {
 		var w sendWQE
 		want := f.parseSendSmall(q, &w, before.sendIdx) && !(inFlight > 0 && fm&prm.FlagFenceMask != 0)
 		require.Equal(t, want, both(i, before), "WQE %d (%v, %d bytes, fm %#x, %d in flight): taken", i, op, len(data), fm, inFlight)
+		q.attr.Path = path
 		if want {
 			took++
 		}
