@@ -342,6 +342,10 @@ func TestSharedInboundWorld(t *testing.T) {
 	w.round()
 	_, ok = w.rc.rcq.poll()
 	require.False(t, ok, "a one-line record of another generation was taken")
+	require.True(t, w.publishOneLine(h, 0, &fuzzReader{b: []byte{15, 1, 'l', 'o', 'n', 'g'}}, false))
+	w.round() // a payload longer than the line holds: dropped
+	_, ok = w.rc.rcq.poll()
+	require.False(t, ok, "a one-line record of 15 bytes was taken")
 	require.True(t, w.publishOneLine(h, 0, &fuzzReader{b: []byte{4, 1, 'f', 'o', 'u', 'r'}}, false))
 	w.round()
 	c, ok = w.rc.rcq.poll()
