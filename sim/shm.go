@@ -23,6 +23,9 @@ type shmFabric struct {
 	// hdr is where send builds a record's header; hdrIn is where
 	// drainRing copies the header of a record it takes.
 	hdr, hdrIn wireHdr
+	// smallIn is where drainRing copies a one-line record (wireSmall);
+	// its payload is handed on from there.
+	smallIn wireSmallHdr
 	// first is the slot whose ring drain reads first: the one after
 	// the ring where the last drain stopped at a completion, so that
 	// every sender's messages are taken in turn; stopped says whether
@@ -140,11 +143,17 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 // to wireAlign. ok is false when the peer is absent or its ring has no
 // room (nothing is written).
 func (s *shmFabric) open(slot int, payloadLen int) (p *ringFile, rec []byte, at uint64, ok bool) {
+	return s.openRecord(slot, ringRecHdr+payloadLen)
+}
+
+// openRecord is open for a record of n bytes, its mark included (a
+// one-line record: wireAlign).
+func (s *shmFabric) openRecord(slot int, n int) (p *ringFile, rec []byte, at uint64, ok bool) {
 	if p = s.peer(slot); p == nil {
 		return nil, nil, 0, false
 	}
 	p.announce(s.slot)
-	rec, at, err := p.reserve(s.slot, ringRecHdr+payloadLen)
+	rec, at, err := p.reserve(s.slot, n)
 	if err != nil {
 		if err != errRingFull {
 			s.noSpace++
@@ -271,7 +280,8 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 		pos := head & (ringDataSize - 1)
 		rh := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
 		n, kind := uint64(rh.Len), rh.Kind
-		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize || kind != wirePad && n < uint64(ringRecHdr) {
+		if n < wireAlign || n%wireAlign != 0 || pos+n > ringDataSize ||
+			kind != wirePad && kind != wireSmall && n < uint64(ringRecHdr) || kind == wireSmall && n != wireAlign {
 			// A record no producer of this version writes: drop what
 			// is in the ring rather than read past it, and at least
 			// the record's first line, so that it is not found again.
@@ -286,7 +296,24 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 		// checked against it: the sender can still write there, and a
 		// field read twice could pass a check and then name another
 		// address, length or kind.
-		if kind != wirePad {
+		if kind == wireSmall {
+			// A one-line record: copied out whole, checked as a
+			// wireHdr is, and handed on as the wireHdr it stands for.
+			c := &s.smallIn
+			*c = *(*wireSmallHdr)(unsafe.Pointer(rh))
+			src := s.producerGen(from)
+			if c.SrcGen == uint32(src) && c.DstGen == uint32(s.gen) && c.SrcQPN/shmSlotQPNs == uint32(from)+1 && c.NSL&15 <= wireSmallMax {
+				h := &s.hdrIn
+				c.expand(h, src, s.gen)
+				cqes := f.stats.CQEs
+				f.wireIn(from, h, c.Data[:h.Seg])
+				if f.stats.CQEs != cqes && !run {
+					head += n
+					stopped = true
+					break
+				}
+			}
+		} else if kind != wirePad {
 			h := &s.hdrIn
 			*h = *rh
 			h.Len, h.Kind = uint32(n), kind

@@ -124,15 +124,24 @@ func joinMembers(t *testing.T, n int) []*shmFabric {
 }
 
 // walkRing calls fn for each record of the process in slot from waiting
-// in ring file rf (pads included), with its payload.
+// in ring file rf (pads included), with its payload; a one-line record as
+// the wireHdr it expands to (its generations the low 32 bits it carries).
 func walkRing(rf *ringFile, from int, fn func(h *wireHdr, payload []byte)) {
 	tail, head := atomic.LoadUint64(rf.tail(from)), atomic.LoadUint64(rf.head(from))
 	data := rf.data(from)
 	for head != tail {
 		pos := head & (ringDataSize - 1)
 		h := (*wireHdr)(unsafe.Pointer(&data[pos+ringMarkSize]))
-		fn(h, data[pos+uint64(ringRecHdr):pos+uint64(h.Len)])
-		head += uint64(h.Len)
+		n := uint64(h.Len)
+		if h.Kind == wireSmall {
+			c := *(*wireSmallHdr)(unsafe.Pointer(h))
+			var x wireHdr
+			c.expand(&x, uint64(c.SrcGen), uint64(c.DstGen))
+			fn(&x, c.Data[:x.Seg])
+		} else {
+			fn(h, data[pos+uint64(ringRecHdr):pos+n])
+		}
+		head += n
 	}
 }
 

@@ -237,6 +237,35 @@ func (w *inboundWorld) publish(h wireHdr, n int, r *fuzzReader, malformed bool) 
 	return true
 }
 
+// publishOneLine writes h as the hostile's next record in the one-line
+// form (wireSmallHdr), its kind and length those of a one-line record, its
+// payload length and SL from r (any four bits each), with its own
+// generations unless r says otherwise; with malformed, the length field is
+// what the input says. n is unused (the payload is the line's 4 bytes). It
+// reports false when the ring has no room.
+func (w *inboundWorld) publishOneLine(h wireHdr, _ int, r *fuzzReader, malformed bool) bool {
+	rec, at, err := w.ring.reserve(w.hostile.slot, wireAlign)
+	if err != nil {
+		return false
+	}
+	c := wireSmallHdr{Len: wireAlign, Kind: wireSmall, Op: h.Op, FM: h.FM, NSL: r.u8(),
+		SrcGen: uint32(w.hostile.gen), DstGen: uint32(w.ring.gen),
+		DstQPN: h.DstQPN, SrcQPN: h.SrcQPN, PSN: h.PSN, Imm: h.Imm, RAddr: h.RAddr, RKey: h.RKey,
+		DLID: h.DLID, SrcLID: h.SrcLID, Epoch: h.Epoch}
+	if malformed {
+		c.Len = r.u32()
+	}
+	if r.u8()&7 == 0 {
+		c.SrcGen, c.DstGen = r.u32(), r.u32()
+	}
+	for i := range c.Data {
+		c.Data[i] = r.u8()
+	}
+	*(*wireSmallHdr)(unsafe.Pointer(&rec[ringMarkSize])) = c
+	w.ring.commit(w.hostile.slot, at, len(rec))
+	return true
+}
+
 // FuzzSharedInbound: a member of a shared fabric writes arbitrary records
 // in the ring it has in another process's inbound file, with the fields
 // that pass the checks (QPNs, PSNs, keys, the region's address) mixed in,
@@ -256,13 +285,20 @@ func FuzzSharedInbound(f *testing.F) {
 	f.Add(seed(1<<2, byte(prm.OpRdmaWrite), 0, 0))
 	f.Add(seed(2|2<<2, byte(prm.OpSend), 0, 0))
 	f.Add(seed(0xffffffffffffffff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	// The first two as one-line records.
+	f.Add(append([]byte{0x40}, seed(0, byte(prm.OpSend), 0, 0)...))
+	f.Add(append([]byte{0x40}, seed(0, byte(prm.OpRdmaWrite), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x0f, 0x40, 0)...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		w := newInboundWorld(t)
 		r := &fuzzReader{b: in}
 		for i := 0; i < 8 && len(r.b) > 0; i++ {
 			flags := r.u8()
 			h, n := w.record(r)
-			if !w.publish(h, n, r, flags&0x80 != 0) {
+			publish := w.publish
+			if flags&0x40 != 0 {
+				publish = w.publishOneLine
+			}
+			if !publish(h, n, r, flags&0x80 != 0) {
 				break
 			}
 			for j := 0; j < int(flags&3)+1; j++ {
@@ -296,6 +332,26 @@ func TestSharedInboundWorld(t *testing.T) {
 	require.Equal(t, uint32(16), c.byteCnt)
 	page := w.buf.Bytes()[4096:8192]
 	require.Equal(t, "sixteen bytes...", string(page[:16]))
+
+	// The next SEND as a one-line record (wireSmallHdr): delivered the
+	// same way; before it, one whose generations are no process's is
+	// dropped (its payload length 4, its generations read as 0).
+	h, _ = w.record(&fuzzReader{b: make([]byte, 8)})
+	h.Op, h.PSN = uint8(prm.OpSend), (w.psnRC+1)&ctx.MaxPSN
+	require.True(t, w.publishOneLine(h, 0, &fuzzReader{b: []byte{4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'o', 'l', 'd', '!'}}, false))
+	w.round()
+	_, ok = w.rc.rcq.poll()
+	require.False(t, ok, "a one-line record of another generation was taken")
+	require.True(t, w.publishOneLine(h, 0, &fuzzReader{b: []byte{15, 1, 'l', 'o', 'n', 'g'}}, false))
+	w.round() // a payload longer than the line holds: dropped
+	_, ok = w.rc.rcq.poll()
+	require.False(t, ok, "a one-line record of 15 bytes was taken")
+	require.True(t, w.publishOneLine(h, 0, &fuzzReader{b: []byte{4, 1, 'f', 'o', 'u', 'r'}}, false))
+	w.round()
+	c, ok = w.rc.rcq.poll()
+	require.True(t, ok, "no receive CQE for the one-line SEND")
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, uint32(4), c.byteCnt)
 
 	h, _ = w.record(&fuzzReader{b: binary.LittleEndian.AppendUint64(nil, 1<<2)}) // the DCT
 	h.Op, h.Total, h.Seg, h.Off, h.Flags, h.Epoch = uint8(prm.OpRdmaWrite), 8, 8, 0, wireFirst, 1

@@ -280,7 +280,8 @@ func TestSharedHostileNAKSyndrome(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "no request came")
 				time.Sleep(time.Millisecond)
 			}
-			req := *(*wireHdr)(unsafe.Pointer(&in.data(vs)[ringMarkSize]))
+			var req wireHdr
+			walkRing(in, vs, func(h *wireHdr, _ []byte) { req = *h })
 			require.True(t, hostile.send(vs, 0, func(h *wireHdr, _ []byte) {
 				h.Kind, h.Op, h.Status, h.Synd = wireResponse, req.Op, wireNAK, uint8(synd)
 				h.DstQPN, h.SrcQPN, h.PSN = req.SrcQPN, hq, req.PSN

@@ -43,8 +43,9 @@ const (
 	// a record opens with its mark (shm_ring.go), published without a
 	// fence, and the senders word replaces the wake word's bump per
 	// record. Version 6: a slot records its process's number of HCAs
-	// (slotDevices).
-	shmVersion = 6
+	// (slotDevices). Version 7: one-line records of small requests
+	// (wireSmall).
+	shmVersion = 7
 	// shmMagic opens the registry file.
 	shmMagic = 0x4d4c58354b534631 // "MLX5KSF1"
 	// shmMaxSlots is the number of processes a fabric holds at once.

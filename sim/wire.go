@@ -83,6 +83,66 @@ type wireHdr struct {
 
 const wireHdrSize = int(unsafe.Sizeof(wireHdr{}))
 
+// wireSmallHdr is a whole record but its mark, in the rest of one line: a
+// small request of an RC QP on a shared fabric (wireSendSmall), whose
+// wireHdr would reach into a second line. The consumer finds all of it in
+// the line it polls, so that one transfer carries the request. It is taken
+// for a SEND, SEND_IMM, RDMA_WRITE or RDMA_WRITE_IMM of at most
+// wireSmallMax bytes of inline data, on an InfiniBand path without a GRH
+// (oneLine), and expands to the wireHdr the general record would carry
+// (expand): Len and Kind keep their places, so that a consumer reads a
+// record's length and kind the same way for every kind.
+type wireSmallHdr struct {
+	Len  uint32 // wireAlign
+	Kind uint8  // wireSmall
+	Op   uint8
+	FM   uint8
+	// NSL holds the payload's length (bits 0..3) and the path's SL
+	// (bits 4..7).
+	NSL uint8
+	// The low 32 bits of the sender's and the consumer's generations
+	// (wireHdr's SrcGen and DstGen): a record a process of an earlier
+	// generation left in a ring is refused as drainRing refuses a
+	// wireHdr's.
+	SrcGen, DstGen uint32
+	DstQPN, SrcQPN uint32
+	PSN, Imm       uint32
+	RAddr          uint64
+	RKey           uint32
+	DLID, SrcLID   uint16
+	Epoch          uint32
+	Data           [wireSmallMax]byte
+}
+
+// wireSmallMax is the most payload a one-line record carries.
+const wireSmallMax = 4
+
+// A one-line record fills the line after its mark exactly.
+var (
+	_ [unsafe.Sizeof(wireSmallHdr{}) - (wireAlign - ringMarkSize)]struct{}
+	_ [(wireAlign - ringMarkSize) - unsafe.Sizeof(wireSmallHdr{})]struct{}
+)
+
+// oneLine reports whether q's small requests go as one-line records: an
+// InfiniBand path without a GRH (wirePathHdr then sets no GID, a GRH flag
+// of 0 and the L3 of a GRH), and an SL of four bits.
+func (q *qp) oneLine() bool {
+	p := &q.attr.Path
+	return q.dev.h.link != ctx.LinkLayerEthernet && !p.GlobalRoute && p.DGID == (ctx.GID{}) && p.SL < 16
+}
+
+// expand sets h to the wireHdr the general path sends for the request c
+// carries: srcGen and dstGen are the generations whose low bits c's match.
+func (c *wireSmallHdr) expand(h *wireHdr, srcGen, dstGen uint64) {
+	n := uint32(c.NSL & 15)
+	*h = wireHdr{Len: wireAlign, Kind: wireRequest, Op: c.Op, FM: c.FM,
+		SrcGen: srcGen, DstGen: dstGen,
+		DstQPN: c.DstQPN, SrcQPN: c.SrcQPN, PSN: c.PSN, Imm: c.Imm,
+		RAddr: c.RAddr, RKey: c.RKey, Total: n, Seg: n,
+		DLID: c.DLID, SL: c.NSL >> 4, L3: prm.CQERoCEL3GRH,
+		SrcLID: c.SrcLID, Epoch: c.Epoch}
+}
+
 // An atomic request carries its operands as its payload, not in the
 // header: four words, swap (or add), compare, and their masks
 // (little-endian). The header stays short enough that a small request or
@@ -683,7 +743,24 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 	}
 	psn := ws.next
 	s := f.shm
-	if p, rec, pos, ok := s.open(slot, int(m.n)); ok {
+	if m.n <= wireSmallMax && q.oneLine() {
+		// One line: the fields the wireHdr below would carry, and the
+		// payload, written straight into the ring (the line is this
+		// record's alone until its mark is published).
+		if p, rec, pos, ok := s.openRecord(slot, wireAlign); ok {
+			c := (*wireSmallHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+			pa := &q.attr.Path
+			c.Len, c.Kind, c.Op, c.FM, c.NSL = wireAlign, wireSmall, uint8(m.op), m.fm, uint8(m.n)|pa.SL<<4
+			c.SrcGen, c.DstGen = uint32(s.gen), uint32(p.gen)
+			c.DstQPN, c.SrcQPN, c.PSN, c.Imm = q.attr.RemoteQPN, q.qpn, psn, m.imm
+			c.RAddr, c.RKey = m.raddr, m.rkey
+			c.DLID, c.SrcLID, c.Epoch = pa.DLID, q.dev.h.lid, ws.epoch
+			m.ring.copyOut(c.Data[:m.n], m.dataOff)
+			p.commit(s.slot, pos, wireAlign)
+		} else if f.wirePeerAlive(slot) {
+			return false, wireStopRing
+		}
+	} else if p, rec, pos, ok := s.open(slot, int(m.n)); ok {
 		h := &s.hdr
 		*h = wireHdr{Kind: wireRequest, Op: uint8(m.op), FM: m.fm,
 			DstQPN: q.attr.RemoteQPN, SrcQPN: q.qpn, PSN: psn, Imm: m.imm, Epoch: ws.epoch,

@@ -65,6 +65,7 @@ func TestWireSendSmallAgrees(t *testing.T) {
 		w.sendIdx, w.sendOff = at, 0
 		return w
 	}
+	oneLine := 0 // one-line records compared
 	// both sends the WQE from state before with each path and requires
 	// the same outcome.
 	both := func(i int, before wireQP) (taken bool) {
@@ -83,7 +84,21 @@ func TestWireSendSmallAgrees(t *testing.T) {
 		general, generalState := lastRecord(t, p, from, tail), q.wire
 		require.Equal(t, sent2, sent, "WQE %d: sent", i)
 		require.Equal(t, stop2, stop, "WQE %d: what stops the next", i)
-		require.Equal(t, general, small, "WQE %d: the records differ", i)
+		if len(small) > 4 && small[4] == wireSmall {
+			// A one-line record: what the consumer takes from it,
+			// the header it expands to and the payload, is the
+			// general record's.
+			require.True(t, q.oneLine())
+			oneLine++
+			gh, gp := recordView(t, general, f.shm.gen, p.gen)
+			sh, sp := recordView(t, small, f.shm.gen, p.gen)
+			require.Equal(t, gh, sh, "WQE %d: the one-line record's header differs", i)
+			require.Equal(t, gp, sp, "WQE %d: the one-line record's payload differs", i)
+		} else {
+			require.False(t, sent && len(small) > 0 && small[4] == wireRequest && before.sendOff == 0 &&
+				int(smallHdrOf(small).Seg) <= wireSmallMax && q.oneLine(), "WQE %d: a small request in two lines", i)
+			require.Equal(t, general, small, "WQE %d: the records differ", i)
+		}
 		if before.segN == 0 && sent {
 			// The ACK timer starts: a clock reading.
 			require.NotEqual(t, before.deadline, smallState.deadline)
@@ -99,12 +114,25 @@ func TestWireSendSmallAgrees(t *testing.T) {
 	for i := 0; i < 3000; i++ {
 		op := ops[rng.IntN(len(ops))]
 		data := make([]byte, 1+rng.IntN(200))
+		if rng.IntN(4) == 0 {
+			data = make([]byte, 1+rng.IntN(wireSmallMax+2)) // one line, and just over
+		}
 		for j := range data {
 			data[j] = byte(rng.Uint32())
 		}
 		sge := op == prm.OpRdmaRead || rng.IntN(8) == 0
 		fm := uint8(rng.IntN(256))
 		inFlight := rng.IntN(2) * rng.IntN(4)
+		// The path: any SL, and now and then a GRH or a GID, with
+		// which a request never goes in one line.
+		path := q.attr.Path
+		q.attr.Path.SL = uint8(rng.IntN(16))
+		switch rng.IntN(16) {
+		case 0:
+			q.attr.Path.GlobalRoute = true
+		case 1:
+			q.attr.Path.DGID[15] = 1
+		}
 		before := post(op, fm, data, sge, inFlight)
 		if rng.IntN(4) == 0 {
 			// A WQE behind it, not sent with it.
@@ -114,12 +142,14 @@ func TestWireSendSmallAgrees(t *testing.T) {
 		var w sendWQE
 		want := f.parseSendSmall(q, &w, before.sendIdx) && !(inFlight > 0 && fm&prm.FlagFenceMask != 0)
 		require.Equal(t, want, both(i, before), "WQE %d (%v, %d bytes, fm %#x, %d in flight): taken", i, op, len(data), fm, inFlight)
+		q.attr.Path = path
 		if want {
 			took++
 		}
 	}
-	t.Logf("%d of 3000 WQEs taken", took)
+	t.Logf("%d of 3000 WQEs taken, %d as one-line records", took, oneLine)
 	require.Greater(t, took, 600, "small WQEs taken by wireSendSmall")
+	require.Greater(t, oneLine, 100, "one-line records")
 
 	// The peer's ring full: neither path writes, both stop.
 	before := post(prm.OpRdmaWriteImm, 0, []byte("full"), false, 0)
@@ -164,6 +194,33 @@ func TestWireSendSmallAgrees(t *testing.T) {
 	require.Equal(t, 1, smallState.segN)
 	smallState.deadline, q.wire.deadline = 0, 0
 	require.Equal(t, q.wire, smallState)
+}
+
+// smallHdrOf returns the wireHdr at the front of rec (lastRecord's bytes
+// of a record that is not one line).
+func smallHdrOf(rec []byte) wireHdr {
+	return *(*wireHdr)(unsafe.Pointer(&rec[0]))
+}
+
+// recordView returns what a consumer takes from a request's record (rec,
+// lastRecord's bytes): its header, Len aside, and its payload; a one-line
+// record's as expanded, whose generations must be the low bits of
+// srcGen and dstGen.
+func recordView(t *testing.T, rec []byte, srcGen, dstGen uint64) (wireHdr, []byte) {
+	t.Helper()
+	if rec[4] == wireSmall {
+		require.Len(t, rec, wireAlign-ringMarkSize)
+		c := *(*wireSmallHdr)(unsafe.Pointer(&rec[0]))
+		require.Equal(t, uint32(srcGen), c.SrcGen)
+		require.Equal(t, uint32(dstGen), c.DstGen)
+		var h wireHdr
+		c.expand(&h, srcGen, dstGen)
+		h.Len = 0
+		return h, append([]byte(nil), c.Data[:h.Seg]...)
+	}
+	h := smallHdrOf(rec)
+	h.Len = 0
+	return h, append([]byte(nil), rec[wireHdrSize:wireHdrSize+int(h.Seg)]...)
 }
 
 // lastRecord returns the bytes, mark aside, of the last record written in

@@ -29,6 +29,10 @@ const udWaitLimit = time.Second
 // wireUD is the kind of a UD datagram message.
 const wireUD = 3
 
+// wireSmall is the kind of a one-line record (wireSmallHdr): a small RC
+// request on a shared fabric.
+const wireSmall = 4
+
 // wireSendUD sends UD packet p to QP dst of the process in slot, with the
 // faults of InjectUDFaults: a reordered datagram is held back and sent
 // after the next one to the same QP (or when the engine is otherwise
