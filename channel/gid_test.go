@@ -124,17 +124,7 @@ func TestRoCEHandshakeRefusesEndpointWithoutGID(t *testing.T) {
 			require.NoError(t, err)
 			bad := pb.Endpoint()
 			bad.LID, bad.GID = 1, ctx.GID{}
-			ch, err := pa.Handshake(bad)
-			if ch != nil {
-				ch.Close()
-			}
-			require.ErrorIs(t, err, channel.ErrHandshake)
-			ca, err := pa.Handshake(pb.Endpoint())
-			require.NoError(t, err, "the refusal spoilt the prepared channel")
-			defer ca.Close()
-			cb, err := pb.Handshake(pa.Endpoint())
-			require.NoError(t, err)
-			defer cb.Close()
+			requireRefusedThenConnects(t, pa, pb, bad)
 		})
 	}
 }

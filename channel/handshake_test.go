@@ -239,17 +239,7 @@ func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
 			require.NoError(t, err)
 			pb, err := channel.New(b.pd, channel.Options{Transport: tr, Timeout: 10 * time.Second})
 			require.NoError(t, err)
-			ch, err := pa.Handshake(pa.Endpoint())
-			if ch != nil {
-				ch.Close()
-			}
-			require.ErrorIs(t, err, channel.ErrHandshake)
-			ca, err := pa.Handshake(pb.Endpoint())
-			require.NoError(t, err, "the refusal spoilt the prepared channel")
-			defer ca.Close()
-			cb, err := pb.Handshake(pa.Endpoint())
-			require.NoError(t, err)
-			defer cb.Close()
+			requireRefusedThenConnects(t, pa, pb, pa.Endpoint())
 
 			ma, err := channel.NewMulti(a.pd, 2, channel.Options{Transport: tr, Timeout: 10 * time.Second})
 			require.NoError(t, err)
@@ -264,4 +254,23 @@ func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
 			require.ErrorIs(t, err, channel.ErrHandshake, "peer 0 named this side's endpoint for peer 1")
 		})
 	}
+}
+
+// requireRefusedThenConnects requires pa's handshake with the endpoint bad
+// to be refused with ErrHandshake, and pa and pb to connect after it: the
+// refusal left the prepared channel as it was. The channels close when
+// the test ends.
+func requireRefusedThenConnects(t *testing.T, pa, pb *channel.Prepared, bad endpoint.Endpoint) {
+	t.Helper()
+	ch, err := pa.Handshake(bad)
+	if ch != nil {
+		ch.Close()
+	}
+	require.ErrorIs(t, err, channel.ErrHandshake)
+	ca, err := pa.Handshake(pb.Endpoint())
+	require.NoError(t, err, "the refusal spoilt the prepared channel")
+	t.Cleanup(func() { ca.Close() })
+	cb, err := pb.Handshake(pa.Endpoint())
+	require.NoError(t, err)
+	t.Cleanup(func() { cb.Close() })
 }

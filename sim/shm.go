@@ -125,7 +125,7 @@ func (s *shmFabric) peer(slot int) *ringFile {
 // false when the peer is absent or its ring is full (the message is lost,
 // as a packet would be).
 func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload []byte)) bool {
-	p, rec, at, ok := s.open(slot, payloadLen)
+	p, rec, at, ok := s.open(slot, ringRecHdr+payloadLen)
 	if !ok {
 		return false
 	}
@@ -136,19 +136,15 @@ func (s *shmFabric) send(slot int, payloadLen int, fill func(h *wireHdr, payload
 	return true
 }
 
-// open places a record for a message with a payload of payloadLen bytes in
-// the ring of the process in slot, as send does, for a caller that then
-// sets s.hdr, copies the payload into the record after ringRecHdr and
-// calls publish. The record is the whole of its place in the ring, padded
-// to wireAlign. ok is false when the peer is absent or its ring has no
-// room (nothing is written).
-func (s *shmFabric) open(slot int, payloadLen int) (p *ringFile, rec []byte, at uint64, ok bool) {
-	return s.openRecord(slot, ringRecHdr+payloadLen)
-}
-
-// openRecord is open for a record of n bytes, its mark included (a
-// one-line record: wireAlign).
-func (s *shmFabric) openRecord(slot int, n int) (p *ringFile, rec []byte, at uint64, ok bool) {
+// open places a record of n bytes, its mark included, in the ring of the
+// process in slot, as send does, for a caller that then writes it and
+// publishes it: a message's record (n is ringRecHdr and the payload; the
+// caller sets s.hdr, copies the payload after ringRecHdr and calls
+// publish), or a one-line record (n is wireAlign; the caller writes its
+// wireSmallHdr and commits it). The record is the whole of its place in
+// the ring, padded to wireAlign. ok is false when the peer is absent or
+// its ring has no room (nothing is written).
+func (s *shmFabric) open(slot int, n int) (p *ringFile, rec []byte, at uint64, ok bool) {
 	if p = s.peer(slot); p == nil {
 		return nil, nil, 0, false
 	}

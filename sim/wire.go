@@ -117,10 +117,16 @@ type wireSmallHdr struct {
 // wireSmallMax is the most payload a one-line record carries.
 const wireSmallMax = 4
 
-// A one-line record fills the line after its mark exactly.
+// A one-line record fills the line after its mark exactly, and its Len
+// and Kind lie where a wireHdr's do (drainRing reads them through a
+// wireHdr before it knows the kind).
 var (
 	_ [unsafe.Sizeof(wireSmallHdr{}) - (wireAlign - ringMarkSize)]struct{}
 	_ [(wireAlign - ringMarkSize) - unsafe.Sizeof(wireSmallHdr{})]struct{}
+	_ [unsafe.Offsetof(wireSmallHdr{}.Kind) - unsafe.Offsetof(wireHdr{}.Kind)]struct{}
+	_ [unsafe.Offsetof(wireHdr{}.Kind) - unsafe.Offsetof(wireSmallHdr{}.Kind)]struct{}
+	_ [unsafe.Offsetof(wireSmallHdr{}.Len) - unsafe.Offsetof(wireHdr{}.Len)]struct{}
+	_ [unsafe.Offsetof(wireHdr{}.Len) - unsafe.Offsetof(wireSmallHdr{}.Len)]struct{}
 )
 
 // oneLine reports whether q's small requests go as one-line records: an
@@ -747,7 +753,7 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 		// One line: the fields the wireHdr below would carry, and the
 		// payload, written straight into the ring (the line is this
 		// record's alone until its mark is published).
-		if p, rec, pos, ok := s.openRecord(slot, wireAlign); ok {
+		if p, rec, pos, ok := s.open(slot, wireAlign); ok {
 			c := (*wireSmallHdr)(unsafe.Pointer(&rec[ringMarkSize]))
 			pa := &q.attr.Path
 			c.Len, c.Kind, c.Op, c.FM, c.NSL = wireAlign, wireSmall, uint8(m.op), m.fm, uint8(m.n)|pa.SL<<4
@@ -760,7 +766,7 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 		} else if f.wirePeerAlive(slot) {
 			return false, wireStopRing
 		}
-	} else if p, rec, pos, ok := s.open(slot, int(m.n)); ok {
+	} else if p, rec, pos, ok := s.open(slot, ringRecHdr+int(m.n)); ok {
 		h := &s.hdr
 		*h = wireHdr{Kind: wireRequest, Op: uint8(m.op), FM: m.fm,
 			DstQPN: q.attr.RemoteQPN, SrcQPN: q.qpn, PSN: psn, Imm: m.imm, Epoch: ws.epoch,

@@ -131,11 +131,7 @@ func TestRetryClientServerExited(t *testing.T) {
 // could not connect is retried until one succeeds or the tries run out,
 // and one that failed otherwise ends the retries at once.
 func TestRetryClientServerRunning(t *testing.T) {
-	var out Buffer
-	fmt.Fprint(&out, "listening on 127.0.0.1:1234\n")
-	exit := make(chan struct{})
-	defer close(exit)
-	s := Go(func() error { <-exit; return nil }, &out)
+	s := serving(t, "listening on 127.0.0.1:1234\n")
 	refused := func(o string) bool { return strings.Contains(o, "Couldn't connect") }
 
 	got, fatal, clients := retry(t, s, 10, refused, func(n int) (string, error) {
@@ -196,18 +192,15 @@ func listenAddress(t *testing.T, s *Server, timeout time.Duration) (addr, fatal 
 // without the line, or does not print it in time, fails the test at once
 // with its report.
 func TestListenAddress(t *testing.T) {
-	var out Buffer
-	fmt.Fprint(&out, "mlx5kit-perf: setting up\nlistening on 127.0.0.1:4321\nserving\n")
-	exit := make(chan struct{})
-	defer close(exit)
-	s := Go(func() error { <-exit; return nil }, &out)
+	s := serving(t, "mlx5kit-perf: setting up\nlistening on 127.0.0.1:4321\nserving\n")
 	addr, fatal := listenAddress(t, s, 10*time.Second)
 	require.Empty(t, fatal)
 	require.Equal(t, "127.0.0.1:4321", addr)
 
 	// The line comes later, in two writes: the first half is no address.
 	var late Buffer
-	wrote := make(chan struct{})
+	wrote, exit := make(chan struct{}), make(chan struct{})
+	defer close(exit)
 	s = Go(func() error {
 		fmt.Fprint(&late, "listening on 127.0.0.1:43")
 		time.Sleep(50 * time.Millisecond)
@@ -235,9 +228,7 @@ func TestListenAddress(t *testing.T) {
 
 	// One that prints something else and keeps running fails at the
 	// timeout, with its output so far.
-	var quiet Buffer
-	fmt.Fprint(&quiet, "not listening on anything yet")
-	s = Go(func() error { <-exit; return nil }, &quiet)
+	s = serving(t, "not listening on anything yet")
 	start := time.Now()
 	addr, fatal = listenAddress(t, s, 100*time.Millisecond)
 	require.Empty(t, addr)
@@ -283,4 +274,14 @@ func TestPerftestReport(t *testing.T) {
 	out, uncalibrated = PerftestReport(with)
 	require.True(t, uncalibrated)
 	require.Equal(t, " #bytes #iterations    t_min[usec]\n 64      200          inf\n", out)
+}
+
+// serving returns a server that has printed text and runs until the test
+// ends.
+func serving(t *testing.T, text string) *Server {
+	var out Buffer
+	fmt.Fprint(&out, text)
+	exit := make(chan struct{})
+	t.Cleanup(func() { close(exit) })
+	return Go(func() error { <-exit; return nil }, &out)
 }
