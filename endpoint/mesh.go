@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mlx5kit/mlx5kit/internal/admit"
 )
 
 // MaxPeers is the most peers one mesh connects. It bounds what an
@@ -71,9 +73,12 @@ const (
 )
 
 // meshMaxGreeting bounds the connections a mesh listener greets at once
-// (each within its hello timeout): a flood of connections that say
-// nothing waits in the listen backlog rather than take a goroutine and a
-// descriptor each.
+// (each within its hello timeout), so that a flood of connections that
+// say nothing does not take a goroutine and a descriptor each. Past it,
+// the one that has waited longest without authenticating is closed to
+// make room for the next (admit.Gate): a rank that authenticates before
+// meshMaxGreeting newer connections arrive joins however many silent ones
+// came before it.
 const meshMaxGreeting = 32
 
 // Accept retry pacing after a temporary error (out of file descriptors),
@@ -328,22 +333,17 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	// it has run.
 	defer func() { stopClose(); _ = l.listener.Close() }()
 
-	// A token for each connection being greeted: past meshMaxGreeting the
-	// next is accepted when a greeting ends.
-	greeting := make(chan struct{}, meshMaxGreeting)
+	// At most meshMaxGreeting connections are greeted at once: past it the
+	// one that has waited longest without authenticating is closed to make
+	// room for the next.
+	gate := admit.New(meshMaxGreeting)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var delay time.Duration
 		for {
-			select {
-			case greeting <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
 			conn, err := l.listener.Accept()
 			if err != nil {
-				<-greeting
 				if ctx.Err() != nil {
 					return
 				}
@@ -365,11 +365,16 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 				continue
 			}
 			delay = 0
+			ticket, ok := gate.Admit(conn, ctx.Done())
+			if !ok {
+				_ = conn.Close()
+				return
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				m := l.greet(ctx, conn)
-				<-greeting
+				m := l.greet(ctx, conn, ticket)
+				ticket.Done()
 				select {
 				case arrivals <- m:
 				case <-ctx.Done():
@@ -485,7 +490,7 @@ func peerFault(err error) bool {
 // timeout. Anything wrong is answered with the generic refusal and the
 // connection closed; the returned member then carries err, the reason,
 // which stays here.
-func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
+func (l *MeshListener) greet(ctx context.Context, conn net.Conn, t *admit.Ticket) *member {
 	w, err := watchUntil(ctx, conn, time.Now().Add(l.opts.helloTimeout()))
 	if err != nil {
 		_ = conn.Close()
@@ -498,7 +503,7 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
 		} else {
 			_ = conn.Close()
 		}
-		return &member{err: fmt.Errorf("from %v: %w", conn.RemoteAddr(), err)}
+		return &member{err: fmt.Errorf("from %v: %w", conn.RemoteAddr(), t.Explain(err))}
 	}
 	if !l.opts.keyed() && !confined(conn) {
 		return reject(fmt.Errorf("a connection from another host to a mesh without a key: %w", ErrKeyRequired))
@@ -507,6 +512,7 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn) *member {
 	if err != nil {
 		return reject(ioError(ctx, "authenticate", err))
 	}
+	t.Authenticated()
 	if s.peers != uint32(l.peers) {
 		return reject(fmt.Errorf("rank %d claims a mesh of %d peers, this one has %d: %w", s.rank, s.peers, l.peers, errRange))
 	}

@@ -545,8 +545,9 @@ func TestMeshListenerAcceptFails(t *testing.T) {
 }
 
 // TestMeshGreetsABoundedNumber: a flood of connections that say nothing is
-// greeted meshMaxGreeting at a time, and the ranks that dial once it is
-// gone join.
+// greeted meshMaxGreeting at a time, the oldest closed as newer ones
+// arrive, and the ranks that dial while they are all still open join at
+// once, not after their hello timeouts.
 func TestMeshGreetsABoundedNumber(t *testing.T) {
 	noLeak(t)
 	const n = 2
@@ -567,16 +568,32 @@ func TestMeshGreetsABoundedNumber(t *testing.T) {
 		require.NoError(t, err)
 		silent = append(silent, c)
 	}
-	time.Sleep(300 * time.Millisecond)
+	defer func() {
+		for _, c := range silent {
+			_ = c.Close()
+		}
+	}()
+	// All but the last meshMaxGreeting are closed for newer ones.
+	dropped := func() (k int) {
+		for _, c := range silent {
+			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := io.Copy(io.Discard, c); err == nil {
+				k++ // EOF
+			}
+		}
+		return k
+	}
+	require.Eventually(t, func() bool { return dropped() == 2*meshMaxGreeting }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, 2*meshMaxGreeting, dropped(), "silent connections closed")
 	// The exchange, its accept loop and one goroutine per greeting (and
 	// a watcher each at most).
 	require.LessOrEqual(t, runtime.NumGoroutine()-before, 2+2*meshMaxGreeting, "goroutines for %d silent connections", len(silent))
-	for _, c := range silent {
-		_ = c.Close()
-	}
+	start := time.Now()
 	remote, errs, wg := runDialers(ctx, addr, local)
 	wg.Wait()
 	<-done
+	require.Less(t, time.Since(start), defaultHelloTimeout/2, "the silent connections held the listener")
 	remote[0], errs[0] = remote0, err0
 	for i, err := range errs {
 		require.NoError(t, err, "rank %d", i)

@@ -3,6 +3,7 @@ package sim
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/admit"
 )
 
 // fdConnPair returns an fdConn for the accepted end of a loopback TCP
@@ -129,8 +131,9 @@ func TestLinkCloseNotHeldBySilentPeer(t *testing.T) {
 }
 
 // TestLinkGreetsABoundedNumber: a flood of connections that say nothing
-// is greeted tcpMaxGreeting at a time (the rest wait in the listen
-// backlog), and a Fabric that connects once they are gone links.
+// is greeted tcpMaxGreeting at a time, the oldest closed as newer ones
+// arrive, and a Fabric that connects while they are all still open links
+// at once, not after their handshakes time out.
 func TestLinkGreetsABoundedNumber(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e1 := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
@@ -141,19 +144,35 @@ func TestLinkGreetsABoundedNumber(t *testing.T) {
 		require.NoError(t, err)
 		silent = append(silent, c)
 	}
-	greeting := func() int {
-		e1.f.tcp.mu.Lock()
-		defer e1.f.tcp.mu.Unlock()
-		return len(e1.f.tcp.greeting)
+	t.Cleanup(func() {
+		for _, c := range silent {
+			_ = c.Close()
+		}
+	})
+	// The first tcpMaxGreeting are closed for the next ones, which are
+	// greeted.
+	dropped := func() (n int) {
+		for _, c := range silent {
+			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+				n++
+			}
+		}
+		return n
 	}
-	require.Eventually(t, func() bool { return greeting() == tcpMaxGreeting }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return dropped() == tcpMaxGreeting }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
-	require.Equal(t, tcpMaxGreeting, greeting(), "connections greeted at once")
-	for _, c := range silent {
-		_ = c.Close()
-	}
+	require.Equal(t, tcpMaxGreeting, e1.f.tcp.gate.Greeting(), "connections greeted at once")
+	require.Equal(t, tcpMaxGreeting, dropped(), "connections closed")
+	st, _ = e1.f.Link()
+	require.Equal(t, tcpMaxGreeting, st.Refused)
+	require.ErrorIs(t, st.LastRefusal, admit.ErrEvicted)
+
+	start := time.Now()
 	e2 := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
-	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 1 }, tcpHandshakeWait, time.Millisecond)
+	require.Less(t, time.Since(start), tcpHandshakeWait/2, "the silent connections held the listener")
 	_, ok := e2.f.Link()
 	require.True(t, ok)
+	require.Equal(t, tcpMaxGreeting+1, dropped(), "one more silent connection closed for the Fabric")
 }

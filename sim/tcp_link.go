@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/admit"
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
@@ -142,15 +143,12 @@ type tcpLink struct {
 	refused int
 	lastErr error
 	wg      sync.WaitGroup
-	// greeting holds, on the listener, the connections being greeted:
-	// close shuts them down, so that none holds it for the handshake's
-	// whole time.
-	greeting map[*fdConn]struct{}
-	// greetSlots holds a token for each connection being greeted (at
-	// most tcpMaxGreeting); stop is closed by close, which ends the
-	// accept loop's wait for one.
-	greetSlots chan struct{}
-	stop       chan struct{}
+	// gate admits, on the listener, the connections being greeted (at
+	// most tcpMaxGreeting): close shuts them down, so that none holds it
+	// for the handshake's whole time. stop is closed by close, which ends
+	// the accept loop's wait for a place.
+	gate *admit.Gate
+	stop chan struct{}
 	// members is, on a connecting end, the linked slots as the listener
 	// last announced them (bit i: slot tcpSlotBase+i); announce is, on
 	// the listener, set when a Fabric was linked or dropped and the
@@ -270,31 +268,26 @@ func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices
 	l := newTCPLink(tcpSlotBase, ln.Addr().String(), sec, layer)
 	l.listen, l.ln, l.next = true, ln, tcpSlotBase+1
 	l.devices[0] = uint8(devices)
-	l.greetSlots, l.stop = make(chan struct{}, tcpMaxGreeting), make(chan struct{})
+	l.gate, l.stop = admit.New(tcpMaxGreeting), make(chan struct{})
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
 }
 
-// tcpMaxGreeting bounds the connections a listener greets at once: past
-// it, the next is accepted once a handshake in flight ends (each ends
-// within tcpHandshakeWait), so that a flood of connections that say
-// nothing neither takes a goroutine and a descriptor each nor locks out
-// the Fabrics that connect after it for longer than that.
+// tcpMaxGreeting bounds the connections a listener greets at once, so
+// that a flood of connections that say nothing does not take a goroutine
+// and a descriptor each. Past it, the one that has waited longest without
+// authenticating is closed to make room for the next (admit.Gate): a
+// Fabric that authenticates before tcpMaxGreeting newer connections
+// arrive is linked however many silent ones came before it.
 const tcpMaxGreeting = 32
 
 func (l *tcpLink) acceptLoop() {
 	defer l.wg.Done()
 	backoff := 5 * time.Millisecond
 	for {
-		select {
-		case l.greetSlots <- struct{}{}:
-		case <-l.stop:
-			return
-		}
-		conn, err := l.ln.Accept()
+		c, err := l.ln.Accept()
 		if err != nil {
-			<-l.greetSlots
 			l.mu.Lock()
 			closed := l.closed
 			l.mu.Unlock()
@@ -306,12 +299,32 @@ func (l *tcpLink) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
+		from := c.RemoteAddr()
+		conn, err := newFDConn(c)
+		if err != nil {
+			l.refuse(from, err)
+			continue
+		}
+		t, ok := l.gate.Admit(conn, l.stop)
+		if !ok {
+			conn.release()
+			return
+		}
 		l.wg.Add(1)
 		go func() {
-			defer func() { <-l.greetSlots }()
-			l.greet(conn)
+			defer t.Done()
+			l.greet(conn, from, t)
 		}()
 	}
+}
+
+// refuse counts a connection the listener refused and keeps the reason
+// (Link).
+func (l *tcpLink) refuse(from net.Addr, err error) {
+	l.mu.Lock()
+	l.refused++
+	l.lastErr = fmt.Errorf("link from %v: %w", from, err)
+	l.mu.Unlock()
 }
 
 // hello is what a connecting Fabric tells the listener after
@@ -328,45 +341,20 @@ func hello(layer ctx.LinkLayer, devices int) []byte {
 }
 
 // greet authenticates a connecting Fabric, checks its hello and gives it
-// a slot. A peer that fails is refused and the reason kept (Link).
-func (l *tcpLink) greet(c net.Conn) {
+// a slot. A peer that fails is refused and the reason kept (Link). t is
+// the connection's place at the listener's gate.
+func (l *tcpLink) greet(conn *fdConn, from net.Addr, t *admit.Ticket) {
 	defer l.wg.Done()
-	from := c.RemoteAddr()
-	conn, err := newFDConn(c)
 	refuse := func(err error) {
-		if conn != nil {
-			conn.release()
-		}
-		l.mu.Lock()
-		l.refused++
-		l.lastErr = fmt.Errorf("link from %v: %w", from, err)
-		l.mu.Unlock()
-	}
-	if err != nil {
-		refuse(err)
-		return
-	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
 		conn.release()
-		return
+		l.refuse(from, t.Explain(err))
 	}
-	if l.greeting == nil {
-		l.greeting = map[*fdConn]struct{}{}
-	}
-	l.greeting[conn] = struct{}{}
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		delete(l.greeting, conn)
-		l.mu.Unlock()
-	}()
 	sc, err := sealed.Accept(conn, l.sec.Key, tcpHandshakeWait)
 	if err != nil {
 		refuse(err)
 		return
 	}
+	t.Authenticated()
 	_ = conn.SetDeadline(time.Now().Add(tcpHandshakeWait))
 	b, err := sc.ReadFrame(tcpHelloSize)
 	if err != nil {
@@ -594,10 +582,10 @@ func (l *tcpLink) close() {
 		close(l.stop)
 	}
 	l.closed = true
-	for c := range l.greeting {
-		_ = c.Close() // ends its handshake; greet releases it
-	}
 	l.mu.Unlock()
+	if l.gate != nil {
+		l.gate.Close() // ends every handshake; greet releases its connection
+	}
 	if l.ln != nil {
 		_ = l.ln.Close()
 	}
