@@ -366,3 +366,66 @@ func TestSharedUDWaitIsStill(t *testing.T) {
 	require.Equal(t, prm.CQEReq, c.op)
 	require.Equal(t, dropped+1, e1.f.Stats().UDDropped)
 }
+
+// streamStarter locks e's Fabric until the test ends and returns the DCI
+// stream state of its DCT dct and a function that begins a stream there
+// from DCI qpn of generation gen, as a request from another process would.
+func streamStarter(t *testing.T, e *env, dct *testQP) (*wireQP, func(qpn uint32, gen uint64) *wireResp) {
+	e.f.mu.Lock()
+	t.Cleanup(e.f.mu.Unlock)
+	ws := &e.f.qpByNum(dct.qp.QPN()).wire
+	return ws, func(qpn uint32, gen uint64) *wireResp {
+		h := wireHdr{Kind: wireRequest, DstQPN: dct.qp.QPN(), SrcQPN: qpn, SrcGen: gen, PSN: 5, Epoch: 1, Flags: wireFirst}
+		return e.f.dcStream(ws, &h)
+	}
+}
+
+// requireLiveStreams requires the streams of DCIs first..first+n-1, of
+// generation gen, to be as they began.
+func requireLiveStreams(t *testing.T, ws *wireQP, first uint32, n int, gen uint64) {
+	t.Helper()
+	for i := range uint32(n) {
+		st := ws.streams[first+i]
+		require.NotNil(t, st, "live stream %#x dropped", first+i)
+		require.Equal(t, gen, st.gen)
+		require.Equal(t, uint32(5), st.expect)
+	}
+}
+
+// TestSharedDCTDropsStreamsOfProcessesGone: a DCT that has seen the DCIs
+// of many processes keeps, besides the streams of live processes, at most
+// as many of processes that are gone, so that DCIs that come and go do not
+// pile up; the live streams stay as they were.
+func TestSharedDCTDropsStreamsOfProcessesGone(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	dct := e2.dct(e2.pd, srq, 0xfeed)
+	_, s1 := e1.f.SharedFabric()
+	base := uint32(s1+1) * shmSlotQPNs
+	live := e1.f.shm.gen
+	ws, begin := streamStarter(t, e2, dct)
+	const nLive = 3 * dcStreamsSweepMin / 2
+	for i := range uint32(nLive) {
+		require.NotNil(t, begin(base+i, live))
+	}
+	require.Len(t, ws.streams, nLive, "live streams are kept")
+	// Streams of earlier processes in e1's slot, whose QPNs are not
+	// reused: never more of them than live ones.
+	most := 0
+	for i := range uint32(4 * nLive) {
+		require.NotNil(t, begin(base+nLive+i, live-1-uint64(i%3)))
+		most = max(most, len(ws.streams))
+	}
+	require.LessOrEqual(t, most, 2*nLive, "streams held")
+	requireLiveStreams(t, ws, base, nLive, live)
+	// A stream of a slot no process holds is gone too.
+	for _, s := range []int{s1 + 2, s1 + 3} {
+		require.Zero(t, e1.f.shm.reg.gen(s), "slot %d is free", s)
+	}
+	free := uint32(s1+3) * shmSlotQPNs
+	for i := range uint32(4 * nLive) {
+		require.NotNil(t, begin(free+i, 7))
+	}
+	require.LessOrEqual(t, len(ws.streams), 2*nLive)
+	require.GreaterOrEqual(t, len(ws.streams), nLive)
+}

@@ -466,3 +466,27 @@ func TestLinkHubClosed(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
 }
+
+// TestLinkedDCTDropsStreamsOfFabricsGone: over a TCP link a DCT drops the
+// DCI streams of slots with no linked Fabric once they are as many as the
+// live ones, and keeps the live ones.
+func TestLinkedDCTDropsStreamsOfFabricsGone(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	srq := e1.newSRQ(e1.pd, 16, 1)
+	dct := e1.dct(e1.pd, srq, 0xfeed)
+	st, _ := e2.f.Link()
+	live, _ := tcpQPNRange(st.Slot)
+	gone, _ := tcpQPNRange(st.Slot + 1)
+	ws, begin := streamStarter(t, e1, dct)
+	const nLive = dcStreamsSweepMin
+	for i := range uint32(nLive) {
+		require.NotNil(t, begin(live+i, 0))
+	}
+	most := 0
+	for i := range uint32(4 * nLive) {
+		require.NotNil(t, begin(gone+i, 0))
+		most = max(most, len(ws.streams))
+	}
+	require.LessOrEqual(t, most, 2*nLive, "streams held")
+	requireLiveStreams(t, ws, live, nLive, 0)
+}

@@ -220,10 +220,17 @@ type wireQP struct {
 	dcSlot int
 	dcOpen bool
 	first  uint32
-	// RC responder; a DCT keeps one for each DCI, by its QPN, in streams.
+	// RC responder; a DCT keeps one for each DCI, by its QPN, in streams,
+	// and drops those of processes gone once it holds sweepAt of them
+	// (dcStream).
 	resp    wireResp
 	streams map[uint32]*wireResp
+	sweepAt int
 }
+
+// dcStreamsSweepMin is the fewest DCI streams a DCT holds before it drops
+// those of processes that are gone (dcStream).
+const dcStreamsSweepMin = 1024
 
 // wireResp is the responder's state of one requester's stream: the next
 // PSN to execute, the message a SEND is assembled in, and the original
@@ -412,7 +419,7 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 			return
 		}
-		if rs = t.wire.dcStream(h); rs == nil {
+		if rs = f.dcStream(&t.wire, h); rs == nil {
 			return
 		}
 	default:
@@ -426,7 +433,14 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 // process in the DCI's slot) starts it when it is the stream's first
 // segment, and is ignored otherwise (nil: its stream began before this
 // DCT saw it, and the requester times out).
-func (ws *wireQP) dcStream(h *wireHdr) *wireResp {
+//
+// A DCT learns of a DCI only from its requests, and keeps its stream
+// until a new one with that QPN replaces it. So that the DCIs of
+// processes that come and go do not pile up, a new stream that finds
+// sweepAt streams first drops those whose process is gone (wireStreamGone);
+// the next sweep waits until the streams left have doubled, so that each
+// request pays a constant share of the sweeps.
+func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
 	st := ws.streams[h.SrcQPN]
 	if st != nil && st.gen == h.SrcGen && st.epoch == h.Epoch {
 		return st
@@ -438,11 +452,35 @@ func (ws *wireQP) dcStream(h *wireHdr) *wireResp {
 		if ws.streams == nil {
 			ws.streams = map[uint32]*wireResp{}
 		}
+		if len(ws.streams) >= max(ws.sweepAt, dcStreamsSweepMin) {
+			for qpn, old := range ws.streams {
+				if f.wireStreamGone(qpn, old.gen) {
+					delete(ws.streams, qpn)
+				}
+			}
+			ws.sweepAt = 2 * len(ws.streams)
+		}
 		st = &wireResp{}
 		ws.streams[h.SrcQPN] = st
 	}
 	*st = wireResp{gen: h.SrcGen, epoch: h.Epoch, expect: h.PSN}
 	return st
+}
+
+// wireStreamGone reports whether the process whose DCI qpn began a stream
+// in generation gen is gone: no other process owns qpn now, the TCP link
+// has no live peer in its slot, or another generation holds the slot of
+// the shared fabric.
+func (f *Fabric) wireStreamGone(qpn uint32, gen uint64) bool {
+	slot := f.remoteSlot(qpn)
+	switch {
+	case slot < 0:
+		return true
+	case f.tcp != nil:
+		return !f.tcp.peerAlive(slot)
+	default:
+		return f.shm.reg.gen(slot) != gen
+	}
 }
 
 // wireAccessError is the responder's side of a remote access violation
