@@ -3,11 +3,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"go/build"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,39 +73,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a TCP port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
-
-// listening reports whether a socket listens on the TCP port (IPv4 or
-// IPv6), read from /proc/net/tcp{,6} so as not to use up the one
-// connection the server accepts.
-func listening(port int) bool {
-	want := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		file, err := os.Open(f)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(file)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
-				_ = file.Close()
-				return true
-			}
-		}
-		_ = file.Close()
-	}
-	return false
-}
-
 // runPair runs a server and its client, each as mlx5kit-emulate -fabric
 // <private> -names names -link link -- prog args..., the client with localhost added,
 // both bounded by limit, and returns their outputs.
@@ -118,48 +83,42 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 		t.Skipf("%s is not installed (Debian package %s; scripts/deps.sh installs it)", prog, debianPackage(prog))
 	}
 	exe, cache := buildLauncher(t)
-	port := freePort(t)
-	fabric := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
-	t.Cleanup(func() {
-		// The programs exit without closing their Fabrics: their ring
-		// files and the registry stay for a next run, which on a
-		// private fabric never comes.
-		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + fabric + "-*")
-		for _, f := range files {
-			_ = os.Remove(f)
-		}
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	argv := append([]string{"-fabric", fabric, "-names", names, "-link", link, "--", path}, args...)
-	argv = append(argv, portFlag, strconv.Itoa(port))
-	command := func(extra ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, exe, append(append([]string{}, argv...), extra...)...)
+	// The fabric of a server started again on another port is a fresh
+	// one, the port in its name.
+	var fabric string
+	command := func(port int, extra ...string) *exec.Cmd {
+		argv := append([]string{"-fabric", fabric, "-names", names, "-link", link, "--", path}, args...)
+		argv = append(argv, portFlag, strconv.Itoa(port))
+		cmd := exec.CommandContext(ctx, exe, append(argv, extra...)...)
 		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, envLib+"=")
 		cmd.WaitDelay = time.Second
 		return cmd
 	}
-	var srvOut toolproc.Buffer
-	srv := command()
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	require.NoError(t, srv.Start())
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Wait() }()
-	for !listening(port) {
-		select {
-		case err := <-srvDone:
-			t.Fatalf("%s server exited before listening: %v\n%s", prog, err, srvOut.String())
-		case <-ctx.Done():
-			t.Fatalf("%s server not listening on %d within %v\n%s", prog, port, limit, srvOut.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	cliOut, cliErr := command("localhost").CombinedOutput()
-	srvErr := <-srvDone
-	require.NoError(t, ctx.Err(), "%s pair ran past %v\nserver:\n%s\nclient:\n%s", prog, limit, srvOut.String(), cliOut)
-	require.NoError(t, cliErr, "%s client\n%s\nserver:\n%s", prog, cliOut, srvOut.String())
-	require.NoError(t, srvErr, "%s server\n%s\nclient:\n%s", prog, srvOut.String(), cliOut)
-	return srvOut.String(), string(cliOut)
+	// The programs take the port with portFlag and do not say which
+	// port they bound: ServeOnPort waits until the server's own socket
+	// listens on it, on another port where another process took it.
+	srv, port := toolproc.ServeOnPort(t, limit, func(port int) *exec.Cmd {
+		f := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
+		fabric = f
+		t.Cleanup(func() {
+			// The programs exit without closing their Fabrics: their
+			// ring files and the registry stay for a next run, which
+			// on a private fabric never comes.
+			files, _ := filepath.Glob("/dev/shm/mlx5kit-" + f + "-*")
+			for _, f := range files {
+				_ = os.Remove(f)
+			}
+		})
+		return command(port)
+	})
+	cliOut, cliErr := command(port, "localhost").CombinedOutput()
+	srvErr := srv.Wait()
+	require.NoError(t, ctx.Err(), "%s pair ran past %v\nserver:\n%s\nclient:\n%s", prog, limit, srv.Output(), cliOut)
+	require.NoError(t, cliErr, "%s client\n%s\nserver:\n%s", prog, cliOut, srv.Output())
+	require.NoError(t, srvErr, "%s server\n%s\nclient:\n%s", prog, srv.Output(), cliOut)
+	return srv.Output(), string(cliOut)
 }
 
 func debianPackage(prog string) string {

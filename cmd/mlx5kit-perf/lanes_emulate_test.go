@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,33 +99,6 @@ func TestLanesEmulatedDevice(t *testing.T) {
 			t.Skipf("%s is not installed (Debian package perftest; scripts/deps.sh installs it)", p)
 		}
 	}
-	perftest := func(args ...string) string {
-		t.Helper()
-		// Both ends are Debian's perftest, which takes -p PORT and does
-		// not say which port it bound: a port free a moment ago, which
-		// another process may take before the server listens on it.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		require.NoError(t, ln.Close())
-		f := fabric()
-		run := func(extra ...string) *exec.Cmd {
-			c := exec.CommandContext(cx, launcher, append(append([]string{"-fabric", f, "--"}, args...), append([]string{"-d", "mlx5_0", "-F", "-p", port}, extra...)...)...)
-			c.Env, c.WaitDelay = env, time.Second
-			return c
-		}
-		srv := run()
-		var srvOut toolproc.Buffer
-		srv.Stdout, srv.Stderr = &srvOut, &srvOut
-		require.NoError(t, srv.Start())
-		server := toolproc.Watch(srv, &srvOut)
-		out := server.RetryClient(t, 100, 100*time.Millisecond, toolproc.Refused, func() (string, error) {
-			out, err := run("127.0.0.1").CombinedOutput()
-			return string(out), err
-		})
-		require.NoError(t, server.Wait(), "%q server:\n%s", args, srvOut.String())
-		return out
-	}
 	block := regexp.MustCompile(`(?m)^ (Number of qps|Connection type|Mtu|Link type|Max inline data|TX depth) .*$`)
 	for _, c := range []struct {
 		mode string
@@ -135,7 +107,7 @@ func TestLanesEmulatedDevice(t *testing.T) {
 		{"send_lat", []string{"ib_send_lat", "-c", "UD", "-n", "200", "-s", "1000"}},
 		{"write_bw", []string{"ib_write_bw", "-q", "2", "-n", "100", "-s", "65536", "-t", "64"}},
 	} {
-		theirs := perftest(c.args...)
+		theirs := emulatedPerftest(cx, t, launcher, env, fabric, c.args...)
 		want := block.FindAllString(theirs, -1)
 		require.NotEmpty(t, want, theirs)
 		got := block.FindAllString(ours[c.mode], -1)
@@ -153,6 +125,32 @@ func TestLanesEmulatedDevice(t *testing.T) {
 			require.Equal(t, bandwidthRows(t, ours[c.mode])[0].iters, atoi(t, perftestRowsLoose(t, theirs)[0][1]), "#iterations counts every queue pair's")
 		}
 	}
+}
+
+// emulatedPerftest runs Debian's perftest program args[0] with args[1:],
+// a server and its client on one fabric under launcher (with env), and
+// returns the client's output. perftest takes the port of its exchange
+// with -p and does not say which port it bound: toolproc.ServeOnPort
+// waits until the server's own socket listens on it, and starts it again
+// on another port, on a fresh fabric, where another process took it.
+func emulatedPerftest(cx context.Context, t *testing.T, launcher string, env []string, fabric func() string, args ...string) string {
+	t.Helper()
+	var f string
+	run := func(port int, extra ...string) *exec.Cmd {
+		c := exec.CommandContext(cx, launcher, append(append([]string{"-fabric", f, "--"}, args...), append([]string{"-d", "mlx5_0", "-F", "-p", strconv.Itoa(port)}, extra...)...)...)
+		c.Env, c.WaitDelay = env, time.Second
+		return c
+	}
+	server, port := toolproc.ServeOnPort(t, time.Minute, func(port int) *exec.Cmd {
+		f = fabric()
+		return run(port)
+	})
+	out := server.RetryClient(t, 100, 100*time.Millisecond, toolproc.Refused, func() (string, error) {
+		out, err := run(port, "127.0.0.1").CombinedOutput()
+		return string(out), err
+	})
+	require.NoError(t, server.Wait(), "%q server:\n%s", args, server.Output())
+	return out
 }
 
 // indexOf returns the index of s in args, or -1.

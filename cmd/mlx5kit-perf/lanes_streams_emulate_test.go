@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestLaneStreamsEmulatedDevice runs send_bw over UD, and -b over two
@@ -71,36 +68,9 @@ func TestLaneStreamsEmulatedDevice(t *testing.T) {
 			t.Skipf("%s is not installed (Debian package perftest; scripts/deps.sh installs it)", p)
 		}
 	}
-	perftest := func(args ...string) string {
-		t.Helper()
-		// Both ends are Debian's perftest, which takes -p PORT and does
-		// not say which port it bound: a port free a moment ago, which
-		// another process may take before the server listens on it.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		require.NoError(t, ln.Close())
-		f := fabric()
-		run := func(extra ...string) *exec.Cmd {
-			c := exec.CommandContext(cx, launcher, append(append([]string{"-fabric", f, "--"}, args...), append([]string{"-d", "mlx5_0", "-F", "-p", port}, extra...)...)...)
-			c.Env, c.WaitDelay = env, time.Second
-			return c
-		}
-		srv := run()
-		var srvOut toolproc.Buffer
-		srv.Stdout, srv.Stderr = &srvOut, &srvOut
-		require.NoError(t, srv.Start())
-		server := toolproc.Watch(srv, &srvOut)
-		out := server.RetryClient(t, 100, 100*time.Millisecond, toolproc.Refused, func() (string, error) {
-			out, err := run("127.0.0.1").CombinedOutput()
-			return string(out), err
-		})
-		require.NoError(t, server.Wait(), "%q server:\n%s", args, srvOut.String())
-		return out
-	}
 	block := regexp.MustCompile(`(?m)^ (Number of qps|Connection type|Mtu|Link type) .*$|^ +\S.* BW Test$`)
 	for _, c := range cases {
-		theirs := perftest(c.args...)
+		theirs := emulatedPerftest(cx, t, launcher, env, fabric, c.args...)
 		want := block.FindAllString(theirs, -1)
 		require.Len(t, want, 5, theirs)
 		got := block.FindAllString(ours[c.args[0]], -1)

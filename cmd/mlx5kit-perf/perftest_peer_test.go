@@ -183,29 +183,29 @@ func TestPerftestInterop(t *testing.T) {
 			name += "/sim"
 		}
 		t.Run(name, func(t *testing.T) {
-			fabric := fmt.Sprintf("perftest-interop-%d-%d", os.Getpid(), i)
+			base := fmt.Sprintf("perftest-interop-%d-%d", os.Getpid(), i)
+			fabric := base
 			// The port of the exchange, which perftest takes with -p
 			// at both ends: the kit's server listens on port 0 and
 			// prints the port it got (below); Debian's perftest does
-			// not say which port it bound, so for it a port free a
-			// moment ago, which another process may take before it
-			// listens.
+			// not say which port it bound, so for it a port found
+			// free, which another process may take before it
+			// listens: toolproc.ServeOnPort waits until perftest's own
+			// socket listens on it, and starts it again on another
+			// port where another process took it (below).
 			var port string
-			if !kitServer {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				require.NoError(t, err)
-				port = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-				require.NoError(t, ln.Close())
-			}
 			mode := strings.TrimPrefix(prog, "ib_")
 			cx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			launch := []string{"-fabric", fabric}
-			if roce {
-				launch = append(launch, "-link", "ethernet")
+			launch := func() []string {
+				l := []string{"-fabric", fabric}
+				if roce {
+					l = append(l, "-link", "ethernet")
+				}
+				return l
 			}
 			perftest := func(extra ...string) *exec.Cmd {
-				c := exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port), extra...)...)
+				c := exec.CommandContext(cx, launcher, append(append(launch(), "--", prog, "-d", "mlx5_0", "-F", "-n", "200", "-s", "64", "-p", port), extra...)...)
 				c.Env, c.WaitDelay = env, time.Second
 				return c
 			}
@@ -219,7 +219,7 @@ func TestPerftestInterop(t *testing.T) {
 					c.Env = append(c.Env, sim.EnvLinkLayer+"=ethernet")
 					toolArgs = append(toolArgs, "-x", "3")
 				case roce:
-					c = exec.CommandContext(cx, launcher, append(append(slices.Clone(launch), "--", os.Args[0]), args...)...)
+					c = exec.CommandContext(cx, launcher, append(append(launch(), "--", os.Args[0]), args...)...)
 					c.Env = env
 					toolArgs = append([]string{mode, "--provider", "mlx5", "-d", "mlx5_1", "-x", "3"}, toolArgs[3:]...)
 				}
@@ -227,19 +227,28 @@ func TestPerftestInterop(t *testing.T) {
 				c.WaitDelay = time.Second
 				return c
 			}
-			srv, cli := perftest(), func() *exec.Cmd { return kit("-p", port, "127.0.0.1") }
+			var server *toolproc.Server
+			cli := func() *exec.Cmd { return kit("-p", port, "127.0.0.1") }
 			if kitServer {
-				srv, cli = kit("--server", "127.0.0.1:0"), func() *exec.Cmd { return perftest("127.0.0.1") }
-			}
-			var srvOut toolproc.Buffer
-			srv.Stdout, srv.Stderr = &srvOut, &srvOut
-			require.NoError(t, srv.Start())
-			server := toolproc.Watch(srv, &srvOut)
-			if kitServer {
+				cli = func() *exec.Cmd { return perftest("127.0.0.1") }
+				srv := kit("--server", "127.0.0.1:0")
+				var srvOut toolproc.Buffer
+				srv.Stdout, srv.Stderr = &srvOut, &srvOut
+				require.NoError(t, srv.Start())
+				server = toolproc.Watch(srv, &srvOut)
 				// cli reads port when it runs, after this.
 				var err error
 				_, port, err = net.SplitHostPort(server.ListenAddress(t, listenWait))
 				require.NoError(t, err)
+			} else {
+				// perftest started again on another port runs on a
+				// fresh fabric, the port in its name; the kit's
+				// client, started after, joins the last one.
+				server, _ = toolproc.ServeOnPort(t, time.Minute, func(p int) *exec.Cmd {
+					port = strconv.Itoa(p)
+					fabric = base + "-" + port
+					return perftest()
+				})
 			}
 			// A client is tried again only while the server is not
 			// listening yet; once the server has exited, or a client
@@ -249,8 +258,8 @@ func TestPerftestInterop(t *testing.T) {
 				out, err := cli().CombinedOutput()
 				return string(out), err
 			})
-			require.NoError(t, server.Wait(), "server:\n%s\nclient:\n%s", srvOut.String(), cliOut)
-			for name, o := range map[string]string{"server": srvOut.String(), "client": cliOut} {
+			require.NoError(t, server.Wait(), "server:\n%s\nclient:\n%s", server.Output(), cliOut)
+			for name, o := range map[string]string{"server": server.Output(), "client": cliOut} {
 				parse := latencyRows
 				if (name == "server") != kitServer {
 					parse = perftestLatencyRows

@@ -65,16 +65,25 @@ func Child(t *testing.T, env string, run func(args []string) int) {
 // the process runs.
 func Start(t testing.TB, env string, vars []string, args ...string) (*exec.Cmd, *Buffer) {
 	t.Helper()
-	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^"+childTest+"$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), env+"="+strings.Join(args, "\n")), vars...)
+	cmd := command(t, env, vars, args...)
 	var out Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s as a child process: %v", os.Args[0], err)
 	}
 	return cmd, &out
+}
+
+// command returns the command that Start starts, not started: the test
+// binary running the command with args (in the environment variable env)
+// and the extra environment vars, killed after a minute or when the test
+// ends.
+func command(t testing.TB, env string, vars []string, args ...string) *exec.Cmd {
+	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^"+childTest+"$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), env+"="+strings.Join(args, "\n")), vars...)
+	return cmd
 }
 
 // ServeParams runs serve on a fresh loopback listener, connects to it,
@@ -187,34 +196,51 @@ var listening = regexp.MustCompile(`(?m)^listening on (\S+)\r?\n`)
 // timeout passes without it.
 func (s *Server) ListenAddress(t testing.TB, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		// Exited before Output: once the server has exited, all its
-		// output is there, so a line it wrote just before it exited
-		// is still found.
-		exited := s.Exited()
+	var addr, failed string
+	listened := s.await(timeout, 5*time.Millisecond, func(exited bool) bool {
+		// Once the server has exited, all its output is there, so a
+		// line it wrote just before it exited is still found.
 		if m := listening.FindStringSubmatch(s.Output()); m != nil {
 			if _, _, err := net.SplitHostPort(m[1]); err != nil {
-				t.Fatalf("the server's listening line names no HOST:PORT: %v\n%s", err, s.Report())
-				return ""
+				failed = fmt.Sprintf("the server's listening line names no HOST:PORT: %v", err)
 			}
-			return m[1]
+			addr = m[1]
+			return true
 		}
 		if exited {
-			t.Fatalf("the server exited before it listened\n%s", s.Report())
-			return ""
+			failed = "the server exited before it listened"
 		}
+		return exited
+	})
+	switch {
+	case !listened:
+		failed = fmt.Sprintf("the server did not listen within %v", timeout)
+	case failed == "":
+		return addr
+	}
+	t.Fatalf("%s\n%s", failed, s.Report())
+	return ""
+}
+
+// await calls check at once, then every tick and as soon as the server
+// exits, until check returns true, and returns true; it returns false
+// where timeout passes first. check is told whether the server had exited
+// before it was called (once it has, all its output is there and its
+// sockets are closed), and must return true once it has.
+func (s *Server) await(timeout, tick time.Duration, check func(exited bool) bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for !check(s.Exited()) {
 		select {
 		case <-s.done:
-		case <-tick.C:
+		case <-ticker.C:
 		case <-deadline.C:
-			t.Fatalf("the server did not listen within %v\n%s", timeout, s.Report())
-			return ""
+			return false
 		}
 	}
+	return true
 }
 
 // RetryClient runs clients of the server, one at a time, until one

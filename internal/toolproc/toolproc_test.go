@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,9 +19,24 @@ const envArgs = "MLX5KIT_TOOLPROC_TEST_ARGS"
 // TestToolChild prints its arguments and exits with their number; with
 // the one argument -listen it is a server as the kit's tools are: it
 // listens on a port of loopback's the system chooses, says which, and
-// exits 0 once one client has connected.
+// exits 0 once one client has connected. With -serve HOST PORT DELAY it is
+// a server as Debian's perftest is (serveOn), and with -spawn HOST PORT
+// DELAY it runs that server as a child process of its own.
 func TestToolChild(t *testing.T) {
 	Child(t, envArgs, func(args []string) int {
+		if len(args) == 4 && args[0] == "-serve" {
+			return serveOn(args[1], args[2], args[3])
+		}
+		if len(args) == 4 && args[0] == "-spawn" {
+			cmd := exec.Command(os.Args[0], os.Args[1:]...)
+			cmd.Env = append(os.Environ(), envArgs+"=-serve\n"+strings.Join(args[1:], "\n"))
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			if err := cmd.Run(); err != nil {
+				fmt.Println(err)
+				return 1
+			}
+			return 0
+		}
 		if len(args) == 1 && args[0] == "-listen" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
