@@ -68,7 +68,7 @@ func joinShared(name string, link ctx.LinkLayer, devices int) (*shmFabric, error
 
 // leave gives the slot back and removes the ring file.
 func (s *shmFabric) leave() {
-	s.reg.release(s.slot, s.gen, ringPath(s.name, s.slot))
+	s.reg.release(s.name, s.slot, s.gen)
 	s.in.close()
 	for i, p := range s.peers {
 		if p != nil {

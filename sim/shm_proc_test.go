@@ -419,3 +419,22 @@ func streamUntilKilled(t *testing.T, e *env, a *testQP, peer peerInfo, proc *os.
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateError, st)
 }
+
+// TestSharedLeaveRemovesRingsOfProcessesGone: the ring file of a process
+// killed before it could leave is removed when the last live process of
+// the fabric leaves, not only when a next one joins.
+func TestSharedLeaveRemovesRingsOfProcessesGone(t *testing.T) {
+	name := testFabricName(t)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	ch := startChild(t, "rc", name)
+	ring := ringPath(name, qpnSlot(ch.info.QPN))
+	require.FileExists(t, ring)
+	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
+	_ = ch.cmd.Wait()
+	require.FileExists(t, ring, "nothing has removed the killed process's file yet")
+	_, own := e.f.SharedFabric()
+	require.NoError(t, e.f.Close())
+	require.NoFileExists(t, ring, "the killed process's ring file")
+	require.NoFileExists(t, ringPath(name, own), "the leaving process's own ring file")
+	require.FileExists(t, registryPath(name), "the registry stays for a next run")
+}

@@ -373,14 +373,12 @@ func (r *registry) close() {
 // that are gone are reclaimed first, their ring files removed. It returns
 // the slot and its generation.
 func (r *registry) claim(name string, devices int) (int, uint64, error) {
+	r.reap(name)
 	free := -1
 	for s := 0; s < shmMaxSlots; s++ {
-		if g := r.gen(s); g != 0 && !r.slotAlive(s, g) {
-			_ = os.Remove(ringPath(name, s))
-			r.free(s, g)
-		}
-		if free < 0 && r.gen(s) == 0 {
+		if r.gen(s) == 0 {
 			free = s
+			break
 		}
 	}
 	if free < 0 {
@@ -399,21 +397,35 @@ func (r *registry) claim(name string, devices int) (int, uint64, error) {
 	return free, gen, nil
 }
 
+// reap frees the slots of the fabric name whose processes are gone and
+// removes their ring files (registry locked).
+func (r *registry) reap(name string) {
+	for s := 0; s < shmMaxSlots; s++ {
+		if g := r.gen(s); g != 0 && !r.slotAlive(s, g) {
+			_ = os.Remove(ringPath(name, s))
+			r.free(s, g)
+		}
+	}
+}
+
 // publish makes a claimed slot visible (its ring file exists by now).
 func (r *registry) publish(s int, gen uint64) {
 	atomic.StoreUint64(r.u64(slotOff(s)+slotGen), gen)
 }
 
-// release frees slot s if it still holds generation gen, and removes its
-// ring file (ring).
-func (r *registry) release(s int, gen uint64, ring string) {
+// release frees slot s of the fabric name if it still holds generation
+// gen, and removes its ring file; it also frees the slots of processes that
+// are gone (reap), so that the files of processes killed before they could
+// leave do not outlast the last process to leave.
+func (r *registry) release(name string, s int, gen uint64) {
 	r.lock()
 	defer r.unlock()
 	if r.gen(s) == gen {
 		// The ring file goes first, under the lock: once the slot is
 		// free, the next process to claim it creates its own file at
 		// this path.
-		_ = os.Remove(ring)
+		_ = os.Remove(ringPath(name, s))
 		r.free(s, gen)
 	}
+	r.reap(name)
 }
