@@ -446,3 +446,14 @@ func TestReceiveBufferOfAnotherPD(t *testing.T) {
 	require.Equal(t, ri, rc.counter)
 	require.Equal(t, []byte("yours"), e.mem2(off, 5))
 }
+
+// TestOpenUnknownDeviceNamesTheDevices: opening a device the software HCA
+// does not have is ErrNotFound, and the error lists those it has.
+func TestOpenUnknownDeviceNamesTheDevices(t *testing.T) {
+	f := New(Options{Mode: Manual})
+	defer f.Close()
+	_, err := f.Open("mlx5_0")
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+	require.ErrorContains(t, err, `"mlx5_0"`)
+	require.ErrorContains(t, err, "the software HCA has sim0, sim1")
+}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -448,7 +449,11 @@ func (f *Fabric) openDevice(name string) (provider.Device, error) {
 		}
 	}
 	if h == nil {
-		return nil, provider.Errorf(op, "%q: %w", name, ctx.ErrNotFound)
+		names := make([]string, len(f.hcas))
+		for i, x := range f.hcas {
+			names[i] = x.name
+		}
+		return nil, provider.Errorf(op, "%q: %w (the software HCA has %s)", name, ctx.ErrNotFound, strings.Join(names, ", "))
 	}
 	d, err := newDevice(f, h)
 	if err != nil {

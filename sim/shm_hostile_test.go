@@ -441,3 +441,44 @@ func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
 	require.Eventually(t, func() bool { return bytes.Equal(mem[:64], bytes.Repeat([]byte{0xcd}, 64)) }, 10*time.Second, time.Millisecond,
 		"the same request in the member's own QPN is served")
 }
+
+// TestSharedRegistryOthersMayWriteRefused: a registry file that other
+// users may read or write (one another user made in the shared /dev/shm
+// for this fabric's name, say) is refused with permission denied, naming
+// the file and its mode, and left as it was; so is a peer's ring file
+// others may write. A file of another user is refused alike
+// (privateFile).
+func TestSharedRegistryOthersMayWriteRefused(t *testing.T) {
+	name := testFabricName(t)
+	p := registryPath(name)
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	require.NoError(t, os.Chmod(p, 0o666))
+	f := New(Options{Mode: Engine, Fabric: name})
+	defer f.Close()
+	_, err := f.Open("sim0")
+	require.ErrorIs(t, err, os.ErrPermission)
+	require.ErrorContains(t, err, p)
+	require.ErrorContains(t, err, "mode 0666")
+	fi, err := os.Stat(p)
+	require.NoError(t, err)
+	require.Zero(t, fi.Size(), "the file is left as it was")
+
+	require.NoError(t, os.Chmod(p, 0o600))
+	a, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err, "the same file, private")
+	defer a.leave()
+	ring := ringPath(name, a.slot)
+	require.NoError(t, os.Chmod(ring, 0o622))
+	_, err = openRingFile(name, a.slot, a.gen)
+	require.ErrorIs(t, err, os.ErrPermission)
+	require.NoError(t, os.Chmod(ring, 0o600))
+	rf, err := openRingFile(name, a.slot, a.gen)
+	require.NoError(t, err)
+	rf.close()
+
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(p, &st))
+	require.NoError(t, privateFile(p, &st))
+	st.Uid++
+	require.ErrorIs(t, privateFile(p, &st), os.ErrPermission, "another user's file")
+}

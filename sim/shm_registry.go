@@ -234,6 +234,9 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fail(fmt.Errorf("stat %s: %w", p, err))
 	}
+	if err := privateFile(p, &st); err != nil {
+		return fail(err)
+	}
 	fresh := st.Size == 0
 	if fresh {
 		if err := unix.Ftruncate(fd, regSize); err != nil {
@@ -283,7 +286,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	switch {
 	case *r.u64(regMagic) != shmMagic:
 		r.close()
-		return nil, fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)
+		return nil, fmt.Errorf("%s is not a fabric registry: %w (remove the file when no process uses the fabric)", p, ErrFabricVersion)
 	case r.mismatch() != "":
 		why, users := r.mismatch(), "a process still uses it"
 		if s := r.liveSlot(); s >= 0 {
@@ -305,6 +308,21 @@ func removeRings(name string) {
 	for s := 0; s < shmMaxSlots; s++ {
 		_ = os.Remove(ringPath(name, s))
 	}
+}
+
+// privateFile refuses a fabric file, whose status is st, that is not this
+// user's own or that other users may read or write: one made by another
+// user in the shared /dev/shm (mode 0666, say) would let that user read
+// and write what the fabric's processes keep there. The error matches
+// os.ErrPermission (EACCES), as the open of another user's private file
+// does.
+func privateFile(p string, st *unix.Stat_t) error {
+	uid := uint32(os.Geteuid())
+	if st.Uid != uid || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%s belongs to uid %d with mode %#o; a fabric's files must belong to this process's user (uid %d) with mode 0600 (remove the file, or name another fabric): %w",
+			p, st.Uid, st.Mode&0o777, uid, unix.EACCES)
+	}
+	return nil
 }
 
 // staleRegistry reports whether the registry file fd, of size bytes (not

@@ -163,6 +163,10 @@ func openRingFile(name string, s int, gen uint64) (*ringFile, error) {
 		_ = unix.Close(fd)
 		return nil, err
 	}
+	if err := privateFile(p, &st); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
 	if st.Size != ringFileSize {
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("%s is %d bytes, expected %d: %w", p, st.Size, ringFileSize, ErrFabricVersion)

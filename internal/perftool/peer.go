@@ -224,7 +224,7 @@ func OwnQueuePairHint(c *ctx.Context) string {
 	if name == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (on the software fabric %q: does the peer share this process's /dev/shm? One in another container or mount namespace starts the fabric alone and numbers its queue pairs alike)", name)
+	return fmt.Sprintf(" (on the software fabric %q: does the peer name the same fabric ($%s) and share this process's /dev/shm? One on another fabric, or in another container or mount namespace, is alone on its fabric and numbers its queue pairs alike)", name, sim.EnvFabric)
 }
 
 // OwnQueuePair reports whether peer names local's queue pair: the same QPN

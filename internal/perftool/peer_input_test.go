@@ -68,7 +68,8 @@ func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
 
 // TestOwnQueuePairHint: on a shared software fabric, the refusal of a peer
 // that names this end's own queue pair says how that comes about (a
-// process that does not share /dev/shm numbers its queue pairs alike);
+// process on another fabric, or that does not share /dev/shm, numbers its
+// queue pairs alike);
 // on a model of one process, or with no context, it adds nothing.
 func TestOwnQueuePairHint(t *testing.T) {
 	name := fmt.Sprintf("perftool-hint-%d", os.Getpid())
@@ -81,6 +82,7 @@ func TestOwnQueuePairHint(t *testing.T) {
 	hint := OwnQueuePairHint(c)
 	require.Contains(t, hint, "/dev/shm")
 	require.Contains(t, hint, name)
+	require.Contains(t, hint, "$"+sim.EnvFabric)
 
 	private := sim.New(sim.Options{Mode: sim.Engine})
 	defer private.Close()
