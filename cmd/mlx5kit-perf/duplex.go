@@ -83,7 +83,7 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			switch {
 			case c.Match != transport.MatchOK:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			case c.Opcode == prm.CQEReq && int(c.WRID) < len(st.completed):
 				b := int(c.WRID)
 				st.completed[b] = cycles.Now()
@@ -103,7 +103,7 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 				}
 				x.takeRecv(c.Queue)
 			default:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			}
 		})
 		if err := x.ringRecv(); err != nil {
@@ -255,7 +255,7 @@ func (x *end) takeSends(size int, want *int, rx *recvTimes) error {
 	for {
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			if c.Match != transport.MatchOK || c.Opcode != prm.CQERespSend || c.ByteCount != uint32(size+x.grh()) {
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 				return
 			}
 			if *want > 0 {

@@ -589,14 +589,14 @@ func (x *end) awaitLane(op perftool.Op, size int, seq uint32) error {
 		n := x.Poller.Poll(4, func(c *transport.Completion) {
 			switch {
 			case c.Match != transport.MatchOK:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			case c.Opcode == prm.CQEReq:
 				x.SendsOut--
 			case op == perftool.OpWriteImm && c.Opcode == prm.CQERespWrImm && c.Immediate == seq,
 				op == perftool.OpSend && c.Opcode == prm.CQERespSend && c.ByteCount == want:
 				got = c.Queue
 			default:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			}
 		})
 		if x.Failed {
@@ -645,7 +645,7 @@ func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 		}
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			if c.Match != transport.MatchOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 				return
 			}
 			b := int(c.WRID)

@@ -222,7 +222,7 @@ func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
 		}
 		got := x.Poller.Poll(pollBatch, func(c *transport.Completion) {
 			if c.Match != transport.MatchOK || c.Opcode != prm.CQEReq || int(c.WRID) >= len(st.completed) {
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 				return
 			}
 			b := int(c.WRID)

@@ -512,13 +512,13 @@ func (x *end) awaitSend(size int, seq uint32) error {
 		n := x.Poller.Poll(4, func(c *transport.Completion) {
 			switch {
 			case c.Match != transport.MatchOK:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			case c.Opcode == prm.CQEReq:
 				x.SendsOut--
 			case c.Opcode == prm.CQERespSend && c.ByteCount == uint32(size):
 				got = true
 			default:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			}
 		})
 		if x.Failed {

@@ -245,7 +245,7 @@ func (x *End) Await(op Op, size int, seq uint32) error {
 		n := x.Poller.Poll(4, func(c *transport.Completion) {
 			switch {
 			case c.Match != transport.MatchOK:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			case c.Opcode == prm.CQEReq:
 				x.SendsOut--
 			case op == OpWriteImm && c.Opcode == prm.CQERespWrImm && c.Immediate == seq:
@@ -253,7 +253,7 @@ func (x *End) Await(op Op, size int, seq uint32) error {
 			case op == OpSend && c.Opcode == prm.CQERespSend && c.ByteCount == uint32(size):
 				got = true
 			default:
-				x.Bad, x.Failed = *c, true
+				x.Fail(c)
 			}
 		})
 		if x.Failed {
@@ -284,7 +284,7 @@ func (x *End) Drain() error {
 				x.SendsOut--
 				return
 			}
-			x.Bad, x.Failed = *c, true
+			x.Fail(c)
 		})
 		if x.Failed {
 			return x.CompletionError(0)
@@ -355,6 +355,16 @@ func (x *End) sleep(seq uint32) error {
 		return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding): %w", x.Name, seq, x.Timeout, x.SendsOut, err)
 	}
 	return nil
+}
+
+// Fail records c as the completion that fails the wait, unless one
+// already did: the first is the cause, where a queue pair in error
+// flushes the work requests after it and a poll returns their completions
+// with it (a send's RETRY_EXC_ERR, then the receives' WR_FLUSH_ERR).
+func (x *End) Fail(c *transport.Completion) {
+	if !x.Failed {
+		x.Bad, x.Failed = *c, true
+	}
 }
 
 // CompletionError describes the completion that failed a wait for message

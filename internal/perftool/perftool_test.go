@@ -179,6 +179,19 @@ func TestEndsOnSoftwareHCA(t *testing.T) {
 	require.NoError(t, a.Drain())
 	require.NoError(t, a.Post(OpSend, 32, 7, true))
 	require.ErrorContains(t, b.Await(OpSend, 64, 7), "unexpected completion", "a SEND of the wrong length")
+
+	// A WRITE with a wrong key: its REMOTE_ACCESS_ERR is the error, not the
+	// WR_FLUSH_ERR of the receives the queue pair in error flushes after
+	// it, which the same poll returns when the poller comes late (the
+	// model's rounds run here before it polls).
+	a.RKey++
+	require.NoError(t, a.Post(OpWriteImm, 64, 8, false))
+	for range 100 {
+		s.Context.Idle()
+	}
+	err = a.Drain()
+	require.ErrorContains(t, err, "REMOTE_ACCESS_ERR")
+	require.NotContains(t, err.Error(), "WR_FLUSH_ERR")
 }
 
 // TestOpenChoosesProvider: with no -provider and no MLX5KIT_PROVIDER the
