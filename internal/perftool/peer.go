@@ -196,18 +196,27 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 		}
 		return fmt.Errorf("exchange endpoints: %w", err)
 	}
+	// A refusal from here on is told to the peer (Sync), which then
+	// fails with ErrPeerFailed rather than find the connection closed.
+	refuse := func(err error) error {
+		_ = Sync(conn, timeout, err)
+		return err
+	}
 	if OwnQueuePair(local, peer) {
 		// A loop to itself would measure this end alone (on a NIC too,
 		// where SameModel accepts every peer).
-		return fmt.Errorf("exchange endpoints: the peer named this end's own queue pair %#x%s", peer.QPN, OwnQueuePairHint(c))
+		return refuse(fmt.Errorf("exchange endpoints: the peer named this end's own queue pair %#x%s", peer.QPN, OwnQueuePairHint(c)))
 	}
 	if err := SameModel(c, qpn, peer); err != nil {
-		return err
+		return refuse(err)
 	}
 	if err := connect(peer); err != nil {
-		return err
+		return refuse(err)
 	}
-	return Sync(conn, timeout, nil)
+	if err := Sync(conn, timeout, nil); err != nil {
+		return fmt.Errorf("connect to the peer's queue pair %#x: %w", peer.QPN, err)
+	}
+	return nil
 }
 
 // OwnQueuePairHint says, on a shared software fabric, how a peer can name
