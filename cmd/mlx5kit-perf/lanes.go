@@ -426,21 +426,30 @@ func handshakeAll(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context,
 			}
 			return fmt.Errorf("exchange the endpoint of queue pair %d: %w", i, err)
 		}
-		for k, own := range local {
-			if perftool.OwnQueuePair(own, p) {
-				return fmt.Errorf("exchange the endpoint of queue pair %d: the peer named this end's own queue pair %d (%#x)%s", i, k, p.QPN, perftool.OwnQueuePairHint(c))
-			}
-		}
-		if err := perftool.SameModel(c, ep.QPN, p); err != nil {
-			return err
-		}
 		peers[i] = p
 	}
-	if err := x.connectAll(peers); err != nil {
+	// Every endpoint is in before any is judged: a refusal is told to the
+	// peer (Sync), which then fails with ErrPeerFailed rather than find
+	// the connection closed in the middle of an exchange.
+	refuse := func(err error) error {
+		_ = perftool.Sync(conn, cfg.timeout, err)
 		return err
 	}
+	for i, p := range peers {
+		for k, own := range local {
+			if perftool.OwnQueuePair(own, p) {
+				return refuse(fmt.Errorf("exchange the endpoint of queue pair %d: the peer named this end's own queue pair %d (%#x)%s", i, k, p.QPN, perftool.OwnQueuePairHint(c)))
+			}
+		}
+		if err := perftool.SameModel(c, local[i].QPN, p); err != nil {
+			return refuse(err)
+		}
+	}
+	if err := x.connectAll(peers); err != nil {
+		return refuse(err)
+	}
 	if err := perftool.Sync(conn, cfg.timeout, nil); err != nil {
-		return err
+		return fmt.Errorf("connect to the peer's queue pairs: %w", err)
 	}
 	return x.swapSRQN(conn, cfg.timeout)
 }

@@ -490,12 +490,19 @@ func dial(cfg config, stdout io.Writer) error {
 }
 
 // handshake swaps endpoints over conn (this end on side of it), connects
-// the queue pair and waits until the peer's is connected too.
+// the queue pair and waits until the peer's is connected too. From then on
+// the waits look at conn for a peer gone (End.Peer).
 func handshake(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context, x *end) error {
+	var err error
 	if x.lanes != nil {
-		return handshakeAll(cfg, conn, side, c, x)
+		err = handshakeAll(cfg, conn, side, c, x)
+	} else {
+		err = perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
 	}
-	return perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
+	if err == nil {
+		x.Peer = conn
+	}
+	return err
 }
 
 // sync tells the peer whether this end is fine (failed nil) and waits for

@@ -405,9 +405,14 @@ func dial(cfg config, stdout io.Writer) error {
 }
 
 // handshake swaps endpoints over conn (this end on side of it), connects
-// the queue pair and waits until the peer's is connected too.
+// the queue pair and waits until the peer's is connected too. From then on
+// the waits look at conn for a peer gone (End.Peer).
 func handshake(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context, x *end) error {
-	return perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect)
+	if err := perftool.Handshake(conn, side, cfg.security, cfg.timeout, c, x.QP.QPN(), x.endpoint(), x.connect); err != nil {
+		return err
+	}
+	x.Peer = conn
+	return nil
 }
 
 // sameModel refuses a peer the software HCA cannot reach (see

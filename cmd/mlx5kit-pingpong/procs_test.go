@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +93,37 @@ func TestServerClientLeaveTheFabric(t *testing.T) {
 	})
 	require.NoError(t, server.Wait(), "server: %s", server.Output())
 	require.Equal(t, []string{"/dev/shm/mlx5kit-" + name + "-registry"}, files())
+}
+
+// TestServerSeesClientKilled: a -server whose client is killed with
+// SIGKILL in the middle of the run ends soon after with an error that says
+// so (RETRY_EXC_ERR where a reply was in flight, else the client's closed
+// connection), not at its timeout.
+func TestServerSeesClientKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	name := fmt.Sprintf("pingpong-killed-%d", os.Getpid())
+	t.Cleanup(func() {
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
+	env := []string{sim.EnvFabric + "=" + name}
+	const timeout = time.Minute
+	server := toolproc.Watch(toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0", "-timeout", timeout.String()))
+	addr := server.ListenAddress(t, listenWait)
+	client, cout := toolProcess(t, env, "-provider", "sim", "-client", addr, "-iters", "1000000000", "-size", "8", "-timeout", timeout.String())
+	require.Eventually(t, func() bool { return strings.Contains(server.Output(), "answering") }, listenWait, 10*time.Millisecond,
+		"server:\n%s\nclient:\n%s", server.Output(), cout)
+	time.Sleep(200 * time.Millisecond) // well into the run
+	killed := time.Now()
+	require.NoError(t, client.Process.Signal(syscall.SIGKILL))
+	_ = client.Wait()
+	err := server.Wait()
+	require.Error(t, err, "server:\n%s", server.Output())
+	require.Less(t, time.Since(killed), timeout/3, "the server waited for its timeout:\n%s", server.Output())
+	require.Regexp(t, `RETRY_EXC_ERR|the peer closed its connection: it exited or was killed`, server.Output())
+	t.Logf("server:\n%s", server.Output())
 }

@@ -1,11 +1,16 @@
 package perftool
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -92,6 +97,16 @@ type End struct {
 	// Notifier, with EndConfig.Events, is what a wait sleeps on after an
 	// empty poll.
 	Notifier *completion.Notifier
+
+	// Peer, when set, is the connection to the peer's end of the same
+	// tool, on which the peer sends nothing while this end waits but
+	// Sync's status. A wait that has found nothing for PeerCheck looks at
+	// it every PeerCheck and fails at once, rather than at the timeout,
+	// when the peer has closed it (it exited or was killed: ErrPeerGone)
+	// or says it failed (ErrPeerFailed). A queue pair with nothing in
+	// flight learns nothing of a peer gone, on a NIC as on the model.
+	Peer     net.Conn
+	peerSeen time.Time // when a wait last looked at Peer
 
 	// Filled by a failed wait, outside the hot path.
 	Bad    transport.Completion
@@ -338,7 +353,54 @@ func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 	if now.Sub(*since) > x.Timeout {
 		return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding)", x.Name, seq, x.Timeout, x.SendsOut)
 	}
+	if x.Peer != nil && now.Sub(*since) >= PeerCheck && now.Sub(x.peerSeen) >= PeerCheck {
+		x.peerSeen = now
+		return x.peerError(seq)
+	}
 	return nil
+}
+
+// PeerCheck is how long a wait finds nothing before it looks at End.Peer,
+// and how often it looks again.
+const PeerCheck = 100 * time.Millisecond
+
+// ErrPeerGone is what a wait's error matches when the peer closed the
+// tool's connection while this end waited for a completion (End.Peer).
+var ErrPeerGone = errors.New("the peer closed its connection: it exited or was killed")
+
+// peerError looks at End.Peer without consuming anything: nil while the
+// peer keeps it open and silent (or has said it is fine), else the wait
+// for message seq's error, matching ErrPeerGone or ErrPeerFailed.
+func (x *End) peerError(seq uint32) error {
+	sc, ok := x.Peer.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var b [1]byte
+	var n int
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return nil
+	}
+	var why error
+	switch {
+	case rerr == nil && n == 0:
+		why = ErrPeerGone
+	case rerr == nil && b[0] == statusFailed:
+		why = ErrPeerFailed
+	case errors.Is(rerr, unix.ECONNRESET):
+		why = fmt.Errorf("%w (%w)", ErrPeerGone, rerr)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%s: waiting for message %d (%d sends outstanding): %w", x.Name, seq, x.SendsOut, why)
 }
 
 // sleep waits on the Notifier for a completion, for at most the end's
@@ -351,10 +413,23 @@ func (x *End) sleep(seq uint32) error {
 	if x.Abort != nil && x.Abort.Load() {
 		return ErrAborted
 	}
-	if err := x.Notifier.WaitTimeout(x.Timeout); err != nil {
-		return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding): %w", x.Name, seq, x.Timeout, x.SendsOut, err)
+	// In slices of PeerCheck with a Peer to look at between them.
+	for left := x.Timeout; ; {
+		d := left
+		if x.Peer != nil {
+			d = min(d, PeerCheck)
+		}
+		err := x.Notifier.WaitTimeout(d)
+		if err == nil {
+			return nil
+		}
+		if left -= d; left <= 0 || !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding): %w", x.Name, seq, x.Timeout, x.SendsOut, err)
+		}
+		if err := x.peerError(seq); err != nil {
+			return err
+		}
 	}
-	return nil
 }
 
 // Fail records c as the completion that fails the wait, unless one

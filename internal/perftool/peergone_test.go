@@ -1,0 +1,65 @@
+package perftool
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (near, far net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	near, err = net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	far, err = ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = near.Close(); _ = far.Close() })
+	return near, far
+}
+
+// TestWaitSeesPeerGone: a wait for a message that does not come ends soon
+// after the peer closes the tool's connection (ErrPeerGone) or says it
+// failed (ErrPeerFailed), busy or sleeping on completion events, not at
+// the timeout; with the peer there and silent it ends at the timeout.
+func TestWaitSeesPeerGone(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		cfg := EndConfig{Size: 64, SendDepth: 8, RecvDepth: 8, CQDepth: 64, RecvSGE: true, Events: events,
+			Inline: func(device int) int { return min(device, 64) }, Port: 1, Timeout: time.Minute}
+		s, ends, err := OpenEnds(ctx.ProviderSoftware, "", cfg, func(x *End) *End { return x }, "a", "b")
+		require.NoError(t, err)
+		defer func() { require.NoError(t, s.Close()) }()
+		a, b := ends[0], ends[1]
+		require.NoError(t, a.QP.Connect(b.QP.Endpoint()))
+		require.NoError(t, b.QP.Connect(a.QP.Endpoint()))
+
+		for _, c := range []struct {
+			name string
+			peer func(far net.Conn)
+			want error
+		}{
+			{"closed", func(far net.Conn) { _ = far.Close() }, ErrPeerGone},
+			{"failed", func(far net.Conn) { _, _ = far.Write([]byte{statusFailed}) }, ErrPeerFailed},
+		} {
+			near, far := tcpPair(t)
+			b.Peer = near
+			time.AfterFunc(50*time.Millisecond, func() { c.peer(far) })
+			start := time.Now()
+			err := b.Await(OpWriteImm, 64, 1)
+			require.ErrorIs(t, err, c.want, "events %v, peer %s", events, c.name)
+			require.Less(t, time.Since(start), 10*time.Second, "events %v, peer %s: the wait ran on", events, c.name)
+		}
+
+		near, _ := tcpPair(t)
+		b.Peer, b.Timeout = near, 3*PeerCheck
+		err = b.Await(OpWriteImm, 64, 1)
+		require.ErrorContains(t, err, "no completion for message 1 within", "events %v", events)
+		require.NotErrorIs(t, err, ErrPeerGone)
+	}
+}
