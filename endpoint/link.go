@@ -215,6 +215,10 @@ func (c *sealedConn) Close() error { return c.s.conn.Close() }
 var _ [sealed.HeaderSize - sealedHeaderSize]struct{}
 var _ [sealedHeaderSize - sealed.HeaderSize]struct{}
 
+// The sealed magic is the mesh's.
+var _ [sealed.Magic - meshMagic]struct{}
+var _ [meshMagic - sealed.Magic]struct{}
+
 func init() {
 	sealed.Dial = func(conn net.Conn, key []byte, timeout time.Duration) (sealed.Conn, error) {
 		c, err := dialSealed(conn, Security{Key: key}, timeout)

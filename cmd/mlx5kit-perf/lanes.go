@@ -421,10 +421,7 @@ func handshakeAll(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context,
 		p, err := endpoint.Exchange(tctx, conn, side, ep, cfg.security)
 		cancel()
 		if err != nil {
-			if errors.Is(err, endpoint.ErrKeyRequired) || errors.Is(err, endpoint.ErrAuth) || errors.Is(err, endpoint.ErrRejected) {
-				err = fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, perftool.EnvKey)
-			}
-			return fmt.Errorf("exchange the endpoint of queue pair %d: %w", i, err)
+			return fmt.Errorf("exchange the endpoint of queue pair %d: %w", i, perftool.ExplainKey(err))
 		}
 		peers[i] = p
 	}

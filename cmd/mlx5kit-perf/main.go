@@ -61,11 +61,17 @@
 // perftest leaves out. --output prints only the number, --out_json writes
 // perftest's JSON file.
 //
-// The two ends swap their endpoints (QPN, LID or GID, PSN, MTU, and the
-// address and rkey of their buffers) over TCP, after each has proved to the
-// other that it holds the same key (--key-file, or $MLX5KIT_KEY: at least
-// 16 random bytes); without a key both ends must be on this host. The
-// client's mode, sizes and counts are the ones used. On the software HCA a
+// The two ends talk over TCP. With a key (--key-file, or $MLX5KIT_KEY: at
+// least 16 random bytes) each first proves to the other that it holds the
+// same key; only then does the client send its parameters (mode, sizes,
+// counts: the ones used), sealed, and the server open its queue pairs and
+// buffers, and the ends swap their endpoints (QPN, LID or GID, PSN, MTU,
+// and the address and rkey of their buffers). Without a key both ends must
+// be on this host. A server keeps waiting (ten --timeout in all) after a
+// connection it refuses (another key or none, closed, silent for
+// --timeout, garbage), printing one line for each on stderr, and takes the
+// next; one perftest client, or one of another tool, ends it with a
+// message. On the software HCA a
 // server and a client join the fabric shared by the processes that name it
 // ($MLX5KIT_SIM_FABRIC, "default" when unset), so two processes of this
 // host reach each other on it. Data is checked: latency tests stamp each message
@@ -118,7 +124,7 @@
 //	--warmup n       iterations run before measuring each size (default 100)
 //	--max-size n     the largest size of -a (default 8388608)
 //	--timeout d      give up when a message or the exchange takes longer (default 10s)
-//	--server addr    listen on addr (e.g. :18515) for one client
+//	--server addr    listen on addr (e.g. :18515) for one client (refused connections aside)
 //	--client h:p     connect to a server
 //	--key-file f     the pre-shared key of the two ends (default: $MLX5KIT_KEY)
 //	--perftest-peer  write_lat or send_lat against perftest's ib_write_lat or
@@ -393,7 +399,7 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 			func() error { return errors.New("--perftest-peer needs a peer") })
 	}
 	return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
-		func(ln net.Listener) error { return serve(cfg, ln, stdout) },
+		func(ln net.Listener) error { return serve(cfg, ln, stdout, stderr) },
 		func() error { return dial(cfg, stdout) },
 		func() error { return local(cfg, stdout) })
 }

@@ -312,7 +312,7 @@ func TestServerClientOverTCP(t *testing.T) {
 			serverErr := make(chan error, 1)
 			go func() {
 				// The server starts from its own defaults.
-				serverErr <- serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &serverOut)
+				serverErr <- serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &serverOut, &bytes.Buffer{})
 			}()
 			sizes, want := []string{"-a", "-max-size", "4096"}, 12
 			if strings.HasPrefix(m, "atomic") {

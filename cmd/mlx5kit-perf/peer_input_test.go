@@ -7,7 +7,10 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +82,7 @@ func TestServerRefusesUnknownConnection(t *testing.T) {
 		require.NoError(t, err)
 		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "2s")
 		errc := make(chan error, 1)
-		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+		go func() { errc <- serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }()
 		c, err := net.Dial("tcp", ln.Addr().String())
 		require.NoError(t, err)
 		p := params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4, Conn: conn, QueuePairs: 1}
@@ -107,7 +110,7 @@ func TestQueuePairsTimesIters(t *testing.T) {
 	require.NoError(t, err)
 	cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "2s")
 	errc := make(chan error, 1)
-	go func() { errc <- serve(cfg, ln, &bytes.Buffer{}) }()
+	go func() { errc <- serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	require.NoError(t, err)
 	defer c.Close()
@@ -119,6 +122,45 @@ func TestQueuePairsTimesIters(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the server did not answer")
 	}
+}
+
+// TestServerKeyReadsNoUnauthenticatedParams: a server with a key reads
+// nothing of a connection that has not proved the key, not even well-formed
+// parameters (here 16 queue pairs of write_bw), and opens nothing for it:
+// it reports the refusal on its stderr, with the remote address, and waits
+// on for the client with the key, whose test it runs. Before, the server
+// read the parameters first, opened its queue pairs and buffers sized by
+// them, and then ended with the connection's failed exchange.
+func TestServerKeyReadsNoUnauthenticatedParams(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var serverOut, serverErr bytes.Buffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- serve(testConfig(t, "write_lat", "-provider", "sim", "--key-file", keyFile, "--timeout", "3s"), ln, &serverOut, &serverErr)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	p := params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 65536, MaxSize: 65536, Iters: 1000, QD: 128, Batch: 1, QueuePairs: 16}
+	require.NoError(t, binary.Write(c, binary.BigEndian, p))
+	_, _ = io.Copy(io.Discard, c) // the refusal, then the close
+	var clientOut bytes.Buffer
+	require.NoError(t, dial(testConfig(t, "write_lat", "-provider", "sim", "--key-file", keyFile, "--timeout", "3s",
+		"-n", "200", "-client", ln.Addr().String()), &clientOut))
+	select {
+	case err := <-errc:
+		require.NoError(t, err, serverOut.String())
+	case <-time.After(time.Minute):
+		t.Fatal("the server did not return")
+	}
+	require.True(t, strings.HasPrefix(serverErr.String(), "mlx5kit-perf: refused the connection from "+c.LocalAddr().String()+": "), serverErr.String())
+	require.Contains(t, serverErr.String(), "without proving the key first")
+	require.Equal(t, 1, strings.Count(serverErr.String(), "\n"), serverErr.String())
+	require.Contains(t, serverOut.String(), "serving write_lat for ", "the test of the client with the key")
+	require.Len(t, latencyRows(t, clientOut.String()), 1)
 }
 
 // TestPerftestPeerEchoesOwnRecord: a perftest client that sends
@@ -274,7 +316,7 @@ func TestServerNamesBadParameter(t *testing.T) {
 		{params{Magic: paramsMagic, Mode: uint32(numModes), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, "unknown mode"},
 	} {
 		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
-		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}) }, c.p)
+		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, c.p)
 		require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
 		require.ErrorContains(t, err, c.want)
 	}

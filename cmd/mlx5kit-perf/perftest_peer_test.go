@@ -404,7 +404,7 @@ func TestServePerftestClient(t *testing.T) {
 	_, err = c.Write(append([]byte("6.06"), make([]byte, 12)...))
 	require.NoError(t, err)
 	var out bytes.Buffer
-	err = serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &out)
+	err = serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &out, &bytes.Buffer{})
 	require.ErrorIs(t, err, perftool.ErrPerftestClient)
 	require.ErrorContains(t, err, "--perftest-peer speaks it")
 }

@@ -20,7 +20,7 @@ func serveAndDialConfig(t *testing.T, serverArgs []string, cfg config) (server, 
 	require.NoError(t, err)
 	var serverOut bytes.Buffer
 	serverErr := make(chan error, 1)
-	go func() { serverErr <- serve(testConfig(t, serverArgs...), ln, &serverOut) }()
+	go func() { serverErr <- serve(testConfig(t, serverArgs...), ln, &serverOut, &bytes.Buffer{}) }()
 	var clientOut bytes.Buffer
 	cfg.client = ln.Addr().String()
 	require.NoError(t, dial(cfg, &clientOut), clientOut.String())

@@ -299,10 +299,11 @@ func (p params) config(base config) config {
 	return base.capRecvDepth()
 }
 
-// serve runs the passive end for one client that connects to ln.
-func serve(cfg config, ln net.Listener, stdout io.Writer) error {
+// serve runs the passive end for one client that connects to ln; the
+// connections it refuses before that one are reported on stderr.
+func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 	var p params
-	conn, err := perftool.Accept(ln, cfg.timeout, &p)
+	conn, err := perftool.Accept(ln, cfg.timeout, cfg.security, paramsMagic, &p, perftool.Refusals(stderr, "mlx5kit-perf"))
 	if errors.Is(err, perftool.ErrPerftestClient) {
 		return fmt.Errorf("%w: --perftest-peer speaks it, for write_lat and send_lat", err)
 	}
@@ -310,9 +311,6 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if err := perftool.CheckMagic(p.Magic, paramsMagic); err != nil {
-		return err
-	}
 	if p.Conn > uint32(connDC) {
 		return fmt.Errorf("%w: -c %d: want RC (%d), UD (%d) or DC (%d)", perftool.ErrBadParams, p.Conn, connRC, connUD, connDC)
 	}
@@ -416,7 +414,7 @@ func dial(cfg config, stdout io.Writer) error {
 	if cfg.infinite {
 		p.Infinite = 1
 	}
-	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
+	conn, err := perftool.Dial(cfg.client, cfg.timeout, cfg.security, p)
 	if err != nil {
 		return err
 	}

@@ -148,7 +148,7 @@ func serveAndDial(t *testing.T, serverArgs, clientArgs []string) (server, client
 	require.NoError(t, err)
 	var serverOut bytes.Buffer
 	serverErr := make(chan error, 1)
-	go func() { serverErr <- serve(testConfig(t, serverArgs...), ln, &serverOut) }()
+	go func() { serverErr <- serve(testConfig(t, serverArgs...), ln, &serverOut, &bytes.Buffer{}) }()
 	var clientOut bytes.Buffer
 	require.NoError(t, dial(testConfig(t, append(clientArgs, "-client", ln.Addr().String())...), &clientOut))
 	require.NoError(t, <-serverErr, serverOut.String())

@@ -13,13 +13,17 @@
 //	mlx5kit-pingpong -server :18515 -key-file k [flags]   wait for a client
 //	mlx5kit-pingpong -client host:18515 -key-file k [flags]
 //
-// The two ends swap their endpoints (QPN, LID or GID, PSN, MTU, and the
-// address and rkey of their receive area) over TCP, after each has proved
-// to the other that it holds the same key (-key-file, or $MLX5KIT_KEY:
-// at least 16 random bytes, e.g. head -c 32 /dev/urandom | base64).
-// Without a key both ends must be on this host: -server then needs a
-// loopback address such as 127.0.0.1:18515. The client's -size, -iters and
-// -warmup are the ones used. With neither -server nor -client
+// The two ends talk over TCP. With a key (-key-file, or $MLX5KIT_KEY: at
+// least 16 random bytes, e.g. head -c 32 /dev/urandom | base64) each first
+// proves to the other that it holds the same key; only then does the
+// client send its -size, -iters and -warmup (the ones used), sealed, the
+// server open its queue pair and receive area, and the ends swap their
+// endpoints (QPN, LID or GID, PSN, MTU, and the address and rkey of their
+// receive area). Without a key both ends must be on this host: -server
+// then needs a loopback address such as 127.0.0.1:18515. A server keeps
+// waiting (ten -timeout in all) after a connection it refuses (another key
+// or none, closed, silent for -timeout, garbage), printing one line for
+// each on stderr, and takes the next. With neither -server nor -client
 // both ends run in this process on one device, two queue pairs in
 // loopback: on hardware one goroutine per end, each pinned to its own CPU
 // (MLX5KIT_CPUS picks them), on the software HCA one goroutine that plays
@@ -103,7 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return perftool.Run("mlx5kit-pingpong", cfg.server, cfg.client, stdout, stderr,
-		func(ln net.Listener) error { return serve(cfg, ln, stdout) },
+		func(ln net.Listener) error { return serve(cfg, ln, stdout, stderr) },
 		func() error { return dial(cfg, stdout) },
 		func() error { return local(cfg, stdout) })
 }
@@ -320,11 +324,9 @@ type params struct {
 const paramsMagic = 0x4d58504e // "MXPN"
 
 // check refuses parameters the client's flags could not have given, with
-// an error matching perftool.ErrBadParams that names the field.
+// an error matching perftool.ErrBadParams that names the field (the magic
+// number is perftool.Accept's to check).
 func (p params) check() error {
-	if err := perftool.CheckMagic(p.Magic, paramsMagic); err != nil {
-		return err
-	}
 	switch {
 	case p.Size > maxSize:
 		return fmt.Errorf("%w: -size %d: want 0 to %d", perftool.ErrBadParams, p.Size, maxSize)
@@ -336,10 +338,11 @@ func (p params) check() error {
 	return nil
 }
 
-// serve runs the answering end for one client that connects to ln.
-func serve(cfg config, ln net.Listener, stdout io.Writer) error {
+// serve runs the answering end for one client that connects to ln; the
+// connections it refuses before that one are reported on stderr.
+func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 	var p params
-	conn, err := perftool.Accept(ln, cfg.timeout, &p)
+	conn, err := perftool.Accept(ln, cfg.timeout, cfg.security, paramsMagic, &p, perftool.Refusals(stderr, "mlx5kit-pingpong"))
 	if err != nil {
 		return err
 	}
@@ -374,7 +377,7 @@ func serve(cfg config, ln net.Listener, stdout io.Writer) error {
 // dial runs the measuring end against the server at cfg.client.
 func dial(cfg config, stdout io.Writer) error {
 	p := params{Magic: paramsMagic, Size: uint32(cfg.size), Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup)}
-	conn, err := perftool.Dial(cfg.client, cfg.timeout, p)
+	conn, err := perftool.Dial(cfg.client, cfg.timeout, cfg.security, p)
 	if err != nil {
 		return err
 	}

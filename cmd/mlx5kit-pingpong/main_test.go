@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -118,7 +120,7 @@ func TestServerClientOverTCP(t *testing.T) {
 		// The server starts from its own defaults: size and counts come
 		// from the client.
 		scfg, _ := parseFlags([]string{"-provider", "sim"}, &bytes.Buffer{})
-		serverErr <- serve(scfg, ln, &serverOut)
+		serverErr <- serve(scfg, ln, &serverOut, &bytes.Buffer{})
 	}()
 	cfg.client = ln.Addr().String()
 	var clientOut bytes.Buffer
@@ -256,8 +258,12 @@ func TestFlags(t *testing.T) {
 }
 
 // TestServerKey: a server that other hosts can reach needs a key; with the
-// same key at both ends they run, with different keys neither learns the
-// other's endpoint.
+// same key at both ends they run. A server with a key outlives the
+// connections that fail before they are a client (garbage, a connection
+// closed at once, a client with another key), each reported on its stderr
+// with the remote address, and then serves the client that holds the key;
+// with none it ends at its deadline, naming the last refusal. Before, the
+// first connection, whatever it was, ended the server.
 func TestServerKey(t *testing.T) {
 	t.Setenv(perftool.EnvKey, "")
 	var out, errOut bytes.Buffer
@@ -265,33 +271,141 @@ func TestServerKey(t *testing.T) {
 	require.Contains(t, errOut.String(), "without a key")
 	require.Contains(t, errOut.String(), perftool.EnvKey)
 
-	dir := t.TempDir()
-	keyA, keyB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	require.NoError(t, os.WriteFile(keyA, []byte("the key of both ends, A\n"), 0o600))
-	require.NoError(t, os.WriteFile(keyB, []byte("another key entirely, B\n"), 0o600))
-	pair := func(serverKey, clientKey string) (clientOut string, serverErr, clientErr error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		scfg, code := parseFlags([]string{"-provider", "sim", "-key-file", serverKey, "-timeout", "3s"}, &bytes.Buffer{})
-		require.Equal(t, -1, code)
-		done := make(chan error, 1)
-		go func() { done <- serve(scfg, ln, &bytes.Buffer{}) }()
-		ccfg, code := parseFlags([]string{"-provider", "sim", "-key-file", clientKey, "-timeout", "3s",
-			"-iters", "200", "-client", ln.Addr().String()}, &bytes.Buffer{})
-		require.Equal(t, -1, code)
-		var o bytes.Buffer
-		clientErr = dial(ccfg, &o)
-		return o.String(), <-done, clientErr
-	}
-	clientOut, serverErr, clientErr := pair(keyA, keyA)
+	keyA, keyB := keyFiles(t)
+	clientOut, serverErr, clientErr := keyPair(t, keyA, keyA)
 	require.NoError(t, serverErr)
 	require.NoError(t, clientErr)
 	require.Equal(t, 200, parseTable(t, clientOut).iters)
 
-	_, serverErr, clientErr = pair(keyA, keyB)
+	// Refused connections, then the client with the key.
+	s := startKeyServer(t, keyA, "3s")
+	garbage := rawConn(t, s.addr)
+	_, err := garbage.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, garbage) // the refusal, then the close
+	closed := rawConn(t, s.addr)
+	closed.Close()
+	_, err = keyClient(t, keyB, s.addr)
+	require.ErrorIs(t, err, endpoint.ErrAuth)
+	require.ErrorContains(t, err, "both ends need the same key")
+	clientOut, err = keyClient(t, keyA, s.addr)
+	require.NoError(t, err)
+	require.Equal(t, 200, parseTable(t, clientOut).iters)
+	require.NoError(t, s.Wait())
+	lines := refusalLines(s.stderr.String())
+	require.Len(t, lines, 3, s.stderr.String())
+	require.Contains(t, lines[0], "from "+garbage.LocalAddr().String()+": ")
+	require.Contains(t, lines[0], "mesh magic")
+	require.Contains(t, lines[1], "from "+closed.LocalAddr().String()+": ")
+	require.Contains(t, lines[1], "EOF")
+	require.Contains(t, lines[2], "the dialer hung up instead of proving that it holds the key")
+	require.Contains(t, s.stdout.String(), "answering 100+200 messages of 2 bytes")
+
+	// Another key, and no client after it.
+	_, serverErr, clientErr = keyPair(t, keyA, keyB)
 	require.ErrorIs(t, clientErr, endpoint.ErrAuth)
 	require.ErrorContains(t, clientErr, "both ends need the same key")
-	require.Error(t, serverErr)
+	require.ErrorIs(t, serverErr, os.ErrDeadlineExceeded)
+	require.ErrorIs(t, serverErr, endpoint.ErrAuth, "the error names the refusal")
+	require.ErrorContains(t, serverErr, "refused 1 connection(s), the last from 127.0.0.1:")
+}
+
+// TestServerKeyReadsNoUnauthenticatedParams: a server with a key reads
+// nothing of a client that has not proved the key, even parameters well
+// formed (those of a client without a key): it refuses the connection,
+// reports it, opens nothing for it and serves the client with the key,
+// with that client's parameters. Before, the server read the parameters
+// first and opened its ends, buffer and queue pair, sized by them.
+func TestServerKeyReadsNoUnauthenticatedParams(t *testing.T) {
+	keyA, _ := keyFiles(t)
+	s := startKeyServer(t, keyA, "3s")
+	c := rawConn(t, s.addr)
+	require.NoError(t, binary.Write(c, binary.BigEndian, params{Magic: paramsMagic, Size: maxSize, Iters: 1 << 31, Warmup: 1 << 31}))
+	_, _ = io.Copy(io.Discard, c)
+	require.Empty(t, s.stdout.String(), "the server went past its client's parameters")
+	out, err := keyClient(t, keyA, s.addr)
+	require.NoError(t, err)
+	require.NoError(t, s.Wait())
+	require.Equal(t, 200, parseTable(t, out).iters)
+	lines := refusalLines(s.stderr.String())
+	require.Len(t, lines, 1, s.stderr.String())
+	require.Contains(t, lines[0], "from "+c.LocalAddr().String()+": ")
+	require.Contains(t, lines[0], "without proving the key first")
+	require.Contains(t, s.stdout.String(), "answering 100+200 messages of 2 bytes", "the parameters of the client with the key")
+}
+
+// keyFiles writes two keys and returns their files.
+func keyFiles(t *testing.T) (a, b string) {
+	dir := t.TempDir()
+	a, b = filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	require.NoError(t, os.WriteFile(a, []byte("the key of both ends, A\n"), 0o600))
+	require.NoError(t, os.WriteFile(b, []byte("another key entirely, B\n"), 0o600))
+	return a, b
+}
+
+// keyServer is serve in a goroutine, with the key of a file.
+type keyServer struct {
+	*toolproc.Server
+	addr           string
+	stdout, stderr toolproc.Buffer
+}
+
+// startKeyServer starts serve with the key in keyFile and -timeout
+// timeout on a loopback port.
+func startKeyServer(t *testing.T, keyFile, timeout string) *keyServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg, code := parseFlags([]string{"-provider", "sim", "-key-file", keyFile, "-timeout", timeout}, &bytes.Buffer{})
+	require.Equal(t, -1, code)
+	s := &keyServer{addr: ln.Addr().String()}
+	s.Server = toolproc.Go(func() error { return serve(cfg, ln, &s.stdout, &s.stderr) }, &s.stdout, &s.stderr)
+	return s
+}
+
+// keyClient runs a client of 200 iterations with the key in keyFile.
+func keyClient(t *testing.T, keyFile, addr string) (string, error) {
+	t.Helper()
+	cfg, code := parseFlags([]string{"-provider", "sim", "-key-file", keyFile, "-timeout", "3s",
+		"-iters", "200", "-client", addr}, &bytes.Buffer{})
+	require.Equal(t, -1, code)
+	var o bytes.Buffer
+	err := dial(cfg, &o)
+	return o.String(), err
+}
+
+// keyPair runs a server (-timeout 300ms: ten of them before it gives up
+// waiting) and a client with the keys of the files.
+func keyPair(t *testing.T, serverKey, clientKey string) (clientOut string, serverErr, clientErr error) {
+	t.Helper()
+	timeout := "3s"
+	if serverKey != clientKey {
+		timeout = "300ms"
+	}
+	s := startKeyServer(t, serverKey, timeout)
+	clientOut, clientErr = keyClient(t, clientKey, s.addr)
+	return clientOut, s.Wait(), clientErr
+}
+
+// rawConn connects to addr; the connection is closed when the test ends.
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// refusalLines returns the lines of a server's stderr that report a
+// refused connection.
+func refusalLines(stderr string) []string {
+	var lines []string
+	for l := range strings.Lines(stderr) {
+		if strings.HasPrefix(l, "mlx5kit-pingpong: refused the connection from ") && strings.HasSuffix(l, "; waiting for another client\n") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }
 
 // TestHardwarePingPong runs both ends on the first mlx5 device.
@@ -315,7 +429,7 @@ func TestHardwareServerClient(t *testing.T) {
 	require.NoError(t, err)
 	scfg, _ := parseFlags([]string{"-provider", "mlx5", "-device", name}, &bytes.Buffer{})
 	serverErr := make(chan error, 1)
-	go func() { serverErr <- serve(scfg, ln, &bytes.Buffer{}) }()
+	go func() { serverErr <- serve(scfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }()
 	ccfg, _ := parseFlags([]string{"-provider", "mlx5", "-device", name, "-iters", "5000", "-client", ln.Addr().String()}, &bytes.Buffer{})
 	var out bytes.Buffer
 	require.NoError(t, dial(ccfg, &out))

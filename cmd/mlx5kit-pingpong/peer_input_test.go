@@ -39,7 +39,7 @@ func TestServerNamesBadParameter(t *testing.T) {
 	} {
 		cfg, code := parseFlags([]string{"-provider", "sim", "-timeout", "5s"}, &bytes.Buffer{})
 		require.Equal(t, -1, code)
-		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}) }, c.p)
+		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, c.p)
 		require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
 		require.ErrorContains(t, err, c.want)
 	}

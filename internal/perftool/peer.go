@@ -16,6 +16,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
+	"github.com/mlx5kit/mlx5kit/internal/sealed"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -49,37 +50,158 @@ func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.L
 	return 0
 }
 
-// Accept waits for one client on ln (for up to ten timeouts), closes ln
-// and reads the client's fixed-size parameters into params (a pointer to a
-// struct of unsigned integers, as for binary.Read). The connection's
-// deadline is one timeout away.
-func Accept(ln net.Listener, timeout time.Duration, params any) (net.Conn, error) {
+// Accept waits for the client of a server on ln, for up to ten timeouts
+// (AcceptWait), closes ln and returns the client's connection, its
+// fixed-size parameters read into params: a pointer to a struct of
+// unsigned integers, the first the tool's magic number, magic (as for
+// binary.Read, big-endian). With a key (sec.Key) the client first proves
+// that it holds the key (the authentication of internal/sealed), then
+// sends its parameters in a sealed frame: the server reads nothing of a
+// peer that has not proved the key, and the peer learns nothing. Without a
+// key (sec.InsecureLoopback: loopback only) the parameters come raw. The
+// connection's deadline is one timeout away.
+//
+// Connections are taken one at a time, each given one timeout from its
+// accept. One that fails before it has sent parameters (it does not prove
+// the key, closes, stays silent, sends what is not this protocol) is
+// refused: it is closed, refused (when not nil) is told its remote address
+// and the reason, and the server waits on for another; when the wait ends
+// with no client, the error names the last refusal. A connection whose
+// error is plainly the user's mistake ends the wait at once with that
+// error: a client that speaks perftest's exchange (ErrPerftestClient,
+// known from its first four bytes, before any authentication), one whose
+// magic number is not magic (ErrBadParams, see CheckMagic; with a key,
+// read only once it proved the key), one that proved the key and sent
+// parameters of another size (ErrBadParams: another version of the tool),
+// and, at a server without a key, a client that proves one.
+func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic uint32, params any, refused func(from net.Addr, err error)) (net.Conn, error) {
 	defer ln.Close()
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		_ = d.SetDeadline(time.Now().Add(AcceptWait(timeout)))
 	}
-	conn, err := ln.Accept()
-	if err != nil {
-		return nil, fmt.Errorf("accept: %w", err)
+	var last error
+	var count int
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if last != nil {
+				return nil, fmt.Errorf("accept: %w (no client came; refused %d connection(s), the last %w)", err, count, last)
+			}
+			return nil, fmt.Errorf("accept: %w", err)
+		}
+		refusal, err := greet(conn, timeout, sec, magic, params)
+		switch {
+		case err != nil:
+			conn.Close()
+			return nil, err
+		case refusal == nil:
+			return conn, nil
+		}
+		// greet closed conn.
+		count++
+		last = fmt.Errorf("from %v: %w", conn.RemoteAddr(), refusal)
+		if refused != nil {
+			refused(conn.RemoteAddr(), refusal)
+		}
 	}
-	_ = conn.SetDeadline(time.Now().Add(timeout))
+}
+
+// maxParamsFrame is the longest sealed frame of parameters Accept reads:
+// longer than any tool's, so that the frame of another tool's client is
+// read and its magic number named.
+const maxParamsFrame = 1 << 10
+
+// greet reads the parameters of the client on conn into params (see
+// Accept). A connection refused is closed and the reason returned as
+// refusal; err, when not nil, ends the server's wait (the caller closes
+// conn).
+func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic uint32, params any) (refusal, err error) {
+	deadline := time.Now().Add(timeout)
+	_ = conn.SetDeadline(deadline)
 	// The first four bytes apart: a client that speaks perftest's
 	// exchange sends its version string and waits for the server's,
 	// short of the parameters.
 	var first [4]byte
-	_, err = io.ReadFull(conn, first[:])
-	if err == nil {
-		if v, ok := perftestwire.Version(first[:]); ok {
-			conn.Close()
-			return nil, fmt.Errorf("read the client's parameters: %w (it sent version %q)", ErrPerftestClient, v)
-		}
-		err = binary.Read(io.MultiReader(bytes.NewReader(first[:]), conn), binary.BigEndian, params)
-	}
-	if err != nil {
+	if _, err := io.ReadFull(conn, first[:]); err != nil {
 		conn.Close()
+		return fmt.Errorf("read the client's first bytes: %w", err), nil
+	}
+	if v, ok := perftestwire.Version(first[:]); ok {
+		return nil, fmt.Errorf("read the client's parameters: %w (it sent version %q)", ErrPerftestClient, v)
+	}
+	size := binary.Size(params)
+	var b []byte
+	if len(sec.Key) > 0 {
+		replay := &replayConn{Conn: conn, r: io.MultiReader(bytes.NewReader(first[:]), conn)}
+		// sealed.Accept closes conn when it fails.
+		sc, err := sealed.Accept(replay, sec.Key, max(time.Until(deadline), time.Millisecond))
+		if err != nil {
+			if binary.BigEndian.Uint32(first[:]) == magic {
+				err = fmt.Errorf("%w (it sent this tool's parameters without proving the key first: a client without a key, or one older than this server?)", err)
+			}
+			return err, nil
+		}
+		_ = conn.SetDeadline(deadline)
+		if b, err = sc.ReadFrame(max(size, maxParamsFrame)); err != nil {
+			conn.Close()
+			return fmt.Errorf("read the client's parameters: %w", err), nil
+		}
+		if len(b) < len(first) {
+			return nil, fmt.Errorf("%w: %d bytes of parameters, want %d", ErrBadParams, len(b), size)
+		}
+		// The authentication is over: what follows (the endpoints'
+		// exchange) is read from conn itself.
+	} else {
+		switch m := binary.BigEndian.Uint32(first[:]); {
+		case m == sealed.Magic && m != magic:
+			return nil, fmt.Errorf("the client proves a key and this server has none (both ends need the same key: $%s or -key-file)", EnvKey)
+		case m != magic:
+			return nil, CheckMagic(m, magic)
+		}
+		b = make([]byte, size)
+		copy(b, first[:])
+		if _, err := io.ReadFull(conn, b[len(first):]); err != nil {
+			conn.Close()
+			return fmt.Errorf("read the client's parameters: %w", err), nil
+		}
+	}
+	if err := CheckMagic(binary.BigEndian.Uint32(b), magic); err != nil {
+		return nil, err
+	}
+	if len(b) != size {
+		return nil, fmt.Errorf("%w: %d bytes of parameters, want %d: is the client another version of this tool?", ErrBadParams, len(b), size)
+	}
+	if err := binary.Read(bytes.NewReader(b), binary.BigEndian, params); err != nil {
 		return nil, fmt.Errorf("read the client's parameters: %w", err)
 	}
-	return conn, nil
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	return nil, nil
+}
+
+// replayConn is a connection whose first bytes, already read from it, are
+// read again from r.
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite closes the connection's sending side, where it has one, so
+// that a refusal drains what the peer sent before it closes.
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// Refusals returns Accept's refused for a command: it prints each refusal
+// on w as one line after the command's name.
+func Refusals(w io.Writer, name string) func(net.Addr, error) {
+	return func(from net.Addr, err error) {
+		fmt.Fprintf(w, "%s: refused the connection from %v: %v; waiting for another client\n", name, from, err)
+	}
 }
 
 // ErrBadParams is what a server's error matches when it refuses the
@@ -113,20 +235,54 @@ func AcceptWait(timeout time.Duration) time.Duration {
 }
 
 // Dial connects to the server at addr and sends it params (a struct of
-// unsigned integers, as for binary.Write). The connection's deadline is
-// one timeout away.
-func Dial(addr string, timeout time.Duration, params any) (net.Conn, error) {
+// unsigned integers, as for binary.Write, big-endian): with a key
+// (sec.Key), once both ends have proved that they hold it, in a sealed
+// frame (see Accept); without one, raw. The connection's deadline is one
+// timeout away.
+func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any) (net.Conn, error) {
+	b, err := binary.Append(nil, binary.BigEndian, params)
+	if err != nil {
+		return nil, fmt.Errorf("send the parameters: %w", err)
+	}
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if err := binary.Write(conn, binary.BigEndian, params); err != nil {
+	if len(sec.Key) == 0 {
+		_, err = conn.Write(b)
+	} else {
+		// sealed.Dial closes conn when it fails.
+		var sc sealed.Conn
+		if sc, err = sealed.Dial(conn, sec.Key, timeout); err != nil {
+			// Whatever the server did (refused, hung up, said nothing),
+			// a key it does not share is the likely cause.
+			return nil, fmt.Errorf("authenticate with the server: %w", keyHint(err))
+		}
+		_ = conn.SetDeadline(time.Now().Add(timeout))
+		err = sc.WriteFrame(b)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("send the parameters: %w", err)
 	}
 	return conn, nil
+}
+
+// ExplainKey adds to an error of the authentication that it matches
+// endpoint.ErrKeyRequired, ErrAuth or ErrRejected, where it does, that
+// both ends need the same key and where it comes from.
+func ExplainKey(err error) error {
+	if errors.Is(err, endpoint.ErrKeyRequired) || errors.Is(err, endpoint.ErrAuth) || errors.Is(err, endpoint.ErrRejected) {
+		return keyHint(err)
+	}
+	return err
+}
+
+// keyHint adds to err that both ends need the same key.
+func keyHint(err error) error {
+	return fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, EnvKey)
 }
 
 // EnvKey names the environment variable holding the pre-shared key of
@@ -191,10 +347,7 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 	defer cancel()
 	peer, err := endpoint.Exchange(tctx, conn, side, local, sec)
 	if err != nil {
-		if errors.Is(err, endpoint.ErrKeyRequired) || errors.Is(err, endpoint.ErrAuth) || errors.Is(err, endpoint.ErrRejected) {
-			err = fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, EnvKey)
-		}
-		return fmt.Errorf("exchange endpoints: %w", err)
+		return fmt.Errorf("exchange endpoints: %w", ExplainKey(err))
 	}
 	// A refusal from here on is told to the peer (Sync), which then
 	// fails with ErrPeerFailed rather than find the connection closed.

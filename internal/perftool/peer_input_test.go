@@ -31,7 +31,7 @@ func TestAcceptLongTimeout(t *testing.T) {
 	require.NoError(t, err)
 	dialed := make(chan error, 1)
 	go func() {
-		conn, err := Dial(ln.Addr().String(), time.Second, params{Magic: 7, Size: 300})
+		conn, err := Dial(ln.Addr().String(), time.Second, loopback, params{Magic: 7, Size: 300})
 		if err == nil {
 			defer conn.Close()
 			time.Sleep(200 * time.Millisecond)
@@ -39,7 +39,7 @@ func TestAcceptLongTimeout(t *testing.T) {
 		dialed <- err
 	}()
 	var got params
-	conn, err := Accept(ln, long, &got)
+	conn, err := Accept(ln, long, loopback, 7, &got, nil)
 	require.NoError(t, err)
 	conn.Close()
 	require.NoError(t, <-dialed)

@@ -27,14 +27,14 @@ func TestAcceptDialSync(t *testing.T) {
 	served := make(chan error, 1)
 	var got params
 	go func() {
-		conn, err := Accept(ln, time.Second, &got)
+		conn, err := Accept(ln, time.Second, loopback, 7, &got, nil)
 		if err == nil {
 			defer conn.Close()
 			err = Sync(conn, time.Second, errors.New("bad data"))
 		}
 		served <- err
 	}()
-	conn, err := Dial(ln.Addr().String(), time.Second, params{Magic: 7, Size: 300})
+	conn, err := Dial(ln.Addr().String(), time.Second, loopback, params{Magic: 7, Size: 300})
 	require.NoError(t, err)
 	defer conn.Close()
 	require.ErrorIs(t, Sync(conn, time.Second, nil), ErrPeerFailed)
@@ -44,21 +44,25 @@ func TestAcceptDialSync(t *testing.T) {
 
 // TestAcceptPerftestClient: a client that speaks perftest's exchange
 // sends its version string and waits for the server's; Accept says so at
-// once rather than wait out the timeout for parameters that never come.
+// once rather than wait out the timeout for parameters that never come,
+// with a key too (it is known from its first bytes, before any
+// authentication).
 func TestAcceptPerftestClient(t *testing.T) {
 	type params struct{ Magic, Size uint32 }
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	c, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	_, err = c.Write(append([]byte("6.06"), make([]byte, 12)...))
-	require.NoError(t, err)
-	start := time.Now()
-	_, err = Accept(ln, time.Minute, &params{})
-	require.ErrorIs(t, err, ErrPerftestClient)
-	require.ErrorContains(t, err, `(it sent version "6.06")`)
-	require.Less(t, time.Since(start), 30*time.Second, "Accept waited for parameters that never come")
+	for _, sec := range []endpoint.Security{loopback, keyed} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		_, err = c.Write(append([]byte("6.06"), make([]byte, 12)...))
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = Accept(ln, time.Minute, sec, 7, &params{}, nil)
+		c.Close()
+		require.ErrorIs(t, err, ErrPerftestClient)
+		require.ErrorContains(t, err, `(it sent version "6.06")`)
+		require.Less(t, time.Since(start), 30*time.Second, "Accept waited for parameters that never come")
+	}
 }
 
 func TestFlags(t *testing.T) {

@@ -13,6 +13,11 @@ import (
 // HeaderSize is the size of a sealed frame's header.
 const HeaderSize = 12
 
+// Magic is the first four bytes (big-endian) of every frame of the
+// authentication and of the sealed frames after it: what a dialing end
+// sends first.
+const Magic uint32 = 0x4d584d53
+
 // Conn is an authenticated connection whose frames are sealed. Reads and
 // writes may run in two goroutines at once.
 type Conn interface {
