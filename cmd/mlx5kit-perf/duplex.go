@@ -69,7 +69,7 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 	for _, l := range ls {
 		l.outstanding = 0
 	}
-	posted, done := 0, 0
+	posted, done, batches := 0, 0, 0
 	// SENDs of the next phase that an earlier poll took count here.
 	received := min(x.early, recvN)
 	x.early -= received
@@ -86,12 +86,13 @@ func (x *end) streamBoth(m mode, size, n, recvN, qd, batch int, st stamps, rx *r
 				x.Fail(c)
 			case c.Opcode == prm.CQEReq && int(c.WRID) < len(st.completed):
 				b := int(c.WRID)
-				st.completed[b] = cycles.Now()
 				k := min(batch, n-b*batch)
 				l := ls[b%len(ls)]
 				l.outstanding -= k
 				l.completed += k
 				done += k
+				st.complete(batches, done)
+				batches++
 			case c.Opcode == prm.CQERespSend && c.ByteCount == uint32(size+x.grh()):
 				// The peer's next phase may have begun: one polled with
 				// the last of this one counts in the next.

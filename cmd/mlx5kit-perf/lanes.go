@@ -642,7 +642,7 @@ func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 	for _, l := range ls {
 		l.outstanding = 0
 	}
-	posted, done := 0, 0
+	posted, done, batches := 0, 0, 0
 	var since time.Time
 	for spins := 1; done < n; spins++ {
 		var err error
@@ -655,12 +655,13 @@ func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 				return
 			}
 			b := int(c.WRID)
-			st.completed[b] = cycles.Now()
 			k := min(batch, n-b*batch)
 			l := ls[b%len(ls)]
 			l.outstanding -= k
 			l.completed += k
 			done += k
+			st.complete(batches, done)
+			batches++
 		})
 		if x.Failed {
 			return x.CompletionError(uint32(done))

@@ -43,8 +43,10 @@
 // Bandwidth tests keep -t WQEs in flight, posted in batches (-Q or -l,
 // default 16) with one doorbell each and only the last WQE of a batch
 // signaled. BW average is the bytes moved over the time from the first
-// doorbell to the last completion; BW peak is the best rate over any run of
-// up to 256 consecutive batches.
+// doorbell to the last completion; BW peak is the best rate over any
+// window from a batch's doorbell to one of the next 256 completions,
+// counting the messages completed by then (over several queue pairs,
+// batches complete out of the order they were posted).
 //
 // # Report
 //

@@ -162,15 +162,29 @@ func answerRounds(cfg config, conn net.Conn, x *end, size int) (int, error) {
 }
 
 // stamps are the times of a bandwidth test's batches: posted[b] when the
-// doorbell of batch b rang, completed[b] when its completion was polled.
+// doorbell of batch b rang; completed[k] when the (k+1)-th completion of a
+// batch was polled, in the order they were polled, and done[k] the
+// messages completed by then. Over several queue pairs the batches do not
+// complete in the order they were posted: stamped by batch number, a
+// window from one batch's post to a later batch's completion would count
+// messages of earlier batches not completed yet, and the last batch's
+// completion would not be the stream's end.
 type stamps struct {
 	posted, completed []uint64
+	done              []int
 }
 
 // newStamps makes room for a stream of n messages posted batch at a time.
 func newStamps(n, batch int) stamps {
 	b := (n + batch - 1) / batch
-	return stamps{posted: make([]uint64, b), completed: make([]uint64, b)}
+	return stamps{posted: make([]uint64, b), completed: make([]uint64, b), done: make([]int, b)}
+}
+
+// complete stamps the k-th completion of a batch (from 0), after which
+// done messages have completed.
+func (st stamps) complete(k, done int) {
+	st.completed[k] = cycles.Now()
+	st.done[k] = done
 }
 
 // stream runs n RDMA_WRITEs (write_bw), RDMA_READs (read_bw) of size
@@ -183,7 +197,7 @@ func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
 		return x.laneStream(m, size, n, qd, batch, st)
 	}
 	inline := m == writeBW && size <= x.MaxInline
-	posted, outstanding, done := 0, 0, 0
+	posted, outstanding, done, batches := 0, 0, 0, 0
 	var since time.Time
 	for spins := 1; done < n; spins++ {
 		for outstanding+batch <= qd && posted < n {
@@ -226,10 +240,11 @@ func (x *end) stream(m mode, size, n, qd, batch int, st stamps) error {
 				return
 			}
 			b := int(c.WRID)
-			st.completed[b] = cycles.Now()
 			k := min(batch, n-b*batch)
 			outstanding -= k
 			done += k
+			st.complete(batches, done)
+			batches++
 		})
 		if x.Failed {
 			return x.CompletionError(uint32(done))
@@ -268,7 +283,12 @@ func rates(st stamps, n, size, batch int, counter cycles.Info) bandwidth {
 			if st.completed[j] <= st.posted[i] {
 				continue
 			}
-			msgs := min((j+1)*batch, n) - i*batch
+			// Of the messages completed by completed[j], at most
+			// i*batch were posted before posted[i].
+			msgs := st.done[j] - i*batch
+			if msgs <= 0 {
+				continue
+			}
 			sec := counter.Nanoseconds(float64(st.completed[j]-st.posted[i])) / 1e9
 			if r := float64(msgs) * float64(size) / sec; r > bw.peakBytesSec {
 				bw.peakBytesSec = r

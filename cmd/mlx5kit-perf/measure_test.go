@@ -19,11 +19,30 @@ func TestPeakNotBelowAverage(t *testing.T) {
 	for i := range st.posted {
 		st.posted[i] = uint64(i) * 10
 		st.completed[i] = uint64(i)*10 + 1000
+		st.done[i] = i + 1
 	}
 	bw := rates(st, n, size, 1, cycles.Info{Counter: "rdtsc", Hz: 1e9})
 	avg := bw.bytes / bw.seconds
 	require.InDelta(t, float64(n*size)/10990e-9, avg, 1)
 	require.GreaterOrEqual(t, bw.peakBytesSec, avg)
+}
+
+// TestPeakCountsOnlyCompletedMessages: over two queue pairs the batches
+// complete out of the order they were posted (here batch 2, the short last
+// one, before batch 1); a window counts the messages completed by its end,
+// not every batch numbered up to the one completed last.
+func TestPeakCountsOnlyCompletedMessages(t *testing.T) {
+	const n, batch, size = 10, 4, 1 // batches of 4, 4 and 2 messages
+	st := newStamps(n, batch)
+	copy(st.posted, []uint64{0, 1, 2})
+	// Completions in the order polled: batch 0 at 10, batch 2 at 12,
+	// batch 1 at 1000.
+	copy(st.completed, []uint64{10, 12, 1000})
+	copy(st.done, []int{4, 6, 10})
+	bw := rates(st, n, size, batch, cycles.Info{Counter: "rdtsc", Hz: 1e9})
+	// The best window is [0, 12]: 6 messages (batches 0 and 2) in 12 ns.
+	require.InDelta(t, 6/12e-9, bw.peakBytesSec, 1)
+	require.InDelta(t, 1e-6, bw.seconds, 1e-12, "the stream ends with its last completion")
 }
 
 // TestMeasureRounds: the rounds of a timed ping-pong against a peer in
