@@ -422,7 +422,8 @@ func streamUntilKilled(t *testing.T, e *env, a *testQP, peer peerInfo, proc *os.
 
 // TestSharedLeaveRemovesRingsOfProcessesGone: the ring file of a process
 // killed before it could leave is removed when the last live process of
-// the fabric leaves, not only when a next one joins.
+// the fabric leaves, not only when a next one joins, and so is the
+// registry.
 func TestSharedLeaveRemovesRingsOfProcessesGone(t *testing.T) {
 	name := testFabricName(t)
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
@@ -436,5 +437,5 @@ func TestSharedLeaveRemovesRingsOfProcessesGone(t *testing.T) {
 	require.NoError(t, e.f.Close())
 	require.NoFileExists(t, ring, "the killed process's ring file")
 	require.NoFileExists(t, ringPath(name, own), "the leaving process's own ring file")
-	require.FileExists(t, registryPath(name), "the registry stays for a next run")
+	require.NoFileExists(t, registryPath(name), "the registry, once no live process uses it")
 }

@@ -219,20 +219,13 @@ func slotProcessAlive(name string, s, pid int, start uint64) bool {
 // fabric, checking its version and link layer. The caller unlocks.
 func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	p := registryPath(name)
-	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	fd, st, err := lockRegistry(p)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", p, err)
+		return nil, err
 	}
 	fail := func(err error) (*registry, error) {
 		_ = unix.Close(fd)
 		return nil, err
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		return fail(fmt.Errorf("lock %s: %w", p, err))
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fail(fmt.Errorf("stat %s: %w", p, err))
 	}
 	if err := privateFile(p, &st); err != nil {
 		return fail(err)
@@ -307,6 +300,38 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 func removeRings(name string) {
 	for s := 0; s < shmMaxSlots; s++ {
 		_ = os.Remove(ringPath(name, s))
+	}
+}
+
+// lockRegistry opens (creating it if needed) the registry file at p and
+// locks it, and returns its descriptor and status. The last process to
+// leave a fabric removes the file under its lock (release): a process that
+// opened it before and got the lock after holds a file no longer at p, and
+// opens p again.
+func lockRegistry(p string) (int, unix.Stat_t, error) {
+	for tries := 0; ; tries++ {
+		var st unix.Stat_t
+		fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return -1, st, fmt.Errorf("open %s: %w", p, err)
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+			_ = unix.Close(fd)
+			return -1, st, fmt.Errorf("lock %s: %w", p, err)
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			_ = unix.Close(fd)
+			return -1, st, fmt.Errorf("stat %s: %w", p, err)
+		}
+		var now unix.Stat_t
+		err = unix.Stat(p, &now)
+		if err == nil && now.Dev == st.Dev && now.Ino == st.Ino {
+			return fd, st, nil
+		}
+		_ = unix.Close(fd)
+		if tries == 100 {
+			return -1, st, fmt.Errorf("lock %s: removed and made again 100 times while this process waited for it", p)
+		}
 	}
 }
 
@@ -434,7 +459,9 @@ func (r *registry) publish(s int, gen uint64) {
 // release frees slot s of the fabric name if it still holds generation
 // gen, and removes its ring file; it also frees the slots of processes that
 // are gone (reap), so that the files of processes killed before they could
-// leave do not outlast the last process to leave.
+// leave do not outlast the last process to leave. The last live process
+// removes the registry too, under its lock: a process waiting for the lock
+// meanwhile opens the path again (lockRegistry).
 func (r *registry) release(name string, s int, gen uint64) {
 	r.lock()
 	defer r.unlock()
@@ -446,4 +473,15 @@ func (r *registry) release(name string, s int, gen uint64) {
 		r.free(s, gen)
 	}
 	r.reap(name)
+	if r.liveSlot() >= 0 {
+		return
+	}
+	// Only the file this registry is: not one a process made at the
+	// path since (the path is never another file while this one is
+	// locked and at it).
+	p := registryPath(name)
+	var here, mine unix.Stat_t
+	if unix.Stat(p, &here) == nil && unix.Fstat(r.fd, &mine) == nil && here.Dev == mine.Dev && here.Ino == mine.Ino {
+		_ = os.Remove(p)
+	}
 }

@@ -467,3 +467,60 @@ func atomicOperands(swap uint64) []byte {
 	putAtomic(b, &sendWQE{swap: swap})
 	return b
 }
+
+// TestSharedRegistryRemovedByTheLastToLeave: the registry stays while a
+// process uses the fabric and goes with the last one; a process that opened
+// it and waited for its lock while the last one left opens the path again
+// and joins a fresh registry there, not the removed one.
+func TestSharedRegistryRemovedByTheLastToLeave(t *testing.T) {
+	name := testFabricName(t)
+	p := registryPath(name)
+	a, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	b, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	a.leave()
+	require.FileExists(t, p, "b still uses the fabric")
+	b.leave()
+	require.NoFileExists(t, p)
+
+	// A joiner that opened the registry before its last process left,
+	// and gets the lock after.
+	c, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	c.reg.lock()
+	joined := make(chan *shmFabric, 1)
+	go func() {
+		d, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+		assert.NoError(t, err)
+		joined <- d
+	}()
+	// The joiner holds the file open once it waits for the lock.
+	require.Eventually(t, func() bool { return openHere(p) >= 2 }, 5*time.Second, time.Millisecond)
+	// c leaves as release does, the lock already held.
+	atomic.StoreUint64(c.reg.u64(slotOff(c.slot)+slotGen), 0)
+	require.NoError(t, os.Remove(p))
+	c.reg.unlock()
+	d := <-joined
+	require.NotNil(t, d)
+	var here, its unix.Stat_t
+	require.NoError(t, unix.Stat(p, &here))
+	require.NoError(t, unix.Fstat(d.reg.fd, &its))
+	require.Equal(t, here.Ino, its.Ino, "the joiner's registry is the one at the path")
+	d.leave()
+	c.in.close()
+	c.reg.close()
+	require.NoFileExists(t, p)
+}
+
+// openHere counts this process's descriptors open on the file at p.
+func openHere(p string) int {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && l == p {
+			n++
+		}
+	}
+	return n
+}
