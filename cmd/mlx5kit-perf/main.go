@@ -69,10 +69,11 @@
 // counts: the ones used), sealed, and the server open its queue pairs and
 // buffers, and the ends swap their endpoints (QPN, LID or GID, PSN, MTU,
 // and the address and rkey of their buffers). Without a key both ends must
-// be on this host. A server keeps waiting (ten --timeout in all) after a
-// connection it refuses (another key or none, closed, silent for
-// --timeout, garbage), printing one line for each on stderr, and takes the
-// next; one perftest client, or one of another tool, ends it with a
+// be on this host. A server greets up to 32 connections at once (past
+// that it closes the one that has waited longest without proving the
+// key), keeps waiting (ten --timeout in all) after a connection it refuses
+// (another key or none, closed, silent for --timeout, garbage), printing
+// one line for each on stderr, and serves the first good client; one perftest client, or one of another tool, ends it with a
 // message. On the software HCA a
 // server and a client join the fabric shared by the processes that name it
 // ($MLX5KIT_SIM_FABRIC, "default" when unset), so two processes of this

@@ -20,10 +20,12 @@
 // server open its queue pair and receive area, and the ends swap their
 // endpoints (QPN, LID or GID, PSN, MTU, and the address and rkey of their
 // receive area). Without a key both ends must be on this host: -server
-// then needs a loopback address such as 127.0.0.1:18515. A server keeps
-// waiting (ten -timeout in all) after a connection it refuses (another key
-// or none, closed, silent for -timeout, garbage), printing one line for
-// each on stderr, and takes the next. With neither -server nor -client
+// then needs a loopback address such as 127.0.0.1:18515. A server greets
+// up to 32 connections at once (past that it closes the one that has
+// waited longest without proving the key), keeps waiting (ten -timeout in
+// all) after a connection it refuses (another key or none, closed, silent
+// for -timeout, garbage), printing one line for each on stderr, and serves
+// the first good client. With neither -server nor -client
 // both ends run in this process on one device, two queue pairs in
 // loopback: on hardware one goroutine per end, each pinned to its own CPU
 // (MLX5KIT_CPUS picks them), on the software HCA one goroutine that plays

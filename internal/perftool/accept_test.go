@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/admit"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
@@ -274,4 +275,28 @@ func TestRefusals(t *testing.T) {
 	var b strings.Builder
 	Refusals(&b, "tool")(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5}, errors.New("no"))
 	require.Equal(t, "tool: refused the connection from 10.0.0.1:5: no; waiting for another client\n", b.String())
+}
+
+// TestAcceptSilentConnectionsDoNotHoldOut: with more silent connections
+// open than the server greets at once, a client that holds the key gets
+// through at once, not after their timeouts; the oldest silent ones are
+// closed to make room, and reported as refused.
+func TestAcceptSilentConnectionsDoNotHoldOut(t *testing.T) {
+	const timeout = 10 * time.Second
+	s := startAccept(t, timeout, keyed)
+	for range acceptMaxGreeting + 8 {
+		rawClient(t, s.addr, nil)
+	}
+	evicted := s.awaitRefusals(t, 8)
+	for _, r := range evicted {
+		require.ErrorIs(t, r.err, admit.ErrEvicted)
+	}
+	want := testParams{Magic: testMagic, Size: 64, Count: 1000}
+	start := time.Now()
+	conn, err := Dial(s.addr, timeout/2, keyed, want)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, s.Wait())
+	require.Less(t, time.Since(start), timeout/2, "the silent connections held the server")
+	require.Equal(t, want, s.got)
 }

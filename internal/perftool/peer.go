@@ -11,10 +11,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/admit"
 	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -61,12 +64,17 @@ func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.L
 // key (sec.InsecureLoopback: loopback only) the parameters come raw. The
 // connection's deadline is one timeout away.
 //
-// Connections are taken one at a time, each given one timeout from its
-// accept. One that fails before it has sent parameters (it does not prove
-// the key, closes, stays silent, sends what is not this protocol) is
-// refused: it is closed, refused (when not nil) is told its remote address
-// and the reason, and the server waits on for another; when the wait ends
-// with no client, the error names the last refusal. A connection whose
+// Connections are greeted side by side, each given one timeout from its
+// accept, at most 32 at once: past that, the one that has waited longest
+// without proving the key is closed to make room (admit.Gate), so that
+// silent connections cannot keep the client out. One that fails before it
+// has sent parameters (it does not prove the key, closes, stays silent, is
+// closed for a newer one, sends what is not this protocol) is refused: it
+// is closed, refused (when not nil, called from Accept's goroutine) is
+// told its remote address and the reason, and the server waits on for
+// another; when the wait ends with no client, the error names the last
+// refusal. The first client to send good parameters is the one; the
+// connections still being greeted then are closed. A connection whose
 // error is plainly the user's mistake ends the wait at once with that
 // error: a client that speaks perftest's exchange (ErrPerftestClient,
 // known from its first four bytes, before any authentication), one whose
@@ -79,32 +87,99 @@ func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		_ = d.SetDeadline(time.Now().Add(AcceptWait(timeout)))
 	}
+	// Each connection is greeted in a goroutine of its own, into
+	// parameters of its own, at most acceptMaxGreeting at once: past that
+	// the one that has waited longest without proving the key is closed,
+	// so that silent connections cannot hold out the client.
+	type greeting struct {
+		conn           net.Conn
+		params         reflect.Value
+		refusal, fatal error
+	}
+	gate := admit.New(acceptMaxGreeting)
+	greeted := make(chan greeting)
+	stop := make(chan struct{})
+	acceptErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			t, ok := gate.Admit(conn, stop)
+			if !ok {
+				conn.Close()
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := reflect.New(reflect.TypeOf(params).Elem())
+				refusal, fatal := greet(conn, timeout, sec, magic, p.Interface(), t)
+				t.Done()
+				greeted <- greeting{conn, p, t.Explain(refusal), fatal}
+			}()
+		}
+	}()
 	var last error
 	var count int
+	report := func(g greeting) {
+		// greet closed the connection.
+		count++
+		last = fmt.Errorf("from %v: %w", g.conn.RemoteAddr(), g.refusal)
+		if refused != nil {
+			refused(g.conn.RemoteAddr(), g.refusal)
+		}
+	}
+	// finish stops accepting, closes the connections still being greeted
+	// and takes every greeting's end: those refused before are reported,
+	// and every connection but keep is closed.
+	finish := func(keep net.Conn) {
+		close(stop)
+		ln.Close()
+		gate.Close()
+		go func() { wg.Wait(); close(greeted) }()
+		for g := range greeted {
+			switch {
+			case g.refusal == nil:
+				if g.conn != keep {
+					g.conn.Close()
+				}
+			case !errors.Is(g.refusal, net.ErrClosed):
+				report(g)
+			}
+		}
+	}
 	for {
-		conn, err := ln.Accept()
-		if err != nil {
+		select {
+		case g := <-greeted:
+			switch {
+			case g.fatal != nil:
+				finish(nil)
+				return nil, g.fatal
+			case g.refusal == nil:
+				finish(g.conn)
+				reflect.ValueOf(params).Elem().Set(g.params.Elem())
+				return g.conn, nil
+			}
+			report(g)
+		case err := <-acceptErr:
+			finish(nil)
 			if last != nil {
 				return nil, fmt.Errorf("accept: %w (no client came; refused %d connection(s), the last %w)", err, count, last)
 			}
 			return nil, fmt.Errorf("accept: %w", err)
 		}
-		refusal, err := greet(conn, timeout, sec, magic, params)
-		switch {
-		case err != nil:
-			conn.Close()
-			return nil, err
-		case refusal == nil:
-			return conn, nil
-		}
-		// greet closed conn.
-		count++
-		last = fmt.Errorf("from %v: %w", conn.RemoteAddr(), refusal)
-		if refused != nil {
-			refused(conn.RemoteAddr(), refusal)
-		}
 	}
 }
+
+// acceptMaxGreeting bounds the connections a tool's server greets at once
+// (Accept).
+const acceptMaxGreeting = 32
 
 // maxParamsFrame is the longest sealed frame of parameters Accept reads:
 // longer than any tool's, so that the frame of another tool's client is
@@ -115,7 +190,7 @@ const maxParamsFrame = 1 << 10
 // Accept). A connection refused is closed and the reason returned as
 // refusal; err, when not nil, ends the server's wait (the caller closes
 // conn).
-func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic uint32, params any) (refusal, err error) {
+func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic uint32, params any, t *admit.Ticket) (refusal, err error) {
 	deadline := time.Now().Add(timeout)
 	_ = conn.SetDeadline(deadline)
 	// The first four bytes apart: a client that speaks perftest's
@@ -141,6 +216,7 @@ func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic ui
 			}
 			return err, nil
 		}
+		t.Authenticated()
 		_ = conn.SetDeadline(deadline)
 		if b, err = sc.ReadFrame(max(size, maxParamsFrame)); err != nil {
 			conn.Close()
