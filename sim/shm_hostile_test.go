@@ -453,9 +453,14 @@ func TestSharedRegistryOthersMayWriteRefused(t *testing.T) {
 	p := registryPath(name)
 	require.NoError(t, os.WriteFile(p, nil, 0o600))
 	require.NoError(t, os.Chmod(p, 0o666))
+	// Its owner holds its lock: refused all the same, not waited for.
+	held, err := os.Open(p)
+	require.NoError(t, err)
+	defer held.Close()
+	require.NoError(t, unix.Flock(int(held.Fd()), unix.LOCK_EX))
 	f := New(Options{Mode: Engine, Fabric: name})
 	defer f.Close()
-	_, err := f.Open("sim0")
+	_, err = f.Open("sim0")
 	require.ErrorIs(t, err, os.ErrPermission)
 	require.ErrorContains(t, err, p)
 	require.ErrorContains(t, err, "mode 0666")
@@ -463,6 +468,7 @@ func TestSharedRegistryOthersMayWriteRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, fi.Size(), "the file is left as it was")
 
+	require.NoError(t, unix.Flock(int(held.Fd()), unix.LOCK_UN))
 	require.NoError(t, os.Chmod(p, 0o600))
 	a, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err, "the same file, private")

@@ -227,9 +227,6 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		_ = unix.Close(fd)
 		return nil, err
 	}
-	if err := privateFile(p, &st); err != nil {
-		return fail(err)
-	}
 	fresh := st.Size == 0
 	if fresh {
 		if err := unix.Ftruncate(fd, regSize); err != nil {
@@ -303,8 +300,9 @@ func removeRings(name string) {
 	}
 }
 
-// lockRegistry opens (creating it if needed) the registry file at p and
-// locks it, and returns its descriptor and status. The last process to
+// lockRegistry opens (creating it if needed) the registry file at p,
+// refuses it when it is not this user's own (privateFile), locks it, and
+// returns its descriptor and status. The last process to
 // leave a fabric removes the file under its lock (release): a process that
 // opened it before and got the lock after holds a file no longer at p, and
 // opens p again.
@@ -314,6 +312,16 @@ func lockRegistry(p string) (int, unix.Stat_t, error) {
 		fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return -1, st, fmt.Errorf("open %s: %w", p, err)
+		}
+		// Another user's file is refused before its lock is waited for:
+		// its owner may hold the lock for good.
+		if err := unix.Fstat(fd, &st); err != nil {
+			_ = unix.Close(fd)
+			return -1, st, fmt.Errorf("stat %s: %w", p, err)
+		}
+		if err := privateFile(p, &st); err != nil {
+			_ = unix.Close(fd)
+			return -1, st, err
 		}
 		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
 			_ = unix.Close(fd)

@@ -31,10 +31,17 @@ import (
 	"github.com/mlx5kit/mlx5kit/cgo"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/devattr"
+	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	// -sim on a shared fabric ($MLX5KIT_SIM_FABRIC) joined it: leave,
+	// taking this process's ring file with it.
+	perftool.LeaveSoftwareFabric()
+	os.Exit(code)
+}
 
 // hardwareExtras is what the hardware provider's device handle offers
 // beyond provider.Device (the hardware provider's device).

@@ -72,9 +72,11 @@
 // be on this host. A server greets up to 32 connections at once (past
 // that it closes the one that has waited longest without proving the
 // key), keeps waiting (ten --timeout in all) after a connection it refuses
-// (another key or none, closed, silent for --timeout, garbage), printing
-// one line for each on stderr, and serves the first good client; one perftest client, or one of another tool, ends it with a
-// message. On the software HCA a
+// (another key or none, closed, silent for --timeout, and with a key
+// garbage or a perftest client), printing one line for each on stderr, and
+// serves the first good client; a client of another tool, and without a
+// key garbage or a perftest client, ends it with a message. On the
+// software HCA a
 // server and a client join the fabric shared by the processes that name it
 // ($MLX5KIT_SIM_FABRIC, "default" when unset), so two processes of this
 // host reach each other on it. Data is checked: latency tests stamp each message

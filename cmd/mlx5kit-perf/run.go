@@ -378,10 +378,10 @@ func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 		}
 		// The client's last operation has completed once it says so: only
 		// then is the data complete.
-		err := firstErr(sync(cfg, conn, runErr), runErr)
+		err := firstErr(runErr, sync(cfg, conn, runErr))
 		if err == nil {
 			vErr := verifyPassive(ran, y, size)
-			err = firstErr(sync(cfg, conn, vErr), vErr)
+			err = firstErr(vErr, sync(cfg, conn, vErr))
 		}
 		if err != nil {
 			return fmt.Errorf("%s, %d bytes: %w", cfg.mode, size, err)

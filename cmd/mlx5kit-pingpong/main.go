@@ -24,8 +24,9 @@
 // up to 32 connections at once (past that it closes the one that has
 // waited longest without proving the key), keeps waiting (ten -timeout in
 // all) after a connection it refuses (another key or none, closed, silent
-// for -timeout, garbage), printing one line for each on stderr, and serves
-// the first good client. With neither -server nor -client
+// for -timeout, and with a key garbage), printing one line for each on
+// stderr, and serves the first good client; without a key garbage ends it
+// with a message. With neither -server nor -client
 // both ends run in this process on one device, two queue pairs in
 // loopback: on hardware one goroutine per end, each pinned to its own CPU
 // (MLX5KIT_CPUS picks them), on the software HCA one goroutine that plays

@@ -300,3 +300,31 @@ func TestAcceptSilentConnectionsDoNotHoldOut(t *testing.T) {
 	require.Less(t, time.Since(start), timeout/2, "the silent connections held the server")
 	require.Equal(t, want, s.got)
 }
+
+// TestDialTimeoutIsNotAKeyMismatch: a client with a key whose server says
+// nothing within the timeout is told so, not that the keys differ; one
+// whose server hangs up on it is told that both ends need the same key.
+func TestDialTimeoutIsNotAKeyMismatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	conns := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	want := testParams{Magic: testMagic}
+	_, err = Dial(ln.Addr().String(), 200*time.Millisecond, keyed, want)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NotContains(t, err.Error(), "same key")
+	(<-conns).Close()
+
+	go func() { (<-conns).Close() }() // hangs up at once
+	_, err = Dial(ln.Addr().String(), 5*time.Second, keyed, want)
+	require.ErrorContains(t, err, "the server hung up: both ends need the same key")
+}

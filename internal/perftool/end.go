@@ -380,12 +380,13 @@ func (x *End) peerError(seq uint32) error {
 	if err != nil {
 		return nil
 	}
+	// Control, not Read: a read past the connection's deadline (Sync's,
+	// a -timeout from the handshake) would not run at all.
 	var b [1]byte
 	var n int
 	var rerr error
-	if err := raw.Read(func(fd uintptr) bool {
+	if err := raw.Control(func(fd uintptr) {
 		n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return true
 	}); err != nil {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -76,8 +77,10 @@ func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.L
 // refusal. The first client to send good parameters is the one; the
 // connections still being greeted then are closed. A connection whose
 // error is plainly the user's mistake ends the wait at once with that
-// error: a client that speaks perftest's exchange (ErrPerftestClient,
-// known from its first four bytes, before any authentication), one whose
+// error: at a server without a key, a client that speaks perftest's
+// exchange (ErrPerftestClient, known from its first four bytes; with a
+// key, four bytes anyone could send before any proof, it is refused and
+// the refusal says so), one whose
 // magic number is not magic (ErrBadParams, see CheckMagic; with a key,
 // read only once it proved the key), one that proved the key and sent
 // parameters of another size (ErrBadParams: another version of the tool),
@@ -159,6 +162,7 @@ func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic
 		case g := <-greeted:
 			switch {
 			case g.fatal != nil:
+				g.conn.Close()
 				finish(nil)
 				return nil, g.fatal
 			case g.refusal == nil:
@@ -202,7 +206,14 @@ func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic ui
 		return fmt.Errorf("read the client's first bytes: %w", err), nil
 	}
 	if v, ok := perftestwire.Version(first[:]); ok {
-		return nil, fmt.Errorf("read the client's parameters: %w (it sent version %q)", ErrPerftestClient, v)
+		err := fmt.Errorf("read the client's parameters: %w (it sent version %q)", ErrPerftestClient, v)
+		if len(sec.Key) > 0 {
+			// Four bytes anyone can send, before any proof: refused,
+			// and the server waits on.
+			conn.Close()
+			return err, nil
+		}
+		return nil, err
 	}
 	size := binary.Size(params)
 	var b []byte
@@ -332,9 +343,12 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 		// sealed.Dial closes conn when it fails.
 		var sc sealed.Conn
 		if sc, err = sealed.Dial(conn, sec.Key, timeout); err != nil {
-			// Whatever the server did (refused, hung up, said nothing),
-			// a key it does not share is the likely cause.
-			return nil, fmt.Errorf("authenticate with the server: %w", keyHint(err))
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+				// A server that hangs up on the proof holds no key
+				// (one without a key closes at once) or another.
+				return nil, fmt.Errorf("authenticate with the server: %w (the server hung up: both ends need the same key: $%s or -key-file)", err, EnvKey)
+			}
+			return nil, fmt.Errorf("authenticate with the server: %w", ExplainKey(err))
 		}
 		_ = conn.SetDeadline(time.Now().Add(timeout))
 		err = sc.WriteFrame(b)
@@ -351,14 +365,9 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 // both ends need the same key and where it comes from.
 func ExplainKey(err error) error {
 	if errors.Is(err, endpoint.ErrKeyRequired) || errors.Is(err, endpoint.ErrAuth) || errors.Is(err, endpoint.ErrRejected) {
-		return keyHint(err)
+		return fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, EnvKey)
 	}
 	return err
-}
-
-// keyHint adds to err that both ends need the same key.
-func keyHint(err error) error {
-	return fmt.Errorf("%w (both ends need the same key: $%s or -key-file)", err, EnvKey)
 }
 
 // EnvKey names the environment variable holding the pre-shared key of

@@ -40,14 +40,20 @@ func TestWaitSeesPeerGone(t *testing.T) {
 		require.NoError(t, b.QP.Connect(a.QP.Endpoint()))
 
 		for _, c := range []struct {
-			name string
-			peer func(far net.Conn)
-			want error
+			name     string
+			peer     func(far net.Conn)
+			want     error
+			deadline bool
 		}{
-			{"closed", func(far net.Conn) { _ = far.Close() }, ErrPeerGone},
-			{"failed", func(far net.Conn) { _, _ = far.Write([]byte{statusFailed}) }, ErrPeerFailed},
+			{"closed", func(far net.Conn) { _ = far.Close() }, ErrPeerGone, false},
+			{"failed", func(far net.Conn) { _, _ = far.Write([]byte{statusFailed}) }, ErrPeerFailed, false},
+			// The connection's deadline (Sync's) long past: still seen.
+			{"closed past the deadline", func(far net.Conn) { _ = far.Close() }, ErrPeerGone, true},
 		} {
 			near, far := tcpPair(t)
+			if c.deadline {
+				require.NoError(t, near.SetDeadline(time.Now().Add(-time.Hour)))
+			}
 			b.Peer = near
 			time.AfterFunc(50*time.Millisecond, func() { c.peer(far) })
 			start := time.Now()

@@ -43,25 +43,49 @@ func TestAcceptDialSync(t *testing.T) {
 }
 
 // TestAcceptPerftestClient: a client that speaks perftest's exchange
-// sends its version string and waits for the server's; Accept says so at
-// once rather than wait out the timeout for parameters that never come,
-// with a key too (it is known from its first bytes, before any
-// authentication).
+// sends its version string and waits for the server's. A server without a
+// key says so at once rather than wait out the timeout for parameters that
+// never come; one with a key refuses it, saying so, and waits on (four
+// bytes anyone can send before any proof must not end it) for the client
+// that holds the key.
 func TestAcceptPerftestClient(t *testing.T) {
 	type params struct{ Magic, Size uint32 }
 	for _, sec := range []endpoint.Security{loopback, keyed} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		c, err := net.Dial("tcp", ln.Addr().String())
+		addr := ln.Addr().String()
+		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		_, err = c.Write(append([]byte("6.06"), make([]byte, 12)...))
 		require.NoError(t, err)
 		start := time.Now()
-		_, err = Accept(ln, time.Minute, sec, 7, &params{}, nil)
+		var refusals []error
+		var got params
+		accepted := make(chan error, 1)
+		go func() {
+			conn, err := Accept(ln, time.Minute, sec, 7, &got, func(_ net.Addr, err error) { refusals = append(refusals, err) })
+			if conn != nil {
+				conn.Close()
+			}
+			accepted <- err
+		}()
+		if len(sec.Key) == 0 {
+			err = <-accepted
+			c.Close()
+			require.ErrorIs(t, err, ErrPerftestClient)
+			require.ErrorContains(t, err, `(it sent version "6.06")`)
+			require.Less(t, time.Since(start), 30*time.Second, "Accept waited for parameters that never come")
+			continue
+		}
+		_, _ = io.Copy(io.Discard, c) // refused: closed
 		c.Close()
-		require.ErrorIs(t, err, ErrPerftestClient)
-		require.ErrorContains(t, err, `(it sent version "6.06")`)
-		require.Less(t, time.Since(start), 30*time.Second, "Accept waited for parameters that never come")
+		conn, err := Dial(addr, 5*time.Second, sec, params{Magic: 7, Size: 9})
+		require.NoError(t, err)
+		conn.Close()
+		require.NoError(t, <-accepted)
+		require.Equal(t, params{Magic: 7, Size: 9}, got)
+		require.Len(t, refusals, 1)
+		require.ErrorIs(t, refusals[0], ErrPerftestClient)
 	}
 }
 
