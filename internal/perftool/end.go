@@ -107,6 +107,7 @@ type End struct {
 	// flight learns nothing of a peer gone, on a NIC as on the model.
 	Peer     net.Conn
 	peerSeen time.Time // when a wait last looked at Peer
+	sinceSeq uint32    // the seq of the wait's last check (Idle)
 
 	// Filled by a failed wait, outside the hot path.
 	Bad    transport.Completion
@@ -328,7 +329,10 @@ func pauseFor(c *ctx.Context) func() {
 // passes, an error); else it pauses (End.Pause: on the software HCA and
 // the emulated device it runs a round of the model) and every SlowCheck
 // empty polls checks the poller's own errors, the abort flag and the
-// timeout, counted from the first check (*since). seq is the message waited for, for the error.
+// timeout. seq is the message waited for, for the error, or in a stream
+// the messages done so far: the timeout counts from the first check that
+// saw this seq (*since), so that a stream longer than the timeout runs on
+// while its messages complete, and fails only after a timeout without one.
 func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 	if x.Notifier != nil {
 		return x.sleep(seq)
@@ -346,8 +350,8 @@ func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 		return ErrAborted
 	}
 	now := time.Now()
-	if since.IsZero() {
-		*since = now
+	if since.IsZero() || seq != x.sinceSeq {
+		*since, x.sinceSeq = now, seq
 		return nil
 	}
 	if now.Sub(*since) > x.Timeout {

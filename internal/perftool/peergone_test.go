@@ -69,3 +69,28 @@ func TestWaitSeesPeerGone(t *testing.T) {
 		require.NotErrorIs(t, err, ErrPeerGone)
 	}
 }
+
+// TestIdleTimeoutCountsFromProgress: a stream whose messages keep
+// completing (seq, the messages done, changes) runs on past the end's
+// timeout; one whose count stands still fails a timeout after it last
+// moved.
+func TestIdleTimeoutCountsFromProgress(t *testing.T) {
+	cfg := EndConfig{Size: 64, SendDepth: 8, RecvDepth: 8, CQDepth: 64, Inline: func(device int) int { return min(device, 64) }, Port: 1,
+		Timeout: 100 * time.Millisecond}
+	s, ends, err := OpenEnds(ctx.ProviderSoftware, "", cfg, func(x *End) *End { return x }, "a")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	x := ends[0]
+	var since time.Time
+	start := time.Now()
+	for seq := uint32(0); time.Since(start) < 5*cfg.Timeout; seq++ {
+		require.NoError(t, x.Idle(SlowCheck, &since, seq), "after %v, done %d", time.Since(start), seq)
+		time.Sleep(cfg.Timeout / 4)
+	}
+	var err2 error
+	for time.Since(start) < 20*cfg.Timeout && err2 == nil {
+		err2 = x.Idle(SlowCheck, &since, 7)
+		time.Sleep(cfg.Timeout / 4)
+	}
+	require.ErrorContains(t, err2, "no completion for message 7 within")
+}
