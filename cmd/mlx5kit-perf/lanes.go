@@ -426,12 +426,9 @@ func handshakeAll(cfg config, conn net.Conn, side endpoint.Side, c *ctx.Context,
 		peers[i] = p
 	}
 	// Every endpoint is in before any is judged: a refusal is told to the
-	// peer (Sync), which then fails with ErrPeerFailed rather than find
-	// the connection closed in the middle of an exchange.
-	refuse := func(err error) error {
-		_ = perftool.Sync(conn, cfg.timeout, err)
-		return err
-	}
+	// peer (perftool.Refuse), not left to it as a connection closed in the
+	// middle of an exchange.
+	refuse := func(err error) error { return perftool.Refuse(conn, cfg.timeout, err) }
 	for i, p := range peers {
 		for k, own := range local {
 			if perftool.OwnQueuePair(own, p) {

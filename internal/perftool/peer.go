@@ -434,12 +434,7 @@ func Handshake(conn net.Conn, side endpoint.Side, sec endpoint.Security, timeout
 	if err != nil {
 		return fmt.Errorf("exchange endpoints: %w", ExplainKey(err))
 	}
-	// A refusal from here on is told to the peer (Sync), which then
-	// fails with ErrPeerFailed rather than find the connection closed.
-	refuse := func(err error) error {
-		_ = Sync(conn, timeout, err)
-		return err
-	}
+	refuse := func(err error) error { return Refuse(conn, timeout, err) }
 	if OwnQueuePair(local, peer) {
 		// A loop to itself would measure this end alone (on a NIC too,
 		// where SameModel accepts every peer).
@@ -522,6 +517,15 @@ func LeaveSoftwareFabric() {
 	if name, _ := sim.Default().SharedFabric(); name != "" {
 		_ = sim.Default().Close()
 	}
+}
+
+// Refuse tells the peer over conn that this end fails with err, the
+// refusal of what the peer sent after the endpoints' exchange (Sync with
+// err): the peer then fails with ErrPeerFailed rather than find the
+// connection closed. It returns err.
+func Refuse(conn net.Conn, timeout time.Duration, err error) error {
+	_ = Sync(conn, timeout, err)
+	return err
 }
 
 // Status bytes of Sync.
