@@ -20,6 +20,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/procstat"
 )
 
 // The tests of this file run a second process: the test binary itself,
@@ -492,7 +493,7 @@ func TestAliveZombie(t *testing.T) {
 	require.True(t, alive(pid, start), "a sleeping process")
 	require.NoError(t, cmd.Process.Kill())
 	require.Eventually(t, func() bool {
-		state, _, err := procStat(pid)
+		state, _, err := procstat.Read(pid)
 		return err == nil && state == 'Z'
 	}, 10*time.Second, time.Millisecond, "the killed process a zombie")
 	require.False(t, alive(pid, start), "a zombie")

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/procstat"
 )
 
 // This file is the registry of a shared fabric: a small shared-memory file
@@ -122,28 +122,8 @@ func qpnSlot(qpn uint32) int {
 // /proc/<pid>/stat, in clock ticks since boot): with the pid it names one
 // process, whatever pids are reused later.
 func procStart(pid int) (uint64, error) {
-	_, start, err := procStat(pid)
+	_, start, err := procstat.Read(pid)
 	return start, err
-}
-
-// procStat returns the state (field 3 of /proc/<pid>/stat: R, S, Z, ...)
-// and the start time of a process.
-func procStat(pid int) (state byte, start uint64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	fields := bytes.Fields(b[i+1:])
-	// After the command: state is field 3; start time is field 22.
-	if len(fields) < 20 || len(fields[0]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
-	}
-	start, err = strconv.ParseUint(string(fields[19]), 10, 64)
-	return fields[0][0], start, err
 }
 
 // selfStart is this process's start time, read once: every comparison
@@ -166,8 +146,8 @@ func alive(pid int, start uint64) bool {
 	}
 	// A zombie has ended: it holds no memory and no file, and its
 	// parent may not wait for it soon.
-	state, s, err := procStat(pid)
-	return err == nil && s == start && state != 'Z' && state != 'X'
+	state, s, err := procstat.Read(pid)
+	return err == nil && s == start && !procstat.Ended(state)
 }
 
 // registry is a process's view of the registry file.

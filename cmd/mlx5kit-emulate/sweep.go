@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mlx5kit/mlx5kit/internal/procstat"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -116,7 +116,7 @@ func sweepAfter(fabric string, pid int, stderr io.Writer) int {
 // returns once it has ended: through a pidfd, else by looking at it every
 // 200 ms (it is the same process while its start time is).
 func watch(pid int) (wait func(), err error) {
-	start, err := procStart(pid)
+	_, start, err := procstat.Read(pid)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return func() {}, nil
@@ -136,38 +136,13 @@ func watch(pid int) (wait func(), err error) {
 	}
 	return func() {
 		for {
-			state, s, err := procStat(pid)
-			if err != nil || s != start || state == 'Z' || state == 'X' {
+			state, s, err := procstat.Read(pid)
+			if err != nil || s != start || procstat.Ended(state) {
 				return
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}, nil
-}
-
-// procStart returns the start time of the process pid.
-func procStart(pid int) (uint64, error) {
-	_, s, err := procStat(pid)
-	return s, err
-}
-
-// procStat returns the state (field 3 of /proc/<pid>/stat) and the start
-// time (field 22) of the process pid.
-func procStat(pid int) (state byte, start uint64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	var fields [][]byte
-	if i >= 0 {
-		fields = bytes.Fields(b[i+1:])
-	}
-	if len(fields) < 20 || len(fields[0]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	start, err = strconv.ParseUint(string(fields[19]), 10, 64)
-	return fields[0][0], start, err
 }
 
 // withoutVars returns env without the variables named.
