@@ -20,6 +20,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/procstat"
 )
 
 // The tests of this file run a second process: the test binary itself,
@@ -438,4 +439,64 @@ func TestSharedLeaveRemovesRingsOfProcessesGone(t *testing.T) {
 	require.NoFileExists(t, ring, "the killed process's ring file")
 	require.NoFileExists(t, ringPath(name, own), "the leaving process's own ring file")
 	require.NoFileExists(t, registryPath(name), "the registry, once no live process uses it")
+}
+
+// TestSweepFabric: SweepFabric removes a killed process's slot and file,
+// keeps a live process's, removes the registry once nobody is left, makes
+// nothing where no fabric is, and refuses a registry of another version.
+func TestSweepFabric(t *testing.T) {
+	name := testFabricName(t)
+	require.NoError(t, SweepFabric(name), "a fabric that does not exist")
+	require.NoFileExists(t, registryPath(name), "a sweep makes no registry")
+
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	_, own := e.f.SharedFabric()
+	killed := startChild(t, "rc", name)
+	gone := qpnSlot(killed.info.QPN)
+	require.NoError(t, killed.cmd.Process.Signal(syscall.SIGKILL))
+	_ = killed.cmd.Wait()
+	require.FileExists(t, ringPath(name, gone))
+
+	require.NoError(t, SweepFabric(name))
+	require.NoFileExists(t, ringPath(name, gone), "the killed process's ring file")
+	require.FileExists(t, ringPath(name, own), "the live process's ring file")
+	require.FileExists(t, registryPath(name), "the registry a live process uses")
+
+	// The live process leaves as a process under mlx5kit-emulate does:
+	// by exiting. Its slot is then a dead process's too.
+	child := startChild(t, "rc", name)
+	childSlot := qpnSlot(child.info.QPN)
+	require.NoError(t, e.f.Close())
+	require.FileExists(t, ringPath(name, childSlot))
+	require.NoError(t, child.cmd.Process.Signal(syscall.SIGKILL))
+	_ = child.cmd.Wait()
+	require.NoError(t, SweepFabric(name))
+	require.NoFileExists(t, ringPath(name, childSlot))
+	require.NoFileExists(t, registryPath(name), "the registry, once no live process uses it")
+
+	require.NoError(t, os.WriteFile(registryPath(name), []byte("not a registry"), 0o600))
+	t.Cleanup(func() { _ = os.Remove(registryPath(name)) })
+	require.ErrorIs(t, SweepFabric(name), ErrFabricVersion)
+	require.FileExists(t, registryPath(name), "another version's registry is left alone")
+
+	require.ErrorIs(t, SweepFabric("../x"), ctx.ErrInvalidArgument)
+}
+
+// TestAliveZombie: a process that has exited and that its parent has not
+// waited for yet (a zombie) is gone, as far as the fabric is concerned.
+func TestAliveZombie(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	start, err := procStart(pid)
+	require.NoError(t, err)
+	require.True(t, alive(pid, start), "a sleeping process")
+	require.NoError(t, cmd.Process.Kill())
+	require.Eventually(t, func() bool {
+		state, _, err := procstat.Read(pid)
+		return err == nil && state == 'Z'
+	}, 10*time.Second, time.Millisecond, "the killed process a zombie")
+	require.False(t, alive(pid, start), "a zombie")
+	_ = cmd.Wait()
+	require.False(t, alive(pid, start), "a process waited for")
 }

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/procstat"
 )
 
 // This file is the registry of a shared fabric: a small shared-memory file
@@ -122,20 +122,8 @@ func qpnSlot(qpn uint32) int {
 // /proc/<pid>/stat, in clock ticks since boot): with the pid it names one
 // process, whatever pids are reused later.
 func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	fields := bytes.Fields(b[i+1:])
-	// After the command: state is field 3; start time is field 22.
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
-	}
-	return strconv.ParseUint(string(fields[19]), 10, 64)
+	_, start, err := procstat.Read(pid)
+	return start, err
 }
 
 // selfStart is this process's start time, read once: every comparison
@@ -143,7 +131,8 @@ func procStart(pid int) (uint64, error) {
 // the field anew on each read).
 var selfStart = sync.OnceValues(func() (uint64, error) { return procStart(os.Getpid()) })
 
-// alive reports whether the process pid started at start still runs.
+// alive reports whether the process pid started at start still runs (a
+// zombie does not).
 func alive(pid int, start uint64) bool {
 	if pid <= 0 {
 		return false
@@ -155,8 +144,10 @@ func alive(pid int, start uint64) bool {
 	if err := unix.Kill(pid, 0); err != nil && err != unix.EPERM {
 		return false
 	}
-	s, err := procStart(pid)
-	return err == nil && s == start
+	// A zombie has ended: it holds no memory and no file, and its
+	// parent may not wait for it soon.
+	state, s, err := procstat.Read(pid)
+	return err == nil && s == start && !procstat.Ended(state)
 }
 
 // registry is a process's view of the registry file.
@@ -481,6 +472,13 @@ func (r *registry) release(name string, s int, gen uint64) {
 		r.free(s, gen)
 	}
 	r.reap(name)
+	r.removeUnused(name)
+}
+
+// removeUnused removes the registry file of the fabric name when no live
+// process holds a slot (registry locked): a process waiting for the lock
+// meanwhile opens the path again (lockRegistry).
+func (r *registry) removeUnused(name string) {
 	if r.liveSlot() >= 0 {
 		return
 	}
@@ -492,4 +490,54 @@ func (r *registry) release(name string, s int, gen uint64) {
 	if unix.Stat(p, &here) == nil && unix.Fstat(r.fd, &mine) == nil && here.Dev == mine.Dev && here.Ino == mine.Ino {
 		_ = os.Remove(p)
 	}
+}
+
+// SweepFabric removes what processes that are gone left of the shared
+// fabric name: it frees their slots, removes their ring files, and removes
+// the registry when no live process holds a slot. Processes that leave
+// (Fabric.Close) or join do the same; SweepFabric is for a program that
+// ends without leaving, such as one under mlx5kit-emulate, and is called
+// after it exits. It makes nothing: a fabric with no registry is left as
+// it is. A registry of another protocol version or layout is not touched
+// and its error wraps ErrFabricVersion.
+func SweepFabric(name string) error {
+	if !validFabricName(name) {
+		return fmt.Errorf("sim: fabric name %q: want 1 to 64 of [A-Za-z0-9._-], not starting with a dot: %w", name, ctx.ErrInvalidArgument)
+	}
+	p := registryPath(name)
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	fd, st, err := lockRegistry(p)
+	if err != nil {
+		return err
+	}
+	if st.Size == 0 {
+		// Made by this call's open after the last process removed it, or
+		// by a process about to set it up, which opens the path again
+		// once it has the lock.
+		_ = os.Remove(p)
+		_ = unix.Close(fd)
+		return nil
+	}
+	if st.Size != regSize {
+		_ = unix.Close(fd)
+		return fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w", p, st.Size, shmVersion, regSize, ErrFabricVersion)
+	}
+	mem, err := unix.Mmap(fd, 0, regSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Close(fd)
+		return fmt.Errorf("map %s: %w", p, err)
+	}
+	r := &registry{name: name, fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
+	defer r.close()
+	if *r.u64(regMagic) != shmMagic {
+		return fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)
+	}
+	if why := r.mismatch(); why != "" {
+		return fmt.Errorf("%s %s: %w", p, why, ErrFabricVersion)
+	}
+	r.reap(name)
+	r.removeUnused(name)
+	return nil
 }

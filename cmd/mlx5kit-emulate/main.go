@@ -19,6 +19,9 @@
 //	-abi     "write" answers every ioctl with ENOTTY (the write ABI only)
 //	-lib     the preload library to use (default $MLX5KIT_EMULATE_LIB)
 //	-print-lib  print the library's path and exit
+//	-sweep-after PID  wait for process PID to end, then remove what
+//	         processes that are gone left of the fabric (the launcher
+//	         starts itself so)
 //
 // For example, a perftest server and its client in two shells:
 //
@@ -34,7 +37,11 @@
 // and rebuilt there when a source file of the module is newer than it.
 //
 // The program replaces the launcher (execve): its exit status and signals
-// are the program's. The launcher exits with status 2 for bad flags and 1
+// are the program's. Such a program joins the fabric and never leaves it,
+// so before the execve the launcher starts a sweeper (itself, with
+// -sweep-after PID, in a session of its own and not the program's child)
+// that waits for the program to end and then removes what it left in
+// /dev/shm (sim.SweepFabric). The launcher exits with status 2 for bad flags and 1
 // when the library cannot be found or built or the program not started.
 package main
 
@@ -78,7 +85,7 @@ const (
 // next to the executable, nor buildable from a module checkout.
 var errNoLibrary = errors.New("no preload library")
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, syscall.Exec)) }
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, syscall.Exec, startSweeper)) }
 
 // execFunc replaces the process with a program (syscall.Exec).
 type execFunc func(path string, argv, env []string) error
@@ -87,6 +94,7 @@ type execFunc func(path string, argv, env []string) error
 type config struct {
 	fabric, link, names, abi, lib string
 	printLib                      bool
+	sweepAfter                    int
 	argv                          []string
 }
 
@@ -104,6 +112,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.abi, "abi", os.Getenv(envABI), `"write": the emulated kernel answers every ioctl with ENOTTY`)
 	fs.StringVar(&c.lib, "lib", os.Getenv(envLib), "the preload library (default: next to this executable, else built into the user cache)")
 	fs.BoolVar(&c.printLib, "print-lib", false, "print the preload library's path and exit")
+	fs.IntVar(&c.sweepAfter, "sweep-after", 0, "wait for process `pid` to end, then remove what processes that are gone left of the fabric (the launcher starts itself so before it runs PROGRAM)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -124,20 +133,26 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-fabric: the name is empty")
 	}
 	c.argv = fs.Args()
-	if len(c.argv) == 0 && !c.printLib {
+	if len(c.argv) == 0 && !c.printLib && c.sweepAfter <= 0 {
 		fs.Usage()
 		return c, errors.New("no program to run")
 	}
 	return c, nil
 }
 
-func run(args []string, stdout, stderr io.Writer, exec execFunc) int {
+// run runs the launcher: exec replaces it with the program, once sweeper
+// (when not nil) has started the process that tidies the fabric after the
+// program ends.
+func run(args []string, stdout, stderr io.Writer, exec execFunc, sweeper func(fabric string) error) int {
 	c, err := parse(args, stderr)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "mlx5kit-emulate: %v\n", err)
 		}
 		return 2
+	}
+	if c.sweepAfter > 0 {
+		return sweepAfter(c.fabric, c.sweepAfter, stderr)
 	}
 	lib, err := findLibrary(c.lib, stderr)
 	if err != nil {
@@ -154,6 +169,11 @@ func run(args []string, stdout, stderr io.Writer, exec execFunc) int {
 		return 1
 	}
 	env := environment(os.Environ(), c, lib)
+	if sweeper != nil {
+		if err := sweeper(c.fabric); err != nil {
+			fmt.Fprintf(stderr, "mlx5kit-emulate: the fabric's files stay after the program (until another process joins or leaves): %v\n", err)
+		}
+	}
 	if err := exec(path, c.argv, env); err != nil {
 		fmt.Fprintf(stderr, "mlx5kit-emulate: start %s: %v\n", path, err)
 		return 1

@@ -51,7 +51,7 @@ func TestRunExecsTheProgram(t *testing.T) {
 		return nil
 	}
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"-lib", lib, "--", "sh", "-c", "true"}, &stdout, &stderr, exec)
+	code := run([]string{"-lib", lib, "--", "sh", "-c", "true"}, &stdout, &stderr, exec, nil)
 	require.Equal(t, 0, code, stderr.String())
 	require.True(t, filepath.IsAbs(gotPath), gotPath)
 	require.Equal(t, "sh", filepath.Base(gotPath))
@@ -61,7 +61,7 @@ func TestRunExecsTheProgram(t *testing.T) {
 	require.Contains(t, gotEnv, envPreload+"="+lib)
 
 	// An exec that fails is reported with status 1.
-	code = run([]string{"-lib", lib, "--", "sh"}, &stdout, &stderr, func(string, []string, []string) error { return errors.New("refused") })
+	code = run([]string{"-lib", lib, "--", "sh"}, &stdout, &stderr, func(string, []string, []string) error { return errors.New("refused") }, nil)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr.String(), "refused")
 }
@@ -86,7 +86,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 	} {
 		var stdout, stderr bytes.Buffer
 		started := false
-		code := run(c.args, &stdout, &stderr, func(string, []string, []string) error { started = true; return nil })
+		code := run(c.args, &stdout, &stderr, func(string, []string, []string) error { started = true; return nil }, nil)
 		require.Equal(t, c.code, code, "%q: %s", c.args, stderr.String())
 		require.Contains(t, stderr.String(), c.msg, "%q", c.args)
 		require.False(t, started, "%q started the program", c.args)

@@ -103,9 +103,8 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 		f := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
 		fabric = f
 		t.Cleanup(func() {
-			// The programs exit without closing their Fabrics: their
-			// ring files and the registry stay for a next run, which
-			// on a private fabric never comes.
+			// The sweepers remove the files; a failed test may leave
+			// them.
 			files, _ := filepath.Glob("/dev/shm/mlx5kit-" + f + "-*")
 			for _, f := range files {
 				_ = os.Remove(f)
@@ -118,6 +117,13 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 	require.NoError(t, ctx.Err(), "%s pair ran past %v\nserver:\n%s\nclient:\n%s", prog, limit, srv.Output(), cliOut)
 	require.NoError(t, cliErr, "%s client\n%s\nserver:\n%s", prog, cliOut, srv.Output())
 	require.NoError(t, srvErr, "%s server\n%s\nclient:\n%s", prog, srv.Output(), cliOut)
+	// The programs exit without leaving the fabric: the launchers'
+	// sweepers remove their ring files and the registry.
+	var left []string
+	require.Eventually(t, func() bool {
+		left, _ = filepath.Glob("/dev/shm/mlx5kit-" + fabric + "-*")
+		return len(left) == 0
+	}, 10*time.Second, 10*time.Millisecond, "files of fabric %s after both programs exited: %v", fabric, &left)
 	return srv.Output(), string(cliOut)
 }
 
@@ -261,4 +267,41 @@ func requireResultRow(t *testing.T, out string) {
 func TestRequireResultRowUncalibrated(t *testing.T) {
 	requireResultRow(t, " #bytes #iterations    t_min[usec]\nCorrelation coefficient r^2: 0.35 < 0.9\n 2       200          inf\n")
 	requireResultRow(t, " #bytes #iterations    t_min[usec]\n 2       200          1.02\n")
+}
+
+// TestSweeperRemovesFiles: a program under the launcher that opened the
+// device (and so joined the fabric) leaves no file in /dev/shm once it has
+// exited, and the process that removes them is not the program's child.
+func TestSweeperRemovesFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preload library")
+	}
+	devinfo, err := exec.LookPath("ibv_devinfo")
+	if err != nil {
+		t.Skipf("ibv_devinfo is not installed (Debian package ibverbs-utils; scripts/deps.sh installs it)")
+	}
+	exe, cache := buildLauncher(t)
+	fabric := fmt.Sprintf("emusweep-%d", os.Getpid())
+	files := func() []string {
+		f, _ := filepath.Glob("/dev/shm/mlx5kit-" + fabric + "-*")
+		return f
+	}
+	t.Cleanup(func() {
+		for _, f := range files() {
+			_ = os.Remove(f)
+		}
+	})
+	// dash's read is a builtin: the shell has no child of its own when
+	// it reads the list of its children.
+	script := `read c < /proc/$$/task/$$/children; echo "children:$c"; ` + devinfo + ` -d mlx5_0 && ls /dev/shm/mlx5kit-` + fabric + `-registry`
+	cmd := exec.Command(exe, "-fabric", fabric, "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, envLib+"=")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "children:\n", "the program has no child when it starts:\n%s", out)
+	require.Contains(t, string(out), "hca_id:\tmlx5_0", "%s", out)
+	require.Contains(t, string(out), "mlx5kit-"+fabric+"-registry", "the program joined the fabric:\n%s", out)
+	var left []string
+	require.Eventually(t, func() bool { left = files(); return len(left) == 0 }, 10*time.Second, 10*time.Millisecond, "files left: %v", &left)
 }
