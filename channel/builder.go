@@ -330,8 +330,8 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		if k := p.own(e); k >= 0 && k != j {
 			// (Peer j naming this side's own endpoint for j is a mesh
 			// rank's loop to itself.)
-			return nil, fmt.Errorf("%s: peer %d sent this side's own endpoint for peer %d (QPN %#x, DCT %#x, LID %d): %w",
-				op, j, k, e.QPN, e.DCTNumber, e.LID, ErrHandshake)
+			return nil, fmt.Errorf("%s: peer %d sent this side's own endpoint for peer %d (QPN %#x, DCT %#x, LID %d; %s): %w",
+				op, j, k, e.QPN, e.DCTNumber, e.LID, loopHint, ErrHandshake)
 		}
 	}
 	p.used = true
@@ -355,6 +355,12 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 	}
 	return &MultiChannel{c: c}, nil
 }
+
+// loopHint is what a refusal of this side's own endpoint says about its
+// usual cause: processes on the software HCA that are not on one shared
+// fabric each number their queues alike.
+const loopHint = "on the software HCA: the two processes are not on one fabric, so each numbers its queues alike; " +
+	"give both the same MLX5KIT_SIM_FABRIC and the same /dev/shm"
 
 // own returns the peer whose endpoint of this side e names (its queue
 // pair, or its DCT, at the same LID and GID where e gives one), -1 when

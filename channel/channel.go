@@ -31,9 +31,8 @@ func (p *Prepared) GID() ctx.GIDEntry { return p.m.GID() }
 // channel may try again.
 func (p *Prepared) Handshake(remote endpoint.Endpoint) (*Channel, error) {
 	if p.m.own(remote) == 0 {
-		return nil, fmt.Errorf("channel: handshake: the peer sent this side's own endpoint (QPN %#x, DCT %#x, LID %d), a loop to itself "+
-			"(on the software HCA: two processes that do not share /dev/shm each start the fabric alone and number their queues alike): %w",
-			remote.QPN, remote.DCTNumber, remote.LID, ErrHandshake)
+		return nil, fmt.Errorf("channel: handshake: the peer sent this side's own endpoint (QPN %#x, DCT %#x, LID %d), a loop to itself (%s): %w",
+			remote.QPN, remote.DCTNumber, remote.LID, loopHint, ErrHandshake)
 	}
 	m, err := p.m.Handshake([]endpoint.Endpoint{remote})
 	if err != nil {

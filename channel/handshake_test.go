@@ -252,6 +252,7 @@ func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
 				m.Close()
 			}
 			require.ErrorIs(t, err, channel.ErrHandshake, "peer 0 named this side's endpoint for peer 1")
+			require.ErrorContains(t, err, "MLX5KIT_SIM_FABRIC", "the refusal names the usual cause")
 		})
 	}
 }
@@ -267,6 +268,11 @@ func requireRefusedThenConnects(t *testing.T, pa, pb *channel.Prepared, bad endp
 		ch.Close()
 	}
 	require.ErrorIs(t, err, channel.ErrHandshake)
+	if bad.Equal(pa.Endpoint()) {
+		// Two processes that each run a fabric of their own send each
+		// other this: the refusal names what to set.
+		require.ErrorContains(t, err, "MLX5KIT_SIM_FABRIC")
+	}
 	ca, err := pa.Handshake(pb.Endpoint())
 	require.NoError(t, err, "the refusal spoilt the prepared channel")
 	t.Cleanup(func() { ca.Close() })

@@ -553,7 +553,8 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn, t *admit.Ticket
 // The listener must prove that it holds the key before this end proves it
 // or sends an endpoint; a listener that cannot is an error matching
 // [ErrAuth], one that speaks another protocol version an error matching
-// [errVersion], and a refusal matches [ErrRejected].
+// [ErrMalformed] (an [*Error] whose Field is "mesh version" or "mesh
+// magic"), and a refusal matches [ErrRejected].
 func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, opts MeshOptions) ([]Endpoint, error) {
 	name := fmt.Sprintf("dial mesh %s as rank %d", address, rank)
 	op := "endpoint: " + name

@@ -819,6 +819,12 @@ func TestDialMeshVersionMismatch(t *testing.T) {
 	defer cancel()
 	_, err = DialMesh(ctx, ln.Addr().String(), 1, meshLocal(2)[1], testOpts)
 	require.ErrorIs(t, err, errVersion)
+	// What DialMesh's documentation tells a caller outside the package to
+	// match.
+	require.ErrorIs(t, err, ErrMalformed)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "mesh version", e.Field)
 	require.Contains(t, err.Error(), "the peer speaks version 1, this package 2")
 	require.NoError(t, ctx.Err())
 }

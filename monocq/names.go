@@ -10,3 +10,15 @@ type CQEOpcode = prm.CQEOpcode
 // Syndrome is the syndrome byte of an error CQE. It prints its PRM name;
 // Known reports whether the PRM defines it.
 type Syndrome = prm.Syndrome
+
+// The CQE opcodes a completion reports (MLX5_CQE_*), for comparing
+// CQE.Opcode and transport.Completion.Opcode outside the kit.
+const (
+	CQEReq         = prm.CQEReq         // a send WQE completed
+	CQERespWrImm   = prm.CQERespWrImm   // an RDMA WRITE with immediate took a receive
+	CQERespSend    = prm.CQERespSend    // a SEND arrived
+	CQERespSendImm = prm.CQERespSendImm // a SEND with immediate arrived
+	CQERespSendInv = prm.CQERespSendInv // a SEND with invalidate arrived
+	CQEReqErr      = prm.CQEReqErr      // a send WQE failed
+	CQERespErr     = prm.CQERespErr     // a receive failed
+)

@@ -377,7 +377,14 @@ func (f *Fabric) Stats() Stats {
 }
 
 // Close stops the engine (if any). Devices stay usable in Manual fashion
-// only through Step; Close is meant for the end of a test. Idempotent.
+// only through Step; Close is meant for the end of a test, or of a
+// program. A Fabric on a shared fabric (Options.Fabric, or
+// MLX5KIT_SIM_FABRIC for Default) leaves it: it removes its ring file from
+// /dev/shm and the files of processes that are gone, and the last live
+// process removes the fabric's registry; a program that never closes its
+// Fabric leaves its file there until another process joins or leaves that
+// fabric. A Fabric on a TCP link (Options.Link) closes the link.
+// Idempotent.
 func (f *Fabric) Close() error {
 	f.mu.Lock()
 	if f.closed {

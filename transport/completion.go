@@ -23,9 +23,10 @@ type Completion struct {
 	QPN uint32
 	// Opcode is the CQE opcode: REQ for a send, RESP_SEND, RESP_SEND_IMM,
 	// RESP_SEND_INV or RESP_WR_IMM for a receive, REQ_ERR or RESP_ERR for an
-	// error.
+	// error (monocq.CQEReq, monocq.CQERespSend, …).
 	Opcode prm.CQEOpcode
-	// SendOpcode is the opcode of the completed send WQE (REQ and REQ_ERR).
+	// SendOpcode is the opcode of the completed send WQE (REQ and REQ_ERR;
+	// wqebuilder.OpSend, wqebuilder.OpRdmaWrite, …).
 	SendOpcode prm.Opcode
 	// ByteCount is the number of bytes received (for UD: including the 40
 	// bytes of GRH space), or read by an RDMA_READ or atomic.
