@@ -56,6 +56,9 @@ func (c *AddressCache) get(p Path) (*cacheEntry, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	if c.pd == nil {
+		return nil, fmt.Errorf("ibpath: address cache: nil protection domain: %w", ctx.ErrInvalidArgument)
+	}
 	ah, err := c.pd.CreateAddressHandle(key)
 	if err != nil {
 		return nil, fmt.Errorf("ibpath: address cache: %w", err)
