@@ -1,6 +1,7 @@
 package mlx5kit_test
 
 import (
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +91,37 @@ func TestWriteAfterBufferClose(t *testing.T) {
 	}
 	require.NoError(t, werr)
 	require.Equal(t, []byte("late"), mr.Bytes()[:4])
+}
+
+// Registering memory that is not mapped (a slice of a buffer kept past its
+// Close) is refused as the kernel refuses it (ibv_reg_mr pins the pages:
+// EFAULT). Accepted, the region would name whatever is mapped at that
+// address later: here a new buffer, never registered, that an RDMA write
+// through the stale region would change.
+func TestRegisterUnmappedMemory(t *testing.T) {
+	c, err := mlx5kit.Open(mlx5kit.Options{Provider: ctx.ProviderSoftware})
+	require.NoError(t, err)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	buf, err := ctx.AllocBuffer(3*4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	stale := buf.Bytes()
+	require.NoError(t, buf.Close())
+
+	_, err = pd.RegisterMemory(stale, ctx.AccessLocalWrite|ctx.AccessRemoteWrite)
+	require.ErrorIs(t, err, syscall.EFAULT)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "ibv_reg_mr")
+	var oe *ctx.OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, syscall.EFAULT, oe.Errno())
+
+	// Mapped memory, a Buffer's, still registers.
+	buf, err = ctx.AllocBuffer(3*4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer buf.Close()
+	mr, err := pd.RegisterMemory(buf.Bytes()[100:5000], ctx.AccessLocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, mr.Close())
 }

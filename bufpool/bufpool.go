@@ -152,7 +152,8 @@ func (p *Pool) Buffer(i int) []byte {
 	return p.data[off : off+p.size : off+p.size]
 }
 
-// Addr returns the address of buffer i, for a data segment.
+// Addr returns the address of buffer i, for a data segment. It panics for
+// an index out of range, like a slice index.
 func (p *Pool) Addr(i int) uint64 {
 	if uint(i) >= uint(p.count) {
 		panic("bufpool: buffer index out of range")
@@ -161,7 +162,8 @@ func (p *Pool) Addr(i int) uint64 {
 }
 
 // SGE returns the data segment (address, length, lkey) of the first n bytes
-// of buffer i; n is capped at the buffer size.
+// of buffer i; n is capped at the buffer size. It panics for an index out
+// of range, like Addr.
 func (p *Pool) SGE(i, n int) (addr uint64, length, lkey uint32) {
 	if n > p.size || n < 0 {
 		n = p.size
@@ -200,6 +202,9 @@ type Receiver interface {
 // receive queue full or refused), pushes that buffer back and returns the
 // number posted with the error.
 func PostReceives[R Receiver](p *Pool, r R, n int) (int, error) {
+	if p == nil {
+		return 0, fmt.Errorf("bufpool: post receives: nil pool: %w", ctx.ErrInvalidArgument)
+	}
 	if p.closed {
 		return 0, fmt.Errorf("bufpool: post receives: %w", errClosed)
 	}
@@ -230,8 +235,14 @@ func PostReceives[R Receiver](p *Pool, r R, n int) (int, error) {
 // data was consumed) and rings the receive doorbell. On failure the buffer
 // stays in use and the error is returned.
 func Repost[R Receiver](p *Pool, r R, i int) error {
+	if p == nil {
+		return fmt.Errorf("bufpool: repost buffer %d: nil pool: %w", i, ctx.ErrInvalidArgument)
+	}
 	if p.closed {
 		return fmt.Errorf("bufpool: repost buffer %d: %w", i, errClosed)
+	}
+	if uint(i) >= uint(p.count) {
+		return fmt.Errorf("bufpool: repost buffer %d: %w", i, ErrBadIndex)
 	}
 	if !p.InUse(i) {
 		return fmt.Errorf("bufpool: repost buffer %d: %w", i, ErrNotInUse)

@@ -49,3 +49,39 @@ func TestClosedPoolHandsOutNothing(t *testing.T) {
 		t.Errorf("Pop after Close handed out buffer %d (at %#x, unmapped)", j, p.Addr(j))
 	}
 }
+
+// Repost of an index that names no buffer says so (ErrBadIndex), rather
+// than that the buffer is not in use; and a nil pool is refused, not
+// dereferenced.
+func TestRepostBadIndexAndNilPool(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	pd := newPD(t, f, "")
+	cq, err := pd.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := rc.New(pd, cq, rc.Config{SendDepth: 1, RecvDepth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := bufpool.New(pd, 2, 64, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, i := range []int{-1, 2, 99} {
+		if err := bufpool.Repost(p, &qp.Queue, i); !errors.Is(err, bufpool.ErrBadIndex) {
+			t.Errorf("Repost of buffer %d: %v, want ErrBadIndex", i, err)
+		}
+	}
+	if err := bufpool.Repost(p, &qp.Queue, 1); !errors.Is(err, bufpool.ErrNotInUse) {
+		t.Errorf("Repost of a free buffer: %v, want ErrNotInUse", err)
+	}
+	if n, err := bufpool.PostReceives(nil, &qp.Queue, 1); n != 0 || !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Errorf("PostReceives of a nil pool: %d, %v; want 0, ctx.ErrInvalidArgument", n, err)
+	}
+	if err := bufpool.Repost(nil, &qp.Queue, 0); !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Errorf("Repost of a nil pool: %v, want ctx.ErrInvalidArgument", err)
+	}
+}

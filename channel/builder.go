@@ -241,6 +241,9 @@ func (p *PreparedMulti) Peers() int { return len(p.c.links) }
 // Share adds mr to the regions every peer learns from Endpoints, with the
 // remote access it was registered with. Call it before Endpoints.
 func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
+	if p.c.closed {
+		return fmt.Errorf("channel: share: %w", closedError{})
+	}
 	if mr == nil || mr.Closed() {
 		return fmt.Errorf("channel: share: memory region: %w", ctx.ErrClosed)
 	}
@@ -302,6 +305,9 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 		return nil, fmt.Errorf("%s: %w", op, ErrUsed)
 	}
 	c := p.c
+	if c.closed {
+		return nil, fmt.Errorf("%s: %w", op, closedError{})
+	}
 	if len(remote) != len(c.links) {
 		return nil, fmt.Errorf("%s: %d endpoints for %d peers: %w", op, len(remote), len(c.links), ErrHandshake)
 	}

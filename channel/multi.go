@@ -135,7 +135,9 @@ func (p Pending) Done() bool {
 }
 
 // Poll polls the channel once (unless the request has completed already)
-// and reports whether the request has completed, with its error.
+// and reports whether the request has completed, with its error. A request
+// still outstanding when the channel was closed never completes: Poll then
+// reports an error wrapping ctx.ErrClosed.
 func (p Pending) Poll() (bool, error) {
 	if p.c == nil || p.wrid == 0 {
 		return false, errNoRequest
@@ -149,6 +151,9 @@ func (p Pending) Poll() (bool, error) {
 		return false, ErrStale
 	case s.state == slotFailed:
 		return true, s.err()
+	case s.state != slotDone && p.c.closed:
+		// Its completion will never be polled.
+		return false, fmt.Errorf("channel: poll work request %#x: %w", p.wrid, closedError{})
 	}
 	return s.state == slotDone, nil
 }
@@ -167,6 +172,9 @@ func (p Pending) Wait(c context.Context) error {
 	if err != nil {
 		if c.Err() != nil && errors.Is(err, c.Err()) {
 			return fmt.Errorf("channel: wait for work request %#x: %w (still outstanding)", p.wrid, err)
+		}
+		if errors.As(err, new(closedError)) {
+			return fmt.Errorf("channel: wait for work request %#x: %w", p.wrid, err)
 		}
 		return err
 	}

@@ -35,7 +35,10 @@ type Scope struct {
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
 // of the scope's requests is written after Scope returns. A context
 // that has ended before the call returns its error without running fn. The scope
-// itself is reused: Scope allocates nothing unless work fails.
+// itself is reused: Scope allocates nothing unless work fails. When fn
+// panics, the panic goes on without waiting for the scope's work, which
+// stays outstanding (Fail flushes it), and the channel takes the next
+// Scope as usual.
 func (m *MultiChannel) Scope(c context.Context, fn func(s *Scope) error) error {
 	return m.c.runScope(c, fn)
 }
@@ -54,6 +57,17 @@ func (c *core) runScope(cx context.Context, fn func(s *Scope) error) error {
 	s.cx, s.outstanding, s.errs, s.active = cx, 0, s.errs[:0], true
 	c.scopeID++
 	c.scope = s
+	defer func() {
+		if c.scope == s {
+			// fn (or the wait) panicked: end the scope, or every later
+			// Scope would be refused as nested and every raw post
+			// counted in this one.
+			c.scope = nil
+			s.active, s.cx = false, nil
+			clear(s.errs)
+			s.errs = s.errs[:0]
+		}
+	}()
 	ferr := fn(s)
 	werr := s.drain()
 	c.scope = nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -74,6 +75,13 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	// The CQ may be closed on another goroutine (directly or with its
+	// Context) while the owner sleeps in Wait: its events then never come.
+	// The close wakes the sleeper by moving the read deadline of the
+	// Notifier's own descriptor into the past (an *os.File may be used
+	// from several goroutines; once closed, the call fails harmlessly),
+	// and Wait, finding the CQ closed, returns ErrClosed.
+	seam.OnClose(cq, func() { _ = f.SetReadDeadline(longAgo) })
 	return &Notifier{cq: cq, poll: poll, file: f, raw: raw}, nil
 }
 
@@ -105,8 +113,10 @@ func (n *Notifier) Close() error {
 // found it), blocking until the device raises a completion event when there
 // is none. It returns an error wrapping ctx's error when ctx is done first
 // (context.DeadlineExceeded for a deadline, context.Canceled for a
-// cancellation). Wait releases the CQEs taken so far before it arms: call it
-// between batches.
+// cancellation), and one wrapping ctx.ErrClosed when the CQ is closed, also
+// by another goroutine while Wait sleeps (directly or with its Context).
+// Wait releases the CQEs taken so far before it arms: call it between
+// batches.
 func (n *Notifier) Wait(c context.Context) error {
 	if n.poll.Ready(1) > 0 {
 		return nil
@@ -149,6 +159,9 @@ func (n *Notifier) waitEvent(c context.Context) error {
 	if n.file == nil {
 		return fmt.Errorf("%s: notifier: %w", op, ctx.ErrClosed)
 	}
+	if n.cq.Closed() {
+		return fmt.Errorf("%s: %w", op, ctx.ErrClosed)
+	}
 	if err := c.Err(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -179,6 +192,10 @@ func (n *Notifier) waitEvent(c context.Context) error {
 		return fmt.Errorf("%s: %w", op, rerr)
 	}
 	if err != nil {
+		if n.cq.Closed() {
+			// Woken by the CQ's close (see NewNotifier).
+			return fmt.Errorf("%s: %w", op, ctx.ErrClosed)
+		}
 		if cerr := c.Err(); cerr != nil {
 			return fmt.Errorf("%s: %w", op, cerr)
 		}

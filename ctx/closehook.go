@@ -24,13 +24,15 @@ func (n *node) runOnClose() {
 	}
 }
 
-// onCloseOf registers f as a close hook of a *QueuePair or a
-// *SharedReceiveQueue (seam.OnClose).
+// onCloseOf registers f as a close hook of a *QueuePair, a
+// *SharedReceiveQueue or a *CompletionQueue (seam.OnClose).
 func onCloseOf(obj any, f func()) {
 	switch x := obj.(type) {
 	case *QueuePair:
 		x.addOnClose(f)
 	case *SharedReceiveQueue:
+		x.addOnClose(f)
+	case *CompletionQueue:
 		x.addOnClose(f)
 	default:
 		panic(fmt.Sprintf("ctx: close hook for %T", obj))

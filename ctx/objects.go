@@ -33,7 +33,9 @@ func (pd *ProtectionDomain) Close() error {
 
 // RegisterMemory registers b, which must be memory from a Buffer or other
 // mmap'd memory (never Go heap: the device or the software HCA reads and
-// writes it behind the Go runtime's back), with the given access.
+// writes it behind the Go runtime's back), with the given access. Memory
+// that is not mapped (a slice of a Buffer kept past its Close) is refused
+// with EFAULT and ErrInvalidArgument, as the kernel refuses it.
 func (pd *ProtectionDomain) RegisterMemory(b []byte, access Access) (*MemoryRegion, error) {
 	const op = "register MR"
 	if len(b) == 0 {

@@ -249,10 +249,14 @@ func (l *MeshListener) Addr() net.Addr { return l.listener.Addr() }
 
 // Close stops listening. Exchange closes the listener itself when it
 // returns; Close is for a listener whose Exchange never runs. A later
-// Exchange fails at once.
+// Exchange fails at once. Close is idempotent: a listener closed already
+// (by Close or Exchange) returns nil.
 func (l *MeshListener) Close() error {
 	l.used.Store(true)
-	return l.listener.Close()
+	if err := l.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 // member is a rank that proved itself and sent its endpoints.

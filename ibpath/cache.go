@@ -45,11 +45,19 @@ func NewAddressCache(pd *ctx.ProtectionDomain) *AddressCache {
 func (c *AddressCache) get(p Path) (*cacheEntry, error) {
 	key := p.addressAttr()
 	if e := c.entries[key]; e != nil {
-		c.hits++
-		return e, nil
+		if !e.ah.Closed() {
+			c.hits++
+			return e, nil
+		}
+		// Closed under the cache, with its PD or Context: make it
+		// again (which fails with ErrClosed when the PD is closed).
+		delete(c.entries, key)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
+	}
+	if c.pd == nil {
+		return nil, fmt.Errorf("ibpath: address cache: nil protection domain: %w", ctx.ErrInvalidArgument)
 	}
 	ah, err := c.pd.CreateAddressHandle(key)
 	if err != nil {
@@ -62,7 +70,8 @@ func (c *AddressCache) get(p Path) (*cacheEntry, error) {
 }
 
 // AddressHandle returns the address handle for p's destination, creating it
-// on first use.
+// on first use, and again when the cached one was closed under the cache
+// (with its PD or Context: the error then wraps ctx.ErrClosed).
 func (c *AddressCache) AddressHandle(p Path) (*ctx.AddressHandle, error) {
 	e, err := c.get(p)
 	if err != nil {

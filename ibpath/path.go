@@ -110,6 +110,9 @@ func Default() Path {
 // GID is no error: the SGID stays zero.
 func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error) {
 	op := fmt.Sprintf("ibpath: local port %d", port)
+	if c == nil {
+		return p, fmt.Errorf("%s: nil context: %w", op, ctx.ErrInvalidArgument)
+	}
 	if port == 0 {
 		port = 1
 	}
@@ -302,6 +305,9 @@ func (p Path) rtsAttr() ctx.QPAttr {
 // qkey, granting access to remote peers. The path is validated first; on
 // error the QP is unchanged.
 func ModifyToInit(qp *ctx.QueuePair, p Path, access ctx.Access) error {
+	if qp == nil {
+		return fmt.Errorf("ibpath: modify QP to INIT: nil queue pair: %w", ctx.ErrInvalidArgument)
+	}
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -312,6 +318,9 @@ func ModifyToInit(qp *ctx.QueuePair, p Path, access ctx.Access) error {
 // is validated first (an RC QP also needs DQPN and an MTU); on error the QP
 // is unchanged.
 func ModifyToRTR(qp *ctx.QueuePair, p Path) error {
+	if qp == nil {
+		return fmt.Errorf("ibpath: modify QP to RTR: nil queue pair: %w", ctx.ErrInvalidArgument)
+	}
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -327,6 +336,9 @@ func ModifyToRTR(qp *ctx.QueuePair, p Path) error {
 // ModifyToRTS moves qp from RTR to RTS with p's send PSN, timeout and
 // retry counts. The path is validated first; on error the QP is unchanged.
 func ModifyToRTS(qp *ctx.QueuePair, p Path) error {
+	if qp == nil {
+		return fmt.Errorf("ibpath: modify QP to RTS: nil queue pair: %w", ctx.ErrInvalidArgument)
+	}
 	if err := p.Validate(); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
@@ -371,6 +372,9 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	if a+length < a {
 		return nil, provider.Errorf(op, "region wraps the address space: %w", ctx.ErrInvalidArgument)
 	}
+	if err := checkMapped(a, length); err != nil {
+		return nil, provider.Errorf(op, "%w", err)
+	}
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	if p.closed {
@@ -386,6 +390,34 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	m := &mr{f: p.f, pd: p, key: key, base: addr, addr: a, length: length, access: access}
 	p.f.mrs[key] = m
 	return m, nil
+}
+
+// checkMapped refuses, as the kernel's ibv_reg_mr does when it cannot pin
+// the pages (EFAULT), a range of which some page is not mapped: a slice
+// kept past the Close of its Buffer, or past a munmap. The model reads and
+// writes a region's memory directly, so a region over such a range would
+// fault the process, or write into whatever is mapped there later.
+func checkMapped(addr, length uint64) error {
+	const chunk = 1 << 14 // pages per mincore call
+	ps := uint64(unix.Getpagesize())
+	start := addr &^ (ps - 1)
+	end := (addr + length + ps - 1) &^ (ps - 1)
+	if end < start { // rounding up wrapped
+		end = -ps
+	}
+	vec := make([]byte, min((end-start)/ps, chunk))
+	for at := start; at < end; {
+		n := min((end-at)/ps, chunk)
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(at), uintptr(n*ps), uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
+		if errno != 0 {
+			if errno == unix.ENOMEM { // some page of the range is not mapped
+				errno = unix.EFAULT
+			}
+			return kerrno.New("ibv_reg_mr", fmt.Sprintf("[%#x,+%d) not mapped", addr, length), errno, ctx.ErrInvalidArgument)
+		}
+		at += n * ps
+	}
+	return nil
 }
 
 func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {

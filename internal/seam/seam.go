@@ -61,13 +61,14 @@ var (
 	// *ProtectionDomain, *CompletionQueue, *SharedReceiveQueue,
 	// *QueuePair, *MemoryRegion, *AddressHandle), or nil.
 	Handle func(obj any) any
-	// OnClose arranges for f to run when obj, a *ctx.QueuePair or a
-	// *ctx.SharedReceiveQueue, closes, directly or with a parent (a CQ,
-	// its SRQ, its PD, the Context), on the goroutine that closes it:
-	// after Closed starts to report true and before the provider destroys
-	// the object. An object closed already runs f at once. f runs with the
+	// OnClose arranges for f to run when obj, a *ctx.QueuePair, a
+	// *ctx.SharedReceiveQueue or a *ctx.CompletionQueue, closes, directly
+	// or with a parent (a CQ, its SRQ, its PD, the Context), on the
+	// goroutine that closes it: after Closed starts to report true and
+	// before the provider destroys the object. An object closed already runs f at once. f runs with the
 	// Context's lock held and must not call into that Context; package
-	// transport stops the data plane built on the object with it. OnClose
+	// transport stops the data plane built on the object with it, package
+	// completion wakes a Notifier asleep on a CQ's events. OnClose
 	// panics for any other type.
 	OnClose func(obj any, f func())
 	// ReadAsyncEvent reads the next asynchronous event of c, a

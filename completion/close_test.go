@@ -1,0 +1,69 @@
+package completion_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
+)
+
+// TestWaitEndsWhenCQCloses closes the completion queue (directly, or with
+// its Context) on another goroutine while the owner sleeps in Wait or in
+// the Completions iterator with a context that never ends, as a program
+// stops its loop by closing from elsewhere: the wait must end with an
+// error wrapping ctx.ErrClosed instead of sleeping forever.
+func TestWaitEndsWhenCQCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(c *ctx.Context, cq *ctx.CompletionQueue) error
+		iter  bool
+	}{
+		{"CQ", func(_ *ctx.Context, cq *ctx.CompletionQueue) error { return cq.Close() }, false},
+		{"Context", func(c *ctx.Context, _ *ctx.CompletionQueue) error { return c.Close() }, false},
+		{"CQ under Completions", func(_ *ctx.Context, cq *ctx.CompletionQueue) error { return cq.Close() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := sim.New(sim.Options{Mode: sim.Engine})
+			t.Cleanup(func() { _ = f.Close() })
+			c, err := f.Open("sim0")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+			require.NoError(t, err)
+			p, err := transport.NewPoller(cq)
+			require.NoError(t, err)
+			n, err := completion.NewNotifier(cq, p.CQ())
+			require.NoError(t, err)
+			defer n.Close()
+
+			done := make(chan error, 1)
+			go func() {
+				if !tc.iter {
+					done <- n.Wait(context.Background())
+					return
+				}
+				for _, err := range completion.Completions(context.Background(), n, p) {
+					if err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			time.Sleep(50 * time.Millisecond) // let it go to sleep
+			require.NoError(t, tc.close(c, cq))
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, ctx.ErrClosed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the wait did not end when its CQ closed")
+			}
+		})
+	}
+}
