@@ -105,7 +105,7 @@ func (s *Scope) drain() error {
 		err = s.c.cancel("scope", err)
 		clear(s.errs[kept:]) // the flushes the cancellation caused
 		s.errs = s.errs[:kept]
-	} else if len(s.errs) > 0 && !s.c.failed {
+	} else if len(s.errs) > 0 && s.c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := s.c.heldEventErr(); eerr != nil {
 			kept := len(s.errs)
