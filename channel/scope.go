@@ -209,7 +209,8 @@ func (s *Scope) PostScatterWrite(reqs []WriteRequest) error {
 }
 
 // PostGatherReceive posts every receive; it stops at the first refused
-// post.
+// post. It keeps no Pending: to learn how many bytes each receive took,
+// post them with PostReceive and read each Pending's Result.
 func (s *Scope) PostGatherReceive(reqs []RecvRequest) error {
 	if err := s.check(); err != nil {
 		return err
