@@ -86,6 +86,9 @@ type core struct {
 	timeout time.Duration
 	stray   error // the first completion that matched no work request
 	failed  bool  // Fail moved the queues to error: no more posts
+	// dciFailed: a send of a DC channel completed in error, so its DCI,
+	// every peer's, is in the error state (poll then fails the channel).
+	dciFailed bool
 
 	ctx    *ctx.Context
 	pd     *ctx.ProtectionDomain
@@ -359,9 +362,32 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 // poll processes up to one batch of completions and returns how many it
 // found. It allocates only for a failed completion inside a scope.
 func (c *core) poll() int {
-	return c.poller.Poll(64, func(wc *transport.Completion) {
+	n := c.poller.Poll(64, func(wc *transport.Completion) {
 		c.complete(wc)
 	})
+	if c.dciFailed && !c.failed {
+		c.failDCI()
+	}
+	return n
+}
+
+// eventMayExplain reports whether an asynchronous event may be why work
+// failed: while the channel has not failed, or when it failed because its
+// DCI did (failDCI), which an event (a fatal error of the DCI) may have
+// caused.
+func (c *core) eventMayExplain() bool { return !c.failed || c.dciFailed }
+
+// failDCI fails a DC channel whose DCI is in the error state. An RC queue
+// pair's error flushes its receives; a DC channel's receives sit in shared
+// receive queues, which no error state flushes, and would wait for good
+// for a peer that may be gone. The DCI carries every peer's sends, so its
+// error ends the channel as an error of every RC queue pair would (see
+// fail): the receives complete flushed, and later posts fail. An error of
+// fail itself is kept for Err.
+func (c *core) failDCI() {
+	if err := c.fail(); err != nil && c.stray == nil {
+		c.stray = fmt.Errorf("channel: fail after the DC initiator's error: %w", err)
+	}
 }
 
 // complete files one completion in its record.
@@ -381,6 +407,9 @@ func (c *core) complete(wc *transport.Completion) {
 		s.syndrome, s.vendor = wc.Syndrome, wc.VendorSyndrome
 		s.cqeOp, s.sendOp = wc.Opcode, wc.SendOpcode
 		s.qpn, s.wqeCounter = wc.QPN, wc.WQECounter
+		if wc.Opcode == prm.CQEReqErr && c.dci != nil {
+			c.dciFailed = true
+		}
 	}
 	c.filed(s)
 }
@@ -684,7 +713,7 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 		werr = c.cancel(b.op, werr)
 		clear(b.errs[kept:]) // the flushes the cancellation caused
 		b.errs = b.errs[:kept]
-	} else if len(b.errs) > 0 && !c.failed {
+	} else if len(b.errs) > 0 && c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := c.heldEventErr(); eerr != nil {
 			kept := len(b.errs)

@@ -103,4 +103,13 @@
 // QPN, wqe_counter, work request id), so errors.Is(err,
 // monocq.ErrRemoteAccess) and errors.As(err, &ce) work on the joined
 // error.
+//
+// A failed request moves its queue to the error state. On RC that is the
+// peer's queue pair: its other outstanding requests, receives included,
+// complete flushed (monocq.ErrFlushed), and later requests to that peer
+// fail. On DC it is the one initiator, every peer's: the channel then fails
+// as a whole (as Fail does), so its receives, which sit in shared receive
+// queues that no error state flushes, complete flushed too instead of
+// waiting for a peer that may be gone, and later requests fail with
+// ErrFailed. Either way, rebuild the connection.
 package channel

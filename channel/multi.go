@@ -180,7 +180,7 @@ func (p Pending) Wait(c context.Context) error {
 	}
 	if s.state == slotFailed {
 		err := s.err()
-		if !p.c.failed {
+		if p.c.eventMayExplain() {
 			// An event that ends the channel may be why.
 			if eerr := p.c.heldEventErr(); eerr != nil {
 				return errors.Join(err, p.c.cancel("wait", eerr))

@@ -105,7 +105,7 @@ func (s *Scope) drain() error {
 		err = s.c.cancel("scope", err)
 		clear(s.errs[kept:]) // the flushes the cancellation caused
 		s.errs = s.errs[:kept]
-	} else if len(s.errs) > 0 && !s.c.failed {
+	} else if len(s.errs) > 0 && s.c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := s.c.heldEventErr(); eerr != nil {
 			kept := len(s.errs)
@@ -209,7 +209,8 @@ func (s *Scope) PostScatterWrite(reqs []WriteRequest) error {
 }
 
 // PostGatherReceive posts every receive; it stops at the first refused
-// post.
+// post. It keeps no Pending: to learn how many bytes each receive took,
+// post them with PostReceive and read each Pending's Result.
 func (s *Scope) PostGatherReceive(reqs []RecvRequest) error {
 	if err := s.check(); err != nil {
 		return err

@@ -159,3 +159,16 @@ func ExampleCompletionError() {
 	// true false
 	// REM_ACCESS_ERR REMOTE_ACCESS_ERR 42
 }
+
+// The two retry statuses say what they usually mean, as a verbs status
+// name alone does not.
+func TestErrorRetryExceededSaysWhy(t *testing.T) {
+	e := fromCQE(t, errorCQE(prm.CQEReqErr, prm.OpSend, 1, 3, uint8(prm.SyndromeTransportRetryExc), 0))
+	require.Equal(t, "monocq: SEND on QPN 0x1 failed: RETRY_EXC_ERR (syndrome TRANSPORT_RETRY_EXC_ERR 0x15, vendor syndrome 0x00), wqe_counter 3; "+
+		"the peer did not answer: its process is gone, it cannot be reached, or its queue is not connected to this one", e.Error())
+	e = fromCQE(t, errorCQE(prm.CQEReqErr, prm.OpSend, 1, 3, uint8(prm.SyndromeRNRRetryExc), 0))
+	require.Contains(t, e.Error(), "RNR_RETRY_EXC_ERR")
+	require.Contains(t, e.Error(), "; the peer had no receive posted")
+	e = fromCQE(t, errorCQE(prm.CQEReqErr, prm.OpSend, 1, 3, uint8(prm.SyndromeRemoteAccess), 0))
+	require.NotContains(t, e.Error(), ";")
+}

@@ -116,6 +116,12 @@ func (e *CompletionError) Error() string {
 		b.WriteString(", wr_id 0x")
 		b.WriteString(strconv.FormatUint(e.WRID, 16))
 	}
+	switch e.Status {
+	case statusRetryExceeded:
+		b.WriteString("; the peer did not answer: its process is gone, it cannot be reached, or its queue is not connected to this one")
+	case statusRNRRetryExceeded:
+		b.WriteString("; the peer had no receive posted for the SEND each time it was retried")
+	}
 	return b.String()
 }
 

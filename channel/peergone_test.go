@@ -1,0 +1,70 @@
+package channel_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/monocq"
+)
+
+// A send to a peer that has gone completes with RETRY_EXC_ERR, and the
+// channel's other outstanding requests complete flushed: on RC the queue
+// pair's error state flushes its receive queue; on DC the initiator is
+// every peer's at once, so its error fails the whole channel, whose
+// receives (in shared receive queues, which no error state flushes) then
+// complete flushed as well. Nothing waits for a receive that can no longer
+// come: not a scope, and not a loop over Pending.Poll.
+func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String()+"/scope", func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			ca, cb := pair(t, a, b, channel.Options{Transport: tr})
+			require.NoError(t, cb.Close())
+			c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := ca.Scope(c, func(s *channel.Scope) error {
+				if _, err := s.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)}); err != nil {
+					return err
+				}
+				_, err := s.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
+				return err
+			})
+			require.NoError(t, c.Err(), "the scope waited for its context")
+			require.ErrorIs(t, err, monocq.ErrRetryExceeded)
+			require.ErrorIs(t, err, monocq.ErrFlushed, "the receive")
+			require.Zero(t, ca.Outstanding())
+			require.Error(t, ca.Send(c, channel.SendRequest{Local: a.sge(1024, 8)}), "a later send")
+		})
+		t.Run(tr.String()+"/pending", func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			ca, cb := pair(t, a, b, channel.Options{Transport: tr})
+			require.NoError(t, cb.Close())
+			recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
+			require.NoError(t, err)
+			send, err := ca.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
+			require.NoError(t, err)
+			var recvErr, sendErr error
+			var recvDone, sendDone bool
+			for end := time.Now().Add(20 * time.Second); !(recvDone && sendDone) && time.Now().Before(end); {
+				if !sendDone {
+					sendDone, sendErr = send.Poll()
+				}
+				if !recvDone {
+					recvDone, recvErr = recv.Poll()
+				}
+			}
+			require.True(t, sendDone, "the send")
+			require.True(t, recvDone, "the receive")
+			require.ErrorIs(t, sendErr, monocq.ErrRetryExceeded)
+			require.ErrorIs(t, recvErr, monocq.ErrFlushed)
+			require.Zero(t, ca.Outstanding())
+		})
+	}
+}
