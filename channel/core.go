@@ -362,13 +362,9 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 // poll processes up to one batch of completions and returns how many it
 // found. It allocates only for a failed completion inside a scope.
 func (c *core) poll() int {
-	n := c.poller.Poll(64, func(wc *transport.Completion) {
+	return c.poller.Poll(64, func(wc *transport.Completion) {
 		c.complete(wc)
 	})
-	if c.dciFailed && !c.failed {
-		c.failDCI()
-	}
-	return n
 }
 
 // eventMayExplain reports whether an asynchronous event may be why work
@@ -376,6 +372,12 @@ func (c *core) poll() int {
 // DCI did (failDCI), which an event (a fatal error of the DCI) may have
 // caused.
 func (c *core) eventMayExplain() bool { return !c.failed || c.dciFailed }
+
+// dciFailedNow reports whether the DCI has failed and the channel not yet
+// (failDCI is due). The waits look at it after a poll that found
+// completions (waiter.progress), not after every poll: the error arrives
+// with a completion.
+func (c *core) dciFailedNow() bool { return c.dciFailed && !c.failed }
 
 // failDCI fails a DC channel whose DCI is in the error state. An RC queue
 // pair's error flushes its receives; a DC channel's receives sit in shared
@@ -601,6 +603,9 @@ func (c *core) pause() {
 // context's error once it is done (looked at every checkBusy calls).
 func (w *waiter) progress() error {
 	w.idle, w.sleeping = 0, false
+	if w.c.dciFailedNow() {
+		w.c.failDCI()
+	}
 	if w.done == nil {
 		return nil
 	}

@@ -144,6 +144,9 @@ func (p Pending) Poll() (bool, error) {
 	}
 	if !p.Done() {
 		p.c.poll()
+		if p.c.dciFailedNow() {
+			p.c.failDCI()
+		}
 	}
 	s := p.c.slotOf(p.wrid)
 	switch {
@@ -210,7 +213,13 @@ func (p Pending) WRID() uint64 { return p.wrid }
 
 // Poll processes the completions that have arrived (one batch) and returns
 // how many there were.
-func (m *MultiChannel) Poll() int { return m.c.poll() }
+func (m *MultiChannel) Poll() int {
+	n := m.c.poll()
+	if m.c.dciFailedNow() {
+		m.c.failDCI()
+	}
+	return n
+}
 
 // PostSend posts a SEND without waiting. A full send queue is an error
 // (wrapping wqebuilder.ErrQueueFull): poll and post again.

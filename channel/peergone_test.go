@@ -18,7 +18,8 @@ import (
 // every peer's at once, so its error fails the whole channel, whose
 // receives (in shared receive queues, which no error state flushes) then
 // complete flushed as well. Nothing waits for a receive that can no longer
-// come: not a scope, and not a loop over Pending.Poll.
+// come: not a scope, not a loop over Pending.Poll, and not one over
+// Poll and Pending.Done.
 func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
 	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		t.Run(tr.String()+"/scope", func(t *testing.T) {
@@ -62,6 +63,26 @@ func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
 			}
 			require.True(t, sendDone, "the send")
 			require.True(t, recvDone, "the receive")
+			require.ErrorIs(t, sendErr, monocq.ErrRetryExceeded)
+			require.ErrorIs(t, recvErr, monocq.ErrFlushed)
+			require.Zero(t, ca.Outstanding())
+		})
+		t.Run(tr.String()+"/poll", func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			ca, cb := pair(t, a, b, channel.Options{Transport: tr})
+			require.NoError(t, cb.Close())
+			recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
+			require.NoError(t, err)
+			send, err := ca.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
+			require.NoError(t, err)
+			for end := time.Now().Add(20 * time.Second); !(recv.Done() && send.Done()) && time.Now().Before(end); {
+				ca.Poll()
+			}
+			require.True(t, send.Done(), "the send")
+			require.True(t, recv.Done(), "the receive")
+			_, recvErr := recv.Poll()
+			_, sendErr := send.Poll()
 			require.ErrorIs(t, sendErr, monocq.ErrRetryExceeded)
 			require.ErrorIs(t, recvErr, monocq.ErrFlushed)
 			require.Zero(t, ca.Outstanding())
