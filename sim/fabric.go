@@ -383,7 +383,7 @@ func (f *Fabric) Stats() Stats {
 // /dev/shm and the files of processes that are gone, and the last live
 // process removes the fabric's registry; a program that never closes its
 // Fabric leaves its file there until another process joins or leaves that
-// fabric. A Fabric on a TCP link (Options.Link) closes the link.
+// fabric, or calls SweepFabric. A Fabric on a TCP link (Options.Link) closes the link.
 // Idempotent.
 func (f *Fabric) Close() error {
 	f.mu.Lock()
