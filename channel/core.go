@@ -513,10 +513,21 @@ func (w *waiter) ended() error {
 	select {
 	case <-w.done:
 		w.cancelled = true
-		return w.cx.Err()
+		return contextError(w.cx)
 	default:
 		return nil
 	}
+}
+
+// contextError returns the error of cx, which has ended, and with it its
+// cause where one was given (context.WithCancelCause; endpoint.WatchConn's
+// endpoint.ErrPeerGone): errors.Is matches both.
+func contextError(cx context.Context) error {
+	err := cx.Err()
+	if cause := context.Cause(cx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 const (
@@ -676,8 +687,8 @@ func ended(cx context.Context, op string) error {
 	if cx.Done() == nil {
 		return nil
 	}
-	if err := cx.Err(); err != nil {
-		return fmt.Errorf("channel: %s: %w (nothing posted)", op, err)
+	if cx.Err() != nil {
+		return fmt.Errorf("channel: %s: %w (nothing posted)", op, contextError(cx))
 	}
 	return nil
 }

@@ -64,7 +64,12 @@
 // on every empty poll and every 64 polls that found work; a wait sleeping
 // on completion events wakes with it). When it ends first, the error wraps
 // the context's (errors.Is(err, context.Canceled) or
-// context.DeadlineExceeded) and names the call.
+// context.DeadlineExceeded), and its cause where it has one
+// (context.WithCancelCause), and names the call. A context from
+// endpoint.WatchConn ends when the peer closes the connection the
+// handshake ran over, with the cause endpoint.ErrPeerGone: a wait for a
+// peer that has exited or was killed, which its queue pair alone may
+// never notice, then ends.
 //
 // An ended wait does not end the work: the device owns a posted work
 // request until its completion, and a receive, an RDMA READ or an atomic

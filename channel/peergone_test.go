@@ -2,6 +2,7 @@ package channel_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -85,6 +86,70 @@ func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
 			_, sendErr := send.Poll()
 			require.ErrorIs(t, sendErr, monocq.ErrRetryExceeded)
 			require.ErrorIs(t, recvErr, monocq.ErrFlushed)
+			require.Zero(t, ca.Outstanding())
+		})
+	}
+}
+
+// A Receive whose sender has gone, with nothing of this side in flight,
+// learns of it only from the connection the handshake ran over: with
+// endpoint.WatchConn's context it ends, failing the channel, with
+// endpoint.ErrPeerGone.
+func TestReceiveEndsWhenHandshakeConnCloses(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String(), func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			sec := endpoint.Security{Key: make([]byte, 32)}
+			type side struct {
+				ch   *channel.Channel
+				conn net.Conn
+				err  error
+			}
+			accepted := make(chan side, 1)
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					accepted <- side{err: err}
+					return
+				}
+				p, err := channel.New(b.pd, channel.Options{Transport: tr})
+				if err != nil {
+					accepted <- side{err: err}
+					return
+				}
+				ch, err := p.HandshakeConn(bg, conn, endpoint.AcceptSide, sec)
+				accepted <- side{ch, conn, err}
+			}()
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			p, err := channel.New(a.pd, channel.Options{Transport: tr})
+			require.NoError(t, err)
+			ca, err := p.HandshakeConn(bg, conn, endpoint.DialSide, sec)
+			require.NoError(t, err)
+			defer ca.Close()
+			peer := <-accepted
+			require.NoError(t, peer.err)
+
+			// The peer exits: its queues go, and the kernel closes its
+			// connection.
+			require.NoError(t, peer.ch.Close())
+			require.NoError(t, peer.conn.Close())
+
+			c, cancel, err := endpoint.WatchConn(bg, conn, 5*time.Millisecond)
+			require.NoError(t, err)
+			defer cancel()
+			limit, stop := context.WithTimeout(c, 20*time.Second)
+			defer stop()
+			_, err = ca.Receive(limit, channel.RecvRequest{Local: a.sge(0, 64)})
+			require.ErrorIs(t, err, endpoint.ErrPeerGone)
+			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, channel.ErrFailed)
+			require.NotErrorIs(t, err, context.DeadlineExceeded)
 			require.Zero(t, ca.Outstanding())
 		})
 	}

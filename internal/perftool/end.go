@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/connpeek"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -370,38 +369,23 @@ const PeerCheck = 100 * time.Millisecond
 
 // ErrPeerGone is what a wait's error matches when the peer closed the
 // tool's connection while this end waited for a completion (End.Peer).
-var ErrPeerGone = errors.New("the peer closed its connection: it exited or was killed")
+var ErrPeerGone = endpoint.ErrPeerGone
 
 // peerError looks at End.Peer without consuming anything: nil while the
 // peer keeps it open and silent (or has said it is fine), else the wait
 // for message seq's error, matching ErrPeerGone or ErrPeerFailed.
 func (x *End) peerError(seq uint32) error {
-	sc, ok := x.Peer.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	// Control, not Read: a read past the connection's deadline (Sync's,
-	// a -timeout from the handshake) would not run at all.
-	var b [1]byte
-	var n int
-	var rerr error
-	if err := raw.Control(func(fd uintptr) {
-		n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	}); err != nil {
-		return nil
-	}
+	// connpeek looks through RawConn.Control, not Read: a read past the
+	// connection's deadline (Sync's, a -timeout from the handshake) would
+	// not run at all.
 	var why error
-	switch {
-	case rerr == nil && n == 0:
+	switch s, first := connpeek.Peek(x.Peer); {
+	case s == connpeek.Closed:
 		why = ErrPeerGone
-	case rerr == nil && b[0] == statusFailed:
+	case s == connpeek.Data && first == statusFailed:
 		why = ErrPeerFailed
-	case errors.Is(rerr, unix.ECONNRESET):
-		why = fmt.Errorf("%w (%w)", ErrPeerGone, rerr)
+	case s == connpeek.Reset:
+		why = fmt.Errorf("%w (connection reset)", ErrPeerGone)
 	default:
 		return nil
 	}
