@@ -387,6 +387,11 @@ func (c *core) dciFailedNow() bool { return c.dciFailed && !c.failed }
 // fail): the receives complete flushed, and later posts fail. An error of
 // fail itself is kept for Err.
 func (c *core) failDCI() {
+	// The events the device holds are read first: with DC receives
+	// outstanding, fail destroys the queues, which ends the channel's
+	// subscription, and an event that caused the DCI's error (QP_FATAL)
+	// would no longer reach it to explain the failure (heldEventErr).
+	_ = c.heldEventErr()
 	if err := c.fail(); err != nil && c.stray == nil {
 		c.stray = fmt.Errorf("channel: fail after the DC initiator's error: %w", err)
 	}

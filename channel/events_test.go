@@ -238,3 +238,28 @@ func TestChannelDCEvents(t *testing.T) {
 	na, nb := reestablish(t, ca, cb)
 	exchange(t, a, b, na, nb, "DC after")
 }
+
+// TestChannelDCEventsWithReceive: QP_FATAL on the DC initiator of a
+// channel that has a receive outstanding: the failed write still names the
+// event, though failing the channel destroyed its queues (the receive sits
+// in a shared receive queue, which no error state flushes), and the
+// receive completes flushed.
+func TestChannelDCEventsWithReceive(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	var evA events
+	opts := channel.Options{Transport: endpoint.TransportDC, OnEvent: evA.on}
+	ca, cb := pairWith(t, a, b, opts, channel.Options{Transport: endpoint.TransportDC})
+	exchange(t, a, b, ca, cb, "DC before")
+	recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(8192, 64)})
+	require.NoError(t, err)
+	require.NoError(t, f.FailQP(ca.DCI().QPN()))
+	region, err := ca.RemoteRegion(0, 0)
+	require.NoError(t, err)
+	err = ca.Write(bg, channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+	requireEventFailure(t, err, ctx.EventQPFatal)
+	require.ErrorIs(t, recv.Wait(bg), monocq.ErrFlushed)
+	require.Equal(t, ctx.EventQPFatal, evA.wait(t, 1)[0])
+	na, nb := reestablish(t, ca, cb)
+	exchange(t, a, b, na, nb, "DC after")
+}
