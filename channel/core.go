@@ -86,8 +86,9 @@ type core struct {
 	timeout time.Duration
 	stray   error // the first completion that matched no work request
 	failed  bool  // Fail moved the queues to error: no more posts
-	// dciFailed: a send of a DC channel completed in error, so its DCI,
-	// every peer's, is in the error state (poll then fails the channel).
+	// dciFailed: a send of a DC channel completed in error before the
+	// channel failed, so its DCI, every peer's, is in the error state
+	// (poll then fails the channel).
 	dciFailed bool
 
 	ctx    *ctx.Context
@@ -387,6 +388,11 @@ func (c *core) dciFailedNow() bool { return c.dciFailed && !c.failed }
 // fail): the receives complete flushed, and later posts fail. An error of
 // fail itself is kept for Err.
 func (c *core) failDCI() {
+	// The events the device holds are read first: with DC receives
+	// outstanding, fail destroys the queues, which ends the channel's
+	// subscription, and an event that caused the DCI's error (QP_FATAL)
+	// would no longer reach it to explain the failure (heldEventErr).
+	_ = c.heldEventErr()
 	if err := c.fail(); err != nil && c.stray == nil {
 		c.stray = fmt.Errorf("channel: fail after the DC initiator's error: %w", err)
 	}
@@ -409,7 +415,9 @@ func (c *core) complete(wc *transport.Completion) {
 		s.syndrome, s.vendor = wc.Syndrome, wc.VendorSyndrome
 		s.cqeOp, s.sendOp = wc.Opcode, wc.SendOpcode
 		s.qpn, s.wqeCounter = wc.QPN, wc.WQECounter
-		if wc.Opcode == prm.CQEReqErr && c.dci != nil {
+		if wc.Opcode == prm.CQEReqErr && c.dci != nil && !c.failed {
+			// (Not a flush of a channel failed already: that failure
+			// is not the DCI's.)
 			c.dciFailed = true
 		}
 	}

@@ -238,3 +238,52 @@ func TestChannelDCEvents(t *testing.T) {
 	na, nb := reestablish(t, ca, cb)
 	exchange(t, a, b, na, nb, "DC after")
 }
+
+// TestChannelDCEventsWithReceive: QP_FATAL on the DC initiator of a
+// channel that has a receive outstanding: the failed write still names the
+// event, though failing the channel destroyed its queues (the receive sits
+// in a shared receive queue, which no error state flushes), and the
+// receive completes flushed.
+func TestChannelDCEventsWithReceive(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	var evA events
+	opts := channel.Options{Transport: endpoint.TransportDC, OnEvent: evA.on}
+	ca, cb := pairWith(t, a, b, opts, channel.Options{Transport: endpoint.TransportDC})
+	exchange(t, a, b, ca, cb, "DC before")
+	recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(8192, 64)})
+	require.NoError(t, err)
+	require.NoError(t, f.FailQP(ca.DCI().QPN()))
+	region, err := ca.RemoteRegion(0, 0)
+	require.NoError(t, err)
+	err = ca.Write(bg, channel.WriteRequest{Local: a.sge(0, 8), Remote: channel.At(region, 0)})
+	requireEventFailure(t, err, ctx.EventQPFatal)
+	require.ErrorIs(t, recv.Wait(bg), monocq.ErrFlushed)
+	require.Equal(t, ctx.EventQPFatal, evA.wait(t, 1)[0])
+	na, nb := reestablish(t, ca, cb)
+	exchange(t, a, b, na, nb, "DC after")
+}
+
+// TestOwnFailNotExplainedByLaterEvent: the flushes of the user's own Fail
+// are the user's doing, on DC as on RC: an event that arrives afterwards
+// (the port going down) is not reported as their cause.
+func TestOwnFailNotExplainedByLaterEvent(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String(), func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			var evA events
+			ca, cb := pairWith(t, a, b, channel.Options{Transport: tr, OnEvent: evA.on}, channel.Options{Transport: tr})
+			require.NoError(t, cb.Close())
+			send, err := ca.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
+			require.NoError(t, err)
+			require.NoError(t, ca.Fail())
+			require.True(t, send.Done())
+			require.NoError(t, f.SetPortState("sim0", 1, false))
+			require.Equal(t, ctx.EventPortError, evA.wait(t, 1)[0])
+			err = send.Wait(bg)
+			require.ErrorIs(t, err, monocq.ErrFlushed)
+			require.NotErrorIs(t, err, channel.ErrAsyncEvent, "the user's Fail flushed it")
+		})
+	}
+}

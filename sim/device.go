@@ -399,15 +399,19 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 // fault the process, or write into whatever is mapped there later.
 func checkMapped(addr, length uint64) error {
 	const chunk = 1 << 14 // pages per mincore call
-	ps := uint64(unix.Getpagesize())
-	start := addr &^ (ps - 1)
-	end := (addr + length + ps - 1) &^ (ps - 1)
-	if end < start { // rounding up wrapped
-		end = -ps
+	if length == 0 {
+		return nil
 	}
-	vec := make([]byte, min((end-start)/ps, chunk))
-	for at := start; at < end; {
-		n := min((end-at)/ps, chunk)
+	ps := uint64(unix.Getpagesize())
+	// Counted in pages from the first to the last, inclusive: the end
+	// rounded up to a page would wrap to 0 in the address space's last
+	// page, which would then go unchecked (the caller refuses a range
+	// that wraps).
+	at := addr &^ (ps - 1)
+	pages := ((addr+length-1)&^(ps-1)-at)/ps + 1
+	vec := make([]byte, min(pages, chunk))
+	for pages > 0 {
+		n := min(pages, chunk)
 		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(at), uintptr(n*ps), uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
 		if errno != 0 {
 			if errno == unix.ENOMEM { // some page of the range is not mapped
@@ -416,6 +420,7 @@ func checkMapped(addr, length uint64) error {
 			return kerrno.New("ibv_reg_mr", fmt.Sprintf("[%#x,+%d) not mapped", addr, length), errno, ctx.ErrInvalidArgument)
 		}
 		at += n * ps
+		pages -= n
 	}
 	return nil
 }
