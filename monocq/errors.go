@@ -120,7 +120,7 @@ func (e *CompletionError) Error() string {
 	case statusRetryExceeded:
 		b.WriteString("; the peer did not answer: its process is gone, it cannot be reached, or its queue is not connected to this one")
 	case statusRNRRetryExceeded:
-		b.WriteString("; the peer had no receive posted for the SEND each time it was retried")
+		b.WriteString("; the peer had no receive posted for the message (a SEND, or an RDMA WRITE with immediate) each time it was retried")
 	}
 	return b.String()
 }
