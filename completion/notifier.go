@@ -38,6 +38,9 @@ type Notifier struct {
 	solicited bool
 	events    uint64
 	sleeps    uint64
+	// forget removes the CQ's close hook (NewNotifier) when the Notifier
+	// closes first.
+	forget func()
 }
 
 // NewNotifier pairs cq, which must have been created with an event channel,
@@ -81,8 +84,8 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 	// Notifier's own descriptor into the past (an *os.File may be used
 	// from several goroutines; once closed, the call fails harmlessly),
 	// and Wait, finding the CQ closed, returns ErrClosed.
-	seam.OnClose(cq, func() { _ = f.SetReadDeadline(longAgo) })
-	return &Notifier{cq: cq, poll: poll, file: f, raw: raw}, nil
+	forget := seam.OnClose(cq, func() { _ = f.SetReadDeadline(longAgo) })
+	return &Notifier{cq: cq, poll: poll, file: f, raw: raw, forget: forget}, nil
 }
 
 // SolicitedOnly makes the Notifier arm for solicited completions (and error
@@ -104,6 +107,7 @@ func (n *Notifier) Close() error {
 	if n.file == nil {
 		return nil
 	}
+	n.forget()
 	err := n.file.Close()
 	n.file = nil
 	return err

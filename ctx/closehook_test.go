@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 )
 
@@ -46,4 +47,25 @@ func TestOnClose(t *testing.T) {
 func TestOnCloseOtherType(t *testing.T) {
 	_, c := openFake(t)
 	require.Panics(t, func() { seam.OnClose(c, func() {}) })
+}
+
+// TestOnCloseRemove: a removed hook does not run and is not kept; removing
+// it again, or after the close, does nothing.
+func TestOnCloseRemove(t *testing.T) {
+	_, c := openFake(t)
+	w := build(t, c)
+	var ran []string
+	keep := seam.OnClose(w.cq1, func() { ran = append(ran, "kept") })
+	for range 1000 {
+		seam.OnClose(w.cq1, func() { ran = append(ran, "removed") })()
+	}
+	require.Equal(t, 1, ctx.CloseHooks(w.cq1), "the removed hooks are not kept")
+	gone := seam.OnClose(w.cq1, func() { ran = append(ran, "removed") })
+	gone()
+	gone()
+	require.NoError(t, w.qp1.Close())
+	require.NoError(t, w.cq1.Close())
+	require.Equal(t, []string{"kept"}, ran)
+	keep()
+	require.Equal(t, 0, ctx.CloseHooks(w.cq1))
 }

@@ -30,3 +30,22 @@ func Children(o interface{ Closed() bool }) int {
 	defer n.t.mu.Unlock()
 	return len(n.children)
 }
+
+// CloseHooks returns how many close hooks o (a *CompletionQueue,
+// *QueuePair or *SharedReceiveQueue) holds.
+func CloseHooks(o any) int {
+	var n *node
+	switch x := o.(type) {
+	case *CompletionQueue:
+		n = &x.node
+	case *QueuePair:
+		n = &x.node
+	case *SharedReceiveQueue:
+		n = &x.node
+	default:
+		panic("ctx.CloseHooks: no close hooks")
+	}
+	n.t.mu.Lock()
+	defer n.t.mu.Unlock()
+	return len(n.onClose)
+}

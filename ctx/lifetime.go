@@ -39,7 +39,7 @@ type node struct {
 	release  func() error // provider close; called with t.mu held
 	// onClose runs when the object closes, before release (see
 	// seam.OnClose); guarded by t.mu.
-	onClose []func()
+	onClose []*func()
 }
 
 func (n *node) init(t *tree, rank int, release func() error, parents ...*node) {

@@ -68,9 +68,10 @@ var (
 	// before the provider destroys the object. An object closed already runs f at once. f runs with the
 	// Context's lock held and must not call into that Context; package
 	// transport stops the data plane built on the object with it, package
-	// completion wakes a Notifier asleep on a CQ's events. OnClose
-	// panics for any other type.
-	OnClose func(obj any, f func())
+	// completion wakes a Notifier asleep on a CQ's events. The function
+	// OnClose returns forgets f if it has not run. OnClose panics for any
+	// other type.
+	OnClose func(obj any, f func()) (remove func())
 	// ReadAsyncEvent reads the next asynchronous event of c, a
 	// *ctx.Context, without blocking, the way its EventRouter does: ev is
 	// a ctx.AsyncEvent, ok is false when none is pending.
