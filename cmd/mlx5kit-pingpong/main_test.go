@@ -288,6 +288,12 @@ func TestServerKey(t *testing.T) {
 	_, err = keyClient(t, keyB, s.addr)
 	require.ErrorIs(t, err, endpoint.ErrAuth)
 	require.ErrorContains(t, err, "both ends need the same key")
+	// The server learns of the closed connection and of the other key's
+	// hang-up when it reads them; a greeting still under way when the
+	// client with the key comes is closed unreported. So the client comes
+	// once the three refusals are in.
+	require.Eventually(t, func() bool { return len(refusalLines(s.stderr.String())) == 3 },
+		10*time.Second, time.Millisecond, "the server's refusals so far:\n%s", &s.stderr)
 	clientOut, err = keyClient(t, keyA, s.addr)
 	require.NoError(t, err)
 	require.Equal(t, 200, parseTable(t, clientOut).iters)
