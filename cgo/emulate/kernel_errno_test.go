@@ -1,0 +1,66 @@
+//go:build cgo && linux
+
+package emulate
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// Refusals, and acceptances, checked against the kernel's code: each case
+// names the function of drivers/infiniband/ that decides it.
+
+// rcQPOn creates an RC QP with a receive ring on pd and cq.
+func rcQPOn(t *testing.T, k *kernel, a *arena, fd int, pd, cq uint32, typ uint8) uint32 {
+	t.Helper()
+	const sqCnt, rqCnt, rqShift = 16, 8, 5
+	buf, db := qpMemory(t, rqCnt<<rqShift, sqCnt)
+	h, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, typ, qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: 2},
+		mlx5QPReq(addrOf(buf), addrOf(db), sqCnt, rqCnt, rqShift, 0, 0))
+	require.Zero(t, en)
+	return h
+}
+
+// pdAndCQ allocates a PD and a CQ of 64 entries.
+func pdAndCQ(t *testing.T, k *kernel, a *arena, fd int) (pd, cq uint32) {
+	t.Helper()
+	pd, _, en := allocPDCmd(k, a, fd)
+	require.Zero(t, en)
+	ring, db := cqMemory(t, 64, 64)
+	cq, _, _, en = createCQCmd(k, a, fd, 63, 0, -1, mlx5CQReq(addrOf(ring), addrOf(db), 64), 8)
+	require.Zero(t, en)
+	return pd, cq
+}
+
+// create_cq_user (hw/mlx5/cq.c, since Linux 5.7) reads
+// min(inlen, sizeof(struct mlx5_ib_create_cq)) bytes and refuses less than
+// offsetof(flags) with EINVAL: the 24 bytes rdma-core before v29 sends
+// (the structure ended at flags then) are taken, the fields after them
+// zero.
+func TestCreateCQShortDriverData(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	ring, db := cqMemory(t, 64, 64)
+	req := mlx5CQReq(addrOf(ring), addrOf(db), 64)
+	h, _, _, en := createCQCmd(k, a, fd, 63, 0, -1, req[:24], 8)
+	require.Zero(t, en, "CREATE_CQ with the 24 bytes of rdma-core before v29")
+	_, _, en = destroyCQCmd(k, a, fd, h)
+	require.Zero(t, en)
+	flagged := append([]byte{}, req[:24]...)
+	flagged[22] = 0x80
+	_, _, _, en = createCQCmd(k, a, fd, 63, 0, -1, flagged, 8)
+	require.Equal(t, unix.EINVAL, en, "an unknown flag in the 24 bytes")
+	_, _, _, en = createCQCmd(k, a, fd, 63, 0, -1, req[:20], 8)
+	require.Equal(t, unix.EINVAL, en, "CREATE_CQ with 20 bytes: shorter than offsetof(flags)")
+	_, _, _, en = createCQCmd(k, a, fd, 63, 0, -1, nil, 8)
+	require.Equal(t, unix.EINVAL, en, "CREATE_CQ without driver data")
+	// CQ_CREATE's driver data has a length in bytes.
+	en, ih, _, _ := ioctlCreateCQ(k, a, fd, 63, req[:22])
+	require.Zero(t, en, "CQ_CREATE with the 22 bytes up to the flags")
+	_, _, en = destroyCQCmd(k, a, fd, uint32(ih))
+	require.Zero(t, en)
+	en, _, _, _ = ioctlCreateCQ(k, a, fd, 63, req[:21])
+	require.Equal(t, unix.EINVAL, en, "CQ_CREATE with 21 bytes")
+	require.Zero(t, objectCount(k, fd))
+}
