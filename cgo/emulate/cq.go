@@ -217,12 +217,10 @@ func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
 }
 
 func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
+	// ib_uverbs_destroy_cq ignores the reserved field.
 	var req C.struct_ib_uverbs_destroy_cq
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
-	}
-	if req.reserved != 0 {
-		return unix.EINVAL
 	}
 	var resp C.struct_ib_uverbs_destroy_cq_resp
 	comp, async, en := k.destroyCQ(f, uint64(req.cq_handle))

@@ -3,6 +3,7 @@
 package emulate
 
 import (
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -63,4 +64,47 @@ func TestCreateCQShortDriverData(t *testing.T) {
 	en, _, _, _ = ioctlCreateCQ(k, a, fd, 63, req[:21])
 	require.Equal(t, unix.EINVAL, en, "CQ_CREATE with 21 bytes")
 	require.Zero(t, objectCount(k, fd))
+}
+
+// The legacy CREATE_QP and DESTROY_QP and DESTROY_CQ never look at their
+// reserved field (uverbs_cmd.c ib_uverbs_create_qp, ib_uverbs_destroy_qp,
+// ib_uverbs_destroy_cq); only EX_CREATE_CQ and EX_CREATE_QP refuse one.
+func TestReservedFieldsTheKernelIgnores(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+
+	buf, db := qpMemory(t, 8<<5, 16)
+	_, respAddr := a.alloc(createQPRespSize + mlx5CreateQPResp)
+	core := respCore(respAddr, make([]byte, 48)...)
+	ne.PutUint32(core[16:], pd)
+	ne.PutUint32(core[20:], cq)
+	ne.PutUint32(core[24:], cq)
+	ne.PutUint32(core[32:], 8)
+	ne.PutUint32(core[36:], 8)
+	ne.PutUint32(core[40:], 1)
+	ne.PutUint32(core[44:], 2)
+	core[53] = qptRC
+	core[55] = 0xff // reserved
+	core = append(core, mlx5QPReq(addrOf(buf), addrOf(db), 16, 8, 5, 0, 0)...)
+	cmd, n := a.writeCmd(cmdCreateQP, core, (createQPRespSize+mlx5CreateQPResp)/4)
+	_, en := k.write(fd, cmd, n)
+	require.Zero(t, en, "CREATE_QP with its reserved byte set")
+	qp := rcQPOn(t, k, a, fd, pd, cq, qptRC)
+
+	destroy := func(command, h uint32, respSize int) syscall.Errno {
+		_, respAddr := a.alloc(respSize)
+		core := respCore(respAddr, make([]byte, 8)...)
+		ne.PutUint32(core[8:], h)
+		ne.PutUint32(core[12:], 0xffffffff) // reserved
+		cmd, n := a.writeCmd(command, core, respSize/4)
+		_, en := k.write(fd, cmd, n)
+		return en
+	}
+	require.Zero(t, destroy(cmdDestroyQP, qp, destroyQPRespSize), "DESTROY_QP with its reserved field set")
+	for h, o := range k.files[fd].uctx.objects {
+		if o.kind == objQP {
+			require.Zero(t, destroy(cmdDestroyQP, h, destroyQPRespSize))
+		}
+	}
+	require.Zero(t, destroy(cmdDestroyCQ, cq, destroyCQRespSize), "DESTROY_CQ with its reserved field set")
 }

@@ -254,11 +254,10 @@ func (k *kernel) destroyQP(f *ufile, h uint64) (uint32, syscall.Errno) {
 
 func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_create_qp
+	// ib_uverbs_create_qp ignores the reserved byte (only EX_CREATE_QP
+	// checks its own).
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
-	}
-	if req.reserved != 0 {
-		return unix.EINVAL
 	}
 	r, en := k.createQP(f, qpRequest{
 		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
@@ -288,12 +287,10 @@ func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 }
 
 func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
+	// ib_uverbs_destroy_qp ignores the reserved field.
 	var req C.struct_ib_uverbs_destroy_qp
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
-	}
-	if req.reserved != 0 {
-		return unix.EINVAL
 	}
 	n, en := k.destroyQP(f, uint64(req.qp_handle))
 	if en != 0 {
