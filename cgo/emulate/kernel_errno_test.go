@@ -108,3 +108,19 @@ func TestReservedFieldsTheKernelIgnores(t *testing.T) {
 	}
 	require.Zero(t, destroy(cmdDestroyCQ, cq, destroyCQRespSize), "DESTROY_CQ with its reserved field set")
 }
+
+// modify_qp (uverbs_cmd.c), _ib_modify_qp (verbs.c) and mlx5_ib_modify_qp
+// never check the access flags for unknown bits: set_qpc's access part
+// (hw/mlx5/qp.c) reads remote read, write and atomic and ignores the
+// rest, as an MR's flags passed to a QP carry (relaxed ordering, MW bind).
+func TestModifyQPIgnoresUnknownAccessBits(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	h := rcQPOn(t, k, a, fd, pd, cq, qptRC)
+	const mState, mAccess, mPKey, mPort = 1 << 0, 1 << 3, 1 << 4, 1 << 5
+	access := uint32(accessLocalWrite | accessRemoteWrite | accessMWBind | accessRelaxed | 1<<29)
+	require.Zero(t, modifyQPCmd(k, a, fd, modifyQP{h: h, mask: mState | mPKey | mPort | mAccess, state: 1, port: 1, access: access}))
+	q, en := queryQPCmd(k, a, fd, h)
+	require.Zero(t, en)
+	require.Equal(t, uint32(accessLocalWrite|accessRemoteWrite), ne.Uint32(q[2*qpDestSize+36:]), "the known bits are applied")
+}

@@ -300,14 +300,11 @@ func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
 	return c.response(bytesOf(&resp))
 }
 
-// qpAccess maps IB_ACCESS_* bits of a QP to the model's; EINVAL for bits
-// the kernel does not know on a QP.
-func qpAccess(flags uint32) (ctx.Access, syscall.Errno) {
-	const known = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_WRITE |
-		C.IB_UVERBS_ACCESS_REMOTE_READ | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
-	if flags&^known != 0 {
-		return 0, unix.EINVAL
-	}
+// qpAccess maps IB_ACCESS_* bits of a QP to the model's. Other bits are
+// ignored, as the kernel ignores them: neither modify_qp nor _ib_modify_qp
+// checks the flags, and mlx5_ib's QP context takes remote read, write and
+// atomic only (local write is the model's own bit).
+func qpAccess(flags uint32) ctx.Access {
 	var a ctx.Access
 	if flags&C.IB_UVERBS_ACCESS_LOCAL_WRITE != 0 {
 		a |= ctx.AccessLocalWrite
@@ -321,7 +318,7 @@ func qpAccess(flags uint32) (ctx.Access, syscall.Errno) {
 	if flags&C.IB_UVERBS_ACCESS_REMOTE_ATOMIC != 0 {
 		a |= ctx.AccessRemoteAtomic
 	}
-	return a, 0
+	return a
 }
 
 // pathOf converts a struct ib_uverbs_qp_dest.
@@ -414,10 +411,7 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {
 		return unix.EOPNOTSUPP
 	}
-	access, en := qpAccess(uint32(req.qp_access_flags))
-	if en != 0 && mask&qpstate.AccessFlags != 0 {
-		return en
-	}
+	access := qpAccess(uint32(req.qp_access_flags))
 	a := ctx.QPAttr{
 		State: to, Port: uint8(req.port_num), PKeyIndex: uint16(req.pkey_index), Access: access,
 		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num), PathMTU: ctx.MTU(req.path_mtu),
