@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 )
 
 // Refusals, and acceptances, checked against the kernel's code: each case
@@ -123,4 +126,28 @@ func TestModifyQPIgnoresUnknownAccessBits(t *testing.T) {
 	q, en := queryQPCmd(k, a, fd, h)
 	require.Zero(t, en)
 	require.Equal(t, uint32(accessLocalWrite|accessRemoteWrite), ne.Uint32(q[2*qpDestSize+36:]), "the known bits are applied")
+}
+
+// modify_qp (uverbs_cmd.c, since "RDMA/uverbs: Restrict usage of
+// privileged QKEYs", Linux 6.4 and the stable kernels of June 2023)
+// refuses a Q_Key with bit 31 set with EPERM unless the caller holds
+// CAP_NET_RAW (or privileged Q_Keys were allowed through netlink).
+func TestModifyQPControlledQKey(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	h := rcQPOn(t, k, a, fd, pd, cq, qptUD)
+	const mState, mPKey, mPort, mQKey = 1 << 0, 1 << 4, 1 << 5, 1 << 6
+	init := modifyQP{h: h, mask: mState | mPKey | mPort | mQKey, state: 1, port: 1, qkey: 0x80010000}
+	saved := kerrno.HasRawCap
+	t.Cleanup(func() { kerrno.HasRawCap = saved })
+	kerrno.HasRawCap = func() bool { return false }
+	require.Equal(t, unix.EPERM, modifyQPCmd(k, a, fd, init), "a controlled Q_Key without CAP_NET_RAW")
+	st, err := k.files[fd].uctx.objects[h].qp.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateReset, st, "refused: still RESET")
+	init.qkey = 0x7fffffff
+	require.Zero(t, modifyQPCmd(k, a, fd, init), "bit 31 clear")
+	kerrno.HasRawCap = func() bool { return true }
+	init.qkey = 0x80010000
+	require.Zero(t, modifyQPCmd(k, a, fd, init), "INIT→INIT with a controlled Q_Key and CAP_NET_RAW")
 }

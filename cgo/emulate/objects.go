@@ -137,11 +137,16 @@ func (uc *ucontext) destroyObjects() {
 	}
 }
 
-// errnoOfModel maps an error of the model to the errno mlx5_ib would give.
+// errnoOfModel maps an error of the model to the errno mlx5_ib would give:
+// the errno it carries (the model's kernel checks name theirs), else by
+// its sentinel.
 func errnoOfModel(err error) syscall.Errno {
+	var errno syscall.Errno
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &errno) && errno != 0:
+		return errno
 	case errors.Is(err, ctx.ErrInvalidArgument):
 		return unix.EINVAL
 	case errors.Is(err, ctx.ErrNotSupported):

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
@@ -404,6 +405,13 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 			return unix.EINVAL
 		}
 		to = ctx.QPState(req.qp_state)
+	}
+	// modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW, EPERM
+	// (since "RDMA/uverbs: Restrict usage of privileged QKEYs", Linux 6.4
+	// and the stable kernels of June 2023; the netlink switch that lets
+	// anyone use one, off by default, the model does not have).
+	if mask&qpstate.QKey != 0 && uint32(req.qkey)&0x80000000 != 0 && !kerrno.HasRawCap() {
+		return unix.EPERM
 	}
 	if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
 		return unix.EINVAL
