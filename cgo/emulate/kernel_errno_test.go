@@ -151,3 +151,18 @@ func TestModifyQPControlledQKey(t *testing.T) {
 	init.qkey = 0x80010000
 	require.Zero(t, modifyQPCmd(k, a, fd, init), "INIT→INIT with a controlled Q_Key and CAP_NET_RAW")
 }
+
+// ib_uverbs_ex_modify_qp takes IB_QP_RATE_LIMIT; mlx5_ib_modify_qp then
+// refuses it on every QP type but raw packet through the transition
+// checks (ib_modify_qp_is_ok: it is an optional attribute of raw packet
+// QPs only; modify_dci_qp_is_ok and mlx5_ib_modify_dct: not in their
+// masks): EINVAL, not EOPNOTSUPP.
+func TestExModifyQPRateLimitOnRC(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	h := rcQPOn(t, k, a, fd, pd, cq, qptRC)
+	const mState, mAccess, mPKey, mPort = 1 << 0, 1 << 3, 1 << 4, 1 << 5
+	require.Zero(t, modifyQPCmd(k, a, fd, modifyQP{h: h, mask: mState | mPKey | mPort | mAccess, state: 1, port: 1}))
+	_, en := exModifyQPCmd(k, a, fd, modifyQP{h: h, mask: qpAttrRateLimit}, 1000, nil, exModifyQPRespSize/8, 0)
+	require.Equal(t, unix.EINVAL, en, "a rate limit on an RC QP")
+}
