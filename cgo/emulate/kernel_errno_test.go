@@ -166,3 +166,28 @@ func TestExModifyQPRateLimitOnRC(t *testing.T) {
 	_, en := exModifyQPCmd(k, a, fd, modifyQP{h: h, mask: qpAttrRateLimit}, 1000, nil, exModifyQPRespSize/8, 0)
 	require.Equal(t, unix.EINVAL, en, "a rate limit on an RC QP")
 }
+
+// mlx5_ib writes dest_qp_num with MLX5_SET into the 24-bit remote_qpn of
+// the QP context (__mlx5_ib_modify_qp); neither it nor the core checks
+// the value, so the high byte is dropped.
+func TestModifyQPDestQPNHighBits(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	h := rcQPOn(t, k, a, fd, pd, cq, qptRC)
+	peer := rcQPOn(t, k, a, fd, pd, cq, qptRC)
+	pqpn := k.files[fd].uctx.objects[peer].qp.Descriptor().QPN
+	pa, err := k.files[fd].uctx.dev.QueryPort(1)
+	require.NoError(t, err)
+	const (
+		mState, mAccess, mPKey, mPort = 1 << 0, 1 << 3, 1 << 4, 1 << 5
+		mAV, mMTU, mRQPSN, mDestRd    = 1 << 7, 1 << 8, 1 << 12, 1 << 17
+		mMinRNR, mDestQPN             = 1 << 15, 1 << 20
+	)
+	require.Zero(t, modifyQPCmd(k, a, fd, modifyQP{h: h, mask: mState | mPKey | mPort | mAccess, state: 1, port: 1}))
+	rtr := modifyQP{h: h, mask: mState | mAV | mMTU | mDestQPN | mRQPSN | mDestRd | mMinRNR, state: 2, mtu: 3,
+		dlid: pa.LID, pathPort: 1, destQPN: 0x5a000000 | pqpn, minRNR: 1, rdAtom: 1}
+	require.Zero(t, modifyQPCmd(k, a, fd, rtr))
+	q, en := queryQPCmd(k, a, fd, h)
+	require.Zero(t, en)
+	require.Equal(t, pqpn, ne.Uint32(q[2*qpDestSize+32:]), "dest_qp_num keeps its low 24 bits")
+}

@@ -422,7 +422,9 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	access := qpAccess(uint32(req.qp_access_flags))
 	a := ctx.QPAttr{
 		State: to, Port: uint8(req.port_num), PKeyIndex: uint16(req.pkey_index), Access: access,
-		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num), PathMTU: ctx.MTU(req.path_mtu),
+		// __mlx5_ib_modify_qp writes dest_qp_num with MLX5_SET into the
+		// 24-bit remote_qpn, unchecked: the high byte is dropped.
+		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num) & 0xffffff, PathMTU: ctx.MTU(req.path_mtu),
 		RQPSN: uint32(req.rq_psn), MaxDestRdAtomic: uint8(req.max_dest_rd_atomic), MinRNRTimer: uint8(req.min_rnr_timer),
 		SQPSN: uint32(req.sq_psn), Timeout: uint8(req.timeout), RetryCount: uint8(req.retry_cnt),
 		RNRRetry: uint8(req.rnr_retry), MaxRdAtomic: uint8(req.max_rd_atomic),
