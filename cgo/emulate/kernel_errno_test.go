@@ -191,3 +191,27 @@ func TestModifyQPDestQPNHighBits(t *testing.T) {
 	require.Zero(t, en)
 	require.Equal(t, pqpn, ne.Uint32(q[2*qpDestSize+32:]), "dest_qp_num keeps its low 24 bits")
 }
+
+// create_user_qp (hw/mlx5/qp.c): set_rq_size gives a QP without a receive
+// queue (one on an SRQ, or asking for no receive work requests: qp_has_rq)
+// a count and shift of 0, and the request's rq_wqe_count and rq_wqe_shift
+// must equal them, EINVAL otherwise.
+func TestCreateQPReceiveRingWithoutReceiveQueue(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	ring, db := srqMemory(t, 16, 32)
+	srq, _, _, _, en := createSRQCmd(k, a, fd, pd, 15, 1, mlx5SRQReq(addrOf(ring), addrOf(db), 0))
+	require.Zero(t, en)
+	buf, qdb := qpMemory(t, 8<<5, 16)
+	caps := qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: 1}
+	n := objectCount(k, fd)
+	_, _, en = createQPOnSRQ(k, a, fd, pd, cq, srq, qptRC, caps, mlx5QPReq(addrOf(buf), addrOf(qdb), 16, 8, 5, 0, 0))
+	require.Equal(t, unix.EINVAL, en, "a receive ring for a QP on an SRQ")
+	_, _, en = createQPOnSRQ(k, a, fd, pd, cq, srq, qptRC, caps, mlx5QPReq(addrOf(buf), addrOf(qdb), 16, 0, 5, 0, 0))
+	require.Equal(t, unix.EINVAL, en, "a receive shift for a QP on an SRQ")
+	_, _, _, en = createQPCmd(k, a, fd, pd, cq, cq, qptRC, qpCaps{sendWR: 8, sendSGE: 1}, mlx5QPReq(addrOf(buf), addrOf(qdb), 16, 0, 5, 0, 0))
+	require.Equal(t, unix.EINVAL, en, "a receive shift for a QP with no receive work requests")
+	require.Equal(t, n, objectCount(k, fd), "nothing created")
+	_, _, en = createQPOnSRQ(k, a, fd, pd, cq, srq, qptRC, caps, mlx5QPReq(addrOf(buf), addrOf(qdb), 16, 0, 0, 0, 0))
+	require.Zero(t, en, "no receive ring on the SRQ")
+}

@@ -159,13 +159,14 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
 	// for a QP that asked for no receive work requests.
 	rqCnt, shift := uint32(ucmd.rq_wqe_count), uint32(ucmd.rq_wqe_shift)
-	if sref != nil {
-		// qp_has_rq: a QP with an SRQ has no receive ring, whatever the
-		// request's counts.
-		rqCnt, shift, c.RecvDepth, c.MaxRecvSGE = 0, 0, 0, 0
-	}
-	if c.RecvDepth == 0 && rqCnt != 0 {
-		return qpReply{}, unix.EINVAL
+	if sref != nil || c.RecvDepth == 0 {
+		// qp_has_rq: a QP with an SRQ, or asking for no receive work
+		// requests, has no receive queue; set_rq_size gives it a count
+		// and shift of 0, which create_user_qp requires of the request.
+		if rqCnt != 0 || shift != 0 {
+			return qpReply{}, unix.EINVAL
+		}
+		c.RecvDepth, c.MaxRecvSGE = 0, 0
 	}
 	if shift > 32 {
 		return qpReply{}, unix.EINVAL

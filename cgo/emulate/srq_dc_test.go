@@ -240,7 +240,7 @@ func TestKernelSharedReceiveQueues(t *testing.T) {
 	require.Zero(t, modifySRQCmd(k, a, fd, h, srqAttrLimit, 0, 0), "disarming")
 	require.Equal(t, unix.EINVAL, modifySRQCmd(k, a, fd, 0xbeef, srqAttrLimit, 0, 0), "unknown handle")
 
-	// An RC QP on the SRQ: no receive ring, whatever the counts say.
+	// An RC QP on the SRQ: no receive ring (the request's counts are 0).
 	ringCQ, cqdb := cqMemory(t, 64, 64)
 	cq, _, _, en := createCQCmd(k, a, fd, 63, 0, -1, mlx5CQReq(addrOf(ringCQ), addrOf(cqdb), 64), 8)
 	require.Zero(t, en)
