@@ -215,3 +215,47 @@ func TestCreateQPReceiveRingWithoutReceiveQueue(t *testing.T) {
 	_, _, en = createQPOnSRQ(k, a, fd, pd, cq, srq, qptRC, caps, mlx5QPReq(addrOf(buf), addrOf(qdb), 16, 0, 0, 0, 0))
 	require.Zero(t, en, "no receive ring on the SRQ")
 }
+
+// REG_DMABUF_MR: the ioctl framework looks the PD attribute up before the
+// handler runs (uverbs_ioctl.c uverbs_process_attr, rdma_core.c
+// lookup_get_idr_uobject: ENOENT for a handle that names nothing, EINVAL
+// for another type); the handler (uverbs_std_types_mr.c) then checks the
+// page offsets (EINVAL) and takes local write, remote read, write and
+// atomic and relaxed ordering only (uverbs_get_flags32: EINVAL for any
+// other bit), before ib_check_mr_access.
+func TestRegDMABufMRRefusals(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	memfd, err := unix.MemfdCreate("not-a-dmabuf", unix.MFD_CLOEXEC)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Close(memfd) })
+	dmabufFD := memfd
+	reg := func(pd uint32, offset, iova uint64, access uint32) syscall.Errno {
+		_, lkey := a.alloc(4)
+		_, rkey := a.alloc(4)
+		hdr, _ := a.ioctlCmd(objectMR, methodRegDMABufMR,
+			testAttr{id: attrDMABufHandle, flags: attrFlagMandatory},
+			testAttr{id: attrDMABufPDHandle, flags: attrFlagMandatory, data: uint64(pd)},
+			inline(attrDMABufOffset, offset), inline(attrDMABufLength, 4096), inline(attrDMABufIOVA, iova),
+			testAttr{id: attrDMABufFD, length: 4, flags: attrFlagMandatory, data: uint64(uint32(dmabufFD))},
+			testAttr{id: attrDMABufAccessFlags, length: 4, flags: attrFlagMandatory, data: uint64(access)},
+			out(attrDMABufRespLKey, lkey, 4), out(attrDMABufRespRKey, rkey, 4))
+		return k.ioctl(fd, rdmaVerbsIoctl, hdr)
+	}
+	lw := uint32(accessLocalWrite)
+	require.Equal(t, unix.EINVAL, reg(pd, 0, 0, lw), "a memfd is not a dma-buf (dma_buf_get)")
+	require.Equal(t, unix.ENOENT, reg(0xbeef, 0, 0, lw), "a PD handle that names nothing")
+	require.Equal(t, unix.EINVAL, reg(cq, 0, 0, lw), "a CQ handle as the PD")
+	require.Equal(t, unix.ENOENT, reg(0xbeef, 0, 1, accessOnDemand), "the PD is looked up first")
+	require.Equal(t, unix.EINVAL, reg(pd, 0, 0, lw|accessOnDemand), "on-demand paging is not a dma-buf flag")
+	require.Equal(t, unix.EINVAL, reg(pd, 0, 0, lw|accessMWBind), "MW bind is not a dma-buf flag")
+	require.Equal(t, unix.EINVAL, reg(pd, 0, 1, lw|accessOnDemand), "page offsets apart and a flag the method does not take")
+	require.Equal(t, unix.EINVAL, reg(pd, 0, 0, lw|accessRelaxed), "relaxed ordering passes: a memfd is not a dma-buf")
+	// The descriptor is a u32 attribute (rdma-core's fill_attr_in_uint32),
+	// looked up by dma_buf_get in the driver.
+	dmabufFD = 1 << 20
+	require.Equal(t, unix.EBADF, reg(pd, 0, 0, lw), "a descriptor that is not open")
+	dmabufFD = -1
+	require.Equal(t, unix.EBADF, reg(pd, 0, 0, lw), "descriptor -1")
+	require.Zero(t, objectCount(k, fd)-2, "nothing registered")
+}

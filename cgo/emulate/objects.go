@@ -83,6 +83,24 @@ func (uc *ucontext) object(h uint32, kind objKind) (*uobject, syscall.Errno) {
 	return o, 0
 }
 
+// attrObject looks up the handle of an ioctl object attribute, as the
+// ioctl framework does before the method runs (rdma_lookup_get_uobject):
+// ENOENT if it names nothing, EINVAL if it names another kind. (The write
+// commands' parents are object's: EINVAL for both before Linux 6.15.)
+func (uc *ucontext) attrObject(h uint64, kind objKind) syscall.Errno {
+	if int64(h) < 0 {
+		return unix.EINVAL
+	}
+	o, ok := uc.objects[uint32(h)]
+	switch {
+	case !ok || h > 0xffffffff:
+		return unix.ENOENT
+	case o.kind != kind:
+		return unix.EINVAL
+	}
+	return 0
+}
+
 // destroyable looks a handle up for destruction: ENOENT if it names
 // nothing, EINVAL if it names another kind, EBUSY if in use.
 func (uc *ucontext) destroyable(h uint64, kind objKind) (*uobject, syscall.Errno) {
