@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 )
 
@@ -121,4 +122,28 @@ func TestModifyRefusesAttributesLikeKernel(t *testing.T) {
 		require.Equal(t, c.to, st, name)
 		require.NoError(t, q.qp.Close(), name)
 	}
+}
+
+// TestModifyControlledQKey: uverbs modify_qp refuses a Q_Key with bit 31
+// set with EPERM unless the caller holds CAP_NET_RAW (since "RDMA/uverbs:
+// Restrict usage of privileged QKEYs", Linux 6.4 and the stable kernels of
+// June 2023); the hardware provider's verb error carries the errno and no
+// sentinel. A refused modify changes nothing.
+func TestModifyControlledQKey(t *testing.T) {
+	saved := kerrno.HasRawCap
+	t.Cleanup(func() { kerrno.HasRawCap = saved })
+	e := newEnv(t, Options{})
+	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeUD})
+	a := e.attrBase(ctx.QPTypeUD, ctx.QPStateInit, ctx.LinkLayerInfiniBand)
+	a.QKey = 0x80010000
+	kerrno.HasRawCap = func() bool { return false }
+	err := q.qp.Modify(a)
+	require.ErrorIs(t, err, syscall.EPERM)
+	require.Equal(t, syscall.EPERM, err.(*ctx.OpError).Errno())
+	require.Contains(t, err.Error(), "uverbs_cmd.c modify_qp")
+	st, serr := q.qp.State()
+	require.NoError(t, serr)
+	require.Equal(t, ctx.QPStateReset, st, "refused: still RESET")
+	kerrno.HasRawCap = func() bool { return true }
+	require.NoError(t, q.qp.Modify(a), "with CAP_NET_RAW")
 }

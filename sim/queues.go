@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/descriptor"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
@@ -514,6 +516,12 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	mask, err := qpstate.Derive(q.typ, from, a.State)
 	if err != nil {
 		return provider.Errorf(op, "%w", err)
+	}
+	// uverbs modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW.
+	if mask&qpstate.QKey != 0 && a.QKey&0x80000000 != 0 && !kerrno.HasRawCap() {
+		return provider.Errorf(op, "%w", kerrno.New("ibv_modify_qp",
+			fmt.Sprintf("controlled Q_Key %#x without CAP_NET_RAW (drivers/infiniband/core/uverbs_cmd.c modify_qp)", a.QKey),
+			syscall.EPERM, nil))
 	}
 	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
 		return provider.Errorf(op, "%w", err)

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -18,6 +19,11 @@ import (
 // the send PSN the endpoint reports (the configured one, or a random one
 // of 24 bits).
 func TestUDAttributes(t *testing.T) {
+	// A controlled Q_Key (bit 31) needs CAP_NET_RAW at ibv_modify_qp, on
+	// the model as in the kernel: hold it whoever runs the test.
+	saved := kerrno.HasRawCap
+	t.Cleanup(func() { kerrno.HasRawCap = saved })
+	kerrno.HasRawCap = func() bool { return true }
 	e, log := transporttest.NewRecording(t, sim.Options{})
 	cq := e.CQ(0, 16)
 	for _, cfg := range []ud.Config{

@@ -197,6 +197,22 @@ const (
 	accessRemoteRead  = C.IB_UVERBS_ACCESS_REMOTE_READ
 	accessAtomic      = C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
 	accessOnDemand    = C.IB_UVERBS_ACCESS_ON_DEMAND
+	accessMWBind      = C.IB_UVERBS_ACCESS_MW_BIND
+	accessRelaxed     = C.IB_UVERBS_ACCESS_RELAXED_ORDERING
+)
+
+// REG_DMABUF_MR and its attributes, for the tests.
+const (
+	methodRegDMABufMR     = C.UVERBS_METHOD_REG_DMABUF_MR
+	attrDMABufHandle      = C.UVERBS_ATTR_REG_DMABUF_MR_HANDLE
+	attrDMABufPDHandle    = C.UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE
+	attrDMABufOffset      = C.UVERBS_ATTR_REG_DMABUF_MR_OFFSET
+	attrDMABufLength      = C.UVERBS_ATTR_REG_DMABUF_MR_LENGTH
+	attrDMABufIOVA        = C.UVERBS_ATTR_REG_DMABUF_MR_IOVA
+	attrDMABufFD          = C.UVERBS_ATTR_REG_DMABUF_MR_FD
+	attrDMABufAccessFlags = C.UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS
+	attrDMABufRespLKey    = C.UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY
+	attrDMABufRespRKey    = C.UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY
 )
 
 // The completion queue commands and structures, for the tests.

@@ -88,9 +88,10 @@ func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
 }
 
 // createAH is ib_uverbs_create_ah with mlx5_ib_create_ah: the port must
-// exist (EINVAL), the PD too (EINVAL); a GRH's source GID index must be in
-// the port's table (ENODATA, rdma_get_gid_attr); an Ethernet port needs a
-// GRH (EINVAL) and resolves the destination MAC.
+// exist (EINVAL), the PD too (EINVAL); an Ethernet port needs a GRH
+// (EINVAL, rdma_check_ah_attr); a GRH's source GID index must be inside the
+// port's table (EINVAL) and name an entry (ENODATA), as rdma_get_gid_attr
+// answers; an Ethernet port resolves the destination MAC.
 func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah_attr) (uint32, [6]byte, syscall.Errno) {
 	var dmac [6]byte
 	port := int(attr.port_num)
@@ -106,7 +107,10 @@ func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah
 		return 0, dmac, unix.EINVAL
 	}
 	if attr.is_global != 0 {
-		if int(attr.grh.sgid_index) >= len(f.dev.GIDs[port-1]) {
+		if int(attr.grh.sgid_index) >= f.dev.Ports[port-1].GIDTableLen {
+			return 0, dmac, unix.EINVAL
+		}
+		if _, ok := f.dev.gidAt(uint8(port), int(attr.grh.sgid_index)); !ok {
 			return 0, dmac, unix.ENODATA
 		}
 	}

@@ -93,20 +93,17 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 	if entries > limit {
 		return 0, 0, 0, unix.EINVAL
 	}
-	// mlx5_ib reads the request without its flags when the library sent
-	// fewer bytes than the whole structure; shorter still cannot be read.
+	// create_cq_user reads as much of the request as the library sent, up
+	// to the whole structure, the rest zero; less than up to the flags is
+	// EINVAL (since Linux 5.7; rdma-core before v29 sends the 24 bytes up
+	// to and with the flags).
 	var ucmd C.struct_mlx5_ib_create_cq
-	full := int(unsafe.Sizeof(ucmd))
-	need := full
-	if len(r.vendor) < full {
-		need = full - int(unsafe.Sizeof(ucmd.flags))
+	if len(r.vendor) < int(unsafe.Offsetof(ucmd.flags)) {
+		return 0, 0, 0, unix.EINVAL
 	}
-	if len(r.vendor) < need {
-		return 0, 0, 0, unix.EFAULT
-	}
-	copy(bytesOf(&ucmd)[:need], r.vendor)
+	copy(bytesOf(&ucmd), r.vendor)
 	const knownFlags = C.MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD | C.MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX | C.MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS
-	if need == full && ucmd.flags&^knownFlags != 0 {
+	if ucmd.flags&^knownFlags != 0 {
 		return 0, 0, 0, unix.EINVAL
 	}
 	size := uint32(ucmd.cqe_size)
@@ -220,12 +217,10 @@ func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
 }
 
 func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
+	// ib_uverbs_destroy_cq ignores the reserved field.
 	var req C.struct_ib_uverbs_destroy_cq
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
-	}
-	if req.reserved != 0 {
-		return unix.EINVAL
 	}
 	var resp C.struct_ib_uverbs_destroy_cq_resp
 	comp, async, en := k.destroyCQ(f, uint64(req.cq_handle))

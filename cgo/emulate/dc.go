@@ -165,9 +165,11 @@ func checkModifyUdata(in []byte) syscall.Errno {
 const attrStandardBits = 1<<21 - 1
 
 // writeExModifyQP is ib_uverbs_ex_modify_qp: mask bits beyond the standard
-// ones and IB_QP_RATE_LIMIT are EOPNOTSUPP, as is a rate limit (the model
-// has none); then mlx5_ib_modify_qp's driver data, and the modify as
-// MODIFY_QP does it. A DCT moving to RTR answers its number in the vendor
+// ones and IB_QP_RATE_LIMIT are EOPNOTSUPP; then mlx5_ib_modify_qp's driver
+// data, and the modify as MODIFY_QP does it, whose transition checks refuse
+// a rate limit with EINVAL (an attribute of raw packet QPs only in
+// ib_modify_qp_is_ok's table, in neither modify_dci_qp_is_ok's masks nor
+// mlx5_ib_modify_dct's). A DCT moving to RTR answers its number in the vendor
 // response (mlx5_ib_modify_dct), which must have room for it (EINVAL,
 // before anything changes).
 func (k *kernel) writeExModifyQP(f *ufile, c *writeCall) syscall.Errno {
@@ -181,9 +183,6 @@ func (k *kernel) writeExModifyQP(f *ufile, c *writeCall) syscall.Errno {
 	}
 	if en := checkModifyUdata(c.udataIn); en != 0 {
 		return en
-	}
-	if mask&C.IBV_QP_RATE_LIMIT != 0 {
-		return unix.EOPNOTSUPP
 	}
 	dct, rtr := dctToRTR(f, &req.base)
 	var vendorLen int

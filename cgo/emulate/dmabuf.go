@@ -19,11 +19,15 @@ import (
 // Memory regions over a dma-buf (ibv_reg_dmabuf_mr, the ioctl method
 // REG_DMABUF_MR; there is no write command). The model registers no
 // dma-buf, but it answers the refusals a kernel gives before the driver
-// would import one, with their errnos: the access flags as
-// ib_check_mr_access, an IOVA and offset in different page offsets
-// EINVAL, an unknown PD EINVAL, a descriptor that is not open EBADF and
-// one that is not a dma-buf EINVAL (dma_buf_get). A real dma-buf gets
-// EOPNOTSUPP, as from a driver without dma-buf support.
+// would import one, with their errnos, in the kernel's order: the PD
+// attribute, which the ioctl framework looks up before the handler runs
+// (ENOENT for a handle that names nothing, EINVAL for one of another
+// type); an IOVA and offset in different page offsets EINVAL; access
+// flags other than local write, remote read, write and atomic and relaxed
+// ordering EINVAL (uverbs_get_flags32), then as ib_check_mr_access; a
+// descriptor that is not open EBADF and one that is not a dma-buf EINVAL
+// (dma_buf_get). A real dma-buf gets EOPNOTSUPP, as from a driver without
+// dma-buf support.
 
 func init() {
 	ioctlMethods[methodKey{C.UVERBS_OBJECT_MR, C.UVERBS_METHOD_REG_DMABUF_MR}] = &method{
@@ -34,8 +38,10 @@ func init() {
 			constIn(C.UVERBS_ATTR_REG_DMABUF_MR_OFFSET, true),
 			constIn(C.UVERBS_ATTR_REG_DMABUF_MR_LENGTH, true),
 			constIn(C.UVERBS_ATTR_REG_DMABUF_MR_IOVA, true),
-			{id: C.UVERBS_ATTR_REG_DMABUF_MR_FD, kind: attrFDIn, mandatory: true},
-			flagsIn(C.UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS, true),
+			// The descriptor is a u32 (UVERBS_ATTR_PTR_IN), not a
+			// descriptor attribute; the access flags are optional.
+			{id: C.UVERBS_ATTR_REG_DMABUF_MR_FD, kind: attrPtrIn, minLen: 4, maxLen: 4, mandatory: true},
+			flagsIn(C.UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS, false),
 			ptrOut(C.UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY, 4, 4, true),
 			ptrOut(C.UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY, 4, 4, true),
 		},
@@ -43,12 +49,13 @@ func init() {
 	}
 }
 
+// dmabufAccess are the access flags REG_DMABUF_MR takes
+// (uverbs_std_types_mr.c).
+const dmabufAccess = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_READ |
+	C.IB_UVERBS_ACCESS_REMOTE_WRITE | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC | C.IB_UVERBS_ACCESS_RELAXED_ORDERING
+
 func (k *kernel) ioctlRegDMABufMR(f *ufile, b *bundle) syscall.Errno {
-	access, en := b.flags32(C.UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS, 0xffffffff)
-	if en != 0 {
-		return en
-	}
-	if _, en := checkMRAccess(access); en != 0 {
+	if en := f.uctx.attrObject(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE).data, objPD); en != 0 {
 		return en
 	}
 	offset := b.get(C.UVERBS_ATTR_REG_DMABUF_MR_OFFSET).data
@@ -57,7 +64,11 @@ func (k *kernel) ioctlRegDMABufMR(f *ufile, b *bundle) syscall.Errno {
 	if offset&pageMask != iova&pageMask {
 		return unix.EINVAL
 	}
-	if _, en := f.uctx.object(uint32(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE).data), objPD); en != 0 {
+	access, en := b.flags32(C.UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS, dmabufAccess)
+	if en != 0 {
+		return en
+	}
+	if _, en := checkMRAccess(access); en != 0 {
 		return en
 	}
 	fd := int64(int32(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_FD).data))

@@ -83,6 +83,24 @@ func (uc *ucontext) object(h uint32, kind objKind) (*uobject, syscall.Errno) {
 	return o, 0
 }
 
+// attrObject looks up the handle of an ioctl object attribute, as the
+// ioctl framework does before the method runs (rdma_lookup_get_uobject):
+// ENOENT if it names nothing, EINVAL if it names another kind. (The write
+// commands' parents are object's: EINVAL for both before Linux 6.15.)
+func (uc *ucontext) attrObject(h uint64, kind objKind) syscall.Errno {
+	if int64(h) < 0 {
+		return unix.EINVAL
+	}
+	o, ok := uc.objects[uint32(h)]
+	switch {
+	case !ok || h > 0xffffffff:
+		return unix.ENOENT
+	case o.kind != kind:
+		return unix.EINVAL
+	}
+	return 0
+}
+
 // destroyable looks a handle up for destruction: ENOENT if it names
 // nothing, EINVAL if it names another kind, EBUSY if in use.
 func (uc *ucontext) destroyable(h uint64, kind objKind) (*uobject, syscall.Errno) {
@@ -137,11 +155,16 @@ func (uc *ucontext) destroyObjects() {
 	}
 }
 
-// errnoOfModel maps an error of the model to the errno mlx5_ib would give.
+// errnoOfModel maps an error of the model to the errno mlx5_ib would give:
+// the errno it carries (the model's kernel checks name theirs), else by
+// its sentinel.
 func errnoOfModel(err error) syscall.Errno {
+	var errno syscall.Errno
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &errno) && errno != 0:
+		return errno
 	case errors.Is(err, ctx.ErrInvalidArgument):
 		return unix.EINVAL
 	case errors.Is(err, ctx.ErrNotSupported):
@@ -204,17 +227,22 @@ func (k *kernel) writeDeallocPD(f *ufile, c *writeCall) syscall.Errno {
 
 // ---- memory regions ----
 
+// accessFlush are IB_UVERBS_ACCESS_FLUSH_GLOBAL and _PERSISTENT (1 << 8,
+// 1 << 9, Linux 6.2), which the headers the package builds with may lack.
+const accessFlush = 1<<8 | 1<<9
+
 // mrAccessSupported are the access flags the uverbs core accepts
-// (IB_ACCESS_SUPPORTED of this ABI), the optional range included.
+// (IB_ACCESS_SUPPORTED since Linux 6.2), the optional range included.
 const mrAccessSupported = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_WRITE |
 	C.IB_UVERBS_ACCESS_REMOTE_READ | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC | C.IB_UVERBS_ACCESS_MW_BIND |
 	C.IB_UVERBS_ACCESS_ZERO_BASED | C.IB_UVERBS_ACCESS_ON_DEMAND | C.IB_UVERBS_ACCESS_HUGETLB |
-	C.IB_UVERBS_ACCESS_OPTIONAL_RANGE
+	accessFlush | C.IB_UVERBS_ACCESS_OPTIONAL_RANGE
 
-// checkMRAccess checks access flags as ib_check_mr_access does, then what
-// the model cannot do: on-demand paging (the device reports none) and
-// zero-based addresses (the model's MRs are addressed by their virtual
-// address), EOPNOTSUPP.
+// checkMRAccess checks access flags as ib_check_mr_access does since Linux
+// 6.2 (on-demand paging on a device without it, as the model's, and the
+// flush flags, which mlx5_ib never announces, EOPNOTSUPP), then what the
+// model cannot do: zero-based addresses (the model's MRs are addressed by
+// their virtual address), EOPNOTSUPP.
 func checkMRAccess(flags uint32) (ctx.Access, syscall.Errno) {
 	core := flags &^ C.IB_UVERBS_ACCESS_OPTIONAL_RANGE
 	if core&(C.IB_UVERBS_ACCESS_REMOTE_WRITE|C.IB_UVERBS_ACCESS_REMOTE_ATOMIC) != 0 && core&C.IB_UVERBS_ACCESS_LOCAL_WRITE == 0 {
@@ -223,7 +251,7 @@ func checkMRAccess(flags uint32) (ctx.Access, syscall.Errno) {
 	if flags&^mrAccessSupported != 0 {
 		return 0, unix.EINVAL
 	}
-	if flags&(C.IB_UVERBS_ACCESS_ON_DEMAND|C.IB_UVERBS_ACCESS_ZERO_BASED) != 0 {
+	if flags&(C.IB_UVERBS_ACCESS_ON_DEMAND|accessFlush|C.IB_UVERBS_ACCESS_ZERO_BASED) != 0 {
 		return 0, unix.EOPNOTSUPP
 	}
 	var a ctx.Access

@@ -128,6 +128,8 @@ func TestKernelMemoryRegions(t *testing.T) {
 		"remote atomic without local write": {pd, start, 64, start, accessAtomic | accessRemoteRead, unix.EINVAL},
 		"unknown access bit":                {pd, start, 64, start, accessLocalWrite | 1<<12, unix.EINVAL},
 		"on-demand paging":                  {pd, start, 64, start, accessLocalWrite | accessOnDemand, unix.EOPNOTSUPP},
+		"flush to global visibility":        {pd, start, 64, start, accessLocalWrite | 1<<8, unix.EOPNOTSUPP},
+		"flush to persistence":              {pd, start, 64, start, accessLocalWrite | 1<<9, unix.EOPNOTSUPP},
 		"zero length":                       {pd, start, 0, start, accessLocalWrite, unix.EINVAL},
 		"wraps":                             {pd, ^uint64(0) - 10, 64, ^uint64(0) - 10, accessLocalWrite, unix.EINVAL},
 		"iova in another page offset":       {pd, start, 64, start + 8, accessLocalWrite, unix.EINVAL},

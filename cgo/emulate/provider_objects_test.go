@@ -5,11 +5,13 @@ package emulate_test
 import (
 	"os"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs"
@@ -183,4 +185,25 @@ func TestContextObjects(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	require.Equal(t, maps, emulate.MappingCount(), "the device closed once the queue memory was collected")
+}
+
+// TestCgoProviderDMABufThroughRdmaCore registers a dma-buf through
+// rdma-core's ibv_reg_dmabuf_mr (REG_DMABUF_MR, whose descriptor is a
+// 4-byte input attribute) and checks the emulated kernel reaches the
+// driver's descriptor lookup, as a kernel does: a descriptor that is not
+// open is EBADF, a memfd EINVAL (dma_buf_get).
+func TestCgoProviderDMABufThroughRdmaCore(t *testing.T) {
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pd.Close()) }()
+	_, err = pd.RegisterDMABuf(1<<20, 0, 4096, 0, ctx.AccessLocalWrite)
+	require.ErrorIs(t, err, syscall.EBADF, "a descriptor that is not open")
+	fd, err := unix.MemfdCreate("not-a-dmabuf", unix.MFD_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	_, err = pd.RegisterDMABuf(fd, 0, 4096, 0, ctx.AccessLocalWrite)
+	require.ErrorIs(t, err, syscall.EINVAL, "a memfd is not a dma-buf")
 }

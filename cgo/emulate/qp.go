@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
@@ -158,13 +159,14 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
 	// for a QP that asked for no receive work requests.
 	rqCnt, shift := uint32(ucmd.rq_wqe_count), uint32(ucmd.rq_wqe_shift)
-	if sref != nil {
-		// qp_has_rq: a QP with an SRQ has no receive ring, whatever the
-		// request's counts.
-		rqCnt, shift, c.RecvDepth, c.MaxRecvSGE = 0, 0, 0, 0
-	}
-	if c.RecvDepth == 0 && rqCnt != 0 {
-		return qpReply{}, unix.EINVAL
+	if sref != nil || c.RecvDepth == 0 {
+		// qp_has_rq: a QP with an SRQ, or asking for no receive work
+		// requests, has no receive queue; set_rq_size gives it a count
+		// and shift of 0, which create_user_qp requires of the request.
+		if rqCnt != 0 || shift != 0 {
+			return qpReply{}, unix.EINVAL
+		}
+		c.RecvDepth, c.MaxRecvSGE = 0, 0
 	}
 	if shift > 32 {
 		return qpReply{}, unix.EINVAL
@@ -254,11 +256,10 @@ func (k *kernel) destroyQP(f *ufile, h uint64) (uint32, syscall.Errno) {
 
 func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_create_qp
+	// ib_uverbs_create_qp ignores the reserved byte (only EX_CREATE_QP
+	// checks its own).
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
-	}
-	if req.reserved != 0 {
-		return unix.EINVAL
 	}
 	r, en := k.createQP(f, qpRequest{
 		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
@@ -288,12 +289,10 @@ func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 }
 
 func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
+	// ib_uverbs_destroy_qp ignores the reserved field.
 	var req C.struct_ib_uverbs_destroy_qp
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
-	}
-	if req.reserved != 0 {
-		return unix.EINVAL
 	}
 	n, en := k.destroyQP(f, uint64(req.qp_handle))
 	if en != 0 {
@@ -303,14 +302,11 @@ func (k *kernel) writeDestroyQP(f *ufile, c *writeCall) syscall.Errno {
 	return c.response(bytesOf(&resp))
 }
 
-// qpAccess maps IB_ACCESS_* bits of a QP to the model's; EINVAL for bits
-// the kernel does not know on a QP.
-func qpAccess(flags uint32) (ctx.Access, syscall.Errno) {
-	const known = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_WRITE |
-		C.IB_UVERBS_ACCESS_REMOTE_READ | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC
-	if flags&^known != 0 {
-		return 0, unix.EINVAL
-	}
+// qpAccess maps IB_ACCESS_* bits of a QP to the model's. Other bits are
+// ignored, as the kernel ignores them: neither modify_qp nor _ib_modify_qp
+// checks the flags, and mlx5_ib's QP context takes remote read, write and
+// atomic only (local write is the model's own bit).
+func qpAccess(flags uint32) ctx.Access {
 	var a ctx.Access
 	if flags&C.IB_UVERBS_ACCESS_LOCAL_WRITE != 0 {
 		a |= ctx.AccessLocalWrite
@@ -324,7 +320,7 @@ func qpAccess(flags uint32) (ctx.Access, syscall.Errno) {
 	if flags&C.IB_UVERBS_ACCESS_REMOTE_ATOMIC != 0 {
 		a |= ctx.AccessRemoteAtomic
 	}
-	return a, 0
+	return a
 }
 
 // pathOf converts a struct ib_uverbs_qp_dest.
@@ -411,19 +407,25 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 		}
 		to = ctx.QPState(req.qp_state)
 	}
+	// modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW, EPERM
+	// (since "RDMA/uverbs: Restrict usage of privileged QKEYs", Linux 6.4
+	// and the stable kernels of June 2023; the netlink switch that lets
+	// anyone use one, off by default, the model does not have).
+	if mask&qpstate.QKey != 0 && uint32(req.qkey)&0x80000000 != 0 && !kerrno.HasRawCap() {
+		return unix.EPERM
+	}
 	if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
 		return unix.EINVAL
 	}
 	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {
 		return unix.EOPNOTSUPP
 	}
-	access, en := qpAccess(uint32(req.qp_access_flags))
-	if en != 0 && mask&qpstate.AccessFlags != 0 {
-		return en
-	}
+	access := qpAccess(uint32(req.qp_access_flags))
 	a := ctx.QPAttr{
 		State: to, Port: uint8(req.port_num), PKeyIndex: uint16(req.pkey_index), Access: access,
-		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num), PathMTU: ctx.MTU(req.path_mtu),
+		// __mlx5_ib_modify_qp writes dest_qp_num with MLX5_SET into the
+		// 24-bit remote_qpn, unchecked: the high byte is dropped.
+		QKey: uint32(req.qkey), RemoteQPN: uint32(req.dest_qp_num) & 0xffffff, PathMTU: ctx.MTU(req.path_mtu),
 		RQPSN: uint32(req.rq_psn), MaxDestRdAtomic: uint8(req.max_dest_rd_atomic), MinRNRTimer: uint8(req.min_rnr_timer),
 		SQPSN: uint32(req.sq_psn), Timeout: uint8(req.timeout), RetryCount: uint8(req.retry_cnt),
 		RNRRetry: uint8(req.rnr_retry), MaxRdAtomic: uint8(req.max_rd_atomic),

@@ -240,7 +240,7 @@ func TestKernelSharedReceiveQueues(t *testing.T) {
 	require.Zero(t, modifySRQCmd(k, a, fd, h, srqAttrLimit, 0, 0), "disarming")
 	require.Equal(t, unix.EINVAL, modifySRQCmd(k, a, fd, 0xbeef, srqAttrLimit, 0, 0), "unknown handle")
 
-	// An RC QP on the SRQ: no receive ring, whatever the counts say.
+	// An RC QP on the SRQ: no receive ring (the request's counts are 0).
 	ringCQ, cqdb := cqMemory(t, 64, 64)
 	cq, _, _, en := createCQCmd(k, a, fd, 63, 0, -1, mlx5CQReq(addrOf(ringCQ), addrOf(cqdb), 64), 8)
 	require.Zero(t, en)
@@ -374,7 +374,7 @@ func TestKernelDCQueuePairs(t *testing.T) {
 		"no room for the DCT number": {dctRTR, 0, udata, 0, unix.EINVAL},
 		"driver data cut short":      {dctRTR, 0, udata[:8], mlx5ModifyQPRespSize / 8, unix.EINVAL},
 		"driver comp_mask":           {dctRTR, 0, append([]byte{1}, udata[1:]...), mlx5ModifyQPRespSize / 8, unix.EOPNOTSUPP},
-		"rate limit":                 {modifyQP{h: dh, mask: dctRTR.mask | qpAttrRateLimit, state: 2, mtu: 3, pathPort: 1, dlid: pa.LID}, 10, udata, mlx5ModifyQPRespSize / 8, unix.EOPNOTSUPP},
+		"rate limit":                 {modifyQP{h: dh, mask: dctRTR.mask | qpAttrRateLimit, state: 2, mtu: 3, pathPort: 1, dlid: pa.LID}, 10, udata, mlx5ModifyQPRespSize / 8, unix.EINVAL},
 		"mask bit beyond the ABI":    {modifyQP{h: dh, mask: dctRTR.mask | 1<<30, state: 2, mtu: 3, pathPort: 1, dlid: pa.LID}, 0, udata, mlx5ModifyQPRespSize / 8, unix.EOPNOTSUPP},
 		"DCT RTR without the path":   {modifyQP{h: dh, mask: mState | mMTU | mMinRNR, state: 2, mtu: 3}, 0, udata, mlx5ModifyQPRespSize / 8, unix.EINVAL},
 		"DCT RTR with a timeout":     {modifyQP{h: dh, mask: dctRTR.mask | mTimeout, state: 2, mtu: 3, pathPort: 1, dlid: pa.LID}, 0, udata, mlx5ModifyQPRespSize / 8, unix.EINVAL},

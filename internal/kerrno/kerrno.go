@@ -22,7 +22,8 @@ type Cause struct {
 }
 
 // New builds a *Cause from the verb, what the call was for (may be
-// empty), the error number and the sentinel.
+// empty), the error number and the sentinel (nil for an errno the hardware
+// provider maps to none, as EPERM).
 func New(verb, detail string, errno syscall.Errno, sentinel error) error {
 	what := verb
 	if detail != "" {
@@ -38,4 +39,9 @@ func (e *Cause) Error() string {
 }
 
 // Unwrap returns the errno and the sentinel.
-func (e *Cause) Unwrap() []error { return []error{e.Errno, e.Sentinel} }
+func (e *Cause) Unwrap() []error {
+	if e.Sentinel == nil {
+		return []error{e.Errno}
+	}
+	return []error{e.Errno, e.Sentinel}
+}

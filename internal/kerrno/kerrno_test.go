@@ -2,6 +2,9 @@ package kerrno_test
 
 import (
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -29,4 +32,22 @@ func TestCause(t *testing.T) {
 	op := &ctx.OpError{Op: "register MR", Err: err}
 	require.Equal(t, syscall.EINVAL, op.Errno())
 	require.ErrorIs(t, op, ctx.ErrInvalidArgument)
+}
+
+// TestHasRawCap checks HasRawCap against the effective set in
+// /proc/self/status (CapEff, bit 13: CAP_NET_RAW).
+func TestHasRawCap(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			require.NoError(t, err)
+			require.Equal(t, eff&(1<<13) != 0, kerrno.HasRawCap())
+			return
+		}
+	}
+	t.Skip("no CapEff line")
 }
