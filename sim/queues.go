@@ -520,7 +520,7 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	// uverbs modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW.
 	if mask&qpstate.QKey != 0 && a.QKey&0x80000000 != 0 && !kerrno.HasRawCap() {
 		return provider.Errorf(op, "%w", kerrno.New("ibv_modify_qp",
-			fmt.Sprintf("controlled Q_Key %#x without CAP_NET_RAW (drivers/infiniband/core/uverbs_cmd.c modify_qp)", a.QKey),
+			fmt.Sprintf("controlled Q_Key %#x (bit 31 set) without CAP_NET_RAW", a.QKey),
 			syscall.EPERM, nil))
 	}
 	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
