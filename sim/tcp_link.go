@@ -138,7 +138,8 @@ type tcpLink struct {
 
 	mu      sync.Mutex
 	peers   map[int]*tcpPeer
-	next    int // the next slot to hand a connecting Fabric
+	next    int    // the next slot to hand a connecting Fabric
+	gens    uint64 // the last tcpPeer.gen handed out (listener)
 	closed  bool
 	refused int
 	lastErr error
@@ -187,6 +188,13 @@ type tcpLink struct {
 // round as it polls a shared fabric's rings, without a thread to wake.
 type tcpPeer struct {
 	slot int
+	// gen numbers, on the listener, the Fabrics linked in turn (from 1):
+	// the listener writes it into the SrcGen of every message from this
+	// peer, its own and those it forwards, so that a DCT tells the
+	// streams of a Fabric that linked into a slot another left from
+	// that one's (a new Fabric's first DCI has the old one's QPN, and
+	// its epochs start over).
+	gen  uint64
 	fc   *fdConn
 	conn sealed.Conn
 	in   []byte // bytes received that do not make a whole frame yet
@@ -391,7 +399,8 @@ func (l *tcpLink) greet(conn *fdConn, from net.Addr, t *admit.Ticket) {
 		if slot < 0 {
 			status = tcpNoSlot
 		} else {
-			p = &tcpPeer{slot: slot, fc: conn, conn: sc, dead: true}
+			l.gens++
+			p = &tcpPeer{slot: slot, gen: l.gens, fc: conn, conn: sc, dead: true}
 			l.peers[slot] = p // reserved; dead until linked
 			l.devices[slot-tcpSlotBase] = uint8(binary.BigEndian.Uint32(b[12:]))
 		}
@@ -656,6 +665,16 @@ func (l *tcpLink) peerAlive(slot int) bool {
 	return l.routeLocked(slot) != nil
 }
 
+// streamGone reports whether the Fabric whose DCI began a DCT stream in
+// generation gen from slot is gone: no Fabric is linked in slot, or, on
+// the listener, which numbers them (tcpPeer.gen), another one is.
+func (l *tcpLink) streamGone(slot int, gen uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.routeLocked(slot)
+	return p == nil || l.listen && p.gen != gen
+}
+
 // peerDevices returns the number of HCAs of the Fabric in slot, 0 when
 // it is not linked.
 func (l *tcpLink) peerDevices(slot int) int {
@@ -915,6 +934,8 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 				l.counted(false)
 				continue
 			}
+			// The peer's generation, whatever it wrote (tcpPeer.gen).
+			h.SrcGen = p.gen
 			if dst := tcpQPNSlot(h.DstQPN); dst != l.slot {
 				l.forward(dst, rec)
 				continue

@@ -477,16 +477,69 @@ func TestLinkedDCTDropsStreamsOfFabricsGone(t *testing.T) {
 	st, _ := e2.f.Link()
 	live, _ := tcpQPNRange(st.Slot)
 	gone, _ := tcpQPNRange(st.Slot + 1)
+	e1.f.tcp.mu.Lock()
+	gen := e1.f.tcp.peers[st.Slot].gen
+	e1.f.tcp.mu.Unlock()
+	require.NotZero(t, gen)
 	ws, begin := streamStarter(t, e1, dct)
 	const nLive = dcStreamsSweepMin
 	for i := range uint32(nLive) {
-		require.NotNil(t, begin(live+i, 0))
+		require.NotNil(t, begin(live+i, gen))
 	}
 	most := 0
 	for i := range uint32(4 * nLive) {
+		// A slot no Fabric holds, and the live one's slot in an earlier
+		// Fabric's generation (the listener numbers them).
 		require.NotNil(t, begin(gone+i, 0))
+		require.NotNil(t, begin(live+nLive+i, gen-1))
 		most = max(most, len(ws.streams))
 	}
 	require.LessOrEqual(t, most, 2*nLive, "streams held")
-	requireLiveStreams(t, ws, live, nLive, 0)
+	requireLiveStreams(t, ws, live, nLive, gen)
+}
+
+// TestLinkedDCTNewFabricInReusedSlot: a Fabric that links into the slot a
+// closed one held, and whose first DCI has the QPN of the closed one's,
+// begins a stream of its own at the DCT: its requests are executed, not
+// taken for the old stream's duplicates.
+func TestLinkedDCTNewFabricInReusedSlot(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	srq := e1.newSRQ(e1.pd, 16, 1)
+	dct := e1.dct(e1.pd, srq, 0xfeed)
+	lid := lidOf(t, e1.c)
+	av := dcAV(0xfeed, dct.qp.QPN(), lid)
+	write := func(e *env, msg string) *testQP {
+		d := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeDCI, sendDepth: 32})
+		require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
+		require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU4096}))
+		require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 18, RetryCount: 7, RNRRetry: 2}))
+		d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, av, raddrSeg(e1.addr(4096), e1.mr.RKey()), inlineSeg([]byte(msg)))
+		c := waitCQE(t, d.scq, 5*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "syndrome %v", c.synd)
+		return d
+	}
+	old := write(e2, "first")
+	require.Equal(t, []byte("first"), e1.mem(4096, 5))
+	st2, _ := e2.f.Link()
+	require.NoError(t, e2.f.Close())
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 0 }, 10*time.Second, time.Millisecond)
+
+	// The listener hands the slots out in turn: Fabrics link and leave
+	// until one gets the old slot again.
+	s1, _ := e1.f.Link()
+	var e3 *env
+	for range tcpSlots {
+		e := newEnv(t, Options{Mode: Engine, Link: s1.Address, LinkKey: testLinkKey})
+		require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 1 }, 10*time.Second, time.Millisecond)
+		if st, _ := e.f.Link(); st.Slot == st2.Slot {
+			e3 = e
+			break
+		}
+		require.NoError(t, e.f.Close())
+		require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 0 }, 10*time.Second, time.Millisecond)
+	}
+	require.NotNil(t, e3, "the slot is reused")
+	d := write(e3, "again")
+	require.Equal(t, old.qp.QPN(), d.qp.QPN(), "the new Fabric's DCI has the old one's QPN")
+	require.Equal(t, []byte("again"), e1.mem(4096, 5), "the new stream's WRITE executed")
 }

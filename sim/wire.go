@@ -469,15 +469,15 @@ func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
 
 // wireStreamGone reports whether the process whose DCI qpn began a stream
 // in generation gen is gone: no other process owns qpn now, the TCP link
-// has no live peer in its slot, or another generation holds the slot of
-// the shared fabric.
+// has no live peer in its slot (on the listener: not of that generation),
+// or another generation holds the slot of the shared fabric.
 func (f *Fabric) wireStreamGone(qpn uint32, gen uint64) bool {
 	slot := f.remoteSlot(qpn)
 	switch {
 	case slot < 0:
 		return true
 	case f.tcp != nil:
-		return !f.tcp.peerAlive(slot)
+		return f.tcp.streamGone(slot, gen)
 	default:
 		return f.shm.reg.gen(slot) != gen
 	}
