@@ -13,8 +13,7 @@
 //     stores to the register;
 //  5. the whole WQE is copied to the BlueFlame buffer in 64-byte chunks in
 //     ascending address order, the source wrapping at the ring end (Post), or
-//     the first 8 bytes of the WQE are stored to the register (Ring,
-//     Doorbell);
+//     the first 8 bytes of the WQE are stored to the register (Ring);
 //  6. FlushWrites: the write-combining buffer is pushed out now;
 //  7. the BlueFlame offset toggles between the two halves of the register.
 //

@@ -32,14 +32,14 @@
 // it writes carries a 2-bit arm sequence number, which must be the number
 // of events consumed so far modulo 4 (rdma-core keeps it as arm_sn and
 // advances it in ibv_get_cq_event). Two parties take part and each counts
-// one half: CompletionQueue.ReadEvent consumes and acknowledges one event
-// with the provider (ibv_get_cq_event plus ibv_ack_cq_events; the provider
-// only counts them), and the poller owns the sequence number:
-// monocq.CQ.AcknowledgeEvent must be called once for every ReadEvent that
-// returned true, before the next Arm. completion.Notifier does both, in
-// that order, and is the way to wait for events; code that calls ReadEvent
-// itself must acknowledge to the poller itself. The software HCA checks
-// the number of every arm against the events read, in strict mode.
+// one half: the CompletionQueue consumes and acknowledges one event with
+// the provider (ibv_get_cq_event plus ibv_ack_cq_events; the provider only
+// counts them), and the poller owns the sequence number:
+// monocq.CQ.AcknowledgeEvent must be called once for every event read,
+// before the next Arm. The CompletionQueue's event read is not exported:
+// completion.Notifier does both, in that order, and is the way to wait for
+// events. The software HCA checks the number of every arm against the
+// events read, in strict mode.
 //
 // # Resetting a queue pair
 //

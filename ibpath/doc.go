@@ -24,14 +24,14 @@
 // second send to the same path finds its ud.Remote (for ud.QP.Post) or its
 // address vector (for a DC or raw send WQE) with one map lookup and no
 // allocation. Reply builds the path back to the sender of a received UD
-// datagram from its completion, a ud.Poller's Completion or a raw CQE
+// datagram from its completion, a transport.Poller's Completion or a raw CQE
 // (source QPN, SLID, SL, path bits), and the GRH in the first 40 bytes of
 // the receive buffer, read by transport.ParseGRH: an InfiniBand GRH (also
 // RoCE v1), the IPv6 header of RoCE v2, or for RoCE v2 over IPv4 20
 // undefined bytes and the IPv4 header. The reply leaves from the GID table
 // entry of the same kind (RoCE v2 or not) as the datagram came.
 //
-//	in := *wc                                          // a receive from the ud.Poller
+//	in := *wc                                          // a receive from the transport.Poller
 //	back, err := ibpath.Reply(&in, buf[:ud.GRHSize], local, gids)
 //	r, err := cache.Remote(qp, back)                   // cached per destination
 //	st, err := qp.Post(wrid, wqebuilder.Signaled, r)

@@ -27,8 +27,8 @@
 //
 // Doorbells: FinishBlueFlame publishes one WQE at once; Finish on several
 // WQEs followed by one RingDoorbell publishes a batch with one doorbell.
-// Receives likewise: RecvStage.FinishDoorbell, or Finish on several and one
-// RingRecvDoorbell.
+// Receives likewise: transport.RecvStage.FinishDoorbell, or Finish on
+// several and one RingRecvDoorbell.
 //
 // # Completions
 //
