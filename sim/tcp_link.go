@@ -166,6 +166,11 @@ type tcpLink struct {
 	// yet, not for one that left (the listener hands out slots in turn,
 	// so one is seldom reused soon).
 	seen uint64
+	// lastGen is, on a connecting end, the newest generation (tcpPeer.gen,
+	// which the listener writes into what it forwards) seen in a message
+	// from each slot (index: slot less tcpSlotBase; f.mu held): a DCT
+	// stream of an older one belongs to a Fabric that has left that slot.
+	lastGen [tcpSlots]uint64
 	// The listener's counts of the messages it forwarded between
 	// connected Fabrics and of those it could not (no such slot linked,
 	// too much waiting for it).
@@ -666,13 +671,21 @@ func (l *tcpLink) peerAlive(slot int) bool {
 }
 
 // streamGone reports whether the Fabric whose DCI began a DCT stream in
-// generation gen from slot is gone: no Fabric is linked in slot, or, on
-// the listener, which numbers them (tcpPeer.gen), another one is.
+// generation gen from slot is gone (f.mu held): no Fabric is linked in
+// slot, or another one is: on the listener, which numbers them
+// (tcpPeer.gen), one of another number; on a connecting end, one whose
+// messages carry a newer number (lastGen).
 func (l *tcpLink) streamGone(slot int, gen uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.routeLocked(slot)
-	return p == nil || l.listen && p.gen != gen
+	if p == nil {
+		return true
+	}
+	if l.listen {
+		return p.gen != gen
+	}
+	return gen < l.lastGen[slot-tcpSlotBase]
 }
 
 // peerDevices returns the number of HCAs of the Fabric in slot, 0 when
@@ -948,6 +961,9 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 			from := tcpQPNSlot(h.SrcQPN)
 			if from < 0 || from == l.slot || tcpQPNSlot(h.DstQPN) != l.slot {
 				continue
+			}
+			if g := &l.lastGen[from-tcpSlotBase]; h.SrcGen > *g {
+				*g = h.SrcGen
 			}
 			f.wireIn(from, h, rec[wireHdrSize:])
 		}

@@ -543,3 +543,45 @@ func TestLinkedDCTNewFabricInReusedSlot(t *testing.T) {
 	require.Equal(t, old.qp.QPN(), d.qp.QPN(), "the new Fabric's DCI has the old one's QPN")
 	require.Equal(t, []byte("again"), e1.mem(4096, 5), "the new stream's WRITE executed")
 }
+
+// TestConnectingDCTDropsStreamsOfEarlierFabrics: a DCT on a connecting end
+// learns from the messages the listener forwards which Fabric now holds a
+// slot, and drops the streams that earlier Fabrics in that slot began.
+func TestConnectingDCTDropsStreamsOfEarlierFabrics(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	s1, _ := e1.f.Link()
+	e3 := newEnv(t, Options{Mode: Engine, Link: s1.Address, LinkKey: testLinkKey})
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Peers == 2 }, 10*time.Second, time.Millisecond)
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	dct := e2.dct(e2.pd, srq, 0xfeed)
+	d := e3.newQP(e3.pd, qpOpts{typ: ctx.QPTypeDCI, sendDepth: 32})
+	require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit}))
+	require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU4096}))
+	require.NoError(t, d.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 18, RetryCount: 7, RNRRetry: 2}))
+	require.Eventually(t, func() bool { return e3.f.Reaches(dct.qp.QPN()) }, 10*time.Second, time.Millisecond)
+	av := dcAV(0xfeed, dct.qp.QPN(), lidOf(t, e2.c))
+	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, av, raddrSeg(e2.addr(4096), e2.mr.RKey()), inlineSeg([]byte("now")))
+	c := waitCQE(t, d.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "syndrome %v", c.synd)
+
+	st3, _ := e3.f.Link()
+	e1.f.tcp.mu.Lock()
+	gen := e1.f.tcp.peers[st3.Slot].gen
+	e1.f.tcp.mu.Unlock()
+	require.Greater(t, gen, uint64(1), "e2 and e3 were linked in turn")
+	first, _ := tcpQPNRange(st3.Slot)
+	live := first + 0x1000
+	ws, begin := streamStarter(t, e2, dct)
+	const nLive = dcStreamsSweepMin
+	for i := range uint32(nLive) {
+		require.NotNil(t, begin(live+i, gen))
+	}
+	most := 0
+	for i := range uint32(4 * nLive) {
+		require.NotNil(t, begin(live+nLive+i, gen-1), "an earlier Fabric in e3's slot")
+		most = max(most, len(ws.streams))
+	}
+	require.LessOrEqual(t, most, 2*(nLive+1), "streams held (with the DCI's own)")
+	requireLiveStreams(t, ws, live, nLive, gen)
+	require.NotNil(t, ws.streams[d.qp.QPN()], "the live DCI's stream")
+}
