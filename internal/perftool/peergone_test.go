@@ -8,11 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestWaitSeesPeerGone: a wait for a message that does not come ends soon
-// after the peer closes the tool's connection (ErrPeerGone) or says it
+// after the peer closes the tool's connection (endpoint.ErrPeerGone) or says it
 // failed (ErrPeerFailed), busy or sleeping on completion events, not at
 // the timeout; with the peer there and silent it ends at the timeout.
 func TestWaitSeesPeerGone(t *testing.T) {
@@ -32,10 +33,10 @@ func TestWaitSeesPeerGone(t *testing.T) {
 			want     error
 			deadline bool
 		}{
-			{"closed", func(far net.Conn) { _ = far.Close() }, ErrPeerGone, false},
+			{"closed", func(far net.Conn) { _ = far.Close() }, endpoint.ErrPeerGone, false},
 			{"failed", func(far net.Conn) { _, _ = far.Write([]byte{statusFailed}) }, ErrPeerFailed, false},
 			// The connection's deadline (Sync's) long past: still seen.
-			{"closed past the deadline", func(far net.Conn) { _ = far.Close() }, ErrPeerGone, true},
+			{"closed past the deadline", func(far net.Conn) { _ = far.Close() }, endpoint.ErrPeerGone, true},
 		} {
 			near, far := toolproc.TCPPair(t)
 			if c.deadline {
@@ -53,7 +54,7 @@ func TestWaitSeesPeerGone(t *testing.T) {
 		b.Peer, b.Timeout = near, 3*PeerCheck
 		err = b.Await(OpWriteImm, 64, 1)
 		require.ErrorContains(t, err, "no completion for message 1 within", "events %v", events)
-		require.NotErrorIs(t, err, ErrPeerGone)
+		require.NotErrorIs(t, err, endpoint.ErrPeerGone)
 	}
 }
 
