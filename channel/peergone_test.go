@@ -22,12 +22,24 @@ import (
 // come: not a scope, not a loop over Pending.Poll, and not one over
 // Poll and Pending.Done.
 func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
+	// toGonePeer connects a channel of host a to one that then closes.
+	toGonePeer := func(t *testing.T, tr endpoint.Transport) (*host, *channel.Channel) {
+		f := newFabric(t, 2)
+		a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+		ca, cb := pair(t, a, b, channel.Options{Transport: tr})
+		require.NoError(t, cb.Close())
+		return a, ca
+	}
+	postReceiveAndSend := func(t *testing.T, a *host, ca *channel.Channel) (recv, send channel.Pending) {
+		recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
+		require.NoError(t, err)
+		send, err = ca.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
+		require.NoError(t, err)
+		return recv, send
+	}
 	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
 		t.Run(tr.String()+"/scope", func(t *testing.T) {
-			f := newFabric(t, 2)
-			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-			ca, cb := pair(t, a, b, channel.Options{Transport: tr})
-			require.NoError(t, cb.Close())
+			a, ca := toGonePeer(t, tr)
 			c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			err := ca.Scope(c, func(s *channel.Scope) error {
@@ -44,14 +56,8 @@ func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
 			require.Error(t, ca.Send(c, channel.SendRequest{Local: a.sge(1024, 8)}), "a later send")
 		})
 		t.Run(tr.String()+"/pending", func(t *testing.T) {
-			f := newFabric(t, 2)
-			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-			ca, cb := pair(t, a, b, channel.Options{Transport: tr})
-			require.NoError(t, cb.Close())
-			recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
-			require.NoError(t, err)
-			send, err := ca.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
-			require.NoError(t, err)
+			a, ca := toGonePeer(t, tr)
+			recv, send := postReceiveAndSend(t, a, ca)
 			var recvErr, sendErr error
 			var recvDone, sendDone bool
 			for end := time.Now().Add(20 * time.Second); !(recvDone && sendDone) && time.Now().Before(end); {
@@ -69,14 +75,8 @@ func TestSendToGonePeerEndsEveryRequest(t *testing.T) {
 			require.Zero(t, ca.Outstanding())
 		})
 		t.Run(tr.String()+"/poll", func(t *testing.T) {
-			f := newFabric(t, 2)
-			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-			ca, cb := pair(t, a, b, channel.Options{Transport: tr})
-			require.NoError(t, cb.Close())
-			recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
-			require.NoError(t, err)
-			send, err := ca.PostSend(channel.SendRequest{Local: a.sge(1024, 8)})
-			require.NoError(t, err)
+			a, ca := toGonePeer(t, tr)
+			recv, send := postReceiveAndSend(t, a, ca)
 			for end := time.Now().Add(20 * time.Second); !(recv.Done() && send.Done()) && time.Now().Before(end); {
 				ca.Poll()
 			}

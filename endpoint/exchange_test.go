@@ -10,32 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/stretchr/testify/require"
-)
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	server = <-accepted
-	require.NotNil(t, server)
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
+)
 
 // testSec is the Security of the tests' exchanges.
 var testSec = Security{Key: testKey}
@@ -53,7 +32,7 @@ func exchangeBoth(ctx context.Context, a, b net.Conn, ea, eb Endpoint) (gotA, go
 }
 
 func TestExchangeTCP(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := toolproc.TCPPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ea, eb := sampleRC(), sampleDC()
@@ -88,7 +67,7 @@ func TestExchangePipe(t *testing.T) {
 }
 
 func TestExchangeRejectsInvalidLocal(t *testing.T) {
-	a, _ := tcpPair(t)
+	a, _ := toolproc.TCPPair(t)
 	bad := sampleRC()
 	bad.QPN = 1 << 24
 	_, err := Exchange(context.Background(), a, DialSide, bad, testSec)
@@ -102,7 +81,7 @@ func TestExchangeRejectsInvalidLocal(t *testing.T) {
 // hostile returns the dialing end of a connection whose accepting end runs
 // f and then drains what follows.
 func hostile(t *testing.T, f func(c net.Conn)) net.Conn {
-	client, server := tcpPair(t)
+	client, server := toolproc.TCPPair(t)
 	go func() {
 		f(server)
 		_, _ = io.Copy(io.Discard, server)

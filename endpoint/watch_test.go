@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestWatchConn: the context ends, with ErrPeerGone as its cause, once the
 // peer closes; bytes the peer sends are not a close and stay unread.
 func TestWatchConn(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := toolproc.TCPPair(t)
 	c, cancel, err := WatchConn(context.Background(), a, time.Millisecond)
 	require.NoError(t, err)
 	defer cancel()
@@ -40,7 +41,7 @@ func TestWatchConn(t *testing.T) {
 
 // TestWatchConnReset: a reset is the peer gone too.
 func TestWatchConnReset(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := toolproc.TCPPair(t)
 	c, cancel, err := WatchConn(context.Background(), a, time.Millisecond)
 	require.NoError(t, err)
 	defer cancel()
@@ -57,7 +58,7 @@ func TestWatchConnReset(t *testing.T) {
 // TestWatchConnCancelAndParent: the cancel function and the parent end it
 // with their own causes, and a conn that is not a socket is refused.
 func TestWatchConnCancelAndParent(t *testing.T) {
-	a, _ := tcpPair(t)
+	a, _ := toolproc.TCPPair(t)
 	c, cancel, err := WatchConn(context.Background(), a, 0)
 	require.NoError(t, err)
 	cancel()

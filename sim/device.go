@@ -396,7 +396,10 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 // the pages (EFAULT), a range of which some page is not mapped: a slice
 // kept past the Close of its Buffer, or past a munmap. The model reads and
 // writes a region's memory directly, so a region over such a range would
-// fault the process, or write into whatever is mapped there later.
+// fault the process, or write into whatever is mapped there later. It asks
+// mincore, which any process may call; the emulated kernel's REG_MR checks
+// more before it comes here (each page readable, through process_vm_readv,
+// which a seccomp filter may forbid a program that is not under it).
 func checkMapped(addr, length uint64) error {
 	const chunk = 1 << 14 // pages per mincore call
 	if length == 0 {

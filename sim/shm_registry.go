@@ -242,11 +242,10 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	if err := allocateFile(fd, 0, regSize); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
 		return fail(fmt.Errorf("allocate %s: %w", p, err))
 	}
-	mem, err := unix.Mmap(fd, 0, regSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	r, err := mapRegistry(name, fd)
 	if err != nil {
-		return fail(fmt.Errorf("map %s: %w", p, err))
+		return fail(err)
 	}
-	r := &registry{name: name, fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
 	if *r.u64(regMagic) == shmMagic && (r.mismatch() != "" || ctx.LinkLayer(*r.u32(regLink)) != link) && r.liveSlot() < 0 {
 		// A registry of another version, layout or link layer that no
 		// live process uses any more: left behind, it does not block
@@ -257,7 +256,7 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	if fresh || *r.u64(regMagic) == 0 {
 		// New, or left half-made by a process that died while creating
 		// it under the lock.
-		clear(mem)
+		clear(r.mem)
 		*r.u32(regVersion) = shmVersion
 		*r.u32(regSlots) = shmMaxSlots
 		*r.u32(regLink) = uint32(link)
@@ -281,6 +280,16 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		return nil, fmt.Errorf("fabric %q has link layer %v, this process asks for %v: %w", name, l, link, ctx.ErrInvalidArgument)
 	}
 	return r, nil
+}
+
+// mapRegistry maps the registry file fd of the fabric name, of regSize
+// bytes (the caller closes fd on an error).
+func mapRegistry(name string, fd int) (*registry, error) {
+	mem, err := unix.Mmap(fd, 0, regSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", registryPath(name), err)
+	}
+	return &registry{name: name, fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}, nil
 }
 
 // removeRings removes the ring files of every slot of the fabric name,
@@ -524,12 +533,11 @@ func SweepFabric(name string) error {
 		_ = unix.Close(fd)
 		return fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w", p, st.Size, shmVersion, regSize, ErrFabricVersion)
 	}
-	mem, err := unix.Mmap(fd, 0, regSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	r, err := mapRegistry(name, fd)
 	if err != nil {
 		_ = unix.Close(fd)
-		return fmt.Errorf("map %s: %w", p, err)
+		return err
 	}
-	r := &registry{name: name, fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}
 	defer r.close()
 	if *r.u64(regMagic) != shmMagic {
 		return fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)

@@ -6,28 +6,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	done := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		done <- c
-	}()
-	a, err = net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	b = <-done
-	require.NotNil(t, b)
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	return a, b
-}
-
 func TestPeek(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := toolproc.TCPPair(t)
 	s, _ := Peek(a)
 	require.Equal(t, Open, s)
 
@@ -47,7 +31,7 @@ func TestPeek(t *testing.T) {
 }
 
 func TestPeekReset(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := toolproc.TCPPair(t)
 	// A close with unread data, or with SO_LINGER 0, resets.
 	require.NoError(t, b.(*net.TCPConn).SetLinger(0))
 	require.NoError(t, b.Close())
@@ -60,7 +44,7 @@ func TestPeekNotASocket(t *testing.T) {
 	require.NoError(t, b.Close())
 	s, _ := Peek(a)
 	require.Equal(t, Open, s, "a pipe cannot be looked at")
-	c, _ := tcpPair(t)
+	c, _ := toolproc.TCPPair(t)
 	require.NoError(t, c.Close())
 	s, _ = Peek(c)
 	require.Equal(t, Open, s, "closed here")

@@ -101,7 +101,7 @@ type End struct {
 	// tool, on which the peer sends nothing while this end waits but
 	// Sync's status. A wait that has found nothing for PeerCheck looks at
 	// it every PeerCheck and fails at once, rather than at the timeout,
-	// when the peer has closed it (it exited or was killed: ErrPeerGone)
+	// when the peer has closed it (it exited or was killed: endpoint.ErrPeerGone)
 	// or says it failed (ErrPeerFailed). A queue pair with nothing in
 	// flight learns nothing of a peer gone, on a NIC as on the model.
 	Peer     net.Conn
@@ -367,13 +367,9 @@ func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 // and how often it looks again.
 const PeerCheck = 100 * time.Millisecond
 
-// ErrPeerGone is what a wait's error matches when the peer closed the
-// tool's connection while this end waited for a completion (End.Peer).
-var ErrPeerGone = endpoint.ErrPeerGone
-
 // peerError looks at End.Peer without consuming anything: nil while the
 // peer keeps it open and silent (or has said it is fine), else the wait
-// for message seq's error, matching ErrPeerGone or ErrPeerFailed.
+// for message seq's error, matching endpoint.ErrPeerGone or ErrPeerFailed.
 func (x *End) peerError(seq uint32) error {
 	// connpeek looks through RawConn.Control, not Read: a read past the
 	// connection's deadline (Sync's, a -timeout from the handshake) would
@@ -381,11 +377,11 @@ func (x *End) peerError(seq uint32) error {
 	var why error
 	switch s, first := connpeek.Peek(x.Peer); {
 	case s == connpeek.Closed:
-		why = ErrPeerGone
+		why = endpoint.ErrPeerGone
 	case s == connpeek.Data && first == statusFailed:
 		why = ErrPeerFailed
 	case s == connpeek.Reset:
-		why = fmt.Errorf("%w (connection reset)", ErrPeerGone)
+		why = fmt.Errorf("%w (connection reset)", endpoint.ErrPeerGone)
 	default:
 		return nil
 	}

@@ -8,24 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (near, far net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	near, err = net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	far, err = ln.Accept()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = near.Close(); _ = far.Close() })
-	return near, far
-}
-
 // TestWaitSeesPeerGone: a wait for a message that does not come ends soon
-// after the peer closes the tool's connection (ErrPeerGone) or says it
+// after the peer closes the tool's connection (endpoint.ErrPeerGone) or says it
 // failed (ErrPeerFailed), busy or sleeping on completion events, not at
 // the timeout; with the peer there and silent it ends at the timeout.
 func TestWaitSeesPeerGone(t *testing.T) {
@@ -45,12 +33,12 @@ func TestWaitSeesPeerGone(t *testing.T) {
 			want     error
 			deadline bool
 		}{
-			{"closed", func(far net.Conn) { _ = far.Close() }, ErrPeerGone, false},
+			{"closed", func(far net.Conn) { _ = far.Close() }, endpoint.ErrPeerGone, false},
 			{"failed", func(far net.Conn) { _, _ = far.Write([]byte{statusFailed}) }, ErrPeerFailed, false},
 			// The connection's deadline (Sync's) long past: still seen.
-			{"closed past the deadline", func(far net.Conn) { _ = far.Close() }, ErrPeerGone, true},
+			{"closed past the deadline", func(far net.Conn) { _ = far.Close() }, endpoint.ErrPeerGone, true},
 		} {
-			near, far := tcpPair(t)
+			near, far := toolproc.TCPPair(t)
 			if c.deadline {
 				require.NoError(t, near.SetDeadline(time.Now().Add(-time.Hour)))
 			}
@@ -62,11 +50,11 @@ func TestWaitSeesPeerGone(t *testing.T) {
 			require.Less(t, time.Since(start), 10*time.Second, "events %v, peer %s: the wait ran on", events, c.name)
 		}
 
-		near, _ := tcpPair(t)
+		near, _ := toolproc.TCPPair(t)
 		b.Peer, b.Timeout = near, 3*PeerCheck
 		err = b.Await(OpWriteImm, 64, 1)
 		require.ErrorContains(t, err, "no completion for message 1 within", "events %v", events)
-		require.NotErrorIs(t, err, ErrPeerGone)
+		require.NotErrorIs(t, err, endpoint.ErrPeerGone)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package toolproc runs a command's main function in a separate process
 // from its tests: the test binary re-executes itself as the child, with
-// the command's arguments in an environment variable.
+// the command's arguments in an environment variable. It also holds the
+// helpers the tools' tests share (TCPPair, ServeOnPort).
 package toolproc
 
 import (

@@ -1,0 +1,24 @@
+package toolproc
+
+import (
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TCPPair returns the two ends of a loopback TCP connection: the one that
+// dialed and the one the listener accepted. Both close when the test ends.
+func TCPPair(t testing.TB) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	// The kernel completes the handshake before Accept: it returns at once.
+	accepted, err = ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dialed.Close(); _ = accepted.Close() })
+	return dialed, accepted
+}
