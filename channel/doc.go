@@ -69,7 +69,8 @@
 // endpoint.WatchConn ends when the peer closes the connection the
 // handshake ran over, with the cause endpoint.ErrPeerGone: a wait for a
 // peer that has exited or was killed, which its queue pair alone may
-// never notice, then ends.
+// never notice, then ends. For a mesh, the context of an
+// endpoint.MeshWatch does the same when any rank is gone.
 //
 // An ended wait does not end the work: the device owns a posted work
 // request until its completion, and a receive, an RDMA READ or an atomic

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,6 +58,10 @@ func TestChannelChild(t *testing.T) {
 		rank, err := strconv.Atoi(os.Getenv(envChannelRank))
 		require.NoError(t, err)
 		meshRank(rank, sec)
+	case "meshwatch":
+		rank, err := strconv.Atoi(os.Getenv(envChannelRank))
+		require.NoError(t, err)
+		fmt.Printf("RESULT %s\n", meshWatchRank(rank, sec))
 	}
 }
 
@@ -98,23 +104,9 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	opts := endpoint.MeshOptions{Security: sec}
-	var mc *channel.MultiChannel
-	if rank == 0 {
-		l, err := endpoint.ListenMesh(c, "127.0.0.1:0", meshRanks, opts)
-		if err != nil {
-			return err.Error()
-		}
-		fmt.Printf("ADDR %s\n", l.Addr())
-		mc, err = p.AcceptMesh(c, l)
-		if err != nil {
-			return err.Error()
-		}
-	} else {
-		mc, err = p.DialMesh(c, os.Getenv(envChannelAddr), rank, opts)
-		if err != nil {
-			return err.Error()
-		}
+	mc, err := joinMesh(c, p, rank, meshRanks, endpoint.MeshOptions{Security: sec})
+	if err != nil {
+		return err.Error()
 	}
 	defer mc.Close()
 	for j := range meshRanks {
@@ -161,7 +153,27 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 	return ""
 }
 
+// joinMesh joins p to a mesh of n processes as rank: rank 0 listens and
+// prints its address, the others dial the address in envChannelAddr.
+func joinMesh(c context.Context, p *channel.PreparedMulti, rank, n int, opts endpoint.MeshOptions) (*channel.MultiChannel, error) {
+	if rank != 0 {
+		return p.DialMesh(c, os.Getenv(envChannelAddr), rank, opts)
+	}
+	l, err := endpoint.ListenMesh(c, "127.0.0.1:0", n, opts)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("ADDR %s\n", l.Addr())
+	return p.AcceptMesh(c, l)
+}
+
 func channelChild(t *testing.T, env ...string) (io.WriteCloser, *bufio.Scanner) {
+	in, out, _ := channelChildCmd(t, env...)
+	return in, out
+}
+
+// channelChildCmd is channelChild that also returns the child's command.
+func channelChildCmd(t *testing.T, env ...string) (io.WriteCloser, *bufio.Scanner, *exec.Cmd) {
 	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(cx, os.Args[0], "-test.run=^TestChannelChild$", "-test.count=1")
@@ -180,7 +192,7 @@ func channelChild(t *testing.T, env ...string) (io.WriteCloser, *bufio.Scanner) 
 			t.Logf("child stderr: %s", stderr.String())
 		}
 	})
-	return in, bufio.NewScanner(out)
+	return in, bufio.NewScanner(out), cmd
 }
 
 // find reads lines until one starts with prefix and returns the rest.
@@ -263,4 +275,71 @@ func meshProcesses(t *testing.T, test string, n int) {
 	for _, in := range ins {
 		require.NoError(t, in.Close())
 	}
+}
+
+// meshWatchRank joins a mesh of three processes with an endpoint.MeshWatch
+// and prints "JOINED"; ranks 0 and 1 then wait for a message from rank 2
+// under the watch's context and return what the wait ended with, rank 2
+// waits for stdin to close (the parent kills it first).
+func meshWatchRank(rank int, sec endpoint.Security) string {
+	dev, pd, buf, mr, err := setup("sim0")
+	if err != nil {
+		return err.Error()
+	}
+	defer buf.Close()
+	defer dev.Close()
+	p, err := channel.NewMulti(pd, 3, channel.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		return err.Error()
+	}
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w := &endpoint.MeshWatch{Interval: 20 * time.Millisecond}
+	defer w.Close()
+	mc, err := joinMesh(c, p, rank, 3, endpoint.MeshOptions{Security: sec, Watch: w})
+	if err != nil {
+		return err.Error()
+	}
+	defer mc.Close()
+	fmt.Printf("JOINED\n")
+	if rank == 2 {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return "stayed"
+	}
+	watched, stop := w.Context(c)
+	defer stop()
+	_, err = mc.Receive(watched, channel.RecvRequest{Peer: 2, Local: []channel.SGE{channel.Slice(mr, 0, 64)}})
+	switch {
+	case err == nil:
+		return "received, from a rank that was killed"
+	case errors.Is(err, endpoint.ErrPeerGone) && errors.Is(err, channel.ErrFailed):
+		return "gone: " + err.Error()
+	}
+	return "other: " + err.Error()
+}
+
+// TestMeshWatchKilledRank: in a mesh of three processes with a MeshWatch,
+// rank 2 is killed while ranks 0 and 1 wait for a message from it; both
+// waits end with endpoint.ErrPeerGone, rank 1's (which has no connection
+// to rank 2) through rank 0's word.
+func TestMeshWatchKilledRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three processes")
+	}
+	common := append(childEnv(t, "meshwatch"), envChannelRanks+"=3", envChannelRole+"=meshwatch")
+	_, out0, _ := channelChildCmd(t, append(common, envChannelRank+"=0")...)
+	addr := find(t, out0, "ADDR ")
+	_, out1, _ := channelChildCmd(t, append(common, envChannelRank+"=1", envChannelAddr+"="+addr)...)
+	_, out2, victim := channelChildCmd(t, append(common, envChannelRank+"=2", envChannelAddr+"="+addr)...)
+	for r, out := range []*bufio.Scanner{out0, out1, out2} {
+		require.Equal(t, "", find(t, out, "JOINED"), "rank %d", r)
+	}
+	start := time.Now()
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	r0, r1 := find(t, out0, "RESULT "), find(t, out1, "RESULT ")
+	t.Logf("after the kill: %v\nrank 0: %s\nrank 1: %s", time.Since(start), r0, r1)
+	require.True(t, strings.HasPrefix(r0, "gone: "), "rank 0: %s", r0)
+	require.Contains(t, r0, "rank 2 closed its connection")
+	require.True(t, strings.HasPrefix(r1, "gone: "), "rank 1: %s", r1)
+	require.Contains(t, r1, `rank 0 says "rank 2 is gone"`)
 }

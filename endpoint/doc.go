@@ -63,7 +63,10 @@
 // none), so a silent or hostile peer costs at most the timeout.
 // [ListenMesh], [DialMesh] and [Mesh] connect N peers: rank 0 listens,
 // ranks 1..N-1 dial it (with bounded retries while it comes up), and every
-// peer receives the endpoint each other peer made for it.
+// peer receives the endpoint each other peer made for it. [WatchConn]
+// tells a peer when the other end of an exchange's connection is gone,
+// and a [MeshWatch] in [MeshOptions] tells every rank of a mesh when any
+// rank is.
 //
 // # Who may connect
 //

@@ -168,6 +168,11 @@ type MeshOptions struct {
 	// its own (the wait for the table is bounded by the context alone).
 	// Zero means 10 seconds.
 	HelloTimeout time.Duration
+	// Watch, when set, keeps the exchange's connections open once the
+	// endpoints are swapped, to tell this rank when another is gone (see
+	// MeshWatch). A MeshWatch serves one exchange. Every rank's
+	// connection must then be a socket: one that is not is refused.
+	Watch *MeshWatch
 }
 
 func (o MeshOptions) check() error {
@@ -309,6 +314,12 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 		return nil, fmt.Errorf("%s: %w", op, ErrListenerUsed)
 	}
 	defer l.listener.Close()
+	mw, watched := l.opts.Watch, false
+	release, err := claimWatch(mw, op, &watched)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if len(local) != l.peers {
 		return nil, fmt.Errorf("%s: %d local endpoints for %d peers: %w", op, len(local), l.peers, errInvalid)
 	}
@@ -318,6 +329,10 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 		}
 	}
 	if l.peers == 1 {
+		if mw != nil {
+			watched = true
+			mw.start(nil)
+		}
 		return []Endpoint{local[0]}, nil
 	}
 
@@ -445,7 +460,10 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	_ = l.listener.Close()
 
 	// Every rank is in: send each its column.
-	var failed []error
+	var (
+		failed []error
+		links  []watchLink
+	)
 	for r := 1; r < l.peers; r++ {
 		m := members[r]
 		payload, err := encodeOthers(nil, column(local, members, r), r)
@@ -457,10 +475,21 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 			failed = append(failed, ioError(ctx, fmt.Sprintf("mesh listener: send table to rank %d", r), err))
 		}
 		m.watch.stop()
-		_ = m.conn.Close()
+		if mw == nil {
+			_ = m.conn.Close()
+			continue
+		}
+		raw, _ := watchable(m.conn) // checked by greet
+		_ = m.conn.SetDeadline(time.Time{})
+		links = append(links, watchLink{rank: r, conn: m.conn, raw: raw, session: m.session})
 	}
 	if len(failed) > 0 {
+		endLinks(links, "the mesh listener failed")
 		return nil, errors.Join(failed...)
+	}
+	if mw != nil {
+		watched = true
+		mw.start(links)
 	}
 	return column(local, members, 0), nil
 }
@@ -511,6 +540,11 @@ func (l *MeshListener) greet(ctx context.Context, conn net.Conn, t *admit.Ticket
 	}
 	if !l.opts.keyed() && !confined(conn) {
 		return reject(fmt.Errorf("a connection from another host to a mesh without a key: %w", ErrKeyRequired))
+	}
+	if l.opts.Watch != nil {
+		if _, err := watchable(conn); err != nil {
+			return reject(err)
+		}
 	}
 	s, err := acceptAuth(conn, l.opts.Security, purposeMesh)
 	if err != nil {
@@ -576,6 +610,12 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	mw, watched := opts.Watch, false
+	release, err := claimWatch(mw, op, &watched)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
@@ -583,7 +623,18 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	defer conn.Close()
+	dialed := conn
+	defer func() {
+		if !watched {
+			_ = dialed.Close()
+		}
+	}()
+	var sock net.Conn // what the watch looks at
+	if mw != nil {
+		if sock, err = watchable(conn); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
 	if !opts.keyed() && !confined(conn) {
 		return nil, fmt.Errorf("%s: no key, and the listener at %v is not on this host (set a key): %w", op, conn.RemoteAddr(), ErrKeyRequired)
 	}
@@ -634,6 +685,12 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 		}
 		remote[j] = list[k]
 		k++
+	}
+	if mw != nil {
+		w.stop()
+		_ = conn.SetDeadline(time.Time{})
+		watched = true
+		mw.start([]watchLink{{rank: 0, conn: conn, raw: sock, session: s, toRank0: true}})
 	}
 	return remote, nil
 }
