@@ -24,7 +24,11 @@ import (
 // tells every other rank which one, and closes their connections: the
 // mesh ends as a whole, as a parallel job's ranks do when one fails.
 // Every rank then sees it within about two Intervals, rank 0 included,
-// as long as rank 0 lives; when rank 0 is gone the dialers see that.
+// as long as rank 0 lives; when rank 0 is gone the dialers see that. A
+// rank whose host vanishes without closing its connections (power lost,
+// the network cut) is seen once TCP keepalive gives up on the
+// connection: about 2.5 minutes with Go's defaults (15 s idle, then 9
+// probes 15 s apart).
 //
 // Context derives a context that ends then, whose cause matches
 // ErrPeerGone and names the rank; give it to the waits that would
