@@ -193,3 +193,29 @@ func TestReportedQueueLimitsAreTaken(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryGIDsOfAMissingPort: the GID table of a port the device does not
+// have is refused through the hardware provider as on the software HCA,
+// not returned empty.
+func TestQueryGIDsOfAMissingPort(t *testing.T) {
+	for _, p := range []string{ctx.ProviderHardware, ctx.ProviderSoftware} {
+		t.Run(p, func(t *testing.T) {
+			c, err := ctx.Open(ctx.Options{Provider: p, Device: "sim0"})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, c.Close()) }()
+			a, err := c.Query()
+			require.NoError(t, err)
+			gids, err := c.QueryGIDs(1)
+			require.NoError(t, err)
+			require.NotEmpty(t, gids)
+			for _, port := range []uint8{0, a.PhysPortCount + 1, 255} {
+				gids, err := c.QueryGIDs(port)
+				require.ErrorIs(t, err, ctx.ErrInvalidArgument, "port %d", port)
+				require.Nil(t, gids)
+				if p == ctx.ProviderHardware {
+					require.ErrorIs(t, err, syscall.EINVAL, "port %d", port)
+				}
+			}
+		})
+	}
+}
