@@ -17,11 +17,18 @@ import (
 
 // Limits of the model, reported by Query.
 const (
-	maxSQDescSize  = 1024 // largest send WQE in bytes (16 WQEBBs), as a ConnectX reports
-	maxSendWQEBB   = 1 << 15
-	maxRecvWR      = 1 << 15
-	maxSGE         = 16
-	maxCQE         = 1 << 22
+	maxSQDescSize = 1024 // largest send WQE in bytes (16 WQEBBs), as a ConnectX reports
+	maxSendWQEBB  = 1 << 15
+	maxRecvWR     = 1 << 15
+	maxSGE        = 16
+	// maxSRQSGE is max_srq_sge as mlx5_ib reports it, the data segments
+	// of a receive WQE less one: an SRQ WQE's next segment and its data
+	// segments fit the largest receive WQE (maxSGE data segments).
+	maxSRQSGE = maxSGE - 1
+	// maxCQE is max_cqe as mlx5_ib reports it, (1 << log_max_cq_sz) - 1:
+	// a CQ of that depth has a ring of 1 << log_max_cq_sz entries (one
+	// more than asked for, a power of two), the largest the device takes.
+	maxCQE         = 1<<22 - 1
 	maxMessageSize = 1 << 30
 	portMTU        = ctx.MTU4096
 	bfRegOffset    = 0x800 // BlueFlame buffers inside the UAR page
@@ -229,7 +236,7 @@ func (d *device) attr() ctx.DeviceAttr {
 		MaxQPInitRdAtomic: maxRdAtomic,
 		MaxSRQ:            1 << 16,
 		MaxSRQWR:          maxRecvWR - 1,
-		MaxSRQSGE:         maxSGE,
+		MaxSRQSGE:         maxSRQSGE,
 		MaxAH:             1 << 20,
 		MaxInline:         sqsize.LimitsOf(ctx.QPTypeRC, sendQueueDevice).MaxInline,
 		AtomicHCA:         true,

@@ -243,8 +243,8 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 	if cfg.Depth == 0 || cfg.Depth >= maxRecvWR {
 		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
 	}
-	if cfg.MaxSGE > maxSGE {
-		return nil, provider.Errorf(op, "max SGE %d: %w", cfg.MaxSGE, ctx.ErrInvalidArgument)
+	if cfg.MaxSGE > maxSRQSGE {
+		return nil, provider.Errorf(op, "max SGE %d above %d: %w", cfg.MaxSGE, maxSRQSGE, ctx.ErrInvalidArgument)
 	}
 	sge := max(cfg.MaxSGE, 1)
 	stride := roundPow2(max(32, prm.SRQNextSize+sge*prm.DataSize))

@@ -3,6 +3,7 @@
 package emulate_test
 
 import (
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -146,5 +147,75 @@ func TestHardwareProviderSendLimitsUnderEmulation(t *testing.T) {
 			require.NoError(t, err, "%v with %d bytes inline (limit %d)", typ, inline, lim.MaxInline)
 			require.NoError(t, qp.Close())
 		}
+	}
+}
+
+// TestReportedQueueLimitsAreTaken: a CQ of DeviceAttr.MaxCQE entries and
+// an SRQ of DeviceAttr.MaxSRQSGE scatter entries are created through
+// rdma-core on the emulated device as on the software HCA itself, and
+// one more is refused by both. mlx5_ib reports max_cqe as
+// (1 << log_max_cq_sz) - 1, since rdma-core rounds a CQ's entries up to a
+// power of two above the depth, and max_srq_sge as the data segments of a
+// receive WQE less one, since libmlx5 rounds an SRQ WQE (a next segment
+// and the data segments) up to a power of two.
+func TestReportedQueueLimitsAreTaken(t *testing.T) {
+	for _, p := range []string{ctx.ProviderHardware, ctx.ProviderSoftware} {
+		t.Run(p, func(t *testing.T) {
+			maps := emulate.MappingCount()
+			c, err := ctx.Open(ctx.Options{Provider: p, Device: "sim0"})
+			require.NoError(t, err)
+			defer func() {
+				// rdma-core closes the device once the queue memory
+				// is collected.
+				require.NoError(t, c.Close())
+				for deadline := time.Now().Add(10 * time.Second); emulate.MappingCount() != maps && time.Now().Before(deadline); {
+					runtime.GC()
+					time.Sleep(time.Millisecond)
+				}
+				require.Equal(t, maps, emulate.MappingCount(), "the device was closed")
+			}()
+			a, err := c.Query()
+			require.NoError(t, err)
+			pd, err := c.AllocProtectionDomain()
+			require.NoError(t, err)
+
+			cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: a.MaxCQE})
+			require.NoError(t, err, "a CQ of max_cqe %d entries", a.MaxCQE)
+			require.NoError(t, cq.Close())
+			_, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: a.MaxCQE + 1})
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "a CQ of max_cqe+1 entries")
+
+			srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 4, MaxSGE: a.MaxSRQSGE})
+			require.NoError(t, err, "an SRQ of max_srq_sge %d", a.MaxSRQSGE)
+			require.NoError(t, srq.Close())
+			_, err = pd.CreateSRQ(ctx.SRQConfig{Depth: 4, MaxSGE: a.MaxSRQSGE + 1})
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "an SRQ of max_srq_sge+1")
+		})
+	}
+}
+
+// TestQueryGIDsOfAMissingPort: the GID table of a port the device does not
+// have is refused through the hardware provider as on the software HCA,
+// not returned empty.
+func TestQueryGIDsOfAMissingPort(t *testing.T) {
+	for _, p := range []string{ctx.ProviderHardware, ctx.ProviderSoftware} {
+		t.Run(p, func(t *testing.T) {
+			c, err := ctx.Open(ctx.Options{Provider: p, Device: "sim0"})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, c.Close()) }()
+			a, err := c.Query()
+			require.NoError(t, err)
+			gids, err := c.QueryGIDs(1)
+			require.NoError(t, err)
+			require.NotEmpty(t, gids)
+			for _, port := range []uint8{0, a.PhysPortCount + 1, 255} {
+				gids, err := c.QueryGIDs(port)
+				require.ErrorIs(t, err, ctx.ErrInvalidArgument, "port %d", port)
+				require.Nil(t, gids)
+				if p == ctx.ProviderHardware {
+					require.ErrorIs(t, err, syscall.EINVAL, "port %d", port)
+				}
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"syscall"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -46,7 +47,8 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr ctx.AddressAttr) (*AddressH
 	}
 	var a C.struct_ibv_ah_attr
 	if err := fillAH(&a, attr, linkLayer(pa.link_layer)); err != nil {
-		return nil, &VerbError{Verb: verb, Detail: detail + ": " + err.Error(), Sentinel: ctx.ErrInvalidArgument}
+		// What mlx5_create_ah refuses with EINVAL.
+		return nil, &VerbError{Verb: verb, Detail: detail + ": " + err.Error(), Errno: syscall.EINVAL, Sentinel: ctx.ErrInvalidArgument}
 	}
 	ah, errno := C.ibv_create_ah(pd.pd, &a)
 	if ah == nil {

@@ -57,7 +57,9 @@ func (d *Device) CreateCompletionQueue(cfg CQConfig) (*CompletionQueue, error) {
 	}
 	defer d.mu.Unlock()
 	if n := uint32(d.c.num_comp_vectors); cfg.CompVector >= n {
-		return nil, &VerbError{Verb: verb, Detail: fmt.Sprintf("%s: completion vector %d of %d", detail, cfg.CompVector, n), Sentinel: ctx.ErrInvalidArgument}
+		// The uverbs core refuses it with EINVAL.
+		return nil, &VerbError{Verb: verb, Detail: fmt.Sprintf("%s: completion vector %d of %d", detail, cfg.CompVector, n),
+			Errno: syscall.EINVAL, Sentinel: ctx.ErrInvalidArgument}
 	}
 
 	cq := &CompletionQueue{d: d}

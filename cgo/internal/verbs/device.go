@@ -631,7 +631,13 @@ func (d *Device) queryGIDsOneByOne(ports int) ([]GIDTableEntry, error) {
 
 // QueryGIDs returns the valid GID table entries of a port, with their
 // types (InfiniBand, RoCE v1, RoCE v2), port and network device index.
+// A port the device does not have is refused with the EINVAL of
+// ibv_query_port (the kernel's rdma_is_port_valid, which refuses it in a
+// query of one GID too), not answered with an empty table.
 func (d *Device) QueryGIDs(port uint8) ([]ctx.GIDEntry, error) {
+	if _, err := d.QueryPort(port); err != nil {
+		return nil, err
+	}
 	all, err := d.QueryGIDTable()
 	if err != nil {
 		return nil, err

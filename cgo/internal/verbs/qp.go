@@ -231,7 +231,9 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 		p.ops = sqsize.KitOps(cfg.Type, dev.Atomics)
 		if dev.MaxSQDescSize != 0 {
 			if err := sqsize.Check(cfg.Type, cfg.Caps, dev); err != nil {
-				return nil, bad(limitMessage(err))
+				// What mlx5_calc_sq_size refuses, with its errno.
+				return nil, &VerbError{Verb: verb, Detail: fmt.Sprintf("%v QP: %s", cfg.Type, limitMessage(err)),
+					Errno: syscall.EINVAL, Sentinel: ctx.ErrInvalidArgument}
 			}
 		}
 		p.caps = sqsize.Request(cfg.Type, p.ops, cfg.Caps, dev)
