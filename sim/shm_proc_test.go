@@ -220,14 +220,17 @@ func (c *child) stats(t testing.TB) Stats {
 	return s
 }
 
+// line returns the child's next line. It waits up to a minute: a report
+// of the large-message tests hashes up to 1 GiB, which takes more than
+// ten seconds on a loaded two-core machine.
 func (c *child) line(t testing.TB) string {
 	t.Helper()
 	select {
 	case s, ok := <-c.lines:
 		require.True(t, ok, "the child ended")
 		return s
-	case <-time.After(10 * time.Second):
-		t.Fatal("no line from the child within 10s")
+	case <-time.After(time.Minute):
+		t.Fatal("no line from the child within a minute")
 		return ""
 	}
 }
