@@ -955,16 +955,18 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		f.mu.Lock()
 		f.stats.EngineSleeps++
 		f.mu.Unlock()
-		if f.shm != nil {
+		if f.shm != nil || f.tcp != nil {
 			// A peer's message wakes the engine at once; after a long
 			// idle period the engine sleeps longer (shmDeepSleep).
 			if idle == spins {
 				idleSince = time.Now()
 			}
-			f.shm.in.sleep(shmSleep(sleep, idleSince))
-		} else if f.tcp != nil {
-			// Bytes from a peer end the sleep.
-			f.tcp.sleep(f, sleep)
+			if f.shm != nil {
+				f.shm.in.sleep(shmSleep(sleep, idleSince))
+			} else {
+				// Bytes from a peer end the sleep.
+				f.tcp.sleep(f, shmSleep(sleep, idleSince))
+			}
 		} else {
 			t.Reset(sleep)
 			select {

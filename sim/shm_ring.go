@@ -463,9 +463,10 @@ func futexWake(addr *uint32) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, 1, 0, 0, 0)
 }
 
-// An engine of a shared fabric idle for shmDeepAfter sleeps shmDeepSleep at
-// a time: a peer's message still wakes it at once (futex), a doorbell of
-// its own process is seen within shmDeepSleep. Idle wake-ups cost tens of
+// An engine of a shared fabric or a TCP link idle for shmDeepAfter sleeps
+// shmDeepSleep at a time: a peer's message still wakes it at once (futex,
+// or the link's poll), a doorbell of its own process is seen within
+// shmDeepSleep. Idle wake-ups cost tens of
 // microseconds of scheduler work each; at IdleSleep's default an idle
 // process would spend several percent of a core.
 const (

@@ -585,3 +585,36 @@ func TestConnectingDCTDropsStreamsOfEarlierFabrics(t *testing.T) {
 	requireLiveStreams(t, ws, live, nLive, gen)
 	require.NotNil(t, ws.streams[d.qp.QPN()], "the live DCI's stream")
 }
+
+// TestLinkIdleCPU: the engines of two linked Fabrics with nothing to do
+// sleep shmDeepSleep at a time after shmDeepAfter, as a shared fabric's
+// do, rather than waking every IdleSleep; a message after the idle
+// period is still answered.
+func TestLinkIdleCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for a second")
+	}
+	e1, e2 := linkedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectTo(t, a, peerInfo{QPN: b.qp.QPN(), LID: lidOf(t, e2.c)}, 17, 7)
+	connectTo(t, b, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e1.c)}, 17, 7)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("wake")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	time.Sleep(2 * shmDeepAfter) // past the engines' short sleeps
+	s1, s2, t0 := e1.f.Stats().EngineSleeps, e2.f.Stats().EngineSleeps, time.Now()
+	time.Sleep(time.Second)
+	wall := time.Since(t0)
+	n1, n2 := e1.f.Stats().EngineSleeps-s1, e2.f.Stats().EngineSleeps-s2
+	t.Logf("idle engines slept %d and %d times in %v", n1, n2, wall)
+	// shmDeepSleep at a time is 250 sleeps a second; IdleSleep's 500 µs
+	// would be 2000.
+	most := uint64(wall / (2 * time.Millisecond))
+	require.Less(t, n1, most, "the listening end's engine wakes too often")
+	require.Less(t, n2, most, "the connecting end's engine wakes too often")
+	// Still awake: a message after the idle second is answered.
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("again")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+}

@@ -367,10 +367,11 @@ func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 	var loopErr error
 	pins, why := choosePins(c, 1)
 	note := pinned(pins[0], why, func() { loopErr = serveLoop(cfg, x) })
-	if loopErr != nil {
-		return loopErr
+	failed := loopErr
+	if failed == nil {
+		failed = x.verify(uint32(cfg.warmup + cfg.iters - 1))
 	}
-	if err := firstErr(x.verify(uint32(cfg.warmup+cfg.iters-1)), barrier(cfg, conn)); err != nil {
+	if err := firstErr(failed, barrier(cfg, conn, failed)); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "done%s\n", note)
@@ -400,13 +401,14 @@ func dial(cfg config, stdout io.Writer) error {
 	note := pinned(pins[0], why, func() {
 		loopErr = res.rtt.Measure(cfg.warmup, cfg.iters, x.ping)
 	})
-	if loopErr != nil {
-		return loopErr
+	failed := loopErr
+	if failed == nil {
+		failed = firstErr(x.drain(), x.verify(uint32(cfg.warmup+cfg.iters-1)))
 	}
-	res.ends = "client of " + conn.RemoteAddr().String() + note
-	if err := firstErr(x.drain(), x.verify(uint32(cfg.warmup+cfg.iters-1)), barrier(cfg, conn)); err != nil {
+	if err := firstErr(failed, barrier(cfg, conn, failed)); err != nil {
 		return err
 	}
+	res.ends = "client of " + conn.RemoteAddr().String() + note
 	return report(stdout, res, cfg.hist)
 }
 
@@ -427,10 +429,12 @@ func sameModel(c *ctx.Context, x *end, peer endpoint.Endpoint) error {
 	return perftool.SameModel(c, x.QP.QPN(), peer)
 }
 
-// barrier tells the peer this end is done and waits for the peer to say
-// the same.
-func barrier(cfg config, conn net.Conn) error {
-	return perftool.Sync(conn, cfg.timeout, nil)
+// barrier tells the peer whether this end is done (failed nil) or failed,
+// and waits for the peer to say the same: a peer still waiting for a
+// message then stops with perftool.ErrPeerFailed rather than find the
+// connection closed.
+func barrier(cfg config, conn net.Conn, failed error) error {
+	return perftool.Sync(conn, cfg.timeout, failed)
 }
 
 // report prints the header and the table.

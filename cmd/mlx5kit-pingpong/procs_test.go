@@ -127,3 +127,45 @@ func TestServerSeesClientKilled(t *testing.T) {
 	require.Regexp(t, `RETRY_EXC_ERR|the peer closed its connection: it exited or was killed`, server.Output())
 	t.Logf("server:\n%s", server.Output())
 }
+
+// TestServerSeesClientFailed: a client whose wait fails tells the server
+// so before it exits. The server is stopped until the client has failed
+// (with RETRY_EXC_ERR, or at its -timeout when no message was in flight)
+// and exited; resumed, the server stops with the peer's failure, not with
+// the closed connection of a peer that exited or was killed.
+func TestServerSeesClientFailed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	name := fmt.Sprintf("pingpong-failed-%d", os.Getpid())
+	t.Cleanup(func() {
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
+	env := []string{sim.EnvFabric + "=" + name}
+	scmd, sout := toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0", "-timeout", "1m")
+	server := toolproc.Watch(scmd, sout)
+	addr := server.ListenAddress(t, listenWait)
+	client, cout := toolProcess(t, env, "-provider", "sim", "-client", addr, "-iters", "1000000000", "-size", "8", "-timeout", "1s")
+	require.Eventually(t, func() bool { return strings.Contains(server.Output(), "answering") }, listenWait, 10*time.Millisecond,
+		"server:\n%s\nclient:\n%s", server.Output(), cout)
+	time.Sleep(200 * time.Millisecond) // well into the run
+	require.NoError(t, scmd.Process.Signal(syscall.SIGSTOP))
+	// The client fails within its -timeout, waits as long again for the
+	// stopped server's word and exits.
+	cerr := make(chan error, 1)
+	go func() { cerr <- client.Wait() }()
+	select {
+	case err := <-cerr:
+		require.Error(t, err, "client:\n%s", cout)
+	case <-time.After(20 * time.Second):
+		_ = scmd.Process.Signal(syscall.SIGCONT)
+		t.Fatalf("the client did not end while the server was stopped:\n%s", cout)
+	}
+	require.NoError(t, scmd.Process.Signal(syscall.SIGCONT))
+	require.Error(t, server.Wait(), "server:\n%s", server.Output())
+	require.Contains(t, server.Output(), perftool.ErrPeerFailed.Error(), "server:\n%s\nclient:\n%s", server.Output(), cout)
+	t.Logf("server:\n%s\nclient:\n%s", server.Output(), cout)
+}

@@ -545,13 +545,25 @@ func Sync(conn net.Conn, timeout time.Duration, failed error) error {
 		b[0] = statusFailed
 	}
 	if _, err := conn.Write(b[:]); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", err)
+		return fmt.Errorf("synchronize with the peer: %w", peerClosed(err))
 	}
 	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", err)
+		return fmt.Errorf("synchronize with the peer: %w", peerClosed(err))
 	}
 	if b[0] != statusOK {
 		return ErrPeerFailed
 	}
 	return nil
+}
+
+// peerClosed returns err, a read or write on the connection to the peer,
+// as endpoint.ErrPeerGone when the peer closed or reset the connection.
+func peerClosed(err error) error {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return endpoint.ErrPeerGone
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return fmt.Errorf("%w (%w)", endpoint.ErrPeerGone, err)
+	}
+	return err
 }

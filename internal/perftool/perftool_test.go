@@ -16,6 +16,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // TestAcceptDialSync: the client's parameters reach the server, and an
@@ -40,6 +41,26 @@ func TestAcceptDialSync(t *testing.T) {
 	require.ErrorIs(t, Sync(conn, time.Second, nil), ErrPeerFailed)
 	require.NoError(t, <-served, "the failed end hears from a fine one")
 	require.Equal(t, params{Magic: 7, Size: 300}, got)
+}
+
+// TestSyncPeerGone: Sync with a peer that closed its connection, before
+// or after reading this end's word, says the peer is gone
+// (endpoint.ErrPeerGone) rather than report a bare EOF.
+func TestSyncPeerGone(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		a, b := toolproc.TCPPair(t)
+		if read {
+			go func() {
+				_, _ = io.ReadFull(b, make([]byte, 1))
+				b.Close()
+			}()
+		} else {
+			b.Close()
+		}
+		err := Sync(a, 5*time.Second, nil)
+		require.ErrorIs(t, err, endpoint.ErrPeerGone, "peer closed after reading: %v", read)
+		require.Contains(t, err.Error(), "synchronize with the peer: the peer closed its connection")
+	}
 }
 
 // TestAcceptPerftestClient: a client that speaks perftest's exchange
