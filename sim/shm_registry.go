@@ -484,12 +484,17 @@ func (r *registry) release(name string, s int, gen uint64) {
 	r.removeUnused(name)
 }
 
-// removeUnused removes the registry file of the fabric name when no live
-// process holds a slot (registry locked): a process waiting for the lock
-// meanwhile opens the path again (lockRegistry).
+// removeUnused removes the registry file of the fabric name when no slot is
+// held (registry locked), called right after reap: a slot reap left held
+// keeps the registry even if its process has ended since, so that its ring
+// file is removed with its slot (by the next reap) rather than outlasting
+// the registry that names it. A process waiting for the lock meanwhile
+// opens the path again (lockRegistry).
 func (r *registry) removeUnused(name string) {
-	if r.liveSlot() >= 0 {
-		return
+	for s := 0; s < shmMaxSlots; s++ {
+		if r.gen(s) != 0 {
+			return
+		}
 	}
 	// Only the file this registry is: not one a process made at the
 	// path since (the path is never another file while this one is

@@ -513,6 +513,44 @@ func TestSharedRegistryRemovedByTheLastToLeave(t *testing.T) {
 	require.NoFileExists(t, p)
 }
 
+// TestSharedRegistryStaysWhileAReapedSlotIsHeld: a process found alive by a
+// reap and ended before the registry's removal is considered (two
+// processes under mlx5kit-emulate exiting together, one's sweeper running
+// as the other ends) keeps the registry, so that the next sweep removes its
+// ring file with its slot; its file is never left without a registry.
+func TestSharedRegistryStaysWhileAReapedSlotIsHeld(t *testing.T) {
+	name := testFabricName(t)
+	a, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	b, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	// endProcess makes a slot's process gone: its ring file's liveness
+	// lock dropped, its pid none.
+	endProcess := func(f *shmFabric) {
+		f.in.close()
+		atomic.StoreUint32(f.reg.u32(slotOff(f.slot)+slotPID), 0)
+	}
+	// a has exited; its sweeper reaps while b still runs, and b ends
+	// before the sweeper looks at the registry.
+	endProcess(a)
+	r := a.reg
+	r.lock()
+	r.reap(name)
+	require.NoFileExists(t, ringPath(name, a.slot), "a's ring file, reaped")
+	require.FileExists(t, ringPath(name, b.slot), "b's ring file, alive at the reap")
+	endProcess(b)
+	r.removeUnused(name)
+	r.unlock()
+	require.FileExists(t, registryPath(name), "the registry names b's slot, whose file is still there")
+
+	// b's sweeper.
+	require.NoError(t, SweepFabric(name))
+	require.NoFileExists(t, ringPath(name, b.slot))
+	require.NoFileExists(t, registryPath(name))
+	a.reg.close()
+	b.reg.close()
+}
+
 // openHere counts this process's descriptors open on the file at p.
 func openHere(p string) int {
 	fds, _ := os.ReadDir("/proc/self/fd")

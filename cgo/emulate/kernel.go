@@ -9,6 +9,9 @@ package emulate
 import "C"
 
 import (
+	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +69,11 @@ type kernel struct {
 	// calls counts the commands answered, by method or command name
 	// ("ioctl GET_CONTEXT", "write QUERY_DEVICE", "mmap UAR").
 	calls map[string]int
+	// notices is where the emulation says, once, what it does not
+	// emulate when a program reaches for it (standard error);
+	// rdmaCMNoted is set once it has said so of rdma_cm.
+	notices     io.Writer
+	rdmaCMNoted bool
 }
 
 // ufile is an open uverbs device node.
@@ -128,6 +136,7 @@ func newKernel(f *sim.Fabric, devs []sysfsDevice, backing string, cdev devNumber
 		events:   map[int]*eventFile{},
 		maps:     map[uintptr]*mapping{},
 		calls:    map[string]int{},
+		notices:  os.Stderr,
 	}
 }
 
@@ -180,6 +189,9 @@ func (k *kernel) lookup(path string) (string, syscall.Errno) {
 func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 	dev, en := k.device(path)
 	if en != 0 {
+		if path == devPrefix+"rdma_cm" {
+			k.noteRdmaCM()
+		}
 		return -1, en
 	}
 	if flags&unix.O_DIRECTORY != 0 {
@@ -204,6 +216,19 @@ func (k *kernel) open(path string, flags int) (int, syscall.Errno) {
 	k.mu.Unlock()
 	k.markFD(fd, fdUverbs)
 	return fd, 0
+}
+
+// noteRdmaCM says, once per process, that the node librdmacm opens is
+// absent (ENOENT, as on a host without the rdma_ucm module): the program's
+// own message ("rdma_create_event_channel failed") does not say why.
+func (k *kernel) noteRdmaCM() {
+	k.mu.Lock()
+	noted := k.rdmaCMNoted
+	k.rdmaCMNoted = true
+	k.mu.Unlock()
+	if !noted && k.notices != nil {
+		fmt.Fprintf(k.notices, "mlx5kit emulate: %srdma_cm: rdma_cm (librdmacm) is not emulated; use the program's TCP exchange (perftest without -R)\n", devPrefix)
+	}
 }
 
 // close closes a uverbs or event descriptor. Closing a uverbs descriptor

@@ -5,6 +5,7 @@ package emulate
 import (
 	"encoding/binary"
 	"math/rand"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -183,6 +184,24 @@ func TestKernelOpensOnlyItsNodes(t *testing.T) {
 	require.Equal(t, k.cdev, devNumber{unix.Major(st.Rdev), unix.Minor(st.Rdev)}, "fstat agrees with sysfs dev")
 	require.Zero(t, k.close(fd))
 	require.Equal(t, unix.EBADF, k.close(fd), "closed twice")
+}
+
+// TestKernelRdmaCMNotice: opening librdmacm's node is refused with ENOENT,
+// as on a host without rdma_ucm, and the emulation says once, on its
+// notices (standard error), that rdma_cm is not emulated; other absent
+// nodes are refused without a word.
+func TestKernelRdmaCMNotice(t *testing.T) {
+	k := testKernel(t, ctx.LinkLayerInfiniBand)
+	var notices strings.Builder
+	k.notices = &notices
+	_, en := k.open("/dev/infiniband/uverbs9", unix.O_RDWR)
+	require.Equal(t, unix.ENOENT, en)
+	require.Empty(t, notices.String())
+	for range 2 {
+		_, en := k.open("/dev/infiniband/rdma_cm", unix.O_RDWR|unix.O_CLOEXEC)
+		require.Equal(t, unix.ENOENT, en)
+	}
+	require.Equal(t, "mlx5kit emulate: /dev/infiniband/rdma_cm: rdma_cm (librdmacm) is not emulated; use the program's TCP exchange (perftest without -R)\n", notices.String())
 }
 
 func TestKernelGetContext(t *testing.T) {
