@@ -292,12 +292,14 @@ func reqCQE(q *qp, w *sendWQE, byteCnt uint32) [prm.CQE64Size]byte {
 	return b
 }
 
-// errCQE builds an error completion (struct mlx5_err_cqe).
-func errCQE(op prm.CQEOpcode, qpn uint32, wqeOp prm.Opcode, counter uint16, synd prm.Syndrome, vendor uint8, srqn uint32) [prm.CQE64Size]byte {
+// errCQE builds an error completion (struct mlx5_err_cqe), with the vendor
+// syndrome a ConnectX writes beside synd where it is known
+// (prm.VendorSyndromeOf).
+func errCQE(op prm.CQEOpcode, qpn uint32, wqeOp prm.Opcode, counter uint16, synd prm.Syndrome, srqn uint32) [prm.CQE64Size]byte {
 	var b [prm.CQE64Size]byte
 	p := unsafe.Pointer(&b)
 	prm.Store32(unsafe.Add(p, prm.ErrCQESRQN), srqn)
-	b[prm.ErrCQEVendorSyndrome] = vendor
+	b[prm.ErrCQEVendorSyndrome] = prm.VendorSyndromeOf(synd)
 	b[prm.ErrCQESyndrome] = uint8(synd)
 	prm.Store32(unsafe.Add(p, prm.ErrCQEWQEOpcodeQPN), uint32(wqeOp)<<prm.CQESendOpShift|qpn)
 	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), counter)

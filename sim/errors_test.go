@@ -17,6 +17,7 @@ func requireErr(t *testing.T, c cqe, op prm.CQEOpcode, s prm.Syndrome, counter u
 	t.Helper()
 	require.Equal(t, op, c.op, "CQE %+v", c)
 	require.Equal(t, s, c.synd, "syndrome %v", c.synd)
+	require.Equal(t, prm.VendorSyndromeOf(s), c.vendor, "vendor syndrome with %v", c.synd)
 	require.Equal(t, counter, c.counter)
 }
 
@@ -234,7 +235,9 @@ func TestTransportRetryExceeded(t *testing.T) {
 	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
 	i := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{1}))
 	e.run()
-	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeTransportRetryExc, i)
+	c := a.scq.one(t)
+	requireErr(t, c, prm.CQEReqErr, prm.SyndromeTransportRetryExc, i)
+	require.Equal(t, uint8(0x81), c.vendor, "a ConnectX's vendor syndrome of RETRY_EXC_ERR")
 	require.Equal(t, uint64(3), e.f.Stats().Retries, "first try plus retry_cnt retries")
 	require.GreaterOrEqual(t, e.f.Now(), 3*ctx.AckTimeoutDuration(10))
 }
@@ -266,6 +269,7 @@ func TestFlushExactlyOnce(t *testing.T) {
 	require.Len(t, rq, 5)
 	for i, c := range rq {
 		requireErr(t, c, prm.CQERespErr, prm.SyndromeWRFlush, uint16(i))
+		require.Equal(t, uint8(0xf9), c.vendor, "a ConnectX's vendor syndrome of a flush")
 	}
 	// Posting after the flush flushes the new WQEs, once.
 	j := a.post(prm.OpNop, 0, 0, 0)

@@ -90,7 +90,7 @@ func (f *Fabric) runQP(q *qp) bool {
 func (f *Fabric) finishSend(q *qp, w *sendWQE, o outcome) {
 	switch o.res {
 	case resultFail:
-		img := errCQE(prm.CQEReqErr, q.qpn, w.op, q.sqCI, o.synd, 0, 0)
+		img := errCQE(prm.CQEReqErr, q.qpn, w.op, q.sqCI, o.synd, 0)
 		q.sqCI += w.bbs
 		q.rnrCount, q.retryCount, q.blockedUntil, q.udWaitSince = 0, 0, 0, 0
 		f.qpErrorLocked(q, "error completion")
@@ -115,13 +115,13 @@ func (f *Fabric) flush(q *qp) bool {
 		op := prm.Opcode(prm.Load32(ctrl) & prm.CtrlOpcodeMask)
 		ds := int(prm.Load32(unsafe.Add(ctrl, prm.CtrlQPNDS)) & prm.CtrlDSMask)
 		bbs := min(max(uint16(prm.WQEBBs(ds)), 1), q.sqPending())
-		img := errCQE(prm.CQEReqErr, q.qpn, op, q.sqCI, prm.SyndromeWRFlush, 0, 0)
+		img := errCQE(prm.CQEReqErr, q.qpn, op, q.sqCI, prm.SyndromeWRFlush, 0)
 		q.sqCI += bbs
 		f.emitCQE(q.sendCQ, &img, nil, q)
 		progressed = true
 	}
 	for q.rqCnt > 0 && q.rqHead != q.rqCI {
-		img := errCQE(prm.CQERespErr, q.qpn, 0, q.rqCI, prm.SyndromeWRFlush, 0, 0)
+		img := errCQE(prm.CQERespErr, q.qpn, 0, q.rqCI, prm.SyndromeWRFlush, 0)
 		q.rqCI++
 		f.emitCQE(q.recvCQ, &img, nil, q)
 		progressed = true

@@ -254,7 +254,7 @@ func (f *Fabric) deliverUD(t *qp, p *udPacket) {
 	}
 	f.consumeRecv(t, r)
 	if s := f.scatterRecv(r, p.grh, prm.GRHSize, p.payload); s != 0 {
-		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(r))
+		img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, srqnOf(r))
 		f.qpErrorLocked(t, "receive error")
 		f.emitCQE(t.recvCQ, &img, nil, t)
 		return

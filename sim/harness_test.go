@@ -94,6 +94,7 @@ type cqe struct {
 	format    uint8
 	solicited bool
 	synd      prm.Syndrome
+	vendor    uint8 // vendor_err_synd of an error CQE
 	counter   uint16
 	qpn       uint32
 	sendOp    prm.Opcode
@@ -139,6 +140,7 @@ func (c *testCQ) poll() (cqe, bool) {
 	}
 	if x.op.IsError() {
 		x.synd = prm.Syndrome(b[prm.ErrCQESyndrome])
+		x.vendor = b[prm.ErrCQEVendorSyndrome]
 	}
 	switch x.format {
 	case prm.CQEFormatScatter32:

@@ -235,7 +235,7 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 // QP to the error state, and returns the syndrome of the requester's NAK.
 func (f *Fabric) recvFailed(t *qp, r *recvWQE, s prm.Syndrome) prm.Syndrome {
 	f.consumeRecv(t, r)
-	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, 0, srqnOf(r))
+	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, srqnOf(r))
 	if t.typ == ctx.QPTypeRC {
 		f.qpErrorLocked(t, "receive error")
 	}

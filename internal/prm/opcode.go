@@ -153,6 +153,28 @@ const (
 // on-demand-paging page fault (MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT).
 const VendorSyndromeODPPageFault = 0x93
 
+// The vendor_err_synd a ConnectX writes beside two syndromes. The PRM does
+// not publish the vendor syndromes; these two are the values mlx5 devices
+// report in the field (the kernel's and UCX's logs of error CQEs print
+// them: "synd 0x15 vend 0x81", "syndrome 0x5, vendor syndrome 0xf9").
+const (
+	VendorSyndromeTransportRetryExc = 0x81 // with SyndromeTransportRetryExc
+	VendorSyndromeWRFlush           = 0xf9 // with SyndromeWRFlush
+)
+
+// VendorSyndromeOf returns the vendor_err_synd the software HCA writes with
+// syndrome s: VendorSyndromeTransportRetryExc and VendorSyndromeWRFlush
+// with theirs, 0 with the others, whose values are not known.
+func VendorSyndromeOf(s Syndrome) uint8 {
+	switch s {
+	case SyndromeTransportRetryExc:
+		return VendorSyndromeTransportRetryExc
+	case SyndromeWRFlush:
+		return VendorSyndromeWRFlush
+	}
+	return 0
+}
+
 var syndromeNames = map[Syndrome]string{
 	SyndromeLocalLength:       "LOCAL_LENGTH_ERR",
 	SyndromeLocalQPOp:         "LOCAL_QP_OP_ERR",
