@@ -13,7 +13,9 @@ import (
 // connected to itself (a loopback, useful for uniform collectives). Rank 0
 // listens and the others dial it (package endpoint's mesh), each checking
 // the others' endpoints. Every rank proves it holds the mesh's key before
-// it learns anything (see endpoint.MeshOptions).
+// it learns anything (see endpoint.MeshOptions). An endpoint.MeshWatch in
+// the options is the caller's to close, after an error too: the endpoints
+// may have been swapped, and the watch filled, before Handshake failed.
 
 // AcceptMesh runs rank 0: it waits on l (from endpoint.ListenMesh, with
 // the mesh's key) for the other ranks, swaps endpoints and connects. l is

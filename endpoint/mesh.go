@@ -171,7 +171,10 @@ type MeshOptions struct {
 	// Watch, when set, keeps the exchange's connections open once the
 	// endpoints are swapped, to tell this rank when another is gone (see
 	// MeshWatch). A MeshWatch serves one exchange. Every rank's
-	// connection must then be a socket: one that is not is refused.
+	// connection must then be a socket: one that is not is refused. Every
+	// rank sets one, or none does: a rank without one closes its
+	// connection once the endpoints are swapped, which a watching rank 0
+	// sees as that rank gone, and a watching dialer as rank 0 gone.
 	Watch *MeshWatch
 }
 

@@ -14,7 +14,8 @@ import (
 
 // ErrPeerGone is the cause of a WatchConn context that the peer's end of
 // the connection ended: the peer closed or reset it, as the kernel does
-// for a process that exits or is killed.
+// for a process that exits or is killed. The contexts of a MeshWatch end
+// with an error matching it that names the rank gone.
 var ErrPeerGone = errors.New("the peer closed its connection: it exited or was killed")
 
 // WatchConn returns a context, derived from parent, that ends once the
