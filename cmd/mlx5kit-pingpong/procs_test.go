@@ -95,6 +95,19 @@ func TestServerClientLeaveTheFabric(t *testing.T) {
 	require.Empty(t, files())
 }
 
+// fabricEnv returns the environment of a test's two processes: a shared
+// fabric of their own, whose files are removed at the test's end.
+func fabricEnv(t *testing.T, test string) []string {
+	name := fmt.Sprintf("pingpong-%s-%d", test, os.Getpid())
+	t.Cleanup(func() {
+		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	})
+	return []string{sim.EnvFabric + "=" + name}
+}
+
 // TestServerSeesClientKilled: a -server whose client is killed with
 // SIGKILL in the middle of the run ends soon after with an error that says
 // so (RETRY_EXC_ERR where a reply was in flight, else the client's closed
@@ -103,14 +116,7 @@ func TestServerSeesClientKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two processes")
 	}
-	name := fmt.Sprintf("pingpong-killed-%d", os.Getpid())
-	t.Cleanup(func() {
-		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
-		for _, f := range files {
-			_ = os.Remove(f)
-		}
-	})
-	env := []string{sim.EnvFabric + "=" + name}
+	env := fabricEnv(t, "killed")
 	const timeout = time.Minute
 	server := toolproc.Watch(toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0", "-timeout", timeout.String()))
 	addr := server.ListenAddress(t, listenWait)
@@ -137,14 +143,7 @@ func TestServerSeesClientFailed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two processes")
 	}
-	name := fmt.Sprintf("pingpong-failed-%d", os.Getpid())
-	t.Cleanup(func() {
-		files, _ := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
-		for _, f := range files {
-			_ = os.Remove(f)
-		}
-	})
-	env := []string{sim.EnvFabric + "=" + name}
+	env := fabricEnv(t, "failed")
 	scmd, sout := toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0", "-timeout", "1m")
 	server := toolproc.Watch(scmd, sout)
 	addr := server.ListenAddress(t, listenWait)
