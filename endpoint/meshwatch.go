@@ -216,7 +216,10 @@ func (l watchLink) gone() error {
 	s, _ := connpeek.Peek(l.raw)
 	switch s {
 	case connpeek.Closed:
-		return fmt.Errorf("rank %d closed its connection: %w", l.rank, ErrPeerGone)
+		// A rank whose options have no MeshWatch closes its connection
+		// right after the exchange: the one case where the close is
+		// not the rank leaving.
+		return fmt.Errorf("rank %d closed its connection (or it joined without a MeshWatch, which every rank must set): %w", l.rank, ErrPeerGone)
 	case connpeek.Reset:
 		return fmt.Errorf("rank %d reset its connection: %w", l.rank, ErrPeerGone)
 	case connpeek.Data:

@@ -216,3 +216,26 @@ func TestMeshWatchRefusesUnwatchableConn(t *testing.T) {
 
 // pipeConn is a net.Conn that is not a socket.
 type pipeConn struct{ net.Conn }
+
+// A rank without a MeshWatch closes its connection after the exchange,
+// which a watching rank 0 cannot tell from the rank leaving: its watch
+// ends, and the cause says that this may be why.
+func TestMeshWatchRankWithoutWatch(t *testing.T) {
+	noLeak(t)
+	w := &MeshWatch{Interval: 10 * time.Millisecond}
+	defer w.Close()
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lo := testOpts
+	lo.Watch = w
+	l, err := ListenMesh(c, "127.0.0.1:0", 2, lo)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := DialMesh(c, l.Addr().String(), 1, meshLocal(2)[1], testOpts); done <- err }()
+	_, err = l.Exchange(c, meshLocal(2)[0])
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	err = waitGone(t, w, 0)
+	require.ErrorIs(t, err, ErrPeerGone)
+	require.ErrorContains(t, err, "rank 1 closed its connection (or it joined without a MeshWatch")
+}
