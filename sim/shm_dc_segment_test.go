@@ -127,7 +127,7 @@ func bigLocalOf(t *testing.T, e *env, size int) (*ctx.MemoryRegion, []byte, []by
 func TestSharedTwoProcessesDCBigMessages(t *testing.T) {
 	ch, e := dcBigPeer(t, bigSize)
 	mr, local, sentinel := bigLocal(t, e)
-	d := e.dciTo(e.pd, 16, 16, 7)
+	d := e.dciTo(e.pd, 16, bigTimeout, 7)
 	av := dcAV(dcBigKey, ch.info.QPN, ch.info.LID)
 	post := func(op prm.Opcode, segs ...[]byte) {
 		d.post(op, 0, prm.FlagCQUpdate, 0, append([][]byte{av}, segs...)...)
@@ -149,7 +149,7 @@ func TestSharedTwoProcessesDCMaxMessage(t *testing.T) {
 	const size = maxMessageSize
 	ch, e := dcBigPeer(t, size)
 	mr, local, sentinel := bigLocalOf(t, e, size)
-	d := e.dciTo(e.pd, 16, 16, 7)
+	d := e.dciTo(e.pd, 16, bigTimeout, 7)
 	av := dcAV(dcBigKey, ch.info.QPN, ch.info.LID)
 	fillBig(local, 5)
 	want := sha256.Sum256(local)
@@ -178,7 +178,7 @@ func TestSharedTwoProcessesDCWrongKey(t *testing.T) {
 	ch, e := dcBigPeer(t, bigSize)
 	mr, local, _ := bigLocal(t, e)
 	before := ch.dcReport(t)
-	d := e.dciTo(e.pd, 16, 16, 7)
+	d := e.dciTo(e.pd, 16, bigTimeout, 7)
 	bad := dcAV(dcBigKey+1, ch.info.QPN, ch.info.LID)
 	fillBig(local, 4)
 	const n = 4
@@ -204,7 +204,7 @@ func TestSharedTwoProcessesDCWrongKey(t *testing.T) {
 	require.Equal(t, []string{ctx.EventQPAccessError.String()}, r.Events, "one event for the message")
 
 	// The right key: written.
-	d2 := e.dciTo(e.pd, 16, 16, 7)
+	d2 := e.dciTo(e.pd, 16, bigTimeout, 7)
 	d2.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(dcBigKey, ch.info.QPN, ch.info.LID), raddrSeg(ch.info.Addr, ch.info.RKey), dataSeg(bigSize, mr.LKey(), uint64(mr.Addr())))
 	c = waitCQE(t, d2.scq, 30*time.Second)
 	require.Equal(t, prm.CQEReq, c.op, "%+v", c)

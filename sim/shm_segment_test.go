@@ -26,6 +26,12 @@ const (
 	bigSize  = 64 << 20
 	bigGuard = 1 << 20
 	bigSeed  = 77
+	// bigTimeout is the ACK timeout code of the requesters of big
+	// messages (4.3 s, eight tries): the tests are about sizes, and a
+	// child touching a GiB on a loaded machine stalls for seconds (2.1 s
+	// of code 16's eight tries ran out under a full test run beside
+	// others on two CPUs).
+	bigTimeout = 20
 )
 
 // fillBig fills b with a pseudo-random pattern of period 4093 bytes (a
@@ -109,7 +115,7 @@ func TestSharedTwoProcessesBigMessages(t *testing.T) {
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
 	mr, local, sentinel := bigLocal(t, e)
 	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectTo(t, a, ch.info, 14, 7)
+	connectTo(t, a, ch.info, bigTimeout, 7)
 	ch.send(t, peerInfo{QPN: a.qp.QPN(), LID: lidOf(t, e.c)})
 	post := func(op prm.Opcode, segs ...[]byte) { a.post(op, 0, prm.FlagCQUpdate, 0, segs...) }
 	bigMessages(t, a.scq, post, ch.info, mr, local, sentinel, func() bigReport {
