@@ -278,6 +278,85 @@ static void start(struct ibv_qp_ex *x, uint64_t wr_id, unsigned flags)
 #define REMOTE(e) ((e)->mem + 32768)
 #define RADDR(e, off) ((uint64_t)(uintptr_t)(REMOTE(e) + (off)))
 
+/* write_one posts one signaled RDMA WRITE of n bytes at local to the
+ * remote region at off, in a batch of its own, and takes its completion. */
+static void write_one(struct env *e, struct ibv_qp *qp, uint64_t wr_id, size_t off, uint8_t *local, uint32_t n)
+{
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	struct comp s;
+
+	start(x, wr_id, IBV_SEND_SIGNALED);
+	ibv_wr_rdma_write(x, e->mr->rkey, RADDR(e, off));
+	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)local, n);
+	complete(x);
+	poll_n(e, e->scq, &s, 1);
+	check_req(&s, wr_id, IBV_WC_RDMA_WRITE, qp);
+}
+
+/* complete_both ends a batch of one WR that completes on both sides and
+ * takes one completion from each CQ. */
+static void complete_both(struct env *e, struct ibv_qp_ex *x, struct comp *s, struct comp *r)
+{
+	complete(x);
+	poll_n(e, e->scq, s, 1);
+	poll_n(e, e->rcq, r, 1);
+}
+
+/* rdma_list posts one signaled RDMA WRITE, or READ, of an SGE list to the
+ * start of the remote region, and takes its completion into c. */
+static void rdma_list(struct env *e, struct ibv_qp *qp, uint64_t wr_id, int read, const struct ibv_sge *sg, size_t n,
+		      struct comp *c)
+{
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+
+	start(x, wr_id, IBV_SEND_SIGNALED);
+	if (read)
+		ibv_wr_rdma_read(x, e->mr->rkey, RADDR(e, 0));
+	else
+		ibv_wr_rdma_write(x, e->mr->rkey, RADDR(e, 0));
+	ibv_wr_set_sge_list(x, n, sg);
+	complete(x);
+	poll_n(e, e->scq, c, 1);
+	check_req(c, wr_id, read ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE, qp);
+}
+
+/* atomic_one posts one signaled compare-and-swap (cs) or fetch-and-add on
+ * the 8 bytes at the start of the remote region, which hold before, and
+ * checks the old value it returns and the remote value after. */
+static void atomic_one(struct env *e, struct ibv_qp *qp, uint64_t wr_id, int cs, uint64_t operand, uint64_t swap,
+		       uint64_t before, uint64_t after)
+{
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	uint8_t *lo = LOCAL(e), *re = REMOTE(e);
+	struct comp s;
+
+	guard(re, 8);
+	guard(lo, 8);
+	memcpy(re, &before, 8);
+	start(x, wr_id, IBV_SEND_SIGNALED);
+	if (cs)
+		ibv_wr_atomic_cmp_swp(x, e->mr->rkey, RADDR(e, 0), operand, swap);
+	else
+		ibv_wr_atomic_fetch_add(x, e->mr->rkey, RADDR(e, 0), operand);
+	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 8);
+	complete(x);
+	poll_n(e, e->scq, &s, 1);
+	check_req(&s, wr_id, cs ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD, qp);
+	CHECK(s.byte_len == 8, "atomic %" PRIu64 ": byte_len %u", wr_id, s.byte_len);
+	expect("atomic old value", lo, (uint8_t *)&before, 8);
+	expect("atomic remote value after", re, (uint8_t *)&after, 8);
+}
+
+/* untouched checks that the n bytes at dst, and 64 on either side, still
+ * hold the guard byte. */
+static void untouched(const char *what, const uint8_t *dst, size_t n)
+{
+	uint8_t want[4096];
+
+	memset(want, GUARD, n);
+	expect(what, dst, want, n);
+}
+
 /* rc_ops: every RC operation, one per batch, with SGEs, SGE lists and
  * inline data. */
 static void rc_ops(struct env *e)
@@ -299,12 +378,7 @@ static void rc_ops(struct env *e)
 	/* RDMA WRITE, one SGE. */
 	guard(re, 1000);
 	fill(lo, 1000, 1);
-	start(x, 1, IBV_SEND_SIGNALED);
-	ibv_wr_rdma_write(x, rkey, RADDR(e, 0));
-	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 1000);
-	complete(x);
-	poll_n(e, e->scq, s, 1);
-	check_req(&s[0], 1, IBV_WC_RDMA_WRITE, a);
+	write_one(e, a, 1, 0, lo, 1000);
 	expect("rdma_write sge", re, lo, 1000);
 	printf("rdma_write sge: checked\n");
 
@@ -322,12 +396,7 @@ static void rc_ops(struct env *e)
 		memcpy(want + 100, lo + 1000, 333);
 		want[433] = lo[2000];
 		guard(re, 434);
-		start(x, 2, IBV_SEND_SIGNALED);
-		ibv_wr_rdma_write(x, rkey, RADDR(e, 0));
-		ibv_wr_set_sge_list(x, 4, sg);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		check_req(&s[0], 2, IBV_WC_RDMA_WRITE, a);
+		rdma_list(e, a, 2, 0, sg, 4, s);
 		expect("rdma_write sge list", re, want, 434);
 		printf("rdma_write sge list: checked\n");
 	}
@@ -341,14 +410,11 @@ static void rc_ops(struct env *e)
 	start(x, 3, IBV_SEND_SIGNALED);
 	ibv_wr_rdma_write_imm(x, rkey, RADDR(e, 0), htobe32(0xdeadbeef));
 	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 300);
-	complete(x);
-	poll_n(e, e->scq, s, 1);
-	poll_n(e, e->rcq, r, 1);
+	complete_both(e, x, s, r);
 	check_req(&s[0], 3, IBV_WC_RDMA_WRITE, a);
 	check_resp(e, &r[0], 30, IBV_WC_RECV_RDMA_WITH_IMM, 300, 1, 0xdeadbeef, b, a);
 	expect("rdma_write_imm", re, lo, 300);
-	memset(want, GUARD, 64);
-	expect("rdma_write_imm receive buffer", re + 1024, want, 64);
+	untouched("rdma_write_imm receive buffer", re + 1024, 64);
 	printf("rdma_write_imm: checked\n");
 
 	/* RDMA READ into an SGE list. */
@@ -363,12 +429,7 @@ static void rc_ops(struct env *e)
 		guard(lo, 17);
 		guard(lo + 1024, 1000);
 		guard(lo + 4096, 7);
-		start(x, 4, IBV_SEND_SIGNALED);
-		ibv_wr_rdma_read(x, rkey, RADDR(e, 0));
-		ibv_wr_set_sge_list(x, 3, sg);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		check_req(&s[0], 4, IBV_WC_RDMA_READ, a);
+		rdma_list(e, a, 4, 1, sg, 3, s);
 		CHECK(s[0].byte_len == 1024, "rdma_read byte_len %u", s[0].byte_len);
 		expect("rdma_read sge 0", lo, re, 17);
 		expect("rdma_read sge 1", lo + 1024, re + 17, 1000);
@@ -382,41 +443,10 @@ static void rc_ops(struct env *e)
 	{
 		uint64_t v1 = 0x0101010101010101ULL, v2 = 0x0202020202020202ULL, v3 = 0x0303030303030303ULL;
 
-		guard(re, 8);
-		guard(lo, 8);
-		memcpy(re, &v1, 8);
-		start(x, 5, IBV_SEND_SIGNALED);
-		ibv_wr_atomic_cmp_swp(x, rkey, RADDR(e, 0), v1, v3);
-		ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 8);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		check_req(&s[0], 5, IBV_WC_COMP_SWAP, a);
-		CHECK(s[0].byte_len == 8, "cmp_swp byte_len %u", s[0].byte_len);
-		expect("cmp_swp old value", lo, (uint8_t *)&v1, 8);
-		expect("cmp_swp swapped", re, (uint8_t *)&v3, 8);
-
+		atomic_one(e, a, 5, 1, v1, v3, v1, v3);
 		/* No match: nothing changes, the old value comes back. */
-		guard(lo, 8);
-		start(x, 6, IBV_SEND_SIGNALED);
-		ibv_wr_atomic_cmp_swp(x, rkey, RADDR(e, 0), v1, v2);
-		ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 8);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		check_req(&s[0], 6, IBV_WC_COMP_SWAP, a);
-		expect("cmp_swp no match old value", lo, (uint8_t *)&v3, 8);
-		expect("cmp_swp no match", re, (uint8_t *)&v3, 8);
-
-		guard(lo, 8);
-		memcpy(re, &v1, 8);
-		start(x, 7, IBV_SEND_SIGNALED);
-		ibv_wr_atomic_fetch_add(x, rkey, RADDR(e, 0), v2);
-		ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 8);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		check_req(&s[0], 7, IBV_WC_FETCH_ADD, a);
-		CHECK(s[0].byte_len == 8, "fetch_add byte_len %u", s[0].byte_len);
-		expect("fetch_add old value", lo, (uint8_t *)&v1, 8);
-		expect("fetch_add sum", re, (uint8_t *)&v3, 8);
+		atomic_one(e, a, 6, 1, v1, v2, v3, v3);
+		atomic_one(e, a, 7, 0, v2, 0, v1, v3);
 		printf("atomics: checked\n");
 	}
 
@@ -441,9 +471,7 @@ static void rc_ops(struct env *e)
 		start(x, 8, IBV_SEND_SIGNALED);
 		ibv_wr_send(x);
 		ibv_wr_set_sge_list(x, 2, sg);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		poll_n(e, e->rcq, r, 1);
+		complete_both(e, x, s, r);
 		check_req(&s[0], 8, IBV_WC_SEND, a);
 		check_resp(e, &r[0], 80, IBV_WC_RECV, 200, 0, 0, b, a);
 		expect("send sge list, first receive SGE", re, want, 150);
@@ -456,9 +484,7 @@ static void rc_ops(struct env *e)
 		ibv_wr_send_imm(x, htobe32(0x01020304));
 		ibv_wr_set_inline_data(x, lo, 100);
 		memset(lo, 0, 100); /* inline: the data is in the WQE already */
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		poll_n(e, e->rcq, r, 1);
+		complete_both(e, x, s, r);
 		check_req(&s[0], 9, IBV_WC_SEND, a);
 		check_resp(e, &r[0], 90, IBV_WC_RECV, 100, 1, 0x01020304, b, a);
 		fill(want, 100, 9);
@@ -525,14 +551,8 @@ static void rc_ops(struct env *e)
 	ibv_wr_rdma_write(x, rkey, RADDR(e, 0));
 	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 64);
 	ibv_wr_abort(x);
-	start(x, 16, IBV_SEND_SIGNALED);
-	ibv_wr_rdma_write(x, rkey, RADDR(e, 512));
-	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo + 64, 64);
-	complete(x);
-	poll_n(e, e->scq, s, 1);
-	check_req(&s[0], 16, IBV_WC_RDMA_WRITE, a);
-	memset(want, GUARD, 64);
-	expect("aborted write", re, want, 64);
+	write_one(e, a, 16, 512, lo + 64, 64);
+	untouched("aborted write", re, 64);
 	expect("write after abort", re + 512, lo + 64, 64);
 	printf("abort: checked\n");
 
@@ -558,14 +578,8 @@ static void rc_ops(struct env *e)
 		ibv_wr_set_sge_list(x, 5, sg);
 		ret = ibv_wr_complete(x);
 		CHECK(ret == ENOMEM, "SGE list past the maximum: ibv_wr_complete %s", strerror(ret));
-		start(x, 19, IBV_SEND_SIGNALED);
-		ibv_wr_rdma_write(x, rkey, RADDR(e, 512));
-		ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo + 64, 64);
-		complete(x);
-		poll_n(e, e->scq, s, 1);
-		check_req(&s[0], 19, IBV_WC_RDMA_WRITE, a);
-		memset(want, GUARD, 64);
-		expect("refused batch", re, want, 64);
+		write_one(e, a, 19, 512, lo + 64, 64);
+		untouched("refused batch", re, 64);
 		printf("refused: checked\n");
 	}
 
@@ -734,22 +748,6 @@ static struct ibv_ah *make_ah(struct env *e)
 	return ah;
 }
 
-static void ud_ready(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr m = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
-	int ret;
-
-	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)))
-		FAIL("modify INIT: %s", strerror(ret));
-	memset(&m, 0, sizeof(m));
-	m.qp_state = IBV_QPS_RTR;
-	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE)))
-		FAIL("modify RTR: %s", strerror(ret));
-	m.qp_state = IBV_QPS_RTS;
-	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN)))
-		FAIL("modify RTS: %s", strerror(ret));
-}
-
 /* errors: a wrong rkey completes with IBV_WC_REM_ACCESS_ERR and flushes the
  * WR after it. */
 static void errors(struct env *e)
@@ -759,7 +757,6 @@ static void errors(struct env *e)
 	struct comp s[MAX_COMPS];
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;
-	uint8_t want[64];
 	uint8_t *lo = LOCAL(e), *re = REMOTE(e);
 
 	rc_pair(e, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ, 16, &a, &b);
@@ -781,9 +778,8 @@ static void errors(struct env *e)
 	CHECK(s[1].wr_id == 41 && s[1].status == IBV_WC_WR_FLUSH_ERR, "after it: wr %" PRIu64 " status %s",
 	      s[1].wr_id, ibv_wc_status_str(s[1].status));
 	CHECK(s[1].qp_num == a->qp_num, "flushed: qp_num %#x", s[1].qp_num);
-	memset(want, GUARD, 64);
-	expect("wrong rkey", re, want, 64);
-	expect("flushed", re + 512, want, 64);
+	untouched("wrong rkey", re, 64);
+	untouched("flushed", re + 512, 64);
 	if (ibv_query_qp(a, &qa, IBV_QP_STATE, &qi))
 		FAIL("ibv_query_qp");
 	CHECK(qa.qp_state == IBV_QPS_ERR, "requester state %d after the error", qa.qp_state);
@@ -802,8 +798,6 @@ static void unsupported(struct env *e)
 		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE,
 	};
 	struct ibv_qp *qp, *a, *b;
-	struct ibv_qp_ex *x;
-	struct comp s[MAX_COMPS];
 	uint8_t *lo = LOCAL(e), *re = REMOTE(e);
 
 	/* An operation the QP type does not have: refused at creation. */
@@ -823,17 +817,11 @@ static void unsupported(struct env *e)
 	/* One the QP type has but send_ops_flags left out: libmlx5 sets
 	 * every builder of the QP type, and the device executes it. */
 	rc_pair(e, IBV_QP_EX_WITH_SEND, 16, &a, &b);
-	x = ibv_qp_to_qp_ex(a);
 	fill(lo, 64, 30);
 	guard(re, 64);
-	start(x, 50, IBV_SEND_SIGNALED);
-	ibv_wr_rdma_write(x, e->mr->rkey, RADDR(e, 0));
-	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 64);
-	complete(x);
-	poll_n(e, e->scq, s, 1);
-	check_req(&s[0], 50, IBV_WC_RDMA_WRITE, a);
+	write_one(e, a, 50, 0, lo, 64);
 	expect("write outside send_ops_flags", re, lo, 64);
-	printf("RC SEND-only QP, RDMA_WRITE: %s\n", ibv_wc_status_str(s[0].status));
+	printf("RC SEND-only QP, RDMA_WRITE: checked\n");
 	if (ibv_destroy_qp(a) || ibv_destroy_qp(b))
 		FAIL("ibv_destroy_qp: %s", strerror(errno));
 }
@@ -891,8 +879,8 @@ int main(void)
 	/* UD, addressed with ibv_wr_set_ud_addr before or after the data. */
 	a = create_qp(&e, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 4, NULL);
 	b = create_qp(&e, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 4, NULL);
-	ud_ready(a);
-	ud_ready(b);
+	ready_ud(a, QKEY);
+	ready_ud(b, QKEY);
 	ah = make_ah(&e);
 	ring_wrap(&e, a, b, ah, "ud");
 	if (ibv_destroy_ah(ah) || ibv_destroy_qp(a) || ibv_destroy_qp(b))
