@@ -596,9 +596,27 @@ static unsigned wqe_bbs(unsigned head, unsigned len)
 	return (ds + 3) / 4;
 }
 
-/* ring_wrap: inline data (single buffers and lists), SGEs and several WRs
- * per batch through a small send ring, many times round, so that WQEs and
- * the inline data in them run past the end of the ring. */
+/* check_wqe checks that the WQE libmlx5 just built begins where this
+ * program's count of WQEBBs says, at index start, and takes bbs WQEBBs:
+ * the counts of WQEs across the ring's end are then right. */
+static void check_wqe(struct mlx5dv_qp *dv, unsigned start, unsigned bbs)
+{
+	const uint8_t *ctrl = (const uint8_t *)dv->sq.buf + (start % dv->sq.wqe_cnt) * 64;
+	uint32_t w0, w1;
+
+	memcpy(&w0, ctrl, 4);
+	memcpy(&w1, ctrl + 4, 4);
+	w0 = be32toh(w0);
+	w1 = be32toh(w1);
+	CHECK((w0 >> 8 & 0xffff) == (start & 0xffff), "WQE at %u says index %u", start, w0 >> 8 & 0xffff);
+	CHECK(((w1 & 0x3f) + 3) / 4 == bbs, "WQE at %u: ds %u, not %u WQEBBs", start, w1 & 0x3f, bbs);
+}
+
+/* ring_wrap: inline data (single buffers and lists), SGE lists and several
+ * WRs per batch through a small send ring, many times round, so that WQEs
+ * and the inline data in them run past the end of the ring, and (UD) the
+ * data of a WQE whose control and address segments fill the last WQEBB
+ * starts at the ring's start. */
 static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct ibv_ah *ah, const char *name)
 {
 	struct mlx5dv_qp dv;
@@ -608,7 +626,7 @@ static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct 
 	uint8_t want[MAX_INLINE * 4];
 	uint8_t *lo = LOCAL(e), *re = REMOTE(e);
 	int ud = a->qp_type == IBV_QPT_UD;
-	unsigned head = ud ? 64 : 16, cnt, pos = 0, crossing = 0, i, k;
+	unsigned head = ud ? 64 : 16, cnt, pos = 0, crossing = 0, at_start = 0, i, k;
 	unsigned rlen = ud ? GRH + MAX_INLINE : MAX_INLINE;
 
 	if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP))
@@ -621,16 +639,23 @@ static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct 
 
 		start(x, 0, 0);
 		for (k = 0; k < n; k++) {
-			unsigned bbs, data, end;
+			unsigned mode = (i + k) % 4, data, end, at = pos;
 
 			len[k] = 1 + (i * 53 + k * 97) % MAX_INLINE;
-			bbs = wqe_bbs(head, len[k]);
-			/* Where the inline data lies in the ring, in bytes. */
-			data = (pos % cnt) * 64 + head + 4;
-			end = data + len[k];
-			if (end > cnt * 64 && data < cnt * 64)
-				crossing++;
-			pos += bbs;
+			/* Where the data lies in the ring, in bytes (inline: after
+			 * its 4-byte header). */
+			data = (pos % cnt) * 64 + head;
+			if (data == cnt * 64)
+				at_start++;
+			if (mode == 3) {
+				/* Two data segments, the first empty for one byte. */
+				pos += (head / 16 + 1 + (len[k] > 1) + 3) / 4;
+			} else {
+				end = data + 4 + len[k];
+				if (end > cnt * 64 && data + 4 < cnt * 64)
+					crossing++;
+				pos += wqe_bbs(head, len[k]);
+			}
 			fill(lo + off, len[k], i * 3 + k);
 			post_recv1(e, b, i * 3 + k, re + k * 1024, rlen);
 			guard(re + k * 1024, len[k] + (ud ? GRH : 0));
@@ -642,8 +667,16 @@ static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct 
 				ibv_wr_send(x);
 			if (ud && k % 2)
 				ibv_wr_set_ud_addr(x, ah, b->qp_num, QKEY);
-			if ((i + k) % 3 == 0) {
+			if (mode == 0) {
 				ibv_wr_set_inline_data(x, lo + off, len[k]);
+			} else if (mode == 3) {
+				struct ibv_sge sg[2] = {
+					{ .addr = (uintptr_t)lo + off, .length = len[k] / 2, .lkey = e->mr->lkey },
+					{ .addr = (uintptr_t)lo + off + len[k] / 2, .length = len[k] - len[k] / 2,
+					  .lkey = e->mr->lkey },
+				};
+
+				ibv_wr_set_sge_list(x, 2, sg);
 			} else {
 				/* Three pieces, the first and last maybe empty. */
 				struct ibv_data_buf bl[3] = {
@@ -656,6 +689,7 @@ static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct 
 			}
 			if (ud && !(k % 2))
 				ibv_wr_set_ud_addr(x, ah, b->qp_num, QKEY);
+			check_wqe(&dv, at, pos - at);
 			off += len[k];
 		}
 		complete(x);
@@ -667,7 +701,7 @@ static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct 
 			check_req(&s[k], i * 3 + k, IBV_WC_SEND, a);
 			check_resp(e, &r[k], i * 3 + k, IBV_WC_RECV, len[k] + (ud ? GRH : 0), (i + k) % 2, i * 3 + k,
 				   b, a);
-			snprintf(what, sizeof(what), "%s inline send %u.%u", name, i, k);
+			snprintf(what, sizeof(what), "%s send %u.%u", name, i, k);
 			/* A UD receive starts with 40 bytes for the GRH: what
 			 * the device writes there on RoCE (the network header),
 			 * left as it was on InfiniBand without a GRH. */
@@ -681,8 +715,8 @@ static void ring_wrap(struct env *e, struct ibv_qp *a, struct ibv_qp *b, struct 
 		if (failures > 20)
 			FAIL("too many failures");
 	}
-	printf("%s ring: %u WQEBBs, %u times round, inline data across the end %u times\n", name, cnt, pos / cnt,
-	       crossing);
+	printf("%s ring: %u WQEBBs, %u times round, inline data across the end %u times, data at the ring start %u times\n",
+	       name, cnt, pos / cnt, crossing, at_start);
 }
 
 /* rc_inline_write: RDMA WRITEs of inline data through a small ring. */
@@ -702,7 +736,7 @@ static void rc_inline_write(struct env *e, struct ibv_qp *a)
 	/* A fresh QP: its first WQE at index 0. */
 	pos = 0;
 	for (i = 0; i < 6 * cnt; i++) {
-		unsigned len = 1 + (i * 71) % MAX_INLINE, data = (pos % cnt) * 64 + 32 + 4;
+		unsigned len = 1 + (i * 71) % MAX_INLINE, data = (pos % cnt) * 64 + 32 + 4, at = pos;
 		char what[64];
 
 		if (data + len > cnt * 64 && data < cnt * 64)
@@ -719,6 +753,7 @@ static void rc_inline_write(struct env *e, struct ibv_qp *a)
 
 			ibv_wr_set_inline_data_list(x, 2, bl);
 		}
+		check_wqe(&dv, at, pos - at);
 		complete(x);
 		poll_n(e, e->scq, s, 1);
 		check_req(&s[0], i, IBV_WC_RDMA_WRITE, a);
