@@ -22,8 +22,10 @@ import (
 // byte and every completion field, and prints a FAIL line for each that is
 // not what a ConnectX gives: a wrong rkey completes with
 // IBV_WC_REM_ACCESS_ERR and flushes the WR after it (on a CQ that stamps
-// its CQEs too), and every successful completion has a timestamp, over the
-// write ABI too (libibverbs creates the CQ with the legacy command there).
+// its CQEs too), a SEND longer than its receive completes with
+// IBV_WC_REM_INV_REQ_ERR and the receive with IBV_WC_LOC_LEN_ERR, and
+// every successful completion has a timestamp, over the write ABI too
+// (libibverbs creates the CQ with the legacy command there).
 func TestExtendedVerbsUnderPreload(t *testing.T) {
 	prog, lib := cProgram(t, "ext_verbs", "-lmlx5")
 
@@ -41,6 +43,7 @@ func TestExtendedVerbsUnderPreload(t *testing.T) {
 					// model's (docs/hardware.md, "Vendor syndromes").
 					"wrong rkey: remote access error (vendor_err ",
 					"), then Work Request Flushed Error (vendor_err 0xf9)\n",
+					"long send: remote invalid request error, short receive: local length error\n",
 					// libmlx5 refuses at creation an operation the QP
 					// type has not, and sets every builder the type has
 					// whatever send_ops_flags says.

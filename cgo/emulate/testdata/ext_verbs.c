@@ -784,12 +784,12 @@ static struct ibv_ah *make_ah(struct env *e)
 }
 
 /* errors: a wrong rkey completes with IBV_WC_REM_ACCESS_ERR and flushes the
- * WR after it. */
+ * WR after it; a SEND longer than the receive fails on both sides. */
 static void errors(struct env *e)
 {
 	struct ibv_qp *a, *b;
 	struct ibv_qp_ex *x;
-	struct comp s[MAX_COMPS];
+	struct comp s[MAX_COMPS], r[MAX_COMPS];
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;
 	uint8_t *lo = LOCAL(e), *re = REMOTE(e);
@@ -818,7 +818,27 @@ static void errors(struct env *e)
 	if (ibv_query_qp(a, &qa, IBV_QP_STATE, &qi))
 		FAIL("ibv_query_qp");
 	CHECK(qa.qp_state == IBV_QPS_ERR, "requester state %d after the error", qa.qp_state);
-	printf("wrong rkey: %s (vendor_err %#x), then %s (vendor_err %#x)\n", ibv_wc_status_str(s[0].status), s[0].vendor_err, ibv_wc_status_str(s[1].status), s[1].vendor_err);
+	printf("wrong rkey: %s (vendor_err %#x), then %s (vendor_err %#x)\n", ibv_wc_status_str(s[0].status),
+	       s[0].vendor_err, ibv_wc_status_str(s[1].status), s[1].vendor_err);
+	if (ibv_destroy_qp(a) || ibv_destroy_qp(b))
+		FAIL("ibv_destroy_qp: %s", strerror(errno));
+
+	/* A SEND longer than the receive: the responder's receive completes
+	 * with IBV_WC_LOC_LEN_ERR, the SEND with IBV_WC_REM_INV_REQ_ERR. */
+	rc_pair(e, IBV_QP_EX_WITH_SEND, 16, &a, &b);
+	x = ibv_qp_to_qp_ex(a);
+	post_recv1(e, b, 60, re, 50);
+	start(x, 61, IBV_SEND_SIGNALED);
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, e->mr->lkey, (uintptr_t)lo, 100);
+	complete_both(e, x, s, r);
+	CHECK(s[0].wr_id == 61 && s[0].status == IBV_WC_REM_INV_REQ_ERR && s[0].qp_num == a->qp_num,
+	      "long send: wr %" PRIu64 " status %s qp_num %#x", s[0].wr_id, ibv_wc_status_str(s[0].status),
+	      s[0].qp_num);
+	CHECK(r[0].wr_id == 60 && r[0].status == IBV_WC_LOC_LEN_ERR && r[0].qp_num == b->qp_num,
+	      "short receive: wr %" PRIu64 " status %s qp_num %#x", r[0].wr_id, ibv_wc_status_str(r[0].status),
+	      r[0].qp_num);
+	printf("long send: %s, short receive: %s\n", ibv_wc_status_str(s[0].status), ibv_wc_status_str(r[0].status));
 	if (ibv_destroy_qp(a) || ibv_destroy_qp(b))
 		FAIL("ibv_destroy_qp: %s", strerror(errno));
 }
