@@ -5,12 +5,13 @@
  * (every RC operation, SGE lists, inline data and inline data lists whose
  * WQEs run past the end of the send ring, several WRs in one
  * ibv_wr_start/ibv_wr_complete, ibv_wr_abort, the rollback after a WR
- * libmlx5 refuses, UD with ibv_wr_set_ud_addr), and CQs created with
- * ibv_create_cq_ex and read with ibv_start_poll/ibv_next_poll/ibv_end_poll
- * and the ibv_wc_read_* accessors. Every destination is compared byte for
- * byte, with guard bytes around it, and every completion field against
- * what a ConnectX gives. Each check that fails prints a line starting with
- * "FAIL"; the program ends with "failures N" and "done".
+ * libmlx5 refuses, UD with ibv_wr_set_ud_addr, a wrong rkey, a SEND past
+ * the end of its receive, operations outside send_ops_flags), and CQs
+ * created with ibv_create_cq_ex and read with ibv_start_poll/ibv_next_poll/
+ * ibv_end_poll and the ibv_wc_read_* accessors. Every destination is
+ * compared byte for byte, with guard bytes around it, and every completion
+ * field against what a ConnectX gives. Each check that fails prints a line
+ * starting with "FAIL"; the program ends with "failures N" and "done".
  */
 #include <inttypes.h>
 #include <time.h>
