@@ -228,4 +228,17 @@ func TestCompletionTimestamps(t *testing.T) {
 		require.False(t, at.After(after.Add(res)), "timestamp %d at %v, after the run ended at %v", i, at, after)
 	}
 	require.Greater(t, stamps[len(stamps)-1], stamps[0], "the clock moved")
+
+	// An error completion has its syndrome, and no timestamp: an error CQE
+	// holds its syndromes where the timestamp would be.
+	write(t, x, 99, wqebuilder.Signaled, e.RKey(1)^0x5a5a00, true)
+	var got transport.Completion
+	deadline := time.Now().Add(10 * time.Second)
+	for x.p[0].Poll(1, func(c *transport.Completion) { got = *c }) == 0 {
+		require.True(t, time.Now().Before(deadline), "no completion")
+		time.Sleep(10 * time.Microsecond)
+	}
+	require.Equal(t, transport.MatchError, got.Match, "%+v", got)
+	require.Equal(t, prm.SyndromeRemoteAccess, got.Syndrome, "%+v", got)
+	require.Zero(t, got.Timestamp)
 }

@@ -93,7 +93,7 @@ func (f *Fabric) lookupCQ(cqn uint32) (simadopt.CQInfo, bool) {
 	if !ok || c.closed {
 		return simadopt.CQInfo{}, false
 	}
-	return simadopt.CQInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db}, true
+	return simadopt.CQInfo{CQN: c.cqn, Ring: c.ring, Count: c.cnt, CQESize: c.size, DBRec: c.db, Timestamps: c.timestamps}, true
 }
 
 // adoptQueuePair creates a queue pair of pd (a protection domain of the

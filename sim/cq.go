@@ -214,7 +214,9 @@ func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp
 	le.PutUint64(dst[40:], le.Uint64(img[40:]))
 	le.PutUint64(dst[48:], le.Uint64(img[48:]))
 	le.PutUint32(dst[56:], le.Uint32(img[56:]))
-	if c.timestamps {
+	// An error CQE has no timestamp: its bytes 52..55 are the syndromes
+	// (hw_err_synd, hw_synd_type, vendor_err_synd, syndrome).
+	if c.timestamps && !prm.OpOwnOpcode(img[prm.CQEOpOwn]).IsError() {
 		f.stamp(dst)
 	}
 	if scatter != nil {

@@ -461,3 +461,26 @@ func TestOpenUnknownDeviceNamesTheDevices(t *testing.T) {
 	require.ErrorContains(t, err, `"mlx5_0"`)
 	require.ErrorContains(t, err, "the software HCA has sim0, sim1")
 }
+
+// TestErrorCQEsOnTimestampedCQ: on a CQ created with Timestamps, an error
+// CQE still carries its syndromes. They sit where a successful CQE has the
+// timestamp (bytes 52..55 of struct mlx5_err_cqe), so stamping an error CQE
+// would overwrite them, and rdma-core would report IBV_WC_GENERAL_ERR for a
+// remote access error and for the flush after it.
+func TestErrorCQEsOnTimestampedCQ(t *testing.T) {
+	e := newEnv(t, Options{})
+	a, _ := e.rcPair(qpOpts{timestamps: true})
+	i0 := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{1}))
+	i1 := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(64), 0x7777), inlineSeg([]byte{2}))
+	i2 := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(128), e.mr2.RKey()), inlineSeg([]byte{3}))
+	e.run()
+	got := a.scq.drain()
+	require.Len(t, got, 3, "CQEs: %+v", got)
+	require.Equal(t, prm.CQEReq, got[0].op)
+	require.Equal(t, i0, got[0].counter)
+	requireErr(t, got[1], prm.CQEReqErr, prm.SyndromeRemoteAccess, i1)
+	requireErr(t, got[2], prm.CQEReqErr, prm.SyndromeWRFlush, i2)
+	require.Equal(t, []byte{1, 0}, e.mem2(0, 2), "the write before the error landed")
+	require.Equal(t, []byte{0, 0}, e.mem2(64, 2))
+	require.Equal(t, []byte{0, 0}, e.mem2(128, 2), "the flushed write did not")
+}

@@ -110,7 +110,12 @@ type cqe struct {
 
 func (e *env) newCQ(c *ctx.Context, depth uint32, size uint32) *testCQ {
 	e.t.Helper()
-	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: depth, CQESize: size})
+	return e.newCQConfig(c, ctx.CompletionQueueConfig{Depth: depth, CQESize: size})
+}
+
+func (e *env) newCQConfig(c *ctx.Context, cfg ctx.CompletionQueueConfig) *testCQ {
+	e.t.Helper()
+	cq, err := c.CreateCompletionQueue(cfg)
 	require.NoError(e.t, err)
 	return &testCQ{cq: cq, d: provider.CQDescriptor(cq)}
 }
@@ -211,6 +216,7 @@ type qpOpts struct {
 	scatterToCQE bool
 	cqeSize      uint32
 	cqDepth      uint32
+	timestamps   bool // CQs with ctx.CompletionQueueConfig.Timestamps
 }
 
 func (e *env) newQP(pd *ctx.ProtectionDomain, o qpOpts) *testQP {
@@ -234,8 +240,9 @@ func (e *env) newQP(pd *ctx.ProtectionDomain, o qpOpts) *testQP {
 		o.cqDepth = 256
 	}
 	c := pd.Context()
-	scq := e.newCQ(c, o.cqDepth, o.cqeSize)
-	rcq := e.newCQ(c, o.cqDepth, o.cqeSize)
+	cqCfg := ctx.CompletionQueueConfig{Depth: o.cqDepth, CQESize: o.cqeSize, Timestamps: o.timestamps}
+	scq := e.newCQConfig(c, cqCfg)
+	rcq := e.newCQConfig(c, cqCfg)
 	cfg := ctx.QueuePairConfig{Type: o.typ, SendCQ: scq.cq, RecvCQ: rcq.cq, DCKey: o.dcKey, ScatterToCQE: o.scatterToCQE,
 		Caps: ctx.QueuePairCaps{SendDepth: o.sendDepth, RecvDepth: o.recvDepth, MaxSendSGE: o.sendSGE, MaxRecvSGE: o.recvSGE, MaxInline: o.inline}}
 	if o.srq != nil {

@@ -350,10 +350,15 @@ func (p *Poller) countPoll(n int) {
 	}
 }
 
-// count reads the timestamp of a completion and counts it, as asked.
+// count reads the timestamp of a completion and counts it, as asked. An
+// error CQE has no timestamp (its syndromes are where the timestamp would
+// be), so an error completion's stays 0.
 func (p *Poller) count(q *Queue, c *monocq.CQE, wc *Completion) {
 	if p.stamps {
-		wc.Timestamp = c.Timestamp()
+		wc.Timestamp = 0
+		if wc.Match != MatchError {
+			wc.Timestamp = c.Timestamp()
+		}
 	}
 	if q != nil && q.counts != nil {
 		q.counts.count(wc)

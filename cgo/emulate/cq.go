@@ -198,10 +198,15 @@ func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
 	}
+	// The legacy command has no flags: a ConnectX stamps every CQE, and
+	// libibverbs sends this command for a CQ asked to stamp (ibv_create_cq_ex
+	// with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) when the provider says the
+	// kernel ignores the flag (CREATE_CQ_CMD_FLAGS_TS_IGNORED_EX, which
+	// libmlx5 passes). So a CQ from this door stamps its CQEs.
 	h, cqe, cqn, en := k.createCQ(f, cqRequest{
 		cqe: uint64(req.cqe), compVector: uint64(req.comp_vector), channel: int(req.comp_channel),
-		userHandle: uint64(req.user_handle),
-		vendor:     c.udataIn,
+		userHandle: uint64(req.user_handle), flags: cqFlagTimestamp,
+		vendor: c.udataIn,
 	})
 	if en != 0 {
 		return en

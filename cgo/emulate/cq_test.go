@@ -92,6 +92,10 @@ func TestKernelCompletionQueues(t *testing.T) {
 	require.Equal(t, unsafe.Pointer(&ring[0]), info.Ring)
 	require.Equal(t, unsafe.Pointer(&db[0]), info.DBRec)
 	require.Equal(t, uint32(64), info.Count)
+	// The legacy command has no flags; libibverbs sends it for a CQ asked
+	// to stamp its CQEs when libmlx5 says the kernel ignores the flag (a
+	// ConnectX stamps every CQE).
+	require.True(t, info.Timestamps, "a CQ from the write command stamps")
 
 	// cqe is rounded up to a power of two above it.
 	_, small := cqMemory(t, 64, 64)

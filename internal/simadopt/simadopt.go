@@ -160,6 +160,8 @@ type CQInfo struct {
 	Count   uint32
 	CQESize uint32
 	DBRec   unsafe.Pointer
+	// Timestamps: the model writes its clock into the CQ's CQEs.
+	Timestamps bool
 }
 
 // SRQInfo is what the model knows of a shared receive queue.

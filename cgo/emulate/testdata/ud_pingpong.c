@@ -24,21 +24,10 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-	struct ibv_qp_attr m = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
-	int ret;
 
 	if (!qp)
 		FAIL("ibv_create_qp: %s", strerror(errno));
-	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)))
-		FAIL("modify INIT: %s", strerror(ret));
-	memset(&m, 0, sizeof(m));
-	m.qp_state = IBV_QPS_RTR;
-	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE)))
-		FAIL("modify RTR: %s", strerror(ret));
-	m.qp_state = IBV_QPS_RTS;
-	m.sq_psn = 0;
-	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN)))
-		FAIL("modify RTS: %s", strerror(ret));
+	ready_ud(qp, QKEY);
 	return qp;
 }
 

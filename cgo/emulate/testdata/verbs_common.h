@@ -2,7 +2,8 @@
  * What the test programs of this directory share: failing loudly, opening
  * the first device with its port 1 attributes and GID 0, and connecting an
  * RC QP to a peer of the same port (RESET to RTS with the attributes
- * ibv_rc_pingpong sends). Each program includes it once.
+ * ibv_rc_pingpong sends), and bringing a UD QP to RTS. Each program
+ * includes it once.
  */
 #ifndef MLX5KIT_EMULATE_TESTDATA_VERBS_COMMON_H
 #define MLX5KIT_EMULATE_TESTDATA_VERBS_COMMON_H
@@ -78,6 +79,23 @@ static inline void connect_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_
 	a.max_rd_atomic = 1;
 	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+		FAIL("modify RTS: %s", strerror(ret));
+}
+
+/* ready_ud moves a UD QP from RESET to RTS on port 1 with the Q_Key given. */
+static inline void ready_ud(struct ibv_qp *qp, uint32_t qkey)
+{
+	struct ibv_qp_attr m = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = qkey };
+	int ret;
+
+	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)))
+		FAIL("modify INIT: %s", strerror(ret));
+	memset(&m, 0, sizeof(m));
+	m.qp_state = IBV_QPS_RTR;
+	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE)))
+		FAIL("modify RTR: %s", strerror(ret));
+	m.qp_state = IBV_QPS_RTS;
+	if ((ret = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN)))
 		FAIL("modify RTS: %s", strerror(ret));
 }
 
