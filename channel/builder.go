@@ -182,6 +182,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.links[i].qp = qp
+			c.watchClose(qp.Handle())
 			if err := c.poller.Add(qp); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
@@ -194,6 +195,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+		c.watchClose(c.dci.Handle())
 		if err := c.poller.Add(c.dci); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
@@ -216,6 +218,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.links[i].dct, c.links[i].srq = dct, srq
+			c.watchClose(dct.Handle())
 			if err := c.poller.Add(dct); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
