@@ -13,6 +13,25 @@ import (
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
+// notifierOnSim opens a device of a new software HCA in Engine mode and
+// returns it with a CQ that has an event channel, the CQ's Poller and a
+// Notifier over it; the device and its fabric close when the test ends.
+func notifierOnSim(t *testing.T) (*ctx.Context, *ctx.CompletionQueue, *transport.Poller, *completion.Notifier) {
+	t.Helper()
+	f := sim.New(sim.Options{Mode: sim.Engine})
+	t.Cleanup(func() { _ = f.Close() })
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+	require.NoError(t, err)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	n, err := completion.NewNotifier(cq, p.CQ())
+	require.NoError(t, err)
+	return c, cq, p, n
+}
+
 // TestWaitEndsWhenCQCloses closes the completion queue (directly, or with
 // its Context) on another goroutine while the owner sleeps in Wait or in
 // the Completions iterator with a context that never ends, as a program
@@ -29,17 +48,7 @@ func TestWaitEndsWhenCQCloses(t *testing.T) {
 		{"CQ under Completions", func(_ *ctx.Context, cq *ctx.CompletionQueue) error { return cq.Close() }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := sim.New(sim.Options{Mode: sim.Engine})
-			t.Cleanup(func() { _ = f.Close() })
-			c, err := f.Open("sim0")
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Close() })
-			cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
-			require.NoError(t, err)
-			p, err := transport.NewPoller(cq)
-			require.NoError(t, err)
-			n, err := completion.NewNotifier(cq, p.CQ())
-			require.NoError(t, err)
+			c, cq, p, n := notifierOnSim(t)
 			defer n.Close()
 
 			done := make(chan error, 1)
@@ -74,17 +83,7 @@ func TestWaitEndsWhenCQCloses(t *testing.T) {
 // the notifier closed, not the descriptor's "use of closed file", and the
 // race detector must find nothing between Close and the sleeping Wait.
 func TestNotifierCloseEndsWait(t *testing.T) {
-	f := sim.New(sim.Options{Mode: sim.Engine})
-	t.Cleanup(func() { _ = f.Close() })
-	c, err := f.Open("sim0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
-	require.NoError(t, err)
-	p, err := transport.NewPoller(cq)
-	require.NoError(t, err)
-	n, err := completion.NewNotifier(cq, p.CQ())
-	require.NoError(t, err)
+	_, cq, _, n := notifierOnSim(t)
 
 	done := make(chan error, 1)
 	go func() { done <- n.Wait(context.Background()) }()
