@@ -61,14 +61,20 @@ type Options struct {
 
 	// OnEvent, when set, makes the connected channel watch its context's
 	// asynchronous events (through ctx.Context.EventRouter, which then
-	// consumes every event of the context): OnEvent is called, on the
-	// router's goroutine, with each event about the channel's queue pairs,
-	// SRQs or completion queue, its port, or the device. It must return
-	// promptly and must not call the channel, which is used by one
-	// goroutine at a time. An event that leaves the channel unable to
-	// complete its work (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, CQ_ERR,
-	// SRQ_ERR, PORT_ERR, DEVICE_FATAL, WQ_FATAL) also fails the channel at
-	// its next wait (blocking call, scope, Pending.Wait): the outstanding
+	// consumes every event of the context): OnEvent is called, one event
+	// at a time, with each event about the channel's queue pairs, SRQs or
+	// completion queue, its port, or the device. It usually runs on the
+	// router's goroutine, but also on the goroutine of any caller of
+	// EventRouter.Flush: a channel of the same Context whose work failed
+	// reads the events the device holds that way, inside its blocking
+	// call, scope, Pending.Wait or Pending.Poll, so OnEvent may run on
+	// that channel's owner goroutine, this channel's included. It must
+	// return promptly, never waiting for a channel's owner (a send on a
+	// Go channel must not block: make it buffered, or select with a
+	// default), and must not call the channel. An event that leaves the
+	// channel unable to complete its work (QP_FATAL, QP_REQ_ERR,
+	// QP_ACCESS_ERR, CQ_ERR, SRQ_ERR, PORT_ERR, DEVICE_FATAL, WQ_FATAL)
+	// also fails the channel at its next wait (blocking call, scope, Pending.Wait): the outstanding
 	// work is flushed as Fail does and the wait returns an error that
 	// names the event (*EventError, wrapping ErrAsyncEvent) and wraps
 	// ErrFailed. Err reports the event from then on. Reestablish builds
@@ -182,6 +188,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.links[i].qp = qp
+			c.watchClose(qp.Handle())
 			if err := c.poller.Add(qp); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
@@ -194,6 +201,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+		c.watchClose(c.dci.Handle())
 		if err := c.poller.Add(c.dci); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
@@ -216,6 +224,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.links[i].dct, c.links[i].srq = dct, srq
+			c.watchClose(dct.Handle())
 			if err := c.poller.Add(dct); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}

@@ -64,7 +64,9 @@ func (p *Prepared) Close() error { return p.m.Close() }
 // Poll, Fail, Close, …; see MultiChannel). Its requests' Peer field and the
 // peer argument of Remote, RemoteRegion and QP are 0 (the only peer).
 //
-// A Channel is used by one goroutine at a time.
+// A Channel is used by one goroutine at a time, Close included; its
+// Context, protection domain or queue pair may be closed from any
+// goroutine, which ends the owner's waits (see MultiChannel).
 type Channel struct {
 	*MultiChannel
 }

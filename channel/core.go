@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/completion"
@@ -13,6 +14,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -96,6 +98,14 @@ type core struct {
 	cq     *ctx.CompletionQueue
 	srqs   []*transport.SharedReceiveQueue
 	closed bool
+	// under is set, on whichever goroutine closes it, when a queue pair
+	// of the channel closes, directly or with a parent (its CQ, PD or
+	// Context), which ctx allows from any goroutine while the owner
+	// waits: the work outstanding on it will never complete. The owner
+	// then closes the channel where a wait finds nothing to poll (see
+	// shut); closedUnder records that it did.
+	under       atomic.Bool
+	closedUnder bool
 
 	// opts (defaults filled) and regions, the regions shared in the
 	// handshake, build the channel again (Reestablish); watch is its
@@ -128,7 +138,7 @@ func (c *core) postLink(peer int) *link {
 // badPeer is the error of a request postLink found no link for.
 func (c *core) badPeer(peer int, op Op) error {
 	if c.closed {
-		return &PeerError{Peer: peer, Op: op, Err: closedError{}}
+		return &PeerError{Peer: peer, Op: op, Err: closedError{under: c.closedUnder}}
 	}
 	if c.failed {
 		return &PeerError{Peer: peer, Op: op, Err: ErrFailed}
@@ -138,12 +148,36 @@ func (c *core) badPeer(peer int, op Op) error {
 
 // closedError is the cause of a request on a closed channel: it reads
 // "channel closed" and wraps ctx.ErrClosed, the error its closed queues
-// would give too.
-type closedError struct{}
+// would give too. under says that the channel closed because its queues
+// were closed under it (see shut).
+type closedError struct{ under bool }
 
-func (closedError) Error() string { return "channel closed" }
+func (e closedError) Error() string {
+	if e.under {
+		return "channel closed: its queue pairs were closed under it (directly, or with their CQ, PD or Context)"
+	}
+	return "channel closed"
+}
 
 func (closedError) Unwrap() error { return ctx.ErrClosed }
+
+// watchClose makes the close of qp, on any goroutine, set c.under.
+func (c *core) watchClose(qp *ctx.QueuePair) {
+	seam.OnClose(qp, func() { c.under.Store(true) })
+}
+
+// shut reports whether the channel is closed. When its queue pairs were
+// closed under it (c.under) it closes the rest of it first, on the
+// owner's goroutine: the work outstanding on a closed queue pair never
+// completes, so a wait for it would never end. It is called only where a
+// wait found nothing to poll, and by Pending.Poll for a request not done.
+func (c *core) shut() bool {
+	if !c.closed && c.under.Load() {
+		_ = c.close() // what is left: the other queues, the CQ, the Notifier
+		c.closedUnder = true
+	}
+	return c.closed
+}
 
 // initSlots sizes the completion records for outstanding work requests
 // in flight at most: room for all of them plus at least 256 completed ones
@@ -551,10 +585,11 @@ const (
 // idlePoll is called after a poll found nothing; it returns ErrTimeout
 // once no completion has arrived for the channel's timeout.
 func (w *waiter) idlePoll() error {
-	if w.c.closed {
-		// Closed under the wait (as by a scope's function): the CQ
-		// will never deliver what is outstanding.
-		return closedError{}
+	if w.c.shut() {
+		// Closed under the wait (as by a scope's function, or its queues
+		// by another goroutine): the CQ will never deliver what is
+		// outstanding.
+		return closedError{under: w.c.closedUnder}
 	}
 	if err := w.ended(); err != nil {
 		return err
@@ -654,8 +689,8 @@ func (c *core) wait(cx context.Context, wrid uint64) (*slot, error) {
 			}
 			continue
 		}
-		if c.closed {
-			return nil, closedError{}
+		if c.shut() {
+			return nil, closedError{under: c.closedUnder}
 		}
 		if err := w.idlePoll(); err != nil {
 			return nil, c.failOnEvent("wait", err)

@@ -96,6 +96,19 @@
 // Options.Timeout is older and different: a wait with no completion for
 // that long returns ErrTimeout and leaves the work outstanding.
 //
+// # Goroutines and closing
+//
+// A channel is used by one goroutine at a time, its owner, Close included.
+// To end the owner's blocking call from another goroutine (a signal
+// handler, a supervisor), cancel the call's context. Closing the ctx
+// objects under the channel is also allowed from any goroutine, as in
+// package transport: its Context, its protection domain or one of its
+// queue pairs (MultiChannel.QP, MultiChannel.DCI). The work outstanding on
+// a closed queue pair never completes, so the owner's wait then ends with
+// an error wrapping ctx.ErrClosed ("its queue pairs were closed under
+// it"), having closed the rest of the channel; the channel refuses work
+// from then on and its Close returns nil.
+//
 // # RC and DC
 //
 // With Options.Transport = endpoint.TransportDC the same interface runs over one DC

@@ -22,7 +22,15 @@ import (
 // Scope, whose work is all polled before it returns; and raw posts
 // (PostSend, …) returning a Pending to poll when the caller likes.
 //
-// A MultiChannel is used by one goroutine at a time.
+// A MultiChannel is used by one goroutine at a time, Close included: to
+// end a blocking call from another goroutine, cancel its context (the
+// channel then fails, see the package documentation). Closing the
+// objects under the channel is the exception, as in package transport:
+// its Context or protection domain, or one of its queue pairs, may be
+// closed from any goroutine while the owner waits. The owner's wait then
+// ends with an error wrapping ctx.ErrClosed (the work outstanding on a
+// closed queue pair never completes), the wait closes what is left of the
+// channel, and the channel is closed from then on (Close returns nil).
 type MultiChannel struct {
 	c *core
 }
@@ -154,9 +162,9 @@ func (p Pending) Poll() (bool, error) {
 		return false, ErrStale
 	case s.state == slotFailed:
 		return true, s.err()
-	case s.state != slotDone && p.c.closed:
+	case s.state != slotDone && p.c.shut():
 		// Its completion will never be polled.
-		return false, fmt.Errorf("channel: poll work request %#x: %w", p.wrid, closedError{})
+		return false, fmt.Errorf("channel: poll work request %#x: %w", p.wrid, closedError{under: p.c.closedUnder})
 	}
 	return s.state == slotDone, nil
 }

@@ -13,6 +13,25 @@ import (
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
+// notifierOnSim opens a device of a new software HCA in Engine mode and
+// returns it with a CQ that has an event channel, the CQ's Poller and a
+// Notifier over it; the device and its fabric close when the test ends.
+func notifierOnSim(t *testing.T) (*ctx.Context, *ctx.CompletionQueue, *transport.Poller, *completion.Notifier) {
+	t.Helper()
+	f := sim.New(sim.Options{Mode: sim.Engine})
+	t.Cleanup(func() { _ = f.Close() })
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+	require.NoError(t, err)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	n, err := completion.NewNotifier(cq, p.CQ())
+	require.NoError(t, err)
+	return c, cq, p, n
+}
+
 // TestWaitEndsWhenCQCloses closes the completion queue (directly, or with
 // its Context) on another goroutine while the owner sleeps in Wait or in
 // the Completions iterator with a context that never ends, as a program
@@ -29,17 +48,7 @@ func TestWaitEndsWhenCQCloses(t *testing.T) {
 		{"CQ under Completions", func(_ *ctx.Context, cq *ctx.CompletionQueue) error { return cq.Close() }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := sim.New(sim.Options{Mode: sim.Engine})
-			t.Cleanup(func() { _ = f.Close() })
-			c, err := f.Open("sim0")
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Close() })
-			cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
-			require.NoError(t, err)
-			p, err := transport.NewPoller(cq)
-			require.NoError(t, err)
-			n, err := completion.NewNotifier(cq, p.CQ())
-			require.NoError(t, err)
+			c, cq, p, n := notifierOnSim(t)
 			defer n.Close()
 
 			done := make(chan error, 1)
@@ -66,4 +75,35 @@ func TestWaitEndsWhenCQCloses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNotifierCloseEndsWait closes the Notifier (twice at once) on other
+// goroutines while its owner sleeps in Wait with a context that never
+// ends: the wait must end with an error wrapping ctx.ErrClosed that says
+// the notifier closed, not the descriptor's "use of closed file", and the
+// race detector must find nothing between Close and the sleeping Wait.
+func TestNotifierCloseEndsWait(t *testing.T) {
+	_, cq, _, n := notifierOnSim(t)
+
+	done := make(chan error, 1)
+	go func() { done <- n.Wait(context.Background()) }()
+	time.Sleep(20 * time.Millisecond) // let it go to sleep (or not: the result is the same)
+	closed := make(chan error, 2)
+	for range 2 {
+		go func() { closed <- n.Close() }()
+	}
+	for range 2 {
+		require.NoError(t, <-closed)
+	}
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ctx.ErrClosed)
+		require.ErrorContains(t, err, "notifier")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait did not end when its Notifier closed")
+	}
+	// The owner's next Wait says the same at once, and the CQ, still
+	// open, closes without waking anything that is gone.
+	require.ErrorIs(t, n.Wait(context.Background()), ctx.ErrClosed)
+	require.NoError(t, cq.Close())
 }

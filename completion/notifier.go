@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,12 +29,18 @@ var ErrMismatch = errors.New("poller and completion queue differ")
 // Notifier waits for completions on one completion queue without spinning:
 // the event mode of a CQ (a completion channel, arming, a blocking wait).
 // It is used by the goroutine that polls the CQ, between batches (Wait
-// releases the CQEs taken so far, as arming must).
+// releases the CQEs taken so far, as arming must). Close is the
+// exception: it may be called from any goroutine, also while the owner
+// sleeps in Wait, which then returns an error wrapping ctx.ErrClosed (as
+// it does when the CQ closes under it).
 type Notifier struct {
-	cq        *ctx.CompletionQueue
-	poll      *monocq.CQ
-	file      *os.File
-	raw       syscall.RawConn
+	cq   *ctx.CompletionQueue
+	poll *monocq.CQ
+	file *os.File
+	raw  syscall.RawConn
+	// closed is set by Close, on any goroutine; file is never cleared,
+	// so that a Wait running meanwhile reads no field Close writes.
+	closed    atomic.Bool
 	armed     bool
 	solicited bool
 	events    uint64
@@ -102,15 +109,14 @@ func (n *Notifier) Events() uint64 { return n.events }
 // whether a wait slept.
 func (n *Notifier) Sleeps() uint64 { return n.sleeps }
 
-// Close releases the Notifier's descriptor. It does not close the CQ.
+// Close releases the Notifier's descriptor. It does not close the CQ. It
+// is idempotent and may be called from any goroutine (see Notifier).
 func (n *Notifier) Close() error {
-	if n.file == nil {
+	if !n.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	n.forget()
-	err := n.file.Close()
-	n.file = nil
-	return err
+	return n.file.Close()
 }
 
 // Wait returns once the poller has at least one CQE ready (monocq.CQ.Ready
@@ -160,7 +166,7 @@ var longAgo = time.Unix(1, 0)
 // (acknowledging it to the provider and to the poller's arm sequence).
 func (n *Notifier) waitEvent(c context.Context) error {
 	op := fmt.Sprintf("completion: wait on CQ 0x%x", n.poll.CQN())
-	if n.file == nil {
+	if n.closed.Load() {
 		return fmt.Errorf("%s: notifier: %w", op, ctx.ErrClosed)
 	}
 	if n.cq.Closed() {
@@ -171,6 +177,9 @@ func (n *Notifier) waitEvent(c context.Context) error {
 	}
 	deadline, _ := c.Deadline()
 	if err := n.file.SetReadDeadline(deadline); err != nil {
+		if n.closed.Load() {
+			return fmt.Errorf("%s: notifier: %w", op, ctx.ErrClosed)
+		}
 		return fmt.Errorf("%s: set deadline: %w", op, err)
 	}
 	var stop func() bool
@@ -199,6 +208,10 @@ func (n *Notifier) waitEvent(c context.Context) error {
 		if n.cq.Closed() {
 			// Woken by the CQ's close (see NewNotifier).
 			return fmt.Errorf("%s: %w", op, ctx.ErrClosed)
+		}
+		if n.closed.Load() {
+			// The Notifier's descriptor closed under the read.
+			return fmt.Errorf("%s: notifier: %w", op, ctx.ErrClosed)
 		}
 		if cerr := c.Err(); cerr != nil {
 			return fmt.Errorf("%s: %w", op, cerr)

@@ -36,7 +36,12 @@ type BufferOptions struct {
 // when the last of those regions is closed, as a device keeps registered
 // pages pinned until they are deregistered. So closing a buffer before the
 // Context it is registered with, as deferred calls may, never leaves a
-// region over unmapped memory.
+// region over unmapped memory, also when Close runs on another goroutine
+// while a region on the buffer is being registered.
+//
+// Its methods may be called from any goroutine. The memory is not
+// guarded: a slice from Bytes must not be used after Close unless a
+// region registered on the buffer is still open.
 type Buffer struct {
 	mu      sync.Mutex
 	mapping []byte // the whole mapping, guards included

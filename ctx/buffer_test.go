@@ -40,6 +40,42 @@ func TestBufferCloseWithRegions(t *testing.T) {
 	require.NoError(t, buf.Close(), "idempotent")
 }
 
+// A buffer closed while a registration on it is under way (by another
+// goroutine, here inside the provider's registration, after it has looked
+// at the memory) stays mapped for the region: before, the buffer was held
+// only after the provider returned, so Close unmapped it in between and
+// the device was left with a region over unmapped memory. A registration
+// the provider refuses lets go of the buffer.
+func TestBufferClosedDuringRegistration(t *testing.T) {
+	f, c := openFake(t)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	mem := buf.Bytes()
+	f.onRegister = func() { require.NoError(t, buf.Close()) }
+	mr, err := pd.RegisterMemory(mem, ctx.AccessLocalWrite)
+	f.onRegister = nil
+	require.NoError(t, err)
+	require.True(t, buf.Closed())
+	require.True(t, ctx.BufferMapped(buf), "unmapped under a new region")
+	mr.Bytes()[0] = 1
+	require.NoError(t, mr.Close())
+	require.False(t, ctx.BufferMapped(buf), "unmapped with its region")
+
+	buf, err = ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	mem = buf.Bytes()
+	f.onRegister = func() { require.NoError(t, buf.Close()) }
+	f.failOn = "register"
+	_, err = pd.RegisterMemory(mem, ctx.AccessLocalWrite)
+	f.onRegister, f.failOn = nil, ""
+	require.ErrorContains(t, err, "provider refused register")
+	require.False(t, ctx.BufferMapped(buf), "a refused registration keeps the buffer mapped")
+}
+
 // Closing the Context closes the regions, and they unmap a buffer closed
 // before it, in the order deferred calls run.
 func TestBufferClosedBeforeContext(t *testing.T) {

@@ -22,6 +22,9 @@ type fake struct {
 	log    []string
 	n      int
 	failOn string
+	// onRegister, when set, runs inside RegisterMemory, where the
+	// provider looks at the memory: what another goroutine may do then.
+	onRegister func()
 }
 
 func (f *fake) record(s string) error {
@@ -77,6 +80,12 @@ func (d fakeDev) CreateCompletionQueue(ctx.CompletionQueueConfig) (provider.Comp
 type fakePD struct{ closer }
 
 func (p fakePD) RegisterMemory(unsafe.Pointer, uint64, ctx.Access) (provider.MemoryRegion, error) {
+	if p.f.onRegister != nil {
+		p.f.onRegister()
+	}
+	if p.f.failOn == "register" {
+		return nil, errors.New("provider refused register")
+	}
 	return fakeMR{closer{p.f, p.f.name("MR")}}, nil
 }
 func (p fakePD) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, error) {

@@ -256,9 +256,12 @@ func NewMeshListener(ln net.Listener, peers int, opts MeshOptions) (*MeshListene
 func (l *MeshListener) Addr() net.Addr { return l.listener.Addr() }
 
 // Close stops listening. Exchange closes the listener itself when it
-// returns; Close is for a listener whose Exchange never runs. A later
-// Exchange fails at once. Close is idempotent: a listener closed already
-// (by Close or Exchange) returns nil.
+// returns; Close is for a listener whose Exchange never runs, or, from
+// another goroutine, to give up an Exchange that waits for ranks: it then
+// returns an error that says the listener was closed and wraps
+// net.ErrClosed, and the ranks that had joined are told the mesh ended. A
+// later Exchange fails at once. Close is idempotent: a listener closed
+// already (by Close or Exchange) returns nil.
 func (l *MeshListener) Close() error {
 	l.used.Store(true)
 	if err := l.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -428,10 +431,20 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 			members[m.rank] = m
 			joined++
 		case err := <-acceptFailed:
+			// Close on another goroutine, to give up waiting, or an
+			// accept that failed for good.
+			closed := errors.Is(err, net.ErrClosed)
+			reason := "the mesh listener failed"
+			if closed {
+				reason = "the mesh listener was closed"
+			}
 			for _, m := range members {
 				if m != nil {
-					m.abort("the mesh listener failed")
+					m.abort(reason)
 				}
+			}
+			if closed {
+				return nil, fmt.Errorf("%s: closed (MeshListener.Close) with %d of %d ranks joined: %w", op, joined+1, l.peers, err)
 			}
 			return nil, fmt.Errorf("%s: accept: %w", op, err)
 		case <-ctx.Done():

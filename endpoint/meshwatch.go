@@ -45,6 +45,10 @@ type MeshWatch struct {
 	ctx    context.Context // ends when a rank is gone or Close runs
 	cancel context.CancelCauseFunc
 
+	// closing is held through Close, so that a Close on another goroutine
+	// returns only once the first has ended the connections.
+	closing sync.Mutex
+
 	mu      sync.Mutex
 	claimed bool        // an exchange took it
 	links   []watchLink // filled by the exchange that succeeded
@@ -90,9 +94,13 @@ func (w *MeshWatch) Err() error {
 
 // Close leaves the mesh: it closes the kept connections (rank 0 first
 // tells the other ranks that it left), so that the other ranks see this
-// one gone, and ends the watch. It is idempotent and returns nil.
+// one gone, and ends the watch. It is idempotent and returns nil, and may
+// be called from any goroutine (from a signal handler's while the main
+// one defers it, say): every call returns once the connections are ended.
 func (w *MeshWatch) Close() error {
 	w.init()
+	w.closing.Lock()
+	defer w.closing.Unlock()
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -238,4 +239,37 @@ func TestMeshWatchRankWithoutWatch(t *testing.T) {
 	err = waitGone(t, w, 0)
 	require.ErrorIs(t, err, ErrPeerGone)
 	require.ErrorContains(t, err, "rank 1 closed its connection (or it joined without a MeshWatch")
+}
+
+// Two Closes at once on a rank (a signal handler's and a deferred one)
+// both return only once the rank's kept connections are closed: before,
+// the second returned at once, and a program that exited then could end
+// before rank 0 had told the others why.
+func TestMeshWatchConcurrentClose(t *testing.T) {
+	noLeak(t)
+	for range 5 {
+		w := watchedMesh(t, 3, testOpts)
+		for _, r := range []int{0, 1} {
+			w[r].mu.Lock()
+			links := w[r].links
+			w[r].mu.Unlock()
+			require.NotEmpty(t, links, "rank %d", r)
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() {
+					_ = w[r].Close()
+					for _, l := range links {
+						if err := l.conn.SetDeadline(time.Time{}); !errors.Is(err, net.ErrClosed) {
+							errs <- fmt.Errorf("rank %d: Close returned with the connection to rank %d open (%v)", r, l.rank, err)
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range 2 {
+				require.NoError(t, <-errs)
+			}
+		}
+	}
 }
