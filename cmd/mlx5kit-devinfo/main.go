@@ -237,21 +237,28 @@ func guid(v uint64) string {
 }
 
 func printList(w io.Writer, list []cgo.DeviceListing) {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "device\tnode GUID\tnode type\tmlx5")
+	rows := [][]string{{"device", "node GUID", "node type", "mlx5"}}
 	for _, d := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", d.Name, guid(d.NodeGUID), d.NodeType, d.MLX5)
+		rows = append(rows, []string{d.Name, guid(d.NodeGUID), d.NodeType, fmt.Sprint(d.MLX5)})
 	}
-	tw.Flush()
+	printRows(w, rows)
 }
 
 // printSimList lists the software HCA's devices, the names -d and
 // Options.Device accept with -sim.
 func printSimList(w io.Writer, list []provider.DeviceInfo) {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "device\tnode GUID\tprovider")
+	rows := [][]string{{"device", "node GUID", "provider"}}
 	for _, d := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\n", d.Name, guid(d.NodeGUID), ctx.ProviderSoftware, d.Kind)
+		rows = append(rows, []string{d.Name, guid(d.NodeGUID), fmt.Sprintf("%s (%s)", ctx.ProviderSoftware, d.Kind)})
+	}
+	printRows(w, rows)
+}
+
+// printRows prints a listing's rows as aligned columns.
+func printRows(w io.Writer, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	tw.Flush()
 }
