@@ -409,23 +409,28 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 		func() error { return local(cfg, stdout) })
 }
 
-// usage is the text of -help: usageHead, then every flag the option
-// table refuses, by the name its refusal names (-X, else --name).
-func usage() string {
-	var refused []string
+// refusedFlags lists the flags the option table refuses, by the name
+// their refusal names: -X, else --name.
+func refusedFlags() []string {
+	var names []string
 	for _, o := range new(config).options(new(bool)) {
 		switch {
 		case o.Refuse == "":
 		case o.Short != 0:
-			refused = append(refused, "-"+string(o.Short))
+			names = append(names, "-"+string(o.Short))
 		default:
-			refused = append(refused, "--"+o.Long[0])
+			names = append(names, "--"+o.Long[0])
 		}
 	}
+	return names
+}
+
+// usage is the text of -help: usageHead, every refused flag, usageTail.
+func usage() string {
 	var b strings.Builder
 	b.WriteString(usageHead)
 	line := "refused with a message:"
-	for _, f := range refused {
+	for _, f := range refusedFlags() {
 		if len(line)+1+len(f) > 78 {
 			b.WriteString("\n" + line)
 			line = " "

@@ -9,26 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// refusedNames lists the flags the option table refuses, by the name the
-// refusal names.
-func refusedNames() []string {
-	var names []string
-	for _, o := range new(config).options(new(bool)) {
-		switch {
-		case o.Refuse == "":
-		case o.Short != 0:
-			names = append(names, "-"+string(o.Short))
-		default:
-			names = append(names, "--"+o.Long[0])
-		}
-	}
-	return names
-}
-
 // -help and docs/guide.md name every flag the table refuses, so neither
 // list falls behind the table.
 func TestUsageAndGuideNameEveryRefusedFlag(t *testing.T) {
-	names := refusedNames()
+	names := refusedFlags()
 	require.NotEmpty(t, names)
 	help := usage()
 	guide, err := os.ReadFile("../../docs/guide.md")
