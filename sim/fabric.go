@@ -106,8 +106,9 @@ var (
 	ErrWrongMode = errors.New("sim: not in manual mode")
 )
 
-// Fabric is a set of simulated HCAs sharing one subnet and one QPN space. It
-// implements ctx.Provider. All of its methods are safe for concurrent use.
+// Fabric is a set of simulated HCAs sharing one subnet and one QPN space. The
+// default one is the provider "sim" (ctx.ProviderSoftware); Open opens an
+// HCA of any Fabric. All of its methods are safe for concurrent use.
 type Fabric struct {
 	mu   sync.Mutex
 	opts Options

@@ -8,8 +8,8 @@
 //
 //	mlx5kit-devinfo [-l] [-d device] [-v] [-json] [-sim]
 //
-//	-l      only list the devices
-//	-d      describe this device only (default: every mlx5 device)
+//	-l      only list the devices (with -sim, the software HCA's)
+//	-d      describe this device only (default: every mlx5 device; with -sim, sim0)
 //	-v      also print the mlx5dv and extended verbs attributes
 //	-json   print JSON instead of text
 //	-sim    describe the software HCA instead of hardware
@@ -33,6 +33,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/devattr"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
+	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 func main() {
@@ -84,10 +86,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mlx5kit-devinfo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listOnly := fs.Bool("l", false, "only list the devices")
-	device := fs.String("d", "", "describe this device only (default: every mlx5 device)")
+	device := fs.String("d", "", "describe this device only (default: every mlx5 device; with -sim, sim0)")
 	verbose := fs.Bool("v", false, "also print the mlx5dv and extended verbs attributes")
 	asJSON := fs.Bool("json", false, "print JSON")
-	sim := fs.Bool("sim", false, "describe the software HCA instead of hardware")
+	software := fs.Bool("sim", false, "describe the software HCA instead of hardware")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -98,11 +100,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var names []string
 	provider := ctx.ProviderHardware
-	if *sim {
+	if *software {
 		provider = ctx.ProviderSoftware
 		names = []string{*device}
 		if *listOnly {
-			fmt.Fprintln(stdout, "software HCA (provider sim): opened on demand, any name")
+			list, err := simadopt.Provider(sim.Default()).Devices()
+			if err != nil {
+				fmt.Fprintf(stderr, "mlx5kit-devinfo: %v\n", err)
+				return 1
+			}
+			printSimList(stdout, list)
 			return 0
 		}
 	} else {
@@ -230,10 +237,28 @@ func guid(v uint64) string {
 }
 
 func printList(w io.Writer, list []cgo.DeviceListing) {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "device\tnode GUID\tnode type\tmlx5")
+	rows := [][]string{{"device", "node GUID", "node type", "mlx5"}}
 	for _, d := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", d.Name, guid(d.NodeGUID), d.NodeType, d.MLX5)
+		rows = append(rows, []string{d.Name, guid(d.NodeGUID), d.NodeType, fmt.Sprint(d.MLX5)})
+	}
+	printRows(w, rows)
+}
+
+// printSimList lists the software HCA's devices, the names -d and
+// Options.Device accept with -sim.
+func printSimList(w io.Writer, list []provider.DeviceInfo) {
+	rows := [][]string{{"device", "node GUID", "provider"}}
+	for _, d := range list {
+		rows = append(rows, []string{d.Name, guid(d.NodeGUID), fmt.Sprintf("%s (%s)", ctx.ProviderSoftware, d.Kind)})
+	}
+	printRows(w, rows)
+}
+
+// printRows prints a listing's rows as aligned columns.
+func printRows(w io.Writer, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	tw.Flush()
 }

@@ -38,6 +38,24 @@ func TestDescribeSoftwareHCAJSON(t *testing.T) {
 	require.Nil(t, d.DV, "the software HCA has no mlx5dv attributes")
 }
 
+// -sim -l lists the software HCA's devices by the names -d accepts, and
+// each name it lists opens.
+func TestListingSoftwareHCA(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-sim", "-l"}, &out, &errOut), errOut.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3, out.String())
+	require.Equal(t, []string{"device", "node", "GUID", "provider"}, strings.Fields(lines[0]))
+	for i, line := range lines[1:] {
+		name := strings.Fields(line)[0]
+		require.Equal(t, "sim"+strconv.Itoa(i), name, out.String())
+		require.Contains(t, line, "sim (software)")
+		var desc bytes.Buffer
+		require.Equal(t, 0, run([]string{"-sim", "-d", name}, &desc, &errOut), errOut.String())
+		require.Contains(t, desc.String(), "hca_id:                   "+name)
+	}
+}
+
 func TestListing(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := run([]string{"-l"}, &out, &errOut)

@@ -409,7 +409,40 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 		func() error { return local(cfg, stdout) })
 }
 
-const usage = `usage: mlx5kit-perf MODE [flags] [SERVER]
+// refusedFlags lists the flags the option table refuses, by the name
+// their refusal names: -X, else --name.
+func refusedFlags() []string {
+	var names []string
+	for _, o := range new(config).options(new(bool)) {
+		switch {
+		case o.Refuse == "":
+		case o.Short != 0:
+			names = append(names, "-"+string(o.Short))
+		default:
+			names = append(names, "--"+o.Long[0])
+		}
+	}
+	return names
+}
+
+// usage is the text of -help: usageHead, every refused flag, usageTail.
+func usage() string {
+	var b strings.Builder
+	b.WriteString(usageHead)
+	line := "refused with a message:"
+	for _, f := range refusedFlags() {
+		if len(line)+1+len(f) > 78 {
+			b.WriteString("\n" + line)
+			line = " "
+		}
+		line += " " + f
+	}
+	b.WriteString("\n" + line + ";")
+	b.WriteString(usageTail)
+	return b.String()
+}
+
+const usageHead = `usage: mlx5kit-perf MODE [flags] [SERVER]
        ib_write_lat|ib_write_bw|ib_send_lat|ib_send_bw|ib_read_lat|ib_read_bw|ib_atomic_lat|ib_atomic_bw [flags] [SERVER]
            (a link to mlx5kit-perf under perftest's name)
 MODE: write_lat write_bw send_lat send_bw read_lat read_bw atomic_lat atomic_bw (or ib_write_lat ...)
@@ -418,14 +451,16 @@ perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
   -D/--duration --run_infinitely -q/--qp N -c/--connection RC|UD|DC -l/--post_list
   -Q/--cq-mod -S/--sl -u/--qp-timeout -r/--rx-depth -o/--outs -A/--atomic_type --report_gbits
   --output=bandwidth|message_rate|latency --out_json --out_json_file=F
-  -b/--bidirectional -e/--events -m/--mtu -T/--tclass (with -q, -c UD|DC: on every queue pair)
+  -b/--bidirectional -e/--events -m/--mtu -T/--tclass/--tos (with -q, -c UD|DC: on every queue pair)
   -c UD: send_lat and send_bw
 mlx5kit-perf's own: --provider mlx5|sim --warmup N --max-size N --timeout D
   --server ADDR --client HOST:PORT --key-file F
   --perftest-peer --accept-unauthenticated  (write_lat, send_lat against ib_write_lat, ib_send_lat:
-      its exchange, which has no authentication, and its loop; no --key-file)
-refused with a message: -R -z -g -M -N -C -H -U -O -c UC|XRC|SRD, -c UD outside
-  SEND, -q >1 in latency tests, -c UD send_bw with -r below -t
+      its exchange, which has no authentication, and its loop; no --key-file)`
+
+const usageTail = `
+  -c UC|XRC|SRD|raw_eth, -c UD outside SEND, -q above 1 in latency tests or
+  outside 1..256, -c UD send_bw with -r below -t; any other flag is unknown
 See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
 // parseFlags parses args as mlx5kit-perf's: the mode first, then the
@@ -452,14 +487,14 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	} else {
 		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 			if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-				fmt.Fprintln(stderr, usage)
+				fmt.Fprintln(stderr, usage())
 				return cfg, 0
 			}
-			return bad("%s", usage)
+			return bad("%s", usage())
 		}
 		m, err := parseMode(args[0])
 		if err != nil {
-			return bad("%v; %s", err, usage)
+			return bad("%v; %s", err, usage())
 		}
 		cfg.mode, args = m, args[1:]
 	}
@@ -480,7 +515,7 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	help := false
 	pos, err := perftool.ParseArgs(args, cfg.options(&help))
 	if help {
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr, usage())
 		return cfg, 0
 	}
 	if err != nil {

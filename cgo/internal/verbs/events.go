@@ -122,8 +122,8 @@ type AsyncWatcher struct {
 // descriptor and calls fn for every event (port active / down, QP fatal, CQ
 // error, …), in order, until Stop or Close of the device. fn runs on the
 // watcher's goroutine and should not block for long. Use either a watcher
-// or ReadAsyncEvent (ctx.Context.ReadAsyncEvent), not both: each event is
-// delivered once.
+// or ReadAsyncEvent (which ctx.Context.EventRouter reads through), not both:
+// each event is delivered once.
 func (d *Device) WatchAsyncEvents(fn func(ctx.AsyncEvent)) (*AsyncWatcher, error) {
 	const verb = "eventfd"
 	if fn == nil {

@@ -77,7 +77,7 @@ func (m *Log) addAH(a ctx.AddressAttr) {
 	m.ahs = append(m.ahs, a)
 }
 
-// recordingProvider is the Fabric as a ctx.Provider whose protection
+// recordingProvider is the Fabric as a provider.Provider whose protection
 // domains record the address handles they create and hand out queue pairs
 // that record their modifies. Everything else
 // is the Fabric's own object, so the model sees its own CQs and SRQs.
