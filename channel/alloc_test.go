@@ -18,7 +18,7 @@ import (
 func allocPair(t *testing.T, opts channel.Options) (*host, *channel.Channel, channel.Remote) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	opts.Timeout = 10 * time.Second
+	opts.WaitTimeout = 10 * time.Second
 	ca, _ := pair(t, a, b, opts)
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)

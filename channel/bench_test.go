@@ -95,7 +95,7 @@ func BenchmarkManualTransportWrite(b *testing.B) {
 func engineChannel(b *testing.B, opts channel.Options) (*host, *channel.Channel, channel.Remote) {
 	f := newFabric(b, 2)
 	a, h := newHost(b, f, 0, 1<<16), newHost(b, f, 1, 1<<16)
-	opts.Timeout = 30 * time.Second
+	opts.WaitTimeout = 30 * time.Second
 	ca, _ := pair(b, a, h, opts)
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(b, err)

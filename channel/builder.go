@@ -42,20 +42,20 @@ type Options struct {
 	// and the endpoints report the entry.
 	Port uint8
 	GID  ctx.GIDSelector
-	// Access is what peers may do to this side's memory through the
+	// RemoteAccess is what peers may do to this side's memory through the
 	// channel (the memory regions still decide); default remote write,
 	// read and atomics.
-	Access ctx.Access
+	RemoteAccess ctx.Access
 	// DCKey is the DC access key of this side's targets (default: a
 	// random key).
 	DCKey uint64
 	// Events makes blocking calls and scopes sleep on the completion
 	// channel after a short spin instead of polling until they are done.
 	Events bool
-	// Timeout is the longest a blocking call or scope waits without any
+	// WaitTimeout is the longest a blocking call or scope waits without any
 	// completion arriving (0: no limit). When it passes, the call returns
 	// ErrTimeout with its work still outstanding.
-	Timeout time.Duration
+	WaitTimeout time.Duration
 	// RetryCount, RNRRetry, Timeout codes and the RNR timer of the queue
 	// pairs are those of package rc's defaults.
 
@@ -149,7 +149,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	case opts.Transport != endpoint.TransportRC && opts.Transport != endpoint.TransportDC:
 		return nil, fmt.Errorf("%s: transport %v: %w", op, opts.Transport, ctx.ErrInvalidArgument)
 	}
-	c := &core{transport: opts.Transport, timeout: opts.Timeout, ctx: pd.Context(), pd: pd,
+	c := &core{transport: opts.Transport, timeout: opts.WaitTimeout, ctx: pd.Context(), pd: pd,
 		links: make([]link, peers), opts: opts}
 	ok := false
 	defer func() {
@@ -182,7 +182,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			qp, err := rc.New(pd, c.cq, rc.Config{
 				SendDepth: opts.SendDepth, RecvDepth: opts.RecvDepth,
 				MaxSendSGE: opts.MaxSendSGE, MaxRecvSGE: opts.MaxRecvSGE, MaxInline: opts.MaxInline,
-				Port: opts.Port, GID: opts.GID, RemoteAccess: opts.Access,
+				Port: opts.Port, GID: opts.GID, RemoteAccess: opts.RemoteAccess,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
@@ -218,7 +218,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}
 			c.srqs = append(c.srqs, srq)
-			dct, err := dc.NewDCT(pd, c.cq, dc.DCTConfig{SRQ: srq, Key: key, RemoteAccess: opts.Access,
+			dct, err := dc.NewDCT(pd, c.cq, dc.DCTConfig{SRQ: srq, Key: key, RemoteAccess: opts.RemoteAccess,
 				Port: opts.Port, GID: opts.GID})
 			if err != nil {
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)

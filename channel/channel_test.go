@@ -14,7 +14,7 @@ import (
 func testChannelBasics(t *testing.T, opts channel.Options) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	opts.Timeout = 10 * time.Second
+	opts.WaitTimeout = 10 * time.Second
 	ca, cb := pair(t, a, b, opts)
 
 	// SEND into a posted receive.
@@ -28,7 +28,7 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 	require.True(t, ok)
 	require.Equal(t, uint32(14), res.ByteCount)
 	require.Equal(t, channel.OpRecv, res.Op)
-	require.False(t, res.WithImm)
+	require.False(t, res.WithImmediate)
 	require.Equal(t, "hello, channel", string(b.bytes()[4096:4110]))
 
 	// SEND with immediate data, received by a blocking Receive running
@@ -39,11 +39,11 @@ func testChannelBasics(t *testing.T, opts channel.Options) {
 		done <- r
 	}()
 	copy(a.bytes()[100:], "imm")
-	require.NoError(t, ca.Send(context.Background(), channel.SendRequest{Local: a.sge(100, 3), Imm: 0xc0ffee, WithImm: true}))
+	require.NoError(t, ca.Send(context.Background(), channel.SendRequest{Local: a.sge(100, 3), Immediate: 0xc0ffee, WithImmediate: true}))
 	r := <-done
 	require.NoError(t, r.Err)
-	require.True(t, r.WithImm)
-	require.Equal(t, uint32(0xc0ffee), r.Imm)
+	require.True(t, r.WithImmediate)
+	require.Equal(t, uint32(0xc0ffee), r.Immediate)
 	require.Equal(t, "imm", string(b.bytes()[8192:8195]))
 
 	// RDMA WRITE and READ through the region the peer shared.
@@ -77,7 +77,7 @@ func TestChannelEvents(t *testing.T) {
 func TestEventsSleepUntilTheMessage(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, cb := pair(t, a, b, channel.Options{Events: true, Timeout: 10 * time.Second})
+	ca, cb := pair(t, a, b, channel.Options{Events: true, WaitTimeout: 10 * time.Second})
 	require.NotNil(t, cb.MultiChannel.Notifier())
 	sent := make(chan error, 1)
 	go func() {
@@ -93,7 +93,7 @@ func TestEventsSleepUntilTheMessage(t *testing.T) {
 	require.NotZero(t, cb.MultiChannel.Notifier().Sleeps(), "the receiver slept on the completion channel")
 
 	// The timeout still holds while sleeping.
-	_, cb2 := pair(t, a, b, channel.Options{Events: true, Timeout: 30 * time.Millisecond})
+	_, cb2 := pair(t, a, b, channel.Options{Events: true, WaitTimeout: 30 * time.Millisecond})
 	start := time.Now()
 	_, err = cb2.Receive(context.Background(), channel.RecvRequest{Local: b.sge(0, 64)})
 	require.ErrorIs(t, err, channel.ErrTimeout)

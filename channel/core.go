@@ -281,8 +281,8 @@ func (c *core) postSend(r *SendRequest) (uint64, error) {
 		return 0, err
 	}
 	var ds wqebuilder.DataStage
-	if r.WithImm {
-		ds = st.SendImm(r.Imm)
+	if r.WithImmediate {
+		ds = st.SendImm(r.Immediate)
 	} else {
 		ds = st.Send()
 	}
@@ -298,8 +298,8 @@ func (c *core) postWrite(r *WriteRequest) (uint64, error) {
 		return 0, err
 	}
 	var ds wqebuilder.DataStage
-	if r.WithImm {
-		ds = st.RdmaWriteImm(r.Remote.Addr, r.Remote.RKey, r.Imm)
+	if r.WithImmediate {
+		ds = st.RdmaWriteImm(r.Remote.Addr, r.Remote.RKey, r.Immediate)
 	} else {
 		ds = st.RdmaWrite(r.Remote.Addr, r.Remote.RKey)
 	}
@@ -507,7 +507,7 @@ func (s *slot) err() error {
 
 // result returns the result of a completed record.
 func (s *slot) result() Result {
-	r := Result{Peer: int(s.peer), Op: s.op, ByteCount: s.byteCount, Imm: s.imm, WithImm: s.withImm}
+	r := Result{Peer: int(s.peer), Op: s.op, ByteCount: s.byteCount, Immediate: s.imm, WithImmediate: s.withImm}
 	if s.state == slotFailed {
 		r.Err = s.err()
 	}

@@ -93,7 +93,7 @@
 // reuse the request's buffers until Done reports true (wait again) or
 // until Fail returned.
 //
-// Options.Timeout is older and different: a wait with no completion for
+// Options.WaitTimeout is older and different: a wait with no completion for
 // that long returns ErrTimeout and leaves the work outstanding.
 //
 // # Goroutines and closing

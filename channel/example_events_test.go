@@ -86,8 +86,8 @@ func flapHandshake(c context.Context, s *flapSide, conn net.Conn, which endpoint
 		return s.ch.ReestablishConn(c, conn, which, sec)
 	}
 	p, err := channel.New(s.pd, channel.Options{
-		Timeout: 10 * time.Second,
-		OnEvent: func(ev ctx.AsyncEvent) { s.events <- ev },
+		WaitTimeout: 10 * time.Second,
+		OnEvent:     func(ev ctx.AsyncEvent) { s.events <- ev },
 	})
 	if err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ func server(ln net.Listener, sec endpoint.Security) string {
 	}
 	defer conn.Close()
 
-	prepared, err := channel.New(pd, channel.Options{Timeout: 10 * time.Second})
+	prepared, err := channel.New(pd, channel.Options{WaitTimeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}
@@ -102,7 +102,7 @@ func server(ln net.Listener, sec endpoint.Security) string {
 	if err := ch.Write(context.Background(), channel.WriteRequest{Local: []channel.SGE{channel.Slice(mr, 1024, 4)}, Remote: channel.At(region, 512)}); err != nil {
 		return err.Error()
 	}
-	if err := ch.Send(context.Background(), channel.SendRequest{Imm: 4, WithImm: true}); err != nil {
+	if err := ch.Send(context.Background(), channel.SendRequest{Immediate: 4, WithImmediate: true}); err != nil {
 		return err.Error()
 	}
 	return fmt.Sprintf("got %q, wrote the reply", msg)
@@ -121,7 +121,7 @@ func client(address string, sec endpoint.Security) string {
 	}
 	defer conn.Close()
 
-	prepared, err := channel.New(pd, channel.Options{Timeout: 10 * time.Second})
+	prepared, err := channel.New(pd, channel.Options{WaitTimeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}
@@ -150,5 +150,5 @@ func client(address string, sec endpoint.Security) string {
 		return err.Error()
 	}
 	res, _ := notice.Result()
-	return fmt.Sprintf("got %q back", mr.Bytes()[512:512+res.Imm])
+	return fmt.Sprintf("got %q back", mr.Bytes()[512:512+res.Immediate])
 }

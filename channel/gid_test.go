@@ -34,7 +34,7 @@ func TestRoCEChannelGID(t *testing.T) {
 				f := sim.New(sim.Options{Mode: sim.Engine, LinkLayer: ctx.LinkLayerEthernet, IdleSleep: 20 * time.Microsecond})
 				t.Cleanup(func() { _ = f.Close() })
 				a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-				opts := channel.Options{Transport: tr, GID: c.sel, Timeout: 10 * time.Second}
+				opts := channel.Options{Transport: tr, GID: c.sel, WaitTimeout: 10 * time.Second}
 
 				pa, err := channel.New(a.pd, opts)
 				require.NoError(t, err)
@@ -99,7 +99,7 @@ func TestChannelGIDRefused(t *testing.T) {
 func TestInfiniBandChannelGID(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
+	ca, _ := pair(t, a, b, channel.Options{WaitTimeout: 10 * time.Second})
 	gids, err := a.dev.QueryGIDs(1)
 	require.NoError(t, err)
 	require.Equal(t, gids[0], ca.GID())
@@ -117,7 +117,7 @@ func TestRoCEHandshakeRefusesEndpointWithoutGID(t *testing.T) {
 			f := sim.New(sim.Options{Mode: sim.Engine, LinkLayer: ctx.LinkLayerEthernet, IdleSleep: 20 * time.Microsecond})
 			t.Cleanup(func() { _ = f.Close() })
 			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-			opts := channel.Options{Transport: tr, Timeout: 10 * time.Second}
+			opts := channel.Options{Transport: tr, WaitTimeout: 10 * time.Second}
 			pa, err := channel.New(a.pd, opts)
 			require.NoError(t, err)
 			pb, err := channel.New(b.pd, opts)

@@ -35,9 +35,9 @@ func TestNewRefusesBadInput(t *testing.T) {
 func TestHandshakeFedGarbage(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	pa, err := channel.NewMulti(a.pd, 2, channel.Options{Timeout: 10 * time.Second})
+	pa, err := channel.NewMulti(a.pd, 2, channel.Options{WaitTimeout: 10 * time.Second})
 	require.NoError(t, err)
-	pb, err := channel.NewMulti(b.pd, 2, channel.Options{Timeout: 10 * time.Second})
+	pb, err := channel.NewMulti(b.pd, 2, channel.Options{WaitTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	ea, eb := pa.Endpoints(), pb.Endpoints()
 	good := []endpoint.Endpoint{wire(t, eb[0]), wire(t, eb[1])}
@@ -158,9 +158,9 @@ func TestHandshakeConnHostilePeer(t *testing.T) {
 func TestHandshakeConnConnects(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 4096), newHost(t, f, 1, 4096)
-	pa, err := channel.New(a.pd, channel.Options{Timeout: 10 * time.Second})
+	pa, err := channel.New(a.pd, channel.Options{WaitTimeout: 10 * time.Second})
 	require.NoError(t, err)
-	pb, err := channel.New(b.pd, channel.Options{Timeout: 10 * time.Second})
+	pb, err := channel.New(b.pd, channel.Options{WaitTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, pb.Share(b.mr))
 	ca, cb := net.Pipe()
@@ -198,9 +198,9 @@ func TestHandshakeRefusesNoAddress(t *testing.T) {
 		t.Run(tr.String(), func(t *testing.T) {
 			f := newFabric(t, 2)
 			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-			pa, err := channel.NewMulti(a.pd, 1, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			pa, err := channel.NewMulti(a.pd, 1, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
-			pb, err := channel.NewMulti(b.pd, 1, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			pb, err := channel.NewMulti(b.pd, 1, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
 			noAddress, multicast := pb.Endpoints()[0], pb.Endpoints()[0]
 			noAddress.LID, noAddress.GID = 0, ctx.GID{}
@@ -235,16 +235,16 @@ func TestHandshakeRefusesOwnEndpoint(t *testing.T) {
 		t.Run(tr.String(), func(t *testing.T) {
 			f := newFabric(t, 2)
 			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-			pa, err := channel.New(a.pd, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			pa, err := channel.New(a.pd, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
-			pb, err := channel.New(b.pd, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			pb, err := channel.New(b.pd, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
 			requireRefusedThenConnects(t, pa, pb, pa.Endpoint())
 
-			ma, err := channel.NewMulti(a.pd, 2, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			ma, err := channel.NewMulti(a.pd, 2, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
 			defer ma.Close()
-			mb, err := channel.NewMulti(b.pd, 2, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			mb, err := channel.NewMulti(b.pd, 2, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
 			defer mb.Close()
 			m, err := ma.Handshake([]endpoint.Endpoint{ma.Endpoints()[1], mb.Endpoints()[0]})

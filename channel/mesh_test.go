@@ -26,7 +26,7 @@ func TestMeshAllToAll(t *testing.T) {
 			prepared := make([]*channel.PreparedMulti, ranks)
 			for i := range hosts {
 				hosts[i] = newHost(t, f, i, 1<<16)
-				p, err := channel.NewMulti(hosts[i].pd, ranks, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+				p, err := channel.NewMulti(hosts[i].pd, ranks, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 				require.NoError(t, err)
 				prepared[i] = p
 			}
@@ -92,7 +92,7 @@ func TestAcceptDialMesh(t *testing.T) {
 	prepared := make([]*channel.PreparedMulti, ranks)
 	for i := range hosts {
 		hosts[i] = newHost(t, f, i, 1<<16)
-		p, err := channel.NewMulti(hosts[i].pd, ranks, channel.Options{Timeout: 10 * time.Second})
+		p, err := channel.NewMulti(hosts[i].pd, ranks, channel.Options{WaitTimeout: 10 * time.Second})
 		require.NoError(t, err)
 		require.NoError(t, p.Share(hosts[i].mr))
 		prepared[i] = p

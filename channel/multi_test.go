@@ -32,7 +32,7 @@ type star struct {
 func newStar(t *testing.T, opts channel.Options) *star {
 	f := newFabric(t, peers+1)
 	s := &star{rh: newHost(t, f, 0, 1<<20)}
-	opts.Timeout = 20 * time.Second
+	opts.WaitTimeout = 20 * time.Second
 	pr, err := channel.NewMulti(s.rh.pd, peers, opts)
 	require.NoError(t, err)
 	require.Equal(t, peers, pr.Peers())
@@ -148,12 +148,12 @@ func test16Peers(t *testing.T, opts channel.Options) {
 			even = append(even, j)
 		}
 	}
-	require.NoError(t, s.root.MulticastSend(context.Background(), odd, channel.SendRequest{Local: s.rh.sge(128<<10, msgSize), Imm: 7, WithImm: true}))
+	require.NoError(t, s.root.MulticastSend(context.Background(), odd, channel.SendRequest{Local: s.rh.sge(128<<10, msgSize), Immediate: 7, WithImmediate: true}))
 	for _, j := range odd {
 		require.NoError(t, pend[j].Wait(context.Background()))
 		r, _ := pend[j].Result()
-		require.True(t, r.WithImm)
-		require.Equal(t, uint32(7), r.Imm)
+		require.True(t, r.WithImmediate)
+		require.Equal(t, uint32(7), r.Immediate)
 		require.Equal(t, mc, s.lh[j].bytes()[2048:2048+msgSize], "peer %d", j)
 	}
 	time.Sleep(5 * time.Millisecond)

@@ -95,7 +95,7 @@ func meshWork(rank int, sec endpoint.Security, stay func()) string {
 	defer buf.Close()
 	defer dev.Close()
 	meshRanks := meshRanks()
-	p, err := channel.NewMulti(pd, meshRanks, channel.Options{Timeout: 10 * time.Second})
+	p, err := channel.NewMulti(pd, meshRanks, channel.Options{WaitTimeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}
@@ -288,7 +288,7 @@ func meshWatchRank(rank int, sec endpoint.Security) string {
 	}
 	defer buf.Close()
 	defer dev.Close()
-	p, err := channel.NewMulti(pd, 3, channel.Options{Timeout: 10 * time.Second})
+	p, err := channel.NewMulti(pd, 3, channel.Options{WaitTimeout: 10 * time.Second})
 	if err != nil {
 		return err.Error()
 	}

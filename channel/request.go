@@ -42,13 +42,13 @@ func At(r endpoint.RemoteRegion, off uint64) Remote {
 	return Remote{Addr: r.Address + off, RKey: r.RemoteKey}
 }
 
-// SendRequest is a SEND (with immediate data when WithImm is set) of the
+// SendRequest is a SEND (with immediate data when WithImmediate is set) of the
 // Local buffers, in that order, to Peer.
 type SendRequest struct {
-	Peer    int
-	Local   []SGE
-	Imm     uint32
-	WithImm bool
+	Peer          int
+	Local         []SGE
+	Immediate     uint32
+	WithImmediate bool
 }
 
 // RecvRequest is a receive into the Local buffers of the next SEND from
@@ -60,13 +60,13 @@ type RecvRequest struct {
 
 // WriteRequest is an RDMA WRITE of the Local buffers to Remote in Peer's
 // memory (with immediate data, which consumes a receive at the peer, when
-// WithImm is set).
+// WithImmediate is set).
 type WriteRequest struct {
-	Peer    int
-	Local   []SGE
-	Remote  Remote
-	Imm     uint32
-	WithImm bool
+	Peer          int
+	Local         []SGE
+	Remote        Remote
+	Immediate     uint32
+	WithImmediate bool
 }
 
 // ReadRequest is an RDMA READ from Remote in Peer's memory into the Local
@@ -127,9 +127,9 @@ type Result struct {
 	// ByteCount is the number of bytes received (receives) or read
 	// (reads; 8 for an atomic).
 	ByteCount uint32
-	// Imm is the immediate data of a receive that carried some (WithImm).
-	Imm     uint32
-	WithImm bool
+	// Immediate is the immediate data of a receive that carried some (WithImmediate).
+	Immediate     uint32
+	WithImmediate bool
 	// Err is nil, or a *PeerError wrapping the *monocq.CompletionError.
 	Err error
 }
@@ -139,7 +139,7 @@ var (
 	// ErrPeer: a peer index out of range.
 	ErrPeer = errors.New("no such peer")
 	// ErrTimeout: a blocking call or scope waited longer than
-	// Options.Timeout; its work is still outstanding. (A context's
+	// Options.WaitTimeout; its work is still outstanding. (A context's
 	// deadline is different: see ErrFailed.)
 	ErrTimeout = errors.New("timed out waiting for completions")
 	// ErrStale: a Pending whose completion record was reused because more

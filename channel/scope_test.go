@@ -18,7 +18,7 @@ import (
 func testScopeReportsFailedWork(t *testing.T, opts channel.Options) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	opts.Timeout = 10 * time.Second
+	opts.WaitTimeout = 10 * time.Second
 	ca, _ := pair(t, a, b, opts)
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
@@ -71,7 +71,7 @@ func TestScopeFailedWorkDC(t *testing.T) {
 func TestScopeJoinsEveryError(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
+	ca, _ := pair(t, a, b, channel.Options{WaitTimeout: 10 * time.Second})
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	mine := errors.New("the function's own error")
@@ -96,7 +96,7 @@ func TestScopeJoinsEveryError(t *testing.T) {
 func TestScopeMisuse(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, _ := pair(t, a, b, channel.Options{Timeout: 10 * time.Second})
+	ca, _ := pair(t, a, b, channel.Options{WaitTimeout: 10 * time.Second})
 	var kept *channel.Scope
 	err := ca.Scope(context.Background(), func(s *channel.Scope) error {
 		kept = s
@@ -119,7 +119,7 @@ func TestScopeMisuse(t *testing.T) {
 func TestScopeMoreThanTheQueueHolds(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, _ := pair(t, a, b, channel.Options{SendDepth: 8, Timeout: 10 * time.Second})
+	ca, _ := pair(t, a, b, channel.Options{SendDepth: 8, WaitTimeout: 10 * time.Second})
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	const n = 500
@@ -143,7 +143,7 @@ func TestScopeMoreThanTheQueueHolds(t *testing.T) {
 func TestRawPostReportsFullQueue(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, _ := pair(t, a, b, channel.Options{SendDepth: 4, Timeout: 10 * time.Second})
+	ca, _ := pair(t, a, b, channel.Options{SendDepth: 4, WaitTimeout: 10 * time.Second})
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	var pend []channel.Pending
@@ -169,7 +169,7 @@ func TestRawPostReportsFullQueue(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	_, cb := pair(t, a, b, channel.Options{Timeout: 50 * time.Millisecond})
+	_, cb := pair(t, a, b, channel.Options{WaitTimeout: 50 * time.Millisecond})
 	start := time.Now()
 	_, err := cb.Receive(context.Background(), channel.RecvRequest{Local: b.sge(0, 8)})
 	require.ErrorIs(t, err, channel.ErrTimeout)
@@ -183,7 +183,7 @@ func TestTimeout(t *testing.T) {
 func TestLongOutstandingSurvivesTraffic(t *testing.T) {
 	f := newFabric(t, 3)
 	a, b, c := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16), newHost(t, f, 2, 1<<16)
-	opts := channel.Options{SendDepth: 16, RecvDepth: 4, Timeout: 10 * time.Second}
+	opts := channel.Options{SendDepth: 16, RecvDepth: 4, WaitTimeout: 10 * time.Second}
 	pa, err := channel.NewMulti(a.pd, 2, opts)
 	require.NoError(t, err)
 	pb, err := channel.New(b.pd, opts)
@@ -234,7 +234,7 @@ func remoteOf(t *testing.T, m *channel.MultiChannel, peer int) channel.Remote {
 func TestUseAfterClose(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, _ := pair(t, a, b, channel.Options{Timeout: time.Second})
+	ca, _ := pair(t, a, b, channel.Options{WaitTimeout: time.Second})
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	require.NoError(t, ca.Close())

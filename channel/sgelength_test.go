@@ -23,7 +23,7 @@ func TestSGETooLongRefused(t *testing.T) {
 			f := newFabric(t, 2)
 			// The memory is mapped, not touched: 2 GiB and a page.
 			a, b := newHost(t, f, 0, 1<<31+4096), newHost(t, f, 1, 1<<16)
-			ca, cb := pair(t, a, b, channel.Options{Transport: tr, Timeout: 10 * time.Second})
+			ca, cb := pair(t, a, b, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 
 			require.Panics(t, func() { channel.Slice(a.mr, 0, 1<<31) })
 			require.Panics(t, func() { channel.Slice(a.mr, 4096, 1<<31) })

@@ -2,18 +2,7 @@
 
 package emulate
 
-import (
-	"fmt"
-	"runtime"
-
-	"github.com/mlx5kit/mlx5kit/ctx"
-	"github.com/mlx5kit/mlx5kit/sim"
-)
-
-// ErrUnavailable is what Enable returns in a build without cgo or for an
-// OS other than Linux.
-var ErrUnavailable = fmt.Errorf("emulate: the emulated uverbs kernel needs cgo and Linux; this binary was built with CGO_ENABLED=0 or for %s/%s: %w",
-	runtime.GOOS, runtime.GOARCH, ctx.ErrNotSupported)
+import "github.com/mlx5kit/mlx5kit/sim"
 
 // Enable returns ErrUnavailable.
 func Enable() error { return ErrUnavailable }

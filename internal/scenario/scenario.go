@@ -14,7 +14,7 @@ import (
 // Options.GID: the local GID table entry used on RoCE.
 const EnvGIDIndex = "MLX5KIT_GID_INDEX"
 
-// DefaultTimeout bounds each wait for completions when Options.Timeout is 0.
+// DefaultTimeout bounds each wait for completions when Options.WaitTimeout is 0.
 const DefaultTimeout = 10 * time.Second
 
 // ErrSkip is returned (wrapped, with the reason) by a scenario that the
