@@ -237,7 +237,7 @@ func setupDCWriteImm(tb testing.TB, e *pingEnv, size int) (roundTrip, string) {
 	)
 	for i := range 2 {
 		var err error
-		srq[i], err = transport.NewSharedReceiveQueue(e.s[i].pd, transport.SRQConfig{Depth: pingDepth})
+		srq[i], err = transport.NewSharedReceiveQueue(e.s[i].pd, ctx.SRQConfig{Depth: pingDepth})
 		require.NoError(tb, err)
 		dct[i], err = dc.NewDCT(e.s[i].pd, ps[i].cq, dc.DCTConfig{SRQ: srq[i], Key: dcKey})
 		require.NoError(tb, err)

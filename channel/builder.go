@@ -213,7 +213,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			key = binary.LittleEndian.Uint64(b[:]) | 1
 		}
 		for i := range c.links {
-			srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: opts.RecvDepth, MaxSGE: opts.MaxRecvSGE})
+			srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: opts.RecvDepth, MaxSGE: opts.MaxRecvSGE})
 			if err != nil {
 				return nil, fmt.Errorf("%s: peer %d: %w", op, i, err)
 			}

@@ -62,7 +62,7 @@ func TestDCAttributes(t *testing.T) {
 				require.NoError(t, dci.Close())
 			}
 
-			srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
+			srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
 			require.NoError(t, err)
 			for _, c := range []struct {
 				name   string

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -20,7 +21,7 @@ func TestSendAndWriteToTwoDCTs(t *testing.T) {
 	dci, err := dc.NewDCI(e.PD[0], scq, dc.DCIConfig{SendDepth: 32, MaxInline: 64})
 	require.NoError(t, err)
 	require.NoError(t, sp.Add(dci))
-	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 16})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 16})
 	require.NoError(t, err)
 	var remotes []*dc.Remote
 	for i := range 2 {

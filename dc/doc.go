@@ -4,7 +4,7 @@
 //
 // # Initiators and targets
 //
-//	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 256})
+//	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 256})
 //	dct, err := dc.NewDCT(pd, recvCQ, dc.DCTConfig{SRQ: srq, Key: 0x1234})
 //	ep := dct.Endpoint()                 // DCT number, DC access key, LID/GID, MTU
 //

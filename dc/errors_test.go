@@ -168,7 +168,7 @@ func TestFailFlushes(t *testing.T) {
 func TestDCMisuse(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq := e.CQ(0, 16)
-	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string
@@ -188,7 +188,7 @@ func TestDCMisuse(t *testing.T) {
 			_, err := dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq, RemoteAccess: 1 << 7})
 			return err
 		}()},
-		{"SRQ depth 0", func() error { _, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{}); return err }()},
+		{"SRQ depth 0", func() error { _, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{}); return err }()},
 	} {
 		require.Error(t, c.err, c.name)
 		require.ErrorIs(t, c.err, ctx.ErrInvalidArgument, c.name)

@@ -46,7 +46,7 @@ func Example_oneInitiatorManyTargets() {
 	base, mem := uint64(mr.Addr()), buf.Bytes()
 
 	// The targets: one SRQ for their SENDs, one DC access key each.
-	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 16})
+	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 16})
 	if err != nil {
 		log.Fatal(err)
 	}

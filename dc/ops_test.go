@@ -37,7 +37,7 @@ func newFixture(t *testing.T, cfg dc.DCIConfig, targets int) *fixture {
 	f.dci, err = dc.NewDCI(e.PD[0], f.scq, cfg)
 	require.NoError(t, err)
 	require.NoError(t, f.sp.Add(f.dci))
-	f.srq, err = transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 64, MaxSGE: 4})
+	f.srq, err = transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 64, MaxSGE: 4})
 	require.NoError(t, err)
 	for i := range targets {
 		dct, err := dc.NewDCT(e.PD[1], f.rcq, dc.DCTConfig{SRQ: f.srq, Key: 0xabc0 + uint64(i), MinRNRTimer: 1})

@@ -22,7 +22,7 @@ func TestPathMTUAndTrafficClass(t *testing.T) {
 		t.Run(link.String(), func(t *testing.T) {
 			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: link})
 			roce := link == ctx.LinkLayerEthernet
-			srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
+			srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, srq.Close()) }()
 			dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 7, MTU: ctx.MTU1024, TrafficClass: 0x48})

@@ -435,7 +435,7 @@ func TestConfigRefused(t *testing.T) {
 	cq := e.CQ(0, 16)
 	dev, err := e.Ctx[0].Query()
 	require.NoError(t, err)
-	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string

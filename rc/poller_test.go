@@ -169,7 +169,7 @@ func TestCloseLeavesPollers(t *testing.T) {
 func TestParentCloseLeavesPollers(t *testing.T) {
 	e1, e2 := transporttest.New(t, sim.Options{}), transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e1, 0, 16)
-	srq, err := transport.NewSharedReceiveQueue(e1.PD[0], transport.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e1.PD[0], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	a, err := rc.New(e1.PD[0], cq, rc.Config{SendDepth: 4, SRQ: srq})
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package rc_test
 import (
 	"testing"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -30,7 +31,7 @@ func newRecvRig(b *testing.B, shared bool) *recvRig {
 		x := connectPair(e, rc.Config{SendDepth: 2 * benchBatch, RecvDepth: benchBatch, MaxRecvSGE: 2, MaxInline: 64})
 		return &recvRig{x: x, rcv: x.qp[1], rp: x.p[1]}
 	}
-	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: benchBatch, MaxSGE: 2})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: benchBatch, MaxSGE: 2})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // of order, many times round its free list.
 func TestSharedReceiveQueue(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 7, MaxSGE: 2})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 7, MaxSGE: 2})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, srq.MaxSGE(), uint32(2), "the provider may grant more")
 	var senders, receivers [2]*rc.QP
@@ -148,7 +148,7 @@ func TestScatterToCQE(t *testing.T) {
 // the SRQ, and a receive on the QP itself is still refused.
 func TestResetKeepsSharedReceiveQueue(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 8})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 8})
 	require.NoError(t, err)
 	scq, sp := newPoller(e, 0, 64)
 	rcq, rp := newPoller(e, 1, 64)

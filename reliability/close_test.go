@@ -114,7 +114,7 @@ func TestStageKeptAcrossClose(t *testing.T) {
 			require.NoError(t, err)
 			dci, err := dc.NewDCI(x.pd[0], cq, dc.DCIConfig{SendDepth: 4, MaxInline: 32})
 			require.NoError(t, err)
-			srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 4})
+			srq, err := transport.NewSharedReceiveQueue(x.pd[1], ctx.SRQConfig{Depth: 4})
 			require.NoError(t, err)
 			dct, err := dc.NewDCT(x.pd[1], rcq, dc.DCTConfig{SRQ: srq, Key: 7})
 			require.NoError(t, err)
@@ -154,7 +154,7 @@ func TestReceiveStageKeptAcrossClose(t *testing.T) {
 		})
 		t.Run("srq/"+cl.name, func(t *testing.T) {
 			x := newFabric(t, sim.Options{})
-			srq, err := transport.NewSharedReceiveQueue(x.pd[0], transport.SRQConfig{Depth: 8})
+			srq, err := transport.NewSharedReceiveQueue(x.pd[0], ctx.SRQConfig{Depth: 8})
 			require.NoError(t, err)
 			st := srq.BeginRecv(1)
 			cl.close(t, x, srq)

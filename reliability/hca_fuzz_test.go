@@ -94,7 +94,7 @@ func newHCAWorld(t testing.TB, kind int) *hcaWorld {
 		require.NoError(t, err)
 		w.req, resp, w.qkey = provider.QPDescriptor(a.Handle()), b.Handle(), 9
 	default:
-		srq, err := transport.NewSharedReceiveQueue(pd[1], transport.SRQConfig{Depth: 4, MaxSGE: 2})
+		srq, err := transport.NewSharedReceiveQueue(pd[1], ctx.SRQConfig{Depth: 4, MaxSGE: 2})
 		require.NoError(t, err)
 		dct, err := dc.NewDCT(pd[1], cq[1], dc.DCTConfig{SRQ: srq, Key: 0x77, MinRNRTimer: 1})
 		require.NoError(t, err)

@@ -759,7 +759,7 @@ func (w *lfWorld) createSRQ(a lfArgs) {
 		return
 	}
 	depth := uint32(a.b(2) % 10)
-	s, err := transport.NewSharedReceiveQueue(p.pd, transport.SRQConfig{Depth: depth, MaxSGE: uint32(a.b(3) % 4)})
+	s, err := transport.NewSharedReceiveQueue(p.pd, ctx.SRQConfig{Depth: depth, MaxSGE: uint32(a.b(3) % 4)})
 	w.checkErr("new SRQ", err, w.pdClosed(pi) && depth != 0)
 	if err != nil {
 		return

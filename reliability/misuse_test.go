@@ -70,7 +70,7 @@ func requireGuarded(t *testing.T, what string, p unsafe.Pointer, n int) []byte {
 func TestRingsHaveGuardPages(t *testing.T) {
 	x := newFabric(t, sim.Options{})
 	p := newRCPair(t, x, rc.Config{SendDepth: 4, RecvDepth: 4, MaxInline: 32})
-	srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 5})
+	srq, err := transport.NewSharedReceiveQueue(x.pd[1], ctx.SRQConfig{Depth: 5})
 	require.NoError(t, err)
 	d := provider.QPDescriptor(p.qp[0].Handle())
 	type area struct {
@@ -281,7 +281,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		}
 		require.ErrorIs(t, err, transport.ErrReceiveQueueFull)
 		require.Equal(t, int(q.RecvOutstanding())+1, n)
-		srq, err := transport.NewSharedReceiveQueue(x.pd[0], transport.SRQConfig{Depth: 4})
+		srq, err := transport.NewSharedReceiveQueue(x.pd[0], ctx.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		cq, err := x.c[0].CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 		require.NoError(t, err)
@@ -346,7 +346,7 @@ func TestMisuseIsRefused(t *testing.T) {
 		require.NoError(t, err)
 		dci, err := dc.NewDCI(x.pd[0], cq, dc.DCIConfig{SendDepth: 4})
 		require.NoError(t, err)
-		srq, err := transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: 4})
+		srq, err := transport.NewSharedReceiveQueue(x.pd[1], ctx.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		dct, err := dc.NewDCT(x.pd[1], rcq, dc.DCTConfig{SRQ: srq, Key: 7})
 		require.NoError(t, err)

@@ -291,7 +291,7 @@ func (l *lane) build() {
 	case laneDC:
 		if l.srq == nil {
 			var err error
-			l.srq, err = transport.NewSharedReceiveQueue(x.pd[ws], transport.SRQConfig{Depth: srqDepth})
+			l.srq, err = transport.NewSharedReceiveQueue(x.pd[ws], ctx.SRQConfig{Depth: srqDepth})
 			require.NoError(t, err)
 			l.rq = &rqModel{s: s, name: l.name + " SRQ", region: l.recv}
 			for i := range l.dct {

@@ -301,7 +301,7 @@ func newDCCloseRig(t *testing.T, what dcCloseTarget) *closeRig {
 		dci[k], err = dc.NewDCI(x.pd[0], scq, dc.DCIConfig{SendDepth: 8, MaxInline: 32})
 		require.NoError(t, err)
 		require.NoError(t, sp.Add(dci[k]))
-		srq[k], err = transport.NewSharedReceiveQueue(x.pd[1], transport.SRQConfig{Depth: depth})
+		srq[k], err = transport.NewSharedReceiveQueue(x.pd[1], ctx.SRQConfig{Depth: depth})
 		require.NoError(t, err)
 		dct[k], err = dc.NewDCT(x.pd[1], rcq, dc.DCTConfig{SRQ: srq[k], Key: 0x77, MinRNRTimer: 1})
 		require.NoError(t, err)

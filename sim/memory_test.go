@@ -38,7 +38,7 @@ func TestQueueMemoryOutlivesClose(t *testing.T) {
 	require.NoError(t, err)
 	ccq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 15})
 	require.NoError(t, err)
-	rsrq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 4})
+	rsrq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	poller, err := transport.NewPoller(ccq)
 	require.NoError(t, err)

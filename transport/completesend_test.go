@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -162,7 +163,7 @@ func TestCompleteRecvSRQMatchesComplete(t *testing.T) {
 	}
 	mk := func() *rig {
 		e := transporttest.New(t, sim.Options{})
-		srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
+		srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		a, err := rc.New(e.PD[0], e.CQ(0, 64), rc.Config{SendDepth: 16, MaxInline: 64})
 		require.NoError(t, err)

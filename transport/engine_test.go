@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -163,7 +164,7 @@ func TestEngineConcurrency(t *testing.T) {
 			var err error
 			ps[i], err = transport.NewPoller(cq)
 			require.NoError(t, err)
-			srqs[i], err = transport.NewSharedReceiveQueue(e.PD[i], transport.SRQConfig{Depth: 8})
+			srqs[i], err = transport.NewSharedReceiveQueue(e.PD[i], ctx.SRQConfig{Depth: 8})
 			require.NoError(t, err)
 			dcis[i], err = dc.NewDCI(e.PD[i], cq, dc.DCIConfig{SendDepth: 32, MaxInline: 32})
 			require.NoError(t, err)

@@ -81,7 +81,7 @@ func TestCompletionErrorIsOneType(t *testing.T) {
 // builder names the condition.
 func TestPostErrorIsOneType(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 2})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srq.Close() })
 	err = srq.BeginRecv(1).SGE(e.Addr(0, 0), 1<<31, e.LKey(0)).FinishDoorbell()
@@ -106,7 +106,7 @@ func TestPostErrorIsOneType(t *testing.T) {
 // the transport, the verb and a cause errors.Is finds.
 func TestControlPlaneErrorIsOpError(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	_, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{})
+	_, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	var oe *ctx.OpError
 	require.ErrorAs(t, err, &oe)
@@ -115,7 +115,7 @@ func TestControlPlaneErrorIsOpError(t *testing.T) {
 	require.Equal(t, "transport: new SRQ: depth 0: invalid argument", err.Error())
 	require.Zero(t, oe.Errno())
 
-	_, err = transport.NewSharedReceiveQueue(nil, transport.SRQConfig{Depth: 1})
+	_, err = transport.NewSharedReceiveQueue(nil, ctx.SRQConfig{Depth: 1})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "transport", oe.Package)
 

@@ -29,7 +29,7 @@ func TestQueueWatchEvents(t *testing.T) {
 	require.NoError(t, err)
 	b, err := rc.New(pd, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
 	require.NoError(t, err)
-	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 8})
+	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 8})
 	require.NoError(t, err)
 
 	var mu sync.Mutex

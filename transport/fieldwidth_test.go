@@ -46,7 +46,7 @@ func TestConfigFieldWidths(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	pd, cq := e.PD[0], e.CQ(0, 64)
 	srq := func() *transport.SharedReceiveQueue {
-		s, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 4})
+		s, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 4})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s

@@ -34,7 +34,7 @@ func TestPollerAddTakesEveryQueuePair(t *testing.T) {
 	require.NoError(t, err)
 	dci, err := dc.NewDCI(e.PD[0], cq, dc.DCIConfig{SendDepth: 4})
 	require.NoError(t, err)
-	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	dct, err := dc.NewDCT(e.PD[0], cq, dc.DCTConfig{SRQ: srq, Key: 7})
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestSharedQueuePairMethods(t *testing.T) {
 // asking the provider, and the DCT keeps receiving (stays RTR).
 func TestDCTFailIsRefused(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
-	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	dct, err := dc.NewDCT(e.PD[0], e.CQ(0, 16), dc.DCTConfig{SRQ: srq, Key: 7})
 	require.NoError(t, err)

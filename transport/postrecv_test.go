@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
@@ -112,7 +113,7 @@ func TestPostRecvMatchesStaged(t *testing.T) {
 func TestSRQPostRecvMatchesStaged(t *testing.T) {
 	srq := func() (*transporttest.Env, *transport.SharedReceiveQueue) {
 		e := transporttest.New(t, sim.Options{})
-		s, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 8, MaxSGE: 2})
+		s, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 8, MaxSGE: 2})
 		require.NoError(t, err)
 		return e, s
 	}

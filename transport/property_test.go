@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -143,7 +144,7 @@ func TestProperty(t *testing.T) {
 	require.NoError(t, err)
 	bRCQP, err := rc.New(e.PD[1], bcq, rc.Config{SendDepth: 1, RecvDepth: rcRQSize})
 	require.NoError(t, err)
-	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: recvCnt})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: recvCnt})
 	require.NoError(t, err)
 	var dcts [2]*dc.DCT
 	var remotes [2]*dc.Remote

@@ -19,17 +19,11 @@ type SharedReceiveQueue struct {
 	errs [1]error
 }
 
-// SRQConfig configures a shared receive queue.
-type SRQConfig struct {
-	// Depth is the number of receive WQEs that may be outstanding.
-	Depth uint32
-	// MaxSGE is the number of scatter entries per WQE (default 1).
-	MaxSGE uint32
-}
-
 // NewSharedReceiveQueue creates a shared receive queue in pd, for RC and UD
-// queue pairs (Config.SRQ) and DCTs (DCTConfig.SRQ).
-func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg SRQConfig) (*SharedReceiveQueue, error) {
+// queue pairs (Config.SRQ) and DCTs (DCTConfig.SRQ): cfg.Depth receive
+// WQEs that may be outstanding, of cfg.MaxSGE scatter entries each
+// (default 1).
+func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg ctx.SRQConfig) (*SharedReceiveQueue, error) {
 	const op, transport = "new SRQ", "transport"
 	if pd == nil {
 		return nil, qpcore.Errorf(transport, op, "nil protection domain: %w", ctx.ErrInvalidArgument)

@@ -34,7 +34,7 @@ func ownRQ(t *testing.T, e *transporttest.Env) recvTarget {
 }
 
 func sharedRQ(t *testing.T, e *transporttest.Env) recvTarget {
-	s, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 8, MaxSGE: 2})
+	s, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 8, MaxSGE: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	d := provider.SRQDescriptor(s.Handle())
@@ -117,7 +117,7 @@ func TestReceiveStageErrors(t *testing.T) {
 	require.Equal(t, ring, q.ring, "a refused stage writes nothing")
 	require.Equal(t, dbrec, q.dbrec)
 
-	s, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
+	s, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	qp, err := rc.New(e.PD[1], e.CQ(1, 64), rc.Config{SendDepth: 1, SRQ: s})
 	require.NoError(t, err)

@@ -281,7 +281,7 @@ func TestDatagramLossAndErrors(t *testing.T) {
 func TestUDMisuse(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq := e.CQ(0, 16)
-	srq, err := transport.NewSharedReceiveQueue(e.PD[0], transport.SRQConfig{Depth: 8})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 8})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name string

@@ -45,7 +45,7 @@ func TestContextRCOnSharedReceiveQueue(t *testing.T) {
 	require.NoError(t, err)
 	base := uint64(mr.Addr())
 
-	srq, err := transport.NewSharedReceiveQueue(pd, transport.SRQConfig{Depth: 15})
+	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 15})
 	require.NoError(t, err, "ibv_create_srq through the Context")
 	srqn := srq.SRQN()
 	info, ok := simadopt.LookupSRQ(f, srqn)

@@ -271,7 +271,7 @@ func TestCrossCheckDC(t *testing.T) {
 	dci, err := dc.NewDCI(k.pd, k.cq, dc.DCIConfig{SendDepth: 16, MaxSendSGE: 1, Port: 1})
 	require.NoError(t, err)
 	require.NoError(t, poller.Add(&dci.Queue))
-	srq, err := transport.NewSharedReceiveQueue(k.pd, transport.SRQConfig{Depth: 16})
+	srq, err := transport.NewSharedReceiveQueue(k.pd, ctx.SRQConfig{Depth: 16})
 	require.NoError(t, err)
 	dct, err := dc.NewDCT(k.pd, k.cq, dc.DCTConfig{SRQ: srq, Key: kitKey, Port: 1})
 	require.NoError(t, err)

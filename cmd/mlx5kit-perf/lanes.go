@@ -215,7 +215,7 @@ func (x *end) addLanes(cfg config, c *ctx.Context) error {
 	x.lanes = ls
 	recvLen := uint32(len(x.End.Recv))
 	if cfg.conn == connDC {
-		if ls.srq, err = transport.NewSharedReceiveQueue(x.PD, transport.SRQConfig{Depth: uint32(max(cfg.rxDepth, cfg.qps()))}); err != nil {
+		if ls.srq, err = transport.NewSharedReceiveQueue(x.PD, ctx.SRQConfig{Depth: uint32(max(cfg.rxDepth, cfg.qps()))}); err != nil {
 			return err
 		}
 		for range max(cfg.rxDepth, cfg.qps()) {

@@ -122,6 +122,7 @@ func TestNoSecondDoors(t *testing.T) {
 		"ctx.AddressHandle.Attr":            "ctx.ProtectionDomain.CreateAddressHandle",
 		"endpoint.Endpoint.EncodedSize":     "endpoint.Endpoint.MarshalBinary",
 		"channel.Memory.PerPeer":            "channel.Memory.Total",
+		"transport.SRQConfig":               "ctx.SRQConfig",
 	}
 	for name, door := range gone {
 		if names[m+name] {

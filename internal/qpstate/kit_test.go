@@ -69,7 +69,7 @@ func TestKitTransitionsAreLegal(t *testing.T) {
 	requireLegalWalk(t, log, ctx.QPTypeDCI, dci.QPN(), []ctx.QPState{I, RTR, RTS, E})
 	require.NoError(t, dci.Close())
 
-	srq, err := transport.NewSharedReceiveQueue(e.PD[1], transport.SRQConfig{Depth: 4})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
 	require.NoError(t, err)
 	dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 5})
 	require.NoError(t, err)

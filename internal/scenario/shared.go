@@ -21,7 +21,7 @@ func SRQ(c *ctx.Context, o Options) error {
 	return run("SRQ", c, o, func(e *env) error {
 		const depth, messages, slot = 8, 24, 512
 		const recvBase = 640 << 10
-		srq, err := transport.NewSharedReceiveQueue(e.pd, transport.SRQConfig{Depth: depth})
+		srq, err := transport.NewSharedReceiveQueue(e.pd, ctx.SRQConfig{Depth: depth})
 		if err != nil {
 			return err
 		}
@@ -104,7 +104,7 @@ func DC(c *ctx.Context, o Options) error {
 		if !e.dev.DC {
 			return fmt.Errorf("%s has no DC transport: %w", e.c.DeviceName(), ErrSkip)
 		}
-		srq, err := transport.NewSharedReceiveQueue(e.pd, transport.SRQConfig{Depth: 16})
+		srq, err := transport.NewSharedReceiveQueue(e.pd, ctx.SRQConfig{Depth: 16})
 		if err != nil {
 			return err
 		}
