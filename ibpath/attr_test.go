@@ -15,8 +15,8 @@ func TestAttributes(t *testing.T) {
 		RetryCount: 5, RNRRetry: 6, MinRNRTimer: 17, Timeout: 19,
 		SQPN: 0x123, DQPN: 0x456, SQPSN: 0x789, DQPSN: 0xabc,
 		MaxRdAtomic: 4, MaxDestRdAtomic: 8,
-		SLID: 7, DLID: 9, SrcPathBits: 1, SL: 3, Rate: 2,
-		Global: true, SGID: ctx.GID{0xfe, 0x80, 15: 1}, DGID: ctx.GID{0xfe, 0x80, 15: 2}, SGIDIndex: 1,
+		SLID: 7, DLID: 9, SrcPathBits: 1, SL: 3, StaticRate: 2,
+		GlobalRoute: true, SGID: ctx.GID{0xfe, 0x80, 15: 1}, DGID: ctx.GID{0xfe, 0x80, 15: 2}, SGIDIndex: 1,
 		FlowLabel: 0x12345, TrafficClass: 0x20, HopLimit: 9,
 	}
 	ini := p.initAttr(ctx.AccessRemoteRead)
@@ -35,7 +35,7 @@ func TestAttributes(t *testing.T) {
 		RNRRetry: 6, MaxRdAtomic: 4}, rts)
 
 	// Without a GRH the GRH fields stay out of the address.
-	p.Global = false
+	p.GlobalRoute = false
 	require.Equal(t, ctx.AddressAttr{Port: 2, DLID: 9, SL: 3, SrcPathBits: 1, StaticRate: 2}, p.addressAttr())
 	p.Port = 0
 	require.Equal(t, uint8(1), p.addressAttr().Port, "port 0 means 1")

@@ -40,8 +40,8 @@ func FuzzReply(f *testing.F) {
 		if p.DQPN != c.SourceQP() || p.SQPN != local.SQPN {
 			t.Fatalf("reply QPNs %#x -> %#x, CQE source %#x", p.SQPN, p.DQPN, c.SourceQP())
 		}
-		if p.Global != c.HasGRH() {
-			t.Fatalf("GRH %v, reply global %v", c.HasGRH(), p.Global)
+		if p.GlobalRoute != c.HasGRH() {
+			t.Fatalf("GRH %v, reply global %v", c.HasGRH(), p.GlobalRoute)
 		}
 	})
 }

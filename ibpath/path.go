@@ -32,8 +32,8 @@ import (
 //	SLID, DLID      the local LID; ah_attr.dlid
 //	SrcPathBits     ah_attr.src_path_bits
 //	SL              ah_attr.sl
-//	Rate            ah_attr.static_rate
-//	Global          ah_attr.is_global
+//	StaticRate      ah_attr.static_rate
+//	GlobalRoute     ah_attr.is_global
 //	SGID, SGIDIndex the local GID; ah_attr.grh.sgid_index
 //	DGID            ah_attr.grh.dgid
 //	FlowLabel       ah_attr.grh.flow_label
@@ -61,9 +61,9 @@ type Path struct {
 	SLID, DLID  uint16
 	SrcPathBits uint8
 	SL          uint8
-	Rate        uint8
+	StaticRate  uint8
 
-	Global       bool
+	GlobalRoute  bool
 	SGID, DGID   ctx.GID
 	SGIDIndex    uint8
 	FlowLabel    uint32
@@ -122,7 +122,7 @@ func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error
 	}
 	e, err := c.ChooseGID(port, gid)
 	if err != nil {
-		if !errors.Is(err, ctx.ErrNotFound) || pa.LinkLayer == ctx.LinkLayerEthernet || p.Global {
+		if !errors.Is(err, ctx.ErrNotFound) || pa.LinkLayer == ctx.LinkLayerEthernet || p.GlobalRoute {
 			return p, fmt.Errorf("%s: GID %v: %w", op, gid, err)
 		}
 		i, _ := gid.Index()
@@ -135,7 +135,7 @@ func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error
 		p.MTU = pa.ActiveMTU
 	}
 	if pa.LinkLayer == ctx.LinkLayerEthernet {
-		p.Global = true
+		p.GlobalRoute = true
 	}
 	return p, nil
 }
@@ -188,12 +188,12 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 		q.MTU = rm
 	}
 	if remote.LID == 0 {
-		q.Global = true
+		q.GlobalRoute = true
 	}
-	if q.Global && q.DGID.IsZero() {
+	if q.GlobalRoute && q.DGID.IsZero() {
 		return p, fmt.Errorf("%s: peer %v needs a GRH but sent no GID: %w", op, remote, ctx.ErrInvalidArgument)
 	}
-	if !q.Global && q.DLID == 0 {
+	if !q.GlobalRoute && q.DLID == 0 {
 		return p, fmt.Errorf("%s: peer %v has neither LID nor GID: %w", op, remote, ctx.ErrInvalidArgument)
 	}
 	return q, nil
@@ -225,7 +225,7 @@ func (p Path) Validate() error {
 		{"timeout", uint64(p.Timeout), maxTimer},
 		{"SL", uint64(p.SL), maxSL},
 		{"source path bits", uint64(p.SrcPathBits), fieldcheck.MaxSrcPathBits},
-		{"rate", uint64(p.Rate), fieldcheck.MaxStaticRate},
+		{"rate", uint64(p.StaticRate), fieldcheck.MaxStaticRate},
 		{"flow label", uint64(p.FlowLabel), maxFlow},
 	} {
 		if err := check(c.name, c.v, c.max); err != nil {
@@ -246,10 +246,10 @@ func (p Path) addressAttr() ctx.AddressAttr {
 		DLID:        p.DLID,
 		SL:          p.SL,
 		SrcPathBits: p.SrcPathBits,
-		StaticRate:  p.Rate,
-		GlobalRoute: p.Global,
+		StaticRate:  p.StaticRate,
+		GlobalRoute: p.GlobalRoute,
 	}
-	if p.Global {
+	if p.GlobalRoute {
 		a.DGID = p.DGID
 		a.SGIDIndex = p.SGIDIndex
 		a.FlowLabel = p.FlowLabel

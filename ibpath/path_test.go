@@ -49,8 +49,8 @@ func fullPath() ibpath.Path {
 		RetryCount: 5, RNRRetry: 6, MinRNRTimer: 17, Timeout: 19,
 		SQPN: 0x123, DQPN: 0x456, SQPSN: 0x789, DQPSN: 0xabc,
 		MaxRdAtomic: 4, MaxDestRdAtomic: 8,
-		SLID: 7, DLID: 9, SrcPathBits: 1, SL: 3, Rate: 2,
-		Global: true, SGID: ctx.GID{0xfe, 0x80, 15: 1}, DGID: ctx.GID{0xfe, 0x80, 15: 2}, SGIDIndex: 1,
+		SLID: 7, DLID: 9, SrcPathBits: 1, SL: 3, StaticRate: 2,
+		GlobalRoute: true, SGID: ctx.GID{0xfe, 0x80, 15: 1}, DGID: ctx.GID{0xfe, 0x80, 15: 2}, SGIDIndex: 1,
 		FlowLabel: 0x12345, TrafficClass: 0x20, HopLimit: 9,
 	}
 }
@@ -87,7 +87,7 @@ func TestEndpointAndConnect(t *testing.T) {
 	require.Equal(t, uint32(0x55), c.DQPSN)
 	require.Equal(t, uint16(4), c.DLID)
 	require.Equal(t, ctx.MTU1024, c.MTU, "the lower MTU wins")
-	require.False(t, c.Global)
+	require.False(t, c.GlobalRoute)
 
 	// A peer without a LID needs a GRH and a GID.
 	remote.LID = 0
@@ -96,7 +96,7 @@ func TestEndpointAndConnect(t *testing.T) {
 	remote.GID = ctx.GID{0xfe, 0x80, 15: 9}
 	c, err = local.Connect(remote)
 	require.NoError(t, err)
-	require.True(t, c.Global)
+	require.True(t, c.GlobalRoute)
 	require.Equal(t, remote.GID, c.DGID)
 
 	// A DC endpoint names its DCT.
@@ -182,7 +182,7 @@ func connectPair(t *testing.T, link ctx.LinkLayer) (*node, *node, *testQP, *test
 
 func TestConnectRCInfiniBand(t *testing.T) {
 	a, _, _, _, p := connectPair(t, ctx.LinkLayerInfiniBand)
-	require.False(t, p.Global)
+	require.False(t, p.GlobalRoute)
 	require.NotZero(t, p.DLID)
 	gids, err := a.dev.QueryGIDs(1)
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestConnectRCInfiniBand(t *testing.T) {
 // link-local), and the connection carries traffic.
 func TestConnectRCRoCE(t *testing.T) {
 	a, b, _, _, p := connectPair(t, ctx.LinkLayerEthernet)
-	require.True(t, p.Global, "RoCE paths carry a GRH")
+	require.True(t, p.GlobalRoute, "RoCE paths carry a GRH")
 	require.False(t, p.DGID.IsZero())
 	ga, err := a.dev.QueryGIDs(1)
 	require.NoError(t, err)
@@ -233,7 +233,7 @@ func TestLocalGIDSelection(t *testing.T) {
 	require.NoError(t, err, "InfiniBand addresses by LID")
 	require.True(t, p.SGID.IsZero())
 	g := ibpath.Default()
-	g.Global = true
+	g.GlobalRoute = true
 	_, err = ibpath.Local(ib.dev, g, 1, ctx.GIDIndex(77))
 	require.ErrorIs(t, err, ctx.ErrNotFound, "a GRH needs the GID")
 }

@@ -99,7 +99,7 @@ func fromCompletion(c receipt, grh []byte, local Path) (Path, transport.GRH, err
 		if g, err = transport.ParseGRH(grh); err != nil {
 			return Path{}, transport.GRH{}, fmt.Errorf("%s: %w", op, err)
 		}
-		p.Global = true
+		p.GlobalRoute = true
 		p.SGID, p.DGID = g.SGID, g.DGID
 		p.TrafficClass, p.FlowLabel, p.HopLimit = g.TrafficClass, g.FlowLabel, g.HopLimit
 	}
@@ -124,7 +124,7 @@ func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, 
 	}
 	p := req.Reverse()
 	p.SrcPathBits = r.pathBits
-	if p.Global {
+	if p.GlobalRoute {
 		p.HopLimit = 0xff
 		if gids != nil {
 			found := false

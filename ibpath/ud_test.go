@@ -79,7 +79,7 @@ func testUDReply(t *testing.T, link ctx.LinkLayer, global bool) {
 	f := newFabric(t, link)
 	a, b := newUDSide(t, newNode(t, f, "sim0")), newUDSide(t, newNode(t, f, "sim1"))
 	if global {
-		a.p.Global = true
+		a.p.GlobalRoute = true
 	}
 	to, err := a.p.Connect(b.endpoint())
 	require.NoError(t, err)
@@ -105,12 +105,12 @@ func testUDReply(t *testing.T, link ctx.LinkLayer, global bool) {
 	require.Equal(t, b.q.qp.QPN(), reply.SQPN)
 	require.Equal(t, uint32(testQKey), reply.QKey)
 	if rc.HasGRH() {
-		require.True(t, reply.Global)
+		require.True(t, reply.GlobalRoute)
 		require.Equal(t, a.p.SGID, reply.DGID, "the reply goes to the sender's GID")
 		require.Equal(t, b.p.SGID, reply.SGID)
 		require.Equal(t, uint8(0xff), reply.HopLimit)
 	} else {
-		require.False(t, reply.Global)
+		require.False(t, reply.GlobalRoute)
 	}
 	if link == ctx.LinkLayerInfiniBand {
 		require.Equal(t, a.p.SLID, reply.DLID, "the reply goes to the sender's LID")
@@ -188,7 +188,7 @@ func testUDReplyRoCEGID(t *testing.T, gid uint8, l3 uint8) {
 
 	reply, err := ibpath.Reply(rc, b.n.buf.Bytes()[:prm.GRHSize], b.p, b.gids)
 	require.NoError(t, err)
-	require.True(t, reply.Global)
+	require.True(t, reply.GlobalRoute)
 	require.Equal(t, a.q.qp.QPN(), reply.DQPN)
 	require.Equal(t, a.p.SGID, reply.DGID, "the reply goes to the sender's GID")
 	require.Equal(t, b.p.SGID, reply.SGID)
@@ -251,7 +251,7 @@ func TestAddressCacheBuildsOnce(t *testing.T) {
 
 	bad := to
 	bad.FlowLabel = 1 << 21
-	bad.Global = true
+	bad.GlobalRoute = true
 	_, err = a.ahs.AddressHandle(bad)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Equal(t, 1, a.ahs.Len(), "a refused path caches nothing")

@@ -102,8 +102,8 @@ func testUDQPRoundTrip(t *testing.T, link ctx.LinkLayer) {
 	require.NoError(t, err)
 	require.Equal(t, a.qp.QPN(), reply.DQPN)
 	require.Equal(t, b.qp.QPN(), reply.SQPN)
-	require.Equal(t, in.GRH, reply.Global)
-	if reply.Global {
+	require.Equal(t, in.GRH, reply.GlobalRoute)
+	if reply.GlobalRoute {
 		require.Equal(t, a.p.SGID, reply.DGID, "the reply goes to the sender's GID")
 	}
 	req, err := ibpath.FromCompletion(&in, b.n.buf.Bytes()[:ud.GRHSize], b.p)

@@ -184,7 +184,7 @@ func TestConfigFieldWidths(t *testing.T) {
 		// ibpath.Path.
 		{"path SL 16", path(func(p *ibpath.Path) { p.SL = 16 }), "SL 16 out of range (0..15)"},
 		{"path source path bits", path(func(p *ibpath.Path) { p.SrcPathBits = 128 }), "source path bits 128 out of range (0..127)"},
-		{"path rate", path(func(p *ibpath.Path) { p.Rate = 25 }), "rate 25 out of range (0..24)"},
+		{"path rate", path(func(p *ibpath.Path) { p.StaticRate = 25 }), "rate 25 out of range (0..24)"},
 		{"path flow label", path(func(p *ibpath.Path) { p.FlowLabel = 1 << 20 }), "flow label 1048576 out of range (0..1048575)"},
 		{"path timeout", path(func(p *ibpath.Path) { p.Timeout = 32 }), "timeout 32 out of range (0..31)"},
 		{"path RNR retry", path(func(p *ibpath.Path) { p.RNRRetry = 8 }), "RNR retry 8 out of range (0..7)"},
@@ -198,7 +198,7 @@ func TestConfigFieldWidths(t *testing.T) {
 		"DCI SL 15":      newDCI(dc.DCIConfig{SL: 15}),
 		"UD SL 15":       newUD(ud.Config{SL: 15}),
 		"AH at the tops": newAH(ctx.AddressAttr{SL: 15, SrcPathBits: 127, StaticRate: 24, GlobalRoute: true, FlowLabel: 1<<20 - 1}),
-		"path":           path(func(p *ibpath.Path) { p.SL, p.SrcPathBits, p.Rate, p.FlowLabel = 15, 127, 24, 1<<20-1 }),
+		"path":           path(func(p *ibpath.Path) { p.SL, p.SrcPathBits, p.StaticRate, p.FlowLabel = 15, 127, 24, 1<<20-1 }),
 	} {
 		require.NoError(t, run(), name)
 	}
