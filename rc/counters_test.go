@@ -241,4 +241,13 @@ func TestCompletionTimestamps(t *testing.T) {
 	require.Equal(t, transport.MatchError, got.Match, "%+v", got)
 	require.Equal(t, prm.SyndromeRemoteAccess, got.Syndrome, "%+v", got)
 	require.Zero(t, got.Timestamp)
+
+	// So has an error CQE the Poller cannot match (a queue pair it does
+	// not route): its bytes 52..55, the syndromes, are not a timestamp.
+	img := cqeImage(prm.CQEReqErr, 0xabcdef, 0, prm.SyndromeRemoteAccess)
+	img[prm.CQETimestamp+4] = 0x5a // hw_err_synd, as a ConnectX may write
+	require.NoError(t, e.Fabric.InjectCQE(x.cq[0].CQN(), img))
+	require.Equal(t, 1, x.p[0].Poll(1, func(c *transport.Completion) { got = *c }))
+	require.Equal(t, transport.MatchUnknownQPN, got.Match, "%+v", got)
+	require.Zero(t, got.Timestamp, "%+v", got)
 }

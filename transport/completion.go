@@ -56,8 +56,8 @@ type Completion struct {
 	// Timestamp is the CQE's raw completion timestamp, in device cycles
 	// (ctx.Clock converts it), when the CQ was created with
 	// ctx.CompletionQueueConfig.Timestamps; otherwise it stays 0 and the
-	// poll never reads it. An error completion (MatchError) has none: an
-	// error CQE holds its syndromes where the timestamp would be.
+	// poll never reads it. An error completion has none (0), whatever its
+	// Match: an error CQE holds its syndromes where the timestamp would be.
 	Timestamp uint64
 }
 

@@ -352,11 +352,11 @@ func (p *Poller) countPoll(n int) {
 
 // count reads the timestamp of a completion and counts it, as asked. An
 // error CQE has no timestamp (its syndromes are where the timestamp would
-// be), so an error completion's stays 0.
+// be), so an error completion's stays 0, matched or not.
 func (p *Poller) count(q *Queue, c *monocq.CQE, wc *Completion) {
 	if p.stamps {
 		wc.Timestamp = 0
-		if wc.Match != MatchError {
+		if !c.IsError() {
 			wc.Timestamp = c.Timestamp()
 		}
 	}
