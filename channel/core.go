@@ -171,12 +171,24 @@ func (c *core) watchClose(qp *ctx.QueuePair) {
 // owner's goroutine: the work outstanding on a closed queue pair never
 // completes, so a wait for it would never end. It is called only where a
 // wait found nothing to poll, and by Pending.Poll for a request not done.
+//
+// It is small enough to inline into the wait loops: the close is
+// shutUnder's.
 func (c *core) shut() bool {
-	if !c.closed && c.under.Load() {
-		_ = c.close() // what is left: the other queues, the CQ, the Notifier
-		c.closedUnder = true
+	if c.under.Load() && !c.closed {
+		c.shutUnder()
 	}
 	return c.closed
+}
+
+// shutUnder closes what is left of a channel whose queue pairs were
+// closed under it: the other queues, the CQ, the Notifier. It stays out
+// of line, so that shut inlines.
+//
+//go:noinline
+func (c *core) shutUnder() {
+	_ = c.close()
+	c.closedUnder = true
 }
 
 // initSlots sizes the completion records for outstanding work requests
