@@ -938,6 +938,10 @@ int main(void)
 	if (ibv_query_device(e.d.ctx, &da))
 		FAIL("ibv_query_device");
 	printf("atomic_cap %d\n", da.atomic_cap);
+	/* The atomics' words are in host byte order where mlx5_ib reports
+	 * IBV_ATOMIC_HCA (atomic_req_8B_endianness_mode set to host
+	 * endianness), and only there. */
+	CHECK(da.atomic_cap == IBV_ATOMIC_HCA, "atomic_cap %d, want IBV_ATOMIC_HCA (%d)", da.atomic_cap, IBV_ATOMIC_HCA);
 	e.pd = ibv_alloc_pd(e.d.ctx);
 	if (!e.pd)
 		FAIL("ibv_alloc_pd: %s", strerror(errno));
