@@ -26,9 +26,9 @@ func testAtomics(t *testing.T, opts channel.Options) {
 	region, err := ca.RemoteRegion(0, 0)
 	require.NoError(t, err)
 	const counterOff, resultOff = 4096, 64
-	counter := func() uint64 { return binary.BigEndian.Uint64(b.bytes()[counterOff:]) }
-	old := func(i int) uint64 { return binary.BigEndian.Uint64(a.bytes()[resultOff+8*i:]) }
-	binary.BigEndian.PutUint64(b.bytes()[counterOff:], 100)
+	counter := func() uint64 { return binary.NativeEndian.Uint64(b.bytes()[counterOff:]) }
+	old := func(i int) uint64 { return binary.NativeEndian.Uint64(a.bytes()[resultOff+8*i:]) }
+	binary.NativeEndian.PutUint64(b.bytes()[counterOff:], 100)
 	at := channel.At(region, counterOff)
 	res := func(i int) channel.SGE { return channel.Slice(a.mr, resultOff+8*i, 8) }
 

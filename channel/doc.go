@@ -31,8 +31,10 @@
 // Receive, Write, Read, CompareSwap, FetchAdd, ScatterSend, ScatterWrite,
 // GatherReceive, GatherRead and MulticastSend (the same buffer to a set of
 // peers). Errors of several requests are joined. The atomics work on an
-// 8-byte big-endian value in the peer's memory and leave the value they
-// found, big-endian, in an 8-byte local Result buffer.
+// 8-byte value in host byte order in the peer's memory (a uint64 the
+// peer reads with binary.NativeEndian, as a ConnectX's atomics do) and
+// leave the value they found, in host byte order, in an 8-byte local
+// Result buffer.
 //
 // Scope runs a function whose posts return Pending handles to poll at
 // will; before Scope returns, every request posted in it has completed, and

@@ -81,8 +81,8 @@ type ReadRequest struct {
 // Peer's memory (8-byte aligned, in a region shared with remote atomic
 // access): if it equals Compare it becomes Swap. The value found there
 // before, swapped or not, is written to Result, an 8-byte local buffer,
-// big-endian as the device returns it (binary.BigEndian.Uint64 reads it).
-// The remote value is big-endian too.
+// in host byte order as the device returns it (binary.NativeEndian.Uint64
+// reads it). The remote value is in host byte order too.
 type CompareSwapRequest struct {
 	Peer          int
 	Remote        Remote
@@ -90,9 +90,10 @@ type CompareSwapRequest struct {
 	Result        SGE
 }
 
-// FetchAddRequest is an ATOMIC_FA on the 8-byte big-endian value at Remote
-// in Peer's memory: Add is added to it, and the value found before is
-// written to the 8-byte local Result buffer, big-endian.
+// FetchAddRequest is an ATOMIC_FA on the 8-byte value, in host byte
+// order, at Remote in Peer's memory: Add is added to it, and the value
+// found before is written to the 8-byte local Result buffer, in host byte
+// order.
 type FetchAddRequest struct {
 	Peer   int
 	Remote Remote

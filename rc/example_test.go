@@ -171,8 +171,8 @@ func ExampleQP_BeginRecv() {
 }
 
 // RDMA read and atomics: a reads b's memory and updates a counter and a
-// lock word there without b's CPU taking part. Atomics work on big-endian
-// 8-byte words and return the old value.
+// lock word there without b's CPU taking part. Atomics work on 8-byte
+// words in host byte order and return the old value in host byte order.
 func Example_readAndAtomics() {
 	c, a, b := open()
 	defer c.Close()
@@ -181,8 +181,8 @@ func Example_readAndAtomics() {
 
 	remote := b.buf.Bytes()
 	copy(remote[64:], "remote data")
-	binary.BigEndian.PutUint64(remote[0:], 41) // a counter
-	binary.BigEndian.PutUint64(remote[8:], 0)  // a lock word
+	binary.NativeEndian.PutUint64(remote[0:], 41) // a counter
+	binary.NativeEndian.PutUint64(remote[8:], 0)  // a lock word
 	raddr, rkey := uint64(b.mr.Addr()), b.mr.RKey()
 	laddr, lkey := uint64(a.mr.Addr()), a.mr.LKey()
 	local := a.buf.Bytes()
@@ -201,7 +201,7 @@ func Example_readAndAtomics() {
 		log.Fatal(err)
 	}
 	a.wait()
-	fmt.Println("fetch-and-add returned", binary.BigEndian.Uint64(local[0:]), "counter now", binary.BigEndian.Uint64(remote[0:]))
+	fmt.Println("fetch-and-add returned", binary.NativeEndian.Uint64(local[0:]), "counter now", binary.NativeEndian.Uint64(remote[0:]))
 
 	for _, try := range []struct{ compare, swap uint64 }{{0, 7}, {0, 9}} {
 		st, _ = a.qp.Post(3, wqebuilder.Signaled)
@@ -209,7 +209,7 @@ func Example_readAndAtomics() {
 			log.Fatal(err)
 		}
 		a.wait()
-		old := binary.BigEndian.Uint64(local[8:])
+		old := binary.NativeEndian.Uint64(local[8:])
 		fmt.Printf("compare-and-swap %d→%d: old %d, taken %v\n", try.compare, try.swap, old, old == try.compare)
 	}
 	// Output:

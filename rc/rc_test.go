@@ -1,8 +1,8 @@
 package rc_test
 
 import (
+	"encoding/binary"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -74,12 +74,12 @@ func TestWriteImmReadAtomic(t *testing.T) {
 	require.Equal(t, "hello", string(e.Mem(0, 200, 5)))
 
 	// Fetch-and-add.
-	prm.Store64(e.Buf[1].Pointer(), 40)
+	binary.NativeEndian.PutUint64(e.Mem(1, 0, 8), 40) // an 8-byte atomic's word is in host byte order
 	s, err = x.qp[0].Post(3, wqebuilder.Signaled)
 	require.NoError(t, err)
 	require.NoError(t, s.AtomicFA(e.Addr(1, 0), e.RKey(1), 2).Result(e.Addr(0, 8), e.LKey(0)).FinishBlueFlame())
 	c = e.One(x.p[0])
 	require.NoError(t, c.Err())
-	require.Equal(t, uint64(40), prm.Load64(unsafe.Add(e.Buf[0].Pointer(), 8)))
-	require.Equal(t, uint64(42), prm.Load64(e.Buf[1].Pointer()))
+	require.Equal(t, uint64(40), binary.NativeEndian.Uint64(e.Mem(0, 8, 8)))
+	require.Equal(t, uint64(42), binary.NativeEndian.Uint64(e.Mem(1, 0, 8)))
 }

@@ -999,7 +999,10 @@ func (l *lane) postRDMA(last, bf bool) {
 			l.rq.mayFlush = true
 		}
 		add, swap := r.Uint64(), r.Uint64()
-		cmp := binary.BigEndian.Uint64(tg.shadow[roff:])
+		// The word is a uint64 in host byte order, as a ConnectX treats
+		// 8-byte atomics in the mode mlx5_core sets; so is the old value
+		// it returns.
+		cmp := binary.NativeEndian.Uint64(tg.shadow[roff:])
 		if r.Intn(2) == 0 {
 			cmp = r.Uint64()
 		}
@@ -1012,14 +1015,14 @@ func (l *lane) postRDMA(last, bf bool) {
 		}
 		finish(fs.Finish, fs.FinishBlueFlame)
 		w.apply = func() {
-			old := binary.BigEndian.Uint64(tg.shadow[roff:])
+			old := binary.NativeEndian.Uint64(tg.shadow[roff:])
 			switch {
 			case isFA:
-				binary.BigEndian.PutUint64(tg.shadow[roff:], old+add)
+				binary.NativeEndian.PutUint64(tg.shadow[roff:], old+add)
 			case old == cmp:
-				binary.BigEndian.PutUint64(tg.shadow[roff:], swap)
+				binary.NativeEndian.PutUint64(tg.shadow[roff:], swap)
 			}
-			binary.BigEndian.PutUint64(l.sink.shadow[loff:], old)
+			binary.NativeEndian.PutUint64(l.sink.shadow[loff:], old)
 		}
 	case op < opSend: // SEND, SEND_IMM
 		n := 8 + r.Intn(maxSend-7)

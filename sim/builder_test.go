@@ -175,10 +175,10 @@ func TestBuilderRandomRC(t *testing.T) {
 		case prm.OpAtomicFA, prm.OpAtomicCS:
 			roff &^= 7
 			loff &^= 7
-			old := be.Uint64(refRemote[roff:])
+			old := host.Uint64(refRemote[roff:])
 			if op == prm.OpAtomicFA {
 				err = st.AtomicFA(e.addr2(roff), e.mr2.RKey(), uint64(imm)).Result(e.addr(loff), e.mr.LKey()).Finish()
-				be.PutUint64(refRemote[roff:], old+uint64(imm))
+				host.PutUint64(refRemote[roff:], old+uint64(imm))
 			} else {
 				cmp := old
 				if rng.Intn(2) == 0 {
@@ -186,10 +186,10 @@ func TestBuilderRandomRC(t *testing.T) {
 				}
 				err = st.AtomicCS(e.addr2(roff), e.mr2.RKey(), cmp, uint64(imm)).Result(e.addr(loff), e.mr.LKey()).Finish()
 				if cmp == old {
-					be.PutUint64(refRemote[roff:], uint64(imm))
+					host.PutUint64(refRemote[roff:], uint64(imm))
 				}
 			}
-			be.PutUint64(refLocal[loff:], old)
+			host.PutUint64(refLocal[loff:], old)
 		default:
 			err = st.Nop().Finish()
 		}
@@ -265,7 +265,7 @@ func TestBuilderUDAndDC(t *testing.T) {
 	require.NoError(t, err)
 	dav := dah.AV()
 	dsq := sendQueue(t, dci)
-	be.PutUint64(e.mem2(4096, 8), 0x00ff)
+	host.PutUint64(e.mem2(4096, 8), 0x00ff)
 	require.NoError(t, dsq.Begin(1, 0).DC(&dav, dct.qp.QPN(), 0x1234).MaskedFA64(e.addr2(4096), e.mr2.RKey(), 0x0101, 0x80).Result(e.addr(0), e.mr.LKey()).Finish())
 	require.NoError(t, dsq.Begin(2, wqebuilder.Signaled).DC(&dav, dct.qp.QPN(), 0x1234).RdmaWriteImm(e.addr2(8192), e.mr2.RKey(), 5).Inline([]byte("dc")).Finish())
 	dsq.RingDoorbell()
@@ -276,8 +276,8 @@ func TestBuilderUDAndDC(t *testing.T) {
 	wrid, ok := dsq.Complete(sc[0].counter)
 	require.True(t, ok)
 	require.Equal(t, uint64(2), wrid)
-	require.Equal(t, uint64(0x00ff), be.Uint64(e.mem(0, 8)))
-	require.Equal(t, uint64(0x0100), be.Uint64(e.mem2(4096, 8)))
+	require.Equal(t, uint64(0x00ff), host.Uint64(e.mem(0, 8)))
+	require.Equal(t, uint64(0x0100), host.Uint64(e.mem2(4096, 8)))
 	require.Equal(t, []byte("dc"), e.mem2(8192, 2))
 	rc = pollAll(poller(t, dct.rcq))
 	require.Len(t, rc, 1)

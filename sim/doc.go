@@ -31,8 +31,10 @@
 // 40-byte GRH space in receive buffers (a wrong qkey drops silently); DC from
 // a DCI to any DCT by DCT number and DC access key. Receive queues and SRQs
 // (free list linked by next_wqe_index); scatter-to-CQE for small payloads.
-// Atomics treat remote memory as big-endian 64-bit (or 32-bit) values and
-// return the old value big-endian, as ConnectX does.
+// Atomics on 8 bytes treat remote memory as a 64-bit value in host byte
+// order and return the old value in host byte order, as a ConnectX in the
+// mode mlx5_core sets and mlx5_ib reports as IBV_ATOMIC_HCA; masked
+// atomics on 4 bytes work on a big-endian 32-bit value.
 //
 // On an Ethernet port the GRH space of a UD receive holds what a ConnectX
 // writes for the GID the datagram left from: the InfiniBand GRH for a RoCE

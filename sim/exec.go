@@ -351,13 +351,16 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	}
 }
 
-// atomicOp applies the atomic of w to target (big-endian) and writes the old
-// value, big-endian, to result.
+// atomicOp applies the atomic of w to target and writes the old value to
+// result, in the byte order of the word: an 8-byte word (the standard
+// atomics, the masked ones on 8 bytes) in host byte order, as mlx5_core
+// sets a ConnectX to treat 8-byte atomics (the mode in which mlx5_ib
+// reports IBV_ATOMIC_HCA), a 4-byte word of a masked atomic big-endian.
 func atomicOp(w *sendWQE, target, result []byte) {
 	var old uint64
 	width := w.asize * 8
 	if w.asize == 8 {
-		old = beUint64(target)
+		old = binary.NativeEndian.Uint64(target)
 	} else {
 		old = uint64(beUint32(target))
 	}
@@ -379,8 +382,8 @@ func atomicOp(w *sendWQE, target, result []byte) {
 	}
 	nv &= mask
 	if w.asize == 8 {
-		putBE64(result, old)
-		putBE64(target, nv)
+		binary.NativeEndian.PutUint64(result, old)
+		binary.NativeEndian.PutUint64(target, nv)
 	} else {
 		putBE32(result, uint32(old))
 		putBE32(target, uint32(nv))

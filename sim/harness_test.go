@@ -18,6 +18,10 @@ import (
 
 var be = binary.BigEndian
 
+// host is the byte order of the word an 8-byte atomic works on and of the
+// value it returns (4-byte masked atomics use be).
+var host = binary.NativeEndian
+
 type env struct {
 	t    testing.TB
 	f    *Fabric

@@ -107,14 +107,12 @@ func TestRCRead(t *testing.T) {
 	require.Equal(t, e.mem2(5700, 77), e.mem(8192, 77))
 }
 
-func putBE64At(b []byte, v uint64) { be.PutUint64(b, v) }
-
 func TestRCAtomics(t *testing.T) {
 	e := newEnv(t, Options{})
 	a, _ := e.rcPair(qpOpts{})
 	target := e.mem2(64, 8)
-	putBE64At(target, 100)
-	res := func(off int) uint64 { return be.Uint64(e.mem(off, 8)) }
+	host.PutUint64(target, 100)
+	res := func(off int) uint64 { return host.Uint64(e.mem(off, 8)) }
 
 	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(64), e.mr2.RKey()), atomicSeg(5, 0), dataSeg(8, e.mr.LKey(), e.addr(0)))
 	a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(64), e.mr2.RKey()), atomicSeg(999, 105), dataSeg(8, e.mr.LKey(), e.addr(8)))
@@ -129,24 +127,24 @@ func TestRCAtomics(t *testing.T) {
 	require.Equal(t, uint64(100), res(0))
 	require.Equal(t, uint64(105), res(8))
 	require.Equal(t, uint64(999), res(16), "failed compare returns the current value")
-	require.Equal(t, uint64(999), be.Uint64(target))
+	require.Equal(t, uint64(999), host.Uint64(target))
 
 	// Masked compare-and-swap on 8 bytes: compare only the low byte, swap
 	// only the high nibble.
-	putBE64At(target, 0x1111_2222_3333_4455)
+	host.PutUint64(target, 0x1111_2222_3333_4455)
 	a.post(prm.OpAtomicMaskedCS, prm.OpmodMaskedAtomic64, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(64), e.mr2.RKey()),
 		atomicSeg(0xf000_0000_0000_0000, 0x0000_0000_0000_0055), atomicSeg(0xf000_0000_0000_0000, 0xff), dataSeg(8, e.mr.LKey(), e.addr(24)))
 	// Masked fetch-and-add on 8 bytes with a field boundary after bit 7:
 	// adding 1 to 0xff in the low byte does not carry into byte 1.
 	a.post(prm.OpAtomicMaskedFA, prm.OpmodMaskedAtomic64, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(128), e.mr2.RKey()),
 		atomicSeg(0x0101, 0x80), dataSeg(8, e.mr.LKey(), e.addr(32)))
-	putBE64At(e.mem2(128, 8), 0x00ff)
+	host.PutUint64(e.mem2(128, 8), 0x00ff)
 	e.run()
 	require.Len(t, a.scq.drain(), 2)
 	require.Equal(t, uint64(0x1111_2222_3333_4455), res(24))
-	require.Equal(t, uint64(0xf111_2222_3333_4455), be.Uint64(target))
+	require.Equal(t, uint64(0xf111_2222_3333_4455), host.Uint64(target))
 	require.Equal(t, uint64(0x00ff), res(32))
-	require.Equal(t, uint64(0x0100), be.Uint64(e.mem2(128, 8)), "low field wraps to 0, high field gets 1")
+	require.Equal(t, uint64(0x0100), host.Uint64(e.mem2(128, 8)), "low field wraps to 0, high field gets 1")
 
 	// 4-byte masked atomics pack their operands into one segment.
 	be.PutUint32(e.mem2(256, 4), 0xaabbccdd)

@@ -56,7 +56,7 @@ func TestSharedRepeatsCounted(t *testing.T) {
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 7, 1)
-	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
+	binary.NativeEndian.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: 0,
 		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, DLID: lidOf(t, e2.c)}
@@ -71,5 +71,5 @@ func TestSharedRepeatsCounted(t *testing.T) {
 	serve()
 	serve()
 	require.Equal(t, before+2, e2.f.Stats().RepeatsServed, "two repeats")
-	require.Equal(t, uint64(11), binary.BigEndian.Uint64(e2.mem(0, 8)), "executed once")
+	require.Equal(t, uint64(11), binary.NativeEndian.Uint64(e2.mem(0, 8)), "executed once")
 }

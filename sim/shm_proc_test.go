@@ -302,16 +302,16 @@ func TestSharedTwoProcessesRC(t *testing.T) {
 	require.Equal(t, uint32(4), ev.ByteCnt)
 
 	// Atomics on what the child holds.
-	old := binary.BigEndian.Uint64(remote[500000:])
+	old := binary.NativeEndian.Uint64(remote[500000:])
 	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), atomicSeg(3, 0), dataSeg(8, e.mr.LKey(), e.addr(30000)))
 	ok()
-	require.Equal(t, old, binary.BigEndian.Uint64(e.mem(30000, 8)))
+	require.Equal(t, old, binary.NativeEndian.Uint64(e.mem(30000, 8)))
 	a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), atomicSeg(1234, old+3), dataSeg(8, e.mr.LKey(), e.addr(30008)))
 	ok()
-	require.Equal(t, old+3, binary.BigEndian.Uint64(e.mem(30008, 8)))
+	require.Equal(t, old+3, binary.NativeEndian.Uint64(e.mem(30008, 8)))
 	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), dataSeg(8, e.mr.LKey(), e.addr(30016)))
 	ok()
-	require.Equal(t, uint64(1234), binary.BigEndian.Uint64(e.mem(30016, 8)))
+	require.Equal(t, uint64(1234), binary.NativeEndian.Uint64(e.mem(30016, 8)))
 
 	// In order and exactly once: 100 SENDs numbered by immediate (the
 	// child's 32 receives are reposted as they complete: RNR NAKs and

@@ -259,7 +259,7 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 7, 1)
-	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
+	binary.NativeEndian.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	_, s2 := e2.f.SharedFabric()
 	dlid := lidOf(t, e2.c) // before the fabrics' locks are held
@@ -291,7 +291,7 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 		e2.f.wireServe(s1, &r.h, []byte(r.pay))
 	}
 	e2.f.mu.Unlock()
-	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)), "each atomic executed once")
+	require.Equal(t, uint64(12), binary.NativeEndian.Uint64(e2.mem(0, 8)), "each atomic executed once")
 	require.Equal(t, "abcdefgh", string(e2.mem(64, 8)))
 
 	// The answers, in order.
@@ -306,7 +306,7 @@ func TestSharedResponderRepeatsInWindow(t *testing.T) {
 			require.Equal(t, uint8(wireAck), h.Status)
 			var old uint64
 			if prm.Opcode(h.Op).IsAtomic() {
-				old = binary.BigEndian.Uint64(payload)
+				old = binary.NativeEndian.Uint64(payload)
 			}
 			got = append(got, answer{h.PSN, old})
 		}

@@ -131,15 +131,15 @@ func TestSharedRCOperations(t *testing.T) {
 	require.Equal(t, prm.OpRdmaRead, c.sendOp)
 	require.Equal(t, e2.mem(40000, 3000), e1.mem(50000, 3000))
 
-	binary.BigEndian.PutUint64(e2.mem(60000, 8), 100)
+	binary.NativeEndian.PutUint64(e2.mem(60000, 8), 100)
 	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(60000), e2.mr.RKey()), atomicSeg(5, 0), dataSeg(8, e1.mr.LKey(), e1.addr(60000)))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
-	require.Equal(t, uint64(100), binary.BigEndian.Uint64(e1.mem(60000, 8)))
-	require.Equal(t, uint64(105), binary.BigEndian.Uint64(e2.mem(60000, 8)))
+	require.Equal(t, uint64(100), binary.NativeEndian.Uint64(e1.mem(60000, 8)))
+	require.Equal(t, uint64(105), binary.NativeEndian.Uint64(e2.mem(60000, 8)))
 	a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(60000), e2.mr.RKey()), atomicSeg(7, 105), dataSeg(8, e1.mr.LKey(), e1.addr(60008)))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
-	require.Equal(t, uint64(105), binary.BigEndian.Uint64(e1.mem(60008, 8)))
-	require.Equal(t, uint64(7), binary.BigEndian.Uint64(e2.mem(60000, 8)))
+	require.Equal(t, uint64(105), binary.NativeEndian.Uint64(e1.mem(60008, 8)))
+	require.Equal(t, uint64(7), binary.NativeEndian.Uint64(e2.mem(60000, 8)))
 
 	// In order, each exactly once: a burst of writes with immediate.
 	for i := 0; i < 10; i++ {
@@ -355,7 +355,7 @@ func TestSharedResponderExecutesOnce(t *testing.T) {
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 7, 1)
-	binary.BigEndian.PutUint64(e2.mem(0, 8), 10)
+	binary.NativeEndian.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: 0,
 		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, ASize: 8, DLID: lidOf(t, e2.c)}
@@ -363,12 +363,12 @@ func TestSharedResponderExecutesOnce(t *testing.T) {
 	e2.f.wireServe(s1, &h, atomicOperands(1))
 	e2.f.wireServe(s1, &h, atomicOperands(1)) // a repeat: answered, not executed
 	e2.f.mu.Unlock()
-	require.Equal(t, uint64(11), binary.BigEndian.Uint64(e2.mem(0, 8)))
+	require.Equal(t, uint64(11), binary.NativeEndian.Uint64(e2.mem(0, 8)))
 	h.PSN = 1
 	e2.f.mu.Lock()
 	e2.f.wireServe(s1, &h, atomicOperands(1))
 	e2.f.mu.Unlock()
-	require.Equal(t, uint64(12), binary.BigEndian.Uint64(e2.mem(0, 8)))
+	require.Equal(t, uint64(12), binary.NativeEndian.Uint64(e2.mem(0, 8)))
 }
 
 func TestSharedIdleCPU(t *testing.T) {

@@ -93,7 +93,7 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	lid := lidOf(t, e2.c)
 	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), inlineSeg([]byte("to t1")))
 	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), raddrSeg(e2.addr(4096), e2.mr.RKey()), inlineSeg([]byte("written")))
-	be.PutUint64(e2.mem(8192, 8), 10)
+	host.PutUint64(e2.mem(8192, 8), 10)
 	d.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), lid), raddrSeg(e2.addr(8192), e2.mr.RKey()), atomicSeg(3, 0), dataSeg(8, e1.mr.LKey(), e1.addr(0)))
 	for i := 0; i < 3; i++ {
 		c := waitCQE(t, d.scq, 5*time.Second)
@@ -104,8 +104,8 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	require.Equal(t, srq.srq.SRQN(), r.srqn)
 	require.Equal(t, []byte("to t1"), e2.mem(int(r.counter)*64, 5))
 	require.Equal(t, []byte("written"), e2.mem(4096, 7))
-	require.Equal(t, uint64(10), be.Uint64(e1.mem(0, 8)))
-	require.Equal(t, uint64(13), be.Uint64(e2.mem(8192, 8)))
+	require.Equal(t, uint64(10), host.Uint64(e1.mem(0, 8)))
+	require.Equal(t, uint64(13), host.Uint64(e2.mem(8192, 8)))
 
 	// A wrong DC key: REMOTE_ACCESS_ERR, the DCT stays, with an event.
 	d2 := e1.dci(e1.pd)
@@ -161,7 +161,7 @@ func TestSharedDCTExecutesOnce(t *testing.T) {
 	srq := e2.newSRQ(e2.pd, 16, 1)
 	dct := e2.dct(e2.pd, srq, 0xfeed)
 	d := e1.dci(e1.pd)
-	be.PutUint64(e2.mem(0, 8), 10)
+	host.PutUint64(e2.mem(0, 8), 10)
 	_, s1 := e1.f.SharedFabric()
 	h := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: dct.qp.QPN(), SrcQPN: d.qp.QPN(), PSN: 7, Epoch: 1, Flags: wireFirst,
 		RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: lidOf(t, e2.c), DCKey: 0xfeed}
@@ -172,16 +172,16 @@ func TestSharedDCTExecutesOnce(t *testing.T) {
 	}
 	serve()
 	serve() // a retry: answered, not executed
-	require.Equal(t, uint64(11), be.Uint64(e2.mem(0, 8)))
+	require.Equal(t, uint64(11), host.Uint64(e2.mem(0, 8)))
 	h.PSN, h.Flags = 8, 0
 	serve()
-	require.Equal(t, uint64(12), be.Uint64(e2.mem(0, 8)))
+	require.Equal(t, uint64(12), host.Uint64(e2.mem(0, 8)))
 	h.Epoch, h.PSN, h.Flags = 2, 8, wireFirst // a new stream that happens to reuse the PSN
 	serve()
-	require.Equal(t, uint64(13), be.Uint64(e2.mem(0, 8)))
+	require.Equal(t, uint64(13), host.Uint64(e2.mem(0, 8)))
 	h.Epoch, h.PSN, h.Flags = 3, 20, 0 // a stream begun elsewhere
 	serve()
-	require.Equal(t, uint64(13), be.Uint64(e2.mem(0, 8)))
+	require.Equal(t, uint64(13), host.Uint64(e2.mem(0, 8)))
 }
 
 // TestSharedUDFaults: the sender's fault injector drops, duplicates and

@@ -61,8 +61,9 @@ const (
 	// announces the linked slots. Version 3: an atomic request carries
 	// its operands as payload (wireAtomicSize). Version 4: the hello,
 	// the listener's answer and its announcements carry each slot's
-	// number of HCAs (tcpDevicesSize).
-	tcpVersion = 4
+	// number of HCAs (tcpDevicesSize). Version 5: an 8-byte atomic's
+	// word and answer are in host byte order (atomicOp).
+	tcpVersion = 5
 	// The slots of a link: the listener takes tcpSlotBase, each connecting
 	// Fabric one of the next. Their QPN ranges lie above those of a shared
 	// fabric's slots.

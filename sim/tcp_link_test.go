@@ -98,11 +98,11 @@ func rcOps(t *testing.T, ea, eb *env, a, b *testQP, seed int64) {
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
 	require.Equal(t, eb.mem(40000, 3000), ea.mem(50000, 3000))
 
-	binary.BigEndian.PutUint64(eb.mem(60000, 8), 100)
+	binary.NativeEndian.PutUint64(eb.mem(60000, 8), 100)
 	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(eb.addr(60000), eb.mr.RKey()), atomicSeg(5, 0), dataSeg(8, ea.mr.LKey(), ea.addr(60000)))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, wait).op)
-	require.Equal(t, uint64(100), binary.BigEndian.Uint64(ea.mem(60000, 8)))
-	require.Equal(t, uint64(105), binary.BigEndian.Uint64(eb.mem(60000, 8)))
+	require.Equal(t, uint64(100), binary.NativeEndian.Uint64(ea.mem(60000, 8)))
+	require.Equal(t, uint64(105), binary.NativeEndian.Uint64(eb.mem(60000, 8)))
 }
 
 func TestLinkRCBothWays(t *testing.T) {
@@ -210,7 +210,7 @@ func linkDC(t *testing.T, ei, et *env) {
 	d := dci()
 	srq.post(dataSeg(64, et.mr.LKey(), et.addr(0)))
 	lid := lidOf(t, et.c)
-	binary.BigEndian.PutUint64(et.mem(8192, 8), 40)
+	binary.NativeEndian.PutUint64(et.mem(8192, 8), 40)
 	av := dcAV(0xfeed, dct.qp.QPN(), lid)
 	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to dct")))
 	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, av, raddrSeg(et.addr(4096), et.mr.RKey()), inlineSeg([]byte("written")))
@@ -225,8 +225,8 @@ func linkDC(t *testing.T, ei, et *env) {
 	require.Equal(t, []byte("to dct"), et.mem(int(r.counter)*64, 6))
 	require.Equal(t, []byte("written"), et.mem(4096, 7))
 	require.Equal(t, []byte("written"), ei.mem(9000, 7))
-	require.Equal(t, uint64(40), binary.BigEndian.Uint64(ei.mem(9100, 8)))
-	require.Equal(t, uint64(42), binary.BigEndian.Uint64(et.mem(8192, 8)))
+	require.Equal(t, uint64(40), binary.NativeEndian.Uint64(ei.mem(9100, 8)))
+	require.Equal(t, uint64(42), binary.NativeEndian.Uint64(et.mem(8192, 8)))
 
 	d2 := dci()
 	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, dct.qp.QPN(), lid), inlineSeg([]byte("x")))

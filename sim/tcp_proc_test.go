@@ -213,13 +213,13 @@ func TestLinkTwoProcessesRC(t *testing.T) {
 	ev = ch.event(t)
 	require.Equal(t, uint8(prm.CQERespWrImm), ev.Op)
 	require.Equal(t, uint32(9), ev.Imm)
-	old := binary.BigEndian.Uint64(remote[500000:])
+	old := binary.NativeEndian.Uint64(remote[500000:])
 	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), atomicSeg(3, 0), dataSeg(8, e.mr.LKey(), e.addr(30000)))
 	ok()
-	require.Equal(t, old, binary.BigEndian.Uint64(e.mem(30000, 8)))
+	require.Equal(t, old, binary.NativeEndian.Uint64(e.mem(30000, 8)))
 	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(ch.info.Addr+500000, ch.info.RKey), dataSeg(8, e.mr.LKey(), e.addr(30008)))
 	ok()
-	require.Equal(t, old+3, binary.BigEndian.Uint64(e.mem(30008, 8)))
+	require.Equal(t, old+3, binary.NativeEndian.Uint64(e.mem(30008, 8)))
 
 	// The child's requests: WRITE, READ and SEND towards the parent.
 	childOps(t, ch, e, a)
@@ -334,10 +334,10 @@ func TestLinkThreeProcesses(t *testing.T) {
 	a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(b.info.Addr+400000, b.info.RKey), dataSeg(11, e.mr.LKey(), e.addr(100000)))
 	ok()
 	require.Equal(t, []byte("via the hub"), e.mem(100000, 11))
-	old := binary.BigEndian.Uint64(remote[500000:])
+	old := binary.NativeEndian.Uint64(remote[500000:])
 	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(b.info.Addr+500000, b.info.RKey), atomicSeg(3, 0), dataSeg(8, e.mr.LKey(), e.addr(110000)))
 	ok()
-	require.Equal(t, old, binary.BigEndian.Uint64(e.mem(110000, 8)))
+	require.Equal(t, old, binary.NativeEndian.Uint64(e.mem(110000, 8)))
 
 	// UD from this process to the other client.
 	u := e.udQP(e.pd, 0x1111, qpOpts{})

@@ -209,7 +209,7 @@ func TestDCOneInitiatorManyTargets(t *testing.T) {
 	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), 2), inlineSeg([]byte("to t1")))
 	d.post(prm.OpSendImm, 0, prm.FlagCQUpdate, 7, dcAV(0xbeef, t2.qp.QPN(), 2), inlineSeg([]byte("to t2")))
 	d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xbeef, t2.qp.QPN(), 2), raddrSeg(e.addr2(4096), e.mr2.RKey()), inlineSeg([]byte("written")))
-	be.PutUint64(e.mem2(8192, 8), 10)
+	host.PutUint64(e.mem2(8192, 8), 10)
 	d.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), 2), raddrSeg(e.addr2(8192), e.mr2.RKey()), atomicSeg(3, 0), dataSeg(8, e.mr.LKey(), e.addr(0)))
 	e.run()
 	req := d.scq.drain()
@@ -226,8 +226,8 @@ func TestDCOneInitiatorManyTargets(t *testing.T) {
 	require.Equal(t, prm.CQERespSendImm, r2.op)
 	require.Equal(t, []byte("to t2"), e.mem2(int(r2.counter)*64, 5))
 	require.Equal(t, []byte("written"), e.mem2(4096, 7))
-	require.Equal(t, uint64(10), be.Uint64(e.mem(0, 8)))
-	require.Equal(t, uint64(13), be.Uint64(e.mem2(8192, 8)))
+	require.Equal(t, uint64(10), host.Uint64(e.mem(0, 8)))
+	require.Equal(t, uint64(13), host.Uint64(e.mem2(8192, 8)))
 }
 
 func TestDCWrongKeyAndUnknownTarget(t *testing.T) {

@@ -388,12 +388,12 @@ func TestProperty(t *testing.T) {
 						a.Swap, a.Compare, a.CmpMask, a.SwpMask = a.Swap&0xffffffff, a.Compare&0xffffffff, a.CmpMask&0xffffffff, a.SwpMask&0xffffffff
 					}
 					target = 8 * r.IntN(region/8)
-					old := bigEndian(mirror[base-bRC+target:], a.Size)
+					old := transporttest.LoadWord(mirror[base-bRC+target:], a.Size)
 					if r.IntN(3) == 0 {
 						a.Compare = old
 					}
 					next, result := a.Apply(old)
-					putBigEndian(mirror[base-bRC+target:], a.Size, next)
+					transporttest.StoreWord(mirror[base-bRC+target:], a.Size, next)
 					raddr, rkey := e.Addr(1, base+target), e.RKey(1)
 					var as wqebuilder.AtomicStage
 					switch {
@@ -413,7 +413,7 @@ func TestProperty(t *testing.T) {
 					res := aResult + 8*slot
 					err = as.Result(e.Addr(0, res), e.LKey(0)).Finish()
 					want := make([]byte, a.Size)
-					putBigEndian(want, a.Size, result)
+					transporttest.StoreWord(want, a.Size, result)
 					checks = append(checks, check{res, want, fmt.Sprintf("%v result", op)})
 					stats.atomics++
 				default:
@@ -549,19 +549,4 @@ func TestProperty(t *testing.T) {
 			in.lim.SendWQEBBs, transporttest.Laps(sq.ProducerIndex(), in.lim.SendWQEBBs))
 	}
 	require.Greater(t, len(stats.byOp), 20, "the stream used every kind of operation: %v", stats.byOp)
-}
-
-func bigEndian(b []byte, size int) uint64 {
-	var v uint64
-	for _, x := range b[:size] {
-		v = v<<8 | uint64(x)
-	}
-	return v
-}
-
-func putBigEndian(b []byte, size int, v uint64) {
-	for k := size - 1; k >= 0; k-- {
-		b[k] = byte(v)
-		v >>= 8
-	}
 }

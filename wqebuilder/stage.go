@@ -289,8 +289,8 @@ func (s OpStage) MaskedFA64(raddr uint64, rkey uint32, add, fieldBoundary uint64
 }
 
 // Result gives the local buffer (addr in the memory region lkey) that
-// receives the remote value from before the atomic, big-endian: 8 bytes, or 4
-// for a 4-byte masked atomic.
+// receives the remote value from before the atomic: 8 bytes in host byte
+// order, or 4 big-endian for a 4-byte masked atomic.
 func (s AtomicStage) Result(addr uint64, lkey uint32) FinishStage {
 	w := s.w
 	if w.seg == w.q.end {

@@ -14,7 +14,8 @@ import (
 // with the emulation preloaded, over both ABIs and both link layers:
 // rdma-core's extended verbs as packaged, QPs from ibv_create_qp_ex posted
 // with the ibv_wr_* API (RDMA WRITE with and without immediate, READ,
-// compare-and-swap, fetch-and-add, SEND with and without immediate, SGE
+// compare-and-swap and fetch-and-add on a uint64_t in host byte order, as
+// under IBV_ATOMIC_HCA on a ConnectX, SEND with and without immediate, SGE
 // lists, inline data and inline data lists that run past the end of the
 // send ring, several WRs per ibv_wr_start, ibv_wr_abort, UD with
 // ibv_wr_set_ud_addr) and CQs from ibv_create_cq_ex read with the

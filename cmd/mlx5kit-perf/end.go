@@ -205,10 +205,10 @@ func (x *end) reset() {
 	x.early = 0
 }
 
-// verifyCounter checks that the first 8 bytes of b, big-endian (as
-// atomics leave them), hold want.
+// verifyCounter checks that the first 8 bytes of b, in host byte order
+// (as the device's 8-byte atomics leave them), hold want.
 func (x *end) verifyCounter(b []byte, want uint64, what string) error {
-	if got := binary.BigEndian.Uint64(b); got != want {
+	if got := binary.NativeEndian.Uint64(b); got != want {
 		return fmt.Errorf("%s: %s is %d, want %d", x.Name, what, got, want)
 	}
 	return nil

@@ -673,12 +673,12 @@ func (x *end) laneStream(m mode, size, n, qd, batch int, st stamps) error {
 }
 
 // verifyCounters checks that the counters of the peer's n queue pairs
-// (8 bytes each, big-endian, at the start of the receive area) add up to
-// want.
+// (8 bytes each, in host byte order as the device's 8-byte atomics keep
+// them, at the start of the receive area) add up to want.
 func (x *end) verifyCounters(n int, want uint64) error {
 	var sum uint64
 	for i := range n {
-		sum += binary.BigEndian.Uint64(x.recv[i*atomicSize:])
+		sum += binary.NativeEndian.Uint64(x.recv[i*atomicSize:])
 	}
 	if sum != want {
 		return fmt.Errorf("%s: the counters the atomics incremented add up to %d, want %d", x.Name, sum, want)

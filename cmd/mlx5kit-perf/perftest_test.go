@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -646,10 +647,11 @@ func TestAtomicModes(t *testing.T) {
 		_, err := sizeRun(&bytes.Buffer{}, cfg, atomicSize, a, b, cycles.Frequency())
 		require.NoError(t, err)
 		require.NoError(t, firstErr(verifyActive(cfg, a, atomicSize), verifyPassive(cfg, b, atomicSize)))
-		require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 25}, b.recv[:8], "25 atomics, each one more")
-		b.recv[7] = 7
+		// The counter and the value fetched are uint64s in host byte order.
+		require.Equal(t, binary.NativeEndian.AppendUint64(nil, 25), b.recv[:8], "25 atomics, each one more")
+		binary.NativeEndian.PutUint64(b.recv, 7)
 		require.ErrorContains(t, verifyPassive(cfg, b, atomicSize), "the counter the atomics incremented is 7, want 25")
-		a.recv[7] = 1
+		binary.NativeEndian.PutUint64(a.recv, 1)
 		require.ErrorContains(t, verifyActive(cfg, a, atomicSize), "the last atomic fetched is 1, want 24")
 	}
 	// A stream of CMP_AND_SWAPs continues the count across streams.

@@ -252,11 +252,13 @@ func (e *env) expect(i, off int, want []byte, what string) error {
 	return nil
 }
 
-// load64 and store64 read and write a big-endian 64-bit value (the byte
-// order of the device's atomics) at off of side i.
-func (e *env) load64(i, off int) uint64 { return binary.BigEndian.Uint64(e.mem(i, off, 8)) }
+// load64 and store64 read and write a 64-bit value in host byte order at
+// off of side i: the byte order of the device's 8-byte atomics in the mode
+// mlx5_core sets (atomic_req_8B_endianness_mode, host endianness), the
+// only one in which mlx5_ib reports IBV_ATOMIC_HCA.
+func (e *env) load64(i, off int) uint64 { return binary.NativeEndian.Uint64(e.mem(i, off, 8)) }
 
-func (e *env) store64(i, off int, v uint64) { binary.BigEndian.PutUint64(e.mem(i, off, 8), v) }
+func (e *env) store64(i, off int, v uint64) { binary.NativeEndian.PutUint64(e.mem(i, off, 8), v) }
 
 // wait polls side i's CQ until n completions have arrived and returns
 // copies of them. It fails when the time runs out first, or when more than

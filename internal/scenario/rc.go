@@ -269,7 +269,14 @@ func RCRead(c *ctx.Context, o Options) error {
 // RCAtomics runs 8-byte fetch-and-add and compare-and-swap (a match and a
 // miss) on the peer's memory, then ten fetch-and-adds in a row of which
 // only the last is signaled, checking every returned old value and the
-// final remote value (big-endian, as the device keeps them).
+// final remote value. It decides the byte order of 8-byte atomics: the
+// remote word is a uint64 in host byte order and so is each old value, as
+// a device keeps them in the mode mlx5_core sets (the only one in which
+// mlx5_ib reports IBV_ATOMIC_HCA). The values have eight distinct bytes
+// and the additions carry from one byte into the next, so on a
+// little-endian host a device that treated the word as big-endian would
+// leave a different remote value after the first fetch-and-add, and
+// return different old values after it.
 func RCAtomics(c *ctx.Context, o Options) error {
 	return run("RCAtomics", c, o, func(e *env) error {
 		if !e.dev.AtomicHCA {
@@ -280,17 +287,20 @@ func RCAtomics(c *ctx.Context, o Options) error {
 			return err
 		}
 		const target, results = 512, 1024
-		e.store64(1, target, 40)
+		e.store64(1, target, 0x0102030405060708)
 		type op struct {
 			cs               bool
 			compare, operand uint64
 			old, after       uint64
 		}
 		for k, x := range []op{
-			{cs: false, operand: 2, old: 40, after: 42},
-			{cs: true, compare: 42, operand: 7, old: 42, after: 7},
-			{cs: true, compare: 99, operand: 1, old: 7, after: 7},
-			{cs: false, operand: 1<<63 + 1, old: 7, after: 1<<63 + 8},
+			// 0x08 + 0xf9 carries into the second lowest byte.
+			{cs: false, operand: 0xf9, old: 0x0102030405060708, after: 0x0102030405060801},
+			{cs: true, compare: 0x0102030405060801, operand: 0x1122334455667788, old: 0x0102030405060801, after: 0x1122334455667788},
+			// The compare is the word with its bytes reversed: a miss,
+			// where a device reading the word big-endian would swap.
+			{cs: true, compare: 0x8877665544332211, operand: 1, old: 0x1122334455667788, after: 0x1122334455667788},
+			{cs: false, operand: 1<<63 + 1, old: 0x1122334455667788, after: 0x9122334455667789},
 		} {
 			wrid := uint64(k + 1)
 			e.store64(0, results+8*k, 0xffffffffffffffff)
@@ -320,8 +330,9 @@ func RCAtomics(c *ctx.Context, o Options) error {
 				return err
 			}
 		}
-		// Ten fetch-and-adds in a row, one doorbell, the last signaled.
-		e.store64(1, target, 1000)
+		// Ten fetch-and-adds in a row, one doorbell, the last signaled;
+		// the sum (55) carries out of the lowest byte.
+		e.store64(1, target, 0x01020304050607f0)
 		for k := range 10 {
 			flags := wqebuilder.Flags(0)
 			if k == 9 {
@@ -343,7 +354,7 @@ func RCAtomics(c *ctx.Context, o Options) error {
 		if err := requireSend(cs[0], 109, prm.OpAtomicFA); err != nil {
 			return err
 		}
-		sum := uint64(1000)
+		sum := uint64(0x01020304050607f0)
 		for k := range 10 {
 			if err := check(fmt.Sprintf("fetch-and-add %d of 10: old value", k), e.load64(0, results+8*k), sum); err != nil {
 				return err

@@ -192,6 +192,20 @@ static void guard(uint8_t *p, size_t n)
 	memset(p - 64, GUARD, n + 128);
 }
 
+/* guarded checks that the 64 bytes on either side of the n at dst still
+ * hold the guard byte. */
+static void guarded(const char *what, const uint8_t *dst, size_t n)
+{
+	size_t i;
+
+	for (i = 1; i <= 64; i++) {
+		CHECK(dst[-(long)i] == GUARD, "%s: byte %zu before the destination written", what, i);
+		CHECK(dst[n + i - 1] == GUARD, "%s: byte %zu after the destination written", what, i);
+		if (dst[-(long)i] != GUARD || dst[n + i - 1] != GUARD)
+			break;
+	}
+}
+
 /* expect checks that the n bytes at dst equal want and the 64 on either
  * side still hold the guard byte. */
 static void expect(const char *what, const uint8_t *dst, const uint8_t *want, size_t n)
@@ -203,12 +217,19 @@ static void expect(const char *what, const uint8_t *dst, const uint8_t *want, si
 			CHECK(0, "%s: byte %zu of %zu is %#x, want %#x", what, i, n, dst[i], want[i]);
 			break;
 		}
-	for (i = 1; i <= 64; i++) {
-		CHECK(dst[-(long)i] == GUARD, "%s: byte %zu before the destination written", what, i);
-		CHECK(dst[n + i - 1] == GUARD, "%s: byte %zu after the destination written", what, i);
-		if (dst[-(long)i] != GUARD || dst[n + i - 1] != GUARD)
-			break;
-	}
+	guarded(what, dst, n);
+}
+
+/* expect_word checks that the 8-byte word at p, read as a plain uint64_t
+ * (in host byte order, as a program reads the words of 8-byte atomics),
+ * is want, and that the 64 bytes on either side still hold the guard
+ * byte. */
+static void expect_word(const char *what, const uint8_t *p, uint64_t want)
+{
+	uint64_t got = *(const volatile uint64_t *)p;
+
+	CHECK(got == want, "%s: %#018" PRIx64 ", want %#018" PRIx64, what, got, want);
+	guarded(what, p, 8);
 }
 
 static struct ibv_qp *create_qp(struct env *e, enum ibv_qp_type type, uint64_t ops, uint32_t depth,
@@ -322,18 +343,21 @@ static void rdma_list(struct env *e, struct ibv_qp *qp, uint64_t wr_id, int read
 }
 
 /* atomic_one posts one signaled compare-and-swap (cs) or fetch-and-add on
- * the 8 bytes at the start of the remote region, which hold before, and
- * checks the old value it returns and the remote value after. */
+ * the 8-byte word at the start of the remote region and checks the old
+ * value it returns into the local region and the remote word after, both
+ * read as plain uint64_t: a ConnectX treats the word of an 8-byte atomic
+ * as a uint64_t in host byte order, and returns the old value so, in the
+ * mode mlx5_core sets (atomic_req_8B_endianness_mode, host endianness),
+ * the only one in which mlx5_ib reports IBV_ATOMIC_HCA. */
 static void atomic_one(struct env *e, struct ibv_qp *qp, uint64_t wr_id, int cs, uint64_t operand, uint64_t swap,
-		       uint64_t before, uint64_t after)
+		       uint64_t old, uint64_t after)
 {
 	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
 	uint8_t *lo = LOCAL(e), *re = REMOTE(e);
 	struct comp s;
+	char what[64];
 
-	guard(re, 8);
 	guard(lo, 8);
-	memcpy(re, &before, 8);
 	start(x, wr_id, IBV_SEND_SIGNALED);
 	if (cs)
 		ibv_wr_atomic_cmp_swp(x, e->mr->rkey, RADDR(e, 0), operand, swap);
@@ -344,8 +368,10 @@ static void atomic_one(struct env *e, struct ibv_qp *qp, uint64_t wr_id, int cs,
 	poll_n(e, e->scq, &s, 1);
 	check_req(&s, wr_id, cs ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD, qp);
 	CHECK(s.byte_len == 8, "atomic %" PRIu64 ": byte_len %u", wr_id, s.byte_len);
-	expect("atomic old value", lo, (uint8_t *)&before, 8);
-	expect("atomic remote value after", re, (uint8_t *)&after, 8);
+	snprintf(what, sizeof(what), "atomic %" PRIu64 " old value", wr_id);
+	expect_word(what, lo, old);
+	snprintf(what, sizeof(what), "atomic %" PRIu64 " remote word after", wr_id);
+	expect_word(what, re, after);
 }
 
 /* untouched checks that the n bytes at dst, and 64 on either side, still
@@ -438,16 +464,23 @@ static void rc_ops(struct env *e)
 		printf("rdma_read sge list: checked\n");
 	}
 
-	/* Atomics. The values repeat one byte, so that they read the same in
-	 * either byte order (the device's byte order is not what this
-	 * checks). */
+	/* Atomics on one uint64_t the program keeps in host byte order, each
+	 * on what the one before left. The values have eight distinct bytes
+	 * and the fetch-and-add carries from the lowest byte into the next,
+	 * so a device that took the word for big-endian (on a little-endian
+	 * host) leaves another value after the fetch-and-add and returns
+	 * other old values after it. */
 	{
-		uint64_t v1 = 0x0101010101010101ULL, v2 = 0x0202020202020202ULL, v3 = 0x0303030303030303ULL;
+		uint64_t v1 = 0x01020304050607f8ULL, v2 = 0x0102030405060808ULL, v3 = 0x1122334455667788ULL;
 
-		atomic_one(e, a, 5, 1, v1, v3, v1, v3);
-		/* No match: nothing changes, the old value comes back. */
-		atomic_one(e, a, 6, 1, v1, v2, v3, v3);
-		atomic_one(e, a, 7, 0, v2, 0, v1, v3);
+		guard(re, 8);
+		*(volatile uint64_t *)re = v1;
+		atomic_one(e, a, 5, 0, 0x10, 0, v1, v2);
+		atomic_one(e, a, 6, 1, v2, v3, v2, v3);
+		/* No match (the compare is v3 with its bytes reversed, a match
+		 * for a device that read the word big-endian): nothing changes,
+		 * the old value comes back. */
+		atomic_one(e, a, 7, 1, 0x8877665544332211ULL, v1, v3, v3);
 		printf("atomics: checked\n");
 	}
 
@@ -496,7 +529,9 @@ static void rc_ops(struct env *e)
 	/* Several WRs in one batch, the first unsignaled: completions in
 	 * order, the receives too. */
 	{
-		uint64_t v1 = 0x0404040404040404ULL, v2 = 0x0101010101010101ULL, v3 = 0x0505050505050505ULL;
+		/* The fetch-and-add's word, a uint64_t in host byte order:
+		 * 0xcdff + 0x0101 carries from the lowest byte into the next. */
+		uint64_t v1 = 0x0123456789abcdffULL, v2 = 0x0000000000000101ULL, v3 = 0x0123456789abcf00ULL;
 
 		fill(lo, 512, 10);
 		guard(re, 64);
@@ -505,7 +540,7 @@ static void rc_ops(struct env *e)
 		guard(re + 2048, 8);
 		guard(lo + 1024, 64);
 		guard(lo + 2048, 8);
-		memcpy(re + 2048, &v1, 8);
+		*(volatile uint64_t *)(re + 2048) = v1;
 		fill(re + 3072, 64, 11);
 		post_recv1(e, b, 100, re + 1024, 64);
 		post_recv1(e, b, 101, re + 1024, 64);
@@ -538,8 +573,8 @@ static void rc_ops(struct env *e)
 		expect("batch write_imm", re + 256, lo + 64, 64);
 		expect("batch send", re + 1024, lo + 128, 64);
 		expect("batch read", lo + 1024, re + 3072, 64);
-		expect("batch fetch_add old value", lo + 2048, (uint8_t *)&v1, 8);
-		expect("batch fetch_add sum", re + 2048, (uint8_t *)&v3, 8);
+		expect_word("batch fetch_add old value", lo + 2048, v1);
+		expect_word("batch fetch_add sum", re + 2048, v3);
 		printf("batch: checked\n");
 	}
 
@@ -903,6 +938,10 @@ int main(void)
 	if (ibv_query_device(e.d.ctx, &da))
 		FAIL("ibv_query_device");
 	printf("atomic_cap %d\n", da.atomic_cap);
+	/* The atomics' words are in host byte order where mlx5_ib reports
+	 * IBV_ATOMIC_HCA (atomic_req_8B_endianness_mode set to host
+	 * endianness), and only there. */
+	CHECK(da.atomic_cap == IBV_ATOMIC_HCA, "atomic_cap %d, want IBV_ATOMIC_HCA (%d)", da.atomic_cap, IBV_ATOMIC_HCA);
 	e.pd = ibv_alloc_pd(e.d.ctx);
 	if (!e.pd)
 		FAIL("ibv_alloc_pd: %s", strerror(errno));

@@ -69,8 +69,9 @@ func (e *Env) expect(i, off int, want []byte, what string, before bool) {
 	}
 }
 
-// Atomic is a reference model of the four atomics on big-endian memory,
-// written from the PRM's description, independent of the software HCA.
+// Atomic is a reference model of the four atomics, written from the PRM's
+// description, independent of the software HCA. It works on values; the
+// byte order of the word in memory is LoadWord's and StoreWord's.
 type Atomic struct {
 	Masked  bool
 	Size    int // 8, or 4 for a masked atomic on 32 bits
@@ -117,24 +118,33 @@ func (a Atomic) Apply(old uint64) (next, result uint64) {
 	return next & mask, old
 }
 
-// Load reads a big-endian value of size bytes at off of buffer i.
-func (e *Env) Load(i, off, size int) uint64 {
-	b := e.Mem(i, off, size)
+// LoadWord reads the word an atomic of size bytes works on from b: 8 bytes
+// (the standard atomics, the masked ones on 8 bytes) in host byte order, as
+// a ConnectX keeps them in the mode mlx5_core sets (the mode in which
+// mlx5_ib reports IBV_ATOMIC_HCA), or 4 bytes (a masked atomic on 32 bits)
+// big-endian. The old value an atomic returns is in the same order.
+func LoadWord(b []byte, size int) uint64 {
 	if size == 4 {
 		return uint64(binary.BigEndian.Uint32(b))
 	}
-	return binary.BigEndian.Uint64(b)
+	return binary.NativeEndian.Uint64(b[:8])
 }
 
-// Store writes a big-endian value of size bytes at off of buffer i.
-func (e *Env) Store(i, off, size int, v uint64) {
-	b := e.Mem(i, off, size)
+// StoreWord writes v to b as LoadWord reads it.
+func StoreWord(b []byte, size int, v uint64) {
 	if size == 4 {
 		binary.BigEndian.PutUint32(b, uint32(v))
 		return
 	}
-	binary.BigEndian.PutUint64(b, v)
+	binary.NativeEndian.PutUint64(b[:8], v)
 }
+
+// Load reads the atomic word of size bytes at off of buffer i (LoadWord).
+func (e *Env) Load(i, off, size int) uint64 { return LoadWord(e.Mem(i, off, size), size) }
+
+// Store writes the atomic word of size bytes at off of buffer i
+// (StoreWord).
+func (e *Env) Store(i, off, size int, v uint64) { StoreWord(e.Mem(i, off, size), size, v) }
 
 // Split cuts n bytes into up to k pieces of random sizes (none empty when
 // n >= k) for scatter/gather lists.
