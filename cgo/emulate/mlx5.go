@@ -191,12 +191,18 @@ func queryDeviceExResp(d *sysfsDevice) C.struct_ib_uverbs_ex_query_device_resp {
 
 // mlx5QueryDeviceResp is mlx5_ib's vendor answer to the extended
 // QUERY_DEVICE: whole CQEs (no compression), 128-byte CQE padding as the
-// model reports it, nothing else.
+// model reports it, and scatter-to-CQE on DCTs, which mlx5_ib announces on
+// every device (MLX5_IB_QUERY_DEV_RESP_FLAGS_SCAT2CQE_DCT: without it
+// libmlx5 drops MLX5_QP_FLAG_SCATTER_CQE from every DCT it creates, and
+// the model's DCTs take it, createDCT); nothing else: no multi-packet
+// send WQEs, software parsing, striding RQ, tunnel offloads, packet pacing
+// or DCI streams, which need QP types or WQEs the model has not.
 func mlx5QueryDeviceResp(d *sysfsDevice) C.struct_mlx5_ib_query_device_resp {
 	var r C.struct_mlx5_ib_query_device_resp
 	if d.Attr.CQEPadding {
 		r.flags |= C.MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_PAD
 	}
+	r.flags |= C.MLX5_IB_QUERY_DEV_RESP_FLAGS_SCAT2CQE_DCT
 	return r
 }
 
