@@ -33,8 +33,8 @@ func preloadLibrary(t *testing.T, dir string) string {
 // TestIbvDevinfoUnderPreload runs Debian's ibv_devinfo -v (libibverbs and
 // libmlx5 as packaged, unmodified) with the emulation preloaded and checks
 // that it names the devices, their ports, state, LIDs and link layer, the
-// GID table and the completion timestamp clock, for both link layers and
-// for the write-command ABI.
+// GID table, the device capability flags and the completion timestamp
+// clock, for both link layers and for the write-command ABI.
 func TestIbvDevinfoUnderPreload(t *testing.T) {
 	devinfo, err := exec.LookPath("ibv_devinfo")
 	if err != nil {
@@ -79,6 +79,10 @@ func TestIbvDevinfoUnderPreload(t *testing.T) {
 			} else {
 				require.Equal(t, len(infos), strings.Count(s, "sm_lid:\t\t\t1\n"))
 			}
+			// What mlx5_ib announces on every device and the model
+			// does: RNR NAKs, the system image GUID, PORT_ACTIVE events.
+			require.Equal(t, len(infos), strings.Count(s, "device_cap_flags:\t\t0x00001c00\n"))
+			require.Equal(t, len(infos), strings.Count(s, "\t\t\t\t\tPORT_ACTIVE_EVENT\n"))
 			// The model stamps CQEs (IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION),
 			// so the extended query reports its clock, as mlx5_ib
 			// reports a ConnectX's; ibv_rc_pingpong -t needs the mask.

@@ -46,9 +46,16 @@ const (
 	maxVLNumIB = 4
 )
 
-// deviceCapFlags are the IB_DEVICE_* capabilities the model honours:
-// RNR NAKs from the responder and the system image GUID.
-const deviceCapFlags = C.IB_UVERBS_DEVICE_RC_RNR_NAK_GEN | C.IB_UVERBS_DEVICE_SYS_IMAGE_GUID
+// deviceCapFlags are the IB_DEVICE_* capabilities the model honours, of
+// those mlx5_ib_query_device announces on every device: RNR NAKs from the
+// responder, the system image GUID and the PORT_ACTIVE event (the model
+// raises it when a port comes up, sim.Fabric.SetPortState). The fourth,
+// CHANGE_PHY_PORT (a QP's port changed in SQD), and those that follow a
+// HCA capability (memory windows, XRC, MEM_MGT_EXTENSIONS, the P_Key and
+// Q_Key violation counters, automatic path migration, checksum offloads,
+// flow steering, end padding) are features the model has not.
+const deviceCapFlags = C.IB_UVERBS_DEVICE_RC_RNR_NAK_GEN | C.IB_UVERBS_DEVICE_SYS_IMAGE_GUID |
+	C.IB_UVERBS_DEVICE_PORT_ACTIVE_EVENT
 
 // allocUcontext is mlx5_ib_alloc_ucontext: it checks the library's request
 // (struct mlx5_ib_alloc_ucontext_req or _req_v2 in the driver data),
