@@ -50,8 +50,9 @@ const (
 // those mlx5_ib_query_device announces on every device: RNR NAKs from the
 // responder, the system image GUID and the PORT_ACTIVE event (the model
 // raises it when a port comes up, sim.Fabric.SetPortState). The fourth,
-// CHANGE_PHY_PORT (a QP's port changed in SQD), and those that follow a
-// HCA capability (memory windows, XRC, MEM_MGT_EXTENSIONS, the P_Key and
+// CHANGE_PHY_PORT (a QP's port changed in SQD, a state no QP reaches
+// through mlx5_ib or in the model), and those that follow a HCA
+// capability (memory windows, XRC, MEM_MGT_EXTENSIONS, the P_Key and
 // Q_Key violation counters, automatic path migration, checksum offloads,
 // flow steering, end padding) are features the model has not.
 const deviceCapFlags = C.IB_UVERBS_DEVICE_RC_RNR_NAK_GEN | C.IB_UVERBS_DEVICE_SYS_IMAGE_GUID |
