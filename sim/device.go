@@ -271,15 +271,21 @@ func (d *device) QueryPort(port uint8) (ctx.PortAttr, error) {
 	return d.portAttrLocked(port), nil
 }
 
-// portAttrLocked returns the attributes of a valid port (f.mu held).
+// portAttrLocked returns the attributes of a valid port (f.mu held). An
+// InfiniBand port's subnet manager is at LID 1 (HCA 0's port); an Ethernet
+// port has no LIDs, and mlx5_ib answers 0 for both (mlx5_query_port_roce).
 func (d *device) portAttrLocked(port uint8) ctx.PortAttr {
+	var smLID uint16
+	if d.h.link == ctx.LinkLayerInfiniBand {
+		smLID = 1
+	}
 	return ctx.PortAttr{
 		Port:         port,
 		State:        d.h.portStateOf(port),
 		MaxMTU:       portMTU,
 		ActiveMTU:    portMTU,
 		LID:          d.h.lid,
-		SMLID:        1,
+		SMLID:        smLID,
 		GIDTableLen:  len(d.h.gids),
 		PKeyTableLen: 1,
 		LinkLayer:    d.h.link,

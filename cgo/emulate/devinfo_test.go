@@ -32,9 +32,9 @@ func preloadLibrary(t *testing.T, dir string) string {
 
 // TestIbvDevinfoUnderPreload runs Debian's ibv_devinfo -v (libibverbs and
 // libmlx5 as packaged, unmodified) with the emulation preloaded and checks
-// that it names the devices, their ports, state and link layer, the GID
-// table and the completion timestamp clock, for both link layers and for
-// the write-command ABI.
+// that it names the devices, their ports, state, LIDs and link layer, the
+// GID table, the device capability flags and the completion timestamp
+// clock, for both link layers and for the write-command ABI.
 func TestIbvDevinfoUnderPreload(t *testing.T) {
 	devinfo, err := exec.LookPath("ibv_devinfo")
 	if err != nil {
@@ -72,7 +72,17 @@ func TestIbvDevinfoUnderPreload(t *testing.T) {
 			if c.layer == "Ethernet" {
 				require.Contains(t, s, "GID[  3]:\t\t::ffff:10.77.0.1, RoCE v2")
 				require.Contains(t, s, "GID[  0]:\t\tfe80:0000:0000:0000:0002:c903:00a0:b000, RoCE v1")
+				// A RoCE port has no LIDs, its subnet manager's
+				// included (mlx5_query_port_roce leaves both 0).
+				require.Equal(t, len(infos), strings.Count(s, "sm_lid:\t\t\t0\n"))
+				require.Equal(t, len(infos), strings.Count(s, "port_lid:\t\t0\n"))
+			} else {
+				require.Equal(t, len(infos), strings.Count(s, "sm_lid:\t\t\t1\n"))
 			}
+			// What mlx5_ib announces on every device and the model
+			// does: RNR NAKs, the system image GUID, PORT_ACTIVE events.
+			require.Equal(t, len(infos), strings.Count(s, "device_cap_flags:\t\t0x00001c00\n"))
+			require.Equal(t, len(infos), strings.Count(s, "\t\t\t\t\tPORT_ACTIVE_EVENT\n"))
 			// The model stamps CQEs (IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION),
 			// so the extended query reports its clock, as mlx5_ib
 			// reports a ConnectX's; ibv_rc_pingpong -t needs the mask.

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"math"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -472,8 +473,17 @@ func (k *kernel) ioctlQueryPort(f *ufile, b *bundle) syscall.Errno {
 	}
 	var ex C.struct_ib_uverbs_query_port_resp_ex
 	ex.legacy_resp = resp
+	// The method answers the active speed again, 32 bits wide
+	// (active_speed_ex, added with the XDR speed), in what older
+	// headers, the package's among them, call reserved[2:6];
+	// libibverbs from v49 reads it.
+	binary.NativeEndian.PutUint32(bytesOf(&ex)[activeSpeedExOffset:], uint32(resp.active_speed))
 	return b.copyToStructOrZero(C.UVERBS_ATTR_QUERY_PORT_RESP, bytesOf(&ex))
 }
+
+// activeSpeedExOffset is where struct ib_uverbs_query_port_resp_ex holds
+// active_speed_ex: after port_cap_flags2 and two reserved bytes.
+const activeSpeedExOffset = unsafe.Offsetof(C.struct_ib_uverbs_query_port_resp_ex{}.port_cap_flags2) + 4
 
 func (k *kernel) ioctlQueryGIDEntry(f *ufile, b *bundle) syscall.Errno {
 	if _, en := b.flags32(C.UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS, 0); en != 0 {

@@ -268,7 +268,7 @@ func TestKernelRefusesMalformedIoctls(t *testing.T) {
 	k := testKernel(t, ctx.LinkLayerInfiniBand)
 	a := newArena(t)
 	fd := openNode(t, k, 0)
-	_, respAddr := a.alloc(256)
+	respBuf, respAddr := a.alloc(256)
 
 	require.Equal(t, unix.ENOTTY, k.ioctl(fd, 0x5401, a.base), "not RDMA_VERBS_IOCTL")
 	require.Equal(t, unix.EFAULT, k.ioctl(fd, rdmaVerbsIoctl, a.guard), "header where nothing is mapped")
@@ -284,6 +284,10 @@ func TestKernelRefusesMalformedIoctls(t *testing.T) {
 	require.Zero(t, en)
 	hdr, _ = port()
 	require.Zero(t, k.ioctl(fd, rdmaVerbsIoctl, hdr), "the well-formed command the cases below break")
+	legacy, _ := queryPortResp(&k.devs[0], 1)
+	require.Equal(t, bytesOf(&legacy), respBuf[:queryPortRespSize])
+	require.Equal(t, uint32(legacy.active_speed), ne.Uint32(respBuf[activeSpeedExOffset:]),
+		"active_speed_ex, which the method answers since the XDR speed")
 
 	mutate := func(name string, want syscall.Errno, edit func(h []byte)) {
 		t.Helper()

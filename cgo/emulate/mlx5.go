@@ -46,9 +46,17 @@ const (
 	maxVLNumIB = 4
 )
 
-// deviceCapFlags are the IB_DEVICE_* capabilities the model honours:
-// RNR NAKs from the responder and the system image GUID.
-const deviceCapFlags = C.IB_UVERBS_DEVICE_RC_RNR_NAK_GEN | C.IB_UVERBS_DEVICE_SYS_IMAGE_GUID
+// deviceCapFlags are the IB_DEVICE_* capabilities the model honours, of
+// those mlx5_ib_query_device announces on every device: RNR NAKs from the
+// responder, the system image GUID and the PORT_ACTIVE event (the model
+// raises it when a port comes up, sim.Fabric.SetPortState). The fourth,
+// CHANGE_PHY_PORT (a QP's port changed in SQD, a state no QP reaches
+// through mlx5_ib or in the model), and those that follow a HCA
+// capability (memory windows, XRC, MEM_MGT_EXTENSIONS, the P_Key and
+// Q_Key violation counters, automatic path migration, checksum offloads,
+// flow steering, end padding) are features the model has not.
+const deviceCapFlags = C.IB_UVERBS_DEVICE_RC_RNR_NAK_GEN | C.IB_UVERBS_DEVICE_SYS_IMAGE_GUID |
+	C.IB_UVERBS_DEVICE_PORT_ACTIVE_EVENT
 
 // allocUcontext is mlx5_ib_alloc_ucontext: it checks the library's request
 // (struct mlx5_ib_alloc_ucontext_req or _req_v2 in the driver data),
@@ -191,12 +199,18 @@ func queryDeviceExResp(d *sysfsDevice) C.struct_ib_uverbs_ex_query_device_resp {
 
 // mlx5QueryDeviceResp is mlx5_ib's vendor answer to the extended
 // QUERY_DEVICE: whole CQEs (no compression), 128-byte CQE padding as the
-// model reports it, nothing else.
+// model reports it, and scatter-to-CQE on DCTs, which mlx5_ib announces on
+// every device (MLX5_IB_QUERY_DEV_RESP_FLAGS_SCAT2CQE_DCT: without it
+// libmlx5 drops MLX5_QP_FLAG_SCATTER_CQE from every DCT it creates, and
+// the model's DCTs take it, createDCT); nothing else: no multi-packet
+// send WQEs, software parsing, striding RQ, tunnel offloads, packet pacing
+// or DCI streams, which need QP types or WQEs the model has not.
 func mlx5QueryDeviceResp(d *sysfsDevice) C.struct_mlx5_ib_query_device_resp {
 	var r C.struct_mlx5_ib_query_device_resp
 	if d.Attr.CQEPadding {
 		r.flags |= C.MLX5_IB_QUERY_DEV_RESP_FLAGS_CQE_128B_PAD
 	}
+	r.flags |= C.MLX5_IB_QUERY_DEV_RESP_FLAGS_SCAT2CQE_DCT
 	return r
 }
 

@@ -3,7 +3,8 @@
  * as packaged: mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC for both,
  * the DCT receiving through an SRQ (ibv_post_srq_recv), the DCI posting
  * with the ibv_wr_* API and mlx5dv_wr_set_dc_addr, ibv_poll_cq for both,
- * for TestDCUnderPreload. Each line it prints is a value the test checks;
+ * whether short messages' payloads were scattered to the DCT's CQEs, for
+ * TestDCUnderPreload. Each line it prints is a value the test checks;
  * it exits non-zero at the first verb that does not behave as on a
  * ConnectX. InfiniBand ports only: on RoCE, libmlx5 asks the kernel for
  * the address handle's MAC (CREATE_AH).
@@ -199,6 +200,32 @@ int main(void)
 			mismatches++;
 	}
 	printf("messages %d sends %d recvs %d wrong %d mismatches %d\n", MSGS, sends, recvs, wrong, mismatches);
+
+	/*
+	 * libmlx5 asks scatter-to-CQE for a DCT (its default, MLX5_SCATTER_TO_CQE
+	 * unset) only when the kernel announces it for DCTs, as mlx5_ib does on
+	 * every device, and mlx5_ib turns it on only over 128-byte CQEs
+	 * (MLX5_CQE_SIZE=128): the receive CQEs of the short messages then
+	 * carry the payload (format bits of op_own), which ibv_poll_cq copied
+	 * out of them above. The ring still holds the CQEs of the last messages.
+	 */
+	{
+		struct mlx5dv_cq dvcq;
+		struct mlx5dv_obj obj = { .cq = { .in = cq, .out = &dvcq } };
+		int scattered = 0;
+		uint32_t k;
+
+		if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ))
+			FAIL("mlx5dv_init_obj CQ");
+		for (k = 0; k < dvcq.cqe_cnt; k++) {
+			struct mlx5_cqe64 *c = (void *)((char *)dvcq.buf + k * dvcq.cqe_size + dvcq.cqe_size - 64);
+
+			if (mlx5dv_get_cqe_opcode(c) == MLX5_CQE_RESP_SEND &&
+			    (c->op_own & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64)))
+				scattered++;
+		}
+		printf("DCT receives scattered to the CQE: %s\n", scattered ? "yes" : "no");
+	}
 
 	if (ibv_destroy_ah(ah) || ibv_destroy_qp(dci) || ibv_destroy_qp(dct) || ibv_destroy_srq(srq) ||
 	    ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd))
