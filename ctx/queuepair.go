@@ -21,7 +21,8 @@ type QueuePairConfig struct {
 	DCKey uint64
 	// ScatterToCQE lets the device place small receive payloads (32 bytes
 	// with 64-byte CQEs, 64 with 128-byte CQEs) in the CQE instead of the
-	// receive buffer; the poller must then copy them out.
+	// receive buffer; the poller must then copy them out. A DCT gets it
+	// only with 128-byte CQEs on its receive CQ, as mlx5_ib grants it.
 	ScatterToCQE bool
 }
 

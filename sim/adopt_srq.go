@@ -81,7 +81,7 @@ func adoptDCT(pr *pd, sendCQ, recvCQ *cq, sr *srq, cfg simadopt.QPConfig, op str
 		sendCQ = recvCQ
 	}
 	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: ctx.QPTypeDCT, sendCQ: sendCQ, recvCQ: recvCQ, srq: sr,
-		dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE, state: ctx.QPStateReset}
+		dcKey: cfg.DCKey, scatterToCQE: scatterToCQE(ctx.QPTypeDCT, cfg.ScatterToCQE, recvCQ), state: ctx.QPStateReset}
 	var err error
 	if q.bufs[2], err = region(pageSize); err != nil {
 		return nil, provider.Errorf(op, "doorbell record: %w", err)

@@ -381,7 +381,7 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 	}
 	caps := cfg.Caps
 	q := &qp{f: p.f, dev: p.dev, pd: p, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, srq: sr,
-		dcKey: cfg.DCKey, scatterToCQE: cfg.ScatterToCQE, state: ctx.QPStateReset}
+		dcKey: cfg.DCKey, scatterToCQE: scatterToCQE(cfg.Type, cfg.ScatterToCQE, recvCQ), state: ctx.QPStateReset}
 	hasSQ := cfg.Type != ctx.QPTypeDCT
 	hasRQ := sr == nil && (cfg.Type == ctx.QPTypeRC || cfg.Type == ctx.QPTypeUD) && caps.RecvDepth > 0
 	if cfg.Type == ctx.QPTypeDCT && sr == nil {
@@ -648,3 +648,11 @@ func (q *qp) dropHeld() {
 }
 
 func (q *qp) String() string { return fmt.Sprintf("%v QP %#x", q.typ, q.qpn) }
+
+// scatterToCQE says whether a QP of type t asking for scatter-to-CQE gets
+// it: a DCT only over 128-byte CQEs, as mlx5_ib's create_dct turns it on
+// (in a 64-byte CQE the 32 bytes of payload would cover flags_rqpn, which
+// carries the DCI's QPN); any other type whatever its CQE size.
+func scatterToCQE(t ctx.QPType, asked bool, recvCQ *cq) bool {
+	return asked && (t != ctx.QPTypeDCT || recvCQ.size == prm.CQE128Size)
+}

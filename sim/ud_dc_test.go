@@ -360,3 +360,33 @@ func TestUDControlledQKey(t *testing.T) {
 	require.Empty(t, other.rcq.drain(), "the sender's Q_Key is not the receiver's")
 	require.Equal(t, uint64(2), e.f.Stats().UDDropped)
 }
+
+// TestDCTScatterToCQE checks that a DCT asking for scatter-to-CQE gets it
+// only over 128-byte CQEs, as mlx5_ib's create_dct grants it: in a 64-byte
+// CQE the payload would cover the DCI's QPN.
+func TestDCTScatterToCQE(t *testing.T) {
+	for _, size := range []uint32{64, 128} {
+		e := newEnv(t, Options{})
+		srq := e.newSRQ(e.pd2, 16, 1)
+		q := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeDCT, srq: srq, dcKey: 0xfeed, scatterToCQE: true, cqeSize: size})
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: ctx.MTU4096, MinRNRTimer: 1}))
+		d := e.dci(e.pd)
+		srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+		payload := []byte("a short message")
+		d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, q.qp.QPN(), 2), inlineSeg(payload))
+		e.run()
+		require.Len(t, d.scq.drain(), 1)
+		r := q.rcq.one(t)
+		require.Equal(t, d.qp.QPN(), r.srcQPN, "CQE size %d", size)
+		require.Equal(t, uint32(len(payload)), r.byteCnt)
+		if size == 64 {
+			require.Equal(t, uint8(prm.CQEFormatNone), r.format)
+			require.Equal(t, payload, e.mem2(0, len(payload)))
+		} else {
+			require.Equal(t, uint8(prm.CQEFormatScatter64), r.format)
+			require.Equal(t, payload, r.scatter[:len(payload)])
+			require.Zero(t, e.mem2(0, 1)[0], "a scattered payload is not written to the buffer")
+		}
+	}
+}
