@@ -178,3 +178,14 @@ func TestSharedUCPeerNotReady(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTS, st)
 }
+
+// TestLinkUCDropRules runs the UC drop rules between two Fabrics joined
+// by a TCP link.
+func TestLinkUCDropRules(t *testing.T) {
+	e1, e2 := linkedPair(t)
+	a, b := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
+	connectUC(t, a, b)
+	const wait = 5 * time.Second
+	ucDropRules(t, e1, e2, a, b, func(c *testCQ) cqe { return waitCQE(t, c, wait) },
+		func() { time.Sleep(20 * time.Millisecond) })
+}
