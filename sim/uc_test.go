@@ -189,3 +189,32 @@ func TestLinkUCDropRules(t *testing.T) {
 	ucDropRules(t, e1, e2, a, b, func(c *testCQ) cqe { return waitCQE(t, c, wait) },
 		func() { time.Sleep(20 * time.Millisecond) })
 }
+
+// TestUCSRQTooLong: a message too long for the SRQ receive it takes
+// completes that receive with LOCAL_LENGTH and the UC QP stays in RTS
+// (rxe's class E); the next message takes the next receive.
+func TestUCSRQTooLong(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.newSRQ(e.pd2, 16, 1)
+	a := ucQP(e, e.pd)
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: s})
+	e.f.mu.Lock()
+	e.f.qps[b.qp.QPN()].uc = true
+	e.f.mu.Unlock()
+	connectUC(t, a, b)
+	s.post(dataSeg(8, e.mr2.LKey(), e.addr2(0)))
+	s.post(dataSeg(64, e.mr2.LKey(), e.addr2(64)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("longer than eight bytes")))
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+	c := b.rcq.one(t)
+	require.Equal(t, prm.CQERespErr, c.op)
+	require.Equal(t, prm.SyndromeLocalLength, c.synd)
+	require.Equal(t, ctx.QPStateRTS, qpState(t, b))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("fits")))
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+	c = b.rcq.one(t)
+	require.Equal(t, prm.CQERespSend, c.op)
+	require.Equal(t, []byte("fits"), e.mem2(64, 4))
+}
