@@ -129,6 +129,8 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 		return nil, bad("CQ of another provider")
 	case cfg.Type != ctx.QPTypeRC && cfg.Type != ctx.QPTypeUD && cfg.Type != ctx.QPTypeDCI:
 		return nil, bad("type %v (RC, UD, DCI or DCT)", cfg.Type)
+	case cfg.Unreliable && cfg.Type != ctx.QPTypeRC:
+		return nil, bad("unreliable %v (UC is an RC QP with Unreliable)", cfg.Type)
 	case cfg.Type == ctx.QPTypeDCI && (cfg.RQCount > 0 || sr != nil):
 		return nil, bad("a DCI has no receive queue")
 	case sr != nil && cfg.RQCount > 0:
@@ -173,7 +175,7 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	// model executes.
 	maxWQEBBs := min(g.WQEBBs(), cfg.SQCount)
 	q := &qp{f: pr.f, dev: pr.dev, pd: pr, typ: cfg.Type, sendCQ: sendCQ, recvCQ: recvCQ, srq: sr, state: ctx.QPStateReset,
-		scatterToCQE: cfg.ScatterToCQE, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
+		scatterToCQE: cfg.ScatterToCQE, uc: cfg.Unreliable, sq: cfg.SQ, sqCnt: cfg.SQCount, db: cfg.DBRec,
 		maxWQEBBs: maxWQEBBs, maxInline: g.MaxInline, maxSendSGE: g.MaxSGE}
 	if cfg.RQCount > 0 {
 		q.rq, q.rqCnt, q.rqStride, q.rqMaxSGE = cfg.RQ, cfg.RQCount, cfg.RQStride, cfg.RQStride/prm.DataSize

@@ -167,7 +167,7 @@ func reaches(link ctx.LinkLayer, grh bool, dlid uint16, dgid ctx.GID, to *hca) b
 // would be lost (no such QP, not connected back, not ready, wrong path).
 func (f *Fabric) rcPeer(q *qp) *qp {
 	t := f.qpByNum(q.attr.RemoteQPN)
-	if t == nil || t.typ != ctx.QPTypeRC || t.attr.RemoteQPN != q.qpn {
+	if t == nil || t.typ != ctx.QPTypeRC || t.attr.RemoteQPN != q.qpn || t.uc != q.uc {
 		return nil
 	}
 	if t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS || qpOffline(q) || qpOffline(t) {
@@ -275,6 +275,9 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		}
 	}
 	if t == nil {
+		if q.uc {
+			return done(w.total) // sent, and lost: UC has no retry
+		}
 		return f.retry(q, now)
 	}
 	q.retryCount = 0
@@ -282,9 +285,15 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
 		rw, ok := f.peekRecv(t)
 		if !ok {
+			if q.uc {
+				return done(w.total) // dropped by the responder
+			}
 			return f.rnr(q, t, now)
 		}
 		if s := f.deliverSend(q, t, w, payload, rw, src); s != 0 {
+			if q.uc {
+				return done(w.total)
+			}
 			return fail(s)
 		}
 		return done(w.total)
@@ -292,6 +301,9 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		var m *mr
 		if w.total > 0 {
 			if m = f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteWrite); m == nil {
+				if q.uc {
+					return done(w.total) // dropped by the responder
+				}
 				f.remoteAccessError(q, t)
 				return fail(prm.SyndromeRemoteAccess)
 			}
@@ -300,6 +312,9 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		if w.op == prm.OpRdmaWriteImm {
 			var ok bool
 			if rw, ok = f.peekRecv(t); !ok {
+				if q.uc {
+					return done(w.total)
+				}
 				return f.rnr(q, t, now)
 			}
 		}

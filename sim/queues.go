@@ -328,6 +328,10 @@ type qp struct {
 
 	dcKey        uint64
 	scatterToCQE bool
+	// uc: an RC QP that is a UC QP (simadopt.QPConfig.Unreliable): its
+	// requests are not acknowledged and its responder drops what it
+	// cannot take (ucDrop).
+	uc bool
 
 	state ctx.QPState
 	attr  ctx.QPAttr // accumulated attributes
@@ -522,6 +526,12 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		return provider.Errorf(op, "%w", kerrno.New("ibv_modify_qp",
 			fmt.Sprintf("controlled Q_Key %#x (bit 31 set) without CAP_NET_RAW", a.QKey),
 			syscall.EPERM, nil))
+	}
+	if q.uc {
+		// A UC QP has none of RC's attributes of acknowledgement,
+		// retry and READ/atomic depth: the values a modify carries for
+		// them are not in its mask (qpstate.CheckUC), and not kept.
+		a.MaxDestRdAtomic, a.MinRNRTimer, a.Timeout, a.RetryCount, a.RNRRetry, a.MaxRdAtomic = 0, 0, 0, 0, 0, 0
 	}
 	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
 		return provider.Errorf(op, "%w", err)

@@ -233,10 +233,18 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 // recvFailed completes receive r of t with error s (a message longer than
 // it, LOCAL_LENGTH, or an SGE it may not write, LOCAL_PROT), moves an RC
 // QP to the error state, and returns the syndrome of the requester's NAK.
+//
+// A UC QP stays in its state: a message too long for a receive of its own
+// queue is dropped, the receive left posted; one too long for a receive
+// of an SRQ, or one an SGE may not take, completes that receive in error
+// (the IBA's classes of UC responder errors, as rxe_resp.c takes them).
 func (f *Fabric) recvFailed(t *qp, r *recvWQE, s prm.Syndrome) prm.Syndrome {
+	if t.uc && r.srq == nil && s == prm.SyndromeLocalLength {
+		return s
+	}
 	f.consumeRecv(t, r)
 	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, srqnOf(r))
-	if t.typ == ctx.QPTypeRC {
+	if t.typ == ctx.QPTypeRC && !t.uc {
 		f.qpErrorLocked(t, "receive error")
 	}
 	f.emitCQE(t.recvCQ, &img, nil, t)

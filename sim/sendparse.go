@@ -303,6 +303,12 @@ func (f *Fabric) parseSendAt(q *qp, w *sendWQE, at uint16) prm.Syndrome {
 		bad(ViolationOpcode, "opcode %v on a %v QP", w.op, q.typ)
 		return prm.SyndromeLocalQPOp
 	}
+	if q.uc && (w.op == prm.OpRdmaRead || w.op.IsAtomic()) {
+		// UC has no responses: a READ or an atomic is a local QP
+		// operation error.
+		bad(ViolationOpcode, "opcode %v on a UC QP", w.op)
+		return prm.SyndromeLocalQPOp
+	}
 	cur := 1
 	need := func(n int, what string) bool {
 		if cur+n > w.ds {

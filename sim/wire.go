@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -492,6 +493,42 @@ func (f *Fabric) wireAccessError(srcQPN uint32, t *qp) {
 	}
 }
 
+// ---- UC: no acknowledgement ----
+
+// wireUCLoss is how long a UC QP waits for the model's answer to a segment
+// before it takes the segment as lost on the way (a responder that is
+// gone, not connected back or not ready: it answers nothing).
+const wireUCLoss = int64(100 * time.Millisecond)
+
+// ucDrop drops request h at UC QP t, silently as a UC responder does (no
+// NAK, no event, t stays in its state), and answers it as taken: between
+// processes a UC requester still waits for the model's answer to a
+// segment, so that its window and ring stay bounded, but completes its
+// WQE with success whatever the answer. The PSN expected is left as it
+// was: the rest of the message is dropped too, and the next message
+// starts again from its first segment (wireServeSeg).
+func (f *Fabric) ucDrop(from int, h *wireHdr, t *qp) {
+	f.wireReply(from, h, t, wireAck, 0, 0, nil)
+}
+
+// wireUCLost ends the wait of UC QP q for the answers to its segments in
+// flight, of which the oldest timed out: they are taken as lost, and each
+// WQE whose last segment was sent completes with success, as it would
+// have when sent.
+func (f *Fabric) wireUCLost(q *qp) {
+	ws := &q.wire
+	for ; ws.segN > 0; ws.segN-- {
+		e := ws.segs[ws.segHead]
+		ws.segHead = (ws.segHead + 1) % wireWindow
+		if e.last && e.idx == q.sqCI && q.sqPending() > 0 {
+			w := sendWQE{op: e.op, fm: e.fm, idx: e.wqe, bbs: e.bbs, total: e.total}
+			f.finishSend(q, &w, done(e.total))
+		}
+	}
+	ws.rdN, ws.rdBytes = 0, 0
+	q.retryCount, q.blockedUntil = 0, 0
+}
+
 // ---- RC and DC: segments, several in flight ----
 
 // wireSlot returns the slot of the process that RC QP or DCI q sends its
@@ -525,6 +562,9 @@ func (f *Fabric) wireSlot(q *qp) int {
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
 	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
+	if q.uc {
+		timeout = wireUCLoss
+	}
 	if ws.segN == 0 && ws.sendOff == 0 {
 		// Nothing in flight and no message begun: the next WQE to send
 		// is the oldest not completed. (After goBack or a full ring a
@@ -549,6 +589,10 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			return false
 		}
 		// The oldest segment was not answered in time: a transport retry.
+		if q.uc {
+			f.wireUCLost(q)
+			return true
+		}
 		if q.retryCount > int(q.attr.RetryCount) {
 			f.wireFail(q, prm.SyndromeTransportRetryExc)
 			return true
@@ -596,7 +640,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 		switch {
 		case ws.fullUntil == 0:
 			ws.fullUntil = now + timeout
-		case timeout != 0 && now >= ws.fullUntil:
+		case timeout != 0 && now >= ws.fullUntil && !q.uc:
 			if q.retryCount > int(q.attr.RetryCount) {
 				f.wireFail(q, prm.SyndromeTransportRetryExc)
 				return true
@@ -1024,10 +1068,22 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 // the requester's stream rs, and answers.
 func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *wireResp) {
 	if d := (rs.expect - h.PSN) & ctx.MaxPSN; d != 0 {
-		if d <= wireDupWindow {
-			f.wireRepeatSeg(from, h, t, rs)
+		if t.uc {
+			// UC: a gap in the PSNs (a message lost, or dropped
+			// here) ends the message under way; the first segment of
+			// a message starts again from its PSN, any other is
+			// dropped.
+			if h.Off != 0 {
+				f.ucDrop(from, h, t)
+				return
+			}
+			rs.expect, rs.asm = h.PSN, nil
+		} else {
+			if d <= wireDupWindow {
+				f.wireRepeatSeg(from, h, t, rs)
+			}
+			return
 		}
-		return
 	}
 	op := prm.Opcode(h.Op)
 	// The request's fields are read from h; a sendWQE is built only
@@ -1051,6 +1107,10 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
 		rw, ok := f.peekRecv(t)
 		if !ok {
+			if t.uc {
+				f.ucDrop(from, h, t)
+				return
+			}
 			f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
 			return
 		}
@@ -1062,7 +1122,12 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			// anything is set aside for it (as a NIC's would fail at
 			// the segment that overflows).
 			if total > rw.capacity() {
-				f.wireReply(from, h, t, wireNAK, uint8(f.recvFailed(t, rw, prm.SyndromeLocalLength)), 0, nil)
+				s := f.recvFailed(t, rw, prm.SyndromeLocalLength)
+				if t.uc {
+					f.ucDrop(from, h, t)
+					return
+				}
+				f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil)
 				return
 			}
 			// Its buffer is set aside at its first segment, which is
@@ -1086,6 +1151,10 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			rs.asm = nil
 			w := sendWQE{op: op, fm: h.FM, imm: h.Imm, total: total}
 			if s := f.deliverSend(nil, t, &w, msg, rw, src); s != 0 {
+				if t.uc {
+					f.ucDrop(from, h, t)
+					return
+				}
 				f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil)
 				return
 			}
@@ -1097,6 +1166,10 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			// The whole message's range, at every segment: nothing is
 			// written unless all of it lies in the region.
 			if m = f.remoteMR(t, h.RKey, h.RAddr, total, ctx.AccessRemoteWrite); m == nil {
+				if t.uc {
+					f.ucDrop(from, h, t)
+					return
+				}
 				f.wireAccessError(h.SrcQPN, t)
 				f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 				return
@@ -1107,6 +1180,10 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		if imm {
 			var ok bool
 			if rw, ok = f.peekRecv(t); !ok {
+				if t.uc {
+					f.ucDrop(from, h, t)
+					return
+				}
 				f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
 				return
 			}

@@ -271,4 +271,5 @@ const (
 	qptRC              = C.IB_UVERBS_QPT_RC
 	qptUC              = C.IB_UVERBS_QPT_UC
 	qptUD              = C.IB_UVERBS_QPT_UD
+	qptRawPacket       = C.IB_UVERBS_QPT_RAW_PACKET
 )

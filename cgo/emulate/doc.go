@@ -20,7 +20,7 @@
 // kernel: the ioctl methods and write commands of the uverbs core and
 // mlx5_ib that discovery and queries need, those that create and destroy
 // protection domains, memory regions, completion channels, completion
-// queues, shared receive queues and queue pairs (RC, UD, DCI and DCT, over
+// queues, shared receive queues and queue pairs (RC, UC, UD, DCI and DCT, over
 // the rings and doorbell records libmlx5 allocated) with their
 // transitions, and address handles, and the mmap of UAR pages. The model
 // executes the WQEs libmlx5 writes, writes the CQEs it reads, writes

@@ -44,8 +44,10 @@ type uobject struct {
 	mr   provider.MemoryRegion
 	cq   provider.CompletionQueue
 	qp   provider.QueuePair
-	// qpType is a QP's type, caps its capabilities.
+	// qpType is a QP's type, caps its capabilities; uc is set for a UC
+	// QP, whose qpType is RC (the model's unreliable RC QP).
 	qpType ctx.QPType
+	uc     bool
 	caps   ctx.QueuePairCaps
 	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.

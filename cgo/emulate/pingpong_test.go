@@ -27,3 +27,24 @@ func TestRCPingPongUnderPreload(t *testing.T) {
 		})
 	}
 }
+
+// TestUCPingPongUnderPreload compiles testdata/uc_pingpong.c, two UC QPs
+// of one process, and runs it with the emulation preloaded over both ABIs
+// and both link layers: the kernel refuses RC's RTR mask on a UC QP
+// (EINVAL) and takes UC's, the QPs exchange 100 SENDs each way and an
+// RDMA WRITE with immediate, and an RDMA READ completes with a local QP
+// operation error.
+func TestUCPingPongUnderPreload(t *testing.T) {
+	prog, lib := cProgram(t, "uc_pingpong")
+
+	for _, c := range []struct{ abi, link string }{{"", "infiniband"}, {emulate.ABIWrite, "infiniband"}, {"", "ethernet"}} {
+		t.Run("abi="+c.abi+",link="+c.link, func(t *testing.T) {
+			out := runPreloaded(t, prog, lib, c.abi, c.link)
+			require.Contains(t, out, "query state 3 dest peer mtu 3\n")
+			require.Contains(t, out, "rounds 100 sends 200 recvs 200 mismatches 0\n")
+			require.Contains(t, out, "write imm 1 written 1\n")
+			require.Contains(t, out, "read local QP operation error\n")
+			require.Contains(t, out, "done\n")
+		})
+	}
+}

@@ -50,15 +50,16 @@ type qpReply struct {
 }
 
 // qpType maps a uverbs QP type to the model's, EOPNOTSUPP for the types
-// mlx5_ib has and the model not (UC, raw packet, XRC, driver types),
-// EINVAL for the others.
+// mlx5_ib has and the model not (raw packet, XRC, driver types), EINVAL
+// for the others. UC is the model's RC QP made unreliable
+// (simadopt.QPConfig.Unreliable; createQP sets it).
 func qpType(t uint8) (ctx.QPType, syscall.Errno) {
 	switch t {
-	case C.IB_UVERBS_QPT_RC:
+	case C.IB_UVERBS_QPT_RC, C.IB_UVERBS_QPT_UC:
 		return ctx.QPTypeRC, 0
 	case C.IB_UVERBS_QPT_UD:
 		return ctx.QPTypeUD, 0
-	case C.IB_UVERBS_QPT_UC, C.IB_UVERBS_QPT_RAW_PACKET, C.IB_UVERBS_QPT_XRC_INI,
+	case C.IB_UVERBS_QPT_RAW_PACKET, C.IB_UVERBS_QPT_XRC_INI,
 		C.IB_UVERBS_QPT_XRC_TGT, C.IB_UVERBS_QPT_DRIVER:
 		return 0, unix.EOPNOTSUPP
 	}
@@ -207,6 +208,9 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 		RQCount: rqCnt, RQStride: stride,
 		DBRec:        *(*unsafe.Pointer)(unsafe.Pointer(&db)),
 		ScatterToCQE: flags&C.MLX5_QP_FLAG_SCATTER_CQE != 0,
+		// A DC type flag decides the type whatever the uverbs one
+		// (qpTypeOf): UC is the uverbs type with an RC QP.
+		Unreliable: r.typ == C.IB_UVERBS_QPT_UC && typ == ctx.QPTypeRC,
 	}
 	if rqCnt > 0 {
 		cfg.RQ = *(*unsafe.Pointer)(unsafe.Pointer(&buf))
@@ -230,7 +234,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	}
 	qpn := q.Descriptor().QPN
 	src := uc.async.add(asyncKey{asyncQP, qpn}, r.userHandle, nil)
-	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src})
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, uc: cfg.Unreliable, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src})
 	return qpReply{handle: h, qpn: qpn, caps: out, bfreg: bfreg}, 0
 }
 
@@ -414,7 +418,12 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	if mask&qpstate.QKey != 0 && uint32(req.qkey)&0x80000000 != 0 && !kerrno.HasRawCap() {
 		return unix.EPERM
 	}
-	if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
+	if o.uc {
+		// ib_modify_qp_is_ok with qp_state_table's UC masks.
+		if err := qpstate.CheckUC(from, to, mask); err != nil {
+			return unix.EINVAL
+		}
+	} else if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
 		return unix.EINVAL
 	}
 	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {

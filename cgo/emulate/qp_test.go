@@ -258,7 +258,7 @@ func TestKernelQueuePairs(t *testing.T) {
 		vendor []byte
 		want   syscall.Errno
 	}{
-		"UC type":                    {pd, cq, qptUC, caps, good(), unix.EOPNOTSUPP},
+		"raw packet type":            {pd, cq, qptRawPacket, caps, good(), unix.EOPNOTSUPP},
 		"unknown type":               {pd, cq, 77, caps, good(), unix.EINVAL},
 		"unknown PD":                 {0xbeef, cq, qptRC, caps, good(), unix.EINVAL},
 		"CQ handle that is the PD":   {pd, pd, qptRC, caps, good(), unix.EINVAL},
@@ -292,6 +292,32 @@ func TestKernelQueuePairs(t *testing.T) {
 	ud, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, qptUD, caps, mlx5QPReq(addrOf(udBuf), addrOf(udDB), sqCnt, rqCnt, rqShift, mlx5QPFlagScatter, 0))
 	require.Zero(t, en)
 	require.Contains(t, fmt.Sprint(k.files[fd].uctx.objects[ud].qp), "UD QP", "the model's QP is a UD QP")
+
+	// A UC QP is the model's RC QP, unreliable, as mlx5_ib takes UC as it
+	// takes RC.
+	ucBuf, ucDB := qpMemory(t, rqCnt<<rqShift, sqCnt)
+	ucq, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, qptUC, caps, mlx5QPReq(addrOf(ucBuf), addrOf(ucDB), sqCnt, rqCnt, rqShift, 0, 0))
+	require.Zero(t, en, "UC type")
+	require.True(t, k.files[fd].uctx.objects[ucq].uc)
+	// Its modifies take qp_state_table's UC masks: RC's attributes of
+	// acknowledgement, retry and READ/atomic depth are EINVAL, as the
+	// kernel's ib_modify_qp_is_ok refuses them.
+	ucRTR := modifyQP{h: ucq, mask: mState | mAV | mMTU | mDestQPN | mRQPSN, state: 2, mtu: 3, dlid: pa.LID, pathPort: 1, destQPN: qps[0].qpn}
+	ucRTS := modifyQP{h: ucq, mask: mState | mSQPSN, state: 3}
+	require.Zero(t, modifyQPCmd(k, a, fd, toInit(ucq)))
+	rcRTR := ucRTR
+	rcRTR.mask |= mDestRdAtom | mMinRNR
+	require.Equal(t, unix.EINVAL, modifyQPCmd(k, a, fd, rcRTR), "UC RTR with RC's mask")
+	require.Zero(t, modifyQPCmd(k, a, fd, ucRTR))
+	rcRTS := toRTS(ucq)
+	require.Equal(t, unix.EINVAL, modifyQPCmd(k, a, fd, rcRTS), "UC RTS with RC's mask")
+	require.Zero(t, modifyQPCmd(k, a, fd, ucRTS))
+	st, err := k.files[fd].uctx.objects[ucq].qp.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTS, st)
+	_, en = queryQPCmd(k, a, fd, ucq)
+	require.Zero(t, en, "QUERY_QP of a UC QP")
+	require.Zero(t, destroyQPCmd(k, a, fd, ucq))
 
 	require.Equal(t, unix.ENOENT, destroyQPCmd(k, a, fd, 0xbeef), "unknown handle")
 	require.Equal(t, unix.EINVAL, destroyQPCmd(k, a, fd, pd), "a PD handle is not a QP")

@@ -150,6 +150,9 @@ func TestRdmaCorePingPongTwoProcesses(t *testing.T) {
 		{"ibv_rc_pingpong", "sim", "ethernet", []string{"-d", "sim0", "-g", "1", "-n", "200"}},
 		{"ibv_ud_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
 		{"ibv_srq_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		// UC: the model's RC QP without acknowledgement.
+		{"ibv_uc_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-n", "200"}},
+		{"ibv_uc_pingpong", "mlx5", "ethernet", []string{"-d", "mlx5_0", "-g", "1", "-n", "200"}},
 		// CQE timestamps: the device reports its clock's mask.
 		{"ibv_rc_pingpong", "mlx5", "infiniband", []string{"-d", "mlx5_0", "-t", "-n", "200"}},
 		// UD on RoCE from the IPv4 GID: CREATE_AH resolves the peer
@@ -190,12 +193,20 @@ func TestPerftestTwoProcesses(t *testing.T) {
 		{"ib_send_lat", "infiniband", "t_typical[usec]", nil},
 		{"ib_atomic_lat", "infiniband", "t_typical[usec]", nil},
 		{"ib_write_bw", "infiniband", "BW average[MB/sec]", nil},
+		// UC: WRITE and SEND, latency and bandwidth.
+		{"ib_write_lat", "infiniband", "t_typical[usec]", []string{"-c", "UC"}},
+		{"ib_send_lat", "infiniband", "t_typical[usec]", []string{"-c", "UC"}},
+		{"ib_write_bw", "infiniband", "BW average[MB/sec]", []string{"-c", "UC"}},
+		{"ib_send_bw", "infiniband", "BW average[MB/sec]", []string{"-c", "UC"}},
 	} {
 		t.Run(c.prog+"/"+c.link+strings.Join(c.extra, ""), func(t *testing.T) {
 			_, cli := runPair(t, "mlx5", c.link, c.prog, append([]string{"-d", "mlx5_0", "-F", "-n", "200"}, c.extra...), "-p", time.Minute)
 			require.Contains(t, cli, "Device         : mlx5_0", "client:\n%s", cli)
-			if len(c.extra) > 0 {
+			if slices.Contains(c.extra, "-I") {
 				require.Contains(t, cli, "Max inline data : 900[B]", "client:\n%s", cli)
+			}
+			if slices.Contains(c.extra, "UC") {
+				require.Contains(t, cli, "Connection type : UC", "client:\n%s", cli)
 			}
 			require.Contains(t, cli, c.header, "client:\n%s", cli)
 			requireResultRow(t, cli)

@@ -204,6 +204,38 @@ var coreUD = map[edge]masks{
 	{ctx.QPStateError, ctx.QPStateError}: {},
 }
 
+// coreUC is qp_state_table's entries for UC: RC's transitions without
+// the attributes of acknowledgement, retry and RDMA READ/atomic depth
+// (no MAX_DEST_RD_ATOMIC or MIN_RNR_TIMER at RTR, only SQ_PSN at RTS).
+var coreUC = map[edge]masks{
+	{ctx.QPStateReset, ctx.QPStateReset}: {},
+	{ctx.QPStateReset, ctx.QPStateInit}:  {req: PKeyIndex | Port | AccessFlags},
+	{ctx.QPStateInit, ctx.QPStateReset}:  {},
+	{ctx.QPStateInit, ctx.QPStateError}:  {},
+	{ctx.QPStateInit, ctx.QPStateInit}:   {opt: PKeyIndex | Port | AccessFlags},
+	{ctx.QPStateInit, ctx.QPStateRTR}: {
+		req: AV | PathMTU | DestQPN | RQPSN,
+		opt: AltPath | AccessFlags | PKeyIndex},
+	{ctx.QPStateRTR, ctx.QPStateReset}: {},
+	{ctx.QPStateRTR, ctx.QPStateError}: {},
+	{ctx.QPStateRTR, ctx.QPStateRTS}: {
+		req: SQPSN,
+		opt: CurState | AltPath | AccessFlags | PathMigState},
+	{ctx.QPStateRTS, ctx.QPStateReset}:   {},
+	{ctx.QPStateRTS, ctx.QPStateError}:   {},
+	{ctx.QPStateRTS, ctx.QPStateRTS}:     {opt: CurState | AccessFlags | AltPath | PathMigState},
+	{ctx.QPStateRTS, ctx.QPStateSQD}:     {opt: EnSQDAsyncNotify},
+	{ctx.QPStateSQD, ctx.QPStateReset}:   {},
+	{ctx.QPStateSQD, ctx.QPStateError}:   {},
+	{ctx.QPStateSQD, ctx.QPStateRTS}:     {opt: CurState | AltPath | AccessFlags | PathMigState},
+	{ctx.QPStateSQD, ctx.QPStateSQD}:     {opt: AV | AltPath | AccessFlags | PKeyIndex | PathMigState},
+	{ctx.QPStateSQE, ctx.QPStateReset}:   {},
+	{ctx.QPStateSQE, ctx.QPStateError}:   {},
+	{ctx.QPStateSQE, ctx.QPStateRTS}:     {opt: CurState | AccessFlags},
+	{ctx.QPStateError, ctx.QPStateReset}: {},
+	{ctx.QPStateError, ctx.QPStateError}: {},
+}
+
 // optab is the set of transitions __mlx5_ib_modify_qp has a firmware
 // command for, on every kernel: to RESET and to ERR from any state,
 // RESET→INIT, INIT→INIT, INIT→RTR, RTR→RTS, RTS→RTS and SQE→RTS. There is
@@ -272,18 +304,7 @@ func Lookup(t ctx.QPType, from, to ctx.QPState) Rule {
 		if t == ctx.QPTypeUD {
 			core = coreUD
 		}
-		m, ok := core[e]
-		switch {
-		case !ok:
-			return illegal(srcCore, "qp_state_table has no such transition")
-		case e == optabNewer:
-			r := illegal(srcOptab, "optab has no SQD→RTS command")
-			r.Newer = "later kernels have an SQD→RTS command (a QP still never reaches SQD: there is no RTS→SQD)"
-			return r
-		case !optab[e]:
-			return illegal(srcOptab, "optab has no firmware command for it")
-		}
-		return Rule{Legal: true, Required: m.req, Optional: m.opt, Source: srcCore + "; " + srcOptab}
+		return lookupCore(core, e)
 	case ctx.QPTypeDCI:
 		if m, ok := dciRules[e]; ok {
 			r := Rule{Legal: true, Required: m.req, Optional: m.opt, Source: srcDCI}
@@ -304,6 +325,40 @@ func Lookup(t ctx.QPType, from, to ctx.QPState) Rule {
 		return illegal(srcDCT, "a DCT only goes RESET→INIT→RTR; destroy it instead")
 	}
 	return illegal(srcType, "QP type not covered")
+}
+
+// lookupCore is the rule of qp_state_table (core) and optab for e.
+func lookupCore(core map[edge]masks, e edge) Rule {
+	illegal := func(src, why string) Rule {
+		return Rule{Errno: syscall.EINVAL, Source: src, Why: why}
+	}
+	m, ok := core[e]
+	switch {
+	case !ok:
+		return illegal(srcCore, "qp_state_table has no such transition")
+	case e == optabNewer:
+		r := illegal(srcOptab, "optab has no SQD→RTS command")
+		r.Newer = "later kernels have an SQD→RTS command (a QP still never reaches SQD: there is no RTS→SQD)"
+		return r
+	case !optab[e]:
+		return illegal(srcOptab, "optab has no firmware command for it")
+	}
+	return Rule{Legal: true, Required: m.req, Optional: m.opt, Source: srcCore + "; " + srcOptab}
+}
+
+// LookupUC is Lookup for a UC QP, which mlx5_ib takes as it takes RC
+// (the same optab) with qp_state_table's UC masks.
+func LookupUC(from, to ctx.QPState) Rule {
+	if !valid(from) || !valid(to) {
+		return Rule{Errno: syscall.EINVAL, Source: srcType, Why: "no such QP state"}
+	}
+	return lookupCore(coreUC, edge{from, to})
+}
+
+// CheckUC is Check for a UC QP (LookupUC). Its *Error names the type RC,
+// the model's type of a UC QP, and says UC in its reason.
+func CheckUC(from, to ctx.QPState, m Mask) error {
+	return check(LookupUC(from, to), ctx.QPTypeRC, "UC: ", from, to, m)
 }
 
 // Error is a modify the table refuses: the transition, the mask, and the
@@ -351,10 +406,13 @@ func errnoName(n syscall.Errno) string {
 // Check returns nil when the kernel accepts moving a QP of type t from one
 // state to another with attribute mask m, or the *Error it refuses with.
 func Check(t ctx.QPType, from, to ctx.QPState, m Mask) error {
-	r := Lookup(t, from, to)
+	return check(Lookup(t, from, to), t, "", from, to, m)
+}
+
+func check(r Rule, t ctx.QPType, prefix string, from, to ctx.QPState, m Mask) error {
 	fail := func(transition bool, format string, args ...any) error {
 		return &Error{Type: t, From: from, To: to, Mask: m, Errno: syscall.EINVAL, Transition: transition,
-			Reason: fmt.Sprintf(format, args...)}
+			Reason: prefix + fmt.Sprintf(format, args...)}
 	}
 	if !r.Legal {
 		return fail(true, "%s (%s)", r.Why, r.Source)

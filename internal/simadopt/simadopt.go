@@ -125,6 +125,11 @@ type QPConfig struct {
 	DBRec unsafe.Pointer
 	// ScatterToCQE lets the responder write small SENDs into the CQE.
 	ScatterToCQE bool
+	// Unreliable makes a QP of Type ctx.QPTypeRC a UC QP: SEND, SEND
+	// with immediate, RDMA WRITE and RDMA WRITE with immediate only, no
+	// acknowledgement, and a responder that drops a message it cannot
+	// take instead of answering it with a NAK.
+	Unreliable bool
 }
 
 // SRQConfig describes a shared receive queue whose ring and
