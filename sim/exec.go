@@ -37,7 +37,6 @@ func stillWaiting() outcome       { return outcome{res: resultWait, still: true}
 func (o outcome) String() string  { return fmt.Sprintf("%d/%v", o.res, o.synd) }
 func beUint32(b []byte) uint32    { return binary.BigEndian.Uint32(b) }
 func beUint64(b []byte) uint64    { return binary.BigEndian.Uint64(b) }
-func putBE64(b []byte, v uint64)  { binary.BigEndian.PutUint64(b, v) }
 func putBE32(b []byte, v uint32)  { binary.BigEndian.PutUint32(b, v) }
 func boolBit(b bool, bit uint32) uint32 {
 	if b {

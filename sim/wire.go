@@ -263,10 +263,12 @@ type wireSeg struct {
 	total uint64
 }
 
-// wireAtomic is the original value an atomic of PSN psn returned.
+// wireAtomic is the answer an atomic of PSN psn returned: the bytes of
+// the word it found (the first 4 of a 4-byte masked atomic), as atomicOp
+// left them.
 type wireAtomic struct {
 	psn   uint32
-	old   uint64
+	old   [8]byte
 	valid bool
 }
 
@@ -1218,7 +1220,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			f.wireReply(from, h, t, wireNAK, uint8(synd), 0, nil)
 			return
 		}
-		rs.atomics[rs.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: beUint64(old[:]), valid: true}
+		rs.atomics[rs.atomicN%maxRdAtomic] = wireAtomic{psn: h.PSN, old: old, valid: true}
 		rs.atomicN++
 	}
 	rs.expect = (rs.expect + 1) & ctx.MaxPSN
@@ -1364,7 +1366,7 @@ func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 		found := false
 		for _, a := range rs.atomics {
 			if a.valid && a.psn == h.PSN {
-				putBE64(old[:], a.old)
+				old = a.old
 				found = true
 			}
 		}

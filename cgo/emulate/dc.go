@@ -86,13 +86,11 @@ func checkDCAttr(t ctx.QPType, srq *uobject, c ctx.QueuePairCaps) syscall.Errno 
 // vendor response of zeros.
 func (k *kernel) createDCT(f *ufile, r qpRequest, p, scq, rcq, srq *uobject, ucmd *C.struct_mlx5_ib_create_qp) (qpReply, syscall.Errno) {
 	key := binary.NativeEndian.Uint64(bytesOf(ucmd)[unsafe.Offsetof(ucmd.bfreg_index)+4:])
-	// create_dct turns scatter-to-CQE on only over 128-byte CQEs (64
-	// bytes of payload in the CQE): the 32 bytes a 64-byte CQE would
-	// hold overlap its flags_rqpn, which carries the DCI's QPN.
-	scatter := uint32(ucmd.flags)&C.MLX5_QP_FLAG_SCATTER_CQE != 0 && rcq.cq.Descriptor().CQESize == 128
+	// The model grants scatter-to-CQE to a DCT only over 128-byte CQEs,
+	// as create_dct does (sim's scatterToCQE).
 	q, err := simadopt.QueuePair(p.pd, simadopt.QPConfig{
 		Type: ctx.QPTypeDCT, SendCQ: scq.cq, RecvCQ: rcq.cq, SRQ: srq.srq.srq, DCKey: key,
-		ScatterToCQE: scatter,
+		ScatterToCQE: uint32(ucmd.flags)&C.MLX5_QP_FLAG_SCATTER_CQE != 0,
 	})
 	if err != nil {
 		return qpReply{}, errnoOfModel(err)
