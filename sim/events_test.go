@@ -150,3 +150,65 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 	require.True(t, ok, "an error completion fires a solicited-only arm")
 	require.False(t, armed(e, cq.CQN()))
 }
+
+// TestArmBehindReportsOnlyUnreported: an arm whose consumer index is
+// behind the producer raises its event at once only for a CQE no event
+// has reported. Arming after an event and before polling its CQE (as
+// perftest's latency tests with -e do) waits for the next CQE; a CQE
+// written while the CQ was not armed raises the event at the arm.
+func TestArmBehindReportsOnlyUnreported(t *testing.T) {
+	e := newEnv(t, Options{})
+	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+	require.NoError(t, err)
+	d := provider.CQDescriptor(cq)
+	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
+	require.NoError(t, err)
+	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
+	require.NoError(t, err)
+	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	e.connectRC(q, b, 7, 1)
+	event := func() bool {
+		ok, err := provider.ReadCQEvent(cq)
+		require.NoError(t, err)
+		if ok {
+			poll.AcknowledgeEvent()
+		}
+		return ok
+	}
+	nop := func() {
+		q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+		e.run()
+	}
+
+	require.NoError(t, poll.Arm(false))
+	e.run()
+	nop()
+	require.True(t, event(), "armed: the CQE raises the event")
+
+	// Armed again before the reported CQE is polled: no event at the arm.
+	require.NoError(t, poll.Arm(false))
+	e.run()
+	require.True(t, armed(e, cq.CQN()), "the arm is held")
+	require.False(t, event(), "the CQE that raised the last event raised another")
+	require.Equal(t, 1, poll.Poll(8, func(*monocq.CQE) {}))
+	nop()
+	require.True(t, event(), "the next CQE raises the held arm's event")
+
+	// Not armed: a CQE written now is reported by the next arm at once.
+	nop()
+	require.False(t, event(), "an event without an arm")
+	require.NoError(t, poll.Arm(false)) // consumer index before both
+	e.run()
+	require.True(t, event(), "a CQE no event reported, behind the arm")
+	require.False(t, armed(e, cq.CQN()))
+	require.Equal(t, 2, poll.Poll(8, func(*monocq.CQE) {}))
+
+	// Armed with nothing behind it: no event until a CQE.
+	require.NoError(t, poll.Arm(false))
+	e.run()
+	require.False(t, event())
+	nop()
+	require.True(t, event())
+	require.Empty(t, e.f.Violations())
+}
