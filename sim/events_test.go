@@ -71,11 +71,11 @@ func armed(e *env, cqn uint32) bool {
 	return c != nil && c.armed
 }
 
-// TestStaleArmSequence: arming again after an event without acknowledging
-// it to the poller (the arm carries the old sequence number) is reported.
-func TestStaleArmSequence(t *testing.T) {
-	e := newEnv(t, Options{})
-	e.allowViolations = true
+// eventSendCQ makes a CQ of e with a completion channel, its poller, and
+// an RC QP that completes its sends there, connected to a QP of e's
+// second PD.
+func eventSendCQ(t *testing.T, e *env) (*ctx.CompletionQueue, *monocq.CQ, *testQP) {
+	t.Helper()
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
 	d := provider.CQDescriptor(cq)
@@ -86,6 +86,15 @@ func TestStaleArmSequence(t *testing.T) {
 	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
+	return cq, poll, q
+}
+
+// TestStaleArmSequence: arming again after an event without acknowledging
+// it to the poller (the arm carries the old sequence number) is reported.
+func TestStaleArmSequence(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	cq, poll, q := eventSendCQ(t, e)
 
 	require.NoError(t, poll.Arm(false))
 	e.run()
@@ -158,16 +167,7 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 // written while the CQ was not armed raises the event at the arm.
 func TestArmBehindReportsOnlyUnreported(t *testing.T) {
 	e := newEnv(t, Options{})
-	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
-	require.NoError(t, err)
-	d := provider.CQDescriptor(cq)
-	poll, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN})
-	require.NoError(t, err)
-	qp, err := e.pd.CreateQueuePair(ctx.QueuePairConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: ctx.QueuePairCaps{SendDepth: 8}})
-	require.NoError(t, err)
-	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
-	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
-	e.connectRC(q, b, 7, 1)
+	cq, poll, q := eventSendCQ(t, e)
 	event := func() bool {
 		ok, err := provider.ReadCQEvent(cq)
 		require.NoError(t, err)
