@@ -30,8 +30,8 @@ func markUnarmed(db unsafe.Pointer) {
 }
 
 // takeRecordArm takes an arm written to an adopted CQ's doorbell record
-// since the last look. Arming behind the producer raises the event at
-// once, as for an arm through the UAR. The arm sequence number is not
+// since the last look. An arm behind the producer raises the event at
+// once as an arm through the UAR does (armBehind). The arm sequence number is not
 // checked: the events are read outside the model (libibverbs reads the
 // completion channel), so the model cannot count them.
 func (f *Fabric) takeRecordArm(c *cq) {
@@ -44,7 +44,5 @@ func (f *Fabric) takeRecordArm(c *cq) {
 	c.armed = true
 	c.armSolicited = word&prm.CQArmSolicited != 0
 	c.lastArm = word
-	if !c.armSolicited && word&prm.CQConsumerIndexMask != c.pi&prm.CQConsumerIndexMask {
-		c.fire()
-	}
+	c.armBehind(word)
 }

@@ -71,11 +71,11 @@ func armed(e *env, cqn uint32) bool {
 	return c != nil && c.armed
 }
 
-// TestStaleArmSequence: arming again after an event without acknowledging
-// it to the poller (the arm carries the old sequence number) is reported.
-func TestStaleArmSequence(t *testing.T) {
-	e := newEnv(t, Options{})
-	e.allowViolations = true
+// eventSendCQ makes a CQ of e with a completion channel, its poller, and
+// an RC QP that completes its sends there, connected to a QP of e's
+// second PD.
+func eventSendCQ(t *testing.T, e *env) (*ctx.CompletionQueue, *monocq.CQ, *testQP) {
+	t.Helper()
 	cq, err := e.c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
 	require.NoError(t, err)
 	d := provider.CQDescriptor(cq)
@@ -86,6 +86,15 @@ func TestStaleArmSequence(t *testing.T) {
 	q := &testQP{e: e, qp: qp, d: provider.QPDescriptor(qp), scq: &testCQ{cq: cq, d: d}}
 	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
 	e.connectRC(q, b, 7, 1)
+	return cq, poll, q
+}
+
+// TestStaleArmSequence: arming again after an event without acknowledging
+// it to the poller (the arm carries the old sequence number) is reported.
+func TestStaleArmSequence(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.allowViolations = true
+	cq, poll, q := eventSendCQ(t, e)
 
 	require.NoError(t, poll.Arm(false))
 	e.run()
@@ -149,4 +158,57 @@ func TestSolicitedArmFiresOnError(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "an error completion fires a solicited-only arm")
 	require.False(t, armed(e, cq.CQN()))
+}
+
+// TestArmBehindReportsOnlyUnreported: an arm whose consumer index is
+// behind the producer raises its event at once only for a CQE no event
+// has reported. Arming after an event and before polling its CQE (as
+// perftest's latency tests with -e do) waits for the next CQE; a CQE
+// written while the CQ was not armed raises the event at the arm.
+func TestArmBehindReportsOnlyUnreported(t *testing.T) {
+	e := newEnv(t, Options{})
+	cq, poll, q := eventSendCQ(t, e)
+	event := func() bool {
+		ok, err := provider.ReadCQEvent(cq)
+		require.NoError(t, err)
+		if ok {
+			poll.AcknowledgeEvent()
+		}
+		return ok
+	}
+	nop := func() {
+		q.post(prm.OpNop, 0, prm.FlagCQUpdate, 0)
+		e.run()
+	}
+
+	require.NoError(t, poll.Arm(false))
+	e.run()
+	nop()
+	require.True(t, event(), "armed: the CQE raises the event")
+
+	// Armed again before the reported CQE is polled: no event at the arm.
+	require.NoError(t, poll.Arm(false))
+	e.run()
+	require.True(t, armed(e, cq.CQN()), "the arm is held")
+	require.False(t, event(), "the CQE that raised the last event raised another")
+	require.Equal(t, 1, poll.Poll(8, func(*monocq.CQE) {}))
+	nop()
+	require.True(t, event(), "the next CQE raises the held arm's event")
+
+	// Not armed: a CQE written now is reported by the next arm at once.
+	nop()
+	require.False(t, event(), "an event without an arm")
+	require.NoError(t, poll.Arm(false)) // consumer index before both
+	e.run()
+	require.True(t, event(), "a CQE no event reported, behind the arm")
+	require.False(t, armed(e, cq.CQN()))
+	require.Equal(t, 2, poll.Poll(8, func(*monocq.CQE) {}))
+
+	// Armed with nothing behind it: no event until a CQE.
+	require.NoError(t, poll.Arm(false))
+	e.run()
+	require.False(t, event())
+	nop()
+	require.True(t, event())
+	require.Empty(t, e.f.Violations())
 }

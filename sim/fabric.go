@@ -601,6 +601,10 @@ func (f *Fabric) stepLocked() bool {
 		// the ring again.
 		f.wireFlushAcks()
 	}
+	// The sends. A request or datagram to another process goes behind
+	// the answers held for it (wireAcksFirst), or carries the one held
+	// (wireCarryAck): an answer a program posted to a request this
+	// process executed reaches the requester after its ACK.
 	f.wireSendOnly, f.wireLate = true, false
 	for _, q := range f.qpList {
 		if f.runQP(q) {

@@ -71,6 +71,10 @@ type cq struct {
 	armed        bool
 	armSolicited bool
 	lastArm      uint32
+	// notified is pi just after the last CQE an event reported (the
+	// CQ context's last_notified_index, plus one): an arm behind the
+	// producer raises an event only for CQEs from here on (armBehind).
+	notified uint32
 	// eventsRead counts the events ReadEvent consumed (from the user's
 	// goroutine): the arm sequence number an arm must carry is its low two
 	// bits.

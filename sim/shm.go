@@ -24,8 +24,10 @@ type shmFabric struct {
 	// drainRing copies the header of a record it takes.
 	hdr, hdrIn wireHdr
 	// smallIn is where drainRing copies a one-line record (wireSmall);
-	// its payload is handed on from there.
+	// its payload is handed on from there. ackIn is the ACK such a
+	// record carries (wireSmallAck).
 	smallIn wireSmallHdr
+	ackIn   wireHdr
 	// first is the slot whose ring drain reads first: the one after
 	// the ring where the last drain stopped at a completion, so that
 	// every sender's messages are taken in turn; stopped says whether
@@ -298,9 +300,15 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			c := &s.smallIn
 			*c = *(*wireSmallHdr)(unsafe.Pointer(rh))
 			src := s.producerGen(from)
-			if c.SrcGen == uint32(src) && c.DstGen == uint32(s.gen) && c.SrcQPN/shmSlotQPNs == uint32(from)+1 && c.NSL&15 <= wireSmallMax {
+			if c.SrcGen == uint32(src) && c.DstGen == uint32(s.gen) && c.SrcQPN/shmSlotQPNs == uint32(from)+1 && c.NSL&wireSmallLen <= wireSmallMax {
 				h := &s.hdrIn
 				c.expand(h, src, s.gen)
+				if c.NSL&wireSmallAck != 0 {
+					// The ACK it carries first: it stood ahead of
+					// the request.
+					c.carriedAck(&s.ackIn, h)
+					f.wireIn(from, &s.ackIn, nil)
+				}
 				cqes := f.stats.CQEs
 				f.wireIn(from, h, c.Data[:h.Seg])
 				if f.stats.CQEs != cqes && !run {

@@ -135,8 +135,12 @@ func walkRing(rf *ringFile, from int, fn func(h *wireHdr, payload []byte)) {
 		n := uint64(h.Len)
 		if h.Kind == wireSmall {
 			c := *(*wireSmallHdr)(unsafe.Pointer(h))
-			var x wireHdr
+			var x, a wireHdr
 			c.expand(&x, uint64(c.SrcGen), uint64(c.DstGen))
+			if c.NSL&wireSmallAck != 0 {
+				c.carriedAck(&a, &x) // taken ahead of the request
+				fn(&a, nil)
+			}
 			fn(&x, c.Data[:x.Seg])
 		} else {
 			fn(h, data[pos+uint64(ringRecHdr):pos+n])

@@ -147,9 +147,11 @@ type child struct {
 }
 
 // startChild starts a child of the shared fabric tests in role on fabric
-// and reads its first line (its QP) into info.
+// and reads its first line (its QP) into info. The child is killed after
+// two minutes: the 1 GiB transfers take 15 s alone on a two-core machine
+// and twice that beside the other packages' tests.
 func startChild(t testing.TB, role, fabric string) *child {
-	c := spawnChild(t, "TestSharedChild", 30*time.Second, envChildRole+"="+role, envChildFabric+"="+fabric)
+	c := spawnChild(t, "TestSharedChild", 2*time.Minute, envChildRole+"="+role, envChildFabric+"="+fabric)
 	require.NoError(t, json.Unmarshal([]byte(c.line(t)), &c.info))
 	return c
 }

@@ -45,8 +45,10 @@ const (
 	// record. Version 6: a slot records its process's number of HCAs
 	// (slotDevices). Version 7: one-line records of small requests
 	// (wireSmall). Version 8: an 8-byte atomic's word and answer are in
-	// host byte order (atomicOp), no longer big-endian.
-	shmVersion = 8
+	// host byte order (atomicOp), no longer big-endian. Version 9: a
+	// one-line request carries the ACK held for its destination
+	// (wireSmallAck), and requests follow the answers held.
+	shmVersion = 9
 	// shmMagic opens the registry file.
 	shmMagic = 0x4d4c58354b534631 // "MLX5KSF1"
 	// shmMaxSlots is the number of processes a fabric holds at once.

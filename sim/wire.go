@@ -118,6 +118,17 @@ type wireSmallHdr struct {
 // wireSmallMax is the most payload a one-line record carries.
 const wireSmallMax = 4
 
+// A one-line record's NSL: the payload's length in its bits
+// wireSmallLen, and wireSmallAck set when the request carries the ACK of
+// a request its destination QP sent (wireCarryAck), whose PSN is then in
+// Epoch (RC's requests have no epoch: that is a DCI's).
+const (
+	wireSmallLen = 7
+	wireSmallAck = 8
+)
+
+var _ [wireSmallLen - wireSmallMax]struct{}
+
 // A one-line record fills the line after its mark exactly, and its Len
 // and Kind lie where a wireHdr's do (drainRing reads them through a
 // wireHdr before it knows the kind).
@@ -141,13 +152,24 @@ func (q *qp) oneLine() bool {
 // expand sets h to the wireHdr the general path sends for the request c
 // carries: srcGen and dstGen are the generations whose low bits c's match.
 func (c *wireSmallHdr) expand(h *wireHdr, srcGen, dstGen uint64) {
-	n := uint32(c.NSL & 15)
+	n := uint32(c.NSL & wireSmallLen)
 	*h = wireHdr{Len: wireAlign, Kind: wireRequest, Op: c.Op, FM: c.FM,
 		SrcGen: srcGen, DstGen: dstGen,
 		DstQPN: c.DstQPN, SrcQPN: c.SrcQPN, PSN: c.PSN, Imm: c.Imm,
 		RAddr: c.RAddr, RKey: c.RKey, Total: n, Seg: n,
 		DLID: c.DLID, SL: c.NSL >> 4, L3: prm.CQERoCEL3GRH,
 		SrcLID: c.SrcLID, Epoch: c.Epoch}
+	if c.NSL&wireSmallAck != 0 {
+		h.Epoch = 0 // the ACK's PSN (carriedAck), not an epoch
+	}
+}
+
+// carriedAck sets a to the ACK the one-line request c carries
+// (wireSmallAck): of PSN c.Epoch, from the QP that sends c to the QP c is
+// for. h is c expanded.
+func (c *wireSmallHdr) carriedAck(a, h *wireHdr) {
+	*a = wireHdr{Kind: wireResponse, Status: wireAck, SrcGen: h.SrcGen, DstGen: h.DstGen,
+		DstQPN: h.DstQPN, SrcQPN: h.SrcQPN, PSN: c.Epoch & ctx.MaxPSN}
 }
 
 // An atomic request carries its operands as its payload, not in the
@@ -753,6 +775,9 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	if dci {
 		av = decodeAV(q.dev.h.link, &w.av)
 	}
+	if len(f.wireAcks) > 0 && !f.wireAcksFirst(slot) {
+		return false, wireStopRing
+	}
 	sent := f.wireOut(slot, pay, func(h *wireHdr, b []byte) {
 		h.Kind, h.Op, h.FM = wireRequest, uint8(w.op), w.fm
 		h.DstQPN, h.SrcQPN, h.PSN, h.Imm, h.Epoch = q.attr.RemoteQPN, q.qpn, psn, w.imm, ws.epoch
@@ -833,7 +858,14 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 	}
 	psn := ws.next
 	s := f.shm
-	if m.n <= wireSmallMax && q.oneLine() {
+	oneLine := m.n <= wireSmallMax && q.oneLine()
+	carry := false
+	if len(f.wireAcks) > 0 {
+		if carry = oneLine && f.wireCarryAck(slot, q); !carry && !f.wireAcksFirst(slot) {
+			return false, wireStopRing
+		}
+	}
+	if oneLine {
 		// One line: the fields the wireHdr below would carry, and the
 		// payload, written straight into the ring (the line is this
 		// record's alone until its mark is published).
@@ -845,8 +877,15 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 			c.DstQPN, c.SrcQPN, c.PSN, c.Imm = q.attr.RemoteQPN, q.qpn, psn, m.imm
 			c.RAddr, c.RKey = m.raddr, m.rkey
 			c.DLID, c.SrcLID, c.Epoch = pa.DLID, q.dev.h.lid, ws.epoch
+			if carry {
+				c.NSL |= wireSmallAck
+				c.Epoch = f.wireAcks[0].psn
+			}
 			m.ring.copyOut(c.Data[:m.n], m.dataOff)
 			p.commit(s.slot, pos, wireAlign)
+			if carry {
+				f.wireAcks = f.wireAcks[:0]
+			}
 		} else if f.wirePeerAlive(slot) {
 			return false, wireStopRing
 		}
@@ -1226,12 +1265,13 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	rs.expect = (rs.expect + 1) & ctx.MaxPSN
 	if completes && len(f.wireAcks) < wireMaxHeldAcks {
 		// The ACK of a request that wrote a receive CQE is held until
-		// this process's next round has sent what it posts meanwhile
-		// (stepLocked): the answer a polling loop posts to this
-		// request then leaves first, and this round's end does not
-		// wait for the ACK's cache lines. Other ACKs (a plain WRITE, a
-		// SEND's first segments) go at once: nothing here answers
-		// them, and a requester's window waits for them.
+		// this process's next round (stepLocked): this round's end
+		// does not wait for the ACK's cache lines. A request the
+		// program posts meanwhile to the requester's process, its
+		// answer to this one, carries the ACK or goes behind it
+		// (wireAcksFirst). Other ACKs (a plain WRITE, a SEND's first
+		// segments) go at once: nothing here answers them, and a
+		// requester's window waits for them.
 		f.wireAcks = append(f.wireAcks, wireHeldAck{slot: from, gen: h.SrcGen, op: h.Op, dst: h.SrcQPN, src: t.qpn, psn: h.PSN, off: h.Off, seg: h.Seg})
 		return
 	}
@@ -1329,6 +1369,30 @@ func (f *Fabric) wireFlushAcks() {
 }
 
 // wireHeldFor reports whether an answer to the process in slot is held.
+// wireAcksFirst sends the answers held (wireFlushAcks) before a request
+// or datagram to the process in slot, so that it reaches that process
+// after them, as on a link: the responder's NIC acknowledges a request
+// long before its program can answer it. It reports false when some
+// answer to slot stays held (its ring is full): the request waits too.
+func (f *Fabric) wireAcksFirst(slot int) bool {
+	f.wireFlushAcks()
+	return !f.wireHeldFor(slot)
+}
+
+// wireCarryAck reports whether the one-line request RC QP q sends to the
+// process in slot can carry the answer held (wireSmallAck): the only one,
+// a plain ACK from q to the QP the request is for, of the process's
+// present generation. Its record then takes the ACK's place, ahead of
+// the request, without a line of its own.
+func (f *Fabric) wireCarryAck(slot int, q *qp) bool {
+	if len(f.wireAcks) != 1 || f.wireAcksBlocked {
+		return false
+	}
+	a := &f.wireAcks[0]
+	return a.slot == slot && a.dst == q.attr.RemoteQPN && a.src == q.qpn && a.status == wireAck &&
+		a.readN == 0 && a.oldN == 0 && a.gen == f.shm.reg.gen(slot)
+}
+
 func (f *Fabric) wireHeldFor(slot int) bool {
 	for i := range f.wireAcks {
 		if f.wireAcks[i].slot == slot {

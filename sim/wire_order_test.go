@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
-// The order of a round between processes (stepLocked): sends first, then
-// the plain ACKs held from the last round, then the inbound messages up
+// The order of a round between processes (stepLocked): the ACKs held
+// from the last round first, then the sends, then the inbound messages up
 // to the first that writes a CQE.
 
 // stepRound runs one round of f (its engine held off) on this goroutine.
@@ -70,40 +71,58 @@ func inbound(f *Fabric, slot int) (kinds []uint8, psns []uint32) {
 	return kinds, psns
 }
 
-// TestHeldAckFollowsAnswer: the responder's round that executes a write
-// with immediate holds its ACK; the answer its polling loop posts then
-// leaves in the next round ahead of that ACK, and the requester takes the
-// answer (a receive CQE) in one round, the ACK (its send CQE) in the next.
-func TestHeldAckFollowsAnswer(t *testing.T) {
-	e1, e2, a, q := heldRCPair(t)
-	_, s1 := e1.f.SharedFabric()
-	_, s2 := e2.f.SharedFabric()
-	q.postRecv()
-	a.postRecv()
+// TestHeldAckGoesBeforeAnswer: the responder's round that executes a
+// write with immediate holds its ACK; the answer the responder's program
+// posts meanwhile reaches the requester behind that ACK, so that the
+// requester completes its send before it receives the answer, as over a
+// link (the responder's NIC acknowledges before its program can answer).
+// A one-line answer carries the ACK in its own line; a longer one goes
+// behind the ACK's record. The requester takes both in one round.
+func TestHeldAckGoesBeforeAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		data  []byte
+		lines uint64 // in the requester's ring: the answer and the ACK
+	}{
+		{"carried", []byte{2}, 1},
+		{"behind", []byte("sixteen bytes ok"), 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e1, e2, a, q := heldRCPair(t)
+			_, s1 := e1.f.SharedFabric()
+			_, s2 := e2.f.SharedFabric()
+			q.postRecv()
+			a.postRecv()
 
-	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 1)
-	stepRound(e1.f)
-	kinds, _ := inbound(e2.f, s1)
-	require.Equal(t, []uint8{wireRequest}, kinds, "the request is out after the requester's round")
+			a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 1)
+			stepRound(e1.f)
+			kinds, _ := inbound(e2.f, s1)
+			require.Equal(t, []uint8{wireRequest}, kinds, "the request is out after the requester's round")
 
-	stepRound(e2.f)
-	c, ok := q.rcq.poll()
-	require.True(t, ok, "the responder's round wrote the receive CQE")
-	require.Equal(t, prm.CQERespWrImm, c.op)
-	kinds, _ = inbound(e1.f, s2)
-	require.Empty(t, kinds, "the ACK is held until the responder's next round")
+			stepRound(e2.f)
+			got, ok := q.rcq.poll()
+			require.True(t, ok, "the responder's round wrote the receive CQE")
+			require.Equal(t, prm.CQERespWrImm, got.op)
+			kinds, _ = inbound(e1.f, s2)
+			require.Empty(t, kinds, "the ACK is held until the responder's next round")
 
-	q.postWQE(writeImmWQE(q, e1.addr(0), e1.mr.RKey()), 2) // the answer
-	stepRound(e2.f)
-	kinds, psns := inbound(e1.f, s2)
-	require.Equal(t, []uint8{wireRequest, wireResponse}, kinds, "the answer leaves ahead of the held ACK")
-	require.Equal(t, uint32(0), psns[1], "the ACK of the requester's PSN 0")
+			q.post(prm.OpRdmaWriteImm, 0, prm.FlagCQUpdate, 2, raddrSeg(e1.addr(0), e1.mr.RKey()), inlineSeg(c.data))
+			stepRound(e2.f)
+			kinds, psns := inbound(e1.f, s2)
+			require.Equal(t, []uint8{wireResponse, wireRequest}, kinds, "the held ACK ahead of the answer")
+			require.Equal(t, uint32(0), psns[0], "the ACK of the requester's PSN 0")
+			in := e1.f.shm.in
+			require.Equal(t, c.lines*wireAlign, atomic.LoadUint64(in.tail(s2))-atomic.LoadUint64(in.head(s2)))
 
-	stepRound(e1.f)
-	c, ok = a.rcq.poll()
-	require.True(t, ok, "the answer's receive CQE")
-	require.Equal(t, uint32(2), c.imm)
-	sendCQENextRound(t, e1.f, a, "the round ended at the answer's CQE, before the ACK")
+			stepRound(e1.f)
+			got, ok = a.scq.poll()
+			require.True(t, ok, "the send CQE, from the ACK ahead of the answer")
+			require.Equal(t, prm.CQEReq, got.op)
+			got, ok = a.rcq.poll()
+			require.True(t, ok, "the answer's receive CQE, in the same round")
+			require.Equal(t, uint32(2), got.imm)
+		})
+	}
 }
 
 // TestHeldAcksGoBeforeAnotherAnswer: an answer that is not a plain ACK
@@ -151,17 +170,15 @@ func TestHeldAcksGoBeforeAnotherAnswer(t *testing.T) {
 }
 
 // answerBehindRequest leaves in the ring of e2 from e1 a write with
-// immediate (imm) from a to q followed by an answer: the ACK of a write
-// with immediate q made to a before, which e1 held until the round that
-// sent a's.
+// immediate (imm) from a to q followed by an answer: the ACK of an RDMA
+// WRITE q made to a, which e1's round executes after its sends and
+// acknowledges at once.
 func answerBehindRequest(t *testing.T, e1, e2 *env, a, q *testQP, imm uint32) {
 	t.Helper()
-	a.postRecv()
-	q.postWQE(writeImmWQE(q, e1.addr(64), e1.mr.RKey()), 100+imm)
-	stepRound(e2.f) // q's write with immediate out
-	stepRound(e1.f) // executed (a's receive CQE), its ACK held
+	q.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e1.addr(64), e1.mr.RKey()), inlineSeg([]byte("w")))
+	stepRound(e2.f) // q's WRITE out
 	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), imm)
-	stepRound(e1.f) // the write with immediate, then the ACK
+	stepRound(e1.f) // the write with immediate, then the WRITE's ACK
 }
 
 // TestDrainStopsAtCompletion: a round stops after a request that writes

@@ -124,6 +124,9 @@ type wireHeldUD struct {
 // the process in slot; it reports false when the process is gone or its
 // ring is full.
 func (f *Fabric) wireUDOut(slot int, h *wireHdr, a, b []byte) bool {
+	if len(f.wireAcks) > 0 && !f.wireAcksFirst(slot) {
+		return false
+	}
 	return f.wireOut(slot, len(a)+len(b), func(x *wireHdr, buf []byte) {
 		*x = *h
 		n := copy(buf, a)

@@ -193,6 +193,11 @@ func TestPerftestTwoProcesses(t *testing.T) {
 		{"ib_send_lat", "infiniband", "t_typical[usec]", nil},
 		{"ib_atomic_lat", "infiniband", "t_typical[usec]", nil},
 		{"ib_write_bw", "infiniband", "BW average[MB/sec]", nil},
+		// Completion events: each test arms after an event, polls once,
+		// and goes on as if a message came.
+		{"ib_send_lat", "infiniband", "t_typical[usec]", []string{"-e"}},
+		{"ib_read_lat", "infiniband", "t_typical[usec]", []string{"-e"}},
+		{"ib_atomic_lat", "infiniband", "t_typical[usec]", []string{"-e"}},
 		// UC: WRITE and SEND, latency and bandwidth.
 		{"ib_write_lat", "infiniband", "t_typical[usec]", []string{"-c", "UC"}},
 		{"ib_send_lat", "infiniband", "t_typical[usec]", []string{"-c", "UC"}},
