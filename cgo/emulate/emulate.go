@@ -81,7 +81,14 @@ func enable() error {
 	if err != nil {
 		return err
 	}
-	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll, Fabric: os.Getenv(sim.EnvFabric), Ports: ports})
+	// The TCP link sim.EnvLink names, if any, as for the kit's own
+	// programs: sim.EnvFabric is then ignored, and the link's key read
+	// from sim.EnvLinkKey.
+	fabric, link := os.Getenv(sim.EnvFabric), os.Getenv(sim.EnvLink)
+	if link != "" {
+		fabric = ""
+	}
+	f := sim.New(sim.Options{Mode: sim.Engine, Strict: true, LinkLayer: ll, Fabric: fabric, Link: link, Ports: ports})
 	devs, err := describeFabric(f)
 	if err != nil {
 		return err

@@ -8,9 +8,15 @@
 //
 // Usage:
 //
-//	mlx5kit-emulate [-fabric name] [-link infiniband|ethernet] [-names mlx5|sim] [-abi write] [-lib path] -- PROGRAM [ARGS...]
+//	mlx5kit-emulate [-fabric name | -tcp [listen:]HOST:PORT] [-link infiniband|ethernet] [-names mlx5|sim] [-abi write] [-lib path] -- PROGRAM [ARGS...]
 //
 //	-fabric  the shared fabric (default $MLX5KIT_SIM_FABRIC, else "default")
+//	-tcp     join a TCP link of software HCAs instead of a shared fabric:
+//	         listen:HOST:PORT listens, HOST:PORT connects to a listening
+//	         end (default $MLX5KIT_SIM_LINK); the link's pre-shared key,
+//	         at least 16 bytes, is read from $MLX5KIT_SIM_LINK_KEY. A test
+//	         tool for hosts without RDMA NICs, not a transport: one
+//	         request in flight per QP, every frame sealed
 //	-link    the link layer of the emulated ports (default
 //	         $MLX5KIT_EMULATE_LINK, else infiniband; ethernet is RoCE)
 //	-names   the device names libibverbs sees: mlx5 (mlx5_0, mlx5_1, as on
@@ -27,6 +33,13 @@
 //
 //	mlx5kit-emulate -- ib_write_lat -d mlx5_0 -F
 //	mlx5kit-emulate -- ib_write_lat -d mlx5_0 -F localhost
+//
+// and on two hosts, over a TCP link (port 7471 for the link, perftest's
+// own exchange on its port 18515 as usual):
+//
+//	export MLX5KIT_SIM_LINK_KEY=...   # the same key, 16 bytes or more, on both
+//	host1$ mlx5kit-emulate -tcp listen:0.0.0.0:7471 -- ib_write_lat -d mlx5_0 -F
+//	host2$ mlx5kit-emulate -tcp host1:7471 -- ib_write_lat -d mlx5_0 -F host1
 //
 // The preload library is found in this order: -lib; $MLX5KIT_EMULATE_LIB;
 // libmlx5kit-emulate.so next to this executable (put there with go build
@@ -53,6 +66,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +75,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 // The environment the launcher reads and sets.
@@ -70,6 +85,8 @@ const (
 	envABI     = "MLX5KIT_EMULATE_ABI"
 	envNames   = "MLX5KIT_EMULATE_NAMES"
 	envFabric  = "MLX5KIT_SIM_FABRIC"
+	envTCP     = "MLX5KIT_SIM_LINK"
+	envTCPKey  = "MLX5KIT_SIM_LINK_KEY"
 	envLib     = "MLX5KIT_EMULATE_LIB"
 	envPreload = "LD_PRELOAD"
 )
@@ -92,10 +109,10 @@ type execFunc func(path string, argv, env []string) error
 
 // config is what the flags decide.
 type config struct {
-	fabric, link, names, abi, lib string
-	printLib                      bool
-	sweepAfter                    int
-	argv                          []string
+	fabric, tcp, link, names, abi, lib string
+	printLib                           bool
+	sweepAfter                         int
+	argv                               []string
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -107,6 +124,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.fabric, "fabric", envOr(envFabric, defaultFabric), "the shared fabric the program's software HCA joins")
+	fs.StringVar(&c.tcp, "tcp", os.Getenv(envTCP), "`[listen:]HOST:PORT`: join a TCP link of software HCAs instead of a shared fabric (the key in $"+envTCPKey+")")
 	fs.StringVar(&c.link, "link", envOr(envLink, "infiniband"), "link layer of the emulated ports: infiniband or ethernet (RoCE)")
 	fs.StringVar(&c.names, "names", envOr(envNames, "mlx5"), "device names: mlx5 (mlx5_0, mlx5_1) or sim (the model's sim0, sim1)")
 	fs.StringVar(&c.abi, "abi", os.Getenv(envABI), `"write": the emulated kernel answers every ioctl with ENOTTY`)
@@ -131,6 +149,19 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.fabric == "" {
 		return c, errors.New("-fabric: the name is empty")
+	}
+	if c.tcp != "" {
+		fabricSet := false
+		fs.Visit(func(f *flag.Flag) { fabricSet = fabricSet || f.Name == "fabric" })
+		if fabricSet {
+			return c, errors.New("-fabric and -tcp: the software HCA joins a shared fabric or a TCP link, not both")
+		}
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(c.tcp, "listen:")); err != nil {
+			return c, fmt.Errorf("-tcp %q: want listen:HOST:PORT or HOST:PORT: %w", c.tcp, err)
+		}
+		if n := len(os.Getenv(envTCPKey)); n < endpoint.MinKeySize {
+			return c, fmt.Errorf("-tcp: $%s holds %d bytes, the link's pre-shared key needs %d or more", envTCPKey, n, endpoint.MinKeySize)
+		}
 	}
 	c.argv = fs.Args()
 	if len(c.argv) == 0 && !c.printLib && c.sweepAfter <= 0 {
@@ -169,7 +200,7 @@ func run(args []string, stdout, stderr io.Writer, exec execFunc, sweeper func(fa
 		return 1
 	}
 	env := environment(os.Environ(), c, lib)
-	if sweeper != nil {
+	if sweeper != nil && c.tcp == "" { // a TCP link leaves nothing in /dev/shm
 		if err := sweeper(c.fabric); err != nil {
 			fmt.Fprintf(stderr, "mlx5kit-emulate: the fabric's files stay after the program (until another process joins or leaves): %v\n", err)
 		}
@@ -201,7 +232,7 @@ func environment(env []string, c config, lib string) []string {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case envEmulate, envFabric, envLink, envNames, envABI:
+		case envEmulate, envFabric, envTCP, envLink, envNames, envABI:
 			continue
 		case envPreload:
 			if v != "" && !containsField(v, lib) {
@@ -213,7 +244,11 @@ func environment(env []string, c config, lib string) []string {
 		}
 		out = append(out, kv)
 	}
-	return append(out, envEmulate+"=1", envFabric+"="+c.fabric, envLink+"="+c.link, envNames+"="+c.names, envABI+"="+abi, envPreload+"="+preload)
+	join := envFabric + "=" + c.fabric
+	if c.tcp != "" {
+		join = envTCP + "=" + c.tcp
+	}
+	return append(out, envEmulate+"=1", join, envLink+"="+c.link, envNames+"="+c.names, envABI+"="+abi, envPreload+"="+preload)
 }
 
 func containsField(list, s string) bool {

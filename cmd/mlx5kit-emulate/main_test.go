@@ -36,6 +36,31 @@ func TestEnvironmentSetsTheEmulation(t *testing.T) {
 	require.Contains(t, env, envPreload+"=/lib/emu.so")
 	require.Contains(t, env, envABI+"=write")
 	require.Contains(t, env, envLink+"=ethernet")
+
+	// A TCP link replaces the shared fabric; the key passes through.
+	env = environment([]string{envFabric + "=old", envTCP + "=old:1", envTCPKey + "=k"}, config{fabric: "default", tcp: "listen:127.0.0.1:7471", link: "infiniband"}, "/lib/emu.so")
+	require.Contains(t, env, envTCP+"=listen:127.0.0.1:7471")
+	require.Contains(t, env, envTCPKey+"=k")
+	for _, kv := range env {
+		require.False(t, strings.HasPrefix(kv, envFabric+"="), "%s with a TCP link: %q", envFabric, env)
+	}
+}
+
+// TestRunOverTCPLink: -tcp gives the program the link and no fabric, and
+// starts no sweeper (nothing of a link is in /dev/shm).
+func TestRunOverTCPLink(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), libName)
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	t.Setenv(envTCPKey, "sixteen-byte-key")
+	var gotEnv []string
+	swept := false
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-lib", lib, "-tcp", "host1:7471", "--", "true"}, &stdout, &stderr,
+		func(_ string, _, env []string) error { gotEnv = env; return nil },
+		func(string) error { swept = true; return nil })
+	require.Equal(t, 0, code, stderr.String())
+	require.Contains(t, gotEnv, envTCP+"=host1:7471")
+	require.False(t, swept, "a sweeper for a TCP link")
 }
 
 // TestRunExecsTheProgram checks that the launcher replaces itself with
@@ -69,6 +94,7 @@ func TestRunExecsTheProgram(t *testing.T) {
 // TestRunRejectsBadInput checks the exit status and message of bad flags,
 // a missing program and a missing library, and that nothing is started.
 func TestRunRejectsBadInput(t *testing.T) {
+	t.Setenv(envTCPKey, "")
 	lib := filepath.Join(t.TempDir(), libName)
 	require.NoError(t, os.WriteFile(lib, nil, 0o644))
 	for _, c := range []struct {
@@ -80,6 +106,9 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{[]string{"-lib", lib, "-abi", "mmap", "--", "true"}, 2, `-abi "mmap"`},
 		{[]string{"-lib", lib, "-names", "cx7", "--", "true"}, 2, `-names "cx7"`},
 		{[]string{"-lib", lib, "-fabric", "", "--", "true"}, 2, "-fabric"},
+		{[]string{"-lib", lib, "-fabric", "f", "-tcp", "h:1", "--", "true"}, 2, "-fabric and -tcp"},
+		{[]string{"-lib", lib, "-tcp", "no-port", "--", "true"}, 2, `-tcp "no-port"`},
+		{[]string{"-lib", lib, "-tcp", "listen:h:1", "--", "true"}, 2, "MLX5KIT_SIM_LINK_KEY holds 0 bytes"},
 		{[]string{"-lib", lib}, 2, "no program to run"},
 		{[]string{"-lib", lib, "--", "no-such-program-mlx5kit"}, 1, `program "no-such-program-mlx5kit"`},
 		{[]string{"-lib", lib + ".missing", "--", "true"}, 1, "preload library"},

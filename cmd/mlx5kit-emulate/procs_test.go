@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"go/build"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +80,14 @@ func TestMain(m *testing.M) {
 // both bounded by limit, and returns their outputs.
 func runPair(t *testing.T, names, link, prog string, args []string, portFlag string, limit time.Duration) (server, client string) {
 	t.Helper()
+	return runPairOn(t, false, names, link, prog, args, portFlag, limit)
+}
+
+// runPairOn is runPair on a private shared fabric, or with tcp on a TCP
+// link of its own over 127.0.0.1 (the server's end listens), its key in
+// the environment.
+func runPairOn(t *testing.T, tcp bool, names, link, prog string, args []string, portFlag string, limit time.Duration) (server, client string) {
+	t.Helper()
 	path, err := exec.LookPath(prog)
 	if err != nil {
 		t.Skipf("%s is not installed (Debian package %s; scripts/deps.sh installs it)", prog, debianPackage(prog))
@@ -86,13 +96,20 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	// The fabric of a server started again on another port is a fresh
-	// one, the port in its name.
-	var fabric string
-	command := func(port int, extra ...string) *exec.Cmd {
-		argv := append([]string{"-fabric", fabric, "-names", names, "-link", link, "--", path}, args...)
-		argv = append(argv, portFlag, strconv.Itoa(port))
+	// one, the port in its name; so is a link.
+	var fabric, linkAddr string
+	command := func(port int, listen bool, extra ...string) *exec.Cmd {
+		join := []string{"-fabric", fabric}
+		if tcp {
+			join = []string{"-tcp", linkAddr}
+			if listen {
+				join[1] = "listen:" + linkAddr
+			}
+		}
+		argv := append(join, "-names", names, "-link", link, "--", path)
+		argv = append(append(argv, args...), portFlag, strconv.Itoa(port))
 		cmd := exec.CommandContext(ctx, exe, append(argv, extra...)...)
-		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, envLib+"=")
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, envLib+"=", envTCPKey+"=emulate-test-link-key")
 		cmd.WaitDelay = time.Second
 		return cmd
 	}
@@ -100,6 +117,10 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 	// port they bound: ServeOnPort waits until the server's own socket
 	// listens on it, on another port where another process took it.
 	srv, port := toolproc.ServeOnPort(t, limit, func(port int) *exec.Cmd {
+		if tcp {
+			linkAddr = freeAddr(t)
+			return command(port, true)
+		}
 		f := fmt.Sprintf("emutest-%d-%d", os.Getpid(), port)
 		fabric = f
 		t.Cleanup(func() {
@@ -110,13 +131,16 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 				_ = os.Remove(f)
 			}
 		})
-		return command(port)
+		return command(port, true)
 	})
-	cliOut, cliErr := command(port, "localhost").CombinedOutput()
+	cliOut, cliErr := command(port, false, "localhost").CombinedOutput()
 	srvErr := srv.Wait()
 	require.NoError(t, ctx.Err(), "%s pair ran past %v\nserver:\n%s\nclient:\n%s", prog, limit, srv.Output(), cliOut)
 	require.NoError(t, cliErr, "%s client\n%s\nserver:\n%s", prog, cliOut, srv.Output())
 	require.NoError(t, srvErr, "%s server\n%s\nclient:\n%s", prog, srv.Output(), cliOut)
+	if tcp {
+		return srv.Output(), string(cliOut)
+	}
 	// The programs exit without leaving the fabric: the launchers'
 	// sweepers remove their ring files and the registry.
 	var left []string
@@ -125,6 +149,16 @@ func runPair(t *testing.T, names, link, prog string, args []string, portFlag str
 		return len(left) == 0
 	}, 10*time.Second, 10*time.Millisecond, "files of fabric %s after both programs exited: %v", fabric, &left)
 	return srv.Output(), string(cliOut)
+}
+
+// freeAddr returns 127.0.0.1 and a port no socket used a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
 }
 
 func debianPackage(prog string) string {
@@ -215,6 +249,39 @@ func TestPerftestTwoProcesses(t *testing.T) {
 			}
 			require.Contains(t, cli, c.header, "client:\n%s", cli)
 			requireResultRow(t, cli)
+		})
+	}
+}
+
+// TestTwoProcessesOverTCPLink runs an rdma-core pingpong and a perftest
+// pair through the launcher with -tcp: the two emulated kernels' software
+// HCAs join a TCP link over 127.0.0.1 (the server's listens), as on two
+// hosts, instead of a shared fabric.
+func TestTwoProcessesOverTCPLink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preload library and runs two processes per case")
+	}
+	for _, c := range []struct {
+		prog, want string
+		args       []string
+	}{
+		{"ibv_rc_pingpong", "200 iters in", []string{"-d", "mlx5_0", "-n", "200"}},
+		{"ib_write_lat", "t_typical[usec]", []string{"-d", "mlx5_0", "-F", "-n", "200"}},
+		{"ib_read_lat", "t_typical[usec]", []string{"-d", "mlx5_0", "-F", "-n", "200"}},
+	} {
+		t.Run(c.prog, func(t *testing.T) {
+			srv, cli := runPairOn(t, true, "mlx5", "infiniband", c.prog, c.args, "-p", time.Minute)
+			require.Contains(t, cli, c.want, "client:\n%s", cli)
+			require.Contains(t, srv+cli, "remote address:", "server:\n%s\nclient:\n%s", srv, cli)
+			// The QPs are numbered in the link's slots (128 and up),
+			// above every shared fabric's.
+			qpns := regexp.MustCompile(`QPN[ :]+0x([0-9a-f]+)`).FindAllStringSubmatch(srv+cli, -1)
+			require.Len(t, qpns, 4, "server:\n%s\nclient:\n%s", srv, cli)
+			for _, m := range qpns {
+				n, err := strconv.ParseUint(m[1], 16, 32)
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, n>>16, uint64(0x81), "QPN %#x is not a link slot's", n)
+			}
 		})
 	}
 }
