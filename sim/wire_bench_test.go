@@ -57,6 +57,64 @@ func BenchmarkWireMessage(b *testing.B) {
 	}
 }
 
+// BenchmarkWireRoundTrip measures the model's work for a round trip of
+// writes with immediate between RC QPs of two Fabrics on a shared fabric,
+// on one goroutine, as two polling loops run it: each side's answer
+// carries the ACK of the message it answers (wireCarryAck), which the
+// other side takes before the answer. A round trip is four rounds (a
+// send and a receive on each side), four CQEs written and polled, and
+// the receives posted again.
+func BenchmarkWireRoundTrip(b *testing.B) {
+	e1, e2, a, q := sharedRCPair(b)
+	for i := 0; i < 32; i++ {
+		q.postRecv()
+		a.postRecv()
+	}
+	holdEngine(b, e1.f)
+	holdEngine(b, e2.f)
+	round := func(f *Fabric) {
+		f.mu.Lock()
+		f.stepLocked()
+		f.mu.Unlock()
+	}
+	ping := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	pong := writeImmWQE(q, e1.addr(0), e1.mr.RKey())
+	take := func(i int, rcq, scq *testCQ, first bool) {
+		c, ok := rcq.poll()
+		if !ok || c.op != prm.CQERespWrImm || c.imm != uint32(i) {
+			b.Fatalf("round trip %d: receive CQE %+v %v", i, c, ok)
+		}
+		if !first {
+			// The send CQE of the message this one answers, from
+			// the ACK it carried.
+			if c, ok := scq.poll(); !ok || c.op != prm.CQEReq {
+				b.Fatalf("round trip %d: send CQE %+v %v", i, c, ok)
+			}
+		}
+	}
+	rt := func(i int, first bool) {
+		a.postWQE(ping, uint32(i))
+		round(e1.f)
+		round(e2.f)
+		take(i, q.rcq, q.scq, first)
+		q.postRecvNone()
+		q.postWQE(pong, uint32(i))
+		round(e2.f)
+		round(e1.f)
+		take(i, a.rcq, a.scq, false)
+		a.postRecvNone()
+	}
+	rt(0, true)
+	for i := 1; i < 1000; i++ {
+		rt(i, false)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rt(1000+i, false)
+	}
+}
+
 // BenchmarkEmptyRound measures a round of the model with nothing to do, as
 // a polling loop runs it (Context.Idle) between messages, the engine held
 // off: two connected RC QPs and their four CQs on a private Fabric, and an
