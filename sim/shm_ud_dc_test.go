@@ -278,11 +278,7 @@ func TestSharedUDWaitsForRoom(t *testing.T) {
 	require.Zero(t, e1.f.Stats().UDDropped)
 
 	stepRound(e2.f) // takes the pads
-	require.Eventually(t, func() bool {
-		stepRound(e1.f)
-		_, ok := a.scq.poll()
-		return ok
-	}, 5*time.Second, time.Millisecond, "the SEND leaves once there is room")
+	stepUntilSendCQE(t, e1.f, a, "the SEND leaves once there is room")
 	stepRound(e2.f)
 	c, ok := b.rcq.poll()
 	require.True(t, ok, "the datagram arrives")
@@ -299,11 +295,7 @@ func TestSharedUDWaitsForRoom(t *testing.T) {
 	_, ok = a.scq.poll()
 	require.False(t, ok, "the SEND waits for room")
 	require.NoError(t, e2.f.Close())
-	require.Eventually(t, func() bool {
-		stepRound(e1.f)
-		_, ok := a.scq.poll()
-		return ok
-	}, 5*time.Second, time.Millisecond, "a datagram to a process that is gone completes")
+	stepUntilSendCQE(t, e1.f, a, "a datagram to a process that is gone completes")
 	require.Equal(t, uint64(1), e1.f.Stats().UDDropped)
 }
 
@@ -428,4 +420,75 @@ func TestSharedDCTDropsStreamsOfProcessesGone(t *testing.T) {
 	}
 	require.LessOrEqual(t, len(ws.streams), 2*nLive)
 	require.GreaterOrEqual(t, len(ws.streams), nLive)
+}
+
+// stepUntilSendCQE runs rounds of f (its engine held off) until q has
+// polled a send CQE, for up to 5 s; why says what completes it.
+func stepUntilSendCQE(t *testing.T, f *Fabric, q *testQP, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		stepRound(f)
+		_, ok := q.scq.poll()
+		return ok
+	}, 5*time.Second, time.Millisecond, why)
+}
+
+// fillRingLeaving fills the ring from f's process to slot with pads until
+// records of n and m bytes (mark and header included) no longer fit
+// together, while one of n bytes still does.
+func fillRingLeaving(t *testing.T, f *Fabric, slot, n, m int) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, me := f.shm.peer(slot), f.shm.slot
+	pad := func(*wireHdr, []byte) {} // Kind wirePad
+	for size := wireMaxPayload; size > 0; size /= 2 {
+		for p.fits(me, ringRecHdr+size+n+m) {
+			require.True(t, f.shm.send(slot, size, pad))
+		}
+	}
+	for p.fits(me, n+m) {
+		require.True(t, f.shm.send(slot, 0, pad))
+	}
+	require.True(t, p.fits(me, n), "no room left for a record of %d bytes", n)
+}
+
+// TestSharedUDBehindHeldAck: a datagram to a process this one holds an ACK
+// for goes behind that ACK; where the ring has room for the datagram but
+// not for both, the SEND waits for room, as at a full ring, instead of
+// being lost.
+func TestSharedUDBehindHeldAck(t *testing.T) {
+	e1, e2, a, q := heldRCPair(t)
+	ua := e1.udQP(e1.pd, 0x1111, qpOpts{})
+	ub := e2.udQP(e2.pd, 0x2222, qpOpts{})
+	ub.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(1024)))
+	_, s2 := e2.f.SharedFabric()
+	a.postRecv()
+	q.postWQE(writeImmWQE(q, e1.addr(0), e1.mr.RKey()), 1)
+	stepRound(e2.f) // q's write with immediate out
+	stepRound(e1.f) // executed (a's receive CQE), its ACK held
+	_, ok := a.rcq.poll()
+	require.True(t, ok)
+	e1.f.mu.Lock()
+	require.Len(t, e1.f.wireAcks, 1, "the ACK held")
+	e1.f.mu.Unlock()
+
+	payload := []byte("behind the ACK")
+	fillRingLeaving(t, e1.f, s2, ringRecHdr+len(payload), ringRecHdr)
+	ua.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, ub.qp.QPN(), lidOf(t, e2.c)), inlineSeg(payload))
+	stepRound(e1.f)
+	_, ok = ua.scq.poll()
+	require.False(t, ok, "the SEND waits for room behind the ACK")
+	require.Zero(t, e1.f.Stats().UDDropped)
+
+	stepRound(e2.f) // the pads, then the ACK (q's send completes)
+	c, ok := q.scq.poll()
+	require.True(t, ok, "the ACK arrived")
+	require.Equal(t, prm.CQEReq, c.op)
+	stepUntilSendCQE(t, e1.f, ua, "the SEND leaves once there is room")
+	stepRound(e2.f)
+	c, ok = ub.rcq.poll()
+	require.True(t, ok, "the datagram arrives")
+	require.Equal(t, payload, e2.mem(1024+40, len(payload)))
+	require.Zero(t, e1.f.Stats().UDDropped)
 }

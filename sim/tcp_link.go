@@ -36,7 +36,7 @@ import (
 // endpoint: a pre-shared key proved by HMAC challenge-response before
 // anything else is sent, every frame after it sealed). It is a test tool that lets a cluster without
 // RDMA NICs run a program across hosts, not a transport for production:
-// one request in flight per QP, every frame copied and sealed.
+// every frame copied and sealed.
 
 // EnvLink is the environment variable that links the default Fabric over
 // TCP (see Options.Link): "listen:HOST:PORT" listens, "HOST:PORT" connects

@@ -98,8 +98,9 @@ type wireSmallHdr struct {
 	Kind uint8  // wireSmall
 	Op   uint8
 	FM   uint8
-	// NSL holds the payload's length (bits 0..3) and the path's SL
-	// (bits 4..7).
+	// NSL holds the payload's length (bits 0..2, wireSmallLen), whether
+	// the request carries an ACK (bit 3, wireSmallAck) and the path's
+	// SL (bits 4..7).
 	NSL uint8
 	// The low 32 bits of the sender's and the consumer's generations
 	// (wireHdr's SrcGen and DstGen): a record a process of an earlier
@@ -884,7 +885,7 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 			m.ring.copyOut(c.Data[:m.n], m.dataOff)
 			p.commit(s.slot, pos, wireAlign)
 			if carry {
-				f.wireAcks = f.wireAcks[:0]
+				f.wireAcks = f.wireAcks[:0] // the only one (wireCarryAck)
 			}
 		} else if f.wirePeerAlive(slot) {
 			return false, wireStopRing
@@ -1368,12 +1369,12 @@ func (f *Fabric) wireFlushAcks() {
 	f.wireAcksBlocked = kept > 0
 }
 
-// wireHeldFor reports whether an answer to the process in slot is held.
-// wireAcksFirst sends the answers held (wireFlushAcks) before a request
-// or datagram to the process in slot, so that it reaches that process
-// after them, as on a link: the responder's NIC acknowledges a request
-// long before its program can answer it. It reports false when some
-// answer to slot stays held (its ring is full): the request waits too.
+// wireAcksFirst sends the answers held (wireFlushAcks: all of them, to
+// every process) before a request or datagram to the process in slot, so
+// that it reaches that process after them, as on a link: the responder's
+// NIC acknowledges a request long before its program can answer it. It
+// reports false when some answer to slot stays held (its ring is full):
+// the request waits too.
 func (f *Fabric) wireAcksFirst(slot int) bool {
 	f.wireFlushAcks()
 	return !f.wireHeldFor(slot)
@@ -1393,6 +1394,7 @@ func (f *Fabric) wireCarryAck(slot int, q *qp) bool {
 		a.readN == 0 && a.oldN == 0 && a.gen == f.shm.reg.gen(slot)
 }
 
+// wireHeldFor reports whether an answer to the process in slot is held.
 func (f *Fabric) wireHeldFor(slot int) bool {
 	for i := range f.wireAcks {
 		if f.wireAcks[i].slot == slot {

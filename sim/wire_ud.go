@@ -45,7 +45,10 @@ func (f *Fabric) wireSendUD(q *qp, w *sendWQE, a *avInfo, qkey uint32, p *udPack
 		p.grh = buildGRH(q.dev.h, *a, p.src.l3, udPayLen(len(p.payload), w.op == prm.OpSendImm))
 	}
 	n := len(p.grh) + len(p.payload)
-	if !f.wireRoom(slot, n) {
+	// The answers held go first (wireAcksFirst), before the room is
+	// judged: the datagram follows them into the ring. One they leave
+	// held waits with them, as for a full ring.
+	if acked := len(f.wireAcks) == 0 || f.wireAcksFirst(slot); !acked || !f.wireRoom(slot, n) {
 		if f.wirePeerAlive(slot) {
 			switch {
 			case q.udWaitSince == 0:
@@ -124,6 +127,8 @@ type wireHeldUD struct {
 // the process in slot; it reports false when the process is gone or its
 // ring is full.
 func (f *Fabric) wireUDOut(slot int, h *wireHdr, a, b []byte) bool {
+	// Behind the answers held (wireSendUD sends them before it judges
+	// the room; datagrams the fault injector held back come here alone).
 	if len(f.wireAcks) > 0 && !f.wireAcksFirst(slot) {
 		return false
 	}

@@ -53,7 +53,8 @@ func init() {
 // software HCA (a Fabric in engine mode, strict, with the link layer
 // MLX5KIT_EMULATE_LINK names, joined to the shared fabric MLX5KIT_SIM_FABRIC
 // names when it is set, so that the QPs of processes naming one fabric reach
-// each other), writes its sysfs tree, points SYSFS_PATH at
+// each other, or to the TCP link MLX5KIT_SIM_LINK names, which then wins,
+// with the key in MLX5KIT_SIM_LINK_KEY), writes its sysfs tree, points SYSFS_PATH at
 // it and lets the interposed C library calls reach the emulated kernel. It
 // must run before libibverbs lists devices for the first time (libibverbs
 // reads SYSFS_PATH once); MLX5KIT_EMULATE=1 calls it while the process

@@ -14,9 +14,13 @@
 //	-tcp     join a TCP link of software HCAs instead of a shared fabric:
 //	         listen:HOST:PORT listens, HOST:PORT connects to a listening
 //	         end (default $MLX5KIT_SIM_LINK); the link's pre-shared key,
-//	         at least 16 bytes, is read from $MLX5KIT_SIM_LINK_KEY. A test
-//	         tool for hosts without RDMA NICs, not a transport: one
-//	         request in flight per QP, every frame sealed
+//	         at least 16 bytes, is read from $MLX5KIT_SIM_LINK_KEY (and
+//	         passed on to the program). A test tool for hosts without
+//	         RDMA NICs, not a transport: every frame copied and sealed.
+//	         Every process of the program's tree joins the link: run the
+//	         listening end directly or through a wrapper that execs
+//	         (taskset, numactl), not one that forks it (timeout, sh -c),
+//	         whose own process would take the port
 //	-link    the link layer of the emulated ports (default
 //	         $MLX5KIT_EMULATE_LINK, else infiniband; ethernet is RoCE)
 //	-names   the device names libibverbs sees: mlx5 (mlx5_0, mlx5_1, as on
@@ -70,6 +74,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -154,9 +159,13 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		fabricSet := false
 		fs.Visit(func(f *flag.Flag) { fabricSet = fabricSet || f.Name == "fabric" })
 		if fabricSet {
-			return c, errors.New("-fabric and -tcp: the software HCA joins a shared fabric or a TCP link, not both")
+			return c, fmt.Errorf("-fabric and -tcp (or $%s): the software HCA joins a shared fabric or a TCP link, not both", envTCP)
 		}
-		if _, _, err := net.SplitHostPort(strings.TrimPrefix(c.tcp, "listen:")); err != nil {
+		_, port, err := net.SplitHostPort(strings.TrimPrefix(c.tcp, "listen:"))
+		if n, perr := strconv.ParseUint(port, 10, 16); err == nil && (perr != nil || n == 0 && !strings.HasPrefix(c.tcp, "listen:")) {
+			err = fmt.Errorf("port %q", port)
+		}
+		if err != nil {
 			return c, fmt.Errorf("-tcp %q: want listen:HOST:PORT or HOST:PORT: %w", c.tcp, err)
 		}
 		if n := len(os.Getenv(envTCPKey)); n < endpoint.MinKeySize {

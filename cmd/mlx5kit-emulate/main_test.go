@@ -46,6 +46,25 @@ func TestEnvironmentSetsTheEmulation(t *testing.T) {
 	}
 }
 
+// TestSweeperEnvParses: the sweeper's environment and flags parse where
+// the link variable is exported (the launcher's -tcp= turned it off).
+func TestSweeperEnvParses(t *testing.T) {
+	env := sweeperEnv([]string{"HOME=/h", envTCP + "=h:1", envPreload + "=/lib/emu.so"})
+	require.NotContains(t, env, envTCP+"=h:1")
+	require.NotContains(t, env, envPreload+"=/lib/emu.so")
+	require.Contains(t, env, envSweepReady+"=3")
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	os.Unsetenv(envTCP)
+	_, err := parse([]string{"-fabric", "f", "-sweep-after", "1"}, new(bytes.Buffer))
+	require.NoError(t, err)
+	t.Setenv(envTCP, "h:1")
+	_, err = parse([]string{"-fabric", "f", "-sweep-after", "1"}, new(bytes.Buffer))
+	require.ErrorContains(t, err, "$"+envTCP, "with the variable")
+}
+
 // TestRunOverTCPLink: -tcp gives the program the link and no fabric, and
 // starts no sweeper (nothing of a link is in /dev/shm).
 func TestRunOverTCPLink(t *testing.T) {
@@ -108,6 +127,8 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{[]string{"-lib", lib, "-fabric", "", "--", "true"}, 2, "-fabric"},
 		{[]string{"-lib", lib, "-fabric", "f", "-tcp", "h:1", "--", "true"}, 2, "-fabric and -tcp"},
 		{[]string{"-lib", lib, "-tcp", "no-port", "--", "true"}, 2, `-tcp "no-port"`},
+		{[]string{"-lib", lib, "-tcp", "h:abc", "--", "true"}, 2, `-tcp "h:abc"`},
+		{[]string{"-lib", lib, "-tcp", "h:0", "--", "true"}, 2, `-tcp "h:0"`},
 		{[]string{"-lib", lib, "-tcp", "listen:h:1", "--", "true"}, 2, "MLX5KIT_SIM_LINK_KEY holds 0 bytes"},
 		{[]string{"-lib", lib}, 2, "no program to run"},
 		{[]string{"-lib", lib, "--", "no-such-program-mlx5kit"}, 1, `program "no-such-program-mlx5kit"`},

@@ -40,6 +40,13 @@ const envSweepReady = "MLX5KIT_EMULATE_SWEEP_READY"
 // sweeperReady bounds the launcher's wait for its sweeper.
 const sweeperReady = 5 * time.Second
 
+// sweeperEnv returns the sweeper's environment: env without the preload
+// and the link variable (its -fabric would meet a -tcp taken from that),
+// and with the descriptor it signals readiness on.
+func sweeperEnv(env []string) []string {
+	return append(withoutVars(env, envPreload, envSweepReady, envTCP), envSweepReady+"=3")
+}
+
 // startSweeper starts the sweeper of the fabric for this process (the
 // program after execve) and returns once it watches it.
 func startSweeper(fabric string) error {
@@ -53,7 +60,7 @@ func startSweeper(fabric string) error {
 	}
 	defer r.Close()
 	cmd := exec.Command(self, "-fabric", fabric, "-sweep-after", strconv.Itoa(os.Getpid()))
-	cmd.Env = append(withoutVars(os.Environ(), envPreload, envSweepReady), envSweepReady+"=3")
+	cmd.Env = sweeperEnv(os.Environ())
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
