@@ -20,29 +20,22 @@ import (
 // between processors: what is left is the model's CPU cost per message
 // and per round.
 func BenchmarkWireMessage(b *testing.B) {
-	e1, e2, a, q := sharedRCPair(b)
+	e1, e2, a, q := heldRCPair(b)
 	for i := 0; i < 32; i++ {
 		q.postRecv()
-	}
-	holdEngine(b, e1.f)
-	holdEngine(b, e2.f)
-	round := func(f *Fabric) {
-		f.mu.Lock()
-		f.stepLocked()
-		f.mu.Unlock()
 	}
 	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
 	message := func(i int) {
 		a.postWQE(w, uint32(i))
-		round(e1.f)
-		round(e2.f)
+		stepRound(e1.f)
+		stepRound(e2.f)
 		c, ok := q.rcq.poll()
 		if !ok || c.op != prm.CQERespWrImm || c.imm != uint32(i) {
 			b.Fatalf("message %d: receive CQE %+v %v", i, c, ok)
 		}
 		q.postRecvNone()
-		round(e2.f)
-		round(e1.f)
+		stepRound(e2.f)
+		stepRound(e1.f)
 		if c, ok := a.scq.poll(); !ok || c.op != prm.CQEReq {
 			b.Fatalf("message %d: send CQE %+v %v", i, c, ok)
 		}
@@ -65,17 +58,10 @@ func BenchmarkWireMessage(b *testing.B) {
 // send and a receive on each side), four CQEs written and polled, and
 // the receives posted again.
 func BenchmarkWireRoundTrip(b *testing.B) {
-	e1, e2, a, q := sharedRCPair(b)
+	e1, e2, a, q := heldRCPair(b)
 	for i := 0; i < 32; i++ {
 		q.postRecv()
 		a.postRecv()
-	}
-	holdEngine(b, e1.f)
-	holdEngine(b, e2.f)
-	round := func(f *Fabric) {
-		f.mu.Lock()
-		f.stepLocked()
-		f.mu.Unlock()
 	}
 	ping := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
 	pong := writeImmWQE(q, e1.addr(0), e1.mr.RKey())
@@ -94,13 +80,13 @@ func BenchmarkWireRoundTrip(b *testing.B) {
 	}
 	rt := func(i int, first bool) {
 		a.postWQE(ping, uint32(i))
-		round(e1.f)
-		round(e2.f)
+		stepRound(e1.f)
+		stepRound(e2.f)
 		take(i, q.rcq, q.scq, first)
 		q.postRecvNone()
 		q.postWQE(pong, uint32(i))
-		round(e2.f)
-		round(e1.f)
+		stepRound(e2.f)
+		stepRound(e1.f)
 		take(i, a.rcq, a.scq, false)
 		a.postRecvNone()
 	}

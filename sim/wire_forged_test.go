@@ -15,18 +15,11 @@ import (
 // QP of the fabric (here of the responder's own process) cannot fail, or
 // complete, the request. The request's own answer then completes it.
 func TestAnswerFromAnotherQPDropped(t *testing.T) {
-	e1, e2, a, q := sharedRCPair(t)
+	e1, e2, a, q := heldRCPair(t)
 	other := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	q.postRecv()
-	holdEngine(t, e1.f)
-	holdEngine(t, e2.f)
-	round := func(f *Fabric) {
-		f.mu.Lock()
-		f.stepLocked()
-		f.mu.Unlock()
-	}
 	a.postWQE(writeImmWQE(a, e2.addr(0), e2.mr.RKey()), 5)
-	round(e1.f) // the request leaves
+	stepRound(e1.f) // the request leaves
 
 	e1.f.mu.Lock()
 	aq := e1.f.qpByNum(a.qp.QPN())
@@ -48,12 +41,12 @@ func TestAnswerFromAnotherQPDropped(t *testing.T) {
 	_, ok := a.scq.poll()
 	require.False(t, ok, "a forged answer completed the request")
 
-	round(e2.f) // executes; the ACK is held for its next round
+	stepRound(e2.f) // executes; the ACK is held for its next round
 	c, ok := q.rcq.poll()
 	require.True(t, ok)
 	require.Equal(t, prm.CQERespWrImm, c.op)
-	round(e2.f) // sends the ACK
-	round(e1.f)
+	stepRound(e2.f) // sends the ACK
+	stepRound(e1.f)
 	c, ok = a.scq.poll()
 	require.True(t, ok, "the request's own ACK completes it")
 	require.Equal(t, prm.CQEReq, c.op)

@@ -25,7 +25,7 @@ func stepRound(f *Fabric) {
 
 // heldRCPair is sharedRCPair with both Fabrics' engines held off: the
 // rounds run only where a test steps them (stepRound).
-func heldRCPair(t *testing.T) (e1, e2 *env, a, q *testQP) {
+func heldRCPair(t testing.TB) (e1, e2 *env, a, q *testQP) {
 	e1, e2, a, q = sharedRCPair(t)
 	holdEngine(t, e1.f)
 	holdEngine(t, e2.f)
