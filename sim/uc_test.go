@@ -24,12 +24,18 @@ func ucQP(e *env, pd *ctx.ProtectionDomain) *testQP {
 // carries (no timeout, retry counts or READ/atomic depths).
 func connectUC(t *testing.T, a, b *testQP) {
 	t.Helper()
-	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
-			RQPSN: 100, Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, SQPSN: 100}))
-	}
+	connectUCOneWay(t, a, b)
+	connectUCOneWay(t, b, a)
+}
+
+// connectUCOneWay moves UC QP q to RTS toward peer (PSNs 100); peer is
+// left as it is.
+func connectUCOneWay(t *testing.T, q, peer *testQP) {
+	t.Helper()
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: peer.qp.QPN(), PathMTU: ctx.MTU4096,
+		RQPSN: 100, Path: ctx.AddressAttr{DLID: lidOf(t, peer.qp.ProtectionDomain().Context())}}))
+	require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, SQPSN: 100}))
 }
 
 // ucDropRules runs the UC responder's drop rules between requester a (of
@@ -112,24 +118,30 @@ func TestUCDropRules(t *testing.T) {
 func TestUCPeerNotReady(t *testing.T) {
 	e := newEnv(t, Options{})
 	a, b := ucQP(e, e.pd), ucQP(e, e.pd2)
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU4096, Path: ctx.AddressAttr{DLID: lidOf(t, e.c2)}}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS}))
+	connectUCOneWay(t, a, b)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("lost")))
 	e.run()
 	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
 	require.Zero(t, e.f.Stats().Retries)
 }
 
-// TestSharedUCDropRules runs the UC drop rules between two Fabrics joined
-// to one shared fabric, as between two processes.
-func TestSharedUCDropRules(t *testing.T) {
-	e1, e2 := sharedPair(t)
-	a, b := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
-	connectUC(t, a, b)
-	const wait = 5 * time.Second
-	ucDropRules(t, e1, e2, a, b, func(c *testCQ) cqe { return waitCQE(t, c, wait) },
-		func() { time.Sleep(20 * time.Millisecond) })
+// TestUCDropRulesBetweenFabrics runs the UC drop rules between two Fabrics
+// joined to one shared fabric, as between two processes, and between two
+// joined by a TCP link.
+func TestUCDropRulesBetweenFabrics(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pair func(*testing.T) (e1, e2 *env)
+	}{{"shared", sharedPair}, {"link", linkedPair}} {
+		t.Run(c.name, func(t *testing.T) {
+			e1, e2 := c.pair(t)
+			a, b := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
+			connectUC(t, a, b)
+			const wait = 5 * time.Second
+			ucDropRules(t, e1, e2, a, b, func(c *testCQ) cqe { return waitCQE(t, c, wait) },
+				func() { time.Sleep(20 * time.Millisecond) })
+		})
+	}
 }
 
 // TestSharedUCPSNGap: messages lost on the way leave a gap in the PSNs;
@@ -167,9 +179,7 @@ func TestSharedUCPSNGap(t *testing.T) {
 func TestSharedUCPeerNotReady(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	a, b := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU4096, Path: ctx.AddressAttr{DLID: lidOf(t, e2.c)}}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS}))
+	connectUCOneWay(t, a, b)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("lost")))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("lost too")))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
@@ -177,17 +187,6 @@ func TestSharedUCPeerNotReady(t *testing.T) {
 	st, err := a.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTS, st)
-}
-
-// TestLinkUCDropRules runs the UC drop rules between two Fabrics joined
-// by a TCP link.
-func TestLinkUCDropRules(t *testing.T) {
-	e1, e2 := linkedPair(t)
-	a, b := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
-	connectUC(t, a, b)
-	const wait = 5 * time.Second
-	ucDropRules(t, e1, e2, a, b, func(c *testCQ) cqe { return waitCQE(t, c, wait) },
-		func() { time.Sleep(20 * time.Millisecond) })
 }
 
 // TestUCSRQTooLong: a message too long for the SRQ receive it takes

@@ -30,6 +30,18 @@ func cProgram(t *testing.T, name string, libs ...string) (prog, lib string) {
 	return prog, preloadLibrary(t, dir)
 }
 
+// runEachPreloaded runs prog with the emulation preloaded from lib over
+// both ABIs on InfiniBand and the ioctl ABI on RoCE, one subtest each,
+// and checks each output with check.
+func runEachPreloaded(t *testing.T, prog, lib string, check func(t *testing.T, out string)) {
+	t.Helper()
+	for _, c := range []struct{ abi, link string }{{"", "infiniband"}, {emulate.ABIWrite, "infiniband"}, {"", "ethernet"}} {
+		t.Run("abi="+c.abi+",link="+c.link, func(t *testing.T) {
+			check(t, runPreloaded(t, prog, lib, c.abi, c.link))
+		})
+	}
+}
+
 // runPreloaded runs prog with the emulation preloaded from lib, over the
 // ABI (emulate.ABIWrite, or "" for the ioctl methods) and link layer ("",
 // "infiniband" or "ethernet") given, and returns its output; the test fails

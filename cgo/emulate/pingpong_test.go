@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 )
 
 // TestRCPingPongUnderPreload compiles testdata/rc_pingpong.c, two RC QPs
@@ -19,13 +17,10 @@ import (
 func TestRCPingPongUnderPreload(t *testing.T) {
 	prog, lib := cProgram(t, "rc_pingpong")
 
-	for _, c := range []struct{ abi, link string }{{"", "infiniband"}, {emulate.ABIWrite, "infiniband"}, {"", "ethernet"}} {
-		t.Run("abi="+c.abi+",link="+c.link, func(t *testing.T) {
-			out := runPreloaded(t, prog, lib, c.abi, c.link)
-			require.Contains(t, out, "rounds 100 sends 200 recvs 200 bytes 102400 mismatches 0\n")
-			require.Contains(t, out, "done\n")
-		})
-	}
+	runEachPreloaded(t, prog, lib, func(t *testing.T, out string) {
+		require.Contains(t, out, "rounds 100 sends 200 recvs 200 bytes 102400 mismatches 0\n")
+		require.Contains(t, out, "done\n")
+	})
 }
 
 // TestUCPingPongUnderPreload compiles testdata/uc_pingpong.c, two UC QPs
@@ -37,14 +32,11 @@ func TestRCPingPongUnderPreload(t *testing.T) {
 func TestUCPingPongUnderPreload(t *testing.T) {
 	prog, lib := cProgram(t, "uc_pingpong")
 
-	for _, c := range []struct{ abi, link string }{{"", "infiniband"}, {emulate.ABIWrite, "infiniband"}, {"", "ethernet"}} {
-		t.Run("abi="+c.abi+",link="+c.link, func(t *testing.T) {
-			out := runPreloaded(t, prog, lib, c.abi, c.link)
-			require.Contains(t, out, "query state 3 dest peer mtu 3\n")
-			require.Contains(t, out, "rounds 100 sends 200 recvs 200 mismatches 0\n")
-			require.Contains(t, out, "write imm 1 written 1\n")
-			require.Contains(t, out, "read local QP operation error\n")
-			require.Contains(t, out, "done\n")
-		})
-	}
+	runEachPreloaded(t, prog, lib, func(t *testing.T, out string) {
+		require.Contains(t, out, "query state 3 dest peer mtu 3\n")
+		require.Contains(t, out, "rounds 100 sends 200 recvs 200 mismatches 0\n")
+		require.Contains(t, out, "write imm 1 written 1\n")
+		require.Contains(t, out, "read local QP operation error\n")
+		require.Contains(t, out, "done\n")
+	})
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 )
 
 // TestSRQPingPongUnderPreload compiles testdata/srq_pingpong.c, RC QP
@@ -21,18 +19,15 @@ import (
 func TestSRQPingPongUnderPreload(t *testing.T) {
 	prog, lib := cProgram(t, "srq_pingpong")
 
-	for _, c := range []struct{ abi, link string }{{"", "infiniband"}, {emulate.ABIWrite, "infiniband"}, {"", "ethernet"}} {
-		t.Run("abi="+c.abi+",link="+c.link, func(t *testing.T) {
-			out := runPreloaded(t, prog, lib, c.abi, c.link)
-			s := out
-			// libmlx5 asks for 2×32+1 WQEs (its wait queue), 128 once
-			// rounded: the kernel answers 127.
-			require.Contains(t, s, "srq max_wr 127 max_sge 1 limit 0\n", "ibv_query_srq: the kernel's max_wr, the WQE count less one")
-			require.Contains(t, s, "modify limit 0: 0\n")
-			require.Contains(t, s, "modify limit 4: Success\n", "the model arms the SRQ limit; its event, unread, does not hold up ibv_destroy_srq")
-			require.Contains(t, s, "modify max_wr: Invalid argument\n", "mlx5_ib does not resize SRQs")
-			require.Contains(t, s, "rounds 50 qps 4 sends 400 recvs 400 wrong 0 mismatches 0\n")
-			require.Contains(t, s, "done\n")
-		})
-	}
+	runEachPreloaded(t, prog, lib, func(t *testing.T, out string) {
+		s := out
+		// libmlx5 asks for 2×32+1 WQEs (its wait queue), 128 once
+		// rounded: the kernel answers 127.
+		require.Contains(t, s, "srq max_wr 127 max_sge 1 limit 0\n", "ibv_query_srq: the kernel's max_wr, the WQE count less one")
+		require.Contains(t, s, "modify limit 0: 0\n")
+		require.Contains(t, s, "modify limit 4: Success\n", "the model arms the SRQ limit; its event, unread, does not hold up ibv_destroy_srq")
+		require.Contains(t, s, "modify max_wr: Invalid argument\n", "mlx5_ib does not resize SRQs")
+		require.Contains(t, s, "rounds 50 qps 4 sends 400 recvs 400 wrong 0 mismatches 0\n")
+		require.Contains(t, s, "done\n")
+	})
 }

@@ -23,19 +23,6 @@
 static struct ibv_mr *mr;
 static char buf[4 * SIZE];
 
-static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq)
-{
-	struct ibv_qp_init_attr a = {
-		.send_cq = scq, .recv_cq = rcq, .srq = srq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 32, .max_send_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
 static void post_srq_recv(struct ibv_srq *srq, int n)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)buf + SIZE, .length = SIZE, .lkey = mr->lkey };
@@ -160,9 +147,9 @@ int main(void)
 	srq = ibv_create_srq(pd, &ia);
 	if (!mr || !srq)
 		FAIL("mr or srq: %s", strerror(errno));
-	qa = make_qp(pd, scq, cq, NULL);
-	qb = make_qp(pd, cq, cq, srq);
-	qc = make_qp(pd, cq, cq, srq);
+	qa = make_test_qp(pd, scq, cq, NULL, IBV_QPT_RC, 32);
+	qb = make_test_qp(pd, cq, cq, srq, IBV_QPT_RC, 32);
+	qc = make_test_qp(pd, cq, cq, srq, IBV_QPT_RC, 32);
 	connect_rc(qa, qb->qp_num, &d.pa, &d.gid, access);
 	connect_rc(qb, qa->qp_num, &d.pa, &d.gid, access);
 	printf("async fd readable: %d\n", readable(ctx->async_fd, 0));

@@ -17,19 +17,6 @@
 #define ROUNDS 20
 #define SIZE 64
 
-static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq)
-{
-	struct ibv_qp_init_attr a = {
-		.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
 static struct ibv_mr *mr;
 static char buf[2 * SIZE];
 
@@ -106,8 +93,8 @@ int main(void)
 	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
-	a = make_qp(pd, plain, plain);
-	b = make_qp(pd, plain, evcq);
+	a = make_test_qp(pd, plain, plain, NULL, IBV_QPT_RC, 16);
+	b = make_test_qp(pd, plain, evcq, NULL, IBV_QPT_RC, 16);
 	connect_rc(a, b->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 	connect_rc(b, a->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 

@@ -12,29 +12,6 @@
 #define ROUNDS 100
 #define SIZE 512
 
-static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr a = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
-static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
-	int ret = ibv_post_recv(qp, &wr, &bad);
-
-	if (ret)
-		FAIL("ibv_post_recv: %s", strerror(ret));
-}
-
 static void post_send(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
@@ -100,16 +77,16 @@ int main(void)
 	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
-	a = make_qp(pd, cq);
-	b = make_qp(pd, cq);
+	a = make_test_qp(pd, cq, cq, NULL, IBV_QPT_RC, 16);
+	b = make_test_qp(pd, cq, cq, NULL, IBV_QPT_RC, 16);
 	connect_rc(a, b->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 	connect_rc(b, a->qp_num, &pa, &gid, IBV_ACCESS_LOCAL_WRITE);
 
 	/* a pings b, b pongs back what it got, ROUNDS times. */
 	for (i = 0; i < ROUNDS; i++) {
 		memset(sa, 'a' + i % 26, SIZE);
-		post_recv(b, mr, rb, 2 * i);
-		post_recv(a, mr, ra, 2 * i + 1);
+		post_recv_buf(b, mr, rb, SIZE, 2 * i);
+		post_recv_buf(a, mr, ra, SIZE, 2 * i + 1);
 		post_send(a, mr, sa, i);
 		wait(cq, 2, &sends, &recvs, &bytes);
 		memcpy(sb, rb, SIZE);

@@ -16,21 +16,6 @@
 #define SIZE 256
 #define SRQ_WR 32
 
-static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq)
-{
-	struct ibv_qp_init_attr a = {
-		.send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_send_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	if (a.cap.max_recv_wr != 0)
-		FAIL("max_recv_wr %u on an SRQ", a.cap.max_recv_wr);
-	return qp;
-}
-
 static void post_srq_recv(struct ibv_srq *srq, struct ibv_mr *mr, char *buf, uint64_t id)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
@@ -131,7 +116,7 @@ int main(void)
 		if (!srq[s])
 			FAIL("ibv_create_srq: %s", strerror(errno));
 		for (i = 0; i < NUM_QP; i++)
-			qp[s][i] = make_qp(pd, cq, srq[s]);
+			qp[s][i] = make_test_qp(pd, cq, cq, srq[s], IBV_QPT_RC, 16);
 	}
 	if ((ret = ibv_query_srq(srq[0], &sa)))
 		FAIL("ibv_query_srq: %s", strerror(ret));

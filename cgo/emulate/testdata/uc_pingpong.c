@@ -14,40 +14,14 @@
 #define ROUNDS 100
 #define SIZE 512
 
-static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr a = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
 /* connect_uc moves a UC QP from RESET to RTS with qp_state_table's UC
  * masks, after checking that RC's RTR mask is refused. */
 static void connect_uc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE };
+	struct ibv_qp_attr a;
 	int ret;
 
-	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-		FAIL("modify INIT: %s", strerror(ret));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.dlid = pa->lid;
-	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *gid;
-		a.ah_attr.grh.hop_limit = 64;
-	}
+	init_connected(qp, peer, pa, gid, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &a);
 	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 	if (ret != EINVAL)
@@ -67,16 +41,6 @@ static void post(struct ibv_qp *qp, struct ibv_send_wr *wr)
 
 	if (ret)
 		FAIL("ibv_post_send: %s", strerror(ret));
-}
-
-static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = SIZE, .lkey = mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
-	int ret = ibv_post_recv(qp, &wr, &bad);
-
-	if (ret)
-		FAIL("ibv_post_recv: %s", strerror(ret));
 }
 
 /* next polls for one completion. */
@@ -119,8 +83,8 @@ int main(void)
 	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!mr)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
-	a = make_qp(pd, cq);
-	b = make_qp(pd, cq);
+	a = make_test_qp(pd, cq, cq, NULL, IBV_QPT_UC, 16);
+	b = make_test_qp(pd, cq, cq, NULL, IBV_QPT_UC, 16);
 	connect_uc(a, b->qp_num, &d.pa, &d.gid);
 	connect_uc(b, a->qp_num, &d.pa, &d.gid);
 	if (ibv_query_qp(a, &qa, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_PATH_MTU, &qi))
@@ -134,8 +98,8 @@ int main(void)
 					  .send_flags = IBV_SEND_SIGNALED };
 
 		memset(sa, 'a' + i % 26, SIZE);
-		post_recv(b, mr, rb, 2 * i);
-		post_recv(a, mr, ra, 2 * i + 1);
+		post_recv_buf(b, mr, rb, SIZE, 2 * i);
+		post_recv_buf(a, mr, ra, SIZE, 2 * i + 1);
 		post(a, &wr);
 		for (j = 0; j < 2; j++) {
 			wc = next(cq);
@@ -166,7 +130,7 @@ int main(void)
 		int imm = 0;
 
 		memset(sa, 'w', 16);
-		post_recv(b, mr, rb + 64, 99);
+		post_recv_buf(b, mr, rb + 64, SIZE, 99);
 		post(a, &wr);
 		for (j = 0; j < 2; j++) {
 			wc = next(cq);

@@ -19,26 +19,10 @@
 
 static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 {
-	struct ibv_qp_init_attr a = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	struct ibv_qp *qp = make_test_qp(pd, cq, cq, NULL, IBV_QPT_UD, 16);
 
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
 	ready_ud(qp, QKEY);
 	return qp;
-}
-
-static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint64_t id)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = GRH + SIZE, .lkey = mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
-	int ret = ibv_post_recv(qp, &wr, &bad);
-
-	if (ret)
-		FAIL("ibv_post_recv: %s", strerror(ret));
 }
 
 static void post_send(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t peer, struct ibv_mr *mr, char *buf, uint64_t id)
@@ -172,8 +156,8 @@ int main(void)
 	/* a pings b, b pongs back what it got, ROUNDS times. */
 	for (i = 0; i < ROUNDS; i++) {
 		memset(sa, 'a' + i % 26, SIZE);
-		post_recv(b, mr, rb, 2 * i);
-		post_recv(a, mr, ra, 2 * i + 1);
+		post_recv_buf(b, mr, rb, GRH + SIZE, 2 * i);
+		post_recv_buf(a, mr, ra, GRH + SIZE, 2 * i + 1);
 		post_send(a, ah, b->qp_num, mr, sa, i);
 		wait(cq, 2, a->qp_num, &sends, &recvs, &bytes, &wrong);
 		memcpy(sb, rb + GRH, SIZE);
