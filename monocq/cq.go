@@ -288,7 +288,8 @@ func (cq *CQ) Release() {
 // format that needs no check (plain or scatter-32) and the ring is not full
 // (the test of Ready's overrun check), Poll issues the ownership barrier
 // and hands the slot over itself; any other case goes through Ready. The
-// batch counts as taken while fn runs (Next returns nil inside fn).
+// batch counts as taken while fn runs (Next returns nil inside fn). A nil
+// fn takes nothing: Poll returns 0 and the CQEs stay ready.
 //
 // Poll is inlined, and so is fn when it is a function literal at the call
 // site. Its body is a closure that Poll calls at once; the compiler counts
@@ -298,6 +299,10 @@ func (cq *CQ) Release() {
 // checks that this still holds.
 func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 	return func() int {
+		if fn == nil {
+			// Folded away where fn is a function literal.
+			return 0
+		}
 		if cq.state == 0 {
 			// Nothing pending, taken or stopped: look at the slot of ci.
 			// Nothing read here stays live past the call to Ready below,
@@ -389,10 +394,10 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 // Discard is for the control plane: it scans every ready slot. Call it on
 // the owner's goroutine between polls; during a batch (InBatch: inside
 // Poll's function, its one-CQE path's included, or an All loop, or after
-// Next without Release) it removes nothing and returns 0. drop must not
-// poll.
+// Next without Release) it removes nothing and returns 0, as it does for a
+// nil drop. drop must not poll.
 func (cq *CQ) Discard(drop func(*CQE) bool) int {
-	if cq.InBatch() {
+	if drop == nil || cq.InBatch() {
 		return 0
 	}
 	n := uint32(cq.Ready(int(cq.mask + 1)))
