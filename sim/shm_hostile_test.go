@@ -32,6 +32,29 @@ func hostilePair(t *testing.T) (victim, hostile *shmFabric) {
 	return victim, hostile
 }
 
+// hostileProducer is hostilePair with the victim's inbound file as the
+// hostile member maps it, its ring there (slot hs) announced.
+func hostileProducer(t *testing.T) (victim *shmFabric, p *ringFile, hs int) {
+	t.Helper()
+	victim, hostile := hostilePair(t)
+	p = hostile.peer(victim.slot)
+	require.NotNil(t, p)
+	p.announce(hostile.slot)
+	return victim, p, hostile.slot
+}
+
+// guardedRegion registers a page of memory with a guard page after it
+// on e's PD, with every access.
+func guardedRegion(t *testing.T, e *env) ([]byte, *ctx.MemoryRegion) {
+	t.Helper()
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e.pd.RegisterMemory(buf.Bytes(), allAccess)
+	require.NoError(t, err)
+	return buf.Bytes(), mr
+}
+
 // joinHostile joins a raw member to e's shared fabric and returns it and
 // e's inbound file as the member maps it, its ring there announced.
 func joinHostile(t *testing.T, e *env) (*shmFabric, *ringFile) {
@@ -61,11 +84,7 @@ func noPanic(t *testing.T, what string, fn func()) {
 // record, then a mark at the head the victim moved to: the victim's
 // consumer keeps its positions aligned and never reads past the ring.
 func TestSharedHostileUnalignedTailConsumer(t *testing.T) {
-	victim, hostile := hostilePair(t)
-	p := hostile.peer(victim.slot) // the victim's inbound file, as the hostile maps it
-	require.NotNil(t, p)
-	hs := hostile.slot
-	p.announce(hs)
+	victim, p, hs := hostileProducer(t) // p: the victim's inbound file, as the hostile maps it
 	data := p.data(hs)
 	(*wireHdr)(unsafe.Pointer(&data[ringMarkSize])).Len = 8 // no producer writes this
 	atomic.StoreUint64(p.tail(hs), ringDataSize-4)
@@ -341,11 +360,7 @@ func TestSharedLeaveKeepsNextOwnersRing(t *testing.T) {
 // keep a drain going for ever: a drain takes at most a ring's worth, and
 // the rest waits for the next round.
 func TestSharedDrainBounded(t *testing.T) {
-	victim, hostile := hostilePair(t)
-	p := hostile.peer(victim.slot)
-	require.NotNil(t, p)
-	hs := hostile.slot
-	p.announce(hs)
+	victim, p, hs := hostileProducer(t)
 	const rec = ringGiveBack
 	data := p.data(hs)
 	for pos := 0; pos < ringDataSize; pos += rec {
@@ -401,12 +416,7 @@ func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
 	srq := e.newSRQ(e.pd, 16, 1)
 	const key = 0xfeed
 	dct := e.dct(e.pd, srq, key)
-	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = buf.Close() })
-	mem := buf.Bytes()
-	mr, err := e.pd.RegisterMemory(mem, allAccess)
-	require.NoError(t, err)
+	mem, mr := guardedRegion(t, e)
 
 	hostile, p := joinHostile(t, e)
 	hs := hostile.slot
@@ -497,11 +507,7 @@ func TestSharedRegistryOthersMayWriteRefused(t *testing.T) {
 // and a producer that kept writing a lap ahead held it (and the Fabric's
 // lock) for as long as it liked.
 func TestSharedDrainBoundedSmallRecords(t *testing.T) {
-	victim, hostile := hostilePair(t)
-	p := hostile.peer(victim.slot)
-	require.NotNil(t, p)
-	hs := hostile.slot
-	p.announce(hs)
+	victim, p, hs := hostileProducer(t)
 	data := p.data(hs)
 	const rec, start = 128, 64
 	pad := func(pos, n uint64) {
@@ -539,12 +545,7 @@ func TestSharedDrainBoundedSmallRecords(t *testing.T) {
 func TestSharedHostileWritesAnotherSlotsRing(t *testing.T) {
 	name := testFabricName(t)
 	e := newEnv(t, Options{Mode: Engine, Fabric: name})
-	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = buf.Close() })
-	mem := buf.Bytes()
-	mr, err := e.pd.RegisterMemory(mem, allAccess)
-	require.NoError(t, err)
+	mem, mr := guardedRegion(t, e)
 	lid := lidOf(t, e.c)
 	_, vs := e.f.SharedFabric()
 	hostile, p := joinHostile(t, e)
