@@ -34,7 +34,8 @@ type Scope struct {
 // completions after fn), the channel fails as a blocking call's does (see
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
 // of the scope's requests is written after Scope returns. A context
-// that has ended before the call returns its error without running fn. The scope
+// that has ended before the call returns its error without running fn, and
+// a nil fn is refused (ctx.ErrInvalidArgument) before anything else. The scope
 // itself is reused: Scope allocates nothing unless work fails. When fn
 // panics, the panic goes on without waiting for the scope's work, which
 // stays outstanding (Fail flushes it), and the channel takes the next
@@ -44,6 +45,9 @@ func (m *MultiChannel) Scope(c context.Context, fn func(s *Scope) error) error {
 }
 
 func (c *core) runScope(cx context.Context, fn func(s *Scope) error) error {
+	if fn == nil {
+		return fmt.Errorf("channel: scope: nil function: %w", ctx.ErrInvalidArgument)
+	}
 	if err := ended(cx, "scope"); err != nil {
 		return err
 	}

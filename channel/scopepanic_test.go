@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // A scope whose function panics (here with the documented panic of
@@ -29,4 +30,13 @@ func TestScopeAfterPanicInside(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.False(t, errors.Is(err, channel.ErrNestedScope))
+}
+
+// A nil function is refused before anything runs, and the next Scope runs.
+func TestScopeNilFunction(t *testing.T) {
+	a, _, _ := misusePair(t)
+	require.ErrorIs(t, a.Scope(context.Background(), nil), ctx.ErrInvalidArgument)
+	ran := false
+	require.NoError(t, a.Scope(context.Background(), func(*channel.Scope) error { ran = true; return nil }))
+	require.True(t, ran)
 }

@@ -145,3 +145,19 @@ func TestDiscardCompressedSession(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscardNilDropsNothing: Discard with a nil drop removes nothing and
+// leaves the CQEs for the next poll, in order.
+func TestDiscardNilDropsNothing(t *testing.T) {
+	r := newRing(t, 8, 64)
+	cq := r.newCQ(t)
+	for i := range 3 {
+		r.put(cqeFields{opcode: prm.CQEReq, qpn: 1, wqeCounter: uint16(10 + i)})
+	}
+	require.Zero(t, cq.Discard(nil))
+	require.False(t, cq.InBatch())
+	require.Zero(t, r.consumerIndexRecord())
+	var got []uint16
+	require.Equal(t, 3, cq.Poll(8, func(c *CQE) { got = append(got, c.WQECounter()) }))
+	require.Equal(t, []uint16{10, 11, 12}, got)
+}

@@ -248,7 +248,11 @@ func (s *shmFabric) drain(f *Fabric) bool {
 		run = (s.first + shmMaxSlots - 1) % shmMaxSlots
 	}
 	s.stopped = false
-	m := bits.RotateLeft64(atomic.LoadUint64(s.in.u64(ringFileSenders)), -s.first)
+	// This process's own slot is never a producer here (a message to a
+	// QP of its own executes in the process): a record in that ring was
+	// written by another member in this process's name.
+	senders := atomic.LoadUint64(s.in.u64(ringFileSenders)) &^ (1 << s.slot)
+	m := bits.RotateLeft64(senders, -s.first)
 	for ; m != 0; m &= m - 1 {
 		slot := (bits.TrailingZeros64(m) + s.first) % shmMaxSlots
 		read, stopped := s.drainRing(f, slot, slot == run)
@@ -300,7 +304,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			c := &s.smallIn
 			*c = *(*wireSmallHdr)(unsafe.Pointer(rh))
 			src := s.producerGen(from)
-			if c.SrcGen == uint32(src) && c.DstGen == uint32(s.gen) && c.SrcQPN/shmSlotQPNs == uint32(from)+1 && c.NSL&wireSmallLen <= wireSmallMax {
+			if src != 0 && c.SrcGen == uint32(src) && c.DstGen == uint32(s.gen) && c.SrcQPN/shmSlotQPNs == uint32(from)+1 && c.NSL&wireSmallLen <= wireSmallMax {
 				h := &s.hdrIn
 				c.expand(h, src, s.gen)
 				if c.NSL&wireSmallAck != 0 {
@@ -327,7 +331,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			// another process's name, or a DC stream per QPN of the
 			// whole space). The range test is qpnSlot(h.SrcQPN) ==
 			// from in fewer instructions.
-			if h.SrcGen == s.producerGen(from) && h.DstGen == s.gen && h.SrcQPN/shmSlotQPNs == uint32(from)+1 {
+			if h.SrcGen != 0 && h.SrcGen == s.producerGen(from) && h.DstGen == s.gen && h.SrcQPN/shmSlotQPNs == uint32(from)+1 {
 				cqes := f.stats.CQEs
 				f.wireIn(from, h, data[pos+uint64(ringRecHdr):pos+n])
 				if kind != wireResponse && f.stats.CQEs != cqes && !run {
@@ -342,13 +346,15 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			// Room for the producer as soon as a large record is
 			// done; small ones give theirs back together.
 			storeRelease64(hp, head)
-			if head-start >= ringDataSize {
-				// A ring's worth in one call: the rest waits for the
-				// next round, so that a producer that keeps up with
-				// the room given back cannot hold this one here (and
-				// the Fabric's lock) for ever.
-				break
-			}
+		}
+		if head-start >= ringDataSize {
+			// A ring's worth in one call: the rest waits for the
+			// next round, so that a producer that keeps up with the
+			// room given back, or one that writes marks ahead of the
+			// head given back (a hostile one, of small records),
+			// cannot hold this one here (and the Fabric's lock) for
+			// ever.
+			break
 		}
 	}
 	if head == start {

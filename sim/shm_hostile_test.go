@@ -32,6 +32,29 @@ func hostilePair(t *testing.T) (victim, hostile *shmFabric) {
 	return victim, hostile
 }
 
+// hostileProducer is hostilePair with the victim's inbound file as the
+// hostile member maps it, its ring there (slot hs) announced.
+func hostileProducer(t *testing.T) (victim *shmFabric, p *ringFile, hs int) {
+	t.Helper()
+	victim, hostile := hostilePair(t)
+	p = hostile.peer(victim.slot)
+	require.NotNil(t, p)
+	p.announce(hostile.slot)
+	return victim, p, hostile.slot
+}
+
+// guardedRegion registers a page of memory with a guard page after it
+// on e's PD, with every access.
+func guardedRegion(t *testing.T, e *env) ([]byte, *ctx.MemoryRegion) {
+	t.Helper()
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e.pd.RegisterMemory(buf.Bytes(), allAccess)
+	require.NoError(t, err)
+	return buf.Bytes(), mr
+}
+
 // joinHostile joins a raw member to e's shared fabric and returns it and
 // e's inbound file as the member maps it, its ring there announced.
 func joinHostile(t *testing.T, e *env) (*shmFabric, *ringFile) {
@@ -61,11 +84,7 @@ func noPanic(t *testing.T, what string, fn func()) {
 // record, then a mark at the head the victim moved to: the victim's
 // consumer keeps its positions aligned and never reads past the ring.
 func TestSharedHostileUnalignedTailConsumer(t *testing.T) {
-	victim, hostile := hostilePair(t)
-	p := hostile.peer(victim.slot) // the victim's inbound file, as the hostile maps it
-	require.NotNil(t, p)
-	hs := hostile.slot
-	p.announce(hs)
+	victim, p, hs := hostileProducer(t) // p: the victim's inbound file, as the hostile maps it
 	data := p.data(hs)
 	(*wireHdr)(unsafe.Pointer(&data[ringMarkSize])).Len = 8 // no producer writes this
 	atomic.StoreUint64(p.tail(hs), ringDataSize-4)
@@ -341,11 +360,7 @@ func TestSharedLeaveKeepsNextOwnersRing(t *testing.T) {
 // keep a drain going for ever: a drain takes at most a ring's worth, and
 // the rest waits for the next round.
 func TestSharedDrainBounded(t *testing.T) {
-	victim, hostile := hostilePair(t)
-	p := hostile.peer(victim.slot)
-	require.NotNil(t, p)
-	hs := hostile.slot
-	p.announce(hs)
+	victim, p, hs := hostileProducer(t)
 	const rec = ringGiveBack
 	data := p.data(hs)
 	for pos := 0; pos < ringDataSize; pos += rec {
@@ -401,12 +416,7 @@ func TestSharedHostileSpeaksForAnotherSlot(t *testing.T) {
 	srq := e.newSRQ(e.pd, 16, 1)
 	const key = 0xfeed
 	dct := e.dct(e.pd, srq, key)
-	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = buf.Close() })
-	mem := buf.Bytes()
-	mr, err := e.pd.RegisterMemory(mem, allAccess)
-	require.NoError(t, err)
+	mem, mr := guardedRegion(t, e)
 
 	hostile, p := joinHostile(t, e)
 	hs := hostile.slot
@@ -487,4 +497,123 @@ func TestSharedRegistryOthersMayWriteRefused(t *testing.T) {
 	require.NoError(t, privateFile(p, &st))
 	st.Uid++
 	require.ErrorIs(t, privateFile(p, &st), os.ErrPermission, "another user's file")
+}
+
+// TestSharedDrainBoundedSmallRecords: a producer that publishes small
+// records ahead of the head it was given back (two laps of 128-byte pads,
+// laid out so that their marks never share a position) still gives a
+// drain at most a ring's worth. Before, the bound was looked at only
+// after a record of ringGiveBack bytes or more: this drain took two laps,
+// and a producer that kept writing a lap ahead held it (and the Fabric's
+// lock) for as long as it liked.
+func TestSharedDrainBoundedSmallRecords(t *testing.T) {
+	victim, p, hs := hostileProducer(t)
+	data := p.data(hs)
+	const rec, start = 128, 64
+	pad := func(pos, n uint64) {
+		h := (*wireHdr)(unsafe.Pointer(&data[pos%ringDataSize+ringMarkSize]))
+		h.Len, h.Kind = uint32(n), wirePad
+		atomic.StoreUint64(p.mark(hs, pos), pos+1)
+	}
+	// Lap 0 from 64 in 128-byte pads (its last 64 bytes), lap 1 from 0.
+	for pos := uint64(start); pos < ringDataSize-rec/2; pos += rec {
+		pad(pos, rec)
+	}
+	pad(ringDataSize-rec/2, rec/2)
+	for pos := uint64(ringDataSize); pos < 2*ringDataSize; pos += rec {
+		pad(pos, rec)
+	}
+	atomic.StoreUint64(victim.in.head(hs), start)
+	f := New(Options{})
+	defer f.Close()
+	read, _ := victim.drainRing(f, hs, false)
+	require.True(t, read)
+	took := atomic.LoadUint64(victim.in.head(hs)) - start
+	require.GreaterOrEqual(t, took, uint64(ringDataSize), "a drain stopped short of a ring's worth")
+	require.LessOrEqual(t, took, uint64(ringDataSize+rec), "a drain took more than a ring's worth and a record")
+}
+
+// TestSharedHostileWritesAnotherSlotsRing: a member that writes a request
+// into a ring of the victim's file that is not its own gets nothing where
+// the victim can tell: in the ring of the victim's own slot (no member
+// sends there: a message to a QP of one's own executes in the process),
+// nor in the ring of a slot never owned (no generation to match, and 0
+// is none). A member that writes in the ring of another live member, with
+// that member's QPN and generation (public in the registry), is not told
+// apart: members of a fabric trust each other that far (docs/hardware.md,
+// "Peers that misbehave").
+func TestSharedHostileWritesAnotherSlotsRing(t *testing.T) {
+	name := testFabricName(t)
+	e := newEnv(t, Options{Mode: Engine, Fabric: name})
+	mem, mr := guardedRegion(t, e)
+	lid := lidOf(t, e.c)
+	_, vs := e.f.SharedFabric()
+	hostile, p := joinHostile(t, e)
+	hs := hostile.slot
+	unused := (max(vs, hs) + 1) % shmMaxSlots
+
+	rc := func(remote uint32) *testQP {
+		q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: remote, PathMTU: ctx.MTU4096, Path: ctx.AddressAttr{DLID: lid}}))
+		return q
+	}
+	local := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	toLocal := rc(local.qp.QPN()) // connected to a QP of the victim's own
+	unusedQPN, _ := slotQPNRange(unused)
+	toUnused := rc(unusedQPN)
+	ownQPN, _ := slotQPNRange(hs)
+	toHostile := rc(ownQPN)
+
+	write := func(ring int, gen uint64, src, dst, psn uint32, off uint64, fill byte) uint64 {
+		t.Helper()
+		rec, at, err := p.reserve(ring, ringRecHdr+64)
+		require.NoError(t, err)
+		h := (*wireHdr)(unsafe.Pointer(&rec[ringMarkSize]))
+		*h = wireHdr{Len: uint32(len(rec)), Kind: wireRequest, Op: uint8(prm.OpRdmaWrite),
+			SrcGen: gen, DstGen: p.gen, DstQPN: dst, SrcQPN: src, PSN: psn,
+			RAddr: uint64(mr.Addr()) + off, RKey: mr.RKey(), Total: 64, Seg: 64, DLID: lid}
+		for j := range rec[ringRecHdr:] {
+			rec[ringRecHdr+j] = fill
+		}
+		atomic.OrUint64(p.u64(ringFileSenders), 1<<ring)
+		p.commit(ring, at, len(rec))
+		return at + uint64(len(rec))
+	}
+	write(vs, e.f.shm.gen, local.qp.QPN(), toLocal.qp.QPN(), 0, 0, 0xab)
+	end := write(unused, 0, unusedQPN, toUnused.qp.QPN(), 0, 64, 0xab)
+	require.Eventually(t, func() bool { return atomic.LoadUint64(p.head(unused)) >= end }, 10*time.Second, 10*time.Microsecond,
+		"the victim took no record from the unused slot's ring")
+	// Two requests of the member's own, served one after the other: the
+	// victim's rounds meanwhile read every ring announced.
+	for i, fill := range []byte{0xcd, 0xce} {
+		write(hs, hostile.gen, ownQPN, toHostile.qp.QPN(), uint32(i), 128, fill)
+		require.Eventually(t, func() bool { return bytes.Equal(mem[128:192], bytes.Repeat([]byte{fill}, 64)) }, 10*time.Second, time.Millisecond,
+			"the member's own request %d was not served", i)
+	}
+	require.Equal(t, make([]byte, 64), mem[:64], "a request in the ring of the victim's own slot was served")
+	require.Equal(t, make([]byte, 64), mem[64:128], "a request in the ring of a slot never owned was served")
+}
+
+// TestSharedHostileTailPadAllocated: a consumer that moves the tail of a
+// producer's ring (it lies in the consumer's file) near the ring's end
+// makes the producer's next record go to the front behind a pad: the
+// pad's line, far past what the producer allocated, is allocated before
+// it is written, so that a full file system fails the record (ENOSPC)
+// instead of killing the producer with SIGBUS.
+func TestSharedHostileTailPadAllocated(t *testing.T) {
+	producer, consumer := hostilePair(t)
+	p := producer.peer(consumer.slot)
+	require.NotNil(t, p)
+	from := producer.slot
+	_, _, err := p.reserve(from, ringRecHdr)
+	require.NoError(t, err)
+	require.Less(t, p.allocated, uint64(ringDataSize/2))
+	tail := uint64(ringDataSize - wireAlign)
+	atomic.StoreUint64(p.tail(from), tail)
+	atomic.StoreUint64(p.head(from), tail) // the consumer took everything
+	_, at, err := p.reserve(from, 4*wireAlign)
+	require.NoError(t, err)
+	require.Equal(t, uint64(ringDataSize), at, "the record goes to the front, behind a pad")
+	require.GreaterOrEqual(t, p.allocated, tail+wireAlign, "the pad's line was written unallocated")
 }

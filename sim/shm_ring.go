@@ -242,11 +242,15 @@ var errRingFull = errors.New("ring full")
 const ringAllocStep = 64 << 10
 
 // allocateFor allocates what reserve writes for a record of need bytes
-// at pos, or at the front after a pad (allocate).
+// at pos, or at the front after a pad at pos (allocate). The pad's line
+// lies inside what the record before it allocated, unless the consumer
+// moved the tail (it lies in the consumer's file): then the pages up to
+// it are allocated too, so that a full file system fails the record
+// rather than kill this process.
 func (f *ringFile) allocateFor(from int, pos, need, pad uint64) error {
 	end := pos + need + wireAlign
 	if pad != 0 {
-		end = need + wireAlign
+		end = max(need, pos) + wireAlign
 	}
 	return f.allocate(from, end)
 }

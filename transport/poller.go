@@ -103,12 +103,17 @@ const (
 // indirect call, no allocation, and an empty ring costs no call. A closed
 // CQ polls nothing (Err says so). A CQE whose QPN no queue pair was added
 // for is handed over with Match MatchUnknownQPN. fn may post (and post
-// receives) but must not call Poll on the same Poller.
+// receives) but must not call Poll on the same Poller. A nil fn takes
+// nothing: Poll returns 0 and the completions stay for the next Poll.
 func (p *Poller) Poll(max int, fn func(*Completion)) int {
 	// A closure called once (see monocq.CQ.Poll): the inliner prices it
 	// as a call when it sizes Poll and inlines it at its one call site,
 	// with the caller's function literal.
 	return func() int {
+		if fn == nil {
+			// Folded away where fn is a function literal.
+			return 0
+		}
 		cq, slow := p.ring(), false
 		if cq == nil {
 			// The CQ was closed, a queue pair added here was, or

@@ -238,3 +238,32 @@ func exported(t *testing.T, dir string) []string {
 	require.NotEmpty(t, names, dir)
 	return names
 }
+
+// A nil function takes nothing: Poll returns 0 and the completions stay
+// for the next Poll, which hands them over.
+func TestPollerNilFunctionTakesNothing(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	a, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, MaxInline: 16})
+	require.NoError(t, err)
+	b, err := rc.New(e.PD[1], e.CQ(1, 16), rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	require.NoError(t, p.Add(a))
+	for i := range 2 {
+		s, err := a.Post(uint64(20+i), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.RdmaWrite(e.Addr(1, 0), e.RKey(1)).Inline([]byte("x")).FinishBlueFlame())
+	}
+	e.Run()
+	var nilFn func(*transport.Completion)
+	require.Zero(t, p.Poll(8, nilFn))
+	require.Zero(t, p.Poll(1, nilFn))
+	var got []uint64
+	require.Equal(t, 2, p.Poll(8, func(c *transport.Completion) { got = append(got, c.WRID) }))
+	require.Equal(t, []uint64{20, 21}, got)
+	require.NoError(t, p.Err())
+}

@@ -91,27 +91,30 @@ func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
 // exist (EINVAL), the PD too (EINVAL); an Ethernet port needs a GRH
 // (EINVAL, rdma_check_ah_attr); a GRH's source GID index must be inside the
 // port's table (EINVAL) and name an entry (ENODATA), as rdma_get_gid_attr
-// answers; an Ethernet port resolves the destination MAC.
-func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah_attr) (uint32, [6]byte, syscall.Errno) {
+// answers; an Ethernet port resolves the destination MAC (ETIMEDOUT when
+// nothing answers), and only then needs room (udataLen bytes) for
+// mlx5_ib_create_ah_resp up to the MAC (EINVAL): an InfiniBand port
+// answers nothing of the driver's.
+func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah_attr, udataLen int) (uint32, [6]byte, bool, syscall.Errno) {
 	var dmac [6]byte
 	port := int(attr.port_num)
 	if port < 1 || port > len(f.dev.Ports) {
-		return 0, dmac, unix.EINVAL
+		return 0, dmac, false, unix.EINVAL
 	}
 	p, en := f.uctx.object(pdHandle, objPD)
 	if en != 0 {
-		return 0, dmac, en
+		return 0, dmac, false, en
 	}
 	eth := f.dev.Ports[port-1].LinkLayer == ctx.LinkLayerEthernet
 	if eth && attr.is_global == 0 {
-		return 0, dmac, unix.EINVAL
+		return 0, dmac, false, unix.EINVAL
 	}
 	if attr.is_global != 0 {
 		if int(attr.grh.sgid_index) >= f.dev.Ports[port-1].GIDTableLen {
-			return 0, dmac, unix.EINVAL
+			return 0, dmac, false, unix.EINVAL
 		}
 		if _, ok := f.dev.gidAt(uint8(port), int(attr.grh.sgid_index)); !ok {
-			return 0, dmac, unix.ENODATA
+			return 0, dmac, false, unix.ENODATA
 		}
 	}
 	if eth {
@@ -120,12 +123,15 @@ func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah
 			g[i] = byte(attr.grh.dgid[i])
 		}
 		if dmac, en = k.resolveDMAC(g); en != 0 {
-			return 0, dmac, en
+			return 0, dmac, false, en
+		}
+		if udataLen < ahRespRoom {
+			return 0, dmac, false, unix.EINVAL
 		}
 	}
 	p.users++
 	h := f.uctx.addObject(&uobject{kind: objAH, owner: pdHandle})
-	return h, dmac, 0
+	return h, dmac, eth, 0
 }
 
 func (k *kernel) destroyAH(f *ufile, h uint64) syscall.Errno {
@@ -140,29 +146,28 @@ func (k *kernel) destroyAH(f *ufile, h uint64) syscall.Errno {
 	return 0
 }
 
+// ahRespRoom is the room mlx5_ib needs for its answer to CREATE_AH on an
+// Ethernet port: struct mlx5_ib_create_ah_resp up to the MAC.
+const ahRespRoom = int(unsafe.Offsetof(C.struct_mlx5_ib_create_ah_resp{}.dmac) + unsafe.Sizeof(C.struct_mlx5_ib_create_ah_resp{}.dmac))
+
 func (k *kernel) writeCreateAH(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_create_ah
 	if en := c.request(bytesOf(&req)); en != 0 {
 		return en
 	}
-	// mlx5_ib answers the MAC in struct mlx5_ib_create_ah_resp and needs
-	// room for it.
-	var vendor C.struct_mlx5_ib_create_ah_resp
-	need := int(unsafe.Offsetof(vendor.dmac) + unsafe.Sizeof(vendor.dmac))
-	if c.udataLen < need {
-		return unix.EINVAL
-	}
-	h, dmac, en := k.createAH(f, uint32(req.pd_handle), &req.attr)
+	h, dmac, eth, en := k.createAH(f, uint32(req.pd_handle), &req.attr, c.udataLen)
 	if en != 0 {
 		return en
 	}
-	vendor.response_length = C.__u32(need)
-	for i, b := range dmac {
-		vendor.dmac[i] = C.__u8(b)
-	}
 	resp := C.struct_ib_uverbs_create_ah_resp{ah_handle: C.__u32(h)}
-	if en = c.response(bytesOf(&resp)); en == 0 {
-		en = copyOut(c.udataOut, bytesOf(&vendor)[:need])
+	if en = c.response(bytesOf(&resp)); en == 0 && eth {
+		// mlx5_ib answers the MAC on an Ethernet port only.
+		var vendor C.struct_mlx5_ib_create_ah_resp
+		vendor.response_length = C.__u32(ahRespRoom)
+		for i, b := range dmac {
+			vendor.dmac[i] = C.__u8(b)
+		}
+		en = copyOut(c.udataOut, bytesOf(&vendor)[:ahRespRoom])
 	}
 	if en != 0 {
 		_ = k.destroyAH(f, uint64(h))

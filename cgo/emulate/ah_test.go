@@ -42,6 +42,9 @@ func createAHCmd(k *kernel, a *arena, fd int, r ahReq) (h uint32, dmac [6]byte, 
 	if _, en = k.write(fd, buf, n); en != 0 {
 		return 0, dmac, 0, en
 	}
+	if r.udataOut < mlx5AHRespOffDMAC+len(dmac) {
+		return ne.Uint32(resp), dmac, 0, 0 // no room for the driver's answer
+	}
 	copy(dmac[:], resp[createAHRespSize+mlx5AHRespOffDMAC:])
 	return ne.Uint32(resp), dmac, ne.Uint32(resp[createAHRespSize:]), 0
 }
@@ -99,6 +102,12 @@ func TestKernelAddressHandles(t *testing.T) {
 		{"SGID index outside the table", func(r *ahReq) { r.sgidIndex = uint8(len(gids)) }, unix.EINVAL},
 		{"no neighbour", func(r *ahReq) { r.dgid = ctx.GID{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 99, 15: 99} }, unix.ETIMEDOUT},
 		{"no room for the MAC", func(r *ahReq) { r.udataOut = 4 }, unix.EINVAL},
+		// The room is looked at after the address is resolved, as
+		// mlx5_ib_create_ah runs after rdma_create_user_ah's checks.
+		{"no neighbour, no room", func(r *ahReq) {
+			r.dgid = ctx.GID{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 99, 15: 99}
+			r.udataOut = 0
+		}, unix.ETIMEDOUT},
 	} {
 		r := base
 		c.mod(&r)
@@ -126,6 +135,9 @@ func TestKernelAddressHandles(t *testing.T) {
 	h, dmac, _, en = createAHCmd(k, a, fd, ahReq{pd: pd, port: 1, dlid: 2, udataOut: room})
 	require.Zero(t, en)
 	require.Equal(t, [6]byte{}, dmac)
+	h2, _, _, en := createAHCmd(k, a, fd, ahReq{pd: pd, port: 1, dlid: 3})
+	require.Zero(t, en, "an InfiniBand port needs no room: mlx5_ib answers nothing of its own")
+	require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h2))
 	_, _, _, en = createAHCmd(k, a, fd, ahReq{pd: pd, port: 1, global: true, sgidIndex: 1, udataOut: room})
 	require.Equal(t, unix.EINVAL, en, "an InfiniBand port's table has one GID (rdma_get_gid_attr: index >= table->sz)")
 	require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h))

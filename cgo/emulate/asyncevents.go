@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"encoding/binary"
+	"slices"
 	"sync"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -140,6 +141,16 @@ func (a *asyncEvents) addFile(e *eventFile) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.files = append(a.files, e)
+}
+
+// removeFile forgets an async event descriptor whose creation failed
+// (before any object's events went to it).
+func (a *asyncEvents) removeFile(e *eventFile) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i := slices.Index(a.files, e); i >= 0 {
+		a.files = slices.Delete(a.files, i, i+1)
+	}
 }
 
 // add registers an object's event source; file nil means the default

@@ -197,3 +197,42 @@ const (
 	srqUserHandle = 0x55
 	qpUserHandle  = 0x66
 )
+
+// TestAsyncAllocFailedWriteBack: an ASYNC_EVENT_ALLOC whose descriptor
+// cannot be written back (the attribute array is read-only) fails with
+// EFAULT and leaves nothing behind: the descriptor is not the context's
+// default, and no event goes to its numbers, which the program's next
+// descriptors take (as the kernel aborts the new file). Before, the
+// closed file stayed the default, and the next port event was written
+// into whatever pipe took its write end's number. A later ALLOC works.
+func TestAsyncAllocFailedWriteBack(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	defer func() { _ = unix.Munmap(page) }()
+	ne.PutUint16(page[ioctlOffLength:], uint16(ioctlHdrSize+attrSize))
+	ne.PutUint16(page[ioctlOffObject:], objectAsync)
+	ne.PutUint16(page[ioctlOffMethod:], methodAsyncAlloc)
+	ne.PutUint16(page[ioctlOffNumAttrs:], 1)
+	ne.PutUint32(page[ioctlOffDriverID:], driverMLX5)
+	r := page[ioctlHdrSize:]
+	ne.PutUint16(r[attrOffID:], attrAsyncFD)
+	ne.PutUint16(r[attrOffFlags:], attrFlagMandatory)
+	require.NoError(t, unix.Mprotect(page, unix.PROT_READ))
+	require.Equal(t, unix.EFAULT, k.ioctl(fd, rdmaVerbsIoctl, addrOf(page)))
+
+	uc := k.files[fd].uctx
+	require.Empty(t, uc.async.files, "the failed descriptor is the context's default")
+	var p [2]int
+	require.NoError(t, unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC)) // may take the freed numbers
+	defer func() { _ = unix.Close(p[0]); _ = unix.Close(p[1]) }()
+	uc.async.post(ctx.AsyncEvent{Type: ctx.EventPortActive, Port: 1})
+	var b [64]byte
+	n, _ := unix.Read(p[0], b[:])
+	require.LessOrEqual(t, n, 0, "an event record went into an unrelated descriptor")
+
+	evfd := allocAsyncFD(t, k, a, fd)
+	uc.async.post(ctx.AsyncEvent{Type: ctx.EventPortActive, Port: 1})
+	_, typ := readAsync(t, evfd)
+	require.Equal(t, uint32(evPortActive), typ)
+}

@@ -356,6 +356,9 @@ func (k *kernel) ioctl(fd int, request uint, arg uintptr) syscall.Errno {
 			}
 			if a.newFD >= 0 {
 				if e, ok := k.events[a.newFD]; ok {
+					if f.uctx != nil {
+						f.uctx.async.removeFile(e)
+					}
 					k.dropEventFile(e)
 				}
 			}

@@ -314,7 +314,13 @@ func (k *kernel) dropEventFile(e *eventFile) {
 	delete(k.events, e.fd)
 	k.markFD(e.fd, 0)
 	_ = unix.Close(e.fd)
-	_ = unix.Close(e.writeFD)
+	// No event goes to the write end's number once it is closed: the
+	// program's next descriptor may take it.
+	e.writeMu.Lock()
+	writeFD := e.writeFD
+	e.writeFD = -1
+	e.writeMu.Unlock()
+	_ = unix.Close(writeFD)
 }
 
 // mmap maps a UAR page of a context (the offset's MLX5_IB_MMAP_* command
