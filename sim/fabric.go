@@ -235,6 +235,10 @@ type Stats struct {
 	// is lost as a packet would be, and the QPs that sent them end in
 	// RETRY_EXC_ERR if it lasts (docs/guide.md, section 14).
 	RingNoSpace uint64
+	// LostEvents counts the async events a device dropped because it
+	// held maxQueuedEvents (4096) unread, as a full event pipe of the
+	// emulated kernel drops them.
+	LostEvents uint64
 }
 
 // New creates a Fabric. In Engine mode its goroutine starts with the first

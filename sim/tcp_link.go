@@ -205,7 +205,11 @@ type tcpPeer struct {
 	conn sealed.Conn
 	in   []byte // bytes received that do not make a whole frame yet
 	out  []byte // sealed frames not yet taken by the socket
-	dead bool
+	// outBuf is the array out lies in, from its start: flush moves out's
+	// start past what the socket took, and back to outBuf's when out is
+	// empty or lies in outBuf's second half (see flush).
+	outBuf []byte
+	dead   bool
 	// behind: the listener has not told this peer the linked slots
 	// since they changed (announceLocked).
 	behind bool
@@ -587,7 +591,7 @@ func (l *tcpLink) drop(p *tcpPeer) {
 	l.members = 0
 	l.mu.Unlock()
 	p.fc.release()
-	p.in, p.out = nil, nil
+	p.in, p.out, p.outBuf = nil, nil, nil
 }
 
 // close ends every connection and stops listening (the engine stopped).
@@ -764,7 +768,7 @@ func (l *tcpLink) put(p *tcpPeer, rec []byte) bool {
 	if err != nil {
 		return false
 	}
-	p.out = out
+	p.queued(out)
 	l.flush(p)
 	return true
 }
@@ -829,6 +833,15 @@ func (l *tcpLink) announceLocked() {
 	}
 }
 
+// queued sets p.out to out: p.out with frames appended, perhaps in a new
+// array (which then starts with out).
+func (p *tcpPeer) queued(out []byte) {
+	if cap(out) != cap(p.out) {
+		p.outBuf = out
+	}
+	p.out = out
+}
+
 // flush writes what waits for p, as far as the socket takes it now.
 func (l *tcpLink) flush(p *tcpPeer) {
 	for len(p.out) > 0 && !p.dead {
@@ -842,8 +855,19 @@ func (l *tcpLink) flush(p *tcpPeer) {
 			l.drop(p)
 			return
 		}
-		rest := copy(p.out, p.out[n:])
-		p.out = p.out[:rest]
+		// What the socket took is stepped over, not moved: a peer
+		// that takes a little at a time would have the whole backlog
+		// (up to tcpOutLimit) moved for each piece. The rest moves to
+		// the front once it lies in the array's second half, after at
+		// least half the array was sent since it last moved: each byte
+		// moves at most about once.
+		p.out = p.out[n:]
+		switch {
+		case len(p.out) == 0:
+			p.out = p.outBuf[:0]
+		case cap(p.out) < cap(p.outBuf)/2:
+			p.out = p.outBuf[:copy(p.outBuf, p.out)]
+		}
 	}
 }
 
