@@ -148,6 +148,10 @@ type Fabric struct {
 	stop        chan struct{}
 	done        chan struct{}
 	closed      bool
+	// closing is closed when Close begins, before it takes mu: a link
+	// being made under mu (joinLinkLocked) gives up at once.
+	closing     chan struct{}
+	closingOnce sync.Once
 
 	scratch     []byte
 	sgScratch   []gatherEntry
@@ -277,6 +281,7 @@ func New(opts Options) *Fabric {
 		keys:    newNumberSpace(firstKeyIndex, numberLimit),
 		nextPDN: 1,
 		start:   time.Now(),
+		closing: make(chan struct{}),
 		rng:     rand.New(rand.NewSource(opts.Seed)),
 	}
 	f.useTicks = opts.Mode == Engine && tsc.Synchronized()
@@ -391,6 +396,9 @@ func (f *Fabric) Stats() Stats {
 // fabric, or calls SweepFabric. A Fabric on a TCP link (Options.Link) closes the link.
 // Idempotent.
 func (f *Fabric) Close() error {
+	if f.closing != nil {
+		f.closingOnce.Do(func() { close(f.closing) })
+	}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

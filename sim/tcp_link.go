@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -255,7 +256,7 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	if a, ok := strings.CutPrefix(addr, "listen:"); ok {
 		l, err = listenLink(a, sec, f.opts.LinkLayer, len(f.hcas))
 	} else {
-		l, err = dialLink(addr, sec, f.opts.LinkLayer, len(f.hcas))
+		l, err = dialLink(f.closing, addr, sec, f.opts.LinkLayer, len(f.hcas))
 	}
 	if err != nil {
 		return fail(err)
@@ -502,21 +503,41 @@ func refusal(status byte, hello []byte) error {
 }
 
 // dialLink connects to the Fabric listening at addr, retrying until it
-// answers or tcpDialWait passes, and authenticates.
-func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (*tcpLink, error) {
+// answers or tcpDialWait passes, and authenticates. It gives up as soon
+// as closing is closed (the Fabric's Close began), with ctx.ErrClosed.
+func dialLink(closing <-chan struct{}, addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (_ *tcpLink, err error) {
+	cx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-closing:
+			cancel()
+		case <-cx.Done():
+		}
+	}()
+	defer func() {
+		if err != nil && cx.Err() != nil {
+			err = fmt.Errorf("the Fabric was closed meanwhile: %w", ctx.ErrClosed)
+		}
+	}()
 	end := time.Now().Add(tcpDialWait)
 	backoff := 10 * time.Millisecond
 	var c net.Conn
 	for {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, time.Until(end))
+		dcx, dcancel := context.WithDeadline(cx, end)
+		c, err = (&net.Dialer{}).DialContext(dcx, "tcp", addr)
+		dcancel()
 		if err == nil {
 			break
 		}
-		if time.Now().Add(backoff).After(end) {
+		if time.Now().Add(backoff).After(end) || cx.Err() != nil {
 			return nil, fmt.Errorf("connect (tried for %v): %w", tcpDialWait, err)
 		}
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-cx.Done():
+			return nil, cx.Err()
+		}
 		backoff = min(2*backoff, 250*time.Millisecond)
 	}
 	conn, err := newFDConn(c)
@@ -529,6 +550,9 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices i
 			conn.release()
 		}
 	}()
+	// A Close meanwhile shuts the socket down: the handshake's reads
+	// and writes return at once.
+	defer context.AfterFunc(cx, func() { _ = conn.Close() })()
 	sc, err := sealed.Dial(conn, sec.Key, tcpHandshakeWait)
 	if err != nil {
 		return nil, err
