@@ -136,3 +136,32 @@ func TestSubscribeAsyncEvents(t *testing.T) {
 
 	require.False(t, simadopt.SubscribeAsyncEvents(nil, nil), "not a device of the model")
 }
+
+// TestAsyncEventsBounded: a device keeps at most maxQueuedEvents async
+// events unread; those past it are dropped and counted (LostEvents), the
+// oldest kept, and once read there is room again. Before, a peer that
+// kept raising events (requests to a DCT with a wrong key over a link)
+// grew a process that read none without bound.
+func TestAsyncEventsBounded(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 16, 1)
+	dct := e.dct(e.pd2, srq, 0xfeed)
+	d := e.f.qpByNum(dct.qp.QPN()).dev
+	const extra = 100
+	e.f.mu.Lock()
+	for i := range maxQueuedEvents + extra {
+		d.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: uint32(i)})
+	}
+	e.f.mu.Unlock()
+	require.Equal(t, uint64(extra), e.f.Stats().LostEvents)
+	evs := readEvents(t, e.c2)
+	require.Len(t, evs, maxQueuedEvents)
+	require.Equal(t, uint32(0), evs[0].QPN, "the oldest kept")
+	require.Equal(t, uint32(maxQueuedEvents-1), evs[len(evs)-1].QPN)
+	e.f.mu.Lock()
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: 7})
+	e.f.mu.Unlock()
+	evs = readEvents(t, e.c2)
+	require.Len(t, evs, 1)
+	require.Equal(t, uint64(extra), e.f.Stats().LostEvents)
+}

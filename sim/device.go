@@ -322,13 +322,24 @@ func (d *device) ReadAsyncEvent() (ctx.AsyncEvent, bool, error) {
 	return ev, true, nil
 }
 
-// postEvent queues an async event (f.mu held).
+// maxQueuedEvents bounds the async events a device keeps unread: as many
+// as the pipe of the emulated kernel's async event file holds (64 KiB of
+// 16-byte records). A peer that keeps raising events (requests to a DCT
+// with a wrong key, say) cannot grow a process that reads none.
+const maxQueuedEvents = 4096
+
+// postEvent queues an async event (f.mu held); one past maxQueuedEvents
+// unread is dropped and counted (Stats.LostEvents).
 func (d *device) postEvent(ev ctx.AsyncEvent) {
 	if d.closed {
 		return
 	}
 	if d.subscriber != nil {
 		d.subscriber(ev)
+		return
+	}
+	if len(d.events) >= maxQueuedEvents {
+		d.f.stats.LostEvents++
 		return
 	}
 	d.events = append(d.events, ev)

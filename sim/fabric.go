@@ -148,6 +148,10 @@ type Fabric struct {
 	stop        chan struct{}
 	done        chan struct{}
 	closed      bool
+	// closing is closed when Close begins, before it takes mu: a link
+	// being made under mu (joinLinkLocked) gives up at once.
+	closing     chan struct{}
+	closingOnce sync.Once
 
 	scratch     []byte
 	sgScratch   []gatherEntry
@@ -235,6 +239,10 @@ type Stats struct {
 	// is lost as a packet would be, and the QPs that sent them end in
 	// RETRY_EXC_ERR if it lasts (docs/guide.md, section 14).
 	RingNoSpace uint64
+	// LostEvents counts the async events a device dropped because it
+	// held maxQueuedEvents (4096) unread, as a full event pipe of the
+	// emulated kernel drops them.
+	LostEvents uint64
 }
 
 // New creates a Fabric. In Engine mode its goroutine starts with the first
@@ -273,6 +281,7 @@ func New(opts Options) *Fabric {
 		keys:    newNumberSpace(firstKeyIndex, numberLimit),
 		nextPDN: 1,
 		start:   time.Now(),
+		closing: make(chan struct{}),
 		rng:     rand.New(rand.NewSource(opts.Seed)),
 	}
 	f.useTicks = opts.Mode == Engine && tsc.Synchronized()
@@ -387,6 +396,9 @@ func (f *Fabric) Stats() Stats {
 // fabric, or calls SweepFabric. A Fabric on a TCP link (Options.Link) closes the link.
 // Idempotent.
 func (f *Fabric) Close() error {
+	if f.closing != nil {
+		f.closingOnce.Do(func() { close(f.closing) })
+	}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

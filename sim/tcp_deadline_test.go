@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/admit"
 	"github.com/mlx5kit/mlx5kit/internal/connpeek"
@@ -177,4 +178,32 @@ func TestLinkGreetsABoundedNumber(t *testing.T) {
 	_, ok := e2.f.Link()
 	require.True(t, ok)
 	require.Equal(t, tcpMaxGreeting+1, dropped(), "one more silent connection closed for the Fabric")
+}
+
+// TestLinkDialCloseNotHeldBySilentListener: a connecting Fabric whose
+// listener accepts and says nothing makes the link under the Fabric's
+// lock; Close returns at once all the same, and the open fails with
+// ctx.ErrClosed. Before, Close waited for the handshake's limit (10 s).
+func TestLinkDialCloseNotHeldBySilentListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // and says nothing
+		}
+	}()
+	f := New(Options{Mode: Engine, Link: ln.Addr().String(), LinkKey: testLinkKey})
+	opened := make(chan error, 1)
+	go func() {
+		_, err := f.Open("sim0")
+		opened <- err
+	}()
+	c := <-accepted
+	defer c.Close()
+	start := time.Now()
+	require.NoError(t, f.Close())
+	require.Less(t, time.Since(start), tcpHandshakeWait/2, "Close waited for a silent listener's handshake")
+	require.ErrorIs(t, <-opened, ctx.ErrClosed)
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -205,7 +206,11 @@ type tcpPeer struct {
 	conn sealed.Conn
 	in   []byte // bytes received that do not make a whole frame yet
 	out  []byte // sealed frames not yet taken by the socket
-	dead bool
+	// outBuf is the array out lies in, from its start: flush moves out's
+	// start past what the socket took, and back to outBuf's when out is
+	// empty or lies in outBuf's second half (see flush).
+	outBuf []byte
+	dead   bool
 	// behind: the listener has not told this peer the linked slots
 	// since they changed (announceLocked).
 	behind bool
@@ -251,7 +256,7 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	if a, ok := strings.CutPrefix(addr, "listen:"); ok {
 		l, err = listenLink(a, sec, f.opts.LinkLayer, len(f.hcas))
 	} else {
-		l, err = dialLink(addr, sec, f.opts.LinkLayer, len(f.hcas))
+		l, err = dialLink(f.closing, addr, sec, f.opts.LinkLayer, len(f.hcas))
 	}
 	if err != nil {
 		return fail(err)
@@ -498,21 +503,41 @@ func refusal(status byte, hello []byte) error {
 }
 
 // dialLink connects to the Fabric listening at addr, retrying until it
-// answers or tcpDialWait passes, and authenticates.
-func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (*tcpLink, error) {
+// answers or tcpDialWait passes, and authenticates. It gives up as soon
+// as closing is closed (the Fabric's Close began), with ctx.ErrClosed.
+func dialLink(closing <-chan struct{}, addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (_ *tcpLink, err error) {
+	cx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-closing:
+			cancel()
+		case <-cx.Done():
+		}
+	}()
+	defer func() {
+		if err != nil && cx.Err() != nil {
+			err = fmt.Errorf("the Fabric was closed meanwhile: %w", ctx.ErrClosed)
+		}
+	}()
 	end := time.Now().Add(tcpDialWait)
 	backoff := 10 * time.Millisecond
 	var c net.Conn
 	for {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, time.Until(end))
+		dcx, dcancel := context.WithDeadline(cx, end)
+		c, err = (&net.Dialer{}).DialContext(dcx, "tcp", addr)
+		dcancel()
 		if err == nil {
 			break
 		}
-		if time.Now().Add(backoff).After(end) {
+		if time.Now().Add(backoff).After(end) || cx.Err() != nil {
 			return nil, fmt.Errorf("connect (tried for %v): %w", tcpDialWait, err)
 		}
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-cx.Done():
+			return nil, cx.Err()
+		}
 		backoff = min(2*backoff, 250*time.Millisecond)
 	}
 	conn, err := newFDConn(c)
@@ -525,6 +550,9 @@ func dialLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices i
 			conn.release()
 		}
 	}()
+	// A Close meanwhile shuts the socket down: the handshake's reads
+	// and writes return at once.
+	defer context.AfterFunc(cx, func() { _ = conn.Close() })()
 	sc, err := sealed.Dial(conn, sec.Key, tcpHandshakeWait)
 	if err != nil {
 		return nil, err
@@ -587,7 +615,7 @@ func (l *tcpLink) drop(p *tcpPeer) {
 	l.members = 0
 	l.mu.Unlock()
 	p.fc.release()
-	p.in, p.out = nil, nil
+	p.in, p.out, p.outBuf = nil, nil, nil
 }
 
 // close ends every connection and stops listening (the engine stopped).
@@ -764,7 +792,7 @@ func (l *tcpLink) put(p *tcpPeer, rec []byte) bool {
 	if err != nil {
 		return false
 	}
-	p.out = out
+	p.queued(out)
 	l.flush(p)
 	return true
 }
@@ -829,6 +857,15 @@ func (l *tcpLink) announceLocked() {
 	}
 }
 
+// queued sets p.out to out: p.out with frames appended, perhaps in a new
+// array (which then starts with out).
+func (p *tcpPeer) queued(out []byte) {
+	if cap(out) != cap(p.out) {
+		p.outBuf = out
+	}
+	p.out = out
+}
+
 // flush writes what waits for p, as far as the socket takes it now.
 func (l *tcpLink) flush(p *tcpPeer) {
 	for len(p.out) > 0 && !p.dead {
@@ -842,8 +879,19 @@ func (l *tcpLink) flush(p *tcpPeer) {
 			l.drop(p)
 			return
 		}
-		rest := copy(p.out, p.out[n:])
-		p.out = p.out[:rest]
+		// What the socket took is stepped over, not moved: a peer
+		// that takes a little at a time would have the whole backlog
+		// (up to tcpOutLimit) moved for each piece. The rest moves to
+		// the front once it lies in the array's second half, after at
+		// least half the array was sent since it last moved: each byte
+		// moves at most about once.
+		p.out = p.out[n:]
+		switch {
+		case len(p.out) == 0:
+			p.out = p.outBuf[:0]
+		case cap(p.out) < cap(p.outBuf)/2:
+			p.out = p.outBuf[:copy(p.outBuf, p.out)]
+		}
 	}
 }
 

@@ -2,11 +2,13 @@ package sim
 
 import (
 	"encoding/binary"
+	mrand "math/rand/v2"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -617,4 +619,49 @@ func TestLinkIdleCPU(t *testing.T) {
 	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("again")))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+}
+
+// TestLinkFlushSlowReader: frames queued for a peer that takes a little at
+// a time (a small socket buffer, read a few KiB at a time) arrive whole
+// and in order while flush steps over what the socket took, moving the
+// rest to the front of its array only now and then; the array stays
+// within a few times the most that waited at once.
+func TestLinkFlushSlowReader(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer func() { _ = unix.Close(fds[0]); _ = unix.Close(fds[1]) }()
+	require.NoError(t, unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096))
+	require.NoError(t, unix.SetNonblock(fds[1], true))
+	l := &tcpLink{peers: map[int]*tcpPeer{}}
+	p := &tcpPeer{fc: &fdConn{fd: fds[0]}}
+	rng := mrand.New(mrand.NewPCG(7, 7))
+	var sent, got []byte
+	buf := make([]byte, 3000)
+	read := func() {
+		n, err := unix.Read(fds[1], buf)
+		if err == nil {
+			got = append(got, buf[:n]...)
+		}
+	}
+	most := 0
+	for i := 0; i < 2000; i++ {
+		if len(p.out) < 1<<20 {
+			frame := make([]byte, 1+rng.IntN(16<<10))
+			for j := range frame {
+				frame[j] = byte(rng.Uint32())
+			}
+			sent = append(sent, frame...)
+			p.queued(append(p.out, frame...))
+			most = max(most, len(p.out))
+		}
+		l.flush(p)
+		require.False(t, p.dead)
+		read()
+	}
+	for len(p.out) > 0 || len(got) < len(sent) {
+		l.flush(p)
+		read()
+	}
+	require.Equal(t, sent, got, "the bytes the peer read")
+	require.LessOrEqual(t, cap(p.outBuf), 4*most+64<<10, "the array grew past a few times the backlog")
 }
