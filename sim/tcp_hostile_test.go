@@ -28,6 +28,18 @@ type linkPeer struct {
 	mu   sync.Mutex
 }
 
+// linkDCTKey is the DC key of linkDCT's DCT.
+const linkDCTKey = 0xfeed
+
+// linkDCT returns a listening Fabric's env with a DCT of key linkDCTKey on
+// an SRQ of 16 receives.
+func linkDCT(t *testing.T) (*env, *testSRQ, *testQP) {
+	t.Helper()
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	srq := e.newSRQ(e.pd, 16, 1)
+	return e, srq, e.dct(e.pd, srq, linkDCTKey)
+}
+
 // dialLinkPeer links a raw peer to the listening Fabric of e and waits
 // until the listener has linked its slot.
 func dialLinkPeer(t testing.TB, e *env) *linkPeer {
@@ -109,10 +121,8 @@ func (p *linkPeer) receive() (wireHdr, []byte, error) {
 // read a peer until its socket was empty.
 func TestLinkDrainBounded(t *testing.T) {
 	skipOnEmulatedCPU(t)
-	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	srq := e.newSRQ(e.pd, 16, 1)
-	const key = 0xfeed
-	dct := e.dct(e.pd, srq, key)
+	e, _, dct := linkDCT(t)
+	const key = linkDCTKey
 	p := dialLinkPeer(t, e)
 	read := func(psn uint32) []byte {
 		return linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
@@ -292,10 +302,8 @@ func TestLinkAnnouncementsBounded(t *testing.T) {
 // of the peer's 64 Ki QPNs).
 func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
 	skipOnEmulatedCPU(t)
-	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	srq := e.newSRQ(e.pd, 16, 1)
-	const key = 0xfeed
-	dct := e.dct(e.pd, srq, key)
+	e, srq, dct := linkDCT(t)
+	const key = linkDCTKey
 	srq.post(dataSeg(1<<20, e.mr.LKey(), e.addr(0)))
 	p := dialLinkPeer(t, e)
 	const streams = 64
@@ -407,10 +415,8 @@ func TestLinkMisusedConnections(t *testing.T) {
 // next stream's first segment is taken.
 func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 	skipOnEmulatedCPU(t)
-	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	srq := e.newSRQ(e.pd, 16, 1)
-	const key = 0xfeed
-	dct := e.dct(e.pd, srq, key)
+	e, srq, dct := linkDCT(t)
+	const key = linkDCTKey
 	const total = 2 * wireSegMax
 	buf, err := ctx.AllocBuffer(total, ctx.BufferOptions{Guard: true})
 	require.NoError(t, err)
