@@ -104,6 +104,19 @@ func (f *Fabric) peekRecv(t *qp) (*recvWQE, bool) {
 	return r, true
 }
 
+// postedRecvs returns the receives posted to t (its SRQ's, or its RQ's)
+// and not yet consumed, as the round last read them (peekRecv reads the
+// doorbell again when it finds none).
+func (f *Fabric) postedRecvs(t *qp) int {
+	if s := t.srq; s != nil {
+		if s.closed {
+			return 0
+		}
+		return int(s.counter - s.consumed)
+	}
+	return int(t.rqHead - t.rqCI)
+}
+
 func (f *Fabric) consumeRecv(t *qp, r *recvWQE) {
 	if r.srq != nil {
 		r.srq.consumed++

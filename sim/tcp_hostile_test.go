@@ -28,6 +28,18 @@ type linkPeer struct {
 	mu   sync.Mutex
 }
 
+// linkDCTKey is the DC key of linkDCT's DCT.
+const linkDCTKey = 0xfeed
+
+// linkDCT returns a listening Fabric's env with a DCT of key linkDCTKey on
+// an SRQ of 16 receives.
+func linkDCT(t *testing.T) (*env, *testSRQ, *testQP) {
+	t.Helper()
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	srq := e.newSRQ(e.pd, 16, 1)
+	return e, srq, e.dct(e.pd, srq, linkDCTKey)
+}
+
 // dialLinkPeer links a raw peer to the listening Fabric of e and waits
 // until the listener has linked its slot.
 func dialLinkPeer(t testing.TB, e *env) *linkPeer {
@@ -109,10 +121,8 @@ func (p *linkPeer) receive() (wireHdr, []byte, error) {
 // read a peer until its socket was empty.
 func TestLinkDrainBounded(t *testing.T) {
 	skipOnEmulatedCPU(t)
-	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	srq := e.newSRQ(e.pd, 16, 1)
-	const key = 0xfeed
-	dct := e.dct(e.pd, srq, key)
+	e, _, dct := linkDCT(t)
+	const key = linkDCTKey
 	p := dialLinkPeer(t, e)
 	read := func(psn uint32) []byte {
 		return linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
@@ -292,10 +302,8 @@ func TestLinkAnnouncementsBounded(t *testing.T) {
 // of the peer's 64 Ki QPNs).
 func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
 	skipOnEmulatedCPU(t)
-	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	srq := e.newSRQ(e.pd, 16, 1)
-	const key = 0xfeed
-	dct := e.dct(e.pd, srq, key)
+	e, srq, dct := linkDCT(t)
+	const key = linkDCTKey
 	srq.post(dataSeg(1<<20, e.mr.LKey(), e.addr(0)))
 	p := dialLinkPeer(t, e)
 	const streams = 64
@@ -395,4 +403,82 @@ func TestLinkMisusedConnections(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, e.f.Close())
 	require.Less(t, time.Since(start), 2*time.Second, "Close waited for a stalled peer")
+}
+
+// TestLinkAssemblyOneReceivePerMessage: a linked peer holding a DCT's key
+// that begins a long SEND on many streams, a whole first segment each,
+// with one receive posted, gets one message set aside and an RNR NAK for
+// every other: a NIC takes a receive for each message at its first
+// packet, and there is one. Before, each stream set aside the message's
+// length against the same receive (32 streams: 32 times its length, for
+// 32 MiB sent). Once that message is delivered and a receive posted, the
+// next stream's first segment is taken.
+func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e, srq, dct := linkDCT(t)
+	const key = linkDCTKey
+	const total = 2 * wireSegMax
+	buf, err := ctx.AllocBuffer(total, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e.pd.RegisterBuffer(buf, allAccess)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mr.Close() })
+	recv := dataSeg(total, mr.LKey(), uint64(mr.Addr()))
+	srq.post(recv)
+	p := dialLinkPeer(t, e)
+	lid := lidOf(t, e.c)
+	seg := make([]byte, wireSegMax)
+	first := func(i uint32) []byte {
+		return linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpSend), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn + i,
+			Epoch: 1, Flags: wireFirst, DCKey: key, Total: total, Seg: wireSegMax, DLID: lid}, seg)
+	}
+	answers := func(n int) (acks, rnrs int) {
+		t.Helper()
+		require.NoError(t, p.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		for acks+rnrs < n {
+			h, _, err := p.receive()
+			require.NoError(t, err)
+			switch h.Status {
+			case wireAck:
+				acks++
+			case wireRNR:
+				rnrs++
+			default:
+				t.Fatalf("answer %+v", h)
+			}
+		}
+		return acks, rnrs
+	}
+	aside := func() (n int) {
+		e.f.mu.Lock()
+		defer e.f.mu.Unlock()
+		for _, rs := range e.f.qpByNum(dct.qp.QPN()).wire.streams {
+			n += cap(rs.asm)
+		}
+		return n
+	}
+	const streams = 32
+	msgs := make([][]byte, 0, streams)
+	for i := uint32(0); i < streams; i++ {
+		msgs = append(msgs, first(i))
+	}
+	require.NoError(t, p.send(msgs...))
+	acks, rnrs := answers(streams)
+	require.Equal(t, 1, acks, "first segments taken")
+	require.Equal(t, streams-1, rnrs, "first segments answered with RNR NAK")
+	require.Equal(t, total, aside(), "bytes set aside")
+
+	// Stream 0's last segment delivers its message; with a receive
+	// posted again, stream 1's first segment is taken.
+	require.NoError(t, p.send(linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpSend), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
+		Epoch: 1, PSN: 1, DCKey: key, Off: wireSegMax, Total: total, Seg: wireSegMax, DLID: lid}, seg)))
+	acks, _ = answers(1)
+	require.Equal(t, 1, acks)
+	require.Equal(t, 0, aside())
+	srq.post(recv)
+	require.NoError(t, p.send(first(1)))
+	acks, _ = answers(1)
+	require.Equal(t, 1, acks, "a first segment with a receive for it")
+	require.Equal(t, total, aside())
 }

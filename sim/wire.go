@@ -250,6 +250,20 @@ type wireQP struct {
 	resp    wireResp
 	streams map[uint32]*wireResp
 	sweepAt int
+	// asmN counts the streams (resp's and those in streams) with a
+	// message set aside in asm (setAsm).
+	asmN int
+}
+
+// setAsm sets rs.asm, a stream of ws, to b (nil: none), keeping asmN.
+func (ws *wireQP) setAsm(rs *wireResp, b []byte) {
+	switch {
+	case rs.asm == nil && b != nil:
+		ws.asmN++
+	case rs.asm != nil && b == nil:
+		ws.asmN--
+	}
+	rs.asm = b
 }
 
 // dcStreamsSweepMin is the fewest DCI streams a DCT holds before it drops
@@ -481,6 +495,7 @@ func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
 		if len(ws.streams) >= max(ws.sweepAt, dcStreamsSweepMin) {
 			for qpn, old := range ws.streams {
 				if f.wireStreamGone(qpn, old.gen) {
+					ws.setAsm(old, nil)
 					delete(ws.streams, qpn)
 				}
 			}
@@ -489,6 +504,7 @@ func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
 		st = &wireResp{}
 		ws.streams[h.SrcQPN] = st
 	}
+	ws.setAsm(st, nil)
 	*st = wireResp{gen: h.SrcGen, epoch: h.Epoch, expect: h.PSN}
 	return st
 }
@@ -1119,7 +1135,8 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				f.ucDrop(from, h, t)
 				return
 			}
-			rs.expect, rs.asm = h.PSN, nil
+			rs.expect = h.PSN
+			t.wire.setAsm(rs, nil)
 		} else {
 			if d <= wireDupWindow {
 				f.wireRepeatSeg(from, h, t, rs)
@@ -1182,7 +1199,19 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			case !last && n != wireSegMax:
 				return
 			case off == 0:
-				rs.asm = make([]byte, total)
+				if rs.asm == nil && t.wire.asmN >= f.postedRecvs(t) {
+					// A NIC takes a receive for each message at its
+					// first packet: with every receive posted taken
+					// by a message under way (DC streams), this one
+					// finds none, and is not set aside.
+					if t.uc {
+						f.ucDrop(from, h, t)
+						return
+					}
+					f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
+					return
+				}
+				t.wire.setAsm(rs, make([]byte, total))
 			case uint64(len(rs.asm)) != total:
 				return
 			}
@@ -1190,7 +1219,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			msg = rs.asm
 		}
 		if last {
-			rs.asm = nil
+			t.wire.setAsm(rs, nil)
 			w := sendWQE{op: op, fm: h.FM, imm: h.Imm, total: total}
 			if s := f.deliverSend(nil, t, &w, msg, rw, src); s != 0 {
 				if t.uc {
