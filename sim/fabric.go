@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -148,10 +149,10 @@ type Fabric struct {
 	stop        chan struct{}
 	done        chan struct{}
 	closed      bool
-	// closing is closed when Close begins, before it takes mu: a link
-	// being made under mu (joinLinkLocked) gives up at once.
-	closing     chan struct{}
-	closingOnce sync.Once
+	// closing ends when Close begins (endClosing), before it takes mu:
+	// a link being made under mu (joinLinkLocked) gives up at once.
+	closing    context.Context
+	endClosing context.CancelFunc
 
 	scratch     []byte
 	sgScratch   []gatherEntry
@@ -281,9 +282,9 @@ func New(opts Options) *Fabric {
 		keys:    newNumberSpace(firstKeyIndex, numberLimit),
 		nextPDN: 1,
 		start:   time.Now(),
-		closing: make(chan struct{}),
 		rng:     rand.New(rand.NewSource(opts.Seed)),
 	}
+	f.closing, f.endClosing = context.WithCancel(context.Background())
 	f.useTicks = opts.Mode == Engine && tsc.Synchronized()
 	for i := 0; i < opts.Devices; i++ {
 		f.hcas = append(f.hcas, newHCA(i, opts.LinkLayer))
@@ -396,8 +397,8 @@ func (f *Fabric) Stats() Stats {
 // fabric, or calls SweepFabric. A Fabric on a TCP link (Options.Link) closes the link.
 // Idempotent.
 func (f *Fabric) Close() error {
-	if f.closing != nil {
-		f.closingOnce.Do(func() { close(f.closing) })
+	if f.endClosing != nil {
+		f.endClosing()
 	}
 	f.mu.Lock()
 	if f.closed {

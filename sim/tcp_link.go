@@ -504,17 +504,8 @@ func refusal(status byte, hello []byte) error {
 
 // dialLink connects to the Fabric listening at addr, retrying until it
 // answers or tcpDialWait passes, and authenticates. It gives up as soon
-// as closing is closed (the Fabric's Close began), with ctx.ErrClosed.
-func dialLink(closing <-chan struct{}, addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (_ *tcpLink, err error) {
-	cx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-closing:
-			cancel()
-		case <-cx.Done():
-		}
-	}()
+// as cx ends (the Fabric's Close began), with ctx.ErrClosed.
+func dialLink(cx context.Context, addr string, sec endpoint.Security, layer ctx.LinkLayer, devices int) (_ *tcpLink, err error) {
 	defer func() {
 		if err != nil && cx.Err() != nil {
 			err = fmt.Errorf("the Fabric was closed meanwhile: %w", ctx.ErrClosed)

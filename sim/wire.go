@@ -1202,12 +1202,10 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				if rs.asm == nil && t.wire.asmN >= f.postedRecvs(t) {
 					// A NIC takes a receive for each message at its
 					// first packet: with every receive posted taken
-					// by a message under way (DC streams), this one
-					// finds none, and is not set aside.
-					if t.uc {
-						f.ucDrop(from, h, t)
-						return
-					}
+					// by a message under way, this one finds none,
+					// and is not set aside. Only a DCT's streams get
+					// here (an RC or UC QP has one stream, and
+					// peekRecv found a receive).
 					f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
 					return
 				}
