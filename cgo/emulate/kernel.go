@@ -102,6 +102,17 @@ type ucontext struct {
 	async asyncEvents
 }
 
+// takeWriteFD returns the write end and forgets it: no event goes to its
+// number once the caller closes it (the program's next descriptor may
+// take the number).
+func (e *eventFile) takeWriteFD() int {
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	fd := e.writeFD
+	e.writeFD = -1
+	return fd
+}
+
 // eventFile is an event descriptor: the read end of a pipe the model
 // writes whole event records into.
 type eventFile struct {
@@ -258,10 +269,7 @@ func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 		}
 	} else if e, ok := k.events[fd]; ok {
 		delete(k.events, fd)
-		e.writeMu.Lock()
-		writeFD = e.writeFD
-		e.writeFD = -1
-		e.writeMu.Unlock()
+		writeFD = e.takeWriteFD()
 	} else {
 		k.mu.Unlock()
 		return unix.EBADF
@@ -314,13 +322,7 @@ func (k *kernel) dropEventFile(e *eventFile) {
 	delete(k.events, e.fd)
 	k.markFD(e.fd, 0)
 	_ = unix.Close(e.fd)
-	// No event goes to the write end's number once it is closed: the
-	// program's next descriptor may take it.
-	e.writeMu.Lock()
-	writeFD := e.writeFD
-	e.writeFD = -1
-	e.writeMu.Unlock()
-	_ = unix.Close(writeFD)
+	_ = unix.Close(e.takeWriteFD())
 }
 
 // mmap maps a UAR page of a context (the offset's MLX5_IB_MMAP_* command
