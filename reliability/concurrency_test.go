@@ -50,18 +50,20 @@ func TestQueuePairsOwnedByGoroutines(t *testing.T) {
 	churn.Add(1)
 	go func() {
 		defer churn.Done()
+		// A round before each look at stop: under an emulated CPU the
+		// workers can finish before this goroutine first runs.
 		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
 			c := x.c[i%2]
 			if err := controlPlaneRound(c, x.f, pairs[i%workers].qp[0].QPN()); err != nil {
 				t.Errorf("control plane: %v", err)
 				return
 			}
 			churned.Add(1)
+			select {
+			case <-stop:
+				return
+			default:
+			}
 		}
 	}()
 	var wg sync.WaitGroup
