@@ -242,6 +242,31 @@ func TestTransportRetryExceeded(t *testing.T) {
 	require.GreaterOrEqual(t, e.f.Now(), 3*ctx.AckTimeoutDuration(10))
 }
 
+// __mlx5_ib_modify_qp writes dest_qp_num unchecked: an RC QP connected to
+// QPN 0 reaches RTS, and its requests, which no QP takes, end with
+// RETRY_EXC_ERR, on a private fabric and on a shared one (where QPN 0 is
+// in no process's range).
+func TestRemoteQPNZero(t *testing.T) {
+	for _, o := range []Options{{}, {Mode: Engine, Fabric: testFabricName(t)}} {
+		e := newEnv(t, o)
+		a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: 0, PathMTU: ctx.MTU1024,
+			Path: ctx.AddressAttr{DLID: lidOf(t, e.pd2.Context())}}))
+		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 1}))
+		i := a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte{1}))
+		var c cqe
+		if o.Mode == Engine {
+			c = waitCQE(t, a.scq, 5*time.Second)
+		} else {
+			e.run()
+			c = a.scq.one(t)
+		}
+		requireErr(t, c, prm.CQEReqErr, prm.SyndromeTransportRetryExc, i)
+		require.Zero(t, e.buf2.Bytes()[0], "nothing written")
+	}
+}
+
 func TestFlushExactlyOnce(t *testing.T) {
 	e := newEnv(t, Options{})
 	a, b := e.rcPair(qpOpts{sendDepth: 8})

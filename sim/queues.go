@@ -502,12 +502,28 @@ func (q *qp) State() (ctx.QPState, error) {
 // it for the QP's type (package qpstate: a DCT goes RESET→INIT→RTR only, a
 // DCI never to RESET, no QP to SQD, none from RESET to ERR) and refuses it
 // otherwise with the table's error, which carries EINVAL as ibv_modify_qp
-// does. It then refuses, with the kernel's EINVAL, the attribute values
-// the kernel refuses against the model's device and port
-// (qpstate.CheckAttr: port, address vector, P_Key index, read/atomic
-// depths, path MTU), and applies the attributes the transition's mask
-// carries. A refused modify changes nothing.
+// does. The mask is the one the kit sends (qpstate.Derive): State and the
+// transition's required attributes. It then refuses, with the kernel's
+// EINVAL, the attribute values the kernel refuses against the model's
+// device and port (qpstate.CheckAttr: port, address vector, P_Key index,
+// read/atomic depths, path MTU), and applies the attributes of the mask.
+// A refused modify changes nothing.
 func (q *qp) Modify(a ctx.QPAttr) error {
+	return q.modify(a, 0, true)
+}
+
+// modifyMasked is Modify with the caller's attribute mask, as the kernel's
+// modify_qp takes one (simadopt.ModifyQueuePair): the caller checked the
+// mask against the transition table (a mask without State moves to the
+// state the QP is in, a.State). Only the attributes the mask names are
+// checked and applied; the values of the others are ignored.
+func (q *qp) modifyMasked(a ctx.QPAttr, mask qpstate.Mask) error {
+	return q.modify(a, mask, false)
+}
+
+// modify is Modify with the mask qpstate.Derive returns (derive), or
+// modifyMasked with mask.
+func (q *qp) modify(a ctx.QPAttr, mask qpstate.Mask, derive bool) error {
 	op := "sim: modify " + q.typ.String() + " QP to " + a.State.String()
 	q.f.mu.Lock()
 	defer q.f.mu.Unlock()
@@ -517,14 +533,42 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	if q.dev.deadLocked() && a.State != ctx.QPStateReset && a.State != ctx.QPStateError {
 		return errDeviceFatal(op)
 	}
+	if derive {
+		m, err := qpstate.Derive(q.typ, q.state, a.State)
+		if err != nil {
+			return provider.Errorf(op, "%w", err)
+		}
+		mask = m
+	} else {
+		r := qpstate.Lookup(q.typ, q.state, a.State)
+		if q.uc {
+			r = qpstate.LookupUC(q.state, a.State)
+		}
+		if !r.Legal {
+			return provider.Errorf(op, "%w", &qpstate.Error{Type: q.typ, From: q.state, To: a.State, Mask: mask,
+				Errno: syscall.EINVAL, Transition: true, Reason: r.Why})
+		}
+	}
+	return q.modifyLocked(op, a, mask)
+}
+
+// modifyQueuePair is simadopt.ModifyQueuePair.
+func modifyQueuePair(p provider.QueuePair, a ctx.QPAttr, mask qpstate.Mask) error {
+	q, ok := p.(*qp)
+	if !ok {
+		return fmt.Errorf("sim: modify QP: a queue pair of another provider: %w", ctx.ErrInvalidArgument)
+	}
+	return q.modifyMasked(a, mask)
+}
+
+// modifyLocked checks the attributes of mask and applies the transition
+// (f.mu held; the transition is legal for the QP's type, and the device
+// alive or the move to RESET or ERR).
+func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	bad := func(format string, args ...any) error {
 		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
 	}
 	from := q.state
-	mask, err := qpstate.Derive(q.typ, from, a.State)
-	if err != nil {
-		return provider.Errorf(op, "%w", err)
-	}
 	// uverbs modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW.
 	if mask&qpstate.QKey != 0 && a.QKey&0x80000000 != 0 && !kerrno.HasRawCap() {
 		return provider.Errorf(op, "%w", kerrno.New("ibv_modify_qp",
@@ -535,7 +579,8 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 		// A UC QP has none of RC's attributes of acknowledgement,
 		// retry and READ/atomic depth: the values a modify carries for
 		// them are not in its mask (qpstate.CheckUC), and not kept.
-		a.MaxDestRdAtomic, a.MinRNRTimer, a.Timeout, a.RetryCount, a.RNRRetry, a.MaxRdAtomic = 0, 0, 0, 0, 0, 0
+		mask &^= qpstate.MaxDestRdAtomic | qpstate.MinRNRTimer | qpstate.Timeout | qpstate.RetryCount |
+			qpstate.RNRRetry | qpstate.MaxQPRdAtomic
 	}
 	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
 		return provider.Errorf(op, "%w", err)
@@ -547,60 +592,83 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	case ctx.QPStateError:
 		q.f.qpErrorLocked(q, "moved to error")
 		return nil
-	case ctx.QPStateInit:
-		// RESET→INIT, or INIT→INIT with the same attributes. The port and,
-		// but for a DCT, the P_Key index were checked against the kernel's
-		// limits above. mlx5_ib_modify_dct passes a DCT's P_Key index to
-		// the device unchecked; the model, with a single P_Key, refuses
-		// any other.
-		if a.PKeyIndex != 0 {
-			return bad("pkey index %d", a.PKeyIndex)
-		}
-		q.attr.Port, q.attr.PKeyIndex = a.Port, a.PKeyIndex
-		switch q.typ {
-		case ctx.QPTypeUD:
-			q.attr.QKey = a.QKey
-		case ctx.QPTypeRC, ctx.QPTypeDCT:
-			q.attr.Access = a.Access
-		}
-	case ctx.QPStateRTR:
-		// INIT→RTR, the only way to RTR. An RC or DCI path MTU, the
-		// path's port, GRH and SGID index were checked against the
-		// kernel's limits above; a DCT's path MTU mlx5_ib_modify_dct does
-		// not check, the model does.
-		if q.typ != ctx.QPTypeUD && (a.PathMTU < ctx.MTU256 || a.PathMTU > portMTU) {
-			return bad("path MTU %v", a.PathMTU)
-		}
-		if q.typ == ctx.QPTypeRC && (a.RemoteQPN == 0 || a.RemoteQPN > prm.CtrlQPNMask) {
-			return bad("remote QPN %#x", a.RemoteQPN)
-		}
-		if q.typ != ctx.QPTypeUD {
-			q.attr.PathMTU = a.PathMTU
-		}
-		switch q.typ {
-		case ctx.QPTypeRC:
-			q.attr.RemoteQPN, q.attr.Path, q.attr.RQPSN = a.RemoteQPN, a.Path, a.RQPSN
-			q.attr.MaxDestRdAtomic, q.attr.MinRNRTimer = a.MaxDestRdAtomic, a.MinRNRTimer&31
-		case ctx.QPTypeDCT:
-			q.attr.MinRNRTimer = a.MinRNRTimer & 31
-			q.attr.Path = a.Path
-		}
-	case ctx.QPStateRTS:
-		// RTR→RTS applies the send attributes; RTS→RTS and SQE→RTS
-		// carry none (the kit sends STATE only).
-		if from != ctx.QPStateRTR {
-			break
-		}
-		if a.RetryCount > 7 || a.RNRRetry > 7 {
-			return bad("retry count %d / RNR retry %d", a.RetryCount, a.RNRRetry)
-		}
-		q.attr.SQPSN = a.SQPSN
-		if q.typ != ctx.QPTypeUD {
-			q.attr.Timeout, q.attr.RetryCount, q.attr.RNRRetry, q.attr.MaxRdAtomic = a.Timeout&31, a.RetryCount, a.RNRRetry, a.MaxRdAtomic
-		}
+	case ctx.QPStateInit, ctx.QPStateRTR, ctx.QPStateRTS:
 	default:
 		// The table has no legal transition to SQD or SQE.
 		return provider.Errorf(op, "%w", ctx.ErrNotSupported)
+	}
+	// The checks the kernel does not make, the model's own: then the
+	// attributes, all or none.
+	if mask&qpstate.PKeyIndex != 0 && a.PKeyIndex != 0 {
+		// The port's P_Key index was checked against the kernel's
+		// limits above, but for a DCT: mlx5_ib_modify_dct passes it to
+		// the device unchecked; the model, with a single P_Key, refuses
+		// any other.
+		return bad("pkey index %d", a.PKeyIndex)
+	}
+	if mask&qpstate.PathMTU != 0 && q.typ != ctx.QPTypeUD && (a.PathMTU < ctx.MTU256 || a.PathMTU > portMTU) {
+		// An RC or DCI path MTU was checked against the kernel's
+		// limits above; a DCT's mlx5_ib_modify_dct does not check, the
+		// model does, and none beyond the port's.
+		return bad("path MTU %v", a.PathMTU)
+	}
+	if mask&qpstate.DestQPN != 0 && a.RemoteQPN > prm.CtrlQPNMask {
+		// __mlx5_ib_modify_qp writes dest_qp_num into a 24-bit field
+		// unchecked (0 too: what the firmware makes of QPN 0 is not
+		// published; docs/hardware.md).
+		return bad("remote QPN %#x", a.RemoteQPN)
+	}
+	rc, dct := q.typ == ctx.QPTypeRC, q.typ == ctx.QPTypeDCT
+	if mask&qpstate.Port != 0 {
+		q.attr.Port = a.Port
+	}
+	if mask&qpstate.PKeyIndex != 0 {
+		q.attr.PKeyIndex = a.PKeyIndex
+	}
+	if mask&qpstate.QKey != 0 && q.typ == ctx.QPTypeUD {
+		q.attr.QKey = a.QKey
+	}
+	if mask&qpstate.AccessFlags != 0 && (rc || dct) {
+		q.attr.Access = a.Access
+	}
+	if mask&qpstate.PathMTU != 0 && q.typ != ctx.QPTypeUD {
+		q.attr.PathMTU = a.PathMTU
+	}
+	if mask&qpstate.AV != 0 && (rc || dct) {
+		// A DCI keeps no path: each of its WQEs carries an address.
+		q.attr.Path = a.Path
+	}
+	if rc {
+		if mask&qpstate.DestQPN != 0 {
+			q.attr.RemoteQPN = a.RemoteQPN
+		}
+		if mask&qpstate.RQPSN != 0 {
+			q.attr.RQPSN = a.RQPSN
+		}
+		if mask&qpstate.MaxDestRdAtomic != 0 {
+			q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
+		}
+	}
+	if mask&qpstate.MinRNRTimer != 0 && (rc || dct) {
+		q.attr.MinRNRTimer = a.MinRNRTimer & 31
+	}
+	if mask&qpstate.SQPSN != 0 {
+		q.attr.SQPSN = a.SQPSN
+	}
+	// The acknowledgement timeout, retry counts and read depth: fields of
+	// 5 and 3 bits in the QP context, where __mlx5_ib_modify_qp writes
+	// them unchecked (MLX5_SET keeps the low bits).
+	if mask&qpstate.Timeout != 0 {
+		q.attr.Timeout = a.Timeout & 31
+	}
+	if mask&qpstate.RetryCount != 0 {
+		q.attr.RetryCount = a.RetryCount & 7
+	}
+	if mask&qpstate.RNRRetry != 0 {
+		q.attr.RNRRetry = a.RNRRetry & 7
+	}
+	if mask&qpstate.MaxQPRdAtomic != 0 {
+		q.attr.MaxRdAtomic = a.MaxRdAtomic
 	}
 	q.f.wireFlushAcks()
 	q.wireTransition(from, a.State)

@@ -79,6 +79,7 @@ func init() {
 	simadopt.SharedReceiveQueue = adoptSharedReceiveQueue
 	simadopt.ProtectionDomainNumber = protectionDomainNumber
 	simadopt.QueuePairAttributes = queuePairAttributes
+	simadopt.ModifyQueuePair = modifyQueuePair
 	simadopt.SharedReceiveQueueNumber = sharedReceiveQueueNumber
 	simadopt.SubscribeAsyncEvents = subscribeAsyncEvents
 	simadopt.Provider = func(fabric any) provider.Provider {

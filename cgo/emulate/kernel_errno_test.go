@@ -19,12 +19,19 @@ import (
 // rcQPOn creates an RC QP with a receive ring on pd and cq.
 func rcQPOn(t *testing.T, k *kernel, a *arena, fd int, pd, cq uint32, typ uint8) uint32 {
 	t.Helper()
+	h, _ := qpNumbered(t, k, a, fd, pd, cq, typ)
+	return h
+}
+
+// qpNumbered is rcQPOn returning the QPN too.
+func qpNumbered(t *testing.T, k *kernel, a *arena, fd int, pd, cq uint32, typ uint8) (h, qpn uint32) {
+	t.Helper()
 	const sqCnt, rqCnt, rqShift = 16, 8, 5
 	buf, db := qpMemory(t, rqCnt<<rqShift, sqCnt)
-	h, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, typ, qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: 2},
+	h, qpn, _, en := createQPCmd(k, a, fd, pd, cq, cq, typ, qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: 2},
 		mlx5QPReq(addrOf(buf), addrOf(db), sqCnt, rqCnt, rqShift, 0, 0))
 	require.Zero(t, en)
-	return h
+	return h, qpn
 }
 
 // pdAndCQ allocates a PD and a CQ of 64 entries.

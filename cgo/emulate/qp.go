@@ -16,7 +16,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/kerrno"
-	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
@@ -353,39 +352,15 @@ func dciTableMask(t ctx.QPType, from, to ctx.QPState, mask qpstate.Mask) qpstate
 	return mask
 }
 
-// dciPathErrno checks the address vector a DCI's move to RTR carries
-// (dciTableMask) as the kernel checks any QP's (qpstate.CheckAttr: the
-// port valid and the QP's, a GRH on a RoCE port, the SGID index in the
-// table): the model's DCI keeps no path, so its Modify, which checks the
-// attributes of the mask it derives, never sees it. Other QP types: 0.
-func dciPathErrno(f *ufile, q provider.QueuePair, t ctx.QPType, from, to ctx.QPState, a *ctx.QPAttr) syscall.Errno {
-	if t != ctx.QPTypeDCI || f.dev == nil {
-		return 0
-	}
-	_, cur, ok := simadopt.QueuePairAttributes(q)
-	if !ok {
-		return unix.ENODEV
-	}
-	var port ctx.PortAttr
-	if p := int(cur.Port); p >= 1 && p <= len(f.dev.Ports) {
-		port = f.dev.Ports[p-1]
-	} else if len(f.dev.Ports) > 0 {
-		port = f.dev.Ports[0]
-	}
-	if qpstate.CheckAttr(t, from, to, qpstate.State|qpstate.AV, a, cur.Port, qpstate.LimitsOf(f.dev.Attr, port)) != nil {
-		return unix.EINVAL
-	}
-	return 0
-}
-
-// modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp for an
-// RC or UD QP: the states and the mask are checked against the kernel's
-// transition table (package internal/qpstate), a current state given
-// with IB_QP_CUR_STATE must be the QP's, then the model checks the
-// attribute values against its device (qpstate.CheckAttr) and applies
-// the transition. Alternate paths and path migration the model has not
-// (EOPNOTSUPP). Optional attributes the model does not keep are accepted
-// and not applied.
+// modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp: the
+// states and the mask are checked against the kernel's transition table
+// (package internal/qpstate), a mask without IB_QP_STATE moving the QP to
+// the state it is in, and a current state given with IB_QP_CUR_STATE must
+// be the QP's; then the model checks the values of the
+// attributes the mask names against its device (qpstate.CheckAttr) and
+// applies them with the transition. Alternate paths and path migration
+// the model has not (EOPNOTSUPP). Optional attributes the model does not
+// keep are accepted and not applied.
 func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
 	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
 	if en != 0 {
@@ -400,6 +375,9 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 		return errnoOfModel(err)
 	}
 	if mask&qpstate.CurState != 0 {
+		// The table allows IB_QP_CUR_STATE only on a move to RTS, and
+		// the device refuses that command from a state the QP is not
+		// in (bad resource state: EINVAL).
 		if uint32(req.cur_qp_state) > uint32(ctx.QPStateError) || ctx.QPState(req.cur_qp_state) != from {
 			return unix.EINVAL
 		}
@@ -441,11 +419,10 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	}
 	if mask&qpstate.AV != 0 {
 		a.Path = pathOf(&req.dest)
-		if en := dciPathErrno(f, o.qp, o.qpType, from, to, &a); en != 0 {
-			return en
-		}
 	}
-	if err := o.qp.Modify(a); err != nil {
+	// The model checks and applies the attributes the mask names, as
+	// __mlx5_ib_modify_qp writes only those into the QP context.
+	if err := simadopt.ModifyQueuePair(o.qp, a, mask); err != nil {
 		return errnoOfModel(err)
 	}
 	return 0

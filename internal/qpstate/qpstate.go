@@ -404,7 +404,10 @@ func errnoName(n syscall.Errno) string {
 }
 
 // Check returns nil when the kernel accepts moving a QP of type t from one
-// state to another with attribute mask m, or the *Error it refuses with.
+// state to another with attribute mask m, or the *Error it refuses with. A
+// mask without State stands for a move to the state the QP is in (from ==
+// to), which an RC, UC or UD QP may make (RTS→RTS with AccessFlags, say)
+// and a DCI or DCT may not.
 func Check(t ctx.QPType, from, to ctx.QPState, m Mask) error {
 	return check(Lookup(t, from, to), t, "", from, to, m)
 }
@@ -417,7 +420,10 @@ func check(r Rule, t ctx.QPType, prefix string, from, to ctx.QPState, m Mask) er
 	if !r.Legal {
 		return fail(true, "%s (%s)", r.Why, r.Source)
 	}
-	if m&State == 0 {
+	// mlx5_ib_modify_qp takes a mask without STATE as a move to the
+	// state the QP is in (ib_modify_qp_is_ok then checks cur→cur); a
+	// DCI (modify_dci_qp_is_ok) and a DCT (mlx5_ib_modify_dct) need it.
+	if m&State == 0 && (t == ctx.QPTypeDCI || t == ctx.QPTypeDCT || from != to) {
 		return fail(false, "mask %v has no STATE (%s)", m, r.Source)
 	}
 	if miss := r.Required &^ m; miss != 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 )
 
 // The functions package sim registers.
@@ -34,6 +35,14 @@ var (
 	// and the attributes its transitions applied (what a kernel answers to
 	// QUERY_QP); ok is false for a queue pair of another provider.
 	QueuePairAttributes func(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool)
+	// ModifyQueuePair moves a queue pair of the model to a.State with the
+	// caller's attribute mask, as the kernel's modify_qp takes one: the
+	// caller has checked the mask against the transition table (a mask
+	// without State moves the QP to the state it is in, which a.State
+	// names). Only the attributes the mask names are checked and applied.
+	// A queue pair of another provider is refused with
+	// ctx.ErrInvalidArgument.
+	ModifyQueuePair func(p provider.QueuePair, a ctx.QPAttr, mask qpstate.Mask) error
 	// SharedReceiveQueueNumber returns the SRQ number of a shared receive
 	// queue of the model; ok is false for a queue of another provider.
 	SharedReceiveQueueNumber func(s provider.SRQ) (srqn uint32, ok bool)
