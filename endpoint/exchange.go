@@ -167,9 +167,10 @@ func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec
 		w.stop()
 		return Endpoint{}, ioError(ctx, op, err)
 	}
-	if !w.stop() {
-		_ = conn.SetDeadline(time.Time{})
-	}
+	// Once stop returns, the watcher no longer touches conn: the
+	// deadline it may have set is cleared with the exchange's own.
+	w.stop()
+	_ = conn.SetDeadline(time.Time{})
 	return remote, nil
 }
 

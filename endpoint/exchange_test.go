@@ -278,3 +278,47 @@ func TestExchangePerftestPeer(t *testing.T) {
 	require.NoError(t, ctx.Err(), "failed on the deadline, not the bytes")
 
 }
+
+// cancelAtConn cancels a context once n bytes have been read through it,
+// and gives the context's watcher time to act before the read returns.
+type cancelAtConn struct {
+	net.Conn
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAtConn) Read(b []byte) (int, error) {
+	k, err := c.Conn.Read(b)
+	c.n -= k
+	if c.n <= 0 && c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+		time.Sleep(20 * time.Millisecond)
+	}
+	return k, err
+}
+
+// An exchange whose context ends while its last frame is read succeeds,
+// and leaves the connection without a deadline, as any success does.
+func TestExchangeSuccessClearsDeadline(t *testing.T) {
+	a, b := toolproc.TCPPair(t)
+	ea, eb := sampleRC(), sampleDC()
+	total := meshHeaderSize + challengeSize + meshHeaderSize + eb.encodedSize() + macSize
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Exchange(context.Background(), b, AcceptSide, eb, testSec)
+		done <- err
+	}()
+	got, err := Exchange(parent, &cancelAtConn{Conn: a, n: total, cancel: cancel}, DialSide, ea, testSec)
+	require.NoError(t, <-done)
+	require.NoError(t, err)
+	require.Equal(t, eb, got)
+	_, err = b.Write([]byte{42})
+	require.NoError(t, err)
+	var buf [1]byte
+	_, err = a.Read(buf[:])
+	require.NoError(t, err, "the connection's deadline is cleared after a successful Exchange")
+	require.Equal(t, byte(42), buf[0])
+}

@@ -253,7 +253,7 @@ func (l watchLink) word() error {
 	if err == nil {
 		err = errors.New("an empty word")
 	}
-	return fmt.Errorf("rank 0 ended the mesh (%v): %w", err, ErrPeerGone)
+	return fmt.Errorf("rank 0's connection ended without a word it sealed: %w: %w", err, ErrPeerGone)
 }
 
 // endLinks ends the kept connections of links: rank 0 first tells each

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 )
 
 // watchedMesh runs a mesh of n ranks in this process with a MeshWatch at
@@ -272,4 +273,22 @@ func TestMeshWatchConcurrentClose(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A word from rank 0 that fails its tag keeps why in the chain: the
+// watch's cause matches ErrAuth as well as ErrPeerGone.
+func TestWatchForgedWordKeepsCause(t *testing.T) {
+	a, b := toolproc.TCPPair(t)
+	s := &session{conn: a}
+	s.sealKey[0] = 1
+	l := watchLink{rank: 0, conn: a, raw: a, session: s, toRank0: true}
+	forged := meshFrameSized(meshAbort, []byte("bye"), macSize)
+	forged = append(forged, make([]byte, macSize)...)
+	_, err := b.Write(forged)
+	require.NoError(t, err)
+	var cause error
+	require.Eventually(t, func() bool { cause = l.gone(); return cause != nil }, 5*time.Second, 5*time.Millisecond)
+	require.ErrorIs(t, cause, ErrPeerGone)
+	require.ErrorIs(t, cause, ErrAuth, "%v", cause)
+	require.NotContains(t, cause.Error(), `says "bye"`)
 }
