@@ -290,6 +290,11 @@ func (cq *CQ) Release() {
 // and hands the slot over itself; any other case goes through Ready. The
 // batch counts as taken while fn runs (Next returns nil inside fn).
 //
+// fn must not call Poll, All, Release or Arm of the same CQ: the batch is
+// taken whole before fn runs and released after it, so a nested poll hands
+// CQEs over twice, and a Release or Arm inside gives the device slots fn
+// has not seen yet. Discard does nothing inside a poll.
+//
 // fn must not be nil. Poll does not look: the test, though folded away
 // for a function literal, changes how the caller's loop is compiled
 // (BenchmarkPostPoll takes a cycle longer). A nil fn panics as a call of a
@@ -352,7 +357,8 @@ func (cq *CQ) Poll(max int, fn func(*CQE)) int {
 // Release, also when the loop body breaks early (the CQEs not reached stay
 // ready for the next batch). An empty ring costs no call. Both the iterator
 // and the loop body are inlined into the range statement. The batch counts
-// as taken while the body runs (Next returns nil inside it).
+// as taken while the body runs (Next returns nil inside it); the body must
+// not call Poll, All, Release or Arm of the same CQ (see Poll).
 func (cq *CQ) All(max int) iter.Seq[*CQE] {
 	return func(yield func(*CQE) bool) {
 		if cq.state == 0 {

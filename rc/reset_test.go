@@ -133,3 +133,44 @@ func TestResetInsidePoll(t *testing.T) {
 	require.Zero(t, a.Unmatched())
 	require.NoError(t, p.Err())
 }
+
+// A stage begun before Reset, or a send queue taken before it, belongs to
+// the rings Reset replaced: its Finish fails with ctx.ErrClosed and
+// nothing reaches the device.
+func TestResetClosesStagesBegunBefore(t *testing.T) {
+	x := newPair(t, rc.Config{SendDepth: 8, RecvDepth: 8})
+	e := x.e
+	a, b := x.qp[0], x.qp[1]
+	nops(t, a, 0, 3)
+	require.Len(t, e.Drain(x.p[0], x.p[1]), 3)
+	send, err := a.Post(77, wqebuilder.Signaled)
+	require.NoError(t, err)
+	oldSQ := a.SendQueue()
+	recv := b.BeginRecv(99)
+	require.NoError(t, a.Reset())
+	require.NoError(t, b.Reset())
+	require.NoError(t, a.Connect(b.Endpoint()))
+	require.NoError(t, b.Connect(a.Endpoint()))
+	require.NotSame(t, oldSQ, a.SendQueue())
+	require.True(t, oldSQ.Closed())
+
+	err = send.Nop().FinishBlueFlame()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	err = recv.SGE(e.Addr(1, 0), 64, e.LKey(1)).FinishDoorbell()
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.Zero(t, b.RecvOutstanding())
+	require.Equal(t, uint32(0), a.SendQueue().ProducerIndex())
+	require.Empty(t, e.Drain(x.p[0], x.p[1]), "no WQE of the old rings ran")
+
+	// The new rings: one receive, one SEND, each completes once.
+	require.NoError(t, b.PostRecv(5, e.Addr(1, 0), 64, e.LKey(1)))
+	s, err := a.Post(6, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, s.Send().SGE(e.Addr(0, 0), 8, e.LKey(0)).FinishBlueFlame())
+	got := e.Drain(x.p[0], x.p[1])
+	require.Len(t, got, 2)
+	for _, c := range got {
+		require.NoError(t, c.Err())
+		require.Equal(t, transport.MatchOK, c.Match)
+	}
+}

@@ -134,6 +134,7 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	if q.counts != nil && q.sq != nil {
 		q.counts.addSend(q.sq.Counters())
 	}
+	q.retireRings()
 	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
 		closer: q.closer, counts: q.counts}
 	for s := State(0); s <= StateClosed; s++ {
@@ -206,6 +207,22 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	q.rq.refusal = q.recvRefusal
 	closeWithQP(q)
 	return nil
+}
+
+// retireRings closes the send queue and the own receive ring of a queue
+// that setup rebuilds after RESET: a stage begun on them before, or a
+// SendQueue kept from before, then fails at Finish with ctx.ErrClosed and
+// writes nothing into the rings or the doorbell record, which start again
+// at 0. An SRQ's ring is the SRQ's, and stays.
+func (q *Queue) retireRings() {
+	if q.sq != nil {
+		q.sq.Close()
+	}
+	if r := q.rq; r != nil && r.buf != nil && q.recv == r {
+		gone := &wqebuilder.PostError{Transport: q.transport, Op: "post receive", QPN: q.qpn, Err: ctx.ErrClosed}
+		r.refusal = func() error { return gone }
+		r.closed.Store(1)
+	}
 }
 
 // maxWQEBBs is the size in WQEBBs of the largest WQE a queue pair of type t

@@ -136,7 +136,9 @@ const (
 // wqebuilder.ErrStaleStage, as is a second Finish of the same stage; but
 // an older stage finished first posts the slot as the newer one has
 // written it, under the older stage's wrid (the two are told apart only
-// by their slot, which keeps BeginRecv within the inlining budget).
+// by their slot, which keeps BeginRecv within the inlining budget; for
+// the same reason a stage kept until the ring comes round to its slot is
+// taken as the one open there).
 // Finish or drop a stage before beginning the next.
 type RecvStage struct {
 	r     *recvRing

@@ -23,7 +23,11 @@
 // BlueFlame assembly; Finish makes one call, to the check-and-commit step
 // (verified with go build -gcflags=-m and -S; see the package tests). A
 // stage is used once: after Finish, no copy of it may be used again, and the
-// zero stage is not a WQE.
+// zero stage is not a WQE (its methods panic with a nil dereference: the
+// post's one check does not look for it). A stage is told from the open one
+// by its slot only, so a stage kept a lap of the ring, until a new Begin
+// opens its slot again, is no longer told apart: its Finish is then taken
+// as the open WQE's.
 //
 // BenchmarkPostBatch64 (RDMA_WRITE + SGE + Finish, one doorbell per 64)
 // and blueflame's BenchmarkPost (the doorbell record, the two fences and

@@ -346,3 +346,16 @@ func TestPostErrorNamesOwnerAndRefusal(t *testing.T) {
 		_ = q.Begin(3, 0).Nop().Finish()
 	}))
 }
+
+// A remote QPN or DCT number wider than the 24 bits of the address
+// vector's destination word keeps its low 24 bits: the high ones never
+// reach the word's flags byte, which holds only the extended-AV bit.
+func TestWideRemoteNumberMasked(t *testing.T) {
+	f := newFixture(t, defaultOpts())
+	var av [48]byte
+	require.NoError(t, f.q.Begin(1, 0).UD(&av, 0x7f000001, 0x11).Send().Finish())
+	require.Equal(t, []byte{0x80, 0, 0, 1}, f.ring[24:28], "UD: the destination word")
+	at := int(f.q.ProducerIndex()) * 64
+	require.NoError(t, f.q.Begin(2, 0).DCStream(&av, 0xff123456, 7, 3).RdmaWrite(0x1000, 5).Finish())
+	require.Equal(t, []byte{0x80, 0x12, 0x34, 0x56}, f.ring[at+24:at+28], "DC: the destination word")
+}

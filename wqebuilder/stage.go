@@ -103,7 +103,9 @@ type FinishStage struct{ w wqe }
 // DC addresses a DC WQE: av is the path part of the address vector (bytes
 // 12..48 are used, as an address handle holds them; see
 // ctx.AddressHandle.AV), dctn the remote DCT number and dcKey its DC access
-// key, as mlx5dv_wr_set_dc_addr.
+// key, as mlx5dv_wr_set_dc_addr. The low 24 bits of dctn are written (a
+// check would take DCStream past the inlining budget); package dc refuses
+// a wider number when the remote is made.
 func (s CtrlStage) DC(av *[prm.AVSize]byte, dctn uint32, dcKey uint64) OpStage {
 	return OpStage{s.w.av(av, bits.ReverseBytes64(dcKey), dctn)}
 }
@@ -118,7 +120,8 @@ func (s CtrlStage) DCStream(av *[prm.AVSize]byte, dctn uint32, dcKey uint64, str
 
 // UD addresses a UD WQE: av is the path part of the address vector,
 // remoteQPN and qkey the destination queue pair and its Q_Key, as rdma-core's
-// set_datagram_seg.
+// set_datagram_seg. The low 24 bits of remoteQPN are written, as for DC;
+// package ud refuses a wider number.
 func (s CtrlStage) UD(av *[prm.AVSize]byte, remoteQPN, qkey uint32) DatagramStage {
 	// The qkey, then its reserved word cleared.
 	return DatagramStage{s.w.av(av, uint64(bits.ReverseBytes32(qkey)), remoteQPN)}
@@ -133,13 +136,14 @@ type avLayout struct {
 }
 
 // av writes the address vector: key (bytes 0..8, already in wire order), the
-// extended-AV bit with the remote QPN or DCT number, then bytes 12..48 copied
+// extended-AV bit with the remote QPN or DCT number (its low 24 bits, so
+// that wider ones never reach the flags byte), then bytes 12..48 copied
 // from the handle. It adds the three segments and moves on to the next
 // WQEBB.
 func (w wqe) av(av *[prm.AVSize]byte, key uint64, dqp uint32) wqe {
 	d := (*avLayout)(unsafe.Add(w.ctrl, prm.CtrlSize))
 	d.key = key
-	d.dqp = bits.ReverseBytes32(dqp | prm.ExtendedUDAV)
+	d.dqp = bits.ReverseBytes32(dqp&prm.CtrlQPNMask | prm.ExtendedUDAV)
 	d.path = (*avLayout)(unsafe.Pointer(av)).path
 	w.st += prm.AVSegments
 	w.seg = unsafe.Add(w.ctrl, prm.WQEBBSize)
