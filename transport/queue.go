@@ -365,7 +365,11 @@ func (q *Queue) SRQ() *SharedReceiveQueue { return q.srq }
 // Free, Outstanding, Pending, and to post on directly. Once the QP is
 // closed it returns the private queue that refused posts use instead,
 // always full: its stages write nothing that matters and their Finish
-// returns a *wqebuilder.PostError wrapping ctx.ErrClosed.
+// returns a *wqebuilder.PostError wrapping ctx.ErrClosed. A Reset (rc)
+// replaces it and closes the old one: take it again after a Reset. Counters
+// enabled on the send queue itself (wqebuilder.SendQueue.EnableCounters)
+// stay with the old one; the queue pair's own counting (EnableCounters)
+// outlives the Reset.
 func (q *Queue) SendQueue() *wqebuilder.SendQueue {
 	if q.sq != nil && q.qp.Closed() {
 		q.state = StateClosed
