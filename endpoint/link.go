@@ -15,15 +15,13 @@ import (
 // A sealed connection carries the frames of a long-lived link (the
 // software fabric's TCP link between hosts) after the authentication a
 // mesh runs: the same hello, challenge and proof, under a purpose of its
-// own so that a proof made for a mesh or an exchange is worthless here.
+// own (sealed.Purpose: the fabric's link, the tools' exchange) so that a
+// proof made for a mesh, an exchange or another purpose is worthless here.
 // Every frame after the proofs carries an HMAC tag under the session's
 // sealing key over its direction, its number in the stream and its bytes:
 // a frame altered, spliced from another session, replayed or reordered is
 // refused.
-const (
-	purposeLink byte = 'F'
-	meshLink    byte = 7
-)
+const meshLink byte = 7
 
 // maxSealedFrame is the largest payload ReadFrame accepts.
 const maxSealedFrame = 64 << 20
@@ -45,13 +43,13 @@ type sealedConn struct {
 // match ErrRejected; a listener that does not prove the key makes it match
 // ErrAuth. The handshake is bounded by timeout (0: 10 seconds); conn's
 // deadline is cleared on success; after an error conn is closed.
-func dialSealed(conn net.Conn, sec Security, timeout time.Duration) (*sealedConn, error) {
+func dialSealed(conn net.Conn, sec Security, purpose sealed.Purpose, timeout time.Duration) (*sealedConn, error) {
 	if err := sealedCheck(conn, sec); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout(timeout)))
-	s, err := dialAuth(conn, sec, purposeLink, 0, 0)
+	s, err := dialAuth(conn, sec, byte(purpose), 0, 0)
 	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("endpoint: link to %v: authenticate: %w", conn.RemoteAddr(), err)
@@ -65,13 +63,13 @@ func dialSealed(conn net.Conn, sec Security, timeout time.Duration) (*sealedConn
 // generic refusal, conn is closed, and the error matches ErrAuth. The
 // handshake is bounded by timeout (0: 10 seconds); conn's deadline is
 // cleared on success.
-func acceptSealed(conn net.Conn, sec Security, timeout time.Duration) (*sealedConn, error) {
+func acceptSealed(conn net.Conn, sec Security, purpose sealed.Purpose, timeout time.Duration) (*sealedConn, error) {
 	if err := sealedCheck(conn, sec); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout(timeout)))
-	s, err := acceptAuth(conn, sec, purposeLink)
+	s, err := acceptAuth(conn, sec, byte(purpose))
 	if err != nil {
 		refuse(conn)
 		return nil, fmt.Errorf("endpoint: link from %v: authenticate: %w", conn.RemoteAddr(), err)
@@ -220,15 +218,15 @@ var _ [sealed.Magic - meshMagic]struct{}
 var _ [meshMagic - sealed.Magic]struct{}
 
 func init() {
-	sealed.Dial = func(conn net.Conn, key []byte, timeout time.Duration) (sealed.Conn, error) {
-		c, err := dialSealed(conn, Security{Key: key}, timeout)
+	sealed.Dial = func(conn net.Conn, key []byte, purpose sealed.Purpose, timeout time.Duration) (sealed.Conn, error) {
+		c, err := dialSealed(conn, Security{Key: key}, purpose, timeout)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	sealed.Accept = func(conn net.Conn, key []byte, timeout time.Duration) (sealed.Conn, error) {
-		c, err := acceptSealed(conn, Security{Key: key}, timeout)
+	sealed.Accept = func(conn net.Conn, key []byte, purpose sealed.Purpose, timeout time.Duration) (sealed.Conn, error) {
+		c, err := acceptSealed(conn, Security{Key: key}, purpose, timeout)
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
 
 // pair is what sealedPair returns: both ends and their errors, and the
@@ -19,8 +21,14 @@ type pair struct {
 }
 
 // sealedPair authenticates the two ends of a loopback TCP connection with
-// the keys given and returns both results.
+// the keys given, for the fabric's link, and returns both results.
 func sealedPair(t *testing.T, dialKey, acceptKey []byte) pair {
+	t.Helper()
+	return sealedPairFor(t, dialKey, acceptKey, sealed.FabricLink, sealed.FabricLink)
+}
+
+// sealedPairFor is sealedPair with each end's purpose.
+func sealedPairFor(t *testing.T, dialKey, acceptKey []byte, dialFor, acceptFor sealed.Purpose) pair {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -36,13 +44,13 @@ func sealedPair(t *testing.T, dialKey, acceptKey []byte) pair {
 			ch <- res{nil, err}
 			return
 		}
-		c, err := acceptSealed(conn, Security{Key: acceptKey}, 5*time.Second)
+		c, err := acceptSealed(conn, Security{Key: acceptKey}, acceptFor, 5*time.Second)
 		ch <- res{c, err}
 	}()
 	raw, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = raw.Close() })
-	d, dialErr := dialSealed(raw, Security{Key: dialKey}, 5*time.Second)
+	d, dialErr := dialSealed(raw, Security{Key: dialKey}, dialFor, 5*time.Second)
 	r := <-ch
 	if r.c != nil {
 		t.Cleanup(func() { _ = r.c.Close() })
@@ -149,4 +157,20 @@ func TestSealedConnSealOpen(t *testing.T) {
 	require.ErrorIs(t, err, ErrMalformed)
 	_, err = sealedFrameSize([]byte("not a frame!"), 64)
 	require.ErrorIs(t, err, ErrMalformed)
+}
+
+// A session for the tools' exchange is worthless at the fabric's link,
+// and the reverse, under the same key: each purpose is in the proofs.
+func TestSealedPurposesApart(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	for _, c := range [][2]sealed.Purpose{{sealed.ToolParameters, sealed.FabricLink}, {sealed.FabricLink, sealed.ToolParameters}} {
+		p := sealedPairFor(t, key, key, c[0], c[1])
+		require.ErrorIs(t, p.dialErr, ErrAuth, "dial %c, accept %c", c[0], c[1])
+		require.ErrorIs(t, p.acceptErr, ErrAuth, "dial %c, accept %c", c[0], c[1])
+		require.Nil(t, p.d)
+		require.Nil(t, p.a)
+	}
+	p := sealedPairFor(t, key, key, sealed.ToolParameters, sealed.ToolParameters)
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
 }

@@ -58,7 +58,7 @@ func newLinkHubWorld(t *testing.T) *linkInboundWorld {
 			return
 		}
 		p := &linkPeer{conn: conn, slot: tcpSlotBase}
-		if p.sc, err = sealed.Accept(conn, testLinkKey, 5*time.Second); err == nil {
+		if p.sc, err = sealed.Accept(conn, testLinkKey, sealed.FabricLink, 5*time.Second); err == nil {
 			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 			if _, err = p.sc.ReadFrame(tcpHelloSize); err == nil {
 				reply := make([]byte, tcpReplySize)

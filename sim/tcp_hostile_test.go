@@ -50,7 +50,7 @@ func dialLinkPeer(t testing.TB, e *env) *linkPeer {
 	conn, err := net.Dial("tcp", st.Address)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	sc, err := sealed.Dial(conn, testLinkKey, 5*time.Second)
+	sc, err := sealed.Dial(conn, testLinkKey, sealed.FabricLink, 5*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, sc.WriteFrame(hello(e.f.opts.LinkLayer, 1)))
 	b, err := sc.ReadFrame(tcpReplySize)

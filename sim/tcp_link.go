@@ -368,7 +368,7 @@ func (l *tcpLink) greet(conn *fdConn, from net.Addr, t *admit.Ticket) {
 		conn.release()
 		l.refuse(from, t.Explain(err))
 	}
-	sc, err := sealed.Accept(conn, l.sec.Key, tcpHandshakeWait)
+	sc, err := sealed.Accept(conn, l.sec.Key, sealed.FabricLink, tcpHandshakeWait)
 	if err != nil {
 		refuse(err)
 		return
@@ -544,7 +544,7 @@ func dialLink(cx context.Context, addr string, sec endpoint.Security, layer ctx.
 	// A Close meanwhile shuts the socket down: the handshake's reads
 	// and writes return at once.
 	defer context.AfterFunc(cx, func() { _ = conn.Close() })()
-	sc, err := sealed.Dial(conn, sec.Key, tcpHandshakeWait)
+	sc, err := sealed.Dial(conn, sec.Key, sealed.FabricLink, tcpHandshakeWait)
 	if err != nil {
 		return nil, err
 	}

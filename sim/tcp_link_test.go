@@ -334,7 +334,7 @@ func TestLinkVersionRefused(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", st.Address)
 			require.NoError(t, err)
-			sc, err := sealed.Dial(conn, testLinkKey, 5*time.Second)
+			sc, err := sealed.Dial(conn, testLinkKey, sealed.FabricLink, 5*time.Second)
 			require.NoError(t, err)
 			defer sc.Close()
 			h := hello(ctx.LinkLayerInfiniBand, 2)

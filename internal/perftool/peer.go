@@ -220,7 +220,7 @@ func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic ui
 	if len(sec.Key) > 0 {
 		replay := &replayConn{Conn: conn, r: io.MultiReader(bytes.NewReader(first[:]), conn)}
 		// sealed.Accept closes conn when it fails.
-		sc, err := sealed.Accept(replay, sec.Key, max(time.Until(deadline), time.Millisecond))
+		sc, err := sealed.Accept(replay, sec.Key, sealed.ToolParameters, max(time.Until(deadline), time.Millisecond))
 		if err != nil {
 			if binary.BigEndian.Uint32(first[:]) == magic {
 				err = fmt.Errorf("%w (it sent this tool's parameters without proving the key first: a client without a key, or one older than this server?)", err)
@@ -342,7 +342,7 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 	} else {
 		// sealed.Dial closes conn when it fails.
 		var sc sealed.Conn
-		if sc, err = sealed.Dial(conn, sec.Key, timeout); err != nil {
+		if sc, err = sealed.Dial(conn, sec.Key, sealed.ToolParameters, timeout); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 				// A server that hangs up on the proof holds no key
 				// (one without a key closes at once) or another.

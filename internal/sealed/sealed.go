@@ -36,13 +36,27 @@ type Conn interface {
 	Close() error
 }
 
+// Purpose names what a sealed connection is for. It enters the proofs of
+// the handshake, so that a session authenticated for one purpose is refused
+// by a listener of another, even under the same key.
+type Purpose byte
+
+// The purposes.
+const (
+	// FabricLink is the software fabric's TCP link between hosts.
+	FabricLink Purpose = 'F'
+	// ToolParameters is the exchange of the kit's tools (mlx5kit-perf,
+	// mlx5kit-pingpong) before their queue pairs connect.
+	ToolParameters Purpose = 'T'
+)
+
 var (
-	// Dial authenticates conn as its dialing end with key, as a mesh
-	// member does, within timeout (0: 10 seconds).
-	Dial func(conn net.Conn, key []byte, timeout time.Duration) (Conn, error)
-	// Accept authenticates conn as its accepting end with key; a peer
-	// that does not prove the key learns nothing.
-	Accept func(conn net.Conn, key []byte, timeout time.Duration) (Conn, error)
+	// Dial authenticates conn as its dialing end with key for purpose, as
+	// a mesh member does, within timeout (0: 10 seconds).
+	Dial func(conn net.Conn, key []byte, purpose Purpose, timeout time.Duration) (Conn, error)
+	// Accept authenticates conn as its accepting end with key for
+	// purpose; a peer that does not prove the key for it learns nothing.
+	Accept func(conn net.Conn, key []byte, purpose Purpose, timeout time.Duration) (Conn, error)
 	// FrameSize returns the size of the whole frame whose header (the
 	// first HeaderSize bytes) is h, refusing a payload over limit.
 	FrameSize func(h []byte, limit int) (int, error)
