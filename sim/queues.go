@@ -512,17 +512,11 @@ func (q *qp) Modify(a ctx.QPAttr) error {
 	return q.modify(a, 0, true)
 }
 
-// modifyMasked is Modify with the caller's attribute mask, as the kernel's
-// modify_qp takes one (simadopt.ModifyQueuePair): the caller checked the
-// mask against the transition table (a mask without State moves to the
-// state the QP is in, a.State). Only the attributes the mask names are
-// checked and applied; the values of the others are ignored.
-func (q *qp) modifyMasked(a ctx.QPAttr, mask qpstate.Mask) error {
-	return q.modify(a, mask, false)
-}
-
-// modify is Modify with the mask qpstate.Derive returns (derive), or
-// modifyMasked with mask.
+// modify is Modify with the mask qpstate.Derive returns (derive), or with
+// the caller's mask, as the kernel's modify_qp takes one
+// (simadopt.ModifyQueuePair): the caller checked that mask against the
+// transition table (a mask without State moves to the state the QP is in,
+// a.State), and only the attributes it names are checked and applied.
 func (q *qp) modify(a ctx.QPAttr, mask qpstate.Mask, derive bool) error {
 	op := "sim: modify " + q.typ.String() + " QP to " + a.State.String()
 	q.f.mu.Lock()
@@ -558,7 +552,7 @@ func modifyQueuePair(p provider.QueuePair, a ctx.QPAttr, mask qpstate.Mask) erro
 	if !ok {
 		return fmt.Errorf("sim: modify QP: a queue pair of another provider: %w", ctx.ErrInvalidArgument)
 	}
-	return q.modifyMasked(a, mask)
+	return q.modify(a, mask, false)
 }
 
 // modifyLocked checks the attributes of mask and applies the transition

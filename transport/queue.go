@@ -219,7 +219,7 @@ func (q *Queue) retireRings() {
 		q.sq.Close()
 	}
 	if r := q.rq; r != nil && r.buf != nil && q.recv == r {
-		gone := &wqebuilder.PostError{Transport: q.transport, Op: "post receive", QPN: q.qpn, Err: ctx.ErrClosed}
+		gone := q.errRecv[StateClosed]
 		r.refusal = func() error { return gone }
 		r.closed.Store(1)
 	}

@@ -143,7 +143,7 @@ type avLayout struct {
 func (w wqe) av(av *[prm.AVSize]byte, key uint64, dqp uint32) wqe {
 	d := (*avLayout)(unsafe.Add(w.ctrl, prm.CtrlSize))
 	d.key = key
-	d.dqp = bits.ReverseBytes32(dqp&prm.CtrlQPNMask | prm.ExtendedUDAV)
+	d.dqp = bits.ReverseBytes32(dqp&prm.AVDQPNMask | prm.ExtendedUDAV)
 	d.path = (*avLayout)(unsafe.Pointer(av)).path
 	w.st += prm.AVSegments
 	w.seg = unsafe.Add(w.ctrl, prm.WQEBBSize)

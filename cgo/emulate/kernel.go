@@ -102,17 +102,6 @@ type ucontext struct {
 	async asyncEvents
 }
 
-// takeWriteFD returns the write end and forgets it: no event goes to its
-// number once the caller closes it (the program's next descriptor may
-// take the number).
-func (e *eventFile) takeWriteFD() int {
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	fd := e.writeFD
-	e.writeFD = -1
-	return fd
-}
-
 // eventFile is an event descriptor: the read end of a pipe the model
 // writes whole event records into.
 type eventFile struct {
@@ -127,6 +116,17 @@ type eventFile struct {
 	// owner is the uverbs file that created it: only its commands may
 	// name it (lookup_get_fd_uobject, EBADF otherwise).
 	owner *ufile
+}
+
+// takeWriteFD returns the write end and forgets it: no event goes to its
+// number once the caller closes it (the program's next descriptor may
+// take the number).
+func (e *eventFile) takeWriteFD() int {
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	fd := e.writeFD
+	e.writeFD = -1
+	return fd
 }
 
 // mapping is a UAR page the library mapped: anonymous shared memory the
