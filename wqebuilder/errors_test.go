@@ -359,3 +359,14 @@ func TestWideRemoteNumberMasked(t *testing.T) {
 	require.NoError(t, f.q.Begin(2, 0).DCStream(&av, 0xff123456, 7, 3).RdmaWrite(0x1000, 5).Finish())
 	require.Equal(t, []byte{0x80, 0x12, 0x34, 0x56}, f.ring[at+24:at+28], "DC: the destination word")
 }
+
+// Begin writes only the fm_ce_se bits of its flag constants: the others
+// of a Flags value (the CQE-on-error half of ce, bit 4, bit 0) are
+// dropped, as its doc says.
+func TestFlagsOutsideConstantsDropped(t *testing.T) {
+	f := newFixture(t, defaultOpts())
+	require.NoError(t, f.q.Begin(1, wqebuilder.Flags(0xff)).Nop().Finish())
+	all := wqebuilder.Signaled | wqebuilder.Solicited | wqebuilder.Flags(prm.FlagFenceMask)
+	require.Equal(t, byte(all), f.ring[11], "fm_ce_se")
+	require.Equal(t, byte(0xea), f.ring[11])
+}

@@ -452,7 +452,9 @@ func (q *SendQueue) RingDoorbell() {
 }
 
 // Flags are the per-WQE flags of Begin: bits of the control segment's
-// fm_ce_se byte.
+// fm_ce_se byte. Begin writes only the bits of the constants below; any
+// other bit of a Flags value is dropped, not refused (a check would cost
+// every post).
 type Flags uint8
 
 // Flags for Begin.

@@ -98,6 +98,7 @@
 //	-s, --size n             message size (default 2, 65536 for bandwidth, 8 for atomics)
 //	-a, --all                every size from 2 to --max-size in powers of two
 //	-n, --iters n            iterations per size (default 1000, 5000 for bandwidth)
+//	                         (at most 2^30, and records within half the available memory)
 //	-I, --inline_size n      payloads of up to n bytes go inline (default 220, 0: never)
 //	-t, --tx-depth n         bandwidth tests: WQEs in flight (default 64)
 //	-F, --CPU-freq           accepted; the counter's frequency is measured
@@ -541,6 +542,13 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	case cfg.program && cfg.server == "" && cfg.client == "":
 		// perftest's rule: without a server to connect to, wait for a client.
 		cfg.server = ":" + strconv.Itoa(cfg.tcpPort)
+	}
+	ends := 1
+	if cfg.server == "" && cfg.client == "" && cfg.duplex() {
+		ends = 2 // both ends' stamps in this process
+	}
+	if msg := cfg.checkMemory(ends); msg != "" {
+		return bad("%s", msg)
 	}
 	if cfg.perftestPeer {
 		// perftest's exchange: no key (perftestCheck refused one).

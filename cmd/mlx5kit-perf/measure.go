@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/cycles"
@@ -303,4 +307,53 @@ func rates(st stamps, n, size, batch int, counter cycles.Info) bandwidth {
 		bw.peakBytesSec = max(bw.peakBytesSec, bw.bytes/bw.seconds)
 	}
 	return bw
+}
+
+// recordBytes is the memory one end keeps for a run's records: a latency
+// test's samples (8 bytes each, none when timed), a bandwidth test's
+// stamps (24 bytes a batch).
+func (c config) recordBytes() uint64 {
+	if c.mode.latency() {
+		if c.timed() {
+			return 0
+		}
+		return 8 * uint64(c.iters)
+	}
+	n := uint64(max(c.warmup, c.streamIters()))
+	b := uint64(c.batch())
+	return 24 * ((n + b - 1) / b)
+}
+
+// memoryAvailable returns the memory the kernel says it can hand out
+// without swapping (MemAvailable in /proc/meminfo), or false where it does
+// not say.
+var memoryAvailable = func() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemAvailable:" && f[2] == "kB" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+// checkMemory returns what is wrong with a run whose records, on ends ends
+// in this process, would take more than half the memory available, or "".
+// perftest sizes its arrays from -n the same way and would fail their
+// allocation or swap; a server checks its client's parameters so, as
+// they are its memory a client's -n spends.
+func (c config) checkMemory(ends int) string {
+	avail, ok := memoryAvailable()
+	need := c.recordBytes() * uint64(ends)
+	if !ok || need <= avail/2 {
+		return ""
+	}
+	gib := func(n uint64) float64 { return float64(n) / (1 << 30) }
+	return fmt.Sprintf("-n %d: the records of a size take %.1f GiB, more than half of the %.1f GiB of memory available here",
+		c.iters, gib(need), gib(avail))
 }

@@ -342,3 +342,61 @@ func TestSyncTimeoutLongTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, more)
 }
+
+// TestRecordsPastAvailableMemory: a run whose records (a bandwidth test's
+// 24 bytes per batch, a latency test's 8 per sample) would take more than
+// half the memory the kernel says is available is refused, on the command
+// line and from a client, whose -n the server would spend; before, a
+// client's -n 1<<30 -l 1 made a server allocate 24 GiB of stamps.
+func TestRecordsPastAvailableMemory(t *testing.T) {
+	t.Setenv("MLX5KIT_KEY", "")
+	saved := memoryAvailable
+	t.Cleanup(func() { memoryAvailable = saved })
+	memoryAvailable = func() (uint64, bool) { return 64 << 20, true } // 64 MiB
+
+	// 2^21 messages one a batch: 48 MiB, more than half of 64 MiB.
+	rejectedFor(t, "the records of a size", []string{"write_bw", "--provider", "sim", "-n", "2097152", "-l", "1"})
+	// Half as many: 24 MiB, within.
+	cfg := testConfig(t, "write_bw", "--provider", "sim", "-n", "1048576", "-l", "1")
+	require.Empty(t, cfg.checkMemory(1))
+	// A latency test: 8 bytes a sample; 2^23 samples are 64 MiB.
+	rejectedFor(t, "the records of a size", []string{"write_lat", "--provider", "sim", "-n", "8388608"})
+	// Timed, it keeps no samples.
+	cfg = testConfig(t, "write_lat", "--provider", "sim", "-n", "8388608", "-D", "1")
+	require.Empty(t, cfg.checkMemory(1))
+	// Both ends of a local send_bw keep stamps: 2 x 24 MiB.
+	rejectedFor(t, "the records of a size", []string{"send_bw", "--provider", "sim", "-n", "1048576", "-l", "1"})
+
+	p := params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 1 << 30, QD: 64, Batch: 1, QueuePairs: 1}
+	cfg = testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
+	err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, p)
+	require.ErrorIs(t, err, perftool.ErrBadParams)
+	require.ErrorContains(t, err, "-n 1073741824: the records of a size take 24.0 GiB, more than half of the 0.1 GiB")
+
+	// Unknown (no /proc/meminfo): not refused here.
+	memoryAvailable = func() (uint64, bool) { return 0, false }
+	cfg = testConfig(t, "write_bw", "--provider", "sim", "-n", "2097152", "-l", "1")
+	require.Empty(t, cfg.checkMemory(2))
+}
+
+// TestMemoryAvailableReadsMeminfo: the kernel's MemAvailable is read,
+// in bytes.
+func TestMemoryAvailableReadsMeminfo(t *testing.T) {
+	n, ok := memoryAvailable()
+	if _, err := os.Stat("/proc/meminfo"); err != nil {
+		require.False(t, ok)
+		return
+	}
+	require.True(t, ok)
+	require.Greater(t, n, uint64(1<<20))
+}
+
+// rejectedFor runs the command with args and requires its refusal on the
+// command line (exit 2) to say want.
+func rejectedFor(t *testing.T, want string, args []string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run(args, &out, &errOut), "%q", args)
+	require.Contains(t, errOut.String(), want, "%q", args)
+	require.Empty(t, out.String(), "%q", args)
+}

@@ -318,6 +318,9 @@ func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 	if msg := cfg.check(); msg != "" {
 		return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
 	}
+	if msg := cfg.checkMemory(1); msg != "" {
+		return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
+	}
 	s, made, err := openEnds(cfg, "server")
 	if err != nil {
 		return err
