@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -135,12 +136,27 @@ func TestLengthErrors(t *testing.T) {
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeLocalLength, si)
 }
 
+// An atomic whose remote address is not aligned to its size is an
+// invalid request (the IBA's responder class C): the requester completes
+// with REM_INV_REQ_ERR, and the RC responder moves to error with the
+// invalid-request event (QP_REQ_ERR), its memory untouched.
 func TestRemoteInvalidRequestMisalignedAtomic(t *testing.T) {
 	e := newEnv(t, Options{})
-	a, _ := e.rcPair(qpOpts{})
+	a, b := e.rcPair(qpOpts{})
+	binary.NativeEndian.PutUint64(e.mem2(0, 8), 0x1111)
+	binary.NativeEndian.PutUint64(e.mem2(8, 8), 0x2222)
 	i := a.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(4), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(0)))
 	e.run()
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteInvalReq, i)
+	require.Equal(t, ctx.QPStateError, qpState(t, a))
+	require.Equal(t, ctx.QPStateError, qpState(t, b), "an RC responder moves to error on an invalid request")
+	require.Equal(t, uint64(0x1111), binary.NativeEndian.Uint64(e.mem2(0, 8)))
+	require.Equal(t, uint64(0x2222), binary.NativeEndian.Uint64(e.mem2(8, 8)))
+	ev, ok, err := provider.ReadAsyncEvent(e.c2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ctx.EventQPRequestError, ev.Type)
+	require.Equal(t, b.qp.QPN(), ev.QPN)
 }
 
 func TestRemoteOperationalError(t *testing.T) {

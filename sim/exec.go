@@ -355,7 +355,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 			return fail(prm.SyndromeRemoteAccess)
 		}
 		if w.raddr%size != 0 {
-			return fail(prm.SyndromeRemoteInvalReq)
+			return fail(f.misalignedAtomic(q.qpn, t))
 		}
 		target := m.bytes(w.raddr, size)
 		e := w.sg[0]
@@ -429,13 +429,29 @@ func (f *Fabric) remoteMR(t *qp, rkey uint32, addr, n uint64, need ctx.Access) *
 	return m
 }
 
-// remoteAccessError is the responder's side of a remote access violation:
-// an RC responder moves to error with an access-error event; a DCT stays.
+// remoteAccessError is the responder's side of a remote access violation
+// (see responderError).
 func (f *Fabric) remoteAccessError(q, t *qp) {
-	t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("remote access violation from QP %#x", q.qpn)})
+	f.responderError(q.qpn, t, ctx.EventQPAccessError, "remote access violation")
+}
+
+// responderError is the responder's side of a request it refuses with a
+// NAK, the IBA's responder class C errors: the affiliated event, ev
+// (QP_ACCESS_ERR for a remote access violation, QP_REQ_ERR for an invalid
+// request such as a misaligned atomic), and an RC responder moves to
+// error; a DCT stays, serving its other DCIs.
+func (f *Fabric) responderError(srcQPN uint32, t *qp, ev ctx.AsyncEventType, what string) {
+	t.dev.postEvent(ctx.AsyncEvent{Type: ev, QPN: t.qpn, Detail: fmt.Sprintf("%s from QP %#x", what, srcQPN)})
 	if t.typ == ctx.QPTypeRC {
-		f.qpErrorLocked(t, "remote access violation")
+		f.qpErrorLocked(t, what)
 	}
+}
+
+// misalignedAtomic is the responder's side of an atomic whose remote
+// address is not aligned to its size: an invalid request.
+func (f *Fabric) misalignedAtomic(srcQPN uint32, t *qp) prm.Syndrome {
+	f.responderError(srcQPN, t, ctx.EventQPRequestError, "misaligned atomic")
+	return prm.SyndromeRemoteInvalReq
 }
 
 // rnr handles a receiver-not-ready NAK: wait min_rnr_timer of the responder

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 var testFabricSeq atomic.Int64
@@ -175,6 +176,29 @@ func TestSharedRemoteAccessError(t *testing.T) {
 	st, err := e2.f.QPState(b.qp.QPN())
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateError, st)
+}
+
+// A misaligned atomic to another process: REM_INV_REQ_ERR at the
+// requester, the RC responder in error with QP_REQ_ERR, as within one.
+func TestSharedMisalignedAtomic(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	binary.NativeEndian.PutUint64(e2.mem(0, 8), 0x1111)
+	a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(4), e2.mr.RKey()), atomicSeg(1, 0), dataSeg(8, e1.mr.LKey(), e1.addr(0)))
+	c := waitCQE(t, a.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReqErr, c.op)
+	require.Equal(t, prm.SyndromeRemoteInvalReq, c.synd)
+	require.Equal(t, uint64(0x1111), binary.NativeEndian.Uint64(e2.mem(0, 8)), "nothing written")
+	st, err := e2.f.QPState(b.qp.QPN())
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st)
+	ev, ok, err := provider.ReadAsyncEvent(e2.c)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ctx.EventQPRequestError, ev.Type)
+	require.Equal(t, b.qp.QPN(), ev.QPN)
 }
 
 func TestSharedRNR(t *testing.T) {

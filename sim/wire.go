@@ -528,10 +528,7 @@ func (f *Fabric) wireStreamGone(qpn uint32, gen uint64) bool {
 // wireAccessError is the responder's side of a remote access violation
 // from another process (see remoteAccessError).
 func (f *Fabric) wireAccessError(srcQPN uint32, t *qp) {
-	t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("remote access violation from QP %#x", srcQPN)})
-	if t.typ == ctx.QPTypeRC {
-		f.qpErrorLocked(t, "remote access violation")
-	}
+	f.responderError(srcQPN, t, ctx.EventQPAccessError, "remote access violation")
 }
 
 // ---- UC: no acknowledgement ----
@@ -1485,7 +1482,7 @@ func (f *Fabric) wireExecAtomic(t *qp, srcQPN uint32, w *sendWQE, old *[8]byte) 
 		return nil, prm.SyndromeRemoteAccess
 	}
 	if w.raddr%size != 0 {
-		return nil, prm.SyndromeRemoteInvalReq
+		return nil, f.misalignedAtomic(srcQPN, t)
 	}
 	atomicOp(w, m.bytes(w.raddr, size), old[:size])
 	return old[:size], 0
