@@ -209,5 +209,7 @@ func queuePairAttributes(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAt
 	}
 	q.f.mu.Lock()
 	defer q.f.mu.Unlock()
-	return q.state, q.attr, true
+	attr = q.attr
+	attr.Access = q.remoteAccess()
+	return q.state, attr, true
 }

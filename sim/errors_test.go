@@ -116,6 +116,74 @@ func TestQPAccessFlags(t *testing.T) {
 	requireErr(t, a2.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteAccess, i)
 }
 
+// An RC responder whose max_dest_rd_atomic is 0 grants only remote
+// write, whatever its access flags: mlx5_ib clears the read and atomic
+// enables of its context (set_qpc_atomic_flags), so a READ or an atomic
+// to it completes with REMOTE_ACCESS_ERR, and QUERY_QP reports the
+// enables. With a depth of 1 the same QPs serve both.
+func TestNoReadDepthNoRemoteRead(t *testing.T) {
+	for _, depth := range []uint8{0, 1} {
+		e := newEnv(t, Options{})
+		a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+		b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+		require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+		require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: a.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 1}, MaxDestRdAtomic: depth}))
+		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}, MaxDestRdAtomic: 1}))
+		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 3, MaxRdAtomic: 1}))
+
+		e.f.mu.Lock()
+		bq := e.f.qps[b.qp.QPN()]
+		e.f.mu.Unlock()
+		_, attr, ok := queuePairAttributes(bq)
+		require.True(t, ok)
+		want := ctx.AccessRemoteWrite
+		if depth > 0 {
+			want = ctx.AccessRemoteRead | ctx.AccessRemoteWrite | ctx.AccessRemoteAtomic
+		}
+		require.Equal(t, want, attr.Access, "depth %d", depth)
+
+		copy(e.mem2(0, 8), "written!")
+		a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(8), e.mr2.RKey()), inlineSeg([]byte("w")))
+		e.run()
+		require.Equal(t, prm.CQEReq, a.scq.one(t).op, "a WRITE, depth %d", depth)
+		require.Equal(t, byte('w'), e.mem2(8, 1)[0])
+
+		i := a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(0), e.mr2.RKey()), dataSeg(8, e.mr.LKey(), e.addr(0)))
+		e.run()
+		if depth == 0 {
+			requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteAccess, i)
+			require.Zero(t, e.mem(0, 8)[0], "nothing read")
+			require.Equal(t, ctx.QPStateError, qpState(t, b))
+			continue
+		}
+		require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+		require.Equal(t, []byte("written!"), e.mem(0, 8))
+		i = a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(16), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(8)))
+		e.run()
+		require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+		require.Equal(t, uint64(1), binary.NativeEndian.Uint64(e.mem2(16, 8)))
+	}
+}
+
+// An atomic to an RC responder without a read depth: REMOTE_ACCESS_ERR,
+// the counter untouched.
+func TestNoReadDepthNoRemoteAtomic(t *testing.T) {
+	e := newEnv(t, Options{})
+	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: a.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 1}}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}, MaxDestRdAtomic: 1}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 3, MaxRdAtomic: 1}))
+	binary.NativeEndian.PutUint64(e.mem2(16, 8), 41)
+	i := a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(16), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(8)))
+	e.run()
+	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteAccess, i)
+	require.Equal(t, uint64(41), binary.NativeEndian.Uint64(e.mem2(16, 8)))
+}
+
 func TestLengthErrors(t *testing.T) {
 	e := newEnv(t, Options{})
 	a, b := e.rcPair(qpOpts{})

@@ -423,10 +423,24 @@ func fieldAdd(a, b, boundary uint64, width int) uint64 {
 // PD, the region's and the QP's access flags and the bounds.
 func (f *Fabric) remoteMR(t *qp, rkey uint32, addr, n uint64, need ctx.Access) *mr {
 	m := f.mrByKey(rkey)
-	if m == nil || m.pd != t.pd || m.access&need == 0 || t.attr.Access&need == 0 || !m.contains(addr, n) {
+	if m == nil || m.pd != t.pd || m.access&need == 0 || t.remoteAccess()&need == 0 || !m.contains(addr, n) {
 		return nil
 	}
 	return m
+}
+
+// remoteAccess is the remote access QP q grants as a responder: a DCT's
+// access flags; an RC or UC QP's, of which only REMOTE_WRITE while its
+// max_dest_rd_atomic is 0 (always, for UC). mlx5_ib clears the read and
+// atomic enables of such a QP's context (set_qpc_atomic_flags, at every
+// modify that carries the access flags or the depth), and QUERY_QP
+// reports the context's enables.
+func (q *qp) remoteAccess() ctx.Access {
+	a := q.attr.Access & (ctx.AccessRemoteRead | ctx.AccessRemoteWrite | ctx.AccessRemoteAtomic)
+	if q.typ == ctx.QPTypeRC && q.attr.MaxDestRdAtomic == 0 {
+		a &= ctx.AccessRemoteWrite
+	}
+	return a
 }
 
 // remoteAccessError is the responder's side of a remote access violation

@@ -89,7 +89,10 @@ func TestModifyQPWithoutState(t *testing.T) {
 		"INIT with ACCESS_FLAGS only: INIT→INIT")
 	q := m.query(t, h)
 	require.Equal(t, uint8(1), q[qqState], "still INIT")
-	require.Equal(t, uint32(accessLocalWrite|accessRemoteWrite), ne.Uint32(q[qqAccess:]), "the access flags applied")
+	// At INIT max_dest_rd_atomic is 0: of the flags, the context enables
+	// remote write only (set_qpc_atomic_flags), and QUERY_QP reads the
+	// enables back.
+	require.Equal(t, uint32(accessRemoteWrite), ne.Uint32(q[qqAccess:]), "the access flags applied")
 	require.Equal(t, unix.EINVAL, m.modify(modifyQP{h: h, mask: mmTimeout, timeout: 3}),
 		"INIT with TIMEOUT only: not an attribute of INIT→INIT")
 
@@ -105,7 +108,7 @@ func TestModifyQPWithoutState(t *testing.T) {
 	q = m.query(t, h)
 	require.Equal(t, uint8(3), q[qqState], "still RTS")
 	require.Equal(t, uint8(12), q[qqMinRNR], "the RNR timer applied")
-	require.Equal(t, uint32(accessLocalWrite|accessRemoteRead), ne.Uint32(q[qqAccess:]), "the access flags applied")
+	require.Equal(t, uint32(accessRemoteRead), ne.Uint32(q[qqAccess:]), "the access flags applied (a read depth of 1: read enabled)")
 }
 
 // __mlx5_ib_modify_qp writes retry_cnt and rnr_retry into fields of 3 bits
@@ -134,7 +137,7 @@ func TestModifyQPFieldsOutsideMask(t *testing.T) {
 		"INIT→INIT with STATE|ACCESS_FLAGS, port 0 outside the mask")
 	q := m.query(t, h)
 	require.Equal(t, uint8(1), q[qqPort], "the port is the one given at RESET→INIT")
-	require.Equal(t, uint32(accessLocalWrite|accessRemoteWrite), ne.Uint32(q[qqAccess:]))
+	require.Equal(t, uint32(accessRemoteWrite), ne.Uint32(q[qqAccess:]))
 
 	ud, _ := qpNumbered(t, m.k, m.a, m.fd, m.pd, m.cq, qptUD)
 	require.Zero(t, m.modify(modifyQP{h: ud, mask: mmState | mmPKey | mmPort | mmQKey, state: 1, port: 1, qkey: 0x11}))

@@ -210,7 +210,8 @@ func TestKernelQueuePairs(t *testing.T) {
 	require.Equal(t, uint8(1), q[o+8], "port_num")
 	require.Equal(t, uint8(14), q[o+9], "timeout")
 	require.Equal(t, qps[1].qpn, ne.Uint32(q[2*qpDestSize+32:]), "dest_qp_num")
-	require.Equal(t, uint32(accessLocalWrite|accessRemoteWrite), ne.Uint32(q[2*qpDestSize+36:]), "qp_access_flags")
+	require.Equal(t, uint32(accessRemoteWrite), ne.Uint32(q[2*qpDestSize+36:]),
+		"qp_access_flags: the context's remote enables, as query_qp_attr reads them (no LOCAL_WRITE)")
 	require.Equal(t, pa.LID, ne.Uint16(q[20:]), "the path's DLID")
 	require.Equal(t, uint32(8), ne.Uint32(q[2*qpDestSize+4:]), "max_recv_wr: the receive ring's entries")
 	_, en = queryQPCmd(k, a, fd, 0xbeef)
