@@ -12,6 +12,22 @@ import (
 )
 
 // readEvents drains a context's async events.
+// anyQPN is requireEvent's qpn for an event whose QPN is not checked.
+const anyQPN = ^uint32(0)
+
+// requireEvent requires the next async event of c to be of type typ, for
+// the QP qpn (unless anyQPN).
+func requireEvent(t *testing.T, c *ctx.Context, typ ctx.AsyncEventType, qpn uint32) {
+	t.Helper()
+	ev, ok, err := provider.ReadAsyncEvent(c)
+	require.NoError(t, err)
+	require.True(t, ok, "no %v event", typ)
+	require.Equal(t, typ, ev.Type)
+	if qpn != anyQPN {
+		require.Equal(t, qpn, ev.QPN)
+	}
+}
+
 func readEvents(t *testing.T, c *ctx.Context) []ctx.AsyncEvent {
 	t.Helper()
 	var out []ctx.AsyncEvent

@@ -88,11 +88,7 @@ func TestRemoteAccess(t *testing.T) {
 			require.Equal(t, ctx.QPStateError, qpState(t, a))
 			require.Equal(t, ctx.QPStateError, qpState(t, b), "an RC responder moves to error on an access violation")
 			require.Equal(t, before, e.mem2(8192, 4096))
-			ev, ok, err := provider.ReadAsyncEvent(e.c2)
-			require.NoError(t, err)
-			require.True(t, ok)
-			require.Equal(t, ctx.EventQPAccessError, ev.Type)
-			require.Equal(t, b.qp.QPN(), ev.QPN)
+			requireEvent(t, e.c2, ctx.EventQPAccessError, b.qp.QPN())
 		})
 	}
 }
@@ -124,13 +120,7 @@ func TestQPAccessFlags(t *testing.T) {
 func TestNoReadDepthNoRemoteRead(t *testing.T) {
 	for _, depth := range []uint8{0, 1} {
 		e := newEnv(t, Options{})
-		a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
-		b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
-		require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
-		require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: a.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 1}, MaxDestRdAtomic: depth}))
-		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
-		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}, MaxDestRdAtomic: 1}))
-		require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 3, MaxRdAtomic: 1}))
+		a, b := readDepthPair(t, e, depth)
 
 		e.f.mu.Lock()
 		bq := e.f.qps[b.qp.QPN()]
@@ -166,17 +156,26 @@ func TestNoReadDepthNoRemoteRead(t *testing.T) {
 	}
 }
 
+// readDepthPair connects an RC requester a (read depth 1) to an RC
+// responder b whose max_dest_rd_atomic is depth, both with every access
+// flag.
+func readDepthPair(t *testing.T, e *env, depth uint8) (a, b *testQP) {
+	t.Helper()
+	a = e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+	b = e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: a.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 1}, MaxDestRdAtomic: depth}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}, MaxDestRdAtomic: 1}))
+	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 3, MaxRdAtomic: 1}))
+	return a, b
+}
+
 // An atomic to an RC responder without a read depth: REMOTE_ACCESS_ERR,
 // the counter untouched.
 func TestNoReadDepthNoRemoteAtomic(t *testing.T) {
 	e := newEnv(t, Options{})
-	a := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
-	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC})
-	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
-	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: a.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 1}}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Access: allAccess}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: b.qp.QPN(), PathMTU: ctx.MTU1024, Path: ctx.AddressAttr{DLID: 2}, MaxDestRdAtomic: 1}))
-	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 10, RetryCount: 3, MaxRdAtomic: 1}))
+	a, _ := readDepthPair(t, e, 0)
 	binary.NativeEndian.PutUint64(e.mem2(16, 8), 41)
 	i := a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(16), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(8)))
 	e.run()
@@ -220,11 +219,7 @@ func TestRemoteInvalidRequestMisalignedAtomic(t *testing.T) {
 	require.Equal(t, ctx.QPStateError, qpState(t, b), "an RC responder moves to error on an invalid request")
 	require.Equal(t, uint64(0x1111), binary.NativeEndian.Uint64(e.mem2(0, 8)))
 	require.Equal(t, uint64(0x2222), binary.NativeEndian.Uint64(e.mem2(8, 8)))
-	ev, ok, err := provider.ReadAsyncEvent(e.c2)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, ctx.EventQPRequestError, ev.Type)
-	require.Equal(t, b.qp.QPN(), ev.QPN)
+	requireEvent(t, e.c2, ctx.EventQPRequestError, b.qp.QPN())
 }
 
 func TestRemoteOperationalError(t *testing.T) {
@@ -386,10 +381,7 @@ func TestFlushExactlyOnce(t *testing.T) {
 	e.run()
 	requireErr(t, a.scq.one(t), prm.CQEReqErr, prm.SyndromeWRFlush, j)
 	require.Empty(t, a.scq.drain())
-	ev, ok, err := provider.ReadAsyncEvent(e.c)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, ctx.EventQPFatal, ev.Type)
+	requireEvent(t, e.c, ctx.EventQPFatal, anyQPN)
 
 	// RESET and back to RTS: the QP works again.
 	require.NoError(t, a.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}))

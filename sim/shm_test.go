@@ -17,7 +17,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 var testFabricSeq atomic.Int64
@@ -194,11 +193,7 @@ func TestSharedMisalignedAtomic(t *testing.T) {
 	st, err := e2.f.QPState(b.qp.QPN())
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateError, st)
-	ev, ok, err := provider.ReadAsyncEvent(e2.c)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, ctx.EventQPRequestError, ev.Type)
-	require.Equal(t, b.qp.QPN(), ev.QPN)
+	requireEvent(t, e2.c, ctx.EventQPRequestError, b.qp.QPN())
 }
 
 func TestSharedRNR(t *testing.T) {

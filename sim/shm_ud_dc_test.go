@@ -8,7 +8,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // sharedUDPair returns two Fabrics of one shared fabric, a UD QP of each
@@ -115,10 +114,7 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	st, err := t1.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTR, st)
-	ev, ok, err := provider.ReadAsyncEvent(e2.c)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, ctx.EventQPAccessError, ev.Type)
+	requireEvent(t, e2.c, ctx.EventQPAccessError, anyQPN)
 
 	// RC into an SRQ across processes.
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})

@@ -7,7 +7,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
-	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 func (e *env) udQP(pd *ctx.ProtectionDomain, qkey uint32, o qpOpts) *testQP {
@@ -243,10 +242,7 @@ func TestDCWrongKeyAndUnknownTarget(t *testing.T) {
 	st, err := t1.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTR, st, "a DCT does not go to error")
-	ev, ok, err := provider.ReadAsyncEvent(e.c2)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, ctx.EventQPAccessError, ev.Type)
+	requireEvent(t, e.c2, ctx.EventQPAccessError, anyQPN)
 
 	d2 := e.dci(e.pd)
 	i = d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, 0xabcdef, 2), inlineSeg([]byte("x")))
