@@ -147,11 +147,15 @@ func TestNoReadDepthNoRemoteRead(t *testing.T) {
 			require.Equal(t, ctx.QPStateError, qpState(t, b))
 			continue
 		}
-		require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+		c := a.scq.one(t)
+		require.Equal(t, prm.CQEReq, c.op)
+		require.Equal(t, i, c.counter)
 		require.Equal(t, []byte("written!"), e.mem(0, 8))
 		i = a.post(prm.OpAtomicFA, 0, prm.FlagCQUpdate, 0, raddrSeg(e.addr2(16), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(8)))
 		e.run()
-		require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+		c = a.scq.one(t)
+		require.Equal(t, prm.CQEReq, c.op)
+		require.Equal(t, i, c.counter)
 		require.Equal(t, uint64(1), binary.NativeEndian.Uint64(e.mem2(16, 8)))
 	}
 }
