@@ -341,6 +341,13 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 			return fail(prm.SyndromeRemoteAccess)
 		}
 		src := m.bytes(w.raddr, w.total)
+		if len(w.sg) > 1 {
+			// The response carries the bytes as they were read: an
+			// SGE may overlap the remote range, and must not change
+			// what a later SGE receives. (One SGE is one copy, which
+			// moves overlapping bytes as read.)
+			src = f.holdCopy(src)
+		}
 		for _, e := range w.sg {
 			lm := f.mrs[e.lkey]
 			n := copy(lm.bytes(e.addr, e.n), src)
@@ -395,12 +402,15 @@ func atomicOp(w *sendWQE, target, result []byte) {
 		nv = fieldAdd(old, w.swap, w.swapMask, width)
 	}
 	nv &= mask
+	// The responder updates the word; the response with the old value
+	// lands after it (so a result buffer that is the target itself ends
+	// with the old value, as on a NIC).
 	if w.asize == 8 {
-		binary.NativeEndian.PutUint64(result, old)
 		binary.NativeEndian.PutUint64(target, nv)
+		binary.NativeEndian.PutUint64(result, old)
 	} else {
-		putBE32(result, uint32(old))
 		putBE32(target, uint32(nv))
+		putBE32(result, uint32(old))
 	}
 }
 

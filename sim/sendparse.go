@@ -477,6 +477,22 @@ func (f *Fabric) gather(q *qp, w *sendWQE) ([]byte, prm.Syndrome) {
 	return buf, 0
 }
 
+// holdCopy returns a copy of b in the fabric's scratch buffer, valid until
+// the next use of it (gather's rule: a large buffer is not kept for small
+// messages).
+func (f *Fabric) holdCopy(b []byte) []byte {
+	if cap(f.scratch) < len(b) {
+		f.scratch = make([]byte, 0, len(b))
+	}
+	buf := append(f.scratch[:0], b...)
+	if cap(f.scratch) > 1<<20 && len(buf) <= 1<<20 {
+		f.scratch = nil
+	} else {
+		f.scratch = buf[:0]
+	}
+	return buf
+}
+
 // checkLocalRead checks the SGEs a SEND or RDMA_WRITE reads: each in a
 // region of the QP's PD.
 func (f *Fabric) checkLocalRead(q *qp, w *sendWQE) prm.Syndrome {
