@@ -303,7 +303,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 				if q.uc {
 					return done(w.total) // dropped by the responder
 				}
-				f.remoteAccessError(q, t)
+				f.remoteAccessError(q.qpn, t)
 				return fail(prm.SyndromeRemoteAccess)
 			}
 		}
@@ -337,7 +337,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		}
 		m := f.remoteMR(t, w.rkey, w.raddr, w.total, ctx.AccessRemoteRead)
 		if m == nil {
-			f.remoteAccessError(q, t)
+			f.remoteAccessError(q.qpn, t)
 			return fail(prm.SyndromeRemoteAccess)
 		}
 		src := m.bytes(w.raddr, w.total)
@@ -358,7 +358,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		size := uint64(w.asize)
 		m := f.remoteMR(t, w.rkey, w.raddr, size, ctx.AccessRemoteAtomic)
 		if m == nil {
-			f.remoteAccessError(q, t)
+			f.remoteAccessError(q.qpn, t)
 			return fail(prm.SyndromeRemoteAccess)
 		}
 		if w.raddr%size != 0 {
@@ -454,9 +454,10 @@ func (q *qp) remoteAccess() ctx.Access {
 }
 
 // remoteAccessError is the responder's side of a remote access violation
-// (see responderError).
-func (f *Fabric) remoteAccessError(q, t *qp) {
-	f.responderError(q.qpn, t, ctx.EventQPAccessError, "remote access violation")
+// by the requester QP srcQPN, of this process or another (see
+// responderError).
+func (f *Fabric) remoteAccessError(srcQPN uint32, t *qp) {
+	f.responderError(srcQPN, t, ctx.EventQPAccessError, "remote access violation")
 }
 
 // responderError is the responder's side of a request it refuses with a

@@ -469,27 +469,29 @@ func (f *Fabric) gather(q *qp, w *sendWQE) ([]byte, prm.Syndrome) {
 		}
 		buf = append(buf, f.mrs[e.lkey].bytes(e.addr, e.n)...)
 	}
-	if cap(f.scratch) > 1<<20 && len(buf) <= 1<<20 {
-		f.scratch = nil // do not keep a large buffer for small messages
-	} else {
-		f.scratch = buf[:0]
-	}
+	f.keepScratch(buf)
 	return buf, 0
 }
 
-// holdCopy returns a copy of b in the fabric's scratch buffer, valid until
-// the next use of it (gather's rule: a large buffer is not kept for small
-// messages).
-func (f *Fabric) holdCopy(b []byte) []byte {
-	if cap(f.scratch) < len(b) {
-		f.scratch = make([]byte, 0, len(b))
-	}
-	buf := append(f.scratch[:0], b...)
+// keepScratch keeps buf's array as the fabric's scratch buffer for the
+// next message, unless it is large and buf small: a large buffer is not
+// kept for small messages.
+func (f *Fabric) keepScratch(buf []byte) {
 	if cap(f.scratch) > 1<<20 && len(buf) <= 1<<20 {
 		f.scratch = nil
 	} else {
 		f.scratch = buf[:0]
 	}
+}
+
+// holdCopy returns a copy of b in the fabric's scratch buffer, valid until
+// the next use of it (keepScratch).
+func (f *Fabric) holdCopy(b []byte) []byte {
+	if cap(f.scratch) < len(b) {
+		f.scratch = make([]byte, 0, len(b))
+	}
+	buf := append(f.scratch[:0], b...)
+	f.keepScratch(buf)
 	return buf
 }
 

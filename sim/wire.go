@@ -525,12 +525,6 @@ func (f *Fabric) wireStreamGone(qpn uint32, gen uint64) bool {
 	}
 }
 
-// wireAccessError is the responder's side of a remote access violation
-// from another process (see remoteAccessError).
-func (f *Fabric) wireAccessError(srcQPN uint32, t *qp) {
-	f.responderError(srcQPN, t, ctx.EventQPAccessError, "remote access violation")
-}
-
 // ---- UC: no acknowledgement ----
 
 // wireUCLoss is how long a UC QP waits for the model's answer to a segment
@@ -1236,7 +1230,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 					f.ucDrop(from, h, t)
 					return
 				}
-				f.wireAccessError(h.SrcQPN, t)
+				f.remoteAccessError(h.SrcQPN, t)
 				f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 				return
 			}
@@ -1268,7 +1262,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		if total > 0 {
 			m := f.remoteMR(t, h.RKey, h.RAddr, total, ctx.AccessRemoteRead)
 			if m == nil {
-				f.wireAccessError(h.SrcQPN, t)
+				f.remoteAccessError(h.SrcQPN, t)
 				f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 				return
 			}
@@ -1478,7 +1472,7 @@ func (f *Fabric) wireExecAtomic(t *qp, srcQPN uint32, w *sendWQE, old *[8]byte) 
 	}
 	m := f.remoteMR(t, w.rkey, w.raddr, size, ctx.AccessRemoteAtomic)
 	if m == nil {
-		f.wireAccessError(srcQPN, t)
+		f.remoteAccessError(srcQPN, t)
 		return nil, prm.SyndromeRemoteAccess
 	}
 	if w.raddr%size != 0 {
