@@ -147,7 +147,7 @@ func (f *Fabric) qpFatal(q *qp, why string) {
 	}
 	// The fatal event first, then (for a QP with an SRQ) the last WQE
 	// reached that the move to error raises.
-	q.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPFatal, QPN: q.qpn, Detail: why})
+	q.raiseEvent(ctx.EventQPFatal, why)
 	f.qpErrorLocked(q, why)
 }
 
@@ -269,7 +269,7 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 		}
 		src = srcInfo{qpn: q.qpn, lid: q.dev.h.lid, sl: a.sl, grh: a.grh, l3: q.dev.h.roceL3(a.sgidIdx)}
 		if t != nil && beUint64(w.av[prm.AVKey:]) != t.dcKey {
-			t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("DC access key violation from DCI %#x", q.qpn)})
+			f.stats.DCKeyViolations++
 			return fail(prm.SyndromeRemoteAccess)
 		}
 	}
@@ -461,15 +461,29 @@ func (f *Fabric) remoteAccessError(srcQPN uint32, t *qp) {
 }
 
 // responderError is the responder's side of a request it refuses with a
-// NAK, the IBA's responder class C errors: the affiliated event, ev
-// (QP_ACCESS_ERR for a remote access violation, QP_REQ_ERR for an invalid
-// request such as a misaligned atomic), and an RC responder moves to
-// error; a DCT stays, serving its other DCIs.
+// NAK, the IBA's responder class C errors: an RC responder raises the
+// affiliated event, ev (QP_ACCESS_ERR for a remote access violation,
+// QP_REQ_ERR for an invalid request such as a misaligned atomic), and
+// moves to error; a DCT stays, serving its other DCIs, and raises none
+// (see raiseEvent).
 func (f *Fabric) responderError(srcQPN uint32, t *qp, ev ctx.AsyncEventType, what string) {
-	t.dev.postEvent(ctx.AsyncEvent{Type: ev, QPN: t.qpn, Detail: fmt.Sprintf("%s from QP %#x", what, srcQPN)})
 	if t.typ == ctx.QPTypeRC {
+		t.raiseEvent(ev, fmt.Sprintf("%s from QP %#x", what, srcQPN))
 		f.qpErrorLocked(t, what)
 	}
+}
+
+// raiseEvent posts the async event typ affiliated with QP q (f.mu held),
+// unless q is a DCT: of the events a device raises on a DCT, mlx5_ib
+// passes on none (qpc.c's rsc_event_notifier allows a DCT only
+// DCT_DRAINED, which the driver consumes as it destroys the DCT), and the
+// device's event mask leaves DCT_KEY_VIOLATION off (eq.c), so a verbs
+// program never reads an event of a DCT.
+func (q *qp) raiseEvent(typ ctx.AsyncEventType, detail string) {
+	if q.typ == ctx.QPTypeDCT {
+		return
+	}
+	q.dev.postEvent(ctx.AsyncEvent{Type: typ, QPN: q.qpn, Detail: detail})
 }
 
 // misalignedAtomic is the responder's side of an atomic whose remote

@@ -244,6 +244,11 @@ type Stats struct {
 	// held maxQueuedEvents (4096) unread, as a full event pipe of the
 	// emulated kernel drops them.
 	LostEvents uint64
+	// DCKeyViolations counts the messages DCTs refused for a wrong DC
+	// access key, as a DCT's context counts them
+	// (dc_access_key_violation_count, which no verb reads). The DCI's
+	// WQE completes with REMOTE_ACCESS_ERR; the DCT raises no event.
+	DCKeyViolations uint64
 }
 
 // New creates a Fabric. In Engine mode its goroutine starts with the first

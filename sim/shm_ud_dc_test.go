@@ -106,7 +106,8 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	require.Equal(t, uint64(10), host.Uint64(e1.mem(0, 8)))
 	require.Equal(t, uint64(13), host.Uint64(e2.mem(8192, 8)))
 
-	// A wrong DC key: REMOTE_ACCESS_ERR, the DCT stays, with an event.
+	// A wrong DC key: REMOTE_ACCESS_ERR, the DCT stays, counts it and
+	// raises no event.
 	d2 := e1.dci(e1.pd)
 	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, t1.qp.QPN(), lid), inlineSeg([]byte("x")))
 	c := waitCQE(t, d2.scq, 5*time.Second)
@@ -114,7 +115,8 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	st, err := t1.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTR, st)
-	requireEvent(t, e2.c, ctx.EventQPAccessError, anyQPN)
+	require.Empty(t, readEvents(t, e2.c), "no event of a DCT")
+	require.Equal(t, uint64(1), e2.f.Stats().DCKeyViolations)
 
 	// RC into an SRQ across processes.
 	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})

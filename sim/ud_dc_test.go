@@ -229,6 +229,10 @@ func TestDCOneInitiatorManyTargets(t *testing.T) {
 	require.Equal(t, uint64(13), host.Uint64(e.mem2(8192, 8)))
 }
 
+// TestDCWrongKeyAndUnknownTarget: a wrong DC key completes the DCI's WQE
+// with REMOTE_ACCESS_ERR, the DCT writes nothing, stays in RTR, counts
+// the violation and raises no event (mlx5_ib passes on none of a DCT);
+// a DCT number or LID that reaches no DCT ends in RETRY_EXC_ERR.
 func TestDCWrongKeyAndUnknownTarget(t *testing.T) {
 	e := newEnv(t, Options{})
 	srq := e.newSRQ(e.pd2, 16, 1)
@@ -242,7 +246,8 @@ func TestDCWrongKeyAndUnknownTarget(t *testing.T) {
 	st, err := t1.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, ctx.QPStateRTR, st, "a DCT does not go to error")
-	requireEvent(t, e.c2, ctx.EventQPAccessError, anyQPN)
+	require.Empty(t, readEvents(t, e.c2), "no event of a DCT")
+	require.Equal(t, uint64(1), e.f.Stats().DCKeyViolations)
 
 	d2 := e.dci(e.pd)
 	i = d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, 0xabcdef, 2), inlineSeg([]byte("x")))
@@ -253,6 +258,44 @@ func TestDCWrongKeyAndUnknownTarget(t *testing.T) {
 	i = d3.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), 1), inlineSeg([]byte("x")))
 	e.run()
 	requireErr(t, d3.scq.one(t), prm.CQEReqErr, prm.SyndromeTransportRetryExc, i)
+}
+
+// TestDCTResponderErrorsRaiseNoEvent: a WRITE under an rkey the DCT's PD
+// does not know and a misaligned atomic complete the DCI's WQE with
+// REMOTE_ACCESS_ERR and REMOTE_INVAL_REQ_ERR, the DCT's memory untouched;
+// the DCT stays in RTR, serves the next DCI, and raises no event, where an
+// RC responder raises QP_ACCESS_ERR or QP_REQ_ERR: mlx5_ib's event
+// dispatch (qpc.c) lets a DCT have none but DCT_DRAINED, which it keeps.
+func TestDCTResponderErrorsRaiseNoEvent(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 16, 1)
+	t1 := e.dct(e.pd2, srq, 0xfeed)
+	host.PutUint64(e.mem2(0, 8), 0x1111)
+	host.PutUint64(e.mem2(8, 8), 0x2222)
+
+	d := e.dci(e.pd)
+	i := d.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), 2), raddrSeg(e.addr2(0), 0x4242), inlineSeg([]byte("bad rkey")))
+	e.run()
+	requireErr(t, d.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteAccess, i)
+
+	d2 := e.dci(e.pd)
+	i = d2.post(prm.OpAtomicCS, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), 2), raddrSeg(e.addr2(4), e.mr2.RKey()), atomicSeg(1, 0), dataSeg(8, e.mr.LKey(), e.addr(0)))
+	e.run()
+	requireErr(t, d2.scq.one(t), prm.CQEReqErr, prm.SyndromeRemoteInvalReq, i)
+
+	require.Equal(t, uint64(0x1111), host.Uint64(e.mem2(0, 8)))
+	require.Equal(t, uint64(0x2222), host.Uint64(e.mem2(8, 8)))
+	require.Equal(t, ctx.QPStateRTR, qpState(t, t1), "a DCT does not go to error")
+	require.Empty(t, readEvents(t, e.c2), "no event of a DCT")
+	require.Zero(t, e.f.Stats().DCKeyViolations, "the key was right")
+
+	d3 := e.dci(e.pd)
+	i = d3.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, dcAV(0xfeed, t1.qp.QPN(), 2), raddrSeg(e.addr2(0), e.mr2.RKey()), inlineSeg([]byte("served")))
+	e.run()
+	c := d3.scq.one(t)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, uint16(i), c.counter)
+	require.Equal(t, []byte("served"), e.mem2(0, 6))
 }
 
 func TestDCRNR(t *testing.T) {

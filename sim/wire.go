@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/binary"
-	"fmt"
 	"slices"
 	"time"
 	"unsafe"
@@ -451,10 +450,10 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			return
 		}
 		if h.DCKey != t.dcKey {
-			// Every segment is refused; the event is raised once a
-			// message, at its first.
+			// Every segment is refused; the violation is counted once
+			// a message, at its first.
 			if h.Off == 0 {
-				t.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPAccessError, QPN: t.qpn, Detail: fmt.Sprintf("DC access key violation from DCI %#x", h.SrcQPN)})
+				f.stats.DCKeyViolations++
 			}
 			f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 			return

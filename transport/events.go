@@ -12,8 +12,8 @@ import (
 // (ctx.Context.EventRouter, which from then on consumes every event of the
 // context), until the subscription is cancelled or the context closes. fn
 // runs on the router's goroutine and must not post or poll: the queue is
-// used by one goroutine at a time. A DCT's number is its QPN once it has
-// reached RTR: watch it after that.
+// used by one goroutine at a time. A DCT gets none: mlx5_ib passes on no
+// event of a DCT, and the software HCA raises none (docs/hardware.md).
 func (q *Queue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {
 	return watch(q.qp.ProtectionDomain().Context(), ctx.EventFilter{QPNs: []uint32{q.qpn}}, fn)
 }
