@@ -579,8 +579,8 @@ const (
 	EventPortActive
 	EventPortError
 	EventDeviceFatal
-	// EventCommEstablished: a receive arrived on an RC QP in RTR (it may
-	// move to RTS).
+	// EventCommEstablished: an RC or UC QP in RTR received its first
+	// packet (it may move to RTS).
 	EventCommEstablished
 	// EventSQDrained: a QP moved to SQD has no send WQE in flight.
 	EventSQDrained

@@ -176,7 +176,21 @@ func (f *Fabric) rcPeer(q *qp) *qp {
 	if !reaches(q.dev.h.link, p.GlobalRoute, p.DLID, p.DGID, t.dev.h) {
 		return nil
 	}
+	if t.commEst {
+		t.receivedInRTR()
+	}
 	return t
+}
+
+// receivedInRTR raises COMM_EST for an RC or UC QP in RTR that has just
+// received its first packet there, as the IBA's communication
+// established event and mlx5's COMM_EST (which mlx5_ib passes on as
+// IB_EVENT_COMM_EST) are; once until the QP enters RTR again.
+func (q *qp) receivedInRTR() {
+	q.commEst = false
+	if q.state == ctx.QPStateRTR {
+		q.raiseEvent(ctx.EventCommEstablished, "first packet received in RTR")
+	}
 }
 
 // avInfo is what the model reads from an address vector.

@@ -336,6 +336,9 @@ type qp struct {
 	// requests are not acknowledged and its responder drops what it
 	// cannot take (ucDrop).
 	uc bool
+	// commEst: an RC or UC QP that entered RTR and has not yet received
+	// a packet there; the first one raises COMM_EST (receivedInRTR).
+	commEst bool
 
 	state ctx.QPState
 	attr  ctx.QPAttr // accumulated attributes
@@ -667,6 +670,7 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	q.f.wireFlushAcks()
 	q.wireTransition(from, a.State)
 	q.state = a.State
+	q.commEst = a.State == ctx.QPStateRTR && q.typ == ctx.QPTypeRC
 	return nil
 }
 

@@ -444,6 +444,9 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			!reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {
 			return
 		}
+		if t.commEst {
+			t.receivedInRTR()
+		}
 		rs = &t.wire.resp
 	case ctx.QPTypeDCT:
 		if t.state != ctx.QPStateRTR || !reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {

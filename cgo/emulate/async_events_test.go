@@ -16,7 +16,8 @@ import (
 
 // TestAsyncEventsUnderPreload compiles testdata/async_events.c and runs it
 // with the emulation preloaded over both ABIs and both link layers:
-// ibv_get_async_event returns an SRQ limit reached (once, the limit then
+// ibv_get_async_event returns communication established for a QP in RTR
+// that receives its first packet (once), an SRQ limit reached (once, the limit then
 // reading 0), a CQ error and the QP fatal error of a CQ overrun, and a
 // last WQE reached, each naming its object; a QP destroyed with its event
 // unread takes the event with it, and every destroy after acknowledged
@@ -30,6 +31,8 @@ func TestAsyncEventsUnderPreload(t *testing.T) {
 			t.Run("abi="+abi+",link="+link, func(t *testing.T) {
 				out := runPreloaded(t, prog, lib, abi, link)
 				require.Equal(t, "async fd readable: 0\n"+
+					"event communication established: qp b\n"+
+					"after the second packet: readable 0\n"+
 					"srq limit armed: 3\n"+
 					"one below four: readable 0\n"+
 					"event SRQ limit reached: srq\n"+

@@ -103,6 +103,7 @@ static void event(void)
 		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_LAST_WQE_REACHED:
+	case IBV_EVENT_COMM_EST:
 		what = ev.element.qp == qa ? "qp a" : ev.element.qp == qb ? "qp b" : "another qp";
 		break;
 	case IBV_EVENT_SRQ_LIMIT_REACHED:
@@ -151,8 +152,20 @@ int main(void)
 	qb = make_test_qp(pd, cq, cq, srq, IBV_QPT_RC, 32);
 	qc = make_test_qp(pd, cq, cq, srq, IBV_QPT_RC, 32);
 	connect_rc(qa, qb->qp_num, &d.pa, &d.gid, access);
-	connect_rc(qb, qa->qp_num, &d.pa, &d.gid, access);
+	ready_rc(qb, qa->qp_num, &d.pa, &d.gid, access);
 	printf("async fd readable: %d\n", readable(ctx->async_fd, 0));
+
+	/* qb in RTR receives its first packet: communication established,
+	 * once; then qb moves to RTS. */
+	post_srq_recv(srq, 2);
+	for (int i = 0; i < 2; i++) {
+		post(qa, IBV_WR_SEND, 1);
+		poll_n(cq, 1);
+		poll_n(scq, 1);
+	}
+	event();
+	printf("after the second packet: readable %d\n", readable(ctx->async_fd, 0));
+	send_rc(qb);
 
 	/* SRQ limit 3 with 4 receives posted: the second SEND leaves 2. */
 	post_srq_recv(srq, 4);

@@ -100,10 +100,10 @@ static inline void init_connected(struct ibv_qp *qp, uint32_t peer, struct ibv_p
 	}
 }
 
-/* connect_rc moves an RC QP from RESET to RTS, talking to peer on the same
+/* ready_rc moves an RC QP from RESET to RTR, talking to peer on the same
  * port (through GID 0 on an Ethernet port), with the given access flags. */
-static inline void connect_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid,
-			      int access)
+static inline void ready_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid,
+			    int access)
 {
 	struct ibv_qp_attr a;
 	int ret;
@@ -114,6 +114,14 @@ static inline void connect_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_
 	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
 		FAIL("modify RTR: %s", strerror(ret));
+}
+
+/* send_rc moves an RC QP from RTR to RTS. */
+static inline void send_rc(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	int ret;
+
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;
@@ -123,6 +131,15 @@ static inline void connect_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_
 	if ((ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
 		FAIL("modify RTS: %s", strerror(ret));
+}
+
+/* connect_rc moves an RC QP from RESET to RTS, talking to peer on the same
+ * port (through GID 0 on an Ethernet port), with the given access flags. */
+static inline void connect_rc(struct ibv_qp *qp, uint32_t peer, struct ibv_port_attr *pa, union ibv_gid *gid,
+			      int access)
+{
+	ready_rc(qp, peer, pa, gid, access);
+	send_rc(qp);
 }
 
 /* ready_ud moves a UD QP from RESET to RTS on port 1 with the Q_Key given. */
