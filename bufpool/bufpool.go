@@ -17,6 +17,7 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -205,6 +206,9 @@ func PostReceives[R Receiver](p *Pool, r R, n int) (int, error) {
 	if p == nil {
 		return 0, fmt.Errorf("bufpool: post receives: nil pool: %w", ctx.ErrInvalidArgument)
 	}
+	if nilness.Is(r) {
+		return 0, fmt.Errorf("bufpool: post receives: nil receiver: %w", ctx.ErrInvalidArgument)
+	}
 	if p.closed {
 		return 0, fmt.Errorf("bufpool: post receives: %w", errClosed)
 	}
@@ -237,6 +241,9 @@ func PostReceives[R Receiver](p *Pool, r R, n int) (int, error) {
 func Repost[R Receiver](p *Pool, r R, i int) error {
 	if p == nil {
 		return fmt.Errorf("bufpool: repost buffer %d: nil pool: %w", i, ctx.ErrInvalidArgument)
+	}
+	if nilness.Is(r) {
+		return fmt.Errorf("bufpool: repost buffer %d: nil receiver: %w", i, ctx.ErrInvalidArgument)
 	}
 	if p.closed {
 		return fmt.Errorf("bufpool: repost buffer %d: %w", i, errClosed)

@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // A closed pool hands out no buffer: a buffer pushed back after Close is
@@ -51,8 +52,8 @@ func TestClosedPoolHandsOutNothing(t *testing.T) {
 }
 
 // Repost of an index that names no buffer says so (ErrBadIndex), rather
-// than that the buffer is not in use; and a nil pool is refused, not
-// dereferenced.
+// than that the buffer is not in use; and a nil pool or receiver is
+// refused, not dereferenced.
 func TestRepostBadIndexAndNilPool(t *testing.T) {
 	f := sim.New(sim.Options{})
 	defer f.Close()
@@ -83,5 +84,22 @@ func TestRepostBadIndexAndNilPool(t *testing.T) {
 	}
 	if err := bufpool.Repost(nil, &qp.Queue, 0); !errors.Is(err, ctx.ErrInvalidArgument) {
 		t.Errorf("Repost of a nil pool: %v, want ctx.ErrInvalidArgument", err)
+	}
+	// A nil receiver of a receiver type is refused, and takes no buffer.
+	if n, err := bufpool.PostReceives(p, (*transport.Queue)(nil), 1); n != 0 || !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Errorf("PostReceives on a nil *transport.Queue: %d, %v; want 0, ctx.ErrInvalidArgument", n, err)
+	}
+	if n, err := bufpool.PostReceives(p, (*transport.SharedReceiveQueue)(nil), 1); n != 0 || !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Errorf("PostReceives on a nil *transport.SharedReceiveQueue: %d, %v; want 0, ctx.ErrInvalidArgument", n, err)
+	}
+	if p.Free() != 2 {
+		t.Errorf("%d buffers free after refused posts, want 2", p.Free())
+	}
+	i, ok := p.Pop()
+	if !ok {
+		t.Fatal("pop from a pool of 2")
+	}
+	if err := bufpool.Repost(p, (*transport.Queue)(nil), i); !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Errorf("Repost on a nil *transport.Queue: %v, want ctx.ErrInvalidArgument", err)
 	}
 }

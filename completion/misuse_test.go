@@ -3,16 +3,19 @@ package completion_test
 import (
 	"context"
 	"errors"
+	"iter"
 	"testing"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
-// Completions with a nil Notifier (or a nil Poller) yields an error
+// Completions with a nil Notifier (or a nil Poller, also a nil pointer of
+// a Poller type) yields an error
 // wrapping ctx.ErrInvalidArgument, as NewNotifier and NewPoller refuse nil,
 // instead of crashing in the loop.
 func TestCompletionsNilArguments(t *testing.T) {
@@ -40,24 +43,31 @@ func TestCompletionsNilArguments(t *testing.T) {
 	// completion that never comes.
 	cx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for name, seq := range map[string]func(func(*transport.Completion, error) bool){
-		"nil notifier": completion.Completions[*transport.Completion](cx, nil, p),
-		"nil poller":   completion.Completions[*transport.Completion](cx, n, nil),
+	for name, run := range map[string]func() (any, error){
+		"nil notifier":          firstError(completion.Completions[*transport.Completion](cx, nil, p)),
+		"nil poller":            firstError(completion.Completions[*transport.Completion](cx, n, nil)),
+		"nil *transport.Poller": firstError(completion.Completions[*transport.Completion](cx, n, (*transport.Poller)(nil))),
+		"nil *monocq.CQ":        firstError(completion.Completions[*monocq.CQE](cx, n, (*monocq.CQ)(nil))),
 	} {
-		var got error
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					t.Errorf("%s: panic: %v", name, r)
-				}
-			}()
-			for _, err := range seq {
-				got = err
-				break
-			}
-		}()
+		panicked, got := run()
+		if panicked != nil {
+			t.Errorf("%s: panic: %v", name, panicked)
+		}
 		if !errors.Is(got, ctx.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ctx.ErrInvalidArgument", name, got)
 		}
+	}
+}
+
+// firstError returns a function that runs seq to its first element and
+// returns what it panicked with, or its first element's error.
+func firstError[C any](seq iter.Seq2[C, error]) func() (any, error) {
+	return func() (panicked any, got error) {
+		defer func() { panicked = recover() }()
+		for _, err := range seq {
+			got = err
+			break
+		}
+		return nil, got
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -252,7 +253,7 @@ type Poller[C any] interface {
 func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C, error] {
 	return func(yield func(C, error) bool) {
 		var zero C
-		if n == nil || p == nil {
+		if n == nil || nilness.Is(p) {
 			yield(zero, fmt.Errorf("completion: completions: nil notifier or poller: %w", ctx.ErrInvalidArgument))
 			return
 		}

@@ -2,10 +2,10 @@ package transport
 
 import (
 	"fmt"
-	"reflect"
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
@@ -199,10 +199,7 @@ func (p *Poller) Remove(qp QueuePair) error {
 // holding a nil *rc.QP included: the embedded Queue's address is then not
 // nil, but the queue pair was never set up).
 func queueOf(qp QueuePair) *Queue {
-	if qp == nil {
-		return nil
-	}
-	if v := reflect.ValueOf(qp); v.Kind() == reflect.Pointer && v.IsNil() {
+	if nilness.Is(qp) {
 		return nil
 	}
 	return qp.queue()
