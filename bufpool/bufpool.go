@@ -263,7 +263,12 @@ func Repost[R Receiver](p *Pool, r R, i int) error {
 
 // Close deregisters the memory region and unmaps the buffers. Buffers must
 // not be in flight. It is idempotent.
+//
+// Close of a nil *Pool returns nil.
 func (p *Pool) Close() error {
+	if p == nil {
+		return nil
+	}
 	if p.closed {
 		return nil
 	}

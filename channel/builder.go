@@ -396,7 +396,14 @@ func (p *PreparedMulti) own(e endpoint.Endpoint) int {
 }
 
 // Close releases the queues of a channel that was never connected.
-func (p *PreparedMulti) Close() error { return p.c.close() }
+//
+// Close of a nil *PreparedMulti returns nil.
+func (p *PreparedMulti) Close() error {
+	if p == nil {
+		return nil
+	}
+	return p.c.close()
+}
 
 // close destroys everything the channel created, children first.
 func (c *core) close() error {

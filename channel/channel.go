@@ -56,7 +56,14 @@ func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn, side endpoint
 }
 
 // Close releases the queue pair of a channel that was never connected.
-func (p *Prepared) Close() error { return p.m.Close() }
+//
+// Close of a nil *Prepared returns nil.
+func (p *Prepared) Close() error {
+	if p == nil {
+		return nil
+	}
+	return p.m.Close()
+}
 
 // Channel is one connected queue pair to one peer with its completion
 // queue, in a protection domain the caller owns: a MultiChannel of one
@@ -69,4 +76,13 @@ func (p *Prepared) Close() error { return p.m.Close() }
 // goroutine, which ends the owner's waits (see MultiChannel).
 type Channel struct {
 	*MultiChannel
+}
+
+// Close destroys the channel's queue pair and completion queue, as
+// MultiChannel.Close does. Close of a nil *Channel returns nil.
+func (ch *Channel) Close() error {
+	if ch == nil {
+		return nil
+	}
+	return ch.MultiChannel.Close()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 )
 
 // ErrAsyncEvent is wrapped by the error of work that failed because the
@@ -176,6 +177,9 @@ func (ch *Channel) Reestablish() (*Prepared, error) {
 // calls ReestablishConn too, with the other side). The new channel serves
 // the same memory regions with the same keys.
 func (ch *Channel) ReestablishConn(c context.Context, conn net.Conn, side endpoint.Side, sec endpoint.Security) (*Channel, error) {
+	if nilness.Is(conn) {
+		return nil, fmt.Errorf("channel: reestablish: nil connection: %w", ctx.ErrInvalidArgument)
+	}
 	p, err := ch.Reestablish()
 	if err != nil {
 		return nil, err

@@ -3,12 +3,14 @@ package channel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/channel"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
 // misusePair connects two channels on the software HCA; mr is b's
@@ -108,4 +110,32 @@ func TestRemoteRegionBadPeerError(t *testing.T) {
 	if msg := err.Error(); strings.Contains(msg, "Op(") || !strings.Contains(msg, "remote region") {
 		t.Errorf("RemoteRegion(5, 0): %q names no call", msg)
 	}
+}
+
+// A nil connection is refused before anything changes: ReestablishConn
+// returns an error matching ctx.ErrInvalidArgument and the channel stays
+// connected. Slice of a nil region panics with a message that says so.
+func TestNilConnectionAndRegion(t *testing.T) {
+	a, b, mr := misusePair(t)
+	_, err := a.ReestablishConn(context.Background(), nil, 0, endpoint.Security{})
+	if !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Fatalf("ReestablishConn with a nil connection: %v, want ctx.ErrInvalidArgument", err)
+	}
+	bg := context.Background()
+	recv, err := b.PostReceive(channel.RecvRequest{Local: []channel.SGE{channel.Slice(mr, 0, 8)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(bg, channel.SendRequest{}); err != nil {
+		t.Fatalf("the channel after a refused ReestablishConn: %v", err)
+	}
+	if err := recv.Wait(bg); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "nil memory region") {
+			t.Errorf("Slice of a nil region: panic %v, want one naming the nil region", r)
+		}
+	}()
+	channel.Slice(nil, 0, 0)
 }

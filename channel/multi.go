@@ -112,7 +112,14 @@ func (m *MultiChannel) Err() error {
 
 // Close destroys the channel's queues and completion queue (not the
 // protection domain or the memory regions). Outstanding work is lost.
-func (m *MultiChannel) Close() error { return m.c.close() }
+//
+// Close of a nil *MultiChannel returns nil.
+func (m *MultiChannel) Close() error {
+	if m == nil {
+		return nil
+	}
+	return m.c.close()
+}
 
 // Fail moves every queue of the channel to the error state and polls until
 // each outstanding work request has completed with a flush error (or, for

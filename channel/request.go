@@ -18,12 +18,16 @@ type SGE struct {
 	LKey   uint32
 }
 
-// Slice returns the SGE of n bytes at offset off of mr. It panics when the
-// range is not inside the region, like a slice expression, or when n is
+// Slice returns the SGE of n bytes at offset off of mr. It panics when mr
+// is nil, when the range is not inside the region, like a slice
+// expression, or when n is
 // above wqebuilder.MaxSGELength (2^31-1: a data segment's byte count has 31
 // bits, bit 31 being the inline flag). A post refuses a hand-made SGE of
 // that length with wqebuilder.ErrSGETooLong.
 func Slice(mr *ctx.MemoryRegion, off, n int) SGE {
+	if mr == nil {
+		panic("channel: slice of a nil memory region")
+	}
 	if off < 0 || n < 0 || uint64(off)+uint64(n) > mr.Len() || n > wqebuilder.MaxSGELength {
 		panic(fmt.Sprintf("channel: slice [%d:+%d] of a %d-byte region", off, n, mr.Len()))
 	}

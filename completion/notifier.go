@@ -112,7 +112,12 @@ func (n *Notifier) Sleeps() uint64 { return n.sleeps }
 
 // Close releases the Notifier's descriptor. It does not close the CQ. It
 // is idempotent and may be called from any goroutine (see Notifier).
+//
+// Close of a nil *Notifier returns nil.
 func (n *Notifier) Close() error {
+	if n == nil {
+		return nil
+	}
 	if !n.closed.CompareAndSwap(false, true) {
 		return nil
 	}

@@ -237,7 +237,12 @@ func (b *Buffer) Closed() bool {
 // Close unmaps the buffer, or, while memory regions registered on it are
 // open, ends it for its owner and leaves the unmapping to the close of the
 // last of them (see Buffer). It is idempotent.
+//
+// Close of a nil *Buffer returns nil.
 func (b *Buffer) Close() error {
+	if b == nil {
+		return nil
+	}
 	liveBuffers.mu.Lock()
 	defer liveBuffers.mu.Unlock()
 	b.mu.Lock()

@@ -155,7 +155,12 @@ func (c *Context) Closed() bool { return c.isClosed() }
 // Close closes every object created from the Context (QPs, SRQs, CQs,
 // address handles, MRs, PDs, in that order) and then the device. It is
 // idempotent.
+//
+// Close of a nil *Context returns nil.
 func (c *Context) Close() error {
+	if c == nil {
+		return nil
+	}
 	c.tree.mu.Lock()
 	defer c.tree.mu.Unlock()
 	return opErr("close context", c.closeLocked())

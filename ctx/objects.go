@@ -25,7 +25,12 @@ func (pd *ProtectionDomain) Closed() bool { return pd.isClosed() }
 
 // Close closes every QP, SRQ, address handle and memory region of the PD,
 // then the PD. It is idempotent.
+//
+// Close of a nil *ProtectionDomain returns nil.
 func (pd *ProtectionDomain) Close() error {
+	if pd == nil {
+		return nil
+	}
 	pd.t.mu.Lock()
 	defer pd.t.mu.Unlock()
 	return opErr("close PD", pd.closeLocked())
@@ -144,7 +149,12 @@ func (mr *MemoryRegion) ProtectionDomain() *ProtectionDomain { return mr.pd }
 func (mr *MemoryRegion) Closed() bool { return mr.isClosed() }
 
 // Close deregisters the region. It is idempotent.
+//
+// Close of a nil *MemoryRegion returns nil.
 func (mr *MemoryRegion) Close() error {
+	if mr == nil {
+		return nil
+	}
 	mr.t.mu.Lock()
 	defer mr.t.mu.Unlock()
 	return opErr("deregister MR", mr.closeLocked())
@@ -196,7 +206,12 @@ func (cq *CompletionQueue) readEvent() (ok bool, err error) {
 func (cq *CompletionQueue) Closed() bool { return cq.isClosed() }
 
 // Close closes every QP that uses the CQ, then the CQ. It is idempotent.
+//
+// Close of a nil *CompletionQueue returns nil.
 func (cq *CompletionQueue) Close() error {
+	if cq == nil {
+		return nil
+	}
 	cq.t.mu.Lock()
 	defer cq.t.mu.Unlock()
 	return opErr("close CQ", cq.closeLocked())
@@ -244,7 +259,12 @@ func (s *SharedReceiveQueue) ProtectionDomain() *ProtectionDomain { return s.pd 
 func (s *SharedReceiveQueue) Closed() bool { return s.isClosed() }
 
 // Close closes every QP attached to the SRQ, then the SRQ. Idempotent.
+//
+// Close of a nil *SharedReceiveQueue returns nil.
 func (s *SharedReceiveQueue) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
 	return opErr("close SRQ", s.closeLocked())
@@ -297,7 +317,12 @@ func (ah *AddressHandle) AV() [prm.AVSize]byte { return ah.av }
 func (ah *AddressHandle) Closed() bool { return ah.isClosed() }
 
 // Close destroys the handle. It is idempotent.
+//
+// Close of a nil *AddressHandle returns nil.
 func (ah *AddressHandle) Close() error {
+	if ah == nil {
+		return nil
+	}
 	ah.t.mu.Lock()
 	defer ah.t.mu.Unlock()
 	return opErr("destroy AH", ah.closeLocked())

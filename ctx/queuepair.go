@@ -251,7 +251,12 @@ func (qp *QueuePair) Closed() bool { return qp.isClosed() }
 // Close destroys the QP. It is idempotent. The rings, doorbell record and
 // BlueFlame register of the descriptor are released with it: the data plane
 // must stop using them first (transports check Closed before posting).
+//
+// Close of a nil *QueuePair returns nil.
 func (qp *QueuePair) Close() error {
+	if qp == nil {
+		return nil
+	}
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()
 	return opErr("destroy QP", qp.closeLocked())

@@ -161,7 +161,14 @@ func (r *Remote) DCTNumber() uint32 { return r.dctn }
 func (r *Remote) Key() uint64 { return r.key }
 
 // Close destroys the address handle. It is idempotent.
-func (r *Remote) Close() error { return r.ah.Close() }
+//
+// Close of a nil *Remote returns nil.
+func (r *Remote) Close() error {
+	if r == nil {
+		return nil
+	}
+	return r.ah.Close()
+}
 
 // Post starts a send WQE to the remote DCT r with work request id wrid and
 // flags: the address vector, DCT number and DC access key are written, then
@@ -296,4 +303,22 @@ func pathMTU(m, active ctx.MTU) ctx.MTU {
 		return active
 	}
 	return m
+}
+
+// Close destroys the DC initiator, as transport.Queue.Close does (it may be called
+// from any goroutine, and is idempotent). Close of a nil *DCI returns nil.
+func (d *DCI) Close() error {
+	if d == nil {
+		return nil
+	}
+	return d.Queue.Close()
+}
+
+// Close destroys the DC target, not its SRQ, as transport.Queue.Close does (it may be called
+// from any goroutine, and is idempotent). Close of a nil *DCT returns nil.
+func (t *DCT) Close() error {
+	if t == nil {
+		return nil
+	}
+	return t.Queue.Close()
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 )
 
 // defaultTimeout bounds an exchange whose context has no deadline, so a
@@ -135,6 +137,9 @@ func ioError(ctx context.Context, op string, err error) error {
 // connections (net.Pipe) too.
 func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec Security) (Endpoint, error) {
 	op := "exchange"
+	if nilness.Is(conn) {
+		return Endpoint{}, fmt.Errorf("endpoint: %s: nil connection: %w", op, errInvalid)
+	}
 	if a := conn.RemoteAddr(); a != nil {
 		op = "exchange with " + a.String()
 	}

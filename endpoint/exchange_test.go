@@ -322,3 +322,20 @@ func TestExchangeSuccessClearsDeadline(t *testing.T) {
 	require.NoError(t, err, "the connection's deadline is cleared after a successful Exchange")
 	require.Equal(t, byte(42), buf[0])
 }
+
+// TestNilConnectionsRefused: a nil connection or listener, also a nil
+// pointer of a connection or listener type, is refused with an error
+// matching ctx.ErrInvalidArgument, not dereferenced.
+func TestNilConnectionsRefused(t *testing.T) {
+	bg := context.Background()
+	for name, conn := range map[string]net.Conn{"nil": nil, "nil *net.TCPConn": (*net.TCPConn)(nil)} {
+		_, err := Exchange(bg, conn, DialSide, sampleRC(), testSec)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "Exchange, %s", name)
+		_, _, err = WatchConn(bg, conn, 0)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "WatchConn, %s", name)
+	}
+	for name, ln := range map[string]net.Listener{"nil": nil, "nil *net.TCPListener": (*net.TCPListener)(nil)} {
+		_, err := NewMeshListener(ln, 2, MeshOptions{Security: testSec})
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "NewMeshListener, %s", name)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/admit"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 )
 
 // MaxPeers is the most peers one mesh connects. It bounds what an
@@ -232,6 +233,9 @@ func ListenMesh(ctx context.Context, address string, peers int, opts MeshOptions
 // listener handed down by a supervisor). opts.TLS, when set, wraps ln. The
 // mesh listener owns ln from then on; on error ln is left as it was.
 func NewMeshListener(ln net.Listener, peers int, opts MeshOptions) (*MeshListener, error) {
+	if nilness.Is(ln) {
+		return nil, fmt.Errorf("endpoint: mesh listener: nil listener: %w", errInvalid)
+	}
 	op := fmt.Sprintf("endpoint: mesh listener on %v", ln.Addr())
 	if err := checkPeers(peers); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -262,7 +266,12 @@ func (l *MeshListener) Addr() net.Addr { return l.listener.Addr() }
 // net.ErrClosed, and the ranks that had joined are told the mesh ended. A
 // later Exchange fails at once. Close is idempotent: a listener closed
 // already (by Close or Exchange) returns nil.
+//
+// Close of a nil *MeshListener returns nil.
 func (l *MeshListener) Close() error {
+	if l == nil {
+		return nil
+	}
 	l.used.Store(true)
 	if err := l.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		return err

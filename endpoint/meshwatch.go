@@ -97,7 +97,12 @@ func (w *MeshWatch) Err() error {
 // one gone, and ends the watch. It is idempotent and returns nil, and may
 // be called from any goroutine (from a signal handler's while the main
 // one defers it, say): every call returns once the connections are ended.
+//
+// Close of a nil *MeshWatch returns nil.
 func (w *MeshWatch) Close() error {
+	if w == nil {
+		return nil
+	}
 	w.init()
 	w.closing.Lock()
 	defer w.closing.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/connpeek"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 )
 
 // ErrPeerGone is the cause of a WatchConn context that the peer's end of
@@ -36,7 +37,7 @@ var ErrPeerGone = errors.New("the peer closed its connection: it exited or was k
 // more. The cancel function ends the context and the goroutine; call it
 // when done.
 func WatchConn(parent context.Context, conn net.Conn, interval time.Duration) (context.Context, context.CancelFunc, error) {
-	if _, ok := conn.(syscall.Conn); !ok || conn == nil {
+	if _, ok := conn.(syscall.Conn); !ok || nilness.Is(conn) {
 		return nil, nil, fmt.Errorf("endpoint: watch connection: a %T cannot be looked at without reading it (want a socket, such as a *net.TCPConn): %w", conn, ctx.ErrInvalidArgument)
 	}
 	if interval <= 0 {

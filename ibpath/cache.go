@@ -133,7 +133,12 @@ func (c *AddressCache) Evict(p Path) error {
 }
 
 // Close destroys every cached handle and empties the cache.
+//
+// Close of a nil *AddressCache returns nil.
 func (c *AddressCache) Close() error {
+	if c == nil {
+		return nil
+	}
 	var errs []error
 	for k, e := range c.entries {
 		if err := e.ah.Close(); err != nil {

@@ -289,3 +289,12 @@ func (q *QP) Reset() error {
 	q.remote = endpoint.Endpoint{}
 	return nil
 }
+
+// Close destroys the queue pair, as transport.Queue.Close does (it may be called
+// from any goroutine, and is idempotent). Close of a nil *QP returns nil.
+func (q *QP) Close() error {
+	if q == nil {
+		return nil
+	}
+	return q.Queue.Close()
+}

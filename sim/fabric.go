@@ -401,7 +401,12 @@ func (f *Fabric) Stats() Stats {
 // Fabric leaves its file there until another process joins or leaves that
 // fabric, or calls SweepFabric. A Fabric on a TCP link (Options.Link) closes the link.
 // Idempotent.
+//
+// Close of a nil *Fabric returns nil.
 func (f *Fabric) Close() error {
+	if f == nil {
+		return nil
+	}
 	if f.endClosing != nil {
 		f.endClosing()
 	}

@@ -337,7 +337,12 @@ func (q *Queue) kind() string {
 // a later Poll, once no CQE of it is left in the CQ; until then its CQEs
 // are handed over as the device wrote them (Remove drops it at once).
 // Close is idempotent.
+//
+// Close of a nil *Queue returns nil.
 func (q *Queue) Close() error {
+	if q == nil {
+		return nil
+	}
 	if err := q.qp.Close(); err != nil && !errors.Is(err, ctx.ErrClosed) {
 		return qpcore.Errorf(q.transport, "close"+q.kind(), "%w", err)
 	}

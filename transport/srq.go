@@ -127,7 +127,14 @@ func (s *SharedReceiveQueue) RingRecvDoorbell() {
 // polls: posts then fail with ctx.ErrClosed (a stage begun before fails at
 // Finish), and the Pollers drop the attached queue pairs as after their
 // own Close. It is idempotent.
-func (s *SharedReceiveQueue) Close() error { return s.srq.Close() }
+//
+// Close of a nil *SharedReceiveQueue returns nil.
+func (s *SharedReceiveQueue) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.srq.Close()
+}
 
 // Closed reports whether the SRQ has been closed.
 func (s *SharedReceiveQueue) Closed() bool { return s.srq.Closed() }

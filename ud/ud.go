@@ -214,7 +214,12 @@ func (r *Remote) QKey() uint32 { return r.qkey }
 
 // Close destroys the address handle, unless the Remote borrowed it
 // (RemoteVia). It is idempotent.
+//
+// Close of a nil *Remote returns nil.
 func (r *Remote) Close() error {
+	if r == nil {
+		return nil
+	}
 	if r.borrowed {
 		return nil
 	}
@@ -247,3 +252,12 @@ var noRemote Remote
 // GID returns the local GID table entry the QP sends from (on RoCE, and
 // on InfiniBand with a GRH): the one Config.GID selected.
 func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
+
+// Close destroys the queue pair, as transport.Queue.Close does (it may be called
+// from any goroutine, and is idempotent). Close of a nil *QP returns nil.
+func (q *QP) Close() error {
+	if q == nil {
+		return nil
+	}
+	return q.Queue.Close()
+}

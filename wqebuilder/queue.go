@@ -284,7 +284,13 @@ func (q *SendQueue) failure(ctrl unsafe.Pointer, st uint64) error {
 // A post racing with a Close on another goroutine either ends in that
 // error or goes through to a QP that is being destroyed; it never writes
 // to freed memory.
-func (q *SendQueue) Close() { q.closed.Or(closedBit) }
+//
+// Close of a nil *SendQueue does nothing.
+func (q *SendQueue) Close() {
+	if q != nil {
+		q.closed.Or(closedBit)
+	}
+}
 
 // Closed reports whether Close has run.
 func (q *SendQueue) Closed() bool { return q.closed.Load()&closedBit != 0 }
