@@ -109,4 +109,11 @@ func TestCloseOfNil(t *testing.T) {
 	for name, closeNil := range closeOfNil {
 		require.NotPanics(t, func() { require.NoError(t, closeNil(), name) }, name)
 	}
+	// The zero values of the types whose zero value is a declared thing
+	// to hold (a field of a struct, say) close as nothing.
+	require.NotPanics(t, func() {
+		require.NoError(t, new(completion.Notifier).Close())
+		require.NoError(t, new(bufpool.Pool).Close())
+		require.NoError(t, new(endpoint.MeshWatch).Close())
+	})
 }

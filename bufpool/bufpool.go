@@ -34,6 +34,11 @@ var (
 
 	// errClosed: the pool was closed; its memory is unmapped.
 	errClosed = fmt.Errorf("bufpool: pool closed: %w", ctx.ErrClosed)
+
+	// Push's errors, made once: Push allocates nothing.
+	errPushClosed   = fmt.Errorf("bufpool: push: %w", errClosed)
+	errPushBadIndex = fmt.Errorf("bufpool: push: %w", ErrBadIndex)
+	errPushNotInUse = fmt.Errorf("bufpool: push: %w", ErrNotInUse)
 )
 
 // Pool is a set of equal registered buffers.
@@ -77,7 +82,7 @@ func New(pd *ctx.ProtectionDomain, count, size int, access ctx.Access) (*Pool, e
 	}
 	p := &Pool{
 		base:  mr.Addr(),
-		data:  buf.Bytes()[:count*size],
+		data:  buf.Bytes()[: count*size : count*size],
 		size:  size,
 		count: count,
 		lkey:  mr.LKey(),
@@ -123,14 +128,14 @@ func (p *Pool) Pop() (i int, ok bool) {
 // use is an error and changes nothing.
 func (p *Pool) Push(i int) error {
 	if p.closed {
-		return errClosed
+		return errPushClosed
 	}
 	if uint(i) >= uint(p.count) {
-		return ErrBadIndex
+		return errPushBadIndex
 	}
 	bit := uint64(1) << (i & 63)
 	if p.inUse[i>>6]&bit == 0 {
-		return ErrNotInUse
+		return errPushNotInUse
 	}
 	p.inUse[i>>6] &^= bit
 	p.free = append(p.free, int32(i)) // within capacity: never allocates
@@ -148,6 +153,9 @@ func (p *Pool) InUse(i int) bool {
 func (p *Pool) Buffer(i int) []byte {
 	if p.closed {
 		return nil
+	}
+	if uint(i) >= uint(p.count) {
+		panic("bufpool: buffer index out of range")
 	}
 	off := i * p.size
 	return p.data[off : off+p.size : off+p.size]

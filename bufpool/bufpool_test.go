@@ -69,11 +69,18 @@ func TestPopPush(t *testing.T) {
 	_, n, _ = p.SGE(3, 1000)
 	require.Equal(t, uint32(100), n, "capped at the buffer size")
 	require.Equal(t, 100, copy(p.Buffer(2), make([]byte, 500)))
+	// An index past the pool panics, like a slice index: no memory past
+	// the last buffer (the rest of its page) is handed out, and an index
+	// whose offset wraps names no buffer.
+	for _, i := range []int{-1, 5, 39, 1 << 58} {
+		require.PanicsWithValue(t, "bufpool: buffer index out of range", func() { p.Buffer(i) }, "Buffer(%d)", i)
+	}
 
 	require.NoError(t, p.Push(3))
 	require.ErrorIs(t, p.Push(3), bufpool.ErrNotInUse, "double push")
 	require.ErrorIs(t, p.Push(-1), bufpool.ErrBadIndex)
 	require.ErrorIs(t, p.Push(5), bufpool.ErrBadIndex)
+	require.ErrorContains(t, p.Push(5), "bufpool: push", "the error names the operation")
 	require.Equal(t, 1, p.Free(), "bad pushes change nothing")
 	i, ok := p.Pop()
 	require.True(t, ok)

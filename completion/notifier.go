@@ -70,6 +70,10 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 		}
 		return nil, fmt.Errorf("%s: CQ 0x%x: %w", op, cq.CQN(), ErrNoEventChannel)
 	}
+	if seam.CQDoorbell(poll) != provider.CQDescriptor(cq).DBRec {
+		// The same number on another device (each numbers its CQs).
+		return nil, fmt.Errorf("%s: CQ 0x%x of %v, a poller of another ring with that number: %w", op, cq.CQN(), cq.Context(), ErrMismatch)
+	}
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: dup event channel: %w", op, err)
@@ -118,8 +122,8 @@ func (n *Notifier) Close() error {
 	if n == nil {
 		return nil
 	}
-	if !n.closed.CompareAndSwap(false, true) {
-		return nil
+	if !n.closed.CompareAndSwap(false, true) || n.file == nil {
+		return nil // closed already, or a zero Notifier: nothing to release
 	}
 	n.forget()
 	return n.file.Close()

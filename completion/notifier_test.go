@@ -57,11 +57,17 @@ func TestNotifierNeedsEventChannel(t *testing.T) {
 	_, err = completion.NewNotifier(nil, e.poll)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 
+	// A CQ of another device with the same number: another ring, refused
+	// (its events would never come for the ring polled).
 	other := newEventCQ(t, 8, true)
+	require.Equal(t, other.cq.CQN(), e.poll.CQN(), "each fabric numbers its CQs from the same start")
 	_, err = completion.NewNotifier(other.cq, e.poll)
-	if other.cq.CQN() != e.poll.CQN() {
-		require.ErrorIs(t, err, completion.ErrMismatch)
-	}
+	require.ErrorIs(t, err, completion.ErrMismatch)
+	// A CQ of the same device with another number.
+	third, err := e.cq.Context().CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 8, EventChannel: true})
+	require.NoError(t, err)
+	_, err = completion.NewNotifier(third, e.poll)
+	require.ErrorIs(t, err, completion.ErrMismatch)
 }
 
 func TestNotifierTimeoutAndCancel(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/blueflame"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 )
 
 // maxCQECnt is the largest ring New accepts: the consumer index the device
@@ -41,6 +42,10 @@ type Config struct {
 	// to stop a poll loop), reads memory that is still mapped. Leave it nil
 	// only for memory that outlives the poller anyway.
 	Memory any
+}
+
+func init() {
+	seam.CQDoorbell = func(poller any) unsafe.Pointer { return poller.(*CQ).dbrec }
 }
 
 // CQ polls one completion ring. It is used by one goroutine at a time.

@@ -10,6 +10,7 @@ package seam
 import (
 	"sort"
 	"sync"
+	"unsafe"
 )
 
 var (
@@ -86,4 +87,9 @@ var (
 	// blocking (ok is false when none is pending).
 	CQEventFD   func(cq any) int
 	ReadCQEvent func(cq any) (ok bool, err error)
+	// CQDoorbell returns the doorbell record of the ring a *monocq.CQ
+	// polls (monocq installs it from its init), so that code pairing a
+	// poller with a *ctx.CompletionQueue can check that both name one
+	// ring, not only one CQN: each device numbers its CQs itself.
+	CQDoorbell func(poller any) unsafe.Pointer
 )
