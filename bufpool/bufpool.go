@@ -36,7 +36,7 @@ var (
 	errClosed = fmt.Errorf("bufpool: pool closed: %w", ctx.ErrClosed)
 
 	// Push's errors, made once: Push allocates nothing.
-	errPushClosed   = fmt.Errorf("bufpool: push: %w", errClosed)
+	errPushClosed   = fmt.Errorf("bufpool: push: pool closed: %w", ctx.ErrClosed)
 	errPushBadIndex = fmt.Errorf("bufpool: push: %w", ErrBadIndex)
 	errPushNotInUse = fmt.Errorf("bufpool: push: %w", ErrNotInUse)
 )

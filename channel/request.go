@@ -20,9 +20,8 @@ type SGE struct {
 
 // Slice returns the SGE of n bytes at offset off of mr. It panics when mr
 // is nil, when the range is not inside the region, like a slice
-// expression, or when n is
-// above wqebuilder.MaxSGELength (2^31-1: a data segment's byte count has 31
-// bits, bit 31 being the inline flag). A post refuses a hand-made SGE of
+// expression, or when n is above wqebuilder.MaxSGELength (2^31-1: a data
+// segment's byte count has 31 bits, bit 31 being the inline flag). A post refuses a hand-made SGE of
 // that length with wqebuilder.ErrSGETooLong.
 func Slice(mr *ctx.MemoryRegion, off, n int) SGE {
 	if mr == nil {

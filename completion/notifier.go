@@ -60,9 +60,6 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 	if cq == nil || poll == nil {
 		return nil, fmt.Errorf("%s: nil CQ or poller: %w", op, ctx.ErrInvalidArgument)
 	}
-	if cq.CQN() != poll.CQN() {
-		return nil, fmt.Errorf("%s: CQ 0x%x, poller of CQ 0x%x: %w", op, cq.CQN(), poll.CQN(), ErrMismatch)
-	}
 	fd := provider.CQEventFD(cq)
 	if fd < 0 {
 		if cq.Closed() {
@@ -71,8 +68,9 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 		return nil, fmt.Errorf("%s: CQ 0x%x: %w", op, cq.CQN(), ErrNoEventChannel)
 	}
 	if seam.CQDoorbell(poll) != provider.CQDescriptor(cq).DBRec {
-		// The same number on another device (each numbers its CQs).
-		return nil, fmt.Errorf("%s: CQ 0x%x of %v, a poller of another ring with that number: %w", op, cq.CQN(), cq.Context(), ErrMismatch)
+		// Another ring: another CQ, or one of another device with the
+		// same number (each device numbers its CQs).
+		return nil, fmt.Errorf("%s: CQ 0x%x of %v, poller of another ring (CQ 0x%x): %w", op, cq.CQN(), cq.Context(), poll.CQN(), ErrMismatch)
 	}
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {

@@ -305,8 +305,8 @@ func pathMTU(m, active ctx.MTU) ctx.MTU {
 	return m
 }
 
-// Close destroys the DC initiator, as transport.Queue.Close does (it may be called
-// from any goroutine, and is idempotent). Close of a nil *DCI returns nil.
+// Close destroys the DC initiator, as transport.Queue.Close does: from
+// any goroutine, idempotent. Close of a nil *DCI returns nil.
 func (d *DCI) Close() error {
 	if d == nil {
 		return nil
@@ -314,8 +314,8 @@ func (d *DCI) Close() error {
 	return d.Queue.Close()
 }
 
-// Close destroys the DC target, not its SRQ, as transport.Queue.Close does (it may be called
-// from any goroutine, and is idempotent). Close of a nil *DCT returns nil.
+// Close destroys the DC target, not its SRQ, as transport.Queue.Close
+// does: from any goroutine, idempotent. Close of a nil *DCT returns nil.
 func (t *DCT) Close() error {
 	if t == nil {
 		return nil

@@ -290,8 +290,8 @@ func (q *QP) Reset() error {
 	return nil
 }
 
-// Close destroys the queue pair, as transport.Queue.Close does (it may be called
-// from any goroutine, and is idempotent). Close of a nil *QP returns nil.
+// Close destroys the queue pair, as transport.Queue.Close does: from any
+// goroutine, idempotent. Close of a nil *QP returns nil.
 func (q *QP) Close() error {
 	if q == nil {
 		return nil

@@ -136,6 +136,7 @@ func (f *Fabric) qpErrorLocked(q *qp, why string) {
 		return
 	}
 	q.state = ctx.QPStateError
+	q.commEst = false
 	q.blockedUntil, q.udWaitSince = 0, 0
 	q.lastWQEReached()
 }
@@ -182,15 +183,13 @@ func (f *Fabric) rcPeer(q *qp) *qp {
 	return t
 }
 
-// receivedInRTR raises COMM_EST for an RC or UC QP in RTR that has just
-// received its first packet there, as the IBA's communication
+// receivedInRTR raises COMM_EST for an RC or UC QP in RTR (commEst) that
+// has just received its first packet there, as the IBA's communication
 // established event and mlx5's COMM_EST (which mlx5_ib passes on as
 // IB_EVENT_COMM_EST) are; once until the QP enters RTR again.
 func (q *qp) receivedInRTR() {
 	q.commEst = false
-	if q.state == ctx.QPStateRTR {
-		q.raiseEvent(ctx.EventCommEstablished, "first packet received in RTR")
-	}
+	q.raiseEvent(ctx.EventCommEstablished, "first packet received in RTR")
 }
 
 // avInfo is what the model reads from an address vector.

@@ -338,6 +338,8 @@ type qp struct {
 	uc bool
 	// commEst: an RC or UC QP that entered RTR and has not yet received
 	// a packet there; the first one raises COMM_EST (receivedInRTR).
+	// It is true only in RTR: the modify to RTR sets it, and every other
+	// change of state clears it.
 	commEst bool
 
 	state ctx.QPState
@@ -686,6 +688,7 @@ func (d *device) qpLimits() qpstate.Limits {
 // doorbell record cleared, as rdma-core does on the way to RESET.
 func (q *qp) reset() {
 	q.state = ctx.QPStateReset
+	q.commEst = false
 	q.attr = ctx.QPAttr{}
 	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
 	q.lastSQRaw, q.lastRQRaw = 0, 0

@@ -253,8 +253,8 @@ var noRemote Remote
 // on InfiniBand with a GRH): the one Config.GID selected.
 func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 
-// Close destroys the queue pair, as transport.Queue.Close does (it may be called
-// from any goroutine, and is idempotent). Close of a nil *QP returns nil.
+// Close destroys the queue pair, as transport.Queue.Close does: from any
+// goroutine, idempotent. Close of a nil *QP returns nil.
 func (q *QP) Close() error {
 	if q == nil {
 		return nil

@@ -6,14 +6,14 @@ package nilness
 
 import "reflect"
 
-// Is reports whether v is nil or holds a nil pointer, map, slice, channel,
-// function or interface.
+// Is reports whether v is nil or holds a nil pointer, map, slice, channel
+// or function.
 func Is(v any) bool {
 	if v == nil {
 		return true
 	}
 	switch r := reflect.ValueOf(v); r.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func:
 		return r.IsNil()
 	}
 	return false
