@@ -214,7 +214,8 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	if rqCnt > 0 {
 		cfg.RQ = *(*unsafe.Pointer)(unsafe.Pointer(&buf))
 	}
-	if sref != nil {
+	if sref != nil && typ != ctx.QPTypeDCI {
+		// A DCI's SRQ is only held (checkDCAttr).
 		cfg.SRQ = sref.srq.srq
 	}
 	q, err := simadopt.QueuePair(p.pd, cfg)

@@ -319,7 +319,6 @@ func TestKernelDCQueuePairs(t *testing.T) {
 		"DCI with receive WRs":         {qptDriver, false, qpCaps{sendWR: 8, recvWR: 1, sendSGE: 1}, dci, unix.EINVAL},
 		"DCI with receive SGEs":        {qptDriver, false, qpCaps{sendWR: 8, sendSGE: 1, recvSGE: 1}, dci, unix.EINVAL},
 		"DCI streams without channels": {qptDriver, false, qpCaps{sendWR: 8, sendSGE: 1}, mlx5QPReq(addrOf(sbuf), addrOf(sdb), 16, 0, 0, mlx5QPFlagDCI|mlx5QPFlagDCIStream, 0), unix.EINVAL},
-		"DCI with an SRQ":              {qptDriver, true, qpCaps{sendWR: 8, sendSGE: 1}, dci, unix.EOPNOTSUPP},
 		"DCI ring not mapped":          {qptDriver, false, qpCaps{sendWR: 8, sendSGE: 1}, mlx5QPReq(a.guard, addrOf(sdb), 16, 0, 0, mlx5QPFlagDCI, 0), unix.EFAULT},
 		"DCT request cut short":        {qptDriver, true, qpCaps{}, dctReq(0, key)[:24], unix.EINVAL},
 	} {
@@ -332,6 +331,18 @@ func TestKernelDCQueuePairs(t *testing.T) {
 		require.Equal(t, c.want, en, name)
 		require.Equal(t, n0, objectCount(k, fd), "%s: nothing created", name)
 	}
+
+	// A DCI may name an SRQ (create_dci; perftest's DC latency tests do):
+	// the QP holds it and never receives from it.
+	ih, iqpn, en := createQPOnSRQ(k, a, fd, pd, cq, srq, qptDriver, qpCaps{sendWR: 8, sendSGE: 1}, dci)
+	require.Zero(t, en, "a DCI with an SRQ")
+	require.NotZero(t, iqpn)
+	io := k.files[fd].uctx.objects[ih]
+	require.Equal(t, ctx.QPTypeDCI, io.qpType)
+	require.Zero(t, io.caps.RecvDepth, "a DCI has no receive queue")
+	require.Equal(t, unix.EBUSY, destroySRQCmd(k, a, fd, srq), "the SRQ is held by the DCI")
+	require.Zero(t, destroyQPCmd(k, a, fd, ih))
+	require.Equal(t, n0, objectCount(k, fd), "the DCI is gone, the SRQ stays")
 
 	// create_dct uses none of the capabilities: ones no QP could have are
 	// ignored.
