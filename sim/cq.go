@@ -306,15 +306,14 @@ func (f *Fabric) InjectCQE(cqn uint32, img [prm.CQE64Size]byte) error {
 
 // ---- CQE images ----
 
-// reqCQE builds a requester completion.
-func reqCQE(q *qp, w *sendWQE, byteCnt uint32) [prm.CQE64Size]byte {
-	var b [prm.CQE64Size]byte
-	p := unsafe.Pointer(&b)
+// reqCQE builds in b, zeroed, the requester completion of QP qpn's WQE of
+// opcode op whose control segment's index is idx.
+func reqCQE(b *[prm.CQE64Size]byte, qpn uint32, op prm.Opcode, idx uint16, byteCnt uint32) {
+	p := unsafe.Pointer(b)
 	prm.Store32(unsafe.Add(p, prm.CQEByteCnt), byteCnt)
-	prm.Store32(unsafe.Add(p, prm.CQESopDropQPN), uint32(w.op)<<prm.CQESendOpShift|q.qpn)
-	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), w.idx)
+	prm.Store32(unsafe.Add(p, prm.CQESopDropQPN), uint32(op)<<prm.CQESendOpShift|qpn)
+	prm.Store16(unsafe.Add(p, prm.CQEWQECounter), idx)
 	b[prm.CQEOpOwn] = prm.OpOwn(prm.CQEReq, prm.CQEFormatNone, false, 0)
-	return b
 }
 
 // errCQE builds an error completion (struct mlx5_err_cqe), with the vendor

@@ -95,12 +95,20 @@ func (f *Fabric) finishSend(q *qp, w *sendWQE, o outcome) {
 		f.qpErrorLocked(q, "error completion")
 		f.emitCQE(q.sendCQ, &img, nil, q)
 	default:
-		q.sqCI += w.bbs
-		q.rnrCount, q.retryCount, q.blockedUntil, q.udWaitSince = 0, 0, 0, 0
-		if w.fm&prm.FlagCQUpdate != 0 {
-			img := reqCQE(q, w, o.byteCnt)
-			f.emitCQE(q.sendCQ, &img, nil, q)
-		}
+		f.sendDone(q, w.op, w.fm, w.idx, w.bbs, o.byteCnt)
+	}
+}
+
+// sendDone completes the WQE of opcode op and flags fm at the consumer
+// index, bbs WQEBBs long, its control segment's index idx, with success:
+// byteCnt is the CQE's byte count.
+func (f *Fabric) sendDone(q *qp, op prm.Opcode, fm uint8, idx, bbs uint16, byteCnt uint32) {
+	q.sqCI += bbs
+	q.rnrCount, q.retryCount, q.blockedUntil, q.udWaitSince = 0, 0, 0, 0
+	if fm&prm.FlagCQUpdate != 0 {
+		var img [prm.CQE64Size]byte
+		reqCQE(&img, q.qpn, op, idx, byteCnt)
+		f.emitCQE(q.sendCQ, &img, nil, q)
 	}
 }
 

@@ -307,7 +307,7 @@ func (s *shmFabric) drainRing(f *Fabric, from int, run bool) (read, stopped bool
 			if src != 0 && c.SrcGen == uint32(src) && c.DstGen == uint32(s.gen) && c.SrcQPN/shmSlotQPNs == uint32(from)+1 && c.NSL&wireSmallLen <= wireSmallMax {
 				h := &s.hdrIn
 				c.expand(h, src, s.gen)
-				if c.NSL&wireSmallAck != 0 {
+				if c.NSL&wireSmallAck != 0 && !f.wireCarriedAck(h.DstQPN, h.SrcQPN, c.Epoch&ctx.MaxPSN) {
 					// The ACK it carries first: it stood ahead of
 					// the request.
 					c.carriedAck(&s.ackIn, h)

@@ -1090,6 +1090,14 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 	default:
 		o = done(w.total)
 	}
+	f.wireSegDone(q, &e, &w, o)
+}
+
+// wireSegDone retires e, the oldest segment in flight of q, answered with
+// outcome o, and completes its WQE when e is the message's last: w, or
+// for a SEND's or WRITE's segment with w nil, the WQE e describes.
+func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
+	ws := &q.wire
 	ws.segHead = (ws.segHead + 1) % wireWindow
 	ws.segN--
 	if e.rd {
@@ -1107,11 +1115,36 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 		q.blockedUntil = 0
 	}
 	if e.last {
-		f.finishSend(q, &w, o)
+		if w != nil {
+			f.finishSend(q, w, o)
+		} else {
+			f.sendDone(q, e.op, e.fm, e.wqe, e.bbs, o.byteCnt)
+		}
 		if ws.holdUntil != 0 {
 			q.blockedUntil = ws.holdUntil
 		}
 	}
+}
+
+// wireCarriedAck takes the ACK that QP src's one-line request carries
+// (wireSmallAck) for RC QP dst, of PSN psn, as wireAnswer and
+// wireAnswerSeg take a plain ACK, when it answers dst's oldest segment in
+// flight and that is a SEND's or a WRITE's: without the wireHdr the
+// general path reads, since the request and its ACK cross every round
+// trip of a polling loop. It reports false, having done nothing, for any
+// other ACK, which the caller hands to wireIn.
+func (f *Fabric) wireCarriedAck(dst, src, psn uint32) bool {
+	q := f.qpByNum(dst)
+	if q == nil || q.typ != ctx.QPTypeRC || q.closed || q.state != ctx.QPStateRTS || q.wire.segN == 0 {
+		return false
+	}
+	ws := &q.wire
+	e := &ws.segs[ws.segHead]
+	if e.rd || e.psn != psn || e.idx != q.sqCI || q.sqPending() == 0 || src != q.attr.RemoteQPN {
+		return false
+	}
+	f.wireSegDone(q, e, nil, done(e.total))
+	return true
 }
 
 // wireServeSeg executes a segment for the RC QP or DCT t (checked by

@@ -79,6 +79,9 @@ func inbound(f *Fabric, slot int) (kinds []uint8, psns []uint32) {
 // A one-line answer carries the ACK in its own line; a longer one goes
 // behind the ACK's record. The requester takes both in one round.
 func TestHeldAckGoesBeforeAnswer(t *testing.T) {
+	// The send CQE each way: a carried ACK is taken by wireCarriedAck,
+	// one behind by wireAnswer; the two write the same CQE.
+	sends := map[string]cqe{}
 	for _, c := range []struct {
 		name  string
 		data  []byte
@@ -118,11 +121,26 @@ func TestHeldAckGoesBeforeAnswer(t *testing.T) {
 			got, ok = a.scq.poll()
 			require.True(t, ok, "the send CQE, from the ACK ahead of the answer")
 			require.Equal(t, prm.CQEReq, got.op)
+			require.Equal(t, prm.OpRdmaWriteImm, got.sendOp)
+			require.Equal(t, a.qp.QPN(), got.qpn)
+			require.Equal(t, uint16(0), got.counter, "WQE 0")
+			got.qpn = 0 // each subtest has QPs of its own
+			sends[c.name] = got
 			got, ok = a.rcq.poll()
 			require.True(t, ok, "the answer's receive CQE, in the same round")
 			require.Equal(t, uint32(2), got.imm)
+			_, ok = a.scq.poll()
+			require.False(t, ok, "one send CQE")
+			e1.f.mu.Lock()
+			mq := e1.f.qpByNum(a.qp.QPN())
+			segs, pending := mq.wire.segN, mq.sqPending()
+			e1.f.mu.Unlock()
+			require.Zero(t, segs, "no segment in flight")
+			require.Zero(t, pending, "the WQE retired")
 		})
 	}
+	require.Len(t, sends, 2)
+	require.Equal(t, sends["behind"], sends["carried"])
 }
 
 // TestHeldAcksGoBeforeAnotherAnswer: an answer that is not a plain ACK
