@@ -148,7 +148,12 @@ type Fabric struct {
 	openDevices int
 	stop        chan struct{}
 	done        chan struct{}
-	closed      bool
+	// stopping is the done of the engine the last device's close is
+	// stopping, outside mu: Close waits for it before it leaves the
+	// shared fabric or closes the link, whose memory and sockets the
+	// engine may still be reading (a closed channel once it has).
+	stopping chan struct{}
+	closed   bool
 	// closing ends when Close begins (endClosing), before it takes mu:
 	// a link being made under mu (joinLinkLocked) gives up at once.
 	closing    context.Context
@@ -416,15 +421,19 @@ func (f *Fabric) Close() error {
 		return nil
 	}
 	f.closed = true
-	stop, done := f.stop, f.done
+	stop, done, stopping := f.stop, f.done, f.stopping
 	f.stop, f.done = nil, nil
 	f.mu.Unlock()
 	if stop != nil {
 		close(stop)
-		if f.shm != nil {
-			f.shm.in.wake()
-		}
+		f.wakeEngine()
 		<-done
+	}
+	if stopping != nil {
+		// A device's close stopped the engine and may still wait for
+		// it: wake it (only this Close leaves the ring) and wait too.
+		f.wakeEngine()
+		<-stopping
 	}
 	f.mu.Lock()
 	tcp := f.tcp
@@ -502,13 +511,16 @@ func (f *Fabric) openDevice(name string) (provider.Device, error) {
 	return d, nil
 }
 
-// deviceClosed is called when a device handle closes; the engine of the
-// default fabric stops when no device is open.
+// deviceClosed is called when a device handle closes; the engine stops
+// when no device is open, but on a TCP link, whose rounds also read the
+// peers' sockets and, on the listening end, pass the messages of the
+// other Fabrics on and tell them who is linked: there it runs until
+// Close.
 func (f *Fabric) deviceClosedLocked() (stop, done chan struct{}) {
 	f.openDevices--
-	if f.openDevices == 0 && f.stop != nil {
+	if f.openDevices == 0 && f.stop != nil && f.tcp == nil {
 		stop, done = f.stop, f.done
-		f.stop, f.done = nil, nil
+		f.stop, f.done, f.stopping = nil, nil, done
 	}
 	return stop, done
 }
@@ -805,6 +817,18 @@ func (f *Fabric) clockRead(t0, t1 uint64) {
 			f.slackTicks = (t0 - f.calTicks) * uint64(timerSlack/2) / uint64(d)
 		}
 		f.calAt, f.calTicks = f.roundAt, t1
+	}
+}
+
+// wakeEngine ends the engine's sleep on a shared fabric's ring or a TCP
+// link's sockets, so that it sees the stop Close gave it at once (Close
+// leaves either only after).
+func (f *Fabric) wakeEngine() {
+	switch {
+	case f.shm != nil:
+		f.shm.in.wake()
+	case f.tcp != nil:
+		f.tcp.wake()
 	}
 }
 

@@ -581,3 +581,23 @@ func openHere(p string) int {
 	}
 	return n
 }
+
+// TestCloseLastDeviceAndFabricAtOnce: a Fabric closed while another
+// goroutine closes its last device waits for the engine that close is
+// stopping before it leaves the shared fabric. It used to unmap the ring
+// under the engine, asleep on it, which then faulted (SIGSEGV) as it woke.
+func TestCloseLastDeviceAndFabricAtOnce(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	for i := 0; i < 10; i++ {
+		f := New(Options{Mode: Engine, Fabric: testFabricName(t), IdleSleep: 20 * time.Millisecond})
+		c, err := f.Open("sim0")
+		require.NoError(t, err)
+		time.Sleep(30 * time.Millisecond) // the engine asleep on its ring
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		time.Sleep(100 * time.Microsecond)
+		require.NoError(t, f.Close())
+		require.NoError(t, <-closed)
+		time.Sleep(25 * time.Millisecond) // an engine left running would wake by now
+	}
+}

@@ -42,7 +42,7 @@ func newFDConn(c net.Conn) (*fdConn, error) {
 	raw, err := tc.SyscallConn()
 	if err != nil {
 		_ = c.Close()
-		return nil, err
+		return nil, fmt.Errorf("the connection's socket: %w", err)
 	}
 	fd, derr := -1, error(nil)
 	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
@@ -111,11 +111,21 @@ func (c *fdConn) Close() error {
 }
 
 // CloseWrite shuts down the sending side only.
-func (c *fdConn) CloseWrite() error { return unix.Shutdown(c.fd, unix.SHUT_WR) }
+func (c *fdConn) CloseWrite() error {
+	if err := unix.Shutdown(c.fd, unix.SHUT_WR); err != nil {
+		return os.NewSyscallError("shutdown", err)
+	}
+	return nil
+}
 
 // ready ends the handshake: no more deadlines; from now on the engine
 // reads and writes the socket without blocking.
-func (c *fdConn) ready() error { return c.SetDeadline(time.Time{}) }
+func (c *fdConn) ready() error {
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("clear the handshake's deadline: %w", err)
+	}
+	return nil
+}
 
 // release closes the descriptor, once no read or write can be running.
 func (c *fdConn) release() {
@@ -164,5 +174,12 @@ func (c *fdConn) timeout(opt int, ns int64) error {
 	if ns != 0 {
 		tv = unix.NsecToTimeval(max(time.Until(time.Unix(0, ns)), time.Microsecond).Nanoseconds())
 	}
-	return unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, opt, &tv)
+	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+		name := "SO_RCVTIMEO"
+		if opt == unix.SO_SNDTIMEO {
+			name = "SO_SNDTIMEO"
+		}
+		return os.NewSyscallError("setsockopt "+name, err)
+	}
+	return nil
 }

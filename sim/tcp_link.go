@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"net"
 	"os"
@@ -145,7 +146,11 @@ type tcpLink struct {
 	closed  bool
 	refused int
 	lastErr error
-	wg      sync.WaitGroup
+	// drops counts the connections that ended other than by this end's
+	// Close; lastDrop is why the last did.
+	drops    int
+	lastDrop error
+	wg       sync.WaitGroup
 	// gate admits, on the listener, the connections being greeted (at
 	// most tcpMaxGreeting): close shuts them down, so that none holds it
 	// for the handshake's whole time. stop is closed by close, which ends
@@ -184,6 +189,10 @@ type tcpLink struct {
 	round  []*tcpPeer
 	fds    []unix.PollFd
 	tx, rx []byte
+	// wakeFD is an eventfd in the sleep's poll set: wake writes it, so
+	// that Close, the last device's close and a peer just linked end the
+	// engine's sleep at once, not after it.
+	wakeFD int
 	// behind is, on the listener, set while a peer has not been told
 	// the linked slots since they changed (its buffer had no room:
 	// announceLocked).
@@ -273,8 +282,19 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	return nil
 }
 
-func newTCPLink(slot int, addr string, sec endpoint.Security, layer ctx.LinkLayer) *tcpLink {
-	return &tcpLink{slot: slot, addr: addr, sec: sec, layer: layer, peers: map[int]*tcpPeer{}}
+func newTCPLink(slot int, addr string, sec endpoint.Security, layer ctx.LinkLayer) (*tcpLink, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	return &tcpLink{slot: slot, addr: addr, sec: sec, layer: layer, peers: map[int]*tcpPeer{}, wakeFD: fd}, nil
+}
+
+// wake ends the engine's sleep (sleep), or the next one if it is not
+// sleeping.
+func (l *tcpLink) wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(l.wakeFD, one[:]) // EAGAIN: the counter is set already
 }
 
 // listenLink listens on addr; connecting Fabrics are greeted in the
@@ -284,7 +304,11 @@ func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	l := newTCPLink(tcpSlotBase, ln.Addr().String(), sec, layer)
+	l, err := newTCPLink(tcpSlotBase, ln.Addr().String(), sec, layer)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
 	l.listen, l.ln, l.next = true, ln, tcpSlotBase+1
 	l.devices[0] = uint8(devices)
 	l.gate, l.stop = admit.New(tcpMaxGreeting), make(chan struct{})
@@ -450,6 +474,7 @@ func (l *tcpLink) greet(conn *fdConn, from net.Addr, t *admit.Ticket) {
 	}
 	p.dead = false
 	l.announce = true
+	l.wake() // its socket joins the sleep's poll set
 }
 
 // slotBit is the bit of slot s in a set of linked slots (none for a slot
@@ -580,7 +605,11 @@ func dialLink(cx context.Context, addr string, sec endpoint.Security, layer ctx.
 		_ = sc.Close()
 		return nil, fmt.Errorf("the listener hands out slot %d from slot %d: %w", slot, peerSlot, ErrFabricVersion)
 	}
-	l := newTCPLink(slot, addr, sec, layer)
+	l, err := newTCPLink(slot, addr, sec, layer)
+	if err != nil {
+		_ = sc.Close()
+		return nil, err
+	}
 	l.peers[peerSlot] = &tcpPeer{slot: peerSlot, fc: conn, conn: sc}
 	l.members = binary.BigEndian.Uint64(b[12:]) | slotBit(peerSlot) | slotBit(slot)
 	l.seen = l.members
@@ -591,12 +620,17 @@ func dialLink(cx context.Context, addr string, sec endpoint.Security, layer ctx.
 }
 
 // drop ends the connection to p (f.mu held, or the engine stopped): its
-// QPs' requests find no peer from now on and end in RETRY_EXC_ERR.
-func (l *tcpLink) drop(p *tcpPeer) {
+// QPs' requests find no peer from now on and end in RETRY_EXC_ERR. why is
+// what ended it (LinkStatus.LastDrop), nil when this end closes.
+func (l *tcpLink) drop(p *tcpPeer, why error) {
 	l.mu.Lock()
 	if p.dead {
 		l.mu.Unlock()
 		return
+	}
+	if why != nil {
+		l.drops++
+		l.lastDrop = fmt.Errorf("link to slot %d: %w", p.slot, why)
 	}
 	p.dead = true
 	if l.peers[p.slot] == p {
@@ -631,8 +665,9 @@ func (l *tcpLink) close() {
 	}
 	l.mu.Unlock()
 	for _, p := range peers {
-		l.drop(p)
+		l.drop(p, nil)
 	}
+	_ = unix.Close(l.wakeFD)
 }
 
 // live returns the linked peers (f.mu held), in a slice reused each round.
@@ -867,7 +902,7 @@ func (l *tcpLink) flush(p *tcpPeer) {
 		case err == unix.EAGAIN:
 			return
 		case err != nil:
-			l.drop(p)
+			l.drop(p, fmt.Errorf("send: %w", err))
 			return
 		}
 		// What the socket took is stepped over, not moved: a peer
@@ -920,7 +955,10 @@ func (l *tcpLink) drain(f *Fabric) bool {
 				break
 			}
 			if err != nil || n == 0 { // reset, or closed by the peer
-				l.drop(p)
+				if err == nil {
+					err = io.EOF
+				}
+				l.drop(p, fmt.Errorf("recv: %w", err))
 				break
 			}
 			read += n
@@ -942,7 +980,7 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 	for len(in) >= sealed.HeaderSize && !p.dead {
 		size, err := sealed.FrameSize(in[:sealed.HeaderSize], wireHdrSize+wireMaxPayload)
 		if err != nil {
-			l.drop(p)
+			l.drop(p, err)
 			return got
 		}
 		if len(in) < size {
@@ -951,7 +989,10 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 		body, err := p.conn.Open(in[:size])
 		in = in[size:]
 		if err != nil || len(body) < wireHdrSize {
-			l.drop(p)
+			if err == nil {
+				err = fmt.Errorf("a frame of %d bytes, shorter than a message header: %w", len(body), ErrFabricVersion)
+			}
+			l.drop(p, err)
 			return got
 		}
 		// The header is read in place: copy the message to an aligned
@@ -963,7 +1004,7 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 		copy(rec, body)
 		h := (*wireHdr)(unsafe.Pointer(&rec[0]))
 		if int(h.Len) != len(rec) {
-			l.drop(p)
+			l.drop(p, fmt.Errorf("a message says %d bytes in a frame of %d: %w", h.Len, len(rec), ErrFabricVersion))
 			return got
 		}
 		got = true
@@ -978,7 +1019,7 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 			l.devices[l.slot-tcpSlotBase] = own
 			l.mu.Unlock()
 		case h.Kind != wireRequest && h.Kind != wireResponse && h.Kind != wireUD:
-			l.drop(p)
+			l.drop(p, fmt.Errorf("a message of unknown kind %d: %w", h.Kind, ErrFabricVersion))
 			return got
 		case l.listen:
 			// A connected Fabric speaks for its own QPs only; a
@@ -1025,13 +1066,13 @@ func (l *tcpLink) sleep(f *Fabric, d time.Duration) {
 		}
 		l.fds = append(l.fds, unix.PollFd{Fd: int32(p.fc.fd), Events: ev})
 	}
+	l.fds = append(l.fds, unix.PollFd{Fd: int32(l.wakeFD), Events: unix.POLLIN})
 	f.mu.Unlock()
 	ts := unix.NsecToTimespec(d.Nanoseconds())
-	if len(l.fds) == 0 {
-		_, _ = unix.Ppoll(nil, &ts, nil)
-		return
+	if n, _ := unix.Ppoll(l.fds, &ts, nil); n > 0 && l.fds[len(l.fds)-1].Revents&unix.POLLIN != 0 {
+		var b [8]byte
+		_, _ = unix.Read(l.wakeFD, b[:])
 	}
-	_, _ = unix.Ppoll(l.fds, &ts, nil)
 }
 
 // wireOut sends one message to the process in slot over the shared fabric
@@ -1089,6 +1130,13 @@ type LinkStatus struct {
 	// LastRefusal is the reason of the last.
 	Refused     int
 	LastRefusal error
+	// Dropped counts the linked connections that ended other than by
+	// this Fabric's Close: the peer closed or reset it, or sent a frame
+	// that is not the link protocol's or not sealed with the key (an
+	// altered, replayed or injected one: errors.Is endpoint.ErrAuth).
+	// LastDrop is why the last ended, naming the peer's slot.
+	Dropped  int
+	LastDrop error
 }
 
 // Link returns the state of the Fabric's TCP link, and false when it has
@@ -1103,6 +1151,7 @@ func (f *Fabric) Link() (LinkStatus, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := LinkStatus{Address: l.addr, Listening: l.listen, Slot: l.slot, Refused: l.refused, LastRefusal: l.lastErr,
+		Dropped: l.drops, LastDrop: l.lastDrop,
 		Members: bits.OnesCount64(l.membersLocked()), Forwarded: l.forwarded, NotForwarded: l.unforwarded}
 	for _, p := range l.peers {
 		if !p.dead {

@@ -2,6 +2,9 @@ package sim
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"net"
 	"testing"
@@ -467,6 +470,116 @@ func TestLinkHubClosed(t *testing.T) {
 	require.Equal(t, prm.SyndromeWRFlush, waitCQE(t, a.scq, 5*time.Second).synd)
 	time.Sleep(10 * time.Millisecond)
 	require.Empty(t, a.scq.drain(), "each WQE completes exactly once")
+}
+
+// TestLinkHubWithoutDevices: the listening Fabric's engine keeps running
+// when its own devices close (its Fabric and the link stay), so that it
+// still passes the messages of the Fabrics connected to it on. It used to
+// stop with the last device: the hub still counted three members, and
+// every message between the other two was lost (RETRY_EXC_ERR).
+func TestLinkHubWithoutDevices(t *testing.T) {
+	hub, e1, e2 := linkedStar(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+
+	require.NoError(t, hub.c.Close())
+	require.NoError(t, hub.c2.Close())
+	s, _ := hub.f.Link()
+	require.Equal(t, 3, s.Members)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(64)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("after")))
+	x := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReq, x.op, "%+v", x)
+	r := waitCQE(t, b.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, r.op)
+	require.Equal(t, []byte("after"), e2.mem(64, 5))
+
+	// A Fabric that connects now is told of and reached, too.
+	st, _ := hub.f.Link()
+	e3 := newEnv(t, Options{Mode: Engine, Link: st.Address, LinkKey: testLinkKey})
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Members == 4 }, 10*time.Second, time.Millisecond,
+		"the hub without devices announces a new member")
+	require.True(t, e3.f.Reaches(a.qp.QPN()))
+}
+
+// TestLinkCloseWakesEngine: Close of a Fabric on a TCP link returns at
+// once, not at the end of the idle engine's sleep on the peers' sockets
+// (up to IdleSleep, here 1 s, which the back-off reaches within the 2.5 s
+// idle): the sleep's poll set holds an eventfd that Close writes.
+func TestLinkCloseWakesEngine(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	if testing.Short() {
+		t.Skip("idles for the engine's back-off")
+	}
+	f := New(Options{Mode: Engine, IdleSleep: time.Second, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond)
+	require.NoError(t, c.Close())
+	start := time.Now()
+	require.NoError(t, f.Close())
+	require.Less(t, time.Since(start), 100*time.Millisecond, "Close waited for the engine's sleep")
+}
+
+// TestLinkDropReason: a link that ends other than by this end's Close is
+// counted, and why is kept: an altered frame (endpoint.ErrAuth), a peer
+// that hangs up (EOF), each naming the peer's slot.
+func TestLinkDropReason(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	linked := func(p *linkPeer) bool {
+		l := e.f.tcp
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		q := l.peers[p.slot]
+		return q != nil && !q.dead
+	}
+	altered := dialLinkPeer(t, e)
+	b, err := altered.sc.Seal(nil, linkMessage(wireHdr{Kind: wireUD, DstQPN: 0x100, SrcQPN: altered.qpn}, nil))
+	require.NoError(t, err)
+	b[len(b)-1] ^= 1
+	_, err = altered.conn.Write(b)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !linked(altered) }, 10*time.Second, time.Millisecond)
+	st, _ := e.f.Link()
+	require.Equal(t, 1, st.Dropped)
+	require.ErrorIs(t, st.LastDrop, endpoint.ErrAuth)
+	require.Contains(t, st.LastDrop.Error(), fmt.Sprintf("link to slot %d", altered.slot))
+	require.Zero(t, st.Refused, "a drop is not a refusal")
+
+	gone := dialLinkPeer(t, e)
+	require.NoError(t, gone.conn.Close())
+	require.Eventually(t, func() bool { return !linked(gone) }, 10*time.Second, time.Millisecond)
+	st, _ = e.f.Link()
+	require.Equal(t, 2, st.Dropped)
+	// A hang-up: EOF, or a reset when bytes it did not read were left.
+	require.True(t, errors.Is(st.LastDrop, io.EOF) || errors.Is(st.LastDrop, unix.ECONNRESET), "%v", st.LastDrop)
+	require.Contains(t, st.LastDrop.Error(), fmt.Sprintf("link to slot %d: recv", gone.slot))
+
+	// This end's own Close drops nothing it counts.
+	good := dialLinkPeer(t, e)
+	require.Eventually(t, func() bool { return linked(good) }, 10*time.Second, time.Millisecond)
+	require.NoError(t, e.f.Close())
+	st, _ = e.f.Link()
+	require.Equal(t, 2, st.Dropped)
+}
+
+// TestLinkSocketErrorsNamed: the errors of the link's socket calls name
+// the call and wrap the errno.
+func TestLinkSocketErrorsNamed(t *testing.T) {
+	c := &fdConn{fd: -1}
+	err := c.SetReadDeadline(time.Now().Add(time.Second))
+	require.ErrorIs(t, err, unix.EBADF)
+	require.Contains(t, err.Error(), "setsockopt SO_RCVTIMEO")
+	err = c.SetWriteDeadline(time.Now().Add(time.Second))
+	require.Contains(t, err.Error(), "setsockopt SO_SNDTIMEO")
+	err = c.CloseWrite()
+	require.ErrorIs(t, err, unix.EBADF)
+	require.Contains(t, err.Error(), "shutdown")
 }
 
 // TestLinkedDCTDropsStreamsOfFabricsGone: over a TCP link a DCT drops the
