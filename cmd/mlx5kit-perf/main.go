@@ -129,7 +129,10 @@
 //	--provider p     mlx5 or sim (default: MLX5KIT_PROVIDER, else mlx5, else sim with a note)
 //	--warmup n       iterations run before measuring each size (default 100)
 //	--max-size n     the largest size of -a (default 8388608)
-//	--timeout d      give up when a message or the exchange takes longer (default 10s)
+//	--timeout d      give up when a message or the exchange takes longer (default 10s);
+//	                 a server of read, write and atomic modes, which posts
+//	                 nothing, waits for its client's whole run, which says
+//	                 every 250 ms that it is there
 //	--server addr    listen on addr (e.g. :18515) for one client (refused connections aside)
 //	--client h:p     connect to a server
 //	--key-file f     the pre-shared key of the two ends (default: $MLX5KIT_KEY)
@@ -300,6 +303,9 @@ type config struct {
 	device, provider string
 	gidIndex, port   int
 	timeout          time.Duration
+	// peerAlive is, on a server, how often its client says it is there
+	// while it measures (params.Alive; perftool.KeepAlive).
+	peerAlive time.Duration
 	server, client   string
 	keyFile          string
 	security         endpoint.Security

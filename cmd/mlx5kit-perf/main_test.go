@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -333,6 +334,39 @@ func TestServerClientOverTCP(t *testing.T) {
 			require.Contains(t, out, "client of "+ln.Addr().String())
 			require.Contains(t, serverOut.String(), "serving "+m)
 			require.Contains(t, serverOut.String(), "done")
+		})
+	}
+}
+
+// TestServerWaitsForARunLongerThanItsTimeout: the server of a mode it
+// only waits in (READ, WRITE, atomics: it posts nothing) waits for as long
+// as its client measures, past its own -timeout, since the client says it
+// is there (params.Alive, perftool.KeepAlive). It used to give up after
+// -timeout ("synchronize with the peer: i/o timeout"), and the client then
+// failed with RETRY_EXC_ERR.
+func TestServerWaitsForARunLongerThanItsTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for longer than the server's timeout")
+	}
+	for _, m := range []string{"read_bw", "write_bw", "atomic_lat"} {
+		t.Run(m, func(t *testing.T) {
+			// Runs of four times the work each, until one lasts a
+			// second, more than three times the server's timeout.
+			for iters := 2000; ; iters *= 4 {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				serverErr := make(chan error, 1)
+				go func() {
+					serverErr <- serve(testConfig(t, m, "-provider", "sim", "-timeout", "300ms"), ln, &bytes.Buffer{}, &bytes.Buffer{})
+				}()
+				cfg := testConfig(t, m, "-provider", "sim", "-iters", fmt.Sprint(iters), "-client", ln.Addr().String())
+				start := time.Now()
+				require.NoError(t, dial(cfg, &bytes.Buffer{}), "-n %d", iters)
+				require.NoError(t, <-serverErr, "-n %d", iters)
+				if time.Since(start) >= time.Second {
+					return
+				}
+			}
 		})
 	}
 }

@@ -109,12 +109,15 @@ func (c config) interval() time.Duration {
 
 // syncTimeout bounds a wait for the peer, whose measurement may run for
 // -D seconds: the timeout and the interval, or the longest duration when
-// their sum overflows.
+// their sum overflows. A client that says it is there while it measures
+// (peerAlive) moves it on each time (perftool.Sync), and is given four of
+// its intervals at least.
 func (c config) syncTimeout() time.Duration {
+	t := max(c.timeout, 4*c.peerAlive)
 	if c.timed() {
-		return min(c.timeout, math.MaxInt64-c.interval()) + c.interval()
+		return min(t, math.MaxInt64-c.interval()) + c.interval()
 	}
-	return c.timeout
+	return t
 }
 
 // stop reports whether a timed test should end early: never, today.
@@ -280,6 +283,12 @@ type params struct {
 	Bidirectional             uint32 // -b: 1
 	SizeSet                   uint32 // -s given: 1
 	Infinite                  uint32 // --run_infinitely: 1
+	// Alive is how often, in milliseconds, the client of a mode whose
+	// server only waits (READ, WRITE and atomics, whose server posts
+	// nothing) tells the server it is there while it measures
+	// (perftool.KeepAlive), so that a run may last longer than the
+	// server's --timeout.
+	Alive uint32
 }
 
 const paramsMagic = 0x4d585046 // "MXPF"
@@ -292,6 +301,7 @@ func (p params) config(base config) config {
 	base.bidir = p.Bidirectional != 0
 	base.sizeSet = p.SizeSet != 0
 	base.infinite = p.Infinite != 0
+	base.peerAlive = time.Duration(p.Alive) * time.Millisecond
 	if base.mode == sendBW && base.rxDepth == recvDepth {
 		// The server was not told the mode: its -r default is send_bw's.
 		base.rxDepth = sendRecvDepth
@@ -407,7 +417,8 @@ func dial(cfg config, stdout io.Writer) error {
 	}
 	p := params{Magic: paramsMagic, Mode: uint32(cfg.mode), Size: uint32(cfg.size), MaxSize: uint32(cfg.maxSize), All: all,
 		Iters: uint32(cfg.iters), Warmup: uint32(cfg.warmup), QD: uint32(cfg.qd), Inline: uint32(cfg.inline),
-		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch()), Conn: uint32(cfg.conn), QueuePairs: uint32(cfg.qps())}
+		Duration: uint32(cfg.duration), Batch: uint32(cfg.batch()), Conn: uint32(cfg.conn), QueuePairs: uint32(cfg.qps()),
+		Alive: uint32(perftool.AliveEvery / time.Millisecond)}
 	if cfg.bidir {
 		p.Bidirectional = 1
 	}
@@ -472,7 +483,15 @@ func dial(cfg config, stdout io.Writer) error {
 			}
 			continue
 		}
+		var stopAlive func()
+		if !cfg.mode.pingPong() {
+			// The server waits in sync for as long as this end measures.
+			stopAlive = perftool.KeepAlive(conn)
+		}
 		n, runErr := sizeRun(stdout, cfg, size, x, nil, counter)
+		if stopAlive != nil {
+			stopAlive()
+		}
 		if runErr == nil {
 			ran := cfg
 			ran.iters = n

@@ -528,16 +528,20 @@ func Refuse(conn net.Conn, timeout time.Duration, err error) error {
 	return err
 }
 
-// Status bytes of Sync.
+// Status bytes of Sync. statusAlive is KeepAlive's: the peer is still
+// there, measuring.
 const (
 	statusOK     = 1
 	statusFailed = 2
+	statusAlive  = 3
 )
 
 // Sync tells the peer whether this end is fine (failed nil) and waits for
 // the peer to say the same; a peer that failed is ErrPeerFailed. The
 // deadline, timeout, covers the whole wait, the peer's measurement
-// included.
+// included, but each byte of a peer's KeepAlive moves it timeout on: a
+// peer that measures for longer than timeout keeps this end waiting, one
+// that stops (or hangs) for timeout does not.
 func Sync(conn net.Conn, timeout time.Duration, failed error) error {
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	b := [1]byte{statusOK}
@@ -547,13 +551,55 @@ func Sync(conn net.Conn, timeout time.Duration, failed error) error {
 	if _, err := conn.Write(b[:]); err != nil {
 		return fmt.Errorf("synchronize with the peer: %w", peerClosed(err))
 	}
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		return fmt.Errorf("synchronize with the peer: %w", peerClosed(err))
+	for {
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("synchronize with the peer: no word from it for %v (--timeout): %w", timeout, err)
+			}
+			return fmt.Errorf("synchronize with the peer: %w", peerClosed(err))
+		}
+		if b[0] != statusAlive {
+			break
+		}
+		_ = conn.SetDeadline(time.Now().Add(timeout))
 	}
 	if b[0] != statusOK {
 		return ErrPeerFailed
 	}
 	return nil
+}
+
+// AliveEvery is how often KeepAlive tells the peer this end is there.
+const AliveEvery = 250 * time.Millisecond
+
+// KeepAlive tells the peer waiting in Sync, every AliveEvery, that this
+// end is still there while it measures, so that a measurement may last
+// longer than the peer's timeout. The returned stop ends it and returns
+// once nothing more will be written: call it before this end's Sync. The
+// caller must not write conn meanwhile.
+func KeepAlive(conn net.Conn) (stop func()) {
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(AliveEvery)
+		defer t.Stop()
+		b := []byte{statusAlive}
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				_ = conn.SetWriteDeadline(time.Now().Add(4 * AliveEvery))
+				if _, err := conn.Write(b); err != nil {
+					return // the peer gone: the measurement's waits say so
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+	}
 }
 
 // peerClosed returns err, a read or write on the connection to the peer,

@@ -63,6 +63,37 @@ func TestSyncPeerGone(t *testing.T) {
 	}
 }
 
+// TestSyncKeepAlive: an end waiting in Sync with a short timeout waits on
+// while its peer measures for longer, as long as the peer says it is there
+// (KeepAlive); a peer that says nothing for the timeout is given up, the
+// error naming the wait.
+func TestSyncKeepAlive(t *testing.T) {
+	for _, alive := range []bool{true, false} {
+		a, b := toolproc.TCPPair(t)
+		done := make(chan error, 1)
+		go func() {
+			stop := func() {}
+			if alive {
+				stop = KeepAlive(b)
+			}
+			time.Sleep(4 * AliveEvery) // the measurement
+			stop()
+			done <- Sync(b, 5*time.Second, nil)
+		}()
+		timeout := 2 * AliveEvery
+		err := Sync(a, timeout, nil)
+		if alive {
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+			continue
+		}
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		require.Contains(t, err.Error(), "no word from it for 500ms")
+		a.Close()
+		<-done
+	}
+}
+
 // TestAcceptPerftestClient: a client that speaks perftest's exchange
 // sends its version string and waits for the server's. A server without a
 // key says so at once rather than wait out the timeout for parameters that
