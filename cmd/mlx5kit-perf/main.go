@@ -305,10 +305,10 @@ type config struct {
 	timeout          time.Duration
 	// peerAlive is, on a server, how often its client says it is there
 	// while it measures (params.Alive; perftool.KeepAlive).
-	peerAlive time.Duration
-	server, client   string
-	keyFile          string
-	security         endpoint.Security
+	peerAlive      time.Duration
+	server, client string
+	keyFile        string
+	security       endpoint.Security
 
 	// perftest's flags.
 	program     bool   // the mode came from the program's name (ib_write_lat)
