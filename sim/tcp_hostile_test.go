@@ -79,6 +79,15 @@ func linkMessage(h wireHdr, payload []byte) []byte {
 }
 
 // send seals the messages and writes them in one write.
+// peerLinked reports whether e's link holds p's connection, linked.
+func peerLinked(e *env, p *linkPeer) bool {
+	l := e.f.tcp
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.peers[p.slot]
+	return q != nil && !q.dead
+}
+
 func (p *linkPeer) send(msgs ...[]byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -343,13 +352,7 @@ func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
 func TestLinkMisusedConnections(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	linked := func(p *linkPeer) bool {
-		l := e.f.tcp
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		q := l.peers[p.slot]
-		return q != nil && !q.dead
-	}
+	linked := func(p *linkPeer) bool { return peerLinked(e, p) }
 	frame := func(p *linkPeer) []byte {
 		b, err := p.sc.Seal(nil, linkMessage(wireHdr{Kind: wireUD, DstQPN: 0x100, SrcQPN: p.qpn}, nil))
 		require.NoError(t, err)

@@ -370,6 +370,20 @@ func linkedStar(t *testing.T) (hub, a, b *env) {
 	return hub, a, b
 }
 
+// linkedStarSending is linkedStar with an RC QP on each connecting end,
+// a on e1 and b on e2, connected to each other through the hub, and one
+// SEND from a to b completed.
+func linkedStarSending(t *testing.T) (hub, e1, e2 *env, a, b *testQP) {
+	hub, e1, e2 = linkedStar(t)
+	a = e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b = e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectFast(t, a, b)
+	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	return hub, e1, e2, a, b
+}
+
 func TestLinkHubForwardsRC(t *testing.T) {
 	hub, e1, e2 := linkedStar(t)
 	s0, _ := hub.f.Link()
@@ -450,13 +464,7 @@ func TestLinkHubDropsForeignSource(t *testing.T) {
 }
 
 func TestLinkHubClosed(t *testing.T) {
-	hub, e1, e2 := linkedStar(t)
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectFast(t, a, b)
-	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
-	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
-	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	hub, e1, e2, a, b := linkedStarSending(t)
 	require.NoError(t, hub.f.Close())
 	for _, e := range []*env{e1, e2} {
 		require.Eventually(t, func() bool { s, _ := e.f.Link(); return s.Members == 0 && s.Peers == 0 }, 5*time.Second, time.Millisecond)
@@ -478,13 +486,7 @@ func TestLinkHubClosed(t *testing.T) {
 // stop with the last device: the hub still counted three members, and
 // every message between the other two was lost (RETRY_EXC_ERR).
 func TestLinkHubWithoutDevices(t *testing.T) {
-	hub, e1, e2 := linkedStar(t)
-	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
-	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
-	connectFast(t, a, b)
-	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
-	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("before")))
-	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
+	hub, e1, e2, a, b := linkedStarSending(t)
 
 	require.NoError(t, hub.c.Close())
 	require.NoError(t, hub.c2.Close())
@@ -531,13 +533,7 @@ func TestLinkCloseWakesEngine(t *testing.T) {
 func TestLinkDropReason(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
-	linked := func(p *linkPeer) bool {
-		l := e.f.tcp
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		q := l.peers[p.slot]
-		return q != nil && !q.dead
-	}
+	linked := func(p *linkPeer) bool { return peerLinked(e, p) }
 	altered := dialLinkPeer(t, e)
 	b, err := altered.sc.Seal(nil, linkMessage(wireHdr{Kind: wireUD, DstQPN: 0x100, SrcQPN: altered.qpn}, nil))
 	require.NoError(t, err)
