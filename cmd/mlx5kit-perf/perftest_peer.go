@@ -244,6 +244,27 @@ func (p perftestConn) record(mine perftestDest, gid bool) (perftestDest, error) 
 	return decodePerftestDest(theirs, gid)
 }
 
+// close is ctx_close_connection: the records swapped once more, then the
+// peer's "done" read and this end's written, for a perftest that sends
+// one; a peer that closes instead (perftest releases that stopped sending
+// it) ends it as well.
+func (p perftestConn) close(mine perftestDest, gid bool) error {
+	if _, err := p.record(mine, gid); err != nil {
+		return err
+	}
+	_ = p.conn.SetDeadline(time.Now().Add(p.timeout))
+	done := []byte("done\x00")
+	if p.client {
+		_, _ = p.conn.Write(done)
+	}
+	var theirs [5]byte
+	_, _ = io.ReadFull(p.conn, theirs[:])
+	if !p.client {
+		_, _ = p.conn.Write(done)
+	}
+	return nil
+}
+
 // perftestCheck returns what forbids the configuration to run against
 // perftest, or "".
 func (c config) perftestCheck() string {
@@ -425,6 +446,15 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		}
 		if err := writeLatencyRow(stdout, cfg, size, &l, counter); err != nil {
 			return err
+		}
+	}
+	if send {
+		// ib_send_lat closes with a last swap of the records and, from
+		// perftest 4.5-0.17 (Debian's) to 6.x, a "done" of 5 bytes each
+		// way, which ib_write_lat does not; without them perftest reports
+		// "Failed to close connection between server and client".
+		if err := k.p.close(k.mine, k.gid); err != nil {
+			return fmt.Errorf("%s against perftest: close: %w", cfg.mode, err)
 		}
 	}
 	return writeFooter(stdout, cfg)
