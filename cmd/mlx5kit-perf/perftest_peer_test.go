@@ -385,6 +385,7 @@ func TestPerftestPeerTimesFromPostToPost(t *testing.T) {
 					require.NoError(t, x.awaitSend(size, i))
 				}
 				require.NoError(t, x.drain())
+				require.NoError(t, k.p.close(k.mine, k.gid), "ib_send_lat's close exchange")
 			}
 			select {
 			case err := <-errc:
