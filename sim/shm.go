@@ -41,8 +41,8 @@ type shmFabric struct {
 
 // joinShared joins (creating it if needed) the shared fabric name.
 func joinShared(name string, link ctx.LinkLayer, devices int) (*shmFabric, error) {
-	if !validFabricName(name) {
-		return nil, fmt.Errorf("fabric name %q: want 1 to 64 of [A-Za-z0-9._-], not starting with a dot", name)
+	if err := CheckFabricName(name); err != nil {
+		return nil, err
 	}
 	r, err := openRegistry(name, link)
 	if err != nil {

@@ -82,6 +82,17 @@ const (
 // elsewhere.
 var shmDir = "/dev/shm"
 
+// CheckFabricName refuses, with an error wrapping ctx.ErrInvalidArgument,
+// a name no shared fabric may have (Options.Fabric, MLX5KIT_SIM_FABRIC,
+// SweepFabric): it becomes part of file names, so it is 1 to 64 of
+// [A-Za-z0-9._-], not starting with a dot.
+func CheckFabricName(name string) error {
+	if !validFabricName(name) {
+		return fmt.Errorf("sim: fabric name %q: want 1 to 64 of [A-Za-z0-9._-], not starting with a dot: %w", name, ctx.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // validFabricName accepts the names a fabric may have: they become part of
 // file names.
 func validFabricName(name string) bool {
@@ -518,8 +529,8 @@ func (r *registry) removeUnused(name string) {
 // it is. A registry of another protocol version or layout is not touched
 // and its error wraps ErrFabricVersion.
 func SweepFabric(name string) error {
-	if !validFabricName(name) {
-		return fmt.Errorf("sim: fabric name %q: want 1 to 64 of [A-Za-z0-9._-], not starting with a dot: %w", name, ctx.ErrInvalidArgument)
+	if err := CheckFabricName(name); err != nil {
+		return err
 	}
 	p := registryPath(name)
 	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {

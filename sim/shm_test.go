@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -599,5 +600,18 @@ func TestCloseLastDeviceAndFabricAtOnce(t *testing.T) {
 		require.NoError(t, f.Close())
 		require.NoError(t, <-closed)
 		time.Sleep(25 * time.Millisecond) // an engine left running would wake by now
+	}
+}
+
+// TestCheckFabricName: the names a shared fabric may have, and the error
+// for the others.
+func TestCheckFabricName(t *testing.T) {
+	for _, ok := range []string{"default", "a", "A.b_c-9", strings.Repeat("x", 64)} {
+		require.NoError(t, CheckFabricName(ok), ok)
+	}
+	for _, bad := range []string{"", ".hidden", "a/b", "a b", strings.Repeat("x", 65), "é"} {
+		err := CheckFabricName(bad)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, bad)
+		require.ErrorContains(t, err, "want 1 to 64 of [A-Za-z0-9._-], not starting with a dot")
 	}
 }

@@ -81,6 +81,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // The environment the launcher reads and sets.
@@ -154,6 +155,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.fabric == "" {
 		return c, errors.New("-fabric: the name is empty")
+	}
+	if err := sim.CheckFabricName(c.fabric); err != nil {
+		return c, fmt.Errorf("-fabric: %w", err)
 	}
 	if c.tcp != "" {
 		fabricSet := false

@@ -125,6 +125,8 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{[]string{"-lib", lib, "-abi", "mmap", "--", "true"}, 2, `-abi "mmap"`},
 		{[]string{"-lib", lib, "-names", "cx7", "--", "true"}, 2, `-names "cx7"`},
 		{[]string{"-lib", lib, "-fabric", "", "--", "true"}, 2, "-fabric"},
+		{[]string{"-lib", lib, "-fabric", "a/b", "--", "true"}, 2, "-fabric: sim: fabric name \"a/b\""},
+		{[]string{"-lib", lib, "-fabric", ".hidden", "--", "true"}, 2, "not starting with a dot"},
 		{[]string{"-lib", lib, "-fabric", "f", "-tcp", "h:1", "--", "true"}, 2, "-fabric and -tcp"},
 		{[]string{"-lib", lib, "-tcp", "no-port", "--", "true"}, 2, `-tcp "no-port"`},
 		{[]string{"-lib", lib, "-tcp", "h:abc", "--", "true"}, 2, `-tcp "h:abc"`},

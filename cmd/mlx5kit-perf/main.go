@@ -762,17 +762,17 @@ func (c config) check() string {
 	case c.duration > 0 && c.all:
 		return "-D and -a exclude each other (as in perftest)"
 	case c.cqMod < 0 || c.cqMod > 4096:
-		return fmt.Sprintf("-Q %d: want 1 to 4096", c.cqMod)
+		return fmt.Sprintf("-Q %d: want 1 to 4096 (0: the default)", c.cqMod)
 	case c.postList < 0 || c.postList > 4096:
-		return fmt.Sprintf("-l %d: want 1 to 4096", c.postList)
+		return fmt.Sprintf("-l %d: want 1 to 4096 (0: the default)", c.postList)
 	case c.cqMod > 0 && c.postList > 0 && c.cqMod != c.postList:
 		return fmt.Sprintf("-Q %d and -l %d: mlx5kit-perf rings one doorbell per completion, so they must be equal", c.cqMod, c.postList)
 	case c.outReads < 0 || c.outReads > 255:
-		return fmt.Sprintf("-o %d: want 1 to 255", c.outReads)
+		return fmt.Sprintf("-o %d: want 1 to 255 (0: the default, 16)", c.outReads)
 	case c.sl < 0 || c.sl > 15:
 		return fmt.Sprintf("-S %d: want 0 to 15", c.sl)
 	case c.qpTimeout < 0 || c.qpTimeout > 31:
-		return fmt.Sprintf("-u %d: want 1 to 31", c.qpTimeout)
+		return fmt.Sprintf("-u %d: want 1 to 31 (0: the queue pair's default)", c.qpTimeout)
 	case c.rxDepth < 1 || c.rxDepth > 8192:
 		return fmt.Sprintf("-r %d: want 1 to 8192", c.rxDepth)
 	case c.output == outputLatency && !c.mode.latency():

@@ -492,6 +492,8 @@ func TestRefusedFlags(t *testing.T) {
 		{[]string{"-Q", "4", "-l", "8"}, "-Q 4 and -l 8"},
 		{[]string{"-p", "0", "host"}, "-p 0: want 1 to 65535"},
 		{[]string{"-S", "16"}, "-S 16: want 0 to 15"},
+		{[]string{"-u", "32"}, "-u 32: want 1 to 31 (0: the queue pair's default)"},
+		{[]string{"-o", "256"}, "-o 256: want 1 to 255 (0: the default, 16)"},
 		{[]string{"--timeout=soon"}, `--timeout: "soon" is not a duration`},
 		{[]string{"host1", "host2"}, "unexpected arguments"},
 		{[]string{"host", "--client", "h:1"}, "exclude each other"},

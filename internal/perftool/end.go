@@ -290,6 +290,18 @@ func (x *End) Await(op Op, size int, seq uint32) error {
 	return r.FinishDoorbell()
 }
 
+// drainSeq stands for Drain's wait, which is for no message in particular,
+// in the waits' errors (waitedFor).
+const drainSeq = ^uint32(0)
+
+// waitedFor names what a wait for seq waited for, in its errors.
+func waitedFor(seq uint32) string {
+	if seq == drainSeq {
+		return "the completions of the sends posted"
+	}
+	return fmt.Sprintf("message %d", seq)
+}
+
 // Drain polls until every signaled send has completed.
 func (x *End) Drain() error {
 	var since time.Time
@@ -302,10 +314,10 @@ func (x *End) Drain() error {
 			x.Fail(c)
 		})
 		if x.Failed {
-			return x.CompletionError(0)
+			return x.CompletionError(drainSeq)
 		}
 		if n == 0 {
-			if err := x.Idle(spins, &since, 0); err != nil {
+			if err := x.Idle(spins, &since, drainSeq); err != nil {
 				return err
 			}
 		}
@@ -354,7 +366,7 @@ func (x *End) Idle(spins int, since *time.Time, seq uint32) error {
 		return nil
 	}
 	if now.Sub(*since) > x.Timeout {
-		return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding)", x.Name, seq, x.Timeout, x.SendsOut)
+		return fmt.Errorf("%s: no completion for %s within %v (%d sends outstanding)", x.Name, waitedFor(seq), x.Timeout, x.SendsOut)
 	}
 	if x.Peer != nil && now.Sub(*since) >= PeerCheck && now.Sub(x.peerSeen) >= PeerCheck {
 		x.peerSeen = now
@@ -385,7 +397,7 @@ func (x *End) peerError(seq uint32) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("%s: waiting for message %d (%d sends outstanding): %w", x.Name, seq, x.SendsOut, why)
+	return fmt.Errorf("%s: waiting for %s (%d sends outstanding): %w", x.Name, waitedFor(seq), x.SendsOut, why)
 }
 
 // sleep waits on the Notifier for a completion, for at most the end's
@@ -409,7 +421,7 @@ func (x *End) sleep(seq uint32) error {
 			return nil
 		}
 		if left -= d; left <= 0 || !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%s: no completion for message %d within %v (%d sends outstanding): %w", x.Name, seq, x.Timeout, x.SendsOut, err)
+			return fmt.Errorf("%s: no completion for %s within %v (%d sends outstanding): %w", x.Name, waitedFor(seq), x.Timeout, x.SendsOut, err)
 		}
 		if err := x.peerError(seq); err != nil {
 			return err
@@ -433,9 +445,9 @@ func (x *End) CompletionError(seq uint32) error {
 	c := x.Bad
 	x.Failed = false
 	if err := c.Err(); err != nil {
-		return fmt.Errorf("%s: waiting for message %d: %w", x.Name, seq, err)
+		return fmt.Errorf("%s: waiting for %s: %w", x.Name, waitedFor(seq), err)
 	}
-	return fmt.Errorf("%s: waiting for message %d: unexpected completion %v (wrid %d, immediate %d, %d bytes)", x.Name, seq, c.Opcode, c.WRID, c.Immediate, c.ByteCount)
+	return fmt.Errorf("%s: waiting for %s: unexpected completion %v (wrid %d, immediate %d, %d bytes)", x.Name, waitedFor(seq), c.Opcode, c.WRID, c.Immediate, c.ByteCount)
 }
 
 // Close destroys everything the end created.
