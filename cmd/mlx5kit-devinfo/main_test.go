@@ -129,3 +129,12 @@ func TestDescribeRoCEChosenGID(t *testing.T) {
 		require.NoError(t, f.Close())
 	}
 }
+
+// TestHelpExitsZero: -h prints the usage and exits 0, as flag's
+// ExitOnError does and every tool of the kit does; a bad flag exits 2.
+func TestHelpExitsZero(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-h"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "-sim")
+	require.Equal(t, 2, run([]string{"-nosuch"}, &out, &errOut))
+}

@@ -190,9 +190,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 func run(args []string, stdout, stderr io.Writer, exec execFunc, sweeper func(fabric string) error) int {
 	c, err := parse(args, stderr)
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "mlx5kit-emulate: %v\n", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the usage asked for, printed
 		}
+		fmt.Fprintf(stderr, "mlx5kit-emulate: %v\n", err)
 		return 2
 	}
 	if c.sweepAfter > 0 {

@@ -190,3 +190,16 @@ func TestBuildCachedReusesAFreshLibrary(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "go build")
 }
+
+// TestHelpExitsZero: -h prints the usage and exits 0, starting nothing; a
+// bad flag exits 2.
+func TestHelpExitsZero(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	started := false
+	start := func(string, []string, []string) error { started = true; return nil }
+	require.Equal(t, 0, run([]string{"-h"}, &stdout, &stderr, start, nil))
+	require.Contains(t, stderr.String(), "-fabric")
+	require.False(t, started)
+	require.Equal(t, 2, run([]string{"-nosuch", "--", "true"}, &stdout, &stderr, start, nil))
+	require.False(t, started)
+}

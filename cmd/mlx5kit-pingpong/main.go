@@ -130,6 +130,9 @@ func parseFlags(args []string, stderr io.Writer) (config, int) {
 		Timeout: &cfg.timeout, Server: &cfg.server, Client: &cfg.client, KeyFile: &cfg.keyFile}
 	peer.Register(fs)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, 0 // the usage asked for, printed
+		}
 		return cfg, 2
 	}
 	bad := func(format string, a ...any) (config, int) {

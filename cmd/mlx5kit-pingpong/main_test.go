@@ -457,3 +457,11 @@ func withQPN(e endpoint.Endpoint, qpn uint32) endpoint.Endpoint {
 	e.QPN = qpn
 	return e
 }
+
+// TestHelpExitsZero: -h prints the usage and exits 0; a bad flag exits 2.
+func TestHelpExitsZero(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"-h"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "-iters")
+	require.Equal(t, 2, run([]string{"-nosuch"}, &out, &errOut))
+}
