@@ -470,6 +470,13 @@ const usageTail = `
   outside 1..256, -c UD send_bw with -r below -t; any other flag is unknown
 See docs/guide.md, "mlx5kit-perf as a perftest drop-in".`
 
+// hostPort reports whether s is HOST:PORT (or [IPv6]:PORT), not a host
+// name or a bare IPv6 address.
+func hostPort(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	return err == nil && port != ""
+}
+
 // parseFlags parses args as mlx5kit-perf's: the mode first, then the
 // flags.
 func parseFlags(args []string, stderr io.Writer) (config, int) {
@@ -543,6 +550,11 @@ func parseCommandLine(prog string, args []string, stdout, stderr io.Writer) (con
 	switch {
 	case cfg.host != "" && (cfg.server != "" || cfg.client != ""):
 		return bad("the server %q and -server or -client exclude each other", cfg.host)
+	case cfg.host != "" && hostPort(cfg.host):
+		// perftest's SERVER is a host (the port is -p): HOST:PORT would
+		// be looked up as a host name and fail with "no such host".
+		h, port, _ := net.SplitHostPort(cfg.host)
+		return bad("the server %q: a host name, the port going with -p (-p %s %s), or --client %s", cfg.host, port, h, cfg.host)
 	case cfg.host != "":
 		cfg.client = net.JoinHostPort(cfg.host, strconv.Itoa(cfg.tcpPort))
 	case cfg.program && cfg.server == "" && cfg.client == "":

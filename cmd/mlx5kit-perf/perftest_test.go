@@ -496,6 +496,8 @@ func TestRefusedFlags(t *testing.T) {
 		{[]string{"-o", "256"}, "-o 256: want 1 to 255 (0: the default, 16)"},
 		{[]string{"--timeout=soon"}, `--timeout: "soon" is not a duration`},
 		{[]string{"host1", "host2"}, "unexpected arguments"},
+		{[]string{"[::1]:18515"}, `the server "[::1]:18515": a host name`},
+		{[]string{"localhost:18515"}, `the server "localhost:18515": a host name, the port going with -p (-p 18515 localhost), or --client localhost:18515`},
 		{[]string{"host", "--client", "h:1"}, "exclude each other"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
