@@ -85,7 +85,11 @@ type Options struct {
 	// listens for them, "HOST:PORT" connects to a listening one, which
 	// forwards between all the Fabrics connected to it. It is made when
 	// the first device opens, needs Engine mode and LinkKey, and excludes
-	// Fabric. A test tool, not a transport for production.
+	// Fabric. From then on the Fabric's engine runs until Close, devices
+	// open or not (its rounds read the peers' sockets and, on the
+	// listening end, forward): a Fabric never closed keeps it until the
+	// process ends, asleep on the sockets while idle. A test tool, not a
+	// transport for production.
 	Link string
 	// LinkKey is the pre-shared key both ends of a TCP link prove they
 	// hold before anything else is sent (at least endpoint.MinKeySize

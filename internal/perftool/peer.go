@@ -541,7 +541,9 @@ const (
 // deadline, timeout, covers the whole wait, the peer's measurement
 // included, but each byte of a peer's KeepAlive moves it timeout on: a
 // peer that measures for longer than timeout keeps this end waiting, one
-// that stops (or hangs) for timeout does not.
+// whose process is gone or stopped (SIGSTOP) for timeout does not. A peer
+// whose measurement hangs while its process runs keeps saying it is
+// there; its own waits (their timeouts) end it.
 func Sync(conn net.Conn, timeout time.Duration, failed error) error {
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	b := [1]byte{statusOK}
