@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/admit"
+	"github.com/mlx5kit/mlx5kit/internal/connpeek"
 	"github.com/mlx5kit/mlx5kit/internal/nilness"
 )
 
@@ -423,62 +424,91 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	members := make([]*member, l.peers)
 	joined := 0
 	var lastRejected error
-	for joined < l.peers-1 {
-		select {
-		case m := <-arrivals:
-			if m.err != nil {
-				lastRejected = m.err
-				continue
-			}
-			if members[m.rank] != nil {
-				m.watch.stop()
-				wg.Add(1)
-				go func() { defer wg.Done(); refuse(m.conn) }()
-				lastRejected = fmt.Errorf("from %v: rank %d has already joined", m.conn.RemoteAddr(), m.rank)
-				continue
-			}
-			members[m.rank] = m
-			joined++
-		case err := <-acceptFailed:
-			// Close on another goroutine, to give up waiting, or an
-			// accept that failed for good.
-			closed := errors.Is(err, net.ErrClosed)
-			reason := "the mesh listener failed"
-			if closed {
-				reason = "the mesh listener was closed"
-			}
-			for _, m := range members {
-				if m != nil {
-					m.abort(reason)
+	// gone drops the member of rank r when it closed or reset its
+	// connection while it waited for the table (its process died, say):
+	// a rank that joins again takes its place, and the table is not sent
+	// to a connection no one reads. A connection that cannot be looked at
+	// (TLS) counts as open.
+	gone := func(r int) bool {
+		m := members[r]
+		if s, _ := connpeek.Peek(m.conn); s != connpeek.Closed && s != connpeek.Reset {
+			return false
+		}
+		m.watch.stop()
+		_ = m.conn.Close()
+		members[r] = nil
+		joined--
+		lastRejected = fmt.Errorf("rank %d (%v) closed its connection after it joined", r, m.conn.RemoteAddr())
+		return true
+	}
+	for {
+		for joined < l.peers-1 {
+			select {
+			case m := <-arrivals:
+				if m.err != nil {
+					lastRejected = m.err
+					continue
 				}
-			}
-			if closed {
-				return nil, fmt.Errorf("%s: closed (MeshListener.Close) with %d of %d ranks joined: %w", op, joined+1, l.peers, err)
-			}
-			return nil, fmt.Errorf("%s: accept: %w", op, err)
-		case <-ctx.Done():
-			var missing []int
-			for r := 1; r < l.peers; r++ {
-				if members[r] == nil {
-					missing = append(missing, r)
+				if members[m.rank] != nil && !gone(m.rank) {
+					m.watch.stop()
+					wg.Add(1)
+					go func() { defer wg.Done(); refuse(m.conn) }()
+					lastRejected = fmt.Errorf("from %v: rank %d has already joined", m.conn.RemoteAddr(), m.rank)
+					continue
 				}
-			}
-			reason := fmt.Sprintf("%v waiting for ranks %v", ctx.Err(), missing)
-			for _, m := range members {
-				if m != nil {
-					m.abort(reason)
+				members[m.rank] = m
+				joined++
+			case err := <-acceptFailed:
+				// Close on another goroutine, to give up waiting, or an
+				// accept that failed for good.
+				closed := errors.Is(err, net.ErrClosed)
+				reason := "the mesh listener failed"
+				if closed {
+					reason = "the mesh listener was closed"
 				}
+				for _, m := range members {
+					if m != nil {
+						m.abort(reason)
+					}
+				}
+				if closed {
+					return nil, fmt.Errorf("%s: closed (MeshListener.Close) with %d of %d ranks joined: %w", op, joined+1, l.peers, err)
+				}
+				return nil, fmt.Errorf("%s: accept: %w", op, err)
+			case <-ctx.Done():
+				var missing []int
+				for r := 1; r < l.peers; r++ {
+					if members[r] == nil {
+						missing = append(missing, r)
+					}
+				}
+				reason := fmt.Sprintf("%v waiting for ranks %v", ctx.Err(), missing)
+				for _, m := range members {
+					if m != nil {
+						m.abort(reason)
+					}
+				}
+				err := fmt.Errorf("%s: %d of %d ranks joined: %w (missing ranks %v)", op, joined+1, l.peers, ctx.Err(), missing)
+				if lastRejected != nil {
+					err = fmt.Errorf("%w; last connection turned away: %w", err, lastRejected)
+				}
+				tempMu.Lock()
+				if lastTempErr != nil {
+					err = fmt.Errorf("%w; last accept error (retried): %w", err, lastTempErr)
+				}
+				tempMu.Unlock()
+				return nil, err
 			}
-			err := fmt.Errorf("%s: %d of %d ranks joined: %w (missing ranks %v)", op, joined+1, l.peers, ctx.Err(), missing)
-			if lastRejected != nil {
-				err = fmt.Errorf("%w; last connection turned away: %w", err, lastRejected)
+		}
+		// Every rank is in: those gone meanwhile are waited for again.
+		left := joined
+		for r := 1; r < l.peers; r++ {
+			if members[r] != nil {
+				gone(r)
 			}
-			tempMu.Lock()
-			if lastTempErr != nil {
-				err = fmt.Errorf("%w; last accept error (retried): %w", err, lastTempErr)
-			}
-			tempMu.Unlock()
-			return nil, err
+		}
+		if joined == left {
+			break
 		}
 	}
 	stopClose()

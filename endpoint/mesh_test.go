@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -606,4 +607,72 @@ func TestMeshGreetsABoundedNumber(t *testing.T) {
 		require.NoError(t, err, "rank %d", i)
 	}
 	checkTranspose(t, local, remote)
+}
+
+// TestMeshRankGoneBeforeTheTable: a rank that joined and then closed its
+// connection before the mesh was complete (its process died) is dropped
+// when rank 0 finds it gone, at the next arrival of its rank or once every
+// rank is in, and the rank that joins again in its place completes the
+// mesh. Rank 0 used to refuse the newcomer as a rank already taken and
+// send the table to the dead connection, completing a mesh with a rank no
+// one runs.
+func TestMeshRankGoneBeforeTheTable(t *testing.T) {
+	const n = 3
+	local := meshLocal(n)
+	// meshWithDeadRank2 starts rank 0 and a rank 2 that joins and dies.
+	meshWithDeadRank2 := func(t *testing.T, ctx context.Context) (addr string, exchanged func() []Endpoint) {
+		l, err := ListenMesh(ctx, "127.0.0.1:0", n, testOpts)
+		require.NoError(t, err)
+		var remote0 []Endpoint
+		var err0 error
+		done := make(chan struct{})
+		go func() { defer close(done); remote0, err0 = l.Exchange(ctx, local[0]) }()
+		dying, die := context.WithCancel(ctx)
+		dead := make(chan error, 1)
+		go func() { _, err := DialMesh(dying, l.Addr().String(), 2, local[2], testOpts); dead <- err }()
+		time.Sleep(300 * time.Millisecond) // joined: it waits for the table
+		die()
+		require.Error(t, <-dead)
+		time.Sleep(50 * time.Millisecond) // its connection closed
+		return l.Addr().String(), func() []Endpoint {
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("rank 0 did not return")
+			}
+			require.NoError(t, err0)
+			return remote0
+		}
+	}
+	dialLater := func(t *testing.T, ctx context.Context, addr string, rank int) chan []Endpoint {
+		r := make(chan []Endpoint, 1)
+		go func() {
+			remote, err := DialMesh(ctx, addr, rank, local[rank], testOpts)
+			assert.NoError(t, err, "rank %d", rank)
+			r <- remote
+		}()
+		time.Sleep(300 * time.Millisecond) // joined
+		return r
+	}
+
+	t.Run("rank 2 again first", func(t *testing.T) {
+		noLeak(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		addr, exchanged := meshWithDeadRank2(t, ctx)
+		r2 := dialLater(t, ctx, addr, 2) // refused as a rank taken, before
+		remote1, err := DialMesh(ctx, addr, 1, local[1], testOpts)
+		require.NoError(t, err)
+		checkTranspose(t, local, [][]Endpoint{exchanged(), remote1, <-r2})
+	})
+	t.Run("every rank in first", func(t *testing.T) {
+		noLeak(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		addr, exchanged := meshWithDeadRank2(t, ctx)
+		r1 := dialLater(t, ctx, addr, 1) // the count complete, rank 2 dead
+		remote2, err := DialMesh(ctx, addr, 2, local[2], testOpts)
+		require.NoError(t, err, "the mesh waited for a rank 2 that lives")
+		checkTranspose(t, local, [][]Endpoint{exchanged(), <-r1, remote2})
+	})
 }
