@@ -269,6 +269,7 @@ func dialAuth(conn net.Conn, sec Security, purpose byte, rank, peers uint32) (*s
 // nonce and claims, answers with its own nonce and proof, and checks the
 // dialer's proof. The claims are checked by the caller, after this.
 func acceptAuth(conn net.Conn, sec Security, purpose byte) (*session, error) {
+	start := time.Now()
 	s := &session{conn: conn, key: sec.Key, purpose: purpose, nonceListen: newNonce()}
 	f, err := readFrame(conn, meshHello, helloSize, -1)
 	if err != nil {
@@ -290,8 +291,10 @@ func acceptAuth(conn net.Conn, sec Security, purpose byte) (*session, error) {
 	f, err = readFrame(conn, meshProof, proofSize, -1)
 	if errors.Is(err, io.EOF) {
 		// The dialer checks this end's proof first and hangs up when it is
-		// wrong.
-		return nil, fmt.Errorf("the dialer hung up instead of proving that it holds the key (it holds another, or none): %w: %w", ErrAuth, err)
+		// wrong; it also hangs up when its own deadline passes first (this
+		// end slow to answer: paused, or busy), which the time taken shows.
+		return nil, fmt.Errorf("the dialer hung up instead of proving that it holds the key, %v after this end began reading its hello (it holds another key or none, or it gave up waiting for this end): %w: %w",
+			time.Since(start).Round(time.Millisecond), ErrAuth, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read proof: %w", err)

@@ -92,6 +92,10 @@ func TestSealedConnWrongKeyRefused(t *testing.T) {
 	require.Error(t, p.dialErr)
 	require.True(t, errors.Is(p.dialErr, ErrRejected) || errors.Is(p.dialErr, ErrAuth), "%v", p.dialErr)
 	require.ErrorIs(t, p.acceptErr, ErrAuth)
+	// The dialer hangs up on the wrong proof; the listener cannot tell
+	// that from a dialer that gave up waiting, and says both, with the
+	// time it took.
+	require.Regexp(t, `the dialer hung up instead of proving that it holds the key, [0-9.]+[mµn]?s after this end began reading its hello \(it holds another key or none, or it gave up waiting for this end\)`, p.acceptErr.Error())
 
 	// No key at all on a link is refused before anything is sent.
 	p = sealedPair(t, nil, []byte("0123456789abcdef-right"))
