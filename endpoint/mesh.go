@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/admit"
@@ -717,6 +718,11 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 	w.extend(time.Time{})
 	f, err := readFrame(conn, meshTable, maxListPayload(peers, macSize), maxAbortReason+macSize)
 	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			// Rank 0 sends the table or a sealed abort: a close without
+			// either is its process gone.
+			err = fmt.Errorf("rank 0 closed its connection without a table or a reason (its process gone?): %w: %w", ErrPeerGone, err)
+		}
 		return nil, ioError(ctx, name+": receive table", err)
 	}
 	var body []byte

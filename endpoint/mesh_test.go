@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -375,6 +376,7 @@ func TestDialMeshHostileListener(t *testing.T) {
 		}, false, []error{ErrMalformed, errUnknownTransport}},
 		{"truncated then close", true, func(s *session) []byte { return sealed(meshTable, good)(s)[:40] }, true, []error{ErrMalformed, errTruncated}},
 		{"close at once", false, raw([]byte{}), true, []error{io.EOF}},
+		{"close after the proofs", true, raw([]byte{}), true, []error{io.EOF, ErrPeerGone}},
 		{"never answers", false, nil, false, []error{context.DeadlineExceeded}},
 		{"never answers after the proofs", true, nil, false, []error{context.DeadlineExceeded}},
 	}
@@ -424,6 +426,9 @@ func TestDialMeshHostileListener(t *testing.T) {
 				require.ErrorIs(t, err, want)
 			}
 			require.Contains(t, err.Error(), "as rank 1")
+			if slices.Contains(c.is, ErrPeerGone) {
+				require.Contains(t, err.Error(), "receive table: rank 0 closed its connection without a table or a reason")
+			}
 			if c.reply != nil {
 				require.NoError(t, ctx.Err(), "should fail on the bytes: %v", err)
 			}
