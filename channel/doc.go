@@ -25,6 +25,13 @@
 // other that they hold a pre-shared key (endpoint.Security), so a stranger
 // on the network learns no address or rkey.
 //
+// On the software HCA, processes of one host reach each other when they
+// name the same shared fabric (MLX5KIT_SIM_FABRIC, package sim). Each
+// leaves it, removing its ring file from /dev/shm, with
+// sim.Default().Close() as it exits; a process that does not leaves the
+// file until another process joins or leaves that fabric (or
+// sim.SweepFabric runs).
+//
 // # Three levels
 //
 // Blocking calls post and return when the work has completed: Send,
