@@ -237,6 +237,14 @@ func TestPerftestTwoProcesses(t *testing.T) {
 		{"ib_send_lat", "infiniband", "t_typical[usec]", []string{"-c", "UC"}},
 		{"ib_write_bw", "infiniband", "BW average[MB/sec]", []string{"-c", "UC"}},
 		{"ib_send_bw", "infiniband", "BW average[MB/sec]", []string{"-c", "UC"}},
+		// Several queue pairs, both directions, an SRQ, reads in flight,
+		// compare-and-swap, UD on InfiniBand.
+		{"ib_write_bw", "infiniband", "BW average[MB/sec]", []string{"-q", "4"}},
+		{"ib_send_bw", "infiniband", "BW average[MB/sec]", []string{"-b"}},
+		{"ib_send_bw", "infiniband", "BW average[MB/sec]", []string{"--use-srq"}},
+		{"ib_read_bw", "infiniband", "BW average[MB/sec]", []string{"-o", "4"}},
+		{"ib_atomic_lat", "infiniband", "t_typical[usec]", []string{"-A", "CMP_AND_SWAP"}},
+		{"ib_send_bw", "infiniband", "BW average[MB/sec]", []string{"-c", "UD"}},
 	} {
 		t.Run(c.prog+"/"+c.link+strings.Join(c.extra, ""), func(t *testing.T) {
 			_, cli := runPair(t, "mlx5", c.link, c.prog, append([]string{"-d", "mlx5_0", "-F", "-n", "200"}, c.extra...), "-p", time.Minute)
@@ -248,6 +256,11 @@ func TestPerftestTwoProcesses(t *testing.T) {
 				require.Contains(t, cli, "Connection type : UC", "client:\n%s", cli)
 			}
 			require.Contains(t, cli, c.header, "client:\n%s", cli)
+			if slices.Contains(c.extra, "-q") {
+				// perftest counts every queue pair's iterations.
+				requireResultRowOf(t, cli, 4*200)
+				return
+			}
 			requireResultRow(t, cli)
 		})
 	}
@@ -350,12 +363,18 @@ func TestPerftestUDOnRoCETwoProcesses(t *testing.T) {
 // rate (toolproc.PerftestReport), which a loaded machine can make it.
 func requireResultRow(t *testing.T, out string) {
 	t.Helper()
+	requireResultRowOf(t, out, 200)
+}
+
+// requireResultRowOf is requireResultRow for a row of n iterations.
+func requireResultRowOf(t *testing.T, out string, n int) {
+	t.Helper()
 	report, uncalibrated := toolproc.PerftestReport(out)
-	row := `(?m)^\s*\d+\s+200\s+\d`
+	row := fmt.Sprintf(`(?m)^\s*\d+\s+%d\s+\d`, n)
 	if uncalibrated {
-		row = `(?m)^\s*\d+\s+200\s+(\d|inf|-?nan)`
+		row = fmt.Sprintf(`(?m)^\s*\d+\s+%d\s+(\d|inf|-?nan)`, n)
 	}
-	require.Regexp(t, row, report, "a result row for 200 iterations:\n%s", out)
+	require.Regexp(t, row, report, "a result row for %d iterations:\n%s", n, out)
 }
 
 // TestRequireResultRowUncalibrated: a row of inf times passes where
