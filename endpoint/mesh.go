@@ -442,74 +442,73 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 		lastRejected = fmt.Errorf("rank %d (%v) closed its connection after it joined", r, m.conn.RemoteAddr())
 		return true
 	}
-	for {
-		for joined < l.peers-1 {
-			select {
-			case m := <-arrivals:
-				if m.err != nil {
-					lastRejected = m.err
-					continue
-				}
-				if members[m.rank] != nil && !gone(m.rank) {
-					m.watch.stop()
-					wg.Add(1)
-					go func() { defer wg.Done(); refuse(m.conn) }()
-					lastRejected = fmt.Errorf("from %v: rank %d has already joined", m.conn.RemoteAddr(), m.rank)
-					continue
-				}
-				members[m.rank] = m
-				joined++
-			case err := <-acceptFailed:
-				// Close on another goroutine, to give up waiting, or an
-				// accept that failed for good.
-				closed := errors.Is(err, net.ErrClosed)
-				reason := "the mesh listener failed"
-				if closed {
-					reason = "the mesh listener was closed"
-				}
-				for _, m := range members {
-					if m != nil {
-						m.abort(reason)
-					}
-				}
-				if closed {
-					return nil, fmt.Errorf("%s: closed (MeshListener.Close) with %d of %d ranks joined: %w", op, joined+1, l.peers, err)
-				}
-				return nil, fmt.Errorf("%s: accept: %w", op, err)
-			case <-ctx.Done():
-				var missing []int
-				for r := 1; r < l.peers; r++ {
-					if members[r] == nil {
-						missing = append(missing, r)
-					}
-				}
-				reason := fmt.Sprintf("%v waiting for ranks %v", ctx.Err(), missing)
-				for _, m := range members {
-					if m != nil {
-						m.abort(reason)
-					}
-				}
-				err := fmt.Errorf("%s: %d of %d ranks joined: %w (missing ranks %v)", op, joined+1, l.peers, ctx.Err(), missing)
-				if lastRejected != nil {
-					err = fmt.Errorf("%w; last connection turned away: %w", err, lastRejected)
-				}
-				tempMu.Lock()
-				if lastTempErr != nil {
-					err = fmt.Errorf("%w; last accept error (retried): %w", err, lastTempErr)
-				}
-				tempMu.Unlock()
-				return nil, err
-			}
-		}
-		// Every rank is in: those gone meanwhile are waited for again.
-		left := joined
+	dropGone := func() bool {
+		dropped := false
 		for r := 1; r < l.peers; r++ {
-			if members[r] != nil {
-				gone(r)
+			if members[r] != nil && gone(r) {
+				dropped = true
 			}
 		}
-		if joined == left {
-			break
+		return dropped
+	}
+	// Once every rank is in, those gone meanwhile are waited for again
+	// (dropGone).
+	for joined < l.peers-1 || dropGone() {
+		select {
+		case m := <-arrivals:
+			if m.err != nil {
+				lastRejected = m.err
+				continue
+			}
+			if members[m.rank] != nil && !gone(m.rank) {
+				m.watch.stop()
+				wg.Add(1)
+				go func() { defer wg.Done(); refuse(m.conn) }()
+				lastRejected = fmt.Errorf("from %v: rank %d has already joined", m.conn.RemoteAddr(), m.rank)
+				continue
+			}
+			members[m.rank] = m
+			joined++
+		case err := <-acceptFailed:
+			// Close on another goroutine, to give up waiting, or an
+			// accept that failed for good.
+			closed := errors.Is(err, net.ErrClosed)
+			reason := "the mesh listener failed"
+			if closed {
+				reason = "the mesh listener was closed"
+			}
+			for _, m := range members {
+				if m != nil {
+					m.abort(reason)
+				}
+			}
+			if closed {
+				return nil, fmt.Errorf("%s: closed (MeshListener.Close) with %d of %d ranks joined: %w", op, joined+1, l.peers, err)
+			}
+			return nil, fmt.Errorf("%s: accept: %w", op, err)
+		case <-ctx.Done():
+			var missing []int
+			for r := 1; r < l.peers; r++ {
+				if members[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			reason := fmt.Sprintf("%v waiting for ranks %v", ctx.Err(), missing)
+			for _, m := range members {
+				if m != nil {
+					m.abort(reason)
+				}
+			}
+			err := fmt.Errorf("%s: %d of %d ranks joined: %w (missing ranks %v)", op, joined+1, l.peers, ctx.Err(), missing)
+			if lastRejected != nil {
+				err = fmt.Errorf("%w; last connection turned away: %w", err, lastRejected)
+			}
+			tempMu.Lock()
+			if lastTempErr != nil {
+				err = fmt.Errorf("%w; last accept error (retried): %w", err, lastTempErr)
+			}
+			tempMu.Unlock()
+			return nil, err
 		}
 	}
 	stopClose()

@@ -190,8 +190,8 @@ type tcpLink struct {
 	fds    []unix.PollFd
 	tx, rx []byte
 	// wakeFD is an eventfd in the sleep's poll set: wake writes it, so
-	// that Close, the last device's close and a peer just linked end the
-	// engine's sleep at once, not after it.
+	// that Close and a peer just linked end the engine's sleep at once,
+	// not after it.
 	wakeFD int
 	// behind is, on the listener, set while a peer has not been told
 	// the linked slots since they changed (its buffer had no room:
