@@ -747,24 +747,24 @@ func (c config) check() string {
 	case c.mode >= numModes:
 		return fmt.Sprintf("unknown mode %d", uint32(c.mode))
 	case c.size < 1 || c.size > maxSize:
-		return fmt.Sprintf("-size %d: want 1 to %d", c.size, maxSize)
+		return fmt.Sprintf("-s %d: want 1 to %d", c.size, maxSize)
 	case c.maxSize < 2 || c.maxSize > maxSize:
-		return fmt.Sprintf("-max-size %d: want 2 to %d", c.maxSize, maxSize)
+		return fmt.Sprintf("--max-size %d: want 2 to %d", c.maxSize, maxSize)
 	case c.mode.atomic() && (c.size != atomicSize || c.all):
 		return fmt.Sprintf("-s %d: %s moves %d bytes, and -a has no other size", c.size, c.mode, atomicSize)
 	case c.iters < 1 || c.iters > 1<<30:
-		return fmt.Sprintf("-iters %d: want 1 to %d", c.iters, 1<<30)
+		return fmt.Sprintf("-n %d: want 1 to %d", c.iters, 1<<30)
 	case c.streamIters() > 1<<30:
-		return fmt.Sprintf("-iters %d with -q %d: %d messages per size, want at most %d", c.iters, c.qps(), c.streamIters(), 1<<30)
+		return fmt.Sprintf("-n %d with -q %d: %d messages per size, want at most %d", c.iters, c.qps(), c.streamIters(), 1<<30)
 	case c.mode.latency() && c.iters < perftool.DroppedTail+1:
-		return fmt.Sprintf("-iters %d: a latency test needs at least %d (perftest's rules leave the %d largest samples out)",
+		return fmt.Sprintf("-n %d: a latency test needs at least %d (perftest's rules leave the %d largest samples out)",
 			c.iters, perftool.DroppedTail+1, perftool.DroppedTail)
 	case c.warmup < 0 || c.warmup > 1<<30:
-		return fmt.Sprintf("-warmup %d: want 0 to %d", c.warmup, 1<<30)
+		return fmt.Sprintf("--warmup %d: want 0 to %d", c.warmup, 1<<30)
 	case c.qd < 1 || c.qd > 4096:
-		return fmt.Sprintf("-qd %d: want 1 to 4096", c.qd)
+		return fmt.Sprintf("-t %d: want 1 to 4096", c.qd)
 	case c.inline < 0 || c.inline > 4096:
-		return fmt.Sprintf("-inline %d: want 0 to 4096", c.inline)
+		return fmt.Sprintf("-I %d: want 0 to 4096", c.inline)
 	case c.tcpPort < 1 || c.tcpPort > 65535:
 		return fmt.Sprintf("-p %d: want 1 to 65535", c.tcpPort)
 	case c.duration < 0 || c.duration > 1<<20:

@@ -316,9 +316,10 @@ func TestServerNamesBadParameter(t *testing.T) {
 		{params{Magic: paramsMagic, Mode: uint32(numModes), Size: 64, MaxSize: 64, Iters: 10, QD: 16, Batch: 4}, "unknown mode"},
 	} {
 		cfg := testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
-		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, c.p)
+		answer, err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, c.p)
 		require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
 		require.ErrorContains(t, err, c.want)
+		require.Contains(t, answer, c.want, "the client is told why")
 	}
 }
 
@@ -369,7 +370,7 @@ func TestRecordsPastAvailableMemory(t *testing.T) {
 
 	p := params{Magic: paramsMagic, Mode: uint32(writeBW), Size: 64, MaxSize: 64, Iters: 1 << 30, QD: 64, Batch: 1, QueuePairs: 1}
 	cfg = testConfig(t, "write_lat", "-provider", "sim", "--timeout", "5s")
-	err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, p)
+	_, err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, p)
 	require.ErrorIs(t, err, perftool.ErrBadParams)
 	require.ErrorContains(t, err, "-n 1073741824: the records of a size take 24.0 GiB, more than half of the 0.1 GiB")
 

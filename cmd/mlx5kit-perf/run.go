@@ -313,7 +313,20 @@ func (p params) config(base config) config {
 // connections it refuses before that one are reported on stderr.
 func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 	var p params
-	conn, err := perftool.Accept(ln, cfg.timeout, cfg.security, paramsMagic, &p, perftool.Refusals(stderr, "mlx5kit-perf"))
+	check := func() error {
+		if p.Conn > uint32(connDC) {
+			return fmt.Errorf("%w: -c %d: want RC (%d), UD (%d) or DC (%d)", perftool.ErrBadParams, p.Conn, connRC, connUD, connDC)
+		}
+		cfg = p.config(cfg)
+		if msg := cfg.check(); msg != "" {
+			return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
+		}
+		if msg := cfg.checkMemory(1); msg != "" {
+			return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
+		}
+		return nil
+	}
+	conn, err := perftool.Accept(ln, cfg.timeout, cfg.security, paramsMagic, &p, check, perftool.Refusals(stderr, "mlx5kit-perf"))
 	if errors.Is(err, perftool.ErrPerftestClient) {
 		return fmt.Errorf("%w: --perftest-peer speaks it, for write_lat and send_lat", err)
 	}
@@ -321,16 +334,6 @@ func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if p.Conn > uint32(connDC) {
-		return fmt.Errorf("%w: -c %d: want RC (%d), UD (%d) or DC (%d)", perftool.ErrBadParams, p.Conn, connRC, connUD, connDC)
-	}
-	cfg = p.config(cfg)
-	if msg := cfg.check(); msg != "" {
-		return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
-	}
-	if msg := cfg.checkMemory(1); msg != "" {
-		return fmt.Errorf("%w: %s", perftool.ErrBadParams, msg)
-	}
 	s, made, err := openEnds(cfg, "server")
 	if err != nil {
 		return err

@@ -348,14 +348,11 @@ func (p params) check() error {
 // connections it refuses before that one are reported on stderr.
 func serve(cfg config, ln net.Listener, stdout, stderr io.Writer) error {
 	var p params
-	conn, err := perftool.Accept(ln, cfg.timeout, cfg.security, paramsMagic, &p, perftool.Refusals(stderr, "mlx5kit-pingpong"))
+	conn, err := perftool.Accept(ln, cfg.timeout, cfg.security, paramsMagic, &p, func() error { return p.check() }, perftool.Refusals(stderr, "mlx5kit-pingpong"))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := p.check(); err != nil {
-		return err
-	}
 	cfg.size, cfg.iters, cfg.warmup = int(p.Size), int(p.Iters), int(p.Warmup)
 	s, made, err := openEnds(cfg, "server")
 	if err != nil {

@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"net"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
+	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // TestUpperBoundsNamed: -iters and -warmup above their bound are
@@ -39,8 +43,31 @@ func TestServerNamesBadParameter(t *testing.T) {
 	} {
 		cfg, code := parseFlags([]string{"-provider", "sim", "-timeout", "5s"}, &bytes.Buffer{})
 		require.Equal(t, -1, code)
-		err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, c.p)
+		answer, err := toolproc.ServeParams(t, func(ln net.Listener) error { return serve(cfg, ln, &bytes.Buffer{}, &bytes.Buffer{}) }, c.p)
 		require.ErrorIs(t, err, perftool.ErrBadParams, "%+v", c.p)
 		require.ErrorContains(t, err, c.want)
+		require.Contains(t, answer, c.want, "the client is told why")
 	}
+}
+
+// TestClientOfAnotherToolsServer: a client that reaches the server of
+// mlx5kit-perf (magic "MXPF") is told why it is refused, and says so;
+// before, the server named the other tool and the client saw only its
+// connection reset.
+func TestClientOfAnotherToolsServer(t *testing.T) {
+	t.Setenv(sim.EnvFabric, os.Getenv(sim.EnvFabric)) // -client sets it
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() {
+		var p struct{ Magic, Mode, Size uint32 }
+		_, err := perftool.Accept(ln, 5*time.Second, endpoint.Security{InsecureLoopback: true}, 0x4d585046, &p, nil, nil)
+		served <- err
+	}()
+	var out, errOut bytes.Buffer
+	code := run([]string{"-provider", "sim", "-timeout", "5s", "-client", ln.Addr().String()}, &out, &errOut)
+	require.Equal(t, 1, code, errOut.String())
+	require.Contains(t, errOut.String(), "the server refused this client")
+	require.Contains(t, errOut.String(), `magic "MXPN" (0x4d58504e), want "MXPF": the client is not this tool's`)
+	require.ErrorIs(t, <-served, perftool.ErrBadParams)
 }

@@ -57,7 +57,7 @@ func startAccept(t *testing.T, timeout time.Duration, sec endpoint.Security) *ac
 	s := &acceptServer{addr: ln.Addr().String()}
 	s.Server = toolproc.Go(func() error {
 		var err error
-		s.conn, err = Accept(ln, timeout, sec, testMagic, &s.got, func(from net.Addr, err error) {
+		s.conn, err = Accept(ln, timeout, sec, testMagic, &s.got, nil, func(from net.Addr, err error) {
 			s.mu.Lock()
 			s.refused = append(s.refused, refusal{from.String(), err})
 			s.mu.Unlock()
@@ -248,7 +248,8 @@ func TestAcceptLoopbackWaits(t *testing.T) {
 
 // TestAcceptKeyBadParams: a client that proved the key and sends the
 // parameters of another tool, or of another size, ends the server at once
-// with an error matching ErrBadParams.
+// with an error matching ErrBadParams, and is told why: its Dial fails
+// with ErrRefused and the server's reason.
 func TestAcceptKeyBadParams(t *testing.T) {
 	for _, c := range []struct {
 		p    any
@@ -259,10 +260,10 @@ func TestAcceptKeyBadParams(t *testing.T) {
 		{[2]byte{}, "2 bytes of parameters, want 12"},
 	} {
 		s := startAccept(t, 5*time.Second, keyed)
-		conn, err := Dial(s.addr, 5*time.Second, keyed, c.p)
-		require.NoError(t, err)
+		_, err := Dial(s.addr, 5*time.Second, keyed, c.p)
+		require.ErrorIs(t, err, ErrRefused, "%+v", c.p)
+		require.ErrorContains(t, err, c.want)
 		err = s.Wait()
-		conn.Close()
 		require.ErrorIs(t, err, ErrBadParams, "%+v", c.p)
 		require.ErrorContains(t, err, c.want)
 		require.Empty(t, s.refusals())

@@ -12,9 +12,11 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
@@ -85,7 +87,14 @@ func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.L
 // read only once it proved the key), one that proved the key and sent
 // parameters of another size (ErrBadParams: another version of the tool),
 // and, at a server without a key, a client that proves one.
-func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic uint32, params any, refused func(from net.Addr, err error)) (net.Conn, error) {
+//
+// The client is answered before Accept returns. check, when not nil, is
+// called once params holds the parameters; its error ends the wait.
+// Where the client sent this protocol (every case above but perftest's
+// client and a key at one end only), a client whose parameters are bad
+// or fail check is told the reason (RefuseClient), and its Dial fails
+// with ErrRefused; the one taken is told so, and its Dial returns.
+func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic uint32, params any, check func() error, refused func(from net.Addr, err error)) (net.Conn, error) {
 	defer ln.Close()
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		_ = d.SetDeadline(time.Now().Add(AcceptWait(timeout)))
@@ -168,6 +177,15 @@ func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic
 			case g.refusal == nil:
 				finish(g.conn)
 				reflect.ValueOf(params).Elem().Set(g.params.Elem())
+				if check != nil {
+					if err := check(); err != nil {
+						return nil, RefuseClient(g.conn, err)
+					}
+				}
+				if err := admitClient(g.conn); err != nil {
+					g.conn.Close()
+					return nil, err
+				}
 				return g.conn, nil
 			}
 			report(g)
@@ -234,7 +252,7 @@ func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic ui
 			return fmt.Errorf("read the client's parameters: %w", err), nil
 		}
 		if len(b) < len(first) {
-			return nil, fmt.Errorf("%w: %d bytes of parameters, want %d", ErrBadParams, len(b), size)
+			return nil, RefuseClient(conn, fmt.Errorf("%w: %d bytes of parameters, want %d", ErrBadParams, len(b), size))
 		}
 		// The authentication is over: what follows (the endpoints'
 		// exchange) is read from conn itself.
@@ -243,7 +261,7 @@ func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic ui
 		case m == sealed.Magic && m != magic:
 			return nil, fmt.Errorf("the client proves a key and this server has none (both ends need the same key: $%s or -key-file)", EnvKey)
 		case m != magic:
-			return nil, CheckMagic(m, magic)
+			return nil, RefuseClient(conn, CheckMagic(m, magic))
 		}
 		b = make([]byte, size)
 		copy(b, first[:])
@@ -253,13 +271,13 @@ func greet(conn net.Conn, timeout time.Duration, sec endpoint.Security, magic ui
 		}
 	}
 	if err := CheckMagic(binary.BigEndian.Uint32(b), magic); err != nil {
-		return nil, err
+		return nil, RefuseClient(conn, err)
 	}
 	if len(b) != size {
-		return nil, fmt.Errorf("%w: %d bytes of parameters, want %d: is the client another version of this tool?", ErrBadParams, len(b), size)
+		return nil, RefuseClient(conn, fmt.Errorf("%w: %d bytes of parameters, want %d: is the client another version of this tool?", ErrBadParams, len(b), size))
 	}
 	if err := binary.Read(bytes.NewReader(b), binary.BigEndian, params); err != nil {
-		return nil, fmt.Errorf("read the client's parameters: %w", err)
+		return nil, RefuseClient(conn, fmt.Errorf("read the client's parameters: %w", err))
 	}
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	return nil, nil
@@ -324,8 +342,11 @@ func AcceptWait(timeout time.Duration) time.Duration {
 // Dial connects to the server at addr and sends it params (a struct of
 // unsigned integers, as for binary.Write, big-endian): with a key
 // (sec.Key), once both ends have proved that they hold it, in a sealed
-// frame (see Accept); without one, raw. The connection's deadline is one
-// timeout away.
+// frame (see Accept); without one, raw. It returns once the server has
+// taken them; a server that refuses them (the client of another tool,
+// another version, a value out of range) makes Dial fail with an error
+// matching ErrRefused that gives the server's reason. The connection's
+// deadline is one timeout away.
 func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any) (net.Conn, error) {
 	b, err := binary.Append(nil, binary.BigEndian, params)
 	if err != nil {
@@ -357,7 +378,92 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 		conn.Close()
 		return nil, fmt.Errorf("send the parameters: %w", err)
 	}
+	if err := readAnswer(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	return conn, nil
+}
+
+// The server's answer to a client's parameters: the first byte the server
+// sends (admitClient, RefuseClient), which Dial reads before it returns. A refusal goes on with its
+// reason: two bytes of length (big-endian) and the text.
+const (
+	answerAdmit  = '+'
+	answerRefuse = '-'
+	// maxRefusal bounds the reason a refusal carries.
+	maxRefusal = 1 << 10
+	// refuseWait bounds how long RefuseClient waits for the client to read the
+	// reason and hang up.
+	refuseWait = time.Second
+)
+
+// ErrRefused is what a client's error matches when the server refused its
+// parameters (Dial); the error carries the server's reason: the client of
+// another tool, another version of this one, or a value out of the
+// server's range.
+var ErrRefused = errors.New("the server refused this client")
+
+// admitClient tells the client on conn that the server takes its
+// parameters (Accept, once check passed them): the client's Dial returns.
+func admitClient(conn net.Conn) error {
+	if _, err := conn.Write([]byte{answerAdmit}); err != nil {
+		return fmt.Errorf("admit the client: %w", err)
+	}
+	return nil
+}
+
+// RefuseClient tells the client on conn why the server refuses its parameters
+// (why's text, cut to 1 KiB), closes conn once the client has read it and
+// hung up (or after a second), and returns why. The client's Dial returns
+// an error matching ErrRefused with the reason.
+func RefuseClient(conn net.Conn, why error) error {
+	msg := why.Error()
+	if len(msg) > maxRefusal {
+		msg = msg[:maxRefusal]
+	}
+	b := binary.BigEndian.AppendUint16([]byte{answerRefuse}, uint16(len(msg)))
+	b = append(b, msg...)
+	_ = conn.SetDeadline(time.Now().Add(refuseWait))
+	if _, err := conn.Write(b); err == nil {
+		// What the client sent is read before the close, so that the
+		// close is not a reset, which could discard the reason before
+		// the client has read it.
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<20))
+	}
+	conn.Close()
+	return why
+}
+
+// readAnswer reads the server's answer to the parameters Dial sent on
+// conn (see admitClient and RefuseClient).
+func readAnswer(conn net.Conn) error {
+	var a [3]byte
+	if _, err := io.ReadFull(conn, a[:1]); err != nil {
+		return fmt.Errorf("read the server's answer to the parameters: %w (the server hung up without one: is it this tool's, of this version?)", err)
+	}
+	switch a[0] {
+	case answerAdmit:
+		return nil
+	case answerRefuse:
+		if _, err := io.ReadFull(conn, a[1:]); err != nil {
+			return fmt.Errorf("%w (its reason was cut short: %w)", ErrRefused, err)
+		}
+		msg := make([]byte, min(int(binary.BigEndian.Uint16(a[1:])), maxRefusal))
+		if _, err := io.ReadFull(conn, msg); err != nil {
+			return fmt.Errorf("%w (its reason was cut short: %w)", ErrRefused, err)
+		}
+		return fmt.Errorf("%w: %s", ErrRefused, strings.Map(func(r rune) rune {
+			if unicode.IsGraphic(r) {
+				return r
+			}
+			return '?'
+		}, string(msg)))
+	}
+	return fmt.Errorf("read the server's answer to the parameters: %#02x is neither an admission nor a refusal: is the server this tool's, of this version?", a[0])
 }
 
 // ExplainKey adds to an error of the authentication that it matches

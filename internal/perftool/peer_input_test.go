@@ -39,7 +39,7 @@ func TestAcceptLongTimeout(t *testing.T) {
 		dialed <- err
 	}()
 	var got params
-	conn, err := Accept(ln, long, loopback, 7, &got, nil)
+	conn, err := Accept(ln, long, loopback, 7, &got, nil, nil)
 	require.NoError(t, err)
 	conn.Close()
 	require.NoError(t, <-dialed)

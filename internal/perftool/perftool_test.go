@@ -28,7 +28,7 @@ func TestAcceptDialSync(t *testing.T) {
 	served := make(chan error, 1)
 	var got params
 	go func() {
-		conn, err := Accept(ln, time.Second, loopback, 7, &got, nil)
+		conn, err := Accept(ln, time.Second, loopback, 7, &got, nil, nil)
 		if err == nil {
 			defer conn.Close()
 			err = Sync(conn, time.Second, errors.New("bad data"))
@@ -115,7 +115,7 @@ func TestAcceptPerftestClient(t *testing.T) {
 		var got params
 		accepted := make(chan error, 1)
 		go func() {
-			conn, err := Accept(ln, time.Minute, sec, 7, &got, func(_ net.Addr, err error) { refusals = append(refusals, err) })
+			conn, err := Accept(ln, time.Minute, sec, 7, &got, nil, func(_ net.Addr, err error) { refusals = append(refusals, err) })
 			if conn != nil {
 				conn.Close()
 			}

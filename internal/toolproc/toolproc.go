@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -89,9 +90,10 @@ func command(t testing.TB, env string, vars []string, args ...string) *exec.Cmd 
 
 // ServeParams runs serve on a fresh loopback listener, connects to it,
 // writes params in big-endian binary as a tool's client writes its
-// parameters, and returns what serve returns, failing t if it has not
-// returned within 20 s.
-func ServeParams(t testing.TB, serve func(net.Listener) error, params any) error {
+// parameters, and returns what serve returns and what the client read
+// from the server until the server closed the connection (a refusal's
+// reason is in it), failing t if serve has not returned within 20 s.
+func ServeParams(t testing.TB, serve func(net.Listener) error, params any) (answer string, err error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -107,12 +109,19 @@ func ServeParams(t testing.TB, serve func(net.Listener) error, params any) error
 	if err := binary.Write(conn, binary.BigEndian, params); err != nil {
 		t.Fatal(err)
 	}
+	read := make(chan string, 1)
+	go func() {
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		b, _ := io.ReadAll(conn)
+		conn.Close() // the server waits for the client's close
+		read <- string(b)
+	}()
 	select {
 	case err := <-errc:
-		return err
+		return <-read, err
 	case <-time.After(20 * time.Second):
 		t.Fatal("the server did not answer")
-		return nil
+		return "", nil
 	}
 }
 
