@@ -93,6 +93,10 @@ func (c config) laneCheck() string {
 		return fmt.Sprintf("-q %d: Multiple QPs only available on bw tests (as in perftest): %s measures latency", c.numQueuePairs, c.mode)
 	case c.conn == connUD && c.mode.verb() != "Send":
 		return fmt.Sprintf("-c UD: UD connection only possible in SEND verb (as in perftest): %s posts %s", c.mode, c.mode.verb())
+	case c.conn == connUD && c.sizeSet && !c.all && c.size > ctx.MTU4096.Bytes():
+		// Beyond every MTU; a size above this path's smaller MTU is
+		// known once the ends have swapped endpoints (checkPathSize).
+		return fmt.Sprintf("-s %d: a UD datagram carries at most the path MTU, at most %d bytes (perftest's limit for UD)", c.size, ctx.MTU4096.Bytes())
 	case c.conn == connUD && c.mode == sendBW && c.rxDepth < c.qd && c.rxDepth < c.warmup+c.iters:
 		return fmt.Sprintf("-c UD with -r %d below -t %d: a datagram that finds no receive posted is lost (UD has no RNR retry), so send_bw needs -r of at least -t", c.rxDepth, c.qd)
 	case c.lanesNeeded() && !lanesReady[c.mode]:

@@ -49,8 +49,9 @@ func TestSendBWOverLanes(t *testing.T) {
 	rows := requireBandwidthTable(t, out, 12)
 	require.Equal(t, 4096, rows[11].size)
 	var o, e bytes.Buffer
-	require.Equal(t, 1, run([]string{"send_bw", "--provider", "sim", "-c", "UD", "-s", "8192"}, &o, &e))
-	require.Contains(t, e.String(), "-s 8192: a UD datagram carries at most the path MTU, 4096 bytes")
+	// Beyond every MTU: refused before a device opens, as a usage error.
+	require.Equal(t, 2, run([]string{"send_bw", "--provider", "sim", "-c", "UD", "-s", "8192"}, &o, &e))
+	require.Contains(t, e.String(), "-s 8192: a UD datagram carries at most the path MTU, at most 4096 bytes")
 	// Fewer receives than sends in flight lose datagrams over UD.
 	o.Reset()
 	e.Reset()

@@ -63,8 +63,9 @@ func TestConnectionUD(t *testing.T) {
 	require.Equal(t, "4096", rows[len(rows)-1][0])
 
 	var o, e bytes.Buffer
-	require.Equal(t, 1, run([]string{"send_lat", "--provider", "sim", "-c", "UD", "-s", "8192"}, &o, &e))
-	require.Contains(t, e.String(), "-s 8192: a UD datagram carries at most the path MTU, 4096 bytes")
+	// Beyond every MTU: refused before a device opens, as a usage error.
+	require.Equal(t, 2, run([]string{"send_lat", "--provider", "sim", "-c", "UD", "-s", "8192"}, &o, &e))
+	require.Contains(t, e.String(), "-s 8192: a UD datagram carries at most the path MTU, at most 4096 bytes")
 	require.NotContains(t, o.String(), "#bytes")
 }
 
@@ -239,6 +240,8 @@ func TestLaneRefusals(t *testing.T) {
 		{[]string{"atomic_lat", "-c", "UD"}, "-c UD: UD connection only possible in SEND verb"},
 		{[]string{"write_lat", "-q", "2"}, "-q 2: Multiple QPs only available on bw tests (as in perftest): write_lat measures latency"},
 		{[]string{"send_lat", "--qp=4", "-c", "UD"}, "-q 4: Multiple QPs only available on bw tests"},
+		{[]string{"send_lat", "-c", "UD", "-s", "8192"}, "-s 8192: a UD datagram carries at most the path MTU, at most 4096 bytes"},
+		{[]string{"send_bw", "-c", "UD", "--size=4097"}, "-s 4097: a UD datagram carries at most the path MTU, at most 4096 bytes"},
 		{[]string{"write_bw", "-q", "0"}, "-q: 0: want 1 to 256 queue pairs"},
 		{[]string{"write_bw", "-q", "100000"}, "-q: 100000: want 1 to 256 queue pairs"},
 		{[]string{"write_bw", "-q", "x"}, `-q: "x" is not an integer`},
