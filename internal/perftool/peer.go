@@ -463,6 +463,15 @@ func readAnswer(conn net.Conn) error {
 			return '?'
 		}, string(msg)))
 	}
+	var m [4]byte
+	m[0] = a[0]
+	if m[0] == byte(sealed.Magic>>24) {
+		if _, err := io.ReadFull(conn, m[1:]); err == nil && binary.BigEndian.Uint32(m[:]) == sealed.Magic {
+			// The server began the authentication, which a server
+			// with a key sends first.
+			return fmt.Errorf("the server holds a key and this client has none: both ends need the same key ($%s or -key-file)", EnvKey)
+		}
+	}
 	return fmt.Errorf("read the server's answer to the parameters: %#02x is neither an admission nor a refusal: is the server this tool's, of this version?", a[0])
 }
 
