@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/admit"
@@ -628,9 +629,17 @@ func ShareSoftwareFabric() {
 // exit, so that the rings do not stay until the next process joins the
 // fabric. The software HCA is closed for good: it belongs at the end of
 // main, not of a run a test may repeat.
+//
+// The software HCA under the emulated kernel (MLX5KIT_EMULATE=1 with the
+// mlx5 provider) leaves its shared fabric the same way.
 func LeaveSoftwareFabric() {
-	if name, _ := sim.Default().SharedFabric(); name != "" {
-		_ = sim.Default().Close()
+	for _, f := range []*sim.Fabric{sim.Default(), emulate.Fabric()} {
+		if f == nil {
+			continue
+		}
+		if name, _ := f.SharedFabric(); name != "" {
+			_ = f.Close()
+		}
 	}
 }
 
