@@ -355,6 +355,9 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 	}
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.Dial("tcp", addr)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("%w (no server listens there: start the server first, with -server on that port; a server serves one client, then exits)", err)
+	}
 	if err != nil {
 		return nil, err
 	}
