@@ -406,11 +406,13 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.perftestPeer {
 		return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
+			func() error { return perftool.ProbeDevice(cfg.provider, cfg.device) },
 			func(ln net.Listener) error { return perftestServe(cfg, ln, stdout) },
 			func() error { return perftestDial(cfg, stdout) },
 			func() error { return errors.New("--perftest-peer needs a peer") })
 	}
 	return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
+		func() error { return perftool.ProbeDevice(cfg.provider, cfg.device) },
 		func(ln net.Listener) error { return serve(cfg, ln, stdout, stderr) },
 		func() error { return dial(cfg, stdout) },
 		func() error { return local(cfg, stdout) })

@@ -33,19 +33,31 @@ var ErrPeerFailed = errors.New("the peer failed (its output says why)")
 // Run runs the command's end as chosen by server and client (the flags'
 // values, at most one of them set) and returns its exit status: serve
 // gets a listener on server, dial runs when client is set, local
-// otherwise. A failure is printed on stderr after the command's name.
-func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.Listener) error, dial, local func() error) int {
+// otherwise. A server or client first calls probe (when not nil), which
+// opens and closes the device the end will use (ProbeDevice): a device
+// that does not open fails the end at once, not once a peer has come. A
+// failure is printed on stderr after the command's name.
+func Run(name, server, client string, stdout, stderr io.Writer, probe func() error, serve func(net.Listener) error, dial, local func() error) int {
 	var err error
+	if probe == nil {
+		probe = func() error { return nil }
+	}
 	switch {
 	case server != "":
 		ShareSoftwareFabric()
 		var ln net.Listener
+		if err = probe(); err != nil {
+			break
+		}
 		if ln, err = net.Listen("tcp", server); err == nil {
 			fmt.Fprintf(stdout, "listening on %v\n", ln.Addr())
 			err = serve(ln)
 		}
 	case client != "":
 		ShareSoftwareFabric()
+		if err = probe(); err != nil {
+			break
+		}
 		err = dial()
 	default:
 		err = local()
