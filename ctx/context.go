@@ -71,9 +71,9 @@ var chooseSoftware = fmt.Sprintf("to run on the software HCA, set Options.Provid
 // choose the software HCA; it never falls back to the model by itself.
 func Open(opts Options) (*Context, error) {
 	const op = "open"
-	name, chosen := opts.Provider, true
+	name, chosen, from := opts.Provider, true, "Options.Provider"
 	if name == "" {
-		name = os.Getenv(EnvProvider)
+		name, from = os.Getenv(EnvProvider), "$"+EnvProvider
 	}
 	if name == "" {
 		name, chosen = ProviderHardware, false
@@ -84,7 +84,7 @@ func Open(opts Options) (*Context, error) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: no provider chosen and the hardware provider %q is not linked in (import mlx5kit/cgo); %s",
 			ErrNoDevice, ProviderHardware, chooseSoftware)}
 	case !ok:
-		return nil, &OpError{Op: op, Err: fmt.Errorf("provider %q: %w (registered: %v)", name, ErrNotFound, Providers())}
+		return nil, &OpError{Op: op, Err: fmt.Errorf("provider %q (%s): %w (registered: %v)", name, from, ErrNotFound, Providers())}
 	}
 	c, err := openWith(name, p, opts.Device)
 	if err != nil {

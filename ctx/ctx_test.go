@@ -458,6 +458,15 @@ func TestOpenWithoutChoiceDoesNotFallBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ctx.KindSoftware, c.Kind())
 	require.NoError(t, c.Close())
+
+	// A provider that is not registered: the error names where the name
+	// came from.
+	t.Setenv(ctx.EnvProvider, "bogus")
+	_, err = ctx.Open(ctx.Options{})
+	require.ErrorIs(t, err, ctx.ErrNotFound)
+	require.Contains(t, err.Error(), `provider "bogus" ($`+ctx.EnvProvider+`): not found`)
+	_, err = ctx.Open(ctx.Options{Provider: "other"})
+	require.Contains(t, err.Error(), `provider "other" (Options.Provider): not found`)
 }
 
 // TestParseLinkLayer: the names the tools and environment variables take,

@@ -291,7 +291,8 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 	case ctx.LinkLayer(*r.u32(regLink)) != link:
 		l := ctx.LinkLayer(*r.u32(regLink))
 		r.close()
-		return nil, fmt.Errorf("fabric %q has link layer %v, this process asks for %v: %w", name, l, link, ctx.ErrInvalidArgument)
+		return nil, fmt.Errorf("fabric %q has link layer %v, this process asks for %v (every process of a fabric has the same: set Options.LinkLayer, $%s or mlx5kit-emulate's -link alike, or name another fabric): %w",
+			name, l, link, EnvLinkLayer, ctx.ErrInvalidArgument)
 	}
 	return r, nil
 }

@@ -300,6 +300,8 @@ func TestSharedFabricVersionMismatch(t *testing.T) {
 	defer g.Close()
 	_, err = g.Open("sim0")
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "has link layer InfiniBand, this process asks for Ethernet")
+	require.ErrorContains(t, err, EnvLinkLayer, "the error says how to match them")
 
 	// Manual mode cannot share.
 	h := New(Options{Fabric: name2})

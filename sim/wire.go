@@ -1400,11 +1400,20 @@ func (f *Fabric) wireFlushAcks() {
 			if t == nil || t.closed {
 				continue
 			}
-			m := f.remoteMR(t, a.rkey, a.raddr, uint64(a.total), ctx.AccessRemoteRead)
-			if m == nil || uint64(a.off)+uint64(a.readN) > uint64(a.total) {
+			if uint64(a.off)+uint64(a.readN) > uint64(a.total) {
 				continue
 			}
-			data = m.bytes(a.raddr+uint64(a.off), uint64(a.readN))
+			if m := f.remoteMR(t, a.rkey, a.raddr, uint64(a.total), ctx.AccessRemoteRead); m != nil {
+				data = m.bytes(a.raddr+uint64(a.off), uint64(a.readN))
+			} else {
+				// The region is gone since the READ executed
+				// (deregistered): the answer becomes the NAK a
+				// repeat of the READ gets (wireRepeatSeg), the
+				// responder's remote access error.
+				f.remoteAccessError(a.dst, t)
+				a.status, a.synd, a.readN = wireNAK, uint8(prm.SyndromeRemoteAccess), 0
+				data = nil
+			}
 		}
 		sent := f.wireOut(a.slot, len(data), func(r *wireHdr, b []byte) {
 			r.Kind, r.Op, r.Status, r.Synd, r.RNR = wireResponse, a.op, a.status, a.synd, a.rnr
@@ -1459,8 +1468,8 @@ func (f *Fabric) wireHeldFor(slot int) bool {
 
 // wireRepeatSeg answers a segment of stream rs executed before (its
 // answer was lost or is late) without executing it again: READ data is
-// read anew, an atomic returns the original value it returned the first
-// time.
+// read anew (a region gone since is NAKed with a remote access error), an
+// atomic returns the original value it returned the first time.
 func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 	f.stats.RepeatsServed++
 	op := prm.Opcode(h.Op)
@@ -1475,8 +1484,16 @@ func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 			// room for it.
 			return
 		}
+		if uint64(h.Off)+uint64(h.Seg) > uint64(h.Total) {
+			return // no requester of this version sends it
+		}
 		m := f.remoteMR(t, h.RKey, h.RAddr, uint64(h.Total), ctx.AccessRemoteRead)
-		if m == nil || uint64(h.Off)+uint64(h.Seg) > uint64(h.Total) {
+		if m == nil {
+			// A repeated READ is checked as a new one: a region
+			// deregistered since the first execution is a remote
+			// access error, NAKed.
+			f.remoteAccessError(h.SrcQPN, t)
+			f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 			return
 		}
 		data = m.bytes(h.RAddr+uint64(h.Off), uint64(h.Seg))

@@ -406,11 +406,13 @@ func runAs(prog string, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.perftestPeer {
 		return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
+			func() error { return perftool.ProbeDevice(cfg.provider, cfg.device) },
 			func(ln net.Listener) error { return perftestServe(cfg, ln, stdout) },
 			func() error { return perftestDial(cfg, stdout) },
 			func() error { return errors.New("--perftest-peer needs a peer") })
 	}
 	return perftool.Run("mlx5kit-perf", cfg.server, cfg.client, stdout, stderr,
+		func() error { return perftool.ProbeDevice(cfg.provider, cfg.device) },
 		func(ln net.Listener) error { return serve(cfg, ln, stdout, stderr) },
 		func() error { return dial(cfg, stdout) },
 		func() error { return local(cfg, stdout) })
@@ -454,7 +456,7 @@ const usageHead = `usage: mlx5kit-perf MODE [flags] [SERVER]
            (a link to mlx5kit-perf under perftest's name)
 MODE: write_lat write_bw send_lat send_bw read_lat read_bw atomic_lat atomic_bw (or ib_write_lat ...)
 perftest's flags: -d/--ib-dev -i/--ib-port -x/--gid-index -s/--size -a/--all
-  -n/--iters -I/--inline_size -t/--tx-depth -F/--CPU-freq -p/--port
+  -n/--iters -I/--inline_size -t/--tx-depth/--qd -F/--CPU-freq -p/--port
   -D/--duration --run_infinitely -q/--qp N -c/--connection RC|UD|DC -l/--post_list
   -Q/--cq-mod -S/--sl -u/--qp-timeout -r/--rx-depth -o/--outs -A/--atomic_type --report_gbits
   --output=bandwidth|message_rate|latency --out_json --out_json_file=F

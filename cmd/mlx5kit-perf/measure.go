@@ -106,38 +106,57 @@ func answerFrom(m mode, x *end, size int, first uint32, n int) error {
 // measureRounds runs a ping-pong latency test for a time against a peer
 // in another process: warmup iterations of step, then rounds of iters,
 // each after next(true), until ticks counter ticks have passed since the
-// first measured one (or stop says so), then next(false). It records each
-// measured iteration and returns how many it measured and the ticks from
-// the first one's start to the last one's end. The peer answers whole
-// rounds, so it knows each round's count.
-func measureRounds(l *latency, warmup, iters int, ticks uint64, stop func() bool, next func(more bool) error, step func(seq uint32) error) (n int, total uint64, err error) {
+// first round began (or stop says so), then next(false). The peer answers
+// whole rounds, so it knows each round's count; it learns of a round from
+// the round mark next sends over TCP, so the first iteration of a round
+// waits for that mark to reach it, and is not measured (unless a round is
+// one iteration). It records each measured iteration and returns the
+// iterations run after the warmup (steps), how many of them it measured
+// (n) and the ticks those took: the rounds' spans, each from the end of
+// its first iteration to the end of its last, without the round marks
+// between them.
+func measureRounds(l *latency, warmup, iters int, ticks uint64, stop func() bool, next func(more bool) error, step func(seq uint32) error) (steps, n int, total uint64, err error) {
 	seq := uint32(0)
 	for ; int(seq) < warmup; seq++ {
 		if err := step(seq); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
+	}
+	skip := 0
+	if iters > 1 {
+		skip = 1
 	}
 	begin := cycles.Now()
 	last := begin
-	for {
-		more := n == 0 || last-begin < ticks && !stop()
+	for rounds := 0; ; rounds++ {
+		more := rounds == 0 || last-begin < ticks && !stop()
 		if err := next(more); err != nil {
-			return n, 0, err
+			return steps, n, 0, err
 		}
 		if !more {
-			return n, last - begin, nil
+			return steps, n, total, nil
 		}
+		start := uint64(0)
 		for i := 0; i < iters; i++ {
 			t0 := cycles.Start()
 			if err := step(seq); err != nil {
-				return n, 0, err
+				return steps, n, 0, err
 			}
 			t1 := cycles.Stop()
 			seq++
+			steps++
+			last = t1
+			if i < skip {
+				start = t1
+				continue
+			}
+			if i == 0 {
+				start = t0
+			}
 			n++
 			l.Record(t1 - t0)
-			last = t1
 		}
+		total += last - start
 	}
 }
 

@@ -47,40 +47,57 @@ func TestPeakCountsOnlyCompletedMessages(t *testing.T) {
 
 // TestMeasureRounds: the rounds of a timed ping-pong against a peer in
 // another process (measureRounds) stop once the time is up: a round
-// starts only while less than the time has passed since the first
-// measured iteration, each after next(true), and next(false) ends them.
-// Steps of at least 1 ms in rounds of 4 and 20 ms of time leave room for
-// 5 rounds at most (a loaded machine makes the steps longer, so fewer).
+// starts only while less than the time has passed since the first round
+// began, each after next(true), and next(false) ends them. Steps of at
+// least 1 ms in rounds of 4 and 20 ms of time leave room for 5 rounds at
+// most (a loaded machine makes the steps longer, so fewer). The first
+// step of each round, which meets the peer coming from the round mark,
+// is not measured, and the time of the marks (next) is not counted:
+// before, a round mark's TCP wake-up went into the average.
 func TestMeasureRounds(t *testing.T) {
 	counter := cycles.Frequency()
 	const iters = 4
 	var l latency
 	var marks []bool
 	steps := 0
-	next := func(more bool) error { marks = append(marks, more); return nil }
+	const markTime = 10 * time.Millisecond
+	next := func(more bool) error {
+		marks = append(marks, more)
+		time.Sleep(markTime) // a round mark's TCP wake-up, say
+		return nil
+	}
 	tooMany := func() bool { return len(marks) > 50 } // a loop that ignored the time ends here
-	n, total, err := measureRounds(&l, 3, iters, uint64(counter.Ticks(20*time.Millisecond)), tooMany, next, func(uint32) error {
+	ran, n, total, err := measureRounds(&l, 3, iters, uint64(counter.Ticks(20*time.Millisecond)), tooMany, next, func(uint32) error {
 		steps++
 		time.Sleep(time.Millisecond)
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, steps-3, n, "the warmup is not measured")
+	require.Equal(t, steps-3, ran, "the warmup is not counted")
+	require.Zero(t, (steps-3)%iters, "whole rounds")
+	rounds := (steps - 3) / iters
+	require.Equal(t, rounds*(iters-1), n, "the warmup and each round's first step are not measured")
 	require.Equal(t, uint64(n), l.H.Count())
-	require.Zero(t, n%iters, "whole rounds")
-	rounds := n / iters
 	require.GreaterOrEqual(t, rounds, 1)
 	require.LessOrEqual(t, rounds, 5, "rounds went on after the time was up")
 	require.Len(t, marks, rounds+1)
 	for i, m := range marks {
 		require.Equal(t, i < rounds, m, "mark %d", i)
 	}
-	require.GreaterOrEqual(t, counter.Nanoseconds(float64(total)), 20e6)
+	took := time.Duration(counter.Nanoseconds(float64(total)))
+	require.GreaterOrEqual(t, took, time.Duration(n)*time.Millisecond, "each measured step's time is counted")
+	require.Less(t, took, time.Duration(rounds)*markTime, "the marks' time is not counted (%d rounds, %v)", rounds, took)
 
 	// stop ends the rounds after the first, which always runs.
 	marks = nil
-	n, _, err = measureRounds(&latency{}, 0, iters, 1<<62, func() bool { return true }, next, func(uint32) error { return nil })
+	_, n, _, err = measureRounds(&latency{}, 0, iters, 1<<62, func() bool { return true }, next, func(uint32) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, iters, n)
+	require.Equal(t, iters-1, n)
 	require.Equal(t, []bool{true, false}, marks)
+
+	// Rounds of one iteration measure it (none would be left).
+	marks = nil
+	_, n, _, err = measureRounds(&latency{}, 0, 1, 1<<62, func() bool { return len(marks) >= 3 }, next, func(uint32) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
 }

@@ -31,7 +31,9 @@ func serveAndDialConfig(t *testing.T, serverArgs []string, cfg config) (server, 
 // TestPingPongDurationServerClient: -D with write_lat and send_lat between
 // a server and a client: the client runs rounds of -n ping-pongs, marking
 // each on the TCP connection, until the time is up; the server answers
-// whole rounds and checks the last message of the last one.
+// whole rounds and checks the last message of the last one. Each round's
+// first ping-pong, which meets the server coming from the round mark, is
+// not measured: -n 100 measures 99 a round.
 func TestPingPongDurationServerClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
@@ -48,18 +50,18 @@ func TestPingPongDurationServerClient(t *testing.T) {
 			r := rows[0]
 			require.Equal(t, "8", r[0])
 			iters, avg, tps := atof(t, r[1]), atof(t, r[2]), atof(t, r[3])
-			require.GreaterOrEqual(t, iters, float64(n), co)
-			require.Zero(t, int(iters)%n, "whole rounds of -n: %s", co)
-			// The measured rounds span iters/tps seconds: at least the
-			// second, as rounds start until it is up, and no more than
-			// the whole run took (how far the last round goes past the
-			// second depends on the load of the machine), within 1% for
-			// the calibration of the cycle counter that times the span
-			// (TestDuration). avg is half a round trip of that span, to
-			// two decimals (tps too).
+			require.GreaterOrEqual(t, iters, float64(n-1), co)
+			require.Zero(t, int(iters)%(n-1), "whole rounds of -n, less their first: %s", co)
+			// The measured rounds span iters/tps seconds: no more than
+			// the whole run took, within 1% for the calibration of the
+			// cycle counter that times the span (TestDuration), and
+			// less than the second the rounds ran for, by the round
+			// marks and first ping-pongs left out. avg is half a round
+			// trip of that span, to two decimals (tps too).
 			span := iters / tps
-			require.GreaterOrEqual(t, span, 0.99, co)
+			require.Greater(t, span, 0.0, co)
 			require.LessOrEqual(t, span, wall*1.01, co)
+			t.Logf("measured %.3f s of %.3f s", span, wall)
 			require.InDelta(t, span*1e6/2/iters, avg, 0.0051+avg*1e-4, co)
 			require.Contains(t, so, "done")
 		})

@@ -27,14 +27,16 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 			step = clientStep(m, x, size)
 		}
 		n := cfg.iters
+		measured := n // of the n run after the warmup
 		var l latency
 		var total uint64
 		var err error
 		switch {
 		case cfg.timed() && x.peerRounds != nil:
-			n, total, err = measureRounds(&l, cfg.warmup, cfg.iters, uint64(counter.Ticks(cfg.interval())), cfg.stop, x.peerRounds, step)
+			n, measured, total, err = measureRounds(&l, cfg.warmup, cfg.iters, uint64(counter.Ticks(cfg.interval())), cfg.stop, x.peerRounds, step)
 		case cfg.timed():
 			n, total, err = l.MeasureFor(cfg.warmup, uint64(counter.Ticks(cfg.interval())), cfg.stop, step)
+			measured = n
 		default:
 			l.Reserve(cfg.iters)
 			err = measureLatency(cfg.warmup, cfg.iters, &l, step)
@@ -51,7 +53,7 @@ func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) 
 			}
 		}
 		if cfg.timed() {
-			return n, writeLatencyDurationRow(w, cfg, size, n, total, &l, counter)
+			return n, writeLatencyDurationRow(w, cfg, size, measured, total, &l, counter)
 		}
 		return n, writeLatencyRow(w, cfg, size, &l, counter)
 	}

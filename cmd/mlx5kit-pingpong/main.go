@@ -110,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return perftool.Run("mlx5kit-pingpong", cfg.server, cfg.client, stdout, stderr,
+		func() error { return perftool.ProbeDevice(cfg.provider, cfg.device) },
 		func(ln net.Listener) error { return serve(cfg, ln, stdout, stderr) },
 		func() error { return dial(cfg, stdout) },
 		func() error { return local(cfg, stdout) })

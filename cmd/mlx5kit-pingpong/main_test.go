@@ -288,11 +288,17 @@ func TestServerKey(t *testing.T) {
 	_, err = keyClient(t, keyB, s.addr)
 	require.ErrorIs(t, err, endpoint.ErrAuth)
 	require.ErrorContains(t, err, "both ends need the same key")
-	// The server learns of the closed connection and of the other key's
-	// hang-up when it reads them; a greeting still under way when the
+	// A client without a key is told the server holds one (before, it
+	// read the authentication's first byte as the server's answer).
+	cfg, code := parseFlags([]string{"-provider", "sim", "-timeout", "3s", "-client", s.addr}, &bytes.Buffer{})
+	require.Equal(t, -1, code)
+	err = dial(cfg, &bytes.Buffer{})
+	require.ErrorContains(t, err, "the server holds a key and this client has none: both ends need the same key")
+	// The server learns of the closed connection and of the other keys'
+	// hang-ups when it reads them; a greeting still under way when the
 	// client with the key comes is closed unreported. So the client comes
-	// once the three refusals are in.
-	require.Eventually(t, func() bool { return len(refusalLines(s.stderr.String())) == 3 },
+	// once the four refusals are in.
+	require.Eventually(t, func() bool { return len(refusalLines(s.stderr.String())) == 4 },
 		10*time.Second, time.Millisecond, "the server's refusals so far:\n%s", &s.stderr)
 	clientOut, err = keyClient(t, keyA, s.addr)
 	require.NoError(t, err)
@@ -301,7 +307,7 @@ func TestServerKey(t *testing.T) {
 	// The connections are greeted side by side: their refusals come in
 	// the order their greetings end.
 	lines := refusalLines(s.stderr.String())
-	require.Len(t, lines, 3, s.stderr.String())
+	require.Len(t, lines, 4, s.stderr.String())
 	from := func(c net.Conn) string {
 		for _, l := range lines {
 			if strings.Contains(l, "from "+c.LocalAddr().String()+": ") {

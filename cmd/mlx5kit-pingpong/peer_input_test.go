@@ -71,3 +71,18 @@ func TestClientOfAnotherToolsServer(t *testing.T) {
 	require.Contains(t, errOut.String(), `magic "MXPN" (0x4d58504e), want "MXPF": the client is not this tool's`)
 	require.ErrorIs(t, <-served, perftool.ErrBadParams)
 }
+
+// TestServerDeviceCheckedBeforeListening: a server or client whose device
+// does not open fails at once, before it listens or dials; before, the
+// server listened and failed only when a client came.
+func TestServerDeviceCheckedBeforeListening(t *testing.T) {
+	t.Setenv(sim.EnvFabric, os.Getenv(sim.EnvFabric)) // -server sets it
+	for _, side := range []string{"-server", "-client"} {
+		var out, errOut bytes.Buffer
+		code := run([]string{"-provider", "sim", "-device", "nosuch", side, "127.0.0.1:1"}, &out, &errOut)
+		require.Equal(t, 1, code, side)
+		require.NotContains(t, out.String(), "listening on", side)
+		require.Contains(t, errOut.String(), `"nosuch": not found`, side)
+		require.NotContains(t, errOut.String(), "connection refused", "%s: the client dialed", side)
+	}
+}

@@ -93,6 +93,15 @@ func TestServerClientLeaveTheFabric(t *testing.T) {
 	})
 	require.NoError(t, server.Wait(), "server: %s", server.Output())
 	require.Empty(t, files())
+
+	// The same on the emulated kernel (the mlx5 provider over libmlx5),
+	// whose software HCA is not sim.Default: before, its ring file and
+	// the registry stayed.
+	emulated := append(env, "MLX5KIT_EMULATE=1")
+	p, out := toolProcess(t, emulated, "-provider", "mlx5", "-iters", "200", "-size", "8")
+	require.NoError(t, p.Wait(), "%s", out)
+	require.Contains(t, out.String(), "t_typical")
+	require.Empty(t, files())
 }
 
 // fabricEnv returns the environment of a test's two processes: a shared

@@ -86,6 +86,18 @@ func Open(provider, device string) (*ctx.Context, string, error) {
 	return c, what, nil
 }
 
+// ProbeDevice opens the device as Open does and closes it: Run's probe,
+// so that a server whose device does not open (a name no device has, a
+// software HCA that cannot join its fabric or link) says so before it
+// listens, not once a client has come.
+func ProbeDevice(provider, device string) error {
+	c, _, err := Open(provider, device)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 // Emulated reports whether c is a device of the hardware provider that
 // the emulated uverbs kernel stands behind (MLX5KIT_EMULATE=1): while the
 // emulation is on, libibverbs lists only its devices.

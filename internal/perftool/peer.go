@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/admit"
@@ -32,19 +33,31 @@ var ErrPeerFailed = errors.New("the peer failed (its output says why)")
 // Run runs the command's end as chosen by server and client (the flags'
 // values, at most one of them set) and returns its exit status: serve
 // gets a listener on server, dial runs when client is set, local
-// otherwise. A failure is printed on stderr after the command's name.
-func Run(name, server, client string, stdout, stderr io.Writer, serve func(net.Listener) error, dial, local func() error) int {
+// otherwise. A server or client first calls probe (when not nil), which
+// opens and closes the device the end will use (ProbeDevice): a device
+// that does not open fails the end at once, not once a peer has come. A
+// failure is printed on stderr after the command's name.
+func Run(name, server, client string, stdout, stderr io.Writer, probe func() error, serve func(net.Listener) error, dial, local func() error) int {
 	var err error
+	if probe == nil {
+		probe = func() error { return nil }
+	}
 	switch {
 	case server != "":
 		ShareSoftwareFabric()
 		var ln net.Listener
+		if err = probe(); err != nil {
+			break
+		}
 		if ln, err = net.Listen("tcp", server); err == nil {
 			fmt.Fprintf(stdout, "listening on %v\n", ln.Addr())
 			err = serve(ln)
 		}
 	case client != "":
 		ShareSoftwareFabric()
+		if err = probe(); err != nil {
+			break
+		}
 		err = dial()
 	default:
 		err = local()
@@ -354,6 +367,9 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 	}
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.Dial("tcp", addr)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("%w (no server listens there: start the server first, with -server on that port; a server serves one client, then exits)", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -462,6 +478,15 @@ func readAnswer(conn net.Conn) error {
 			}
 			return '?'
 		}, string(msg)))
+	}
+	var m [4]byte
+	m[0] = a[0]
+	if m[0] == byte(sealed.Magic>>24) {
+		if _, err := io.ReadFull(conn, m[1:]); err == nil && binary.BigEndian.Uint32(m[:]) == sealed.Magic {
+			// The server began the authentication, which a server
+			// with a key sends first.
+			return fmt.Errorf("the server holds a key and this client has none: both ends need the same key ($%s or -key-file)", EnvKey)
+		}
 	}
 	return fmt.Errorf("read the server's answer to the parameters: %#02x is neither an admission nor a refusal: is the server this tool's, of this version?", a[0])
 }
@@ -619,9 +644,17 @@ func ShareSoftwareFabric() {
 // exit, so that the rings do not stay until the next process joins the
 // fabric. The software HCA is closed for good: it belongs at the end of
 // main, not of a run a test may repeat.
+//
+// The software HCA under the emulated kernel (MLX5KIT_EMULATE=1 with the
+// mlx5 provider) leaves its shared fabric the same way.
 func LeaveSoftwareFabric() {
-	if name, _ := sim.Default().SharedFabric(); name != "" {
-		_ = sim.Default().Close()
+	for _, f := range []*sim.Fabric{sim.Default(), emulate.Fabric()} {
+		if f == nil {
+			continue
+		}
+		if name, _ := f.SharedFabric(); name != "" {
+			_ = f.Close()
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -435,4 +436,17 @@ func TestPosted(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, uint64(6), s.Count)
 	}
+}
+
+// TestDialNoServer: a client whose server is not listening (started
+// first, or on another port) is told to start the server first; the
+// error still matches ECONNREFUSED.
+func TestDialNoServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	_, err = Dial(addr, time.Second, loopback, struct{ Magic uint32 }{7})
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.ErrorContains(t, err, "start the server first")
 }
