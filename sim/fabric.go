@@ -658,8 +658,13 @@ func (f *Fabric) stepLocked() bool {
 	}
 	// Messages of other processes, once the doorbells are read: a
 	// receive posted before a message arrived is there for it.
-	if f.shm != nil && f.shm.drain(f) {
-		progressed = true
+	if f.shm != nil {
+		if f.shm.drain(f) {
+			progressed = true
+		}
+		if f.stats.StepsExecuted%shmGoneRounds == 0 {
+			f.shm.dropGone()
+		}
 	}
 	if f.tcp != nil && f.tcp.drain(f) {
 		progressed = true
@@ -1010,6 +1015,12 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 		}
 		f.mu.Lock()
 		f.stats.EngineSleeps++
+		if f.shm != nil {
+			// An idle engine runs few rounds (shmGoneRounds would
+			// take seconds of them); the look costs little beside
+			// the sleep.
+			f.shm.dropGone()
+		}
 		f.mu.Unlock()
 		if f.shm != nil || f.tcp != nil {
 			// A peer's message wakes the engine at once; after a long

@@ -121,6 +121,33 @@ func (s *shmFabric) peer(slot int) *ringFile {
 	return p
 }
 
+// dropGone unmaps the ring file of every peer whose slot has changed hands
+// or is free in the registry (f.mu held), as peer does when it next sends
+// to such a slot: a process that left, or one found gone, has its ring
+// file removed (registry.release, reap), and the pages this process
+// allocated in it as a producer (up to a ring's size) are freed only once
+// its mapping and descriptor are closed too. A peer that died but whose
+// slot nobody has reclaimed yet keeps its file, and so its pages, until
+// a process joins or leaves (reap): its mapping is kept until then. It
+// reads one registry word per mapped peer and makes no system call but
+// the munmap and close of a peer that left; every use of a peer's
+// mapping (send, open, publish, room) ends before f.mu is released, so
+// none outlasts it.
+func (s *shmFabric) dropGone() {
+	for i := range s.peers {
+		if p := s.peers[i]; p != nil && s.reg.gen(i) != p.gen {
+			p.close()
+			s.peers[i] = nil
+		}
+	}
+}
+
+// shmGoneRounds is how often, in rounds, stepLocked looks for peers that
+// left (dropGone); a power of two. The engine also looks before each of
+// its sleeps, so that an idle process frees a departed peer's ring within
+// one sleep of its leaving.
+const shmGoneRounds = 1024
+
 // send writes one message to the process in slot: fill sets the header
 // (Kind, addressing and operation fields) and copies the payload into the
 // record's tail. The record is published before send returns. It reports
