@@ -434,6 +434,9 @@ func dial(cfg config, stdout io.Writer) error {
 		p.Infinite = 1
 	}
 	conn, err := perftool.Dial(cfg.client, cfg.timeout, cfg.security, p)
+	if errors.Is(err, perftool.ErrPerftestServer) {
+		return fmt.Errorf("%w: --perftest-peer speaks it, for write_lat and send_lat", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -479,17 +479,26 @@ func readAnswer(conn net.Conn) error {
 			return '?'
 		}, string(msg)))
 	}
+	// Not this protocol's answer: what a server of another kind sends
+	// first, in its first four bytes.
 	var m [4]byte
 	m[0] = a[0]
-	if m[0] == byte(sealed.Magic>>24) {
-		if _, err := io.ReadFull(conn, m[1:]); err == nil && binary.BigEndian.Uint32(m[:]) == sealed.Magic {
+	if _, err := io.ReadFull(conn, m[1:]); err == nil {
+		if binary.BigEndian.Uint32(m[:]) == sealed.Magic {
 			// The server began the authentication, which a server
 			// with a key sends first.
 			return fmt.Errorf("the server holds a key and this client has none: both ends need the same key ($%s or -key-file)", EnvKey)
 		}
+		if v, ok := perftestwire.Version(m[:]); ok {
+			return fmt.Errorf("%w (it sent version %q)", ErrPerftestServer, v)
+		}
 	}
 	return fmt.Errorf("read the server's answer to the parameters: %#02x is neither an admission nor a refusal: is the server this tool's, of this version?", a[0])
 }
+
+// ErrPerftestServer is Dial's error for a server that speaks perftest's
+// own TCP exchange, which begins with perftest's version string.
+var ErrPerftestServer = errors.New("the server speaks perftest's exchange, not this tool's")
 
 // ExplainKey adds to an error of the authentication that it matches
 // endpoint.ErrKeyRequired, ErrAuth or ErrRejected, where it does, that

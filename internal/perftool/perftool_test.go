@@ -450,3 +450,25 @@ func TestDialNoServer(t *testing.T) {
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 	require.ErrorContains(t, err, "start the server first")
 }
+
+// TestDialPerftestServer: a client that reaches perftest's server, which
+// sends its version string first, is told so; before the server answered
+// parameters, the endpoints' exchange said so, and the answer's first
+// byte must not hide it.
+func TestDialPerftestServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("6.06\x00"))
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	_, err = Dial(ln.Addr().String(), 5*time.Second, loopback, struct{ Magic uint32 }{7})
+	require.ErrorIs(t, err, ErrPerftestServer)
+	require.ErrorContains(t, err, `(it sent version "6.06")`)
+}
