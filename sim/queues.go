@@ -529,6 +529,10 @@ func (q *qp) modify(a ctx.QPAttr, mask qpstate.Mask, derive bool) error {
 	if q.closed {
 		return provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
+	// The answers held go first, as a NIC has sent them: one may move
+	// this QP to error (a READ whose region is gone since), and the
+	// transition is then judged from there.
+	q.f.wireFlushAcks()
 	if q.dev.deadLocked() && a.State != ctx.QPStateReset && a.State != ctx.QPStateError {
 		return errDeviceFatal(op)
 	}
@@ -669,7 +673,6 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	if mask&qpstate.MaxQPRdAtomic != 0 {
 		q.attr.MaxRdAtomic = a.MaxRdAtomic
 	}
-	q.f.wireFlushAcks()
 	q.wireTransition(from, a.State)
 	q.state = a.State
 	q.commEst = a.State == ctx.QPStateRTR && q.typ == ctx.QPTypeRC

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,7 +80,7 @@ func TestSharedRepeatedReadAfterDereg(t *testing.T) {
 	atomic.StoreUint64(in.head(s2), atomic.LoadUint64(in.tail(s2))) // and lost
 	require.NoError(t, mr.Close())
 	c := stepUntilCQE(t, 3*time.Second, a.scq, e1.f, e2.f)
-	requireReadNAKed(t, c, e1, e2, q, 1) // the retry that repeats it
+	requireReadNAKed(t, c, e1, e2, q, 3) // the retry that repeats it, and any a loaded machine adds
 	require.Positive(t, e2.f.Stats().RepeatsServed)
 }
 
@@ -98,5 +99,34 @@ func TestSharedHeldReadAnswerAfterDereg(t *testing.T) {
 	require.NotEmpty(t, e2.f.wireAcks, "the READ's answer is held")
 	require.NoError(t, mr.Close())
 	c := stepUntilCQE(t, 3*time.Second, a.scq, e1.f, e2.f)
-	requireReadNAKed(t, c, e1, e2, q, 1) // the ring full may outlast a timeout
+	requireReadNAKed(t, c, e1, e2, q, 3) // the ring full may outlast timeouts
+}
+
+// TestSharedHeldReadAnswersAfterDereg: two READs whose answers are held
+// when the region goes: the first answer's NAK moves the responder to
+// error, with one QP_ACCESS_ERR, and the second sends nothing more. A
+// modify to RTS then, which sends the answers held before it, is refused
+// from error, where the NIC's QP already is.
+func TestSharedHeldReadAnswersAfterDereg(t *testing.T) {
+	e1, e2, a, q, mr := readDeregPair(t, 1<<21)
+	for i := 0; i < 2; i++ {
+		a.post(prm.OpRdmaRead, 0, prm.FlagCQUpdate, 0, raddrSeg(uint64(mr.Addr())+uint64(i)<<20, mr.RKey()), dataSeg(1<<20, e1.mr.LKey(), e1.addr(0)))
+	}
+	stepRound(e1.f) // the READs are in e2's ring
+	for i := 0; i < 40; i++ {
+		q.post(prm.OpRdmaWrite, 0, 0, 0, raddrSeg(e1.addr(0), e1.mr.RKey()), dataSeg(1<<20, e2.mr.LKey(), e2.addr(0)))
+	}
+	stepRound(e2.f) // the WRITEs fill e1's ring; both answers are held
+	require.Len(t, e2.f.wireAcks, 2, "both READs' answers are held")
+	require.NoError(t, mr.Close())
+	err := q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS})
+	require.ErrorIs(t, err, syscall.EINVAL, "RTS from the error the held answers' NAK moved it to")
+	st, err := q.qp.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateError, st)
+	requireEvent(t, e2.c, ctx.EventQPAccessError, q.qp.QPN())
+	require.Empty(t, readEvents(t, e2.c), "one event for one move to error")
+	c := stepUntilCQE(t, 3*time.Second, a.scq, e1.f, e2.f)
+	require.Equal(t, prm.CQEReqErr, c.op, "%+v", c)
+	require.Equal(t, prm.SyndromeRemoteAccess, c.synd, "%+v", c)
 }

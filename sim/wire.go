@@ -1371,8 +1371,9 @@ type wireHeldAck struct {
 // answer whose requester's ring is full stays held, with the later
 // answers to that requester (the answers to other processes go), and
 // wireAcksBlocked is set: the next round sends them before anything
-// else. A READ's answer whose responder or region is gone meanwhile is
-// dropped: the requester times out.
+// else. A READ's answer whose responder is gone meanwhile, or in error,
+// is dropped (the requester times out); one whose region is gone is the
+// NAK of a remote access error.
 func (f *Fabric) wireFlushAcks() {
 	f.wireAcksBlocked = false
 	if len(f.wireAcks) == 0 {
@@ -1405,6 +1406,10 @@ func (f *Fabric) wireFlushAcks() {
 			}
 			if m := f.remoteMR(t, a.rkey, a.raddr, uint64(a.total), ctx.AccessRemoteRead); m != nil {
 				data = m.bytes(a.raddr+uint64(a.off), uint64(a.readN))
+			} else if t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS {
+				// A responder in error (an earlier answer's NAK put
+				// it there) sends nothing more.
+				continue
 			} else {
 				// The region is gone since the READ executed
 				// (deregistered): the answer becomes the NAK a

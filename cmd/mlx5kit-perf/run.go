@@ -16,7 +16,9 @@ import (
 
 // sizeRun measures one size on the active end x (with the passive end y
 // in this process, or nil), prints its table line and returns the number
-// of iterations measured: -n, or as many as ran in -D seconds.
+// of iterations run after the warmup: -n, or as many as ran in -D seconds
+// (of which a timed ping-pong with a peer process measures all but each
+// round's first, measureRounds).
 func sizeRun(w io.Writer, cfg config, size int, x, y *end, counter cycles.Info) (int, error) {
 	m := cfg.mode
 	if m.latency() {

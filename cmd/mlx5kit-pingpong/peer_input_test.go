@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"net"
-	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -12,7 +12,6 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
-	"github.com/mlx5kit/mlx5kit/sim"
 )
 
 // TestUpperBoundsNamed: -iters and -warmup above their bound are
@@ -53,9 +52,9 @@ func TestServerNamesBadParameter(t *testing.T) {
 // TestClientOfAnotherToolsServer: a client that reaches the server of
 // mlx5kit-perf (magic "MXPF") is told why it is refused, and says so;
 // before, the server named the other tool and the client saw only its
-// connection reset.
+// connection reset. The client runs in a process of its own, on a fabric
+// of its own, which it leaves as it exits.
 func TestClientOfAnotherToolsServer(t *testing.T) {
-	t.Setenv(sim.EnvFabric, os.Getenv(sim.EnvFabric)) // -client sets it
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -64,11 +63,13 @@ func TestClientOfAnotherToolsServer(t *testing.T) {
 		_, err := perftool.Accept(ln, 5*time.Second, endpoint.Security{InsecureLoopback: true}, 0x4d585046, &p, nil, nil)
 		served <- err
 	}()
-	var out, errOut bytes.Buffer
-	code := run([]string{"-provider", "sim", "-timeout", "5s", "-client", ln.Addr().String()}, &out, &errOut)
-	require.Equal(t, 1, code, errOut.String())
-	require.Contains(t, errOut.String(), "the server refused this client")
-	require.Contains(t, errOut.String(), `magic "MXPN" (0x4d58504e), want "MXPF": the client is not this tool's`)
+	client, out := toolProcess(t, fabricEnv(t, "other-tool"), "-provider", "sim", "-timeout", "5s", "-client", ln.Addr().String())
+	err = client.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.Equal(t, 1, exit.ExitCode(), "%s", out)
+	require.Contains(t, out.String(), "the server refused this client")
+	require.Contains(t, out.String(), `magic "MXPN" (0x4d58504e), want "MXPF": the client is not this tool's`)
 	require.ErrorIs(t, <-served, perftool.ErrBadParams)
 }
 
@@ -76,13 +77,14 @@ func TestClientOfAnotherToolsServer(t *testing.T) {
 // does not open fails at once, before it listens or dials; before, the
 // server listened and failed only when a client came.
 func TestServerDeviceCheckedBeforeListening(t *testing.T) {
-	t.Setenv(sim.EnvFabric, os.Getenv(sim.EnvFabric)) // -server sets it
 	for _, side := range []string{"-server", "-client"} {
-		var out, errOut bytes.Buffer
-		code := run([]string{"-provider", "sim", "-device", "nosuch", side, "127.0.0.1:1"}, &out, &errOut)
-		require.Equal(t, 1, code, side)
+		p, out := toolProcess(t, fabricEnv(t, "probe"+side), "-provider", "sim", "-device", "nosuch", side, "127.0.0.1:1")
+		err := p.Wait()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%s: %s", side, out)
+		require.Equal(t, 1, exit.ExitCode(), "%s: %s", side, out)
 		require.NotContains(t, out.String(), "listening on", side)
-		require.Contains(t, errOut.String(), `"nosuch": not found`, side)
-		require.NotContains(t, errOut.String(), "connection refused", "%s: the client dialed", side)
+		require.Contains(t, out.String(), `"nosuch": not found`, side)
+		require.NotContains(t, out.String(), "connection refused", "%s: the client dialed", side)
 	}
 }

@@ -368,7 +368,7 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.Dial("tcp", addr)
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return nil, fmt.Errorf("%w (no server listens there: start the server first, with -server on that port; a server serves one client, then exits)", err)
+		return nil, fmt.Errorf("%w (no server listens there: start the server first, on that port; a server serves one client, then exits)", err)
 	}
 	if err != nil {
 		return nil, err
@@ -459,7 +459,7 @@ func RefuseClient(conn net.Conn, why error) error {
 func readAnswer(conn net.Conn) error {
 	var a [3]byte
 	if _, err := io.ReadFull(conn, a[:1]); err != nil {
-		return fmt.Errorf("read the server's answer to the parameters: %w (the server hung up without one: is it this tool's, of this version?)", err)
+		return fmt.Errorf("read the server's answer to the parameters: %w (the server hung up without one: a server serves one client and may have taken another, or it is not this tool's, of this version)", err)
 	}
 	switch a[0] {
 	case answerAdmit:
