@@ -55,6 +55,9 @@ func TestServerNamesBadParameter(t *testing.T) {
 // connection reset. The client runs in a process of its own, on a fabric
 // of its own, which it leaves as it exits.
 func TestClientOfAnotherToolsServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -77,6 +80,9 @@ func TestClientOfAnotherToolsServer(t *testing.T) {
 // does not open fails at once, before it listens or dials; before, the
 // server listened and failed only when a client came.
 func TestServerDeviceCheckedBeforeListening(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
 	for _, side := range []string{"-server", "-client"} {
 		p, out := toolProcess(t, fabricEnv(t, "probe"+side), "-provider", "sim", "-device", "nosuch", side, "127.0.0.1:1")
 		err := p.Wait()
