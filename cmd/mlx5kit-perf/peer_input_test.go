@@ -214,15 +214,7 @@ func TestLanePeerNamesOwnQueuePair(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	x, fake := made[0], made[1]
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
+	addr := toolproc.ServeOne(t, func(conn net.Conn) {
 		sec := endpoint.Security{InsecureLoopback: true}
 		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -238,8 +230,8 @@ func TestLanePeerNamesOwnQueuePair(t *testing.T) {
 		_ = perftool.Sync(conn, 5*time.Second, nil)
 		_, _ = conn.Write(make([]byte, 4)) // the SRQ number
 		_, _ = io.ReadFull(conn, make([]byte, 4))
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	})
+	conn, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer conn.Close()
 	cfg.security = endpoint.Security{InsecureLoopback: true}

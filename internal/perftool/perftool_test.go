@@ -456,19 +456,11 @@ func TestDialNoServer(t *testing.T) {
 // parameters, the endpoints' exchange said so, and the answer's first
 // byte must not hide it.
 func TestDialPerftestServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr := toolproc.ServeOne(t, func(c net.Conn) {
 		_, _ = c.Write([]byte("6.06\x00"))
 		_, _ = io.Copy(io.Discard, c)
-	}()
-	_, err = Dial(ln.Addr().String(), 5*time.Second, loopback, struct{ Magic uint32 }{7})
+	})
+	_, err := Dial(addr, 5*time.Second, loopback, struct{ Magic uint32 }{7})
 	require.ErrorIs(t, err, ErrPerftestServer)
 	require.ErrorContains(t, err, `(it sent version "6.06")`)
 }
