@@ -490,3 +490,37 @@ func TestSharedUDBehindHeldAck(t *testing.T) {
 	require.Equal(t, payload, e2.mem(1024+40, len(payload)))
 	require.Zero(t, e1.f.Stats().UDDropped)
 }
+
+// TestSharedDCNopThenOtherDestination: a DCI's NOP whose address vector
+// names a DCT of another process completes at once; the WQE behind it
+// goes where its own address vector says: to a third process, or to a DCT
+// of this one. Before, it went into the NOP's process's ring, to a DCT
+// number that process lacks, and ended in RETRY_EXC_ERR.
+func TestSharedDCNopThenOtherDestination(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e3 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	s2 := e2.newSRQ(e2.pd, 16, 1)
+	d2 := e2.dct(e2.pd, s2, 0xa)
+	s3 := e3.newSRQ(e3.pd, 16, 1)
+	d3 := e3.dct(e3.pd, s3, 0xb)
+	s3.post(dataSeg(64, e3.mr.LKey(), e3.addr(0)))
+	sl := e1.newSRQ(e1.pd2, 16, 1)
+	dl := e1.dct(e1.pd2, sl, 0xc)
+	sl.post(dataSeg(64, e1.mr2.LKey(), e1.addr2(0)))
+	d := e1.dciTo(e1.pd, 64, 8, 2)
+	av2 := dcAV(0xa, d2.qp.QPN(), lidOf(t, e2.c))
+	d.write(d.build(prm.OpNop, 0, prm.FlagCQUpdate, 0, av2))
+	d.write(d.build(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xb, d3.qp.QPN(), lidOf(t, e3.c)), inlineSeg([]byte("to e3"))))
+	d.write(d.build(prm.OpNop, 0, prm.FlagCQUpdate, 0, av2))
+	d.write(d.build(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xc, dl.qp.QPN(), lidOf(t, e1.c2)), inlineSeg([]byte("local"))))
+	d.ring()
+	for i := 0; i < 4; i++ {
+		c := waitCQE(t, d.scq, 5*time.Second)
+		require.Equal(t, prm.CQEReq, c.op, "%d: %+v", i, c)
+	}
+	require.Equal(t, []byte("to e3"), e3.mem(0, 5))
+	require.Equal(t, []byte("local"), e1.mem2(0, 5))
+}

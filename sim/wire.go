@@ -757,6 +757,12 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		if ws.segN > 0 || ws.sendOff != 0 {
 			return false, wireStopWait
 		}
+		if f.remoteSlot(avDQPN(&w.av)) != slot {
+			// The slot is that of the WQE this turn began at (wireSlot),
+			// which a NOP completed here: the next turn takes this
+			// WQE's own (another process, or this one).
+			return false, wireStopWait
+		}
 		f.wireEpoch++
 		ws.dcAV, ws.dcSlot, ws.dcOpen = w.av, slot, true
 		ws.epoch, ws.first = f.wireEpoch, ws.next
