@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mlx5kit/mlx5kit/internal/linger"
 	"github.com/mlx5kit/mlx5kit/internal/names"
 	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 )
@@ -313,11 +314,7 @@ func acceptAuth(conn net.Conn, sec Security, purpose byte) (*session, error) {
 // connection and destroy the refusal before the peer reads it.
 func refuse(conn net.Conn) {
 	writeRefusal(conn)
-	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		_ = conn.SetReadDeadline(time.Now().Add(lingerTimeout))
-		_, _ = io.CopyN(io.Discard, conn, lingerBytes)
-	}
-	_ = conn.Close()
+	_ = linger.Close(conn, lingerTimeout, lingerBytes)
 }
 
 // How long and how much refuse drains.

@@ -22,6 +22,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/admit"
+	"github.com/mlx5kit/mlx5kit/internal/linger"
 	"github.com/mlx5kit/mlx5kit/internal/perftestwire"
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -33,15 +34,12 @@ var ErrPeerFailed = errors.New("the peer failed (its output says why)")
 // Run runs the command's end as chosen by server and client (the flags'
 // values, at most one of them set) and returns its exit status: serve
 // gets a listener on server, dial runs when client is set, local
-// otherwise. A server or client first calls probe (when not nil), which
-// opens and closes the device the end will use (ProbeDevice): a device
-// that does not open fails the end at once, not once a peer has come. A
-// failure is printed on stderr after the command's name.
+// otherwise. A server or client first calls probe, which opens and
+// closes the device the end will use (ProbeDevice): a device that does
+// not open fails the end at once, not once a peer has come. A failure is
+// printed on stderr after the command's name.
 func Run(name, server, client string, stdout, stderr io.Writer, probe func() error, serve func(net.Listener) error, dial, local func() error) int {
 	var err error
-	if probe == nil {
-		probe = func() error { return nil }
-	}
 	switch {
 	case server != "":
 		ShareSoftwareFabric()
@@ -441,16 +439,11 @@ func RefuseClient(conn net.Conn, why error) error {
 	b := binary.BigEndian.AppendUint16([]byte{answerRefuse}, uint16(len(msg)))
 	b = append(b, msg...)
 	_ = conn.SetDeadline(time.Now().Add(refuseWait))
-	if _, err := conn.Write(b); err == nil {
-		// What the client sent is read before the close, so that the
-		// close is not a reset, which could discard the reason before
-		// the client has read it.
-		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<20))
+	if _, err := conn.Write(b); err != nil {
+		conn.Close()
+		return why
 	}
-	conn.Close()
+	_ = linger.Close(conn, refuseWait, 1<<20)
 	return why
 }
 
