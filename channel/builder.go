@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -33,8 +35,12 @@ type Options struct {
 	// MaxSendSGE and MaxRecvSGE bound the buffers of one request (default
 	// 1); MaxInline is the most payload a send may carry inline.
 	MaxSendSGE, MaxRecvSGE, MaxInline uint32
-	// CQDepth is the depth of the completion queue all queues share;
-	// default: enough for every work request that can be outstanding.
+	// CQDepth is the depth of the completion queue all queues share, at
+	// least the work the depths allow outstanding (RC: peers × (SendDepth
+	// + RecvDepth); DC: SendDepth + peers × RecvDepth), which is the
+	// default. The channel never has more work requests outstanding than
+	// the completion queue holds: a post waits for room (or fails with
+	// the queue-full error of a raw post) once that many are.
 	CQDepth uint32
 	// Port (default 1) and GID select the local port and GID table entry.
 	// An unset GID is chosen (ctx.ChooseGID: on RoCE a RoCE v2 GID,
@@ -157,13 +163,22 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 			_ = c.close()
 		}
 	}()
+	// The work the depths allow to be outstanding at once, each request
+	// a CQE: a smaller CQ would overrun.
+	work := uint64(peers) * (uint64(opts.SendDepth) + uint64(opts.RecvDepth))
+	if opts.Transport == endpoint.TransportDC {
+		work = uint64(opts.SendDepth) + uint64(peers)*uint64(opts.RecvDepth)
+	}
 	cqDepth := opts.CQDepth
-	if cqDepth == 0 {
-		if opts.Transport == endpoint.TransportRC {
-			cqDepth = uint32(peers) * (opts.SendDepth + opts.RecvDepth)
-		} else {
-			cqDepth = opts.SendDepth + uint32(peers)*opts.RecvDepth
-		}
+	switch {
+	case cqDepth == 0 && work > math.MaxUint32:
+		return nil, fmt.Errorf("%s: %d work requests outstanding at most (%d peers, SendDepth %d, RecvDepth %d): more than a completion queue holds: %w",
+			op, work, peers, opts.SendDepth, opts.RecvDepth, ctx.ErrInvalidArgument)
+	case cqDepth == 0:
+		cqDepth = uint32(work)
+	case uint64(cqDepth) < work:
+		return nil, fmt.Errorf("%s: CQDepth %d is less than the %d work requests the depths allow outstanding (%d peers, SendDepth %d, RecvDepth %d): %w",
+			op, cqDepth, work, peers, opts.SendDepth, opts.RecvDepth, ctx.ErrInvalidArgument)
 	}
 	var err error
 	if c.port, err = newqp.QueryPort(c.ctx, opts.Port, opts.GID); err != nil {
@@ -176,6 +191,10 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	if c.poller, err = transport.NewPoller(c.cq); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	// One CQE less than the ring holds: a poller that finds every slot
+	// of the ring valid cannot tell a full ring from an overrun one, and
+	// takes it for an overrun (monocq.ErrOverrun).
+	c.cqRoom = int(provider.CQDescriptor(c.cq).CQECnt) - 1
 	var outstanding uint64
 	if opts.Transport == endpoint.TransportRC {
 		for i := range c.links {
@@ -250,6 +269,11 @@ func (p *PreparedMulti) Peers() int { return len(p.c.links) }
 // Share adds mr to the regions every peer learns from Endpoints, with the
 // remote access it was registered with. Call it before Endpoints.
 func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
+	if p.used {
+		// The peers have the endpoints already: they would never
+		// learn the region.
+		return fmt.Errorf("channel: share: %w", ErrUsed)
+	}
 	if p.c.closed {
 		return fmt.Errorf("channel: share: %w", closedError{})
 	}

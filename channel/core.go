@@ -78,6 +78,7 @@ type core struct {
 	freeTail  uint64
 	seq       uint64 // sequence number of the next work request
 	pending   int    // work requests posted and not completed
+	cqRoom    int    // the CQEs the completion queue holds, less one: pending never exceeds it
 
 	scope      *Scope // the active scope, nil outside one
 	scopeState *Scope // reused by every scope
@@ -227,6 +228,9 @@ func (c *core) slotOf(wrid uint64) *slot {
 
 // begin starts a send WQE to peer with the next work request id.
 func (c *core) begin(l *link) (wqebuilder.OpStage, error) {
+	if c.pending >= c.cqRoom {
+		return wqebuilder.OpStage{}, errCQFullSend
+	}
 	if c.transport == endpoint.TransportDC {
 		return c.dci.Post(c.nextWRID(), wqebuilder.Signaled, l.remote)
 	}
@@ -265,6 +269,15 @@ func (c *core) release(s *slot) {
 
 // full reports whether err says a queue had no room: the caller may poll
 // and try again.
+// errCQFullSend and errCQFullRecv refuse a post while the work requests
+// outstanding fill the completion queue (core.cqRoom): one more could
+// overrun it. They wrap the queue-full errors, so that a blocking post
+// polls for room as it does for a full queue.
+var (
+	errCQFullSend = fmt.Errorf("channel: the outstanding work requests fill the completion queue: %w", wqebuilder.ErrQueueFull)
+	errCQFullRecv = fmt.Errorf("channel: the outstanding work requests fill the completion queue: %w", transport.ErrReceiveQueueFull)
+)
+
 func full(err error) bool {
 	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, transport.ErrReceiveQueueFull)
 }
@@ -389,6 +402,9 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 	l := c.postLink(r.Peer)
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpRecv)
+	}
+	if c.pending >= c.cqRoom {
+		return 0, errCQFullRecv
 	}
 	var st transport.RecvStage
 	if c.transport == endpoint.TransportDC {
@@ -605,6 +621,10 @@ func (w *waiter) idlePoll() error {
 	}
 	if err := w.ended(); err != nil {
 		return err
+	}
+	if err := w.c.poller.CQ().Err(); err != nil {
+		// The ring is in error (corrupt): it delivers nothing more.
+		return fmt.Errorf("channel: %d work requests outstanding on a completion queue in error: %w (%w)", w.c.pending, err, ErrFailed)
 	}
 	w.idle++
 	if w.idle < spinPolls {

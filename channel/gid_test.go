@@ -2,6 +2,7 @@ package channel_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -91,6 +92,21 @@ func TestChannelGIDRefused(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrNotFound, "%v", tr)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", tr)
 		require.Contains(t, err.Error(), "index 9", "%v", tr)
+	}
+}
+
+// TestInfiniBandGIDIndexPastTableRefused: on InfiniBand a GID index past
+// the port's GID table is refused at Build, as on RoCE; before, the
+// channel was made and reported the index with a zero GID.
+func TestInfiniBandGIDIndexPastTableRefused(t *testing.T) {
+	f := newFabric(t, 1)
+	a := newHost(t, f, 0, 1<<16)
+	pa, err := a.dev.QueryPort(1)
+	require.NoError(t, err)
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		_, err := channel.New(a.pd, channel.Options{Transport: tr, GID: ctx.GIDIndex(uint8(pa.GIDTableLen))})
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", tr)
+		require.ErrorContains(t, err, fmt.Sprintf("GID table has %d entries", pa.GIDTableLen), "%v", tr)
 	}
 }
 

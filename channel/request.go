@@ -152,7 +152,8 @@ var (
 	ErrStale = errors.New("completion record reused")
 	// ErrNestedScope: Scope was called inside a scope.
 	ErrNestedScope = errors.New("scope inside a scope")
-	// ErrUsed: Handshake was called twice on one prepared channel.
+	// ErrUsed: Handshake was called twice on one prepared channel, or
+	// Share after its Handshake.
 	ErrUsed = errors.New("prepared channel already used")
 	// ErrHandshake: the remote endpoints do not fit the channel (count,
 	// transport, missing DCT number).

@@ -160,6 +160,14 @@ func (r *Remote) DCTNumber() uint32 { return r.dctn }
 // Key returns the DC access key the remote DCT checks.
 func (r *Remote) Key() uint64 { return r.key }
 
+// handle returns r's address handle, nil for a nil r.
+func (r *Remote) handle() *ctx.AddressHandle {
+	if r == nil {
+		return nil
+	}
+	return r.ah
+}
+
 // Close destroys the address handle. It is idempotent.
 //
 // Close of a nil *Remote returns nil.
@@ -175,13 +183,14 @@ func (r *Remote) Close() error {
 // pick the operation on the stage (SEND, SEND_IMM, SEND_INV, RDMA_WRITE,
 // RDMA_WRITE_IMM, RDMA_READ, atomics), add the payload and Finish. Post
 // refuses a DCI that is in error or closed with a *wqebuilder.PostError (transport.ErrQPError,
-// ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
+// ctx.ErrClosed), and so a nil r (ctx.ErrInvalidArgument) or one closed (ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
 // It allocates nothing and takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post. A nil r is refused.
+	// A closure called once, as rc's Post. A nil r, or one whose
+	// address handle is closed, is refused.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags, r != nil)
+		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.handle()))
 		if r == nil {
 			return c.OpStage // the refusal's private full queue
 		}
@@ -194,10 +203,11 @@ func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder
 // (mlx5dv_wr_set_dc_addr_stream): WQEs of different streams of one DCI may
 // be executed concurrently by the device.
 func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamID uint16) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post. A nil r is refused.
+	// A closure called once, as rc's Post. A nil r, or one whose
+	// address handle is closed, is refused.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags, r != nil)
+		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.handle()))
 		if r == nil {
 			return c.OpStage // the refusal's private full queue
 		}

@@ -68,3 +68,36 @@ func TestNewRemoteRefusesNoAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestPostClosedRemote: a post to a Remote after its Close (its address
+// handle destroyed) is refused with ctx.ErrClosed, at Post and at Finish,
+// and rings nothing, as every other use of a closed object is.
+func TestPostClosedRemote(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	d, err := dc.NewDCI(e.PD[0], e.CQ(0, 8), dc.DCIConfig{SendDepth: 4, MaxInline: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewRemote(endpoint.Endpoint{Transport: endpoint.TransportDC, DCTNumber: 0x123, DCAccessKey: 7, LID: 5, MTU: ctx.MTU1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, post := range []func() (wqebuilder.OpStage, error){
+		func() (wqebuilder.OpStage, error) { return d.Post(1, wqebuilder.Signaled, r) },
+		func() (wqebuilder.OpStage, error) { return d.PostStream(1, wqebuilder.Signaled, r, 3) },
+	} {
+		st, err := post()
+		if !errors.Is(err, ctx.ErrClosed) {
+			t.Errorf("post to a closed remote: %v, want ctx.ErrClosed", err)
+		}
+		if err := st.Send().Inline([]byte("x")).Finish(); !errors.Is(err, ctx.ErrClosed) {
+			t.Errorf("finish of a post to a closed remote: %v", err)
+		}
+		if pi := d.SendQueue().ProducerIndex(); pi != 0 {
+			t.Errorf("producer index %d after a refused post", pi)
+		}
+	}
+}

@@ -63,3 +63,31 @@ func TestNewRemoteRefusesNoAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestPostClosedRemote: a send to a Remote after its Close (its address
+// handle destroyed) is refused with ctx.ErrClosed, at Post and at Finish,
+// and rings nothing, as every other use of a closed object is.
+func TestPostClosedRemote(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	q, err := ud.New(e.PD[0], e.CQ(0, 8), ud.Config{SendDepth: 4, MaxInline: 16, QKey: 0x11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := q.NewRemote(endpoint.Endpoint{Transport: endpoint.TransportUD, QPN: 0x123, QKey: 0x11, LID: 5, MTU: ctx.MTU1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Post(1, wqebuilder.Signaled, r)
+	if !errors.Is(err, ctx.ErrClosed) {
+		t.Errorf("post to a closed remote: %v, want ctx.ErrClosed", err)
+	}
+	if err := st.Send().Inline([]byte("x")).Finish(); !errors.Is(err, ctx.ErrClosed) {
+		t.Errorf("finish of a post to a closed remote: %v", err)
+	}
+	if pi := q.SendQueue().ProducerIndex(); pi != 0 {
+		t.Errorf("producer index %d after a refused post", pi)
+	}
+}

@@ -212,6 +212,14 @@ func (r *Remote) QPN() uint32 { return r.qpn }
 // QKey returns the qkey sends to r carry.
 func (r *Remote) QKey() uint32 { return r.qkey }
 
+// handle returns r's address handle, nil for a nil r.
+func (r *Remote) handle() *ctx.AddressHandle {
+	if r == nil {
+		return nil
+	}
+	return r.ah
+}
+
 // Close destroys the address handle, unless the Remote borrowed it
 // (RemoteVia). It is idempotent.
 //
@@ -229,14 +237,16 @@ func (r *Remote) Close() error {
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the
 // stage, add the payload (at most the path MTU) and Finish. Post refuses a
-// QP in error or closed with a *wqebuilder.PostError (transport.ErrQPError, ctx.ErrClosed); the stage
+// QP in error or closed with a *wqebuilder.PostError (transport.ErrQPError, ctx.ErrClosed),
+// and so a nil r (ctx.ErrInvalidArgument) or one closed (ctx.ErrClosed); the stage
 // it returns then writes nothing and fails at Finish. It allocates nothing
 // and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
-	// A closure called once, as rc's Post. A nil r is refused.
+	// A closure called once, as rc's Post. A nil r, or one whose
+	// address handle is closed, is refused.
 	s = func() wqebuilder.DatagramStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&q.Queue, wrid, flags, r != nil)
+		c, err = newqp.Begin(&q.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.handle()))
 		if r == nil {
 			return c.UD(&noRemote.av, 0, 0) // the refusal's private full queue
 		}

@@ -31,17 +31,42 @@ func SendRing(q *transport.Queue) *wqebuilder.SendQueue { return Send(q).SQ }
 // Begin is a send post's first step as dc's and ud's Post take it: the WQE
 // begun on q's send queue when q is Ready, else Refuse's stage and error.
 // It inlines, and its body, a closure called once, with it.
-// addressed is false for a post to a nil remote, which is refused.
-func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, addressed bool) (s wqebuilder.CtrlStage, err error) {
+// remote is the state of the post's remote (RemoteOf); a post to a nil or
+// closed remote is refused.
+func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remote) (s wqebuilder.CtrlStage, err error) {
 	s = func() wqebuilder.CtrlStage {
-		if addressed && Ready(q) {
+		if remote == Addressed && Ready(q) {
 			return Send(q).SQ.Begin(wrid, flags)
 		}
 		var dead wqebuilder.CtrlStage
-		dead, err = Refuse(q, wrid, flags, addressed)
+		dead, err = Refuse(q, wrid, flags, remote)
 		return dead
 	}()
 	return s, err
+}
+
+// Remote is the state of a post's remote: Addressed (usable, or rc's
+// connected peer), NoRemote (nil) or RemoteClosed (its address handle
+// closed).
+type Remote uint8
+
+// The states of a post's remote.
+const (
+	Addressed Remote = iota
+	NoRemote
+	RemoteClosed
+)
+
+// RemoteOf returns the state of a dc or ud remote: nil (isNil), or with
+// address handle ah. It inlines.
+func RemoteOf(isNil bool, ah *ctx.AddressHandle) Remote {
+	switch {
+	case isNil:
+		return NoRemote
+	case ah != nil && ah.Closed():
+		return RemoteClosed
+	}
+	return Addressed
 }
 
 // Refuse is the post of a queue that is not Ready: a *wqebuilder.PostError
@@ -50,15 +75,19 @@ func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, addressed bo
 // that matters and whose Finish fails with the same error. It is the one
 // call of a post, on its cold path.
 //
-// A post to a nil remote (addressed false: dc's and ud's Post) is refused
-// with a *wqebuilder.PostError wrapping ctx.ErrInvalidArgument.
+// A post to a nil remote (dc's and ud's Post) is refused with a
+// *wqebuilder.PostError wrapping ctx.ErrInvalidArgument, one to a remote
+// whose address handle was closed with one wrapping ctx.ErrClosed.
 //
 //go:noinline
-func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, addressed bool) (wqebuilder.CtrlStage, error) {
-	if !addressed {
+func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remote) (wqebuilder.CtrlStage, error) {
+	if remote != Addressed {
 		s := Send(q)
-		err := &wqebuilder.PostError{Transport: s.SQ.Config().Transport, Op: "post send", QPN: s.QPN,
-			Err: fmt.Errorf("nil remote: %w", ctx.ErrInvalidArgument)}
+		why := fmt.Errorf("nil remote: %w", ctx.ErrInvalidArgument)
+		if remote == RemoteClosed {
+			why = fmt.Errorf("remote: address handle: %w", ctx.ErrClosed)
+		}
+		err := &wqebuilder.PostError{Transport: s.SQ.Config().Transport, Op: "post send", QPN: s.QPN, Err: why}
 		return qpcore.RefuseWith(q, wrid, flags, err), err
 	}
 	return qpcore.Refusal(q, wrid, flags)

@@ -27,7 +27,8 @@ type Port struct {
 // QueryPort reads the port's LID, active MTU and link layer and the GID
 // that gid selects (ctx.Context.ChooseGID). Without such a GID, QueryPort
 // fails on Ethernet, where the GID is the address, and leaves the GID zero
-// on InfiniBand, where a GID is only needed for a GRH.
+// on InfiniBand, where a GID is only needed for a GRH; an index past the
+// port's GID table fails on either.
 func QueryPort(c *ctx.Context, port uint8, gid ctx.GIDSelector) (Port, error) {
 	if port == 0 {
 		port = 1
@@ -42,7 +43,12 @@ func QueryPort(c *ctx.Context, port uint8, gid ctx.GIDSelector) (Port, error) {
 	case err == nil:
 		p.GID = e
 	case p.Link != ctx.LinkLayerEthernet && errors.Is(err, ctx.ErrNotFound):
-		i, _ := gid.Index()
+		i, explicit := gid.Index()
+		if explicit && int(i) >= pa.GIDTableLen {
+			// Past the table no GRH can name it (a modify to RTR
+			// with it fails with EINVAL): a wrong configuration.
+			return Port{}, fmt.Errorf("local GID %v: the port's GID table has %d entries: %w", gid, pa.GIDTableLen, ctx.ErrInvalidArgument)
+		}
 		p.GID = ctx.GIDEntry{Index: int(i), Port: port}
 	case errors.Is(err, ctx.ErrNotFound):
 		return Port{}, fmt.Errorf("local GID %v (a RoCE port is addressed by GID): %w (%w)", gid, err, ctx.ErrInvalidArgument)
