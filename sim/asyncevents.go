@@ -22,7 +22,7 @@ func (s *srq) ArmLimit(limit uint32) error {
 		return provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
 	if limit >= s.cnt {
-		return provider.Errorf(op, "limit %d not below the %d WQEs of the ring: %w", limit, s.cnt, ctx.ErrInvalidArgument)
+		return provider.Errorf(op, "limit %d not below the %d WQEs of the ring: %w", limit, s.cnt, errEINVAL)
 	}
 	s.limit = limit
 	return nil

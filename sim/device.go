@@ -458,13 +458,13 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 		return nil, errDeviceFatal(op)
 	}
 	if !p.dev.validPort(attr.Port) {
-		return nil, provider.Errorf(op, "port %d of %d: %w", attr.Port, p.dev.f.opts.Ports, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "port %d of %d: %w", attr.Port, p.dev.f.opts.Ports, errEINVAL)
 	}
 	if p.dev.h.link == ctx.LinkLayerEthernet && !attr.GlobalRoute {
-		return nil, provider.Errorf(op, "RoCE needs a GRH (GlobalRoute): %w", ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "RoCE needs a GRH (GlobalRoute): %w", errEINVAL)
 	}
 	if attr.GlobalRoute && int(attr.SGIDIndex) >= len(p.dev.h.gids) {
-		return nil, provider.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, errEINVAL)
 	}
 	av := encodeAV(p.dev.h, attr)
 	return &ah{av: av}, nil

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync/atomic"
@@ -97,20 +98,26 @@ type pendingCQE struct {
 	q       *qp
 }
 
+// errEINVAL is the cause of a refusal the kernel (or libmlx5 above it)
+// answers with EINVAL, as a create whose sizes pass the device's limits:
+// errors.Is matches syscall.EINVAL and ctx.ErrInvalidArgument, and
+// ctx.OpError.Errno finds EINVAL, as from the hardware provider.
+var errEINVAL error = &kerrno.Cause{Errno: syscall.EINVAL, Sentinel: ctx.ErrInvalidArgument}
+
 func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.CompletionQueue, error) {
 	const op = "sim: create CQ"
 	if d.dead() {
 		return nil, errDeviceFatal(op)
 	}
 	if cfg.Depth == 0 || cfg.Depth > maxCQE {
-		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, errEINVAL)
 	}
 	size := cfg.CQESize
 	if size == 0 {
 		size = prm.CQE64Size
 	}
 	if size != prm.CQE64Size && size != prm.CQE128Size {
-		return nil, provider.Errorf(op, "CQE size %d: %w", size, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "CQE size %d: %w", size, errEINVAL)
 	}
 	// The model writes every CQE in full: it refuses compression (its
 	// DeviceAttr reports none) rather than accept it and never compress, so
@@ -121,10 +128,10 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.
 	// Padding is what the model does anyway: a 128-byte CQE's 64 bytes of
 	// content sit in its second half and the whole line is written.
 	if cfg.CQEPadding && size != prm.CQE128Size {
-		return nil, provider.Errorf(op, "CQE padding needs 128-byte CQEs, not %d: %w", size, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "CQE padding needs 128-byte CQEs, not %d: %w", size, errEINVAL)
 	}
 	if cfg.CompVector >= compVectors {
-		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, errEINVAL)
 	}
 	// As rdma-core: one more entry than asked for, rounded up to a power of
 	// two.
@@ -245,10 +252,10 @@ func (p *pd) CreateSRQ(cfg ctx.SRQConfig) (provider.SRQ, error) {
 		return nil, errDeviceFatal(op)
 	}
 	if cfg.Depth == 0 || cfg.Depth >= maxRecvWR {
-		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "depth %d: %w", cfg.Depth, errEINVAL)
 	}
 	if cfg.MaxSGE > maxSRQSGE {
-		return nil, provider.Errorf(op, "max SGE %d above %d: %w", cfg.MaxSGE, maxSRQSGE, ctx.ErrInvalidArgument)
+		return nil, provider.Errorf(op, "max SGE %d above %d: %w", cfg.MaxSGE, maxSRQSGE, errEINVAL)
 	}
 	sge := max(cfg.MaxSGE, 1)
 	stride := roundPow2(max(32, prm.SRQNextSize+sge*prm.DataSize))
@@ -378,7 +385,7 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 		return nil, errDeviceFatal(op)
 	}
 	bad := func(format string, args ...any) error {
-		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, errEINVAL)...)
 	}
 	sendCQ, ok1 := cfg.SendCQ.(*cq)
 	recvCQ, ok2 := cfg.RecvCQ.(*cq)
@@ -410,6 +417,10 @@ func (p *pd) CreateQueuePair(cfg provider.QueuePairConfig) (provider.QueuePair, 
 		// The ring rdma-core would allocate for the kit's request, refused
 		// where the type's limits are exceeded.
 		_, g, err := sqsize.Plan(cfg.Type, caps, sendQueueDevice)
+		if le := (*sqsize.LimitError)(nil); errors.As(err, &le) {
+			// What mlx5_calc_sq_size refuses, with its errno.
+			return nil, provider.Errorf(op, "%s: %w", le.Msg, errEINVAL)
+		}
 		if err != nil {
 			return nil, provider.Errorf(op, "%w", err)
 		}
@@ -569,7 +580,7 @@ func modifyQueuePair(p provider.QueuePair, a ctx.QPAttr, mask qpstate.Mask) erro
 // alive or the move to RESET or ERR).
 func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	bad := func(format string, args ...any) error {
-		return provider.Errorf(op, format+": %w", append(args, ctx.ErrInvalidArgument)...)
+		return provider.Errorf(op, format+": %w", append(args, errEINVAL)...)
 	}
 	from := q.state
 	// uverbs modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW.

@@ -33,9 +33,15 @@ func New(verb, detail string, errno syscall.Errno, sentinel error) error {
 }
 
 // Error formats as "<what>: <ERRNO> (<message>)", e.g.
-// "ibv_reg_dmabuf_mr length 0: EINVAL (invalid argument)".
+// "ibv_reg_dmabuf_mr length 0: EINVAL (invalid argument)", or without
+// "<what>: " when What is empty (a cause wrapped in a message that names
+// the call).
 func (e *Cause) Error() string {
-	return e.What + ": " + unix.ErrnoName(e.Errno) + " (" + e.Errno.Error() + ")"
+	s := unix.ErrnoName(e.Errno) + " (" + e.Errno.Error() + ")"
+	if e.What == "" {
+		return s
+	}
+	return e.What + ": " + s
 }
 
 // Unwrap returns the errno and the sentinel.

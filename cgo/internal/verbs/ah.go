@@ -8,6 +8,7 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"unsafe"
@@ -43,6 +44,12 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr ctx.AddressAttr) (*AddressH
 	defer pd.d.mu.Unlock()
 	pa, err := pd.d.queryPort(attr.Port)
 	if err != nil {
+		// No such port: mlx5_create_ah refuses it (without an errno of
+		// its own; EINVAL is what the port query says).
+		var ve *VerbError
+		if errors.As(err, &ve) {
+			return nil, &VerbError{Verb: verb, Detail: detail + ": no such port", Errno: ve.Errno, Sentinel: ve.Sentinel}
+		}
 		return nil, err
 	}
 	var a C.struct_ibv_ah_attr

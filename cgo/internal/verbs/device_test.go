@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -355,4 +356,21 @@ func TestCheckCQConfig(t *testing.T) {
 	f, ok = compressionFormat(ctx.CQECompressionChecksum)
 	require.True(t, ok)
 	require.Equal(t, uint32(2), f, "MLX5DV_CQE_RES_FORMAT_CSUM")
+}
+
+// TestPrecheckModifyRangeErrno: a value checkAttr refuses (here a DCT's
+// PathMTU left unset at RTR) is refused naming ibv_modify_qp with EINVAL,
+// its reason said once; before, the errno was 0 and the sentinel's text
+// came twice.
+func TestPrecheckModifyRangeErrno(t *testing.T) {
+	a := ctx.QPAttr{State: ctx.QPStateRTR, Path: ctx.AddressAttr{Port: 1, DLID: 1}}
+	limits := func(int) (qpstate.Limits, error) { return qpstate.Limits{Ports: 1, PKeys: 128, GIDs: 1}, nil }
+	_, err := precheckModify(ctx.QPTypeDCT, ctx.QPStateInit, &a, 1, limits, "DCT QP 0x10 INIT→RTR")
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorIs(t, err, syscall.EINVAL)
+	var ve *VerbError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, syscall.EINVAL, ve.Errno)
+	require.Equal(t, 1, strings.Count(err.Error(), "invalid argument"), err.Error())
+	require.Contains(t, err.Error(), "PathMTU not set")
 }

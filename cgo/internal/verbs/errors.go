@@ -93,7 +93,10 @@ func (e *VerbError) Unwrap() []error {
 // errnoSentinel maps an error number to the ctx sentinel callers test for.
 func errnoSentinel(errno syscall.Errno) error {
 	switch errno {
-	case syscall.EINVAL, syscall.ERANGE:
+	case syscall.EINVAL, syscall.ERANGE, syscall.EFAULT:
+		// EFAULT: an address the kernel could not read or pin (a
+		// region not mapped), the caller's argument as the software
+		// HCA reports it.
 		return ctx.ErrInvalidArgument
 	case syscall.EOPNOTSUPP, syscall.ENOSYS, syscall.EPROTONOSUPPORT, syscall.ENOTTY:
 		// ENOTTY: a kernel without the uverbs ioctl interface, to which

@@ -69,6 +69,7 @@ func TestVerbErrorSentinelOnly(t *testing.T) {
 func TestErrnoSentinels(t *testing.T) {
 	for errno, want := range map[syscall.Errno]error{
 		syscall.EINVAL:     ctx.ErrInvalidArgument,
+		syscall.EFAULT:     ctx.ErrInvalidArgument,
 		syscall.EOPNOTSUPP: ctx.ErrNotSupported,
 		syscall.ENOSYS:     ctx.ErrNotSupported,
 		syscall.ENOTTY:     ctx.ErrNotSupported,

@@ -378,14 +378,22 @@ func checkAttr(mask int, a *ctx.QPAttr) error {
 		{C.IBV_QP_AV, "Path.FlowLabel", a.Path.FlowLabel, 0xfffff},
 	} {
 		if mask&f.bit != 0 && f.v > f.max {
-			return fmt.Errorf("%s %d out of range (max %d): %w", f.name, f.v, f.max, ctx.ErrInvalidArgument)
+			return &rangeError{fmt.Sprintf("%s %d out of range (max %d)", f.name, f.v, f.max)}
 		}
 	}
 	if mask&C.IBV_QP_PATH_MTU != 0 && a.PathMTU == 0 {
-		return fmt.Errorf("PathMTU not set: %w", ctx.ErrInvalidArgument)
+		return &rangeError{"PathMTU not set"}
 	}
 	return nil
 }
+
+// rangeError is checkAttr's refusal: a value no verbs field carries, which
+// ibv_modify_qp would refuse with EINVAL (precheckModify gives it that
+// errno). It wraps ctx.ErrInvalidArgument.
+type rangeError struct{ why string }
+
+func (e *rangeError) Error() string { return e.why + ": " + ctx.ErrInvalidArgument.Error() }
+func (e *rangeError) Unwrap() error { return ctx.ErrInvalidArgument }
 
 // fillAH converts an address to struct ibv_ah_attr. linkLayer is the link
 // layer of the local port: RoCE needs a GRH, and a hop limit of 0 there
@@ -525,6 +533,9 @@ func precheckModify(typ ctx.QPType, cur ctx.QPState, a *ctx.QPAttr, qpPort uint8
 	}
 	if ae := (*qpstate.AttrError)(nil); errors.As(err, &ae) {
 		why, errno = ae.Reason(), ae.Errno
+	}
+	if re := (*rangeError)(nil); errors.As(err, &re) {
+		why, errno = re.why, syscall.EINVAL
 	}
 	return 0, &VerbError{Verb: verb, Detail: detail + ": " + why, Errno: errno, Sentinel: unwrapSentinel(err)}
 }

@@ -54,6 +54,13 @@ func TestHardwareRefusalsBeforeTheVerbCarryItsErrno(t *testing.T) {
 		requireVerbErrno(t, err, "mlx5dv_create_qp", syscall.EINVAL)
 	}
 
+	// A port the device has not: mlx5_create_ah refuses it, named as
+	// ibv_create_ah (not the port query behind it).
+	noPort := path
+	noPort.Port = a.PhysPortCount + 1
+	_, err = pd.CreateAddressHandle(noPort)
+	requireVerbErrno(t, err, "ibv_create_ah", syscall.EINVAL)
+
 	if port.LinkLayer != ctx.LinkLayerEthernet {
 		return
 	}
