@@ -165,10 +165,12 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	}()
 	// The work the depths allow to be outstanding at once, each request
 	// a CQE: a smaller CQ would overrun.
-	work := uint64(peers) * (uint64(opts.SendDepth) + uint64(opts.RecvDepth))
+	sendWork := uint64(peers) * uint64(opts.SendDepth)
 	if opts.Transport == endpoint.TransportDC {
-		work = uint64(opts.SendDepth) + uint64(peers)*uint64(opts.RecvDepth)
+		sendWork = uint64(opts.SendDepth) // one DCI
 	}
+	recvWork := uint64(peers) * uint64(opts.RecvDepth)
+	work := sendWork + recvWork
 	cqDepth := opts.CQDepth
 	switch {
 	case cqDepth == 0 && work > math.MaxUint32:
@@ -195,6 +197,7 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	// of the ring valid cannot tell a full ring from an overrun one, and
 	// takes it for an overrun (monocq.ErrOverrun).
 	c.cqRoom = int(provider.CQDescriptor(c.cq).CQECnt) - 1
+	c.sendRoom, c.recvRoom = c.cqRoom-int(recvWork), c.cqRoom-int(sendWork)
 	var outstanding uint64
 	if opts.Transport == endpoint.TransportRC {
 		for i := range c.links {

@@ -78,7 +78,14 @@ type core struct {
 	freeTail  uint64
 	seq       uint64 // sequence number of the next work request
 	pending   int    // work requests posted and not completed
-	cqRoom    int    // the CQEs the completion queue holds, less one: pending never exceeds it
+	// cqRoom is the CQEs the completion queue holds, less one: pending
+	// never exceeds it. sendRoom and recvRoom bound the sends (and
+	// writes, reads, atomics) and the receives outstanding: each leaves
+	// the other class the work its depths allow, so that receives
+	// waiting for a peer never keep a send from being posted, nor sends
+	// a receive. pendingRecv counts the receives of pending.
+	cqRoom, sendRoom, recvRoom int
+	pendingRecv                int
 
 	scope      *Scope // the active scope, nil outside one
 	scopeState *Scope // reused by every scope
@@ -228,7 +235,7 @@ func (c *core) slotOf(wrid uint64) *slot {
 
 // begin starts a send WQE to peer with the next work request id.
 func (c *core) begin(l *link) (wqebuilder.OpStage, error) {
-	if c.pending >= c.cqRoom {
+	if c.pending >= c.cqRoom || c.pending-c.pendingRecv >= c.sendRoom {
 		return wqebuilder.OpStage{}, errCQFullSend
 	}
 	if c.transport == endpoint.TransportDC {
@@ -254,6 +261,9 @@ func (c *core) record(peer int, op Op) uint64 {
 		c.batch.outstanding++
 	}
 	c.pending++
+	if op == OpRecv {
+		c.pendingRecv++
+	}
 	return wrid
 }
 
@@ -270,12 +280,13 @@ func (c *core) release(s *slot) {
 // full reports whether err says a queue had no room: the caller may poll
 // and try again.
 // errCQFullSend and errCQFullRecv refuse a post while the work requests
-// outstanding fill the completion queue (core.cqRoom): one more could
-// overrun it. They wrap the queue-full errors, so that a blocking post
-// polls for room as it does for a full queue.
+// outstanding fill the completion queue, or their class's share of it
+// (core.cqRoom, sendRoom, recvRoom): one more could overrun it. They wrap
+// the queue-full errors, so that a blocking post polls for room as it
+// does for a full queue.
 var (
-	errCQFullSend = fmt.Errorf("channel: the outstanding work requests fill the completion queue: %w", wqebuilder.ErrQueueFull)
-	errCQFullRecv = fmt.Errorf("channel: the outstanding work requests fill the completion queue: %w", transport.ErrReceiveQueueFull)
+	errCQFullSend = fmt.Errorf("completion queue room taken by the outstanding work requests: %w", wqebuilder.ErrQueueFull)
+	errCQFullRecv = fmt.Errorf("completion queue room taken by the outstanding work requests: %w", transport.ErrReceiveQueueFull)
 )
 
 func full(err error) bool {
@@ -403,7 +414,7 @@ func (c *core) postRecv(r *RecvRequest) (uint64, error) {
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpRecv)
 	}
-	if c.pending >= c.cqRoom {
+	if c.pending >= c.cqRoom || c.pendingRecv >= c.recvRoom {
 		return 0, errCQFullRecv
 	}
 	var st transport.RecvStage
@@ -489,6 +500,9 @@ func (c *core) complete(wc *transport.Completion) {
 // filed does the bookkeeping of a record that has just completed.
 func (c *core) filed(s *slot) {
 	c.pending--
+	if s.op == OpRecv {
+		c.pendingRecv--
+	}
 	c.release(s)
 	if c.scope != nil && s.scope == c.scopeID {
 		c.scope.outstanding--
@@ -623,8 +637,11 @@ func (w *waiter) idlePoll() error {
 		return err
 	}
 	if err := w.c.poller.CQ().Err(); err != nil {
-		// The ring is in error (corrupt): it delivers nothing more.
-		return fmt.Errorf("channel: %d work requests outstanding on a completion queue in error: %w (%w)", w.c.pending, err, ErrFailed)
+		// The ring is in error (overrun, corrupt): it delivers nothing
+		// more. The wait ends as a cancelled one: the channel fails
+		// (cancel, failOnEvent).
+		w.cancelled = true
+		return &cqError{err: err}
 	}
 	w.idle++
 	if w.idle < spinPolls {
@@ -873,7 +890,8 @@ func (c *core) fail() error {
 		if c.poll() > 0 {
 			continue
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || c.poller.CQ().Err() != nil {
+			// (A CQ in error delivers no flush: no wait for one.)
 			break
 		}
 		c.pause()

@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -41,7 +42,9 @@ func TestPostsNeverOverrunCQ(t *testing.T) {
 	f := newFabric(t, 2)
 	ha, hb := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
 	a, _ := pair(t, ha, hb, channel.Options{SendDepth: 4, RecvDepth: 4, MaxInline: 256})
-	room := int(provider.CQDescriptor(a.CompletionQueue()).CQECnt) - 1 // a full ring reads as overrun
+	// A full ring reads as overrun: one less; the receives' share
+	// (RecvDepth) is left to them.
+	room := int(provider.CQDescriptor(a.CompletionQueue()).CQECnt) - 1 - 4
 	l := a.QP(0).Limits()
 	require.Greater(t, int(l.SendWQEBBs-l.MaxWQEBBs+1), room, "the send ring must hold more small WQEs than the CQ")
 	rem := channel.Remote{Addr: uint64(hb.mr.Addr()), RKey: hb.mr.RKey()}
@@ -92,6 +95,43 @@ func TestWaitSeesOverrunCQ(t *testing.T) {
 	err = p.Wait(cx)
 	require.ErrorIs(t, err, channel.ErrFailed)
 	require.ErrorIs(t, err, monocq.ErrOverrun)
+	// The channel failed as ErrFailed says: nothing outstanding, new
+	// work refused.
+	require.Zero(t, a.Outstanding())
+	_, err = a.PostWrite(channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})
+	require.Error(t, err)
+}
+
+// TestReceivesLeaveSendsRoom: receives posted up to what their queue
+// takes (more than RecvDepth where the ring rounds up) leave the sends
+// their share of the completion queue: a blocking send still goes out.
+func TestReceivesLeaveSendsRoom(t *testing.T) {
+	for _, tr := range []endpoint.Transport{endpoint.TransportRC, endpoint.TransportDC} {
+		t.Run(tr.String(), func(t *testing.T) {
+			f := newFabric(t, 2)
+			ha, hb := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			opts := channel.Options{Transport: tr, SendDepth: 8, RecvDepth: 100, WaitTimeout: 10 * time.Second}
+			if tr == endpoint.TransportDC {
+				opts.SendDepth, opts.RecvDepth = 1, 64
+			}
+			a, b := pair(t, ha, hb, opts)
+			posted := 0
+			for ; posted < 1000; posted++ {
+				_, err := a.PostReceive(channel.RecvRequest{Local: ha.sge(0, 64)})
+				if err != nil {
+					require.ErrorIs(t, err, transport.ErrReceiveQueueFull)
+					break
+				}
+			}
+			require.GreaterOrEqual(t, posted, int(opts.RecvDepth))
+			got, err := b.PostReceive(channel.RecvRequest{Local: hb.sge(0, 64)})
+			require.NoError(t, err)
+			cx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, a.Send(cx, channel.SendRequest{Local: ha.sge(0, 8)}))
+			require.NoError(t, got.Wait(cx))
+		})
+	}
 }
 
 // TestShareAfterHandshakeRefused: the peers have their endpoints once the

@@ -130,15 +130,24 @@ func (c *core) heldEventErr() error {
 }
 
 // failOnEvent fails the channel when err is the error of an event that
-// ends it (see cancel) and returns the error to report; any other err is
-// returned as is.
+// ends it, or of a completion queue in error (see cancel), and returns the
+// error to report; any other err is returned as is.
 func (c *core) failOnEvent(op string, err error) error {
 	var ee *EventError
-	if errors.As(err, &ee) {
+	var ce *cqError
+	if errors.As(err, &ee) || errors.As(err, &ce) {
 		return c.cancel(op, err)
 	}
 	return err
 }
+
+// cqError is the error of a wait on a completion queue in error (an
+// overrun or a corrupt CQE: monocq.ErrOverrun, ErrCorrupt), which ends
+// the channel as an event that ends it does.
+type cqError struct{ err error }
+
+func (e *cqError) Error() string { return "completion queue in error: " + e.err.Error() }
+func (e *cqError) Unwrap() error { return e.err }
 
 // Reestablish builds the channel again after it failed (an event, a
 // cancelled call, Fail): it closes the channel's queues and completion

@@ -72,7 +72,9 @@ func (m *MultiChannel) RemoteRegion(peer, i int) (endpoint.RemoteRegion, error) 
 
 // QP returns the RC queue pair to peer (nil for a DC channel), for raw
 // posting with its own wqebuilder stages. Work posted on it directly is not
-// tracked by the channel: its completions count as strays (see Err).
+// tracked by the channel: its completions count as strays (see Err), and
+// they take room in the completion queue the channel sized for its own
+// work, which they can overrun (the channel then fails).
 func (m *MultiChannel) QP(peer int) *rc.QP {
 	if l := m.c.peerLink(peer); l != nil {
 		return l.qp
@@ -80,7 +82,8 @@ func (m *MultiChannel) QP(peer int) *rc.QP {
 	return nil
 }
 
-// DCI returns the DC initiator of a DC channel (nil for RC).
+// DCI returns the DC initiator of a DC channel (nil for RC). Work posted
+// on it directly is not tracked, as with QP.
 func (m *MultiChannel) DCI() *dc.DCI { return m.c.dci }
 
 // Notifier returns the completion-event waiter of a channel built with
@@ -237,7 +240,9 @@ func (m *MultiChannel) Poll() int {
 }
 
 // PostSend posts a SEND without waiting. A full send queue is an error
-// (wrapping wqebuilder.ErrQueueFull): poll and post again.
+// (wrapping wqebuilder.ErrQueueFull): poll and post again. So is a send
+// past the sends' share of the completion queue (the CQ less the receives
+// the depths allow), which could overrun it.
 func (m *MultiChannel) PostSend(r SendRequest) (Pending, error) {
 	seq, err := m.c.postSend(&r)
 	if err != nil {
@@ -246,7 +251,10 @@ func (m *MultiChannel) PostSend(r SendRequest) (Pending, error) {
 	return Pending{m.c, seq}, nil
 }
 
-// PostReceive posts a receive without waiting.
+// PostReceive posts a receive without waiting. A full receive queue is an
+// error (wrapping transport.ErrReceiveQueueFull), and so is a receive past
+// the receives' share of the completion queue (the CQ less the sends the
+// depths allow).
 func (m *MultiChannel) PostReceive(r RecvRequest) (Pending, error) {
 	seq, err := m.c.postRecv(&r)
 	if err != nil {

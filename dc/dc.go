@@ -182,9 +182,11 @@ func (r *Remote) Close() error {
 // flags: the address vector, DCT number and DC access key are written, then
 // pick the operation on the stage (SEND, SEND_IMM, SEND_INV, RDMA_WRITE,
 // RDMA_WRITE_IMM, RDMA_READ, atomics), add the payload and Finish. Post
-// refuses a DCI that is in error or closed with a *wqebuilder.PostError (transport.ErrQPError,
-// ctx.ErrClosed), and so a nil r (ctx.ErrInvalidArgument) or one closed (ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
-// It allocates nothing and takes no lock.
+// refuses, with a *wqebuilder.PostError, a DCI in error or closed
+// (transport.ErrQPError, ctx.ErrClosed), a nil r (ctx.ErrInvalidArgument)
+// and an r whose address handle is closed (ctx.ErrClosed); the stage it
+// returns then writes nothing and fails at Finish. It allocates nothing and
+// takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
 	// A closure called once, as rc's Post. A nil r, or one whose
 	// address handle is closed, is refused.

@@ -236,11 +236,13 @@ func (r *Remote) Close() error {
 
 // Post starts a send to r with work request id wrid and flags: the address
 // vector, remote QPN and qkey are written; pick Send or SendImm on the
-// stage, add the payload (at most the path MTU) and Finish. Post refuses a
-// QP in error or closed with a *wqebuilder.PostError (transport.ErrQPError, ctx.ErrClosed),
-// and so a nil r (ctx.ErrInvalidArgument) or one closed (ctx.ErrClosed); the stage
-// it returns then writes nothing and fails at Finish. It allocates nothing
-// and takes no lock.
+// stage, add the payload (at most the path MTU) and Finish. Post refuses,
+// with a *wqebuilder.PostError, a QP in error or closed
+// (transport.ErrQPError, ctx.ErrClosed), a nil r (ctx.ErrInvalidArgument)
+// and an r whose address handle is closed (ctx.ErrClosed; a RemoteVia
+// Remote's handle is its owner's, which Remote.Close leaves open); the
+// stage it returns then writes nothing and fails at Finish. It allocates
+// nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
 	// A closure called once, as rc's Post. A nil r, or one whose
 	// address handle is closed, is refused.
