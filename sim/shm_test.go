@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,12 +23,38 @@ import (
 
 var testFabricSeq atomic.Int64
 
+// sweepOnce runs sweepDeadTestFabrics once per test process.
+var sweepOnce sync.Once
+
 // testFabricName returns a fabric name no other test (or test process)
-// uses, and removes the fabric's files at the end of the test.
+// uses, and removes the fabric's files at the end of the test. The first
+// call sweeps the fabrics of test processes that are gone.
 func testFabricName(t testing.TB) string {
+	sweepOnce.Do(sweepDeadTestFabrics)
 	name := fmt.Sprintf("test-%d-%d", os.Getpid(), testFabricSeq.Add(1))
 	t.Cleanup(func() { removeFabricFiles(name) })
 	return name
+}
+
+// sweepDeadTestFabrics removes what test processes that were killed (a
+// timeout, a signal: their cleanups never ran) left in /dev/shm: the
+// fabrics testFabricName named for a process that no longer exists,
+// through SweepFabric, which keeps any a live process still holds. On a
+// long-lived machine their ring files (sparse, up to 2 GiB each) would
+// otherwise pile up against the tmpfs.
+func sweepDeadTestFabrics() {
+	regs, _ := filepath.Glob(filepath.Join(shmDir, "mlx5kit-test-*-registry"))
+	for _, r := range regs {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(r), "mlx5kit-"), "-registry")
+		var pid, seq int
+		if n, _ := fmt.Sscanf(name, "test-%d-%d", &pid, &seq); n != 2 || pid == os.Getpid() || pid <= 0 {
+			continue
+		}
+		if unix.Kill(pid, 0) != unix.ESRCH {
+			continue // alive (or not ours to signal)
+		}
+		_ = SweepFabric(name)
+	}
 }
 
 func removeFabricFiles(name string) {
