@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
+	"sync/atomic"
 )
 
 const name = "dc"
@@ -126,6 +127,8 @@ type Remote struct {
 	dctn uint32
 	key  uint64
 	ah   *ctx.AddressHandle
+	// closed is set by Close: Post refuses r from then on.
+	closed atomic.Bool
 }
 
 // NewRemote resolves a DC endpoint (a DCT's Endpoint) into a Remote for
@@ -160,21 +163,20 @@ func (r *Remote) DCTNumber() uint32 { return r.dctn }
 // Key returns the DC access key the remote DCT checks.
 func (r *Remote) Key() uint64 { return r.key }
 
-// handle returns r's address handle, nil for a nil r.
-func (r *Remote) handle() *ctx.AddressHandle {
-	if r == nil {
-		return nil
-	}
-	return r.ah
-}
+// isClosed reports whether r's Close was called (false for a nil r). It
+// reads a flag of r's own, on the line Post reads the address from, not
+// the address handle's.
+func (r *Remote) isClosed() bool { return r != nil && r.closed.Load() }
 
-// Close destroys the address handle. It is idempotent.
+// Close destroys the address handle; Post refuses r from then on. It is
+// idempotent.
 //
 // Close of a nil *Remote returns nil.
 func (r *Remote) Close() error {
 	if r == nil {
 		return nil
 	}
+	r.closed.Store(true)
 	return r.ah.Close()
 }
 
@@ -184,15 +186,15 @@ func (r *Remote) Close() error {
 // RDMA_WRITE_IMM, RDMA_READ, atomics), add the payload and Finish. Post
 // refuses, with a *wqebuilder.PostError, a DCI in error or closed
 // (transport.ErrQPError, ctx.ErrClosed), a nil r (ctx.ErrInvalidArgument)
-// and an r whose address handle is closed (ctx.ErrClosed); the stage it
-// returns then writes nothing and fails at Finish. It allocates nothing and
-// takes no lock.
+// and an r after its Close (ctx.ErrClosed); the stage it returns then
+// writes nothing and fails at Finish. It allocates nothing and takes no
+// lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post. A nil r, or one whose
-	// address handle is closed, is refused.
+	// A closure called once, as rc's Post. A nil r, or one closed,
+	// is refused.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.handle()))
+		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.isClosed()))
 		if r == nil {
 			return c.OpStage // the refusal's private full queue
 		}
@@ -205,11 +207,11 @@ func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder
 // (mlx5dv_wr_set_dc_addr_stream): WQEs of different streams of one DCI may
 // be executed concurrently by the device.
 func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamID uint16) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post. A nil r, or one whose
-	// address handle is closed, is refused.
+	// A closure called once, as rc's Post. A nil r, or one closed,
+	// is refused.
 	s = func() wqebuilder.OpStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.handle()))
+		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.isClosed()))
 		if r == nil {
 			return c.OpStage // the refusal's private full queue
 		}

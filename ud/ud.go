@@ -8,6 +8,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
+	"sync/atomic"
 )
 
 const name = "ud"
@@ -120,6 +121,8 @@ type Remote struct {
 	ah   *ctx.AddressHandle
 	// borrowed is set when ah belongs to someone else (RemoteVia).
 	borrowed bool
+	// closed is set by Close: Post refuses r from then on.
+	closed atomic.Bool
 }
 
 // NewRemote resolves a UD endpoint (a peer's Endpoint) into a Remote. An
@@ -212,22 +215,20 @@ func (r *Remote) QPN() uint32 { return r.qpn }
 // QKey returns the qkey sends to r carry.
 func (r *Remote) QKey() uint32 { return r.qkey }
 
-// handle returns r's address handle, nil for a nil r.
-func (r *Remote) handle() *ctx.AddressHandle {
-	if r == nil {
-		return nil
-	}
-	return r.ah
-}
+// isClosed reports whether r's Close was called (false for a nil r). It
+// reads a flag of r's own, on the line Post reads the address from, not
+// the address handle's.
+func (r *Remote) isClosed() bool { return r != nil && r.closed.Load() }
 
 // Close destroys the address handle, unless the Remote borrowed it
-// (RemoteVia). It is idempotent.
+// (RemoteVia); either way Post refuses r from then on. It is idempotent.
 //
 // Close of a nil *Remote returns nil.
 func (r *Remote) Close() error {
 	if r == nil {
 		return nil
 	}
+	r.closed.Store(true)
 	if r.borrowed {
 		return nil
 	}
@@ -239,16 +240,15 @@ func (r *Remote) Close() error {
 // stage, add the payload (at most the path MTU) and Finish. Post refuses,
 // with a *wqebuilder.PostError, a QP in error or closed
 // (transport.ErrQPError, ctx.ErrClosed), a nil r (ctx.ErrInvalidArgument)
-// and an r whose address handle is closed (ctx.ErrClosed; a RemoteVia
-// Remote's handle is its owner's, which Remote.Close leaves open); the
-// stage it returns then writes nothing and fails at Finish. It allocates
-// nothing and takes no lock.
+// and an r after its Close (ctx.ErrClosed); the stage it returns then
+// writes nothing and fails at Finish. It allocates nothing and takes no
+// lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.DatagramStage, err error) {
-	// A closure called once, as rc's Post. A nil r, or one whose
-	// address handle is closed, is refused.
+	// A closure called once, as rc's Post. A nil r, or one closed,
+	// is refused.
 	s = func() wqebuilder.DatagramStage {
 		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&q.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.handle()))
+		c, err = newqp.Begin(&q.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.isClosed()))
 		if r == nil {
 			return c.UD(&noRemote.av, 0, 0) // the refusal's private full queue
 		}

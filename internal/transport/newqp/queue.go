@@ -46,8 +46,7 @@ func Begin(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remot
 }
 
 // Remote is the state of a post's remote: Addressed (usable, or rc's
-// connected peer), NoRemote (nil) or RemoteClosed (its address handle
-// closed).
+// connected peer), NoRemote (nil) or RemoteClosed (after its Close).
 type Remote uint8
 
 // The states of a post's remote.
@@ -57,13 +56,13 @@ const (
 	RemoteClosed
 )
 
-// RemoteOf returns the state of a dc or ud remote: nil (isNil), or with
-// address handle ah. It inlines.
-func RemoteOf(isNil bool, ah *ctx.AddressHandle) Remote {
+// RemoteOf returns the state of a dc or ud remote: nil (isNil), or closed
+// (its Close was called). It inlines.
+func RemoteOf(isNil, closed bool) Remote {
 	switch {
 	case isNil:
 		return NoRemote
-	case ah != nil && ah.Closed():
+	case closed:
 		return RemoteClosed
 	}
 	return Addressed
@@ -77,7 +76,7 @@ func RemoteOf(isNil bool, ah *ctx.AddressHandle) Remote {
 //
 // A post to a nil remote (dc's and ud's Post) is refused with a
 // *wqebuilder.PostError wrapping ctx.ErrInvalidArgument, one to a remote
-// whose address handle was closed with one wrapping ctx.ErrClosed.
+// after its Close with one wrapping ctx.ErrClosed.
 //
 //go:noinline
 func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remote) (wqebuilder.CtrlStage, error) {
@@ -85,7 +84,7 @@ func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remo
 		s := Send(q)
 		why := fmt.Errorf("nil remote: %w", ctx.ErrInvalidArgument)
 		if remote == RemoteClosed {
-			why = fmt.Errorf("remote: address handle: %w", ctx.ErrClosed)
+			why = fmt.Errorf("remote: %w", ctx.ErrClosed)
 		}
 		err := &wqebuilder.PostError{Transport: s.SQ.Config().Transport, Op: "post send", QPN: s.QPN, Err: why}
 		return qpcore.RefuseWith(q, wrid, flags, err), err
