@@ -35,16 +35,21 @@ type Options struct {
 	// MaxSendSGE and MaxRecvSGE bound the buffers of one request (default
 	// 1); MaxInline is the most payload a send may carry inline.
 	MaxSendSGE, MaxRecvSGE, MaxInline uint32
-	// CQDepth is the depth of the completion queue all queues share, at
+	// CQDepth is the depth of the completion queue all queues share: at
 	// least the work the depths allow outstanding (RC: peers × (SendDepth
 	// + RecvDepth); DC: SendDepth + peers × RecvDepth), which is the
-	// default. The channel never has more work requests outstanding than
-	// the completion queue holds: a post waits for room (or fails with
-	// the queue-full error of a raw post) once that many are.
+	// default. New and NewMulti refuse a smaller value, or a default
+	// above 2³²−1, with ctx.ErrInvalidArgument. The work outstanding never
+	// exceeds what the CQ holds less one, and sends and receives each
+	// keep the share their depths allow (the rest of that room less the
+	// other class's work): past it a blocking call or scope polls for
+	// room, and a raw post fails with the queue-full error
+	// (wqebuilder.ErrQueueFull, transport.ErrReceiveQueueFull).
 	CQDepth uint32
 	// Port (default 1) and GID select the local port and GID table entry.
 	// An unset GID is chosen (ctx.ChooseGID: on RoCE a RoCE v2 GID,
-	// IPv4-mapped first); ctx.GIDIndex(i) names entry i. The GID methods
+	// IPv4-mapped first); ctx.GIDIndex(i) names entry i (an index past
+	// the port's GID table is refused, on InfiniBand too). The GID methods
 	// and the endpoints report the entry.
 	Port uint8
 	GID  ctx.GIDSelector
@@ -270,7 +275,8 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 func (p *PreparedMulti) Peers() int { return len(p.c.links) }
 
 // Share adds mr to the regions every peer learns from Endpoints, with the
-// remote access it was registered with. Call it before Endpoints.
+// remote access it was registered with. Call it before Endpoints. After
+// Handshake it returns ErrUsed: the peers have their endpoints already.
 func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
 	if p.used {
 		// The peers have the endpoints already: they would never

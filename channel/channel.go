@@ -15,7 +15,8 @@ type Prepared struct {
 	m *PreparedMulti
 }
 
-// Share adds mr to the regions the peer learns from Endpoint.
+// Share adds mr to the regions the peer learns from Endpoint. After
+// Handshake it returns ErrUsed: the peer has its endpoint already.
 func (p *Prepared) Share(mr *ctx.MemoryRegion) error { return p.m.Share(mr) }
 
 // Endpoint returns what the peer needs to connect: QPN, PSN, LID, GID, MTU

@@ -277,8 +277,6 @@ func (c *core) release(s *slot) {
 // queue, so a refused post allocates nothing); callers wrap it in a
 // PeerError when they hand it to the user.
 
-// full reports whether err says a queue had no room: the caller may poll
-// and try again.
 // errCQFullSend and errCQFullRecv refuse a post while the work requests
 // outstanding fill the completion queue, or their class's share of it
 // (core.cqRoom, sendRoom, recvRoom): one more could overrun it. They wrap
@@ -289,6 +287,8 @@ var (
 	errCQFullRecv = fmt.Errorf("completion queue room taken by the outstanding work requests: %w", transport.ErrReceiveQueueFull)
 )
 
+// full reports whether err says a queue had no room: the caller may poll
+// and try again.
 func full(err error) bool {
 	return errors.Is(err, wqebuilder.ErrQueueFull) || errors.Is(err, transport.ErrReceiveQueueFull)
 }
@@ -966,7 +966,7 @@ func (c *core) post(cx context.Context, op Op, peer int, send *SendRequest, recv
 			w = newWaiter(c, cx)
 		}
 		if werr := c.makeRoom(&w); werr != nil {
-			return 0, wrap(peer, op, errors.Join(err, werr))
+			return 0, c.roomError(peer, op, err, werr)
 		}
 	}
 }
@@ -997,9 +997,19 @@ func (c *core) postAtomic(cx context.Context, peer int, cas *CompareSwapRequest,
 			w = newWaiter(c, cx)
 		}
 		if werr := c.makeRoom(&w); werr != nil {
-			return 0, wrap(peer, op, errors.Join(err, werr))
+			return 0, c.roomError(peer, op, err, werr)
 		}
 	}
+}
+
+// roomError is the error of a post that waited for room (after its own
+// refusal err) until werr ended the wait. A completion queue in error
+// fails the channel, as it does a wait for completions.
+func (c *core) roomError(peer int, op Op, err, werr error) error {
+	if ce := (*cqError)(nil); errors.As(werr, &ce) {
+		return wrap(peer, op, c.cancel(op.String(), werr))
+	}
+	return wrap(peer, op, errors.Join(err, werr))
 }
 
 // wrap puts a post error in a PeerError unless it is one already.

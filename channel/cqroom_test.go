@@ -149,3 +149,38 @@ func TestShareAfterHandshakeRefused(t *testing.T) {
 	t.Cleanup(func() { _ = ca.Close(); _ = pb.Close() })
 	require.ErrorIs(t, pa.Share(ha.mr), channel.ErrUsed)
 }
+
+// TestPostForRoomSeesOverrunCQ: a blocking post that waits for room (the
+// sends' share of the completion queue taken by raw posts of the channel)
+// on a completion queue that work posted through the raw QP overran fails
+// the channel with the CQ's error and ErrFailed, instead of waiting for
+// room that never comes.
+func TestPostForRoomSeesOverrunCQ(t *testing.T) {
+	f := newFabric(t, 2)
+	ha, hb := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	a, _ := pair(t, ha, hb, channel.Options{SendDepth: 4, RecvDepth: 4, MaxInline: 256, WaitTimeout: 10 * time.Second})
+	rem := channel.Remote{Addr: uint64(hb.mr.Addr()), RKey: hb.mr.RKey()}
+	entries := int(provider.CQDescriptor(a.CompletionQueue()).CQECnt)
+	posted := 0
+	for ; ; posted++ {
+		_, err := a.PostWrite(channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})
+		if err != nil {
+			require.ErrorIs(t, err, wqebuilder.ErrQueueFull)
+			break
+		}
+	}
+	q := a.QP(0)
+	for i := posted; i <= entries; i++ {
+		st, err := q.Post(uint64(1<<40+i), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, st.RdmaWrite(rem.Addr, rem.RKey).SGE(uint64(ha.mr.Addr()), 8, ha.mr.LKey()).FinishBlueFlame())
+	}
+	time.Sleep(100 * time.Millisecond) // the engine executes every write
+	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := a.Write(cx, channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})
+	t.Logf("posted %d entries %d: %v", posted, entries, err)
+	require.ErrorIs(t, err, channel.ErrFailed)
+	require.ErrorIs(t, err, monocq.ErrOverrun)
+	require.Zero(t, a.Outstanding())
+}

@@ -74,7 +74,8 @@ func (m *MultiChannel) RemoteRegion(peer, i int) (endpoint.RemoteRegion, error) 
 // posting with its own wqebuilder stages. Work posted on it directly is not
 // tracked by the channel: its completions count as strays (see Err), and
 // they take room in the completion queue the channel sized for its own
-// work, which they can overrun (the channel then fails).
+// work, which they can overrun: Err then reports the overrun, and the
+// channel's next wait fails it (ErrFailed).
 func (m *MultiChannel) QP(peer int) *rc.QP {
 	if l := m.c.peerLink(peer); l != nil {
 		return l.qp
@@ -241,8 +242,9 @@ func (m *MultiChannel) Poll() int {
 
 // PostSend posts a SEND without waiting. A full send queue is an error
 // (wrapping wqebuilder.ErrQueueFull): poll and post again. So is a send
-// past the sends' share of the completion queue (the CQ less the receives
-// the depths allow), which could overrun it.
+// past the sends' share of the completion queue (what it holds less one,
+// less the receives the depths allow), or while the work outstanding
+// fills it: one more could overrun it.
 func (m *MultiChannel) PostSend(r SendRequest) (Pending, error) {
 	seq, err := m.c.postSend(&r)
 	if err != nil {
@@ -253,8 +255,9 @@ func (m *MultiChannel) PostSend(r SendRequest) (Pending, error) {
 
 // PostReceive posts a receive without waiting. A full receive queue is an
 // error (wrapping transport.ErrReceiveQueueFull), and so is a receive past
-// the receives' share of the completion queue (the CQ less the sends the
-// depths allow).
+// the receives' share of the completion queue (what it holds less one,
+// less the sends the depths allow), or while the work outstanding fills
+// it.
 func (m *MultiChannel) PostReceive(r RecvRequest) (Pending, error) {
 	seq, err := m.c.postRecv(&r)
 	if err != nil {
@@ -263,7 +266,7 @@ func (m *MultiChannel) PostReceive(r RecvRequest) (Pending, error) {
 	return Pending{m.c, seq}, nil
 }
 
-// PostWrite posts an RDMA WRITE without waiting.
+// PostWrite posts an RDMA WRITE without waiting, refused as PostSend is.
 func (m *MultiChannel) PostWrite(r WriteRequest) (Pending, error) {
 	seq, err := m.c.postWrite(&r)
 	if err != nil {
@@ -272,7 +275,7 @@ func (m *MultiChannel) PostWrite(r WriteRequest) (Pending, error) {
 	return Pending{m.c, seq}, nil
 }
 
-// PostRead posts an RDMA READ without waiting.
+// PostRead posts an RDMA READ without waiting, refused as PostSend is.
 func (m *MultiChannel) PostRead(r ReadRequest) (Pending, error) {
 	seq, err := m.c.postRead(&r)
 	if err != nil {
@@ -282,7 +285,8 @@ func (m *MultiChannel) PostRead(r ReadRequest) (Pending, error) {
 }
 
 // PostCompareSwap posts an atomic compare-and-swap without waiting; the
-// old value is in r.Result once it completed.
+// old value is in r.Result once it completed. It is refused as PostSend
+// is.
 func (m *MultiChannel) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
 	seq, err := m.c.postCompareSwap(&r)
 	if err != nil {
@@ -292,7 +296,7 @@ func (m *MultiChannel) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
 }
 
 // PostFetchAdd posts an atomic fetch-and-add without waiting; the old value
-// is in r.Result once it completed.
+// is in r.Result once it completed. It is refused as PostSend is.
 func (m *MultiChannel) PostFetchAdd(r FetchAddRequest) (Pending, error) {
 	seq, err := m.c.postFetchAdd(&r)
 	if err != nil {

@@ -159,9 +159,11 @@ var (
 	// transport, missing DCT number).
 	ErrHandshake = errors.New("handshake refused")
 	// ErrFailed: the channel moved its queues to the error state and
-	// flushed their work, because a blocking call's or a scope's context
-	// ended before its work completed (or MultiChannel.Fail was called).
-	// It refuses new work; close it and build a new one.
+	// flushed their work: a blocking call's or a scope's context ended
+	// before its work completed, a wait met an event that ends the channel
+	// (Options.OnEvent) or a completion queue in error (an overrun, a
+	// corrupt CQE), or MultiChannel.Fail was called. It refuses new work;
+	// Reestablish it, or close it and build a new one.
 	ErrFailed = errors.New("channel failed")
 )
 

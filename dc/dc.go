@@ -26,7 +26,8 @@ type DCIConfig struct {
 	MaxInline  uint32
 
 	// Port is the local port (default 1), GID the local GID table entry
-	// used on RoCE (unset, one is chosen as for rc.Config.GID), SL the
+	// used on RoCE (unset, one is chosen, and an index past the table
+	// refused, as for rc.Config.GID), SL the
 	// service level of the paths to targets (0..15 on InfiniBand, 0..7
 	// on RoCE; NewDCI refuses a wider value).
 	Port uint8
@@ -163,9 +164,7 @@ func (r *Remote) DCTNumber() uint32 { return r.dctn }
 // Key returns the DC access key the remote DCT checks.
 func (r *Remote) Key() uint64 { return r.key }
 
-// isClosed reports whether r's Close was called (false for a nil r). It
-// reads a flag of r's own, on the line Post reads the address from, not
-// the address handle's.
+// isClosed reports whether r's Close was called (false for a nil r).
 func (r *Remote) isClosed() bool { return r != nil && r.closed.Load() }
 
 // Close destroys the address handle; Post refuses r from then on. It is
@@ -238,7 +237,8 @@ type DCTConfig struct {
 	// when the SRQ is empty (0 picks 12: 0.64 ms; negative means 0).
 	MinRNRTimer int
 	// Port is the local port (default 1); GID the local GID entry (RoCE;
-	// unset, one is chosen as for rc.Config.GID).
+	// unset, one is chosen, and an index past the table refused, as for
+	// rc.Config.GID).
 	Port uint8
 	GID  ctx.GIDSelector
 	// TrafficClass is the traffic class of the GRH of the DCT's responses

@@ -36,10 +36,10 @@ type Config struct {
 	// Port is the local port (default 1) and GID the local GID table
 	// entry used on RoCE or towards a remote without a LID: unset, one is
 	// chosen (ctx.ChooseGID: a RoCE v2 GID, IPv4-mapped first);
-	// ctx.GIDIndex(i) names entry i: one past the port's GID table is
-	// refused; on InfiniBand an empty entry in it is taken as the zero
-	// GID (a GID is used there only in a GRH). Endpoint and GID report
-	// the entry.
+	// ctx.GIDIndex(i) names entry i: an index past the port's GID table
+	// (GIDTableLen or more) is refused, wrapping ctx.ErrInvalidArgument;
+	// on InfiniBand an empty entry in it is taken as the zero GID (a GID
+	// is used there only in a GRH). Endpoint and GID report the entry.
 	Port uint8
 	GID  ctx.GIDSelector
 	// SL is the service level of the path: 0..15 on InfiniBand, 0..7 on

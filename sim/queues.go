@@ -99,7 +99,8 @@ type pendingCQE struct {
 }
 
 // errEINVAL is the cause of a refusal the kernel (or libmlx5 above it)
-// answers with EINVAL, as a create whose sizes pass the device's limits:
+// answers with EINVAL, as a create whose sizes exceed the device's limits
+// or a modify the model refuses:
 // errors.Is matches syscall.EINVAL and ctx.ErrInvalidArgument, and
 // ctx.OpError.Errno finds EINVAL, as from the hardware provider.
 var errEINVAL error = &kerrno.Cause{Errno: syscall.EINVAL, Sentinel: ctx.ErrInvalidArgument}

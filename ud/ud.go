@@ -39,7 +39,8 @@ type Config struct {
 	// controlled qkey senders cannot use as their own).
 	QKey uint32
 	// Port is the local port (default 1), GID the local GID table entry
-	// (RoCE; unset, one is chosen as for rc.Config.GID), SL the service
+	// (RoCE; unset, one is chosen, and an index past the table refused,
+	// as for rc.Config.GID), SL the service
 	// level of the paths to remotes (0..15 on InfiniBand, 0..7 on RoCE;
 	// New refuses a wider value), PSN the send PSN (0: random).
 	Port uint8
@@ -215,9 +216,7 @@ func (r *Remote) QPN() uint32 { return r.qpn }
 // QKey returns the qkey sends to r carry.
 func (r *Remote) QKey() uint32 { return r.qkey }
 
-// isClosed reports whether r's Close was called (false for a nil r). It
-// reads a flag of r's own, on the line Post reads the address from, not
-// the address handle's.
+// isClosed reports whether r's Close was called (false for a nil r).
 func (r *Remote) isClosed() bool { return r != nil && r.closed.Load() }
 
 // Close destroys the address handle, unless the Remote borrowed it

@@ -387,9 +387,10 @@ func checkAttr(mask int, a *ctx.QPAttr) error {
 	return nil
 }
 
-// rangeError is checkAttr's refusal: a value no verbs field carries, which
-// ibv_modify_qp would refuse with EINVAL (precheckModify gives it that
-// errno). It wraps ctx.ErrInvalidArgument.
+// rangeError is checkAttr's refusal: a value wider than the device's field
+// (which the kernel would truncate) or a PathMTU not set. precheckModify
+// reports it with EINVAL, as ctx's and the software HCA's refusals of the
+// same value carry. It wraps ctx.ErrInvalidArgument.
 type rangeError struct{ why string }
 
 func (e *rangeError) Error() string { return e.why + ": " + ctx.ErrInvalidArgument.Error() }
