@@ -276,6 +276,12 @@ func (f *Fabric) perform(q *qp, w *sendWQE, now int64) outcome {
 			return fail(s)
 		}
 	}
+	if q.retryCount > int(q.attr.RetryCount) {
+		// The last ACK timer ran out: no transmission is left, whether
+		// the peer is reachable now or not (the wire path judges the
+		// same way before it sends, wireRun).
+		return fail(prm.SyndromeTransportRetryExc)
+	}
 	var t *qp
 	var src srcInfo
 	if q.typ == ctx.QPTypeRC {
