@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/internal/linger"
@@ -239,6 +240,9 @@ func dialAuth(conn net.Conn, sec Security, purpose byte, rank, peers uint32) (*s
 		return nil, fmt.Errorf("send hello: %w", err)
 	}
 	f, err := readFrame(conn, meshChallenge, challengeSize, 0)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return nil, fmt.Errorf("receive challenge: the listener closed the connection before its challenge (it is not a mesh listener, or too many connections from this host are waiting to authenticate there): %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("receive challenge: %w", err)
 	}

@@ -78,11 +78,12 @@ const (
 // meshMaxGreeting bounds the connections a mesh listener greets at once
 // (each within its hello timeout), so that a flood of connections that
 // say nothing does not take a goroutine and a descriptor each. Past it,
-// the one that has waited longest without authenticating is closed to
-// make room for the next (admit.Gate): a rank that authenticates before
-// meshMaxGreeting newer connections arrive joins however many silent ones
-// came before it.
-const meshMaxGreeting = 32
+// the one that has waited longest without authenticating, of the host with
+// the most such, is closed to make room for the next (admit.Gate): a rank
+// that authenticates before meshMaxGreeting newer connections arrive joins
+// however many silent ones came before it, and a host that floods the
+// listener evicts its own connections, not a rank's on another host.
+const meshMaxGreeting = 128
 
 // Accept retry pacing after a temporary error (out of file descriptors),
 // as net/http's Server.Serve paces it.

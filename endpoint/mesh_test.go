@@ -681,3 +681,26 @@ func TestMeshRankGoneBeforeTheTable(t *testing.T) {
 		checkTranspose(t, local, [][]Endpoint{exchanged(), <-r1, remote2})
 	})
 }
+
+// TestDialMeshListenerClosesBeforeChallenge: a listener that closes the
+// connection before its challenge (not a mesh listener, or one evicting
+// this host's waiting connections) is named as such, not as a bare EOF.
+func TestDialMeshListenerClosesBeforeChallenge(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = DialMesh(ctx, ln.Addr().String(), 1, meshLocal(2)[1], testOpts)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "the listener closed the connection before its challenge")
+}

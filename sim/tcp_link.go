@@ -320,10 +320,11 @@ func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices
 // tcpMaxGreeting bounds the connections a listener greets at once, so
 // that a flood of connections that say nothing does not take a goroutine
 // and a descriptor each. Past it, the one that has waited longest without
-// authenticating is closed to make room for the next (admit.Gate): a
-// Fabric that authenticates before tcpMaxGreeting newer connections
-// arrive is linked however many silent ones came before it.
-const tcpMaxGreeting = 32
+// authenticating, of the host with the most such, is closed to make room
+// for the next (admit.Gate): a Fabric that authenticates before
+// tcpMaxGreeting newer connections arrive is linked however many silent
+// ones came before it, and a flood from one host evicts its own.
+const tcpMaxGreeting = 128
 
 func (l *tcpLink) acceptLoop() {
 	defer l.wg.Done()

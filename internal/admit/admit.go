@@ -8,14 +8,18 @@
 // shut by max connections that say nothing: for the whole deadline, and
 // again as soon as it ends. A Gate takes every new connection instead and,
 // when max are being greeted, closes the one among them that has waited
-// longest without proving the key. A peer that authenticates before max
-// newer connections arrive gets in, however many came before it.
+// longest without proving the key, taken from the source (the remote host)
+// with the most connections being greeted. A peer that authenticates
+// before max newer connections arrive gets in, however many came before
+// it; and a host that floods the listener evicts its own connections, not
+// those of a peer on another host, however fast it floods.
 package admit
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 )
 
@@ -36,8 +40,9 @@ type Gate struct {
 
 // A Ticket is one admitted connection's place at its Gate, held until Done.
 type Ticket struct {
-	g    *Gate
-	conn io.Closer
+	g      *Gate
+	conn   io.Closer
+	source string // the remote host (sourceOf)
 	// Both guarded by g.mu.
 	authenticated, evicted bool
 }
@@ -64,7 +69,7 @@ func (g *Gate) Admit(conn io.Closer, stop <-chan struct{}) (*Ticket, bool) {
 			return nil, false
 		}
 	}
-	t := &Ticket{g: g, conn: conn}
+	t := &Ticket{g: g, conn: conn, source: sourceOf(conn)}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -75,13 +80,37 @@ func (g *Gate) Admit(conn io.Closer, stop <-chan struct{}) (*Ticket, bool) {
 	return t, true
 }
 
-// evictOldest closes the connection admitted first among those not yet
-// authenticated nor evicted, if there is one.
+// sourceOf returns the host conn comes from, its remote address without
+// the port, or "" for a connection that does not say (all such are one
+// source).
+func sourceOf(conn io.Closer) string {
+	c, ok := conn.(interface{ RemoteAddr() net.Addr })
+	if !ok || c.RemoteAddr() == nil {
+		return ""
+	}
+	a := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
+	}
+	return a
+}
+
+// evictOldest closes, if there is one, the connection admitted first
+// among those not yet authenticated nor evicted of the source with the
+// most of them (the first admitted of the tied sources).
 func (g *Gate) evictOldest() {
 	g.mu.Lock()
-	var victim *Ticket
+	count := make(map[string]int, 4)
+	most := 0
 	for _, t := range g.live {
 		if !t.authenticated && !t.evicted {
+			count[t.source]++
+			most = max(most, count[t.source])
+		}
+	}
+	var victim *Ticket
+	for _, t := range g.live {
+		if !t.authenticated && !t.evicted && count[t.source] == most {
 			victim = t
 			victim.evicted = true
 			break

@@ -3,6 +3,7 @@ package admit
 import (
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -183,4 +184,57 @@ func TestFloodStaysWithinTheBound(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, n-bound, evicted, "each admission past the bound evicted one")
 	require.Zero(t, g.Greeting())
+}
+
+// hostConn is a conn that says which host it comes from.
+type hostConn struct {
+	*conn
+	host string
+}
+
+func (c hostConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.ParseIP(c.host), Port: 40000}
+}
+
+// TestFloodFromOneHostSparesAnother: a host that floods a full Gate with
+// silent connections evicts its own, never the older greeting of a peer
+// on another host, however many it sends; before, the oldest greeting
+// went first, so any flood faster than the peer's round trips kept it out.
+func TestFloodFromOneHostSparesAnother(t *testing.T) {
+	const bound = 4
+	g := New(bound)
+	honest := hostConn{newConn(), "192.0.2.7"}
+	tk, ok := g.Admit(honest, nil)
+	require.True(t, ok)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-honest.closed // its greeting ends if it is evicted
+		tk.Done()
+	}()
+	for range 100 {
+		c := hostConn{newConn(), "198.51.100.1"}
+		ftk, ok := g.Admit(c, nil)
+		require.True(t, ok)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-c.closed // a silent peer: its greeting ends when closed
+			ftk.Done()
+		}()
+	}
+	require.False(t, honest.isClosed(), "the other host's greeting was evicted")
+	require.True(t, tk.Authenticated(), "the other host's peer still proves the key")
+	g.Close()
+	wg.Wait()
+	require.Zero(t, g.Greeting())
+}
+
+// TestSourceOf: the host of a connection that says where it comes from,
+// without the port; "" for one that does not.
+func TestSourceOf(t *testing.T) {
+	require.Equal(t, "192.0.2.7", sourceOf(hostConn{newConn(), "192.0.2.7"}))
+	require.Equal(t, "2001:db8::1", sourceOf(hostConn{newConn(), "2001:db8::1"}))
+	require.Empty(t, sourceOf(newConn()))
 }

@@ -211,8 +211,8 @@ func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic
 }
 
 // acceptMaxGreeting bounds the connections a tool's server greets at once
-// (Accept).
-const acceptMaxGreeting = 32
+// (Accept); past it the gate evicts as the mesh's does (admit.Gate).
+const acceptMaxGreeting = 128
 
 // maxParamsFrame is the longest sealed frame of parameters Accept reads:
 // longer than any tool's, so that the frame of another tool's client is
