@@ -613,10 +613,11 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	// again by the go-back-N that follows (unless its ACK came in time),
 	// as a NIC's would be.
 	judge := ws.segN > 0 && timeout != 0
-	// On its last try (the next timeout fails the QP) a QP looks at the
-	// timer before it sends: a WQE posted after that timer ran out is
-	// flushed, and must not reach the responder.
-	first := judge && (!f.wireSendOnly || q.retryCount > int(q.attr.RetryCount))
+	// On its last try (the next timeout fails the QP: retry_cnt
+	// retransmissions done) a QP looks at the timer before it sends: a
+	// WQE posted after that timer ran out is flushed, and must not reach
+	// the responder.
+	first := judge && (!f.wireSendOnly || q.retryCount >= int(q.attr.RetryCount))
 	if first && f.timerNow() >= ws.deadline {
 		if f.wireSendOnly {
 			f.wireLate = true
@@ -627,7 +628,9 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			f.wireUCLost(q)
 			return true
 		}
-		if q.retryCount > int(q.attr.RetryCount) {
+		if q.retryCount >= int(q.attr.RetryCount) {
+			// retry_cnt retransmissions, 1 + retry_cnt transmissions
+			// in all, as in one process (retry).
 			f.wireFail(q, prm.SyndromeTransportRetryExc)
 			return true
 		}
@@ -675,7 +678,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 		case ws.fullUntil == 0:
 			ws.fullUntil = now + timeout
 		case timeout != 0 && now >= ws.fullUntil && !q.uc:
-			if q.retryCount > int(q.attr.RetryCount) {
+			if q.retryCount >= int(q.attr.RetryCount) {
 				f.wireFail(q, prm.SyndromeTransportRetryExc)
 				return true
 			}

@@ -349,12 +349,12 @@ func TestAckInRingBeforeDeadlineIsTaken(t *testing.T) {
 	require.Equal(t, uint64(0), e1.f.Stats().Retries, "a retry although the ACK was in the ring before the deadline")
 }
 
-// TestAckInRingBeforeLastDeadlineIsTaken: RetryCount 0; after one real
+// TestAckInRingBeforeLastDeadlineIsTaken: RetryCount 1; after one real
 // timeout and its retry, the ACK arrives before the second deadline but
 // the requester's round comes after it: the WQE completes, not with
 // RETRY_EXC, since its ACK was in the ring in time.
 func TestAckInRingBeforeLastDeadlineIsTaken(t *testing.T) {
-	e1, e2, a, _ := heldRCPairRetry(t, 0)
+	e1, e2, a, _ := heldRCPairRetry(t, 1)
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
 	stepRound(e1.f)
 	time.Sleep(100 * time.Millisecond)
@@ -491,13 +491,13 @@ func TestWireSendsBeforeJudgingTimer(t *testing.T) {
 	}
 }
 
-// TestWireJudgesLastTryBeforeSending: on a QP's last try (RetryCount 0,
+// TestWireJudgesLastTryBeforeSending: on a QP's last try (RetryCount 1,
 // one retry done) a WQE posted after that try's timer ran out never
 // leaves: the round judges the timer before it sends, fails the oldest
 // WQE with RETRY_EXC_ERR and flushes the new one, which the responder
 // never sees.
 func TestWireJudgesLastTryBeforeSending(t *testing.T) {
-	e1, e2, a, _ := heldRCPairRetry(t, 0) // Timeout 14: 67 ms
+	e1, e2, a, _ := heldRCPairRetry(t, 1) // Timeout 14: 67 ms
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	stepRound(e1.f)
 	time.Sleep(100 * time.Millisecond)
@@ -560,4 +560,20 @@ func TestTimersLookedAtInQuietRounds(t *testing.T) {
 	quiet(1)
 	stepRound(e1.f)
 	require.Equal(t, uint64(2), retries(), "the engine's round looks at the timer")
+}
+
+// TestWireRetryCountZeroSendsOnce: between processes, as in one, retry_cnt
+// counts retransmissions: with 0 the request's first timer running out
+// fails it with RETRY_EXC_ERR, and nothing was sent again (before, one
+// retry was made: 2 + retry_cnt transmissions).
+func TestWireRetryCountZeroSendsOnce(t *testing.T) {
+	e1, e2, a, _ := heldRCPairRetry(t, 0) // Timeout 14: 67 ms
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
+	stepRound(e1.f)
+	time.Sleep(100 * time.Millisecond) // the timer runs out, unanswered
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok, "the first timeout fails the request")
+	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd)
+	require.Zero(t, e1.f.Stats().Retries, "retry_cnt 0: no retransmission")
 }
