@@ -241,7 +241,7 @@ func dialAuth(conn net.Conn, sec Security, purpose byte, rank, peers uint32) (*s
 	}
 	f, err := readFrame(conn, meshChallenge, challengeSize, 0)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-		return nil, fmt.Errorf("receive challenge: the listener closed the connection before its challenge (it is not a mesh listener, or too many connections from this host are waiting to authenticate there): %w", err)
+		return nil, fmt.Errorf("receive challenge: the listener closed the connection before its challenge (its process is gone or done, it is another kind of listener, or it closed this connection to make room for newer ones): %w", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("receive challenge: %w", err)

@@ -721,7 +721,7 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 			// Rank 0 sends the table or a sealed abort: a close without
 			// either is its process gone.
-			err = fmt.Errorf("rank 0 closed its connection without a table or a reason (its process gone?): %w: %w", ErrPeerGone, err)
+			err = fmt.Errorf("rank 0 closed its connection without a table or a reason (its process gone, or this connection closed before it authenticated to make room for newer ones?): %w: %w", ErrPeerGone, err)
 		}
 		return nil, ioError(ctx, name+": receive table", err)
 	}

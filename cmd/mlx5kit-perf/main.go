@@ -69,9 +69,9 @@
 // counts: the ones used), sealed, and the server open its queue pairs and
 // buffers, and the ends swap their endpoints (QPN, LID or GID, PSN, MTU,
 // and the address and rkey of their buffers). Without a key both ends must
-// be on this host. A server greets up to 32 connections at once (past
+// be on this host. A server greets up to 128 connections at once (past
 // that it closes the one that has waited longest without proving the
-// key), keeps waiting (ten --timeout in all) after a connection it refuses
+// key, of a host holding more than a quarter of them if one does), keeps waiting (ten --timeout in all) after a connection it refuses
 // (another key or none, closed, silent for --timeout, and with a key
 // garbage or a perftest client), printing one line for each on stderr, and
 // serves the first good client; a client of another tool, and without a

@@ -21,8 +21,9 @@
 // endpoints (QPN, LID or GID, PSN, MTU, and the address and rkey of their
 // receive area). Without a key both ends must be on this host: -server
 // then needs a loopback address such as 127.0.0.1:18515. A server greets
-// up to 32 connections at once (past that it closes the one that has
-// waited longest without proving the key), keeps waiting (ten -timeout in
+// up to 128 connections at once (past that it closes the one that has
+// waited longest without proving the key, of a host holding more than a
+// quarter of them if one does), keeps waiting (ten -timeout in
 // all) after a connection it refuses (another key or none, closed, silent
 // for -timeout, and with a key garbage), printing one line for each on
 // stderr, and serves the first good client; without a key garbage ends it

@@ -8,11 +8,13 @@
 // shut by max connections that say nothing: for the whole deadline, and
 // again as soon as it ends. A Gate takes every new connection instead and,
 // when max are being greeted, closes the one among them that has waited
-// longest without proving the key, taken from the source (the remote host)
-// with the most connections being greeted. A peer that authenticates
-// before max newer connections arrive gets in, however many came before
-// it; and a host that floods the listener evicts its own connections, not
-// those of a peer on another host, however fast it floods.
+// longest without proving the key. When one source (a remote host; an IPv6
+// /64) holds more than a quarter of the places, the one closed is that
+// source's oldest. A peer that authenticates before max newer connections
+// arrive gets in, however many came before it; and a host that floods the
+// listener evicts its own connections, not those of a peer on another
+// host, however fast it floods. A flood spread thinly over many sources
+// is met first in, first out, as if there were one.
 package admit
 
 import (
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 )
 
@@ -80,24 +83,28 @@ func (g *Gate) Admit(conn io.Closer, stop <-chan struct{}) (*Ticket, bool) {
 	return t, true
 }
 
-// sourceOf returns the host conn comes from, its remote address without
-// the port, or "" for a connection that does not say (all such are one
-// source).
+// sourceOf returns the source conn comes from: its remote host, the /64
+// prefix of an IPv6 one (a host commonly holds a whole /64), or "" for a
+// connection that does not say (all such are one source).
 func sourceOf(conn io.Closer) string {
 	c, ok := conn.(interface{ RemoteAddr() net.Addr })
 	if !ok || c.RemoteAddr() == nil {
 		return ""
 	}
-	a := c.RemoteAddr().String()
-	if host, _, err := net.SplitHostPort(a); err == nil {
-		return host
+	host := c.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
 	}
-	return a
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
+		return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+	}
+	return host
 }
 
 // evictOldest closes, if there is one, the connection admitted first
-// among those not yet authenticated nor evicted of the source with the
-// most of them (the first admitted of the tied sources).
+// among those not yet authenticated nor evicted: of the source with the
+// most of them (the first admitted of the tied sources) when it holds more
+// than a quarter of the places (at least 3), else of all.
 func (g *Gate) evictOldest() {
 	g.mu.Lock()
 	count := make(map[string]int, 4)
@@ -108,9 +115,12 @@ func (g *Gate) evictOldest() {
 			most = max(most, count[t.source])
 		}
 	}
+	if most <= max(2, cap(g.tokens)/4) {
+		most = 0 // no source floods: first in, first out
+	}
 	var victim *Ticket
 	for _, t := range g.live {
-		if !t.authenticated && !t.evicted && count[t.source] == most {
+		if !t.authenticated && !t.evicted && (most == 0 || count[t.source] == most) {
 			victim = t
 			victim.evicted = true
 			break

@@ -2,6 +2,7 @@ package admit
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -235,6 +236,51 @@ func TestFloodFromOneHostSparesAnother(t *testing.T) {
 // without the port; "" for one that does not.
 func TestSourceOf(t *testing.T) {
 	require.Equal(t, "192.0.2.7", sourceOf(hostConn{newConn(), "192.0.2.7"}))
-	require.Equal(t, "2001:db8::1", sourceOf(hostConn{newConn(), "2001:db8::1"}))
+	require.Equal(t, "2001:db8::/64", sourceOf(hostConn{newConn(), "2001:db8::1"}))
 	require.Empty(t, sourceOf(newConn()))
+}
+
+// TestThinFloodFirstInFirstOut: a flood spread over many sources, none
+// holding more than a quarter of the places, is met first in, first out:
+// a host greeting two peers at once is not taken for the flood.
+func TestThinFloodFirstInFirstOut(t *testing.T) {
+	const bound = 8
+	g := New(bound)
+	var flood []hostConn
+	var floodTickets []*Ticket
+	for i := range 6 {
+		c := hostConn{newConn(), fmt.Sprintf("2001:db8:%x::1", i+1)}
+		tk, ok := g.Admit(c, nil)
+		require.True(t, ok)
+		flood, floodTickets = append(flood, c), append(floodTickets, tk)
+	}
+	ranks := []hostConn{{newConn(), "192.0.2.7"}, {newConn(), "192.0.2.7"}}
+	for _, c := range ranks {
+		_, ok := g.Admit(c, nil)
+		require.True(t, ok)
+	}
+	admitted := admitAsync(g, hostConn{newConn(), "2001:db8:99::1"}, nil)
+	select { // the oldest goes, not a rank
+	case <-flood[0].closed:
+	case <-ranks[0].closed:
+		t.Fatal("a rank's greeting was evicted for the thin flood")
+	case <-ranks[1].closed:
+		t.Fatal("a rank's greeting was evicted for the thin flood")
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing was evicted")
+	}
+	floodTickets[0].Done()
+	require.NotNil(t, <-admitted)
+	for _, c := range ranks {
+		require.False(t, c.isClosed())
+	}
+	g.Close()
+}
+
+// TestSourceOfGroupsIPv6By64: the addresses of one IPv6 /64 are one
+// source, so that a host cannot spread a flood over its own prefix.
+func TestSourceOfGroupsIPv6By64(t *testing.T) {
+	require.Equal(t, sourceOf(hostConn{newConn(), "2001:db8:1:2::5"}), sourceOf(hostConn{newConn(), "2001:db8:1:2:ffff::9"}))
+	require.NotEqual(t, sourceOf(hostConn{newConn(), "2001:db8:1:2::5"}), sourceOf(hostConn{newConn(), "2001:db8:1:3::5"}))
+	require.Equal(t, "192.0.2.7", sourceOf(hostConn{newConn(), "::ffff:192.0.2.7"}))
 }

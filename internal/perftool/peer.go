@@ -79,9 +79,10 @@ func Run(name, server, client string, stdout, stderr io.Writer, probe func() err
 // connection's deadline is one timeout away.
 //
 // Connections are greeted side by side, each given one timeout from its
-// accept, at most 32 at once: past that, the one that has waited longest
-// without proving the key is closed to make room (admit.Gate), so that
-// silent connections cannot keep the client out. One that fails before it
+// accept, at most acceptMaxGreeting at once: past that, the one that has
+// waited longest without proving the key (of a host holding more than a
+// quarter of the places, if one does) is closed to make room
+// (admit.Gate), so that silent connections cannot keep the client out. One that fails before it
 // has sent parameters (it does not prove the key, closes, stays silent, is
 // closed for a newer one, sends what is not this protocol) is refused: it
 // is closed, refused (when not nil, called from Accept's goroutine) is
