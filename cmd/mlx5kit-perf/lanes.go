@@ -53,7 +53,10 @@ const (
 // DEF_INLINE_DC) when -I is not given.
 const (
 	defaultInlineUD = 188
-	defaultInlineDC = 150
+	// defaultInlineSendLat is perftest's for send_lat over RC
+	// (DEF_INLINE_SEND_RC_UC); every other RC mode keeps 220.
+	defaultInlineSendLat = 236
+	defaultInlineDC      = 150
 )
 
 // lanesReady are the modes that run over lanes (-c UD|DC, -q): both ends
@@ -729,8 +732,8 @@ func (x *end) laneCounts() []int {
 	return n
 }
 
-// defaultInline applies perftest's inline size for UD and DC when -I was
-// not given.
+// defaultInline applies perftest's inline size for UD, DC and RC's
+// send_lat (236 where write_lat has 220) when -I was not given.
 func (c *config) defaultInline() {
 	switch {
 	case c.inlineSet:
@@ -738,6 +741,8 @@ func (c *config) defaultInline() {
 		c.inline = defaultInlineUD
 	case c.conn == connDC:
 		c.inline = defaultInlineDC
+	case c.mode == sendLat:
+		c.inline = defaultInlineSendLat
 	}
 }
 

@@ -401,6 +401,12 @@ func (k *perftestLink) connect(cfg config) error {
 
 // perftestRun runs write_lat against perftest: the exchange on conn, then
 // every size, this end the server (writing first) or the client.
+// perftestMismatchHint ends the error of a loop against perftest:
+// perftest's exchange carries no test parameters, so the likeliest cause
+// of a loop that stalls or gets a completion it did not expect is two ends
+// given different ones.
+const perftestMismatchHint = " (perftest's exchange carries no test parameters: are the program (ib_write_lat or ib_send_lat), -s, -a and -n the same at both ends?)"
+
 func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error {
 	cfg.warmup = 0
 	k, err := perftestConnect(cfg, conn, server)
@@ -442,7 +448,7 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 			err = x.perftestWriteLat(size, cfg.iters, server, i == len(sizes)-1, &l)
 		}
 		if err != nil {
-			return fmt.Errorf("%s against perftest, %d bytes: %w", cfg.mode, size, err)
+			return fmt.Errorf("%s against perftest, %d bytes: %w%s", cfg.mode, size, err, perftestMismatchHint)
 		}
 		if err := writeLatencyRow(stdout, cfg, size, &l, counter); err != nil {
 			return err
@@ -454,7 +460,7 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		// way, which ib_write_lat does not; without them perftest reports
 		// "Failed to close connection between server and client".
 		if err := k.p.close(k.mine, k.gid); err != nil {
-			return fmt.Errorf("%s against perftest: close: %w", cfg.mode, err)
+			return fmt.Errorf("%s against perftest: close: %w%s", cfg.mode, err, perftestMismatchHint)
 		}
 	}
 	return writeFooter(stdout, cfg)
