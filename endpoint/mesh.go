@@ -78,8 +78,9 @@ const (
 // meshMaxGreeting bounds the connections a mesh listener greets at once
 // (each within its hello timeout), so that a flood of connections that
 // say nothing does not take a goroutine and a descriptor each. Past it,
-// the one that has waited longest without authenticating, of the host with
-// the most such, is closed to make room for the next (admit.Gate): a rank
+// the one that has waited longest without authenticating (of a host
+// holding more than a quarter of the places, if one does; else of all) is
+// closed to make room for the next (admit.Gate): a rank
 // that authenticates before meshMaxGreeting newer connections arrive joins
 // however many silent ones came before it, and a host that floods the
 // listener evicts its own connections, not a rank's on another host.

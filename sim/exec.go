@@ -534,14 +534,15 @@ func (f *Fabric) rnr(q, t *qp, now int64) outcome {
 }
 
 // retry handles a request that got no answer: wait the local ACK timeout
-// and send again, retry_cnt times, then fail.
+// and send again, retry_cnt times, then fail (perform judges the spent
+// budget when the last timer runs out). Only a wait after which the
+// request is sent again counts as a retry.
 func (f *Fabric) retry(q *qp, now int64) outcome {
-	if q.retryCount > int(q.attr.RetryCount) {
-		return fail(prm.SyndromeTransportRetryExc)
-	}
 	q.retryCount++
-	q.transportRetries++
-	f.stats.Retries++
+	if q.retryCount <= int(q.attr.RetryCount) {
+		q.transportRetries++
+		f.stats.Retries++
+	}
 	if d := ctx.AckTimeoutDuration(q.attr.Timeout); d == 0 {
 		q.blockedUntil = never
 	} else {

@@ -228,7 +228,7 @@ type Stats struct {
 	ErrorCQEs     uint64 // error CQEs written (flushes included)
 	Flushed       uint64 // WR_FLUSH_ERR CQEs written
 	RNRNaks       uint64 // RNR NAKs (retries scheduled)
-	Retries       uint64 // transport retries towards an absent peer
+	Retries       uint64 // transport retries (resends after an ACK timeout), at most retry_cnt a request
 	UDDropped     uint64 // UD packets dropped (no receive, bad qkey, fault)
 	UDDuplicated  uint64 // UD packets duplicated by the fault injector
 	UDReordered   uint64 // UD packets held back by the fault injector

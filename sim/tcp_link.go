@@ -320,7 +320,8 @@ func listenLink(addr string, sec endpoint.Security, layer ctx.LinkLayer, devices
 // tcpMaxGreeting bounds the connections a listener greets at once, so
 // that a flood of connections that say nothing does not take a goroutine
 // and a descriptor each. Past it, the one that has waited longest without
-// authenticating, of the host with the most such, is closed to make room
+// authenticating (of a host holding more than a quarter of the places, if
+// one does; else of all) is closed to make room
 // for the next (admit.Gate): a Fabric that authenticates before
 // tcpMaxGreeting newer connections arrive is linked however many silent
 // ones came before it, and a flood from one host evicts its own.

@@ -617,7 +617,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	// retransmissions done) a QP looks at the timer before it sends: a
 	// WQE posted after that timer ran out is flushed, and must not reach
 	// the responder.
-	first := judge && (!f.wireSendOnly || q.retryCount >= int(q.attr.RetryCount))
+	first := judge && (!f.wireSendOnly || !q.uc && q.retryCount >= int(q.attr.RetryCount))
 	if first && f.timerNow() >= ws.deadline {
 		if f.wireSendOnly {
 			f.wireLate = true
@@ -635,6 +635,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			return true
 		}
 		q.retryCount++
+		q.transportRetries++
 		f.stats.Retries++
 		ws.goBack()
 		progressed = true
@@ -683,6 +684,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 				return true
 			}
 			q.retryCount++
+			q.transportRetries++
 			f.stats.Retries++
 			ws.fullUntil = now + timeout
 		}
@@ -1060,7 +1062,11 @@ func (f *Fabric) wireAnswerSeg(q *qp, h *wireHdr, payload []byte) {
 			f.wireFailParsed(q, &w, prm.SyndromeRNRRetryExc)
 			return
 		}
+		// An RNR NAK is an answer: the transport retries start again,
+		// as in one process (perform).
+		q.retryCount = 0
 		q.rnrCount++
+		q.rnrRetries++
 		f.stats.RNRNaks++
 		ws.holdUntil = f.deadlineAfter(int64(ctx.RNRTimerDuration(h.RNR)))
 		q.blockedUntil = ws.holdUntil

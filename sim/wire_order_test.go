@@ -518,6 +518,10 @@ func TestWireJudgesLastTryBeforeSending(t *testing.T) {
 	}
 	require.Equal(t, []byte("1"), e2.mem(0, 1), "the first WQE left before its timers ran out")
 	require.Equal(t, []byte{0}, e2.mem(8, 1), "the flushed WQE was executed by the responder")
+	// The QP's own count, as in one process (ctx.QueuePair.Retries).
+	_, transport, counted := a.qp.Retries()
+	require.True(t, counted)
+	require.Equal(t, uint64(1), transport, "the QP's transport retries")
 }
 
 // TestTimersLookedAtInQuietRounds: in a run of a polling loop's rounds in
@@ -576,4 +580,30 @@ func TestWireRetryCountZeroSendsOnce(t *testing.T) {
 	require.True(t, ok, "the first timeout fails the request")
 	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd)
 	require.Zero(t, e1.f.Stats().Retries, "retry_cnt 0: no retransmission")
+}
+
+// TestWireRNRNakRestartsTransportRetries: an RNR NAK is an answer, so the
+// transport retries start again after it, between processes as in one
+// (perform resets them when the peer is reached): RetryCount 1, a timeout
+// (the one retry), an RNR NAK, then another timeout is a retry again, not
+// RETRY_EXC_ERR.
+func TestWireRNRNakRestartsTransportRetries(t *testing.T) {
+	e1, e2, a, _ := heldRCPairRetry(t, 1) // Timeout 14: 67 ms; no receive posted
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("x")))
+	stepRound(e1.f)
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f) // the timeout: the one retry
+	require.Equal(t, uint64(1), e1.f.Stats().Retries)
+	for range 2 {
+		stepRound(e2.f) // no receive: RNR NAKs
+	}
+	stepRound(e1.f) // the RNR NAK taken
+	require.Positive(t, e1.f.Stats().RNRNaks)
+	time.Sleep(time.Millisecond) // the RNR timer (0.01 ms)
+	stepRound(e1.f)              // sent again; the responder says nothing now
+	time.Sleep(100 * time.Millisecond)
+	stepRound(e1.f) // the timeout: a retry again
+	c, ok := a.scq.poll()
+	require.False(t, ok, "completed after an RNR NAK and one timeout: %+v", c)
+	require.Equal(t, uint64(2), e1.f.Stats().Retries)
 }

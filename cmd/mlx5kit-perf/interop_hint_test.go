@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // TestPerftestMismatchNamesTheLikelyCause: perftest's exchange carries no
@@ -72,4 +74,11 @@ func TestDefaultInlineAsPerftest(t *testing.T) {
 		require.Equal(t, -1, code, "%v", c.args)
 		require.Equal(t, c.want, cfg.inline, "%v", c.args)
 	}
+}
+
+// TestPerftestHintNotOnLocalRefusals: a post this end refused is a local
+// error, not a mismatch with perftest: its error carries no hint.
+func TestPerftestHintNotOnLocalRefusals(t *testing.T) {
+	require.Empty(t, perftestHint(&wqebuilder.PostError{Op: "post RDMA_WRITE", Err: wqebuilder.ErrQueueFull}))
+	require.Equal(t, perftestMismatchHint, perftestHint(errors.New("no completion for message 1 within 10s")))
 }

@@ -399,14 +399,23 @@ func (k *perftestLink) connect(cfg config) error {
 	return nil
 }
 
+// perftestMismatchHint ends the error of a loop against perftest that
+// stalls or gets a completion it did not expect: perftest's exchange
+// carries no test parameters, so besides perftest exiting the likeliest
+// cause is two ends given different ones.
+const perftestMismatchHint = " (did perftest exit? Its exchange carries no test parameters: are the program (ib_write_lat or ib_send_lat), -s, -a and -n the same at both ends?)"
+
+// perftestHint returns perftestMismatchHint for err, "" for a post this
+// end refused (a local error, not the peer's).
+func perftestHint(err error) string {
+	if pe := (*wqebuilder.PostError)(nil); errors.As(err, &pe) {
+		return ""
+	}
+	return perftestMismatchHint
+}
+
 // perftestRun runs write_lat against perftest: the exchange on conn, then
 // every size, this end the server (writing first) or the client.
-// perftestMismatchHint ends the error of a loop against perftest:
-// perftest's exchange carries no test parameters, so the likeliest cause
-// of a loop that stalls or gets a completion it did not expect is two ends
-// given different ones.
-const perftestMismatchHint = " (perftest's exchange carries no test parameters: are the program (ib_write_lat or ib_send_lat), -s, -a and -n the same at both ends?)"
-
 func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error {
 	cfg.warmup = 0
 	k, err := perftestConnect(cfg, conn, server)
@@ -441,14 +450,16 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 			// send_lat swaps the records once more before each size, once
 			// the receives for it are posted.
 			if _, err := k.p.record(k.mine, k.gid); err != nil {
-				return err
+				// A stall here is often the other end, with a larger
+				// -n, still in the last size's loop.
+				return fmt.Errorf("%s against perftest, %d bytes: %w%s", cfg.mode, size, err, perftestMismatchHint)
 			}
 			err = x.perftestSendLat(size, cfg.iters, server, &l)
 		} else {
 			err = x.perftestWriteLat(size, cfg.iters, server, i == len(sizes)-1, &l)
 		}
 		if err != nil {
-			return fmt.Errorf("%s against perftest, %d bytes: %w%s", cfg.mode, size, err, perftestMismatchHint)
+			return fmt.Errorf("%s against perftest, %d bytes: %w%s", cfg.mode, size, err, perftestHint(err))
 		}
 		if err := writeLatencyRow(stdout, cfg, size, &l, counter); err != nil {
 			return err
@@ -460,7 +471,7 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		// way, which ib_write_lat does not; without them perftest reports
 		// "Failed to close connection between server and client".
 		if err := k.p.close(k.mine, k.gid); err != nil {
-			return fmt.Errorf("%s against perftest: close: %w%s", cfg.mode, err, perftestMismatchHint)
+			return fmt.Errorf("%s against perftest: close: %w%s", cfg.mode, err, perftestHint(err))
 		}
 	}
 	return writeFooter(stdout, cfg)

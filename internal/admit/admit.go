@@ -8,9 +8,9 @@
 // shut by max connections that say nothing: for the whole deadline, and
 // again as soon as it ends. A Gate takes every new connection instead and,
 // when max are being greeted, closes the one among them that has waited
-// longest without proving the key. When one source (a remote host; an IPv6
-// /64) holds more than a quarter of the places, the one closed is that
-// source's oldest. A peer that authenticates before max newer connections
+// longest without proving the key. When one source (a remote host) holds
+// more than a quarter of the places, the one closed is that source's
+// oldest. A peer that authenticates before max newer connections
 // arrive gets in, however many came before it; and a host that floods the
 // listener evicts its own connections, not those of a peer on another
 // host, however fast it floods. A flood spread thinly over many sources
@@ -83,9 +83,11 @@ func (g *Gate) Admit(conn io.Closer, stop <-chan struct{}) (*Ticket, bool) {
 	return t, true
 }
 
-// sourceOf returns the source conn comes from: its remote host, the /64
-// prefix of an IPv6 one (a host commonly holds a whole /64), or "" for a
-// connection that does not say (all such are one source).
+// sourceOf returns the source conn comes from: its remote host (an
+// IPv4-mapped IPv6 address as the IPv4 one), or "" for a connection that
+// does not say (all such are one source). An IPv6 host is its address,
+// not its /64: the nodes of a cluster often share one /64, and a flooder
+// among them would otherwise evict their greetings as its own.
 func sourceOf(conn io.Closer) string {
 	c, ok := conn.(interface{ RemoteAddr() net.Addr })
 	if !ok || c.RemoteAddr() == nil {
@@ -95,8 +97,8 @@ func sourceOf(conn io.Closer) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
-		return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap().String() // ::ffff:a.b.c.d is the host a.b.c.d
 	}
 	return host
 }

@@ -236,7 +236,7 @@ func TestFloodFromOneHostSparesAnother(t *testing.T) {
 // without the port; "" for one that does not.
 func TestSourceOf(t *testing.T) {
 	require.Equal(t, "192.0.2.7", sourceOf(hostConn{newConn(), "192.0.2.7"}))
-	require.Equal(t, "2001:db8::/64", sourceOf(hostConn{newConn(), "2001:db8::1"}))
+	require.Equal(t, "2001:db8::1", sourceOf(hostConn{newConn(), "2001:db8::1"}))
 	require.Empty(t, sourceOf(newConn()))
 }
 
@@ -277,10 +277,26 @@ func TestThinFloodFirstInFirstOut(t *testing.T) {
 	g.Close()
 }
 
-// TestSourceOfGroupsIPv6By64: the addresses of one IPv6 /64 are one
-// source, so that a host cannot spread a flood over its own prefix.
-func TestSourceOfGroupsIPv6By64(t *testing.T) {
-	require.Equal(t, sourceOf(hostConn{newConn(), "2001:db8:1:2::5"}), sourceOf(hostConn{newConn(), "2001:db8:1:2:ffff::9"}))
-	require.NotEqual(t, sourceOf(hostConn{newConn(), "2001:db8:1:2::5"}), sourceOf(hostConn{newConn(), "2001:db8:1:3::5"}))
-	require.Equal(t, "192.0.2.7", sourceOf(hostConn{newConn(), "::ffff:192.0.2.7"}))
+// addrConn is a conn whose remote address prints as addr.
+type addrConn struct {
+	*conn
+	addr string
+}
+
+type printedAddr string
+
+func (a printedAddr) Network() string { return "tcp" }
+func (a printedAddr) String() string  { return string(a) }
+
+func (c addrConn) RemoteAddr() net.Addr { return printedAddr(c.addr) }
+
+// TestSourceOfIsTheHost: a source is the remote host, whatever the port;
+// an IPv4-mapped IPv6 address is its IPv4 host; IPv6 hosts of one /64 are
+// different sources (a cluster's nodes often share one).
+func TestSourceOfIsTheHost(t *testing.T) {
+	require.Equal(t, sourceOf(addrConn{newConn(), "[2001:db8:1:2::5]:1"}), sourceOf(addrConn{newConn(), "[2001:db8:1:2::5]:2"}))
+	require.NotEqual(t, sourceOf(addrConn{newConn(), "[2001:db8:1:2::5]:1"}), sourceOf(addrConn{newConn(), "[2001:db8:1:2::6]:1"}))
+	require.Equal(t, "192.0.2.7", sourceOf(addrConn{newConn(), "[::ffff:192.0.2.7]:1"}))
+	require.Equal(t, "192.0.2.7", sourceOf(addrConn{newConn(), "192.0.2.7:9"}))
+	require.Equal(t, "not-an-address", sourceOf(addrConn{newConn(), "not-an-address"}))
 }
