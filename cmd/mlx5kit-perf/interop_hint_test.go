@@ -3,15 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
-	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
-	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -23,25 +22,14 @@ func TestPerftestMismatchNamesTheLikelyCause(t *testing.T) {
 	peer := []string{"send_lat", "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "2s", "-n", "20"}
 	scfg := testConfig(t, append(slices.Clone(peer), "-s", "128", "--server", "127.0.0.1:0")...)
 	ccfg := testConfig(t, append(slices.Clone(peer), "-s", "64", "127.0.0.1")...)
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	var sout, cout toolproc.Buffer
-	errc := make(chan error, 2)
-	go func() { errc <- perftestRun(scfg, a, true, &sout) }()
-	go func() { errc <- perftestRun(ccfg, b, false, &cout) }()
+	server, client, errs := runPerftestPair(t, scfg, ccfg, 60*time.Second)
 	hinted := 0
-	for range 2 {
-		select {
-		case err := <-errc:
-			if err != nil && bytes.Contains([]byte(err.Error()), []byte("are the program (ib_write_lat or ib_send_lat), -s, -a and -n the same at both ends?")) {
-				hinted++
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatal("perftestRun did not return")
+	for _, err := range errs {
+		if err != nil && strings.Contains(err.Error(), "are the program (ib_write_lat or ib_send_lat), -s, -a and -n the same at both ends?") {
+			hinted++
 		}
 	}
-	require.Positive(t, hinted, "no end's error names the likely cause\nserver:\n%s\nclient:\n%s", sout.String(), cout.String())
+	require.Positive(t, hinted, "no end's error names the likely cause\nserver:\n%s\nclient:\n%s", server, client)
 }
 
 // TestHelpGoesToStdout: help that was asked for goes to stdout, as

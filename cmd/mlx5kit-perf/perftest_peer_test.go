@@ -304,6 +304,19 @@ func perftestPair(t *testing.T, mode string, serverArgs, clientArgs []string) (s
 	peer := []string{mode, "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "10s"}
 	scfg := testConfig(t, append(append(slices.Clone(peer), serverArgs...), "--server", "127.0.0.1:0")...)
 	ccfg := testConfig(t, append(append(slices.Clone(peer), clientArgs...), "127.0.0.1")...)
+	server, client, errs := runPerftestPair(t, scfg, ccfg, 30*time.Second)
+	for _, err := range errs {
+		require.NoError(t, err, "server:\n%s\nclient:\n%s", server, client)
+	}
+	return server, client
+}
+
+// runPerftestPair runs perftestRun as the server with scfg and as the
+// client with ccfg in this process, over a pipe, and returns their
+// reports and both errors (in the order they returned); t fails if they
+// have not both returned within limit.
+func runPerftestPair(t *testing.T, scfg, ccfg config, limit time.Duration) (server, client string, errs []error) {
+	t.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -314,12 +327,12 @@ func perftestPair(t *testing.T, mode string, serverArgs, clientArgs []string) (s
 	for range 2 {
 		select {
 		case err := <-errc:
-			require.NoError(t, err, "server:\n%s\nclient:\n%s", sout.String(), cout.String())
-		case <-time.After(30 * time.Second):
+			errs = append(errs, err)
+		case <-time.After(limit):
 			t.Fatalf("perftestRun did not return\nserver:\n%s\nclient:\n%s", sout.String(), cout.String())
 		}
 	}
-	return sout.String(), cout.String()
+	return sout.String(), cout.String(), errs
 }
 
 // TestPerftestPeerReportsPathMTU: the ends take the smaller of the two
