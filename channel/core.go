@@ -945,6 +945,20 @@ func (c *core) makeRoom(w *waiter) error {
 	return w.idlePoll()
 }
 
+// roomFailed returns the error of a post whose wait for room in its full
+// queue (refusal, the queue's) ended with werr. When werr ends the
+// channel (failOnEvent), the flushes of the blocking call's earlier
+// requests that the failure caused are dropped from the call's errors, as
+// finishBatch drops them when the wait for completions ends the channel.
+func (c *core) roomFailed(op Op, refusal, werr error) error {
+	b := &c.batch
+	kept := len(b.errs)
+	err := c.failOnEvent(op.String(), errors.Join(refusal, werr))
+	clear(b.errs[kept:])
+	b.errs = b.errs[:kept]
+	return err
+}
+
 // post posts one request of any kind, polling for room while its queue is
 // full (until cx ends). It returns the error of any other failure wrapped
 // in a PeerError.
@@ -973,7 +987,7 @@ func (c *core) post(cx context.Context, op Op, peer int, send *SendRequest, recv
 			w = newWaiter(c, cx)
 		}
 		if werr := c.makeRoom(&w); werr != nil {
-			return 0, wrap(peer, op, c.failOnEvent(op.String(), errors.Join(err, werr)))
+			return 0, wrap(peer, op, c.roomFailed(op, err, werr))
 		}
 	}
 }
@@ -1004,7 +1018,7 @@ func (c *core) postAtomic(cx context.Context, peer int, cas *CompareSwapRequest,
 			w = newWaiter(c, cx)
 		}
 		if werr := c.makeRoom(&w); werr != nil {
-			return 0, wrap(peer, op, c.failOnEvent(op.String(), errors.Join(err, werr)))
+			return 0, wrap(peer, op, c.roomFailed(op, err, werr))
 		}
 	}
 }

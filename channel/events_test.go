@@ -287,3 +287,36 @@ func TestOwnFailNotExplainedByLaterEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestRoomWaitEventDropsFlushes: an event that ends the channel and
+// flushes nothing itself (the port going down) while a blocking call waits
+// for room in its full queue fails the call with the event's error, as it
+// does during the wait for completions: the flushes of the call's earlier
+// requests, which the channel's failure caused, are not among the call's
+// errors either way.
+func TestRoomWaitEventDropsFlushes(t *testing.T) {
+	for _, posted := range []string{"waiting for room", "waiting for completions"} {
+		t.Run(posted, func(t *testing.T) {
+			f := newFabric(t, 2)
+			a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+			var evA events
+			ca, _ := pairWith(t, a, b, channel.Options{OnEvent: evA.on, RecvDepth: 4}, channel.Options{})
+			n := 4 // as many receives as the queue holds: all posted
+			if posted == "waiting for room" {
+				n = 8 // the fifth waits for room
+			}
+			reqs := make([]channel.RecvRequest, n)
+			for i := range reqs {
+				reqs[i] = channel.RecvRequest{Local: a.sge(64*i, 64)}
+			}
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_ = f.SetPortState("sim0", 1, false)
+			}()
+			err := ca.GatherReceive(bg, reqs, nil)
+			requireEventFailure(t, err, ctx.EventPortError)
+			require.NotErrorIs(t, err, monocq.ErrFlushed, "the failure's own flushes are not the call's errors: %v", err)
+			require.Zero(t, ca.Outstanding())
+		})
+	}
+}
