@@ -704,3 +704,45 @@ func TestDialMeshListenerClosesBeforeChallenge(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "the listener closed the connection before its challenge")
 }
+
+// TestMeshFloodFromAnotherAddress: over real sockets, a host (127.0.0.2)
+// that floods the mesh listener with silent connections evicts its own,
+// never the older greeting of a rank on another address (127.0.0.1), which
+// first in, first out would close first.
+func TestMeshFloodFromAnotherAddress(t *testing.T) {
+	noLeak(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", 2, testOpts)
+	require.NoError(t, err)
+	defer func() { _ = l.Close() }()
+	addr := l.Addr().String()
+	flooder := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	probe, err := flooder.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("no second loopback address to flood from: %v", err)
+	}
+	slow, err := net.Dial("tcp", addr) // a rank in the middle of its greeting
+	require.NoError(t, err)
+	defer func() { _ = slow.Close() }()
+	flood := []net.Conn{probe}
+	defer func() {
+		for _, c := range flood {
+			_ = c.Close()
+		}
+	}()
+	// The listener greets only while an exchange runs.
+	go func() { _, _ = l.Exchange(ctx, meshLocal(2)[0]) }()
+	for i := 0; i < 3*meshMaxGreeting; i++ {
+		c, err := flooder.Dial("tcp", addr)
+		require.NoError(t, err)
+		flood = append(flood, c)
+	}
+	closed := func(c net.Conn, wait time.Duration) bool {
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		_, err := io.Copy(io.Discard, c)
+		return err == nil // EOF
+	}
+	require.Eventually(t, func() bool { return closed(flood[0], time.Millisecond) }, 10*time.Second, 10*time.Millisecond, "the flood's oldest connection was not closed")
+	require.False(t, closed(slow, 50*time.Millisecond), "the greeting from the other address was closed for the flood")
+}
