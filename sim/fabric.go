@@ -1029,7 +1029,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 				idleSince = time.Now()
 			}
 			if f.shm != nil {
-				f.shm.in.sleep(shmSleep(sleep, idleSince))
+				f.shm.in.sleep(f.shm.slot, shmSleep(sleep, idleSince))
 			} else {
 				// Bytes from a peer end the sleep.
 				f.tcp.sleep(f, shmSleep(sleep, idleSince))

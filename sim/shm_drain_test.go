@@ -160,7 +160,7 @@ func TestSleepWakesOnRecord(t *testing.T) {
 	done := make(chan time.Duration, 1)
 	go func() {
 		t0 := time.Now()
-		a.in.sleep(time.Minute)
+		a.in.sleep(a.slot, time.Minute)
 		done <- time.Since(t0)
 	}()
 	for atomic.LoadUint32(a.in.u32(ringFileSleeping)) == 0 {
@@ -177,7 +177,7 @@ func TestSleepWakesOnRecord(t *testing.T) {
 	require.Zero(t, atomic.LoadUint32(a.in.u32(ringFileSleeping)))
 
 	t0 := time.Now() // the record is still unread
-	a.in.sleep(time.Minute)
+	a.in.sleep(a.slot, time.Minute)
 	require.Less(t, time.Since(t0), 30*time.Second)
 }
 

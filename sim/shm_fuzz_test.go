@@ -307,11 +307,11 @@ func FuzzSharedInbound(f *testing.F) {
 		}
 		// A drain stops at a completion, so that a poller sees it: a
 		// round for each record at most.
-		for j := 0; j < 16 && w.victim.f.shm.in.pending(); j++ {
+		for j := 0; j < 16 && w.victim.f.shm.in.pending(w.victim.f.shm.slot); j++ {
 			w.round()
 		}
 		require.True(t, w.canariesIntact(), "the victim wrote outside its registered page")
-		require.False(t, w.victim.f.shm.in.pending(), "records left in the victim's ring")
+		require.False(t, w.victim.f.shm.in.pending(w.victim.f.shm.slot), "records left in the victim's ring")
 	})
 }
 

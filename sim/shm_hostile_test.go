@@ -244,7 +244,7 @@ func TestSharedHostileMalformedRecordStays(t *testing.T) {
 	f := New(Options{})
 	defer f.Close()
 	victim.drain(f)
-	require.False(t, victim.in.pending(), "the malformed record is still pending after the drain")
+	require.False(t, victim.in.pending(victim.slot), "the malformed record is still pending after the drain")
 }
 
 // TestSharedHostileMalformedRecordSpins: an engine with that record at a
@@ -616,4 +616,22 @@ func TestSharedHostileTailPadAllocated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(ringDataSize), at, "the record goes to the front, behind a pad")
 	require.GreaterOrEqual(t, p.allocated, tail+wireAlign, "the pad's line was written unallocated")
+}
+
+// TestSharedOwnSlotMarkLetsEngineSleep: a mark that another member stores
+// at the head of the ring of the victim's own slot (which no drain reads)
+// does not keep the victim's engine from sleeping: before, the engine's
+// look for pending records counted it, and an idle engine spun on a core
+// (millions of empty sleeps a second instead of a few hundred).
+func TestSharedOwnSlotMarkLetsEngineSleep(t *testing.T) {
+	e := newEnv(t, Options{Mode: Engine, Fabric: testFabricName(t)})
+	_, vs := e.f.SharedFabric()
+	_, p := joinHostile(t, e)
+	atomic.OrUint64(p.u64(ringFileSenders), 1<<vs)
+	atomic.StoreUint64(p.mark(vs, 0), 1)
+	time.Sleep(300 * time.Millisecond) // the engine is idle by now
+	s0 := e.f.Stats().EngineSleeps
+	time.Sleep(500 * time.Millisecond)
+	sleeps := e.f.Stats().EngineSleeps - s0
+	require.Less(t, sleeps, uint64(20000), "the engine does not sleep: %d sleeps in 500 ms", sleeps)
 }

@@ -411,9 +411,11 @@ func (f *ringFile) ready(s int) bool {
 	return f.markAt(s, atomic.LoadUint64(f.head(s))&^(wireAlign-1))
 }
 
-// pending reports whether any inbound ring holds a published record.
-func (f *ringFile) pending() bool {
-	for m := atomic.LoadUint64(f.u64(ringFileSenders)); m != 0; m &= m - 1 {
+// pending reports whether any inbound ring holds a published record,
+// except the ring of own, the owner's slot, which no drain reads (a record
+// there was written by another member in the owner's name: see drain).
+func (f *ringFile) pending(own int) bool {
+	for m := atomic.LoadUint64(f.u64(ringFileSenders)) &^ (1 << own); m != 0; m &= m - 1 {
 		if f.ready(bits.TrailingZeros64(m)) {
 			return true
 		}
@@ -430,13 +432,14 @@ func (f *ringFile) pending() bool {
 // one sleep of at most d.
 const sleepGuard = 2 * time.Microsecond
 
-// sleep waits up to d for a producer to commit a record.
-func (f *ringFile) sleep(d time.Duration) {
+// sleep waits up to d for a producer to commit a record (own is the
+// owner's slot: see pending).
+func (f *ringFile) sleep(own int, d time.Duration) {
 	w := f.u32(ringFileWake)
 	seq := atomic.LoadUint32(w)
 	atomic.StoreUint32(f.u32(ringFileSleeping), 1) // a full fence on amd64 and arm64
 	t0 := time.Now()
-	for !f.pending() {
+	for !f.pending(own) {
 		if time.Since(t0) >= sleepGuard {
 			futexWait(w, seq, d)
 			break
