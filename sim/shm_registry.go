@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -338,7 +339,7 @@ func lockRegistry(p string) (int, unix.Stat_t, error) {
 			_ = unix.Close(fd)
 			return -1, st, err
 		}
-		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		if err := flockWithin(fd, registryLockWait); err != nil {
 			_ = unix.Close(fd)
 			return -1, st, fmt.Errorf("lock %s: %w", p, err)
 		}
@@ -425,7 +426,29 @@ func (r *registry) liveSlot() int {
 }
 
 func (r *registry) unlock() { _ = unix.Flock(r.fd, unix.LOCK_UN) }
-func (r *registry) lock()   { _ = unix.Flock(r.fd, unix.LOCK_EX) }
+
+// registryLockWait bounds how long a process waits for a fabric's registry
+// lock (flockWithin). A member holds it only while it joins or leaves, for
+// milliseconds; one stopped there (SIGSTOP, a debugger) or a hostile one
+// could hold it for good, and a join, a Close or SweepFabric would wait
+// with it. A variable for the tests.
+var registryLockWait = 10 * time.Second
+
+// flockWithin takes the exclusive lock of fd, waiting at most d for the
+// process that holds it; after d the error says so and wraps EWOULDBLOCK.
+func flockWithin(fd int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return err // nil: locked
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("another process has held the lock for %v (one stopped while it joined or left the fabric?): %w", d, unix.EWOULDBLOCK)
+		}
+		time.Sleep(pause)
+	}
+}
 
 func (r *registry) close() {
 	if r.mem != nil {
@@ -480,13 +503,19 @@ func (r *registry) publish(s int, gen uint64) {
 }
 
 // release frees slot s of the fabric name if it still holds generation
-// gen, and removes its ring file; it also frees the slots of processes that
+// gen, and removes its ring file (once it has the registry's lock, within
+// registryLockWait); it also frees the slots of processes that
 // are gone (reap), so that the files of processes killed before they could
 // leave do not outlast the last process to leave. The last live process
 // removes the registry too, under its lock: a process waiting for the lock
 // meanwhile opens the path again (lockRegistry).
 func (r *registry) release(name string, s int, gen uint64) {
-	r.lock()
+	if flockWithin(r.fd, registryLockWait) != nil {
+		// The slot stays in the registry, held while this process
+		// runs; a process that joins or leaves after it has ended
+		// reaps it and its ring file.
+		return
+	}
 	defer r.unlock()
 	if r.gen(s) == gen {
 		// The ring file goes first, under the lock: once the slot is

@@ -537,7 +537,7 @@ func TestSharedRegistryRemovedByTheLastToLeave(t *testing.T) {
 	// and gets the lock after.
 	c, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
 	require.NoError(t, err)
-	c.reg.lock()
+	require.NoError(t, flockWithin(c.reg.fd, registryLockWait))
 	joined := make(chan *shmFabric, 1)
 	go func() {
 		d, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
@@ -583,7 +583,7 @@ func TestSharedRegistryStaysWhileAReapedSlotIsHeld(t *testing.T) {
 	// before the sweeper looks at the registry.
 	endProcess(a)
 	r := a.reg
-	r.lock()
+	require.NoError(t, flockWithin(r.fd, registryLockWait))
 	r.reap(name)
 	require.NoFileExists(t, ringPath(name, a.slot), "a's ring file, reaped")
 	require.FileExists(t, ringPath(name, b.slot), "b's ring file, alive at the reap")
@@ -643,4 +643,45 @@ func TestCheckFabricName(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, bad)
 		require.ErrorContains(t, err, "want 1 to 64 of [A-Za-z0-9._-], not starting with a dot")
 	}
+}
+
+// TestRegistryLockHeldBounded: a registry lock another process holds for
+// good (one stopped while it joins or leaves, or a hostile member) keeps a
+// join waiting only registryLockWait, and then fails naming the lock; a
+// Close waits as long and then returns, leaving its slot for a process
+// to reap once this one has ended. Before, both waited for the lock for ever, Close with
+// the Fabric's lock held.
+func TestRegistryLockHeldBounded(t *testing.T) {
+	old := registryLockWait
+	registryLockWait = 200 * time.Millisecond
+	t.Cleanup(func() { registryLockWait = old })
+	name := testFabricName(t)
+	f := newEnv(t, Options{Mode: Engine, Fabric: name}).f
+	_, slot := f.SharedFabric()
+	holder, err := unix.Open(registryPath(name), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(holder)
+	require.NoError(t, unix.Flock(holder, unix.LOCK_EX))
+
+	start := time.Now()
+	_, err = joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.ErrorIs(t, err, unix.EWOULDBLOCK)
+	require.Contains(t, err.Error(), registryPath(name))
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for the registry lock")
+	}
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	// Once the lock is free, joins work again; the slot Close left stays
+	// held while its process runs (the next process reaps it after).
+	require.NoError(t, unix.Flock(holder, unix.LOCK_UN))
+	s, err := joinShared(name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	defer s.leave()
+	require.NotEqual(t, slot, s.slot)
 }
