@@ -635,3 +635,19 @@ func TestSharedOwnSlotMarkLetsEngineSleep(t *testing.T) {
 	sleeps := e.f.Stats().EngineSleeps - s0
 	require.Less(t, sleeps, uint64(20000), "the engine does not sleep: %d sleeps in 500 ms", sleeps)
 }
+
+// TestSharedGenerationNeverZero: a member that sets the registry's next
+// generation to its last value does not make the next joiner's slot look
+// free (generation 0), which would give its slot and QPNs to a third.
+func TestSharedGenerationNeverZero(t *testing.T) {
+	victim, _ := hostilePair(t)
+	atomic.StoreUint64(victim.reg.u64(regNextGen), ^uint64(0))
+	joiner, err := joinShared(victim.name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	t.Cleanup(joiner.leave)
+	require.NotZero(t, joiner.gen)
+	third, err := joinShared(victim.name, ctx.LinkLayerInfiniBand, 0)
+	require.NoError(t, err)
+	t.Cleanup(third.leave)
+	require.NotEqual(t, joiner.slot, third.slot, "two live processes in one slot")
+}

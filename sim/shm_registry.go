@@ -479,6 +479,11 @@ func (r *registry) claim(name string, devices int) (int, uint64, error) {
 		return 0, 0, err
 	}
 	gen := atomic.AddUint64(r.u64(regNextGen), 1)
+	if gen == 0 {
+		// 0 marks a free slot: a count at its end (a member may
+		// have stored any value) skips it.
+		gen = atomic.AddUint64(r.u64(regNextGen), 1)
+	}
 	off := slotOff(free)
 	atomic.StoreUint32(r.u32(off+slotPID), uint32(pid))
 	atomic.StoreUint64(r.u64(off+slotStart), start)
