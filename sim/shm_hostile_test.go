@@ -651,3 +651,69 @@ func TestSharedGenerationNeverZero(t *testing.T) {
 	t.Cleanup(third.leave)
 	require.NotEqual(t, joiner.slot, third.slot, "two live processes in one slot")
 }
+
+// TestSharedTruncatedFileFaultDetaches: a member that truncates a file of
+// the fabric takes its pages from under every process that maps it; the
+// next access there is a SIGBUS, which killed the process. Now it is taken
+// (shmFabric.fault) and ends the process's use of the fabric: its own ring
+// file (read by its drain), a peer's ring file (written by its send) and
+// the registry (read by its peer checks), each truncated.
+func TestSharedTruncatedFileFaultDetaches(t *testing.T) {
+	sendTo := func(from *shmFabric, slot int) bool {
+		return from.send(slot, 0, func(h *wireHdr, _ []byte) { h.Kind = wireResponse })
+	}
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, victim, other *shmFabric)
+	}{
+		{"own ring file", func(t *testing.T, victim, other *shmFabric) {
+			require.True(t, sendTo(other, victim.slot))
+			require.NoError(t, unix.Truncate(ringPath(victim.name, victim.slot), 0))
+			f := New(Options{})
+			defer f.Close()
+			victim.guard(func() { victim.drain(f) })
+		}},
+		{"a peer's ring file", func(t *testing.T, victim, other *shmFabric) {
+			require.True(t, sendTo(victim, other.slot)) // mapped
+			require.NoError(t, unix.Truncate(ringPath(other.name, other.slot), 0))
+			victim.guard(func() { sendTo(victim, other.slot) })
+		}},
+		{"registry", func(t *testing.T, victim, other *shmFabric) {
+			require.NoError(t, unix.Truncate(registryPath(victim.name), 0))
+			victim.guard(func() { victim.peerAlive(other.slot) })
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			victim, other := hostilePair(t)
+			noPanic(t, c.name, func() { c.run(t, victim, other) })
+			require.True(t, victim.detached.Load(), "the fault did not detach the process")
+			require.Equal(t, uint64(1), victim.faults.Load())
+			require.False(t, victim.peerAlive(other.slot), "a detached process's peers are gone")
+			require.False(t, sendTo(victim, other.slot))
+			f := New(Options{})
+			defer f.Close()
+			require.False(t, victim.drain(f))
+		})
+	}
+}
+
+// TestSharedTruncatedPeerRetryExceeded: an RC write to a process that
+// truncated its own ring file completes with RETRY_EXC_ERR, as one to a
+// process that died does, and the writer's Fabric goes on (its Stats count
+// the fault) and closes.
+func TestSharedTruncatedPeerRetryExceeded(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	connectRCTimed(t, a, b, 2, 10)
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), dataSeg(8, e1.mr.LKey(), uint64(e1.addr(0))))
+	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 10*time.Second).op, "the write before the truncation")
+	name, slot := e2.f.SharedFabric()
+	require.NoError(t, unix.Truncate(ringPath(name, slot), 0))
+	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), dataSeg(8, e1.mr.LKey(), uint64(e1.addr(0))))
+	c := waitCQE(t, a.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReqErr, c.op, "%+v", c)
+	require.Equal(t, prm.SyndromeTransportRetryExc, c.synd, "%+v", c)
+	require.Equal(t, uint64(1), e1.f.Stats().SharedFaults)
+	require.NoError(t, e1.f.Close())
+}
