@@ -29,6 +29,16 @@
 // opens its slot again, is no longer told apart: its Finish is then taken
 // as the open WQE's.
 //
+// Begin opens the WQE at the producer index, and every stage begun there
+// before one of them finishes builds that same WQE: finish (or abandon)
+// one WQE before beginning the next. The stages' methods write straight
+// into the ring and check nothing (the post's one check is Finish's), so
+// a stage abandoned and used again after another was begun in its slot
+// writes into that slot, even into the WQE the other finished and no
+// doorbell has yet published; only its own Finish is refused
+// (ErrStaleStage). Finish is the check that makes a WQE valid, not the
+// methods before it.
+//
 // BenchmarkPostBatch64 (RDMA_WRITE + SGE + Finish, one doorbell per 64)
 // and blueflame's BenchmarkPost (the doorbell record, the two fences and
 // the 64-byte BlueFlame copy) measure these paths; docs/benchmarks.md has
