@@ -57,6 +57,8 @@ func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn, side endpoint
 }
 
 // Close releases the queue pair of a channel that was never connected.
+// After Handshake (or HandshakeConn) it does nothing and returns nil: the
+// queue pair is the Channel's (see PreparedMulti.Close).
 //
 // Close of a nil *Prepared returns nil.
 func (p *Prepared) Close() error {

@@ -69,6 +69,13 @@ func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*Mult
 		}
 	}
 	if len(errs) > 0 {
+		// The ranks that connected are their MultiChannels' now (a
+		// used prepared channel's Close does nothing).
+		for _, m := range out {
+			if m != nil {
+				_ = m.Close()
+			}
+		}
 		closeAll()
 		return nil, fmt.Errorf("channel: mesh: %w", errors.Join(errs...))
 	}
