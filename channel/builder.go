@@ -278,13 +278,10 @@ func (p *PreparedMulti) Peers() int { return len(p.c.links) }
 // remote access it was registered with. Call it before Endpoints. After
 // Handshake it returns ErrUsed: the peers have their endpoints already.
 func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
-	if p.used {
-		// The peers have the endpoints already: they would never
-		// learn the region.
-		return fmt.Errorf("channel: share: %w", ErrUsed)
-	}
-	if p.c.closed {
-		return fmt.Errorf("channel: share: %w", closedError{})
+	// After Handshake the peers have the endpoints already: they would
+	// never learn the region.
+	if err := p.usable("channel: share"); err != nil {
+		return err
 	}
 	if mr == nil || mr.Closed() {
 		return fmt.Errorf("channel: share: memory region: %w", ctx.ErrClosed)
@@ -343,13 +340,10 @@ func (c *core) gid() ctx.GIDEntry {
 // failure while connecting (the device refused) closes it.
 func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, error) {
 	const op = "channel: handshake"
-	if p.used {
-		return nil, fmt.Errorf("%s: %w", op, ErrUsed)
+	if err := p.usable(op); err != nil {
+		return nil, err
 	}
 	c := p.c
-	if c.closed {
-		return nil, fmt.Errorf("%s: %w", op, closedError{})
-	}
 	if len(remote) != len(c.links) {
 		return nil, fmt.Errorf("%s: %d endpoints for %d peers: %w", op, len(remote), len(c.links), ErrHandshake)
 	}
@@ -404,6 +398,21 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 	return &MultiChannel{c: c}, nil
 }
 
+// usable returns nil while the prepared channel may still connect: an
+// error naming op that wraps ErrUsed after Handshake, ctx.ErrClosed once
+// it was closed (or its queue pairs were closed under it). Every call
+// that sends its endpoints or connects asks it first, so that a peer is
+// never handed the endpoint of a queue pair that cannot connect.
+func (p *PreparedMulti) usable(op string) error {
+	if p.used {
+		return fmt.Errorf("%s: %w", op, ErrUsed)
+	}
+	if p.c.shut() {
+		return fmt.Errorf("%s: %w", op, closedError{under: p.c.closedUnder})
+	}
+	return nil
+}
+
 // loopHint is what a refusal of this side's own endpoint says about its
 // usual cause: processes on the software HCA that are not on one shared
 // fabric each number their queues alike.
@@ -428,11 +437,15 @@ func (p *PreparedMulti) own(e endpoint.Endpoint) int {
 	return -1
 }
 
-// Close releases the queues of a channel that was never connected.
+// Close releases the queues of a channel that was never connected. Once
+// Handshake has started connecting it does nothing and returns nil: the
+// queues belong to the MultiChannel Handshake returned, or were closed by
+// the Handshake that failed while connecting. A deferred Close therefore
+// releases a prepared channel on every path and never touches a live one.
 //
 // Close of a nil *PreparedMulti returns nil.
 func (p *PreparedMulti) Close() error {
-	if p == nil {
+	if p == nil || p.used {
 		return nil
 	}
 	return p.c.close()

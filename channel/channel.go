@@ -47,8 +47,13 @@ func (p *Prepared) Handshake(remote endpoint.Endpoint) (*Channel, error) {
 // is the other); both ends prove to each other that they hold sec's key
 // before either sends its endpoint (see endpoint.Exchange: deadlines from
 // ctx, the peer's bytes checked, no key refused unless
-// sec.InsecureLoopback on a host-local connection).
+// sec.InsecureLoopback on a host-local connection). A prepared channel
+// that was closed or has been used already is refused at once, as
+// Handshake refuses it (ctx.ErrClosed, ErrUsed), and nothing is sent.
 func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn, side endpoint.Side, sec endpoint.Security) (*Channel, error) {
+	if err := p.m.usable("channel: handshake"); err != nil {
+		return nil, err
+	}
 	remote, err := endpoint.Exchange(c, conn, side, p.Endpoint(), sec)
 	if err != nil {
 		return nil, fmt.Errorf("channel: handshake: %w", err)
@@ -57,6 +62,8 @@ func (p *Prepared) HandshakeConn(c context.Context, conn net.Conn, side endpoint
 }
 
 // Close releases the queue pair of a channel that was never connected.
+// After Handshake (or HandshakeConn) it does nothing and returns nil: the
+// queue pair is the Channel's (see PreparedMulti.Close).
 //
 // Close of a nil *Prepared returns nil.
 func (p *Prepared) Close() error {

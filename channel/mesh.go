@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
@@ -19,18 +20,34 @@ import (
 
 // AcceptMesh runs rank 0: it waits on l (from endpoint.ListenMesh, with
 // the mesh's key) for the other ranks, swaps endpoints and connects. l is
-// closed when it returns.
+// closed when it returns. A prepared channel that was closed or has been
+// used already is refused at once, as Handshake refuses it (ctx.ErrClosed,
+// ErrUsed), before any rank learns its endpoints; a nil l is refused with
+// ctx.ErrInvalidArgument.
 func (p *PreparedMulti) AcceptMesh(c context.Context, l *endpoint.MeshListener) (*MultiChannel, error) {
+	const op = "channel: accept mesh"
+	if l == nil {
+		return nil, fmt.Errorf("%s: nil listener: %w", op, ctx.ErrInvalidArgument)
+	}
+	if err := p.usable(op); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
 	remote, err := l.Exchange(c, p.Endpoints())
 	if err != nil {
-		return nil, fmt.Errorf("channel: accept mesh: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return p.Handshake(remote)
 }
 
 // DialMesh runs rank (1..Peers()-1): it dials rank 0 at address, proves it
-// holds opts' key, swaps endpoints and connects.
+// holds opts' key, swaps endpoints and connects. A prepared channel that
+// was closed or has been used already is refused at once, as Handshake
+// refuses it (ctx.ErrClosed, ErrUsed), without dialing.
 func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int, opts endpoint.MeshOptions) (*MultiChannel, error) {
+	if err := p.usable("channel: dial mesh"); err != nil {
+		return nil, err
+	}
 	remote, err := endpoint.DialMesh(c, address, rank, p.Endpoints(), opts)
 	if err != nil {
 		return nil, fmt.Errorf("channel: dial mesh: %w", err)
@@ -41,8 +58,12 @@ func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int, op
 // Mesh connects every rank of prepared, all in this process, over TCP on
 // address (e.g. "127.0.0.1:0"): prepared[i] becomes rank i. The ranks
 // authenticate with a key made for the call (see endpoint.Mesh). It is
-// meant for tests and tools. On error every prepared channel is closed.
+// meant for tests and tools. A nil prepared channel is refused with
+// ctx.ErrInvalidArgument, one that was closed or used already as
+// Handshake refuses it (ctx.ErrClosed, ErrUsed), before any endpoint is
+// exchanged. On error every prepared channel is closed.
 func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*MultiChannel, error) {
+	const op = "channel: mesh"
 	closeAll := func() {
 		for _, p := range prepared {
 			_ = p.Close()
@@ -50,6 +71,14 @@ func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*Mult
 	}
 	local := make([][]endpoint.Endpoint, len(prepared))
 	for i, p := range prepared {
+		if p == nil {
+			closeAll()
+			return nil, fmt.Errorf("%s: rank %d: nil prepared channel: %w", op, i, ctx.ErrInvalidArgument)
+		}
+		if err := p.usable(fmt.Sprintf("%s: rank %d", op, i)); err != nil {
+			closeAll()
+			return nil, err
+		}
 		if p.Peers() != len(prepared) {
 			closeAll()
 			return nil, fmt.Errorf("channel: mesh: rank %d has %d peers, the mesh %d ranks: %w", i, p.Peers(), len(prepared), ErrHandshake)
@@ -69,6 +98,13 @@ func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*Mult
 		}
 	}
 	if len(errs) > 0 {
+		// The ranks that connected are their MultiChannels' now (a
+		// used prepared channel's Close does nothing).
+		for _, m := range out {
+			if m != nil {
+				_ = m.Close()
+			}
+		}
 		closeAll()
 		return nil, fmt.Errorf("channel: mesh: %w", errors.Join(errs...))
 	}

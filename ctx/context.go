@@ -156,7 +156,8 @@ func (c *Context) Closed() bool { return c.isClosed() }
 // address handles, MRs, PDs, in that order) and then the device. It is
 // idempotent.
 //
-// Close of a nil *Context returns nil.
+// Close of a nil *Context, or of a zero Context (not made by Open),
+// returns nil.
 func (c *Context) Close() error {
 	if c == nil {
 		return nil
@@ -166,8 +167,17 @@ func (c *Context) Close() error {
 	return opErr("close context", c.closeLocked())
 }
 
-// lock takes the tree lock and checks that the object is open.
+// errZero is the cause of a call on a zero value of a ctx object, one not
+// made by Open or a Create, Alloc or Register method: it names no device
+// object. (Close of one returns nil, as Close of a nil pointer does.)
+var errZero = fmt.Errorf("a zero value, not made by this package: %w", ErrInvalidArgument)
+
+// lock takes the tree lock and checks that the object is open (and not a
+// zero value: errZero).
 func (n *node) lock(op string) error {
+	if n.t == nil {
+		return &OpError{Op: op, Err: errZero}
+	}
 	n.t.mu.Lock()
 	if n.closed.Load() {
 		n.t.mu.Unlock()

@@ -250,6 +250,49 @@ func TestUseAfterClose(t *testing.T) {
 	require.Equal(t, -1, provider.CQEventFD(w.cq2))
 }
 
+// TestZeroValues: a zero value of a ctx object (one not made by Open or a
+// Create, Alloc or Register method) does not panic: its Close returns nil,
+// as Close of a nil pointer does, and the calls that would reach the
+// device return an *OpError wrapping ErrInvalidArgument. Before, Close of
+// a zero MemoryRegion, ProtectionDomain, CompletionQueue, SRQ, address
+// handle or QP, and a zero Context's AllocProtectionDomain, panicked.
+func TestZeroValues(t *testing.T) {
+	var (
+		c  ctx.Context
+		pd ctx.ProtectionDomain
+		qp ctx.QueuePair
+	)
+	invalid := func(err error, op string) {
+		t.Helper()
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, op)
+		var oe *ctx.OpError
+		require.ErrorAs(t, err, &oe, op)
+		require.Equal(t, op, oe.Op)
+	}
+	_, err := c.AllocProtectionDomain()
+	invalid(err, "alloc PD")
+	_, err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1})
+	invalid(err, "create CQ")
+	_, err = c.Query()
+	invalid(err, "query device")
+	_, err = pd.RegisterMemory(make([]byte, 64), ctx.AccessLocalWrite)
+	invalid(err, "register MR")
+	_, err = pd.CreateSRQ(ctx.SRQConfig{Depth: 1})
+	invalid(err, "create SRQ")
+	_, err = pd.CreateAddressHandle(ctx.AddressAttr{})
+	invalid(err, "create AH")
+	_, err = qp.State()
+	invalid(err, "query QP")
+	for name, x := range map[string]interface{ Close() error }{
+		"Context": &c, "ProtectionDomain": &pd, "QueuePair": &qp,
+		"MemoryRegion": &ctx.MemoryRegion{}, "CompletionQueue": &ctx.CompletionQueue{},
+		"SharedReceiveQueue": &ctx.SharedReceiveQueue{}, "AddressHandle": &ctx.AddressHandle{},
+	} {
+		require.NoError(t, x.Close(), name)
+		require.NoError(t, x.Close(), name)
+	}
+}
+
 func TestCloseKeepsGoingOnProviderError(t *testing.T) {
 	f, c := openFake(t)
 	build(t, c)

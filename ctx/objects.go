@@ -26,9 +26,10 @@ func (pd *ProtectionDomain) Closed() bool { return pd.isClosed() }
 // Close closes every QP, SRQ, address handle and memory region of the PD,
 // then the PD. It is idempotent.
 //
-// Close of a nil *ProtectionDomain returns nil.
+// Close of a nil *ProtectionDomain, or of a zero ProtectionDomain (not made by this package),
+// returns nil.
 func (pd *ProtectionDomain) Close() error {
-	if pd == nil {
+	if pd == nil || pd.t == nil {
 		return nil
 	}
 	pd.t.mu.Lock()
@@ -150,9 +151,10 @@ func (mr *MemoryRegion) Closed() bool { return mr.isClosed() }
 
 // Close deregisters the region. It is idempotent.
 //
-// Close of a nil *MemoryRegion returns nil.
+// Close of a nil *MemoryRegion, or of a zero MemoryRegion (not made by this package),
+// returns nil.
 func (mr *MemoryRegion) Close() error {
-	if mr == nil {
+	if mr == nil || mr.t == nil {
 		return nil
 	}
 	mr.t.mu.Lock()
@@ -207,9 +209,10 @@ func (cq *CompletionQueue) Closed() bool { return cq.isClosed() }
 
 // Close closes every QP that uses the CQ, then the CQ. It is idempotent.
 //
-// Close of a nil *CompletionQueue returns nil.
+// Close of a nil *CompletionQueue, or of a zero CompletionQueue (not made by this package),
+// returns nil.
 func (cq *CompletionQueue) Close() error {
-	if cq == nil {
+	if cq == nil || cq.t == nil {
 		return nil
 	}
 	cq.t.mu.Lock()
@@ -260,9 +263,10 @@ func (s *SharedReceiveQueue) Closed() bool { return s.isClosed() }
 
 // Close closes every QP attached to the SRQ, then the SRQ. Idempotent.
 //
-// Close of a nil *SharedReceiveQueue returns nil.
+// Close of a nil *SharedReceiveQueue, or of a zero SharedReceiveQueue (not made by this package),
+// returns nil.
 func (s *SharedReceiveQueue) Close() error {
-	if s == nil {
+	if s == nil || s.t == nil {
 		return nil
 	}
 	s.t.mu.Lock()
@@ -286,6 +290,9 @@ type AddressHandle struct {
 // before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
+	if pd.t == nil {
+		return nil, &OpError{Op: op, Err: errZero}
+	}
 	if attr.Port == 0 {
 		attr.Port = 1
 	}
@@ -318,9 +325,10 @@ func (ah *AddressHandle) Closed() bool { return ah.isClosed() }
 
 // Close destroys the handle. It is idempotent.
 //
-// Close of a nil *AddressHandle returns nil.
+// Close of a nil *AddressHandle, or of a zero AddressHandle (not made by this package),
+// returns nil.
 func (ah *AddressHandle) Close() error {
-	if ah == nil {
+	if ah == nil || ah.t == nil {
 		return nil
 	}
 	ah.t.mu.Lock()

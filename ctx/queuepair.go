@@ -252,9 +252,10 @@ func (qp *QueuePair) Closed() bool { return qp.isClosed() }
 // BlueFlame register of the descriptor are released with it: the data plane
 // must stop using them first (transports check Closed before posting).
 //
-// Close of a nil *QueuePair returns nil.
+// Close of a nil *QueuePair, or of a zero QueuePair (not made by this package),
+// returns nil.
 func (qp *QueuePair) Close() error {
-	if qp == nil {
+	if qp == nil || qp.t == nil {
 		return nil
 	}
 	qp.t.mu.Lock()

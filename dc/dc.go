@@ -135,7 +135,8 @@ type Remote struct {
 // NewRemote resolves a DC endpoint (a DCT's Endpoint) into a Remote for
 // this DCI's posts. An endpoint without an address the port can use (no
 // GID on RoCE, neither a LID nor a GID on InfiniBand) is refused, the
-// error wrapping ctx.ErrInvalidArgument.
+// error wrapping ctx.ErrInvalidArgument; so is a closed DCI, the error
+// wrapping ctx.ErrClosed, with no address handle made.
 func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if err := remote.Validate(); err != nil {
@@ -150,6 +151,10 @@ func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	}
 	if path.GlobalRoute {
 		path.TrafficClass = d.tclass
+	}
+	if d.qp.Closed() {
+		// The address handle would outlive the DCI, until its PD closes.
+		return nil, qpcore.Errorf(name, op, "DCI %#x: %w", d.QPN(), ctx.ErrClosed)
 	}
 	ah, err := d.pd.CreateAddressHandle(path)
 	if err != nil {

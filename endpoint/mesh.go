@@ -261,7 +261,18 @@ func NewMeshListener(ln net.Listener, peers int, opts MeshOptions) (*MeshListene
 }
 
 // Addr returns the address the listener is bound to, to hand to dialers.
-func (l *MeshListener) Addr() net.Addr { return l.listener.Addr() }
+// Addr of a nil *MeshListener, or of a zero MeshListener (one not made by
+// ListenMesh or NewMeshListener), returns nil.
+func (l *MeshListener) Addr() net.Addr {
+	if l == nil || l.listener == nil {
+		return nil
+	}
+	return l.listener.Addr()
+}
+
+// errNoListener is what Exchange returns for a nil *MeshListener or a zero
+// MeshListener: it has nothing to accept on.
+var errNoListener = fmt.Errorf("endpoint: mesh listener: exchange on a nil or zero MeshListener (make one with ListenMesh or NewMeshListener): %w", errInvalid)
 
 // Close stops listening. Exchange closes the listener itself when it
 // returns; Close is for a listener whose Exchange never runs, or, from
@@ -271,12 +282,15 @@ func (l *MeshListener) Addr() net.Addr { return l.listener.Addr() }
 // later Exchange fails at once. Close is idempotent: a listener closed
 // already (by Close or Exchange) returns nil.
 //
-// Close of a nil *MeshListener returns nil.
+// Close of a nil *MeshListener, or of a zero MeshListener, returns nil.
 func (l *MeshListener) Close() error {
 	if l == nil {
 		return nil
 	}
 	l.used.Store(true)
+	if l.listener == nil {
+		return nil
+	}
 	if err := l.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
@@ -326,8 +340,12 @@ func temporary(err error) bool {
 // back-off from 5 ms to 1 s. The wait is bounded by ctx's deadline or
 // 30 seconds; when it ends early every rank that joined is told why.
 // Exchange closes the listener and every connection before it returns; a
-// second call returns [ErrListenerUsed].
+// second call returns [ErrListenerUsed]. A nil *MeshListener, or a zero
+// MeshListener, returns an error wrapping ctx.ErrInvalidArgument.
 func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoint, error) {
+	if l == nil || l.listener == nil {
+		return nil, errNoListener
+	}
 	op := fmt.Sprintf("endpoint: mesh listener on %v", l.listener.Addr())
 	if l.used.Swap(true) {
 		return nil, fmt.Errorf("%s: %w", op, ErrListenerUsed)

@@ -529,6 +529,22 @@ func TestMeshListenerOnce(t *testing.T) {
 	require.Less(t, time.Since(start), time.Second)
 }
 
+// TestMeshListenerNilAndZero: the methods of a nil *MeshListener and of a
+// zero MeshListener (not made by ListenMesh or NewMeshListener) do not
+// panic: Addr returns nil, Close nil, and Exchange an error wrapping
+// ctx.ErrInvalidArgument. Before, Addr and Exchange panicked on both and
+// Close on the zero one.
+func TestMeshListenerNilAndZero(t *testing.T) {
+	var zero MeshListener
+	for name, l := range map[string]*MeshListener{"nil": nil, "zero": &zero} {
+		require.Nil(t, l.Addr(), name)
+		_, err := l.Exchange(context.Background(), meshLocal(2)[0])
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
+		require.ErrorContains(t, err, "mesh listener: exchange", name)
+		require.NoError(t, l.Close(), name)
+	}
+}
+
 // brokenListener fails every Accept with an error that is not temporary,
 // as a listener closed under the mesh would.
 type brokenListener struct{ net.Listener }

@@ -126,15 +126,15 @@ func TestCQOverrunIsReported(t *testing.T) {
 }
 
 // TestCloseLeavesPollers checks that a closed QP leaves every Poller it
-// was added to, at the Poller's next Poll (a device reuses QPNs), and
-// Remove's and Add's errors.
+// was added to (those of its send and receive CQs), at the Poller's next
+// Poll (a device reuses QPNs), and Remove's and Add's errors.
 func TestCloseLeavesPollers(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	scq, sp := newPoller(e, 0, 16)
-	_, rp := newPoller(e, 0, 16)
-	qp, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 4})
+	rcq, rp := newPoller(e, 0, 16)
+	qp, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 4, RecvDepth: 4, RecvCQ: rcq})
 	require.NoError(t, err)
-	other, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 4})
+	other, err := rc.New(e.PD[0], scq, rc.Config{SendDepth: 4, RecvDepth: 4, RecvCQ: rcq})
 	require.NoError(t, err)
 	for _, p := range []*transport.Poller{sp, rp} {
 		require.NoError(t, p.Add(qp))
@@ -164,8 +164,9 @@ func TestCloseLeavesPollers(t *testing.T) {
 }
 
 // TestParentCloseLeavesPollers closes RC QPs through their SRQ, and
-// through their PD: they leave their Poller as after their own Close, and
-// their QPN can be added again.
+// through their PD: they leave their Poller as after their own Close. A
+// QP of another device with the same QPN is refused by Add: it completes
+// on another CQ.
 func TestParentCloseLeavesPollers(t *testing.T) {
 	e1, e2 := transporttest.New(t, sim.Options{}), transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e1, 0, 16)
@@ -185,19 +186,18 @@ func TestParentCloseLeavesPollers(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Add(b))
 	require.NoError(t, pd.Close())
-	// A QP of another device with the same QPN takes b's place at once.
 	cq2 := e2.CQ(0, 16)
 	_, err = rc.New(e2.PD[0], cq2, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
 	c, err := rc.New(e2.PD[0], cq2, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
 	require.Equal(t, b.QPN(), c.QPN(), "two fabrics number their QPs alike")
-	require.NoError(t, p.Add(c))
-	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
-	require.Equal(t, 1, p.Len())
-	require.ErrorIs(t, p.Remove(b), monocq.ErrUnknownQPN)
+	require.ErrorIs(t, p.Add(c), ctx.ErrInvalidArgument, "a QP of another CQ")
+	require.Same(t, &b.Queue, p.Lookup(b.QPN()), "routed until the owner polls")
 	require.Zero(t, p.Poll(16, func(*transport.Completion) { t.Error("a completion") }))
-	require.Same(t, &c.Queue, p.Lookup(c.QPN()))
+	require.Nil(t, p.Lookup(b.QPN()))
+	require.Zero(t, p.Len(), "the QP closed with its PD is still routed")
+	require.ErrorIs(t, p.Remove(c), monocq.ErrUnknownQPN)
 	require.NoError(t, p.Err())
 }
 

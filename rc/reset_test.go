@@ -33,14 +33,14 @@ func nops(t *testing.T, q *rc.QP, wrid uint64, n int) {
 func TestResetKeepsClosedQueueDraining(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e, 0, 8)
-	_, p1 := newPoller(e, 1, 64)
+	cq1, p1 := newPoller(e, 1, 64)
 	cnt := int(p.CQ().CQECnt())
 	var qp, peer [2]*rc.QP
 	for i := range 2 {
 		var err error
 		qp[i], err = rc.New(e.PD[0], cq, rc.Config{SendDepth: uint32(cnt)})
 		require.NoError(t, err)
-		peer[i], err = rc.New(e.PD[1], p1CQ(t, e), rc.Config{SendDepth: 4})
+		peer[i], err = rc.New(e.PD[1], cq1, rc.Config{SendDepth: 4})
 		require.NoError(t, err)
 		require.NoError(t, p.Add(qp[i]))
 		require.NoError(t, p1.Add(peer[i]))
@@ -74,11 +74,6 @@ func TestResetKeepsClosedQueueDraining(t *testing.T) {
 	require.Zero(t, p.Len()-1, "a is dropped once drained")
 }
 
-func p1CQ(t *testing.T, e *transporttest.Env) *ctx.CompletionQueue {
-	t.Helper()
-	return e.CQ(1, 64)
-}
-
 // TestResetInsidePoll resets a queue pair from the function of a Poll
 // that is handing over its completions. The batch holds CQEs of the queue
 // pair that Poll goes on to hand over and the ring cannot be compacted
@@ -89,10 +84,10 @@ func p1CQ(t *testing.T, e *transporttest.Env) *ctx.CompletionQueue {
 func TestResetInsidePoll(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	cq, p := newPoller(e, 0, 16)
-	_, p1 := newPoller(e, 1, 64)
+	cq1, p1 := newPoller(e, 1, 64)
 	a, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 8})
 	require.NoError(t, err)
-	b, err := rc.New(e.PD[1], p1CQ(t, e), rc.Config{SendDepth: 4})
+	b, err := rc.New(e.PD[1], cq1, rc.Config{SendDepth: 4})
 	require.NoError(t, err)
 	require.NoError(t, p.Add(a))
 	require.NoError(t, p1.Add(b))

@@ -335,11 +335,14 @@ func (l *lane) build() {
 	}
 }
 
-// own adds q to both pollers of HCA side (its send and receive CQs) and
-// to the model.
+// own adds q to the pollers of HCA side it completes on (its send and
+// receive CQs; a DCI has only the first, a DCT the second) and to the
+// model.
 func (l *lane) own(q *transport.Queue, side int, m any) {
 	for _, recv := range []bool{false, true} {
-		require.NoError(l.s.t, l.s.poller(side, recv).Add(q))
+		if l.s.completesOn(q, side, recv) {
+			require.NoError(l.s.t, l.s.poller(side, recv).Add(q))
+		}
 	}
 	l.s.owner[q] = m
 }
@@ -347,9 +350,22 @@ func (l *lane) own(q *transport.Queue, side int, m any) {
 // disown removes q from the pollers and the model.
 func (l *lane) disown(q *transport.Queue, side int) {
 	for _, recv := range []bool{false, true} {
-		require.NoError(l.s.t, l.s.poller(side, recv).Remove(q))
+		if l.s.completesOn(q, side, recv) {
+			require.NoError(l.s.t, l.s.poller(side, recv).Remove(q))
+		}
 	}
 	delete(l.s.owner, q)
+}
+
+// completesOn reports whether q completes on the send (recv false) or
+// receive CQ of HCA side.
+func (s *soak) completesOn(q *transport.Queue, side int, recv bool) bool {
+	cq := s.scq[side]
+	if recv {
+		cq = s.rcq[side]
+	}
+	cfg := q.Handle().Config()
+	return cfg.SendCQ == cq || cfg.RecvCQ == cq
 }
 
 // pollAll polls every CQ until all are empty and checks each completion

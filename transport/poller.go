@@ -2,12 +2,14 @@ package transport
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
@@ -78,12 +80,23 @@ type drain struct {
 	at uint32
 }
 
-// NewPoller returns a Poller for cq with no queue pairs yet.
+// polled holds each open completion queue a Poller was made for: a
+// second Poller over one ring would keep a consumer index of its own, and
+// the two would lose or duplicate completions. The CQ's close forgets it.
+var polled sync.Map // *ctx.CompletionQueue → struct{}
+
+// NewPoller returns a Poller for cq with no queue pairs yet. A completion
+// queue has one Poller: while cq is open, a second NewPoller for it is
+// refused with ctx.ErrInvalidArgument (poll the CQ through the first).
 func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 	m, err := NewCQ(cq)
 	if err != nil {
 		return nil, fmt.Errorf("poller: new: %w", err)
 	}
+	if _, taken := polled.LoadOrStore(cq, struct{}{}); taken {
+		return nil, fmt.Errorf("poller: new: CQ %#x has a Poller already (one Poller per completion queue): %w", cq.CQN(), ctx.ErrInvalidArgument)
+	}
+	seam.OnClose(cq, func() { polled.Delete(cq) })
 	p := &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
 	if p.stamps {
 		p.reapFlag.Store(slowBit)
@@ -148,8 +161,10 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 
 // Add makes the poller route the completions of qp (by its QPN; a DCT by
 // its DCT number). A queue pair with separate send and receive CQs is
-// added to the Poller of each. A closed queue pair is refused (ctx.ErrClosed).
-// A closed one that still holds qp's QPN (the device reuses the QPNs of
+// added to the Poller of each. A closed queue pair is refused (ctx.ErrClosed),
+// and so is one whose send and receive CQs are both another than the
+// Poller's (ctx.ErrInvalidArgument): none of its completions would come
+// here. A closed one that still holds qp's QPN (the device reuses the QPNs of
 // destroyed QPs) is dropped first: its QPN is qp's from now on.
 func (p *Poller) Add(qp QueuePair) error {
 	q := queueOf(qp)
@@ -161,6 +176,10 @@ func (p *Poller) Add(qp QueuePair) error {
 	}
 	if q.qp.Closed() {
 		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ctx.ErrClosed)
+	}
+	if cfg := q.qp.Config(); cfg.SendCQ != p.owner && cfg.RecvCQ != p.owner {
+		return fmt.Errorf("poller: add QP %#x: it completes on CQ %#x (send) and %#x (receive), the poller polls CQ %#x: %w",
+			q.qpn, cfg.SendCQ.CQN(), cfg.RecvCQ.CQN(), p.owner.CQN(), ctx.ErrInvalidArgument)
 	}
 	if old := p.table.Lookup(q.qpn); old != nil && old != q && old.qp.Closed() {
 		p.drop(old)

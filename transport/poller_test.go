@@ -64,6 +64,65 @@ func TestPollerAddTakesEveryQueuePair(t *testing.T) {
 	require.Equal(t, len(qps)-1, p.Len())
 }
 
+// TestPollerOnePerCQ: a second NewPoller for a completion queue that has
+// a Poller is refused with ctx.ErrInvalidArgument: two consumer indexes
+// over one ring lose or duplicate completions. Before, it succeeded.
+// Another CQ gets its Poller, and the first still polls.
+func TestPollerOnePerCQ(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq, other := e.CQ(0, 16), e.CQ(0, 16)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	second, err := transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "has a Poller already")
+	require.Nil(t, second)
+	_, err = transport.NewPoller(other)
+	require.NoError(t, err)
+
+	q, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(q))
+	require.NoError(t, q.Connect(q.Endpoint()))
+	s, err := q.Post(7, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, s.Nop().FinishBlueFlame())
+	e.Run()
+	var got []uint64
+	require.Equal(t, 1, p.Poll(4, func(c *transport.Completion) { got = append(got, c.WRID) }))
+	require.Equal(t, []uint64{7}, got)
+
+	require.NoError(t, cq.Close())
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+}
+
+// TestPollerAddRefusesOtherCQ: Add refuses, with ctx.ErrInvalidArgument, a
+// queue pair whose send and receive CQs are both another than the
+// Poller's; before, it returned nil and the completions never came.
+func TestPollerAddRefusesOtherCQ(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cqA, cqB := e.CQ(0, 16), e.CQ(0, 16)
+	pB, err := transport.NewPoller(cqB)
+	require.NoError(t, err)
+	r, err := rc.New(e.PD[0], cqA, rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	u, err := ud.New(e.PD[0], cqA, ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 1})
+	require.NoError(t, err)
+	dci, err := dc.NewDCI(e.PD[0], cqA, dc.DCIConfig{SendDepth: 4})
+	require.NoError(t, err)
+	for _, qp := range []transport.QueuePair{r, u, dci} {
+		err := pB.Add(qp)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%T", qp)
+		require.ErrorContains(t, err, "the poller polls CQ")
+	}
+	require.Zero(t, pB.Len())
+	// A queue pair whose receives alone complete on cqB is added.
+	split, err := rc.New(e.PD[0], cqA, rc.Config{SendDepth: 4, RecvDepth: 4, RecvCQ: cqB})
+	require.NoError(t, err)
+	require.NoError(t, pB.Add(split))
+}
+
 // Config.RecvCQ of rc and ud puts the receive completions on a CQ of their
 // own; without it they arrive with the send completions on the CQ given to
 // New.
@@ -94,9 +153,13 @@ func TestRecvCQConfig(t *testing.T) {
 			remote, err := us.NewRemote(ur.Endpoint())
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = remote.Close() })
-			for _, p := range []*transport.Poller{sendP, recvP} {
-				require.NoError(t, p.Add(b))
-				require.NoError(t, p.Add(ur))
+			for _, q := range []transport.QueuePair{b, ur} {
+				require.NoError(t, sendP.Add(q))
+				if separate {
+					require.NoError(t, recvP.Add(q))
+				} else {
+					require.ErrorIs(t, recvP.Add(q), ctx.ErrInvalidArgument, "none of its completions arrive on rcq")
+				}
 			}
 			require.NoError(t, b.PostRecv(1, e.Addr(1, 0), 64, e.LKey(1)))
 			require.NoError(t, ur.PostRecv(2, e.Addr(1, 4096), 64+ud.GRHSize, e.LKey(1)))

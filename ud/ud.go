@@ -129,7 +129,8 @@ type Remote struct {
 // NewRemote resolves a UD endpoint (a peer's Endpoint) into a Remote. An
 // endpoint without an address the port can use (no GID on RoCE, neither a
 // LID nor a GID on InfiniBand) is refused, the error wrapping
-// ctx.ErrInvalidArgument.
+// ctx.ErrInvalidArgument; so is a closed QP, the error wrapping
+// ctx.ErrClosed, with no address handle made.
 func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if err := remote.Validate(); err != nil {
@@ -148,7 +149,13 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	return q.remote(op, path, remote.QPN, remote.QKey)
 }
 
+// remote makes the address handle of a Remote (NewRemote, ReplyRemote);
+// a closed QP is refused first: the handle would outlive it, until its PD
+// closes.
 func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote, error) {
+	if q.qp.Closed() {
+		return nil, qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
+	}
 	ah, err := q.pd.CreateAddressHandle(attr)
 	if err != nil {
 		return nil, qpcore.Errorf(name, op, "%w", err)
@@ -186,6 +193,7 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 // becomes the IPv4-mapped destination GID (::ffff:a.b.c.d). Anything else is
 // refused with transport.ErrBadGRH. The qkey is this QP's own. It creates an address
 // handle: a control-plane call, to be cached by a caller that replies often.
+// A closed QP is refused, the error wrapping ctx.ErrClosed.
 func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 	const op = "reply remote"
 	if c == nil || c.IsError() || c.IsSend() {
