@@ -87,8 +87,8 @@ func Run(name, server, client string, stdout, stderr io.Writer, probe func() err
 // closed for a newer one, sends what is not this protocol) is refused: it
 // is closed, refused (when not nil, called from Accept's goroutine) is
 // told its remote address and the reason, and the server waits on for
-// another; when the wait ends with no client, the error names the last
-// refusal. The first client to send good parameters is the one; the
+// another; when the wait ends with no client, the error says that no
+// client came within the wait, and names the last refusal. The first client to send good parameters is the one; the
 // connections still being greeted then are closed. A connection whose
 // error is plainly the user's mistake ends the wait at once with that
 // error: at a server without a key, a client that speaks perftest's
@@ -203,8 +203,15 @@ func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic
 			report(g)
 		case err := <-acceptErr:
 			finish(nil)
+			came := "no client came"
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				came = fmt.Sprintf("no client came within %v (ten timeouts)", AcceptWait(timeout))
+			}
 			if last != nil {
-				return nil, fmt.Errorf("accept: %w (no client came; refused %d connection(s), the last %w)", err, count, last)
+				return nil, fmt.Errorf("accept: %w (%s; refused %d connection(s), the last %w)", err, came, count, last)
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, fmt.Errorf("accept: %s: %w", came, err)
 			}
 			return nil, fmt.Errorf("accept: %w", err)
 		}
