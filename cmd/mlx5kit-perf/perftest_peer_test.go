@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -429,4 +430,20 @@ func TestServePerftestClient(t *testing.T) {
 	err = serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &out, &bytes.Buffer{})
 	require.ErrorIs(t, err, perftool.ErrPerftestClient)
 	require.ErrorContains(t, err, "--perftest-peer speaks it")
+}
+
+// TestDialPerftestServerHint: a client without --perftest-peer that reaches
+// perftest's server (its version string first) points at --perftest-peer,
+// with a key ($MLX5KIT_KEY) or without.
+func TestDialPerftestServerHint(t *testing.T) {
+	for _, key := range []string{"", "the key of both ends, 32 bytes.."} {
+		t.Setenv(perftool.EnvKey, key)
+		addr := toolproc.ServeOne(t, func(c net.Conn) {
+			_, _ = c.Write(append([]byte("6.06"), make([]byte, 12)...))
+			_, _ = io.Copy(io.Discard, c)
+		})
+		err := dial(testConfig(t, "write_lat", "-provider", "sim", "-client", addr), &bytes.Buffer{})
+		require.ErrorIs(t, err, perftool.ErrPerftestServer, "key %q", key)
+		require.ErrorContains(t, err, "--perftest-peer speaks it")
+	}
 }

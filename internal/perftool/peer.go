@@ -383,9 +383,16 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 	if len(sec.Key) == 0 {
 		_, err = conn.Write(b)
 	} else {
-		// sealed.Dial closes conn when it fails.
+		// sealed.Dial closes conn when it fails. It reads through first,
+		// which keeps the server's first bytes: perftest's server sends
+		// its version string first, where this server sends its
+		// challenge.
+		first := &firstBytes{Conn: conn}
 		var sc sealed.Conn
-		if sc, err = sealed.Dial(conn, sec.Key, sealed.ToolParameters, timeout); err != nil {
+		if sc, err = sealed.Dial(first, sec.Key, sealed.ToolParameters, timeout); err != nil {
+			if v, ok := perftestwire.Version(first.got); ok {
+				return nil, fmt.Errorf("authenticate with the server: %w (it sent version %q): %w", ErrPerftestServer, v, err)
+			}
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 				// A server that hangs up on the proof holds no key
 				// (one without a key closes at once) or another.
@@ -405,6 +412,21 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 		return nil, err
 	}
 	return conn, nil
+}
+
+// firstBytes is a connection that keeps the first four bytes read from
+// it, for Dial to tell which kind of server sent them.
+type firstBytes struct {
+	net.Conn
+	got []byte
+}
+
+func (c *firstBytes) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if k := min(n, 4-len(c.got)); k > 0 {
+		c.got = append(c.got, p[:k]...)
+	}
+	return n, err
 }
 
 // The server's answer to a client's parameters: the first byte the server
