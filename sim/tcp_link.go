@@ -267,6 +267,11 @@ func (f *Fabric) joinLinkLocked(addr string, key []byte) error {
 	} else {
 		l, err = dialLink(f.closing, addr, sec, f.opts.LinkLayer, len(f.hcas))
 	}
+	if errors.Is(err, endpoint.ErrAuth) {
+		// Most often the two ends hold different keys: name where this end's
+		// key comes from.
+		return fail(fmt.Errorf("link key (Options.LinkKey or $%s) refused; both ends need the same one: %w", EnvLinkKey, err))
+	}
 	if err != nil {
 		return fail(err)
 	}

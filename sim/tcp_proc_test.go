@@ -253,6 +253,7 @@ func TestLinkTwoProcessesWrongKey(t *testing.T) {
 	_, err := bad.Open("sim0")
 	require.ErrorIs(t, err, endpoint.ErrAuth)
 	require.Contains(t, err.Error(), "did not prove that it holds the key")
+	require.Contains(t, err.Error(), "$"+EnvLinkKey)
 
 	// The child refused it, gave it nothing, and still takes the right
 	// key.

@@ -39,11 +39,10 @@ import (
 )
 
 func main() {
-	code := run(os.Args[1:], os.Stdout, os.Stderr)
-	// -sim on a shared fabric ($MLX5KIT_SIM_FABRIC) joined it: leave,
-	// taking this process's ring file with it.
-	perftool.LeaveSoftwareFabric()
-	os.Exit(code)
+	// -sim on a shared fabric ($MLX5KIT_SIM_FABRIC) joined it: Main
+	// leaves, taking this process's ring file with it, also on SIGINT or
+	// SIGTERM.
+	perftool.Main(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 // hardwareExtras is what the hardware provider's device handle offers

@@ -134,7 +134,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.link, "link", envOr(envLink, "infiniband"), "link layer of the emulated ports: infiniband or ethernet (RoCE)")
 	fs.StringVar(&c.names, "names", envOr(envNames, "mlx5"), "device names: mlx5 (mlx5_0, mlx5_1) or sim (the model's sim0, sim1)")
 	fs.StringVar(&c.abi, "abi", os.Getenv(envABI), `"write": the emulated kernel answers every ioctl with ENOTTY`)
-	fs.StringVar(&c.lib, "lib", os.Getenv(envLib), "the preload library (default: next to this executable, else built into the user cache)")
+	fs.StringVar(&c.lib, "lib", os.Getenv(envLib), "the preload library (default: $"+envLib+", else next to this executable, else built into the user cache)")
 	fs.BoolVar(&c.printLib, "print-lib", false, "print the preload library's path and exit")
 	fs.IntVar(&c.sweepAfter, "sweep-after", 0, "wait for process `pid` to end, then remove what processes that are gone left of the fabric (the launcher starts itself so before it runs PROGRAM)")
 	if err := fs.Parse(args); err != nil {

@@ -199,6 +199,7 @@ func TestHelpExitsZero(t *testing.T) {
 	start := func(string, []string, []string) error { started = true; return nil }
 	require.Equal(t, 0, run([]string{"-h"}, &stdout, &stderr, start, nil))
 	require.Contains(t, stderr.String(), "-fabric")
+	require.Contains(t, stderr.String(), "$MLX5KIT_EMULATE_LIB") // -lib's help names its variable
 	require.False(t, started)
 	require.Equal(t, 2, run([]string{"-nosuch", "--", "true"}, &stdout, &stderr, start, nil))
 	require.False(t, started)

@@ -189,9 +189,7 @@ import (
 )
 
 func main() {
-	code := runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
-	perftool.LeaveSoftwareFabric()
-	os.Exit(code)
+	perftool.Main(func() int { return runAs(filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 // maxSize is the largest message, perftest's limit for -a.

@@ -342,6 +342,12 @@ func perftestConnect(cfg config, conn net.Conn, server bool) (*perftestLink, err
 		_ = s.Close()
 		return nil, err
 	}
+	// From here the waits look at conn, as the kit's own exchange's do
+	// (handshake): a peer that closed it (perftest exited or was killed)
+	// ends a wait within perftool.PeerCheck, not at the timeout.
+	// perftest's records and "done" are text, never the status byte of a
+	// failed peer.
+	x.Peer = conn
 	return k, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/perftool"
 	"github.com/mlx5kit/mlx5kit/internal/toolproc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -429,4 +431,57 @@ func TestServePerftestClient(t *testing.T) {
 	err = serve(testConfig(t, "write_lat", "-provider", "sim"), ln, &out, &bytes.Buffer{})
 	require.ErrorIs(t, err, perftool.ErrPerftestClient)
 	require.ErrorContains(t, err, "--perftest-peer speaks it")
+}
+
+// TestDialPerftestServerHint: a client without --perftest-peer that reaches
+// perftest's server (its version string first) points at --perftest-peer,
+// with a key ($MLX5KIT_KEY) or without.
+func TestDialPerftestServerHint(t *testing.T) {
+	for _, key := range []string{"", "the key of both ends, 32 bytes.."} {
+		t.Setenv(perftool.EnvKey, key)
+		addr := toolproc.ServeOne(t, func(c net.Conn) {
+			_, _ = c.Write(append([]byte("6.06"), make([]byte, 12)...))
+			_, _ = io.Copy(io.Discard, c)
+		})
+		err := dial(testConfig(t, "write_lat", "-provider", "sim", "-client", addr), &bytes.Buffer{})
+		require.ErrorIs(t, err, perftool.ErrPerftestServer, "key %q", key)
+		require.ErrorContains(t, err, "--perftest-peer speaks it")
+	}
+}
+
+// TestPerftestPeerSeesPeerGone: an end of --perftest-peer whose peer
+// closes the TCP connection (perftest exited or was killed) while the end
+// waits for its message stops within about perftool.PeerCheck with
+// endpoint.ErrPeerGone, not at --timeout; before, it waited the whole
+// timeout.
+func TestPerftestPeerSeesPeerGone(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	for _, m := range []string{"write_lat", "send_lat"} {
+		t.Run(m, func(t *testing.T) {
+			args := []string{m, "-provider", "sim", "--perftest-peer", "--accept-unauthenticated", "--timeout", "20s", "-n", "10", "-s", "64"}
+			scfg := testConfig(t, append(slices.Clone(args), "--server", "127.0.0.1:0")...)
+			ccfg := testConfig(t, append(slices.Clone(args), "127.0.0.1")...)
+			a, b := toolproc.TCPPair(t)
+			errc := make(chan error, 1)
+			go func() { errc <- perftestRun(scfg, a, true, &bytes.Buffer{}) }()
+			k, err := perftestConnect(ccfg, b, false)
+			require.NoError(t, err)
+			defer k.s.Close()
+			if m == "send_lat" {
+				_, err := k.p.record(k.mine, k.gid)
+				require.NoError(t, err)
+			}
+			// The peer goes before its first message: the server waits
+			// for it (send_lat) or for the answer to its own (write_lat).
+			require.NoError(t, b.Close())
+			start := time.Now()
+			select {
+			case err := <-errc:
+				require.ErrorIs(t, err, endpoint.ErrPeerGone)
+				require.Less(t, time.Since(start), 5*time.Second)
+			case <-time.After(15 * time.Second):
+				t.Fatal("perftestRun did not see its peer gone")
+			}
+		})
+	}
 }

@@ -24,9 +24,9 @@ const envToolArgs = "MLX5KIT_PERF_TEST_ARGS"
 // with toolProcess.
 func TestToolChild(t *testing.T) {
 	toolproc.Child(t, envToolArgs, func(args []string) int {
-		code := run(args, os.Stdout, os.Stderr)
-		perftool.LeaveSoftwareFabric() // as main does
-		return code
+		// As main does; Main exits, so the return is not reached.
+		perftool.Main(func() int { return run(args, os.Stdout, os.Stderr) })
+		return 0
 	})
 }
 

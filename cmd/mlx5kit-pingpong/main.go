@@ -82,9 +82,7 @@ import (
 )
 
 func main() {
-	code := run(os.Args[1:], os.Stdout, os.Stderr)
-	perftool.LeaveSoftwareFabric()
-	os.Exit(code)
+	perftool.Main(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 // maxSize is the largest message: ib_write_lat's limit.

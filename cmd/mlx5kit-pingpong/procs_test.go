@@ -25,9 +25,9 @@ const envToolArgs = "MLX5KIT_PINGPONG_TEST_ARGS"
 // with toolProcess.
 func TestToolChild(t *testing.T) {
 	toolproc.Child(t, envToolArgs, func(args []string) int {
-		code := run(args, os.Stdout, os.Stderr)
-		perftool.LeaveSoftwareFabric() // as main does
-		return code
+		// As main does; Main exits, so the return is not reached.
+		perftool.Main(func() int { return run(args, os.Stdout, os.Stderr) })
+		return 0
 	})
 }
 
@@ -102,6 +102,41 @@ func TestServerClientLeaveTheFabric(t *testing.T) {
 	require.NoError(t, p.Wait(), "%s", out)
 	require.Contains(t, out.String(), "t_typical")
 	require.Empty(t, files())
+}
+
+// TestServerSignalLeavesTheFabric: a -server on a shared fabric stopped
+// by SIGINT or SIGTERM while it waits for its client leaves the fabric
+// (perftool.Main) and exits with 130 or 143: before, the signal ended it
+// and its ring file and the fabric's registry stayed in /dev/shm.
+func TestServerSignalLeavesTheFabric(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		name := fmt.Sprintf("pingpong-signal-%d-%d", sig, os.Getpid())
+		files := func() []string {
+			m, err := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
+			require.NoError(t, err)
+			return m
+		}
+		t.Cleanup(func() {
+			for _, f := range files() {
+				_ = os.Remove(f)
+			}
+		})
+		env := []string{sim.EnvFabric + "=" + name}
+		cmd, out := toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0", "-timeout", "1m")
+		server := toolproc.Watch(cmd, out)
+		server.ListenAddress(t, listenWait)
+		require.Eventually(t, func() bool { return len(files()) > 0 }, listenWait, 10*time.Millisecond,
+			"the server joined no fabric: %s", out)
+		require.NoError(t, cmd.Process.Signal(sig))
+		err := server.Wait()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%v: %s", sig, out)
+		require.Equal(t, 128+int(sig), exit.ExitCode(), "%v: %s", sig, out)
+		require.Empty(t, files(), "%v", sig)
+	}
 }
 
 // fabricEnv returns the environment of a test's two processes: a shared

@@ -185,6 +185,17 @@ func TestAcceptKeyNoClient(t *testing.T) {
 	require.Nil(t, s.conn)
 }
 
+// TestAcceptNoClientSaysSo: a server that no connection reaches ends at
+// its deadline with an error saying that no client came, within how long,
+// wrapping the listener's timeout.
+func TestAcceptNoClientSaysSo(t *testing.T) {
+	s := startAccept(t, 20*time.Millisecond, loopback)
+	err := s.Wait()
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.ErrorContains(t, err, "no client came within 200ms")
+	require.Nil(t, s.conn)
+}
+
 // TestAcceptDialKeyThenExchange: with a key, the parameters travel in a
 // sealed frame after the authentication, and the endpoints' exchange that
 // follows on the same connection reads none of its bytes.

@@ -87,8 +87,8 @@ func Run(name, server, client string, stdout, stderr io.Writer, probe func() err
 // closed for a newer one, sends what is not this protocol) is refused: it
 // is closed, refused (when not nil, called from Accept's goroutine) is
 // told its remote address and the reason, and the server waits on for
-// another; when the wait ends with no client, the error names the last
-// refusal. The first client to send good parameters is the one; the
+// another; when the wait ends with no client, the error says that no
+// client came within the wait, and names the last refusal. The first client to send good parameters is the one; the
 // connections still being greeted then are closed. A connection whose
 // error is plainly the user's mistake ends the wait at once with that
 // error: at a server without a key, a client that speaks perftest's
@@ -203,8 +203,15 @@ func Accept(ln net.Listener, timeout time.Duration, sec endpoint.Security, magic
 			report(g)
 		case err := <-acceptErr:
 			finish(nil)
+			came := "no client came"
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				came = fmt.Sprintf("no client came within %v (ten timeouts)", AcceptWait(timeout))
+			}
 			if last != nil {
-				return nil, fmt.Errorf("accept: %w (no client came; refused %d connection(s), the last %w)", err, count, last)
+				return nil, fmt.Errorf("accept: %w (%s; refused %d connection(s), the last %w)", err, came, count, last)
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, fmt.Errorf("accept: %s: %w", came, err)
 			}
 			return nil, fmt.Errorf("accept: %w", err)
 		}
@@ -376,9 +383,16 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 	if len(sec.Key) == 0 {
 		_, err = conn.Write(b)
 	} else {
-		// sealed.Dial closes conn when it fails.
+		// sealed.Dial closes conn when it fails. It reads through first,
+		// which keeps the server's first bytes: perftest's server sends
+		// its version string first, where this server sends its
+		// challenge.
+		first := &firstBytes{Conn: conn}
 		var sc sealed.Conn
-		if sc, err = sealed.Dial(conn, sec.Key, sealed.ToolParameters, timeout); err != nil {
+		if sc, err = sealed.Dial(first, sec.Key, sealed.ToolParameters, timeout); err != nil {
+			if v, ok := perftestwire.Version(first.got); ok {
+				return nil, fmt.Errorf("authenticate with the server: %w (it sent version %q): %w", ErrPerftestServer, v, err)
+			}
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 				// A server that hangs up on the proof holds no key
 				// (one without a key closes at once) or another.
@@ -398,6 +412,21 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 		return nil, err
 	}
 	return conn, nil
+}
+
+// firstBytes is a connection that keeps the first four bytes read from
+// it, for Dial to tell which kind of server sent them.
+type firstBytes struct {
+	net.Conn
+	got []byte
+}
+
+func (c *firstBytes) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if k := min(n, 4-len(c.got)); k > 0 {
+		c.got = append(c.got, p[:k]...)
+	}
+	return n, err
 }
 
 // The server's answer to a client's parameters: the first byte the server

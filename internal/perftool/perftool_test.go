@@ -452,15 +452,20 @@ func TestDialNoServer(t *testing.T) {
 }
 
 // TestDialPerftestServer: a client that reaches perftest's server, which
-// sends its version string first, is told so; before the server answered
+// sends its version string first, is told so, with a key or without; before the server answered
 // parameters, the endpoints' exchange said so, and the answer's first
 // byte must not hide it.
 func TestDialPerftestServer(t *testing.T) {
-	addr := toolproc.ServeOne(t, func(c net.Conn) {
-		_, _ = c.Write([]byte("6.06\x00"))
-		_, _ = io.Copy(io.Discard, c)
-	})
-	_, err := Dial(addr, 5*time.Second, loopback, struct{ Magic uint32 }{7})
-	require.ErrorIs(t, err, ErrPerftestServer)
-	require.ErrorContains(t, err, `(it sent version "6.06")`)
+	// perftest sends its version NUL-padded to 16 bytes; with a key the
+	// client reads a whole header (12 bytes) of it.
+	version := append([]byte("6.06"), make([]byte, 12)...)
+	for _, sec := range []endpoint.Security{loopback, keyed} {
+		addr := toolproc.ServeOne(t, func(c net.Conn) {
+			_, _ = c.Write(version)
+			_, _ = io.Copy(io.Discard, c)
+		})
+		_, err := Dial(addr, 5*time.Second, sec, struct{ Magic uint32 }{7})
+		require.ErrorIs(t, err, ErrPerftestServer, "key %t", len(sec.Key) > 0)
+		require.ErrorContains(t, err, `(it sent version "6.06")`)
+	}
 }
