@@ -249,12 +249,6 @@ type Stats struct {
 	// is lost as a packet would be, and the QPs that sent them end in
 	// RETRY_EXC_ERR if it lasts (docs/guide.md, section 14).
 	RingNoSpace uint64
-	// SharedFaults counts the faults in the files of a shared fabric
-	// that another member truncated under this process (a SIGBUS that
-	// would have killed it): the first ends the Fabric's use of the
-	// fabric, as if every other process had died (docs/hardware.md,
-	// "Peers that misbehave").
-	SharedFaults uint64
 	// LostEvents counts the async events a device dropped because it
 	// held maxQueuedEvents (4096) unread, as a full event pipe of the
 	// emulated kernel drops them.
@@ -403,7 +397,6 @@ func (f *Fabric) Stats() Stats {
 	s := f.stats
 	if f.shm != nil {
 		s.RingNoSpace = f.shm.noSpace
-		s.SharedFaults = f.shm.faults.Load()
 	}
 	return s
 }
@@ -570,7 +563,7 @@ func (f *Fabric) Step() (bool, error) {
 	if f.opts.Mode != Manual {
 		return false, ErrWrongMode
 	}
-	progressed := f.roundLocked()
+	progressed := f.stepLocked()
 	if f.fatal {
 		return progressed, ErrViolation
 	}
@@ -586,7 +579,7 @@ func (f *Fabric) RunUntilIdle() error {
 		return ErrWrongMode
 	}
 	for i := 0; i < f.opts.MaxRounds; i++ {
-		if f.roundLocked() {
+		if f.stepLocked() {
 			continue
 		}
 		if f.releaseHeldLocked() {
@@ -842,7 +835,7 @@ func (f *Fabric) clockRead(t0, t1 uint64) {
 func (f *Fabric) wakeEngine() {
 	switch {
 	case f.shm != nil:
-		f.shm.wake()
+		f.shm.in.wake()
 	case f.tcp != nil:
 		f.tcp.wake()
 	}
@@ -870,7 +863,7 @@ func (f *Fabric) idle() {
 		return
 	}
 	f.idleRound = true
-	if !f.roundLocked() {
+	if !f.stepLocked() {
 		f.releaseHeldLocked()
 	}
 	f.idleRound = false
@@ -986,7 +979,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			continue
 		}
 		f.mu.Lock()
-		progressed := f.roundLocked()
+		progressed := f.stepLocked()
 		if !progressed {
 			progressed = f.releaseHeldLocked()
 		}
@@ -1026,7 +1019,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			// An idle engine runs few rounds (shmGoneRounds would
 			// take seconds of them); the look costs little beside
 			// the sleep.
-			f.shm.guard(f.shm.dropGone)
+			f.shm.dropGone()
 		}
 		f.mu.Unlock()
 		if f.shm != nil || f.tcp != nil {
@@ -1036,7 +1029,7 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 				idleSince = time.Now()
 			}
 			if f.shm != nil {
-				f.shm.sleep(shmSleep(sleep, idleSince))
+				f.shm.in.sleep(f.shm.slot, shmSleep(sleep, idleSince))
 			} else {
 				// Bytes from a peer end the sleep.
 				f.tcp.sleep(f, shmSleep(sleep, idleSince))

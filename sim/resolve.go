@@ -38,7 +38,7 @@ func (f *Fabric) neighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
 	alive := false
 	if sh := f.shm; sh != nil {
 		s := i / shmMaxDevices
-		sh.guard(func() { alive = s != sh.slot && s < shmMaxSlots && i%shmMaxDevices < sh.peerDevices(s) })
+		alive = s != sh.slot && s < shmMaxSlots && i%shmMaxDevices < sh.peerDevices(s)
 	}
 	l := f.tcp
 	f.mu.Unlock()

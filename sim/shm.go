@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
-	"runtime/debug"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -39,82 +37,6 @@ type shmFabric struct {
 	// noSpace counts the messages send could not place because the
 	// file system could not allocate the ring's pages (Stats.RingNoSpace).
 	noSpace uint64
-	// opening is the peer's ring file peer is mapping, before it is in
-	// peers (a fault there is the fabric's too: holds).
-	opening *ringFile
-	// detached is set once a fault in one of the fabric's mappings (a
-	// member truncated a file: fault) has ended this process's use of
-	// the fabric: every peer is gone from then on, and nothing reads or
-	// writes the mappings again (leave only unmaps them). faults counts
-	// such faults (Stats.SharedFaults).
-	detached atomic.Bool
-	faults   atomic.Uint64
-}
-
-// fault is deferred around the model's work on the memory of the shared
-// fabric (roundLocked, guard), with old the goroutine's SetPanicOnFault
-// setting before the work turned it on. A member that truncates a file of
-// the fabric (its own ring file, another's, the registry) takes pages
-// from under every process that maps it, and the next access there is a
-// SIGBUS, which would kill the process; with the setting on it panics
-// instead, and fault takes the panic: the process stops using the fabric
-// (detached), as if every peer had died, so its QPs to other processes
-// complete with RETRY_EXC_ERR and flush, and its own QPs go on. A fault
-// elsewhere, and any other panic, goes on.
-func (s *shmFabric) fault(old bool) {
-	debug.SetPanicOnFault(old)
-	r := recover()
-	if r == nil {
-		return
-	}
-	if a, ok := r.(interface{ Addr() uintptr }); !ok || !s.holds(a.Addr()) {
-		panic(r)
-	}
-	s.detached.Store(true)
-	s.faults.Add(1)
-}
-
-// guard runs fn, which reads or writes the fabric's mappings outside a
-// round, taking a fault there as a round does (fault).
-func (s *shmFabric) guard(fn func()) {
-	defer s.fault(debug.SetPanicOnFault(true))
-	fn()
-}
-
-// holds reports whether addr lies in one of the fabric's mappings.
-func (s *shmFabric) holds(addr uintptr) bool {
-	in := func(mem []byte) bool {
-		if len(mem) == 0 {
-			return false
-		}
-		b := uintptr(unsafe.Pointer(&mem[0]))
-		return addr >= b && addr-b < uintptr(len(mem))
-	}
-	if in(s.reg.mem) || in(s.in.mem) || s.opening != nil && in(s.opening.mem) {
-		return true
-	}
-	for _, p := range s.peers {
-		if p != nil && in(p.mem) {
-			return true
-		}
-	}
-	return false
-}
-
-// roundLocked runs a round of the model (stepLocked, f.mu held). On a
-// shared fabric a fault in the fabric's mappings ends the round, and the
-// Fabric's use of the fabric (sharedStep, shmFabric.fault).
-func (f *Fabric) roundLocked() bool {
-	if f.shm == nil {
-		return f.stepLocked()
-	}
-	return f.sharedStep()
-}
-
-// sharedStep is stepLocked guarded by shmFabric.fault.
-func (f *Fabric) sharedStep() bool {
-	defer f.shm.fault(debug.SetPanicOnFault(true))
-	return f.stepLocked()
 }
 
 // joinShared joins (creating it if needed) the shared fabric name.
@@ -146,13 +68,9 @@ func joinShared(name string, link ctx.LinkLayer, devices int) (*shmFabric, error
 	return &shmFabric{name: name, slot: slot, gen: gen, reg: r, in: in}, nil
 }
 
-// leave gives the slot back and removes the ring file, unless a fault
-// detached the process from the fabric: then it only unmaps and closes
-// (its slot is reaped once it has ended, as a killed process's is).
+// leave gives the slot back and removes the ring file.
 func (s *shmFabric) leave() {
-	if !s.detached.Load() {
-		s.guard(func() { s.reg.release(s.name, s.slot, s.gen) })
-	}
+	s.reg.release(s.name, s.slot, s.gen)
 	s.in.close()
 	for i, p := range s.peers {
 		if p != nil {
@@ -176,9 +94,6 @@ func (s *shmFabric) remoteSlot(qpn uint32) int {
 // peer returns the ring file of the live process in slot, mapping it when
 // the slot changed hands; nil when the slot is free or its file is gone.
 func (s *shmFabric) peer(slot int) *ringFile {
-	if s.detached.Load() {
-		return nil
-	}
 	gen := s.reg.gen(slot)
 	p := s.peers[slot]
 	if p != nil && p.gen == gen {
@@ -195,10 +110,7 @@ func (s *shmFabric) peer(slot int) *ringFile {
 	if err != nil {
 		return nil
 	}
-	s.opening = p
-	err = p.resume(s.slot)
-	s.opening = nil
-	if err != nil {
+	if err := p.resume(s.slot); err != nil {
 		// No room in the file system for the ring's lines: absent
 		// until there is.
 		p.close()
@@ -222,9 +134,6 @@ func (s *shmFabric) peer(slot int) *ringFile {
 // mapping (send, open, publish, room) ends before f.mu is released, so
 // none outlasts it.
 func (s *shmFabric) dropGone() {
-	if s.detached.Load() {
-		return
-	}
 	for i := range s.peers {
 		if p := s.peers[i]; p != nil && s.reg.gen(i) != p.gen {
 			p.close()
@@ -324,12 +233,8 @@ func (s *shmFabric) room(slot int, payloadLen int) bool {
 	return p != nil && p.fits(s.slot, ringRecHdr+payloadLen)
 }
 
-// peerAlive reports whether the process in slot still runs (none does
-// for a process detached from the fabric).
+// peerAlive reports whether the process in slot still runs.
 func (s *shmFabric) peerAlive(slot int) bool {
-	if s.detached.Load() {
-		return false
-	}
 	gen := s.reg.gen(slot)
 	return gen != 0 && s.reg.slotAlive(slot, gen)
 }
@@ -337,9 +242,6 @@ func (s *shmFabric) peerAlive(slot int) bool {
 // peerDevices returns the number of HCAs of the process in slot, 0 when
 // the slot is free or its process is gone.
 func (s *shmFabric) peerDevices(slot int) int {
-	if s.detached.Load() {
-		return 0
-	}
 	gen := s.reg.gen(slot)
 	if gen == 0 {
 		return 0
@@ -364,9 +266,6 @@ func (s *shmFabric) peerDevices(slot int) int {
 // each at its head's mark, from the slot after the ring where it last
 // stopped.
 func (s *shmFabric) drain(f *Fabric) bool {
-	if s.detached.Load() {
-		return false
-	}
 	got := false
 	// The ring the last drain stopped in, if it did: a completing
 	// request at its head now is one of a run (a stream of SENDs),
@@ -507,34 +406,6 @@ func (s *shmFabric) producerGen(from int) uint64 {
 	return s.reg.lastGen(from)
 }
 
-// slotGen returns the generation of the process in slot, 0 when the slot
-// is free or the process is detached from the fabric.
-func (s *shmFabric) slotGen(slot int) uint64 {
-	if s.detached.Load() {
-		return 0
-	}
-	return s.reg.gen(slot)
-}
-
-// sleep is the engine's sleep of up to d until a producer commits a record
-// (ringFile.sleep), guarded as a round is; a detached process sleeps d.
-func (s *shmFabric) sleep(d time.Duration) {
-	if !s.detached.Load() {
-		s.guard(func() { s.in.sleep(s.slot, d) })
-	}
-	if s.detached.Load() {
-		time.Sleep(d)
-	}
-}
-
-// wake ends the engine's sleep (ringFile.wake), unless the process is
-// detached (its engine sleeps on a timer then).
-func (s *shmFabric) wake() {
-	if !s.detached.Load() {
-		s.guard(s.in.wake)
-	}
-}
-
 // ringGiveBack is the size of a record after which drainRing moves its
 // head at once rather than after the last record it finds.
 const ringGiveBack = 4096
@@ -637,9 +508,5 @@ func (f *Fabric) Reaches(qpn uint32) bool {
 		return false
 	}
 	s := f.shm.remoteSlot(qpn)
-	alive := false
-	if s >= 0 {
-		f.shm.guard(func() { alive = f.shm.peerAlive(s) })
-	}
-	return alive
+	return s >= 0 && f.shm.peerAlive(s)
 }

@@ -523,7 +523,7 @@ func (f *Fabric) wireStreamGone(qpn uint32, gen uint64) bool {
 	case f.tcp != nil:
 		return f.tcp.streamGone(slot, gen)
 	default:
-		return f.shm.slotGen(slot) != gen
+		return f.shm.reg.gen(slot) != gen
 	}
 }
 
@@ -1407,7 +1407,7 @@ func (f *Fabric) wireFlushAcks() {
 			kept++
 			continue
 		}
-		if f.shm != nil && f.shm.slotGen(a.slot) != a.gen {
+		if f.shm != nil && f.shm.reg.gen(a.slot) != a.gen {
 			continue // the requester's process is gone: so is its ACK
 		}
 		data := a.old[:a.oldN]
@@ -1473,7 +1473,7 @@ func (f *Fabric) wireCarryAck(slot int, q *qp) bool {
 	}
 	a := &f.wireAcks[0]
 	return a.slot == slot && a.dst == q.attr.RemoteQPN && a.src == q.qpn && a.status == wireAck &&
-		a.readN == 0 && a.oldN == 0 && a.gen == f.shm.slotGen(slot)
+		a.readN == 0 && a.oldN == 0 && a.gen == f.shm.reg.gen(slot)
 }
 
 // wireHeldFor reports whether an answer to the process in slot is held.
