@@ -283,7 +283,10 @@ func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
 	if err := p.usable("channel: share"); err != nil {
 		return err
 	}
-	if mr == nil || mr.Closed() {
+	if mr == nil {
+		return fmt.Errorf("channel: share: nil memory region: %w", ctx.ErrInvalidArgument)
+	}
+	if mr.Closed() {
 		return fmt.Errorf("channel: share: memory region: %w", ctx.ErrClosed)
 	}
 	if mr.ProtectionDomain() != p.c.pd {

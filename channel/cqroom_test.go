@@ -184,3 +184,17 @@ func TestPostForRoomSeesOverrunCQ(t *testing.T) {
 	require.ErrorIs(t, err, monocq.ErrOverrun)
 	require.Zero(t, a.Outstanding())
 }
+
+// TestShareNilRefused: Share of a nil memory region is an invalid
+// argument, not a closed region.
+func TestShareNilRefused(t *testing.T) {
+	f := newFabric(t, 1)
+	h := newHost(t, f, 0, 4096)
+	p, err := channel.New(h.pd, channel.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	err = p.Share(nil)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.NotErrorIs(t, err, ctx.ErrClosed)
+	require.NoError(t, p.Share(h.mr), "the prepared channel still shares")
+}
