@@ -61,7 +61,8 @@ func (p *PreparedMulti) DialMesh(c context.Context, address string, rank int, op
 // meant for tests and tools. A nil prepared channel is refused with
 // ctx.ErrInvalidArgument, one that was closed or used already as
 // Handshake refuses it (ctx.ErrClosed, ErrUsed), before any endpoint is
-// exchanged. On error every prepared channel is closed.
+// exchanged. On error every prepared channel is closed, except one that
+// was used already (its channel is not the call's to close).
 func Mesh(c context.Context, address string, prepared []*PreparedMulti) ([]*MultiChannel, error) {
 	const op = "channel: mesh"
 	closeAll := func() {
