@@ -64,15 +64,9 @@ func TestServerClientTwoProcesses(t *testing.T) {
 	t.Logf("client:\n%s", out)
 }
 
-// TestServerClientLeaveTheFabric: -server and -client, each in a process
-// of its own on a shared fabric, give their slots back as they exit, with
-// their ring files (up to 32 MiB a ring), and the last one out removes the
-// fabric's registry: /dev/shm keeps nothing of the fabric.
-func TestServerClientLeaveTheFabric(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two processes")
-	}
-	name := fmt.Sprintf("pingpong-leave-%d", os.Getpid())
+// fabricFiles returns a function that lists the /dev/shm files of the
+// shared fabric name, and removes whatever is left of them when t ends.
+func fabricFiles(t *testing.T, name string) func() []string {
 	files := func() []string {
 		m, err := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
 		require.NoError(t, err)
@@ -83,6 +77,19 @@ func TestServerClientLeaveTheFabric(t *testing.T) {
 			_ = os.Remove(f)
 		}
 	})
+	return files
+}
+
+// TestServerClientLeaveTheFabric: -server and -client, each in a process
+// of its own on a shared fabric, give their slots back as they exit, with
+// their ring files (up to 32 MiB a ring), and the last one out removes the
+// fabric's registry: /dev/shm keeps nothing of the fabric.
+func TestServerClientLeaveTheFabric(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	name := fmt.Sprintf("pingpong-leave-%d", os.Getpid())
+	files := fabricFiles(t, name)
 	env := []string{sim.EnvFabric + "=" + name}
 	server := toolproc.Watch(toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0"))
 	addr := server.ListenAddress(t, listenWait)
@@ -114,16 +121,7 @@ func TestServerSignalLeavesTheFabric(t *testing.T) {
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		name := fmt.Sprintf("pingpong-signal-%d-%d", sig, os.Getpid())
-		files := func() []string {
-			m, err := filepath.Glob("/dev/shm/mlx5kit-" + name + "-*")
-			require.NoError(t, err)
-			return m
-		}
-		t.Cleanup(func() {
-			for _, f := range files() {
-				_ = os.Remove(f)
-			}
-		})
+		files := fabricFiles(t, name)
 		env := []string{sim.EnvFabric + "=" + name}
 		cmd, out := toolProcess(t, env, "-provider", "sim", "-server", "127.0.0.1:0", "-timeout", "1m")
 		server := toolproc.Watch(cmd, out)
