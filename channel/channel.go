@@ -31,6 +31,9 @@ func (p *Prepared) GID() ctx.GIDEntry { return p.m.GID() }
 // checked before anything changes; garbage is refused and the prepared
 // channel may try again.
 func (p *Prepared) Handshake(remote endpoint.Endpoint) (*Channel, error) {
+	if err := p.m.usable("channel: handshake"); err != nil {
+		return nil, err
+	}
 	if p.m.own(remote) == 0 {
 		return nil, fmt.Errorf("channel: handshake: the peer sent this side's own endpoint (QPN %#x, DCT %#x, LID %d), a loop to itself (%s): %w",
 			remote.QPN, remote.DCTNumber, remote.LID, loopHint, ErrHandshake)

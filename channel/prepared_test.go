@@ -175,6 +175,11 @@ func TestHandshakeConnRefusesUnusablePrepared(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "HandshakeConn sent %d bytes", n)
 		_ = ca.Close()
 		_ = cb.Close()
+		// Handed its own endpoint, it is refused for what it is (closed,
+		// used), not as a loop to itself.
+		_, err = p.Handshake(p.Endpoint())
+		require.ErrorIs(t, err, want)
+		require.NotErrorIs(t, err, channel.ErrHandshake)
 	}
 }
 
