@@ -308,6 +308,16 @@ func mapRegistry(name string, fd int) (*registry, error) {
 	return &registry{name: name, fd: fd, mem: mem, base: unsafe.Pointer(&mem[0])}, nil
 }
 
+// anyRingFile reports whether a ring file of the fabric name exists.
+func anyRingFile(name string) bool {
+	for s := 0; s < shmMaxSlots; s++ {
+		if _, err := os.Lstat(ringPath(name, s)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // removeRings removes the ring files of every slot of the fabric name,
 // when its registry is started afresh.
 func removeRings(name string) {
@@ -560,15 +570,17 @@ func (r *registry) removeUnused(name string) {
 // the registry when no live process holds a slot. Processes that leave
 // (Fabric.Close) or join do the same; SweepFabric is for a program that
 // ends without leaving, such as one under mlx5kit-emulate, and is called
-// after it exits. It makes nothing: a fabric with no registry is left as
-// it is. A registry of another protocol version or layout is not touched
-// and its error wraps ErrFabricVersion.
+// after it exits. It makes nothing: a fabric with no registry keeps none,
+// and loses only the ring files no live process holds (one killed while it
+// joined leaves its file with no slot, and the registry goes with the
+// last process to leave). A registry of another protocol version or
+// layout is not touched and its error wraps ErrFabricVersion.
 func SweepFabric(name string) error {
 	if err := CheckFabricName(name); err != nil {
 		return err
 	}
 	p := registryPath(name)
-	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) && !anyRingFile(name) {
 		return nil
 	}
 	fd, st, err := lockRegistry(p)
@@ -578,7 +590,13 @@ func SweepFabric(name string) error {
 	if st.Size == 0 {
 		// Made by this call's open after the last process removed it, or
 		// by a process about to set it up, which opens the path again
-		// once it has the lock.
+		// once it has the lock. No process joins while the lock is held:
+		// a ring file no process holds is an orphan.
+		for s := 0; s < shmMaxSlots; s++ {
+			if rp := ringPath(name, s); !ringHeld(rp) {
+				_ = os.Remove(rp)
+			}
+		}
 		_ = os.Remove(p)
 		_ = unix.Close(fd)
 		return nil

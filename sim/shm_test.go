@@ -43,16 +43,19 @@ func testFabricName(t testing.TB) string {
 // long-lived machine their ring files (sparse, up to 2 GiB each) would
 // otherwise pile up against the tmpfs.
 func sweepDeadTestFabrics() {
-	regs, _ := filepath.Glob(filepath.Join(shmDir, "mlx5kit-test-*-registry"))
-	for _, r := range regs {
-		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(r), "mlx5kit-"), "-registry")
+	files, _ := filepath.Glob(filepath.Join(shmDir, "mlx5kit-test-*"))
+	swept := map[string]bool{}
+	for _, f := range files {
+		// A registry or a ring file (one with no registry left too).
 		var pid, seq int
-		if n, _ := fmt.Sscanf(name, "test-%d-%d", &pid, &seq); n != 2 || pid == os.Getpid() || pid <= 0 {
+		if n, _ := fmt.Sscanf(strings.TrimPrefix(filepath.Base(f), "mlx5kit-"), "test-%d-%d", &pid, &seq); n != 2 || pid == os.Getpid() || pid <= 0 {
 			continue
 		}
-		if unix.Kill(pid, 0) != unix.ESRCH {
-			continue // alive (or not ours to signal)
+		name := fmt.Sprintf("test-%d-%d", pid, seq)
+		if swept[name] || unix.Kill(pid, 0) != unix.ESRCH {
+			continue // done, or alive (or not ours to signal)
 		}
+		swept[name] = true
 		_ = SweepFabric(name)
 	}
 }
@@ -684,4 +687,25 @@ func TestRegistryLockHeldBounded(t *testing.T) {
 	require.NoError(t, err)
 	defer s.leave()
 	require.NotEqual(t, slot, s.slot)
+}
+
+// TestSweepFabricOrphanRings: a fabric with no registry (the last process
+// to leave removed it) can still have a ring file no process holds, left
+// by one killed while it joined: SweepFabric removes it, keeps a ring file
+// a live process holds, and leaves no registry behind. Before, it returned
+// at once when there was no registry.
+func TestSweepFabricOrphanRings(t *testing.T) {
+	name := testFabricName(t)
+	orphan := ringPath(name, 3)
+	require.NoError(t, os.WriteFile(orphan, make([]byte, 64), 0o600))
+	t.Cleanup(func() { _ = os.Remove(orphan) })
+	held, err := createRingFile(name, 5, 1) // holds its liveness lock
+	require.NoError(t, err)
+	t.Cleanup(func() { held.close(); _ = os.Remove(ringPath(name, 5)) })
+	require.NoFileExists(t, registryPath(name))
+
+	require.NoError(t, SweepFabric(name))
+	require.NoFileExists(t, orphan, "the orphan ring file")
+	require.FileExists(t, ringPath(name, 5), "a ring file a live process holds")
+	require.NoFileExists(t, registryPath(name))
 }
