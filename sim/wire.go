@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/binary"
+	"math"
 	"slices"
 	"time"
 	"unsafe"
@@ -232,7 +233,7 @@ type wireQP struct {
 	holdUntil     int64  // no segment leaves before (RNR wait, full ring)
 	fullUntil     int64  // with nothing in flight, the try of a full ring ends
 	next          uint32 // the next PSN to send
-	deadline      int64  // when the oldest segment in flight counts as lost
+	deadline      int64  // when the oldest segment in flight counts as lost (wireUnarmed: not yet given a time)
 	// epoch numbers the requester's stream (RC: from its last RTR→RTS;
 	// DCI: from its last change of destination), unique within the
 	// Fabric: a DCT tells a new stream from a retry.
@@ -321,7 +322,27 @@ const (
 	// as a repeat (answered again) rather than as one from the future
 	// (ignored).
 	wireDupWindow = 1 << 22
+	// wireUnarmed is the deadline of an ACK timer that started in a round
+	// that read no clock (ackTimerStart): it never runs out, and the
+	// first round that looks at the timer afterwards gives it a time.
+	wireUnarmed = math.MaxInt64
 )
+
+// ackTimerStart returns the deadline of an ACK timer of d that starts now.
+// In Engine mode with the time-stamp counter, in a round that has not read
+// the clock, it is wireUnarmed: the next round that looks at timers gives
+// it its time once that round's answers are taken (wireRun), so that a
+// request answered by then, as one between two polling loops is, costs no
+// read of the counter (about 10 ns on AMD, a twentieth of a round trip).
+// The timer then starts up to a round late (wireJudgeRounds rounds while
+// a stream of completions defers the judgement), never early. Manual mode
+// sets it at once: its tests move the clock between rounds.
+func (f *Fabric) ackTimerStart(d int64) int64 {
+	if f.useTicks && !f.roundTimed {
+		return wireUnarmed
+	}
+	return f.deadlineAfter(d)
+}
 
 // wireTransition updates the PSNs when a QP changes state.
 func (q *qp) wireTransition(from, to ctx.QPState) {
@@ -618,6 +639,19 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	// WQE posted after that timer ran out is flushed, and must not reach
 	// the responder.
 	first := judge && (!f.wireSendOnly || !q.uc && q.retryCount >= int(q.attr.RetryCount))
+	unarmed := judge && ws.deadline == wireUnarmed
+	if unarmed {
+		// A timer started in a round that read no clock
+		// (ackTimerStart): its time is set in the round's second pass,
+		// after the answers are taken, and only if the ACK is not
+		// among them.
+		if !f.wireSendOnly {
+			ws.deadline = f.deadlineAfter(timeout)
+		} else if f.lookAtTimers() {
+			f.wireLate = true
+		}
+		first = false
+	}
 	if first && f.timerNow() >= ws.deadline {
 		if f.wireSendOnly {
 			f.wireLate = true
@@ -666,7 +700,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			}
 		}
 	}
-	if judge && !first && f.wireSendOnly && f.lookAtTimers() && f.timerNow() >= ws.deadline {
+	if judge && !first && !unarmed && f.wireSendOnly && f.lookAtTimers() && f.timerNow() >= ws.deadline {
 		// Judged after this round's inbound answers are taken
 		// (stepLocked): the ACK may be among them.
 		f.wireLate = true
@@ -830,9 +864,8 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	// answered or timed out.
 	ws.fullUntil = 0
 	if ws.segN == 0 {
-		// The round's clock, read here if not before: after the
-		// segment is out.
-		ws.deadline = f.deadlineAfter(timeout)
+		// After the segment is out.
+		ws.deadline = f.ackTimerStart(timeout)
 	}
 	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd,
 		op: w.op, fm: w.fm, wqe: w.idx, bbs: w.bbs, total: w.total}
@@ -924,7 +957,7 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 	// Sent, or lost with the peer: in flight until answered or timed out.
 	ws.fullUntil = 0
 	if ws.segN == 0 {
-		ws.deadline = f.deadlineAfter(timeout)
+		ws.deadline = f.ackTimerStart(timeout)
 	}
 	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: at, psn: psn, n: uint64(m.n), last: true,
 		op: m.op, fm: m.fm, wqe: at, bbs: m.bbs, total: uint64(m.n)}
@@ -1124,7 +1157,7 @@ func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
 	q.retryCount = 0
 	if ws.segN > 0 {
 		// The oldest segment still in flight: its timer starts now.
-		ws.deadline = f.deadlineAfter(int64(ctx.AckTimeoutDuration(q.attr.Timeout)))
+		ws.deadline = f.ackTimerStart(int64(ctx.AckTimeoutDuration(q.attr.Timeout)))
 	}
 	if ws.holdUntil == 0 {
 		q.blockedUntil = 0
