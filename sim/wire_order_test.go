@@ -552,7 +552,9 @@ func TestTimersLookedAtInQuietRounds(t *testing.T) {
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	loopRound() // the request leaves: a round in which something happened
 	require.Zero(t, e1.f.quietRounds)
-	loopRound() // the round after one in which something happened looks: the ACK timer gets its time
+	// The round after one in which something happened looks: the ACK
+	// timer gets its time.
+	loopRound()
 	time.Sleep(100 * time.Millisecond) // its timer runs out
 	quiet(1)
 	for i := 1; i <= 3; i++ {
@@ -578,7 +580,7 @@ func TestWireRetryCountZeroSendsOnce(t *testing.T) {
 	e1, e2, a, _ := heldRCPairRetry(t, 0) // Timeout 14: 67 ms
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	stepRound(e1.f)
-	stepRound(e1.f) // the ACK timer gets its time (ackTimerStart)
+	stepRound(e1.f)                    // the ACK timer gets its time (ackTimerStart)
 	time.Sleep(100 * time.Millisecond) // the timer runs out, unanswered
 	stepRound(e1.f)
 	c, ok := a.scq.poll()
