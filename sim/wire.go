@@ -618,6 +618,16 @@ func (f *Fabric) wireSlot(q *qp) int {
 	return f.remoteSlot(beUint32(b[:]) & prm.CtrlQPNMask)
 }
 
+// wireTimeout returns how long RC QP or DCI q waits for the answer to its
+// oldest segment in flight: its ACK timeout (0: forever), or for a UC QP
+// wireUCLoss.
+func (q *qp) wireTimeout() int64 {
+	if q.uc {
+		return wireUCLoss
+	}
+	return int64(ctx.AckTimeoutDuration(q.attr.Timeout))
+}
+
 // wireRun gives an RC QP or a DCI whose peer is in the process in slot its turn:
 // it ends a try that timed out and sends what the window allows. It
 // reports whether anything happened. It compares timers with timerNow and
@@ -625,10 +635,7 @@ func (f *Fabric) wireSlot(q *qp) int {
 // timerSlack (a segment leaves before either is asked).
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
-	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
-	if q.uc {
-		timeout = wireUCLoss
-	}
+	timeout := q.wireTimeout()
 	if ws.segN == 0 && ws.sendOff == 0 {
 		// Nothing in flight and no message begun: the next WQE to send
 		// is the oldest not completed. (After goBack or a full ring a
@@ -1163,8 +1170,10 @@ func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
 	}
 	q.retryCount = 0
 	if ws.segN > 0 {
-		// The oldest segment still in flight: its timer starts now.
-		ws.deadline = f.ackTimerStart(int64(ctx.AckTimeoutDuration(q.attr.Timeout)))
+		// The oldest segment still in flight: its timer starts now,
+		// with wireRun's wait (a UC QP's is wireUCLoss: it has no ACK
+		// timeout, and 0 would take the segment as lost at once).
+		ws.deadline = f.ackTimerStart(q.wireTimeout())
 	}
 	if ws.holdUntil == 0 {
 		q.blockedUntil = 0

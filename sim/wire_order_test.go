@@ -685,3 +685,54 @@ func imms(cs []cqe) []uint32 {
 	}
 	return out
 }
+
+// TestUCNextSegmentWaitsForLoss: a UC requester between processes waits
+// wireUCLoss for the model's answer to each segment in flight. When the
+// answer to its oldest comes, the next oldest's timer starts (wireSegDone)
+// with that same wait, not with the ACK timeout of the QP's attributes,
+// which a UC QP has none of (0): the next segment is not taken as lost,
+// and its WQE not completed, before its answer, in a round that read the
+// clock as in one that did not (ackTimerStart).
+func TestUCNextSegmentWaitsForLoss(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a, q := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
+	connectUC(t, a, q)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	q.postRecv()
+	q.postRecv()
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	a.postWQE(w, 1)
+	a.postWQE(w, 2)
+	stepRound(e1.f) // both leave
+	e1.f.mu.Lock()
+	aq := e1.f.qps[a.qp.QPN()]
+	require.Equal(t, 2, aq.wire.segN)
+	e1.f.mu.Unlock()
+	time.Sleep(time.Millisecond) // the time last read is old: the next round reads the clock
+	stepRound(e1.f)              // the first segment's timer gets its time, if it had none
+	stepRound(e2.f)              // executes the first; its answer held
+	stepRound(e2.f)              // the first's answer leaves; the second executes, its answer held
+	time.Sleep(time.Millisecond)
+	stepRound(e1.f) // reads the clock, then takes the first answer
+	c, ok := a.scq.poll()
+	require.True(t, ok, "the first WQE completes with its answer")
+	require.Equal(t, prm.CQEReq, c.op)
+	time.Sleep(time.Millisecond)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok = a.scq.poll()
+	require.False(t, ok, "the second WQE completed as lost a millisecond after the first's answer, its own not yet sent: %+v", c)
+	e1.f.mu.Lock()
+	segN := aq.wire.segN
+	e1.f.mu.Unlock()
+	require.Equal(t, 1, segN, "the second segment is still in flight")
+	stepRound(e2.f) // the second's answer leaves
+	stepRound(e1.f)
+	c, ok = a.scq.poll()
+	require.True(t, ok, "the second WQE completes with its answer")
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, []uint32{1, 2}, imms(q.rcq.drain()))
+}
