@@ -152,14 +152,19 @@ func (q *qp) oneLine() bool {
 
 // expand sets h to the wireHdr the general path sends for the request c
 // carries: srcGen and dstGen are the generations whose low bits c's match.
+//
+// h is zeroed in place and set field by field: a struct literal is built
+// on the stack and copied with wide loads that wait for its narrow stores
+// (no store-to-load forwarding).
 func (c *wireSmallHdr) expand(h *wireHdr, srcGen, dstGen uint64) {
 	n := uint32(c.NSL & wireSmallLen)
-	*h = wireHdr{Len: wireAlign, Kind: wireRequest, Op: c.Op, FM: c.FM,
-		SrcGen: srcGen, DstGen: dstGen,
-		DstQPN: c.DstQPN, SrcQPN: c.SrcQPN, PSN: c.PSN, Imm: c.Imm,
-		RAddr: c.RAddr, RKey: c.RKey, Total: n, Seg: n,
-		DLID: c.DLID, SL: c.NSL >> 4, L3: prm.CQERoCEL3GRH,
-		SrcLID: c.SrcLID, Epoch: c.Epoch}
+	*h = wireHdr{}
+	h.Len, h.Kind, h.Op, h.FM = wireAlign, wireRequest, c.Op, c.FM
+	h.SrcGen, h.DstGen = srcGen, dstGen
+	h.DstQPN, h.SrcQPN, h.PSN, h.Imm = c.DstQPN, c.SrcQPN, c.PSN, c.Imm
+	h.RAddr, h.RKey, h.Total, h.Seg = c.RAddr, c.RKey, n, n
+	h.DLID, h.SL, h.L3 = c.DLID, c.NSL>>4, prm.CQERoCEL3GRH
+	h.SrcLID, h.Epoch = c.SrcLID, c.Epoch
 	if c.NSL&wireSmallAck != 0 {
 		h.Epoch = 0 // the ACK's PSN (carriedAck), not an epoch
 	}
