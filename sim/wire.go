@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/binary"
+	"math"
 	"slices"
 	"time"
 	"unsafe"
@@ -151,14 +152,19 @@ func (q *qp) oneLine() bool {
 
 // expand sets h to the wireHdr the general path sends for the request c
 // carries: srcGen and dstGen are the generations whose low bits c's match.
+//
+// h is zeroed in place and set field by field: a struct literal is built
+// on the stack and copied with wide loads that wait for its narrow stores
+// (no store-to-load forwarding).
 func (c *wireSmallHdr) expand(h *wireHdr, srcGen, dstGen uint64) {
 	n := uint32(c.NSL & wireSmallLen)
-	*h = wireHdr{Len: wireAlign, Kind: wireRequest, Op: c.Op, FM: c.FM,
-		SrcGen: srcGen, DstGen: dstGen,
-		DstQPN: c.DstQPN, SrcQPN: c.SrcQPN, PSN: c.PSN, Imm: c.Imm,
-		RAddr: c.RAddr, RKey: c.RKey, Total: n, Seg: n,
-		DLID: c.DLID, SL: c.NSL >> 4, L3: prm.CQERoCEL3GRH,
-		SrcLID: c.SrcLID, Epoch: c.Epoch}
+	*h = wireHdr{}
+	h.Len, h.Kind, h.Op, h.FM = wireAlign, wireRequest, c.Op, c.FM
+	h.SrcGen, h.DstGen = srcGen, dstGen
+	h.DstQPN, h.SrcQPN, h.PSN, h.Imm = c.DstQPN, c.SrcQPN, c.PSN, c.Imm
+	h.RAddr, h.RKey, h.Total, h.Seg = c.RAddr, c.RKey, n, n
+	h.DLID, h.SL, h.L3 = c.DLID, c.NSL>>4, prm.CQERoCEL3GRH
+	h.SrcLID, h.Epoch = c.SrcLID, c.Epoch
 	if c.NSL&wireSmallAck != 0 {
 		h.Epoch = 0 // the ACK's PSN (carriedAck), not an epoch
 	}
@@ -232,7 +238,7 @@ type wireQP struct {
 	holdUntil     int64  // no segment leaves before (RNR wait, full ring)
 	fullUntil     int64  // with nothing in flight, the try of a full ring ends
 	next          uint32 // the next PSN to send
-	deadline      int64  // when the oldest segment in flight counts as lost
+	deadline      int64  // when the oldest segment in flight counts as lost (wireUnarmed: not yet given a time)
 	// epoch numbers the requester's stream (RC: from its last RTR→RTS;
 	// DCI: from its last change of destination), unique within the
 	// Fabric: a DCT tells a new stream from a retry.
@@ -299,6 +305,15 @@ type wireSeg struct {
 	total uint64
 }
 
+// set makes e the segment described, field by field: a struct literal
+// assigned to a ring slot is built on the stack and copied with wide loads
+// that wait for its narrow stores (no store-to-load forwarding), about 5
+// ns a segment.
+func (e *wireSeg) set(idx uint16, psn uint32, off, n uint64, last, rd bool, op prm.Opcode, fm uint8, wqe, bbs uint16, total uint64) {
+	e.idx, e.psn, e.off, e.n, e.last, e.rd = idx, psn, off, n, last, rd
+	e.op, e.fm, e.wqe, e.bbs, e.total = op, fm, wqe, bbs, total
+}
+
 // wireAtomic is the answer an atomic of PSN psn returned: the bytes of
 // the word it found (the first 4 of a 4-byte masked atomic), as atomicOp
 // left them.
@@ -321,7 +336,27 @@ const (
 	// as a repeat (answered again) rather than as one from the future
 	// (ignored).
 	wireDupWindow = 1 << 22
+	// wireUnarmed is the deadline of an ACK timer that started in a round
+	// that read no clock (ackTimerStart): it never runs out, and the
+	// first round that looks at the timer afterwards gives it a time.
+	wireUnarmed = math.MaxInt64
 )
+
+// ackTimerStart returns the deadline of an ACK timer of d that starts now.
+// In Engine mode with the time-stamp counter, in a round that has not read
+// the clock, it is wireUnarmed: the next round that looks at timers gives
+// it its time once that round's answers are taken (wireRun), so that a
+// request answered by then, as one between two polling loops is, costs no
+// read of the counter (about 10 ns on AMD, a twentieth of a round trip).
+// The timer then starts up to a round late (wireJudgeRounds rounds while
+// a stream of completions defers the judgement), never early. Manual mode
+// sets it at once: its tests move the clock between rounds.
+func (f *Fabric) ackTimerStart(d int64) int64 {
+	if f.useTicks && !f.roundTimed {
+		return wireUnarmed
+	}
+	return f.deadlineAfter(d)
+}
 
 // wireTransition updates the PSNs when a QP changes state.
 func (q *qp) wireTransition(from, to ctx.QPState) {
@@ -588,6 +623,16 @@ func (f *Fabric) wireSlot(q *qp) int {
 	return f.remoteSlot(beUint32(b[:]) & prm.CtrlQPNMask)
 }
 
+// wireTimeout returns how long RC QP or DCI q waits for the answer to its
+// oldest segment in flight: its ACK timeout (0: forever), or for a UC QP
+// wireUCLoss.
+func (q *qp) wireTimeout() int64 {
+	if q.uc {
+		return wireUCLoss
+	}
+	return int64(ctx.AckTimeoutDuration(q.attr.Timeout))
+}
+
 // wireRun gives an RC QP or a DCI whose peer is in the process in slot its turn:
 // it ends a try that timed out and sends what the window allows. It
 // reports whether anything happened. It compares timers with timerNow and
@@ -595,10 +640,7 @@ func (f *Fabric) wireSlot(q *qp) int {
 // timerSlack (a segment leaves before either is asked).
 func (f *Fabric) wireRun(q *qp, slot int) bool {
 	ws := &q.wire
-	timeout := int64(ctx.AckTimeoutDuration(q.attr.Timeout))
-	if q.uc {
-		timeout = wireUCLoss
-	}
+	timeout := q.wireTimeout()
 	if ws.segN == 0 && ws.sendOff == 0 {
 		// Nothing in flight and no message begun: the next WQE to send
 		// is the oldest not completed. (After goBack or a full ring a
@@ -618,6 +660,19 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 	// WQE posted after that timer ran out is flushed, and must not reach
 	// the responder.
 	first := judge && (!f.wireSendOnly || !q.uc && q.retryCount >= int(q.attr.RetryCount))
+	unarmed := judge && ws.deadline == wireUnarmed
+	if unarmed {
+		// A timer started in a round that read no clock
+		// (ackTimerStart): its time is set in the round's second pass,
+		// after the answers are taken, and only if the ACK is not
+		// among them.
+		if !f.wireSendOnly {
+			ws.deadline = f.deadlineAfter(timeout)
+		} else if f.lookAtTimers() {
+			f.wireLate = true
+		}
+		first = false
+	}
 	if first && f.timerNow() >= ws.deadline {
 		if f.wireSendOnly {
 			f.wireLate = true
@@ -666,7 +721,7 @@ func (f *Fabric) wireRun(q *qp, slot int) bool {
 			}
 		}
 	}
-	if judge && !first && f.wireSendOnly && f.lookAtTimers() && f.timerNow() >= ws.deadline {
+	if judge && !first && !unarmed && f.wireSendOnly && f.lookAtTimers() && f.timerNow() >= ws.deadline {
 		// Judged after this round's inbound answers are taken
 		// (stepLocked): the ACK may be among them.
 		f.wireLate = true
@@ -830,12 +885,10 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	// answered or timed out.
 	ws.fullUntil = 0
 	if ws.segN == 0 {
-		// The round's clock, read here if not before: after the
-		// segment is out.
-		ws.deadline = f.deadlineAfter(timeout)
+		// After the segment is out.
+		ws.deadline = f.ackTimerStart(timeout)
 	}
-	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: ws.sendIdx, psn: psn, off: off, n: n, last: last, rd: rd,
-		op: w.op, fm: w.fm, wqe: w.idx, bbs: w.bbs, total: w.total}
+	ws.segs[(ws.segHead+ws.segN)%wireWindow].set(ws.sendIdx, psn, off, n, last, rd, w.op, w.fm, w.idx, w.bbs, w.total)
 	ws.segN++
 	ws.next = (psn + 1) & ctx.MaxPSN
 	if rd {
@@ -924,10 +977,9 @@ func (f *Fabric) wireSendSmall(q *qp, slot int, timeout int64) (bool, int) {
 	// Sent, or lost with the peer: in flight until answered or timed out.
 	ws.fullUntil = 0
 	if ws.segN == 0 {
-		ws.deadline = f.deadlineAfter(timeout)
+		ws.deadline = f.ackTimerStart(timeout)
 	}
-	ws.segs[(ws.segHead+ws.segN)%wireWindow] = wireSeg{idx: at, psn: psn, n: uint64(m.n), last: true,
-		op: m.op, fm: m.fm, wqe: at, bbs: m.bbs, total: uint64(m.n)}
+	ws.segs[(ws.segHead+ws.segN)%wireWindow].set(at, psn, 0, uint64(m.n), true, false, m.op, m.fm, at, m.bbs, uint64(m.n))
 	ws.segN++
 	ws.next = (psn + 1) & ctx.MaxPSN
 	ws.sendIdx += m.bbs
@@ -1123,8 +1175,10 @@ func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
 	}
 	q.retryCount = 0
 	if ws.segN > 0 {
-		// The oldest segment still in flight: its timer starts now.
-		ws.deadline = f.deadlineAfter(int64(ctx.AckTimeoutDuration(q.attr.Timeout)))
+		// The oldest segment still in flight: its timer starts now,
+		// with wireRun's wait (a UC QP's is wireUCLoss: it has no ACK
+		// timeout, and 0 would take the segment as lost at once).
+		ws.deadline = f.ackTimerStart(q.wireTimeout())
 	}
 	if ws.holdUntil == 0 {
 		q.blockedUntil = 0
@@ -1341,7 +1395,12 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 		// (wireAcksFirst). Other ACKs (a plain WRITE, a SEND's first
 		// segments) go at once: nothing here answers them, and a
 		// requester's window waits for them.
-		f.wireAcks = append(f.wireAcks, wireHeldAck{slot: from, gen: h.SrcGen, op: h.Op, dst: h.SrcQPN, src: t.qpn, psn: h.PSN, off: h.Off, seg: h.Seg})
+		// Zeroed in place, then field by field: a struct literal is
+		// built on the stack and copied with wide loads that wait for
+		// its narrow stores (no store-to-load forwarding).
+		f.wireAcks = append(f.wireAcks, wireHeldAck{})
+		a := &f.wireAcks[len(f.wireAcks)-1]
+		a.slot, a.gen, a.op, a.dst, a.src, a.psn, a.off, a.seg = from, h.SrcGen, h.Op, h.SrcQPN, t.qpn, h.PSN, h.Off, h.Seg
 		return
 	}
 	f.wireReply(from, h, t, wireAck, 0, 0, data)

@@ -357,6 +357,7 @@ func TestAckInRingBeforeLastDeadlineIsTaken(t *testing.T) {
 	e1, e2, a, _ := heldRCPairRetry(t, 1)
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("w")))
 	stepRound(e1.f)
+	stepRound(e1.f) // the ACK timer gets its time (ackTimerStart)
 	time.Sleep(100 * time.Millisecond)
 	stepRound(e1.f) // a real timeout: the retry (retryCount 1)
 	require.Equal(t, uint64(1), e1.f.Stats().Retries)
@@ -467,6 +468,7 @@ func TestWireSendsBeforeJudgingTimer(t *testing.T) {
 	before1, before2 := e1.f.Stats(), e2.f.Stats()
 	a.postWQE(w, 1)
 	stepRound(e1.f) // request 1 leaves and is not answered
+	stepRound(e1.f) // the ACK timer gets its time (ackTimerStart)
 	time.Sleep(100 * time.Millisecond)
 	a.postWQE(w, 2)
 	stepRound(e1.f)
@@ -500,6 +502,7 @@ func TestWireJudgesLastTryBeforeSending(t *testing.T) {
 	e1, e2, a, _ := heldRCPairRetry(t, 1) // Timeout 14: 67 ms
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	stepRound(e1.f)
+	stepRound(e1.f) // the ACK timer gets its time (ackTimerStart)
 	time.Sleep(100 * time.Millisecond)
 	stepRound(e1.f) // the retry
 	require.Equal(t, uint64(1), e1.f.Stats().Retries)
@@ -549,6 +552,9 @@ func TestTimersLookedAtInQuietRounds(t *testing.T) {
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	loopRound() // the request leaves: a round in which something happened
 	require.Zero(t, e1.f.quietRounds)
+	// The round after one in which something happened looks: the ACK
+	// timer gets its time.
+	loopRound()
 	time.Sleep(100 * time.Millisecond) // its timer runs out
 	quiet(1)
 	for i := 1; i <= 3; i++ {
@@ -574,6 +580,7 @@ func TestWireRetryCountZeroSendsOnce(t *testing.T) {
 	e1, e2, a, _ := heldRCPairRetry(t, 0) // Timeout 14: 67 ms
 	a.post(prm.OpRdmaWrite, 0, prm.FlagCQUpdate, 0, raddrSeg(e2.addr(0), e2.mr.RKey()), inlineSeg([]byte("1")))
 	stepRound(e1.f)
+	stepRound(e1.f)                    // the ACK timer gets its time (ackTimerStart)
 	time.Sleep(100 * time.Millisecond) // the timer runs out, unanswered
 	stepRound(e1.f)
 	c, ok := a.scq.poll()
@@ -591,6 +598,7 @@ func TestWireRNRNakRestartsTransportRetries(t *testing.T) {
 	e1, e2, a, _ := heldRCPairRetry(t, 1) // Timeout 14: 67 ms; no receive posted
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("x")))
 	stepRound(e1.f)
+	stepRound(e1.f) // the ACK timer gets its time (ackTimerStart)
 	time.Sleep(100 * time.Millisecond)
 	stepRound(e1.f) // the timeout: the one retry
 	require.Equal(t, uint64(1), e1.f.Stats().Retries)
@@ -606,4 +614,125 @@ func TestWireRNRNakRestartsTransportRetries(t *testing.T) {
 	c, ok := a.scq.poll()
 	require.False(t, ok, "completed after an RNR NAK and one timeout: %+v", c)
 	require.Equal(t, uint64(2), e1.f.Stats().Retries)
+}
+
+// TestAckTimerGetsItsTimeNextRound: in Engine mode with the time-stamp
+// counter, a request sent in a round that read no clock leaves its ACK
+// timer without a time (ackTimerStart); the requester's next round gives
+// it one, never earlier than the send plus the ACK timeout and at most the
+// timer slack after that round; an ACK taken before that round leaves no
+// timer to set, and the QP sends on as before.
+func TestAckTimerGetsItsTimeNextRound(t *testing.T) {
+	e1, e2, a, q := heldRCPairRetry(t, 7) // Timeout 14: 67 ms
+	if !e1.f.useTicks {
+		t.Skip("the time-stamp counter is not trusted here: timers are set at once")
+	}
+	timeout := int64(ctx.AckTimeoutDuration(14))
+	e1.f.mu.Lock()
+	aq := e1.f.qps[a.qp.QPN()]
+	e1.f.mu.Unlock()
+	deadline := func() int64 {
+		e1.f.mu.Lock()
+		defer e1.f.mu.Unlock()
+		return aq.wire.deadline
+	}
+	q.postRecv()
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+
+	// A round that reads no clock: the counter says the time last read
+	// is young.
+	stepRound(e1.f)
+	before := e1.f.Now()
+	a.postWQE(w, 1)
+	stepRound(e1.f)
+	require.Equal(t, int64(wireUnarmed), deadline(), "the request's ACK timer has no time yet")
+	stepRound(e1.f) // looks at the timer: no ACK came, it gets its time
+	after := e1.f.Now()
+	d := deadline()
+	require.NotEqual(t, int64(wireUnarmed), d)
+	require.GreaterOrEqual(t, d, int64(before)+timeout, "a timer set early")
+	require.LessOrEqual(t, d, int64(after)+timeout+int64(timerSlack)+int64(time.Microsecond), "a timer set more than the slack late")
+
+	// Answered before the next round: nothing is left to set.
+	stepRound(e2.f)
+	stepRound(e2.f)
+	stepRound(e1.f)
+	c, ok := a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQEReq, c.op)
+	q.postRecv()
+	a.postWQE(w, 2)
+	stepRound(e1.f)
+	stepRound(e2.f)
+	stepRound(e2.f)
+	stepRound(e1.f) // the ACK, taken in the second pass's place
+	c, ok = a.scq.poll()
+	require.True(t, ok)
+	require.Equal(t, prm.CQEReq, c.op)
+	e1.f.mu.Lock()
+	segN := aq.wire.segN
+	e1.f.mu.Unlock()
+	require.Zero(t, segN)
+	require.Zero(t, e1.f.Stats().Retries)
+	require.Equal(t, []uint32{1, 2}, imms(q.rcq.drain()))
+}
+
+// imms returns the immediates of the receive CQEs cs.
+func imms(cs []cqe) []uint32 {
+	var out []uint32
+	for _, c := range cs {
+		out = append(out, c.imm)
+	}
+	return out
+}
+
+// TestUCNextSegmentWaitsForLoss: a UC requester between processes waits
+// wireUCLoss for the model's answer to each segment in flight. When the
+// answer to its oldest comes, the next oldest's timer starts (wireSegDone)
+// with that same wait, not with the ACK timeout of the QP's attributes,
+// which a UC QP has none of (0): the next segment is not taken as lost,
+// and its WQE not completed, before its answer, in a round that read the
+// clock as in one that did not (ackTimerStart).
+func TestUCNextSegmentWaitsForLoss(t *testing.T) {
+	name := testFabricName(t)
+	e1 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	e2 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	a, q := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
+	connectUC(t, a, q)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	q.postRecv()
+	q.postRecv()
+	w := writeImmWQE(a, e2.addr(0), e2.mr.RKey())
+	a.postWQE(w, 1)
+	a.postWQE(w, 2)
+	stepRound(e1.f) // both leave
+	e1.f.mu.Lock()
+	aq := e1.f.qps[a.qp.QPN()]
+	require.Equal(t, 2, aq.wire.segN)
+	e1.f.mu.Unlock()
+	time.Sleep(time.Millisecond) // the time last read is old: the next round reads the clock
+	stepRound(e1.f)              // the first segment's timer gets its time, if it had none
+	stepRound(e2.f)              // executes the first; its answer held
+	stepRound(e2.f)              // the first's answer leaves; the second executes, its answer held
+	time.Sleep(time.Millisecond)
+	stepRound(e1.f) // reads the clock, then takes the first answer
+	c, ok := a.scq.poll()
+	require.True(t, ok, "the first WQE completes with its answer")
+	require.Equal(t, prm.CQEReq, c.op)
+	time.Sleep(time.Millisecond)
+	stepRound(e1.f)
+	stepRound(e1.f)
+	c, ok = a.scq.poll()
+	require.False(t, ok, "the second WQE completed as lost a millisecond after the first's answer, its own not yet sent: %+v", c)
+	e1.f.mu.Lock()
+	segN := aq.wire.segN
+	e1.f.mu.Unlock()
+	require.Equal(t, 1, segN, "the second segment is still in flight")
+	stepRound(e2.f) // the second's answer leaves
+	stepRound(e1.f)
+	c, ok = a.scq.poll()
+	require.True(t, ok, "the second WQE completes with its answer")
+	require.Equal(t, prm.CQEReq, c.op)
+	require.Equal(t, []uint32{1, 2}, imms(q.rcq.drain()))
 }
