@@ -54,6 +54,10 @@ type Poller struct {
 	wc       Completion
 	err      error
 
+	// claim is the CQ's claim this Poller holds until Close (closed).
+	claim  *claim
+	closed bool
+
 	// counts is set by EnableCounters; stamps when the CQ writes
 	// timestamps (both read only when reapRing said slow).
 	counts *CQCounters
@@ -80,28 +84,88 @@ type drain struct {
 	at uint32
 }
 
-// polled holds each open completion queue a Poller was made for: a
-// second Poller over one ring would keep a consumer index of its own, and
-// the two would lose or duplicate completions. The CQ's close forgets it.
-var polled sync.Map // *ctx.CompletionQueue → struct{}
+// A claim is the ring poller of an open completion queue that a Poller was
+// made for, and whether a Poller holds it: a second Poller over one ring
+// would keep a consumer index of its own, and the two would lose or
+// duplicate completions. Poller.Close gives the ring back, and the next
+// NewPoller for the CQ takes the same ring poller, which goes on from the
+// consumer index (and the arm sequence) the closed one left. The CQ's
+// close forgets its claim.
+type claim struct {
+	ring *monocq.CQ
+	held bool
+}
+
+var (
+	claimsMu sync.Mutex
+	claims   = map[*ctx.CompletionQueue]*claim{}
+)
 
 // NewPoller returns a Poller for cq with no queue pairs yet. A completion
-// queue has one Poller: while cq is open, a second NewPoller for it is
-// refused with ctx.ErrInvalidArgument (poll the CQ through the first).
+// queue has one Poller at a time: while cq is open and its Poller is not
+// closed, a second NewPoller for it is refused with ctx.ErrInvalidArgument
+// (poll the CQ through the first, or Close it first). A Poller made after
+// one was closed takes the ring from where that one left it.
 func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
-	m, err := NewCQ(cq)
-	if err != nil {
-		return nil, fmt.Errorf("poller: new: %w", err)
+	if cq == nil {
+		return nil, fmt.Errorf("poller: new: nil completion queue: %w", ctx.ErrInvalidArgument)
 	}
-	if _, taken := polled.LoadOrStore(cq, struct{}{}); taken {
+	claimsMu.Lock()
+	defer claimsMu.Unlock()
+	c := claims[cq]
+	switch {
+	case cq.Closed():
+		return nil, fmt.Errorf("poller: new: completion queue: %w", ctx.ErrClosed)
+	case c != nil && c.held:
 		return nil, fmt.Errorf("poller: new: CQ %#x has a Poller already (one Poller per completion queue): %w", cq.CQN(), ctx.ErrInvalidArgument)
+	case c == nil:
+		m, err := NewCQ(cq)
+		if err != nil {
+			return nil, fmt.Errorf("poller: new: %w", err)
+		}
+		c = &claim{ring: m}
+		claims[cq] = c
+		seam.OnClose(cq, func() {
+			claimsMu.Lock()
+			delete(claims, cq)
+			claimsMu.Unlock()
+		})
 	}
-	seam.OnClose(cq, func() { polled.Delete(cq) })
-	p := &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
+	c.held = true
+	p := &Poller{cq: c.ring, owner: cq, claim: c, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
 	if p.stamps {
 		p.reapFlag.Store(slowBit)
 	}
 	return p, nil
+}
+
+// Close ends the Poller and gives its completion queue back: it drops every
+// queue pair added, as Remove does (their completions still in the ring
+// stay there), and the next NewPoller for the CQ goes on from this
+// Poller's consumer index. A closed Poller polls nothing, refuses Add with
+// ctx.ErrClosed, and Err says it is closed. Close from inside Poll (from
+// the function Poll hands completions to) is refused with ctx.ErrBusy; a
+// second Close does nothing. Close runs on the owner's goroutine, like
+// Poll.
+func (p *Poller) Close() error {
+	if p.closed {
+		return nil
+	}
+	if p.cq.InBatch() {
+		return fmt.Errorf("poller: close CQ %#x: inside Poll: %w", p.cq.CQN(), ctx.ErrBusy)
+	}
+	for len(p.queues) > 0 {
+		p.drop(p.queues[0])
+	}
+	for len(p.draining) > 0 {
+		p.drop(p.draining[0].q)
+	}
+	p.closed = true
+	p.reapFlag.Or(reapBit) // ring returns nil: Poll finds it closed (reapRing)
+	claimsMu.Lock()
+	p.claim.held = false
+	claimsMu.Unlock()
+	return nil
 }
 
 // The bits of Poller.reapFlag.
@@ -176,6 +240,9 @@ func (p *Poller) Add(qp QueuePair) error {
 	}
 	if q.qp.Closed() {
 		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ctx.ErrClosed)
+	}
+	if p.closed {
+		return fmt.Errorf("poller: add QP %#x: the Poller of CQ %#x is closed: %w", q.qpn, p.owner.CQN(), ctx.ErrClosed)
 	}
 	if cfg := q.qp.Config(); cfg.SendCQ != p.owner && cfg.RecvCQ != p.owner {
 		return fmt.Errorf("poller: add QP %#x: it completes on CQ %#x (send) and %#x (receive), the poller polls CQ %#x: %w",
@@ -351,7 +418,7 @@ func (p *Poller) ring() *monocq.CQ {
 // slow true when the Poller counts or reads timestamps (Poll then calls
 // count for each completion and countPoll once).
 func (p *Poller) reapRing() (cq *monocq.CQ, slow bool) {
-	if p.owner.Closed() {
+	if p.owner.Closed() || p.closed {
 		return nil, false
 	}
 	flags := p.reapFlag.Load()
@@ -407,13 +474,16 @@ func (p *Poller) unknown(c *monocq.CQE) {
 
 // Err returns the first problem the poller met: the ring's own (monocq
 // ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (monocq.ErrUnknownQPN), or a
-// closed CQ (ctx.ErrClosed).
+// closed CQ or Poller (ctx.ErrClosed).
 func (p *Poller) Err() error {
 	if err := p.cq.Err(); err != nil {
 		return err
 	}
 	if p.err == nil && p.owner.Closed() {
 		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ctx.ErrClosed)
+	}
+	if p.err == nil && p.closed {
+		p.err = fmt.Errorf("poller: CQ %#x: the Poller is closed: %w", p.cq.CQN(), ctx.ErrClosed)
 	}
 	return p.err
 }

@@ -330,3 +330,70 @@ func TestPollerNilFunctionTakesNothing(t *testing.T) {
 	require.Equal(t, []uint64{20, 21}, got)
 	require.NoError(t, p.Err())
 }
+
+// TestPollerCloseGivesTheCQBack: Close drops the Poller's queue pairs and
+// gives its completion queue back; the next NewPoller for it (refused
+// while the first was open) goes on from the first's consumer index, so
+// that each completion is handed over once. A closed Poller polls nothing,
+// refuses Add and says ErrClosed; Close inside Poll is refused with
+// ErrBusy; a second Close does nothing. Before, a Poller could not be
+// closed, and its CQ never got another.
+func TestPollerCloseGivesTheCQBack(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	q, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 8, RecvDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, q.Connect(q.Endpoint()))
+	post := func(ids ...uint64) {
+		for _, id := range ids {
+			s, err := q.Post(id, wqebuilder.Signaled)
+			require.NoError(t, err)
+			require.NoError(t, s.Nop().FinishBlueFlame())
+		}
+		e.Run()
+	}
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	require.NoError(t, p.Add(q))
+	post(1, 2, 3)
+	var got []uint64
+	take := func(c *transport.Completion) { got = append(got, c.WRID) }
+	require.Equal(t, 1, p.Poll(1, take))
+	require.Equal(t, []uint64{1}, got)
+
+	// Close inside Poll is refused, and changes nothing.
+	var inside error
+	require.Equal(t, 1, p.Poll(1, func(c *transport.Completion) {
+		take(c)
+		inside = p.Close()
+	}))
+	require.ErrorIs(t, inside, ctx.ErrBusy)
+	require.Equal(t, []uint64{1, 2}, got)
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "the Poller is still open")
+
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close(), "a second Close does nothing")
+	require.Zero(t, p.Len())
+	require.Zero(t, p.Poll(4, take), "a closed Poller polls nothing")
+	require.ErrorIs(t, p.Err(), ctx.ErrClosed)
+	require.ErrorIs(t, p.Add(q), ctx.ErrClosed)
+
+	p2, err := transport.NewPoller(cq)
+	require.NoError(t, err, "the CQ was given back")
+	require.NoError(t, p2.Add(q))
+	post(4)
+	got = nil
+	for p2.Poll(4, take) > 0 {
+	}
+	require.Equal(t, []uint64{3, 4}, got, "the second Poller goes on where the first stopped")
+	require.NoError(t, p2.Err())
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "one Poller at a time")
+
+	require.NoError(t, p2.Close())
+	require.NoError(t, q.Close())
+	require.NoError(t, cq.Close())
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+}
