@@ -148,8 +148,8 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // second Close does nothing. Close runs on the owner's goroutine, like
 // Poll.
 func (p *Poller) Close() error {
-	if p.closed {
-		return nil
+	if p.closed || p.claim == nil {
+		return nil // closed, or a zero Poller
 	}
 	if p.cq.InBatch() {
 		return fmt.Errorf("poller: close CQ %#x: inside Poll: %w", p.cq.CQN(), ctx.ErrBusy)
@@ -167,6 +167,9 @@ func (p *Poller) Close() error {
 	claimsMu.Unlock()
 	return nil
 }
+
+// errZeroPoller is the error of a Poller not made by NewPoller.
+var errZeroPoller = fmt.Errorf("poller: not made by NewPoller: %w", ctx.ErrInvalidArgument)
 
 // The bits of Poller.reapFlag.
 const (
@@ -235,6 +238,9 @@ func (p *Poller) Add(qp QueuePair) error {
 	if q == nil {
 		return fmt.Errorf("poller: add: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
+	if p.table == nil {
+		return errZeroPoller
+	}
 	if q.qp == nil || q.closer == nil {
 		return fmt.Errorf("poller: add: queue not set up: %w", ctx.ErrInvalidArgument)
 	}
@@ -274,7 +280,7 @@ func (p *Poller) Remove(qp QueuePair) error {
 	if q == nil {
 		return fmt.Errorf("poller: remove: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
-	if p.table.Lookup(q.qpn) != q {
+	if p.Lookup(q.qpn) != q {
 		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, monocq.ErrUnknownQPN)
 	}
 	p.drop(q)
@@ -391,11 +397,21 @@ func (p *Poller) discard(q *Queue) {
 
 // Lookup returns the queue added for qpn, or nil; a closed queue pair
 // until the Poller dropped it.
-func (p *Poller) Lookup(qpn uint32) *Queue { return p.table.Lookup(qpn) }
+func (p *Poller) Lookup(qpn uint32) *Queue {
+	if p.table == nil {
+		return nil // a zero Poller
+	}
+	return p.table.Lookup(qpn)
+}
 
 // Len returns the number of queue pairs added, closed ones counting until
 // the Poller dropped them.
-func (p *Poller) Len() int { return p.table.Len() }
+func (p *Poller) Len() int {
+	if p.table == nil {
+		return 0 // a zero Poller
+	}
+	return p.table.Len()
+}
 
 // CQ returns the underlying ring poller (for Arm, AcknowledgeEvent and
 // Stats).
@@ -406,7 +422,7 @@ func (p *Poller) CQ() *monocq.CQ { return p.cq }
 // then calls reapRing, which returns it or nil. Poll calls ring once; it
 // inlines and makes no call.
 func (p *Poller) ring() *monocq.CQ {
-	if p.owner.Closed() || p.reapFlag.Load() != 0 {
+	if o := p.owner; o == nil || o.Closed() || p.reapFlag.Load() != 0 {
 		return nil
 	}
 	return p.cq
@@ -418,7 +434,7 @@ func (p *Poller) ring() *monocq.CQ {
 // slow true when the Poller counts or reads timestamps (Poll then calls
 // count for each completion and countPoll once).
 func (p *Poller) reapRing() (cq *monocq.CQ, slow bool) {
-	if p.owner.Closed() || p.closed {
+	if p.owner == nil || p.owner.Closed() || p.closed {
 		return nil, false
 	}
 	flags := p.reapFlag.Load()
@@ -476,6 +492,9 @@ func (p *Poller) unknown(c *monocq.CQE) {
 // ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (monocq.ErrUnknownQPN), or a
 // closed CQ or Poller (ctx.ErrClosed).
 func (p *Poller) Err() error {
+	if p.cq == nil {
+		return errZeroPoller
+	}
 	if err := p.cq.Err(); err != nil {
 		return err
 	}

@@ -397,3 +397,22 @@ func TestPollerCloseGivesTheCQBack(t *testing.T) {
 	_, err = transport.NewPoller(cq)
 	require.ErrorIs(t, err, ctx.ErrClosed)
 }
+
+// TestZeroPoller: a Poller not made by NewPoller polls nothing, holds no
+// queue pair, refuses Add with ctx.ErrInvalidArgument, says so in Err, and
+// closes without error; Poll, Len, Lookup, Err and Close panicked.
+func TestZeroPoller(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	q, err := rc.New(e.PD[0], e.CQ(0, 16), rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	var p transport.Poller
+	require.NotPanics(t, func() {
+		require.Zero(t, p.Poll(4, func(*transport.Completion) { t.Fatal("a completion from a zero Poller") }))
+		require.Zero(t, p.Len())
+		require.Nil(t, p.Lookup(q.QPN()))
+		require.ErrorIs(t, p.Add(q), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, p.Err(), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, p.Remove(q), monocq.ErrUnknownQPN)
+		require.NoError(t, p.Close())
+	})
+}
