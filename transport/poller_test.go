@@ -416,3 +416,20 @@ func TestZeroPoller(t *testing.T) {
 		require.NoError(t, p.Close())
 	})
 }
+
+// TestZeroQueue: a Queue not made by a constructor (the zero rc.QP, ud.QP,
+// dc.DCI and dc.DCT embed one) is closed, has zero Limits, refuses Fail
+// and WatchEvents with ctx.ErrInvalidArgument, and closes without error;
+// State, Limits, Fail and WatchEvents panicked.
+func TestZeroQueue(t *testing.T) {
+	for _, q := range []*transport.Queue{new(transport.Queue), &new(rc.QP).Queue, &new(ud.QP).Queue, &new(dc.DCT).Queue} {
+		require.NotPanics(t, func() {
+			require.Equal(t, transport.StateClosed, q.State())
+			require.Zero(t, q.Limits())
+			require.ErrorIs(t, q.Fail(), ctx.ErrInvalidArgument)
+			_, err := q.WatchEvents(func(ctx.AsyncEvent) {})
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+			require.NoError(t, q.Close())
+		})
+	}
+}
