@@ -148,8 +148,8 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // second Close does nothing. Close runs on the owner's goroutine, like
 // Poll.
 func (p *Poller) Close() error {
-	if p.closed || p.claim == nil {
-		return nil // closed, or a zero Poller
+	if p == nil || p.closed || p.claim == nil {
+		return nil // nil, closed, or a zero Poller
 	}
 	if p.cq.InBatch() {
 		return fmt.Errorf("poller: close CQ %#x: inside Poll: %w", p.cq.CQN(), ctx.ErrBusy)
