@@ -45,11 +45,13 @@ type Poller struct {
 	cq    *monocq.CQ
 	owner *ctx.CompletionQueue
 	table *monocq.Table[Queue]
-	// reapFlag has reapBit set when a queue added here was closed (set by
-	// its closer, on the closing goroutine) or a closed queue is still
-	// draining (set by reap), and slowBit while the Poller counts or
-	// reads timestamps: ring, which loads it once per poll, then returns
-	// nil so that Poll calls reapRing.
+	// reapFlag has readyBit set from NewPoller on, reapBit when a queue
+	// added here was closed (set by its closer, on the closing goroutine)
+	// or a closed queue is still draining (set by reap) or the Poller
+	// was closed, and slowBit while the Poller counts or reads
+	// timestamps: ring, which loads it once per poll, returns nil unless
+	// it is readyBit alone, so that Poll calls reapRing (a zero Poller,
+	// whose flag is 0, included).
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
@@ -133,8 +135,9 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 	}
 	c.held = true
 	p := &Poller{cq: c.ring, owner: cq, claim: c, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
+	p.reapFlag.Store(readyBit)
 	if p.stamps {
-		p.reapFlag.Store(slowBit)
+		p.reapFlag.Or(slowBit)
 	}
 	return p, nil
 }
@@ -142,7 +145,9 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // Close ends the Poller and gives its completion queue back: it drops every
 // queue pair added, as Remove does (their completions still in the ring
 // stay there), and the next NewPoller for the CQ goes on from this
-// Poller's consumer index. A closed Poller polls nothing, refuses Add with
+// Poller's consumer index, through the same ring poller (CQ returns it: a
+// completion.Notifier made on it serves the next Poller too). A closed
+// Poller polls nothing, refuses Add with
 // ctx.ErrClosed, and Err says it is closed. Close from inside Poll (from
 // the function Poll hands completions to) is refused with ctx.ErrBusy; a
 // second Close does nothing. Close runs on the owner's goroutine, like
@@ -175,6 +180,7 @@ var errZeroPoller = fmt.Errorf("poller: not made by NewPoller: %w", ctx.ErrInval
 const (
 	reapBit = 1 << iota
 	slowBit
+	readyBit
 )
 
 // Poll hands up to max completions to fn, each as a *Completion valid
@@ -422,7 +428,8 @@ func (p *Poller) CQ() *monocq.CQ { return p.cq }
 // then calls reapRing, which returns it or nil. Poll calls ring once; it
 // inlines and makes no call.
 func (p *Poller) ring() *monocq.CQ {
-	if o := p.owner; o == nil || o.Closed() || p.reapFlag.Load() != 0 {
+	// The flag first: a zero Poller (flag 0) has no owner to look at.
+	if p.reapFlag.Load() != readyBit || p.owner.Closed() {
 		return nil
 	}
 	return p.cq
