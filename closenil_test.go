@@ -52,6 +52,7 @@ var closeOfNil = map[string]func() error{
 	"ibpath.AddressCache":          (*ibpath.AddressCache)(nil).Close,
 	"rc.QP":                        (*rc.QP)(nil).Close,
 	"sim.Fabric":                   (*sim.Fabric)(nil).Close,
+	"transport.Poller":             (*transport.Poller)(nil).Close,
 	"transport.Queue":              (*transport.Queue)(nil).Close,
 	"transport.SharedReceiveQueue": (*transport.SharedReceiveQueue)(nil).Close,
 	"ud.QP":                        (*ud.QP)(nil).Close,
@@ -115,5 +116,14 @@ func TestCloseOfNil(t *testing.T) {
 		require.NoError(t, new(completion.Notifier).Close())
 		require.NoError(t, new(bufpool.Pool).Close())
 		require.NoError(t, new(endpoint.MeshWatch).Close())
+	})
+	// Nor does a zero channel, which says so in Err (TestCloseOfNil
+	// panicked on a zero MultiChannel or PreparedMulti before).
+	require.NotPanics(t, func() {
+		require.NoError(t, new(channel.MultiChannel).Close())
+		require.NoError(t, new(channel.PreparedMulti).Close())
+		require.NoError(t, new(channel.Channel).Close())
+		require.ErrorIs(t, new(channel.Channel).Err(), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, new(channel.MultiChannel).Err(), ctx.ErrInvalidArgument)
 	})
 }

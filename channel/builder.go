@@ -448,7 +448,7 @@ func (p *PreparedMulti) own(e endpoint.Endpoint) int {
 //
 // Close of a nil *PreparedMulti returns nil.
 func (p *PreparedMulti) Close() error {
-	if p == nil || p.used {
+	if p == nil || p.c == nil || p.used {
 		return nil
 	}
 	return p.c.close()

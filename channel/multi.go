@@ -98,10 +98,17 @@ func (m *MultiChannel) Poller() *transport.Poller { return m.c.poller }
 // completed.
 func (m *MultiChannel) Outstanding() int { return m.c.pending }
 
+// errZeroChannel is Err's answer for a Channel or MultiChannel not made by
+// this package (a zero value).
+var errZeroChannel = fmt.Errorf("channel: not made by this package: %w", ctx.ErrInvalidArgument)
+
 // Err returns the first problem met while polling that belongs to no work
 // request: the async event that ended the channel (Options.OnEvent), a
 // completion the channel did not post, or the CQ's own error (overrun).
 func (m *MultiChannel) Err() error {
+	if m == nil || m.c == nil {
+		return errZeroChannel // a zero Channel or MultiChannel
+	}
 	if err := m.c.eventErr(); err != nil {
 		if m.c.failed {
 			return fmt.Errorf("channel: %w (%w)", err, ErrFailed)
@@ -119,8 +126,8 @@ func (m *MultiChannel) Err() error {
 //
 // Close of a nil *MultiChannel returns nil.
 func (m *MultiChannel) Close() error {
-	if m == nil {
-		return nil
+	if m == nil || m.c == nil {
+		return nil // nil, or a zero MultiChannel
 	}
 	return m.c.close()
 }

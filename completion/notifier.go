@@ -127,6 +127,9 @@ func (n *Notifier) Close() error {
 	return n.file.Close()
 }
 
+// errZeroNotifier is the error of Wait on a Notifier not made by NewNotifier.
+var errZeroNotifier = fmt.Errorf("completion: wait: notifier not made by NewNotifier: %w", ctx.ErrInvalidArgument)
+
 // Wait returns once the poller has at least one CQE ready (monocq.CQ.Ready
 // found it), blocking until the device raises a completion event when there
 // is none. It returns an error wrapping ctx's error when ctx is done first
@@ -136,6 +139,9 @@ func (n *Notifier) Close() error {
 // Wait releases the CQEs taken so far before it arms: call it between
 // batches.
 func (n *Notifier) Wait(c context.Context) error {
+	if n.poll == nil {
+		return errZeroNotifier
+	}
 	if n.poll.Ready(1) > 0 {
 		return nil
 	}

@@ -368,3 +368,15 @@ func TestCompletionsRefusesAnotherRing(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrClosed)
 	}
 }
+
+// TestZeroNotifier: Wait and WaitTimeout on a Notifier not made by
+// NewNotifier return an error wrapping ctx.ErrInvalidArgument at once; they
+// panicked.
+func TestZeroNotifier(t *testing.T) {
+	var n completion.Notifier
+	require.NotPanics(t, func() {
+		require.ErrorIs(t, n.Wait(context.Background()), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, n.WaitTimeout(time.Second), ctx.ErrInvalidArgument)
+		require.NoError(t, n.Close())
+	})
+}

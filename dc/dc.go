@@ -139,6 +139,9 @@ type Remote struct {
 // wrapping ctx.ErrClosed, with no address handle made.
 func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
+	if d.qp == nil {
+		return nil, qpcore.Errorf(name, op, "DCI not made by NewDCI: %w", ctx.ErrInvalidArgument)
+	}
 	if err := remote.Validate(); err != nil {
 		return nil, qpcore.Errorf(name, op, "remote endpoint: %w", err)
 	}

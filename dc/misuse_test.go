@@ -4,11 +4,14 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -100,4 +103,21 @@ func TestPostClosedRemote(t *testing.T) {
 			t.Errorf("producer index %d after a refused post", pi)
 		}
 	}
+}
+
+// TestZeroDCI: a DCI not made by NewDCI refuses NewRemote (of a valid
+// endpoint) with ctx.ErrInvalidArgument, and closes without error;
+// NewRemote panicked.
+func TestZeroDCI(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 8), dc.DCTConfig{SRQ: srq, Key: 1})
+	require.NoError(t, err)
+	var d dc.DCI
+	require.NotPanics(t, func() {
+		_, err := d.NewRemote(dct.Endpoint())
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		require.NoError(t, d.Close())
+	})
 }

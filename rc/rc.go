@@ -1,6 +1,8 @@
 package rc
 
 import (
+	"fmt"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
@@ -195,6 +197,9 @@ func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 // where it stopped (INIT or RTR) and may be called again.
 func (q *QP) Connect(remote endpoint.Endpoint) error {
 	const op = "connect"
+	if q.qp == nil {
+		return qpcore.Errorf(name, op, "%w", errZeroQP)
+	}
 	if err := remote.Validate(); err != nil {
 		return qpcore.Errorf(name, op, "remote endpoint: %w", err)
 	}
@@ -267,6 +272,9 @@ func (q *QP) Remote() endpoint.Endpoint { return q.remote }
 // ctx.ErrBusy.
 func (q *QP) Reset() error {
 	const op = "reset"
+	if q.qp == nil {
+		return qpcore.Errorf(name, op, "%w", errZeroQP)
+	}
 	if q.qp.Closed() {
 		newqp.SetState(&q.Queue, transport.StateClosed)
 		return qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
@@ -292,6 +300,10 @@ func (q *QP) Reset() error {
 	q.remote = endpoint.Endpoint{}
 	return nil
 }
+
+// errZeroQP is the cause of Connect's and Reset's error on a QP not made
+// by New (a zero QP), which is closed (transport.StateClosed).
+var errZeroQP = fmt.Errorf("QP not made by New: %w", ctx.ErrInvalidArgument)
 
 // Close destroys the queue pair, as transport.Queue.Close does: from any
 // goroutine, idempotent. Close of a nil *QP returns nil.

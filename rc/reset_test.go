@@ -169,3 +169,19 @@ func TestResetClosesStagesBegunBefore(t *testing.T) {
 		require.Equal(t, transport.MatchOK, c.Match)
 	}
 }
+
+// TestZeroQP: a QP not made by New refuses Connect (to a valid endpoint)
+// and Reset with ctx.ErrInvalidArgument, and closes without error;
+// Connect and Reset panicked.
+func TestZeroQP(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	peer, err := rc.New(e.PD[1], e.CQ(1, 16), rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	var q rc.QP
+	require.NotPanics(t, func() {
+		require.ErrorIs(t, q.Connect(peer.Endpoint()), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, q.Reset(), ctx.ErrInvalidArgument)
+		require.Equal(t, transport.StateClosed, q.State())
+		require.NoError(t, q.Close())
+	})
+}

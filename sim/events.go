@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"syscall"
 
@@ -59,9 +60,12 @@ func qpOffline(q *qp) bool {
 	return h.fatal || h.portDown(qpPort(q))
 }
 
-// hcaByName returns the HCA named name ("" is the first).
+// hcaByName returns the HCA named name ("" is the first), or nil.
 func (f *Fabric) hcaByName(name string) *hca {
 	if name == "" {
+		if len(f.hcas) == 0 {
+			return nil // a zero Fabric
+		}
 		return f.hcas[0]
 	}
 	for _, h := range f.hcas {
@@ -70,6 +74,18 @@ func (f *Fabric) hcaByName(name string) *hca {
 		}
 	}
 	return nil
+}
+
+// errZeroFabric is the cause of the errors of a Fabric not made by New.
+var errZeroFabric = fmt.Errorf("a Fabric not made by sim.New: %w", ctx.ErrInvalidArgument)
+
+// noHCA is why a device name found no HCA: ctx.ErrNotFound, or
+// errZeroFabric for a Fabric without HCAs, one not made by New.
+func (f *Fabric) noHCA() error {
+	if len(f.hcas) == 0 {
+		return errZeroFabric
+	}
+	return ctx.ErrNotFound
 }
 
 // SetPortState takes a port of the HCA named dev ("sim0", …; "" is the
@@ -84,7 +100,7 @@ func (f *Fabric) SetPortState(dev string, port uint8, up bool) error {
 	defer f.mu.Unlock()
 	h := f.hcaByName(dev)
 	if h == nil {
-		return provider.Errorf(op, "device %q: %w", dev, ctx.ErrNotFound)
+		return provider.Errorf(op, "device %q: %w", dev, f.noHCA())
 	}
 	if port < 1 || port > f.opts.Ports {
 		return provider.Errorf(op, "port %d of %d: %w", port, f.opts.Ports, ctx.ErrInvalidArgument)
@@ -116,7 +132,7 @@ func (f *Fabric) FailDevice(dev string) error {
 	defer f.mu.Unlock()
 	h := f.hcaByName(dev)
 	if h == nil {
-		return provider.Errorf(op, "device %q: %w", dev, ctx.ErrNotFound)
+		return provider.Errorf(op, "device %q: %w", dev, f.noHCA())
 	}
 	if h.fatal {
 		return nil
@@ -142,7 +158,7 @@ func (f *Fabric) RecoverDevice(dev string) error {
 	defer f.mu.Unlock()
 	h := f.hcaByName(dev)
 	if h == nil {
-		return provider.Errorf("sim: recover device", "device %q: %w", dev, ctx.ErrNotFound)
+		return provider.Errorf("sim: recover device", "device %q: %w", dev, f.noHCA())
 	}
 	if !h.fatal {
 		return nil

@@ -212,3 +212,17 @@ func TestArmBehindReportsOnlyUnreported(t *testing.T) {
 	require.True(t, event())
 	require.Empty(t, e.f.Violations())
 }
+
+// TestZeroFabric: a Fabric not made by New opens no device and refuses the
+// device and port events with ctx.ErrInvalidArgument; they panicked.
+func TestZeroFabric(t *testing.T) {
+	var f Fabric
+	require.NotPanics(t, func() {
+		_, err := f.Open("")
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		require.ErrorIs(t, f.SetPortState("", 1, false), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, f.FailDevice(""), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, f.RecoverDevice(""), ctx.ErrInvalidArgument)
+		require.NoError(t, f.Close())
+	})
+}

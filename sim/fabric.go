@@ -482,6 +482,9 @@ func (f *Fabric) openDevice(name string) (provider.Device, error) {
 	if err != nil {
 		return nil, provider.Errorf(op, "%w", err)
 	}
+	if len(f.hcas) == 0 {
+		return nil, provider.Errorf(op, "%w", errZeroFabric)
+	}
 	var h *hca
 	if name == "" {
 		h = f.hcas[0]

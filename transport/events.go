@@ -15,6 +15,9 @@ import (
 // used by one goroutine at a time. A DCT gets none: mlx5_ib passes on no
 // event of a DCT, and the software HCA raises none (docs/hardware.md).
 func (q *Queue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {
+	if q.qp == nil {
+		return nil, errZeroQueue
+	}
 	return watch(q.qp.ProtectionDomain().Context(), ctx.EventFilter{QPNs: []uint32{q.qpn}}, fn)
 }
 

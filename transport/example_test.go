@@ -65,3 +65,40 @@ func ExamplePoller() {
 	// a: send 9 completed
 	// b: receive 7: "hello"
 }
+
+// A Poller's Close gives its completion queue back: the next Poller for
+// it takes the completions the first left in the ring, each once.
+func ExamplePoller_Close() {
+	c := must(ctx.Open(ctx.Options{Provider: ctx.ProviderSoftware}))
+	defer c.Close()
+	pd := must(c.AllocProtectionDomain())
+	cq := must(c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16}))
+	q := must(rc.New(pd, cq, rc.Config{SendDepth: 4, RecvDepth: 4}))
+	check(q.Connect(q.Endpoint())) // a loopback connection
+	for id := uint64(1); id <= 2; id++ {
+		s := must(q.Post(id, wqebuilder.Signaled))
+		check(s.Nop().FinishBlueFlame())
+	}
+	show := func(x *transport.Completion) { fmt.Println("completed", x.WRID) }
+	poll := func(p *transport.Poller, want int) {
+		deadline := time.Now().Add(10 * time.Second)
+		for got := 0; got < want && time.Now().Before(deadline); {
+			got += p.Poll(want-got, show)
+		}
+	}
+
+	first := must(transport.NewPoller(cq))
+	check(first.Add(q))
+	poll(first, 1)
+	_, err := transport.NewPoller(cq)
+	fmt.Println("second Poller while the first is open:", err != nil)
+	check(first.Close())
+
+	second := must(transport.NewPoller(cq))
+	check(second.Add(q))
+	poll(second, 1)
+	// Output:
+	// completed 1
+	// second Poller while the first is open: true
+	// completed 2
+}

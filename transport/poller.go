@@ -45,14 +45,20 @@ type Poller struct {
 	cq    *monocq.CQ
 	owner *ctx.CompletionQueue
 	table *monocq.Table[Queue]
-	// reapFlag has reapBit set when a queue added here was closed (set by
-	// its closer, on the closing goroutine) or a closed queue is still
-	// draining (set by reap), and slowBit while the Poller counts or
-	// reads timestamps: ring, which loads it once per poll, then returns
-	// nil so that Poll calls reapRing.
+	// reapFlag has readyBit set from NewPoller on, reapBit when a queue
+	// added here was closed (set by its closer, on the closing goroutine)
+	// or a closed queue is still draining (set by reap) or the Poller
+	// was closed, and slowBit while the Poller counts or reads
+	// timestamps: ring, which loads it once per poll, returns nil unless
+	// it is readyBit alone, so that Poll calls reapRing (a zero Poller,
+	// whose flag is 0, included).
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
+
+	// claim is the CQ's claim this Poller holds until Close (closed).
+	claim  *claim
+	closed bool
 
 	// counts is set by EnableCounters; stamps when the CQ writes
 	// timestamps (both read only when reapRing said slow).
@@ -80,34 +86,101 @@ type drain struct {
 	at uint32
 }
 
-// polled holds each open completion queue a Poller was made for: a
-// second Poller over one ring would keep a consumer index of its own, and
-// the two would lose or duplicate completions. The CQ's close forgets it.
-var polled sync.Map // *ctx.CompletionQueue → struct{}
+// A claim is the ring poller of an open completion queue that a Poller was
+// made for, and whether a Poller holds it: a second Poller over one ring
+// would keep a consumer index of its own, and the two would lose or
+// duplicate completions. Poller.Close gives the ring back, and the next
+// NewPoller for the CQ takes the same ring poller, which goes on from the
+// consumer index (and the arm sequence) the closed one left. The CQ's
+// close forgets its claim.
+type claim struct {
+	ring *monocq.CQ
+	held bool
+}
+
+var (
+	claimsMu sync.Mutex
+	claims   = map[*ctx.CompletionQueue]*claim{}
+)
 
 // NewPoller returns a Poller for cq with no queue pairs yet. A completion
-// queue has one Poller: while cq is open, a second NewPoller for it is
-// refused with ctx.ErrInvalidArgument (poll the CQ through the first).
+// queue has one Poller at a time: while cq is open and its Poller is not
+// closed, a second NewPoller for it is refused with ctx.ErrInvalidArgument
+// (poll the CQ through the first, or Close it first). A Poller made after
+// one was closed takes the ring from where that one left it.
 func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
-	m, err := NewCQ(cq)
-	if err != nil {
-		return nil, fmt.Errorf("poller: new: %w", err)
+	if cq == nil {
+		return nil, fmt.Errorf("poller: new: nil completion queue: %w", ctx.ErrInvalidArgument)
 	}
-	if _, taken := polled.LoadOrStore(cq, struct{}{}); taken {
+	claimsMu.Lock()
+	defer claimsMu.Unlock()
+	c := claims[cq]
+	switch {
+	case cq.Closed():
+		return nil, fmt.Errorf("poller: new: completion queue: %w", ctx.ErrClosed)
+	case c != nil && c.held:
 		return nil, fmt.Errorf("poller: new: CQ %#x has a Poller already (one Poller per completion queue): %w", cq.CQN(), ctx.ErrInvalidArgument)
+	case c == nil:
+		m, err := NewCQ(cq)
+		if err != nil {
+			return nil, fmt.Errorf("poller: new: %w", err)
+		}
+		c = &claim{ring: m}
+		claims[cq] = c
+		seam.OnClose(cq, func() {
+			claimsMu.Lock()
+			delete(claims, cq)
+			claimsMu.Unlock()
+		})
 	}
-	seam.OnClose(cq, func() { polled.Delete(cq) })
-	p := &Poller{cq: m, owner: cq, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
+	c.held = true
+	p := &Poller{cq: c.ring, owner: cq, claim: c, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
+	p.reapFlag.Store(readyBit)
 	if p.stamps {
-		p.reapFlag.Store(slowBit)
+		p.reapFlag.Or(slowBit)
 	}
 	return p, nil
 }
+
+// Close ends the Poller and gives its completion queue back: it drops every
+// queue pair added, as Remove does (their completions still in the ring
+// stay there), and the next NewPoller for the CQ goes on from this
+// Poller's consumer index, through the same ring poller (CQ returns it: a
+// completion.Notifier made on it serves the next Poller too). A closed
+// Poller polls nothing, refuses Add with
+// ctx.ErrClosed, and Err says it is closed. Close from inside Poll (from
+// the function Poll hands completions to) is refused with ctx.ErrBusy; a
+// second Close does nothing. Close runs on the owner's goroutine, like
+// Poll.
+func (p *Poller) Close() error {
+	if p == nil || p.closed || p.claim == nil {
+		return nil // nil, closed, or a zero Poller
+	}
+	if p.cq.InBatch() {
+		return fmt.Errorf("poller: close CQ %#x: inside Poll: %w", p.cq.CQN(), ctx.ErrBusy)
+	}
+	for len(p.queues) > 0 {
+		p.drop(p.queues[0])
+	}
+	for len(p.draining) > 0 {
+		p.drop(p.draining[0].q)
+	}
+	p.closed = true
+	p.reapFlag.Or(reapBit) // ring returns nil: Poll finds it closed (reapRing)
+	claimsMu.Lock()
+	p.claim.held = false
+	claimsMu.Unlock()
+	return nil
+}
+
+// errZeroPoller is the error of a Poller not made by NewPoller.
+var errZeroPoller = fmt.Errorf("poller: not made by NewPoller: %w", ctx.ErrInvalidArgument)
 
 // The bits of Poller.reapFlag.
 const (
 	reapBit = 1 << iota
 	slowBit
+	readyBit
 )
 
 // Poll hands up to max completions to fn, each as a *Completion valid
@@ -171,11 +244,17 @@ func (p *Poller) Add(qp QueuePair) error {
 	if q == nil {
 		return fmt.Errorf("poller: add: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
+	if p.table == nil {
+		return errZeroPoller
+	}
 	if q.qp == nil || q.closer == nil {
 		return fmt.Errorf("poller: add: queue not set up: %w", ctx.ErrInvalidArgument)
 	}
 	if q.qp.Closed() {
 		return fmt.Errorf("poller: add QP %#x: %w", q.qpn, ctx.ErrClosed)
+	}
+	if p.closed {
+		return fmt.Errorf("poller: add QP %#x: the Poller of CQ %#x is closed: %w", q.qpn, p.owner.CQN(), ctx.ErrClosed)
 	}
 	if cfg := q.qp.Config(); cfg.SendCQ != p.owner && cfg.RecvCQ != p.owner {
 		return fmt.Errorf("poller: add QP %#x: it completes on CQ %#x (send) and %#x (receive), the poller polls CQ %#x: %w",
@@ -207,7 +286,7 @@ func (p *Poller) Remove(qp QueuePair) error {
 	if q == nil {
 		return fmt.Errorf("poller: remove: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
-	if p.table.Lookup(q.qpn) != q {
+	if p.Lookup(q.qpn) != q {
 		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, monocq.ErrUnknownQPN)
 	}
 	p.drop(q)
@@ -324,11 +403,21 @@ func (p *Poller) discard(q *Queue) {
 
 // Lookup returns the queue added for qpn, or nil; a closed queue pair
 // until the Poller dropped it.
-func (p *Poller) Lookup(qpn uint32) *Queue { return p.table.Lookup(qpn) }
+func (p *Poller) Lookup(qpn uint32) *Queue {
+	if p.table == nil {
+		return nil // a zero Poller
+	}
+	return p.table.Lookup(qpn)
+}
 
 // Len returns the number of queue pairs added, closed ones counting until
 // the Poller dropped them.
-func (p *Poller) Len() int { return p.table.Len() }
+func (p *Poller) Len() int {
+	if p.table == nil {
+		return 0 // a zero Poller
+	}
+	return p.table.Len()
+}
 
 // CQ returns the underlying ring poller (for Arm, AcknowledgeEvent and
 // Stats).
@@ -339,7 +428,8 @@ func (p *Poller) CQ() *monocq.CQ { return p.cq }
 // then calls reapRing, which returns it or nil. Poll calls ring once; it
 // inlines and makes no call.
 func (p *Poller) ring() *monocq.CQ {
-	if p.owner.Closed() || p.reapFlag.Load() != 0 {
+	// The flag first: a zero Poller (flag 0) has no owner to look at.
+	if p.reapFlag.Load() != readyBit || p.owner.Closed() {
 		return nil
 	}
 	return p.cq
@@ -351,7 +441,7 @@ func (p *Poller) ring() *monocq.CQ {
 // slow true when the Poller counts or reads timestamps (Poll then calls
 // count for each completion and countPoll once).
 func (p *Poller) reapRing() (cq *monocq.CQ, slow bool) {
-	if p.owner.Closed() {
+	if p.owner == nil || p.owner.Closed() || p.closed {
 		return nil, false
 	}
 	flags := p.reapFlag.Load()
@@ -407,13 +497,19 @@ func (p *Poller) unknown(c *monocq.CQE) {
 
 // Err returns the first problem the poller met: the ring's own (monocq
 // ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (monocq.ErrUnknownQPN), or a
-// closed CQ (ctx.ErrClosed).
+// closed CQ or Poller (ctx.ErrClosed).
 func (p *Poller) Err() error {
+	if p.cq == nil {
+		return errZeroPoller
+	}
 	if err := p.cq.Err(); err != nil {
 		return err
 	}
 	if p.err == nil && p.owner.Closed() {
 		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ctx.ErrClosed)
+	}
+	if p.err == nil && p.closed {
+		p.err = fmt.Errorf("poller: CQ %#x: the Poller is closed: %w", p.cq.CQN(), ctx.ErrClosed)
 	}
 	return p.err
 }

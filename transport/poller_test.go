@@ -330,3 +330,106 @@ func TestPollerNilFunctionTakesNothing(t *testing.T) {
 	require.Equal(t, []uint64{20, 21}, got)
 	require.NoError(t, p.Err())
 }
+
+// TestPollerCloseGivesTheCQBack: Close drops the Poller's queue pairs and
+// gives its completion queue back; the next NewPoller for it (refused
+// while the first was open) goes on from the first's consumer index, so
+// that each completion is handed over once. A closed Poller polls nothing,
+// refuses Add and says ErrClosed; Close inside Poll is refused with
+// ErrBusy; a second Close does nothing. Before, a Poller could not be
+// closed, and its CQ never got another.
+func TestPollerCloseGivesTheCQBack(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	q, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 8, RecvDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, q.Connect(q.Endpoint()))
+	post := func(ids ...uint64) {
+		for _, id := range ids {
+			s, err := q.Post(id, wqebuilder.Signaled)
+			require.NoError(t, err)
+			require.NoError(t, s.Nop().FinishBlueFlame())
+		}
+		e.Run()
+	}
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	require.NoError(t, p.Add(q))
+	post(1, 2, 3)
+	var got []uint64
+	take := func(c *transport.Completion) { got = append(got, c.WRID) }
+	require.Equal(t, 1, p.Poll(1, take))
+	require.Equal(t, []uint64{1}, got)
+
+	// Close inside Poll is refused, and changes nothing.
+	var inside error
+	require.Equal(t, 1, p.Poll(1, func(c *transport.Completion) {
+		take(c)
+		inside = p.Close()
+	}))
+	require.ErrorIs(t, inside, ctx.ErrBusy)
+	require.Equal(t, []uint64{1, 2}, got)
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "the Poller is still open")
+
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close(), "a second Close does nothing")
+	require.Zero(t, p.Len())
+	require.Zero(t, p.Poll(4, take), "a closed Poller polls nothing")
+	require.ErrorIs(t, p.Err(), ctx.ErrClosed)
+	require.ErrorIs(t, p.Add(q), ctx.ErrClosed)
+
+	p2, err := transport.NewPoller(cq)
+	require.NoError(t, err, "the CQ was given back")
+	require.NoError(t, p2.Add(q))
+	post(4)
+	got = nil
+	for p2.Poll(4, take) > 0 {
+	}
+	require.Equal(t, []uint64{3, 4}, got, "the second Poller goes on where the first stopped")
+	require.NoError(t, p2.Err())
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument, "one Poller at a time")
+
+	require.NoError(t, p2.Close())
+	require.NoError(t, q.Close())
+	require.NoError(t, cq.Close())
+	_, err = transport.NewPoller(cq)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+}
+
+// TestZeroPoller: a Poller not made by NewPoller polls nothing, holds no
+// queue pair, refuses Add with ctx.ErrInvalidArgument, says so in Err, and
+// closes without error; Poll, Len, Lookup, Err and Close panicked.
+func TestZeroPoller(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	q, err := rc.New(e.PD[0], e.CQ(0, 16), rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	var p transport.Poller
+	require.NotPanics(t, func() {
+		require.Zero(t, p.Poll(4, func(*transport.Completion) { t.Fatal("a completion from a zero Poller") }))
+		require.Zero(t, p.Len())
+		require.Nil(t, p.Lookup(q.QPN()))
+		require.ErrorIs(t, p.Add(q), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, p.Err(), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, p.Remove(q), monocq.ErrUnknownQPN)
+		require.NoError(t, p.Close())
+	})
+}
+
+// TestZeroQueue: a Queue not made by a constructor (the zero rc.QP, ud.QP,
+// dc.DCI and dc.DCT embed one) is closed, has zero Limits, refuses Fail
+// and WatchEvents with ctx.ErrInvalidArgument, and closes without error;
+// State, Limits, Fail and WatchEvents panicked.
+func TestZeroQueue(t *testing.T) {
+	for _, q := range []*transport.Queue{new(transport.Queue), &new(rc.QP).Queue, &new(ud.QP).Queue, &new(dc.DCT).Queue} {
+		require.NotPanics(t, func() {
+			require.Equal(t, transport.StateClosed, q.State())
+			require.Zero(t, q.Limits())
+			require.ErrorIs(t, q.Fail(), ctx.ErrInvalidArgument)
+			_, err := q.WatchEvents(func(ctx.AsyncEvent) {})
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+			require.NoError(t, q.Close())
+		})
+	}
+}

@@ -295,6 +295,9 @@ func (q *Queue) Handle() *ctx.QueuePair { return q.qp }
 // is the scatter entries a receive WQE of the QP's own receive queue may
 // carry (0 without one).
 func (q *Queue) Limits() Limits {
+	if q.qp == nil {
+		return Limits{} // a zero Queue
+	}
 	l := limitsOf(q.qp)
 	l.MaxRecvSGE = q.rq.maxSGE
 	return l
@@ -305,6 +308,9 @@ func (q *Queue) Limits() Limits {
 // no error state (the kernel's mlx5_ib_modify_dct refuses it): Fail refuses
 // a DCT with ErrTransport and changes nothing; Close it instead.
 func (q *Queue) Fail() error {
+	if q.qp == nil {
+		return errZeroQueue
+	}
 	if q.typ == ctx.QPTypeDCT {
 		return qpcore.Errorf(q.transport, "move DCT to error", "a DCT has no error state (close it instead): %w", ErrTransport)
 	}
@@ -314,6 +320,10 @@ func (q *Queue) Fail() error {
 	q.state = StateError
 	return nil
 }
+
+// errZeroQueue is the error of a Queue (or a QP of rc, ud or dc) not made
+// by its package's constructor.
+var errZeroQueue = fmt.Errorf("queue pair: not made by a constructor (rc.New, ud.New, dc.NewDCI, dc.NewDCT): %w", ctx.ErrInvalidArgument)
 
 // kind names a DC queue pair's side in an operation's name (" DCI",
 // " DCT"): package dc has both.
@@ -355,9 +365,11 @@ func (q *Queue) QPN() uint32 { return q.qpn }
 // State returns the data plane's view of the QP: StateClosed once it (or a
 // parent) has been closed, on any goroutine (State reads the QP's atomic
 // closed flag and writes nothing), StateError once an error completion was
-// polled.
+// polled. A zero Queue (not made by a constructor) is StateClosed; its
+// Limits are zero, and Fail and WatchEvents refuse it with
+// ctx.ErrInvalidArgument.
 func (q *Queue) State() State {
-	if q.qp.Closed() {
+	if q.qp == nil || q.qp.Closed() {
 		return StateClosed
 	}
 	return q.state

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -90,4 +92,19 @@ func TestPostClosedRemote(t *testing.T) {
 	if pi := q.SendQueue().ProducerIndex(); pi != 0 {
 		t.Errorf("producer index %d after a refused post", pi)
 	}
+}
+
+// TestZeroQP: a QP not made by New refuses NewRemote (of a valid endpoint)
+// with ctx.ErrInvalidArgument, and closes without error; NewRemote
+// panicked.
+func TestZeroQP(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	peer, err := ud.New(e.PD[1], e.CQ(1, 8), ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 0x11})
+	require.NoError(t, err)
+	var q ud.QP
+	require.NotPanics(t, func() {
+		_, err := q.NewRemote(peer.Endpoint())
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		require.NoError(t, q.Close())
+	})
 }

@@ -1,6 +1,8 @@
 package ud
 
 import (
+	"fmt"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -149,10 +151,17 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	return q.remote(op, path, remote.QPN, remote.QKey)
 }
 
+// errZeroQP is the cause of NewRemote's and ReplyRemote's error on a QP
+// not made by New (a zero QP).
+var errZeroQP = fmt.Errorf("QP not made by New: %w", ctx.ErrInvalidArgument)
+
 // remote makes the address handle of a Remote (NewRemote, ReplyRemote);
 // a closed QP is refused first: the handle would outlive it, until its PD
 // closes.
 func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote, error) {
+	if q.qp == nil {
+		return nil, qpcore.Errorf(name, op, "%w", errZeroQP)
+	}
 	if q.qp.Closed() {
 		return nil, qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	}
