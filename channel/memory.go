@@ -56,7 +56,12 @@ func (m Memory) String() string {
 func (p *PreparedMulti) Memory() Memory { return p.c.memory() }
 
 // Memory returns what the channel's queues take.
-func (m *MultiChannel) Memory() Memory { return m.c.memory() }
+func (m *MultiChannel) Memory() Memory {
+	if m.zero() {
+		return Memory{}
+	}
+	return m.c.memory()
+}
 
 func (c *core) memory() Memory {
 	const wrid = 8 // bytes of work request id kept per WQE slot
