@@ -53,7 +53,12 @@ func (m Memory) String() string {
 }
 
 // Memory returns what the prepared channel's queues take.
-func (p *PreparedMulti) Memory() Memory { return p.c.memory() }
+func (p *PreparedMulti) Memory() Memory {
+	if p.zero() {
+		return Memory{}
+	}
+	return p.c.memory()
+}
 
 // Memory returns what the channel's queues take.
 func (m *MultiChannel) Memory() Memory {

@@ -12,10 +12,11 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 )
 
-// TestZeroChannel: the control calls of a Channel or MultiChannel not
-// made by this package (a zero value) do not panic: the getters return
-// zero values, and the calls that return an error refuse it with
-// ctx.ErrInvalidArgument (RemoteRegion with ErrPeer too). They panicked.
+// TestZeroChannel: the control calls of a Channel, MultiChannel, Prepared
+// or PreparedMulti not made by this package (a zero value) do not panic:
+// the getters return zero values, Close returns nil, and the calls that
+// return an error refuse it with ctx.ErrInvalidArgument (RemoteRegion
+// with ErrPeer too). They panicked.
 func TestZeroChannel(t *testing.T) {
 	bg := context.Background()
 	invalid := func(t *testing.T, err error) { require.ErrorIs(t, err, ctx.ErrInvalidArgument) }
@@ -74,6 +75,35 @@ func TestZeroChannel(t *testing.T) {
 			defer b.Close()
 			_, err = ch.ReestablishConn(bg, a, endpoint.DialSide, endpoint.Security{InsecureLoopback: true})
 			invalid(t, err)
+		},
+		"PreparedMulti": func(t *testing.T) {
+			var p channel.PreparedMulti
+			require.Zero(t, p.Peers())
+			require.Empty(t, p.Endpoints())
+			require.Zero(t, p.GID())
+			require.Zero(t, p.Memory())
+			invalid(t, p.Share(nil))
+			_, err := p.Handshake(nil)
+			invalid(t, err)
+			_, err = p.DialMesh(bg, "127.0.0.1:1", 1, endpoint.MeshOptions{})
+			invalid(t, err)
+			_, err = channel.Mesh(bg, "127.0.0.1:0", []*channel.PreparedMulti{&p})
+			invalid(t, err)
+			require.NoError(t, p.Close())
+		},
+		"Prepared": func(t *testing.T) {
+			var p channel.Prepared
+			require.Zero(t, p.Endpoint())
+			require.Zero(t, p.GID())
+			invalid(t, p.Share(nil))
+			_, err := p.Handshake(endpoint.Endpoint{})
+			invalid(t, err)
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			_, err = p.HandshakeConn(bg, a, endpoint.DialSide, endpoint.Security{InsecureLoopback: true})
+			invalid(t, err)
+			require.NoError(t, p.Close())
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
