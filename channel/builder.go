@@ -143,6 +143,11 @@ func NewMulti(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti
 // PreparedMulti is a MultiChannel whose queues exist but are not connected
 // yet: send Endpoints()[j] to peer j, collect the endpoint each peer made
 // for this side, and Handshake with them.
+//
+// A zero PreparedMulti (or Prepared), one not made by this package, has
+// no peers: its getters return zero values, Close returns nil, and the
+// calls that would connect it refuse it with an error wrapping
+// ctx.ErrInvalidArgument.
 type PreparedMulti struct {
 	c       *core
 	regions []endpoint.RemoteRegion
@@ -272,7 +277,16 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 }
 
 // Peers returns the number of peers.
-func (p *PreparedMulti) Peers() int { return len(p.c.links) }
+func (p *PreparedMulti) Peers() int {
+	if p.zero() {
+		return 0
+	}
+	return len(p.c.links)
+}
+
+// zero reports whether p is nil or a zero PreparedMulti (a zero
+// Prepared's is nil), one not made by this package.
+func (p *PreparedMulti) zero() bool { return p == nil || p.c == nil }
 
 // Share adds mr to the regions every peer learns from Endpoints, with the
 // remote access it was registered with. Call it before Endpoints. After
@@ -307,6 +321,9 @@ func (p *PreparedMulti) Share(mr *ctx.MemoryRegion) error {
 // of the DC target for j with the initiator's QPN (DC), with the shared
 // regions.
 func (p *PreparedMulti) Endpoints() []endpoint.Endpoint {
+	if p.zero() {
+		return nil
+	}
 	c := p.c
 	out := make([]endpoint.Endpoint, len(c.links))
 	for j := range c.links {
@@ -326,7 +343,12 @@ func (p *PreparedMulti) Endpoints() []endpoint.Endpoint {
 // GID returns the local GID table entry every queue of the channel sends
 // from, the one Options.GID selected: on RoCE it is the address the peers
 // reach this side by (each endpoint's GID and GIDIndex).
-func (p *PreparedMulti) GID() ctx.GIDEntry { return p.c.gid() }
+func (p *PreparedMulti) GID() ctx.GIDEntry {
+	if p.zero() {
+		return ctx.GIDEntry{}
+	}
+	return p.c.gid()
+}
 
 // gid returns the GID table entry the channel's queues use.
 func (c *core) gid() ctx.GIDEntry {
@@ -403,10 +425,14 @@ func (p *PreparedMulti) Handshake(remote []endpoint.Endpoint) (*MultiChannel, er
 
 // usable returns nil while the prepared channel may still connect: an
 // error naming op that wraps ErrUsed after Handshake, ctx.ErrClosed once
-// it was closed (or its queue pairs were closed under it). Every call
-// that sends its endpoints or connects asks it first, so that a peer is
-// never handed the endpoint of a queue pair that cannot connect.
+// it was closed (or its queue pairs were closed under it),
+// ctx.ErrInvalidArgument for a zero one. Every call that sends its
+// endpoints or connects asks it first, so that a peer is never handed the
+// endpoint of a queue pair that cannot connect.
 func (p *PreparedMulti) usable(op string) error {
+	if p.zero() {
+		return fmt.Errorf("%s: %w", op, errZeroPrepared)
+	}
 	if p.used {
 		return fmt.Errorf("%s: %w", op, ErrUsed)
 	}
@@ -415,6 +441,10 @@ func (p *PreparedMulti) usable(op string) error {
 	}
 	return nil
 }
+
+// errZeroPrepared is the cause of the refusal of a Prepared or
+// PreparedMulti not made by this package (a zero value).
+var errZeroPrepared = fmt.Errorf("prepared channel not made by New or NewMulti: %w", ctx.ErrInvalidArgument)
 
 // loopHint is what a refusal of this side's own endpoint says about its
 // usual cause: processes on the software HCA that are not on one shared
@@ -448,7 +478,7 @@ func (p *PreparedMulti) own(e endpoint.Endpoint) int {
 //
 // Close of a nil *PreparedMulti returns nil.
 func (p *PreparedMulti) Close() error {
-	if p == nil || p.c == nil || p.used {
+	if p.zero() || p.used {
 		return nil
 	}
 	return p.c.close()

@@ -21,7 +21,12 @@ func (p *Prepared) Share(mr *ctx.MemoryRegion) error { return p.m.Share(mr) }
 
 // Endpoint returns what the peer needs to connect: QPN, PSN, LID, GID, MTU
 // and the shared regions.
-func (p *Prepared) Endpoint() endpoint.Endpoint { return p.m.Endpoints()[0] }
+func (p *Prepared) Endpoint() endpoint.Endpoint {
+	if p.m.zero() {
+		return endpoint.Endpoint{} // a zero Prepared
+	}
+	return p.m.Endpoints()[0]
+}
 
 // GID returns the local GID table entry the channel sends from (see
 // PreparedMulti.GID).

@@ -41,6 +41,9 @@ func (m *MultiChannel) counting() bool {
 // it was built with Options.Counters. It does not allocate. Like every call
 // on the channel, it is its goroutine's.
 func (m *MultiChannel) Counters() Counters {
+	if m.zero() {
+		return Counters{}
+	}
 	c := m.c
 	out := Counters{CQ: c.poller.Counters(), Queues: transport.QueueCounters{RetriesCounted: true}}
 	if c.dci != nil {

@@ -159,6 +159,9 @@ func (e *cqError) Unwrap() error { return e.err }
 // when building the new one fails.
 func (m *MultiChannel) Reestablish() (*PreparedMulti, error) {
 	const op = "channel: reestablish"
+	if m.zero() {
+		return nil, errZeroChannel
+	}
 	c := m.c
 	if err := c.close(); err != nil {
 		return nil, fmt.Errorf("%s: close the old queues: %w", op, err)
@@ -203,4 +206,9 @@ func (ch *Channel) ReestablishConn(c context.Context, conn net.Conn, side endpoi
 
 // CompletionQueue returns the completion queue every queue of the channel
 // completes on (its CQN is what a CQ_ERR event names).
-func (m *MultiChannel) CompletionQueue() *ctx.CompletionQueue { return m.c.cq }
+func (m *MultiChannel) CompletionQueue() *ctx.CompletionQueue {
+	if m.zero() {
+		return nil
+	}
+	return m.c.cq
+}

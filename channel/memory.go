@@ -53,10 +53,20 @@ func (m Memory) String() string {
 }
 
 // Memory returns what the prepared channel's queues take.
-func (p *PreparedMulti) Memory() Memory { return p.c.memory() }
+func (p *PreparedMulti) Memory() Memory {
+	if p.zero() {
+		return Memory{}
+	}
+	return p.c.memory()
+}
 
 // Memory returns what the channel's queues take.
-func (m *MultiChannel) Memory() Memory { return m.c.memory() }
+func (m *MultiChannel) Memory() Memory {
+	if m.zero() {
+		return Memory{}
+	}
+	return m.c.memory()
+}
 
 func (c *core) memory() Memory {
 	const wrid = 8 // bytes of work request id kept per WQE slot

@@ -31,26 +31,57 @@ import (
 // ends with an error wrapping ctx.ErrClosed (the work outstanding on a
 // closed queue pair never completes), the wait closes what is left of the
 // channel, and the channel is closed from then on (Close returns nil).
+//
+// A zero MultiChannel (or Channel), one not made by this package, has no
+// peers: its getters return zero values (nil, 0), and Err, Fail, Scope
+// and Reestablish refuse it with an error wrapping ctx.ErrInvalidArgument.
 type MultiChannel struct {
 	c *core
 }
 
+// zero reports whether m is nil or a zero MultiChannel (a zero Channel's
+// is nil), one not made by this package.
+func (m *MultiChannel) zero() bool { return m == nil || m.c == nil }
+
 // Peers returns the number of peers.
-func (m *MultiChannel) Peers() int { return len(m.c.links) }
+func (m *MultiChannel) Peers() int {
+	if m.zero() {
+		return 0
+	}
+	return len(m.c.links)
+}
 
 // Transport returns the channel's transport.
-func (m *MultiChannel) Transport() endpoint.Transport { return m.c.transport }
+func (m *MultiChannel) Transport() endpoint.Transport {
+	if m.zero() {
+		return 0
+	}
+	return m.c.transport
+}
 
 // ProtectionDomain returns the PD every queue of the channel belongs to;
 // register the memory the requests use in it.
-func (m *MultiChannel) ProtectionDomain() *ctx.ProtectionDomain { return m.c.pd }
+func (m *MultiChannel) ProtectionDomain() *ctx.ProtectionDomain {
+	if m.zero() {
+		return nil
+	}
+	return m.c.pd
+}
 
 // GID returns the local GID table entry the channel sends from (see
 // PreparedMulti.GID).
-func (m *MultiChannel) GID() ctx.GIDEntry { return m.c.gid() }
+func (m *MultiChannel) GID() ctx.GIDEntry {
+	if m.zero() {
+		return ctx.GIDEntry{}
+	}
+	return m.c.gid()
+}
 
 // Remote returns the endpoint peer sent in the handshake.
 func (m *MultiChannel) Remote(peer int) endpoint.Endpoint {
+	if m.zero() {
+		return endpoint.Endpoint{}
+	}
 	if l := m.c.peerLink(peer); l != nil {
 		return l.ep
 	}
@@ -60,6 +91,9 @@ func (m *MultiChannel) Remote(peer int) endpoint.Endpoint {
 // RemoteRegion returns region i of those peer shared, or an error when it
 // shared fewer.
 func (m *MultiChannel) RemoteRegion(peer, i int) (endpoint.RemoteRegion, error) {
+	if m.zero() {
+		return endpoint.RemoteRegion{}, fmt.Errorf("channel: remote region %d of peer %d: %w (%w)", i, peer, ErrPeer, errZeroChannel)
+	}
 	l := m.c.peerLink(peer)
 	if l == nil {
 		return endpoint.RemoteRegion{}, fmt.Errorf("channel: remote region %d of peer %d: %w (the channel has %d)", i, peer, ErrPeer, len(m.c.links))
@@ -77,6 +111,9 @@ func (m *MultiChannel) RemoteRegion(peer, i int) (endpoint.RemoteRegion, error) 
 // work, which they can overrun: Err then reports the overrun, and the
 // channel's next wait fails it (ErrFailed).
 func (m *MultiChannel) QP(peer int) *rc.QP {
+	if m.zero() {
+		return nil
+	}
 	if l := m.c.peerLink(peer); l != nil {
 		return l.qp
 	}
@@ -85,28 +122,49 @@ func (m *MultiChannel) QP(peer int) *rc.QP {
 
 // DCI returns the DC initiator of a DC channel (nil for RC). Work posted
 // on it directly is not tracked, as with QP.
-func (m *MultiChannel) DCI() *dc.DCI { return m.c.dci }
+func (m *MultiChannel) DCI() *dc.DCI {
+	if m.zero() {
+		return nil
+	}
+	return m.c.dci
+}
 
 // Notifier returns the completion-event waiter of a channel built with
 // Options.Events (nil otherwise).
-func (m *MultiChannel) Notifier() *completion.Notifier { return m.c.notifier }
+func (m *MultiChannel) Notifier() *completion.Notifier {
+	if m.zero() {
+		return nil
+	}
+	return m.c.notifier
+}
 
 // Poller returns the poller of the channel's completion queue.
-func (m *MultiChannel) Poller() *transport.Poller { return m.c.poller }
+func (m *MultiChannel) Poller() *transport.Poller {
+	if m.zero() {
+		return nil
+	}
+	return m.c.poller
+}
 
 // Outstanding returns the number of work requests posted and not yet
 // completed.
-func (m *MultiChannel) Outstanding() int { return m.c.pending }
+func (m *MultiChannel) Outstanding() int {
+	if m.zero() {
+		return 0
+	}
+	return m.c.pending
+}
 
-// errZeroChannel is Err's answer for a Channel or MultiChannel not made by
-// this package (a zero value).
+// errZeroChannel is the error of a Channel or MultiChannel not made by
+// this package (a zero value): Err's answer, and Fail's, Scope's and
+// Reestablish's.
 var errZeroChannel = fmt.Errorf("channel: not made by this package: %w", ctx.ErrInvalidArgument)
 
 // Err returns the first problem met while polling that belongs to no work
 // request: the async event that ended the channel (Options.OnEvent), a
 // completion the channel did not post, or the CQ's own error (overrun).
 func (m *MultiChannel) Err() error {
-	if m == nil || m.c == nil {
+	if m.zero() {
 		return errZeroChannel // a zero Channel or MultiChannel
 	}
 	if err := m.c.eventErr(); err != nil {
@@ -126,7 +184,7 @@ func (m *MultiChannel) Err() error {
 //
 // Close of a nil *MultiChannel returns nil.
 func (m *MultiChannel) Close() error {
-	if m == nil || m.c == nil {
+	if m.zero() {
 		return nil // nil, or a zero MultiChannel
 	}
 	return m.c.close()
@@ -140,7 +198,12 @@ func (m *MultiChannel) Close() error {
 // then refuses new work with ErrFailed: close it and build a new one. It is
 // what a blocking call or scope does when its context ends; call it after
 // a Pending.Wait gave up, before reusing that request's buffers.
-func (m *MultiChannel) Fail() error { return m.c.fail() }
+func (m *MultiChannel) Fail() error {
+	if m.zero() {
+		return errZeroChannel
+	}
+	return m.c.fail()
+}
 
 // ---- raw level ----
 

@@ -41,6 +41,9 @@ type Scope struct {
 // stays outstanding (Fail flushes it), and the channel takes the next
 // Scope as usual.
 func (m *MultiChannel) Scope(c context.Context, fn func(s *Scope) error) error {
+	if m.zero() {
+		return errZeroChannel
+	}
 	return m.c.runScope(c, fn)
 }
 

@@ -407,9 +407,9 @@ func (cq *CQ) All(max int) iter.Seq[*CQE] {
 // the owner's goroutine between polls; during a batch (InBatch: inside
 // Poll's function, its one-CQE path's included, or an All loop, or after
 // Next without Release) it removes nothing and returns 0, as it does for a
-// nil drop. drop must not poll.
+// nil drop and a zero CQ (not made by New). drop must not poll.
 func (cq *CQ) Discard(drop func(*CQE) bool) int {
-	if drop == nil || cq.InBatch() {
+	if drop == nil || cq.dbrec == nil || cq.InBatch() {
 		return 0
 	}
 	n := uint32(cq.Ready(int(cq.mask + 1)))
@@ -448,9 +448,10 @@ func (cq *CQ) Discard(drop func(*CQE) bool) int {
 // without Release). Poll's one-CQE path takes none while its function
 // runs; it writes the doorbell record after the function, which until then
 // holds the consumer index before the CQE, and InBatch reads it for that
-// case. Discard does nothing inside a poll.
+// case. Discard does nothing inside a poll. A zero CQ (not made by New) is
+// in none.
 func (cq *CQ) InBatch() bool {
-	return cq.state>>stateTaken != 0 ||
+	return cq.state>>stateTaken != 0 || cq.dbrec != nil &&
 		prm.Load32(unsafe.Add(cq.dbrec, prm.CQDoorbellRecordCI*4)) != cq.ci&prm.CQConsumerIndexMask
 }
 
