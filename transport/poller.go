@@ -13,16 +13,46 @@ import (
 	"github.com/mlx5kit/mlx5kit/monocq"
 )
 
-// NewCQ returns a monocq poller over the ring of cq.
+// NewCQ returns the monocq poller over the ring of cq. A completion queue
+// has one, whatever asks for it: NewCQ called again, and cq's Poller
+// (Poller.CQ), get the same one, with its one consumer index, so that no
+// CQE is taken twice (two pollers over one ring, each with an index of its
+// own, each took every CQE). Poll it from one goroutine at a time.
 func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
+	claimsMu.Lock()
+	defer claimsMu.Unlock()
+	c, err := claimOf(cq)
+	if err != nil {
+		return nil, err
+	}
+	return c.ring, nil
+}
+
+// claimOf returns the claim of cq, made with its ring poller if it has
+// none (claimsMu held).
+func claimOf(cq *ctx.CompletionQueue) (*claim, error) {
 	if cq == nil {
 		return nil, fmt.Errorf("nil completion queue: %w", ctx.ErrInvalidArgument)
 	}
 	if cq.Closed() {
 		return nil, fmt.Errorf("completion queue: %w", ctx.ErrClosed)
 	}
+	if c := claims[cq]; c != nil {
+		return c, nil
+	}
 	d := provider.CQDescriptor(cq)
-	return monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
+	m, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
+	if err != nil {
+		return nil, err
+	}
+	c := &claim{ring: m}
+	claims[cq] = c
+	seam.OnClose(cq, func() {
+		claimsMu.Lock()
+		delete(claims, cq)
+		claimsMu.Unlock()
+	})
+	return c, nil
 }
 
 // Poller polls one completion queue and hands each completion, matched to
@@ -86,13 +116,13 @@ type drain struct {
 	at uint32
 }
 
-// A claim is the ring poller of an open completion queue that a Poller was
-// made for, and whether a Poller holds it: a second Poller over one ring
-// would keep a consumer index of its own, and the two would lose or
-// duplicate completions. Poller.Close gives the ring back, and the next
-// NewPoller for the CQ takes the same ring poller, which goes on from the
-// consumer index (and the arm sequence) the closed one left. The CQ's
-// close forgets its claim.
+// A claim is the ring poller of an open completion queue (NewCQ), and
+// whether a Poller holds it: a second Poller over one ring would keep a
+// consumer index of its own, and the two would lose or duplicate
+// completions. Poller.Close gives the ring back, and the next NewPoller
+// for the CQ takes the same ring poller, which goes on from the consumer
+// index (and the arm sequence) the closed one left. The CQ's close
+// forgets its claim.
 type claim struct {
 	ring *monocq.CQ
 	held bool
@@ -109,29 +139,14 @@ var (
 // (poll the CQ through the first, or Close it first). A Poller made after
 // one was closed takes the ring from where that one left it.
 func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
-	if cq == nil {
-		return nil, fmt.Errorf("poller: new: nil completion queue: %w", ctx.ErrInvalidArgument)
-	}
 	claimsMu.Lock()
 	defer claimsMu.Unlock()
-	c := claims[cq]
+	c, err := claimOf(cq)
 	switch {
-	case cq.Closed():
-		return nil, fmt.Errorf("poller: new: completion queue: %w", ctx.ErrClosed)
-	case c != nil && c.held:
+	case err != nil:
+		return nil, fmt.Errorf("poller: new: %w", err)
+	case c.held:
 		return nil, fmt.Errorf("poller: new: CQ %#x has a Poller already (one Poller per completion queue): %w", cq.CQN(), ctx.ErrInvalidArgument)
-	case c == nil:
-		m, err := NewCQ(cq)
-		if err != nil {
-			return nil, fmt.Errorf("poller: new: %w", err)
-		}
-		c = &claim{ring: m}
-		claims[cq] = c
-		seam.OnClose(cq, func() {
-			claimsMu.Lock()
-			delete(claims, cq)
-			claimsMu.Unlock()
-		})
 	}
 	c.held = true
 	p := &Poller{cq: c.ring, owner: cq, claim: c, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}

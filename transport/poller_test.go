@@ -433,3 +433,45 @@ func TestZeroQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestNewCQIsTheCQsOneRing: NewCQ returns one ring poller per completion
+// queue, the one its Poller polls, so that a CQE taken through either is
+// not taken again through the other; before, each call made a poller with
+// a consumer index of its own at 0.
+func TestNewCQIsTheCQsOneRing(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	r1, err := transport.NewCQ(cq)
+	require.NoError(t, err)
+	r2, err := transport.NewCQ(cq)
+	require.NoError(t, err)
+	require.Same(t, r1, r2)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	require.Same(t, r1, p.CQ())
+
+	q, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(q))
+	require.NoError(t, q.Connect(q.Endpoint()))
+	for id := uint64(1); id <= 2; id++ {
+		s, err := q.Post(id, wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.Nop().FinishBlueFlame())
+	}
+	e.Run()
+	var counters []uint16
+	require.Equal(t, 1, r2.Poll(1, func(c *monocq.CQE) { counters = append(counters, c.WQECounter()) }))
+	var got []uint64
+	for p.Poll(4, func(c *transport.Completion) { got = append(got, c.WRID) }) > 0 {
+	}
+	require.Equal(t, []uint64{2}, got, "the Poller goes on after the CQE taken through NewCQ's ring")
+	require.Len(t, counters, 1)
+
+	require.NoError(t, q.Close())
+	require.NoError(t, cq.Close())
+	_, err = transport.NewCQ(cq)
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	_, err = transport.NewCQ(nil)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
