@@ -8,8 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/transport"
 )
 
 // TestZeroChannel: the control calls of a Channel, MultiChannel, Prepared
@@ -21,53 +25,15 @@ func TestZeroChannel(t *testing.T) {
 	bg := context.Background()
 	invalid := func(t *testing.T, err error) { require.ErrorIs(t, err, ctx.ErrInvalidArgument) }
 	for name, fn := range map[string]func(t *testing.T){
-		"MultiChannel getters": func(t *testing.T) {
+		"MultiChannel": func(t *testing.T) {
 			var m channel.MultiChannel
-			require.Zero(t, m.Peers())
-			require.Zero(t, m.Transport())
-			require.Nil(t, m.ProtectionDomain())
-			require.Zero(t, m.GID())
-			require.Zero(t, m.Remote(0))
-			_, err := m.RemoteRegion(0, 0)
-			require.ErrorIs(t, err, channel.ErrPeer)
-			require.Nil(t, m.QP(0))
-			require.Nil(t, m.DCI())
-			require.Nil(t, m.Notifier())
-			require.Nil(t, m.Poller())
-			require.Nil(t, m.CompletionQueue())
-			require.Zero(t, m.Outstanding())
-			require.Zero(t, m.Counters())
-			require.Zero(t, m.Memory())
-		},
-		"MultiChannel calls": func(t *testing.T) {
-			var m channel.MultiChannel
-			invalid(t, m.Scope(bg, func(*channel.Scope) error { return nil }))
-			invalid(t, m.Fail())
+			zeroMulti(t, &m)
 			_, err := m.Reestablish()
 			invalid(t, err)
 		},
-		"Channel getters": func(t *testing.T) {
-			var ch channel.Channel
-			require.Zero(t, ch.Peers())
-			require.Zero(t, ch.Transport())
-			require.Nil(t, ch.ProtectionDomain())
-			require.Zero(t, ch.GID())
-			require.Zero(t, ch.Remote(0))
-			_, err := ch.RemoteRegion(0, 0)
-			require.ErrorIs(t, err, channel.ErrPeer)
-			require.Nil(t, ch.QP(0))
-			require.Nil(t, ch.DCI())
-			require.Nil(t, ch.Notifier())
-			require.Nil(t, ch.Poller())
-			require.Nil(t, ch.CompletionQueue())
-			require.Zero(t, ch.Outstanding())
-			require.Zero(t, ch.Counters())
-			require.Zero(t, ch.Memory())
-		},
-		"Channel calls": func(t *testing.T) {
-			var ch channel.Channel
-			invalid(t, ch.Scope(bg, func(*channel.Scope) error { return nil }))
-			invalid(t, ch.Fail())
+		"Channel": func(t *testing.T) {
+			var ch channel.Channel // its MultiChannel is nil
+			zeroMulti(t, &ch)
 			_, err := ch.Reestablish()
 			invalid(t, err)
 			a, b := net.Pipe()
@@ -110,4 +76,47 @@ func TestZeroChannel(t *testing.T) {
 			require.NotPanics(t, func() { fn(t) })
 		})
 	}
+}
+
+// multi is what a Channel has of a MultiChannel's methods (it embeds one).
+type multi interface {
+	Peers() int
+	Transport() endpoint.Transport
+	ProtectionDomain() *ctx.ProtectionDomain
+	GID() ctx.GIDEntry
+	Remote(int) endpoint.Endpoint
+	RemoteRegion(int, int) (endpoint.RemoteRegion, error)
+	QP(int) *rc.QP
+	DCI() *dc.DCI
+	Notifier() *completion.Notifier
+	Poller() *transport.Poller
+	CompletionQueue() *ctx.CompletionQueue
+	Outstanding() int
+	Counters() channel.Counters
+	Memory() channel.Memory
+	Scope(context.Context, func(*channel.Scope) error) error
+	Fail() error
+}
+
+// zeroMulti checks the control calls of a zero MultiChannel or Channel:
+// the getters return zero values, RemoteRegion refuses with ErrPeer, and
+// Scope and Fail with ctx.ErrInvalidArgument.
+func zeroMulti(t *testing.T, m multi) {
+	require.Zero(t, m.Peers())
+	require.Zero(t, m.Transport())
+	require.Nil(t, m.ProtectionDomain())
+	require.Zero(t, m.GID())
+	require.Zero(t, m.Remote(0))
+	_, err := m.RemoteRegion(0, 0)
+	require.ErrorIs(t, err, channel.ErrPeer)
+	require.Nil(t, m.QP(0))
+	require.Nil(t, m.DCI())
+	require.Nil(t, m.Notifier())
+	require.Nil(t, m.Poller())
+	require.Nil(t, m.CompletionQueue())
+	require.Zero(t, m.Outstanding())
+	require.Zero(t, m.Counters())
+	require.Zero(t, m.Memory())
+	require.ErrorIs(t, m.Scope(context.Background(), func(*channel.Scope) error { return nil }), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, m.Fail(), ctx.ErrInvalidArgument)
 }
