@@ -19,9 +19,7 @@ import (
 // CQE is taken twice (two pollers over one ring, each with an index of its
 // own, each took every CQE). Poll it from one goroutine at a time.
 func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
-	claimsMu.Lock()
-	defer claimsMu.Unlock()
-	c, err := claimOf(cq)
+	c, err := claimOf(cq, false)
 	if err != nil {
 		return nil, err
 	}
@@ -29,30 +27,54 @@ func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 }
 
 // claimOf returns the claim of cq, made with its ring poller if it has
-// none (claimsMu held).
-func claimOf(cq *ctx.CompletionQueue) (*claim, error) {
+// none; with hold it takes the claim for a Poller, and refuses one a
+// Poller holds. It takes claimsMu, and registers the close hook of a claim
+// it made after it let claimsMu go: seam.OnClose takes the Context's lock,
+// and the Context runs the hook, which takes claimsMu, with its lock held
+// (a CQ closed since the look at Closed gets the hook run at once, on this
+// goroutine). The claim of a CQ that closed meanwhile is forgotten by the
+// time claimOf returns; its Poller finds the CQ closed.
+func claimOf(cq *ctx.CompletionQueue, hold bool) (*claim, error) {
 	if cq == nil {
 		return nil, fmt.Errorf("nil completion queue: %w", ctx.ErrInvalidArgument)
 	}
+	claimsMu.Lock()
+	c, made, err := claimLocked(cq, hold)
+	claimsMu.Unlock()
+	if made {
+		seam.OnClose(cq, func() {
+			claimsMu.Lock()
+			if claims[cq] == c {
+				delete(claims, cq)
+			}
+			claimsMu.Unlock()
+		})
+	}
+	return c, err
+}
+
+// claimLocked is claimOf's part under claimsMu; made says it made the
+// claim.
+func claimLocked(cq *ctx.CompletionQueue, hold bool) (c *claim, made bool, err error) {
 	if cq.Closed() {
-		return nil, fmt.Errorf("completion queue: %w", ctx.ErrClosed)
+		return nil, false, fmt.Errorf("completion queue: %w", ctx.ErrClosed)
 	}
-	if c := claims[cq]; c != nil {
-		return c, nil
+	if c = claims[cq]; c == nil {
+		d := provider.CQDescriptor(cq)
+		m, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
+		if err != nil {
+			return nil, false, err
+		}
+		c, made = &claim{ring: m}, true
+		claims[cq] = c
 	}
-	d := provider.CQDescriptor(cq)
-	m, err := monocq.New(monocq.Config{Buf: d.Buf, CQECnt: d.CQECnt, CQESize: d.CQESize, DBRec: d.DBRec, UAR: d.UAR, CQN: d.CQN, Memory: d.Memory})
-	if err != nil {
-		return nil, err
+	if hold {
+		if c.held {
+			return nil, made, fmt.Errorf("CQ %#x has a Poller already (one Poller per completion queue): %w", cq.CQN(), ctx.ErrInvalidArgument)
+		}
+		c.held = true
 	}
-	c := &claim{ring: m}
-	claims[cq] = c
-	seam.OnClose(cq, func() {
-		claimsMu.Lock()
-		delete(claims, cq)
-		claimsMu.Unlock()
-	})
-	return c, nil
+	return c, made, nil
 }
 
 // Poller polls one completion queue and hands each completion, matched to
@@ -139,16 +161,10 @@ var (
 // (poll the CQ through the first, or Close it first). A Poller made after
 // one was closed takes the ring from where that one left it.
 func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
-	claimsMu.Lock()
-	defer claimsMu.Unlock()
-	c, err := claimOf(cq)
-	switch {
-	case err != nil:
+	c, err := claimOf(cq, true)
+	if err != nil {
 		return nil, fmt.Errorf("poller: new: %w", err)
-	case c.held:
-		return nil, fmt.Errorf("poller: new: CQ %#x has a Poller already (one Poller per completion queue): %w", cq.CQN(), ctx.ErrInvalidArgument)
 	}
-	c.held = true
 	p := &Poller{cq: c.ring, owner: cq, claim: c, table: new(monocq.Table[Queue]), stamps: cq.Config().Timestamps}
 	p.reapFlag.Store(readyBit)
 	if p.stamps {
