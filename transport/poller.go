@@ -47,6 +47,9 @@ func claimOf(cq *ctx.CompletionQueue, hold bool) (*claim, error) {
 			if claims[cq] == c {
 				delete(claims, cq)
 			}
+			if c.poller != nil {
+				c.poller.reapFlag.Or(closedBit)
+			}
 			claimsMu.Unlock()
 		})
 	}
@@ -99,11 +102,11 @@ type Poller struct {
 	table *monocq.Table[Queue]
 	// reapFlag has readyBit set from NewPoller on, reapBit when a queue
 	// added here was closed (set by its closer, on the closing goroutine)
-	// or a closed queue is still draining (set by reap) or the Poller
-	// was closed, and slowBit while the Poller counts or reads
-	// timestamps: ring, which loads it once per poll, returns nil unless
-	// it is readyBit alone, so that Poll calls reapRing (a zero Poller,
-	// whose flag is 0, included).
+	// or a closed queue is still draining (set by reap), closedBit once
+	// the Poller or its CQ was closed (the claim's close hook), and
+	// slowBit while the Poller counts or reads timestamps: ring, which
+	// loads it once per poll, returns nil unless it is readyBit alone, so
+	// that Poll calls reapRing (a zero Poller, whose flag is 0, included).
 	reapFlag atomic.Uint32
 	wc       Completion
 	err      error
@@ -148,6 +151,9 @@ type drain struct {
 type claim struct {
 	ring *monocq.CQ
 	held bool
+	// poller is the Poller holding the claim, once made (claimsMu): the
+	// CQ's close sets its closedBit, so that its polls look at one flag.
+	poller *Poller
 }
 
 var (
@@ -170,6 +176,15 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 	if p.stamps {
 		p.reapFlag.Or(slowBit)
 	}
+	// From here the CQ's close flags p (the claim's hook). A close that
+	// ran its hooks before set the CQ's closed flag first: it is seen
+	// here, under the same lock.
+	claimsMu.Lock()
+	c.poller = p
+	if cq.Closed() {
+		p.reapFlag.Or(closedBit)
+	}
+	claimsMu.Unlock()
 	return p, nil
 }
 
@@ -197,9 +212,10 @@ func (p *Poller) Close() error {
 		p.drop(p.draining[0].q)
 	}
 	p.closed = true
-	p.reapFlag.Or(reapBit) // ring returns nil: Poll finds it closed (reapRing)
+	p.reapFlag.Or(closedBit) // ring returns nil: Poll finds it closed (reapRing)
 	claimsMu.Lock()
 	p.claim.held = false
+	p.claim.poller = nil
 	claimsMu.Unlock()
 	return nil
 }
@@ -212,6 +228,9 @@ const (
 	reapBit = 1 << iota
 	slowBit
 	readyBit
+	// closedBit is set once the Poller or its CQ is closed, and never
+	// cleared (reap clears reapBit).
+	closedBit
 )
 
 // Poll hands up to max completions to fn, each as a *Completion valid
@@ -459,8 +478,9 @@ func (p *Poller) CQ() *monocq.CQ { return p.cq }
 // then calls reapRing, which returns it or nil. Poll calls ring once; it
 // inlines and makes no call.
 func (p *Poller) ring() *monocq.CQ {
-	// The flag first: a zero Poller (flag 0) has no owner to look at.
-	if p.reapFlag.Load() != readyBit || p.owner.Closed() {
+	// One flag: the CQ's close sets closedBit (the claim's hook), and a
+	// zero Poller's is 0.
+	if p.reapFlag.Load() != readyBit {
 		return nil
 	}
 	return p.cq

@@ -475,3 +475,26 @@ func TestNewCQIsTheCQsOneRing(t *testing.T) {
 	_, err = transport.NewCQ(nil)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }
+
+// TestPollerOfClosedCQPollsNothing: once its completion queue is closed, a
+// Poller hands over nothing, not even the CQEs left in the ring, and Err
+// says ErrClosed; the close flags the Poller (the claim's hook), so that
+// Poll looks at one flag of its own, not at the CQ.
+func TestPollerOfClosedCQPollsNothing(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	q, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4, RecvDepth: 4}) // not added: closing it flags nothing
+	require.NoError(t, err)
+	require.NoError(t, q.Connect(q.Endpoint()))
+	s, err := q.Post(1, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, s.Nop().FinishBlueFlame())
+	e.Run()
+	require.Equal(t, 1, p.CQ().Ready(1), "a CQE in the ring")
+	require.NoError(t, q.Close())
+	require.NoError(t, cq.Close())
+	require.Zero(t, p.Poll(4, func(*transport.Completion) { t.Fatal("a completion from a closed CQ") }))
+	require.ErrorIs(t, p.Err(), ctx.ErrClosed)
+}
