@@ -107,8 +107,11 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	require.Equal(t, uint64(13), host.Uint64(e2.mem(8192, 8)))
 
 	// A wrong DC key: REMOTE_ACCESS_ERR, the DCT stays, counts it and
-	// raises no event.
-	d2 := e1.dci(e1.pd)
+	// raises no event. The DCI's ACK timeout is about a second: a
+	// request repeated after a timeout counts again, as a packet
+	// arriving again does, and dci's 4 ms ran out under a loaded test
+	// run (two violations counted).
+	d2 := e1.dciTo(e1.pd, 32, 18, 2)
 	d2.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, dcAV(0xbad, t1.qp.QPN(), lid), inlineSeg([]byte("x")))
 	c := waitCQE(t, d2.scq, 5*time.Second)
 	require.Equal(t, prm.SyndromeRemoteAccess, c.synd)
