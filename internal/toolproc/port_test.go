@@ -173,9 +173,17 @@ func TestServeOnPort(t *testing.T) {
 			s, port, fatal := serveOnPort(t, 30*time.Second, p.start)
 			require.Empty(t, fatal)
 			require.NotEqual(t, taken, port)
-			require.Len(t, p.started, 2)
+			// A port the system picked may be taken by another
+			// process's connection before its server binds it (the
+			// test's packages run in parallel), and ServeOnPort tries
+			// another: more than two starts are not a failure.
+			require.GreaterOrEqual(t, len(p.started), 2)
 			require.Contains(t, c.exits, p.started[0].ProcessState.ExitCode(), "the first server's exit")
-			require.Equal(t, p.started[1].Process.Pid, serverPID(t, s, port), "the second server is reached")
+			last := p.started[len(p.started)-1]
+			for _, cmd := range p.started[:len(p.started)-1] {
+				require.NotNil(t, cmd.ProcessState, "a server tried before the last has ended")
+			}
+			require.Equal(t, last.Process.Pid, serverPID(t, s, port), "the last server started is reached")
 		})
 	}
 
@@ -183,9 +191,9 @@ func TestServeOnPort(t *testing.T) {
 		p := &portServer{t: t, mode: "-spawn", host: "0.0.0.0", delay: "100ms"}
 		s, port, fatal := serveOnPort(t, 30*time.Second, p.start)
 		require.Empty(t, fatal)
-		require.Len(t, p.started, 1)
+		require.NotEmpty(t, p.started)
 		pid := serverPID(t, s, port)
-		require.NotEqual(t, p.started[0].Process.Pid, pid, "the server's child listens")
+		require.NotEqual(t, p.started[len(p.started)-1].Process.Pid, pid, "the server's child listens")
 	})
 
 	t.Run("no port", func(t *testing.T) {
