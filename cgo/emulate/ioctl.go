@@ -348,11 +348,9 @@ func (k *kernel) ioctl(fd int, request uint, arg uintptr) syscall.Errno {
 		for _, a := range b.attrs {
 			if a.newID >= 0 && f.uctx != nil {
 				// An object created before writing its handle back
-				// failed.
-				if o, ok := f.uctx.objects[uint32(a.newID)]; ok {
-					o.close()
-					delete(f.uctx.objects, uint32(a.newID))
-				}
+				// failed: destroyed as its destroy method does, so
+				// that nothing of it (its async event source) stays.
+				k.abortObject(f, uint32(a.newID))
 			}
 			if a.newFD >= 0 {
 				if e, ok := k.events[a.newFD]; ok {
@@ -365,6 +363,21 @@ func (k *kernel) ioctl(fd int, request uint, arg uintptr) syscall.Errno {
 		}
 	}
 	return en
+}
+
+// abortObject destroys an object a method created when the call fails
+// afterwards, as the kernel aborts a new uobject.
+func (k *kernel) abortObject(f *ufile, h uint32) {
+	o, ok := f.uctx.objects[h]
+	if !ok {
+		return
+	}
+	if o.kind == objCQ {
+		_, _, _ = k.destroyCQ(f, uint64(h))
+		return
+	}
+	o.close()
+	delete(f.uctx.objects, h)
 }
 
 // specs returns every attribute the method accepts.

@@ -422,8 +422,18 @@ func (k *kernel) forgetMapping(a uintptr, m *mapping) {
 	}
 }
 
-// munmap forgets the mappings inside [addr, addr+length).
+// munmap forgets the mappings inside [addr, addr+length). A call the
+// kernel's munmap refuses with EINVAL (an address that is not
+// page-aligned, no length, a range past the end of the address space)
+// unmaps nothing and forgets nothing.
 func (k *kernel) munmap(addr, length uintptr) {
+	ps := uintptr(k.pageSize)
+	if addr&(ps-1) != 0 || length == 0 {
+		return
+	}
+	if end := (addr + length + ps - 1) &^ (ps - 1); end <= addr {
+		return
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for a, m := range k.maps {

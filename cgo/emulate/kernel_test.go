@@ -764,3 +764,27 @@ func FuzzWrite(f *testing.F) {
 		runWriteBytes(t, k, a, fd, raw, fix)
 	})
 }
+
+// TestMunmapRefusedKeepsMapping: a munmap the kernel refuses (EINVAL: an
+// address that is not page-aligned, no length, a range past the end of
+// the address space) unmaps nothing, so the mappings it names stay known.
+func TestMunmapRefusedKeepsMapping(t *testing.T) {
+	k := testKernel(t, ctx.LinkLayerInfiniBand)
+	a := newArena(t)
+	fd := openNode(t, k, 0)
+	en, _, _ := getContext(k, a, fd, ucontextReq(4, 0, 0))
+	require.Zero(t, en)
+	page := uintptr(k.pageSize)
+	p, en := k.mmap(0, page, unix.PROT_WRITE, unix.MAP_SHARED, fd, 0)
+	require.Zero(t, en)
+	defer func() { _, _, _ = unix.Syscall(unix.SYS_MUNMAP, p, page, 0) }()
+
+	k.munmap(p-1, page)
+	require.Equal(t, 1, k.mappingCount(), "munmap of an address that is not page-aligned")
+	k.munmap(p-page, ^uintptr(0)-(p-page)+2)
+	require.Equal(t, 1, k.mappingCount(), "munmap of a range past the end of the address space")
+	k.munmap(p, 0)
+	require.Equal(t, 1, k.mappingCount(), "munmap of no bytes")
+	k.munmap(p, 1)
+	require.Zero(t, k.mappingCount(), "munmap of part of the page unmaps the page")
+}

@@ -145,3 +145,42 @@ func TestKernelRandomObjectIoctls(t *testing.T) {
 		require.True(t, allowedErrnos[en], "errno %v", en)
 	}
 }
+
+// TestCQCreateFailedWriteBackLeavesNoSource: a CQ_CREATE whose handle
+// cannot be written back (the attribute array is read-only) fails with
+// EFAULT and leaves nothing of the CQ behind, its async event source
+// included, as the kernel, which writes the new handle back before the
+// method runs, creates nothing.
+func TestCQCreateFailedWriteBackLeavesNoSource(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	ring, db := cqMemory(t, 64, 64)
+	vendor := mlx5CQReq(addrOf(ring), addrOf(db), 64)
+	_, cqeAddr := a.alloc(4)
+	_, drvAddr := a.alloc(8)
+	attrs := []testAttr{
+		handleAttr(attrCreateCQHandle, 0),
+		u32Attr(attrCreateCQCQE, 63),
+		inline(attrCreateCQUser, 0x55),
+		u32Attr(attrCreateCQVector, 0),
+		out(attrCreateCQRespCQE, cqeAddr, 4),
+		{id: attrUHWIn, length: uint16(len(vendor)), flags: attrFlagMandatory, data: uint64(a.put(vendor))},
+		out(attrUHWOut, drvAddr, 8),
+	}
+	_, built := a.ioctlCmd(objectCQ, methodCQCreate, attrs...)
+	page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	defer func() { _ = unix.Munmap(page) }()
+	n := ioctlHdrSize + len(attrs)*attrSize
+	ne.PutUint16(page[ioctlOffLength:], uint16(n))
+	ne.PutUint16(page[ioctlOffObject:], objectCQ)
+	ne.PutUint16(page[ioctlOffMethod:], methodCQCreate)
+	ne.PutUint16(page[ioctlOffNumAttrs:], uint16(len(attrs)))
+	ne.PutUint32(page[ioctlOffDriverID:], driverMLX5)
+	copy(page[ioctlHdrSize:], built[:len(attrs)*attrSize])
+	require.NoError(t, unix.Mprotect(page, unix.PROT_READ))
+	require.Equal(t, unix.EFAULT, k.ioctl(fd, rdmaVerbsIoctl, addrOf(page)))
+
+	uc := k.files[fd].uctx
+	require.Empty(t, uc.objects, "no CQ kept")
+	require.Empty(t, uc.async.sources, "the failed CQ's async event source is kept")
+}
