@@ -220,7 +220,8 @@ func ExampleMesh() {
 		fmt.Println(err)
 		return
 	}
-	// Rank 0 writes its rank number into byte 0 of every rank's buffer.
+	// Rank 0 writes byte 0 of its buffer (42) into byte 100 of every
+	// rank's buffer, its own included.
 	sides[0].mr.Bytes()[0] = 42
 	writes := make([]channel.WriteRequest, ranks)
 	for j := range writes {

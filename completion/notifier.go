@@ -260,7 +260,8 @@ type Poller[C any] interface {
 // request by the time it is yielded, so the loop may post again at once.
 // It ends when the loop breaks, or after yielding (zero C, err) when ctx
 // is done, waiting fails, the CQ is closed (ctx.ErrClosed) or p polls
-// another ring than n (ErrMismatch). A
+// another ring than n (ErrMismatch); a nil or zero Notifier (not made by
+// NewNotifier) or a nil p yields an error wrapping ctx.ErrInvalidArgument. A
 // completion is valid until the loop body returns; the body may post but
 // must not poll p itself.
 func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C, error] {
@@ -268,6 +269,10 @@ func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C
 		var zero C
 		if n == nil || nilness.Is(p) {
 			yield(zero, fmt.Errorf("completion: completions: nil notifier or poller: %w", ctx.ErrInvalidArgument))
+			return
+		}
+		if n.poll == nil {
+			yield(zero, fmt.Errorf("completion: completions: notifier not made by NewNotifier: %w", ctx.ErrInvalidArgument))
 			return
 		}
 		if err := n.pairedWith(p); err != nil {
