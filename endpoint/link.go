@@ -154,9 +154,10 @@ func (c *sealedConn) WriteFrame(payload []byte) error {
 // sealedFrameSize returns the size of the whole frame (header, payload and tag)
 // whose header is h, for a caller that reads the connection itself. A
 // header that is not a sealed frame's, or announces a payload longer than
-// limit (at most maxSealedFrame), is refused (ErrMalformed).
+// limit (at most maxSealedFrame; a negative limit is 0), is refused
+// (ErrMalformed).
 func sealedFrameSize(h []byte, limit int) (int, error) {
-	limit = min(limit, maxSealedFrame)
+	limit = max(min(limit, maxSealedFrame), 0)
 	if len(h) < meshHeaderSize {
 		return 0, malformed("sealed frame header", len(h), errTruncated, fmt.Sprintf("%d bytes, want %d", len(h), meshHeaderSize))
 	}
@@ -194,11 +195,11 @@ func (c *sealedConn) Open(frame []byte) ([]byte, error) {
 }
 
 // ReadFrame reads the next frame, checks its tag and returns its payload
-// (a new slice). A frame longer than limit (at most maxSealedFrame) is
-// refused before it is read; a frame whose tag does not match makes the
+// (a new slice). A frame longer than limit (at most maxSealedFrame; a
+// negative limit is 0) is refused before it is read; a frame whose tag does not match makes the
 // error match ErrAuth. Only one goroutine may read at a time.
 func (c *sealedConn) ReadFrame(limit int) ([]byte, error) {
-	limit = min(limit, maxSealedFrame)
+	limit = max(min(limit, maxSealedFrame), 0)
 	f, err := readFrame(c.s.conn, meshLink, limit+macSize, -1)
 	if err != nil {
 		return nil, err

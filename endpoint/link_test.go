@@ -83,6 +83,14 @@ func TestSealedConnFramesBothWays(t *testing.T) {
 	go func() { _ = d.WriteFrame(make([]byte, 100)) }()
 	_, err = a.ReadFrame(50)
 	require.ErrorIs(t, err, ErrMalformed)
+
+	// A negative limit refuses every payload, as 0 does.
+	p = sealedPair(t, key, key)
+	require.NoError(t, p.dialErr)
+	require.NoError(t, p.acceptErr)
+	go func() { _ = p.d.WriteFrame(make([]byte, 100)) }()
+	_, err = p.a.ReadFrame(-macSize - 1)
+	require.ErrorIs(t, err, ErrMalformed)
 }
 
 func TestSealedConnWrongKeyRefused(t *testing.T) {
@@ -158,6 +166,9 @@ func TestSealedConnSealOpen(t *testing.T) {
 	_, err = a.Open(stream[n : n+m])
 	require.ErrorIs(t, err, ErrAuth)
 	_, err = sealedFrameSize(stream[:sealedHeaderSize], 4)
+	require.ErrorIs(t, err, ErrMalformed)
+	// A negative limit is no limit's end: it refuses every payload.
+	_, err = sealedFrameSize(stream[:sealedHeaderSize], -macSize-1)
 	require.ErrorIs(t, err, ErrMalformed)
 	_, err = sealedFrameSize([]byte("not a frame!"), 64)
 	require.ErrorIs(t, err, ErrMalformed)
