@@ -217,3 +217,39 @@ func TestUCSRQTooLong(t *testing.T) {
 	require.Equal(t, prm.CQERespSend, c.op)
 	require.Equal(t, []byte("fits"), e.mem2(64, 4))
 }
+
+// TestSharedUCResponderIgnoresReadAndAtomic: a READ or an atomic that
+// reaches a UC QP of another process (from a peer that is no requester
+// of this version, or an RC QP connected to it, which the segments do not
+// tell apart) is dropped as an opcode UC does not have: nothing is read
+// or written, nothing answers, and the QP stays in RTS, as a UC QP never
+// moves to error because of its peer. Before, it was checked as a remote
+// access, which a UC QP never grants: the QP moved to error with
+// QP_ACCESS_ERR.
+func TestSharedUCResponderIgnoresReadAndAtomic(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a, b := ucQP(e1, e1.pd), ucQP(e2, e2.pd)
+	connectUC(t, a, b)
+	holdEngine(t, e1.f)
+	holdEngine(t, e2.f)
+	lid := lidOf(t, e2.c)
+	copy(e2.mem(0, 8), []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	e2.f.mu.Lock()
+	tq := e2.f.qpByNum(b.qp.QPN())
+	from := e2.f.remoteSlot(a.qp.QPN())
+	expect := tq.wire.resp.expect
+	read := wireHdr{Kind: wireRequest, Op: uint8(prm.OpRdmaRead), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(),
+		PSN: expect, RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, DLID: lid}
+	e2.f.wireIn(from, &read, nil)
+	fa := wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(),
+		PSN: expect, RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: lid}
+	operands := make([]byte, wireAtomicSize)
+	operands[0] = 1 // add 1
+	e2.f.wireIn(from, &fa, operands)
+	state, after, held := tq.state, tq.wire.resp.expect, len(e2.f.wireAcks)
+	e2.f.mu.Unlock()
+	require.Equal(t, ctx.QPStateRTS, state, "a READ or an atomic moved the UC QP")
+	require.Equal(t, expect, after, "a dropped request moved the PSN expected")
+	require.Zero(t, held, "a dropped request was answered")
+	require.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8}, e2.mem(0, 8), "an atomic wrote to a UC QP's memory")
+}

@@ -466,6 +466,16 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			!reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) {
 			return
 		}
+		if t.uc && (op == prm.OpRdmaRead || op.IsAtomic()) {
+			// UC has no READ or atomic: such a request (from an RC QP
+			// connected to t, which a segment does not tell apart, or
+			// from no requester of this version) is dropped unanswered,
+			// as a UC responder drops an opcode it does not know, and
+			// as in one process, where the two QPs do not reach each
+			// other. It is not a remote access error, which would move
+			// t to error.
+			return
+		}
 		if t.commEst {
 			t.receivedInRTR()
 		}
