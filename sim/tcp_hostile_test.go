@@ -485,3 +485,53 @@ func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 	require.Equal(t, 1, acks, "a first segment with a receive for it")
 	require.Equal(t, total, aside())
 }
+
+// A DCI whose process is gone in the middle of a long SEND leaves its
+// message set aside at the DCT, counted against the receives; the next
+// message that finds every receive counted drops the streams of processes
+// gone and is taken, where it was answered with an RNR NAK for as long as
+// the DCT lived.
+func TestLinkAssemblyOfGonePeerFreesReceive(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e, srq, dct := linkDCT(t)
+	const key = linkDCTKey
+	const total = 2 * wireSegMax
+	buf, err := ctx.AllocBuffer(total, ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e.pd.RegisterBuffer(buf, allAccess)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mr.Close() })
+	srq.post(dataSeg(total, mr.LKey(), uint64(mr.Addr())))
+	lid := lidOf(t, e.c)
+	seg := make([]byte, wireSegMax)
+	first := func(p *linkPeer) {
+		t.Helper()
+		require.NoError(t, p.send(linkMessage(wireHdr{Kind: wireRequest, Op: uint8(prm.OpSend), DstQPN: dct.qp.QPN(), SrcQPN: p.qpn,
+			Epoch: 1, Flags: wireFirst, DCKey: key, Total: total, Seg: wireSegMax, DLID: lid}, seg)))
+		require.NoError(t, p.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		h, _, err := p.receive()
+		require.NoError(t, err)
+		require.Equal(t, uint8(wireAck), h.Status, "the first segment is taken: %+v", h)
+	}
+	streams := func() (n, aside int) {
+		e.f.mu.Lock()
+		defer e.f.mu.Unlock()
+		ws := &e.f.qpByNum(dct.qp.QPN()).wire
+		return len(ws.streams), ws.asmN
+	}
+
+	gone := dialLinkPeer(t, e)
+	first(gone)
+	_, aside := streams()
+	require.Equal(t, 1, aside)
+	require.NoError(t, gone.conn.Close())
+	require.Eventually(t, func() bool { return !peerLinked(e, gone) }, 10*time.Second, time.Millisecond)
+
+	p := dialLinkPeer(t, e)
+	require.NotEqual(t, gone.qpn, p.qpn)
+	first(p)
+	n, aside := streams()
+	require.Equal(t, 1, aside, "the gone DCI's message no longer counts")
+	require.Equal(t, 1, n, "the gone DCI's stream is dropped")
+}

@@ -253,6 +253,36 @@ type wireQP struct {
 	// asmN counts the streams (resp's and those in streams) with a
 	// message set aside in asm (setAsm).
 	asmN int
+	// asmSweep is the round from which a DCT that finds every receive
+	// taken by a message set aside may look for those of processes
+	// gone again (wireDropGoneAsm).
+	asmSweep uint64
+}
+
+// wireDropGoneAsm drops the streams of DCT ws whose process is gone
+// (wireStreamGone) and that hold a message set aside, except the stream
+// of keep (the requester being served), and reports whether it dropped
+// any. A DCT counts the messages under way against its receives
+// (wireServeSeg); a DCI whose process died in the middle of a message
+// leaves its stream's count behind, which would answer every later
+// message with an RNR NAK once the receives are all counted. It runs
+// where a first segment finds them all counted, at most once every
+// shmGoneRounds rounds, so that a requester sending first segments to a
+// DCT with no receive left does not make each of its messages a walk
+// over every stream.
+func (f *Fabric) wireDropGoneAsm(ws *wireQP, keep uint32) bool {
+	if ws.streams == nil || f.stats.StepsExecuted < ws.asmSweep {
+		return false
+	}
+	ws.asmSweep = f.stats.StepsExecuted + shmGoneRounds
+	n := ws.asmN
+	for qpn, st := range ws.streams {
+		if st.asm != nil && qpn != keep && f.wireStreamGone(qpn, st.gen) {
+			ws.setAsm(st, nil)
+			delete(ws.streams, qpn)
+		}
+	}
+	return ws.asmN < n
 }
 
 // setAsm sets rs.asm, a stream of ws, to b (nil: none), keeping asmN.
@@ -1293,13 +1323,15 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 			case !last && n != wireSegMax:
 				return
 			case off == 0:
-				if rs.asm == nil && t.wire.asmN >= f.postedRecvs(t) {
+				if rs.asm == nil && t.wire.asmN >= f.postedRecvs(t) &&
+					(!f.wireDropGoneAsm(&t.wire, h.SrcQPN) || t.wire.asmN >= f.postedRecvs(t)) {
 					// A NIC takes a receive for each message at its
 					// first packet: with every receive posted taken
-					// by a message under way, this one finds none,
-					// and is not set aside. Only a DCT's streams get
-					// here (an RC or UC QP has one stream, and
-					// peekRecv found a receive).
+					// by a message under way (of processes still
+					// there), this one finds none, and is not set
+					// aside. Only a DCT's streams get here (an RC or
+					// UC QP has one stream, and peekRecv found a
+					// receive).
 					f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
 					return
 				}
