@@ -173,3 +173,22 @@ func TestZeroProtectionDomainRefused(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	}
 }
+
+// A SharedReceiveQueue not made by NewSharedReceiveQueue (a zero value) is
+// refused by the constructors that take one, with ctx.ErrInvalidArgument,
+// and reports itself closed; they asked its nil handle whether it was
+// closed and panicked.
+func TestZeroSharedReceiveQueueRefused(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	pd, cq := e.PD[0], e.CQ(0, 8)
+	var srq transport.SharedReceiveQueue
+	require.True(t, srq.Closed())
+	require.NoError(t, srq.Close())
+	_, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SRQ: &srq})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "rc: new QP: SRQ not made by NewSharedReceiveQueue")
+	_, err = ud.New(pd, cq, ud.Config{SendDepth: 4, QKey: 1, SRQ: &srq})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = dc.NewDCT(pd, cq, dc.DCTConfig{SRQ: &srq, Key: 1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
