@@ -172,6 +172,19 @@ func (c *Context) Close() error {
 // object. (Close of one returns nil, as Close of a nil pointer does.)
 var errZero = fmt.Errorf("a zero value, not made by this package: %w", ErrInvalidArgument)
 
+// errNilContext is the cause of a call on a nil *Context, as the Context
+// of a zero ProtectionDomain or CompletionQueue is.
+var errNilContext = fmt.Errorf("nil context: %w", ErrInvalidArgument)
+
+// lockContext is lock for the Context's verbs, which also refuse a nil
+// *Context (errNilContext).
+func (c *Context) lockContext(op string) error {
+	if c == nil {
+		return &OpError{Op: op, Err: errNilContext}
+	}
+	return c.lock(op)
+}
+
 // lock takes the tree lock and checks that the object is open (and not a
 // zero value: errZero).
 func (n *node) lock(op string) error {
@@ -189,7 +202,7 @@ func (n *node) lock(op string) error {
 // Query returns the device attributes.
 func (c *Context) Query() (DeviceAttr, error) {
 	const op = "query device"
-	if err := c.lock(op); err != nil {
+	if err := c.lockContext(op); err != nil {
 		return DeviceAttr{}, err
 	}
 	defer c.tree.mu.Unlock()
@@ -200,7 +213,7 @@ func (c *Context) Query() (DeviceAttr, error) {
 // QueryPort returns the attributes of a port (1-based).
 func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 	const op = "query port"
-	if err := c.lock(op); err != nil {
+	if err := c.lockContext(op); err != nil {
 		return PortAttr{}, err
 	}
 	defer c.tree.mu.Unlock()
@@ -211,7 +224,7 @@ func (c *Context) QueryPort(port uint8) (PortAttr, error) {
 // QueryGIDs returns the valid GID table entries of a port.
 func (c *Context) QueryGIDs(port uint8) ([]GIDEntry, error) {
 	const op = "query GIDs"
-	if err := c.lock(op); err != nil {
+	if err := c.lockContext(op); err != nil {
 		return nil, err
 	}
 	defer c.tree.mu.Unlock()
@@ -243,7 +256,7 @@ func (c *Context) asyncEventFD() int { return c.dev.AsyncEventFD() }
 // AllocProtectionDomain allocates a protection domain.
 func (c *Context) AllocProtectionDomain() (*ProtectionDomain, error) {
 	const op = "alloc PD"
-	if err := c.lock(op); err != nil {
+	if err := c.lockContext(op); err != nil {
 		return nil, err
 	}
 	defer c.tree.mu.Unlock()
@@ -275,7 +288,7 @@ func (c *Context) CreateCompletionQueue(cfg CompletionQueueConfig) (*CompletionQ
 	if cfg.CQEPadding && cfg.CQESize != 128 {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("CQE padding needs 128-byte CQEs, not %d: %w", cfg.CQESize, ErrInvalidArgument)}
 	}
-	if err := c.lock(op); err != nil {
+	if err := c.lockContext(op); err != nil {
 		return nil, err
 	}
 	defer c.tree.mu.Unlock()

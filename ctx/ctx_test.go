@@ -293,6 +293,19 @@ func TestZeroValues(t *testing.T) {
 	}
 }
 
+// TestZeroQueuePairAccessors: QPN, RemoteQPN and Retries of a zero
+// QueuePair report nothing (0, not counted), as a closed QP's do; they took
+// the nil tree's lock and panicked.
+func TestZeroQueuePairAccessors(t *testing.T) {
+	var qp ctx.QueuePair
+	require.Zero(t, qp.QPN())
+	require.Zero(t, qp.RemoteQPN())
+	rnr, tr, counted := qp.Retries()
+	require.Zero(t, rnr)
+	require.Zero(t, tr)
+	require.False(t, counted)
+}
+
 func TestCloseKeepsGoingOnProviderError(t *testing.T) {
 	f, c := openFake(t)
 	build(t, c)

@@ -86,17 +86,17 @@ func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
 	return nil
 }
 
-// checkAccess refuses access flags no provider accepts, as the kernel's
-// registration verbs do: on-demand paging (EOPNOTSUPP), unknown flags and
-// remote write or atomic without local write (EINVAL).
+// checkAccess refuses access flags no provider accepts, in the order of
+// the kernel's ib_check_mr_access: remote write or atomic without local
+// write and unknown flags (EINVAL), then on-demand paging (EOPNOTSUPP).
 func checkAccess(verb string, access Access) error {
 	switch {
-	case access&AccessOnDemand != 0:
-		return kerrno.New(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)
-	case access&^accessAll != 0:
-		return kerrno.New(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
 	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
 		return kerrno.New(verb, "access "+access.String()+": remote write or atomic needs LocalWrite", unix.EINVAL, ErrInvalidArgument)
+	case access&^(accessAll|AccessOnDemand) != 0:
+		return kerrno.New(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
+	case access&AccessOnDemand != 0:
+		return kerrno.New(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)
 	}
 	return nil
 }

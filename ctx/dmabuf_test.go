@@ -64,3 +64,25 @@ func TestRegisterMemoryNotDMABuf(t *testing.T) {
 	require.Equal(t, uintptr(w.buf.Pointer()), w.mr.Addr())
 	require.Len(t, w.mr.Bytes(), w.buf.Len())
 }
+
+// The access flags are checked in the kernel's order (ib_check_mr_access):
+// remote write or atomic without local write, then unknown flags, both
+// EINVAL, before on-demand paging (EOPNOTSUPP); a request that is wrong
+// both ways is an invalid argument, not an unsupported one.
+func TestRegisterAccessCheckOrder(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	for _, access := range []ctx.Access{
+		ctx.AccessRemoteWrite | ctx.AccessOnDemand,
+		ctx.AccessRemoteAtomic | ctx.AccessOnDemand,
+		ctx.AccessLocalWrite | ctx.AccessOnDemand | 1<<8,
+	} {
+		_, err := w.pd.RegisterBuffer(w.buf, access)
+		require.ErrorIs(t, err, unix.EINVAL, "ibv_reg_mr %v", access)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "ibv_reg_mr %v", access)
+		_, err = w.pd.RegisterDMABuf(0, 0, uint64(os.Getpagesize()), 0, access)
+		require.ErrorIs(t, err, unix.EINVAL, "ibv_reg_dmabuf_mr %v", access)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "ibv_reg_dmabuf_mr %v", access)
+	}
+}

@@ -118,8 +118,11 @@ func (qp *QueuePair) descriptor() descriptor.QP {
 }
 
 // QPN returns the queue pair number (for a DCT the DCT number, known once
-// it reached RTR).
+// it reached RTR); 0 for a zero QueuePair.
 func (qp *QueuePair) QPN() uint32 {
+	if qp.t == nil {
+		return 0
+	}
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()
 	return qp.desc.QPN
@@ -159,8 +162,11 @@ type retryHandle interface {
 // after an RNR NAK (rnr) and after the local ACK timeout (transport), with
 // counted true, when the provider counts them: the software HCA does; the
 // hardware provider does not read the NIC's counters (rdma statistic,
-// hw_counters), and a closed QP has none. It does not allocate.
+// hw_counters), and a closed or zero QP has none. It does not allocate.
 func (qp *QueuePair) Retries() (rnr, transport uint64, counted bool) {
+	if qp.t == nil {
+		return 0, 0, false
+	}
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()
 	if qp.closed.Load() {
@@ -174,8 +180,12 @@ func (qp *QueuePair) Retries() (rnr, transport uint64, counted bool) {
 	return rnr, transport, true
 }
 
-// RemoteQPN returns the remote QPN given at RTR (RC only).
+// RemoteQPN returns the remote QPN given at RTR (RC only); 0 for a zero
+// QueuePair.
 func (qp *QueuePair) RemoteQPN() uint32 {
+	if qp.t == nil {
+		return 0
+	}
 	qp.t.mu.Lock()
 	defer qp.t.mu.Unlock()
 	return qp.remote

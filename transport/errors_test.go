@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
@@ -17,6 +18,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/ud"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
@@ -141,4 +143,52 @@ func TestControlPlaneErrorIsOpError(t *testing.T) {
 	require.Equal(t, syscall.EFAULT, errno.Errno())
 	require.True(t, errors.Is(errno, syscall.EFAULT))
 	require.Equal(t, "ctx: register MR: ibv_reg_mr: EFAULT (bad address)", errno.Error())
+}
+
+// A protection domain not made by AllocProtectionDomain (a zero value,
+// whose Context is nil) is refused by the constructors of every transport
+// with ctx.ErrInvalidArgument; they queried the nil Context and panicked.
+func TestZeroProtectionDomainRefused(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 8)
+	var pd ctx.ProtectionDomain
+	_, err := transport.NewSharedReceiveQueue(&pd, ctx.SRQConfig{Depth: 4})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "transport: new SRQ: ctx: query device: nil context")
+	_, err = rc.New(&pd, cq, rc.Config{SendDepth: 4})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "rc: new QP: ctx: query device: nil context")
+	_, err = ud.New(&pd, cq, ud.Config{SendDepth: 4, QKey: 1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = dc.NewDCI(&pd, cq, dc.DCIConfig{SendDepth: 4})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	var c *ctx.Context
+	for _, err := range []error{
+		func() error { _, err := c.Query(); return err }(),
+		func() error { _, err := c.QueryPort(1); return err }(),
+		func() error { _, err := c.QueryGIDs(1); return err }(),
+		func() error { _, err := c.AllocProtectionDomain(); return err }(),
+		func() error { _, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 1}); return err }(),
+	} {
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	}
+}
+
+// A SharedReceiveQueue not made by NewSharedReceiveQueue (a zero value) is
+// refused by the constructors that take one, with ctx.ErrInvalidArgument,
+// and reports itself closed; they asked its nil handle whether it was
+// closed and panicked.
+func TestZeroSharedReceiveQueueRefused(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	pd, cq := e.PD[0], e.CQ(0, 8)
+	var srq transport.SharedReceiveQueue
+	require.True(t, srq.Closed())
+	require.NoError(t, srq.Close())
+	_, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SRQ: &srq})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "rc: new QP: SRQ not made by NewSharedReceiveQueue")
+	_, err = ud.New(pd, cq, ud.Config{SendDepth: 4, QKey: 1, SRQ: &srq})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = dc.NewDCT(pd, cq, dc.DCTConfig{SRQ: &srq, Key: 1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }

@@ -128,13 +128,14 @@ func (s *SharedReceiveQueue) RingRecvDoorbell() {
 // Finish), and the Pollers drop the attached queue pairs as after their
 // own Close. It is idempotent.
 //
-// Close of a nil *SharedReceiveQueue returns nil.
+// Close of a nil *SharedReceiveQueue, or of a zero one, returns nil.
 func (s *SharedReceiveQueue) Close() error {
-	if s == nil {
+	if s == nil || s.srq == nil {
 		return nil
 	}
 	return s.srq.Close()
 }
 
-// Closed reports whether the SRQ has been closed.
-func (s *SharedReceiveQueue) Closed() bool { return s.srq.Closed() }
+// Closed reports whether the SRQ has been closed. A SharedReceiveQueue
+// not made by NewSharedReceiveQueue (a zero value) reports true.
+func (s *SharedReceiveQueue) Closed() bool { return s.srq == nil || s.srq.Closed() }

@@ -315,6 +315,7 @@ type config struct {
 	host        string // the positional server
 	reportGbits bool   // --report_gbits
 	duration    int    // -D, seconds; 0: a count of iterations
+	durationSet bool   // -D was given (perftest refuses -D 0)
 	infinite    bool   // --run_infinitely
 	reports     int    // --run_infinitely: stop after this many reports (0: never; for tests)
 	cqMod       int    // -Q; 0: not given
@@ -627,7 +628,10 @@ func (c *config) options(help *bool) []perftool.Option {
 		// cycle counter's frequency is measured here (cycles.Frequency).
 		{Short: 'F', Long: []string{"CPU-freq"}, Set: func(string, string) error { return nil }},
 		{Short: 'p', Long: []string{"port"}, Value: true, Set: integer(&c.tcpPort)},
-		{Short: 'D', Long: []string{"duration"}, Value: true, Set: integer(&c.duration)},
+		{Short: 'D', Long: []string{"duration"}, Value: true, Set: func(f, v string) error {
+			c.durationSet = true
+			return integer(&c.duration)(f, v)
+		}},
 		{Long: []string{"run_infinitely"}, Set: on(&c.infinite)},
 		{Long: []string{"report_gbits"}, Set: on(&c.reportGbits)},
 		{Short: 'q', Long: []string{"qp"}, Value: true, Set: func(f, v string) error {
@@ -771,7 +775,7 @@ func (c config) check() string {
 		return fmt.Sprintf("-I %d: want 0 to 4096", c.inline)
 	case c.tcpPort < 1 || c.tcpPort > 65535:
 		return fmt.Sprintf("-p %d: want 1 to 65535", c.tcpPort)
-	case c.duration < 0 || c.duration > 1<<20:
+	case c.duration < 0 || c.duration > 1<<20 || c.durationSet && c.duration == 0:
 		return fmt.Sprintf("-D %d: want 1 to %d seconds", c.duration, 1<<20)
 	case c.infinite && c.all:
 		return "--run_infinitely and -a exclude each other"

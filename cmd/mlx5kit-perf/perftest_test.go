@@ -494,6 +494,8 @@ func TestRefusedFlags(t *testing.T) {
 		{[]string{"--warmup", "-1"}, "--warmup -1: want 0 to"},
 		{[]string{"--max-size", "1"}, "--max-size 1: want 2 to"},
 		{[]string{"-D", "1", "-a"}, "-D and -a exclude each other"},
+		{[]string{"-D", "0"}, "-D 0: want 1 to 1048576 seconds"},
+		{[]string{"--duration=0", "--run_infinitely"}, "-D 0: want 1 to 1048576 seconds"},
 		{[]string{"--run_infinitely", "-a"}, "--run_infinitely and -a exclude each other"},
 		{[]string{"-Q", "4", "-l", "8"}, "-Q 4 and -l 8"},
 		{[]string{"-p", "0", "host"}, "-p 0: want 1 to 65535"},

@@ -84,6 +84,8 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 		return bad("a DCT needs an SRQ")
 	case s.SRQ != nil && hasRQ:
 		return bad("receive depth %d with an SRQ (the SRQ receives)", s.Caps.RecvDepth)
+	case s.SRQ != nil && s.SRQ.Handle() == nil:
+		return bad("SRQ not made by NewSharedReceiveQueue")
 	case s.SRQ != nil && s.SRQ.Closed():
 		return Created{}, qpcore.Errorf(s.Transport, s.Op, "SRQ: %w", ctx.ErrClosed)
 	case s.PSN > ctx.MaxPSN:
