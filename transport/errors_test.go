@@ -184,6 +184,11 @@ func TestZeroSharedReceiveQueueRefused(t *testing.T) {
 	var srq transport.SharedReceiveQueue
 	require.True(t, srq.Closed())
 	require.NoError(t, srq.Close())
+	require.Zero(t, srq.SRQN())
+	require.Zero(t, srq.MaxSGE())
+	require.Zero(t, srq.Outstanding())
+	require.Zero(t, srq.Free())
+	require.Nil(t, srq.Handle())
 	_, err := rc.New(pd, cq, rc.Config{SendDepth: 4, SRQ: &srq})
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.Contains(t, err.Error(), "rc: new QP: SRQ not made by NewSharedReceiveQueue")

@@ -68,20 +68,41 @@ func NewSharedReceiveQueue(pd *ctx.ProtectionDomain, cfg ctx.SRQConfig) (*Shared
 	return q, nil
 }
 
-// SRQN returns the SRQ number.
-func (s *SharedReceiveQueue) SRQN() uint32 { return s.srq.SRQN() }
+// SRQN returns the SRQ number (0 for a zero SharedReceiveQueue, as its
+// other getters return 0 or nil).
+func (s *SharedReceiveQueue) SRQN() uint32 {
+	if s.srq == nil {
+		return 0
+	}
+	return s.srq.SRQN()
+}
 
 // Handle returns the control-plane object.
 func (s *SharedReceiveQueue) Handle() *ctx.SharedReceiveQueue { return s.srq }
 
 // MaxSGE returns the scatter entries one WQE may carry.
-func (s *SharedReceiveQueue) MaxSGE() uint32 { return s.ring.maxSGE }
+func (s *SharedReceiveQueue) MaxSGE() uint32 {
+	if s.ring == nil {
+		return 0
+	}
+	return s.ring.maxSGE
+}
 
 // Outstanding returns the WQEs posted and not yet completed.
-func (s *SharedReceiveQueue) Outstanding() uint32 { return s.ring.posted }
+func (s *SharedReceiveQueue) Outstanding() uint32 {
+	if s.ring == nil {
+		return 0
+	}
+	return s.ring.posted
+}
 
 // Free returns how many more WQEs can be posted now.
-func (s *SharedReceiveQueue) Free() uint32 { return s.ring.mask - s.ring.posted }
+func (s *SharedReceiveQueue) Free() uint32 {
+	if s.ring == nil {
+		return 0
+	}
+	return s.ring.mask - s.ring.posted
+}
 
 // BeginRecv starts a receive WQE with the given work request id; add its
 // buffers with SGE and post it with Finish (then RingRecvDoorbell) or
