@@ -320,6 +320,10 @@ func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandl
 // remote QPN fields left zero for the WQE builder.
 func (ah *AddressHandle) AV() [prm.AVSize]byte { return ah.av }
 
+// ProtectionDomain returns the protection domain the handle was created in
+// (nil for a zero AddressHandle).
+func (ah *AddressHandle) ProtectionDomain() *ProtectionDomain { return ah.pd }
+
 // Closed reports whether the handle has been closed.
 func (ah *AddressHandle) Closed() bool { return ah.isClosed() }
 

@@ -50,4 +50,19 @@ func TestRemoteVia(t *testing.T) {
 	defer ah2.Close()
 	_, err = x.qp[0].RemoteVia(ah2, 1<<24, 1)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+
+	// A handle of another protection domain, a zero QP and a closed one.
+	require.NotSame(t, x.e.PD[0], x.e.PD[1])
+	other, err := x.e.PD[1].CreateAddressHandle(ctx.AddressAttr{Port: 1, DLID: 1})
+	require.NoError(t, err)
+	defer other.Close()
+	require.Same(t, x.e.PD[1], other.ProtectionDomain())
+	_, err = x.qp[0].RemoteVia(other, 1, 1)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "another protection domain")
+	_, err = new(ud.QP).RemoteVia(ah2, 1, 1)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.NoError(t, x.qp[0].Close())
+	_, err = x.qp[0].RemoteVia(ah2, 1, 1)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 }

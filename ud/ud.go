@@ -151,8 +151,8 @@ func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	return q.remote(op, path, remote.QPN, remote.QKey)
 }
 
-// errZeroQP is the cause of NewRemote's and ReplyRemote's error on a QP
-// not made by New (a zero QP).
+// errZeroQP is the cause of NewRemote's, RemoteVia's and ReplyRemote's
+// error on a QP not made by New (a zero QP).
 var errZeroQP = fmt.Errorf("QP not made by New: %w", ctx.ErrInvalidArgument)
 
 // remote makes the address handle of a Remote (NewRemote, ReplyRemote);
@@ -175,15 +175,22 @@ func (q *QP) remote(op string, attr ctx.AddressAttr, qpn, qkey uint32) (*Remote,
 // RemoteVia returns a Remote that sends through ah, an address handle the
 // caller keeps (an ibpath.AddressCache's, for one), to the remote QPN qpn
 // with the qkey qkey. ah must have been created in the QP's protection
-// domain. The Remote borrows ah: its Close leaves ah open, and ah must stay
-// open while the Remote is used.
+// domain (another is refused with ctx.ErrInvalidArgument, as a closed
+// QP or handle is with ctx.ErrClosed). The Remote borrows ah: its Close
+// leaves ah open, and ah must stay open while the Remote is used.
 func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error) {
 	const op = "remote via address handle"
 	switch {
+	case q.qp == nil:
+		return nil, qpcore.Errorf(name, op, "%w", errZeroQP)
+	case q.qp.Closed():
+		return nil, qpcore.Errorf(name, op, "QP %#x: %w", q.QPN(), ctx.ErrClosed)
 	case ah == nil:
 		return nil, qpcore.Errorf(name, op, "nil address handle: %w", ctx.ErrInvalidArgument)
 	case ah.Closed():
 		return nil, qpcore.Errorf(name, op, "address handle: %w", ctx.ErrClosed)
+	case ah.ProtectionDomain() != q.pd:
+		return nil, qpcore.Errorf(name, op, "address handle of another protection domain than QP %#x's: %w", q.QPN(), ctx.ErrInvalidArgument)
 	case qpn > prm.AVDQPNMask:
 		return nil, qpcore.Errorf(name, op, "remote QPN %#x out of range (0..%#x): %w", qpn, prm.AVDQPNMask, ctx.ErrInvalidArgument)
 	}
