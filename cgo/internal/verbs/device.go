@@ -230,6 +230,28 @@ const envShutUpBF = "MLX5_SHUT_UP_BF"
 // "0" turns BlueFlame off.
 func shutUpBlueFlame(v string, set bool) bool { return set && v != "0" }
 
+// rdma-core's switches for WQE signatures: set to any value, even "0",
+// mlx5_create_qp creates RC, UD and DCI QPs with MLX5_QP_FLAG_SIGNATURE
+// and mlx5_create_srq creates SRQs with MLX5_SRQ_FLAG_SIGNATURE. The
+// device then checks the signature byte of every send WQE's control
+// segment and expects a struct mlx5_rwqe_sig in front of the data
+// segments of every receive WQE; the data plane writes neither (signature
+// 0, data segments from the start of the slot), so every WQE would fail.
+const (
+	envQPSignature  = "MLX5_QP_SIGNATURE"
+	envSRQSignature = "MLX5_SRQ_SIGNATURE"
+)
+
+// wqSignatureRefusal returns the error of a create that rdma-core would
+// make with WQE signatures because env is set, or nil.
+func wqSignatureRefusal(verb, what, env string) error {
+	if _, set := os.LookupEnv(env); !set {
+		return nil
+	}
+	return &VerbError{Verb: verb, Detail: fmt.Sprintf("%s: %s is set: rdma-core would create it with WQE signatures, which the data plane does not write", what, env),
+		Sentinel: ctx.ErrNotSupported}
+}
+
 // sendQueueDevice returns what the device's send queues are sized against
 // (probing the largest send WQE the first time); its MaxSQDescSize is 0
 // when the probe failed.

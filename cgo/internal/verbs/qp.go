@@ -202,6 +202,11 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QPConfig) (*QueuePair, error) {
 	bad := func(why string) error {
 		return &VerbError{Verb: verb, Detail: fmt.Sprintf("%v QP: %s", cfg.Type, why), Sentinel: ctx.ErrInvalidArgument}
 	}
+	if cfg.Type != ctx.QPTypeDCT {
+		if err := wqSignatureRefusal(verb, fmt.Sprintf("%v QP", cfg.Type), envQPSignature); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case cfg.SendCQ == nil:
 		return nil, bad("no completion queue")

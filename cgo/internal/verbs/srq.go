@@ -45,6 +45,9 @@ func (pd *ProtectionDomain) CreateSRQ(cfg ctx.SRQConfig) (*SharedReceiveQueue, e
 	if cfg.Depth == 0 {
 		return nil, &VerbError{Verb: verb, Detail: detail + ": depth 0", Sentinel: ctx.ErrInvalidArgument}
 	}
+	if err := wqSignatureRefusal(verb, "SRQ", envSRQSignature); err != nil {
+		return nil, err
+	}
 	if err := pd.use(verb); err != nil {
 		return nil, err
 	}
