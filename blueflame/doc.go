@@ -18,12 +18,16 @@
 //  7. the BlueFlame offset toggles between the two halves of the register.
 //
 // Steps 2 to 6 run inside one assembly function per post on amd64 and arm64,
-// so a post costs one call. A SendDoorbell binds a Register to its queue's
-// doorbell record and ring once, so that the call passes four words (the
-// queue, the producer index, the WQE, its size). The register is never
-// written with memmove or
-// string instructions, which do not keep the ascending order that the device
-// needs to assemble the WQE.
+// so a post costs one call. Elsewhere the generic copy runs between calls
+// to the barrier functions, which are rdma-core's instructions on ppc64,
+// ppc64le and riscv64 too ("sync", or a fence with the device bits, around
+// the register writes: lwsync, or an atomic operation's aq/rl, all a
+// sync/atomic operation issues there, does not order stores to memory
+// before stores to a device register). A SendDoorbell binds a Register to
+// its queue's doorbell record and ring once, so that the call passes four
+// words (the queue, the producer index, the WQE, its size). The register is
+// never written with memmove or string instructions, which do not keep the
+// ascending order that the device needs to assemble the WQE.
 //
 // # Copy modes
 //
@@ -69,6 +73,8 @@
 //	                        lfence, rdma-core's udma_from_device_barrier
 //	                        (its cost per poll is in docs/benchmarks.md).
 //	arm64                   dmb oshld (rdma-core, UCX and DPDK agree).
+//	ppc64, ppc64le          lwsync (rdma-core).
+//	riscv64                 fence iorw,iorw (rdma-core: fence ir,ir).
 //	elsewhere               ReadBarrier's sequentially consistent atomic
 //	                        operation.
 //

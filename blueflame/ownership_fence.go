@@ -8,7 +8,8 @@ import "runtime"
 // descriptors software owns before every load after it (see "Reading what
 // the device wrote" in the package documentation). On this build it is
 // ReadBarrier, rdma-core's udma_from_device_barrier (lfence on amd64 built
-// with -tags mlx5kit_lfence, dmb oshld on arm64).
+// with -tags mlx5kit_lfence, dmb oshld on arm64, lwsync on ppc64, a fence on
+// riscv64).
 func OwnershipBarrier() { ReadBarrier() }
 
 // OwnershipOrdering names what OwnershipBarrier does on this build.
@@ -18,6 +19,10 @@ func OwnershipOrdering() string {
 		return "lfence, as rdma-core (tag mlx5kit_lfence)"
 	case "arm64":
 		return "dmb oshld, as rdma-core"
+	case "ppc64", "ppc64le":
+		return "lwsync, as rdma-core"
+	case "riscv64":
+		return "fence iorw,iorw (rdma-core: fence ir,ir)"
 	}
 	return "sequentially consistent atomic operation"
 }

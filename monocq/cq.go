@@ -437,6 +437,13 @@ func (cq *CQ) Discard(drop func(*CQE) bool) int {
 		dst[prm.CQEOpOwn] = dst[prm.CQEOpOwn]&^prm.CQEOwnerMask | own
 	}
 	if removed > 0 {
+		// The moved CQEs must reach memory before any consumer index
+		// that hands their slots back to the device: this one, or a
+		// later Release after they are polled (rdma-core's
+		// __mlx5_cq_clean issues udma_to_device_barrier before
+		// update_cons_index). On arm64 stores to ordinary memory are
+		// not kept in order without it.
+		blueflame.StoreBarrier()
 		cq.take(removed)
 		cq.Release()
 	}

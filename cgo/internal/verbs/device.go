@@ -151,8 +151,12 @@ func be32(v uint32) uint32 {
 // Open opens the named device, or the first mlx5 device when name is "".
 // A device that exists but is not mlx5 is refused with an error wrapping
 // ErrNotMLX5; a name that does not exist with one wrapping ctx.ErrNotFound;
-// no mlx5 device at all with one wrapping ctx.ErrNoDevice.
+// no mlx5 device at all with one wrapping ctx.ErrNoDevice. A big-endian
+// host is refused with one wrapping ctx.ErrNotSupported.
 func Open(name string) (*Device, error) {
+	if err := checkHostByteOrder(binary.NativeEndian.Uint16([]byte{1, 0}) == 1); err != nil {
+		return nil, err
+	}
 	var n C.int
 	list, errno := C.mk_get_device_list(&n)
 	if list == nil {
@@ -221,6 +225,20 @@ func Open(name string) (*Device, error) {
 	d.shutUpBF = shutUpBlueFlame(os.LookupEnv(envShutUpBF))
 	d.deferClose(c)
 	return d, nil
+}
+
+// checkHostByteOrder refuses a big-endian host. The data plane (prm,
+// wqebuilder, monocq, transport) writes WQEs, doorbell records and
+// register words, and reads CQEs, with unconditional byte swaps to and
+// from the device's big-endian formats: right on a little-endian host
+// only. On a big-endian one every field would reach the device
+// byte-reversed (and the software HCA, which shares those helpers, would
+// not notice).
+func checkHostByteOrder(littleEndian bool) error {
+	if littleEndian {
+		return nil
+	}
+	return &VerbError{Verb: "ibv_open_device", Detail: "big-endian host: the data plane's device formats assume a little-endian one", Sentinel: ctx.ErrNotSupported}
 }
 
 // envShutUpBF is rdma-core's switch for BlueFlame copies.

@@ -374,3 +374,15 @@ func TestPrecheckModifyRangeErrno(t *testing.T) {
 	require.Equal(t, 1, strings.Count(err.Error(), "invalid argument"), err.Error())
 	require.Contains(t, err.Error(), "PathMTU not set")
 }
+
+// TestBigEndianHostRefused: the data plane writes every device format and
+// register with byte swaps that assume a little-endian host, so Open
+// refuses a big-endian one (s390x's RoCE Express adapters are mlx5
+// devices) rather than hand out queues whose descriptors the device would
+// read byte-reversed.
+func TestBigEndianHostRefused(t *testing.T) {
+	require.NoError(t, checkHostByteOrder(true))
+	err := checkHostByteOrder(false)
+	require.ErrorIs(t, err, ctx.ErrNotSupported)
+	require.Contains(t, err.Error(), "big-endian")
+}
