@@ -91,7 +91,11 @@ func (c *AddressCache) Remote(q *ud.QP, p Path) (*ud.Remote, error) {
 	if q == nil {
 		return nil, fmt.Errorf("ibpath: address cache: nil UD QP: %w", ctx.ErrInvalidArgument)
 	}
-	if pd := q.Handle().ProtectionDomain(); pd != c.pd {
+	h := q.Handle()
+	if h == nil {
+		return nil, fmt.Errorf("ibpath: address cache: UD QP not made by ud.New: %w", ctx.ErrInvalidArgument)
+	}
+	if pd := h.ProtectionDomain(); pd != c.pd {
 		return nil, fmt.Errorf("ibpath: address cache: UD QP %#x is in another protection domain than the cache: %w", q.QPN(), ctx.ErrInvalidArgument)
 	}
 	e, err := c.get(p)
