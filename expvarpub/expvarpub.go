@@ -22,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
@@ -102,9 +103,10 @@ func (p *Publisher) add(e *entry) error {
 // AddQueue publishes the counters of a queue pair (*rc.QP, *ud.QP,
 // *dc.DCI, *dc.DCT or *transport.Queue) under name, as of the last Refresh
 // (and of now: it takes a first snapshot). Enable its counting first
-// (EnableCounters), or it shows zeros.
+// (EnableCounters), or it shows zeros. A nil source, or a nil pointer of a
+// source type, is an error.
 func (p *Publisher) AddQueue(name string, q queueSource) error {
-	if q == nil {
+	if nilness.Is(q) {
 		return fmt.Errorf("expvarpub: %s: add queue %q: nil source", p.name, name)
 	}
 	var snap transport.QueueCounters
@@ -124,7 +126,7 @@ func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 // *channel.MultiChannel) under name (see AddQueue; build it with
 // channel.Options.Counters).
 func (p *Publisher) AddChannel(name string, ch channelSource) error {
-	if ch == nil {
+	if nilness.Is(ch) {
 		return fmt.Errorf("expvarpub: %s: add channel %q: nil source", p.name, name)
 	}
 	var snap channel.Counters
