@@ -13,6 +13,9 @@
 // source's counters under the Publisher's lock and allocates nothing.
 // Sources added with AddFunc are read at publication time instead, on
 // expvar's goroutine: the function must synchronise by itself.
+//
+// Invalid arguments (an empty name, a nil source or function) are errors
+// matching ctx.ErrInvalidArgument.
 package expvarpub
 
 import (
@@ -22,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
@@ -66,7 +70,7 @@ type entry struct {
 // process.
 func New(name string) (*Publisher, error) {
 	if name == "" {
-		return nil, errors.New("expvarpub: new: empty name")
+		return nil, fmt.Errorf("expvarpub: new: empty name: %w", ctx.ErrInvalidArgument)
 	}
 	p := &Publisher{name: name, entries: map[string]*entry{}}
 	// expvar.Publish panics on a duplicate: check under expvar's own
@@ -85,7 +89,7 @@ func (p *Publisher) Name() string { return p.name }
 // add registers e under its name.
 func (p *Publisher) add(e *entry) error {
 	if e.name == "" {
-		return fmt.Errorf("expvarpub: %s: add: empty name", p.name)
+		return fmt.Errorf("expvarpub: %s: add: empty name: %w", p.name, ctx.ErrInvalidArgument)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -107,7 +111,7 @@ func (p *Publisher) add(e *entry) error {
 // source type, is an error.
 func (p *Publisher) AddQueue(name string, q queueSource) error {
 	if nilness.Is(q) {
-		return fmt.Errorf("expvarpub: %s: add queue %q: nil source", p.name, name)
+		return fmt.Errorf("expvarpub: %s: add queue %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	var snap transport.QueueCounters
 	return p.add(&entry{name: name, refresh: func() { snap = q.Counters() }, value: func() any { return snap }})
@@ -116,7 +120,7 @@ func (p *Publisher) AddQueue(name string, q queueSource) error {
 // AddPoller publishes the counters of a Poller under name (see AddQueue).
 func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 	if s == nil {
-		return fmt.Errorf("expvarpub: %s: add poller %q: nil source", p.name, name)
+		return fmt.Errorf("expvarpub: %s: add poller %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	var snap transport.CQCounters
 	return p.add(&entry{name: name, refresh: func() { snap = s.Counters() }, value: func() any { return snap }})
@@ -127,7 +131,7 @@ func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 // channel.Options.Counters).
 func (p *Publisher) AddChannel(name string, ch channelSource) error {
 	if nilness.Is(ch) {
-		return fmt.Errorf("expvarpub: %s: add channel %q: nil source", p.name, name)
+		return fmt.Errorf("expvarpub: %s: add channel %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	var snap channel.Counters
 	return p.add(&entry{name: name, refresh: func() { snap = ch.Counters() }, value: func() any { return snap }})
@@ -138,7 +142,7 @@ func (p *Publisher) AddChannel(name string, ch channelSource) error {
 // from there.
 func (p *Publisher) AddFunc(name string, read func() any) error {
 	if read == nil {
-		return fmt.Errorf("expvarpub: %s: add func %q: nil function", p.name, name)
+		return fmt.Errorf("expvarpub: %s: add func %q: nil function: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	return p.add(&entry{name: name, value: read})
 }
