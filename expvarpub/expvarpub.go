@@ -13,6 +13,9 @@
 // source's counters under the Publisher's lock and allocates nothing.
 // Sources added with AddFunc are read at publication time instead, on
 // expvar's goroutine: the function must synchronise by itself.
+//
+// Invalid arguments (an empty name, a nil source or function) are errors
+// matching ctx.ErrInvalidArgument.
 package expvarpub
 
 import (
@@ -22,6 +25,8 @@ import (
 	"sync"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/nilness"
 	"github.com/mlx5kit/mlx5kit/transport"
 )
 
@@ -65,7 +70,7 @@ type entry struct {
 // process.
 func New(name string) (*Publisher, error) {
 	if name == "" {
-		return nil, errors.New("expvarpub: new: empty name")
+		return nil, fmt.Errorf("expvarpub: new: empty name: %w", ctx.ErrInvalidArgument)
 	}
 	p := &Publisher{name: name, entries: map[string]*entry{}}
 	// expvar.Publish panics on a duplicate: check under expvar's own
@@ -84,7 +89,7 @@ func (p *Publisher) Name() string { return p.name }
 // add registers e under its name.
 func (p *Publisher) add(e *entry) error {
 	if e.name == "" {
-		return fmt.Errorf("expvarpub: %s: add: empty name", p.name)
+		return fmt.Errorf("expvarpub: %s: add: empty name: %w", p.name, ctx.ErrInvalidArgument)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -102,10 +107,11 @@ func (p *Publisher) add(e *entry) error {
 // AddQueue publishes the counters of a queue pair (*rc.QP, *ud.QP,
 // *dc.DCI, *dc.DCT or *transport.Queue) under name, as of the last Refresh
 // (and of now: it takes a first snapshot). Enable its counting first
-// (EnableCounters), or it shows zeros.
+// (EnableCounters), or it shows zeros. A nil source, or a nil pointer of a
+// source type, is an error.
 func (p *Publisher) AddQueue(name string, q queueSource) error {
-	if q == nil {
-		return fmt.Errorf("expvarpub: %s: add queue %q: nil source", p.name, name)
+	if nilness.Is(q) {
+		return fmt.Errorf("expvarpub: %s: add queue %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	var snap transport.QueueCounters
 	return p.add(&entry{name: name, refresh: func() { snap = q.Counters() }, value: func() any { return snap }})
@@ -114,7 +120,7 @@ func (p *Publisher) AddQueue(name string, q queueSource) error {
 // AddPoller publishes the counters of a Poller under name (see AddQueue).
 func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 	if s == nil {
-		return fmt.Errorf("expvarpub: %s: add poller %q: nil source", p.name, name)
+		return fmt.Errorf("expvarpub: %s: add poller %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	var snap transport.CQCounters
 	return p.add(&entry{name: name, refresh: func() { snap = s.Counters() }, value: func() any { return snap }})
@@ -124,8 +130,8 @@ func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 // *channel.MultiChannel) under name (see AddQueue; build it with
 // channel.Options.Counters).
 func (p *Publisher) AddChannel(name string, ch channelSource) error {
-	if ch == nil {
-		return fmt.Errorf("expvarpub: %s: add channel %q: nil source", p.name, name)
+	if nilness.Is(ch) {
+		return fmt.Errorf("expvarpub: %s: add channel %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	var snap channel.Counters
 	return p.add(&entry{name: name, refresh: func() { snap = ch.Counters() }, value: func() any { return snap }})
@@ -136,7 +142,7 @@ func (p *Publisher) AddChannel(name string, ch channelSource) error {
 // from there.
 func (p *Publisher) AddFunc(name string, read func() any) error {
 	if read == nil {
-		return fmt.Errorf("expvarpub: %s: add func %q: nil function", p.name, name)
+		return fmt.Errorf("expvarpub: %s: add func %q: nil function: %w", p.name, name, ctx.ErrInvalidArgument)
 	}
 	return p.add(&entry{name: name, value: read})
 }

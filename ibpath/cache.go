@@ -22,6 +22,11 @@ type AddressCache struct {
 	entries map[ctx.AddressAttr]*cacheEntry
 	hits    uint64
 	misses  uint64
+	// remotes counts the Remotes in the entries (at most: Evict and
+	// Close do not count down), sweepAt is the count at which Remote
+	// drops those of closed QPs.
+	remotes int
+	sweepAt int
 }
 
 type cacheEntry struct {
@@ -39,7 +44,7 @@ type remoteKey struct {
 
 // NewAddressCache returns an empty cache creating its handles in pd.
 func NewAddressCache(pd *ctx.ProtectionDomain) *AddressCache {
-	return &AddressCache{pd: pd, entries: map[ctx.AddressAttr]*cacheEntry{}}
+	return &AddressCache{pd: pd, entries: map[ctx.AddressAttr]*cacheEntry{}, sweepAt: minSweep}
 }
 
 func (c *AddressCache) get(p Path) (*cacheEntry, error) {
@@ -86,12 +91,17 @@ func (c *AddressCache) AddressHandle(p Path) (*ctx.AddressHandle, error) {
 // later call for the same returns the same Remote and allocates nothing.
 // Pass it to q.Post. q must have been created in the cache's protection
 // domain. The Remote belongs to the cache: Evict or Close the cache, not
-// the Remote.
+// the Remote. The Remotes of QPs closed since are dropped from the cache
+// as it makes new ones, so that closing a QP lets it be collected.
 func (c *AddressCache) Remote(q *ud.QP, p Path) (*ud.Remote, error) {
 	if q == nil {
 		return nil, fmt.Errorf("ibpath: address cache: nil UD QP: %w", ctx.ErrInvalidArgument)
 	}
-	if pd := q.Handle().ProtectionDomain(); pd != c.pd {
+	h := q.Handle()
+	if h == nil {
+		return nil, fmt.Errorf("ibpath: address cache: UD QP not made by ud.New: %w", ctx.ErrInvalidArgument)
+	}
+	if pd := h.ProtectionDomain(); pd != c.pd {
 		return nil, fmt.Errorf("ibpath: address cache: UD QP %#x is in another protection domain than the cache: %w", q.QPN(), ctx.ErrInvalidArgument)
 	}
 	e, err := c.get(p)
@@ -110,6 +120,9 @@ func (c *AddressCache) Remote(q *ud.QP, p Path) (*ud.Remote, error) {
 		e.remotes = map[remoteKey]*ud.Remote{}
 	}
 	e.remotes[k] = r
+	if c.remotes++; c.remotes > c.sweepAt {
+		c.dropClosed()
+	}
 	return r, nil
 }
 
@@ -148,3 +161,26 @@ func (c *AddressCache) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// dropClosed removes the Remotes of QPs closed since they were made, so
+// that a long-lived cache does not keep closed QPs reachable. Remote calls
+// it when the number of Remotes has doubled since the last time, which
+// keeps its cost amortized constant per Remote made; a cached lookup does
+// not call it.
+func (c *AddressCache) dropClosed() {
+	n := 0
+	for _, e := range c.entries {
+		for k := range e.remotes {
+			if k.qp.Handle().Closed() {
+				delete(e.remotes, k)
+			}
+		}
+		n += len(e.remotes)
+	}
+	c.remotes = n
+	c.sweepAt = 2*n + minSweep
+}
+
+// minSweep is the number of Remotes a cache makes before it first looks
+// for those of closed QPs.
+const minSweep = 16

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/ibpath"
+	"github.com/mlx5kit/mlx5kit/ud"
 )
 
 // Nil arguments are refused with ctx.ErrInvalidArgument, as the
@@ -21,4 +22,19 @@ func TestNilArguments(t *testing.T) {
 	require.ErrorIs(t, ibpath.ModifyToConnected(nil, p, 0), ctx.ErrInvalidArgument)
 	_, err = ibpath.NewAddressCache(nil).AddressHandle(p)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+// A zero ud.QP (not made by ud.New) is refused by AddressCache.Remote with
+// ctx.ErrInvalidArgument, as ud.QP.RemoteVia refuses it.
+func TestAddressCacheRemoteZeroQP(t *testing.T) {
+	f := newFabric(t, ctx.LinkLayerInfiniBand)
+	n := newNode(t, f, "sim0")
+	c := ibpath.NewAddressCache(n.pd)
+	t.Cleanup(func() { _ = c.Close() })
+	p := ibpath.Default()
+	p.DLID = 1
+	r, err := c.Remote(&ud.QP{}, p)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Nil(t, r)
+	require.Zero(t, c.Len())
 }

@@ -105,7 +105,7 @@ func Default() Path {
 // that gid selects (SGID, SGIDIndex: unset, one is chosen with
 // ctx.Context.ChooseGID, on RoCE a RoCE v2 GID, IPv4-mapped first;
 // ctx.GIDIndex(i) names entry i), the port's active MTU when it is lower
-// than p.MTU (or p.MTU is unset), and Global on an Ethernet (RoCE) port,
+// than p.MTU (or p.MTU is unset), and GlobalRoute on an Ethernet (RoCE) port,
 // where every packet carries a GRH. On InfiniBand without a GRH a missing
 // GID is no error: the SGID stays zero.
 func Local(c *ctx.Context, p Path, port uint8, gid ctx.GIDSelector) (Path, error) {
@@ -166,9 +166,9 @@ func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
 	}
 }
 
-// Connect fills the remote half of p from the endpoint a peer sent: DQPN,
-// DQPSN, DLID and DGID, and lowers MTU to the peer's. A peer with no LID (a
-// RoCE or routed peer) needs a GRH: Global is set, and the peer must have
+// Connect fills the remote half of p from the endpoint a peer sent: DQPN
+// (a DC peer's DCT number), DQPSN, DLID and DGID, and lowers MTU to the peer's. A peer with no LID (a
+// RoCE or routed peer) needs a GRH: GlobalRoute is set, and the peer must have
 // sent a GID. The endpoint is untrusted input: it is validated first, and
 // on error p is returned unchanged.
 func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {

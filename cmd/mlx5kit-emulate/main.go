@@ -140,6 +140,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if c.sweepAfter < 0 {
+		return c, fmt.Errorf("-sweep-after %d: want a process id above 0", c.sweepAfter)
+	}
 	if _, err := ctx.ParseLinkLayer(c.link); err != nil {
 		return c, fmt.Errorf("-link %q: %w", c.link, err)
 	}
@@ -177,7 +180,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	c.argv = fs.Args()
-	if len(c.argv) == 0 && !c.printLib && c.sweepAfter <= 0 {
+	if len(c.argv) == 0 && !c.printLib && c.sweepAfter == 0 {
 		fs.Usage()
 		return c, errors.New("no program to run")
 	}

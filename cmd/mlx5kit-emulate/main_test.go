@@ -204,3 +204,22 @@ func TestHelpExitsZero(t *testing.T) {
 	require.Equal(t, 2, run([]string{"-nosuch", "--", "true"}, &stdout, &stderr, start, nil))
 	require.False(t, started)
 }
+
+// TestRunRejectsNegativeSweepPID: -sweep-after takes a process id; a
+// negative one is a bad flag (exit 2, one line naming it), not ignored
+// while the program runs.
+func TestRunRejectsNegativeSweepPID(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), libName)
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	for _, args := range [][]string{
+		{"-lib", lib, "-sweep-after", "-1", "--", "true"},
+		{"-lib", lib, "-sweep-after", "-1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		started := false
+		code := run(args, &stdout, &stderr, func(string, []string, []string) error { started = true; return nil }, nil)
+		require.Equal(t, 2, code, "%q: %s", args, stderr.String())
+		require.Equal(t, "mlx5kit-emulate: -sweep-after -1: want a process id above 0\n", stderr.String(), "%q", args)
+		require.False(t, started, "%q started the program", args)
+	}
+}
