@@ -210,23 +210,6 @@ func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder
 	return s, err
 }
 
-// PostStream is Post with a DCI stream id in the control segment
-// (mlx5dv_wr_set_dc_addr_stream): WQEs of different streams of one DCI may
-// be executed concurrently by the device.
-func (d *DCI) PostStream(wrid uint64, flags wqebuilder.Flags, r *Remote, streamID uint16) (s wqebuilder.OpStage, err error) {
-	// A closure called once, as rc's Post. A nil r, or one closed,
-	// is refused.
-	s = func() wqebuilder.OpStage {
-		var c wqebuilder.CtrlStage
-		c, err = newqp.Begin(&d.Queue, wrid, flags, newqp.RemoteOf(r == nil, r.isClosed()))
-		if r == nil {
-			return c.OpStage // the refusal's private full queue
-		}
-		return c.DCStream(&r.av, r.dctn, r.key, streamID)
-	}()
-	return s, err
-}
-
 // GID returns the local GID table entry the DCI sends from (on RoCE, and
 // on InfiniBand with a GRH): the one DCIConfig.GID selected.
 func (d *DCI) GID() ctx.GIDEntry { return d.port.GID }

@@ -50,23 +50,3 @@ func TestSendAndWriteToTwoDCTs(t *testing.T) {
 	require.Equal(t, "ax", string(e.Mem(1, 0, 2)))
 	require.Equal(t, "bx", string(e.Mem(1, 64, 2)))
 }
-
-// TestPostStream posts with DCI stream ids (the control segment's stream
-// field); the model executes them like any other WQE.
-func TestPostStream(t *testing.T) {
-	f := newFixture(t, dc.DCIConfig{SendDepth: 16, MaxInline: 32}, 2)
-	e := f.e
-	for i := range 6 {
-		s, err := f.dci.PostStream(uint64(i), wqebuilder.Signaled, f.remotes[i%2], uint16(i%3))
-		require.NoError(t, err)
-		require.NoError(t, s.RdmaWrite(e.Addr(1, 8*i), e.RKey(1)).Inline([]byte{byte(i + 1)}).Finish())
-	}
-	f.dci.RingDoorbell()
-	got := e.Drain(f.sp)
-	require.Len(t, got, 6)
-	for i := range 6 {
-		require.Equal(t, transport.MatchOK, got[i].Match)
-		require.Equal(t, uint64(i), got[i].WRID)
-		require.Equal(t, byte(i+1), e.Mem(1, 8*i, 1)[0])
-	}
-}

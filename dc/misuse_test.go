@@ -26,7 +26,6 @@ func TestPostNilRemote(t *testing.T) {
 	}
 	for _, post := range []func() (wqebuilder.OpStage, error){
 		func() (wqebuilder.OpStage, error) { return d.Post(1, wqebuilder.Signaled, nil) },
-		func() (wqebuilder.OpStage, error) { return d.PostStream(1, wqebuilder.Signaled, nil, 3) },
 	} {
 		st, err := post()
 		if !errors.Is(err, ctx.ErrInvalidArgument) {
@@ -90,7 +89,6 @@ func TestPostClosedRemote(t *testing.T) {
 	}
 	for _, post := range []func() (wqebuilder.OpStage, error){
 		func() (wqebuilder.OpStage, error) { return d.Post(1, wqebuilder.Signaled, r) },
-		func() (wqebuilder.OpStage, error) { return d.PostStream(1, wqebuilder.Signaled, r, 3) },
 	} {
 		st, err := post()
 		if !errors.Is(err, ctx.ErrClosed) {

@@ -21,7 +21,7 @@ import (
 // on the SRQs and the DCIs' Remotes in place of RC and UD queue pairs. A
 // program creates and closes them in any order (parents first, twice, use
 // after close), makes Remotes with the right DC access key, a wrong one or
-// a malformed endpoint, posts every operation with Post and PostStream,
+// a malformed endpoint, posts every operation with Post,
 // fails and modifies DCIs and DCTs, and closes a DCI, its target, the
 // target's SRQ, a CQ, a PD or a Context while another goroutine streams to
 // the target and polls both sides. The invariants are FuzzLifecycle's:
@@ -469,13 +469,7 @@ func (w *lfWorld) postDC(a lfArgs) {
 	if rem := d.remotes[ri]; rem != nil {
 		r = rem.r
 	}
-	var st wqebuilder.OpStage
-	var post error
-	if sel := a.b(0) / lfDCIs; sel%2 == 0 {
-		st, post = d.d.Post(wrid, flags, r)
-	} else {
-		st, post = d.d.PostStream(wrid, flags, r, uint16(sel/2))
-	}
+	st, post := d.d.Post(wrid, flags, r)
 	var fin error
 	switch kind {
 	case 0:
@@ -674,7 +668,7 @@ func (w *lfWorld) dcPollerAddRemove(a lfArgs) {
 
 // closeWhileStreaming runs the owner of a DCI, of the target of one of its
 // Remotes and of that target's SRQ on another goroutine — posting to the
-// target with Post and PostStream, posting receives to the SRQ and
+// target with Post, posting receives to the SRQ and
 // polling the Pollers of both CQs — while this one closes the DCI, the
 // DCT, the SRQ, a CQ, a PD, a Context or a memory region.
 func (w *lfWorld) closeWhileStreaming(a lfArgs) {
@@ -727,13 +721,7 @@ func (w *lfWorld) closeWhileStreaming(a lfArgs) {
 			}
 			if r != nil {
 				wrid++
-				var st wqebuilder.OpStage
-				var err error
-				if n%2 == 0 {
-					st, err = d.d.Post(wrid, wqebuilder.Signaled, r)
-				} else {
-					st, err = d.d.PostStream(wrid, wqebuilder.Signaled, r, uint16(n%4))
-				}
+				st, err := d.d.Post(wrid, wqebuilder.Signaled, r)
 				if err == nil {
 					var fin error
 					if n%3 == 2 {
@@ -853,8 +841,8 @@ func lfDCWorld() [][]byte {
 }
 
 // dcPostOp posts kind with DCI 0 through Remote ri: local SGE of MR 0,
-// remote address of MR 1; with Post for an even sel, else with PostStream
-// and stream id sel/2.
+// remote address of MR 1 (sel, which chose between Post and a post with
+// a DCI stream id, is kept so that the corpus's programs stay valid).
 func dcPostOp(ri, kind, sel byte) []byte {
 	return lfOp(dcPost, sel*lfDCIs, ri+kind*lfRemotes, 0, 1, 5)
 }

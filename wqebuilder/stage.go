@@ -111,7 +111,10 @@ func (s CtrlStage) DC(av *[prm.AVSize]byte, dctn uint32, dcKey uint64) OpStage {
 }
 
 // DCStream is DC with a DCI stream channel id in the control segment
-// (mlx5dv_wr_set_dc_addr_stream).
+// (mlx5dv_wr_set_dc_addr_stream), for a DCI created with DCI streams
+// (MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) and an id below its number of
+// stream channels. On a DCI without streams, as package dc creates, no
+// id but 0 is defined.
 func (s CtrlStage) DCStream(av *[prm.AVSize]byte, dctn uint32, dcKey uint64, streamID uint16) OpStage {
 	// Bytes 9..10 of the control segment, big-endian.
 	*(*[2]byte)(unsafe.Add(s.w.ctrl, prm.CtrlDCIStreamID)) = [2]byte{byte(streamID >> 8), byte(streamID)}
