@@ -283,3 +283,43 @@ func TestCompleteRecvTakesEveryReceive(t *testing.T) {
 		y.cb.Release()
 	}
 }
+
+// A receive CQE of a QP's own receive queue whose wqe_counter is the
+// slot (the counter modulo the ring) rather than the free-running counter
+// completes the oldest receive all the same, past the ring's wraps:
+// mlx5_ib and libmlx5 take the receive queue's tail whatever the counter
+// says, and UCX reads only the counter's slot bits, so a device may report
+// either. Complete and CompleteRecv take it the same way.
+func TestCompleteRecvSlotCounter(t *testing.T) {
+	rig := newCompleteSendRig(t)
+	n := 0
+	for rig.b.PostRecv(uint64(n), rig.e.Addr(1, 64), 64, rig.e.LKey(1)) == nil {
+		n++
+	}
+	require.Positive(t, n)
+	require.Zero(t, n&(n-1), "a ring of a power of two")
+	for i := range 3 * n {
+		s, err := rig.a.Post(uint64(i), wqebuilder.Signaled)
+		require.NoError(t, err)
+		require.NoError(t, s.Send().Inline([]byte("x")).FinishBlueFlame())
+		var sc transport.Completion
+		rig.a.Queue.Complete(next(t, rig.e, rig.ca), &sc)
+		require.Equal(t, transport.MatchOK, sc.Match)
+		rig.ca.Release()
+
+		c := next(t, rig.e, rig.cb)
+		v := binary.BigEndian.Uint16(c[prm.CQEWQECounter:])
+		require.Equal(t, uint16(i), v, "the model's counter runs free")
+		binary.BigEndian.PutUint16(c[prm.CQEWQECounter:], v&uint16(n-1))
+		var got transport.Completion
+		if i%2 == 0 {
+			require.True(t, rig.b.Queue.CompleteRecv(c, &got), "receive %d", i)
+		} else {
+			rig.b.Queue.Complete(c, &got)
+		}
+		require.Equal(t, transport.MatchOK, got.Match, "receive %d", i)
+		require.Equal(t, uint64(i), got.WRID)
+		rig.cb.Release()
+		require.NoError(t, rig.b.PostRecv(uint64(n+i), rig.e.Addr(1, 64), 64, rig.e.LKey(1)))
+	}
+}

@@ -302,8 +302,9 @@ func (r *recvRing) ring() {
 }
 
 // take retires the receive WQE a completion names and returns its wrid.
-// For an RQ the completions come in order and wqeCounter is the free-running
-// index of the oldest posted WQE; for an SRQ it is the slot, which goes back
+// For an RQ the completions come in order and wqeCounter is the index of
+// the oldest posted WQE (free-running, or its slot: only the slot bits
+// are compared); for an SRQ it is the slot, which goes back
 // on the free list. ok is false, and nothing changes, when no WQE posted
 // there is outstanding.
 func (r *recvRing) take(wqeCounter uint16) (uint64, bool) {
@@ -332,9 +333,11 @@ func (r *recvRing) takeSRQ(wqeCounter uint16) (uint64, bool) {
 }
 
 // takeRQ is take for a QP's own receive queue, whose completions come in
-// order.
+// order: the counter names the oldest receive posted by its slot bits
+// (mlx5_ib and libmlx5 take the tail whatever the counter says, UCX masks
+// it, so a device may report the free-running counter or the slot).
 func (r *recvRing) takeRQ(wqeCounter uint16) (uint64, bool) {
-	if r.posted == 0 || uint16(r.tail) != wqeCounter {
+	if r.posted == 0 || (r.tail^uint32(wqeCounter))&r.mask != 0 {
 		return 0, false
 	}
 	r.tail++
