@@ -270,6 +270,13 @@ func (q *QP) Remote() endpoint.Endpoint { return q.remote }
 // Poll of one of them hands completions to, whose batch may still hold the
 // QP's CQEs, Reset changes nothing and returns an error wrapping
 // ctx.ErrBusy.
+//
+// On a QP attached to an SRQ, Reset goes to RESET directly, not through
+// the error state and the last-WQE-reached event the IBA asks for: a
+// receive of the SRQ that a ConnectX had begun to fill for a message of
+// several packets when Reset ran stays taken without a completion, and the
+// SRQ holds one receive fewer (docs/hardware.md). Reset a QP whose peer
+// has stopped sending.
 func (q *QP) Reset() error {
 	const op = "reset"
 	if q.qp == nil {
