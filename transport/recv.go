@@ -337,7 +337,7 @@ func (r *recvRing) takeSRQ(wqeCounter uint16) (uint64, bool) {
 // (mlx5_ib and libmlx5 take the tail whatever the counter says, UCX masks
 // it, so a device may report the free-running counter or the slot).
 func (r *recvRing) takeRQ(wqeCounter uint16) (uint64, bool) {
-	if r.posted == 0 || (r.tail^uint32(wqeCounter))&r.mask != 0 {
+	if r.posted == 0 || uint16(r.tail) != wqeCounter && (r.tail^uint32(wqeCounter))&r.mask != 0 {
 		return 0, false
 	}
 	r.tail++
