@@ -421,13 +421,7 @@ func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 	e, srq, dct := linkDCT(t)
 	const key = linkDCTKey
 	const total = 2 * wireSegMax
-	buf, err := ctx.AllocBuffer(total, ctx.BufferOptions{Guard: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = buf.Close() })
-	mr, err := e.pd.RegisterBuffer(buf, allAccess)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = mr.Close() })
-	recv := dataSeg(total, mr.LKey(), uint64(mr.Addr()))
+	recv := linkRecv(t, e, total)
 	srq.post(recv)
 	p := dialLinkPeer(t, e)
 	lid := lidOf(t, e.c)
@@ -486,6 +480,19 @@ func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 	require.Equal(t, total, aside())
 }
 
+// linkRecv returns the scatter entry of a receive of total bytes, in a
+// buffer of its own registered in e's PD until the test ends.
+func linkRecv(t *testing.T, e *env, total uint32) []byte {
+	t.Helper()
+	buf, err := ctx.AllocBuffer(int(total), ctx.BufferOptions{Guard: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Close() })
+	mr, err := e.pd.RegisterBuffer(buf, allAccess)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mr.Close() })
+	return dataSeg(total, mr.LKey(), uint64(mr.Addr()))
+}
+
 // A DCI whose process is gone in the middle of a long SEND leaves its
 // message set aside at the DCT, counted against the receives; the next
 // message that finds every receive counted drops the streams of processes
@@ -496,13 +503,7 @@ func TestLinkAssemblyOfGonePeerFreesReceive(t *testing.T) {
 	e, srq, dct := linkDCT(t)
 	const key = linkDCTKey
 	const total = 2 * wireSegMax
-	buf, err := ctx.AllocBuffer(total, ctx.BufferOptions{Guard: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = buf.Close() })
-	mr, err := e.pd.RegisterBuffer(buf, allAccess)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = mr.Close() })
-	srq.post(dataSeg(total, mr.LKey(), uint64(mr.Addr())))
+	srq.post(linkRecv(t, e, total))
 	lid := lidOf(t, e.c)
 	seg := make([]byte, wireSegMax)
 	first := func(p *linkPeer) {
