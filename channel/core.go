@@ -689,6 +689,11 @@ func (w *waiter) idlePoll() error {
 			err = c.notifier.WaitTimeout(d)
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if c.shut() {
+				// Woken by the close of the CQ under the channel (with
+				// its Context): end as a polling wait does.
+				return closedError{under: c.closedUnder}
+			}
 			return fmt.Errorf("channel: wait for a completion event: %w", err)
 		}
 		return nil
