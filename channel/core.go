@@ -689,6 +689,11 @@ func (w *waiter) idlePoll() error {
 			err = c.notifier.WaitTimeout(d)
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if c.shut() {
+				// Woken by the close of the CQ under the channel (with
+				// its Context): end as a polling wait does.
+				return closedError{under: c.closedUnder}
+			}
 			return fmt.Errorf("channel: wait for a completion event: %w", err)
 		}
 		return nil
@@ -875,9 +880,11 @@ const flushLimit = 2 * time.Second
 // access to their buffers just the same. Either way no buffer of a work
 // request outstanding before is written after fail returns; the channel
 // refuses new work with ErrFailed (ctx.ErrClosed once destroyed). Calling it
-// again only polls what is left.
+// again only polls what is left. A queue pair closed under the channel
+// (see shut) flushes nothing: fail then closes the rest of the channel at
+// once rather than wait flushLimit for flushes that never come.
 func (c *core) fail() error {
-	if c.closed {
+	if c.shut() {
 		return nil
 	}
 	var errs []error
@@ -897,13 +904,17 @@ func (c *core) fail() error {
 		if c.poll() > 0 {
 			continue
 		}
-		if time.Now().After(deadline) || c.poller.CQ().Err() != nil {
-			// (A CQ in error delivers no flush: no wait for one.)
+		if time.Now().After(deadline) || c.poller.CQ().Err() != nil || c.under.Load() {
+			// (A CQ in error delivers no flush, nor does a queue pair
+			// closed under the channel: no wait for one.)
 			break
 		}
 		c.pause()
 	}
 	if c.pending > 0 {
+		if c.under.Load() {
+			c.closedUnder = true
+		}
 		errs = append(errs, c.close())
 		// The queues are gone, and their work with them: record what was
 		// still outstanding as flushed, as the device would have.

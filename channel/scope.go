@@ -63,6 +63,10 @@ func (c *core) runScope(cx context.Context, fn func(s *Scope) error) error {
 	s := c.scopeState
 	s.cx, s.outstanding, s.errs, s.active = cx, 0, s.errs[:0], true
 	c.scopeID++
+	if c.scopeID == 0 {
+		// 0 is the scope of work posted outside any (see record).
+		c.scopeID = 1
+	}
 	c.scope = s
 	defer func() {
 		if c.scope == s {
