@@ -143,8 +143,11 @@ var (
 	// ErrPeer: a peer index out of range.
 	ErrPeer = errors.New("no such peer")
 	// ErrTimeout: a blocking call or scope waited longer than
-	// Options.WaitTimeout; its work is still outstanding. (A context's
-	// deadline is different: see ErrFailed.)
+	// Options.WaitTimeout; its work is still outstanding. A timed-out
+	// Receive keeps its place in the receive queue: the peer's next
+	// message lands in its buffer, and the next Receive waits for the
+	// message after that one. (A context's deadline is different: see
+	// ErrFailed.)
 	ErrTimeout = errors.New("timed out waiting for completions")
 	// ErrStale: a Pending whose completion record was reused because more
 	// work requests were posted after it than the channel tracks (see
