@@ -67,6 +67,11 @@ func qpType(t uint8) (ctx.QPType, syscall.Errno) {
 
 // createQP checks a CREATE_QP request and creates the QP on the model.
 func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
+	// create_qp: a raw packet QP needs CAP_NET_RAW (rdma_dev_has_raw_cap),
+	// EPERM before anything else is looked at.
+	if r.typ == C.IB_UVERBS_QPT_RAW_PACKET && !kerrno.HasRawCap() {
+		return qpReply{}, unix.EPERM
+	}
 	typ, en := qpTypeOf(r.typ, r.vendor)
 	if en != 0 {
 		return qpReply{}, en
