@@ -42,6 +42,10 @@ func (k *kernel) createCompChannel(f *ufile) (int, syscall.Errno) {
 }
 
 func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_create_comp_channel
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
 	fd, en := k.createCompChannel(f)
 	if en != 0 {
 		return en

@@ -314,6 +314,10 @@ func (k *kernel) writeGetContext(f *ufile, c *writeCall) syscall.Errno {
 }
 
 func (k *kernel) writeQueryDevice(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_query_device
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
 	resp := queryDeviceResp(f.dev)
 	return c.response(bytesOf(&resp))
 }
