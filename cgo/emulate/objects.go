@@ -49,6 +49,7 @@ type uobject struct {
 	qpType ctx.QPType
 	uc     bool
 	caps   ctx.QueuePairCaps
+	sigAll bool   // a QP's sq_sig_all
 	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.
 	sendCQ, recvCQ uint32
