@@ -122,8 +122,7 @@ type asyncSource struct {
 	key    asyncKey
 	handle uint64     // the user handle given at creation
 	file   *eventFile // where its events go; nil drops them
-	// written counts the events written to file (under asyncEvents.mu).
-	written uint32
+	tally  eventTally // its records in file
 }
 
 // asyncEvents routes a context's async events. Its lock is taken by the
@@ -181,15 +180,11 @@ func (a *asyncEvents) release(s *asyncSource) uint32 {
 	if a.sources[s.key] == s {
 		delete(a.sources, s.key)
 	}
-	written := s.written
 	a.mu.Unlock()
 	if s.file == nil {
 		return 0
 	}
-	unread := s.file.removeRecords(asyncRecordSize, func(rec []byte) bool {
-		return binary.NativeEndian.Uint64(rec) == s.handle && classOfType(binary.NativeEndian.Uint32(rec[8:])) == s.key.class
-	})
-	return written - unread
+	return s.file.reported(&s.tally)
 }
 
 // post writes one event of the model; it runs on the model's engine or in
@@ -208,7 +203,7 @@ func (a *asyncEvents) post(ev ctx.AsyncEvent) {
 	if class == asyncPort {
 		binary.NativeEndian.PutUint64(rec[:], uint64(ev.Port))
 		for _, f := range a.files {
-			f.writeRecord(rec[:])
+			f.writeRecord(rec[:], nil)
 		}
 		return
 	}
@@ -224,7 +219,5 @@ func (a *asyncEvents) post(ev ctx.AsyncEvent) {
 		return
 	}
 	binary.NativeEndian.PutUint64(rec[:], s.handle)
-	if s.file.writeRecord(rec[:]) {
-		s.written++
-	}
+	s.file.writeRecord(rec[:], &s.tally)
 }

@@ -42,6 +42,10 @@ func (k *kernel) createCompChannel(f *ufile) (int, syscall.Errno) {
 }
 
 func (k *kernel) writeCreateCompChannel(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_create_comp_channel
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
 	fd, en := k.createCompChannel(f)
 	if en != 0 {
 		return en
@@ -184,13 +188,10 @@ func (k *kernel) destroyCQ(f *ufile, h uint64) (comp, async uint32, en syscall.E
 	return o.events.reported(), f.uctx.async.release(o.async), 0
 }
 
-// writeCQNumber writes mlx5_ib's answer to CREATE_CQ: the CQN (the 4
-// bytes mlx5_ib copies), ENOSPC if the library left no room for it.
+// writeCQNumber writes mlx5_ib's answer to CREATE_CQ: the CQN, the 4
+// bytes mlx5_ib copies whatever the driver buffer (writeDriverOut).
 func writeCQNumber(addr uintptr, n int, cqn uint32) syscall.Errno {
-	if n < 4 {
-		return unix.ENOSPC
-	}
-	return copyOut(addr, bytesOf(&cqn))
+	return writeDriverOut(addr, n, bytesOf(&cqn))
 }
 
 func (k *kernel) writeCreateCQ(f *ufile, c *writeCall) syscall.Errno {

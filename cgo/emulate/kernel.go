@@ -110,6 +110,11 @@ type eventFile struct {
 	// to (cqEvents.post) and close sets to -1.
 	writeMu sync.Mutex
 	writeFD int
+	// writers are the objects whose records were written, oldest first
+	// (nil for a port event): the unread records are the last of them.
+	// Those read are forgotten when the list reaches trimAt.
+	writers []*eventTally
+	trimAt  int
 	// comp marks a completion channel (CREATE_COMP_CHANNEL), which CQs
 	// may name.
 	comp bool
@@ -120,11 +125,14 @@ type eventFile struct {
 
 // takeWriteFD returns the write end and forgets it: no event goes to its
 // number once the caller closes it (the program's next descriptor may
-// take the number).
+// take the number). The unread events are discarded with the descriptor.
 func (e *eventFile) takeWriteFD() int {
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
 	fd := e.writeFD
+	if fd >= 0 {
+		e.discardUnread()
+	}
 	e.writeFD = -1
 	return fd
 }

@@ -643,6 +643,8 @@ var allowedErrnos = map[syscall.Errno]bool{
 	// Object commands: a handle that names nothing, an object in use, a
 	// descriptor that is not a completion channel.
 	unix.ENOENT: true, unix.EBUSY: true, unix.EBADF: true,
+	// A raw packet QP or a controlled Q_Key without CAP_NET_RAW.
+	unix.EPERM: true,
 }
 
 // sanitize makes an address field of a random command point into the

@@ -49,6 +49,7 @@ type uobject struct {
 	qpType ctx.QPType
 	uc     bool
 	caps   ctx.QueuePairCaps
+	sigAll bool   // a QP's sq_sig_all
 	owner  uint32 // the PD handle of an MR or a QP
 	// sendCQ and recvCQ are the CQ handles of a QP.
 	sendCQ, recvCQ uint32
@@ -211,12 +212,23 @@ func (k *kernel) writeAllocPD(f *ufile, c *writeCall) syscall.Errno {
 	resp := C.struct_ib_uverbs_alloc_pd_resp{pd_handle: C.__u32(h)}
 	vendor := C.struct_mlx5_ib_alloc_pd_resp{pdn: C.__u32(pdn)}
 	if en = c.response(bytesOf(&resp)); en == 0 {
-		en = copyOut(c.udataOut, bytesOf(&vendor)[:min(c.udataLen, int(unsafe.Sizeof(vendor)))])
+		en = writeDriverOut(c.udataOut, c.udataLen, bytesOf(&vendor))
 	}
 	if en != 0 {
 		_ = k.destroyPD(f, uint64(h))
 	}
 	return en
+}
+
+// writeDriverOut writes a driver answer mlx5_ib copies whole
+// (ib_copy_to_udata with the structure's size, not the buffer's): no
+// driver buffer is a NULL one, EFAULT; a buffer too short for it, which
+// the kernel would write past, is refused the same way.
+func writeDriverOut(addr uintptr, n int, b []byte) syscall.Errno {
+	if n < len(b) {
+		return unix.EFAULT
+	}
+	return copyOut(addr, b)
 }
 
 func (k *kernel) writeDeallocPD(f *ufile, c *writeCall) syscall.Errno {

@@ -38,6 +38,9 @@ type qpRequest struct {
 	caps               ctx.QueuePairCaps
 	userHandle         uint64 // what an async event names (libibverbs' QP)
 	vendor             []byte // struct mlx5_ib_create_qp
+	// sigAll is sq_sig_all: every send work request completes with a
+	// CQE (the library sets the WQEs' flag itself); QUERY_QP answers it.
+	sigAll bool
 }
 
 // qpReply is what the kernel answers: the handle, the QPN, the
@@ -67,6 +70,11 @@ func qpType(t uint8) (ctx.QPType, syscall.Errno) {
 
 // createQP checks a CREATE_QP request and creates the QP on the model.
 func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
+	// create_qp: a raw packet QP needs CAP_NET_RAW (rdma_dev_has_raw_cap),
+	// EPERM before anything else is looked at.
+	if r.typ == C.IB_UVERBS_QPT_RAW_PACKET && !kerrno.HasRawCap() {
+		return qpReply{}, unix.EPERM
+	}
 	typ, en := qpTypeOf(r.typ, r.vendor)
 	if en != 0 {
 		return qpReply{}, en
@@ -234,7 +242,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	}
 	qpn := q.Descriptor().QPN
 	src := uc.async.add(asyncKey{asyncQP, qpn}, r.userHandle, nil)
-	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, uc: cfg.Unreliable, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src})
+	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, uc: cfg.Unreliable, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src, sigAll: r.sigAll})
 	return qpReply{handle: h, qpn: qpn, caps: out, bfreg: bfreg}, 0
 }
 
@@ -268,7 +276,7 @@ func (k *kernel) writeCreateQP(f *ufile, c *writeCall) syscall.Errno {
 	r, en := k.createQP(f, qpRequest{
 		pd: uint32(req.pd_handle), sendCQ: uint32(req.send_cq_handle), recvCQ: uint32(req.recv_cq_handle),
 		typ: uint8(req.qp_type), isSRQ: req.is_srq != 0, srq: uint32(req.srq_handle),
-		userHandle: uint64(req.user_handle),
+		userHandle: uint64(req.user_handle), sigAll: req.sq_sig_all != 0,
 		caps: ctx.QueuePairCaps{SendDepth: uint32(req.max_send_wr), RecvDepth: uint32(req.max_recv_wr),
 			MaxSendSGE: uint32(req.max_send_sge), MaxRecvSGE: uint32(req.max_recv_sge), MaxInline: uint32(req.max_inline_data)},
 		vendor: c.udataIn,
@@ -499,6 +507,9 @@ func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	resp.timeout = C.__u8(a.Timeout)
 	resp.retry_cnt = C.__u8(a.RetryCount)
 	resp.rnr_retry = C.__u8(a.RNRRetry)
+	if o.sigAll {
+		resp.sq_sig_all = 1
+	}
 	p := a.Path
 	resp.dest.dlid = C.__u16(p.DLID)
 	resp.dest.sl = C.__u8(p.SL)

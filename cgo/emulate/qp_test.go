@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -252,6 +253,11 @@ func TestKernelQueuePairs(t *testing.T) {
 	with := func(off int, v uint32) []byte { b := good(); ne.PutUint32(b[off:], v); return b }
 	objects := len(k.files[fd].uctx.objects)
 	maxWR := k.devs[0].Attr.MaxQPWR
+	// The raw packet case is the one of a caller with CAP_NET_RAW
+	// (TestCreateRawPacketQPNeedsNetRaw has the other).
+	savedRawCap := kerrno.HasRawCap
+	t.Cleanup(func() { kerrno.HasRawCap = savedRawCap })
+	kerrno.HasRawCap = func() bool { return true }
 	for name, c := range map[string]struct {
 		pd, cq uint32
 		typ    uint8

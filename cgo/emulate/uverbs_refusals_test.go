@@ -134,3 +134,27 @@ func TestCQDescriptorAttributeNotAnInt(t *testing.T) {
 	}
 	require.Len(t, k.files[fd].uctx.objects, 0, "no CQ made")
 }
+
+// TestWriteTrailingBytesQueryDeviceCompChannel: QUERY_DEVICE and
+// CREATE_COMP_CHANNEL have no driver data (UAPI_DEF_WRITE_IO); their
+// handlers read the request with uverbs_request, which refuses non-zero
+// bytes beyond the struct with EOPNOTSUPP.
+func TestWriteTrailingBytesQueryDeviceCompChannel(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	_, devAddr := a.alloc(queryDevRespSize)
+	core := respCore(devAddr, 0, 0, 0, 1, 0, 0, 0, 0)
+	buf, n := a.writeCmd(cmdQueryDevice, core, queryDevRespSize/4)
+	_, en := k.write(fd, buf, n)
+	require.Equal(t, unix.EOPNOTSUPP, en, "QUERY_DEVICE with non-zero trailing bytes")
+	core[11] = 0
+	buf, n = a.writeCmd(cmdQueryDevice, core, queryDevRespSize/4)
+	_, en = k.write(fd, buf, n)
+	require.Zero(t, en, "trailing zeros are accepted")
+
+	events := len(k.events)
+	_, chAddr := a.alloc(8)
+	buf, n = a.writeCmd(cmdCreateCompChannel, respCore(chAddr, 1, 0, 0, 0, 0, 0, 0, 0), 1)
+	_, en = k.write(fd, buf, n)
+	require.Equal(t, unix.EOPNOTSUPP, en, "CREATE_COMP_CHANNEL with non-zero trailing bytes")
+	require.Len(t, k.events, events, "no channel made")
+}
