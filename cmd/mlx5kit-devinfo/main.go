@@ -14,8 +14,10 @@
 //	-json   print JSON instead of text
 //	-sim    describe the software HCA instead of hardware
 //
-// The exit status is 0 when at least one device was described or listed, 1
-// when there was none or an error, 2 for bad flags.
+// The exit status is 0 when the devices were listed or every device asked
+// for was described, 1 when there was none or describing one failed (the
+// others are still printed; with -json an array, empty when all failed),
+// 2 for bad flags.
 package main
 
 import (
@@ -144,7 +146,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	var descs []Description
+	descs := make([]Description, 0, len(names)) // JSON [] when all fail, not null
 	status := 0
 	for _, name := range names {
 		d, err := describe(provider, name, *verbose)
