@@ -90,6 +90,11 @@ func TestWaitSeesOverrunCQ(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the engine executes every write
 	p, err := a.PostWrite(channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})
 	require.NoError(t, err)
+	// Poll says so too, rather than reporting the request outstanding
+	// for ever.
+	done, err := p.Poll()
+	require.False(t, done)
+	require.ErrorIs(t, err, monocq.ErrOverrun)
 	cx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = p.Wait(cx)

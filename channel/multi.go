@@ -226,7 +226,11 @@ func (p Pending) Done() bool {
 // Poll polls the channel once (unless the request has completed already)
 // and reports whether the request has completed, with its error. A request
 // still outstanding when the channel was closed never completes: Poll then
-// reports an error wrapping ctx.ErrClosed.
+// reports an error wrapping ctx.ErrClosed. Nor does one whose completion
+// queue is in error (overrun or corrupt, which delivers nothing more):
+// Poll then reports the queue's error (errors.Is with monocq.ErrOverrun,
+// for one), and the request's buffers stay the device's until Fail, as a
+// wait on it would call.
 func (p Pending) Poll() (bool, error) {
 	if p.c == nil || p.wrid == 0 {
 		return false, errNoRequest
@@ -246,8 +250,22 @@ func (p Pending) Poll() (bool, error) {
 	case s.state != slotDone && p.c.shut():
 		// Its completion will never be polled.
 		return false, fmt.Errorf("channel: poll work request %#x: %w", p.wrid, closedError{under: p.c.closedUnder})
+	case s.state != slotDone:
+		return false, p.c.ringErr(p.wrid)
 	}
-	return s.state == slotDone, nil
+	return true, nil
+}
+
+// ringErr is Poll's error for work request wrid, not completed: the
+// completion queue's error when it is in error (it delivers nothing
+// more), else nil. Out of line: Poll of a completed request stays small.
+//
+//go:noinline
+func (c *core) ringErr(wrid uint64) error {
+	if err := c.poller.CQ().Err(); err != nil {
+		return fmt.Errorf("channel: poll work request %#x: %w", wrid, &cqError{err: err})
+	}
+	return nil
 }
 
 // Wait polls until the request has completed and returns its error.
