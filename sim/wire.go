@@ -260,9 +260,8 @@ type wireQP struct {
 }
 
 // wireDropGoneAsm drops the streams of DCT ws whose process is gone
-// (wireStreamGone) and that hold a message set aside, except the stream
-// of keep (the requester being served), and reports whether it dropped
-// any. A DCT counts the messages under way against its receives
+// (wireDropGone), except the stream of keep (the requester being served),
+// and reports whether a message they had set aside was dropped with them. A DCT counts the messages under way against its receives
 // (wireServeSeg); a DCI whose process died in the middle of a message
 // leaves its stream's count behind, which would answer every later
 // message with an RNR NAK once the receives are all counted. It runs
@@ -276,13 +275,19 @@ func (f *Fabric) wireDropGoneAsm(ws *wireQP, keep uint32) bool {
 	}
 	ws.asmSweep = f.stats.StepsExecuted + shmGoneRounds
 	n := ws.asmN
+	f.wireDropGone(ws, keep)
+	return ws.asmN < n
+}
+
+// wireDropGone drops the streams of DCT ws whose process is gone
+// (wireStreamGone), and what they set aside, except the stream of keep.
+func (f *Fabric) wireDropGone(ws *wireQP, keep uint32) {
 	for qpn, st := range ws.streams {
-		if st.asm != nil && qpn != keep && f.wireStreamGone(qpn, st.gen) {
+		if qpn != keep && f.wireStreamGone(qpn, st.gen) {
 			ws.setAsm(st, nil)
 			delete(ws.streams, qpn)
 		}
 	}
-	return ws.asmN < n
 }
 
 // setAsm sets rs.asm, a stream of ws, to b (nil: none), keeping asmN.
@@ -557,12 +562,7 @@ func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
 			ws.streams = map[uint32]*wireResp{}
 		}
 		if len(ws.streams) >= max(ws.sweepAt, dcStreamsSweepMin) {
-			for qpn, old := range ws.streams {
-				if f.wireStreamGone(qpn, old.gen) {
-					ws.setAsm(old, nil)
-					delete(ws.streams, qpn)
-				}
-			}
+			f.wireDropGone(ws, h.SrcQPN) // (h's stream is not there yet)
 			ws.sweepAt = 2 * len(ws.streams)
 		}
 		st = &wireResp{}
