@@ -366,18 +366,32 @@ func (k *kernel) ioctl(fd int, request uint, arg uintptr) syscall.Errno {
 }
 
 // abortObject destroys an object a method created when the call fails
-// afterwards, as the kernel aborts a new uobject.
+// afterwards, as the kernel aborts a new uobject: through its kind's
+// destroy, which releases what the object holds (its async event source,
+// its parents' counts of users), as a destroy command would.
 func (k *kernel) abortObject(f *ufile, h uint32) {
 	o, ok := f.uctx.objects[h]
 	if !ok {
 		return
 	}
-	if o.kind == objCQ {
-		_, _, _ = k.destroyCQ(f, uint64(h))
-		return
+	id := uint64(h)
+	switch o.kind {
+	case objCQ:
+		_, _, _ = k.destroyCQ(f, id)
+	case objQP:
+		_, _ = k.destroyQP(f, id)
+	case objSRQ:
+		_, _ = k.destroySRQ(f, id)
+	case objMR:
+		_ = k.destroyMR(f, id)
+	case objAH:
+		_ = k.destroyAH(f, id)
+	case objPD:
+		_ = k.destroyPD(f, id)
+	default:
+		o.close()
+		delete(f.uctx.objects, h)
 	}
-	o.close()
-	delete(f.uctx.objects, h)
 }
 
 // specs returns every attribute the method accepts.
