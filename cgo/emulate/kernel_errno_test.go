@@ -83,19 +83,10 @@ func TestReservedFieldsTheKernelIgnores(t *testing.T) {
 	k, a, fd := objectKernel(t)
 	pd, cq := pdAndCQ(t, k, a, fd)
 
-	buf, db := qpMemory(t, 8<<5, 16)
 	_, respAddr := a.alloc(createQPRespSize + mlx5CreateQPResp)
-	core := respCore(respAddr, make([]byte, 48)...)
-	ne.PutUint32(core[16:], pd)
-	ne.PutUint32(core[20:], cq)
-	ne.PutUint32(core[24:], cq)
-	ne.PutUint32(core[32:], 8)
-	ne.PutUint32(core[36:], 8)
-	ne.PutUint32(core[40:], 1)
-	ne.PutUint32(core[44:], 2)
-	core[53] = qptRC
-	core[55] = 0xff // reserved
-	core = append(core, mlx5QPReq(addrOf(buf), addrOf(db), 16, 8, 5, 0, 0)...)
+	core := legacyCreateRCQP(t, respAddr, pd, cq, func(req []byte) {
+		req[55] = 0xff // reserved
+	})
 	cmd, n := a.writeCmd(cmdCreateQP, core, (createQPRespSize+mlx5CreateQPResp)/4)
 	_, en := k.write(fd, cmd, n)
 	require.Zero(t, en, "CREATE_QP with its reserved byte set")
@@ -267,4 +258,24 @@ func TestRegDMABufMRRefusals(t *testing.T) {
 	dmabufFD = -1
 	require.Equal(t, unix.EBADF, reg(pd, 0, 0, lw), "descriptor -1")
 	require.Zero(t, objectCount(k, fd)-2, "nothing registered")
+}
+
+// legacyCreateRCQP returns the request of a legacy CREATE_QP (struct
+// ib_uverbs_create_qp after the response address, then mlx5's vendor
+// request) of an RC QP in PD pd with both CQs cq, 8 send and receive
+// work requests, 1 send and 2 receive SGEs, and rings of its own;
+// edit changes the core request before the vendor part is added.
+func legacyCreateRCQP(t *testing.T, respAddr uintptr, pd, cq uint32, edit func(req []byte)) []byte {
+	buf, db := qpMemory(t, 8<<5, 16)
+	core := respCore(respAddr, make([]byte, 48)...)
+	ne.PutUint32(core[16:], pd)
+	ne.PutUint32(core[20:], cq)
+	ne.PutUint32(core[24:], cq)
+	ne.PutUint32(core[32:], 8)
+	ne.PutUint32(core[36:], 8)
+	ne.PutUint32(core[40:], 1)
+	ne.PutUint32(core[44:], 2)
+	core[53] = qptRC
+	edit(core)
+	return append(core, mlx5QPReq(addrOf(buf), addrOf(db), 16, 8, 5, 0, 0)...)
 }

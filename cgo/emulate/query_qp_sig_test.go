@@ -17,19 +17,8 @@ func TestQueryQPSignalsAll(t *testing.T) {
 	pd, cq := pdAndCQ(t, k, a, fd)
 	const sqSigAllOffset = 2*qpDestSize + 10*4 + 2*2 + 14 // struct ib_uverbs_query_qp_resp
 	for _, sig := range []byte{0, 1} {
-		buf, db := qpMemory(t, 8<<5, 16)
 		resp, respAddr := a.alloc(createQPRespSize + mlx5CreateQPResp)
-		core := respCore(respAddr, make([]byte, 48)...)
-		ne.PutUint32(core[16:], pd)
-		ne.PutUint32(core[20:], cq)
-		ne.PutUint32(core[24:], cq)
-		ne.PutUint32(core[32:], 8)
-		ne.PutUint32(core[36:], 8)
-		ne.PutUint32(core[40:], 1)
-		ne.PutUint32(core[44:], 2)
-		core[52] = sig
-		core[53] = qptRC
-		core = append(core, mlx5QPReq(addrOf(buf), addrOf(db), 16, 8, 5, 0, 0)...)
+		core := legacyCreateRCQP(t, respAddr, pd, cq, func(req []byte) { req[52] = sig })
 		cmd, n := a.writeCmd(cmdCreateQP, core, (createQPRespSize+mlx5CreateQPResp)/4)
 		_, en := k.write(fd, cmd, n)
 		require.Zero(t, en)
