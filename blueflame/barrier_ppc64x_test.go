@@ -5,6 +5,7 @@ package blueflame
 import (
 	"encoding/binary"
 	"reflect"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -45,15 +46,6 @@ func ppcInstructions(fn any) []uint32 {
 	return out
 }
 
-func hasWord(ws []uint32, w uint32) bool {
-	for _, x := range ws {
-		if x == w {
-			return true
-		}
-	}
-	return false
-}
-
 // TestPowerBarriersAreHeavyweightSync checks the barriers against
 // rdma-core's util/udma_barrier.h for __PPC64__: udma_to_device_barrier
 // and mmio_flush_writes (and so mmio_wc_start) are "sync", which orders
@@ -71,7 +63,7 @@ func TestPowerBarriersAreHeavyweightSync(t *testing.T) {
 		{"FlushWrites", FlushWrites, ppcHWSync},
 		{"ReadBarrier", ReadBarrier, ppcLWSync},
 	} {
-		if !hasWord(ppcInstructions(b.fn), b.want) {
+		if !slices.Contains(ppcInstructions(b.fn), b.want) {
 			t.Errorf("%s: no %#08x instruction: %x", b.name, b.want, ppcInstructions(b.fn))
 		}
 		b.fn()
