@@ -8,26 +8,32 @@ package emulate
 import "C"
 
 import (
+	"encoding/binary"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 )
 
 // Memory regions over a dma-buf (ibv_reg_dmabuf_mr, the ioctl method
-// REG_DMABUF_MR; there is no write command). The model registers no
-// dma-buf, but it answers the refusals a kernel gives before the driver
-// would import one, with their errnos, in the kernel's order: the PD
-// attribute, which the ioctl framework looks up before the handler runs
-// (ENOENT for a handle that names nothing, EINVAL for one of another
-// type); an IOVA and offset in different page offsets EINVAL; access
-// flags other than local write, remote read, write and atomic and relaxed
-// ordering EINVAL (uverbs_get_flags32), then as ib_check_mr_access; a
-// descriptor that is not open EBADF and one that is not a dma-buf EINVAL
-// (dma_buf_get). A real dma-buf gets EOPNOTSUPP, as from a driver without
-// dma-buf support.
+// REG_DMABUF_MR; there is no write command). The refusals a kernel gives
+// before the driver imports the buffer come first, with their errnos, in
+// the kernel's order: the PD attribute, which the ioctl framework looks up
+// before the handler runs (ENOENT for a handle that names nothing, EINVAL
+// for one of another type); an IOVA and offset in different page offsets
+// EINVAL; access flags other than local write, remote read, write and
+// atomic and relaxed ordering EINVAL (uverbs_get_flags32), then as
+// ib_check_mr_access; a descriptor that is not open EBADF and one that is
+// not a dma-buf EINVAL (dma_buf_get). A dma-buf then goes to the model
+// (sim's RegisterDMABuf), which registers one whose exporter lets the CPU
+// map it (udmabuf) at the IOVA and refuses one that does not (GPU memory
+// from CUDA or ROCm, which a ConnectX reaches by peer-to-peer DMA) with
+// EOPNOTSUPP; a range past the buffer's end is EINVAL, as
+// ib_umem_dmabuf_get answers.
 
 func init() {
 	ioctlMethods[methodKey{C.UVERBS_OBJECT_MR, C.UVERBS_METHOD_REG_DMABUF_MR}] = &method{
@@ -54,6 +60,14 @@ func init() {
 const dmabufAccess = C.IB_UVERBS_ACCESS_LOCAL_WRITE | C.IB_UVERBS_ACCESS_REMOTE_READ |
 	C.IB_UVERBS_ACCESS_REMOTE_WRITE | C.IB_UVERBS_ACCESS_REMOTE_ATOMIC | C.IB_UVERBS_ACCESS_RELAXED_ORDERING
 
+// isDMABufLink reports whether a descriptor's /proc/self/fd link names a
+// dma-buf (what dma_buf_get accepts). A variable, so that the tests can
+// let a memfd stand in for a buffer the CPU maps, which no exporter on
+// their machines provides.
+var isDMABufLink = func(target string) bool {
+	return strings.HasPrefix(target, "/dmabuf:") || strings.HasPrefix(target, "anon_inode:dmabuf")
+}
+
 func (k *kernel) ioctlRegDMABufMR(f *ufile, b *bundle) syscall.Errno {
 	if en := f.uctx.attrObject(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE).data, objPD); en != 0 {
 		return en
@@ -68,7 +82,8 @@ func (k *kernel) ioctlRegDMABufMR(f *ufile, b *bundle) syscall.Errno {
 	if en != 0 {
 		return en
 	}
-	if _, en := checkMRAccess(access); en != 0 {
+	acc, en := checkMRAccess(access)
+	if en != 0 {
 		return en
 	}
 	fd := int64(int32(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_FD).data))
@@ -79,8 +94,31 @@ func (k *kernel) ioctlRegDMABufMR(f *ufile, b *bundle) syscall.Errno {
 	if err != nil {
 		return unix.EBADF
 	}
-	if !strings.HasPrefix(target, "/dmabuf:") && !strings.HasPrefix(target, "anon_inode:dmabuf") {
+	if !isDMABufLink(target) {
 		return unix.EINVAL
 	}
-	return unix.EOPNOTSUPP
+	pdHandle := uint32(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE).data)
+	p, en := f.uctx.object(pdHandle, objPD)
+	if en != 0 {
+		return en
+	}
+	dpd, ok := p.pd.(provider.DMABufProtectionDomain)
+	if !ok {
+		return unix.EOPNOTSUPP
+	}
+	length := b.get(C.UVERBS_ATTR_REG_DMABUF_MR_LENGTH).data
+	m, err := dpd.RegisterDMABuf(int(fd), offset, length, iova, acc)
+	if err != nil {
+		return errnoOfModel(err)
+	}
+	p.users++
+	h := f.uctx.addObject(&uobject{kind: objMR, mr: m, owner: pdHandle})
+	b.get(C.UVERBS_ATTR_REG_DMABUF_MR_HANDLE).newID = int64(h)
+	var key [4]byte
+	binary.NativeEndian.PutUint32(key[:], m.LKey())
+	if en := b.copyTo(C.UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY, key[:]); en != 0 {
+		return en
+	}
+	binary.NativeEndian.PutUint32(key[:], m.RKey())
+	return b.copyTo(C.UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY, key[:])
 }

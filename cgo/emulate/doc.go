@@ -28,10 +28,12 @@
 // writes the model's async events (CQ error, QP fatal and access errors,
 // SRQ limit armed through MODIFY_SRQ, last WQE reached, port events) to
 // the async event descriptor, naming the user handle of the QP, CQ or SRQ,
-// with the destroy responses reporting the events read. Not built: the
+// with the destroy responses reporting the events read. A dma-buf MR
+// (REG_DMABUF_MR) is registered on the model when the buffer's exporter
+// lets the CPU map it (udmabuf); GPU memory gets EOPNOTSUPP. Not built: the
 // ioctl method QP_CREATE and EX_CREATE_QP (libibverbs falls back to
 // CREATE_QP), RESIZE_CQ,
-// REREG_MR, memory windows, dma-buf and device-memory MRs, XRC, DCI
+// REREG_MR, memory windows, device-memory MRs, XRC, DCI
 // streams and DEVX.
 // Everything else, and everything while it is off, goes to the C library
 // unchanged. The Go runtime's own system calls never pass through the C

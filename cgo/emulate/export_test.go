@@ -2,6 +2,8 @@
 
 package emulate
 
+import "strings"
+
 // CallCount returns how many times the process's emulated kernel answered
 // a command ("ioctl GET_CONTEXT", "write QUERY_DEVICE", "mmap UAR").
 func CallCount(name string) int {
@@ -28,3 +30,14 @@ const (
 	EnvPorts   = envPorts
 	RoCENetdev = netdevRoCE
 )
+
+// TakeMemfdAsDMABuf makes REG_DMABUF_MR take a memfd named name as a
+// dma-buf the CPU can map, until the returned function restores the
+// check.
+func TakeMemfdAsDMABuf(name string) (restore func()) {
+	saved := isDMABufLink
+	isDMABufLink = func(target string) bool {
+		return saved(target) || strings.HasPrefix(target, "/memfd:"+name+" ")
+	}
+	return func() { isDMABufLink = saved }
+}

@@ -30,9 +30,6 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 	d, err := verbs.Open("")
 	require.NoError(t, err)
 	defer closeAndCollect(t, d, maps)
-	pa, err := d.QueryPort(1)
-	require.NoError(t, err)
-
 	pd, err := d.AllocProtectionDomain()
 	require.NoError(t, err)
 	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
@@ -52,20 +49,7 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 		require.Equal(t, creates+2, emulate.CallCount("write CREATE_QP"))
 	}
 	require.Positive(t, emulate.CallCount("write CREATE_QP"), "the write command libibverbs falls back to")
-	path := ctx.AddressAttr{Port: 1, DLID: pa.LID}
-	if pa.LinkLayer == ctx.LinkLayerEthernet {
-		// RoCE: the path names the peer's GID (the same port here).
-		g, err := d.QueryGID(1, 0)
-		require.NoError(t, err)
-		path = ctx.AddressAttr{Port: 1, GlobalRoute: true, DGID: g.GID, HopLimit: 64}
-	}
-	for i, q := range qps {
-		peer := qps[1-i].Descriptor().QPN
-		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessLocalWrite | ctx.AccessRemoteWrite}))
-		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: peer, PathMTU: ctx.MTU1024,
-			Path: path, MinRNRTimer: 12, MaxDestRdAtomic: 1}))
-		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}))
-	}
+	connectLoopback(t, d, qps, ctx.AccessLocalWrite|ctx.AccessRemoteWrite)
 	for _, q := range qps {
 		st, err := q.State()
 		require.NoError(t, err, "ibv_query_qp")
@@ -85,12 +69,7 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 	}
 
 	dq := qps[0].Descriptor()
-	sq, err := wqebuilder.New(wqebuilder.Config{Buf: dq.SQ.Buf, WQECnt: dq.SQ.WQECnt, QPN: dq.QPN, DBRec: dq.DBRec,
-		BlueFlame: dq.BlueFlame, BlueFlameSize: dq.BlueFlameSize, MaxInline: dq.MaxInline, MaxSGE: dq.MaxSendSGE, Memory: dq.Memory})
-	require.NoError(t, err)
-	dc := cq.Descriptor()
-	poll, err := monocq.New(monocq.Config{Buf: dc.Buf, CQECnt: dc.CQECnt, CQESize: dc.CQESize, DBRec: dc.DBRec, UAR: dc.UAR, CQN: dc.CQN, Memory: dc.Memory})
-	require.NoError(t, err)
+	sq, poll := loopbackQueues(t, qps[0], cq)
 	base := uint64(uintptr(buf.Pointer()))
 	require.NoError(t, sq.Begin(1, wqebuilder.Signaled).RdmaWrite(base+4096, mr.RKey()).SGE(base, 100, mr.LKey()).Finish())
 	sq.RingDoorbell()
@@ -98,14 +77,11 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 	var ops []prm.CQEOpcode
 	var qpns []uint32
 	var bytes []uint32
-	for deadline := time.Now().Add(10 * time.Second); len(ops) == 0 && time.Now().Before(deadline); {
-		poll.Poll(4, func(c *monocq.CQE) {
-			ops = append(ops, c.Opcode())
-			qpns = append(qpns, c.QPN())
-			bytes = append(bytes, c.ByteCount())
-		})
-		time.Sleep(time.Millisecond)
-	}
+	waitCQEs(t, poll, 1, func(c *monocq.CQE) {
+		ops = append(ops, c.Opcode())
+		qpns = append(qpns, c.QPN())
+		bytes = append(bytes, c.ByteCount())
+	})
 	require.Equal(t, []prm.CQEOpcode{prm.CQEReq}, ops, "one requester CQE")
 	require.Equal(t, []uint32{dq.QPN}, qpns)
 	require.Equal(t, b[:100], b[4096:4196], "the RDMA WRITE moved the bytes")
@@ -119,4 +95,51 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 	require.Equal(t, destroys+2, emulate.CallCount("write DESTROY_QP")+emulate.CallCount("ioctl QP_DESTROY"))
 	require.NoError(t, cq.Close())
 	require.NoError(t, pd.Close())
+}
+
+// connectLoopback moves two RC QPs of one device through INIT, RTR and
+// RTS, each to the other, on port 1 (by LID, or by GID 0 on RoCE), with
+// access as the responder's rights.
+func connectLoopback(t *testing.T, d *verbs.Device, qps [2]*verbs.QueuePair, access ctx.Access) {
+	t.Helper()
+	pa, err := d.QueryPort(1)
+	require.NoError(t, err)
+	path := ctx.AddressAttr{Port: 1, DLID: pa.LID}
+	if pa.LinkLayer == ctx.LinkLayerEthernet {
+		// RoCE: the path names the peer's GID (the same port here).
+		g, err := d.QueryGID(1, 0)
+		require.NoError(t, err)
+		path = ctx.AddressAttr{Port: 1, GlobalRoute: true, DGID: g.GID, HopLimit: 64}
+	}
+	for i, q := range qps {
+		peer := qps[1-i].Descriptor().QPN
+		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: access}))
+		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: peer, PathMTU: ctx.MTU1024,
+			Path: path, MinRNRTimer: 12, MaxDestRdAtomic: 1}))
+		require.NoError(t, q.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 1}))
+	}
+}
+
+// loopbackQueues returns the kit's send queue over q's ring and a poller
+// of cq's ring, both as libmlx5 allocated them.
+func loopbackQueues(t *testing.T, q *verbs.QueuePair, cq *verbs.CompletionQueue) (*wqebuilder.SendQueue, *monocq.CQ) {
+	t.Helper()
+	dq := q.Descriptor()
+	sq, err := wqebuilder.New(wqebuilder.Config{Buf: dq.SQ.Buf, WQECnt: dq.SQ.WQECnt, QPN: dq.QPN, DBRec: dq.DBRec,
+		BlueFlame: dq.BlueFlame, BlueFlameSize: dq.BlueFlameSize, MaxInline: dq.MaxInline, MaxSGE: dq.MaxSendSGE, Memory: dq.Memory})
+	require.NoError(t, err)
+	dc := cq.Descriptor()
+	poll, err := monocq.New(monocq.Config{Buf: dc.Buf, CQECnt: dc.CQECnt, CQESize: dc.CQESize, DBRec: dc.DBRec, UAR: dc.UAR, CQN: dc.CQN, Memory: dc.Memory})
+	require.NoError(t, err)
+	return sq, poll
+}
+
+// waitCQEs polls until n CQEs came, or fails the test after ten seconds.
+func waitCQEs(t *testing.T, poll *monocq.CQ, n int, each func(*monocq.CQE)) {
+	t.Helper()
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); got < n; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "%d of %d CQEs in 10 s", got, n)
+		got += poll.Poll(n-got, each)
+	}
 }
