@@ -139,7 +139,7 @@ func (k *kernel) destroyAH(f *ufile, h uint64) syscall.Errno {
 	if en != 0 {
 		return en
 	}
-	delete(f.uctx.objects, uint32(h))
+	f.uctx.removeObject(uint32(h))
 	if p, ok := f.uctx.objects[o.owner]; ok {
 		p.users--
 	}

@@ -184,7 +184,7 @@ func (k *kernel) destroyCQ(f *ufile, h uint64) (comp, async uint32, en syscall.E
 		return 0, 0, en
 	}
 	o.close()
-	delete(f.uctx.objects, uint32(h))
+	f.uctx.removeObject(uint32(h))
 	return o.events.reported(), f.uctx.async.release(o.async), 0
 }
 

@@ -390,7 +390,7 @@ func (k *kernel) abortObject(f *ufile, h uint32) {
 		_ = k.destroyPD(f, id)
 	default:
 		o.close()
-		delete(f.uctx.objects, h)
+		f.uctx.removeObject(h)
 	}
 }
 

@@ -95,8 +95,11 @@ type ucontext struct {
 	staticPages, dynPages int
 	dynBusy               map[int]bool
 	// objects are the context's verbs objects by handle.
-	objects    map[uint32]*uobject
-	nextHandle uint32
+	objects map[uint32]*uobject
+	// nextHandle is one past the highest handle given out; freeHandles
+	// the handles below it that no object holds.
+	nextHandle  uint32
+	freeHandles handleHeap
 	// async routes the model's async events to the context's async
 	// event descriptors.
 	async asyncEvents

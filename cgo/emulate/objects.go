@@ -8,6 +8,7 @@ package emulate
 import "C"
 
 import (
+	"container/heap"
 	"errors"
 	"os"
 	"syscall"
@@ -65,15 +66,47 @@ type uobject struct {
 	async *asyncSource
 }
 
-// addObject gives o the next handle of the context.
+// addObject gives o the lowest handle no object of the context holds, as
+// the uverbs core's allocation of object ids (idr_alloc from 0, xa_alloc
+// in later kernels) does: a destroyed object's handle is taken again by
+// the next one created.
 func (uc *ucontext) addObject(o *uobject) uint32 {
 	if uc.objects == nil {
 		uc.objects = map[uint32]*uobject{}
 	}
-	h := uc.nextHandle
-	uc.nextHandle++
+	var h uint32
+	if uc.freeHandles.Len() > 0 {
+		h = heap.Pop(&uc.freeHandles).(uint32)
+	} else {
+		h = uc.nextHandle
+		uc.nextHandle++
+	}
 	uc.objects[h] = o
 	return h
+}
+
+// removeObject forgets handle h, which the next object created may take.
+func (uc *ucontext) removeObject(h uint32) {
+	if _, ok := uc.objects[h]; !ok {
+		return
+	}
+	delete(uc.objects, h)
+	heap.Push(&uc.freeHandles, h)
+}
+
+// handleHeap holds the handles below nextHandle that no object holds,
+// smallest first.
+type handleHeap []uint32
+
+func (h handleHeap) Len() int           { return len(h) }
+func (h handleHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h handleHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *handleHeap) Push(x any)        { *h = append(*h, x.(uint32)) }
+func (h *handleHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // object looks a handle up for use (a parent): EINVAL if it names nothing
@@ -152,7 +185,7 @@ func (uc *ucontext) destroyObjects() {
 		for h, o := range uc.objects {
 			if o.kind == kind {
 				o.close()
-				delete(uc.objects, h)
+				uc.removeObject(h)
 			}
 		}
 	}
@@ -200,7 +233,7 @@ func (k *kernel) destroyPD(f *ufile, h uint64) syscall.Errno {
 		return en
 	}
 	o.close()
-	delete(f.uctx.objects, uint32(h))
+	f.uctx.removeObject(uint32(h))
 	return 0
 }
 
@@ -353,7 +386,7 @@ func (k *kernel) destroyMR(f *ufile, h uint64) syscall.Errno {
 		return en
 	}
 	o.close()
-	delete(f.uctx.objects, uint32(h))
+	f.uctx.removeObject(uint32(h))
 	if p, ok := f.uctx.objects[o.owner]; ok {
 		p.users--
 	}

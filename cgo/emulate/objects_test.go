@@ -58,6 +58,35 @@ func regMRCmd(k *kernel, a *arena, fd int, pd uint32, start, length, iova uint64
 	return ne.Uint32(resp), ne.Uint32(resp[4:]), ne.Uint32(resp[8:]), 0
 }
 
+// TestKernelHandlesLowestFree checks that object handles are allocated as
+// the uverbs core allocates them: the lowest handle no object holds,
+// from 0, so a destroyed object's handle goes to the next object created,
+// whatever its kind.
+func TestKernelHandlesLowestFree(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	var hs []uint32
+	for range 4 {
+		h, _, en := allocPDCmd(k, a, fd)
+		require.Zero(t, en)
+		hs = append(hs, h)
+	}
+	require.Equal(t, []uint32{0, 1, 2, 3}, hs, "from 0, one after another")
+	require.Zero(t, handleCmd(k, a, fd, cmdDeallocPD, hs[2]))
+	require.Zero(t, handleCmd(k, a, fd, cmdDeallocPD, hs[1]))
+	mem, addr := a.alloc(4096)
+	_ = mem
+	mr, _, _, en := regMRCmd(k, a, fd, hs[0], uint64(addr), 4096, uint64(addr), accessLocalWrite)
+	require.Zero(t, en)
+	require.Equal(t, hs[1], mr, "the lowest free handle, taken by an object of another kind")
+	h, _, en := allocPDCmd(k, a, fd)
+	require.Zero(t, en)
+	require.Equal(t, hs[2], h, "then the next free one")
+	h, _, en = allocPDCmd(k, a, fd)
+	require.Zero(t, en)
+	require.Equal(t, uint32(4), h, "then past the highest")
+	require.Equal(t, unix.EINVAL, handleCmd(k, a, fd, cmdDeallocPD, mr), "the reused handle names the MR now")
+}
+
 // TestKernelProtectionDomains allocates and frees PDs through the write
 // commands and checks the kernel's refusals.
 func TestKernelProtectionDomains(t *testing.T) {

@@ -254,7 +254,7 @@ func (k *kernel) destroyQP(f *ufile, h uint64) (uint32, syscall.Errno) {
 		return 0, en
 	}
 	o.close()
-	delete(f.uctx.objects, uint32(h))
+	f.uctx.removeObject(uint32(h))
 	for _, parent := range []uint32{o.owner, o.sendCQ, o.recvCQ} {
 		if p, ok := f.uctx.objects[parent]; ok {
 			p.users--

@@ -130,7 +130,7 @@ func (k *kernel) destroySRQ(f *ufile, h uint64) (uint32, syscall.Errno) {
 		return 0, en
 	}
 	o.close()
-	delete(f.uctx.objects, uint32(h))
+	f.uctx.removeObject(uint32(h))
 	if p, ok := f.uctx.objects[o.owner]; ok {
 		p.users--
 	}
