@@ -1,6 +1,10 @@
 package sim
 
 import (
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
@@ -72,6 +76,72 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 	d.f.addCQ(c)
 	c.mem = keepMemory([]*ctx.Buffer{uar})
 	return c, nil
+}
+
+// resizeCompletionQueue moves a CQ adoptCompletionQueue created to a new
+// ring (simadopt.ResizeCompletionQueue). The switch is made under the
+// fabric's lock, which every CQE write holds: the CQEs written before it
+// are in the old ring up to the resize CQE, every later one (a delayed CQE
+// falling due included) in the new ring, so that writeCQE itself does not
+// change. The producer index goes on counting: the first CQE after the
+// resize takes the index after the resize CQE's, in the new ring, with the
+// owner bit of that index's lap of the new ring, which is where and how
+// libmlx5 looks for it.
+func resizeCompletionQueue(q provider.CompletionQueue, cfg simadopt.CQResize) error {
+	const op = "sim: resize CQ"
+	c, ok := q.(*cq)
+	switch {
+	case !ok || !c.recordArm:
+		return provider.Errorf(op, "not a CQ adopted from the caller's memory: %w", ctx.ErrInvalidArgument)
+	case cfg.Ring == nil:
+		return provider.Errorf(op, "nil ring: %w", ctx.ErrInvalidArgument)
+	case cfg.Count < 2 || cfg.Count > maxCQE+1 || cfg.Count&(cfg.Count-1) != 0:
+		return provider.Errorf(op, "%d CQEs (a power of two from 2 to %d): %w", cfg.Count, maxCQE+1, ctx.ErrInvalidArgument)
+	case uintptr(cfg.Ring)%uintptr(c.size) != 0:
+		return provider.Errorf(op, "ring %p misaligned: %w", cfg.Ring, ctx.ErrInvalidArgument)
+	}
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.closed {
+		return provider.Errorf(op, "%w", ctx.ErrClosed)
+	}
+	if c.errored {
+		// A CQ context in error takes no more CQEs, the resize CQE
+		// included, so libmlx5 would find none to stop its copy at.
+		return provider.Errorf(op, "CQN %#x in error (%s): %w", c.cqn, c.errDetail, errEINVAL)
+	}
+	// An arm written before the command is the old context's, as a
+	// doorbell that reached the device before it.
+	f.takeArm(c)
+	ci := bits.ReverseBytes32(atomic.LoadUint32((*uint32)(c.db))) & prm.CQConsumerIndexMask
+	used := (c.pi - ci) & prm.CQConsumerIndexMask
+	if used >= c.cnt {
+		return provider.Errorf(op, "CQN %#x: no room for the resize CQE, %d CQEs unconsumed in a ring of %d: %w",
+			c.cqn, used, c.cnt, errEINVAL)
+	}
+	if used >= cfg.Count {
+		// The firmware's "bad size, too many outstanding CQEs": the new
+		// ring holds the unconsumed CQEs and the resize CQE until the
+		// consumer index record passes it.
+		return provider.Errorf(op, "CQN %#x: %d CQEs unconsumed and the resize CQE do not fit %d entries: %w",
+			c.cqn, used, cfg.Count, errEINVAL)
+	}
+	// The resize CQE: opcode 5, the rest zero, the owner bit of the old
+	// ring's lap, the word with it stored last.
+	slot := unsafe.Add(c.ring, (c.pi&(c.cnt-1))*c.size)
+	clear(unsafe.Slice((*byte)(slot), c.size-prm.CQE64Size+prm.CQEWQECounter))
+	opOwn := prm.OpOwn(prm.CQEResizeCQ, prm.CQEFormatNone, false, uint8(boolBit(c.pi&c.cnt != 0, prm.CQEOwnerMask)))
+	storeRelease32((*uint32)(unsafe.Add(slot, c.size-prm.CQE64Size+prm.CQEWQECounter)), uint32(opOwn)<<24)
+	// The resize CQE is the library's, not the consumer's: it raises no
+	// event, and an arm behind it finds nothing unreported it did not
+	// find before.
+	if c.notified == c.pi {
+		c.notified++
+	}
+	c.pi++
+	c.ring, c.cnt = cfg.Ring, cfg.Count
+	return nil
 }
 
 // lookupMR returns the live memory region with the given key.

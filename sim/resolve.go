@@ -75,6 +75,7 @@ func (f *Fabric) PortMAC(device string) (mac [6]byte, ok bool) {
 // internal/simadopt.
 func init() {
 	simadopt.CompletionQueue = adoptCompletionQueue
+	simadopt.ResizeCompletionQueue = resizeCompletionQueue
 	simadopt.QueuePair = adoptQueuePair
 	simadopt.SharedReceiveQueue = adoptSharedReceiveQueue
 	simadopt.ProtectionDomainNumber = protectionDomainNumber

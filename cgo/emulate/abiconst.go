@@ -220,6 +220,9 @@ const (
 	cmdCreateCompChannel = C.IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL
 	cmdCreateCQ          = C.IB_USER_VERBS_CMD_CREATE_CQ
 	cmdDestroyCQ         = C.IB_USER_VERBS_CMD_DESTROY_CQ
+	cmdResizeCQ          = C.IB_USER_VERBS_CMD_RESIZE_CQ
+	resizeCQRespSize     = C.sizeof_struct_ib_uverbs_resize_cq_resp
+	mlx5ResizeCQSize     = C.sizeof_struct_mlx5_ib_resize_cq
 	createCQRespSize     = C.sizeof_struct_ib_uverbs_create_cq_resp
 	destroyCQRespSize    = C.sizeof_struct_ib_uverbs_destroy_cq_resp
 	mlx5CreateCQSize     = C.sizeof_struct_mlx5_ib_create_cq

@@ -169,7 +169,8 @@ func (k *kernel) createCQ(f *ufile, r cqRequest) (handle, cqe, cqn uint32, en sy
 	}
 	cqn = q.Descriptor().CQN
 	src := f.uctx.async.add(asyncKey{asyncCQ, cqn}, r.userHandle, r.asyncFile)
-	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel, events: events, async: src})
+	h := f.uctx.addObject(&uobject{kind: objCQ, cq: q, channel: r.channel, events: events, async: src,
+		cqEntries: uint32(entries), cqeSize: size})
 	return h, uint32(entries - 1), cqn, 0
 }
 
@@ -234,6 +235,89 @@ func (k *kernel) writeDestroyCQ(f *ufile, c *writeCall) syscall.Errno {
 		return en
 	}
 	resp.comp_events_reported, resp.async_events_reported = C.__u32(comp), C.__u32(async)
+	return c.response(bytesOf(&resp))
+}
+
+// resizeCQ is ib_uverbs_resize_cq and mlx5_ib_resize_cq for a user CQ:
+// entries is the request's cqe, vendor its struct mlx5_ib_resize_cq. It
+// checks the request in the kernel's order, then has the model write the
+// resize CQE into the old ring and go on in the new one
+// (simadopt.ResizeCompletionQueue); libmlx5 copies the CQEs it had not
+// polled. It returns the entries the CQ has less one (the response's cqe).
+func (k *kernel) resizeCQ(f *ufile, h uint32, entries uint32, vendor []byte) (cqe uint32, en syscall.Errno) {
+	o, en := f.uctx.object(h, objCQ)
+	if en != 0 {
+		return 0, en
+	}
+	// mlx5_ib_resize_cq: at least one entry and at most the device's
+	// 1 << log_max_cq_sz (entries is an int there), then entries + 1
+	// rounded up to a power of two within it; the CQ's own size is a
+	// success that changes nothing, read before the driver data.
+	limit := cqLimit(f.dev.Attr.MaxCQE)
+	if int32(entries) < 1 || uint64(entries) > limit {
+		return 0, unix.EINVAL
+	}
+	n := uint64(1)
+	for n < uint64(entries)+1 {
+		n *= 2
+	}
+	if n > limit {
+		return 0, unix.EINVAL
+	}
+	if n == uint64(o.cqEntries) {
+		return o.cqEntries - 1, 0
+	}
+	// resize_user: the structure (ib_copy_from_udata reads its 16 bytes
+	// whatever the library sent: less is refused here as EINVAL, the
+	// model not reading past the command), reserved fields zero, then
+	// the pages of cqe_size * entries bytes pinned.
+	var ucmd C.struct_mlx5_ib_resize_cq
+	if len(vendor) < int(unsafe.Sizeof(ucmd)) {
+		return 0, unix.EINVAL
+	}
+	copy(bytesOf(&ucmd), vendor)
+	if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+		return 0, unix.EINVAL
+	}
+	size := uint32(ucmd.cqe_size)
+	ring := uint64(ucmd.buf_addr)
+	if size == 0 {
+		// A umem of no pages: ib_umem_get's EINVAL.
+		return 0, unix.EINVAL
+	}
+	if en := k.checkMapped(ring, n*uint64(size)); en != 0 {
+		return 0, en
+	}
+	if size != o.cqeSize || ring%uint64(size) != 0 {
+		// The resize's MODIFY_CQ selects the log size and the page
+		// offset and size, not the CQE size, which libmlx5 keeps; the
+		// model refuses another size, and a ring the page offset
+		// quanta (and its aligned stores) cannot place.
+		return 0, unix.EINVAL
+	}
+	err := simadopt.ResizeCompletionQueue(o.cq, simadopt.CQResize{
+		Ring:  *(*unsafe.Pointer)(unsafe.Pointer(&ring)),
+		Count: uint32(n),
+	})
+	if err != nil {
+		return 0, errnoOfModel(err)
+	}
+	o.cqEntries = uint32(n)
+	return uint32(n - 1), 0
+}
+
+func (k *kernel) writeResizeCQ(f *ufile, c *writeCall) syscall.Errno {
+	var req C.struct_ib_uverbs_resize_cq
+	if en := c.request(bytesOf(&req)); en != 0 {
+		return en
+	}
+	cqe, en := k.resizeCQ(f, uint32(req.cq_handle), uint32(req.cqe), c.udataIn)
+	if en != 0 {
+		return en
+	}
+	// mlx5_ib answers no driver data (struct mlx5_ib_resize_cq_resp is
+	// empty in rdma-core).
+	resp := C.struct_ib_uverbs_resize_cq_resp{cqe: C.__u32(cqe)}
 	return c.response(bytesOf(&resp))
 }
 

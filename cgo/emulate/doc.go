@@ -22,7 +22,9 @@
 // protection domains, memory regions, completion channels, completion
 // queues, shared receive queues and queue pairs (RC, UC, UD, DCI and DCT, over
 // the rings and doorbell records libmlx5 allocated) with their
-// transitions, and address handles, and the mmap of UAR pages. The model
+// transitions, and address handles, RESIZE_CQ (the model writes the
+// resize CQE libmlx5 waits for into the old ring and goes on in the new
+// one), and the mmap of UAR pages. The model
 // executes the WQEs libmlx5 writes, writes the CQEs it reads, writes
 // completion events to completion channels when libmlx5 arms a CQ, and
 // writes the model's async events (CQ error, QP fatal and access errors,
@@ -32,8 +34,7 @@
 // (REG_DMABUF_MR) is registered on the model when the buffer's exporter
 // lets the CPU map it (udmabuf); GPU memory gets EOPNOTSUPP. Not built: the
 // ioctl method QP_CREATE and EX_CREATE_QP (libibverbs falls back to
-// CREATE_QP), RESIZE_CQ,
-// REREG_MR, memory windows, device-memory MRs, XRC, DCI
+// CREATE_QP), REREG_MR, memory windows, device-memory MRs, XRC, DCI
 // streams and DEVX.
 // Everything else, and everything while it is off, goes to the C library
 // unchanged. The Go runtime's own system calls never pass through the C

@@ -61,7 +61,10 @@ type uobject struct {
 	// events what the CQ wrote there.
 	channel int
 	events  *cqEvents
-	users   int // objects that name this one (MRs of a PD)
+	// cqEntries and cqeSize are a CQ's ring: its entries (a power of
+	// two, what ibcq->cqe says plus one) and their size.
+	cqEntries, cqeSize uint32
+	users              int // objects that name this one (MRs of a PD)
 	// async is a QP's, CQ's or SRQ's async event source.
 	async *asyncSource
 }

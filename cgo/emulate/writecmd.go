@@ -91,6 +91,11 @@ var writeCmds = map[uint32]*writeCmd{
 		respSize: C.sizeof_struct_ib_uverbs_create_cq_resp, context: true,
 		run: (*kernel).writeCreateCQ,
 	},
+	C.IB_USER_VERBS_CMD_RESIZE_CQ: {
+		name: "RESIZE_CQ", reqSize: C.sizeof_struct_ib_uverbs_resize_cq, udata: true,
+		respSize: C.sizeof_struct_ib_uverbs_resize_cq_resp, context: true,
+		run: (*kernel).writeResizeCQ,
+	},
 	C.IB_USER_VERBS_CMD_DESTROY_CQ: {
 		name: "DESTROY_CQ", reqSize: C.sizeof_struct_ib_uverbs_destroy_cq,
 		respSize: C.sizeof_struct_ib_uverbs_destroy_cq_resp,

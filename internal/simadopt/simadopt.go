@@ -21,6 +21,18 @@ var (
 	// its CQEs there. The memory must stay mapped until the queue is
 	// closed; the model does not free it.
 	CompletionQueue func(dev provider.Device, cfg CQConfig) (provider.CompletionQueue, error)
+	// ResizeCompletionQueue moves a completion queue CompletionQueue
+	// created to a new ring the caller allocated, as a ConnectX does for
+	// MODIFY_CQ with op_mod resize: the model writes a CQE of opcode
+	// RESIZE_CQ (5) at the old ring's next index and writes every later
+	// CQE into the new ring, its producer index going on from the index
+	// after that CQE. The caller (libmlx5) copies the unconsumed CQEs up
+	// to the resize CQE into the new ring and moves its consumer index
+	// past it. The old ring is no longer touched once it returns. A CQ
+	// in error, a ring with no room for the resize CQE, or a new ring too
+	// small for the CQEs outstanding and the resize CQE are refused with
+	// an error matching syscall.EINVAL.
+	ResizeCompletionQueue func(q provider.CompletionQueue, cfg CQResize) error
 	// QueuePair creates a queue pair of a protection domain of the model
 	// over the caller's rings and doorbell record. The memory must stay
 	// mapped until the queue pair is closed.
@@ -99,6 +111,14 @@ type CQConfig struct {
 	// Timestamps makes the model write its clock in every CQE (the
 	// kernel's IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION).
 	Timestamps bool
+}
+
+// CQResize describes the new ring of a completion queue
+// (ResizeCompletionQueue): Count (a power of two) entries of the CQ's
+// CQE size, initialised as for CQConfig.
+type CQResize struct {
+	Ring  unsafe.Pointer
+	Count uint32
 }
 
 // QPConfig describes a queue pair whose rings and doorbell record

@@ -14,6 +14,7 @@ import (
 // and that the hooks refuse objects that are not the model's.
 func TestRegisteredBySim(t *testing.T) {
 	require.NotNil(t, simadopt.CompletionQueue)
+	require.NotNil(t, simadopt.ResizeCompletionQueue)
 	require.NotNil(t, simadopt.QueuePair)
 	require.NotNil(t, simadopt.SharedReceiveQueue)
 	require.NotNil(t, simadopt.ProtectionDomainNumber)
