@@ -248,3 +248,34 @@ int main(void)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "open ok\nopenat ok\n", out)
 }
+
+// TestCloseRangeRefusesBadArguments: close_range with a first descriptor
+// above the last, or with a flag the kernel does not know, fails with
+// EINVAL and closes nothing; the device's descriptors stay open and the
+// emulated context usable.
+func TestCloseRangeRefusesBadArguments(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <linux/close_range.h>
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	int r;
+
+	errno = 0;
+	r = close_range(10, 5, 0);
+	printf("reversed %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = close_range(3, ~0U, 1U << 30);
+	printf("flags %d %s\n", r, strerror(errno));
+	if (fcntl(c->cmd_fd, F_GETFD) < 0 || fcntl(c->async_fd, F_GETFD) < 0)
+		FAIL("a refused close_range closed the device's descriptors");
+	if (!ibv_alloc_pd(c))
+		FAIL("ibv_alloc_pd after a refused close_range: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "reversed -1 Invalid argument\nflags -1 Invalid argument\nok\n", out)
+}

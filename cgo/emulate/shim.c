@@ -534,8 +534,16 @@ static int close_range_kept(unsigned int first, unsigned int last, int flags)
 	return ret < 0 ? (errno = saved, -1) : 0;
 }
 
+/* The arguments are checked first, as the kernel checks them: a call it
+ * refuses closes nothing, emulated descriptors included (and a range
+ * whose first descriptor is above its last must fail, not be skipped by
+ * the piecewise close below). */
 int close_range(unsigned int first, unsigned int last, int flags)
 {
+	if (first > last || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC))) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (emu_on() && !(flags & CLOSE_RANGE_CLOEXEC))
 		emu_close_range(first, last);
 	return close_range_kept(first, last, flags);
