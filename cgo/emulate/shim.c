@@ -285,6 +285,16 @@ int stat64(const char *path, struct stat64 *st)
 	return REAL(stat64)(path, st);
 }
 
+/* The requests the kernel's VFS answers for every file before the file's
+ * own ioctl sees them (do_vfs_ioctl): on an emulated descriptor they go to
+ * the C library too, on the backing file (the pipe of an event file, which
+ * has fasync as the kernel's event files do; /dev/null for a uverbs file,
+ * without it, as the kernel's uverbs file). */
+static inline int vfs_generic_ioctl(unsigned long request)
+{
+	return request == FIOCLEX || request == FIONCLEX || request == FIONBIO || request == FIOASYNC;
+}
+
 int ioctl(int fd, unsigned long request, ...)
 {
 	va_list ap;
@@ -293,7 +303,7 @@ int ioctl(int fd, unsigned long request, ...)
 	va_start(ap, request);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (emu_fd(fd))
+	if (emu_fd(fd) && !vfs_generic_ioctl(request))
 		return (int)set_errno(mk_emu_go_ioctl(fd, request, (uintptr_t)arg));
 	RESOLVE(ioctl);
 	return REAL(ioctl)(fd, request, arg);
