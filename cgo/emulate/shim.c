@@ -107,6 +107,23 @@ DECLARE_REAL(void, closefrom, (int));
 static char emu_maps_lock;
 static int emu_maps_end, emu_maps_overflow;
 
+/* The write ends of the event files' pipes, which the model holds under
+ * numbers the program never sees (mk_emu_hide_fd): closefrom and
+ * close_range leave them open. emu_hidden_n counts them. */
+static unsigned char emu_hidden[MK_EMU_MAX_FDS];
+static int emu_hidden_n;
+
+void mk_emu_hide_fd(int fd, int hide)
+{
+	unsigned char was;
+
+	if (fd < 0 || fd >= MK_EMU_MAX_FDS)
+		return;
+	was = __atomic_exchange_n(&emu_hidden[fd], (unsigned char)(hide != 0), __ATOMIC_ACQ_REL);
+	if (was != (hide != 0))
+		__atomic_add_fetch(&emu_hidden_n, hide ? 1 : -1, __ATOMIC_ACQ_REL);
+}
+
 /*
  * A forked child has none of the Go runtime's threads: a call into Go that
  * waits for one (closing a context stops the model's engine) never
@@ -124,6 +141,11 @@ static void mk_emu_atfork_child(void)
 	emu_maps_end = 0;
 	emu_maps_overflow = 0;
 	emu_maps_lock = 0;
+	/* The child's copies of the write ends are its own to close. */
+	if (emu_hidden_n != 0) {
+		memset(emu_hidden, 0, sizeof(emu_hidden));
+		emu_hidden_n = 0;
+	}
 }
 
 __attribute__((constructor)) static void mk_emu_resolve(void)
@@ -517,18 +539,44 @@ static void emu_close_range(unsigned int first, unsigned int last)
 	errno = saved;
 }
 
-/* close_range_kept closes [first, last] but the protected descriptors, in
- * the pieces between them; it returns the first failure's -1 (errno set). */
-static int close_range_kept(unsigned int first, unsigned int last, int flags)
+/* next_kept finds the lowest descriptor in [from, last] that closefrom and
+ * close_range leave open: a protected one or a hidden event write end. */
+static int next_kept(unsigned int from, unsigned int last, unsigned int *kept)
 {
-	int i, ret = 0, saved = 0;
+	unsigned int fd, bound = last;
+	int i, found = 0;
 
-	RESOLVE(close_range);
-	for (i = 0; i < protected_n && first <= last; i++) {
+	for (i = 0; i < protected_n; i++) {
 		unsigned int p = (unsigned int)protected_fds[i];
 
-		if (p < first || p > last)
-			continue;
+		if (p >= from && p <= last) {
+			bound = p;
+			found = 1;
+			break;
+		}
+	}
+	if (__atomic_load_n(&emu_hidden_n, __ATOMIC_ACQUIRE) > 0) {
+		for (fd = from; fd < MK_EMU_MAX_FDS && fd <= bound; fd++) {
+			if (__atomic_load_n(&emu_hidden[fd], __ATOMIC_ACQUIRE)) {
+				*kept = fd;
+				return 1;
+			}
+		}
+	}
+	*kept = bound;
+	return found;
+}
+
+/* close_range_kept closes [first, last] but the descriptors next_kept
+ * finds, in the pieces between them; it returns the first failure's -1
+ * (errno set). */
+static int close_range_kept(unsigned int first, unsigned int last, int flags)
+{
+	int ret = 0, saved = 0;
+	unsigned int p;
+
+	RESOLVE(close_range);
+	while (first <= last && next_kept(first, last, &p)) {
 		if (p > first && REAL(close_range)(first, p - 1, flags) < 0 && ret == 0) {
 			ret = -1;
 			saved = errno;
@@ -563,7 +611,7 @@ void closefrom(int lowfd)
 {
 	if (emu_on())
 		emu_close_range(lowfd < 0 ? 0 : (unsigned int)lowfd, ~0U);
-	if (protected_n == 0) {
+	if (protected_n == 0 && __atomic_load_n(&emu_hidden_n, __ATOMIC_ACQUIRE) == 0) {
 		RESOLVE(closefrom);
 		REAL(closefrom)(lowfd);
 		return;
