@@ -125,6 +125,19 @@ void mk_emu_hide_fd(int fd, int hide)
 }
 
 /*
+ * The process the tables describe: set when the library loads and in a
+ * forked child. A child made with vfork (or clone with CLONE_VM) has
+ * another id and shares the parent's memory, the tables and the Go side's
+ * kernel among it, with a copy of its descriptor table: its close (dup2,
+ * close_range, closefrom) of a copy of an emulated descriptor closes that
+ * copy and changes nothing of the parent's, as the kernel drops only the
+ * child's reference.
+ */
+static pid_t emu_pid;
+
+static inline int emu_foreign(void) { return getpid() != __atomic_load_n(&emu_pid, __ATOMIC_RELAXED); }
+
+/*
  * A forked child has none of the Go runtime's threads: a call into Go that
  * waits for one (closing a context stops the model's engine) never
  * returns. The child closes the descriptors it inherits (and unmaps the
@@ -135,6 +148,7 @@ static void mk_emu_atfork_child(void)
 {
 	int fd;
 
+	__atomic_store_n(&emu_pid, getpid(), __ATOMIC_RELAXED);
 	for (fd = 0; fd < MK_EMU_MAX_FDS; fd++)
 		if (mk_emu_fds[fd] != MK_EMU_FD_NONE)
 			mk_emu_fds[fd] |= MK_EMU_FD_INHERITED;
@@ -150,6 +164,7 @@ static void mk_emu_atfork_child(void)
 
 __attribute__((constructor)) static void mk_emu_resolve(void)
 {
+	__atomic_store_n(&emu_pid, getpid(), __ATOMIC_RELAXED);
 	pthread_atfork(NULL, NULL, mk_emu_atfork_child);
 	RESOLVE(open);
 	RESOLVE(open64);
@@ -450,7 +465,7 @@ static inline int emu_inherited(int fd) { return mk_emu_fd_kind(fd) & MK_EMU_FD_
 
 int close(int fd)
 {
-	if (emu_fd(fd)) {
+	if (emu_fd(fd) && !emu_foreign()) {
 		int inherited = emu_inherited(fd);
 
 		mk_emu_mark_fd(fd, MK_EMU_FD_NONE);
@@ -465,7 +480,7 @@ int close(int fd)
  * then the other file's, which the emulation forgets, as close would. */
 static void emu_dup_done(int ret, int oldfd, int newfd)
 {
-	if (ret >= 0 && oldfd != newfd && emu_fd(newfd)) {
+	if (ret >= 0 && oldfd != newfd && emu_fd(newfd) && !emu_foreign()) {
 		int inherited = emu_inherited(newfd);
 
 		mk_emu_mark_fd(newfd, MK_EMU_FD_NONE);
@@ -527,6 +542,8 @@ static void emu_close_range(unsigned int first, unsigned int last)
 	unsigned int fd;
 	int saved = errno;
 
+	if (emu_foreign())
+		return;
 	for (fd = first; fd < MK_EMU_MAX_FDS && fd <= last; fd++) {
 		if (emu_fd((int)fd)) {
 			int inherited = emu_inherited((int)fd);
