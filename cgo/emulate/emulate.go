@@ -117,6 +117,13 @@ func enable() error {
 	k.noIoctl = os.Getenv(envABI) == abiWrite
 	k.hooks = hooks{
 		markFD: func(fd, kind int) { C.mk_emu_mark_fd(C.int(fd), C.int(kind)) },
+		hideFD: func(fd int, hide bool) {
+			h := C.int(0)
+			if hide {
+				h = 1
+			}
+			C.mk_emu_hide_fd(C.int(fd), h)
+		},
 		mapped: interposerMapped,
 	}
 	global.k, global.sysfs, global.fabric = k, dir, f

@@ -248,3 +248,82 @@ int main(void)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "open ok\nopenat ok\n", out)
 }
+
+// TestCloseRangeRefusesBadArguments: close_range with a first descriptor
+// above the last, or with a flag the kernel does not know, fails with
+// EINVAL and closes nothing; the device's descriptors stay open and the
+// emulated context usable.
+func TestCloseRangeRefusesBadArguments(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <linux/close_range.h>
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	int r;
+
+	errno = 0;
+	r = close_range(10, 5, 0);
+	printf("reversed %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = close_range(3, ~0U, 1U << 30);
+	printf("flags %d %s\n", r, strerror(errno));
+	if (fcntl(c->cmd_fd, F_GETFD) < 0 || fcntl(c->async_fd, F_GETFD) < 0)
+		FAIL("a refused close_range closed the device's descriptors");
+	if (!ibv_alloc_pd(c))
+		FAIL("ibv_alloc_pd after a refused close_range: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "reversed -1 Invalid argument\nflags -1 Invalid argument\nok\n", out)
+}
+
+// TestClosefromKeepsEventWriteEnds: the emulated completion channel and
+// async event file are pipes whose write ends the model holds under
+// descriptor numbers the program never sees, just above their read ends. A
+// program that closes every descriptor above the ones it knows
+// (closefrom, close_range) must not close them: on a kernel the event file
+// has no other end, a non-blocking read of an empty one is EAGAIN, never
+// the end of file, and the model's next event must not go to a file the
+// program opens under the number.
+func TestClosefromKeepsEventWriteEnds(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <linux/close_range.h>
+static void check(const char *what, int fd)
+{
+	char b[64];
+	ssize_t n;
+
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
+		FAIL("%s: fcntl: %s", what, strerror(errno));
+	n = read(fd, b, sizeof b);
+	if (n != -1 || errno != EAGAIN)
+		FAIL("%s: read %zd (%s), want EAGAIN", what, n, n < 0 ? strerror(errno) : "end of file");
+}
+
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(c);
+
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	closefrom(ch->fd + 1);
+	check("comp channel after closefrom", ch->fd);
+	ch = ibv_create_comp_channel(c);
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	if (close_range(ch->fd + 1, ~0U, 0))
+		FAIL("close_range: %s", strerror(errno));
+	check("comp channel after close_range", ch->fd);
+	check("async_fd", c->async_fd);
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}

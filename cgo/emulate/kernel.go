@@ -40,6 +40,10 @@ const (
 // for a test has none.
 type hooks struct {
 	markFD func(fd, kind int)
+	// hideFD marks (or unmarks) the write end of an event file's pipe,
+	// a descriptor the program never sees, for closefrom and close_range
+	// to leave open.
+	hideFD func(fd int, hide bool)
 	// mapped reports a mapping made (add) or forgotten, by its start.
 	mapped func(addr uintptr, add bool)
 }
@@ -168,6 +172,33 @@ func (k *kernel) markFD(fd, kind int) {
 	}
 }
 
+func (k *kernel) hideFD(fd int, hide bool) {
+	if k.hooks.hideFD != nil {
+		k.hooks.hideFD(fd, hide)
+	}
+}
+
+// closeWriteFD closes the write end of an event file's pipe that
+// takeWriteFD returned (k.mu not held) and unmarks it, with k.mu held so
+// that the mark of a pipe newEventFile makes meanwhile under the number
+// stays.
+func (k *kernel) closeWriteFD(fd int) {
+	if fd < 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closeWriteFDLocked(fd)
+}
+
+// closeWriteFDLocked is closeWriteFD with k.mu held.
+func (k *kernel) closeWriteFDLocked(fd int) {
+	if fd >= 0 {
+		_ = unix.Close(fd)
+		k.hideFD(fd, false)
+	}
+}
+
 func (k *kernel) mapped(addr uintptr, add bool) {
 	if k.hooks.mapped != nil {
 		k.hooks.mapped(addr, add)
@@ -293,9 +324,7 @@ func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 	if dev != nil {
 		_ = dev.Close()
 	}
-	if writeFD >= 0 {
-		_ = unix.Close(writeFD)
-	}
+	k.closeWriteFD(writeFD)
 	if !closeFD {
 		return 0
 	}
@@ -325,6 +354,7 @@ func (k *kernel) newEventFile() (*eventFile, syscall.Errno) {
 	delete(k.files, e.fd) // as in open: a stale entry for the number
 	k.events[e.fd] = e
 	k.markFD(e.fd, fdEvent)
+	k.hideFD(e.writeFD, true)
 	return e, 0
 }
 
@@ -333,7 +363,7 @@ func (k *kernel) dropEventFile(e *eventFile) {
 	delete(k.events, e.fd)
 	k.markFD(e.fd, 0)
 	_ = unix.Close(e.fd)
-	_ = unix.Close(e.takeWriteFD())
+	k.closeWriteFDLocked(e.takeWriteFD())
 }
 
 // mmap maps a UAR page of a context (the offset's MLX5_IB_MMAP_* command

@@ -107,6 +107,36 @@ DECLARE_REAL(void, closefrom, (int));
 static char emu_maps_lock;
 static int emu_maps_end, emu_maps_overflow;
 
+/* The write ends of the event files' pipes, which the model holds under
+ * numbers the program never sees (mk_emu_hide_fd): closefrom and
+ * close_range leave them open. emu_hidden_n counts them. */
+static unsigned char emu_hidden[MK_EMU_MAX_FDS];
+static int emu_hidden_n;
+
+void mk_emu_hide_fd(int fd, int hide)
+{
+	unsigned char was;
+
+	if (fd < 0 || fd >= MK_EMU_MAX_FDS)
+		return;
+	was = __atomic_exchange_n(&emu_hidden[fd], (unsigned char)(hide != 0), __ATOMIC_ACQ_REL);
+	if (was != (hide != 0))
+		__atomic_add_fetch(&emu_hidden_n, hide ? 1 : -1, __ATOMIC_ACQ_REL);
+}
+
+/*
+ * The process the tables describe: set when the library loads and in a
+ * forked child. A child made with vfork (or clone with CLONE_VM) has
+ * another id and shares the parent's memory, the tables and the Go side's
+ * kernel among it, with a copy of its descriptor table: its close (dup2,
+ * close_range, closefrom) of a copy of an emulated descriptor closes that
+ * copy and changes nothing of the parent's, as the kernel drops only the
+ * child's reference.
+ */
+static pid_t emu_pid;
+
+static inline int emu_foreign(void) { return getpid() != __atomic_load_n(&emu_pid, __ATOMIC_RELAXED); }
+
 /*
  * A forked child has none of the Go runtime's threads: a call into Go that
  * waits for one (closing a context stops the model's engine) never
@@ -118,16 +148,23 @@ static void mk_emu_atfork_child(void)
 {
 	int fd;
 
+	__atomic_store_n(&emu_pid, getpid(), __ATOMIC_RELAXED);
 	for (fd = 0; fd < MK_EMU_MAX_FDS; fd++)
 		if (mk_emu_fds[fd] != MK_EMU_FD_NONE)
 			mk_emu_fds[fd] |= MK_EMU_FD_INHERITED;
 	emu_maps_end = 0;
 	emu_maps_overflow = 0;
 	emu_maps_lock = 0;
+	/* The child's copies of the write ends are its own to close. */
+	if (emu_hidden_n != 0) {
+		memset(emu_hidden, 0, sizeof(emu_hidden));
+		emu_hidden_n = 0;
+	}
 }
 
 __attribute__((constructor)) static void mk_emu_resolve(void)
 {
+	__atomic_store_n(&emu_pid, getpid(), __ATOMIC_RELAXED);
 	pthread_atfork(NULL, NULL, mk_emu_atfork_child);
 	RESOLVE(open);
 	RESOLVE(open64);
@@ -285,6 +322,16 @@ int stat64(const char *path, struct stat64 *st)
 	return REAL(stat64)(path, st);
 }
 
+/* The requests the kernel's VFS answers for every file before the file's
+ * own ioctl sees them (do_vfs_ioctl): on an emulated descriptor they go to
+ * the C library too, on the backing file (the pipe of an event file, which
+ * has fasync as the kernel's event files do; /dev/null for a uverbs file,
+ * without it, as the kernel's uverbs file). */
+static inline int vfs_generic_ioctl(unsigned long request)
+{
+	return request == FIOCLEX || request == FIONCLEX || request == FIONBIO || request == FIOASYNC;
+}
+
 int ioctl(int fd, unsigned long request, ...)
 {
 	va_list ap;
@@ -293,7 +340,7 @@ int ioctl(int fd, unsigned long request, ...)
 	va_start(ap, request);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (emu_fd(fd))
+	if (emu_fd(fd) && !vfs_generic_ioctl(request))
 		return (int)set_errno(mk_emu_go_ioctl(fd, request, (uintptr_t)arg));
 	RESOLVE(ioctl);
 	return REAL(ioctl)(fd, request, arg);
@@ -418,7 +465,7 @@ static inline int emu_inherited(int fd) { return mk_emu_fd_kind(fd) & MK_EMU_FD_
 
 int close(int fd)
 {
-	if (emu_fd(fd)) {
+	if (emu_fd(fd) && !emu_foreign()) {
 		int inherited = emu_inherited(fd);
 
 		mk_emu_mark_fd(fd, MK_EMU_FD_NONE);
@@ -433,7 +480,7 @@ int close(int fd)
  * then the other file's, which the emulation forgets, as close would. */
 static void emu_dup_done(int ret, int oldfd, int newfd)
 {
-	if (ret >= 0 && oldfd != newfd && emu_fd(newfd)) {
+	if (ret >= 0 && oldfd != newfd && emu_fd(newfd) && !emu_foreign()) {
 		int inherited = emu_inherited(newfd);
 
 		mk_emu_mark_fd(newfd, MK_EMU_FD_NONE);
@@ -495,6 +542,8 @@ static void emu_close_range(unsigned int first, unsigned int last)
 	unsigned int fd;
 	int saved = errno;
 
+	if (emu_foreign())
+		return;
 	for (fd = first; fd < MK_EMU_MAX_FDS && fd <= last; fd++) {
 		if (emu_fd((int)fd)) {
 			int inherited = emu_inherited((int)fd);
@@ -507,18 +556,44 @@ static void emu_close_range(unsigned int first, unsigned int last)
 	errno = saved;
 }
 
-/* close_range_kept closes [first, last] but the protected descriptors, in
- * the pieces between them; it returns the first failure's -1 (errno set). */
-static int close_range_kept(unsigned int first, unsigned int last, int flags)
+/* next_kept finds the lowest descriptor in [from, last] that closefrom and
+ * close_range leave open: a protected one or a hidden event write end. */
+static int next_kept(unsigned int from, unsigned int last, unsigned int *kept)
 {
-	int i, ret = 0, saved = 0;
+	unsigned int fd, bound = last;
+	int i, found = 0;
 
-	RESOLVE(close_range);
-	for (i = 0; i < protected_n && first <= last; i++) {
+	for (i = 0; i < protected_n; i++) {
 		unsigned int p = (unsigned int)protected_fds[i];
 
-		if (p < first || p > last)
-			continue;
+		if (p >= from && p <= last) {
+			bound = p;
+			found = 1;
+			break;
+		}
+	}
+	if (__atomic_load_n(&emu_hidden_n, __ATOMIC_ACQUIRE) > 0) {
+		for (fd = from; fd < MK_EMU_MAX_FDS && fd <= bound; fd++) {
+			if (__atomic_load_n(&emu_hidden[fd], __ATOMIC_ACQUIRE)) {
+				*kept = fd;
+				return 1;
+			}
+		}
+	}
+	*kept = bound;
+	return found;
+}
+
+/* close_range_kept closes [first, last] but the descriptors next_kept
+ * finds, in the pieces between them; it returns the first failure's -1
+ * (errno set). */
+static int close_range_kept(unsigned int first, unsigned int last, int flags)
+{
+	int ret = 0, saved = 0;
+	unsigned int p;
+
+	RESOLVE(close_range);
+	while (first <= last && next_kept(first, last, &p)) {
 		if (p > first && REAL(close_range)(first, p - 1, flags) < 0 && ret == 0) {
 			ret = -1;
 			saved = errno;
@@ -534,8 +609,16 @@ static int close_range_kept(unsigned int first, unsigned int last, int flags)
 	return ret < 0 ? (errno = saved, -1) : 0;
 }
 
+/* The arguments are checked first, as the kernel checks them: a call it
+ * refuses closes nothing, emulated descriptors included (and a range
+ * whose first descriptor is above its last must fail, not be skipped by
+ * the piecewise close below). */
 int close_range(unsigned int first, unsigned int last, int flags)
 {
+	if (first > last || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC))) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (emu_on() && !(flags & CLOSE_RANGE_CLOEXEC))
 		emu_close_range(first, last);
 	return close_range_kept(first, last, flags);
@@ -545,7 +628,7 @@ void closefrom(int lowfd)
 {
 	if (emu_on())
 		emu_close_range(lowfd < 0 ? 0 : (unsigned int)lowfd, ~0U);
-	if (protected_n == 0) {
+	if (protected_n == 0 && __atomic_load_n(&emu_hidden_n, __ATOMIC_ACQUIRE) == 0) {
 		RESOLVE(closefrom);
 		REAL(closefrom)(lowfd);
 		return;

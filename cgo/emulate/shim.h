@@ -31,6 +31,7 @@ void mk_emu_set_on(int on);
 int mk_emu_is_on(void);
 void mk_emu_mark_fd(int fd, int kind);
 void mk_emu_protect_fd(int fd);
+void mk_emu_hide_fd(int fd, int hide);
 int mk_emu_fd_kind(int fd);
 void mk_emu_map_add(uintptr_t addr);
 void mk_emu_map_del(uintptr_t addr);
