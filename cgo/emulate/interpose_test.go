@@ -284,7 +284,8 @@ int main(void)
 // async event file are pipes whose write ends the model holds under
 // descriptor numbers the program never sees, just above their read ends. A
 // program that closes every descriptor above the ones it knows
-// (closefrom, close_range) must not close them: on a kernel the event file
+// (closefrom, close_range, or close of each number, which gets EBADF as
+// for a number not open) must not close them: on a kernel the event file
 // has no other end, a non-blocking read of an empty one is EAGAIN, never
 // the end of file, and the model's next event must not go to a file the
 // program opens under the number.
@@ -318,6 +319,24 @@ int main(void)
 	if (close_range(ch->fd + 1, ~0U, 0))
 		FAIL("close_range: %s", strerror(errno));
 	check("comp channel after close_range", ch->fd);
+	ch = ibv_create_comp_channel(c);
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	/* The write end: the other descriptor of the channel's pipe. */
+	struct stat rs, ws;
+	int w = -1;
+	if (fstat(ch->fd, &rs))
+		FAIL("fstat: %s", strerror(errno));
+	for (int fd = 0; fd < 1024 && w < 0; fd++)
+		if (fd != ch->fd && fstat(fd, &ws) == 0 && ws.st_dev == rs.st_dev && ws.st_ino == rs.st_ino)
+			w = fd;
+	if (w < 0)
+		FAIL("no write end of the channel's pipe found");
+	if (close(w) == 0)
+		FAIL("close(%d) of a descriptor the program never opened succeeded", w);
+	if (errno != EBADF)
+		FAIL("close(%d): %s, want EBADF", w, strerror(errno));
+	check("comp channel after close of its write end's number", ch->fd);
 	check("async_fd", c->async_fd);
 	printf("ok\n");
 	return 0;

@@ -463,8 +463,24 @@ int munmap(void *addr, size_t len)
 
 static inline int emu_inherited(int fd) { return mk_emu_fd_kind(fd) & MK_EMU_FD_INHERITED; }
 
+/* emu_hidden_fd reports whether fd is an event file's write end the model
+ * holds: a number the program never opened (the model closes it through
+ * the Go runtime's own system calls, not through the C library). */
+static inline int emu_hidden_fd(int fd)
+{
+	return fd >= 0 && fd < MK_EMU_MAX_FDS && __atomic_load_n(&emu_hidden_n, __ATOMIC_ACQUIRE) > 0 &&
+	       __atomic_load_n(&emu_hidden[fd], __ATOMIC_ACQUIRE) && !emu_foreign();
+}
+
 int close(int fd)
 {
+	if (emu_hidden_fd(fd)) {
+		/* As the kernel answers a close of a number not open: a loop
+		 * that closes every descriptor above its own leaves the
+		 * model's event files working. */
+		errno = EBADF;
+		return -1;
+	}
 	if (emu_fd(fd) && !emu_foreign()) {
 		int inherited = emu_inherited(fd);
 
