@@ -536,3 +536,38 @@ func TestLinkAssemblyOfGonePeerFreesReceive(t *testing.T) {
 	require.Equal(t, 1, aside, "the gone DCI's message no longer counts")
 	require.Equal(t, 1, n, "the gone DCI's stream is dropped")
 }
+
+// TestLinkUDLongerThanMTUDropped: a linked peer that sends a UD QP a
+// datagram longer than the port's MTU, which no requester of this
+// version sends (a UD send is at most the MTU) and no port of a NIC
+// delivers, has it dropped as a port drops an oversized packet: the QP,
+// whose receives hold a whole datagram of the MTU, stays ready and takes
+// the next datagram. Before, the datagram reached a receive too small
+// for it, which failed with a local length error and moved the QP to
+// error: any peer that knew a UD QP's number and qkey could end it.
+func TestLinkUDLongerThanMTUDropped(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	const qkey = 0x1111
+	ud := e.udQP(e.pd, qkey, qpOpts{})
+	mtu := portMTU.Bytes()
+	for i := 0; i < 2; i++ {
+		ud.postRecv(dataSeg(uint32(prm.GRHSize+mtu), e.mr.LKey(), e.addr(i*8192)))
+	}
+	p := dialLinkPeer(t, e)
+	lid := lidOf(t, e.c)
+	datagram := func(n int) []byte {
+		return linkMessage(wireHdr{Kind: wireUD, Op: uint8(prm.OpSend), DstQPN: ud.qp.QPN(), SrcQPN: p.qpn,
+			RKey: qkey, Total: uint32(n), DLID: lid}, make([]byte, n))
+	}
+	dropped := e.f.Stats().UDDropped
+	require.NoError(t, p.send(datagram(mtu+1), datagram(16)))
+	c := waitCQE(t, ud.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op, "syndrome %v", c.synd)
+	require.Equal(t, uint32(prm.GRHSize+16), c.byteCnt, "the datagram longer than the MTU was delivered")
+	require.Equal(t, dropped+1, e.f.Stats().UDDropped)
+	st, err := ud.qp.State()
+	require.NoError(t, err)
+	require.Equal(t, ctx.QPStateRTS, st)
+	require.True(t, peerLinked(e, p))
+}

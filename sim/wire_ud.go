@@ -167,7 +167,11 @@ func (f *Fabric) releaseWireHeldLocked() bool {
 	return len(f.wireHeld) < len(held)
 }
 
-// wireDeliverUD delivers a datagram from another process.
+// wireDeliverUD delivers a datagram from another process. One longer
+// than the port's MTU, which no sender of this version makes (a UD send is
+// at most the MTU, parseSendAt), is dropped as a NIC's port drops an
+// oversized packet: it would otherwise fail a receive sized for the MTU
+// and move the QP to error.
 func (f *Fabric) wireDeliverUD(h *wireHdr, body []byte) {
 	t := f.qpByNum(h.DstQPN)
 	grh := h.GRH != 0
@@ -177,7 +181,7 @@ func (f *Fabric) wireDeliverUD(h *wireHdr, body []byte) {
 	}
 	if t == nil || t.typ != ctx.QPTypeUD || (t.state != ctx.QPStateRTR && t.state != ctx.QPStateRTS) ||
 		!reaches(t.dev.h.link, grh, h.DLID, h.DGID, t.dev.h) || t.attr.QKey != h.RKey ||
-		len(body) < g+int(h.Total) {
+		uint64(h.Total) > uint64(portMTU.Bytes()) || len(body) < g+int(h.Total) {
 		f.stats.UDDropped++
 		return
 	}
