@@ -253,6 +253,9 @@ type DCT struct {
 	qp   *ctx.QueuePair
 	port newqp.Port
 	key  uint64
+	// mtu is the path MTU of the DCT's RTR transition, which its
+	// Endpoint carries.
+	mtu ctx.MTU
 }
 
 // NewDCT creates a DC target in pd with receive completions on cq and
@@ -278,20 +281,22 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, uint8(port.GID.Index), 64
 		path.TrafficClass = cfg.TrafficClass
 	}
-	t := &DCT{qp: c.QP, port: port, key: cfg.Key}
+	t := &DCT{qp: c.QP, port: port, key: cfg.Key, mtu: pathMTU(cfg.MTU, port.MTU)}
 	if err := newqp.BringUp(&t.Queue, spec, c.QP, true,
 		ctx.QPAttr{State: ctx.QPStateInit, Port: port.Number, Access: c.Access},
-		ctx.QPAttr{State: ctx.QPStateRTR, Port: port.Number, PathMTU: pathMTU(cfg.MTU, port.MTU), MinRNRTimer: rnr, Path: path}); err != nil {
+		ctx.QPAttr{State: ctx.QPStateRTR, Port: port.Number, PathMTU: t.mtu, MinRNRTimer: rnr, Path: path}); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
 // Endpoint returns what an initiator needs to reach the DCT: DCT number,
-// DC access key, LID, GID and GID index, MTU. Add the regions initiators may
+// DC access key, LID, GID and GID index, MTU (the DCT's path MTU:
+// DCTConfig.MTU, or the port's active one). Add the regions initiators may
 // use to its Regions before sending it.
 func (t *DCT) Endpoint() endpoint.Endpoint {
 	ep := t.port.Endpoint(endpoint.TransportDC, t.QPN(), 0)
+	ep.MTU = t.mtu
 	ep.DCTNumber = t.QPN()
 	ep.DCAccessKey = t.key
 	return ep

@@ -119,3 +119,29 @@ func TestZeroDCI(t *testing.T) {
 		require.NoError(t, d.Close())
 	})
 }
+
+// TestPostOnZeroDCI: Post on a DCI not made by NewDCI is refused with a
+// *wqebuilder.PostError wrapping ctx.ErrInvalidArgument, to a Remote or to
+// nil, and the stage it returns fails at Finish the same way; it
+// panicked (a nil *ctx.QueuePair, no refusal queue).
+func TestPostOnZeroDCI(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[0], ctx.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	dct, err := dc.NewDCT(e.PD[0], e.CQ(0, 8), dc.DCTConfig{SRQ: srq, Key: 1})
+	require.NoError(t, err)
+	dci, err := dc.NewDCI(e.PD[0], e.CQ(0, 8), dc.DCIConfig{SendDepth: 4})
+	require.NoError(t, err)
+	r, err := dci.NewRemote(dct.Endpoint())
+	require.NoError(t, err)
+	var d dc.DCI
+	for _, remote := range []*dc.Remote{r, nil} {
+		require.NotPanics(t, func() {
+			s, err := d.Post(1, wqebuilder.Signaled, remote)
+			var pe *wqebuilder.PostError
+			require.ErrorAs(t, err, &pe)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+			require.ErrorIs(t, s.Send().Inline([]byte("x")).FinishBlueFlame(), ctx.ErrInvalidArgument)
+		})
+	}
+}

@@ -73,3 +73,26 @@ func TestPathMTUAndTrafficClass(t *testing.T) {
 		})
 	}
 }
+
+// TestDCTEndpointMTU: a DCT's Endpoint carries the path MTU the DCT was
+// configured with (endpoint.Endpoint.MTU: "the path MTU the queue was or
+// will be configured with"), DCTConfig.MTU where it is below the port's;
+// it carried the port's active MTU whatever DCTConfig.MTU said.
+func TestDCTEndpointMTU(t *testing.T) {
+	e, log := transporttest.NewRecording(t, sim.Options{})
+	srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
+	require.NoError(t, err)
+	for _, c := range []struct{ cfg, want ctx.MTU }{
+		{ctx.MTU1024, ctx.MTU1024},
+		{0, ctx.MTU4096},
+		{ctx.MTU4096, ctx.MTU4096},
+	} {
+		dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 7, MTU: c.cfg})
+		require.NoError(t, err)
+		rtr, ok := log.Last(dct.QPN(), ctx.QPStateRTR)
+		require.True(t, ok)
+		require.Equal(t, c.want, rtr.PathMTU)
+		require.Equal(t, c.want, dct.Endpoint().MTU, "DCTConfig.MTU %v", c.cfg)
+		require.NoError(t, dct.Close())
+	}
+}

@@ -268,6 +268,12 @@ func newDeadQueue(qpn uint32, transport string, refusal func() error) (*wqebuild
 // ctx.ErrClosed, and a stage of a private full queue, which writes nothing
 // that matters and whose Finish fails with the same error.
 func (q *Queue) refuse(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
+	if q.qp == nil {
+		// A zero Queue (a zero rc.QP, ud.QP or dc.DCI): refused as
+		// its other calls are.
+		err := &wqebuilder.PostError{Transport: "transport", Op: "post send", Err: errZeroQueue}
+		return q.refuseWith(wrid, flags, err), err
+	}
 	if q.qp.Closed() {
 		q.state = StateClosed
 	}
@@ -279,6 +285,15 @@ func (q *Queue) refuse(wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStag
 // returns err.
 func (q *Queue) refuseWith(wrid uint64, flags wqebuilder.Flags, err error) wqebuilder.CtrlStage {
 	q.refusal = err
+	if q.dead == nil && q.qp == nil {
+		// A zero Queue has no refusal queue of its own until its
+		// first refused post.
+		dead, derr := newDeadQueue(0, "transport", func() error { return q.refusal })
+		if derr != nil {
+			panic(fmt.Sprintf("transport: refusal queue of a zero queue pair: %v", derr))
+		}
+		q.dead = dead
+	}
 	if q.dead == nil {
 		// A queue without a send queue never reaches here from a
 		// transport's Post.

@@ -108,3 +108,25 @@ func TestZeroQP(t *testing.T) {
 		require.NoError(t, q.Close())
 	})
 }
+
+// TestPostOnZeroQP: Post on a QP not made by New is refused with a
+// *wqebuilder.PostError wrapping ctx.ErrInvalidArgument, to a Remote or to
+// nil, and the stage it returns fails at Finish the same way; it
+// panicked (a nil *ctx.QueuePair, no refusal queue).
+func TestPostOnZeroQP(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	peer, err := ud.New(e.PD[0], e.CQ(0, 8), ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 0x11})
+	require.NoError(t, err)
+	r, err := peer.NewRemote(peer.Endpoint())
+	require.NoError(t, err)
+	var q ud.QP
+	for _, remote := range []*ud.Remote{r, nil} {
+		require.NotPanics(t, func() {
+			s, err := q.Post(1, wqebuilder.Signaled, remote)
+			var pe *wqebuilder.PostError
+			require.ErrorAs(t, err, &pe)
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+			require.ErrorIs(t, s.Send().Inline([]byte("x")).FinishBlueFlame(), ctx.ErrInvalidArgument)
+		})
+	}
+}

@@ -76,12 +76,13 @@ func RemoteOf(isNil, closed bool) Remote {
 //
 // A post to a nil remote (dc's and ud's Post) is refused with a
 // *wqebuilder.PostError wrapping ctx.ErrInvalidArgument, one to a remote
-// after its Close with one wrapping ctx.ErrClosed.
+// after its Close with one wrapping ctx.ErrClosed. A zero queue (a DCI,
+// QP not made by its constructor) is refused with one wrapping
+// ctx.ErrInvalidArgument whatever the remote.
 //
 //go:noinline
 func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remote) (wqebuilder.CtrlStage, error) {
-	if remote != Addressed {
-		s := Send(q)
+	if s := Send(q); remote != Addressed && s.SQ != nil {
 		why := fmt.Errorf("nil remote: %w", ctx.ErrInvalidArgument)
 		if remote == RemoteClosed {
 			why = fmt.Errorf("remote: %w", ctx.ErrClosed)
