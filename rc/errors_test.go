@@ -527,3 +527,17 @@ func TestResetAndReconnect(t *testing.T) {
 	require.NoError(t, x.qp[0].Close())
 	require.ErrorIs(t, x.qp[0].Reset(), ctx.ErrClosed)
 }
+
+// TestPostOnZeroQP: Post on a QP not made by New is refused with a
+// *wqebuilder.PostError wrapping ctx.ErrInvalidArgument, and the stage it
+// returns fails at Finish the same way.
+func TestPostOnZeroQP(t *testing.T) {
+	var q rc.QP
+	require.NotPanics(t, func() {
+		s, err := q.Post(1, wqebuilder.Signaled)
+		var pe *wqebuilder.PostError
+		require.ErrorAs(t, err, &pe)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		require.ErrorIs(t, s.Send().Inline([]byte("x")).FinishBlueFlame(), ctx.ErrInvalidArgument)
+	})
+}
