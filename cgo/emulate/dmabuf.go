@@ -27,8 +27,9 @@ import (
 // for one of another type); an IOVA and offset in different page offsets
 // EINVAL; access flags other than local write, remote read, write and
 // atomic and relaxed ordering EINVAL (uverbs_get_flags32), then as
-// ib_check_mr_access; a descriptor that is not open EBADF and one that is
-// not a dma-buf EINVAL (dma_buf_get). A dma-buf then goes to the model
+// ib_check_mr_access; an offset and length that wrap EINVAL
+// (ib_umem_dmabuf_get); a descriptor that is not open EBADF and one that
+// is not a dma-buf EINVAL (dma_buf_get). A dma-buf then goes to the model
 // (sim's RegisterDMABuf), which registers one whose exporter lets the CPU
 // map it (udmabuf) at the IOVA and refuses one that does not (GPU memory
 // from CUDA or ROCm, which a ConnectX reaches by peer-to-peer DMA) with
@@ -85,6 +86,11 @@ func (k *kernel) ioctlRegDMABufMR(f *ufile, b *bundle) syscall.Errno {
 	acc, en := checkMRAccess(access)
 	if en != 0 {
 		return en
+	}
+	// ib_umem_dmabuf_get refuses a range that wraps before it looks the
+	// descriptor up.
+	if length := b.get(C.UVERBS_ATTR_REG_DMABUF_MR_LENGTH).data; offset+length < offset {
+		return unix.EINVAL
 	}
 	fd := int64(int32(b.get(C.UVERBS_ATTR_REG_DMABUF_MR_FD).data))
 	if fd < 0 {

@@ -323,3 +323,15 @@ func mk_emu_go_forget(fd C.int) {
 		_ = k.release(int(fd), false)
 	}
 }
+
+// mk_emu_go_move_hidden moves an event file's write end away from fd
+// before dup2 or dup3 makes the number the program's (kernel.moveWriteFD):
+// 1 if fd was one, for the interposer to close fd should the dup fail.
+//
+//export mk_emu_go_move_hidden
+func mk_emu_go_move_hidden(fd C.int) C.int {
+	if k := active(); k != nil && k.moveWriteFD(int(fd)) {
+		return 1
+	}
+	return 0
+}

@@ -346,3 +346,81 @@ int main(void)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "ok\n", out)
 }
+
+// TestDupOntoEventWriteEnd: dup2 or dup3 onto the number an event file's
+// hidden write end holds succeeds, as onto a number not open on a kernel,
+// and makes the number the program's: the model's write end moves out of
+// the way first, so the channel keeps working (a non-blocking read of it
+// is EAGAIN, not the end of file of a pipe without writers) and what the
+// program writes to the number reaches its own file.
+func TestDupOntoEventWriteEnd(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <sys/stat.h>
+static void check(const char *what, int fd)
+{
+	char b[64];
+	ssize_t n;
+
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
+		FAIL("%s: fcntl: %s", what, strerror(errno));
+	n = read(fd, b, sizeof b);
+	if (n != -1 || errno != EAGAIN)
+		FAIL("%s: read %zd (%s), want EAGAIN", what, n, n < 0 ? strerror(errno) : "end of file");
+}
+
+/* write_end finds the other descriptor of the channel's pipe. */
+static int write_end(int rfd)
+{
+	struct stat rs, ws;
+
+	if (fstat(rfd, &rs))
+		FAIL("fstat: %s", strerror(errno));
+	for (int fd = 0; fd < 1024; fd++)
+		if (fd != rfd && fstat(fd, &ws) == 0 && ws.st_dev == rs.st_dev && ws.st_ino == rs.st_ino)
+			return fd;
+	FAIL("no write end of the channel's pipe found");
+}
+
+static void dup_onto(struct ibv_context *c, int use_dup3)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(c);
+	int p[2], w, r;
+	char b[4] = {0};
+
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	w = write_end(ch->fd);
+	if (pipe(p))
+		FAIL("pipe: %s", strerror(errno));
+	r = use_dup3 ? dup3(p[1], w, O_CLOEXEC) : dup2(p[1], w);
+	if (r != w)
+		FAIL("dup%d onto %d: %d (%s)", use_dup3 ? 3 : 2, w, r, strerror(errno));
+	check(use_dup3 ? "channel after dup3 onto its write end" : "channel after dup2 onto its write end", ch->fd);
+	if (write(w, "abc", 3) != 3 || read(p[0], b, 3) != 3 || strcmp(b, "abc"))
+		FAIL("the program's write to %d did not reach its pipe", w);
+	if (close(w))
+		FAIL("close(%d) of the program's own descriptor: %s", w, strerror(errno));
+	check("channel after the program's close", ch->fd);
+	if (ibv_destroy_comp_channel(ch))
+		FAIL("ibv_destroy_comp_channel: %s", strerror(errno));
+	close(p[0]);
+	close(p[1]);
+}
+
+int main(void)
+{
+	struct ibv_context *c = open_first();
+
+	dup_onto(c, 0);
+	dup_onto(c, 1);
+	check("async_fd", c->async_fd);
+	if (!ibv_alloc_pd(c))
+		FAIL("ibv_alloc_pd: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}

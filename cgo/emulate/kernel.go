@@ -67,7 +67,12 @@ type kernel struct {
 
 	files  map[int]*ufile
 	events map[int]*eventFile
-	maps   map[uintptr]*mapping
+	// writeEnds are the event files' pipes' write ends the model holds
+	// open (hidden from closefrom and close_range), by number: only the
+	// file a number is listed for closes it (closeWriteFD), and a dup2
+	// onto it moves it away (moveWriteFD).
+	writeEnds map[int]*eventFile
+	maps      map[uintptr]*mapping
 	// clock is the clock info page while a context maps it.
 	clock *clockPage
 	// calls counts the commands answered, by method or command name
@@ -157,12 +162,13 @@ type mapping struct {
 func newKernel(f *sim.Fabric, devs []sysfsDevice, backing string, cdev devNumber) *kernel {
 	return &kernel{
 		fabric: f, devs: devs, backing: backing, cdev: cdev,
-		pageSize: unix.Getpagesize(),
-		files:    map[int]*ufile{},
-		events:   map[int]*eventFile{},
-		maps:     map[uintptr]*mapping{},
-		calls:    map[string]int{},
-		notices:  os.Stderr,
+		pageSize:  unix.Getpagesize(),
+		files:     map[int]*ufile{},
+		events:    map[int]*eventFile{},
+		writeEnds: map[int]*eventFile{},
+		maps:      map[uintptr]*mapping{},
+		calls:     map[string]int{},
+		notices:   os.Stderr,
 	}
 }
 
@@ -178,25 +184,69 @@ func (k *kernel) hideFD(fd int, hide bool) {
 	}
 }
 
-// closeWriteFD closes the write end of an event file's pipe that
-// takeWriteFD returned (k.mu not held) and unmarks it, with k.mu held so
-// that the mark of a pipe newEventFile makes meanwhile under the number
-// stays.
-func (k *kernel) closeWriteFD(fd int) {
+// closeWriteFD closes the write end of e's pipe that takeWriteFD
+// returned (k.mu not held) and unmarks it, with k.mu held so that the mark
+// of a pipe newEventFile makes meanwhile under the number stays. A number
+// moveWriteFD gave up (a dup2 onto it made it the program's) is left
+// alone.
+func (k *kernel) closeWriteFD(e *eventFile, fd int) {
 	if fd < 0 {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.closeWriteFDLocked(fd)
+	k.closeWriteFDLocked(e, fd)
 }
 
 // closeWriteFDLocked is closeWriteFD with k.mu held.
-func (k *kernel) closeWriteFDLocked(fd int) {
-	if fd >= 0 {
-		_ = unix.Close(fd)
-		k.hideFD(fd, false)
+func (k *kernel) closeWriteFDLocked(e *eventFile, fd int) {
+	if fd < 0 || k.writeEnds[fd] != e {
+		return
 	}
+	delete(k.writeEnds, fd)
+	_ = unix.Close(fd)
+	k.hideFD(fd, false)
+}
+
+// moveWriteFD makes way for a dup2 or dup3 onto fd, the number of an
+// event file's write end the program never saw (on a kernel it is not
+// open, and the call succeeds): the write end moves to another number,
+// and fd is no longer hidden or the model's, so that the call replaces
+// it and the model's events never reach the program's file there. It
+// reports whether fd was a write end: the caller closes fd if its dup
+// fails, as nothing else holds it then. Should the move fail (no
+// descriptor left), the file loses its write end: the events already in
+// it can be read, later ones are lost.
+func (k *kernel) moveWriteFD(fd int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, ok := k.writeEnds[fd]
+	if !ok {
+		return false
+	}
+	delete(k.writeEnds, fd)
+	e.writeMu.Lock()
+	if e.writeFD == fd {
+		// (A write end takeWriteFD took is about to be closed: the
+		// caller's dup closes it instead.)
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err == nil && nfd >= maxFD {
+			_ = unix.Close(nfd)
+			err = unix.EMFILE
+		}
+		if err != nil {
+			// The records in the pipe stay readable; later
+			// events are lost.
+			e.writeFD = -1
+		} else {
+			e.writeFD = nfd
+			k.writeEnds[nfd] = e
+			k.hideFD(nfd, true)
+		}
+	}
+	e.writeMu.Unlock()
+	k.hideFD(fd, false)
+	return true
 }
 
 func (k *kernel) mapped(addr uintptr, add bool) {
@@ -297,6 +347,7 @@ func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 	var dev provider.Device
 	var uc *ucontext
 	var writeFD = -1
+	var ev *eventFile
 	if f, ok := k.files[fd]; ok {
 		delete(k.files, fd)
 		if f.uctx != nil {
@@ -311,6 +362,7 @@ func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 		}
 	} else if e, ok := k.events[fd]; ok {
 		delete(k.events, fd)
+		ev = e
 		writeFD = e.takeWriteFD()
 	} else {
 		k.mu.Unlock()
@@ -324,7 +376,7 @@ func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 	if dev != nil {
 		_ = dev.Close()
 	}
-	k.closeWriteFD(writeFD)
+	k.closeWriteFD(ev, writeFD)
 	if !closeFD {
 		return 0
 	}
@@ -354,6 +406,7 @@ func (k *kernel) newEventFile() (*eventFile, syscall.Errno) {
 	delete(k.files, e.fd) // as in open: a stale entry for the number
 	k.events[e.fd] = e
 	k.markFD(e.fd, fdEvent)
+	k.writeEnds[e.writeFD] = e
 	k.hideFD(e.writeFD, true)
 	return e, 0
 }
@@ -363,7 +416,7 @@ func (k *kernel) dropEventFile(e *eventFile) {
 	delete(k.events, e.fd)
 	k.markFD(e.fd, 0)
 	_ = unix.Close(e.fd)
-	k.closeWriteFDLocked(e.takeWriteFD())
+	k.closeWriteFDLocked(e, e.takeWriteFD())
 }
 
 // mmap maps a UAR page of a context (the offset's MLX5_IB_MMAP_* command

@@ -257,6 +257,10 @@ func TestRegDMABufMRRefusals(t *testing.T) {
 	require.Equal(t, unix.EBADF, reg(pd, 0, 0, lw), "a descriptor that is not open")
 	dmabufFD = -1
 	require.Equal(t, unix.EBADF, reg(pd, 0, 0, lw), "descriptor -1")
+	// ib_umem_dmabuf_get checks that offset + length does not wrap
+	// before it looks the descriptor up.
+	dmabufFD = 1 << 20
+	require.Equal(t, unix.EINVAL, reg(pd, ^uint64(0)&^0xfff, 0, lw), "offset + length wraps, before the descriptor")
 	require.Zero(t, objectCount(k, fd)-2, "nothing registered")
 }
 

@@ -505,22 +505,49 @@ static void emu_dup_done(int ret, int oldfd, int newfd)
 	}
 }
 
+/* emu_dup_make_way readies a dup2 or dup3 onto an event file's hidden
+ * write end, a number the program never opened (on a kernel the dup
+ * succeeds onto a free number): the model moves its write end to another
+ * number, so that the dup replaces a descriptor nothing holds any more and
+ * no event reaches the program's file. It returns 1 if it did. */
+static int emu_dup_make_way(int oldfd, int newfd)
+{
+	return oldfd != newfd && emu_hidden_fd(newfd) && mk_emu_go_move_hidden(newfd);
+}
+
+/* emu_dup_failed closes the number emu_dup_make_way gave up when the dup
+ * failed (a bad oldfd), errno kept: nothing else holds it. */
+static void emu_dup_failed(int ret, int made_way, int newfd)
+{
+	if (ret < 0 && made_way) {
+		int saved = errno;
+
+		RESOLVE(close);
+		REAL(close)(newfd);
+		errno = saved;
+	}
+}
+
 int dup2(int oldfd, int newfd)
 {
-	int ret;
+	int ret, made_way;
 
 	RESOLVE(dup2);
+	made_way = emu_dup_make_way(oldfd, newfd);
 	ret = REAL(dup2)(oldfd, newfd);
+	emu_dup_failed(ret, made_way, newfd);
 	emu_dup_done(ret, oldfd, newfd);
 	return ret;
 }
 
 int dup3(int oldfd, int newfd, int flags)
 {
-	int ret;
+	int ret, made_way;
 
 	RESOLVE(dup3);
+	made_way = emu_dup_make_way(oldfd, newfd);
 	ret = REAL(dup3)(oldfd, newfd, flags);
+	emu_dup_failed(ret, made_way, newfd);
 	emu_dup_done(ret, oldfd, newfd);
 	return ret;
 }
