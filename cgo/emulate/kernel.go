@@ -390,7 +390,9 @@ func (k *kernel) newEventFile() (*eventFile, syscall.Errno) {
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, errnoOf(err)
 	}
-	if p[0] >= maxFD {
+	// Both ends within the interposer's tables: the write end must be
+	// marked hidden (closefrom, close_range and close leave it).
+	if p[0] >= maxFD || p[1] >= maxFD {
 		_ = unix.Close(p[0])
 		_ = unix.Close(p[1])
 		return nil, unix.EMFILE

@@ -12,7 +12,9 @@
 #include <sys/types.h>
 
 /* Descriptors the emulation can own: numbers below this bound. */
+#ifndef MK_EMU_MAX_FDS /* a build may lower it (CGO_CFLAGS=-DMK_EMU_MAX_FDS=4096) */
 #define MK_EMU_MAX_FDS 65536
+#endif
 
 /* What an emulated descriptor is (mk_emu_fd_kind). */
 enum {
