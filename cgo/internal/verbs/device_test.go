@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,10 +18,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hasRDMASubsystem reports whether the kernel exposes uverbs devices;
-// without it ibv_get_device_list has nothing to list.
+// hasRDMASubsystem reports whether uverbs devices are exposed where
+// libibverbs looks for them: under SYSFS_PATH when it is set (the emulated
+// kernel points it at its own tree under MLX5KIT_EMULATE=1), else /sys.
+// Without them ibv_get_device_list has nothing to list.
 func hasRDMASubsystem() bool {
-	_, err := os.Stat("/sys/class/infiniband_verbs")
+	sysfs := os.Getenv("SYSFS_PATH")
+	if sysfs == "" {
+		sysfs = "/sys"
+	}
+	_, err := os.Stat(filepath.Join(sysfs, "class", "infiniband_verbs"))
 	return err == nil
 }
 

@@ -114,3 +114,46 @@ func TestDCRdAtomicFollowsKernel(t *testing.T) {
 	require.Zero(t, init)
 	require.Zero(t, resp)
 }
+
+// TestDCDepthUnreportedWhenZero: libmlx5 (47 and later) sets
+// MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM whenever it is asked, but reads the
+// two depths with a DEVX QUERY_HCA_CAP at context creation and leaves them
+// 0 when that command fails (get_hca_general_caps returns early); a depth
+// it did read is 1 << log_max_ra_*_dc, never 0. A zero initiator depth is
+// therefore no report, and the DCI probe must run as without the bit.
+func TestDCDepthUnreportedWhenZero(t *testing.T) {
+	require.True(t, dcDepthUnreported(DVAttr{}), "no capability bit")
+	dv := DVAttr{CompMask: devattr.DVMaskMaxDCRdAtomic}
+	require.True(t, dcDepthUnreported(dv), "bit set, depths left 0 by a failed DEVX query")
+	dv.MaxDCRequesterRdAtomic, dv.MaxDCResponderRdAtomic = 32, 8
+	require.False(t, dcDepthUnreported(dv), "bit set with the depths read")
+}
+
+// TestDCDepthProbedWhenReportedZero runs the probe on the first mlx5
+// device (the emulated one under MLX5KIT_EMULATE=1) as a libmlx5 whose
+// DEVX query failed would describe it: the capability bit set and both DC
+// depths 0. The DC initiator depth must then be probed, not left 0 (which
+// would bound a DCI's max_rd_atomic by RC's depth only).
+func TestDCDepthProbedWhenReportedZero(t *testing.T) {
+	if why := NoDeviceReason(); why != "" {
+		t.Skip(why)
+	}
+	d, err := Open("")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	d.dv.CompMask |= devattr.DVMaskMaxDCRdAtomic
+	d.dv.MaxDCRequesterRdAtomic, d.dv.MaxDCResponderRdAtomic = 0, 0
+	attr, err := d.Query()
+	require.NoError(t, err)
+	if !attr.DC {
+		t.Skip("the device has no DC")
+	}
+	require.NotZero(t, attr.MaxDCInitRdAtomic, "DC initiator depth neither reported nor probed")
+	l, err := func() (qpstate.Limits, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.modifyLimits(int(qpstate.MaxQPRdAtomic), 1)
+	}()
+	require.NoError(t, err)
+	require.Equal(t, attr.MaxDCInitRdAtomic, l.MaxDCInitRdAtomic, "Modify's pre-check bounds a DCI by the probed depth")
+}

@@ -11,8 +11,6 @@ import (
 	"errors"
 	"syscall"
 
-	"github.com/mlx5kit/mlx5kit/internal/devattr"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
@@ -31,8 +29,9 @@ type probeResult struct {
 	maxSendWQESize uint32
 	// dcInitRdAtomic is the deepest max_rd_atomic the kernel accepts for
 	// a DCI at RTS, probed where mlx5dv_query_device does not report
-	// max_dc_init_rd_atom (rdma-core before 47); 0 where it does, where
-	// there is no DC, or where the probe could not tell.
+	// max_dc_init_rd_atom (rdma-core before 47, or a libmlx5 whose DEVX
+	// query failed: dcDepthUnreported); 0 where it does, where there is no
+	// DC, or where the probe could not tell.
 	dcInitRdAtomic uint32
 	err            error // why the probe could not run, if it could not
 }
@@ -154,7 +153,7 @@ func (d *Device) runProbe() (r probeResult) {
 	})
 	if err == nil {
 		r.dc = true
-		if !d.dv.Has(devattr.DVMaskMaxDCRdAtomic) {
+		if dcDepthUnreported(d.dv) {
 			r.dcInitRdAtomic = d.probeDCInitRdAtomic(dci)
 			d.dcInitRdAtomic = r.dcInitRdAtomic
 		}
@@ -231,4 +230,17 @@ func (d *Device) probeDCInitRdAtomic(dci *C.struct_ibv_qp) uint32 {
 		}
 	}
 	return 0
+}
+
+// dcDepthUnreported reports whether mlx5dv_query_device left DC's initiator
+// depth unknown, so that the probe must find it: without
+// MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM (rdma-core before 47), or with the bit
+// and a depth of 0. libmlx5 sets the bit whenever it is asked but reads
+// the depths once, at context creation, with a DEVX QUERY_HCA_CAP
+// (get_hca_general_caps), and leaves both 0 when that command fails (a
+// kernel or firmware without DEVX user contexts); a depth it read is
+// 1 << log_max_ra_res_dc, never 0.
+func dcDepthUnreported(dv DVAttr) bool {
+	init, _ := dcRdAtomic(dv)
+	return init == 0
 }
