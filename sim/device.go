@@ -466,23 +466,36 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 	if attr.GlobalRoute && int(attr.SGIDIndex) >= len(p.dev.h.gids) {
 		return nil, provider.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, errEINVAL)
 	}
-	av := encodeAV(p.dev.h, attr)
+	var rmac [6]byte
+	if p.dev.h.link == ctx.LinkLayerEthernet {
+		// The hardware path (cgo/internal/verbs fillAH) sends a RoCE
+		// hop limit of 0 as 64: an IP TTL of 0 would not leave the host.
+		if attr.HopLimit == 0 {
+			attr.HopLimit = 64
+		}
+		rmac = p.f.resolveRMAC(attr.DGID)
+	}
+	av := encodeAV(p.dev.h, attr, rmac)
 	return &ah{av: av}, nil
 }
 
 // encodeAV builds the path part of an address vector as rdma-core's
-// mlx5_create_ah does.
-func encodeAV(h *hca, a ctx.AddressAttr) [prm.AVSize]byte {
+// mlx5_create_ah does; rmac is the destination MAC of an Ethernet port
+// (resolveRMAC). The UDP source port of a RoCE v2 source GID is derived
+// from the flow label (ibv_flow_label_to_udp_sport); for a flow label of 0,
+// where rdma-core picks a random port, the model takes the first, 0xc000.
+// A RoCE v1 source GID leaves rlid 0, as rdma-core does.
+func encodeAV(h *hca, a ctx.AddressAttr, rmac [6]byte) [prm.AVSize]byte {
 	var av [prm.AVSize]byte
 	rate := a.StaticRate & 0xf
 	var grh uint32
 	if h.link == ctx.LinkLayerEthernet {
 		av[prm.AVStatRateSL] = rate<<4 | (a.SL&0x7)<<1
-		sport := uint16(0xc000) | uint16(a.FlowLabel^a.FlowLabel>>14)&0x3fff
-		binary.BigEndian.PutUint16(av[prm.AVRLID:], sport)
-		// The destination MAC comes from the GID in hardware (ARP/ND); the
-		// model names the HCA by its GID, so the MAC is informational.
-		copy(av[prm.AVRMAC:], h.mac[:])
+		if int(a.SGIDIndex) < len(h.gids) && h.gids[a.SGIDIndex].Type == ctx.GIDTypeRoCEv2 {
+			sport := uint16(0xc000) | uint16(a.FlowLabel^a.FlowLabel>>14)&0x3fff
+			binary.BigEndian.PutUint16(av[prm.AVRLID:], sport)
+		}
+		copy(av[prm.AVRMAC:], rmac[:])
 	} else {
 		av[prm.AVFlMLID] = a.SrcPathBits & 0x7f
 		binary.BigEndian.PutUint16(av[prm.AVRLID:], a.DLID)
