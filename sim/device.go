@@ -487,7 +487,7 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 // A RoCE v1 source GID leaves rlid 0, as rdma-core does.
 func encodeAV(h *hca, a ctx.AddressAttr, rmac [6]byte) [prm.AVSize]byte {
 	var av [prm.AVSize]byte
-	rate := a.StaticRate & 0xf
+	rate := mlx5Rate(a.StaticRate)
 	var grh uint32
 	if h.link == ctx.LinkLayerEthernet {
 		av[prm.AVStatRateSL] = rate<<4 | (a.SL&0x7)<<1
@@ -509,6 +509,28 @@ func encodeAV(h *hca, a ctx.AddressAttr, rmac [6]byte) [prm.AVSize]byte {
 		copy(av[prm.AVRGID:], a.DGID[:])
 	}
 	return av
+}
+
+// mlx5RateOf maps an ibv_rate code (the index) to the 4-bit mlx5 static
+// rate code of an address vector, as rdma-core's ah_attr_to_mlx5_rate
+// does: 2.5, 10, 30, 5, 20, 40, 60, 80 and 120 Gb/s are codes 7 to 15, a
+// rate between them the code of the next one up, and 0 (the port's rate)
+// for IBV_RATE_MAX and for rates above 120 Gb/s.
+var mlx5RateOf = [...]uint8{
+	0, 0, // IBV_RATE_MAX, 1 (no rate)
+	7, 8, 9, 10, 11, 12, 13, 14, 15, // 2.5, 10, 30, 5, 20, 40, 60, 80, 120 Gb/s
+	11, 13, 15, 0, // 14, 56, 112, 168 Gb/s
+	9, 15, 0, 0, // 25, 100, 200, 300 Gb/s
+	9, 13, 0, 0, // 28, 50, 400, 600 Gb/s (800 and 1200: past the table)
+}
+
+// mlx5Rate returns the mlx5 rate code of ibv_rate code r; 0 for a code
+// past the table.
+func mlx5Rate(r uint8) uint8 {
+	if int(r) < len(mlx5RateOf) {
+		return mlx5RateOf[r]
+	}
+	return 0
 }
 
 func (p *pd) Close() error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/addrvec"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
 // TestRoCEAddressVector checks the address vector the model's
@@ -53,5 +54,24 @@ func TestRoCEAddressVector(t *testing.T) {
 			require.Equal(t, want, ah.AV())
 			require.NoError(t, ah.Close())
 		})
+	}
+}
+
+// TestAddressVectorStaticRate checks the rate nibble of stat_rate_sl: the
+// mlx5 rate code rdma-core's ah_attr_to_mlx5_rate makes of the ibv_rate
+// code (IBV_RATE_10_GBPS, 3, is mlx5 code 8; IBV_RATE_1200_GBPS, 24, and
+// IBV_RATE_MAX, 0, are 0, the port's rate), on both link layers.
+func TestAddressVectorStaticRate(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		e := newEnv(t, Options{LinkLayer: link})
+		theirs, err := e.c2.QueryGIDs(1)
+		require.NoError(t, err)
+		for _, c := range []struct{ ibv, mlx5 uint8 }{{0, 0}, {2, 7}, {3, 8}, {7, 12}, {16, 15}, {18, 0}, {19, 9}, {20, 13}, {24, 0}} {
+			ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{DLID: 2, GlobalRoute: true, DGID: theirs[0].GID, HopLimit: 1, StaticRate: c.ibv})
+			require.NoError(t, err)
+			av := ah.AV()
+			require.Equal(t, c.mlx5, av[prm.AVStatRateSL]>>prm.AVStatRateShift, "%v: ibv_rate %d", link, c.ibv)
+			require.NoError(t, ah.Close())
+		}
 	}
 }
