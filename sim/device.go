@@ -141,6 +141,31 @@ func (h *hca) hasGID(g ctx.GID) bool {
 	return false
 }
 
+// roceFamilies refuses, with EINVAL, a path on an Ethernet port from
+// source GID index idx to the unicast destination GID dgid of another IP
+// family (one IPv4-mapped, the other not), as the kernel's
+// ib_resolve_eth_dmac does for an address handle or a connected QP's path:
+// it resolves the destination's MAC with rdma_resolve_ip, which refuses a
+// source and destination of different families. A link-local destination
+// from a RoCE v1 source GID is not resolved by IP (its MAC is in the GID),
+// nor is a multicast destination (mapped to a multicast MAC). An index
+// outside the table is left to the caller's check.
+func (h *hca) roceFamilies(idx uint8, dgid ctx.GID) error {
+	if h.link != ctx.LinkLayerEthernet || int(idx) >= len(h.gids) || dgid[0] == 0xff {
+		return nil
+	}
+	s := h.gids[idx]
+	d := netip.AddrFrom16(dgid)
+	if d.IsLinkLocalUnicast() && s.Type == ctx.GIDTypeRoCEv1 {
+		return nil
+	}
+	if netip.AddrFrom16(s.GID).Is4In6() != d.Is4In6() {
+		return fmt.Errorf("source GID %v (index %d) and destination GID %v are of different IP families (rdma_resolve_ip): %w",
+			s.GID, idx, dgid, errEINVAL)
+	}
+	return nil
+}
+
 // roceL3 returns the network header a packet sent from GID index idx
 // carries on an Ethernet port: an InfiniBand GRH for a RoCE v1 GID, for a
 // RoCE v2 GID an IPv4 header when the GID is IPv4-mapped (::ffff:a.b.c.d)
@@ -468,6 +493,9 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 	}
 	var rmac [6]byte
 	if p.dev.h.link == ctx.LinkLayerEthernet {
+		if err := p.dev.h.roceFamilies(attr.SGIDIndex, attr.DGID); err != nil {
+			return nil, provider.Errorf(op, "%w", err)
+		}
 		// The hardware path (cgo/internal/verbs fillAH) sends a RoCE
 		// hop limit of 0 as 64: an IP TTL of 0 would not leave the host.
 		if attr.HopLimit == 0 {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,6 +73,58 @@ func TestAddressVectorStaticRate(t *testing.T) {
 			av := ah.AV()
 			require.Equal(t, c.mlx5, av[prm.AVStatRateSL]>>prm.AVStatRateShift, "%v: ibv_rate %d", link, c.ibv)
 			require.NoError(t, ah.Close())
+		}
+	}
+}
+
+// TestRoCEAddressFamilies checks that an Ethernet port refuses, with
+// EINVAL, an address handle or an RC path whose source GID and unicast
+// destination GID are of different IP families (one IPv4-mapped, the other
+// not), as the kernel's ib_resolve_eth_dmac does: rdma_resolve_ip refuses
+// a source and destination address of different families. Only a
+// link-local destination from a RoCE v1 source GID skips the IP stack (its
+// MAC is in the GID); multicast destinations are mapped, not resolved.
+func TestRoCEAddressFamilies(t *testing.T) {
+	e := newEnv(t, Options{LinkLayer: ctx.LinkLayerEthernet})
+	theirs, err := e.c2.QueryGIDs(1)
+	require.NoError(t, err)
+	// The tables: 0 v1 fe80, 1 v2 fe80, 2 v1 IPv4, 3 v2 IPv4, 4 v1 IPv6, 5 v2 IPv6.
+	mcast := ctx.GID{0: 0xff, 1: 0x0e, 15: 1}
+	for _, c := range []struct {
+		sgid uint8
+		dgid ctx.GID
+		ok   bool
+	}{
+		{3, theirs[3].GID, true},
+		{5, theirs[5].GID, true},
+		{5, theirs[1].GID, true},  // IPv6 to link-local IPv6
+		{2, theirs[0].GID, true},  // RoCE v1 to link-local: the MAC is in the GID
+		{0, theirs[0].GID, true},  // RoCE v1 link-local
+		{3, mcast, true},          // multicast: mapped, not resolved
+		{3, theirs[5].GID, false}, // IPv4 to IPv6
+		{3, theirs[1].GID, false}, // RoCE v2 IPv4 to link-local IPv6: resolved by IP
+		{5, theirs[3].GID, false}, // IPv6 to IPv4
+		{4, theirs[2].GID, false}, // RoCE v1 IPv6 to IPv4
+	} {
+		ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: c.dgid, SGIDIndex: c.sgid, HopLimit: 64})
+		if c.ok {
+			require.NoError(t, err, "SGID index %d to %v", c.sgid, c.dgid)
+			require.NoError(t, ah.Close())
+		} else {
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument, "SGID index %d to %v", c.sgid, c.dgid)
+			require.ErrorIs(t, err, syscall.EINVAL)
+		}
+		if c.dgid == mcast {
+			continue
+		}
+		qp := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeRC})
+		require.NoError(t, qp.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: ctx.AccessRemoteWrite}))
+		err = qp.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: 1, PathMTU: ctx.MTU1024,
+			Path: ctx.AddressAttr{Port: 1, GlobalRoute: true, DGID: c.dgid, SGIDIndex: c.sgid, HopLimit: 64}})
+		if c.ok {
+			require.NoError(t, err, "RC: SGID index %d to %v", c.sgid, c.dgid)
+		} else {
+			require.ErrorIs(t, err, syscall.EINVAL, "RC: SGID index %d to %v", c.sgid, c.dgid)
 		}
 	}
 }
