@@ -29,7 +29,9 @@ func TestConnectAttributes(t *testing.T) {
 			// a names its GID, b leaves it to the choice.
 			gidA, gidB := uint8(0), uint8(0)
 			if link == ctx.LinkLayerEthernet {
-				gidA, gidB = 5, 3 // RoCE v2 global IPv6; RoCE v2 IPv4-mapped
+				// RoCE v1 IPv4-mapped; RoCE v2 IPv4-mapped: one IP
+				// family, as a path on RoCE needs (ib_resolve_eth_dmac).
+				gidA, gidB = 2, 3
 			}
 			a, err := rc.New(e.PD[0], e.CQ(0, 16), rc.Config{SendDepth: 4, PSN: 0x123456, SL: 1,
 				GID: ctx.GIDIndex(gidA), RemoteAccess: ctx.AccessRemoteRead, MaxRdAtomic: 4, MinRNRTimer: 5,

@@ -141,6 +141,31 @@ func (h *hca) hasGID(g ctx.GID) bool {
 	return false
 }
 
+// roceFamilies refuses, with EINVAL, a path on an Ethernet port from
+// source GID index idx to the unicast destination GID dgid of another IP
+// family (one IPv4-mapped, the other not), as the kernel's
+// ib_resolve_eth_dmac does for an address handle or a connected QP's path:
+// it resolves the destination's MAC with rdma_resolve_ip, which refuses a
+// source and destination of different families. A link-local destination
+// from a RoCE v1 source GID is not resolved by IP (its MAC is in the GID),
+// nor is a multicast destination (mapped to a multicast MAC). An index
+// outside the table is left to the caller's check.
+func (h *hca) roceFamilies(idx uint8, dgid ctx.GID) error {
+	if h.link != ctx.LinkLayerEthernet || int(idx) >= len(h.gids) || dgid[0] == 0xff {
+		return nil
+	}
+	s := h.gids[idx]
+	d := netip.AddrFrom16(dgid)
+	if d.IsLinkLocalUnicast() && s.Type == ctx.GIDTypeRoCEv1 {
+		return nil
+	}
+	if netip.AddrFrom16(s.GID).Is4In6() != d.Is4In6() {
+		return fmt.Errorf("source GID %v (index %d) and destination GID %v are of different IP families (rdma_resolve_ip): %w",
+			s.GID, idx, dgid, errEINVAL)
+	}
+	return nil
+}
+
 // roceL3 returns the network header a packet sent from GID index idx
 // carries on an Ethernet port: an InfiniBand GRH for a RoCE v1 GID, for a
 // RoCE v2 GID an IPv4 header when the GID is IPv4-mapped (::ffff:a.b.c.d)
@@ -466,23 +491,39 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 	if attr.GlobalRoute && int(attr.SGIDIndex) >= len(p.dev.h.gids) {
 		return nil, provider.Errorf(op, "SGID index %d: %w", attr.SGIDIndex, errEINVAL)
 	}
-	av := encodeAV(p.dev.h, attr)
+	var rmac [6]byte
+	if p.dev.h.link == ctx.LinkLayerEthernet {
+		if err := p.dev.h.roceFamilies(attr.SGIDIndex, attr.DGID); err != nil {
+			return nil, provider.Errorf(op, "%w", err)
+		}
+		// The hardware path (cgo/internal/verbs fillAH) sends a RoCE
+		// hop limit of 0 as 64: an IP TTL of 0 would not leave the host.
+		if attr.HopLimit == 0 {
+			attr.HopLimit = 64
+		}
+		rmac = p.f.resolveRMAC(attr.DGID)
+	}
+	av := encodeAV(p.dev.h, attr, rmac)
 	return &ah{av: av}, nil
 }
 
 // encodeAV builds the path part of an address vector as rdma-core's
-// mlx5_create_ah does.
-func encodeAV(h *hca, a ctx.AddressAttr) [prm.AVSize]byte {
+// mlx5_create_ah does; rmac is the destination MAC of an Ethernet port
+// (resolveRMAC). The UDP source port of a RoCE v2 source GID is derived
+// from the flow label (ibv_flow_label_to_udp_sport); for a flow label of 0,
+// where rdma-core picks a random port, the model takes the first, 0xc000.
+// A RoCE v1 source GID leaves rlid 0, as rdma-core does.
+func encodeAV(h *hca, a ctx.AddressAttr, rmac [6]byte) [prm.AVSize]byte {
 	var av [prm.AVSize]byte
-	rate := a.StaticRate & 0xf
+	rate := mlx5Rate(a.StaticRate)
 	var grh uint32
 	if h.link == ctx.LinkLayerEthernet {
 		av[prm.AVStatRateSL] = rate<<4 | (a.SL&0x7)<<1
-		sport := uint16(0xc000) | uint16(a.FlowLabel^a.FlowLabel>>14)&0x3fff
-		binary.BigEndian.PutUint16(av[prm.AVRLID:], sport)
-		// The destination MAC comes from the GID in hardware (ARP/ND); the
-		// model names the HCA by its GID, so the MAC is informational.
-		copy(av[prm.AVRMAC:], h.mac[:])
+		if int(a.SGIDIndex) < len(h.gids) && h.gids[a.SGIDIndex].Type == ctx.GIDTypeRoCEv2 {
+			sport := uint16(0xc000) | uint16(a.FlowLabel^a.FlowLabel>>14)&0x3fff
+			binary.BigEndian.PutUint16(av[prm.AVRLID:], sport)
+		}
+		copy(av[prm.AVRMAC:], rmac[:])
 	} else {
 		av[prm.AVFlMLID] = a.SrcPathBits & 0x7f
 		binary.BigEndian.PutUint16(av[prm.AVRLID:], a.DLID)
@@ -496,6 +537,28 @@ func encodeAV(h *hca, a ctx.AddressAttr) [prm.AVSize]byte {
 		copy(av[prm.AVRGID:], a.DGID[:])
 	}
 	return av
+}
+
+// mlx5RateOf maps an ibv_rate code (the index) to the 4-bit mlx5 static
+// rate code of an address vector, as rdma-core's ah_attr_to_mlx5_rate
+// does: 2.5, 10, 30, 5, 20, 40, 60, 80 and 120 Gb/s are codes 7 to 15, a
+// rate between them the code of the next one up, and 0 (the port's rate)
+// for IBV_RATE_MAX and for rates above 120 Gb/s.
+var mlx5RateOf = [...]uint8{
+	0, 0, // IBV_RATE_MAX, 1 (no rate)
+	7, 8, 9, 10, 11, 12, 13, 14, 15, // 2.5, 10, 30, 5, 20, 40, 60, 80, 120 Gb/s
+	11, 13, 15, 0, // 14, 56, 112, 168 Gb/s
+	9, 15, 0, 0, // 25, 100, 200, 300 Gb/s
+	9, 13, 0, 0, // 28, 50, 400, 600 Gb/s (800 and 1200: past the table)
+}
+
+// mlx5Rate returns the mlx5 rate code of ibv_rate code r; 0 for a code
+// past the table.
+func mlx5Rate(r uint8) uint8 {
+	if int(r) < len(mlx5RateOf) {
+		return mlx5RateOf[r]
+	}
+	return 0
 }
 
 func (p *pd) Close() error {

@@ -19,7 +19,9 @@ import (
 func (e *env) attrBase(typ ctx.QPType, to ctx.QPState, ll ctx.LinkLayer) ctx.QPAttr {
 	a := e.transitionAttr(typ, to)
 	if to == ctx.QPStateRTR && ll == ctx.LinkLayerEthernet && (typ == ctx.QPTypeRC || typ == ctx.QPTypeDCT) {
-		a.Path.GlobalRoute, a.Path.SGIDIndex, a.Path.HopLimit = true, 3, 64
+		// RoCE v2 from the global IPv6 GID to a link-local one: one IP
+		// family, as ib_resolve_eth_dmac needs.
+		a.Path.GlobalRoute, a.Path.SGIDIndex, a.Path.HopLimit = true, 5, 64
 		a.Path.DGID[0], a.Path.DGID[1] = 0xfe, 0x80
 	}
 	return a

@@ -627,6 +627,13 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 		// model does, and none beyond the port's.
 		return bad("path MTU %v", a.PathMTU)
 	}
+	if mask&qpstate.AV != 0 && q.typ == ctx.QPTypeRC && a.Path.GlobalRoute {
+		// _ib_modify_qp resolves the destination MAC of a connected
+		// QP's path on RoCE (ib_resolve_eth_dmac).
+		if err := q.dev.h.roceFamilies(a.Path.SGIDIndex, a.Path.DGID); err != nil {
+			return provider.Errorf(op, "%w", err)
+		}
+	}
 	if mask&qpstate.DestQPN != 0 && a.RemoteQPN > prm.CtrlQPNMask {
 		// __mlx5_ib_modify_qp writes dest_qp_num into a 24-bit field
 		// unchecked (0 too: what the firmware makes of QPN 0 is not

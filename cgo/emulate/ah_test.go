@@ -70,7 +70,7 @@ func TestKernelAddressHandles(t *testing.T) {
 	want, ok := k.fabric.PortMAC(k.devs[1].Name())
 	require.True(t, ok)
 	room := (mlx5CreateAHResp + 3) / 4 * 4
-	base := ahReq{pd: pd, port: 1, global: true, dgid: gids[3].GID, udataOut: room}
+	base := ahReq{pd: pd, port: 1, global: true, dgid: gids[3].GID, sgidIndex: 3, udataOut: room}
 
 	h, dmac, n, en := createAHCmd(k, a, fd, base)
 	require.Zero(t, en)
@@ -100,6 +100,11 @@ func TestKernelAddressHandles(t *testing.T) {
 		{"port 2", func(r *ahReq) { r.port = 2 }, unix.EINVAL},
 		{"unknown PD", func(r *ahReq) { r.pd = 0xdead }, unix.EINVAL},
 		{"SGID index outside the table", func(r *ahReq) { r.sgidIndex = uint8(len(gids)) }, unix.EINVAL},
+		// ib_resolve_eth_dmac: rdma_resolve_ip refuses addresses of
+		// two families; a RoCE v2 link-local destination is resolved
+		// by IP too.
+		{"IPv6 source, IPv4 destination", func(r *ahReq) { r.sgidIndex = 5 }, unix.EINVAL},
+		{"IPv4 source, link-local destination", func(r *ahReq) { r.dgid = gids[1].GID }, unix.EINVAL},
 		{"no neighbour", func(r *ahReq) { r.dgid = ctx.GID{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 99, 15: 99} }, unix.ETIMEDOUT},
 		{"no room for the MAC", func(r *ahReq) { r.udataOut = 4 }, unix.EINVAL},
 		// The room is looked at after the address is resolved, as

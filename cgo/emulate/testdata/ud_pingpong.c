@@ -146,6 +146,9 @@ int main(void)
 		unknown.raw[15] = 99;
 		nograh.is_global = 1;
 		nograh.grh.dgid = unknown;
+		/* From the RoCE v2 IPv4-mapped GID: one IP family, which the
+		 * kernel's neighbour resolution needs before it asks. */
+		nograh.grh.sgid_index = 3;
 		nograh.grh.hop_limit = 1;
 		errno = 0;
 		if (ibv_create_ah(pd, &nograh))

@@ -23,6 +23,11 @@ struct pv {
 	struct ibv_ah *ah;
 	char *buf;
 	struct ibv_port_attr port;
+	// The GID the side sends from: on RoCE index 3, the RoCE v2
+	// IPv4-mapped entry of the model's table, which the kit's end
+	// chooses too (a path needs one IP family at both ends); index 0 on
+	// InfiniBand.
+	int gid_index;
 	union ibv_gid gid;
 };
 
@@ -41,7 +46,10 @@ static int pv_open(struct pv *p, const char *name, int qpt, size_t len)
 	ibv_free_device_list(list);
 	if (!p->ctx)
 		return ret;
-	if (ibv_query_port(p->ctx, 1, &p->port) || ibv_query_gid(p->ctx, 1, 0, &p->gid))
+	if (ibv_query_port(p->ctx, 1, &p->port))
+		return EIO;
+	p->gid_index = p->port.link_layer == IBV_LINK_LAYER_ETHERNET ? 3 : 0;
+	if (ibv_query_gid(p->ctx, 1, p->gid_index, &p->gid))
 		return EIO;
 	p->pd = ibv_alloc_pd(p->ctx);
 	p->cq = ibv_create_cq(p->ctx, 64, NULL, NULL, 0);
@@ -69,6 +77,7 @@ static void pv_path(struct pv *p, struct ibv_ah_attr *ah, uint16_t dlid, const u
 	if (p->port.link_layer == IBV_LINK_LAYER_ETHERNET) {
 		ah->is_global = 1;
 		memcpy(ah->grh.dgid.raw, dgid, 16);
+		ah->grh.sgid_index = p->gid_index;
 		ah->grh.hop_limit = 64;
 	}
 }
