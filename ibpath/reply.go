@@ -114,8 +114,11 @@ func fromCompletion(c receipt, grh []byte, local Path) (Path, transport.GRH, err
 // ctx.Context.QueryGIDs), a RoCE v2 entry for a RoCE v2 header (IPv4, or
 // IPv6 with next header UDP), a RoCE v1 or InfiniBand entry for a GRH, as
 // rdma-core's ibv_init_ah_from_wc does (an entry of unknown type matches
-// either); with a nil table local.SGIDIndex is kept. The hop limit is 255
-// and the reply uses the packet's path bits, as ibv_init_ah_from_wc does.
+// either); with a nil table local.SGIDIndex is kept. The reply uses the
+// packet's path bits, as ibv_init_ah_from_wc does. Its hop limit is 255,
+// where ibv_init_ah_from_wc copies the hop limit (or IPv4 TTL) the
+// datagram arrived with: a reply routed back over more hops than were left
+// to the request still arrives.
 func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, error) {
 	r := receiptOf(c)
 	req, g, err := fromCompletion(r, grh, local)
