@@ -181,3 +181,25 @@ func TestAsyncEventsBounded(t *testing.T) {
 	require.Len(t, evs, 1)
 	require.Equal(t, uint64(extra), e.f.Stats().LostEvents)
 }
+
+// TestDeviceFatalRaisesNoLastWQEReached: a fatal device error moves every
+// QP of the HCA to error, a QP on an SRQ too, but raises DEVICE_FATAL
+// alone: the firmware is gone, and mlx5_ib's handling of the internal
+// error (mlx5_ib_handle_internal_error) only runs the CQs' completion
+// handlers; no QP event reaches the program. The model used to raise
+// QP_LAST_WQE_REACHED for each such QP, before DEVICE_FATAL.
+func TestDeviceFatalRaisesNoLastWQEReached(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	require.NoError(t, e.f.FailDevice("sim1"))
+	evs := readEvents(t, e.c2)
+	require.Len(t, evs, 1, "%v", evs)
+	require.Equal(t, ctx.EventDeviceFatal, evs[0].Type)
+	require.Equal(t, ctx.QPStateError, qpState(t, b))
+	// The move to error the program then asks for (allowed while the
+	// device is failed) raises nothing either: the QP is in error.
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Empty(t, readEvents(t, e.c2))
+}
