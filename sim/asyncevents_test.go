@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -201,5 +202,46 @@ func TestDeviceFatalRaisesNoLastWQEReached(t *testing.T) {
 	// The move to error the program then asks for (allowed while the
 	// device is failed) raises nothing either: the QP is in error.
 	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Empty(t, readEvents(t, e.c2))
+}
+
+// TestDestroyTakesUnreadEvents: destroying a QP, SRQ or CQ takes its
+// unread async events out of the device's queue, as the kernel's
+// ib_uverbs_release_uevent takes them out of the async event file when
+// ibv_destroy_qp, _srq or _cq runs: a program never reads an event of an
+// object it destroyed (whose number a new object may have by then). The
+// events of other objects stay, in order. The model used to keep them.
+func TestDestroyTakesUnreadEvents(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	keep := e.newSRQ(e.pd2, 7, 1)
+	cq := e.newCQ(e.c2, 8, prm.CQE64Size)
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	b2 := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	for _, q := range []*testQP{b, b2} {
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	}
+	e.f.mu.Lock()
+	d := e.f.qpByNum(b.qp.QPN()).dev
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventSRQLimitReached, SRQN: srq.srq.SRQN()})
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventSRQLimitReached, SRQN: keep.srq.SRQN()})
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventCQError, CQN: cq.cq.CQN()})
+	e.f.mu.Unlock()
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.NoError(t, b2.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+
+	require.NoError(t, b.qp.Close())
+	require.NoError(t, cq.cq.Close())
+	require.NoError(t, b2.qp.Close())
+	require.NoError(t, srq.srq.Close())
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventSRQLimitReached, SRQN: keep.srq.SRQN()}}, readEvents(t, e.c2))
+
+	// With every event taken, the descriptor is not readable.
+	e.f.mu.Lock()
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventSRQLimitReached, SRQN: keep.srq.SRQN()})
+	e.f.mu.Unlock()
+	require.NoError(t, keep.srq.Close())
+	n, err := unix.Read(d.evfd, make([]byte, 8))
+	require.ErrorIs(t, err, unix.EAGAIN, "read %d", n)
 	require.Empty(t, readEvents(t, e.c2))
 }
