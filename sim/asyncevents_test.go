@@ -245,3 +245,18 @@ func TestDestroyTakesUnreadEvents(t *testing.T) {
 	require.ErrorIs(t, err, unix.EAGAIN, "read %d", n)
 	require.Empty(t, readEvents(t, e.c2))
 }
+
+// TestDCIOnSRQRaisesNoLastWQEReached: a DCI created on an SRQ through the
+// provider (ctx.ProtectionDomain.CreateQueuePair, as create_dci takes one)
+// receives nothing through it and raises no QP_LAST_WQE_REACHED when it
+// enters error, as the emulated kernel's DCI on an SRQ raises none
+// (docs/hardware.md, "Async events on the emulated kernel"). It used to
+// raise one.
+func TestDCIOnSRQRaisesNoLastWQEReached(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	dci := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeDCI, srq: srq})
+	require.NoError(t, dci.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1}))
+	require.NoError(t, dci.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Empty(t, readEvents(t, e.c2))
+}
