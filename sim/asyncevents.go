@@ -53,9 +53,11 @@ func (s *srq) checkLimit() {
 // lastWQEReached raises EventQPLastWQEReached for a QP that receives
 // through an SRQ and has just entered the error state: it takes no more
 // WQEs from the SRQ (f.mu held). A DCT is not a QP the verbs see go to
-// error, and raises none.
+// error, and raises none; nor does a DCI created on an SRQ, which receives
+// nothing through it (as on the emulated kernel, which does not give the
+// model a DCI's SRQ).
 func (q *qp) lastWQEReached() {
-	if q.srq == nil || q.typ == ctx.QPTypeDCT {
+	if q.srq == nil || q.typ == ctx.QPTypeDCT || q.typ == ctx.QPTypeDCI {
 		return
 	}
 	q.dev.postEvent(ctx.AsyncEvent{Type: ctx.EventQPLastWQEReached, QPN: q.qpn})

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -180,4 +181,82 @@ func TestAsyncEventsBounded(t *testing.T) {
 	evs = readEvents(t, e.c2)
 	require.Len(t, evs, 1)
 	require.Equal(t, uint64(extra), e.f.Stats().LostEvents)
+}
+
+// TestDeviceFatalRaisesNoLastWQEReached: a fatal device error moves every
+// QP of the HCA to error, a QP on an SRQ too, but raises DEVICE_FATAL
+// alone: the firmware is gone, and mlx5_ib's handling of the internal
+// error (mlx5_ib_handle_internal_error) only runs the CQs' completion
+// handlers; no QP event reaches the program. The model used to raise
+// QP_LAST_WQE_REACHED for each such QP, before DEVICE_FATAL.
+func TestDeviceFatalRaisesNoLastWQEReached(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	require.NoError(t, e.f.FailDevice("sim1"))
+	evs := readEvents(t, e.c2)
+	require.Len(t, evs, 1, "%v", evs)
+	require.Equal(t, ctx.EventDeviceFatal, evs[0].Type)
+	require.Equal(t, ctx.QPStateError, qpState(t, b))
+	// The move to error the program then asks for (allowed while the
+	// device is failed) raises nothing either: the QP is in error.
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Empty(t, readEvents(t, e.c2))
+}
+
+// TestDestroyTakesUnreadEvents: destroying a QP, SRQ or CQ takes its
+// unread async events out of the device's queue, as the kernel's
+// ib_uverbs_release_uevent takes them out of the async event file when
+// ibv_destroy_qp, _srq or _cq runs: a program never reads an event of an
+// object it destroyed (whose number a new object may have by then). The
+// events of other objects stay, in order. The model used to keep them.
+func TestDestroyTakesUnreadEvents(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	keep := e.newSRQ(e.pd2, 7, 1)
+	cq := e.newCQ(e.c2, 8, prm.CQE64Size)
+	b := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	b2 := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeRC, srq: srq})
+	for _, q := range []*testQP{b, b2} {
+		require.NoError(t, q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
+	}
+	e.f.mu.Lock()
+	d := e.f.qpByNum(b.qp.QPN()).dev
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventSRQLimitReached, SRQN: srq.srq.SRQN()})
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventSRQLimitReached, SRQN: keep.srq.SRQN()})
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventCQError, CQN: cq.cq.CQN()})
+	e.f.mu.Unlock()
+	require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.NoError(t, b2.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+
+	require.NoError(t, b.qp.Close())
+	require.NoError(t, cq.cq.Close())
+	require.NoError(t, b2.qp.Close())
+	require.NoError(t, srq.srq.Close())
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventSRQLimitReached, SRQN: keep.srq.SRQN()}}, readEvents(t, e.c2))
+
+	// With every event taken, the descriptor is not readable.
+	e.f.mu.Lock()
+	d.postEvent(ctx.AsyncEvent{Type: ctx.EventSRQLimitReached, SRQN: keep.srq.SRQN()})
+	e.f.mu.Unlock()
+	require.NoError(t, keep.srq.Close())
+	n, err := unix.Read(d.evfd, make([]byte, 8))
+	require.ErrorIs(t, err, unix.EAGAIN, "read %d", n)
+	require.Empty(t, readEvents(t, e.c2))
+}
+
+// TestDCIOnSRQRaisesNoLastWQEReached: a DCI created on an SRQ through the
+// provider (ctx.ProtectionDomain.CreateQueuePair, as create_dci takes one)
+// receives nothing through it and raises no QP_LAST_WQE_REACHED when it
+// enters error, as the emulated kernel's DCI on an SRQ raises none
+// (docs/hardware.md, "Async events on the emulated kernel"). It used to
+// raise one.
+func TestDCIOnSRQRaisesNoLastWQEReached(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	dci := e.newQP(e.pd2, qpOpts{typ: ctx.QPTypeDCI, srq: srq})
+	require.NoError(t, dci.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1}))
+	require.NoError(t, dci.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Empty(t, readEvents(t, e.c2))
 }

@@ -373,6 +373,54 @@ func (d *device) postEvent(ev ctx.AsyncEvent) {
 	_, _ = unix.Write(d.evfd, b[:])
 }
 
+// dropEventsOf takes the unread async events of an object being destroyed
+// out of the device's queue (f.mu held), as the kernel's
+// ib_uverbs_release_uevent takes them out of the async event file when
+// ibv_destroy_qp, _cq or _srq runs: no event of a destroyed object is
+// read afterwards, and none of a new object that reuses its number
+// (TestDestroyTakesUnreadEvents). match selects the object's events.
+func (d *device) dropEventsOf(match func(ev *ctx.AsyncEvent) bool) {
+	if d.closed || len(d.events) == 0 {
+		return
+	}
+	kept := d.events[:0]
+	for i := range d.events {
+		if !match(&d.events[i]) {
+			kept = append(kept, d.events[i])
+		}
+	}
+	if len(kept) == len(d.events) {
+		return
+	}
+	clear(d.events[len(kept):])
+	d.events = kept
+	if len(kept) == 0 {
+		// Nothing to read: the descriptor is not readable any more.
+		var b [8]byte
+		_, _ = unix.Read(d.evfd, b[:])
+	}
+}
+
+// qpEvent, cqEvent and srqEvent report whether ev is an event of the QP,
+// CQ or SRQ numbered n (the object AsyncEvent names for its type).
+func qpEvent(ev *ctx.AsyncEvent, n uint32) bool {
+	switch ev.Type {
+	case ctx.EventCQError, ctx.EventSRQLimitReached, ctx.EventSRQError, ctx.EventPortActive,
+		ctx.EventPortError, ctx.EventLIDChange, ctx.EventPKeyChange, ctx.EventSMChange,
+		ctx.EventClientReregister, ctx.EventGIDChange, ctx.EventDeviceFatal, ctx.EventWQFatal:
+		return false
+	}
+	return ev.QPN == n
+}
+
+func cqEvent(ev *ctx.AsyncEvent, n uint32) bool {
+	return ev.Type == ctx.EventCQError && ev.CQN == n
+}
+
+func srqEvent(ev *ctx.AsyncEvent, n uint32) bool {
+	return (ev.Type == ctx.EventSRQLimitReached || ev.Type == ctx.EventSRQError) && ev.SRQN == n
+}
+
 func (d *device) AllocProtectionDomain() (provider.ProtectionDomain, error) {
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()

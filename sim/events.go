@@ -138,9 +138,14 @@ func (f *Fabric) FailDevice(dev string) error {
 		return nil
 	}
 	h.fatal = true
+	// Every QP moves to error and raises nothing, a QP on an SRQ no
+	// QP_LAST_WQE_REACHED either: mlx5_ib's handling of the internal
+	// error (mlx5_ib_handle_internal_error) runs the CQs' completion
+	// handlers and dispatches DEVICE_FATAL, and the firmware raises no
+	// event any more.
 	for _, q := range f.qpList {
 		if q.dev.h == h {
-			f.qpErrorLocked(q, "fatal device error")
+			q.enterError()
 		}
 	}
 	for _, d := range h.open {

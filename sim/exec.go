@@ -137,16 +137,26 @@ func (f *Fabric) flush(q *qp) bool {
 }
 
 // qpErrorLocked moves a QP to the error state; its outstanding WQEs flush
-// on its next turn.
+// on its next turn. A QP on an SRQ raises QP_LAST_WQE_REACHED.
 func (f *Fabric) qpErrorLocked(q *qp, why string) {
 	_ = why
+	if q.enterError() {
+		q.lastWQEReached()
+	}
+}
+
+// enterError moves q to the error state and reports whether it was in
+// another, without raising an event: what a fatal device error does to
+// every QP of the HCA (FailDevice), where the firmware raises nothing
+// more and mlx5_ib passes on DEVICE_FATAL alone (f.mu held).
+func (q *qp) enterError() bool {
 	if q.state == ctx.QPStateError {
-		return
+		return false
 	}
 	q.state = ctx.QPStateError
 	q.commEst = false
 	q.blockedUntil, q.udWaitSince = 0, 0
-	q.lastWQEReached()
+	return true
 }
 
 // qpFatal moves a QP to error and raises a QP fatal async event.

@@ -177,13 +177,20 @@ func TestZeroProtectionDomainRefused(t *testing.T) {
 // A SharedReceiveQueue not made by NewSharedReceiveQueue (a zero value) is
 // refused by the constructors that take one, with ctx.ErrInvalidArgument,
 // and reports itself closed; they asked its nil handle whether it was
-// closed and panicked.
+// closed and panicked. WatchEvents refuses it as Queue.WatchEvents refuses
+// a zero Queue, and RingRecvDoorbell does nothing, as on a closed SRQ;
+// both dereferenced the nil handle and panicked.
 func TestZeroSharedReceiveQueueRefused(t *testing.T) {
 	e := transporttest.New(t, sim.Options{})
 	pd, cq := e.PD[0], e.CQ(0, 8)
 	var srq transport.SharedReceiveQueue
 	require.True(t, srq.Closed())
 	require.NoError(t, srq.Close())
+	require.NotPanics(t, func() {
+		_, err := srq.WatchEvents(func(ctx.AsyncEvent) {})
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		srq.RingRecvDoorbell()
+	})
 	require.Zero(t, srq.SRQN())
 	require.Zero(t, srq.MaxSGE())
 	require.Zero(t, srq.Outstanding())

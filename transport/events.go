@@ -25,8 +25,15 @@ func (q *Queue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, er
 // receive queue (SRQ_LIMIT_REACHED, SRQ_ERR), as Queue.WatchEvents does for
 // a queue pair.
 func (s *SharedReceiveQueue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {
+	if s.srq == nil {
+		return nil, errZeroSRQ
+	}
 	return watch(s.srq.ProtectionDomain().Context(), ctx.EventFilter{SRQNs: []uint32{s.SRQN()}}, fn)
 }
+
+// errZeroSRQ is the error of a SharedReceiveQueue not made by
+// NewSharedReceiveQueue.
+var errZeroSRQ = &ctx.OpError{Package: "transport", Op: "watch events", Err: fmt.Errorf("SRQ not made by NewSharedReceiveQueue: %w", ctx.ErrInvalidArgument)}
 
 // watch subscribes fn to the events of c that f selects.
 func watch(c *ctx.Context, f ctx.EventFilter, fn func(ctx.AsyncEvent)) (*ctx.EventSubscription, error) {

@@ -137,7 +137,7 @@ func (s *SharedReceiveQueue) PostRecv(wrid uint64, addr uint64, length, lkey uin
 // RingRecvDoorbell publishes the receive WQEs finished since the last
 // doorbell.
 func (s *SharedReceiveQueue) RingRecvDoorbell() {
-	if s.srq.Closed() {
+	if s.Closed() {
 		return
 	}
 	s.ring.ringDoorbell()
