@@ -2,6 +2,7 @@ package ctx
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -30,7 +31,8 @@ type BufferOptions struct {
 // Buffer is page-aligned memory from mmap, outside the Go heap, suitable for
 // registration and for rings the device (or the software HCA) accesses.
 //
-// A memory region registered on a buffer keeps its memory mapped: Close
+// A memory region registered on a buffer (on each of the buffers it
+// overlaps, when it spans neighbouring ones) keeps its memory mapped: Close
 // while regions on it are open ends the buffer for its owner at once
 // (Bytes and Pointer return nil, RegisterBuffer refuses it) and unmaps it
 // when the last of those regions is closed, as a device keeps registered
@@ -48,7 +50,7 @@ type Buffer struct {
 	data    []byte
 	huge    bool
 	closed  bool // closed by its owner
-	// regions counts the open memory regions that lie in data; guarded by
+	// regions counts the open memory regions that overlap data; guarded by
 	// liveBuffers.mu. The mapping goes when closed and regions is 0.
 	regions int
 }
@@ -80,30 +82,45 @@ func (b *Buffer) track() *Buffer {
 	return b
 }
 
-// holdBufferOf finds the mapped buffer that holds all of [addr, addr+n) and
-// counts one more region on it; it returns nil when the range lies in no
-// buffer (other mmap'd memory).
-func holdBufferOf(addr unsafe.Pointer, n uint64) *Buffer {
+// holdBuffersOf finds the mapped buffers that [addr, addr+n) overlaps and
+// counts one more region on each; it returns none when the range lies in
+// no buffer (other mmap'd memory). A range may span buffers that lie next
+// to each other in the address space, or reach from a buffer into other
+// mapped memory: every buffer it touches stays mapped for the region.
+func holdBuffersOf(addr unsafe.Pointer, n uint64) []*Buffer {
 	liveBuffers.mu.Lock()
 	defer liveBuffers.mu.Unlock()
 	a := uintptr(addr)
-	// The last buffer that starts at or before a.
-	i, found := searchBuffers(a)
-	if !found {
-		i--
+	end := a + uintptr(n)
+	if end < a { // wraps: the provider refuses it
+		end = ^uintptr(0)
 	}
-	if i < 0 {
-		return nil
+	// The buffers that start before end, from the last back to the first
+	// that ends after a (buffers do not overlap, so the ends are sorted
+	// too).
+	i, _ := searchBuffers(end)
+	var held []*Buffer
+	for i--; i >= 0; i-- {
+		b := liveBuffers.byAt[i]
+		if b.start()+uintptr(len(b.data)) <= a {
+			break
+		}
+		b.regions++
+		held = append(held, b)
 	}
-	b := liveBuffers.byAt[i]
-	if n > uint64(len(b.data)) || a-b.start() > uintptr(len(b.data))-uintptr(n) {
-		return nil
-	}
-	b.regions++
-	return b
+	return held
 }
 
-// releaseRegion is the closing of a region that holdBufferOf counted: the
+// releaseRegions is releaseRegion of each buffer holdBuffersOf held.
+func releaseRegions(held []*Buffer) error {
+	var errs []error
+	for _, b := range held {
+		errs = append(errs, b.releaseRegion())
+	}
+	return errors.Join(errs...)
+}
+
+// releaseRegion is the closing of a region that holdBuffersOf counted: the
 // last one unmaps a buffer its owner has closed.
 func (b *Buffer) releaseRegion() error {
 	liveBuffers.mu.Lock()

@@ -93,7 +93,8 @@ func TestBufferClosedBeforeContext(t *testing.T) {
 }
 
 // A buffer with no region open unmaps at Close; a region on memory that no
-// Buffer owns, or over two neighbouring buffers, holds neither of them.
+// Buffer owns holds none. (A region over two neighbouring buffers holds
+// both: TestBufferRegionSpanningBuffers.)
 func TestBufferCloseWithoutRegions(t *testing.T) {
 	_, c := openFake(t)
 	defer c.Close()
@@ -114,25 +115,61 @@ func TestBufferCloseWithoutRegions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rawMR.Close())
 	require.NoError(t, unix.Munmap(raw))
+}
 
-	// Two buffers and a region that starts in the first: it lies in no
-	// single buffer, so it holds neither.
-	x, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
-	require.NoError(t, err)
-	y, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
-	require.NoError(t, err)
-	lo, hi := x, y
-	if uintptr(y.Pointer()) < uintptr(x.Pointer()) {
-		lo, hi = y, x
-	}
-	if uintptr(lo.Pointer())+4096 == uintptr(hi.Pointer()) {
-		span, err := pd.RegisterMemory(unsafe.Slice((*byte)(lo.Pointer()), 8192), ctx.AccessLocalWrite)
+// adjacentBuffers allocates one-page buffers until two lie next to each
+// other in the address space (mmap places them so on Linux), lower first;
+// it skips the test when none do.
+func adjacentBuffers(t *testing.T) (lo, hi *ctx.Buffer) {
+	t.Helper()
+	var all []*ctx.Buffer
+	defer func() {
+		for _, b := range all {
+			if b != lo && b != hi {
+				require.NoError(t, b.Close())
+			}
+		}
+	}()
+	for range 16 {
+		b, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
 		require.NoError(t, err)
-		require.NoError(t, lo.Close())
-		require.False(t, ctx.BufferMapped(lo), "a region over two buffers holds neither")
-		require.NoError(t, span.Close())
-	} else {
-		require.NoError(t, lo.Close())
+		for _, x := range all {
+			switch uintptr(x.Pointer()) {
+			case uintptr(b.Pointer()) + 4096:
+				lo, hi = b, x
+			case uintptr(b.Pointer()) - 4096:
+				lo, hi = x, b
+			}
+		}
+		all = append(all, b)
+		if lo != nil {
+			return lo, hi
+		}
 	}
+	t.Skip("no two buffers next to each other")
+	return nil, nil
+}
+
+// A region over two buffers that lie next to each other keeps both mapped
+// until it is closed, as a region inside one buffer keeps its buffer:
+// before, neither was held (the range lay in no one buffer), and closing
+// both unmapped the memory under the open region.
+func TestBufferRegionSpanningBuffers(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	lo, hi := adjacentBuffers(t)
+	mr, err := pd.RegisterMemory(unsafe.Slice((*byte)(lo.Pointer()), 2*4096), ctx.AccessLocalWrite)
+	require.NoError(t, err)
+
+	require.NoError(t, lo.Close())
 	require.NoError(t, hi.Close())
+	require.True(t, ctx.BufferMapped(lo), "lower buffer unmapped under an open region")
+	require.True(t, ctx.BufferMapped(hi), "upper buffer unmapped under an open region")
+	mr.Bytes()[0], mr.Bytes()[2*4096-1] = 1, 2 // would fault if unmapped
+
+	require.NoError(t, mr.Close())
+	require.False(t, ctx.BufferMapped(lo), "unmapped with the region")
+	require.False(t, ctx.BufferMapped(hi), "unmapped with the region")
 }

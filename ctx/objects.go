@@ -67,25 +67,25 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
-	// The buffer the memory lies in is held before the provider looks at
+	// The buffers the memory lies in are held before the provider looks at
 	// the memory: a Close of the buffer on another goroutine meanwhile then
 	// leaves it mapped for the region, instead of unmapping it between the
 	// provider's check and the hold (a region over unmapped memory, or
 	// memory mapped again for something else, that the device writes).
-	b := holdBufferOf(addr, n)
+	held := holdBuffersOf(addr, n)
 	x, err := pd.h.RegisterMemory(addr, n, access)
 	if err != nil {
-		if b != nil {
-			err = errors.Join(err, b.releaseRegion())
+		if held != nil {
+			err = errors.Join(err, releaseRegions(held))
 		}
 		return nil, opErr(op, err)
 	}
 	h := x.(mrHandle)
 	mr := &MemoryRegion{pd: pd, h: h, addr: addr, length: n, access: access, lkey: h.LKey(), rkey: h.RKey()}
 	release := h.Close
-	if b != nil {
-		// The buffer stays mapped until the region is deregistered.
-		release = func() error { return errors.Join(h.Close(), b.releaseRegion()) }
+	if held != nil {
+		// The buffers stay mapped until the region is deregistered.
+		release = func() error { return errors.Join(h.Close(), releaseRegions(held)) }
 	}
 	mr.node.init(pd.t, rankMemoryRegion, release, &pd.node)
 	return mr, nil
