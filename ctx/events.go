@@ -80,8 +80,16 @@ var routers sync.Map // *Context → *EventRouter
 const eventIdle = 20 * time.Millisecond
 
 // EventRouter returns the Context's event router, starting it on the
-// first call. It fails with ErrClosed on a closed Context.
+// first call. It fails with ErrClosed on a closed Context, and with
+// ErrInvalidArgument on a nil or zero Context (not made by Open).
 func (c *Context) EventRouter() (*EventRouter, error) {
+	const op = "event router"
+	switch {
+	case c == nil:
+		return nil, &OpError{Op: op, Err: errNilContext}
+	case c.t == nil:
+		return nil, &OpError{Op: op, Err: errZero}
+	}
 	if r, ok := routers.Load(c); ok {
 		return r.(*EventRouter), nil
 	}
@@ -97,7 +105,7 @@ func (c *Context) EventRouter() (*EventRouter, error) {
 	case <-r.stop:
 		// addOnClose ran the hook at once: the Context was closed.
 		close(r.done)
-		return nil, &OpError{Op: "event router", Err: ErrClosed}
+		return nil, &OpError{Op: op, Err: ErrClosed}
 	default:
 	}
 	go r.run()
