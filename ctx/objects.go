@@ -181,11 +181,16 @@ func (cq *CompletionQueue) Config() CompletionQueueConfig { return cq.cfg }
 // Context returns the Context the CQ belongs to.
 func (cq *CompletionQueue) Context() *Context { return cq.ctx }
 
-// eventFD returns the completion channel descriptor, -1 without one.
+// eventFD returns the completion channel descriptor, -1 without one, for
+// a closed CQ and for a zero CompletionQueue. It holds the tree lock, so
+// that a Close on another goroutine, which closes the descriptor, cannot
+// run between the check and the read (a number the process may have
+// given to another file meanwhile).
 func (cq *CompletionQueue) eventFD() int {
-	if cq.isClosed() {
+	if cq.lock("CQ event channel") != nil {
 		return -1
 	}
+	defer cq.t.mu.Unlock()
 	return cq.h.EventFD()
 }
 
