@@ -163,8 +163,8 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 		if opts.Guard {
 			guard = page
 		}
-		if b, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
-			return (&Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true}).track(), nil
+		if b, data, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
+			return (&Buffer{mapping: b, data: data, huge: true}).track(), nil
 		}
 	}
 	n := roundUp(size, page)
@@ -172,48 +172,55 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 	if opts.Guard {
 		guard = page
 	}
-	b, err := mapWithGuards(n, guard, 0)
+	b, data, err := mapWithGuards(n, guard, 0)
 	if err != nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("mmap %d bytes: %w (%w)", n, ErrNoMemory, err)}
 	}
-	data := b[guard : guard+n : guard+n]
 	if opts.HugePages {
 		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	}
 	return (&Buffer{mapping: b, data: data}).track(), nil
 }
 
-// mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides.
-// With hugetlb the data part is mapped separately over the reserved range.
-func mapWithGuards(n, guard int, extra int) ([]byte, error) {
-	total := n + 2*guard
+// mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides;
+// data is the n bytes, a part of mapping (the whole of it, to unmap).
+// With hugetlb the data part is mapped separately, with MAP_FIXED, over
+// the first huge-page-aligned address of a PROT_NONE reservation one huge
+// page longer than the data and its guards: the slack left on either side
+// stays PROT_NONE, inside the guards.
+func mapWithGuards(n, guard int, extra int) (mapping, data []byte, err error) {
 	if guard == 0 {
-		return unix.Mmap(-1, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|extra)
-	}
-	b, err := unix.Mmap(-1, 0, total, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, err
+		b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|extra)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b[:n:n], nil
 	}
 	if extra == 0 {
-		if err := unix.Mprotect(b[guard:guard+n], unix.PROT_READ|unix.PROT_WRITE); err != nil {
-			_ = unix.Munmap(b)
-			return nil, err
+		b, err := unix.Mmap(-1, 0, n+2*guard, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, nil, err
 		}
-		return b, nil
+		data := b[guard : guard+n : guard+n]
+		if err := unix.Mprotect(data, unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			_ = unix.Munmap(b)
+			return nil, nil, err
+		}
+		return b, data, nil
 	}
-	// Huge pages with guards: map the data over the middle with MAP_FIXED.
-	addr := uintptr(unsafe.Pointer(&b[guard]))
-	if addr%HugePageSize != 0 {
-		_ = unix.Munmap(b)
-		return nil, fmt.Errorf("unaligned huge mapping")
+	b, err := unix.Mmap(-1, 0, n+2*guard+HugePageSize, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, nil, err
 	}
-	_, _, errno := unix.Syscall6(unix.SYS_MMAP, addr, uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	off := int((base+uintptr(guard)+HugePageSize-1)&^(HugePageSize-1) - base)
+	_, _, errno := unix.Syscall6(unix.SYS_MMAP, base+uintptr(off), uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|uintptr(extra), ^uintptr(0), 0)
 	if errno != 0 {
 		_ = unix.Munmap(b)
-		return nil, errno
+		return nil, nil, errno
 	}
-	return b, nil
+	return b, b[off : off+n : off+n], nil
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -1,6 +1,10 @@
 package ctx_test
 
 import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -172,4 +176,59 @@ func TestBufferRegionSpanningBuffers(t *testing.T) {
 	require.NoError(t, mr.Close())
 	require.False(t, ctx.BufferMapped(lo), "unmapped with the region")
 	require.False(t, ctx.BufferMapped(hi), "unmapped with the region")
+}
+
+// hugePagesFree returns HugePages_Free of /proc/meminfo (0 when unknown).
+func hugePagesFree(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "HugePages_Free:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(rest))
+			return n
+		}
+	}
+	return 0
+}
+
+// protectionAt returns the permissions /proc/self/maps gives the mapping
+// holding addr ("" when none does).
+func protectionAt(t *testing.T, addr uintptr) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		var lo, hi uintptr
+		var perms string
+		if _, err := fmt.Sscanf(line, "%x-%x %s", &lo, &hi, &perms); err == nil && lo <= addr && addr < hi {
+			return perms
+		}
+	}
+	return ""
+}
+
+// With huge pages reserved, a guarded buffer gets them, aligned, between
+// inaccessible pages: the data was mapped right after a one-page guard of
+// a normal mapping, at a huge-page-aligned address only by chance, so
+// HugePages with Guard fell back to normal pages (nearly) every time.
+func TestHugePagesWithGuard(t *testing.T) {
+	if hugePagesFree(t) < 2 {
+		t.Skip("fewer than 2 huge pages free (vm.nr_hugepages)")
+	}
+	for range 4 {
+		b, err := ctx.AllocBuffer(4096, ctx.BufferOptions{HugePages: true, Guard: true})
+		require.NoError(t, err)
+		require.True(t, b.HugePages(), "reserved huge pages not used with Guard")
+		at := uintptr(b.Pointer())
+		require.Zero(t, at%ctx.HugePageSize)
+		require.Equal(t, ctx.HugePageSize, b.Len())
+		b.Bytes()[0], b.Bytes()[b.Len()-1] = 1, 2
+		require.Equal(t, "---p", protectionAt(t, at-1), "guard before")
+		require.Equal(t, "---p", protectionAt(t, at+uintptr(b.Len())), "guard after")
+		require.NoError(t, b.Close())
+		require.Empty(t, protectionAt(t, at), "unmapped at Close")
+	}
 }
