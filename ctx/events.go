@@ -115,10 +115,17 @@ func (c *Context) EventRouter() (*EventRouter, error) {
 // Subscribe registers fn for the events filter selects. fn runs on the
 // router's goroutine (or in a caller of Flush), one event at a time, and
 // must return promptly; it may call Cancel of any subscription but must
-// not wait for the router or call Flush.
+// not wait for the router or call Flush. The router of a closed Context,
+// which reads no more events, refuses with ErrClosed.
 func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*EventSubscription, error) {
+	const op = "subscribe to events"
 	if fn == nil {
-		return nil, &OpError{Op: "subscribe to events", Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
+		return nil, &OpError{Op: op, Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
+	}
+	select {
+	case <-r.stop:
+		return nil, &OpError{Op: op, Err: fmt.Errorf("router of %s: %w", r.c.name, ErrClosed)}
+	default:
 	}
 	s := &EventSubscription{r: r, filter: filter, fn: fn}
 	r.mu.Lock()

@@ -138,3 +138,18 @@ func TestEventRouterOfZeroContext(t *testing.T) {
 		require.Nil(t, r, name)
 	}
 }
+
+// Subscribe on the router of a closed Context, which reads no more
+// events, is refused with ErrClosed, as Flush is; it returned a
+// subscription that was never called.
+func TestSubscribeAfterContextClose(t *testing.T) {
+	_, c := openFake(t)
+	r, err := c.EventRouter()
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	<-r.Done()
+	s, err := r.Subscribe(ctx.EventFilter{All: true}, func(ctx.AsyncEvent) {})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.Nil(t, s)
+	require.ErrorIs(t, r.Flush(), ctx.ErrClosed)
+}
