@@ -111,6 +111,23 @@ func holdBuffersOf(addr unsafe.Pointer, n uint64) []*Buffer {
 	return held
 }
 
+// holdRegion counts one more region on b and returns its memory, or nil,
+// counting nothing, when b is nil or closed (RegisterBuffer).
+func (b *Buffer) holdRegion() []byte {
+	if b == nil {
+		return nil
+	}
+	liveBuffers.mu.Lock()
+	defer liveBuffers.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.regions++
+	return b.data
+}
+
 // releaseRegions is releaseRegion of each buffer holdBuffersOf held.
 func releaseRegions(held []*Buffer) error {
 	var errs []error

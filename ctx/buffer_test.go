@@ -5,7 +5,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -231,4 +233,63 @@ func TestHugePagesWithGuard(t *testing.T) {
 		require.NoError(t, b.Close())
 		require.Empty(t, protectionAt(t, at), "unmapped at Close")
 	}
+}
+
+// RegisterBuffer holds the buffer before it waits for the tree's lock: a
+// Close of the buffer while it waits (here while another registration holds
+// the lock) leaves the buffer mapped for the region. Before, RegisterBuffer
+// took the buffer's memory and held the buffer only once it had the lock,
+// so a Close in between unmapped the memory, and a provider that did not
+// look at the mapping made the region over unmapped memory.
+func TestRegisterBufferClosedWhileWaiting(t *testing.T) {
+	f, c := openFake(t)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	other, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+	defer other.Close()
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	require.NoError(t, err)
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.onRegister = func() {
+		once.Do(func() {
+			close(inside)
+			<-release // the tree's lock held
+		})
+	}
+	defer func() { f.onRegister = nil }()
+	first := make(chan error, 1)
+	go func() {
+		mr, err := pd.RegisterBuffer(other, ctx.AccessLocalWrite)
+		if err == nil {
+			err = mr.Close()
+		}
+		first <- err
+	}()
+	<-inside
+	type result struct {
+		mr  *ctx.MemoryRegion
+		err error
+	}
+	second := make(chan result, 1)
+	go func() {
+		mr, err := pd.RegisterBuffer(buf, ctx.AccessLocalWrite)
+		second <- result{mr, err}
+	}()
+	time.Sleep(50 * time.Millisecond) // the second registration waits for the lock
+	require.NoError(t, buf.Close())
+	close(release)
+	require.NoError(t, <-first)
+	r := <-second
+	if r.err != nil {
+		require.ErrorIs(t, r.err, ctx.ErrClosed)
+		return
+	}
+	require.True(t, ctx.BufferMapped(buf), "a region over unmapped memory")
+	r.mr.Bytes()[0] = 1 // would fault if unmapped
+	require.NoError(t, r.mr.Close())
+	require.False(t, ctx.BufferMapped(buf), "unmapped with the region")
 }
