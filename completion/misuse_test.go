@@ -75,3 +75,16 @@ func firstError[C any](seq iter.Seq2[C, error]) func() (any, error) {
 		return nil, got
 	}
 }
+
+// NewNotifier of a zero CompletionQueue (not made by CreateCompletionQueue)
+// is refused with ctx.ErrInvalidArgument, as of a nil one; it asked the
+// zero CQ's missing provider handle for its event channel and panicked.
+func TestNewNotifierZeroCQ(t *testing.T) {
+	n, err := completion.NewNotifier(&ctx.CompletionQueue{}, &monocq.CQ{})
+	if !errors.Is(err, ctx.ErrInvalidArgument) {
+		t.Fatalf("NewNotifier of a zero CQ: %v, want ctx.ErrInvalidArgument", err)
+	}
+	if n != nil {
+		t.Fatal("a Notifier with the error")
+	}
+}

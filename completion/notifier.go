@@ -60,6 +60,9 @@ func NewNotifier(cq *ctx.CompletionQueue, poll *monocq.CQ) (*Notifier, error) {
 	if cq == nil || poll == nil {
 		return nil, fmt.Errorf("%s: nil CQ or poller: %w", op, ctx.ErrInvalidArgument)
 	}
+	if cq.Context() == nil {
+		return nil, fmt.Errorf("%s: CQ not made by CreateCompletionQueue: %w", op, ctx.ErrInvalidArgument)
+	}
 	fd := provider.CQEventFD(cq)
 	if fd < 0 {
 		if cq.Closed() {

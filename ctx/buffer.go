@@ -2,6 +2,7 @@ package ctx
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -30,7 +31,8 @@ type BufferOptions struct {
 // Buffer is page-aligned memory from mmap, outside the Go heap, suitable for
 // registration and for rings the device (or the software HCA) accesses.
 //
-// A memory region registered on a buffer keeps its memory mapped: Close
+// A memory region registered on a buffer (on each of the buffers it
+// overlaps, when it spans neighbouring ones) keeps its memory mapped: Close
 // while regions on it are open ends the buffer for its owner at once
 // (Bytes and Pointer return nil, RegisterBuffer refuses it) and unmaps it
 // when the last of those regions is closed, as a device keeps registered
@@ -48,7 +50,7 @@ type Buffer struct {
 	data    []byte
 	huge    bool
 	closed  bool // closed by its owner
-	// regions counts the open memory regions that lie in data; guarded by
+	// regions counts the open memory regions that overlap data; guarded by
 	// liveBuffers.mu. The mapping goes when closed and regions is 0.
 	regions int
 }
@@ -80,30 +82,62 @@ func (b *Buffer) track() *Buffer {
 	return b
 }
 
-// holdBufferOf finds the mapped buffer that holds all of [addr, addr+n) and
-// counts one more region on it; it returns nil when the range lies in no
-// buffer (other mmap'd memory).
-func holdBufferOf(addr unsafe.Pointer, n uint64) *Buffer {
+// holdBuffersOf finds the mapped buffers that [addr, addr+n) overlaps and
+// counts one more region on each; it returns none when the range lies in
+// no buffer (other mmap'd memory). A range may span buffers that lie next
+// to each other in the address space, or reach from a buffer into other
+// mapped memory: every buffer it touches stays mapped for the region.
+func holdBuffersOf(addr unsafe.Pointer, n uint64) []*Buffer {
 	liveBuffers.mu.Lock()
 	defer liveBuffers.mu.Unlock()
 	a := uintptr(addr)
-	// The last buffer that starts at or before a.
-	i, found := searchBuffers(a)
-	if !found {
-		i--
+	end := a + uintptr(n)
+	if end < a { // wraps: the provider refuses it
+		end = ^uintptr(0)
 	}
-	if i < 0 {
+	// The buffers that start before end, from the last back to the first
+	// that ends after a (buffers do not overlap, so the ends are sorted
+	// too).
+	i, _ := searchBuffers(end)
+	var held []*Buffer
+	for i--; i >= 0; i-- {
+		b := liveBuffers.byAt[i]
+		if b.start()+uintptr(len(b.data)) <= a {
+			break
+		}
+		b.regions++
+		held = append(held, b)
+	}
+	return held
+}
+
+// holdRegion counts one more region on b and returns its memory, or nil,
+// counting nothing, when b is nil or closed (RegisterBuffer).
+func (b *Buffer) holdRegion() []byte {
+	if b == nil {
 		return nil
 	}
-	b := liveBuffers.byAt[i]
-	if n > uint64(len(b.data)) || a-b.start() > uintptr(len(b.data))-uintptr(n) {
+	liveBuffers.mu.Lock()
+	defer liveBuffers.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
 		return nil
 	}
 	b.regions++
-	return b
+	return b.data
 }
 
-// releaseRegion is the closing of a region that holdBufferOf counted: the
+// releaseRegions is releaseRegion of each buffer holdBuffersOf held.
+func releaseRegions(held []*Buffer) error {
+	var errs []error
+	for _, b := range held {
+		errs = append(errs, b.releaseRegion())
+	}
+	return errors.Join(errs...)
+}
+
+// releaseRegion is the closing of a region that holdBuffersOf counted: the
 // last one unmaps a buffer its owner has closed.
 func (b *Buffer) releaseRegion() error {
 	liveBuffers.mu.Lock()
@@ -146,8 +180,8 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 		if opts.Guard {
 			guard = page
 		}
-		if b, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
-			return (&Buffer{mapping: b, data: b[guard : guard+n : guard+n], huge: true}).track(), nil
+		if b, data, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
+			return (&Buffer{mapping: b, data: data, huge: true}).track(), nil
 		}
 	}
 	n := roundUp(size, page)
@@ -155,48 +189,55 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 	if opts.Guard {
 		guard = page
 	}
-	b, err := mapWithGuards(n, guard, 0)
+	b, data, err := mapWithGuards(n, guard, 0)
 	if err != nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("mmap %d bytes: %w (%w)", n, ErrNoMemory, err)}
 	}
-	data := b[guard : guard+n : guard+n]
 	if opts.HugePages {
 		_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	}
 	return (&Buffer{mapping: b, data: data}).track(), nil
 }
 
-// mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides.
-// With hugetlb the data part is mapped separately over the reserved range.
-func mapWithGuards(n, guard int, extra int) ([]byte, error) {
-	total := n + 2*guard
+// mapWithGuards maps n bytes with guard bytes of PROT_NONE on both sides;
+// data is the n bytes, a part of mapping (the whole of it, to unmap).
+// With hugetlb the data part is mapped separately, with MAP_FIXED, over
+// the first huge-page-aligned address of a PROT_NONE reservation one huge
+// page longer than the data and its guards: the slack left on either side
+// stays PROT_NONE, inside the guards.
+func mapWithGuards(n, guard int, extra int) (mapping, data []byte, err error) {
 	if guard == 0 {
-		return unix.Mmap(-1, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|extra)
-	}
-	b, err := unix.Mmap(-1, 0, total, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, err
+		b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|extra)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b[:n:n], nil
 	}
 	if extra == 0 {
-		if err := unix.Mprotect(b[guard:guard+n], unix.PROT_READ|unix.PROT_WRITE); err != nil {
-			_ = unix.Munmap(b)
-			return nil, err
+		b, err := unix.Mmap(-1, 0, n+2*guard, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, nil, err
 		}
-		return b, nil
+		data := b[guard : guard+n : guard+n]
+		if err := unix.Mprotect(data, unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			_ = unix.Munmap(b)
+			return nil, nil, err
+		}
+		return b, data, nil
 	}
-	// Huge pages with guards: map the data over the middle with MAP_FIXED.
-	addr := uintptr(unsafe.Pointer(&b[guard]))
-	if addr%HugePageSize != 0 {
-		_ = unix.Munmap(b)
-		return nil, fmt.Errorf("unaligned huge mapping")
+	b, err := unix.Mmap(-1, 0, n+2*guard+HugePageSize, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, nil, err
 	}
-	_, _, errno := unix.Syscall6(unix.SYS_MMAP, addr, uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	off := int((base+uintptr(guard)+HugePageSize-1)&^(HugePageSize-1) - base)
+	_, _, errno := unix.Syscall6(unix.SYS_MMAP, base+uintptr(off), uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|uintptr(extra), ^uintptr(0), 0)
 	if errno != 0 {
 		_ = unix.Munmap(b)
-		return nil, errno
+		return nil, nil, errno
 	}
-	return b, nil
+	return b, b[off : off+n : off+n], nil
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -92,6 +92,10 @@ type clockHandle interface {
 // clock (on hardware: mlx5dv_get_clock_info failed, as on a kernel without
 // the clock info page).
 func (c *Context) Clock() (*Clock, error) {
+	if c == nil {
+		// Not a Clock of NewClock, which Refresh would take it for.
+		return nil, &OpError{Op: "read clock info", Err: errNilContext}
+	}
 	k := &Clock{c: c}
 	if err := k.Refresh(); err != nil {
 		return nil, err

@@ -114,3 +114,14 @@ func TestClockNotSupported(t *testing.T) {
 	_, err := c.Clock()
 	require.ErrorIs(t, err, ctx.ErrNotSupported)
 }
+
+// Clock of a nil *Context is refused with ErrInvalidArgument, as the
+// Context's other verbs refuse it; it answered ErrNotSupported, taking the
+// nil Context for a Clock made by NewClock.
+func TestClockOfNilContext(t *testing.T) {
+	var c *ctx.Context
+	k, err := c.Clock()
+	require.Nil(t, k)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.NotErrorIs(t, err, ctx.ErrNotSupported)
+}

@@ -80,8 +80,16 @@ var routers sync.Map // *Context → *EventRouter
 const eventIdle = 20 * time.Millisecond
 
 // EventRouter returns the Context's event router, starting it on the
-// first call. It fails with ErrClosed on a closed Context.
+// first call. It fails with ErrClosed on a closed Context, and with
+// ErrInvalidArgument on a nil or zero Context (not made by Open).
 func (c *Context) EventRouter() (*EventRouter, error) {
+	const op = "event router"
+	switch {
+	case c == nil:
+		return nil, &OpError{Op: op, Err: errNilContext}
+	case c.t == nil:
+		return nil, &OpError{Op: op, Err: errZero}
+	}
 	if r, ok := routers.Load(c); ok {
 		return r.(*EventRouter), nil
 	}
@@ -97,7 +105,7 @@ func (c *Context) EventRouter() (*EventRouter, error) {
 	case <-r.stop:
 		// addOnClose ran the hook at once: the Context was closed.
 		close(r.done)
-		return nil, &OpError{Op: "event router", Err: ErrClosed}
+		return nil, &OpError{Op: op, Err: ErrClosed}
 	default:
 	}
 	go r.run()
@@ -107,10 +115,17 @@ func (c *Context) EventRouter() (*EventRouter, error) {
 // Subscribe registers fn for the events filter selects. fn runs on the
 // router's goroutine (or in a caller of Flush), one event at a time, and
 // must return promptly; it may call Cancel of any subscription but must
-// not wait for the router or call Flush.
+// not wait for the router or call Flush. The router of a closed Context,
+// which reads no more events, refuses with ErrClosed.
 func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*EventSubscription, error) {
+	const op = "subscribe to events"
 	if fn == nil {
-		return nil, &OpError{Op: "subscribe to events", Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
+		return nil, &OpError{Op: op, Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
+	}
+	select {
+	case <-r.stop:
+		return nil, &OpError{Op: op, Err: fmt.Errorf("router of %s: %w", r.c.name, ErrClosed)}
+	default:
 	}
 	s := &EventSubscription{r: r, filter: filter, fn: fn}
 	r.mu.Lock()

@@ -123,3 +123,33 @@ func TestEventRouterUnrouted(t *testing.T) {
 	require.Eventually(t, func() bool { return r.Unrouted() == 1 }, 5*time.Second, time.Millisecond)
 	require.Empty(t, l.types())
 }
+
+// EventRouter of a nil or zero Context (not made by Open) is refused with
+// ErrInvalidArgument, as its other calls that reach the device are; it
+// panicked on the nil tree, after storing a router for the Context.
+func TestEventRouterOfZeroContext(t *testing.T) {
+	var zero ctx.Context
+	for name, c := range map[string]*ctx.Context{"nil": nil, "zero": &zero} {
+		r, err := c.EventRouter()
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
+		var oe *ctx.OpError
+		require.ErrorAs(t, err, &oe, name)
+		require.Equal(t, "event router", oe.Op, name)
+		require.Nil(t, r, name)
+	}
+}
+
+// Subscribe on the router of a closed Context, which reads no more
+// events, is refused with ErrClosed, as Flush is; it returned a
+// subscription that was never called.
+func TestSubscribeAfterContextClose(t *testing.T) {
+	_, c := openFake(t)
+	r, err := c.EventRouter()
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	<-r.Done()
+	s, err := r.Subscribe(ctx.EventFilter{All: true}, func(ctx.AsyncEvent) {})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.Nil(t, s)
+	require.ErrorIs(t, r.Flush(), ctx.ErrClosed)
+}

@@ -47,45 +47,60 @@ func (pd *ProtectionDomain) RegisterMemory(b []byte, access Access) (*MemoryRegi
 	if len(b) == 0 {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("empty region: %w", ErrInvalidArgument)}
 	}
-	return pd.register(op, unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access)
+	return pd.register(op, unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access, nil)
 }
 
-// RegisterBuffer registers the whole of buf.
+// RegisterBuffer registers the whole of buf. The buffer is held for the
+// region before the registration waits for the Context's lock, so a Close
+// of buf on another goroutine meanwhile leaves it mapped for the region
+// (or, when it ran first, gets the registration refused with ErrClosed).
 func (pd *ProtectionDomain) RegisterBuffer(buf *Buffer, access Access) (*MemoryRegion, error) {
 	const op = "register MR"
-	if buf == nil || buf.Closed() {
+	data := buf.holdRegion()
+	if data == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("buffer: %w", ErrClosed)}
 	}
-	return pd.RegisterMemory(buf.Bytes(), access)
+	return pd.register(op, unsafe.Pointer(unsafe.SliceData(data)), uint64(len(data)), access, []*Buffer{buf})
 }
 
-func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, access Access) (*MemoryRegion, error) {
-	if err := checkAccess("ibv_reg_mr", access); err != nil {
-		return nil, &OpError{Op: op, Err: err}
-	}
-	if err := pd.lock(op); err != nil {
+// register registers [addr, addr+n). held are the buffers the caller
+// holds for the region already (holdRegion), released on failure; when
+// nil, the buffers the range overlaps are held here (holdBuffersOf).
+func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, access Access, held []*Buffer) (*MemoryRegion, error) {
+	fail := func(err error) (*MemoryRegion, error) {
+		if rerr := releaseRegions(held); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, err
 	}
+	if err := checkAccess("ibv_reg_mr", access); err != nil {
+		return fail(&OpError{Op: op, Err: err})
+	}
+	if pd == nil {
+		return fail(&OpError{Op: op, Err: fmt.Errorf("nil protection domain: %w", ErrInvalidArgument)})
+	}
+	if err := pd.lock(op); err != nil {
+		return fail(err)
+	}
 	defer pd.t.mu.Unlock()
-	// The buffer the memory lies in is held before the provider looks at
+	// The buffers the memory lies in are held before the provider looks at
 	// the memory: a Close of the buffer on another goroutine meanwhile then
 	// leaves it mapped for the region, instead of unmapping it between the
 	// provider's check and the hold (a region over unmapped memory, or
 	// memory mapped again for something else, that the device writes).
-	b := holdBufferOf(addr, n)
+	if held == nil {
+		held = holdBuffersOf(addr, n)
+	}
 	x, err := pd.h.RegisterMemory(addr, n, access)
 	if err != nil {
-		if b != nil {
-			err = errors.Join(err, b.releaseRegion())
-		}
-		return nil, opErr(op, err)
+		return fail(opErr(op, err))
 	}
 	h := x.(mrHandle)
 	mr := &MemoryRegion{pd: pd, h: h, addr: addr, length: n, access: access, lkey: h.LKey(), rkey: h.RKey()}
 	release := h.Close
-	if b != nil {
-		// The buffer stays mapped until the region is deregistered.
-		release = func() error { return errors.Join(h.Close(), b.releaseRegion()) }
+	if held != nil {
+		// The buffers stay mapped until the region is deregistered.
+		release = func() error { return errors.Join(h.Close(), releaseRegions(held)) }
 	}
 	mr.node.init(pd.t, rankMemoryRegion, release, &pd.node)
 	return mr, nil
@@ -181,11 +196,16 @@ func (cq *CompletionQueue) Config() CompletionQueueConfig { return cq.cfg }
 // Context returns the Context the CQ belongs to.
 func (cq *CompletionQueue) Context() *Context { return cq.ctx }
 
-// eventFD returns the completion channel descriptor, -1 without one.
+// eventFD returns the completion channel descriptor, -1 without one, for
+// a closed CQ and for a zero CompletionQueue. It holds the tree lock, so
+// that a Close on another goroutine, which closes the descriptor, cannot
+// run between the check and the read (a number the process may have
+// given to another file meanwhile).
 func (cq *CompletionQueue) eventFD() int {
-	if cq.isClosed() {
+	if cq.lock("CQ event channel") != nil {
 		return -1
 	}
+	defer cq.t.mu.Unlock()
 	return cq.h.EventFD()
 }
 
