@@ -50,16 +50,8 @@ func TestCgoProviderExternalDMABuf(t *testing.T) {
 		require.NoError(t, unix.Munmap(m))
 	}
 
-	maps := emulate.MappingCount()
-	d, err := verbs.Open("")
-	require.NoError(t, err)
-	defer closeAndCollect(t, d, maps)
-	pd, err := d.AllocProtectionDomain()
-	require.NoError(t, err)
-	defer func() { require.NoError(t, pd.Close()) }()
-	const iova = 0x7700_0000_0000
-	access := ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead
-	dm, err := pd.RegisterDMABuf(fd, 0, length, iova, access)
+	d, pd := dmabufDevice(t)
+	dm, err := pd.RegisterDMABuf(fd, 0, length, dmabufIOVA, dmabufAccess)
 	if !mappable {
 		require.Nil(t, dm)
 		require.ErrorIs(t, err, syscall.EOPNOTSUPP)
@@ -70,7 +62,7 @@ func TestCgoProviderExternalDMABuf(t *testing.T) {
 	}
 	require.NoError(t, err, "ibv_reg_dmabuf_mr of a buffer the CPU can map")
 	defer func() { require.NoError(t, dm.Close()) }()
-	checkDMABufData(t, d, pd, dm, iova, byte(fill))
+	checkDMABufData(t, d, pd, dm, dmabufIOVA, byte(fill))
 }
 
 // TestCgoProviderDMABufMemfdStandIn registers, through rdma-core's
@@ -90,26 +82,37 @@ func TestCgoProviderDMABufMemfdStandIn(t *testing.T) {
 	_, err = unix.Pwrite(fd, bytes.Repeat([]byte{fill}, size), 0)
 	require.NoError(t, err)
 
-	maps := emulate.MappingCount()
-	d, err := verbs.Open("")
-	require.NoError(t, err)
-	defer closeAndCollect(t, d, maps)
-	pd, err := d.AllocProtectionDomain()
-	require.NoError(t, err)
-	defer func() { require.NoError(t, pd.Close()) }()
-	const iova = 0x7700_0000_0000
-	access := ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead
-	_, err = pd.RegisterDMABuf(fd, 4096, size, iova+4096, access)
+	d, pd := dmabufDevice(t)
+	_, err = pd.RegisterDMABuf(fd, 4096, size, dmabufIOVA+4096, dmabufAccess)
 	require.ErrorIs(t, err, syscall.EINVAL, "a range past the buffer's end")
-	dm, err := pd.RegisterDMABuf(fd, 0, size, iova, access)
+	dm, err := pd.RegisterDMABuf(fd, 0, size, dmabufIOVA, dmabufAccess)
 	require.NoError(t, err, "ibv_reg_dmabuf_mr")
 	require.NotZero(t, dm.RKey())
-	checkDMABufData(t, d, pd, dm, iova, fill)
+	checkDMABufData(t, d, pd, dm, dmabufIOVA, fill)
 	got := make([]byte, 8192)
 	_, err = unix.Pread(fd, got, 0)
 	require.NoError(t, err)
 	require.NotEqual(t, bytes.Repeat([]byte{fill}, 8192), got, "the WRITE reached the file's pages")
 	require.NoError(t, dm.Close(), "ibv_dereg_mr")
+}
+
+// The IOVA and access of the dma-buf regions of the tests.
+const (
+	dmabufIOVA   = 0x7700_0000_0000
+	dmabufAccess = ctx.AccessLocalWrite | ctx.AccessRemoteWrite | ctx.AccessRemoteRead
+)
+
+// dmabufDevice opens the emulated device and a PD on it, both closed when
+// the test ends (the device once its queues' memory is collected).
+func dmabufDevice(t *testing.T) (*verbs.Device, *verbs.ProtectionDomain) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	t.Cleanup(func() { closeAndCollect(t, d, maps) })
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pd.Close()) })
+	return d, pd
 }
 
 // checkDMABufData reads a registered dma-buf region of 8 KiB at iova

@@ -280,81 +280,11 @@ int main(void)
 	require.Equal(t, "reversed -1 Invalid argument\nflags -1 Invalid argument\nok\n", out)
 }
 
-// TestClosefromKeepsEventWriteEnds: the emulated completion channel and
-// async event file are pipes whose write ends the model holds under
-// descriptor numbers the program never sees, just above their read ends. A
-// program that closes every descriptor above the ones it knows
-// (closefrom, close_range, or close of each number, which gets EBADF as
-// for a number not open) must not close them: on a kernel the event file
-// has no other end, a non-blocking read of an empty one is EAGAIN, never
-// the end of file, and the model's next event must not go to a file the
-// program opens under the number.
-func TestClosefromKeepsEventWriteEnds(t *testing.T) {
-	prog, lib := interposeProgram(t, interposeCommon+`
-#include <linux/close_range.h>
-static void check(const char *what, int fd)
-{
-	char b[64];
-	ssize_t n;
-
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
-		FAIL("%s: fcntl: %s", what, strerror(errno));
-	n = read(fd, b, sizeof b);
-	if (n != -1 || errno != EAGAIN)
-		FAIL("%s: read %zd (%s), want EAGAIN", what, n, n < 0 ? strerror(errno) : "end of file");
-}
-
-int main(void)
-{
-	struct ibv_context *c = open_first();
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(c);
-
-	if (!ch)
-		FAIL("ibv_create_comp_channel: %s", strerror(errno));
-	closefrom(ch->fd + 1);
-	check("comp channel after closefrom", ch->fd);
-	ch = ibv_create_comp_channel(c);
-	if (!ch)
-		FAIL("ibv_create_comp_channel: %s", strerror(errno));
-	if (close_range(ch->fd + 1, ~0U, 0))
-		FAIL("close_range: %s", strerror(errno));
-	check("comp channel after close_range", ch->fd);
-	ch = ibv_create_comp_channel(c);
-	if (!ch)
-		FAIL("ibv_create_comp_channel: %s", strerror(errno));
-	/* The write end: the other descriptor of the channel's pipe. */
-	struct stat rs, ws;
-	int w = -1;
-	if (fstat(ch->fd, &rs))
-		FAIL("fstat: %s", strerror(errno));
-	for (int fd = 0; fd < 1024 && w < 0; fd++)
-		if (fd != ch->fd && fstat(fd, &ws) == 0 && ws.st_dev == rs.st_dev && ws.st_ino == rs.st_ino)
-			w = fd;
-	if (w < 0)
-		FAIL("no write end of the channel's pipe found");
-	if (close(w) == 0)
-		FAIL("close(%d) of a descriptor the program never opened succeeded", w);
-	if (errno != EBADF)
-		FAIL("close(%d): %s, want EBADF", w, strerror(errno));
-	check("comp channel after close of its write end's number", ch->fd);
-	check("async_fd", c->async_fd);
-	printf("ok\n");
-	return 0;
-}
-`)
-	out, err := runInterposed(t, prog, lib)
-	require.NoError(t, err, "%s", out)
-	require.Equal(t, "ok\n", out)
-}
-
-// TestDupOntoEventWriteEnd: dup2 or dup3 onto the number an event file's
-// hidden write end holds succeeds, as onto a number not open on a kernel,
-// and makes the number the program's: the model's write end moves out of
-// the way first, so the channel keeps working (a non-blocking read of it
-// is EAGAIN, not the end of file of a pipe without writers) and what the
-// program writes to the number reaches its own file.
-func TestDupOntoEventWriteEnd(t *testing.T) {
-	prog, lib := interposeProgram(t, interposeCommon+`
+// eventEndHelpers are the C helpers of the tests of the event files' hidden
+// write ends: check, that a non-blocking read of an empty event file is
+// EAGAIN (not the end of file of a pipe without writers), and write_end,
+// the other descriptor of a channel's pipe.
+const eventEndHelpers = `
 #include <sys/stat.h>
 static void check(const char *what, int fd)
 {
@@ -380,6 +310,63 @@ static int write_end(int rfd)
 			return fd;
 	FAIL("no write end of the channel's pipe found");
 }
+`
+
+// TestClosefromKeepsEventWriteEnds: the emulated completion channel and
+// async event file are pipes whose write ends the model holds under
+// descriptor numbers the program never sees, just above their read ends. A
+// program that closes every descriptor above the ones it knows
+// (closefrom, close_range, or close of each number, which gets EBADF as
+// for a number not open) must not close them: on a kernel the event file
+// has no other end, a non-blocking read of an empty one is EAGAIN, never
+// the end of file, and the model's next event must not go to a file the
+// program opens under the number.
+func TestClosefromKeepsEventWriteEnds(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+eventEndHelpers+`
+#include <linux/close_range.h>
+
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(c);
+
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	closefrom(ch->fd + 1);
+	check("comp channel after closefrom", ch->fd);
+	ch = ibv_create_comp_channel(c);
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	if (close_range(ch->fd + 1, ~0U, 0))
+		FAIL("close_range: %s", strerror(errno));
+	check("comp channel after close_range", ch->fd);
+	ch = ibv_create_comp_channel(c);
+	if (!ch)
+		FAIL("ibv_create_comp_channel: %s", strerror(errno));
+	int w = write_end(ch->fd);
+	if (close(w) == 0)
+		FAIL("close(%d) of a descriptor the program never opened succeeded", w);
+	if (errno != EBADF)
+		FAIL("close(%d): %s, want EBADF", w, strerror(errno));
+	check("comp channel after close of its write end's number", ch->fd);
+	check("async_fd", c->async_fd);
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
+// TestDupOntoEventWriteEnd: dup2 or dup3 onto the number an event file's
+// hidden write end holds succeeds, as onto a number not open on a kernel,
+// and makes the number the program's: the model's write end moves out of
+// the way first, so the channel keeps working (a non-blocking read of it
+// is EAGAIN, not the end of file of a pipe without writers) and what the
+// program writes to the number reaches its own file.
+func TestDupOntoEventWriteEnd(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+eventEndHelpers+`
 
 static void dup_onto(struct ibv_context *c, int use_dup3)
 {
