@@ -28,8 +28,10 @@ const (
 	// modeSTP (arm64) copies each chunk with four ascending 16-byte STP
 	// pair stores.
 	modeSTP
-	// modeNEON (arm64) copies each chunk with one VST1 of four 16-byte
-	// vector registers, the instruction behind rdma-core's vst4q_u64 copy.
+	// modeNEON (arm64) copies each chunk with one VST1 (ST1) of four
+	// 16-byte vector registers. rdma-core's NEON copy is vld4q_u64 and
+	// vst4q_u64, that is LD4 and ST4: another single 64-byte store
+	// instruction that leaves the same bytes in the register.
 	modeNEON
 )
 

@@ -312,11 +312,15 @@ func limitMessage(err error) string {
 // DedicatedBlueFlame reports whether the QP has a BlueFlame register of its
 // own (through its thread domain); a QP without one rings a register that
 // may be shared, doorbell only (its descriptor's BlueFlameSize is 0). A
-// DCT has none.
+// DCT has none. On a device without BlueFlame (bf_reg_size 0) rdma-core's
+// ibv_alloc_td hands every thread domain the context's one doorbell-only
+// register (mlx5_alloc_td: td->bf = ctx->nc_uar), so a thread domain alone
+// does not make the register the QP's own: mlx5dv_init_obj then reports
+// bf.size 0, and so does this.
 func (qp *QueuePair) DedicatedBlueFlame() bool {
 	qp.pd.d.mu.Lock()
 	defer qp.pd.d.mu.Unlock()
-	return qp.dom.td != nil
+	return qp.dom.td != nil && qp.desc.BlueFlameSize != 0
 }
 
 // qpDescriptor converts mlx5dv_qp plus the granted capabilities.

@@ -82,3 +82,19 @@ func TestShutUpBlueFlame(t *testing.T) {
 	require.True(t, shutUpBlueFlame("", true))
 	require.True(t, shutUpBlueFlame("yes", true))
 }
+
+// TestDedicatedBlueFlameNeedsBlueFlame checks that a thread domain alone
+// does not count as a register of the QP's own: on a device without
+// BlueFlame (bf_reg_size 0) rdma-core gives every thread domain the
+// context's one doorbell-only register, and mlx5dv_init_obj reports
+// bf.size 0 for it.
+func TestDedicatedBlueFlameNeedsBlueFlame(t *testing.T) {
+	var td _Ctype_struct_ibv_td
+	q := &QueuePair{pd: &ProtectionDomain{d: &Device{}}, dom: dedicatedDomain{td: &td}}
+	q.desc.BlueFlameSize = 256
+	require.True(t, q.DedicatedBlueFlame(), "a thread domain's BlueFlame register")
+	q.desc.BlueFlameSize = 0
+	require.False(t, q.DedicatedBlueFlame(), "a thread domain on a device without BlueFlame shares the doorbell-only register")
+	q.dom.td = nil
+	require.False(t, q.DedicatedBlueFlame(), "no thread domain")
+}
