@@ -28,6 +28,7 @@ import (
 var hardwareSuitePackages = []string{
 	"github.com/mlx5kit/mlx5kit/cgo/internal/verbs",
 	"github.com/mlx5kit/mlx5kit/internal/scenario",
+	"github.com/mlx5kit/mlx5kit/internal/devicetest",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-devinfo",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-perf",
 	"github.com/mlx5kit/mlx5kit/cmd/mlx5kit-pingpong",

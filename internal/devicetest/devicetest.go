@@ -17,8 +17,12 @@ import (
 // failure when set to 1.
 const EnvRequireDevice = "MLX5KIT_REQUIRE_DEVICE"
 
-// FirstDevice returns the name of the first mlx5 device, or "" and why
-// there is none.
+// FirstDevice returns the name of the first mlx5 device that has an
+// ACTIVE port, or "" and why there is no mlx5 device. A host with several
+// (mlx5_0, mlx5_1: one per port of a dual-port card) often has a cable in
+// only one of them; the tests run on the one that is up. When none has an
+// ACTIVE port it returns the first mlx5 device, whose tests then fail
+// saying that no port is ACTIVE.
 func FirstDevice() (name, why string) {
 	if why := cgo.NoDeviceReason(); why != "" {
 		return "", why
@@ -27,15 +31,46 @@ func FirstDevice() (name, why string) {
 	if err != nil {
 		return "", err.Error()
 	}
+	first := ""
 	for _, d := range list {
-		if d.MLX5 {
+		if !d.MLX5 {
+			continue
+		}
+		if first == "" {
+			first = d.Name
+		}
+		if hasActivePort(d.Name) {
 			return d.Name, ""
 		}
+	}
+	if first != "" {
+		return first, ""
 	}
 	return "", "the mlx5 device disappeared while listing"
 }
 
-// RequireDevice returns the name of the first mlx5 device. Without one it
+// hasActivePort reports whether the mlx5 device name opens and has a port
+// in the ACTIVE state.
+func hasActivePort(name string) bool {
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware, Device: name})
+	if err != nil {
+		return false
+	}
+	defer func() { _ = c.Close() }()
+	a, err := c.Query()
+	if err != nil {
+		return false
+	}
+	for p := uint8(1); p <= a.PhysPortCount && p != 0; p++ {
+		if pa, err := c.QueryPort(p); err == nil && pa.State == ctx.PortStateActive {
+			return true
+		}
+	}
+	return false
+}
+
+// RequireDevice returns the name of the mlx5 device FirstDevice picks (the
+// first with an ACTIVE port, else the first). Without one it
 // skips the test with the line "no mlx5 device: <why>", or, when
 // MLX5KIT_REQUIRE_DEVICE=1, fails it with the same line.
 func RequireDevice(tb testing.TB) string {
@@ -52,7 +87,7 @@ func RequireDevice(tb testing.TB) string {
 	return ""
 }
 
-// OpenContext opens the first mlx5 device through ctx with the hardware
+// OpenContext opens the mlx5 device RequireDevice names through ctx with the hardware
 // provider, or skips / fails as RequireDevice does. The context is closed
 // when the test ends.
 func OpenContext(tb testing.TB) *ctx.Context {

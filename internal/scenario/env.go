@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -55,9 +56,6 @@ func newEnv(c *ctx.Context, o Options) (e *env, err error) {
 		return nil, errors.New("scenario: nil context")
 	}
 	e = &env{c: c, o: o, port: o.Port}
-	if e.port == 0 {
-		e.port = 1
-	}
 	if e.o.Timeout <= 0 {
 		e.o.Timeout = DefaultTimeout
 	}
@@ -70,14 +68,11 @@ func newEnv(c *ctx.Context, o Options) (e *env, err error) {
 	if e.dev, err = c.Query(); err != nil {
 		return e, err
 	}
-	pa, err := c.QueryPort(e.port)
+	pa, err := e.choosePort()
 	if err != nil {
 		return e, err
 	}
 	e.link = pa.LinkLayer
-	if pa.State != ctx.PortStateActive {
-		return e, fmt.Errorf("port %d of %s is %v, not ACTIVE", e.port, c.DeviceName(), pa.State)
-	}
 	e.gid = o.GID
 	if e.pd, err = c.AllocProtectionDomain(); err != nil {
 		return e, err
@@ -97,6 +92,37 @@ func newEnv(c *ctx.Context, o Options) (e *env, err error) {
 		}
 	}
 	return e, nil
+}
+
+// choosePort sets e.port to Options.Port, or when that is 0 to the first
+// ACTIVE port of the device, and returns the port's attributes. A device
+// whose port 1 is down (a second port of a multi-port device, or a cable
+// in port 2 only) runs the scenarios on the port that is up; a port named
+// in Options must be ACTIVE.
+func (e *env) choosePort() (ctx.PortAttr, error) {
+	if e.port != 0 {
+		pa, err := e.c.QueryPort(e.port)
+		if err != nil {
+			return pa, err
+		}
+		if pa.State != ctx.PortStateActive {
+			return pa, fmt.Errorf("port %d of %s is %v, not ACTIVE", e.port, e.c.DeviceName(), pa.State)
+		}
+		return pa, nil
+	}
+	states := make([]string, 0, e.dev.PhysPortCount)
+	for p := uint8(1); p <= e.dev.PhysPortCount && p != 0; p++ {
+		pa, err := e.c.QueryPort(p)
+		if err != nil {
+			return pa, err
+		}
+		if pa.State == ctx.PortStateActive {
+			e.port = p
+			return pa, nil
+		}
+		states = append(states, fmt.Sprintf("port %d %v", p, pa.State))
+	}
+	return ctx.PortAttr{}, fmt.Errorf("no port of %s is ACTIVE (%s)", e.c.DeviceName(), strings.Join(states, ", "))
 }
 
 // close closes everything the env and the scenario created: the PD (and

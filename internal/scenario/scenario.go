@@ -23,7 +23,7 @@ var ErrSkip = errors.New("scenario: not supported by the device")
 
 // Options tune how a scenario runs.
 type Options struct {
-	// Port is the local port (0 means 1).
+	// Port is the local port; 0 means the device's first ACTIVE port.
 	Port uint8
 	// GID selects the local GID table entry the queue pairs address each
 	// other by on RoCE (and on InfiniBand when the port has no LID); unset,

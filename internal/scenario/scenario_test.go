@@ -107,3 +107,23 @@ func TestFromEnv(t *testing.T) {
 		require.ErrorContains(t, err, scenario.EnvGIDIndex, bad)
 	}
 }
+
+// TestScenariosFirstActivePort: on a device whose port 1 is down and port 2
+// up (a dual-port card cabled on its second port), the scenarios run on
+// port 2, the first ACTIVE one; a port named in Options must be ACTIVE.
+func TestScenariosFirstActivePort(t *testing.T) {
+	f, c := openSim(t, sim.Options{Ports: 2})
+	require.NoError(t, f.SetPortState("sim0", 1, false))
+	pa, err := c.QueryPort(1)
+	require.NoError(t, err)
+	require.NotEqual(t, ctx.PortStateActive, pa.State)
+	runAll(t, c, scenario.Options{Progress: f.RunUntilIdle})
+
+	err = scenario.RCWrite(c, scenario.Options{Port: 1, Progress: f.RunUntilIdle})
+	require.ErrorContains(t, err, "port 1 of sim0")
+	require.ErrorContains(t, err, "not ACTIVE")
+
+	require.NoError(t, f.SetPortState("sim0", 2, false))
+	err = scenario.RCWrite(c, scenario.Options{Progress: f.RunUntilIdle})
+	require.ErrorContains(t, err, "no port of sim0 is ACTIVE")
+}

@@ -32,6 +32,15 @@ func TestHardwareClock(t *testing.T) {
 	require.NotZero(t, info.Mask)
 	require.NoError(t, cqErr)
 	require.NoError(t, cq.Close())
+	// The emulated kernel rewrites the page every 10 ms. mlx5_core
+	// rewrites it from its overflow work (mlx5_timestamp_overflow, every
+	// overflow_period: about 4 to 17 s on kernels that size the cycle
+	// counter's shift by the device frequency, 12 minutes and more on
+	// those with the fixed shift of 23, Debian 12's 6.1 among them) and
+	// when the PTP clock is adjusted (ptp4l or phc2sys running). On a NIC
+	// whose page does not change within the wait, what needs refreshes is
+	// skipped, saying so; on the emulated device it fails.
+	emulated := os.Getenv("MLX5KIT_EMULATE") == "1"
 	// The kernel keeps the page current: snapshots taken later read later
 	// times, never ahead of the time that passed. How stale the page is
 	// when first read depends on when its refresher last ran, which a
@@ -53,7 +62,12 @@ func TestHardwareClock(t *testing.T) {
 			if info.Nanoseconds != after.Nanoseconds || info.LastCycles != after.LastCycles {
 				return info, before, seen
 			}
-			require.True(t, seen.Before(deadline), "the clock page did not change in 5 s (its snapshot %+v)", after)
+			if !seen.Before(deadline) {
+				if !emulated {
+					t.Skipf("the clock page did not change in 5 s (its snapshot %+v): mlx5_core rewrites it only every overflow period (seconds to minutes, by kernel and device clock frequency) or when the PTP clock is adjusted; run ptp4l or phc2sys on the device's PTP clock to check its refreshes", after)
+				}
+				require.Fail(t, "the clock page did not change in 5 s", "its snapshot %+v", after)
+			}
 			time.Sleep(100 * time.Microsecond)
 		}
 	}

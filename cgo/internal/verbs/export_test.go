@@ -20,3 +20,7 @@ func WatcherDone(w *AsyncWatcher) <-chan struct{} { return w.done }
 // ModifyStateUnchecked moves qp to s with ibv_modify_qp and the mask
 // IBV_QP_STATE, without the transition table.
 func ModifyStateUnchecked(qp *QueuePair, s ctx.QPState) error { return qp.modifyStateUnchecked(s) }
+
+// ShutUpBF reports whether d was opened with MLX5_SHUT_UP_BF in effect:
+// its QPs are doorbell only, without a thread domain.
+func ShutUpBF(d *Device) bool { return d.shutUpBF }

@@ -64,9 +64,20 @@ func loopbackPath(t *testing.T, d *Device) (ctx.AddressAttr, ctx.PortAttr) {
 
 func TestHardwareDeviceQueries(t *testing.T) {
 	d := hwDevice(t)
+	// The device under test is the first with an ACTIVE port
+	// (devicetest.FirstDevice), not necessarily the first listed.
+	list, err := ListDevices()
+	require.NoError(t, err)
+	firstName := ""
+	for _, l := range list {
+		if l.MLX5 {
+			firstName = l.Name
+			break
+		}
+	}
 	first, err := Open("")
 	require.NoError(t, err)
-	require.Equal(t, d.Name(), first.Name(), `Open("") opens the first mlx5 device`)
+	require.Equal(t, firstName, first.Name(), `Open("") opens the first mlx5 device`)
 	require.NoError(t, first.Close())
 
 	a, err := d.Query()
@@ -130,7 +141,18 @@ func TestHardwareDeviceQueries(t *testing.T) {
 	require.Equal(t, "ibv_query_port", ve.Verb)
 }
 
-func TestHardwareObjects(t *testing.T) {
+func TestHardwareObjects(t *testing.T) { hardwareObjects(t) }
+
+// TestHardwareObjectsShutUpBF runs TestHardwareObjects with
+// MLX5_SHUT_UP_BF=1, which some hosts set for every rdma-core program:
+// the QPs are doorbell only (no thread domain, BlueFlameSize 0), as
+// CreateQueuePair documents, and everything else is the same.
+func TestHardwareObjectsShutUpBF(t *testing.T) {
+	t.Setenv("MLX5_SHUT_UP_BF", "1")
+	hardwareObjects(t)
+}
+
+func hardwareObjects(t *testing.T) {
 	d := hwDevice(t)
 	path, port := loopbackPath(t, d)
 	attr, err := d.Query()
@@ -223,8 +245,13 @@ func TestHardwareObjects(t *testing.T) {
 	require.GreaterOrEqual(t, rd.MaxRecvSGE, uint32(2))
 	require.NotNil(t, rd.DBRec)
 	require.NotNil(t, rd.BlueFlame)
-	require.True(t, rc.DedicatedBlueFlame())
-	require.Equal(t, attr.BlueFlameSize, rd.BlueFlameSize)
+	if ShutUpBF(d) {
+		require.False(t, rc.DedicatedBlueFlame(), "MLX5_SHUT_UP_BF: no thread domain")
+		require.Zero(t, rd.BlueFlameSize, "MLX5_SHUT_UP_BF: doorbell only")
+	} else {
+		require.True(t, rc.DedicatedBlueFlame())
+		require.Equal(t, attr.BlueFlameSize, rd.BlueFlameSize)
+	}
 	// A send queue as deep as RC's limit (max_qp_wr/2 on a ConnectX: the
 	// kit's WQEs take two basic blocks) is created, one more is refused
 	// before rdma-core is called.

@@ -1,0 +1,57 @@
+package devicetest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/cgo"
+	"github.com/mlx5kit/mlx5kit/cgo/emulate"
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// TestHardwareFirstDeviceHasAnActivePort runs on the emulated device only
+// (MLX5KIT_EMULATE=1, as TestHardwareSuitesOnEmulatedDevice runs it; on a
+// NIC it skips, as no test may take its ports down): with every port of
+// the first device down, as on a host whose cable is in the second port
+// of a dual-port card (mlx5_0 DOWN, mlx5_1 ACTIVE), FirstDevice names the
+// second device; with every port of every device down, the first.
+func TestHardwareFirstDeviceHasAnActivePort(t *testing.T) {
+	f := emulate.Fabric()
+	if f == nil {
+		t.Skip("takes ports down: runs on the emulated device only (MLX5KIT_EMULATE=1)")
+	}
+	list, err := cgo.ListDevices()
+	require.NoError(t, err)
+	var names []string
+	for _, d := range list {
+		if d.MLX5 {
+			names = append(names, d.Name)
+		}
+	}
+	require.GreaterOrEqual(t, len(names), 2, "the emulated fabric has two devices")
+	name, why := FirstDevice()
+	require.Empty(t, why)
+	require.Equal(t, names[0], name, "every port up: the first device")
+
+	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware, Device: names[0]})
+	require.NoError(t, err)
+	a, err := c.Query()
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	// The model's HCAs in the order the devices are listed: "" is the
+	// first, and the second is sim1 whatever the emulation names it.
+	for i, model := range []string{"", "sim1"} {
+		for p := uint8(1); p <= a.PhysPortCount; p++ {
+			require.NoError(t, f.SetPortState(model, p, false))
+			t.Cleanup(func() { require.NoError(t, f.SetPortState(model, p, true)) })
+		}
+		name, why = FirstDevice()
+		require.Empty(t, why)
+		if i == 0 {
+			require.Equal(t, names[1], name, "the first device's ports down: the second device")
+		} else {
+			require.Equal(t, names[0], name, "every port down: the first device, whose tests say so")
+		}
+	}
+}
