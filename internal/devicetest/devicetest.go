@@ -6,6 +6,7 @@
 package devicetest
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -17,10 +18,16 @@ import (
 // failure when set to 1.
 const EnvRequireDevice = "MLX5KIT_REQUIRE_DEVICE"
 
-// FirstDevice returns the name of the first mlx5 device that has an
-// ACTIVE port, or "" and why there is no mlx5 device. A host with several
-// (mlx5_0, mlx5_1: one per port of a dual-port card) often has a cable in
-// only one of them; the tests run on the one that is up. When none has an
+// EnvDevice names the mlx5 device the hardware tests run on, as it names
+// the benchmarks' (package bench); unset, FirstDevice chooses.
+const EnvDevice = "MLX5KIT_DEVICE"
+
+// FirstDevice returns the name of the mlx5 device the hardware tests run
+// on, or "" and why there is none. MLX5KIT_DEVICE names it; a name that is
+// no mlx5 device of the host is "" and says so. Unset, it is the first
+// mlx5 device that has an ACTIVE port: a host with several (mlx5_0,
+// mlx5_1: one per port of a dual-port card) often has a cable in only one
+// of them, and the tests run on the one that is up. When none has an
 // ACTIVE port it returns the first mlx5 device, whose tests then fail
 // saying that no port is ACTIVE.
 func FirstDevice() (name, why string) {
@@ -30,6 +37,18 @@ func FirstDevice() (name, why string) {
 	list, err := cgo.ListDevices()
 	if err != nil {
 		return "", err.Error()
+	}
+	if want := os.Getenv(EnvDevice); want != "" {
+		var mlx5 []string
+		for _, d := range list {
+			if d.MLX5 {
+				if d.Name == want {
+					return want, ""
+				}
+				mlx5 = append(mlx5, d.Name)
+			}
+		}
+		return "", fmt.Sprintf("%s=%s names no mlx5 device of this host (mlx5 devices: %v)", EnvDevice, want, mlx5)
 	}
 	first := ""
 	for _, d := range list {

@@ -55,3 +55,29 @@ func TestHardwareFirstDeviceHasAnActivePort(t *testing.T) {
 		}
 	}
 }
+
+// TestHardwareDeviceNamedByEnvironment runs on the emulated device only:
+// MLX5KIT_DEVICE picks the device the hardware tests run on, and a name
+// that is no mlx5 device of the host gives no device and says why.
+func TestHardwareDeviceNamedByEnvironment(t *testing.T) {
+	if emulate.Fabric() == nil {
+		t.Skip("runs on the emulated device only (MLX5KIT_EMULATE=1)")
+	}
+	list, err := cgo.ListDevices()
+	require.NoError(t, err)
+	var names []string
+	for _, d := range list {
+		if d.MLX5 {
+			names = append(names, d.Name)
+		}
+	}
+	require.GreaterOrEqual(t, len(names), 2, "the emulated fabric has two devices")
+	t.Setenv(EnvDevice, names[1])
+	name, why := FirstDevice()
+	require.Empty(t, why)
+	require.Equal(t, names[1], name, "the device the environment names, not the first")
+	t.Setenv(EnvDevice, "mlx5_nosuch")
+	name, why = FirstDevice()
+	require.Empty(t, name)
+	require.Contains(t, why, "MLX5KIT_DEVICE=mlx5_nosuch names no mlx5 device")
+}
