@@ -3,6 +3,7 @@
 package verbs_test
 
 import (
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -21,8 +22,19 @@ func TestHardwareClock(t *testing.T) {
 	d := hwDevice(t)
 	info, err := d.ClockInfo()
 	cq, cqErr := d.CreateCompletionQueue(CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 8, Timestamps: true}})
+	emulated := os.Getenv("MLX5KIT_EMULATE") == "1"
+	// A device function without a clock page (mlx5dv_get_clock_info fails
+	// with EOPNOTSUPP, as libmlx5 does when the device reports a clock
+	// frequency of 0) is no kit defect: skipped on a NIC, never on the
+	// emulated device, whose page the model always writes.
+	if err != nil && !emulated && errors.Is(err, ctx.ErrNotSupported) {
+		if cqErr == nil {
+			require.NoError(t, cq.Close())
+		}
+		t.Skipf("the device has no clock page: %v", err)
+	}
 	require.NoError(t, err)
-	if os.Getenv("MLX5KIT_EMULATE") == "1" {
+	if emulated {
 		// 4 ns a cycle, a 48-bit counter.
 		require.Equal(t, uint64(4), uint64(info.Mult)>>info.Shift)
 		require.Zero(t, uint64(info.Mult)&(1<<info.Shift-1))
@@ -40,7 +52,6 @@ func TestHardwareClock(t *testing.T) {
 	// when the PTP clock is adjusted (ptp4l or phc2sys running). On a NIC
 	// whose page does not change within the wait, what needs refreshes is
 	// skipped, saying so; on the emulated device it fails.
-	emulated := os.Getenv("MLX5KIT_EMULATE") == "1"
 	// The kernel keeps the page current: snapshots taken later read later
 	// times, never ahead of the time that passed. How stale the page is
 	// when first read depends on when its refresher last ran, which a
