@@ -480,7 +480,8 @@ func TestPerftestFlagNames(t *testing.T) {
 	)
 }
 
-// TestHardwareModes runs every mode on the first mlx5 device.
+// TestHardwareModes runs every mode on the mlx5 device
+// devicetest.RequireDevice names.
 func TestHardwareModes(t *testing.T) {
 	name := devicetest.RequireDevice(t)
 	for _, m := range modeNames {
