@@ -90,7 +90,8 @@ type clockHandle interface {
 // Clock returns the device's clock, with a fresh snapshot. It fails with
 // ErrNotSupported when the provider or the device does not expose its
 // clock (on hardware: mlx5dv_get_clock_info failed, as on a kernel without
-// the clock info page).
+// the clock info page), and with ErrInvalidArgument on a nil or zero
+// Context (not made by Open).
 func (c *Context) Clock() (*Clock, error) {
 	if c == nil {
 		// Not a Clock of NewClock, which Refresh would take it for.

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
@@ -148,18 +149,14 @@ func (h *hca) hasGID(g ctx.GID) bool {
 // it resolves the destination's MAC with rdma_resolve_ip, which refuses a
 // source and destination of different families. A link-local destination
 // from a RoCE v1 source GID is not resolved by IP (its MAC is in the GID),
-// nor is a multicast destination (mapped to a multicast MAC). An index
-// outside the table is left to the caller's check.
+// nor is a multicast destination (mapped to a multicast MAC):
+// addrvec.FamiliesDiffer. An index outside the table is left to the
+// caller's check.
 func (h *hca) roceFamilies(idx uint8, dgid ctx.GID) error {
-	if h.link != ctx.LinkLayerEthernet || int(idx) >= len(h.gids) || dgid[0] == 0xff {
+	if h.link != ctx.LinkLayerEthernet || int(idx) >= len(h.gids) {
 		return nil
 	}
-	s := h.gids[idx]
-	d := netip.AddrFrom16(dgid)
-	if d.IsLinkLocalUnicast() && s.Type == ctx.GIDTypeRoCEv1 {
-		return nil
-	}
-	if netip.AddrFrom16(s.GID).Is4In6() != d.Is4In6() {
+	if s := h.gids[idx]; addrvec.FamiliesDiffer(s, dgid) {
 		return fmt.Errorf("source GID %v (index %d) and destination GID %v are of different IP families (rdma_resolve_ip): %w",
 			s.GID, idx, dgid, errEINVAL)
 	}

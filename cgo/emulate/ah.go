@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
@@ -87,29 +88,15 @@ func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
 	return mac, unix.ETIMEDOUT
 }
 
-// familiesDiffer reports whether ib_resolve_eth_dmac refuses a RoCE path
-// from GID table entry sgid to the destination GID dgid: a unicast
-// destination is resolved by IP (rdma_resolve_ip), which refuses a source
-// and destination of different families (one GID IPv4-mapped, the other
-// not), unless it is link-local and the source GID RoCE v1 (its MAC is in
-// the GID); a multicast destination is mapped, not resolved.
-func familiesDiffer(sgid ctx.GIDEntry, dgid ctx.GID) bool {
-	d := netip.AddrFrom16(dgid)
-	if dgid[0] == 0xff || d.IsLinkLocalUnicast() && sgid.Type == ctx.GIDTypeRoCEv1 {
-		return false
-	}
-	return netip.AddrFrom16(sgid.GID).Is4In6() != d.Is4In6()
-}
-
 // createAH is ib_uverbs_create_ah with mlx5_ib_create_ah: the port must
 // exist (EINVAL), the PD too (EINVAL); an Ethernet port needs a GRH
 // (EINVAL, rdma_check_ah_attr); a GRH's source GID index must be inside the
 // port's table (EINVAL) and name an entry (ENODATA), as rdma_get_gid_attr
 // answers; an Ethernet port resolves the destination MAC (EINVAL for a
-// source and destination GID of different IP families, familiesDiffer;
-// ETIMEDOUT when nothing answers), and only then needs room (udataLen bytes) for
-// mlx5_ib_create_ah_resp up to the MAC (EINVAL): an InfiniBand port
-// answers nothing of the driver's.
+// source and destination GID of different IP families,
+// addrvec.FamiliesDiffer; ETIMEDOUT when nothing answers), and only then
+// needs room (udataLen bytes) for mlx5_ib_create_ah_resp up to the MAC
+// (EINVAL): an InfiniBand port answers nothing of the driver's.
 func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah_attr, udataLen int) (uint32, [6]byte, bool, syscall.Errno) {
 	var dmac [6]byte
 	port := int(attr.port_num)
@@ -139,7 +126,7 @@ func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah
 		for i := range g {
 			g[i] = byte(attr.grh.dgid[i])
 		}
-		if familiesDiffer(sgid, g) {
+		if addrvec.FamiliesDiffer(sgid, g) {
 			return 0, dmac, false, unix.EINVAL
 		}
 		if dmac, en = k.resolveDMAC(g); en != 0 {

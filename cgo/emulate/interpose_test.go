@@ -280,11 +280,11 @@ int main(void)
 	require.Equal(t, "reversed -1 Invalid argument\nflags -1 Invalid argument\nok\n", out)
 }
 
-// eventEndHelpers are the C helpers of the tests of the event files' hidden
-// write ends: check, that a non-blocking read of an empty event file is
+// eventEndCommon is the C code the tests of the event files' hidden write
+// ends share: check, that a non-blocking read of an empty event file is
 // EAGAIN (not the end of file of a pipe without writers), and write_end,
 // the other descriptor of a channel's pipe.
-const eventEndHelpers = `
+const eventEndCommon = `
 #include <sys/stat.h>
 static void check(const char *what, int fd)
 {
@@ -322,7 +322,7 @@ static int write_end(int rfd)
 // the end of file, and the model's next event must not go to a file the
 // program opens under the number.
 func TestClosefromKeepsEventWriteEnds(t *testing.T) {
-	prog, lib := interposeProgram(t, interposeCommon+eventEndHelpers+`
+	prog, lib := interposeProgram(t, interposeCommon+eventEndCommon+`
 #include <linux/close_range.h>
 
 int main(void)
@@ -366,7 +366,7 @@ int main(void)
 // is EAGAIN, not the end of file of a pipe without writers) and what the
 // program writes to the number reaches its own file.
 func TestDupOntoEventWriteEnd(t *testing.T) {
-	prog, lib := interposeProgram(t, interposeCommon+eventEndHelpers+`
+	prog, lib := interposeProgram(t, interposeCommon+eventEndCommon+`
 
 static void dup_onto(struct ibv_context *c, int use_dup3)
 {

@@ -481,10 +481,11 @@ func TestPerftestFlagNames(t *testing.T) {
 	)
 }
 
-// TestHardwareModes runs every mode on the first mlx5 device, each as a
-// subtest. The atomic modes are skipped on a device that reports no
-// atomics (atomic_cap IBV_ATOMIC_NONE, as some VFs do), as the scenario
-// package's RCAtomics is.
+// TestHardwareModes runs every mode on the mlx5 device
+// devicetest.RequireDevice names, each as a subtest. The atomic modes are
+// skipped on a device that reports no atomics (atomic_cap
+// IBV_ATOMIC_NONE, as some VFs do), as the scenario package's RCAtomics
+// is.
 func TestHardwareModes(t *testing.T) {
 	name := devicetest.RequireDevice(t)
 	c, err := ctx.Open(ctx.Options{Provider: ctx.ProviderHardware, Device: name})

@@ -429,7 +429,8 @@ func refusalLines(stderr string) []string {
 	return lines
 }
 
-// TestHardwarePingPong runs both ends on the first mlx5 device.
+// TestHardwarePingPong runs both ends on the mlx5 device
+// devicetest.RequireDevice names.
 func TestHardwarePingPong(t *testing.T) {
 	name := devicetest.RequireDevice(t)
 	for _, size := range []int{2, 4096} {

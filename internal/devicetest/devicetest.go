@@ -89,8 +89,8 @@ func hasActivePort(name string) bool {
 }
 
 // RequireDevice returns the name of the mlx5 device FirstDevice picks (the
-// first with an ACTIVE port, else the first). Without one it
-// skips the test with the line "no mlx5 device: <why>", or, when
+// one MLX5KIT_DEVICE names, else the first with an ACTIVE port, else the
+// first). Without one it skips the test with the line "no mlx5 device: <why>", or, when
 // MLX5KIT_REQUIRE_DEVICE=1, fails it with the same line.
 func RequireDevice(tb testing.TB) string {
 	tb.Helper()
@@ -106,9 +106,9 @@ func RequireDevice(tb testing.TB) string {
 	return ""
 }
 
-// OpenContext opens the mlx5 device RequireDevice names through ctx with the hardware
-// provider, or skips / fails as RequireDevice does. The context is closed
-// when the test ends.
+// OpenContext opens the mlx5 device RequireDevice names through ctx with
+// the hardware provider, or skips / fails as RequireDevice does. The
+// context is closed when the test ends.
 func OpenContext(tb testing.TB) *ctx.Context {
 	tb.Helper()
 	name := RequireDevice(tb)

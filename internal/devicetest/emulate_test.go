@@ -21,15 +21,8 @@ func TestHardwareFirstDeviceHasAnActivePort(t *testing.T) {
 	if f == nil {
 		t.Skip("takes ports down: runs on the emulated device only (MLX5KIT_EMULATE=1)")
 	}
-	list, err := cgo.ListDevices()
-	require.NoError(t, err)
-	var names []string
-	for _, d := range list {
-		if d.MLX5 {
-			names = append(names, d.Name)
-		}
-	}
-	require.GreaterOrEqual(t, len(names), 2, "the emulated fabric has two devices")
+	t.Setenv(EnvDevice, "") // the choice by port state, not by name
+	names := mlx5Names(t)
 	name, why := FirstDevice()
 	require.Empty(t, why)
 	require.Equal(t, names[0], name, "every port up: the first device")
@@ -63,6 +56,21 @@ func TestHardwareDeviceNamedByEnvironment(t *testing.T) {
 	if emulate.Fabric() == nil {
 		t.Skip("runs on the emulated device only (MLX5KIT_EMULATE=1)")
 	}
+	names := mlx5Names(t)
+	t.Setenv(EnvDevice, names[1])
+	name, why := FirstDevice()
+	require.Empty(t, why)
+	require.Equal(t, names[1], name, "the device the environment names, not the first")
+	t.Setenv(EnvDevice, "mlx5_nosuch")
+	name, why = FirstDevice()
+	require.Empty(t, name)
+	require.Contains(t, why, "MLX5KIT_DEVICE=mlx5_nosuch names no mlx5 device")
+}
+
+// mlx5Names lists the mlx5 devices in the order cgo.ListDevices gives
+// them, at least the emulated fabric's two.
+func mlx5Names(t *testing.T) []string {
+	t.Helper()
 	list, err := cgo.ListDevices()
 	require.NoError(t, err)
 	var names []string
@@ -72,12 +80,5 @@ func TestHardwareDeviceNamedByEnvironment(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(names), 2, "the emulated fabric has two devices")
-	t.Setenv(EnvDevice, names[1])
-	name, why := FirstDevice()
-	require.Empty(t, why)
-	require.Equal(t, names[1], name, "the device the environment names, not the first")
-	t.Setenv(EnvDevice, "mlx5_nosuch")
-	name, why = FirstDevice()
-	require.Empty(t, name)
-	require.Contains(t, why, "MLX5KIT_DEVICE=mlx5_nosuch names no mlx5 device")
+	return names
 }

@@ -24,11 +24,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The TestHardware* tests run against the first mlx5 device and skip
-// through devicetest.RequireDevice when there is none (they fail instead
+// The TestHardware* tests run against the mlx5 device
+// devicetest.RequireDevice names (MLX5KIT_DEVICE, else the first with an
+// ACTIVE port) and skip through it when there is none (they fail instead
 // under MLX5KIT_REQUIRE_DEVICE=1, as make hwtest sets it).
 
-// hwDevice opens the first mlx5 device for the test.
+// hwDevice opens the mlx5 device devicetest.RequireDevice names for the
+// test.
 func hwDevice(t *testing.T) *Device {
 	t.Helper()
 	name := devicetest.RequireDevice(t)
@@ -64,8 +66,9 @@ func loopbackPath(t *testing.T, d *Device) (ctx.AddressAttr, ctx.PortAttr) {
 
 func TestHardwareDeviceQueries(t *testing.T) {
 	d := hwDevice(t)
-	// The device under test is the first with an ACTIVE port
-	// (devicetest.FirstDevice), not necessarily the first listed.
+	// The device under test is the one devicetest.FirstDevice picks
+	// (MLX5KIT_DEVICE, else the first with an ACTIVE port), not
+	// necessarily the first listed.
 	list, err := ListDevices()
 	require.NoError(t, err)
 	firstName := ""

@@ -1,0 +1,37 @@
+package addrvec_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
+)
+
+// TestFamiliesDiffer checks the paths ib_resolve_eth_dmac refuses: a
+// unicast destination of the other IP family than the source GID, except
+// a link-local one from a RoCE v1 source; a multicast destination never.
+func TestFamiliesDiffer(t *testing.T) {
+	gid := func(s string) ctx.GID { return netip.MustParseAddr(s).As16() }
+	v4 := gid("::ffff:192.0.2.1")
+	v6 := gid("2001:db8::1")
+	ll := gid("fe80::1")
+	for _, c := range []struct {
+		name string
+		src  ctx.GIDEntry
+		dgid ctx.GID
+		want bool
+	}{
+		{"IPv4-mapped to IPv4-mapped", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv2}, gid("::ffff:192.0.2.2"), false},
+		{"IPv6 to IPv6", ctx.GIDEntry{GID: v6, Type: ctx.GIDTypeRoCEv2}, gid("2001:db8::2"), false},
+		{"IPv4-mapped to IPv6", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv2}, v6, true},
+		{"IPv6 to IPv4-mapped", ctx.GIDEntry{GID: v6, Type: ctx.GIDTypeRoCEv2}, v4, true},
+		{"IPv4-mapped to link-local, RoCE v2", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv2}, ll, true},
+		{"IPv4-mapped to link-local, RoCE v1", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv1}, ll, false},
+		{"IPv4-mapped to multicast", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv2}, gid("ff0e::1"), false},
+	} {
+		require.Equal(t, c.want, addrvec.FamiliesDiffer(c.src, c.dgid), c.name)
+	}
+}
