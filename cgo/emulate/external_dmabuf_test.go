@@ -67,8 +67,8 @@ func TestCgoProviderExternalDMABuf(t *testing.T) {
 
 // TestCgoProviderDMABufMemfdStandIn registers, through rdma-core's
 // ibv_reg_dmabuf_mr, a memfd the emulated kernel takes as a dma-buf the
-// CPU can map (no exporter of such buffers, udmabuf or a dma-buf heap, is
-// there on the machines that run the tests): the region is registered at
+// CPU can map (a test cannot count on an exporter of such buffers, such
+// as /dev/udmabuf, being there): the region is registered at
 // an IOVA of its own with the model's keys, RDMA READ and WRITE reach the
 // file's pages, and ibv_dereg_mr gives it back. A range past the file's
 // end is EINVAL, as ib_umem_dmabuf_get answers.
