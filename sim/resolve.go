@@ -1,9 +1,8 @@
 package sim
 
 import (
-	"net/netip"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
@@ -60,27 +59,13 @@ func (f *Fabric) neighbourMAC(gid ctx.GID) (mac [6]byte, ok bool) {
 }
 
 // resolveRMAC returns the destination MAC an address handle to gid
-// carries on an Ethernet port, as the kernel's ib_resolve_eth_dmac finds
-// it: a multicast GID maps to its multicast MAC (the IPv4 mapping for an
-// IPv4-mapped one, 33:33 and the last four bytes otherwise), a unicast GID
-// of a port of the fabric to that port's MAC (neighbourMAC), a link-local
-// GID no port has to the MAC its interface identifier spells. A GID that
+// carries on an Ethernet port, resolved as the kernel resolves it
+// (addrvec.ResolveMAC, with the fabric's ports as neighbours). A GID that
 // nothing answers for leaves it zero: the kernel would fail the handle
 // with ETIMEDOUT, the model, which delivers by GID, keeps it.
 func (f *Fabric) resolveRMAC(gid ctx.GID) [6]byte {
-	switch {
-	case gid[0] == 0xff:
-		return [6]byte{0x33, 0x33, gid[12], gid[13], gid[14], gid[15]}
-	case netip.AddrFrom16(gid).Is4In6() && gid[12]&0xf0 == 0xe0:
-		return [6]byte{0x01, 0x00, 0x5e, gid[13] & 0x7f, gid[14], gid[15]}
-	}
-	if m, ok := f.neighbourMAC(gid); ok {
-		return m
-	}
-	if gid[0] == 0xfe && gid[1]&0xc0 == 0x80 {
-		return [6]byte{gid[8] ^ 2, gid[9], gid[10], gid[13], gid[14], gid[15]}
-	}
-	return [6]byte{}
+	mac, _ := addrvec.ResolveMAC(gid, f.neighbourMAC)
+	return mac
 }
 
 // PortMAC returns the MAC address of the Ethernet port of a device of the

@@ -19,7 +19,6 @@ enum {
 import "C"
 
 import (
-	"net/netip"
 	"syscall"
 	"unsafe"
 
@@ -61,31 +60,15 @@ func init() {
 }
 
 // resolveDMAC finds the destination MAC of a RoCE address as
-// ib_resolve_eth_dmac does: a multicast GID maps to its multicast MAC
-// (ip_eth_mc_map for an IPv4-mapped one, ipv6_eth_mc_map otherwise); a
-// unicast GID is looked up in the fabric's GID tables, the model's
-// neighbour table; a link-local GID no port has gives the MAC its
-// interface identifier encodes (rdma_get_ll_mac), and any other
-// resolution fails with ETIMEDOUT, as an unanswered neighbour request.
+// ib_resolve_eth_dmac does (addrvec.ResolveMAC, with the fabric's GID
+// tables as the neighbour table); a resolution that fails is ETIMEDOUT,
+// as an unanswered neighbour request.
 func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
-	var mac [6]byte
-	a := netip.AddrFrom16(g)
-	switch {
-	case g[0] == 0xff:
-		mac = [6]byte{0x33, 0x33, g[12], g[13], g[14], g[15]}
-		return mac, 0
-	case a.Is4In6() && g[12]&0xf0 == 0xe0:
-		mac = [6]byte{0x01, 0x00, 0x5e, g[13] & 0x7f, g[14], g[15]}
-		return mac, 0
+	mac, ok := addrvec.ResolveMAC(g, func(g ctx.GID) ([6]byte, bool) { return simadopt.NeighbourMAC(k.fabric, g) })
+	if !ok {
+		return mac, unix.ETIMEDOUT
 	}
-	if m, ok := simadopt.NeighbourMAC(k.fabric, g); ok {
-		return m, 0
-	}
-	if g[0] == 0xfe && g[1]&0xc0 == 0x80 {
-		mac = [6]byte{g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]}
-		return mac, 0
-	}
-	return mac, unix.ETIMEDOUT
+	return mac, 0
 }
 
 // createAH is ib_uverbs_create_ah with mlx5_ib_create_ah: the port must
