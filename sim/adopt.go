@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"math/bits"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -114,8 +112,7 @@ func resizeCompletionQueue(q provider.CompletionQueue, cfg simadopt.CQResize) er
 	// An arm written before the command is the old context's, as a
 	// doorbell that reached the device before it.
 	f.takeArm(c)
-	ci := bits.ReverseBytes32(atomic.LoadUint32((*uint32)(c.db))) & prm.CQConsumerIndexMask
-	used := (c.pi - ci) & prm.CQConsumerIndexMask
+	used, _ := c.unconsumed()
 	if used >= c.cnt {
 		return provider.Errorf(op, "CQN %#x: no room for the resize CQE, %d CQEs unconsumed in a ring of %d: %w",
 			c.cqn, used, c.cnt, errEINVAL)

@@ -188,6 +188,13 @@ var (
 	_ [60 - prm.CQEWQECounter]struct{}
 )
 
+// unconsumed returns how many CQEs the ring holds that the consumer has
+// not released, and the consumer index its doorbell record holds.
+func (c *cq) unconsumed() (used, ci uint32) {
+	ci = bits.ReverseBytes32(atomic.LoadUint32((*uint32)(c.db))) & prm.CQConsumerIndexMask
+	return (c.pi - ci) & prm.CQConsumerIndexMask, ci
+}
+
 // writeCQE writes one CQE into the ring unless the CQ is full or in error.
 // The last four bytes (wqe_counter, signature, op_own) are stored last and
 // atomically, so a poller that sees the new owner bit sees the whole CQE.
@@ -204,8 +211,7 @@ func (f *Fabric) writeCQE(c *cq, img *[prm.CQE64Size]byte, scatter []byte, q *qp
 		return false
 	}
 	f.takeArm(c)
-	ci := bits.ReverseBytes32(atomic.LoadUint32((*uint32)(c.db))) & prm.CQConsumerIndexMask
-	if used := (c.pi - ci) & prm.CQConsumerIndexMask; used >= c.cnt {
+	if used, ci := c.unconsumed(); used >= c.cnt {
 		c.errored = true
 		c.errDetail = fmt.Sprintf("overrun: %d CQEs unconsumed in a ring of %d (consumer index %d)", used, c.cnt, ci)
 		f.stats.CQOverruns++
