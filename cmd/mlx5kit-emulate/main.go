@@ -203,6 +203,9 @@ func run(args []string, stdout, stderr io.Writer, exec execFunc, sweeper func(fa
 		return sweepAfter(c.fabric, c.sweepAfter, stderr)
 	}
 	lib, err := findLibrary(c.lib, stderr)
+	if err == nil {
+		err = checkPreloadPath(lib)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mlx5kit-emulate: %v\n", err)
 		return 1
@@ -266,6 +269,17 @@ func environment(env []string, c config, lib string) []string {
 		join = envTCP + "=" + c.tcp
 	}
 	return append(out, envEmulate+"=1", join, envLink+"="+c.link, envNames+"="+c.names, envABI+"="+abi, envPreload+"="+preload)
+}
+
+// checkPreloadPath refuses a library path the dynamic loader would read
+// as two: LD_PRELOAD separates its entries with spaces and colons and has
+// no way to escape either, so such a path would start the program without
+// the emulation, or with a library the path's first part names.
+func checkPreloadPath(lib string) error {
+	if strings.ContainsAny(lib, " :") {
+		return fmt.Errorf("preload library %q: %s splits its list at spaces and colons and cannot name this path; give -lib (or $%s) a path without them", lib, envPreload, envLib)
+	}
+	return nil
 }
 
 func containsField(list, s string) bool {

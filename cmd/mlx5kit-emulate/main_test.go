@@ -111,11 +111,19 @@ func TestRunExecsTheProgram(t *testing.T) {
 }
 
 // TestRunRejectsBadInput checks the exit status and message of bad flags,
-// a missing program and a missing library, and that nothing is started.
+// a missing program, a missing library and one whose path LD_PRELOAD
+// cannot carry, and that nothing is started.
 func TestRunRejectsBadInput(t *testing.T) {
 	t.Setenv(envTCPKey, "")
 	lib := filepath.Join(t.TempDir(), libName)
 	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	// Libraries whose paths LD_PRELOAD cannot carry.
+	spaced := filepath.Join(t.TempDir(), "a dir", libName)
+	colon := filepath.Join(t.TempDir(), "a:dir", libName)
+	for _, p := range []string{spaced, colon} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -135,6 +143,9 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{[]string{"-lib", lib}, 2, "no program to run"},
 		{[]string{"-lib", lib, "--", "no-such-program-mlx5kit"}, 1, `program "no-such-program-mlx5kit"`},
 		{[]string{"-lib", lib + ".missing", "--", "true"}, 1, "preload library"},
+		{[]string{"-lib", spaced, "--", "true"}, 1, "LD_PRELOAD splits its list at spaces and colons"},
+		{[]string{"-lib", colon, "--", "true"}, 1, "LD_PRELOAD splits its list at spaces and colons"},
+		{[]string{"-lib", spaced, "-print-lib"}, 1, "cannot name this path"},
 	} {
 		var stdout, stderr bytes.Buffer
 		started := false
@@ -142,6 +153,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 		require.Equal(t, c.code, code, "%q: %s", c.args, stderr.String())
 		require.Contains(t, stderr.String(), c.msg, "%q", c.args)
 		require.False(t, started, "%q started the program", c.args)
+		require.Empty(t, stdout.String(), "%q", c.args)
 	}
 }
 
