@@ -14,8 +14,8 @@
 // Sources added with AddFunc are read at publication time instead, on
 // expvar's goroutine: the function must synchronise by itself.
 //
-// Invalid arguments (an empty name, a nil source or function) are errors
-// matching ctx.ErrInvalidArgument.
+// Invalid arguments (an empty name, a nil source or function, a Publisher
+// not made by New) are errors matching ctx.ErrInvalidArgument.
 package expvarpub
 
 import (
@@ -88,6 +88,9 @@ func (p *Publisher) Name() string { return p.name }
 
 // add registers e under its name.
 func (p *Publisher) add(e *entry) error {
+	if p == nil || p.entries == nil {
+		return fmt.Errorf("expvarpub: add %q: Publisher not made by New: %w", e.name, ctx.ErrInvalidArgument)
+	}
 	if e.name == "" {
 		return fmt.Errorf("expvarpub: %s: add: empty name: %w", p.name, ctx.ErrInvalidArgument)
 	}
@@ -149,6 +152,9 @@ func (p *Publisher) AddFunc(name string, read func() any) error {
 
 // Remove stops publishing name; it reports whether it was published.
 func (p *Publisher) Remove(name string) bool {
+	if p == nil {
+		return false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.entries[name]
@@ -169,6 +175,9 @@ func (p *Publisher) Remove(name string) bool {
 // into the published snapshots. Call it on the goroutine that owns them; it
 // does not allocate.
 func (p *Publisher) Refresh() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	for _, e := range p.order {
 		e.refresh()

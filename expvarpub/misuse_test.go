@@ -38,3 +38,15 @@ func TestInvalidArgumentsMatchSentinel(t *testing.T) {
 	require.ErrorIs(t, pub.AddFunc("f", nil), ctx.ErrInvalidArgument)
 	require.ErrorIs(t, pub.AddFunc("", func() any { return 0 }), ctx.ErrInvalidArgument)
 }
+
+// A Publisher not made by New (the zero value, or nil) is refused with
+// ctx.ErrInvalidArgument instead of panicking on its missing table; the
+// calls that only read it have nothing to do.
+func TestZeroPublisherRefused(t *testing.T) {
+	for _, pub := range []*expvarpub.Publisher{{}, nil} {
+		require.ErrorIs(t, pub.AddFunc("f", func() any { return 0 }), ctx.ErrInvalidArgument)
+		require.ErrorIs(t, pub.AddQueue("q", &transport.Queue{}), ctx.ErrInvalidArgument)
+		require.False(t, pub.Remove("f"))
+		pub.Refresh()
+	}
+}

@@ -268,6 +268,48 @@ func printRows(w io.Writer, rows [][]string) {
 	tw.Flush()
 }
 
+// width decodes an ibv width code as ibv_devinfo does (width_str): code 2
+// is 4X, code 16 is 2X.
+func width(code uint8) string {
+	switch code {
+	case 1:
+		return "1X"
+	case 2:
+		return "4X"
+	case 4:
+		return "8X"
+	case 8:
+		return "12X"
+	case 16:
+		return "2X"
+	}
+	return "invalid width"
+}
+
+// speed decodes an ibv speed code as ibv_devinfo does (speed_str): the
+// signalling rate of one lane.
+func speed(code uint32) string {
+	switch code {
+	case 1:
+		return "2.5 Gbps"
+	case 2:
+		return "5.0 Gbps"
+	case 4, 8:
+		return "10.0 Gbps"
+	case 16:
+		return "14.0 Gbps"
+	case 32:
+		return "25.0 Gbps"
+	case 64:
+		return "50.0 Gbps"
+	case 128:
+		return "100.0 Gbps"
+	case 256:
+		return "200.0 Gbps"
+	}
+	return "invalid speed"
+}
+
 func yesNo(b bool) string {
 	if b {
 		return "yes"
@@ -341,8 +383,8 @@ func printDescription(w io.Writer, d Description) {
 		row(3, "port_lid", "%d", p.LID)
 		row(3, "port_lmc", "0x%02x", p.LMC)
 		row(3, "link_layer", "%v", p.LinkLayer)
-		row(3, "active_width", "%d", p.ActiveWidth)
-		row(3, "active_speed", "%d", p.ActiveSpeed)
+		row(3, "active_width", "%s (%d)", width(p.ActiveWidth), p.ActiveWidth)
+		row(3, "active_speed", "%s (%d)", speed(p.ActiveSpeed), p.ActiveSpeed)
 		for _, g := range p.GIDs {
 			ifx := ""
 			if g.NetdevIfindex != 0 {

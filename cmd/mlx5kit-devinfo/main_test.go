@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,4 +138,35 @@ func TestHelpExitsZero(t *testing.T) {
 	require.Equal(t, 0, run([]string{"-h"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "-sim")
 	require.Equal(t, 2, run([]string{"-nosuch"}, &out, &errOut))
+}
+
+// TestPortWidthAndSpeed: active_width and active_speed print as
+// ibv_devinfo prints them, the decoded value and the verbs code: width
+// code 2 is 4X (not 2X, which is code 16), speed code 32 is 25.0 Gbps.
+func TestPortWidthAndSpeed(t *testing.T) {
+	f := sim.New(sim.Options{})
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	d, err := describeContext(c, false)
+	require.NoError(t, c.Close())
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		width     uint8
+		speed     uint32
+		wantWidth string
+		wantSpeed string
+	}{
+		{2, 32, "4X (2)", "25.0 Gbps (32)"},
+		{16, 64, "2X (16)", "50.0 Gbps (64)"},
+		{1, 1, "1X (1)", "2.5 Gbps (1)"},
+		{8, 128, "12X (8)", "100.0 Gbps (128)"},
+		{3, 3, "invalid width (3)", "invalid speed (3)"},
+	} {
+		d.Ports[0].ActiveWidth, d.Ports[0].ActiveSpeed = tc.width, tc.speed
+		var out bytes.Buffer
+		printDescription(&out, d)
+		require.Regexp(t, `\n\s+active_width:\s+`+regexp.QuoteMeta(tc.wantWidth)+`\n`, out.String())
+		require.Regexp(t, `\n\s+active_speed:\s+`+regexp.QuoteMeta(tc.wantSpeed)+`\n`, out.String())
+	}
 }

@@ -248,6 +248,7 @@ func TestFlags(t *testing.T) {
 		{"-threads", "3"},
 		{"-server", ":0", "-client", "localhost:1"},
 		{"-gid-index", "256"},
+		{"-gid-index", "-2"},
 		{"extra"},
 		{"-nosuchflag"},
 	} {

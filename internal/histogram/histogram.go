@@ -101,7 +101,10 @@ func (h *Histogram) Percentile(p float64) uint64 {
 	if p >= 100 {
 		return h.max
 	}
-	rank := uint64(math.Ceil(p / 100 * float64(h.total)))
+	// p/100 is rarely exact in binary (99.9/100 is 0.9990000000000001):
+	// a product a rounding error above a whole rank is that rank.
+	x := p / 100 * float64(h.total)
+	rank := uint64(math.Ceil(x - x*rankSlack))
 	if rank < 1 {
 		rank = 1
 	}
@@ -116,6 +119,11 @@ func (h *Histogram) Percentile(p float64) uint64 {
 	}
 	return h.max
 }
+
+// rankSlack is the relative rounding error of p/100*n that Percentile
+// forgives: a few units in the last place of a float64, the error of p
+// itself, the division and the product.
+const rankSlack = 1e-15
 
 // Merge adds every value recorded in o to h.
 func (h *Histogram) Merge(o *Histogram) {

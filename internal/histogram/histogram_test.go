@@ -3,20 +3,29 @@ package histogram
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// nearestRank is the reference percentile on sorted data.
+// nearestRank is the reference percentile on sorted data, its rank
+// ceil(p/100*n) computed exactly on p's decimal text.
 func nearestRank(sorted []uint64, p float64) uint64 {
 	if p <= 0 {
 		return sorted[0]
 	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	x, _ := new(big.Rat).SetString(strconv.FormatFloat(p, 'f', -1, 64))
+	x.Mul(x, big.NewRat(int64(len(sorted)), 100))
+	q, r := new(big.Int).QuoRem(x.Num(), x.Denom(), new(big.Int))
+	rank := int(q.Int64())
+	if r.Sign() != 0 {
+		rank++
+	}
 	rank = max(rank, 1)
 	rank = min(rank, len(sorted))
 	return sorted[rank-1]
@@ -207,5 +216,26 @@ func TestFormatValue(t *testing.T) {
 		0.000123: "0.000123",
 	} {
 		require.Equal(t, want, formatValue(v), "%v", v)
+	}
+}
+
+// TestPercentileRankOfDecimalPercent: p/100 of a decimal percentile is
+// rarely exact in binary (99.9/100 is 0.9990000000000001), and the rank of
+// the 99.9th percentile of 1000 values is the 999th, not the 1000th.
+func TestPercentileRankOfDecimalPercent(t *testing.T) {
+	for _, c := range []struct {
+		p float64
+		n int
+	}{{99.9, 1000}, {99.9, 2000}, {99.9, 10000}, {99, 100}, {99.99, 10000}, {50, 2}, {0.1, 1000}} {
+		rank := int(math.Round(c.p * float64(c.n) / 100))
+		var h Histogram
+		for i := 0; i < c.n; i++ {
+			v := uint64(10)
+			if i >= rank {
+				v = 100
+			}
+			h.Record(v)
+		}
+		require.Equal(t, uint64(10), h.Percentile(c.p), "p%v of %d values: the %d-th is 10", c.p, c.n, rank)
 	}
 }

@@ -41,8 +41,8 @@ func (f Flags) Check() string {
 	switch {
 	case *f.Provider != "" && *f.Provider != ctx.ProviderHardware && *f.Provider != ctx.ProviderSoftware:
 		return fmt.Sprintf("-provider %q: want %s or %s", *f.Provider, ctx.ProviderHardware, ctx.ProviderSoftware)
-	case *f.GIDIndex > 255:
-		return fmt.Sprintf("-gid-index %d: want 0 to 255", *f.GIDIndex)
+	case *f.GIDIndex < -1 || *f.GIDIndex > 255:
+		return fmt.Sprintf("-gid-index %d: want 0 to 255 (-1: the default)", *f.GIDIndex)
 	case *f.Port < 1 || *f.Port > 255:
 		return fmt.Sprintf("-ib-port %d: want 1 to 255", *f.Port)
 	case *f.Timeout <= 0:
