@@ -55,7 +55,8 @@ type Options struct {
 	GID  ctx.GIDSelector
 	// RemoteAccess is what peers may do to this side's memory through the
 	// channel (the memory regions still decide); default remote write,
-	// read and atomics.
+	// read and, on a device that reports atomics (ctx.DeviceAttr.AtomicHCA),
+	// atomics.
 	RemoteAccess ctx.Access
 	// DCKey is the DC access key of this side's targets (default: a
 	// random key).

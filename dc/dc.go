@@ -222,7 +222,8 @@ type DCTConfig struct {
 	// Key is the DC access key every initiator must present.
 	Key uint64
 	// RemoteAccess is what initiators may do (the memory regions still
-	// decide); 0 allows remote write, read and atomics.
+	// decide); 0 allows remote write, read and, on a device that reports
+	// atomics (ctx.DeviceAttr.AtomicHCA), atomics.
 	RemoteAccess ctx.Access
 	// MinRNRTimer is the IB RNR timer code an initiator is asked to wait
 	// when the SRQ is empty (0 picks 12: 0.64 ms; negative means 0).

@@ -57,7 +57,8 @@ type Config struct {
 	PSN uint32
 	// RemoteAccess is what the peer may do through this QP (the memory
 	// regions still decide for themselves); 0 allows remote write, read
-	// and atomics.
+	// and, on a device that reports atomics (ctx.DeviceAttr.AtomicHCA),
+	// atomics.
 	RemoteAccess ctx.Access
 
 	// MaxRdAtomic is the number of RDMA reads and atomics outstanding, as

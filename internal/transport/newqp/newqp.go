@@ -34,7 +34,8 @@ type Spec struct {
 	// PSN, when not 0, is checked to fit 24 bits.
 	PSN uint32
 	// RemoteAccess is checked to hold only remote access flags (and local
-	// write); 0 resolves to remote write, read and atomics.
+	// write); 0 resolves to remote write, read and, on a device that
+	// reports atomics (ctx.DeviceAttr.AtomicHCA), atomics.
 	RemoteAccess ctx.Access
 	// ScatterToCQE and DCKey go to the provider as they are.
 	ScatterToCQE bool
@@ -54,7 +55,9 @@ type Created struct {
 }
 
 // allAccess is what a peer may do through a queue pair created with
-// RemoteAccess 0.
+// RemoteAccess 0 on a device with atomics; without them, the same less
+// remote atomics, which mlx5_ib refuses there (EOPNOTSUPP from
+// to_mlx5_access_flags at RTR, from mlx5_ib_modify_dct at INIT).
 const allAccess = ctx.AccessRemoteWrite | ctx.AccessRemoteRead | ctx.AccessRemoteAtomic
 
 // Create checks s against the device and creates the queue pair in pd, in
@@ -147,6 +150,9 @@ func Create(pd *ctx.ProtectionDomain, s Spec) (Created, error) {
 	r.QP, r.Device, r.Port, r.Access = qp, dev, port, s.RemoteAccess
 	if r.Access == 0 {
 		r.Access = allAccess
+		if !dev.AtomicHCA {
+			r.Access &^= ctx.AccessRemoteAtomic
+		}
 	}
 	return r, nil
 }
