@@ -612,7 +612,17 @@ func (c *config) options(help *bool) []perftool.Option {
 	return []perftool.Option{
 		{Short: 'd', Long: []string{"ib-dev", "device"}, Value: true, Set: text(&c.device)},
 		{Short: 'i', Long: []string{"ib-port"}, Value: true, Set: integer(&c.port)},
-		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: integer(&c.gidIndex)},
+		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: func(f, v string) error {
+			// -1, the field's default, means no -x: a value given is an
+			// entry of the table (Flags.Check refuses one above 255).
+			if err := integer(&c.gidIndex)(f, v); err != nil {
+				return err
+			}
+			if c.gidIndex < 0 {
+				return fmt.Errorf("%d: %w 0 to 255", c.gidIndex, errWant)
+			}
+			return nil
+		}},
 		{Short: 's', Long: []string{"size"}, Value: true, Set: func(f, v string) error {
 			c.sizeSet = true
 			return integer(&c.size)(f, v)
