@@ -100,7 +100,8 @@
 //	-n, --iters n            iterations per size (default 1000, 5000 for bandwidth)
 //	                         (at most 2^30, and records within half the available memory)
 //	-I, --inline_size n      payloads of up to n bytes go inline (default 220; send_lat 236,
-//	                         UD 188, DC 150, as perftest; 0: never)
+//	                         UD 188, DC 150, as perftest's latency tests; its bandwidth
+//	                         tests default to 0; 0: never)
 //	-t, --tx-depth n         bandwidth tests: WQEs in flight (default 64)
 //	-F, --CPU-freq           accepted; the counter's frequency is measured
 //	-p, --port n             TCP port of the exchange (default 18515)
