@@ -70,3 +70,17 @@ func TestPerftestHintNotOnLocalRefusals(t *testing.T) {
 	require.Empty(t, perftestHint(&wqebuilder.PostError{Op: "post RDMA_WRITE", Err: wqebuilder.ErrQueueFull}))
 	require.Equal(t, perftestMismatchHint, perftestHint(errors.New("no completion for message 1 within 10s")))
 }
+
+// TestNegativeGIDIndexRefused: -x below 0 is refused, as perftest refuses
+// it ("Gid index should be between 0 and 64"); before, -x -3 passed the
+// check that says "want 0 to 255" and the end ran with the default GID
+// (and, with --perftest-peer, perftest's record without GIDs).
+func TestNegativeGIDIndexRefused(t *testing.T) {
+	t.Setenv("MLX5KIT_KEY", "")
+	for _, x := range []string{"-1", "-3"} {
+		var out, errOut bytes.Buffer
+		_, code := parseCommandLine("mlx5kit-perf", []string{"write_lat", "-x", x, "localhost"}, &out, &errOut)
+		require.Equal(t, 2, code, "-x %s accepted", x)
+		require.Contains(t, errOut.String(), "-x: "+x+": want 0 to 255")
+	}
+}

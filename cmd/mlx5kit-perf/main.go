@@ -100,7 +100,8 @@
 //	-n, --iters n            iterations per size (default 1000, 5000 for bandwidth)
 //	                         (at most 2^30, and records within half the available memory)
 //	-I, --inline_size n      payloads of up to n bytes go inline (default 220; send_lat 236,
-//	                         UD 188, DC 150, as perftest; 0: never)
+//	                         UD 188, DC 150, as perftest's latency tests; its bandwidth
+//	                         tests default to 0; 0: never)
 //	-t, --tx-depth n         bandwidth tests: WQEs in flight (default 64)
 //	-F, --CPU-freq           accepted; the counter's frequency is measured
 //	-p, --port n             TCP port of the exchange (default 18515)
@@ -612,7 +613,17 @@ func (c *config) options(help *bool) []perftool.Option {
 	return []perftool.Option{
 		{Short: 'd', Long: []string{"ib-dev", "device"}, Value: true, Set: text(&c.device)},
 		{Short: 'i', Long: []string{"ib-port"}, Value: true, Set: integer(&c.port)},
-		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: integer(&c.gidIndex)},
+		{Short: 'x', Long: []string{"gid-index"}, Value: true, Set: func(f, v string) error {
+			// -1, the field's default, means no -x: a value given is an
+			// entry of the table (Flags.Check refuses one above 255).
+			if err := integer(&c.gidIndex)(f, v); err != nil {
+				return err
+			}
+			if c.gidIndex < 0 {
+				return fmt.Errorf("%d: %w 0 to 255", c.gidIndex, errWant)
+			}
+			return nil
+		}},
 		{Short: 's', Long: []string{"size"}, Value: true, Set: func(f, v string) error {
 			c.sizeSet = true
 			return integer(&c.size)(f, v)
