@@ -651,3 +651,25 @@ func TestSharedGenerationNeverZero(t *testing.T) {
 	t.Cleanup(third.leave)
 	require.NotEqual(t, joiner.slot, third.slot, "two live processes in one slot")
 }
+
+// TestSharedHostileRingPathFIFO: a member replaces its ring file with a
+// FIFO: another member's look at whether it lives (ringHeld, under its
+// Fabric's lock) returns at once rather than wait in open for a writer.
+func TestSharedHostileRingPathFIFO(t *testing.T) {
+	victim, hostile := hostilePair(t)
+	p := ringPath(victim.name, hostile.slot)
+	require.NoError(t, os.Remove(p))
+	require.NoError(t, unix.Mkfifo(p, 0o600))
+	done := make(chan bool, 1)
+	go func() { done <- victim.peerAlive(hostile.slot) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		// Release the look: a writer ends its open.
+		if fd, err := unix.Open(p, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-done
+			_ = unix.Close(fd)
+		}
+		t.Fatal("the look at a member whose ring path is a FIFO waited for a writer")
+	}
+}
