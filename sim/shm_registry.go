@@ -573,8 +573,10 @@ func (r *registry) removeUnused(name string) {
 // after it exits. It makes nothing: a fabric with no registry keeps none,
 // and loses only the ring files no live process holds (one killed while it
 // joined leaves its file with no slot, and the registry goes with the
-// last process to leave). A registry of another protocol version or
-// layout is not touched and its error wraps ErrFabricVersion.
+// last process to leave); nor does a registry whose header was never
+// written (a join that failed on a full /dev/shm, or died, after sizing
+// it). A registry of another protocol version or layout is not touched
+// and its error wraps ErrFabricVersion.
 func SweepFabric(name string) error {
 	if err := CheckFabricName(name); err != nil {
 		return err
@@ -587,17 +589,22 @@ func SweepFabric(name string) error {
 	if err != nil {
 		return err
 	}
-	if st.Size == 0 {
-		// Made by this call's open after the last process removed it, or
-		// by a process about to set it up, which opens the path again
-		// once it has the lock. No process joins while the lock is held:
-		// a ring file no process holds is an orphan.
+	// Made by this call's open after the last process removed it, or by
+	// a process about to set it up, which opens the path again once it
+	// has the lock; or sized by a process that then failed (a full file
+	// system) or died before it wrote the header, as openRegistry finds
+	// it too (magic 0): it holds no slot. No process joins while the
+	// lock is held: a ring file no process holds is an orphan.
+	orphans := func() {
 		for s := 0; s < shmMaxSlots; s++ {
 			if rp := ringPath(name, s); !ringHeld(rp) {
 				_ = os.Remove(rp)
 			}
 		}
 		_ = os.Remove(p)
+	}
+	if st.Size == 0 {
+		orphans()
 		_ = unix.Close(fd)
 		return nil
 	}
@@ -611,6 +618,10 @@ func SweepFabric(name string) error {
 		return err
 	}
 	defer r.close()
+	if atomic.LoadUint64(r.u64(regMagic)) == 0 {
+		orphans()
+		return nil
+	}
 	if *r.u64(regMagic) != shmMagic {
 		return fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)
 	}
