@@ -336,6 +336,36 @@ func TestSharedStaleRegistryOtherLayout(t *testing.T) {
 	defer c.Close()
 }
 
+// TestSharedLiveRegistryOtherLayout: a registry of another layout (32
+// slots, so another size) that a live process still uses is refused with
+// ErrFabricVersion, and the error says, as for another version of this
+// layout, which version the registry speaks and which process uses it.
+func TestSharedLiveRegistryOtherLayout(t *testing.T) {
+	name := testFabricName(t)
+	const slots = 32
+	b := make([]byte, regHeaderSize+slots*regSlotSize)
+	binary.NativeEndian.PutUint64(b[regMagic:], shmMagic)
+	binary.NativeEndian.PutUint32(b[regVersion:], shmVersion-1)
+	binary.NativeEndian.PutUint32(b[regSlots:], slots)
+	binary.NativeEndian.PutUint32(b[regRingSize:], ringDataSize)
+	// Slot 3 held by a live process: this one.
+	start, err := selfStart()
+	require.NoError(t, err)
+	binary.NativeEndian.PutUint32(b[slotOff(3)+slotPID:], uint32(os.Getpid()))
+	binary.NativeEndian.PutUint64(b[slotOff(3)+slotStart:], start)
+	binary.NativeEndian.PutUint64(b[slotOff(3)+slotGen:], 7)
+	require.NoError(t, os.WriteFile(registryPath(name), b, 0o600))
+	f := New(Options{Mode: Engine, Fabric: name})
+	defer f.Close()
+	_, err = f.Open("sim0")
+	require.ErrorIs(t, err, ErrFabricVersion)
+	require.ErrorContains(t, err, fmt.Sprintf("speaks protocol version %d", shmVersion-1))
+	require.ErrorContains(t, err, fmt.Sprintf("process %d still uses it", os.Getpid()))
+	got, err := os.ReadFile(registryPath(name))
+	require.NoError(t, err)
+	require.Equal(t, b, got, "a registry a live process uses is left alone")
+}
+
 // TestSharedLeaveKeepsNextOwnersRing: a process that leaves removes its
 // ring file only while its slot is still its own: the file of a process
 // that claimed the slot since (here, as if between the slot's release and
@@ -650,4 +680,26 @@ func TestSharedGenerationNeverZero(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(third.leave)
 	require.NotEqual(t, joiner.slot, third.slot, "two live processes in one slot")
+}
+
+// TestSharedHostileRingPathFIFO: a member replaces its ring file with a
+// FIFO: another member's look at whether it lives (ringHeld, under its
+// Fabric's lock) returns at once rather than wait in open for a writer.
+func TestSharedHostileRingPathFIFO(t *testing.T) {
+	victim, hostile := hostilePair(t)
+	p := ringPath(victim.name, hostile.slot)
+	require.NoError(t, os.Remove(p))
+	require.NoError(t, unix.Mkfifo(p, 0o600))
+	done := make(chan bool, 1)
+	go func() { done <- victim.peerAlive(hostile.slot) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		// Release the look: a writer ends its open.
+		if fd, err := unix.Open(p, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-done
+			_ = unix.Close(fd)
+		}
+		t.Fatal("the look at a member whose ring path is a FIFO waited for a writer")
+	}
 }

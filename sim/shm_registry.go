@@ -234,11 +234,15 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		return nil, err
 	}
 	fresh := st.Size == 0
+	stale, users := false, ""
+	if !fresh && st.Size != regSize {
+		stale, users = staleRegistry(name, fd, st.Size)
+	}
 	if fresh {
 		if err := unix.Ftruncate(fd, regSize); err != nil {
 			return fail(fmt.Errorf("size %s: %w", p, err))
 		}
-	} else if st.Size != regSize && staleRegistry(name, fd, st.Size) {
+	} else if stale {
 		// A registry of another layout (another slot count) that no
 		// live process uses: left behind, it does not block this run.
 		if err := unix.Ftruncate(fd, 0); err != nil {
@@ -250,7 +254,10 @@ func openRegistry(name string, link ctx.LinkLayer) (*registry, error) {
 		removeRings(name)
 		fresh = true
 	} else if st.Size != regSize {
-		return fail(fmt.Errorf("%s is %d bytes, protocol version %d uses %d: %w (remove the file when no process uses the fabric)", p, st.Size, shmVersion, regSize, ErrFabricVersion))
+		if users != "" {
+			users = "; it " + users
+		}
+		return fail(fmt.Errorf("%s is %d bytes, protocol version %d uses %d%s: %w (remove the file when no process uses the fabric)", p, st.Size, shmVersion, regSize, users, ErrFabricVersion))
 	}
 	// Its pages allocated before any is stored in: a full file system
 	// is then this error, not a SIGBUS at the first store.
@@ -386,28 +393,31 @@ func privateFile(p string, st *unix.Stat_t) error {
 
 // staleRegistry reports whether the registry file fd, of size bytes (not
 // this build's), is one of another layout that no live process uses: its
-// header and slot records keep their offsets in every version.
-func staleRegistry(name string, fd int, size int64) bool {
+// header and slot records keep their offsets in every version. When a
+// live process uses it, users says which version the registry speaks and
+// which process that is.
+func staleRegistry(name string, fd int, size int64) (stale bool, users string) {
 	if size < regHeaderSize || size > 1<<20 {
-		return false
+		return false, ""
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return false
+		return false, ""
 	}
 	defer unix.Munmap(mem)
 	ne := binary.NativeEndian
 	if ne.Uint64(mem[regMagic:]) != shmMagic {
-		return false
+		return false, ""
 	}
 	n := min(int64(ne.Uint32(mem[regSlots:])), (size-regHeaderSize)/regSlotSize)
 	for s := 0; s < int(n); s++ {
 		off := slotOff(s)
-		if ne.Uint64(mem[off+slotGen:]) != 0 && slotProcessAlive(name, s, int(ne.Uint32(mem[off+slotPID:])), ne.Uint64(mem[off+slotStart:])) {
-			return false
+		pid := int(ne.Uint32(mem[off+slotPID:]))
+		if ne.Uint64(mem[off+slotGen:]) != 0 && slotProcessAlive(name, s, pid, ne.Uint64(mem[off+slotStart:])) {
+			return false, fmt.Sprintf("speaks protocol version %d, and process %d still uses it", ne.Uint32(mem[regVersion:]), pid)
 		}
 	}
-	return true
+	return true, ""
 }
 
 // mismatch says how the registry differs from what this build speaks, or
@@ -573,8 +583,10 @@ func (r *registry) removeUnused(name string) {
 // after it exits. It makes nothing: a fabric with no registry keeps none,
 // and loses only the ring files no live process holds (one killed while it
 // joined leaves its file with no slot, and the registry goes with the
-// last process to leave). A registry of another protocol version or
-// layout is not touched and its error wraps ErrFabricVersion.
+// last process to leave); nor does a registry whose header was never
+// written (a join that failed on a full /dev/shm, or died, after sizing
+// it). A registry of another protocol version or layout is not touched
+// and its error wraps ErrFabricVersion.
 func SweepFabric(name string) error {
 	if err := CheckFabricName(name); err != nil {
 		return err
@@ -587,17 +599,22 @@ func SweepFabric(name string) error {
 	if err != nil {
 		return err
 	}
-	if st.Size == 0 {
-		// Made by this call's open after the last process removed it, or
-		// by a process about to set it up, which opens the path again
-		// once it has the lock. No process joins while the lock is held:
-		// a ring file no process holds is an orphan.
+	// Made by this call's open after the last process removed it, or by
+	// a process about to set it up, which opens the path again once it
+	// has the lock; or sized by a process that then failed (a full file
+	// system) or died before it wrote the header, as openRegistry finds
+	// it too (magic 0): it holds no slot. No process joins while the
+	// lock is held: a ring file no process holds is an orphan.
+	orphans := func() {
 		for s := 0; s < shmMaxSlots; s++ {
 			if rp := ringPath(name, s); !ringHeld(rp) {
 				_ = os.Remove(rp)
 			}
 		}
 		_ = os.Remove(p)
+	}
+	if st.Size == 0 {
+		orphans()
 		_ = unix.Close(fd)
 		return nil
 	}
@@ -611,6 +628,10 @@ func SweepFabric(name string) error {
 		return err
 	}
 	defer r.close()
+	if atomic.LoadUint64(r.u64(regMagic)) == 0 {
+		orphans()
+		return nil
+	}
 	if *r.u64(regMagic) != shmMagic {
 		return fmt.Errorf("%s is not a fabric registry: %w", p, ErrFabricVersion)
 	}

@@ -136,9 +136,11 @@ func createRingFile(name string, s int, gen uint64) (*ringFile, error) {
 // descriptor of the file). Unlike a pid, the lock means the same in every
 // pid namespace: processes in two containers that share /dev/shm but not
 // their pids see each other alive. It reports false when the file is
-// absent, or the kernel has no open-file-description locks.
+// absent, or the kernel has no open-file-description locks. The open does
+// not block: a FIFO a member made at the path would otherwise hold the
+// caller (and its Fabric's lock, or the registry's) until a writer came.
 func ringHeld(path string) bool {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}

@@ -709,3 +709,23 @@ func TestSweepFabricOrphanRings(t *testing.T) {
 	require.FileExists(t, ringPath(name, 5), "a ring file a live process holds")
 	require.NoFileExists(t, registryPath(name))
 }
+
+// TestSweepFabricHalfMadeRegistry: a registry of this build's size whose
+// header was never written (a join that sized it and then failed, on a
+// full /dev/shm, or died before its first store) holds no slot: SweepFabric
+// removes it and the ring files no process holds, as openRegistry starts
+// it afresh, rather than refuse it as another version's.
+func TestSweepFabricHalfMadeRegistry(t *testing.T) {
+	name := testFabricName(t)
+	require.NoError(t, os.WriteFile(registryPath(name), make([]byte, regSize), 0o600))
+	orphan := ringPath(name, 2)
+	require.NoError(t, os.WriteFile(orphan, make([]byte, 64), 0o600))
+	held, err := createRingFile(name, 5, 1) // holds its liveness lock
+	require.NoError(t, err)
+	t.Cleanup(func() { held.close(); _ = os.Remove(ringPath(name, 5)) })
+
+	require.NoError(t, SweepFabric(name))
+	require.NoFileExists(t, registryPath(name), "the half-made registry")
+	require.NoFileExists(t, orphan, "the orphan ring file")
+	require.FileExists(t, ringPath(name, 5), "a ring file a live process holds")
+}
