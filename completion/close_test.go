@@ -2,6 +2,7 @@ package completion_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // notifierOnSim opens a device of a new software HCA in Engine mode and
@@ -106,4 +108,46 @@ func TestNotifierCloseEndsWait(t *testing.T) {
 	// open, closes without waking anything that is gone.
 	require.ErrorIs(t, n.Wait(context.Background()), ctx.ErrClosed)
 	require.NoError(t, cq.Close())
+}
+
+// TestCompletionsEndsWhenPollerCloses closes the transport Poller while a
+// completion of its CQ waits in the ring: the CQ is open and the Notifier
+// finds the completion ready, but the closed Poller takes none, so the
+// iterator must end with an error wrapping ctx.ErrClosed instead of
+// spinning between Wait and Poll for ever.
+func TestCompletionsEndsWhenPollerCloses(t *testing.T) {
+	p := newRCPair(t, 8)
+	poller, err := transport.NewPoller(p.cqA)
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(p.a))
+	n, err := completion.NewNotifier(p.cqA, poller.CQ())
+	require.NoError(t, err)
+	defer n.Close()
+	st, err := p.a.Post(1, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, st.RdmaWrite(uint64(p.mr.Addr()), p.mr.RKey()).Inline([]byte{1}).FinishBlueFlame())
+	require.NoError(t, n.WaitTimeout(5*time.Second))
+	require.NoError(t, poller.Close())
+
+	done := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for wc, err := range completion.Completions(c, n, poller) {
+			if wc != nil {
+				done <- errors.New("a closed Poller handed a completion over")
+				return
+			}
+			done <- err
+			return
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ctx.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Completions over a closed Poller did not end")
+	}
+	require.Equal(t, 1, poller.CQ().Ready(8), "the completion stays in the ring")
 }

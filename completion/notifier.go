@@ -262,8 +262,8 @@ type Poller[C any] interface {
 // would. With a transport Poller every completion has retired its work
 // request by the time it is yielded, so the loop may post again at once.
 // It ends when the loop breaks, or after yielding (zero C, err) when ctx
-// is done, waiting fails, the CQ is closed (ctx.ErrClosed) or p polls
-// another ring than n (ErrMismatch); a nil or zero Notifier (not made by
+// is done, waiting fails, the CQ or the transport Poller p is closed
+// (ctx.ErrClosed) or p polls another ring than n (ErrMismatch); a nil or zero Notifier (not made by
 // NewNotifier) or a nil p yields an error wrapping ctx.ErrInvalidArgument. A
 // completion is valid until the loop body returns; the body may post but
 // must not poll p itself.
@@ -292,6 +292,13 @@ func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C
 			}
 			if err := n.Wait(c); err != nil {
 				yield(zero, err)
+				return
+			}
+			// Wait found a completion ready: a poller that takes none
+			// was closed (a transport Poller), and waiting again would
+			// find the same one at once, for ever.
+			if p.Poll(1, func(x C) { more = yield(x, errOf(x)) }) == 0 {
+				yield(zero, fmt.Errorf("completion: completions of CQ 0x%x: the poller takes none of the completions ready (closed): %w", n.poll.CQN(), ctx.ErrClosed))
 				return
 			}
 			for more && p.Poll(1, func(x C) { more = yield(x, errOf(x)) }) > 0 {
