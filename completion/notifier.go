@@ -137,8 +137,10 @@ var errZeroNotifier = fmt.Errorf("completion: wait: notifier not made by NewNoti
 // found it), blocking until the device raises a completion event when there
 // is none. It returns an error wrapping ctx's error when ctx is done first
 // (context.DeadlineExceeded for a deadline, context.Canceled for a
-// cancellation), and one wrapping ctx.ErrClosed when the CQ is closed, also
-// by another goroutine while Wait sleeps (directly or with its Context).
+// cancellation), one wrapping ctx.ErrClosed when the CQ is closed, also
+// by another goroutine while Wait sleeps (directly or with its Context),
+// and the ring's error (monocq.ErrCorrupt) once its poller stopped at a
+// corrupt CQE.
 // Wait releases the CQEs taken so far before it arms: call it between
 // batches.
 func (n *Notifier) Wait(c context.Context) error {
@@ -149,6 +151,9 @@ func (n *Notifier) Wait(c context.Context) error {
 		return nil
 	}
 	for {
+		if err := n.stopped(); err != nil {
+			return err
+		}
 		if !n.armed {
 			if err := n.poll.Arm(n.solicited); err != nil {
 				return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), err)
@@ -167,6 +172,16 @@ func (n *Notifier) Wait(c context.Context) error {
 			return nil
 		}
 	}
+}
+
+// stopped returns the ring's error once its poller stopped at a corrupt
+// CQE (monocq.ErrCorrupt): no CQE is ready from then on, and no event
+// would end a sleep with one.
+func (n *Notifier) stopped() error {
+	if err := n.poll.Err(); errors.Is(err, monocq.ErrCorrupt) {
+		return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), err)
+	}
+	return nil
 }
 
 // WaitTimeout is Wait bounded by timeout instead of a context.
