@@ -278,10 +278,10 @@ type Poller[C any] interface {
 // request by the time it is yielded, so the loop may post again at once.
 // It ends when the loop breaks, or after yielding (zero C, err) when ctx
 // is done, waiting fails, the CQ or the transport Poller p is closed
-// (ctx.ErrClosed) or p polls another ring than n (ErrMismatch); a nil or zero Notifier (not made by
-// NewNotifier) or a nil p yields an error wrapping ctx.ErrInvalidArgument. A
-// completion is valid until the loop body returns; the body may post but
-// must not poll p itself.
+// (ctx.ErrClosed) or p polls another ring than n (ErrMismatch); a nil or
+// zero Notifier (not made by NewNotifier) or a nil or zero p yields an
+// error wrapping ctx.ErrInvalidArgument. A completion is valid until the
+// loop body returns; the body may post but must not poll p itself.
 func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C, error] {
 	return func(yield func(C, error) bool) {
 		var zero C
@@ -333,6 +333,10 @@ func (n *Notifier) pairedWith(p any) error {
 		ring = p.CQ()
 	default:
 		return nil
+	}
+	if ring == nil {
+		// A zero transport Poller (not made by NewPoller).
+		return fmt.Errorf("completion: completions of CQ 0x%x: poller has no ring: %w", n.poll.CQN(), ctx.ErrInvalidArgument)
 	}
 	if ring != n.poll {
 		return fmt.Errorf("completion: completions of CQ 0x%x from a poller of CQ 0x%x: %w", n.poll.CQN(), ring.CQN(), ErrMismatch)
