@@ -3,13 +3,17 @@ package completion_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
@@ -150,4 +154,21 @@ func TestCompletionsEndsWhenPollerCloses(t *testing.T) {
 		t.Fatal("Completions over a closed Poller did not end")
 	}
 	require.Equal(t, 1, poller.CQ().Ready(8), "the completion stays in the ring")
+}
+
+// TestWaitDoesNotArmClosedCQ: Wait on a closed CQ returns an error
+// wrapping ctx.ErrClosed without arming it: the arm word would go to the
+// doorbell record and the UAR doorbell of a destroyed CQ, whose number the
+// device may have given to another CQ of the Context.
+func TestWaitDoesNotArmClosedCQ(t *testing.T) {
+	_, cq, p, n := notifierOnSim(t)
+	defer n.Close()
+	d := provider.CQDescriptor(cq)
+	arm := (*uint32)(unsafe.Add(d.DBRec, prm.CQDoorbellRecordArm*4))
+	before := *arm
+	n.SolicitedOnly(true) // an arm word other than the record's first (0)
+	require.NoError(t, cq.Close())
+	require.ErrorIs(t, n.WaitTimeout(time.Second), ctx.ErrClosed)
+	require.Equal(t, before, *arm, "the closed CQ was armed")
+	runtime.KeepAlive(p)
 }

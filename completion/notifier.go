@@ -155,6 +155,10 @@ func (n *Notifier) Wait(c context.Context) error {
 			return err
 		}
 		if !n.armed {
+			if n.cq.Closed() {
+				// Its number may be another CQ's by now: no arm.
+				return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), ctx.ErrClosed)
+			}
 			if err := n.poll.Arm(n.solicited); err != nil {
 				return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), err)
 			}
