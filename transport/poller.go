@@ -476,8 +476,8 @@ func (p *Poller) Len() int {
 	return p.table.Len()
 }
 
-// CQ returns the underlying ring poller (for Arm, AcknowledgeEvent and
-// Stats).
+// CQ returns the underlying ring poller (for Arm, AcknowledgeEvent, Ready
+// and a completion.Notifier); nil for a zero Poller.
 func (p *Poller) CQ() *monocq.CQ { return p.cq }
 
 // ring returns the monocq poller to take the next batch from, or nil when
