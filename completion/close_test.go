@@ -2,15 +2,21 @@ package completion_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
 
 // notifierOnSim opens a device of a new software HCA in Engine mode and
@@ -106,4 +112,63 @@ func TestNotifierCloseEndsWait(t *testing.T) {
 	// open, closes without waking anything that is gone.
 	require.ErrorIs(t, n.Wait(context.Background()), ctx.ErrClosed)
 	require.NoError(t, cq.Close())
+}
+
+// TestCompletionsEndsWhenPollerCloses closes the transport Poller while a
+// completion of its CQ waits in the ring: the CQ is open and the Notifier
+// finds the completion ready, but the closed Poller takes none, so the
+// iterator must end with an error wrapping ctx.ErrClosed instead of
+// spinning between Wait and Poll for ever.
+func TestCompletionsEndsWhenPollerCloses(t *testing.T) {
+	p := newRCPair(t, 8)
+	poller, err := transport.NewPoller(p.cqA)
+	require.NoError(t, err)
+	require.NoError(t, poller.Add(p.a))
+	n, err := completion.NewNotifier(p.cqA, poller.CQ())
+	require.NoError(t, err)
+	defer n.Close()
+	st, err := p.a.Post(1, wqebuilder.Signaled)
+	require.NoError(t, err)
+	require.NoError(t, st.RdmaWrite(uint64(p.mr.Addr()), p.mr.RKey()).Inline([]byte{1}).FinishBlueFlame())
+	require.NoError(t, n.WaitTimeout(5*time.Second))
+	require.NoError(t, poller.Close())
+
+	done := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for wc, err := range completion.Completions(c, n, poller) {
+			if wc != nil {
+				done <- errors.New("a closed Poller handed a completion over")
+				return
+			}
+			done <- err
+			return
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ctx.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Completions over a closed Poller did not end")
+	}
+	require.Equal(t, 1, poller.CQ().Ready(8), "the completion stays in the ring")
+}
+
+// TestWaitDoesNotArmClosedCQ: Wait on a closed CQ returns an error
+// wrapping ctx.ErrClosed without arming it: the arm word would go to the
+// doorbell record and the UAR doorbell of a destroyed CQ, whose number the
+// device may have given to another CQ of the Context.
+func TestWaitDoesNotArmClosedCQ(t *testing.T) {
+	_, cq, p, n := notifierOnSim(t)
+	defer n.Close()
+	d := provider.CQDescriptor(cq)
+	arm := (*uint32)(unsafe.Add(d.DBRec, prm.CQDoorbellRecordArm*4))
+	before := *arm
+	n.SolicitedOnly(true) // an arm word other than the record's first (0)
+	require.NoError(t, cq.Close())
+	require.ErrorIs(t, n.WaitTimeout(time.Second), ctx.ErrClosed)
+	require.Equal(t, before, *arm, "the closed CQ was armed")
+	runtime.KeepAlive(p)
 }

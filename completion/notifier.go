@@ -137,8 +137,10 @@ var errZeroNotifier = fmt.Errorf("completion: wait: notifier not made by NewNoti
 // found it), blocking until the device raises a completion event when there
 // is none. It returns an error wrapping ctx's error when ctx is done first
 // (context.DeadlineExceeded for a deadline, context.Canceled for a
-// cancellation), and one wrapping ctx.ErrClosed when the CQ is closed, also
-// by another goroutine while Wait sleeps (directly or with its Context).
+// cancellation), one wrapping ctx.ErrClosed when the CQ is closed, also
+// by another goroutine while Wait sleeps (directly or with its Context),
+// and the ring's error (monocq.ErrCorrupt) once its poller stopped at a
+// corrupt CQE.
 // Wait releases the CQEs taken so far before it arms: call it between
 // batches.
 func (n *Notifier) Wait(c context.Context) error {
@@ -149,7 +151,14 @@ func (n *Notifier) Wait(c context.Context) error {
 		return nil
 	}
 	for {
+		if err := n.stopped(); err != nil {
+			return err
+		}
 		if !n.armed {
+			if n.cq.Closed() {
+				// Its number may be another CQ's by now: no arm.
+				return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), ctx.ErrClosed)
+			}
 			if err := n.poll.Arm(n.solicited); err != nil {
 				return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), err)
 			}
@@ -167,6 +176,16 @@ func (n *Notifier) Wait(c context.Context) error {
 			return nil
 		}
 	}
+}
+
+// stopped returns the ring's error once its poller stopped at a corrupt
+// CQE (monocq.ErrCorrupt): no CQE is ready from then on, and no event
+// would end a sleep with one.
+func (n *Notifier) stopped() error {
+	if err := n.poll.Err(); errors.Is(err, monocq.ErrCorrupt) {
+		return fmt.Errorf("completion: wait on CQ 0x%x: %w", n.poll.CQN(), err)
+	}
+	return nil
 }
 
 // WaitTimeout is Wait bounded by timeout instead of a context.
@@ -262,11 +281,11 @@ type Poller[C any] interface {
 // would. With a transport Poller every completion has retired its work
 // request by the time it is yielded, so the loop may post again at once.
 // It ends when the loop breaks, or after yielding (zero C, err) when ctx
-// is done, waiting fails, the CQ is closed (ctx.ErrClosed) or p polls
-// another ring than n (ErrMismatch); a nil or zero Notifier (not made by
-// NewNotifier) or a nil p yields an error wrapping ctx.ErrInvalidArgument. A
-// completion is valid until the loop body returns; the body may post but
-// must not poll p itself.
+// is done, waiting fails, the CQ or the transport Poller p is closed
+// (ctx.ErrClosed) or p polls another ring than n (ErrMismatch); a nil or
+// zero Notifier (not made by NewNotifier) or a nil or zero p yields an
+// error wrapping ctx.ErrInvalidArgument. A completion is valid until the
+// loop body returns; the body may post but must not poll p itself.
 func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C, error] {
 	return func(yield func(C, error) bool) {
 		var zero C
@@ -294,6 +313,13 @@ func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C
 				yield(zero, err)
 				return
 			}
+			// Wait found a completion ready: a poller that takes none
+			// was closed (a transport Poller), and waiting again would
+			// find the same one at once, for ever.
+			if p.Poll(1, func(x C) { more = yield(x, errOf(x)) }) == 0 {
+				yield(zero, fmt.Errorf("completion: completions of CQ 0x%x: the poller takes none of the completions ready (closed): %w", n.poll.CQN(), ctx.ErrClosed))
+				return
+			}
 			for more && p.Poll(1, func(x C) { more = yield(x, errOf(x)) }) > 0 {
 			}
 		}
@@ -311,6 +337,10 @@ func (n *Notifier) pairedWith(p any) error {
 		ring = p.CQ()
 	default:
 		return nil
+	}
+	if ring == nil {
+		// A zero transport Poller (not made by NewPoller).
+		return fmt.Errorf("completion: completions of CQ 0x%x: poller has no ring: %w", n.poll.CQN(), ctx.ErrInvalidArgument)
 	}
 	if ring != n.poll {
 		return fmt.Errorf("completion: completions of CQ 0x%x from a poller of CQ 0x%x: %w", n.poll.CQN(), ring.CQN(), ErrMismatch)

@@ -380,3 +380,27 @@ func TestZeroNotifier(t *testing.T) {
 		require.NoError(t, n.Close())
 	})
 }
+
+// TestWaitReportsCorruptRing: a ring whose poller stopped at a corrupt
+// CQE (monocq.ErrCorrupt) never has a CQE ready again; Wait returns its
+// error at once instead of sleeping until the context ends, and
+// Completions yields it.
+func TestWaitReportsCorruptRing(t *testing.T) {
+	e := newEventCQ(t, 8, true)
+	n, err := completion.NewNotifier(e.cq, e.poll)
+	require.NoError(t, err)
+	defer n.Close()
+	bad := reqCQE(0x100, 1)
+	bad[63] |= prm.CQEFormatScatter64 << prm.CQEFormatShift // in a ring of 64-byte CQEs
+	require.NoError(t, e.fabric.InjectCQE(e.cq.CQN(), bad))
+	start := time.Now()
+	err = n.WaitTimeout(5 * time.Second)
+	require.ErrorIs(t, err, monocq.ErrCorrupt)
+	require.Less(t, time.Since(start), 4*time.Second, "Wait slept on a stopped ring")
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for cqe, err := range completion.Completions(c, n, e.poll) {
+		require.Nil(t, cqe)
+		require.ErrorIs(t, err, monocq.ErrCorrupt)
+	}
+}

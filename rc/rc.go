@@ -264,7 +264,9 @@ func (q *QP) Remote() endpoint.Endpoint { return q.remote }
 // The old ones are closed: a stage begun before Reset, or a SendQueue taken
 // before it, fails at Finish with ctx.ErrClosed and writes nothing;
 // SendQueue returns the new one. The QPN, the PSN and the Pollers the QP
-// was added to stay; the QP's CQEs still in those Pollers' rings are removed (monocq.CQ.Discard), as
+// was added to stay; the QP's CQEs still in its CQs' rings (through their
+// Pollers, or transport.NewCQ's ring where none holds it) are removed
+// (monocq.CQ.Discard), as
 // rdma-core cleans a QP's CQs on its way to RESET, so that none completes a
 // work request posted after the reset. Call it on the goroutine that posts
 // on the QP and polls those Pollers, between polls: inside the function a

@@ -111,14 +111,31 @@ func (q *Queue) polling() error {
 	return nil
 }
 
-// discard removes the CQEs of q that are still in the rings of the Pollers
-// q was added to (see Poller.discard). Reset calls it, through setup, once
-// the queue pair is in RESET: the device writes no more CQEs for it.
+// discard removes the CQEs of q that are still in the rings of its open
+// completion queues, as rdma-core's mlx5_modify_qp cleans the QP's CQs:
+// through the Poller that holds a ring (see Poller.discard), which q was
+// added to or not, or through the ring alone (NewCQ's, or a closed
+// Poller's, which the next Poller goes on from). Reset calls it, through
+// setup, once the queue pair is in RESET: the device writes no more CQEs
+// for it.
 func (c *closer) discard(q *Queue) {
-	c.mu.Lock()
-	pollers := append([]*Poller(nil), c.pollers...)
-	c.mu.Unlock()
-	for _, p := range pollers {
-		p.discard(q)
+	cfg := q.qp.Config()
+	for i, cq := range [2]*ctx.CompletionQueue{cfg.SendCQ, cfg.RecvCQ} {
+		if cq == nil || i == 1 && cq == cfg.SendCQ {
+			continue
+		}
+		claimsMu.Lock()
+		cl := claims[cq]
+		var p *Poller
+		if cl != nil {
+			p = cl.poller
+		}
+		claimsMu.Unlock()
+		switch {
+		case p != nil:
+			p.discard(q)
+		case cl != nil && !cq.Closed():
+			discardFrom(cl.ring, q)
+		}
 	}
 }

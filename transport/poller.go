@@ -429,8 +429,22 @@ func (p *Poller) discard(q *Queue) {
 	if p.owner.Closed() {
 		return
 	}
+	removed := discardFrom(p.cq, q)
+	// The CQEs kept moved up the ring by up to removed slots, and the
+	// consumer index by removed: a closed queue still draining has its
+	// CQEs as far from the index it was found closed at, plus removed
+	// (see reap).
+	for i := range p.draining {
+		p.draining[i].at += uint32(removed)
+	}
+}
+
+// discardFrom removes the CQEs of q from ring, giving the SRQ slots of
+// its receive CQEs back (see Poller.discard), and returns how many it
+// removed.
+func discardFrom(ring *monocq.CQ, q *Queue) int {
 	qpn, srq := q.qpn, q.srq
-	removed := p.cq.Discard(func(c *monocq.CQE) bool {
+	return ring.Discard(func(c *monocq.CQE) bool {
 		if c.QPN() != qpn {
 			return false
 		}
@@ -442,13 +456,6 @@ func (p *Poller) discard(q *Queue) {
 		}
 		return true
 	})
-	// The CQEs kept moved up the ring by up to removed slots, and the
-	// consumer index by removed: a closed queue still draining has its
-	// CQEs as far from the index it was found closed at, plus removed
-	// (see reap).
-	for i := range p.draining {
-		p.draining[i].at += uint32(removed)
-	}
 }
 
 // Lookup returns the queue added for qpn, or nil; a closed queue pair
@@ -469,8 +476,8 @@ func (p *Poller) Len() int {
 	return p.table.Len()
 }
 
-// CQ returns the underlying ring poller (for Arm, AcknowledgeEvent and
-// Stats).
+// CQ returns the underlying ring poller (for Arm, AcknowledgeEvent, Ready
+// and a completion.Notifier); nil for a zero Poller.
 func (p *Poller) CQ() *monocq.CQ { return p.cq }
 
 // ring returns the monocq poller to take the next batch from, or nil when

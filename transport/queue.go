@@ -470,17 +470,22 @@ func (q *Queue) PostRecv(wrid uint64, addr uint64, length, lkey uint32) error {
 }
 
 // RingRecvDoorbell publishes the receive WQEs finished since the last
-// doorbell.
+// doorbell. It does nothing on a closed QP or a zero Queue.
 func (q *Queue) RingRecvDoorbell() {
-	if q.rq.buf == nil || q.qp.Closed() {
+	if q.rq == nil || q.rq.buf == nil || q.qp.Closed() {
 		return
 	}
 	q.rq.ringDoorbell()
 }
 
 // RecvOutstanding returns the receive WQEs posted on the QP's own receive
-// queue and not yet completed.
-func (q *Queue) RecvOutstanding() uint32 { return q.rq.posted }
+// queue and not yet completed (0 for a zero Queue).
+func (q *Queue) RecvOutstanding() uint32 {
+	if q.rq == nil {
+		return 0 // a zero Queue
+	}
+	return q.rq.posted
+}
 
 // Unmatched returns the number of completions that named no outstanding
 // work request.
