@@ -142,7 +142,7 @@ func encodeOthers(b []byte, local []Endpoint, skip int) ([]byte, error) {
 
 func checkPeers(peers int) error {
 	if peers < 1 || peers > MaxPeers {
-		return fmt.Errorf("%d peers: %w (want 1..%d)", peers, errRange, MaxPeers)
+		return fmt.Errorf("%d peers: %w (want 1..%d): %w", peers, errRange, MaxPeers, errInvalid)
 	}
 	return nil
 }
@@ -188,7 +188,7 @@ func (o MeshOptions) check() error {
 		return err
 	}
 	if o.HelloTimeout < 0 {
-		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more)", o.HelloTimeout, errRange)
+		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more): %w", o.HelloTimeout, errRange, errInvalid)
 	}
 	return nil
 }
@@ -676,7 +676,7 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if rank < 1 || rank >= peers {
-		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d)", op, rank, errRange, peers-1)
+		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d): %w", op, rank, errRange, peers-1, errInvalid)
 	}
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -762,3 +762,26 @@ func TestMeshFloodFromAnotherAddress(t *testing.T) {
 	require.Eventually(t, func() bool { return closed(flood[0], time.Millisecond) }, 10*time.Second, 10*time.Millisecond, "the flood's oldest connection was not closed")
 	require.False(t, closed(slow, 50*time.Millisecond), "the greeting from the other address was closed for the flood")
 }
+
+// TestArgumentRangeErrorsAreInvalidArgument: a caller's peer count, rank,
+// side or hello timeout out of range matches ctx.ErrInvalidArgument, as
+// every other bad argument of the package does.
+func TestArgumentRangeErrorsAreInvalidArgument(t *testing.T) {
+	c := context.Background()
+	local := meshLocal(3)
+	_, err := DialMesh(c, "127.0.0.1:1", 0, local[0], testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = DialMesh(c, "127.0.0.1:1", 3, local[0], testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = DialMesh(c, "127.0.0.1:1", 1, make([]Endpoint, MaxPeers+1), testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = ListenMesh(c, "127.0.0.1:0", 0, testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = ListenMesh(c, "127.0.0.1:0", 3, MeshOptions{Security: testSec, HelloTimeout: -1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = Mesh(c, "127.0.0.1:0", nil)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	a, _ := net.Pipe()
+	_, err = Exchange(c, a, Side(0), sampleRC(), testSec)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
