@@ -802,6 +802,9 @@ func dialRetry(ctx context.Context, address string, dial func(context.Context, s
 	for attempt := 1; ; attempt++ {
 		conn, err := dial(ctx, "tcp", address)
 		if err == nil {
+			if nilness.Is(conn) {
+				return nil, fmt.Errorf("dial: MeshOptions.Dial returned a nil connection and no error: %w", errInvalid)
+			}
 			return conn, nil
 		}
 		if ctx.Err() != nil {

@@ -785,3 +785,19 @@ func TestArgumentRangeErrorsAreInvalidArgument(t *testing.T) {
 	_, err = Exchange(c, a, Side(0), sampleRC(), testSec)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }
+
+// TestDialMeshNilConnFromDial: a MeshOptions.Dial that returns no
+// connection and no error is an error, not a panic.
+func TestDialMeshNilConnFromDial(t *testing.T) {
+	opts := testOpts
+	opts.Dial = func(context.Context, string, string) (net.Conn, error) { return nil, nil }
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := DialMesh(c, "127.0.0.1:1", 1, meshLocal(2)[1], opts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "MeshOptions.Dial")
+	var typed *net.TCPConn
+	opts.Dial = func(context.Context, string, string) (net.Conn, error) { return typed, nil }
+	_, err = DialMesh(c, "127.0.0.1:1", 1, meshLocal(2)[1], opts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
