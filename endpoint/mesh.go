@@ -334,9 +334,9 @@ func temporary(err error) bool {
 //
 // A connection learns nothing before it has proved that it holds the key:
 // one that does not (or sends garbage, claims another peer count, a rank
-// out of range or one already taken, or takes longer than the hello
-// timeout) gets the same generic refusal and is closed, and the wait goes
-// on. A temporary accept error (out of file descriptors) is retried with a
+// out of range or one already taken) gets the same generic refusal and is
+// closed, one that takes longer than the hello timeout is closed, and the
+// wait goes on. A temporary accept error (out of file descriptors) is retried with a
 // back-off from 5 ms to 1 s. The wait is bounded by ctx's deadline or
 // 30 seconds; when it ends early every rank that joined is told why.
 // Exchange closes the listener and every connection before it returns; a
