@@ -158,6 +158,9 @@ func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
+	}
 	w, err := watch(ctx, conn)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: set deadline: %w", op, err)
