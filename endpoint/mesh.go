@@ -805,6 +805,11 @@ func dialRetry(ctx context.Context, address string, dial func(context.Context, s
 			if nilness.Is(conn) {
 				return nil, fmt.Errorf("dial: MeshOptions.Dial returned a nil connection and no error: %w", errInvalid)
 			}
+			if ctx.Err() != nil {
+				// A Dial that does not look at ctx connects after it ended.
+				_ = conn.Close()
+				return nil, fmt.Errorf("dial: %w after %d attempts", ctx.Err(), attempt)
+			}
 			return conn, nil
 		}
 		if ctx.Err() != nil {

@@ -801,3 +801,32 @@ func TestDialMeshNilConnFromDial(t *testing.T) {
 	_, err = DialMesh(c, "127.0.0.1:1", 1, meshLocal(2)[1], opts)
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }
+
+// TestDialMeshAlreadyCancelledSendsNothing: a DialMesh whose context has
+// ended before it starts returns the context's error without sending a
+// byte, even through a MeshOptions.Dial that does not look at the context.
+func TestDialMeshAlreadyCancelledSendsNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- 0
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		_ = c.Close()
+		got <- int(n)
+	}()
+	opts := testOpts
+	opts.Dial = func(_ context.Context, network, address string) (net.Conn, error) { return net.Dial(network, address) }
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = DialMesh(c, ln.Addr().String(), 1, meshLocal(2)[1], opts)
+	require.ErrorIs(t, err, context.Canceled)
+	_ = ln.Close()
+	require.Zero(t, <-got, "bytes sent after the context ended")
+}
