@@ -448,11 +448,15 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	// gone drops the member of rank r when it closed or reset its
 	// connection while it waited for the table (its process died, say):
 	// a rank that joins again takes its place, and the table is not sent
-	// to a connection no one reads. A connection that cannot be looked at
-	// (TLS) counts as open.
+	// to a connection no one reads. Under TLS the socket beneath is looked
+	// at; a connection that cannot be looked at counts as open.
 	gone := func(r int) bool {
 		m := members[r]
-		if s, _ := connpeek.Peek(m.conn); s != connpeek.Closed && s != connpeek.Reset {
+		raw, err := watchable(m.conn)
+		if err != nil {
+			return false
+		}
+		if s, _ := connpeek.Peek(raw); s != connpeek.Closed && s != connpeek.Reset {
 			return false
 		}
 		m.watch.stop()
