@@ -74,7 +74,9 @@
 // whose packets reach the queue pair may read or write that memory. So
 // neither the exchange nor the mesh sends an endpoint, binds a rank or
 // tells a peer anything about the mesh before the peer has proved that it
-// holds the pre-shared key of [Security]:
+// holds the pre-shared key of [Security], but for the rank and peer count
+// a dialer claims in its hello, which whoever answers at the address it
+// dials reads before proving anything:
 //
 //	dialer    hello      nonce D, rank, peer count
 //	listener  challenge  nonce L, HMAC(key, "proof" L-role D L rank peers)

@@ -144,7 +144,7 @@ func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec
 		op = "exchange with " + a.String()
 	}
 	if side != DialSide && side != AcceptSide {
-		return Endpoint{}, fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide)", op, side, errRange)
+		return Endpoint{}, fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide): %w", op, side, errRange, errInvalid)
 	}
 	if err := sec.check(); err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
@@ -158,6 +158,9 @@ func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
+	}
 	w, err := watch(ctx, conn)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: set deadline: %w", op, err)

@@ -339,3 +339,24 @@ func TestNilConnectionsRefused(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "NewMeshListener, %s", name)
 	}
 }
+
+// TestExchangeAlreadyCancelledSendsNothing: an Exchange whose context has
+// ended before it starts returns the context's error without sending a
+// byte, even to a peer that answers at once.
+func TestExchangeAlreadyCancelledSendsNothing(t *testing.T) {
+	for i := range 50 {
+		a, b := toolproc.TCPPair(t)
+		got := make(chan int, 1)
+		go func() {
+			n, _ := io.Copy(io.Discard, b)
+			got <- int(n)
+		}()
+		c, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := Exchange(c, a, DialSide, sampleRC(), testSec)
+		require.ErrorIs(t, err, context.Canceled, "try %d", i)
+		_ = a.Close()
+		require.Zero(t, <-got, "try %d: bytes sent after the context ended", i)
+		_ = b.Close()
+	}
+}

@@ -142,7 +142,7 @@ func encodeOthers(b []byte, local []Endpoint, skip int) ([]byte, error) {
 
 func checkPeers(peers int) error {
 	if peers < 1 || peers > MaxPeers {
-		return fmt.Errorf("%d peers: %w (want 1..%d)", peers, errRange, MaxPeers)
+		return fmt.Errorf("%d peers: %w (want 1..%d): %w", peers, errRange, MaxPeers, errInvalid)
 	}
 	return nil
 }
@@ -188,7 +188,7 @@ func (o MeshOptions) check() error {
 		return err
 	}
 	if o.HelloTimeout < 0 {
-		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more)", o.HelloTimeout, errRange)
+		return fmt.Errorf("hello timeout %v: %w (want 0 for the default, or more): %w", o.HelloTimeout, errRange, errInvalid)
 	}
 	return nil
 }
@@ -334,9 +334,9 @@ func temporary(err error) bool {
 //
 // A connection learns nothing before it has proved that it holds the key:
 // one that does not (or sends garbage, claims another peer count, a rank
-// out of range or one already taken, or takes longer than the hello
-// timeout) gets the same generic refusal and is closed, and the wait goes
-// on. A temporary accept error (out of file descriptors) is retried with a
+// out of range or one already taken) gets the same generic refusal and is
+// closed, one that takes longer than the hello timeout is closed, and the
+// wait goes on. A temporary accept error (out of file descriptors) is retried with a
 // back-off from 5 ms to 1 s. The wait is bounded by ctx's deadline or
 // 30 seconds; when it ends early every rank that joined is told why.
 // Exchange closes the listener and every connection before it returns; a
@@ -448,11 +448,15 @@ func (l *MeshListener) Exchange(ctx context.Context, local []Endpoint) ([]Endpoi
 	// gone drops the member of rank r when it closed or reset its
 	// connection while it waited for the table (its process died, say):
 	// a rank that joins again takes its place, and the table is not sent
-	// to a connection no one reads. A connection that cannot be looked at
-	// (TLS) counts as open.
+	// to a connection no one reads. Under TLS the socket beneath is looked
+	// at; a connection that cannot be looked at counts as open.
 	gone := func(r int) bool {
 		m := members[r]
-		if s, _ := connpeek.Peek(m.conn); s != connpeek.Closed && s != connpeek.Reset {
+		raw, err := watchable(m.conn)
+		if err != nil {
+			return false
+		}
+		if s, _ := connpeek.Peek(raw); s != connpeek.Closed && s != connpeek.Reset {
 			return false
 		}
 		m.watch.stop()
@@ -676,7 +680,7 @@ func DialMesh(ctx context.Context, address string, rank int, local []Endpoint, o
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if rank < 1 || rank >= peers {
-		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d)", op, rank, errRange, peers-1)
+		return nil, fmt.Errorf("%s: rank %d: %w (dialers are 1..%d): %w", op, rank, errRange, peers-1, errInvalid)
 	}
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -802,6 +806,14 @@ func dialRetry(ctx context.Context, address string, dial func(context.Context, s
 	for attempt := 1; ; attempt++ {
 		conn, err := dial(ctx, "tcp", address)
 		if err == nil {
+			if nilness.Is(conn) {
+				return nil, fmt.Errorf("dial: MeshOptions.Dial returned a nil connection and no error: %w", errInvalid)
+			}
+			if ctx.Err() != nil {
+				// A Dial that does not look at ctx connects after it ended.
+				_ = conn.Close()
+				return nil, fmt.Errorf("dial: %w after %d attempts", ctx.Err(), attempt)
+			}
 			return conn, nil
 		}
 		if ctx.Err() != nil {

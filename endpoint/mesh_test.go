@@ -762,3 +762,71 @@ func TestMeshFloodFromAnotherAddress(t *testing.T) {
 	require.Eventually(t, func() bool { return closed(flood[0], time.Millisecond) }, 10*time.Second, 10*time.Millisecond, "the flood's oldest connection was not closed")
 	require.False(t, closed(slow, 50*time.Millisecond), "the greeting from the other address was closed for the flood")
 }
+
+// TestArgumentRangeErrorsAreInvalidArgument: a caller's peer count, rank,
+// side or hello timeout out of range matches ctx.ErrInvalidArgument, as
+// every other bad argument of the package does.
+func TestArgumentRangeErrorsAreInvalidArgument(t *testing.T) {
+	c := context.Background()
+	local := meshLocal(3)
+	_, err := DialMesh(c, "127.0.0.1:1", 0, local[0], testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = DialMesh(c, "127.0.0.1:1", 3, local[0], testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = DialMesh(c, "127.0.0.1:1", 1, make([]Endpoint, MaxPeers+1), testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = ListenMesh(c, "127.0.0.1:0", 0, testOpts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = ListenMesh(c, "127.0.0.1:0", 3, MeshOptions{Security: testSec, HelloTimeout: -1})
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	_, err = Mesh(c, "127.0.0.1:0", nil)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	a, _ := net.Pipe()
+	_, err = Exchange(c, a, Side(0), sampleRC(), testSec)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+// TestDialMeshNilConnFromDial: a MeshOptions.Dial that returns no
+// connection and no error is an error, not a panic.
+func TestDialMeshNilConnFromDial(t *testing.T) {
+	opts := testOpts
+	opts.Dial = func(context.Context, string, string) (net.Conn, error) { return nil, nil }
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := DialMesh(c, "127.0.0.1:1", 1, meshLocal(2)[1], opts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "MeshOptions.Dial")
+	var typed *net.TCPConn
+	opts.Dial = func(context.Context, string, string) (net.Conn, error) { return typed, nil }
+	_, err = DialMesh(c, "127.0.0.1:1", 1, meshLocal(2)[1], opts)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+}
+
+// TestDialMeshAlreadyCancelledSendsNothing: a DialMesh whose context has
+// ended before it starts returns the context's error without sending a
+// byte, even through a MeshOptions.Dial that does not look at the context.
+func TestDialMeshAlreadyCancelledSendsNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- 0
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		_ = c.Close()
+		got <- int(n)
+	}()
+	opts := testOpts
+	opts.Dial = func(_ context.Context, network, address string) (net.Conn, error) { return net.Dial(network, address) }
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = DialMesh(c, ln.Addr().String(), 1, meshLocal(2)[1], opts)
+	require.ErrorIs(t, err, context.Canceled)
+	_ = ln.Close()
+	require.Zero(t, <-got, "bytes sent after the context ended")
+}

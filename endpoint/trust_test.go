@@ -928,3 +928,44 @@ func TestMeshListenerCancelReturns(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshRankGoneBeforeTheTableTLS: over TLS too, a rank that joined and
+// died is dropped (its socket is looked at under the TLS connection), so
+// the same rank joining again takes its place instead of being refused
+// as a rank taken.
+func TestMeshRankGoneBeforeTheTableTLS(t *testing.T) {
+	noLeak(t)
+	const n = 3
+	local := meshLocal(n)
+	opts := testOpts
+	opts.TLS = testTLS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := ListenMesh(ctx, "127.0.0.1:0", n, opts)
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	wait := startListener(t, ctx, l, local[0])
+
+	dying, die := context.WithCancel(ctx)
+	dead := make(chan error, 1)
+	go func() { _, err := DialMesh(dying, addr, 2, local[2], opts); dead <- err }()
+	time.Sleep(300 * time.Millisecond) // joined: it waits for the table
+	die()
+	require.Error(t, <-dead)
+	time.Sleep(50 * time.Millisecond) // its connection closed
+
+	r2 := make(chan error, 1)
+	var remote2 []Endpoint
+	go func() {
+		var err error
+		remote2, err = DialMesh(ctx, addr, 2, local[2], opts)
+		r2 <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // joined, or refused as a rank taken
+	remote1, err := DialMesh(ctx, addr, 1, local[1], opts)
+	require.NoError(t, err)
+	require.NoError(t, <-r2, "rank 2 joining again")
+	remote0, err := wait()
+	require.NoError(t, err)
+	checkTranspose(t, local, [][]Endpoint{remote0, remote1, remote2})
+}
