@@ -1,6 +1,9 @@
 package ctx
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // addOnClose arranges for f to run when n closes, or runs it now when n is
 // closed already; either way with t.mu held. The function it returns
@@ -20,7 +23,9 @@ func (n *node) addOnClose(f func()) (remove func()) {
 		defer n.t.mu.Unlock()
 		for i, g := range n.onClose {
 			if g == h {
-				n.onClose = append(n.onClose[:i], n.onClose[i+1:]...)
+				// slices.Delete clears the vacated slot, which would
+				// keep f (and what it holds) reachable.
+				n.onClose = slices.Delete(n.onClose, i, i+1)
 				return
 			}
 		}

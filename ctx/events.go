@@ -70,6 +70,9 @@ type EventSubscription struct {
 	r      *EventRouter
 	filter EventFilter
 	fn     func(AsyncEvent)
+	// forget forgets the close hook that cancels a subscription to the
+	// events of one object (subscribeUntilCloseOf); guarded by r.mu.
+	forget func()
 }
 
 // routers holds the router of each Context that started one.
@@ -137,12 +140,70 @@ func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*Event
 // Cancel stops the subscription: fn is not called for events read after
 // Cancel returns. Idempotent.
 func (s *EventSubscription) Cancel() {
+	// The close hook takes the Context's lock: forget it without r.mu,
+	// which the hook takes under that lock.
+	if forget := s.drop(); forget != nil {
+		forget()
+	}
+}
+
+// drop removes the subscription from its router and returns the function
+// that forgets its close hook (nil when it has none, or had it taken).
+func (s *EventSubscription) drop() (forget func()) {
 	r := s.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if i := slices.Index(r.subs, s); i >= 0 {
 		r.subs = slices.Delete(r.subs, i, i+1)
 	}
+	forget, s.forget = s.forget, nil
+	return forget
+}
+
+// subscribeUntilCloseOf is seam.SubscribeUntilClose: Subscribe on the
+// event router of obj's Context, for the events of obj, a *QueuePair or a
+// *SharedReceiveQueue. Closing obj, directly or with a parent, cancels the
+// subscription, so that it never sees the events of a later object that
+// reuses the number. A closed obj is refused with ErrClosed (before the
+// router starts).
+func subscribeUntilCloseOf(obj, filter, fn any) (any, error) {
+	const op = "subscribe to events"
+	var n *node
+	var c *Context
+	var what string
+	switch x := obj.(type) {
+	case *QueuePair:
+		n, c, what = &x.node, x.pd.ctx, "QP"
+	case *SharedReceiveQueue:
+		n, c, what = &x.node, x.pd.ctx, "SRQ"
+	default:
+		panic(fmt.Sprintf("ctx: subscription until close of %T", obj))
+	}
+	errClosed := &OpError{Op: op, Err: fmt.Errorf("%s: %w", what, ErrClosed)}
+	if n.closed.Load() {
+		return nil, errClosed
+	}
+	r, err := c.EventRouter()
+	if err != nil {
+		return nil, err
+	}
+	s, err := r.Subscribe(filter.(EventFilter), fn.(func(AsyncEvent)))
+	if err != nil {
+		return nil, err
+	}
+	// The hook runs at once when obj closed since the look above.
+	forget := n.addOnClose(func() { s.drop() })
+	r.mu.Lock()
+	live := slices.Contains(r.subs, s)
+	if live {
+		s.forget = forget
+	}
+	r.mu.Unlock()
+	if !live {
+		// Only the hook removes s before it is returned: obj closed.
+		return nil, errClosed
+	}
+	return s, nil
 }
 
 // Unrouted returns how many events no subscriber selected (they were

@@ -93,6 +93,7 @@ func init() {
 	}
 	seam.Handle = handleOf
 	seam.OnClose = onCloseOf
+	seam.SubscribeUntilClose = subscribeUntilCloseOf
 	seam.ReadAsyncEvent = func(c any) (any, bool, error) { return c.(*Context).readAsyncEvent() }
 	seam.Descriptor = descriptorOf
 	seam.CQEventFD = func(cq any) int { return cq.(*CompletionQueue).eventFD() }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/rc"
 	"github.com/mlx5kit/mlx5kit/sim"
@@ -184,4 +185,16 @@ func TestZeroQP(t *testing.T) {
 		require.Equal(t, transport.StateClosed, q.State())
 		require.NoError(t, q.Close())
 	})
+}
+
+// TestResetKeepsUnmatched: Unmatched counts on across a Reset, as the
+// queue pair's other counters do.
+func TestResetKeepsUnmatched(t *testing.T) {
+	x := newPair(t, rc.Config{SendDepth: 8, RecvDepth: 8})
+	e, p, a := x.e, x.p[0], x.qp[0]
+	require.NoError(t, e.Fabric.InjectCQE(x.cq[0].CQN(), cqeImage(prm.CQEReq, a.QPN(), 77, 0)))
+	require.Equal(t, transport.MatchUnmatched, e.One(p).Match)
+	require.Equal(t, uint64(1), a.Unmatched())
+	require.NoError(t, a.Reset())
+	require.Equal(t, uint64(1), a.Unmatched(), "Reset cleared Unmatched")
 }

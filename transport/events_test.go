@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -58,4 +59,86 @@ func TestQueueWatchEvents(t *testing.T) {
 	require.Len(t, gotA, 1)
 	require.Equal(t, b.QPN(), gotB[0].QPN)
 	mu.Unlock()
+}
+
+// TestWatchEventsClosed: WatchEvents refuses a closed queue pair or SRQ
+// with ctx.ErrClosed.
+func TestWatchEventsClosed(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+	require.NoError(t, err)
+	a, err := rc.New(pd, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
+	require.NoError(t, err)
+	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 8})
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	require.NoError(t, srq.Close())
+
+	sub, err := a.WatchEvents(func(ctx.AsyncEvent) {})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.Nil(t, sub)
+	sub, err = srq.WatchEvents(func(ctx.AsyncEvent) {})
+	require.ErrorIs(t, err, ctx.ErrClosed)
+	require.Nil(t, sub)
+}
+
+// TestWatchEventsEndsWithClose: closing a queue pair (or SRQ) ends its
+// subscriptions, so the router holds their functions no more; a
+// subscription cancelled before the close is not held either.
+func TestWatchEventsEndsWithClose(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	c, err := f.Open("sim0")
+	require.NoError(t, err)
+	defer c.Close()
+	pd, err := c.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
+	require.NoError(t, err)
+	a, err := rc.New(pd, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
+	require.NoError(t, err)
+	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 8})
+	require.NoError(t, err)
+
+	// watched subscribes a function holding an object with a finalizer,
+	// and returns the channel the finalizer closes.
+	watched := func(watch func(func(ctx.AsyncEvent)) (*ctx.EventSubscription, error), cancel bool) chan struct{} {
+		gone := make(chan struct{})
+		held := new([64]byte)
+		runtime.SetFinalizer(held, func(*[64]byte) { close(gone) })
+		sub, err := watch(func(ctx.AsyncEvent) { _ = held[0] })
+		require.NoError(t, err)
+		if cancel {
+			sub.Cancel()
+		}
+		return gone
+	}
+	collected := func(gone chan struct{}) bool {
+		for range 20 {
+			runtime.GC()
+			select {
+			case <-gone:
+				return true
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return false
+	}
+
+	// Cancelled while the queue pair is open: nothing holds it.
+	require.True(t, collected(watched(a.WatchEvents, true)), "a cancelled subscription is still held")
+	// Not cancelled: held until the close.
+	goneQP := watched(a.WatchEvents, false)
+	goneSRQ := watched(srq.WatchEvents, false)
+	require.False(t, collected(goneQP))
+	require.NoError(t, a.Close())
+	require.NoError(t, srq.Close())
+	require.True(t, collected(goneQP), "the subscription of a closed queue pair is still held")
+	require.True(t, collected(goneSRQ), "the subscription of a closed SRQ is still held")
 }

@@ -120,6 +120,13 @@ type Poller struct {
 	counts *CQCounters
 	stamps bool
 
+	// unknownQPN and unknownOpcode are those of the first CQE of an
+	// unknown QPN (unknownSeen), from which Err builds its error: Poll
+	// allocates nothing.
+	unknownSeen   bool
+	unknownQPN    uint32
+	unknownOpcode prm.CQEOpcode
+
 	// queues are the open queues added, and draining the closed ones
 	// still in the table; both are the owner's.
 	queues   []*Queue
@@ -544,12 +551,13 @@ func (p *Poller) count(q *Queue, c *monocq.CQE, wc *Completion) {
 }
 
 // unknown decodes a CQE whose QPN no queue was added for into the
-// poller's Completion, with Match MatchUnknownQPN, and records it.
+// poller's Completion, with Match MatchUnknownQPN, and records the first
+// for Err (without allocating).
 func (p *Poller) unknown(c *monocq.CQE) {
 	p.wc.decode(nil, c)
 	p.wc.Match = MatchUnknownQPN
-	if p.err == nil {
-		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), monocq.ErrUnknownQPN, p.wc.QPN, p.wc.Opcode)
+	if p.err == nil && !p.unknownSeen {
+		p.unknownSeen, p.unknownQPN, p.unknownOpcode = true, p.wc.QPN, p.wc.Opcode
 	}
 }
 
@@ -562,6 +570,9 @@ func (p *Poller) Err() error {
 	}
 	if err := p.cq.Err(); err != nil {
 		return err
+	}
+	if p.err == nil && p.unknownSeen {
+		p.err = fmt.Errorf("poller: CQ %#x: %w (QPN %#x, opcode %v)", p.cq.CQN(), monocq.ErrUnknownQPN, p.unknownQPN, p.unknownOpcode)
 	}
 	if p.err == nil && p.owner.Closed() {
 		p.err = fmt.Errorf("poller: CQ %#x: %w", p.cq.CQN(), ctx.ErrClosed)

@@ -127,7 +127,7 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	// Setup also rebuilds a queue after its QP went through RESET: the
 	// pollers it was added to keep it, and its counters go on. The CQEs
 	// the QP left in their rings go first: they name WQE indexes of the
-	// rings that now restart at 0.
+	// rings that now restart at 0. Unmatched counts on too.
 	if c := q.closer; c != nil && c.qp == qp && q.qp == qp {
 		c.discard(q)
 	}
@@ -136,7 +136,7 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 	}
 	q.retireRings()
 	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
-		closer: q.closer, counts: q.counts}
+		closer: q.closer, counts: q.counts, unmatched: q.unmatched}
 	for s := State(0); s <= StateClosed; s++ {
 		var why error
 		switch s {
@@ -488,7 +488,8 @@ func (q *Queue) RecvOutstanding() uint32 {
 }
 
 // Unmatched returns the number of completions that named no outstanding
-// work request.
+// work request since the queue pair was created (a Reset keeps counting,
+// as the queue pair's counters do).
 func (q *Queue) Unmatched() uint64 { return q.unmatched }
 
 // CompleteSend is Complete for the most common CQE of a poll, a successful

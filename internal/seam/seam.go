@@ -73,6 +73,12 @@ var (
 	// OnClose returns forgets f if it has not run. OnClose panics for any
 	// other type.
 	OnClose func(obj any, f func()) (remove func())
+	// SubscribeUntilClose subscribes fn, a func(ctx.AsyncEvent), to the
+	// events filter (a ctx.EventFilter) selects, through the event router
+	// of obj's Context, until the subscription is cancelled or obj, a
+	// *ctx.QueuePair or a *ctx.SharedReceiveQueue, closes; a closed obj is
+	// refused with ctx.ErrClosed. sub is a *ctx.EventSubscription.
+	SubscribeUntilClose func(obj, filter, fn any) (sub any, err error)
 	// ReadAsyncEvent reads the next asynchronous event of c, a
 	// *ctx.Context, without blocking, the way its EventRouter does: ev is
 	// a ctx.AsyncEvent, ok is false when none is pending.
