@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/mlx5kit/mlx5kit/blueflame"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -259,6 +260,22 @@ func TestNewRejects(t *testing.T) {
 		_, err := wqebuilder.New(c)
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
 		require.True(t, strings.HasPrefix(err.Error(), "wqebuilder: new send queue: "), err.Error())
+	}
+}
+
+// TestNewRejectsRegisterWrapsCause checks that a register New refuses is
+// reported with blueflame's sentinel as well as ErrInvalidArgument.
+func TestNewRejectsRegisterWrapsCause(t *testing.T) {
+	f := newFixture(t, defaultOpts())
+	for name, mod := range map[string]func(c *wqebuilder.Config){
+		"nil register": func(c *wqebuilder.Config) { c.BlueFlame = nil },
+		"bf size 100":  func(c *wqebuilder.Config) { c.BlueFlameSize = 100 },
+	} {
+		c := f.cfg
+		mod(&c)
+		_, err := wqebuilder.New(c)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, name)
+		require.ErrorIs(t, err, blueflame.ErrBadRegister, name)
 	}
 }
 

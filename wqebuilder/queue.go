@@ -338,12 +338,12 @@ func New(cfg Config) (*SendQueue, error) {
 	}
 	reg, err := blueflame.NewRegister(cfg.BlueFlame, cfg.BlueFlameSize)
 	if err != nil {
-		return bad("%v", err)
+		return bad("%w", err)
 	}
 	end := unsafe.Add(cfg.Buf, uintptr(cfg.WQECnt)*prm.WQEBBSize)
 	db, err := blueflame.NewSendDoorbell(reg, cfg.DBRec, cfg.Buf, end)
 	if err != nil {
-		return bad("%v", err)
+		return bad("%w", err)
 	}
 	q := &SendQueue{
 		buf:        cfg.Buf,
