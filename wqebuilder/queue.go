@@ -458,9 +458,11 @@ func (q *SendQueue) RingDoorbell() {
 }
 
 // Flags are the per-WQE flags of Begin: bits of the control segment's
-// fm_ce_se byte. Begin writes only the bits of the constants below; any
-// other bit of a Flags value is dropped, not refused (a check would cost
-// every post).
+// fm_ce_se byte. Begin writes the bits of Signaled and Solicited and the
+// whole fence-mode field (bits 5 to 7, which Fence and SmallFence set:
+// a value there that neither sets reaches the device as it is); any other
+// bit of a Flags value is dropped, not refused (a check would cost every
+// post).
 type Flags uint8
 
 // Flags for Begin.
