@@ -179,6 +179,9 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	if !ok {
 		return nil, bad("not a protection domain of the software HCA")
 	}
+	if pr.dev.dead() {
+		return nil, errDeviceFatal(op)
+	}
 	sendCQ, ok1 := cfg.SendCQ.(*cq)
 	recvCQ, ok2 := cfg.RecvCQ.(*cq)
 	var sr *srq

@@ -22,6 +22,9 @@ func adoptSharedReceiveQueue(p provider.ProtectionDomain, cfg simadopt.SRQConfig
 	if !ok {
 		return nil, bad("not a protection domain of the software HCA")
 	}
+	if pr.dev.dead() {
+		return nil, errDeviceFatal(op)
+	}
 	maxStride := roundPow2(prm.SRQNextSize + maxSGE*prm.DataSize)
 	s := cfg.Stride
 	switch {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -225,4 +226,48 @@ func TestAdoptQueuePairRingSmallerThanKernelSizing(t *testing.T) {
 		require.Equal(t, uint32(1), q.(*qp).maxWQEBBs, "the ring bounds the WQE")
 		require.NoError(t, q.Close())
 	}
+}
+
+// TestAdoptAfterDeviceFatal: after a fatal device error, adopting an SRQ
+// or a queue pair (UD, DCI, DCT) on the failed device fails with EIO, as
+// creating one does (CreateSRQ, CreateQueuePair): the device in internal
+// error refuses CREATE_SRQ, CREATE_QP and CREATE_DCT. They used to
+// succeed.
+func TestAdoptAfterDeviceFatal(t *testing.T) {
+	f := New(Options{})
+	defer f.Close()
+	d, err := f.openDevice("sim0")
+	require.NoError(t, err)
+	defer func() { _ = d.Close() }()
+	p, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	c, err := d.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 16})
+	require.NoError(t, err)
+	alloc := func(n int) *ctx.Buffer {
+		b, err := ctx.AllocBuffer(n, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	ring, db := alloc(8*32), alloc(64)
+	scfg := simadopt.SRQConfig{Ring: ring.Pointer(), Count: 8, Stride: 32, DBRec: db.Pointer()}
+	s, err := adoptSharedReceiveQueue(p, scfg)
+	require.NoError(t, err)
+	sq, qdb := alloc(16*prm.WQEBBSize), alloc(64)
+	udCfg := simadopt.QPConfig{Type: ctx.QPTypeUD, SendCQ: c, RecvCQ: c, SRQ: s, SQ: sq.Pointer(), SQCount: 16, DBRec: qdb.Pointer(),
+		Caps: ctx.QueuePairCaps{SendDepth: 4}}
+
+	require.NoError(t, f.FailDevice("sim0"))
+	eio := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, syscall.EIO)
+		require.Contains(t, err.Error(), "fatal device error")
+	}
+	_, err = adoptSharedReceiveQueue(p, scfg)
+	eio(err)
+	_, err = adoptQueuePair(p, udCfg)
+	eio(err)
+	_, err = adoptQueuePair(p, simadopt.QPConfig{Type: ctx.QPTypeDCT, SendCQ: c, RecvCQ: c, SRQ: s, DCKey: 1})
+	eio(err)
+	require.NoError(t, s.Close(), "destroying still works")
 }

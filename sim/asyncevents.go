@@ -13,13 +13,17 @@ import (
 // firmware's ARM_RQ): once the WQEs posted and not yet consumed drop below
 // limit, the device raises EventSRQLimitReached once and disarms (Limit
 // reads 0 again), as a ConnectX does. 0 disarms. A limit at or above the
-// ring's WQE count is refused, as mlx5_ib_modify_srq refuses it.
+// ring's WQE count is refused, as mlx5_ib_modify_srq refuses it; after a
+// fatal device error the verb fails with EIO (FailDevice).
 func (s *srq) ArmLimit(limit uint32) error {
 	const op = "sim: arm SRQ limit"
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
 	if s.closed {
 		return provider.Errorf(op, "%w", ctx.ErrClosed)
+	}
+	if s.pd.dev.deadLocked() {
+		return errDeviceFatal(op)
 	}
 	if limit >= s.cnt {
 		return provider.Errorf(op, "limit %d not below the %d WQEs of the ring: %w", limit, s.cnt, errEINVAL)
@@ -29,12 +33,17 @@ func (s *srq) ArmLimit(limit uint32) error {
 }
 
 // Limit returns the armed SRQ limit: 0 when disarmed, as it reads once the
-// limit event was raised (ibv_query_srq's srq_limit).
+// limit event was raised (ibv_query_srq's srq_limit); EIO after a fatal
+// device error (FailDevice).
 func (s *srq) Limit() (uint32, error) {
+	const op = "sim: query SRQ limit"
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
 	if s.closed {
-		return 0, provider.Errorf("sim: query SRQ limit", "%w", ctx.ErrClosed)
+		return 0, provider.Errorf(op, "%w", ctx.ErrClosed)
+	}
+	if s.pd.dev.deadLocked() {
+		return 0, errDeviceFatal(op)
 	}
 	return s.limit, nil
 }

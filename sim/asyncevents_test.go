@@ -260,3 +260,22 @@ func TestDCIOnSRQRaisesNoLastWQEReached(t *testing.T) {
 	require.NoError(t, dci.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
 	require.Empty(t, readEvents(t, e.c2))
 }
+
+// TestSRQLimitAfterDeviceFatal: after a fatal device error, arming and
+// querying the SRQ limit fail with EIO, as every verb but those that
+// destroy does: mlx5_ib_modify_srq's ARM_RQ and mlx5_ib_query_srq's
+// QUERY_SRQ are commands the device in internal error refuses
+// (mlx5_internal_err_ret_value). Closing the SRQ still works. The model
+// used to arm and report the limit as on a live device.
+func TestSRQLimitAfterDeviceFatal(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 7, 1)
+	require.NoError(t, srq.srq.ArmLimit(2))
+	require.NoError(t, e.f.FailDevice("sim1"))
+	err := srq.srq.ArmLimit(3)
+	require.ErrorIs(t, err, unix.EIO)
+	require.Contains(t, err.Error(), "fatal device error")
+	_, err = srq.srq.Limit()
+	require.ErrorIs(t, err, unix.EIO)
+	require.NoError(t, srq.srq.Close(), "destroying still works")
+}
