@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mlx5kit/mlx5kit/internal/descriptor"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -41,13 +44,10 @@ func (pd *ProtectionDomain) Close() error {
 // mmap'd memory (never Go heap: the device or the software HCA reads and
 // writes it behind the Go runtime's back), with the given access. Memory
 // that is not mapped (a slice of a Buffer kept past its Close) is refused
-// with EFAULT and ErrInvalidArgument, as the kernel refuses it.
+// with EFAULT and ErrInvalidArgument, as the kernel refuses it; an empty
+// b with EINVAL and ErrInvalidArgument.
 func (pd *ProtectionDomain) RegisterMemory(b []byte, access Access) (*MemoryRegion, error) {
-	const op = "register MR"
-	if len(b) == 0 {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("empty region: %w", ErrInvalidArgument)}
-	}
-	return pd.register(op, unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access, nil)
+	return pd.register("register MR", unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access, nil)
 }
 
 // RegisterBuffer registers the whole of buf. The buffer is held for the
@@ -75,6 +75,9 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 	}
 	if err := checkAccess("ibv_reg_mr", access); err != nil {
 		return fail(&OpError{Op: op, Err: err})
+	}
+	if n == 0 { // ib_umem_get: a region of no pages
+		return fail(&OpError{Op: op, Err: kerrno.New("ibv_reg_mr", "length 0", unix.EINVAL, ErrInvalidArgument)})
 	}
 	if pd == nil {
 		return fail(&OpError{Op: op, Err: fmt.Errorf("nil protection domain: %w", ErrInvalidArgument)})

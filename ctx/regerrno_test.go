@@ -1,0 +1,31 @@
+package ctx_test
+
+import (
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+)
+
+// TestRegisterMemoryEmptyErrno: an empty registration is refused as
+// ib_umem_get refuses a region of no pages, EINVAL, after the access
+// flags are checked (ib_check_mr_access runs first: on-demand paging is
+// EOPNOTSUPP), and the error names ibv_reg_mr, as RegisterDMABuf's of
+// length 0 names ibv_reg_dmabuf_mr.
+func TestRegisterMemoryEmptyErrno(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	_, err := w.pd.RegisterMemory(nil, ctx.AccessLocalWrite)
+	require.ErrorIs(t, err, syscall.EINVAL)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.ErrorContains(t, err, "register MR: ibv_reg_mr")
+	var oe *ctx.OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, syscall.EINVAL, oe.Errno())
+	_, err = w.pd.RegisterMemory(w.buf.Bytes()[:0], ctx.AccessOnDemand)
+	require.ErrorIs(t, err, syscall.EOPNOTSUPP)
+	require.ErrorIs(t, err, ctx.ErrNotSupported)
+}
