@@ -27,7 +27,8 @@ import (
 // ErrInvalidArgument); length 0, offset+length or iova+length overflowing,
 // or offset and iova at different offsets within a page (EINVAL,
 // ErrInvalidArgument); remote write or atomic access without LocalWrite,
-// or an access flag this kit does not know (EINVAL, ErrInvalidArgument);
+// or an access flag this kit does not know, outside the optional range
+// (EINVAL, ErrInvalidArgument);
 // AccessOnDemand (EOPNOTSUPP, ErrNotSupported). The provider refuses a
 // closed fd (EBADF), a fd that is not a dma-buf and a range beyond its
 // end (EINVAL). A provider without dma-buf support returns
@@ -86,14 +87,21 @@ func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
 	return nil
 }
 
+// accessOptional is the optional range of access flags
+// (IB_UVERBS_ACCESS_OPTIONAL_RANGE, 1<<20 to 1<<29, relaxed ordering the
+// first): the kernel accepts them and a device that cannot honour one
+// ignores it.
+const accessOptional Access = (1<<29<<1 - 1) &^ (1<<20 - 1)
+
 // checkAccess refuses access flags no provider accepts, in the order of
 // the kernel's ib_check_mr_access: remote write or atomic without local
 // write and unknown flags (EINVAL), then on-demand paging (EOPNOTSUPP).
+// Flags of the optional range are accepted and passed on.
 func checkAccess(verb string, access Access) error {
 	switch {
 	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
 		return kerrno.New(verb, "access "+access.String()+": remote write or atomic needs LocalWrite", unix.EINVAL, ErrInvalidArgument)
-	case access&^(accessAll|AccessOnDemand) != 0:
+	case access&^(accessAll|AccessOnDemand|accessOptional) != 0:
 		return kerrno.New(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
 	case access&AccessOnDemand != 0:
 		return kerrno.New(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)

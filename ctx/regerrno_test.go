@@ -29,3 +29,25 @@ func TestRegisterMemoryEmptyErrno(t *testing.T) {
 	require.ErrorIs(t, err, syscall.EOPNOTSUPP)
 	require.ErrorIs(t, err, ctx.ErrNotSupported)
 }
+
+// TestRegisterMemoryOptionalAccess: the flags of the optional range
+// (IBV_ACCESS_RELAXED_ORDERING, 1<<20, to 1<<29) are accepted, as
+// ib_check_mr_access accepts them and a device that cannot honour them
+// ignores them; a flag past the range is still unknown (EINVAL), and
+// remote write without local write is still refused with one of them.
+func TestRegisterMemoryOptionalAccess(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	const relaxedOrdering = ctx.Access(1 << 20)
+	for _, a := range []ctx.Access{relaxedOrdering, ctx.AccessLocalWrite | relaxedOrdering, ctx.AccessLocalWrite | 1<<29} {
+		mr, err := w.pd.RegisterBuffer(w.buf, a)
+		require.NoError(t, err, "%v", a)
+		require.NoError(t, mr.Close())
+	}
+	for _, a := range []ctx.Access{ctx.AccessLocalWrite | 1<<30, ctx.AccessRemoteWrite | relaxedOrdering} {
+		_, err := w.pd.RegisterBuffer(w.buf, a)
+		require.ErrorIs(t, err, syscall.EINVAL, "%v", a)
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", a)
+	}
+}
