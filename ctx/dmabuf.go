@@ -42,7 +42,7 @@ func (pd *ProtectionDomain) RegisterDMABuf(fd int, offset, length, iova uint64, 
 	if err := checkDMABuf(fd, offset, length, iova, access); err != nil {
 		return nil, &OpError{Op: op, Err: err}
 	}
-	if err := pd.lock(op); err != nil {
+	if err := pd.lockPD(op); err != nil {
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()

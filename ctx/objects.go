@@ -79,10 +79,7 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 	if n == 0 { // ib_umem_get: a region of no pages
 		return fail(&OpError{Op: op, Err: kerrno.New("ibv_reg_mr", "length 0", unix.EINVAL, ErrInvalidArgument)})
 	}
-	if pd == nil {
-		return fail(&OpError{Op: op, Err: fmt.Errorf("nil protection domain: %w", ErrInvalidArgument)})
-	}
-	if err := pd.lock(op); err != nil {
+	if err := pd.lockPD(op); err != nil {
 		return fail(err)
 	}
 	defer pd.t.mu.Unlock()
@@ -261,7 +258,7 @@ func (pd *ProtectionDomain) CreateSRQ(cfg SRQConfig) (*SharedReceiveQueue, error
 	if cfg.MaxSGE == 0 {
 		cfg.MaxSGE = 1
 	}
-	if err := pd.lock(op); err != nil {
+	if err := pd.lockPD(op); err != nil {
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
@@ -313,6 +310,9 @@ type AddressHandle struct {
 // before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
+	if pd == nil {
+		return nil, &OpError{Op: op, Err: errNilPD}
+	}
 	if pd.t == nil {
 		return nil, &OpError{Op: op, Err: errZero}
 	}
