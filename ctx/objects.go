@@ -54,8 +54,13 @@ func (pd *ProtectionDomain) RegisterMemory(b []byte, access Access) (*MemoryRegi
 // region before the registration waits for the Context's lock, so a Close
 // of buf on another goroutine meanwhile leaves it mapped for the region
 // (or, when it ran first, gets the registration refused with ErrClosed).
+// A nil or zero buf (not made by AllocBuffer) is refused with
+// ErrInvalidArgument.
 func (pd *ProtectionDomain) RegisterBuffer(buf *Buffer, access Access) (*MemoryRegion, error) {
 	const op = "register MR"
+	if buf == nil || buf.mapping == nil {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("buffer: nil or %w", errZero)}
+	}
 	data := buf.holdRegion()
 	if data == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("buffer: %w", ErrClosed)}
