@@ -28,10 +28,10 @@ import (
 // or offset and iova at different offsets within a page (EINVAL,
 // ErrInvalidArgument); remote write or atomic access without LocalWrite,
 // or an access flag this kit does not know, outside the optional range
-// (EINVAL, ErrInvalidArgument);
-// AccessOnDemand (EOPNOTSUPP, ErrNotSupported). The provider refuses a
-// closed fd (EBADF), a fd that is not a dma-buf and a range beyond its
-// end (EINVAL). A provider without dma-buf support returns
+// (EINVAL, ErrInvalidArgument); AccessOnDemand and the flush flags, 1<<8
+// and 1<<9 (EOPNOTSUPP, ErrNotSupported). The provider refuses a closed
+// fd (EBADF), a fd that is not a dma-buf and a range beyond its end
+// (EINVAL). A provider without dma-buf support returns
 // ErrNotSupported.
 //
 // The software HCA accepts any mappable file (a memfd stands in for GPU
@@ -93,18 +93,26 @@ func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
 // ignores it.
 const accessOptional Access = (1<<29<<1 - 1) &^ (1<<20 - 1)
 
+// accessFlush are IB_ACCESS_FLUSH_GLOBAL and IB_ACCESS_FLUSH_PERSISTENT
+// (1<<8, 1<<9), which the kernel refuses on a device without the flush
+// capabilities: mlx5_ib announces neither.
+const accessFlush Access = 1<<8 | 1<<9
+
 // checkAccess refuses access flags no provider accepts, in the order of
 // the kernel's ib_check_mr_access: remote write or atomic without local
-// write and unknown flags (EINVAL), then on-demand paging (EOPNOTSUPP).
-// Flags of the optional range are accepted and passed on.
+// write and unknown flags (EINVAL), then on-demand paging and the flush
+// flags (EOPNOTSUPP). Flags of the optional range are accepted and passed
+// on.
 func checkAccess(verb string, access Access) error {
 	switch {
 	case access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0:
 		return kerrno.New(verb, "access "+access.String()+": remote write or atomic needs LocalWrite", unix.EINVAL, ErrInvalidArgument)
-	case access&^(accessAll|AccessOnDemand|accessOptional) != 0:
+	case access&^(accessAll|AccessOnDemand|accessFlush|accessOptional) != 0:
 		return kerrno.New(verb, "access "+access.String()+": unknown flag", unix.EINVAL, ErrInvalidArgument)
 	case access&AccessOnDemand != 0:
 		return kerrno.New(verb, "access "+access.String()+": no on-demand paging", unix.EOPNOTSUPP, ErrNotSupported)
+	case access&accessFlush != 0:
+		return kerrno.New(verb, "access "+access.String()+": no flush capability", unix.EOPNOTSUPP, ErrNotSupported)
 	}
 	return nil
 }

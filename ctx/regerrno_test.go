@@ -51,3 +51,22 @@ func TestRegisterMemoryOptionalAccess(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, "%v", a)
 	}
 }
+
+// TestRegisterMemoryFlushAccess: IB_ACCESS_FLUSH_GLOBAL and
+// IB_ACCESS_FLUSH_PERSISTENT (1<<8, 1<<9) are known to the kernel, which
+// refuses them on a device without the flush capabilities, as every
+// mlx5 device is, with EOPNOTSUPP after the EINVAL checks; they were
+// refused as unknown flags (EINVAL).
+func TestRegisterMemoryFlushAccess(t *testing.T) {
+	_, c := openFake(t)
+	defer c.Close()
+	w := build(t, c)
+	for _, a := range []ctx.Access{ctx.AccessLocalWrite | 1<<8, ctx.AccessLocalWrite | 1<<9} {
+		_, err := w.pd.RegisterBuffer(w.buf, a)
+		require.ErrorIs(t, err, syscall.EOPNOTSUPP, "%v", a)
+		require.ErrorIs(t, err, ctx.ErrNotSupported, "%v", a)
+		require.ErrorContains(t, err, "ibv_reg_mr", "%v", a)
+	}
+	_, err := w.pd.RegisterBuffer(w.buf, ctx.AccessRemoteWrite|1<<8)
+	require.ErrorIs(t, err, syscall.EINVAL, "remote write without local write comes first")
+}
