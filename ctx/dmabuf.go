@@ -22,16 +22,16 @@ import (
 // fd may be closed once RegisterDMABuf returns: the registration holds the
 // buffer until the region is closed.
 //
-// Refused as the kernel refuses them, each error naming ibv_reg_dmabuf_mr
-// and the errno and wrapping both the errno and a sentinel: fd < 0 (EBADF,
-// ErrInvalidArgument); length 0, offset+length or iova+length overflowing,
-// or offset and iova at different offsets within a page (EINVAL,
-// ErrInvalidArgument); remote write or atomic access without LocalWrite,
-// or an access flag this kit does not know, outside the optional range
-// (EINVAL, ErrInvalidArgument); AccessOnDemand and the flush flags, 1<<8
-// and 1<<9 (EOPNOTSUPP, ErrNotSupported). The provider refuses a closed
-// fd (EBADF), a fd that is not a dma-buf and a range beyond its end
-// (EINVAL). A provider without dma-buf support returns
+// Refused as the kernel refuses them, in its order, each error naming
+// ibv_reg_dmabuf_mr and the errno and wrapping both the errno and a
+// sentinel: offset and iova at different offsets within a page, an access
+// flag other than LocalWrite, RemoteRead, RemoteWrite, RemoteAtomic and
+// relaxed ordering (1<<20; AccessOnDemand too), remote write or atomic
+// access without LocalWrite, offset+length overflowing (EINVAL,
+// ErrInvalidArgument); fd < 0 (EBADF, ErrInvalidArgument); length 0 or
+// iova+length overflowing (EINVAL, ErrInvalidArgument). The provider
+// refuses a closed fd (EBADF), a fd that is not a dma-buf and a range
+// beyond its end (EINVAL). A provider without dma-buf support returns
 // ErrNotSupported.
 //
 // The software HCA accepts any mappable file (a memfd stands in for GPU
@@ -66,23 +66,35 @@ func (mr *MemoryRegion) DMABuf() bool { return mr.dmabuf }
 // dmabufVerb is the rdma-core verb the dma-buf errors name.
 const dmabufVerb = "ibv_reg_dmabuf_mr"
 
-// checkDMABuf refuses what the kernel refuses without looking at the fd.
+// dmabufAccess are the access flags REG_DMABUF_MR takes
+// (uverbs_std_types_mr.c): any other, on-demand paging and the flush
+// flags included, is EINVAL before ib_check_mr_access runs.
+const dmabufAccess = accessAll | 1<<20 // 1<<20: IB_ACCESS_RELAXED_ORDERING
+
+// checkDMABuf refuses what the kernel refuses without looking at the fd,
+// in its order: the page offsets of offset and iova and the access flags
+// (REG_DMABUF_MR), a range that wraps (ib_umem_dmabuf_get, before it
+// looks the fd up), then the fd.
 func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
+	page := uint64(os.Getpagesize())
+	if offset%page != iova%page {
+		return kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x and iova %#x lie at different offsets in a %d-byte page", offset, iova, page), unix.EINVAL, ErrInvalidArgument)
+	}
+	if access&^dmabufAccess != 0 {
+		return kerrno.New(dmabufVerb, "access "+access.String()+": not a dma-buf access flag", unix.EINVAL, ErrInvalidArgument)
+	}
 	if err := checkAccess(dmabufVerb, access); err != nil {
 		return err
 	}
-	page := uint64(os.Getpagesize())
 	switch {
+	case offset+length < offset:
+		return kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x + length %#x overflows", offset, length), unix.EINVAL, ErrInvalidArgument)
 	case fd < 0:
 		return kerrno.New(dmabufVerb, fmt.Sprintf("fd %d", fd), unix.EBADF, ErrInvalidArgument)
 	case length == 0:
 		return kerrno.New(dmabufVerb, "length 0", unix.EINVAL, ErrInvalidArgument)
-	case offset+length < offset:
-		return kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x + length %#x overflows", offset, length), unix.EINVAL, ErrInvalidArgument)
 	case iova+length < iova:
 		return kerrno.New(dmabufVerb, fmt.Sprintf("iova %#x + length %#x overflows", iova, length), unix.EINVAL, ErrInvalidArgument)
-	case offset%page != iova%page:
-		return kerrno.New(dmabufVerb, fmt.Sprintf("offset %#x and iova %#x lie at different offsets in a %d-byte page", offset, iova, page), unix.EINVAL, ErrInvalidArgument)
 	}
 	return nil
 }
