@@ -75,7 +75,11 @@ func (c *core) memory() Memory {
 		d := provider.QPDescriptor(q)
 		m.SendRings += uint64(d.SQ.WQECnt) * uint64(d.SQ.Stride)
 		m.RecvRings += uint64(d.RQ.WQECnt) * uint64(d.RQ.Stride)
-		m.DoorbellRecords += prm.DoorbellRecordSize
+		if d.SQ.WQECnt+d.RQ.WQECnt > 0 {
+			// A DCT has no rings and, as rdma-core creates it, no
+			// doorbell record.
+			m.DoorbellRecords += prm.DoorbellRecordSize
+		}
 		m.Bookkeeping += uint64(d.SQ.WQECnt+d.RQ.WQECnt) * wrid
 	}
 	if c.dci != nil {

@@ -279,9 +279,10 @@ func (b *Buffer) Closed() bool {
 // open, ends it for its owner and leaves the unmapping to the close of the
 // last of them (see Buffer). It is idempotent.
 //
-// Close of a nil *Buffer returns nil.
+// Close of a nil *Buffer, or of a zero Buffer (not made by AllocBuffer),
+// returns nil.
 func (b *Buffer) Close() error {
-	if b == nil {
+	if b == nil || b.mapping == nil {
 		return nil
 	}
 	liveBuffers.mu.Lock()

@@ -185,6 +185,18 @@ func (c *Context) lockContext(op string) error {
 	return c.lock(op)
 }
 
+// errNilPD is the cause of a call on a nil *ProtectionDomain.
+var errNilPD = fmt.Errorf("nil protection domain: %w", ErrInvalidArgument)
+
+// lockPD is lock for the protection domain's verbs, which also refuse a
+// nil *ProtectionDomain (errNilPD).
+func (pd *ProtectionDomain) lockPD(op string) error {
+	if pd == nil {
+		return &OpError{Op: op, Err: errNilPD}
+	}
+	return pd.lock(op)
+}
+
 // lock takes the tree lock and checks that the object is open (and not a
 // zero value: errZero).
 func (n *node) lock(op string) error {

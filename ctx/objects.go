@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mlx5kit/mlx5kit/internal/descriptor"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -41,21 +44,23 @@ func (pd *ProtectionDomain) Close() error {
 // mmap'd memory (never Go heap: the device or the software HCA reads and
 // writes it behind the Go runtime's back), with the given access. Memory
 // that is not mapped (a slice of a Buffer kept past its Close) is refused
-// with EFAULT and ErrInvalidArgument, as the kernel refuses it.
+// with EFAULT and ErrInvalidArgument, as the kernel refuses it; an empty
+// b with EINVAL and ErrInvalidArgument.
 func (pd *ProtectionDomain) RegisterMemory(b []byte, access Access) (*MemoryRegion, error) {
-	const op = "register MR"
-	if len(b) == 0 {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("empty region: %w", ErrInvalidArgument)}
-	}
-	return pd.register(op, unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access, nil)
+	return pd.register("register MR", unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)), access, nil)
 }
 
 // RegisterBuffer registers the whole of buf. The buffer is held for the
 // region before the registration waits for the Context's lock, so a Close
 // of buf on another goroutine meanwhile leaves it mapped for the region
 // (or, when it ran first, gets the registration refused with ErrClosed).
+// A nil or zero buf (not made by AllocBuffer) is refused with
+// ErrInvalidArgument.
 func (pd *ProtectionDomain) RegisterBuffer(buf *Buffer, access Access) (*MemoryRegion, error) {
 	const op = "register MR"
+	if buf == nil || buf.mapping == nil {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("buffer: nil or %w", errZero)}
+	}
 	data := buf.holdRegion()
 	if data == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("buffer: %w", ErrClosed)}
@@ -76,10 +81,10 @@ func (pd *ProtectionDomain) register(op string, addr unsafe.Pointer, n uint64, a
 	if err := checkAccess("ibv_reg_mr", access); err != nil {
 		return fail(&OpError{Op: op, Err: err})
 	}
-	if pd == nil {
-		return fail(&OpError{Op: op, Err: fmt.Errorf("nil protection domain: %w", ErrInvalidArgument)})
+	if n == 0 { // ib_umem_get: a region of no pages
+		return fail(&OpError{Op: op, Err: kerrno.New("ibv_reg_mr", "length 0", unix.EINVAL, ErrInvalidArgument)})
 	}
-	if err := pd.lock(op); err != nil {
+	if err := pd.lockPD(op); err != nil {
 		return fail(err)
 	}
 	defer pd.t.mu.Unlock()
@@ -258,7 +263,7 @@ func (pd *ProtectionDomain) CreateSRQ(cfg SRQConfig) (*SharedReceiveQueue, error
 	if cfg.MaxSGE == 0 {
 		cfg.MaxSGE = 1
 	}
-	if err := pd.lock(op); err != nil {
+	if err := pd.lockPD(op); err != nil {
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()
@@ -310,6 +315,9 @@ type AddressHandle struct {
 // before the provider is called.
 func (pd *ProtectionDomain) CreateAddressHandle(attr AddressAttr) (*AddressHandle, error) {
 	const op = "create AH"
+	if pd == nil {
+		return nil, &OpError{Op: op, Err: errNilPD}
+	}
 	if pd.t == nil {
 		return nil, &OpError{Op: op, Err: errZero}
 	}

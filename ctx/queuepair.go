@@ -77,7 +77,7 @@ func (pd *ProtectionDomain) CreateQueuePair(cfg QueuePairConfig) (*QueuePair, er
 	if cfg.Type == QPTypeDCT {
 		cfg.Caps.SendDepth, cfg.Caps.MaxSendSGE, cfg.Caps.MaxInline = 0, 0, 0
 	}
-	if err := pd.lock(op); err != nil {
+	if err := pd.lockPD(op); err != nil {
 		return nil, err
 	}
 	defer pd.t.mu.Unlock()

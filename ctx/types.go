@@ -28,7 +28,10 @@ func (k Kind) String() string { return names.Of(k, kindNames[:], "Kind") }
 // Access is a set of memory-region access flags: those a region is
 // registered with, and those an endpoint tells a peer it may use (package
 // endpoint). The values are those of enum ibv_access_flags so a provider
-// can pass them through.
+// can pass them through. Registration also accepts the flags of the
+// kernel's optional range, 1<<20 (IBV_ACCESS_RELAXED_ORDERING) to 1<<29,
+// and passes them on: a device that cannot honour one ignores it, as
+// mlx5_ib does (the software HCA ignores them all).
 type Access uint32
 
 // Access flags. Local read is always allowed.

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -469,6 +472,9 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	if err := checkMapped(a, length); err != nil {
 		return nil, provider.Errorf(op, "%w", err)
 	}
+	if err := checkProtection(a, length, access&(ctx.AccessLocalWrite|ctx.AccessRemoteWrite|ctx.AccessRemoteAtomic) != 0); err != nil {
+		return nil, provider.Errorf(op, "%w", err)
+	}
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	if p.closed {
@@ -520,6 +526,57 @@ func checkMapped(addr, length uint64) error {
 		pages -= n
 	}
 	return nil
+}
+
+// checkProtection refuses, as the kernel's ib_umem_get does when it pins
+// the pages for writing (a region with LocalWrite, RemoteWrite or
+// RemoteAtomic) or for reading (EFAULT), a range of which some page is not
+// writable, or not readable. The model writes a writable region's memory
+// and reads every region's directly, so a region over a read-only or
+// PROT_NONE mapping (a Buffer's guard page) would fault the process at the
+// first transfer. The protections are those /proc/self/maps lists; when it
+// cannot be read, the range is left to checkMapped.
+func checkProtection(addr, length uint64, writable bool) error {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil || length == 0 {
+		return nil
+	}
+	need, what := byte('r'), "readable"
+	if writable {
+		need, what = 'w', "writable"
+	}
+	refuse := func(at uint64) error {
+		return kerrno.New("ibv_reg_mr", fmt.Sprintf("[%#x,+%d): %#x not %s", addr, length, at, what), unix.EFAULT, ctx.ErrInvalidArgument)
+	}
+	at, end := addr, addr+length
+	// The lines are in address order: each mapping that holds at must
+	// have the protection, up to end.
+	for _, line := range bytes.Split(maps, []byte{'\n'}) {
+		fields := bytes.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		lo, hi, ok := bytes.Cut(fields[0], []byte{'-'})
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(string(lo), 16, 64)
+		stop, err2 := strconv.ParseUint(string(hi), 16, 64)
+		if err1 != nil || err2 != nil || stop <= at {
+			continue
+		}
+		if start > at {
+			return refuse(at) // a hole: not mapped
+		}
+		if perms := fields[1]; len(perms) < 2 || bytes.IndexByte(perms[:2], need) < 0 {
+			return refuse(at)
+		}
+		if stop >= end {
+			return nil
+		}
+		at = stop
+	}
+	return refuse(at)
 }
 
 func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, error) {

@@ -159,7 +159,7 @@ func TestDMABufRefused(t *testing.T) {
 		{"remote write without local write", fd, 0, page, 0, ctx.AccessRemoteWrite, unix.EINVAL, ctx.ErrInvalidArgument},
 		{"remote atomic without local write", fd, 0, page, 0, ctx.AccessRemoteAtomic, unix.EINVAL, ctx.ErrInvalidArgument},
 		{"unknown access flag", fd, 0, page, 0, rw | 1<<9, unix.EINVAL, ctx.ErrInvalidArgument},
-		{"on-demand paging", fd, 0, page, 0, rw | ctx.AccessOnDemand, unix.EOPNOTSUPP, ctx.ErrNotSupported},
+		{"on-demand paging, not a REG_DMABUF_MR flag", fd, 0, page, 0, rw | ctx.AccessOnDemand, unix.EINVAL, ctx.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.f.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -171,7 +172,18 @@ func TestKernelMemoryRegions(t *testing.T) {
 		_, _, _, en := regMRCmd(k, a, fd, c.pd, c.start, c.length, c.iova, c.access)
 		require.Equal(t, c.want, en, name)
 	}
+	// Pages pinned for writing must be writable: a read-only mapping is
+	// registered for reading only.
+	ro, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	defer unix.Munmap(ro)
+	roStart := uint64(uintptr(unsafe.Pointer(&ro[0])))
+	_, _, _, en = regMRCmd(k, a, fd, pd, roStart, 4096, roStart, accessLocalWrite)
+	require.Equal(t, unix.EFAULT, en, "read-only memory with local write")
 	require.Len(t, k.files[fd].uctx.objects, objects, "refusals create nothing")
+	roH, _, _, en := regMRCmd(k, a, fd, pd, roStart, 4096, roStart, accessRemoteRead)
+	require.Zero(t, en, "read-only memory for remote reads")
+	require.Zero(t, handleCmd(k, a, fd, cmdDeregMR, roH))
 
 	require.Equal(t, unix.ENOENT, handleCmd(k, a, fd, cmdDeregMR, 0xbeef))
 	require.Equal(t, unix.EINVAL, handleCmd(k, a, fd, cmdDeregMR, pd), "a PD handle is not an MR")
