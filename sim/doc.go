@@ -27,8 +27,9 @@
 // scatter/gather lists; WQEs and inline data that wrap at the ring end. RC
 // in order between connected QPs with RNR NAK retries (min_rnr_timer,
 // rnr_retry) and transport retries (timeout, retry_cnt) towards an absent
-// or unready peer; UD by address vector, remote QPN and qkey, with the
-// 40-byte GRH space in receive buffers (a wrong qkey drops silently); DC from
+// or unready peer, or (within one process) one whose path does not lead
+// back; UD by address vector, remote QPN and qkey, with the 40-byte GRH
+// space in receive buffers (a wrong qkey drops silently); DC from
 // a DCI to any DCT by DCT number and DC access key. Receive queues and SRQs
 // (free list linked by next_wqe_index); scatter-to-CQE for small payloads.
 // Atomics on 8 bytes treat remote memory as a 64-bit value in host byte

@@ -182,7 +182,8 @@ func reaches(link ctx.LinkLayer, grh bool, dlid uint16, dgid ctx.GID, to *hca) b
 }
 
 // rcPeer returns the connected peer of an RC QP, or nil when packets to it
-// would be lost (no such QP, not connected back, not ready, wrong path).
+// or (RC) its answers would be lost (no such QP, not connected back, not
+// ready, a path of either that does not reach the other).
 func (f *Fabric) rcPeer(q *qp) *qp {
 	t := f.qpByNum(q.attr.RemoteQPN)
 	if t == nil || t.typ != ctx.QPTypeRC || t.attr.RemoteQPN != q.qpn || t.uc != q.uc {
@@ -197,6 +198,12 @@ func (f *Fabric) rcPeer(q *qp) *qp {
 	}
 	if t.commEst {
 		t.receivedInRTR()
+	}
+	if tp := t.attr.Path; !q.uc && !reaches(t.dev.h.link, tp.GlobalRoute, tp.DLID, tp.DGID, q.dev.h) {
+		// An RC responder answers on its own path (its QP context's
+		// address path), not to the request's source: answers on a
+		// path that does not lead back to q are lost.
+		return nil
 	}
 	return t
 }

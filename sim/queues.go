@@ -665,7 +665,10 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 			q.attr.RemoteQPN = a.RemoteQPN
 		}
 		if mask&qpstate.RQPSN != 0 {
-			q.attr.RQPSN = a.RQPSN
+			// next_rcv_psn and next_send_psn are 24-bit fields of
+			// the QP context, which __mlx5_ib_modify_qp writes
+			// unchecked (MLX5_SET keeps the low bits).
+			q.attr.RQPSN = a.RQPSN & ctx.MaxPSN
 		}
 		if mask&qpstate.MaxDestRdAtomic != 0 {
 			q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
@@ -675,7 +678,7 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 		q.attr.MinRNRTimer = a.MinRNRTimer & 31
 	}
 	if mask&qpstate.SQPSN != 0 {
-		q.attr.SQPSN = a.SQPSN
+		q.attr.SQPSN = a.SQPSN & ctx.MaxPSN
 	}
 	// The acknowledgement timeout, retry counts and read depth: fields of
 	// 5 and 3 bits in the QP context, where __mlx5_ib_modify_qp writes
