@@ -188,7 +188,7 @@ func TestHandshakeConnConnects(t *testing.T) {
 }
 
 // TestHandshakeRefusesNoAddress: an endpoint with neither a LID nor a GID,
-// or with a multicast LID, is refused with ErrHandshake before anything is
+// with a GID and no LID (on InfiniBand), or with a multicast LID, is refused with ErrHandshake before anything is
 // connected, and the prepared channel then connects to the real peer;
 // before, the handshake connected the queue pair (RC) or made the address
 // handle (DC) towards the zero GID or the multicast LID, and the first
@@ -202,10 +202,11 @@ func TestHandshakeRefusesNoAddress(t *testing.T) {
 			require.NoError(t, err)
 			pb, err := channel.NewMulti(b.pd, 1, channel.Options{Transport: tr, WaitTimeout: 10 * time.Second})
 			require.NoError(t, err)
-			noAddress, multicast := pb.Endpoints()[0], pb.Endpoints()[0]
+			noAddress, multicast, noLID := pb.Endpoints()[0], pb.Endpoints()[0], pb.Endpoints()[0]
 			noAddress.LID, noAddress.GID = 0, ctx.GID{}
 			multicast.LID = 0xc001
-			for _, bad := range []endpoint.Endpoint{noAddress, multicast} {
+			noLID.LID = 0 // a GID does not stand for the LID on InfiniBand
+			for _, bad := range []endpoint.Endpoint{noAddress, multicast, noLID} {
 				m, err := pa.Handshake([]endpoint.Endpoint{bad})
 				if m != nil {
 					m.Close()

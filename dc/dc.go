@@ -134,9 +134,9 @@ type Remote struct {
 
 // NewRemote resolves a DC endpoint (a DCT's Endpoint) into a Remote for
 // this DCI's posts. An endpoint without an address the port can use (no
-// GID on RoCE, neither a LID nor a GID on InfiniBand) is refused, the
-// error wrapping ctx.ErrInvalidArgument; so is a closed DCI, the error
-// wrapping ctx.ErrClosed, with no address handle made.
+// GID on RoCE, no LID on InfiniBand, where a GID does not stand for one)
+// is refused, the error wrapping ctx.ErrInvalidArgument; so is a closed
+// DCI, the error wrapping ctx.ErrClosed, with no address handle made.
 func (d *DCI) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"
 	if d.qp == nil {

@@ -168,9 +168,12 @@ func (p Path) Endpoint(t endpoint.Transport) endpoint.Endpoint {
 
 // Connect fills the remote half of p from the endpoint a peer sent: DQPN
 // (a DC peer's DCT number), DQPSN, DLID and DGID, and lowers MTU to the peer's. A peer with no LID (a
-// RoCE or routed peer) needs a GRH: GlobalRoute is set, and the peer must have
-// sent a GID. The endpoint is untrusted input: it is validated first, and
-// on error p is returned unchanged.
+// RoCE peer) needs a GRH: GlobalRoute is set, and the peer must have
+// sent a GID. On InfiniBand (a path whose SLID is set, as Local sets it
+// from an InfiniBand port; a RoCE port has no LID) a peer with no LID is
+// refused: the subnet forwards every packet by its DLID, GRH or not, and
+// DLID 0 reaches no port. The endpoint is untrusted input: it is validated
+// first, and on error p is returned unchanged.
 func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 	const op = "ibpath: connect"
 	if err := remote.Validate(); err != nil {
@@ -188,6 +191,9 @@ func (p Path) Connect(remote endpoint.Endpoint) (Path, error) {
 		q.MTU = rm
 	}
 	if remote.LID == 0 {
+		if p.SLID != 0 {
+			return p, fmt.Errorf("%s: peer %v has no LID, which addresses a port on InfiniBand (local LID %d): %w", op, remote, p.SLID, ctx.ErrInvalidArgument)
+		}
 		q.GlobalRoute = true
 	}
 	if q.GlobalRoute && q.DGID.IsZero() {

@@ -99,6 +99,21 @@ func TestEndpointAndConnect(t *testing.T) {
 	require.True(t, c.GlobalRoute)
 	require.Equal(t, remote.GID, c.DGID)
 
+	// On InfiniBand (the local port has a LID) a GRH does not replace the
+	// peer's LID, which the subnet forwards by.
+	ib := local
+	ib.SLID = 3
+	_, err = ib.Connect(remote)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	ib.GlobalRoute = true
+	_, err = ib.Connect(remote)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	remote.LID = 4
+	c, err = ib.Connect(remote)
+	require.NoError(t, err)
+	require.Equal(t, uint16(4), c.DLID)
+	require.True(t, c.GlobalRoute)
+
 	// A DC endpoint names its DCT.
 	dc := endpoint.Endpoint{Transport: endpoint.TransportDC, QPN: 0x10, DCTNumber: 0x99, DCAccessKey: 5, LID: 2, MTU: ctx.MTU4096}
 	c, err = local.Connect(dc)

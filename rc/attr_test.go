@@ -146,6 +146,12 @@ func TestConnectRefusesNoAddress(t *testing.T) {
 					mc.LID = lid
 					require.ErrorIs(t, a.Connect(mc), ctx.ErrInvalidArgument, "LID %#x", lid)
 				}
+				// A GID does not stand for the LID: the subnet forwards
+				// by DLID, GRH or not.
+				noLID := b.Endpoint()
+				noLID.LID = 0
+				require.NotEqual(t, ctx.GID{}, noLID.GID)
+				require.ErrorIs(t, a.Connect(noLID), ctx.ErrInvalidArgument, "a GID without a LID")
 				require.Equal(t, transport.StateInit, a.State())
 			}
 			require.NoError(t, a.Connect(b.Endpoint()))

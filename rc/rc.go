@@ -36,7 +36,7 @@ type Config struct {
 	RecvCQ *ctx.CompletionQueue
 
 	// Port is the local port (default 1) and GID the local GID table
-	// entry used on RoCE or towards a remote without a LID: unset, one is
+	// entry used on RoCE: unset, one is
 	// chosen (ctx.ChooseGID: a RoCE v2 GID, IPv4-mapped first);
 	// ctx.GIDIndex(i) names entry i: an index past the port's GID table
 	// (GIDTableLen or more) is refused, wrapping ctx.ErrInvalidArgument;
@@ -48,9 +48,8 @@ type Config struct {
 	// RoCE (the VLAN priority); New refuses a wider value.
 	SL uint8
 	// TrafficClass is the traffic class of the GRH (on RoCE the IP
-	// header's DSCP and ECN bits, the TOS) when the path has one: on RoCE,
-	// or towards a remote without a LID. A path by LID has no GRH to
-	// carry it.
+	// header's DSCP and ECN bits, the TOS) when the path has one: on RoCE.
+	// A path by LID (InfiniBand) has no GRH to carry it.
 	TrafficClass uint8
 	// PSN is the first packet sequence number this QP sends (24 bits); 0
 	// picks a random one. Endpoint reports it.
@@ -185,17 +184,17 @@ func (q *QP) Endpoint() endpoint.Endpoint {
 	return q.port.Endpoint(endpoint.TransportRC, q.QPN(), q.psn)
 }
 
-// GID returns the local GID table entry the QP sends from (on RoCE, and
-// on InfiniBand towards a remote without a LID): the one Config.GID
-// selected.
+// GID returns the local GID table entry the QP sends from (on RoCE): the
+// one Config.GID selected.
 func (q *QP) GID() ctx.GIDEntry { return q.port.GID }
 
 // Connect connects the QP to the remote RC endpoint: INIT→RTR (remote QPN,
 // path by LID or GID, the smaller MTU, the remote's PSN) and RTR→RTS. A
-// remote without an address the port can use (no GID on RoCE, neither a
-// LID nor a GID on InfiniBand) is refused before anything changes, the
-// error wrapping ctx.ErrInvalidArgument. A failed Connect leaves the QP
-// where it stopped (INIT or RTR) and may be called again.
+// remote without an address the port can use (no GID on RoCE, no LID on
+// InfiniBand, where a GID does not stand for one) is refused before
+// anything changes, the error wrapping ctx.ErrInvalidArgument. A failed
+// Connect leaves the QP where it stopped (INIT or RTR) and may be called
+// again.
 func (q *QP) Connect(remote endpoint.Endpoint) error {
 	const op = "connect"
 	if q.qp == nil {

@@ -173,12 +173,20 @@ func (f *Fabric) qpFatal(q *qp, why string) {
 // ---- addressing ----
 
 // reaches reports whether a path from an HCA of link layer link, with a
-// destination LID or GID, ends at HCA to.
+// destination LID or GID, ends at HCA to. Ethernet (RoCE) is routed by
+// the destination GID alone. On InfiniBand every packet carries a local
+// route header and the subnet's switches forward it by its DLID, with or
+// without a GRH: the DLID must be the destination port's LID, and a GRH's
+// destination GID must also be one of the port's GIDs, as a ConnectX
+// drops a packet whose GRH names another GID.
 func reaches(link ctx.LinkLayer, grh bool, dlid uint16, dgid ctx.GID, to *hca) bool {
-	if link == ctx.LinkLayerEthernet || grh {
+	if link == ctx.LinkLayerEthernet {
 		return to.hasGID(dgid)
 	}
-	return dlid == to.lid
+	if dlid != to.lid {
+		return false
+	}
+	return !grh || to.hasGID(dgid)
 }
 
 // rcPeer returns the connected peer of an RC QP, or nil when packets to it

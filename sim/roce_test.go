@@ -68,7 +68,7 @@ func TestUDNetworkHeaders(t *testing.T) {
 			sgid, dgid := mine[tc.idx].GID, theirs[tc.idx].GID
 			// SL 7: on InfiniBand flags_rqpn carries it, on RoCE it must
 			// not show there.
-			ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: dgid, SGIDIndex: tc.idx,
+			ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: dgid, SGIDIndex: tc.idx, DLID: lidOf(t, e.c2),
 				HopLimit: 17, TrafficClass: 0xa5, FlowLabel: 0x9abcd, SL: 7})
 			require.NoError(t, err)
 			av := ah.AV()

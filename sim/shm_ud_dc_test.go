@@ -53,7 +53,7 @@ func TestSharedUD(t *testing.T) {
 	// limit of the address handle.
 	gids, err := e2.c.QueryGIDs(1)
 	require.NoError(t, err)
-	ah, err := e1.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, HopLimit: 64, TrafficClass: 3})
+	ah, err := e1.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, DLID: lid, HopLimit: 64, TrafficClass: 3})
 	require.NoError(t, err)
 	av := ah.AV()
 	be.PutUint32(av[prm.AVKey:], 0x2222)

@@ -55,7 +55,7 @@ func TestUDWithGRH(t *testing.T) {
 	b := e.udQP(e.pd2, 1, qpOpts{})
 	gids, err := e.c2.QueryGIDs(1)
 	require.NoError(t, err)
-	ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, HopLimit: 64, TrafficClass: 3})
+	ah, err := e.pd.CreateAddressHandle(ctx.AddressAttr{GlobalRoute: true, DGID: gids[0].GID, DLID: lidOf(t, e.c2), HopLimit: 64, TrafficClass: 3})
 	require.NoError(t, err)
 	av := ah.AV()
 	be.PutUint32(av[prm.AVKey:], 1)

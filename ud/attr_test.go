@@ -53,8 +53,9 @@ func TestUDAttributes(t *testing.T) {
 
 // TestRemoteAddresses checks the address handles NewRemote and ReplyRemote
 // create, as a recording provider sees them. NewRemote: the remote's LID
-// and the configured SL on InfiniBand, its GID from the configured GID
-// index with a GRH on RoCE or towards a remote without a LID. ReplyRemote,
+// and the configured SL on InfiniBand (a remote without a LID is refused
+// there; a GRH comes from the caller's address handle), its GID from the
+// configured GID index with a GRH on RoCE. ReplyRemote,
 // as ibv_init_ah_from_wc: the sender's LID and SL from the completion and,
 // when a GRH came, a GRH back to its source GID with hop limit 255 from the
 // QP's GID index. The GID index is the configured one or, unset, the
@@ -62,11 +63,11 @@ func TestUDAttributes(t *testing.T) {
 // index 0, RoCE v1 link-local); index 0 on InfiniBand.
 func TestRemoteAddresses(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		link  ctx.LinkLayer
-		noLID bool
-		sel   ctx.GIDSelector
-		gid   uint8
+		name string
+		link ctx.LinkLayer
+		grh  bool
+		sel  ctx.GIDSelector
+		gid  uint8
 	}{
 		{"InfiniBand by LID", ctx.LinkLayerInfiniBand, false, ctx.GIDSelector{}, 0},
 		{"InfiniBand with a GRH", ctx.LinkLayerInfiniBand, true, ctx.GIDSelector{}, 0},
@@ -89,15 +90,29 @@ func TestRemoteAddresses(t *testing.T) {
 				qps[i], ps[i] = qp, p
 			}
 			from, ep := qps[0].Endpoint(), qps[1].Endpoint()
-			if c.noLID {
-				ep.LID = 0
-			}
-			to, err := qps[0].NewRemote(ep)
-			require.NoError(t, err)
-			grh := c.noLID || c.link == ctx.LinkLayerEthernet
+			grh := c.grh || c.link == ctx.LinkLayerEthernet
 			want := ctx.AddressAttr{Port: 1, SL: 2, DLID: ep.LID}
-			if grh {
-				want = ctx.AddressAttr{Port: 1, SL: 2, GlobalRoute: true, DGID: ep.GID, SGIDIndex: c.gid, HopLimit: 64}
+			var to *ud.Remote
+			if c.grh {
+				// On InfiniBand a GRH goes with the port's LID: an
+				// endpoint without one is refused, and the GRH comes
+				// from an address handle of the caller's.
+				noLID := ep
+				noLID.LID = 0
+				_, err := qps[0].NewRemote(noLID)
+				require.ErrorIs(t, err, ctx.ErrInvalidArgument, "no LID on InfiniBand")
+				want = ctx.AddressAttr{Port: 1, SL: 2, DLID: ep.LID, GlobalRoute: true, DGID: ep.GID, SGIDIndex: c.gid, HopLimit: 64}
+				ah, err := e.PD[0].CreateAddressHandle(want)
+				require.NoError(t, err)
+				to, err = qps[0].RemoteVia(ah, ep.QPN, ep.QKey)
+				require.NoError(t, err)
+			} else {
+				var err error
+				to, err = qps[0].NewRemote(ep)
+				require.NoError(t, err)
+				if grh {
+					want = ctx.AddressAttr{Port: 1, SL: 2, GlobalRoute: true, DGID: ep.GID, SGIDIndex: c.gid, HopLimit: 64}
+				}
 			}
 			ahs := log.AddressHandles()
 			require.Equal(t, want, ahs[len(ahs)-1], "NewRemote")

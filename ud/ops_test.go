@@ -103,13 +103,13 @@ func TestSendEverySize(t *testing.T) {
 }
 
 // TestReplyPath answers a datagram through ReplyRemote: by LID on
-// InfiniBand, from the GRH when the sender used one (a remote without a
-// LID, or RoCE).
+// InfiniBand, from the GRH when the sender used one (an address handle
+// with a GRH, or RoCE).
 func TestReplyPath(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		link  ctx.LinkLayer
-		noLID bool
+		name string
+		link ctx.LinkLayer
+		grh  bool
 	}{
 		{"InfiniBand by LID", ctx.LinkLayerInfiniBand, false},
 		{"InfiniBand with a GRH", ctx.LinkLayerInfiniBand, true},
@@ -119,11 +119,19 @@ func TestReplyPath(t *testing.T) {
 			x := newPeers(t, sim.Options{LinkLayer: c.link}, ud.Config{SendDepth: 8, RecvDepth: 8, MaxInline: 64, QKey: 7})
 			e := x.e
 			ep := x.qp[1].Endpoint()
-			if c.noLID {
-				ep.LID = 0
+			var to *ud.Remote
+			var err error
+			if c.grh {
+				// On InfiniBand a GRH goes with the port's LID, from an
+				// address handle of the caller's.
+				ah, err := e.PD[0].CreateAddressHandle(ctx.AddressAttr{Port: 1, DLID: ep.LID, GlobalRoute: true, DGID: ep.GID, HopLimit: 64})
+				require.NoError(t, err)
+				to, err = x.qp[0].RemoteVia(ah, ep.QPN, ep.QKey)
+				require.NoError(t, err)
+			} else {
+				to, err = x.qp[0].NewRemote(ep)
+				require.NoError(t, err)
 			}
-			to, err := x.qp[0].NewRemote(ep)
-			require.NoError(t, err)
 			require.Equal(t, x.qp[1].QPN(), to.QPN())
 			require.Equal(t, uint32(7), to.QKey())
 			require.NoError(t, x.qp[1].PostRecv(1, e.Addr(1, 0), 256, e.LKey(1)))
@@ -134,7 +142,7 @@ func TestReplyPath(t *testing.T) {
 			e.One(x.p[0])
 			in := e.One(x.p[1])
 			require.Equal(t, transport.MatchOK, in.Match)
-			require.Equal(t, c.noLID || c.link == ctx.LinkLayerEthernet, in.GRH)
+			require.Equal(t, c.grh || c.link == ctx.LinkLayerEthernet, in.GRH)
 			if !in.GRH {
 				require.Equal(t, x.qp[0].Endpoint().LID, in.SLID)
 				_, err := x.qp[1].ReplyRemote(&in, nil)

@@ -129,9 +129,9 @@ type Remote struct {
 }
 
 // NewRemote resolves a UD endpoint (a peer's Endpoint) into a Remote. An
-// endpoint without an address the port can use (no GID on RoCE, neither a
-// LID nor a GID on InfiniBand) is refused, the error wrapping
-// ctx.ErrInvalidArgument; so is a closed QP, the error wrapping
+// endpoint without an address the port can use (no GID on RoCE, no LID on
+// InfiniBand, where a GID does not stand for one) is refused, the error
+// wrapping ctx.ErrInvalidArgument; so is a closed QP, the error wrapping
 // ctx.ErrClosed, with no address handle made.
 func (q *QP) NewRemote(remote endpoint.Endpoint) (*Remote, error) {
 	const op = "new remote"

@@ -26,7 +26,7 @@ type Options struct {
 	// Port is the local port; 0 means the device's first ACTIVE port.
 	Port uint8
 	// GID selects the local GID table entry the queue pairs address each
-	// other by on RoCE (and on InfiniBand when the port has no LID); unset,
+	// other by on RoCE (on InfiniBand they go by LID); unset,
 	// ctx.ChooseGID picks one.
 	GID ctx.GIDSelector
 	// Timeout bounds each wait for completions (0: DefaultTimeout).

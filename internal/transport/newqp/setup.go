@@ -72,22 +72,21 @@ func (p Port) Endpoint(t endpoint.Transport, qpn, psn uint32) endpoint.Endpoint 
 }
 
 // PathTo returns the address of remote as seen from p: by LID on
-// InfiniBand when the remote has one, by GID (with a GRH from the local GID
-// index) on RoCE or when the remote has no LID. A remote with no address
-// the port can use (no GID on RoCE, neither a LID nor a GID on
-// InfiniBand: a peer's endpoint may say anything) is refused with an
-// error wrapping ctx.ErrInvalidArgument, rather than connected to the zero
-// GID, and so is an RC or DC remote addressed by a multicast or the
-// permissive LID on InfiniBand.
+// InfiniBand, by GID (with a GRH from the local GID index) on RoCE. A
+// remote with no address the port can use (no GID on RoCE, no LID on
+// InfiniBand, whose switches forward every packet by its DLID, GRH or
+// not, and where an active port always has a LID: a peer's endpoint may
+// say anything) is refused with an error wrapping ctx.ErrInvalidArgument,
+// rather than addressed to the zero GID or to DLID 0, and so is an RC or
+// DC remote addressed by a multicast or the permissive LID on InfiniBand.
 func (p Port) PathTo(remote endpoint.Endpoint, sl uint8) (ctx.AddressAttr, error) {
 	a := ctx.AddressAttr{Port: p.Number, SL: sl}
-	if p.Link == ctx.LinkLayerEthernet || remote.LID == 0 {
+	if p.Link != ctx.LinkLayerEthernet && remote.LID == 0 {
+		return ctx.AddressAttr{}, fmt.Errorf("remote endpoint %v has no LID, which addresses a port on InfiniBand: %w", remote, ctx.ErrInvalidArgument)
+	}
+	if p.Link == ctx.LinkLayerEthernet {
 		if remote.GID.IsZero() {
-			why := "neither a LID nor a GID"
-			if p.Link == ctx.LinkLayerEthernet {
-				why = "no GID, which addresses a port on RoCE"
-			}
-			return ctx.AddressAttr{}, fmt.Errorf("remote endpoint %v has %s: %w", remote, why, ctx.ErrInvalidArgument)
+			return ctx.AddressAttr{}, fmt.Errorf("remote endpoint %v has no GID, which addresses a port on RoCE: %w", remote, ctx.ErrInvalidArgument)
 		}
 		a.GlobalRoute = true
 		a.DGID = remote.GID
