@@ -921,6 +921,7 @@ func (c *core) fail() error {
 		for i := range c.slots {
 			if s := &c.slots[i]; s.state == slotPosted {
 				s.state, s.syndrome, s.cqeOp = slotFailed, prm.SyndromeWRFlush, prm.CQEReqErr
+				s.sendOp, s.qpn = sendOpcodes[s.op], c.queueNumber(s)
 				if s.op == OpRecv {
 					s.cqeOp = prm.CQERespErr
 				}
@@ -929,6 +930,29 @@ func (c *core) fail() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sendOpcodes are the WQE opcodes of the kinds of send work request
+// (without immediate data), which fail names in the flushes it records.
+var sendOpcodes = [...]prm.Opcode{OpSend: prm.OpSend, OpWrite: prm.OpRdmaWrite, OpRead: prm.OpRdmaRead,
+	OpCompareSwap: prm.OpAtomicCS, OpFetchAdd: prm.OpAtomicFA}
+
+// queueNumber returns the number of the queue the request of record s
+// was posted on: its peer's RC queue pair, or the DC initiator (sends) or
+// the peer's DC target (receives).
+func (c *core) queueNumber(s *slot) uint32 {
+	l := c.peerLink(int(s.peer))
+	switch {
+	case l == nil:
+		return 0
+	case l.qp != nil:
+		return l.qp.QPN()
+	case s.op == OpRecv && l.dct != nil:
+		return l.dct.QPN()
+	case s.op != OpRecv && c.dci != nil:
+		return c.dci.QPN()
+	}
+	return 0
 }
 
 // unflushable counts the outstanding work requests an error state does not
