@@ -831,15 +831,13 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 	if w.cancelled {
 		kept := len(b.errs)
 		werr = c.cancel(b.op, werr)
-		clear(b.errs[kept:]) // the flushes the cancellation caused
-		b.errs = b.errs[:kept]
+		b.errs = dropFlushes(b.errs, kept) // the flushes the cancellation caused
 	} else if len(b.errs) > 0 && c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := c.heldEventErr(); eerr != nil {
 			kept := len(b.errs)
 			werr = c.cancel(b.op, eerr)
-			clear(b.errs[kept:])
-			b.errs = b.errs[:kept]
+			b.errs = dropFlushes(b.errs, kept)
 		}
 	}
 	b.id, b.results = 0, nil
@@ -865,6 +863,23 @@ func (c *core) cancel(op string, cause error) error {
 		return fmt.Errorf("channel: %s: %w (%w: %w)", op, cause, ErrFailed, ferr)
 	}
 	return fmt.Errorf("channel: %s: %w (the outstanding work requests were flushed: %w)", op, cause, ErrFailed)
+}
+
+// dropFlushes removes from errs[kept:], the errors of the requests that
+// completed while the channel failed, the flushes the failure caused
+// (monocq.ErrFlushed), and returns what is left: a request that failed
+// for its own reason meanwhile (its error CQE arriving while fail polled)
+// keeps its error.
+func dropFlushes(errs []error, kept int) []error {
+	n := kept
+	for _, err := range errs[kept:] {
+		if !errors.Is(err, monocq.ErrFlushed) {
+			errs[n] = err
+			n++
+		}
+	}
+	clear(errs[n:])
+	return errs[:n]
 }
 
 // flushLimit bounds how long fail polls for the flush completions; queues
@@ -989,8 +1004,7 @@ func (c *core) roomFailed(op Op, refusal, werr error) error {
 	b := &c.batch
 	kept := len(b.errs)
 	err := c.failOnEvent(op.String(), errors.Join(refusal, werr))
-	clear(b.errs[kept:])
-	b.errs = b.errs[:kept]
+	b.errs = dropFlushes(b.errs, kept)
 	return err
 }
 

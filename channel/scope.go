@@ -114,15 +114,13 @@ func (s *Scope) drain() error {
 	if w.cancelled {
 		kept := len(s.errs)
 		err = s.c.cancel("scope", err)
-		clear(s.errs[kept:]) // the flushes the cancellation caused
-		s.errs = s.errs[:kept]
+		s.errs = dropFlushes(s.errs, kept) // the flushes the cancellation caused
 	} else if len(s.errs) > 0 && s.c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := s.c.heldEventErr(); eerr != nil {
 			kept := len(s.errs)
 			err = s.c.cancel("scope", eerr)
-			clear(s.errs[kept:])
-			s.errs = s.errs[:kept]
+			s.errs = dropFlushes(s.errs, kept)
 		}
 	}
 	return err
