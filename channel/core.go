@@ -829,15 +829,11 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 		}
 	}
 	if w.cancelled {
-		kept := len(b.errs)
 		werr = c.cancel(b.op, werr)
-		b.errs = dropFlushes(b.errs, kept) // the flushes the cancellation caused
 	} else if len(b.errs) > 0 && c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := c.heldEventErr(); eerr != nil {
-			kept := len(b.errs)
 			werr = c.cancel(b.op, eerr)
-			b.errs = dropFlushes(b.errs, kept)
 		}
 	}
 	b.id, b.results = 0, nil
@@ -857,9 +853,20 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 // receive, an RDMA READ, an atomic's result) until each has completed, so
 // the channel fails (see fail) before the call returns, and no buffer of
 // the call is written after. The error names op and wraps cause and
-// ErrFailed.
+// ErrFailed. The flushes the failure causes are left out of the errors of
+// the blocking call and of the scope in progress (see dropFlushes): they
+// report the failure itself.
 func (c *core) cancel(op string, cause error) error {
-	if ferr := c.fail(); ferr != nil {
+	keptBatch, keptScope := len(c.batch.errs), 0
+	if c.scope != nil {
+		keptScope = len(c.scope.errs)
+	}
+	ferr := c.fail()
+	c.batch.errs = dropFlushes(c.batch.errs, keptBatch)
+	if c.scope != nil {
+		c.scope.errs = dropFlushes(c.scope.errs, keptScope)
+	}
+	if ferr != nil {
 		return fmt.Errorf("channel: %s: %w (%w: %w)", op, cause, ErrFailed, ferr)
 	}
 	return fmt.Errorf("channel: %s: %w (the outstanding work requests were flushed: %w)", op, cause, ErrFailed)
@@ -997,15 +1004,12 @@ func (c *core) makeRoom(w *waiter) error {
 
 // roomFailed returns the error of a post whose wait for room in its full
 // queue (refusal, the queue's) ended with werr. When werr ends the
-// channel (failOnEvent), the flushes of the blocking call's earlier
-// requests that the failure caused are dropped from the call's errors, as
-// finishBatch drops them when the wait for completions ends the channel.
+// channel (failOnEvent), the flushes of the blocking call's or the
+// scope's earlier requests that the failure caused are dropped from their
+// errors (see cancel), as they are when the wait for completions ends the
+// channel.
 func (c *core) roomFailed(op Op, refusal, werr error) error {
-	b := &c.batch
-	kept := len(b.errs)
-	err := c.failOnEvent(op.String(), errors.Join(refusal, werr))
-	b.errs = dropFlushes(b.errs, kept)
-	return err
+	return c.failOnEvent(op.String(), errors.Join(refusal, werr))
 }
 
 // post posts one request of any kind, polling for room while its queue is

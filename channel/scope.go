@@ -112,15 +112,11 @@ func (s *Scope) drain() error {
 		}
 	}
 	if w.cancelled {
-		kept := len(s.errs)
-		err = s.c.cancel("scope", err)
-		s.errs = dropFlushes(s.errs, kept) // the flushes the cancellation caused
+		err = s.c.cancel("scope", err) // (the flushes it causes are not the scope's errors)
 	} else if len(s.errs) > 0 && s.c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := s.c.heldEventErr(); eerr != nil {
-			kept := len(s.errs)
 			err = s.c.cancel("scope", eerr)
-			s.errs = dropFlushes(s.errs, kept)
 		}
 	}
 	return err
