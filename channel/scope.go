@@ -33,7 +33,10 @@ type Scope struct {
 // the scope's work completed (while it waits for room to post, or for the
 // completions after fn), the channel fails as a blocking call's does (see
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
-// of the scope's requests is written after Scope returns. A context
+// of the scope's requests is written after Scope returns (a scope with
+// none of its requests outstanding when c ends, its post waiting for room
+// that other work takes, returns c's error and leaves the channel
+// working). A context
 // that has ended before the call returns its error without running fn, and
 // a nil fn is refused (ctx.ErrInvalidArgument) before anything else. The scope
 // itself is reused: Scope allocates nothing unless work fails. When fn
