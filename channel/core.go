@@ -511,13 +511,17 @@ func (c *core) filed(s *slot) {
 		c.pendingRecv--
 	}
 	c.release(s)
+	// A request of the blocking call in progress is reported by that
+	// call, also inside a scope: the scope counts it, and reports its
+	// error only when the call returned first (ErrTimeout).
+	inBatch := c.batch.id != 0 && s.batch == c.batch.id
 	if c.scope != nil && s.scope == c.scopeID {
 		c.scope.outstanding--
-		if s.state == slotFailed {
+		if s.state == slotFailed && !inBatch {
 			c.scope.errs = append(c.scope.errs, s.err())
 		}
 	}
-	if c.batch.id != 0 && s.batch == c.batch.id {
+	if inBatch {
 		c.batch.complete(s)
 	}
 }

@@ -28,8 +28,10 @@ type Scope struct {
 // Scope runs fn with a scope and, when fn returns, polls until every
 // work request posted through the scope has completed. It returns the
 // errors of fn, of every failed request and of the wait, joined (nil when
-// there are none). With Options.WaitTimeout set, a wait that outlasts it
-// returns ErrTimeout and leaves the rest outstanding. When c ends before
+// there are none); the requests of a blocking call made in fn are that
+// call's to report, and the scope reports one only when the call returned
+// before it completed (ErrTimeout). With Options.WaitTimeout set, a wait
+// that outlasts it returns ErrTimeout and leaves the rest outstanding. When c ends before
 // the scope's work completed (while it waits for room to post, or for the
 // completions after fn), the channel fails as a blocking call's does (see
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
