@@ -511,13 +511,17 @@ func (c *core) filed(s *slot) {
 		c.pendingRecv--
 	}
 	c.release(s)
+	// A request of the blocking call in progress is reported by that
+	// call, also inside a scope: the scope counts it, and reports its
+	// error only when the call returned first (ErrTimeout).
+	inBatch := c.batch.id != 0 && s.batch == c.batch.id
 	if c.scope != nil && s.scope == c.scopeID {
 		c.scope.outstanding--
-		if s.state == slotFailed {
+		if s.state == slotFailed && !inBatch {
 			c.scope.errs = append(c.scope.errs, s.err())
 		}
 	}
-	if c.batch.id != 0 && s.batch == c.batch.id {
+	if inBatch {
 		c.batch.complete(s)
 	}
 }
@@ -829,17 +833,11 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 		}
 	}
 	if w.cancelled {
-		kept := len(b.errs)
 		werr = c.cancel(b.op, werr)
-		clear(b.errs[kept:]) // the flushes the cancellation caused
-		b.errs = b.errs[:kept]
 	} else if len(b.errs) > 0 && c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := c.heldEventErr(); eerr != nil {
-			kept := len(b.errs)
 			werr = c.cancel(b.op, eerr)
-			clear(b.errs[kept:])
-			b.errs = b.errs[:kept]
 		}
 	}
 	b.id, b.results = 0, nil
@@ -859,12 +857,40 @@ func (c *core) finishBatch(cx context.Context, perr error) error {
 // receive, an RDMA READ, an atomic's result) until each has completed, so
 // the channel fails (see fail) before the call returns, and no buffer of
 // the call is written after. The error names op and wraps cause and
-// ErrFailed.
+// ErrFailed. The flushes the failure causes are left out of the errors of
+// the blocking call and of the scope in progress (see dropFlushes): they
+// report the failure itself.
 func (c *core) cancel(op string, cause error) error {
-	if ferr := c.fail(); ferr != nil {
+	keptBatch, keptScope := len(c.batch.errs), 0
+	if c.scope != nil {
+		keptScope = len(c.scope.errs)
+	}
+	ferr := c.fail()
+	c.batch.errs = dropFlushes(c.batch.errs, keptBatch)
+	if c.scope != nil {
+		c.scope.errs = dropFlushes(c.scope.errs, keptScope)
+	}
+	if ferr != nil {
 		return fmt.Errorf("channel: %s: %w (%w: %w)", op, cause, ErrFailed, ferr)
 	}
 	return fmt.Errorf("channel: %s: %w (the outstanding work requests were flushed: %w)", op, cause, ErrFailed)
+}
+
+// dropFlushes removes from errs[kept:], the errors of the requests that
+// completed while the channel failed, the flushes the failure caused
+// (monocq.ErrFlushed), and returns what is left: a request that failed
+// for its own reason meanwhile (its error CQE arriving while fail polled)
+// keeps its error.
+func dropFlushes(errs []error, kept int) []error {
+	n := kept
+	for _, err := range errs[kept:] {
+		if !errors.Is(err, monocq.ErrFlushed) {
+			errs[n] = err
+			n++
+		}
+	}
+	clear(errs[n:])
+	return errs[:n]
 }
 
 // flushLimit bounds how long fail polls for the flush completions; queues
@@ -921,6 +947,7 @@ func (c *core) fail() error {
 		for i := range c.slots {
 			if s := &c.slots[i]; s.state == slotPosted {
 				s.state, s.syndrome, s.cqeOp = slotFailed, prm.SyndromeWRFlush, prm.CQEReqErr
+				s.sendOp, s.qpn = sendOpcodes[s.op], c.queueNumber(s)
 				if s.op == OpRecv {
 					s.cqeOp = prm.CQERespErr
 				}
@@ -929,6 +956,29 @@ func (c *core) fail() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sendOpcodes are the WQE opcodes of the kinds of send work request
+// (without immediate data), which fail names in the flushes it records.
+var sendOpcodes = [...]prm.Opcode{OpSend: prm.OpSend, OpWrite: prm.OpRdmaWrite, OpRead: prm.OpRdmaRead,
+	OpCompareSwap: prm.OpAtomicCS, OpFetchAdd: prm.OpAtomicFA}
+
+// queueNumber returns the number of the queue the request of record s
+// was posted on: its peer's RC queue pair, or the DC initiator (sends) or
+// the peer's DC target (receives).
+func (c *core) queueNumber(s *slot) uint32 {
+	l := c.peerLink(int(s.peer))
+	switch {
+	case l == nil:
+		return 0
+	case l.qp != nil:
+		return l.qp.QPN()
+	case s.op == OpRecv && l.dct != nil:
+		return l.dct.QPN()
+	case s.op != OpRecv && c.dci != nil:
+		return c.dci.QPN()
+	}
+	return 0
 }
 
 // unflushable counts the outstanding work requests an error state does not
@@ -958,16 +1008,12 @@ func (c *core) makeRoom(w *waiter) error {
 
 // roomFailed returns the error of a post whose wait for room in its full
 // queue (refusal, the queue's) ended with werr. When werr ends the
-// channel (failOnEvent), the flushes of the blocking call's earlier
-// requests that the failure caused are dropped from the call's errors, as
-// finishBatch drops them when the wait for completions ends the channel.
+// channel (failOnEvent), the flushes of the blocking call's or the
+// scope's earlier requests that the failure caused are dropped from their
+// errors (see cancel), as they are when the wait for completions ends the
+// channel.
 func (c *core) roomFailed(op Op, refusal, werr error) error {
-	b := &c.batch
-	kept := len(b.errs)
-	err := c.failOnEvent(op.String(), errors.Join(refusal, werr))
-	clear(b.errs[kept:])
-	b.errs = b.errs[:kept]
-	return err
+	return c.failOnEvent(op.String(), errors.Join(refusal, werr))
 }
 
 // post posts one request of any kind, polling for room while its queue is

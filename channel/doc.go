@@ -97,6 +97,12 @@
 // connection must be rebuilt (Close, a new channel, a new handshake; the
 // peer sees its queue pair's requests fail).
 //
+// A call (or scope) whose context ends while it waits for room in a full
+// queue, none of its own work being outstanding (the room is taken by raw
+// posts, or by the work of a call that timed out), has nothing to flush:
+// it returns the context's error with the queue's refusal, not
+// ErrFailed, and leaves the channel and that other work as they are.
+//
 // Pending.Wait is the exception: it leaves the request outstanding
 // and the channel working. The caller keeps the Pending, and must not
 // reuse the request's buffers until Done reports true (wait again) or

@@ -506,12 +506,20 @@ func (m *MultiChannel) ScatterWrite(c context.Context, reqs []WriteRequest) erro
 // GatherReceive posts every receive and waits until each has
 // received a message (or until c ends). When results is not nil (it must
 // then be at least as long as reqs) results[i] receives the outcome of
-// reqs[i].
+// reqs[i]: that of its completion, or, for a request that was not posted
+// or did not complete before the call returned, the call's error (as
+// Receive returns it).
 func (m *MultiChannel) GatherReceive(c context.Context, reqs []RecvRequest, results []Result) error {
 	if results != nil && len(results) < len(reqs) {
 		return fmt.Errorf("channel: gather receive: %d results for %d requests: %w", len(results), len(reqs), ctx.ErrInvalidArgument)
 	}
+	if results != nil {
+		// A result still zero when the call returns is of a request
+		// that did not complete (b.complete sets Op).
+		clear(results[:len(reqs)])
+	}
 	if err := ended(c, "gather receive"); err != nil {
+		notCompleted(reqs, results, err)
 		return err
 	}
 	b := m.c.startBatch("gather receive", results)
@@ -522,7 +530,21 @@ func (m *MultiChannel) GatherReceive(c context.Context, reqs []RecvRequest, resu
 			break
 		}
 	}
-	return m.c.finishBatch(c, err)
+	err = m.c.finishBatch(c, err)
+	if err != nil {
+		notCompleted(reqs, results, err)
+	}
+	return err
+}
+
+// notCompleted gives each request of a gather receive that has no result
+// (results[i].Op is 0: not posted, or not completed) the call's error.
+func notCompleted(reqs []RecvRequest, results []Result, err error) {
+	for i := range results[:min(len(results), len(reqs))] {
+		if results[i].Op == 0 {
+			results[i] = Result{Peer: reqs[i].Peer, Op: OpRecv, Err: err}
+		}
+	}
 }
 
 // GatherRead reads from every peer named in reqs and waits for all

@@ -28,12 +28,17 @@ type Scope struct {
 // Scope runs fn with a scope and, when fn returns, polls until every
 // work request posted through the scope has completed. It returns the
 // errors of fn, of every failed request and of the wait, joined (nil when
-// there are none). With Options.WaitTimeout set, a wait that outlasts it
-// returns ErrTimeout and leaves the rest outstanding. When c ends before
+// there are none); the requests of a blocking call made in fn are that
+// call's to report, and the scope reports one only when the call returned
+// before it completed (ErrTimeout). With Options.WaitTimeout set, a wait
+// that outlasts it returns ErrTimeout and leaves the rest outstanding. When c ends before
 // the scope's work completed (while it waits for room to post, or for the
 // completions after fn), the channel fails as a blocking call's does (see
 // MultiChannel.Fail): the error wraps c.Err() and ErrFailed, and no buffer
-// of the scope's requests is written after Scope returns. A context
+// of the scope's requests is written after Scope returns (a scope with
+// none of its requests outstanding when c ends, its post waiting for room
+// that other work takes, returns c's error and leaves the channel
+// working). A context
 // that has ended before the call returns its error without running fn, and
 // a nil fn is refused (ctx.ErrInvalidArgument) before anything else. The scope
 // itself is reused: Scope allocates nothing unless work fails. When fn
@@ -112,17 +117,11 @@ func (s *Scope) drain() error {
 		}
 	}
 	if w.cancelled {
-		kept := len(s.errs)
-		err = s.c.cancel("scope", err)
-		clear(s.errs[kept:]) // the flushes the cancellation caused
-		s.errs = s.errs[:kept]
+		err = s.c.cancel("scope", err) // (the flushes it causes are not the scope's errors)
 	} else if len(s.errs) > 0 && s.c.eventMayExplain() {
 		// Work failed: an event that ends the channel may be why.
 		if eerr := s.c.heldEventErr(); eerr != nil {
-			kept := len(s.errs)
 			err = s.c.cancel("scope", eerr)
-			clear(s.errs[kept:])
-			s.errs = s.errs[:kept]
 		}
 	}
 	return err
