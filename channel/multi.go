@@ -211,16 +211,24 @@ func (m *MultiChannel) Fail() error {
 // Its completion is recorded when the channel polls it (Poll, or any
 // waiting call). After completion the record is kept until as many
 // requests as the channel's queues hold (and at least 256) completed after
-// it; a Pending asked later reports ErrStale.
+// it; a Pending asked later reports ErrStale (Poll, Wait) and that it is
+// done (Done).
 type Pending struct {
 	c    *core
 	wrid uint64
 }
 
-// Done reports whether the request has completed, without polling.
+// Done reports whether the request has completed, without polling. A
+// request whose record was reused (Poll and Wait report ErrStale) has
+// completed: Done reports true for it, and Result finds no result. The
+// Pending of a refused post names no request: Done reports false.
 func (p Pending) Done() bool {
 	s := p.c.slotOf(p.wrid)
-	return s != nil && (s.state == slotDone || s.state == slotFailed)
+	if s == nil {
+		// Reused only once completed, or no request at all.
+		return p.c != nil && p.wrid != 0
+	}
+	return s.state == slotDone || s.state == slotFailed
 }
 
 // Poll polls the channel once (unless the request has completed already)
