@@ -163,6 +163,10 @@ var errZeroChannel = fmt.Errorf("channel: not made by this package: %w", ctx.Err
 // Err returns the first problem met while polling that belongs to no work
 // request: the async event that ended the channel (Options.OnEvent), a
 // completion the channel did not post, or the CQ's own error (overrun).
+// Once the channel is closed (Close, its queues closed under it, or a
+// Fail that destroyed its queues, as a DC channel's with receives
+// outstanding does) and none of those came first, it returns the closed
+// poller's error, wrapping ctx.ErrClosed.
 func (m *MultiChannel) Err() error {
 	if m.zero() {
 		return errZeroChannel // a zero Channel or MultiChannel
