@@ -172,9 +172,12 @@ func (p *Pool) Addr(i int) uint64 {
 
 // SGE returns the data segment (address, length, lkey) of the first n bytes
 // of buffer i; n is capped at the buffer size. It panics for an index out
-// of range, like Addr.
+// of range, like Addr, and for a negative n, like a slice expression.
 func (p *Pool) SGE(i, n int) (addr uint64, length, lkey uint32) {
-	if n > p.size || n < 0 {
+	if n < 0 {
+		panic("bufpool: negative length")
+	}
+	if n > p.size {
 		n = p.size
 	}
 	return p.Addr(i), uint32(n), p.lkey

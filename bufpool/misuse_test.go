@@ -103,3 +103,31 @@ func TestRepostBadIndexAndNilPool(t *testing.T) {
 		t.Errorf("Repost on a nil *transport.Queue: %v, want ctx.ErrInvalidArgument", err)
 	}
 }
+
+// TestSGENegativeLength checks that SGE refuses a negative byte count by
+// panicking, as it refuses an index out of range (and as a slice
+// expression does), rather than handing out the whole buffer.
+func TestSGENegativeLength(t *testing.T) {
+	f := sim.New(sim.Options{})
+	defer f.Close()
+	pd := newPD(t, f, "")
+	p, err := bufpool.New(pd, 2, 64, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, n := range []int{-1, -64, -1 << 40} {
+		func() {
+			defer func() {
+				if r := recover(); r != "bufpool: negative length" {
+					t.Errorf("SGE(0, %d): recovered %v, want panic \"bufpool: negative length\"", n, r)
+				}
+			}()
+			addr, length, _ := p.SGE(0, n)
+			t.Errorf("SGE(0, %d) = %#x, %d; want a panic", n, addr, length)
+		}()
+	}
+	if _, length, _ := p.SGE(1, 0); length != 0 {
+		t.Errorf("SGE(1, 0) length %d, want 0", length)
+	}
+}

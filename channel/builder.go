@@ -197,6 +197,11 @@ func build(pd *ctx.ProtectionDomain, peers int, opts Options) (*PreparedMulti, e
 	if c.port, err = newqp.QueryPort(c.ctx, opts.Port, opts.GID); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	dev, err := c.ctx.Query()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	c.atomics = dev.AtomicHCA
 	c.cq, err = c.ctx.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: cqDepth, EventChannel: opts.Events})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -9,10 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mlx5kit/mlx5kit/completion"
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/dc"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
@@ -100,6 +103,9 @@ type core struct {
 	// channel failed, so its DCI, every peer's, is in the error state
 	// (poll then fails the channel).
 	dciFailed bool
+	// atomics: the device reports atomics (ctx.DeviceAttr.AtomicHCA);
+	// without, compare-and-swap and fetch-and-add are refused at post.
+	atomics bool
 
 	ctx    *ctx.Context
 	pd     *ctx.ProtectionDomain
@@ -380,10 +386,20 @@ func atomicResult(g *SGE) error {
 // errAtomicResult is built once: a refused post allocates nothing.
 var errAtomicResult = fmt.Errorf("atomic result buffer must be 8 bytes: %w", ctx.ErrInvalidArgument)
 
+// errNoAtomics refuses an atomic on a device that reports none
+// (ctx.DeviceAttr.AtomicHCA false), as libmlx5 refuses it at post with
+// EOPNOTSUPP (qp->atomics_enabled): the device would complete it in error.
+// Built once, like errAtomicResult.
+var errNoAtomics = fmt.Errorf("atomic operations: the device reports none (ctx.DeviceAttr.AtomicHCA): %w",
+	kerrno.New("", "", unix.EOPNOTSUPP, ctx.ErrNotSupported))
+
 func (c *core) postCompareSwap(r *CompareSwapRequest) (uint64, error) {
 	l := c.postLink(r.Peer)
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpCompareSwap)
+	}
+	if !c.atomics {
+		return 0, errNoAtomics
 	}
 	if err := atomicResult(&r.Result); err != nil {
 		return 0, err
@@ -402,6 +418,9 @@ func (c *core) postFetchAdd(r *FetchAddRequest) (uint64, error) {
 	l := c.postLink(r.Peer)
 	if l == nil {
 		return 0, c.badPeer(r.Peer, OpFetchAdd)
+	}
+	if !c.atomics {
+		return 0, errNoAtomics
 	}
 	if err := atomicResult(&r.Result); err != nil {
 		return 0, err

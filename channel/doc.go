@@ -41,7 +41,10 @@
 // 8-byte value in host byte order in the peer's memory (a uint64 the
 // peer reads with binary.NativeEndian, as a ConnectX's atomics do) and
 // leave the value they found, in host byte order, in an 8-byte local
-// Result buffer.
+// Result buffer. On a device that reports no atomics
+// (ctx.DeviceAttr.AtomicHCA false) every level refuses them before posting
+// anything, with an error wrapping ctx.ErrNotSupported and EOPNOTSUPP, as
+// libmlx5 refuses them at post.
 //
 // Scope runs a function whose posts return Pending handles to poll at
 // will; before Scope returns, every request posted in it has completed, and

@@ -163,6 +163,10 @@ var errZeroChannel = fmt.Errorf("channel: not made by this package: %w", ctx.Err
 // Err returns the first problem met while polling that belongs to no work
 // request: the async event that ended the channel (Options.OnEvent), a
 // completion the channel did not post, or the CQ's own error (overrun).
+// Once the channel is closed (Close, its queues closed under it, or a
+// Fail that destroyed its queues, as a DC channel's with receives
+// outstanding does) and none of those came first, it returns the closed
+// poller's error, wrapping ctx.ErrClosed.
 func (m *MultiChannel) Err() error {
 	if m.zero() {
 		return errZeroChannel // a zero Channel or MultiChannel
@@ -211,16 +215,24 @@ func (m *MultiChannel) Fail() error {
 // Its completion is recorded when the channel polls it (Poll, or any
 // waiting call). After completion the record is kept until as many
 // requests as the channel's queues hold (and at least 256) completed after
-// it; a Pending asked later reports ErrStale.
+// it; a Pending asked later reports ErrStale (Poll, Wait) and that it is
+// done (Done).
 type Pending struct {
 	c    *core
 	wrid uint64
 }
 
-// Done reports whether the request has completed, without polling.
+// Done reports whether the request has completed, without polling. A
+// request whose record was reused (Poll and Wait report ErrStale) has
+// completed: Done reports true for it, and Result finds no result. The
+// Pending of a refused post names no request: Done reports false.
 func (p Pending) Done() bool {
 	s := p.c.slotOf(p.wrid)
-	return s != nil && (s.state == slotDone || s.state == slotFailed)
+	if s == nil {
+		// Reused only once completed, or no request at all.
+		return p.c != nil && p.wrid != 0
+	}
+	return s.state == slotDone || s.state == slotFailed
 }
 
 // Poll polls the channel once (unless the request has completed already)

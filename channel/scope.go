@@ -16,7 +16,10 @@ import (
 //
 // A queue that is full when the scope posts is polled until it has room,
 // so a scope may post more than the queues hold at once. A Scope is valid
-// only inside the function given to MultiChannel.Scope.
+// only inside the function given to MultiChannel.Scope. One kept past it
+// is refused (ctx.ErrClosed) until the channel's next Scope call, which
+// reuses the same Scope, so that Scope allocates nothing: from then on it
+// posts in that later scope, unnoticed.
 type Scope struct {
 	c           *core
 	cx          context.Context // the scope's context: bounds its waits for room too

@@ -194,8 +194,10 @@ func (r *Remote) Close() error {
 // refuses, with a *wqebuilder.PostError, a DCI in error or closed
 // (transport.ErrQPError, ctx.ErrClosed), a nil r (ctx.ErrInvalidArgument)
 // and an r after its Close (ctx.ErrClosed); the stage it returns then
-// writes nothing and fails at Finish. It allocates nothing and takes no
-// lock.
+// writes nothing and fails at Finish. It does not refuse an atomic on a
+// device that reports none (ctx.DeviceAttr.AtomicHCA false), as libmlx5's
+// post does with EOPNOTSUPP: the device completes that WQE with an error.
+// It allocates nothing and takes no lock.
 func (d *DCI) Post(wrid uint64, flags wqebuilder.Flags, r *Remote) (s wqebuilder.OpStage, err error) {
 	// A closure called once, as rc's Post. A nil r, or one closed,
 	// is refused.

@@ -160,6 +160,9 @@ func rcAttr(cfg Config, dev ctx.DeviceAttr) (ctx.QPAttr, error) {
 // for a batch) or FinishBlueFlame. Post refuses a QP that is not connected,
 // is in error or is closed with a *wqebuilder.PostError (transport.ErrNotConnected, transport.ErrQPError,
 // ctx.ErrClosed); the stage it returns then writes nothing and fails at Finish.
+// It does not refuse an atomic on a device that reports none
+// (ctx.DeviceAttr.AtomicHCA false), as libmlx5's post does with
+// EOPNOTSUPP: the device completes that WQE with an error.
 // Post allocates nothing and takes no lock.
 func (q *QP) Post(wrid uint64, flags wqebuilder.Flags) (s wqebuilder.OpStage, err error) {
 	// A closure called once (see newqp.Ready): the whole post compiles

@@ -69,6 +69,13 @@
 // failures stop writing at the first error, inside the WQEBBs the WQE was
 // given.
 //
+// Nothing is checked against the device's capabilities, to keep the post
+// path short: an atomic (AtomicCS, AtomicFA, the masked ones) on a device
+// that reports no atomics (ctx.DeviceAttr.AtomicHCA false), which
+// libmlx5's post refuses with EOPNOTSUPP, is posted, and the device
+// completes the WQE with an error. Package channel refuses it before
+// posting.
+//
 // # Doorbell
 //
 // Finish only writes the WQE. RingDoorbell publishes every WQE finished since

@@ -250,7 +250,10 @@ const (
 
 // AtomicCS makes the WQE an 8-byte compare-and-swap at raddr: if the remote
 // value equals compare it becomes swap. The old value lands in the buffer
-// given to Result.
+// given to Result. On a device that reports no atomics
+// (ctx.DeviceAttr.AtomicHCA false) the WQE completes with an error: the
+// post does not refuse it as libmlx5's does (see the package
+// documentation, Errors); nor does it refuse AtomicFA or the masked atomics.
 func (s OpStage) AtomicCS(raddr uint64, rkey uint32, compare, swap uint64) AtomicStage {
 	return AtomicStage{s.w.atomic(atomicCS, raddr, rkey, swap, compare)}
 }
