@@ -224,15 +224,19 @@ type Pending struct {
 
 // Done reports whether the request has completed, without polling. A
 // request whose record was reused (Poll and Wait report ErrStale) has
-// completed: Done reports true for it, and Result finds no result. The
-// Pending of a refused post names no request: Done reports false.
+// completed: Done reports true for it, and Result finds no result. So
+// does a request still outstanding when the channel was closed (or its
+// queue pairs were, under it): it never completes (Poll reports
+// ctx.ErrClosed), but its queue pair is destroyed and its buffers are the
+// caller's again. The Pending of a refused post names no request: Done
+// reports false.
 func (p Pending) Done() bool {
 	s := p.c.slotOf(p.wrid)
 	if s == nil {
 		// Reused only once completed, or no request at all.
 		return p.c != nil && p.wrid != 0
 	}
-	return s.state == slotDone || s.state == slotFailed
+	return s.state == slotDone || s.state == slotFailed || p.c.closed || p.c.under.Load()
 }
 
 // Poll polls the channel once (unless the request has completed already)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // TestDoneOfStaleRecord checks that Done reports true for a request whose
@@ -34,4 +35,22 @@ func TestDoneOfStaleRecord(t *testing.T) {
 	_, ok := first.Result()
 	require.False(t, ok, "its result is gone")
 	require.False(t, channel.Pending{}.Done(), "the Pending of a refused post names no request")
+}
+
+// TestDoneAfterClose: a request still outstanding when its channel is
+// closed never completes, but its buffers are the caller's again (the
+// queue pair is destroyed): Done reports true, so that a loop waiting for
+// it ends, and Poll reports ctx.ErrClosed.
+func TestDoneAfterClose(t *testing.T) {
+	f := newFabric(t, 2)
+	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
+	ca, _ := pair(t, a, b, channel.Options{SendDepth: 4, RecvDepth: 4})
+	recv, err := ca.PostReceive(channel.RecvRequest{Local: a.sge(0, 64)})
+	require.NoError(t, err)
+	require.False(t, recv.Done(), "nothing was sent to it")
+	require.NoError(t, ca.Close())
+	require.True(t, recv.Done(), "its channel is closed: the buffers are the caller's")
+	done, err := recv.Poll()
+	require.False(t, done)
+	require.ErrorIs(t, err, ctx.ErrClosed)
 }
