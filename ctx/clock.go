@@ -83,7 +83,9 @@ func (i *ClockInfo) check() error {
 // and its conversion is exact only near the snapshot: refresh once in a
 // while, at least once per half counter period (Mask/2 cycles) and before
 // converting timestamps far from the last refresh. A Clock may be used from
-// several goroutines.
+// several goroutines. A zero Clock (not made by Context.Clock or NewClock)
+// converts every timestamp to 0, and its Refresh fails with
+// ErrInvalidArgument.
 type Clock struct {
 	c    *Context
 	info atomic.Pointer[ClockInfo]
@@ -132,6 +134,9 @@ func NewClock(info ClockInfo) (*Clock, error) {
 func (k *Clock) Refresh() error {
 	const op = "read clock info"
 	if k.c == nil {
+		if k.info.Load() == nil {
+			return &OpError{Op: op, Err: errZero}
+		}
 		return &OpError{Op: op, Err: fmt.Errorf("clock made by NewClock has no device: %w", ErrNotSupported)}
 	}
 	if err := k.c.lock(op); err != nil {
@@ -156,13 +161,25 @@ func (k *Clock) Refresh() error {
 	return nil
 }
 
+// zeroClockInfo is the snapshot of a zero Clock.
+var zeroClockInfo ClockInfo
+
+// snapshot returns the snapshot the conversions use now: zeroClockInfo,
+// which converts everything to 0, for a zero Clock.
+func (k *Clock) snapshot() *ClockInfo {
+	if i := k.info.Load(); i != nil {
+		return i
+	}
+	return &zeroClockInfo
+}
+
 // Info returns the snapshot the conversions use now.
-func (k *Clock) Info() ClockInfo { return *k.info.Load() }
+func (k *Clock) Info() ClockInfo { return *k.snapshot() }
 
 // ToNanoseconds converts a raw completion timestamp to nanoseconds since
 // the Unix epoch (see ClockInfo.ToNanoseconds). It neither locks nor
 // allocates.
-func (k *Clock) ToNanoseconds(raw uint64) uint64 { return k.info.Load().ToNanoseconds(raw) }
+func (k *Clock) ToNanoseconds(raw uint64) uint64 { return k.snapshot().ToNanoseconds(raw) }
 
 // ToTime converts a raw completion timestamp to a time.Time.
 func (k *Clock) ToTime(raw uint64) time.Time { return time.Unix(0, int64(k.ToNanoseconds(raw))) }
@@ -170,7 +187,7 @@ func (k *Clock) ToTime(raw uint64) time.Time { return time.Unix(0, int64(k.ToNan
 // Resolution returns the length of one device cycle, rounded up to the
 // nanosecond: converted timestamps step by it.
 func (k *Clock) Resolution() time.Duration {
-	i := k.info.Load()
+	i := k.snapshot()
 	ns := (uint64(i.Mult) + 1<<i.Shift - 1) >> i.Shift
 	return time.Duration(ns)
 }

@@ -149,3 +149,19 @@ func TestClockInfoConversionFarFromSnapshot(t *testing.T) {
 	require.InDelta(t, float64(now+60e9), float64(k.ToNanoseconds(info.LastCycles+minute)), 10)
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = k.ToNanoseconds(info.LastCycles - 100*minute) }))
 }
+
+// A zero Clock converts to 0 and refuses Refresh with ErrInvalidArgument;
+// its conversions panicked on the missing snapshot, and Refresh took it
+// for a Clock of NewClock.
+func TestZeroClock(t *testing.T) {
+	var k ctx.Clock
+	require.NotPanics(t, func() {
+		require.Zero(t, k.ToNanoseconds(12345))
+		require.Equal(t, time.Unix(0, 0), k.ToTime(12345))
+		require.Zero(t, k.Info())
+		require.Zero(t, k.Resolution())
+	})
+	err := k.Refresh()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.NotErrorIs(t, err, ctx.ErrNotSupported)
+}
