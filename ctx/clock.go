@@ -2,6 +2,7 @@ package ctx
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -32,22 +33,34 @@ type ClockInfo struct {
 // mlx5dv_ts_to_ns: the cycles between raw and LastCycles, taken modulo the
 // counter's width, are scaled by Mult/2^Shift and added to (or, for a raw
 // value that precedes the snapshot by less than half the counter's range,
-// subtracted from) Nanoseconds. The result is exact while the scaled
-// distance fits 64 bits: for a raw value further than 2^64/Mult cycles from
-// LastCycles, take a fresh snapshot (Clock.Refresh).
+// subtracted from) Nanoseconds. The cycles times Mult are taken in 128
+// bits, so a raw value anywhere within half the counter's range of
+// LastCycles converts exactly; mlx5dv_ts_to_ns's 64-bit product overflows
+// beyond 2^64/Mult cycles (half a minute at 156.25 MHz with the Mult of
+// recent kernels, whose shift is 29), the span the kernel keeps its clock
+// page refreshed within.
 func (i *ClockInfo) ToNanoseconds(raw uint64) uint64 {
 	ahead := (raw - i.LastCycles) & i.Mask
 	if ahead <= i.Mask/2 {
-		return i.Nanoseconds + (ahead*uint64(i.Mult)+i.Frac)>>i.Shift
+		hi, lo := bits.Mul64(ahead, uint64(i.Mult))
+		lo, carry := bits.Add64(lo, i.Frac, 0)
+		return i.Nanoseconds + shiftRight128(hi+carry, lo, i.Shift)
 	}
 	behind := (i.LastCycles - raw) & i.Mask
-	back := behind * uint64(i.Mult)
-	if back < i.Frac {
+	hi, back := bits.Mul64(behind, uint64(i.Mult))
+	if hi == 0 && back < i.Frac {
 		// Less than the pending fraction back (a cycle shorter than the
 		// fraction): still after Nanoseconds.
 		return i.Nanoseconds + (i.Frac-back)>>i.Shift
 	}
-	return i.Nanoseconds - (back-i.Frac)>>i.Shift
+	lo, borrow := bits.Sub64(back, i.Frac, 0)
+	return i.Nanoseconds - shiftRight128(hi-borrow, lo, i.Shift)
+}
+
+// shiftRight128 returns the low 64 bits of the 128-bit hi:lo shifted right
+// by shift (below 64).
+func shiftRight128(hi, lo uint64, shift uint32) uint64 {
+	return lo>>shift | hi<<(64-shift)
 }
 
 // check reports a snapshot that cannot convert anything.
@@ -70,7 +83,9 @@ func (i *ClockInfo) check() error {
 // and its conversion is exact only near the snapshot: refresh once in a
 // while, at least once per half counter period (Mask/2 cycles) and before
 // converting timestamps far from the last refresh. A Clock may be used from
-// several goroutines.
+// several goroutines. A zero Clock (not made by Context.Clock or NewClock)
+// converts every timestamp to 0, and its Refresh fails with
+// ErrInvalidArgument.
 type Clock struct {
 	c    *Context
 	info atomic.Pointer[ClockInfo]
@@ -119,6 +134,9 @@ func NewClock(info ClockInfo) (*Clock, error) {
 func (k *Clock) Refresh() error {
 	const op = "read clock info"
 	if k.c == nil {
+		if k.info.Load() == nil {
+			return &OpError{Op: op, Err: errZero}
+		}
 		return &OpError{Op: op, Err: fmt.Errorf("clock made by NewClock has no device: %w", ErrNotSupported)}
 	}
 	if err := k.c.lock(op); err != nil {
@@ -143,13 +161,25 @@ func (k *Clock) Refresh() error {
 	return nil
 }
 
+// zeroClockInfo is the snapshot of a zero Clock.
+var zeroClockInfo ClockInfo
+
+// snapshot returns the snapshot the conversions use now: zeroClockInfo,
+// which converts everything to 0, for a zero Clock.
+func (k *Clock) snapshot() *ClockInfo {
+	if i := k.info.Load(); i != nil {
+		return i
+	}
+	return &zeroClockInfo
+}
+
 // Info returns the snapshot the conversions use now.
-func (k *Clock) Info() ClockInfo { return *k.info.Load() }
+func (k *Clock) Info() ClockInfo { return *k.snapshot() }
 
 // ToNanoseconds converts a raw completion timestamp to nanoseconds since
 // the Unix epoch (see ClockInfo.ToNanoseconds). It neither locks nor
 // allocates.
-func (k *Clock) ToNanoseconds(raw uint64) uint64 { return k.info.Load().ToNanoseconds(raw) }
+func (k *Clock) ToNanoseconds(raw uint64) uint64 { return k.snapshot().ToNanoseconds(raw) }
 
 // ToTime converts a raw completion timestamp to a time.Time.
 func (k *Clock) ToTime(raw uint64) time.Time { return time.Unix(0, int64(k.ToNanoseconds(raw))) }
@@ -157,7 +187,7 @@ func (k *Clock) ToTime(raw uint64) time.Time { return time.Unix(0, int64(k.ToNan
 // Resolution returns the length of one device cycle, rounded up to the
 // nanosecond: converted timestamps step by it.
 func (k *Clock) Resolution() time.Duration {
-	i := k.info.Load()
+	i := k.snapshot()
 	ns := (uint64(i.Mult) + 1<<i.Shift - 1) >> i.Shift
 	return time.Duration(ns)
 }

@@ -125,3 +125,43 @@ func TestClockOfNilContext(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 	require.NotErrorIs(t, err, ctx.ErrNotSupported)
 }
+
+// A snapshot converts raw values anywhere within half the counter's range,
+// as Clock's refresh rule says, also with the large Mult of recent kernels
+// (shift 29 for a 156.25 MHz clock), where the product of cycles and Mult
+// passes 64 bits about 34 s from the snapshot: it wrapped there, giving
+// times off by hours.
+func TestClockInfoConversionFarFromSnapshot(t *testing.T) {
+	const shift = 29
+	mult := uint32(32 << shift / 5) // 6.4 × 2^shift, rounded down
+	now := uint64(time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC).UnixNano())
+	info := ctx.ClockInfo{Nanoseconds: now, LastCycles: 1 << 39, Frac: 5 << (shift - 3), Mult: mult, Shift: shift, Mask: 1<<41 - 1}
+	minute := uint64(60e9 / 6.4)
+	for _, raw := range []uint64{
+		info.LastCycles + minute, info.LastCycles - minute,
+		info.LastCycles + 100*minute, info.LastCycles - 100*minute,
+		info.LastCycles + info.Mask/2, info.LastCycles - info.Mask/2,
+	} {
+		requireWithinOneNanosecond(t, info, raw&info.Mask)
+	}
+	k, err := ctx.NewClock(info)
+	require.NoError(t, err)
+	require.InDelta(t, float64(now+60e9), float64(k.ToNanoseconds(info.LastCycles+minute)), 10)
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = k.ToNanoseconds(info.LastCycles - 100*minute) }))
+}
+
+// A zero Clock converts to 0 and refuses Refresh with ErrInvalidArgument;
+// its conversions panicked on the missing snapshot, and Refresh took it
+// for a Clock of NewClock.
+func TestZeroClock(t *testing.T) {
+	var k ctx.Clock
+	require.NotPanics(t, func() {
+		require.Zero(t, k.ToNanoseconds(12345))
+		require.Equal(t, time.Unix(0, 0), k.ToTime(12345))
+		require.Zero(t, k.Info())
+		require.Zero(t, k.Resolution())
+	})
+	err := k.Refresh()
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.NotErrorIs(t, err, ctx.ErrNotSupported)
+}
