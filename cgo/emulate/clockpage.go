@@ -104,7 +104,8 @@ func newClockPage(f *sim.Fabric, pageSize int) (*clockPage, syscall.Errno) {
 // conversion stays exact, computed as mlx5_core does: the cycles whose
 // product with mult fits 63 bits, at most a third of the counter's range,
 // in nanoseconds. The page's overflow_period holds it (libmlx5 reports it
-// as mlx5dv_context.max_clock_info_update_nsec).
+// as mlx5dv_context.max_clock_info_update_nsec); mlx5_core stores the
+// same period in jiffies there (docs/hardware.md).
 func clockOverflowNanoseconds(info ctx.ClockInfo) uint64 {
 	cycles := min((1<<63-1)/uint64(info.Mult), info.Mask/3)
 	return cycles * uint64(info.Mult) >> info.Shift
