@@ -39,9 +39,9 @@ type sealedConn struct {
 // dialSealed authenticates conn as its dialing end with sec, as a mesh
 // member does (see Security): the listener proves that it holds the key
 // first, then this end. It sends nothing but the proofs until both are
-// made. A listener that refuses (another key, or none) makes the error
-// match ErrRejected; a listener that does not prove the key makes it match
-// ErrAuth. The handshake is bounded by timeout (0: 10 seconds); conn's
+// made. A listener that does not prove the key (it holds another) makes
+// the error match ErrAuth; one that refuses the hello (another protocol
+// version) makes it match ErrRejected. The handshake is bounded by timeout (0: 10 seconds); conn's
 // deadline is cleared on success; after an error conn is closed.
 func dialSealed(conn net.Conn, sec Security, purpose sealed.Purpose, timeout time.Duration) (*sealedConn, error) {
 	if err := sealedCheck(conn, sec); err != nil {
