@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,7 +51,7 @@ func TestCPUsFromEnvironment(t *testing.T) {
 		}
 		require.Equal(t, want, cpus, "the order of the list is kept")
 
-		t.Setenv(EnvCPUs, "100000")
+		t.Setenv(EnvCPUs, fmt.Sprint(maxCPUs-1))
 		_, err = CPUs()
 		require.ErrorContains(t, err, "outside the allowed set")
 	}
@@ -90,4 +91,26 @@ func TestPinRejectsMissingCPU(t *testing.T) {
 	}
 	_, err := Pin(100000)
 	require.Error(t, err)
+}
+
+// TestParseListRefusesCPUsNoKernelHas: a range past the largest CPU number
+// a kernel can have (a typo such as "0-1000000000") is refused at once
+// rather than expanded CPU by CPU.
+func TestParseListRefusesCPUsNoKernelHas(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := ParseList("0-1000000000")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "1000000000")
+	case <-time.After(5 * time.Second):
+		t.Fatal("ParseList(\"0-1000000000\") still runs after 5 s")
+	}
+	_, err := ParseList(fmt.Sprint(maxCPUs))
+	require.Error(t, err)
+	cpus, err := ParseList(fmt.Sprintf("%d", maxCPUs-1))
+	require.NoError(t, err)
+	require.Equal(t, []int{maxCPUs - 1}, cpus)
 }
