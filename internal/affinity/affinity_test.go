@@ -114,3 +114,27 @@ func TestParseListRefusesCPUsNoKernelHas(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{maxCPUs - 1}, cpus)
 }
+
+// TestPinRejectsNegativeCPU: a negative CPU number is refused, where the
+// CPU set's bit arithmetic would turn -63 into CPU 1 and -64 into an index
+// before the set.
+func TestPinRejectsNegativeCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU binding is only implemented on Linux")
+	}
+	before, err := Allowed()
+	require.NoError(t, err)
+	for _, cpu := range []int{-1, -63, -64, -65} {
+		require.NotPanics(t, func() {
+			p, err := Pin(cpu)
+			if err == nil {
+				_ = p.Release()
+			}
+			require.Error(t, err, "Pin(%d)", cpu)
+			require.ErrorContains(t, err, fmt.Sprintf("CPU %d", cpu))
+		}, "Pin(%d)", cpu)
+	}
+	after, err := Allowed()
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+}
