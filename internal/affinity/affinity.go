@@ -25,9 +25,13 @@ const EnvCPUs = "MLX5KIT_CPUS"
 // bind a thread to a CPU.
 var ErrNotSupported = errors.New("affinity: not supported on this system")
 
+// maxCPUs bounds the CPU numbers of a list: no kernel has more CPUs
+// (CONFIG_NR_CPUS is at most 8192).
+const maxCPUs = 8192
+
 // ParseList parses a CPU list in taskset -c syntax: comma-separated CPU
-// numbers and inclusive ranges "a-b". The result keeps the order of the
-// list (so "4,2" puts CPU 4 first) and drops repeats.
+// numbers and inclusive ranges "a-b", each CPU below 8192. The result keeps
+// the order of the list (so "4,2" puts CPU 4 first) and drops repeats.
 func ParseList(s string) ([]int, error) {
 	var cpus []int
 	for _, field := range strings.Split(s, ",") {
@@ -46,6 +50,9 @@ func ParseList(s string) ([]int, error) {
 			if err != nil || hi < lo {
 				return nil, fmt.Errorf("affinity: parse CPU list %q: bad range %q", s, field)
 			}
+		}
+		if hi >= maxCPUs {
+			return nil, fmt.Errorf("affinity: parse CPU list %q: CPU %d beyond the largest a kernel has (%d)", s, hi, maxCPUs-1)
 		}
 		for c := lo; c <= hi; c++ {
 			if !slices.Contains(cpus, c) {

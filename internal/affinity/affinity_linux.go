@@ -31,8 +31,12 @@ type Pinned struct {
 
 // Pin locks the calling goroutine to its OS thread and binds that thread to
 // cpu. Call Release on the same goroutine when done. On error the goroutine
-// is left as it was.
+// is left as it was; a negative cpu is refused with an error that matches
+// unix.EINVAL, as the kernel refuses a CPU it does not have.
 func Pin(cpu int) (*Pinned, error) {
+	if cpu < 0 {
+		return nil, fmt.Errorf("affinity: pin to CPU %d: %w", cpu, unix.EINVAL)
+	}
 	runtime.LockOSThread()
 	p := &Pinned{cpu: cpu}
 	if err := unix.SchedGetaffinity(0, &p.prev); err != nil {

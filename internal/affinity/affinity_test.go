@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,7 +51,7 @@ func TestCPUsFromEnvironment(t *testing.T) {
 		}
 		require.Equal(t, want, cpus, "the order of the list is kept")
 
-		t.Setenv(EnvCPUs, "100000")
+		t.Setenv(EnvCPUs, fmt.Sprint(maxCPUs-1))
 		_, err = CPUs()
 		require.ErrorContains(t, err, "outside the allowed set")
 	}
@@ -90,4 +91,50 @@ func TestPinRejectsMissingCPU(t *testing.T) {
 	}
 	_, err := Pin(100000)
 	require.Error(t, err)
+}
+
+// TestParseListRefusesCPUsNoKernelHas: a range past the largest CPU number
+// a kernel can have (a typo such as "0-1000000000") is refused at once
+// rather than expanded CPU by CPU.
+func TestParseListRefusesCPUsNoKernelHas(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := ParseList("0-1000000000")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "1000000000")
+	case <-time.After(5 * time.Second):
+		t.Fatal("ParseList(\"0-1000000000\") still runs after 5 s")
+	}
+	_, err := ParseList(fmt.Sprint(maxCPUs))
+	require.Error(t, err)
+	cpus, err := ParseList(fmt.Sprintf("%d", maxCPUs-1))
+	require.NoError(t, err)
+	require.Equal(t, []int{maxCPUs - 1}, cpus)
+}
+
+// TestPinRejectsNegativeCPU: a negative CPU number is refused, where the
+// CPU set's bit arithmetic would turn -63 into CPU 1 and -64 into an index
+// before the set.
+func TestPinRejectsNegativeCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU binding is only implemented on Linux")
+	}
+	before, err := Allowed()
+	require.NoError(t, err)
+	for _, cpu := range []int{-1, -63, -64, -65} {
+		require.NotPanics(t, func() {
+			p, err := Pin(cpu)
+			if err == nil {
+				_ = p.Release()
+			}
+			require.Error(t, err, "Pin(%d)", cpu)
+			require.ErrorContains(t, err, fmt.Sprintf("CPU %d", cpu))
+		}, "Pin(%d)", cpu)
+	}
+	after, err := Allowed()
+	require.NoError(t, err)
+	require.Equal(t, before, after)
 }

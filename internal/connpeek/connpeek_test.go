@@ -2,6 +2,7 @@ package connpeek
 
 import (
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,4 +49,18 @@ func TestPeekNotASocket(t *testing.T) {
 	require.NoError(t, c.Close())
 	s, _ = Peek(c)
 	require.Equal(t, Open, s, "closed here")
+}
+
+// TestPeekLeavesTheReset: a reset seen by Peek stays for the reader, as
+// bytes do: a second Peek sees it again, and a Read returns ECONNRESET, not
+// end of file.
+func TestPeekLeavesTheReset(t *testing.T) {
+	a, b := toolproc.TCPPair(t)
+	require.NoError(t, b.(*net.TCPConn).SetLinger(0))
+	require.NoError(t, b.Close())
+	require.Eventually(t, func() bool { s, _ := Peek(a); return s == Reset }, 5*time.Second, time.Millisecond)
+	s, _ := Peek(a)
+	require.Equal(t, Reset, s, "a second look")
+	_, err := a.Read(make([]byte, 1))
+	require.ErrorIs(t, err, syscall.ECONNRESET)
 }

@@ -38,5 +38,6 @@ func reportedHz() (hz float64, source string) {
 	return 0, ""
 }
 
-// calibrate is false: CNTFRQ_EL0 is the counter's frequency by definition.
+// calibrate is false: CNTFRQ_EL0 is the counter's frequency by definition
+// (where the firmware left it 0, Frequency measures the counter).
 const calibrate = false

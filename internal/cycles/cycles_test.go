@@ -91,3 +91,22 @@ func TestSynchronizedNeedsInvariant(t *testing.T) {
 		}
 	}
 }
+
+// TestChooseMeasuresWithoutReport: a counter whose frequency register
+// reads 0 (CNTFRQ_EL0 left unset by the firmware) is measured, not given a
+// frequency of 0 that turns every conversion into an infinity.
+func TestChooseMeasuresWithoutReport(t *testing.T) {
+	measured := 0
+	measure := func() float64 { measured++; return 54e6 }
+	i := choose(0, "cntfrq_el0", false, measure)
+	require.Equal(t, 1, measured)
+	require.Equal(t, 54e6, i.Hz)
+	require.Equal(t, "calibrated", i.Source)
+	require.Zero(t, i.ReportedHz)
+	require.InDelta(t, 1000.0, i.Nanoseconds(54), 1e-9)
+
+	i = choose(25e6, "cntfrq_el0", false, measure)
+	require.Equal(t, 1, measured, "a frequency register that is set is not measured")
+	require.Equal(t, 25e6, i.Hz)
+	require.Equal(t, "cntfrq_el0", i.Source)
+}

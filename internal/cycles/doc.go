@@ -18,7 +18,8 @@
 // figure comes from: the CPU's own report through
 // github.com/klauspost/cpuid/v2 when it has one and a short measurement
 // agrees with it, otherwise a calibration against the monotonic clock (on
-// arm64 the counter frequency register CNTFRQ_EL0). It also reports whether
+// arm64 the counter frequency register CNTFRQ_EL0, measured only where it
+// reads 0). It also reports whether
 // the counter is invariant, that is whether it ticks at a constant rate in
 // every power state (CPUID leaf 0x80000007, EDX bit 8, on amd64). Ticks of a
 // counter that is not invariant are not cycles of a fixed clock, and the

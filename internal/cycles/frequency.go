@@ -73,14 +73,22 @@ func Frequency() Info {
 }
 
 func detect() Info {
-	i := Info{Counter: counterName, Invariant: invariantTSC()}
 	reported, source := reportedHz()
-	i.ReportedHz = reported
-	if !calibrate {
+	return choose(reported, source, calibrate, func() float64 { return Calibrate(10*time.Millisecond, 3) })
+}
+
+// choose returns the counter description for the frequency reported by
+// source (0 if none) and the one measure returns. Without check the
+// report is used as it is, unless there is none (CNTFRQ_EL0 left 0 by the
+// firmware): then, as where the report and the measurement disagree, the
+// measurement is used.
+func choose(reported float64, source string, check bool, measure func() float64) Info {
+	i := Info{Counter: counterName, Invariant: invariantTSC(), ReportedHz: reported}
+	if !check && reported > 0 {
 		i.Hz, i.Source = reported, source
 		return i
 	}
-	measured := Calibrate(10*time.Millisecond, 3)
+	measured := measure()
 	if reported > 0 && math.Abs(reported-measured)/measured <= agreement {
 		i.Hz, i.Source = reported, source
 		return i
