@@ -11,33 +11,8 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
-	"github.com/mlx5kit/mlx5kit/internal/simadopt"
-	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 )
-
-// noAtomicsProvider is the Fabric as a provider whose devices report
-// atomic_cap IBV_ATOMIC_NONE.
-type noAtomicsProvider struct{ f *sim.Fabric }
-
-func (p noAtomicsProvider) Devices() ([]provider.DeviceInfo, error) {
-	return simadopt.Provider(p.f).Devices()
-}
-
-func (p noAtomicsProvider) OpenDevice(name string) (provider.Device, error) {
-	d, err := simadopt.Provider(p.f).OpenDevice(name)
-	if err != nil {
-		return nil, err
-	}
-	return noAtomicsDevice{d}, nil
-}
-
-type noAtomicsDevice struct{ provider.Device }
-
-func (d noAtomicsDevice) Query() (ctx.DeviceAttr, error) {
-	a, err := d.Device.Query()
-	a.AtomicHCA = false
-	return a, err
-}
 
 func TestAtomicsRefusedWithoutDeviceAtomicsRC(t *testing.T) {
 	testAtomicsRefusedWithoutDeviceAtomics(t, channel.Options{})
@@ -54,7 +29,7 @@ func TestAtomicsRefusedWithoutDeviceAtomicsDC(t *testing.T) {
 // (qp->atomics_enabled).
 func testAtomicsRefusedWithoutDeviceAtomics(t *testing.T, opts channel.Options) {
 	f := newFabric(t, 2)
-	dev, err := provider.Open(ctx.ProviderSoftware, noAtomicsProvider{f}, "sim0")
+	dev, err := provider.Open(ctx.ProviderSoftware, transporttest.NoAtomics(f), "sim0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = dev.Close() })
 	pd, err := dev.AllocProtectionDomain()

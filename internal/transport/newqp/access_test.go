@@ -7,34 +7,10 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
-	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
+	"github.com/mlx5kit/mlx5kit/internal/transport/transporttest"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
-
-// noAtomicsProvider is the Fabric as a provider whose devices report
-// atomic_cap IBV_ATOMIC_NONE.
-type noAtomicsProvider struct{ f *sim.Fabric }
-
-func (p noAtomicsProvider) Devices() ([]provider.DeviceInfo, error) {
-	return simadopt.Provider(p.f).Devices()
-}
-
-func (p noAtomicsProvider) OpenDevice(name string) (provider.Device, error) {
-	d, err := simadopt.Provider(p.f).OpenDevice(name)
-	if err != nil {
-		return nil, err
-	}
-	return noAtomicsDevice{d}, nil
-}
-
-type noAtomicsDevice struct{ provider.Device }
-
-func (d noAtomicsDevice) Query() (ctx.DeviceAttr, error) {
-	a, err := d.Device.Query()
-	a.AtomicHCA = false
-	return a, err
-}
 
 // TestDefaultAccessWithoutAtomics checks that RemoteAccess 0 resolves to
 // remote write and read without atomics on a device that reports none:
@@ -43,7 +19,7 @@ func (d noAtomicsDevice) Query() (ctx.DeviceAttr, error) {
 // would fail every Connect. An explicit RemoteAccess is kept as it is.
 func TestDefaultAccessWithoutAtomics(t *testing.T) {
 	f := sim.New(sim.Options{})
-	c, err := provider.Open(ctx.ProviderSoftware, noAtomicsProvider{f}, "sim0")
+	c, err := provider.Open(ctx.ProviderSoftware, transporttest.NoAtomics(f), "sim0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	dev, err := c.Query()
