@@ -61,14 +61,15 @@ func TestQueueWatchEvents(t *testing.T) {
 	mu.Unlock()
 }
 
-// TestWatchEventsClosed: WatchEvents refuses a closed queue pair or SRQ
-// with ctx.ErrClosed.
-func TestWatchEventsClosed(t *testing.T) {
+// newWatched returns an RC queue pair and an SRQ on a fresh software HCA,
+// closed with it at the end of the test.
+func newWatched(t *testing.T) (*rc.QP, *transport.SharedReceiveQueue) {
+	t.Helper()
 	f := sim.New(sim.Options{})
-	defer f.Close()
+	t.Cleanup(func() { _ = f.Close() })
 	c, err := f.Open("sim0")
 	require.NoError(t, err)
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	pd, err := c.AllocProtectionDomain()
 	require.NoError(t, err)
 	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
@@ -77,6 +78,13 @@ func TestWatchEventsClosed(t *testing.T) {
 	require.NoError(t, err)
 	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 8})
 	require.NoError(t, err)
+	return a, srq
+}
+
+// TestWatchEventsClosed: WatchEvents refuses a closed queue pair or SRQ
+// with ctx.ErrClosed.
+func TestWatchEventsClosed(t *testing.T) {
+	a, srq := newWatched(t)
 	require.NoError(t, a.Close())
 	require.NoError(t, srq.Close())
 
@@ -92,19 +100,7 @@ func TestWatchEventsClosed(t *testing.T) {
 // subscriptions, so the router holds their functions no more; a
 // subscription cancelled before the close is not held either.
 func TestWatchEventsEndsWithClose(t *testing.T) {
-	f := sim.New(sim.Options{})
-	defer f.Close()
-	c, err := f.Open("sim0")
-	require.NoError(t, err)
-	defer c.Close()
-	pd, err := c.AllocProtectionDomain()
-	require.NoError(t, err)
-	cq, err := c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64})
-	require.NoError(t, err)
-	a, err := rc.New(pd, cq, rc.Config{SendDepth: 8, RecvDepth: 8})
-	require.NoError(t, err)
-	srq, err := transport.NewSharedReceiveQueue(pd, ctx.SRQConfig{Depth: 8})
-	require.NoError(t, err)
+	a, srq := newWatched(t)
 
 	// watched subscribes a function holding an object with a finalizer,
 	// and returns the channel the finalizer closes.
