@@ -41,11 +41,26 @@ type heldPacket struct {
 }
 
 // InjectUDFaults replaces the UD fault settings (the zero value turns them
-// off).
-func (f *Fabric) InjectUDFaults(u UDFaults) {
+// off). A probability outside [0, 1] (NaN included), or probabilities
+// whose sum is more than 1, are refused with an error wrapping
+// ctx.ErrInvalidArgument, and the settings stay as they were.
+func (f *Fabric) InjectUDFaults(u UDFaults) error {
+	p := [...]float64{u.Drop, u.Duplicate, u.Reorder}
+	sum := 0.0
+	for _, x := range p {
+		if !(x >= 0 && x <= 1) {
+			return provider.Errorf("sim: inject UD faults", "probabilities %v: each must be in [0, 1]: %w", p, ctx.ErrInvalidArgument)
+		}
+		sum += x
+	}
+	// A little room for the rounding of a sum meant to be 1.
+	if sum > 1+1e-9 {
+		return provider.Errorf("sim: inject UD faults", "probabilities %v sum to %v, more than 1: %w", p, sum, ctx.ErrInvalidArgument)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults.UDFaults = u
+	return nil
 }
 
 // dropNextUD drops the next n UD packets, whatever their destination.

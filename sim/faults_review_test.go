@@ -1,0 +1,36 @@
+package sim
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/prm"
+)
+
+// TestInjectUDFaultsRefusesBadProbabilities: a probability outside [0, 1],
+// NaN, or a sum past 1 is refused with ctx.ErrInvalidArgument and leaves
+// the settings as they were.
+func TestInjectUDFaultsRefusesBadProbabilities(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, u := range []UDFaults{
+		{Drop: -0.1},
+		{Duplicate: 1.5},
+		{Reorder: math.NaN()},
+		{Drop: 0.6, Duplicate: 0.6},
+		{Drop: math.Inf(1)},
+	} {
+		require.ErrorIs(t, e.f.InjectUDFaults(u), ctx.ErrInvalidArgument, "%+v", u)
+	}
+	require.NoError(t, e.f.InjectUDFaults(UDFaults{Drop: 0.25, Duplicate: 0.25, Reorder: 0.5}))
+	require.NoError(t, e.f.InjectUDFaults(UDFaults{}))
+	a := e.udQP(e.pd, 1, qpOpts{})
+	b := e.udQP(e.pd2, 1, qpOpts{})
+	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+	require.Error(t, e.f.InjectUDFaults(UDFaults{Drop: 2}))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("x")))
+	e.run()
+	require.Equal(t, prm.CQERespSend, b.rcq.one(t).op, "a refused setting injects nothing")
+}
