@@ -85,8 +85,12 @@ func (f *Fabric) FailQP(qpn uint32) error {
 
 // DelayCompletions holds every CQE for the CQ back by d from the moment it
 // is produced (0 turns the delay off; CQEs already held keep their time).
-// Order within the CQ is kept.
+// Order within the CQ is kept. A negative d is an error wrapping
+// ctx.ErrInvalidArgument.
 func (f *Fabric) DelayCompletions(cqn uint32, d time.Duration) error {
+	if d < 0 {
+		return provider.Errorf("sim: delay completions", "CQN %#x: delay %v: %w", cqn, d, ctx.ErrInvalidArgument)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.cqs[cqn]

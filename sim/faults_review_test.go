@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,4 +34,13 @@ func TestInjectUDFaultsRefusesBadProbabilities(t *testing.T) {
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("x")))
 	e.run()
 	require.Equal(t, prm.CQERespSend, b.rcq.one(t).op, "a refused setting injects nothing")
+}
+
+// TestDelayCompletionsRefusesNegative: a negative delay is refused with
+// ctx.ErrInvalidArgument.
+func TestDelayCompletionsRefusesNegative(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.newCQ(e.c, 16, 64)
+	require.ErrorIs(t, e.f.DelayCompletions(c.cq.CQN(), -time.Millisecond), ctx.ErrInvalidArgument)
+	require.NoError(t, e.f.DelayCompletions(c.cq.CQN(), 0))
 }
