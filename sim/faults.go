@@ -304,12 +304,17 @@ func (f *Fabric) releaseHeldLocked() bool {
 	return true
 }
 
+// dropHeldFor drops the UD packets held back for q (counted in
+// UDDropped): q takes no more.
 func (f *Fabric) dropHeldFor(q *qp) {
 	out := f.held[:0]
 	for _, h := range f.held {
 		if h.t != q {
 			out = append(out, h)
+		} else {
+			f.stats.UDDropped++
 		}
 	}
+	clear(f.held[len(out):])
 	f.held = out
 }

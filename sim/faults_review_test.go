@@ -44,3 +44,31 @@ func TestDelayCompletionsRefusesNegative(t *testing.T) {
 	require.ErrorIs(t, e.f.DelayCompletions(c.cq.CQN(), -time.Millisecond), ctx.ErrInvalidArgument)
 	require.NoError(t, e.f.DelayCompletions(c.cq.CQN(), 0))
 }
+
+// TestUDHeldPacketDroppedOnDestroyCounts: a datagram the fault injector
+// held back for a QP that is reset or destroyed before it is delivered is
+// counted in UDDropped, so that received + dropped = sent + duplicated.
+func TestUDHeldPacketDroppedOnDestroyCounts(t *testing.T) {
+	for _, destroy := range []bool{false, true} {
+		e := newEnv(t, Options{})
+		a := e.udQP(e.pd, 1, qpOpts{})
+		b := e.udQP(e.pd2, 1, qpOpts{})
+		b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+		require.NoError(t, e.f.InjectUDFaults(UDFaults{Reorder: 1}))
+		a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("held")))
+		for i := 0; i < 4; i++ {
+			_, err := e.f.Step()
+			require.NoError(t, err)
+		}
+		require.Equal(t, uint64(1), e.f.Stats().UDReordered)
+		require.Zero(t, e.f.Stats().UDDropped)
+		if destroy {
+			require.NoError(t, b.qp.Close())
+		} else {
+			require.NoError(t, b.qp.Modify(ctx.QPAttr{State: ctx.QPStateReset}))
+		}
+		e.run()
+		require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+		require.Equal(t, uint64(1), e.f.Stats().UDDropped, "destroy %v: the held datagram is dropped", destroy)
+	}
+}
