@@ -186,9 +186,20 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE, now int64) outcome {
 	}
 	f.held = out
 	for i := range release {
-		f.deliverUD(release[i].t, &release[i].pkt)
+		f.deliverHeld(&release[i])
 	}
 	return done(w.total)
+}
+
+// deliverHeld delivers a UD packet the fault injector held back, unless
+// its destination went offline (port down, HCA failed) meanwhile: no
+// packet reaches it then.
+func (f *Fabric) deliverHeld(h *heldPacket) {
+	if qpOffline(h.t) {
+		f.stats.UDDropped++
+		return
+	}
+	f.deliverUD(h.t, &h.pkt)
 }
 
 // Sizes of the parts of a UD SEND packet behind the GRH.
@@ -299,7 +310,7 @@ func (f *Fabric) releaseHeldLocked() bool {
 	held := f.held
 	f.held = nil
 	for i := range held {
-		f.deliverUD(held[i].t, &held[i].pkt)
+		f.deliverHeld(&held[i])
 	}
 	return true
 }

@@ -72,3 +72,25 @@ func TestUDHeldPacketDroppedOnDestroyCounts(t *testing.T) {
 		require.Equal(t, uint64(1), e.f.Stats().UDDropped, "destroy %v: the held datagram is dropped", destroy)
 	}
 }
+
+// TestUDHeldPacketLostWhenPortGoesDown: a datagram the fault injector held
+// back is lost when the destination's port goes down before it arrives,
+// as no packet reaches a port that is down.
+func TestUDHeldPacketLostWhenPortGoesDown(t *testing.T) {
+	e := newEnv(t, Options{})
+	a := e.udQP(e.pd, 1, qpOpts{})
+	b := e.udQP(e.pd2, 1, qpOpts{})
+	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+	require.NoError(t, e.f.InjectUDFaults(UDFaults{Reorder: 1}))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("held")))
+	for i := 0; i < 4; i++ {
+		_, err := e.f.Step()
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint64(1), e.f.Stats().UDReordered)
+	require.NoError(t, e.f.SetPortState("sim1", 1, false))
+	e.run()
+	require.Equal(t, prm.CQEReq, a.scq.one(t).op)
+	require.Empty(t, b.rcq.drain(), "nothing reaches a port that is down")
+	require.Equal(t, uint64(1), e.f.Stats().UDDropped)
+}
