@@ -453,6 +453,7 @@ func (f *Fabric) Close() error {
 	f.wireAcks, f.wireAcksBlocked = nil, false
 	if f.shm != nil {
 		f.shm.leave()
+		f.stats.RingNoSpace = f.shm.noSpace // Stats reads it from f.shm until now
 		f.shm = nil
 	}
 	return nil

@@ -94,3 +94,16 @@ func TestUDHeldPacketLostWhenPortGoesDown(t *testing.T) {
 	require.Empty(t, b.rcq.drain(), "nothing reaches a port that is down")
 	require.Equal(t, uint64(1), e.f.Stats().UDDropped)
 }
+
+// TestStatsRingNoSpaceAfterClose: Close leaves the shared fabric but keeps
+// the count of the messages its rings had no room for.
+func TestStatsRingNoSpaceAfterClose(t *testing.T) {
+	e1, _ := sharedPair(t)
+	e1.f.mu.Lock()
+	require.NotNil(t, e1.f.shm)
+	e1.f.shm.noSpace = 3
+	e1.f.mu.Unlock()
+	require.Equal(t, uint64(3), e1.f.Stats().RingNoSpace)
+	require.NoError(t, e1.f.Close())
+	require.Equal(t, uint64(3), e1.f.Stats().RingNoSpace, "after Close")
+}
