@@ -328,7 +328,7 @@ func (l *lane) build() {
 		l.rq = &rqModel{s: s, name: l.name + " receiver", fifo: true, region: l.recv, skip: ud.GRHSize}
 		l.own(&l.ua.Queue, rs, l.sq)
 		l.own(&l.ub.Queue, ws, l.rq)
-		s.f.InjectUDFaults(sim.UDFaults{Drop: 0.03, Duplicate: 0.03, Reorder: 0.05, QPN: l.ub.QPN()})
+		require.NoError(t, s.f.InjectUDFaults(sim.UDFaults{Drop: 0.03, Duplicate: 0.03, Reorder: 0.05, QPN: l.ub.QPN()}))
 	}
 	if l.kind != laneDC {
 		l.avail = 0 // the SRQ of a DC lane outlives its DCI

@@ -229,7 +229,7 @@ type Stats struct {
 	Flushed       uint64 // WR_FLUSH_ERR CQEs written
 	RNRNaks       uint64 // RNR NAKs (retries scheduled)
 	Retries       uint64 // transport retries (resends after an ACK timeout), at most retry_cnt a request
-	UDDropped     uint64 // UD packets dropped (no receive, bad qkey, longer than the MTU, fault)
+	UDDropped     uint64 // UD packets dropped (no receive, bad qkey, longer than the MTU, fault, held back for a QP reset or destroyed)
 	UDDuplicated  uint64 // UD packets duplicated by the fault injector
 	UDReordered   uint64 // UD packets held back by the fault injector
 	CQOverruns    uint64 // CQs moved to error by an overrun
@@ -453,6 +453,7 @@ func (f *Fabric) Close() error {
 	f.wireAcks, f.wireAcksBlocked = nil, false
 	if f.shm != nil {
 		f.shm.leave()
+		f.stats.RingNoSpace = f.shm.noSpace // Stats reads it from f.shm until now
 		f.shm = nil
 	}
 	return nil

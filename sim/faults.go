@@ -41,11 +41,26 @@ type heldPacket struct {
 }
 
 // InjectUDFaults replaces the UD fault settings (the zero value turns them
-// off).
-func (f *Fabric) InjectUDFaults(u UDFaults) {
+// off). A probability outside [0, 1] (NaN included), or probabilities
+// whose sum is more than 1, are refused with an error wrapping
+// ctx.ErrInvalidArgument, and the settings stay as they were.
+func (f *Fabric) InjectUDFaults(u UDFaults) error {
+	p := [...]float64{u.Drop, u.Duplicate, u.Reorder}
+	sum := 0.0
+	for _, x := range p {
+		if !(x >= 0 && x <= 1) {
+			return provider.Errorf("sim: inject UD faults", "probabilities %v: each must be in [0, 1]: %w", p, ctx.ErrInvalidArgument)
+		}
+		sum += x
+	}
+	// A little room for the rounding of a sum meant to be 1.
+	if sum > 1+1e-9 {
+		return provider.Errorf("sim: inject UD faults", "probabilities %v sum to %v, more than 1: %w", p, sum, ctx.ErrInvalidArgument)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults.UDFaults = u
+	return nil
 }
 
 // dropNextUD drops the next n UD packets, whatever their destination.
@@ -70,8 +85,12 @@ func (f *Fabric) FailQP(qpn uint32) error {
 
 // DelayCompletions holds every CQE for the CQ back by d from the moment it
 // is produced (0 turns the delay off; CQEs already held keep their time).
-// Order within the CQ is kept.
+// Order within the CQ is kept. A negative d is an error wrapping
+// ctx.ErrInvalidArgument.
 func (f *Fabric) DelayCompletions(cqn uint32, d time.Duration) error {
+	if d < 0 {
+		return provider.Errorf("sim: delay completions", "CQN %#x: delay %v: %w", cqn, d, ctx.ErrInvalidArgument)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.cqs[cqn]
@@ -167,9 +186,20 @@ func (f *Fabric) sendUD(q *qp, w *sendWQE, now int64) outcome {
 	}
 	f.held = out
 	for i := range release {
-		f.deliverUD(release[i].t, &release[i].pkt)
+		f.deliverHeld(&release[i])
 	}
 	return done(w.total)
+}
+
+// deliverHeld delivers a UD packet the fault injector held back, unless
+// its destination went offline (port down, HCA failed) meanwhile: no
+// packet reaches it then.
+func (f *Fabric) deliverHeld(h *heldPacket) {
+	if qpOffline(h.t) {
+		f.stats.UDDropped++
+		return
+	}
+	f.deliverUD(h.t, &h.pkt)
 }
 
 // Sizes of the parts of a UD SEND packet behind the GRH.
@@ -280,17 +310,22 @@ func (f *Fabric) releaseHeldLocked() bool {
 	held := f.held
 	f.held = nil
 	for i := range held {
-		f.deliverUD(held[i].t, &held[i].pkt)
+		f.deliverHeld(&held[i])
 	}
 	return true
 }
 
+// dropHeldFor drops the UD packets held back for q (counted in
+// UDDropped): q takes no more.
 func (f *Fabric) dropHeldFor(q *qp) {
 	out := f.held[:0]
 	for _, h := range f.held {
 		if h.t != q {
 			out = append(out, h)
+		} else {
+			f.stats.UDDropped++
 		}
 	}
+	clear(f.held[len(out):])
 	f.held = out
 }

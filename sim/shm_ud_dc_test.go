@@ -72,7 +72,7 @@ func TestSharedUD(t *testing.T) {
 	require.Equal(t, []byte("routed"), e2.mem(512+40, 6))
 
 	// The sender's fault injector drops what it sends to another process.
-	e1.f.InjectUDFaults(UDFaults{Drop: 1})
+	require.NoError(t, e1.f.InjectUDFaults(UDFaults{Drop: 1}))
 	b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(1024)))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(0x2222, b.qp.QPN(), lid), inlineSeg([]byte("dropped")))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
@@ -198,7 +198,7 @@ func TestSharedUDFaults(t *testing.T) {
 	for i := 0; i < 2*n; i++ {
 		b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(i*64)))
 	}
-	e1.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1})
+	require.NoError(t, e1.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1}))
 	lid := lidOf(t, e2.c)
 	// Batches of 16 behind one doorbell: the engine is busy through a
 	// batch, so a held datagram leaves after the next one, not when idle.
@@ -308,7 +308,7 @@ func TestSharedUDWaitsForRoom(t *testing.T) {
 // packet past its head-of-queue lifetime.
 func TestSharedUDWaitIsStill(t *testing.T) {
 	e1, e2, a, b, s2 := fullUDPair(t, 4)
-	e1.f.InjectUDFaults(UDFaults{Duplicate: 1})
+	require.NoError(t, e1.f.InjectUDFaults(UDFaults{Duplicate: 1}))
 	av := udAV(0x2222, b.qp.QPN(), lidOf(t, e2.c))
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("twice")))
 	wqes := e1.f.Stats().WQEs
@@ -335,7 +335,7 @@ func TestSharedUDWaitIsStill(t *testing.T) {
 	require.Len(t, b.rcq.drain(), 2, "the datagram and its one copy")
 
 	// The wait's bound: a SEND that has waited udWaitLimit is dropped.
-	e1.f.InjectUDFaults(UDFaults{})
+	require.NoError(t, e1.f.InjectUDFaults(UDFaults{}))
 	fillRing(e1.f, s2)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("too late")))
 	stepRound(e1.f)

@@ -105,7 +105,7 @@ func TestUDFaults(t *testing.T) {
 	for i := 0; i < 2*n; i++ {
 		b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(i*64)))
 	}
-	e.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1})
+	require.NoError(t, e.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1}))
 	for i := 0; i < n; i++ {
 		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b.qp.QPN(), 2), inlineSeg([]byte{byte(i)}))
 		if i%16 == 15 {
@@ -148,7 +148,7 @@ func TestUDFaults(t *testing.T) {
 	for i := 0; i < 2*n; i++ {
 		b2.postRecv(dataSeg(64, e2.mr2.LKey(), e2.addr2(i*64)))
 	}
-	e2.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1})
+	require.NoError(t, e2.f.InjectUDFaults(UDFaults{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1}))
 	for i := 0; i < n; i++ {
 		a2.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b2.qp.QPN(), 2), inlineSeg([]byte{byte(i)}))
 		if i%16 == 15 {
