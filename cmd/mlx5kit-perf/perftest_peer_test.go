@@ -132,6 +132,10 @@ func TestPerftestPeerTwoProcesses(t *testing.T) {
 					require.Equal(t, 20, r.iters, "%s:\n%s", name, o)
 				}
 				require.Contains(t, o, "speaking perftest's exchange", name)
+				// perftest's block: the TX depth on the client, the RX
+				// depth of send_lat on the server.
+				require.Equal(t, name == "client", strings.Contains(o, " TX depth        : "), "%s:\n%s", name, o)
+				require.Equal(t, name == "server" && m == "send_lat", strings.Contains(o, " RX depth        : "), "%s:\n%s", name, o)
 			}
 		})
 	}

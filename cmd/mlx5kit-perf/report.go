@@ -163,7 +163,10 @@ type info struct {
 	// locals and remotes replace local and remote with a line per queue
 	// pair (-c UD|DC, -q).
 	locals, remotes []address
-	server          bool // the passive end: no table follows
+	// server: perftest's server, the end a client connects to; unless it
+	// speaks perftest's loop (--perftest-peer) or measures (-b, send_bw),
+	// no table follows.
+	server bool
 }
 
 // linkName is perftest's link_layer_str.
@@ -215,7 +218,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	if cfg.postList > 1 {
 		fmt.Fprintf(&b, " Post List       : %d\n", cfg.postList)
 	}
-	if cfg.mode == sendLat || cfg.mode == sendBW && (in.server || cfg.bidir) {
+	if (cfg.mode == sendLat || cfg.mode == sendBW) && (in.server || cfg.bidir) { // perftest prints the RX depth on the server only, or both ways
 		fmt.Fprintf(&b, " RX depth        : %d\n", cfg.rxDepth)
 	}
 	if !cfg.mode.latency() {
@@ -238,7 +241,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	writeAddresses(&b, in)
 	b.WriteString(resultLine)
 	switch {
-	case in.server && !cfg.serverReports():
+	case in.server && !cfg.serverReports() && !cfg.perftestPeer: // perftest's own server reports its latency too
 	case cfg.mode.latency() && cfg.timed():
 		b.WriteString(resultFmtLatDur + resultFmtLatDurExt + "\n")
 	case cfg.mode.latency():
