@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,4 +51,32 @@ func TestInfoDepthsByRole(t *testing.T) {
 	require.Contains(t, out, cResultFmtLat+"\n", "perftest's server reports its latency too")
 	out = infoBlock(t, true, "write_lat")
 	require.NotContains(t, out, "#bytes", "the passive end of mlx5kit-perf's own loop reports nothing")
+}
+
+// TestBandwidthJSONDecimals: --out_json's BW has perftest's two decimals
+// (six with --report_gbits under 0.1 Gb/s), MsgRate six, as
+// REPORT_FMT_JSON and REPORT_FMT_EXT_JSON print them.
+func TestBandwidthJSONDecimals(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "r.json")
+	bw := bandwidth{n: 3, bytes: 3 * 1000, seconds: 1.2345678e-3, peakBytesSec: 2.7182818e6}
+	for _, tc := range []struct {
+		args            []string
+		peak, avg, rate float64
+	}{
+		{nil, 2.59, 2.32, 0.00243},
+		{[]string{"--report_gbits"}, 0.021746, 0.01944, 0.00243},
+	} {
+		cfg, code := parseCommandLine("mlx5kit-perf", append([]string{"write_bw", "--out_json_file=" + file}, tc.args...), io.Discard, io.Discard)
+		require.Equal(t, -1, code)
+		require.NoError(t, writeBandwidthRow(io.Discard, cfg, 1000, bw))
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		var doc struct {
+			Results map[string]float64 `json:"results"`
+		}
+		require.NoError(t, json.Unmarshal(b, &doc))
+		require.Equal(t, tc.peak, doc.Results["BW_peak"], "%v", tc.args)
+		require.Equal(t, tc.avg, doc.Results["BW_average"], "%v", tc.args)
+		require.Equal(t, tc.rate, doc.Results["MsgRate"], "%v", tc.args)
+	}
 }
