@@ -277,6 +277,11 @@ func TestPerftestInterop(t *testing.T) {
 				if roce {
 					require.Contains(t, o, "Link type       : Ethernet", "%s:\n%s", name, o)
 				}
+				// Both ends print ctx_print_test_info's depth lines by
+				// role: the TX depth on the client, ib_send_lat's RX
+				// depth on the server.
+				require.Equal(t, name == "client", strings.Contains(o, " TX depth        : "), "%s:\n%s", name, o)
+				require.Equal(t, name == "server" && prog == "ib_send_lat", strings.Contains(o, " RX depth        : "), "%s:\n%s", name, o)
 				// perftest's complaints go to stderr, its exit status
 				// 0 all the same: ib_send_lat's close exchange (a
 				// last swap of records and "done") once left
