@@ -445,6 +445,7 @@ func perftestRun(cfg config, conn net.Conn, server bool, stdout io.Writer) error
 		return err
 	}
 	cfg.device = in.deviceName
+	in.server = server
 	if err := writeInfo(stdout, cfg, in); err != nil {
 		return err
 	}

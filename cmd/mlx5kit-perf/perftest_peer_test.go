@@ -132,6 +132,10 @@ func TestPerftestPeerTwoProcesses(t *testing.T) {
 					require.Equal(t, 20, r.iters, "%s:\n%s", name, o)
 				}
 				require.Contains(t, o, "speaking perftest's exchange", name)
+				// perftest's block: the TX depth on the client, the RX
+				// depth of send_lat on the server.
+				require.Equal(t, name == "client", strings.Contains(o, " TX depth        : "), "%s:\n%s", name, o)
+				require.Equal(t, name == "server" && m == "send_lat", strings.Contains(o, " RX depth        : "), "%s:\n%s", name, o)
 			}
 		})
 	}
@@ -273,6 +277,11 @@ func TestPerftestInterop(t *testing.T) {
 				if roce {
 					require.Contains(t, o, "Link type       : Ethernet", "%s:\n%s", name, o)
 				}
+				// Both ends print ctx_print_test_info's depth lines by
+				// role: the TX depth on the client, ib_send_lat's RX
+				// depth on the server.
+				require.Equal(t, name == "client", strings.Contains(o, " TX depth        : "), "%s:\n%s", name, o)
+				require.Equal(t, name == "server" && prog == "ib_send_lat", strings.Contains(o, " RX depth        : "), "%s:\n%s", name, o)
 				// perftest's complaints go to stderr, its exit status
 				// 0 all the same: ib_send_lat's close exchange (a
 				// last swap of records and "done") once left

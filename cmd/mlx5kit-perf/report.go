@@ -163,7 +163,10 @@ type info struct {
 	// locals and remotes replace local and remote with a line per queue
 	// pair (-c UD|DC, -q).
 	locals, remotes []address
-	server          bool // the passive end: no table follows
+	// server: perftest's server, the end a client connects to; unless it
+	// speaks perftest's loop (--perftest-peer) or measures (-b, send_bw),
+	// no table follows.
+	server bool
 }
 
 // linkName is perftest's link_layer_str.
@@ -215,7 +218,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	if cfg.postList > 1 {
 		fmt.Fprintf(&b, " Post List       : %d\n", cfg.postList)
 	}
-	if cfg.mode == sendLat || cfg.mode == sendBW && (in.server || cfg.bidir) {
+	if (cfg.mode == sendLat || cfg.mode == sendBW) && (in.server || cfg.bidir) { // perftest prints the RX depth on the server only, or both ways
 		fmt.Fprintf(&b, " RX depth        : %d\n", cfg.rxDepth)
 	}
 	if !cfg.mode.latency() {
@@ -238,7 +241,7 @@ func writeInfo(w io.Writer, cfg config, in info) error {
 	writeAddresses(&b, in)
 	b.WriteString(resultLine)
 	switch {
-	case in.server && !cfg.serverReports():
+	case in.server && !cfg.serverReports() && !cfg.perftestPeer: // perftest's own server reports its latency too
 	case cfg.mode.latency() && cfg.timed():
 		b.WriteString(resultFmtLatDur + resultFmtLatDurExt + "\n")
 	case cfg.mode.latency():
@@ -280,7 +283,7 @@ func writeLatencyRow(w io.Writer, cfg config, size int, l *latency, counter cycl
 	if err != nil {
 		return err
 	}
-	results := map[string]any{"avg_lat": r.Avg}
+	results := map[string]any{"avg_lat": round6(r.Avg)}
 	if cfg.output == "" {
 		results = map[string]any{"MsgSize": size, "n_iterations": r.Count, "t_min": round2(r.Min), "t_max": round2(r.Max),
 			"t_typical": round2(r.Typical), "t_avg": round2(r.Avg), "t_stdev": round2(r.Stdev),
@@ -316,7 +319,7 @@ func writeLatencyDurationRow(w io.Writer, cfg config, size, n int, total uint64,
 	if err != nil {
 		return err
 	}
-	results := map[string]any{"t_avg": avg}
+	results := map[string]any{"t_avg": round6(avg)}
 	if cfg.output == "" {
 		results = map[string]any{"MsgSize": size, "n_iterations": n, "t_avg": round2(avg), "tps_average": round2(tps),
 			"percentile_99": round2(r.Percentile99), "percentile_99.9": round2(r.Percentile999)}
@@ -353,20 +356,30 @@ func writeBandwidthRow(w io.Writer, cfg config, size int, bw bandwidth) error {
 	if err != nil {
 		return err
 	}
+	// perftest's JSON has two decimals of BW, six with --report_gbits
+	// under 0.1 Gb/s (REPORT_FMT_JSON, REPORT_FMT_EXT_JSON), and six of
+	// the rest.
+	roundBW := round2
+	if cfg.reportGbits && avg < 0.1 {
+		roundBW = round6
+	}
 	var results map[string]any
 	switch cfg.output {
 	case outputBandwidth:
-		results = map[string]any{"bw_avg": avg}
+		results = map[string]any{"bw_avg": round6(avg)}
 	case outputMessageRate:
-		results = map[string]any{"msgRate_avg": rate}
+		results = map[string]any{"msgRate_avg": round6(rate)}
 	default:
-		results = map[string]any{"MsgSize": size, "n_iterations": bw.n, "BW_peak": peak, "BW_average": avg, "MsgRate": rate}
+		results = map[string]any{"MsgSize": size, "n_iterations": bw.n, "BW_peak": roundBW(peak), "BW_average": roundBW(avg), "MsgRate": round6(rate)}
 	}
 	return writeJSON(cfg, results)
 }
 
 // round2 rounds to the two decimals perftest prints.
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
+
+// round6 rounds to the six decimals perftest prints with %lf and %.6lf.
+func round6(v float64) float64 { return math.Round(v*1e6) / 1e6 }
 
 // writeJSON writes --out_json's file: perftest's "test_info" and
 // "results" objects. As perftest, each size replaces the file, so with -a
