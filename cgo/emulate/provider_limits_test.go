@@ -138,6 +138,36 @@ func TestHardwareProviderFailedCreationsReleaseWhatTheyMade(t *testing.T) {
 	require.NoError(t, pd.Close(), "no parent domain of a failed creation holds the PD")
 }
 
+// TestHardwareProviderFailedQPNamesWhatRdmaCoreWasGiven: the error of a
+// failed mlx5dv_create_qp describes the capabilities rdma-core was given,
+// not the configuration's: a DCI, and a QP on an SRQ, have no receive
+// queue whatever RecvDepth says.
+func TestHardwareProviderFailedQPNamesWhatRdmaCoreWasGiven(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	_, err = d.Query() // the capability probe, before allocations fail
+	require.NoError(t, err)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 7, MaxSGE: 1})
+	require.NoError(t, err)
+	caps := ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	verbs.FailAllocations(true)
+	t.Cleanup(func() { verbs.FailAllocations(false) })
+	_, err = pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq, Caps: caps})
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	require.ErrorContains(t, err, "DCI QP (send 4×")
+	require.ErrorContains(t, err, "recv 0×0 SGE, SRQ false")
+	_, err = pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, SRQ: srq, Caps: caps})
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	require.ErrorContains(t, err, "recv 0×0 SGE, SRQ true")
+	verbs.FailAllocations(false)
+}
+
 // TestHardwareProviderProbeFailureNotKept: a capability probe that fails
 // for want of memory fails Query with ctx.ErrNoMemory, and the next Query
 // probes again: the failure is not kept as capabilities the device lacks
