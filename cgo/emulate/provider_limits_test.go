@@ -3,6 +3,7 @@
 package emulate_test
 
 import (
+	"os"
 	"runtime"
 	"syscall"
 	"testing"
@@ -87,6 +88,84 @@ func TestHardwareProviderRingAllocationFailureIsENOMEM(t *testing.T) {
 	require.ErrorContains(t, err, "mlx5dv_create_cq")
 	require.ErrorIs(t, err, syscall.ENOMEM)
 	require.ErrorIs(t, err, ctx.ErrNoMemory)
+}
+
+// TestHardwareProviderFailedCreationsReleaseWhatTheyMade: a creation that
+// fails after its first steps (the ring allocation fails inside
+// mlx5dv_create_cq, mlx5dv_create_qp, ibv_create_srq) releases what those
+// steps made: the completion channel (no descriptor left open), the thread
+// domain (more failures than the device has dedicated BlueFlame registers
+// leave the next QP one of its own) and the parent domain (the PD closes).
+func TestHardwareProviderFailedCreationsReleaseWhatTheyMade(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	_, err = d.Query() // the capability probe, before allocations fail
+	require.NoError(t, err)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+	caps := ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	fds := len(openFDs())
+	verbs.FailAllocations(true)
+	t.Cleanup(func() { verbs.FailAllocations(false) })
+	// The emulated device has 1024 dynamic BlueFlame registers.
+	for i := 0; i < 1100; i++ {
+		_, err = d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64, EventChannel: true}})
+		require.ErrorContains(t, err, "mlx5dv_create_cq")
+		require.ErrorIs(t, err, syscall.ENOMEM)
+		for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeDCI} {
+			_, err = pd.CreateQueuePair(verbs.QPConfig{Type: typ, SendCQ: cq, Caps: caps})
+			require.ErrorContains(t, err, "mlx5dv_create_qp")
+			require.ErrorIs(t, err, syscall.ENOMEM)
+		}
+		_, err = pd.CreateSRQ(ctx.SRQConfig{Depth: 7, MaxSGE: 1})
+		require.ErrorContains(t, err, "ibv_create_srq")
+		require.ErrorIs(t, err, syscall.ENOMEM)
+	}
+	verbs.FailAllocations(false)
+	require.Equal(t, fds, len(openFDs()), "a completion channel of a failed CQ left open")
+
+	qp, err := pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, Caps: caps})
+	require.NoError(t, err)
+	if _, set := os.LookupEnv("MLX5_SHUT_UP_BF"); !set {
+		require.True(t, qp.DedicatedBlueFlame(), "the failed QPs' thread domains were released")
+	}
+	require.NoError(t, qp.Close())
+	require.NoError(t, cq.Close())
+	require.NoError(t, pd.Close(), "no parent domain of a failed creation holds the PD")
+}
+
+// TestHardwareProviderFailedQPNamesWhatRdmaCoreWasGiven: the error of a
+// failed mlx5dv_create_qp describes the capabilities rdma-core was given,
+// not the configuration's: a DCI, and a QP on an SRQ, have no receive
+// queue whatever RecvDepth says.
+func TestHardwareProviderFailedQPNamesWhatRdmaCoreWasGiven(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	_, err = d.Query() // the capability probe, before allocations fail
+	require.NoError(t, err)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 7, MaxSGE: 1})
+	require.NoError(t, err)
+	caps := ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	verbs.FailAllocations(true)
+	t.Cleanup(func() { verbs.FailAllocations(false) })
+	_, err = pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeDCI, SendCQ: cq, Caps: caps})
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	require.ErrorContains(t, err, "DCI QP (send 4×")
+	require.ErrorContains(t, err, "recv 0×0 SGE, SRQ false")
+	_, err = pd.CreateQueuePair(verbs.QPConfig{Type: ctx.QPTypeRC, SendCQ: cq, SRQ: srq, Caps: caps})
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	require.ErrorContains(t, err, "recv 0×0 SGE, SRQ true")
+	verbs.FailAllocations(false)
 }
 
 // TestHardwareProviderProbeFailureNotKept: a capability probe that fails

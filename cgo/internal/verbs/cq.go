@@ -262,9 +262,16 @@ func (cq *CompletionQueue) ReadEvent() (ok bool, err error) {
 	return true, nil
 }
 
+// waitEventSlice is the longest WaitEvent polls the channel's descriptor
+// before it checks again that the CQ is open: a Close on another
+// goroutine closes the descriptor, which does not wake a poll already
+// waiting on it (the poll holds the file).
+const waitEventSlice = 100 * time.Millisecond
+
 // WaitEvent waits up to timeout (negative: forever) for a completion event
 // on the channel's descriptor and consumes it; ok is false on timeout. The
-// CQ must have been armed by the data plane first.
+// CQ must have been armed by the data plane first. A Close on another
+// goroutine ends the wait with ErrClosed within waitEventSlice.
 func (cq *CompletionQueue) WaitEvent(timeout time.Duration) (ok bool, err error) {
 	fd := cq.EventFD()
 	if fd < 0 {
@@ -278,14 +285,15 @@ func (cq *CompletionQueue) WaitEvent(timeout time.Duration) (ok bool, err error)
 		if ok, err := cq.ReadEvent(); ok || err != nil {
 			return ok, err
 		}
-		ms := -1
+		wait := waitEventSlice
 		if timeout >= 0 {
 			left := time.Until(deadline)
 			if left <= 0 {
 				return false, nil
 			}
-			ms = int((left + time.Millisecond - 1) / time.Millisecond)
+			wait = min(wait, left)
 		}
+		ms := int((wait + time.Millisecond - 1) / time.Millisecond)
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		if _, err := unix.Poll(fds, ms); err != nil && !errors.Is(err, syscall.EINTR) {
 			var en syscall.Errno

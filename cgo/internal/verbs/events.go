@@ -121,7 +121,9 @@ type AsyncWatcher struct {
 // WatchAsyncEvents starts a goroutine that waits on the async event
 // descriptor and calls fn for every event (port active / down, QP fatal, CQ
 // error, …), in order, until Stop or Close of the device. fn runs on the
-// watcher's goroutine and should not block for long. Use either a watcher
+// watcher's goroutine and should not block for long; it must not call the
+// watcher's Stop or the device's Close, which wait for that goroutine to
+// end and so would wait for themselves. Use either a watcher
 // or ReadAsyncEvent (which ctx.Context.EventRouter reads through), not both:
 // each event is delivered once.
 func (d *Device) WatchAsyncEvents(fn func(ctx.AsyncEvent)) (*AsyncWatcher, error) {
@@ -181,7 +183,8 @@ func (w *AsyncWatcher) run(asyncFD int, fn func(ctx.AsyncEvent)) {
 
 // Stop ends the watcher's goroutine and waits for it; fn is not called
 // after Stop returns. It is idempotent and returns the error that ended the
-// goroutine early, if any.
+// goroutine early, if any. Called from fn it never returns (see
+// WatchAsyncEvents).
 func (w *AsyncWatcher) Stop() error {
 	w.once.Do(func() {
 		var one = [8]byte{1}

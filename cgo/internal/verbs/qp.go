@@ -109,10 +109,11 @@ func createQP(c *C.struct_ibv_context, pd *C.struct_ibv_pd, p qpParams) (*C.stru
 	if err := fillCreateAttr(pd, p, &ia, &dv); err != nil {
 		return nil, ia.cap, err
 	}
+	asked := ia.cap // what rdma-core is given: none for a DCT, no receive queue for a DCI
 	qp, errno := C.mlx5dv_create_qp(c, &ia, &dv)
 	if qp == nil {
 		return nil, ia.cap, ptrError("mlx5dv_create_qp", fmt.Sprintf("%v QP (send %d×%d SGE inline %d, send ops %#x, recv %d×%d SGE, SRQ %v)",
-			p.typ, p.caps.SendDepth, p.caps.MaxSendSGE, p.caps.MaxInline, uint64(p.ops), p.caps.RecvDepth, p.caps.MaxRecvSGE, p.srq != nil), errno)
+			p.typ, asked.max_send_wr, asked.max_send_sge, asked.max_inline_data, uint64(p.ops), asked.max_recv_wr, asked.max_recv_sge, p.srq != nil), errno)
 	}
 	return qp, ia.cap, nil
 }
