@@ -45,22 +45,30 @@ func TestDelayCompletionsRefusesNegative(t *testing.T) {
 	require.NoError(t, e.f.DelayCompletions(c.cq.CQN(), 0))
 }
 
+// heldDatagram returns a fresh env whose UD QP a has sent one datagram to
+// b (a receive posted) that the fault injector holds back (reordered).
+func heldDatagram(t *testing.T) (e *env, a, b *testQP) {
+	t.Helper()
+	e = newEnv(t, Options{})
+	a = e.udQP(e.pd, 1, qpOpts{})
+	b = e.udQP(e.pd2, 1, qpOpts{})
+	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+	require.NoError(t, e.f.InjectUDFaults(UDFaults{Reorder: 1}))
+	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("held")))
+	for i := 0; i < 4; i++ {
+		_, err := e.f.Step()
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint64(1), e.f.Stats().UDReordered)
+	return e, a, b
+}
+
 // TestUDHeldPacketDroppedOnDestroyCounts: a datagram the fault injector
 // held back for a QP that is reset or destroyed before it is delivered is
 // counted in UDDropped, so that received + dropped = sent + duplicated.
 func TestUDHeldPacketDroppedOnDestroyCounts(t *testing.T) {
 	for _, destroy := range []bool{false, true} {
-		e := newEnv(t, Options{})
-		a := e.udQP(e.pd, 1, qpOpts{})
-		b := e.udQP(e.pd2, 1, qpOpts{})
-		b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
-		require.NoError(t, e.f.InjectUDFaults(UDFaults{Reorder: 1}))
-		a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("held")))
-		for i := 0; i < 4; i++ {
-			_, err := e.f.Step()
-			require.NoError(t, err)
-		}
-		require.Equal(t, uint64(1), e.f.Stats().UDReordered)
+		e, a, b := heldDatagram(t)
 		require.Zero(t, e.f.Stats().UDDropped)
 		if destroy {
 			require.NoError(t, b.qp.Close())
@@ -77,17 +85,7 @@ func TestUDHeldPacketDroppedOnDestroyCounts(t *testing.T) {
 // back is lost when the destination's port goes down before it arrives,
 // as no packet reaches a port that is down.
 func TestUDHeldPacketLostWhenPortGoesDown(t *testing.T) {
-	e := newEnv(t, Options{})
-	a := e.udQP(e.pd, 1, qpOpts{})
-	b := e.udQP(e.pd2, 1, qpOpts{})
-	b.postRecv(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
-	require.NoError(t, e.f.InjectUDFaults(UDFaults{Reorder: 1}))
-	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, udAV(1, b.qp.QPN(), 2), inlineSeg([]byte("held")))
-	for i := 0; i < 4; i++ {
-		_, err := e.f.Step()
-		require.NoError(t, err)
-	}
-	require.Equal(t, uint64(1), e.f.Stats().UDReordered)
+	e, a, b := heldDatagram(t)
 	require.NoError(t, e.f.SetPortState("sim1", 1, false))
 	e.run()
 	require.Equal(t, prm.CQEReq, a.scq.one(t).op)

@@ -90,6 +90,25 @@ func TestHardwareProviderRingAllocationFailureIsENOMEM(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrNoMemory)
 }
 
+// probedDeviceWithCQ opens the emulated device, runs its capability probe
+// (before a test makes allocations fail) and returns it with a protection
+// domain and a CQ of 64; the device is closed and its mappings checked at
+// the end of the test.
+func probedDeviceWithCQ(t *testing.T) (*verbs.Device, *verbs.ProtectionDomain, *verbs.CompletionQueue) {
+	t.Helper()
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	t.Cleanup(func() { closeAndCollect(t, d, maps) })
+	_, err = d.Query()
+	require.NoError(t, err)
+	pd, err := d.AllocProtectionDomain()
+	require.NoError(t, err)
+	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
+	require.NoError(t, err)
+	return d, pd, cq
+}
+
 // TestHardwareProviderFailedCreationsReleaseWhatTheyMade: a creation that
 // fails after its first steps (the ring allocation fails inside
 // mlx5dv_create_cq, mlx5dv_create_qp, ibv_create_srq) releases what those
@@ -97,23 +116,14 @@ func TestHardwareProviderRingAllocationFailureIsENOMEM(t *testing.T) {
 // domain (more failures than the device has dedicated BlueFlame registers
 // leave the next QP one of its own) and the parent domain (the PD closes).
 func TestHardwareProviderFailedCreationsReleaseWhatTheyMade(t *testing.T) {
-	maps := emulate.MappingCount()
-	d, err := verbs.Open("")
-	require.NoError(t, err)
-	defer closeAndCollect(t, d, maps)
-	_, err = d.Query() // the capability probe, before allocations fail
-	require.NoError(t, err)
-	pd, err := d.AllocProtectionDomain()
-	require.NoError(t, err)
-	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
-	require.NoError(t, err)
+	d, pd, cq := probedDeviceWithCQ(t)
 	caps := ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	fds := len(openFDs())
 	verbs.FailAllocations(true)
 	t.Cleanup(func() { verbs.FailAllocations(false) })
 	// The emulated device has 1024 dynamic BlueFlame registers.
 	for i := 0; i < 1100; i++ {
-		_, err = d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64, EventChannel: true}})
+		_, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64, EventChannel: true}})
 		require.ErrorContains(t, err, "mlx5dv_create_cq")
 		require.ErrorIs(t, err, syscall.ENOMEM)
 		for _, typ := range []ctx.QPType{ctx.QPTypeRC, ctx.QPTypeDCI} {
@@ -143,16 +153,7 @@ func TestHardwareProviderFailedCreationsReleaseWhatTheyMade(t *testing.T) {
 // not the configuration's: a DCI, and a QP on an SRQ, have no receive
 // queue whatever RecvDepth says.
 func TestHardwareProviderFailedQPNamesWhatRdmaCoreWasGiven(t *testing.T) {
-	maps := emulate.MappingCount()
-	d, err := verbs.Open("")
-	require.NoError(t, err)
-	defer closeAndCollect(t, d, maps)
-	_, err = d.Query() // the capability probe, before allocations fail
-	require.NoError(t, err)
-	pd, err := d.AllocProtectionDomain()
-	require.NoError(t, err)
-	cq, err := d.CreateCompletionQueue(verbs.CQConfig{CompletionQueueConfig: ctx.CompletionQueueConfig{Depth: 64}})
-	require.NoError(t, err)
+	_, pd, cq := probedDeviceWithCQ(t)
 	srq, err := pd.CreateSRQ(ctx.SRQConfig{Depth: 7, MaxSGE: 1})
 	require.NoError(t, err)
 	caps := ctx.QueuePairCaps{SendDepth: 4, RecvDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
