@@ -232,9 +232,14 @@ type DCTConfig struct {
 	MinRNRTimer int
 	// Port is the local port (default 1); GID the local GID entry (RoCE;
 	// unset, one is chosen, and an index past the table refused, as for
-	// rc.Config.GID).
+	// rc.Config.GID); SL the service level of the DCT's path: on RoCE
+	// the priority of the DCT's responses (mlx5_ib's eth_prio; 0..7,
+	// NewDCT refuses a wider value), to match the initiators'
+	// DCIConfig.SL as perftest's -S sets both; on InfiniBand (0..15)
+	// mlx5_ib gives it to no field of the DCT.
 	Port uint8
 	GID  ctx.GIDSelector
+	SL   uint8
 	// TrafficClass is the traffic class of the GRH of the DCT's responses
 	// on RoCE; MTU its path MTU (0: the port's active MTU, a larger one is
 	// lowered to it).
@@ -269,7 +274,7 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 		return nil, qpcore.Errorf(name, "new DCT", "path MTU %d: %w", cfg.MTU, ctx.ErrInvalidArgument)
 	}
 	spec := newqp.Spec{Transport: name, Op: "new DCT", Type: ctx.QPTypeDCT, CQ: cq, SRQ: cfg.SRQ,
-		Port: cfg.Port, GID: cfg.GID, RemoteAccess: cfg.RemoteAccess, DCKey: cfg.Key,
+		Port: cfg.Port, GID: cfg.GID, SL: cfg.SL, RemoteAccess: cfg.RemoteAccess, DCKey: cfg.Key,
 		Check: func(ctx.DeviceAttr) error {
 			return newqp.Settings(newqp.Setting{Name: "min RNR timer", Value: cfg.MinRNRTimer, Default: 12, Max: 31, Dst: &rnr})
 		},
@@ -279,7 +284,7 @@ func NewDCT(pd *ctx.ProtectionDomain, cq *ctx.CompletionQueue, cfg DCTConfig) (*
 		return nil, err
 	}
 	port := c.Port
-	path := ctx.AddressAttr{Port: port.Number}
+	path := ctx.AddressAttr{Port: port.Number, SL: cfg.SL}
 	if port.Link == ctx.LinkLayerEthernet {
 		path.GlobalRoute, path.SGIDIndex, path.HopLimit = true, uint8(port.GID.Index), 64
 		path.TrafficClass = cfg.TrafficClass

@@ -96,3 +96,32 @@ func TestDCTEndpointMTU(t *testing.T) {
 		require.NoError(t, dct.Close())
 	}
 }
+
+// TestDCTServiceLevel: DCTConfig.SL is the SL of the DCT's RTR path, which
+// mlx5_ib makes the priority (eth_prio) of the DCT's responses on RoCE, as
+// perftest's -S sets it on the DCT too; an SL wider than the port's field
+// is refused before anything is created. The DCT's path had SL 0 whatever
+// the initiators used.
+func TestDCTServiceLevel(t *testing.T) {
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		t.Run(link.String(), func(t *testing.T) {
+			e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: link})
+			srq, err := transport.NewSharedReceiveQueue(e.PD[1], ctx.SRQConfig{Depth: 4})
+			require.NoError(t, err)
+			dct, err := dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 7, SL: 3})
+			require.NoError(t, err)
+			rtr, ok := log.Last(dct.QPN(), ctx.QPStateRTR)
+			require.True(t, ok)
+			require.Equal(t, uint8(3), rtr.Path.SL)
+			require.NoError(t, dct.Close())
+
+			wide := uint8(16)
+			if link == ctx.LinkLayerEthernet {
+				wide = 8
+			}
+			_, err = dc.NewDCT(e.PD[1], e.CQ(1, 16), dc.DCTConfig{SRQ: srq, Key: 7, SL: wide})
+			require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+			require.ErrorContains(t, err, "new DCT: SL")
+		})
+	}
+}

@@ -201,7 +201,9 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 // completion c (ibv_init_ah_from_wc): its QPN, and its path: the
 // completion's source LID and SL and, when a GRH was received, a GRH back to
 // the GRH's source GID (grh is the first GRHSize bytes of the receive
-// buffer; it may be nil when c.GRH is false). On InfiniBand the source LID
+// buffer; it may be nil when c.GRH is false), from the local GID the
+// datagram was sent to, of its type (the QP's own GID when the port has
+// no such entry). On InfiniBand the source LID
 // stays the destination LID beside the GRH, as in ibv_init_ah_from_wc: the
 // local route header still needs it (the sender's, or its router's). The
 // GRH area holds an InfiniBand GRH or RoCE v2 IPv6 header, or, for RoCE v2
@@ -230,8 +232,36 @@ func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 		attr.HopLimit = 0xff
 		attr.DGID = g.SGID
 		attr.SGIDIndex = uint8(q.port.GID.Index)
+		if q.qp != nil && !q.qp.Closed() { // else q.remote refuses q
+			i, err := q.addressedGID(g)
+			if err != nil {
+				return nil, qpcore.Errorf(name, op, "%w", err)
+			}
+			attr.SGIDIndex = i
+		}
 	}
 	return q.remote(op, attr, c.SourceQPN, q.qkey)
+}
+
+// addressedGID returns the index of the local GID a datagram with header
+// g was sent to, in an entry of the kind it came as (RoCE v2 for a RoCE v2
+// header, RoCE v1 or InfiniBand for a GRH, an entry of unknown type
+// either), as ibv_init_ah_from_wc finds it with ibv_find_gid_index and
+// ibpath.Reply does; the QP's own GID index when the port has no such
+// entry.
+func (q *QP) addressedGID(g transport.GRH) (uint8, error) {
+	gids, err := q.pd.Context().QueryGIDs(q.port.Number)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range gids {
+		fits := e.Type != ctx.GIDTypeRoCEv2 && e.Type != ctx.GIDTypeRoCEv1 && e.Type != ctx.GIDTypeIB ||
+			(e.Type == ctx.GIDTypeRoCEv2) == g.RoCEv2
+		if e.GID == g.DGID && fits {
+			return uint8(e.Index), nil
+		}
+	}
+	return uint8(q.port.GID.Index), nil
 }
 
 // QPN returns the remote QPN.

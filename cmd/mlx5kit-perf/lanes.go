@@ -247,7 +247,7 @@ func (x *end) addLanes(cfg config, c *ctx.Context) error {
 			l.dci, err = dc.NewDCI(x.PD, x.CQ, dc.DCIConfig{SendDepth: uint32(cfg.sendDepth()), MaxInline: uint32(x.MaxInline), Port: uint8(cfg.port), GID: gid,
 				SL: uint8(cfg.sl), MaxRdAtomic: cfg.outReads, Timeout: cfg.qpTimeout, TrafficClass: tclass, MTU: x.mtu})
 			if err == nil {
-				l.dct, err = dc.NewDCT(x.PD, x.CQ, dc.DCTConfig{SRQ: ls.srq, Key: perftestDCKey, Port: uint8(cfg.port), GID: gid, TrafficClass: tclass, MTU: x.mtu})
+				l.dct, err = dc.NewDCT(x.PD, x.CQ, dc.DCTConfig{SRQ: ls.srq, Key: perftestDCKey, Port: uint8(cfg.port), GID: gid, SL: uint8(cfg.sl), TrafficClass: tclass, MTU: x.mtu})
 			}
 		}
 		if err != nil {

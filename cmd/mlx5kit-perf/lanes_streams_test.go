@@ -360,3 +360,40 @@ func TestLaneStreamBothAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceLevelOverLanes: -S reaches the DC initiators' address
+// handles and, as perftest sets the DCT's ah_attr.sl, the DCTs' RTR path,
+// whose SL is the priority of their responses on RoCE; the DCTs' path had
+// SL 0.
+func TestServiceLevelOverLanes(t *testing.T) {
+	e, log := transporttest.NewRecording(t, sim.Options{LinkLayer: ctx.LinkLayerEthernet})
+	cfg := testConfig(t, "send_bw", "-c", "DC", "-q", "2", "-S", "3")
+	x, err := newEndOn("client", e.Ctx[0], cfg)
+	require.NoError(t, err)
+	y, err := newEndOn("server", e.Ctx[0], cfg)
+	require.NoError(t, err)
+	for _, z := range []*end{x, y} {
+		z.recv = z.End.Recv[cfg.grh():]
+		require.NoError(t, z.addLanes(cfg, e.Ctx[0]))
+	}
+	require.NoError(t, connectEnds(x, y))
+	for _, ah := range log.AddressHandles() {
+		require.Equal(t, uint8(3), ah.SL)
+	}
+	dcts := 0
+	for _, z := range []*end{x, y} {
+		for _, l := range z.lanes.all {
+			if l.dct != nil {
+				rtr, ok := log.Last(l.dct.QPN(), ctx.QPStateRTR)
+				require.True(t, ok)
+				require.Equal(t, uint8(3), rtr.Path.SL, "DCT")
+				dcts++
+			}
+		}
+	}
+	require.Equal(t, 4, dcts, "two lanes on each end")
+	for _, z := range []*end{x, y} {
+		require.NoError(t, z.closeLanes())
+		require.NoError(t, z.close())
+	}
+}
