@@ -411,3 +411,84 @@ int main(void)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "ok\n", out)
 }
+
+// TestClockPageFileIsHidden: the clock info page every context maps lives
+// in a memory file the model holds under a descriptor number the program
+// never opened. The program's close of the number gets EBADF, close_range
+// leaves it, and a dup2 onto it makes the number the program's while the
+// page moves away: a context opened afterwards maps the page (not the
+// program's file there, which it read with SIGBUS), and the model's
+// release of the page closes its own file, not the program's descriptor.
+func TestClockPageFileIsHidden(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <infiniband/mlx5dv.h>
+
+#include <linux/close_range.h>
+
+/* clock_fd finds the memory file that holds the clock info page. */
+static int clock_fd(void)
+{
+	char path[64], link[128];
+
+	for (int fd = 0; fd < 1024; fd++) {
+		ssize_t n;
+
+		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof link - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (strstr(link, "mlx5_ib clock info"))
+				return fd;
+		}
+	}
+	return -1;
+}
+
+static void clock_works(const char *when)
+{
+	struct ibv_context *o = open_first();
+	struct mlx5dv_clock_info ci;
+
+	if (mlx5dv_get_clock_info(o, &ci))
+		FAIL("%s: mlx5dv_get_clock_info failed", when);
+	if (ibv_close_device(o))
+		FAIL("%s: ibv_close_device: %s", when, strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_context *c = open_first();
+	int m = clock_fd(), p[2];
+	char b[4] = {0};
+
+	if (m < 0)
+		FAIL("no clock info memory file");
+	errno = 0;
+	if (close(m) == 0 || errno != EBADF)
+		FAIL("close(%d) of a descriptor the program never opened: %s, want EBADF", m, strerror(errno));
+	if (close_range(m, m, 0))
+		FAIL("close_range(%d, %d): %s", m, m, strerror(errno));
+	if (clock_fd() != m)
+		FAIL("close_range(%d, %d) closed the clock info page's memory file", m, m);
+	if (open(argv[1], O_RDWR | O_CREAT | O_TRUNC, 0644) < 0)
+		FAIL("open: %s", strerror(errno));
+	clock_works("after close and closefrom");
+	if (pipe(p))
+		FAIL("pipe: %s", strerror(errno));
+	if (dup2(p[1], m) != m)
+		FAIL("dup2 onto %d: %s", m, strerror(errno));
+	if (clock_fd() < 0 || clock_fd() == m)
+		FAIL("dup2 onto %d: the clock info page's memory file did not move", m);
+	clock_works("after dup2");
+	if (ibv_close_device(c))
+		FAIL("ibv_close_device: %s", strerror(errno));
+	if (write(m, "abc", 3) != 3 || read(p[0], b, 3) != 3 || strcmp(b, "abc"))
+		FAIL("the program's descriptor %d no longer reaches its pipe: %s", m, strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`, "-Wl,--no-as-needed", "-lmlx5")
+	out, err := runInterposed(t, prog, lib, filepath.Join(t.TempDir(), "f"))
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}

@@ -107,9 +107,10 @@ DECLARE_REAL(void, closefrom, (int));
 static char emu_maps_lock;
 static int emu_maps_end, emu_maps_overflow;
 
-/* The write ends of the event files' pipes, which the model holds under
- * numbers the program never sees (mk_emu_hide_fd): closefrom and
- * close_range leave them open. emu_hidden_n counts them. */
+/* The write ends of the event files' pipes and the clock info page's
+ * memory file, which the model holds under numbers the program never sees
+ * (mk_emu_hide_fd): closefrom and close_range leave them open.
+ * emu_hidden_n counts them. */
 static unsigned char emu_hidden[MK_EMU_MAX_FDS];
 static int emu_hidden_n;
 
