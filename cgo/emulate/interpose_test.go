@@ -227,6 +227,50 @@ int main(void)
 	require.Equal(t, "open -1 Bad address\nopenat -1 Bad address\nstat -1 Bad address\n", out)
 }
 
+// TestOpenStatDeviceNameRunningOffItsPage: a name that starts with the
+// device directory and runs into a page that cannot be read (PROT_NONE),
+// with no end before it, fails with EFAULT (open, openat, stat), as the
+// kernel's getname does; the emulation must not read it as a C string and
+// crash. A node's name that ends at the last byte of its page opens.
+func TestOpenStatDeviceNameRunningOffItsPage(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <sys/mman.h>
+#include <sys/stat.h>
+int main(void)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	const char *node = "/dev/infiniband/uverbs0";
+	char *bad, *good;
+	struct stat st;
+	int r;
+
+	if (m == MAP_FAILED || mprotect(m + ps, ps, PROT_NONE))
+		FAIL("mmap: %s", strerror(errno));
+	(void)open_first();
+	bad = m + ps - 20;
+	memcpy(bad, node, 20);
+	errno = 0;
+	r = open(bad, O_RDWR);
+	printf("open %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = openat(AT_FDCWD, bad, O_RDWR);
+	printf("openat %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = stat(bad, &st);
+	printf("stat %d %s\n", r, strerror(errno));
+	good = m + ps - strlen(node) - 1;
+	memcpy(good, node, strlen(node) + 1);
+	r = open(good, O_RDWR);
+	printf("open at the page's end %s\n", r >= 0 ? "ok" : strerror(errno));
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "open -1 Bad address\nopenat -1 Bad address\nstat -1 Bad address\nopen at the page's end ok\n", out)
+}
+
 // TestFortifiedOpenReachesEmulation: a program built with
 // -D_FORTIFY_SOURCE (the distributions' default) that opens a device node
 // with flags not known at compile time calls __open_2 or __openat_2, not
