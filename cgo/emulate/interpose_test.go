@@ -271,6 +271,39 @@ int main(void)
 	require.Equal(t, "open -1 Bad address\nopenat -1 Bad address\nstat -1 Bad address\nopen at the page's end ok\n", out)
 }
 
+// TestAnonymousMmapIgnoresEmulatedDescriptor: mmap with MAP_ANONYMOUS
+// ignores its descriptor argument, as the kernel's does, even when it is
+// the device's (mmap and mmap64): the call maps zeroed memory of the
+// flags asked for, not a page of the device.
+func TestAnonymousMmapIgnoresEmulatedDescriptor(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <sys/mman.h>
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	long ps = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, c->cmd_fd, 0);
+	char *m64 = mmap64(NULL, ps, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, c->cmd_fd, 0);
+
+	if (m == MAP_FAILED)
+		FAIL("mmap: %s", strerror(errno));
+	if (m64 == MAP_FAILED)
+		FAIL("mmap64: %s", strerror(errno));
+	if (m[0] || m[2 * ps - 1] || m64[0])
+		FAIL("anonymous memory not zeroed");
+	m[2 * ps - 1] = 1;
+	m64[0] = 1;
+	if (munmap(m, 2 * ps) || munmap(m64, ps))
+		FAIL("munmap: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
 // TestFortifiedOpenReachesEmulation: a program built with
 // -D_FORTIFY_SOURCE (the distributions' default) that opens a device node
 // with flags not known at compile time calls __open_2 or __openat_2, not

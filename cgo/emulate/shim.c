@@ -438,9 +438,10 @@ static void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, int64
 	return (void *)out;
 }
 
+/* An anonymous mapping ignores its descriptor, as the kernel's does. */
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	if (emu_fd(fd))
+	if (!(flags & MAP_ANONYMOUS) && emu_fd(fd))
 		return emu_mmap(addr, len, prot, flags, fd, off);
 	RESOLVE(mmap);
 	return REAL(mmap)(addr, len, prot, flags, fd, off);
@@ -448,7 +449,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 {
-	if (emu_fd(fd))
+	if (!(flags & MAP_ANONYMOUS) && emu_fd(fd))
 		return emu_mmap(addr, len, prot, flags, fd, off);
 	RESOLVE(mmap64);
 	return REAL(mmap64)(addr, len, prot, flags, fd, off);
