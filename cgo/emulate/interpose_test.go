@@ -197,6 +197,61 @@ int main(int argc, char **argv)
 	require.Equal(t, "ok\n", out)
 }
 
+// TestCloseLoopKeepsRuntimeDescriptors: a program that closes every
+// descriptor above 2 one by one (a daemon's start, without closefrom) must
+// not close the Go runtime's own, which closefrom and close_range leave
+// open: the close of one gets EBADF, as a kernel answers for a number not
+// open, and the emulation goes on working. Closed, the runtime stopped
+// the process ("netpollBreak write failed").
+func TestCloseLoopKeepsRuntimeDescriptors(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+static int epoll_fd(void)
+{
+	char path[64], link[64];
+
+	for (int fd = 0; fd < 1024; fd++) {
+		ssize_t n;
+
+		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof link - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (strcmp(link, "anon_inode:[eventpoll]") == 0)
+				return fd;
+		}
+	}
+	return -1;
+}
+
+int main(void)
+{
+	struct ibv_context *c;
+	struct ibv_comp_channel *ch;
+	int ep = epoll_fd();
+
+	if (ep < 0)
+		FAIL("no epoll descriptor of the Go runtime");
+	for (int fd = 3; fd < 1024; fd++)
+		if (close(fd) == 0 && fd == ep)
+			FAIL("close(%d) closed the Go runtime's epoll", fd);
+	if (errno = 0, close(ep) == 0 || errno != EBADF)
+		FAIL("close(%d): %s, want EBADF", ep, strerror(errno));
+	c = open_first();
+	ch = ibv_create_comp_channel(c);
+	if (!ch || !ibv_alloc_pd(c) || !ibv_create_cq(c, 16, NULL, ch, 0))
+		FAIL("verbs after the close loop: %s", strerror(errno));
+	usleep(200000);
+	if (ibv_close_device(c))
+		FAIL("ibv_close_device: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
 // TestOpenStatBadPathIsEFAULT: open, openat and stat of an address that
 // cannot be read fail with EFAULT, as the system calls do; the interposer
 // must not read the name itself and crash.
