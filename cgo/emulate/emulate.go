@@ -220,7 +220,11 @@ func mk_emu_go_open(path *C.char, flags C.int) C.long {
 	if k == nil {
 		return neg(unix.ENOENT)
 	}
-	fd, en := k.open(C.GoString(path), int(flags))
+	name, en := copyInPath(uintptr(unsafe.Pointer(path)))
+	if en != 0 {
+		return neg(en)
+	}
+	fd, en := k.open(name, int(flags))
 	if en != 0 {
 		return neg(en)
 	}
@@ -233,7 +237,11 @@ func mk_emu_go_lookup(path *C.char, out *C.char, size C.size_t) C.long {
 	if k == nil {
 		return neg(unix.ENOENT)
 	}
-	backing, en := k.lookup(C.GoString(path))
+	name, en := copyInPath(uintptr(unsafe.Pointer(path)))
+	if en != 0 {
+		return neg(en)
+	}
+	backing, en := k.lookup(name)
 	if en != 0 {
 		return neg(en)
 	}

@@ -14,13 +14,14 @@ import (
 	"time"
 )
 
-// protectRuntimeFDs tells the interposed closefrom and close_range which
-// descriptors of this process belong to the Go runtime that runs the
+// protectRuntimeFDs tells the interposed closefrom, close_range and close
+// which descriptors of this process belong to the Go runtime that runs the
 // emulation: its poller's epoll and eventfd, and the cgroup files it
-// reads for GOMAXPROCS. A C program that calls closefrom(3) would
-// otherwise close them under the runtime, which then stops the process
-// ("netpoll failed") at its next wait; the program never opened them, so
-// leaving them open changes nothing it knows of. The poller is started
+// reads for GOMAXPROCS. A C program that calls closefrom(3), or close of
+// every number above 2, would otherwise close them under the runtime,
+// which then stops the process ("netpoll failed") at its next wait; the
+// program never opened them, so leaving them open (a close of one is
+// EBADF, as for a number not open) changes nothing it knows of. The poller is started
 // first (a timer does), so that its descriptors exist when they are
 // looked for.
 func protectRuntimeFDs() {

@@ -197,6 +197,61 @@ int main(int argc, char **argv)
 	require.Equal(t, "ok\n", out)
 }
 
+// TestCloseLoopKeepsRuntimeDescriptors: a program that closes every
+// descriptor above 2 one by one (a daemon's start, without closefrom) must
+// not close the Go runtime's own, which closefrom and close_range leave
+// open: the close of one gets EBADF, as a kernel answers for a number not
+// open, and the emulation goes on working. Closed, the runtime stopped
+// the process ("netpollBreak write failed").
+func TestCloseLoopKeepsRuntimeDescriptors(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+static int epoll_fd(void)
+{
+	char path[64], link[64];
+
+	for (int fd = 0; fd < 1024; fd++) {
+		ssize_t n;
+
+		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof link - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (strcmp(link, "anon_inode:[eventpoll]") == 0)
+				return fd;
+		}
+	}
+	return -1;
+}
+
+int main(void)
+{
+	struct ibv_context *c;
+	struct ibv_comp_channel *ch;
+	int ep = epoll_fd();
+
+	if (ep < 0)
+		FAIL("no epoll descriptor of the Go runtime");
+	for (int fd = 3; fd < 1024; fd++)
+		if (close(fd) == 0 && fd == ep)
+			FAIL("close(%d) closed the Go runtime's epoll", fd);
+	if (errno = 0, close(ep) == 0 || errno != EBADF)
+		FAIL("close(%d): %s, want EBADF", ep, strerror(errno));
+	c = open_first();
+	ch = ibv_create_comp_channel(c);
+	if (!ch || !ibv_alloc_pd(c) || !ibv_create_cq(c, 16, NULL, ch, 0))
+		FAIL("verbs after the close loop: %s", strerror(errno));
+	usleep(200000);
+	if (ibv_close_device(c))
+		FAIL("ibv_close_device: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
 // TestOpenStatBadPathIsEFAULT: open, openat and stat of an address that
 // cannot be read fail with EFAULT, as the system calls do; the interposer
 // must not read the name itself and crash.
@@ -225,6 +280,83 @@ int main(void)
 	out, err := runInterposed(t, prog, lib)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "open -1 Bad address\nopenat -1 Bad address\nstat -1 Bad address\n", out)
+}
+
+// TestOpenStatDeviceNameRunningOffItsPage: a name that starts with the
+// device directory and runs into a page that cannot be read (PROT_NONE),
+// with no end before it, fails with EFAULT (open, openat, stat), as the
+// kernel's getname does; the emulation must not read it as a C string and
+// crash. A node's name that ends at the last byte of its page opens.
+func TestOpenStatDeviceNameRunningOffItsPage(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <sys/mman.h>
+#include <sys/stat.h>
+int main(void)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	const char *node = "/dev/infiniband/uverbs0";
+	char *bad, *good;
+	struct stat st;
+	int r;
+
+	if (m == MAP_FAILED || mprotect(m + ps, ps, PROT_NONE))
+		FAIL("mmap: %s", strerror(errno));
+	(void)open_first();
+	bad = m + ps - 20;
+	memcpy(bad, node, 20);
+	errno = 0;
+	r = open(bad, O_RDWR);
+	printf("open %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = openat(AT_FDCWD, bad, O_RDWR);
+	printf("openat %d %s\n", r, strerror(errno));
+	errno = 0;
+	r = stat(bad, &st);
+	printf("stat %d %s\n", r, strerror(errno));
+	good = m + ps - strlen(node) - 1;
+	memcpy(good, node, strlen(node) + 1);
+	r = open(good, O_RDWR);
+	printf("open at the page's end %s\n", r >= 0 ? "ok" : strerror(errno));
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "open -1 Bad address\nopenat -1 Bad address\nstat -1 Bad address\nopen at the page's end ok\n", out)
+}
+
+// TestAnonymousMmapIgnoresEmulatedDescriptor: mmap with MAP_ANONYMOUS
+// ignores its descriptor argument, as the kernel's does, even when it is
+// the device's (mmap and mmap64): the call maps zeroed memory of the
+// flags asked for, not a page of the device.
+func TestAnonymousMmapIgnoresEmulatedDescriptor(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <sys/mman.h>
+int main(void)
+{
+	struct ibv_context *c = open_first();
+	long ps = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, c->cmd_fd, 0);
+	char *m64 = mmap64(NULL, ps, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, c->cmd_fd, 0);
+
+	if (m == MAP_FAILED)
+		FAIL("mmap: %s", strerror(errno));
+	if (m64 == MAP_FAILED)
+		FAIL("mmap64: %s", strerror(errno));
+	if (m[0] || m[2 * ps - 1] || m64[0])
+		FAIL("anonymous memory not zeroed");
+	m[2 * ps - 1] = 1;
+	m64[0] = 1;
+	if (munmap(m, 2 * ps) || munmap(m64, ps))
+		FAIL("munmap: %s", strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`)
+	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
 }
 
 // TestFortifiedOpenReachesEmulation: a program built with
@@ -408,6 +540,87 @@ int main(void)
 }
 `)
 	out, err := runInterposed(t, prog, lib)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "ok\n", out)
+}
+
+// TestClockPageFileIsHidden: the clock info page every context maps lives
+// in a memory file the model holds under a descriptor number the program
+// never opened. The program's close of the number gets EBADF, close_range
+// leaves it, and a dup2 onto it makes the number the program's while the
+// page moves away: a context opened afterwards maps the page (not the
+// program's file there, which it read with SIGBUS), and the model's
+// release of the page closes its own file, not the program's descriptor.
+func TestClockPageFileIsHidden(t *testing.T) {
+	prog, lib := interposeProgram(t, interposeCommon+`
+#include <infiniband/mlx5dv.h>
+
+#include <linux/close_range.h>
+
+/* clock_fd finds the memory file that holds the clock info page. */
+static int clock_fd(void)
+{
+	char path[64], link[128];
+
+	for (int fd = 0; fd < 1024; fd++) {
+		ssize_t n;
+
+		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof link - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (strstr(link, "mlx5_ib clock info"))
+				return fd;
+		}
+	}
+	return -1;
+}
+
+static void clock_works(const char *when)
+{
+	struct ibv_context *o = open_first();
+	struct mlx5dv_clock_info ci;
+
+	if (mlx5dv_get_clock_info(o, &ci))
+		FAIL("%s: mlx5dv_get_clock_info failed", when);
+	if (ibv_close_device(o))
+		FAIL("%s: ibv_close_device: %s", when, strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_context *c = open_first();
+	int m = clock_fd(), p[2];
+	char b[4] = {0};
+
+	if (m < 0)
+		FAIL("no clock info memory file");
+	errno = 0;
+	if (close(m) == 0 || errno != EBADF)
+		FAIL("close(%d) of a descriptor the program never opened: %s, want EBADF", m, strerror(errno));
+	if (close_range(m, m, 0))
+		FAIL("close_range(%d, %d): %s", m, m, strerror(errno));
+	if (clock_fd() != m)
+		FAIL("close_range(%d, %d) closed the clock info page's memory file", m, m);
+	if (open(argv[1], O_RDWR | O_CREAT | O_TRUNC, 0644) < 0)
+		FAIL("open: %s", strerror(errno));
+	clock_works("after close and closefrom");
+	if (pipe(p))
+		FAIL("pipe: %s", strerror(errno));
+	if (dup2(p[1], m) != m)
+		FAIL("dup2 onto %d: %s", m, strerror(errno));
+	if (clock_fd() < 0 || clock_fd() == m)
+		FAIL("dup2 onto %d: the clock info page's memory file did not move", m);
+	clock_works("after dup2");
+	if (ibv_close_device(c))
+		FAIL("ibv_close_device: %s", strerror(errno));
+	if (write(m, "abc", 3) != 3 || read(p[0], b, 3) != 3 || strcmp(b, "abc"))
+		FAIL("the program's descriptor %d no longer reaches its pipe: %s", m, strerror(errno));
+	printf("ok\n");
+	return 0;
+}
+`, "-Wl,--no-as-needed", "-lmlx5")
+	out, err := runInterposed(t, prog, lib, filepath.Join(t.TempDir(), "f"))
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, "ok\n", out)
 }

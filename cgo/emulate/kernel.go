@@ -40,9 +40,9 @@ const (
 // for a test has none.
 type hooks struct {
 	markFD func(fd, kind int)
-	// hideFD marks (or unmarks) the write end of an event file's pipe,
-	// a descriptor the program never sees, for closefrom and close_range
-	// to leave open.
+	// hideFD marks (or unmarks) the write end of an event file's pipe
+	// or the clock info page's memory file, a descriptor the program
+	// never sees, for close, closefrom and close_range to leave open.
 	hideFD func(fd int, hide bool)
 	// mapped reports a mapping made (add) or forgotten, by its start.
 	mapped func(addr uintptr, add bool)
@@ -213,8 +213,9 @@ func (k *kernel) closeWriteFDLocked(e *eventFile, fd int) {
 // open, and the call succeeds): the write end moves to another number,
 // and fd is no longer hidden or the model's, so that the call replaces
 // it and the model's events never reach the program's file there. It
-// reports whether fd was a write end: the caller closes fd if its dup
-// fails, as nothing else holds it then. Should the move fail (no
+// reports whether fd was a write end (or the clock info page's memory
+// file, moveClockFD): the caller closes fd if its dup fails, as nothing
+// else holds it then. Should the move fail (no
 // descriptor left), the file loses its write end: the events already in
 // it can be read, later ones are lost.
 func (k *kernel) moveWriteFD(fd int) bool {
@@ -222,7 +223,7 @@ func (k *kernel) moveWriteFD(fd int) bool {
 	defer k.mu.Unlock()
 	e, ok := k.writeEnds[fd]
 	if !ok {
-		return false
+		return k.moveClockFD(fd)
 	}
 	delete(k.writeEnds, fd)
 	e.writeMu.Lock()
@@ -245,6 +246,29 @@ func (k *kernel) moveWriteFD(fd int) bool {
 		}
 	}
 	e.writeMu.Unlock()
+	k.hideFD(fd, false)
+	return true
+}
+
+// moveClockFD is moveWriteFD for the clock info page's memory file (k.mu
+// held): it moves to another number, and reports whether fd was it.
+// Should the move fail, later contexts cannot map the page.
+func (k *kernel) moveClockFD(fd int) bool {
+	p := k.clock
+	if p == nil || p.fd != fd {
+		return false
+	}
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil && nfd >= maxFD {
+		_ = unix.Close(nfd)
+		err = unix.EMFILE
+	}
+	if err != nil {
+		p.fd = -1
+	} else {
+		p.fd = nfd
+		k.hideFD(nfd, true)
+	}
 	k.hideFD(fd, false)
 	return true
 }
@@ -493,12 +517,21 @@ func (k *kernel) mmapClockInfo(f *ufile, addr, length uintptr, prot, flags, inde
 		if en != 0 {
 			return 0, en
 		}
+		// The memory file is a descriptor the program never opened:
+		// hidden as an event file's write end is, so that the
+		// program's close, closefrom and close_range leave it.
+		if p.fd >= maxFD {
+			p.release()
+			return 0, unix.EMFILE
+		}
+		k.hideFD(p.fd, true)
 		k.clock = p
 	}
 	got, en := k.clock.mapInto(addr, length, prot, flags, index)
 	if en != 0 {
 		if k.clock.users == 0 {
 			k.clock.release()
+			k.hideFD(k.clock.fd, false)
 			k.clock = nil
 		}
 		return 0, en
@@ -514,6 +547,7 @@ func (k *kernel) forgetMapping(a uintptr, m *mapping) {
 	delete(k.maps, a)
 	k.mapped(a, false)
 	if m.cmd == C.MLX5_IB_MMAP_CLOCK_INFO && k.clock.unmapped() {
+		k.hideFD(k.clock.fd, false)
 		k.clock = nil
 	}
 }

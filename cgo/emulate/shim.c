@@ -107,9 +107,10 @@ DECLARE_REAL(void, closefrom, (int));
 static char emu_maps_lock;
 static int emu_maps_end, emu_maps_overflow;
 
-/* The write ends of the event files' pipes, which the model holds under
- * numbers the program never sees (mk_emu_hide_fd): closefrom and
- * close_range leave them open. emu_hidden_n counts them. */
+/* The write ends of the event files' pipes and the clock info page's
+ * memory file, which the model holds under numbers the program never sees
+ * (mk_emu_hide_fd): closefrom and close_range leave them open.
+ * emu_hidden_n counts them. */
 static unsigned char emu_hidden[MK_EMU_MAX_FDS];
 static int emu_hidden_n;
 
@@ -437,9 +438,10 @@ static void *emu_mmap(void *addr, size_t len, int prot, int flags, int fd, int64
 	return (void *)out;
 }
 
+/* An anonymous mapping ignores its descriptor, as the kernel's does. */
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	if (emu_fd(fd))
+	if (!(flags & MAP_ANONYMOUS) && emu_fd(fd))
 		return emu_mmap(addr, len, prot, flags, fd, off);
 	RESOLVE(mmap);
 	return REAL(mmap)(addr, len, prot, flags, fd, off);
@@ -447,7 +449,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 {
-	if (emu_fd(fd))
+	if (!(flags & MAP_ANONYMOUS) && emu_fd(fd))
 		return emu_mmap(addr, len, prot, flags, fd, off);
 	RESOLVE(mmap64);
 	return REAL(mmap64)(addr, len, prot, flags, fd, off);
@@ -472,12 +474,14 @@ static inline int emu_hidden_fd(int fd)
 	       __atomic_load_n(&emu_hidden[fd], __ATOMIC_ACQUIRE) && !emu_foreign();
 }
 
+static int emu_protected_fd(int fd);
+
 int close(int fd)
 {
-	if (emu_hidden_fd(fd)) {
+	if (emu_hidden_fd(fd) || emu_protected_fd(fd)) {
 		/* As the kernel answers a close of a number not open: a loop
 		 * that closes every descriptor above its own leaves the
-		 * model's event files working. */
+		 * model's event files and the Go runtime working. */
 		errno = EBADF;
 		return -1;
 	}
@@ -554,12 +558,25 @@ int dup3(int oldfd, int newfd, int flags)
 
 /* The Go runtime's own descriptors in this process (its poller's epoll
  * and eventfd, the cgroup files it reads): closefrom and close_range leave
- * them open, or the runtime that runs the emulation stops the process
- * ("netpoll failed") at its next wait. Set once, before main, by
- * mk_emu_protect_fd. */
+ * them open and close refuses them (EBADF, but in a vfork child), or the
+ * runtime that runs the emulation stops the process ("netpoll failed") at
+ * its next wait. Set once, before main, by mk_emu_protect_fd. */
 #define MK_EMU_MAX_PROTECTED 8
 static int protected_fds[MK_EMU_MAX_PROTECTED];
 static int protected_n;
+
+/* emu_protected_fd reports whether fd is one of the Go runtime's. */
+static int emu_protected_fd(int fd)
+{
+	int i;
+
+	if (!emu_on())
+		return 0;
+	for (i = 0; i < protected_n; i++)
+		if (protected_fds[i] == fd)
+			return !emu_foreign();
+	return 0;
+}
 
 void mk_emu_protect_fd(int fd)
 {

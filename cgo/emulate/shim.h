@@ -1,9 +1,11 @@
 /*
  * The interposed C library entry points of the emulated uverbs kernel.
  * shim.c defines open, openat, stat, ioctl, write, mmap, munmap, close and
- * socket (and their 64-bit-offset twins); each forwards to the C library
- * unless the emulation is on and the call concerns an emulated uverbs
- * device node, descriptor or mapping. The Go side (emulate.go) decides.
+ * socket (and their 64-bit-offset twins and the fortified __open_2 and
+ * __openat_2), dup2, dup3, close_range and closefrom; each forwards to the
+ * C library unless the emulation is on and the call concerns an emulated
+ * uverbs device node, descriptor or mapping. The Go side (emulate.go)
+ * decides.
  */
 #ifndef MLX5KIT_EMULATE_SHIM_H
 #define MLX5KIT_EMULATE_SHIM_H

@@ -3,6 +3,7 @@
 package emulate
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"syscall"
@@ -62,6 +63,27 @@ func transferErrno(n, want int, err error) syscall.Errno {
 		return unix.EFAULT
 	}
 	return 0
+}
+
+// copyInPath reads a NUL-terminated name from the process's memory at src
+// as the kernel's getname does: EFAULT where it is not readable up to its
+// end, ENAMETOOLONG when it has PATH_MAX bytes or more. It reads page by
+// page, so that a name that ends before an unreadable page is read whole.
+func copyInPath(src uintptr) (string, syscall.Errno) {
+	buf := make([]byte, unix.PathMax)
+	page := uintptr(os.Getpagesize())
+	for n := 0; n < len(buf); {
+		at := src + uintptr(n)
+		chunk := buf[n:min(len(buf), n+int(page-at%page))]
+		if en := copyIn(chunk, at); en != 0 {
+			return "", en
+		}
+		if i := bytes.IndexByte(chunk, 0); i >= 0 {
+			return string(buf[:n+i]), 0
+		}
+		n += len(chunk)
+	}
+	return "", unix.ENAMETOOLONG
 }
 
 // bytesOf views a value's memory as bytes, for copying C structures in
