@@ -59,6 +59,13 @@ func ptrOut(id uint16, minLen, maxLen int, mandatory bool) attrSpec {
 	return attrSpec{id: id, kind: attrPtrOut, minLen: minLen, maxLen: maxLen, mandatory: mandatory}
 }
 
+// structOut is an output declared with UVERBS_ATTR_STRUCT: at least size
+// bytes, and any more (zero_trailing: uverbs_process_attr checks no upper
+// bound for an output), which the method zero-fills.
+func structOut(id uint16, size int, mandatory bool) attrSpec {
+	return ptrOut(id, size, math.MaxUint16, mandatory)
+}
+
 // The driver data of methods that carry it (UVERBS_ATTR_UHW).
 var uhwSpecs = []attrSpec{
 	{id: C.UVERBS_ATTR_UHW_IN, kind: attrPtrIn, minLen: 0, maxLen: math.MaxUint16},
@@ -91,7 +98,7 @@ var ioctlMethods = map[methodKey]*method{
 		name: "QUERY_PORT", context: true,
 		attrs: []attrSpec{
 			constIn(C.UVERBS_ATTR_QUERY_PORT_PORT_NUM, true),
-			ptrOut(C.UVERBS_ATTR_QUERY_PORT_RESP, C.mk_query_port_resp_ex_size, C.mk_query_port_resp_ex_size, true),
+			structOut(C.UVERBS_ATTR_QUERY_PORT_RESP, C.mk_query_port_resp_ex_size, true),
 		},
 		run: (*kernel).ioctlQueryPort,
 	},
@@ -111,7 +118,7 @@ var ioctlMethods = map[methodKey]*method{
 			constIn(C.UVERBS_ATTR_QUERY_GID_ENTRY_PORT, true),
 			constIn(C.UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX, true),
 			flagsIn(C.UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS, true),
-			ptrOut(C.UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY, C.mk_gid_entry_size, C.mk_gid_entry_size, true),
+			structOut(C.UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY, C.mk_gid_entry_size, true),
 		},
 		run: (*kernel).ioctlQueryGIDEntry,
 	},
