@@ -230,6 +230,14 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 	case cfg.Caps.MaxRecvSGE > maxSGE:
 		return nil, bad("more than %d receive SGEs", maxSGE)
 	}
+	// The model clears the doorbell record when the QP goes to RESET (as
+	// rdma-core does): a record that is not writable would fault the
+	// process there. The kernel pins it read-only (mlx5_ib_db_map_user)
+	// and leaves the writes to the library, which would fault on its
+	// first post; the model refuses it as a pin for writing would.
+	if err := checkProtection("ibv_create_qp", uint64(uintptr(cfg.DBRec)), 8, true); err != nil {
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
+	}
 	if cfg.RQCount > 0 {
 		s := cfg.RQStride
 		switch {

@@ -46,3 +46,25 @@ func TestKernelReadOnlyMemoryNotPinnedWritable(t *testing.T) {
 	_, en = resizeCQCmd(k, a, fd, h, 63, mlx5ResizeReq(addrOf(ring2), 64))
 	require.Equal(t, unix.EFAULT, en, "resized onto a read-only ring")
 }
+
+// TestKernelQPReadOnlyDoorbellRecord: the model clears a QP's doorbell
+// record when the QP goes to RESET, so a record on a read-only page is
+// refused at CREATE_QP (EFAULT) rather than faulting the process at the
+// first MODIFY_QP to RESET.
+func TestKernelQPReadOnlyDoorbellRecord(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	const sqCnt, rqCnt, rqShift = 16, 8, 5
+	buf, _ := qpMemory(t, rqCnt<<rqShift, sqCnt)
+	db, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(db) })
+	h, _, _, en := createQPCmd(k, a, fd, pd, cq, cq, qptRC, qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: 2},
+		mlx5QPReq(addrOf(buf), addrOf(db), sqCnt, rqCnt, rqShift, 0, 0))
+	if en == 0 {
+		// Without the check the model faults the process here.
+		_ = modifyQPCmd(k, a, fd, modifyQP{h: h, mask: mmState})
+	}
+	require.Equal(t, unix.EFAULT, en, "a read-only doorbell record")
+	require.Len(t, k.files[fd].uctx.objects, 2, "no QP kept: the PD and the CQ")
+}
