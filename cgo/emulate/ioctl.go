@@ -177,6 +177,7 @@ type uattr struct {
 	data     uint64
 	spec     *attrSpec
 	written  bool  // an output the method wrote (UVERBS_ATTR_F_VALID_OUTPUT)
+	flagged  bool  // the caller's attribute already says so (setOutput)
 	newFD    int   // the descriptor an attrFDNew attribute returns
 	newID    int64 // the handle an attrIDRNew attribute returns
 }
@@ -236,7 +237,10 @@ func (b *bundle) flags32(id uint16, allowed uint64) (uint32, syscall.Errno) {
 }
 
 // copyTo writes an output attribute: as much of src as its buffer holds
-// (uverbs_copy_to). An absent attribute is no error.
+// (uverbs_copy_to), then marks it written in the caller's attribute at
+// once, as uverbs_set_output does, so that an attribute array that cannot
+// be written back fails the method before it goes on. An absent attribute
+// is no error.
 func (b *bundle) copyTo(id uint16, src []byte) syscall.Errno {
 	a := b.get(id)
 	if a == nil {
@@ -247,6 +251,18 @@ func (b *bundle) copyTo(id uint16, src []byte) syscall.Errno {
 		return en
 	}
 	a.written = true
+	return b.setOutput(a)
+}
+
+// setOutput sets UVERBS_ATTR_F_VALID_OUTPUT in the caller's copy of a.
+func (b *bundle) setOutput(a *uattr) syscall.Errno {
+	var fl [2]byte
+	binary.NativeEndian.PutUint16(fl[:], a.flags|C.UVERBS_ATTR_F_VALID_OUTPUT)
+	at := b.attrsAddr + uintptr(a.index*C.mk_attr_size)
+	if en := copyOut(at+C.mk_attr_off_flags, fl[:]); en != 0 {
+		return en
+	}
+	a.flagged = true
 	return 0
 }
 
@@ -460,10 +476,8 @@ func (b *bundle) finish() syscall.Errno {
 				return en
 			}
 		}
-		if a.written {
-			var fl [2]byte
-			ne.PutUint16(fl[:], a.flags|C.UVERBS_ATTR_F_VALID_OUTPUT)
-			if en := copyOut(at+C.mk_attr_off_flags, fl[:]); en != 0 {
+		if a.written && !a.flagged {
+			if en := b.setOutput(a); en != 0 {
 				return en
 			}
 		}
