@@ -50,6 +50,17 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 	case cfg.CompVector >= compVectors:
 		return nil, provider.Errorf(op, "completion vector %d of %d: %w", cfg.CompVector, compVectors, ctx.ErrInvalidArgument)
 	}
+	// The model writes its CQEs into the ring and the arm state into the
+	// record: a page of either that is not writable would fault the
+	// process at the first write. The kernel pins the ring for writing
+	// (ib_umem_get with IB_ACCESS_LOCAL_WRITE: EFAULT); the record the
+	// model needs writable as well.
+	if err := checkProtection("ibv_create_cq", uint64(uintptr(cfg.Ring)), uint64(cfg.Count)*uint64(cfg.CQESize), true); err != nil {
+		return nil, provider.Errorf(op, "ring: %w", err)
+	}
+	if err := checkProtection("ibv_create_cq", uint64(uintptr(cfg.DBRec)), 8, true); err != nil {
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
+	}
 	c := &cq{f: d.f, dev: d, cnt: cfg.Count, size: cfg.CQESize, evfd: -1, ring: cfg.Ring, db: cfg.DBRec,
 		recordArm: true, lastRecArm: armRecordUnarmed, onEvent: cfg.Event, timestamps: cfg.Timestamps}
 	uar, err := region(pageSize)
@@ -97,6 +108,11 @@ func resizeCompletionQueue(q provider.CompletionQueue, cfg simadopt.CQResize) er
 		return provider.Errorf(op, "%d CQEs (a power of two from 2 to %d): %w", cfg.Count, maxCQE+1, ctx.ErrInvalidArgument)
 	case uintptr(cfg.Ring)%uintptr(c.size) != 0:
 		return provider.Errorf(op, "ring %p misaligned: %w", cfg.Ring, ctx.ErrInvalidArgument)
+	}
+	// The model writes CQEs into the new ring, which the kernel pins for
+	// writing (EFAULT when a page of it is not writable).
+	if err := checkProtection("ibv_resize_cq", uint64(uintptr(cfg.Ring)), uint64(cfg.Count)*uint64(c.size), true); err != nil {
+		return provider.Errorf(op, "ring: %w", err)
 	}
 	f := c.f
 	f.mu.Lock()
@@ -213,6 +229,14 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 		return nil, bad("send ring %p or doorbell record %p misaligned", cfg.SQ, cfg.DBRec)
 	case cfg.Caps.MaxRecvSGE > maxSGE:
 		return nil, bad("more than %d receive SGEs", maxSGE)
+	}
+	// The model clears the doorbell record when the QP goes to RESET (as
+	// rdma-core does): a record that is not writable would fault the
+	// process there. The kernel pins it read-only (mlx5_ib_db_map_user)
+	// and leaves the writes to the library, which would fault on its
+	// first post; the model refuses it as a pin for writing would.
+	if err := checkProtection("ibv_create_qp", uint64(uintptr(cfg.DBRec)), 8, true); err != nil {
+		return nil, provider.Errorf(op, "doorbell record: %w", err)
 	}
 	if cfg.RQCount > 0 {
 		s := cfg.RQStride

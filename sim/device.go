@@ -472,7 +472,7 @@ func (p *pd) RegisterMemory(addr unsafe.Pointer, length uint64, access ctx.Acces
 	if err := checkMapped(a, length); err != nil {
 		return nil, provider.Errorf(op, "%w", err)
 	}
-	if err := checkProtection(a, length, access&(ctx.AccessLocalWrite|ctx.AccessRemoteWrite|ctx.AccessRemoteAtomic) != 0); err != nil {
+	if err := checkProtection("ibv_reg_mr", a, length, access&(ctx.AccessLocalWrite|ctx.AccessRemoteWrite|ctx.AccessRemoteAtomic) != 0); err != nil {
 		return nil, provider.Errorf(op, "%w", err)
 	}
 	p.f.mu.Lock()
@@ -535,8 +535,9 @@ func checkMapped(addr, length uint64) error {
 // and reads every region's directly, so a region over a read-only or
 // PROT_NONE mapping (a Buffer's guard page) would fault the process at the
 // first transfer. The protections are those /proc/self/maps lists; when it
-// cannot be read, the range is left to checkMapped.
-func checkProtection(addr, length uint64, writable bool) error {
+// cannot be read, the range is left to checkMapped. verb names the call in
+// the error.
+func checkProtection(verb string, addr, length uint64, writable bool) error {
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil || length == 0 {
 		return nil
@@ -546,7 +547,7 @@ func checkProtection(addr, length uint64, writable bool) error {
 		need, what = 'w', "writable"
 	}
 	refuse := func(at uint64) error {
-		return kerrno.New("ibv_reg_mr", fmt.Sprintf("[%#x,+%d): %#x not %s", addr, length, at, what), unix.EFAULT, ctx.ErrInvalidArgument)
+		return kerrno.New(verb, fmt.Sprintf("[%#x,+%d): %#x not %s", addr, length, at, what), unix.EFAULT, ctx.ErrInvalidArgument)
 	}
 	at, end := addr, addr+length
 	// The lines are in address order: each mapping that holds at must

@@ -59,6 +59,13 @@ func ptrOut(id uint16, minLen, maxLen int, mandatory bool) attrSpec {
 	return attrSpec{id: id, kind: attrPtrOut, minLen: minLen, maxLen: maxLen, mandatory: mandatory}
 }
 
+// structOut is an output declared with UVERBS_ATTR_STRUCT: at least size
+// bytes, and any more (zero_trailing: uverbs_process_attr checks no upper
+// bound for an output), which the method zero-fills.
+func structOut(id uint16, size int, mandatory bool) attrSpec {
+	return ptrOut(id, size, math.MaxUint16, mandatory)
+}
+
 // The driver data of methods that carry it (UVERBS_ATTR_UHW).
 var uhwSpecs = []attrSpec{
 	{id: C.UVERBS_ATTR_UHW_IN, kind: attrPtrIn, minLen: 0, maxLen: math.MaxUint16},
@@ -91,7 +98,7 @@ var ioctlMethods = map[methodKey]*method{
 		name: "QUERY_PORT", context: true,
 		attrs: []attrSpec{
 			constIn(C.UVERBS_ATTR_QUERY_PORT_PORT_NUM, true),
-			ptrOut(C.UVERBS_ATTR_QUERY_PORT_RESP, C.mk_query_port_resp_ex_size, C.mk_query_port_resp_ex_size, true),
+			structOut(C.UVERBS_ATTR_QUERY_PORT_RESP, C.mk_query_port_resp_ex_size, true),
 		},
 		run: (*kernel).ioctlQueryPort,
 	},
@@ -111,7 +118,7 @@ var ioctlMethods = map[methodKey]*method{
 			constIn(C.UVERBS_ATTR_QUERY_GID_ENTRY_PORT, true),
 			constIn(C.UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX, true),
 			flagsIn(C.UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS, true),
-			ptrOut(C.UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY, C.mk_gid_entry_size, C.mk_gid_entry_size, true),
+			structOut(C.UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY, C.mk_gid_entry_size, true),
 		},
 		run: (*kernel).ioctlQueryGIDEntry,
 	},
@@ -170,6 +177,7 @@ type uattr struct {
 	data     uint64
 	spec     *attrSpec
 	written  bool  // an output the method wrote (UVERBS_ATTR_F_VALID_OUTPUT)
+	flagged  bool  // the caller's attribute already says so (setOutput)
 	newFD    int   // the descriptor an attrFDNew attribute returns
 	newID    int64 // the handle an attrIDRNew attribute returns
 }
@@ -229,7 +237,10 @@ func (b *bundle) flags32(id uint16, allowed uint64) (uint32, syscall.Errno) {
 }
 
 // copyTo writes an output attribute: as much of src as its buffer holds
-// (uverbs_copy_to). An absent attribute is no error.
+// (uverbs_copy_to), then marks it written in the caller's attribute at
+// once, as uverbs_set_output does, so that an attribute array that cannot
+// be written back fails the method before it goes on. An absent attribute
+// is no error.
 func (b *bundle) copyTo(id uint16, src []byte) syscall.Errno {
 	a := b.get(id)
 	if a == nil {
@@ -240,6 +251,18 @@ func (b *bundle) copyTo(id uint16, src []byte) syscall.Errno {
 		return en
 	}
 	a.written = true
+	return b.setOutput(a)
+}
+
+// setOutput sets UVERBS_ATTR_F_VALID_OUTPUT in the caller's copy of a.
+func (b *bundle) setOutput(a *uattr) syscall.Errno {
+	var fl [2]byte
+	binary.NativeEndian.PutUint16(fl[:], a.flags|C.UVERBS_ATTR_F_VALID_OUTPUT)
+	at := b.attrsAddr + uintptr(a.index*C.mk_attr_size)
+	if en := copyOut(at+C.mk_attr_off_flags, fl[:]); en != 0 {
+		return en
+	}
+	a.flagged = true
 	return 0
 }
 
@@ -453,10 +476,8 @@ func (b *bundle) finish() syscall.Errno {
 				return en
 			}
 		}
-		if a.written {
-			var fl [2]byte
-			ne.PutUint16(fl[:], a.flags|C.UVERBS_ATTR_F_VALID_OUTPUT)
-			if en := copyOut(at+C.mk_attr_off_flags, fl[:]); en != 0 {
+		if a.written && !a.flagged {
+			if en := b.setOutput(a); en != 0 {
 				return en
 			}
 		}

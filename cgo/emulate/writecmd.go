@@ -137,7 +137,9 @@ func (k *kernel) write(fd int, buf uintptr, count int) (int, syscall.Errno) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.events[fd]; ok {
-		return 0, unix.EINVAL
+		// An event file is opened read-only (anon_inode_getfile with
+		// O_RDONLY): vfs_write refuses it before any file operation.
+		return 0, unix.EBADF
 	}
 	f, ok := k.files[fd]
 	if !ok {

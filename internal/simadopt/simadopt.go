@@ -19,7 +19,8 @@ var (
 	// CompletionQueue creates a completion queue of dev (a device of the
 	// model) over the caller's ring and doorbell record: the model writes
 	// its CQEs there. The memory must stay mapped until the queue is
-	// closed; the model does not free it.
+	// closed; the model does not free it. A ring or record that is not
+	// writable is refused with an error matching syscall.EFAULT.
 	CompletionQueue func(dev provider.Device, cfg CQConfig) (provider.CompletionQueue, error)
 	// ResizeCompletionQueue moves a completion queue CompletionQueue
 	// created to a new ring the caller allocated, as a ConnectX does for
@@ -31,11 +32,13 @@ var (
 	// past it. The old ring is no longer touched once it returns. A CQ
 	// in error, a ring with no room for the resize CQE, or a new ring too
 	// small for the CQEs outstanding and the resize CQE are refused with
-	// an error matching syscall.EINVAL.
+	// an error matching syscall.EINVAL, a new ring that is not writable
+	// with one matching syscall.EFAULT.
 	ResizeCompletionQueue func(q provider.CompletionQueue, cfg CQResize) error
 	// QueuePair creates a queue pair of a protection domain of the model
 	// over the caller's rings and doorbell record. The memory must stay
-	// mapped until the queue pair is closed.
+	// mapped until the queue pair is closed. A doorbell record that is
+	// not writable is refused with an error matching syscall.EFAULT.
 	QueuePair func(p provider.ProtectionDomain, cfg QPConfig) (provider.QueuePair, error)
 	// SharedReceiveQueue creates a shared receive queue of a protection
 	// domain of the model over the caller's ring and doorbell record.
