@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/monocq"
 	"github.com/mlx5kit/mlx5kit/transport"
@@ -132,7 +133,7 @@ func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, 
 		if gids != nil {
 			found := false
 			for _, e := range gids {
-				if e.GID == p.SGID && gidTypeFits(e.Type, g.RoCEv2) {
+				if e.GID == p.SGID && addrvec.GIDTypeFits(e.Type, g.RoCEv2) {
 					p.SGIDIndex, found = uint8(e.Index), true
 					break
 				}
@@ -147,16 +148,4 @@ func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, 
 		}
 	}
 	return p, nil
-}
-
-// gidTypeFits reports whether a GID table entry of type t can answer a
-// packet that came as RoCE v2 (or, if not, with an InfiniBand/RoCE v1 GRH).
-func gidTypeFits(t ctx.GIDType, roceV2 bool) bool {
-	switch t {
-	case ctx.GIDTypeRoCEv2:
-		return roceV2
-	case ctx.GIDTypeRoCEv1, ctx.GIDTypeIB:
-		return !roceV2
-	}
-	return true
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/transport/newqp"
 	"github.com/mlx5kit/mlx5kit/internal/transport/qpcore"
@@ -255,9 +256,7 @@ func (q *QP) addressedGID(g transport.GRH) (uint8, error) {
 		return 0, err
 	}
 	for _, e := range gids {
-		fits := e.Type != ctx.GIDTypeRoCEv2 && e.Type != ctx.GIDTypeRoCEv1 && e.Type != ctx.GIDTypeIB ||
-			(e.Type == ctx.GIDTypeRoCEv2) == g.RoCEv2
-		if e.GID == g.DGID && fits {
+		if e.GID == g.DGID && addrvec.GIDTypeFits(e.Type, g.RoCEv2) {
 			return uint8(e.Index), nil
 		}
 	}

@@ -20,3 +20,17 @@ func FamiliesDiffer(src ctx.GIDEntry, dgid ctx.GID) bool {
 	}
 	return netip.AddrFrom16(src.GID).Is4In6() != d.Is4In6()
 }
+
+// GIDTypeFits reports whether a GID table entry of type t can answer a
+// packet that came as RoCE v2 (roceV2) or, if not, with an InfiniBand or
+// RoCE v1 GRH, as ibv_init_ah_from_wc picks the entry by the received
+// header's kind: an entry of an unknown type fits either.
+func GIDTypeFits(t ctx.GIDType, roceV2 bool) bool {
+	switch t {
+	case ctx.GIDTypeRoCEv2:
+		return roceV2
+	case ctx.GIDTypeRoCEv1, ctx.GIDTypeIB:
+		return !roceV2
+	}
+	return true
+}

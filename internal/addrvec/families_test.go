@@ -35,3 +35,21 @@ func TestFamiliesDiffer(t *testing.T) {
 		require.Equal(t, c.want, addrvec.FamiliesDiffer(c.src, c.dgid), c.name)
 	}
 }
+
+// TestGIDTypeFits: a RoCE v2 entry answers RoCE v2 packets only, an
+// InfiniBand or RoCE v1 entry GRH packets only, an entry of an unknown
+// type either.
+func TestGIDTypeFits(t *testing.T) {
+	for _, c := range []struct {
+		typ     ctx.GIDType
+		v2, grh bool
+	}{
+		{ctx.GIDTypeRoCEv2, true, false},
+		{ctx.GIDTypeRoCEv1, false, true},
+		{ctx.GIDTypeIB, false, true},
+		{ctx.GIDType(99), true, true},
+	} {
+		require.Equal(t, c.v2, addrvec.GIDTypeFits(c.typ, true), "%v, RoCE v2", c.typ)
+		require.Equal(t, c.grh, addrvec.GIDTypeFits(c.typ, false), "%v, GRH", c.typ)
+	}
+}
