@@ -112,11 +112,9 @@ func holdBuffersOf(addr unsafe.Pointer, n uint64) []*Buffer {
 }
 
 // holdRegion counts one more region on b and returns its memory, or nil,
-// counting nothing, when b is nil or closed (RegisterBuffer).
+// counting nothing, when b is closed (RegisterBuffer, which refuses a nil
+// or zero b first).
 func (b *Buffer) holdRegion() []byte {
-	if b == nil {
-		return nil
-	}
 	liveBuffers.mu.Lock()
 	defer liveBuffers.mu.Unlock()
 	b.mu.Lock()
