@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -379,22 +380,12 @@ func (d *device) postEvent(ev ctx.AsyncEvent) {
 // ibv_destroy_qp, _cq or _srq runs: no event of a destroyed object is
 // read afterwards, and none of a new object that reuses its number
 // (TestDestroyTakesUnreadEvents). match selects the object's events.
-func (d *device) dropEventsOf(match func(ev *ctx.AsyncEvent) bool) {
+func (d *device) dropEventsOf(match func(ev ctx.AsyncEvent) bool) {
 	if d.closed || len(d.events) == 0 {
 		return
 	}
-	kept := d.events[:0]
-	for i := range d.events {
-		if !match(&d.events[i]) {
-			kept = append(kept, d.events[i])
-		}
-	}
-	if len(kept) == len(d.events) {
-		return
-	}
-	clear(d.events[len(kept):])
-	d.events = kept
-	if len(kept) == 0 {
+	d.events = slices.DeleteFunc(d.events, match)
+	if len(d.events) == 0 {
 		// Nothing to read: the descriptor is not readable any more.
 		var b [8]byte
 		_, _ = unix.Read(d.evfd, b[:])
@@ -403,7 +394,7 @@ func (d *device) dropEventsOf(match func(ev *ctx.AsyncEvent) bool) {
 
 // qpEvent, cqEvent and srqEvent report whether ev is an event of the QP,
 // CQ or SRQ numbered n (the object AsyncEvent names for its type).
-func qpEvent(ev *ctx.AsyncEvent, n uint32) bool {
+func qpEvent(ev ctx.AsyncEvent, n uint32) bool {
 	switch ev.Type {
 	case ctx.EventCQError, ctx.EventSRQLimitReached, ctx.EventSRQError, ctx.EventPortActive,
 		ctx.EventPortError, ctx.EventLIDChange, ctx.EventPKeyChange, ctx.EventSMChange,
@@ -413,11 +404,11 @@ func qpEvent(ev *ctx.AsyncEvent, n uint32) bool {
 	return ev.QPN == n
 }
 
-func cqEvent(ev *ctx.AsyncEvent, n uint32) bool {
+func cqEvent(ev ctx.AsyncEvent, n uint32) bool {
 	return ev.Type == ctx.EventCQError && ev.CQN == n
 }
 
-func srqEvent(ev *ctx.AsyncEvent, n uint32) bool {
+func srqEvent(ev ctx.AsyncEvent, n uint32) bool {
 	return (ev.Type == ctx.EventSRQLimitReached || ev.Type == ctx.EventSRQError) && ev.SRQN == n
 }
 

@@ -1091,7 +1091,7 @@ func (f *Fabric) mrByKey(k uint32) *mr {
 
 // removeQP takes q out of the execution order and frees its QPN.
 func (f *Fabric) removeQP(q *qp) {
-	q.dev.dropEventsOf(func(ev *ctx.AsyncEvent) bool { return qpEvent(ev, q.qpn) })
+	q.dev.dropEventsOf(func(ev ctx.AsyncEvent) bool { return qpEvent(ev, q.qpn) })
 	delete(f.qps, q.qpn)
 	if f.lastQP == q {
 		f.lastQP = nil
@@ -1112,7 +1112,7 @@ func (f *Fabric) addSRQ(s *srq) {
 
 // removeSRQ forgets s and frees its SRQN.
 func (f *Fabric) removeSRQ(s *srq) {
-	s.pd.dev.dropEventsOf(func(ev *ctx.AsyncEvent) bool { return srqEvent(ev, s.srqn) })
+	s.pd.dev.dropEventsOf(func(ev ctx.AsyncEvent) bool { return srqEvent(ev, s.srqn) })
 	delete(f.srqs, s.srqn)
 	f.srqns.give(s.srqn)
 	for i, x := range f.srqList {
@@ -1130,7 +1130,7 @@ func (f *Fabric) addCQ(c *cq) {
 
 // removeCQ forgets c and frees its CQN.
 func (f *Fabric) removeCQ(c *cq) {
-	c.dev.dropEventsOf(func(ev *ctx.AsyncEvent) bool { return cqEvent(ev, c.cqn) })
+	c.dev.dropEventsOf(func(ev ctx.AsyncEvent) bool { return cqEvent(ev, c.cqn) })
 	delete(f.cqs, c.cqn)
 	f.cqns.give(c.cqn)
 	for i, x := range f.cqList {

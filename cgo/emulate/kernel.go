@@ -230,11 +230,7 @@ func (k *kernel) moveWriteFD(fd int) bool {
 	if e.writeFD == fd {
 		// (A write end takeWriteFD took is about to be closed: the
 		// caller's dup closes it instead.)
-		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err == nil && nfd >= maxFD {
-			_ = unix.Close(nfd)
-			err = unix.EMFILE
-		}
+		nfd, err := dupHidden(fd)
 		if err != nil {
 			// The records in the pipe stay readable; later
 			// events are lost.
@@ -258,11 +254,7 @@ func (k *kernel) moveClockFD(fd int) bool {
 	if p == nil || p.fd != fd {
 		return false
 	}
-	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err == nil && nfd >= maxFD {
-		_ = unix.Close(nfd)
-		err = unix.EMFILE
-	}
+	nfd, err := dupHidden(fd)
 	if err != nil {
 		p.fd = -1
 	} else {
@@ -271,6 +263,17 @@ func (k *kernel) moveClockFD(fd int) bool {
 	}
 	k.hideFD(fd, false)
 	return true
+}
+
+// dupHidden duplicates fd onto another number below maxFD, one the
+// interposer can mark hidden (EMFILE when none is free there).
+func dupHidden(fd int) (int, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil && nfd >= maxFD {
+		_ = unix.Close(nfd)
+		return -1, unix.EMFILE
+	}
+	return nfd, err
 }
 
 func (k *kernel) mapped(addr uintptr, add bool) {
