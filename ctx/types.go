@@ -355,6 +355,13 @@ type DeviceAttr struct {
 	// most 1024; the hardware provider finds it by creating QPs). 0 means
 	// the provider could not tell.
 	MaxSendWQESize uint32
+	// MaxRecvSGE is the most scatter entries one receive WQE of a queue
+	// pair may carry (rdma-core's max_rq_desc_sz / 16, the kernel's
+	// max_recv_sge; the hardware provider finds it by creating QPs). It
+	// can be above MaxSGE, the smaller of the send and receive limits: a
+	// ConnectX reports a MaxSGE of 30 and takes 32 scatter entries. 0
+	// means the provider could not tell, and MaxSGE applies.
+	MaxRecvSGE uint32
 	// SendLimitsRC, SendLimitsUD and SendLimitsDCI are the limits of a
 	// send queue of each type (SendLimits): a WQE's fixed part differs by
 	// type, so the SGEs and inline bytes that fit do too. Zero when

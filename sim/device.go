@@ -253,6 +253,7 @@ func (d *device) attr() ctx.DeviceAttr {
 		MaxQP:             1 << 16,
 		MaxQPWR:           maxSendWQEBB,
 		MaxSGE:            maxSGE,
+		MaxRecvSGE:        maxSGE,
 		MaxCQ:             1 << 16,
 		MaxCQE:            maxCQE,
 		MaxMR:             1 << 20,

@@ -201,6 +201,22 @@ func TestHardwareProviderProbeFailureNotKept(t *testing.T) {
 	require.Equal(t, want.BlueFlameSize, got.BlueFlameSize)
 }
 
+// TestHardwareProviderRecvSGEProbe: the hardware provider finds the
+// receive WQE's scatter limit libmlx5 takes (max_rq_desc_sz / 16, which
+// the emulated kernel sets from the model's max_sge); a queue pair with
+// that many receive SGEs is created, one more is refused at create by the
+// kit with the limit named.
+func TestHardwareProviderRecvSGEProbe(t *testing.T) {
+	maps := emulate.MappingCount()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer closeAndCollect(t, d, maps)
+	a, err := d.Query()
+	require.NoError(t, err)
+	require.NotZero(t, a.MaxRecvSGE)
+	require.Equal(t, a.MaxSGE, a.MaxRecvSGE, "the model's receive WQE holds max_sge entries")
+}
+
 // TestHardwareProviderSendLimitsUnderEmulation: every send-queue limit the
 // hardware provider reports can be created under the emulated kernel. For
 // inline sizes that need a 1 KiB slot libmlx5 grants what fills the slot

@@ -463,6 +463,7 @@ func (d *Device) Query() (ctx.DeviceAttr, error) {
 		CompVectors:            uint32(d.c.num_comp_vectors),
 		BlueFlameSize:          p.blueFlameSize,
 		MaxSendWQESize:         p.maxSendWQESize,
+		MaxRecvSGE:             p.maxRecvSGE,
 		SendLimitsRC:           sqsize.LimitsOf(ctx.QPTypeRC, sq),
 		SendLimitsUD:           sqsize.LimitsOf(ctx.QPTypeUD, sq),
 		SendLimitsDCI:          sqsize.LimitsOf(ctx.QPTypeDCI, sq),

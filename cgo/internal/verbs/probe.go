@@ -27,6 +27,10 @@ type probeResult struct {
 	// (at most sqsize.MaxWQESize), from the largest RC WQE it granted: the
 	// size every QP type's limits follow from.
 	maxSendWQESize uint32
+	// maxRecvSGE is the most scatter entries rdma-core grants a receive
+	// WQE (max_rq_desc_sz / 16, which no query reports); 0 where the
+	// probe could not tell.
+	maxRecvSGE uint32
 	// dcInitRdAtomic is the deepest max_rd_atomic the kernel accepts for
 	// a DCI at RTS, probed where mlx5dv_query_device does not report
 	// max_dc_init_rd_atom (rdma-core before 47, or a libmlx5 whose DEVX
@@ -44,10 +48,12 @@ const probeInlineLimit = 1024
 // probe creates throw-away objects once per device: a PD, a CQ of 64- and
 // one of 128-byte CQEs, RC QPs with the kit's send operations (to find the
 // largest inline payload by bisection, and from it the largest send WQE:
-// rdma-core derives both from max_sq_desc_sz, which no query reports) and
-// a DCI, which it moves to RTS to learn DC's read/atomic depth where
-// rdma-core does not report it (see probeDCInitRdAtomic). Everything is
-// destroyed before it returns.
+// rdma-core derives both from max_sq_desc_sz, which no query reports),
+// RC QPs with more scatter entries (the receive WQE's limit, from
+// max_rq_desc_sz, which no query reports either) and a DCI, which it
+// moves to RTS to learn DC's read/atomic depth where rdma-core does not
+// report it (see probeDCInitRdAtomic). Everything is destroyed before it
+// returns.
 func (d *Device) probe() probeResult {
 	d.probeMu.Lock()
 	defer d.probeMu.Unlock()
@@ -146,6 +152,27 @@ func (d *Device) runProbe() (r probeResult) {
 	// overhead, the inline header and the largest inline payload.
 	r.maxSendWQESize = min(granted+uint32(sqsize.Overhead(ctx.QPTypeRC, rcOps))+prm.InlineHeaderSize, sqsize.MaxWQESize) / prm.WQEBBSize * prm.WQEBBSize
 	r.maxInline = sqsize.LimitsOf(ctx.QPTypeRC, sqsize.Device{MaxSQDescSize: r.maxSendWQESize, MaxSendWQEBB: d.maxQPWR, MaxSGE: d.maxSGE, Atomics: d.atomics}).MaxInline
+
+	// rdma-core takes max_recv_sge up to max_rq_desc_sz / 16 and grants
+	// the power of two the receive WQE is rounded to: from max_sge (the
+	// smaller of the send and receive limits), one more than granted is
+	// asked until it is refused.
+	for n := max(d.maxSGE, 1); n <= probeInlineLimit/16; {
+		qp, caps, err := createQP(d.c, pd, qpParams{
+			typ: ctx.QPTypeRC, send: cq, recv: cq, ops: rcOps,
+			caps: ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxSendSGE: 1, MaxRecvSGE: n},
+		})
+		if err != nil {
+			if transient(err) {
+				r.err = err
+				return r
+			}
+			break
+		}
+		C.ibv_destroy_qp(qp)
+		r.maxRecvSGE = max(uint32(caps.max_recv_sge), n)
+		n = r.maxRecvSGE + 1
+	}
 
 	dci, _, err := createQP(d.c, pd, qpParams{
 		typ: ctx.QPTypeDCI, send: cq, recv: cq, ops: sqsize.KitOps(ctx.QPTypeDCI, d.atomics),

@@ -1,6 +1,7 @@
 package newqp
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -127,7 +128,8 @@ func RandomPSN() uint32 {
 // the device reports, with a message naming the limit: the send queue
 // against the limits of the type (sqsize.Check: a depth, SGE count or
 // inline size the type's WQEs leave no room for), the receive queue (when
-// hasRQ) against max_qp_wr and max_sge. A provider that reports no send WQE
+// hasRQ) against max_qp_wr and the receive WQE's scatter limit (MaxRecvSGE,
+// or max_sge where the provider could not tell). A provider that reports no send WQE
 // size has its send queue checked against max_qp_wr, max_sge and the RC
 // inline size only.
 func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ bool) error {
@@ -146,7 +148,7 @@ func CheckCaps(a ctx.DeviceAttr, t ctx.QPType, caps ctx.QueuePairCaps, hasRQ boo
 		{"send depth", caps.SendDepth, a.MaxQPWR, hasSQ && !sizedSQ},
 		{"receive depth", caps.RecvDepth, a.MaxQPWR, hasRQ},
 		{"max send SGE", caps.MaxSendSGE, a.MaxSGE, hasSQ && !sizedSQ},
-		{"max receive SGE", caps.MaxRecvSGE, a.MaxSGE, hasRQ},
+		{"max receive SGE", caps.MaxRecvSGE, cmp.Or(a.MaxRecvSGE, a.MaxSGE), hasRQ},
 		{"max inline", caps.MaxInline, a.MaxInline, hasSQ && !sizedSQ},
 	} {
 		if l.check && l.max != 0 && l.v > l.max {

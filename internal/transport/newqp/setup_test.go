@@ -60,6 +60,13 @@ func TestCheckCapsPerType(t *testing.T) {
 		require.ErrorIs(t, err, ctx.ErrInvalidArgument, c.name)
 		require.Contains(t, err.Error(), c.want, c.name)
 	}
+	// A ConnectX's receive WQE takes 32 scatter entries where its max_sge
+	// (the smaller of the send and receive limits) is 30.
+	a.MaxRecvSGE = 32
+	require.NoError(t, newqp.CheckCaps(a, ctx.QPTypeRC, ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxRecvSGE: 32}, true))
+	err := newqp.CheckCaps(a, ctx.QPTypeRC, ctx.QueuePairCaps{SendDepth: 1, RecvDepth: 1, MaxRecvSGE: 33}, true)
+	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "max receive SGE 33 above the device's 32")
 	// A provider that cannot tell its WQE size keeps the device-wide
 	// checks.
 	a = ctx.DeviceAttr{MaxQPWR: 1 << 15, MaxSGE: 30, MaxInline: 460}
