@@ -69,7 +69,11 @@ const dmabufVerb = "ibv_reg_dmabuf_mr"
 // dmabufAccess are the access flags REG_DMABUF_MR takes
 // (uverbs_std_types_mr.c): any other, on-demand paging and the flush
 // flags included, is EINVAL before ib_check_mr_access runs.
-const dmabufAccess = accessAll | 1<<20 // 1<<20: IB_ACCESS_RELAXED_ORDERING
+const dmabufAccess = accessAll | accessRelaxedOrdering
+
+// accessRelaxedOrdering is IB_ACCESS_RELAXED_ORDERING, the first flag of
+// the optional range.
+const accessRelaxedOrdering Access = 1 << 20
 
 // checkDMABuf refuses what the kernel refuses without looking at the fd,
 // in its order: the page offsets of offset and iova and the access flags
@@ -103,7 +107,7 @@ func checkDMABuf(fd int, offset, length, iova uint64, access Access) error {
 // (IB_UVERBS_ACCESS_OPTIONAL_RANGE, 1<<20 to 1<<29, relaxed ordering the
 // first): the kernel accepts them and a device that cannot honour one
 // ignores it.
-const accessOptional Access = (1<<29<<1 - 1) &^ (1<<20 - 1)
+const accessOptional Access = (1<<29<<1 - 1) &^ (accessRelaxedOrdering - 1)
 
 // accessFlush are IB_ACCESS_FLUSH_GLOBAL and IB_ACCESS_FLUSH_PERSISTENT
 // (1<<8, 1<<9), which the kernel refuses on a device without the flush
