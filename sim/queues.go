@@ -163,11 +163,13 @@ func (d *device) CreateCompletionQueue(cfg ctx.CompletionQueueConfig) (provider.
 	c.ring = c.bufs[0].Pointer()
 	c.db = c.bufs[1].Pointer()
 	c.uar = c.bufs[2].Pointer()
-	// Every CQE starts invalid and owned by hardware for lap 0, as
-	// rdma-core initialises the buffer.
+	// Every CQE starts INVALID with owner bit 0, as rdma-core's
+	// mlx5_alloc_cq_buf initialises the ring of a CQ libmlx5 creates on a
+	// NIC (the kernel's mlx5e writes owner bit 1, 0xf1, instead): the
+	// ring the kit's poller meets on hardware.
 	for i := uint32(0); i < cnt; i++ {
 		p := unsafe.Add(c.ring, i*size+size-prm.CQE64Size)
-		*(*byte)(unsafe.Add(p, prm.CQEOpOwn)) = prm.CQEInvalidOpOwn | prm.CQEOwnerMask
+		*(*byte)(unsafe.Add(p, prm.CQEOpOwn)) = prm.CQEInvalidOpOwn
 	}
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
