@@ -132,18 +132,16 @@ func (f *eventFile) reported(w *eventTally) uint32 {
 	return w.written - w.dropped
 }
 
-// removeRecords takes w's records out of the descriptor, keeping the
-// others in order. The records read are the last ones written, which
-// names their writers. It reads through a second, non-blocking descriptor
-// of the pipe (/proc/self/fd), so that the caller's descriptor keeps its
-// flags and an empty pipe does not block.
-func (f *eventFile) removeRecords(w *eventTally) {
+// readUnread reads every unread byte out of the descriptor (writeMu
+// held). It reads through a second, non-blocking descriptor of the pipe
+// (/proc/self/fd), so that the caller's descriptor keeps its flags and an
+// empty pipe does not block.
+func (f *eventFile) readUnread() []byte {
 	rfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(f.writeFD), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return nil
 	}
 	defer unix.Close(rfd)
-	size := f.recordSize()
 	var data []byte
 	buf := make([]byte, 4096)
 	for {
@@ -153,6 +151,15 @@ func (f *eventFile) removeRecords(w *eventTally) {
 		}
 		data = append(data, buf[:n]...)
 	}
+	return data
+}
+
+// removeRecords takes w's records out of the descriptor, keeping the
+// others in order. The records read are the last ones written, which
+// names their writers.
+func (f *eventFile) removeRecords(w *eventTally) {
+	size := f.recordSize()
+	data := f.readUnread()
 	// Records are written whole (below PIPE_BUF) and read from the
 	// front: the bytes of one partly read there are not a record.
 	count := len(data) / size

@@ -137,13 +137,18 @@ type eventFile struct {
 
 // takeWriteFD returns the write end and forgets it: no event goes to its
 // number once the caller closes it (the program's next descriptor may
-// take the number). The unread events are discarded with the descriptor.
+// take the number). The unread events are discarded, read out of the
+// pipe: a program that keeps the read end open (its uverbs file closed,
+// release) then reads the end of the pipe at once, as a kernel answers
+// EIO once the queue is freed (ib_uverbs_free_event_queue), and a read
+// blocked already is woken.
 func (e *eventFile) takeWriteFD() int {
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
 	fd := e.writeFD
 	if fd >= 0 {
 		e.discardUnread()
+		e.readUnread()
 	}
 	e.writeFD = -1
 	return fd
@@ -385,6 +390,13 @@ func (k *kernel) release(fd int, closeFD bool) syscall.Errno {
 		for a, m := range k.maps {
 			if m.file == f {
 				k.forgetMapping(a, m)
+			}
+		}
+		// Its completion channels and async event descriptors end
+		// with it, open or not.
+		for _, e := range k.events {
+			if e.owner == f {
+				k.closeWriteFDLocked(e, e.takeWriteFD())
 			}
 		}
 	} else if e, ok := k.events[fd]; ok {
