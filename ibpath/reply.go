@@ -17,9 +17,7 @@ var ErrNotReceive = errors.New("not a receive completion")
 
 // Received is a receive completion FromCompletion and Reply read: a raw
 // *monocq.CQE, or the *Completion a transport's Poller hands out (rc, dc
-// and ud share the type). A Completion does not carry the packet's path
-// bits: from one, the path uses path bits 0 (the port's base LID, which is
-// every LID of a port with LMC 0).
+// and ud share the type).
 type Received interface {
 	*monocq.CQE | *transport.Completion
 }
@@ -47,7 +45,8 @@ func receiptOf[R Received](r R) receipt {
 		if c == nil {
 			break
 		}
-		return receipt{err: c.Err(), op: c.Opcode, sourceQPN: c.SourceQPN, slid: c.SLID, sl: c.SL, grh: c.GRH}
+		return receipt{err: c.Err(), op: c.Opcode, sourceQPN: c.SourceQPN, slid: c.SLID,
+			pathBits: c.PathBits, sl: c.SL, grh: c.GRH}
 	}
 	return receipt{err: fmt.Errorf("nil completion: %w", ctx.ErrInvalidArgument)}
 }

@@ -316,3 +316,32 @@ func TestReplyRefusesNonReceives(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(0x42), p.DQPN)
 }
+
+// TestReplyPathBitsFromCompletion: a transport Completion's path bits, as
+// a raw CQE's, become the reply's source path bits, and the path it was
+// received on has them in its DLID (ibv_init_ah_from_wc).
+func TestReplyPathBitsFromCompletion(t *testing.T) {
+	local := ibpath.Default()
+	local.SLID = 0x10
+	var raw monocq.CQE
+	binary.BigEndian.PutUint32(raw[24:], 0x42)
+	binary.BigEndian.PutUint16(raw[prm.CQESLID:], 0x20)
+	raw[prm.CQEMLPath] = 3
+	raw[63] = uint8(prm.CQERespSend) << 4
+	c := &transport.Completion{Opcode: prm.CQERespSend, SourceQPN: 0x42, SLID: 0x20, PathBits: 3}
+	check := func(name string, reply, from ibpath.Path, errs ...error) {
+		for _, err := range errs {
+			require.NoError(t, err, name)
+		}
+		require.Equal(t, uint8(3), reply.SrcPathBits, name)
+		require.Equal(t, uint16(0x20), reply.DLID, name)
+		require.Equal(t, uint32(0x42), reply.DQPN, name)
+		require.Equal(t, uint16(0x13), from.DLID, name)
+	}
+	reply, err1 := ibpath.Reply(&raw, nil, local, nil)
+	from, err2 := ibpath.FromCompletion(&raw, nil, local)
+	check("CQE", reply, from, err1, err2)
+	reply, err1 = ibpath.Reply(c, nil, local, nil)
+	from, err2 = ibpath.FromCompletion(c, nil, local)
+	check("Completion", reply, from, err1, err2)
+}

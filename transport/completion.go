@@ -44,6 +44,11 @@ type Completion struct {
 	GRH       bool
 	// Solicited reports the solicited-event bit of a receive.
 	Solicited bool
+	// PathBits are the DLID path bits a receive arrived on (InfiniBand,
+	// the low LMC bits of the destination LID; 0 on a port with LMC 0 and
+	// on RoCE), which a reply takes as its source path bits
+	// (ibv_init_ah_from_wc).
+	PathBits uint8
 	// Syndrome and VendorSyndrome are set for an error completion.
 	Syndrome       prm.Syndrome
 	VendorSyndrome uint8
@@ -164,7 +169,7 @@ func (c *Completion) decode(q *Queue, cqe *monocq.CQE) {
 func (c *Completion) set(q *Queue, qpn uint32, op prm.CQEOpcode, counter uint16) {
 	c.WRID, c.Queue, c.QPN, c.Opcode, c.WQECounter = 0, q, qpn, op, counter
 	c.SendOpcode, c.ByteCount, c.Immediate, c.SourceQPN, c.SLID, c.SL = 0, 0, 0, 0, 0, 0
-	c.GRH, c.Solicited = false, false
+	c.GRH, c.Solicited, c.PathBits = false, false, 0
 	c.Syndrome, c.VendorSyndrome, c.Match = 0, 0, MatchOK
 }
 
@@ -185,5 +190,6 @@ func (c *Completion) setRecv(cqe *monocq.CQE) {
 		c.SL = cqe.SL()
 		c.GRH = cqe.HasGRH()
 		c.Solicited = cqe.Solicited()
+		c.PathBits = cqe.PathBits()
 	}()
 }

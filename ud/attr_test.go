@@ -134,6 +134,14 @@ func TestRemoteAddresses(t *testing.T) {
 			}
 			ahs = log.AddressHandles()
 			require.Equal(t, want, ahs[len(ahs)-1], "ReplyRemote")
+			// The path bits a datagram arrived on (a port with LMC > 0)
+			// are the reply's source path bits.
+			in.PathBits = 1
+			_, err = qps[1].ReplyRemote(&in, e.Mem(1, 0, ud.GRHSize))
+			require.NoError(t, err)
+			want.SrcPathBits = 1
+			ahs = log.AddressHandles()
+			require.Equal(t, want, ahs[len(ahs)-1], "ReplyRemote with path bits")
 		})
 	}
 }

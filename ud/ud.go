@@ -200,11 +200,11 @@ func (q *QP) RemoteVia(ah *ctx.AddressHandle, qpn, qkey uint32) (*Remote, error)
 
 // ReplyRemote returns a Remote that answers the sender of a receive
 // completion c (ibv_init_ah_from_wc): its QPN, and its path: the
-// completion's source LID and SL and, when a GRH was received, a GRH back to
-// the GRH's source GID (grh is the first GRHSize bytes of the receive
-// buffer; it may be nil when c.GRH is false), from the local GID the
-// datagram was sent to, of its type (the QP's own GID when the port has
-// no such entry). On InfiniBand the source LID
+// completion's source LID and SL, its path bits as the source path bits,
+// and, when a GRH was received, a GRH back to the GRH's source GID (grh is
+// the first GRHSize bytes of the receive buffer; it may be nil when c.GRH
+// is false), from the local GID the datagram was sent to, of its type (the
+// QP's own GID when the port has no such entry). On InfiniBand the source LID
 // stays the destination LID beside the GRH, as in ibv_init_ah_from_wc: the
 // local route header still needs it (the sender's, or its router's). The
 // GRH area holds an InfiniBand GRH or RoCE v2 IPv6 header, or, for RoCE v2
@@ -218,7 +218,7 @@ func (q *QP) ReplyRemote(c *transport.Completion, grh []byte) (*Remote, error) {
 	if c == nil || c.IsError() || c.IsSend() {
 		return nil, qpcore.Errorf(name, op, "not a successful receive completion: %w", ctx.ErrInvalidArgument)
 	}
-	attr := ctx.AddressAttr{Port: q.port.Number, DLID: c.SLID, SL: c.SL}
+	attr := ctx.AddressAttr{Port: q.port.Number, DLID: c.SLID, SL: c.SL, SrcPathBits: c.PathBits}
 	if c.GRH || q.port.Link == ctx.LinkLayerEthernet {
 		if len(grh) < GRHSize {
 			return nil, qpcore.Errorf(name, op, "the completion carries a GRH: need its %d bytes, got %d: %w", GRHSize, len(grh), ctx.ErrInvalidArgument)
