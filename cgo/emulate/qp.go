@@ -471,7 +471,8 @@ func uverbsAccess(a ctx.Access) uint32 {
 
 // writeQueryQP answers QUERY_QP with the QP's state, the attributes its
 // transitions applied and its capabilities, whatever the mask asks (the
-// kernel fills the whole response too); an unknown handle is EINVAL.
+// kernel fills the whole response too); an unknown handle is EINVAL. A
+// DCT answers as mlx5_ib_dct_query_qp does (queryDCT).
 func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_query_qp
 	if en := c.request(bytesOf(&req)); en != 0 {
@@ -480,6 +481,9 @@ func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
 	if en != 0 {
 		return en
+	}
+	if o.qpType == ctx.QPTypeDCT {
+		return queryDCT(c, o, qpstate.Mask(req.attr_mask))
 	}
 	st, a, ok := simadopt.QueuePairAttributes(o.qp)
 	if !ok {
@@ -525,6 +529,52 @@ func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	}
 	for i, b := range p.DGID {
 		resp.dest.dgid[i] = C.__u8(b)
+	}
+	return c.response(bytesOf(&resp))
+}
+
+// dctQueryMask is the supported_mask of mlx5_ib_dct_query_qp: the
+// attributes a DCT answers QUERY_QP with.
+const dctQueryMask = qpstate.State | qpstate.AccessFlags | qpstate.Port | qpstate.MinRNRTimer |
+	qpstate.AV | qpstate.PathMTU | qpstate.PKeyIndex
+
+// queryDCT answers QUERY_QP of a DCT as mlx5_ib_dct_query_qp does: a mask
+// with a bit outside dctQueryMask, or a DCT not in RTR, is EINVAL; then
+// only the attributes the mask asks for are filled, of a response that is
+// otherwise zero (mlx5_ib_query_qp zeroes the attributes and the init
+// attributes: no capabilities, cur_qp_state 0). The address vector's GRH
+// fields it fills go unseen: their ah_attr has no GRH flag, so
+// copy_ah_attr_to_uverbs copies none of them. The zeroed sq_sig_type is
+// IB_SIGNAL_ALL_WR (0), which ib_uverbs_query_qp answers as sq_sig_all 1.
+func queryDCT(c *writeCall, o *uobject, mask qpstate.Mask) syscall.Errno {
+	if mask&^dctQueryMask != 0 {
+		return unix.EINVAL
+	}
+	st, a, ok := simadopt.QueuePairAttributes(o.qp)
+	if !ok {
+		return unix.ENODEV
+	}
+	if st != ctx.QPStateRTR {
+		return unix.EINVAL
+	}
+	resp := C.struct_ib_uverbs_query_qp_resp{sq_sig_all: 1}
+	if mask&qpstate.State != 0 {
+		resp.qp_state = C.__u8(st)
+	}
+	if mask&qpstate.AccessFlags != 0 {
+		resp.qp_access_flags = C.__u32(uverbsAccess(a.Access))
+	}
+	if mask&qpstate.Port != 0 {
+		resp.port_num = C.__u8(a.Port)
+	}
+	if mask&qpstate.MinRNRTimer != 0 {
+		resp.min_rnr_timer = C.__u8(a.MinRNRTimer)
+	}
+	if mask&qpstate.PathMTU != 0 {
+		resp.path_mtu = C.__u8(a.PathMTU)
+	}
+	if mask&qpstate.PKeyIndex != 0 {
+		resp.pkey_index = C.__u16(a.PKeyIndex)
 	}
 	return c.response(bytesOf(&resp))
 }
