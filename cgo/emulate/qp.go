@@ -413,6 +413,11 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	} else if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
 		return unix.EINVAL
 	}
+	if mask&qpstate.AltPath != 0 {
+		if en := checkAltPath(f.dev, req); en != 0 {
+			return en
+		}
+	}
 	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {
 		return unix.EOPNOTSUPP
 	}
@@ -433,6 +438,31 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	// __mlx5_ib_modify_qp writes only those into the QP context.
 	if err := simadopt.ModifyQueuePair(o.qp, a, mask); err != nil {
 		return errnoOfModel(err)
+	}
+	return 0
+}
+
+// checkAltPath refuses, with EINVAL, the alternate paths the kernel
+// refuses before mlx5_ib takes them: modify_qp (uverbs_cmd.c) needs
+// alt_port_num and the alternate address's port valid and equal;
+// _ib_modify_qp (verbs.c) needs the address's SGID index inside the port's
+// GID table (rdma_fill_sgid_attr) and then refuses an alternate path
+// unless it and the QP's port are InfiniBand ("the core code can only
+// handle alternate paths and APM for IB"; the model's ports share one
+// link layer). What passes is an alternate path a ConnectX would take,
+// which the model has not (EOPNOTSUPP).
+func checkAltPath(dev *sysfsDevice, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
+	n := len(dev.Ports)
+	alt, dest := int(req.alt_port_num), int(req.alt_dest.port_num)
+	if alt < 1 || alt > n || dest < 1 || dest > n || alt != dest {
+		return unix.EINVAL
+	}
+	p := dev.Ports[alt-1]
+	if req.alt_dest.is_global != 0 && int(req.alt_dest.sgid_index) >= p.GIDTableLen {
+		return unix.EINVAL
+	}
+	if p.LinkLayer != ctx.LinkLayerInfiniBand {
+		return unix.EINVAL
 	}
 	return 0
 }
