@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math/bits"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
@@ -294,8 +295,12 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 }
 
 // queuePairAttributes returns the state of a queue pair of the model and
-// the attributes its transitions applied (what a kernel answers to
-// QUERY_QP); ok is false for a queue pair of another provider.
+// the attributes its transitions applied, as the QP context holds them
+// (what a kernel answers to QUERY_QP: query_qp_attr reads the context
+// back); ok is false for a queue pair of another provider. The access
+// flags are the context's remote enables (remoteAccess), the read and
+// atomic depths the context's (contextDepth), and a UD QP's path MTU the
+// 4096 bytes __mlx5_ib_modify_qp writes into its context at every modify.
 func queuePairAttributes(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAttr, ok bool) {
 	q, ok := p.(*qp)
 	if !ok {
@@ -305,5 +310,22 @@ func queuePairAttributes(p provider.QueuePair) (state ctx.QPState, attr ctx.QPAt
 	defer q.f.mu.Unlock()
 	attr = q.attr
 	attr.Access = q.remoteAccess()
+	attr.MaxRdAtomic = contextDepth(q.attr.MaxRdAtomic)
+	attr.MaxDestRdAtomic = contextDepth(q.attr.MaxDestRdAtomic)
+	if q.typ == ctx.QPTypeUD && q.state != ctx.QPStateReset {
+		attr.PathMTU = ctx.MTU4096
+	}
 	return q.state, attr, true
+}
+
+// contextDepth is a read or atomic depth as the QP context keeps it:
+// __mlx5_ib_modify_qp writes a depth d > 0 as log_sra_max (log_rra_max)
+// = fls(d - 1) into a 3-bit field and leaves it 0 for d = 0 or a QP that
+// never set one, and query_qp_attr answers 1 << field: d rounded up to a
+// power of two, 1 for 0.
+func contextDepth(d uint8) uint8 {
+	if d == 0 {
+		return 1
+	}
+	return 1 << (bits.Len8(d-1) & 7)
 }

@@ -413,6 +413,11 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	} else if err := qpstate.Check(o.qpType, from, to, dciTableMask(o.qpType, from, to, mask)); err != nil {
 		return unix.EINVAL
 	}
+	if mask&qpstate.AltPath != 0 {
+		if en := checkAltPath(f.dev, req); en != 0 {
+			return en
+		}
+	}
 	if mask&(qpstate.AltPath|qpstate.PathMigState|qpstate.EnSQDAsyncNotify|qpstate.Cap) != 0 {
 		return unix.EOPNOTSUPP
 	}
@@ -433,6 +438,31 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	// __mlx5_ib_modify_qp writes only those into the QP context.
 	if err := simadopt.ModifyQueuePair(o.qp, a, mask); err != nil {
 		return errnoOfModel(err)
+	}
+	return 0
+}
+
+// checkAltPath refuses, with EINVAL, the alternate paths the kernel
+// refuses before mlx5_ib takes them: modify_qp (uverbs_cmd.c) needs
+// alt_port_num and the alternate address's port valid and equal;
+// _ib_modify_qp (verbs.c) needs the address's SGID index inside the port's
+// GID table (rdma_fill_sgid_attr) and then refuses an alternate path
+// unless it and the QP's port are InfiniBand ("the core code can only
+// handle alternate paths and APM for IB"; the model's ports share one
+// link layer). What passes is an alternate path a ConnectX would take,
+// which the model has not (EOPNOTSUPP).
+func checkAltPath(dev *sysfsDevice, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
+	n := len(dev.Ports)
+	alt, dest := int(req.alt_port_num), int(req.alt_dest.port_num)
+	if alt < 1 || alt > n || dest < 1 || dest > n || alt != dest {
+		return unix.EINVAL
+	}
+	p := dev.Ports[alt-1]
+	if req.alt_dest.is_global != 0 && int(req.alt_dest.sgid_index) >= p.GIDTableLen {
+		return unix.EINVAL
+	}
+	if p.LinkLayer != ctx.LinkLayerInfiniBand {
+		return unix.EINVAL
 	}
 	return 0
 }
@@ -471,7 +501,8 @@ func uverbsAccess(a ctx.Access) uint32 {
 
 // writeQueryQP answers QUERY_QP with the QP's state, the attributes its
 // transitions applied and its capabilities, whatever the mask asks (the
-// kernel fills the whole response too); an unknown handle is EINVAL.
+// kernel fills the whole response too); an unknown handle is EINVAL. A
+// DCT answers as mlx5_ib_dct_query_qp does (queryDCT).
 func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	var req C.struct_ib_uverbs_query_qp
 	if en := c.request(bytesOf(&req)); en != 0 {
@@ -480,6 +511,9 @@ func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
 	if en != 0 {
 		return en
+	}
+	if o.qpType == ctx.QPTypeDCT {
+		return queryDCT(c, o, qpstate.Mask(req.attr_mask))
 	}
 	st, a, ok := simadopt.QueuePairAttributes(o.qp)
 	if !ok {
@@ -525,6 +559,52 @@ func (k *kernel) writeQueryQP(f *ufile, c *writeCall) syscall.Errno {
 	}
 	for i, b := range p.DGID {
 		resp.dest.dgid[i] = C.__u8(b)
+	}
+	return c.response(bytesOf(&resp))
+}
+
+// dctQueryMask is the supported_mask of mlx5_ib_dct_query_qp: the
+// attributes a DCT answers QUERY_QP with.
+const dctQueryMask = qpstate.State | qpstate.AccessFlags | qpstate.Port | qpstate.MinRNRTimer |
+	qpstate.AV | qpstate.PathMTU | qpstate.PKeyIndex
+
+// queryDCT answers QUERY_QP of a DCT as mlx5_ib_dct_query_qp does: a mask
+// with a bit outside dctQueryMask, or a DCT not in RTR, is EINVAL; then
+// only the attributes the mask asks for are filled, of a response that is
+// otherwise zero (mlx5_ib_query_qp zeroes the attributes and the init
+// attributes: no capabilities, cur_qp_state 0). The address vector's GRH
+// fields it fills go unseen: their ah_attr has no GRH flag, so
+// copy_ah_attr_to_uverbs copies none of them. The zeroed sq_sig_type is
+// IB_SIGNAL_ALL_WR (0), which ib_uverbs_query_qp answers as sq_sig_all 1.
+func queryDCT(c *writeCall, o *uobject, mask qpstate.Mask) syscall.Errno {
+	if mask&^dctQueryMask != 0 {
+		return unix.EINVAL
+	}
+	st, a, ok := simadopt.QueuePairAttributes(o.qp)
+	if !ok {
+		return unix.ENODEV
+	}
+	if st != ctx.QPStateRTR {
+		return unix.EINVAL
+	}
+	resp := C.struct_ib_uverbs_query_qp_resp{sq_sig_all: 1}
+	if mask&qpstate.State != 0 {
+		resp.qp_state = C.__u8(st)
+	}
+	if mask&qpstate.AccessFlags != 0 {
+		resp.qp_access_flags = C.__u32(uverbsAccess(a.Access))
+	}
+	if mask&qpstate.Port != 0 {
+		resp.port_num = C.__u8(a.Port)
+	}
+	if mask&qpstate.MinRNRTimer != 0 {
+		resp.min_rnr_timer = C.__u8(a.MinRNRTimer)
+	}
+	if mask&qpstate.PathMTU != 0 {
+		resp.path_mtu = C.__u8(a.PathMTU)
+	}
+	if mask&qpstate.PKeyIndex != 0 {
+		resp.pkey_index = C.__u16(a.PKeyIndex)
 	}
 	return c.response(bytesOf(&resp))
 }

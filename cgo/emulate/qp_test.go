@@ -219,7 +219,7 @@ func TestKernelQueuePairs(t *testing.T) {
 	require.Equal(t, unix.EINVAL, en, "QUERY_QP of an unknown handle")
 	alt := toRTS(h0)
 	alt.mask = mState | mAlt
-	require.Equal(t, unix.EOPNOTSUPP, modifyQPCmd(k, a, fd, alt), "alternate path in RTS→RTS")
+	require.Equal(t, unix.EOPNOTSUPP, modifyQPAltCmd(k, a, fd, alt, altPath{port: 1, destPort: 1}), "alternate path in RTS→RTS")
 	mem, err := unix.Mmap(-1, 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
 	defer func() { _ = unix.Munmap(mem) }()
