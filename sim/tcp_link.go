@@ -514,11 +514,14 @@ func (l *tcpLink) membersLocked() uint64 {
 func refusal(status byte, hello []byte) error {
 	switch status {
 	case tcpBadVer:
-		v := 0
-		if len(hello) >= 2 {
-			v = int(binary.BigEndian.Uint16(hello))
+		if len(hello) != tcpHelloSize {
+			// Its version field may even match: another protocol all the
+			// same.
+			return fmt.Errorf("the connecting end sent a hello of %d bytes, this end's (link protocol version %d) has %d: %w: %w",
+				len(hello), tcpVersion, tcpHelloSize, ErrLinkRefused, ErrFabricVersion)
 		}
-		return fmt.Errorf("the connecting end speaks link protocol version %d, this end %d: %w: %w", v, tcpVersion, ErrLinkRefused, ErrFabricVersion)
+		return fmt.Errorf("the connecting end speaks link protocol version %d, this end %d: %w: %w",
+			binary.BigEndian.Uint16(hello), tcpVersion, ErrLinkRefused, ErrFabricVersion)
 	case tcpBadHeader:
 		return fmt.Errorf("the two ends lay out the wire header differently (size or byte order; link protocol version %d): %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
 	case tcpBadLayer:
