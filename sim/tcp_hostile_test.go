@@ -571,3 +571,95 @@ func TestLinkUDLongerThanMTUDropped(t *testing.T) {
 	require.Equal(t, ctx.QPStateRTS, st)
 	require.True(t, peerLinked(e, p))
 }
+
+// TestLinkHubDropsForeignLIDAndGID: a linked peer speaks for its own
+// ports only, as for its own QPs. A message from a QPN of its slot whose
+// source LID, or a datagram whose GRH's source GID, is that of an HCA in
+// another slot (here the listener's own) is dropped and counted as not
+// forwarded: the receiver would otherwise report it from that HCA, and
+// an answer built from the completion (ibv_create_ah_from_wc) would name
+// it. Before, only the source QPN was checked.
+func TestLinkHubDropsForeignLIDAndGID(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	const qkey = 0x3333
+	ud := e.udQP(e.pd, qkey, qpOpts{})
+	for i := 0; i < 4; i++ {
+		ud.postRecv(dataSeg(256, e.mr.LKey(), e.addr(i*256)))
+	}
+	p := dialLinkPeer(t, e)
+	lid := lidOf(t, e.c)
+	gids, err := e.c.QueryGIDs(1)
+	require.NoError(t, err)
+	victimGID := gids[0].GID
+	own := newHCA((p.slot-tcpSlotBase)*tcpMaxDevices, e.f.opts.LinkLayer)
+	datagram := func(slid uint16, sgid *ctx.GID, text string) []byte {
+		h := wireHdr{Kind: wireUD, Op: uint8(prm.OpSend), DstQPN: ud.qp.QPN(), SrcQPN: p.qpn + 7,
+			RKey: qkey, Total: uint32(len(text)), DLID: lid, SrcLID: slid}
+		body := []byte(text)
+		if sgid != nil {
+			h.GRH, h.DGID = 1, victimGID
+			grh := make([]byte, prm.GRHSize)
+			grh[0] = 6 << 4
+			grh[6] = prm.GRHNextHeaderIBA
+			copy(grh[8:24], sgid[:])
+			copy(grh[24:40], victimGID[:])
+			body = append(grh, body...)
+		}
+		return linkMessage(h, body)
+	}
+	ownGID := own.gids[0].GID
+	require.NoError(t, p.send(
+		datagram(lid, nil, "the listener's LID"),
+		datagram(own.lid, &victimGID, "the listener's GID"),
+		datagram(own.lid, &ownGID, "genuine"),
+	))
+	c := waitCQE(t, ud.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op, "syndrome %v", c.synd)
+	require.Equal(t, own.lid, c.slid, "a datagram in another HCA's name was delivered")
+	require.Equal(t, []byte("genuine"), e.mem(prm.GRHSize, 7))
+	time.Sleep(10 * time.Millisecond)
+	require.Empty(t, ud.rcq.drain(), "the datagrams in another's name never arrive")
+	st, _ := e.f.Link()
+	require.Equal(t, uint64(2), st.NotForwarded)
+	require.True(t, peerLinked(e, p))
+}
+
+// TestLinkForeignSourceForms: what a Fabric of this version sends from
+// any HCA of its slot, by any GID index and either link layer, names its
+// own slot (the listener passes it on); the same from an HCA of another
+// slot names that one. An answer's and a RoCE port's LID 0, and a GID of
+// no HCA (an AV's SGID index past the table), name none.
+func TestLinkForeignSourceForms(t *testing.T) {
+	const slot = tcpSlotBase + 5
+	for _, link := range []ctx.LinkLayer{ctx.LinkLayerInfiniBand, ctx.LinkLayerEthernet} {
+		for _, c := range []struct {
+			hca     int
+			foreign bool
+		}{
+			{(slot - tcpSlotBase) * tcpMaxDevices, false},
+			{(slot-tcpSlotBase)*tcpMaxDevices + tcpMaxDevices - 1, false},
+			{(slot - tcpSlotBase - 1) * tcpMaxDevices, true},
+			{(slot-tcpSlotBase)*tcpMaxDevices + tcpMaxDevices, true},
+			{0, true},
+		} {
+			from := newHCA(c.hca, link)
+			to := newHCA((slot-tcpSlotBase+1)*tcpMaxDevices, link)
+			for idx := range from.gids {
+				a := avInfo{grh: true, dlid: to.lid, dgid: to.gids[idx].GID, sgidIdx: uint8(idx), hopLimit: 64}
+				grh := buildGRH(from, a, from.roceL3(uint8(idx)), 16)
+				h := wireHdr{Kind: wireUD, GRH: 1, SrcLID: from.lid, L3: from.roceL3(uint8(idx))}
+				require.Equal(t, c.foreign, tcpForeignSource(&h, append(grh, make([]byte, 16)...), slot),
+					"%v: HCA %d, GID index %d", link, c.hca, idx)
+			}
+			h := wireHdr{Kind: wireRequest, SrcLID: from.lid}
+			require.Equal(t, c.foreign && link == ctx.LinkLayerInfiniBand, tcpForeignSource(&h, nil, slot), "%v: HCA %d, RC", link, c.hca)
+		}
+		from := newHCA((slot-tcpSlotBase)*tcpMaxDevices, link)
+		grh := buildGRH(from, avInfo{grh: true, sgidIdx: 200}, prm.CQERoCEL3GRH, 16)
+		h := wireHdr{Kind: wireUD, GRH: 1}
+		require.False(t, tcpForeignSource(&h, grh, slot), "%v: no SGID", link)
+		h = wireHdr{Kind: wireResponse}
+		require.False(t, tcpForeignSource(&h, nil, slot), "%v: an answer", link)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/admit"
 	"github.com/mlx5kit/mlx5kit/internal/sealed"
 )
@@ -513,11 +514,14 @@ func (l *tcpLink) membersLocked() uint64 {
 func refusal(status byte, hello []byte) error {
 	switch status {
 	case tcpBadVer:
-		v := 0
-		if len(hello) >= 2 {
-			v = int(binary.BigEndian.Uint16(hello))
+		if len(hello) != tcpHelloSize {
+			// Its version field may even match: another protocol all the
+			// same.
+			return fmt.Errorf("the connecting end sent a hello of %d bytes, this end's (link protocol version %d) has %d: %w: %w",
+				len(hello), tcpVersion, tcpHelloSize, ErrLinkRefused, ErrFabricVersion)
 		}
-		return fmt.Errorf("the connecting end speaks link protocol version %d, this end %d: %w: %w", v, tcpVersion, ErrLinkRefused, ErrFabricVersion)
+		return fmt.Errorf("the connecting end speaks link protocol version %d, this end %d: %w: %w",
+			binary.BigEndian.Uint16(hello), tcpVersion, ErrLinkRefused, ErrFabricVersion)
 	case tcpBadHeader:
 		return fmt.Errorf("the two ends lay out the wire header differently (size or byte order; link protocol version %d): %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
 	case tcpBadLayer:
@@ -1029,9 +1033,9 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 			l.drop(p, fmt.Errorf("a message of unknown kind %d: %w", h.Kind, ErrFabricVersion))
 			return got
 		case l.listen:
-			// A connected Fabric speaks for its own QPs only; a
-			// message for another's goes on to it.
-			if tcpQPNSlot(h.SrcQPN) != p.slot {
+			// A connected Fabric speaks for its own QPs and ports
+			// only; a message for another's goes on to it.
+			if tcpQPNSlot(h.SrcQPN) != p.slot || tcpForeignSource(h, rec[wireHdrSize:], p.slot) {
 				l.counted(false)
 				continue
 			}
@@ -1060,6 +1064,28 @@ func (l *tcpLink) frames(f *Fabric, p *tcpPeer) bool {
 		p.in = p.in[:copy(p.in, in)]
 	}
 	return got
+}
+
+// tcpForeignSource reports whether message h, with payload body, names
+// as its source a port of an HCA outside slot: a source LID of another
+// slot's HCA, or, for a datagram, a GRH whose source GID (read as a
+// receiver reads it, addrvec.GRHAddresses) is another slot's HCA's. A
+// receiver reports both in its completion and the GRH, and an answer
+// built from them names that HCA. A LID of 0 (an answer, a RoCE port) and
+// a GID of none of the model's HCAs name no other Fabric's port.
+func tcpForeignSource(h *wireHdr, body []byte, slot int) bool {
+	if h.SrcLID != 0 && tcpSlotBase+(int(h.SrcLID)-1)/tcpMaxDevices != slot {
+		return true
+	}
+	if h.Kind != wireUD || h.GRH == 0 {
+		return false
+	}
+	sgid, _, _, ok := addrvec.GRHAddresses(body)
+	if !ok {
+		return false
+	}
+	i, ok := hcaIndexOfGID(sgid)
+	return ok && tcpSlotBase+i/tcpMaxDevices != slot
 }
 
 // sleep waits up to d for bytes from a peer (the engine is idle).
@@ -1130,7 +1156,7 @@ type LinkStatus struct {
 	// Forwarded and NotForwarded count, on the listener, the messages it
 	// passed on from one connected Fabric to another, and those it could
 	// not (the destination's slot not linked, too much waiting for it, or
-	// a source QPN not of the sender's slot).
+	// a source QPN, LID or GID not of the sender's slot).
 	Forwarded, NotForwarded uint64
 	// Refused counts the connections the listening end refused (failed
 	// authentication, another protocol version or link layer);

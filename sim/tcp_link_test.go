@@ -774,3 +774,28 @@ func TestLinkFlushSlowReader(t *testing.T) {
 	require.Equal(t, sent, got, "the bytes the peer read")
 	require.LessOrEqual(t, cap(p.outBuf), 4*most+64<<10, "the array grew past a few times the backlog")
 }
+
+// TestLinkHelloOfAnotherSize: a hello of another size than this
+// version's is refused as another protocol, and the listener's reason
+// names its size; it said the peer spoke version 5 where this end
+// speaks 5.
+func TestLinkHelloOfAnotherSize(t *testing.T) {
+	skipOnEmulatedCPU(t)
+	e1 := newEnv(t, Options{Mode: Engine, Link: "listen:127.0.0.1:0", LinkKey: testLinkKey})
+	st, _ := e1.f.Link()
+	conn, err := net.Dial("tcp", st.Address)
+	require.NoError(t, err)
+	sc, err := sealed.Dial(conn, testLinkKey, sealed.FabricLink, 5*time.Second)
+	require.NoError(t, err)
+	defer sc.Close()
+	require.NoError(t, sc.WriteFrame(hello(ctx.LinkLayerInfiniBand, 2)[:12]))
+	b, err := sc.ReadFrame(tcpReplySize)
+	require.NoError(t, err)
+	require.Equal(t, byte(tcpBadVer), b[0])
+	require.Eventually(t, func() bool { s, _ := e1.f.Link(); return s.Refused == 1 }, 5*time.Second, time.Millisecond)
+	s, _ := e1.f.Link()
+	require.ErrorIs(t, s.LastRefusal, ErrFabricVersion)
+	require.ErrorIs(t, s.LastRefusal, ErrLinkRefused)
+	require.Contains(t, s.LastRefusal.Error(), fmt.Sprintf("a hello of 12 bytes, this end's (link protocol version %d) has %d", tcpVersion, tcpHelloSize))
+	require.NotContains(t, s.LastRefusal.Error(), fmt.Sprintf("version %d, this end %d", tcpVersion, tcpVersion))
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
@@ -48,43 +49,22 @@ func ParseGRH(b []byte) (GRH, error) {
 	if len(b) < prm.GRHSize {
 		return GRH{}, fmt.Errorf("parse GRH: %d bytes, want %d: %w", len(b), prm.GRHSize, ErrBadGRH)
 	}
-	var g GRH
-	ip := b[ipv4At:prm.GRHSize]
-	v6 := b[0]>>4 == 6
-	switch {
-	case !v6 && ip[0]>>4 == 4, v6 && checkedIPv4(ip):
+	sgid, dgid, ipv4, ok := addrvec.GRHAddresses(b)
+	if !ok {
+		return GRH{}, fmt.Errorf("parse GRH: IP version %d at byte 0, %d at byte %d: %w", b[0]>>4, b[addrvec.GRHIPv4At]>>4, addrvec.GRHIPv4At, ErrBadGRH)
+	}
+	g := GRH{SGID: sgid, DGID: dgid}
+	if ipv4 {
+		ip := b[addrvec.GRHIPv4At:]
 		g.IPv4, g.RoCEv2 = true, true
 		g.TrafficClass = ip[1]
 		g.HopLimit = ip[8]
-		g.SGID = v4Mapped(ip[12:16])
-		g.DGID = v4Mapped(ip[16:20])
-	case v6:
-		w := binary.BigEndian.Uint32(b[0:4])
-		g.TrafficClass = uint8(w >> 20)
-		g.FlowLabel = w & prm.AVFlowLblMask
-		g.HopLimit = b[7]
-		copy(g.SGID[:], b[8:24])
-		copy(g.DGID[:], b[24:40])
-		g.RoCEv2 = b[6] == prm.IPProtoUDP
-	default:
-		return GRH{}, fmt.Errorf("parse GRH: IP version %d at byte 0, %d at byte %d: %w", b[0]>>4, ip[0]>>4, ipv4At, ErrBadGRH)
+		return g, nil
 	}
+	w := binary.BigEndian.Uint32(b[0:4])
+	g.TrafficClass = uint8(w >> 20)
+	g.FlowLabel = w & prm.AVFlowLblMask
+	g.HopLimit = b[7]
+	g.RoCEv2 = b[6] == prm.IPProtoUDP
 	return g, nil
-}
-
-// ipv4At is where the IPv4 header of a RoCE v2 packet over IPv4 starts in
-// the GRH area.
-const ipv4At = prm.GRHSize - prm.IPv4HeaderSize
-
-func v4Mapped(v4 []byte) ctx.GID {
-	var g ctx.GID
-	g[10], g[11] = 0xff, 0xff
-	copy(g[12:], v4)
-	return g
-}
-
-// checkedIPv4 reports whether h (20 bytes) is an IPv4 header without
-// options whose header checksum is right.
-func checkedIPv4(h []byte) bool {
-	return h[0] == prm.IPv4VersionIHL && prm.IPv4HeaderChecksum(h[:prm.IPv4HeaderSize]) == 0
 }
