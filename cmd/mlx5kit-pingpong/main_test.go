@@ -258,6 +258,26 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// TestAddressFlags: a -server or -client that is not HOST:PORT, or whose
+// port is out of range, exits 2 saying so; before, -server 127.0.0.1
+// without a key was told to listen on 127.0.0.1, and the others failed
+// with exit status 1 once the device was open.
+func TestAddressFlags(t *testing.T) {
+	t.Setenv(perftool.EnvKey, "")
+	for _, args := range [][]string{
+		{"-server", "127.0.0.1"},
+		{"-server", "127.0.0.1:99999"},
+		{"-client", "localhost"},
+		{"-client", "localhost:65536"},
+		{"-client", "a:b:1"},
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 2, run(append([]string{"-provider", "sim"}, args...), &out, &errOut), "%q", args)
+		require.Contains(t, errOut.String(), args[0]+" "+strconv.Quote(args[1])+": want HOST:PORT", "%q", args)
+		require.NotContains(t, errOut.String(), "without a key", "%q", args)
+	}
+}
+
 // TestServerKey: a server that other hosts can reach needs a key; with the
 // same key at both ends they run. A server with a key outlives the
 // connections that fail before they are a client (garbage, a connection

@@ -340,3 +340,14 @@ func TestDialTimeoutIsNotAKeyMismatch(t *testing.T) {
 	_, err = Dial(ln.Addr().String(), 5*time.Second, keyed, want)
 	require.ErrorContains(t, err, "the server hung up: both ends need the same key")
 }
+
+// TestDialSilentServerIsNotAHangUp: a client without a key whose server
+// takes the parameters and says nothing within the timeout is told that
+// no answer came, not that the server hung up.
+func TestDialSilentServerIsNotAHangUp(t *testing.T) {
+	addr := toolproc.ServeOne(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	_, err := Dial(addr, 200*time.Millisecond, loopback, testParams{Magic: testMagic})
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NotContains(t, err.Error(), "hung up")
+	require.ErrorContains(t, err, "no answer within 200ms")
+}

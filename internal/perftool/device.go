@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -49,6 +50,24 @@ func (f Flags) Check() string {
 		return fmt.Sprintf("-timeout %v: want a positive duration", *f.Timeout)
 	case *f.Server != "" && *f.Client != "":
 		return "-server and -client exclude each other"
+	case *f.Server != "":
+		return checkAddress("-server", *f.Server)
+	case *f.Client != "":
+		return checkAddress("-client", *f.Client)
+	}
+	return ""
+}
+
+// checkAddress returns what is wrong with the value of the flag name, a
+// TCP address: HOST:PORT (HOST may be empty) with a port number up to
+// 65535 or a service name; "" when nothing is.
+func checkAddress(name, address string) string {
+	_, port, err := net.SplitHostPort(address)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Sprintf("%s %q: want HOST:PORT, e.g. :18515 or localhost:18515 (%v)", name, address, err)
 	}
 	return ""
 }

@@ -407,7 +407,7 @@ func Dial(addr string, timeout time.Duration, sec endpoint.Security, params any)
 		conn.Close()
 		return nil, fmt.Errorf("send the parameters: %w", err)
 	}
-	if err := readAnswer(conn); err != nil {
+	if err := readAnswer(conn, timeout); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -478,10 +478,13 @@ func RefuseClient(conn net.Conn, why error) error {
 }
 
 // readAnswer reads the server's answer to the parameters Dial sent on
-// conn (see admitClient and RefuseClient).
-func readAnswer(conn net.Conn) error {
+// conn (see admitClient and RefuseClient), which comes within timeout.
+func readAnswer(conn net.Conn, timeout time.Duration) error {
 	var a [3]byte
 	if _, err := io.ReadFull(conn, a[:1]); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("read the server's answer to the parameters: %w (no answer within %v: is the server this tool's, of this version?)", err, timeout)
+		}
 		return fmt.Errorf("read the server's answer to the parameters: %w (the server hung up without one: a server serves one client and may have taken another, or it is not this tool's, of this version)", err)
 	}
 	switch a[0] {
