@@ -21,7 +21,7 @@ import (
 func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	c, err := claimOf(cq, false)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("transport: new CQ: %w", err)
 	}
 	return c.ring, nil
 }
