@@ -172,3 +172,24 @@ func TestWaitDoesNotArmClosedCQ(t *testing.T) {
 	require.Equal(t, before, *arm, "the closed CQ was armed")
 	runtime.KeepAlive(p)
 }
+
+// TestCompletionsOverAClosedPollerWithAnEmptyRing: Completions over a
+// transport Poller closed before it started, with no completion in the
+// ring, ends with an error wrapping ctx.ErrClosed at once, as it does when
+// a completion waits in the ring; before, it slept until a completion
+// came or the context ended (with context.Background, for ever).
+func TestCompletionsOverAClosedPollerWithAnEmptyRing(t *testing.T) {
+	_, _, p, n := notifierOnSim(t)
+	defer n.Close()
+	require.NoError(t, p.Close())
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got []error
+	for wc, err := range completion.Completions(c, n, p) {
+		require.Nil(t, wc)
+		got = append(got, err)
+	}
+	require.Len(t, got, 1)
+	require.ErrorIs(t, got[0], ctx.ErrClosed)
+	require.NoError(t, c.Err(), "it waited for the context to end")
+}

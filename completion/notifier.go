@@ -309,6 +309,12 @@ func Completions[C any](c context.Context, n *Notifier, p Poller[C]) iter.Seq2[C
 				yield(zero, fmt.Errorf("completion: completions of CQ 0x%x: %w", n.poll.CQN(), ctx.ErrClosed))
 				return
 			}
+			if seam.PollerClosed != nil && seam.PollerClosed(p) {
+				// A closed transport Poller takes nothing: waiting would
+				// last until a completion came, only to be refused.
+				yield(zero, fmt.Errorf("completion: completions of CQ 0x%x: the Poller is closed: %w", n.poll.CQN(), ctx.ErrClosed))
+				return
+			}
 			if err := n.Wait(c); err != nil {
 				yield(zero, err)
 				return

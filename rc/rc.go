@@ -271,10 +271,11 @@ func (q *QP) Remote() endpoint.Endpoint { return q.remote }
 // (monocq.CQ.Discard), as
 // rdma-core cleans a QP's CQs on its way to RESET, so that none completes a
 // work request posted after the reset. Call it on the goroutine that posts
-// on the QP and polls those Pollers, between polls: inside the function a
-// Poll of one of them hands completions to, whose batch may still hold the
-// QP's CQEs, Reset changes nothing and returns an error wrapping
-// ctx.ErrBusy.
+// on the QP and polls its CQs, between polls: inside a poll of one of
+// their rings (the function a Poller's Poll hands completions to, whether
+// the QP was added to that Poller or not, or a poll of NewCQ's ring),
+// whose batch may still hold the QP's CQEs, Reset changes nothing and
+// returns an error wrapping ctx.ErrBusy.
 //
 // On a QP attached to an SRQ, Reset goes to RESET directly, not through
 // the error state and the last-WQE-reached event the IBA asks for: a

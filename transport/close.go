@@ -90,22 +90,28 @@ func closeWithQP(q *Queue) {
 	}
 }
 
-// polling returns an error wrapping ctx.ErrBusy when one of the Pollers q
-// was added to is inside its Poll (in the function Poll hands completions
-// to): its batch holds CQEs of q that Poll goes on to hand over, and its
-// ring cannot be compacted (monocq.CQ.Discard does nothing then), so a
-// Reset there would leave CQEs that name WQE indexes the rebuilt rings
-// reuse. Reset asks before it moves the queue pair.
+// polling returns an error wrapping ctx.ErrBusy when the ring of one of
+// q's open completion queues is inside a poll (a Poll of its Poller,
+// whether q was added to it or not, or a poll of NewCQ's ring): its batch
+// may hold CQEs of q that the poll goes on to hand over, and the ring
+// cannot be compacted (monocq.CQ.Discard does nothing then), so a Reset
+// there would leave CQEs that name WQE indexes the rebuilt rings reuse.
+// Reset asks before it moves the queue pair.
 func (q *Queue) polling() error {
 	c := q.closer
 	if c == nil || c.qp != q.qp {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, p := range c.pollers {
-		if !p.owner.Closed() && p.cq.InBatch() {
-			return fmt.Errorf("QP %#x: the Poller of CQ %#x is inside its Poll: %w", q.qpn, p.cq.CQN(), ctx.ErrBusy)
+	cfg := q.qp.Config()
+	for _, cq := range [2]*ctx.CompletionQueue{cfg.SendCQ, cfg.RecvCQ} {
+		if cq == nil {
+			continue
+		}
+		claimsMu.Lock()
+		cl := claims[cq]
+		claimsMu.Unlock()
+		if cl != nil && !cq.Closed() && cl.ring.InBatch() {
+			return fmt.Errorf("QP %#x: the ring of CQ %#x is inside a poll: %w", q.qpn, cq.CQN(), ctx.ErrBusy)
 		}
 	}
 	return nil

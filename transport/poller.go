@@ -21,7 +21,7 @@ import (
 func NewCQ(cq *ctx.CompletionQueue) (*monocq.CQ, error) {
 	c, err := claimOf(cq, false)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("transport: new CQ: %w", err)
 	}
 	return c.ring, nil
 }
@@ -337,13 +337,21 @@ func (p *Poller) Add(qp QueuePair) error {
 }
 
 // Remove stops routing the completions of qp at once, closed or not (CQEs
-// of it still in the ring then count as ones of an unknown QPN).
+// of it still in the ring then count as ones of an unknown QPN). An open
+// queue pair that was not added is refused with monocq.ErrUnknownQPN. A
+// closed one is not: the Poller drops closed queue pairs itself, in a Poll
+// that the close does not order, so Remove of a closed queue pair returns
+// nil whether or not that Poll ran (and leaves alone a queue added since
+// for its QPN).
 func (p *Poller) Remove(qp QueuePair) error {
 	q := queueOf(qp)
 	if q == nil {
 		return fmt.Errorf("poller: remove: nil queue pair: %w", ctx.ErrInvalidArgument)
 	}
 	if p.Lookup(q.qpn) != q {
+		if p.table != nil && q.qp != nil && q.qp.Closed() {
+			return nil // dropped already, by a Poll or a Remove
+		}
 		return fmt.Errorf("poller: remove QP %#x: %w", q.qpn, monocq.ErrUnknownQPN)
 	}
 	p.drop(q)

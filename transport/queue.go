@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/seam"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -110,6 +111,10 @@ func init() {
 		return setup(q.(*Queue), transport, qp, s)
 	}
 	qpcore.Polling = func(q any) error { return q.(*Queue).polling() }
+	seam.PollerClosed = func(poller any) bool {
+		p, ok := poller.(*Poller)
+		return ok && p.closed
+	}
 	qpcore.Refusal = func(q any, wrid uint64, flags wqebuilder.Flags) (wqebuilder.CtrlStage, error) {
 		return q.(*Queue).refuse(wrid, flags)
 	}

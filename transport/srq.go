@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"fmt"
+
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
@@ -110,13 +112,24 @@ func (s *SharedReceiveQueue) Free() uint32 {
 //
 // Like Queue.BeginRecv, the staged post compiles into the caller.
 func (s *SharedReceiveQueue) BeginRecv(wrid uint64) RecvStage {
-	// Open, and a slot on the free list besides its tail.
+	// Open, and a slot on the free list besides its tail (a zero
+	// SharedReceiveQueue's ring has none).
 	r := s.ring
+	if r == nil {
+		r = zeroSRQRecv
+	}
 	if r.head == r.tail || s.srq.Closed() {
 		return r.refuse()
 	}
 	return r.begin(wrid)
 }
+
+// zeroSRQRecv is the ring of a zero SharedReceiveQueue: full (head ==
+// tail), so that BeginRecv refuses every post.
+var zeroSRQRecv = &recvRing{srq: true, refusal: func() error {
+	return &wqebuilder.PostError{Transport: "transport", Op: "post receive", SRQ: true,
+		Err: fmt.Errorf("SRQ not made by NewSharedReceiveQueue: %w", ctx.ErrInvalidArgument)}
+}}
 
 // recvRefusal is why a post on s cannot go ahead: it is closed, or full.
 func (s *SharedReceiveQueue) recvRefusal() error {

@@ -98,4 +98,9 @@ var (
 	// poller with a *ctx.CompletionQueue can check that both name one
 	// ring, not only one CQN: each device numbers its CQs itself.
 	CQDoorbell func(poller any) unsafe.Pointer
+	// PollerClosed reports whether poller is a *transport.Poller that
+	// was closed (transport installs it from its init), so that package
+	// completion's iterator ends over a closed Poller also when no
+	// completion is in its ring.
+	PollerClosed func(poller any) bool
 )

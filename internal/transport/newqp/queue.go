@@ -97,9 +97,10 @@ func Refuse(q *transport.Queue, wrid uint64, flags wqebuilder.Flags, remote Remo
 // state change of the QP).
 func SetState(q *transport.Queue, s transport.State) { Send(q).State = qpcore.State(s) }
 
-// Polling returns an error wrapping ctx.ErrBusy when a Poller q was added
-// to is inside its Poll: rc's Reset, which takes q's CQEs out of those
-// Pollers' rings, cannot run there.
+// Polling returns an error wrapping ctx.ErrBusy when the ring of one of
+// q's completion queues is inside a poll (its Poller's, or
+// transport.NewCQ's): rc's Reset, which takes q's CQEs out of those
+// rings, cannot run there.
 func Polling(q *transport.Queue) error { return qpcore.Polling(q) }
 
 // Setup builds q over a created queue pair: the send queue from its

@@ -61,10 +61,10 @@ func Errorf(transport, op, format string, args ...any) error {
 // this package is below transport; newqp.Setup is the typed door.
 var Setup func(q any, transport string, qp *ctx.QueuePair, srq any) error
 
-// Polling returns an error wrapping ctx.ErrBusy when a Poller the
-// *transport.Queue q was added to is inside its Poll, where the CQEs of q
-// cannot be taken out of its ring; package transport sets it from its
-// init.
+// Polling returns an error wrapping ctx.ErrBusy when the ring of one of
+// the *transport.Queue q's completion queues is inside a poll (its
+// Poller's, or transport.NewCQ's), where the CQEs of q cannot be taken out
+// of it; package transport sets it from its init.
 var Polling func(q any) error
 
 // Refusal returns the stage and error of a send post on the
