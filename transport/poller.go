@@ -201,7 +201,8 @@ func NewPoller(cq *ctx.CompletionQueue) (*Poller, error) {
 // Poller's consumer index, through the same ring poller (CQ returns it: a
 // completion.Notifier made on it serves the next Poller too). A closed
 // Poller polls nothing, refuses Add with
-// ctx.ErrClosed, and Err says it is closed. Close from inside Poll (from
+// ctx.ErrClosed, and Err says it is closed (unless it holds an earlier
+// problem). Close from inside Poll (from
 // the function Poll hands completions to) is refused with ctx.ErrBusy; a
 // second Close does nothing. Close runs on the owner's goroutine, like
 // Poll.
@@ -569,9 +570,11 @@ func (p *Poller) unknown(c *monocq.CQE) {
 	}
 }
 
-// Err returns the first problem the poller met: the ring's own (monocq
-// ErrOverrun, ErrCorrupt), a CQE for an unknown QPN (monocq.ErrUnknownQPN), or a
-// closed CQ or Poller (ctx.ErrClosed).
+// Err returns the problem the poller met, nil if none: the ring's own
+// (monocq ErrOverrun, ErrCorrupt), which stops the polling and so comes
+// first; else the first CQE for an unknown QPN (monocq.ErrUnknownQPN);
+// else a closed CQ or Poller (ctx.ErrClosed). Once it has returned one
+// of the last two, it keeps returning it.
 func (p *Poller) Err() error {
 	if p.cq == nil {
 		return errZeroPoller
