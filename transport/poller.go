@@ -296,7 +296,10 @@ func (p *Poller) Poll(max int, fn func(*Completion)) int {
 // and so is one whose send and receive CQs are both another than the
 // Poller's (ctx.ErrInvalidArgument): none of its completions would come
 // here. A closed one that still holds qp's QPN (the device reuses the QPNs of
-// destroyed QPs) is dropped first: its QPN is qp's from now on.
+// destroyed QPs) is dropped first: its QPN is qp's from now on. An open
+// queue pair whose QPN the Poller already routes (qp added twice, or
+// another device's queue pair with the same number) is refused with
+// monocq.ErrDuplicateQPN.
 func (p *Poller) Add(qp QueuePair) error {
 	q := queueOf(qp)
 	if q == nil {

@@ -56,3 +56,18 @@ func TestRemoveClosedQueuePair(t *testing.T) {
 	require.Same(t, &c.Queue, p.Lookup(c.QPN()), "the queue added for the QPN stays")
 	require.NoError(t, p.Err())
 }
+
+// TestAddTwiceRefused: a queue pair added twice is refused with
+// monocq.ErrDuplicateQPN, and the Poller still routes it once.
+func TestAddTwiceRefused(t *testing.T) {
+	e := transporttest.New(t, sim.Options{})
+	cq := e.CQ(0, 16)
+	p, err := transport.NewPoller(cq)
+	require.NoError(t, err)
+	a, err := rc.New(e.PD[0], cq, rc.Config{SendDepth: 4})
+	require.NoError(t, err)
+	require.NoError(t, p.Add(a))
+	require.ErrorIs(t, p.Add(a), monocq.ErrDuplicateQPN)
+	require.Equal(t, 1, p.Len())
+	require.Same(t, &a.Queue, p.Lookup(a.QPN()))
+}
