@@ -321,7 +321,13 @@ type DeviceAttr struct {
 	// largest size can carry on an RC QP (SendLimits has every type's:
 	// UD and DCI WQEs carry an address vector and leave less room).
 	MaxInline uint32
-	// AtomicHCA reports 64-bit atomics executed by the device (IBV_ATOMIC_HCA).
+	// AtomicHCA reports 64-bit atomics executed by the device: atomic_cap
+	// IBV_ATOMIC_HCA, or IBV_ATOMIC_GLOB, to which libmlx5 raises it on a
+	// device whose PCIe atomics take 8 bytes (pci_atomic_caps). Either way
+	// the device's atomics are atomic with respect to one another; only
+	// IBV_ATOMIC_GLOB also promises it against the processors' and other
+	// devices' atomic operations on the same memory. The software HCA
+	// reports IBV_ATOMIC_HCA.
 	AtomicHCA bool
 	// MaskedAtomics says whether masked compare-and-swap / fetch-and-add
 	// (the extended atomics) are supported. The hardware provider reports
