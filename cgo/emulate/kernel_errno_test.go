@@ -283,3 +283,28 @@ func legacyCreateRCQP(t *testing.T, respAddr uintptr, pd, cq uint32, edit func(r
 	edit(core)
 	return append(core, mlx5QPReq(addrOf(buf), addrOf(db), 16, 8, 5, 0, 0)...)
 }
+
+// TestCreateQPReceiveSGEsWithoutReceiveQueue: the receive SGEs of a QP
+// without a receive queue of its own (it receives through an SRQ, or asks
+// for no receive work requests) size nothing, and neither libmlx5
+// (mlx5_calc_rq_size returns before mlx5_calc_rcv_wqe looks at them) nor
+// mlx5_ib (set_rq_size, !qp_has_rq) checks them: CREATE_QP takes any
+// count there. A QP with a receive queue still has them checked.
+func TestCreateQPReceiveSGEsWithoutReceiveQueue(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	ring, db := srqMemory(t, 16, 32)
+	srq, _, _, _, en := createSRQCmd(k, a, fd, pd, 15, 1, mlx5SRQReq(addrOf(ring), addrOf(db), 0))
+	require.Zero(t, en)
+	many := k.files[fd].dev.Attr.MaxSGE + 1
+	buf, qdb := qpMemory(t, 0, 16)
+	req := mlx5QPReq(addrOf(buf), addrOf(qdb), 16, 0, 0, 0, 0)
+	_, _, en = createQPOnSRQ(k, a, fd, pd, cq, srq, qptRC, qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: many}, req)
+	require.Zero(t, en, "receive SGEs of a QP on an SRQ")
+	buf2, qdb2 := qpMemory(t, 0, 16)
+	_, _, _, en = createQPCmd(k, a, fd, pd, cq, cq, qptRC, qpCaps{sendWR: 8, sendSGE: 1, recvSGE: many}, mlx5QPReq(addrOf(buf2), addrOf(qdb2), 16, 0, 0, 0, 0))
+	require.Zero(t, en, "receive SGEs of a QP with no receive work requests")
+	buf3, qdb3 := qpMemory(t, 8<<5, 16)
+	_, _, _, en = createQPCmd(k, a, fd, pd, cq, cq, qptRC, qpCaps{sendWR: 8, recvWR: 8, sendSGE: 1, recvSGE: many}, mlx5QPReq(addrOf(buf3), addrOf(qdb3), 16, 8, 5, 0, 0))
+	require.Equal(t, unix.EINVAL, en, "receive SGEs of a QP with a receive queue")
+}

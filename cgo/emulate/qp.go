@@ -103,9 +103,12 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	}
 	attr := f.dev.Attr
 	c := r.caps
-	// create_dct uses none of the capabilities.
+	// create_dct uses none of the capabilities. The receive SGEs of a QP
+	// without a receive queue (qp_has_rq: on an SRQ, or no receive work
+	// requests) size nothing, and libmlx5 does not check them either.
 	dct := typ == ctx.QPTypeDCT
-	if !dct && (c.SendDepth > attr.MaxQPWR || c.RecvDepth > attr.MaxQPWR || c.MaxSendSGE > attr.MaxSGE || c.MaxRecvSGE > attr.MaxSGE) {
+	hasRQ := sref == nil && c.RecvDepth > 0
+	if !dct && (c.SendDepth > attr.MaxQPWR || c.RecvDepth > attr.MaxQPWR || c.MaxSendSGE > attr.MaxSGE || hasRQ && c.MaxRecvSGE > attr.MaxSGE) {
 		return qpReply{}, unix.EINVAL
 	}
 	if !dct && c.SendDepth > 0 {
