@@ -451,6 +451,9 @@ func (l *tcpLink) greet(conn *fdConn, from net.Addr, t *admit.Ticket) {
 	}
 	reply := make([]byte, tcpReplySize)
 	reply[0] = status
+	// Bytes 2 and 3 name this end's version, so that a refused dialer can
+	// say which it is (a listener before this left them 0).
+	binary.BigEndian.PutUint16(reply[2:], tcpVersion)
 	binary.BigEndian.PutUint32(reply[4:], uint32(l.slot))
 	binary.BigEndian.PutUint32(reply[8:], uint32(slot))
 	l.mu.Lock()
@@ -596,6 +599,9 @@ func dialLink(cx context.Context, addr string, sec endpoint.Security, layer ctx.
 	}
 	if len(b) > 0 && b[0] == tcpBadVer {
 		_ = sc.Close()
+		if len(b) >= 4 && binary.BigEndian.Uint16(b[2:]) != 0 {
+			return nil, fmt.Errorf("the listener speaks link protocol version %d, this end %d: %w: %w", binary.BigEndian.Uint16(b[2:]), tcpVersion, ErrLinkRefused, ErrFabricVersion)
+		}
 		return nil, fmt.Errorf("the listener speaks another link protocol version than this end's %d: %w: %w", tcpVersion, ErrLinkRefused, ErrFabricVersion)
 	}
 	if len(b) != tcpReplySize {

@@ -346,6 +346,7 @@ func TestLinkVersionRefused(t *testing.T) {
 			b, err := sc.ReadFrame(tcpReplySize)
 			require.NoError(t, err)
 			require.Equal(t, c.status, b[0])
+			require.Equal(t, uint16(tcpVersion), binary.BigEndian.Uint16(b[2:]), "the listener names its version")
 			require.ErrorIs(t, refusal(b[0], h), ErrLinkRefused)
 		})
 	}
@@ -798,4 +799,51 @@ func TestLinkHelloOfAnotherSize(t *testing.T) {
 	require.ErrorIs(t, s.LastRefusal, ErrLinkRefused)
 	require.Contains(t, s.LastRefusal.Error(), fmt.Sprintf("a hello of 12 bytes, this end's (link protocol version %d) has %d", tcpVersion, tcpHelloSize))
 	require.NotContains(t, s.LastRefusal.Error(), fmt.Sprintf("version %d, this end %d", tcpVersion, tcpVersion))
+}
+
+// TestLinkDialerNamesListenersVersion: a listener that refuses a dialer's
+// version names its own in the answer, and the dialer's error says both;
+// a listener that leaves the field 0 (before it was sent) is still
+// refused as one of another version.
+func TestLinkDialerNamesListenersVersion(t *testing.T) {
+	for _, c := range []struct {
+		version uint16
+		want    string
+	}{
+		{tcpVersion + 1, fmt.Sprintf("the listener speaks link protocol version %d, this end %d", tcpVersion+1, tcpVersion)},
+		{0, fmt.Sprintf("the listener speaks another link protocol version than this end's %d", tcpVersion)},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		served := make(chan error, 1)
+		go func() {
+			conn, err := ln.Accept()
+			if err != nil {
+				served <- err
+				return
+			}
+			defer conn.Close()
+			sc, err := sealed.Accept(conn, testLinkKey, sealed.FabricLink, 5*time.Second)
+			if err != nil {
+				served <- err
+				return
+			}
+			if _, err := sc.ReadFrame(tcpHelloSize); err != nil {
+				served <- err
+				return
+			}
+			reply := make([]byte, tcpReplySize)
+			reply[0] = tcpBadVer
+			binary.BigEndian.PutUint16(reply[2:], c.version)
+			served <- sc.WriteFrame(reply)
+			_, _ = sc.ReadFrame(tcpReplySize) // until the dialer hangs up
+		}()
+		l, err := dialLink(t.Context(), ln.Addr().String(), endpoint.Security{Key: testLinkKey}, ctx.LinkLayerInfiniBand, 1)
+		require.Nil(t, l)
+		require.ErrorIs(t, err, ErrFabricVersion)
+		require.ErrorIs(t, err, ErrLinkRefused)
+		require.ErrorContains(t, err, c.want)
+		require.NoError(t, <-served)
+		require.NoError(t, ln.Close())
+	}
 }
