@@ -341,7 +341,10 @@ func (p *Poller) Add(qp QueuePair) error {
 }
 
 // Remove stops routing the completions of qp at once, closed or not (CQEs
-// of it still in the ring then count as ones of an unknown QPN). An open
+// of it still in the ring then count as ones of an unknown QPN; for a
+// queue pair on an SRQ, the SRQ slots its receive CQEs there hold are not
+// given back to the SRQ, so remove such a queue pair once its receives
+// are polled, or close it with the SRQ). An open
 // queue pair that was not added is refused with monocq.ErrUnknownQPN. A
 // closed one is not: the Poller drops closed queue pairs itself, in a Poll
 // that the close does not order, so Remove of a closed queue pair returns
