@@ -83,8 +83,14 @@ func New(name string) (*Publisher, error) {
 	return p, nil
 }
 
-// Name returns the expvar name the Publisher is published under.
-func (p *Publisher) Name() string { return p.name }
+// Name returns the expvar name the Publisher is published under ("" for
+// a nil Publisher).
+func (p *Publisher) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
 // add registers e under its name.
 func (p *Publisher) add(e *entry) error {
@@ -114,7 +120,7 @@ func (p *Publisher) add(e *entry) error {
 // source type, is an error.
 func (p *Publisher) AddQueue(name string, q queueSource) error {
 	if nilness.Is(q) {
-		return fmt.Errorf("expvarpub: %s: add queue %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
+		return fmt.Errorf("expvarpub: %s: add queue %q: nil source: %w", p.Name(), name, ctx.ErrInvalidArgument)
 	}
 	var snap transport.QueueCounters
 	return p.add(&entry{name: name, refresh: func() { snap = q.Counters() }, value: func() any { return snap }})
@@ -123,7 +129,7 @@ func (p *Publisher) AddQueue(name string, q queueSource) error {
 // AddPoller publishes the counters of a Poller under name (see AddQueue).
 func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 	if s == nil {
-		return fmt.Errorf("expvarpub: %s: add poller %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
+		return fmt.Errorf("expvarpub: %s: add poller %q: nil source: %w", p.Name(), name, ctx.ErrInvalidArgument)
 	}
 	var snap transport.CQCounters
 	return p.add(&entry{name: name, refresh: func() { snap = s.Counters() }, value: func() any { return snap }})
@@ -134,7 +140,7 @@ func (p *Publisher) AddPoller(name string, s *transport.Poller) error {
 // channel.Options.Counters).
 func (p *Publisher) AddChannel(name string, ch channelSource) error {
 	if nilness.Is(ch) {
-		return fmt.Errorf("expvarpub: %s: add channel %q: nil source: %w", p.name, name, ctx.ErrInvalidArgument)
+		return fmt.Errorf("expvarpub: %s: add channel %q: nil source: %w", p.Name(), name, ctx.ErrInvalidArgument)
 	}
 	var snap channel.Counters
 	return p.add(&entry{name: name, refresh: func() { snap = ch.Counters() }, value: func() any { return snap }})
@@ -145,7 +151,7 @@ func (p *Publisher) AddChannel(name string, ch channelSource) error {
 // from there.
 func (p *Publisher) AddFunc(name string, read func() any) error {
 	if read == nil {
-		return fmt.Errorf("expvarpub: %s: add func %q: nil function: %w", p.name, name, ctx.ErrInvalidArgument)
+		return fmt.Errorf("expvarpub: %s: add func %q: nil function: %w", p.Name(), name, ctx.ErrInvalidArgument)
 	}
 	return p.add(&entry{name: name, value: read})
 }

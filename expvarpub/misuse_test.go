@@ -50,3 +50,16 @@ func TestZeroPublisherRefused(t *testing.T) {
 		pub.Refresh()
 	}
 }
+
+// A nil Publisher given a nil source or function is refused with
+// ctx.ErrInvalidArgument, as either alone is, instead of panicking while
+// it names the Publisher in the error.
+func TestNilPublisherNilSourceRefused(t *testing.T) {
+	var pub *expvarpub.Publisher
+	require.ErrorIs(t, pub.AddQueue("q", nil), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, pub.AddQueue("rc", (*rc.QP)(nil)), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, pub.AddPoller("p", nil), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, pub.AddChannel("c", nil), ctx.ErrInvalidArgument)
+	require.ErrorIs(t, pub.AddFunc("f", nil), ctx.ErrInvalidArgument)
+	require.Equal(t, "", pub.Name())
+}
