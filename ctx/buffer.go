@@ -19,7 +19,8 @@ const HugePageSize = 2 << 20
 
 // BufferOptions tune AllocBuffer.
 type BufferOptions struct {
-	// HugePages asks for explicit 2 MiB huge pages (MAP_HUGETLB). When
+	// HugePages asks for explicit 2 MiB huge pages (MAP_HUGETLB with
+	// MAP_HUGE_2MB, whatever the system's default huge page size). When
 	// none are reserved the buffer falls back to normal pages with
 	// transparent huge pages advised; Buffer.HugePages says which it got.
 	HugePages bool
@@ -178,7 +179,7 @@ func AllocBuffer(size int, opts BufferOptions) (*Buffer, error) {
 		if opts.Guard {
 			guard = page
 		}
-		if b, data, err := mapWithGuards(n, guard, unix.MAP_HUGETLB); err == nil {
+		if b, data, err := mapWithGuards(n, guard, unix.MAP_HUGETLB|unix.MAP_HUGE_2MB); err == nil {
 			return (&Buffer{mapping: b, data: data, huge: true}).track(), nil
 		}
 	}
