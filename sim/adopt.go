@@ -76,6 +76,10 @@ func adoptCompletionQueue(dev provider.Device, cfg simadopt.CQConfig) (provider.
 		freeAll(uar)
 		return nil, provider.Errorf(op, "%w", ctx.ErrClosed)
 	}
+	if d.deadLocked() {
+		freeAll(uar)
+		return nil, errDeviceFatal(op)
+	}
 	cqn, _, ok := d.f.cqns.take()
 	if !ok {
 		freeAll(uar)
@@ -120,6 +124,9 @@ func resizeCompletionQueue(q provider.CompletionQueue, cfg simadopt.CQResize) er
 	defer f.mu.Unlock()
 	if c.closed {
 		return provider.Errorf(op, "%w", ctx.ErrClosed)
+	}
+	if c.dev.deadLocked() {
+		return errDeviceFatal(op)
 	}
 	if c.errored {
 		// A CQ context in error takes no more CQEs, the resize CQE

@@ -271,3 +271,37 @@ func TestAdoptAfterDeviceFatal(t *testing.T) {
 	eio(err)
 	require.NoError(t, s.Close(), "destroying still works")
 }
+
+// TestAdoptCQAfterDeviceFatal: after a fatal device error creating a CQ
+// over the caller's ring and resizing one fail with EIO, as every verb but
+// those that destroy does (the firmware's CREATE_CQ and MODIFY_CQ fail in
+// the internal-error state); destroying it still works.
+func TestAdoptCQAfterDeviceFatal(t *testing.T) {
+	f := New(Options{})
+	defer f.Close()
+	d, err := f.openDevice("sim0")
+	require.NoError(t, err)
+	defer func() { _ = d.Close() }()
+	alloc := func(n int) *ctx.Buffer {
+		b, err := ctx.AllocBuffer(n, ctx.BufferOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	ring, db, ring2 := alloc(8*prm.CQE64Size), alloc(64), alloc(16*prm.CQE64Size)
+	cfg := simadopt.CQConfig{Ring: ring.Pointer(), Count: 8, CQESize: prm.CQE64Size, DBRec: db.Pointer()}
+	c, err := adoptCompletionQueue(d, cfg)
+	require.NoError(t, err)
+
+	require.NoError(t, f.FailDevice("sim0"))
+	eio := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, syscall.EIO)
+		require.Contains(t, err.Error(), "fatal device error")
+	}
+	c2, err := adoptCompletionQueue(d, simadopt.CQConfig{Ring: ring2.Pointer(), Count: 16, CQESize: prm.CQE64Size, DBRec: db.Pointer()})
+	require.Nil(t, c2)
+	eio(err)
+	eio(simadopt.ResizeCompletionQueue(c, simadopt.CQResize{Ring: ring2.Pointer(), Count: 16}))
+	require.NoError(t, c.Close(), "destroying still works")
+}

@@ -80,6 +80,9 @@ func (p *pd) RegisterDMABuf(fd int, offset, length, iova uint64, access ctx.Acce
 	if p.closed {
 		return fail(provider.Errorf(op, "%w", ctx.ErrClosed))
 	}
+	if p.dev.deadLocked() {
+		return fail(errDeviceFatal(op))
+	}
 	key, ok := p.f.allocKeyLocked()
 	if !ok {
 		return fail(exhausted(op, "memory key indices", &p.f.keys))

@@ -186,3 +186,18 @@ func TestDMABufRefused(t *testing.T) {
 	_, err = pd.RegisterDMABuf(fd, 0, page, 0, rw)
 	require.ErrorIs(t, err, ctx.ErrClosed)
 }
+
+// TestDMABufAfterDeviceFatal: after a fatal device error a dma-buf
+// registration fails with EIO, as every other registration does (the
+// kernel's create mkey command fails), and leaves no mapping of the file.
+func TestDMABufAfterDeviceFatal(t *testing.T) {
+	e := newEnv(t, Options{})
+	const name = "sim-dmabuf-fatal"
+	fd, _ := memfd(t, name, os.Getpagesize())
+	require.NoError(t, e.f.FailDevice("sim0"))
+	dm, err := e.pd.RegisterDMABuf(fd, 0, uint64(os.Getpagesize()), 0, allAccess)
+	require.Nil(t, dm)
+	require.ErrorIs(t, err, syscall.EIO)
+	require.Contains(t, err.Error(), "fatal device error")
+	require.Equal(t, 1, mappingsOf(t, name), "the refused registration left a mapping")
+}
