@@ -187,10 +187,17 @@ func (ch *Channel) Reestablish() (*Prepared, error) {
 // ReestablishConn reestablishes the channel and handshakes with the peer
 // over conn, a new connection to it (see Prepared.HandshakeConn; the peer
 // calls ReestablishConn too, with the other side). The new channel serves
-// the same memory regions with the same keys.
+// the same memory regions with the same keys. What the exchange refuses
+// without sending anything (endpoint.CheckExchange: a nil connection, a
+// bad side or key) is refused first, and ch is left as it was.
 func (ch *Channel) ReestablishConn(c context.Context, conn net.Conn, side endpoint.Side, sec endpoint.Security) (*Channel, error) {
 	if nilness.Is(conn) {
 		return nil, fmt.Errorf("channel: reestablish: nil connection: %w", ctx.ErrInvalidArgument)
+	}
+	// What the exchange would refuse is refused before the channel's queue
+	// pair is given up for a new one.
+	if err := endpoint.CheckExchange(conn, side, sec); err != nil {
+		return nil, fmt.Errorf("channel: reestablish: %w", err)
 	}
 	p, err := ch.Reestablish()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,48 @@ func TestNilConnectionAndRegion(t *testing.T) {
 		}
 	}()
 	channel.Slice(nil, 0, 0)
+}
+
+// A side or key the exchange would refuse is refused before the channel
+// gives up its queue pair: ReestablishConn returns the exchange's error
+// and the channel still sends. Before, the channel was closed first and
+// the caller was left with nothing to retry.
+func TestReestablishConnBadArgumentsKeepChannel(t *testing.T) {
+	a, b, mr := misusePair(t)
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	key := make([]byte, endpoint.MinKeySize)
+	for name, call := range map[string]func() error{
+		"side": func() error {
+			_, err := a.ReestablishConn(context.Background(), c1, endpoint.Side(7), endpoint.Security{Key: key})
+			return err
+		},
+		"short key": func() error {
+			_, err := a.ReestablishConn(context.Background(), c1, endpoint.DialSide, endpoint.Security{Key: key[:4]})
+			return err
+		},
+		"no key": func() error {
+			_, err := a.ReestablishConn(context.Background(), c1, endpoint.DialSide, endpoint.Security{})
+			return err
+		},
+	} {
+		err := call()
+		if err == nil {
+			t.Fatalf("%s: ReestablishConn succeeded", name)
+		}
+		if !errors.Is(err, ctx.ErrInvalidArgument) && !errors.Is(err, endpoint.ErrBadKey) && !errors.Is(err, endpoint.ErrKeyRequired) {
+			t.Fatalf("%s: %v, want the exchange's refusal", name, err)
+		}
+		recv, err := b.PostReceive(channel.RecvRequest{Local: []channel.SGE{channel.Slice(mr, 0, 8)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Send(context.Background(), channel.SendRequest{}); err != nil {
+			t.Fatalf("%s: the channel after a refused ReestablishConn: %v", name, err)
+		}
+		if err := recv.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -114,6 +114,38 @@ func ioError(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("endpoint: %s: %w", op, err)
 }
 
+// CheckExchange returns the error Exchange would refuse conn, side and sec
+// with before it sends anything: a nil connection, a side that is neither
+// DialSide nor AcceptSide, a key shorter than MinKeySize ([ErrBadKey]), no
+// key without InsecureLoopback, or no key on a connection that leaves this
+// host ([ErrKeyRequired]); nil when Exchange would go on. A caller that must give something up before an exchange
+// (a channel's queue pair, in channel.Channel.ReestablishConn) checks first.
+func CheckExchange(conn net.Conn, side Side, sec Security) error {
+	if nilness.Is(conn) {
+		return fmt.Errorf("endpoint: exchange: nil connection: %w", errInvalid)
+	}
+	op := exchangeOp(conn)
+	if side != DialSide && side != AcceptSide {
+		return fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide): %w", op, side, errRange, errInvalid)
+	}
+	if err := sec.check(); err != nil {
+		return fmt.Errorf("endpoint: %s: %w", op, err)
+	}
+	if !sec.keyed() && !confined(conn) {
+		return fmt.Errorf("endpoint: %s: no key, and the connection leaves this host (set a key): %w", op, ErrKeyRequired)
+	}
+	return nil
+}
+
+// exchangeOp names an exchange over conn in errors: with the peer's
+// address when conn has one.
+func exchangeOp(conn net.Conn) string {
+	if a := conn.RemoteAddr(); a != nil {
+		return "exchange with " + a.String()
+	}
+	return "exchange"
+}
+
 // Exchange sends local to the peer at the other end of conn and returns the
 // peer's endpoint. Both ends call Exchange with the same sec, one with
 // side DialSide (it dialed conn), the other with AcceptSide.
@@ -136,25 +168,13 @@ func ioError(ctx context.Context, op string, err error) error {
 // should be closed. The messages alternate, so it works over unbuffered
 // connections (net.Pipe) too.
 func Exchange(ctx context.Context, conn net.Conn, side Side, local Endpoint, sec Security) (Endpoint, error) {
-	op := "exchange"
-	if nilness.Is(conn) {
-		return Endpoint{}, fmt.Errorf("endpoint: %s: nil connection: %w", op, errInvalid)
+	if err := CheckExchange(conn, side, sec); err != nil {
+		return Endpoint{}, err
 	}
-	if a := conn.RemoteAddr(); a != nil {
-		op = "exchange with " + a.String()
-	}
-	if side != DialSide && side != AcceptSide {
-		return Endpoint{}, fmt.Errorf("endpoint: %s: side %d: %w (want DialSide or AcceptSide): %w", op, side, errRange, errInvalid)
-	}
-	if err := sec.check(); err != nil {
-		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
-	}
+	op := exchangeOp(conn)
 	frame, err := local.MarshalBinary()
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint: %s: %w", op, err)
-	}
-	if !sec.keyed() && !confined(conn) {
-		return Endpoint{}, fmt.Errorf("endpoint: %s: no key, and the connection leaves this host (set a key): %w", op, ErrKeyRequired)
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
