@@ -37,7 +37,7 @@ import (
 // qpTypeOf is check_qp_type and the type part of process_vendor_flags: the
 // vendor flags' DC type decides (on any uverbs type, as mlx5_ib sets it), a
 // driver QP without exactly one DC type flag is EINVAL, every other type
-// is qpType's.
+// is qpType's (both DC type flags on it are consumed and change nothing).
 func qpTypeOf(t uint8, vendor []byte) (ctx.QPType, syscall.Errno) {
 	var ucmd C.struct_mlx5_ib_create_qp
 	off := int(unsafe.Offsetof(ucmd.flags))
@@ -50,8 +50,6 @@ func qpTypeOf(t uint8, vendor []byte) (ctx.QPType, syscall.Errno) {
 		return ctx.QPTypeDCI, 0
 	case C.MLX5_QP_FLAG_TYPE_DCT:
 		return ctx.QPTypeDCT, 0
-	case C.MLX5_QP_FLAG_TYPE_DCI | C.MLX5_QP_FLAG_TYPE_DCT:
-		return 0, unix.EINVAL
 	}
 	if t == C.IB_UVERBS_QPT_DRIVER {
 		return 0, unix.EINVAL
