@@ -251,16 +251,18 @@ func TestSharedRNR(t *testing.T) {
 	require.Equal(t, prm.SyndromeRNRRetryExc, x.synd)
 }
 
-// connectFast is connectRC with a short ACK timeout (timeout 12: about
-// 17 ms) and retry count 3, so that a retry test ends in a tenth of a
-// second, while a live peer slowed down (by the race detector) still
-// answers in time.
+// connectFast is connectRC with retry count 3 and an ACK timeout of
+// about 268 ms (timeout 16), so that a retry test ends in about a
+// second, while a live peer slowed down (by the race detector, a loaded
+// machine) still answers in time: timeout 12 gave a live peer's engine
+// (over a TCP hub, a third Fabric) 67 ms in all four tries, which a
+// loaded machine can stall it past.
 func connectFast(t *testing.T, a, b *testQP) {
 	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
 			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 12, RetryCount: 3, RNRRetry: 7, MaxRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 16, RetryCount: 3, RNRRetry: 7, MaxRdAtomic: 16}))
 	}
 }
 
