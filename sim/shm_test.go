@@ -233,9 +233,9 @@ func TestSharedRNR(t *testing.T) {
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 7, 1)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("late")))
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks != 0 }, 5*time.Second, time.Millisecond,
+		"the responder never answered with an RNR NAK")
 	require.Empty(t, a.scq.drain(), "waits for a receive")
-	require.NotZero(t, e1.f.Stats().RNRNaks)
 	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
 	require.Equal(t, prm.CQERespSend, waitCQE(t, b.rcq, 5*time.Second).op)
