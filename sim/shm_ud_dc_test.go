@@ -146,7 +146,7 @@ func TestSharedUDReceivePostedWhileAsleep(t *testing.T) {
 		b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
 		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b.qp.QPN(), lid), inlineSeg([]byte("x")))
 		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
-		c := waitCQE(t, b.rcq, time.Second)
+		c := waitCQE(t, b.rcq, 5*time.Second)
 		require.Equal(t, uint32(i), c.imm)
 	}
 	require.Zero(t, e2.f.Stats().UDDropped)
