@@ -85,7 +85,10 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	srq := e2.newSRQ(e2.pd, 16, 1)
 	t1 := e2.dct(e2.pd, srq, 0xfeed)
-	d := e1.dci(e1.pd)
+	// An ACK timeout of about a second (env.dci's is 4 ms: three tries
+	// ran out under a loaded run before the other Fabric's engine
+	// answered).
+	d := e1.dciTo(e1.pd, 32, 18, 2)
 	for i := 0; i < 4; i++ {
 		srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(i*64)))
 	}
