@@ -12,6 +12,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/endpoint"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/sim"
 	"github.com/mlx5kit/mlx5kit/transport"
 	"github.com/mlx5kit/mlx5kit/wqebuilder"
 )
@@ -48,6 +49,7 @@ func TestPostsNeverOverrunCQ(t *testing.T) {
 	l := a.QP(0).Limits()
 	require.Greater(t, int(l.SendWQEBBs-l.MaxWQEBBs+1), room, "the send ring must hold more small WQEs than the CQ")
 	rem := channel.Remote{Addr: uint64(hb.mr.Addr()), RKey: hb.mr.RKey()}
+	cqes := f.Stats().CQEs
 	var pending []channel.Pending
 	for i := 0; ; i++ {
 		p, err := a.PostWrite(channel.WriteRequest{Local: ha.sge(i*8, 8), Remote: rem})
@@ -58,7 +60,8 @@ func TestPostsNeverOverrunCQ(t *testing.T) {
 		pending = append(pending, p)
 	}
 	require.Len(t, pending, room)
-	time.Sleep(100 * time.Millisecond) // the engine executes every write
+	require.Eventually(t, func() bool { return f.Stats().CQEs-cqes >= uint64(room) }, 10*time.Second, time.Millisecond,
+		"the engine never completed every write")
 	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, p := range pending {
@@ -87,7 +90,7 @@ func TestWaitSeesOverrunCQ(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, st.RdmaWrite(rem.Addr, rem.RKey).SGE(uint64(ha.mr.Addr()), 8, ha.mr.LKey()).FinishBlueFlame())
 	}
-	time.Sleep(100 * time.Millisecond) // the engine executes every write
+	waitOverrun(t, f) // the engine executes every write
 	p, err := a.PostWrite(channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})
 	require.NoError(t, err)
 	// Poll says so too, rather than reporting the request outstanding
@@ -105,6 +108,14 @@ func TestWaitSeesOverrunCQ(t *testing.T) {
 	require.Zero(t, a.Outstanding())
 	_, err = a.PostWrite(channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})
 	require.Error(t, err)
+}
+
+// waitOverrun waits until the engine of f has overrun a completion queue:
+// the work posted past its room has all been executed.
+func waitOverrun(t *testing.T, f *sim.Fabric) {
+	t.Helper()
+	require.Eventually(t, func() bool { return f.Stats().CQOverruns != 0 }, 10*time.Second, time.Millisecond,
+		"the engine never overran the completion queue")
 }
 
 // TestReceivesLeaveSendsRoom: receives posted up to what their queue
@@ -180,7 +191,7 @@ func TestPostForRoomSeesOverrunCQ(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, st.RdmaWrite(rem.Addr, rem.RKey).SGE(uint64(ha.mr.Addr()), 8, ha.mr.LKey()).FinishBlueFlame())
 	}
-	time.Sleep(100 * time.Millisecond) // the engine executes every write
+	waitOverrun(t, f) // the engine executes every write
 	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := a.Write(cx, channel.WriteRequest{Local: ha.sge(0, 8), Remote: rem})

@@ -18,7 +18,11 @@ import (
 func TestGatherReceiveResultsOfUncompleted(t *testing.T) {
 	f := newFabric(t, 2)
 	a, b := newHost(t, f, 0, 1<<16), newHost(t, f, 1, 1<<16)
-	ca, cb := pair(t, a, b, channel.Options{WaitTimeout: 100 * time.Millisecond})
+	// The first receive must complete within WaitTimeout: the peer's
+	// SEND meets an RNR NAK and is sent again by the engine, which a
+	// loaded machine can keep from running for 100 ms; the second
+	// receive then waits out the full second.
+	ca, cb := pair(t, a, b, channel.Options{WaitTimeout: time.Second})
 	stale := channel.Result{Op: channel.OpRecv, ByteCount: 99}
 	results := []channel.Result{stale, stale}
 	reqs := []channel.RecvRequest{{Local: a.sge(0, 64)}, {Local: a.sge(64, 64)}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +31,7 @@ func TestFailRecordsFlushOfItsQueue(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, st.RdmaWrite(rem.Addr, rem.RKey).SGE(uint64(ha.mr.Addr()), 8, ha.mr.LKey()).FinishBlueFlame())
 	}
-	time.Sleep(100 * time.Millisecond) // the engine executes every write: the CQ overruns
+	waitOverrun(t, f) // the engine executes every write: the CQ overruns
 	read, err := a.PostRead(channel.ReadRequest{Local: ha.sge(0, 8), Remote: rem})
 	require.NoError(t, err)
 	recv, err := a.PostReceive(channel.RecvRequest{Local: ha.sge(8, 8)})

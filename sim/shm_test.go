@@ -233,9 +233,9 @@ func TestSharedRNR(t *testing.T) {
 	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
 	e1.connectRC(a, b, 7, 1)
 	a.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, inlineSeg([]byte("late")))
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return e1.f.Stats().RNRNaks != 0 }, 5*time.Second, time.Millisecond,
+		"the responder never answered with an RNR NAK")
 	require.Empty(t, a.scq.drain(), "waits for a receive")
-	require.NotZero(t, e1.f.Stats().RNRNaks)
 	b.postRecv(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
 	require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
 	require.Equal(t, prm.CQERespSend, waitCQE(t, b.rcq, 5*time.Second).op)
@@ -251,16 +251,18 @@ func TestSharedRNR(t *testing.T) {
 	require.Equal(t, prm.SyndromeRNRRetryExc, x.synd)
 }
 
-// connectFast is connectRC with a short ACK timeout (timeout 12: about
-// 17 ms) and retry count 3, so that a retry test ends in a tenth of a
-// second, while a live peer slowed down (by the race detector) still
-// answers in time.
+// connectFast is connectRC with retry count 3 and an ACK timeout of
+// about 268 ms (timeout 16), so that a retry test ends in about a
+// second, while a live peer slowed down (by the race detector, a loaded
+// machine) still answers in time: timeout 12 gave a live peer's engine
+// (over a TCP hub, a third Fabric) 67 ms in all four tries, which a
+// loaded machine can stall it past.
 func connectFast(t *testing.T, a, b *testQP) {
 	for _, x := range []struct{ q, peer *testQP }{{a, b}, {b, a}} {
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateInit, Port: 1, Access: allAccess}))
 		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTR, RemoteQPN: x.peer.qp.QPN(), PathMTU: ctx.MTU4096,
 			Path: ctx.AddressAttr{DLID: lidOf(t, x.peer.qp.ProtectionDomain().Context())}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
-		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 12, RetryCount: 3, RNRRetry: 7, MaxRdAtomic: 16}))
+		require.NoError(t, x.q.qp.Modify(ctx.QPAttr{State: ctx.QPStateRTS, Timeout: 16, RetryCount: 3, RNRRetry: 7, MaxRdAtomic: 16}))
 	}
 }
 

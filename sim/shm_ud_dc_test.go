@@ -85,7 +85,10 @@ func TestSharedDCAndSRQ(t *testing.T) {
 	e1, e2 := sharedPair(t)
 	srq := e2.newSRQ(e2.pd, 16, 1)
 	t1 := e2.dct(e2.pd, srq, 0xfeed)
-	d := e1.dci(e1.pd)
+	// An ACK timeout of about a second (env.dci's is 4 ms: three tries
+	// ran out under a loaded run before the other Fabric's engine
+	// answered).
+	d := e1.dciTo(e1.pd, 32, 18, 2)
 	for i := 0; i < 4; i++ {
 		srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(i*64)))
 	}
@@ -146,7 +149,7 @@ func TestSharedUDReceivePostedWhileAsleep(t *testing.T) {
 		b.postRecv(dataSeg(140, e2.mr.LKey(), e2.addr(0)))
 		a.post(prm.OpSendImm, 0, prm.FlagCQUpdate, uint32(i), udAV(1, b.qp.QPN(), lid), inlineSeg([]byte("x")))
 		require.Equal(t, prm.CQEReq, waitCQE(t, a.scq, 5*time.Second).op)
-		c := waitCQE(t, b.rcq, time.Second)
+		c := waitCQE(t, b.rcq, 5*time.Second)
 		require.Equal(t, uint32(i), c.imm)
 	}
 	require.Zero(t, e2.f.Stats().UDDropped)

@@ -70,7 +70,7 @@ func TestFullGateEvictsOldestUnauthenticated(t *testing.T) {
 	require.True(t, ts[0].Authenticated())
 
 	next := admitAsync(g, newConn(), nil)
-	require.Eventually(t, cs[1].isClosed, time.Second, time.Millisecond, "the oldest unauthenticated is closed")
+	require.Eventually(t, cs[1].isClosed, 5*time.Second, time.Millisecond, "the oldest unauthenticated is closed")
 	require.False(t, cs[0].isClosed(), "an authenticated connection is not evicted")
 	require.False(t, cs[2].isClosed())
 	select {

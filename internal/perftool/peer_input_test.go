@@ -31,7 +31,7 @@ func TestAcceptLongTimeout(t *testing.T) {
 	require.NoError(t, err)
 	dialed := make(chan error, 1)
 	go func() {
-		conn, err := Dial(ln.Addr().String(), time.Second, loopback, params{Magic: 7, Size: 300})
+		conn, err := Dial(ln.Addr().String(), 10*time.Second, loopback, params{Magic: 7, Size: 300})
 		if err == nil {
 			defer conn.Close()
 			time.Sleep(200 * time.Millisecond)

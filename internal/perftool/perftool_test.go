@@ -29,17 +29,17 @@ func TestAcceptDialSync(t *testing.T) {
 	served := make(chan error, 1)
 	var got params
 	go func() {
-		conn, err := Accept(ln, time.Second, loopback, 7, &got, nil, nil)
+		conn, err := Accept(ln, 10*time.Second, loopback, 7, &got, nil, nil)
 		if err == nil {
 			defer conn.Close()
-			err = Sync(conn, time.Second, errors.New("bad data"))
+			err = Sync(conn, 10*time.Second, errors.New("bad data"))
 		}
 		served <- err
 	}()
-	conn, err := Dial(ln.Addr().String(), time.Second, loopback, params{Magic: 7, Size: 300})
+	conn, err := Dial(ln.Addr().String(), 10*time.Second, loopback, params{Magic: 7, Size: 300})
 	require.NoError(t, err)
 	defer conn.Close()
-	require.ErrorIs(t, Sync(conn, time.Second, nil), ErrPeerFailed)
+	require.ErrorIs(t, Sync(conn, 10*time.Second, nil), ErrPeerFailed)
 	require.NoError(t, <-served, "the failed end hears from a fine one")
 	require.Equal(t, params{Magic: 7, Size: 300}, got)
 }
