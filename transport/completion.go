@@ -44,11 +44,6 @@ type Completion struct {
 	GRH       bool
 	// Solicited reports the solicited-event bit of a receive.
 	Solicited bool
-	// PathBits are the DLID path bits a receive arrived on (InfiniBand,
-	// the low LMC bits of the destination LID; 0 on a port with LMC 0 and
-	// on RoCE), which a reply takes as its source path bits
-	// (ibv_init_ah_from_wc).
-	PathBits uint8
 	// Syndrome and VendorSyndrome are set for an error completion.
 	Syndrome       prm.Syndrome
 	VendorSyndrome uint8
@@ -58,6 +53,12 @@ type Completion struct {
 	// WQECounter is the wqe_counter of the CQE: the first WQEBB of a send
 	// WQE, or the index of a receive WQE.
 	WQECounter uint16
+	// PathBits are the DLID path bits a receive arrived on (InfiniBand,
+	// the low LMC bits of the destination LID; 0 on a port with LMC 0 and
+	// on RoCE), which a reply takes as its source path bits
+	// (ibv_init_ah_from_wc). It sits in the padding after WQECounter, out
+	// of the 16 bytes a completion's decoding zeroes with one store.
+	PathBits uint8
 	// Timestamp is the CQE's raw completion timestamp, in device cycles
 	// (ctx.Clock converts it), when the CQ was created with
 	// ctx.CompletionQueueConfig.Timestamps; otherwise it stays 0 and the
@@ -169,8 +170,9 @@ func (c *Completion) decode(q *Queue, cqe *monocq.CQE) {
 func (c *Completion) set(q *Queue, qpn uint32, op prm.CQEOpcode, counter uint16) {
 	c.WRID, c.Queue, c.QPN, c.Opcode, c.WQECounter = 0, q, qpn, op, counter
 	c.SendOpcode, c.ByteCount, c.Immediate, c.SourceQPN, c.SLID, c.SL = 0, 0, 0, 0, 0, 0
-	c.GRH, c.Solicited, c.PathBits = false, false, 0
+	c.GRH, c.Solicited = false, false
 	c.Syndrome, c.VendorSyndrome, c.Match = 0, 0, MatchOK
+	c.PathBits = 0 // last: the stores before it merge into one
 }
 
 // setSend reads the fields of a successful send completion.
