@@ -38,7 +38,11 @@ func (s *SharedReceiveQueue) WatchEvents(fn func(ctx.AsyncEvent)) (*ctx.EventSub
 
 // errZeroSRQ is the error of a SharedReceiveQueue not made by
 // NewSharedReceiveQueue.
-var errZeroSRQ = &ctx.OpError{Package: "transport", Op: "watch events", Err: fmt.Errorf("SRQ not made by NewSharedReceiveQueue: %w", ctx.ErrInvalidArgument)}
+var errZeroSRQ = &ctx.OpError{Package: "transport", Op: "watch events", Err: errSRQNotMade}
+
+// errSRQNotMade is the cause of every refusal of a SharedReceiveQueue not
+// made by NewSharedReceiveQueue.
+var errSRQNotMade = fmt.Errorf("SRQ not made by NewSharedReceiveQueue: %w", ctx.ErrInvalidArgument)
 
 // watch subscribes fn to the events of obj's context that f selects,
 // until obj (a *ctx.QueuePair or *ctx.SharedReceiveQueue) closes.

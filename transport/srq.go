@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"fmt"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
 	"github.com/mlx5kit/mlx5kit/internal/seam"
@@ -128,7 +126,7 @@ func (s *SharedReceiveQueue) BeginRecv(wrid uint64) RecvStage {
 // tail), so that BeginRecv refuses every post.
 var zeroSRQRecv = &recvRing{srq: true, refusal: func() error {
 	return &wqebuilder.PostError{Transport: "transport", Op: "post receive", SRQ: true,
-		Err: fmt.Errorf("SRQ not made by NewSharedReceiveQueue: %w", ctx.ErrInvalidArgument)}
+		Err: errSRQNotMade}
 }}
 
 // recvRefusal is why a post on s cannot go ahead: it is closed, or full.
