@@ -130,20 +130,15 @@ func Reply[R Received](c R, grh []byte, local Path, gids []ctx.GIDEntry) (Path, 
 	if p.GlobalRoute {
 		p.HopLimit = 0xff
 		if gids != nil {
-			found := false
-			for _, e := range gids {
-				if e.GID == p.SGID && addrvec.GIDTypeFits(e.Type, g.RoCEv2) {
-					p.SGIDIndex, found = uint8(e.Index), true
-					break
-				}
-			}
-			if !found {
+			i, ok := addrvec.AddressedGID(gids, p.SGID, g.RoCEv2)
+			if !ok {
 				kind := "GRH"
 				if g.RoCEv2 {
 					kind = "RoCE v2"
 				}
 				return Path{}, fmt.Errorf("ibpath: reply: datagram sent to %v (%s), not a GID of this port of that type: %w", p.SGID, kind, ctx.ErrNotFound)
 			}
+			p.SGIDIndex = i
 		}
 	}
 	return p, nil

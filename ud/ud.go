@@ -255,10 +255,8 @@ func (q *QP) addressedGID(g transport.GRH) (uint8, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, e := range gids {
-		if e.GID == g.DGID && addrvec.GIDTypeFits(e.Type, g.RoCEv2) {
-			return uint8(e.Index), nil
-		}
+	if i, ok := addrvec.AddressedGID(gids, g.DGID, g.RoCEv2); ok {
+		return i, nil
 	}
 	return uint8(q.port.GID.Index), nil
 }

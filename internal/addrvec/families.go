@@ -34,3 +34,17 @@ func GIDTypeFits(t ctx.GIDType, roceV2 bool) bool {
 	}
 	return true
 }
+
+// AddressedGID returns the index of the entry of gids that holds gid and
+// can answer a packet that came as RoCE v2 (roceV2) or with a GRH
+// (GIDTypeFits): the local GID a datagram was sent to, as
+// ibv_find_gid_index finds it for ibv_init_ah_from_wc; ok is false when
+// no entry does.
+func AddressedGID(gids []ctx.GIDEntry, gid ctx.GID, roceV2 bool) (index uint8, ok bool) {
+	for _, e := range gids {
+		if e.GID == gid && GIDTypeFits(e.Type, roceV2) {
+			return uint8(e.Index), true
+		}
+	}
+	return 0, false
+}
