@@ -10,7 +10,6 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/endpoint"
-	"github.com/mlx5kit/mlx5kit/internal/nilness"
 )
 
 // ErrAsyncEvent is wrapped by the error of work that failed because the
@@ -191,10 +190,7 @@ func (ch *Channel) Reestablish() (*Prepared, error) {
 // without sending anything (endpoint.CheckExchange: a nil connection, a
 // bad side or key) is refused first, and ch is left as it was.
 func (ch *Channel) ReestablishConn(c context.Context, conn net.Conn, side endpoint.Side, sec endpoint.Security) (*Channel, error) {
-	if nilness.Is(conn) {
-		return nil, fmt.Errorf("channel: reestablish: nil connection: %w", ctx.ErrInvalidArgument)
-	}
-	// What the exchange would refuse is refused before the channel's queue
+	// What the exchange would refuse (a nil connection included) is refused before the channel's queue
 	// pair is given up for a new one.
 	if err := endpoint.CheckExchange(conn, side, sec); err != nil {
 		return nil, fmt.Errorf("channel: reestablish: %w", err)
