@@ -170,7 +170,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
 	// for a QP that asked for no receive work requests.
 	rqCnt, shift := uint32(ucmd.rq_wqe_count), uint32(ucmd.rq_wqe_shift)
-	if sref != nil || c.RecvDepth == 0 {
+	if !hasRQ {
 		// qp_has_rq: a QP with an SRQ, or asking for no receive work
 		// requests, has no receive queue; set_rq_size gives it a count
 		// and shift of 0, which create_user_qp requires of the request.
