@@ -367,8 +367,9 @@ func (k *kernel) noteRdmaCM() {
 }
 
 // close closes a uverbs or event descriptor. Closing a uverbs descriptor
-// destroys its context and closes the device on the model; event
-// descriptors it created stay open until closed themselves.
+// destroys its context and closes the device on the model, and ends the
+// event descriptors it created: their unread events are dropped and a read
+// returns end of file at once (they stay open until closed themselves).
 func (k *kernel) close(fd int) syscall.Errno { return k.release(fd, true) }
 
 // release forgets a uverbs or event descriptor as close does; it closes
