@@ -83,6 +83,37 @@ func TestDCTDestroyedWhileDCIWaits(t *testing.T) {
 	}
 }
 
+// TestDCIReachesNewDCTOfOldNumber: in one process, a DCI that sent to a
+// destroyed DCT reaches the DCT that takes its number (every number
+// issued, the oldest freed is reused), as a ConnectX's DCI, whose
+// connection the destroy's drain ended, connects to it afresh.
+func TestDCIReachesNewDCTOfOldNumber(t *testing.T) {
+	e := newEnv(t, Options{})
+	srq := e.newSRQ(e.pd2, 16, 1)
+	old := e.dct(e.pd2, srq, 0xfeed)
+	n := old.qp.QPN()
+	d := e.dci(e.pd)
+	av := dcAV(0xfeed, n, 2)
+	srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(0)))
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to the old DCT")))
+	e.run()
+	require.Equal(t, prm.CQEReq, d.scq.one(t).op)
+	require.Equal(t, n, old.rcq.one(t).qpn)
+
+	leaveQPNs(e.f, 0)
+	require.NoError(t, old.qp.Close())
+	dct := e.dct(e.pd2, srq, 0xfeed)
+	require.Equal(t, n, dct.qp.QPN(), "the destroyed DCT's number")
+	srq.post(dataSeg(64, e.mr2.LKey(), e.addr2(64)))
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to the new DCT")))
+	e.run()
+	require.Equal(t, prm.CQEReq, d.scq.one(t).op)
+	r := dct.rcq.one(t)
+	require.Equal(t, prm.CQERespSend, r.op)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.Empty(t, old.rcq.drain(), "nothing for the destroyed DCT")
+}
+
 // TestDCTDestroyDropsDelayedCQE: a receive CQE of a DCT that the fault
 // injector holds back (DelayCompletions) when the DCT is destroyed is
 // dropped, not written after the destroy: every CQE of a destroyed queue

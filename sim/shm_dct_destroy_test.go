@@ -10,6 +10,82 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 )
 
+// TestSharedDCIReachesNewDCTOfOldNumber: a DCI that sent to a DCT of
+// another process, and had every answer, reaches the DCT that process
+// creates with the destroyed one's number: its next message opens a new
+// stream there, as a DCI whose connection ended with the destroyed DCT's
+// drain connects afresh. Before, the DCI kept the old stream, the new DCT
+// ignored its segments (no stream begun) and the DCI completed with
+// RETRY_EXC_ERR.
+func TestSharedDCIReachesNewDCTOfOldNumber(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	old := e2.dct(e2.pd, srq, 0xfeed)
+	n := old.qp.QPN()
+	// An ACK timeout of about a second: a DCI that loses its stream gives
+	// up after 3 tries, one that keeps it is answered at once.
+	d := e1.dciTo(e1.pd, 32, 18, 2)
+	lid := lidOf(t, e2.c)
+	av := dcAV(0xfeed, n, lid)
+	srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to the old DCT")))
+	c := waitCQE(t, d.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+	require.Equal(t, prm.CQERespSend, waitCQE(t, old.rcq, 5*time.Second).op)
+
+	// Every number issued: the next QP takes the oldest freed, the DCT's.
+	leaveQPNs(e2.f, 0)
+	require.NoError(t, old.qp.Close())
+	dct := e2.dct(e2.pd, srq, 0xfeed)
+	require.Equal(t, n, dct.qp.QPN(), "the destroyed DCT's number")
+
+	srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(64)))
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to the new DCT")))
+	c = waitCQE(t, d.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "syndrome %v", c.synd)
+	r := waitCQE(t, dct.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, r.op)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.Equal(t, []byte("to the new DCT"), e2.mem(int(r.counter)*64, 14))
+}
+
+// TestSharedDCIReachesDCTOfProcessInSameSlot: the process of a DCT leaves
+// the fabric and another takes its slot, whose first DCT has the number
+// of the first one's (a server restarted); a DCI of a third process that
+// sent to the first DCT, and had every answer, reaches the new one.
+func TestSharedDCIReachesDCTOfProcessInSameSlot(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	_, slot := e2.f.SharedFabric()
+	srq := e2.newSRQ(e2.pd, 16, 1)
+	old := e2.dct(e2.pd, srq, 0xfeed)
+	n := old.qp.QPN()
+	d := e1.dciTo(e1.pd, 32, 18, 2)
+	av := dcAV(0xfeed, n, lidOf(t, e2.c))
+	srq.post(dataSeg(64, e2.mr.LKey(), e2.addr(0)))
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to the old DCT")))
+	c := waitCQE(t, d.scq, 5*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "%+v", c)
+
+	require.NoError(t, old.qp.Close())
+	require.NoError(t, e2.f.Close())
+	name, _ := e1.f.SharedFabric()
+	e3 := newEnv(t, Options{Mode: Engine, Fabric: name})
+	_, s3 := e3.f.SharedFabric()
+	require.Equal(t, slot, s3, "the slot the DCT's process left")
+	srq3 := e3.newSRQ(e3.pd, 16, 1)
+	dct := e3.dct(e3.pd, srq3, 0xfeed)
+	require.Equal(t, n, dct.qp.QPN(), "the first DCT's number")
+	require.Equal(t, av, dcAV(0xfeed, dct.qp.QPN(), lidOf(t, e3.c)), "the same address")
+
+	srq3.post(dataSeg(64, e3.mr.LKey(), e3.addr(0)))
+	d.post(prm.OpSend, 0, prm.FlagCQUpdate, 0, av, inlineSeg([]byte("to the new DCT")))
+	c = waitCQE(t, d.scq, 10*time.Second)
+	require.Equal(t, prm.CQEReq, c.op, "syndrome %v", c.synd)
+	r := waitCQE(t, dct.rcq, 5*time.Second)
+	require.Equal(t, d.qp.QPN(), r.srcQPN)
+	require.Equal(t, []byte("to the new DCT"), e3.mem(0, 14))
+}
+
 // TestSharedDCTDestroyedMidMessage: a DCT of another process is destroyed
 // while a DCI's message of two segments is part-way: the first segment
 // executed (a SEND's set aside, a WRITE's written, a READ's answered), the
