@@ -32,10 +32,11 @@ import (
 // cut into segments, sent with the same window and answered by the same
 // responder. The segments in flight of a DCI all go to one destination (the
 // address vector of their WQEs); a WQE to another waits until every answer
-// has come, as a DCI holds one connection at a time. Each connection is a
-// stream of its own (a new epoch); its first segment carries wireFirst, and
-// the DCT keeps for every DCI the responder state an RC QP keeps for its
-// peer, checking the DC key on every segment.
+// has come, as a DCI holds one connection at a time. A connection lasts
+// while the DCI has segments in flight or a message part-way (wireSegDone
+// ends it); each is a stream of its own (a new epoch), whose first segment
+// carries wireFirst, and the DCT keeps for every DCI the responder state an
+// RC QP keeps for its peer, checking the DC key on every segment.
 //
 // A message's record in a ring: a wireHdr, then the payload, padded to
 // wireAlign.
@@ -235,11 +236,13 @@ type wireQP struct {
 	next          uint32 // the next PSN to send
 	deadline      int64  // when the oldest segment in flight counts as lost (wireUnarmed: not yet given a time)
 	// epoch numbers the requester's stream (RC: from its last RTR→RTS;
-	// DCI: from its last change of destination), unique within the
+	// DCI: from the start of its connection, dcOpen), unique within the
 	// Fabric: a DCT tells a new stream from a retry.
 	epoch uint32
 	// DCI: the destination of the stream (the address vector of its
-	// WQEs and the slot of the DCT's process), and the stream's first PSN.
+	// WQEs and the slot of the DCT's process), whether the stream is
+	// open (from its first segment until every segment is answered at a
+	// message's end), and the stream's first PSN.
 	dcAV   [prm.AVSize]byte
 	dcSlot int
 	dcOpen bool
@@ -840,7 +843,8 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 	}
 	dci := q.typ == ctx.QPTypeDCI
 	if dci && (!ws.dcOpen || ws.dcAV != w.av) {
-		// Another destination: once nothing is in flight, a new stream.
+		// No connection (the last one ended, wireSegDone) or another
+		// destination: once nothing is in flight, a new stream.
 		if ws.segN > 0 || ws.sendOff != 0 {
 			return false, wireStopWait
 		}
@@ -1196,6 +1200,17 @@ func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
 	ws := &q.wire
 	ws.segHead = (ws.segHead + 1) % wireWindow
 	ws.segN--
+	if ws.segN == 0 && ws.sendOff == 0 && q.typ == ctx.QPTypeDCI {
+		// Every segment sent is answered and no message is part-way:
+		// the DCI's connection ends, and its next message opens a new
+		// stream (wireSendSeg), even to the same address. A DCT's
+		// destroy waits for the connections to it to end (DRAIN_DCT,
+		// then the DCT_DRAINED event: mlx5_core_destroy_dct), so a
+		// ConnectX's DCI connects afresh to whichever DCT then has the
+		// number; a stream kept would have its segments ignored by a
+		// new DCT of the destroyed one's number.
+		ws.dcOpen = false
+	}
 	if e.rd {
 		ws.rdN--
 		if w.op == prm.OpRdmaRead {
