@@ -113,7 +113,8 @@ func (f *Fabric) sendDone(q *qp, op prm.Opcode, fm uint8, idx, bbs uint16, byteC
 }
 
 // flush completes every outstanding WQE of a QP in error with
-// WR_FLUSH_ERR, each exactly once.
+// WR_FLUSH_ERR, each exactly once: those of its send queue, the receive a
+// SEND under way holds, then those of its receive queue.
 func (f *Fabric) flush(q *qp) bool {
 	progressed := false
 	for q.sqCnt > 0 && q.sqPending() > 0 {
@@ -125,6 +126,11 @@ func (f *Fabric) flush(q *qp) bool {
 		img := errCQE(prm.CQEReqErr, q.qpn, op, q.sqCI, prm.SyndromeWRFlush, 0)
 		q.sqCI += bbs
 		f.emitCQE(q.sendCQ, &img, nil, q)
+		progressed = true
+	}
+	// The receive a SEND under way between processes took at its first
+	// segment (wireTake) first: the oldest taken from the queue.
+	if f.wireFlushAllHeld(q) {
 		progressed = true
 	}
 	for q.rqCnt > 0 && q.rqHead != q.rqCI {

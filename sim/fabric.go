@@ -179,6 +179,10 @@ type Fabric struct {
 	wireAcks  []wireHeldAck // ACKs held until the next round's sends (wire.go)
 	// wireAcksBlocked: the last flush of wireAcks met a full ring.
 	wireAcksBlocked bool
+	// wireHeldDC lists the DCT streams that hold a receive for a SEND
+	// under way (wireTake): wireSweepHeld looks among them for those of
+	// processes gone.
+	wireHeldDC []wireHolder
 	// wireSendOnly is set while a round's first pass over the QPs
 	// sends: a QP whose ACK timer ran out (looked at after its sends) is
 	// left for a second pass, after the inbound messages are taken
@@ -673,6 +677,9 @@ func (f *Fabric) stepLocked() bool {
 	if f.tcp != nil && f.tcp.drain(f) {
 		progressed = true
 	}
+	if len(f.wireHeldDC) > 0 && f.stats.StepsExecuted%shmGoneRounds == 0 && f.wireSweepHeld() {
+		progressed = true
+	}
 	if f.wireLate {
 		// The QPs whose ACK timer ran out, judged once the answers
 		// that arrived in time are taken (a NIC takes an ACK as it
@@ -1018,6 +1025,13 @@ func (f *Fabric) engine(stop, done chan struct{}) {
 			continue
 		}
 		f.mu.Lock()
+		if f.wireSweepHeld() {
+			// A receive of a DCI gone completed: a round for it
+			// rather than a sleep.
+			f.mu.Unlock()
+			idle, burst = 0, 0
+			continue
+		}
 		f.stats.EngineSleeps++
 		if f.shm != nil {
 			// An idle engine runs few rounds (shmGoneRounds would

@@ -720,6 +720,7 @@ func (q *qp) reset() {
 	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
 	q.lastSQRaw, q.lastRQRaw = 0, 0
 	q.blockedUntil, q.rnrCount, q.retryCount, q.udWaitSince = 0, 0, 0, 0
+	q.f.wireForget(q)
 	q.wire = wireQP{}
 	// A QP in RESET gets no more CQEs and takes no more messages, as a
 	// closed one.
@@ -736,6 +737,7 @@ func (q *qp) Close() error {
 	}
 	q.f.wireFlushAcks() // those of requests it executed: a NIC has sent them
 	q.closed = true
+	q.f.wireForget(q)
 	q.f.removeQP(q)
 	q.mem.closed()
 	q.dev.detachBlueFlameLocked(q)

@@ -171,6 +171,40 @@ func (f *Fabric) scatterRecv(r *recvWQE, grh []byte, skip int, data []byte) prm.
 	return 0
 }
 
+// scatterRecvAt places data at byte off of the message in receive r's
+// buffers (a segment of a SEND of several: wireServeSeg), checking every
+// buffer it touches first, as scatterRecv does. It writes nothing unless
+// all checks pass.
+func (f *Fabric) scatterRecvAt(r *recvWQE, off uint64, data []byte) prm.Syndrome {
+	if off+uint64(len(data)) > r.capacity() {
+		return prm.SyndromeLocalLength
+	}
+	for pass := 0; pass < 2; pass++ {
+		at, rest := off, data
+		for _, e := range r.sg[:r.n] {
+			if len(rest) == 0 {
+				break
+			}
+			if at >= e.n {
+				at -= e.n
+				continue
+			}
+			n := min(e.n-at, uint64(len(rest)))
+			m := f.mrs[e.lkey]
+			if pass == 0 {
+				if m == nil || m.pd != r.pd || m.access&ctx.AccessLocalWrite == 0 || !m.contains(e.addr+at, n) {
+					return prm.SyndromeLocalProt
+				}
+			} else {
+				copy(m.bytes(e.addr+at, n), rest[:n])
+			}
+			rest = rest[n:]
+			at = 0
+		}
+	}
+	return 0
+}
+
 // srcInfo describes the sender for the receive CQE.
 type srcInfo struct {
 	qpn uint32
@@ -209,18 +243,6 @@ func respCQE(b *[prm.CQE64Size]byte, t *qp, r *recvWQE, op prm.CQEOpcode, byteCn
 // deliverSend places a SEND payload in the receive WQE r of t and writes
 // the receive CQE. It returns the requester's syndrome (0 on success).
 func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, src srcInfo) prm.Syndrome {
-	op := prm.CQERespSend
-	switch w.op {
-	case prm.OpSendImm:
-		op = prm.CQERespSendImm
-	case prm.OpSendInval:
-		op = prm.CQERespSendInv
-	}
-	var imm uint32
-	if w.op != prm.OpSend {
-		imm = w.imm
-	}
-	solicited := w.fm&prm.FlagSolicited != 0
 	limit := 32
 	format := uint8(prm.CQEFormatScatter32)
 	if t.recvCQ.size == prm.CQE128Size {
@@ -228,8 +250,9 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 	}
 	if t.scatterToCQE && len(payload) <= limit && len(payload) > 0 {
 		f.consumeRecv(t, r)
+		op, imm := sendRespOp(w.op, w.imm)
 		var img [prm.CQE64Size]byte
-		respCQE(&img, t, r, op, uint32(len(payload)), imm, src, solicited, format)
+		respCQE(&img, t, r, op, uint32(len(payload)), imm, src, w.fm&prm.FlagSolicited != 0, format)
 		f.emitCQE(t.recvCQ, &img, payload, t)
 		return 0
 	}
@@ -237,10 +260,34 @@ func (f *Fabric) deliverSend(q, t *qp, w *sendWQE, payload []byte, r *recvWQE, s
 		return f.recvFailed(t, r, s)
 	}
 	f.consumeRecv(t, r)
+	op, imm := sendRespOp(w.op, w.imm)
 	var img [prm.CQE64Size]byte
-	respCQE(&img, t, r, op, uint32(len(payload)), imm, src, solicited, prm.CQEFormatNone)
+	respCQE(&img, t, r, op, uint32(len(payload)), imm, src, w.fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
 	f.emitCQE(t.recvCQ, &img, nil, t)
 	return 0
+}
+
+// sendRespOp returns the responder's CQE opcode of a SEND of opcode op,
+// and the immediate (or invalidated rkey) its CQE carries: imm, or 0 for
+// a plain SEND.
+func sendRespOp(op prm.Opcode, imm uint32) (prm.CQEOpcode, uint32) {
+	switch op {
+	case prm.OpSendImm:
+		return prm.CQERespSendImm, imm
+	case prm.OpSendInval:
+		return prm.CQERespSendInv, imm
+	}
+	return prm.CQERespSend, 0
+}
+
+// sendReceived writes the CQE of receive r of t, taken from its queue,
+// into which a SEND of opcode op, flags fm and immediate imm placed n
+// bytes.
+func (f *Fabric) sendReceived(t *qp, r *recvWQE, op prm.Opcode, fm uint8, imm, n uint32, src srcInfo) {
+	cop, imm := sendRespOp(op, imm)
+	var img [prm.CQE64Size]byte
+	respCQE(&img, t, r, cop, n, imm, src, fm&prm.FlagSolicited != 0, prm.CQEFormatNone)
+	f.emitCQE(t.recvCQ, &img, nil, t)
 }
 
 // recvFailed completes receive r of t with error s (a message longer than
@@ -256,6 +303,13 @@ func (f *Fabric) recvFailed(t *qp, r *recvWQE, s prm.Syndrome) prm.Syndrome {
 		return s
 	}
 	f.consumeRecv(t, r)
+	return f.recvError(t, r, s)
+}
+
+// recvError is recvFailed for a receive already taken from its queue: one
+// a SEND of several segments took at its first (wireTake), which fails
+// at a later one.
+func (f *Fabric) recvError(t *qp, r *recvWQE, s prm.Syndrome) prm.Syndrome {
 	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, srqnOf(r))
 	if t.typ == ctx.QPTypeRC && !t.uc {
 		f.qpErrorLocked(t, "receive error")

@@ -369,10 +369,10 @@ func TestSharedUDWaitIsStill(t *testing.T) {
 func streamStarter(t *testing.T, e *env, dct *testQP) (*wireQP, func(qpn uint32, gen uint64) *wireResp) {
 	e.f.mu.Lock()
 	t.Cleanup(e.f.mu.Unlock)
-	ws := &e.f.qpByNum(dct.qp.QPN()).wire
-	return ws, func(qpn uint32, gen uint64) *wireResp {
+	t0 := e.f.qpByNum(dct.qp.QPN())
+	return &t0.wire, func(qpn uint32, gen uint64) *wireResp {
 		h := wireHdr{Kind: wireRequest, DstQPN: dct.qp.QPN(), SrcQPN: qpn, SrcGen: gen, PSN: 5, Epoch: 1, Flags: wireFirst}
-		return e.f.dcStream(ws, &h)
+		return e.f.dcStream(t0, &h)
 	}
 }
 

@@ -303,12 +303,12 @@ func TestLinkAnnouncementsBounded(t *testing.T) {
 }
 
 // TestLinkAssemblyNotSetAsideForAByte: a linked peer holding a DCT's key
-// that begins a long SEND on many streams, a byte each, makes the DCT set
-// nothing aside: a segment before a message's last is wireSegMax bytes
-// from any requester of this version, so a shorter one is ignored. Before,
-// each such first segment set aside the whole message's length (here 1
-// MiB a byte, 64 MiB for 64 bytes; up to a 1 GiB receive's length on each
-// of the peer's 64 Ki QPNs).
+// that begins a long SEND on many streams, a byte each, makes the DCT take
+// no receive and set nothing aside: a segment before a message's last is
+// wireSegMax bytes from any requester of this version, so a shorter one
+// is ignored. Before, each such first segment set aside the whole
+// message's length (here 1 MiB a byte, 64 MiB for 64 bytes; up to a 1 GiB
+// receive's length on each of the peer's 64 Ki QPNs).
 func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e, srq, dct := linkDCT(t)
@@ -336,11 +336,9 @@ func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
 	}
 	e.f.mu.Lock()
 	defer e.f.mu.Unlock()
-	aside := 0
-	for _, rs := range e.f.qpByNum(dct.qp.QPN()).wire.streams {
-		aside += cap(rs.asm)
-	}
-	require.LessOrEqual(t, aside, 2*streams, "bytes set aside for %d bytes of SENDs begun", streams)
+	tq := e.f.qpByNum(dct.qp.QPN())
+	require.Zero(t, tq.wire.heldN, "receives held for %d bytes of SENDs begun", streams)
+	require.Equal(t, 1, e.f.postedRecvs(tq), "the receive is still posted")
 }
 
 // TestLinkMisusedConnections: a linked peer that announces a frame longer
@@ -410,8 +408,8 @@ func TestLinkMisusedConnections(t *testing.T) {
 
 // TestLinkAssemblyOneReceivePerMessage: a linked peer holding a DCT's key
 // that begins a long SEND on many streams, a whole first segment each,
-// with one receive posted, gets one message set aside and an RNR NAK for
-// every other: a NIC takes a receive for each message at its first
+// with one receive posted, gets one message taken into it and an RNR NAK
+// for every other: a NIC takes a receive for each message at its first
 // packet, and there is one. Before, each stream set aside the message's
 // length against the same receive (32 streams: 32 times its length, for
 // 32 MiB sent). Once that message is delivered and a receive posted, the
@@ -447,13 +445,10 @@ func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 		}
 		return acks, rnrs
 	}
-	aside := func() (n int) {
+	held := func() int {
 		e.f.mu.Lock()
 		defer e.f.mu.Unlock()
-		for _, rs := range e.f.qpByNum(dct.qp.QPN()).wire.streams {
-			n += cap(rs.asm)
-		}
-		return n
+		return e.f.qpByNum(dct.qp.QPN()).wire.heldN
 	}
 	const streams = 32
 	msgs := make([][]byte, 0, streams)
@@ -464,7 +459,7 @@ func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 	acks, rnrs := answers(streams)
 	require.Equal(t, 1, acks, "first segments taken")
 	require.Equal(t, streams-1, rnrs, "first segments answered with RNR NAK")
-	require.Equal(t, total, aside(), "bytes set aside")
+	require.Equal(t, 1, held(), "receives held")
 
 	// Stream 0's last segment delivers its message; with a receive
 	// posted again, stream 1's first segment is taken.
@@ -472,12 +467,16 @@ func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
 		Epoch: 1, PSN: 1, DCKey: key, Off: wireSegMax, Total: total, Seg: wireSegMax, DLID: lid}, seg)))
 	acks, _ = answers(1)
 	require.Equal(t, 1, acks)
-	require.Equal(t, 0, aside())
+	require.Equal(t, 0, held())
+	c := waitCQE(t, dct.rcq, 5*time.Second)
+	require.Equal(t, prm.CQERespSend, c.op, "syndrome %v", c.synd)
+	require.Equal(t, uint32(total), c.byteCnt)
+	require.Equal(t, p.qpn, c.srcQPN)
 	srq.post(recv)
 	require.NoError(t, p.send(first(1)))
 	acks, _ = answers(1)
 	require.Equal(t, 1, acks, "a first segment with a receive for it")
-	require.Equal(t, total, aside())
+	require.Equal(t, 1, held())
 }
 
 // linkRecv returns the scatter entry of a receive of total bytes, in a
@@ -493,17 +492,21 @@ func linkRecv(t *testing.T, e *env, total uint32) []byte {
 	return dataSeg(total, mr.LKey(), uint64(mr.Addr()))
 }
 
-// A DCI whose process is gone in the middle of a long SEND leaves its
-// message set aside at the DCT, counted against the receives; the next
-// message that finds every receive counted drops the streams of processes
-// gone and is taken, where it was answered with an RNR NAK for as long as
-// the DCT lived.
+// TestLinkAssemblyOfGonePeerFreesReceive: a DCI whose process is gone in
+// the middle of a long SEND leaves the receive its first segment took
+// held by its stream at the DCT; the DCT finds the process gone (before
+// its engine sleeps, or every shmGoneRounds rounds), drops the stream and
+// completes that receive with WR_FLUSH_ERR, so that the program gets it
+// back. Before, the message stayed set aside and counted against the
+// receives, and only a later first segment that found every receive
+// counted dropped it.
 func TestLinkAssemblyOfGonePeerFreesReceive(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e, srq, dct := linkDCT(t)
 	const key = linkDCTKey
 	const total = 2 * wireSegMax
-	srq.post(linkRecv(t, e, total))
+	recv := linkRecv(t, e, total)
+	idx := srq.post(recv)
 	lid := lidOf(t, e.c)
 	seg := make([]byte, wireSegMax)
 	first := func(p *linkPeer) {
@@ -515,26 +518,35 @@ func TestLinkAssemblyOfGonePeerFreesReceive(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, uint8(wireAck), h.Status, "the first segment is taken: %+v", h)
 	}
-	streams := func() (n, aside int) {
+	streams := func() (n, held int) {
 		e.f.mu.Lock()
 		defer e.f.mu.Unlock()
 		ws := &e.f.qpByNum(dct.qp.QPN()).wire
-		return len(ws.streams), ws.asmN
+		return len(ws.streams), ws.heldN
 	}
 
 	gone := dialLinkPeer(t, e)
 	first(gone)
-	_, aside := streams()
-	require.Equal(t, 1, aside)
+	_, held := streams()
+	require.Equal(t, 1, held)
 	require.NoError(t, gone.conn.Close())
-	require.Eventually(t, func() bool { return !peerLinked(e, gone) }, 10*time.Second, time.Millisecond)
+	c := waitCQE(t, dct.rcq, 10*time.Second)
+	require.Equal(t, prm.CQERespErr, c.op)
+	require.Equal(t, prm.SyndromeWRFlush, c.synd, "the receive of the gone DCI's message")
+	require.Equal(t, idx, c.counter)
+	require.Equal(t, srq.d.SRQN, c.srqn)
+	n, held := streams()
+	require.Zero(t, held, "the gone DCI's receive is no longer held")
+	require.Zero(t, n, "the gone DCI's stream is dropped")
 
+	srq.free(idx)
+	srq.post(recv)
 	p := dialLinkPeer(t, e)
 	require.NotEqual(t, gone.qpn, p.qpn)
 	first(p)
-	n, aside := streams()
-	require.Equal(t, 1, aside, "the gone DCI's message no longer counts")
-	require.Equal(t, 1, n, "the gone DCI's stream is dropped")
+	n, held = streams()
+	require.Equal(t, 1, held)
+	require.Equal(t, 1, n)
 }
 
 // TestLinkUDLongerThanMTUDropped: a linked peer that sends a UD QP a

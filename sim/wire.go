@@ -253,55 +253,130 @@ type wireQP struct {
 	resp    wireResp
 	streams map[uint32]*wireResp
 	sweepAt int
-	// asmN counts the streams (resp's and those in streams) with a
-	// message set aside in asm (setAsm).
-	asmN int
-	// asmSweep is the round from which a DCT that finds every receive
-	// taken by a message set aside may look for those of processes
-	// gone again (wireDropGoneAsm).
-	asmSweep uint64
+	// heldN counts the streams (resp, or those in streams) that hold a
+	// receive for a SEND under way (wireTake).
+	heldN int
 }
 
-// wireDropGoneAsm drops the streams of DCT ws whose process is gone
-// (wireDropGone), except the stream of keep (the requester being served),
-// and reports whether a message they had set aside was dropped with them. A DCT counts the messages under way against its receives
-// (wireServeSeg); a DCI whose process died in the middle of a message
-// leaves its stream's count behind, which would answer every later
-// message with an RNR NAK once the receives are all counted. It runs
-// where a first segment finds them all counted, at most once every
-// shmGoneRounds rounds, so that a requester sending first segments to a
-// DCT with no receive left does not make each of its messages a walk
-// over every stream.
-func (f *Fabric) wireDropGoneAsm(ws *wireQP, keep uint32) bool {
-	if ws.streams == nil || f.stats.StepsExecuted < ws.asmSweep {
-		return false
-	}
-	ws.asmSweep = f.stats.StepsExecuted + shmGoneRounds
-	n := ws.asmN
-	f.wireDropGone(ws, keep)
-	return ws.asmN < n
-}
-
-// wireDropGone drops the streams of DCT ws whose process is gone
-// (wireStreamGone), and what they set aside, except the stream of keep.
-func (f *Fabric) wireDropGone(ws *wireQP, keep uint32) {
-	for qpn, st := range ws.streams {
+// wireDropGone drops the streams of DCT t whose process is gone
+// (wireStreamGone), except the stream of keep; the receive such a stream
+// holds completes with WR_FLUSH_ERR (wireFlushHeld).
+func (f *Fabric) wireDropGone(t *qp, keep uint32) {
+	for qpn, st := range t.wire.streams {
 		if qpn != keep && f.wireStreamGone(qpn, st.gen) {
-			ws.setAsm(st, nil)
-			delete(ws.streams, qpn)
+			f.wireFlushHeld(t, st, prm.SyndromeWRFlush)
+			delete(t.wire.streams, qpn)
 		}
 	}
 }
 
-// setAsm sets rs.asm, a stream of ws, to b (nil: none), keeping asmN.
-func (ws *wireQP) setAsm(rs *wireResp, b []byte) {
-	switch {
-	case rs.asm == nil && b != nil:
-		ws.asmN++
-	case rs.asm != nil && b == nil:
-		ws.asmN--
+// wireHolder is a DCT stream that holds a receive (wireHeldDC): stream rs
+// of DCT t.
+type wireHolder struct {
+	t  *qp
+	rs *wireResp
+}
+
+// wireSweepHeld completes with WR_FLUSH_ERR each receive a DCT stream
+// whose process is gone holds (wireStreamGone), and drops the stream: the
+// receive a DCI took at the first segment of a SEND it never finished
+// goes back to the program (libmlx5 frees an SRQ WQE when it polls its
+// CQE, error or not). It runs every shmGoneRounds rounds and before the
+// engine sleeps, and looks only at the streams that hold a receive. It
+// reports whether a receive completed.
+func (f *Fabric) wireSweepHeld() bool {
+	flushed := false
+	for i := len(f.wireHeldDC) - 1; i >= 0; i-- {
+		if i >= len(f.wireHeldDC) {
+			continue
+		}
+		h := f.wireHeldDC[i]
+		if !f.wireStreamGone(h.rs.qpn, h.rs.gen) {
+			continue
+		}
+		f.wireFlushHeld(h.t, h.rs, prm.SyndromeWRFlush)
+		if h.t.wire.streams[h.rs.qpn] == h.rs {
+			delete(h.t.wire.streams, h.rs.qpn)
+		}
+		flushed = true
 	}
-	rs.asm = b
+	return flushed
+}
+
+// wireTake takes receive r of t (peekRecv's) for the SEND of total bytes
+// that stream rs of t begins: the receive leaves its queue now, as a
+// NIC's first packet of a message takes it, and rs holds a copy of it,
+// into which each segment is written at its offset, until the message's
+// last segment completes it.
+func (f *Fabric) wireTake(t *qp, rs *wireResp, r *recvWQE, total uint64) {
+	held := new(recvWQE)
+	*held = *r
+	f.consumeRecv(t, r)
+	rs.recv, rs.recvLen = held, total
+	t.wire.heldN++
+	if t.typ == ctx.QPTypeDCT {
+		f.wireHeldDC = append(f.wireHeldDC, wireHolder{t, rs})
+	}
+}
+
+// wireRelease ends the hold of stream rs of t on its receive and returns
+// the receive (nil: none held), writing no CQE.
+func (f *Fabric) wireRelease(t *qp, rs *wireResp) *recvWQE {
+	r := rs.recv
+	if r == nil {
+		return nil
+	}
+	rs.recv, rs.recvLen = nil, 0
+	t.wire.heldN--
+	if t.typ == ctx.QPTypeDCT {
+		f.wireHeldDC = slices.DeleteFunc(f.wireHeldDC, func(h wireHolder) bool { return h.rs == rs })
+	}
+	return r
+}
+
+// wireFlushHeld completes the receive stream rs of t holds, if any, with
+// syndrome s, leaving t in its state, and reports whether there was one.
+func (f *Fabric) wireFlushHeld(t *qp, rs *wireResp, s prm.Syndrome) bool {
+	r := f.wireRelease(t, rs)
+	if r == nil {
+		return false
+	}
+	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, s, srqnOf(r))
+	f.emitCQE(t.recvCQ, &img, nil, t)
+	return true
+}
+
+// wireFlushAllHeld completes every receive t's streams hold with
+// WR_FLUSH_ERR: t is in error (flush), and a NIC flushes the receive a
+// message under way took with the rest. It reports whether there was
+// one.
+func (f *Fabric) wireFlushAllHeld(t *qp) bool {
+	if t.wire.heldN == 0 {
+		return false
+	}
+	flushed := f.wireFlushHeld(t, &t.wire.resp, prm.SyndromeWRFlush)
+	for _, st := range t.wire.streams {
+		if f.wireFlushHeld(t, st, prm.SyndromeWRFlush) {
+			flushed = true
+		}
+	}
+	return flushed
+}
+
+// wireForget drops the receives t's streams hold without a CQE: t goes
+// to RESET or is destroyed. A NIC's QP leaves such a receive behind (an
+// SRQ's WQE is not given back to its free list), and libmlx5 removes the
+// QP's CQEs from its CQs then anyway (mlx5_modify_qp to RESET and
+// mlx5_destroy_qp call __mlx5_cq_clean).
+func (f *Fabric) wireForget(t *qp) {
+	if t.wire.heldN > 0 && t.typ == ctx.QPTypeDCT {
+		f.wireHeldDC = slices.DeleteFunc(f.wireHeldDC, func(h wireHolder) bool { return h.t == t })
+	}
+	t.wire.heldN = 0
+	t.wire.resp.recv = nil
+	for _, st := range t.wire.streams {
+		st.recv = nil
+	}
 }
 
 // dcStreamsSweepMin is the fewest DCI streams a DCT holds before it drops
@@ -309,13 +384,19 @@ func (ws *wireQP) setAsm(rs *wireResp, b []byte) {
 const dcStreamsSweepMin = 1024
 
 // wireResp is the responder's state of one requester's stream: the next
-// PSN to execute, the message a SEND is assembled in, and the original
-// values of the last atomics executed, by PSN.
+// PSN to execute, the receive a SEND of several segments took at its
+// first segment, and the original values of the last atomics executed, by
+// PSN.
 type wireResp struct {
-	gen     uint64 // DCT: the generation of the DCI's process
-	epoch   uint32 // DCT: the DCI's stream
-	expect  uint32
-	asm     []byte
+	gen    uint64 // DCT: the generation of the DCI's process
+	epoch  uint32 // DCT: the DCI's stream
+	qpn    uint32 // DCT: the DCI's QPN
+	expect uint32
+	// recv is the receive the SEND under way took at its first segment
+	// (wireTake), a copy of its WQE, held until the last; recvLen is
+	// that message's length. nil: no SEND under way.
+	recv    *recvWQE
+	recvLen uint64
 	atomics [maxRdAtomic]wireAtomic
 	atomicN int
 }
@@ -387,6 +468,7 @@ func (f *Fabric) ackTimerStart(d int64) int64 {
 func (q *qp) wireTransition(from, to ctx.QPState) {
 	switch {
 	case to == ctx.QPStateReset:
+		q.f.wireForget(q)
 		q.wire = wireQP{}
 	case to == ctx.QPStateRTR && from == ctx.QPStateInit:
 		q.wire.resp.expect = q.attr.RQPSN
@@ -531,7 +613,7 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 			f.wireReply(from, h, t, wireNAK, uint8(prm.SyndromeRemoteAccess), 0, nil)
 			return
 		}
-		if rs = f.dcStream(&t.wire, h); rs == nil {
+		if rs = f.dcStream(t, h); rs == nil {
 			return
 		}
 	default:
@@ -552,7 +634,13 @@ func (f *Fabric) wireServe(from int, h *wireHdr, payload []byte) {
 // sweepAt streams first drops those whose process is gone (wireStreamGone);
 // the next sweep waits until the streams left have doubled, so that each
 // request pays a constant share of the sweeps.
-func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
+//
+// A stream that a new one replaces may hold the receive of a SEND it
+// never finished (its DCI moved to error and back, or its process is
+// gone and another took its slot): that receive completes with
+// WR_FLUSH_ERR, as one of a stream that is gone does (wireDropGone).
+func (f *Fabric) dcStream(t *qp, h *wireHdr) *wireResp {
+	ws := &t.wire
 	st := ws.streams[h.SrcQPN]
 	if st != nil && st.gen == h.SrcGen && st.epoch == h.Epoch {
 		return st
@@ -565,14 +653,14 @@ func (f *Fabric) dcStream(ws *wireQP, h *wireHdr) *wireResp {
 			ws.streams = map[uint32]*wireResp{}
 		}
 		if len(ws.streams) >= max(ws.sweepAt, dcStreamsSweepMin) {
-			f.wireDropGone(ws, h.SrcQPN) // (h's stream is not there yet)
+			f.wireDropGone(t, h.SrcQPN) // (h's stream is not there yet)
 			ws.sweepAt = 2 * len(ws.streams)
 		}
 		st = &wireResp{}
 		ws.streams[h.SrcQPN] = st
 	}
-	ws.setAsm(st, nil)
-	*st = wireResp{gen: h.SrcGen, epoch: h.Epoch, expect: h.PSN}
+	f.wireFlushHeld(t, st, prm.SyndromeWRFlush)
+	*st = wireResp{gen: h.SrcGen, epoch: h.Epoch, qpn: h.SrcQPN, expect: h.PSN}
 	return st
 }
 
@@ -608,6 +696,26 @@ const wireUCLoss = int64(100 * time.Millisecond)
 // starts again from its first segment (wireServeSeg).
 func (f *Fabric) ucDrop(from int, h *wireHdr, t *qp) {
 	f.wireReply(from, h, t, wireAck, 0, 0, nil)
+}
+
+// ucAbandon ends, at UC QP t, the SEND under way in stream rs whose
+// last segment will not come (a PSN gap): the receive it took at its
+// first segment, if any, goes back to the head of t's receive queue and
+// the next message starts again in it, as the IBA's UC class D1 has it
+// (rxe_resp.c's do_class_d1e_error resets the receive). A receive of an
+// SRQ, which cannot go back, completes with REMOTE_INVAL_REQ (class E,
+// as rxe completes it).
+func (f *Fabric) ucAbandon(t *qp, rs *wireResp) {
+	r := f.wireRelease(t, rs)
+	if r == nil {
+		return
+	}
+	if r.srq == nil && t.rqCI == r.idx+1 {
+		t.rqCI--
+		return
+	}
+	img := errCQE(prm.CQERespErr, t.qpn, 0, r.idx, prm.SyndromeRemoteInvalReq, srqnOf(r))
+	f.emitCQE(t.recvCQ, &img, nil, t)
 }
 
 // wireUCLost ends the wait of UC QP q for the answers to its segments in
@@ -1275,7 +1383,7 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				return
 			}
 			rs.expect = h.PSN
-			t.wire.setAsm(rs, nil)
+			f.ucAbandon(t, rs)
 		} else {
 			if d <= wireDupWindow {
 				f.wireRepeatSeg(from, h, t, rs)
@@ -1303,22 +1411,43 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 	}
 	switch op {
 	case prm.OpSend, prm.OpSendImm, prm.OpSendInval:
-		rw, ok := f.peekRecv(t)
-		if !ok {
-			if t.uc {
-				f.ucDrop(from, h, t)
-				return
-			}
-			f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
+		if off == 0 && rs.recv != nil {
+			// A message begins while another holds its receive: no
+			// requester of this version sends it (a stream's messages
+			// go in order, and a UC gap or a DCI's new stream ends
+			// the message under way first).
 			return
 		}
-		msg := payload[:n]
-		if !(off == 0 && last) {
-			// A message of several segments is assembled, then
-			// delivered whole with its last. One longer than the
-			// receive it lands in fails at its first segment, before
-			// anything is set aside for it (as a NIC's would fail at
-			// the segment that overflows).
+		if off == 0 {
+			rw, ok := f.peekRecv(t)
+			if !ok {
+				if t.uc {
+					f.ucDrop(from, h, t)
+					return
+				}
+				f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
+				return
+			}
+			if last {
+				w := sendWQE{op: op, fm: h.FM, imm: h.Imm, total: total}
+				if s := f.deliverSend(nil, t, &w, payload[:n], rw, src); s != 0 {
+					if t.uc {
+						f.ucDrop(from, h, t)
+						return
+					}
+					f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil)
+					return
+				}
+				completes = true
+				break
+			}
+			// The first segment of several takes the receive at the
+			// head of the queue, as a NIC's first packet of a message
+			// does, and holds it for the message (wireTake). A
+			// message longer than that receive fails now, before
+			// anything is written (a NIC's fails at the packet that
+			// overflows it), though a later receive might be long
+			// enough.
 			if total > rw.capacity() {
 				s := f.recvFailed(t, rw, prm.SyndromeLocalLength)
 				if t.uc {
@@ -1328,46 +1457,33 @@ func (f *Fabric) wireServeSeg(from int, h *wireHdr, payload []byte, t *qp, rs *w
 				f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil)
 				return
 			}
-			// Its buffer is set aside at its first segment, which is
-			// wireSegMax bytes (wireSendSeg cuts every segment but
-			// the last to that length): a shorter one before the
-			// last, or a later segment of no message begun, is not
-			// from a requester of this version and is ignored, so
-			// that a byte cannot set aside a message's length.
-			switch {
-			case !last && n != wireSegMax:
-				return
-			case off == 0:
-				if rs.asm == nil && t.wire.asmN >= f.postedRecvs(t) &&
-					(!f.wireDropGoneAsm(&t.wire, h.SrcQPN) || t.wire.asmN >= f.postedRecvs(t)) {
-					// A NIC takes a receive for each message at its
-					// first packet: with every receive posted taken
-					// by a message under way (of processes still
-					// there), this one finds none, and is not set
-					// aside. Only a DCT's streams get here (an RC or
-					// UC QP has one stream, and peekRecv found a
-					// receive).
-					f.wireReply(from, h, t, wireRNR, 0, t.attr.MinRNRTimer, nil)
-					return
-				}
-				t.wire.setAsm(rs, make([]byte, total))
-			case uint64(len(rs.asm)) != total:
+			if n != wireSegMax {
+				// wireSendSeg cuts every segment but the last to
+				// wireSegMax bytes: a shorter first segment is not
+				// from a requester of this version, and takes no
+				// receive.
 				return
 			}
-			copy(rs.asm[off:], payload[:n])
-			msg = rs.asm
+			f.wireTake(t, rs, rw, total)
+		} else if rs.recv == nil || rs.recvLen != total || !last && n != wireSegMax {
+			// A later segment of no message begun (its first was
+			// refused or never came), or not from a requester of this
+			// version.
+			return
+		}
+		// Each segment lands at its offset of the receive's scatter
+		// list; the entries it touches are checked as it is written.
+		if s := f.scatterRecvAt(rs.recv, off, payload[:n]); s != 0 {
+			synd := f.recvError(t, f.wireRelease(t, rs), s)
+			if t.uc {
+				f.ucDrop(from, h, t)
+				return
+			}
+			f.wireReply(from, h, t, wireNAK, uint8(synd), 0, nil)
+			return
 		}
 		if last {
-			t.wire.setAsm(rs, nil)
-			w := sendWQE{op: op, fm: h.FM, imm: h.Imm, total: total}
-			if s := f.deliverSend(nil, t, &w, msg, rw, src); s != 0 {
-				if t.uc {
-					f.ucDrop(from, h, t)
-					return
-				}
-				f.wireReply(from, h, t, wireNAK, uint8(s), 0, nil)
-				return
-			}
+			f.sendReceived(t, f.wireRelease(t, rs), op, h.FM, h.Imm, uint32(total), src)
 			completes = true
 		}
 	case prm.OpRdmaWrite, prm.OpRdmaWriteImm:
