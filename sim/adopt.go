@@ -192,8 +192,11 @@ func (f *Fabric) lookupCQ(cqn uint32) (simadopt.CQInfo, bool) {
 // engine reads the WQEs the caller writes there and follows the counters
 // of the doorbell record, as it does for a queue pair of its own. The
 // memory must stay mapped until the queue pair is closed; the model does
-// not free it. BlueFlame writes go to a register of the model's own
-// (Descriptor().BlueFlame); the doorbell record is what the engine reads.
+// not free it. The doorbell record is what the engine reads; strict mode
+// also watches the register the caller names (cfg.Register, see
+// checkRung), which must stay mapped until forgetRegister or Close.
+// Descriptor().BlueFlame is a register of the model's own that nothing
+// watches.
 func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provider.QueuePair, error) {
 	op := "sim: adopt " + cfg.Type.String() + " QP"
 	bad := func(format string, args ...any) error {
@@ -296,6 +299,9 @@ func adoptQueuePair(p provider.ProtectionDomain, cfg simadopt.QPConfig) (provide
 		pr.f.qpns.give(qpn)
 		return nil, provider.Errorf(op, "BlueFlame page: %w", err)
 	}
+	// Strict mode watches the register the caller rings, not the
+	// model's own, which nothing writes.
+	q.watchRegister(cfg.Register, cfg.RegisterSize)
 	pr.f.addQP(q)
 	q.mem = keepMemory(q.bufs[:])
 	return q, nil
@@ -335,4 +341,19 @@ func contextDepth(d uint8) uint8 {
 		return 1
 	}
 	return 1 << (bits.Len8(d-1) & 7)
+}
+
+// forgetRegister stops the watch of the doorbell register an adopted queue
+// pair was created with (simadopt.ForgetRegister): the caller is about to
+// unmap it. The QP goes on with its doorbell record alone.
+func forgetRegister(p provider.QueuePair) {
+	q, ok := p.(*qp)
+	if !ok {
+		return
+	}
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	if q.reg != nil {
+		q.watchRegister(nil, 0)
+	}
 }

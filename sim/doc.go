@@ -68,11 +68,23 @@
 // goes backwards or jumps past the ring, a WQE index in the control segment
 // that does not match the producer index, a QPN in the control segment that
 // is not the QP's, an opcode the transport does not allow, a zero-length
-// receive entry, and (in Manual mode) BlueFlame buffer bytes that differ from
-// the WQE in the ring. Violations and CheckViolations return them;
-// StrictFatal rejects the offending WQE with LOCAL_QP_OP_ERR. The default
-// Fabric is strict unless MLX5KIT_SIM_STRICT=0 ("fatal" makes it
-// StrictFatal).
+// receive entry, (in Manual mode) BlueFlame buffer bytes that differ from
+// the WQE in the ring, and a send doorbell record that moved with no write
+// to the QP's doorbell register since (ViolationDoorbellRecordOnly: a
+// ConnectX starts send work on the register write, so such a program hangs
+// on hardware; receive queues have a record only and are not checked).
+// Violations and CheckViolations return them; StrictFatal rejects the
+// offending WQE with LOCAL_QP_OP_ERR, and holds WQEs announced by the
+// record alone until the register is written. The default Fabric is strict
+// unless MLX5KIT_SIM_STRICT=0 ("fatal" makes it StrictFatal).
+//
+// The register a strict Fabric watches for a QP of its own is the one its
+// descriptor names (Descriptor().BlueFlame: the QP's own, or the device's
+// shared doorbell-only one). In Manual mode a record moved alone is
+// reported in the round that reads it; in Engine mode, which may read the
+// record between a post's two stores, once it has been ahead of the
+// register for a second. Strict mode executes those WQEs all the same, as
+// it executes a WQE with a wrong index or QPN.
 //
 // # Running
 //

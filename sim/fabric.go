@@ -50,8 +50,10 @@ type Options struct {
 	Strict bool
 	// StrictFatal makes the model reject a WQE with a violation the way a
 	// device rejects a malformed WQE: the QP moves to error with
-	// LOCAL_QP_OP_ERR, and RunUntilIdle returns ErrViolation. It implies
-	// Strict.
+	// LOCAL_QP_OP_ERR, and RunUntilIdle returns ErrViolation. WQEs a send
+	// doorbell record announced with no doorbell register write are held
+	// back until one, as a ConnectX leaves them in the ring
+	// (ViolationDoorbellRecordOnly). It implies Strict.
 	StrictFatal bool
 	// IdleSleep caps the engine's back-off sleep when there is no work
 	// (default 500µs). Lower values cut the latency after an idle period at

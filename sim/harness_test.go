@@ -206,6 +206,10 @@ type testQP struct {
 	rcq    *testCQ
 	pi     uint16
 	rqHead uint16
+	// last is the index of the last WQE written, bfOff the offset of the
+	// register buffer the next doorbell goes to (ring).
+	last  uint16
+	bfOff uint32
 }
 
 type qpOpts struct {
@@ -359,6 +363,7 @@ func (q *testQP) write(w []byte) uint16 {
 	copy(ring, w[n:])
 	idx := q.pi
 	q.pi += uint16((len(w) + 63) / 64)
+	q.last = idx
 	return idx
 }
 
@@ -382,8 +387,27 @@ func (q *testQP) post(op prm.Opcode, opmod uint8, fm uint8, imm uint32, segs ...
 	return idx
 }
 
+// ring publishes the WQEs written since the last ring as a program
+// posts them: the doorbell record, then the doorbell register (ringRegister).
 func (q *testQP) ring() {
+	q.ringRecord()
+	q.ringRegister()
+}
+
+// ringRecord writes the producer index into the send doorbell record only:
+// a ConnectX fetches nothing until the register is written
+// (ViolationDoorbellRecordOnly).
+func (q *testQP) ringRecord() {
 	prm.Store32(unsafe.Add(q.d.DBRec, prm.DoorbellRecordSendB), uint32(q.pi))
+}
+
+// ringRegister stores the first 8 bytes of the last WQE written into the
+// QP's doorbell register, as rdma-core's post_send_db does for a post
+// without BlueFlame, and moves to the register's other buffer.
+func (q *testQP) ringRegister() {
+	slot := unsafe.Add(q.d.SQ.Buf, int(uint32(q.last)&(q.d.SQ.WQECnt-1))*prm.WQEBBSize)
+	*(*uint64)(unsafe.Add(q.d.BlueFlame, q.bfOff)) = *(*uint64)(slot)
+	q.bfOff ^= q.d.BlueFlameSize
 }
 
 // postRecv posts one receive WQE with the given SGEs to the QP's RQ.

@@ -361,6 +361,20 @@ type qp struct {
 	lastRQRaw    uint32
 
 	bfSnap []byte // BlueFlame buffers as last seen (strict, Manual)
+	// reg is the doorbell register strict mode watches for the send
+	// queue (checkRung): bf for a QP of the model's own, the adopter's
+	// register for an adopted one (nil: not watched). Its buffers are at
+	// reg and reg+regSize; regSeen holds their first 8 bytes as last seen.
+	reg     unsafe.Pointer
+	regSize uintptr
+	regSeen [2]uint64
+	// unrung: the doorbell record moved the producer index past rungPI,
+	// the index of the last register write seen, with no register write
+	// since; reportedPI is the index up to which that was reported, and
+	// unrungAt when the model first saw the advance not yet reported.
+	unrung             bool
+	rungPI, reportedPI uint16
+	unrungAt           int64
 	// sharedBF: bf is the device's shared doorbell-only register, not a
 	// register of the QP's own (Options.BlueFlameRegisters).
 	sharedBF bool
@@ -719,6 +733,7 @@ func (q *qp) reset() {
 	q.attr = ctx.QPAttr{}
 	q.sqPI, q.sqCI, q.rqHead, q.rqCI = 0, 0, 0, 0
 	q.lastSQRaw, q.lastRQRaw = 0, 0
+	q.unrung = false
 	q.blockedUntil, q.rnrCount, q.retryCount, q.udWaitSince = 0, 0, 0, 0
 	q.f.wireForget(q)
 	q.wire = wireQP{}

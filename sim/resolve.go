@@ -88,6 +88,7 @@ func init() {
 	simadopt.CompletionQueue = adoptCompletionQueue
 	simadopt.ResizeCompletionQueue = resizeCompletionQueue
 	simadopt.QueuePair = adoptQueuePair
+	simadopt.ForgetRegister = forgetRegister
 	simadopt.SharedReceiveQueue = adoptSharedReceiveQueue
 	simadopt.ProtectionDomainNumber = protectionDomainNumber
 	simadopt.QueuePairAttributes = queuePairAttributes

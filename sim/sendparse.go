@@ -62,10 +62,17 @@ func (f *Fabric) scanQP(q *qp) {
 		raw := atomic.LoadUint32((*uint32)(unsafe.Add(q.db, prm.DoorbellRecordSendB)))
 		if raw != q.lastSQRaw {
 			q.lastSQRaw = raw
+			old := q.sqPI
 			if v := bits.ReverseBytes32(raw); producerFits(v, q.sqPI, q.sqCI, q.sqCnt) {
 				q.sqPI = uint16(v)
 			} else if pi, ok := f.checkProducer(Violation{QPN: q.qpn, WQEIndex: q.sqCI}, "send", v, q.sqPI, q.sqCI, q.sqCnt); ok {
 				q.sqPI = pi
+			}
+			// Strict mode looks at the doorbell register only when
+			// the record moved, or moved before with no register
+			// write seen since: a round without a post pays nothing.
+			if f.opts.Strict && q.reg != nil && (q.sqPI != old || q.unrung) {
+				f.checkRung(q, raw, old)
 			}
 		}
 	}

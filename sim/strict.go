@@ -2,10 +2,12 @@ package sim
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/mlx5kit/mlx5kit/internal/names"
@@ -55,10 +57,18 @@ const (
 	// the WQE in the ring that their control segment names (checked in
 	// Manual mode, where every post is complete when the model looks).
 	ViolationBlueFlame
+	// ViolationDoorbellRecordOnly: a send queue's producer index advanced
+	// in its doorbell record with no write to its doorbell register (the
+	// 8-byte doorbell or BlueFlame copy to the UAR page) since. A ConnectX
+	// fetches send WQEs when the register is written; the record alone
+	// leaves them in the ring until the next doorbell. Receive queues and
+	// SRQs have only a record and are not checked (see checkRung).
+	ViolationDoorbellRecordOnly
 )
 
 var violationNames = [...]string{"", "ds", "doorbell-endian", "doorbell-backwards", "doorbell-past-ring",
-	"wqe-index", "qpn", "opcode", "wqe-beyond-producer", "cq-doorbell", "receive", "blueflame"}
+	"wqe-index", "qpn", "opcode", "wqe-beyond-producer", "cq-doorbell", "receive", "blueflame",
+	"doorbell-record-only"}
 
 // String returns a short name of the kind.
 func (k ViolationKind) String() string { return names.Of(k, violationNames[:], "ViolationKind") }
@@ -208,4 +218,101 @@ func (f *Fabric) compareBlueFlame(q *qp) {
 				Detail: fmt.Sprintf("BlueFlame buffer %d holds %d bytes that differ from WQE %d in the ring", half, n, idx)})
 		}
 	}
+}
+
+// doorbellGrace is how long, in Engine mode, a send doorbell record may be
+// ahead of the doorbell register before checkRung reports it. A correct
+// post writes the record and then the register a few instructions later,
+// and the engine may read the record between the two stores; a poster
+// preempted there keeps the register unwritten for as long as it waits
+// for a processor. In Manual mode every post is complete when the model
+// looks, and the report is made at once.
+const doorbellGrace = time.Second
+
+// watchRegister makes the model watch the doorbell register at reg, whose
+// two buffers start at reg and reg+size (size 0: one 8-byte doorbell
+// location), for q's send queue (f.mu held): what it holds now is taken as
+// seen. A nil reg stops the watch, and releases what StrictFatal held back.
+func (q *qp) watchRegister(reg unsafe.Pointer, size uint32) {
+	q.reg, q.regSize, q.unrung = reg, uintptr(size), false
+	if reg != nil {
+		q.regSeen = q.registerWords()
+	}
+	// The next scan reads the record again (scanQP).
+	q.lastSQRaw = ^q.lastSQRaw
+}
+
+// registerWords returns the first 8 bytes of each of the register's
+// buffers: every register write, an 8-byte doorbell or a BlueFlame copy,
+// stores the first 8 bytes of a WQE's control segment (the WQE index,
+// opcode, QPN and ds) there, so a write changes them.
+func (q *qp) registerWords() [2]uint64 {
+	return [2]uint64{atomic.LoadUint64((*uint64)(q.reg)), atomic.LoadUint64((*uint64)(unsafe.Add(q.reg, q.regSize)))}
+}
+
+// announces reports whether one of the register words w names q and a WQE
+// that ends at the producer index the record holds: what a write for the
+// post that moved the record stores. A write leaves the words unchanged
+// when it stores what they held, which takes a WQE index used before: the
+// same post again after the QP went through RESET (its producer index
+// starts at 0 again), where a kit that also starts its buffer toggle again
+// writes the very bytes of its first post before the reset.
+func (q *qp) announces(w [2]uint64) bool {
+	for _, x := range w {
+		var b [8]byte
+		binary.NativeEndian.PutUint64(b[:], x)
+		idx := uint16(binary.BigEndian.Uint32(b[:]) >> prm.CtrlWQEIndexShift)
+		qpnDS := binary.BigEndian.Uint32(b[prm.CtrlQPNDS:])
+		if qpnDS>>prm.CtrlQPNShift == q.qpn && idx+uint16(prm.WQEBBs(int(qpnDS&prm.CtrlDSMask))) == q.sqPI {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRung is strict mode's look at the doorbell register of q's send
+// queue (f.mu held), called by scanQP when the doorbell record moved the
+// producer index from old to q.sqPI, or moved it earlier with no register
+// write seen since (q.unrung). raw is the record as read.
+//
+// A register write since the last look (its words changed, or one of them
+// names the WQE that ends at the record: announces) announces whatever
+// the record holds: q.sqPI stands and q.unrung clears. Without
+// one, the record moved on its own: a ConnectX would not fetch the WQEs
+// (rdma-core's post_send_db and the kit's blueflame post write the record
+// and then the register; the device starts on the register write). The
+// model reports ViolationDoorbellRecordOnly, in Manual mode at once and
+// in Engine mode once the record has been ahead for doorbellGrace (see
+// there), and each later advance again. In Strict mode it executes the
+// WQEs all the same, as it executes a WQE with a wrong index or QPN, so a
+// run goes on to report everything it finds; in StrictFatal mode it holds
+// them back, as a ConnectX leaves them in the ring, until a register
+// write is seen (then it executes them), and RunUntilIdle and Step
+// return ErrViolation once the report is made. Until a register write
+// is seen, every scan looks again: scanQP compares the record with a
+// value it cannot equal.
+//
+// With a register that several QPs share (the model's doorbell-only one
+// beyond Options.BlueFlameRegisters, or a bfreg libmlx5 shares), another
+// QP's write counts as one for q: only the last write stays visible, so
+// the model cannot tell whose it was, and it reports nothing rather than
+// blame a QP whose doorbell was overwritten.
+func (f *Fabric) checkRung(q *qp, raw uint32, old uint16) {
+	if w := q.registerWords(); w != q.regSeen || q.announces(w) {
+		q.regSeen, q.unrung = w, false
+		return
+	}
+	if !q.unrung {
+		q.unrung, q.rungPI, q.reportedPI, q.unrungAt = true, old, old, f.now()
+	}
+	if q.sqPI != q.reportedPI && (f.opts.Mode == Manual || f.now()-q.unrungAt >= int64(doorbellGrace)) {
+		f.violate(Violation{Kind: ViolationDoorbellRecordOnly, QPN: q.qpn, WQEIndex: q.reportedPI,
+			Detail: fmt.Sprintf("send doorbell record moved from %d to %d with no doorbell register write since (a ConnectX fetches send WQEs on the register write)",
+				q.reportedPI, q.sqPI)})
+		q.reportedPI, q.unrungAt = q.sqPI, f.now()
+	}
+	if f.opts.StrictFatal {
+		q.sqPI = q.rungPI
+	}
+	q.lastSQRaw = ^raw
 }

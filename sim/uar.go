@@ -22,6 +22,7 @@ func (d *device) attachBlueFlameLocked(q *qp) error {
 		}
 		q.bufs[3] = b
 		q.bf = unsafe.Add(b.Pointer(), bfRegOffset)
+		q.watchRegister(q.bf, bfSize)
 		d.dedicatedBF++
 		return nil
 	}
@@ -35,6 +36,7 @@ func (d *device) attachBlueFlameLocked(q *qp) error {
 	d.sharedUsers++
 	q.bf = unsafe.Add(d.sharedBF.Pointer(), bfRegOffset)
 	q.sharedBF = true
+	q.watchRegister(q.bf, 0)
 	return nil
 }
 

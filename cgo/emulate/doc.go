@@ -24,8 +24,10 @@
 // the rings and doorbell records libmlx5 allocated) with their
 // transitions, and address handles, RESIZE_CQ (the model writes the
 // resize CQE libmlx5 waits for into the old ring and goes on in the new
-// one), and the mmap of UAR pages. The model
-// executes the WQEs libmlx5 writes, writes the CQEs it reads, writes
+// one), and the mmap of UAR pages (in strict mode the model watches the
+// doorbell register of each QP's bfreg there, and reports a send doorbell
+// record moved with no write to it: sim.ViolationDoorbellRecordOnly). The
+// model executes the WQEs libmlx5 writes, writes the CQEs it reads, writes
 // completion events to completion channels when libmlx5 arms a CQ, and
 // writes the model's async events (CQ error, QP fatal and access errors,
 // SRQ limit armed through MODIFY_SRQ, last WQE reached, port events) to

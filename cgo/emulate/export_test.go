@@ -2,7 +2,10 @@
 
 package emulate
 
-import "strings"
+import (
+	"strings"
+	"unsafe"
+)
 
 // CallCount returns how many times the process's emulated kernel answered
 // a command ("ioctl GET_CONTEXT", "write QUERY_DEVICE", "mmap UAR").
@@ -40,4 +43,28 @@ func TakeMemfdAsDMABuf(name string) (restore func()) {
 		return saved(target) || strings.HasPrefix(target, "/memfd:"+name+" ")
 	}
 	return func() { isDMABufLink = saved }
+}
+
+// WatchedRegister returns the doorbell register the model watches for the
+// QP numbered qpn in the process's emulated kernel, and the size of each
+// of its two buffers; ok is false when it watches none.
+func WatchedRegister(qpn uint32) (reg unsafe.Pointer, size uint32, ok bool) {
+	k := active()
+	if k == nil {
+		return nil, 0, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, f := range k.files {
+		if f.uctx == nil {
+			continue
+		}
+		for _, o := range f.uctx.objects {
+			if o.kind == objQP && o.regMap != nil && o.qp.Descriptor().QPN == qpn {
+				addr := o.regMap.addr + o.regOff
+				return *(*unsafe.Pointer)(unsafe.Pointer(&addr)), o.regSize, true
+			}
+		}
+	}
+	return nil, 0, false
 }

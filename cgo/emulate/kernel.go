@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 	"github.com/mlx5kit/mlx5kit/sim"
 )
 
@@ -160,8 +161,13 @@ type mapping struct {
 	file   *ufile
 	addr   uintptr
 	length uintptr
+	prot   int // the protection it was mapped with
 	cmd    int // MLX5_IB_MMAP_* command of the offset
 	index  int // UAR page index within the context
+	// registers are the QPs whose doorbell register in the page the
+	// model watches (bfregRegister): forgetMapping ends the watch before
+	// the page goes.
+	registers map[*uobject]bool
 }
 
 func newKernel(f *sim.Fabric, devs []sysfsDevice, backing string, cdev devNumber) *kernel {
@@ -512,6 +518,12 @@ func (k *kernel) mmap(addr, length uintptr, prot, flags, fd int, off int64) (uin
 		return 0, unix.EINVAL
 	}
 	mflags := flags&^(unix.MAP_TYPE|unix.MAP_ANONYMOUS) | unix.MAP_SHARED | unix.MAP_ANONYMOUS
+	if prot&unix.PROT_WRITE != 0 {
+		// libmlx5 maps its UAR pages write-only; the model reads the
+		// doorbell registers in them (bfregRegister). A writable page
+		// is readable on x86 and arm64 anyway.
+		prot |= unix.PROT_READ
+	}
 	got, _, e := unix.Syscall6(unix.SYS_MMAP, addr, length, uintptr(prot), uintptr(mflags), ^uintptr(0), 0)
 	if e != 0 {
 		if cmd == C.MLX5_IB_MMAP_ALLOC_WC {
@@ -519,7 +531,7 @@ func (k *kernel) mmap(addr, length uintptr, prot, flags, fd int, off int64) (uin
 		}
 		return 0, e
 	}
-	k.maps[got] = &mapping{file: f, addr: got, length: length, cmd: cmd, index: index}
+	k.maps[got] = &mapping{file: f, addr: got, length: length, prot: prot, cmd: cmd, index: index}
 	k.mapped(got, true)
 	k.calls["mmap UAR"]++
 	return got, 0
@@ -558,8 +570,15 @@ func (k *kernel) mmapClockInfo(f *ufile, addr, length uintptr, prot, flags, inde
 	return got, 0
 }
 
-// forgetMapping drops the mapping at a (k.mu held).
+// forgetMapping drops the mapping at a (k.mu held). The model stops
+// watching the doorbell registers in it first: the program's munmap
+// unmaps the page once this returns.
 func (k *kernel) forgetMapping(a uintptr, m *mapping) {
+	for o := range m.registers {
+		simadopt.ForgetRegister(o.qp)
+		o.regMap = nil
+	}
+	m.registers = nil
 	delete(k.maps, a)
 	k.mapped(a, false)
 	if m.cmd == C.MLX5_IB_MMAP_CLOCK_INFO && k.clock.unmapped() {

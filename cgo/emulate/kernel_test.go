@@ -106,7 +106,13 @@ func attrData(attrs []byte, i int) uint64  { return ne.Uint64(attrs[i*attrSize+a
 // process's: its descriptors are not known to the interposer.
 func testKernel(t testing.TB, ll ctx.LinkLayer) *kernel {
 	t.Helper()
-	f := sim.New(sim.Options{LinkLayer: ll})
+	return testKernelWith(t, sim.Options{LinkLayer: ll})
+}
+
+// testKernelWith is testKernel over a Fabric with the options given.
+func testKernelWith(t testing.TB, opts sim.Options) *kernel {
+	t.Helper()
+	f := sim.New(opts)
 	devs, err := describeFabric(f)
 	require.NoError(t, err)
 	cdev, err := charDevNumber(backingDevice)

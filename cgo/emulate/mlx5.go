@@ -27,6 +27,9 @@ const (
 	maxBfregs = 1024
 	// bfregsPerUAR is MLX5_NON_FP_BFREGS_PER_UAR.
 	bfregsPerUAR = 2
+	// uarBFOffset is where the first bfreg's register lies in a UAR page
+	// (libmlx5's MLX5_BF_OFFSET; the device's layout).
+	uarBFOffset = 0x800
 	// maxDynBfregs is MLX5_MAX_DYN_BFREGS, the bfregs mlx5_ib lets a
 	// context map one page at a time beyond those it asked for.
 	maxDynBfregs = 1024

@@ -67,6 +67,12 @@ type uobject struct {
 	users              int // objects that name this one (MRs of a PD)
 	// async is a QP's, CQ's or SRQ's async event source.
 	async *asyncSource
+	// regMap is the UAR page of the doorbell register the model watches
+	// for a QP (bfregRegister), nil when none; regOff is the register's
+	// offset in it, regSize the size of each of its buffers.
+	regMap  *mapping
+	regOff  uintptr
+	regSize uint32
 }
 
 // addObject gives o the lowest handle no object of the context holds, as

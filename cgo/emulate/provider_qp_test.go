@@ -49,6 +49,13 @@ func TestCgoProviderQueuePairs(t *testing.T) {
 		require.Equal(t, creates+2, emulate.CallCount("write CREATE_QP"))
 	}
 	require.Positive(t, emulate.CallCount("write CREATE_QP"), "the write command libibverbs falls back to")
+	for _, q := range qps {
+		dq := q.Descriptor()
+		reg, size, ok := emulate.WatchedRegister(dq.QPN)
+		require.True(t, ok, "strict mode watches a doorbell register of QPN %#x", dq.QPN)
+		require.Equal(t, dq.BlueFlame, reg, "the one libmlx5 rings (mlx5dv_qp.bf.reg)")
+		require.Equal(t, dq.BlueFlameSize, size, "with its buffers (mlx5dv_qp.bf.size)")
+	}
 	connectLoopback(t, d, qps, ctx.AccessLocalWrite|ctx.AccessRemoteWrite)
 	for _, q := range qps {
 		st, err := q.State()

@@ -157,7 +157,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	if typ == ctx.QPTypeDCT {
 		return k.createDCT(f, r, p, scq, rcq, sref, &ucmd)
 	}
-	bfreg := uint32(0)
+	bfreg, dynBfreg := uint32(0), false
 	if flags&C.MLX5_QP_FLAG_BFREG_INDEX != 0 {
 		// A bfreg of a UAR page the library mapped with
 		// MLX5_IB_MMAP_ALLOC_WC; one that is not mapped is EINVAL.
@@ -165,7 +165,7 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 		if page >= uc.dynPages || !uc.dynBusy[page] {
 			return qpReply{}, unix.EINVAL
 		}
-		bfreg = uint32(ucmd.bfreg_index)
+		bfreg, dynBfreg = uint32(ucmd.bfreg_index), true
 	}
 	// set_rq_size: a receive ring of 1 << rq_wqe_shift byte entries; none
 	// for a QP that asked for no receive work requests.
@@ -229,6 +229,13 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 		// A DCI's SRQ is only held (checkDCAttr).
 		cfg.SRQ = sref.srq.srq
 	}
+	regMap, regOff, regSize := k.bfregRegister(f, bfreg, dynBfreg)
+	if regMap != nil {
+		// The model watches the register the library rings
+		// (strict mode's ViolationDoorbellRecordOnly).
+		cfg.Register = unsafe.Add(*(*unsafe.Pointer)(unsafe.Pointer(&regMap.addr)), regOff)
+		cfg.RegisterSize = regSize
+	}
 	q, err := simadopt.QueuePair(p.pd, cfg)
 	if err != nil {
 		return qpReply{}, errnoOfModel(err)
@@ -245,8 +252,54 @@ func (k *kernel) createQP(f *ufile, r qpRequest) (qpReply, syscall.Errno) {
 	}
 	qpn := q.Descriptor().QPN
 	src := uc.async.add(asyncKey{asyncQP, qpn}, r.userHandle, nil)
-	h := uc.addObject(&uobject{kind: objQP, qp: q, qpType: typ, uc: cfg.Unreliable, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src, sigAll: r.sigAll})
+	o := &uobject{kind: objQP, qp: q, qpType: typ, uc: cfg.Unreliable, caps: out, owner: r.pd, sendCQ: r.sendCQ, recvCQ: r.recvCQ, srqRef: sref, async: src, sigAll: r.sigAll}
+	if regMap != nil {
+		o.regMap, o.regOff, o.regSize = regMap, regOff, regSize
+		if regMap.registers == nil {
+			regMap.registers = map[*uobject]bool{}
+		}
+		regMap.registers[o] = true
+	}
+	h := uc.addObject(o)
 	return qpReply{handle: h, qpn: qpn, caps: out, bfreg: bfreg}, 0
+}
+
+// bfregRegister finds the doorbell register of bfreg in the UAR pages f
+// mapped (k.mu held): the mapping of its page, the register's offset in
+// it and the size of each of its two buffers. libmlx5 rings bfreg b of a
+// static page (a QP created without MLX5_QP_FLAG_BFREG_INDEX gets bfreg
+// 0) at page b/2, offset MLX5_BF_OFFSET + (b%2) * bf_reg_size, where
+// mlx5_set_context (providers/mlx5/mlx5.c) puts ctx->bfs[b]; bfreg 0 has
+// no BlueFlame buffer (buf_size 0: 8-byte doorbells at that offset only).
+// A legacy dynamic bfreg (mlx5_insert_dyn_uuars, MLX5_IB_MMAP_ALLOC_WC
+// page b/2) is laid out the same way, with BlueFlame buffers of
+// bf_reg_size/2. The mapping is nil when the page is not mapped exactly
+// once, or not writable: the register the library rings is then unknown,
+// and not watched.
+func (k *kernel) bfregRegister(f *ufile, bfreg uint32, dyn bool) (*mapping, uintptr, uint32) {
+	index := int(bfreg / bfregsPerUAR)
+	if dyn {
+		index += f.uctx.staticPages
+	}
+	var found *mapping
+	for _, m := range k.maps {
+		if m.file != f || m.index != index || m.cmd == C.MLX5_IB_MMAP_CLOCK_INFO {
+			continue
+		}
+		if found != nil {
+			return nil, 0, 0
+		}
+		found = m
+	}
+	regSize := 2 * f.dev.Attr.BlueFlameSize // the context's bf_reg_size
+	off := uintptr(uarBFOffset + bfreg%bfregsPerUAR*regSize)
+	if found == nil || found.prot&unix.PROT_WRITE == 0 || off+uintptr(regSize) > found.length {
+		return nil, 0, 0
+	}
+	if bfreg == 0 && !dyn {
+		return found, off, 0
+	}
+	return found, off, regSize / 2
 }
 
 // destroyQP destroys a QP and returns the async events reported for it
@@ -257,6 +310,10 @@ func (k *kernel) destroyQP(f *ufile, h uint64) (uint32, syscall.Errno) {
 		return 0, en
 	}
 	o.close()
+	if o.regMap != nil {
+		delete(o.regMap.registers, o)
+		o.regMap = nil
+	}
 	f.uctx.removeObject(uint32(h))
 	for _, parent := range []uint32{o.owner, o.sendCQ, o.recvCQ} {
 		if p, ok := f.uctx.objects[parent]; ok {

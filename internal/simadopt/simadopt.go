@@ -40,6 +40,11 @@ var (
 	// mapped until the queue pair is closed. A doorbell record that is
 	// not writable is refused with an error matching syscall.EFAULT.
 	QueuePair func(p provider.ProtectionDomain, cfg QPConfig) (provider.QueuePair, error)
+	// ForgetRegister makes the model stop watching the doorbell register
+	// a queue pair QueuePair created was given (QPConfig.Register), before
+	// the caller unmaps it; the queue pair goes on with its doorbell
+	// record alone. A queue pair of another provider is ignored.
+	ForgetRegister func(p provider.QueuePair)
 	// SharedReceiveQueue creates a shared receive queue of a protection
 	// domain of the model over the caller's ring and doorbell record.
 	SharedReceiveQueue func(p provider.ProtectionDomain, cfg SRQConfig) (provider.SRQ, error)
@@ -155,6 +160,16 @@ type QPConfig struct {
 	// DBRec is the doorbell record (receive, send counters), 8-byte
 	// aligned.
 	DBRec unsafe.Pointer
+	// Register is the doorbell register the caller rings for the send
+	// queue (the bfreg of a UAR page libmlx5 mapped), 8-byte aligned:
+	// two buffers of RegisterSize bytes at Register and
+	// Register+RegisterSize, or one 8-byte doorbell for RegisterSize 0.
+	// In strict mode the model reports a send doorbell record that moves
+	// with no write there (sim.ViolationDoorbellRecordOnly); nil leaves
+	// it unchecked. It must stay mapped until ForgetRegister or the queue
+	// pair's Close.
+	Register     unsafe.Pointer
+	RegisterSize uint32
 	// ScatterToCQE lets the responder write small SENDs into the CQE.
 	ScatterToCQE bool
 	// Unreliable makes a QP of Type ctx.QPTypeRC a UC QP: SEND, SEND
