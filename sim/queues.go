@@ -661,6 +661,11 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	if mask&qpstate.AV != 0 && (rc || dct) {
 		// A DCI keeps no path: each of its WQEs carries an address.
 		q.attr.Path = a.Path
+		if rc {
+			// What mlx5_set_path leaves in the QP context for
+			// QUERY_QP to read back.
+			q.attr.Path.StaticRate = qpstate.StaticRateKept(a.Path.StaticRate)
+		}
 	}
 	if rc {
 		if mask&qpstate.DestQPN != 0 {

@@ -149,3 +149,27 @@ func TestModifyQPFieldsOutsideMask(t *testing.T) {
 	require.Equal(t, uint8(1), q[qqPort])
 	require.Zero(t, q[qqRetry], "not applied")
 }
+
+// mlx5_set_path refuses a static rate mlx5r_ib_rate has no code for (1,
+// or past IB_RATE_1600_GBPS, 25) with EINVAL, and writes 0, the port's
+// rate, for IB_RATE_800_GBPS (23) and IB_RATE_1600_GBPS, which QUERY_QP
+// then reads back; another rate is read back as given.
+func TestModifyQPStaticRate(t *testing.T) {
+	m := newModifyKernel(t)
+	for _, c := range []struct {
+		rate, kept uint8
+		want       syscall.Errno
+	}{{1, 0, unix.EINVAL}, {26, 0, unix.EINVAL}, {255, 0, unix.EINVAL}, {0, 0, 0}, {2, 2, 0}, {22, 22, 0}, {23, 0, 0}, {24, 24, 0}, {25, 0, 0}} {
+		h, qpn := m.rcAtInit(t)
+		r := rtrOf(h, qpn, m.lid)
+		r.rate = c.rate
+		require.Equal(t, c.want, m.modify(r), "static rate %d", c.rate)
+		q := m.query(t, h)
+		if c.want != 0 {
+			require.Equal(t, uint8(1), q[qqState], "static rate %d: refused, still INIT", c.rate)
+			continue
+		}
+		require.Equal(t, uint8(2), q[qqState])
+		require.Equal(t, c.kept, q[qdStaticRate], "static rate %d read back", c.rate)
+	}
+}

@@ -83,12 +83,14 @@ type modifyQP struct {
 	dlid                                     uint16
 	destQPN, access, qkey                    uint32
 	timeout, retry, rnrRetry, minRNR, rdAtom uint8
+	rate                                     uint8 // dest.static_rate
 }
 
 // modifyQPCmd sends MODIFY_QP (struct ib_uverbs_modify_qp, no response).
 func modifyQPCmd(k *kernel, a *arena, fd int, m modifyQP) syscall.Errno {
 	b := make([]byte, modifyQPSize)
 	ne.PutUint16(b[20:], m.dlid)
+	b[qdStaticRate] = m.rate
 	b[31] = m.pathPort
 	ne.PutUint32(b[2*qpDestSize:], m.h)
 	ne.PutUint32(b[2*qpDestSize+4:], m.mask)
@@ -103,6 +105,10 @@ func modifyQPCmd(k *kernel, a *arena, fd int, m modifyQP) syscall.Errno {
 	_, en := k.write(fd, buf, n)
 	return en
 }
+
+// Offsets in struct ib_uverbs_qp_dest, the address vector of MODIFY_QP and
+// QUERY_QP.
+const qdStaticRate = 29
 
 // queryQPCmd sends QUERY_QP and returns the response.
 func queryQPCmd(k *kernel, a *arena, fd int, h uint32) ([]byte, syscall.Errno) {
