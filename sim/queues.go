@@ -586,7 +586,12 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 		return provider.Errorf(op, format+": %w", append(args, errEINVAL)...)
 	}
 	from := q.state
-	// uverbs modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW.
+	limits := q.dev.qpLimits()
+	// uverbs modify_qp checks the ports, then refuses a controlled Q_Key
+	// (bit 31) without CAP_NET_RAW, then hands the rest on.
+	if err := qpstate.CheckPorts(q.typ, from, a.State, mask, &a, q.attr.Port, limits); err != nil {
+		return provider.Errorf(op, "%w", err)
+	}
 	if mask&qpstate.QKey != 0 && a.QKey&0x80000000 != 0 && !kerrno.HasRawCap() {
 		return provider.Errorf(op, "%w", kerrno.New("ibv_modify_qp",
 			fmt.Sprintf("controlled Q_Key %#x (bit 31 set) without CAP_NET_RAW", a.QKey),
@@ -599,7 +604,7 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 		mask &^= qpstate.MaxDestRdAtomic | qpstate.MinRNRTimer | qpstate.Timeout | qpstate.RetryCount |
 			qpstate.RNRRetry | qpstate.MaxQPRdAtomic
 	}
-	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
+	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, limits); err != nil {
 		return provider.Errorf(op, "%w", err)
 	}
 	switch a.State {

@@ -151,6 +151,34 @@ func (e *AttrError) Error() string {
 // Unwrap returns the errno and ctx.ErrInvalidArgument.
 func (e *AttrError) Unwrap() []error { return []error{e.Errno, ctx.ErrInvalidArgument} }
 
+// CheckPorts returns the *AttrError for the first of the checks CheckAttr
+// makes that the uverbs core's modify_qp makes itself, before it refuses a
+// controlled Q_Key (bit 31 of QKey) with EPERM without CAP_NET_RAW and
+// before the core and mlx5_ib check the rest: Port, Path.Port and, at RTR,
+// Path.Port against qpPort. A caller that checks the Q_Key runs CheckPorts,
+// then the Q_Key, then CheckAttr, to refuse in the kernel's order.
+func CheckPorts(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPort uint8, l Limits) error {
+	fail := func(attr string, v, lo, hi uint64, limit, src string) error {
+		return &AttrError{Type: t, From: from, To: to, Attr: attr, Value: v, Min: lo, Max: hi,
+			Limit: limit, Errno: syscall.EINVAL, Source: src}
+	}
+	ports := fmt.Sprintf("the device's %d port(s)", l.Ports)
+	if m&Port != 0 && l.Ports != 0 && (a.Port == 0 || a.Port > l.Ports) {
+		return fail("Port", uint64(a.Port), 1, uint64(l.Ports), ports, srcPort)
+	}
+	if m&AV != 0 {
+		p := a.Path
+		if l.Ports != 0 && (p.Port == 0 || p.Port > l.Ports) {
+			return fail("Path.Port", uint64(p.Port), 1, uint64(l.Ports), ports, srcUverbs)
+		}
+		if to == ctx.QPStateRTR && qpPort != 0 && p.Port != qpPort {
+			return fail("Path.Port", uint64(p.Port), uint64(qpPort), uint64(qpPort),
+				"the port the QP was brought to INIT on", srcAVPort)
+		}
+	}
+	return nil
+}
+
 // CheckAttr returns nil when the kernel accepts the attribute values of a
 // modify of a QP of type t from one state to another with mask m (the mask
 // Derive returns), or the *AttrError for the first value it refuses, in
@@ -187,19 +215,11 @@ func CheckAttr(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPort
 		return &AttrError{Type: t, From: from, To: to, Attr: attr, Value: v, Min: lo, Max: hi,
 			Limit: limit, Errno: syscall.EINVAL, Source: src}
 	}
-	ports := fmt.Sprintf("the device's %d port(s)", l.Ports)
-	if m&Port != 0 && l.Ports != 0 && (a.Port == 0 || a.Port > l.Ports) {
-		return fail("Port", uint64(a.Port), 1, uint64(l.Ports), ports, srcPort)
+	if err := CheckPorts(t, from, to, m, a, qpPort, l); err != nil {
+		return err
 	}
 	if m&AV != 0 {
 		p := a.Path
-		if l.Ports != 0 && (p.Port == 0 || p.Port > l.Ports) {
-			return fail("Path.Port", uint64(p.Port), 1, uint64(l.Ports), ports, srcUverbs)
-		}
-		if to == ctx.QPStateRTR && qpPort != 0 && p.Port != qpPort {
-			return fail("Path.Port", uint64(p.Port), uint64(qpPort), uint64(qpPort),
-				"the port the QP was brought to INIT on", srcAVPort)
-		}
 		if l.LinkLayer == ctx.LinkLayerEthernet && !p.GlobalRoute {
 			return fail("Path.GlobalRoute", 0, 1, 1, "a RoCE port's address vector needs a GRH", srcAH)
 		}

@@ -91,6 +91,39 @@ func TestCheckAttrPathPort(t *testing.T) {
 	require.NoError(t, CheckAttr(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &a, 1, testLimits))
 }
 
+// TestCheckPorts checks that CheckPorts makes the port checks of uverbs
+// modify_qp (Port, Path.Port, at RTR the QP's port) and none of the
+// others, which come after the Q_Key.
+func TestCheckPorts(t *testing.T) {
+	m, err := Derive(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR)
+	require.NoError(t, err)
+	a := ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: 0, MaxDestRdAtomic: 255,
+		Path: ctx.AddressAttr{Port: 1, GlobalRoute: false, SGIDIndex: 200, StaticRate: 1}}
+	require.NoError(t, CheckPorts(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &a, 1, testLimits),
+		"GRH, SGID index, read depth, MTU and rate are not its")
+	require.Error(t, CheckAttr(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &a, 1, testLimits))
+	var ae *AttrError
+	for _, c := range []struct {
+		mod    func(*ctx.QPAttr)
+		qpPort uint8
+	}{
+		{func(a *ctx.QPAttr) { a.Path.Port = 3 }, 1},
+		{func(a *ctx.QPAttr) { a.Path.Port = 2 }, 1},
+	} {
+		b := a
+		c.mod(&b)
+		require.True(t, errors.As(CheckPorts(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &b, c.qpPort, testLimits), &ae))
+		require.Equal(t, "Path.Port", ae.Attr)
+	}
+	m, err = Derive(ctx.QPTypeUD, ctx.QPStateReset, ctx.QPStateInit)
+	require.NoError(t, err)
+	u := ctx.QPAttr{State: ctx.QPStateInit, Port: 3, PKeyIndex: 0xffff}
+	require.True(t, errors.As(CheckPorts(ctx.QPTypeUD, ctx.QPStateReset, ctx.QPStateInit, m, &u, 0, testLimits), &ae))
+	require.Equal(t, "Port", ae.Attr)
+	u.Port = 2
+	require.NoError(t, CheckPorts(ctx.QPTypeUD, ctx.QPStateReset, ctx.QPStateInit, m, &u, 0, testLimits), "the P_Key index is mlx5_ib's")
+}
+
 // TestCheckAttrLeavesUnchecked checks that what the kernel does not look
 // at passes: a DCT's P_Key index and path MTU (mlx5_ib_modify_dct checks
 // neither), timers and retry counts past their field widths, attributes
