@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -636,9 +637,13 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	}
 	if mask&qpstate.AV != 0 && q.typ == ctx.QPTypeRC && a.Path.GlobalRoute {
 		// _ib_modify_qp resolves the destination MAC of a connected
-		// QP's path on RoCE (ib_resolve_eth_dmac).
+		// QP's path on RoCE (ib_resolve_eth_dmac), and with it the
+		// hop limit.
 		if err := q.dev.h.roceFamilies(a.Path.SGIDIndex, a.Path.DGID); err != nil {
 			return provider.Errorf(op, "%w", err)
+		}
+		if h := q.dev.h; h.link == ctx.LinkLayerEthernet && int(a.Path.SGIDIndex) < len(h.gids) {
+			a.Path.HopLimit = addrvec.ResolvedHopLimit(h.gids[a.Path.SGIDIndex], a.Path.DGID, a.Path.HopLimit)
 		}
 	}
 	if mask&qpstate.DestQPN != 0 && a.RemoteQPN > prm.CtrlQPNMask {

@@ -85,6 +85,10 @@ type modifyQP struct {
 	timeout, retry, rnrRetry, minRNR, rdAtom uint8
 	rate                                     uint8  // dest.static_rate
 	pkey                                     uint16 // pkey_index
+	// The address vector's GRH: is_global, sgid_index, hop_limit, dgid.
+	global    bool
+	sgid, hop uint8
+	dgid      ctx.GID
 }
 
 // modifyQPCmd sends MODIFY_QP (struct ib_uverbs_modify_qp, no response).
@@ -96,7 +100,12 @@ func modifyQPCmd(k *kernel, a *arena, fd int, m modifyQP) syscall.Errno {
 
 // Offsets in struct ib_uverbs_qp_dest, the address vector of MODIFY_QP and
 // QUERY_QP.
-const qdStaticRate = 29
+const (
+	qdSGIDIndex  = 24
+	qdHopLimit   = 25
+	qdStaticRate = 29
+	qdIsGlobal   = 30
+)
 
 // queryQPCmd sends QUERY_QP and returns the response.
 func queryQPCmd(k *kernel, a *arena, fd int, h uint32) ([]byte, syscall.Errno) {

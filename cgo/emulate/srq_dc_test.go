@@ -126,8 +126,12 @@ func dctReq(flags uint32, key uint64) []byte {
 // modifyQPBytes lays out m as a struct ib_uverbs_modify_qp.
 func modifyQPBytes(m modifyQP) []byte {
 	b := make([]byte, modifyQPSize)
+	copy(b, m.dgid[:])
 	ne.PutUint16(b[20:], m.dlid)
-	b[qdStaticRate] = m.rate
+	b[qdSGIDIndex], b[qdHopLimit], b[qdStaticRate] = m.sgid, m.hop, m.rate
+	if m.global {
+		b[qdIsGlobal] = 1
+	}
 	b[31] = m.pathPort
 	ne.PutUint32(b[2*qpDestSize:], m.h)
 	ne.PutUint32(b[2*qpDestSize+4:], m.mask)
