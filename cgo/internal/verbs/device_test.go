@@ -393,3 +393,14 @@ func TestBigEndianHostRefused(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrNotSupported)
 	require.Contains(t, err.Error(), "big-endian")
 }
+
+// TestActiveSpeedPrefersEx checks the port speed mk_query_port reports:
+// active_speed_ex where libibverbs (49 and later) filled it, which holds XDR
+// (256) where active_speed holds NDR (128), and active_speed where it is 0
+// (an older library, or the write command).
+func TestActiveSpeedPrefersEx(t *testing.T) {
+	require.Equal(t, uint32(256), activeSpeedOf(128, 256), "XDR: active_speed_ex")
+	require.Equal(t, uint32(32), activeSpeedOf(32, 32), "EDR in both")
+	require.Equal(t, uint32(128), activeSpeedOf(128, 0), "no active_speed_ex: active_speed")
+	require.Equal(t, uint32(0), activeSpeedOf(0, 0), "no speed")
+}

@@ -125,6 +125,8 @@ static const struct mk_layout mk_layouts[] = {
 	MK_OFF(struct ibv_port_attr, phys_state),
 	MK_OFF(struct ibv_port_attr, link_layer),
 	MK_OFF(struct ibv_port_attr, flags),
+	MK_OFF(struct ibv_port_attr, port_cap_flags2),
+	MK_OFF(union mk_port_attr, ex.active_speed_ex),
 	MK_SIZE(struct ibv_async_event),
 	MK_OFF(struct ibv_async_event, element),
 	MK_OFF(struct ibv_async_event, event_type),
@@ -592,6 +594,8 @@ func goLayout() []layoutEntry {
 		{"offsetof(struct ibv_port_attr, phys_state)", unsafe.Offsetof(ibvPortAttrVar.phys_state)},
 		{"offsetof(struct ibv_port_attr, link_layer)", unsafe.Offsetof(ibvPortAttrVar.link_layer)},
 		{"offsetof(struct ibv_port_attr, flags)", unsafe.Offsetof(ibvPortAttrVar.flags)},
+		{"offsetof(struct ibv_port_attr, port_cap_flags2)", unsafe.Offsetof(ibvPortAttrVar.port_cap_flags2)},
+		{"offsetof(union mk_port_attr, ex.active_speed_ex)", portSpeedExOffset(&ibvPortAttrVar)},
 		{"sizeof(struct ibv_async_event)", unsafe.Sizeof(C.struct_ibv_async_event{})},
 		{"offsetof(struct ibv_async_event, element)", unsafe.Offsetof(ibvAsyncEventVar.element)},
 		{"offsetof(struct ibv_async_event, event_type)", unsafe.Offsetof(ibvAsyncEventVar.event_type)},
@@ -871,6 +875,15 @@ func goLayout() []layoutEntry {
 		{"IBV_QP_EX_WITH_SEND_WITH_INV", uintptr(sqsize.OpSendInv)},
 		{"IBV_QP_EX_WITH_TSO", uintptr(sqsize.OpTSO)},
 	}
+}
+
+// portSpeedExOffset is where active_speed_ex follows port_cap_flags2 in
+// struct ibv_port_attr, computed from cgo's rendering of the installed
+// header.
+func portSpeedExOffset(v *C.struct_ibv_port_attr) uintptr {
+	end := unsafe.Offsetof(v.port_cap_flags2) + unsafe.Sizeof(v.port_cap_flags2)
+	a := unsafe.Alignof(uint32(0))
+	return (end + a - 1) / a * a
 }
 
 // dvDCRdAtomOffset is where the DC depths follow crypto_caps in struct

@@ -40,10 +40,63 @@ static inline struct ibv_device *mk_device_at(struct ibv_device **list, int i)
 	return list[i];
 }
 
-static inline int mk_query_port(struct ibv_context *c, uint8_t port,
-				struct ibv_port_attr *attr)
+/*
+ * libibverbs 49 and later answer the active speed a second time, 32 bits
+ * wide: active_speed_ex, which newer headers append to struct
+ * ibv_port_attr right after port_cap_flags2 and older ones lack. The
+ * 8-bit active_speed cannot hold XDR (256): the kernel answers NDR there,
+ * and the full speed in active_speed_ex of the QUERY_PORT method. The union
+ * gives the query room for the field and names it where newer headers put
+ * it, whichever header the package is built against; libibverbs fills as
+ * much of the buffer as it knows (the length goes with the query), so an
+ * older library leaves the field 0, which means "read active_speed".
+ */
+#define MK_PORT_SPEED_EX_OFFSET                                                \
+	((offsetof(struct ibv_port_attr, port_cap_flags2) + sizeof(uint16_t) + \
+	  _Alignof(uint32_t) - 1) /                                            \
+	 _Alignof(uint32_t) * _Alignof(uint32_t))
+
+union mk_port_attr {
+	struct ibv_port_attr attr;
+	struct {
+		char     head[MK_PORT_SPEED_EX_OFFSET];
+		uint32_t active_speed_ex;
+	} ex;
+};
+
+_Static_assert(offsetof(union mk_port_attr, ex.active_speed_ex) ==
+	       MK_PORT_SPEED_EX_OFFSET, "active_speed_ex after port_cap_flags2");
+
+/* mk_active_speed is active_speed_ex when the library filled it, else
+ * active_speed. */
+static inline uint32_t mk_active_speed(const union mk_port_attr *u)
 {
-	return ibv_query_port(c, port, attr);
+	if (u->ex.active_speed_ex)
+		return u->ex.active_speed_ex;
+	return u->attr.active_speed;
+}
+
+/*
+ * ibv_query_port with room for active_speed_ex: the verbs context's
+ * query_port takes the buffer's length, as the ibv_query_port macro passes
+ * the header's sizeof. Returns what ibv_query_port returns; *speed is
+ * mk_active_speed.
+ */
+static inline int mk_query_port(struct ibv_context *c, uint8_t port,
+				struct ibv_port_attr *attr, uint32_t *speed)
+{
+	struct verbs_context *vctx = verbs_get_ctx_op(c, query_port);
+	union mk_port_attr u;
+	int ret;
+
+	memset(&u, 0, sizeof(u));
+	if (vctx)
+		ret = vctx->query_port(c, port, &u.attr, sizeof(u));
+	else
+		ret = ibv_query_port(c, port, &u.attr);
+	memcpy(attr, &u.attr, sizeof(*attr));
+	*speed = mk_active_speed(&u);
+	return ret;
 }
 
 /* ibv_query_gid_ex returns 0 or an errno value (ENODATA for an empty slot). */
