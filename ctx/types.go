@@ -425,7 +425,7 @@ type PortAttr struct {
 	GIDTableLen  int
 	PKeyTableLen int
 	LinkLayer    LinkLayer
-	ActiveSpeed  uint32 // ibv speed code
+	ActiveSpeed  uint32 // ibv speed code (IB_SPEED_*: EDR 32, HDR 64, NDR 128, XDR 256)
 	ActiveWidth  uint8  // ibv width code
 }
 

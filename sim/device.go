@@ -17,6 +17,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
 )
 
@@ -600,6 +601,13 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 			attr.HopLimit = 64
 		}
 		rmac = p.f.resolveRMAC(attr.DGID)
+		// libmlx5 asks the kernel for a RoCE address handle, whose
+		// create_ib_ah refuses a static rate mlx5r_ib_rate has no code
+		// for; an InfiniBand one it builds itself.
+		if !qpstate.StaticRateValid(attr.StaticRate) {
+			return nil, provider.Errorf(op, "static rate %d, not 0 or %d to %d (mlx5r_ib_rate): %w",
+				attr.StaticRate, qpstate.MinStaticRate, qpstate.MaxStaticRate, errEINVAL)
+		}
 	}
 	av := encodeAV(p.dev.h, attr, rmac)
 	return &ah{av: av}, nil

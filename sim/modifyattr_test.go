@@ -149,3 +149,36 @@ func TestModifyControlledQKey(t *testing.T) {
 	kerrno.HasRawCap = func() bool { return true }
 	require.NoError(t, q.qp.Modify(a), "with CAP_NET_RAW")
 }
+
+// TestModifyControlledQKeyOrder: uverbs modify_qp refuses a port the
+// device has not (EINVAL) before it looks at the Q_Key, and mlx5_ib
+// refuses a P_Key index past its table (EINVAL) after: without
+// CAP_NET_RAW a controlled Q_Key with a bad port is EINVAL, with a bad
+// P_Key index EPERM.
+func TestModifyControlledQKeyOrder(t *testing.T) {
+	saved := kerrno.HasRawCap
+	t.Cleanup(func() { kerrno.HasRawCap = saved })
+	kerrno.HasRawCap = func() bool { return false }
+	e := newEnv(t, Options{})
+	q := e.newQP(e.pd, qpOpts{typ: ctx.QPTypeUD})
+	a := e.attrBase(ctx.QPTypeUD, ctx.QPStateInit, ctx.LinkLayerInfiniBand)
+	a.QKey = 0x80010000
+
+	badPort := a
+	badPort.Port = 2
+	err := q.qp.Modify(badPort)
+	require.ErrorIs(t, err, syscall.EINVAL, "the port first")
+	var ae *qpstate.AttrError
+	require.True(t, errors.As(err, &ae), "%v", err)
+	require.Equal(t, "Port", ae.Attr)
+
+	badPKey := a
+	badPKey.PKeyIndex = 1
+	err = q.qp.Modify(badPKey)
+	require.ErrorIs(t, err, syscall.EPERM, "the Q_Key before the P_Key index")
+	require.False(t, errors.As(err, &ae), "%v", err)
+
+	st, serr := q.qp.State()
+	require.NoError(t, serr)
+	require.Equal(t, ctx.QPStateReset, st, "refused: still RESET")
+}

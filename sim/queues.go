@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/addrvec"
 	"github.com/mlx5kit/mlx5kit/internal/descriptor"
 	"github.com/mlx5kit/mlx5kit/internal/kerrno"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
@@ -600,7 +601,12 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 		return provider.Errorf(op, format+": %w", append(args, errEINVAL)...)
 	}
 	from := q.state
-	// uverbs modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW.
+	limits := q.dev.qpLimits()
+	// uverbs modify_qp checks the ports, then refuses a controlled Q_Key
+	// (bit 31) without CAP_NET_RAW, then hands the rest on.
+	if err := qpstate.CheckPorts(q.typ, from, a.State, mask, &a, q.attr.Port, limits); err != nil {
+		return provider.Errorf(op, "%w", err)
+	}
 	if mask&qpstate.QKey != 0 && a.QKey&0x80000000 != 0 && !kerrno.HasRawCap() {
 		return provider.Errorf(op, "%w", kerrno.New("ibv_modify_qp",
 			fmt.Sprintf("controlled Q_Key %#x (bit 31 set) without CAP_NET_RAW", a.QKey),
@@ -613,7 +619,7 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 		mask &^= qpstate.MaxDestRdAtomic | qpstate.MinRNRTimer | qpstate.Timeout | qpstate.RetryCount |
 			qpstate.RNRRetry | qpstate.MaxQPRdAtomic
 	}
-	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, q.dev.qpLimits()); err != nil {
+	if err := qpstate.CheckAttr(q.typ, from, a.State, mask, &a, q.attr.Port, limits); err != nil {
 		return provider.Errorf(op, "%w", err)
 	}
 	switch a.State {
@@ -645,9 +651,13 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	}
 	if mask&qpstate.AV != 0 && q.typ == ctx.QPTypeRC && a.Path.GlobalRoute {
 		// _ib_modify_qp resolves the destination MAC of a connected
-		// QP's path on RoCE (ib_resolve_eth_dmac).
+		// QP's path on RoCE (ib_resolve_eth_dmac), and with it the
+		// hop limit.
 		if err := q.dev.h.roceFamilies(a.Path.SGIDIndex, a.Path.DGID); err != nil {
 			return provider.Errorf(op, "%w", err)
+		}
+		if h := q.dev.h; h.link == ctx.LinkLayerEthernet && int(a.Path.SGIDIndex) < len(h.gids) {
+			a.Path.HopLimit = addrvec.ResolvedHopLimit(h.gids[a.Path.SGIDIndex], a.Path.DGID, a.Path.HopLimit)
 		}
 	}
 	if mask&qpstate.DestQPN != 0 && a.RemoteQPN > prm.CtrlQPNMask {
@@ -675,6 +685,11 @@ func (q *qp) modifyLocked(op string, a ctx.QPAttr, mask qpstate.Mask) error {
 	if mask&qpstate.AV != 0 && (rc || dct) {
 		// A DCI keeps no path: each of its WQEs carries an address.
 		q.attr.Path = a.Path
+		if rc {
+			// What mlx5_set_path leaves in the QP context for
+			// QUERY_QP to read back.
+			q.attr.Path.StaticRate = qpstate.StaticRateKept(a.Path.StaticRate)
+		}
 	}
 	if rc {
 		if mask&qpstate.DestQPN != 0 {

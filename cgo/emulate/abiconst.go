@@ -100,6 +100,7 @@ const (
 	queryDevExRespSize = C.sizeof_struct_ib_uverbs_ex_query_device_resp
 	queryPortRespSize  = C.sizeof_struct_ib_uverbs_query_port_resp
 	queryPortExSize    = C.mk_query_port_resp_ex_size
+	queryPortOffSpeed  = C.mk_query_port_resp_off_active_speed
 	gidEntrySize       = C.mk_gid_entry_size
 	ucontextReqV2Size  = C.sizeof_struct_mlx5_ib_alloc_ucontext_req_v2
 	ucontextRespSize   = C.sizeof_struct_mlx5_ib_alloc_ucontext_resp

@@ -13,6 +13,7 @@ enum {
 	mk_ah_attr_off_dlid = offsetof(struct ib_uverbs_ah_attr, dlid),
 	mk_ah_attr_off_is_global = offsetof(struct ib_uverbs_ah_attr, is_global),
 	mk_ah_attr_off_port_num = offsetof(struct ib_uverbs_ah_attr, port_num),
+	mk_ah_attr_off_static_rate = offsetof(struct ib_uverbs_ah_attr, static_rate),
 	mk_mlx5_ah_resp_off_dmac = offsetof(struct mlx5_ib_create_ah_resp, dmac),
 };
 */
@@ -26,6 +27,7 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/addrvec"
+	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
@@ -79,7 +81,9 @@ func (k *kernel) resolveDMAC(g ctx.GID) ([6]byte, syscall.Errno) {
 // source and destination GID of different IP families,
 // addrvec.FamiliesDiffer; ETIMEDOUT when nothing answers), and only then
 // needs room (udataLen bytes) for mlx5_ib_create_ah_resp up to the MAC
-// (EINVAL): an InfiniBand port answers nothing of the driver's.
+// (EINVAL): an InfiniBand port answers nothing of the driver's. Last,
+// create_ib_ah refuses a static rate mlx5r_ib_rate has no code for
+// (EINVAL, qpstate.StaticRateValid), on either link layer.
 func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah_attr, udataLen int) (uint32, [6]byte, bool, syscall.Errno) {
 	var dmac [6]byte
 	port := int(attr.port_num)
@@ -118,6 +122,9 @@ func (k *kernel) createAH(f *ufile, pdHandle uint32, attr *C.struct_ib_uverbs_ah
 		if udataLen < ahRespRoom {
 			return 0, dmac, false, unix.EINVAL
 		}
+	}
+	if !qpstate.StaticRateValid(uint8(attr.static_rate)) {
+		return 0, dmac, false, unix.EINVAL
 	}
 	p.users++
 	h := f.uctx.addObject(&uobject{kind: objAH, owner: pdHandle})
@@ -187,5 +194,6 @@ const (
 	ahAttrOffDLID      = C.mk_ah_attr_off_dlid
 	ahAttrOffIsGlobal  = C.mk_ah_attr_off_is_global
 	ahAttrOffPort      = C.mk_ah_attr_off_port_num
+	ahAttrOffRate      = C.mk_ah_attr_off_static_rate
 	mlx5AHRespOffDMAC  = C.mk_mlx5_ah_resp_off_dmac
 )

@@ -21,7 +21,8 @@ type ahReq struct {
 	dgid      ctx.GID
 	sgidIndex uint8
 	dlid      uint16
-	udataOut  int // bytes of driver response room
+	rate      uint8 // static_rate
+	udataOut  int   // bytes of driver response room
 }
 
 // createAHCmd sends CREATE_AH and returns the handle and the MAC of
@@ -38,6 +39,7 @@ func createAHCmd(k *kernel, a *arena, fd int, r ahReq) (h uint32, dmac [6]byte, 
 		attr[ahAttrOffIsGlobal] = 1
 	}
 	attr[ahAttrOffPort] = r.port
+	attr[ahAttrOffRate] = r.rate
 	buf, n := a.writeCmd(cmdCreateAH, core, (createAHRespSize+r.udataOut)/4)
 	if _, en = k.write(fd, buf, n); en != 0 {
 		return 0, dmac, 0, en
@@ -113,6 +115,13 @@ func TestKernelAddressHandles(t *testing.T) {
 			r.dgid = ctx.GID{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 99, 15: 99}
 			r.udataOut = 0
 		}, unix.ETIMEDOUT},
+		// create_ib_ah, last: mlx5r_ib_rate takes 0 and 2 to 25.
+		{"static rate 1", func(r *ahReq) { r.rate = 1 }, unix.EINVAL},
+		{"static rate 26", func(r *ahReq) { r.rate = 26 }, unix.EINVAL},
+		{"static rate 1, no neighbour", func(r *ahReq) {
+			r.dgid = ctx.GID{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 99, 15: 99}
+			r.rate = 1
+		}, unix.ETIMEDOUT},
 	} {
 		r := base
 		c.mod(&r)
@@ -145,6 +154,15 @@ func TestKernelAddressHandles(t *testing.T) {
 	require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h2))
 	_, _, _, en = createAHCmd(k, a, fd, ahReq{pd: pd, port: 1, global: true, sgidIndex: 1, udataOut: room})
 	require.Equal(t, unix.EINVAL, en, "an InfiniBand port's table has one GID (rdma_get_gid_attr: index >= table->sz)")
+	// create_ib_ah checks the static rate on either link layer (libmlx5
+	// sends no InfiniBand CREATE_AH, but the command is there).
+	for rate, want := range map[uint8]syscall.Errno{1: unix.EINVAL, 26: unix.EINVAL, 255: unix.EINVAL, 0: 0, 2: 0, 25: 0} {
+		h3, _, _, en := createAHCmd(k, a, fd, ahReq{pd: pd, port: 1, dlid: 3, rate: rate})
+		require.Equal(t, want, en, "InfiniBand, static rate %d", rate)
+		if en == 0 {
+			require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h3))
+		}
+	}
 	require.Zero(t, handleCmd(k, a, fd, cmdDestroyAH, h))
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/asyncevent"
 )
 
 // Async events. The model raises a device's async events (CQ error, QP
@@ -49,65 +50,26 @@ const (
 )
 
 // asyncEventType maps the model's event type to the verbs event number
-// (enum ibv_event_type, the kernel's enum ib_event_type) and the class of
-// its element; ok is false for a type the ABI has no number for.
+// (internal/asyncevent: enum ibv_event_type, the kernel's enum
+// ib_event_type) and the class of its element; ok is false for a type the
+// ABI has no number for and for WQ_FATAL: the model has no work queues. A
+// device event's element is a port number, as the kernel writes one.
 func asyncEventType(t ctx.AsyncEventType) (typ uint32, class asyncClass, ok bool) {
-	switch t {
-	case ctx.EventCQError:
-		return C.IBV_EVENT_CQ_ERR, asyncCQ, true
-	case ctx.EventQPFatal:
-		return C.IBV_EVENT_QP_FATAL, asyncQP, true
-	case ctx.EventQPRequestError:
-		return C.IBV_EVENT_QP_REQ_ERR, asyncQP, true
-	case ctx.EventQPAccessError:
-		return C.IBV_EVENT_QP_ACCESS_ERR, asyncQP, true
-	case ctx.EventCommEstablished:
-		return C.IBV_EVENT_COMM_EST, asyncQP, true
-	case ctx.EventSQDrained:
-		return C.IBV_EVENT_SQ_DRAINED, asyncQP, true
-	case ctx.EventPathMigrated:
-		return C.IBV_EVENT_PATH_MIG, asyncQP, true
-	case ctx.EventPathMigrationError:
-		return C.IBV_EVENT_PATH_MIG_ERR, asyncQP, true
-	case ctx.EventQPLastWQEReached:
-		return C.IBV_EVENT_QP_LAST_WQE_REACHED, asyncQP, true
-	case ctx.EventSRQError:
-		return C.IBV_EVENT_SRQ_ERR, asyncSRQ, true
-	case ctx.EventSRQLimitReached:
-		return C.IBV_EVENT_SRQ_LIMIT_REACHED, asyncSRQ, true
-	case ctx.EventDeviceFatal:
-		return C.IBV_EVENT_DEVICE_FATAL, asyncPort, true
-	case ctx.EventPortActive:
-		return C.IBV_EVENT_PORT_ACTIVE, asyncPort, true
-	case ctx.EventPortError:
-		return C.IBV_EVENT_PORT_ERR, asyncPort, true
-	case ctx.EventLIDChange:
-		return C.IBV_EVENT_LID_CHANGE, asyncPort, true
-	case ctx.EventPKeyChange:
-		return C.IBV_EVENT_PKEY_CHANGE, asyncPort, true
-	case ctx.EventSMChange:
-		return C.IBV_EVENT_SM_CHANGE, asyncPort, true
-	case ctx.EventClientReregister:
-		return C.IBV_EVENT_CLIENT_REREGISTER, asyncPort, true
-	case ctx.EventGIDChange:
-		return C.IBV_EVENT_GID_CHANGE, asyncPort, true
+	typ, ok = asyncevent.Verbs(t)
+	if !ok {
+		return 0, 0, false
 	}
-	// WQ_FATAL: the model has no work queues.
+	switch asyncevent.Of(typ) {
+	case asyncevent.ElementCQ:
+		return typ, asyncCQ, true
+	case asyncevent.ElementQP:
+		return typ, asyncQP, true
+	case asyncevent.ElementSRQ:
+		return typ, asyncSRQ, true
+	case asyncevent.ElementPort, asyncevent.ElementDevice:
+		return typ, asyncPort, true
+	}
 	return 0, 0, false
-}
-
-// classOfType returns the element class of a verbs event number.
-func classOfType(typ uint32) asyncClass {
-	switch typ {
-	case C.IBV_EVENT_CQ_ERR:
-		return asyncCQ
-	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR, C.IBV_EVENT_COMM_EST,
-		C.IBV_EVENT_SQ_DRAINED, C.IBV_EVENT_PATH_MIG, C.IBV_EVENT_PATH_MIG_ERR, C.IBV_EVENT_QP_LAST_WQE_REACHED:
-		return asyncQP
-	case C.IBV_EVENT_SRQ_ERR, C.IBV_EVENT_SRQ_LIMIT_REACHED:
-		return asyncSRQ
-	}
-	return asyncPort
 }
 
 // asyncKey names an object as the model's events do: by class and number

@@ -236,3 +236,32 @@ func TestAsyncAllocFailedWriteBack(t *testing.T) {
 	_, typ := readAsync(t, evfd)
 	require.Equal(t, uint32(evPortActive), typ)
 }
+
+// TestAsyncEventNumbers pins the verbs number and element class the
+// emulated kernel writes for every type of the model's events: the QP, CQ
+// and SRQ events name their object, the port and device events a port
+// number; WQ_FATAL (the model has no work queues) and types without a
+// number are not written.
+func TestAsyncEventNumbers(t *testing.T) {
+	want := map[ctx.AsyncEventType]struct {
+		typ   uint32
+		class asyncClass
+	}{
+		ctx.EventCQError: {0, asyncCQ}, ctx.EventQPFatal: {1, asyncQP}, ctx.EventQPRequestError: {2, asyncQP},
+		ctx.EventQPAccessError: {3, asyncQP}, ctx.EventCommEstablished: {4, asyncQP}, ctx.EventSQDrained: {5, asyncQP},
+		ctx.EventPathMigrated: {6, asyncQP}, ctx.EventPathMigrationError: {7, asyncQP}, ctx.EventDeviceFatal: {8, asyncPort},
+		ctx.EventPortActive: {9, asyncPort}, ctx.EventPortError: {10, asyncPort}, ctx.EventLIDChange: {11, asyncPort},
+		ctx.EventPKeyChange: {12, asyncPort}, ctx.EventSMChange: {13, asyncPort}, ctx.EventSRQError: {14, asyncSRQ},
+		ctx.EventSRQLimitReached: {15, asyncSRQ}, ctx.EventQPLastWQEReached: {16, asyncQP},
+		ctx.EventClientReregister: {17, asyncPort}, ctx.EventGIDChange: {18, asyncPort},
+	}
+	for typ := ctx.AsyncEventType(0); typ < 32; typ++ {
+		n, class, ok := asyncEventType(typ)
+		w, known := want[typ]
+		require.Equal(t, known, ok, "%v", typ)
+		if known {
+			require.Equal(t, w.typ, n, "%v", typ)
+			require.Equal(t, w.class, class, "%v", typ)
+		}
+	}
+}

@@ -164,8 +164,9 @@ func checkModifyUdata(in []byte) syscall.Errno {
 const attrStandardBits = 1<<21 - 1
 
 // writeExModifyQP is ib_uverbs_ex_modify_qp: mask bits beyond the standard
-// ones and IB_QP_RATE_LIMIT are EOPNOTSUPP; then mlx5_ib_modify_qp's driver
-// data, and the modify as MODIFY_QP does it, whose transition checks refuse
+// ones and IB_QP_RATE_LIMIT are EOPNOTSUPP; then modify_qp's own checks
+// (checkModifyQP), mlx5_ib_modify_qp's driver data, and the modify as
+// MODIFY_QP does it, whose transition checks refuse
 // a rate limit with EINVAL (an attribute of raw packet QPs only in
 // ib_modify_qp_is_ok's table, in neither modify_dci_qp_is_ok's masks nor
 // mlx5_ib_modify_dct's). A DCT moving to RTR answers its number in the vendor
@@ -179,6 +180,10 @@ func (k *kernel) writeExModifyQP(f *ufile, c *writeCall) syscall.Errno {
 	mask := uint32(req.base.attr_mask)
 	if mask&^uint32(attrStandardBits|C.IBV_QP_RATE_LIMIT) != 0 {
 		return unix.EOPNOTSUPP
+	}
+	o, en := checkModifyQP(f, &req.base)
+	if en != 0 {
+		return en
 	}
 	if en := checkModifyUdata(c.udataIn); en != 0 {
 		return en
@@ -201,7 +206,7 @@ func (k *kernel) writeExModifyQP(f *ufile, c *writeCall) syscall.Errno {
 			return en
 		}
 	}
-	if en := k.modifyQP(f, &req.base); en != 0 {
+	if en := k.modifyQP(o, f, &req.base); en != 0 {
 		return en
 	}
 	resp := C.struct_ib_uverbs_ex_modify_qp_resp{response_length: C.__u32(min(c.respLen, int(C.sizeof_struct_ib_uverbs_ex_modify_qp_resp)))}

@@ -68,3 +68,29 @@ func WatchedRegister(qpn uint32) (reg unsafe.Pointer, size uint32, ok bool) {
 	}
 	return nil, 0, false
 }
+
+// SetPortSpeed makes the ports of the process's emulated devices answer
+// QUERY_PORT with active speed speed (an IB_SPEED_* value), until the
+// returned function restores theirs. The model and sysfs keep theirs.
+func SetPortSpeed(speed uint32) (restore func()) {
+	k := active()
+	if k == nil {
+		return func() {}
+	}
+	var saved []uint32
+	for i := range k.devs {
+		for j := range k.devs[i].Ports {
+			saved = append(saved, k.devs[i].Ports[j].ActiveSpeed)
+			k.devs[i].Ports[j].ActiveSpeed = speed
+		}
+	}
+	return func() {
+		n := 0
+		for i := range k.devs {
+			for j := range k.devs[i].Ports {
+				k.devs[i].Ports[j].ActiveSpeed = saved[n]
+				n++
+			}
+		}
+	}
+}

@@ -524,11 +524,11 @@ func (k *kernel) ioctlQueryPort(f *ufile, b *bundle) syscall.Errno {
 	}
 	var ex C.struct_ib_uverbs_query_port_resp_ex
 	ex.legacy_resp = resp
-	// The method answers the active speed again, 32 bits wide
-	// (active_speed_ex, added with the XDR speed), in what older
-	// headers, the package's among them, call reserved[2:6];
-	// libibverbs from v49 reads it.
-	binary.NativeEndian.PutUint32(bytesOf(&ex)[activeSpeedExOffset:], uint32(resp.active_speed))
+	// The method answers the active speed again, 32 bits wide and whole
+	// (active_speed_ex, added with the XDR speed, which the legacy
+	// field answers as NDR), in what older headers, the package's among
+	// them, call reserved[2:6]; libibverbs from v49 reads it.
+	binary.NativeEndian.PutUint32(bytesOf(&ex)[activeSpeedExOffset:], f.dev.Ports[port-1].ActiveSpeed)
 	return b.copyToStructOrZero(C.UVERBS_ATTR_QUERY_PORT_RESP, bytesOf(&ex))
 }
 

@@ -152,6 +152,67 @@ func TestModifyQPControlledQKey(t *testing.T) {
 	require.Zero(t, modifyQPCmd(k, a, fd, init), "INIT→INIT with a controlled Q_Key and CAP_NET_RAW")
 }
 
+// modify_qp (uverbs_cmd.c) refuses, with EINVAL, a port (IB_QP_PORT), an
+// address vector's port or an alternate path's ports the device has not,
+// and a state past ERR, before it looks at the Q_Key; what the core
+// (rdma_fill_sgid_attr) and mlx5_ib (the udata of EX_MODIFY_QP, the
+// transition table, a current state that is not the QP's, the P_Key index)
+// refuse comes after it: a controlled Q_Key without CAP_NET_RAW is EPERM
+// there. Nothing changes on a refusal.
+func TestModifyQPControlledQKeyOrder(t *testing.T) {
+	k, a, fd := objectKernel(t)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	h := rcQPOn(t, k, a, fd, pd, cq, qptUD)
+	saved := kerrno.HasRawCap
+	t.Cleanup(func() { kerrno.HasRawCap = saved })
+	kerrno.HasRawCap = func() bool { return false }
+	const mCurState = 1 << 1
+	init := modifyQP{h: h, mask: mmState | mmPKey | mmPort | mmQKey, state: 1, port: 1, qkey: 0x80010000}
+	for name, c := range map[string]struct {
+		mod  func(m *modifyQP)
+		alt  *altPath
+		ex   []byte // EX_MODIFY_QP with this driver data
+		want syscall.Errno
+	}{
+		"port 2 of 1":                   {mod: func(m *modifyQP) { m.port = 2 }, want: unix.EINVAL},
+		"address vector port 0":         {mod: func(m *modifyQP) { m.mask |= mmAV }, want: unix.EINVAL},
+		"alternate port 2 of 1":         {alt: &altPath{2, 2, 0, false}, want: unix.EINVAL},
+		"new state past ERR":            {mod: func(m *modifyQP) { m.state = 7 }, want: unix.EINVAL},
+		"current state past ERR":        {mod: func(m *modifyQP) { m.mask |= mCurState; m.cur = 7 }, want: unix.EINVAL},
+		"P_Key index 5 of 1":            {mod: func(m *modifyQP) { m.pkey = 5 }, want: unix.EPERM},
+		"RESET→RTR":                     {mod: func(m *modifyQP) { m.state = 2 }, want: unix.EPERM},
+		"current state not RESET":       {mod: func(m *modifyQP) { m.mask |= mCurState; m.cur = 1 }, want: unix.EPERM},
+		"alternate SGID past the table": {alt: &altPath{1, 1, 200, true}, want: unix.EPERM},
+		"driver data too short":         {ex: make([]byte, 8), want: unix.EPERM},
+	} {
+		m := init
+		if c.mod != nil {
+			c.mod(&m)
+		}
+		send := func() syscall.Errno {
+			switch {
+			case c.alt != nil:
+				m.mask |= mmAltPath
+				return modifyQPAltCmd(k, a, fd, m, *c.alt)
+			case c.ex != nil:
+				_, en := exModifyQPCmd(k, a, fd, m, 0, c.ex, exModifyQPRespSize/8, 0)
+				return en
+			}
+			return modifyQPCmd(k, a, fd, m)
+		}
+		require.Equal(t, c.want, send(), name)
+		// With CAP_NET_RAW the Q_Key passes and the other check refuses.
+		kerrno.HasRawCap = func() bool { return true }
+		require.Equal(t, unix.EINVAL, send(), "%s, with CAP_NET_RAW", name)
+		kerrno.HasRawCap = func() bool { return false }
+		st, err := k.files[fd].uctx.objects[h].qp.State()
+		require.NoError(t, err)
+		require.Equal(t, ctx.QPStateReset, st, "%s: refused, still RESET", name)
+	}
+	kerrno.HasRawCap = func() bool { return true }
+	require.Zero(t, modifyQPCmd(k, a, fd, init), "with CAP_NET_RAW")
+}
+
 // ib_uverbs_ex_modify_qp takes IB_QP_RATE_LIMIT; mlx5_ib_modify_qp then
 // refuses it on every QP type but raw packet through the transition
 // checks (ib_modify_qp_is_ok: it is an optional attribute of raw packet

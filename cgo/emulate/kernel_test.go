@@ -270,6 +270,34 @@ func TestKernelGetContext(t *testing.T) {
 	require.Equal(t, uint64(1), ucontextRespField(resp)["eth_min_inline"], "MLX5_USER_INLINE_MODE_NONE")
 }
 
+// TestKernelQueryPortSpeed: the 8-bit active_speed of QUERY_PORT holds
+// speeds up to NDR (128); the kernel answers NDR there for a faster port
+// (copy_port_attr_to_resp) and the speed itself, XDR (256), in the QUERY_PORT
+// method's active_speed_ex (UVERBS_METHOD_QUERY_PORT). A port up to NDR
+// answers its speed in both.
+func TestKernelQueryPortSpeed(t *testing.T) {
+	for _, c := range []struct{ speed, legacy uint32 }{{32, 32}, {128, 128}, {256, 128}} {
+		k := testKernel(t, ctx.LinkLayerInfiniBand)
+		k.devs[0].Ports[0].ActiveSpeed = c.speed
+		a := newArena(t)
+		fd := openNode(t, k, 0)
+		en, _, _ := getContext(k, a, fd, ucontextReq(16, 4, 0))
+		require.Zero(t, en)
+
+		resp, respAddr := a.alloc(queryPortExSize)
+		hdr, _ := a.ioctlCmd(objectDevice, methodQueryPort, inline(attrQueryPortNum, 1), out(attrQueryPortResp, respAddr, queryPortExSize))
+		require.Zero(t, k.ioctl(fd, rdmaVerbsIoctl, hdr))
+		require.Equal(t, uint8(c.legacy), resp[queryPortOffSpeed], "speed %d: active_speed", c.speed)
+		require.Equal(t, c.speed, ne.Uint32(resp[activeSpeedExOffset:]), "speed %d: active_speed_ex", c.speed)
+
+		buf, n := a.writeCmd(cmdQueryPort, respCore(respAddr, 1, 0, 0, 0, 0, 0, 0, 0), queryPortRespSize/4)
+		_, en = k.write(fd, buf, n)
+		require.Zero(t, en)
+		require.Equal(t, uint8(c.legacy), resp[queryPortOffSpeed], "speed %d: the write command's active_speed", c.speed)
+	}
+	require.Equal(t, "800 Gb/sec (4X XDR)", rateString(256, 2), "sysfs rate of a 4X XDR port")
+}
+
 func TestKernelRefusesMalformedIoctls(t *testing.T) {
 	k := testKernel(t, ctx.LinkLayerInfiniBand)
 	a := newArena(t)

@@ -238,6 +238,15 @@ func writeMLX5QueryDeviceResp(d *sysfsDevice, addr uintptr, n int) syscall.Errno
 	return copyOut(addr, bytesOf(&r)[:length])
 }
 
+// speedNDR is IB_SPEED_NDR, the fastest speed the 8-bit active_speed of
+// struct ib_uverbs_query_port_resp holds; XDR is 256.
+const speedNDR = 128
+
+// legacySpeed is the active_speed the kernel answers for a port of speed s
+// (copy_port_attr_to_resp): NDR for a faster one. The QUERY_PORT method
+// answers s itself in active_speed_ex.
+func legacySpeed(s uint32) uint32 { return min(s, speedNDR) }
+
 // queryPortResp is the answer to QUERY_PORT for a port of the device.
 func queryPortResp(d *sysfsDevice, port uint8) (C.struct_ib_uverbs_query_port_resp, syscall.Errno) {
 	var r C.struct_ib_uverbs_query_port_resp
@@ -256,7 +265,7 @@ func queryPortResp(d *sysfsDevice, port uint8) (C.struct_ib_uverbs_query_port_re
 	r.active_mtu = C.__u8(p.ActiveMTU)
 	r.lmc = C.__u8(p.LMC)
 	r.active_width = C.__u8(p.ActiveWidth)
-	r.active_speed = C.__u8(p.ActiveSpeed)
+	r.active_speed = C.__u8(legacySpeed(p.ActiveSpeed))
 	r.phys_state = C.__u8(physState(p.State))
 	switch p.LinkLayer {
 	case ctx.LinkLayerEthernet:

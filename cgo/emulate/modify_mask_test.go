@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
 // The IB_QP_* mask bits the tests below send.
@@ -148,4 +150,62 @@ func TestModifyQPFieldsOutsideMask(t *testing.T) {
 	require.Equal(t, uint8(3), q[qqState])
 	require.Equal(t, uint8(1), q[qqPort])
 	require.Zero(t, q[qqRetry], "not applied")
+}
+
+// mlx5_set_path refuses a static rate mlx5r_ib_rate has no code for (1,
+// or past IB_RATE_1600_GBPS, 25) with EINVAL, and writes 0, the port's
+// rate, for IB_RATE_800_GBPS (23) and IB_RATE_1600_GBPS, which QUERY_QP
+// then reads back; another rate is read back as given.
+func TestModifyQPStaticRate(t *testing.T) {
+	m := newModifyKernel(t)
+	for _, c := range []struct {
+		rate, kept uint8
+		want       syscall.Errno
+	}{{1, 0, unix.EINVAL}, {26, 0, unix.EINVAL}, {255, 0, unix.EINVAL}, {0, 0, 0}, {2, 2, 0}, {22, 22, 0}, {23, 0, 0}, {24, 24, 0}, {25, 0, 0}} {
+		h, qpn := m.rcAtInit(t)
+		r := rtrOf(h, qpn, m.lid)
+		r.rate = c.rate
+		require.Equal(t, c.want, m.modify(r), "static rate %d", c.rate)
+		q := m.query(t, h)
+		if c.want != 0 {
+			require.Equal(t, uint8(1), q[qqState], "static rate %d: refused, still INIT", c.rate)
+			continue
+		}
+		require.Equal(t, uint8(2), q[qqState])
+		require.Equal(t, c.kept, q[qdStaticRate], "static rate %d read back", c.rate)
+	}
+}
+
+// On RoCE _ib_modify_qp resolves an RC path's destination MAC
+// (ib_resolve_eth_dmac), and for a unicast destination resolved through
+// the IP stack keeps the route's hop limit, 64, in place of the one given:
+// QUERY_QP reads that back. A link-local destination from a RoCE v1
+// source GID, and a multicast one, keep the hop limit given.
+func TestModifyQPRoCEHopLimit(t *testing.T) {
+	k := testKernel(t, ctx.LinkLayerEthernet)
+	a := newArena(t)
+	fd := openNode(t, k, 0)
+	en, _, _ := getContext(k, a, fd, ucontextReq(4, 0, 0))
+	require.Zero(t, en)
+	pd, cq := pdAndCQ(t, k, a, fd)
+	m := &modifyKernel{k: k, a: a, fd: fd, pd: pd, cq: cq}
+	theirs := k.devs[1].GIDs[0]
+	for _, c := range []struct {
+		name string
+		sgid uint8
+		dgid ctx.GID
+		want uint8
+	}{
+		{"IPv6, RoCE v2", 5, theirs[5].GID, 64},
+		{"IPv4, RoCE v2", 3, theirs[3].GID, 64},
+		{"link-local, RoCE v2", 1, theirs[1].GID, 64},
+		{"link-local, RoCE v1", 0, theirs[0].GID, 1},
+		{"multicast", 5, ctx.GID{0xff, 0x0e, 15: 1}, 1},
+	} {
+		h, qpn := m.rcAtInit(t)
+		r := rtrOf(h, qpn, 0)
+		r.global, r.sgid, r.dgid, r.hop = true, c.sgid, c.dgid, 1
+		require.Zero(t, m.modify(r), c.name)
+		require.Equal(t, c.want, m.query(t, h)[qdHopLimit], "%s: hop limit 1 read back", c.name)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -147,6 +148,49 @@ func TestCgoProviderSeesTheModel(t *testing.T) {
 	}
 }
 
+// libibverbsVersion returns the rdma-core version of the libibverbs the
+// process has mapped (libibverbs.so.1.<ABI>.<version>.<patch>), 0 when
+// its file name does not tell.
+func libibverbsVersion(t *testing.T) int {
+	maps, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(maps), "\n") {
+		i := strings.Index(line, "libibverbs.so.1.")
+		if i < 0 {
+			continue
+		}
+		parts := strings.Split(strings.TrimPrefix(line[i:], "libibverbs.so.1."), ".")
+		if len(parts) >= 2 {
+			if v, err := strconv.Atoi(parts[1]); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// TestCgoProviderActiveSpeedPastNDR runs ibv_query_port on a port of XDR
+// speed (256), which the 8-bit active_speed cannot hold: the kernel answers
+// NDR (128) there and 256 in active_speed_ex of the QUERY_PORT method, which
+// libibverbs 49 and later read. The kit's provider reports 256 where the
+// library has it, and NDR from an older library or the write command, as on
+// a NIC.
+func TestCgoProviderActiveSpeedPastNDR(t *testing.T) {
+	restore := emulate.SetPortSpeed(256)
+	defer restore()
+	d, err := verbs.Open("")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Close()) }()
+	pa, err := d.QueryPort(1)
+	require.NoError(t, err)
+	v := libibverbsVersion(t)
+	want := uint32(256)
+	if v < 49 || os.Getenv(emulate.EnvABI) == emulate.ABIWrite {
+		want = 128
+	}
+	require.Equal(t, want, pa.ActiveSpeed, "libibverbs %d, ABI %q", v, os.Getenv(emulate.EnvABI))
+}
+
 // envChild marks the runs of the test binary that TestEnvironmentSwitch
 // starts.
 const envChild = "MLX5KIT_EMULATE_TEST_CHILD"
@@ -165,7 +209,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 		{"write-abi-ethernet", "ethernet", emulate.ABIWrite},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSeesTheModel$|^TestChildIsEmulated$|^TestCgoProviderObjects$|^TestCgoProviderCompletionQueues$|^TestContextObjects$|^TestCgoProviderQueuePairs$", "-test.count", "1", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestCgoProviderSeesTheModel$|^TestChildIsEmulated$|^TestCgoProviderObjects$|^TestCgoProviderCompletionQueues$|^TestContextObjects$|^TestCgoProviderQueuePairs$|^TestCgoProviderActiveSpeedPastNDR$", "-test.count", "1", "-test.v")
 			cmd.Env = append(os.Environ(), envChild+"=1", emulate.EnvEmulate+"=1",
 				emulate.EnvLink+"="+c.link, emulate.EnvABI+"="+c.abi)
 			out, err := cmd.CombinedOutput()
@@ -176,6 +220,7 @@ func TestEnvironmentSwitch(t *testing.T) {
 			require.Contains(t, string(out), "--- PASS: TestCgoProviderCompletionQueues")
 			require.Contains(t, string(out), "--- PASS: TestContextObjects")
 			require.Contains(t, string(out), "--- PASS: TestCgoProviderQueuePairs")
+			require.Contains(t, string(out), "--- PASS: TestCgoProviderActiveSpeedPastNDR")
 			require.NotContains(t, string(out), "--- SKIP: TestChildIsEmulated")
 		})
 	}

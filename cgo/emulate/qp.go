@@ -421,20 +421,70 @@ func dciTableMask(t ctx.QPType, from, to ctx.QPState, mask qpstate.Mask) qpstate
 	return mask
 }
 
-// modifyQP is the uverbs core's modify_qp and mlx5_ib_modify_qp: the
-// states and the mask are checked against the kernel's transition table
-// (package internal/qpstate), a mask without IB_QP_STATE moving the QP to
-// the state it is in, and a current state given with IB_QP_CUR_STATE must
-// be the QP's; then the model checks the values of the
-// attributes the mask names against its device (qpstate.CheckAttr) and
-// applies them with the transition. Alternate paths and path migration
-// the model has not (EOPNOTSUPP). Optional attributes the model does not
-// keep are accepted and not applied.
-func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
+// checkModifyQP makes the checks of the uverbs core's modify_qp, in its
+// order, before the attributes go on to the core and the driver (and so
+// before mlx5_ib_modify_qp reads its udata): the QP handle; a port
+// (IB_QP_PORT) and the address vector's port (IB_QP_AV) the device has,
+// at RTR the address vector's port the QP's (the one of its move to INIT),
+// elsewhere equal to IB_QP_PORT's when both are given; an alternate path's
+// two ports valid and equal (IB_QP_ALT_PATH); a current and a new state no
+// higher than ERR: all EINVAL. Then a controlled Q_Key (bit 31 of
+// IB_QP_QKEY) needs CAP_NET_RAW: EPERM (since "RDMA/uverbs: Restrict usage
+// of privileged QKEYs", Linux 6.4 and the stable kernels of June 2023; the
+// netlink switch that lets anyone use one, off by default, the model does
+// not have). Everything else the kernel refuses it refuses after these.
+func checkModifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) (*uobject, syscall.Errno) {
 	o, en := f.uctx.object(uint32(req.qp_handle), objQP)
 	if en != 0 {
-		return en
+		return nil, en
 	}
+	mask := qpstate.Mask(req.attr_mask)
+	ports := len(f.dev.Ports)
+	valid := func(p C.__u8) bool { return p >= 1 && int(p) <= ports }
+	if mask&qpstate.Port != 0 && !valid(req.port_num) {
+		return nil, unix.EINVAL
+	}
+	if mask&qpstate.AV != 0 {
+		if !valid(req.dest.port_num) {
+			return nil, unix.EINVAL
+		}
+		if mask&qpstate.State != 0 && ctx.QPState(req.qp_state) == ctx.QPStateRTR {
+			// qp->port is the port of the move to INIT (0 before).
+			_, a, ok := simadopt.QueuePairAttributes(o.qp)
+			if !ok {
+				return nil, unix.ENODEV
+			}
+			if uint8(req.dest.port_num) != a.Port {
+				return nil, unix.EINVAL
+			}
+		} else if mask&qpstate.Port != 0 && req.port_num != req.dest.port_num {
+			return nil, unix.EINVAL
+		}
+	}
+	if mask&qpstate.AltPath != 0 && (!valid(req.alt_port_num) || !valid(req.alt_dest.port_num) ||
+		req.alt_port_num != req.alt_dest.port_num) {
+		return nil, unix.EINVAL
+	}
+	if mask&qpstate.CurState != 0 && uint32(req.cur_qp_state) > uint32(ctx.QPStateError) ||
+		mask&qpstate.State != 0 && uint32(req.qp_state) > uint32(ctx.QPStateError) {
+		return nil, unix.EINVAL
+	}
+	if mask&qpstate.QKey != 0 && uint32(req.qkey)&0x80000000 != 0 && !kerrno.HasRawCap() {
+		return nil, unix.EPERM
+	}
+	return o, 0
+}
+
+// modifyQP is the rest of modify_qp, which checkModifyQP has passed, and
+// mlx5_ib_modify_qp: the states and the mask are checked against the
+// kernel's transition table (package internal/qpstate), a mask without
+// IB_QP_STATE moving the QP to the state it is in, and a current state
+// given with IB_QP_CUR_STATE must be the QP's; then the model checks the
+// values of the attributes the mask names against its device
+// (qpstate.CheckAttr) and applies them with the transition. Alternate
+// paths and path migration the model has not (EOPNOTSUPP). Optional
+// attributes the model does not keep are accepted and not applied.
+func (k *kernel) modifyQP(o *uobject, f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
 	mask := qpstate.Mask(req.attr_mask)
 	if mask&^(qpstate.DestQPN<<1-1) != 0 {
 		return unix.EINVAL
@@ -443,27 +493,15 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	if err != nil {
 		return errnoOfModel(err)
 	}
-	if mask&qpstate.CurState != 0 {
+	if mask&qpstate.CurState != 0 && ctx.QPState(req.cur_qp_state) != from {
 		// The table allows IB_QP_CUR_STATE only on a move to RTS, and
 		// the device refuses that command from a state the QP is not
 		// in (bad resource state: EINVAL).
-		if uint32(req.cur_qp_state) > uint32(ctx.QPStateError) || ctx.QPState(req.cur_qp_state) != from {
-			return unix.EINVAL
-		}
+		return unix.EINVAL
 	}
 	to := from
 	if mask&qpstate.State != 0 {
-		if uint32(req.qp_state) > uint32(ctx.QPStateError) {
-			return unix.EINVAL
-		}
 		to = ctx.QPState(req.qp_state)
-	}
-	// modify_qp: a controlled Q_Key (bit 31) needs CAP_NET_RAW, EPERM
-	// (since "RDMA/uverbs: Restrict usage of privileged QKEYs", Linux 6.4
-	// and the stable kernels of June 2023; the netlink switch that lets
-	// anyone use one, off by default, the model does not have).
-	if mask&qpstate.QKey != 0 && uint32(req.qkey)&0x80000000 != 0 && !kerrno.HasRawCap() {
-		return unix.EPERM
 	}
 	if o.uc {
 		// ib_modify_qp_is_ok with qp_state_table's UC masks.
@@ -502,22 +540,16 @@ func (k *kernel) modifyQP(f *ufile, req *C.struct_ib_uverbs_modify_qp) syscall.E
 	return 0
 }
 
-// checkAltPath refuses, with EINVAL, the alternate paths the kernel
-// refuses before mlx5_ib takes them: modify_qp (uverbs_cmd.c) needs
-// alt_port_num and the alternate address's port valid and equal;
-// _ib_modify_qp (verbs.c) needs the address's SGID index inside the port's
-// GID table (rdma_fill_sgid_attr) and then refuses an alternate path
-// unless it and the QP's port are InfiniBand ("the core code can only
-// handle alternate paths and APM for IB"; the model's ports share one
-// link layer). What passes is an alternate path a ConnectX would take,
-// which the model has not (EOPNOTSUPP).
+// checkAltPath refuses, with EINVAL, the alternate paths the core refuses
+// after modify_qp's port checks (checkModifyQP) and before mlx5_ib takes
+// them: _ib_modify_qp (verbs.c) needs the address's SGID index inside the
+// port's GID table (rdma_fill_sgid_attr) and then refuses an alternate
+// path unless it and the QP's port are InfiniBand ("the core code can only
+// handle alternate paths and APM for IB"; the model's ports share one link
+// layer). What passes is an alternate path a ConnectX would take, which
+// the model has not (EOPNOTSUPP).
 func checkAltPath(dev *sysfsDevice, req *C.struct_ib_uverbs_modify_qp) syscall.Errno {
-	n := len(dev.Ports)
-	alt, dest := int(req.alt_port_num), int(req.alt_dest.port_num)
-	if alt < 1 || alt > n || dest < 1 || dest > n || alt != dest {
-		return unix.EINVAL
-	}
-	p := dev.Ports[alt-1]
+	p := dev.Ports[int(req.alt_port_num)-1]
 	if req.alt_dest.is_global != 0 && int(req.alt_dest.sgid_index) >= p.GIDTableLen {
 		return unix.EINVAL
 	}
@@ -535,10 +567,14 @@ func (k *kernel) writeModifyQP(f *ufile, c *writeCall) syscall.Errno {
 	if uint32(req.attr_mask)&^attrStandardBits != 0 {
 		return unix.EOPNOTSUPP
 	}
+	o, en := checkModifyQP(f, &req)
+	if en != 0 {
+		return en
+	}
 	if en := checkLegacyModify(f, &req); en != 0 {
 		return en
 	}
-	return k.modifyQP(f, &req)
+	return k.modifyQP(o, f, &req)
 }
 
 // uverbsAccess maps the model's access flags back to IB_ACCESS_* bits.

@@ -83,26 +83,29 @@ type modifyQP struct {
 	dlid                                     uint16
 	destQPN, access, qkey                    uint32
 	timeout, retry, rnrRetry, minRNR, rdAtom uint8
+	rate                                     uint8  // dest.static_rate
+	pkey                                     uint16 // pkey_index
+	// The address vector's GRH: is_global, sgid_index, hop_limit, dgid.
+	global    bool
+	sgid, hop uint8
+	dgid      ctx.GID
 }
 
 // modifyQPCmd sends MODIFY_QP (struct ib_uverbs_modify_qp, no response).
 func modifyQPCmd(k *kernel, a *arena, fd int, m modifyQP) syscall.Errno {
-	b := make([]byte, modifyQPSize)
-	ne.PutUint16(b[20:], m.dlid)
-	b[31] = m.pathPort
-	ne.PutUint32(b[2*qpDestSize:], m.h)
-	ne.PutUint32(b[2*qpDestSize+4:], m.mask)
-	ne.PutUint32(b[2*qpDestSize+8:], m.qkey)
-	ne.PutUint32(b[2*qpDestSize+20:], m.destQPN)
-	ne.PutUint32(b[2*qpDestSize+24:], m.access)
-	o := 2*qpDestSize + 32
-	b[o], b[o+1], b[o+2] = m.state, m.cur, m.mtu
-	b[o+5], b[o+6], b[o+7], b[o+8] = m.rdAtom, m.rdAtom, m.minRNR, m.port
-	b[o+9], b[o+10], b[o+11] = m.timeout, m.retry, m.rnrRetry
-	buf, n := a.writeCmd(cmdModifyQP, b, 0)
+	buf, n := a.writeCmd(cmdModifyQP, modifyQPBytes(m), 0)
 	_, en := k.write(fd, buf, n)
 	return en
 }
+
+// Offsets in struct ib_uverbs_qp_dest, the address vector of MODIFY_QP and
+// QUERY_QP.
+const (
+	qdSGIDIndex  = 24
+	qdHopLimit   = 25
+	qdStaticRate = 29
+	qdIsGlobal   = 30
+)
 
 // queryQPCmd sends QUERY_QP and returns the response.
 func queryQPCmd(k *kernel, a *arena, fd int, h uint32) ([]byte, syscall.Errno) {

@@ -123,16 +123,22 @@ func dctReq(flags uint32, key uint64) []byte {
 	return b
 }
 
-// modifyQPBytes lays out a struct ib_uverbs_modify_qp as modifyQPCmd does.
+// modifyQPBytes lays out m as a struct ib_uverbs_modify_qp.
 func modifyQPBytes(m modifyQP) []byte {
 	b := make([]byte, modifyQPSize)
+	copy(b, m.dgid[:])
 	ne.PutUint16(b[20:], m.dlid)
+	b[qdSGIDIndex], b[qdHopLimit], b[qdStaticRate] = m.sgid, m.hop, m.rate
+	if m.global {
+		b[qdIsGlobal] = 1
+	}
 	b[31] = m.pathPort
 	ne.PutUint32(b[2*qpDestSize:], m.h)
 	ne.PutUint32(b[2*qpDestSize+4:], m.mask)
 	ne.PutUint32(b[2*qpDestSize+8:], m.qkey)
 	ne.PutUint32(b[2*qpDestSize+20:], m.destQPN)
 	ne.PutUint32(b[2*qpDestSize+24:], m.access)
+	ne.PutUint16(b[2*qpDestSize+28:], m.pkey)
 	o := 2*qpDestSize + 32
 	b[o], b[o+1], b[o+2] = m.state, m.cur, m.mtu
 	b[o+5], b[o+6], b[o+7], b[o+8] = m.rdAtom, m.rdAtom, m.minRNR, m.port

@@ -263,7 +263,7 @@ func rateString(speed uint32, width uint8) string {
 		name      string
 	}{
 		1: {25, "SDR"}, 2: {50, "DDR"}, 4: {100, "QDR"}, 8: {100, "FDR10"},
-		16: {140, "FDR"}, 32: {250, "EDR"}, 64: {500, "HDR"}, 128: {1000, "NDR"},
+		16: {140, "FDR"}, 32: {250, "EDR"}, 64: {500, "HDR"}, 128: {1000, "NDR"}, 256: {2000, "XDR"},
 	}
 	s, ok := speeds[speed]
 	if !ok || lanes == 0 {

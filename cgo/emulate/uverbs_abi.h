@@ -37,6 +37,7 @@ enum {
 	mk_cmd_hdr_size = sizeof(struct ib_uverbs_cmd_hdr),
 	mk_ex_cmd_hdr_size = sizeof(struct ib_uverbs_ex_cmd_hdr),
 	mk_query_port_resp_ex_size = sizeof(struct ib_uverbs_query_port_resp_ex),
+	mk_query_port_resp_off_active_speed = offsetof(struct ib_uverbs_query_port_resp, active_speed),
 	mk_gid_entry_size = sizeof(struct ib_uverbs_gid_entry),
 	mk_alloc_ucontext_req_v0_size = sizeof(struct mlx5_ib_alloc_ucontext_req),
 	mk_alloc_ucontext_req_v2_min = offsetof(struct mlx5_ib_alloc_ucontext_req_v2, max_cqe_version),

@@ -21,6 +21,31 @@ func FamiliesDiffer(src ctx.GIDEntry, dgid ctx.GID) bool {
 	return netip.AddrFrom16(src.GID).Is4In6() != d.Is4In6()
 }
 
+// RouteHopLimit is the hop limit the kernel's route lookup gives a RoCE
+// destination it resolves through the IP stack (rdma_resolve_ip's
+// dev_addr.hoplimit: ip4_dst_hoplimit, ip6_dst_hoplimit) on a route
+// without a hop limit of its own: the IPv4 default TTL
+// (net.ipv4.ip_default_ttl) and the IPv6 default hop limit
+// (net.ipv6.conf.*.hop_limit), both 64 unless set otherwise.
+const RouteHopLimit = 64
+
+// ResolvedHopLimit returns the hop limit that stays in a connected QP's
+// (RC, UC) RoCE path given hop, from the GID table entry src to dgid:
+// _ib_modify_qp resolves such a path's destination MAC with
+// ib_resolve_eth_dmac, whose ib_resolve_unicast_gid_dmac replaces the hop
+// limit by the route's (RouteHopLimit) when it resolves a unicast
+// destination through the IP stack. A multicast destination (mapped, not
+// resolved) and a link-local one from a RoCE v1 source GID (its MAC is in
+// the GID) keep hop. mlx5_set_path writes what stays into the QP context,
+// and QUERY_QP reads it back.
+func ResolvedHopLimit(src ctx.GIDEntry, dgid ctx.GID, hop uint8) uint8 {
+	d := netip.AddrFrom16(dgid)
+	if dgid[0] == 0xff || d.Is4In6() && d.Unmap().IsMulticast() || d.IsLinkLocalUnicast() && src.Type == ctx.GIDTypeRoCEv1 {
+		return hop
+	}
+	return RouteHopLimit
+}
+
 // GIDTypeFits reports whether a GID table entry of type t can answer a
 // packet that came as RoCE v2 (roceV2) or, if not, with an InfiniBand or
 // RoCE v1 GRH, as ibv_init_ah_from_wc picks the entry by the received

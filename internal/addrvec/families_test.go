@@ -53,3 +53,32 @@ func TestGIDTypeFits(t *testing.T) {
 		require.Equal(t, c.grh, addrvec.GIDTypeFits(c.typ, false), "%v, GRH", c.typ)
 	}
 }
+
+// TestResolvedHopLimit checks which RoCE paths of a connected QP keep the
+// hop limit given and which take the route's (64): every unicast
+// destination ib_resolve_eth_dmac resolves through the IP stack, IPv6,
+// IPv4-mapped and link-local from a RoCE v2 source, takes the route's; a
+// multicast destination, IPv6 or IPv4-mapped, and a link-local one from a
+// RoCE v1 source keep theirs.
+func TestResolvedHopLimit(t *testing.T) {
+	gid := func(s string) ctx.GID { return netip.MustParseAddr(s).As16() }
+	v1 := ctx.GIDEntry{Type: ctx.GIDTypeRoCEv1, GID: gid("fe80::1")}
+	v2 := ctx.GIDEntry{Type: ctx.GIDTypeRoCEv2, GID: gid("2001:db8::1")}
+	v4 := ctx.GIDEntry{Type: ctx.GIDTypeRoCEv2, GID: gid("::ffff:192.0.2.1")}
+	for _, c := range []struct {
+		src  ctx.GIDEntry
+		dgid string
+		want uint8
+	}{
+		{v2, "2001:db8::7", addrvec.RouteHopLimit},
+		{v1, "2001:db8::7", addrvec.RouteHopLimit},
+		{v4, "::ffff:192.0.2.7", addrvec.RouteHopLimit},
+		{v2, "fe80::7", addrvec.RouteHopLimit},
+		{v1, "fe80::7", 1},
+		{v2, "ff0e::1", 1},
+		{v4, "::ffff:239.1.2.3", 1},
+	} {
+		require.Equal(t, c.want, addrvec.ResolvedHopLimit(c.src, gid(c.dgid), 1), "%v to %s", c.src.Type, c.dgid)
+	}
+	require.Equal(t, uint8(64), uint8(addrvec.RouteHopLimit))
+}

@@ -65,7 +65,43 @@ const (
 	srcPKey     = "drivers/infiniband/hw/mlx5/qp.c mlx5_ib_modify_qp"
 	srcRdAtomic = "drivers/infiniband/hw/mlx5/qp.c validate_rd_atomic"
 	srcMTU      = "drivers/infiniband/hw/mlx5/qp.c __mlx5_ib_modify_qp"
+	srcRate     = "drivers/infiniband/hw/mlx5/qp.c mlx5r_ib_rate (from mlx5_set_path)"
 )
+
+// Static rate codes (enum ib_rate, the same numbers as libibverbs' enum
+// ibv_rate) that mlx5_ib's mlx5r_ib_rate takes: 0, IB_RATE_PORT_CURRENT,
+// and IB_RATE_2_5_GBPS (2) to IB_RATE_1600_GBPS (25), the highest since
+// "RDMA/mlx5: Add support for 1600_8x lane speed" (Linux 6.19). It
+// refuses 1 and anything above with EINVAL. Earlier kernels stop at
+// IB_RATE_800_GBPS (23) or, before that rate was added in 2023, at
+// IB_RATE_600_GBPS (22).
+const (
+	MinStaticRate = 2
+	MaxStaticRate = 25
+)
+
+// StaticRateValid reports whether mlx5r_ib_rate takes the static rate r
+// (0, or MinStaticRate to MaxStaticRate). The kernel checks it when it
+// writes a QP's path (mlx5_set_path) and, since "RDMA/mlx5: Handle errors
+// returned from mlx5r_ib_rate()" (Linux 6.14 and the stable kernels of
+// March 2025), when it creates an address handle (create_ib_ah). libmlx5
+// asks the kernel for an address handle on RoCE ports only; it builds an
+// InfiniBand one itself, mapping a rate it has no code for to the port's.
+func StaticRateValid(r uint8) bool { return r == 0 || r >= MinStaticRate && r <= MaxStaticRate }
+
+// StaticRateKept is the static rate QUERY_QP reads back for a rate r that
+// StaticRateValid takes: mlx5r_ib_rate writes 0 (the port's rate) into the
+// QP context for IB_RATE_800_GBPS (23, since Linux 6.14) and
+// IB_RATE_1600_GBPS (25), which have no mlx5 rate code, and the code of r
+// otherwise, which mlx5_to_ib_rate_map turns back into r on a device whose
+// stat_rate_support has it (a device without it gets the next lower rate
+// it has; the model has every rate).
+func StaticRateKept(r uint8) uint8 {
+	if r == 23 || r == 25 {
+		return 0
+	}
+	return r
+}
 
 // AttrError is an attribute value the kernel refuses at modify: which
 // attribute, its value, the range the kernel accepts and where the limit
@@ -115,6 +151,34 @@ func (e *AttrError) Error() string {
 // Unwrap returns the errno and ctx.ErrInvalidArgument.
 func (e *AttrError) Unwrap() []error { return []error{e.Errno, ctx.ErrInvalidArgument} }
 
+// CheckPorts returns the *AttrError for the first of the checks CheckAttr
+// makes that the uverbs core's modify_qp makes itself, before it refuses a
+// controlled Q_Key (bit 31 of QKey) with EPERM without CAP_NET_RAW and
+// before the core and mlx5_ib check the rest: Port, Path.Port and, at RTR,
+// Path.Port against qpPort. A caller that checks the Q_Key runs CheckPorts,
+// then the Q_Key, then CheckAttr, to refuse in the kernel's order.
+func CheckPorts(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPort uint8, l Limits) error {
+	fail := func(attr string, v, lo, hi uint64, limit, src string) error {
+		return &AttrError{Type: t, From: from, To: to, Attr: attr, Value: v, Min: lo, Max: hi,
+			Limit: limit, Errno: syscall.EINVAL, Source: src}
+	}
+	ports := fmt.Sprintf("the device's %d port(s)", l.Ports)
+	if m&Port != 0 && l.Ports != 0 && (a.Port == 0 || a.Port > l.Ports) {
+		return fail("Port", uint64(a.Port), 1, uint64(l.Ports), ports, srcPort)
+	}
+	if m&AV != 0 {
+		p := a.Path
+		if l.Ports != 0 && (p.Port == 0 || p.Port > l.Ports) {
+			return fail("Path.Port", uint64(p.Port), 1, uint64(l.Ports), ports, srcUverbs)
+		}
+		if to == ctx.QPStateRTR && qpPort != 0 && p.Port != qpPort {
+			return fail("Path.Port", uint64(p.Port), uint64(qpPort), uint64(qpPort),
+				"the port the QP was brought to INIT on", srcAVPort)
+		}
+	}
+	return nil
+}
+
 // CheckAttr returns nil when the kernel accepts the attribute values of a
 // modify of a QP of type t from one state to another with mask m (the mask
 // Derive returns), or the *AttrError for the first value it refuses, in
@@ -138,6 +202,10 @@ func (e *AttrError) Unwrap() []error { return []error{e.Errno, ctx.ErrInvalidArg
 //   - PathMTU (mask PATH_MTU: RC and DCI at RTR): MTU256 to MTU4096
 //     (__mlx5_ib_modify_qp). It is not checked against the port's active
 //     MTU, and a DCT's is not checked at all.
+//   - Path.StaticRate (mask AV, but a DCT's): 0, or MinStaticRate to
+//     MaxStaticRate (StaticRateValid: mlx5r_ib_rate, from mlx5_set_path,
+//     which __mlx5_ib_modify_qp runs after the path MTU check);
+//     mlx5_ib_modify_dct does not look at a DCT's.
 //
 // What the kernel does not check, this does not either: MinRNRTimer,
 // Timeout, RetryCount and RNRRetry are written into fields of 5 and 3 bits
@@ -147,19 +215,11 @@ func CheckAttr(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPort
 		return &AttrError{Type: t, From: from, To: to, Attr: attr, Value: v, Min: lo, Max: hi,
 			Limit: limit, Errno: syscall.EINVAL, Source: src}
 	}
-	ports := fmt.Sprintf("the device's %d port(s)", l.Ports)
-	if m&Port != 0 && l.Ports != 0 && (a.Port == 0 || a.Port > l.Ports) {
-		return fail("Port", uint64(a.Port), 1, uint64(l.Ports), ports, srcPort)
+	if err := CheckPorts(t, from, to, m, a, qpPort, l); err != nil {
+		return err
 	}
 	if m&AV != 0 {
 		p := a.Path
-		if l.Ports != 0 && (p.Port == 0 || p.Port > l.Ports) {
-			return fail("Path.Port", uint64(p.Port), 1, uint64(l.Ports), ports, srcUverbs)
-		}
-		if to == ctx.QPStateRTR && qpPort != 0 && p.Port != qpPort {
-			return fail("Path.Port", uint64(p.Port), uint64(qpPort), uint64(qpPort),
-				"the port the QP was brought to INIT on", srcAVPort)
-		}
 		if l.LinkLayer == ctx.LinkLayerEthernet && !p.GlobalRoute {
 			return fail("Path.GlobalRoute", 0, 1, 1, "a RoCE port's address vector needs a GRH", srcAH)
 		}
@@ -195,6 +255,10 @@ func CheckAttr(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPort
 	if m&PathMTU != 0 && (a.PathMTU < ctx.MTU256 || a.PathMTU > ctx.MTU4096) {
 		return fail("PathMTU", uint64(a.PathMTU), uint64(ctx.MTU256), uint64(ctx.MTU4096),
 			"IB_MTU_256 to IB_MTU_4096", srcMTU)
+	}
+	if m&AV != 0 && !StaticRateValid(a.Path.StaticRate) {
+		return fail("Path.StaticRate", uint64(a.Path.StaticRate), MinStaticRate, MaxStaticRate,
+			"IB_RATE_2_5_GBPS to IB_RATE_1600_GBPS, or 0 for the port's rate", srcRate)
 	}
 	return nil
 }

@@ -48,6 +48,10 @@ func TestCheckAttr(t *testing.T) {
 		{ctx.QPTypeDCT, ctx.QPStateInit, ctx.QPStateRTR, testLimits, "Path.SGIDIndex", 8, 7, func(a *ctx.QPAttr, v uint64) { roce(a); a.Path.SGIDIndex = uint8(v) }},
 		{ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, testLimits, "Path.GlobalRoute", 0, 1, func(a *ctx.QPAttr, v uint64) { a.Path.GlobalRoute = v == 1 }},
 		{ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, testLimits, "Path.Port", 3, 2, func(a *ctx.QPAttr, v uint64) { roce(a); a.Path.Port = uint8(v) }},
+		// mlx5r_ib_rate: 1 is no rate, 26 past IB_RATE_1600_GBPS.
+		{ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, testLimits, "Path.StaticRate", 26, 25, func(a *ctx.QPAttr, v uint64) { roce(a); a.Path.StaticRate = uint8(v) }},
+		{ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, testLimits, "Path.StaticRate", 1, 25, func(a *ctx.QPAttr, v uint64) { roce(a); a.Path.StaticRate = uint8(v) }},
+		{ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, Limits{}, "Path.StaticRate", 255, 25, func(a *ctx.QPAttr, v uint64) { a.Path.StaticRate = uint8(v) }},
 	}
 	for _, c := range cases {
 		name := c.typ.String() + " " + c.from.String() + "→" + c.to.String() + " " + c.attr
@@ -87,6 +91,39 @@ func TestCheckAttrPathPort(t *testing.T) {
 	require.NoError(t, CheckAttr(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &a, 1, testLimits))
 }
 
+// TestCheckPorts checks that CheckPorts makes the port checks of uverbs
+// modify_qp (Port, Path.Port, at RTR the QP's port) and none of the
+// others, which come after the Q_Key.
+func TestCheckPorts(t *testing.T) {
+	m, err := Derive(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR)
+	require.NoError(t, err)
+	a := ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: 0, MaxDestRdAtomic: 255,
+		Path: ctx.AddressAttr{Port: 1, GlobalRoute: false, SGIDIndex: 200, StaticRate: 1}}
+	require.NoError(t, CheckPorts(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &a, 1, testLimits),
+		"GRH, SGID index, read depth, MTU and rate are not its")
+	require.Error(t, CheckAttr(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &a, 1, testLimits))
+	var ae *AttrError
+	for _, c := range []struct {
+		mod    func(*ctx.QPAttr)
+		qpPort uint8
+	}{
+		{func(a *ctx.QPAttr) { a.Path.Port = 3 }, 1},
+		{func(a *ctx.QPAttr) { a.Path.Port = 2 }, 1},
+	} {
+		b := a
+		c.mod(&b)
+		require.True(t, errors.As(CheckPorts(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &b, c.qpPort, testLimits), &ae))
+		require.Equal(t, "Path.Port", ae.Attr)
+	}
+	m, err = Derive(ctx.QPTypeUD, ctx.QPStateReset, ctx.QPStateInit)
+	require.NoError(t, err)
+	u := ctx.QPAttr{State: ctx.QPStateInit, Port: 3, PKeyIndex: 0xffff}
+	require.True(t, errors.As(CheckPorts(ctx.QPTypeUD, ctx.QPStateReset, ctx.QPStateInit, m, &u, 0, testLimits), &ae))
+	require.Equal(t, "Port", ae.Attr)
+	u.Port = 2
+	require.NoError(t, CheckPorts(ctx.QPTypeUD, ctx.QPStateReset, ctx.QPStateInit, m, &u, 0, testLimits), "the P_Key index is mlx5_ib's")
+}
+
 // TestCheckAttrLeavesUnchecked checks that what the kernel does not look
 // at passes: a DCT's P_Key index and path MTU (mlx5_ib_modify_dct checks
 // neither), timers and retry counts past their field widths, attributes
@@ -113,6 +150,38 @@ func TestCheckAttrLeavesUnchecked(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, CheckAttr(c.typ, c.from, c.to, m, &a, 1, c.l), "%v %v→%v", c.typ, c.from, c.to)
 	}
+}
+
+// TestStaticRate checks the static rates mlx5r_ib_rate takes (0 and 2 to
+// 25, IB_RATE_2_5_GBPS to IB_RATE_1600_GBPS) and what QUERY_QP reads back:
+// 0 for IB_RATE_800_GBPS and IB_RATE_1600_GBPS, which have no mlx5 code;
+// that a DCT's is not looked at (mlx5_ib_modify_dct); and that a path MTU
+// the kernel refuses is named before the rate, as __mlx5_ib_modify_qp
+// checks it before mlx5_set_path.
+func TestStaticRate(t *testing.T) {
+	for r := 0; r < 256; r++ {
+		want := r == 0 || r >= 2 && r <= 25
+		require.Equal(t, want, StaticRateValid(uint8(r)), "rate %d", r)
+	}
+	for r, kept := range map[uint8]uint8{0: 0, 2: 2, 3: 3, 21: 21, 22: 22, 23: 0, 24: 24, 25: 0} {
+		require.Equal(t, kept, StaticRateKept(r), "rate %d", r)
+	}
+	dct := ctx.QPAttr{State: ctx.QPStateRTR, Path: ctx.AddressAttr{Port: 1, GlobalRoute: true, StaticRate: 1}}
+	m, err := Derive(ctx.QPTypeDCT, ctx.QPStateInit, ctx.QPStateRTR)
+	require.NoError(t, err)
+	require.NoError(t, CheckAttr(ctx.QPTypeDCT, ctx.QPStateInit, ctx.QPStateRTR, m, &dct, 1, testLimits))
+
+	both := ctx.QPAttr{State: ctx.QPStateRTR, PathMTU: 7, Path: ctx.AddressAttr{Port: 1, GlobalRoute: true, StaticRate: 1}}
+	m, err = Derive(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR)
+	require.NoError(t, err)
+	var ae *AttrError
+	require.True(t, errors.As(CheckAttr(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &both, 1, testLimits), &ae))
+	require.Equal(t, "PathMTU", ae.Attr)
+	both.PathMTU = ctx.MTU1024
+	require.True(t, errors.As(CheckAttr(ctx.QPTypeRC, ctx.QPStateInit, ctx.QPStateRTR, m, &both, 1, testLimits), &ae))
+	require.Equal(t, "Path.StaticRate", ae.Attr)
+	require.Contains(t, ae.Error(), "Path.StaticRate 1 outside 2..25")
+	require.Contains(t, ae.Error(), "mlx5r_ib_rate")
 }
 
 // TestLimitsOf checks which device and port attribute each limit comes

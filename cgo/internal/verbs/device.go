@@ -535,12 +535,22 @@ func (d *Device) QueryExtended() (ExtendedAttr, error) {
 	}, nil
 }
 
+// queryPort is ibv_query_port of a port (1-based).
 func (d *Device) queryPort(port uint8) (C.struct_ibv_port_attr, error) {
+	a, _, err := d.queryPortSpeed(port)
+	return a, err
+}
+
+// queryPortSpeed is queryPort with the port's active speed: the 32-bit
+// active_speed_ex where libibverbs (49 and later) answers it, the 8-bit
+// active_speed otherwise (mk_query_port).
+func (d *Device) queryPortSpeed(port uint8) (C.struct_ibv_port_attr, uint32, error) {
 	var a C.struct_ibv_port_attr
-	if ret, errno := C.mk_query_port(d.c, C.uint8_t(port), &a); ret != 0 {
-		return a, retError("ibv_query_port", fmt.Sprintf("%q port %d", d.name, port), int(ret), errno)
+	var speed C.uint32_t
+	if ret, errno := C.mk_query_port(d.c, C.uint8_t(port), &a, &speed); ret != 0 {
+		return a, 0, retError("ibv_query_port", fmt.Sprintf("%q port %d", d.name, port), int(ret), errno)
 	}
-	return a, nil
+	return a, uint32(speed), nil
 }
 
 // linkLayer maps the ibv link layer; "unspecified" is InfiniBand, as in
@@ -557,7 +567,7 @@ func (d *Device) QueryPort(port uint8) (ctx.PortAttr, error) {
 	if err := d.use("ibv_query_port"); err != nil {
 		return ctx.PortAttr{}, err
 	}
-	a, err := d.queryPort(port)
+	a, speed, err := d.queryPortSpeed(port)
 	d.mu.Unlock()
 	if err != nil {
 		return ctx.PortAttr{}, err
@@ -573,7 +583,7 @@ func (d *Device) QueryPort(port uint8) (ctx.PortAttr, error) {
 		GIDTableLen:  int(a.gid_tbl_len),
 		PKeyTableLen: int(a.pkey_tbl_len),
 		LinkLayer:    linkLayer(a.link_layer),
-		ActiveSpeed:  uint32(a.active_speed),
+		ActiveSpeed:  speed,
 		ActiveWidth:  uint8(a.active_width),
 	}, nil
 }

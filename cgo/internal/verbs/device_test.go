@@ -272,34 +272,8 @@ func TestFillAddress(t *testing.T) {
 	require.ErrorIs(t, err, ctx.ErrInvalidArgument)
 }
 
-func TestEventTypeMapping(t *testing.T) {
-	// enum ibv_event_type values from verbs.h.
-	for ibv, want := range map[uint32]ctx.AsyncEventType{
-		0: ctx.EventCQError, 1: ctx.EventQPFatal, 2: ctx.EventQPRequestError,
-		3: ctx.EventQPAccessError, 8: ctx.EventDeviceFatal, 9: ctx.EventPortActive,
-		10: ctx.EventPortError, 15: ctx.EventSRQLimitReached, 16: ctx.EventQPLastWQEReached,
-		4: ctx.EventCommEstablished, 5: ctx.EventSQDrained, 6: ctx.EventPathMigrated,
-		7: ctx.EventPathMigrationError, 11: ctx.EventLIDChange, 12: ctx.EventPKeyChange,
-		13: ctx.EventSMChange, 14: ctx.EventSRQError, 17: ctx.EventClientReregister,
-		18: ctx.EventGIDChange, 19: ctx.EventWQFatal,
-	} {
-		require.Equal(t, want, asyncEventType(ibv), "ibv event %d", ibv)
-	}
-	// Every verbs value has its own type, and its String is the verbs name
-	// without the IBV_EVENT_ prefix (enum ibv_event_type order).
-	names := []string{"CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST",
-		"SQ_DRAINED", "PATH_MIG", "PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR",
-		"LID_CHANGE", "PKEY_CHANGE", "SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED",
-		"QP_LAST_WQE_REACHED", "CLIENT_REREGISTER", "GID_CHANGE", "WQ_FATAL"}
-	seen := map[ctx.AsyncEventType]bool{}
-	for ibv, name := range names {
-		typ := asyncEventType(uint32(ibv))
-		require.NotZero(t, typ, "ibv event %d", ibv)
-		require.False(t, seen[typ], "ibv event %d maps to %v twice", ibv, typ)
-		seen[typ] = true
-		require.Equal(t, name, typ.String(), "ibv event %d", ibv)
-	}
-	require.Equal(t, ctx.AsyncEventType(0), asyncEventType(20), "a value newer than the package")
+// TestGIDTypeMapping checks the mapping of enum ibv_gid_type.
+func TestGIDTypeMapping(t *testing.T) {
 	// enum ibv_gid_type: IB 0, RoCE v1 1, RoCE v2 2.
 	require.Equal(t, ctx.GIDTypeIB, gidType(0))
 	require.Equal(t, ctx.GIDTypeRoCEv1, gidType(1))
@@ -392,4 +366,15 @@ func TestBigEndianHostRefused(t *testing.T) {
 	err := checkHostByteOrder(false)
 	require.ErrorIs(t, err, ctx.ErrNotSupported)
 	require.Contains(t, err.Error(), "big-endian")
+}
+
+// TestActiveSpeedPrefersEx checks the port speed mk_query_port reports:
+// active_speed_ex where libibverbs (49 and later) filled it, which holds XDR
+// (256) where active_speed holds NDR (128), and active_speed where it is 0
+// (an older library, or the write command).
+func TestActiveSpeedPrefersEx(t *testing.T) {
+	require.Equal(t, uint32(256), activeSpeedOf(128, 256), "XDR: active_speed_ex")
+	require.Equal(t, uint32(32), activeSpeedOf(32, 32), "EDR in both")
+	require.Equal(t, uint32(128), activeSpeedOf(128, 0), "no active_speed_ex: active_speed")
+	require.Equal(t, uint32(0), activeSpeedOf(0, 0), "no speed")
 }

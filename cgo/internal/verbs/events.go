@@ -14,57 +14,9 @@ import (
 	"syscall"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/asyncevent"
 	"golang.org/x/sys/unix"
 )
-
-// asyncEventType maps enum ibv_event_type to ctx.AsyncEventType; a value
-// newer than this package (one ctx has no type for) maps to 0 and keeps its
-// verbs name in Detail.
-func asyncEventType(t uint32) ctx.AsyncEventType {
-	switch t {
-	case C.IBV_EVENT_CQ_ERR:
-		return ctx.EventCQError
-	case C.IBV_EVENT_QP_FATAL:
-		return ctx.EventQPFatal
-	case C.IBV_EVENT_QP_REQ_ERR:
-		return ctx.EventQPRequestError
-	case C.IBV_EVENT_QP_ACCESS_ERR:
-		return ctx.EventQPAccessError
-	case C.IBV_EVENT_QP_LAST_WQE_REACHED:
-		return ctx.EventQPLastWQEReached
-	case C.IBV_EVENT_SRQ_LIMIT_REACHED:
-		return ctx.EventSRQLimitReached
-	case C.IBV_EVENT_PORT_ACTIVE:
-		return ctx.EventPortActive
-	case C.IBV_EVENT_PORT_ERR:
-		return ctx.EventPortError
-	case C.IBV_EVENT_DEVICE_FATAL:
-		return ctx.EventDeviceFatal
-	case C.IBV_EVENT_COMM_EST:
-		return ctx.EventCommEstablished
-	case C.IBV_EVENT_SQ_DRAINED:
-		return ctx.EventSQDrained
-	case C.IBV_EVENT_PATH_MIG:
-		return ctx.EventPathMigrated
-	case C.IBV_EVENT_PATH_MIG_ERR:
-		return ctx.EventPathMigrationError
-	case C.IBV_EVENT_SRQ_ERR:
-		return ctx.EventSRQError
-	case C.IBV_EVENT_LID_CHANGE:
-		return ctx.EventLIDChange
-	case C.IBV_EVENT_PKEY_CHANGE:
-		return ctx.EventPKeyChange
-	case C.IBV_EVENT_SM_CHANGE:
-		return ctx.EventSMChange
-	case C.IBV_EVENT_CLIENT_REREGISTER:
-		return ctx.EventClientReregister
-	case C.IBV_EVENT_GID_CHANGE:
-		return ctx.EventGIDChange
-	case C.IBV_EVENT_WQ_FATAL:
-		return ctx.EventWQFatal
-	}
-	return 0
-}
 
 // ReadAsyncEvent returns the next asynchronous event without blocking
 // (ibv_get_async_event on the non-blocking async descriptor) and
@@ -87,10 +39,10 @@ func (d *Device) ReadAsyncEvent() (ev ctx.AsyncEvent, ok bool, err error) {
 		}
 		return ctx.AsyncEvent{}, false, ptrError(verb, fmt.Sprintf("%q", d.name), errno)
 	}
-	var el C.struct_mk_async_element
-	C.mk_async_element(&e, &el)
 	typ := uint32(e.event_type)
-	ev = ctx.AsyncEvent{Type: asyncEventType(typ), QPN: uint32(el.qpn), Port: uint8(el.port)}
+	var el C.struct_mk_async_element
+	C.mk_async_element(&e, C.int(asyncevent.Of(typ)), &el)
+	ev = ctx.AsyncEvent{Type: asyncevent.Type(typ), QPN: uint32(el.qpn), Port: uint8(el.port)}
 	if el.cq != nil {
 		if cq, found := d.cqs[el.cq]; found {
 			ev.CQN = cq.desc.CQN

@@ -125,6 +125,8 @@ static const struct mk_layout mk_layouts[] = {
 	MK_OFF(struct ibv_port_attr, phys_state),
 	MK_OFF(struct ibv_port_attr, link_layer),
 	MK_OFF(struct ibv_port_attr, flags),
+	MK_OFF(struct ibv_port_attr, port_cap_flags2),
+	MK_OFF(union mk_port_attr, ex.active_speed_ex),
 	MK_SIZE(struct ibv_async_event),
 	MK_OFF(struct ibv_async_event, element),
 	MK_OFF(struct ibv_async_event, event_type),
@@ -353,6 +355,30 @@ static const struct mk_layout mk_layouts[] = {
 	MK_CONST(IBV_QPS_SQD),
 	MK_CONST(IBV_QPS_SQE),
 	MK_CONST(IBV_QPS_ERR),
+	MK_CONST(IBV_EVENT_CQ_ERR),
+	MK_CONST(IBV_EVENT_QP_FATAL),
+	MK_CONST(IBV_EVENT_QP_REQ_ERR),
+	MK_CONST(IBV_EVENT_QP_ACCESS_ERR),
+	MK_CONST(IBV_EVENT_COMM_EST),
+	MK_CONST(IBV_EVENT_SQ_DRAINED),
+	MK_CONST(IBV_EVENT_PATH_MIG),
+	MK_CONST(IBV_EVENT_PATH_MIG_ERR),
+	MK_CONST(IBV_EVENT_DEVICE_FATAL),
+	MK_CONST(IBV_EVENT_PORT_ACTIVE),
+	MK_CONST(IBV_EVENT_PORT_ERR),
+	MK_CONST(IBV_EVENT_LID_CHANGE),
+	MK_CONST(IBV_EVENT_PKEY_CHANGE),
+	MK_CONST(IBV_EVENT_SM_CHANGE),
+	MK_CONST(IBV_EVENT_SRQ_ERR),
+	MK_CONST(IBV_EVENT_SRQ_LIMIT_REACHED),
+	MK_CONST(IBV_EVENT_QP_LAST_WQE_REACHED),
+	MK_CONST(IBV_EVENT_CLIENT_REREGISTER),
+	MK_CONST(IBV_EVENT_GID_CHANGE),
+	MK_CONST(IBV_EVENT_WQ_FATAL),
+	MK_CONST(MK_ASYNC_ELEMENT_CQ),
+	MK_CONST(MK_ASYNC_ELEMENT_QP),
+	MK_CONST(MK_ASYNC_ELEMENT_SRQ),
+	MK_CONST(MK_ASYNC_ELEMENT_PORT),
 	MK_CONST(IBV_QP_STATE),
 	MK_CONST(IBV_QP_CUR_STATE),
 	MK_CONST(IBV_QP_EN_SQD_ASYNC_NOTIFY),
@@ -419,6 +445,7 @@ import (
 	"github.com/mlx5kit/mlx5kit/internal/devattr"
 
 	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/internal/asyncevent"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
 	"github.com/mlx5kit/mlx5kit/internal/qpstate"
 	"github.com/mlx5kit/mlx5kit/internal/sqsize"
@@ -592,6 +619,8 @@ func goLayout() []layoutEntry {
 		{"offsetof(struct ibv_port_attr, phys_state)", unsafe.Offsetof(ibvPortAttrVar.phys_state)},
 		{"offsetof(struct ibv_port_attr, link_layer)", unsafe.Offsetof(ibvPortAttrVar.link_layer)},
 		{"offsetof(struct ibv_port_attr, flags)", unsafe.Offsetof(ibvPortAttrVar.flags)},
+		{"offsetof(struct ibv_port_attr, port_cap_flags2)", unsafe.Offsetof(ibvPortAttrVar.port_cap_flags2)},
+		{"offsetof(union mk_port_attr, ex.active_speed_ex)", portSpeedExOffset(&ibvPortAttrVar)},
 		{"sizeof(struct ibv_async_event)", unsafe.Sizeof(C.struct_ibv_async_event{})},
 		{"offsetof(struct ibv_async_event, element)", unsafe.Offsetof(ibvAsyncEventVar.element)},
 		{"offsetof(struct ibv_async_event, event_type)", unsafe.Offsetof(ibvAsyncEventVar.event_type)},
@@ -820,6 +849,30 @@ func goLayout() []layoutEntry {
 		{"IBV_QPS_SQD", uintptr(ctx.QPStateSQD)},
 		{"IBV_QPS_SQE", uintptr(ctx.QPStateSQE)},
 		{"IBV_QPS_ERR", uintptr(ctx.QPStateError)},
+		{"IBV_EVENT_CQ_ERR", eventNumber(ctx.EventCQError)},
+		{"IBV_EVENT_QP_FATAL", eventNumber(ctx.EventQPFatal)},
+		{"IBV_EVENT_QP_REQ_ERR", eventNumber(ctx.EventQPRequestError)},
+		{"IBV_EVENT_QP_ACCESS_ERR", eventNumber(ctx.EventQPAccessError)},
+		{"IBV_EVENT_COMM_EST", eventNumber(ctx.EventCommEstablished)},
+		{"IBV_EVENT_SQ_DRAINED", eventNumber(ctx.EventSQDrained)},
+		{"IBV_EVENT_PATH_MIG", eventNumber(ctx.EventPathMigrated)},
+		{"IBV_EVENT_PATH_MIG_ERR", eventNumber(ctx.EventPathMigrationError)},
+		{"IBV_EVENT_DEVICE_FATAL", eventNumber(ctx.EventDeviceFatal)},
+		{"IBV_EVENT_PORT_ACTIVE", eventNumber(ctx.EventPortActive)},
+		{"IBV_EVENT_PORT_ERR", eventNumber(ctx.EventPortError)},
+		{"IBV_EVENT_LID_CHANGE", eventNumber(ctx.EventLIDChange)},
+		{"IBV_EVENT_PKEY_CHANGE", eventNumber(ctx.EventPKeyChange)},
+		{"IBV_EVENT_SM_CHANGE", eventNumber(ctx.EventSMChange)},
+		{"IBV_EVENT_SRQ_ERR", eventNumber(ctx.EventSRQError)},
+		{"IBV_EVENT_SRQ_LIMIT_REACHED", eventNumber(ctx.EventSRQLimitReached)},
+		{"IBV_EVENT_QP_LAST_WQE_REACHED", eventNumber(ctx.EventQPLastWQEReached)},
+		{"IBV_EVENT_CLIENT_REREGISTER", eventNumber(ctx.EventClientReregister)},
+		{"IBV_EVENT_GID_CHANGE", eventNumber(ctx.EventGIDChange)},
+		{"IBV_EVENT_WQ_FATAL", eventNumber(ctx.EventWQFatal)},
+		{"MK_ASYNC_ELEMENT_CQ", uintptr(asyncevent.ElementCQ)},
+		{"MK_ASYNC_ELEMENT_QP", uintptr(asyncevent.ElementQP)},
+		{"MK_ASYNC_ELEMENT_SRQ", uintptr(asyncevent.ElementSRQ)},
+		{"MK_ASYNC_ELEMENT_PORT", uintptr(asyncevent.ElementPort)},
 		{"IBV_QP_STATE", uintptr(qpstate.State)},
 		{"IBV_QP_CUR_STATE", uintptr(qpstate.CurState)},
 		{"IBV_QP_EN_SQD_ASYNC_NOTIFY", uintptr(qpstate.EnSQDAsyncNotify)},
@@ -871,6 +924,21 @@ func goLayout() []layoutEntry {
 		{"IBV_QP_EX_WITH_SEND_WITH_INV", uintptr(sqsize.OpSendInv)},
 		{"IBV_QP_EX_WITH_TSO", uintptr(sqsize.OpTSO)},
 	}
+}
+
+// eventNumber is internal/asyncevent's verbs number of ctx's event type t.
+func eventNumber(t ctx.AsyncEventType) uintptr {
+	n, _ := asyncevent.Verbs(t)
+	return uintptr(n)
+}
+
+// portSpeedExOffset is where active_speed_ex follows port_cap_flags2 in
+// struct ibv_port_attr, computed from cgo's rendering of the installed
+// header.
+func portSpeedExOffset(v *C.struct_ibv_port_attr) uintptr {
+	end := unsafe.Offsetof(v.port_cap_flags2) + unsafe.Sizeof(v.port_cap_flags2)
+	a := unsafe.Alignof(uint32(0))
+	return (end + a - 1) / a * a
 }
 
 // dvDCRdAtomOffset is where the DC depths follow crypto_caps in struct

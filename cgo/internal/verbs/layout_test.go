@@ -66,6 +66,9 @@ func TestLayoutKnownSizes(t *testing.T) {
 		"offsetof(union mk_dv_context, dc.max_dc_rd_atom)":      152,
 		"offsetof(union mk_dv_context, dc.max_dc_init_rd_atom)": 160,
 		"MK_DV_CONTEXT_MASK_MAX_DC_RD_ATOM":                     1 << 14,
+		// Where rdma-core 49 and later declare active_speed_ex in
+		// struct ibv_port_attr.
+		"offsetof(union mk_port_attr, ex.active_speed_ex)": 52,
 	} {
 		got, ok := c[name]
 		require.True(t, ok, "%s missing from the C table", name)

@@ -40,10 +40,63 @@ static inline struct ibv_device *mk_device_at(struct ibv_device **list, int i)
 	return list[i];
 }
 
-static inline int mk_query_port(struct ibv_context *c, uint8_t port,
-				struct ibv_port_attr *attr)
+/*
+ * libibverbs 49 and later answer the active speed a second time, 32 bits
+ * wide: active_speed_ex, which newer headers append to struct
+ * ibv_port_attr right after port_cap_flags2 and older ones lack. The
+ * 8-bit active_speed cannot hold XDR (256): the kernel answers NDR there,
+ * and the full speed in active_speed_ex of the QUERY_PORT method. The union
+ * gives the query room for the field and names it where newer headers put
+ * it, whichever header the package is built against; libibverbs fills as
+ * much of the buffer as it knows (the length goes with the query), so an
+ * older library leaves the field 0, which means "read active_speed".
+ */
+#define MK_PORT_SPEED_EX_OFFSET                                                \
+	((offsetof(struct ibv_port_attr, port_cap_flags2) + sizeof(uint16_t) + \
+	  _Alignof(uint32_t) - 1) /                                            \
+	 _Alignof(uint32_t) * _Alignof(uint32_t))
+
+union mk_port_attr {
+	struct ibv_port_attr attr;
+	struct {
+		char     head[MK_PORT_SPEED_EX_OFFSET];
+		uint32_t active_speed_ex;
+	} ex;
+};
+
+_Static_assert(offsetof(union mk_port_attr, ex.active_speed_ex) ==
+	       MK_PORT_SPEED_EX_OFFSET, "active_speed_ex after port_cap_flags2");
+
+/* mk_active_speed is active_speed_ex when the library filled it, else
+ * active_speed. */
+static inline uint32_t mk_active_speed(const union mk_port_attr *u)
 {
-	return ibv_query_port(c, port, attr);
+	if (u->ex.active_speed_ex)
+		return u->ex.active_speed_ex;
+	return u->attr.active_speed;
+}
+
+/*
+ * ibv_query_port with room for active_speed_ex: the verbs context's
+ * query_port takes the buffer's length, as the ibv_query_port macro passes
+ * the header's sizeof. Returns what ibv_query_port returns; *speed is
+ * mk_active_speed.
+ */
+static inline int mk_query_port(struct ibv_context *c, uint8_t port,
+				struct ibv_port_attr *attr, uint32_t *speed)
+{
+	struct verbs_context *vctx = verbs_get_ctx_op(c, query_port);
+	union mk_port_attr u;
+	int ret;
+
+	memset(&u, 0, sizeof(u));
+	if (vctx)
+		ret = vctx->query_port(c, port, &u.attr, sizeof(u));
+	else
+		ret = ibv_query_port(c, port, &u.attr);
+	memcpy(attr, &u.attr, sizeof(*attr));
+	*speed = mk_active_speed(&u);
+	return ret;
 }
 
 /* ibv_query_gid_ex returns 0 or an errno value (ENODATA for an empty slot). */
@@ -270,37 +323,36 @@ struct mk_async_element {
 	int       port;
 };
 
+/*
+ * What an event's element holds, as the Go side finds it for the event
+ * type (internal/asyncevent's Element values; the layout test checks
+ * them): the member of the union mk_async_element reads. Other kinds
+ * (the device, a work queue, an unknown event) read nothing.
+ */
+enum {
+	MK_ASYNC_ELEMENT_CQ   = 1,
+	MK_ASYNC_ELEMENT_QP   = 2,
+	MK_ASYNC_ELEMENT_SRQ  = 3,
+	MK_ASYNC_ELEMENT_PORT = 4,
+};
+
 static inline void mk_async_element(const struct ibv_async_event *ev,
-				    struct mk_async_element *out)
+				    int kind, struct mk_async_element *out)
 {
 	memset(out, 0, sizeof(*out));
-	switch (ev->event_type) {
-	case IBV_EVENT_CQ_ERR:
+	switch (kind) {
+	case MK_ASYNC_ELEMENT_CQ:
 		out->cq = ev->element.cq;
 		break;
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED:
+	case MK_ASYNC_ELEMENT_QP:
 		out->qp = ev->element.qp;
 		if (ev->element.qp)
 			out->qpn = ev->element.qp->qp_num;
 		break;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case MK_ASYNC_ELEMENT_SRQ:
 		out->srq = ev->element.srq;
 		break;
-	case IBV_EVENT_PORT_ACTIVE:
-	case IBV_EVENT_PORT_ERR:
-	case IBV_EVENT_LID_CHANGE:
-	case IBV_EVENT_PKEY_CHANGE:
-	case IBV_EVENT_SM_CHANGE:
-	case IBV_EVENT_CLIENT_REREGISTER:
-	case IBV_EVENT_GID_CHANGE:
+	case MK_ASYNC_ELEMENT_PORT:
 		out->port = ev->element.port_num;
 		break;
 	default:

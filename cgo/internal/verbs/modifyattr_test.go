@@ -50,6 +50,8 @@ func TestPrecheckModifyRefusesKernelLimits(t *testing.T) {
 			func(a *ctx.QPAttr) { a.Path.SGIDIndex = 16 }, func(a *ctx.QPAttr) { a.Path.SGIDIndex = 15 }, "GID table of 16 entries"},
 		{ctx.QPTypeDCT, ctx.QPStateInit, ctx.QPAttr{State: ctx.QPStateRTR, Port: 1, Path: path, PathMTU: ctx.MTU1024}, "Path.GlobalRoute",
 			func(a *ctx.QPAttr) { a.Path.GlobalRoute = false }, func(a *ctx.QPAttr) { a.Path.GlobalRoute = true }, "needs a GRH"},
+		{ctx.QPTypeRC, ctx.QPStateInit, ctx.QPAttr{State: ctx.QPStateRTR, Port: 1, Path: path, PathMTU: ctx.MTU1024}, "Path.StaticRate",
+			func(a *ctx.QPAttr) { a.Path.StaticRate = 1 }, func(a *ctx.QPAttr) { a.Path.StaticRate = 2 }, "mlx5r_ib_rate"},
 	}
 	for _, c := range cases {
 		name := c.typ.String() + " " + c.field

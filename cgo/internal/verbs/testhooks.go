@@ -103,3 +103,13 @@ func summarizeCreate(p qpParams) (createSummary, error) {
 		},
 	}, nil
 }
+
+// activeSpeedOf is the active speed mk_query_port reports for a port whose
+// query answered active_speed legacy and active_speed_ex ex (0 where the
+// library did not fill it).
+func activeSpeedOf(legacy uint8, ex uint32) uint32 {
+	var u C.union_mk_port_attr
+	(*C.struct_ibv_port_attr)(unsafe.Pointer(&u)).active_speed = C.uint8_t(legacy)
+	*(*uint32)(unsafe.Add(unsafe.Pointer(&u), C.MK_PORT_SPEED_EX_OFFSET)) = ex
+	return uint32(C.mk_active_speed(&u))
+}
