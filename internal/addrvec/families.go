@@ -6,6 +6,13 @@ import (
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
+// multicastGID reports whether the kernel takes gid for a multicast
+// address (rdma_is_multicast_addr): an IPv6 multicast GID (ff00::/8) or an
+// IPv4-mapped one of 224.0.0.0/4.
+func multicastGID(gid ctx.GID) bool {
+	return gid[0] == 0xff || netip.AddrFrom16(gid).Is4In6() && gid[12]&0xf0 == 0xe0
+}
+
 // FamiliesDiffer reports whether ib_resolve_eth_dmac refuses a RoCE path
 // from the GID table entry src to the destination GID dgid: a unicast
 // destination is resolved by IP (rdma_resolve_ip), which refuses a source
@@ -15,7 +22,7 @@ import (
 // HCA and the emulated kernel refuse such a path with EINVAL.
 func FamiliesDiffer(src ctx.GIDEntry, dgid ctx.GID) bool {
 	d := netip.AddrFrom16(dgid)
-	if dgid[0] == 0xff || d.IsLinkLocalUnicast() && src.Type == ctx.GIDTypeRoCEv1 {
+	if multicastGID(dgid) || d.IsLinkLocalUnicast() && src.Type == ctx.GIDTypeRoCEv1 {
 		return false
 	}
 	return netip.AddrFrom16(src.GID).Is4In6() != d.Is4In6()
@@ -40,7 +47,7 @@ const RouteHopLimit = 64
 // and QUERY_QP reads it back.
 func ResolvedHopLimit(src ctx.GIDEntry, dgid ctx.GID, hop uint8) uint8 {
 	d := netip.AddrFrom16(dgid)
-	if dgid[0] == 0xff || d.Is4In6() && d.Unmap().IsMulticast() || d.IsLinkLocalUnicast() && src.Type == ctx.GIDTypeRoCEv1 {
+	if multicastGID(dgid) || d.IsLinkLocalUnicast() && src.Type == ctx.GIDTypeRoCEv1 {
 		return hop
 	}
 	return RouteHopLimit

@@ -12,7 +12,8 @@ import (
 
 // TestFamiliesDiffer checks the paths ib_resolve_eth_dmac refuses: a
 // unicast destination of the other IP family than the source GID, except
-// a link-local one from a RoCE v1 source; a multicast destination never.
+// a link-local one from a RoCE v1 source; a multicast destination (IPv6,
+// or IPv4-mapped: rdma_is_multicast_addr) never.
 func TestFamiliesDiffer(t *testing.T) {
 	gid := func(s string) ctx.GID { return netip.MustParseAddr(s).As16() }
 	v4 := gid("::ffff:192.0.2.1")
@@ -31,6 +32,8 @@ func TestFamiliesDiffer(t *testing.T) {
 		{"IPv4-mapped to link-local, RoCE v2", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv2}, ll, true},
 		{"IPv4-mapped to link-local, RoCE v1", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv1}, ll, false},
 		{"IPv4-mapped to multicast", ctx.GIDEntry{GID: v4, Type: ctx.GIDTypeRoCEv2}, gid("ff0e::1"), false},
+		{"IPv6 to IPv4-mapped multicast", ctx.GIDEntry{GID: v6, Type: ctx.GIDTypeRoCEv2}, gid("::ffff:239.1.2.3"), false},
+		{"IPv6 to IPv4-mapped 240/4", ctx.GIDEntry{GID: v6, Type: ctx.GIDTypeRoCEv2}, gid("::ffff:240.1.2.3"), true},
 	} {
 		require.Equal(t, c.want, addrvec.FamiliesDiffer(c.src, c.dgid), c.name)
 	}

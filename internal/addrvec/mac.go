@@ -1,8 +1,6 @@
 package addrvec
 
 import (
-	"net/netip"
-
 	"github.com/mlx5kit/mlx5kit/ctx"
 )
 
@@ -17,7 +15,7 @@ func ResolveMAC(gid ctx.GID, neighbour func(ctx.GID) ([6]byte, bool)) (mac [6]by
 	switch {
 	case gid[0] == 0xff:
 		return [6]byte{0x33, 0x33, gid[12], gid[13], gid[14], gid[15]}, true
-	case netip.AddrFrom16(gid).Is4In6() && gid[12]&0xf0 == 0xe0:
+	case multicastGID(gid): // IPv4-mapped
 		return [6]byte{0x01, 0x00, 0x5e, gid[13] & 0x7f, gid[14], gid[15]}, true
 	}
 	if m, ok := neighbour(gid); ok {
