@@ -1631,8 +1631,10 @@ func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 	case op.IsAtomic():
 		var old [8]byte
 		found := false
-		for _, a := range rs.atomics {
-			if a.valid && a.psn == h.PSN {
+		// Newest first: a PSN comes round again every 2^24 requests,
+		// and an atomic of a wrap before may still be remembered.
+		for i := 1; i <= maxRdAtomic && !found; i++ {
+			if a := &rs.atomics[(rs.atomicN-i+maxRdAtomic)%maxRdAtomic]; a.valid && a.psn == h.PSN {
 				old = a.old
 				found = true
 			}
