@@ -340,3 +340,53 @@ func TestSharedRNRMidMessage(t *testing.T) {
 	require.Equal(t, uint32(size), r.byteCnt)
 	require.True(t, bytes.Equal(want, dst), "the message as first sent, each segment once")
 }
+
+// TestSharedRepeatedAtomicAfterPSNWrap: the responder remembers the
+// original values of its last 16 atomics by PSN, and a PSN comes round
+// again every 2^24 requests. An atomic executed at a PSN that one of those
+// 16 had a wrap before (fewer than 16 atomics in between) and then
+// repeated gets the value it found itself, not the older atomic's.
+func TestSharedRepeatedAtomicAfterPSNWrap(t *testing.T) {
+	e1, e2 := sharedPair(t)
+	a := e1.newQP(e1.pd, qpOpts{typ: ctx.QPTypeRC})
+	b := e2.newQP(e2.pd, qpOpts{typ: ctx.QPTypeRC})
+	e1.connectRC(a, b, 7, 1)
+	binary.NativeEndian.PutUint64(e2.mem(0, 8), 100)
+	_, s1 := e1.f.SharedFabric()
+	_, s2 := e2.f.SharedFabric()
+	dlid := lidOf(t, e2.c)
+	gen := e1.f.shm.gen
+	const psn = 0x123456
+	atomicFA := func(p uint32) wireHdr {
+		return wireHdr{Kind: wireRequest, Op: uint8(prm.OpAtomicFA), DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: p & ctx.MaxPSN,
+			RAddr: e2.addr(0), RKey: e2.mr.RKey(), Total: 8, Seg: 8, ASize: 8, DLID: dlid, SrcGen: gen}
+	}
+	// The requester's engine held: the answers stay in its ring.
+	e1.f.mu.Lock()
+	defer e1.f.mu.Unlock()
+	e2.f.mu.Lock()
+	rs := &e2.f.qpByNum(b.qp.QPN()).wire.resp
+	// Sixteen atomics, the last at psn (it finds 115) ...
+	rs.expect = psn - 15
+	for p := uint32(psn - 15); p <= psn; p++ {
+		h := atomicFA(p)
+		e2.f.wireServe(s1, &h, atomicOperands(1))
+	}
+	// ... then 2^24 - 1 requests that are no atomics, and an atomic at
+	// psn again (it finds 116), repeated.
+	rs.expect = psn
+	for i := 0; i < 2; i++ {
+		h := atomicFA(psn)
+		e2.f.wireServe(s1, &h, atomicOperands(1))
+	}
+	e2.f.mu.Unlock()
+	require.Equal(t, uint64(117), binary.NativeEndian.Uint64(e2.mem(0, 8)), "the last atomic executed once")
+	var olds []uint64
+	walkRing(e1.f.shm.in, s2, func(h *wireHdr, payload []byte) {
+		if h.Kind == wireResponse && h.PSN == psn {
+			require.Equal(t, uint8(wireAck), h.Status)
+			olds = append(olds, binary.NativeEndian.Uint64(payload))
+		}
+	})
+	require.Equal(t, []uint64{115, 116, 116}, olds, "the first atomic at psn, the second, and the second's repeat")
+}

@@ -33,10 +33,11 @@ import (
 // responder. The segments in flight of a DCI all go to one destination (the
 // address vector of their WQEs); a WQE to another waits until every answer
 // has come, as a DCI holds one connection at a time. A connection lasts
-// while the DCI has segments in flight or a message part-way (wireSegDone
-// ends it); each is a stream of its own (a new epoch), whose first segment
-// carries wireFirst, and the DCT keeps for every DCI the responder state an
-// RC QP keeps for its peer, checking the DC key on every segment.
+// while the DCI has segments in flight, a message part-way or segments a
+// go-back-N is to send again (wireSegDone ends it); each is a stream of its
+// own (a new epoch), whose first segment carries wireFirst, and the DCT
+// keeps for every DCI the responder state an RC QP keeps for its peer,
+// checking the DC key on every segment.
 //
 // A message's record in a ring: a wireHdr, then the payload, padded to
 // wireAlign.
@@ -241,12 +242,15 @@ type wireQP struct {
 	epoch uint32
 	// DCI: the destination of the stream (the address vector of its
 	// WQEs and the slot of the DCT's process), whether the stream is
-	// open (from its first segment until every segment is answered at a
-	// message's end), and the stream's first PSN.
+	// open (from its first segment until every segment sent is answered
+	// at a message's end: wireSegDone), the stream's first PSN, and the
+	// PSN after the newest segment it sent (next is behind it after a
+	// go-back-N, until the segments sent again reach it).
 	dcAV   [prm.AVSize]byte
 	dcSlot int
 	dcOpen bool
 	first  uint32
+	top    uint32
 	// RC responder; a DCT keeps one for each DCI, by its QPN, in streams,
 	// and drops those of processes gone once it holds sweepAt of them
 	// (dcStream).
@@ -964,7 +968,7 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		}
 		f.wireEpoch++
 		ws.dcAV, ws.dcSlot, ws.dcOpen = w.av, slot, true
-		ws.epoch, ws.first = f.wireEpoch, ws.next
+		ws.epoch, ws.first, ws.top = f.wireEpoch, ws.next, ws.next
 	}
 	off := ws.sendOff
 	n := min(w.total-off, wireSegMax)
@@ -1031,6 +1035,9 @@ func (f *Fabric) wireSendSeg(q *qp, w *sendWQE, slot int, timeout int64) (bool, 
 		op: w.op, fm: w.fm, wqe: w.idx, bbs: w.bbs, total: w.total}
 	ws.segN++
 	ws.next = (psn + 1) & ctx.MaxPSN
+	if dci && psn == ws.top {
+		ws.top = ws.next // a segment not sent before
+	}
 	if rd {
 		ws.rdN++
 		if w.op == prm.OpRdmaRead {
@@ -1308,10 +1315,14 @@ func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
 	ws := &q.wire
 	ws.segHead = (ws.segHead + 1) % wireWindow
 	ws.segN--
-	if ws.segN == 0 && ws.sendOff == 0 && q.typ == ctx.QPTypeDCI {
+	if ws.segN == 0 && ws.sendOff == 0 && q.typ == ctx.QPTypeDCI && ws.next == ws.top {
 		// Every segment sent is answered and no message is part-way:
 		// the DCI's connection ends, and its next message opens a new
-		// stream (wireSendSeg), even to the same address. A DCT's
+		// stream (wireSendSeg), even to the same address. Not while
+		// segments a go-back-N forgot are still to be sent again (a
+		// full ring held them back): the DCT may have executed them,
+		// and must take them as repeats of this stream, not as a new
+		// stream's to execute again. A DCT's
 		// destroy waits for the connections to it to end (DRAIN_DCT,
 		// then the DCT_DRAINED event: mlx5_core_destroy_dct), so a
 		// ConnectX's DCI connects afresh to whichever DCT then has the
@@ -1736,8 +1747,10 @@ func (f *Fabric) wireRepeatSeg(from int, h *wireHdr, t *qp, rs *wireResp) {
 	case op.IsAtomic():
 		var old [8]byte
 		found := false
-		for _, a := range rs.atomics {
-			if a.valid && a.psn == h.PSN {
+		// Newest first: a PSN comes round again every 2^24 requests,
+		// and an atomic of a wrap before may still be remembered.
+		for i := 1; i <= maxRdAtomic && !found; i++ {
+			if a := &rs.atomics[(rs.atomicN-i+maxRdAtomic)%maxRdAtomic]; a.valid && a.psn == h.PSN {
 				old = a.old
 				found = true
 			}
