@@ -477,8 +477,9 @@ func TestSharedUCLongSendGapReusesReceive(t *testing.T) {
 // TestSharedDCTHeldReceiveOfStreamEnded: the receive a DCI stream's long
 // SEND took at its first segment completes with WR_FLUSH_ERR when the
 // stream ends before the message's last segment: when the DCI begins a
-// new stream (another epoch: it went to error and back, or to another
-// DCT and back), whose message then takes the next receive, or when the
+// new stream (another epoch: it went to error in the middle of the
+// message and back to RTS, as a DCI ends a stream only with no message
+// part-way), whose message then takes the next receive, or when the
 // DCI's process is gone (found before the engine sleeps or every
 // shmGoneRounds rounds), whose stream is then dropped. The DCT stays
 // ready. Before, the DCT kept the message set aside, counted against its
