@@ -129,7 +129,9 @@ func (f *Fabric) flush(q *qp) bool {
 		progressed = true
 	}
 	// The receive a SEND under way between processes took at its first
-	// segment (wireTake) first: the oldest taken from the queue.
+	// segment (wireTake) first: the oldest taken from the queue
+	// (qpErrorLocked completes it already; a QP a device error moved to
+	// error has it here).
 	if f.wireFlushAllHeld(q) {
 		progressed = true
 	}
@@ -143,10 +145,16 @@ func (f *Fabric) flush(q *qp) bool {
 }
 
 // qpErrorLocked moves a QP to the error state; its outstanding WQEs flush
-// on its next turn. A QP on an SRQ raises QP_LAST_WQE_REACHED.
+// on its next turn. A QP on an SRQ raises QP_LAST_WQE_REACHED, once the
+// receive a SEND under way between processes took (wireTake) has
+// completed with WR_FLUSH_ERR: that receive is the last WQE it took from
+// the SRQ, and a program that drains the CQ when the event comes gets it
+// back (rdmavt's rvt_error_qp completes its active receive before its
+// caller raises the event).
 func (f *Fabric) qpErrorLocked(q *qp, why string) {
 	_ = why
 	if q.enterError() {
+		f.wireFlushAllHeld(q)
 		q.lastWQEReached()
 	}
 }

@@ -302,14 +302,13 @@ func TestLinkAnnouncementsBounded(t *testing.T) {
 	}
 }
 
-// TestLinkAssemblyNotSetAsideForAByte: a linked peer holding a DCT's key
+// TestLinkLongSendTakesNoReceiveForAByte: a linked peer holding a DCT's key
 // that begins a long SEND on many streams, a byte each, makes the DCT take
-// no receive and set nothing aside: a segment before a message's last is
-// wireSegMax bytes from any requester of this version, so a shorter one
-// is ignored. Before, each such first segment set aside the whole
+// no receive: a segment before a message's last is wireSegMax bytes from
+// any requester of this version, so a shorter one is ignored. Before, each such first segment set aside the whole
 // message's length (here 1 MiB a byte, 64 MiB for 64 bytes; up to a 1 GiB
 // receive's length on each of the peer's 64 Ki QPNs).
-func TestLinkAssemblyNotSetAsideForAByte(t *testing.T) {
+func TestLinkLongSendTakesNoReceiveForAByte(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e, srq, dct := linkDCT(t)
 	const key = linkDCTKey
@@ -406,7 +405,7 @@ func TestLinkMisusedConnections(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "Close waited for a stalled peer")
 }
 
-// TestLinkAssemblyOneReceivePerMessage: a linked peer holding a DCT's key
+// TestLinkLongSendsTakeOneReceiveEach: a linked peer holding a DCT's key
 // that begins a long SEND on many streams, a whole first segment each,
 // with one receive posted, gets one message taken into it and an RNR NAK
 // for every other: a NIC takes a receive for each message at its first
@@ -414,7 +413,7 @@ func TestLinkMisusedConnections(t *testing.T) {
 // length against the same receive (32 streams: 32 times its length, for
 // 32 MiB sent). Once that message is delivered and a receive posted, the
 // next stream's first segment is taken.
-func TestLinkAssemblyOneReceivePerMessage(t *testing.T) {
+func TestLinkLongSendsTakeOneReceiveEach(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e, srq, dct := linkDCT(t)
 	const key = linkDCTKey
@@ -492,7 +491,7 @@ func linkRecv(t *testing.T, e *env, total uint32) []byte {
 	return dataSeg(total, mr.LKey(), uint64(mr.Addr()))
 }
 
-// TestLinkAssemblyOfGonePeerFreesReceive: a DCI whose process is gone in
+// TestLinkLongSendOfGonePeerFlushesReceive: a DCI whose process is gone in
 // the middle of a long SEND leaves the receive its first segment took
 // held by its stream at the DCT; the DCT finds the process gone (before
 // its engine sleeps, or every shmGoneRounds rounds), drops the stream and
@@ -500,7 +499,7 @@ func linkRecv(t *testing.T, e *env, total uint32) []byte {
 // back. Before, the message stayed set aside and counted against the
 // receives, and only a later first segment that found every receive
 // counted dropped it.
-func TestLinkAssemblyOfGonePeerFreesReceive(t *testing.T) {
+func TestLinkLongSendOfGonePeerFlushesReceive(t *testing.T) {
 	skipOnEmulatedCPU(t)
 	e, srq, dct := linkDCT(t)
 	const key = linkDCTKey

@@ -1322,12 +1322,12 @@ func (f *Fabric) wireSegDone(q *qp, e *wireSeg, w *sendWQE, o outcome) {
 		// segments a go-back-N forgot are still to be sent again (a
 		// full ring held them back): the DCT may have executed them,
 		// and must take them as repeats of this stream, not as a new
-		// stream's to execute again. A DCT's
-		// destroy waits for the connections to it to end (DRAIN_DCT,
-		// then the DCT_DRAINED event: mlx5_core_destroy_dct), so a
-		// ConnectX's DCI connects afresh to whichever DCT then has the
-		// number; a stream kept would have its segments ignored by a
-		// new DCT of the destroyed one's number.
+		// stream's to execute again. A DCT's destroy waits for the
+		// connections to it to end (DRAIN_DCT, then the DCT_DRAINED
+		// event: mlx5_core_destroy_dct), so a ConnectX's DCI connects
+		// afresh to whichever DCT then has the number; a stream kept
+		// would have its segments ignored by a new DCT of the destroyed
+		// one's number.
 		ws.dcOpen = false
 	}
 	if e.rd {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/mlx5kit/mlx5kit/ctx"
 	"github.com/mlx5kit/mlx5kit/internal/prm"
+	"github.com/mlx5kit/mlx5kit/internal/provider"
+	"github.com/mlx5kit/mlx5kit/internal/simadopt"
 )
 
 // The receive of a SEND of several segments between processes: the first
@@ -339,6 +341,39 @@ func TestSharedLongSendHeldReceiveOfSRQFlushes(t *testing.T) {
 	require.Zero(t, held)
 }
 
+// TestSharedLongSendHeldReceiveFlushedBeforeLastWQEReached: the receive a
+// long SEND's first segment took from the SRQ of an RC QP completes with
+// WR_FLUSH_ERR before the QP raises QP_LAST_WQE_REACHED as it enters
+// error, as rdmavt's rvt_error_qp completes the receive a message under
+// way holds before its caller raises the event: a program that waits for
+// the event, drains the CQ and destroys the QP (the IBA's way of taking a
+// QP off an SRQ) gets the receive back. Once only: the round's flush adds
+// none.
+func TestSharedLongSendHeldReceiveFlushedBeforeLastWQEReached(t *testing.T) {
+	r := newLongRig(t, false, 1)
+	s := r.senders[0]
+	i0, _ := r.recv(t, 4<<20)
+	s.message(2<<20, 12)
+	r.segment(t, s, 0)
+	var atEvent []cqe
+	var events []ctx.AsyncEvent
+	dev := provider.DeviceOf(r.e2.c)
+	require.True(t, simadopt.SubscribeAsyncEvents(dev, func(ev ctx.AsyncEvent) {
+		events = append(events, ev)
+		atEvent = append(atEvent, s.rcq.drain()...)
+	}))
+	t.Cleanup(func() { simadopt.SubscribeAsyncEvents(dev, nil) })
+	require.NoError(t, s.rq.qp.Modify(ctx.QPAttr{State: ctx.QPStateError}))
+	require.Equal(t, []ctx.AsyncEvent{{Type: ctx.EventQPLastWQEReached, QPN: s.dst}}, events)
+	require.Len(t, atEvent, 1, "CQEs in the CQ when the event came: %+v", atEvent)
+	require.Equal(t, prm.CQERespErr, atEvent[0].op)
+	require.Equal(t, prm.SyndromeWRFlush, atEvent[0].synd)
+	require.Equal(t, i0, atEvent[0].counter)
+	stepRound(r.e2.f)
+	stepRound(r.e2.f)
+	require.Empty(t, s.rcq.drain(), "the held receive completes once")
+}
+
 // TestSharedLongSendRegionGoneMidMessage: a long SEND whose receive's
 // region is deregistered after its first segment fails at its next with
 // LOCAL_PROT on the receive and a NAK of REMOTE_OP, and writes nothing of
@@ -442,8 +477,9 @@ func TestSharedUCLongSendGapReusesReceive(t *testing.T) {
 // TestSharedDCTHeldReceiveOfStreamEnded: the receive a DCI stream's long
 // SEND took at its first segment completes with WR_FLUSH_ERR when the
 // stream ends before the message's last segment: when the DCI begins a
-// new stream (another epoch: it went to error and back, or to another
-// DCT and back), whose message then takes the next receive, or when the
+// new stream (another epoch: it went to error in the middle of the
+// message and back to RTS, as a DCI ends a stream only with no message
+// part-way), whose message then takes the next receive, or when the
 // DCI's process is gone (found before the engine sleeps or every
 // shmGoneRounds rounds), whose stream is then dropped. The DCT stays
 // ready. Before, the DCT kept the message set aside, counted against its

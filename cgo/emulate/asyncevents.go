@@ -59,7 +59,7 @@ func asyncEventType(t ctx.AsyncEventType) (typ uint32, class asyncClass, ok bool
 	if !ok {
 		return 0, 0, false
 	}
-	switch asyncevent.Of(typ) {
+	switch asyncevent.ElementOf(typ) {
 	case asyncevent.ElementCQ:
 		return typ, asyncCQ, true
 	case asyncevent.ElementQP:

@@ -74,9 +74,9 @@ func Type(n uint32) ctx.AsyncEventType {
 	return 0
 }
 
-// Of returns the element of the verbs event number n, ElementNone for a
-// number newer than the package.
-func Of(n uint32) Element {
+// ElementOf returns the element of the verbs event number n, ElementNone
+// for a number newer than the package.
+func ElementOf(n uint32) Element {
 	if n < uint32(Count) {
 		return events[n].elem
 	}

@@ -45,7 +45,7 @@ func TestMapping(t *testing.T) {
 	for n, w := range want {
 		require.Equal(t, w.typ, Type(uint32(n)), "verbs event %d", n)
 		require.Equal(t, w.name, Type(uint32(n)).String(), "verbs event %d", n)
-		require.Equal(t, w.elem, Of(uint32(n)), "verbs event %d", n)
+		require.Equal(t, w.elem, ElementOf(uint32(n)), "verbs event %d", n)
 		require.False(t, seen[w.typ], "%v twice", w.typ)
 		seen[w.typ] = true
 		back, ok := Verbs(w.typ)
@@ -53,7 +53,7 @@ func TestMapping(t *testing.T) {
 		require.Equal(t, uint32(n), back, "%v", w.typ)
 	}
 	require.Zero(t, Type(uint32(Count)), "a number newer than the package")
-	require.Equal(t, ElementNone, Of(uint32(Count)))
+	require.Equal(t, ElementNone, ElementOf(uint32(Count)))
 	require.Zero(t, Type(1<<31))
 	for _, typ := range []ctx.AsyncEventType{0, ctx.EventWQFatal + 1, 255} {
 		_, ok := Verbs(typ)

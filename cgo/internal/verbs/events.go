@@ -41,7 +41,7 @@ func (d *Device) ReadAsyncEvent() (ev ctx.AsyncEvent, ok bool, err error) {
 	}
 	typ := uint32(e.event_type)
 	var el C.struct_mk_async_element
-	C.mk_async_element(&e, C.int(asyncevent.Of(typ)), &el)
+	C.mk_async_element(&e, C.int(asyncevent.ElementOf(typ)), &el)
 	ev = ctx.AsyncEvent{Type: asyncevent.Type(typ), QPN: uint32(el.qpn), Port: uint8(el.port)}
 	if el.cq != nil {
 		if cq, found := d.cqs[el.cq]; found {
