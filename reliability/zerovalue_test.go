@@ -1,0 +1,369 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlx5kit/mlx5kit/blueflame"
+	"github.com/mlx5kit/mlx5kit/bufpool"
+	"github.com/mlx5kit/mlx5kit/channel"
+	"github.com/mlx5kit/mlx5kit/completion"
+	"github.com/mlx5kit/mlx5kit/ctx"
+	"github.com/mlx5kit/mlx5kit/dc"
+	"github.com/mlx5kit/mlx5kit/endpoint"
+	"github.com/mlx5kit/mlx5kit/expvarpub"
+	"github.com/mlx5kit/mlx5kit/ibpath"
+	"github.com/mlx5kit/mlx5kit/monocq"
+	"github.com/mlx5kit/mlx5kit/rc"
+	"github.com/mlx5kit/mlx5kit/sim"
+	"github.com/mlx5kit/mlx5kit/transport"
+	"github.com/mlx5kit/mlx5kit/ud"
+	"github.com/mlx5kit/mlx5kit/wqebuilder"
+)
+
+// zeroValues are pointers to the zero value of every exported struct type
+// of the public packages that has methods.
+var zeroValues = map[string]any{
+	"blueflame.Register":           new(blueflame.Register),
+	"blueflame.SendDoorbell":       new(blueflame.SendDoorbell),
+	"bufpool.Pool":                 new(bufpool.Pool),
+	"channel.Channel":              new(channel.Channel),
+	"channel.EventError":           new(channel.EventError),
+	"channel.Memory":               new(channel.Memory),
+	"channel.MultiChannel":         new(channel.MultiChannel),
+	"channel.PeerError":            new(channel.PeerError),
+	"channel.Pending":              new(channel.Pending),
+	"channel.Prepared":             new(channel.Prepared),
+	"channel.PreparedMulti":        new(channel.PreparedMulti),
+	"channel.Scope":                new(channel.Scope),
+	"completion.Notifier":          new(completion.Notifier),
+	"ctx.AddressHandle":            new(ctx.AddressHandle),
+	"ctx.AsyncEvent":               new(ctx.AsyncEvent),
+	"ctx.Buffer":                   new(ctx.Buffer),
+	"ctx.Clock":                    new(ctx.Clock),
+	"ctx.ClockInfo":                new(ctx.ClockInfo),
+	"ctx.CompletionQueue":          new(ctx.CompletionQueue),
+	"ctx.Context":                  new(ctx.Context),
+	"ctx.DeviceAttr":               new(ctx.DeviceAttr),
+	"ctx.EventRouter":              new(ctx.EventRouter),
+	"ctx.EventSubscription":        new(ctx.EventSubscription),
+	"ctx.GIDSelector":              new(ctx.GIDSelector),
+	"ctx.MemoryRegion":             new(ctx.MemoryRegion),
+	"ctx.OpError":                  new(ctx.OpError),
+	"ctx.ProtectionDomain":         new(ctx.ProtectionDomain),
+	"ctx.QueuePair":                new(ctx.QueuePair),
+	"ctx.SharedReceiveQueue":       new(ctx.SharedReceiveQueue),
+	"dc.DCI":                       new(dc.DCI),
+	"dc.DCT":                       new(dc.DCT),
+	"dc.Remote":                    new(dc.Remote),
+	"endpoint.Endpoint":            new(endpoint.Endpoint),
+	"endpoint.Error":               new(endpoint.Error),
+	"endpoint.MeshListener":        new(endpoint.MeshListener),
+	"endpoint.MeshWatch":           new(endpoint.MeshWatch),
+	"endpoint.RemoteRegion":        new(endpoint.RemoteRegion),
+	"expvarpub.Publisher":          new(expvarpub.Publisher),
+	"ibpath.AddressCache":          new(ibpath.AddressCache),
+	"ibpath.Path":                  new(ibpath.Path),
+	"monocq.CQ":                    new(monocq.CQ),
+	"monocq.CompletionError":       new(monocq.CompletionError),
+	"monocq.Table":                 new(monocq.Table[transport.Queue]),
+	"rc.QP":                        new(rc.QP),
+	"sim.Fabric":                   new(sim.Fabric),
+	"sim.Violation":                new(sim.Violation),
+	"transport.CQCounters":         new(transport.CQCounters),
+	"transport.Completion":         new(transport.Completion),
+	"transport.ErrorCounts":        new(transport.ErrorCounts),
+	"transport.Poller":             new(transport.Poller),
+	"transport.Queue":              new(transport.Queue),
+	"transport.QueueCounters":      new(transport.QueueCounters),
+	"transport.RecvStage":          new(transport.RecvStage),
+	"transport.SharedReceiveQueue": new(transport.SharedReceiveQueue),
+	"ud.QP":                        new(ud.QP),
+	"ud.Remote":                    new(ud.Remote),
+	"wqebuilder.AtomicStage":       new(wqebuilder.AtomicStage),
+	"wqebuilder.CtrlStage":         new(wqebuilder.CtrlStage),
+	"wqebuilder.DataStage":         new(wqebuilder.DataStage),
+	"wqebuilder.DatagramStage":     new(wqebuilder.DatagramStage),
+	"wqebuilder.FinishStage":       new(wqebuilder.FinishStage),
+	"wqebuilder.InlineStage":       new(wqebuilder.InlineStage),
+	"wqebuilder.OpStage":           new(wqebuilder.OpStage),
+	"wqebuilder.PostError":         new(wqebuilder.PostError),
+	"wqebuilder.ScatterStage":      new(wqebuilder.ScatterStage),
+	"wqebuilder.SendQueue":         new(wqebuilder.SendQueue),
+}
+
+// apiSentinels are the sentinel errors of the public packages: an error a
+// public call returns wraps one of them (or is a typed error that carries
+// its cause, which wraps one).
+var apiSentinels = append(append([]error{}, lfSentinels...),
+	channel.ErrPeer, channel.ErrTimeout, channel.ErrStale, channel.ErrNestedScope, channel.ErrUsed,
+	channel.ErrHandshake, channel.ErrFailed, channel.ErrAsyncEvent,
+	completion.ErrNoEventChannel, completion.ErrMismatch,
+	monocq.ErrNoUAR, monocq.ErrCompletion, monocq.ErrUnknownSyndrome,
+	endpoint.ErrTooManyRegions, endpoint.ErrRejected, endpoint.ErrListenerUsed, endpoint.ErrNoCertificate,
+	endpoint.ErrPeerGone, endpoint.ErrKeyRequired, endpoint.ErrBadKey, endpoint.ErrAuth,
+	bufpool.ErrEmpty, bufpool.ErrBadIndex, bufpool.ErrNotInUse, ibpath.ErrNotReceive, expvarpub.ErrExists,
+	transport.ErrBadGRH, sim.ErrNotIdle, sim.ErrViolation, sim.ErrWrongMode,
+	context.Canceled, context.DeadlineExceeded)
+
+// wrapsSentinel reports whether err wraps one of apiSentinels.
+func wrapsSentinel(err error) bool {
+	for _, s := range apiSentinels {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// zeroValueExempt are the calls on a zero value that are documented, or
+// designed, to panic, each for its reason.
+var zeroValueExempt = map[string]string{}
+
+func init() {
+	exempt := func(reason string, names ...string) {
+		for _, n := range names {
+			zeroValueExempt[n] = reason
+		}
+	}
+	// A receive post on a zero Queue (or a zero queue pair that embeds
+	// one) and the stage it returns keep their inline budget by not
+	// checking for a missing ring.
+	exempt("receive post on a zero queue",
+		"transport.Queue.BeginRecv", "transport.Queue.PostRecv", "rc.QP.BeginRecv", "rc.QP.PostRecv",
+		"ud.QP.BeginRecv", "ud.QP.PostRecv", "dc.DCI.BeginRecv", "dc.DCI.PostRecv",
+		"dc.DCT.BeginRecv", "dc.DCT.PostRecv",
+		"transport.RecvStage.SGE", "transport.RecvStage.Finish", "transport.RecvStage.FinishDoorbell")
+	// The zero stage is not a WQE: its methods panic (package wqebuilder's
+	// documentation), and so does Begin on a SendQueue not made by New,
+	// the one call of a post before Finish.
+	for _, st := range []string{"OpStage", "CtrlStage", "DataStage", "InlineStage", "ScatterStage",
+		"AtomicStage", "DatagramStage", "FinishStage"} {
+		for _, m := range []string{"Send", "SendImm", "SendInv", "RdmaWrite", "RdmaWriteImm", "RdmaRead",
+			"AtomicCS", "AtomicFA", "MaskedCS32", "MaskedCS64", "MaskedFA32", "MaskedFA64", "Nop",
+			"DC", "DCStream", "UD", "SGE", "Inline", "Result", "Finish", "FinishBlueFlame"} {
+			exempt("the zero stage is not a WQE", "wqebuilder."+st+"."+m)
+		}
+	}
+	// Begin, the first call of a post, and Complete, which reads its
+	// record before it checks the counter, do not look for a SendQueue
+	// not made by New.
+	exempt("the post and retire of a zero send queue", "wqebuilder.SendQueue.Begin", "wqebuilder.SendQueue.Complete")
+	// The polls and doorbells of the rings compile into the caller's
+	// loop with no check for a ring not made by their constructor.
+	exempt("the poll of a zero ring", "monocq.CQ.Poll", "monocq.CQ.Release",
+		"blueflame.SendDoorbell.Post", "blueflame.SendDoorbell.Ring")
+	// Complete decodes the CQE it is given: a nil one is not a CQE.
+	for _, q := range []string{"transport.Queue", "rc.QP", "ud.QP", "dc.DCI", "dc.DCT"} {
+		exempt("a nil CQE", q+".Complete", q+".CompleteSend", q+".CompleteRecv")
+	}
+	// An index out of range panics, like a slice index (package bufpool),
+	// and every index is out of the range of a zero pool.
+	exempt("an index out of range", "bufpool.Pool.Addr", "bufpool.Pool.Buffer", "bufpool.Pool.SGE")
+	// An OpError with no cause formats as an os.PathError with none does.
+	exempt("an OpError without its cause", "ctx.OpError.Error")
+}
+
+// callResult is what one reflective call did.
+type callResult struct {
+	out   []reflect.Value
+	panic any
+	stack []byte
+}
+
+// callBounded calls m with args on its own goroutine and waits at most
+// limit for it: a call on a zero value must not block.
+func callBounded(m reflect.Value, args []reflect.Value, limit time.Duration) (callResult, bool) {
+	done := make(chan callResult, 1)
+	go func() {
+		var r callResult
+		defer func() {
+			if p := recover(); p != nil {
+				r.panic, r.stack = p, debug.Stack()
+			}
+			done <- r
+		}()
+		r.out = m.Call(args)
+	}()
+	select {
+	case r := <-done:
+		return r, true
+	case <-time.After(limit):
+		return callResult{}, false
+	}
+}
+
+// zeroArgs returns a zero argument of each parameter type of m, except a
+// context.Context, which is one that ends soon (no call may wait for it).
+func zeroArgs(m reflect.Type, c context.Context) []reflect.Value {
+	args := make([]reflect.Value, m.NumIn())
+	ctxType := reflect.TypeFor[context.Context]()
+	for i := range args {
+		t := m.In(i)
+		if t == ctxType {
+			args[i] = reflect.ValueOf(c)
+			continue
+		}
+		if m.IsVariadic() && i == m.NumIn()-1 {
+			args[i] = reflect.Zero(t)
+			continue
+		}
+		args[i] = reflect.Zero(t)
+	}
+	return args
+}
+
+// TestZeroValueMethods calls every exported method of the zero value of
+// every exported struct type of the public packages, with zero arguments
+// (a context that ends soon for a context.Context), and of the values
+// those calls return: none may panic (but zeroValueExempt, each for its
+// documented reason) or block, and every error returned wraps a sentinel.
+// The types are found in the source: each one with methods must be in
+// zeroValues.
+func TestZeroValueMethods(t *testing.T) {
+	for _, name := range publicStructsWithMethods(t) {
+		if _, ok := zeroValues[name]; !ok {
+			t.Errorf("add new(%s) to zeroValues", name)
+		}
+	}
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	// name is the type's (package.Type), path how the value was made.
+	var sweep func(name, path string, v reflect.Value, depth int)
+	sweep = func(name, path string, v reflect.Value, depth int) {
+		for i := range v.NumMethod() {
+			mt := v.Type().Method(i)
+			if _, ok := zeroValueExempt[name+"."+mt.Name]; ok {
+				continue
+			}
+			what := path + "." + mt.Name
+			m := v.Method(i)
+			if m.Type().IsVariadic() {
+				// Call with the variadic slice as its zero value.
+				r, ok := callBounded(m, zeroArgs(m.Type(), c), 5*time.Second)
+				zeroCheck(t, what, r, ok)
+				continue
+			}
+			r, ok := callBounded(m, zeroArgs(m.Type(), c), 5*time.Second)
+			zeroCheck(t, what, r, ok)
+			if depth == 0 || !ok || r.panic != nil {
+				continue
+			}
+			for j, out := range r.out {
+				if out.Kind() == reflect.Struct && out.NumMethod() > 0 &&
+					strings.HasPrefix(out.Type().PkgPath(), "github.com/mlx5kit/mlx5kit/") &&
+					!out.Type().Implements(reflect.TypeFor[error]()) {
+					p := reflect.New(out.Type())
+					p.Elem().Set(out)
+					sweep(out.Type().String(), fmt.Sprintf("%s()[%d]", what, j), p, depth-1)
+				}
+			}
+		}
+	}
+	for name, z := range zeroValues {
+		sweep(name, name, reflect.ValueOf(z), 2)
+	}
+}
+
+// publicStructsWithMethods returns package.Type for every exported struct
+// type of the public packages (not internal, cmd or bench) that declares a
+// method.
+func publicStructsWithMethods(t *testing.T) []string {
+	t.Helper()
+	structs := map[string]bool{}
+	methods := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case "internal", "cmd", "bench", "testdata", ".git", "scripts", "docs":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		pkg := f.Name.Name
+		for _, decl := range f.Decls {
+			switch d := decl.(type) {
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					if ts, ok := spec.(*ast.TypeSpec); ok && ts.Name.IsExported() {
+						if _, ok := ts.Type.(*ast.StructType); ok {
+							structs[pkg+"."+ts.Name.Name] = true
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				if d.Recv == nil || !d.Name.IsExported() {
+					continue
+				}
+				typ := d.Recv.List[0].Type
+				if star, ok := typ.(*ast.StarExpr); ok {
+					typ = star.X
+				}
+				if ix, ok := typ.(*ast.IndexExpr); ok {
+					typ = ix.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					methods[pkg+"."+id.Name] = true
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for name := range structs {
+		if methods[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		t.Fatal("no public struct type found")
+	}
+	return out
+}
+
+func zeroCheck(t *testing.T, what string, r callResult, ok bool) {
+	t.Helper()
+	if !ok {
+		t.Errorf("%s on a zero value blocks", what)
+		return
+	}
+	if r.panic != nil {
+		t.Errorf("%s on a zero value panics: %v\n%s", what, r.panic, r.stack)
+		return
+	}
+	for _, out := range r.out {
+		if out.Type() != reflect.TypeFor[error]() || out.IsNil() {
+			continue
+		}
+		err := out.Interface().(error)
+		if !wrapsSentinel(err) {
+			t.Errorf("%s on a zero value: %v (%T) wraps no sentinel", what, err, err)
+		}
+	}
+}
