@@ -3,7 +3,10 @@
 // DC and UD over the software HCA with injected faults, checked against a
 // reference model of completions and memory; misuse of the API (closed,
 // unconnected and errored queue pairs, overfilled rings, oversized WQEs,
-// SGEs outside their region, double Close, use after Close); completion
+// SGEs outside their region, double Close, use after Close, every method
+// of a zero value); random sequences of public calls across the layers,
+// channels and Notifiers included, with closes from other goroutines and
+// a check that no goroutine outlives them; completion
 // anomalies (CQ overrun, unknown QPN, unknown syndrome); guard pages around
 // the rings; and the threading model under the race detector.
 //

@@ -7,12 +7,16 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
+	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,16 +120,21 @@ var apiSentinels = append(append([]error{}, lfSentinels...),
 	endpoint.ErrPeerGone, endpoint.ErrKeyRequired, endpoint.ErrBadKey, endpoint.ErrAuth,
 	bufpool.ErrEmpty, bufpool.ErrBadIndex, bufpool.ErrNotInUse, ibpath.ErrNotReceive, expvarpub.ErrExists,
 	transport.ErrBadGRH, sim.ErrNotIdle, sim.ErrViolation, sim.ErrWrongMode,
-	context.Canceled, context.DeadlineExceeded)
+	context.Canceled, context.DeadlineExceeded,
+	// The errors of a connection an exchange runs over.
+	io.EOF, io.ErrUnexpectedEOF, io.ErrClosedPipe, net.ErrClosed, os.ErrDeadlineExceeded)
 
-// wrapsSentinel reports whether err wraps one of apiSentinels.
+// wrapsSentinel reports whether err wraps one of apiSentinels, or an
+// error number (syscall.Errno: the kernel's answer, as EIO after a fatal
+// device error, which errors.Is matches too).
 func wrapsSentinel(err error) bool {
 	for _, s := range apiSentinels {
 		if errors.Is(err, s) {
 			return true
 		}
 	}
-	return false
+	var errno syscall.Errno
+	return errors.As(err, &errno)
 }
 
 // zeroValueExempt are the calls on a zero value that are documented, or
@@ -364,6 +373,151 @@ func zeroCheck(t *testing.T, what string, r callResult, ok bool) {
 		err := out.Interface().(error)
 		if !wrapsSentinel(err) {
 			t.Errorf("%s on a zero value: %v (%T) wraps no sentinel", what, err, err)
+		}
+	}
+}
+
+// liveObjects makes one live object of each public type that has methods,
+// on an engine-mode Fabric: a connected RC pair, a UD pair, a DC initiator
+// and target, an SRQ, a Notifier, a buffer pool, and a connected channel
+// pair. The Fabric and every object close at the test's end.
+func liveObjects(t *testing.T) map[string]any {
+	f := sim.New(sim.Options{Mode: sim.Engine})
+	t.Cleanup(func() { _ = f.Close() })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cs [2]*ctx.Context
+	var pds [2]*ctx.ProtectionDomain
+	var mrs [2]*ctx.MemoryRegion
+	var cqs [2]*ctx.CompletionQueue
+	for i := range cs {
+		c, err := f.Open(fmt.Sprintf("sim%d", i))
+		must(err)
+		t.Cleanup(func() { _ = c.Close() })
+		cs[i] = c
+		pds[i], err = c.AllocProtectionDomain()
+		must(err)
+		buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{Guard: true})
+		must(err)
+		t.Cleanup(func() { _ = buf.Close() })
+		mrs[i], err = pds[i].RegisterBuffer(buf, allAccess)
+		must(err)
+		cqs[i], err = c.CreateCompletionQueue(ctx.CompletionQueueConfig{Depth: 64, EventChannel: true})
+		must(err)
+	}
+	buf, err := ctx.AllocBuffer(4096, ctx.BufferOptions{})
+	must(err)
+	t.Cleanup(func() { _ = buf.Close() })
+	poller, err := transport.NewPoller(cqs[0])
+	must(err)
+	notifier, err := completion.NewNotifier(cqs[0], poller.CQ())
+	must(err)
+	t.Cleanup(func() { _ = notifier.Close() })
+	r0, err := rc.New(pds[0], cqs[0], rc.Config{SendDepth: 4, RecvDepth: 4})
+	must(err)
+	r1, err := rc.New(pds[1], cqs[1], rc.Config{SendDepth: 4, RecvDepth: 4})
+	must(err)
+	must(r0.Connect(r1.Endpoint()))
+	must(r1.Connect(r0.Endpoint()))
+	must(poller.Add(r0))
+	u, err := ud.New(pds[0], cqs[0], ud.Config{SendDepth: 4, RecvDepth: 4, QKey: 7})
+	must(err)
+	uremote, err := u.NewRemote(u.Endpoint())
+	must(err)
+	srq, err := transport.NewSharedReceiveQueue(pds[1], ctx.SRQConfig{Depth: 4})
+	must(err)
+	dci, err := dc.NewDCI(pds[0], cqs[0], dc.DCIConfig{SendDepth: 4})
+	must(err)
+	dct, err := dc.NewDCT(pds[1], cqs[1], dc.DCTConfig{SRQ: srq, Key: 7})
+	must(err)
+	dremote, err := dci.NewRemote(dct.Endpoint())
+	must(err)
+	pool, err := bufpool.New(pds[0], 4, 64, ctx.AccessLocalWrite)
+	must(err)
+	t.Cleanup(func() { _ = pool.Close() })
+	clock, err := cs[0].Clock()
+	must(err)
+	router, err := cs[0].EventRouter()
+	must(err)
+	sub, err := router.Subscribe(ctx.EventFilter{All: true}, func(ctx.AsyncEvent) {})
+	must(err)
+	ring, err := transport.NewCQ(cqs[1])
+	must(err)
+	ah, err := pds[0].CreateAddressHandle(ctx.AddressAttr{Port: 1, DLID: 1})
+	must(err)
+	prep, err := channel.New(pds[0], channel.Options{})
+	must(err)
+	t.Cleanup(func() { _ = prep.Close() })
+	pm, err := channel.NewMulti(pds[0], 1, channel.Options{})
+	must(err)
+	t.Cleanup(func() { _ = pm.Close() })
+	pa, err := channel.New(pds[0], channel.Options{})
+	must(err)
+	pb, err := channel.New(pds[1], channel.Options{})
+	must(err)
+	must(pa.Share(mrs[0]))
+	must(pb.Share(mrs[1]))
+	ea, eb := pa.Endpoint(), pb.Endpoint()
+	cha, err := pa.Handshake(eb)
+	must(err)
+	t.Cleanup(func() { _ = cha.Close() })
+	chb, err := pb.Handshake(ea)
+	must(err)
+	t.Cleanup(func() { _ = chb.Close() })
+	return map[string]any{
+		"ctx.Context": cs[0], "ctx.ProtectionDomain": pds[0], "ctx.MemoryRegion": mrs[0],
+		"ctx.CompletionQueue": cqs[1], "ctx.Buffer": buf, "ctx.Clock": clock, "ctx.EventRouter": router,
+		"ctx.EventSubscription": sub, "ctx.QueuePair": r1.Handle(), "ctx.AddressHandle": ah,
+		"transport.Poller": poller, "transport.SharedReceiveQueue": srq, "completion.Notifier": notifier,
+		"rc.QP": r0, "ud.QP": u, "ud.Remote": uremote, "dc.DCI": dci, "dc.DCT": dct, "dc.Remote": dremote,
+		"bufpool.Pool": pool, "monocq.CQ": ring, "channel.Prepared": prep, "channel.PreparedMulti": pm,
+		"channel.Channel": cha, "channel.MultiChannel": chb.MultiChannel, "sim.Fabric": f,
+	}
+}
+
+// liveArgsExempt are the calls with zero arguments on a live object that
+// are documented to panic.
+var liveArgsExempt = map[string]string{
+	"monocq.CQ.Poll": "a nil fn panics (monocq.CQ.Poll)",
+}
+
+func init() {
+	for _, q := range []string{"rc.QP", "ud.QP", "dc.DCI", "dc.DCT"} {
+		for _, m := range []string{"Complete", "CompleteSend", "CompleteRecv"} {
+			liveArgsExempt[q+"."+m] = "a nil CQE"
+		}
+	}
+}
+
+// TestZeroArgumentsOnLiveObjects calls every exported method of a live
+// object of each public type with zero arguments (nil pointers, slices,
+// functions and interfaces, zero structs, a context that ends soon): no
+// call may panic (but liveArgsExempt) or block, and every error wraps a
+// sentinel. The closing methods run last.
+func TestZeroArgumentsOnLiveObjects(t *testing.T) {
+	objs := liveObjects(t)
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	closing := map[string]bool{"Close": true, "Fail": true, "Reset": true, "Cancel": true}
+	for _, last := range []bool{false, true} {
+		for name, obj := range objs {
+			v := reflect.ValueOf(obj)
+			for i := range v.NumMethod() {
+				mname := v.Type().Method(i).Name
+				what := name + "." + mname
+				// The Fabric's calls (a fatal device error, a port
+				// down) come with the closes.
+				if _, ok := liveArgsExempt[what]; ok || (closing[mname] || name == "sim.Fabric") != last {
+					continue
+				}
+				m := v.Method(i)
+				r, ok := callBounded(m, zeroArgs(m.Type(), c), 5*time.Second)
+				zeroCheck(t, what+" (zero arguments, live object)", r, ok)
+			}
 		}
 	}
 }
