@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,8 +65,17 @@ func FuzzAPISequence(f *testing.F) {
 // TestAPISequenceRandom runs FuzzAPISequence's body on pseudo-random
 // programs for a bounded time (2 s with -short, 10 s without);
 // MLX5KIT_APISEQ_SEED picks the seed (default 1). A failing program is
-// logged in hex, to be added to the seed corpus.
+// logged in hex: MLX5KIT_APISEQ_PROGRAM set to it runs that program alone
+// (with MLX5KIT_APISEQ_TRACE=1, each call and its error are logged).
 func TestAPISequenceRandom(t *testing.T) {
+	if p := os.Getenv("MLX5KIT_APISEQ_PROGRAM"); p != "" {
+		data, err := hex.DecodeString(strings.TrimSpace(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runAPISeq(t, data)
+		return
+	}
 	budget := 10 * time.Second
 	if testing.Short() {
 		budget = 2 * time.Second
@@ -105,14 +115,14 @@ func TestAPISequenceRandom(t *testing.T) {
 }
 
 const (
-	asOpSize = 5
-	asMaxOps = 48
-	asCtxs   = 2
-	asPDs    = 3
-	asMRs    = 3
-	asCQs    = 3
-	asQPs    = 4
-	asSides  = 2
+	asOpSize  = 5
+	asMaxOps  = 48
+	asCtxs    = 2
+	asPDs     = 3
+	asMRs     = 3
+	asCQs     = 3
+	asQPCount = 4
+	asSides   = 2
 	// Each MR covers asMRSize bytes of its own slot of one guarded arena.
 	asMRSize  = 1024
 	asArena   = 4 * 4096
@@ -213,7 +223,7 @@ type asWorld struct {
 	bufs     [2]*ctx.Buffer
 	mrs      [asMRs]*ctx.MemoryRegion
 	cqs      [asCQs]*asCQ
-	qps      [asQPs]*asQP
+	qps      [asQPCount]*asQP
 	srq      *transport.SharedReceiveQueue
 	sides    [asSides]*asSide
 	wrid     uint64
@@ -221,7 +231,8 @@ type asWorld struct {
 	op       string
 	closers  []func() error  // every object made, closed at the end
 	pools    []*bufpool.Pool // closed after the Fabric: receives may be in flight
-	bg       sync.WaitGroup  // goroutines the program started
+	subs     []*ctx.EventSubscription
+	bg       sync.WaitGroup // goroutines the program started
 	bgErrs   chan string
 	trace    bool
 	baseline int
@@ -489,7 +500,7 @@ func (w *asWorld) run(op int, a []byte) {
 	case asPostSend:
 		w.postSend(a)
 	case asPostRecv:
-		i := b(0) % asQPs
+		i := b(0) % asQPCount
 		if q := w.qps[i]; q != nil {
 			addr, length, lkey := w.sge(b(1), b(2))
 			w.wrid++
@@ -498,7 +509,7 @@ func (w *asWorld) run(op int, a []byte) {
 	case asPoll:
 		w.poll(a)
 	case asResetQP:
-		if q := w.qps[b(0)%asQPs]; q != nil {
+		if q := w.qps[b(0)%asQPCount]; q != nil {
 			if q.rc != nil {
 				w.check("reset", q.rc.Reset())
 			} else {
@@ -506,7 +517,7 @@ func (w *asWorld) run(op int, a []byte) {
 			}
 		}
 	case asCloseQP:
-		if q := w.qps[b(0)%asQPs]; q != nil {
+		if q := w.qps[b(0)%asQPCount]; q != nil {
 			if b(1)%2 == 0 {
 				w.check("close QP", q.queue().Close())
 			} else {
@@ -544,12 +555,14 @@ func (w *asWorld) run(op int, a []byte) {
 
 // events subscribes to a Context's asynchronous events (its router's
 // goroutine must end with the Context), or watches a queue pair's, and
-// raises one: a port going down or up, or a QP failed.
+// raises one: a port going down or up, a QP failed, a CQ in error, a
+// fatal device error (every verb then fails with EIO) or its recovery.
 func (w *asWorld) events(a []byte) {
 	fn := func(ctx.AsyncEvent) {}
 	var sub *ctx.EventSubscription
 	var err error
-	switch a[0] % 4 {
+	dev := []string{"sim0", "sim1"}[a[1]%2]
+	switch a[0] % 8 {
 	case 0, 1:
 		c := w.ctxs[int(a[1])%asCtxs]
 		if c == nil {
@@ -564,7 +577,7 @@ func (w *asWorld) events(a []byte) {
 		w.check("subscribe", err)
 		w.check("flush events", r.Flush())
 	case 2:
-		q := w.qps[int(a[1])%asQPs]
+		q := w.qps[int(a[1])%asQPCount]
 		if q == nil {
 			return
 		}
@@ -572,10 +585,32 @@ func (w *asWorld) events(a []byte) {
 		w.check("watch events", err)
 		w.check("fail", q.queue().Fail())
 	case 3:
-		w.check("port state", w.f.SetPortState([]string{"sim0", "sim1"}[a[1]%2], 1, a[2]%2 == 0))
+		w.check("port state", w.f.SetPortState(dev, 1, a[2]%2 == 0))
+	case 4:
+		if q := w.qps[int(a[1])%asQPCount]; q != nil {
+			w.check("fail QP", w.f.FailQP(q.queue().QPN()))
+		} else if s := w.sides[int(a[1])%asSides]; s != nil && s.m != nil && s.m.QP(0) != nil {
+			w.check("fail QP", w.f.FailQP(s.m.QP(0).QPN()))
+		}
+	case 5:
+		if c := w.cqs[int(a[1])%asCQs]; c != nil {
+			w.check("fail CQ", w.f.FailCQ(c.cq.CQN()))
+		} else if s := w.sides[int(a[1])%asSides]; s != nil && s.m != nil && s.m.CompletionQueue() != nil {
+			w.check("fail CQ", w.f.FailCQ(s.m.CompletionQueue().CQN()))
+		}
+	case 6:
+		if a[2]%4 == 0 {
+			w.check("fail device", w.f.FailDevice(dev))
+		}
+	case 7:
+		w.check("recover device", w.f.RecoverDevice(dev))
 	}
-	if sub != nil && a[3]%2 == 0 {
-		sub.Cancel()
+	if sub != nil {
+		if a[3]%2 == 0 {
+			sub.Cancel()
+		} else {
+			w.subs = append(w.subs, sub)
+		}
 	}
 }
 
@@ -620,7 +655,7 @@ func (w *asWorld) remote(sel int) (addr uint64, rkey uint32) {
 }
 
 func (w *asWorld) newQP(a []byte) {
-	i, pi, ci := int(a[0])%asQPs, int(a[1])%asPDs, int(a[2])%asCQs
+	i, pi, ci := int(a[0])%asQPCount, int(a[1])%asPDs, int(a[2])%asCQs
 	pd, c := w.pds[pi], w.cqs[ci]
 	if pd == nil || c == nil {
 		return
@@ -648,7 +683,7 @@ func (w *asWorld) newQP(a []byte) {
 }
 
 func (w *asWorld) connectQP(a []byte) {
-	q, r := w.qps[int(a[0])%asQPs], w.qps[int(a[1])%asQPs]
+	q, r := w.qps[int(a[0])%asQPCount], w.qps[int(a[1])%asQPCount]
 	if q == nil || r == nil {
 		return
 	}
@@ -668,7 +703,7 @@ func (w *asWorld) connectQP(a []byte) {
 }
 
 func (w *asWorld) postSend(a []byte) {
-	q := w.qps[int(a[0])%asQPs]
+	q := w.qps[int(a[0])%asQPCount]
 	if q == nil {
 		return
 	}
@@ -711,7 +746,7 @@ func (w *asWorld) poll(a []byte) {
 	if c == nil {
 		return
 	}
-	inner, qi := int(a[1])%8, int(a[2])%asQPs
+	inner, qi := int(a[1])%8, int(a[2])%asQPCount
 	var errs []error
 	for range 3 {
 		if w.manual {
@@ -1097,7 +1132,7 @@ func (w *asWorld) pool(a []byte) {
 	}
 	w.pools = append(w.pools, p)
 	n := int(a[2]) % 10
-	switch q := w.qps[int(a[3])%asQPs]; {
+	switch q := w.qps[int(a[3])%asQPCount]; {
 	case a[3]&0x80 != 0 && w.srq != nil:
 		_, err = bufpool.PostReceives(p, w.srq, n)
 	case q != nil && q.rc != nil:
@@ -1113,9 +1148,10 @@ func (w *asWorld) pool(a []byte) {
 
 // closer returns the Close of an object that may be closed from any
 // goroutine, picked by sel: a Context, PD, MR, CQ, queue pair, Notifier,
-// SRQ or a channel's queue pair; nil when that slot is empty.
+// SRQ, a channel's queue pair or an event subscription (its Cancel); nil
+// when that slot is empty.
 func (w *asWorld) closer(sel, i int) func() error {
-	switch sel % 8 {
+	switch sel % 9 {
 	case 0:
 		if c := w.ctxs[i%asCtxs]; c != nil {
 			return c.Close
@@ -1133,7 +1169,7 @@ func (w *asWorld) closer(sel, i int) func() error {
 			return c.cq.Close
 		}
 	case 4:
-		if q := w.qps[i%asQPs]; q != nil {
+		if q := w.qps[i%asQPCount]; q != nil {
 			return q.queue().Close
 		}
 	case 5:
@@ -1152,6 +1188,11 @@ func (w *asWorld) closer(sel, i int) func() error {
 			if d := s.m.DCI(); d != nil {
 				return d.Close
 			}
+		}
+	case 8:
+		if len(w.subs) > 0 {
+			sub := w.subs[i%len(w.subs)]
+			return func() error { sub.Cancel(); return nil }
 		}
 	}
 	return nil
@@ -1277,7 +1318,7 @@ func (w *asWorld) closeUnderWait(a []byte) {
 			close = c.cq.Context().Close
 		}
 	case 2:
-		q := w.qps[int(a[1])%asQPs]
+		q := w.qps[int(a[1])%asQPCount]
 		if q == nil {
 			return
 		}
@@ -1365,7 +1406,7 @@ func (w *asWorld) finish() {
 var asWeighted = func() []byte {
 	weight := map[int]int{
 		asChannelOp: 12, asPostSend: 3, asPostRecv: 3, asPoll: 3, asNotifierWait: 2, asCloseUnderWait: 2,
-		asNewQP: 2, asConnectQP: 2, asChannelHandshake: 2, asChannelNew: 2, asCloseTwice: 2, asMesh: 2,
+		asNewQP: 2, asConnectQP: 2, asChannelHandshake: 2, asChannelNew: 2, asCloseTwice: 2, asMesh: 2, asEvents: 3,
 	}
 	var out []byte
 	for op := range asNumOps {

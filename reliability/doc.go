@@ -18,4 +18,9 @@
 // requests (make soak), a number runs that many; unset, go test runs 60,000
 // (6,000 with -short). MLX5KIT_SOAK_SEED picks the seed (default 1); the
 // soak prints it with its counts so that a failure can be replayed.
+//
+// MLX5KIT_APISEQ_SEED picks the seed of TestAPISequenceRandom (default 1),
+// MLX5KIT_APISEQ_PROGRAM runs the one program it names in hex (as a
+// failure logs it), and MLX5KIT_APISEQ_TRACE=1 logs each call of a
+// program with its error.
 package reliability

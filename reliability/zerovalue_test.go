@@ -521,3 +521,91 @@ func TestZeroArgumentsOnLiveObjects(t *testing.T) {
 		}
 	}
 }
+
+// zeroArgFuncs are the package-level functions of the public packages that
+// take arguments, called by TestZeroArgumentFunctions. Left out: those
+// that listen or dial on an address (an empty one is every interface),
+// SweepFabric (it removes files), channel.Slice (documented to panic on a
+// nil region) and the barriers, which take none.
+var zeroArgFuncs = map[string]any{
+	"bufpool.New":                     bufpool.New,
+	"bufpool.PostReceives":            bufpool.PostReceives[*rc.QP],
+	"bufpool.Repost":                  bufpool.Repost[*ud.QP],
+	"channel.New":                     channel.New,
+	"channel.NewMulti":                channel.NewMulti,
+	"channel.At":                      channel.At,
+	"completion.NewNotifier":          completion.NewNotifier,
+	"completion.Completions":          completionsOf,
+	"ctx.AllocBuffer":                 ctx.AllocBuffer,
+	"ctx.ChooseGID":                   ctx.ChooseGID,
+	"ctx.MTUFromBytes":                ctx.MTUFromBytes,
+	"ctx.NewClock":                    ctx.NewClock,
+	"ctx.ParseLinkLayer":              ctx.ParseLinkLayer,
+	"dc.NewDCI":                       dc.NewDCI,
+	"dc.NewDCT":                       dc.NewDCT,
+	"endpoint.CheckExchange":          endpoint.CheckExchange,
+	"endpoint.Exchange":               endpoint.Exchange,
+	"endpoint.NewMeshListener":        endpoint.NewMeshListener,
+	"endpoint.WatchConn":              endpoint.WatchConn,
+	"ibpath.ModifyToConnected":        ibpath.ModifyToConnected,
+	"ibpath.ModifyToInit":             ibpath.ModifyToInit,
+	"ibpath.ModifyToRTR":              ibpath.ModifyToRTR,
+	"ibpath.ModifyToRTS":              ibpath.ModifyToRTS,
+	"ibpath.NewAddressCache":          ibpath.NewAddressCache,
+	"ibpath.FromCompletion":           ibpath.FromCompletion[*transport.Completion],
+	"ibpath.Local":                    ibpath.Local,
+	"ibpath.Reply":                    ibpath.Reply[*transport.Completion],
+	"monocq.New":                      monocq.New,
+	"rc.New":                          rc.New,
+	"sim.CheckFabricName":             sim.CheckFabricName,
+	"sim.FromContext":                 sim.FromContext,
+	"transport.ParseGRH":              transport.ParseGRH,
+	"transport.NewPoller":             transport.NewPoller,
+	"transport.NewSharedReceiveQueue": transport.NewSharedReceiveQueue,
+	"transport.NewCQ":                 transport.NewCQ,
+	"ud.New":                          ud.New,
+	"wqebuilder.New":                  wqebuilder.New,
+}
+
+// completionsOf runs completion.Completions to its end.
+func completionsOf(c context.Context, n *completion.Notifier, p *transport.Poller) error {
+	var errs []error
+	for _, err := range completion.Completions[*transport.Completion](c, n, p) {
+		errs = append(errs, err)
+		if err != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TestZeroArgumentFunctions calls each of zeroArgFuncs with zero
+// arguments, and again with every pointer argument to the zero value of
+// its type (a ctx object not made by its constructor): neither may panic
+// or block, every error wraps a sentinel, and what it returns that has a
+// Close is closed.
+func TestZeroArgumentFunctions(t *testing.T) {
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	for name, fn := range zeroArgFuncs {
+		f := reflect.ValueOf(fn)
+		for _, zeroPointers := range []bool{false, true} {
+			args := zeroArgs(f.Type(), c)
+			if zeroPointers {
+				for i, a := range args {
+					if a.Kind() == reflect.Pointer && a.IsNil() && a.Type().Elem().Kind() == reflect.Struct {
+						args[i] = reflect.New(a.Type().Elem())
+					}
+				}
+			}
+			what := fmt.Sprintf("%s (zero pointers %v)", name, zeroPointers)
+			r, ok := callBounded(f, args, 5*time.Second)
+			zeroCheck(t, what, r, ok)
+			for _, out := range r.out {
+				if cl, ok := out.Interface().(interface{ Close() error }); ok && out.Kind() == reflect.Pointer && !out.IsNil() {
+					_ = cl.Close()
+				}
+			}
+		}
+	}
+}
