@@ -1228,7 +1228,7 @@ func (w *asWorld) closeTwice(a []byte) {
 // or one under the owner's channel or Notifier) while this one, the owner,
 // works: a channel's blocking call, raw posts and polls, Scope, Fail,
 // Reestablish or Close; a Notifier's Wait or Completions; or a loop of
-// posts and Polls on a queue pair.
+// posts and Polls on a queue pair, with Reset and Connect for RC.
 func (w *asWorld) closeUnderWait(a []byte) {
 	var work func(context.Context) error
 	close := w.closer(int(a[2]>>3), int(a[3]>>3))
@@ -1324,9 +1324,15 @@ func (w *asWorld) closeUnderWait(a []byte) {
 		}
 		c := w.cqs[q.cq]
 		laddr, llen, lkey := w.sge(int(a[3]), 8)
+		resets := q.rc != nil && a[1]>>3%2 == 1
 		work = func(cx context.Context) error {
 			var errs []error
 			for i := uint64(1); cx.Err() == nil; i++ {
+				if resets {
+					// Reset and connect again (to itself) while the
+					// close runs: Reset is the owner's, Close anyone's.
+					errs = append(errs, q.rc.Reset(), q.rc.Connect(q.rc.Endpoint()))
+				}
 				if q.rc != nil {
 					st, err := q.rc.Post(i, wqebuilder.Signaled)
 					errs = append(errs, err, st.Send().SGE(laddr, llen, lkey).FinishBlueFlame())
@@ -1476,7 +1482,8 @@ func apiSeqSeeds() [][]byte {
 			asOp(asPostRecv, 1, 1, 8), asOp(asPostSend, 0, 0, 1, 0), asOp(asPoll, 0, 1, 0),
 			asOp(asPoll, 1, 2, 1), asOp(asPostSend, 0, 0, 1, 1), asOp(asPoll, 0, 3, 0),
 			asOp(asPoll, 0, 4, 0), asOp(asPostSend, 0, 0, 1, 2), asOp(asPoll, 0, 5, 0),
-			asOp(asPoll, 0, 6, 0), asOp(asCloseTwice, 4, 1), asOp(asCloseTwice, 3, 1),
+			asOp(asPoll, 0, 6, 0), asOp(asCloseUnderWait, 2, 9, 0, 1), asOp(asCloseUnderWait, 2, 8, 0, 0),
+			asOp(asCloseTwice, 4, 1), asOp(asCloseTwice, 3, 1),
 			asOp(asCloseTwice, 1, 0), asOp(asCloseTwice, 2, 1))...),
 		// A DC channel pair, an SRQ and UD queue pairs.
 		apiSeqProgram(3, append(append([][]byte{}, setup[:8]...),
