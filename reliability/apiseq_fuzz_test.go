@@ -1339,7 +1339,40 @@ func (w *asWorld) closeUnderWait(a []byte) {
 				}
 				errs = append(errs, q.queue().PostRecv(i, laddr, llen, lkey))
 				c.p.Poll(4, func(*transport.Completion) {})
-				if q.queue().Handle().Closed() {
+				// The owner's other calls, one a round.
+				qq := q.queue()
+				switch i % 8 {
+				case 0:
+					qq.EnableCounters()
+					_ = qq.Counters()
+				case 1:
+					sub, err := qq.WatchEvents(func(ctx.AsyncEvent) {})
+					errs = append(errs, err)
+					sub.Cancel()
+				case 2:
+					errs = append(errs, c.p.Remove(q.pair()), c.p.Add(q.pair()))
+				case 3:
+					_, _, _ = qq.Limits(), qq.State(), qq.SendQueue()
+					qq.RingDoorbell()
+					qq.RingRecvDoorbell()
+				case 4:
+					if q.ud != nil {
+						rem, err := q.ud.NewRemote(q.ud.Endpoint())
+						errs = append(errs, err)
+						if err == nil {
+							st, err := q.ud.Post(i, wqebuilder.Signaled, rem)
+							errs = append(errs, err, st.Send().Inline([]byte("x")).FinishBlueFlame(), rem.Close())
+						}
+					}
+				case 5:
+					_, _ = qq.Handle().State()
+					_, _, _ = qq.Handle().Retries()
+				case 7:
+					if i > 32 {
+						errs = append(errs, qq.Fail())
+					}
+				}
+				if qq.Handle().Closed() {
 					break
 				}
 			}
