@@ -50,8 +50,9 @@ import (
 // started has ended.
 //
 // The first byte picks the world: bit 0 an engine-mode Fabric (else
-// manual: a blocking call runs the model through Context.Idle), bit 1
-// Contexts that may come from mlx5kit.Open (the default software HCA).
+// manual: a goroutine runs the model during a blocking call), bit 1
+// Contexts that may come from mlx5kit.Open (the default software HCA),
+// bit 2 the Fabric closed before the objects at the end.
 // Each op then takes asOpSize bytes: an opcode and its arguments.
 func FuzzAPISequence(f *testing.F) {
 	for _, seed := range apiSeqSeeds() {
@@ -213,29 +214,31 @@ type asSide struct {
 }
 
 type asWorld struct {
-	t        *testing.T
-	f        *sim.Fabric
-	manual   bool
-	useOpen  bool
-	ctxs     [asCtxs]*ctx.Context
-	pds      [asPDs]*ctx.ProtectionDomain
-	pdCtx    [asPDs]int
-	bufs     [2]*ctx.Buffer
-	mrs      [asMRs]*ctx.MemoryRegion
-	cqs      [asCQs]*asCQ
-	qps      [asQPCount]*asQP
-	srq      *transport.SharedReceiveQueue
-	sides    [asSides]*asSide
-	wrid     uint64
-	step     int
-	op       string
-	closers  []func() error  // every object made, closed at the end
-	pools    []*bufpool.Pool // closed after the Fabric: receives may be in flight
-	subs     []*ctx.EventSubscription
-	bg       sync.WaitGroup // goroutines the program started
-	bgErrs   chan string
-	trace    bool
-	baseline int
+	t       *testing.T
+	f       *sim.Fabric
+	manual  bool
+	useOpen bool
+	// fabricFirst closes the Fabric before the objects at the end.
+	fabricFirst bool
+	ctxs        [asCtxs]*ctx.Context
+	pds         [asPDs]*ctx.ProtectionDomain
+	pdCtx       [asPDs]int
+	bufs        [2]*ctx.Buffer
+	mrs         [asMRs]*ctx.MemoryRegion
+	cqs         [asCQs]*asCQ
+	qps         [asQPCount]*asQP
+	srq         *transport.SharedReceiveQueue
+	sides       [asSides]*asSide
+	wrid        uint64
+	step        int
+	op          string
+	closers     []func() error  // every object made, closed at the end
+	pools       []*bufpool.Pool // closed after the Fabric: receives may be in flight
+	subs        []*ctx.EventSubscription
+	bg          sync.WaitGroup // goroutines the program started
+	bgErrs      chan string
+	trace       bool
+	baseline    int
 }
 
 // asDefaultOnce opens and closes a Context of the default software HCA
@@ -255,7 +258,7 @@ func runAPISeq(t *testing.T, data []byte) {
 	})
 	mode := data[0]
 	data = data[1:]
-	w := &asWorld{t: t, manual: mode&1 == 0, useOpen: mode&2 != 0, bgErrs: make(chan string, 64),
+	w := &asWorld{t: t, manual: mode&1 == 0, useOpen: mode&2 != 0, fabricFirst: mode&4 != 0, bgErrs: make(chan string, 64),
 		trace: os.Getenv("MLX5KIT_APISEQ_TRACE") != ""}
 	w.baseline = runtime.NumGoroutine()
 	opts := sim.Options{MaxRounds: 2000, IdleSleep: 50 * time.Microsecond}
@@ -1288,6 +1291,10 @@ func (w *asWorld) closeUnderWait(a []byte) {
 			if pd := m.ProtectionDomain(); pd != nil {
 				close = pd.Context().Close
 			}
+		} else if a[2]%4 == 2 {
+			if cq := m.CompletionQueue(); cq != nil {
+				close = cq.Close
+			}
 		}
 	case 1:
 		c := w.cqs[int(a[1])%asCQs]
@@ -1408,6 +1415,11 @@ func (w *asWorld) finish() {
 	w.drainBackground()
 	if w.trace {
 		defer func(start time.Time) { t.Logf("finish in %v", time.Since(start)) }(time.Now())
+	}
+	if w.fabricFirst {
+		if err := w.f.Close(); err != nil {
+			t.Errorf("close fabric: %v", err)
+		}
 	}
 	for i := len(w.closers) - 1; i >= 0; i-- {
 		if err := w.closers[i](); err != nil {
