@@ -1235,6 +1235,10 @@ func (w *asWorld) closeTwice(a []byte) {
 func (w *asWorld) closeUnderWait(a []byte) {
 	var work func(context.Context) error
 	close := w.closer(int(a[2]>>3), int(a[3]>>3))
+	// ends: the close ends the owner's wait (the object closed is under
+	// it), which must then end with ctx.ErrClosed, long before the
+	// deadline, not by the deadline.
+	ends := false
 	switch a[0] % 3 {
 	case 0:
 		s := w.sides[int(a[1])%asSides]
@@ -1296,6 +1300,7 @@ func (w *asWorld) closeUnderWait(a []byte) {
 				close = cq.Close
 			}
 		}
+		ends = a[2]%4 != 3 && a[1]>>1%6 <= 2
 	case 1:
 		c := w.cqs[int(a[1])%asCQs]
 		if c == nil || c.notifier == nil {
@@ -1324,6 +1329,7 @@ func (w *asWorld) closeUnderWait(a []byte) {
 		case 2:
 			close = c.cq.Context().Close
 		}
+		ends = a[2]%4 != 3
 	case 2:
 		q := w.qps[int(a[1])%asQPCount]
 		if q == nil {
@@ -1393,7 +1399,11 @@ func (w *asWorld) closeUnderWait(a []byte) {
 	if close == nil || work == nil {
 		return
 	}
-	cx, cancel := context.WithTimeout(context.Background(), 2*asCallMax)
+	limit := 2 * asCallMax
+	if ends {
+		limit = 10 * time.Second
+	}
+	cx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	defer w.drive()()
 	w.bg.Add(1)
@@ -1402,7 +1412,11 @@ func (w *asWorld) closeUnderWait(a []byte) {
 		time.Sleep(time.Duration(a[3]%8) * time.Millisecond)
 		w.checkBG("close under a wait", close())
 	}()
-	w.check("work with a close under it", work(cx))
+	err := work(cx)
+	w.check("work with a close under it", err)
+	if ends && errors.Is(err, context.DeadlineExceeded) {
+		w.failf("the owner's wait did not end when what it waits on was closed: %v", err)
+	}
 	w.bg.Wait()
 }
 
