@@ -33,8 +33,9 @@ import (
 // channel, and the channel is closed from then on (Close returns nil).
 //
 // A zero MultiChannel (or Channel), one not made by this package, has no
-// peers: its getters return zero values (nil, 0), and Err, Fail, Scope
-// and Reestablish refuse it with an error wrapping ctx.ErrInvalidArgument.
+// peers: its getters return zero values (nil, 0), Poll polls nothing, and
+// Err, Fail, Scope, Reestablish, the raw posts and the blocking calls
+// refuse it with an error wrapping ctx.ErrInvalidArgument.
 type MultiChannel struct {
 	c *core
 }
@@ -337,6 +338,9 @@ func (p Pending) WRID() uint64 { return p.wrid }
 // Poll processes the completions that have arrived (one batch) and returns
 // how many there were.
 func (m *MultiChannel) Poll() int {
+	if m.zero() {
+		return 0
+	}
 	n := m.c.poll()
 	if m.c.dciFailedNow() {
 		m.c.failDCI()
@@ -350,6 +354,9 @@ func (m *MultiChannel) Poll() int {
 // less the receives the depths allow), or while the work outstanding
 // fills it: one more could overrun it.
 func (m *MultiChannel) PostSend(r SendRequest) (Pending, error) {
+	if m.zero() {
+		return Pending{}, wrap(r.Peer, OpSend, errZeroChannel)
+	}
 	seq, err := m.c.postSend(&r)
 	if err != nil {
 		return Pending{}, wrap(r.Peer, OpSend, err)
@@ -363,6 +370,9 @@ func (m *MultiChannel) PostSend(r SendRequest) (Pending, error) {
 // less the sends the depths allow), or while the work outstanding fills
 // it.
 func (m *MultiChannel) PostReceive(r RecvRequest) (Pending, error) {
+	if m.zero() {
+		return Pending{}, wrap(r.Peer, OpRecv, errZeroChannel)
+	}
 	seq, err := m.c.postRecv(&r)
 	if err != nil {
 		return Pending{}, wrap(r.Peer, OpRecv, err)
@@ -372,6 +382,9 @@ func (m *MultiChannel) PostReceive(r RecvRequest) (Pending, error) {
 
 // PostWrite posts an RDMA WRITE without waiting, refused as PostSend is.
 func (m *MultiChannel) PostWrite(r WriteRequest) (Pending, error) {
+	if m.zero() {
+		return Pending{}, wrap(r.Peer, OpWrite, errZeroChannel)
+	}
 	seq, err := m.c.postWrite(&r)
 	if err != nil {
 		return Pending{}, wrap(r.Peer, OpWrite, err)
@@ -381,6 +394,9 @@ func (m *MultiChannel) PostWrite(r WriteRequest) (Pending, error) {
 
 // PostRead posts an RDMA READ without waiting, refused as PostSend is.
 func (m *MultiChannel) PostRead(r ReadRequest) (Pending, error) {
+	if m.zero() {
+		return Pending{}, wrap(r.Peer, OpRead, errZeroChannel)
+	}
 	seq, err := m.c.postRead(&r)
 	if err != nil {
 		return Pending{}, wrap(r.Peer, OpRead, err)
@@ -392,6 +408,9 @@ func (m *MultiChannel) PostRead(r ReadRequest) (Pending, error) {
 // old value is in r.Result once it completed. It is refused as PostSend
 // is.
 func (m *MultiChannel) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
+	if m.zero() {
+		return Pending{}, wrap(r.Peer, OpCompareSwap, errZeroChannel)
+	}
 	seq, err := m.c.postCompareSwap(&r)
 	if err != nil {
 		return Pending{}, wrap(r.Peer, OpCompareSwap, err)
@@ -402,6 +421,9 @@ func (m *MultiChannel) PostCompareSwap(r CompareSwapRequest) (Pending, error) {
 // PostFetchAdd posts an atomic fetch-and-add without waiting; the old value
 // is in r.Result once it completed. It is refused as PostSend is.
 func (m *MultiChannel) PostFetchAdd(r FetchAddRequest) (Pending, error) {
+	if m.zero() {
+		return Pending{}, wrap(r.Peer, OpFetchAdd, errZeroChannel)
+	}
 	seq, err := m.c.postFetchAdd(&r)
 	if err != nil {
 		return Pending{}, wrap(r.Peer, OpFetchAdd, err)
@@ -415,10 +437,19 @@ func (m *MultiChannel) PostFetchAdd(r FetchAddRequest) (Pending, error) {
 // when nothing cancels it). See the package documentation for what an
 // ended context does.
 
+// start refuses a blocking call op on a zero channel, and one whose
+// context c has ended (see ended).
+func (m *MultiChannel) start(c context.Context, op string) error {
+	if m.zero() {
+		return fmt.Errorf("channel: %s: %w", op, errZeroChannel)
+	}
+	return ended(c, op)
+}
+
 // CompareSwap runs an atomic compare-and-swap at the peer and waits
 // until the old value is in r.Result, or until c ends.
 func (m *MultiChannel) CompareSwap(c context.Context, r CompareSwapRequest) error {
-	if err := ended(c, "compare-and-swap"); err != nil {
+	if err := m.start(c, "compare-and-swap"); err != nil {
 		return err
 	}
 	m.c.startBatch("compare-and-swap", nil)
@@ -429,7 +460,7 @@ func (m *MultiChannel) CompareSwap(c context.Context, r CompareSwapRequest) erro
 // FetchAdd runs an atomic fetch-and-add at the peer and waits until
 // the old value is in r.Result, or until c ends.
 func (m *MultiChannel) FetchAdd(c context.Context, r FetchAddRequest) error {
-	if err := ended(c, "fetch-and-add"); err != nil {
+	if err := m.start(c, "fetch-and-add"); err != nil {
 		return err
 	}
 	m.c.startBatch("fetch-and-add", nil)
@@ -439,7 +470,7 @@ func (m *MultiChannel) FetchAdd(c context.Context, r FetchAddRequest) error {
 
 // Send sends and waits for the completion, or until c ends.
 func (m *MultiChannel) Send(c context.Context, r SendRequest) error {
-	if err := ended(c, "send"); err != nil {
+	if err := m.start(c, "send"); err != nil {
 		return err
 	}
 	m.c.startBatch("send", nil)
@@ -450,7 +481,7 @@ func (m *MultiChannel) Send(c context.Context, r SendRequest) error {
 // Receive posts a receive and waits until a message arrived in it,
 // or until c ends.
 func (m *MultiChannel) Receive(c context.Context, r RecvRequest) (Result, error) {
-	if err := ended(c, "receive"); err != nil {
+	if err := m.start(c, "receive"); err != nil {
 		return Result{Peer: r.Peer, Op: OpRecv, Err: err}, err
 	}
 	m.c.startBatch("receive", nil)
@@ -464,7 +495,7 @@ func (m *MultiChannel) Receive(c context.Context, r RecvRequest) (Result, error)
 
 // Write writes and waits for the completion, or until c ends.
 func (m *MultiChannel) Write(c context.Context, r WriteRequest) error {
-	if err := ended(c, "write"); err != nil {
+	if err := m.start(c, "write"); err != nil {
 		return err
 	}
 	m.c.startBatch("write", nil)
@@ -475,7 +506,7 @@ func (m *MultiChannel) Write(c context.Context, r WriteRequest) error {
 // Read reads and waits until the data is in the local buffers, or
 // until c ends.
 func (m *MultiChannel) Read(c context.Context, r ReadRequest) error {
-	if err := ended(c, "read"); err != nil {
+	if err := m.start(c, "read"); err != nil {
 		return err
 	}
 	m.c.startBatch("read", nil)
@@ -488,7 +519,7 @@ func (m *MultiChannel) Read(c context.Context, r ReadRequest) error {
 // whatever was posted is still waited for. The errors of every failed
 // request are joined.
 func (m *MultiChannel) ScatterSend(c context.Context, reqs []SendRequest) error {
-	if err := ended(c, "scatter send"); err != nil {
+	if err := m.start(c, "scatter send"); err != nil {
 		return err
 	}
 	b := m.c.startBatch("scatter send", nil)
@@ -505,7 +536,7 @@ func (m *MultiChannel) ScatterSend(c context.Context, reqs []SendRequest) error 
 // ScatterWrite writes every request to its peer and waits for all
 // (or until c ends).
 func (m *MultiChannel) ScatterWrite(c context.Context, reqs []WriteRequest) error {
-	if err := ended(c, "scatter write"); err != nil {
+	if err := m.start(c, "scatter write"); err != nil {
 		return err
 	}
 	b := m.c.startBatch("scatter write", nil)
@@ -534,7 +565,7 @@ func (m *MultiChannel) GatherReceive(c context.Context, reqs []RecvRequest, resu
 		// that did not complete (b.complete sets Op).
 		clear(results[:len(reqs)])
 	}
-	if err := ended(c, "gather receive"); err != nil {
+	if err := m.start(c, "gather receive"); err != nil {
 		notCompleted(reqs, results, err)
 		return err
 	}
@@ -566,7 +597,7 @@ func notCompleted(reqs []RecvRequest, results []Result, err error) {
 // GatherRead reads from every peer named in reqs and waits for all
 // (or until c ends).
 func (m *MultiChannel) GatherRead(c context.Context, reqs []ReadRequest) error {
-	if err := ended(c, "gather read"); err != nil {
+	if err := m.start(c, "gather read"); err != nil {
 		return err
 	}
 	b := m.c.startBatch("gather read", nil)
@@ -584,7 +615,7 @@ func (m *MultiChannel) GatherRead(c context.Context, reqs []ReadRequest) error {
 // data; r.Peer is ignored) to every peer in peers and waits for all (or
 // until c ends).
 func (m *MultiChannel) MulticastSend(c context.Context, peers []int, r SendRequest) error {
-	if err := ended(c, "multicast send"); err != nil {
+	if err := m.start(c, "multicast send"); err != nil {
 		return err
 	}
 	b := m.c.startBatch("multicast send", nil)

@@ -120,3 +120,55 @@ func zeroMulti(t *testing.T, m multi) {
 	require.ErrorIs(t, m.Scope(context.Background(), func(*channel.Scope) error { return nil }), ctx.ErrInvalidArgument)
 	require.ErrorIs(t, m.Fail(), ctx.ErrInvalidArgument)
 }
+
+// TestZeroChannelWork: the work calls of a zero MultiChannel or Channel
+// (not made by this package) are refused as its Scope is, with an error
+// wrapping ctx.ErrInvalidArgument (a *PeerError from a raw post), which
+// Receive's and GatherReceive's results carry, and Poll polls nothing.
+// They panicked on the missing channel.
+func TestZeroChannelWork(t *testing.T) {
+	bg := context.Background()
+	for name, m := range map[string]*channel.MultiChannel{"MultiChannel": new(channel.MultiChannel), "Channel": new(channel.Channel).MultiChannel} {
+		t.Run(name, func(t *testing.T) {
+			require.NotPanics(t, func() {
+				require.Zero(t, m.Poll())
+				raw := map[string]func() (channel.Pending, error){
+					"PostSend":        func() (channel.Pending, error) { return m.PostSend(channel.SendRequest{}) },
+					"PostReceive":     func() (channel.Pending, error) { return m.PostReceive(channel.RecvRequest{}) },
+					"PostWrite":       func() (channel.Pending, error) { return m.PostWrite(channel.WriteRequest{}) },
+					"PostRead":        func() (channel.Pending, error) { return m.PostRead(channel.ReadRequest{}) },
+					"PostCompareSwap": func() (channel.Pending, error) { return m.PostCompareSwap(channel.CompareSwapRequest{}) },
+					"PostFetchAdd":    func() (channel.Pending, error) { return m.PostFetchAdd(channel.FetchAddRequest{}) },
+				}
+				for op, post := range raw {
+					p, err := post()
+					require.ErrorIs(t, err, ctx.ErrInvalidArgument, op)
+					var pe *channel.PeerError
+					require.ErrorAs(t, err, &pe, op)
+					require.Zero(t, p, op)
+				}
+				res, err := m.Receive(bg, channel.RecvRequest{})
+				require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+				require.ErrorIs(t, res.Err, ctx.ErrInvalidArgument)
+				results := make([]channel.Result, 2)
+				require.ErrorIs(t, m.GatherReceive(bg, make([]channel.RecvRequest, 2), results), ctx.ErrInvalidArgument)
+				for _, r := range results {
+					require.ErrorIs(t, r.Err, ctx.ErrInvalidArgument)
+				}
+				for op, call := range map[string]func() error{
+					"Send":          func() error { return m.Send(bg, channel.SendRequest{}) },
+					"Write":         func() error { return m.Write(bg, channel.WriteRequest{}) },
+					"Read":          func() error { return m.Read(bg, channel.ReadRequest{}) },
+					"CompareSwap":   func() error { return m.CompareSwap(bg, channel.CompareSwapRequest{}) },
+					"FetchAdd":      func() error { return m.FetchAdd(bg, channel.FetchAddRequest{}) },
+					"ScatterSend":   func() error { return m.ScatterSend(bg, []channel.SendRequest{{}}) },
+					"ScatterWrite":  func() error { return m.ScatterWrite(bg, []channel.WriteRequest{{}}) },
+					"GatherRead":    func() error { return m.GatherRead(bg, []channel.ReadRequest{{}}) },
+					"MulticastSend": func() error { return m.MulticastSend(bg, []int{0}, channel.SendRequest{}) },
+				} {
+					require.ErrorIs(t, call(), ctx.ErrInvalidArgument, op)
+				}
+			})
+		})
+	}
+}

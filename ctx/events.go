@@ -49,6 +49,11 @@ func (f *EventFilter) match(ev AsyncEvent) bool {
 // first call to Context.EventRouter and stopped when the Context closes;
 // from then on the router consumes every event: subscribe with
 // EventFilter.All to see them all.
+//
+// An EventRouter or EventSubscription not made by this package (a zero
+// value) routes nothing: Subscribe and Flush refuse the router with
+// ErrInvalidArgument, its Done channel is closed, and Cancel of a nil or
+// zero subscription does nothing.
 type EventRouter struct {
 	c    *Context
 	stop chan struct{}
@@ -125,6 +130,9 @@ func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*Event
 	if fn == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("nil function: %w", ErrInvalidArgument)}
 	}
+	if r.c == nil {
+		return nil, &OpError{Op: op, Err: errZero}
+	}
 	select {
 	case <-r.stop:
 		return nil, &OpError{Op: op, Err: fmt.Errorf("router of %s: %w", r.c.name, ErrClosed)}
@@ -140,6 +148,9 @@ func (r *EventRouter) Subscribe(filter EventFilter, fn func(AsyncEvent)) (*Event
 // Cancel stops the subscription: fn is not called for events read after
 // Cancel returns. Idempotent.
 func (s *EventSubscription) Cancel() {
+	if s == nil || s.r == nil {
+		return // nil, or a zero EventSubscription
+	}
 	// The close hook takes the Context's lock: forget it without r.mu,
 	// which the hook takes under that lock.
 	if forget := s.drop(); forget != nil {
@@ -223,13 +234,28 @@ func (r *EventRouter) Err() error {
 }
 
 // Done is closed when the router has stopped (its Context closed).
-func (r *EventRouter) Done() <-chan struct{} { return r.done }
+func (r *EventRouter) Done() <-chan struct{} {
+	if r.c == nil {
+		return zeroRouterDone // a zero EventRouter never runs
+	}
+	return r.done
+}
+
+// zeroRouterDone is the Done channel of a zero EventRouter: closed.
+var zeroRouterDone = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Flush reads and routes, on the caller's goroutine, every event the
 // device holds now, so that an event raised before a completion the
 // caller has seen (a flush after QP_FATAL) has reached its subscribers
 // when Flush returns. It returns the error of reading, if any.
 func (r *EventRouter) Flush() error {
+	if r.c == nil {
+		return &OpError{Op: "flush events", Err: errZero}
+	}
 	for {
 		ok, err := r.step()
 		if err != nil || !ok {

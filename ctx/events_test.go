@@ -153,3 +153,28 @@ func TestSubscribeAfterContextClose(t *testing.T) {
 	require.Nil(t, s)
 	require.ErrorIs(t, r.Flush(), ctx.ErrClosed)
 }
+
+// TestZeroEventRouter: an EventRouter or EventSubscription not made by
+// this package (a zero value) routes nothing: Flush and Subscribe refuse
+// the router with ErrInvalidArgument, its Done channel is closed (it never
+// runs), and Cancel of a zero or nil subscription does nothing. Flush and
+// Cancel panicked, Done blocked its receiver for good, and Subscribe
+// returned a subscription that was never called.
+func TestZeroEventRouter(t *testing.T) {
+	var r ctx.EventRouter
+	require.NotPanics(t, func() {
+		require.ErrorIs(t, r.Flush(), ctx.ErrInvalidArgument)
+		s, err := r.Subscribe(ctx.EventFilter{All: true}, func(ctx.AsyncEvent) {})
+		require.ErrorIs(t, err, ctx.ErrInvalidArgument)
+		require.Nil(t, s)
+		select {
+		case <-r.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the Done channel of a zero router is not closed")
+		}
+		require.NoError(t, r.Err())
+		require.Zero(t, r.Unrouted())
+		new(ctx.EventSubscription).Cancel()
+		(*ctx.EventSubscription)(nil).Cancel()
+	})
+}

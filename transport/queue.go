@@ -51,7 +51,7 @@ func (s State) String() string { return names.Of(s, stateNames[:], "State") }
 // its CQs and Reset must not run concurrently. Closing is the exception:
 // the transport's Close and the ctx objects under it (the QP through
 // Handle, its CQs, SRQ, PD, the Context) may be closed from any goroutine,
-// also while the owner posts and polls. A post then fails with ctx.ErrClosed,
+// also while the owner posts, polls or resets the queue pair. A post then fails with ctx.ErrClosed,
 // at Begin or at Finish, neither touches memory that was freed, and the
 // Pollers the queue was added to drop it on the owner's goroutine (see
 // closer and Poller). Nothing the close writes is read by a post or a
@@ -140,8 +140,20 @@ func setup(q *Queue, transport string, qp *ctx.QueuePair, srq *SharedReceiveQueu
 		q.counts.addSend(q.sq.Counters())
 	}
 	q.retireRings()
-	*q = Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
+	fresh := Queue{qp: qp, qpn: d.QPN, typ: qp.Type(), transport: transport, srq: srq, state: StateInit,
 		closer: q.closer, counts: q.counts, unmatched: q.unmatched}
+	if q.qp == qp {
+		// A Reset of the same QP. Close, and Handle for a close through
+		// the QP, may run on any goroutine meanwhile and read qp, typ and
+		// transport, which a Reset does not change: those words are not
+		// written again (a store of the same value is still a data race),
+		// every other field is set as for a new queue.
+		q.sq, q.state, q.qpn, q.rq, q.srq, q.recv = fresh.sq, fresh.state, fresh.qpn, fresh.rq, fresh.srq, fresh.recv
+		q.dead, q.refusal = fresh.dead, fresh.refusal
+		q.errSend, q.errRecv, q.errNoRQ = fresh.errSend, fresh.errRecv, fresh.errNoRQ
+	} else {
+		*q = fresh
+	}
 	for s := State(0); s <= StateClosed; s++ {
 		var why error
 		switch s {
