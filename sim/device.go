@@ -707,6 +707,15 @@ func (m *mr) Close() error {
 	return m.unmapLocked()
 }
 
+// localWritable reports whether the device may write n bytes at addr
+// through m for a work request of protection domain p: m exists (a nil m
+// is a key that names no region), belongs to p, grants local write and
+// holds the bytes. A receive's scatter list and the local buffers of a
+// READ or atomic are checked so.
+func (m *mr) localWritable(p *pd, addr, n uint64) bool {
+	return m != nil && m.pd == p && m.access&ctx.AccessLocalWrite != 0 && m.contains(addr, n)
+}
+
 // contains reports whether [addr, addr+n) lies inside the region.
 func (m *mr) contains(addr, n uint64) bool {
 	if addr < m.addr {

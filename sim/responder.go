@@ -142,7 +142,7 @@ func (f *Fabric) scatterRecv(r *recvWQE, grh []byte, skip int, data []byte) prm.
 		}
 		n := min(left, e.n)
 		m := f.mrs[e.lkey]
-		if m == nil || m.pd != r.pd || m.access&ctx.AccessLocalWrite == 0 || !m.contains(e.addr, n) {
+		if !m.localWritable(r.pd, e.addr, n) {
 			return prm.SyndromeLocalProt
 		}
 		left -= n
@@ -192,7 +192,7 @@ func (f *Fabric) scatterRecvAt(r *recvWQE, off uint64, data []byte) prm.Syndrome
 			n := min(e.n-at, uint64(len(rest)))
 			m := f.mrs[e.lkey]
 			if pass == 0 {
-				if m == nil || m.pd != r.pd || m.access&ctx.AccessLocalWrite == 0 || !m.contains(e.addr+at, n) {
+				if !m.localWritable(r.pd, e.addr+at, n) {
 					return prm.SyndromeLocalProt
 				}
 			} else {

@@ -521,7 +521,7 @@ func (f *Fabric) checkLocalRead(q *qp, w *sendWQE) prm.Syndrome {
 func (f *Fabric) checkLocalWrite(q *qp, w *sendWQE) prm.Syndrome {
 	for _, e := range w.sg {
 		m := f.mrs[e.lkey]
-		if m == nil || m.pd != q.pd || m.access&ctx.AccessLocalWrite == 0 || !m.contains(e.addr, e.n) {
+		if !m.localWritable(q.pd, e.addr, e.n) {
 			return prm.SyndromeLocalProt
 		}
 	}
