@@ -606,7 +606,7 @@ func (p *pd) CreateAddressHandle(attr ctx.AddressAttr) (provider.AddressHandle, 
 		// for; an InfiniBand one it builds itself.
 		if !qpstate.StaticRateValid(attr.StaticRate) {
 			return nil, provider.Errorf(op, "static rate %d, not 0 or %d to %d (mlx5r_ib_rate): %w",
-				attr.StaticRate, qpstate.MinStaticRate, qpstate.MaxStaticRate, errEINVAL)
+				attr.StaticRate, qpstate.MinKernelStaticRate, qpstate.MaxKernelStaticRate, errEINVAL)
 		}
 	}
 	av := encodeAV(p.dev.h, attr, rmac)

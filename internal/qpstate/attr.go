@@ -74,20 +74,24 @@ const (
 // "RDMA/mlx5: Add support for 1600_8x lane speed" (Linux 6.19). It
 // refuses 1 and anything above with EINVAL. Earlier kernels stop at
 // IB_RATE_800_GBPS (23) or, before that rate was added in 2023, at
-// IB_RATE_600_GBPS (22).
+// IB_RATE_600_GBPS (22). libibverbs' enum ibv_rate stops at 24
+// (fieldcheck.MaxStaticRate, above which ctx refuses a rate itself): 25
+// reaches the kernel only through a raw command.
 const (
-	MinStaticRate = 2
-	MaxStaticRate = 25
+	MinKernelStaticRate = 2
+	MaxKernelStaticRate = 25
 )
 
 // StaticRateValid reports whether mlx5r_ib_rate takes the static rate r
-// (0, or MinStaticRate to MaxStaticRate). The kernel checks it when it
+// (0, or MinKernelStaticRate to MaxKernelStaticRate). The kernel checks it when it
 // writes a QP's path (mlx5_set_path) and, since "RDMA/mlx5: Handle errors
 // returned from mlx5r_ib_rate()" (Linux 6.14 and the stable kernels of
 // March 2025), when it creates an address handle (create_ib_ah). libmlx5
 // asks the kernel for an address handle on RoCE ports only; it builds an
 // InfiniBand one itself, mapping a rate it has no code for to the port's.
-func StaticRateValid(r uint8) bool { return r == 0 || r >= MinStaticRate && r <= MaxStaticRate }
+func StaticRateValid(r uint8) bool {
+	return r == 0 || r >= MinKernelStaticRate && r <= MaxKernelStaticRate
+}
 
 // StaticRateKept is the static rate QUERY_QP reads back for a rate r that
 // StaticRateValid takes: mlx5r_ib_rate writes 0 (the port's rate) into the
@@ -202,8 +206,8 @@ func CheckPorts(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPor
 //   - PathMTU (mask PATH_MTU: RC and DCI at RTR): MTU256 to MTU4096
 //     (__mlx5_ib_modify_qp). It is not checked against the port's active
 //     MTU, and a DCT's is not checked at all.
-//   - Path.StaticRate (mask AV, but a DCT's): 0, or MinStaticRate to
-//     MaxStaticRate (StaticRateValid: mlx5r_ib_rate, from mlx5_set_path,
+//   - Path.StaticRate (mask AV, but a DCT's): 0, or MinKernelStaticRate to
+//     MaxKernelStaticRate (StaticRateValid: mlx5r_ib_rate, from mlx5_set_path,
 //     which __mlx5_ib_modify_qp runs after the path MTU check);
 //     mlx5_ib_modify_dct does not look at a DCT's.
 //
@@ -257,7 +261,7 @@ func CheckAttr(t ctx.QPType, from, to ctx.QPState, m Mask, a *ctx.QPAttr, qpPort
 			"IB_MTU_256 to IB_MTU_4096", srcMTU)
 	}
 	if m&AV != 0 && !StaticRateValid(a.Path.StaticRate) {
-		return fail("Path.StaticRate", uint64(a.Path.StaticRate), MinStaticRate, MaxStaticRate,
+		return fail("Path.StaticRate", uint64(a.Path.StaticRate), MinKernelStaticRate, MaxKernelStaticRate,
 			"IB_RATE_2_5_GBPS to IB_RATE_1600_GBPS, or 0 for the port's rate", srcRate)
 	}
 	return nil
